@@ -1,0 +1,39 @@
+# Thin wrapper over CMake. `make run` builds and starts the broker on
+# 127.0.0.1; `make test` builds with ASan/UBSan (+ a TSan build of the
+# concurrency tests) and runs every test. Both install missing Debian packages.
+JOBS ?= $(shell nproc)
+CMAKE ?= cmake
+TEST_DIR := build/test
+REL_DIR := build/release
+FUZZ_DIR := build/fuzz
+
+.PHONY: all deps build test run fuzz format clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@$(CMAKE) -S . -B $(REL_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@$(CMAKE) --build $(REL_DIR) -j $(JOBS)
+
+test: deps
+	@$(CMAKE) -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=Debug -DFX_SANITIZE=ON -DFX_TSAN=ON >/dev/null
+	@$(CMAKE) --build $(TEST_DIR) -j $(JOBS)
+	@cd $(TEST_DIR) && ctest -j $(JOBS) --output-on-failure -LE fuzz
+
+run: build
+	@scripts/run.sh $(REL_DIR)
+
+fuzz:
+	@scripts/deps.sh --fuzz
+	@$(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DFX_FUZZ=ON -DFX_WERROR=OFF >/dev/null
+	@$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS)
+	@cd $(FUZZ_DIR) && ctest --output-on-failure -L fuzz
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build

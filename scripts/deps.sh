@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Felix-C needs to build and test.
+# Safe to run repeatedly: it only calls apt-get when a package is missing.
+# Usage: scripts/deps.sh [--fuzz]   (--fuzz adds clang and libFuzzer's runtime)
+set -euo pipefail
+
+pkgs=(
+    build-essential cmake pkg-config
+    libngtcp2-dev libngtcp2-crypto-gnutls-dev
+    libgnutls28-dev nettle-dev
+    libjansson-dev libyaml-dev libmicrohttpd-dev libcurl4-gnutls-dev
+    libcmocka-dev
+)
+if [ "${1:-}" = "--fuzz" ]; then
+    pkgs+=(clang libclang-rt-14-dev)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+
+echo "deps: missing Debian packages: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        SUDO=sudo
+    else
+        echo "deps: not root; run this and try again:" >&2
+        echo "  sudo apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+else
+    SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

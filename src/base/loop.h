@@ -1,0 +1,142 @@
+/* fx_loop: one thread, one epoll set. Owns fd watches, a timer heap with
+ * nanosecond deadlines (epoll_pwait2), and an MPSC inbox of tasks that any
+ * thread may post to; an eventfd doorbell wakes the loop, and wakeups are
+ * coalesced (one write per batch of posts while the loop is awake).
+ * Everything registered on a loop is touched only by that loop's thread. */
+#ifndef FX_LOOP_H
+#define FX_LOOP_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct fx_loop fx_loop;
+
+/* ---- time ------------------------------------------------------------- */
+
+/* CLOCK_MONOTONIC in nanoseconds. Any thread. */
+uint64_t fx_now_ns(void);
+
+#define FX_NS_PER_US 1000ull
+#define FX_NS_PER_MS 1000000ull
+#define FX_NS_PER_S 1000000000ull
+
+/* ---- tasks (the control lane) ------------------------------------------ */
+
+typedef struct fx_task fx_task;
+typedef void (*fx_task_cb)(fx_loop *l, fx_task *t, void *user);
+
+/* A caller-embedded task node. Posting never allocates, never fails and
+ * never drops: this is the control lane (register, unregister, close,
+ * resume). A task that is already pending is not queued twice (posting it
+ * again is a no-op that returns false), which coalesces repeated resumes. */
+struct fx_task {
+    _Atomic(fx_task *) next; /* inbox link; private */
+    atomic_bool pending;     /* private */
+    fx_task_cb cb;
+    void *user;
+};
+
+/* Initializes |t| to run |cb(loop, t, user)|. */
+void fx_task_init(fx_task *t, fx_task_cb cb, void *user);
+
+/* Queues |t| on |l|'s inbox and rings the doorbell if the loop may be asleep.
+ * Returns true if queued, false if |t| was already pending. The caller keeps
+ * ownership of |t| and must keep it alive until its callback has run.
+ * Any thread, including the loop's own. */
+bool fx_loop_post(fx_loop *l, fx_task *t);
+
+/* Convenience: allocates a one-shot task that runs |cb(user)| once and is
+ * freed after. Returns 0 or -ENOMEM. Any thread. */
+int fx_loop_call(fx_loop *l, void (*cb)(void *user), void *user);
+
+/* ---- fd watches -------------------------------------------------------- */
+
+typedef struct fx_watch fx_watch;
+/* |events| is a mask of EPOLLIN / EPOLLOUT / EPOLLERR / EPOLLHUP. */
+typedef void (*fx_watch_cb)(fx_loop *l, fx_watch *w, uint32_t events);
+
+struct fx_watch {
+    int fd;
+    uint32_t events;
+    fx_watch_cb cb;
+    void *user;
+};
+
+/* Starts watching |w->fd| for |events| (level-triggered). |w| is caller-
+ * embedded and must stay alive until fx_loop_unwatch(). Returns 0 or -errno.
+ * Loop thread only (or before fx_loop_start). */
+int fx_loop_watch(fx_loop *l, fx_watch *w, int fd, uint32_t events, fx_watch_cb cb, void *user);
+/* Changes the event mask. Returns 0 or -errno. Loop thread only. */
+int fx_loop_watch_mod(fx_loop *l, fx_watch *w, uint32_t events);
+/* Stops watching; safe to call from inside |w|'s own callback. The fd is not
+ * closed. Returns 0 or -errno. Loop thread only. */
+int fx_loop_unwatch(fx_loop *l, fx_watch *w);
+
+/* ---- timers ------------------------------------------------------------ */
+
+typedef struct fx_timer fx_timer;
+typedef void (*fx_timer_cb)(fx_loop *l, fx_timer *t, void *user);
+
+/* Caller-embedded one-shot timer; re-arm from the callback for periodic. */
+struct fx_timer {
+    uint64_t deadline_ns; /* CLOCK_MONOTONIC */
+    size_t heap_index;    /* private; SIZE_MAX when not armed */
+    fx_timer_cb cb;
+    void *user;
+};
+
+void fx_timer_init(fx_timer *t, fx_timer_cb cb, void *user);
+/* Arms (or re-arms) |t| to fire at |deadline_ns|; a deadline in the past
+ * fires on the next turn. Returns 0 or -ENOMEM. Loop thread only. */
+int fx_loop_timer_arm(fx_loop *l, fx_timer *t, uint64_t deadline_ns);
+/* Disarms |t| if armed. Loop thread only. */
+void fx_loop_timer_cancel(fx_loop *l, fx_timer *t);
+bool fx_timer_is_armed(const fx_timer *t);
+
+/* ---- lifecycle --------------------------------------------------------- */
+
+typedef struct fx_loop_opts {
+    const char *name; /* thread name, at most 15 chars used; may be NULL */
+    int cpu;          /* CPU to pin to, or -1 for no pinning */
+} fx_loop_opts;
+
+/* Creates a loop (epoll fd, eventfd, empty heap and inbox); no thread yet.
+ * Returns 0, -ENOMEM or -errno. */
+int fx_loop_new(fx_loop **pl, const fx_loop_opts *o);
+/* Starts the loop's thread. If pinning was requested and the kernel refused,
+ * the loop still runs and fx_loop_pin_error() returns the -errno.
+ * Returns 0 or -errno (thread creation). Not from the loop itself. */
+int fx_loop_start(fx_loop *l);
+/* Runs the loop on the calling thread until fx_loop_stop(). Returns 0 or
+ * -errno (epoll failure). */
+int fx_loop_run(fx_loop *l);
+/* Asks the loop to return after the current turn; joins its thread when
+ * called from another thread and the loop was started with fx_loop_start.
+ * Tasks still in the inbox at exit run before the loop returns. Any thread. */
+void fx_loop_stop(fx_loop *l);
+/* Frees a stopped loop. Watches and timers must be gone. NULL ok. */
+void fx_loop_free(fx_loop *l);
+
+/* Time read once at the start of this turn. Loop thread only. */
+uint64_t fx_loop_now(const fx_loop *l);
+/* True when called from |l|'s thread. Any thread. */
+bool fx_loop_is_current(const fx_loop *l);
+/* The loop whose thread is calling, or NULL. Any thread. */
+fx_loop *fx_loop_current(void);
+/* 0 if pinned as asked (or not asked), else the -errno sched_setaffinity gave. */
+int fx_loop_pin_error(const fx_loop *l);
+const char *fx_loop_name(const fx_loop *l);
+
+/* Counters for tests and metrics (relaxed reads; any thread). */
+typedef struct fx_loop_stats {
+    uint64_t turns;        /* epoll_pwait2 returns */
+    uint64_t wakeups;      /* doorbell writes actually made */
+    uint64_t posts;        /* tasks posted */
+    uint64_t tasks_run;    /* tasks executed */
+    uint64_t timers_fired;
+} fx_loop_stats;
+void fx_loop_get_stats(const fx_loop *l, fx_loop_stats *st);
+
+#endif
