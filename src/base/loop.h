@@ -128,6 +128,15 @@ fx_loop *fx_loop_current(void);
 /* 0 if pinned as asked (or not asked), else the -errno sched_setaffinity gave. */
 int fx_loop_pin_error(const fx_loop *l);
 const char *fx_loop_name(const fx_loop *l);
+/* True from fx_loop_stop() until the loop has returned, including while it
+ * runs the tasks left in its inbox; a task that re-posts itself should stop
+ * doing so then, or the loop cannot exit. Any thread. */
+bool fx_loop_is_stopping(const fx_loop *l);
+/* 0, or the -errno that made the last fx_loop_run() (or the thread started by
+ * fx_loop_start) return early (an epoll wait failure). Tasks still pending
+ * were run even then. Any thread; meaningful after fx_loop_stop() joined the
+ * thread or fx_loop_run() returned. */
+int fx_loop_run_error(const fx_loop *l);
 
 /* Counters for tests and metrics (relaxed reads; any thread). */
 typedef struct fx_loop_stats {
