@@ -1,0 +1,413 @@
+/* Metrics registry: per-thread shards, snapshots, Prometheus text rendering.
+ * Shards live in one list guarded by a mutex that is taken only when a thread
+ * gets or parks its shard and when a scrape sums them; updates never lock.
+ * Any thread. */
+#include "base/metrics.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- descriptor table ---------------------------------------------------- */
+
+#define DESC_C(f, n, l, h)                                                                         \
+    {.type = FX_METRIC_COUNTER,                                                                    \
+     .field = #f,                                                                                  \
+     .name = n,                                                                                    \
+     .label = l,                                                                                   \
+     .help = h,                                                                                    \
+     .off = offsetof(fx_metrics_counters, f)},
+#define DESC_G(f, n, l, h)                                                                         \
+    {.type = FX_METRIC_GAUGE,                                                                      \
+     .field = #f,                                                                                  \
+     .name = n,                                                                                    \
+     .label = l,                                                                                   \
+     .help = h,                                                                                    \
+     .off = offsetof(fx_metrics_gauges, f)},
+#define DESC_H(f, n, l, h, lo_)                                                                    \
+    {.type = FX_METRIC_HISTOGRAM,                                                                  \
+     .field = #f,                                                                                  \
+     .name = n,                                                                                    \
+     .label = l,                                                                                   \
+     .help = h,                                                                                    \
+     .off = offsetof(fx_metrics_hists, f),                                                         \
+     .lo = (lo_)},
+
+const fx_metric_desc fx_metrics_descs[] = {FX_METRICS_ALL(DESC_C, DESC_G, DESC_H)};
+const size_t fx_metrics_ndescs = sizeof(fx_metrics_descs) / sizeof(fx_metrics_descs[0]);
+
+/* The value structs are read as arrays of equal-sized fields, so each must be
+ * exactly its list's entries with no padding. */
+#define COUNT_ONE(...) +1
+_Static_assert(sizeof(fx_metrics_counters) ==
+                   (0 FX_METRICS_ALL(COUNT_ONE, FX_METRICS_NONE_, FX_METRICS_NONE_)) *
+                       sizeof(_Atomic uint64_t),
+               "fx_metrics_counters has padding or fields outside the lists");
+_Static_assert(sizeof(fx_metrics_gauges) ==
+                   (0 FX_METRICS_ALL(FX_METRICS_NONE_, COUNT_ONE, FX_METRICS_NONE_)) *
+                       sizeof(_Atomic int64_t),
+               "fx_metrics_gauges has padding or fields outside the lists");
+_Static_assert(sizeof(fx_metrics_hists) ==
+                   (0 FX_METRICS_ALL(FX_METRICS_NONE_, FX_METRICS_NONE_, COUNT_ONE)) *
+                       sizeof(fx_hist),
+               "fx_metrics_hists has padding or fields outside the lists");
+#define CHECK_LO(f, n, l, h, lo_)                                                                  \
+    _Static_assert((lo_) + FX_HIST_NBUCKETS <= 64, "histogram " #f " bounds overflow 64 bits");
+FX_METRICS_ALL(FX_METRICS_NONE_, FX_METRICS_NONE_, CHECK_LO)
+
+/* ---- shards ------------------------------------------------------------- */
+
+/* A shard plus its list link. Aligned to a cache line so two threads' shards
+ * never share one. |in_use| and |next| are guarded by shards_mu. */
+typedef struct shard_node {
+    fx_metrics_shard s;
+    struct shard_node *next;
+    bool in_use;
+} shard_node;
+
+#define SHARD_ALIGN 64
+
+fx_metrics_gauges fx_gauges;
+_Thread_local fx_metrics_shard *fx_metrics_tls_shard;
+
+static pthread_mutex_t shards_mu = PTHREAD_MUTEX_INITIALIZER;
+static shard_node *shards;
+static size_t nshards;
+/* Shared by threads that could not get a shard of their own (out of memory). */
+static shard_node fallback_shard;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t exit_key;
+static bool exit_key_ok;
+
+/* Runs when a thread that has a shard exits: parks the shard for reuse. The
+ * values stay, so nothing counted is lost; the mutex orders the old owner's
+ * writes before the next owner's. */
+static void shard_park(void *p)
+{
+    shard_node *n = p;
+    /* An update from a later destructor of this thread attaches afresh. */
+    fx_metrics_tls_shard = NULL;
+    pthread_mutex_lock(&shards_mu);
+    n->in_use = false;
+    pthread_mutex_unlock(&shards_mu);
+}
+
+static void make_exit_key(void)
+{
+    /* Without the key, shards of exited threads are simply not reused. */
+    exit_key_ok = pthread_key_create(&exit_key, shard_park) == 0;
+}
+
+/* Returns a parked shard marked in use, or a new one, or NULL on OOM.
+ * Caller holds shards_mu. */
+static shard_node *shard_take_locked(void)
+{
+    for (shard_node *n = shards; n; n = n->next) {
+        if (!n->in_use) {
+            n->in_use = true;
+            return n;
+        }
+    }
+    size_t size = (sizeof(shard_node) + SHARD_ALIGN - 1) / SHARD_ALIGN * SHARD_ALIGN;
+    shard_node *n = aligned_alloc(SHARD_ALIGN, size);
+    if (!n)
+        return NULL;
+    memset(n, 0, size);
+    n->in_use = true;
+    n->next = shards;
+    shards = n;
+    nshards++;
+    return n;
+}
+
+fx_metrics_shard *fx_metrics_shard_attach(void)
+{
+    pthread_once(&key_once, make_exit_key);
+    pthread_mutex_lock(&shards_mu);
+    shard_node *n = shard_take_locked();
+    pthread_mutex_unlock(&shards_mu);
+    if (!n)
+        return &fallback_shard.s; /* not cached: retry on the next update */
+    /* If this fails the thread's exit goes unnoticed and its shard is never
+     * reused: a bounded leak of one shard, not a wrong count. */
+    if (exit_key_ok)
+        (void)pthread_setspecific(exit_key, n);
+    fx_metrics_tls_shard = &n->s;
+    return &n->s;
+}
+
+size_t fx_metrics_shard_count(void)
+{
+    pthread_mutex_lock(&shards_mu);
+    size_t n = nshards;
+    pthread_mutex_unlock(&shards_mu);
+    return n;
+}
+
+/* ---- histograms --------------------------------------------------------- */
+
+unsigned fx_hist_bucket_index(unsigned lo, uint64_t v)
+{
+    if (v <= (UINT64_C(1) << lo))
+        return 0;
+    /* ceil(log2(v)) for v >= 2 */
+    unsigned e = 64u - (unsigned)__builtin_clzll(v - 1);
+    unsigned i = e - lo;
+    return i < FX_HIST_NBUCKETS ? i : FX_HIST_NBUCKETS;
+}
+
+void fx_hist_observe(fx_hist *h, unsigned lo, uint64_t v)
+{
+    unsigned i = fx_hist_bucket_index(lo, v);
+    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
+}
+
+/* ---- snapshots ---------------------------------------------------------- */
+
+static _Atomic uint64_t *u64_at(const void *base, size_t off)
+{
+    return (_Atomic uint64_t *)((char *)base + off);
+}
+
+static void add_u64(_Atomic uint64_t *dst, const _Atomic uint64_t *src)
+{
+    uint64_t v = atomic_load_explicit(src, memory_order_relaxed);
+    atomic_store_explicit(dst, atomic_load_explicit(dst, memory_order_relaxed) + v,
+                          memory_order_relaxed);
+}
+
+static void hist_add(fx_hist *dst, const fx_hist *src)
+{
+    for (size_t i = 0; i <= FX_HIST_NBUCKETS; i++)
+        add_u64(&dst->buckets[i], &src->buckets[i]);
+    add_u64(&dst->sum, &src->sum);
+}
+
+static void shard_add(fx_metrics_snapshot *snap, const fx_metrics_shard *s)
+{
+    size_t nc = sizeof(fx_metrics_counters) / sizeof(_Atomic uint64_t);
+    for (size_t i = 0; i < nc; i++)
+        add_u64(u64_at(&snap->c, i * sizeof(uint64_t)), u64_at(&s->c, i * sizeof(uint64_t)));
+    size_t nh = sizeof(fx_metrics_hists) / sizeof(fx_hist);
+    const fx_hist *src = (const fx_hist *)&s->h;
+    fx_hist *dst = (fx_hist *)&snap->h;
+    for (size_t i = 0; i < nh; i++)
+        hist_add(&dst[i], &src[i]);
+}
+
+void fx_metrics_snapshot_take(fx_metrics_snapshot *snap)
+{
+    memset(snap, 0, sizeof(*snap));
+    size_t ng = sizeof(fx_metrics_gauges) / sizeof(_Atomic int64_t);
+    const _Atomic int64_t *g = (const _Atomic int64_t *)&fx_gauges;
+    _Atomic int64_t *dg = (_Atomic int64_t *)&snap->g;
+    for (size_t i = 0; i < ng; i++)
+        atomic_store_explicit(&dg[i], atomic_load_explicit(&g[i], memory_order_relaxed),
+                              memory_order_relaxed);
+    pthread_mutex_lock(&shards_mu);
+    for (const shard_node *n = shards; n; n = n->next)
+        shard_add(snap, &n->s);
+    pthread_mutex_unlock(&shards_mu);
+    shard_add(snap, &fallback_shard.s);
+}
+
+/* ---- growable text buffer ------------------------------------------------ */
+
+typedef struct strbuf {
+    char *p;
+    size_t len;
+    size_t cap;
+    int err; /* first error; later appends are no-ops */
+} strbuf;
+
+static int sb_reserve(strbuf *b, size_t extra)
+{
+    if (b->err)
+        return b->err;
+    if (b->len + extra + 1 <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p)
+        return b->err = -ENOMEM;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static void sb_putc(strbuf *b, char c)
+{
+    if (sb_reserve(b, 1) == 0) {
+        b->p[b->len++] = c;
+        b->p[b->len] = '\0';
+    }
+}
+
+static void sb_puts(strbuf *b, const char *s)
+{
+    size_t n = strlen(s);
+    if (sb_reserve(b, n) == 0) {
+        memcpy(b->p + b->len, s, n + 1);
+        b->len += n;
+    }
+}
+
+__attribute__((format(printf, 2, 3))) static void sb_printf(strbuf *b, const char *fmt, ...)
+{
+    char tmp[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    /* Only numbers and short tokens go through here. */
+    if (n < 0 || (size_t)n >= sizeof(tmp)) {
+        if (!b->err)
+            b->err = -ENOMEM;
+        return;
+    }
+    sb_puts(b, tmp);
+}
+
+/* Appends |s| escaped for the exposition format: backslash and newline always,
+ * the double quote too inside label values. */
+static void sb_escaped(strbuf *b, const char *s, size_t n, bool quote)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\')
+            sb_puts(b, "\\\\");
+        else if (c == '\n')
+            sb_puts(b, "\\n");
+        else if (c == '"' && quote)
+            sb_puts(b, "\\\"");
+        else
+            sb_putc(b, c);
+    }
+}
+
+/* ---- rendering ----------------------------------------------------------- */
+
+static const char *type_name(fx_metric_type t)
+{
+    switch (t) {
+    case FX_METRIC_COUNTER:
+        return "counter";
+    case FX_METRIC_GAUGE:
+        return "gauge";
+    case FX_METRIC_HISTOGRAM:
+        return "histogram";
+    }
+    return "untyped";
+}
+
+static void render_header(strbuf *b, const fx_metric_desc *d)
+{
+    sb_puts(b, "# HELP ");
+    sb_puts(b, d->name);
+    sb_putc(b, ' ');
+    sb_escaped(b, d->help, strlen(d->help), false);
+    sb_puts(b, "\n# TYPE ");
+    sb_puts(b, d->name);
+    sb_putc(b, ' ');
+    sb_puts(b, type_name(d->type));
+    sb_putc(b, '\n');
+}
+
+/* Appends `name[suffix]{label,le="x"}` with whichever labels apply. */
+static void render_series(strbuf *b, const fx_metric_desc *d, const char *suffix, const char *le)
+{
+    const char *eq = strchr(d->label, '=');
+    sb_puts(b, d->name);
+    sb_puts(b, suffix);
+    if (!eq && !le)
+        return;
+    sb_putc(b, '{');
+    if (eq) {
+        sb_escaped(b, d->label, (size_t)(eq - d->label), false);
+        sb_puts(b, "=\"");
+        sb_escaped(b, eq + 1, strlen(eq + 1), true);
+        sb_putc(b, '"');
+    }
+    if (eq && le)
+        sb_putc(b, ',');
+    if (le)
+        sb_printf(b, "le=\"%s\"", le);
+    sb_putc(b, '}');
+}
+
+static void render_hist(strbuf *b, const fx_metric_desc *d, const fx_hist *h)
+{
+    uint64_t cum = 0;
+    char le[32];
+    for (unsigned i = 0; i <= FX_HIST_NBUCKETS; i++) {
+        cum += atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
+        if (i < FX_HIST_NBUCKETS)
+            snprintf(le, sizeof(le), "%" PRIu64, UINT64_C(1) << (d->lo + i));
+        else
+            snprintf(le, sizeof(le), "+Inf");
+        render_series(b, d, "_bucket", le);
+        sb_printf(b, " %" PRIu64 "\n", cum);
+    }
+    render_series(b, d, "_sum", NULL);
+    sb_printf(b, " %" PRIu64 "\n", atomic_load_explicit(&h->sum, memory_order_relaxed));
+    render_series(b, d, "_count", NULL);
+    sb_printf(b, " %" PRIu64 "\n", cum);
+}
+
+static void render_one(strbuf *b, const fx_metric_desc *d, const fx_metrics_snapshot *snap)
+{
+    switch (d->type) {
+    case FX_METRIC_COUNTER:
+        render_series(b, d, "", NULL);
+        sb_printf(b, " %" PRIu64 "\n",
+                  atomic_load_explicit(u64_at(&snap->c, d->off), memory_order_relaxed));
+        break;
+    case FX_METRIC_GAUGE: {
+        const _Atomic int64_t *g = (const _Atomic int64_t *)((const char *)&snap->g + d->off);
+        render_series(b, d, "", NULL);
+        sb_printf(b, " %" PRId64 "\n", atomic_load_explicit(g, memory_order_relaxed));
+        break;
+    }
+    case FX_METRIC_HISTOGRAM:
+        render_hist(b, d, (const fx_hist *)((const char *)&snap->h + d->off));
+        break;
+    }
+}
+
+int fx_metrics_render_descs(const fx_metric_desc *descs, size_t n, const fx_metrics_snapshot *snap,
+                            char **pout, size_t *plen)
+{
+    strbuf b = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || strcmp(descs[i].name, descs[i - 1].name) != 0)
+            render_header(&b, &descs[i]);
+        render_one(&b, &descs[i], snap);
+    }
+    if (sb_reserve(&b, 0) != 0) {
+        free(b.p);
+        return b.err;
+    }
+    b.p[b.len] = '\0';
+    *pout = b.p;
+    *plen = b.len;
+    return 0;
+}
+
+int fx_metrics_render(char **pout, size_t *plen)
+{
+    fx_metrics_snapshot *snap = malloc(sizeof(*snap));
+    if (!snap)
+        return -ENOMEM;
+    fx_metrics_snapshot_take(snap);
+    int rv = fx_metrics_render_descs(fx_metrics_descs, fx_metrics_ndescs, snap, pout, plen);
+    free(snap);
+    return rv;
+}

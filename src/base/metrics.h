@@ -1,0 +1,169 @@
+/* Process-wide metrics registry: counters, gauges and log-scale histograms
+ * declared in metrics_defs.h, rendered in the Prometheus text format 0.0.4.
+ * Counters and histograms are sharded per thread: each thread lazily gets its
+ * own shard (so a loop's shard is written by that loop only) and increments it
+ * with relaxed atomics; a scrape sums the shards. Gauges are one atomic each.
+ * Any thread may update any metric; rendering runs on any thread (main).
+ * Labels: a metric may carry one fixed "key=value" label given in its list
+ * entry; label values registered at run time are not supported yet. */
+#ifndef FX_METRICS_H
+#define FX_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/metrics_defs.h"
+
+/* ---- value structs, generated from metrics_defs.h ----------------------- */
+
+/* Finite buckets per histogram; one more bucket counts values above the last
+ * bound (le="+Inf"). */
+#define FX_HIST_NBUCKETS 24
+
+/* One histogram's per-shard state. |buckets[i]| counts observations v with
+ * 2^(lo+i-1) < v <= 2^(lo+i) (bucket 0 also takes everything <= 2^lo), and
+ * |buckets[FX_HIST_NBUCKETS]| those above 2^(lo+FX_HIST_NBUCKETS-1). Counts
+ * are per bucket, not cumulative; the count of observations is their sum. */
+typedef struct fx_hist {
+    _Atomic uint64_t buckets[FX_HIST_NBUCKETS + 1];
+    _Atomic uint64_t sum;
+} fx_hist;
+
+#define FX_METRICS_NONE_(...)
+#define FX_METRICS_CFIELD_(field, name, label, help) _Atomic uint64_t field;
+#define FX_METRICS_GFIELD_(field, name, label, help) _Atomic int64_t field;
+#define FX_METRICS_HFIELD_(field, name, label, help, lo) fx_hist field;
+#define FX_METRICS_HLO_(field, name, label, help, lo) fx_hist_lo_##field = (lo),
+
+/* Every counter, one field per C() entry. */
+typedef struct fx_metrics_counters {
+    FX_METRICS_ALL(FX_METRICS_CFIELD_, FX_METRICS_NONE_, FX_METRICS_NONE_)
+} fx_metrics_counters;
+
+/* Every gauge, one field per G() entry. */
+typedef struct fx_metrics_gauges {
+    FX_METRICS_ALL(FX_METRICS_NONE_, FX_METRICS_GFIELD_, FX_METRICS_NONE_)
+} fx_metrics_gauges;
+
+/* Every histogram, one field per H() entry. */
+typedef struct fx_metrics_hists {
+    FX_METRICS_ALL(FX_METRICS_NONE_, FX_METRICS_NONE_, FX_METRICS_HFIELD_)
+} fx_metrics_hists;
+
+/* fx_hist_lo_<field>: the |lo| exponent of each histogram. */
+enum { FX_METRICS_ALL(FX_METRICS_NONE_, FX_METRICS_NONE_, FX_METRICS_HLO_) };
+
+/* One thread's counters and histograms. */
+typedef struct fx_metrics_shard {
+    fx_metrics_counters c;
+    fx_metrics_hists h;
+} fx_metrics_shard;
+
+/* A summed, private copy of the whole registry. Its fields are read like the
+ * live ones (snap.c.ingress_dropped); nothing else writes them. */
+typedef struct fx_metrics_snapshot {
+    fx_metrics_counters c;
+    fx_metrics_gauges g;
+    fx_metrics_hists h;
+} fx_metrics_snapshot;
+
+/* ---- descriptors -------------------------------------------------------- */
+
+typedef enum fx_metric_type {
+    FX_METRIC_COUNTER,
+    FX_METRIC_GAUGE,
+    FX_METRIC_HISTOGRAM,
+} fx_metric_type;
+
+/* Describes one exported series. |off| is the field's offset in
+ * fx_metrics_counters, fx_metrics_gauges or fx_metrics_hists (by |type|).
+ * |label| is "" or "key=value". |lo| is used by histograms only. */
+typedef struct fx_metric_desc {
+    fx_metric_type type;
+    const char *field;
+    const char *name;
+    const char *label;
+    const char *help;
+    size_t off;
+    unsigned lo;
+} fx_metric_desc;
+
+/* Every series of metrics_defs.h, in list order. */
+extern const fx_metric_desc fx_metrics_descs[];
+extern const size_t fx_metrics_ndescs;
+
+/* ---- updating ----------------------------------------------------------- */
+
+/* The gauges. Update them with the FX_GAUGE_* macros. */
+extern fx_metrics_gauges fx_gauges;
+
+/* Private: the calling thread's shard, NULL until its first update. */
+extern _Thread_local fx_metrics_shard *fx_metrics_tls_shard;
+
+/* Returns the calling thread's shard, creating or reusing one on first use.
+ * Never returns NULL: if memory runs out, the thread shares a static fallback
+ * shard (still correct, as every update is an atomic add). When the thread
+ * exits its shard is parked, values kept, for the next new thread to reuse, so
+ * shards never outnumber threads alive at once. Any thread. */
+fx_metrics_shard *fx_metrics_shard_attach(void);
+
+static inline fx_metrics_shard *fx_metrics_shard_self(void)
+{
+    fx_metrics_shard *s = fx_metrics_tls_shard;
+    return s ? s : fx_metrics_shard_attach();
+}
+
+/* Adds |v| to histogram |h| whose smallest bound is 2^|lo|. Any thread, but
+ * |h| should be in the caller's own shard (FX_HIST_OBSERVE does that). */
+void fx_hist_observe(fx_hist *h, unsigned lo, uint64_t v);
+
+/* Returns the bucket index (0..FX_HIST_NBUCKETS) value |v| falls in. */
+unsigned fx_hist_bucket_index(unsigned lo, uint64_t v);
+
+/* Counter updates on the calling thread's shard. |field| names a C() entry. */
+#define FX_COUNTER_ADD(field, n)                                                                   \
+    ((void)atomic_fetch_add_explicit(&fx_metrics_shard_self()->c.field, (uint64_t)(n),             \
+                                     memory_order_relaxed))
+#define FX_COUNTER_INC(field) FX_COUNTER_ADD(field, 1)
+
+/* Gauge updates. |field| names a G() entry. */
+#define FX_GAUGE_ADD(field, n)                                                                     \
+    ((void)atomic_fetch_add_explicit(&fx_gauges.field, (int64_t)(n), memory_order_relaxed))
+#define FX_GAUGE_SUB(field, n)                                                                     \
+    ((void)atomic_fetch_sub_explicit(&fx_gauges.field, (int64_t)(n), memory_order_relaxed))
+#define FX_GAUGE_SET(field, v)                                                                     \
+    atomic_store_explicit(&fx_gauges.field, (int64_t)(v), memory_order_relaxed)
+
+/* Records |v| in histogram |field| (an H() entry) on the calling thread's shard. */
+#define FX_HIST_OBSERVE(field, v)                                                                  \
+    fx_hist_observe(&fx_metrics_shard_self()->h.field, fx_hist_lo_##field, (uint64_t)(v))
+
+/* ---- reading and rendering ---------------------------------------------- */
+
+/* Fills |snap| with the sum of every shard's counters and histograms and the
+ * current gauges. Each value is read atomically, the set is not (a scrape
+ * racing with updates may see some and not others). Any thread; takes the
+ * shard-list mutex. */
+void fx_metrics_snapshot_take(fx_metrics_snapshot *snap);
+
+/* Renders descriptors |descs[0..n)| with values from |snap| in the Prometheus
+ * text exposition format 0.0.4: for each metric name one "# HELP" and one
+ * "# TYPE" line, then its samples; histograms as cumulative _bucket{le=...}
+ * ending with le="+Inf", then _sum and _count. Help text and label values are
+ * escaped. Series sharing a name must be adjacent in |descs|.
+ * On success stores a malloc'd NUL-terminated string in |*pout| (the caller
+ * frees it) and its length without the NUL in |*plen|, and returns 0.
+ * Returns -ENOMEM (nothing stored) if memory runs out. Any thread. */
+int fx_metrics_render_descs(const fx_metric_desc *descs, size_t n, const fx_metrics_snapshot *snap,
+                            char **pout, size_t *plen);
+
+/* Takes a snapshot and renders the whole registry (fx_metrics_descs) as
+ * fx_metrics_render_descs() does. Returns 0 or -ENOMEM. Any thread. */
+int fx_metrics_render(char **pout, size_t *plen);
+
+/* Returns how many shards exist (live and parked). For tests and the admin
+ * endpoint. Any thread. */
+size_t fx_metrics_shard_count(void);
+
+#endif

@@ -1,0 +1,104 @@
+/* The list of every metric Felix-C exports, one X-macro list per subsystem.
+ * metrics.h expands these lists into the value structs and the descriptor
+ * table, so adding a metric is one line here. Exported names are the ones users
+ * of the Rust original know (felix-facts.md §8); C field names are global
+ * across all lists (the structs are flat), so prefix them by subsystem.
+ *
+ * Entry shapes:
+ *   C(field, "name", "label", "help")        counter, name ends in _total
+ *   G(field, "name", "label", "help")        gauge (int64, may go down)
+ *   H(field, "name", "label", "help", lo)    histogram; finite bucket bounds
+ *                                            are 2^lo .. 2^(lo+FX_HIST_NBUCKETS-1)
+ * "label" is "" or one fixed "key=value" pair. Several entries may share a
+ * name (then they must be adjacent, of one type, with one help text, and
+ * differ by label value): that is how one labelled metric such as
+ * felix_publish_requests_total{result} is declared. */
+#ifndef FX_METRICS_DEFS_H
+#define FX_METRICS_DEFS_H
+
+/* ---- broker ingress (checkpoints 3 and 4) ------------------------------ */
+#define FX_METRICS_BROKER(C, G, H)                                                                 \
+    C(ingress_dropped, "felix_broker_ingress_dropped_total", "",                                   \
+      "Unacked publishes shed because the broker worker queue was full")                           \
+    C(ingress_rejected, "felix_broker_ingress_rejected_total", "",                                 \
+      "Publishes refused with an error reply because they could not be admitted")                  \
+    C(ingress_queue_full, "felix_broker_ingress_queue_full_total", "",                             \
+      "Times a publish found its broker worker queue full")                                        \
+    C(ingress_bytes_full, "felix_broker_ingress_bytes_full_total", "",                             \
+      "Times a publish found the process-wide publish byte budget exhausted")                      \
+    C(ingress_conn_bytes_full, "felix_broker_ingress_conn_bytes_full_total", "",                   \
+      "Times a publish found its connection's share of the publish byte budget exhausted")         \
+    C(ingress_waited, "felix_broker_ingress_waited_total", "",                                     \
+      "Publishes that waited for queue space or byte budget before admission")                     \
+    C(ingress_backpressure_cancelled, "felix_broker_ingress_backpressure_cancelled_total", "",     \
+      "Publishes whose wait for admission ended by timeout or connection close")                   \
+    G(ingress_queue_depth, "felix_broker_ingress_queue_depth", "",                                 \
+      "Publish jobs queued at broker workers, all workers")
+
+/* ---- subscribe: per-subscriber queues, lanes, subscriber connections --- */
+#define FX_METRICS_SUB(C, G, H)                                                                    \
+    C(subscribe_req_ok, "felix_subscribe_requests_total", "result=ok",                             \
+      "Subscribe requests by result")                                                              \
+    C(subscribe_req_error, "felix_subscribe_requests_total", "result=error",                       \
+      "Subscribe requests by result")                                                              \
+    C(subscribe_dropped, "felix_subscribe_dropped_total", "",                                      \
+      "Envelopes refused by a full subscriber queue (same events as "                              \
+      "felix_sub_queue_dropped_total)")                                                            \
+    C(sub_queue_dropped, "felix_sub_queue_dropped_total", "",                                      \
+      "Envelopes refused by a full subscriber queue (DropNew policy)")                             \
+    C(sub_queue_drop_old, "felix_sub_queue_drop_old_total", "",                                    \
+      "Envelopes evicted from a full subscriber queue to make room (DropOld policy)")              \
+    C(sub_queue_enqueued, "felix_sub_queue_enqueued_total", "",                                    \
+      "Envelopes enqueued to subscriber queues")                                                   \
+    C(sub_queue_dequeued, "felix_sub_queue_dequeued_total", "",                                    \
+      "Envelopes taken from subscriber queues")                                                    \
+    G(sub_queue_len, "felix_sub_queue_len", "", "Envelopes held in subscriber queues, all queues") \
+    C(sub_shared_batch_handles, "felix_sub_shared_batch_handles_total", "",                        \
+      "Shared envelope references handed to subscriber queues")                                    \
+    C(subscriber_lane_dropped, "felix_subscriber_lane_dropped_total", "",                          \
+      "Delivery commands dropped at a full writer lane")                                           \
+    C(subscriber_disconnect, "felix_subscriber_disconnect_total", "",                              \
+      "Subscriber streams closed after a delivery write error")                                    \
+    G(sub_active_connections, "felix_sub_active_connections", "",                                  \
+      "Connections with at least one subscription")
+
+/* ---- publish outcomes -------------------------------------------------- */
+#define FX_METRICS_PUBLISH(C, G, H)                                                                \
+    C(publish_accepted, "felix_publish_requests_total", "result=accepted",                         \
+      "Publish requests by result: accepted (admitted), ok (appended), dropped (shed), error "     \
+      "(refused)")                                                                                 \
+    C(publish_ok, "felix_publish_requests_total", "result=ok",                                     \
+      "Publish requests by result: accepted (admitted), ok (appended), dropped (shed), error "     \
+      "(refused)")                                                                                 \
+    C(publish_dropped, "felix_publish_requests_total", "result=dropped",                           \
+      "Publish requests by result: accepted (admitted), ok (appended), dropped (shed), error "     \
+      "(refused)")                                                                                 \
+    C(publish_error, "felix_publish_requests_total", "result=error",                               \
+      "Publish requests by result: accepted (admitted), ok (appended), dropped (shed), error "     \
+      "(refused)")                                                                                 \
+    C(publish_bytes, "felix_publish_bytes_total", "", "Payload bytes of admitted publishes")       \
+    H(publish_latency_ns, "felix_publish_latency_ns", "",                                          \
+      "Nanoseconds from a publish frame's arrival at the broker to its append", 10)
+
+/* ---- QUIC transport ---------------------------------------------------- */
+#define FX_METRICS_QUIC(C, G, H)                                                                   \
+    C(quic_conn_accepted, "felix_quic_connections_accepted_total", "",                             \
+      "QUIC connections whose handshake completed")                                                \
+    C(quic_conn_closed, "felix_quic_connections_closed_total", "",                                 \
+      "QUIC connections closed for any reason")                                                    \
+    C(quic_handshake_failed, "felix_quic_handshake_failed_total", "",                              \
+      "QUIC connections that failed before the handshake completed")                               \
+    G(quic_conn_open, "felix_quic_connections_open", "", "QUIC connections currently open")        \
+    C(quic_datagrams_in, "felix_quic_datagrams_received_total", "", "UDP datagrams received")      \
+    C(quic_datagrams_out, "felix_quic_datagrams_sent_total", "", "UDP datagrams sent")             \
+    C(quic_bytes_in, "felix_quic_bytes_received_total", "", "UDP payload bytes received")          \
+    C(quic_bytes_out, "felix_quic_bytes_sent_total", "", "UDP payload bytes sent")
+
+/* Every list, in exposition order. A new subsystem list is added here. */
+#define FX_METRICS_ALL(C, G, H)                                                                    \
+    FX_METRICS_BROKER(C, G, H)                                                                     \
+    FX_METRICS_SUB(C, G, H)                                                                        \
+    FX_METRICS_PUBLISH(C, G, H)                                                                    \
+    FX_METRICS_QUIC(C, G, H)
+
+#endif
