@@ -233,6 +233,11 @@ static void unlock_chain(fx_budget *b)
 
 int fx_budget_try_acquire(fx_budget *b, size_t n, fx_permit *p)
 {
+    return fx_budget_try_acquire_from(b, n, p, NULL);
+}
+
+int fx_budget_try_acquire_from(fx_budget *b, size_t n, fx_permit *p, const fx_budget **refused)
+{
     int rv = check(b, n);
     if (rv != 0)
         return rv;
@@ -240,6 +245,8 @@ int fx_budget_try_acquire(fx_budget *b, size_t n, fx_permit *p)
         if (atomic_load(&c->nwaiters) > 0 || !take(c, n)) {
             count(&c->refused);
             give_range(b, c, n);
+            if (refused)
+                *refused = c;
             return FX_EFULL;
         }
     }

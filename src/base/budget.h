@@ -87,6 +87,11 @@ void fx_budget_deinit(fx_budget *b);
  * a release must wake waiters. Any thread. */
 int fx_budget_try_acquire(fx_budget *b, size_t n, fx_permit *p);
 
+/* As fx_budget_try_acquire(); on FX_EFULL also sets |*refused| (if not NULL)
+ * to the budget that refused: |b| itself (e.g. a connection's share) or one of
+ * its parents (the process-wide budget), so the caller can say which. */
+int fx_budget_try_acquire_from(fx_budget *b, size_t n, fx_permit *p, const fx_budget **refused);
+
 /* Takes |n| bytes for a loop thread without sleeping. Returns 0 (|*p| filled
  * now, |w| unused), FX_ETOOBIG or FX_ECLOSED, or -EAGAIN: |w| is parked FIFO
  * and |w->on_granted(w->user, rv)| will run exactly once later (unless

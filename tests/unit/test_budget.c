@@ -185,6 +185,29 @@ static void test_child_share_limits_one_connection(void **state)
     fx_budget_deinit(&parent);
 }
 
+static void test_try_acquire_from_names_refusing_budget(void **state)
+{
+    fx_budget parent, a, b;
+    init(&parent, 100, NULL);
+    init(&a, 60, &parent);
+    init(&b, 60, &parent);
+    fx_permit pa = take(&a, 60);
+    fx_permit p = {0};
+    const fx_budget *refused = NULL;
+    /* a's own share is exhausted: the child refuses */
+    assert_int_equal(fx_budget_try_acquire_from(&a, 1, &p, &refused), FX_EFULL);
+    assert_ptr_equal(refused, &a);
+    /* b has share left but the process-wide budget has only 40 */
+    refused = NULL;
+    assert_int_equal(fx_budget_try_acquire_from(&b, 50, &p, &refused), FX_EFULL);
+    assert_ptr_equal(refused, &parent);
+    assert_int_equal(fx_budget_in_use(&b), 0);
+    fx_permit_release(&pa);
+    fx_budget_deinit(&a);
+    fx_budget_deinit(&b);
+    fx_budget_deinit(&parent);
+}
+
 static void test_child_rolls_back_when_parent_full(void **state)
 {
     fx_budget parent, a, b;
@@ -578,6 +601,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_request_larger_than_budget_fails_at_once),
     cmocka_unit_test(test_init_rejects_zero_capacity),
     cmocka_unit_test(test_child_share_limits_one_connection),
+    cmocka_unit_test(test_try_acquire_from_names_refusing_budget),
     cmocka_unit_test(test_child_rolls_back_when_parent_full),
     cmocka_unit_test(test_child_waiter_holds_share_while_parent_is_full),
     cmocka_unit_test(test_async_waiter_granted_on_release),
