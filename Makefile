@@ -24,7 +24,7 @@ test: deps
 	@cd $(TEST_DIR) && ctest -j $(JOBS) --output-on-failure -LE fuzz
 
 run: build
-	@scripts/run.sh $(REL_DIR)
+	@scripts/run.sh $(REL_DIR) $(ARGS)
 
 fuzz:
 	@scripts/deps.sh --fuzz

@@ -1,0 +1,1041 @@
+/* Felix v1 JSON message codec. One table lists, per message type, its fields in
+ * the original's declaration order; the decoder (jansson, then two passes: check
+ * and size, then copy into one arena) and the encoder (a small writer that
+ * reproduces serde_json's compact output byte for byte) both walk that table.
+ * Pure functions on bytes; any thread. */
+#include "wire/message.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <nettle/base64.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== field table ======================================================== */
+
+enum kind {
+    K_NAME,       /* non-empty string: tenant_id, namespace, stream, cache */
+    K_STR,        /* any string without NUL */
+    K_BYTES,      /* base64 string -> fx_msg_bytes */
+    K_BYTES_LIST, /* array of base64 strings -> payloads / n_payloads */
+    K_U64,        /* 0..FX_MSG_INT_MAX */
+    K_U16,        /* 0..65535 */
+    K_ACK,        /* "none" | "per_message" | "per_batch" */
+    K_START,      /* "latest" | "earliest" | {"offset": n} */
+    K_REASON,     /* "too_old" | "in_future" */
+};
+
+enum presence {
+    P_REQ,      /* must be present and not null */
+    P_OPT,      /* missing or null = absent; omitted when absent */
+    P_NULL_OPT, /* missing or null = absent; written as null (cache_put.ttl_ms) */
+    P_NULL_REQ, /* must be present; null = absent; written as null (cache_value.value) */
+};
+
+#define NO_HAS 0xFFFFu
+
+struct field {
+    const char *name;
+    uint8_t kind;
+    uint8_t pres;
+    uint16_t off;     /* of the value in fx_msg */
+    uint16_t has_off; /* of its bool has_* flag, or NO_HAS */
+};
+
+#define REQ(n, k, mem)                                                                             \
+    {                                                                                              \
+        n, k, P_REQ, offsetof(fx_msg, mem), NO_HAS                                                 \
+    }
+#define OPT(n, k, mem, has)                                                                        \
+    {                                                                                              \
+        n, k, P_OPT, offsetof(fx_msg, mem), offsetof(fx_msg, has)                                  \
+    }
+#define END                                                                                        \
+    {                                                                                              \
+        NULL, 0, 0, 0, 0                                                                           \
+    }
+#define TRIPLE REQ("tenant_id", K_NAME, tenant_id), REQ("namespace", K_NAME, ns)
+#define REQUEST_ID OPT("request_id", K_U64, request_id, has_request_id)
+
+static const struct field f_auth[] = {
+    REQ("tenant_id", K_NAME, tenant_id), REQ("token", K_STR, token),
+    OPT("client_flags", K_U16, client_flags, has_client_flags), END};
+static const struct field f_auth_ok[] = {REQ("server_flags", K_U16, server_flags), END};
+static const struct field f_publish[] = {
+    TRIPLE,     REQ("stream", K_NAME, stream),   REQ("payload", K_BYTES, payload),
+    REQUEST_ID, OPT("ack", K_ACK, ack, has_ack), END};
+static const struct field f_publish_batch[] = {
+    TRIPLE,     REQ("stream", K_NAME, stream),   REQ("payloads", K_BYTES_LIST, payloads),
+    REQUEST_ID, OPT("ack", K_ACK, ack, has_ack), END};
+static const struct field f_subscribe[] = {
+    TRIPLE,
+    REQ("stream", K_NAME, stream),
+    OPT("subscription_id", K_U64, subscription_id, has_subscription_id),
+    {"start", K_START, P_OPT, offsetof(fx_msg, start), NO_HAS},
+    END};
+static const struct field f_sub_id[] = {REQ("subscription_id", K_U64, subscription_id), END};
+static const struct field f_event[] = {TRIPLE, REQ("stream", K_NAME, stream),
+                                       REQ("payload", K_BYTES, payload),
+                                       OPT("offset", K_U64, offset, has_offset), END};
+static const struct field f_event_batch[] = {
+    TRIPLE, REQ("stream", K_NAME, stream), REQ("payloads", K_BYTES_LIST, payloads),
+    OPT("base_offset", K_U64, base_offset, has_base_offset), END};
+static const struct field f_cache_put[] = {
+    TRIPLE,
+    REQ("cache", K_NAME, cache),
+    REQ("key", K_STR, key),
+    REQ("value", K_BYTES, value),
+    REQUEST_ID,
+    {"ttl_ms", K_U64, P_NULL_OPT, offsetof(fx_msg, ttl_ms), offsetof(fx_msg, has_ttl_ms)},
+    END};
+static const struct field f_cache_get[] = {TRIPLE, REQ("cache", K_NAME, cache),
+                                           REQ("key", K_STR, key), REQUEST_ID, END};
+static const struct field f_cache_value[] = {
+    TRIPLE,
+    REQ("cache", K_NAME, cache),
+    REQ("key", K_STR, key),
+    {"value", K_BYTES, P_NULL_REQ, offsetof(fx_msg, value), offsetof(fx_msg, has_value)},
+    REQUEST_ID,
+    END};
+static const struct field f_request_id[] = {REQ("request_id", K_U64, request_id), END};
+static const struct field f_publish_error[] = {REQ("request_id", K_U64, request_id),
+                                               REQ("message", K_STR, message), END};
+static const struct field f_none[] = {END};
+static const struct field f_error[] = {REQ("message", K_STR, message), END};
+static const struct field f_cursor_error[] = {REQ("reason", K_REASON, reason),
+                                              REQ("requested", K_U64, requested),
+                                              REQ("available", K_U64, available), END};
+
+struct schema {
+    const char *name;
+    const struct field *fields;
+};
+
+static const struct schema schemas[FX_MSG_TYPE_COUNT] = {
+    [FX_MSG_AUTH] = {"auth", f_auth},
+    [FX_MSG_AUTH_OK] = {"auth_ok", f_auth_ok},
+    [FX_MSG_PUBLISH] = {"publish", f_publish},
+    [FX_MSG_PUBLISH_BATCH] = {"publish_batch", f_publish_batch},
+    [FX_MSG_SUBSCRIBE] = {"subscribe", f_subscribe},
+    [FX_MSG_SUBSCRIBED] = {"subscribed", f_sub_id},
+    [FX_MSG_EVENT_STREAM_HELLO] = {"event_stream_hello", f_sub_id},
+    [FX_MSG_EVENT] = {"event", f_event},
+    [FX_MSG_EVENT_BATCH] = {"event_batch", f_event_batch},
+    [FX_MSG_CACHE_PUT] = {"cache_put", f_cache_put},
+    [FX_MSG_CACHE_GET] = {"cache_get", f_cache_get},
+    [FX_MSG_CACHE_VALUE] = {"cache_value", f_cache_value},
+    [FX_MSG_CACHE_OK] = {"cache_ok", f_request_id},
+    [FX_MSG_PUBLISH_OK] = {"publish_ok", f_request_id},
+    [FX_MSG_PUBLISH_ERROR] = {"publish_error", f_publish_error},
+    [FX_MSG_OK] = {"ok", f_none},
+    [FX_MSG_ERROR] = {"error", f_error},
+    [FX_MSG_SUBSCRIBE_CURSOR_ERROR] = {"subscribe_cursor_error", f_cursor_error},
+};
+
+static const char *const ack_names[] = {"none", "per_message", "per_batch"};
+static const char *const reason_names[] = {"too_old", "in_future"};
+
+/* Typed views of a field's storage inside a message. */
+#define AT(m, f, T) ((T *)(void *)((char *)(m) + (f)->off))
+#define CAT(m, f, T) ((T const *)(const void *)((const char *)(m) + (f)->off))
+
+static bool *has_flag(fx_msg *m, const struct field *f)
+{
+    return f->has_off == NO_HAS ? NULL : (bool *)(void *)((char *)m + f->has_off);
+}
+
+/* Whether an optional field carries a value in |m| (required fields always do). */
+static bool is_present(const fx_msg *m, const struct field *f)
+{
+    if (f->kind == K_START)
+        return CAT(m, f, fx_msg_start)->kind != FX_MSG_START_NONE;
+    if (f->has_off == NO_HAS)
+        return true;
+    return *(const bool *)(const void *)((const char *)m + f->has_off);
+}
+
+const char *fx_msg_type_name(fx_msg_type t)
+{
+    if ((int)t <= FX_MSG_NONE || t >= FX_MSG_TYPE_COUNT)
+        return NULL;
+    return schemas[t].name;
+}
+
+/* True if JSON string |v| is exactly |s| (a NUL inside |v| must not match). */
+static bool str_is(json_t *v, const char *s)
+{
+    size_t n = strlen(s);
+    return json_string_length(v) == n && memcmp(json_string_value(v), s, n) == 0;
+}
+
+static int lookup(const char *const *names, size_t n, json_t *v)
+{
+    for (size_t i = 0; i < n; i++)
+        if (str_is(v, names[i]))
+            return (int)i;
+    return -1;
+}
+
+/* ==== base64 ============================================================= */
+
+static int b64_val(uint8_t c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* Checks |s| is canonical padded standard base64, as the original's
+ * base64 STANDARD engine demands (nettle alone would skip whitespace and
+ * accept non-zero trailing bits), and returns the decoded length. */
+static bool b64_check(const char *s, size_t n, size_t *pdec)
+{
+    if (n % 4 != 0)
+        return false;
+    size_t pad = 0;
+    if (n >= 4 && s[n - 1] == '=')
+        pad = s[n - 2] == '=' ? 2 : 1;
+    for (size_t i = 0; i < n - pad; i++)
+        if (b64_val((uint8_t)s[i]) < 0)
+            return false;
+    /* The bits below the last full byte must be zero. */
+    if (pad == 1 && (b64_val((uint8_t)s[n - 2]) & 0x03) != 0)
+        return false;
+    if (pad == 2 && (b64_val((uint8_t)s[n - 3]) & 0x0F) != 0)
+        return false;
+    *pdec = n / 4 * 3 - pad;
+    return true;
+}
+
+/* Decodes checked base64 |s| into |dst| (BASE64_DECODE_LENGTH(n) bytes). */
+static bool b64_decode(const char *s, size_t n, uint8_t *dst, size_t want)
+{
+    struct base64_decode_ctx ctx;
+    size_t got = 0;
+    base64_decode_init(&ctx);
+    if (!base64_decode_update(&ctx, &got, dst, n, s) || !base64_decode_final(&ctx))
+        return false;
+    return got == want;
+}
+
+/* ==== decoding: pass 1, check every field and size the arena ============= */
+
+struct dec {
+    const char *tname; /* message type, for error text */
+    size_t arena;      /* bytes needed for strings and payload bytes */
+    size_t list;       /* bytes needed for the payloads array */
+    fx_wire_err *err;
+};
+
+static int bad_type(struct dec *d, const struct field *f, const char *what)
+{
+    return fx_wire_err_set(d->err, FX_EWIRE_FIELD_TYPE, "field '%s' in %s must be %s", f->name,
+                           d->tname, what);
+}
+
+static int check_string(struct dec *d, const struct field *f, json_t *v)
+{
+    if (!json_is_string(v))
+        return bad_type(d, f, "a string");
+    size_t n = json_string_length(v);
+    if (memchr(json_string_value(v), 0, n)) {
+        int code = f->kind == K_NAME ? FX_EWIRE_NAME : FX_EWIRE_FIELD_TYPE;
+        return fx_wire_err_set(d->err, code, "field '%s' in %s contains a NUL character", f->name,
+                               d->tname);
+    }
+    if (f->kind == K_NAME && n == 0)
+        return fx_wire_err_set(d->err, FX_EWIRE_NAME, "field '%s' in %s must not be empty", f->name,
+                               d->tname);
+    d->arena += n + 1;
+    return 0;
+}
+
+static int check_b64(struct dec *d, const struct field *f, json_t *v, size_t index)
+{
+    if (!json_is_string(v))
+        return bad_type(d, f,
+                        f->kind == K_BYTES ? "a base64 string" : "an array of base64 strings");
+    size_t n = json_string_length(v), dec;
+    if (!b64_check(json_string_value(v), n, &dec)) {
+        if (f->kind == K_BYTES)
+            return fx_wire_err_set(d->err, FX_EWIRE_BASE64, "field '%s' in %s is not base64",
+                                   f->name, d->tname);
+        return fx_wire_err_set(d->err, FX_EWIRE_BASE64, "field '%s[%zu]' in %s is not base64",
+                               f->name, index, d->tname);
+    }
+    d->arena += BASE64_DECODE_LENGTH(n);
+    return 0;
+}
+
+static int check_list(struct dec *d, const struct field *f, json_t *v)
+{
+    if (!json_is_array(v))
+        return bad_type(d, f, "an array of base64 strings");
+    size_t n = json_array_size(v);
+    for (size_t i = 0; i < n; i++) {
+        int rv = check_b64(d, f, json_array_get(v, i), i);
+        if (rv < 0)
+            return rv;
+    }
+    d->list = n * sizeof(fx_msg_bytes);
+    return 0;
+}
+
+/* Reads an integer in 0..|max| into |*pv|. */
+static int get_uint(struct dec *d, const char *name, json_t *v, uint64_t max, uint64_t *pv)
+{
+    if (!json_is_integer(v))
+        return fx_wire_err_set(d->err, FX_EWIRE_FIELD_TYPE, "field '%s' in %s must be an integer",
+                               name, d->tname);
+    json_int_t i = json_integer_value(v);
+    if (i < 0 || (uint64_t)i > max)
+        return fx_wire_err_set(d->err, FX_EWIRE_INT_RANGE,
+                               "field '%s' in %s is out of range (0..%" PRIu64 ")", name, d->tname,
+                               max);
+    *pv = (uint64_t)i;
+    return 0;
+}
+
+static int check_start(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
+{
+    fx_msg_start *st = AT(m, f, fx_msg_start);
+    if (json_is_string(v) && (str_is(v, "latest") || str_is(v, "earliest"))) {
+        st->kind = str_is(v, "latest") ? FX_MSG_START_LATEST : FX_MSG_START_EARLIEST;
+        return 0;
+    }
+    json_t *off = json_is_object(v) ? json_object_get(v, "offset") : NULL;
+    if (off && json_object_size(v) == 1) {
+        st->kind = FX_MSG_START_OFFSET;
+        return get_uint(d, "start.offset", off, FX_MSG_INT_MAX, &st->offset);
+    }
+    return bad_type(d, f, "\"latest\", \"earliest\" or {\"offset\": n}");
+}
+
+static int check_enum(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
+{
+    bool ack = f->kind == K_ACK;
+    if (!json_is_string(v))
+        return bad_type(d, f, "a string");
+    int i = ack ? lookup(ack_names, 3, v) : lookup(reason_names, 2, v);
+    if (i < 0 && ack)
+        return fx_wire_err_set(d->err, FX_EWIRE_ACK_MODE,
+                               "field 'ack' in %s must be none, per_message or per_batch",
+                               d->tname);
+    if (i < 0)
+        return bad_type(d, f, "too_old or in_future");
+    if (ack)
+        *AT(m, f, fx_wire_ack) = (fx_wire_ack)i;
+    else
+        *AT(m, f, fx_msg_cursor_reason) = (fx_msg_cursor_reason)i;
+    return 0;
+}
+
+/* Checks the present, non-null value |v| of |f|; stores scalars in |m| now
+ * and counts the arena bytes strings and payloads will need in pass 2. */
+static int check_value(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
+{
+    uint64_t u = 0;
+    int rv;
+    switch (f->kind) {
+    case K_NAME:
+    case K_STR:
+        return check_string(d, f, v);
+    case K_BYTES:
+        return check_b64(d, f, v, 0);
+    case K_BYTES_LIST:
+        return check_list(d, f, v);
+    case K_U64:
+        if ((rv = get_uint(d, f->name, v, FX_MSG_INT_MAX, &u)) == 0)
+            *AT(m, f, uint64_t) = u;
+        return rv;
+    case K_U16:
+        if ((rv = get_uint(d, f->name, v, UINT16_MAX, &u)) == 0)
+            *AT(m, f, uint16_t) = (uint16_t)u;
+        return rv;
+    case K_START:
+        return check_start(d, f, v, m);
+    default:
+        return check_enum(d, f, v, m);
+    }
+}
+
+static int check_fields(struct dec *d, const struct field *fields, json_t *root, fx_msg *m)
+{
+    for (const struct field *f = fields; f->name; f++) {
+        json_t *v = json_object_get(root, f->name);
+        if (!v && (f->pres == P_REQ || f->pres == P_NULL_REQ))
+            return fx_wire_err_set(d->err, FX_EWIRE_FIELD_MISSING,
+                                   "missing required field '%s' in %s", f->name, d->tname);
+        if (!v || (json_is_null(v) && f->pres != P_REQ))
+            continue; /* absent: has_* stays false */
+        int rv = check_value(d, f, v, m);
+        if (rv < 0)
+            return rv;
+        bool *has = has_flag(m, f);
+        if (has)
+            *has = true;
+    }
+    return 0;
+}
+
+/* ==== decoding: pass 2, copy strings and bytes into the arena ============= */
+
+struct arena {
+    char *p;
+    fx_msg_bytes *list;
+};
+
+static const char *copy_string(struct arena *a, json_t *v)
+{
+    size_t n = json_string_length(v);
+    char *s = a->p;
+    memcpy(s, json_string_value(v), n + 1);
+    a->p += n + 1;
+    return s;
+}
+
+static bool copy_b64(struct arena *a, json_t *v, fx_msg_bytes *out)
+{
+    size_t n = json_string_length(v), dec = 0;
+    const char *s = json_string_value(v);
+    (void)b64_check(s, n, &dec); /* checked in pass 1; recomputes the length */
+    uint8_t *dst = (uint8_t *)a->p;
+    if (!b64_decode(s, n, dst, dec))
+        return false;
+    a->p += BASE64_DECODE_LENGTH(n);
+    out->p = dst;
+    out->len = dec;
+    return true;
+}
+
+static int copy_fields(const struct field *fields, json_t *root, fx_msg *m, struct arena *a)
+{
+    for (const struct field *f = fields; f->name; f++) {
+        json_t *v = json_object_get(root, f->name);
+        if (!v || json_is_null(v))
+            continue;
+        bool ok = true;
+        if (f->kind == K_NAME || f->kind == K_STR) {
+            *AT(m, f, const char *) = copy_string(a, v);
+        } else if (f->kind == K_BYTES) {
+            ok = copy_b64(a, v, AT(m, f, fx_msg_bytes));
+        } else if (f->kind == K_BYTES_LIST) {
+            m->n_payloads = json_array_size(v);
+            m->payloads = a->list;
+            for (size_t i = 0; ok && i < m->n_payloads; i++)
+                ok = copy_b64(a, json_array_get(v, i), &a->list[i]);
+        }
+        if (!ok) /* pass 1 accepted it, so this is our bug, but never trust it */
+            return FX_EWIRE_BASE64;
+    }
+    return 0;
+}
+
+/* ==== decoding: entry points ============================================== */
+
+/* serde_json refuses documents nested deeper than 128; match it before jansson
+ * (whose own limit is 2048) recurses. Our messages nest at most two deep. */
+#define MAX_DEPTH 128
+
+static bool depth_ok(const uint8_t *p, size_t n)
+{
+    size_t depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = p[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > MAX_DEPTH)
+                return false;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return true;
+}
+
+static bool in_set(uint8_t c, const char *set)
+{
+    return c != 0 && strchr(set, c) != NULL;
+}
+
+/* jansson reports an integer beyond json_int_t as a parse error at the end of
+ * the number. Walk back over `"key" : <number>` to name the field when the
+ * layout is that simple; otherwise |name| stays empty. */
+
+static void overflow_field(const uint8_t *p, size_t n, size_t pos, char *name, size_t cap)
+{
+    name[0] = 0;
+    size_t i = pos < n ? pos : n;
+    while (i > 0 && in_set(p[i - 1], "0123456789+-.eE"))
+        i--;
+    while (i > 0 && in_set(p[i - 1], " \t\r\n"))
+        i--;
+    if (i < 2 || p[i - 1] != ':')
+        return;
+    i--;
+    while (i > 0 && in_set(p[i - 1], " \t\r\n"))
+        i--;
+    if (i < 2 || p[i - 1] != '"')
+        return;
+    size_t end = --i;
+    while (i > 0 && p[i - 1] != '"' && p[i - 1] != '\\' && end - i < cap - 1)
+        i--;
+    if (i == 0 || p[i - 1] != '"')
+        return;
+    memcpy(name, p + i, end - i);
+    name[end - i] = 0;
+}
+
+static int parse_error(const uint8_t *p, size_t n, const json_error_t *je, fx_wire_err *err)
+{
+    char name[40];
+    switch (json_error_code(je)) {
+    case json_error_numeric_overflow:
+        overflow_field(p, n, je->position > 0 ? (size_t)je->position : 0, name, sizeof(name));
+        if (name[0])
+            return fx_wire_err_set(err, FX_EWIRE_INT_RANGE,
+                                   "field '%s' is out of range (0..%" PRIu64 ")", name,
+                                   FX_MSG_INT_MAX);
+        return fx_wire_err_set(err, FX_EWIRE_INT_RANGE, "number out of range: %s", je->text);
+    case json_error_invalid_utf8:
+        return fx_wire_err_set(err, FX_EWIRE_UTF8, "malformed JSON: %s", je->text);
+    case json_error_out_of_memory:
+        return fx_wire_err_set(err, -ENOMEM, "out of memory parsing JSON");
+    default:
+        return fx_wire_err_set(err, FX_EWIRE_JSON, "malformed JSON: %s", je->text);
+    }
+}
+
+static json_t *parse(const uint8_t *p, size_t n, fx_wire_err *err, int *prv)
+{
+    if (!depth_ok(p, n)) {
+        *prv =
+            fx_wire_err_set(err, FX_EWIRE_JSON, "malformed JSON: nested deeper than %d", MAX_DEPTH);
+        return NULL;
+    }
+    json_error_t je;
+    /* NUL is allowed by the parser so that it can be reported per field. */
+    json_t *root = json_loadb((const char *)p, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!root) {
+        *prv = parse_error(p, n, &je, err);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        *prv = fx_wire_err_set(err, FX_EWIRE_JSON, "malformed JSON: message is not an object");
+        return NULL;
+    }
+    return root;
+}
+
+static int read_type(json_t *root, fx_msg_type *pt, fx_wire_err *err)
+{
+    json_t *v = json_object_get(root, "type");
+    if (!v)
+        return fx_wire_err_set(err, FX_EWIRE_FIELD_MISSING, "missing required field 'type'");
+    if (!json_is_string(v))
+        return fx_wire_err_set(err, FX_EWIRE_FIELD_TYPE, "field 'type' must be a string");
+    for (int t = FX_MSG_NONE + 1; t < FX_MSG_TYPE_COUNT; t++) {
+        if (str_is(v, schemas[t].name)) {
+            *pt = (fx_msg_type)t;
+            return 0;
+        }
+    }
+    return fx_wire_err_set(err, FX_EWIRE_JSON_TYPE, "unknown message type '%.60s'",
+                           json_string_value(v));
+}
+
+static int decode_root(fx_msg *m, json_t *root, fx_wire_err *err)
+{
+    int rv = read_type(root, &m->type, err);
+    if (rv < 0)
+        return rv;
+    const struct schema *s = &schemas[m->type];
+    struct dec d = {.tname = s->name, .err = err};
+    if ((rv = check_fields(&d, s->fields, root, m)) < 0)
+        return rv;
+    if (d.list + d.arena == 0)
+        return 0;
+    m->arena = malloc(d.list + d.arena);
+    if (!m->arena)
+        return fx_wire_err_set(err, -ENOMEM, "out of memory decoding %s", s->name);
+    /* The payloads array goes first, where malloc's alignment applies. */
+    struct arena a = {.p = (char *)m->arena + d.list, .list = m->arena};
+    if ((rv = copy_fields(s->fields, root, m, &a)) < 0)
+        return fx_wire_err_set(err, rv, "base64 decoding failed in %s", s->name);
+    return 0;
+}
+
+int fx_msg_decode(fx_msg *m, const uint8_t *json, size_t len, fx_wire_err *err)
+{
+    int rv = 0;
+    memset(m, 0, sizeof(*m));
+    json_t *root = parse(json, len, err, &rv);
+    if (!root)
+        return rv;
+    rv = decode_root(m, root, err);
+    json_decref(root);
+    if (rv < 0)
+        fx_msg_deinit(m);
+    return rv;
+}
+
+void fx_msg_deinit(fx_msg *m)
+{
+    if (!m)
+        return;
+    free(m->arena);
+    memset(m, 0, sizeof(*m));
+}
+
+/* ==== encoding: validation ================================================ */
+
+static int check_out_string(const struct field *f, const char *s)
+{
+    if (!s)
+        return FX_EWIRE_FIELD_MISSING;
+    if (f->kind == K_NAME && s[0] == 0)
+        return FX_EWIRE_NAME;
+    if (!fx_wire_utf8_valid((const uint8_t *)s, strlen(s)))
+        return FX_EWIRE_UTF8;
+    return 0;
+}
+
+static int check_out_bytes(const fx_msg_bytes *b)
+{
+    if (b->len > UINT32_MAX)
+        return FX_EWIRE_TOO_LARGE;
+    return b->p || b->len == 0 ? 0 : FX_EWIRE_FIELD_MISSING;
+}
+
+static int check_out_list(const fx_msg *m)
+{
+    if (!m->payloads && m->n_payloads > 0)
+        return FX_EWIRE_FIELD_MISSING;
+    for (size_t i = 0; i < m->n_payloads; i++) {
+        int rv = check_out_bytes(&m->payloads[i]);
+        if (rv < 0)
+            return rv;
+    }
+    return 0;
+}
+
+/* Refuses what fx_msg_decode would refuse, so encode/decode round-trips. */
+static int check_out_field(const struct field *f, const fx_msg *m)
+{
+    const fx_msg_start *st = CAT(m, f, fx_msg_start);
+    switch (f->kind) {
+    case K_NAME:
+    case K_STR:
+        return check_out_string(f, *CAT(m, f, const char *));
+    case K_BYTES:
+        return check_out_bytes(CAT(m, f, fx_msg_bytes));
+    case K_BYTES_LIST:
+        return check_out_list(m);
+    case K_U64:
+        return *CAT(m, f, uint64_t) > FX_MSG_INT_MAX ? FX_EWIRE_INT_RANGE : 0;
+    case K_U16:
+        return 0;
+    case K_ACK:
+        return (unsigned)m->ack > FX_WIRE_ACK_PER_BATCH ? FX_EWIRE_ACK_MODE : 0;
+    case K_START:
+        if ((unsigned)st->kind > FX_MSG_START_OFFSET)
+            return FX_EWIRE_ACK_MODE;
+        return st->kind == FX_MSG_START_OFFSET && st->offset > FX_MSG_INT_MAX ? FX_EWIRE_INT_RANGE
+                                                                              : 0;
+    default:
+        return (unsigned)m->reason > FX_MSG_CURSOR_IN_FUTURE ? FX_EWIRE_ACK_MODE : 0;
+    }
+}
+
+static int check_out(const fx_msg *m)
+{
+    if (!fx_msg_type_name(m->type))
+        return FX_EWIRE_JSON_TYPE;
+    for (const struct field *f = schemas[m->type].fields; f->name; f++) {
+        if (!is_present(m, f))
+            continue;
+        int rv = check_out_field(f, m);
+        if (rv < 0)
+            return rv;
+    }
+    return 0;
+}
+
+/* ==== encoding: writer ==================================================== */
+
+/* With |p| NULL the writer only counts, which sizes the output exactly. */
+struct out {
+    uint8_t *p;
+    size_t n;
+};
+
+static void put(struct out *o, const void *s, size_t len)
+{
+    if (o->p)
+        memcpy(o->p + o->n, s, len);
+    o->n += len;
+}
+
+static void put_str(struct out *o, const char *s)
+{
+    put(o, s, strlen(s));
+}
+
+/* Writes a JSON string the way serde_json does: escapes only '"', '\\' and
+ * control characters (short forms where JSON has them, else \u00xx in lower
+ * case); everything else, UTF-8 included, goes out as is. */
+static void put_json_string(struct out *o, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    put(o, "\"", 1);
+    const char *run = s;
+    for (; *s; s++) {
+        uint8_t c = (uint8_t)*s;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        put(o, run, (size_t)(s - run));
+        run = s + 1;
+        const char *esc = c == '"'    ? "\\\""
+                          : c == '\\' ? "\\\\"
+                          : c == '\b' ? "\\b"
+                          : c == '\f' ? "\\f"
+                          : c == '\n' ? "\\n"
+                          : c == '\r' ? "\\r"
+                          : c == '\t' ? "\\t"
+                                      : NULL;
+        if (esc) {
+            put_str(o, esc);
+        } else {
+            char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            put(o, u, sizeof(u));
+        }
+    }
+    put(o, run, (size_t)(s - run));
+    put(o, "\"", 1);
+}
+
+static void put_quoted(struct out *o, const char *s)
+{
+    put(o, "\"", 1);
+    put_str(o, s);
+    put(o, "\"", 1);
+}
+
+static void put_uint(struct out *o, uint64_t v)
+{
+    char buf[24];
+    int n = snprintf(buf, sizeof(buf), "%" PRIu64, v);
+    put(o, buf, (size_t)n);
+}
+
+static void put_b64(struct out *o, const fx_msg_bytes *b)
+{
+    size_t n = BASE64_ENCODE_RAW_LENGTH(b->len);
+    put(o, "\"", 1);
+    if (o->p && b->len > 0)
+        base64_encode_raw((char *)o->p + o->n, b->len, b->p);
+    o->n += n;
+    put(o, "\"", 1);
+}
+
+static void put_list(struct out *o, const fx_msg *m)
+{
+    put(o, "[", 1);
+    for (size_t i = 0; i < m->n_payloads; i++) {
+        if (i > 0)
+            put(o, ",", 1);
+        put_b64(o, &m->payloads[i]);
+    }
+    put(o, "]", 1);
+}
+
+static void put_start(struct out *o, const fx_msg_start *st)
+{
+    if (st->kind == FX_MSG_START_OFFSET) {
+        put_str(o, "{\"offset\":");
+        put_uint(o, st->offset);
+        put(o, "}", 1);
+    } else {
+        put_quoted(o, st->kind == FX_MSG_START_LATEST ? "latest" : "earliest");
+    }
+}
+
+static void put_value(struct out *o, const struct field *f, const fx_msg *m)
+{
+    switch (f->kind) {
+    case K_NAME:
+    case K_STR:
+        put_json_string(o, *CAT(m, f, const char *));
+        break;
+    case K_BYTES:
+        put_b64(o, CAT(m, f, fx_msg_bytes));
+        break;
+    case K_BYTES_LIST:
+        put_list(o, m);
+        break;
+    case K_U64:
+        put_uint(o, *CAT(m, f, uint64_t));
+        break;
+    case K_U16:
+        put_uint(o, *CAT(m, f, uint16_t));
+        break;
+    case K_START:
+        put_start(o, CAT(m, f, fx_msg_start));
+        break;
+    case K_ACK:
+        put_quoted(o, ack_names[m->ack]);
+        break;
+    default:
+        put_quoted(o, reason_names[m->reason]);
+        break;
+    }
+}
+
+static void put_msg(struct out *o, const fx_msg *m)
+{
+    put_str(o, "{\"type\":");
+    put_quoted(o, schemas[m->type].name);
+    for (const struct field *f = schemas[m->type].fields; f->name; f++) {
+        bool present = is_present(m, f);
+        if (!present && f->pres == P_OPT)
+            continue;
+        put_str(o, ",\"");
+        put_str(o, f->name);
+        put_str(o, "\":");
+        if (present)
+            put_value(o, f, m);
+        else
+            put_str(o, "null");
+    }
+    put(o, "}", 1);
+}
+
+/* ==== encoding: entry points ============================================== */
+
+ssize_t fx_msg_encoded_len(const fx_msg *m)
+{
+    int rv = check_out(m);
+    if (rv < 0)
+        return rv;
+    struct out o = {0};
+    put_msg(&o, m);
+    if (o.n > UINT32_MAX - FX_WIRE_HEADER_LEN)
+        return FX_EWIRE_TOO_LARGE;
+    return (ssize_t)o.n;
+}
+
+int fx_msg_encode_into(const fx_msg *m, uint8_t *buf, size_t cap, size_t *plen)
+{
+    ssize_t n = fx_msg_encoded_len(m);
+    if (n < 0)
+        return (int)n;
+    if ((size_t)n > cap)
+        return FX_ETOOBIG;
+    struct out o = {.p = buf};
+    put_msg(&o, m);
+    *plen = o.n;
+    return 0;
+}
+
+/* Allocates |head| + the JSON length and writes the JSON after |head| bytes. */
+static int encode_alloc(const fx_msg *m, size_t head, uint8_t **pout, size_t *plen)
+{
+    ssize_t n = fx_msg_encoded_len(m);
+    if (n < 0)
+        return (int)n;
+    uint8_t *buf = malloc(head + (size_t)n);
+    if (!buf)
+        return -ENOMEM;
+    struct out o = {.p = buf + head};
+    put_msg(&o, m);
+    *pout = buf;
+    *plen = head + o.n;
+    return 0;
+}
+
+int fx_msg_encode(const fx_msg *m, uint8_t **pout, size_t *plen)
+{
+    return encode_alloc(m, 0, pout, plen);
+}
+
+int fx_msg_encode_frame(const fx_msg *m, uint8_t **pout, size_t *plen)
+{
+    int rv = encode_alloc(m, FX_WIRE_HEADER_LEN, pout, plen);
+    if (rv < 0)
+        return rv;
+    uint8_t *p = fx_put32(*pout, FX_WIRE_MAGIC);
+    p = fx_put16(p, FX_WIRE_VERSION);
+    p = fx_put16(p, 0);
+    fx_put32(p, (uint32_t)(*plen - FX_WIRE_HEADER_LEN));
+    return 0;
+}
+
+/* ==== helpers ============================================================= */
+
+fx_wire_ack fx_msg_effective_ack(const fx_msg *m)
+{
+    if (m->type == FX_MSG_PUBLISH)
+        return m->has_ack ? m->ack : FX_WIRE_ACK_PER_MESSAGE;
+    if (m->type == FX_MSG_PUBLISH_BATCH)
+        return m->has_ack ? m->ack : FX_WIRE_ACK_PER_BATCH;
+    return FX_WIRE_ACK_NONE;
+}
+
+fx_msg_start_kind fx_msg_effective_start(const fx_msg *m)
+{
+    return m->start.kind == FX_MSG_START_NONE ? FX_MSG_START_LATEST : m->start.kind;
+}
+
+static bool str_equal(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static bool bytes_equal(const fx_msg_bytes *a, const fx_msg_bytes *b)
+{
+    return a->len == b->len && (a->len == 0 || memcmp(a->p, b->p, a->len) == 0);
+}
+
+static bool list_equal(const fx_msg *a, const fx_msg *b)
+{
+    if (a->n_payloads != b->n_payloads)
+        return false;
+    for (size_t i = 0; i < a->n_payloads; i++)
+        if (!bytes_equal(&a->payloads[i], &b->payloads[i]))
+            return false;
+    return true;
+}
+
+static bool value_equal(const struct field *f, const fx_msg *a, const fx_msg *b)
+{
+    const fx_msg_start *sa = CAT(a, f, fx_msg_start), *sb = CAT(b, f, fx_msg_start);
+    switch (f->kind) {
+    case K_NAME:
+    case K_STR:
+        return str_equal(*CAT(a, f, const char *), *CAT(b, f, const char *));
+    case K_BYTES:
+        return bytes_equal(CAT(a, f, fx_msg_bytes), CAT(b, f, fx_msg_bytes));
+    case K_BYTES_LIST:
+        return list_equal(a, b);
+    case K_U64:
+        return *CAT(a, f, uint64_t) == *CAT(b, f, uint64_t);
+    case K_U16:
+        return *CAT(a, f, uint16_t) == *CAT(b, f, uint16_t);
+    case K_START:
+        return sa->kind == sb->kind &&
+               (sa->kind != FX_MSG_START_OFFSET || sa->offset == sb->offset);
+    case K_ACK:
+        return a->ack == b->ack;
+    default:
+        return a->reason == b->reason;
+    }
+}
+
+bool fx_msg_equal(const fx_msg *a, const fx_msg *b)
+{
+    if (a->type != b->type || !fx_msg_type_name(a->type))
+        return a->type == b->type;
+    for (const struct field *f = schemas[a->type].fields; f->name; f++) {
+        bool pa = is_present(a, f), pb = is_present(b, f);
+        if (pa != pb)
+            return false;
+        if (pa && !value_equal(f, a, b))
+            return false;
+    }
+    return true;
+}
+
+/* ==== constructors ======================================================== */
+
+static void init_type(fx_msg *m, fx_msg_type t)
+{
+    memset(m, 0, sizeof(*m));
+    m->type = t;
+}
+
+void fx_msg_init_auth(fx_msg *m, const char *tenant_id, const char *token, bool has_client_flags,
+                      uint16_t client_flags)
+{
+    init_type(m, FX_MSG_AUTH);
+    m->tenant_id = tenant_id;
+    m->token = token;
+    m->has_client_flags = has_client_flags;
+    m->client_flags = has_client_flags ? client_flags : 0;
+}
+
+void fx_msg_init_auth_ok(fx_msg *m, uint16_t server_flags)
+{
+    init_type(m, FX_MSG_AUTH_OK);
+    m->server_flags = server_flags;
+}
+
+void fx_msg_init_auth_reply(fx_msg *m, const fx_msg *auth, uint16_t server_flags)
+{
+    if (auth->type == FX_MSG_AUTH && auth->has_client_flags)
+        fx_msg_init_auth_ok(m, server_flags);
+    else
+        fx_msg_init_ok(m);
+}
+
+void fx_msg_init_ok(fx_msg *m)
+{
+    init_type(m, FX_MSG_OK);
+}
+
+void fx_msg_init_error(fx_msg *m, const char *message)
+{
+    init_type(m, FX_MSG_ERROR);
+    m->message = message;
+}
+
+void fx_msg_init_publish_ok(fx_msg *m, uint64_t request_id)
+{
+    init_type(m, FX_MSG_PUBLISH_OK);
+    m->request_id = request_id;
+}
+
+void fx_msg_init_publish_error(fx_msg *m, uint64_t request_id, const char *message)
+{
+    init_type(m, FX_MSG_PUBLISH_ERROR);
+    m->request_id = request_id;
+    m->message = message;
+}
+
+void fx_msg_init_subscribed(fx_msg *m, uint64_t subscription_id)
+{
+    init_type(m, FX_MSG_SUBSCRIBED);
+    m->subscription_id = subscription_id;
+}
+
+void fx_msg_init_event_stream_hello(fx_msg *m, uint64_t subscription_id)
+{
+    init_type(m, FX_MSG_EVENT_STREAM_HELLO);
+    m->subscription_id = subscription_id;
+}
+
+void fx_msg_init_subscribe_cursor_error(fx_msg *m, fx_msg_cursor_reason reason, uint64_t requested,
+                                        uint64_t available)
+{
+    init_type(m, FX_MSG_SUBSCRIBE_CURSOR_ERROR);
+    m->reason = reason;
+    m->requested = requested;
+    m->available = available;
+}

@@ -1,0 +1,213 @@
+/* Felix v1 JSON control messages (frame flags 0): a tagged struct, a decoder
+ * from JSON bytes with precise error detail, and an encoder producing the exact
+ * compact bytes the original serde codec writes (field-declaration order,
+ * absent optionals omitted, cache_put.ttl_ms written as null). Pure functions
+ * on bytes; any thread (a message is used by one thread at a time). */
+#ifndef FX_WIRE_MESSAGE_H
+#define FX_WIRE_MESSAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "wire/wire.h"
+
+typedef enum fx_msg_type {
+    FX_MSG_NONE = 0, /* zeroed struct; never on the wire */
+    FX_MSG_AUTH,
+    FX_MSG_AUTH_OK,
+    FX_MSG_PUBLISH,
+    FX_MSG_PUBLISH_BATCH,
+    FX_MSG_SUBSCRIBE,
+    FX_MSG_SUBSCRIBED,
+    FX_MSG_EVENT_STREAM_HELLO,
+    FX_MSG_EVENT,       /* legacy, unused by the original broker */
+    FX_MSG_EVENT_BATCH, /* legacy, unused by the original broker */
+    FX_MSG_CACHE_PUT,
+    FX_MSG_CACHE_GET,
+    FX_MSG_CACHE_VALUE,
+    FX_MSG_CACHE_OK,
+    FX_MSG_PUBLISH_OK,
+    FX_MSG_PUBLISH_ERROR,
+    FX_MSG_OK,
+    FX_MSG_ERROR,
+    FX_MSG_SUBSCRIBE_CURSOR_ERROR,
+    FX_MSG_TYPE_COUNT
+} fx_msg_type;
+
+/* subscribe.start. NONE (field absent) and LATEST mean the same position but
+ * are kept apart so a decoded message re-encodes to the same bytes. */
+typedef enum fx_msg_start_kind {
+    FX_MSG_START_NONE = 0,
+    FX_MSG_START_LATEST,
+    FX_MSG_START_EARLIEST,
+    FX_MSG_START_OFFSET,
+} fx_msg_start_kind;
+
+typedef struct fx_msg_start {
+    fx_msg_start_kind kind;
+    uint64_t offset; /* only for FX_MSG_START_OFFSET */
+} fx_msg_start;
+
+typedef enum fx_msg_cursor_reason {
+    FX_MSG_CURSOR_TOO_OLD = 0,
+    FX_MSG_CURSOR_IN_FUTURE,
+} fx_msg_cursor_reason;
+
+/* A byte string (payload, cache value). |p| may be NULL when |len| is 0. */
+typedef struct fx_msg_bytes {
+    const uint8_t *p;
+    size_t len;
+} fx_msg_bytes;
+
+/* Largest integer the codec carries: jansson's json_int_t is signed 64-bit, so
+ * u64 fields (request ids, offsets, ttl) are limited to 0..2^63-1 both ways. */
+#define FX_MSG_INT_MAX ((uint64_t)INT64_MAX)
+
+/* One JSON message. Only the fields of |type| are meaningful (see the table
+ * in message.c); has_* flags tell an absent optional field from a present one.
+ *
+ * Ownership: after fx_msg_decode() every pointer points into one allocation
+ * owned by the message and released by fx_msg_deinit(). A message built by the
+ * caller (fx_msg_init_* or by hand) only borrows its strings and bytes, which
+ * must outlive any fx_msg_encode*() call; fx_msg_deinit() on it does nothing. */
+typedef struct fx_msg {
+    fx_msg_type type;
+
+    const char *tenant_id;
+    const char *ns; /* "namespace" on the wire */
+    const char *stream;
+    const char *cache;
+    const char *key;     /* cache key; may be empty */
+    const char *token;   /* auth */
+    const char *message; /* error, publish_error */
+
+    fx_msg_bytes payload;         /* publish, event */
+    const fx_msg_bytes *payloads; /* publish_batch, event_batch */
+    size_t n_payloads;
+    fx_msg_bytes value; /* cache_put; cache_value when has_value */
+    bool has_value;     /* cache_value: false = miss, "value":null */
+
+    uint64_t request_id;
+    bool has_request_id;
+    fx_wire_ack ack;
+    bool has_ack;
+    uint16_t client_flags;
+    bool has_client_flags;
+    uint16_t server_flags;
+
+    uint64_t subscription_id; /* optional in subscribe */
+    bool has_subscription_id;
+    fx_msg_start start;
+
+    uint64_t offset; /* event */
+    bool has_offset;
+    uint64_t base_offset; /* event_batch */
+    bool has_base_offset;
+    uint64_t ttl_ms; /* cache_put; absent is written as null */
+    bool has_ttl_ms;
+
+    fx_msg_cursor_reason reason; /* subscribe_cursor_error */
+    uint64_t requested;
+    uint64_t available;
+
+    void *arena; /* internal: the decoded allocation, or NULL */
+} fx_msg;
+
+/* ---- decoding ------------------------------------------------------------ */
+
+/* Decodes the JSON body |json|[0..|len|) of a flags-0 frame into |m|, which is
+ * overwritten (it must not own a previous decode: call fx_msg_deinit first).
+ * Unknown fields are ignored; null counts as absent for optional fields.
+ * Returns 0, or (filling |err| when not NULL):
+ *   FX_EWIRE_JSON           syntax error, not an object, duplicate key, NUL in a
+ *                           key, nesting deeper than 128 (serde_json's limit)
+ *   FX_EWIRE_UTF8           invalid UTF-8 in the input
+ *   FX_EWIRE_JSON_TYPE      unknown "type"
+ *   FX_EWIRE_FIELD_MISSING  required field absent (message names field and type)
+ *   FX_EWIRE_FIELD_TYPE     field of the wrong JSON type (null included for a
+ *                           required field), a bad start / reason value, or a
+ *                           NUL inside token, key or message
+ *   FX_EWIRE_INT_RANGE      negative, above FX_MSG_INT_MAX (named when the
+ *                           layout allows), or above 65535 for client_flags /
+ *                           server_flags
+ *   FX_EWIRE_ACK_MODE       ack not none / per_message / per_batch
+ *   FX_EWIRE_BASE64         payload / value not canonical padded standard base64
+ *   FX_EWIRE_NAME           tenant_id, namespace, stream or cache empty, or any
+ *                           of them holding a NUL
+ *   -ENOMEM
+ * On failure |m| is left zeroed (fx_msg_deinit is still safe). Any thread. */
+int fx_msg_decode(fx_msg *m, const uint8_t *json, size_t len, fx_wire_err *err);
+
+/* Releases what fx_msg_decode allocated and zeroes |m|. NULL is a no-op. */
+void fx_msg_deinit(fx_msg *m);
+
+/* ---- encoding ------------------------------------------------------------ */
+
+/* Returns the exact length of the JSON encoding of |m|, or a negative error:
+ *   FX_EWIRE_JSON_TYPE      |m|->type is not a message type
+ *   FX_EWIRE_FIELD_MISSING  a required string is NULL, or bytes with p NULL and
+ *                           len > 0
+ *   FX_EWIRE_NAME           a name (tenant_id, namespace, stream, cache) is empty
+ *   FX_EWIRE_UTF8           a string is not valid UTF-8
+ *   FX_EWIRE_INT_RANGE      an integer above FX_MSG_INT_MAX
+ *   FX_EWIRE_ACK_MODE       ack / start / reason outside its enum
+ *   FX_EWIRE_TOO_LARGE      the encoding would not fit a frame (> UINT32_MAX)
+ * The encoder refuses exactly what fx_msg_decode would refuse, so every
+ * encodable message decodes back to equal fields. Any thread. */
+ssize_t fx_msg_encoded_len(const fx_msg *m);
+
+/* Writes the JSON of |m| into |buf| (|cap| bytes) and its length to |*plen|.
+ * Errors as fx_msg_encoded_len, plus FX_ETOOBIG if |cap| is too small (nothing
+ * useful is written then). Any thread. */
+int fx_msg_encode_into(const fx_msg *m, uint8_t *buf, size_t cap, size_t *plen);
+
+/* Encodes |m| as JSON into a new buffer |*pout| (|*plen| bytes, caller frees
+ * with free()). Errors as fx_msg_encoded_len, or -ENOMEM. Any thread. */
+int fx_msg_encode(const fx_msg *m, uint8_t **pout, size_t *plen);
+
+/* Encodes |m| as a whole frame: the 12-byte FLX1 header (version 1, flags 0,
+ * big-endian body length) then the JSON. |*pout| is a new buffer of |*plen|
+ * bytes the caller frees with free(). Errors as fx_msg_encode. Any thread. */
+int fx_msg_encode_frame(const fx_msg *m, uint8_t **pout, size_t *plen);
+
+/* ---- helpers: pure functions of their arguments; any thread -------------- */
+
+/* The wire name of |t| ("publish_batch"), or NULL if |t| is not a message. */
+const char *fx_msg_type_name(fx_msg_type t);
+
+/* The ack mode the broker applies to a publish: an explicit "ack", else
+ * per_message for publish and per_batch for publish_batch (the original's
+ * default). FX_WIRE_ACK_NONE for every other type. */
+fx_wire_ack fx_msg_effective_ack(const fx_msg *m);
+
+/* The start position a subscribe asks for: absent means latest. */
+fx_msg_start_kind fx_msg_effective_start(const fx_msg *m);
+
+/* True if |a| and |b| have the same type and equal fields for that type
+ * (strings and bytes by content, has_* flags included). */
+bool fx_msg_equal(const fx_msg *a, const fx_msg *b);
+
+/* ---- constructors --------------------------------------------------------
+ * Each zeroes |m| and fills one message type. Strings are borrowed: they must
+ * outlive the encode call. Any thread. */
+
+/* auth; without |has_client_flags| the field is absent (a pre-negotiation
+ * client, answered with ok instead of auth_ok). */
+void fx_msg_init_auth(fx_msg *m, const char *tenant_id, const char *token, bool has_client_flags,
+                      uint16_t client_flags);
+void fx_msg_init_auth_ok(fx_msg *m, uint16_t server_flags);
+/* The broker's reply to a successful |auth|: auth_ok{|server_flags|} if the
+ * client offered client_flags, else a plain ok (old clients know no auth_ok). */
+void fx_msg_init_auth_reply(fx_msg *m, const fx_msg *auth, uint16_t server_flags);
+void fx_msg_init_ok(fx_msg *m);
+void fx_msg_init_error(fx_msg *m, const char *message);
+void fx_msg_init_publish_ok(fx_msg *m, uint64_t request_id);
+void fx_msg_init_publish_error(fx_msg *m, uint64_t request_id, const char *message);
+void fx_msg_init_subscribed(fx_msg *m, uint64_t subscription_id);
+void fx_msg_init_event_stream_hello(fx_msg *m, uint64_t subscription_id);
+void fx_msg_init_subscribe_cursor_error(fx_msg *m, fx_msg_cursor_reason reason, uint64_t requested,
+                                        uint64_t available);
+
+#endif

@@ -1,0 +1,696 @@
+/* Unit tests of the Felix v1 JSON message codec (src/wire/message.c): round
+ * trips for every type, golden bytes written from felix-facts.md §2-3, default
+ * ack semantics, and every decoder error class. */
+/* fx-test-libs: fx_wire fx_base */
+#include "fx_test.h"
+
+#include "wire/message.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static int decode_str(fx_msg *m, const char *json, fx_wire_err *err)
+{
+    return fx_msg_decode(m, (const uint8_t *)json, strlen(json), err);
+}
+
+/* Decoding |json| fails with |code|, and the error text contains |needle|. */
+static void expect_reject(const char *json, int code, const char *needle)
+{
+    fx_msg m;
+    fx_wire_err err = {0};
+    int rv = decode_str(&m, json, &err);
+    if (rv != code)
+        fail_msg("%s: got %d (%s), want %d", json, rv, err.msg, code);
+    assert_int_equal(err.code, code);
+    if (needle && !strstr(err.msg, needle))
+        fail_msg("error '%s' does not mention '%s'", err.msg, needle);
+    assert_int_equal(m.type, FX_MSG_NONE); /* left zeroed */
+    fx_msg_deinit(&m);
+}
+
+/* Encoding |m| gives exactly |want|. */
+static void expect_json(const fx_msg *m, const char *want)
+{
+    uint8_t *out = NULL;
+    size_t len = 0;
+    assert_int_equal(fx_msg_encode(m, &out, &len), 0);
+    if (len != strlen(want) || memcmp(out, want, len) != 0)
+        fail_msg("encoded %.*s\n   want %s", (int)len, (const char *)out, want);
+    assert_int_equal(fx_msg_encoded_len(m), (ssize_t)len);
+    free(out);
+}
+
+/* Encodes |m|, decodes the bytes, checks the fields match and that the decoded
+ * copy re-encodes to the same bytes. */
+static void expect_round_trip(const fx_msg *m)
+{
+    uint8_t *a = NULL, *b = NULL;
+    size_t alen = 0, blen = 0;
+    assert_int_equal(fx_msg_encode(m, &a, &alen), 0);
+    fx_msg d;
+    fx_wire_err err = {0};
+    if (fx_msg_decode(&d, a, alen, &err) != 0)
+        fail_msg("%.*s: %s", (int)alen, (const char *)a, err.msg);
+    if (!fx_msg_equal(m, &d))
+        fail_msg("decoded fields differ for %.*s", (int)alen, (const char *)a);
+    assert_int_equal(fx_msg_encode(&d, &b, &blen), 0);
+    assert_int_equal(alen, blen);
+    assert_memory_equal(a, b, alen);
+    fx_msg_deinit(&d);
+    free(a);
+    free(b);
+}
+
+static fx_msg_bytes bytes_of(const char *s)
+{
+    return (fx_msg_bytes){.p = (const uint8_t *)s, .len = strlen(s)};
+}
+
+static void set_triple(fx_msg *m, fx_msg_type t)
+{
+    memset(m, 0, sizeof(*m));
+    m->type = t;
+    m->tenant_id = "t1";
+    m->ns = "default";
+    m->stream = "demo";
+    m->cache = "primary";
+    m->key = "demo-key";
+}
+
+/* One message of type |t| with every optional field set (|full|) or none. */
+static void sample(fx_msg *m, fx_msg_type t, bool full)
+{
+    static const fx_msg_bytes list[] = {
+        {(const uint8_t *)"a", 1}, {(const uint8_t *)"\x00\xff\x10", 3}, {NULL, 0}};
+    set_triple(m, t);
+    m->token = "tok";
+    m->message = "boom";
+    m->payload = bytes_of("hello");
+    m->payloads = list;
+    m->n_payloads = 3;
+    m->value = bytes_of("cached");
+    m->has_value = full || t == FX_MSG_CACHE_PUT;
+    m->server_flags = 63;
+    m->subscription_id = 42;
+    m->reason = FX_MSG_CURSOR_IN_FUTURE;
+    m->requested = 100;
+    m->available = 7;
+    m->request_id = 9;
+    m->has_request_id =
+        full || t == FX_MSG_PUBLISH_OK || t == FX_MSG_CACHE_OK || t == FX_MSG_PUBLISH_ERROR;
+    if (!full)
+        return;
+    m->has_client_flags = true, m->client_flags = 25;
+    m->has_ack = true, m->ack = FX_WIRE_ACK_PER_BATCH;
+    m->has_subscription_id = true;
+    m->start = (fx_msg_start){FX_MSG_START_OFFSET, 1234};
+    m->has_offset = true, m->offset = 5;
+    m->has_base_offset = true, m->base_offset = 6;
+    m->has_ttl_ms = true, m->ttl_ms = 1000;
+}
+
+/* ---- round trips ---------------------------------------------------------- */
+
+static void test_every_type_round_trips_with_all_fields(void **state)
+{
+    for (int t = FX_MSG_NONE + 1; t < FX_MSG_TYPE_COUNT; t++) {
+        fx_msg m;
+        sample(&m, (fx_msg_type)t, true);
+        expect_round_trip(&m);
+    }
+}
+
+static void test_every_type_round_trips_without_optional_fields(void **state)
+{
+    for (int t = FX_MSG_NONE + 1; t < FX_MSG_TYPE_COUNT; t++) {
+        fx_msg m;
+        sample(&m, (fx_msg_type)t, false);
+        expect_round_trip(&m);
+    }
+}
+
+static void test_decoded_fields_match_input(void **state)
+{
+    fx_msg m;
+    fx_wire_err err = {0};
+    const char *json = "{\"type\":\"publish_batch\",\"tenant_id\":\"t1\",\"namespace\":\"ns\","
+                       "\"stream\":\"s\",\"payloads\":[\"aGVsbG8=\",\"\",\"AP8=\"],"
+                       "\"request_id\":77,\"ack\":\"per_message\"}";
+    assert_int_equal(decode_str(&m, json, &err), 0);
+    assert_int_equal(m.type, FX_MSG_PUBLISH_BATCH);
+    assert_string_equal(m.tenant_id, "t1");
+    assert_string_equal(m.ns, "ns");
+    assert_string_equal(m.stream, "s");
+    assert_int_equal(m.n_payloads, 3);
+    assert_int_equal(m.payloads[0].len, 5);
+    assert_memory_equal(m.payloads[0].p, "hello", 5);
+    assert_int_equal(m.payloads[1].len, 0);
+    assert_int_equal(m.payloads[2].len, 2);
+    assert_memory_equal(m.payloads[2].p, "\x00\xff", 2);
+    assert_true(m.has_request_id);
+    assert_int_equal(m.request_id, 77);
+    assert_true(m.has_ack);
+    assert_int_equal(m.ack, FX_WIRE_ACK_PER_MESSAGE);
+    fx_msg_deinit(&m);
+}
+
+static void test_decoded_message_owns_its_memory(void **state)
+{
+    char *json = strdup("{\"type\":\"error\",\"message\":\"auth failed\"}");
+    assert_non_null(json);
+    fx_msg m;
+    assert_int_equal(decode_str(&m, json, NULL), 0);
+    memset(json, 'x', strlen(json));
+    free(json);
+    assert_string_equal(m.message, "auth failed");
+    fx_msg_deinit(&m);
+    assert_null(m.message);
+    fx_msg_deinit(&m); /* a second deinit is harmless */
+}
+
+/* ---- golden bytes ---------------------------------------------------------- */
+
+static void test_golden_publish_with_request_id_and_ack(void **state)
+{
+    fx_msg m;
+    set_triple(&m, FX_MSG_PUBLISH);
+    m.payload = bytes_of("hello");
+    m.has_request_id = true, m.request_id = 7;
+    m.has_ack = true, m.ack = FX_WIRE_ACK_NONE;
+    expect_json(&m, "{\"type\":\"publish\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                    "\"stream\":\"demo\",\"payload\":\"aGVsbG8=\",\"request_id\":7,"
+                    "\"ack\":\"none\"}");
+}
+
+static void test_golden_publish_batch(void **state)
+{
+    static const fx_msg_bytes list[] = {{(const uint8_t *)"a", 1}, {(const uint8_t *)"bc", 2}};
+    fx_msg m;
+    set_triple(&m, FX_MSG_PUBLISH_BATCH);
+    m.payloads = list;
+    m.n_payloads = 2;
+    m.has_ack = true, m.ack = FX_WIRE_ACK_PER_BATCH;
+    expect_json(&m, "{\"type\":\"publish_batch\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                    "\"stream\":\"demo\",\"payloads\":[\"YQ==\",\"YmM=\"],\"ack\":\"per_batch\"}");
+}
+
+static void test_golden_subscribe_with_offset_start(void **state)
+{
+    fx_msg m;
+    set_triple(&m, FX_MSG_SUBSCRIBE);
+    m.start = (fx_msg_start){FX_MSG_START_OFFSET, 42};
+    expect_json(&m, "{\"type\":\"subscribe\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                    "\"stream\":\"demo\",\"start\":{\"offset\":42}}");
+    m.start.kind = FX_MSG_START_EARLIEST;
+    m.has_subscription_id = true, m.subscription_id = 3;
+    expect_json(&m, "{\"type\":\"subscribe\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                    "\"stream\":\"demo\",\"subscription_id\":3,\"start\":\"earliest\"}");
+}
+
+static void test_golden_constructors(void **state)
+{
+    fx_msg m;
+    fx_msg_init_auth(&m, "t1", "jwt", true, 63);
+    expect_json(&m,
+                "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"jwt\",\"client_flags\":63}");
+    fx_msg_init_auth(&m, "t1", "jwt", false, 0);
+    expect_json(&m, "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"jwt\"}");
+    fx_msg_init_auth_ok(&m, 63);
+    expect_json(&m, "{\"type\":\"auth_ok\",\"server_flags\":63}");
+    fx_msg_init_ok(&m);
+    expect_json(&m, "{\"type\":\"ok\"}");
+    fx_msg_init_error(&m, "auth required");
+    expect_json(&m, "{\"type\":\"error\",\"message\":\"auth required\"}");
+    fx_msg_init_publish_ok(&m, 12);
+    expect_json(&m, "{\"type\":\"publish_ok\",\"request_id\":12}");
+    fx_msg_init_publish_error(&m, 9, "stream not found");
+    expect_json(&m,
+                "{\"type\":\"publish_error\",\"request_id\":9,\"message\":\"stream not found\"}");
+    fx_msg_init_subscribed(&m, 1);
+    expect_json(&m, "{\"type\":\"subscribed\",\"subscription_id\":1}");
+    fx_msg_init_event_stream_hello(&m, 1);
+    expect_json(&m, "{\"type\":\"event_stream_hello\",\"subscription_id\":1}");
+    fx_msg_init_subscribe_cursor_error(&m, FX_MSG_CURSOR_TOO_OLD, 3, 10);
+    expect_json(&m, "{\"type\":\"subscribe_cursor_error\",\"reason\":\"too_old\","
+                    "\"requested\":3,\"available\":10}");
+}
+
+static void test_encode_frame_has_flx1_header(void **state)
+{
+    fx_msg m;
+    fx_msg_init_ok(&m);
+    uint8_t *out = NULL;
+    size_t len = 0;
+    assert_int_equal(fx_msg_encode_frame(&m, &out, &len), 0);
+    static const uint8_t want[] = {0x46, 0x4c, 0x58, 0x31, 0x00, 0x01, 0x00, 0x00, 0x00,
+                                   0x00, 0x00, 0x0d, '{',  '"',  't',  'y',  'p',  'e',
+                                   '"',  ':',  '"',  'o',  'k',  '"',  '}'};
+    assert_int_equal(len, sizeof(want));
+    assert_memory_equal(out, want, sizeof(want));
+    free(out);
+}
+
+static void test_encode_into_checks_capacity(void **state)
+{
+    fx_msg m;
+    fx_msg_init_publish_ok(&m, 5);
+    uint8_t buf[64];
+    size_t len = 0;
+    const char *want = "{\"type\":\"publish_ok\",\"request_id\":5}";
+    assert_int_equal(fx_msg_encode_into(&m, buf, strlen(want) - 1, &len), FX_ETOOBIG);
+    assert_int_equal(fx_msg_encode_into(&m, buf, strlen(want), &len), 0);
+    assert_int_equal(len, strlen(want));
+    assert_memory_equal(buf, want, len);
+}
+
+/* ---- semantics of absent fields -------------------------------------------- */
+
+static void test_publish_without_ack_means_per_message(void **state)
+{
+    fx_msg m;
+    assert_int_equal(decode_str(&m,
+                                "{\"type\":\"publish\",\"tenant_id\":\"t1\",\"namespace\":\"d\","
+                                "\"stream\":\"s\",\"payload\":\"\"}",
+                                NULL),
+                     0);
+    assert_false(m.has_ack);
+    assert_int_equal(fx_msg_effective_ack(&m), FX_WIRE_ACK_PER_MESSAGE);
+    fx_msg_deinit(&m);
+    assert_int_equal(decode_str(&m,
+                                "{\"type\":\"publish\",\"tenant_id\":\"t1\",\"namespace\":\"d\","
+                                "\"stream\":\"s\",\"payload\":\"\",\"ack\":\"none\"}",
+                                NULL),
+                     0);
+    assert_true(m.has_ack);
+    assert_int_equal(fx_msg_effective_ack(&m), FX_WIRE_ACK_NONE);
+    fx_msg_deinit(&m);
+}
+
+static void test_publish_batch_without_ack_means_per_batch(void **state)
+{
+    fx_msg m;
+    assert_int_equal(decode_str(&m,
+                                "{\"type\":\"publish_batch\",\"tenant_id\":\"t1\",\"namespace\":"
+                                "\"d\",\"stream\":\"s\",\"payloads\":[]}",
+                                NULL),
+                     0);
+    assert_false(m.has_ack);
+    assert_int_equal(m.n_payloads, 0);
+    assert_int_equal(fx_msg_effective_ack(&m), FX_WIRE_ACK_PER_BATCH);
+    fx_msg_deinit(&m);
+}
+
+static void test_auth_without_client_flags_is_distinguishable(void **state)
+{
+    fx_msg legacy, modern, reply;
+    assert_int_equal(
+        decode_str(&legacy, "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"x\"}", NULL), 0);
+    assert_int_equal(decode_str(&modern,
+                                "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"x\","
+                                "\"client_flags\":0}",
+                                NULL),
+                     0);
+    assert_false(legacy.has_client_flags);
+    assert_true(modern.has_client_flags);
+    assert_int_equal(modern.client_flags, 0);
+    fx_msg_init_auth_reply(&reply, &legacy, 63);
+    assert_int_equal(reply.type, FX_MSG_OK);
+    fx_msg_init_auth_reply(&reply, &modern, 63);
+    assert_int_equal(reply.type, FX_MSG_AUTH_OK);
+    assert_int_equal(reply.server_flags, 63);
+    fx_msg_deinit(&legacy);
+    fx_msg_deinit(&modern);
+}
+
+static void test_subscribe_without_start_means_latest(void **state)
+{
+    fx_msg m;
+    assert_int_equal(decode_str(&m,
+                                "{\"type\":\"subscribe\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                                "\"stream\":\"s\"}",
+                                NULL),
+                     0);
+    assert_int_equal(m.start.kind, FX_MSG_START_NONE);
+    assert_int_equal(fx_msg_effective_start(&m), FX_MSG_START_LATEST);
+    assert_false(m.has_subscription_id);
+    fx_msg_deinit(&m);
+}
+
+static void test_null_optional_field_is_absent(void **state)
+{
+    fx_msg m;
+    assert_int_equal(decode_str(&m,
+                                "{\"type\":\"publish\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                                "\"stream\":\"s\",\"payload\":\"\",\"request_id\":null,"
+                                "\"ack\":null}",
+                                NULL),
+                     0);
+    assert_false(m.has_request_id);
+    assert_false(m.has_ack);
+    fx_msg_deinit(&m);
+}
+
+static void test_cache_put_ttl_null_when_absent(void **state)
+{
+    fx_msg m;
+    set_triple(&m, FX_MSG_CACHE_PUT);
+    m.value = bytes_of("cached");
+    expect_json(&m, "{\"type\":\"cache_put\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                    "\"cache\":\"primary\",\"key\":\"demo-key\",\"value\":\"Y2FjaGVk\","
+                    "\"ttl_ms\":null}");
+    /* Both a missing and a null ttl_ms decode as absent. */
+    fx_msg d;
+    assert_int_equal(decode_str(&d,
+                                "{\"type\":\"cache_put\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                                "\"cache\":\"c\",\"key\":\"k\",\"value\":\"\"}",
+                                NULL),
+                     0);
+    assert_false(d.has_ttl_ms);
+    fx_msg_deinit(&d);
+}
+
+static void test_cache_value_miss_is_null(void **state)
+{
+    fx_msg m;
+    set_triple(&m, FX_MSG_CACHE_VALUE);
+    m.has_request_id = true, m.request_id = 4;
+    expect_json(&m, "{\"type\":\"cache_value\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                    "\"cache\":\"primary\",\"key\":\"demo-key\",\"value\":null,\"request_id\":4}");
+    expect_round_trip(&m);
+    /* value is nullable but not optional, as in the original. */
+    expect_reject("{\"type\":\"cache_value\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"cache\":\"c\",\"key\":\"k\"}",
+                  FX_EWIRE_FIELD_MISSING, "'value'");
+}
+
+/* ---- decoder errors ------------------------------------------------------ */
+
+static void test_missing_field_error_names_field(void **state)
+{
+    expect_reject("{\"type\":\"publish\",\"tenant_id\":\"t1\",\"namespace\":\"d\","
+                  "\"payload\":\"aGVsbG8=\"}",
+                  FX_EWIRE_FIELD_MISSING, "missing required field 'stream' in publish");
+    expect_reject("{\"type\":\"auth_ok\"}", FX_EWIRE_FIELD_MISSING, "'server_flags' in auth_ok");
+    expect_reject("{\"tenant_id\":\"t1\"}", FX_EWIRE_FIELD_MISSING, "'type'");
+}
+
+static void test_wrong_field_type(void **state)
+{
+    expect_reject("{\"type\":\"publish\",\"tenant_id\":\"t1\",\"namespace\":\"d\","
+                  "\"stream\":5,\"payload\":\"\"}",
+                  FX_EWIRE_FIELD_TYPE, "'stream'");
+    expect_reject("{\"type\":\"publish_ok\",\"request_id\":\"7\"}", FX_EWIRE_FIELD_TYPE,
+                  "'request_id'");
+    expect_reject("{\"type\":\"publish_ok\",\"request_id\":7.0}", FX_EWIRE_FIELD_TYPE,
+                  "'request_id'");
+    expect_reject("{\"type\":\"publish_ok\",\"request_id\":null}", FX_EWIRE_FIELD_TYPE,
+                  "'request_id'");
+    expect_reject("{\"type\":\"publish_batch\",\"tenant_id\":\"t\",\"namespace\":\"d\","
+                  "\"stream\":\"s\",\"payloads\":\"YQ==\"}",
+                  FX_EWIRE_FIELD_TYPE, "'payloads'");
+    expect_reject("{\"type\":7}", FX_EWIRE_FIELD_TYPE, "'type'");
+}
+
+static void test_unknown_type(void **state)
+{
+    expect_reject("{\"type\":\"topology\"}", FX_EWIRE_JSON_TYPE, "topology");
+    expect_reject("{\"type\":\"ok\\u0000\"}", FX_EWIRE_JSON_TYPE, NULL);
+    expect_reject("{\"type\":\"\"}", FX_EWIRE_JSON_TYPE, NULL);
+}
+
+static void test_malformed_json(void **state)
+{
+    expect_reject("{\"type\":\"ok\"", FX_EWIRE_JSON, NULL);
+    expect_reject("", FX_EWIRE_JSON, NULL);
+    expect_reject("[\"ok\"]", FX_EWIRE_JSON, "not an object");
+    expect_reject("{\"type\":\"ok\"} x", FX_EWIRE_JSON, NULL);
+    expect_reject("{\"type\":\"ok\",\"type\":\"ok\"}", FX_EWIRE_JSON, "duplicate");
+    fx_msg m;
+    fx_wire_err err = {0};
+    static const uint8_t with_nul[] = "{\"type\":\"ok\"}\0";
+    assert_int_equal(fx_msg_decode(&m, with_nul, sizeof(with_nul), &err), FX_EWIRE_JSON);
+}
+
+static void test_invalid_utf8_rejected(void **state)
+{
+    expect_reject("{\"type\":\"error\",\"message\":\"\xc3\x28\"}", FX_EWIRE_UTF8, NULL);
+    expect_reject("{\"type\":\"error\",\"message\":\"\xed\xa0\x80\"}", FX_EWIRE_UTF8, NULL);
+    expect_reject("{\"type\":\"error\",\"message\":\"\\ud800\"}", FX_EWIRE_JSON, NULL);
+}
+
+static void test_deep_nesting_rejected(void **state)
+{
+    char json[600];
+    int n = snprintf(json, sizeof(json), "{\"type\":\"ok\",\"x\":");
+    for (int i = 0; i < 200; i++)
+        json[n++] = '[';
+    for (int i = 0; i < 200; i++)
+        json[n++] = ']';
+    json[n++] = '}';
+    json[n] = 0;
+    expect_reject(json, FX_EWIRE_JSON, "nested");
+}
+
+static void test_unknown_fields_ignored(void **state)
+{
+    fx_msg m;
+    fx_wire_err err = {0};
+    assert_int_equal(decode_str(&m,
+                                "{\"extra\":{\"a\":[1,2,{\"b\":null}]},\"type\":\"auth_ok\","
+                                "\"server_flags\":25,\"server_features\":3}",
+                                &err),
+                     0);
+    assert_int_equal(m.type, FX_MSG_AUTH_OK);
+    assert_int_equal(m.server_flags, 25);
+    expect_json(&m, "{\"type\":\"auth_ok\",\"server_flags\":25}");
+    fx_msg_deinit(&m);
+}
+
+static void test_request_id_beyond_int64_rejected(void **state)
+{
+    expect_reject("{\"type\":\"publish_ok\",\"request_id\":18446744073709551615}",
+                  FX_EWIRE_INT_RANGE, "'request_id'");
+    expect_reject("{\"type\":\"publish_ok\", \"request_id\" : 9223372036854775808 }",
+                  FX_EWIRE_INT_RANGE, "'request_id'");
+    fx_msg m;
+    assert_int_equal(
+        decode_str(&m, "{\"type\":\"publish_ok\",\"request_id\":9223372036854775807}", NULL), 0);
+    assert_true(m.request_id == FX_MSG_INT_MAX);
+    fx_msg_deinit(&m);
+}
+
+static void test_negative_request_id_rejected(void **state)
+{
+    expect_reject("{\"type\":\"publish_ok\",\"request_id\":-1}", FX_EWIRE_INT_RANGE,
+                  "'request_id'");
+    expect_reject("{\"type\":\"subscribe_cursor_error\",\"reason\":\"too_old\","
+                  "\"requested\":-5,\"available\":0}",
+                  FX_EWIRE_INT_RANGE, "'requested'");
+}
+
+static void test_client_flags_over_u16_rejected(void **state)
+{
+    expect_reject("{\"type\":\"auth\",\"tenant_id\":\"t\",\"token\":\"x\",\"client_flags\":65536}",
+                  FX_EWIRE_INT_RANGE, "'client_flags'");
+    expect_reject("{\"type\":\"auth_ok\",\"server_flags\":70000}", FX_EWIRE_INT_RANGE,
+                  "'server_flags'");
+    fx_msg m;
+    assert_int_equal(decode_str(&m, "{\"type\":\"auth_ok\",\"server_flags\":65535}", NULL), 0);
+    assert_int_equal(m.server_flags, 65535);
+    fx_msg_deinit(&m);
+}
+
+static void test_invalid_base64_rejected(void **state)
+{
+    static const char *const bad[] = {"aGVsbG8",   "aGVsbG8==", "aGVs*G8=",     "aGVsbG9=",
+                                      "aGVs bG8=", "=aGV",      "aGVsbG8=aGVs", "YR=="};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char json[200];
+        snprintf(json, sizeof(json),
+                 "{\"type\":\"publish\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                 "\"stream\":\"s\",\"payload\":\"%s\"}",
+                 bad[i]);
+        expect_reject(json, FX_EWIRE_BASE64, "'payload'");
+    }
+    expect_reject("{\"type\":\"publish_batch\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"payloads\":[\"YQ==\",\"Y\"]}",
+                  FX_EWIRE_BASE64, "'payloads[1]'");
+}
+
+static void test_empty_stream_name_rejected(void **state)
+{
+    expect_reject("{\"type\":\"subscribe\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"\"}",
+                  FX_EWIRE_NAME, "'stream'");
+    expect_reject("{\"type\":\"cache_get\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"cache\":\"\",\"key\":\"k\"}",
+                  FX_EWIRE_NAME, "'cache'");
+    expect_reject("{\"type\":\"auth\",\"tenant_id\":\"\",\"token\":\"x\"}", FX_EWIRE_NAME,
+                  "'tenant_id'");
+}
+
+static void test_nul_inside_string_rejected(void **state)
+{
+    expect_reject("{\"type\":\"subscribe\",\"tenant_id\":\"t\",\"namespace\":\"n\\u0000x\","
+                  "\"stream\":\"s\"}",
+                  FX_EWIRE_NAME, "'namespace'");
+    expect_reject("{\"type\":\"error\",\"message\":\"a\\u0000b\"}", FX_EWIRE_FIELD_TYPE,
+                  "'message'");
+}
+
+static void test_start_offset_parsed(void **state)
+{
+    static const struct {
+        const char *start;
+        fx_msg_start_kind kind;
+        uint64_t offset;
+    } ok[] = {{"\"latest\"", FX_MSG_START_LATEST, 0},
+              {"\"earliest\"", FX_MSG_START_EARLIEST, 0},
+              {"{\"offset\":0}", FX_MSG_START_OFFSET, 0},
+              {"{ \"offset\" : 9223372036854775807 }", FX_MSG_START_OFFSET, FX_MSG_INT_MAX}};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char json[200];
+        snprintf(json, sizeof(json),
+                 "{\"type\":\"subscribe\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                 "\"stream\":\"s\",\"start\":%s}",
+                 ok[i].start);
+        fx_msg m;
+        fx_wire_err err = {0};
+        if (decode_str(&m, json, &err) != 0)
+            fail_msg("%s: %s", json, err.msg);
+        assert_int_equal(m.start.kind, ok[i].kind);
+        assert_true(m.start.offset == ok[i].offset);
+        assert_int_equal(fx_msg_effective_start(&m), ok[i].kind);
+        fx_msg_deinit(&m);
+    }
+}
+
+static void test_bad_start_rejected(void **state)
+{
+    static const char *const bad[] = {
+        "\"LATEST\"",       "\"tail\"", "5", "{}", "{\"offset\":\"1\"}", "{\"offset\":1,\"x\":2}",
+        "{\"position\":1}", "[1]"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char json[200];
+        snprintf(json, sizeof(json),
+                 "{\"type\":\"subscribe\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                 "\"stream\":\"s\",\"start\":%s}",
+                 bad[i]);
+        expect_reject(json, FX_EWIRE_FIELD_TYPE, "start");
+    }
+    expect_reject("{\"type\":\"subscribe\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"start\":{\"offset\":-1}}",
+                  FX_EWIRE_INT_RANGE, "start.offset");
+}
+
+static void test_invalid_ack_mode_rejected(void **state)
+{
+    expect_reject("{\"type\":\"publish\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"payload\":\"\",\"ack\":\"always\"}",
+                  FX_EWIRE_ACK_MODE, "'ack'");
+    expect_reject("{\"type\":\"publish\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"payload\":\"\",\"ack\":1}",
+                  FX_EWIRE_FIELD_TYPE, "'ack'");
+}
+
+static void test_invalid_cursor_reason_rejected(void **state)
+{
+    expect_reject("{\"type\":\"subscribe_cursor_error\",\"reason\":\"gone\","
+                  "\"requested\":1,\"available\":2}",
+                  FX_EWIRE_FIELD_TYPE, "'reason'");
+}
+
+/* ---- strings ----------------------------------------------------------------- */
+
+static void test_non_ascii_string_encoded_as_utf8(void **state)
+{
+    fx_msg m;
+    fx_msg_init_error(&m, "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
+    expect_json(&m, "{\"type\":\"error\",\"message\":\"caf\xc3\xa9 \xe6\x97\xa5 "
+                    "\xf0\x9f\x98\x80\"}");
+    expect_round_trip(&m);
+    /* An escaped code point decodes to the same UTF-8 bytes. */
+    fx_msg d;
+    assert_int_equal(
+        decode_str(&d, "{\"type\":\"error\",\"message\":\"caf\\u00e9 \\ud83d\\ude00\"}", NULL), 0);
+    assert_string_equal(d.message, "caf\xc3\xa9 \xf0\x9f\x98\x80");
+    fx_msg_deinit(&d);
+}
+
+static void test_control_characters_escaped_like_serde(void **state)
+{
+    fx_msg m;
+    fx_msg_init_error(&m, "q\"b\\n\n\t\r\b\f\x01\x1f\x7f/");
+    expect_json(&m, "{\"type\":\"error\",\"message\":\"q\\\"b\\\\n\\n\\t\\r\\b\\f\\u0001\\u001f"
+                    "\x7f/\"}");
+    expect_round_trip(&m);
+}
+
+/* ---- encoder refusals -------------------------------------------------------- */
+
+static void test_encode_refuses_what_decode_rejects(void **state)
+{
+    fx_msg m;
+    uint8_t *out = NULL;
+    size_t len = 0;
+    set_triple(&m, FX_MSG_SUBSCRIBE);
+    m.stream = "";
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_NAME);
+    m.stream = NULL;
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_FIELD_MISSING);
+    m.stream = "\xc3";
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_UTF8);
+    m.stream = "s";
+    m.has_subscription_id = true, m.subscription_id = FX_MSG_INT_MAX + 1;
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_INT_RANGE);
+    m.subscription_id = 1;
+    m.start = (fx_msg_start){FX_MSG_START_OFFSET, UINT64_MAX};
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_INT_RANGE);
+    m.type = FX_MSG_NONE;
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_JSON_TYPE);
+    m.type = FX_MSG_TYPE_COUNT;
+    assert_int_equal(fx_msg_encoded_len(&m), FX_EWIRE_JSON_TYPE);
+    assert_null(out);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_every_type_round_trips_with_all_fields),
+    cmocka_unit_test(test_every_type_round_trips_without_optional_fields),
+    cmocka_unit_test(test_decoded_fields_match_input),
+    cmocka_unit_test(test_decoded_message_owns_its_memory),
+    cmocka_unit_test(test_golden_publish_with_request_id_and_ack),
+    cmocka_unit_test(test_golden_publish_batch),
+    cmocka_unit_test(test_golden_subscribe_with_offset_start),
+    cmocka_unit_test(test_golden_constructors),
+    cmocka_unit_test(test_encode_frame_has_flx1_header),
+    cmocka_unit_test(test_encode_into_checks_capacity),
+    cmocka_unit_test(test_publish_without_ack_means_per_message),
+    cmocka_unit_test(test_publish_batch_without_ack_means_per_batch),
+    cmocka_unit_test(test_auth_without_client_flags_is_distinguishable),
+    cmocka_unit_test(test_subscribe_without_start_means_latest),
+    cmocka_unit_test(test_null_optional_field_is_absent),
+    cmocka_unit_test(test_cache_put_ttl_null_when_absent),
+    cmocka_unit_test(test_cache_value_miss_is_null),
+    cmocka_unit_test(test_missing_field_error_names_field),
+    cmocka_unit_test(test_wrong_field_type),
+    cmocka_unit_test(test_unknown_type),
+    cmocka_unit_test(test_malformed_json),
+    cmocka_unit_test(test_invalid_utf8_rejected),
+    cmocka_unit_test(test_deep_nesting_rejected),
+    cmocka_unit_test(test_unknown_fields_ignored),
+    cmocka_unit_test(test_request_id_beyond_int64_rejected),
+    cmocka_unit_test(test_negative_request_id_rejected),
+    cmocka_unit_test(test_client_flags_over_u16_rejected),
+    cmocka_unit_test(test_invalid_base64_rejected),
+    cmocka_unit_test(test_empty_stream_name_rejected),
+    cmocka_unit_test(test_nul_inside_string_rejected),
+    cmocka_unit_test(test_start_offset_parsed),
+    cmocka_unit_test(test_bad_start_rejected),
+    cmocka_unit_test(test_invalid_ack_mode_rejected),
+    cmocka_unit_test(test_invalid_cursor_reason_rejected),
+    cmocka_unit_test(test_non_ascii_string_encoded_as_utf8),
+    cmocka_unit_test(test_control_characters_escaped_like_serde),
+    cmocka_unit_test(test_encode_refuses_what_decode_rejects),
+};
+
+FX_TEST_MAIN(tests)
