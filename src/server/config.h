@@ -1,0 +1,224 @@
+/* Broker configuration: one registry of every key (YAML name, FELIX_* env
+ * names, type, default, bounds, help), loaded in layers
+ * defaults < YAML file < environment < command-line flags, validated key by
+ * key and across keys, and printed back with the source of every value.
+ * Main thread only (start-up); the loaded fx_config is then read-only and may
+ * be read from any thread. docs/configuration.md describes every key. */
+#ifndef FX_SERVER_CONFIG_H
+#define FX_SERVER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define FX_CONFIG_PATH_MAX 4096 /* file-name fields, including the NUL */
+#define FX_CONFIG_ADDR_MAX 256  /* host:port fields, including the NUL */
+#define FX_CONFIG_NAME_MAX 256  /* tenant / namespace / stream, including the NUL */
+#define FX_CONFIG_MAX_STREAMS 4096
+#define FX_CONFIG_MAX_KEYS 96 /* capacity of the per-key origin table */
+#define FX_CONFIG_MAX_WARNINGS 32
+#define FX_CONFIG_MAX_FILE_BYTES (1024 * 1024)
+
+/* Queue policy when a bounded queue is full (checkpoints 5 and 6). */
+typedef enum fx_config_policy {
+    FX_CONFIG_POLICY_BLOCK,
+    FX_CONFIG_POLICY_DROP_NEW,
+    FX_CONFIG_POLICY_DROP_OLD,
+} fx_config_policy;
+
+/* How a subscription picks its writer lane. */
+typedef enum fx_config_lane_shard {
+    FX_CONFIG_LANE_SHARD_AUTO,
+    FX_CONFIG_LANE_SHARD_SUBSCRIBER_ID_HASH,
+    FX_CONFIG_LANE_SHARD_CONNECTION_ID_HASH,
+    FX_CONFIG_LANE_SHARD_ROUND_ROBIN_PIN,
+} fx_config_lane_shard;
+
+typedef enum fx_config_sub_stream_mode {
+    FX_CONFIG_SUB_STREAM_PER_SUBSCRIBER, /* one event uni stream per subscription */
+} fx_config_sub_stream_mode;
+
+typedef enum fx_config_log_level {
+    FX_CONFIG_LOG_ERROR,
+    FX_CONFIG_LOG_WARN,
+    FX_CONFIG_LOG_INFO,
+    FX_CONFIG_LOG_DEBUG,
+    FX_CONFIG_LOG_TRACE,
+} fx_config_log_level;
+
+typedef enum fx_config_auth_mode {
+    FX_CONFIG_AUTH_NONE, /* any tenant, any token ("jwt" is planned) */
+} fx_config_auth_mode;
+
+/* Where a value came from. */
+typedef enum fx_config_from {
+    FX_CONFIG_FROM_DEFAULT,
+    FX_CONFIG_FROM_FILE,
+    FX_CONFIG_FROM_ENV,
+    FX_CONFIG_FROM_FLAG,
+} fx_config_from;
+
+/* The source of one key's value. |name| is the env variable (FROM_ENV) or
+ * the YAML alias used in the file or flag (NULL when the key's own name was
+ * used); it points into the static registry. |note| is a static remark that
+ * print-config appends ("raised to quic_conn_recv_window"), or NULL. */
+typedef struct fx_config_origin {
+    fx_config_from from;
+    uint32_t line, col; /* FROM_FILE: 1-based position of the value */
+    const char *name;
+    const char *note;
+} fx_config_origin;
+
+/* One pre-created stream from the `streams:` list. */
+typedef struct fx_config_stream {
+    char tenant[FX_CONFIG_NAME_MAX];
+    char ns[FX_CONFIG_NAME_MAX];
+    char stream[FX_CONFIG_NAME_MAX];
+} fx_config_stream;
+
+/* The effective configuration. Sizes are bytes, durations nanoseconds (the
+ * unit of fx_loop timers); a duration field drops the key's unit suffix and
+ * ends in _ns (key ack_wait_timeout_ms -> field ack_wait_timeout_ns). */
+typedef struct fx_config {
+    /* listeners and security */
+    char quic_bind[FX_CONFIG_ADDR_MAX];
+    char metrics_bind[FX_CONFIG_ADDR_MAX];
+    char tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = self-signed for localhost */
+    char tls_key_file[FX_CONFIG_PATH_MAX];
+    fx_config_auth_mode auth_mode;
+    char state_dir[FX_CONFIG_PATH_MAX];
+    fx_config_log_level log_level;
+    /* streams */
+    bool auto_create_streams;
+    uint32_t max_streams_per_tenant;
+    fx_config_stream *streams; /* owned; freed by fx_config_deinit() */
+    size_t nstreams;
+    uint32_t log_capacity;
+    uint64_t log_capacity_bytes;
+    /* threads */
+    uint32_t workers;  /* effective worker loops: core_shards if > 0 */
+    bool workers_auto; /* workers came from "auto" (online CPUs) */
+    uint32_t core_shards;
+    uint32_t io_threads;
+    /* connections and QUIC */
+    uint32_t max_connections;
+    uint64_t idle_timeout_ns;
+    uint64_t keepalive_interval_ns; /* 0 = off */
+    uint64_t quic_stream_recv_window;
+    uint64_t quic_conn_recv_window;
+    uint64_t quic_stream_recv_window_max;
+    uint64_t quic_conn_recv_window_max;
+    uint64_t quic_unacked_send_bytes;
+    uint64_t max_frame_bytes;
+    /* UDP transport */
+    uint64_t initial_mtu;
+    uint64_t mtu_upper_bound;
+    uint64_t max_udp_payload;
+    uint64_t udp_send_buffer;
+    uint64_t udp_recv_buffer;
+    uint64_t initial_cwnd;  /* 0 = ngtcp2's default */
+    uint64_t conn_stats_ns; /* 0 = off */
+    /* publish pipeline */
+    bool ack_on_commit;
+    uint64_t publish_queue_wait_timeout_ns;
+    uint64_t ack_wait_timeout_ns;
+    uint32_t pub_queue_depth;
+    uint64_t pub_inflight_bytes;
+    uint64_t pub_conn_inflight_bytes;
+    bool pub_ingress_wait;
+    /* subscribe pipeline */
+    uint32_t subscriber_queue_capacity;
+    fx_config_policy subscriber_queue_policy;
+    uint32_t max_subscriptions_per_conn;
+    uint32_t subscriber_writer_lanes;
+    uint32_t max_subscriber_writer_lanes;
+    uint32_t subscriber_lane_queue_depth;
+    fx_config_policy subscriber_lane_queue_policy;
+    fx_config_lane_shard subscriber_lane_shard;
+    bool subscriber_single_writer_per_conn;
+    uint32_t subscriber_flush_max_items;
+    uint64_t subscriber_flush_max_delay_ns;
+    uint64_t subscriber_max_bytes_per_write;
+    fx_config_sub_stream_mode sub_stream_mode;
+    uint32_t event_batch_max_events;
+    uint64_t event_batch_max_bytes;
+    uint64_t event_batch_max_delay_ns;
+    uint32_t fanout_batch_size;
+    /* shutdown */
+    uint64_t control_stream_drain_timeout_ns;
+    uint64_t shutdown_drain_timeout_ns;
+
+    /* provenance: the file that was loaded ("" if none) and, per registry
+     * key, where its value came from */
+    char file[FX_CONFIG_PATH_MAX];
+    fx_config_origin origin[FX_CONFIG_MAX_KEYS];
+} fx_config;
+
+/* Where fx_config_load() reads from. Every field may be NULL / 0. */
+typedef struct fx_config_src {
+    /* YAML file; NULL = $FELIX_BROKER_CONFIG from |envp|, else no file. */
+    const char *path;
+    /* YAML text used instead of a file (e.g. fx_config_dev_yaml), reported
+     * in messages as |text_name|. Ignored when NULL. */
+    const char *text;
+    const char *text_name;
+    /* NULL-terminated "NAME=value" array (like environ); NULL = empty. */
+    char *const *envp;
+    /* "key=value" overrides from --set, applied in order (last wins). */
+    const char *const *sets;
+    size_t nsets;
+} fx_config_src;
+
+/* Messages for the caller: |error| is set ("" otherwise) when loading fails;
+ * |warnings| are collected in either case and the caller logs them. At most
+ * FX_CONFIG_MAX_WARNINGS are kept; |warnings_dropped| counts the rest. */
+typedef struct fx_config_diag {
+    char error[1024];
+    char warnings[FX_CONFIG_MAX_WARNINGS][320];
+    size_t nwarnings;
+    size_t warnings_dropped;
+} fx_config_diag;
+
+/* A development configuration (QUIC 127.0.0.1:5000, admin 127.0.0.1:8080,
+ * auto-created streams, state in ./build/run-state), used by
+ * `felix-broker --dev` and `make run`. */
+extern const char fx_config_dev_yaml[];
+
+/* Fills |c| with the documented defaults (workers = online CPUs). |c| may be
+ * uninitialised; it owns no memory afterwards but must still be released with
+ * fx_config_deinit() once loaded. Main thread. */
+void fx_config_defaults(fx_config *c);
+
+/* Frees what |c| owns (the streams list). |c| may then be passed to
+ * fx_config_defaults() again. NULL is ignored. */
+void fx_config_deinit(fx_config *c);
+
+/* Layers the YAML file (or text), then the environment, then the --set
+ * overrides of |src| on top of |c| (initialised by fx_config_defaults()),
+ * then checks the cross-key rules. Returns 0, or FX_ECONFIG with a message in
+ * |diag|->error naming the key, the value and where it came from; -ENOMEM.
+ * Warnings (keys of features Felix-C does not have, unknown FELIX_* variables,
+ * replaced settings) go to |diag|->warnings. On failure |c| holds a partial
+ * result that must still be released with fx_config_deinit(). |diag| may not
+ * be NULL. Main thread (reads the file). */
+int fx_config_load(fx_config *c, const fx_config_src *src, fx_config_diag *diag);
+
+/* Writes the effective configuration to |out| as YAML that
+ * fx_config_load() accepts, one key per line, each followed by a comment
+ * naming its source ("pub_queue_depth: 64  # default"). Returns 0 or -EIO. */
+int fx_config_print(const fx_config *c, FILE *out);
+
+/* Writes the reference tables of docs/configuration.md (every key with its
+ * env names, type, default and meaning; the warned and rejected keys) as
+ * Markdown. Generated from the registry, so the docs cannot drift. Returns 0
+ * or -EIO. */
+int fx_config_print_markdown(FILE *out);
+
+/* Returns the registry index of YAML key (or alias) |name|, or -1. */
+int fx_config_key_index(const char *name);
+
+/* Returns the origin of key |name| in |c|, or NULL if there is no such key. */
+const fx_config_origin *fx_config_origin_of(const fx_config *c, const char *name);
+
+#endif
