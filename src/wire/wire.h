@@ -16,12 +16,12 @@
 #define FX_WIRE_DEFAULT_MAX_FRAME (16u * 1024u * 1024u)
 
 /* Frame flags. 0 = JSON message. */
-#define FX_FLAG_PUBLISH_BATCH 0x0001u       /* binary publish batch */
-#define FX_FLAG_EVENT_BATCH 0x0002u         /* per-subscriber event batch */
-#define FX_FLAG_EVENT_BATCH_SHARED 0x0004u  /* shared event batch */
-#define FX_FLAG_PUBLISH_ACKED 0x0008u       /* modifier on 0x0001: request_id + ack mode */
-#define FX_FLAG_PUBLISH_ACK 0x0010u         /* binary publish ack */
-#define FX_FLAG_EVENT_OFFSETS 0x0020u       /* modifier on 0x0002 / 0x0004: base_offset */
+#define FX_FLAG_PUBLISH_BATCH 0x0001u      /* binary publish batch */
+#define FX_FLAG_EVENT_BATCH 0x0002u        /* per-subscriber event batch */
+#define FX_FLAG_EVENT_BATCH_SHARED 0x0004u /* shared event batch */
+#define FX_FLAG_PUBLISH_ACKED 0x0008u      /* modifier on 0x0001: request_id + ack mode */
+#define FX_FLAG_PUBLISH_ACK 0x0010u        /* binary publish ack */
+#define FX_FLAG_EVENT_OFFSETS 0x0020u      /* modifier on 0x0002 / 0x0004: base_offset */
 #define FX_FLAGS_KNOWN 0x003Fu
 #define FX_FLAGS_ORIGINAL_V1 0x0007u
 
@@ -46,6 +46,13 @@ int fx_wire_err_set(fx_wire_err *e, int code, const char *fmt, ...)
 
 /* True if |p|[0..|n|) is well-formed UTF-8 (no overlongs, no surrogates). */
 bool fx_wire_utf8_valid(const uint8_t *p, size_t n);
+
+/* A borrowed byte range: decoders point these into the caller's input, encoders
+ * read from them. Never owns |ptr|. */
+typedef struct fx_wire_slice {
+    const uint8_t *ptr;
+    size_t len;
+} fx_wire_slice;
 
 /* Big-endian helpers. */
 static inline uint16_t fx_be16(const uint8_t *p)

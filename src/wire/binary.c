@@ -1,0 +1,435 @@
+/* Binary bodies of Felix wire v1: publish batches, publish acks and event
+ * batches. Decoding walks a bounds-checked cursor over the body, so no length
+ * read from the wire is used before it is checked against what remains.
+ * Pure functions; any thread. */
+#include "wire/binary.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- bounds-checked reader ----------------------------------------------------- */
+
+typedef struct rd {
+    const uint8_t *p;
+    size_t left;
+} rd;
+
+static bool rd_take(rd *r, size_t n, const uint8_t **pp)
+{
+    if (r->left < n)
+        return false;
+    *pp = r->p;
+    r->p += n;
+    r->left -= n;
+    return true;
+}
+
+static int truncated(fx_wire_err *err, const char *what)
+{
+    return fx_wire_err_set(err, FX_EWIRE_TRUNCATED, "frame body truncated in %s", what);
+}
+
+static int rd_u8(rd *r, uint8_t *v, const char *what, fx_wire_err *err)
+{
+    const uint8_t *p;
+    if (!rd_take(r, 1, &p))
+        return truncated(err, what);
+    *v = p[0];
+    return 0;
+}
+
+static int rd_u64(rd *r, uint64_t *v, const char *what, fx_wire_err *err)
+{
+    const uint8_t *p;
+    if (!rd_take(r, 8, &p))
+        return truncated(err, what);
+    *v = fx_be64(p);
+    return 0;
+}
+
+/* A u16-length-prefixed UTF-8 name. */
+static int rd_name(rd *r, fx_wire_slice *s, const char *what, fx_wire_err *err)
+{
+    const uint8_t *p;
+    if (!rd_take(r, 2, &p))
+        return truncated(err, what);
+    size_t n = fx_be16(p);
+    if (!rd_take(r, n, &p))
+        return truncated(err, what);
+    if (!fx_wire_utf8_valid(p, n))
+        return fx_wire_err_set(err, FX_EWIRE_UTF8, "%s is not valid UTF-8", what);
+    s->ptr = p;
+    s->len = n;
+    return 0;
+}
+
+/* Reads `u32 count, count x (u32 len, bytes)` which must end the body. The
+ * payload array is allocated only after count <= remaining/4 holds, so its
+ * size is bounded by the body actually received. */
+static int rd_entries(rd *r, uint32_t *pcount, fx_wire_slice **parr, fx_wire_slice *inl,
+                      fx_wire_err *err)
+{
+    const uint8_t *p;
+    if (!rd_take(r, 4, &p))
+        return truncated(err, "payload count");
+    uint32_t count = fx_be32(p);
+    if (count > r->left / 4)
+        return fx_wire_err_set(err, FX_EWIRE_COUNT,
+                               "payload count %u larger than the %zu bytes that remain allow",
+                               (unsigned)count, r->left);
+    fx_wire_slice *arr = inl;
+    if (count > FX_WIRE_INLINE_PAYLOADS) {
+        arr = malloc((size_t)count * sizeof(*arr));
+        if (!arr)
+            return fx_wire_err_set(err, -ENOMEM, "out of memory for %u payloads", (unsigned)count);
+    }
+    int rv = 0;
+    for (uint32_t i = 0; i < count && rv == 0; i++) {
+        if (!rd_take(r, 4, &p) || !rd_take(r, fx_be32(p), &arr[i].ptr))
+            rv = fx_wire_err_set(err, FX_EWIRE_TRUNCATED, "frame body truncated in payload %u",
+                                 (unsigned)i);
+        else
+            arr[i].len = fx_be32(p);
+    }
+    if (rv == 0 && r->left > 0)
+        rv = fx_wire_err_set(err, FX_EWIRE_TRAILING, "%zu trailing bytes after the last payload",
+                             r->left);
+    if (rv < 0) {
+        if (arr != inl)
+            free(arr);
+        return rv;
+    }
+    *pcount = count;
+    *parr = arr;
+    return 0;
+}
+
+/* ---- size arithmetic --------------------------------------------------------------- */
+
+/* Adds |n| to the body size |*acc|, failing once the body cannot fit the u32
+ * length field. */
+static bool add_size(size_t *acc, size_t n)
+{
+    if (n > UINT32_MAX || *acc > UINT32_MAX - n)
+        return false;
+    *acc += n;
+    return true;
+}
+
+static bool entries_size(size_t *acc, const fx_wire_slice *payloads, uint32_t count)
+{
+    if (!add_size(acc, 4))
+        return false;
+    for (uint32_t i = 0; i < count; i++)
+        if (!add_size(acc, 4) || !add_size(acc, payloads[i].len))
+            return false;
+    return true;
+}
+
+static uint8_t *put_entries(uint8_t *p, const fx_wire_slice *payloads, uint32_t count)
+{
+    p = fx_put32(p, count);
+    for (uint32_t i = 0; i < count; i++) {
+        p = fx_put32(p, (uint32_t)payloads[i].len);
+        if (payloads[i].len)
+            memcpy(p, payloads[i].ptr, payloads[i].len);
+        p += payloads[i].len;
+    }
+    return p;
+}
+
+/* ---- publish batch ----------------------------------------------------------------- */
+
+int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *prequest_id,
+                                   fx_wire_ack *pack, fx_wire_err *err)
+{
+    rd r = {body, len};
+    uint8_t mode;
+    int rv = rd_u64(&r, prequest_id, "request_id", err);
+    if (rv == 0)
+        rv = rd_u8(&r, &mode, "ack mode", err);
+    if (rv < 0)
+        return rv;
+    if (mode != FX_WIRE_ACK_PER_MESSAGE && mode != FX_WIRE_ACK_PER_BATCH)
+        return fx_wire_err_set(err, FX_EWIRE_ACK_MODE,
+                               "invalid ack mode %u (expected 1 per_message or 2 per_batch)",
+                               (unsigned)mode);
+    *pack = (fx_wire_ack)mode;
+    return 0;
+}
+
+int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_publish_batch *b,
+                            fx_wire_err *err)
+{
+    memset(b, 0, sizeof(*b));
+    b->payloads = b->inline_payloads;
+    rd r = {body, len};
+    if (flags == (FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED)) {
+        int rv = fx_publish_acked_prefix_decode(body, len, &b->request_id, &b->ack, err);
+        if (rv < 0)
+            return rv;
+        r.p += 9;
+        r.left -= 9;
+    } else if (flags != FX_FLAG_PUBLISH_BATCH) {
+        return fx_wire_err_set(err, FX_EWIRE_KIND, "frame flags 0x%04x are not a publish batch",
+                               (unsigned)flags);
+    }
+    int rv = rd_name(&r, &b->tenant, "tenant_id", err);
+    if (rv == 0)
+        rv = rd_name(&r, &b->ns, "namespace", err);
+    if (rv == 0)
+        rv = rd_name(&r, &b->stream, "stream", err);
+    if (rv == 0)
+        rv = rd_entries(&r, &b->count, &b->payloads, b->inline_payloads, err);
+    return rv;
+}
+
+void fx_publish_batch_deinit(fx_publish_batch *b)
+{
+    if (b->payloads && b->payloads != b->inline_payloads)
+        free(b->payloads);
+    b->payloads = b->inline_payloads;
+    b->count = 0;
+}
+
+uint16_t fx_publish_batch_flags(const fx_publish_batch *b)
+{
+    return b->ack == FX_WIRE_ACK_NONE ? FX_FLAG_PUBLISH_BATCH
+                                      : (FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED);
+}
+
+/* Size of the body alone, or a negative code. */
+static ssize_t publish_body_size(const fx_publish_batch *b)
+{
+    if (b->ack != FX_WIRE_ACK_NONE && b->ack != FX_WIRE_ACK_PER_MESSAGE &&
+        b->ack != FX_WIRE_ACK_PER_BATCH)
+        return FX_EWIRE_ACK_MODE;
+    if (b->tenant.len > UINT16_MAX || b->ns.len > UINT16_MAX || b->stream.len > UINT16_MAX)
+        return FX_EWIRE_NAME;
+    size_t n = b->ack == FX_WIRE_ACK_NONE ? 0 : 9;
+    n += 6 + b->tenant.len + b->ns.len + b->stream.len;
+    if (!entries_size(&n, b->payloads, b->count))
+        return FX_EWIRE_TOO_LARGE;
+    return (ssize_t)n;
+}
+
+ssize_t fx_publish_batch_frame_size(const fx_publish_batch *b)
+{
+    ssize_t n = publish_body_size(b);
+    return n < 0 ? n : n + (ssize_t)FX_WIRE_HEADER_LEN;
+}
+
+static uint8_t *put_name(uint8_t *p, fx_wire_slice s)
+{
+    p = fx_put16(p, (uint16_t)s.len);
+    if (s.len)
+        memcpy(p, s.ptr, s.len);
+    return p + s.len;
+}
+
+ssize_t fx_publish_batch_encode(const fx_publish_batch *b, uint8_t *out, size_t cap)
+{
+    ssize_t body = publish_body_size(b);
+    if (body < 0)
+        return body;
+    if (!fx_wire_utf8_valid(b->tenant.ptr, b->tenant.len) ||
+        !fx_wire_utf8_valid(b->ns.ptr, b->ns.len) ||
+        !fx_wire_utf8_valid(b->stream.ptr, b->stream.len))
+        return FX_EWIRE_UTF8;
+    size_t size = FX_WIRE_HEADER_LEN + (size_t)body;
+    if (cap < size)
+        return -ENOSPC;
+    uint8_t *p = fx_frame_header_put(out, fx_publish_batch_flags(b), (uint32_t)body);
+    if (b->ack != FX_WIRE_ACK_NONE) {
+        p = fx_put64(p, b->request_id);
+        *p++ = (uint8_t)b->ack;
+    }
+    p = put_name(p, b->tenant);
+    p = put_name(p, b->ns);
+    p = put_name(p, b->stream);
+    put_entries(p, b->payloads, b->count);
+    return (ssize_t)size;
+}
+
+/* ---- publish ack ------------------------------------------------------------------- */
+
+int fx_publish_ack_decode(const uint8_t *body, size_t len, fx_publish_ack *a, fx_wire_err *err)
+{
+    memset(a, 0, sizeof(*a));
+    rd r = {body, len};
+    uint8_t status;
+    const uint8_t *p;
+    int rv = rd_u8(&r, &status, "ack status", err);
+    if (rv < 0)
+        return rv;
+    if (status > 1)
+        return fx_wire_err_set(err, FX_EWIRE_STATUS,
+                               "invalid ack status %u (expected 0 ok or 1 error)",
+                               (unsigned)status);
+    a->ok = status == 0;
+    if ((rv = rd_u64(&r, &a->request_id, "request_id", err)) < 0)
+        return rv;
+    if (!rd_take(&r, 2, &p) || !rd_take(&r, fx_be16(p), &a->message.ptr))
+        return truncated(err, "ack message");
+    a->message.len = fx_be16(p);
+    if (!fx_wire_utf8_valid(a->message.ptr, a->message.len))
+        return fx_wire_err_set(err, FX_EWIRE_UTF8, "ack message is not valid UTF-8");
+    if (r.left > 0)
+        return fx_wire_err_set(err, FX_EWIRE_TRAILING, "%zu trailing bytes after the ack message",
+                               r.left);
+    return 0;
+}
+
+/* Length of |s| cut to FX_WIRE_ACK_MSG_MAX bytes without splitting a
+ * character: back up over continuation bytes to the start of the character
+ * that would straddle the limit. */
+static size_t ack_msg_len(fx_wire_slice s)
+{
+    if (s.len <= FX_WIRE_ACK_MSG_MAX)
+        return s.len;
+    size_t n = FX_WIRE_ACK_MSG_MAX;
+    while (n > 0 && (s.ptr[n] & 0xC0u) == 0x80u)
+        n--;
+    return n;
+}
+
+size_t fx_publish_ack_frame_size(const fx_publish_ack *a)
+{
+    return FX_WIRE_HEADER_LEN + 11 + ack_msg_len(a->message);
+}
+
+ssize_t fx_publish_ack_encode(const fx_publish_ack *a, uint8_t *out, size_t cap)
+{
+    size_t mlen = ack_msg_len(a->message);
+    size_t size = FX_WIRE_HEADER_LEN + 11 + mlen;
+    if (cap < size)
+        return -ENOSPC;
+    uint8_t *p = fx_frame_header_put(out, FX_FLAG_PUBLISH_ACK, (uint32_t)(11 + mlen));
+    *p++ = a->ok ? 0 : 1;
+    p = fx_put64(p, a->request_id);
+    p = fx_put16(p, (uint16_t)mlen);
+    if (mlen)
+        memcpy(p, a->message.ptr, mlen);
+    return (ssize_t)size;
+}
+
+/* ---- event batches ----------------------------------------------------------------- */
+
+int fx_event_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_event_batch *e,
+                          fx_wire_err *err)
+{
+    memset(e, 0, sizeof(*e));
+    e->payloads = e->inline_payloads;
+    uint16_t kind = flags & (uint16_t)~FX_FLAG_EVENT_OFFSETS;
+    if (kind != FX_FLAG_EVENT_BATCH && kind != FX_FLAG_EVENT_BATCH_SHARED)
+        return fx_wire_err_set(err, FX_EWIRE_KIND, "frame flags 0x%04x are not an event batch",
+                               (unsigned)flags);
+    e->shared = kind == FX_FLAG_EVENT_BATCH_SHARED;
+    e->has_offsets = (flags & FX_FLAG_EVENT_OFFSETS) != 0;
+    rd r = {body, len};
+    int rv = 0;
+    if (!e->shared)
+        rv = rd_u64(&r, &e->subscription_id, "subscription_id", err);
+    if (rv == 0 && e->has_offsets)
+        rv = rd_u64(&r, &e->base_offset, "base_offset", err);
+    if (rv == 0)
+        rv = rd_entries(&r, &e->count, &e->payloads, e->inline_payloads, err);
+    return rv;
+}
+
+void fx_event_batch_deinit(fx_event_batch *e)
+{
+    if (e->payloads && e->payloads != e->inline_payloads)
+        free(e->payloads);
+    e->payloads = e->inline_payloads;
+    e->count = 0;
+}
+
+uint16_t fx_event_batch_flags(const fx_event_batch *e)
+{
+    uint16_t f = e->shared ? FX_FLAG_EVENT_BATCH_SHARED : FX_FLAG_EVENT_BATCH;
+    return e->has_offsets ? (uint16_t)(f | FX_FLAG_EVENT_OFFSETS) : f;
+}
+
+/* Bytes between the frame header and the count. */
+static size_t event_prefix_len(const fx_event_batch *e)
+{
+    return (e->shared ? 0 : 8) + (e->has_offsets ? 8 : 0);
+}
+
+static ssize_t event_body_size(const fx_event_batch *e)
+{
+    size_t n = event_prefix_len(e);
+    if (!entries_size(&n, e->payloads, e->count))
+        return FX_EWIRE_TOO_LARGE;
+    return (ssize_t)n;
+}
+
+ssize_t fx_event_batch_frame_size(const fx_event_batch *e)
+{
+    ssize_t n = event_body_size(e);
+    return n < 0 ? n : n + (ssize_t)FX_WIRE_HEADER_LEN;
+}
+
+/* Writes header, subscription id / base offset and count; returns the end. */
+static uint8_t *put_event_head(const fx_event_batch *e, uint8_t *p, size_t body)
+{
+    p = fx_frame_header_put(p, fx_event_batch_flags(e), (uint32_t)body);
+    if (!e->shared)
+        p = fx_put64(p, e->subscription_id);
+    if (e->has_offsets)
+        p = fx_put64(p, e->base_offset);
+    return p;
+}
+
+ssize_t fx_event_batch_encode(const fx_event_batch *e, uint8_t *out, size_t cap)
+{
+    ssize_t body = event_body_size(e);
+    if (body < 0)
+        return body;
+    size_t size = FX_WIRE_HEADER_LEN + (size_t)body;
+    if (cap < size)
+        return -ENOSPC;
+    uint8_t *p = put_event_head(e, out, (size_t)body);
+    put_entries(p, e->payloads, e->count);
+    return (ssize_t)size;
+}
+
+size_t fx_event_batch_meta_size(const fx_event_batch *e)
+{
+    return FX_WIRE_HEADER_LEN + event_prefix_len(e) + 4 + 4 * (size_t)e->count;
+}
+
+ssize_t fx_event_batch_encode_iov(const fx_event_batch *e, uint8_t *meta, size_t meta_cap,
+                                  struct iovec *iov, size_t iov_cap, size_t *piovcnt)
+{
+    ssize_t body = event_body_size(e);
+    if (body < 0)
+        return body;
+    size_t need_iov = e->count ? 2 * (size_t)e->count : 1;
+    if (meta_cap < fx_event_batch_meta_size(e) || iov_cap < need_iov)
+        return -ENOSPC;
+    /* Piece 0 is the head plus the first length prefix; then each payload is
+     * followed by the next prefix, so the pieces alternate meta, payload. */
+    uint8_t *start = meta;
+    uint8_t *p = fx_put32(put_event_head(e, meta, (size_t)body), e->count);
+    size_t k = 0;
+    for (uint32_t i = 0; i < e->count; i++) {
+        p = fx_put32(p, (uint32_t)e->payloads[i].len);
+        iov[k].iov_base = start;
+        iov[k].iov_len = (size_t)(p - start);
+        k++;
+        iov[k].iov_base = (void *)e->payloads[i].ptr;
+        iov[k].iov_len = e->payloads[i].len;
+        k++;
+        start = p;
+    }
+    if (e->count == 0) {
+        iov[k].iov_base = start;
+        iov[k].iov_len = (size_t)(p - start);
+        k++;
+    }
+    *piovcnt = k;
+    return (ssize_t)FX_WIRE_HEADER_LEN + body;
+}

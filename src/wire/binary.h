@@ -1,0 +1,147 @@
+/* Binary frame bodies of Felix wire v1: publish batch (0x0001), acked publish
+ * batch (0x0009), publish ack (0x0010) and event batches (0x0002 per
+ * subscriber, 0x0004 shared, each optionally with 0x0020 offsets).
+ * Decoders check every length against the bytes that remain before using it
+ * and reference the input (no copies); encoders write whole frames, header
+ * included. Pure functions; any thread. */
+#ifndef FX_WIRE_BINARY_H
+#define FX_WIRE_BINARY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "wire/frame.h"
+#include "wire/wire.h"
+
+/* Decoded batches keep up to this many payload slices inline; bigger batches
+ * get a heap array, allocated only after count <= remaining/4 was checked. */
+#define FX_WIRE_INLINE_PAYLOADS 8
+
+/* Longest publish-ack message the encoder writes (longer text is cut at a
+ * UTF-8 character boundary), as the original's stream writer does. */
+#define FX_WIRE_ACK_MSG_MAX 512u
+
+/* A publish batch, 0x0001 or (|ack| != NONE) 0x0009.
+ * Decoded: every slice points into the decoded body; |payloads| points to
+ * |inline_payloads| or a heap array: release with fx_publish_batch_deinit().
+ * To encode: fill the names, |payloads|/|count|, and for 0x0009 |request_id|
+ * and |ack| (PER_MESSAGE or PER_BATCH). */
+typedef struct fx_publish_batch {
+    uint64_t request_id;
+    fx_wire_ack ack; /* NONE for 0x0001 */
+    fx_wire_slice tenant;
+    fx_wire_slice ns;
+    fx_wire_slice stream;
+    uint32_t count;
+    fx_wire_slice *payloads;
+    fx_wire_slice inline_payloads[FX_WIRE_INLINE_PAYLOADS];
+} fx_publish_batch;
+
+/* An event batch: per subscriber (0x0002, |shared| false, carries
+ * |subscription_id|) or shared (0x0004). |has_offsets| adds 0x0020 and
+ * |base_offset|; payload i has offset base_offset + i. Storage as for
+ * fx_publish_batch; release a decoded one with fx_event_batch_deinit(). */
+typedef struct fx_event_batch {
+    bool shared;
+    bool has_offsets;
+    uint64_t subscription_id;
+    uint64_t base_offset;
+    uint32_t count;
+    fx_wire_slice *payloads;
+    fx_wire_slice inline_payloads[FX_WIRE_INLINE_PAYLOADS];
+} fx_event_batch;
+
+/* A publish ack (0x0010), the broker's reply to 0x0009. |message| is empty
+ * for ok; decoded, it points into the body. */
+typedef struct fx_publish_ack {
+    bool ok;
+    uint64_t request_id;
+    fx_wire_slice message;
+} fx_publish_ack;
+
+/* ---- publish batch ----------------------------------------------------------- */
+
+/* Reads the 9-byte prefix of an acked batch body (u64 request_id, u8 ack mode)
+ * from |body| of |len| bytes: the broker checks it before the rest (a bad
+ * prefix is a stream error, a bad batch an error ack). Returns 0,
+ * FX_EWIRE_TRUNCATED or FX_EWIRE_ACK_MODE (mode not 1 or 2). */
+int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *prequest_id,
+                                   fx_wire_ack *pack, fx_wire_err *err);
+
+/* Decodes the body of a frame with |flags| 0x0001 or 0x0009 into |b|, whose
+ * slices then point into |body|. Returns 0 or: FX_EWIRE_KIND (other flags),
+ * FX_EWIRE_TRUNCATED, FX_EWIRE_ACK_MODE, FX_EWIRE_UTF8 (a name),
+ * FX_EWIRE_COUNT (count > remaining/4, checked before any allocation),
+ * FX_EWIRE_TRAILING (bytes after the last payload), -ENOMEM. On error |b|
+ * holds nothing to release; on success call fx_publish_batch_deinit(). */
+int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_publish_batch *b,
+                            fx_wire_err *err);
+
+/* Frees a heap payload array of a decoded |b| (not the bytes it points to). */
+void fx_publish_batch_deinit(fx_publish_batch *b);
+
+/* Frame flags |b| encodes to: 0x0009 when |b|->ack is not NONE, else 0x0001. */
+uint16_t fx_publish_batch_flags(const fx_publish_batch *b);
+
+/* Size of |b|'s whole frame (header included), or FX_EWIRE_NAME (a name over
+ * 65535 bytes), FX_EWIRE_ACK_MODE or FX_EWIRE_TOO_LARGE (body over UINT32_MAX). */
+ssize_t fx_publish_batch_frame_size(const fx_publish_batch *b);
+
+/* Writes |b| as a whole frame to |out| of |cap| bytes. Returns the bytes
+ * written, the errors of fx_publish_batch_frame_size(), FX_EWIRE_UTF8 (a name)
+ * or -ENOSPC. */
+ssize_t fx_publish_batch_encode(const fx_publish_batch *b, uint8_t *out, size_t cap);
+
+/* ---- publish ack --------------------------------------------------------------- */
+
+/* Decodes a 0x0010 body. Returns 0 or FX_EWIRE_TRUNCATED, FX_EWIRE_STATUS
+ * (status byte not 0 or 1), FX_EWIRE_UTF8 (message), FX_EWIRE_TRAILING. */
+int fx_publish_ack_decode(const uint8_t *body, size_t len, fx_publish_ack *a, fx_wire_err *err);
+
+/* Size of |a|'s whole frame, message cut to FX_WIRE_ACK_MSG_MAX bytes. */
+size_t fx_publish_ack_frame_size(const fx_publish_ack *a);
+
+/* Writes |a| as a whole frame to |out| of |cap| bytes (message cut at a
+ * character boundary to at most FX_WIRE_ACK_MSG_MAX bytes). Returns the bytes
+ * written or -ENOSPC. */
+ssize_t fx_publish_ack_encode(const fx_publish_ack *a, uint8_t *out, size_t cap);
+
+/* ---- event batches --------------------------------------------------------------- */
+
+/* Decodes the body of a frame with |flags| 0x0002/0x0004 (| 0x0020) into |e|.
+ * Returns 0 or FX_EWIRE_KIND, FX_EWIRE_TRUNCATED, FX_EWIRE_COUNT,
+ * FX_EWIRE_TRAILING, -ENOMEM. On success call fx_event_batch_deinit(). */
+int fx_event_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_event_batch *e,
+                          fx_wire_err *err);
+
+/* Frees a heap payload array of a decoded |e|. */
+void fx_event_batch_deinit(fx_event_batch *e);
+
+/* Frame flags |e| encodes to (0x0002 or 0x0004, | 0x0020 with offsets). */
+uint16_t fx_event_batch_flags(const fx_event_batch *e);
+
+/* Size of |e|'s whole frame, or FX_EWIRE_TOO_LARGE. */
+ssize_t fx_event_batch_frame_size(const fx_event_batch *e);
+
+/* Writes |e| as a whole frame to |out| of |cap| bytes, gathering the payloads
+ * (which may live in separate buffers) into it. Returns the bytes written,
+ * FX_EWIRE_TOO_LARGE or -ENOSPC. */
+ssize_t fx_event_batch_encode(const fx_event_batch *e, uint8_t *out, size_t cap);
+
+/* Bytes fx_event_batch_encode_iov() writes into |meta| for |e|: header,
+ * ids/offset, count and the 4-byte length prefixes. */
+size_t fx_event_batch_meta_size(const fx_event_batch *e);
+
+/* Vectored encoding without copying payloads: writes every non-payload byte
+ * of |e|'s frame into |meta| (|meta_cap| >= fx_event_batch_meta_size()) and
+ * fills |iov| (|iov_cap| >= 2 * count, and >= 1) with alternating meta and
+ * payload pieces that concatenate to the frame. The iovecs borrow |meta| and
+ * the payload bytes. Stores the number of iovecs in |*piovcnt|. Returns the
+ * frame size, FX_EWIRE_TOO_LARGE or -ENOSPC. */
+ssize_t fx_event_batch_encode_iov(const fx_event_batch *e, uint8_t *meta, size_t meta_cap,
+                                  struct iovec *iov, size_t iov_cap, size_t *piovcnt);
+
+#endif

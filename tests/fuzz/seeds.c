@@ -1,0 +1,206 @@
+/* Writes the seed corpus of the wire fuzz targets at fuzz time: frames built
+ * with the encoders from the golden layouts of felix-facts.md §3, plus the
+ * shared wire vectors (X.hex) when they exist beside the checkout (they are
+ * read in place, never copied into the repository).
+ * Usage: fx_fuzz_seeds OUT_DIR [VECTORS_DIR]. Single-threaded tool. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "wire/binary.h"
+
+static const char *out_dir;
+
+static int ensure_dir(const char *path)
+{
+    if (mkdir(path, 0755) == 0 || errno == EEXIST)
+        return 0;
+    fprintf(stderr, "fx_fuzz_seeds: mkdir %s: %s\n", path, strerror(errno));
+    return -1;
+}
+
+/* Writes |prefix| (|plen| bytes) + |p| (|n| bytes) as OUT_DIR/|target|/|name|. */
+static int write_seed(const char *target, const char *name, const uint8_t *prefix, size_t plen,
+                      const uint8_t *p, size_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", out_dir, target);
+    if (ensure_dir(path) < 0)
+        return -1;
+    snprintf(path, sizeof(path), "%s/%s/%s", out_dir, target, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "fx_fuzz_seeds: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    bool ok = fwrite(prefix, 1, plen, f) == plen && fwrite(p, 1, n, f) == n;
+    if (fclose(f) != 0 || !ok) {
+        fprintf(stderr, "fx_fuzz_seeds: writing %s failed\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* A stream for fuzz_frame_decoder: chunking seed 0x5a, full 16 MiB limit. */
+static const uint8_t stream_prefix[2] = {0x5a, 0x80};
+
+/* Everything the golden seeds are appended to, for a multi-frame stream seed. */
+static uint8_t all[8192];
+static size_t all_len;
+
+/* Writes one encoded frame as a body seed for |target| (with |sel| as the
+ * selector byte unless |sel| < 0) and as a stream seed. */
+static int golden(const char *target, const char *name, int sel, const uint8_t *frame, ssize_t n)
+{
+    if (n < (ssize_t)FX_WIRE_HEADER_LEN) {
+        fprintf(stderr, "fx_fuzz_seeds: encoding %s failed: %s\n", name, fx_strerror((int)n));
+        return -1;
+    }
+    uint8_t s = (uint8_t)sel;
+    int rv = write_seed(target, name, &s, sel < 0 ? 0 : 1, frame + FX_WIRE_HEADER_LEN,
+                        (size_t)n - FX_WIRE_HEADER_LEN);
+    if (rv == 0)
+        rv = write_seed("fuzz_frame_decoder", name, stream_prefix, 2, frame, (size_t)n);
+    if (rv == 0 && all_len + (size_t)n <= sizeof(all)) {
+        memcpy(all + all_len, frame, (size_t)n);
+        all_len += (size_t)n;
+    }
+    return rv;
+}
+
+static fx_wire_slice str(const char *s)
+{
+    return (fx_wire_slice){(const uint8_t *)s, strlen(s)};
+}
+
+static int golden_seeds(void)
+{
+    uint8_t f[512];
+    fx_wire_slice hello = str("hello"), ab[2] = {str("a"), str("bc")};
+    fx_publish_batch pb = {.tenant = str("t1"),
+                           .ns = str("default"),
+                           .stream = str("demo"),
+                           .count = 1,
+                           .payloads = &hello};
+    int rv = golden("fuzz_publish_batch", "publish_batch", 0, f,
+                    fx_publish_batch_encode(&pb, f, sizeof(f)));
+    pb.request_id = 7;
+    pb.ack = FX_WIRE_ACK_PER_BATCH;
+    rv |= golden("fuzz_publish_batch", "publish_batch_acked", 1, f,
+                 fx_publish_batch_encode(&pb, f, sizeof(f)));
+    fx_event_batch eb = {
+        .shared = true, .has_offsets = true, .base_offset = 5, .count = 2, .payloads = ab};
+    rv |= golden("fuzz_event_batch", "shared_offsets", 3, f,
+                 fx_event_batch_encode(&eb, f, sizeof(f)));
+    eb.has_offsets = false;
+    rv |= golden("fuzz_event_batch", "shared", 2, f, fx_event_batch_encode(&eb, f, sizeof(f)));
+    eb.shared = false;
+    eb.subscription_id = 42;
+    rv |= golden("fuzz_event_batch", "per_sub", 0, f, fx_event_batch_encode(&eb, f, sizeof(f)));
+    eb.has_offsets = true;
+    rv |= golden("fuzz_event_batch", "per_sub_offsets", 1, f,
+                 fx_event_batch_encode(&eb, f, sizeof(f)));
+    fx_publish_ack ack = {.ok = false, .request_id = 9, .message = str("stream not found")};
+    rv |= golden("fuzz_publish_ack", "ack_error", -1, f, fx_publish_ack_encode(&ack, f, sizeof(f)));
+    ack = (fx_publish_ack){.ok = true, .request_id = 7};
+    rv |= golden("fuzz_publish_ack", "ack_ok", -1, f, fx_publish_ack_encode(&ack, f, sizeof(f)));
+    return rv;
+}
+
+/* Reads a hex text file into a new buffer; NULL if unreadable or not hex. */
+static uint8_t *read_hex(const char *path, size_t *plen)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    uint8_t *out = malloc(cap);
+    int hi = -1, c;
+    while (out && (c = fgetc(fp)) != EOF) {
+        int v = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (v < 0)
+            continue; /* whitespace */
+        if (hi < 0) {
+            hi = v;
+            continue;
+        }
+        if (n == cap) {
+            uint8_t *bigger = realloc(out, cap * 2);
+            if (!bigger) {
+                free(out);
+                out = NULL;
+                break;
+            }
+            out = bigger;
+            cap *= 2;
+        }
+        out[n++] = (uint8_t)(hi << 4 | v);
+        hi = -1;
+    }
+    fclose(fp);
+    *plen = n;
+    return out;
+}
+
+/* Each vector X.hex becomes a stream seed; JSON ones (flags 0) also seed
+ * fuzz_message with their body. */
+static int vector_seeds(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        printf("fx_fuzz_seeds: no vectors at %s; golden seeds only\n", dir);
+        return 0;
+    }
+    int rv = 0, count = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t nl = strlen(de->d_name);
+        if (nl < 5 || strcmp(de->d_name + nl - 4, ".hex") != 0)
+            continue;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        size_t n;
+        uint8_t *frame = read_hex(path, &n);
+        if (!frame || n < FX_WIRE_HEADER_LEN) {
+            fprintf(stderr, "fx_fuzz_seeds: %s is not a hex frame\n", path);
+            free(frame);
+            rv = -1;
+            continue;
+        }
+        rv |= write_seed("fuzz_frame_decoder", de->d_name, stream_prefix, 2, frame, n);
+        if (fx_be16(frame + 6) == 0)
+            rv |= write_seed("fuzz_message", de->d_name, (const uint8_t *)"", 0,
+                             frame + FX_WIRE_HEADER_LEN, n - FX_WIRE_HEADER_LEN);
+        if (all_len + n <= sizeof(all)) {
+            memcpy(all + all_len, frame, n);
+            all_len += n;
+        }
+        free(frame);
+        count++;
+    }
+    closedir(d);
+    printf("fx_fuzz_seeds: %d vectors from %s\n", count, dir);
+    return rv;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argc > 3) {
+        fprintf(stderr, "usage: %s OUT_DIR [VECTORS_DIR]\n", argv[0]);
+        return 2;
+    }
+    out_dir = argv[1];
+    if (ensure_dir(out_dir) < 0)
+        return 1;
+    int rv = golden_seeds();
+    if (argc == 3)
+        rv |= vector_seeds(argv[2]);
+    rv |= write_seed("fuzz_frame_decoder", "all_frames", stream_prefix, 2, all, all_len);
+    return rv == 0 ? 0 : 1;
+}

@@ -1,0 +1,489 @@
+/* Tests of the binary frame bodies: golden byte layouts from the protocol
+ * description, round trips, and one case per decoder error code. */
+/* fx-test-libs: fx_wire fx_base */
+#include "fx_test.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "wire/binary.h"
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+/* Decodes a hex string (spaces ignored) into |out|; returns the byte count. */
+static size_t unhex(const char *hex, uint8_t *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = hex; *p;) {
+        if (*p == ' ') {
+            p++;
+            continue;
+        }
+        unsigned v;
+        assert_int_equal(sscanf(p, "%2x", &v), 1);
+        assert_true(n < cap);
+        out[n++] = (uint8_t)v;
+        p += 2;
+    }
+    return n;
+}
+
+static fx_wire_slice str(const char *s)
+{
+    return (fx_wire_slice){(const uint8_t *)s, strlen(s)};
+}
+
+static void assert_slice(fx_wire_slice s, const char *want)
+{
+    assert_int_equal(s.len, strlen(want));
+    assert_memory_equal(s.ptr, want, s.len);
+}
+
+/* Checks the header of |frame| and returns a pointer to its body. */
+static const uint8_t *body_of(const uint8_t *frame, size_t frame_len, uint16_t want_flags)
+{
+    fx_frame_header h;
+    assert_int_equal(fx_frame_header_decode(frame, FX_WIRE_DEFAULT_MAX_FRAME, &h, NULL), 0);
+    assert_int_equal(h.flags, want_flags);
+    assert_int_equal(h.length, frame_len - FX_WIRE_HEADER_LEN);
+    return frame + FX_WIRE_HEADER_LEN;
+}
+
+#define PUB_T1_BODY "0002 7431 0007 64656661756c74 0004 64656d6f 00000001 00000005 68656c6c6f"
+
+/* ---- golden layouts (felix-facts.md §3) --------------------------------------------- */
+
+static void test_golden_publish_batch_t1_default_demo_hello(void **state)
+{
+    uint8_t want[64], out[64];
+    size_t n = unhex("464c5831 0001 0001 00000020 " PUB_T1_BODY, want, sizeof(want));
+    assert_int_equal(n, 44);
+    fx_wire_slice hello = str("hello");
+    fx_publish_batch b = {.tenant = str("t1"),
+                          .ns = str("default"),
+                          .stream = str("demo"),
+                          .count = 1,
+                          .payloads = &hello};
+    assert_int_equal(fx_publish_batch_frame_size(&b), 44);
+    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), 44);
+    assert_memory_equal(out, want, 44);
+
+    fx_publish_batch d;
+    assert_int_equal(fx_publish_batch_decode(0x0001, body_of(want, n, 0x0001), 32, &d, NULL), 0);
+    assert_int_equal(d.ack, FX_WIRE_ACK_NONE);
+    assert_slice(d.tenant, "t1");
+    assert_slice(d.ns, "default");
+    assert_slice(d.stream, "demo");
+    assert_int_equal(d.count, 1);
+    assert_slice(d.payloads[0], "hello");
+    assert_ptr_equal(d.payloads[0].ptr, want + n - 5); /* references the input */
+    fx_publish_batch_deinit(&d);
+}
+
+static void test_golden_acked_publish_batch_req7_per_batch(void **state)
+{
+    uint8_t want[64], out[64];
+    size_t n =
+        unhex("464c5831 0001 0009 00000029 0000000000000007 02 " PUB_T1_BODY, want, sizeof(want));
+    assert_int_equal(n, 53);
+    fx_wire_slice hello = str("hello");
+    fx_publish_batch b = {.request_id = 7,
+                          .ack = FX_WIRE_ACK_PER_BATCH,
+                          .tenant = str("t1"),
+                          .ns = str("default"),
+                          .stream = str("demo"),
+                          .count = 1,
+                          .payloads = &hello};
+    assert_int_equal(fx_publish_batch_flags(&b), 0x0009);
+    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), 53);
+    assert_memory_equal(out, want, 53);
+
+    fx_publish_batch d;
+    assert_int_equal(fx_publish_batch_decode(0x0009, body_of(want, n, 0x0009), 41, &d, NULL), 0);
+    assert_int_equal(d.request_id, 7);
+    assert_int_equal(d.ack, FX_WIRE_ACK_PER_BATCH);
+    assert_slice(d.stream, "demo");
+    assert_int_equal(d.count, 1);
+    assert_slice(d.payloads[0], "hello");
+    fx_publish_batch_deinit(&d);
+}
+
+static void test_golden_shared_event_batch_base5(void **state)
+{
+    uint8_t want[64], out[64];
+    size_t n = unhex("464c5831 0001 0024 00000017 0000000000000005 00000002 00000001 61 "
+                     "00000002 6263",
+                     want, sizeof(want));
+    assert_int_equal(n, 35);
+    fx_wire_slice p[2] = {str("a"), str("bc")};
+    fx_event_batch e = {
+        .shared = true, .has_offsets = true, .base_offset = 5, .count = 2, .payloads = p};
+    assert_int_equal(fx_event_batch_frame_size(&e), 35);
+    assert_int_equal(fx_event_batch_encode(&e, out, sizeof(out)), 35);
+    assert_memory_equal(out, want, 35);
+
+    fx_event_batch d;
+    assert_int_equal(fx_event_batch_decode(0x0024, body_of(want, n, 0x0024), 23, &d, NULL), 0);
+    assert_true(d.shared);
+    assert_true(d.has_offsets);
+    assert_int_equal(d.base_offset, 5);
+    assert_int_equal(d.count, 2);
+    assert_slice(d.payloads[0], "a");
+    assert_slice(d.payloads[1], "bc");
+    fx_event_batch_deinit(&d);
+}
+
+static void test_golden_per_subscriber_event_batch(void **state)
+{
+    /* 0x0022: u64 subscription_id, u64 base_offset, u32 count, entries. */
+    uint8_t want[64], out[64];
+    size_t n = unhex("464c5831 0001 0022 00000019 000000000000002a 000000000000000a 00000001 "
+                     "00000001 78",
+                     want, sizeof(want));
+    fx_wire_slice x = str("x");
+    fx_event_batch e = {
+        .subscription_id = 42, .has_offsets = true, .base_offset = 10, .count = 1, .payloads = &x};
+    assert_int_equal(fx_event_batch_encode(&e, out, sizeof(out)), n);
+    assert_memory_equal(out, want, n);
+    fx_event_batch d;
+    assert_int_equal(fx_event_batch_decode(0x0022, want + 12, n - 12, &d, NULL), 0);
+    assert_false(d.shared);
+    assert_int_equal(d.subscription_id, 42);
+    assert_int_equal(d.base_offset, 10);
+    assert_slice(d.payloads[0], "x");
+    fx_event_batch_deinit(&d);
+
+    /* 0x0002 without offsets: no base_offset field. */
+    e.has_offsets = false;
+    n = unhex("464c5831 0001 0002 00000011 000000000000002a 00000001 00000001 78", want,
+              sizeof(want));
+    assert_int_equal(fx_event_batch_encode(&e, out, sizeof(out)), n);
+    assert_memory_equal(out, want, n);
+    assert_int_equal(fx_event_batch_decode(0x0002, want + 12, n - 12, &d, NULL), 0);
+    assert_false(d.has_offsets);
+    assert_int_equal(d.base_offset, 0);
+    fx_event_batch_deinit(&d);
+}
+
+static void test_golden_publish_ack_error_req9(void **state)
+{
+    uint8_t want[64], out[64];
+    size_t n = unhex("464c5831 0001 0010 0000001b 01 0000000000000009 0010 "
+                     "73747265616d206e6f7420666f756e64",
+                     want, sizeof(want));
+    fx_publish_ack a = {.ok = false, .request_id = 9, .message = str("stream not found")};
+    assert_int_equal(fx_publish_ack_frame_size(&a), n);
+    assert_int_equal(fx_publish_ack_encode(&a, out, sizeof(out)), n);
+    assert_memory_equal(out, want, n);
+    fx_publish_ack d;
+    assert_int_equal(fx_publish_ack_decode(body_of(want, n, 0x0010), n - 12, &d, NULL), 0);
+    assert_false(d.ok);
+    assert_int_equal(d.request_id, 9);
+    assert_slice(d.message, "stream not found");
+}
+
+static void test_golden_publish_ack_ok_req7(void **state)
+{
+    uint8_t want[32], out[32];
+    size_t n = unhex("464c5831 0001 0010 0000000b 00 0000000000000007 0000", want, sizeof(want));
+    fx_publish_ack a = {.ok = true, .request_id = 7};
+    assert_int_equal(fx_publish_ack_encode(&a, out, sizeof(out)), n);
+    assert_memory_equal(out, want, n);
+    fx_publish_ack d;
+    assert_int_equal(fx_publish_ack_decode(want + 12, n - 12, &d, NULL), 0);
+    assert_true(d.ok);
+    assert_int_equal(d.request_id, 7);
+    assert_int_equal(d.message.len, 0);
+}
+
+/* ---- encoders -------------------------------------------------------------------------- */
+
+static void test_large_batch_roundtrips_through_heap_array(void **state)
+{
+    enum { N = 100 };
+    fx_wire_slice p[N];
+    char texts[N][16];
+    for (int i = 0; i < N; i++) {
+        snprintf(texts[i], sizeof(texts[i]), "m%d", i);
+        p[i] = str(texts[i]);
+    }
+    p[7].len = 0; /* empty payloads are legal */
+    fx_publish_batch b = {.request_id = 1ull << 40,
+                          .ack = FX_WIRE_ACK_PER_MESSAGE,
+                          .tenant = str("tenant-é"),
+                          .ns = str("ns"),
+                          .stream = str("s"),
+                          .count = N,
+                          .payloads = p};
+    ssize_t size = fx_publish_batch_frame_size(&b);
+    assert_true(size > 0);
+    uint8_t *out = malloc((size_t)size);
+    assert_int_equal(fx_publish_batch_encode(&b, out, (size_t)size - 1), -ENOSPC);
+    assert_int_equal(fx_publish_batch_encode(&b, out, (size_t)size), size);
+    fx_publish_batch d;
+    assert_int_equal(fx_publish_batch_decode(0x0009, out + 12, (size_t)size - 12, &d, NULL), 0);
+    assert_int_equal(d.request_id, 1ull << 40);
+    assert_int_equal(d.ack, FX_WIRE_ACK_PER_MESSAGE);
+    assert_slice(d.tenant, "tenant-é");
+    assert_int_equal(d.count, N);
+    assert_ptr_not_equal(d.payloads, d.inline_payloads);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(d.payloads[i].len, p[i].len);
+        assert_memory_equal(d.payloads[i].ptr, p[i].ptr, p[i].len);
+    }
+    fx_publish_batch_deinit(&d);
+    free(out);
+}
+
+static void test_event_batch_iov_matches_flat_encoding(void **state)
+{
+    fx_wire_slice p[5] = {str("alpha"), str(""), str("c"), str("delta-delta"), str("e")};
+    for (uint32_t count = 0; count <= 5; count++) {
+        for (int shared = 0; shared < 2; shared++) {
+            fx_event_batch e = {.shared = shared,
+                                .has_offsets = count % 2,
+                                .subscription_id = 3,
+                                .base_offset = 1000 + count,
+                                .count = count,
+                                .payloads = p};
+            uint8_t flat[256], meta[128], joined[256];
+            struct iovec iov[10];
+            size_t iovcnt = 0;
+            ssize_t n = fx_event_batch_encode(&e, flat, sizeof(flat));
+            assert_true(n > 0);
+            assert_true(fx_event_batch_meta_size(&e) <= sizeof(meta));
+            assert_int_equal(fx_event_batch_encode_iov(&e, meta, 3, iov, 10, &iovcnt), -ENOSPC);
+            assert_int_equal(fx_event_batch_encode_iov(&e, meta, sizeof(meta), iov, 10, &iovcnt),
+                             n);
+            assert_int_equal(iovcnt, count ? 2 * count : 1);
+            size_t k = 0;
+            for (size_t i = 0; i < iovcnt; i++) {
+                memcpy(joined + k, iov[i].iov_base, iov[i].iov_len);
+                k += iov[i].iov_len;
+            }
+            assert_int_equal(k, n);
+            assert_memory_equal(joined, flat, k);
+        }
+    }
+}
+
+static void test_publish_ack_message_truncated_at_char_boundary(void **state)
+{
+    /* 510 ASCII bytes then "é" (2 bytes) then "€" (3 bytes): byte 512 falls
+     * inside the euro sign, so the cut keeps 512 bytes ending after "é"... */
+    char msg[520];
+    memset(msg, 'a', 510);
+    memcpy(msg + 510, "\xc3\xa9\xe2\x82\xac", 5);
+    fx_publish_ack a = {.ok = false, .request_id = 1, .message = {(const uint8_t *)msg, 515}};
+    uint8_t out[600];
+    ssize_t n = fx_publish_ack_encode(&a, out, sizeof(out));
+    assert_int_equal(n, 12 + 11 + 512);
+    fx_publish_ack d;
+    assert_int_equal(fx_publish_ack_decode(out + 12, (size_t)n - 12, &d, NULL), 0);
+    assert_int_equal(d.message.len, 512);
+    /* ... and one byte later the cut backs off to before the euro sign. */
+    memset(msg, 'a', 511);
+    memcpy(msg + 511, "\xe2\x82\xac", 3);
+    a.message.len = 514;
+    n = fx_publish_ack_encode(&a, out, sizeof(out));
+    assert_int_equal(n, 12 + 11 + 511);
+    assert_int_equal(fx_publish_ack_decode(out + 12, (size_t)n - 12, &d, NULL), 0);
+    assert_int_equal(fx_be16(out + 12 + 9), 511);
+}
+
+static void test_encoder_rejects_bad_input(void **state)
+{
+    uint8_t out[128];
+    static uint8_t longname[70000];
+    memset(longname, 'n', sizeof(longname));
+    fx_publish_batch b = {.tenant = {longname, 65536}, .ns = str("n"), .stream = str("s")};
+    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_NAME);
+    b.tenant = (fx_wire_slice){(const uint8_t *)"\xc0\xaf", 2};
+    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_UTF8);
+    b.tenant = str("t");
+    b.ack = (fx_wire_ack)3;
+    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_ACK_MODE);
+    b.ack = FX_WIRE_ACK_NONE;
+    assert_int_equal(fx_publish_batch_encode(&b, out, 12), -ENOSPC);
+    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), 12 + 6 + 3 + 4);
+}
+
+/* ---- decoder errors, one code each ------------------------------------------------- */
+
+/* Decodes |hex| as a 0x0001 body and returns the code; checks |err| agrees. */
+static int decode_pub(uint16_t flags, const char *hex)
+{
+    uint8_t body[128];
+    size_t n = unhex(hex, body, sizeof(body));
+    fx_publish_batch b;
+    fx_wire_err err = {0};
+    int rv = fx_publish_batch_decode(flags, body, n, &b, &err);
+    if (rv == 0) {
+        fx_publish_batch_deinit(&b);
+    } else {
+        assert_int_equal(err.code, rv);
+        assert_true(strlen(err.msg) > 10);
+    }
+    return rv;
+}
+
+static void test_truncated_body(void **state)
+{
+    /* The payload announces 5 bytes, 4 are there. */
+    assert_int_equal(decode_pub(0x0001, "0002 7431 0007 64656661756c74 0004 64656d6f 00000001 "
+                                        "00000005 68656c6c"),
+                     FX_EWIRE_TRUNCATED);
+    /* Cut inside a name. */
+    assert_int_equal(decode_pub(0x0001, "0002 74"), FX_EWIRE_TRUNCATED);
+}
+
+static void test_every_prefix_of_a_valid_body_is_rejected(void **state)
+{
+    uint8_t body[64];
+    size_t n = unhex("0000000000000007 01 " PUB_T1_BODY, body, sizeof(body));
+    for (size_t cut = 0; cut < n; cut++) {
+        fx_publish_batch b;
+        int rv = fx_publish_batch_decode(0x0009, body, cut, &b, NULL);
+        /* Cut right after the count, count 1 > 0 remaining / 4. */
+        assert_true(rv == FX_EWIRE_TRUNCATED || rv == FX_EWIRE_COUNT);
+    }
+    fx_publish_batch b;
+    assert_int_equal(fx_publish_batch_decode(0x0009, body, n, &b, NULL), 0);
+    fx_publish_batch_deinit(&b);
+}
+
+static void test_count_larger_than_remaining(void **state)
+{
+    /* count 0xFFFFFFFF with 8 bytes left: rejected before any allocation. */
+    assert_int_equal(decode_pub(0x0001, "0001 74 0001 6e 0001 73 ffffffff 00000000 00000000"),
+                     FX_EWIRE_COUNT);
+    uint8_t body[16];
+    size_t n = unhex("ffffffff 00000000", body, sizeof(body));
+    fx_event_batch e;
+    assert_int_equal(fx_event_batch_decode(0x0004, body, n, &e, NULL), FX_EWIRE_COUNT);
+}
+
+static void test_invalid_utf8_name(void **state)
+{
+    /* Overlong '/' in the stream name. */
+    assert_int_equal(decode_pub(0x0001, "0001 74 0001 6e 0002 c0af 00000000"), FX_EWIRE_UTF8);
+}
+
+static void test_trailing_bytes(void **state)
+{
+    assert_int_equal(decode_pub(0x0001, "0001 74 0001 6e 0001 73 00000001 00000001 78 00"),
+                     FX_EWIRE_TRAILING);
+    uint8_t body[32];
+    size_t n = unhex("00 0000000000000001 0000 ff", body, sizeof(body));
+    fx_publish_ack a;
+    assert_int_equal(fx_publish_ack_decode(body, n, &a, NULL), FX_EWIRE_TRAILING);
+}
+
+static void test_bad_ack_mode(void **state)
+{
+    assert_int_equal(decode_pub(0x0009, "0000000000000001 00 0001 74 0001 6e 0001 73 00000000"),
+                     FX_EWIRE_ACK_MODE);
+    assert_int_equal(decode_pub(0x0009, "0000000000000001 03 0001 74 0001 6e 0001 73 00000000"),
+                     FX_EWIRE_ACK_MODE);
+    uint64_t id;
+    fx_wire_ack ack;
+    uint8_t prefix[9] = {0, 0, 0, 0, 0, 0, 0, 9, 1};
+    assert_int_equal(fx_publish_acked_prefix_decode(prefix, 9, &id, &ack, NULL), 0);
+    assert_int_equal(id, 9);
+    assert_int_equal(ack, FX_WIRE_ACK_PER_MESSAGE);
+    assert_int_equal(fx_publish_acked_prefix_decode(prefix, 8, &id, &ack, NULL),
+                     FX_EWIRE_TRUNCATED);
+}
+
+static void test_bad_ack_status(void **state)
+{
+    uint8_t body[32];
+    size_t n = unhex("02 0000000000000001 0000", body, sizeof(body));
+    fx_publish_ack a;
+    fx_wire_err err = {0};
+    assert_int_equal(fx_publish_ack_decode(body, n, &a, &err), FX_EWIRE_STATUS);
+    assert_int_equal(err.code, FX_EWIRE_STATUS);
+}
+
+static void test_decoders_reject_other_kinds(void **state)
+{
+    uint8_t body[8] = {0};
+    fx_publish_batch b;
+    fx_event_batch e;
+    assert_int_equal(fx_publish_batch_decode(0x0004, body, 4, &b, NULL), FX_EWIRE_KIND);
+    assert_int_equal(fx_event_batch_decode(0x0001, body, 4, &e, NULL), FX_EWIRE_KIND);
+    assert_int_equal(fx_event_batch_decode(0x0020, body, 4, &e, NULL), FX_EWIRE_KIND);
+    assert_int_equal(fx_event_batch_decode(0x0026, body, 4, &e, NULL), FX_EWIRE_KIND);
+    /* A valid empty shared batch, for contrast. */
+    assert_int_equal(fx_event_batch_decode(0x0004, body, 4, &e, NULL), 0);
+    assert_int_equal(e.count, 0);
+}
+
+static void test_utf8_validation_is_strict(void **state)
+{
+    static const struct {
+        const char *s;
+        size_t n;
+        bool ok;
+    } cases[] = {
+        {"", 0, true},
+        {"plain ascii", 11, true},
+        {"\xc3\xa9", 2, true},          /* U+00E9 */
+        {"\xe2\x82\xac", 3, true},      /* U+20AC */
+        {"\xf0\x9f\x98\x80", 4, true},  /* U+1F600 */
+        {"\xf4\x8f\xbf\xbf", 4, true},  /* U+10FFFF */
+        {"\xed\x9f\xbf", 3, true},      /* U+D7FF */
+        {"\xee\x80\x80", 3, true},      /* U+E000 */
+        {"\xc0\xaf", 2, false},         /* overlong '/' */
+        {"\xc1\xbf", 2, false},         /* overlong */
+        {"\xe0\x9f\xbf", 3, false},     /* overlong 3-byte */
+        {"\xf0\x8f\xbf\xbf", 4, false}, /* overlong 4-byte */
+        {"\xed\xa0\x80", 3, false},     /* U+D800 surrogate */
+        {"\xed\xbf\xbf", 3, false},     /* U+DFFF surrogate */
+        {"\xf4\x90\x80\x80", 4, false}, /* U+110000 */
+        {"\xf5\x80\x80\x80", 4, false}, /* lead byte beyond range */
+        {"\x80", 1, false},             /* lone continuation */
+        {"\xe2\x82", 2, false},         /* truncated */
+        {"a\xf0\x9f\x98", 4, false},    /* truncated 4-byte at the end */
+        {"\xe2\x28\xac", 3, false},     /* bad continuation */
+        {"\xff", 1, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (fx_wire_utf8_valid((const uint8_t *)cases[i].s, cases[i].n) != cases[i].ok)
+            fail_msg("case %zu: expected %s", i, cases[i].ok ? "valid" : "invalid");
+    }
+}
+
+static void test_wire_err_set_formats_message(void **state)
+{
+    fx_wire_err err = {0};
+    assert_int_equal(fx_wire_err_set(&err, FX_EWIRE_COUNT, "count %d", 5), FX_EWIRE_COUNT);
+    assert_int_equal(err.code, FX_EWIRE_COUNT);
+    assert_string_equal(err.msg, "count 5");
+    assert_int_equal(fx_wire_err_set(NULL, FX_EWIRE_UTF8, "x"), FX_EWIRE_UTF8);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_golden_publish_batch_t1_default_demo_hello),
+    cmocka_unit_test(test_golden_acked_publish_batch_req7_per_batch),
+    cmocka_unit_test(test_golden_shared_event_batch_base5),
+    cmocka_unit_test(test_golden_per_subscriber_event_batch),
+    cmocka_unit_test(test_golden_publish_ack_error_req9),
+    cmocka_unit_test(test_golden_publish_ack_ok_req7),
+    cmocka_unit_test(test_large_batch_roundtrips_through_heap_array),
+    cmocka_unit_test(test_event_batch_iov_matches_flat_encoding),
+    cmocka_unit_test(test_publish_ack_message_truncated_at_char_boundary),
+    cmocka_unit_test(test_encoder_rejects_bad_input),
+    cmocka_unit_test(test_truncated_body),
+    cmocka_unit_test(test_every_prefix_of_a_valid_body_is_rejected),
+    cmocka_unit_test(test_count_larger_than_remaining),
+    cmocka_unit_test(test_invalid_utf8_name),
+    cmocka_unit_test(test_trailing_bytes),
+    cmocka_unit_test(test_bad_ack_mode),
+    cmocka_unit_test(test_bad_ack_status),
+    cmocka_unit_test(test_decoders_reject_other_kinds),
+    cmocka_unit_test(test_utf8_validation_is_strict),
+    cmocka_unit_test(test_wire_err_set_formats_message),
+};
+
+FX_TEST_MAIN(tests)
