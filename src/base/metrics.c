@@ -411,3 +411,69 @@ int fx_metrics_render(char **pout, size_t *plen)
     free(snap);
     return rv;
 }
+
+/* ---- Markdown reference (docs/metrics.md) -------------------------------- */
+
+/* Writes |s| with the characters that would break a table cell escaped. */
+static void md_cell(FILE *out, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '|')
+            fputs("\\|", out);
+        else if (s[i] == '\n')
+            fputc(' ', out);
+        else
+            fputc(s[i], out);
+    }
+}
+
+/* Writes the Labels cell of the |n| series starting at |d| (one name):
+ * "`key`: `v1`, `v2`", or "-" when unlabelled. */
+static void md_labels(FILE *out, const fx_metric_desc *d, size_t n)
+{
+    const char *eq = strchr(d->label, '=');
+    if (!eq) {
+        fputs("-", out);
+        return;
+    }
+    fputc('`', out);
+    md_cell(out, d->label, (size_t)(eq - d->label));
+    fputs("`: ", out);
+    for (size_t i = 0; i < n; i++) {
+        const char *v = strchr(d[i].label, '=');
+        fputs(i ? ", `" : "`", out);
+        if (v)
+            md_cell(out, v + 1, strlen(v + 1));
+        fputc('`', out);
+    }
+}
+
+static void md_row(FILE *out, const fx_metric_desc *d, size_t n)
+{
+    fprintf(out, "| `%s` | %s", d->name, type_name(d->type));
+    if (d->type == FX_METRIC_HISTOGRAM)
+        fprintf(out, " (le 2^%u .. 2^%u, +Inf)", d->lo, d->lo + FX_HIST_NBUCKETS - 1);
+    fputs(" | ", out);
+    md_labels(out, d, n);
+    fputs(" | ", out);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "%s`%s`", i ? ", " : "", d[i].field);
+    fputs(" | ", out);
+    md_cell(out, d->help, strlen(d->help));
+    fputs(" |\n", out);
+}
+
+int fx_metrics_print_markdown(FILE *out)
+{
+    fputs("| Metric | Type | Labels | C field | Help |\n", out);
+    fputs("|---|---|---|---|---|\n", out);
+    for (size_t i = 0; i < fx_metrics_ndescs;) {
+        size_t n = 1;
+        while (i + n < fx_metrics_ndescs &&
+               strcmp(fx_metrics_descs[i + n].name, fx_metrics_descs[i].name) == 0)
+            n++;
+        md_row(out, &fx_metrics_descs[i], n);
+        i += n;
+    }
+    return ferror(out) ? -EIO : 0;
+}

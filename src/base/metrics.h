@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/metrics_defs.h"
 
@@ -165,5 +166,12 @@ int fx_metrics_render(char **pout, size_t *plen);
 /* Returns how many shards exist (live and parked). For tests and the admin
  * endpoint. Any thread. */
 size_t fx_metrics_shard_count(void);
+
+/* Writes the reference table of docs/metrics.md as Markdown: one row per
+ * exported metric name (series sharing a name are one row listing their label
+ * values) with its type, labels, C field names and help text, in exposition
+ * order. Generated from the registry, so the docs cannot drift (a test
+ * compares them). Returns 0 or -EIO. Any thread. */
+int fx_metrics_print_markdown(FILE *out);
 
 #endif

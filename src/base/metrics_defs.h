@@ -19,7 +19,7 @@
 /* ---- broker ingress (checkpoints 3 and 4) ------------------------------ */
 #define FX_METRICS_BROKER(C, G, H)                                                                 \
     C(ingress_dropped, "felix_broker_ingress_dropped_total", "",                                   \
-      "Unacked publishes shed because the broker worker queue was full")                           \
+      "Unacked publishes shed at broker ingress (worker queue or byte budget full)")               \
     C(ingress_rejected, "felix_broker_ingress_rejected_total", "",                                 \
       "Publishes refused with an error reply because they could not be admitted")                  \
     C(ingress_queue_full, "felix_broker_ingress_queue_full_total", "",                             \
@@ -42,12 +42,12 @@
     C(subscribe_req_error, "felix_subscribe_requests_total", "result=error",                       \
       "Subscribe requests by result")                                                              \
     C(subscribe_dropped, "felix_subscribe_dropped_total", "",                                      \
-      "Envelopes refused by a full subscriber queue (same events as "                              \
+      "Messages shed at a full subscriber queue (same events as "                                  \
       "felix_sub_queue_dropped_total)")                                                            \
     C(sub_queue_dropped, "felix_sub_queue_dropped_total", "",                                      \
-      "Envelopes refused by a full subscriber queue (DropNew policy)")                             \
+      "Messages shed at a full subscriber queue (DropNew and DropOld)")                            \
     C(sub_queue_drop_old, "felix_sub_queue_drop_old_total", "",                                    \
-      "Envelopes evicted from a full subscriber queue to make room (DropOld policy)")              \
+      "Messages evicted from a full subscriber queue to make room (DropOld)")                      \
     C(sub_queue_enqueued, "felix_sub_queue_enqueued_total", "",                                    \
       "Envelopes enqueued to subscriber queues")                                                   \
     C(sub_queue_dequeued, "felix_sub_queue_dequeued_total", "",                                    \
@@ -55,6 +55,10 @@
     G(sub_queue_len, "felix_sub_queue_len", "", "Envelopes held in subscriber queues, all queues") \
     C(sub_shared_batch_handles, "felix_sub_shared_batch_handles_total", "",                        \
       "Shared envelope references handed to subscriber queues")                                    \
+    C(sub_shared_frame_encodes, "felix_sub_shared_frame_encodes_total", "",                        \
+      "Shared event frames encoded (at most one per envelope, whatever the fanout)")               \
+    C(sub_frame_encodes, "felix_sub_frame_encodes_total", "",                                      \
+      "Per-subscriber event frames encoded (replay starting inside a batch, or a split batch)")    \
     C(subscriber_lane_dropped, "felix_subscriber_lane_dropped_total", "",                          \
       "Delivery commands dropped at a full writer lane")                                           \
     C(subscriber_disconnect, "felix_subscriber_disconnect_total", "",                              \

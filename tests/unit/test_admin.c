@@ -1,0 +1,694 @@
+/* Unit tests for server/admin: the admin HTTP endpoint served for real on
+ * 127.0.0.1 (and ::1) port 0 and spoken to by a small raw-socket HTTP/1.1
+ * client written here; the ask-a-loop helper against a real fx_loop (answer,
+ * and timeout with a late answer); the bearer-token rule; and the check that
+ * docs/metrics.md still matches the metrics registry. */
+/* fx-test-libs: fx_server fx_wire fx_base */
+#include "fx_test.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "base/loop.h"
+#include "base/metrics.h"
+#include "felix/error.h"
+#include "server/admin.h"
+
+#define HANG_GUARD_S 10 /* socket timeouts: a hang fails the test, never a slow machine */
+#define REPLY_MAX (4 * 1024 * 1024)
+
+/* ---- a tiny HTTP/1.1 client ----------------------------------------------- */
+
+typedef struct http_reply {
+    int status;
+    char *raw; /* the whole response, NUL-terminated */
+    const char *headers;
+    size_t headers_len;
+    const char *body;
+    size_t body_len;
+} http_reply;
+
+static int connect_to(int family, uint16_t port)
+{
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {.tv_sec = HANG_GUARD_S};
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
+    struct sockaddr_storage ss = {0};
+    socklen_t len;
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons(port);
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof(*a);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(port);
+        a->sin6_addr = in6addr_loopback;
+        len = sizeof(*a);
+    }
+    assert_int_equal(connect(fd, (struct sockaddr *)&ss, len), 0);
+    return fd;
+}
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        assert_true(w > 0);
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Reads until the server closes (we send Connection: close). */
+static char *read_all(int fd, size_t *plen)
+{
+    size_t cap = 16384, len = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    for (;;) {
+        if (len + 1 == cap) {
+            assert_true(cap < REPLY_MAX);
+            cap *= 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
+        assert_true(r >= 0); /* -1 here is the hang guard firing */
+        if (r == 0)
+            break;
+        len += (size_t)r;
+    }
+    buf[len] = '\0';
+    *plen = len;
+    return buf;
+}
+
+/* Sends one request with |extra| header lines ("Name: v\r\n"..., may be NULL)
+ * and |body| (may be NULL) and parses the reply. */
+static void http_do(int family, uint16_t port, const char *method, const char *path,
+                    const char *extra, const char *body, http_reply *rep)
+{
+    int fd = connect_to(family, port);
+    char head[1024];
+    size_t blen = body ? strlen(body) : 0;
+    int n = snprintf(head, sizeof(head),
+                     "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                     "Content-Length: %zu\r\n%s\r\n",
+                     method, path, blen, extra ? extra : "");
+    assert_true(n > 0 && (size_t)n < sizeof(head));
+    write_all(fd, head, (size_t)n);
+    if (blen)
+        write_all(fd, body, blen);
+    size_t len;
+    rep->raw = read_all(fd, &len);
+    close(fd);
+    assert_int_equal(sscanf(rep->raw, "HTTP/1.%*d %d", &rep->status), 1);
+    char *end = strstr(rep->raw, "\r\n\r\n");
+    assert_non_null(end);
+    rep->headers = rep->raw;
+    rep->headers_len = (size_t)(end - rep->raw) + 2;
+    rep->body = end + 4;
+    rep->body_len = len - (size_t)(rep->body - rep->raw);
+}
+
+static void http_get(uint16_t port, const char *path, http_reply *rep)
+{
+    http_do(AF_INET, port, "GET", path, NULL, NULL, rep);
+}
+
+/* Copies header |name|'s value (case-insensitive name) into |out|; returns
+ * false if absent. */
+static bool http_header(const http_reply *rep, const char *name, char *out, size_t cap)
+{
+    size_t nl = strlen(name);
+    const char *p = strstr(rep->headers, "\r\n");
+    const char *end = rep->headers + rep->headers_len;
+    while (p && p + 2 < end) {
+        p += 2;
+        const char *eol = strstr(p, "\r\n");
+        if (!eol || eol > end)
+            break;
+        if ((size_t)(eol - p) > nl && strncasecmp(p, name, nl) == 0 && p[nl] == ':') {
+            const char *v = p + nl + 1;
+            while (*v == ' ')
+                v++;
+            snprintf(out, cap, "%.*s", (int)(eol - v), v);
+            return true;
+        }
+        p = eol;
+    }
+    return false;
+}
+
+static void assert_body(const http_reply *rep, const char *want)
+{
+    assert_int_equal(rep->body_len, strlen(want));
+    assert_memory_equal(rep->body, want, rep->body_len);
+}
+
+static void http_reply_free(http_reply *rep)
+{
+    free(rep->raw);
+    memset(rep, 0, sizeof(*rep));
+}
+
+/* ---- fixtures -------------------------------------------------------------- */
+
+static fx_admin *start_admin(const fx_admin_opts *o)
+{
+    fx_admin *a = NULL;
+    char err[256] = "";
+    int rv = fx_admin_start(&a, o, err, sizeof(err));
+    if (rv != 0)
+        fprintf(stderr, "fx_admin_start: %s\n", err);
+    assert_int_equal(rv, 0);
+    assert_non_null(a);
+    return a;
+}
+
+static fx_admin *start_local(void)
+{
+    return start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0"});
+}
+
+static fx_loop *start_loop(void)
+{
+    fx_loop *l = NULL;
+    assert_int_equal(fx_loop_new(&l, &(fx_loop_opts){.name = "admin-test", .cpu = -1}), 0);
+    assert_int_equal(fx_loop_start(l), 0);
+    return l;
+}
+
+static void stop_loop(fx_loop *l)
+{
+    fx_loop_stop(l);
+    assert_int_equal(fx_loop_run_error(l), 0);
+    fx_loop_free(l);
+}
+
+/* ---- built-in routes ------------------------------------------------------- */
+
+static void test_metrics_endpoint_serves_prometheus_text(void **state)
+{
+    fx_metrics_snapshot snap;
+    fx_metrics_snapshot_take(&snap);
+    uint64_t before = atomic_load(&snap.c.ingress_dropped);
+    FX_COUNTER_ADD(ingress_dropped, 3);
+
+    fx_admin *a = start_local();
+    http_reply rep;
+    http_get(fx_admin_port(a), "/metrics", &rep);
+    assert_int_equal(rep.status, 200);
+    char ctype[128];
+    assert_true(http_header(&rep, "Content-Type", ctype, sizeof(ctype)));
+    assert_string_equal(ctype, "text/plain; version=0.0.4; charset=utf-8");
+    char want[128];
+    snprintf(want, sizeof(want), "\nfelix_broker_ingress_dropped_total %" PRIu64 "\n", before + 3);
+    assert_non_null(strstr(rep.body, want));
+    assert_non_null(strstr(rep.body, "# TYPE felix_broker_ingress_dropped_total counter\n"));
+    assert_non_null(strstr(rep.body, "# TYPE felix_publish_latency_ns histogram\n"));
+    http_reply_free(&rep);
+    fx_admin_free(a);
+}
+
+static void test_live_returns_ok(void **state)
+{
+    fx_admin *a = start_local();
+    http_reply rep;
+    http_get(fx_admin_port(a), "/live", &rep);
+    assert_int_equal(rep.status, 200);
+    assert_body(&rep, "ok");
+    http_reply_free(&rep);
+    /* /live stays 200 while draining: the process is alive. */
+    fx_admin_set_draining(a, true);
+    http_get(fx_admin_port(a), "/live", &rep);
+    assert_int_equal(rep.status, 200);
+    http_reply_free(&rep);
+    fx_admin_free(a);
+}
+
+static void test_ready_turns_503_when_draining(void **state)
+{
+    fx_admin *a = start_local();
+    http_reply rep;
+    http_get(fx_admin_port(a), "/ready", &rep);
+    assert_int_equal(rep.status, 200);
+    assert_body(&rep, "ok");
+    http_reply_free(&rep);
+
+    fx_admin_set_draining(a, true);
+    http_get(fx_admin_port(a), "/ready", &rep);
+    assert_int_equal(rep.status, 503);
+    assert_body(&rep, "draining");
+    http_reply_free(&rep);
+
+    fx_admin_set_draining(a, false);
+    http_get(fx_admin_port(a), "/ready", &rep);
+    assert_int_equal(rep.status, 200);
+    http_reply_free(&rep);
+    fx_admin_free(a);
+}
+
+static void test_unknown_path_404(void **state)
+{
+    fx_admin *a = start_local();
+    const char *paths[] = {"/", "/metricsx", "/live/", "/v1/streams"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        http_reply rep;
+        http_get(fx_admin_port(a), paths[i], &rep);
+        assert_int_equal(rep.status, 404);
+        assert_body(&rep, "not found\n");
+        http_reply_free(&rep);
+    }
+    fx_admin_free(a);
+}
+
+static void test_wrong_method_405(void **state)
+{
+    fx_admin *a = start_local();
+    const char *methods[] = {"POST", "PUT", "DELETE"};
+    const char *paths[] = {"/metrics", "/live", "/ready"};
+    for (size_t i = 0; i < 3; i++) {
+        http_reply rep;
+        http_do(AF_INET, fx_admin_port(a), methods[i], paths[i], NULL, "x", &rep);
+        assert_int_equal(rep.status, 405);
+        char allow[64];
+        assert_true(http_header(&rep, "Allow", allow, sizeof(allow)));
+        assert_string_equal(allow, "GET");
+        http_reply_free(&rep);
+    }
+    /* HEAD is GET without a body. */
+    http_reply rep;
+    http_do(AF_INET, fx_admin_port(a), "HEAD", "/live", NULL, NULL, &rep);
+    assert_int_equal(rep.status, 200);
+    assert_int_equal(rep.body_len, 0);
+    http_reply_free(&rep);
+    fx_admin_free(a);
+}
+
+static void test_port_zero_reports_bound_port(void **state)
+{
+    fx_admin *a = start_local();
+    fx_admin *b = start_local();
+    uint16_t pa = fx_admin_port(a), pb = fx_admin_port(b);
+    assert_true(pa != 0 && pb != 0);
+    assert_true(pa != pb);
+    assert_false(fx_admin_is_remote(a));
+    http_reply rep;
+    http_get(pb, "/live", &rep);
+    assert_int_equal(rep.status, 200);
+    http_reply_free(&rep);
+    fx_admin_free(a);
+    fx_admin_free(b);
+}
+
+static void expect_bind_error(const char *bind, int want_rv, const char *want_text)
+{
+    fx_admin *a = NULL;
+    char err[256] = "";
+    int rv = fx_admin_start(&a, &(fx_admin_opts){.bind = bind}, err, sizeof(err));
+    if (rv != want_rv || !strstr(err, want_text))
+        fprintf(stderr, "bind '%s': rv=%d (%s) err='%s'\n", bind, rv, fx_strerror(rv), err);
+    assert_int_equal(rv, want_rv);
+    assert_null(a);
+    assert_non_null(strstr(err, want_text));
+    assert_non_null(strstr(err, bind));
+}
+
+static void test_bad_bind_address_rejected_with_message(void **state)
+{
+    expect_bind_error("127.0.0.1", FX_ECONFIG, "expected host:port");
+    expect_bind_error("127.0.0.1:65536", FX_ECONFIG, "port must be a number");
+    expect_bind_error("127.0.0.1:80x", FX_ECONFIG, "port must be a number");
+    expect_bind_error(":8080", FX_ECONFIG, "expected host:port");
+    expect_bind_error("::1:8080", FX_ECONFIG, "IPv6 addresses go in [ ]");
+    expect_bind_error("[::1:8080", FX_ECONFIG, "expected host:port");
+    expect_bind_error("[nonsense]:8080", FX_ECONFIG, "not an IPv6 address");
+
+    /* A port already taken names the OS error. */
+    fx_admin *a = start_local();
+    char bind[64];
+    snprintf(bind, sizeof(bind), "127.0.0.1:%u", (unsigned)fx_admin_port(a));
+    expect_bind_error(bind, -EADDRINUSE, "cannot listen on");
+    fx_admin_free(a);
+}
+
+static void test_ipv6_loopback_bind_works(void **state)
+{
+    int probe = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = in6addr_loopback};
+    bool ok = probe >= 0 && bind(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (probe >= 0)
+        close(probe);
+    if (!ok)
+        fx_test_skip("no IPv6 loopback on this host");
+
+    fx_admin *a = start_admin(&(fx_admin_opts){.bind = "[::1]:0"});
+    assert_true(fx_admin_port(a) != 0);
+    assert_false(fx_admin_is_remote(a));
+    http_reply rep;
+    http_do(AF_INET6, fx_admin_port(a), "GET", "/live", NULL, NULL, &rep);
+    assert_int_equal(rep.status, 200);
+    assert_body(&rep, "ok");
+    http_reply_free(&rep);
+    fx_admin_free(a);
+}
+
+static void test_oversized_body_gets_413(void **state)
+{
+    fx_admin *a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .max_body = 16});
+    http_reply rep;
+    http_do(AF_INET, fx_admin_port(a), "PUT", "/live", NULL, "0123456789abcdefXYZ", &rep);
+    assert_int_equal(rep.status, 413);
+    http_reply_free(&rep);
+    fx_admin_free(a);
+}
+
+/* ---- registered routes that ask a loop ------------------------------------- */
+
+typedef struct loop_ctx {
+    fx_loop *loop;
+    uint64_t timeout_ns;
+    atomic_bool ran_on_loop;
+    atomic_int answer_rv; /* what fx_admin_query_answer returned; 1 = not yet */
+    sem_t gate;           /* a task waiting on it keeps the loop busy */
+} loop_ctx;
+
+/* Loop side: answers with what it was asked, so the test sees the copy. */
+static void answer_on_loop(fx_admin_query *q, void *user)
+{
+    loop_ctx *c = user;
+    atomic_store(&c->ran_on_loop, fx_loop_is_current(c->loop));
+    const fx_admin_req *req = fx_admin_query_req(q);
+    char body[256];
+    int n = snprintf(body, sizeof(body), "%s %s rest=%s body=%s", req->method, req->path, req->rest,
+                     req->body);
+    atomic_store(&c->answer_rv, fx_admin_query_answer(q, 200, FX_ADMIN_JSON, body, (size_t)n));
+}
+
+static void ask_route(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    loop_ctx *c = user;
+    (void)fx_admin_ask_loop(c->loop, req, c->timeout_ns, answer_on_loop, c, resp);
+}
+
+static void block_loop(void *user)
+{
+    loop_ctx *c = user;
+    while (sem_wait(&c->gate) != 0 && errno == EINTR)
+        ;
+}
+
+static void loop_ctx_init(loop_ctx *c, uint64_t timeout_ns)
+{
+    memset(c, 0, sizeof(*c));
+    c->loop = start_loop();
+    c->timeout_ns = timeout_ns;
+    atomic_init(&c->answer_rv, 1);
+    assert_int_equal(sem_init(&c->gate, 0, 0), 0);
+}
+
+static void loop_ctx_deinit(loop_ctx *c)
+{
+    stop_loop(c->loop);
+    sem_destroy(&c->gate);
+}
+
+static void test_loop_query_answers(void **state)
+{
+    loop_ctx c;
+    loop_ctx_init(&c, 10 * FX_NS_PER_S);
+    fx_admin_route routes[] = {
+        {.method = "GET", .path = "/v1/streams", .on_request = ask_route, .user = &c},
+        {.method = "PUT", .path = "/v1/streams/", .on_request = ask_route, .user = &c},
+    };
+    fx_admin *a =
+        start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .routes = routes, .nroutes = 2});
+
+    http_reply rep;
+    http_get(fx_admin_port(a), "/v1/streams", &rep);
+    assert_int_equal(rep.status, 200);
+    char ctype[64];
+    assert_true(http_header(&rep, "Content-Type", ctype, sizeof(ctype)));
+    assert_string_equal(ctype, FX_ADMIN_JSON);
+    assert_body(&rep, "GET /v1/streams rest= body=");
+    assert_true(atomic_load(&c.ran_on_loop));
+    assert_int_equal(atomic_load(&c.answer_rv), 0);
+    http_reply_free(&rep);
+
+    /* A prefix route gets the rest of the path and the body (loopback: no token). */
+    http_do(AF_INET, fx_admin_port(a), "PUT", "/v1/streams/t1/ns/s", NULL, "{\"a\":1}", &rep);
+    assert_int_equal(rep.status, 200);
+    assert_body(&rep, "PUT /v1/streams/t1/ns/s rest=t1/ns/s body={\"a\":1}");
+    http_reply_free(&rep);
+
+    /* The path has a route, the method none. */
+    http_do(AF_INET, fx_admin_port(a), "DELETE", "/v1/streams", NULL, NULL, &rep);
+    assert_int_equal(rep.status, 405);
+    http_reply_free(&rep);
+
+    fx_admin_free(a);
+    loop_ctx_deinit(&c);
+    assert_int_equal(fx_admin_queries_live(), 0);
+}
+
+static void test_loop_query_times_out_without_leak(void **state)
+{
+    loop_ctx c;
+    loop_ctx_init(&c, 50 * FX_NS_PER_MS);
+    assert_int_equal(fx_loop_call(c.loop, block_loop, &c), 0);
+
+    fx_admin_req req = {.method = "GET", .path = "/v1/subscriptions", .rest = "", .body = ""};
+    fx_admin_resp resp = {0};
+    int rv = fx_admin_ask_loop(c.loop, &req, c.timeout_ns, answer_on_loop, &c, &resp);
+    assert_int_equal(rv, FX_ETIMEDOUT);
+    assert_int_equal(resp.status, 503);
+    assert_int_equal(resp.len, strlen(FX_ADMIN_TIMEOUT_BODY));
+    assert_memory_equal(resp.body, FX_ADMIN_TIMEOUT_BODY, resp.len);
+    fx_admin_resp_deinit(&resp);
+    /* The loop still holds its reference: the query must still be alive. */
+    assert_int_equal(fx_admin_queries_live(), 1);
+    assert_int_equal(atomic_load(&c.answer_rv), 1);
+
+    /* Unblock the loop: the late answer is written into the live query,
+     * discarded, and the query freed (ASan would flag a use after free). */
+    assert_int_equal(sem_post(&c.gate), 0);
+    for (int i = 0; i < HANG_GUARD_S * 1000 && atomic_load(&c.answer_rv) == 1; i++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&c.answer_rv), FX_ETIMEDOUT);
+    assert_true(atomic_load(&c.ran_on_loop));
+    assert_int_equal(fx_admin_queries_live(), 0);
+
+    /* The same route over HTTP answers 503 with the timeout text. */
+    fx_admin_route route = {.method = "GET", .path = "/slow", .on_request = ask_route, .user = &c};
+    fx_admin *a =
+        start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .routes = &route, .nroutes = 1});
+    atomic_store(&c.answer_rv, 1);
+    assert_int_equal(fx_loop_call(c.loop, block_loop, &c), 0);
+    http_reply rep;
+    http_get(fx_admin_port(a), "/slow", &rep);
+    assert_int_equal(rep.status, 503);
+    assert_body(&rep, FX_ADMIN_TIMEOUT_BODY);
+    http_reply_free(&rep);
+    assert_int_equal(sem_post(&c.gate), 0);
+    fx_admin_free(a);
+    loop_ctx_deinit(&c); /* stopping runs the pending late answer */
+    assert_int_equal(atomic_load(&c.answer_rv), FX_ETIMEDOUT);
+    assert_int_equal(fx_admin_queries_live(), 0);
+}
+
+/* ---- bearer token for mutating calls ---------------------------------------- */
+
+static atomic_int mutations;
+
+static void mutate_route(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    atomic_fetch_add(&mutations, 1);
+    (void)fx_admin_resp_text(resp, 200, "done");
+}
+
+static int put_status(fx_admin *a, const char *auth_header, bool *pchallenge)
+{
+    http_reply rep;
+    http_do(AF_INET, fx_admin_port(a), "PUT", "/v1/streams/t/ns/s", auth_header, NULL, &rep);
+    int status = rep.status;
+    char v[64];
+    *pchallenge = http_header(&rep, "WWW-Authenticate", v, sizeof(v)) && strcmp(v, "Bearer") == 0;
+    http_reply_free(&rep);
+    return status;
+}
+
+static void test_mutating_route_needs_token_off_loopback(void **state)
+{
+    /* The pure rule. */
+    assert_true(fx_admin_authorized(false, NULL, NULL));
+    assert_false(fx_admin_authorized(true, NULL, "Bearer x"));
+    assert_false(fx_admin_authorized(true, "", "Bearer "));
+    assert_false(fx_admin_authorized(true, "s3cret", NULL));
+    assert_false(fx_admin_authorized(true, "s3cret", "Bearer s3cre"));
+    assert_false(fx_admin_authorized(true, "s3cret", "Bearer s3crett"));
+    assert_false(fx_admin_authorized(true, "s3cret", "Basic s3cret"));
+    assert_true(fx_admin_authorized(true, "s3cret", "Bearer s3cret"));
+    assert_true(fx_admin_authorized(true, "s3cret", "bearer  s3cret"));
+    assert_true(fx_admin_method_is_mutating("PUT"));
+    assert_true(fx_admin_method_is_mutating("DELETE"));
+    assert_false(fx_admin_method_is_mutating("GET"));
+    assert_false(fx_admin_method_is_mutating("HEAD"));
+
+    /* Over HTTP, with the endpoint treated as off-loopback. */
+    fx_admin_route routes[] = {
+        {.method = "PUT", .path = "/v1/streams/", .on_request = mutate_route},
+        {.method = "GET", .path = "/v1/streams", .on_request = mutate_route},
+    };
+    fx_admin *a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0",
+                                               .token = "s3cret",
+                                               .treat_as_remote = true,
+                                               .routes = routes,
+                                               .nroutes = 2});
+    assert_true(fx_admin_is_remote(a));
+    atomic_store(&mutations, 0);
+    bool challenge;
+    assert_int_equal(put_status(a, NULL, &challenge), 401);
+    assert_true(challenge);
+    assert_int_equal(put_status(a, "Authorization: Bearer wrong\r\n", &challenge), 401);
+    assert_int_equal(atomic_load(&mutations), 0);
+    assert_int_equal(put_status(a, "Authorization: Bearer s3cret\r\n", &challenge), 200);
+    assert_false(challenge);
+    assert_int_equal(atomic_load(&mutations), 1);
+    /* Reads need no token. */
+    http_reply rep;
+    http_get(fx_admin_port(a), "/v1/streams", &rep);
+    assert_int_equal(rep.status, 200);
+    http_reply_free(&rep);
+    fx_admin_free(a);
+
+    /* Off loopback with no token configured: every mutating call is refused. */
+    a = start_admin(&(fx_admin_opts){
+        .bind = "127.0.0.1:0", .treat_as_remote = true, .routes = routes, .nroutes = 2});
+    assert_int_equal(put_status(a, "Authorization: Bearer \r\n", &challenge), 401);
+    fx_admin_free(a);
+
+    /* On loopback no token is needed. */
+    a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .routes = routes, .nroutes = 2});
+    assert_int_equal(put_status(a, NULL, &challenge), 200);
+    fx_admin_free(a);
+    assert_int_equal(atomic_load(&mutations), 3);
+}
+
+static void test_loopback_decided_from_bound_address(void **state)
+{
+    const char *loop[] = {"127.0.0.1:1", "127.9.8.7:1", "[::1]:1", "[::ffff:127.0.0.1]:1"};
+    const char *remote[] = {"0.0.0.0:1",       "10.0.0.1:1",          "[::]:1",
+                            "[2001:db8::1]:1", "[::ffff:10.0.0.1]:1", "128.0.0.1:1"};
+    struct sockaddr_storage ss;
+    socklen_t len;
+    for (size_t i = 0; i < sizeof(loop) / sizeof(loop[0]); i++) {
+        assert_int_equal(fx_admin_parse_bind(loop[i], &ss, &len, NULL, 0), 0);
+        assert_true(fx_admin_addr_is_loopback((struct sockaddr *)&ss));
+    }
+    for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++) {
+        assert_int_equal(fx_admin_parse_bind(remote[i], &ss, &len, NULL, 0), 0);
+        assert_false(fx_admin_addr_is_loopback((struct sockaddr *)&ss));
+    }
+    assert_int_equal(fx_admin_parse_bind("[::1]:8080", &ss, &len, NULL, 0), 0);
+    assert_int_equal(ss.ss_family, AF_INET6);
+    assert_int_equal(ntohs(((struct sockaddr_in6 *)&ss)->sin6_port), 8080);
+}
+
+/* ---- docs/metrics.md --------------------------------------------------------- */
+
+#define DOC_BEGIN "<!-- BEGIN GENERATED: fx_metrics_print_markdown -->\n"
+#define DOC_END "<!-- END GENERATED -->"
+
+/* Writes |doc| back with the block between the markers replaced by |table|
+ * (FX_REGEN_DOCS=1, run by hand to refresh the docs). */
+static void regen_docs(const char *path, const char *doc, const char *begin, const char *end,
+                       const char *table)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fwrite(doc, 1, (size_t)(begin - doc), f);
+    fputs(table, f);
+    fputs(end, f);
+    assert_int_equal(fclose(f), 0);
+    fprintf(stderr, "rewrote the generated table in %s\n", path);
+}
+
+/* docs/metrics.md embeds the registry's table between two markers; it must
+ * equal what fx_metrics_print_markdown() writes today. */
+static void test_metrics_docs_match_registry(void **state)
+{
+    const char *root = getenv("FX_SOURCE_DIR");
+    if (!root)
+        fx_test_skip("FX_SOURCE_DIR not set (run through ctest)");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/docs/metrics.md", root);
+    FILE *in = fopen(path, "r");
+    assert_non_null(in);
+    static char doc[256 * 1024];
+    size_t n = fread(doc, 1, sizeof(doc) - 1, in);
+    fclose(in);
+    doc[n] = '\0';
+    char *begin = strstr(doc, DOC_BEGIN);
+    assert_non_null(begin);
+    begin += strlen(DOC_BEGIN);
+    char *end = strstr(begin, DOC_END);
+    assert_non_null(end);
+
+    char *table = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&table, &len);
+    assert_non_null(out);
+    assert_int_equal(fx_metrics_print_markdown(out), 0);
+    assert_int_equal(fclose(out), 0);
+    /* Every registered name appears in the table. */
+    for (size_t i = 0; i < fx_metrics_ndescs; i++) {
+        char cell[160];
+        snprintf(cell, sizeof(cell), "| `%s` |", fx_metrics_descs[i].name);
+        assert_non_null(strstr(table, cell));
+    }
+    const char *regen = getenv("FX_REGEN_DOCS");
+    if (regen && strcmp(regen, "1") == 0) {
+        regen_docs(path, doc, begin, end, table);
+        free(table);
+        return;
+    }
+    *end = '\0';
+    if (strcmp(begin, table) != 0)
+        fprintf(stderr, "docs/metrics.md is stale: regenerate its table with\n"
+                        "  FX_REGEN_DOCS=1 ctest -R admin.metrics_docs_match_registry\n");
+    assert_string_equal(begin, table);
+    free(table);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_metrics_endpoint_serves_prometheus_text),
+    cmocka_unit_test(test_live_returns_ok),
+    cmocka_unit_test(test_ready_turns_503_when_draining),
+    cmocka_unit_test(test_unknown_path_404),
+    cmocka_unit_test(test_wrong_method_405),
+    cmocka_unit_test(test_port_zero_reports_bound_port),
+    cmocka_unit_test(test_bad_bind_address_rejected_with_message),
+    cmocka_unit_test(test_ipv6_loopback_bind_works),
+    cmocka_unit_test(test_oversized_body_gets_413),
+    cmocka_unit_test(test_loop_query_answers),
+    cmocka_unit_test(test_loop_query_times_out_without_leak),
+    cmocka_unit_test(test_mutating_route_needs_token_off_loopback),
+    cmocka_unit_test(test_loopback_decided_from_bound_address),
+    cmocka_unit_test(test_metrics_docs_match_registry),
+};
+FX_TEST_MAIN(tests)
