@@ -699,13 +699,13 @@ static int start_daemon(fx_admin *a, const fx_admin_opts *o, int fd, int family)
         flags |= MHD_USE_IPv6;
     unsigned threads = o->threads ? o->threads : FX_ADMIN_DEFAULT_THREADS;
     a->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_access, a, MHD_OPTION_LISTEN_SOCKET, mfd,
-        MHD_OPTION_CONNECTION_LIMIT,
+        flags, 0, NULL, NULL, on_access, a, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, a,
+        MHD_OPTION_LISTEN_SOCKET, mfd, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)(o->max_connections ? o->max_connections : FX_ADMIN_DEFAULT_MAX_CONNECTIONS),
         MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(o->timeout_s ? o->timeout_s : FX_ADMIN_DEFAULT_TIMEOUT_S),
         MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, a, MHD_OPTION_END);
+        MHD_OPTION_END);
     return a->daemon ? 0 : FX_EINTERNAL;
 }
 

@@ -1,9 +1,12 @@
-/* felix-broker: the broker daemon's command line. Loads and validates the
- * configuration (defaults < YAML < FELIX_* environment < --set flags), prints
- * it or checks it on request, and otherwise reports the listen addresses.
- * The QUIC data plane is not built yet, so a plain start exits with status 3
- * instead of pretending to serve. Main thread only. */
+/* felix-broker: the broker daemon. Loads and validates the configuration
+ * (defaults < YAML < FELIX_* environment < --set flags), prints or checks it
+ * on request, and otherwise serves what exists: the admin HTTP endpoint
+ * (/metrics, /live, /ready) until SIGINT or SIGTERM. The QUIC data plane is
+ * not built yet and the daemon says so at start rather than pretending.
+ * Main thread only. */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,15 +14,16 @@
 #include <unistd.h>
 
 #include "felix/error.h"
+#include "server/admin.h"
 #include "server/config.h"
 
 extern char **environ;
 
 /* Exit statuses (docs/configuration.md). */
 enum {
-    EXIT_CONFIG = 1,      /* the configuration is invalid */
-    EXIT_USAGE = 2,       /* bad command line */
-    EXIT_NO_DATAPLANE = 3 /* configuration fine, but there is no data plane to run yet */
+    EXIT_CONFIG = 1, /* the configuration is invalid */
+    EXIT_USAGE = 2,  /* bad command line */
+    EXIT_START = 4,  /* a listener could not start (address in use, ...) */
 };
 
 /* The original's implicit config path; we read files only when told to. */
@@ -142,6 +146,38 @@ static void warn_original_path(const struct opts *o)
                 ORIGINAL_CONFIG_PATH);
 }
 
+/* Serves the admin endpoint until SIGINT/SIGTERM; /ready turns 503 as soon
+ * as the signal arrives. Returns 0 or EXIT_START. */
+static int serve(const fx_config *c)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
+
+    char err[256];
+    fx_admin *admin = NULL;
+    fx_admin_opts ao = {.bind = c->metrics_bind};
+    int rv = fx_admin_start(&admin, &ao, err, sizeof(err));
+    if (rv) {
+        fprintf(stderr, "felix-broker: %s\n", err);
+        return EXIT_START;
+    }
+    printf("felix-broker %s: admin HTTP on %s (port %u): /metrics /live /ready\n", FX_VERSION,
+           c->metrics_bind, (unsigned)fx_admin_port(admin));
+    printf("felix-broker: the QUIC data plane (%s) is not built yet: publish and subscribe "
+           "are not served. Stop with Ctrl-C.\n",
+           c->quic_bind);
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fx_admin_set_draining(admin, true);
+    fprintf(stderr, "felix-broker: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fx_admin_free(admin);
+    return 0;
+}
+
 static int run(const struct opts *o)
 {
     fx_config c;
@@ -168,12 +204,7 @@ static int run(const struct opts *o)
     } else if (o->check) {
         printf("felix-broker: configuration is valid\n");
     } else {
-        printf("felix-broker: QUIC would listen on udp %s, admin HTTP on %s, %u worker%s%s\n",
-               c.quic_bind, c.metrics_bind, c.workers, c.workers == 1 ? "" : "s",
-               c.core_shards ? " (pinned)" : "");
-        fprintf(stderr, "felix-broker: the QUIC data plane is not built yet; nothing is served. "
-                        "Exiting with status 3.\n");
-        status = EXIT_NO_DATAPLANE;
+        status = serve(&c);
     }
     fx_config_deinit(&c);
     return status;
