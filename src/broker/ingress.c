@@ -1,0 +1,191 @@
+/* Publish admission (checkpoints 3-4) as a small state machine per request:
+ * bytes, then queue, then done. Drop and Fail only ever try (nothing waits);
+ * Wait and Backpressure park a budget or queue waiter and are resumed by
+ * callback, so no thread sleeps. Wait keeps one deadline, set on the first
+ * attempt, across both stages. Driven by the request's loop thread. */
+#include "broker/ingress.h"
+
+#include <errno.h>
+
+#include "base/metrics.h"
+#include "felix/error.h"
+
+fx_ingress_policy fx_ingress_policy_for(bool acked, bool ack_on_commit, bool pub_ingress_wait)
+{
+    if (acked)
+        return ack_on_commit ? FX_INGRESS_WAIT : FX_INGRESS_FAIL;
+    return pub_ingress_wait ? FX_INGRESS_BACKPRESSURE : FX_INGRESS_DROP;
+}
+
+static void on_budget_granted(void *user, int rv)
+{
+    fx_ingress_req *r = user;
+    r->grant_rv = rv;
+    r->on_resume(r->user);
+}
+
+static void on_queue_resume(void *user)
+{
+    fx_ingress_req *r = user;
+    r->on_resume(r->user);
+}
+
+void fx_ingress_req_init(fx_ingress_req *r, void *job, size_t nbytes, fx_ingress_policy policy,
+                         uint64_t timeout_ns, fx_ingress_resume_cb on_resume, void *user)
+{
+    *r = (fx_ingress_req){.job = job,
+                          .nbytes = nbytes,
+                          .policy = policy,
+                          .timeout_ns = timeout_ns,
+                          .on_resume = on_resume,
+                          .user = user};
+    r->bw.on_granted = on_budget_granted;
+    r->bw.user = r;
+    fx_queue_waiter_init(&r->qw, on_queue_resume, r);
+}
+
+/* ---- outcomes ------------------------------------------------------------- */
+
+static fx_ingress_outcome failed(fx_ingress_req *r, const char *msg)
+{
+    fx_permit_release(&r->permit);
+    r->error = msg;
+    r->stage = FX_INGRESS_STAGE_DONE;
+    FX_COUNTER_INC(ingress_rejected);
+    return FX_INGRESS_FAILED;
+}
+
+static fx_ingress_outcome dropped(fx_ingress_req *r)
+{
+    fx_permit_release(&r->permit);
+    r->stage = FX_INGRESS_STAGE_DONE;
+    FX_COUNTER_INC(ingress_dropped);
+    return FX_INGRESS_DROPPED;
+}
+
+/* A wait that ended without admission: timeout (Wait) or cancel. */
+static fx_ingress_outcome ended(fx_ingress_req *r)
+{
+    FX_COUNTER_INC(ingress_backpressure_cancelled);
+    if (r->policy != FX_INGRESS_WAIT)
+        return failed(r, FX_INGRESS_MSG_CANCELLED);
+    return failed(r, r->stage == FX_INGRESS_STAGE_BYTES ? FX_INGRESS_MSG_ADMISSION_TIMEOUT
+                                                        : FX_INGRESS_MSG_ENQUEUE_TIMEOUT);
+}
+
+static fx_ingress_outcome parked(fx_ingress_req *r)
+{
+    if (!r->waited) {
+        r->waited = true;
+        FX_COUNTER_INC(ingress_waited);
+    }
+    return FX_INGRESS_PARKED;
+}
+
+/* ---- stages --------------------------------------------------------------- */
+
+/* Bytes: returns PARKED/DROPPED/FAILED, or ADMITTED meaning "go on to the
+ * queue". */
+static fx_ingress_outcome stage_bytes(const fx_ingress_target *t, fx_ingress_req *r)
+{
+    if (r->budget_parked) { /* resumed: the grant decided */
+        r->budget_parked = false;
+        return r->grant_rv == 0 ? FX_INGRESS_ADMITTED : failed(r, FX_INGRESS_MSG_CLOSED);
+    }
+    const fx_budget *refused = NULL;
+    int rv = fx_budget_try_acquire_from(t->conn_budget, r->nbytes, &r->permit, &refused);
+    if (rv == 0)
+        return FX_INGRESS_ADMITTED;
+    if (rv == FX_ETOOBIG)
+        return r->policy == FX_INGRESS_DROP ? dropped(r) : failed(r, FX_INGRESS_MSG_TOO_BIG);
+    if (rv != FX_EFULL)
+        return failed(r, FX_INGRESS_MSG_CLOSED);
+    bool conn = refused == t->conn_budget;
+    if (conn)
+        FX_COUNTER_INC(ingress_conn_bytes_full);
+    else
+        FX_COUNTER_INC(ingress_bytes_full);
+    if (r->policy == FX_INGRESS_DROP)
+        return dropped(r);
+    if (r->policy == FX_INGRESS_FAIL)
+        return failed(r, conn ? FX_INGRESS_MSG_CONN_BYTES : FX_INGRESS_MSG_BYTES);
+    r->budget_parked = true; /* set first: on_granted may run before acquire returns */
+    rv = fx_budget_acquire(t->conn_budget, r->nbytes, &r->bw, &r->permit);
+    if (rv == -EAGAIN)
+        return parked(r);
+    r->budget_parked = false;
+    return rv == 0 ? FX_INGRESS_ADMITTED : failed(r, FX_INGRESS_MSG_CLOSED);
+}
+
+static fx_ingress_outcome stage_queue(const fx_ingress_target *t, fx_ingress_req *r)
+{
+    r->queue_parked = false;
+    /* Counted before the push: the worker may finish the job at once. */
+    FX_GAUGE_ADD(ingress_queue_depth, 1);
+    r->queued_gauge = true;
+    r->stage = FX_INGRESS_STAGE_DONE;
+    int rv = fx_queue_push(t->queue, r->job);
+    if (rv == 0)
+        return FX_INGRESS_ADMITTED;
+    FX_GAUGE_SUB(ingress_queue_depth, 1);
+    r->queued_gauge = false;
+    r->stage = FX_INGRESS_STAGE_QUEUE;
+    if (rv != FX_EFULL)
+        return failed(r, FX_INGRESS_MSG_CLOSED);
+    FX_COUNTER_INC(ingress_queue_full);
+    if (r->policy == FX_INGRESS_DROP)
+        return dropped(r);
+    if (r->policy == FX_INGRESS_FAIL)
+        return failed(r, FX_INGRESS_MSG_QUEUE_FULL);
+    r->queue_parked = true;
+    if (fx_queue_park(t->queue, &r->qw) == 0)
+        return parked(r);
+    r->queue_parked = false;
+    return failed(r, FX_INGRESS_MSG_CLOSED);
+}
+
+fx_ingress_outcome fx_ingress_admit(const fx_ingress_target *t, fx_ingress_req *r, uint64_t now)
+{
+    if (!r->started) {
+        r->started = true;
+        r->deadline_ns = now + r->timeout_ns;
+    }
+    if (r->cancelled || (r->policy == FX_INGRESS_WAIT && now >= r->deadline_ns)) {
+        r->budget_parked = r->queue_parked = false;
+        return ended(r); /* releases a permit a late grant may have filled */
+    }
+    if (r->stage == FX_INGRESS_STAGE_BYTES) {
+        fx_ingress_outcome o = stage_bytes(t, r);
+        if (o != FX_INGRESS_ADMITTED)
+            return o;
+        r->stage = FX_INGRESS_STAGE_QUEUE;
+    }
+    return stage_queue(t, r);
+}
+
+fx_ingress_outcome fx_ingress_cancel(const fx_ingress_target *t, fx_ingress_req *r)
+{
+    if (r->budget_parked) {
+        if (!fx_budget_cancel(t->conn_budget, &r->bw)) {
+            r->cancelled = true; /* the grant is on its way: finish in admit */
+            return FX_INGRESS_PARKED;
+        }
+        r->budget_parked = false;
+    } else if (r->queue_parked) {
+        if (!fx_queue_unpark(t->queue, &r->qw)) {
+            r->cancelled = true;
+            return FX_INGRESS_PARKED;
+        }
+        r->queue_parked = false;
+    }
+    return ended(r);
+}
+
+void fx_ingress_finish(fx_ingress_req *r)
+{
+    fx_permit_release(&r->permit);
+    if (r->queued_gauge) {
+        r->queued_gauge = false;
+        FX_GAUGE_SUB(ingress_queue_depth, 1);
+    }
+}

@@ -1,0 +1,34 @@
+/* Placement rules (see placement.h). Kept as arithmetic on the config so the
+ * rule can be stated, tested, and shown by the admin endpoint. Any thread. */
+#include "broker/placement.h"
+
+#include <assert.h>
+#include <errno.h>
+
+uint32_t fx_placement_worker_for(uint64_t handle_id, uint32_t nworkers)
+{
+    assert(nworkers > 0);
+    if (nworkers == 0)
+        return 0;
+    return (uint32_t)(handle_id % nworkers);
+}
+
+int fx_placement_endpoint(fx_endpoint_role role, uint32_t k, uint32_t io_threads, uint32_t nworkers,
+                          fx_loop_slot *out)
+{
+    fx_loop_kind kind = io_threads > 0 ? FX_LOOP_KIND_IO : FX_LOOP_KIND_WORKER;
+    uint32_t n = io_threads > 0 ? io_threads : nworkers;
+    if (n == 0)
+        return -EINVAL;
+    uint32_t index;
+    if (n == 1)
+        index = 0;
+    else if (kind == FX_LOOP_KIND_WORKER && role == FX_ENDPOINT_SERVER)
+        index = k % n;
+    else if (role == FX_ENDPOINT_CLIENT)
+        index = n - 1;
+    else
+        index = k % (n - 1);
+    *out = (fx_loop_slot){.kind = kind, .index = index};
+    return 0;
+}

@@ -1,0 +1,473 @@
+/* Stream registry: two chained hash tables under one rwlock, streams keyed by
+ * "tenant\0namespace\0stream" and tenants keyed by name (their stream count,
+ * for max_streams_per_tenant). A rwlock is enough here: names are resolved
+ * once per QUIC stream (publish and subscribe then hold the handle), never per
+ * message, so the lock is off the data path. Any thread. */
+#include "broker/registry.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "felix/error.h"
+
+/* ---- intrusive hash table ------------------------------------------------ */
+
+typedef struct hnode {
+    struct hnode *next;
+    uint64_t hash;
+    const char *key;
+    size_t klen;
+} hnode;
+
+typedef struct htable {
+    hnode **buckets;
+    size_t nbuckets; /* power of two */
+    size_t n;
+} htable;
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static int ht_init(htable *t)
+{
+    t->nbuckets = 16;
+    t->n = 0;
+    t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+    return t->buckets ? 0 : -ENOMEM;
+}
+
+static hnode *ht_find(const htable *t, uint64_t hash, const char *key, size_t klen)
+{
+    for (hnode *e = t->buckets[hash & (t->nbuckets - 1)]; e != NULL; e = e->next) {
+        if (e->hash == hash && e->klen == klen && memcmp(e->key, key, klen) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Doubles the bucket array at load 1; a failed grow only costs speed. */
+static void ht_grow(htable *t)
+{
+    size_t nb = t->nbuckets * 2;
+    hnode **b = calloc(nb, sizeof(*b));
+    if (b == NULL)
+        return;
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        hnode *e = t->buckets[i];
+        while (e != NULL) {
+            hnode *next = e->next;
+            e->next = b[e->hash & (nb - 1)];
+            b[e->hash & (nb - 1)] = e;
+            e = next;
+        }
+    }
+    free(t->buckets);
+    t->buckets = b;
+    t->nbuckets = nb;
+}
+
+static void ht_insert(htable *t, hnode *e)
+{
+    if (t->n >= t->nbuckets)
+        ht_grow(t);
+    hnode **slot = &t->buckets[e->hash & (t->nbuckets - 1)];
+    e->next = *slot;
+    *slot = e;
+    t->n++;
+}
+
+static void ht_remove(htable *t, hnode *e)
+{
+    for (hnode **p = &t->buckets[e->hash & (t->nbuckets - 1)]; *p != NULL; p = &(*p)->next) {
+        if (*p == e) {
+            *p = e->next;
+            t->n--;
+            return;
+        }
+    }
+}
+
+/* ---- records ------------------------------------------------------------- */
+
+typedef struct tenant_rec {
+    hnode node;
+    size_t nstreams;
+    char name[];
+} tenant_rec;
+
+struct fx_stream_handle {
+    atomic_size_t refs;
+    atomic_bool active;
+    uint64_t id;
+    hnode node;         /* registry-private, under the lock */
+    tenant_rec *tenant; /* registry-private, under the lock */
+    size_t ns_off;      /* offset of the namespace in |names| */
+    size_t stream_off;  /* offset of the stream name in |names| */
+    char names[];       /* "tenant\0ns\0stream\0": the key is all but the last NUL */
+};
+
+struct fx_registry {
+    pthread_rwlock_t lock;
+    htable streams;
+    htable tenants;
+    uint64_t next_id;
+    fx_registry_opts opts;
+};
+
+static int err_set(fx_registry_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int err_set(fx_registry_err *err, int code, const char *fmt, ...)
+{
+    if (err != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Builds the lookup key "tenant\0ns\0stream" in |buf| (3 names of at most
+ * FX_REGISTRY_NAME_MAX bytes, checked by the caller). Returns its length. */
+static size_t make_key(char *buf, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s)
+{
+    size_t k = 0;
+    memcpy(buf + k, t.ptr, t.len);
+    k += t.len;
+    buf[k++] = '\0';
+    memcpy(buf + k, n.ptr, n.len);
+    k += n.len;
+    buf[k++] = '\0';
+    memcpy(buf + k, s.ptr, s.len);
+    return k + s.len;
+}
+
+#define KEY_MAX (3 * FX_REGISTRY_NAME_MAX + 2)
+
+int fx_registry_name_check(const char *what, fx_wire_slice name, fx_registry_err *err)
+{
+    if (name.len == 0)
+        return err_set(err, FX_EWIRE_NAME, "invalid %s name: empty", what);
+    if (name.len > FX_REGISTRY_NAME_MAX)
+        return err_set(err, FX_EWIRE_NAME, "invalid %s name: %zu bytes, more than %u", what,
+                       name.len, FX_REGISTRY_NAME_MAX);
+    if (memchr(name.ptr, '\0', name.len) != NULL)
+        return err_set(err, FX_EWIRE_NAME, "invalid %s name: contains a NUL byte", what);
+    if (!fx_wire_utf8_valid(name.ptr, name.len))
+        return err_set(err, FX_EWIRE_NAME, "invalid %s name: not valid UTF-8", what);
+    if (memchr(name.ptr, '/', name.len) != NULL)
+        return err_set(err, FX_EWIRE_NAME, "invalid %s name: contains '/'", what);
+    return 0;
+}
+
+static int check_names(fx_wire_slice t, fx_wire_slice n, fx_wire_slice s, fx_registry_err *err)
+{
+    int rv = fx_registry_name_check("tenant", t, err);
+    if (rv == 0)
+        rv = fx_registry_name_check("namespace", n, err);
+    if (rv == 0)
+        rv = fx_registry_name_check("stream", s, err);
+    return rv;
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+int fx_registry_new(fx_registry **pr, const fx_registry_opts *o)
+{
+    fx_registry *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->opts = *o;
+    r->next_id = 1;
+    int rv = pthread_rwlock_init(&r->lock, NULL);
+    if (rv != 0) {
+        free(r);
+        return -rv;
+    }
+    if (ht_init(&r->streams) != 0)
+        goto err_lock;
+    if (ht_init(&r->tenants) != 0)
+        goto err_streams;
+    *pr = r;
+    return 0;
+
+err_streams:
+    free(r->streams.buckets);
+err_lock:
+    pthread_rwlock_destroy(&r->lock);
+    free(r);
+    return -ENOMEM;
+}
+
+void fx_registry_free(fx_registry *r)
+{
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->streams.nbuckets; i++) {
+        hnode *e = r->streams.buckets[i];
+        while (e != NULL) {
+            hnode *next = e->next;
+            fx_stream_handle *h =
+                (fx_stream_handle *)((char *)e - offsetof(fx_stream_handle, node));
+            atomic_store(&h->active, false);
+            h->tenant = NULL;
+            fx_stream_handle_unref(h);
+            e = next;
+        }
+    }
+    for (size_t i = 0; i < r->tenants.nbuckets; i++) {
+        hnode *e = r->tenants.buckets[i];
+        while (e != NULL) {
+            hnode *next = e->next;
+            free((char *)e - offsetof(tenant_rec, node));
+            e = next;
+        }
+    }
+    free(r->streams.buckets);
+    free(r->tenants.buckets);
+    pthread_rwlock_destroy(&r->lock);
+    free(r);
+}
+
+/* ---- lookup and creation ------------------------------------------------- */
+
+static fx_stream_handle *handle_of(hnode *e)
+{
+    return e ? (fx_stream_handle *)((char *)e - offsetof(fx_stream_handle, node)) : NULL;
+}
+
+static tenant_rec *tenant_find(fx_registry *r, fx_wire_slice t)
+{
+    hnode *e = ht_find(&r->tenants, hash_bytes(t.ptr, t.len), (const char *)t.ptr, t.len);
+    return e ? (tenant_rec *)((char *)e - offsetof(tenant_rec, node)) : NULL;
+}
+
+static tenant_rec *tenant_get(fx_registry *r, fx_wire_slice t)
+{
+    tenant_rec *tr = tenant_find(r, t);
+    if (tr != NULL)
+        return tr;
+    tr = calloc(1, sizeof(*tr) + t.len + 1);
+    if (tr == NULL)
+        return NULL;
+    memcpy(tr->name, t.ptr, t.len);
+    tr->node = (hnode){.hash = hash_bytes(t.ptr, t.len), .key = tr->name, .klen = t.len};
+    ht_insert(&r->tenants, &tr->node);
+    return tr;
+}
+
+static fx_stream_handle *handle_new(const char *key, size_t klen, uint64_t hash, size_t tlen,
+                                    size_t nlen)
+{
+    fx_stream_handle *h = calloc(1, sizeof(*h) + klen + 1);
+    if (h == NULL)
+        return NULL;
+    memcpy(h->names, key, klen);
+    h->ns_off = tlen + 1;
+    h->stream_off = tlen + 1 + nlen + 1;
+    h->node = (hnode){.hash = hash, .key = h->names, .klen = klen};
+    atomic_init(&h->refs, 1); /* the registry's */
+    atomic_init(&h->active, true);
+    return h;
+}
+
+/* Under the write lock: finds or inserts the stream. |*pcreated| tells which. */
+static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const char *key,
+                         size_t klen, uint64_t hash, fx_stream_handle **ph, bool *pcreated,
+                         fx_registry_err *err)
+{
+    fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
+    *pcreated = false;
+    if (h == NULL) {
+        tenant_rec *tr = tenant_get(r, t);
+        if (tr == NULL)
+            return err_set(err, -ENOMEM, "out of memory creating a stream");
+        uint32_t max = r->opts.max_streams_per_tenant;
+        if (max != 0 && tr->nstreams >= max)
+            return err_set(err, FX_EFULL,
+                           "tenant %s has reached max_streams_per_tenant (%u): stream not created",
+                           tr->name, max);
+        h = handle_new(key, klen, hash, t.len, n.len);
+        if (h == NULL) {
+            if (tr->nstreams == 0) {
+                ht_remove(&r->tenants, &tr->node);
+                free(tr);
+            }
+            return err_set(err, -ENOMEM, "out of memory creating a stream");
+        }
+        h->id = r->next_id++;
+        h->tenant = tr;
+        tr->nstreams++;
+        ht_insert(&r->streams, &h->node);
+        *pcreated = true;
+    }
+    if (ph != NULL)
+        *ph = fx_stream_handle_ref(h);
+    return 0;
+}
+
+static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
+                          bool create, fx_stream_handle **ph, bool *pcreated, fx_registry_err *err)
+{
+    int rv = check_names(t, n, s, err);
+    if (rv != 0)
+        return rv;
+    char key[KEY_MAX];
+    size_t klen = make_key(key, t, n, s);
+    uint64_t hash = hash_bytes(key, klen);
+
+    pthread_rwlock_rdlock(&r->lock);
+    fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
+    if (h != NULL && ph != NULL)
+        *ph = fx_stream_handle_ref(h);
+    pthread_rwlock_unlock(&r->lock);
+    if (h != NULL) {
+        *pcreated = false;
+        return 0;
+    }
+    if (!create)
+        return err_set(err, FX_ENOSTREAM,
+                       "stream not found: tenant=%.*s namespace=%.*s stream=%.*s", (int)t.len,
+                       (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                       (const char *)s.ptr);
+    /* Another thread may create it between the locks: insert re-checks. */
+    pthread_rwlock_wrlock(&r->lock);
+    rv = insert_locked(r, t, n, key, klen, hash, ph, pcreated, err);
+    pthread_rwlock_unlock(&r->lock);
+    return rv;
+}
+
+int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
+                       fx_stream_handle **ph, bool *pcreated, fx_registry_err *err)
+{
+    bool created = false;
+    int rv = create_or_find(r, tenant, ns, stream, true, ph, &created, err);
+    if (pcreated != NULL)
+        *pcreated = created;
+    return rv;
+}
+
+int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                        fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err)
+{
+    bool created;
+    return create_or_find(r, tenant, ns, stream, r->opts.auto_create, ph, &created, err);
+}
+
+bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                        fx_wire_slice stream)
+{
+    if (check_names(tenant, ns, stream, NULL) != 0)
+        return false;
+    char key[KEY_MAX];
+    size_t klen = make_key(key, tenant, ns, stream);
+    uint64_t hash = hash_bytes(key, klen);
+
+    pthread_rwlock_wrlock(&r->lock);
+    fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
+    if (h != NULL) {
+        ht_remove(&r->streams, &h->node);
+        tenant_rec *tr = h->tenant;
+        h->tenant = NULL;
+        /* Tenants exist only while they hold streams, so name churn is bounded. */
+        if (--tr->nstreams == 0) {
+            ht_remove(&r->tenants, &tr->node);
+            free(tr);
+        }
+        atomic_store(&h->active, false);
+    }
+    pthread_rwlock_unlock(&r->lock);
+    fx_stream_handle_unref(h);
+    return h != NULL;
+}
+
+size_t fx_registry_count(fx_registry *r)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    size_t n = r->streams.n;
+    pthread_rwlock_unlock(&r->lock);
+    return n;
+}
+
+size_t fx_registry_tenant_count(fx_registry *r, fx_wire_slice tenant)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    tenant_rec *tr = tenant_find(r, tenant);
+    size_t n = tr ? tr->nstreams : 0;
+    pthread_rwlock_unlock(&r->lock);
+    return n;
+}
+
+void fx_registry_foreach(fx_registry *r, void (*cb)(fx_stream_handle *h, void *user), void *user)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    for (size_t i = 0; i < r->streams.nbuckets; i++) {
+        for (hnode *e = r->streams.buckets[i]; e != NULL; e = e->next)
+            cb(handle_of(e), user);
+    }
+    pthread_rwlock_unlock(&r->lock);
+}
+
+/* ---- handles ------------------------------------------------------------- */
+
+fx_stream_handle *fx_stream_handle_ref(fx_stream_handle *h)
+{
+    if (h != NULL)
+        atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed);
+    return h;
+}
+
+void fx_stream_handle_unref(fx_stream_handle *h)
+{
+    if (h != NULL && atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) == 1)
+        free(h);
+}
+
+uint64_t fx_stream_handle_id(const fx_stream_handle *h)
+{
+    return h->id;
+}
+
+bool fx_stream_handle_is_active(const fx_stream_handle *h)
+{
+    return atomic_load_explicit(&h->active, memory_order_acquire);
+}
+
+int fx_stream_handle_check(const fx_stream_handle *h, fx_registry_err *err)
+{
+    if (fx_stream_handle_is_active(h))
+        return 0;
+    return err_set(err, FX_ENOSTREAM, "stream handle inactive: tenant=%s namespace=%s stream=%s",
+                   fx_stream_handle_tenant(h), fx_stream_handle_namespace(h),
+                   fx_stream_handle_stream(h));
+}
+
+const char *fx_stream_handle_tenant(const fx_stream_handle *h)
+{
+    return h->names;
+}
+
+const char *fx_stream_handle_namespace(const fx_stream_handle *h)
+{
+    return h->names + h->ns_off;
+}
+
+const char *fx_stream_handle_stream(const fx_stream_handle *h)
+{
+    return h->names + h->stream_off;
+}

@@ -1,0 +1,103 @@
+/* fx_registry: the broker's stream catalogue, tenant -> namespace -> stream,
+ * keyed by the three names and handing out refcounted stream handles with
+ * dense ids from 1. Streams come from the config's list, an admin call, or
+ * first use when auto-creation is on. I/O loops resolve names (once per QUIC
+ * stream, not per message); creation and deletion are rare. Any thread: a
+ * rwlock guards the tables, handles are atomically refcounted. */
+#ifndef FX_BROKER_REGISTRY_H
+#define FX_BROKER_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire/wire.h"
+
+/* Longest tenant, namespace or stream name, in bytes. */
+#define FX_REGISTRY_NAME_MAX 255u
+
+typedef struct fx_registry fx_registry;
+typedef struct fx_stream_handle fx_stream_handle;
+
+/* Error detail: |code| is the value also returned, |msg| a complete sentence
+ * for error replies ("stream not found: tenant=t1 namespace=default stream=x").
+ * Sized for three maximal names. Functions accept NULL. */
+typedef struct fx_registry_err {
+    int code;
+    char msg[1024];
+} fx_registry_err;
+
+typedef struct fx_registry_opts {
+    bool auto_create;                /* resolve creates unknown streams */
+    uint32_t max_streams_per_tenant; /* active streams one tenant may hold; 0 = no limit */
+} fx_registry_opts;
+
+/* Creates an empty registry from |o| in |*pr|. Returns 0 or -ENOMEM / -errno
+ * (rwlock). The caller frees it with fx_registry_free(). Any thread. */
+int fx_registry_new(fx_registry **pr, const fx_registry_opts *o);
+
+/* Deactivates every stream, drops the registry's handle references and frees
+ * |r|. Handles held elsewhere stay valid (inactive) until unreffed. NULL does
+ * nothing. No other thread may use |r| any more. */
+void fx_registry_free(fx_registry *r);
+
+/* Checks one name: non-empty, at most FX_REGISTRY_NAME_MAX bytes, valid UTF-8,
+ * no '/' and no NUL. |what| is "tenant", "namespace" or "stream" (used in the
+ * message). Returns 0 or FX_EWIRE_NAME with |err| saying which rule failed
+ * (the offending name is not echoed: it may be binary). Any thread. */
+int fx_registry_name_check(const char *what, fx_wire_slice name, fx_registry_err *err);
+
+/* Creates the stream |tenant|/|ns|/|stream| (admin call or config list), or
+ * finds it if it exists (idempotent). On success stores a new reference in
+ * |*ph| (caller unrefs; pass NULL to take none) and sets |*pcreated| (may be
+ * NULL). Returns 0, FX_EWIRE_NAME (a bad name), FX_EFULL when
+ * the tenant already holds max_streams_per_tenant streams ("tenant t1 has
+ * reached max_streams_per_tenant (N)"), or -ENOMEM. Any thread. */
+int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
+                       fx_stream_handle **ph, bool *pcreated, fx_registry_err *err);
+
+/* Resolves names to a handle for a publish or subscribe: finds the stream, or
+ * creates it when auto-creation is on. Stores a new reference in |*ph| (caller
+ * unrefs). Returns 0, FX_EWIRE_NAME, FX_ENOSTREAM ("stream not found:
+ * tenant=X namespace=Y stream=Z", auto-creation off), FX_EFULL (tenant limit,
+ * auto-creation on) or -ENOMEM. Takes the read lock only when the stream
+ * exists. Any thread. */
+int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                        fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err);
+
+/* Deletes the stream: it is deactivated (holders see it inactive) and its
+ * names become free again (a later create gets a new id). Returns true if
+ * the stream existed, false otherwise. Any thread. */
+bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                        fx_wire_slice stream);
+
+/* Number of active streams, in total or of one tenant. Any thread. */
+size_t fx_registry_count(fx_registry *r);
+size_t fx_registry_tenant_count(fx_registry *r, fx_wire_slice tenant);
+
+/* Calls |cb(h, user)| for every active stream, under the read lock (|cb| must
+ * not call into |r|; take a reference to keep |h|). Order unspecified. */
+void fx_registry_foreach(fx_registry *r, void (*cb)(fx_stream_handle *h, void *user), void *user);
+
+/* ---- handles ------------------------------------------------------------- */
+
+/* Adds a reference to |h| and returns it (NULL gives NULL). Any thread. */
+fx_stream_handle *fx_stream_handle_ref(fx_stream_handle *h);
+/* Drops a reference; the last frees the handle. NULL does nothing. Any thread. */
+void fx_stream_handle_unref(fx_stream_handle *h);
+
+/* The dense id (1, 2, ...; never reused by this registry). Any thread. */
+uint64_t fx_stream_handle_id(const fx_stream_handle *h);
+/* False once the stream was removed (or the registry freed). Any thread. */
+bool fx_stream_handle_is_active(const fx_stream_handle *h);
+/* Returns 0 if |h| is active, else FX_ENOSTREAM with "stream handle inactive:
+ * tenant=X namespace=Y stream=Z" in |err|: a cached handle must be checked
+ * this way before each use. Any thread. */
+int fx_stream_handle_check(const fx_stream_handle *h, fx_registry_err *err);
+
+/* The names (NUL-terminated, valid while a reference is held). */
+const char *fx_stream_handle_tenant(const fx_stream_handle *h);
+const char *fx_stream_handle_namespace(const fx_stream_handle *h);
+const char *fx_stream_handle_stream(const fx_stream_handle *h);
+
+#endif

@@ -1,0 +1,243 @@
+/* Unit tests for fx_registry: lookup and auto-creation, name rules, the
+ * per-tenant limit, deletion and stale handles, concurrent resolution. */
+/* fx-test-libs: fx_broker fx_wire fx_base */
+#include "broker/registry.h"
+#include "felix/error.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fx_test.h"
+
+static fx_wire_slice S(const char *s)
+{
+    return (fx_wire_slice){.ptr = (const uint8_t *)s, .len = strlen(s)};
+}
+
+static fx_registry *mkreg(bool auto_create, uint32_t max_per_tenant)
+{
+    fx_registry *r = NULL;
+    fx_registry_opts o = {.auto_create = auto_create, .max_streams_per_tenant = max_per_tenant};
+    assert_int_equal(fx_registry_new(&r, &o), 0);
+    return r;
+}
+
+static void test_unknown_stream_with_autocreate_off_is_not_found(void **state)
+{
+    fx_registry *r = mkreg(false, 0);
+    fx_stream_handle *h = NULL;
+    fx_registry_err err = {0};
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("default"), S("demo"), &h, &err),
+                     FX_ENOSTREAM);
+    assert_null(h);
+    assert_int_equal(err.code, FX_ENOSTREAM);
+    assert_string_equal(err.msg, "stream not found: tenant=t1 namespace=default stream=demo");
+    assert_int_equal(fx_registry_count(r), 0);
+
+    /* Created by the admin path, the same lookup then succeeds. */
+    bool created = false;
+    assert_int_equal(fx_registry_create(r, S("t1"), S("default"), S("demo"), NULL, &created, &err),
+                     0);
+    assert_true(created);
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("default"), S("demo"), &h, &err), 0);
+    assert_string_equal(fx_stream_handle_tenant(h), "t1");
+    assert_string_equal(fx_stream_handle_namespace(h), "default");
+    assert_string_equal(fx_stream_handle_stream(h), "demo");
+    fx_stream_handle_unref(h);
+    fx_registry_free(r);
+}
+
+static void count_cb(fx_stream_handle *h, void *user)
+{
+    uint64_t *sum = user;
+    *sum += fx_stream_handle_id(h);
+}
+
+static void test_autocreate_on_first_use_gives_dense_ids_from_one(void **state)
+{
+    fx_registry *r = mkreg(true, 0);
+    fx_stream_handle *a, *b, *a2;
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("ns"), S("a"), &a, NULL), 0);
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("ns"), S("b"), &b, NULL), 0);
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("ns"), S("a"), &a2, NULL), 0);
+    assert_int_equal(fx_stream_handle_id(a), 1);
+    assert_int_equal(fx_stream_handle_id(b), 2);
+    assert_ptr_equal(a, a2);
+    assert_int_equal(fx_registry_count(r), 2);
+    /* Same stream name under another namespace or tenant is another stream. */
+    fx_stream_handle *c, *d;
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("other"), S("a"), &c, NULL), 0);
+    assert_int_equal(fx_registry_resolve(r, S("t2"), S("ns"), S("a"), &d, NULL), 0);
+    assert_int_equal(fx_stream_handle_id(c), 3);
+    assert_int_equal(fx_stream_handle_id(d), 4);
+    uint64_t sum = 0;
+    fx_registry_foreach(r, count_cb, &sum);
+    assert_int_equal(sum, 1 + 2 + 3 + 4);
+    bool created = true;
+    assert_int_equal(fx_registry_create(r, S("t1"), S("ns"), S("a"), NULL, &created, NULL), 0);
+    assert_false(created);
+    fx_stream_handle_unref(a);
+    fx_stream_handle_unref(a2);
+    fx_stream_handle_unref(b);
+    fx_stream_handle_unref(c);
+    fx_stream_handle_unref(d);
+    fx_registry_free(r);
+}
+
+static void test_auto_create_respects_max_streams_per_tenant(void **state)
+{
+    fx_registry *r = mkreg(true, 2);
+    fx_registry_err err = {0};
+    fx_stream_handle *h;
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("ns"), S("s1"), &h, &err), 0);
+    fx_stream_handle_unref(h);
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("ns2"), S("s2"), &h, &err), 0);
+    fx_stream_handle_unref(h);
+    h = NULL;
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("ns"), S("s3"), &h, &err), FX_EFULL);
+    assert_null(h);
+    assert_string_equal(err.msg,
+                        "tenant t1 has reached max_streams_per_tenant (2): stream not created");
+    /* Existing streams still resolve; another tenant has its own allowance. */
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("ns"), S("s1"), &h, &err), 0);
+    fx_stream_handle_unref(h);
+    assert_int_equal(fx_registry_resolve(r, S("t2"), S("ns"), S("s3"), &h, &err), 0);
+    fx_stream_handle_unref(h);
+    assert_int_equal(fx_registry_tenant_count(r, S("t1")), 2);
+    assert_int_equal(fx_registry_tenant_count(r, S("t2")), 1);
+    /* Deleting one frees a slot. */
+    assert_true(fx_registry_remove(r, S("t1"), S("ns"), S("s1")));
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("ns"), S("s3"), &h, &err), 0);
+    assert_int_equal(fx_stream_handle_id(h), 4);
+    fx_stream_handle_unref(h);
+    fx_registry_free(r);
+}
+
+static void test_deleted_stream_handle_inactive(void **state)
+{
+    fx_registry *r = mkreg(false, 0);
+    fx_stream_handle *h;
+    fx_registry_err err = {0};
+    assert_int_equal(fx_registry_create(r, S("t1"), S("ns"), S("s"), &h, NULL, &err), 0);
+    assert_true(fx_stream_handle_is_active(h));
+    assert_int_equal(fx_stream_handle_check(h, &err), 0);
+
+    assert_true(fx_registry_remove(r, S("t1"), S("ns"), S("s")));
+    assert_false(fx_registry_remove(r, S("t1"), S("ns"), S("s")));
+    assert_false(fx_stream_handle_is_active(h));
+    assert_int_equal(fx_stream_handle_check(h, &err), FX_ENOSTREAM);
+    assert_string_equal(err.msg, "stream handle inactive: tenant=t1 namespace=ns stream=s");
+    assert_int_equal(fx_registry_count(r), 0);
+    assert_int_equal(fx_registry_tenant_count(r, S("t1")), 0);
+    fx_stream_handle *h2 = NULL;
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("ns"), S("s"), &h2, &err), FX_ENOSTREAM);
+
+    /* Re-created, it is a new stream with a new id; the old handle stays dead. */
+    assert_int_equal(fx_registry_create(r, S("t1"), S("ns"), S("s"), &h2, NULL, &err), 0);
+    assert_int_equal(fx_stream_handle_id(h2), 2);
+    assert_false(fx_stream_handle_is_active(h));
+    assert_true(fx_stream_handle_is_active(h2));
+    fx_registry_free(r);
+    /* Handles outlive the registry, inactive. */
+    assert_false(fx_stream_handle_is_active(h2));
+    fx_stream_handle_unref(h);
+    fx_stream_handle_unref(h2);
+}
+
+static void expect_bad(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
+                       const char *msg)
+{
+    fx_registry_err err = {0};
+    fx_stream_handle *h = NULL;
+    assert_int_equal(fx_registry_resolve(r, t, n, s, &h, &err), FX_EWIRE_NAME);
+    assert_null(h);
+    assert_string_equal(err.msg, msg);
+    assert_int_equal(fx_registry_create(r, t, n, s, NULL, NULL, &err), FX_EWIRE_NAME);
+    assert_string_equal(err.msg, msg);
+}
+
+static void test_invalid_names_rejected(void **state)
+{
+    fx_registry *r = mkreg(true, 0);
+    char big[257];
+    memset(big, 'x', 256);
+    big[256] = '\0';
+    const uint8_t bad_utf8[] = {'a', 0xC3, 0x28};
+    const uint8_t with_nul[] = {'a', 0, 'b'};
+    fx_wire_slice u = {bad_utf8, sizeof(bad_utf8)}, z = {with_nul, sizeof(with_nul)};
+    expect_bad(r, S(""), S("ns"), S("s"), "invalid tenant name: empty");
+    expect_bad(r, S("t"), S(""), S("s"), "invalid namespace name: empty");
+    expect_bad(r, S("t"), S("ns"), S(big), "invalid stream name: 256 bytes, more than 255");
+    expect_bad(r, S("t"), u, S("s"), "invalid namespace name: not valid UTF-8");
+    expect_bad(r, S("t"), S("ns"), S("a/b"), "invalid stream name: contains '/'");
+    expect_bad(r, z, S("ns"), S("s"), "invalid tenant name: contains a NUL byte");
+    assert_int_equal(fx_registry_count(r), 0);
+    assert_false(fx_registry_remove(r, S("t"), S("ns"), S("a/b")));
+
+    /* The limits themselves are fine: 255 bytes, multi-byte UTF-8. */
+    big[255] = '\0';
+    fx_stream_handle *h;
+    assert_int_equal(fx_registry_resolve(r, S(big), S("n\xC3\xA9"), S(big), &h, NULL), 0);
+    assert_int_equal(strlen(fx_stream_handle_stream(h)), 255);
+    assert_string_equal(fx_stream_handle_namespace(h), "n\xC3\xA9");
+    fx_stream_handle_unref(h);
+    fx_registry_free(r);
+}
+
+typedef struct race_arg {
+    fx_registry *r;
+    uint64_t ids[64];
+} race_arg;
+
+static void *race_resolve(void *p)
+{
+    race_arg *a = p;
+    char name[16];
+    for (int i = 0; i < 64; i++) {
+        snprintf(name, sizeof(name), "s%d", i);
+        fx_stream_handle *h;
+        if (fx_registry_resolve(a->r, S("t"), S("ns"), S(name), &h, NULL) != 0)
+            return NULL;
+        a->ids[i] = fx_stream_handle_id(h);
+        fx_stream_handle_unref(h);
+    }
+    return p;
+}
+
+static void test_concurrent_resolve_creates_each_stream_once(void **state)
+{
+    fx_registry *r = mkreg(true, 0);
+    race_arg args[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        args[i].r = r;
+        assert_int_equal(pthread_create(&th[i], NULL, race_resolve, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        void *ret;
+        pthread_join(th[i], &ret);
+        assert_ptr_equal(ret, &args[i]);
+    }
+    assert_int_equal(fx_registry_count(r), 64);
+    bool seen[65] = {0};
+    for (int s = 0; s < 64; s++) {
+        for (int i = 1; i < 4; i++)
+            assert_int_equal(args[i].ids[s], args[0].ids[s]);
+        assert_true(args[0].ids[s] >= 1 && args[0].ids[s] <= 64);
+        assert_false(seen[args[0].ids[s]]);
+        seen[args[0].ids[s]] = true;
+    }
+    fx_registry_free(r);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_unknown_stream_with_autocreate_off_is_not_found),
+    cmocka_unit_test(test_autocreate_on_first_use_gives_dense_ids_from_one),
+    cmocka_unit_test(test_auto_create_respects_max_streams_per_tenant),
+    cmocka_unit_test(test_deleted_stream_handle_inactive),
+    cmocka_unit_test(test_invalid_names_rejected),
+    cmocka_unit_test(test_concurrent_resolve_creates_each_stream_once),
+};
+FX_TEST_MAIN(tests)

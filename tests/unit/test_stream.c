@@ -1,0 +1,565 @@
+/* Unit tests for fx_stream: the replay ring and its bounds, start positions
+ * and the backlog snapshot, and the checkpoint-5 fanout under each policy
+ * (drop_new, drop_old, block with park and resume), with exact counters. */
+/* fx-test-libs: fx_broker fx_wire fx_base */
+#include "base/metrics.h"
+#include "broker/stream.h"
+#include "felix/error.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fx_test.h"
+
+static fx_wire_slice S(const char *s)
+{
+    return (fx_wire_slice){.ptr = (const uint8_t *)s, .len = strlen(s)};
+}
+
+typedef struct resume_log {
+    int n;
+} resume_log;
+
+static void count_resume(fx_stream *s, void *user)
+{
+    ((resume_log *)user)->n++;
+}
+
+static fx_stream *mkstream(uint32_t cap, uint64_t cap_bytes, size_t qcap, fx_queue_policy p,
+                           resume_log *rl)
+{
+    fx_stream_opts o = {.handle_id = 7,
+                        .log_capacity = cap,
+                        .log_capacity_bytes = cap_bytes,
+                        .sub_queue_capacity = qcap,
+                        .sub_queue_policy = p,
+                        .on_resume = count_resume,
+                        .user = rl};
+    fx_stream *s = NULL;
+    assert_int_equal(fx_stream_new(&s, &o), 0);
+    return s;
+}
+
+/* Publishes one message; asserts the fanout completed. */
+static fx_fanout_result pub1(fx_stream *s, const char *msg)
+{
+    fx_wire_slice p = S(msg);
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, &p, 1, 1000, &res), 0);
+    return res;
+}
+
+static fx_subscriber *sub_latest(fx_stream *s, uint64_t id)
+{
+    fx_start st = {.kind = FX_START_LATEST};
+    fx_subscribe_opts o = {.subscription_id = id};
+    fx_subscriber *sub = NULL;
+    fx_backlog b;
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &b, NULL), 0);
+    assert_int_equal(b.n, 0);
+    fx_backlog_free(&b);
+    return sub;
+}
+
+/* Pops one envelope and checks it is the single message |msg| at |offset|. */
+static void expect_pop(fx_subscriber *sub, const char *msg, uint64_t offset)
+{
+    fx_envelope *e = NULL;
+    assert_int_equal(fx_subscriber_pop(sub, 5000, &e), 0);
+    assert_int_equal(fx_envelope_base_offset(e), offset);
+    assert_int_equal(fx_envelope_count(e), 1);
+    fx_wire_slice p = fx_envelope_payload(e, 0);
+    assert_int_equal(p.len, strlen(msg));
+    assert_memory_equal(p.ptr, msg, p.len);
+    fx_envelope_unref(e);
+}
+
+static void expect_empty(fx_subscriber *sub)
+{
+    fx_envelope *e = NULL;
+    assert_int_equal(fx_subscriber_pop(sub, 5000, &e), -EAGAIN);
+}
+
+static void expect_ring(fx_stream *s, uint64_t offset, const char *msg)
+{
+    fx_wire_slice p;
+    assert_int_equal(fx_stream_ring_get(s, offset, &p), 0);
+    assert_int_equal(p.len, strlen(msg));
+    assert_memory_equal(p.ptr, msg, p.len);
+}
+
+static fx_metrics_snapshot snap(void)
+{
+    fx_metrics_snapshot m;
+    fx_metrics_snapshot_take(&m);
+    return m;
+}
+
+/* ---- ring -------------------------------------------------------------------- */
+
+static void test_ring_trims_to_capacity(void **state)
+{
+    fx_stream *s = mkstream(3, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    const char *msgs[] = {"m0", "m1", "m2", "m3", "m4", "m5", "m6"};
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(pub1(s, msgs[i]).base_offset, (uint64_t)i);
+    assert_int_equal(fx_stream_ring_messages(s), 3);
+    assert_int_equal(fx_stream_oldest(s), 4);
+    assert_int_equal(fx_stream_tail(s), 7);
+    expect_ring(s, 4, "m4");
+    expect_ring(s, 5, "m5");
+    expect_ring(s, 6, "m6");
+    fx_wire_slice p;
+    assert_int_equal(fx_stream_ring_get(s, 3, &p), -ENOENT);
+    assert_int_equal(fx_stream_ring_get(s, 7, &p), -ENOENT);
+
+    /* A batch is trimmed message by message, not as a whole. */
+    fx_wire_slice batch[] = {S("b7"), S("b8")};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, batch, 2, 1, &res), 0);
+    assert_int_equal(res.base_offset, 7);
+    assert_int_equal(fx_stream_oldest(s), 6);
+    expect_ring(s, 6, "m6");
+    expect_ring(s, 8, "b8");
+    fx_stream_free(s);
+}
+
+static void test_ring_trims_by_bytes(void **state)
+{
+    fx_stream *s = mkstream(100, 10, 8, FX_QUEUE_DROP_NEW, NULL);
+    pub1(s, "aaaa");
+    pub1(s, "bbbb");
+    assert_int_equal(fx_stream_ring_bytes(s), 8);
+    pub1(s, "cccc"); /* 12 > 10: the oldest goes */
+    assert_int_equal(fx_stream_ring_messages(s), 2);
+    assert_int_equal(fx_stream_ring_bytes(s), 8);
+    assert_int_equal(fx_stream_oldest(s), 1);
+    expect_ring(s, 1, "bbbb");
+    fx_wire_slice big[] = {S("123456"), S("7890")};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, big, 2, 1, &res), 0);
+    assert_int_equal(fx_stream_ring_messages(s), 2);
+    assert_int_equal(fx_stream_ring_bytes(s), 10);
+    assert_int_equal(fx_stream_oldest(s), 3);
+    assert_int_equal(fx_stream_tail(s), 5);
+    fx_stream_free(s);
+}
+
+static void test_zero_bounds_rejected(void **state)
+{
+    fx_stream *s = NULL;
+    fx_stream_opts o = {.log_capacity = 0,
+                        .log_capacity_bytes = 1,
+                        .sub_queue_capacity = 1,
+                        .sub_queue_policy = FX_QUEUE_DROP_NEW};
+    assert_int_equal(fx_stream_new(&s, &o), -EINVAL);
+    o.log_capacity = 1;
+    o.sub_queue_policy = FX_QUEUE_BLOCK; /* block needs on_resume */
+    assert_int_equal(fx_stream_new(&s, &o), -EINVAL);
+    assert_null(s);
+}
+
+/* ---- fanout -------------------------------------------------------------------- */
+
+static void test_zero_subscribers_delivers_zero(void **state)
+{
+    fx_stream *s = mkstream(8, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    fx_fanout_result res = pub1(s, "x");
+    assert_int_equal(res.delivered, 0);
+    assert_int_equal(res.delivered_items, 0);
+    assert_int_equal(res.dropped, 0);
+    assert_int_equal(fx_stream_tail(s), 1);
+    fx_stream_free(s);
+}
+
+static void test_delivers_in_order_with_offsets(void **state)
+{
+    fx_stream *s = mkstream(8, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    fx_subscriber *sub = sub_latest(s, 1);
+    assert_int_equal(pub1(s, "a").delivered, 1);
+    fx_wire_slice two[] = {S("b"), S("c")};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, two, 2, 1, &res), 0);
+    assert_int_equal(res.delivered_items, 2);
+    expect_pop(sub, "a", 0);
+    fx_envelope *e;
+    assert_int_equal(fx_subscriber_pop(sub, 1, &e), 0);
+    assert_int_equal(fx_envelope_base_offset(e), 1);
+    assert_int_equal(fx_envelope_count(e), 2);
+    assert_int_equal(fx_envelope_handle_id(e), 7);
+    fx_envelope_unref(e);
+    expect_empty(sub);
+    fx_stream_free(s);
+}
+
+static void count_wake(fx_subscriber *sub, void *user)
+{
+    (*(int *)user)++;
+}
+
+static void test_wake_only_when_queue_becomes_non_empty(void **state)
+{
+    fx_stream *s = mkstream(8, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    int wakes = 0;
+    fx_start st = {.kind = FX_START_LATEST};
+    fx_subscribe_opts o = {.subscription_id = 1, .on_wake = count_wake, .user = &wakes};
+    fx_subscriber *sub;
+    fx_backlog bl;
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &bl, NULL), 0);
+    pub1(s, "a");
+    pub1(s, "b");
+    assert_int_equal(wakes, 1); /* the feeder was told once; it drains both */
+    expect_pop(sub, "a", 0);
+    expect_pop(sub, "b", 1);
+    pub1(s, "c");
+    assert_int_equal(wakes, 2);
+    fx_subscriber_stats ss;
+    fx_subscriber_get_stats(sub, &ss);
+    assert_int_equal(ss.subscription_id, 1);
+    assert_int_equal(ss.enqueued, 3);
+    assert_int_equal(ss.enqueued_items, 3);
+    assert_int_equal(ss.dequeued, 2);
+    assert_int_equal(ss.depth, 1);
+    assert_int_equal(ss.capacity, 8);
+    assert_int_equal(ss.last_enqueue_ns, 1000);
+    assert_int_equal(ss.last_delivery_ns, 5000);
+    fx_stream_free(s);
+}
+
+static void test_drop_new_second_publish_not_delivered(void **state)
+{
+    fx_stream *s = mkstream(8, 1 << 20, 1, FX_QUEUE_DROP_NEW, NULL);
+    fx_subscriber *sub = sub_latest(s, 1);
+    fx_metrics_snapshot m0 = snap();
+    assert_int_equal(pub1(s, "first").delivered, 1);
+    fx_wire_slice two[] = {S("x"), S("y")};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, two, 2, 1, &res), 0);
+    assert_int_equal(res.delivered, 0);
+    assert_int_equal(res.dropped, 1);
+    assert_int_equal(res.dropped_items, 2);
+    fx_metrics_snapshot m1 = snap();
+    /* Counted in messages (items): the batch held two. */
+    assert_int_equal(m1.c.subscribe_dropped - m0.c.subscribe_dropped, 2);
+    assert_int_equal(m1.c.sub_queue_dropped - m0.c.sub_queue_dropped, 2);
+    assert_int_equal(m1.c.sub_queue_drop_old - m0.c.sub_queue_drop_old, 0);
+    assert_int_equal(m1.c.sub_queue_enqueued - m0.c.sub_queue_enqueued, 1);
+    fx_subscriber_stats st;
+    fx_subscriber_get_stats(sub, &st);
+    assert_int_equal(st.depth, 1);
+    assert_int_equal(st.dropped, 1);
+    assert_int_equal(st.dropped_items, 2);
+    assert_int_equal(st.last_delivery_ns, 0);
+    expect_pop(sub, "first", 0);
+    expect_empty(sub);
+    fx_subscriber_get_stats(sub, &st);
+    assert_int_equal(st.depth, 0);
+    assert_int_equal(st.last_delivery_ns, 5000);
+    fx_stream_free(s);
+}
+
+static void test_drop_new_cap_2_of_100_publishes_buffers_exactly_2(void **state)
+{
+    fx_stream *s = mkstream(1024, 1 << 20, 2, FX_QUEUE_DROP_NEW, NULL);
+    fx_subscriber *sub = sub_latest(s, 1);
+    fx_metrics_snapshot m0 = snap();
+    for (int i = 0; i < 100; i++)
+        pub1(s, "m");
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(m1.c.sub_queue_dropped - m0.c.sub_queue_dropped, 98);
+    fx_envelope *e;
+    for (uint64_t i = 0; i < 2; i++) {
+        assert_int_equal(fx_subscriber_pop(sub, 1, &e), 0);
+        assert_int_equal(fx_envelope_base_offset(e), i);
+        fx_envelope_unref(e);
+    }
+    expect_empty(sub);
+    fx_stream_free(s);
+}
+
+static void test_drop_old_keeps_newest(void **state)
+{
+    fx_stream *s = mkstream(8, 1 << 20, 1, FX_QUEUE_DROP_OLD, NULL);
+    fx_subscriber *sub = sub_latest(s, 1);
+    fx_metrics_snapshot m0 = snap();
+    assert_int_equal(pub1(s, "old").delivered, 1);
+    fx_fanout_result res = pub1(s, "new");
+    assert_int_equal(res.delivered, 1); /* the new one went in, the old one out */
+    assert_int_equal(res.dropped, 0);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(m1.c.sub_queue_drop_old - m0.c.sub_queue_drop_old, 1);
+    assert_int_equal(m1.c.subscribe_dropped - m0.c.subscribe_dropped, 1);
+    assert_int_equal(m1.c.sub_queue_dropped - m0.c.sub_queue_dropped, 1);
+    assert_int_equal(m1.g.sub_queue_len - m0.g.sub_queue_len, 1);
+    fx_subscriber_stats st;
+    fx_subscriber_get_stats(sub, &st);
+    assert_int_equal(st.dropped, 1);
+    assert_int_equal(st.enqueued, 2);
+    expect_pop(sub, "new", 1);
+    expect_empty(sub);
+    fx_stream_free(s);
+    assert_int_equal(snap().g.sub_queue_len - m0.g.sub_queue_len, 0);
+}
+
+static void test_block_parks_fanout_and_resumes_without_duplicates(void **state)
+{
+    resume_log rl = {0};
+    fx_stream *s = mkstream(8, 1 << 20, 1, FX_QUEUE_BLOCK, &rl);
+    fx_subscriber *a = sub_latest(s, 1);
+    fx_subscriber *b = sub_latest(s, 2);
+    assert_int_equal(pub1(s, "m0").delivered, 2);
+    expect_pop(a, "m0", 0); /* a has room, b is full */
+
+    fx_wire_slice p = S("m1");
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, &p, 1, 1, &res), -EAGAIN);
+    assert_true(fx_stream_is_parked(s));
+    assert_int_equal(res.delivered, 1);     /* a took it before the park */
+    assert_int_equal(fx_stream_tail(s), 2); /* appended even though parked */
+    fx_wire_slice q = S("m2");
+    assert_int_equal(fx_stream_publish(s, NULL, &q, 1, 1, &res), -EBUSY);
+    assert_int_equal(fx_stream_tail(s), 2);
+    assert_int_equal(rl.n, 0);
+    /* A resume before the queue woke the stream changes nothing. */
+    assert_int_equal(fx_stream_resume(s, 2, &res), -EAGAIN);
+    assert_int_equal(res.delivered, 0);
+
+    expect_pop(b, "m0", 0); /* drains b to its low watermark: resume */
+    assert_int_equal(rl.n, 1);
+    assert_int_equal(fx_stream_resume(s, 2, &res), 0);
+    assert_false(fx_stream_is_parked(s));
+    assert_int_equal(res.delivered, 1); /* only b: a is not offered m1 again */
+
+    expect_pop(a, "m1", 1);
+    expect_empty(a);
+    expect_pop(b, "m1", 1);
+    expect_empty(b);
+    assert_int_equal(pub1(s, "m2").delivered, 2);
+    expect_pop(a, "m2", 2);
+    expect_pop(b, "m2", 2);
+    fx_stream_free(s);
+}
+
+static void test_block_subscriber_added_while_parked_gets_batch_once(void **state)
+{
+    resume_log rl = {0};
+    fx_stream *s = mkstream(8, 1 << 20, 1, FX_QUEUE_BLOCK, &rl);
+    fx_subscriber *a = sub_latest(s, 1);
+    pub1(s, "m0");
+    fx_wire_slice p = S("m1");
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, &p, 1, 1, &res), -EAGAIN);
+
+    /* Subscribing from offset 1 while m1's fanout is parked: m1 comes in the
+     * backlog, and the resumed fanout must not queue it a second time. */
+    fx_start st = {.kind = FX_START_OFFSET, .offset = 1};
+    fx_subscribe_opts o = {.subscription_id = 2};
+    fx_subscriber *late;
+    fx_backlog bl;
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &late, &bl, NULL), 0);
+    assert_int_equal(bl.n, 1);
+    assert_int_equal(fx_envelope_base_offset(bl.items[0].env), 1);
+    assert_int_equal(bl.items[0].skip, 0);
+    fx_backlog_free(&bl);
+
+    expect_pop(a, "m0", 0);
+    assert_int_equal(rl.n, 1);
+    assert_int_equal(fx_stream_resume(s, 2, &res), 0);
+    assert_int_equal(res.delivered, 1);
+    expect_pop(a, "m1", 1);
+    expect_empty(late);
+    fx_stream_free(s);
+}
+
+static void test_unsubscribe_while_parked_resumes_fanout(void **state)
+{
+    resume_log rl = {0};
+    fx_stream *s = mkstream(8, 1 << 20, 1, FX_QUEUE_BLOCK, &rl);
+    fx_subscriber *a = sub_latest(s, 1);
+    fx_subscriber *b = sub_latest(s, 2);
+    pub1(s, "m0");
+    fx_wire_slice p = S("m1");
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, &p, 1, 1, &res), -EAGAIN);
+    assert_int_equal(res.delivered, 0); /* parked on a, the first */
+    fx_metrics_snapshot m0 = snap();
+    fx_stream_unsubscribe(s, a); /* its queued m0 is released, not counted */
+    assert_int_equal(rl.n, 1);
+    assert_int_equal(fx_stream_subscriber_count(s), 1);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(m1.c.sub_queue_dropped - m0.c.sub_queue_dropped, 0);
+    assert_int_equal(m1.g.sub_queue_len - m0.g.sub_queue_len, -1);
+    /* b is still full: the resumed fanout parks on it. */
+    assert_int_equal(fx_stream_resume(s, 2, &res), -EAGAIN);
+    expect_pop(b, "m0", 0);
+    assert_int_equal(rl.n, 2);
+    assert_int_equal(fx_stream_resume(s, 3, &res), 0);
+    expect_pop(b, "m1", 1);
+    fx_stream_free(s);
+}
+
+static void test_stream_free_releases_parked_fanout(void **state)
+{
+    resume_log rl = {0};
+    fx_stream *s = mkstream(8, 1 << 20, 1, FX_QUEUE_BLOCK, &rl);
+    sub_latest(s, 1);
+    pub1(s, "m0");
+    fx_wire_slice p = S("m1");
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, &p, 1, 1, &res), -EAGAIN);
+    fx_stream_free(s); /* ASan/LSan check the envelopes and the waiter */
+    assert_int_equal(rl.n, 0);
+}
+
+static void test_envelope_shares_backing_buffer(void **state)
+{
+    fx_stream *s = mkstream(1, 1 << 20, 4, FX_QUEUE_DROP_NEW, NULL);
+    fx_subscriber *a = sub_latest(s, 1);
+    fx_buf *body;
+    assert_int_equal(fx_buf_new_copy(&body, "helloworld", 10), 0);
+    fx_wire_slice two[] = {{fx_buf_data(body), 5}, {fx_buf_data(body) + 5, 5}};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, body, two, 2, 1, &res), 0);
+    assert_int_equal(fx_buf_refcount(body), 2); /* ours + the envelope's */
+    fx_buf_unref(body);
+    pub1(s, "z"); /* trims the batch out of the ring; a's queue still holds it */
+    fx_envelope *e;
+    assert_int_equal(fx_subscriber_pop(a, 1, &e), 0);
+    assert_memory_equal(fx_envelope_payload(e, 1).ptr, "world", 5);
+    fx_envelope_unref(e); /* the last reference frees the body */
+    fx_stream_free(s);
+}
+
+/* ---- start positions --------------------------------------------------------------- */
+
+static void test_cursor_tail_then_live_no_gap(void **state)
+{
+    fx_stream *s = mkstream(16, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    pub1(s, "one");
+    pub1(s, "two");
+    fx_start st = {.kind = FX_START_OFFSET, .offset = 0};
+    fx_subscribe_opts o = {.subscription_id = 9};
+    fx_subscriber *sub;
+    fx_backlog bl;
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &bl, NULL), 0);
+    assert_int_equal(bl.n, 2);
+    assert_int_equal(fx_envelope_base_offset(bl.items[0].env), 0);
+    assert_int_equal(fx_envelope_base_offset(bl.items[1].env), 1);
+    assert_memory_equal(fx_envelope_payload(bl.items[1].env, 0).ptr, "two", 3);
+    expect_empty(sub); /* the backlog is not also queued */
+    pub1(s, "three");
+    expect_pop(sub, "three", 2);
+    expect_empty(sub);
+    fx_backlog_free(&bl);
+    fx_stream_free(s);
+}
+
+static void test_start_latest_has_no_backlog(void **state)
+{
+    fx_stream *s = mkstream(16, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    pub1(s, "old");
+    fx_subscriber *sub = sub_latest(s, 1);
+    expect_empty(sub);
+    pub1(s, "new");
+    expect_pop(sub, "new", 1);
+    fx_stream_free(s);
+}
+
+static void test_start_earliest(void **state)
+{
+    fx_stream *s = mkstream(3, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    fx_wire_slice batch[] = {S("a"), S("b"), S("c"), S("d")};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, batch, 4, 1, &res), 0);
+    pub1(s, "e");
+    /* Ring holds c, d (inside the first batch) and e. */
+    fx_start st = {.kind = FX_START_EARLIEST};
+    fx_subscribe_opts o = {.subscription_id = 1};
+    fx_subscriber *sub;
+    fx_backlog bl;
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &bl, NULL), 0);
+    assert_int_equal(bl.n, 2);
+    assert_int_equal(fx_envelope_base_offset(bl.items[0].env), 0);
+    assert_int_equal(bl.items[0].skip, 2);
+    assert_int_equal(fx_envelope_base_offset(bl.items[1].env), 4);
+    assert_int_equal(bl.items[1].skip, 0);
+    fx_backlog_free(&bl);
+    /* An offset inside the retained part of a batch skips into it. */
+    st = (fx_start){.kind = FX_START_OFFSET, .offset = 3};
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &bl, NULL), 0);
+    assert_int_equal(bl.n, 2);
+    assert_int_equal(bl.items[0].skip, 3);
+    fx_backlog_free(&bl);
+    assert_int_equal(fx_stream_subscriber_count(s), 2);
+    fx_stream_free(s);
+}
+
+static void test_start_offset_too_old(void **state)
+{
+    fx_stream *s = mkstream(3, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    for (int i = 0; i < 5; i++)
+        pub1(s, "m");
+    fx_start st = {.kind = FX_START_OFFSET, .offset = 1};
+    fx_subscribe_opts o = {.subscription_id = 1};
+    fx_subscriber *sub = NULL;
+    fx_backlog bl;
+    uint64_t avail = 0;
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &bl, &avail), FX_ECURSOR_TOO_OLD);
+    assert_int_equal(avail, 2);
+    assert_null(sub);
+    assert_int_equal(bl.n, 0);
+    assert_int_equal(fx_stream_subscriber_count(s), 0);
+    st.offset = 2; /* the oldest retained is fine */
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &bl, &avail), 0);
+    assert_int_equal(bl.n, 3);
+    fx_backlog_free(&bl);
+    fx_stream_free(s);
+}
+
+static void test_start_offset_in_future(void **state)
+{
+    fx_stream *s = mkstream(3, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    fx_start st = {.kind = FX_START_OFFSET, .offset = 9999};
+    fx_subscribe_opts o = {.subscription_id = 1};
+    fx_subscriber *sub = NULL;
+    fx_backlog bl;
+    uint64_t avail = 77;
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &bl, &avail), FX_ECURSOR_IN_FUTURE);
+    assert_int_equal(avail, 0);
+    pub1(s, "m0");
+    pub1(s, "m1");
+    st.offset = 3;
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &bl, &avail), FX_ECURSOR_IN_FUTURE);
+    assert_int_equal(avail, 2);
+    st.offset = 2; /* == tail: nothing to replay, live from here */
+    assert_int_equal(fx_stream_subscribe(s, &st, &o, &sub, &bl, &avail), 0);
+    assert_int_equal(bl.n, 0);
+    pub1(s, "m2");
+    expect_pop(sub, "m2", 2);
+    fx_stream_free(s);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_ring_trims_to_capacity),
+    cmocka_unit_test(test_ring_trims_by_bytes),
+    cmocka_unit_test(test_zero_bounds_rejected),
+    cmocka_unit_test(test_zero_subscribers_delivers_zero),
+    cmocka_unit_test(test_delivers_in_order_with_offsets),
+    cmocka_unit_test(test_wake_only_when_queue_becomes_non_empty),
+    cmocka_unit_test(test_drop_new_second_publish_not_delivered),
+    cmocka_unit_test(test_drop_new_cap_2_of_100_publishes_buffers_exactly_2),
+    cmocka_unit_test(test_drop_old_keeps_newest),
+    cmocka_unit_test(test_block_parks_fanout_and_resumes_without_duplicates),
+    cmocka_unit_test(test_block_subscriber_added_while_parked_gets_batch_once),
+    cmocka_unit_test(test_unsubscribe_while_parked_resumes_fanout),
+    cmocka_unit_test(test_stream_free_releases_parked_fanout),
+    cmocka_unit_test(test_envelope_shares_backing_buffer),
+    cmocka_unit_test(test_cursor_tail_then_live_no_gap),
+    cmocka_unit_test(test_start_latest_has_no_backlog),
+    cmocka_unit_test(test_start_earliest),
+    cmocka_unit_test(test_start_offset_too_old),
+    cmocka_unit_test(test_start_offset_in_future),
+};
+FX_TEST_MAIN(tests)
