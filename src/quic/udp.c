@@ -1,0 +1,264 @@
+/* UDP socket I/O for an endpoint: socket set-up (buffers read back, GRO,
+ * don't-fragment), GSO aggregates on send with a sendmmsg fallback when the
+ * kernel reports EIO, recvmmsg + GRO train splitting on receive, and the
+ * test hook that drops datagrams. Loop thread only. */
+#include <errno.h>
+#include <netinet/ip.h>
+#include <netinet/udp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "felix/error.h"
+#include "quic/internal.h"
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+/* ---- set-up ------------------------------------------------------------------ */
+
+/* Sets a socket buffer, preferring the FORCE variant (root passes the
+ * rmem_max/wmem_max clamp), and returns the size the kernel really gives
+ * (it reports twice the usable size; we log what it reports). */
+static int set_buffer(int fd, int opt, int force_opt, int want)
+{
+    if (want > 0 && setsockopt(fd, SOL_SOCKET, force_opt, &want, sizeof(want)) < 0)
+        (void)setsockopt(fd, SOL_SOCKET, opt, &want, sizeof(want)); /* read back below */
+    int got = 0;
+    socklen_t len = sizeof(got);
+    if (getsockopt(fd, SOL_SOCKET, opt, &got, &len) < 0)
+        return -errno;
+    return got;
+}
+
+static void set_options(fx_quic_endpoint *ep, int fd, int family)
+{
+    ep->st.sndbuf = set_buffer(fd, SO_SNDBUF, SO_SNDBUFFORCE, ep->o.udp_send_buffer);
+    ep->st.rcvbuf = set_buffer(fd, SO_RCVBUF, SO_RCVBUFFORCE, ep->o.udp_recv_buffer);
+    if (ep->st.sndbuf < ep->o.udp_send_buffer || ep->st.rcvbuf < ep->o.udp_recv_buffer)
+        fx_quic_log(FX_QLOG_WARN,
+                    "udp buffers clamped by the kernel: send %d recv %d (asked %d / %d); "
+                    "raise net.core.wmem_max / rmem_max",
+                    ep->st.sndbuf, ep->st.rcvbuf, ep->o.udp_send_buffer, ep->o.udp_recv_buffer);
+    else
+        fx_quic_log(FX_QLOG_INFO, "udp buffers: send %d recv %d", ep->st.sndbuf, ep->st.rcvbuf);
+    int one = 1;
+    if (ep->o.gro && setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one)) < 0) {
+        fx_quic_log(FX_QLOG_WARN, "UDP_GRO unavailable (%s); GSO off too", strerror(errno));
+        ep->o.gro = false;
+        ep->gso = false;
+    }
+    if (family == AF_INET) {
+        int pmtu = IP_PMTUDISC_DO; /* QUIC does its own PMTUD: never fragment */
+        (void)setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+    } else {
+        int pmtu = IPV6_PMTUDISC_DO;
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+    }
+}
+
+int fx_quic_udp_open(fx_quic_endpoint *ep, const struct sockaddr *addr, socklen_t len)
+{
+    int fd = socket(addr->sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
+    if (fd < 0)
+        return -errno;
+    ep->gso = ep->o.gso;
+    set_options(ep, fd, addr->sa_family);
+    int one = 1;
+    if (ep->group != NULL && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
+        int rv = -errno;
+        close(fd);
+        return rv;
+    }
+    if (bind(fd, addr, len) < 0) {
+        int rv = -errno;
+        close(fd);
+        return rv;
+    }
+    ep->locallen = sizeof(ep->local);
+    if (getsockname(fd, (struct sockaddr *)&ep->local, &ep->locallen) < 0) {
+        int rv = -errno;
+        close(fd);
+        return rv;
+    }
+    if (ep->local.ss_family == AF_INET)
+        ep->port = ntohs(((struct sockaddr_in *)&ep->local)->sin_port);
+    else
+        ep->port = ntohs(((struct sockaddr_in6 *)&ep->local)->sin6_port);
+    ep->fd = fd;
+    return 0;
+}
+
+/* ---- test hook --------------------------------------------------------------- */
+
+bool fx_quic_test_drop(fx_quic_endpoint *ep)
+{
+    if (ep->o.test_drop_permille == 0)
+        return false;
+    /* xorshift64: deterministic per endpoint, good enough to pick losses. */
+    uint64_t x = ep->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    ep->rng = x;
+    if (x % 1000 >= ep->o.test_drop_permille)
+        return false;
+    ep->st.test_dropped++;
+    return true;
+}
+
+/* ---- send -------------------------------------------------------------------- */
+
+static int send_gso(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t tolen,
+                    const uint8_t *data, size_t len, size_t seg)
+{
+    struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr m = {
+        .msg_name = (void *)to, .msg_namelen = tolen, .msg_iov = &iov, .msg_iovlen = 1};
+    if (len > seg) {
+        memset(&u, 0, sizeof(u));
+        m.msg_control = u.buf;
+        m.msg_controllen = sizeof(u.buf);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        cm->cmsg_level = IPPROTO_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t s = (uint16_t)seg;
+        memcpy(CMSG_DATA(cm), &s, sizeof(s));
+    }
+    ssize_t n;
+    do {
+        n = sendmsg(ep->fd, &m, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    ep->st.tx_sendmsg++;
+    ep->st.tx_datagrams += (len + seg - 1) / seg;
+    return 0;
+}
+
+/* Without GSO: one datagram per segment, in sendmmsg batches. */
+static int send_each(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t tolen,
+                     const uint8_t *data, size_t len, size_t seg)
+{
+    struct mmsghdr mm[FX_QUIC_GSO_SEGS];
+    struct iovec iov[FX_QUIC_GSO_SEGS];
+    size_t n = 0;
+    for (size_t off = 0; off < len && n < FX_QUIC_GSO_SEGS; off += seg, n++) {
+        iov[n].iov_base = (void *)(data + off);
+        iov[n].iov_len = len - off < seg ? len - off : seg;
+        mm[n] = (struct mmsghdr){
+            .msg_hdr = {
+                .msg_name = (void *)to, .msg_namelen = tolen, .msg_iov = &iov[n], .msg_iovlen = 1}};
+    }
+    size_t done = 0;
+    while (done < n) {
+        int k = sendmmsg(ep->fd, mm + done, (unsigned)(n - done), 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            /* Datagrams already sent stay sent; the rest count as lost and
+             * QUIC's recovery resends them. */
+            return done > 0 ? 0 : -errno;
+        }
+        ep->st.tx_sendmsg++;
+        ep->st.tx_datagrams += (uint64_t)k;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+int fx_quic_udp_send(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t tolen,
+                     const uint8_t *data, size_t len, size_t seg)
+{
+    if (!ep->gso || len <= seg)
+        return len <= seg ? send_gso(ep, to, tolen, data, len, len)
+                          : send_each(ep, to, tolen, data, len, seg);
+    int rv = send_gso(ep, to, tolen, data, len, seg);
+    if (rv == -EIO) {
+        /* The device (or kernel) cannot segment: it says so only now. */
+        fx_quic_log(FX_QLOG_WARN, "sendmsg with UDP_SEGMENT failed (EIO): GSO off");
+        ep->gso = false;
+        ep->st.gso_disabled = 1;
+        rv = send_each(ep, to, tolen, data, len, seg);
+    }
+    return rv;
+}
+
+/* ---- receive ----------------------------------------------------------------- */
+
+static size_t gro_size(struct msghdr *m, size_t len)
+{
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm != NULL; cm = CMSG_NXTHDR(m, cm)) {
+        if (cm->cmsg_level == IPPROTO_UDP && cm->cmsg_type == UDP_GRO) {
+            int v;
+            memcpy(&v, CMSG_DATA(cm), sizeof(v));
+            if (v > 0)
+                return (size_t)v;
+        }
+    }
+    return len;
+}
+
+static void deliver(fx_quic_endpoint *ep, struct mmsghdr *mm)
+{
+    struct msghdr *m = &mm->msg_hdr;
+    size_t len = mm->msg_len;
+    if (m->msg_flags & MSG_TRUNC) {
+        ep->st.rx_dropped++;
+        return;
+    }
+    size_t seg = gro_size(m, len);
+    const uint8_t *p = m->msg_iov[0].iov_base;
+    for (size_t off = 0; off < len; off += seg) {
+        size_t n = len - off < seg ? len - off : seg;
+        ep->st.rx_datagrams++;
+        if (fx_quic_test_drop(ep))
+            continue;
+        fx_quic_ep_on_datagram(ep, m->msg_name, m->msg_namelen, p + off, n);
+    }
+}
+
+void fx_quic_udp_read(fx_quic_endpoint *ep)
+{
+    struct mmsghdr mm[FX_QUIC_RX_BATCH];
+    struct iovec iov[FX_QUIC_RX_BATCH];
+    struct sockaddr_storage from[FX_QUIC_RX_BATCH];
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl[FX_QUIC_RX_BATCH];
+    for (uint64_t budget = 0; budget < FX_QUIC_RX_BUDGET && !ep->freeing;) {
+        for (size_t i = 0; i < FX_QUIC_RX_BATCH; i++) {
+            iov[i] =
+                (struct iovec){.iov_base = ep->rx + i * FX_QUIC_RX_BUF, .iov_len = FX_QUIC_RX_BUF};
+            mm[i] = (struct mmsghdr){.msg_hdr = {.msg_name = &from[i],
+                                                 .msg_namelen = sizeof(from[i]),
+                                                 .msg_iov = &iov[i],
+                                                 .msg_iovlen = 1,
+                                                 .msg_control = ctl[i].buf,
+                                                 .msg_controllen = sizeof(ctl[i].buf)}};
+        }
+        int n = recvmmsg(ep->fd, mm, FX_QUIC_RX_BATCH, 0, NULL);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                fx_quic_log(FX_QLOG_WARN, "recvmmsg: %s", strerror(errno));
+            return;
+        }
+        for (int i = 0; i < n; i++)
+            deliver(ep, &mm[i]);
+        fx_quic_ep_flush_dirty(ep);
+        budget += (uint64_t)n;
+        if (n < FX_QUIC_RX_BATCH)
+            return;
+    }
+}
