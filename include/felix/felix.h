@@ -1,0 +1,244 @@
+/* libfelix: the public client API of Felix-C (publish, subscribe, over QUIC).
+ * Objects are opaque. Every function returns 0 or a negative FX_E* / -errno
+ * code (fx_strerror names it). Any user thread may call any function unless
+ * its comment says otherwise; callbacks run on the client library's own loop
+ * thread and must not block: a blocking call made there returns
+ * FX_EWOULDBLOCK_LOOP. */
+#ifndef FELIX_FELIX_H
+#define FELIX_FELIX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "felix/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fx_client fx_client;
+typedef struct fx_subscription fx_subscription;
+
+/* ---- enums: 0 always means "the default" -------------------------------- */
+
+typedef enum fx_ack {
+    FX_ACK_DEFAULT = 0, /* = FX_ACK_NONE */
+    FX_ACK_NONE,
+    FX_ACK_PER_MESSAGE,
+    FX_ACK_PER_BATCH,
+} fx_ack;
+
+typedef enum fx_policy {
+    FX_POLICY_DEFAULT = 0, /* = FX_POLICY_DROP_NEW for subscription queues */
+    FX_POLICY_BLOCK,       /* full queue: stop granting QUIC credit, never drop */
+    FX_POLICY_DROP_NEW,    /* full queue: drop the arriving batch, count it */
+    FX_POLICY_DROP_OLD,    /* full queue: evict the oldest batch, count it */
+} fx_policy;
+
+typedef enum fx_sharding {
+    FX_SHARDING_DEFAULT = 0, /* = FX_SHARDING_HASH_STREAM */
+    FX_SHARDING_HASH_STREAM, /* hash(tenant, namespace, stream) picks the worker: keeps order */
+    FX_SHARDING_RR,          /* round robin over workers: may reorder a stream */
+} fx_sharding;
+
+typedef enum fx_start_kind {
+    FX_START_LATEST = 0,
+    FX_START_EARLIEST,
+    FX_START_OFFSET,
+} fx_start_kind;
+
+typedef struct fx_start {
+    fx_start_kind kind;
+    uint64_t offset; /* FX_START_OFFSET: the first offset wanted */
+} fx_start;
+
+/* ---- options -------------------------------------------------------------- */
+
+/* Client options. |size| must be sizeof(fx_client_opts) (fx_client_opts_init
+ * sets it), so fields can be appended without breaking callers. Strings are
+ * borrowed until fx_client_connect returns (the client copies them). A zero
+ * numeric field means its default. */
+typedef struct fx_client_opts {
+    size_t size;
+    const char *server;                /* "host:port", "[v6]:port"; "127.0.0.1:5000" */
+    const char *server_name;           /* certificate name and SNI; "localhost" */
+    const char *ca_file;               /* PEM trust anchors, or NULL */
+    const char *pin_sha256;            /* hex SHA-256 of the server certificate DER, or NULL */
+    bool insecure;                     /* accept any certificate (development only) */
+    const char *tenant;                /* "t1" */
+    const char *token;                 /* auth token; "" when NULL */
+    uint32_t publish_conn_pool;        /* 4 (FELIX_PUB_CONN_POOL) */
+    uint32_t publish_streams_per_conn; /* 2 (FELIX_PUB_STREAMS_PER_CONN) */
+    uint32_t publish_queue_depth;      /* 64 per worker (FELIX_PUBLISH_QUEUE_DEPTH) */
+    size_t publish_inflight_bytes;     /* 4 MiB shared (FELIX_PUBLISH_INFLIGHT_BYTES) */
+    fx_sharding publish_sharding;      /* hash_stream (FELIX_PUB_SHARDING) */
+    uint32_t event_conn_pool;          /* 8 (FELIX_EVENT_CONN_POOL, alias FELIX_SUB_CONNS) */
+    uint32_t sub_queue_capacity;       /* 256 batches (FELIX_CLIENT_SUB_QUEUE_CAPACITY) */
+    fx_policy sub_queue_policy;        /* drop_new (FELIX_CLIENT_SUB_QUEUE_POLICY) */
+    uint32_t max_frame_bytes;          /* 16 MiB (FELIX_MAX_FRAME_BYTES) */
+    int connect_timeout_ms;            /* 5000; also bounds fx_subscribe's wait */
+    int idle_timeout_ms;               /* 30000 */
+    int keepalive_ms;                  /* 10000 */
+    bool reconnect;                    /* true (not implemented yet: see docs) */
+    int reconnect_initial_ms;          /* 50 */
+    int reconnect_max_ms;              /* 5000 */
+    /* Receive window per stream in bytes (0 = the transport's 1 MiB): what
+     * a blocked subscription lets the broker send before it stalls. */
+    uint32_t stream_window_bytes;
+} fx_client_opts;
+
+/* Fills |o| with the defaults above and sets o->size. */
+void fx_client_opts_init(fx_client_opts *o);
+
+/* Overlays the FELIX_* variables named above that are set and non-empty
+ * (a value of 0 keeps the current value, as in the original). Strings then
+ * point into the environment. Returns 0, or FX_ECONFIG for a bad value: the
+ * message (naming the variable) is logged and readable with
+ * fx_client_last_error(). |o| is unchanged for that variable. Any thread,
+ * but not concurrently with setenv(). */
+int fx_client_opts_from_env(fx_client_opts *o);
+
+/* ---- client --------------------------------------------------------------- */
+
+/* Checks |o|, resolves the server (a name is resolved on the caller's
+ * thread), completes one QUIC handshake and authenticates one control
+ * stream, all within o->connect_timeout_ms. Returns 0 and a new client in
+ * |*pc|; FX_ECONFIG (bad option), FX_ETLS* (certificate refused, with the
+ * reason), FX_ETIMEDOUT, FX_EAUTH (auth refused), FX_EWOULDBLOCK_LOOP,
+ * -errno, -ENOMEM. The connection used here is the first publish connection
+ * and the first event connection; the others open lazily. */
+int fx_client_connect(fx_client **pc, const fx_client_opts *o);
+
+/* Flushes pending publishes up to |timeout_ms| (-1: no limit), closes every
+ * connection and frees |c|. Callers blocked in other calls on |c| return
+ * FX_ECLOSED; the memory is released after the last of them has left.
+ * Subscriptions of |c| end (FX_ECLOSED) but must still be released with
+ * fx_unsubscribe. Returns 0, FX_ETIMEDOUT (some publishes were not yet
+ * acknowledged), FX_EWOULDBLOCK_LOOP (called from a callback: nothing done).
+ * NULL ok. */
+int fx_client_close(fx_client *c, int timeout_ms);
+
+/* Copies the text of the last error a call made on this thread produced
+ * (a broker's "publish failed: <msg>", a TLS reason, an option naming its
+ * variable) into |buf| of |len| bytes, NUL-terminated; "" if none. Inside an
+ * fx_ack_cb it is the text of that callback's failure. |c| may be NULL (the
+ * text is per thread). Returns the full length of the text. */
+size_t fx_client_last_error(const fx_client *c, char *buf, size_t len);
+
+/* ---- publish -------------------------------------------------------------- */
+
+typedef struct fx_iov {
+    const void *data;
+    size_t len;
+} fx_iov;
+
+/* Completion of an fx_publish_async: |rv| 0 or the error. Runs on the
+ * client's loop; must not block. */
+typedef void (*fx_ack_cb)(void *user, int rv);
+
+/* Publishes |len| bytes of |data| to |ns|/|stream| of the client's tenant.
+ * The payload is copied. Waits while the byte budget (checkpoint 1) or the
+ * worker queue (checkpoint 2) is full. FX_ACK_NONE/DEFAULT returns once
+ * admitted; FX_ACK_PER_MESSAGE/PER_BATCH returns the broker's answer.
+ * Returns 0; FX_ETOOBIG (larger than publish_inflight_bytes, at once);
+ * FX_ENOSTREAM / FX_EFORBIDDEN / FX_EOVERLOAD / FX_EREMOTE (the broker's
+ * message via fx_client_last_error); FX_ECLOSED; FX_ECONNLOST or the
+ * connection's close reason; FX_EWOULDBLOCK_LOOP; -EINVAL; -ENOMEM. */
+int fx_publish(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
+               fx_ack ack);
+
+/* Publishes |n| payloads as one batch frame, order kept; an acked batch is
+ * answered by one ack. Errors as fx_publish. */
+int fx_publish_batch(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs, size_t n,
+                     fx_ack ack);
+
+/* As fx_publish, but returns after admission; |cb(user, rv)| runs on the
+ * client's loop when the broker answered (acked) or QUIC acknowledged the
+ * bytes (unacked: loss after sending is not detectable then), or on failure.
+ * Acks are paired with requests by request id. If this returns an error,
+ * |cb| is not called. */
+int fx_publish_async(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
+                     fx_ack ack, fx_ack_cb cb, void *user);
+
+/* Waits until every publish in flight is acknowledged by QUIC and, if
+ * acked, answered (publishes made meanwhile by other threads count too).
+ * Returns 0, FX_ETIMEDOUT, FX_ECLOSED, FX_EWOULDBLOCK_LOOP. */
+int fx_flush(fx_client *c, int timeout_ms);
+
+/* ---- subscribe ------------------------------------------------------------ */
+
+#define FX_EVENT_GAP 0x1u /* offsets jumped before this event: |gap| were missed */
+
+/* One delivered message. |payload| stays valid until the next call on the
+ * subscription (or the callback's return). |offset| is meaningful when
+ * |has_offset|. */
+typedef struct fx_event {
+    const uint8_t *payload;
+    size_t len;
+    uint64_t offset;
+    bool has_offset;
+    uint32_t flags;
+    uint64_t gap;
+} fx_event;
+
+typedef void (*fx_event_cb)(void *user, const fx_event *ev);
+
+typedef struct fx_sub_stats {
+    uint64_t received;        /* events that arrived from the broker */
+    uint64_t delivered;       /* events handed to the application */
+    uint64_t dropped;         /* events dropped by the client queue */
+    uint64_t dropped_batches; /* whole batches dropped (the queue holds batches) */
+    uint64_t gaps;            /* offset jumps seen */
+    uint64_t missed;          /* messages missed across those jumps */
+    uint64_t queue_depth;     /* batches queued now */
+    uint64_t reconnects;      /* always 0 for now */
+    uint64_t subscription_id; /* assigned by the broker */
+} fx_sub_stats;
+
+/* Why a subscription ended or failed (fx_subscription_error). */
+typedef struct fx_sub_error {
+    int code;           /* 0 while live; FX_ECURSOR_*, FX_EEOF, FX_ECLOSED, ... */
+    char message[256];  /* the broker's or our text */
+    uint64_t requested; /* cursor errors */
+    uint64_t available; /* cursor errors */
+} fx_sub_error;
+
+/* Subscribes to |ns|/|stream| from |start| (NULL: latest) and waits for the
+ * broker's `subscribed` (bounded by connect_timeout_ms). Returns 0 and
+ * |*ps|; FX_ECURSOR_TOO_OLD / FX_ECURSOR_IN_FUTURE (then |*ps| is still set,
+ * read the detail with fx_subscription_error, release with fx_unsubscribe);
+ * FX_ENOSTREAM / FX_EFORBIDDEN / FX_EREMOTE (message via
+ * fx_client_last_error); FX_ETIMEDOUT; FX_ECLOSED; FX_EWOULDBLOCK_LOOP;
+ * -ENOMEM. On the other errors |*ps| is NULL. */
+int fx_subscribe(fx_subscription **ps, fx_client *c, const char *ns, const char *stream,
+                 const fx_start *start);
+
+/* Takes the next event into |ev|, waiting up to |timeout_ms| (-1 forever,
+ * 0 no wait). Returns 0; FX_ETIMEDOUT; FX_EEOF (the event stream ended:
+ * reason in fx_subscription_error); FX_ECLOSED (client or subscription
+ * closed); FX_EPROTO; FX_EWOULDBLOCK_LOOP (on the loop with timeout != 0);
+ * -EINVAL (a callback is set). One consumer thread per subscription. */
+int fx_subscription_next(fx_subscription *s, fx_event *ev, int timeout_ms);
+
+/* Delivers further events to |cb(user, ev)| on the client's loop instead of
+ * the queue (no thread hop, no queueing: the callback is the consumer, so
+ * credit is granted when it returns). Events already queued are delivered
+ * first. |cb| must not block. Returns 0, FX_ECLOSED, -EINVAL (|cb| NULL). */
+int fx_subscription_set_callback(fx_subscription *s, fx_event_cb cb, void *user);
+
+/* Fills |st| (relaxed reads). Returns 0 or -EINVAL. */
+int fx_subscription_stats(fx_subscription *s, fx_sub_stats *st);
+
+/* Copies why |s| failed or ended into |e| (code 0 while live). */
+int fx_subscription_error(fx_subscription *s, fx_sub_error *e);
+
+/* Stops |s| (the broker sees its event stream reset), wakes a caller blocked
+ * in fx_subscription_next with FX_ECLOSED and frees |s| once no caller is
+ * inside. Must not race with a new call on |s|. NULL ok. */
+void fx_unsubscribe(fx_subscription *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

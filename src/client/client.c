@@ -1,0 +1,484 @@
+/* libfelix client: connect (resolve, handshake, auth), the QUIC callbacks
+ * that route stream events to publish workers and subscriptions, lazy
+ * connections, and close. Each client owns one QUIC client endpoint (its own
+ * UDP socket and transport options) on the process-wide client loop.
+ * Public functions: any thread; static callbacks: the client loop. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "client/client.h"
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+uint64_t fx_client_deadline(int timeout_ms)
+{
+    if (timeout_ms < 0)
+        return 0;
+    return fx_now_ns() + (uint64_t)timeout_ms * FX_NS_PER_MS;
+}
+
+int fx_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns)
+{
+    if (deadline_ns == 0) {
+        pthread_cond_wait(cv, &c->mu);
+        return 0;
+    }
+    uint64_t now = fx_now_ns();
+    if (now >= deadline_ns)
+        return FX_ETIMEDOUT;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t abs = (uint64_t)ts.tv_sec * FX_NS_PER_S + (uint64_t)ts.tv_nsec + (deadline_ns - now);
+    ts.tv_sec = (time_t)(abs / FX_NS_PER_S);
+    ts.tv_nsec = (long)(abs % FX_NS_PER_S);
+    int rv = pthread_cond_timedwait(cv, &c->mu, &ts);
+    return rv == ETIMEDOUT ? FX_ETIMEDOUT : 0;
+}
+
+bool fx_client_post(fx_client *c, fx_task *t)
+{
+    pthread_mutex_lock(&c->mu);
+    bool ok = !c->closed;
+    if (ok)
+        fx_loop_post(c->loop, t);
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+int fx_client_cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    int rv = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return -rv;
+}
+
+int fx_client_send_copy(cconn *cc, int64_t sid, const void *p, size_t len, bool fin)
+{
+    if (cc->qc == NULL)
+        return FX_ECLOSED;
+    fx_buf *b = NULL;
+    int rv = fx_buf_new_copy(&b, p, len);
+    if (rv != 0)
+        return rv;
+    rv = fx_quic_stream_send(cc->qc, sid, b, 0, len, fin);
+    fx_buf_unref(b);
+    return rv;
+}
+
+int fx_client_send_msg(cconn *cc, int64_t sid, const fx_msg *m, bool fin)
+{
+    uint8_t *f = NULL;
+    size_t n = 0;
+    int rv = fx_msg_encode_frame(m, &f, &n);
+    if (rv != 0)
+        return rv;
+    rv = fx_client_send_copy(cc, sid, f, n, fin);
+    free(f);
+    return rv;
+}
+
+int fx_client_send_auth(cconn *cc, int64_t sid)
+{
+    fx_msg m;
+    fx_msg_init_auth(&m, cc->c->o.tenant, cc->c->o.token, true, FX_CLIENT_FLAGS);
+    return fx_client_send_msg(cc, sid, &m, false);
+}
+
+void fx_client_ref(fx_client *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+}
+
+static void client_free(fx_client *c)
+{
+    fx_pub_deinit(c);
+    for (size_t i = 0; i < c->nconns; i++)
+        free(c->conns[i]);
+    free(c->conns);
+    fx_budget_deinit(&c->budget);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c->strs);
+    free(c);
+}
+
+void fx_client_unref(fx_client *c)
+{
+    if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1)
+        client_free(c);
+}
+
+/* ---- QUIC callbacks ------------------------------------------------------------ */
+
+static void on_handshake_done(fx_quic_conn *qc, void *user)
+{
+    cconn *cc = user;
+    (void)qc;
+    cc->state = CS_READY;
+    fx_pub_conn_ready(cc->c, cc);
+}
+
+static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
+{
+    cconn *cc = user;
+    if ((sid & 0x2) != 0) {
+        fx_evs_open(cc, sid);
+        return;
+    }
+    /* The broker never opens bidi streams towards a client. */
+    FX_LOG_WARN("client", "broker opened bidi stream %lld: reset", (long long)sid);
+    fx_quic_stream_reset(qc, sid, 0);
+}
+
+static void on_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, size_t len, bool fin,
+                           void *user, void *su)
+{
+    (void)user;
+    if (su == NULL) {
+        fx_quic_stream_consume(qc, sid, len);
+        return;
+    }
+    switch (*(int *)su) {
+    case SK_WORKER:
+        fx_pub_on_data(su, data, len, fin);
+        break;
+    case SK_SUBREQ:
+        fx_sub_on_req_data(su, data, len, fin);
+        break;
+    case SK_EVENTS:
+        fx_evs_on_data(su, data, len, fin);
+        break;
+    }
+}
+
+static void on_stream_close(fx_quic_conn *qc, int64_t sid, bool reset, uint64_t code, void *user,
+                            void *su)
+{
+    (void)qc, (void)sid, (void)user;
+    if (su == NULL)
+        return;
+    switch (*(int *)su) {
+    case SK_WORKER:
+        fx_pub_on_close(su, reset, code);
+        break;
+    case SK_SUBREQ:
+        fx_sub_on_req_close(su, reset, code);
+        break;
+    case SK_EVENTS:
+        fx_evs_on_close(su, reset, code);
+        break;
+    }
+}
+
+static void on_writable(fx_quic_conn *qc, void *user)
+{
+    (void)qc;
+    cconn *cc = user;
+    fx_pub_conn_ready(cc->c, cc);
+}
+
+static int close_reason(const fx_quic_close_info *info)
+{
+    if (info->reason == FX_ECLOSED && info->remote)
+        return FX_ECONNLOST;
+    return info->reason;
+}
+
+static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, void *user)
+{
+    (void)qc;
+    cconn *cc = user;
+    fx_client *c = cc->c;
+    cc->qc = NULL;
+    cc->state = CS_CLOSED;
+    cc->close_rv = close_reason(info);
+    snprintf(cc->close_text, sizeof(cc->close_text), "%s%s%s", fx_strerror(cc->close_rv),
+             info->text[0] ? ": " : "", info->text);
+    fx_pub_conn_closed(c, cc, cc->close_rv, cc->close_text);
+    fx_sub_conn_closed(c, cc, cc->close_rv, cc->close_text);
+    pthread_mutex_lock(&c->mu);
+    if (c->connect_rv == 1 && cc == c->conns[0]) {
+        c->connect_rv = cc->close_rv;
+        snprintf(c->connect_msg, sizeof(c->connect_msg), "connect failed: %s", cc->close_text);
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static const fx_quic_callbacks CBS = {
+    .on_handshake_done = on_handshake_done,
+    .on_stream_open = on_stream_open,
+    .on_stream_data = on_stream_data,
+    .on_stream_close = on_stream_close,
+    .on_writable = on_writable,
+    .on_conn_closed = on_conn_closed,
+};
+
+/* ---- connections ---------------------------------------------------------------- */
+
+cconn *fx_client_conn(fx_client *c, size_t i)
+{
+    cconn *cc = c->conns[i];
+    if (cc != NULL)
+        return cc;
+    cc = calloc(1, sizeof(*cc));
+    if (cc == NULL)
+        return NULL;
+    cc->c = c;
+    int rv = fx_quic_connect(c->ep, c->ip, c->port, &c->qco, cc, &cc->qc);
+    if (rv != 0) {
+        cc->state = CS_CLOSED;
+        cc->close_rv = rv;
+        snprintf(cc->close_text, sizeof(cc->close_text), "connect: %s", fx_strerror(rv));
+    }
+    c->conns[i] = cc;
+    return cc;
+}
+
+/* Called by publish.c when worker 0 finished its auth during connect. */
+void fx_client_on_first_auth(fx_client *c, int rv, uint16_t flags, const char *text)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->connect_rv == 1) {
+        c->server_flags = flags;
+        c->connect_rv = rv;
+        if (rv != 0)
+            snprintf(c->connect_msg, sizeof(c->connect_msg), "auth rejected: %s", text);
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void connect_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l, (void)t;
+    fx_client *c = user;
+    int rv = fx_quic_client_new(&c->ep, c->loop, &c->qo, &CBS, c);
+    if (rv == 0) {
+        cconn *cc = fx_client_conn(c, 0);
+        rv = cc == NULL ? -ENOMEM : cc->close_rv;
+    }
+    if (rv != 0)
+        fx_client_on_first_auth(c, rv, 0, fx_strerror(rv));
+}
+
+static void close_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l, (void)t;
+    fx_client *c = user;
+    fx_pub_shutdown(c);
+    fx_sub_shutdown(c);
+    fx_quic_endpoint_free(c->ep);
+    c->ep = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->close_done = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- connect -------------------------------------------------------------------- */
+
+/* Splits "host:port" / "[v6]:port" and resolves host to a numeric address. */
+static int resolve(fx_client *c, const char *server)
+{
+    char host[256];
+    const char *colon = strrchr(server, ':');
+    if (colon == NULL || colon == server || colon[1] == '\0')
+        return fx_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port", server);
+    size_t hl = (size_t)(colon - server);
+    if (server[0] == '[' && hl >= 2 && server[hl - 1] == ']')
+        server++, hl -= 2;
+    if (hl >= sizeof(host))
+        return fx_client_set_error(FX_ECONFIG, "option server: host too long");
+    memcpy(host, server, hl);
+    host[hl] = '\0';
+    char *end = NULL;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port <= 0 || port > 65535)
+        return fx_client_set_error(FX_ECONFIG, "option server: bad port in '%s'", server);
+    struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
+    int g = getaddrinfo(host, NULL, &hints, &res);
+    if (g != 0)
+        return fx_client_set_error(FX_ECONFIG, "option server: cannot resolve '%s': %s", host,
+                                   gai_strerror(g));
+    const void *a = res->ai_family == AF_INET6
+                        ? (const void *)&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr
+                        : (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr;
+    inet_ntop(res->ai_family, a, c->ip, sizeof(c->ip));
+    freeaddrinfo(res);
+    c->port = (uint16_t)port;
+    return 0;
+}
+
+static char *dup_into(char **p, const char *s)
+{
+    if (s == NULL)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    memcpy(*p, s, n);
+    char *r = *p;
+    *p += n;
+    return r;
+}
+
+/* Copies the option strings into one allocation the client owns. */
+static int own_strings(fx_client *c)
+{
+    fx_client_opts *o = &c->o;
+    const char *s[] = {o->server, o->server_name, o->ca_file, o->pin_sha256, o->tenant, o->token};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++)
+        n += s[i] != NULL ? strlen(s[i]) + 1 : 0;
+    c->strs = malloc(n + 1);
+    if (c->strs == NULL)
+        return -ENOMEM;
+    char *p = c->strs;
+    o->server = dup_into(&p, o->server);
+    o->server_name = dup_into(&p, o->server_name);
+    o->ca_file = dup_into(&p, o->ca_file);
+    o->pin_sha256 = dup_into(&p, o->pin_sha256);
+    o->tenant = dup_into(&p, o->tenant);
+    o->token = dup_into(&p, o->token);
+    return 0;
+}
+
+static void transport_opts(fx_client *c)
+{
+    fx_quic_opts_default(&c->qo);
+    c->qo.idle_timeout_ns = (uint64_t)c->o.idle_timeout_ms * FX_NS_PER_MS;
+    c->qo.keepalive_ns = (uint64_t)c->o.keepalive_ms * FX_NS_PER_MS;
+    c->qo.handshake_timeout_ns = (uint64_t)c->o.connect_timeout_ms * FX_NS_PER_MS;
+    if (c->o.stream_window_bytes != 0) {
+        c->qo.stream_window = c->o.stream_window_bytes;
+        c->qo.max_stream_window = c->o.stream_window_bytes;
+    }
+    c->qco = (fx_quic_connect_opts){.server_name = c->o.server_name,
+                                    .ca_file = c->o.ca_file,
+                                    .pin_sha256 = c->o.pin_sha256,
+                                    .insecure = c->o.insecure};
+}
+
+static int client_new(fx_client **pc, const fx_client_opts *o)
+{
+    fx_client *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return -ENOMEM;
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->next_request_id, 1);
+    int rv = fx_client_opts_check(o, &c->o);
+    if (rv == 0)
+        rv = own_strings(c);
+    if (rv == 0)
+        rv = resolve(c, c->o.server);
+    if (rv == 0)
+        rv = -pthread_mutex_init(&c->mu, NULL);
+    if (rv != 0) {
+        free(c->strs);
+        free(c);
+        return rv;
+    }
+    fx_client_cond_init(&c->cv);
+    transport_opts(c);
+    fx_task_init(&c->connect_task, connect_task, c);
+    fx_task_init(&c->close_task, close_task, c);
+    rv = fx_budget_init(&c->budget, c->o.publish_inflight_bytes, NULL);
+    if (rv == 0)
+        rv = fx_pub_init(c);
+    if (rv != 0) {
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        free(c->strs);
+        free(c);
+        return rv;
+    }
+    *pc = c;
+    return 0;
+}
+
+/* Tears down on the loop and releases the runtime; the caller's reference
+ * is dropped. */
+static void client_teardown(fx_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->closed = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    fx_budget_close(&c->budget);
+    for (size_t i = 0; i < c->nworkers; i++)
+        fx_queue_close(&c->workers[i].q);
+    fx_loop_post(c->loop, &c->close_task);
+    pthread_mutex_lock(&c->mu);
+    while (!c->close_done)
+        fx_client_wait(c, &c->cv, 0);
+    pthread_mutex_unlock(&c->mu);
+    fx_rt_release();
+    fx_client_unref(c);
+}
+
+static int wait_connected(fx_client *c)
+{
+    uint64_t deadline = fx_client_deadline(c->o.connect_timeout_ms);
+    pthread_mutex_lock(&c->mu);
+    while (c->connect_rv == 1) {
+        if (fx_client_wait(c, &c->cv, deadline) == FX_ETIMEDOUT && c->connect_rv == 1) {
+            c->connect_rv = FX_ETIMEDOUT;
+            snprintf(c->connect_msg, sizeof(c->connect_msg), "connect to %s timed out after %d ms",
+                     c->o.server, c->o.connect_timeout_ms);
+        }
+    }
+    int rv = c->connect_rv;
+    if (rv != 0) /* the text was written on the loop: copy it to this thread */
+        fx_client_set_error(rv, "%s", c->connect_msg);
+    pthread_mutex_unlock(&c->mu);
+    return rv;
+}
+
+int fx_client_connect(fx_client **pc, const fx_client_opts *o)
+{
+    if (pc == NULL)
+        return -EINVAL;
+    *pc = NULL;
+    if (fx_rt_is_current())
+        return FX_EWOULDBLOCK_LOOP;
+    fx_client *c = NULL;
+    int rv = client_new(&c, o);
+    if (rv != 0)
+        return rv;
+    rv = fx_rt_acquire(&c->loop);
+    if (rv != 0) {
+        fx_client_unref(c);
+        return rv;
+    }
+    c->connect_rv = 1;
+    fx_loop_post(c->loop, &c->connect_task);
+    rv = wait_connected(c);
+    if (rv != 0) {
+        client_teardown(c);
+        return rv;
+    }
+    *pc = c;
+    return 0;
+}
+
+int fx_client_close(fx_client *c, int timeout_ms)
+{
+    if (c == NULL)
+        return 0;
+    if (fx_loop_is_current(c->loop))
+        return FX_EWOULDBLOCK_LOOP;
+    int rv = fx_flush(c, timeout_ms);
+    if (rv == FX_ECLOSED)
+        rv = 0;
+    client_teardown(c);
+    return rv;
+}

@@ -1,0 +1,259 @@
+/* libfelix internals shared by the client's files: the client, its
+ * connections, publish workers and subscriptions. Fields say which thread
+ * owns them: "loop" fields are touched only on the client loop; "mu" fields
+ * under fx_client.mu; atomics anywhere. */
+#ifndef FX_CLIENT_INTERNAL_H
+#define FX_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/budget.h"
+#include "base/buf.h"
+#include "base/loop.h"
+#include "base/queue.h"
+#include "client/wire_shim.h"
+#include "felix/felix.h"
+#include "quic/quic.h"
+
+#define FX_CLIENT_FLAGS 0x3Fu
+#define FX_CLIENT_LEGACY_FLAGS 0x07u
+#define FX_PENDING_BUCKETS 64
+
+/* ---- process-wide loop (runtime.c) ---------------------------------------- */
+
+/* Takes a reference on the process's client loop, creating and starting it
+ * on first use. Returns 0 and the loop in |*ploop|, or -errno/-ENOMEM. */
+int fx_rt_acquire(fx_loop **ploop);
+/* Drops a reference; the last one stops and frees the loop. Not on it. */
+void fx_rt_release(void);
+/* True on the client loop's thread. Any thread. */
+bool fx_rt_is_current(void);
+
+/* ---- errors (opts.c) ------------------------------------------------------- */
+
+/* Sets this thread's last error text (printf) and returns |rv|. */
+int fx_client_set_error(int rv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Maps a broker error text to a code (stream not found, forbidden, ...). */
+int fx_client_map_remote(const char *msg);
+/* Validates |o| and fills defaults for zero fields into |out|. */
+int fx_client_opts_check(const fx_client_opts *o, fx_client_opts *out);
+
+/* ---- objects -------------------------------------------------------------- */
+
+typedef struct cconn cconn;
+typedef struct pworker pworker;
+typedef struct preq preq;
+typedef struct evs evs;
+
+/* What a stream_user pointer points at: each such struct starts with it. */
+enum { SK_WORKER = 1, SK_SUBREQ, SK_EVENTS };
+
+enum { CS_CONNECTING = 0, CS_READY, CS_CLOSED };
+
+/* One QUIC connection of a client. Loop. */
+struct cconn {
+    fx_client *c;
+    fx_quic_conn *qc; /* NULL once closed */
+    int state;
+    int close_rv; /* why it closed */
+    char close_text[320];
+    evs *evlist; /* every live event stream of this connection */
+};
+
+/* A publish request answered by the broker (acked), or an async unacked
+ * one. Two references: the caller's (or the async completion's) and the
+ * loop's pending table. */
+struct preq {
+    atomic_int refs;
+    uint64_t request_id;
+    preq *next;    /* pending-table chain (loop) */
+    int rv;        /* mu */
+    bool done;     /* mu */
+    bool answered; /* loop: the broker answered (acked publishes) */
+    bool sent;     /* loop: frame released by QUIC */
+    bool acked;    /* needs an answer */
+    fx_ack_cb cb;  /* async completion, run on the loop */
+    void *user;
+    char msg[256]; /* mu: broker text on failure */
+};
+
+/* One encoded frame on its way: admitted at checkpoint 1 (|permit|), queued
+ * at checkpoint 2, sent by the loop. Wrapped in an fx_buf whose release
+ * frees it and gives the permit back. */
+typedef struct pjob {
+    fx_client *c;
+    fx_permit permit;
+    preq *req; /* NULL for a synchronous unacked publish */
+    fx_buf *buf;
+    size_t len;
+    uint8_t frame[];
+} pjob;
+
+/* A publish worker: one authed bidi stream, its queue (checkpoint 2). */
+struct pworker {
+    int kind; /* SK_WORKER */
+    fx_client *c;
+    size_t index;
+    cconn *conn;                       /* loop */
+    int64_t sid;                       /* loop; -1 when not open */
+    int state;                         /* loop: 0 idle, 1 authing, 2 ready, 3 failed */
+    atomic_int fail_rv;                /* 0, or why the worker is dead (read by producers) */
+    pjob *held;                        /* loop: popped job refused by QUIC (FX_EFULL) */
+    fx_queue q;                        /* items: pjob* */
+    fx_task drain;                     /* posted by producers */
+    fx_frame_decoder dec;              /* loop: replies */
+    preq *pending[FX_PENDING_BUCKETS]; /* loop: by request id */
+    size_t npending;                   /* loop */
+};
+
+/* A subscription. */
+struct fx_subscription {
+    int kind;        /* SK_SUBREQ: its subscribe bidi stream's user pointer */
+    atomic_int refs; /* user + loop */
+    fx_client *c;
+    char *ns, *stream;
+    fx_start start;
+    /* subscribe stream (loop) */
+    cconn *conn;
+    int64_t req_sid;
+    fx_frame_decoder req_dec;
+    bool authed;
+    bool loop_gone; /* loop ref dropped */
+    /* state (mu) */
+    int state; /* 0 pending, 1 live, 2 ended */
+    fx_sub_error err;
+    bool closed; /* fx_unsubscribe called */
+    atomic_uint_fast64_t id;
+    /* events */
+    evs *ev;            /* loop */
+    fx_queue q;         /* items: sbatch* */
+    fx_queue_waiter qw; /* loop: BLOCK producer */
+    fx_task resume;     /* loop: after qw resumed */
+    fx_task credit;     /* grants credit released by the consumer */
+    atomic_size_t credit_bytes;
+    pthread_cond_t cv;   /* consumer wait (with c->mu) */
+    atomic_bool waiting; /* consumer sleeps on cv */
+    fx_event_cb cb;      /* loop (set via a task) */
+    atomic_bool cb_set;  /* fx_subscription_set_callback was called */
+    void *cb_user;
+    fx_task set_cb;
+    fx_event_cb new_cb;
+    void *new_cb_user;
+    fx_task stop;
+    fx_subscription *lnext, *lprev; /* loop: the client's list */
+    /* consumer side (the one consumer thread) */
+    struct sbatch *cur;
+    uint32_t cur_i;
+    bool have_last; /* offsets delivered so far (consumer or callback) */
+    uint64_t last_off;
+    /* stats */
+    atomic_uint_fast64_t received, delivered, dropped, dropped_batches, gaps, missed;
+};
+
+/* One received event batch, owned by the subscription queue. */
+typedef struct sbatch {
+    fx_event_batch eb; /* slices point into |body| */
+    size_t credit;     /* frame bytes to grant back when consumed (BLOCK) */
+    uint8_t body[];
+} sbatch;
+
+/* An event uni stream opened by the broker. Loop. */
+struct evs {
+    int kind; /* SK_EVENTS */
+    cconn *conn;
+    int64_t sid;
+    fx_frame_decoder dec;
+    bool hello;
+    uint64_t sub_id;
+    fx_subscription *sub;
+    evs *next;       /* cconn.evlist */
+    sbatch *stalled; /* BLOCK: batch the queue refused */
+    uint8_t *rx;     /* bytes not decoded yet while stalled or orphaned */
+    size_t rx_len, rx_cap;
+    bool fin;
+    bool ended;
+    bool gone; /* the QUIC stream closed while bytes were still buffered */
+};
+
+struct fx_client {
+    atomic_int refs; /* owner + callers inside */
+    fx_client_opts o;
+    char *strs; /* owned copies of the option strings */
+    char ip[64];
+    uint16_t port;
+    fx_loop *loop;
+    fx_quic_endpoint *ep; /* loop */
+    fx_quic_opts qo;
+    fx_quic_connect_opts qco;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool closed;           /* mu */
+    int connect_rv;        /* mu: 1 while connecting */
+    char connect_msg[384]; /* mu: why connect failed (set on the loop) */
+    bool close_done;       /* mu: the loop finished tearing down */
+    uint16_t server_flags;
+    fx_budget budget;
+    cconn **conns; /* publish conns; conns[0] is the primary */
+    size_t nconns;
+    pworker *workers;
+    size_t nworkers;
+    atomic_uint rr;
+    atomic_uint_fast64_t next_request_id;
+    atomic_size_t outstanding; /* publishes not yet finished (flush) */
+    atomic_int flushers;
+    fx_task connect_task, close_task;
+    fx_subscription *subs; /* loop */
+};
+
+/* ---- client.c ------------------------------------------------------------- */
+void fx_client_ref(fx_client *c);
+void fx_client_unref(fx_client *c);
+/* Opens (lazily) publish connection |i|. Loop. */
+cconn *fx_client_conn(fx_client *c, size_t i);
+/* Sends |len| bytes copied from |p| on |sid| of |cc|. Loop. */
+int fx_client_send_copy(cconn *cc, int64_t sid, const void *p, size_t len, bool fin);
+/* Encodes |m| as a frame and sends it. Loop. */
+int fx_client_send_msg(cconn *cc, int64_t sid, const fx_msg *m, bool fin);
+/* Sends this client's auth frame on |sid|. Loop. */
+int fx_client_send_auth(cconn *cc, int64_t sid);
+/* Worker 0's auth finished during connect: |rv| 0 with |flags|, or the
+ * failure and its text. Loop. */
+void fx_client_on_first_auth(fx_client *c, int rv, uint16_t flags, const char *text);
+/* Initializes |cv| on CLOCK_MONOTONIC. Returns 0 or -errno. */
+int fx_client_cond_init(pthread_cond_t *cv);
+/* Waits on c->cv (mu held) until |deadline_ns| (0 = forever). Returns 0 or
+ * FX_ETIMEDOUT. */
+int fx_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns);
+uint64_t fx_client_deadline(int timeout_ms);
+/* Posts |t| to the client loop unless the client is closed (then the loop
+ * may be gone). Returns true if posted. User threads. */
+bool fx_client_post(fx_client *c, fx_task *t);
+
+/* ---- publish.c ------------------------------------------------------------ */
+int fx_pub_init(fx_client *c);
+void fx_pub_deinit(fx_client *c);
+/* A publish connection became ready or writable: drain its workers. Loop. */
+void fx_pub_conn_ready(fx_client *c, cconn *cc);
+/* A connection closed: fail what its workers had in flight. Loop. */
+void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text);
+void fx_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin);
+void fx_pub_on_close(pworker *w, bool reset, uint64_t code);
+/* Fails and drains everything (close path). Loop. */
+void fx_pub_shutdown(fx_client *c);
+
+/* ---- subscribe.c ---------------------------------------------------------- */
+void fx_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin);
+void fx_sub_on_req_close(fx_subscription *s, bool reset, uint64_t code);
+void fx_evs_open(cconn *cc, int64_t sid);
+void fx_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin);
+void fx_evs_on_close(evs *e, bool reset, uint64_t code);
+/* A connection closed: end its subscriptions and free orphans. Loop. */
+void fx_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text);
+/* Ends every subscription (close path). Loop. */
+void fx_sub_shutdown(fx_client *c);
+void fx_sub_unref(fx_subscription *s);
+
+#endif

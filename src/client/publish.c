@@ -1,0 +1,715 @@
+/* libfelix publishing: the caller's thread encodes the frame, takes its
+ * bytes from the shared budget (checkpoint 1) and queues it on a worker
+ * (checkpoint 2, waiting while full); the client loop drains each worker
+ * onto its authed QUIC stream and pairs the broker's answers with requests
+ * by request id. The budget is released when QUIC acknowledges the frame
+ * (the fx_buf release). Public functions: any thread; the rest: the loop. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "client/client.h"
+
+/* ---- requests ------------------------------------------------------------------- */
+
+static void req_unref(preq *r)
+{
+    if (r != NULL && atomic_fetch_sub(&r->refs, 1) == 1)
+        free(r);
+}
+
+static void outstanding_done(fx_client *c, size_t n)
+{
+    if (atomic_fetch_sub(&c->outstanding, n) == n && atomic_load(&c->flushers) > 0) {
+        pthread_mutex_lock(&c->mu);
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+/* Completes |r| with |rv| (and |msg| on failure), runs its callback, and
+ * drops the loop's reference. */
+static void req_finish(fx_client *c, preq *r, int rv, const char *msg)
+{
+    pthread_mutex_lock(&c->mu);
+    r->rv = rv;
+    snprintf(r->msg, sizeof(r->msg), "%s", msg != NULL ? msg : "");
+    r->done = true;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (r->cb != NULL) {
+        fx_client_set_error(rv, "%s", r->msg);
+        r->cb(r->user, rv);
+    }
+    if (r->acked)
+        outstanding_done(c, 1);
+    req_unref(r);
+}
+
+static void pending_add(pworker *w, preq *r)
+{
+    preq **b = &w->pending[r->request_id % FX_PENDING_BUCKETS];
+    r->next = *b;
+    *b = r;
+    w->npending++;
+}
+
+static preq *pending_take(pworker *w, uint64_t id)
+{
+    for (preq **p = &w->pending[id % FX_PENDING_BUCKETS]; *p != NULL; p = &(*p)->next) {
+        if ((*p)->request_id == id) {
+            preq *r = *p;
+            *p = r->next;
+            w->npending--;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void pending_fail_all(pworker *w, int rv, const char *msg)
+{
+    for (size_t i = 0; i < FX_PENDING_BUCKETS; i++) {
+        while (w->pending[i] != NULL) {
+            preq *r = w->pending[i];
+            w->pending[i] = r->next;
+            w->npending--;
+            req_finish(w->c, r, rv, msg);
+        }
+    }
+}
+
+/* ---- jobs ----------------------------------------------------------------------- */
+
+/* The frame's last reference went (QUIC acknowledged it, its stream died, or
+ * it was never sent): give the bytes back and finish an unacked async. */
+static void job_release(void *data, size_t len, void *user)
+{
+    (void)data, (void)len;
+    pjob *j = user;
+    fx_client *c = j->c;
+    fx_permit_release(&j->permit);
+    if (j->req != NULL)
+        req_finish(c, j->req, j->req->rv, j->req->msg);
+    free(j);
+    outstanding_done(c, 1);
+}
+
+static void job_drop(void *item, void *user)
+{
+    (void)user;
+    pjob *j = item;
+    fx_buf_unref(j->buf);
+}
+
+/* Fails a job that will not be sent. */
+static void job_fail(pjob *j, int rv, const char *msg)
+{
+    preq *r = j->req;
+    if (r != NULL && r->acked) {
+        j->req = NULL;
+        req_finish(j->c, r, rv, msg);
+    } else if (r != NULL) {
+        r->rv = rv;
+        snprintf(r->msg, sizeof(r->msg), "%s", msg);
+    }
+    fx_buf_unref(j->buf);
+}
+
+/* ---- workers (loop) -------------------------------------------------------------- */
+
+static void worker_fail(pworker *w, int rv, const char *msg)
+{
+    int zero = 0;
+    atomic_compare_exchange_strong(&w->fail_rv, &zero, rv);
+    w->state = 3;
+    pending_fail_all(w, rv, msg);
+    if (w->held != NULL) {
+        job_fail(w->held, rv, msg);
+        w->held = NULL;
+    }
+    void *it;
+    while (fx_queue_pop(&w->q, &it) == 0)
+        job_fail(it, rv, msg);
+    if (w->index == 0)
+        fx_client_on_first_auth(w->c, rv, 0, msg);
+}
+
+static void worker_open(pworker *w)
+{
+    fx_client *c = w->c;
+    cconn *cc = fx_client_conn(c, w->index / c->o.publish_streams_per_conn);
+    if (cc == NULL) {
+        worker_fail(w, -ENOMEM, "out of memory");
+        return;
+    }
+    w->conn = cc;
+    if (cc->state == CS_CONNECTING)
+        return;
+    if (cc->state == CS_CLOSED) {
+        worker_fail(w, cc->close_rv, cc->close_text);
+        return;
+    }
+    int rv = fx_quic_conn_open_bidi(cc->qc, w, &w->sid);
+    if (rv == 0)
+        rv = fx_client_send_auth(cc, w->sid);
+    if (rv != 0) {
+        worker_fail(w, rv, fx_strerror(rv));
+        return;
+    }
+    w->state = 1;
+}
+
+/* Hands queued frames to QUIC until the queue is empty or QUIC refuses. */
+static void worker_send(pworker *w)
+{
+    for (;;) {
+        pjob *j = w->held;
+        w->held = NULL;
+        if (j == NULL) {
+            void *it;
+            if (fx_queue_pop(&w->q, &it) != 0)
+                return;
+            j = it;
+        }
+        preq *r = j->req;
+        if (r != NULL && r->acked)
+            pending_add(w, r);
+        int rv = fx_quic_stream_send(w->conn->qc, w->sid, j->buf, 0, j->len, false);
+        if (rv == FX_EFULL) {
+            if (r != NULL && r->acked)
+                pending_take(w, r->request_id);
+            w->held = j; /* on_writable resumes */
+            return;
+        }
+        if (r != NULL && r->acked) {
+            j->req = NULL; /* the pending table holds the loop's reference now */
+            if (rv != 0) {
+                pending_take(w, r->request_id);
+                req_finish(w->c, r, rv, fx_strerror(rv));
+            }
+        }
+        fx_buf_unref(j->buf);
+        if (rv != 0) {
+            worker_fail(w, rv, fx_strerror(rv));
+            return;
+        }
+    }
+}
+
+static void worker_kick(pworker *w)
+{
+    if (w->c->ep == NULL)
+        return;
+    switch (w->state) {
+    case 0:
+        worker_open(w);
+        break;
+    case 2:
+        worker_send(w);
+        break;
+    case 3:
+        worker_fail(w, atomic_load(&w->fail_rv), "publish stream failed");
+        break;
+    default:
+        break;
+    }
+}
+
+static void drain_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l, (void)t;
+    worker_kick(user);
+}
+
+void fx_pub_conn_ready(fx_client *c, cconn *cc)
+{
+    for (size_t i = 0; i < c->nworkers; i++) {
+        pworker *w = &c->workers[i];
+        if (c->conns[i / c->o.publish_streams_per_conn] != cc)
+            continue;
+        bool busy = w->held != NULL || fx_queue_depth(&w->q) > 0;
+        if ((w->state == 0 && (busy || i == 0)) || w->state == 2)
+            worker_kick(w);
+    }
+}
+
+void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text)
+{
+    for (size_t i = 0; i < c->nworkers; i++) {
+        if (c->conns[i / c->o.publish_streams_per_conn] == cc && c->workers[i].state != 3)
+            worker_fail(&c->workers[i], rv, text);
+    }
+}
+
+void fx_pub_shutdown(fx_client *c)
+{
+    for (size_t i = 0; i < c->nworkers; i++)
+        worker_fail(&c->workers[i], FX_ECLOSED, "client closed");
+}
+
+/* ---- answers (loop) ------------------------------------------------------------- */
+
+static void on_auth_reply(pworker *w, const fx_msg *m)
+{
+    uint16_t flags;
+    if (m->type == FX_MSG_AUTH_OK) {
+        flags = m->server_flags;
+    } else if (m->type == FX_MSG_OK) {
+        flags = FX_CLIENT_LEGACY_FLAGS;
+    } else {
+        const char *txt = m->type == FX_MSG_ERROR ? m->message : "unexpected reply to auth";
+        worker_fail(w, FX_EAUTH, txt);
+        return;
+    }
+    w->state = 2;
+    if (w->index == 0)
+        fx_client_on_first_auth(w->c, 0, flags, "");
+    worker_send(w);
+}
+
+static void answer(pworker *w, uint64_t id, bool ok, const char *text)
+{
+    preq *r = pending_take(w, id);
+    if (r == NULL) {
+        FX_LOG_WARN("client", "answer for unknown request id %llu", (unsigned long long)id);
+        return;
+    }
+    r->answered = true;
+    if (ok) {
+        req_finish(w->c, r, 0, NULL);
+        return;
+    }
+    char msg[256];
+    snprintf(msg, sizeof(msg), "publish failed: %s", text);
+    req_finish(w->c, r, fx_client_map_remote(text), msg);
+}
+
+static void on_json(pworker *w, const fx_msg *m)
+{
+    if (w->state == 1) {
+        on_auth_reply(w, m);
+        return;
+    }
+    if (m->type == FX_MSG_PUBLISH_OK) {
+        answer(w, m->request_id, true, NULL);
+    } else if (m->type == FX_MSG_PUBLISH_ERROR) {
+        answer(w, m->request_id, false, m->message);
+    } else if (m->type == FX_MSG_ERROR) {
+        /* No request id: every request pending on this stream fails. */
+        char msg[256];
+        snprintf(msg, sizeof(msg), "publish failed: %s", m->message);
+        worker_fail(w, fx_client_map_remote(m->message), msg);
+    } else {
+        worker_fail(w, FX_EPROTO, "unexpected message on publish stream");
+    }
+}
+
+static void on_frame(pworker *w, const fx_frame *f)
+{
+    fx_wire_err err = {0};
+    if (f->flags_rv == 0 && f->kind == FX_BODY_JSON) {
+        fx_msg m;
+        if (fx_msg_decode(&m, f->body, f->len, &err) != 0) {
+            worker_fail(w, FX_EPROTO, err.msg);
+            return;
+        }
+        on_json(w, &m);
+        fx_msg_deinit(&m);
+    } else if (f->flags_rv == 0 && f->kind == FX_BODY_PUBLISH_ACK && w->state == 2) {
+        fx_publish_ack a;
+        if (fx_publish_ack_decode(f->body, f->len, &a, &err) != 0) {
+            worker_fail(w, FX_EPROTO, err.msg);
+            return;
+        }
+        char text[FX_WIRE_ACK_MSG_MAX + 1];
+        snprintf(text, sizeof(text), "%.*s", (int)a.message.len, (const char *)a.message.ptr);
+        answer(w, a.request_id, a.ok, text);
+    } else {
+        worker_fail(w, FX_EPROTO, "unexpected frame on publish stream");
+    }
+}
+
+void fx_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin)
+{
+    fx_quic_stream_consume(w->conn->qc, w->sid, len);
+    while (len > 0 && w->state != 3) {
+        size_t used = 0;
+        fx_frame f;
+        fx_wire_err err = {0};
+        int rv = fx_frame_decoder_feed(&w->dec, data, len, &used, &f, &err);
+        data += used;
+        len -= used;
+        if (rv < 0) {
+            worker_fail(w, FX_EPROTO, err.msg);
+            return;
+        }
+        if (rv == FX_FRAME_READY)
+            on_frame(w, &f);
+    }
+    if (fin && w->state != 3)
+        worker_fail(w, FX_ECONNLOST, "publish stream ended by the broker");
+}
+
+void fx_pub_on_close(pworker *w, bool reset, uint64_t code)
+{
+    (void)code;
+    w->sid = -1;
+    if (w->state != 3)
+        worker_fail(w, FX_ECONNLOST,
+                    reset ? "publish stream reset by the broker" : "publish stream closed");
+}
+
+/* ---- init ----------------------------------------------------------------------- */
+
+int fx_pub_init(fx_client *c)
+{
+    c->nconns = c->o.publish_conn_pool;
+    c->nworkers = (size_t)c->o.publish_conn_pool * c->o.publish_streams_per_conn;
+    c->conns = calloc(c->nconns, sizeof(*c->conns));
+    c->workers = calloc(c->nworkers, sizeof(*c->workers));
+    if (c->conns == NULL || c->workers == NULL) {
+        free(c->conns);
+        free(c->workers);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < c->nworkers; i++) {
+        pworker *w = &c->workers[i];
+        *w = (pworker){.kind = SK_WORKER, .c = c, .index = i, .sid = -1};
+        fx_queue_opts qo = {
+            .capacity = c->o.publish_queue_depth, .policy = FX_QUEUE_BLOCK, .on_drop = job_drop};
+        int rv = fx_queue_init(&w->q, &qo);
+        if (rv != 0) {
+            for (size_t k = 0; k < i; k++) {
+                fx_queue_deinit(&c->workers[k].q);
+                fx_frame_decoder_deinit(&c->workers[k].dec);
+            }
+            free(c->conns);
+            free(c->workers);
+            return rv;
+        }
+        fx_task_init(&w->drain, drain_task, w);
+        fx_frame_decoder_init(&w->dec, c->o.max_frame_bytes);
+    }
+    return 0;
+}
+
+void fx_pub_deinit(fx_client *c)
+{
+    for (size_t i = 0; i < c->nworkers; i++) {
+        fx_queue_deinit(&c->workers[i].q);
+        fx_frame_decoder_deinit(&c->workers[i].dec);
+    }
+    free(c->workers);
+    c->workers = NULL;
+    c->nworkers = 0;
+}
+
+/* ---- encoding (caller's thread) ---------------------------------------------------- */
+
+static pjob *job_alloc(fx_client *c, size_t len)
+{
+    pjob *j = calloc(1, sizeof(*j) + len);
+    if (j == NULL)
+        return NULL;
+    j->c = c;
+    j->len = len;
+    return j;
+}
+
+static int encode_binary(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs,
+                         size_t n, fx_wire_ack ack, uint64_t id, pjob **pj)
+{
+    fx_wire_batch b = {.request_id = id,
+                       .ack = ack,
+                       .tenant = {(const uint8_t *)c->o.tenant, strlen(c->o.tenant)},
+                       .ns = {(const uint8_t *)ns, strlen(ns)},
+                       .stream = {(const uint8_t *)stream, strlen(stream)},
+                       .count = (uint32_t)n};
+    b.payloads = n <= FX_WIRE_INLINE_PAYLOADS ? b.inline_payloads : calloc(n, sizeof(*b.payloads));
+    if (b.payloads == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        b.payloads[i] = (fx_wire_slice){msgs[i].data, msgs[i].len};
+    ssize_t size = fx_publish_batch_frame_size(&b);
+    int rv = size < 0 ? (int)size : 0;
+    pjob *j = rv == 0 ? job_alloc(c, (size_t)size) : NULL;
+    if (rv == 0 && j == NULL)
+        rv = -ENOMEM;
+    if (rv == 0) {
+        ssize_t w = fx_publish_batch_encode(&b, j->frame, j->len);
+        rv = w < 0 ? (int)w : 0;
+    }
+    if (b.payloads != b.inline_payloads)
+        free(b.payloads);
+    if (rv != 0) {
+        free(j);
+        return rv;
+    }
+    *pj = j;
+    return 0;
+}
+
+static int encode_json(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs,
+                       size_t n, bool batch, fx_wire_ack ack, uint64_t id, pjob **pj)
+{
+    fx_msg_bytes *pl = calloc(n > 0 ? n : 1, sizeof(*pl));
+    if (pl == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        pl[i] = (fx_msg_bytes){msgs[i].data, msgs[i].len};
+    fx_msg m = {.type = batch ? FX_MSG_PUBLISH_BATCH : FX_MSG_PUBLISH,
+                .tenant_id = c->o.tenant,
+                .ns = ns,
+                .stream = stream,
+                .payloads = pl,
+                .n_payloads = n,
+                .request_id = id,
+                .has_request_id = true,
+                .ack = ack,
+                .has_ack = true};
+    if (!batch)
+        m.payload = pl[0];
+    uint8_t *f = NULL;
+    size_t len = 0;
+    int rv = fx_msg_encode_frame(&m, &f, &len);
+    free(pl);
+    if (rv != 0)
+        return rv;
+    pjob *j = job_alloc(c, len);
+    if (j == NULL) {
+        free(f);
+        return -ENOMEM;
+    }
+    memcpy(j->frame, f, len);
+    free(f);
+    *pj = j;
+    return 0;
+}
+
+/* ---- admission (caller's thread) --------------------------------------------------- */
+
+static uint32_t hash_stream(const char *ns, const char *stream)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = ns; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    h = (h ^ 0u) * 16777619u;
+    for (const char *p = stream; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    return h;
+}
+
+static pworker *pick_worker(fx_client *c, const char *ns, const char *stream)
+{
+    uint32_t k = c->o.publish_sharding == FX_SHARDING_RR ? atomic_fetch_add(&c->rr, 1)
+                                                         : hash_stream(ns, stream);
+    return &c->workers[k % c->nworkers];
+}
+
+typedef struct pushwait {
+    fx_queue_waiter qw;
+    fx_client *c;
+    bool resumed;
+} pushwait;
+
+static void push_resumed(void *user)
+{
+    pushwait *pw = user;
+    pthread_mutex_lock(&pw->c->mu);
+    pw->resumed = true;
+    pthread_cond_broadcast(&pw->c->cv);
+    pthread_mutex_unlock(&pw->c->mu);
+}
+
+/* Queues |j| on |w| (checkpoint 2), waiting while full unless |nowait|. */
+static int push_job(fx_client *c, pworker *w, pjob *j, bool nowait)
+{
+    pushwait pw = {.c = c};
+    fx_queue_waiter_init(&pw.qw, push_resumed, &pw);
+    for (;;) {
+        int rv = fx_queue_push(&w->q, j);
+        if (rv != FX_EFULL || nowait)
+            return rv;
+        pw.resumed = false;
+        rv = fx_queue_park(&w->q, &pw.qw);
+        if (rv != 0)
+            return rv;
+        /* Closing the queue resumes every waiter, so this always ends. */
+        pthread_mutex_lock(&c->mu);
+        while (!pw.resumed)
+            fx_client_wait(c, &c->cv, 0);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+static int encode_job(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs,
+                      size_t n, bool batch, fx_wire_ack wack, pjob **pj, uint64_t *pid)
+{
+    uint64_t id = wack != FX_WIRE_ACK_NONE ? atomic_fetch_add(&c->next_request_id, 1) : 0;
+    *pid = id;
+    bool binary = wack == FX_WIRE_ACK_NONE || (c->server_flags & FX_FLAG_PUBLISH_ACKED) != 0;
+    int rv = binary ? encode_binary(c, ns, stream, msgs, n, wack, id, pj)
+                    : encode_json(c, ns, stream, msgs, n, batch, wack, id, pj);
+    if (rv == 0 && (*pj)->len - FX_WIRE_HEADER_LEN > c->o.max_frame_bytes) {
+        size_t len = (*pj)->len;
+        free(*pj);
+        return fx_client_set_error(FX_ETOOBIG, "publish of %zu bytes exceeds max_frame_bytes", len);
+    }
+    return rv;
+}
+
+/* Makes the job's frame an fx_buf whose release returns the permit. */
+static int job_wrap(pjob *j)
+{
+    return fx_buf_wrap(&j->buf, j->frame, j->len, job_release, j);
+}
+
+/* Takes the budget and queues |j|; on failure |j| is gone (its request,
+ * if any, stays with the caller, unfinished). */
+static int admit(fx_client *c, pworker *w, pjob *j, bool on_loop)
+{
+    int rv = on_loop ? fx_budget_try_acquire(&c->budget, j->len, &j->permit)
+                     : fx_budget_acquire_wait(&c->budget, j->len, -1, &j->permit);
+    if (rv == FX_ETOOBIG)
+        fx_client_set_error(rv, "publish of %zu bytes exceeds publish_inflight_bytes %zu", j->len,
+                            c->o.publish_inflight_bytes);
+    if (rv == 0) {
+        rv = job_wrap(j);
+        if (rv != 0)
+            fx_permit_release(&j->permit);
+    }
+    if (rv != 0) {
+        free(j);
+        return rv;
+    }
+    atomic_fetch_add(&c->outstanding, 1 + (j->req != NULL && j->req->acked));
+    rv = push_job(c, w, j, on_loop);
+    if (rv != 0) {
+        /* Not queued: undo the counting the release will do. */
+        if (j->req != NULL && j->req->acked)
+            outstanding_done(c, 1);
+        j->req = NULL;
+        fx_buf_unref(j->buf);
+        return rv;
+    }
+    if (on_loop)
+        fx_loop_post(c->loop, &w->drain);
+    else
+        fx_client_post(c, &w->drain); /* closed: the close task drains it */
+    return 0;
+}
+
+static int wait_req(fx_client *c, preq *r)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!r->done)
+        fx_client_wait(c, &c->cv, 0);
+    int rv = r->rv;
+    if (rv != 0)
+        fx_client_set_error(rv, "%s", r->msg);
+    pthread_mutex_unlock(&c->mu);
+    return rv;
+}
+
+static fx_wire_ack wire_ack(fx_ack a)
+{
+    switch (a) {
+    case FX_ACK_PER_MESSAGE:
+        return FX_WIRE_ACK_PER_MESSAGE;
+    case FX_ACK_PER_BATCH:
+        return FX_WIRE_ACK_PER_BATCH;
+    default:
+        return FX_WIRE_ACK_NONE;
+    }
+}
+
+static int publish_common(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs,
+                          size_t n, bool batch, fx_ack ack, fx_ack_cb cb, void *user)
+{
+    if (c == NULL || ns == NULL || stream == NULL || (n > 0 && msgs == NULL) ||
+        ack > FX_ACK_PER_BATCH)
+        return -EINVAL;
+    bool on_loop = fx_loop_is_current(c->loop);
+    if (on_loop && cb == NULL)
+        return FX_EWOULDBLOCK_LOOP;
+    fx_wire_ack wack = wire_ack(ack);
+    pworker *w = pick_worker(c, ns, stream);
+    int rv = atomic_load(&w->fail_rv);
+    if (rv != 0)
+        return fx_client_set_error(rv, "publish stream unusable: %s", fx_strerror(rv));
+    pjob *j = NULL;
+    uint64_t id = 0;
+    rv = encode_job(c, ns, stream, msgs, n, batch, wack, &j, &id);
+    if (rv != 0)
+        return rv;
+    preq *r = NULL;
+    if (wack != FX_WIRE_ACK_NONE || cb != NULL) {
+        r = calloc(1, sizeof(*r));
+        if (r == NULL) {
+            free(j);
+            return -ENOMEM;
+        }
+        r->request_id = id;
+        r->acked = wack != FX_WIRE_ACK_NONE;
+        r->cb = cb;
+        r->user = user;
+        atomic_init(&r->refs, cb == NULL ? 2 : 1);
+        j->req = r;
+    }
+    fx_client_ref(c);
+    rv = admit(c, w, j, on_loop);
+    if (rv != 0) {
+        free(r);
+    } else if (r != NULL && cb == NULL) {
+        rv = wait_req(c, r);
+        req_unref(r);
+    }
+    fx_client_unref(c);
+    return rv;
+}
+
+int fx_publish(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
+               fx_ack ack)
+{
+    fx_iov one = {data, len};
+    return publish_common(c, ns, stream, &one, 1, false, ack, NULL, NULL);
+}
+
+int fx_publish_batch(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs, size_t n,
+                     fx_ack ack)
+{
+    return publish_common(c, ns, stream, msgs, n, true, ack, NULL, NULL);
+}
+
+int fx_publish_async(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
+                     fx_ack ack, fx_ack_cb cb, void *user)
+{
+    if (cb == NULL)
+        return -EINVAL;
+    fx_iov one = {data, len};
+    return publish_common(c, ns, stream, &one, 1, false, ack, cb, user);
+}
+
+int fx_flush(fx_client *c, int timeout_ms)
+{
+    if (c == NULL)
+        return -EINVAL;
+    if (fx_loop_is_current(c->loop))
+        return FX_EWOULDBLOCK_LOOP;
+    uint64_t deadline = fx_client_deadline(timeout_ms);
+    int rv = 0;
+    pthread_mutex_lock(&c->mu);
+    atomic_fetch_add(&c->flushers, 1);
+    while (atomic_load(&c->outstanding) > 0 && !c->closed && rv == 0)
+        rv = fx_client_wait(c, &c->cv, deadline);
+    atomic_fetch_sub(&c->flushers, 1);
+    if (atomic_load(&c->outstanding) == 0)
+        rv = 0;
+    else if (c->closed)
+        rv = FX_ECLOSED;
+    pthread_mutex_unlock(&c->mu);
+    return rv;
+}

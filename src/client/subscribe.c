@@ -1,0 +1,815 @@
+/* libfelix subscriptions: the subscribe request stream (auth, subscribe,
+ * FIN, then `subscribed` or an error), the broker's event uni stream (hello,
+ * then event batches) routed to its subscription in either arrival order,
+ * the per-subscription queue with its policy, gap detection, and credit:
+ * under Block the client grants QUIC credit for a batch only once the
+ * application has consumed it, so a stalled consumer slows the broker.
+ * Public functions: any thread; the rest: the client loop. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "client/client.h"
+
+enum { SUB_PENDING = 0, SUB_LIVE, SUB_ENDED };
+#define RESET_CODE 0x10c /* "unsubscribed": any code works, the broker only sees a reset */
+
+static void evs_feed(evs *e, const uint8_t *data, size_t len);
+
+/* ---- lifetime --------------------------------------------------------------------- */
+
+static void batch_free(void *item, void *user)
+{
+    (void)user;
+    sbatch *b = item;
+    fx_event_batch_deinit(&b->eb);
+    free(b);
+}
+
+static void batch_dropped(void *item, void *user)
+{
+    /* fx_sub_unref empties the queue before its deinit, so every call here
+     * is a real shed by the policy. */
+    fx_subscription *s = user;
+    sbatch *b = item;
+    atomic_fetch_add(&s->dropped, b->eb.count);
+    atomic_fetch_add(&s->dropped_batches, 1);
+    batch_free(item, NULL);
+}
+
+void fx_sub_unref(fx_subscription *s)
+{
+    if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    if (s->cur != NULL)
+        batch_free(s->cur, NULL);
+    /* Items still queued are released, not dropped. */
+    void *it;
+    while (fx_queue_pop(&s->q, &it) == 0)
+        batch_free(it, NULL);
+    fx_queue_deinit(&s->q);
+    fx_frame_decoder_deinit(&s->req_dec);
+    pthread_cond_destroy(&s->cv);
+    fx_client *c = s->c;
+    free(s->ns);
+    free(s->stream);
+    free(s);
+    fx_client_unref(c);
+}
+
+/* Ends |s| with |code| (once): wakes its consumer and a subscribe waiting. */
+static void sub_end(fx_subscription *s, int code, const char *msg, uint64_t req, uint64_t avail)
+{
+    fx_client *c = s->c;
+    pthread_mutex_lock(&c->mu);
+    if (s->state != SUB_ENDED) {
+        s->state = SUB_ENDED;
+        s->err.code = code;
+        snprintf(s->err.message, sizeof(s->err.message), "%s", msg);
+        s->err.requested = req;
+        s->err.available = avail;
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void evs_free(evs *e)
+{
+    cconn *cc = e->conn;
+    for (evs **p = &cc->evlist; *p != NULL; p = &(*p)->next) {
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
+    }
+    if (e->sub != NULL && e->sub->ev == e)
+        e->sub->ev = NULL;
+    if (e->stalled != NULL)
+        batch_free(e->stalled, NULL);
+    fx_frame_decoder_deinit(&e->dec);
+    free(e->rx);
+    free(e);
+}
+
+/* Detaches |s| from its streams (resetting them) and drops the loop's ref. */
+static void sub_stop(fx_subscription *s)
+{
+    if (s->loop_gone)
+        return;
+    s->loop_gone = true;
+    cconn *cc = s->conn;
+    if (cc != NULL && cc->qc != NULL && s->req_sid >= 0) {
+        fx_quic_stream_set_user(cc->qc, s->req_sid, NULL);
+        fx_quic_stream_reset(cc->qc, s->req_sid, RESET_CODE);
+    }
+    evs *e = s->ev;
+    if (e != NULL) {
+        if (e->conn->qc != NULL && !e->gone) {
+            fx_quic_stream_set_user(e->conn->qc, e->sid, NULL);
+            fx_quic_stream_reset(e->conn->qc, e->sid, RESET_CODE);
+        }
+        evs_free(e);
+    }
+    fx_client *c = s->c;
+    if (s->lprev != NULL)
+        s->lprev->lnext = s->lnext;
+    else if (c->subs == s)
+        c->subs = s->lnext;
+    if (s->lnext != NULL)
+        s->lnext->lprev = s->lprev;
+    s->lnext = s->lprev = NULL;
+    fx_sub_unref(s);
+}
+
+static void stop_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l, (void)t;
+    sub_stop(user);
+}
+
+void fx_sub_shutdown(fx_client *c)
+{
+    while (c->subs != NULL) {
+        fx_subscription *s = c->subs;
+        sub_end(s, FX_ECLOSED, "client closed", 0, 0);
+        sub_stop(s);
+    }
+}
+
+void fx_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text)
+{
+    for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
+        if (s->conn == cc)
+            sub_end(s, rv, text, 0, 0);
+    }
+    while (cc->evlist != NULL)
+        evs_free(cc->evlist);
+}
+
+/* ---- delivery ---------------------------------------------------------------------- */
+
+static void make_event(fx_subscription *s, const sbatch *b, const fx_event_batch *eb, uint32_t i,
+                       fx_event *ev)
+{
+    (void)b;
+    *ev = (fx_event){.payload = eb->payloads[i].ptr, .len = eb->payloads[i].len};
+    if (eb->has_offsets) {
+        uint64_t off = eb->base_offset + i;
+        ev->offset = off;
+        ev->has_offset = true;
+        if (s->have_last && off > s->last_off + 1) {
+            ev->flags |= FX_EVENT_GAP;
+            ev->gap = off - s->last_off - 1;
+            atomic_fetch_add(&s->gaps, 1);
+            atomic_fetch_add(&s->missed, ev->gap);
+        }
+        s->have_last = true;
+        s->last_off = off;
+    }
+    atomic_fetch_add(&s->delivered, 1);
+}
+
+static void deliver_cb(fx_subscription *s, const fx_event_batch *eb)
+{
+    for (uint32_t i = 0; i < eb->count && !s->loop_gone; i++) {
+        fx_event ev;
+        make_event(s, NULL, eb, i, &ev);
+        s->cb(s->cb_user, &ev);
+    }
+}
+
+static void wake_consumer(fx_subscription *s)
+{
+    if (atomic_load(&s->waiting)) {
+        pthread_mutex_lock(&s->c->mu);
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->c->mu);
+    }
+}
+
+static void grant(evs *e, size_t n)
+{
+    if (n > 0 && !e->gone && e->conn->qc != NULL)
+        fx_quic_stream_consume(e->conn->qc, e->sid, n);
+}
+
+/* Pushes |b| into the queue. Returns false when Block refused it: the
+ * batch is kept and the stream stalls until the consumer makes room. */
+static bool enqueue(evs *e, sbatch *b)
+{
+    fx_subscription *s = e->sub;
+    int rv = fx_queue_push(&s->q, b);
+    if (rv == 0 || (rv == FX_EFULL && s->c->o.sub_queue_policy != FX_POLICY_BLOCK)) {
+        wake_consumer(s); /* DROP_NEW shed |b| already (counted in batch_dropped) */
+        return true;
+    }
+    if (rv == FX_EFULL) {
+        e->stalled = b;
+        if (fx_queue_park(&s->q, &s->qw) == 0)
+            return false;
+        e->stalled = NULL;
+    }
+    batch_free(b, NULL); /* closed: nobody will read it */
+    return true;
+}
+
+/* Hands one event batch frame to the subscription. Returns false if the
+ * stream stalled (Block, queue full). */
+static bool deliver(evs *e, const fx_frame *f)
+{
+    fx_subscription *s = e->sub;
+    size_t fbytes = FX_WIRE_HEADER_LEN + f->len;
+    fx_event_batch eb;
+    fx_wire_err err = {0};
+    int rv = fx_event_batch_decode(f->hdr.flags, f->body, f->len, &eb, &err);
+    if (rv == 0 && !eb.shared && eb.subscription_id != atomic_load(&s->id)) {
+        fx_event_batch_deinit(&eb);
+        rv = fx_wire_err_set(&err, FX_EPROTO, "subscription id mismatch");
+    }
+    if (rv != 0) {
+        grant(e, fbytes);
+        sub_end(s, FX_EPROTO, err.msg, 0, 0);
+        e->ended = true;
+        return true;
+    }
+    atomic_fetch_add(&s->received, eb.count);
+    if (s->cb != NULL) {
+        deliver_cb(s, &eb);
+        fx_event_batch_deinit(&eb);
+        grant(e, fbytes);
+        return true;
+    }
+    fx_event_batch_deinit(&eb);
+    sbatch *b = malloc(sizeof(*b) + f->len);
+    if (b == NULL || fx_event_batch_decode(f->hdr.flags, memcpy(b->body, f->body, f->len), f->len,
+                                           &b->eb, NULL) != 0) {
+        free(b);
+        grant(e, fbytes);
+        atomic_fetch_add(&s->dropped, eb.count);
+        return true;
+    }
+    bool block = s->c->o.sub_queue_policy == FX_POLICY_BLOCK;
+    b->credit = block ? fbytes : 0;
+    if (!block)
+        grant(e, fbytes);
+    return enqueue(e, b);
+}
+
+/* ---- event streams -------------------------------------------------------------------- */
+
+static void rx_append(evs *e, const uint8_t *p, size_t n)
+{
+    if (n == 0)
+        return;
+    if (e->rx_len + n > e->rx_cap) {
+        size_t cap = e->rx_cap ? e->rx_cap : 4096;
+        while (cap < e->rx_len + n)
+            cap *= 2;
+        uint8_t *nb = realloc(e->rx, cap);
+        if (nb == NULL) {
+            /* Bounded by the receive window we have not extended; failing
+             * here means memory is gone: end the subscription loudly. */
+            FX_LOG_ERROR("client", "out of memory buffering an event stream");
+            e->ended = true;
+            if (e->sub != NULL)
+                sub_end(e->sub, -ENOMEM, "out of memory", 0, 0);
+            return;
+        }
+        e->rx = nb;
+        e->rx_cap = cap;
+    }
+    memcpy(e->rx + e->rx_len, p, n);
+    e->rx_len += n;
+}
+
+/* Feeds the bytes buffered while stalled or unrouted. */
+static void evs_resume(evs *e)
+{
+    uint8_t *p = e->rx;
+    size_t n = e->rx_len;
+    e->rx = NULL;
+    e->rx_len = e->rx_cap = 0;
+    evs_feed(e, p, n);
+    free(p);
+    if (e->fin && e->rx_len == 0 && e->stalled == NULL && e->sub != NULL && !e->ended) {
+        e->ended = true;
+        sub_end(e->sub, FX_EEOF, "event stream ended by the broker", 0, 0);
+    }
+}
+
+static fx_subscription *find_sub(fx_client *c, cconn *cc, uint64_t id)
+{
+    for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
+        if (s->conn == cc && s->state == SUB_LIVE && s->ev == NULL && atomic_load(&s->id) == id)
+            return s;
+    }
+    return NULL;
+}
+
+static void attach(evs *e, fx_subscription *s)
+{
+    e->sub = s;
+    s->ev = e;
+}
+
+static void on_hello(evs *e, const fx_frame *f)
+{
+    fx_msg m;
+    grant(e, FX_WIRE_HEADER_LEN + f->len);
+    if (f->flags_rv != 0 || f->kind != FX_BODY_JSON ||
+        fx_msg_decode(&m, f->body, f->len, NULL) != 0) {
+        e->ended = true;
+        return;
+    }
+    if (m.type == FX_MSG_EVENT_STREAM_HELLO) {
+        e->hello = true;
+        e->sub_id = m.subscription_id;
+        fx_subscription *s = find_sub(e->conn->c, e->conn, e->sub_id);
+        if (s != NULL)
+            attach(e, s);
+    } else {
+        e->ended = true;
+    }
+    fx_msg_deinit(&m);
+}
+
+static void evs_feed(evs *e, const uint8_t *data, size_t len)
+{
+    while (len > 0 && !e->ended) {
+        if (e->stalled != NULL || (e->hello && e->sub == NULL)) {
+            rx_append(e, data, len);
+            return;
+        }
+        size_t used = 0;
+        fx_frame f;
+        fx_wire_err err = {0};
+        int rv = fx_frame_decoder_feed(&e->dec, data, len, &used, &f, &err);
+        data += used;
+        len -= used;
+        if (rv < 0) {
+            e->ended = true;
+            if (e->sub != NULL)
+                sub_end(e->sub, FX_EPROTO, err.msg, 0, 0);
+        } else if (rv == FX_FRAME_READY && !e->hello) {
+            on_hello(e, &f);
+        } else if (rv == FX_FRAME_READY) {
+            if (f.flags_rv != 0 ||
+                (f.kind != FX_BODY_EVENT_BATCH && f.kind != FX_BODY_EVENT_BATCH_SHARED)) {
+                grant(e, FX_WIRE_HEADER_LEN + f.len);
+                e->ended = true;
+                sub_end(e->sub, FX_EPROTO, "unexpected frame on event stream", 0, 0);
+            } else {
+                deliver(e, &f);
+            }
+        }
+    }
+}
+
+void fx_evs_open(cconn *cc, int64_t sid)
+{
+    evs *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        FX_LOG_ERROR("client", "out of memory for an event stream: reset");
+        fx_quic_stream_reset(cc->qc, sid, RESET_CODE);
+        return;
+    }
+    e->kind = SK_EVENTS;
+    e->conn = cc;
+    e->sid = sid;
+    fx_frame_decoder_init(&e->dec, cc->c->o.max_frame_bytes);
+    e->next = cc->evlist;
+    cc->evlist = e;
+    fx_quic_stream_set_user(cc->qc, sid, e);
+}
+
+void fx_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin)
+{
+    if (e->ended) {
+        grant(e, len);
+        return;
+    }
+    evs_feed(e, data, len);
+    if (fin) {
+        e->fin = true;
+        if (e->rx_len == 0 && e->stalled == NULL && e->sub != NULL && !e->ended) {
+            e->ended = true;
+            sub_end(e->sub, FX_EEOF, "event stream ended by the broker", 0, 0);
+        }
+    }
+}
+
+void fx_evs_on_close(evs *e, bool reset, uint64_t code)
+{
+    (void)code;
+    if (!reset && e->sub != NULL && !e->ended && (e->stalled != NULL || e->rx_len > 0)) {
+        /* Everything arrived but a stalled consumer has not taken it yet:
+         * keep the bytes; EOF follows once they are delivered. The object
+         * is freed with its subscription or connection. */
+        e->gone = true;
+        e->fin = true;
+        return;
+    }
+    if (e->sub != NULL && !e->ended)
+        sub_end(e->sub, reset ? FX_ECONNLOST : FX_EEOF,
+                reset ? "event stream reset by the broker" : "event stream ended by the broker", 0,
+                0);
+    evs_free(e);
+}
+
+/* ---- subscribe request stream ----------------------------------------------------------- */
+
+static void on_req_msg(fx_subscription *s, const fx_msg *m)
+{
+    if (!s->authed) {
+        if (m->type == FX_MSG_AUTH_OK || m->type == FX_MSG_OK) {
+            s->authed = true;
+            return;
+        }
+    }
+    switch (m->type) {
+    case FX_MSG_SUBSCRIBED: {
+        atomic_store(&s->id, m->subscription_id);
+        fx_client *c = s->c;
+        pthread_mutex_lock(&c->mu);
+        if (s->state == SUB_PENDING)
+            s->state = SUB_LIVE;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        for (evs *e = s->conn->evlist; e != NULL; e = e->next) {
+            if (e->hello && e->sub == NULL && e->sub_id == m->subscription_id && s->ev == NULL) {
+                attach(e, s);
+                evs_resume(e);
+            }
+        }
+        break;
+    }
+    case FX_MSG_SUBSCRIBE_CURSOR_ERROR: {
+        bool old = m->reason == FX_MSG_CURSOR_TOO_OLD;
+        char msg[128];
+        snprintf(msg, sizeof(msg), "cursor %s: requested %llu, available %llu",
+                 old ? "too old" : "in future", (unsigned long long)m->requested,
+                 (unsigned long long)m->available);
+        sub_end(s, old ? FX_ECURSOR_TOO_OLD : FX_ECURSOR_IN_FUTURE, msg, m->requested,
+                m->available);
+        break;
+    }
+    case FX_MSG_ERROR: {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "subscribe failed: %s", m->message);
+        sub_end(s, fx_client_map_remote(m->message), msg, 0, 0);
+        break;
+    }
+    default:
+        sub_end(s, FX_EPROTO, "unexpected reply to subscribe", 0, 0);
+    }
+}
+
+void fx_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin)
+{
+    fx_quic_stream_consume(s->conn->qc, s->req_sid, len);
+    while (len > 0) {
+        size_t used = 0;
+        fx_frame f;
+        fx_wire_err err = {0};
+        int rv = fx_frame_decoder_feed(&s->req_dec, data, len, &used, &f, &err);
+        data += used;
+        len -= used;
+        if (rv < 0 || (rv == FX_FRAME_READY && (f.flags_rv != 0 || f.kind != FX_BODY_JSON))) {
+            sub_end(s, FX_EPROTO, rv < 0 ? err.msg : "binary frame on subscribe stream", 0, 0);
+            return;
+        }
+        fx_msg m;
+        if (rv == FX_FRAME_READY) {
+            if (fx_msg_decode(&m, f.body, f.len, &err) != 0) {
+                sub_end(s, FX_EPROTO, err.msg, 0, 0);
+                return;
+            }
+            on_req_msg(s, &m);
+            fx_msg_deinit(&m);
+        }
+    }
+    if (fin && s->state == SUB_PENDING)
+        sub_end(s, FX_EPROTO, "subscribe stream ended without an answer", 0, 0);
+}
+
+void fx_sub_on_req_close(fx_subscription *s, bool reset, uint64_t code)
+{
+    (void)code;
+    s->req_sid = -1;
+    if (s->state == SUB_PENDING)
+        sub_end(s, reset ? FX_ECONNLOST : FX_EPROTO, "subscribe stream closed without an answer", 0,
+                0);
+}
+
+/* ---- loop tasks --------------------------------------------------------------------------- */
+
+static int send_subscribe(fx_subscription *s, cconn *cc)
+{
+    int rv = fx_quic_conn_open_bidi(cc->qc, s, &s->req_sid);
+    if (rv != 0)
+        return rv;
+    rv = fx_client_send_auth(cc, s->req_sid);
+    if (rv != 0)
+        return rv;
+    fx_msg m = {
+        .type = FX_MSG_SUBSCRIBE, .tenant_id = s->c->o.tenant, .ns = s->ns, .stream = s->stream};
+    static const fx_msg_start_kind kinds[] = {FX_MSG_START_LATEST, FX_MSG_START_EARLIEST,
+                                              FX_MSG_START_OFFSET};
+    if (s->start.kind != FX_START_LATEST)
+        m.start = (fx_msg_start){kinds[s->start.kind], s->start.offset};
+    return fx_client_send_msg(cc, s->req_sid, &m, true);
+}
+
+static void start_task(void *user)
+{
+    fx_subscription *s = user;
+    fx_client *c = s->c;
+    if (c->ep == NULL || s->loop_gone) {
+        sub_end(s, FX_ECLOSED, "client closed", 0, 0);
+        sub_stop(s);
+        return;
+    }
+    s->lnext = c->subs;
+    if (c->subs != NULL)
+        c->subs->lprev = s;
+    c->subs = s;
+    /* One event connection for now: the primary one (documented). */
+    cconn *cc = c->conns[0];
+    s->conn = cc;
+    int rv = cc->qc == NULL ? cc->close_rv : send_subscribe(s, cc);
+    if (rv != 0)
+        sub_end(s, rv, fx_strerror(rv), 0, 0);
+}
+
+static void resume_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l, (void)t;
+    fx_subscription *s = user;
+    evs *e = s->ev;
+    if (s->loop_gone || e == NULL || e->stalled == NULL)
+        return;
+    sbatch *b = e->stalled;
+    e->stalled = NULL;
+    if (!enqueue(e, b))
+        return;
+    evs_resume(e);
+}
+
+static void on_queue_resume(void *user)
+{
+    fx_subscription *s = user;
+    if (fx_loop_is_current(s->c->loop))
+        fx_loop_post(s->c->loop, &s->resume);
+    else
+        fx_client_post(s->c, &s->resume);
+}
+
+static void credit_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l, (void)t;
+    fx_subscription *s = user;
+    size_t n = atomic_exchange(&s->credit_bytes, 0);
+    if (!s->loop_gone && s->ev != NULL)
+        grant(s->ev, n);
+}
+
+static void set_cb_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l, (void)t;
+    fx_subscription *s = user;
+    s->cb = s->new_cb;
+    s->cb_user = s->new_cb_user;
+    void *it;
+    while (!s->loop_gone && fx_queue_pop(&s->q, &it) == 0) {
+        sbatch *b = it;
+        deliver_cb(s, &b->eb);
+        if (s->ev != NULL)
+            grant(s->ev, b->credit);
+        batch_free(b, NULL);
+    }
+}
+
+/* ---- public --------------------------------------------------------------------------------- */
+
+static int sub_new(fx_subscription **ps, fx_client *c, const char *ns, const char *stream,
+                   const fx_start *start)
+{
+    fx_subscription *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -ENOMEM;
+    s->kind = SK_SUBREQ;
+    atomic_init(&s->refs, 2);
+    s->c = c;
+    s->req_sid = -1;
+    s->ns = strdup(ns);
+    s->stream = strdup(stream);
+    if (start != NULL)
+        s->start = *start;
+    static const fx_queue_policy pol[] = {FX_QUEUE_DROP_NEW, FX_QUEUE_BLOCK, FX_QUEUE_DROP_NEW,
+                                          FX_QUEUE_DROP_OLD};
+    fx_queue_opts qo = {.capacity = c->o.sub_queue_capacity,
+                        .policy = pol[c->o.sub_queue_policy],
+                        .on_drop = batch_dropped,
+                        .user = s};
+    int rv = s->ns == NULL || s->stream == NULL ? -ENOMEM : fx_queue_init(&s->q, &qo);
+    if (rv != 0) {
+        free(s->ns);
+        free(s->stream);
+        free(s);
+        return rv;
+    }
+    fx_client_cond_init(&s->cv);
+    fx_frame_decoder_init(&s->req_dec, c->o.max_frame_bytes);
+    fx_queue_waiter_init(&s->qw, on_queue_resume, s);
+    fx_task_init(&s->resume, resume_task, s);
+    fx_task_init(&s->credit, credit_task, s);
+    fx_task_init(&s->set_cb, set_cb_task, s);
+    fx_task_init(&s->stop, stop_task, s);
+    fx_client_ref(c);
+    *ps = s;
+    return 0;
+}
+
+int fx_subscribe(fx_subscription **ps, fx_client *c, const char *ns, const char *stream,
+                 const fx_start *start)
+{
+    if (ps == NULL || c == NULL || ns == NULL || stream == NULL ||
+        (start != NULL && start->kind > FX_START_OFFSET))
+        return -EINVAL;
+    *ps = NULL;
+    if (fx_loop_is_current(c->loop))
+        return FX_EWOULDBLOCK_LOOP;
+    if (start != NULL && start->kind != FX_START_LATEST &&
+        (c->server_flags & FX_FLAG_EVENT_OFFSETS) == 0)
+        return fx_client_set_error(FX_ECONFIG, "broker does not support start positions");
+    fx_subscription *s = NULL;
+    int rv = sub_new(&s, c, ns, stream, start);
+    if (rv != 0)
+        return rv;
+    pthread_mutex_lock(&c->mu);
+    rv = c->closed ? FX_ECLOSED : fx_loop_call(c->loop, start_task, s);
+    pthread_mutex_unlock(&c->mu);
+    if (rv != 0) {
+        atomic_fetch_sub(&s->refs, 1); /* the loop never saw it */
+        s->loop_gone = true;
+        fx_sub_unref(s);
+        return rv;
+    }
+    uint64_t deadline = fx_client_deadline(c->o.connect_timeout_ms);
+    pthread_mutex_lock(&c->mu);
+    while (s->state == SUB_PENDING && !c->closed && rv == 0)
+        rv = fx_client_wait(c, &c->cv, deadline);
+    int st = s->state;
+    fx_sub_error err = s->err;
+    pthread_mutex_unlock(&c->mu);
+    if (st == SUB_LIVE) {
+        *ps = s;
+        return 0;
+    }
+    if (st == SUB_ENDED && (err.code == FX_ECURSOR_TOO_OLD || err.code == FX_ECURSOR_IN_FUTURE)) {
+        *ps = s;
+        return fx_client_set_error(err.code, "%s", err.message);
+    }
+    fx_unsubscribe(s);
+    if (st == SUB_ENDED)
+        return fx_client_set_error(err.code, "%s", err.message);
+    return fx_client_set_error(rv != 0 ? rv : FX_ECLOSED, "subscribe: no answer");
+}
+
+/* Finishes the current batch: its credit goes back to the broker. */
+static void release_cur(fx_subscription *s)
+{
+    sbatch *b = s->cur;
+    s->cur = NULL;
+    if (b->credit > 0) {
+        atomic_fetch_add(&s->credit_bytes, b->credit);
+        fx_client_post(s->c, &s->credit);
+    }
+    batch_free(b, NULL);
+}
+
+/* Why the consumer cannot take a batch now, or 0 to try again. c->mu held.
+ * Pops happen outside the lock: a pop may resume the loop's parked
+ * producer, whose callback takes the lock. */
+static int wait_reason(fx_subscription *s, uint64_t deadline, int timeout_ms, bool *timed_out)
+{
+    fx_client *c = s->c;
+    if (s->closed || c->closed)
+        return FX_ECLOSED;
+    if (fx_queue_depth(&s->q) > 0)
+        return 0;
+    if (s->state == SUB_ENDED)
+        return s->err.code;
+    if (timeout_ms == 0 || *timed_out)
+        return FX_ETIMEDOUT;
+    *timed_out = fx_client_wait(c, &s->cv, deadline) == FX_ETIMEDOUT;
+    return 0;
+}
+
+/* Waits for a batch. Returns 0 (s->cur set) or why not. */
+static int next_batch(fx_subscription *s, uint64_t deadline, int timeout_ms)
+{
+    fx_client *c = s->c;
+    bool timed_out = false;
+    int rv = 0;
+    for (;;) {
+        void *it;
+        atomic_store(&s->waiting, true);
+        if (fx_queue_pop(&s->q, &it) == 0) {
+            s->cur = it;
+            s->cur_i = 0;
+            break;
+        }
+        pthread_mutex_lock(&c->mu);
+        rv = wait_reason(s, deadline, timeout_ms, &timed_out);
+        pthread_mutex_unlock(&c->mu);
+        if (rv != 0)
+            break;
+    }
+    atomic_store(&s->waiting, false);
+    return rv;
+}
+
+int fx_subscription_next(fx_subscription *s, fx_event *ev, int timeout_ms)
+{
+    if (s == NULL || ev == NULL || atomic_load(&s->cb_set))
+        return -EINVAL;
+    if (timeout_ms != 0 && fx_loop_is_current(s->c->loop))
+        return FX_EWOULDBLOCK_LOOP;
+    atomic_fetch_add(&s->refs, 1);
+    uint64_t deadline = fx_client_deadline(timeout_ms);
+    int rv = 0;
+    for (;;) {
+        if (s->cur != NULL && s->cur_i < s->cur->eb.count) {
+            make_event(s, s->cur, &s->cur->eb, s->cur_i++, ev);
+            break;
+        }
+        if (s->cur != NULL)
+            release_cur(s);
+        rv = next_batch(s, deadline, timeout_ms);
+        if (rv != 0)
+            break;
+    }
+    fx_sub_unref(s);
+    return rv;
+}
+
+int fx_subscription_set_callback(fx_subscription *s, fx_event_cb cb, void *user)
+{
+    if (s == NULL || cb == NULL)
+        return -EINVAL;
+    fx_client *c = s->c;
+    if (s->closed || atomic_exchange(&s->cb_set, true))
+        return s->closed ? FX_ECLOSED : -EINVAL;
+    s->new_cb = cb;
+    s->new_cb_user = user;
+    if (s->cur != NULL)
+        release_cur(s);
+    return fx_client_post(c, &s->set_cb) ? 0 : FX_ECLOSED;
+}
+
+int fx_subscription_stats(fx_subscription *s, fx_sub_stats *st)
+{
+    if (s == NULL || st == NULL)
+        return -EINVAL;
+    *st = (fx_sub_stats){
+        .received = atomic_load(&s->received),
+        .delivered = atomic_load(&s->delivered),
+        .dropped = atomic_load(&s->dropped),
+        .dropped_batches = atomic_load(&s->dropped_batches),
+        .gaps = atomic_load(&s->gaps),
+        .missed = atomic_load(&s->missed),
+        .queue_depth = fx_queue_depth(&s->q),
+        .subscription_id = atomic_load(&s->id),
+    };
+    return 0;
+}
+
+int fx_subscription_error(fx_subscription *s, fx_sub_error *e)
+{
+    if (s == NULL || e == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&s->c->mu);
+    *e = s->err;
+    pthread_mutex_unlock(&s->c->mu);
+    return 0;
+}
+
+void fx_unsubscribe(fx_subscription *s)
+{
+    if (s == NULL)
+        return;
+    fx_client *c = s->c;
+    pthread_mutex_lock(&c->mu);
+    s->closed = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&c->mu);
+    fx_queue_close(&s->q);
+    /* Once the client is closed, its close task has ended every
+     * subscription on the loop; before that, the stop task does. */
+    fx_client_post(c, &s->stop);
+    fx_sub_unref(s);
+}

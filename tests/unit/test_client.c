@@ -1,0 +1,884 @@
+/* libfelix tests against a scripted stub broker built on src/quic and
+ * src/wire, running on its own loop thread on 127.0.0.1 port 0. The stub
+ * answers auth, publishes (optionally holding acks to answer them out of
+ * order) and subscribes, and sends event batches the test asks for.
+ * Timeouts are hang guards only. */
+/* fx-test-libs: fx_client fx_quic fx_wire fx_base */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/loop.h"
+#include "client/wire_shim.h"
+#include "felix/felix.h"
+#include "fx_test.h"
+#include "quic/quic.h"
+
+/* ---- stub broker ------------------------------------------------------------- */
+
+#define NS 64
+
+typedef struct sst {
+    fx_frame_decoder dec;
+    bool used, authed;
+} sst;
+
+typedef struct stub {
+    fx_loop *loop;
+    fx_quic_endpoint *ep;
+    char dir[64];
+    pthread_mutex_t mu;
+    /* script */
+    bool legacy;           /* answer auth with ok */
+    int hold_acks;         /* answer acked publishes in reverse once this many wait */
+    const char *pub_error; /* answer acked publishes with this error */
+    bool hello_first;      /* open the event stream before `subscribed` */
+    bool cursor_error;     /* answer subscribe with a cursor error */
+    uint64_t sub_id;       /* id to assign */
+    /* observed (mu) */
+    fx_quic_conn *conn;
+    sst st[NS];
+    int unacked_frames, acked_binary, acked_json;
+    uint8_t first_frame[256];
+    size_t first_len;
+    int64_t uni;
+    bool uni_reset;
+    uint64_t held_ids[64];
+    uint16_t held_kind[64];
+    int64_t held_sid[64];
+    int nheld;
+} stub;
+
+static stub *S;
+
+static void ssend(fx_quic_conn *c, int64_t sid, const void *p, size_t n, bool fin)
+{
+    fx_buf *b = NULL;
+    assert_int_equal(fx_buf_new_copy(&b, p, n), 0);
+    assert_int_equal(fx_quic_stream_send(c, sid, b, 0, n, fin), 0);
+    fx_buf_unref(b);
+}
+
+static void smsg(fx_quic_conn *c, int64_t sid, const fx_msg *m, bool fin)
+{
+    uint8_t *f = NULL;
+    size_t n = 0;
+    assert_int_equal(fx_msg_encode_frame(m, &f, &n), 0);
+    ssend(c, sid, f, n, fin);
+    free(f);
+}
+
+static void answer_pub(fx_quic_conn *c, int64_t sid, uint64_t id, bool binary)
+{
+    if (binary) {
+        fx_publish_ack a = {.ok = S->pub_error == NULL, .request_id = id};
+        if (S->pub_error != NULL)
+            a.message = (fx_wire_slice){(const uint8_t *)S->pub_error, strlen(S->pub_error)};
+        uint8_t f[700];
+        ssize_t n = fx_publish_ack_encode(&a, f, sizeof(f));
+        assert_true(n > 0);
+        ssend(c, sid, f, (size_t)n, false);
+        return;
+    }
+    fx_msg m;
+    if (S->pub_error != NULL)
+        fx_msg_init_publish_error(&m, id, S->pub_error);
+    else
+        fx_msg_init_publish_ok(&m, id);
+    smsg(c, sid, &m, false);
+}
+
+static void hold_or_answer(fx_quic_conn *c, int64_t sid, uint64_t id, bool binary)
+{
+    if (S->hold_acks == 0) {
+        answer_pub(c, sid, id, binary);
+        return;
+    }
+    S->held_ids[S->nheld] = id;
+    S->held_kind[S->nheld] = binary;
+    S->held_sid[S->nheld++] = sid;
+    if (S->nheld < S->hold_acks)
+        return;
+    for (int i = S->nheld - 1; i >= 0; i--)
+        answer_pub(c, S->held_sid[i], S->held_ids[i], S->held_kind[i]);
+    S->nheld = 0;
+}
+
+static void open_events(fx_quic_conn *c)
+{
+    assert_int_equal(fx_quic_conn_open_uni(c, NULL, &S->uni), 0);
+    fx_msg m;
+    fx_msg_init_event_stream_hello(&m, S->sub_id);
+    smsg(c, S->uni, &m, false);
+}
+
+static void on_subscribe(fx_quic_conn *c, int64_t sid, const fx_msg *m)
+{
+    fx_msg r;
+    if (S->cursor_error && m->start.kind == FX_MSG_START_OFFSET) {
+        fx_msg_init_subscribe_cursor_error(&r, FX_MSG_CURSOR_IN_FUTURE, m->start.offset, 3);
+        smsg(c, sid, &r, true);
+        return;
+    }
+    if (S->hello_first)
+        open_events(c);
+    fx_msg_init_subscribed(&r, S->sub_id);
+    smsg(c, sid, &r, true);
+    if (!S->hello_first)
+        open_events(c);
+}
+
+static void on_json(fx_quic_conn *c, int64_t sid, sst *t, const fx_frame *f)
+{
+    fx_msg m;
+    assert_int_equal(fx_msg_decode(&m, f->body, f->len, NULL), 0);
+    fx_msg r;
+    if (m.type == FX_MSG_AUTH) {
+        t->authed = true;
+        if (S->legacy)
+            fx_msg_init_ok(&r);
+        else
+            fx_msg_init_auth_ok(&r, 0x3F);
+        smsg(c, sid, &r, false);
+    } else if (m.type == FX_MSG_PUBLISH || m.type == FX_MSG_PUBLISH_BATCH) {
+        S->acked_json++;
+        hold_or_answer(c, sid, m.request_id, false);
+    } else if (m.type == FX_MSG_SUBSCRIBE) {
+        on_subscribe(c, sid, &m);
+    }
+    fx_msg_deinit(&m);
+}
+
+static void on_frame(fx_quic_conn *c, int64_t sid, sst *t, const fx_frame *f)
+{
+    if (f->kind == FX_BODY_JSON) {
+        on_json(c, sid, t, f);
+    } else if (f->kind == FX_BODY_PUBLISH_BATCH) {
+        if (S->unacked_frames++ == 0 && f->len + 12 <= sizeof(S->first_frame)) {
+            fx_frame_header_put(S->first_frame, f->hdr.flags, (uint32_t)f->len);
+            memcpy(S->first_frame + 12, f->body, f->len);
+            S->first_len = f->len + 12;
+        }
+    } else if (f->kind == FX_BODY_PUBLISH_BATCH_ACKED) {
+        uint64_t id;
+        fx_wire_ack ack;
+        assert_int_equal(fx_publish_acked_prefix_decode(f->body, f->len, &id, &ack, NULL), 0);
+        S->acked_binary++;
+        hold_or_answer(c, sid, id, true);
+    }
+}
+
+static void s_on_data(fx_quic_conn *c, int64_t sid, const uint8_t *d, size_t n, bool fin,
+                      void *user, void *su)
+{
+    fx_quic_stream_consume(c, sid, n);
+    if ((sid & 2) != 0 || (sid >> 2) >= NS)
+        return;
+    pthread_mutex_lock(&S->mu);
+    sst *t = &S->st[sid >> 2];
+    if (!t->used) {
+        t->used = true;
+        fx_frame_decoder_init(&t->dec, 16u << 20);
+    }
+    while (n > 0) {
+        size_t used = 0;
+        fx_frame f;
+        int rv = fx_frame_decoder_feed(&t->dec, d, n, &used, &f, NULL);
+        assert_true(rv >= 0);
+        d += used;
+        n -= used;
+        if (rv == FX_FRAME_READY)
+            on_frame(c, sid, t, &f);
+    }
+    pthread_mutex_unlock(&S->mu);
+}
+
+static void s_on_conn_new(fx_quic_conn *c, void *user)
+{
+    pthread_mutex_lock(&S->mu);
+    S->conn = c;
+    pthread_mutex_unlock(&S->mu);
+}
+
+static void s_on_stream_close(fx_quic_conn *c, int64_t sid, bool reset, uint64_t code, void *user,
+                              void *su)
+{
+    pthread_mutex_lock(&S->mu);
+    if (sid == S->uni && reset)
+        S->uni_reset = true;
+    pthread_mutex_unlock(&S->mu);
+}
+
+static void s_on_conn_closed(fx_quic_conn *c, const fx_quic_close_info *i, void *user)
+{
+    pthread_mutex_lock(&S->mu);
+    if (S->conn == c)
+        S->conn = NULL;
+    pthread_mutex_unlock(&S->mu);
+}
+
+static const fx_quic_callbacks SCB = {.on_conn_new = s_on_conn_new,
+                                      .on_stream_data = s_on_data,
+                                      .on_stream_close = s_on_stream_close,
+                                      .on_conn_closed = s_on_conn_closed};
+
+static void stub_start(void)
+{
+    fx_log_set_level(FX_LOG_ERROR);
+    S = calloc(1, sizeof(*S));
+    assert_non_null(S);
+    pthread_mutex_init(&S->mu, NULL);
+    S->sub_id = 77;
+    S->uni = -1;
+    snprintf(S->dir, sizeof(S->dir), "/tmp/fxcliXXXXXX");
+    assert_non_null(mkdtemp(S->dir));
+    assert_int_equal(fx_loop_new(&S->loop, &(fx_loop_opts){.name = "stub", .cpu = -1}), 0);
+    fx_quic_opts o;
+    fx_quic_opts_default(&o);
+    o.state_dir = S->dir;
+    o.udp_send_buffer = o.udp_recv_buffer = 1 << 20;
+    assert_int_equal(fx_quic_server_new(&S->ep, S->loop, "127.0.0.1", 0, &o, &SCB, NULL), 0);
+    assert_int_equal(fx_loop_start(S->loop), 0);
+}
+
+static void free_ep(void *u)
+{
+    fx_quic_endpoint_free(S->ep);
+}
+
+static void stub_stop(void)
+{
+    assert_int_equal(fx_loop_call(S->loop, free_ep, NULL), 0);
+    fx_loop_stop(S->loop);
+    fx_loop_free(S->loop);
+    for (int i = 0; i < NS; i++)
+        if (S->st[i].used)
+            fx_frame_decoder_deinit(&S->st[i].dec);
+    char p[128];
+    snprintf(p, sizeof(p), "%s/tls-cert.pem", S->dir);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s/tls-key.pem", S->dir);
+    unlink(p);
+    rmdir(S->dir);
+    pthread_mutex_destroy(&S->mu);
+    free(S);
+    S = NULL;
+}
+
+/* Sends |n| one-byte-tagged events with offsets from |base| on the event
+ * stream, as one shared batch per event. */
+typedef struct sendev {
+    uint64_t base;
+    int n;
+    size_t size;
+} sendev;
+
+static void send_events_task(void *u)
+{
+    sendev *e = u;
+    pthread_mutex_lock(&S->mu);
+    uint8_t *pl = calloc(1, e->size + 1);
+    for (int i = 0; i < e->n; i++) {
+        uint64_t off = e->base + (uint64_t)i;
+        memcpy(pl, &off, e->size < 8 ? e->size : 8);
+        fx_event_batch b = {.shared = true, .has_offsets = true, .base_offset = off, .count = 1};
+        b.payloads = b.inline_payloads;
+        b.payloads[0] = (fx_wire_slice){pl, e->size};
+        uint8_t *f = malloc(e->size + 64);
+        ssize_t n = fx_event_batch_encode(&b, f, e->size + 64);
+        assert_true(n > 0);
+        ssend(S->conn, S->uni, f, (size_t)n, false);
+        free(f);
+    }
+    free(pl);
+    pthread_mutex_unlock(&S->mu);
+    free(e);
+}
+
+static void stub_send_events(uint64_t base, int n, size_t size)
+{
+    sendev *e = malloc(sizeof(*e));
+    *e = (sendev){base, n, size < 8 ? 8 : size};
+    assert_int_equal(fx_loop_call(S->loop, send_events_task, e), 0);
+}
+
+static uint64_t stub_unacked(void)
+{
+    pthread_mutex_lock(&S->mu);
+    uint64_t n = S->conn != NULL ? fx_quic_conn_unacked(S->conn) : 0;
+    pthread_mutex_unlock(&S->mu);
+    return n;
+}
+
+/* ---- client helpers ------------------------------------------------------------ */
+
+static char addr[64];
+
+static void opts(fx_client_opts *o)
+{
+    fx_client_opts_init(o);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", fx_quic_endpoint_port(S->ep));
+    o->server = addr;
+    o->insecure = true;
+    o->connect_timeout_ms = 3000;
+}
+
+static fx_client *connect_stub(fx_client_opts *o)
+{
+    fx_client *c = NULL;
+    int rv = fx_client_connect(&c, o);
+    assert_int_equal(rv, 0);
+    return c;
+}
+
+static fx_client *start_default(void)
+{
+    stub_start();
+    fx_client_opts o;
+    opts(&o);
+    return connect_stub(&o);
+}
+
+static void finish(fx_client *c)
+{
+    assert_int_equal(fx_client_close(c, 2000), 0);
+    stub_stop();
+}
+
+/* Reads a stub field under its lock. */
+static int locked(const int *p)
+{
+    pthread_mutex_lock(&S->mu);
+    int v = *p;
+    pthread_mutex_unlock(&S->mu);
+    return v;
+}
+#define LOCKED(field) locked(&(field))
+
+static bool wait_until(bool (*pred)(void), int ms)
+{
+    for (int i = 0; i < ms; i++) {
+        if (pred())
+            return true;
+        usleep(1000);
+    }
+    return pred();
+}
+
+/* ---- options ------------------------------------------------------------------- */
+
+static void test_opts_defaults_match_api_doc(void **state)
+{
+    fx_client_opts o;
+    fx_client_opts_init(&o);
+    assert_int_equal(o.size, sizeof(o));
+    assert_string_equal(o.server, "127.0.0.1:5000");
+    assert_string_equal(o.server_name, "localhost");
+    assert_string_equal(o.tenant, "t1");
+    assert_int_equal(o.publish_conn_pool, 4);
+    assert_int_equal(o.publish_streams_per_conn, 2);
+    assert_int_equal(o.publish_queue_depth, 64);
+    assert_int_equal(o.publish_inflight_bytes, 4u << 20);
+    assert_int_equal(o.publish_sharding, FX_SHARDING_HASH_STREAM);
+    assert_int_equal(o.event_conn_pool, 8);
+    assert_int_equal(o.sub_queue_capacity, 256);
+    assert_int_equal(o.sub_queue_policy, FX_POLICY_DROP_NEW);
+    assert_int_equal(o.max_frame_bytes, 16u << 20);
+    assert_int_equal(o.connect_timeout_ms, 5000);
+    assert_int_equal(o.idle_timeout_ms, 30000);
+    assert_int_equal(o.keepalive_ms, 10000);
+    assert_true(o.reconnect);
+    assert_int_equal(o.reconnect_initial_ms, 50);
+    assert_int_equal(o.reconnect_max_ms, 5000);
+}
+
+static void test_opts_from_env_rejects_bad_value_naming_it(void **state)
+{
+    fx_client_opts o;
+    fx_client_opts_init(&o);
+    setenv("FELIX_PUB_CONN_POOL", "3", 1);
+    setenv("FELIX_CLIENT_SUB_QUEUE_POLICY", "block", 1);
+    assert_int_equal(fx_client_opts_from_env(&o), 0);
+    assert_int_equal(o.publish_conn_pool, 3);
+    assert_int_equal(o.sub_queue_policy, FX_POLICY_BLOCK);
+    setenv("FELIX_PUBLISH_QUEUE_DEPTH", "12x", 1);
+    assert_int_equal(fx_client_opts_from_env(&o), FX_ECONFIG);
+    char msg[256];
+    fx_client_last_error(NULL, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "FELIX_PUBLISH_QUEUE_DEPTH"));
+    assert_int_equal(o.publish_queue_depth, 64);
+    unsetenv("FELIX_PUBLISH_QUEUE_DEPTH");
+    setenv("FELIX_PUB_SHARDING", "random", 1);
+    assert_int_equal(fx_client_opts_from_env(&o), FX_ECONFIG);
+    fx_client_last_error(NULL, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "FELIX_PUB_SHARDING"));
+    unsetenv("FELIX_PUB_SHARDING");
+    unsetenv("FELIX_PUB_CONN_POOL");
+    unsetenv("FELIX_CLIENT_SUB_QUEUE_POLICY");
+}
+
+/* ---- connect --------------------------------------------------------------------- */
+
+static void test_connect_fails_fast_on_wrong_pin(void **state)
+{
+    stub_start();
+    fx_client_opts o;
+    opts(&o);
+    o.insecure = false;
+    o.pin_sha256 = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    fx_client *c = NULL;
+    assert_int_equal(fx_client_connect(&c, &o), FX_ETLS_PIN);
+    assert_null(c);
+    char msg[256];
+    fx_client_last_error(NULL, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "pin"));
+    /* The right pin connects. */
+    char pin[65];
+    snprintf(pin, sizeof(pin), "%s", fx_quic_endpoint_fingerprint(S->ep));
+    o.pin_sha256 = pin;
+    assert_int_equal(fx_client_connect(&c, &o), 0);
+    finish(c);
+}
+
+static void test_connect_to_nothing_times_out(void **state)
+{
+    stub_start();
+    fx_client_opts o;
+    opts(&o);
+    stub_stop(); /* the port is now closed */
+    o.connect_timeout_ms = 300;
+    fx_client *c = NULL;
+    int rv = fx_client_connect(&c, &o);
+    assert_true(rv == FX_ETIMEDOUT || rv == -ECONNREFUSED);
+    assert_null(c);
+}
+
+static bool legacy_json_seen(void)
+{
+    return LOCKED(S->acked_json) == 1;
+}
+
+static void test_legacy_ok_reply_means_flags_7(void **state)
+{
+    stub_start();
+    S->legacy = true;
+    fx_client_opts o;
+    opts(&o);
+    fx_client *c = connect_stub(&o);
+    assert_int_equal(fx_publish(c, "default", "demo", "hi", 2, FX_ACK_PER_MESSAGE), 0);
+    assert_true(legacy_json_seen());
+    assert_int_equal(LOCKED(S->acked_binary), 0);
+    finish(c);
+}
+
+/* ---- publish ---------------------------------------------------------------------- */
+
+static bool one_unacked(void)
+{
+    return LOCKED(S->unacked_frames) >= 1;
+}
+
+static void test_unacked_publish_sends_binary_batch(void **state)
+{
+    fx_client *c = start_default();
+    assert_int_equal(fx_publish(c, "default", "demo", "hello", 5, FX_ACK_NONE), 0);
+    assert_int_equal(fx_flush(c, 2000), 0);
+    assert_true(wait_until(one_unacked, 2000));
+    static const uint8_t want[] = {0x46, 0x4c, 0x58, 0x31, 0,   1,   0,   1,   0,   0,   0,
+                                   0x20, 0,    2,    't',  '1', 0,   7,   'd', 'e', 'f', 'a',
+                                   'u',  'l',  't',  0,    4,   'd', 'e', 'm', 'o', 0,   0,
+                                   0,    1,    0,    0,    0,   5,   'h', 'e', 'l', 'l', 'o'};
+    pthread_mutex_lock(&S->mu);
+    assert_int_equal(S->first_len, sizeof(want));
+    assert_memory_equal(S->first_frame, want, sizeof(want));
+    pthread_mutex_unlock(&S->mu);
+    finish(c);
+}
+
+static void test_publish_larger_than_budget_fails_at_once(void **state)
+{
+    stub_start();
+    fx_client_opts o;
+    opts(&o);
+    o.publish_inflight_bytes = 1024;
+    fx_client *c = connect_stub(&o);
+    char big[2048] = {0};
+    assert_int_equal(fx_publish(c, "default", "demo", big, sizeof(big), FX_ACK_NONE), FX_ETOOBIG);
+    assert_int_equal(fx_publish(c, "default", "demo", big, 100, FX_ACK_NONE), 0);
+    finish(c);
+}
+
+typedef struct acks {
+    pthread_mutex_t mu;
+    int done, fails;
+    int order[8];
+} acks;
+
+typedef struct slot {
+    acks *a;
+    int i;
+} slot;
+
+static void on_ack_slot(void *user, int rv)
+{
+    slot *s = user;
+    pthread_mutex_lock(&s->a->mu);
+    s->a->order[s->a->done++] = rv == 0 ? s->i : -1;
+    pthread_mutex_unlock(&s->a->mu);
+}
+
+static acks *A;
+static bool all_acked(void)
+{
+    pthread_mutex_lock(&A->mu);
+    bool d = A->done == 3;
+    pthread_mutex_unlock(&A->mu);
+    return d;
+}
+
+static void test_acked_publish_pairs_by_request_id_out_of_order(void **state)
+{
+    stub_start();
+    S->hold_acks = 3; /* answered in reverse order */
+    fx_client_opts o;
+    opts(&o);
+    fx_client *c = connect_stub(&o);
+    acks a = {.done = 0};
+    pthread_mutex_init(&a.mu, NULL);
+    A = &a;
+    slot sl[3];
+    for (int i = 0; i < 3; i++) {
+        sl[i] = (slot){&a, i};
+        assert_int_equal(
+            fx_publish_async(c, "default", "demo", "x", 1, FX_ACK_PER_MESSAGE, on_ack_slot, &sl[i]),
+            0);
+    }
+    assert_true(wait_until(all_acked, 3000));
+    /* Reverse answers reach the right requests: 2, 1, 0, none failed. */
+    assert_int_equal(a.order[0], 2);
+    assert_int_equal(a.order[1], 1);
+    assert_int_equal(a.order[2], 0);
+    assert_int_equal(LOCKED(S->acked_binary), 3);
+    assert_int_equal(fx_flush(c, 2000), 0);
+    finish(c);
+    pthread_mutex_destroy(&a.mu);
+}
+
+static void test_publish_error_surfaces_message(void **state)
+{
+    stub_start();
+    S->pub_error = "stream not found: tenant=t1 namespace=default stream=nope";
+    fx_client_opts o;
+    opts(&o);
+    fx_client *c = connect_stub(&o);
+    assert_int_equal(fx_publish(c, "default", "nope", "x", 1, FX_ACK_PER_MESSAGE), FX_ENOSTREAM);
+    char msg[256];
+    fx_client_last_error(c, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "publish failed: stream not found"));
+    S->pub_error = "forbidden";
+    assert_int_equal(fx_publish(c, "default", "nope", "x", 1, FX_ACK_PER_BATCH), FX_EFORBIDDEN);
+    finish(c);
+}
+
+static void test_publish_batch_acked_is_one_frame_one_answer(void **state)
+{
+    fx_client *c = start_default();
+    fx_iov msgs[3] = {{"a", 1}, {"bb", 2}, {"ccc", 3}};
+    assert_int_equal(fx_publish_batch(c, "default", "demo", msgs, 3, FX_ACK_PER_BATCH), 0);
+    assert_int_equal(LOCKED(S->acked_binary), 1);
+    assert_int_equal(fx_publish_batch(c, "default", "demo", msgs, 3, FX_ACK_NONE), 0);
+    assert_int_equal(fx_flush(c, 2000), 0);
+    assert_true(wait_until(one_unacked, 2000));
+    finish(c);
+}
+
+/* ---- subscribe ---------------------------------------------------------------------- */
+
+static fx_subscription *sub_stub(fx_client *c)
+{
+    fx_subscription *s = NULL;
+    assert_int_equal(fx_subscribe(&s, c, "default", "demo", NULL), 0);
+    return s;
+}
+
+static void expect_events(fx_subscription *s, uint64_t base, int n)
+{
+    for (int i = 0; i < n; i++) {
+        fx_event ev;
+        assert_int_equal(fx_subscription_next(s, &ev, 3000), 0);
+        assert_true(ev.has_offset);
+        assert_int_equal(ev.offset, base + (uint64_t)i);
+        uint64_t v;
+        memcpy(&v, ev.payload, 8);
+        assert_int_equal(v, base + (uint64_t)i);
+    }
+}
+
+static void test_subscribe_receives_events_in_order(void **state)
+{
+    fx_client *c = start_default();
+    fx_subscription *s = sub_stub(c);
+    stub_send_events(0, 50, 16);
+    expect_events(s, 0, 50);
+    fx_event ev;
+    assert_int_equal(fx_subscription_next(s, &ev, 0), FX_ETIMEDOUT);
+    fx_sub_stats st;
+    fx_subscription_stats(s, &st);
+    assert_int_equal(st.received, 50);
+    assert_int_equal(st.gaps, 0);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
+static void test_subscribe_adopts_server_subscription_id(void **state)
+{
+    stub_start();
+    S->sub_id = 4242;
+    fx_client_opts o;
+    opts(&o);
+    fx_client *c = connect_stub(&o);
+    fx_subscription *s = sub_stub(c);
+    fx_sub_stats st;
+    fx_subscription_stats(s, &st);
+    assert_int_equal(st.subscription_id, 4242);
+    stub_send_events(3, 2, 8);
+    expect_events(s, 3, 2);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
+static void test_event_stream_before_subscribed_reply_is_routed(void **state)
+{
+    stub_start();
+    S->hello_first = true;
+    fx_client_opts o;
+    opts(&o);
+    fx_client *c = connect_stub(&o);
+    fx_subscription *s = sub_stub(c);
+    stub_send_events(10, 5, 8);
+    expect_events(s, 10, 5);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
+static void test_gap_in_offsets_reported(void **state)
+{
+    fx_client *c = start_default();
+    fx_subscription *s = sub_stub(c);
+    stub_send_events(0, 2, 8);
+    stub_send_events(7, 1, 8);
+    expect_events(s, 0, 2);
+    fx_event ev;
+    assert_int_equal(fx_subscription_next(s, &ev, 3000), 0);
+    assert_int_equal(ev.offset, 7);
+    assert_true(ev.flags & FX_EVENT_GAP);
+    assert_int_equal(ev.gap, 5);
+    fx_sub_stats st;
+    fx_subscription_stats(s, &st);
+    assert_int_equal(st.gaps, 1);
+    assert_int_equal(st.missed, 5);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
+static void test_block_policy_withholds_credit(void **state)
+{
+    stub_start();
+    fx_client_opts o;
+    opts(&o);
+    o.sub_queue_policy = FX_POLICY_BLOCK;
+    o.sub_queue_capacity = 4;
+    o.stream_window_bytes = 64 * 1024;
+    fx_client *c = connect_stub(&o);
+    fx_subscription *s = sub_stub(c);
+    const int n = 200; /* 200 x 4 KiB: far beyond 4 batches + a 64 KiB window */
+    stub_send_events(0, n, 4096);
+    usleep(300 * 1000);
+    fx_sub_stats st;
+    fx_subscription_stats(s, &st);
+    assert_true(st.received < (uint64_t)n);
+    assert_true(stub_unacked() > 0); /* the broker's sends stall */
+    expect_events(s, 0, n);
+    fx_subscription_stats(s, &st);
+    assert_int_equal(st.received, n);
+    assert_int_equal(st.dropped, 0);
+    assert_int_equal(st.gaps, 0);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
+static fx_subscription *DS;
+static bool all_received(void)
+{
+    fx_sub_stats st;
+    fx_subscription_stats(DS, &st);
+    return st.received == 20;
+}
+
+static void test_drop_new_policy_counts_drops(void **state)
+{
+    stub_start();
+    fx_client_opts o;
+    opts(&o);
+    o.sub_queue_capacity = 4;
+    fx_client *c = connect_stub(&o);
+    fx_subscription *s = sub_stub(c);
+    DS = s;
+    stub_send_events(0, 20, 8);
+    assert_true(wait_until(all_received, 3000));
+    fx_sub_stats st;
+    fx_subscription_stats(s, &st);
+    assert_int_equal(st.dropped, 16);
+    assert_int_equal(st.queue_depth, 4);
+    expect_events(s, 0, 4);
+    fx_event ev;
+    assert_int_equal(fx_subscription_next(s, &ev, 0), FX_ETIMEDOUT);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
+typedef struct cbst {
+    pthread_mutex_t mu;
+    int n;
+    pthread_t caller;
+    bool other_thread;
+    int publish_rv, flush_rv;
+    fx_client *c;
+} cbst;
+
+static cbst CB;
+
+static void on_event(void *user, const fx_event *ev)
+{
+    cbst *b = user;
+    int prv = fx_publish(b->c, "default", "demo", "x", 1, FX_ACK_NONE);
+    int frv = fx_flush(b->c, 100);
+    pthread_mutex_lock(&b->mu);
+    b->n++;
+    b->other_thread = !pthread_equal(pthread_self(), b->caller);
+    b->publish_rv = prv;
+    b->flush_rv = frv;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static bool cb_done(void)
+{
+    pthread_mutex_lock(&CB.mu);
+    bool d = CB.n == 3;
+    pthread_mutex_unlock(&CB.mu);
+    return d;
+}
+
+static void test_callback_runs_on_loop_and_blocking_call_returns_wouldblock(void **state)
+{
+    fx_client *c = start_default();
+    fx_subscription *s = sub_stub(c);
+    CB = (cbst){.caller = pthread_self(), .c = c};
+    pthread_mutex_init(&CB.mu, NULL);
+    assert_int_equal(fx_subscription_set_callback(s, on_event, &CB), 0);
+    stub_send_events(0, 3, 8);
+    assert_true(wait_until(cb_done, 3000));
+    assert_true(CB.other_thread);
+    assert_int_equal(CB.publish_rv, FX_EWOULDBLOCK_LOOP);
+    assert_int_equal(CB.flush_rv, FX_EWOULDBLOCK_LOOP);
+    fx_event ev;
+    assert_int_equal(fx_subscription_next(s, &ev, 0), -EINVAL);
+    fx_unsubscribe(s);
+    finish(c);
+    pthread_mutex_destroy(&CB.mu);
+}
+
+typedef struct waiter {
+    fx_subscription *s;
+    int rv;
+} waiter;
+
+static void *blocked_next(void *u)
+{
+    waiter *w = u;
+    fx_event ev;
+    w->rv = fx_subscription_next(w->s, &ev, 10000);
+    return NULL;
+}
+
+static void test_close_wakes_blocked_next_with_closed(void **state)
+{
+    fx_client *c = start_default();
+    fx_subscription *s = sub_stub(c);
+    waiter w = {.s = s, .rv = 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, blocked_next, &w), 0);
+    usleep(50 * 1000);
+    assert_int_equal(fx_client_close(c, 1000), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(w.rv, FX_ECLOSED);
+    fx_unsubscribe(s);
+    stub_stop();
+}
+
+static void test_cursor_error_is_typed(void **state)
+{
+    stub_start();
+    S->cursor_error = true;
+    fx_client_opts o;
+    opts(&o);
+    fx_client *c = connect_stub(&o);
+    fx_subscription *s = NULL;
+    fx_start st = {.kind = FX_START_OFFSET, .offset = 9999};
+    assert_int_equal(fx_subscribe(&s, c, "default", "demo", &st), FX_ECURSOR_IN_FUTURE);
+    assert_non_null(s);
+    fx_sub_error e;
+    assert_int_equal(fx_subscription_error(s, &e), 0);
+    assert_int_equal(e.code, FX_ECURSOR_IN_FUTURE);
+    assert_int_equal(e.requested, 9999);
+    assert_int_equal(e.available, 3);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
+static bool uni_reset(void)
+{
+    pthread_mutex_lock(&S->mu);
+    bool v = S->uni_reset;
+    pthread_mutex_unlock(&S->mu);
+    return v;
+}
+
+static void test_unsubscribe_frees_and_stub_sees_reset(void **state)
+{
+    fx_client *c = start_default();
+    fx_subscription *s = sub_stub(c);
+    stub_send_events(0, 1, 8);
+    expect_events(s, 0, 1);
+    fx_unsubscribe(s);
+    assert_true(wait_until(uni_reset, 3000));
+    finish(c);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_opts_defaults_match_api_doc),
+    cmocka_unit_test(test_opts_from_env_rejects_bad_value_naming_it),
+    cmocka_unit_test(test_connect_fails_fast_on_wrong_pin),
+    cmocka_unit_test(test_connect_to_nothing_times_out),
+    cmocka_unit_test(test_legacy_ok_reply_means_flags_7),
+    cmocka_unit_test(test_unacked_publish_sends_binary_batch),
+    cmocka_unit_test(test_publish_larger_than_budget_fails_at_once),
+    cmocka_unit_test(test_acked_publish_pairs_by_request_id_out_of_order),
+    cmocka_unit_test(test_publish_error_surfaces_message),
+    cmocka_unit_test(test_publish_batch_acked_is_one_frame_one_answer),
+    cmocka_unit_test(test_subscribe_receives_events_in_order),
+    cmocka_unit_test(test_subscribe_adopts_server_subscription_id),
+    cmocka_unit_test(test_event_stream_before_subscribed_reply_is_routed),
+    cmocka_unit_test(test_gap_in_offsets_reported),
+    cmocka_unit_test(test_block_policy_withholds_credit),
+    cmocka_unit_test(test_drop_new_policy_counts_drops),
+    cmocka_unit_test(test_callback_runs_on_loop_and_blocking_call_returns_wouldblock),
+    cmocka_unit_test(test_close_wakes_blocked_next_with_closed),
+    cmocka_unit_test(test_cursor_error_is_typed),
+    cmocka_unit_test(test_unsubscribe_frees_and_stub_sees_reset),
+};
+FX_TEST_MAIN(tests)
