@@ -33,7 +33,9 @@
     C(ingress_backpressure_cancelled, "felix_broker_ingress_backpressure_cancelled_total", "",     \
       "Publishes whose wait for admission ended by timeout or connection close")                   \
     G(ingress_queue_depth, "felix_broker_ingress_queue_depth", "",                                 \
-      "Publish jobs queued at broker workers, all workers")
+      "Publish jobs queued at broker workers, all workers")                                        \
+    C(broker_stream_errors, "felix_broker_stream_errors_total", "",                                \
+      "Client streams reset for malformed input (bad frame, JSON or batch, oversize partials)")
 
 /* ---- subscribe: per-subscriber queues, lanes, subscriber connections --- */
 #define FX_METRICS_SUB(C, G, H)                                                                    \
@@ -64,7 +66,10 @@
     C(subscriber_disconnect, "felix_subscriber_disconnect_total", "",                              \
       "Subscriber streams closed after a delivery write error")                                    \
     G(sub_active_connections, "felix_sub_active_connections", "",                                  \
-      "Connections with at least one subscription")
+      "Connections with at least one subscription")                                                \
+    C(subscriber_lane_dropped_events, "felix_subscriber_lane_dropped_events_total", "",            \
+      "Messages inside the delivery commands dropped at a full writer lane")                       \
+    G(sub_subscriptions, "felix_sub_subscriptions", "", "Subscriptions currently registered")
 
 /* ---- publish outcomes -------------------------------------------------- */
 #define FX_METRICS_PUBLISH(C, G, H)                                                                \

@@ -1,8 +1,8 @@
 /* felix-broker: the broker daemon. Loads and validates the configuration
  * (defaults < YAML < FELIX_* environment < --set flags), prints or checks it
- * on request, and otherwise serves what exists: the admin HTTP endpoint
- * (/metrics, /live, /ready) until SIGINT or SIGTERM. The QUIC data plane is
- * not built yet and the daemon says so at start rather than pretending.
+ * on request, and otherwise serves the QUIC data plane (fx_broker) and the
+ * admin HTTP endpoint (/metrics, /live, /ready) until SIGINT or SIGTERM.
+ * Stopping is minimal for now (connections are closed, nothing is drained).
  * Main thread only. */
 #include <errno.h>
 #include <pthread.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "broker/broker.h"
 #include "felix/error.h"
 #include "server/admin.h"
 #include "server/config.h"
@@ -60,7 +61,7 @@ static void usage(FILE *out)
             "               --set subscriber_queue_policy=block --print-config\n"
             "\n"
             "exit status: 0 ok, 1 invalid configuration, 2 usage error,\n"
-            "             3 configuration valid but the QUIC data plane is not built yet\n");
+            "             4 a listener could not start\n");
 }
 
 /* Returns the value of option |name| at argv[*i] ("--name=v" or "--name v"),
@@ -146,8 +147,147 @@ static void warn_original_path(const struct opts *o)
                 ORIGINAL_CONFIG_PATH);
 }
 
-/* Serves the admin endpoint until SIGINT/SIGTERM; /ready turns 503 as soon
- * as the signal arrives. Returns 0 or EXIT_START. */
+static fx_queue_policy policy_of(fx_config_policy p)
+{
+    switch (p) {
+    case FX_CONFIG_POLICY_BLOCK:
+        return FX_QUEUE_BLOCK;
+    case FX_CONFIG_POLICY_DROP_OLD:
+        return FX_QUEUE_DROP_OLD;
+    default:
+        return FX_QUEUE_DROP_NEW;
+    }
+}
+
+/* Splits "host:port" or "[v6]:port" into |ip| and |*port|. Returns 0 or -1. */
+static int split_bind(const char *bind, char *ip, size_t cap, uint16_t *port)
+{
+    const char *colon = strrchr(bind, ':');
+    if (colon == NULL)
+        return -1;
+    const char *h = bind;
+    size_t n = (size_t)(colon - bind);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        h++;
+        n -= 2;
+    }
+    char *end;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (n == 0 || n >= cap || *end != '\0' || end == colon + 1 || p > 65535)
+        return -1;
+    memcpy(ip, h, n);
+    ip[n] = '\0';
+    *port = (uint16_t)p;
+    return 0;
+}
+
+static void quic_opts_from_config(const fx_config *c, fx_quic_opts *q)
+{
+    fx_quic_opts_default(q);
+    q->idle_timeout_ns = c->idle_timeout_ns;
+    q->stream_window = c->quic_stream_recv_window;
+    q->conn_window = c->quic_conn_recv_window;
+    q->max_stream_window = c->quic_stream_recv_window_max;
+    q->max_conn_window = c->quic_conn_recv_window_max;
+    q->unacked_cap = c->quic_unacked_send_bytes;
+    q->initial_mtu = (size_t)c->initial_mtu;
+    q->mtu_upper_bound = (size_t)c->mtu_upper_bound;
+    q->max_udp_payload = (size_t)c->max_udp_payload;
+    q->udp_send_buffer = (int)c->udp_send_buffer;
+    q->udp_recv_buffer = (int)c->udp_recv_buffer;
+    q->cert_file = c->tls_cert_file[0] ? c->tls_cert_file : NULL;
+    q->key_file = c->tls_key_file[0] ? c->tls_key_file : NULL;
+    q->state_dir = c->state_dir[0] ? c->state_dir : ".";
+}
+
+/* Maps the configuration to the data plane's options. |names| (nstreams
+ * entries) receives the pre-created streams and must outlive fx_broker_new. */
+static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *ip, size_t ipcap,
+                                   fx_broker_stream_name *names)
+{
+    fx_broker_opts_default(o);
+    if (split_bind(c->quic_bind, ip, ipcap, &o->port) != 0)
+        return -1;
+    o->bind_ip = ip;
+    quic_opts_from_config(c, &o->quic);
+    o->workers = c->workers;
+    o->pin_workers = c->core_shards > 0;
+    o->io_threads = c->io_threads;
+    o->auto_create_streams = c->auto_create_streams;
+    o->max_streams_per_tenant = c->max_streams_per_tenant;
+    for (size_t i = 0; i < c->nstreams; i++)
+        names[i] =
+            (fx_broker_stream_name){c->streams[i].tenant, c->streams[i].ns, c->streams[i].stream};
+    o->streams = names;
+    o->nstreams = c->nstreams;
+    o->log_capacity = c->log_capacity;
+    o->log_capacity_bytes = c->log_capacity_bytes;
+    o->subscriber_queue_capacity = c->subscriber_queue_capacity;
+    o->subscriber_queue_policy = policy_of(c->subscriber_queue_policy);
+    o->max_subscriptions_per_conn = c->max_subscriptions_per_conn;
+    o->max_frame_bytes = (uint32_t)c->max_frame_bytes;
+    o->ack_on_commit = c->ack_on_commit;
+    o->publish_queue_wait_timeout_ns = c->publish_queue_wait_timeout_ns;
+    o->pub_queue_depth = c->pub_queue_depth;
+    o->pub_inflight_bytes = c->pub_inflight_bytes;
+    o->pub_conn_inflight_bytes = c->pub_conn_inflight_bytes;
+    o->pub_ingress_wait = c->pub_ingress_wait;
+    o->event_batch_max_events = c->event_batch_max_events;
+    o->event_batch_max_bytes = c->event_batch_max_bytes;
+    o->event_batch_max_delay_ns = c->event_batch_max_delay_ns;
+    o->fanout_batch_size = c->fanout_batch_size;
+    o->subscriber_lane_queue_depth = c->subscriber_lane_queue_depth;
+    o->subscriber_lane_queue_policy = policy_of(c->subscriber_lane_queue_policy);
+    o->subscriber_max_bytes_per_write = c->subscriber_max_bytes_per_write;
+    return 0;
+}
+
+/* Creates and starts the data plane. Returns 0 or EXIT_START. */
+static int start_broker(const fx_config *c, fx_broker **pb)
+{
+    char ip[FX_CONFIG_ADDR_MAX];
+    fx_broker_opts bo;
+    fx_broker_stream_name *names = calloc(c->nstreams + 1, sizeof(*names));
+    if (names == NULL || broker_opts_from_config(c, &bo, ip, sizeof(ip), names) != 0) {
+        fprintf(stderr, "felix-broker: cannot use quic_bind '%s' (want host:port)\n", c->quic_bind);
+        free(names);
+        return EXIT_START;
+    }
+    int rv = fx_broker_new(pb, &bo);
+    free(names);
+    if (rv == 0 && (rv = fx_broker_start(*pb)) != 0) {
+        fx_broker_free(*pb);
+        *pb = NULL;
+    }
+    if (rv != 0) {
+        fprintf(stderr, "felix-broker: cannot start QUIC on %s: %s\n", c->quic_bind,
+                fx_strerror(rv));
+        return EXIT_START;
+    }
+    return 0;
+}
+
+static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin *admin)
+{
+    int epw = fx_broker_endpoint_worker(b);
+    printf("felix-broker %s: QUIC on %s (UDP port %u), %u worker loop(s), endpoint on %s\n",
+           FX_VERSION, c->quic_bind, (unsigned)fx_broker_port(b), (unsigned)c->workers,
+           epw >= 0 ? "worker 0" : "io loop 0");
+    printf("felix-broker: TLS certificate SHA-256 %s\n", fx_broker_fingerprint(b));
+    printf("felix-broker: admin HTTP on %s (port %u): /metrics /live /ready\n", c->metrics_bind,
+           (unsigned)fx_admin_port(admin));
+    printf("felix-broker: to publish/subscribe: the felix CLI does not exist yet; use a client "
+           "speaking Felix wire v1\n");
+    printf("felix-broker:   over QUIC to port %u (ALPN \"felix\"), trusting the fingerprint "
+           "above; every stream\n",
+           (unsigned)fx_broker_port(b));
+    printf("felix-broker:   starts with {\"type\":\"auth\",...} (any token is accepted for "
+           "now). Stop with Ctrl-C.\n");
+    fflush(stdout);
+}
+
+/* Serves the data plane and the admin endpoint until SIGINT/SIGTERM; /ready
+ * turns 503 as soon as the signal arrives. Returns 0 or EXIT_START. */
 static int serve(const fx_config *c)
 {
     sigset_t set;
@@ -156,24 +296,24 @@ static int serve(const fx_config *c)
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
 
+    fx_broker *b = NULL;
+    int rv = start_broker(c, &b);
+    if (rv != 0)
+        return rv;
     char err[256];
     fx_admin *admin = NULL;
     fx_admin_opts ao = {.bind = c->metrics_bind};
-    int rv = fx_admin_start(&admin, &ao, err, sizeof(err));
-    if (rv) {
+    if (fx_admin_start(&admin, &ao, err, sizeof(err)) != 0) {
         fprintf(stderr, "felix-broker: %s\n", err);
+        fx_broker_free(b);
         return EXIT_START;
     }
-    printf("felix-broker %s: admin HTTP on %s (port %u): /metrics /live /ready\n", FX_VERSION,
-           c->metrics_bind, (unsigned)fx_admin_port(admin));
-    printf("felix-broker: the QUIC data plane (%s) is not built yet: publish and subscribe "
-           "are not served. Stop with Ctrl-C.\n",
-           c->quic_bind);
-    fflush(stdout);
+    print_banner(c, b, admin);
     int sig = 0;
     sigwait(&set, &sig);
     fx_admin_set_draining(admin, true);
     fprintf(stderr, "felix-broker: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fx_broker_free(b);
     fx_admin_free(admin);
     return 0;
 }

@@ -1,0 +1,390 @@
+/* The broker instance: builds the registry, the process-wide publish budget,
+ * the worker loops (each with its job queue and lazily created streams), the
+ * optional io loops and the QUIC server endpoint, and tears them down in an
+ * order that leaves no task unrun. Control functions run on the main thread;
+ * worker helpers run on their worker loop. */
+#include "broker/broker.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "broker/broker_internal.h"
+#include "broker/placement.h"
+#include "felix/error.h"
+
+void fx_broker_opts_default(fx_broker_opts *o)
+{
+    *o = (fx_broker_opts){
+        .bind_ip = "127.0.0.1",
+        .workers = 1,
+        .auto_create_streams = true,
+        .log_capacity = 1024,
+        .log_capacity_bytes = 64u << 20,
+        .subscriber_queue_capacity = 512,
+        .subscriber_queue_policy = FX_QUEUE_DROP_NEW,
+        .max_subscriptions_per_conn = 4096,
+        .max_frame_bytes = FX_WIRE_DEFAULT_MAX_FRAME,
+        .publish_queue_wait_timeout_ns = 2000 * FX_NS_PER_MS,
+        .pub_queue_depth = 64,
+        .pub_inflight_bytes = 64u << 20,
+        .pub_conn_inflight_bytes = 32u << 20,
+        .event_batch_max_events = 64,
+        .event_batch_max_bytes = 65536,
+        .event_batch_max_delay_ns = 250 * FX_NS_PER_US,
+        .fanout_batch_size = 64,
+        .subscriber_lane_queue_depth = 64,
+        .subscriber_lane_queue_policy = FX_QUEUE_DROP_NEW,
+        .subscriber_max_bytes_per_write = 65536,
+        .subscriber_unacked_bytes = 1u << 20,
+    };
+    fx_quic_opts_default(&o->quic);
+}
+
+/* ---- workers --------------------------------------------------------------- */
+
+fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h)
+{
+    return &b->workers[fx_placement_worker_for(fx_stream_handle_id(h), b->nworkers)];
+}
+
+void fxb_worker_kick(fxb_worker *w)
+{
+    fx_loop_post(w->loop, &w->doorbell);
+}
+
+/* A parked fanout's subscriber queue drained (any thread): continue on the
+ * worker. One stream at most is parked per worker, so one task suffices. */
+static void on_stream_resume(fx_stream *s, void *user)
+{
+    (void)s;
+    fxb_worker *w = user;
+    fx_loop_post(w->loop, &w->resume_task);
+}
+
+fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
+{
+    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
+    if (idx >= w->nstreams) {
+        size_t n = w->nstreams ? w->nstreams : 16;
+        while (n <= idx)
+            n *= 2;
+        fx_stream **p = realloc(w->streams, n * sizeof(*p));
+        if (p == NULL)
+            return NULL;
+        memset(p + w->nstreams, 0, (n - w->nstreams) * sizeof(*p));
+        w->streams = p;
+        w->nstreams = n;
+    }
+    if (w->streams[idx] == NULL) {
+        const fx_broker_opts *o = &w->b->o;
+        fx_stream_opts so = {.handle_id = fx_stream_handle_id(h),
+                             .log_capacity = o->log_capacity,
+                             .log_capacity_bytes = o->log_capacity_bytes,
+                             .sub_queue_capacity = o->subscriber_queue_capacity,
+                             .sub_queue_policy = o->subscriber_queue_policy,
+                             .on_resume = on_stream_resume,
+                             .user = w};
+        if (fx_stream_new(&w->streams[idx], &so) != 0)
+            return NULL;
+    }
+    return w->streams[idx];
+}
+
+static void job_on_drop(void *item, void *user)
+{
+    (void)user;
+    fxb_job_free(item);
+}
+
+static int worker_init(fx_broker *b, fxb_worker *w, uint32_t i)
+{
+    char name[24];
+    snprintf(name, sizeof(name), "fx-worker-%u", (unsigned)(i % 100000u));
+    w->b = b;
+    w->index = i;
+    fx_loop_opts lo = {.name = name, .cpu = b->o.pin_workers ? (int)i : -1};
+    int rv = fx_loop_new(&w->loop, &lo);
+    if (rv != 0)
+        return rv;
+    fx_queue_opts qo = {.capacity = b->o.pub_queue_depth,
+                        .policy = FX_QUEUE_BLOCK,
+                        .low_watermark = b->o.pub_queue_depth / 2,
+                        .on_drop = job_on_drop};
+    rv = fx_queue_init(&w->jobs, &qo);
+    if (rv != 0) {
+        fx_loop_free(w->loop);
+        w->loop = NULL;
+        return rv;
+    }
+    fx_task_init(&w->doorbell, fxb_worker_drain, w);
+    fx_task_init(&w->resume_task, fxb_worker_resume, w);
+    return 0;
+}
+
+static void worker_deinit(fxb_worker *w)
+{
+    if (w->loop == NULL)
+        return;
+    if (w->parked_job != NULL)
+        fxb_job_free(w->parked_job);
+    for (size_t i = 0; i < w->nstreams; i++)
+        fx_stream_free(w->streams[i]);
+    free(w->streams);
+    fx_queue_deinit(&w->jobs);
+    fx_loop_free(w->loop);
+}
+
+/* ---- construction ---------------------------------------------------------- */
+
+static int check_opts(const fx_broker_opts *o)
+{
+    if (o->workers == 0 || o->log_capacity == 0 || o->log_capacity_bytes == 0 ||
+        o->subscriber_queue_capacity == 0 || o->pub_queue_depth == 0 ||
+        o->pub_inflight_bytes == 0 || o->pub_conn_inflight_bytes == 0 ||
+        o->subscriber_lane_queue_depth == 0 || o->max_frame_bytes == 0 ||
+        o->event_batch_max_events == 0 || o->event_batch_max_bytes == 0 ||
+        o->subscriber_max_bytes_per_write == 0 || o->subscriber_unacked_bytes == 0 ||
+        o->bind_ip == NULL)
+        return -EINVAL;
+    return 0;
+}
+
+static int create_streams(fx_broker *b)
+{
+    for (size_t i = 0; i < b->o.nstreams; i++) {
+        const fx_broker_stream_name *n = &b->o.streams[i];
+        fx_wire_slice t = {(const uint8_t *)n->tenant, strlen(n->tenant)};
+        fx_wire_slice ns = {(const uint8_t *)n->ns, strlen(n->ns)};
+        fx_wire_slice s = {(const uint8_t *)n->stream, strlen(n->stream)};
+        fx_registry_err err;
+        int rv = fx_registry_create(b->reg, t, ns, s, NULL, NULL, &err);
+        if (rv != 0) {
+            FX_LOG_ERROR("broker", "stream %s/%s/%s: %s", n->tenant, n->ns, n->stream, err.msg);
+            return rv;
+        }
+    }
+    return 0;
+}
+
+static int create_loops(fx_broker *b)
+{
+    b->workers = calloc(b->nworkers, sizeof(*b->workers));
+    if (b->workers == NULL)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < b->nworkers; i++) {
+        int rv = worker_init(b, &b->workers[i], i);
+        if (rv != 0)
+            return rv;
+    }
+    if (b->o.io_threads == 0)
+        return 0;
+    b->io = calloc(b->o.io_threads, sizeof(*b->io));
+    if (b->io == NULL)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < b->o.io_threads; i++) {
+        char name[24];
+        snprintf(name, sizeof(name), "fx-io-%u", (unsigned)(i % 100000u));
+        int rv = fx_loop_new(&b->io[i], &(fx_loop_opts){.name = name, .cpu = -1});
+        if (rv != 0)
+            return rv;
+        b->nio++;
+    }
+    return 0;
+}
+
+/* One server endpoint, placed by the stated rule (placement.h): with
+ * io_threads 0 it runs on worker 0, else on io loop 0. */
+static int create_endpoint(fx_broker *b)
+{
+    fx_loop_slot slot;
+    int rv = fx_placement_endpoint(FX_ENDPOINT_SERVER, 0, b->o.io_threads, b->nworkers, &slot);
+    if (rv != 0)
+        return rv;
+    if (slot.kind == FX_LOOP_KIND_WORKER) {
+        b->ep_loop = b->workers[slot.index].loop;
+        b->ep_worker = (int)slot.index;
+    } else {
+        b->ep_loop = b->io[slot.index];
+        b->ep_worker = -1;
+    }
+    rv = fx_quic_server_new(&b->ep, b->ep_loop, b->o.bind_ip, b->o.port, &b->o.quic,
+                            &fxb_quic_callbacks, b);
+    if (rv != 0)
+        return rv;
+    b->port = fx_quic_endpoint_port(b->ep);
+    const char *fp = fx_quic_endpoint_fingerprint(b->ep);
+    size_t n = strnlen(fp, sizeof(b->fingerprint) - 1);
+    memcpy(b->fingerprint, fp, n);
+    b->fingerprint[n] = '\0';
+    return 0;
+}
+
+int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
+{
+    int rv = check_opts(o);
+    if (rv != 0)
+        return rv;
+    fx_broker *b = calloc(1, sizeof(*b));
+    if (b == NULL)
+        return -ENOMEM;
+    b->o = *o;
+    b->o.streams = NULL; /* borrowed: used only below */
+    b->nworkers = o->workers;
+    atomic_init(&b->next_sub_id, 1);
+    atomic_init(&b->next_conn_id, 1);
+    rv = fx_budget_init(&b->budget, o->pub_inflight_bytes, NULL);
+    if (rv != 0) {
+        free(b);
+        return rv;
+    }
+    fx_registry_opts ro = {.auto_create = o->auto_create_streams,
+                           .max_streams_per_tenant = o->max_streams_per_tenant};
+    b->o.streams = o->streams;
+    if ((rv = fx_registry_new(&b->reg, &ro)) != 0 || (rv = create_streams(b)) != 0 ||
+        (rv = create_loops(b)) != 0 || (rv = create_endpoint(b)) != 0) {
+        b->o.streams = NULL;
+        b->stopped = true;
+        fx_broker_free(b);
+        return rv;
+    }
+    b->o.streams = NULL;
+    *pb = b;
+    return 0;
+}
+
+int fx_broker_start(fx_broker *b)
+{
+    for (uint32_t i = 0; i < b->nworkers; i++) {
+        int rv = fx_loop_start(b->workers[i].loop);
+        if (rv != 0)
+            return rv;
+        if (fx_loop_pin_error(b->workers[i].loop) != 0)
+            FX_LOG_WARN("broker", "worker %u could not be pinned: %s", (unsigned)i,
+                        fx_strerror(fx_loop_pin_error(b->workers[i].loop)));
+    }
+    for (uint32_t i = 0; i < b->nio; i++) {
+        int rv = fx_loop_start(b->io[i]);
+        if (rv != 0)
+            return rv;
+    }
+    b->started = true;
+    return 0;
+}
+
+/* ---- teardown ---------------------------------------------------------------- */
+
+/* Runs a function on a loop and waits for it (main thread, loop running). */
+typedef struct sync_call {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    void (*fn)(void *);
+    void *arg;
+    fx_task task;
+} sync_call;
+
+static void sync_cb(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    sync_call *s = user;
+    if (s->fn != NULL)
+        s->fn(s->arg);
+    pthread_mutex_lock(&s->mu);
+    s->done = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void run_on(fx_loop *l, void (*fn)(void *), void *arg)
+{
+    sync_call s = {.fn = fn, .arg = arg};
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    fx_task_init(&s.task, sync_cb, &s);
+    fx_loop_post(l, &s.task);
+    pthread_mutex_lock(&s.mu);
+    while (!s.done)
+        pthread_cond_wait(&s.cv, &s.mu);
+    pthread_mutex_unlock(&s.mu);
+    pthread_cond_destroy(&s.cv);
+    pthread_mutex_destroy(&s.mu);
+}
+
+static void free_endpoint(void *arg)
+{
+    fx_broker *b = arg;
+    fx_quic_endpoint_free(b->ep);
+    b->ep = NULL;
+}
+
+/* Every loop runs what was posted to it before; repeated so that tasks those
+ * tasks posted (unregister -> worker, completions -> connection loop) run too. */
+static void barrier_all(fx_broker *b)
+{
+    for (int round = 0; round < 3; round++) {
+        for (uint32_t i = 0; i < b->nworkers; i++)
+            run_on(b->workers[i].loop, NULL, NULL);
+        for (uint32_t i = 0; i < b->nio; i++)
+            run_on(b->io[i], NULL, NULL);
+    }
+}
+
+void fx_broker_stop(fx_broker *b)
+{
+    if (b == NULL || b->stopped)
+        return;
+    b->stopped = true;
+    if (b->started) {
+        run_on(b->ep_loop, free_endpoint, b);
+        barrier_all(b);
+        for (uint32_t i = 0; i < b->nio; i++)
+            fx_loop_stop(b->io[i]);
+        for (uint32_t i = 0; i < b->nworkers; i++)
+            fx_loop_stop(b->workers[i].loop);
+    } else {
+        free_endpoint(b);
+    }
+}
+
+void fx_broker_free(fx_broker *b)
+{
+    if (b == NULL)
+        return;
+    fx_broker_stop(b);
+    if (b->ep != NULL)
+        free_endpoint(b);
+    for (uint32_t i = 0; b->workers != NULL && i < b->nworkers; i++)
+        worker_deinit(&b->workers[i]);
+    free(b->workers);
+    for (uint32_t i = 0; i < b->nio; i++)
+        fx_loop_free(b->io[i]);
+    free(b->io);
+    fx_registry_free(b->reg);
+    fx_budget_deinit(&b->budget);
+    free(b);
+}
+
+uint16_t fx_broker_port(const fx_broker *b)
+{
+    return b->port;
+}
+
+const char *fx_broker_fingerprint(const fx_broker *b)
+{
+    return b->fingerprint;
+}
+
+fx_registry *fx_broker_registry(fx_broker *b)
+{
+    return b->reg;
+}
+
+int fx_broker_endpoint_worker(const fx_broker *b)
+{
+    return b->ep_worker;
+}

@@ -1,0 +1,267 @@
+/* Private state of the broker data plane, shared by broker.c (loops and
+ * workers), conn.c (connections and client bidi streams), publish.c (ingress
+ * and worker jobs) and subscribe.c (subscriptions, feeders, lanes and the
+ * connection writer). Which thread may touch a field is noted per struct;
+ * objects reached from two loops are atomically refcounted, and every task
+ * posted to another loop holds a reference until its callback runs. */
+#ifndef FX_BROKER_INTERNAL_H
+#define FX_BROKER_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/budget.h"
+#include "base/buf.h"
+#include "base/loop.h"
+#include "base/queue.h"
+#include "broker/broker.h"
+#include "broker/envelope.h"
+#include "broker/ingress.h"
+#include "broker/registry.h"
+#include "broker/stream.h"
+#include "quic/quic.h"
+#include "wire/frame.h"
+#include "wire/message.h"
+
+typedef struct fxb_worker fxb_worker;
+typedef struct fxb_conn fxb_conn;
+typedef struct fxb_bidi fxb_bidi;
+typedef struct fxb_sub fxb_sub;
+typedef struct fxb_job fxb_job;
+typedef struct fxb_reply fxb_reply;
+
+/* Server flags answered to a client that sent client_flags. */
+#define FXB_SERVER_FLAGS 0x3Fu
+/* QUIC application codes we reset streams with. */
+#define FXB_CODE_MALFORMED 0x1u
+#define FXB_CODE_UNSUBSCRIBE 0x2u
+/* Jobs one worker turn takes before yielding to other tasks. */
+#define FXB_WORKER_BATCH 64
+/* Frame lists one feeder turn builds before yielding. */
+#define FXB_FEEDER_BATCH 16
+
+/* A worker loop: owns its streams, drains its job queue (checkpoint 4),
+ * appends and fans out (checkpoint 5) and runs its streams' feeders. */
+struct fxb_worker {
+    fx_broker *b;
+    uint32_t index;
+    fx_loop *loop;
+    fx_queue jobs;       /* fxb_job*, policy BLOCK (ingress decides) */
+    fx_task doorbell;    /* drains |jobs|; coalesced */
+    fx_task resume_task; /* a parked fanout may continue */
+    /* Worker thread only: */
+    fx_stream **streams; /* by handle_id / nworkers */
+    size_t nstreams;
+    fxb_job *parked_job; /* its fanout waits on a full block queue */
+    fx_stream *parked_stream;
+};
+
+struct fx_broker {
+    fx_broker_opts o;
+    fx_registry *reg;
+    fx_budget budget; /* process-wide publish bytes (checkpoint 3) */
+    uint32_t nworkers;
+    fxb_worker *workers;
+    uint32_t nio;
+    fx_loop **io; /* dedicated io loops (io_threads), or NULL */
+    fx_loop *ep_loop;
+    fx_quic_endpoint *ep;
+    int ep_worker; /* worker index of |ep_loop|, or -1 */
+    uint16_t port;
+    char fingerprint[65];
+    bool started, stopped;
+    atomic_uint_fast64_t next_sub_id;  /* subscription ids, from 1 */
+    atomic_uint_fast64_t next_conn_id; /* connection ids, from 1 */
+};
+
+/* Kinds of stream user pointers (first field of fxb_bidi and fxb_sub). */
+enum { FXB_KIND_BIDI = 1, FXB_KIND_SUB = 2 };
+
+/* One client connection. Loop fields: its endpoint loop only; the refcount
+ * is atomic because jobs (worker threads) hold the connection's budget. */
+struct fxb_conn {
+    atomic_int refs;
+    fx_broker *b;
+    fx_quic_conn *qc; /* NULL once closed */
+    fx_loop *loop;
+    uint64_t id;
+    fx_budget budget; /* this connection's share of b->budget */
+    fxb_bidi *bidis;  /* open client bidi streams (list) */
+    fxb_sub *subs;    /* live subscriptions (list) */
+    uint32_t nsubs;
+    size_t partial_bytes; /* bodies announced but not complete, all streams */
+    bool dead;
+    bool want_writable; /* a send hit the unacked cap: wait for on_writable */
+    fx_task writer_task;
+};
+
+/* One queued reply on a bidi stream, in request order. Done replies are sent
+ * from the head; a commit ack is completed by its worker through |task|.
+ * Refcounted: the stream's FIFO and, for a commit ack, the job. */
+struct fxb_reply {
+    atomic_int refs;
+    fxb_bidi *owner; /* conn loop only; NULL once the stream is gone */
+    fx_loop *loop;
+    fx_task task;
+    fxb_reply *next;
+    atomic_bool done;
+    fx_buf *frame; /* the encoded reply, once done */
+    bool binary;   /* 0x0010 ack, else JSON publish_ok / publish_error */
+    uint64_t request_id;
+    const char *err; /* commit result: NULL ok, else static text */
+    char errbuf[1024];
+};
+
+/* A client-opened bidi stream: auth, then publishes or one subscribe. Conn
+ * loop only; refcounted (plain int) because tasks may be pending on it. */
+struct fxb_bidi {
+    int kind; /* FXB_KIND_BIDI */
+    int refs;
+    fxb_conn *conn;
+    int64_t sid;
+    fxb_bidi *next;
+    fx_frame_decoder dec;
+    bool authed;
+    char tenant[FX_REGISTRY_NAME_MAX + 1];
+    bool ended;    /* no more input is processed (error, subscribe, reset) */
+    bool closed;   /* QUIC stream gone */
+    bool peer_fin; /* the client finished sending */
+    bool fin_sent;
+    bool sub_pending; /* a subscribe is waiting for its worker: hold the FIN */
+    size_t partial;   /* announced body bytes of the frame being read */
+    size_t credit_owed;
+    /* Ingress parking: the job waiting for admission, and input that arrived
+     * meanwhile (not credited, so bounded by the receive window). */
+    fxb_job *parked;
+    uint8_t *pend;
+    size_t pend_len, pend_cap;
+    fx_task resume_task;
+    bool resume_pending;
+    fx_timer wait_timer;
+    /* Replies in request order. */
+    fxb_reply *rhead, *rtail;
+    /* Last resolved stream (names resolved once per QUIC stream). */
+    fx_stream_handle *h;
+    char hkey[3 * (FX_REGISTRY_NAME_MAX + 1)];
+    size_t hkey_len;
+};
+
+/* A publish job: one batch for one stream, from ingress to its worker. */
+struct fxb_job {
+    fx_ingress_req req;
+    fxb_conn *conn; /* reference (its budget holds the permit) */
+    fxb_worker *w;
+    fx_stream_handle *h; /* reference */
+    fx_buf *backing;     /* the payload bytes */
+    fx_wire_slice *payloads;
+    uint32_t count;
+    uint64_t arrived_ns;
+    fxb_reply *commit; /* reply completed after append + fanout, or NULL */
+};
+
+/* One subscription. Worker fields: its stream's worker; conn fields: the
+ * connection's loop; the lane queue and |closed| are shared. */
+struct fxb_sub {
+    int kind; /* FXB_KIND_SUB */
+    atomic_int refs;
+    fx_broker *b;
+    fxb_worker *w;
+    fxb_conn *conn; /* reference */
+    uint64_t id;
+    fx_stream_handle *h; /* reference */
+    fx_start start;
+    atomic_bool closed; /* unsubscribed: the feeder stops, the writer drops */
+    atomic_bool active; /* the event stream is open: the feeder may run */
+    fx_queue lane;      /* fx_frame_list*, checkpoint 6 */
+    /* worker side */
+    fx_task reg_task, unreg_task, feed_task;
+    fx_timer delay_timer;
+    fx_queue_waiter lane_waiter;
+    bool lane_parked;
+    atomic_bool lane_resumed; /* the lane woke a parked feeder */
+    fx_frame_list *held;      /* built but refused by a full block lane */
+    fx_stream *stream;
+    fx_subscriber *sub;
+    fx_backlog backlog;
+    size_t backlog_pos;
+    fx_coalescer co;
+    bool registered;
+    int reg_rv;
+    uint64_t available;
+    /* conn side */
+    fx_task reply_task;
+    fxb_sub *next;
+    fxb_bidi *bidi; /* the subscribe stream, until it got its reply */
+    int64_t uni_sid;
+    bool uni_open;
+    fx_frame_list *cur; /* list being written */
+    size_t cur_idx;
+    size_t inflight; /* bytes queued on the uni stream, not yet acked */
+    bool listed;     /* on conn->subs */
+};
+
+/* ---- broker.c ------------------------------------------------------------- */
+/* The worker that owns |h|. */
+fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h);
+/* The fx_stream of |h| on worker |w|, created on first use. Worker thread.
+ * Returns NULL on -ENOMEM. */
+fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h);
+/* Rings |w|'s doorbell (jobs were queued). Any thread. */
+void fxb_worker_kick(fxb_worker *w);
+
+/* ---- conn.c --------------------------------------------------------------- */
+extern const fx_quic_callbacks fxb_quic_callbacks;
+void fxb_conn_ref(fxb_conn *c);
+void fxb_conn_unref(fxb_conn *c);
+void fxb_bidi_unref(fxb_bidi *s);
+/* Queues a finished reply frame (takes ownership of |frame|) in order. */
+void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame);
+/* Queues a JSON message reply in order. Returns 0 or -ENOMEM. */
+int fxb_bidi_reply_msg(fxb_bidi *s, const fx_msg *m);
+/* Replies error{|text|} and, when |end|, ends the stream after it. */
+void fxb_bidi_error(fxb_bidi *s, const char *text, bool end);
+/* Ends the stream after the queued replies (FIN), ignoring further input. */
+void fxb_bidi_end(fxb_bidi *s);
+/* Resets the stream for malformed input (counted). */
+void fxb_bidi_fail(fxb_bidi *s, const char *why);
+/* Sends the done replies at the head of the FIFO. */
+void fxb_bidi_flush(fxb_bidi *s);
+/* Continues reading input after an ingress park ended. */
+void fxb_bidi_continue(fxb_bidi *s);
+/* Encodes |m| as a whole frame in a new buffer. Returns 0 or an error. */
+int fxb_msg_frame(const fx_msg *m, fx_buf **pframe);
+/* Resolves names for |s| (cached per stream). Returns 0 or an error with
+ * |err| filled. |*ph| is borrowed from the stream's cache. */
+int fxb_bidi_resolve(fxb_bidi *s, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
+                     fx_stream_handle **ph, fx_registry_err *err);
+
+/* ---- publish.c ------------------------------------------------------------ */
+/* Handles one complete publish frame on |s| (binary 0x0001 / 0x0009 or a
+ * decoded JSON publish / publish_batch in |m|). Returns 0 to continue, 1 when
+ * the stream is parked at ingress (stop reading), or -1 when |s| was failed. */
+int fxb_publish_binary(fxb_bidi *s, const fx_frame *f);
+int fxb_publish_json(fxb_bidi *s, const fx_msg *m);
+/* Ends a parked admission because |s| is going away. */
+void fxb_publish_cancel_parked(fxb_bidi *s);
+/* Task and timer callbacks of a parked admission (set up by conn.c). */
+void fxb_bidi_resume(fx_loop *l, fx_task *t, void *user);
+void fxb_bidi_wait_expired(fx_loop *l, fx_timer *t, void *user);
+/* Worker side: runs queued jobs. */
+void fxb_worker_drain(fx_loop *l, fx_task *t, void *user);
+void fxb_worker_resume(fx_loop *l, fx_task *t, void *user);
+void fxb_job_free(fxb_job *j);
+void fxb_reply_unref(fxb_reply *r);
+
+/* ---- subscribe.c ---------------------------------------------------------- */
+/* Handles a decoded subscribe message on |s| (authenticated, tenant checked). */
+void fxb_subscribe(fxb_bidi *s, const fx_msg *m);
+/* Removes |sub| (uni stream gone, write error, connection closed). Conn loop. */
+void fxb_sub_close(fxb_sub *sub, bool reset_stream);
+void fxb_sub_unref(fxb_sub *sub);
+/* The connection writer (conn loop). */
+void fxb_conn_kick_writer(fxb_conn *c);
+void fxb_writer_run(fx_loop *l, fx_task *t, void *user);
+
+#endif
