@@ -256,7 +256,9 @@ int fx_loop_call(fx_loop *l, void (*cb)(void *user), void *user)
 
 /* ---- fd watches -------------------------------------------------------- */
 
-static bool owner_ok(const fx_loop *l)
+/* Debug check for "loop thread only" calls; unused when NDEBUG removes the
+ * asserts. */
+__attribute__((unused)) static bool owner_ok(const fx_loop *l)
 {
     return fx_loop_is_current(l) || !atomic_load_explicit(&l->running, memory_order_relaxed);
 }
