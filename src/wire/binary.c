@@ -145,7 +145,7 @@ int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *pr
                                    fx_wire_ack *pack, fx_wire_err *err)
 {
     rd r = {body, len};
-    uint8_t mode;
+    uint8_t mode = 0;
     int rv = rd_u64(&r, prequest_id, "request_id", err);
     if (rv == 0)
         rv = rd_u8(&r, &mode, "ack mode", err);
@@ -258,7 +258,7 @@ int fx_publish_ack_decode(const uint8_t *body, size_t len, fx_publish_ack *a, fx
 {
     memset(a, 0, sizeof(*a));
     rd r = {body, len};
-    uint8_t status;
+    uint8_t status = 0;
     const uint8_t *p;
     int rv = rd_u8(&r, &status, "ack status", err);
     if (rv < 0)
