@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "broker/broker.h"
 #include "felix/error.h"
 #include "server/admin.h"
@@ -286,6 +288,62 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
     fflush(stdout);
 }
 
+/* Keys the configuration accepts and validates but this broker does not apply
+ * yet. Setting one is not an error (files written for the original keep
+ * working) but it is never silent: each explicitly set key gets a warning. */
+static const char *const unapplied_keys[] = {
+    "max_connections",
+    "ack_wait_timeout_ms",
+    "initial_cwnd",
+    "keepalive_interval_ms", /* the broker's connections are server-side */
+    "conn_stats_ms",
+    "subscriber_writer_lanes",
+    "max_subscriber_writer_lanes",
+    "subscriber_lane_shard",
+    "subscriber_single_writer_per_conn",
+    "subscriber_flush_max_items",
+    "subscriber_flush_max_delay_us",
+    "control_stream_drain_timeout_ms",
+    "shutdown_drain_timeout_ms",
+};
+
+/* Creates |dir| and its missing parents (mode 0700: it holds the TLS key).
+ * Returns 0 or -errno. */
+static int make_state_dir(const char *dir)
+{
+    char path[FX_CONFIG_PATH_MAX];
+    int n = snprintf(path, sizeof(path), "%s", dir);
+    if (n <= 0 || (size_t)n >= sizeof(path))
+        return -ENAMETOOLONG;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0700) != 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+_Static_assert((int)FX_CONFIG_LOG_ERROR == (int)FX_LOG_ERROR &&
+                   (int)FX_CONFIG_LOG_TRACE == (int)FX_LOG_TRACE,
+               "config log levels map one to one onto fx_log_level");
+
+static void warn_unapplied(const fx_config *c)
+{
+    for (size_t i = 0; i < sizeof(unapplied_keys) / sizeof(unapplied_keys[0]); i++) {
+        const fx_config_origin *from = fx_config_origin_of(c, unapplied_keys[i]);
+        if (from && from->from != FX_CONFIG_FROM_DEFAULT)
+            fprintf(stderr,
+                    "felix-broker: warning: %s is set but not applied by this version of "
+                    "the broker; it has no effect\n",
+                    unapplied_keys[i]);
+    }
+}
+
 /* Serves the data plane and the admin endpoint until SIGINT/SIGTERM; /ready
  * turns 503 as soon as the signal arrives. Returns 0 or EXIT_START. */
 static int serve(const fx_config *c)
@@ -296,6 +354,16 @@ static int serve(const fx_config *c)
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
 
+    fx_log_set_level((fx_log_level)c->log_level);
+    warn_unapplied(c);
+    if (c->state_dir[0]) {
+        int err = make_state_dir(c->state_dir);
+        if (err != 0) {
+            fprintf(stderr, "felix-broker: cannot create state_dir '%s': %s\n", c->state_dir,
+                    fx_strerror(err));
+            return EXIT_START;
+        }
+    }
     fx_broker *b = NULL;
     int rv = start_broker(c, &b);
     if (rv != 0)
