@@ -14,7 +14,7 @@
 
 #include "felix/error.h"
 
-atomic_int fx_log_threshold = FX_LOG_INFO;
+atomic_int fx_log_threshold = FX_LOG_WARN;
 static _Atomic(const fx_log_sink *) log_sink;
 
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};

@@ -39,7 +39,8 @@ static inline bool fx_log_is_enabled(fx_log_level level)
 }
 
 /* Emits lines at |level| and more severe ones from now on; the default is
- * FX_LOG_INFO. Any thread. */
+ * FX_LOG_WARN, so a program linking libfelix stays quiet unless it asks (the
+ * broker daemon sets its configured `log_level`, info by default). Any thread. */
 void fx_log_set_level(fx_log_level level);
 
 /* Returns the current level. Any thread. */

@@ -175,7 +175,8 @@ struct evs {
     size_t rx_len, rx_cap;
     bool fin;
     bool ended;
-    bool gone; /* the QUIC stream closed while bytes were still buffered */
+    bool gone;    /* the QUIC stream closed while bytes were still buffered */
+    size_t early; /* bytes of the frame being decoded already credited */
 };
 
 struct fx_client {

@@ -196,6 +196,15 @@ static void grant(evs *e, size_t n)
         fx_quic_stream_consume(e->conn->qc, e->sid, n);
 }
 
+/* The credit a complete frame still holds: its bytes minus those granted
+ * while it was arriving in pieces (see evs_feed). */
+static size_t frame_credit(evs *e, const fx_frame *f)
+{
+    size_t n = FX_WIRE_HEADER_LEN + f->len - e->early;
+    e->early = 0;
+    return n;
+}
+
 /* Pushes |b| into the queue. Returns false when Block refused it: the
  * batch is kept and the stream stalls until the consumer makes room. */
 static bool enqueue(evs *e, sbatch *b)
@@ -221,7 +230,7 @@ static bool enqueue(evs *e, sbatch *b)
 static bool deliver(evs *e, const fx_frame *f)
 {
     fx_subscription *s = e->sub;
-    size_t fbytes = FX_WIRE_HEADER_LEN + f->len;
+    size_t fbytes = frame_credit(e, f);
     fx_event_batch eb;
     fx_wire_err err = {0};
     int rv = fx_event_batch_decode(f->hdr.flags, f->body, f->len, &eb, &err);
@@ -318,7 +327,7 @@ static void attach(evs *e, fx_subscription *s)
 static void on_hello(evs *e, const fx_frame *f)
 {
     fx_msg m;
-    grant(e, FX_WIRE_HEADER_LEN + f->len);
+    grant(e, frame_credit(e, f));
     if (f->flags_rv != 0 || f->kind != FX_BODY_JSON ||
         fx_msg_decode(&m, f->body, f->len, NULL) != 0) {
         e->ended = true;
@@ -349,6 +358,15 @@ static void evs_feed(evs *e, const uint8_t *data, size_t len)
         int rv = fx_frame_decoder_feed(&e->dec, data, len, &used, &f, &err);
         data += used;
         len -= used;
+        if (rv >= 0 && rv != FX_FRAME_READY && used > 0) {
+            /* A partial frame is copied into the decoder (bounded by
+             * max_frame_bytes): credit its bytes now, or a frame larger
+             * than the receive window could never complete. Block still
+             * withholds the credit of every complete frame until it is
+             * consumed. */
+            grant(e, used);
+            e->early += used;
+        }
         if (rv < 0) {
             e->ended = true;
             if (e->sub != NULL)
@@ -358,7 +376,7 @@ static void evs_feed(evs *e, const uint8_t *data, size_t len)
         } else if (rv == FX_FRAME_READY) {
             if (f.flags_rv != 0 ||
                 (f.kind != FX_BODY_EVENT_BATCH && f.kind != FX_BODY_EVENT_BATCH_SHARED)) {
-                grant(e, FX_WIRE_HEADER_LEN + f.len);
+                grant(e, frame_credit(e, &f));
                 e->ended = true;
                 sub_end(e->sub, FX_EPROTO, "unexpected frame on event stream", 0, 0);
             } else {

@@ -5,6 +5,7 @@
  * Stopping is minimal for now (connections are closed, nothing is drained).
  * Main thread only. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -269,6 +270,22 @@ static int start_broker(const fx_config *c, fx_broker **pb)
     return 0;
 }
 
+/* The felix CLI built beside this binary, or plain "felix". */
+static void cli_path(char *out, size_t cap)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    char *slash = n > 0 ? memrchr(self, '/', (size_t)n) : NULL;
+    if (slash == NULL) {
+        snprintf(out, cap, "felix");
+        return;
+    }
+    *slash = '\0';
+    snprintf(out, cap, "%s/felix", self);
+    if (access(out, X_OK) != 0)
+        snprintf(out, cap, "felix");
+}
+
 static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin *admin)
 {
     int epw = fx_broker_endpoint_worker(b);
@@ -278,13 +295,14 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
     printf("felix-broker: TLS certificate SHA-256 %s\n", fx_broker_fingerprint(b));
     printf("felix-broker: admin HTTP on %s (port %u): /metrics /live /ready\n", c->metrics_bind,
            (unsigned)fx_admin_port(admin));
-    printf("felix-broker: to publish/subscribe: the felix CLI does not exist yet; use a client "
-           "speaking Felix wire v1\n");
-    printf("felix-broker:   over QUIC to port %u (ALPN \"felix\"), trusting the fingerprint "
-           "above; every stream\n",
-           (unsigned)fx_broker_port(b));
-    printf("felix-broker:   starts with {\"type\":\"auth\",...} (any token is accepted for "
-           "now). Stop with Ctrl-C.\n");
+    char cli[PATH_MAX + 16];
+    cli_path(cli, sizeof(cli));
+    printf("felix-broker: to publish and subscribe, in another terminal:\n");
+    printf("  export FELIX_SERVER=127.0.0.1:%u FELIX_PIN=%s\n", (unsigned)fx_broker_port(b),
+           fx_broker_fingerprint(b));
+    printf("  %s sub t1/default/demo\n", cli);
+    printf("  %s pub --ack per_message t1/default/demo hello\n", cli);
+    printf("felix-broker: auth_mode none: any token is accepted. Stop with Ctrl-C.\n");
     fflush(stdout);
 }
 

@@ -1,0 +1,440 @@
+/* `felix stats` and `felix streams`: read the broker's admin endpoint
+ * (GET /metrics, /v1/subscriptions, /v1/streams; PUT and DELETE of
+ * /v1/streams/T/NS/S) and print what it says, or exactly why it could not.
+ * Main thread. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define HTTP_TIMEOUT_MS 10000
+/* Columns and cell width of the generic JSON tables. */
+#define MAX_COLS 12
+#define CELL_MAX 40
+
+/* ---- shared ------------------------------------------------------------------ */
+
+/* Prints why a non-2xx answer is a failure, with the body's first line. */
+static void http_status_error(const char *cmd, const char *method, const char *url,
+                              const fx_cli_http *resp)
+{
+    const char *body = resp->body.p != NULL ? resp->body.p : "";
+    int blen = (int)strcspn(body, "\r\n");
+    if (blen > 200)
+        blen = 200;
+    const char *hint = "";
+    if (resp->status == 404 && strstr(url, "/v1/streams/") != NULL)
+        hint = " (no such stream, or this broker does not serve the stream admin API yet)";
+    else if (resp->status == 404)
+        hint = " (this broker does not serve this route yet)";
+    else if (resp->status == 401)
+        hint = " (pass --admin-token or set FELIX_ADMIN_TOKEN)";
+    else if (resp->status == 503)
+        hint = " (the broker is busy or draining)";
+    fx_cli_errorf(cmd, "%s %s: HTTP %ld%s%.*s%s", method, url, resp->status, blen ? ": " : "", blen,
+                  body, hint);
+}
+
+/* GETs/PUTs/DELETEs |path| on the admin endpoint. Returns 0 with a 2xx
+ * answer in |resp| (free its body), or 1 after printing the failure. */
+static int admin_call(const char *cmd, const fx_cli_common *c, const char *method, const char *path,
+                      fx_cli_http *resp)
+{
+    char url[2048], err[1024];
+    if (fx_cli_admin_url(c->admin, path, url, sizeof(url)) != 0) {
+        fx_cli_errorf(cmd, "--admin: bad address '%s'", c->admin);
+        return 1;
+    }
+    if (fx_cli_http_request(method, url, c->admin_token, HTTP_TIMEOUT_MS, resp, err, sizeof(err)) !=
+        0) {
+        fx_cli_errorf(cmd, "%s (is felix-broker's admin endpoint at %s? see --admin)", err,
+                      c->admin);
+        return 1;
+    }
+    if (resp->status < 200 || resp->status > 299) {
+        http_status_error(cmd, method, url, resp);
+        fx_cli_buf_free(&resp->body);
+        return 1;
+    }
+    return 0;
+}
+
+/* Parses the options of |cmd| into |c| and the positional words into
+ * |pos| (at most |maxpos|). Command-specific options go to |on_opt|.
+ * Returns -1 to continue or an exit status. */
+typedef int (*opt_fn)(void *user, int id, const char *val, char *err, size_t errlen);
+
+static int admin_parse(const char *cmd, int argc, char **argv, const fx_cli_opt *opts,
+                       fx_cli_common *c, opt_fn on_opt, void *user, const char **pos, int maxpos,
+                       int *npos)
+{
+    char err[512] = "";
+    if (fx_cli_common_init(c, fx_cli_getenv, err, sizeof(err)) != 0)
+        return fx_cli_usage_error(cmd, err);
+    fx_cli_args it = {.argc = argc, .argv = argv};
+    int kind, id = 0;
+    const char *val;
+    *npos = 0;
+    while ((kind = fx_cli_args_next(&it, opts, &id, &val, err, sizeof(err))) > 0) {
+        if (kind == FX_CLI_ARG_POS) {
+            if (*npos == maxpos) {
+                snprintf(err, sizeof(err), "unexpected argument '%s'", val);
+                return fx_cli_usage_error(cmd, err);
+            }
+            pos[(*npos)++] = val;
+            continue;
+        }
+        if (id == FX_CLI_OPT_HELP)
+            return fx_cli_print_help(cmd);
+        int rv = fx_cli_common_apply(c, id, val, err, sizeof(err));
+        if (rv == 0 && on_opt != NULL)
+            rv = on_opt(user, id, val, err, sizeof(err));
+        if (rv < 0)
+            return fx_cli_usage_error(cmd, err);
+    }
+    return kind < 0 ? fx_cli_usage_error(cmd, err) : -1;
+}
+
+/* ---- generic JSON tables ------------------------------------------------------- */
+
+static void cell_text(const json_t *v, char *out, size_t len)
+{
+    if (v == NULL || json_is_null(v)) {
+        snprintf(out, len, "-");
+    } else if (json_is_string(v)) {
+        snprintf(out, len, "%s", json_string_value(v));
+    } else if (json_is_integer(v)) {
+        snprintf(out, len, "%lld", (long long)json_integer_value(v));
+    } else if (json_is_real(v)) {
+        snprintf(out, len, "%.6g", json_real_value(v));
+    } else if (json_is_boolean(v)) {
+        snprintf(out, len, "%s", json_is_true(v) ? "true" : "false");
+    } else {
+        char *s = json_dumps(v, JSON_COMPACT);
+        snprintf(out, len, "%s", s != NULL ? s : "?");
+        free(s);
+    }
+    for (char *p = out; *p != '\0'; p++) {
+        if ((unsigned char)*p < 0x20)
+            *p = ' ';
+    }
+}
+
+/* Collects up to MAX_COLS keys of the objects in |rows|, in order of first
+ * appearance. */
+static size_t collect_cols(const json_t *rows, const char **cols)
+{
+    size_t ncols = 0, i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        const char *k;
+        json_t *v;
+        json_object_foreach(row, k, v)
+        {
+            size_t j = 0;
+            while (j < ncols && strcmp(cols[j], k) != 0)
+                j++;
+            if (j == ncols && ncols < MAX_COLS)
+                cols[ncols++] = k;
+        }
+    }
+    return ncols;
+}
+
+/* Prints the objects of |rows| (first |limit|) as an aligned table. */
+static void print_table(const json_t *rows, size_t limit)
+{
+    const char *cols[MAX_COLS];
+    size_t ncols = collect_cols(rows, cols);
+    int width[MAX_COLS];
+    char cell[CELL_MAX + 1];
+    size_t n = json_array_size(rows) < limit ? json_array_size(rows) : limit;
+    for (size_t j = 0; j < ncols; j++) {
+        width[j] = (int)strlen(cols[j]);
+        for (size_t i = 0; i < n; i++) {
+            cell_text(json_object_get(json_array_get(rows, i), cols[j]), cell, sizeof(cell));
+            if ((int)strlen(cell) > width[j])
+                width[j] = (int)strlen(cell);
+        }
+    }
+    for (size_t j = 0; j < ncols; j++)
+        printf("%-*s%s", width[j], cols[j], j + 1 < ncols ? "  " : "\n");
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < ncols; j++) {
+            cell_text(json_object_get(json_array_get(rows, i), cols[j]), cell, sizeof(cell));
+            printf("%-*s%s", width[j], cell, j + 1 < ncols ? "  " : "\n");
+        }
+    }
+}
+
+/* Returns the array of objects in |root| (the root itself, or its member
+ * |key|), or NULL when the document has another shape. */
+static json_t *object_rows(json_t *root, const char *key)
+{
+    json_t *a = json_is_array(root) ? root : json_object_get(root, key);
+    if (!json_is_array(a))
+        return NULL;
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v)
+    {
+        if (!json_is_object(v))
+            return NULL;
+    }
+    return a;
+}
+
+/* ---- felix stats ------------------------------------------------------------------- */
+
+enum { O_INTERVAL = FX_CLI_OPT_FIRST_CMD, O_SUBS, O_TOP };
+
+static const fx_cli_opt STATS_OPTS[] = {
+    FX_CLI_COMMON_OPTS,
+    {"interval", true, O_INTERVAL},
+    {"subs", false, O_SUBS},
+    {"top", true, O_TOP},
+    {0},
+};
+
+typedef struct stats_args {
+    uint64_t interval_ms;
+    uint64_t top;
+    bool subs;
+} stats_args;
+
+static int stats_opt(void *user, int id, const char *val, char *err, size_t errlen)
+{
+    stats_args *a = user;
+    switch (id) {
+    case O_INTERVAL:
+        if (fx_cli_parse_u64(val, 3600000, &a->interval_ms) == 0 && a->interval_ms > 0)
+            return 0;
+        snprintf(err, errlen, "--interval: expected 1..3600000 ms, got '%s'", val);
+        return -EINVAL;
+    case O_SUBS:
+        a->subs = true;
+        return 0;
+    case O_TOP:
+        if (fx_cli_parse_u64(val, 1000000, &a->top) == 0 && a->top > 0)
+            return 0;
+        snprintf(err, errlen, "--top: expected a positive integer, got '%s'", val);
+        return -EINVAL;
+    default:
+        return 0;
+    }
+}
+
+/* Scrapes /metrics into |p|. Returns 0 or 1 (failure printed). */
+static int scrape(const fx_cli_common *c, fx_cli_prom *p)
+{
+    fx_cli_http resp;
+    if (admin_call("stats", c, "GET", "/metrics", &resp) != 0)
+        return 1;
+    char err[256];
+    int rv = fx_cli_prom_parse(p, resp.body.p, resp.body.len, err, sizeof(err));
+    fx_cli_buf_free(&resp.body);
+    if (rv != 0) {
+        fx_cli_errorf("stats", "GET /metrics: %s", rv == -ENOMEM ? "out of memory" : err);
+        return 1;
+    }
+    return 0;
+}
+
+/* Sort key of a subscription: its queue depth, then its drops. */
+static double sub_key(const json_t *o, const char *word)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v)
+    {
+        if (strstr(k, word) != NULL && json_is_number(v))
+            return json_number_value(v);
+    }
+    return 0;
+}
+
+static int cmp_subs(const void *x, const void *y)
+{
+    const json_t *a = *(json_t *const *)x, *b = *(json_t *const *)y;
+    double da = sub_key(a, "depth"), db = sub_key(b, "depth");
+    if (da != db)
+        return da < db ? 1 : -1;
+    da = sub_key(a, "drop"), db = sub_key(b, "drop");
+    return da < db ? 1 : da > db ? -1 : 0;
+}
+
+/* Prints the subscriptions from /v1/subscriptions, slowest first. */
+static int print_subs(const fx_cli_common *c, uint64_t top)
+{
+    fx_cli_http resp;
+    if (admin_call("stats", c, "GET", "/v1/subscriptions", &resp) != 0)
+        return 1;
+    json_error_t jerr;
+    json_t *root = json_loadb(resp.body.p, resp.body.len, 0, &jerr);
+    json_t *rows = root != NULL ? object_rows(root, "subscriptions") : NULL;
+    int st = 0;
+    if (rows == NULL) {
+        /* Not the expected shape: show it as the broker sent it. */
+        printf("\n/v1/subscriptions:\n%s\n", resp.body.p);
+    } else {
+        size_t n = json_array_size(rows);
+        json_t **v = calloc(n ? n : 1, sizeof(*v));
+        json_t *sorted = json_array();
+        if (v == NULL || sorted == NULL) {
+            fx_cli_errorf("stats", "out of memory");
+            st = 1;
+        } else {
+            for (size_t i = 0; i < n; i++)
+                v[i] = json_array_get(rows, i);
+            qsort(v, n, sizeof(*v), cmp_subs);
+            for (size_t i = 0; i < n; i++)
+                json_array_append(sorted, v[i]);
+            printf("\nsubscriptions: %zu (deepest queue first%s)\n", n,
+                   n > top ? ", truncated by --top" : "");
+            if (n > 0)
+                print_table(sorted, (size_t)top);
+        }
+        free(v);
+        json_decref(sorted);
+    }
+    json_decref(root);
+    fx_cli_buf_free(&resp.body);
+    return st;
+}
+
+int fx_cli_stats(int argc, char **argv)
+{
+    fx_cli_common c;
+    stats_args a = {.top = 20};
+    int npos;
+    int st = admin_parse("stats", argc, argv, STATS_OPTS, &c, stats_opt, &a, NULL, 0, &npos);
+    if (st >= 0)
+        return st;
+    if (fx_cli_signals_install() != 0)
+        return FX_CLI_EXIT_FAIL;
+    fx_cli_prom prev = {0}, cur = {0};
+    fx_cli_stat_row rows[64];
+    double dt = 0;
+    st = FX_CLI_EXIT_FAIL;
+    if (scrape(&c, a.interval_ms ? &prev : &cur) != 0)
+        goto out;
+    if (a.interval_ms > 0) {
+        uint64_t t0 = fx_cli_now_ns();
+        fx_cli_sleep_ns(a.interval_ms * 1000000u);
+        if (fx_cli_stop)
+            goto out;
+        dt = (double)(fx_cli_now_ns() - t0) / 1e9;
+        if (scrape(&c, &cur) != 0)
+            goto out;
+    }
+    fx_cli_stats_rows(&cur, a.interval_ms ? &prev : NULL, dt, rows);
+    fx_cli_buf table = {0};
+    if (fx_cli_stats_table(rows, fx_cli_stats_nrows(), &table) != 0) {
+        fx_cli_errorf("stats", "out of memory");
+        fx_cli_buf_free(&table);
+        goto out;
+    }
+    fputs(table.p, stdout);
+    fx_cli_buf_free(&table);
+    st = a.subs ? print_subs(&c, a.top) : FX_CLI_EXIT_OK;
+out:
+    fx_cli_prom_free(&prev);
+    fx_cli_prom_free(&cur);
+    return st;
+}
+
+/* ---- felix streams -------------------------------------------------------------- */
+
+static const fx_cli_opt STREAMS_OPTS[] = {FX_CLI_COMMON_OPTS, {0}};
+
+/* Builds "/v1/streams/T/NS/S" with each name URL-escaped. */
+static int stream_route(const fx_cli_path *p, char *out, size_t len)
+{
+    CURL *h = curl_easy_init();
+    if (h == NULL)
+        return -ENOMEM;
+    char *t = curl_easy_escape(h, p->tenant, 0);
+    char *n = curl_easy_escape(h, p->ns, 0);
+    char *s = curl_easy_escape(h, p->stream, 0);
+    int rv = -ENOMEM;
+    if (t != NULL && n != NULL && s != NULL) {
+        int w = snprintf(out, len, "/v1/streams/%s/%s/%s", t, n, s);
+        rv = w > 0 && (size_t)w < len ? 0 : -EINVAL;
+    }
+    curl_free(t);
+    curl_free(n);
+    curl_free(s);
+    curl_easy_cleanup(h);
+    return rv;
+}
+
+static int streams_ls(const fx_cli_common *c)
+{
+    fx_cli_http resp;
+    if (admin_call("streams", c, "GET", "/v1/streams", &resp) != 0)
+        return FX_CLI_EXIT_FAIL;
+    json_error_t jerr;
+    json_t *root = json_loadb(resp.body.p, resp.body.len, 0, &jerr);
+    json_t *rows = root != NULL ? object_rows(root, "streams") : NULL;
+    json_t *list = json_is_array(root) ? root : json_object_get(root, "streams");
+    if (rows != NULL && json_array_size(rows) > 0) {
+        print_table(rows, SIZE_MAX);
+    } else if (json_is_array(list)) {
+        size_t i;
+        json_t *v;
+        char cell[FX_CLI_NAME_MAX * 3 + 8];
+        json_array_foreach(list, i, v)
+        {
+            cell_text(v, cell, sizeof(cell));
+            printf("%s\n", cell);
+        }
+    } else {
+        fputs(resp.body.p, stdout);
+        if (resp.body.len > 0 && resp.body.p[resp.body.len - 1] != '\n')
+            putchar('\n');
+    }
+    json_decref(root);
+    fx_cli_buf_free(&resp.body);
+    return FX_CLI_EXIT_OK;
+}
+
+int fx_cli_streams(int argc, char **argv)
+{
+    fx_cli_common c;
+    const char *pos[2];
+    int npos;
+    int st = admin_parse("streams", argc, argv, STREAMS_OPTS, &c, NULL, NULL, pos, 2, &npos);
+    if (st >= 0)
+        return st;
+    if (npos == 0)
+        return fx_cli_usage_error("streams", "missing action: ls, create or delete");
+    if (strcmp(pos[0], "ls") == 0 || strcmp(pos[0], "list") == 0) {
+        if (npos > 1)
+            return fx_cli_usage_error("streams", "ls takes no stream path");
+        return streams_ls(&c);
+    }
+    bool create = strcmp(pos[0], "create") == 0;
+    if (!create && strcmp(pos[0], "delete") != 0)
+        return fx_cli_usage_error("streams", "unknown action: want ls, create or delete");
+    fx_cli_path path;
+    char err[512], route[3 * 3 * FX_CLI_NAME_MAX + 32];
+    if (npos < 2)
+        return fx_cli_usage_error("streams", "missing TENANT/NS/STREAM");
+    if (fx_cli_path_parse(pos[1], &path, err, sizeof(err)) != 0)
+        return fx_cli_usage_error("streams", err);
+    if (stream_route(&path, route, sizeof(route)) != 0) {
+        fx_cli_errorf("streams", "out of memory");
+        return FX_CLI_EXIT_FAIL;
+    }
+    fx_cli_http resp;
+    if (admin_call("streams", &c, create ? "PUT" : "DELETE", route, &resp) != 0)
+        return FX_CLI_EXIT_FAIL;
+    printf("%s %s/%s/%s\n", create ? "created" : "deleted", path.tenant, path.ns, path.stream);
+    fx_cli_buf_free(&resp.body);
+    return FX_CLI_EXIT_OK;
+}

@@ -1,0 +1,77 @@
+/* The felix command-line tool: entry points of its commands and the few
+ * helpers they share (error lines, signals, connecting through libfelix,
+ * HTTP to the admin endpoint). Main thread only. */
+#ifndef FX_CLI_H
+#define FX_CLI_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cli_lib.h"
+#include "felix/felix.h"
+
+/* Commands: |argc|/|argv| start after the command word. Each returns an
+ * FX_CLI_EXIT_* status. */
+int fx_cli_pub(int argc, char **argv);
+int fx_cli_sub(int argc, char **argv);
+int fx_cli_stats(int argc, char **argv);
+int fx_cli_streams(int argc, char **argv);
+int fx_cli_token(int argc, char **argv);
+
+/* Prints "felix CMD: <message>" as one line on stderr. */
+void fx_cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints the help of command |name| to stdout. Returns FX_CLI_EXIT_OK. */
+int fx_cli_print_help(const char *name);
+
+/* Prints a usage error line plus "see 'felix CMD --help'" and returns
+ * FX_CLI_EXIT_USAGE. */
+int fx_cli_usage_error(const char *cmd, const char *msg);
+
+/* getenv(3) with the type fx_cli_common_init takes. */
+const char *fx_cli_getenv(const char *name);
+
+/* Set by the SIGINT/SIGTERM handler; commands poll it. */
+extern volatile sig_atomic_t fx_cli_stop;
+
+/* Installs the SIGINT/SIGTERM handler (without SA_RESTART, so a blocking
+ * read returns EINTR) and ignores SIGPIPE. Returns 0 or -errno. */
+int fx_cli_signals_install(void);
+
+/* Blocks (|block| true) or unblocks SIGINT/SIGTERM in the calling thread.
+ * Blocked around fx_client_connect so libfelix's loop thread inherits a
+ * mask without them and the signals reach the main thread. */
+void fx_cli_signals_block(bool block);
+
+/* Monotonic clock in nanoseconds, and wall clock in Unix milliseconds. */
+uint64_t fx_cli_now_ns(void);
+uint64_t fx_cli_wall_ms(void);
+
+/* Sleeps up to |ns| nanoseconds; returns early when fx_cli_stop is set. */
+void fx_cli_sleep_ns(uint64_t ns);
+
+/* Connects to the broker with |c| (checked by fx_cli_common_check) on top
+ * of the FELIX_* tuning variables libfelix reads itself. |sub_block| makes
+ * the client's subscription queue lossless (Block policy). Prints the error
+ * line for |cmd| on failure. Returns 0 and |*pc|, or the libfelix error. */
+int fx_cli_connect(const char *cmd, const fx_cli_common *c, bool sub_block, fx_client **pc);
+
+/* Prints "felix CMD: WHAT: <fx_strerror>[: <libfelix last error>]". */
+void fx_cli_report(const char *cmd, const char *what, int rv);
+
+/* Result of one HTTP request to the admin endpoint. */
+typedef struct fx_cli_http {
+    long status;     /* HTTP status, 0 when no answer */
+    fx_cli_buf body; /* response body (bounded), NUL-terminated */
+} fx_cli_http;
+
+/* Sends |method| (GET, PUT, DELETE) to |url| with the optional bearer
+ * |token| (NULL: none), within |timeout_ms|. Returns 0 with |resp| filled
+ * (any status), or -EIO with |err| describing the transport failure
+ * (connection refused, timeout, body over 16 MiB). Free resp->body. */
+int fx_cli_http_request(const char *method, const char *url, const char *token, int timeout_ms,
+                        fx_cli_http *resp, char *err, size_t errlen);
+
+#endif

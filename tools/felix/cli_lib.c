@@ -1,0 +1,1093 @@
+/* The pure layer of the felix CLI (see cli_lib.h): everything here takes
+ * its inputs as arguments and returns text or values, so the unit tests in
+ * tests/unit/test_cli.c can compile this file in and check it without a
+ * broker. Any thread. */
+#include "cli_lib.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef FX_VERSION
+#define FX_VERSION "dev"
+#endif
+
+/* ---- growable text buffer ------------------------------------------------ */
+
+static int buf_reserve(fx_cli_buf *b, size_t extra)
+{
+    if (b->oom)
+        return -ENOMEM;
+    if (extra > SIZE_MAX / 2 - b->len - 1) {
+        b->oom = true;
+        return -ENOMEM;
+    }
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (p == NULL) {
+        b->oom = true;
+        return -ENOMEM;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+int fx_cli_buf_add(fx_cli_buf *b, const void *s, size_t n)
+{
+    if (buf_reserve(b, n) != 0)
+        return -ENOMEM;
+    if (n > 0)
+        memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+int fx_cli_buf_printf(fx_cli_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -EINVAL;
+    if (buf_reserve(b, (size_t)n) != 0)
+        return -ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return 0;
+}
+
+void fx_cli_buf_reset(fx_cli_buf *b)
+{
+    b->len = 0;
+    if (b->p != NULL)
+        b->p[0] = '\0';
+}
+
+void fx_cli_buf_free(fx_cli_buf *b)
+{
+    free(b->p);
+    *b = (fx_cli_buf){0};
+}
+
+static int seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -EINVAL;
+}
+
+/* ---- option parsing --------------------------------------------------------- */
+
+static const fx_cli_opt *opt_find(const fx_cli_opt *opts, const char *name, size_t len)
+{
+    for (const fx_cli_opt *o = opts; o->name != NULL; o++) {
+        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0)
+            return o;
+    }
+    return NULL;
+}
+
+static int long_opt(fx_cli_args *a, const char *w, const fx_cli_opt *opts, int *id,
+                    const char **val, char *err, size_t errlen)
+{
+    const char *name = w + 2;
+    const char *eq = strchr(name, '=');
+    size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
+    const fx_cli_opt *o = opt_find(opts, name, len);
+    if (o == NULL)
+        return seterr(err, errlen, "unknown option --%.*s", (int)len, name);
+    *id = o->id;
+    *val = NULL;
+    if (!o->has_arg) {
+        if (eq != NULL)
+            return seterr(err, errlen, "option --%s takes no value", o->name);
+        return FX_CLI_ARG_OPT;
+    }
+    if (eq != NULL) {
+        *val = eq + 1;
+    } else if (a->i < a->argc) {
+        *val = a->argv[a->i++];
+    } else {
+        return seterr(err, errlen, "option --%s needs a value", o->name);
+    }
+    return FX_CLI_ARG_OPT;
+}
+
+int fx_cli_args_next(fx_cli_args *a, const fx_cli_opt *opts, int *id, const char **val, char *err,
+                     size_t errlen)
+{
+    while (a->i < a->argc) {
+        const char *w = a->argv[a->i++];
+        if (a->only_positional || w[0] != '-' || w[1] == '\0') {
+            *val = w;
+            return FX_CLI_ARG_POS;
+        }
+        if (strcmp(w, "--") == 0) {
+            a->only_positional = true;
+            continue;
+        }
+        if (w[1] == '-')
+            return long_opt(a, w, opts, id, val, err, errlen);
+        if (strcmp(w, "-h") == 0 && opt_find(opts, "help", 4) != NULL)
+            return long_opt(a, "--help", opts, id, val, err, errlen);
+        return seterr(err, errlen, "unknown option %s (options are long: --name)", w);
+    }
+    return FX_CLI_ARG_END;
+}
+
+int fx_cli_parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return -EINVAL;
+    uint64_t v = 0;
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return -EINVAL;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (max - d) / 10)
+            return -EINVAL;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+int fx_cli_parse_size(const char *s, uint64_t max, uint64_t *out)
+{
+    if (s == NULL)
+        return -EINVAL;
+    size_t len = strlen(s);
+    unsigned shift = 0;
+    if (len > 1) {
+        switch (s[len - 1]) {
+        case 'K':
+        case 'k':
+            shift = 10;
+            break;
+        case 'M':
+        case 'm':
+            shift = 20;
+            break;
+        case 'G':
+        case 'g':
+            shift = 30;
+            break;
+        default:
+            break;
+        }
+    }
+    char num[32];
+    size_t nlen = shift ? len - 1 : len;
+    if (nlen == 0 || nlen >= sizeof(num))
+        return -EINVAL;
+    memcpy(num, s, nlen);
+    num[nlen] = '\0';
+    uint64_t v;
+    if (fx_cli_parse_u64(num, max >> shift, &v) != 0)
+        return -EINVAL;
+    *out = v << shift;
+    return 0;
+}
+
+int fx_cli_parse_rate(const char *s, double *out)
+{
+    if (s == NULL || *s == '\0' || *s == '-' || *s == '+' || *s == ' ')
+        return -EINVAL;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || *end != '\0' || !isfinite(v) || v <= 0 || v > 1e9)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int fx_cli_parse_ack(const char *s, fx_ack *out)
+{
+    if (s == NULL)
+        return -EINVAL;
+    if (strcmp(s, "none") == 0)
+        *out = FX_ACK_NONE;
+    else if (strcmp(s, "per_message") == 0 || strcmp(s, "per-message") == 0)
+        *out = FX_ACK_PER_MESSAGE;
+    else if (strcmp(s, "per_batch") == 0 || strcmp(s, "per-batch") == 0)
+        *out = FX_ACK_PER_BATCH;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+const char *fx_cli_ack_name(fx_ack ack)
+{
+    switch (ack) {
+    case FX_ACK_PER_MESSAGE:
+        return "per_message";
+    case FX_ACK_PER_BATCH:
+        return "per_batch";
+    case FX_ACK_DEFAULT:
+    case FX_ACK_NONE:
+        return "none";
+    }
+    return "?";
+}
+
+int fx_cli_parse_start(const char *s, fx_start *out)
+{
+    if (s == NULL)
+        return -EINVAL;
+    if (strcmp(s, "earliest") == 0) {
+        *out = (fx_start){.kind = FX_START_EARLIEST};
+        return 0;
+    }
+    if (strcmp(s, "latest") == 0) {
+        *out = (fx_start){.kind = FX_START_LATEST};
+        return 0;
+    }
+    uint64_t off;
+    if (fx_cli_parse_u64(s, UINT64_MAX, &off) != 0)
+        return -EINVAL;
+    *out = (fx_start){.kind = FX_START_OFFSET, .offset = off};
+    return 0;
+}
+
+/* ---- stream paths -------------------------------------------------------------- */
+
+static int path_segment(const char *seg, size_t len, const char *what, char *dst, char *err,
+                        size_t errlen)
+{
+    if (len == 0)
+        return seterr(err, errlen, "empty %s in stream path (want TENANT/NS/STREAM)", what);
+    if (len > FX_CLI_NAME_MAX)
+        return seterr(err, errlen, "%s in stream path longer than %d bytes", what, FX_CLI_NAME_MAX);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)seg[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return seterr(err, errlen, "%s in stream path contains a control byte", what);
+    }
+    memcpy(dst, seg, len);
+    dst[len] = '\0';
+    return 0;
+}
+
+int fx_cli_path_parse(const char *s, fx_cli_path *out, char *err, size_t errlen)
+{
+    static const char *const what[3] = {"tenant", "namespace", "stream"};
+    char *dst[3] = {out->tenant, out->ns, out->stream};
+    if (s == NULL)
+        return seterr(err, errlen, "missing stream path TENANT/NS/STREAM");
+    const char *p = s;
+    for (int k = 0; k < 3; k++) {
+        const char *slash = strchr(p, '/');
+        if (k < 2 && slash == NULL)
+            return seterr(err, errlen, "stream path '%s' has %d segment(s); want TENANT/NS/STREAM",
+                          s, k + 1);
+        if (k == 2 && slash != NULL)
+            return seterr(err, errlen,
+                          "stream path '%s' has more than 3 segments; want TENANT/NS/STREAM", s);
+        size_t len = slash != NULL ? (size_t)(slash - p) : strlen(p);
+        int rv = path_segment(p, len, what[k], dst[k], err, errlen);
+        if (rv != 0)
+            return rv;
+        p += len + 1;
+    }
+    return 0;
+}
+
+/* ---- common connection options ------------------------------------------------ */
+
+static const char *env_get(fx_cli_getenv_fn env, const char *name)
+{
+    const char *v = env(name);
+    return v != NULL && *v != '\0' ? v : NULL;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+    if (strcmp(s, "1") == 0 || strcmp(s, "true") == 0 || strcmp(s, "yes") == 0)
+        *out = true;
+    else if (strcmp(s, "0") == 0 || strcmp(s, "false") == 0 || strcmp(s, "no") == 0)
+        *out = false;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+static int parse_timeout(const char *s, int *out)
+{
+    uint64_t v;
+    if (fx_cli_parse_u64(s, 3600000, &v) != 0 || v == 0)
+        return -EINVAL;
+    *out = (int)v;
+    return 0;
+}
+
+int fx_cli_common_init(fx_cli_common *c, fx_cli_getenv_fn env, char *err, size_t errlen)
+{
+    *c = (fx_cli_common){
+        .server = "127.0.0.1:5000",
+        .server_name = "localhost",
+        .tenant = "t1",
+        .token = "",
+        .admin = "127.0.0.1:8080",
+        .timeout_ms = 5000,
+    };
+    const char *v;
+    if ((v = env_get(env, "FELIX_SERVER")) != NULL)
+        c->server = v;
+    if ((v = env_get(env, "FELIX_SERVER_NAME")) != NULL)
+        c->server_name = v;
+    if ((v = env_get(env, "FELIX_TENANT")) == NULL)
+        v = env_get(env, "FELIX_AUTH_TENANT");
+    if (v != NULL) {
+        c->tenant = v;
+        c->tenant_set = true;
+    }
+    if ((v = env_get(env, "FELIX_TOKEN")) == NULL)
+        v = env_get(env, "FELIX_AUTH_TOKEN");
+    if (v != NULL)
+        c->token = v;
+    c->ca_file = env_get(env, "FELIX_CA");
+    c->pin = env_get(env, "FELIX_PIN");
+    if ((v = env_get(env, "FELIX_ADMIN")) != NULL)
+        c->admin = v;
+    c->admin_token = env_get(env, "FELIX_ADMIN_TOKEN");
+    if ((v = env_get(env, "FELIX_INSECURE")) != NULL && parse_bool(v, &c->insecure) != 0)
+        return seterr(err, errlen, "FELIX_INSECURE: expected 1 or 0, got '%s'", v);
+    if ((v = env_get(env, "FELIX_CONNECT_TIMEOUT_MS")) != NULL && parse_timeout(v, &c->timeout_ms))
+        return seterr(err, errlen, "FELIX_CONNECT_TIMEOUT_MS: expected milliseconds, got '%s'", v);
+    return 0;
+}
+
+int fx_cli_common_apply(fx_cli_common *c, int id, const char *val, char *err, size_t errlen)
+{
+    switch (id) {
+    case FX_CLI_OPT_SERVER:
+        c->server = val;
+        return 1;
+    case FX_CLI_OPT_SERVER_NAME:
+        c->server_name = val;
+        return 1;
+    case FX_CLI_OPT_TENANT:
+        if (*val == '\0' || strchr(val, '/') != NULL)
+            return seterr(err, errlen, "--tenant: expected a tenant name, got '%s'", val);
+        c->tenant = val;
+        c->tenant_set = true;
+        return 1;
+    case FX_CLI_OPT_TOKEN:
+        c->token = val;
+        return 1;
+    case FX_CLI_OPT_CA:
+        c->ca_file = val;
+        return 1;
+    case FX_CLI_OPT_PIN:
+        c->pin = val;
+        return 1;
+    case FX_CLI_OPT_INSECURE:
+        c->insecure = true;
+        return 1;
+    case FX_CLI_OPT_ADMIN:
+        c->admin = val;
+        return 1;
+    case FX_CLI_OPT_ADMIN_TOKEN:
+        c->admin_token = val;
+        return 1;
+    case FX_CLI_OPT_CONNECT_TIMEOUT:
+        if (parse_timeout(val, &c->timeout_ms) != 0)
+            return seterr(err, errlen, "--connect-timeout-ms: expected 1..3600000, got '%s'", val);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* A pin is 32 bytes of hex, optionally with ':' between digit pairs (the
+ * forms the broker and openssl print). */
+static bool pin_valid(const char *s)
+{
+    size_t digits = 0;
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p == ':')
+            continue;
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') || (*p >= 'A' && *p <= 'F')))
+            return false;
+        digits++;
+    }
+    return digits == 64;
+}
+
+int fx_cli_common_check(fx_cli_common *c, const fx_cli_path *path, char *err, size_t errlen)
+{
+    int ways = (c->ca_file != NULL) + (c->pin != NULL) + (c->insecure ? 1 : 0);
+    if (ways == 0)
+        return seterr(err, errlen,
+                      "no way to trust the broker: pass --pin SHA256 (felix-broker prints "
+                      "'TLS certificate SHA-256 <hex>' at start), --ca FILE or --insecure "
+                      "(development only), or set FELIX_PIN, FELIX_CA or FELIX_INSECURE=1");
+    if (c->insecure && ways > 1)
+        return seterr(err, errlen, "--insecure cannot be combined with --pin or --ca");
+    if (c->pin != NULL && !pin_valid(c->pin))
+        return seterr(err, errlen, "--pin: expected 64 hex digits (SHA-256), got '%s'", c->pin);
+    if (path == NULL)
+        return 0;
+    if (c->tenant_set && strcmp(c->tenant, path->tenant) != 0)
+        return seterr(err, errlen,
+                      "tenant '%s' in the stream path differs from --tenant/FELIX_TENANT '%s'",
+                      path->tenant, c->tenant);
+    c->tenant = path->tenant;
+    return 0;
+}
+
+int fx_cli_admin_url(const char *admin, const char *suffix, char *out, size_t outlen)
+{
+    if (admin == NULL || *admin == '\0')
+        return -EINVAL;
+    bool has_scheme = strncmp(admin, "http://", 7) == 0 || strncmp(admin, "https://", 8) == 0;
+    size_t alen = strlen(admin);
+    while (alen > 0 && admin[alen - 1] == '/')
+        alen--;
+    int n = snprintf(out, outlen, "%s%.*s%s", has_scheme ? "" : "http://", (int)alen, admin,
+                     suffix != NULL ? suffix : "");
+    if (n < 0 || (size_t)n >= outlen)
+        return -EINVAL;
+    return 0;
+}
+
+/* ---- publish pacing ------------------------------------------------------------- */
+
+void fx_cli_pacer_init(fx_cli_pacer *p, double rate, uint64_t max_burst, uint64_t now_ns)
+{
+    *p = (fx_cli_pacer){
+        .interval_ns = rate > 0 ? 1e9 / rate : 0,
+        .start_ns = now_ns,
+        .max_burst = max_burst ? max_burst : 1,
+    };
+}
+
+uint64_t fx_cli_pacer_delay(const fx_cli_pacer *p, uint64_t n, uint64_t now_ns)
+{
+    if (p->interval_ns <= 0 || n == 0)
+        return 0;
+    /* A group of |n| sends goes when its last member is due, so a batch
+     * never runs ahead of the rate. */
+    double due = (double)p->start_ns + (double)(p->sent + n - 1) * p->interval_ns;
+    double now = (double)now_ns;
+    return due > now ? (uint64_t)(due - now) : 0;
+}
+
+void fx_cli_pacer_sent(fx_cli_pacer *p, uint64_t n, uint64_t now_ns)
+{
+    p->sent += n;
+    if (p->interval_ns <= 0)
+        return;
+    double next = (double)p->start_ns + (double)p->sent * p->interval_ns;
+    if ((double)now_ns > next + (double)p->max_burst * p->interval_ns) {
+        /* Far behind (a stall): restart the schedule one interval from now
+         * instead of sending the whole backlog at once. */
+        p->start_ns = now_ns + (uint64_t)p->interval_ns;
+        p->sent = 0;
+    }
+}
+
+/* ---- Prometheus text ------------------------------------------------------------ */
+
+static bool is_name_start(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch == ':';
+}
+
+static bool is_name_char(char ch)
+{
+    return is_name_start(ch) || (ch >= '0' && ch <= '9');
+}
+
+static const char *skip_blanks(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* Parses one quoted label value at |p| (after the opening quote), appending
+ * it unescaped to |out|. Returns the position after the closing quote, or
+ * NULL when malformed. */
+static const char *label_value(const char *p, const char *end, fx_cli_buf *out)
+{
+    while (p < end && *p != '"') {
+        char ch = *p++;
+        if (ch == '\\') {
+            if (p == end)
+                return NULL;
+            ch = *p++;
+            if (ch == 'n')
+                ch = '\n';
+            else if (ch != '\\' && ch != '"')
+                return NULL;
+        }
+        if (fx_cli_buf_add(out, &ch, 1) != 0)
+            return NULL;
+    }
+    return p < end ? p + 1 : NULL;
+}
+
+/* Parses "{k="v",...}" at |p| into normalised "k=v,..." in |out|. Returns
+ * the position after '}' or NULL. */
+static const char *label_set(const char *p, const char *end, fx_cli_buf *out)
+{
+    p++; /* '{' */
+    for (;;) {
+        p = skip_blanks(p, end);
+        if (p < end && *p == '}')
+            return p + 1;
+        const char *k = p;
+        while (p < end && is_name_char(*p))
+            p++;
+        if (p == k || p >= end || *p != '=' || p + 1 >= end || p[1] != '"')
+            return NULL;
+        if (out->len > 0 && fx_cli_buf_add(out, ",", 1) != 0)
+            return NULL;
+        if (fx_cli_buf_add(out, k, (size_t)(p - k + 1)) != 0)
+            return NULL;
+        p = label_value(p + 2, end, out);
+        if (p == NULL)
+            return NULL;
+        p = skip_blanks(p, end);
+        if (p < end && *p == ',')
+            p++;
+        else if (p >= end || *p != '}')
+            return NULL;
+    }
+}
+
+static int prom_push(fx_cli_prom *p, const char *name, size_t nlen, const fx_cli_buf *labels,
+                     double value)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        fx_cli_sample *v = realloc(p->v, cap * sizeof(*v));
+        if (v == NULL)
+            return -ENOMEM;
+        p->v = v;
+        p->cap = cap;
+    }
+    fx_cli_sample *s = &p->v[p->n];
+    s->name = strndup(name, nlen);
+    s->labels = strdup(labels->len ? labels->p : "");
+    s->value = value;
+    if (s->name == NULL || s->labels == NULL) {
+        free(s->name);
+        free(s->labels);
+        return -ENOMEM;
+    }
+    p->n++;
+    return 0;
+}
+
+/* Parses the sample line [p, end). Returns 0, -EINVAL or -ENOMEM. */
+static int prom_line(fx_cli_prom *pr, const char *p, const char *end, fx_cli_buf *labels)
+{
+    const char *name = p;
+    if (p == end || !is_name_start(*p))
+        return -EINVAL;
+    while (p < end && is_name_char(*p))
+        p++;
+    size_t nlen = (size_t)(p - name);
+    fx_cli_buf_reset(labels);
+    if (p < end && *p == '{') {
+        p = label_set(p, end, labels);
+        if (p == NULL)
+            return labels->oom ? -ENOMEM : -EINVAL;
+    }
+    const char *v = skip_blanks(p, end);
+    if (v == p || v == end)
+        return -EINVAL;
+    char num[64];
+    size_t vlen = 0;
+    while (v + vlen < end && v[vlen] != ' ' && v[vlen] != '\t')
+        vlen++;
+    if (vlen >= sizeof(num))
+        return -EINVAL;
+    memcpy(num, v, vlen);
+    num[vlen] = '\0';
+    char *numend = NULL;
+    double value = strtod(num, &numend);
+    if (numend == num || *numend != '\0')
+        return -EINVAL;
+    if (pr->n >= FX_CLI_PROM_MAX_SAMPLES)
+        return -EINVAL;
+    return prom_push(pr, name, nlen, labels, value);
+}
+
+int fx_cli_prom_parse(fx_cli_prom *p, const char *text, size_t len, char *err, size_t errlen)
+{
+    fx_cli_buf labels = {0};
+    const char *s = text, *end = text + len;
+    int rv = 0;
+    for (size_t lineno = 1; s < end && rv == 0; lineno++) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        const char *le = nl != NULL ? nl : end;
+        const char *q = skip_blanks(s, le);
+        if (le > q && le[-1] == '\r')
+            le--;
+        if (q < le && *q != '#') {
+            rv = prom_line(p, q, le, &labels);
+            if (rv == -EINVAL)
+                seterr(err, errlen, "metrics line %zu: %s", lineno,
+                       p->n >= FX_CLI_PROM_MAX_SAMPLES ? "too many samples"
+                                                       : "not a Prometheus sample");
+        }
+        s = nl != NULL ? nl + 1 : end;
+    }
+    fx_cli_buf_free(&labels);
+    return rv;
+}
+
+bool fx_cli_prom_get(const fx_cli_prom *p, const char *name, const char *labels, double *out)
+{
+    if (labels == NULL)
+        labels = "";
+    for (size_t i = 0; i < p->n; i++) {
+        if (strcmp(p->v[i].name, name) == 0 && strcmp(p->v[i].labels, labels) == 0) {
+            *out = p->v[i].value;
+            return true;
+        }
+    }
+    return false;
+}
+
+void fx_cli_prom_free(fx_cli_prom *p)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        free(p->v[i].name);
+        free(p->v[i].labels);
+    }
+    free(p->v);
+    *p = (fx_cli_prom){0};
+}
+
+/* ---- checkpoint table ----------------------------------------------------------- */
+
+typedef struct stat_def {
+    const char *checkpoint;
+    const char *what;
+    const char *metric;
+    const char *labels;
+    bool gauge;
+} stat_def;
+
+/* The pipeline in publish-to-delivery order (docs/metrics.md, "The six
+ * checkpoints"). Checkpoints 1 and 2 live in the publishing client and have
+ * no broker metric. */
+static const stat_def STAT_DEFS[] = {
+    {"publish", "accepted", "felix_publish_requests_total", "result=accepted", false},
+    {"publish", "ok", "felix_publish_requests_total", "result=ok", false},
+    {"publish", "dropped", "felix_publish_requests_total", "result=dropped", false},
+    {"publish", "error", "felix_publish_requests_total", "result=error", false},
+    {"3-4 broker ingress", "queue depth", "felix_broker_ingress_queue_depth", NULL, true},
+    {"3-4 broker ingress", "dropped", "felix_broker_ingress_dropped_total", NULL, false},
+    {"3-4 broker ingress", "rejected", "felix_broker_ingress_rejected_total", NULL, false},
+    {"3-4 broker ingress", "waited", "felix_broker_ingress_waited_total", NULL, false},
+    {"3-4 broker ingress", "queue full", "felix_broker_ingress_queue_full_total", NULL, false},
+    {"3-4 broker ingress", "bytes full", "felix_broker_ingress_bytes_full_total", NULL, false},
+    {"3-4 broker ingress", "conn bytes full", "felix_broker_ingress_conn_bytes_full_total", NULL,
+     false},
+    {"5 subscriber queues", "depth", "felix_sub_queue_len", NULL, true},
+    {"5 subscriber queues", "enqueued", "felix_sub_queue_enqueued_total", NULL, false},
+    {"5 subscriber queues", "dropped", "felix_sub_queue_dropped_total", NULL, false},
+    {"5 subscriber queues", "drop_old", "felix_sub_queue_drop_old_total", NULL, false},
+    {"6 writer lanes", "dropped", "felix_subscriber_lane_dropped_total", NULL, false},
+    {"subscribers", "disconnects", "felix_subscriber_disconnect_total", NULL, false},
+    {"subscribers", "active connections", "felix_sub_active_connections", NULL, true},
+};
+
+size_t fx_cli_stats_nrows(void)
+{
+    return sizeof(STAT_DEFS) / sizeof(STAT_DEFS[0]);
+}
+
+void fx_cli_stats_rows(const fx_cli_prom *cur, const fx_cli_prom *prev, double dt_s,
+                       fx_cli_stat_row *rows)
+{
+    for (size_t i = 0; i < fx_cli_stats_nrows(); i++) {
+        const stat_def *d = &STAT_DEFS[i];
+        fx_cli_stat_row *r = &rows[i];
+        *r = (fx_cli_stat_row){.checkpoint = d->checkpoint,
+                               .what = d->what,
+                               .metric = d->metric,
+                               .labels = d->labels,
+                               .gauge = d->gauge};
+        r->present = fx_cli_prom_get(cur, d->metric, d->labels, &r->value);
+        double before;
+        if (r->present && !d->gauge && prev != NULL && dt_s > 0 &&
+            fx_cli_prom_get(prev, d->metric, d->labels, &before)) {
+            /* A counter that went down means the broker restarted between
+             * the scrapes: the rate since the restart is what it counted. */
+            double delta = r->value >= before ? r->value - before : r->value;
+            r->rate = delta / dt_s;
+            r->has_rate = true;
+        }
+    }
+}
+
+static void fmt_value(char *out, size_t len, double v)
+{
+    if (v == floor(v) && fabs(v) < 9007199254740992.0)
+        snprintf(out, len, "%.0f", v);
+    else
+        snprintf(out, len, "%.6g", v);
+}
+
+int fx_cli_stats_table(const fx_cli_stat_row *rows, size_t n, fx_cli_buf *out)
+{
+    bool rates = false;
+    for (size_t i = 0; i < n; i++)
+        rates = rates || rows[i].has_rate;
+    const char *hdr = rates ? "%-20s %-18s %14s %12s  %s\n" : "%-20s %-18s %14s%.0s  %s\n";
+    fx_cli_buf_printf(out, hdr, "CHECKPOINT", "WHAT", "VALUE", "RATE/s", "METRIC");
+    for (size_t i = 0; i < n; i++) {
+        const fx_cli_stat_row *r = &rows[i];
+        char val[32] = "-", rate[32] = "";
+        if (r->present)
+            fmt_value(val, sizeof(val), r->value);
+        if (r->has_rate)
+            snprintf(rate, sizeof(rate), "%.1f", r->rate);
+        else if (rates && !r->gauge)
+            snprintf(rate, sizeof(rate), "-");
+        char metric[160];
+        if (r->labels != NULL)
+            snprintf(metric, sizeof(metric), "%s{%s}", r->metric, r->labels);
+        else
+            snprintf(metric, sizeof(metric), "%s", r->metric);
+        fx_cli_buf_printf(out, hdr, r->checkpoint, r->what, val, rate, metric);
+    }
+    return out->oom ? -ENOMEM : 0;
+}
+
+/* ---- payload output ------------------------------------------------------------ */
+
+/* Returns the length of the valid UTF-8 sequence at |p| (|n| bytes left)
+ * and its code point in |*cp|, or 0 when the bytes there are not one. */
+static size_t utf8_seq(const uint8_t *p, size_t n, uint32_t *cp)
+{
+    uint8_t b = p[0];
+    size_t len;
+    uint32_t c, min;
+    if (b < 0x80) {
+        *cp = b;
+        return 1;
+    } else if (b >= 0xc2 && b <= 0xdf) {
+        len = 2, c = b & 0x1f, min = 0x80;
+    } else if (b >= 0xe0 && b <= 0xef) {
+        len = 3, c = b & 0x0f, min = 0x800;
+    } else if (b >= 0xf0 && b <= 0xf4) {
+        len = 4, c = b & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (p[i] & 0x3f);
+    }
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return len;
+}
+
+bool fx_cli_utf8_valid(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t len = utf8_seq(p + i, n - i, &cp);
+        if (len == 0)
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+int fx_cli_escape_payload(const uint8_t *p, size_t n, fx_cli_buf *out)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp = 0;
+        size_t len = utf8_seq(p + i, n - i, &cp);
+        const char *esc = NULL;
+        if (p[i] == '\\')
+            esc = "\\\\";
+        else if (p[i] == '\n')
+            esc = "\\n";
+        else if (p[i] == '\r')
+            esc = "\\r";
+        else if (p[i] == '\t')
+            esc = "\\t";
+        if (esc != NULL) {
+            fx_cli_buf_add(out, esc, 2);
+            i++;
+        } else if (len == 0 || cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) {
+            fx_cli_buf_printf(out, "\\x%02x", p[i]);
+            i++;
+        } else {
+            fx_cli_buf_add(out, p + i, len);
+            i += len;
+        }
+    }
+    return out->oom ? -ENOMEM : 0;
+}
+
+int fx_cli_base64(const uint8_t *p, size_t n, fx_cli_buf *out)
+{
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+        char q[4] = {A[v >> 18], A[(v >> 12) & 63], A[(v >> 6) & 63], A[v & 63]};
+        fx_cli_buf_add(out, q, 4);
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        char q[4] = {A[v >> 18], A[(v >> 12) & 63], '=', '='};
+        fx_cli_buf_add(out, q, 4);
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8;
+        char q[4] = {A[v >> 18], A[(v >> 12) & 63], A[(v >> 6) & 63], '='};
+        fx_cli_buf_add(out, q, 4);
+    }
+    return out->oom ? -ENOMEM : 0;
+}
+
+/* Appends valid UTF-8 |p| as the inside of a JSON string. */
+static void json_escape(const uint8_t *p, size_t n, fx_cli_buf *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t ch = p[i];
+        if (ch == '"')
+            fx_cli_buf_add(out, "\\\"", 2);
+        else if (ch == '\\')
+            fx_cli_buf_add(out, "\\\\", 2);
+        else if (ch == '\n')
+            fx_cli_buf_add(out, "\\n", 2);
+        else if (ch == '\r')
+            fx_cli_buf_add(out, "\\r", 2);
+        else if (ch == '\t')
+            fx_cli_buf_add(out, "\\t", 2);
+        else if (ch < 0x20 || ch == 0x7f)
+            fx_cli_buf_printf(out, "\\u%04x", ch);
+        else
+            fx_cli_buf_add(out, &ch, 1);
+    }
+}
+
+int fx_cli_json_event(const fx_event *ev, uint64_t recv_ms, fx_cli_buf *out)
+{
+    if (ev->has_offset)
+        fx_cli_buf_printf(out, "{\"offset\":%llu", (unsigned long long)ev->offset);
+    else
+        fx_cli_buf_printf(out, "{\"offset\":null");
+    fx_cli_buf_printf(out, ",\"len\":%zu,\"payload\":\"", ev->len);
+    bool text = fx_cli_utf8_valid(ev->payload, ev->len);
+    if (text)
+        json_escape(ev->payload, ev->len, out);
+    else
+        fx_cli_base64(ev->payload, ev->len, out);
+    fx_cli_buf_printf(out, "\"%s", text ? "" : ",\"encoding\":\"base64\"");
+    if (ev->flags & FX_EVENT_GAP)
+        fx_cli_buf_printf(out, ",\"gap\":%llu", (unsigned long long)ev->gap);
+    fx_cli_buf_printf(out, ",\"recv_ms\":%llu}\n", (unsigned long long)recv_ms);
+    return out->oom ? -ENOMEM : 0;
+}
+
+void fx_cli_gen_payload(uint64_t seq, uint8_t *out, size_t size)
+{
+    char head[24];
+    int n = snprintf(head, sizeof(head), "%llu ", (unsigned long long)seq);
+    size_t hlen = (size_t)n < size ? (size_t)n : size;
+    memcpy(out, head, hlen);
+    memset(out + hlen, 'x', size - hlen);
+}
+
+/* ---- help -------------------------------------------------------------------- */
+
+static const fx_cli_help HELP[] = {
+    {
+        "pub",
+        "publish messages to a stream",
+        "felix pub [options] TENANT/NS/STREAM [MESSAGE|-]\n"
+        "\n"
+        "Publishes MESSAGE (--count times), each line of standard input with '-',\n"
+        "or --count generated payloads of --size bytes. Prints a summary line\n"
+        "(published, acked, errors, elapsed, msg/s) to standard error.\n"
+        "\n"
+        "Options:\n"
+        "  --ack none|per_message|per_batch  wait for the broker's answer (default none:\n"
+        "                             return once admitted, flush to QUIC at the end)\n"
+        "  --count N                  messages to publish (default 1; with '-': at most\n"
+        "                             N lines, default all)\n"
+        "  --rate R                   at most R messages per second (decimals allowed)\n"
+        "  --size B                   generated payloads of B bytes (K, M suffixes);\n"
+        "                             instead of MESSAGE\n"
+        "  --batch K                  send K messages per batch frame (default 1)\n",
+        "felix pub --insecure --ack per_message --count 10 t1/default/demo hello\n"
+        "  seq 1 100 | felix pub --pin $PIN t1/default/demo -\n"
+        "  felix pub --insecure --size 1K --count 100000 --batch 64 --rate 50000 t1/default/demo",
+        true,
+    },
+    {
+        "sub",
+        "subscribe to a stream and print its messages",
+        "felix sub [options] TENANT/NS/STREAM\n"
+        "\n"
+        "Prints one line per message (non-printable bytes escaped as \\xNN), or with\n"
+        "--json one JSON object per message. Writes \"subscribed\" to standard error\n"
+        "once the subscription is active. Ends after --count messages, at the end of\n"
+        "the stream, after --timeout-ms without a message, or on Ctrl-C (exit 0),\n"
+        "with a summary on standard error.\n"
+        "\n"
+        "Options:\n"
+        "  --from earliest|latest|OFFSET  where to start (default latest)\n"
+        "  --count N                  exit after N messages (exit 1 if a timeout or the\n"
+        "                             end of the stream comes first)\n"
+        "  --json                     {\"offset\":N,\"len\":L,\"payload\":\"...\",\"gap\":G,\n"
+        "                             \"recv_ms\":T}; binary payloads in base64 with\n"
+        "                             \"encoding\":\"base64\"\n"
+        "  --timeout-ms T             stop after T ms without a message\n",
+        "felix sub --insecure --from earliest --count 10 t1/default/demo\n"
+        "  felix sub --pin $PIN --json t1/default/demo | jq .payload",
+        true,
+    },
+    {
+        "stats",
+        "print the broker's backpressure pipeline from its admin endpoint",
+        "felix stats [options]\n"
+        "\n"
+        "Reads GET /metrics from the admin endpoint and prints one row per counter\n"
+        "of each backpressure checkpoint (broker ingress, subscriber queues, writer\n"
+        "lanes, disconnects). A metric the broker does not export shows as '-'.\n"
+        "\n"
+        "Options:\n"
+        "  --interval MS              scrape twice, MS apart, and add per-second rates\n"
+        "  --subs                     also list subscriptions (GET /v1/subscriptions),\n"
+        "                             deepest queue first\n"
+        "  --top N                    with --subs: at most N rows (default 20)\n",
+        "felix stats --interval 1000\n"
+        "  felix stats --admin 127.0.0.1:8080 --subs",
+        true,
+    },
+    {
+        "streams",
+        "list, create or delete streams through the admin endpoint",
+        "felix streams ls\n"
+        "felix streams create TENANT/NS/STREAM\n"
+        "felix streams delete TENANT/NS/STREAM\n"
+        "\n"
+        "GET /v1/streams, PUT or DELETE /v1/streams/TENANT/NS/STREAM on the admin\n"
+        "endpoint. Off loopback, create and delete need --admin-token.\n",
+        "felix streams create t1/default/orders\n"
+        "  felix streams ls",
+        true,
+    },
+    {
+        "token",
+        "make a development Ed25519 key pair and JWTs for auth_mode jwt",
+        "felix token keygen --out-jwks FILE --out-key FILE [--kid K] [--force]\n"
+        "felix token mint --key FILE --tenant T --perm P [--perm P]... [--ttl 1h]\n"
+        "\n"
+        "keygen writes a JWKS (the broker's jwks_file) and the private key as an\n"
+        "OKP JWK (mode 0600); it refuses to replace files without --force.\n"
+        "mint prints a JWT signed with that key on stdout.\n"
+        "\n"
+        "Options:\n"
+        "  --kid K                    key id (keygen: default dev-k1; mint: default the\n"
+        "                             key file's)\n"
+        "  --tenant T                 the token's tid claim\n"
+        "  --perm P                   a permission, ACTION:RESOURCE, such as\n"
+        "                             stream.publish:stream:t1/*/* (repeatable)\n"
+        "  --ttl D                    lifetime: 90s, 15m, 1h (default), 7d\n"
+        "  --sub S, --iss I, --aud A  subject; issuer and audience (default felix-auth,\n"
+        "                             felix-broker)\n",
+        "felix token keygen --out-jwks jwks.json --out-key dev-key.json\n"
+        "  felix token mint --key dev-key.json --tenant t1 --perm 'stream.publish:stream:t1/*/*' "
+        "--ttl 1h",
+        false,
+    },
+};
+
+static const char COMMON_HELP[] =
+    "Common options (environment variable in brackets):\n"
+    "  --server HOST:PORT         broker QUIC address (FELIX_SERVER; 127.0.0.1:5000)\n"
+    "  --server-name NAME         certificate name and SNI (FELIX_SERVER_NAME; localhost)\n"
+    "  --tenant T                 tenant (FELIX_TENANT; default: the path's tenant, else\n"
+    "                             t1); must equal the tenant in TENANT/NS/STREAM\n"
+    "  --token TOKEN              auth token (FELIX_TOKEN)\n"
+    "  --pin SHA256               trust the broker certificate with this SHA-256\n"
+    "                             (FELIX_PIN; felix-broker prints it at start)\n"
+    "  --ca FILE                  trust anchors in PEM (FELIX_CA)\n"
+    "  --insecure                 accept any certificate, development only\n"
+    "                             (FELIX_INSECURE=1)\n"
+    "  --connect-timeout-ms T     connect and subscribe timeout (FELIX_CONNECT_TIMEOUT_MS;\n"
+    "                             5000)\n"
+    "  --admin HOST:PORT          admin HTTP endpoint (FELIX_ADMIN; 127.0.0.1:8080)\n"
+    "  --admin-token TOKEN        bearer token for admin calls (FELIX_ADMIN_TOKEN)\n"
+    "  --help                     this help\n"
+    "pub and sub need one of --pin, --ca or --insecure.\n";
+
+const fx_cli_help *fx_cli_help_all(size_t *n)
+{
+    *n = sizeof(HELP) / sizeof(HELP[0]);
+    return HELP;
+}
+
+const fx_cli_help *fx_cli_help_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof(HELP) / sizeof(HELP[0]); i++) {
+        if (strcmp(HELP[i].name, name) == 0)
+            return &HELP[i];
+    }
+    return NULL;
+}
+
+int fx_cli_help_text(const fx_cli_help *h, fx_cli_buf *out)
+{
+    if (h != NULL) {
+        fx_cli_buf_printf(out, "Usage: %s\n%s%sExample:\n  %s\n", h->usage,
+                          h->common_flags ? COMMON_HELP : "", h->common_flags ? "\n" : "",
+                          h->example);
+        return out->oom ? -ENOMEM : 0;
+    }
+    fx_cli_buf_printf(out,
+                      "felix %s: command-line client of the Felix-C broker\n\n"
+                      "Usage: felix COMMAND [options] ...\n\nCommands:\n",
+                      FX_VERSION);
+    for (size_t i = 0; i < sizeof(HELP) / sizeof(HELP[0]); i++)
+        fx_cli_buf_printf(out, "  %-8s %s\n           e.g. %.*s\n", HELP[i].name, HELP[i].summary,
+                          (int)strcspn(HELP[i].example, "\n"), HELP[i].example);
+    fx_cli_buf_printf(out,
+                      "\n%s\n'felix COMMAND --help' shows a command's options; "
+                      "'felix --version' the version.\n"
+                      "Exit status: 0 success, 1 refused or failed, 2 usage error, "
+                      "130 pub interrupted.\n",
+                      COMMON_HELP);
+    return out->oom ? -ENOMEM : 0;
+}
