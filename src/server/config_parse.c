@@ -716,8 +716,8 @@ int fx_config_load_file_layer(fx_config *c, const fx_config_src *src, const char
     if (strlen(path) >= sizeof(c->file))
         return fx_config_fail(d, "config file name longer than %d bytes", FX_CONFIG_PATH_MAX - 1);
     snprintf(c->file, sizeof(c->file), "%s", path);
-    unsigned char *buf;
-    size_t len;
+    unsigned char *buf = NULL;
+    size_t len = 0;
     int rv = read_file(path, &buf, &len, d);
     if (rv)
         return rv;
