@@ -37,7 +37,8 @@ static void send_retry(fx_quic_endpoint *ep, const ngtcp2_pkt_hd *hd, const stru
                                                &hd->dcid, token, (size_t)tlen);
     if (n < 0)
         return;
-    if (fx_quic_udp_send(ep, from, fromlen, buf, (size_t)n, (size_t)n) == 0)
+    if (fx_quic_udp_send(ep, from, fromlen, fx_quic_src_for(ep, &ep->rx_local), buf, (size_t)n,
+                         (size_t)n) == 0)
         ep->st.retries_sent++;
 }
 
@@ -131,7 +132,8 @@ bool fx_quic_stateless_reset(fx_quic_endpoint *ep, const struct sockaddr *from, 
         return false;
     ngtcp2_ssize n = ngtcp2_pkt_write_stateless_reset(buf, size, token, rnd,
                                                       size - NGTCP2_STATELESS_RESET_TOKENLEN);
-    if (n < 0 || fx_quic_udp_send(ep, from, fromlen, buf, (size_t)n, (size_t)n) < 0)
+    if (n < 0 || fx_quic_udp_send(ep, from, fromlen, fx_quic_src_for(ep, &ep->rx_local), buf,
+                                  (size_t)n, (size_t)n) < 0)
         return false;
     ep->sr_sent_in_window++;
     ep->st.stateless_resets_sent++;

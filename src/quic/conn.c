@@ -82,6 +82,30 @@ static qstream *stream_of(fx_quic_conn *c, int64_t sid, void *stream_user)
     return stream_user != NULL ? stream_user : fx_quic_stream_find(c, sid);
 }
 
+/* ngtcp2 0.12 never closes a stream the peer opened in one direction: its
+ * close test wants our (nonexistent) sending side acknowledged. So once
+ * such a stream has delivered its FIN, or was reset, it ends here: the
+ * layer above hears on_stream_close and the peer gets the stream credit
+ * back. ngtcp2 keeps its small per-stream record until the connection
+ * ends; an upgrade to ngtcp2 >= 0.14 makes this unnecessary. */
+static void remote_uni_done(fx_quic_conn *c, int64_t sid, bool reset, uint64_t code)
+{
+    qstream *s = fx_quic_stream_find(c, sid);
+    if (s == NULL)
+        return; /* already ended (the layer above reset it) */
+    void *su = s->user;
+    ngtcp2_conn_set_stream_user_data(c->q, sid, NULL);
+    fx_quic_stream_destroy(c, s);
+    ngtcp2_conn_extend_max_streams_uni(c->q, 1);
+    if (c->ep->cb.on_stream_close != NULL && !c->dead)
+        c->ep->cb.on_stream_close(c, sid, reset, code, c->user, su);
+}
+
+static bool is_remote_uni(fx_quic_conn *c, int64_t sid)
+{
+    return !ngtcp2_is_bidi_stream(sid) && !ngtcp2_conn_is_local_stream(c->q, sid);
+}
+
 static int cb_recv_stream_data(ngtcp2_conn *q, uint32_t flags, int64_t sid, uint64_t offset,
                                const uint8_t *data, size_t len, void *user, void *stream_user)
 {
@@ -89,9 +113,11 @@ static int cb_recv_stream_data(ngtcp2_conn *q, uint32_t flags, int64_t sid, uint
     qstream *s = stream_of(c, sid, stream_user);
     if (s == NULL || c->closing)
         return 0; /* the bytes still hold credit; the connection is going anyway */
+    bool fin = (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0;
     if (c->ep->cb.on_stream_data != NULL)
-        c->ep->cb.on_stream_data(c, sid, data, len, (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0,
-                                 c->user, s->user);
+        c->ep->cb.on_stream_data(c, sid, data, len, fin, c->user, s->user);
+    if (fin && is_remote_uni(c, sid))
+        remote_uni_done(c, sid, false, 0);
     return 0;
 }
 
@@ -133,11 +159,14 @@ static int cb_stream_close(ngtcp2_conn *q, uint32_t flags, int64_t sid, uint64_t
 static int cb_stream_reset(ngtcp2_conn *q, int64_t sid, uint64_t final_size, uint64_t code,
                            void *user, void *stream_user)
 {
-    qstream *s = stream_of(user, sid, stream_user);
-    if (s != NULL) {
-        s->reset_seen = true;
-        s->reset_code = code;
-    }
+    fx_quic_conn *c = user;
+    qstream *s = stream_of(c, sid, stream_user);
+    if (s == NULL)
+        return 0;
+    s->reset_seen = true;
+    s->reset_code = code;
+    if (is_remote_uni(c, sid))
+        remote_uni_done(c, sid, true, code);
     return 0;
 }
 
@@ -276,6 +305,10 @@ static fx_quic_conn *conn_alloc(fx_quic_endpoint *ep, const struct sockaddr *rem
     c->user = user;
     memcpy(&c->remote, remote, len);
     c->remotelen = len;
+    /* The local side of the path: for a server on a wildcard address, the
+     * address this client reached (the datagram being processed). */
+    c->local = ep->rx_local;
+    c->locallen = ep->rx_locallen;
     fx_timer_init(&c->timer, on_timer, c);
     return c;
 }
@@ -444,8 +477,9 @@ static void send_close(fx_quic_conn *c, const ngtcp2_connection_close_error *cc)
                                                         fx_loop_now(c->ep->loop));
     if (n <= 0 || fx_quic_test_drop(c->ep))
         return;
-    int rv = fx_quic_udp_send(c->ep, (struct sockaddr *)ps.path.remote.addr, ps.path.remote.addrlen,
-                              buf, (size_t)n, (size_t)n);
+    int rv =
+        fx_quic_udp_send(c->ep, (struct sockaddr *)ps.path.remote.addr, ps.path.remote.addrlen,
+                         fx_quic_src_for(c->ep, ps.path.local.addr), buf, (size_t)n, (size_t)n);
     if (rv < 0)
         fx_quic_log(FX_QLOG_DEBUG, "CONNECTION_CLOSE not sent: %s", fx_strerror(rv));
 }
@@ -563,6 +597,8 @@ void fx_quic_conn_read(fx_quic_conn *c, const struct sockaddr *from, socklen_t f
 {
     ngtcp2_path path;
     fx_quic_ep_path(c->ep, c, &path);
+    path.local.addr = (ngtcp2_sockaddr *)&c->ep->rx_local;
+    path.local.addrlen = c->ep->rx_locallen;
     path.remote.addr = (ngtcp2_sockaddr *)from;
     path.remote.addrlen = fromlen;
     ngtcp2_pkt_info pi = {0};
@@ -681,13 +717,16 @@ static void send_agg(fx_quic_conn *c, const ngtcp2_path *path, size_t len, size_
 {
     fx_quic_endpoint *ep = c->ep;
     int rv = fx_quic_udp_send(ep, (struct sockaddr *)path->remote.addr, path->remote.addrlen,
-                              ep->tx, len, seg);
+                              fx_quic_src_for(ep, path->local.addr), ep->tx, len, seg);
     if (rv == -EAGAIN) {
         ep->tx_pending = true;
         ep->tx_len = len;
         ep->tx_seg = seg;
         memcpy(&ep->tx_to, path->remote.addr, path->remote.addrlen);
         ep->tx_tolen = path->remote.addrlen;
+        ep->tx_has_src = ep->wildcard;
+        if (ep->wildcard)
+            memcpy(&ep->tx_src, path->local.addr, path->local.addrlen);
         fx_quic_ep_wait_writable(ep, c);
     } else if (rv < 0) {
         /* Lost datagrams: QUIC's recovery resends what mattered. */

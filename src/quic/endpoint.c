@@ -186,8 +186,8 @@ void fx_quic_ep_new_cid(fx_quic_endpoint *ep, ngtcp2_cid *cid)
 
 void fx_quic_ep_path(fx_quic_endpoint *ep, fx_quic_conn *c, ngtcp2_path *path)
 {
-    path->local.addr = (ngtcp2_sockaddr *)&ep->local;
-    path->local.addrlen = ep->locallen;
+    path->local.addr = (ngtcp2_sockaddr *)&c->local;
+    path->local.addrlen = c->locallen;
     path->remote.addr = (ngtcp2_sockaddr *)&c->remote;
     path->remote.addrlen = c->remotelen;
     path->user_data = NULL;
@@ -313,7 +313,8 @@ static void wait_remove(fx_quic_endpoint *ep, fx_quic_conn *c)
 static void on_writable(fx_quic_endpoint *ep)
 {
     if (ep->tx_pending) {
-        int rv = fx_quic_udp_send(ep, (struct sockaddr *)&ep->tx_to, ep->tx_tolen, ep->tx,
+        int rv = fx_quic_udp_send(ep, (struct sockaddr *)&ep->tx_to, ep->tx_tolen,
+                                  ep->tx_has_src ? (struct sockaddr *)&ep->tx_src : NULL, ep->tx,
                                   ep->tx_len, ep->tx_seg);
         if (rv == -EAGAIN)
             return;
@@ -435,11 +436,24 @@ static int ep_new(fx_quic_endpoint **pep, fx_loop *loop, bool server, const fx_q
     return 0;
 }
 
+static bool is_wildcard(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == htonl(INADDR_ANY);
+    return memcmp(&((const struct sockaddr_in6 *)ss)->sin6_addr, &in6addr_any,
+                  sizeof(in6addr_any)) == 0;
+}
+
 static int ep_start(fx_quic_endpoint *ep, const struct sockaddr_storage *ss, socklen_t len)
 {
+    /* Only servers answer from the address they were reached at; a client
+     * keeps one local address per connection path. */
+    ep->wildcard = ep->server && is_wildcard(ss);
     int rv = fx_quic_udp_open(ep, (const struct sockaddr *)ss, len);
     if (rv < 0)
         return rv;
+    ep->rx_local = ep->local;
+    ep->rx_locallen = ep->locallen;
     return fx_loop_watch(ep->loop, &ep->watch, ep->fd, EPOLLIN, on_socket, ep);
 }
 

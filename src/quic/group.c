@@ -22,6 +22,7 @@
 
 struct fx_quic_server_group {
     size_t n;
+    bool closing;
     fx_quic_endpoint **members;
     atomic_uint_fast32_t *inflight; /* per member: forwards queued to it */
 };
@@ -30,8 +31,8 @@ typedef struct fwd_msg {
     fx_task task;
     fx_quic_server_group *g;
     size_t to;
-    struct sockaddr_storage from;
-    socklen_t fromlen;
+    struct sockaddr_storage from, local;
+    socklen_t fromlen, locallen;
     size_t len;
     uint8_t data[];
 } fwd_msg;
@@ -78,8 +79,10 @@ static void fwd_run(fx_loop *l, fx_task *t, void *user)
     fwd_msg *m = user;
     fx_quic_endpoint *ep = m->g->members[m->to];
     atomic_fetch_sub_explicit(&m->g->inflight[m->to], 1, memory_order_relaxed);
-    if (!ep->freeing) {
+    if (!m->g->closing && !ep->freeing) {
         ep->st.rx_forwarded_in++;
+        ep->rx_local = m->local;
+        ep->rx_locallen = m->locallen;
         fx_quic_ep_on_datagram(ep, (struct sockaddr *)&m->from, m->fromlen, m->data, m->len);
         fx_quic_ep_flush_dirty(ep);
     }
@@ -100,6 +103,8 @@ bool fx_quic_group_forward(fx_quic_endpoint *ep, size_t to, const struct sockadd
     m->to = to;
     memcpy(&m->from, from, fromlen);
     m->fromlen = fromlen;
+    m->local = ep->rx_local;
+    m->locallen = ep->rx_locallen;
     m->len = len;
     memcpy(m->data, data, len);
     atomic_fetch_add_explicit(&g->inflight[to], 1, memory_order_relaxed);
@@ -181,6 +186,16 @@ void fx_quic_server_group_free(fx_quic_server_group *g)
 {
     if (g == NULL)
         return;
+    /* A member may have forwarded to a sibling whose loop had already
+     * stopped: run what is left in each member loop's inbox (the loops are
+     * stopped, so running them here returns at once after draining). */
+    g->closing = true;
+    for (size_t i = 0; g->members != NULL && i < g->n; i++) {
+        if (g->members[i] != NULL) {
+            fx_loop_stop(g->members[i]->loop);
+            fx_loop_run(g->members[i]->loop);
+        }
+    }
     for (size_t i = 0; g->members != NULL && i < g->n; i++)
         fx_quic_endpoint_free(g->members[i]);
     free(g->members);

@@ -32,8 +32,8 @@
 #define FX_QUIC_GSO_SEGS 64    /* segments in one aggregate */
 #define FX_QUIC_RX_BATCH 4     /* recvmmsg messages per call (then ACK) */
 #define FX_QUIC_RX_BUF 65536   /* per message: a whole GRO train */
-#define FX_QUIC_RX_BUDGET 1024 /* datagrams read before writing again */
-#define FX_QUIC_STREAM_VECS 4  /* chunks handed to one writev_stream */
+#define FX_QUIC_RX_BUDGET 1024 /* datagrams read per socket event */
+#define FX_QUIC_STREAM_VECS 16 /* chunks handed to one writev_stream */
 #define FX_QUIC_MAX_DATAGRAM 65527
 #define FX_QUIC_DRAIN_CODE 0x46444e /* "FDN": stream refused while draining */
 
@@ -87,8 +87,8 @@ struct fx_quic_conn {
     bool dead;       /* finished; on_conn_closed pending or done */
     bool waiting;    /* on the endpoint's wait list */
     bool want_writable;
-    struct sockaddr_storage remote;
-    socklen_t remotelen;
+    struct sockaddr_storage remote, local; /* path at creation */
+    socklen_t remotelen, locallen;
     fx_timer timer;          /* ngtcp2 expiry, or 0 = write at the end of this turn */
     fx_quic_close_info info; /* why it ended, once |closing| */
     uint64_t close_code;     /* our application close */
@@ -130,6 +130,12 @@ struct fx_quic_endpoint {
     struct sockaddr_storage local;
     socklen_t locallen;
     uint16_t port;
+    /* A server bound to a wildcard address answers from the address each
+     * client used (IP_PKTINFO), which |rx_local| holds for the datagram
+     * being processed; otherwise |rx_local| is |local|. */
+    bool wildcard;
+    struct sockaddr_storage rx_local;
+    socklen_t rx_locallen;
     gnutls_certificate_credentials_t scred;
     char fingerprint[65];
     uint8_t reset_secret[32];
@@ -148,8 +154,9 @@ struct fx_quic_endpoint {
     size_t tx_cap;
     bool tx_pending;
     size_t tx_len, tx_seg;
-    struct sockaddr_storage tx_to;
+    struct sockaddr_storage tx_to, tx_src;
     socklen_t tx_tolen;
+    bool tx_has_src;
     fx_quic_conn *wait_head, *wait_tail;
     fx_quic_conn *dirty_head; /* read in the current receive batch */
     bool gso;
@@ -197,10 +204,14 @@ void fx_quic_tls_note_alpn(fx_quic_conn *c);
  * (for IPv4) the don't-fragment bit set per |o|; fills |ep|'s fd, local
  * address, port and buffer stats. Returns 0 or -errno. */
 int fx_quic_udp_open(fx_quic_endpoint *ep, const struct sockaddr *addr, socklen_t len);
-/* Sends |len| bytes as segments of |seg| to |to| (GSO when enabled).
- * Returns 0, -EAGAIN (nothing sent), or -errno. */
+/* Sends |len| bytes as segments of |seg| to |to|, from source address |src|
+ * (NULL: the kernel chooses; set for wildcard-bound servers), with GSO when
+ * enabled. Returns 0, -EAGAIN (nothing sent), or -errno. */
 int fx_quic_udp_send(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t tolen,
-                     const uint8_t *data, size_t len, size_t seg);
+                     const struct sockaddr *src, const uint8_t *data, size_t len, size_t seg);
+/* The source address to send from for a path whose local side is |local|:
+ * |local| on a wildcard-bound server, else NULL. */
+const struct sockaddr *fx_quic_src_for(const fx_quic_endpoint *ep, const void *local);
 /* Reads up to a budget of datagrams and hands each (GRO trains split) to
  * fx_quic_ep_on_datagram(). */
 void fx_quic_udp_read(fx_quic_endpoint *ep);

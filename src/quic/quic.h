@@ -99,7 +99,9 @@ typedef struct fx_quic_connect_opts {
 /* ---- events -------------------------------------------------------------- */
 
 /* Why a connection ended. |reason| is an error code: FX_ECLOSED (closed by us
- * or by the peer with an application close; see |remote| and |app_code|),
+ * or by the peer with an application close; see |remote|, |app| and |code|;
+ * a close sent before the handshake was confirmed arrives as app with code
+ * 0, because QUIC then carries no application code),
  * FX_EIDLE (idle timeout: the peer went silent), FX_ETIMEDOUT (handshake
  * timeout), FX_ECONNLOST (stateless reset), FX_ETLS_* (certificate refused:
  * by us, or by the peer when |remote|), FX_ETLS (other TLS failure), FX_EQUIC
@@ -129,15 +131,20 @@ typedef struct fx_quic_callbacks {
      * layer above calls fx_quic_stream_consume() for them. */
     void (*on_stream_data)(fx_quic_conn *c, int64_t stream_id, const uint8_t *data, size_t len,
                            bool fin, void *user, void *stream_user);
-    /* |stream_id| is gone (both directions done, or reset). |app_code| is
-     * the peer's or our reset code when |reset|. Queued send buffers were
-     * released. */
+    /* |stream_id| is gone (both directions done, or reset; for a stream the
+     * peer opened in one direction: its FIN was delivered, or it was reset).
+     * |app_code| is the peer's or our reset code when |reset|. Queued send
+     * buffers were released, and a peer-opened stream's slot was returned
+     * to the peer (MAX_STREAMS), so streams can be opened for ever. */
     void (*on_stream_close)(fx_quic_conn *c, int64_t stream_id, bool reset, uint64_t app_code,
                             void *user, void *stream_user);
     /* Unacked send bytes fell back below half the cap after a send was
      * refused with FX_EFULL (one call per refusal episode). */
     void (*on_writable)(fx_quic_conn *c, void *user);
-    /* The connection ended; |c| is freed when this returns. */
+    /* The connection ended; |c| is freed when this returns. Streams still
+     * open end with it (no on_stream_close follows for them) and their
+     * queued buffers are released. Runs at the end of a loop turn, never
+     * inside another callback of |c|. */
     void (*on_conn_closed)(fx_quic_conn *c, const fx_quic_close_info *info, void *user);
 } fx_quic_callbacks;
 
@@ -298,7 +305,9 @@ typedef struct fx_quic_server_group fx_quic_server_group;
 int fx_quic_server_group_new(fx_quic_server_group **pg, fx_loop **loops, size_t n, const char *ip,
                              uint16_t port, const fx_quic_opts *o, const fx_quic_callbacks *cb,
                              void *user);
-/* Frees every member. Only after all member loops have stopped. NULL ok. */
+/* Frees every member. Only after all member loops have stopped; tasks
+ * still queued on those loops (a forward posted to a loop that stopped
+ * first) are run, then the endpoints are freed. NULL ok. */
 void fx_quic_server_group_free(fx_quic_server_group *g);
 size_t fx_quic_server_group_size(const fx_quic_server_group *g);
 fx_quic_endpoint *fx_quic_server_group_member(const fx_quic_server_group *g, size_t i);

@@ -3,6 +3,7 @@
  * kernel reports EIO, recvmmsg + GRO train splitting on receive, and the
  * test hook that drops datagrams. Loop thread only. */
 #include <errno.h>
+#include <netinet/in.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
 #include <stdlib.h>
@@ -52,6 +53,13 @@ static void set_options(fx_quic_endpoint *ep, int fd, int family)
         fx_quic_log(FX_QLOG_WARN, "UDP_GRO unavailable (%s); GSO off too", strerror(errno));
         ep->o.gro = false;
         ep->gso = false;
+    }
+    if (ep->wildcard) {
+        int on = 1;
+        if (family == AF_INET)
+            (void)setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof(on));
+        else
+            (void)setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
     }
     if (family == AF_INET) {
         int pmtu = IP_PMTUDISC_DO; /* QUIC does its own PMTUD: never fragment */
@@ -114,27 +122,68 @@ bool fx_quic_test_drop(fx_quic_endpoint *ep)
 
 /* ---- send -------------------------------------------------------------------- */
 
-static int send_gso(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t tolen,
-                    const uint8_t *data, size_t len, size_t seg)
+/* Appends the source-address cmsg for |src| to |m| at |cm|; returns the
+ * next cmsg slot. */
+static struct cmsghdr *add_src(struct msghdr *m, struct cmsghdr *cm, const struct sockaddr *src)
 {
-    struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
-    union {
-        char buf[CMSG_SPACE(sizeof(uint16_t))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr m = {
-        .msg_name = (void *)to, .msg_namelen = tolen, .msg_iov = &iov, .msg_iovlen = 1};
+    if (src->sa_family == AF_INET) {
+        struct in_pktinfo pi = {.ipi_spec_dst = ((const struct sockaddr_in *)src)->sin_addr};
+        cm->cmsg_level = IPPROTO_IP;
+        cm->cmsg_type = IP_PKTINFO;
+        cm->cmsg_len = CMSG_LEN(sizeof(pi));
+        memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
+    } else {
+        struct in6_pktinfo pi = {.ipi6_addr = ((const struct sockaddr_in6 *)src)->sin6_addr};
+        cm->cmsg_level = IPPROTO_IPV6;
+        cm->cmsg_type = IPV6_PKTINFO;
+        cm->cmsg_len = CMSG_LEN(sizeof(pi));
+        memcpy(CMSG_DATA(cm), &pi, sizeof(pi));
+    }
+    return CMSG_NXTHDR(m, cm);
+}
+
+typedef union {
+    char buf[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(struct in6_pktinfo))];
+    struct cmsghdr align;
+} ctlbuf;
+
+/* Fills |m|'s control data: the GSO segment size when |seg| < |len|, the
+ * source address when |src|. */
+static void set_control(struct msghdr *m, ctlbuf *u, const struct sockaddr *src, size_t len,
+                        size_t seg)
+{
+    if (len <= seg && src == NULL)
+        return;
+    memset(u, 0, sizeof(*u));
+    m->msg_control = u->buf;
+    m->msg_controllen = sizeof(u->buf);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(m);
+    size_t used = 0;
     if (len > seg) {
-        memset(&u, 0, sizeof(u));
-        m.msg_control = u.buf;
-        m.msg_controllen = sizeof(u.buf);
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
         cm->cmsg_level = IPPROTO_UDP;
         cm->cmsg_type = UDP_SEGMENT;
         cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
         uint16_t s = (uint16_t)seg;
         memcpy(CMSG_DATA(cm), &s, sizeof(s));
+        used += CMSG_SPACE(sizeof(uint16_t));
+        cm = CMSG_NXTHDR(m, cm);
     }
+    if (src != NULL) {
+        used += src->sa_family == AF_INET ? CMSG_SPACE(sizeof(struct in_pktinfo))
+                                          : CMSG_SPACE(sizeof(struct in6_pktinfo));
+        add_src(m, cm, src);
+    }
+    m->msg_controllen = used;
+}
+
+static int send_gso(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t tolen,
+                    const struct sockaddr *src, const uint8_t *data, size_t len, size_t seg)
+{
+    struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
+    ctlbuf u;
+    struct msghdr m = {
+        .msg_name = (void *)to, .msg_namelen = tolen, .msg_iov = &iov, .msg_iovlen = 1};
+    set_control(&m, &u, src, len, seg);
     ssize_t n;
     do {
         n = sendmsg(ep->fd, &m, 0);
@@ -148,10 +197,11 @@ static int send_gso(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t t
 
 /* Without GSO: one datagram per segment, in sendmmsg batches. */
 static int send_each(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t tolen,
-                     const uint8_t *data, size_t len, size_t seg)
+                     const struct sockaddr *src, const uint8_t *data, size_t len, size_t seg)
 {
     struct mmsghdr mm[FX_QUIC_GSO_SEGS];
     struct iovec iov[FX_QUIC_GSO_SEGS];
+    ctlbuf ctl[FX_QUIC_GSO_SEGS];
     size_t n = 0;
     for (size_t off = 0; off < len && n < FX_QUIC_GSO_SEGS; off += seg, n++) {
         iov[n].iov_base = (void *)(data + off);
@@ -159,6 +209,7 @@ static int send_each(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t 
         mm[n] = (struct mmsghdr){
             .msg_hdr = {
                 .msg_name = (void *)to, .msg_namelen = tolen, .msg_iov = &iov[n], .msg_iovlen = 1}};
+        set_control(&mm[n].msg_hdr, &ctl[n], src, iov[n].iov_len, iov[n].iov_len);
     }
     size_t done = 0;
     while (done < n) {
@@ -178,35 +229,53 @@ static int send_each(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t 
 }
 
 int fx_quic_udp_send(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t tolen,
-                     const uint8_t *data, size_t len, size_t seg)
+                     const struct sockaddr *src, const uint8_t *data, size_t len, size_t seg)
 {
     if (!ep->gso || len <= seg)
-        return len <= seg ? send_gso(ep, to, tolen, data, len, len)
-                          : send_each(ep, to, tolen, data, len, seg);
-    int rv = send_gso(ep, to, tolen, data, len, seg);
+        return len <= seg ? send_gso(ep, to, tolen, src, data, len, len)
+                          : send_each(ep, to, tolen, src, data, len, seg);
+    int rv = send_gso(ep, to, tolen, src, data, len, seg);
     if (rv == -EIO) {
         /* The device (or kernel) cannot segment: it says so only now. */
         fx_quic_log(FX_QLOG_WARN, "sendmsg with UDP_SEGMENT failed (EIO): GSO off");
         ep->gso = false;
         ep->st.gso_disabled = 1;
-        rv = send_each(ep, to, tolen, data, len, seg);
+        rv = send_each(ep, to, tolen, src, data, len, seg);
     }
     return rv;
 }
 
+const struct sockaddr *fx_quic_src_for(const fx_quic_endpoint *ep, const void *local)
+{
+    return ep->wildcard ? local : NULL;
+}
+
 /* ---- receive ----------------------------------------------------------------- */
 
-static size_t gro_size(struct msghdr *m, size_t len)
+/* Reads the GRO segment size (else |len|) and, on a wildcard server, the
+ * local address the datagram was sent to into ep->rx_local. */
+static size_t parse_control(fx_quic_endpoint *ep, struct msghdr *m, size_t len)
 {
+    size_t seg = len;
+    ep->rx_local = ep->local;
+    ep->rx_locallen = ep->locallen;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm != NULL; cm = CMSG_NXTHDR(m, cm)) {
         if (cm->cmsg_level == IPPROTO_UDP && cm->cmsg_type == UDP_GRO) {
             int v;
             memcpy(&v, CMSG_DATA(cm), sizeof(v));
             if (v > 0)
-                return (size_t)v;
+                seg = (size_t)v;
+        } else if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_PKTINFO) {
+            struct in_pktinfo pi;
+            memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+            ((struct sockaddr_in *)&ep->rx_local)->sin_addr = pi.ipi_addr;
+        } else if (cm->cmsg_level == IPPROTO_IPV6 && cm->cmsg_type == IPV6_PKTINFO) {
+            struct in6_pktinfo pi;
+            memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+            ((struct sockaddr_in6 *)&ep->rx_local)->sin6_addr = pi.ipi6_addr;
         }
     }
-    return len;
+    return seg;
 }
 
 static void deliver(fx_quic_endpoint *ep, struct mmsghdr *mm)
@@ -217,7 +286,7 @@ static void deliver(fx_quic_endpoint *ep, struct mmsghdr *mm)
         ep->st.rx_dropped++;
         return;
     }
-    size_t seg = gro_size(m, len);
+    size_t seg = parse_control(ep, m, len);
     const uint8_t *p = m->msg_iov[0].iov_base;
     for (size_t off = 0; off < len; off += seg) {
         size_t n = len - off < seg ? len - off : seg;
@@ -234,7 +303,7 @@ void fx_quic_udp_read(fx_quic_endpoint *ep)
     struct iovec iov[FX_QUIC_RX_BATCH];
     struct sockaddr_storage from[FX_QUIC_RX_BATCH];
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct in6_pktinfo))];
         struct cmsghdr align;
     } ctl[FX_QUIC_RX_BATCH];
     for (uint64_t budget = 0; budget < FX_QUIC_RX_BUDGET && !ep->freeing;) {

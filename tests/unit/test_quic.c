@@ -131,7 +131,7 @@ static void on_stream_close(fx_quic_conn *c, int64_t sid, bool reset, uint64_t c
     r->reset = reset;
     r->reset_code = code;
     sd->stream_closes++;
-    if (sd == &t->c && t->inflight > 0) {
+    if (sd == &t->c && (sid & 2) == 0 && t->inflight > 0) { /* client bidi streams */
         t->inflight--;
         t->done_streams++;
     }
@@ -463,6 +463,24 @@ static void test_retry_under_load_validates_address_then_accepts(void **state)
     h_free(t);
 }
 
+static void test_wildcard_server_answers_from_the_address_the_client_used(void **state)
+{
+    h *t = h_new();
+    assert_int_equal(fx_quic_server_new(&t->srv, t->loop, "0.0.0.0", 0, &t->so, &CBS, t), 0);
+    start_client(t);
+    /* 127.0.0.2 is local too; the kernel would answer from 127.0.0.1. */
+    assert_int_equal(
+        fx_quic_connect(t->cli, "127.0.0.2", fx_quic_endpoint_port(t->srv), &t->cc, t, &t->c.conn),
+        0);
+    assert_true(run_until(t, both_handshaken, 5000));
+    t->s.mode = M_ECHO;
+    g_sid = open_bidi(t);
+    g_len = 1000;
+    assert_int_equal(fx_quic_stream_send(t->c.conn, g_sid, t->pat, 0, 1000, true), 0);
+    assert_true(run_until(t, echo_done, 5000));
+    h_free(t);
+}
+
 static void test_second_server_on_same_port_refused(void **state)
 {
     h *t = h_new();
@@ -472,6 +490,25 @@ static void test_second_server_on_same_port_refused(void **state)
                                         &t->so, &CBS, t),
                      -EADDRINUSE);
     assert_null(other);
+    h_free(t);
+}
+
+static bool server_got_all(h *t)
+{
+    rxst *r = st_of(&t->s, g_sid);
+    return r->fin && r->got == g_len;
+}
+
+static void test_many_small_sends_arrive_in_order(void **state)
+{
+    h *t = h_connected();
+    t->s.mode = M_SINK;
+    g_sid = open_bidi(t);
+    g_len = 5000 * 100;
+    for (size_t i = 0; i < 5000; i++)
+        assert_int_equal(fx_quic_stream_send(t->c.conn, g_sid, t->pat, i * 100, 100, i == 4999), 0);
+    assert_true(run_until(t, server_got_all, 10000));
+    assert_false(st_of(&t->s, g_sid)->bad);
     h_free(t);
 }
 
@@ -528,6 +565,56 @@ static void test_thousands_of_streams_open_close_on_one_connection(void **state)
     assert_true(run_until(t, streams_done, 60000));
     assert_int_equal(t->s.stream_closes, 5000);
     for (int i = 0; i < 5000; i++)
+        assert_true(t->c.st[i].fin && t->c.st[i].got == 10 && !t->c.st[i].bad);
+    h_free(t);
+}
+
+/* Server side of the uni-stream test: keeps |max_inflight| server-opened
+ * uni streams (10 bytes + FIN each) going until |want_streams| closed. */
+static void uni_tick(h *t)
+{
+    while (t->s.conn != NULL && t->inflight < t->max_inflight &&
+           t->opened_streams < t->want_streams) {
+        int64_t sid;
+        int rv = fx_quic_conn_open_uni(t->s.conn, NULL, &sid);
+        if (rv == FX_ESTREAMS)
+            return; /* the client's MAX_STREAMS is on its way */
+        assert_int_equal(rv, 0);
+        assert_int_equal(fx_quic_stream_send(t->s.conn, sid, t->pat, 0, 10, true), 0);
+        t->opened_streams++;
+        t->inflight++;
+    }
+}
+
+static void on_uni_close(fx_quic_conn *c, int64_t sid, bool reset, uint64_t code, void *user,
+                         void *su)
+{
+    h *t = user;
+    on_stream_close(c, sid, reset, code, user, su);
+    if (fx_quic_conn_is_server(c)) {
+        t->inflight--;
+        t->done_streams++;
+    }
+}
+
+static void test_server_uni_streams_open_close_beyond_client_limit(void **state)
+{
+    h *t = h_new();
+    t->co.max_streams_uni = 16; /* the client allows 16 at a time */
+    start_server(t);
+    fx_quic_callbacks cb = CBS;
+    cb.on_stream_close = on_uni_close;
+    fx_quic_endpoint_free(t->srv);
+    assert_int_equal(fx_quic_server_new(&t->srv, t->loop, "127.0.0.1", 0, &t->so, &cb, t), 0);
+    start_client(t);
+    connect_client(t);
+    assert_true(run_until(t, both_handshaken, 5000));
+    t->want_streams = 3000;
+    t->max_inflight = 16;
+    t->tick = uni_tick;
+    assert_true(run_until(t, streams_done, 60000));
+    assert_int_equal(t->c.stream_closes, 3000);
+    for (int i = 0; i < 3000; i++)
         assert_true(t->c.st[i].fin && t->c.st[i].got == 10 && !t->c.st[i].bad);
     h_free(t);
 }
@@ -1084,9 +1171,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bulk_without_gso_uses_plain_datagrams),
     cmocka_unit_test(test_half_open_cap_defers_extra_handshakes),
     cmocka_unit_test(test_retry_under_load_validates_address_then_accepts),
+    cmocka_unit_test(test_wildcard_server_answers_from_the_address_the_client_used),
     cmocka_unit_test(test_second_server_on_same_port_refused),
+    cmocka_unit_test(test_many_small_sends_arrive_in_order),
     cmocka_unit_test(test_shared_buffer_referenced_per_stream_released_on_ack),
     cmocka_unit_test(test_thousands_of_streams_open_close_on_one_connection),
+    cmocka_unit_test(test_server_uni_streams_open_close_beyond_client_limit),
     cmocka_unit_test(test_wrong_ca_refused),
     cmocka_unit_test(test_pin_mismatch_refused),
     cmocka_unit_test(test_expired_cert_refused),

@@ -195,7 +195,8 @@ static void check_group(gh *t, uint64_t *fwd_out, uint64_t *fwd_in)
     /* 20 random client DCIDs all owned by one member: odds of 2^-19. */
     assert_true(atomic_load(&t->accepted_on[0]) > 0);
     assert_true(atomic_load(&t->accepted_on[1]) > 0);
-    assert_int_equal(*fwd_out, *fwd_in);
+    /* A forward may still sit in a stopped loop's inbox: the free runs it. */
+    assert_true(*fwd_in <= *fwd_out);
 }
 
 static void test_group_spreads_connections_by_dcid_rule(void **state)
