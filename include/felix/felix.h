@@ -80,9 +80,10 @@ typedef struct fx_client_opts {
     int connect_timeout_ms;            /* 5000; also bounds fx_subscribe's wait */
     int idle_timeout_ms;               /* 30000 */
     int keepalive_ms;                  /* 10000 */
-    bool reconnect;                    /* true (not implemented yet: see docs) */
-    int reconnect_initial_ms;          /* 50 */
-    int reconnect_max_ms;              /* 5000 */
+    bool reconnect; /* true: re-establish a lost connection with backoff and resume subscriptions
+                       from their last offset + 1 */
+    int reconnect_initial_ms; /* 50 */
+    int reconnect_max_ms;     /* 5000 */
     /* Receive window per stream in bytes (0 = the transport's 1 MiB): what
      * a blocked subscription lets the broker send before it stalls. */
     uint32_t stream_window_bytes;
@@ -192,7 +193,7 @@ typedef struct fx_sub_stats {
     uint64_t gaps;            /* offset jumps seen */
     uint64_t missed;          /* messages missed across those jumps */
     uint64_t queue_depth;     /* batches queued now */
-    uint64_t reconnects;      /* always 0 for now */
+    uint64_t reconnects; /* times this subscription was re-established after a lost connection */
     uint64_t subscription_id; /* assigned by the broker */
 } fx_sub_stats;
 

@@ -35,7 +35,15 @@
     G(ingress_queue_depth, "felix_broker_ingress_queue_depth", "",                                 \
       "Publish jobs queued at broker workers, all workers")                                        \
     C(broker_stream_errors, "felix_broker_stream_errors_total", "",                                \
-      "Client streams reset for malformed input (bad frame, JSON or batch, oversize partials)")
+      "Client streams reset for malformed input (bad frame, JSON or batch, oversize partials)")    \
+    C(broker_auth_failed, "felix_broker_auth_refused_total", "reason=auth_failed",                 \
+      "Client requests refused by authentication: auth_failed (token refused, stream ended), "     \
+      "forbidden (publish or subscribe without the permission)")                                   \
+    C(broker_auth_forbidden, "felix_broker_auth_refused_total", "reason=forbidden",                \
+      "Client requests refused by authentication: auth_failed (token refused, stream ended), "     \
+      "forbidden (publish or subscribe without the permission)")                                   \
+    C(broker_conn_refused, "felix_broker_connections_refused_total", "",                           \
+      "Connections closed at once, reason too many connections (max_connections reached)")
 
 /* ---- subscribe: per-subscriber queues, lanes, subscriber connections --- */
 #define FX_METRICS_SUB(C, G, H)                                                                    \

@@ -25,6 +25,38 @@ typedef struct fx_broker_stream_name {
     const char *stream;
 } fx_broker_stream_name;
 
+/* What fx_broker_auth.allows() is asked about. */
+typedef enum fx_broker_auth_action {
+    FX_BROKER_AUTH_PUBLISH,   /* every publish: JSON, binary, acked or not */
+    FX_BROKER_AUTH_SUBSCRIBE, /* every subscribe */
+} fx_broker_auth_action;
+
+/* Client authentication, plugged in by the daemon (src/server/authn.h
+ * implements it with Ed25519 JWTs) so that this module does not depend on
+ * src/server. With |verify| NULL (the default, auth_mode none) any token is
+ * accepted, the stream is bound to the tenant its auth message names and
+ * every publish and subscribe of that tenant is allowed. Otherwise all three
+ * callbacks must be set. They run on the connection loops, several at once,
+ * so they must be thread-safe and must not block; |user| is passed back.
+ *
+ * verify: checks |token| (|len| bytes, NUL-terminated) that a client
+ *   presented for |tenant| at |now_s| (Unix seconds). Returns 0 and an
+ *   opaque claims object in *|pctx| (owned by the broker, released with
+ *   |release|), or non-zero with a one-line reason in |why| (|whylen| bytes)
+ *   for the log only: the client learns no more than "auth failed".
+ * allows: returns true if the claims |ctx| permit |action| on stream
+ *   |tenant|/|ns|/|stream|. Pure: the broker caches the answer per QUIC
+ *   stream and stream name.
+ * release: frees |ctx| (called once per successful verify). */
+typedef struct fx_broker_auth {
+    int (*verify)(void *user, const char *tenant, const char *token, size_t len, int64_t now_s,
+                  void **pctx, char *why, size_t whylen);
+    bool (*allows)(void *user, const void *ctx, fx_broker_auth_action action, const char *tenant,
+                   const char *ns, const char *stream);
+    void (*release)(void *user, void *ctx);
+    void *user;
+} fx_broker_auth;
+
 /* Every setting the data plane uses; fx_broker_opts_default() writes the
  * documented defaults (felix-facts.md §4, ARCHITECTURE.md). Sizes in bytes,
  * durations in nanoseconds. Strings are borrowed until fx_broker_new returns,
@@ -36,6 +68,12 @@ typedef struct fx_broker_opts {
     uint32_t workers;    /* worker loops, >= 1 */
     bool pin_workers;    /* core_shards: pin worker i to CPU i */
     uint32_t io_threads; /* 0: the endpoint runs on worker 0 (shared mode) */
+    /* Connections served at once; a connection beyond it is closed with the
+     * reason "too many connections" (counted). 0 = no limit. */
+    uint32_t max_connections;
+    /* Authentication (all NULL: auth_mode none). |auth.user| must outlive
+     * the broker. */
+    fx_broker_auth auth;
     /* registry */
     bool auto_create_streams;
     uint32_t max_streams_per_tenant;
@@ -100,5 +138,76 @@ fx_registry *fx_broker_registry(fx_broker *b);
 /* Index of the worker loop the QUIC endpoint runs on, or -1 when it runs on
  * a dedicated io loop (io_threads > 0). Any thread. */
 int fx_broker_endpoint_worker(const fx_broker *b);
+
+/* ---- admin operations (control.c) -----------------------------------------
+ * Called from the admin endpoint's threads (or a test's): each asks the loops
+ * that own the state by posting a task and waits at most |timeout_ns| for the
+ * answer; none reads loop-owned data itself. Any thread but a broker loop,
+ * while the broker runs (started, not yet stopped). */
+
+/* Writes {"streams":[{tenant, namespace, stream, id, messages, bytes,
+ * first_offset, next_offset, subscribers}, ...]} (ordered by id; a stream no
+ * one used yet shows zeros) as a NUL-terminated string in |*pjson| (caller
+ * frees with free()). Returns 0, FX_ETIMEDOUT (a worker did not answer in
+ * time) or -ENOMEM. */
+int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson);
+
+/* Writes {"subscriptions":[...]} into |*pjson| (caller frees): per
+ * subscription id, tenant, namespace, stream, connection_id, queue_depth and
+ * queue_capacity (its subscriber queue, envelopes), lane_depth and
+ * lane_capacity (its delivery lane, frame lists), unacked_bytes, delivered
+ * (messages written), queue_dropped, lane_dropped and drops (their sum, in
+ * messages) and last_delivery_age_ms (null: never). Ordered most drops
+ * first, then deepest queue: the slow subscriber leads. Returns 0,
+ * FX_ETIMEDOUT or -ENOMEM. */
+int fx_broker_list_subscriptions(fx_broker *b, uint64_t timeout_ns, char **pjson);
+
+/* Creates |tenant|/|ns|/|stream| (NUL-terminated) or finds it; |*pcreated|
+ * (may be NULL) says which. Returns 0; FX_EWIRE_NAME (invalid name),
+ * FX_EFULL (the tenant holds max_streams_per_tenant streams), FX_ESHUTDOWN
+ * (draining), -ENOMEM; |err| (may be NULL) carries the sentence for the
+ * caller. Registry only: no loop is asked. */
+int fx_broker_create_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            bool *pcreated, fx_registry_err *err);
+
+/* Deletes the stream: publishes and subscribes to it fail from now on
+ * ("stream not found" unless auto-creation makes a new one), jobs already
+ * queued for it are fanned out, and each of its subscriptions gets its event
+ * stream finished (FIN) after what was queued for it. Returns 0 once the
+ * deletion is posted, FX_ENOSTREAM (|err| says which) or -ENOMEM. */
+int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            fx_registry_err *err);
+
+/* ---- graceful drain (control.c) --------------------------------------------- */
+
+/* What a drain did, and what it left when the deadline cut it short. */
+typedef struct fx_broker_drain_report {
+    bool timed_out;
+    uint64_t elapsed_ns;
+    /* Left at the deadline (all 0 after a clean drain): */
+    uint64_t jobs_queued;       /* publish jobs not yet appended and fanned out */
+    uint64_t deliveries_queued; /* envelopes and frame lists not yet written */
+    uint64_t replies_pending;   /* replies not yet written on client streams */
+    uint64_t unacked_bytes;     /* written but not acknowledged by the peers */
+    /* Connections open when the work ended (closed then). */
+    uint64_t connections;
+    uint64_t publishes_refused; /* answered "broker shutting down" or dropped */
+} fx_broker_drain_report;
+
+/* Drains the broker: from the call on, new connections are closed at once,
+ * new publishes are refused (acked ones answered "broker shutting down",
+ * unacked ones dropped and counted in publish_dropped), subscribes and
+ * stream creation are refused. Then it waits until every accepted publish
+ * job is appended and fanned out, every queued delivery and reply is
+ * written and QUIC has every byte acknowledged, or until |deadline_ns|
+ * (CLOCK_MONOTONIC, fx_now_ns()); either way every connection is then closed
+ * with application code 0 and reason "broker shutting down". Fills |*r|.
+ * Returns 0 (clean), FX_ETIMEDOUT (the deadline cut work short: |*r| says
+ * what was left) or -EINVAL (not running). Blocks the caller (main thread);
+ * call fx_broker_stop/free afterwards. */
+int fx_broker_drain(fx_broker *b, uint64_t deadline_ns, fx_broker_drain_report *r);
+
+/* True once fx_broker_drain was called. Any thread. */
+bool fx_broker_is_draining(const fx_broker *b);
 
 #endif

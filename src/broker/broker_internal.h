@@ -37,6 +37,8 @@ typedef struct fxb_reply fxb_reply;
 /* QUIC application codes we reset streams with. */
 #define FXB_CODE_MALFORMED 0x1u
 #define FXB_CODE_UNSUBSCRIBE 0x2u
+/* QUIC application code of a connection refused by max_connections. */
+#define FXB_CODE_TOO_MANY_CONNS 0x3u
 /* Jobs one worker turn takes before yielding to other tasks. */
 #define FXB_WORKER_BATCH 64
 /* Frame lists one feeder turn builds before yielding. */
@@ -56,6 +58,7 @@ struct fxb_worker {
     size_t nstreams;
     fxb_job *parked_job; /* its fanout waits on a full block queue */
     fx_stream *parked_stream;
+    fxb_sub *subs; /* registered subscriptions (wnext / wprev) */
 };
 
 struct fx_broker {
@@ -74,7 +77,20 @@ struct fx_broker {
     bool started, stopped;
     atomic_uint_fast64_t next_sub_id;  /* subscription ids, from 1 */
     atomic_uint_fast64_t next_conn_id; /* connection ids, from 1 */
+    atomic_uint_fast32_t nconns;       /* connections served (max_connections) */
+    /* Graceful drain (control.c): set once by fx_broker_drain; read by every
+     * loop. Publishes, subscribes, stream creation and new connections are
+     * refused from then on. */
+    atomic_bool draining;
+    atomic_uint_fast64_t drain_refused; /* publishes answered "broker shutting down" */
+    /* Endpoint loop only: open connections (fxb_conn.cnext), and how many. */
+    fxb_conn *conns;
+    size_t conns_listed;
 };
+
+/* Error text of everything refused during the drain (also the close reason;
+ * the client maps it to FX_ESHUTDOWN's meaning). */
+#define FXB_SHUTDOWN_TEXT "broker shutting down"
 
 /* Kinds of stream user pointers (first field of fxb_bidi and fxb_sub). */
 enum { FXB_KIND_BIDI = 1, FXB_KIND_SUB = 2 };
@@ -93,8 +109,10 @@ struct fxb_conn {
     uint32_t nsubs;
     size_t partial_bytes; /* bodies announced but not complete, all streams */
     bool dead;
+    bool counted;       /* holds one of max_connections (b->nconns) */
     bool want_writable; /* a send hit the unacked cap: wait for on_writable */
     fx_task writer_task;
+    fxb_conn *cnext, *cprev; /* on b->conns */
 };
 
 /* One queued reply on a bidi stream, in request order. Done replies are sent
@@ -125,9 +143,10 @@ struct fxb_bidi {
     fx_frame_decoder dec;
     bool authed;
     char tenant[FX_REGISTRY_NAME_MAX + 1];
-    bool ended;    /* no more input is processed (error, subscribe, reset) */
-    bool closed;   /* QUIC stream gone */
-    bool peer_fin; /* the client finished sending */
+    void *auth_ctx; /* claims from o.auth.verify, released with the stream */
+    bool ended;     /* no more input is processed (error, subscribe, reset) */
+    bool closed;    /* QUIC stream gone */
+    bool peer_fin;  /* the client finished sending */
     bool fin_sent;
     bool sub_pending; /* a subscribe is waiting for its worker: hold the FIN */
     size_t partial;   /* announced body bytes of the frame being read */
@@ -142,10 +161,13 @@ struct fxb_bidi {
     fx_timer wait_timer;
     /* Replies in request order. */
     fxb_reply *rhead, *rtail;
-    /* Last resolved stream (names resolved once per QUIC stream). */
+    /* Last resolved stream (names resolved once per QUIC stream) and the
+     * permission answers for those names: bit (1 << action) of |perm_known|
+     * says |perm_ok| holds that action's answer. */
     fx_stream_handle *h;
     char hkey[3 * (FX_REGISTRY_NAME_MAX + 1)];
     size_t hkey_len;
+    uint8_t perm_known, perm_ok;
 };
 
 /* A publish job: one batch for one stream, from ingress to its worker. */
@@ -190,6 +212,11 @@ struct fxb_sub {
     bool registered;
     int reg_rv;
     uint64_t available;
+    fxb_sub *wnext, *wprev; /* on w->subs while registered */
+    bool ending;            /* its stream was deleted: finish after the queue */
+    /* shared */
+    atomic_bool fin_req; /* the feeder pushed its last list: FIN after the lane */
+    atomic_uint_fast64_t lane_dropped_events;
     /* conn side */
     fx_task reply_task;
     fxb_sub *next;
@@ -200,6 +227,9 @@ struct fxb_sub {
     size_t cur_idx;
     size_t inflight; /* bytes queued on the uni stream, not yet acked */
     bool listed;     /* on conn->subs */
+    bool fin_sent;
+    uint64_t delivered;     /* messages written to the event stream */
+    uint64_t last_write_ns; /* 0 = never */
 };
 
 /* ---- broker.c ------------------------------------------------------------- */
@@ -232,10 +262,14 @@ void fxb_bidi_flush(fxb_bidi *s);
 void fxb_bidi_continue(fxb_bidi *s);
 /* Encodes |m| as a whole frame in a new buffer. Returns 0 or an error. */
 int fxb_msg_frame(const fx_msg *m, fx_buf **pframe);
-/* Resolves names for |s| (cached per stream). Returns 0 or an error with
- * |err| filled. |*ph| is borrowed from the stream's cache. */
-int fxb_bidi_resolve(fxb_bidi *s, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
-                     fx_stream_handle **ph, fx_registry_err *err);
+/* Checks that |s|'s credentials permit |action| on the named stream (before
+ * anything is created), then resolves the names (both cached per QUIC
+ * stream). Returns 0, FX_EFORBIDDEN with |err| "forbidden" (counted and
+ * logged, rate-limited), or a registry error with |err| filled. |*ph| is
+ * borrowed from the stream's cache. */
+int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
+                     fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
+                     fx_registry_err *err);
 
 /* ---- publish.c ------------------------------------------------------------ */
 /* Handles one complete publish frame on |s| (binary 0x0001 / 0x0009 or a
@@ -263,5 +297,16 @@ void fxb_sub_unref(fxb_sub *sub);
 /* The connection writer (conn loop). */
 void fxb_conn_kick_writer(fxb_conn *c);
 void fxb_writer_run(fx_loop *l, fx_task *t, void *user);
+/* The stream of |h| was deleted: its subscriptions on |w| finish their event
+ * streams after what is queued (FIN), and the worker's fx_stream is freed
+ * once nobody uses it. Worker thread. */
+void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h);
+
+/* ---- control.c ------------------------------------------------------------ */
+/* True once the drain started. Any thread. */
+bool fxb_is_draining(const fx_broker *b);
+/* Endpoint loop: keeps b->conns. */
+void fxb_conn_list_add(fx_broker *b, fxb_conn *c);
+void fxb_conn_list_remove(fx_broker *b, fxb_conn *c);
 
 #endif

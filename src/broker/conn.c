@@ -2,11 +2,13 @@
  * decoding with explicit credit (bytes are credited once the frame they
  * belong to is handled; a publish parked at ingress withholds credit for
  * everything behind it), auth and tenant binding, dispatch to publish.c and
- * subscribe.c, and the in-order reply FIFO of each stream. Runs on the loop
- * of the connection's endpoint. */
+ * subscribe.c, and the in-order reply FIFO of each stream, the permission
+ * check of every publish and subscribe, and the max_connections limit. Runs
+ * on the loop of the connection's endpoint. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "base/metrics.h"
@@ -34,6 +36,9 @@ void fxb_bidi_unref(fxb_bidi *s)
         return;
     fx_frame_decoder_deinit(&s->dec);
     fx_stream_handle_unref(s->h);
+    const fx_broker_auth *a = &s->conn->b->o.auth;
+    if (s->auth_ctx != NULL && a->release != NULL)
+        a->release(a->user, s->auth_ctx);
     free(s->pend);
     fxb_conn_unref(s->conn);
     free(s);
@@ -150,23 +155,95 @@ void fxb_bidi_flush(fxb_bidi *s)
     }
 }
 
-/* ---- name resolution, once per QUIC stream ------------------------------------- */
+/* ---- permissions and name resolution, once per QUIC stream ------------------- */
 
-int fxb_bidi_resolve(fxb_bidi *s, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
-                     fx_stream_handle **ph, fx_registry_err *err)
+/* One cause each, so a flood of one kind never hides the other. */
+static fx_ratelimit auth_failed_rl = FX_RATELIMIT_INIT;
+static fx_ratelimit forbidden_rl = FX_RATELIMIT_INIT;
+
+/* Asks the authenticator about |action| on the NUL-terminated |names|;
+ * always true with auth_mode none (the tenant was checked by the caller). */
+static bool ask_allows(fxb_bidi *s, fx_broker_auth_action action,
+                       char names[3][FX_REGISTRY_NAME_MAX + 1])
 {
-    char key[sizeof(s->hkey)];
+    const fx_broker_auth *a = &s->conn->b->o.auth;
+    if (a->verify == NULL)
+        return true;
+    if (s->auth_ctx == NULL || a->allows == NULL)
+        return false;
+    return a->allows(a->user, s->auth_ctx, action, names[0], names[1], names[2]);
+}
+
+/* The cached answer for |action| on the names in s->hkey, asked once. */
+static bool permits(fxb_bidi *s, fx_broker_auth_action action,
+                    char names[3][FX_REGISTRY_NAME_MAX + 1])
+{
+    uint8_t bit = (uint8_t)(1u << action);
+    if ((s->perm_known & bit) == 0) {
+        if (ask_allows(s, action, names))
+            s->perm_ok |= bit;
+        s->perm_known |= bit;
+    }
+    return (s->perm_ok & bit) != 0;
+}
+
+static int forbid(fxb_bidi *s, fx_broker_auth_action action,
+                  char names[3][FX_REGISTRY_NAME_MAX + 1], fx_registry_err *err)
+{
+    FX_COUNTER_INC(broker_auth_forbidden);
+    FX_LOG_RATELIMITED(&forbidden_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld: %s to %s/%s/%s forbidden: the token lacks the "
+                       "permission",
+                       (unsigned long long)s->conn->id, (long long)s->sid,
+                       action == FX_BROKER_AUTH_PUBLISH ? "publish" : "subscribe", names[0],
+                       names[1], names[2]);
+    err->code = FX_EFORBIDDEN;
+    snprintf(err->msg, sizeof(err->msg), "forbidden");
+    return FX_EFORBIDDEN;
+}
+
+/* Splits the names into |names| and the cache key "t/ns/stream/" |key|
+ * (|*pn| bytes). Returns false when a name cannot be a stream name (too
+ * long, or holding '/' or NUL): the registry then refuses it, uncached. */
+static bool split_names(const fx_wire_slice parts[3], char names[3][FX_REGISTRY_NAME_MAX + 1],
+                        char *key, size_t *pn)
+{
     size_t n = 0;
-    fx_wire_slice parts[3] = {tenant, ns, stream};
     for (int i = 0; i < 3; i++) {
-        if (parts[i].len > FX_REGISTRY_NAME_MAX)
-            return fx_registry_resolve(s->conn->b->reg, tenant, ns, stream, ph, err);
+        if (parts[i].len > FX_REGISTRY_NAME_MAX || memchr(parts[i].ptr, '/', parts[i].len) ||
+            memchr(parts[i].ptr, '\0', parts[i].len))
+            return false;
+        memcpy(names[i], parts[i].ptr, parts[i].len);
+        names[i][parts[i].len] = '\0';
         memcpy(key + n, parts[i].ptr, parts[i].len);
         n += parts[i].len;
         key[n++] = '/';
     }
-    if (s->h != NULL && n == s->hkey_len && memcmp(key, s->hkey, n) == 0 &&
-        fx_stream_handle_is_active(s->h)) {
+    *pn = n;
+    return true;
+}
+
+int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
+                     fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
+                     fx_registry_err *err)
+{
+    char key[sizeof(s->hkey)];
+    char names[3][FX_REGISTRY_NAME_MAX + 1];
+    size_t n;
+    fx_wire_slice parts[3] = {tenant, ns, stream};
+    if (!split_names(parts, names, key, &n))
+        return fx_registry_resolve(s->conn->b->reg, tenant, ns, stream, ph, err);
+    if (n != s->hkey_len || memcmp(key, s->hkey, n) != 0) {
+        fx_stream_handle_unref(s->h);
+        s->h = NULL;
+        memcpy(s->hkey, key, n);
+        s->hkey_len = n;
+        s->perm_known = s->perm_ok = 0;
+    }
+    /* Before the registry: a refused client must not auto-create streams. */
+    if (!permits(s, action, names))
+        return forbid(s, action, names, err);
+    if (s->h != NULL && fx_stream_handle_is_active(s->h)) {
         *ph = s->h;
         return 0;
     }
@@ -176,8 +253,6 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_wire_slice tenant, fx_wire_slice ns, fx_wir
         return rv;
     fx_stream_handle_unref(s->h);
     s->h = h;
-    memcpy(s->hkey, key, n);
-    s->hkey_len = n;
     *ph = h;
     return 0;
 }
@@ -204,19 +279,50 @@ static bool is_server_only(fx_msg_type t)
     }
 }
 
+/* Refuses the stream's auth: the client gets "auth failed" and nothing
+ * more; the log says why. */
+static void auth_refuse(fxb_bidi *s, const char *tenant, const char *why)
+{
+    FX_COUNTER_INC(broker_auth_failed);
+    FX_LOG_RATELIMITED(&auth_failed_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld tenant %.*s: auth failed: %s",
+                       (unsigned long long)s->conn->id, (long long)s->sid, 64, tenant, why);
+    fxb_bidi_error(s, "auth failed", true);
+}
+
+/* Verifies the token with the authenticator (auth_mode jwt). Returns true
+ * and keeps the claims on |s|, or refuses. */
+static bool verify_token(fxb_bidi *s, const fx_msg *m)
+{
+    const fx_broker_auth *a = &s->conn->b->o.auth;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* token times are Unix seconds */
+    const char *token = m->token != NULL ? m->token : "";
+    char why[256] = "";
+    void *ctx = NULL;
+    if (a->verify(a->user, m->tenant_id, token, strlen(token), (int64_t)ts.tv_sec, &ctx, why,
+                  sizeof(why)) != 0) {
+        auth_refuse(s, m->tenant_id, why[0] ? why : "token refused");
+        return false;
+    }
+    s->auth_ctx = ctx;
+    return true;
+}
+
 static void on_auth(fxb_bidi *s, const fx_msg *m)
 {
     if (s->authed) {
         fxb_bidi_error(s, "auth already established", true);
         return;
     }
-    /* Token verification is a later issue: any token is accepted, but the
-     * stream is bound to the tenant it names. */
     size_t n = strlen(m->tenant_id);
     if (n > FX_REGISTRY_NAME_MAX) {
-        fxb_bidi_error(s, "auth failed", true);
+        auth_refuse(s, m->tenant_id, "tenant name too long");
         return;
     }
+    /* auth_mode none: any token; the stream is bound to the tenant named. */
+    if (s->conn->b->o.auth.verify != NULL && !verify_token(s, m))
+        return;
     memcpy(s->tenant, m->tenant_id, n + 1);
     s->authed = true;
     fx_msg r;
@@ -460,6 +566,24 @@ static void bidi_close(fxb_bidi *s)
     fxb_bidi_unref(s);
 }
 
+/* Takes one of max_connections. Returns false when all are in use. */
+static bool conn_slot_take(fx_broker *b)
+{
+    uint32_t max = b->o.max_connections;
+    uint_fast32_t n = atomic_fetch_add_explicit(&b->nconns, 1, memory_order_relaxed);
+    if (max == 0 || n < max)
+        return true;
+    atomic_fetch_sub_explicit(&b->nconns, 1, memory_order_relaxed);
+    return false;
+}
+
+static void conn_slot_give(fx_broker *b)
+{
+    atomic_fetch_sub_explicit(&b->nconns, 1, memory_order_relaxed);
+}
+
+static fx_ratelimit conn_refused_rl = FX_RATELIMIT_INIT;
+
 static void on_conn_new(fx_quic_conn *qc, void *user)
 {
     fx_broker *b = user;
@@ -478,6 +602,31 @@ static void on_conn_new(fx_quic_conn *qc, void *user)
     c->id = atomic_fetch_add(&b->next_conn_id, 1);
     fx_task_init(&c->writer_task, fxb_writer_run, c);
     fx_quic_conn_set_user(qc, c);
+    fxb_conn_list_add(b, c);
+    if (fxb_is_draining(b)) { /* the drain takes no new connections */
+        c->dead = true;
+        fx_quic_conn_close(qc, 0, FXB_SHUTDOWN_TEXT);
+    }
+}
+
+/* A connection counts against max_connections once its handshake is done:
+ * closing it then carries the reason to the client in 1-RTT (a close during
+ * the handshake loses its reason phrase). Marked dead, it serves no stream. */
+static void on_handshake_done(fx_quic_conn *qc, void *user)
+{
+    fxb_conn *c = user;
+    if (c == NULL || c->dead)
+        return;
+    if (conn_slot_take(c->b)) {
+        c->counted = true;
+        return;
+    }
+    c->dead = true;
+    FX_COUNTER_INC(broker_conn_refused);
+    FX_LOG_RATELIMITED(&conn_refused_rl, fx_loop_now(c->loop), FX_LOG_WARN, "broker",
+                       "conn %llu refused: max_connections (%u) reached", (unsigned long long)c->id,
+                       (unsigned)c->b->o.max_connections);
+    fx_quic_conn_close(qc, FXB_CODE_TOO_MANY_CONNS, "too many connections");
 }
 
 static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
@@ -556,17 +705,21 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
         return;
     fx_quic_conn_set_user(qc, NULL);
     c->dead = true;
+    fxb_conn_list_remove(c->b, c);
     while (c->subs != NULL)
         fxb_sub_close(c->subs, false);
     while (c->bidis != NULL)
         bidi_close(c->bidis);
     c->qc = NULL;
     fx_budget_close(&c->budget);
+    if (c->counted)
+        conn_slot_give(c->b);
     fxb_conn_unref(c);
 }
 
 const fx_quic_callbacks fxb_quic_callbacks = {
     .on_conn_new = on_conn_new,
+    .on_handshake_done = on_handshake_done,
     .on_stream_open = on_stream_open,
     .on_stream_data = on_stream_data,
     .on_stream_close = on_stream_close,

@@ -292,6 +292,24 @@ static void answer_now(fxb_bidi *s, bool binary, uint64_t request_id, const char
     fxb_bidi_flush(s);
 }
 
+/* While the broker drains it takes no new publish: an acked one is answered
+ * "broker shutting down", an unacked one is dropped; both are counted.
+ * Returns true when the publish was refused. */
+static bool refuse_draining(fxb_bidi *s, bool acked, bool binary, uint64_t request_id)
+{
+    fx_broker *b = s->conn->b;
+    if (!fxb_is_draining(b))
+        return false;
+    atomic_fetch_add_explicit(&b->drain_refused, 1, memory_order_relaxed);
+    if (acked) {
+        FX_COUNTER_INC(publish_error);
+        answer_now(s, binary, request_id, FXB_SHUTDOWN_TEXT);
+    } else {
+        FX_COUNTER_INC(publish_dropped);
+    }
+    return true;
+}
+
 static bool tenant_is(const fxb_bidi *s, fx_wire_slice t)
 {
     return strlen(s->tenant) == t.len && memcmp(s->tenant, t.ptr, t.len) == 0;
@@ -307,6 +325,8 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
         fxb_bidi_fail(s, err.msg);
         return -1;
     }
+    if (refuse_draining(s, acked, true, rid))
+        return 0;
     fx_buf *backing;
     if (fx_buf_new_copy(&backing, f->body, f->len) != 0) {
         fxb_bidi_fail(s, "out of memory for a publish");
@@ -329,7 +349,9 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
         fx_buf_unref(backing);
         fxb_bidi_error(s, "tenant mismatch", true);
         rv = -1;
-    } else if (fxb_bidi_resolve(s, pb.tenant, pb.ns, pb.stream, &h, &rerr) != 0) {
+    } else if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, pb.tenant, pb.ns, pb.stream, &h,
+                                &rerr) != 0) {
+        /* Unacked: nothing to answer (a forbidden one is counted and logged). */
         fx_buf_unref(backing);
         FX_COUNTER_INC(publish_error);
         if (acked)
@@ -381,10 +403,12 @@ int fxb_publish_json(fxb_bidi *s, const fx_msg *m)
                        false);
         return 0;
     }
+    if (refuse_draining(s, acked, false, m->request_id))
+        return 0;
     fx_stream_handle *h;
     fx_registry_err rerr;
-    if (fxb_bidi_resolve(s, str_slice(m->tenant_id), str_slice(m->ns), str_slice(m->stream), &h,
-                         &rerr) != 0) {
+    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, str_slice(m->tenant_id), str_slice(m->ns),
+                         str_slice(m->stream), &h, &rerr) != 0) {
         FX_COUNTER_INC(publish_error);
         if (acked)
             answer_now(s, false, m->request_id, rerr.msg);
@@ -441,6 +465,11 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
 /* Appends and fans out one job. Returns false when the fanout parked. */
 static bool job_run(fxb_worker *w, fxb_job *j, uint64_t now)
 {
+    if (!fx_stream_handle_is_active(j->h)) {
+        /* Deleted after admission: its subscribers are being finished. */
+        job_complete(j, FX_ENOSTREAM, now);
+        return true;
+    }
     fx_stream *st = fxb_worker_stream(w, j->h);
     if (st == NULL) {
         job_complete(j, -ENOMEM, now);

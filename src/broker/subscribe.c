@@ -69,6 +69,7 @@ static void lane_on_drop(void *item, void *user)
     if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         FX_COUNTER_INC(subscriber_lane_dropped);
         FX_COUNTER_ADD(subscriber_lane_dropped_events, l->events);
+        atomic_fetch_add_explicit(&sub->lane_dropped_events, l->events, memory_order_relaxed);
     }
     list_free(l);
 }
@@ -159,6 +160,20 @@ static bool should_wait(fxb_sub *sub, fx_loop *l)
     return true;
 }
 
+/* A deleted stream's subscription has handed everything to its lane: the
+ * writer finishes the event stream once the lane is empty. The flag is set
+ * after the last push, so a writer that sees it and then an empty lane has
+ * seen every list. */
+static void request_fin(fxb_sub *sub)
+{
+    if (sub->held != NULL || sub->backlog_pos < sub->backlog.n ||
+        fx_coalescer_has_pending(&sub->co) ||
+        atomic_load_explicit(&sub->fin_req, memory_order_relaxed))
+        return;
+    atomic_store_explicit(&sub->fin_req, true, memory_order_release);
+    fxb_conn_kick_writer(sub->conn);
+}
+
 static void feed(fxb_sub *sub, fx_loop *l, bool waited)
 {
     if (atomic_load_explicit(&sub->closed, memory_order_acquire) || !sub->registered ||
@@ -175,7 +190,7 @@ static void feed(fxb_sub *sub, fx_loop *l, bool waited)
         if (!lane_push(sub, h))
             return;
     }
-    if (!waited && should_wait(sub, l))
+    if (!waited && !sub->ending && should_wait(sub, l))
         return;
     const fx_broker_opts *o = &sub->b->o;
     /* One list is one write: bounded by both the event frame limit and the
@@ -197,6 +212,8 @@ static void feed(fxb_sub *sub, fx_loop *l, bool waited)
                          (unsigned long long)sub->id, fx_strerror(rv));
         if (fl->n == 0) {
             list_free(fl);
+            if (sub->ending)
+                request_fin(sub);
             return;
         }
         if (!lane_push(sub, fl))
@@ -221,6 +238,42 @@ static void delay_cb(fx_loop *l, fx_timer *t, void *user)
 
 /* ---- registration (worker) ------------------------------------------------------------ */
 
+/* w->subs: the registered subscriptions of a worker (worker thread). */
+static void wlist_add(fxb_sub *sub)
+{
+    fxb_worker *w = sub->w;
+    sub->wprev = NULL;
+    sub->wnext = w->subs;
+    if (w->subs != NULL)
+        w->subs->wprev = sub;
+    w->subs = sub;
+}
+
+static void wlist_remove(fxb_sub *sub)
+{
+    if (sub->wprev != NULL)
+        sub->wprev->wnext = sub->wnext;
+    else
+        sub->w->subs = sub->wnext;
+    if (sub->wnext != NULL)
+        sub->wnext->wprev = sub->wprev;
+    sub->wnext = sub->wprev = NULL;
+}
+
+/* Frees the worker's state of a deleted stream once no subscriber and no
+ * parked fanout uses it (ids are never reused, so the slot stays empty). */
+static void free_if_deleted(fxb_worker *w, fx_stream_handle *h)
+{
+    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
+    if (fx_stream_handle_is_active(h) || idx >= w->nstreams || w->streams[idx] == NULL)
+        return;
+    fx_stream *st = w->streams[idx];
+    if (fx_stream_subscriber_count(st) > 0 || fx_stream_is_parked(st) || w->parked_stream == st)
+        return;
+    fx_stream_free(st);
+    w->streams[idx] = NULL;
+}
+
 static void reply_task_cb(fx_loop *l, fx_task *t, void *user);
 
 static void reg_task_cb(fx_loop *l, fx_task *t, void *user)
@@ -229,8 +282,9 @@ static void reg_task_cb(fx_loop *l, fx_task *t, void *user)
     (void)t;
     fxb_sub *sub = user;
     if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
-        sub->stream = fxb_worker_stream(sub->w, sub->h);
-        sub->reg_rv = -ENOMEM;
+        /* A stream deleted meanwhile must not be created again here. */
+        sub->stream = fx_stream_handle_is_active(sub->h) ? fxb_worker_stream(sub->w, sub->h) : NULL;
+        sub->reg_rv = fx_stream_handle_is_active(sub->h) ? -ENOMEM : FX_ENOSTREAM;
         if (sub->stream != NULL) {
             fx_subscribe_opts so = {
                 .subscription_id = sub->id, .on_wake = on_sub_wake, .user = sub};
@@ -240,6 +294,7 @@ static void reg_task_cb(fx_loop *l, fx_task *t, void *user)
         if (sub->reg_rv == 0) {
             sub->registered = true;
             sub_ref(sub); /* the worker's */
+            wlist_add(sub);
         }
     }
     sub_post(sub, sub->conn->loop, &sub->reply_task);
@@ -260,11 +315,27 @@ static void unreg_task_cb(fx_loop *l, fx_task *t, void *user)
     fx_coalescer_deinit(&sub->co);
     if (sub->registered) {
         sub->registered = false;
+        wlist_remove(sub);
         fx_stream_unsubscribe(sub->stream, sub->sub);
         sub->sub = NULL;
+        free_if_deleted(sub->w, sub->h);
         fxb_sub_unref(sub); /* the worker's */
     }
     fxb_sub_unref(sub);
+}
+
+void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h)
+{
+    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
+        if (sub->h != h || sub->ending)
+            continue;
+        sub->ending = true;
+        /* The feeder sends what is queued, then asks for the FIN; a
+         * subscription whose event stream is not open yet gets it when its
+         * feeder first runs. */
+        sub_post(sub, w->loop, &sub->feed_task);
+    }
+    free_if_deleted(w, h);
 }
 
 /* ---- subscribe exchange (conn loop) ----------------------------------------------------- */
@@ -391,6 +462,8 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
     atomic_init(&sub->closed, false);
     atomic_init(&sub->active, false);
     atomic_init(&sub->lane_resumed, false);
+    atomic_init(&sub->fin_req, false);
+    atomic_init(&sub->lane_dropped_events, 0);
     sub->b = c->b;
     sub->w = fxb_worker_for(c->b, h);
     sub->conn = c;
@@ -415,9 +488,14 @@ void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
     fx_wire_slice t = {(const uint8_t *)m->tenant_id, strlen(m->tenant_id)};
     fx_wire_slice ns = {(const uint8_t *)m->ns, strlen(m->ns)};
     fx_wire_slice st = {(const uint8_t *)m->stream, strlen(m->stream)};
-    if (fxb_bidi_resolve(s, t, ns, st, &h, &err) != 0) {
+    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_SUBSCRIBE, t, ns, st, &h, &err) != 0) {
         FX_COUNTER_INC(subscribe_req_error);
         fxb_bidi_error(s, err.msg, true);
+        return;
+    }
+    if (fxb_is_draining(c->b)) {
+        FX_COUNTER_INC(subscribe_req_error);
+        fxb_bidi_error(s, FXB_SHUTDOWN_TEXT, true);
         return;
     }
     if (c->nsubs >= c->b->o.max_subscriptions_per_conn) {
@@ -548,6 +626,8 @@ static int write_list(fxb_conn *c, fxb_sub *sub)
             return rv;
         sub->cur_idx++;
     }
+    sub->delivered += l->events;
+    sub->last_write_ns = fx_loop_now(c->loop);
     list_free(l);
     sub->cur = NULL;
     return 0;
@@ -559,9 +639,16 @@ static bool write_sub(fxb_conn *c, fxb_sub *sub)
     size_t cap = (size_t)c->b->o.subscriber_unacked_bytes;
     while (sub->uni_open && sub->inflight < cap) {
         if (sub->cur == NULL) {
+            /* Read the flag before the lane: set after the last push. */
+            bool fin = atomic_load_explicit(&sub->fin_req, memory_order_acquire);
             void *item;
-            if (fx_queue_pop(&sub->lane, &item) != 0)
+            if (fx_queue_pop(&sub->lane, &item) != 0) {
+                if (fin && !sub->fin_sent) {
+                    sub->fin_sent = true;
+                    fx_quic_stream_shutdown(c->qc, sub->uni_sid);
+                }
                 return true;
+            }
             sub->cur = item;
             sub->cur_idx = 0;
         }

@@ -125,7 +125,12 @@ static void on_handshake_done(fx_quic_conn *qc, void *user)
     cconn *cc = user;
     (void)qc;
     cc->state = CS_READY;
+    cc->was_ready = true;
+    cc->backoff_ms = 0; /* a success resets the backoff */
+    if (cc->gen > 0)
+        atomic_fetch_add(&cc->c->reconnects, 1);
     fx_pub_conn_ready(cc->c, cc);
+    fx_sub_conn_ready(cc->c, cc);
 }
 
 static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
@@ -194,18 +199,83 @@ static int close_reason(const fx_quic_close_info *info)
     return info->reason;
 }
 
+/* ---- reconnect ------------------------------------------------------------------- */
+
+/* Failures that another attempt cannot fix: a refused certificate, or our
+ * own endpoint going away. */
+static bool retryable(int rv)
+{
+    return rv != FX_ESHUTDOWN && !(rv <= FX_ETLS && rv >= FX_ETLS_NAME);
+}
+
+/* Whether |cc|, just closed with |rv|, should be re-established: the client
+ * finished connecting, is not being closed, and the option is on. */
+static bool want_retry(fx_client *c, int rv)
+{
+    if (!c->o.reconnect || c->closing || c->ep == NULL || !retryable(rv))
+        return false;
+    pthread_mutex_lock(&c->mu);
+    bool connected = c->connect_rv == 0;
+    pthread_mutex_unlock(&c->mu);
+    return connected;
+}
+
+/* Arms the backoff timer: reconnect_initial_ms, doubling up to
+ * reconnect_max_ms; on_handshake_done resets it. Returns 0 or -ENOMEM. */
+static int schedule_retry(fx_client *c, cconn *cc)
+{
+    uint64_t delay = cc->backoff_ms != 0 ? cc->backoff_ms : (uint64_t)c->o.reconnect_initial_ms;
+    uint64_t next = delay * 2;
+    cc->backoff_ms =
+        next > (uint64_t)c->o.reconnect_max_ms ? (uint64_t)c->o.reconnect_max_ms : next;
+    return fx_loop_timer_arm(c->loop, &cc->retry, fx_now_ns() + delay * FX_NS_PER_MS);
+}
+
+static void retry_fire(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l, (void)t;
+    cconn *cc = user;
+    fx_client *c = cc->c;
+    if (c->closing || c->ep == NULL || cc->state != CS_RETRY)
+        return;
+    int rv = fx_quic_connect(c->ep, c->ip, c->port, &c->qco, cc, &cc->qc);
+    if (rv == 0) {
+        cc->state = CS_CONNECTING;
+        return;
+    }
+    cc->qc = NULL;
+    FX_LOG_WARN("client", "reconnect to %s failed: %s", c->o.server, fx_strerror(rv));
+    if (schedule_retry(c, cc) != 0) {
+        /* No memory for a timer: give up loudly, as a closed connection. */
+        cc->state = CS_CLOSED;
+        cc->close_rv = rv;
+        snprintf(cc->close_text, sizeof(cc->close_text), "reconnect: %s", fx_strerror(rv));
+        fx_pub_conn_closed(c, cc, rv, cc->close_text, false);
+        fx_sub_conn_closed(c, cc, rv, cc->close_text, false);
+    }
+}
+
 static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, void *user)
 {
     (void)qc;
     cconn *cc = user;
     fx_client *c = cc->c;
     cc->qc = NULL;
-    cc->state = CS_CLOSED;
+    cc->gen++; /* frames QUIC still holds for this connection are lost now */
     cc->close_rv = close_reason(info);
     snprintf(cc->close_text, sizeof(cc->close_text), "%s%s%s", fx_strerror(cc->close_rv),
              info->text[0] ? ": " : "", info->text);
-    fx_pub_conn_closed(c, cc, cc->close_rv, cc->close_text);
-    fx_sub_conn_closed(c, cc, cc->close_rv, cc->close_text);
+    bool retry = want_retry(c, cc->close_rv);
+    if (retry && schedule_retry(c, cc) != 0) {
+        FX_LOG_ERROR("client", "no memory to schedule a reconnect");
+        retry = false;
+    }
+    if (retry)
+        FX_LOG_WARN("client", "connection to %s lost (%s): reconnecting", c->o.server,
+                    cc->close_text);
+    cc->state = retry ? CS_RETRY : CS_CLOSED;
+    fx_pub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
+    fx_sub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
     pthread_mutex_lock(&c->mu);
     if (c->connect_rv == 1 && cc == c->conns[0]) {
         c->connect_rv = cc->close_rv;
@@ -235,6 +305,7 @@ cconn *fx_client_conn(fx_client *c, size_t i)
     if (cc == NULL)
         return NULL;
     cc->c = c;
+    fx_timer_init(&cc->retry, retry_fire, cc);
     int rv = fx_quic_connect(c->ep, c->ip, c->port, &c->qco, cc, &cc->qc);
     if (rv != 0) {
         cc->state = CS_CLOSED;
@@ -276,6 +347,12 @@ static void close_task(fx_loop *l, fx_task *t, void *user)
 {
     (void)l, (void)t;
     fx_client *c = user;
+    /* Stops reconnecting: no timer may outlive the client on the shared loop. */
+    c->closing = true;
+    for (size_t i = 0; i < c->nconns; i++) {
+        if (c->conns[i] != NULL)
+            fx_loop_timer_cancel(c->loop, &c->conns[i]->retry);
+    }
     fx_pub_shutdown(c);
     fx_sub_shutdown(c);
     fx_quic_endpoint_free(c->ep);

@@ -51,16 +51,23 @@ typedef struct evs evs;
 /* What a stream_user pointer points at: each such struct starts with it. */
 enum { SK_WORKER = 1, SK_SUBREQ, SK_EVENTS };
 
-enum { CS_CONNECTING = 0, CS_READY, CS_CLOSED };
+/* CS_RETRY: lost, a reconnect is scheduled (its backoff timer runs). */
+enum { CS_CONNECTING = 0, CS_READY, CS_CLOSED, CS_RETRY };
 
-/* One QUIC connection of a client. Loop. */
+/* One QUIC connection of a client. A lost one is re-established in place
+ * (same object, new |qc|), so workers and subscriptions keep pointing at it.
+ * Loop. */
 struct cconn {
     fx_client *c;
     fx_quic_conn *qc; /* NULL once closed */
     int state;
     int close_rv; /* why it closed */
     char close_text[320];
-    evs *evlist; /* every live event stream of this connection */
+    evs *evlist;         /* every live event stream of this connection */
+    uint32_t gen;        /* bumped each time the connection is lost */
+    bool was_ready;      /* the current or last QUIC connection got ready */
+    uint64_t backoff_ms; /* next reconnect delay; 0 = initial */
+    fx_timer retry;      /* reconnect backoff */
 };
 
 /* A publish request answered by the broker (acked), or an async unacked
@@ -86,7 +93,9 @@ struct preq {
 typedef struct pjob {
     fx_client *c;
     fx_permit permit;
-    preq *req; /* NULL for a synchronous unacked publish */
+    preq *req;         /* NULL for a synchronous unacked publish */
+    cconn *sent_on;    /* loop: the connection QUIC took the frame on, or NULL */
+    uint32_t sent_gen; /* loop: its generation then */
     fx_buf *buf;
     size_t len;
     uint8_t frame[];
@@ -121,7 +130,13 @@ struct fx_subscription {
     int64_t req_sid;
     fx_frame_decoder req_dec;
     bool authed;
-    bool loop_gone; /* loop ref dropped */
+    bool loop_gone;      /* loop ref dropped */
+    bool resub_need;     /* loop: the connection was lost; subscribe again when ready */
+    bool resub_wait;     /* loop: a re-subscribe is waiting for its answer */
+    bool resub_earliest; /* loop: it was too old; ask again from earliest */
+    bool rx_have;        /* loop: |rx_next| is known */
+    uint64_t rx_next;    /* loop: offset after the last batch taken from the broker */
+    bool parked;         /* loop: |qw| is parked on the queue */
     /* state (mu) */
     int state; /* 0 pending, 1 live, 2 ended */
     fx_sub_error err;
@@ -151,6 +166,7 @@ struct fx_subscription {
     uint64_t last_off;
     /* stats */
     atomic_uint_fast64_t received, delivered, dropped, dropped_batches, gaps, missed;
+    atomic_uint_fast64_t reconnects;
 };
 
 /* One received event batch, owned by the subscription queue. */
@@ -176,6 +192,7 @@ struct evs {
     bool fin;
     bool ended;
     bool gone;    /* the QUIC stream closed while bytes were still buffered */
+    bool drop;    /* orphan: reset and free once the current callback returns */
     size_t early; /* bytes of the frame being decoded already credited */
 };
 
@@ -207,6 +224,11 @@ struct fx_client {
     atomic_int flushers;
     fx_task connect_task, close_task;
     fx_subscription *subs; /* loop */
+    bool closing;          /* loop: fx_client_close started tearing down */
+    /* Unacked publishes QUIC had taken on a connection that was lost before
+     * the broker acknowledged their bytes: they may be lost. */
+    atomic_uint_fast64_t pub_lost;
+    atomic_uint_fast64_t reconnects; /* connections re-established */
 };
 
 /* ---- client.c ------------------------------------------------------------- */
@@ -238,8 +260,10 @@ int fx_pub_init(fx_client *c);
 void fx_pub_deinit(fx_client *c);
 /* A publish connection became ready or writable: drain its workers. Loop. */
 void fx_pub_conn_ready(fx_client *c, cconn *cc);
-/* A connection closed: fail what its workers had in flight. Loop. */
-void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text);
+/* A connection closed: fail what its workers had in flight. When |retry|
+ * (a reconnect is scheduled), queued publishes wait for it instead of
+ * failing. Loop. */
+void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry);
 void fx_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin);
 void fx_pub_on_close(pworker *w, bool reset, uint64_t code);
 /* Fails and drains everything (close path). Loop. */
@@ -251,8 +275,11 @@ void fx_sub_on_req_close(fx_subscription *s, bool reset, uint64_t code);
 void fx_evs_open(cconn *cc, int64_t sid);
 void fx_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin);
 void fx_evs_on_close(evs *e, bool reset, uint64_t code);
-/* A connection closed: end its subscriptions and free orphans. Loop. */
-void fx_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text);
+/* A connection closed: frees its event streams; ends its subscriptions, or
+ * when |retry| marks them to subscribe again once it is back. Loop. */
+void fx_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry);
+/* A (re-established) connection is ready: re-subscribe what it lost. Loop. */
+void fx_sub_conn_ready(fx_client *c, cconn *cc);
 /* Ends every subscription (close path). Loop. */
 void fx_sub_shutdown(fx_client *c);
 void fx_sub_unref(fx_subscription *s);

@@ -91,7 +91,15 @@ static void job_release(void *data, size_t len, void *user)
     pjob *j = user;
     fx_client *c = j->c;
     fx_permit_release(&j->permit);
-    if (j->req != NULL)
+    /* Released because its connection was lost, not because QUIC saw the
+     * broker acknowledge it: the broker may never have received it. */
+    cconn *cc = j->sent_on;
+    bool lost = cc != NULL && cc->gen != j->sent_gen;
+    if (lost)
+        atomic_fetch_add(&c->pub_lost, 1);
+    if (j->req != NULL && lost)
+        req_finish(c, j->req, cc->close_rv, cc->close_text);
+    else if (j->req != NULL)
         req_finish(c, j->req, j->req->rv, j->req->msg);
     free(j);
     outstanding_done(c, 1);
@@ -137,6 +145,19 @@ static void worker_fail(pworker *w, int rv, const char *msg)
         fx_client_on_first_auth(w->c, rv, 0, msg);
 }
 
+/* The connection was lost and a reconnect is scheduled: what the broker
+ * had not answered fails with the reason; queued frames were never sent,
+ * so they wait for the new connection (the worker re-opens and re-authenticates
+ * its stream when it is ready). */
+static void worker_lost(pworker *w, int rv, const char *msg)
+{
+    pending_fail_all(w, rv, msg);
+    w->sid = -1;
+    w->state = 0;
+    fx_frame_decoder_deinit(&w->dec);
+    fx_frame_decoder_init(&w->dec, w->c->o.max_frame_bytes);
+}
+
 static void worker_open(pworker *w)
 {
     fx_client *c = w->c;
@@ -146,7 +167,7 @@ static void worker_open(pworker *w)
         return;
     }
     w->conn = cc;
-    if (cc->state == CS_CONNECTING)
+    if (cc->state == CS_CONNECTING || cc->state == CS_RETRY)
         return;
     if (cc->state == CS_CLOSED) {
         worker_fail(w, cc->close_rv, cc->close_text);
@@ -190,6 +211,9 @@ static void worker_send(pworker *w)
                 pending_take(w, r->request_id);
                 req_finish(w->c, r, rv, fx_strerror(rv));
             }
+        } else if (rv == 0) {
+            j->sent_on = w->conn; /* QUIC holds it: job_release tells lost from acked */
+            j->sent_gen = w->conn->gen;
         }
         fx_buf_unref(j->buf);
         if (rv != 0) {
@@ -236,11 +260,16 @@ void fx_pub_conn_ready(fx_client *c, cconn *cc)
     }
 }
 
-void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text)
+void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry)
 {
     for (size_t i = 0; i < c->nworkers; i++) {
-        if (c->conns[i / c->o.publish_streams_per_conn] == cc && c->workers[i].state != 3)
-            worker_fail(&c->workers[i], rv, text);
+        pworker *w = &c->workers[i];
+        if (c->conns[i / c->o.publish_streams_per_conn] != cc || w->state == 3)
+            continue;
+        if (retry)
+            worker_lost(w, rv, text);
+        else
+            worker_fail(w, rv, text);
     }
 }
 

@@ -17,6 +17,8 @@ enum { SUB_PENDING = 0, SUB_LIVE, SUB_ENDED };
 #define RESET_CODE 0x10c /* "unsubscribed": any code works, the broker only sees a reset */
 
 static void evs_feed(evs *e, const uint8_t *data, size_t len);
+static void sweep_orphans(cconn *cc);
+static int send_subscribe(fx_subscription *s, cconn *cc, const fx_start *start);
 
 /* ---- lifetime --------------------------------------------------------------------- */
 
@@ -94,6 +96,17 @@ static void evs_free(evs *e)
     free(e);
 }
 
+/* Resets an event stream nobody will read (stop-sending tells the broker
+ * to remove its subscription) and frees it. */
+static void evs_drop(evs *e)
+{
+    if (e->conn->qc != NULL && !e->gone) {
+        fx_quic_stream_set_user(e->conn->qc, e->sid, NULL);
+        fx_quic_stream_reset(e->conn->qc, e->sid, RESET_CODE);
+    }
+    evs_free(e);
+}
+
 /* Detaches |s| from its streams (resetting them) and drops the loop's ref. */
 static void sub_stop(fx_subscription *s)
 {
@@ -105,14 +118,8 @@ static void sub_stop(fx_subscription *s)
         fx_quic_stream_set_user(cc->qc, s->req_sid, NULL);
         fx_quic_stream_reset(cc->qc, s->req_sid, RESET_CODE);
     }
-    evs *e = s->ev;
-    if (e != NULL) {
-        if (e->conn->qc != NULL && !e->gone) {
-            fx_quic_stream_set_user(e->conn->qc, e->sid, NULL);
-            fx_quic_stream_reset(e->conn->qc, e->sid, RESET_CODE);
-        }
-        evs_free(e);
-    }
+    if (s->ev != NULL)
+        evs_drop(s->ev);
     fx_client *c = s->c;
     if (s->lprev != NULL)
         s->lprev->lnext = s->lnext;
@@ -121,6 +128,10 @@ static void sub_stop(fx_subscription *s)
     if (s->lnext != NULL)
         s->lnext->lprev = s->lprev;
     s->lnext = s->lprev = NULL;
+    /* An event stream the broker opened for |s| may still be on its way
+     * (or already here, unclaimed): without |s| pending, nobody claims it. */
+    if (cc != NULL)
+        sweep_orphans(cc);
     fx_sub_unref(s);
 }
 
@@ -139,14 +150,64 @@ void fx_sub_shutdown(fx_client *c)
     }
 }
 
-void fx_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text)
+/* |s| lost its connection but will subscribe again once it is back. A
+ * batch its stream held back (Block, queue full) is given up: it was never
+ * taken, so the re-subscription from rx_next asks for it again. */
+static void sub_lost(fx_subscription *s)
+{
+    s->req_sid = -1;
+    s->authed = false;
+    fx_frame_decoder_deinit(&s->req_dec);
+    fx_frame_decoder_init(&s->req_dec, s->c->o.max_frame_bytes);
+    s->resub_need = true;
+    s->resub_wait = false;
+    if (s->ev != NULL && s->ev->stalled != NULL)
+        atomic_fetch_sub(&s->received, s->ev->stalled->eb.count);
+}
+
+void fx_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry)
 {
     for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
-        if (s->conn == cc)
+        if (s->conn != cc || s->loop_gone)
+            continue;
+        if (retry && s->state != SUB_ENDED)
+            sub_lost(s);
+        else
             sub_end(s, rv, text, 0, 0);
     }
     while (cc->evlist != NULL)
         evs_free(cc->evlist);
+}
+
+/* Where a re-subscription starts: after the last batch taken, or where the
+ * subscription first started if nothing arrived (latest stays latest). */
+static fx_start resume_start(const fx_subscription *s)
+{
+    if (s->rx_have)
+        return (fx_start){.kind = FX_START_OFFSET, .offset = s->rx_next};
+    return s->start;
+}
+
+static void resubscribe(fx_subscription *s, const fx_start *start)
+{
+    s->resub_need = false;
+    if (s->state == SUB_LIVE)
+        s->resub_wait = true;
+    int rv = send_subscribe(s, s->conn, start);
+    if (rv != 0) {
+        s->resub_wait = false;
+        sub_end(s, rv, "re-subscribe after reconnect failed", 0, 0);
+    }
+}
+
+void fx_sub_conn_ready(fx_client *c, cconn *cc)
+{
+    for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
+        if (s->conn == cc && s->resub_need && !s->loop_gone && s->state != SUB_ENDED) {
+            fx_start st = resume_start(s);
+            resubscribe(s, &st);
+        }
+    }
 }
 
 /* ---- delivery ---------------------------------------------------------------------- */
@@ -170,6 +231,16 @@ static void make_event(fx_subscription *s, const sbatch *b, const fx_event_batch
         s->last_off = off;
     }
     atomic_fetch_add(&s->delivered, 1);
+}
+
+/* The broker's batch |eb| was taken (queued, handed to the callback, or
+ * shed by the policy): a re-subscription continues after it. */
+static void taken(fx_subscription *s, const fx_event_batch *eb)
+{
+    if (eb->has_offsets) {
+        s->rx_have = true;
+        s->rx_next = eb->base_offset + eb->count;
+    }
 }
 
 static void deliver_cb(fx_subscription *s, const fx_event_batch *eb)
@@ -210,15 +281,23 @@ static size_t frame_credit(evs *e, const fx_frame *f)
 static bool enqueue(evs *e, sbatch *b)
 {
     fx_subscription *s = e->sub;
+    fx_event_batch eb = b->eb; /* |b| may be consumed and freed once pushed */
     int rv = fx_queue_push(&s->q, b);
     if (rv == 0 || (rv == FX_EFULL && s->c->o.sub_queue_policy != FX_POLICY_BLOCK)) {
+        taken(s, &eb);
         wake_consumer(s); /* DROP_NEW shed |b| already (counted in batch_dropped) */
         return true;
     }
     if (rv == FX_EFULL) {
         e->stalled = b;
-        if (fx_queue_park(&s->q, &s->qw) == 0)
+        /* Still parked from a stream lost while stalled: its resume serves
+         * this stream too. */
+        if (s->parked)
             return false;
+        if (fx_queue_park(&s->q, &s->qw) == 0) {
+            s->parked = true;
+            return false;
+        }
         e->stalled = NULL;
     }
     batch_free(b, NULL); /* closed: nobody will read it */
@@ -246,18 +325,22 @@ static bool deliver(evs *e, const fx_frame *f)
     }
     atomic_fetch_add(&s->received, eb.count);
     if (s->cb != NULL) {
+        taken(s, &eb);
         deliver_cb(s, &eb);
         fx_event_batch_deinit(&eb);
         grant(e, fbytes);
         return true;
     }
+    fx_event_batch info = eb; /* counts and offsets, read after the deinit */
+    info.payloads = NULL;
     fx_event_batch_deinit(&eb);
     sbatch *b = malloc(sizeof(*b) + f->len);
     if (b == NULL || fx_event_batch_decode(f->hdr.flags, memcpy(b->body, f->body, f->len), f->len,
                                            &b->eb, NULL) != 0) {
         free(b);
         grant(e, fbytes);
-        atomic_fetch_add(&s->dropped, eb.count);
+        taken(s, &info);
+        atomic_fetch_add(&s->dropped, info.count);
         return true;
     }
     bool block = s->c->o.sub_queue_policy == FX_POLICY_BLOCK;
@@ -324,6 +407,36 @@ static void attach(evs *e, fx_subscription *s)
     s->ev = e;
 }
 
+/* True while a subscribe on |cc| waits for its answer: an event stream whose
+ * hello names no known subscription may still be claimed by it. */
+static bool subscribe_waiting(fx_client *c, cconn *cc)
+{
+    for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
+        if (s->conn == cc && !s->loop_gone && (s->state == SUB_PENDING || s->resub_wait))
+            return true;
+    }
+    return false;
+}
+
+/* Resets every unclaimed event stream of |cc| once no subscribe is waiting:
+ * its subscription was abandoned (unsubscribed or timed out) after the
+ * broker created it, and only the reset makes the broker remove it. Not
+ * from inside one of those streams' callbacks. */
+static void sweep_orphans(cconn *cc)
+{
+    if (cc->qc == NULL || subscribe_waiting(cc->c, cc))
+        return;
+    evs **p = &cc->evlist;
+    while (*p != NULL) {
+        evs *e = *p;
+        if (e->hello && e->sub == NULL) {
+            evs_drop(e); /* unlinks |e| from *p */
+            continue;
+        }
+        p = &e->next;
+    }
+}
+
 static void on_hello(evs *e, const fx_frame *f)
 {
     fx_msg m;
@@ -337,8 +450,15 @@ static void on_hello(evs *e, const fx_frame *f)
         e->hello = true;
         e->sub_id = m.subscription_id;
         fx_subscription *s = find_sub(e->conn->c, e->conn, e->sub_id);
-        if (s != NULL)
+        if (s != NULL) {
             attach(e, s);
+        } else if (!subscribe_waiting(e->conn->c, e->conn)) {
+            /* Nobody can claim it: reset once this callback returns. */
+            FX_LOG_DEBUG("client", "event stream for abandoned subscription %llu: reset",
+                         (unsigned long long)e->sub_id);
+            e->ended = true;
+            e->drop = true;
+        }
     } else {
         e->ended = true;
     }
@@ -410,6 +530,10 @@ void fx_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin)
         return;
     }
     evs_feed(e, data, len);
+    if (e->drop) {
+        evs_drop(e);
+        return;
+    }
     if (fin) {
         e->fin = true;
         if (e->rx_len == 0 && e->stalled == NULL && e->sub != NULL && !e->ended) {
@@ -449,6 +573,10 @@ static void on_req_msg(fx_subscription *s, const fx_msg *m)
     }
     switch (m->type) {
     case FX_MSG_SUBSCRIBED: {
+        if (s->resub_wait) {
+            s->resub_wait = false;
+            atomic_fetch_add(&s->reconnects, 1);
+        }
         atomic_store(&s->id, m->subscription_id);
         fx_client *c = s->c;
         pthread_mutex_lock(&c->mu);
@@ -466,6 +594,14 @@ static void on_req_msg(fx_subscription *s, const fx_msg *m)
     }
     case FX_MSG_SUBSCRIBE_CURSOR_ERROR: {
         bool old = m->reason == FX_MSG_CURSOR_TOO_OLD;
+        if (s->resub_wait && old) {
+            /* The ring moved past where we stopped while we were away:
+             * continue from what it still holds; the consumer sees the
+             * jump as FX_EVENT_GAP on the next event. */
+            s->resub_earliest = true;
+            break;
+        }
+        s->resub_wait = false;
         char msg[128];
         snprintf(msg, sizeof(msg), "cursor %s: requested %llu, available %llu",
                  old ? "too old" : "in future", (unsigned long long)m->requested,
@@ -476,13 +612,31 @@ static void on_req_msg(fx_subscription *s, const fx_msg *m)
     }
     case FX_MSG_ERROR: {
         char msg[256];
+        s->resub_wait = false;
         snprintf(msg, sizeof(msg), "subscribe failed: %s", m->message);
         sub_end(s, fx_client_map_remote(m->message), msg, 0, 0);
         break;
     }
     default:
+        s->resub_wait = false;
         sub_end(s, FX_EPROTO, "unexpected reply to subscribe", 0, 0);
     }
+}
+
+/* The re-subscription's cursor was too old: drop its stream (the broker
+ * ends it) and ask again from the earliest offset still held. */
+static void resubscribe_earliest(fx_subscription *s)
+{
+    cconn *cc = s->conn;
+    s->resub_earliest = false;
+    if (cc->qc != NULL && s->req_sid >= 0)
+        fx_quic_stream_set_user(cc->qc, s->req_sid, NULL);
+    s->req_sid = -1;
+    s->authed = false;
+    fx_frame_decoder_deinit(&s->req_dec);
+    fx_frame_decoder_init(&s->req_dec, s->c->o.max_frame_bytes);
+    fx_start st = {.kind = FX_START_EARLIEST};
+    resubscribe(s, &st);
 }
 
 void fx_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin)
@@ -507,24 +661,34 @@ void fx_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, boo
             }
             on_req_msg(s, &m);
             fx_msg_deinit(&m);
+            if (s->resub_earliest) {
+                resubscribe_earliest(s);
+                return;
+            }
         }
     }
-    if (fin && s->state == SUB_PENDING)
+    if (fin && (s->state == SUB_PENDING || s->resub_wait)) {
+        s->resub_wait = false;
         sub_end(s, FX_EPROTO, "subscribe stream ended without an answer", 0, 0);
+    }
+    sweep_orphans(s->conn);
 }
 
 void fx_sub_on_req_close(fx_subscription *s, bool reset, uint64_t code)
 {
     (void)code;
     s->req_sid = -1;
-    if (s->state == SUB_PENDING)
+    if (s->state == SUB_PENDING || s->resub_wait) {
+        s->resub_wait = false;
         sub_end(s, reset ? FX_ECONNLOST : FX_EPROTO, "subscribe stream closed without an answer", 0,
                 0);
+    }
+    sweep_orphans(s->conn);
 }
 
 /* ---- loop tasks --------------------------------------------------------------------------- */
 
-static int send_subscribe(fx_subscription *s, cconn *cc)
+static int send_subscribe(fx_subscription *s, cconn *cc, const fx_start *start)
 {
     int rv = fx_quic_conn_open_bidi(cc->qc, s, &s->req_sid);
     if (rv != 0)
@@ -536,8 +700,8 @@ static int send_subscribe(fx_subscription *s, cconn *cc)
         .type = FX_MSG_SUBSCRIBE, .tenant_id = s->c->o.tenant, .ns = s->ns, .stream = s->stream};
     static const fx_msg_start_kind kinds[] = {FX_MSG_START_LATEST, FX_MSG_START_EARLIEST,
                                               FX_MSG_START_OFFSET};
-    if (s->start.kind != FX_START_LATEST)
-        m.start = (fx_msg_start){kinds[s->start.kind], s->start.offset};
+    if (start->kind != FX_START_LATEST)
+        m.start = (fx_msg_start){kinds[start->kind], start->offset};
     return fx_client_send_msg(cc, s->req_sid, &m, true);
 }
 
@@ -557,7 +721,11 @@ static void start_task(void *user)
     /* One event connection for now: the primary one (documented). */
     cconn *cc = c->conns[0];
     s->conn = cc;
-    int rv = cc->qc == NULL ? cc->close_rv : send_subscribe(s, cc);
+    if (cc->state == CS_CONNECTING || cc->state == CS_RETRY) {
+        s->resub_need = true; /* sent by fx_sub_conn_ready (reconnecting) */
+        return;
+    }
+    int rv = cc->qc == NULL ? cc->close_rv : send_subscribe(s, cc, &s->start);
     if (rv != 0)
         sub_end(s, rv, fx_strerror(rv), 0, 0);
 }
@@ -566,6 +734,7 @@ static void resume_task(fx_loop *l, fx_task *t, void *user)
 {
     (void)l, (void)t;
     fx_subscription *s = user;
+    s->parked = false;
     evs *e = s->ev;
     if (s->loop_gone || e == NULL || e->stalled == NULL)
         return;
@@ -626,6 +795,12 @@ static int sub_new(fx_subscription **ps, fx_client *c, const char *ns, const cha
     s->stream = strdup(stream);
     if (start != NULL)
         s->start = *start;
+    if (s->start.kind == FX_START_OFFSET && s->start.offset > 0) {
+        /* The first event must be this offset: anything later is a gap
+         * (the ring moved on while a re-subscription was on its way). */
+        s->have_last = true;
+        s->last_off = s->start.offset - 1;
+    }
     static const fx_queue_policy pol[] = {FX_QUEUE_DROP_NEW, FX_QUEUE_BLOCK, FX_QUEUE_DROP_NEW,
                                           FX_QUEUE_DROP_OLD};
     fx_queue_opts qo = {.capacity = c->o.sub_queue_capacity,
@@ -800,6 +975,7 @@ int fx_subscription_stats(fx_subscription *s, fx_sub_stats *st)
         .dropped_batches = atomic_load(&s->dropped_batches),
         .gaps = atomic_load(&s->gaps),
         .missed = atomic_load(&s->missed),
+        .reconnects = atomic_load(&s->reconnects),
         .queue_depth = fx_queue_depth(&s->q),
         .subscription_id = atomic_load(&s->id),
     };

@@ -38,8 +38,7 @@ static const struct enum_def sub_stream_enum = {
     "hashed_pool is not implemented (the original fell back to per_subscriber)"};
 static const struct enum_def log_level_enum = {
     {"error", "warn", "info", "debug", "trace"}, "error, warn, info, debug or trace", NULL, NULL};
-static const struct enum_def auth_enum = {
-    {"none"}, "none", "jwt", "jwt authentication is not implemented yet; use none"};
+static const struct enum_def auth_enum = {{"none", "jwt"}, "none or jwt", NULL, NULL};
 
 /* clang-format off */
 const struct key fx_config_keys[] = {
@@ -51,13 +50,27 @@ const struct key fx_config_keys[] = {
      .env = {"FELIX_BROKER_METRICS_BIND", "FELIX_METRICS_BIND"}, .type = T_ADDR,
      FIELD(metrics_bind), .def = "127.0.0.1:8080",
      .help = "admin HTTP address: /metrics, /live, /ready and the stream admin API"},
+    {.name = "admin_token", .env = {"FELIX_ADMIN_TOKEN"}, .type = T_STR, FIELD(admin_token),
+     .def = "",
+     .help = "bearer token that mutating admin calls (PUT, DELETE) need when metrics_bind is "
+             "not loopback; empty = such calls are refused off loopback"},
     {.name = "tls_cert_file", .env = {"FELIX_TLS_CERT_FILE"}, .type = T_STR, FIELD(tls_cert_file),
      .def = "",
      .help = "PEM certificate chain; empty = a fresh self-signed certificate for localhost"},
     {.name = "tls_key_file", .env = {"FELIX_TLS_KEY_FILE"}, .type = T_STR, FIELD(tls_key_file),
      .def = "", .help = "PEM private key of tls_cert_file"},
     {.name = "auth_mode", .env = {"FELIX_AUTH_MODE"}, .type = T_ENUM, FIELD(auth_mode),
-     .def = "none", .en = &auth_enum, .help = "client authentication; none accepts any token"},
+     .def = "none", .en = &auth_enum,
+     .help = "client authentication: none accepts any token, jwt checks Ed25519 JWTs"},
+    {.name = "jwks_file", .env = {"FELIX_JWKS_FILE"}, .type = T_STR, FIELD(jwks_file), .def = "",
+     .help = "JWKS file of the keys that sign tokens (auth_mode jwt); re-read on SIGHUP"},
+    {.name = "jwt_issuer", .env = {"FELIX_JWT_ISSUER"}, .type = T_STR, FIELD(jwt_issuer),
+     .def = "felix-auth", .min = 1, .help = "iss a token must carry (auth_mode jwt)"},
+    {.name = "jwt_audience", .env = {"FELIX_JWT_AUDIENCE"}, .type = T_STR, FIELD(jwt_audience),
+     .def = "felix-broker", .min = 1, .help = "aud a token must carry (auth_mode jwt)"},
+    {.name = "jwt_leeway_s", .env = {"FELIX_JWT_LEEWAY_S"}, .type = T_DUR, FIELD(jwt_leeway_ns),
+     .def = "60s", .min = 0, .max = HOUR,
+     .help = "clock skew allowed on a token's exp and nbf (whole seconds)"},
     {.name = "state_dir", .env = {"FELIX_STATE_DIR"}, .type = T_STR, FIELD(state_dir),
      .def = "/var/lib/felix", .min = 1,
      .help = "runtime directory (bound ports, pid); created at start"},
@@ -227,7 +240,7 @@ const struct key fx_config_keys[] = {
     /* keys of the original that Felix-C warns about or refuses */
     {.name = "controlplane_url", .env = {"FELIX_CONTROLPLANE_URL"}, .type = T_WARN,
      .help = "Felix-C has no control plane; streams come from streams, auto_create_streams"
-             " and the admin API, and auth_mode none needs no JWKS"},
+             " and the admin API, and auth_mode jwt reads its keys from jwks_file"},
     {.name = "controlplane_sync_interval_ms", .env = {"FELIX_CONTROLPLANE_SYNC_INTERVAL_MS"},
      .type = T_WARN, .help = "Felix-C has no control plane to poll"},
     {.name = "durable_storage_dir", .env = {"FELIX_DURABLE_STORAGE_DIR"}, .type = T_WARN,
@@ -411,6 +424,25 @@ static int rule_tenants(const fx_config *c, fx_config_diag *d)
     return 0;
 }
 
+/* auth_mode jwt needs keys; keys without jwt would silently check nothing. */
+static int rule_auth(const fx_config *c, fx_config_diag *d)
+{
+    char where[FX_CONFIG_PATH_MAX + 64];
+    int im = kidx("auth_mode");
+    if (c->auth_mode == FX_CONFIG_AUTH_JWT && !c->jwks_file[0]) {
+        fx_config_format_where(c, &c->origin[im], where, sizeof(where));
+        return fx_config_fail(d,
+                              "auth_mode = jwt (%s) needs jwks_file, the JWKS of the keys "
+                              "that sign tokens",
+                              where);
+    }
+    if (c->auth_mode == FX_CONFIG_AUTH_NONE && c->jwks_file[0])
+        fx_config_warn(d, "jwks_file is set but auth_mode is none: tokens are not checked");
+    if (c->jwt_leeway_ns % SEC != 0)
+        return fx_config_fail(d, "jwt_leeway_s must be whole seconds");
+    return 0;
+}
+
 static void rule_shards(fx_config *c, fx_config_diag *d)
 {
     if (c->core_shards == 0)
@@ -465,7 +497,7 @@ static int check_rules(fx_config *c, fx_config_diag *d)
         return fx_config_fail(d,
                               "tls_cert_file and tls_key_file must be set together (%s is empty)",
                               c->tls_cert_file[0] ? "tls_key_file" : "tls_cert_file");
-    if ((rv = rule_tenants(c, d)))
+    if ((rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)))
         return rv;
     rule_shards(c, d);
     return 0;

@@ -48,7 +48,8 @@ typedef enum fx_config_log_level {
 } fx_config_log_level;
 
 typedef enum fx_config_auth_mode {
-    FX_CONFIG_AUTH_NONE, /* any tenant, any token ("jwt" is planned) */
+    FX_CONFIG_AUTH_NONE, /* any tenant, any token */
+    FX_CONFIG_AUTH_JWT,  /* Ed25519 JWTs verified against jwks_file */
 } fx_config_auth_mode;
 
 /* Where a value came from. */
@@ -84,9 +85,14 @@ typedef struct fx_config {
     /* listeners and security */
     char quic_bind[FX_CONFIG_ADDR_MAX];
     char metrics_bind[FX_CONFIG_ADDR_MAX];
+    char admin_token[FX_CONFIG_ADDR_MAX]; /* bearer token of mutating admin calls; "" = none */
     char tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = self-signed for localhost */
     char tls_key_file[FX_CONFIG_PATH_MAX];
     fx_config_auth_mode auth_mode;
+    char jwks_file[FX_CONFIG_PATH_MAX]; /* required when auth_mode is jwt */
+    char jwt_issuer[FX_CONFIG_NAME_MAX];
+    char jwt_audience[FX_CONFIG_NAME_MAX];
+    uint64_t jwt_leeway_ns; /* clock skew allowed on exp and nbf */
     char state_dir[FX_CONFIG_PATH_MAX];
     fx_config_log_level log_level;
     /* streams */

@@ -110,6 +110,8 @@ static uint64_t dur_bare_unit(const char *name)
         return MS;
     if (n > 3 && strcmp(name + n - 3, "_us") == 0)
         return US;
+    if (n > 2 && strcmp(name + n - 2, "_s") == 0)
+        return SEC;
     return 0;
 }
 

@@ -2,23 +2,28 @@
  * (defaults < YAML < FELIX_* environment < --set flags), prints or checks it
  * on request, and otherwise serves the QUIC data plane (fx_broker) and the
  * admin HTTP endpoint (/metrics, /live, /ready) until SIGINT or SIGTERM.
- * Stopping is minimal for now (connections are closed, nothing is drained).
+ * SIGTERM/SIGINT drain it (fx_broker_drain): /ready turns 503 first, then the
+ * accepted work is finished within shutdown_drain_timeout_ms.
  * Main thread only. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
 #include "broker/broker.h"
 #include "felix/error.h"
 #include "server/admin.h"
+#include "server/admin_routes.h"
+#include "server/authn.h"
 #include "server/config.h"
 
 extern char **environ;
@@ -28,6 +33,8 @@ enum {
     EXIT_CONFIG = 1, /* the configuration is invalid */
     EXIT_USAGE = 2,  /* bad command line */
     EXIT_START = 4,  /* a listener could not start (address in use, ...) */
+    EXIT_DRAIN = 5,  /* the drain deadline cut work short (logged what was left) */
+    EXIT_FORCED = 6, /* a second SIGINT/SIGTERM ended the drain at once */
 };
 
 /* The original's implicit config path; we read files only when told to. */
@@ -63,8 +70,12 @@ static void usage(FILE *out)
             "  felix-broker --config /etc/felix/broker.yaml --set pub_queue_depth=128 \\\n"
             "               --set subscriber_queue_policy=block --print-config\n"
             "\n"
-            "exit status: 0 ok, 1 invalid configuration, 2 usage error,\n"
-            "             4 a listener could not start\n");
+            "SIGTERM or SIGINT drains: /ready turns 503, new work is refused, accepted work\n"
+            "is delivered within shutdown_drain_timeout_ms; a second signal exits at once.\n"
+            "\n"
+            "exit status: 0 ok (clean drain), 1 invalid configuration, 2 usage error,\n"
+            "             4 a listener could not start, 5 the drain deadline cut work\n"
+            "             short, 6 a second signal ended the drain\n");
 }
 
 /* Returns the value of option |name| at argv[*i] ("--name=v" or "--name v"),
@@ -216,6 +227,7 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->workers = c->workers;
     o->pin_workers = c->core_shards > 0;
     o->io_threads = c->io_threads;
+    o->max_connections = c->max_connections;
     o->auto_create_streams = c->auto_create_streams;
     o->max_streams_per_tenant = c->max_streams_per_tenant;
     for (size_t i = 0; i < c->nstreams; i++)
@@ -245,8 +257,63 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     return 0;
 }
 
-/* Creates and starts the data plane. Returns 0 or EXIT_START. */
-static int start_broker(const fx_config *c, fx_broker **pb)
+/* ---- authentication (auth_mode jwt) ------------------------------------------ */
+
+/* Loads jwks_file for auth_mode jwt into a new authenticator (*pa; NULL for
+ * auth_mode none). Returns 0 or EXIT_START with the file named. */
+static int start_authn(const fx_config *c, fx_authn **pa)
+{
+    *pa = NULL;
+    if (c->auth_mode != FX_CONFIG_AUTH_JWT)
+        return 0;
+    fx_authn_opts ao = {.jwks_file = c->jwks_file,
+                        .issuer = c->jwt_issuer,
+                        .audience = c->jwt_audience,
+                        .leeway_s = (int64_t)(c->jwt_leeway_ns / 1000000000ull)};
+    char why[FX_CONFIG_PATH_MAX + 256];
+    int rv = fx_authn_new(pa, &ao, why, sizeof(why));
+    if (rv != 0) {
+        fprintf(stderr, "felix-broker: auth_mode jwt: cannot load jwks_file: %s\n",
+                rv == -ENOMEM ? fx_strerror(rv) : why);
+        return EXIT_START;
+    }
+    return 0;
+}
+
+/* SIGHUP: re-reads the JWKS (a refused file keeps the old keys). The TLS
+ * certificate is not reloaded here. */
+static void on_sighup(fx_authn *a)
+{
+    if (a == NULL) {
+        FX_LOG_INFO("server", "SIGHUP: auth_mode none, no keys to reload");
+        return;
+    }
+    char why[FX_CONFIG_PATH_MAX + 256];
+    int rv = fx_authn_reload(a, why, sizeof(why));
+    if (rv == 0)
+        FX_LOG_INFO("server", "SIGHUP: reloaded %s", why);
+    else
+        FX_LOG_ERROR("server", "SIGHUP: keeping the previous keys: %s",
+                     rv == -ENOMEM ? fx_strerror(rv) : why);
+}
+
+/* Waits for SIGINT or SIGTERM (returned), reloading keys on each SIGHUP.
+ * |set| holds the three signals, blocked in every thread. */
+static int wait_stop_signal(const sigset_t *set, fx_authn *a)
+{
+    for (;;) {
+        int sig = 0;
+        if (sigwait(set, &sig) != 0)
+            continue;
+        if (sig != SIGHUP)
+            return sig;
+        on_sighup(a);
+    }
+}
+
+/* Creates and starts the data plane, authenticating with |authn| (NULL:
+ * auth_mode none). Returns 0 or EXIT_START. */
+static int start_broker(const fx_config *c, fx_authn *authn, fx_broker **pb)
 {
     char ip[FX_CONFIG_ADDR_MAX];
     fx_broker_opts bo;
@@ -256,6 +323,8 @@ static int start_broker(const fx_config *c, fx_broker **pb)
         free(names);
         return EXIT_START;
     }
+    if (authn != NULL)
+        fx_authn_broker_auth(authn, &bo.auth);
     int rv = fx_broker_new(pb, &bo);
     free(names);
     if (rv == 0 && (rv = fx_broker_start(*pb)) != 0) {
@@ -302,7 +371,12 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
            fx_broker_fingerprint(b));
     printf("  %s sub t1/default/demo\n", cli);
     printf("  %s pub --ack per_message t1/default/demo hello\n", cli);
-    printf("felix-broker: auth_mode none: any token is accepted. Stop with Ctrl-C.\n");
+    if (c->auth_mode == FX_CONFIG_AUTH_JWT)
+        printf("felix-broker: auth_mode jwt: tokens verified against %s (SIGHUP reloads it). "
+               "Stop with Ctrl-C.\n",
+               c->jwks_file);
+    else
+        printf("felix-broker: auth_mode none: any token is accepted. Stop with Ctrl-C.\n");
     fflush(stdout);
 }
 
@@ -310,7 +384,6 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
  * yet. Setting one is not an error (files written for the original keep
  * working) but it is never silent: each explicitly set key gets a warning. */
 static const char *const unapplied_keys[] = {
-    "max_connections",
     "ack_wait_timeout_ms",
     "initial_cwnd",
     "keepalive_interval_ms", /* the broker's connections are server-side */
@@ -322,7 +395,6 @@ static const char *const unapplied_keys[] = {
     "subscriber_flush_max_items",
     "subscriber_flush_max_delay_us",
     "control_stream_drain_timeout_ms",
-    "shutdown_drain_timeout_ms",
 };
 
 /* Creates |dir| and its missing parents (mode 0700: it holds the TLS key).
@@ -362,6 +434,84 @@ static void warn_unapplied(const fx_config *c)
     }
 }
 
+/* ---- graceful drain ---------------------------------------------------------- */
+
+static const char *sig_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
+}
+
+typedef struct drain_run {
+    fx_broker *b;
+    uint64_t deadline_ns;
+    fx_broker_drain_report r;
+    int rv;
+    atomic_bool done;
+} drain_run;
+
+static void *drain_main(void *arg)
+{
+    drain_run *d = arg;
+    d->rv = fx_broker_drain(d->b, d->deadline_ns, &d->r);
+    atomic_store(&d->done, true);
+    return NULL;
+}
+
+static int drain_result(const fx_config *c, const drain_run *d)
+{
+    const fx_broker_drain_report *r = &d->r;
+    if (d->rv == 0) {
+        fprintf(stderr,
+                "felix-broker: drained in %llu ms: everything accepted was delivered; %llu "
+                "connection(s) closed, %llu late publish(es) refused\n",
+                (unsigned long long)(r->elapsed_ns / 1000000ull),
+                (unsigned long long)r->connections, (unsigned long long)r->publishes_refused);
+        return 0;
+    }
+    if (d->rv != FX_ETIMEDOUT) {
+        fprintf(stderr, "felix-broker: drain failed: %s\n", fx_strerror(d->rv));
+        return EXIT_DRAIN;
+    }
+    fprintf(stderr,
+            "felix-broker: drain deadline (shutdown_drain_timeout_ms %llu) reached; left: %llu "
+            "publish job(s) queued, %llu delivery(ies) queued, %llu reply(ies) pending, %llu "
+            "unacked byte(s), %llu connection(s) closed\n",
+            (unsigned long long)(c->shutdown_drain_timeout_ns / 1000000ull),
+            (unsigned long long)r->jobs_queued, (unsigned long long)r->deliveries_queued,
+            (unsigned long long)r->replies_pending, (unsigned long long)r->unacked_bytes,
+            (unsigned long long)r->connections);
+    return EXIT_DRAIN;
+}
+
+/* Drains the broker on a helper thread while this one watches the signals:
+ * a second SIGINT/SIGTERM exits at once with EXIT_FORCED. Returns 0 or
+ * EXIT_DRAIN. */
+static int drain(const fx_config *c, fx_broker *b, const sigset_t *set)
+{
+    drain_run d = {.b = b, .deadline_ns = fx_now_ns() + c->shutdown_drain_timeout_ns};
+    atomic_init(&d.done, false);
+    pthread_t th;
+    if (pthread_create(&th, NULL, drain_main, &d) != 0) {
+        drain_main(&d); /* no thread: drain here, without the second-signal exit */
+        return drain_result(c, &d);
+    }
+    while (!atomic_load(&d.done)) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 20 * 1000000L};
+        int sig = sigtimedwait(set, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr,
+                    "felix-broker: second signal (%s) during the drain: exiting at once "
+                    "with status %d, queued work is lost\n",
+                    sig_name(sig), EXIT_FORCED);
+            _exit(EXIT_FORCED);
+        }
+        if (sig == SIGHUP)
+            fprintf(stderr, "felix-broker: SIGHUP ignored while draining\n");
+    }
+    pthread_join(th, NULL);
+    return drain_result(c, &d);
+}
+
 /* Serves the data plane and the admin endpoint until SIGINT/SIGTERM; /ready
  * turns 503 as soon as the signal arrives. Returns 0 or EXIT_START. */
 static int serve(const fx_config *c)
@@ -370,6 +520,7 @@ static int serve(const fx_config *c)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);                /* reloads the JWKS (wait_stop_signal) */
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
 
     fx_log_set_level((fx_log_level)c->log_level);
@@ -382,26 +533,39 @@ static int serve(const fx_config *c)
             return EXIT_START;
         }
     }
+    fx_authn *authn = NULL;
     fx_broker *b = NULL;
-    int rv = start_broker(c, &b);
+    int rv = start_authn(c, &authn);
+    if (rv == 0 && (rv = start_broker(c, authn, &b)) != 0)
+        fx_authn_free(authn);
     if (rv != 0)
         return rv;
     char err[256];
     fx_admin *admin = NULL;
-    fx_admin_opts ao = {.bind = c->metrics_bind};
+    fx_admin_route routes[FX_ADMIN_BROKER_NROUTES];
+    fx_admin_broker_routes(b, routes);
+    fx_admin_opts ao = {.bind = c->metrics_bind,
+                        .token = c->admin_token,
+                        .routes = routes,
+                        .nroutes = FX_ADMIN_BROKER_NROUTES};
     if (fx_admin_start(&admin, &ao, err, sizeof(err)) != 0) {
         fprintf(stderr, "felix-broker: %s\n", err);
         fx_broker_free(b);
+        fx_authn_free(authn);
         return EXIT_START;
     }
     print_banner(c, b, admin);
-    int sig = 0;
-    sigwait(&set, &sig);
-    fx_admin_set_draining(admin, true);
-    fprintf(stderr, "felix-broker: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    int sig = wait_stop_signal(&set, authn);
+    fx_admin_set_draining(admin, true); /* first: load balancers stop sending */
+    fprintf(stderr,
+            "felix-broker: %s received, draining (at most %llu ms; a second signal exits "
+            "at once)\n",
+            sig_name(sig), (unsigned long long)(c->shutdown_drain_timeout_ns / 1000000ull));
+    int status = drain(c, b, &set);
+    fx_admin_free(admin); /* its routes use the broker */
     fx_broker_free(b);
-    fx_admin_free(admin);
-    return 0;
+    fx_authn_free(authn); /* after the broker: its streams hold claims */
+    return status;
 }
 
 static int run(const struct opts *o)

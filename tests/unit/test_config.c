@@ -512,6 +512,63 @@ static void test_dev_config_loads(void **state)
     fx_config_deinit(&c);
 }
 
+static void test_jwt_mode_requires_jwks_file(void **state)
+{
+    (void)state;
+    const char *want[] = {"auth_mode = jwt", "needs jwks_file", NULL};
+    expect_error("auth_mode: jwt\n", NULL, NULL, 0, want);
+}
+
+static void test_jwt_keys_from_file_env_and_flags(void **state)
+{
+    (void)state;
+    struct fixture f;
+    char *envp[] = {"FELIX_JWKS_FILE=/etc/felix/jwks.json", "FELIX_JWT_AUDIENCE=aud-env", NULL};
+    const char *sets[] = {"jwt_leeway_s=30"};
+    assert_int_equal(load(&f, "auth_mode: jwt\njwt_issuer: iss-file\n", envp, sets, 1), 0);
+    assert_int_equal(f.c.auth_mode, FX_CONFIG_AUTH_JWT);
+    assert_string_equal(f.c.jwks_file, "/etc/felix/jwks.json");
+    assert_string_equal(f.c.jwt_issuer, "iss-file");
+    assert_string_equal(f.c.jwt_audience, "aud-env");
+    assert_int_equal(f.c.jwt_leeway_ns, 30 * 1000 * MS);
+    assert_int_equal(fx_config_origin_of(&f.c, "jwks_file")->from, FX_CONFIG_FROM_ENV);
+    assert_int_equal(fx_config_origin_of(&f.c, "jwt_leeway_s")->from, FX_CONFIG_FROM_FLAG);
+    done(&f);
+}
+
+static void test_jwt_defaults_match_auth_module(void **state)
+{
+    (void)state;
+    struct fixture f;
+    assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
+    assert_int_equal(f.c.auth_mode, FX_CONFIG_AUTH_NONE);
+    assert_string_equal(f.c.jwks_file, "");
+    assert_string_equal(f.c.jwt_issuer, "felix-auth");
+    assert_string_equal(f.c.jwt_audience, "felix-broker");
+    assert_int_equal(f.c.jwt_leeway_ns, 60 * 1000 * MS);
+    done(&f);
+}
+
+static void test_jwt_leeway_rejects_fractions_and_empty_issuer(void **state)
+{
+    (void)state;
+    const char *frac[] = {"jwt_leeway_s=1500ms"};
+    const char *want_frac[] = {"jwt_leeway_s", "whole seconds", NULL};
+    expect_error(NULL, NULL, frac, 1, want_frac);
+    const char *empty[] = {"jwt_issuer="};
+    const char *want_empty[] = {"jwt_issuer", NULL};
+    expect_error(NULL, NULL, empty, 1, want_empty);
+}
+
+static void test_jwks_file_without_jwt_warns(void **state)
+{
+    (void)state;
+    struct fixture f;
+    assert_int_equal(load(&f, "jwks_file: /etc/felix/jwks.json\n", NULL, NULL, 0), 0);
+    assert_true(any_warning_contains(&f.d, "auth_mode is none"));
+    done(&f);
+}
+
 /* docs/configuration.md embeds the registry's tables between two markers;
  * they must equal what fx_config_print_markdown() writes today. */
 static void test_docs_key_table_matches_registry(void **state)
@@ -582,6 +639,11 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_config_path_from_env),
     cmocka_unit_test(test_tls_files_must_come_together),
     cmocka_unit_test(test_dev_config_loads),
+    cmocka_unit_test(test_jwt_mode_requires_jwks_file),
+    cmocka_unit_test(test_jwt_keys_from_file_env_and_flags),
+    cmocka_unit_test(test_jwt_defaults_match_auth_module),
+    cmocka_unit_test(test_jwt_leeway_rejects_fractions_and_empty_issuer),
+    cmocka_unit_test(test_jwks_file_without_jwt_warns),
     cmocka_unit_test(test_docs_key_table_matches_registry),
 };
 

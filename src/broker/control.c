@@ -1,0 +1,702 @@
+/* Control plane of the broker: the admin operations (list, create and delete
+ * streams, list subscriptions) and the graceful drain. The caller's thread
+ * (the admin endpoint's or main) never reads loop-owned state: it posts one
+ * task per loop (every worker, plus the endpoint loop for the connection
+ * side), each task answers with a part, and the caller waits for all parts
+ * with a timeout. A late part lands in memory the parts' references keep
+ * alive and is discarded. Public functions: any thread but a broker loop. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "broker/broker_internal.h"
+#include "felix/error.h"
+
+/* ---- drain flag and the connection list ------------------------------------- */
+
+bool fxb_is_draining(const fx_broker *b)
+{
+    return atomic_load_explicit(&((fx_broker *)b)->draining, memory_order_acquire);
+}
+
+void fxb_conn_list_add(fx_broker *b, fxb_conn *c)
+{
+    c->cprev = NULL;
+    c->cnext = b->conns;
+    if (b->conns != NULL)
+        b->conns->cprev = c;
+    b->conns = c;
+    b->conns_listed++;
+}
+
+void fxb_conn_list_remove(fx_broker *b, fxb_conn *c)
+{
+    if (c->cprev != NULL)
+        c->cprev->cnext = c->cnext;
+    else if (b->conns == c)
+        b->conns = c->cnext;
+    else
+        return; /* never listed */
+    if (c->cnext != NULL)
+        c->cnext->cprev = c->cprev;
+    c->cnext = c->cprev = NULL;
+    b->conns_listed--;
+}
+
+/* ---- asking every loop ---------------------------------------------------------- */
+
+/* What one loop counts as unfinished work during a drain. */
+typedef struct work {
+    uint64_t jobs;       /* publish jobs queued, parked at a worker or at ingress */
+    uint64_t deliveries; /* envelopes and frame lists not yet written */
+    uint64_t replies;    /* replies queued on client streams */
+    uint64_t unacked;    /* bytes QUIC has not seen acknowledged */
+    uint64_t conns;      /* connections open */
+} work;
+
+typedef struct gather gather;
+
+/* One loop's answer. |worker| is the worker index, or -1 for the connection
+ * side on the endpoint loop. */
+typedef struct gpart {
+    fx_task task;
+    gather *g;
+    int worker;
+    json_t *j;
+    work w;
+} gpart;
+
+/* Fills |p| on its loop. */
+typedef void (*gather_fn)(fx_broker *b, gpart *p, void *arg);
+
+struct gather {
+    atomic_int refs; /* the asker and one per posted task */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t pending;
+    fx_broker *b;
+    gather_fn fn;
+    void *arg; /* read-only for the tasks; owned by the asker, see gather_run */
+    size_t nparts;
+    gpart parts[];
+};
+
+static void gather_unref(gather *g)
+{
+    if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    for (size_t i = 0; i < g->nparts; i++)
+        json_decref(g->parts[i].j);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+static void gather_cb(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    gpart *p = user;
+    gather *g = p->g;
+    g->fn(g->b, p, g->arg);
+    pthread_mutex_lock(&g->mu);
+    g->pending--;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    gather_unref(g);
+}
+
+static gather *gather_new(fx_broker *b, gather_fn fn, void *arg, bool workers, bool conns)
+{
+    size_t n = (workers ? b->nworkers : 0) + (conns ? 1 : 0);
+    gather *g = calloc(1, sizeof(*g) + n * sizeof(gpart));
+    if (g == NULL)
+        return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    (void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* always valid on Linux */
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&g->mu, NULL);
+    atomic_init(&g->refs, 1);
+    g->b = b;
+    g->fn = fn;
+    g->arg = arg;
+    g->nparts = n;
+    for (size_t i = 0; i < n; i++) {
+        gpart *p = &g->parts[i];
+        p->g = g;
+        p->worker = workers && i < b->nworkers ? (int)i : -1;
+        fx_task_init(&p->task, gather_cb, p);
+    }
+    return g;
+}
+
+/* Posts |fn| to every worker (|workers|) and/or the endpoint loop (|conns|)
+ * and waits up to |timeout_ns| for all answers. Returns 0 with the parts in
+ * |*pg| (release with gather_unref), FX_ETIMEDOUT or -ENOMEM. |arg| must stay
+ * valid until every task ran: only pass stack memory when a timeout cannot
+ * leave a task behind, else NULL. */
+static int gather_run(fx_broker *b, gather_fn fn, void *arg, bool workers, bool conns,
+                      uint64_t timeout_ns, gather **pg)
+{
+    gather *g = gather_new(b, fn, arg, workers, conns);
+    if (g == NULL)
+        return -ENOMEM;
+    g->pending = g->nparts;
+    for (size_t i = 0; i < g->nparts; i++) {
+        gpart *p = &g->parts[i];
+        fx_loop *l = p->worker >= 0 ? b->workers[p->worker].loop : b->ep_loop;
+        atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+        fx_loop_post(l, &p->task);
+    }
+    uint64_t end = fx_now_ns() + timeout_ns;
+    struct timespec ts = {.tv_sec = (time_t)(end / FX_NS_PER_S),
+                          .tv_nsec = (long)(end % FX_NS_PER_S)};
+    int rv = 0;
+    pthread_mutex_lock(&g->mu);
+    while (g->pending > 0 && rv == 0)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT && g->pending > 0)
+            rv = FX_ETIMEDOUT;
+    pthread_mutex_unlock(&g->mu);
+    if (rv != 0) {
+        gather_unref(g);
+        return rv;
+    }
+    *pg = g;
+    return 0;
+}
+
+/* ---- JSON helpers ------------------------------------------------------------------ */
+
+static int set_u64(json_t *o, const char *key, uint64_t v)
+{
+    return json_object_set_new(o, key, json_integer((json_int_t)(v > INT64_MAX ? INT64_MAX : v)));
+}
+
+static int set_str(json_t *o, const char *key, const char *v)
+{
+    return json_object_set_new(o, key, json_string(v));
+}
+
+static void id_key(char *buf, size_t cap, uint64_t id)
+{
+    snprintf(buf, cap, "%" PRIu64, id);
+}
+
+/* Serialises |j| (consumed) into |*pjson|. */
+static int dump(json_t *j, char **pjson)
+{
+    if (j == NULL)
+        return -ENOMEM;
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (s == NULL)
+        return -ENOMEM;
+    *pjson = s;
+    return 0;
+}
+
+/* ---- GET /v1/streams ------------------------------------------------------------------ */
+
+/* Worker side: the state of every stream the worker holds, by handle id. */
+static void streams_part(fx_broker *b, gpart *p, void *arg)
+{
+    (void)arg;
+    if (p->worker < 0)
+        return;
+    fxb_worker *w = &b->workers[p->worker];
+    json_t *o = json_object();
+    for (size_t i = 0; o != NULL && i < w->nstreams; i++) {
+        fx_stream *st = w->streams[i];
+        if (st == NULL)
+            continue;
+        json_t *e = json_object();
+        if (e == NULL)
+            break;
+        set_u64(e, "messages", fx_stream_ring_messages(st));
+        set_u64(e, "bytes", fx_stream_ring_bytes(st));
+        set_u64(e, "first_offset", fx_stream_oldest(st));
+        set_u64(e, "next_offset", fx_stream_tail(st));
+        set_u64(e, "subscribers", fx_stream_subscriber_count(st));
+        char key[24];
+        id_key(key, sizeof(key), i * b->nworkers + (size_t)p->worker);
+        json_object_set_new(o, key, e);
+    }
+    p->j = o;
+}
+
+typedef struct handles {
+    fx_stream_handle **h;
+    size_t n, cap;
+    bool oom;
+} handles;
+
+static void collect_handle(fx_stream_handle *h, void *user)
+{
+    handles *hs = user;
+    if (hs->n == hs->cap) {
+        size_t cap = hs->cap ? hs->cap * 2 : 16;
+        fx_stream_handle **p = realloc(hs->h, cap * sizeof(*p));
+        if (p == NULL) {
+            hs->oom = true;
+            return;
+        }
+        hs->h = p;
+        hs->cap = cap;
+    }
+    hs->h[hs->n++] = fx_stream_handle_ref(h);
+}
+
+static void handles_free(handles *hs)
+{
+    for (size_t i = 0; i < hs->n; i++)
+        fx_stream_handle_unref(hs->h[i]);
+    free(hs->h);
+}
+
+static int cmp_handle(const void *a, const void *b)
+{
+    uint64_t x = fx_stream_handle_id(*(fx_stream_handle *const *)a);
+    uint64_t y = fx_stream_handle_id(*(fx_stream_handle *const *)b);
+    return x < y ? -1 : x > y;
+}
+
+/* One entry of the answer: names from the registry, state from the worker
+ * (a stream nobody used yet has no state: zeros). */
+static json_t *stream_entry(fx_broker *b, gather *g, fx_stream_handle *h)
+{
+    uint64_t id = fx_stream_handle_id(h);
+    json_t *e = json_object();
+    if (e == NULL)
+        return NULL;
+    set_str(e, "tenant", fx_stream_handle_tenant(h));
+    set_str(e, "namespace", fx_stream_handle_namespace(h));
+    set_str(e, "stream", fx_stream_handle_stream(h));
+    set_u64(e, "id", id);
+    char key[24];
+    id_key(key, sizeof(key), id);
+    json_t *st = json_object_get(g->parts[id % b->nworkers].j, key);
+    const char *fields[] = {"messages", "bytes", "first_offset", "next_offset", "subscribers"};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        json_t *v = st != NULL ? json_object_get(st, fields[i]) : NULL;
+        set_u64(e, fields[i], v != NULL ? (uint64_t)json_integer_value(v) : 0);
+    }
+    return e;
+}
+
+int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson)
+{
+    handles hs = {0};
+    fx_registry_foreach(b->reg, collect_handle, &hs);
+    if (hs.oom) {
+        handles_free(&hs);
+        return -ENOMEM;
+    }
+    qsort(hs.h, hs.n, sizeof(*hs.h), cmp_handle);
+    gather *g;
+    int rv = gather_run(b, streams_part, NULL, true, false, timeout_ns, &g);
+    if (rv != 0) {
+        handles_free(&hs);
+        return rv;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; arr != NULL && i < hs.n; i++) {
+        json_t *e = stream_entry(b, g, hs.h[i]);
+        if (e == NULL || json_array_append_new(arr, e) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    gather_unref(g);
+    handles_free(&hs);
+    json_t *root = arr != NULL ? json_pack("{s:o}", "streams", arr) : NULL;
+    return dump(root, pjson);
+}
+
+/* ---- GET /v1/subscriptions ---------------------------------------------------------------- */
+
+/* Worker side: subscriber queue state by subscription id. */
+static void subs_worker(fxb_worker *w, gpart *p)
+{
+    json_t *o = json_object();
+    for (fxb_sub *sub = w->subs; o != NULL && sub != NULL; sub = sub->wnext) {
+        fx_subscriber_stats st;
+        fx_subscriber_get_stats(sub->sub, &st);
+        json_t *e = json_object();
+        if (e == NULL)
+            break;
+        set_u64(e, "queue_depth", st.depth);
+        set_u64(e, "queue_capacity", st.capacity);
+        set_u64(e, "queue_dropped", st.dropped_items);
+        char key[24];
+        id_key(key, sizeof(key), sub->id);
+        json_object_set_new(o, key, e);
+    }
+    p->j = o;
+}
+
+/* Connection side: every subscription with its connection and lane. */
+static void subs_conns(fx_broker *b, gpart *p)
+{
+    json_t *arr = json_array();
+    uint64_t now = fx_now_ns();
+    for (fxb_conn *c = b->conns; arr != NULL && c != NULL; c = c->cnext) {
+        for (fxb_sub *sub = c->subs; sub != NULL; sub = sub->next) {
+            json_t *e = json_object();
+            if (e == NULL)
+                break;
+            set_u64(e, "id", sub->id);
+            set_str(e, "tenant", fx_stream_handle_tenant(sub->h));
+            set_str(e, "namespace", fx_stream_handle_namespace(sub->h));
+            set_str(e, "stream", fx_stream_handle_stream(sub->h));
+            set_u64(e, "connection_id", c->id);
+            set_u64(e, "lane_depth", fx_queue_depth(&sub->lane));
+            set_u64(e, "lane_capacity", fx_queue_capacity(&sub->lane));
+            set_u64(e, "lane_dropped", atomic_load(&sub->lane_dropped_events));
+            set_u64(e, "unacked_bytes", sub->inflight);
+            set_u64(e, "delivered", sub->delivered);
+            json_object_set_new(
+                e, "last_delivery_age_ms",
+                sub->last_write_ns == 0
+                    ? json_null()
+                    : json_integer((json_int_t)((now - sub->last_write_ns) / FX_NS_PER_MS)));
+            json_array_append_new(arr, e);
+        }
+    }
+    p->j = arr;
+}
+
+static void subs_part(fx_broker *b, gpart *p, void *arg)
+{
+    (void)arg;
+    if (p->worker >= 0)
+        subs_worker(&b->workers[p->worker], p);
+    else
+        subs_conns(b, p);
+}
+
+static uint64_t get_u64(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return v != NULL && json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
+}
+
+/* Adds the worker side of |e| (found in any worker's part) and the totals. */
+static void merge_sub(gather *g, json_t *e)
+{
+    char key[24];
+    id_key(key, sizeof(key), get_u64(e, "id"));
+    json_t *ws = NULL;
+    for (size_t i = 0; ws == NULL && i + 1 < g->nparts; i++)
+        ws = json_object_get(g->parts[i].j, key);
+    uint64_t qdrop = get_u64(ws, "queue_dropped");
+    set_u64(e, "queue_depth", get_u64(ws, "queue_depth"));
+    set_u64(e, "queue_capacity", get_u64(ws, "queue_capacity"));
+    set_u64(e, "queue_dropped", qdrop);
+    set_u64(e, "drops", qdrop + get_u64(e, "lane_dropped"));
+}
+
+/* Most drops first, then deepest queue: the slow subscriber leads. */
+static int cmp_sub(const void *a, const void *b)
+{
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    uint64_t dx = get_u64(x, "drops"), dy = get_u64(y, "drops");
+    if (dx != dy)
+        return dx > dy ? -1 : 1;
+    uint64_t qx = get_u64(x, "queue_depth") + get_u64(x, "lane_depth");
+    uint64_t qy = get_u64(y, "queue_depth") + get_u64(y, "lane_depth");
+    if (qx != qy)
+        return qx > qy ? -1 : 1;
+    uint64_t ix = get_u64(x, "id"), iy = get_u64(y, "id");
+    return ix < iy ? -1 : ix > iy;
+}
+
+int fx_broker_list_subscriptions(fx_broker *b, uint64_t timeout_ns, char **pjson)
+{
+    gather *g;
+    int rv = gather_run(b, subs_part, NULL, true, true, timeout_ns, &g);
+    if (rv != 0)
+        return rv;
+    json_t *conn_side = g->parts[g->nparts - 1].j;
+    size_t n = conn_side != NULL ? json_array_size(conn_side) : 0;
+    json_t **v = calloc(n + 1, sizeof(*v));
+    json_t *arr = json_array();
+    if (conn_side == NULL || v == NULL || arr == NULL) {
+        free(v);
+        json_decref(arr);
+        gather_unref(g);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        v[i] = json_array_get(conn_side, i);
+        merge_sub(g, v[i]);
+    }
+    qsort(v, n, sizeof(*v), cmp_sub);
+    for (size_t i = 0; i < n; i++)
+        json_array_append(arr, v[i]);
+    free(v);
+    gather_unref(g);
+    return dump(json_pack("{s:o}", "subscriptions", arr), pjson);
+}
+
+/* ---- create and delete -------------------------------------------------------------------- */
+
+static fx_wire_slice slice_of(const char *s)
+{
+    return (fx_wire_slice){(const uint8_t *)s, strlen(s)};
+}
+
+int fx_broker_create_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            bool *pcreated, fx_registry_err *err)
+{
+    if (fxb_is_draining(b)) {
+        if (err != NULL) {
+            err->code = FX_ESHUTDOWN;
+            snprintf(err->msg, sizeof(err->msg), "%s", FXB_SHUTDOWN_TEXT);
+        }
+        return FX_ESHUTDOWN;
+    }
+    int rv = fx_registry_create(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream), NULL,
+                                pcreated, err);
+    if (rv == 0 && pcreated != NULL && *pcreated)
+        FX_LOG_INFO("broker", "stream %s/%s/%s created by the admin API", tenant, ns, stream);
+    return rv;
+}
+
+typedef struct find_name {
+    const char *t, *ns, *s;
+    fx_stream_handle *h;
+} find_name;
+
+static void find_cb(fx_stream_handle *h, void *user)
+{
+    find_name *f = user;
+    if (f->h == NULL && strcmp(fx_stream_handle_tenant(h), f->t) == 0 &&
+        strcmp(fx_stream_handle_namespace(h), f->ns) == 0 &&
+        strcmp(fx_stream_handle_stream(h), f->s) == 0)
+        f->h = fx_stream_handle_ref(h);
+}
+
+/* Posted to the deleted stream's worker; holds a handle reference. */
+typedef struct end_task {
+    fx_task task;
+    fxb_worker *w;
+    fx_stream_handle *h;
+} end_task;
+
+static void end_task_cb(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    end_task *e = user;
+    fxb_worker_end_stream(e->w, e->h);
+    fx_stream_handle_unref(e->h);
+    free(e);
+}
+
+int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            fx_registry_err *err)
+{
+    find_name f = {.t = tenant, .ns = ns, .s = stream};
+    fx_registry_foreach(b->reg, find_cb, &f);
+    end_task *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        fx_stream_handle_unref(f.h);
+        return -ENOMEM;
+    }
+    if (f.h == NULL ||
+        !fx_registry_remove(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream))) {
+        fx_stream_handle_unref(f.h);
+        free(e);
+        if (err != NULL) {
+            err->code = FX_ENOSTREAM;
+            snprintf(err->msg, sizeof(err->msg),
+                     "stream not found: tenant=%.255s namespace=%.255s stream=%.255s", tenant, ns,
+                     stream);
+        }
+        return FX_ENOSTREAM;
+    }
+    /* Inactive from now on: resolves fail, so no new publish or subscribe
+     * reaches the worker for it; the worker finishes its subscribers. */
+    e->h = f.h;
+    e->w = fxb_worker_for(b, f.h);
+    fx_task_init(&e->task, end_task_cb, e);
+    fx_loop_post(e->w->loop, &e->task);
+    FX_LOG_INFO("broker", "stream %s/%s/%s deleted by the admin API", tenant, ns, stream);
+    return 0;
+}
+
+/* ---- graceful drain ---------------------------------------------------------------------- */
+
+static void work_worker(fxb_worker *w, work *k)
+{
+    k->jobs += fx_queue_depth(&w->jobs) + (w->parked_job != NULL);
+    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
+        fx_subscriber_stats st;
+        fx_subscriber_get_stats(sub->sub, &st);
+        k->deliveries += st.depth + (sub->backlog.n - sub->backlog_pos) + (sub->held != NULL) +
+                         fx_coalescer_has_pending(&sub->co);
+    }
+}
+
+static void work_conns(fx_broker *b, work *k)
+{
+    for (fxb_conn *c = b->conns; c != NULL; c = c->cnext) {
+        k->conns++;
+        if (c->qc != NULL)
+            k->unacked += fx_quic_conn_unacked(c->qc);
+        for (fxb_bidi *s = c->bidis; s != NULL; s = s->next) {
+            k->jobs += s->parked != NULL;
+            for (fxb_reply *r = s->rhead; r != NULL; r = r->next)
+                k->replies++;
+        }
+        for (fxb_sub *sub = c->subs; sub != NULL; sub = sub->next)
+            k->deliveries += fx_queue_depth(&sub->lane) + (sub->cur != NULL);
+    }
+}
+
+static void work_part(fx_broker *b, gpart *p, void *arg)
+{
+    (void)arg;
+    if (p->worker >= 0)
+        work_worker(&b->workers[p->worker], &p->w);
+    else
+        work_conns(b, &p->w);
+}
+
+/* Adds one ask of the workers or of the connections to |k|. Returns 0 or
+ * FX_ETIMEDOUT / -ENOMEM. */
+static int work_ask(fx_broker *b, bool workers, uint64_t timeout_ns, work *k)
+{
+    gather *g;
+    int rv = gather_run(b, work_part, NULL, workers, !workers, timeout_ns, &g);
+    if (rv != 0)
+        return rv;
+    for (size_t i = 0; i < g->nparts; i++) {
+        k->jobs += g->parts[i].w.jobs;
+        k->deliveries += g->parts[i].w.deliveries;
+        k->replies += g->parts[i].w.replies;
+        k->unacked += g->parts[i].w.unacked;
+        k->conns += g->parts[i].w.conns;
+    }
+    gather_unref(g);
+    return 0;
+}
+
+static bool work_done(const work *k)
+{
+    return k->jobs == 0 && k->deliveries == 0 && k->replies == 0 && k->unacked == 0;
+}
+
+/* One round: connections, then workers, then connections again, one after
+ * the other. No new work is accepted while draining and work only moves
+ * downstream (ingress -> worker -> lane and replies -> QUIC), so anything
+ * that existed when the round started is counted by one of the asks or has
+ * been acknowledged: a clean round means everything accepted is done. The
+ * connection count is the last ask's. */
+static int work_round(fx_broker *b, uint64_t timeout_ns, work *k)
+{
+    work c1 = {0}, w = {0}, c2 = {0};
+    int rv = work_ask(b, false, timeout_ns, &c1);
+    if (rv == 0)
+        rv = work_ask(b, true, timeout_ns, &w);
+    if (rv == 0)
+        rv = work_ask(b, false, timeout_ns, &c2);
+    if (rv != 0)
+        return rv;
+    *k = (work){.jobs = c1.jobs + w.jobs + c2.jobs,
+                .deliveries = c1.deliveries + w.deliveries + c2.deliveries,
+                .replies = c1.replies + c2.replies,
+                .unacked = c1.unacked + c2.unacked,
+                .conns = c2.conns};
+    return 0;
+}
+
+static void close_conns(fx_broker *b, gpart *p, void *arg)
+{
+    (void)p;
+    (void)arg;
+    for (fxb_conn *c = b->conns; c != NULL; c = c->cnext)
+        if (c->qc != NULL)
+            fx_quic_conn_close(c->qc, 0, FXB_SHUTDOWN_TEXT);
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / FX_NS_PER_S),
+                          .tv_nsec = (long)(ns % FX_NS_PER_S)};
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t until(uint64_t deadline_ns, uint64_t cap_ns)
+{
+    uint64_t now = fx_now_ns();
+    uint64_t left = deadline_ns > now ? deadline_ns - now : 0;
+    return left < cap_ns ? left : cap_ns;
+}
+
+/* Polls rounds until one is clean or the deadline passes. */
+static bool wait_done(fx_broker *b, uint64_t deadline_ns, work *k)
+{
+    while (fx_now_ns() < deadline_ns) {
+        int rv = work_round(b, until(deadline_ns, FX_NS_PER_S), k);
+        if (rv == 0 && work_done(k))
+            return true;
+        sleep_ns(until(deadline_ns, 2 * FX_NS_PER_MS));
+    }
+    return false;
+}
+
+/* Closes every connection and waits (bounded) for them to be gone. */
+static void close_all(fx_broker *b)
+{
+    gather *g;
+    if (gather_run(b, close_conns, NULL, false, true, FX_NS_PER_S, &g) == 0)
+        gather_unref(g);
+    uint64_t end = fx_now_ns() + FX_NS_PER_S;
+    work left = {0};
+    while (fx_now_ns() < end) {
+        left = (work){0};
+        if (work_ask(b, false, until(end, FX_NS_PER_S), &left) == 0 && left.conns == 0)
+            break;
+        sleep_ns(2 * FX_NS_PER_MS);
+    }
+    if (left.conns != 0)
+        FX_LOG_WARN("broker", "%llu connection(s) still open after the close",
+                    (unsigned long long)left.conns);
+}
+
+int fx_broker_drain(fx_broker *b, uint64_t deadline_ns, fx_broker_drain_report *r)
+{
+    *r = (fx_broker_drain_report){0};
+    if (!b->started || b->stopped)
+        return -EINVAL;
+    uint64_t start = fx_now_ns();
+    atomic_store_explicit(&b->draining, true, memory_order_release);
+    work k = {0};
+    bool done = wait_done(b, deadline_ns, &k);
+    r->timed_out = !done;
+    if (!done) {
+        r->jobs_queued = k.jobs;
+        r->deliveries_queued = k.deliveries;
+        r->replies_pending = k.replies;
+        r->unacked_bytes = k.unacked;
+    }
+    r->connections = k.conns;
+    close_all(b);
+    r->publishes_refused = atomic_load(&b->drain_refused);
+    r->elapsed_ns = fx_now_ns() - start;
+    return done ? 0 : FX_ETIMEDOUT;
+}
+
+bool fx_broker_is_draining(const fx_broker *b)
+{
+    return fxb_is_draining(b);
+}

@@ -1,0 +1,26 @@
+/* The broker's routes on the admin HTTP endpoint: the stream admin API
+ * (GET /v1/streams, PUT and DELETE /v1/streams/{tenant}/{namespace}/{stream},
+ * GET /v1/subscriptions), JSON in and out. Each handler calls the broker's
+ * control functions (broker.h), which ask the loops with a timeout; no
+ * handler reads loop-owned state. Handlers run on the endpoint's threads. */
+#ifndef FX_SERVER_ADMIN_ROUTES_H
+#define FX_SERVER_ADMIN_ROUTES_H
+
+#include "broker/broker.h"
+#include "server/admin.h"
+
+/* Routes written by fx_admin_broker_routes(). */
+#define FX_ADMIN_BROKER_NROUTES 4u
+/* How long a handler waits for the loops before answering 503. */
+#define FX_ADMIN_BROKER_TIMEOUT_NS (2ull * 1000000000ull)
+
+/* Writes the broker's FX_ADMIN_BROKER_NROUTES routes into |out|, for
+ * fx_admin_opts.routes. |b| must outlive the admin endpoint: free the
+ * endpoint (fx_admin_free) before the broker. Answers: 200 with JSON for the
+ * lists; PUT 201 (created) or 200 (existed), 400 with {"error": reason} for
+ * an invalid name or path, 429 at max_streams_per_tenant, 503 while draining;
+ * DELETE 200 or 404; 503 FX_ADMIN_TIMEOUT_BODY when a loop did not answer in
+ * time. Any thread. */
+void fx_admin_broker_routes(fx_broker *b, fx_admin_route *out);
+
+#endif

@@ -1,0 +1,213 @@
+/* Integration tests of the stream admin API on the admin HTTP endpoint:
+ * create, list and delete streams, what a deletion does to subscribers and
+ * publishers, and the subscription list naming a slow subscriber. A real
+ * broker and libfelix clients in this process (admin_fixture.h). */
+/* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "integ/admin_fixture.h"
+
+/* The entry of |name| in a GET /v1/streams answer, or NULL. */
+static json_t *find_stream(json_t *root, const char *name)
+{
+    json_t *arr = json_object_get(root, "streams");
+    assert_true(json_is_array(arr));
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *e = json_array_get(arr, i);
+        if (strcmp(json_string_value(json_object_get(e, "stream")), name) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static void expect_status(E *e, const char *method, const char *path, int status,
+                          const char *body_has)
+{
+    http_resp r;
+    http(e, method, path, &r);
+    if (r.status != status)
+        fail_msg("%s %s: %d %s (want %d)", method, path, r.status, r.body, status);
+    if (body_has != NULL && strstr(r.body, body_has) == NULL)
+        fail_msg("%s %s: body %s lacks '%s'", method, path, r.body, body_has);
+}
+
+static void test_streams_create_list_delete(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.auto_create_streams = false;
+    e->bo.max_streams_per_tenant = 2;
+    e_start(e);
+    expect_status(e, "PUT", "/v1/streams/t1/default/a", 201, "\"created\":true");
+    expect_status(e, "PUT", "/v1/streams/t1/default/a", 200, "\"created\":false");
+    expect_status(e, "PUT", "/v1/streams/t1/default/", 400, "stream");
+    expect_status(e, "PUT", "/v1/streams/t1/default", 400, "want /v1/streams/");
+    expect_status(e, "PUT", "/v1/streams/t1/default/b", 201, NULL);
+    expect_status(e, "PUT", "/v1/streams/t1/default/c", 429, "max_streams_per_tenant");
+
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fx_publish(c, NS, "a", "xyz", 3, FX_ACK_PER_MESSAGE), 0);
+    json_t *j = get_json(e, "/v1/streams");
+    json_t *a = find_stream(j, "a"), *b = find_stream(j, "b");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_null(find_stream(j, "c"));
+    assert_string_equal(json_string_value(json_object_get(a, "tenant")), "t1");
+    assert_string_equal(json_string_value(json_object_get(a, "namespace")), NS);
+    assert_int_equal(ju(a, "messages"), 3);
+    assert_int_equal(ju(a, "first_offset"), 0);
+    assert_int_equal(ju(a, "next_offset"), 3);
+    assert_int_equal(ju(a, "subscribers"), 0);
+    assert_int_equal(ju(b, "messages"), 0);
+    assert_true(ju(a, "id") != ju(b, "id"));
+    json_decref(j);
+
+    expect_status(e, "DELETE", "/v1/streams/t1/default/a", 200, "\"deleted\":true");
+    expect_status(e, "DELETE", "/v1/streams/t1/default/a", 404, "stream not found");
+    j = get_json(e, "/v1/streams");
+    assert_null(find_stream(j, "a"));
+    assert_non_null(find_stream(j, "b"));
+    json_decref(j);
+    /* The tenant's slot is free again. */
+    expect_status(e, "PUT", "/v1/streams/t1/default/c", 201, NULL);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+}
+
+static void test_delete_finishes_subscribers_event_streams(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.auto_create_streams = false;
+    e_start(e);
+    expect_status(e, "PUT", "/v1/streams/t1/default/d", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_subscription *s1 = subscribe(c, "d");
+    fx_subscription *s2 = subscribe(c, "d");
+    enum { N = 50 };
+    for (int i = 0; i < N; i++)
+        assert_int_equal(fx_publish(c, NS, "d", "payload", 7, FX_ACK_PER_MESSAGE), 0);
+    expect_status(e, "DELETE", "/v1/streams/t1/default/d", 200, NULL);
+    fx_subscription *subs[2] = {s1, s2};
+    for (int k = 0; k < 2; k++) {
+        /* Everything queued before the deletion arrives, then the end. */
+        for (uint64_t i = 0; i < N; i++) {
+            fx_event ev;
+            assert_int_equal(fx_subscription_next(subs[k], &ev, HANG_MS), 0);
+            assert_true(ev.has_offset);
+            assert_int_equal(ev.offset, i);
+        }
+        fx_event ev;
+        assert_int_equal(fx_subscription_next(subs[k], &ev, HANG_MS), FX_EEOF);
+        fx_sub_error se;
+        assert_int_equal(fx_subscription_error(subs[k], &se), 0);
+        assert_int_equal(se.code, FX_EEOF);
+    }
+    fx_unsubscribe(s1);
+    fx_unsubscribe(s2);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+}
+
+static void test_publish_after_delete_gets_stream_not_found(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.auto_create_streams = false;
+    e_start(e);
+    expect_status(e, "PUT", "/v1/streams/t1/default/p", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    assert_int_equal(fx_publish(c, NS, "p", "x", 1, FX_ACK_PER_MESSAGE), 0);
+    expect_status(e, "DELETE", "/v1/streams/t1/default/p", 200, NULL);
+    /* The same publish stream (its cached handle is now inactive). */
+    assert_int_equal(fx_publish(c, NS, "p", "y", 1, FX_ACK_PER_MESSAGE), FX_ENOSTREAM);
+    char msg[256];
+    fx_client_last_error(c, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "stream not found"));
+    fx_subscription *s = NULL;
+    assert_int_equal(fx_subscribe(&s, c, NS, "p", NULL), FX_ENOSTREAM);
+    assert_null(s);
+    /* Created again, it is a new, empty stream. */
+    expect_status(e, "PUT", "/v1/streams/t1/default/p", 201, NULL);
+    assert_int_equal(fx_publish(c, NS, "p", "z", 1, FX_ACK_PER_MESSAGE), 0);
+    json_t *j = get_json(e, "/v1/streams");
+    assert_int_equal(ju(find_stream(j, "p"), "next_offset"), 1);
+    json_decref(j);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+}
+
+static void count_event(void *user, const fx_event *ev)
+{
+    (void)ev;
+    atomic_fetch_add((atomic_uint_fast64_t *)user, 1);
+}
+
+static void test_subscriptions_list_names_slow_subscriber(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    /* Default mode (drop_new at checkpoints 5 and 6) with small queues. */
+    e->bo.subscriber_queue_capacity = 8;
+    e->bo.subscriber_lane_queue_depth = 4;
+    e->bo.subscriber_unacked_bytes = 64u << 10;
+    e_start(e);
+    fx_client *stalled = e_client(e, FX_POLICY_BLOCK, 64u << 10, 2);
+    fx_client *healthy = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_client *pc = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_subscription *slow = subscribe(stalled, "s"); /* nobody reads it */
+    fx_subscription *fast = subscribe(healthy, "s");
+    atomic_uint_fast64_t got;
+    atomic_init(&got, 0);
+    assert_int_equal(fx_subscription_set_callback(fast, count_event, &got), 0);
+    enum { BATCHES = 40, PER = 100 };
+    static uint8_t pay[1024];
+    fx_iov iov[PER];
+    for (int i = 0; i < PER; i++)
+        iov[i] = (fx_iov){pay, sizeof(pay)};
+    /* One envelope per batch; the healthy subscriber takes each before the
+     * next, so only the stalled one can shed. */
+    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    for (int i = 0; i < BATCHES; i++) {
+        assert_int_equal(fx_publish_batch(pc, NS, "s", iov, PER, FX_ACK_PER_BATCH), 0);
+        while (atomic_load(&got) < (uint64_t)(i + 1) * PER && fx_now_ns() < deadline)
+            sleep_ms(1);
+    }
+    assert_int_equal(atomic_load(&got), BATCHES * PER);
+
+    fx_sub_stats ss, fs;
+    assert_int_equal(fx_subscription_stats(slow, &ss), 0);
+    assert_int_equal(fx_subscription_stats(fast, &fs), 0);
+    json_t *j = get_json(e, "/v1/subscriptions");
+    json_t *arr = json_object_get(j, "subscriptions");
+    assert_int_equal(json_array_size(arr), 2);
+    json_t *first = json_array_get(arr, 0), *second = json_array_get(arr, 1);
+    /* The stalled subscription leads the list and is the one shedding. */
+    assert_int_equal(ju(first, "id"), ss.subscription_id);
+    assert_int_equal(ju(second, "id"), fs.subscription_id);
+    assert_true(ju(first, "drops") > 0);
+    assert_int_equal(ju(second, "drops"), 0);
+    assert_int_equal(ju(first, "drops"), ju(first, "queue_dropped") + ju(first, "lane_dropped"));
+    assert_int_equal(ju(second, "delivered"), BATCHES * PER);
+    assert_true(ju(first, "delivered") < BATCHES * PER);
+    assert_true(ju(first, "connection_id") != ju(second, "connection_id"));
+    assert_string_equal(json_string_value(json_object_get(first, "stream")), "s");
+    assert_true(json_is_integer(json_object_get(second, "last_delivery_age_ms")));
+    json_decref(j);
+    fx_unsubscribe(slow);
+    fx_unsubscribe(fast);
+    assert_int_equal(fx_client_close(pc, HANG_MS), 0);
+    assert_int_equal(fx_client_close(stalled, HANG_MS), 0);
+    assert_int_equal(fx_client_close(healthy, HANG_MS), 0);
+    e_free(e);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_streams_create_list_delete),
+    cmocka_unit_test(test_delete_finishes_subscribers_event_streams),
+    cmocka_unit_test(test_publish_after_delete_gets_stream_not_found),
+    cmocka_unit_test(test_subscriptions_list_names_slow_subscriber),
+};
+FX_TEST_MAIN(tests)
