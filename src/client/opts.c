@@ -40,6 +40,8 @@ int fx_client_map_remote(const char *msg)
         return FX_ENOSTREAM;
     if (strstr(msg, "forbidden") != NULL)
         return FX_EFORBIDDEN;
+    if (strstr(msg, "broker shutting down") != NULL)
+        return FX_ESHUTDOWN;
     if (strstr(msg, "overloaded") != NULL || strstr(msg, "queue full") != NULL)
         return FX_EOVERLOAD;
     if (strstr(msg, "auth") != NULL)

@@ -130,6 +130,13 @@ static void print_origin(const fx_config *c, int i, FILE *out)
     fputc('\n', out);
 }
 
+/* Keys whose values are credentials. */
+static bool is_secret(const struct key *k)
+{
+    size_t n = strlen(k->name);
+    return n >= 6 && strcmp(k->name + n - 6, "_token") == 0;
+}
+
 int fx_config_print(const fx_config *c, FILE *out)
 {
     char val[4 * FX_CONFIG_PATH_MAX + 8];
@@ -145,6 +152,9 @@ int fx_config_print(const fx_config *c, FILE *out)
             print_streams(c, out);
         } else {
             fx_config_format_value(c, (int)i, val, sizeof(val));
+            /* Secrets are never printed: the output goes to terminals and logs. */
+            if (is_secret(k) && val[0] && strcmp(val, "\"\"") != 0)
+                snprintf(val, sizeof(val), "'<redacted>'");
             fprintf(out, "%s: %s", k->name, val);
         }
         print_origin(c, (int)i, out);

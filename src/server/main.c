@@ -362,8 +362,9 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
            FX_VERSION, c->quic_bind, (unsigned)fx_broker_port(b), (unsigned)c->workers,
            epw >= 0 ? "worker 0" : "io loop 0");
     printf("felix-broker: TLS certificate SHA-256 %s\n", fx_broker_fingerprint(b));
-    printf("felix-broker: admin HTTP on %s (port %u): /metrics /live /ready\n", c->metrics_bind,
-           (unsigned)fx_admin_port(admin));
+    printf("felix-broker: admin HTTP on %s (port %u): /metrics /live /ready /v1/streams "
+           "/v1/subscriptions\n",
+           c->metrics_bind, (unsigned)fx_admin_port(admin));
     char cli[PATH_MAX + 16];
     cli_path(cli, sizeof(cli));
     printf("felix-broker: to publish and subscribe, in another terminal:\n");

@@ -244,7 +244,7 @@ static void test_late_publish_gets_broker_shutting_down(void **state)
     wait_ready_503(e);
     char msg[256];
     int rv = fx_publish(st.pc, NS, "st", "late", 4, FX_ACK_PER_MESSAGE);
-    assert_true(rv != 0);
+    assert_int_equal(rv, FX_ESHUTDOWN);
     fx_client_last_error(st.pc, msg, sizeof(msg));
     assert_non_null(strstr(msg, "broker shutting down"));
     fx_iov one = {"late", 4};
