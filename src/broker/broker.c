@@ -369,6 +369,40 @@ void fx_broker_free(fx_broker *b)
     free(b);
 }
 
+/* ---- certificate reload -------------------------------------------------- */
+
+typedef struct tls_swap {
+    fx_broker *b;
+    fx_quic_creds *cr;
+    int rv;
+} tls_swap;
+
+static void swap_creds(void *arg)
+{
+    tls_swap *s = arg;
+    s->rv = s->b->ep != NULL ? fx_quic_endpoint_set_credentials(s->b->ep, s->cr) : FX_ESHUTDOWN;
+}
+
+int fx_broker_reload_tls(fx_broker *b)
+{
+    if (b->stopped)
+        return FX_ESHUTDOWN;
+    /* Disk I/O here on the main thread; the endpoint's loop only swaps. */
+    fx_quic_creds *cr;
+    int rv = fx_quic_creds_load(&cr, &b->o.quic);
+    if (rv != 0)
+        return rv;
+    tls_swap s = {.b = b, .cr = cr};
+    if (b->started)
+        run_on(b->ep_loop, swap_creds, &s);
+    else
+        swap_creds(&s);
+    if (s.rv == 0)
+        snprintf(b->fingerprint, sizeof(b->fingerprint), "%s", fx_quic_creds_fingerprint(cr));
+    fx_quic_creds_unref(cr);
+    return s.rv;
+}
+
 uint16_t fx_broker_port(const fx_broker *b)
 {
     return b->port;

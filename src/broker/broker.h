@@ -131,8 +131,20 @@ void fx_broker_free(fx_broker *b);
 
 /* The bound UDP port. Any thread. */
 uint16_t fx_broker_port(const fx_broker *b);
-/* Hex SHA-256 of the server certificate (64 chars). Any thread. */
+/* Hex SHA-256 of the server certificate new handshakes present (64 chars).
+ * It changes only in fx_broker_reload_tls: read it on the thread that calls
+ * that (main), or on any thread when no reload runs. */
 const char *fx_broker_fingerprint(const fx_broker *b);
+
+/* Re-reads the TLS certificate and key (tls_cert_file / tls_key_file, or the
+ * generated pair in state_dir) on the calling thread and hands them to the
+ * endpoint's loop: new handshakes present them from now on, connections
+ * already open keep theirs and are not interrupted. On failure nothing
+ * changes; the reason is logged by the quic module with the file names.
+ * Returns 0; -errno (file unreadable); FX_ETLS (not a certificate, key does
+ * not match); FX_ECONFIG; FX_ESHUTDOWN (stopped); -ENOMEM. Blocks until the
+ * loop has swapped. Main thread. */
+int fx_broker_reload_tls(fx_broker *b);
 /* The stream registry (any thread; see registry.h). */
 fx_registry *fx_broker_registry(fx_broker *b);
 /* Index of the worker loop the QUIC endpoint runs on, or -1 when it runs on

@@ -141,6 +141,8 @@ static fx_ingress_target target_of(fxb_job *j)
     return (fx_ingress_target){.conn_budget = &j->conn->budget, .queue = &j->w->jobs};
 }
 
+static fx_ratelimit ingress_drop_rl = FX_RATELIMIT_INIT;
+
 /* Runs admission for |j| whose reply slot (if acked) is |r|. Returns 0 when
  * the request is settled, 1 when parked (|s| stops reading). */
 static int admit(fxb_bidi *s, fxb_job *j, fxb_reply *r)
@@ -160,6 +162,9 @@ static int admit(fxb_bidi *s, fxb_job *j, fxb_reply *r)
         break;
     case FX_INGRESS_DROPPED:
         FX_COUNTER_INC(publish_dropped);
+        FX_LOG_RATELIMITED(&ingress_drop_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                           "ingress full: dropped an unacked publish conn=%llu",
+                           (unsigned long long)s->conn->id);
         fxb_job_free(j);
         break;
     case FX_INGRESS_FAILED:

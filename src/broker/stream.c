@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/loop.h"
 #include "base/metrics.h"
 #include "felix/error.h"
 
@@ -188,6 +190,8 @@ void fx_stream_free(fx_stream *s)
 
 /* ---- fanout --------------------------------------------------------------------- */
 
+static fx_ratelimit sub_queue_drop_rl = FX_RATELIMIT_INIT;
+
 /* Called by the subscriber queue for every envelope it sheds (drop_new
  * refusal, drop_old eviction) or still holds at deinit. Drops are counted in
  * messages (items), the unit the operator loses; the per-subscription stats
@@ -207,6 +211,10 @@ static void sub_on_drop(void *item, void *user)
         FX_COUNTER_ADD(sub_queue_dropped, n);
         if (sub->stream->o.sub_queue_policy == FX_QUEUE_DROP_OLD)
             FX_COUNTER_ADD(sub_queue_drop_old, n);
+        FX_LOG_RATELIMITED(&sub_queue_drop_rl, fx_now_ns(), FX_LOG_WARN, "broker",
+                           "subscriber queue full: dropped %u message(s) sub=%llu stream=%llu",
+                           (unsigned)n, (unsigned long long)sub->id,
+                           (unsigned long long)sub->stream->o.handle_id);
     }
     fx_envelope_unref(e);
 }

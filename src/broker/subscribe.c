@@ -62,6 +62,8 @@ void fxb_conn_kick_writer(fxb_conn *c)
 
 /* ---- lane (checkpoint 6) --------------------------------------------------------- */
 
+static fx_ratelimit lane_drop_rl = FX_RATELIMIT_INIT;
+
 static void lane_on_drop(void *item, void *user)
 {
     fxb_sub *sub = user;
@@ -69,6 +71,9 @@ static void lane_on_drop(void *item, void *user)
     if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         FX_COUNTER_INC(subscriber_lane_dropped);
         FX_COUNTER_ADD(subscriber_lane_dropped_events, l->events);
+        FX_LOG_RATELIMITED(&lane_drop_rl, fx_now_ns(), FX_LOG_WARN, "broker",
+                           "delivery lane full: dropped %u message(s) sub=%llu",
+                           (unsigned)l->events, (unsigned long long)sub->id);
         atomic_fetch_add_explicit(&sub->lane_dropped_events, l->events, memory_order_relaxed);
     }
     list_free(l);

@@ -408,7 +408,7 @@ int fx_quic_connect(fx_quic_endpoint *ep, const char *ip, uint16_t port,
     struct sockaddr_storage ss;
     socklen_t len;
     if (ep->server || ep->freeing || fx_quic_parse_addr(ip, port, &ss, &len) < 0 ||
-        ss.ss_family != ep->local.ss_family)
+        fx_quic_addr_for_socket(ep, &ss, &len) < 0)
         return FX_ECONFIG;
     if (co == NULL)
         co = &none;
@@ -438,6 +438,7 @@ void fx_quic_conn_destroy(fx_quic_conn *c)
         ngtcp2_conn_del(c->q);
     if (c->tls != NULL)
         gnutls_deinit(c->tls);
+    fx_quic_creds_unref(c->screds); /* after the session that used them */
     if (c->ccred != NULL)
         gnutls_certificate_free_credentials(c->ccred);
     free(c->server_name);

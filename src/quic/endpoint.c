@@ -401,6 +401,24 @@ int fx_quic_parse_addr(const char *ip, uint16_t port, struct sockaddr_storage *s
     return parse_addr(ip, port, ss, len);
 }
 
+int fx_quic_addr_for_socket(const fx_quic_endpoint *ep, struct sockaddr_storage *ss, socklen_t *len)
+{
+    if (ss->ss_family == ep->local.ss_family)
+        return 0;
+    if (ss->ss_family == AF_INET6)
+        return FX_ECONFIG; /* this host gave us no IPv6 socket */
+    struct sockaddr_in a4;
+    memcpy(&a4, ss, sizeof(a4));
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = a4.sin_port};
+    a6.sin6_addr.s6_addr[10] = 0xff;
+    a6.sin6_addr.s6_addr[11] = 0xff;
+    memcpy(&a6.sin6_addr.s6_addr[12], &a4.sin_addr, 4);
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, &a6, sizeof(a6));
+    *len = sizeof(a6);
+    return 0;
+}
+
 static int ep_new(fx_quic_endpoint **pep, fx_loop *loop, bool server, const fx_quic_opts *o,
                   const fx_quic_callbacks *cb, void *user)
 {
@@ -498,11 +516,19 @@ int fx_quic_client_new(fx_quic_endpoint **pep, fx_loop *loop, const fx_quic_opts
     int rv = ep_new(&ep, loop, false, o, cb, user);
     if (rv < 0)
         return rv;
-    struct sockaddr_in any = {.sin_family = AF_INET};
+    /* Dual-stack "::" reaches IPv4 (mapped) and IPv6 servers alike; a
+     * kernel without IPv6 refuses the family and we stay on IPv4. */
+    struct sockaddr_in6 any6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
-    memcpy(&ss, &any, sizeof(any));
-    rv = ep_start(ep, &ss, sizeof(any));
+    memcpy(&ss, &any6, sizeof(any6));
+    rv = ep_start(ep, &ss, sizeof(any6));
+    if (rv == -EAFNOSUPPORT) {
+        struct sockaddr_in any = {.sin_family = AF_INET};
+        memset(&ss, 0, sizeof(ss));
+        memcpy(&ss, &any, sizeof(any));
+        rv = ep_start(ep, &ss, sizeof(any));
+    }
     if (rv < 0) {
         fx_quic_endpoint_free(ep);
         return rv;
@@ -534,8 +560,7 @@ void fx_quic_endpoint_free(fx_quic_endpoint *ep)
         fx_loop_unwatch(ep->loop, &ep->watch);
         close(ep->fd);
     }
-    if (ep->scred != NULL)
-        gnutls_certificate_free_credentials(ep->scred);
+    fx_quic_creds_unref(ep->creds);
     for (size_t i = 0; i < ep->ncbuckets; i++) {
         for (cident *e = ep->cbuckets[i], *next; e != NULL; e = next) {
             next = e->next;
@@ -573,6 +598,38 @@ uint16_t fx_quic_endpoint_port(const fx_quic_endpoint *ep)
 const char *fx_quic_endpoint_fingerprint(const fx_quic_endpoint *ep)
 {
     return ep->fingerprint;
+}
+
+int fx_quic_endpoint_set_credentials(fx_quic_endpoint *ep, fx_quic_creds *cr)
+{
+    if (!ep->server)
+        return FX_ECONFIG;
+    /* Connections hold their own reference: dropping ours frees the old
+     * credentials only once the last session using them is gone. */
+    fx_quic_creds *old = ep->creds;
+    ep->creds = fx_quic_creds_ref(cr);
+    memcpy(ep->fingerprint, cr->fingerprint, sizeof(ep->fingerprint));
+    fx_quic_creds_unref(old);
+    return 0;
+}
+
+int fx_quic_endpoint_reload_credentials(fx_quic_endpoint *ep)
+{
+    if (!ep->server)
+        return FX_ECONFIG;
+    fx_quic_creds *cr;
+    int rv = fx_quic_creds_load(&cr, &ep->o);
+    if (rv < 0) {
+        fx_quic_log(FX_QLOG_ERROR, "certificate not reloaded (%s): keeping sha256=%s",
+                    rv == FX_ETLS ? "invalid certificate or key" : fx_strerror(rv),
+                    ep->fingerprint);
+        return rv;
+    }
+    rv = fx_quic_endpoint_set_credentials(ep, cr);
+    fx_quic_creds_unref(cr);
+    fx_quic_log(FX_QLOG_INFO, "certificate reloaded: new handshakes present sha256=%s",
+                ep->fingerprint);
+    return rv;
 }
 
 void fx_quic_endpoint_get_stats(const fx_quic_endpoint *ep, fx_quic_stats *st)

@@ -5,6 +5,7 @@
 #define FX_QUIC_INTERNAL_H
 
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -68,6 +69,18 @@ typedef struct qstream {
     void *user;
 } qstream;
 
+/* ---- server credentials ---------------------------------------------------- */
+
+/* A loaded certificate and key. The endpoint holds one reference (used for
+ * new handshakes) and every server connection holds one on the credentials
+ * its TLS session was created with, so a reload never frees credentials a
+ * live session still points at. */
+struct fx_quic_creds {
+    atomic_uint refs;
+    gnutls_certificate_credentials_t cred;
+    char fingerprint[65];
+};
+
 /* ---- connections --------------------------------------------------------- */
 
 struct fx_quic_conn {
@@ -79,6 +92,7 @@ struct fx_quic_conn {
     ngtcp2_conn *q;
     gnutls_session_t tls;
     gnutls_certificate_credentials_t ccred; /* client: per-connection trust */
+    fx_quic_creds *screds;                  /* server: what its session uses */
     ngtcp2_crypto_conn_ref ref;
     bool server;
     bool handshake_done, half_open;
@@ -136,7 +150,7 @@ struct fx_quic_endpoint {
     bool wildcard;
     struct sockaddr_storage rx_local;
     socklen_t rx_locallen;
-    gnutls_certificate_credentials_t scred;
+    fx_quic_creds *creds; /* server: for new handshakes */
     char fingerprint[65];
     uint8_t reset_secret[32];
     uint8_t token_secret[32];
@@ -188,8 +202,8 @@ int fx_quic_pin_parse(const char *text, uint8_t out[32]);
 
 /* ---- tls.c -------------------------------------------------------------- */
 
-/* Loads or generates the server credentials into |ep| and logs the
- * fingerprint. Returns 0, -errno or FX_ETLS. */
+/* Loads or generates the server credentials into |ep| (fx_quic_creds_load
+ * with |ep|'s options). Returns 0, -errno, FX_ECONFIG or FX_ETLS. */
 int fx_quic_tls_server_init(fx_quic_endpoint *ep);
 /* Sets up |c->ccred| from |co|. Returns 0, FX_ETLS, FX_ECONFIG, -ENOMEM. */
 int fx_quic_tls_client_creds(fx_quic_conn *c, const fx_quic_connect_opts *co);
@@ -234,6 +248,11 @@ void fx_quic_ep_wait_writable(fx_quic_endpoint *ep, fx_quic_conn *c);
 /* Hands |c| (already |dead|) to the reaper: on_conn_closed, then free. */
 void fx_quic_ep_reap(fx_quic_endpoint *ep, fx_quic_conn *c);
 int fx_quic_parse_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss, socklen_t *len);
+/* Rewrites the target |ss| for |ep|'s socket family: an IPv4 address becomes
+ * IPv4-mapped on a dual-stack (AF_INET6) socket. Returns 0, or FX_ECONFIG
+ * for an IPv6 target on an IPv4 socket. */
+int fx_quic_addr_for_socket(const fx_quic_endpoint *ep, struct sockaddr_storage *ss,
+                            socklen_t *len);
 void fx_quic_ep_path(fx_quic_endpoint *ep, fx_quic_conn *c, ngtcp2_path *path);
 
 /* ---- accept.c ------------------------------------------------------------ */

@@ -16,6 +16,7 @@
 
 typedef struct fx_quic_endpoint fx_quic_endpoint;
 typedef struct fx_quic_conn fx_quic_conn;
+typedef struct fx_quic_creds fx_quic_creds;
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -151,7 +152,8 @@ typedef struct fx_quic_callbacks {
 /* ---- endpoints ----------------------------------------------------------- */
 
 /* Creates a server endpoint bound to |ip|:|port| (numeric IPv4 or IPv6; port
- * 0 picks one, see fx_quic_endpoint_port) on |loop|, loading or generating
+ * 0 picks one, see fx_quic_endpoint_port; "::" is dual-stack: IPv4 clients
+ * are served too, as IPv4-mapped addresses) on |loop|, loading or generating
  * the TLS credentials. Copies |o| and |cb| (strings in |o| must outlive the
  * endpoint). Returns 0; -errno (socket, bind, files); FX_ETLS (credentials);
  * FX_ECONFIG (bad address or options); -ENOMEM. Loop thread, or before the
@@ -160,7 +162,10 @@ int fx_quic_server_new(fx_quic_endpoint **pep, fx_loop *loop, const char *ip, ui
                        const fx_quic_opts *o, const fx_quic_callbacks *cb, void *user);
 
 /* Creates a client endpoint (one unconnected UDP socket on an ephemeral port
- * of the wildcard address) on |loop|. Same ownership and errors as above. */
+ * of the wildcard address) on |loop|. The socket is dual-stack (IPv6 with
+ * IPV6_V6ONLY off), so one endpoint reaches IPv4 and IPv6 servers; on a host
+ * without IPv6 it is IPv4 only and fx_quic_connect refuses IPv6 targets.
+ * Same ownership and errors as above. */
 int fx_quic_client_new(fx_quic_endpoint **pep, fx_loop *loop, const fx_quic_opts *o,
                        const fx_quic_callbacks *cb, void *user);
 
@@ -180,8 +185,46 @@ int fx_quic_endpoint_drain(fx_quic_endpoint *ep, uint64_t deadline_ns);
 /* The bound UDP port. */
 uint16_t fx_quic_endpoint_port(const fx_quic_endpoint *ep);
 
-/* Server: hex SHA-256 of the certificate DER (64 chars), else "". */
+/* Server: hex SHA-256 of the certificate DER (64 chars) new handshakes
+ * present, else "". Changes on fx_quic_endpoint_set_credentials. */
 const char *fx_quic_endpoint_fingerprint(const fx_quic_endpoint *ep);
+
+/* ---- certificate reload ------------------------------------------------- */
+
+/* Loads the server credentials |o| names (cert_file + key_file, or the
+ * generated pair in state_dir, created when missing) into a new
+ * refcounted object (*|pcr|, one reference for the caller). The key must
+ * match the certificate. Returns 0; -errno (a file cannot be read);
+ * FX_ECONFIG (only one of the two files set); FX_ETLS (not PEM, key does
+ * not match); -ENOMEM. Failures are logged with the file names. Blocking
+ * disk I/O: call it off the loops (main thread), then hand the result to
+ * the endpoint's loop. Any thread. */
+int fx_quic_creds_load(fx_quic_creds **pcr, const fx_quic_opts *o);
+
+/* Takes / drops a reference on |cr|; the last _unref frees it. The count is
+ * atomic, so references may move between threads. NULL ok for _unref.
+ * Any thread. */
+fx_quic_creds *fx_quic_creds_ref(fx_quic_creds *cr);
+void fx_quic_creds_unref(fx_quic_creds *cr);
+
+/* Hex SHA-256 of |cr|'s certificate DER (64 chars). Any thread. */
+const char *fx_quic_creds_fingerprint(const fx_quic_creds *cr);
+
+/* Server: new handshakes on |ep| present |cr| from now on (|ep| takes its
+ * own reference; the caller keeps its one). Connections already accepted
+ * keep the credentials they started with, which stay alive until the last
+ * of them is freed; nothing is closed. Returns 0, or FX_ECONFIG for a
+ * client endpoint. */
+int fx_quic_endpoint_set_credentials(fx_quic_endpoint *ep, fx_quic_creds *cr);
+
+/* Server: re-reads the certificate and key |ep| was created with
+ * (fx_quic_creds_load with its options) and, if they load, installs them
+ * with fx_quic_endpoint_set_credentials and logs the new fingerprint.
+ * On failure the previous credentials stay in use and the reason is
+ * logged. Returns 0 or the error of fx_quic_creds_load (FX_ECONFIG for a
+ * client endpoint). Does blocking file I/O on the loop (a few KB); the
+ * broker loads on its main thread instead (fx_broker_reload_tls). */
+int fx_quic_endpoint_reload_credentials(fx_quic_endpoint *ep);
 
 /* Counters (single writer: the loop). */
 typedef struct fx_quic_stats {
@@ -212,7 +255,9 @@ void fx_quic_endpoint_set_test_drop(fx_quic_endpoint *ep, uint32_t permille);
 /* Starts a client connection to |ip|:|port| (numeric) from |ep|. |co| may be
  * NULL (system trust, name = |ip|). The handshake runs on the loop; the
  * outcome is on_handshake_done or on_conn_closed. |*pc| stays valid until
- * on_conn_closed returns. Returns 0, FX_ECONFIG (bad address, server
+ * on_conn_closed returns. |ip| is IPv4 or IPv6 (an IPv4 target of a
+ * dual-stack endpoint travels as an IPv4-mapped address). Returns 0,
+ * FX_ECONFIG (bad address, server endpoint, IPv6 target on an IPv4-only
  * endpoint), FX_ETLS (trust file unreadable, bad pin), -ENOMEM. */
 int fx_quic_connect(fx_quic_endpoint *ep, const char *ip, uint16_t port,
                     const fx_quic_connect_opts *co, void *user, fx_quic_conn **pc);

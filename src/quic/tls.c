@@ -1,8 +1,11 @@
 /* TLS 1.3 for QUIC through GnuTLS and ngtcp2_crypto_gnutls: server
  * credentials (files, or a generated certificate kept in state_dir), client
  * verification by CA, pin or "insecure" decided in one verify function that
- * records the reason, ALPN. Credential loading is blocking file I/O done at
- * endpoint/connection creation; sessions run on the endpoint's loop. */
+ * records the reason, ALPN. Server credentials are refcounted so that a
+ * reload swaps them for new handshakes while live sessions keep theirs.
+ * Credential loading is blocking file I/O done at endpoint/connection
+ * creation or by fx_quic_creds_load (any thread); sessions run on the
+ * endpoint's loop. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -34,9 +37,8 @@ static int path_join(char *out, size_t cap, const char *dir, const char *name)
 
 /* Picks the certificate and key files, generating the pair into state_dir
  * the first time when none were configured. */
-static int server_files(fx_quic_endpoint *ep, char *cert, char *key, size_t cap)
+static int server_files(const fx_quic_opts *o, char *cert, char *key, size_t cap)
 {
-    const fx_quic_opts *o = &ep->o;
     if (o->cert_file != NULL || o->key_file != NULL) {
         if (o->cert_file == NULL || o->key_file == NULL) {
             fx_quic_log(FX_QLOG_ERROR, "tls_cert_file and tls_key_file must be set together");
@@ -66,24 +68,115 @@ static int server_files(fx_quic_endpoint *ep, char *cert, char *key, size_t cap)
     return 0;
 }
 
-int fx_quic_tls_server_init(fx_quic_endpoint *ep)
+/* Parses the PEM certificate chain and key in memory and installs them in
+ * |cr| (GnuTLS copies them and checks that the key matches). Parsing here
+ * rather than with gnutls_certificate_set_x509_key_file also avoids that
+ * function's leak on a malformed certificate. Returns 0 or a GnuTLS error. */
+static int install_pair(fx_quic_creds *cr, const gnutls_datum_t *cd, const gnutls_datum_t *kd)
 {
-    char cert[4096], key[4096];
-    int rv = server_files(ep, cert, key, sizeof(cert));
+    gnutls_x509_crt_t *crts = NULL;
+    unsigned n = 0;
+    gnutls_x509_privkey_t pk = NULL;
+    int rv = gnutls_x509_crt_list_import2(&crts, &n, cd, GNUTLS_X509_FMT_PEM, 0);
     if (rv < 0)
         return rv;
-    if (gnutls_certificate_allocate_credentials(&ep->scred) < 0)
-        return -ENOMEM;
-    rv = gnutls_certificate_set_x509_key_file(ep->scred, cert, key, GNUTLS_X509_FMT_PEM);
+    rv = gnutls_x509_privkey_init(&pk);
+    if (rv == 0)
+        rv = gnutls_x509_privkey_import(pk, kd, GNUTLS_X509_FMT_PEM);
+    if (rv == 0)
+        rv = gnutls_certificate_set_x509_key(cr->cred, crts, n, pk);
+    gnutls_x509_privkey_deinit(pk);
+    for (unsigned i = 0; i < n; i++)
+        gnutls_x509_crt_deinit(crts[i]);
+    gnutls_free(crts);
+    return rv;
+}
+
+/* Loads the pair into |cr| and takes the fingerprint from the certificate
+ * GnuTLS loaded (not from a second read of the file, which may have been
+ * replaced in between). */
+static int load_pair(fx_quic_creds *cr, const char *cert, const char *key)
+{
+    gnutls_datum_t cd = {0}, kd = {0};
+    int rv = fx_quic_read_file(cert, &cd);
+    if (rv == 0)
+        rv = fx_quic_read_file(key, &kd);
+    if (rv < 0) {
+        fx_quic_log(FX_QLOG_ERROR, "cannot read %s / %s: %s", cert, key, fx_strerror(rv));
+        goto out;
+    }
+    rv = install_pair(cr, &cd, &kd);
     if (rv < 0) {
         fx_quic_log(FX_QLOG_ERROR, "cannot load %s / %s: %s", cert, key, gnutls_strerror(rv));
-        return access(cert, R_OK) < 0 || access(key, R_OK) < 0 ? -errno : FX_ETLS;
+        rv = rv == GNUTLS_E_MEMORY_ERROR ? -ENOMEM : FX_ETLS;
+        goto out;
     }
-    rv = fx_quic_cert_fingerprint(cert, ep->fingerprint);
+    gnutls_datum_t der = {0};
+    rv = gnutls_certificate_get_crt_raw(cr->cred, 0, 0, &der);
+    if (rv < 0) {
+        fx_quic_log(FX_QLOG_ERROR, "no certificate in %s: %s", cert, gnutls_strerror(rv));
+        rv = FX_ETLS;
+        goto out;
+    }
+    rv = fx_quic_der_fingerprint(der.data, der.size, cr->fingerprint);
+out:
+    gnutls_free(cd.data);
+    gnutls_free(kd.data);
+    return rv;
+}
+
+int fx_quic_creds_load(fx_quic_creds **pcr, const fx_quic_opts *o)
+{
+    char cert[4096], key[4096];
+    int rv = server_files(o, cert, key, sizeof(cert));
     if (rv < 0)
         return rv;
-    fx_quic_log(FX_QLOG_INFO, "tls certificate %s sha256=%s", cert, ep->fingerprint);
+    fx_quic_creds *cr = calloc(1, sizeof(*cr));
+    if (cr == NULL)
+        return -ENOMEM;
+    atomic_init(&cr->refs, 1);
+    if (gnutls_certificate_allocate_credentials(&cr->cred) < 0) {
+        free(cr);
+        return -ENOMEM;
+    }
+    rv = load_pair(cr, cert, key);
+    if (rv < 0) {
+        fx_quic_creds_unref(cr);
+        return rv;
+    }
+    fx_quic_log(FX_QLOG_INFO, "tls certificate %s sha256=%s", cert, cr->fingerprint);
+    *pcr = cr;
     return 0;
+}
+
+fx_quic_creds *fx_quic_creds_ref(fx_quic_creds *cr)
+{
+    atomic_fetch_add_explicit(&cr->refs, 1, memory_order_relaxed);
+    return cr;
+}
+
+void fx_quic_creds_unref(fx_quic_creds *cr)
+{
+    if (cr == NULL || atomic_fetch_sub_explicit(&cr->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    gnutls_certificate_free_credentials(cr->cred);
+    free(cr);
+}
+
+const char *fx_quic_creds_fingerprint(const fx_quic_creds *cr)
+{
+    return cr->fingerprint;
+}
+
+int fx_quic_tls_server_init(fx_quic_endpoint *ep)
+{
+    fx_quic_creds *cr;
+    int rv = fx_quic_creds_load(&cr, &ep->o);
+    if (rv < 0)
+        return rv;
+    rv = fx_quic_endpoint_set_credentials(ep, cr);
+    fx_quic_creds_unref(cr);
+    return rv;
 }
 
 /* ---- client verification ------------------------------------------------- */
@@ -229,9 +322,13 @@ int fx_quic_tls_session(fx_quic_conn *c)
     int rv = gnutls_priority_set_direct(c->tls, PRIORITY, NULL);
     if (rv == 0) {
         if (c->server) {
+            /* The session points at these credentials for its lifetime:
+             * hold them until the connection is freed (a reload may swap
+             * the endpoint's in between). */
+            c->screds = fx_quic_creds_ref(c->ep->creds);
             rv = ngtcp2_crypto_gnutls_configure_server_session(c->tls);
             if (rv == 0)
-                rv = gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, c->ep->scred);
+                rv = gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, c->screds->cred);
         } else {
             rv = client_session(c);
         }

@@ -1,7 +1,8 @@
 /* UDP socket I/O for an endpoint: socket set-up (buffers read back, GRO,
  * don't-fragment), GSO aggregates on send with a sendmmsg fallback when the
  * kernel reports EIO, recvmmsg + GRO train splitting on receive, and the
- * test hook that drops datagrams. Loop thread only. */
+ * test hook that drops datagrams. IPv6 sockets bound to "::" are dual-stack
+ * (IPv4 peers appear as IPv4-mapped addresses). Loop thread only. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
@@ -61,12 +62,14 @@ static void set_options(fx_quic_endpoint *ep, int fd, int family)
         else
             (void)setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof(on));
     }
-    if (family == AF_INET) {
-        int pmtu = IP_PMTUDISC_DO; /* QUIC does its own PMTUD: never fragment */
-        (void)setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
-    } else {
-        int pmtu = IPV6_PMTUDISC_DO;
-        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+    /* QUIC does its own PMTUD: never fragment. An IPv6 socket sets the IPv4
+     * option too, for the IPv4-mapped peers of a dual-stack socket (best
+     * effort, like the rest: a kernel that refuses still delivers). */
+    int pmtu = IP_PMTUDISC_DO;
+    (void)setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu));
+    if (family == AF_INET6) {
+        int pmtu6 = IPV6_PMTUDISC_DO;
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu6, sizeof(pmtu6));
     }
 }
 
@@ -77,7 +80,16 @@ int fx_quic_udp_open(fx_quic_endpoint *ep, const struct sockaddr *addr, socklen_
         return -errno;
     ep->gso = ep->o.gso;
     set_options(ep, fd, addr->sa_family);
-    int one = 1;
+    int one = 1, zero = 0;
+    /* "::" serves IPv4 too, whatever net.ipv6.bindv6only says. */
+    if (addr->sa_family == AF_INET6 &&
+        memcmp(&((const struct sockaddr_in6 *)addr)->sin6_addr, &in6addr_any,
+               sizeof(in6addr_any)) == 0 &&
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) < 0) {
+        int rv = -errno;
+        close(fd);
+        return rv;
+    }
     if (ep->group != NULL && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
         int rv = -errno;
         close(fd);

@@ -195,6 +195,23 @@ static int split_bind(const char *bind, char *ip, size_t cap, uint16_t *port)
     return 0;
 }
 
+/* The address a local client should dial for a broker bound to |bind|: the
+ * loopback address of the same family for a wildcard bind, else the bound
+ * host (bracketed when IPv6). */
+static void client_host(const char *bind, char *out, size_t cap)
+{
+    char ip[FX_CONFIG_ADDR_MAX];
+    uint16_t port;
+    if (split_bind(bind, ip, sizeof(ip), &port) != 0 || strcmp(ip, "0.0.0.0") == 0)
+        snprintf(out, cap, "127.0.0.1");
+    else if (strcmp(ip, "::") == 0)
+        snprintf(out, cap, "[::1]");
+    else if (strchr(ip, ':') != NULL)
+        snprintf(out, cap, "[%s]", ip);
+    else
+        snprintf(out, cap, "%s", ip);
+}
+
 static void quic_opts_from_config(const fx_config *c, fx_quic_opts *q)
 {
     fx_quic_opts_default(q);
@@ -280,10 +297,25 @@ static int start_authn(const fx_config *c, fx_authn **pa)
     return 0;
 }
 
-/* SIGHUP: re-reads the JWKS (a refused file keeps the old keys). The TLS
- * certificate is not reloaded here. */
-static void on_sighup(fx_authn *a)
+/* SIGHUP, TLS part: new handshakes get the re-read certificate, open
+ * connections keep theirs; a refused file keeps the old one (the quic
+ * module logged which file and why). */
+static void reload_tls(fx_broker *b)
 {
+    int rv = fx_broker_reload_tls(b);
+    if (rv == 0)
+        FX_LOG_INFO("server", "SIGHUP: reloaded the TLS certificate, sha256=%s",
+                    fx_broker_fingerprint(b));
+    else
+        FX_LOG_ERROR("server", "SIGHUP: keeping the previous TLS certificate sha256=%s: %s",
+                     fx_broker_fingerprint(b), fx_strerror(rv));
+}
+
+/* SIGHUP: re-reads the TLS certificate and the JWKS (a refused file keeps
+ * the old certificate or keys). */
+static void on_sighup(fx_authn *a, fx_broker *b)
+{
+    reload_tls(b);
     if (a == NULL) {
         FX_LOG_INFO("server", "SIGHUP: auth_mode none, no keys to reload");
         return;
@@ -297,9 +329,10 @@ static void on_sighup(fx_authn *a)
                      rv == -ENOMEM ? fx_strerror(rv) : why);
 }
 
-/* Waits for SIGINT or SIGTERM (returned), reloading keys on each SIGHUP.
- * |set| holds the three signals, blocked in every thread. */
-static int wait_stop_signal(const sigset_t *set, fx_authn *a)
+/* Waits for SIGINT or SIGTERM (returned), reloading the certificate and
+ * keys on each SIGHUP. |set| holds the three signals, blocked in every
+ * thread. */
+static int wait_stop_signal(const sigset_t *set, fx_authn *a, fx_broker *b)
 {
     for (;;) {
         int sig = 0;
@@ -307,7 +340,7 @@ static int wait_stop_signal(const sigset_t *set, fx_authn *a)
             continue;
         if (sig != SIGHUP)
             return sig;
-        on_sighup(a);
+        on_sighup(a, b);
     }
 }
 
@@ -368,7 +401,9 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
     char cli[PATH_MAX + 16];
     cli_path(cli, sizeof(cli));
     printf("felix-broker: to publish and subscribe, in another terminal:\n");
-    printf("  export FELIX_SERVER=127.0.0.1:%u FELIX_PIN=%s\n", (unsigned)fx_broker_port(b),
+    char host[FX_CONFIG_ADDR_MAX + 2];
+    client_host(c->quic_bind, host, sizeof(host));
+    printf("  export FELIX_SERVER=%s:%u FELIX_PIN=%s\n", host, (unsigned)fx_broker_port(b),
            fx_broker_fingerprint(b));
     printf("  %s sub t1/default/demo\n", cli);
     printf("  %s pub --ack per_message t1/default/demo hello\n", cli);
@@ -521,7 +556,7 @@ static int serve(const fx_config *c)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);                /* reloads the JWKS (wait_stop_signal) */
+    sigaddset(&set, SIGHUP);                /* reloads TLS and JWKS (wait_stop_signal) */
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
 
     fx_log_set_level((fx_log_level)c->log_level);
@@ -556,7 +591,7 @@ static int serve(const fx_config *c)
         return EXIT_START;
     }
     print_banner(c, b, admin);
-    int sig = wait_stop_signal(&set, authn);
+    int sig = wait_stop_signal(&set, authn, b);
     fx_admin_set_draining(admin, true); /* first: load balancers stop sending */
     fprintf(stderr,
             "felix-broker: %s received, draining (at most %llu ms; a second signal exits "

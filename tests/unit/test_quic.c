@@ -1162,6 +1162,153 @@ static void test_opts_from_env_reads_felix_variables_and_rejects_garbage(void **
     unsetenv("FELIX_MAX_UDP_PAYLOAD");
 }
 
+/* ---- certificate reload and IPv6 ------------------------------------------- */
+
+static bool client_handshake_or_close(h *t)
+{
+    return t->c.handshakes + t->c.closed > 0;
+}
+
+/* Starts a second client connection pinned to |pin| and runs until it
+ * finishes its handshake or closes; returns the close reason (0: accepted). */
+static int connect_pinned(h *t, const char *pin)
+{
+    t->c.handshakes = t->c.closed = 0;
+    t->c.last_close = (fx_quic_close_info){0};
+    fx_quic_conn *c = NULL;
+    t->cc = (fx_quic_connect_opts){.pin_sha256 = pin};
+    assert_int_equal(
+        fx_quic_connect(t->cli, "127.0.0.1", fx_quic_endpoint_port(t->srv), &t->cc, t, &c), 0);
+    assert_true(run_until(t, client_handshake_or_close, 5000));
+    if (t->c.handshakes > 0) {
+        fx_quic_conn_close(c, 0, "test done");
+        run_for(t, 20);
+        return 0;
+    }
+    return t->c.last_close.reason;
+}
+
+static void echo_on(h *t, fx_quic_conn *c, uint64_t len)
+{
+    t->s.mode = M_ECHO;
+    assert_int_equal(fx_quic_conn_open_bidi(c, NULL, &g_sid), 0);
+    g_len = len;
+    assert_int_equal(fx_quic_stream_send(c, g_sid, t->pat, 0, len, true), 0);
+    assert_true(run_until(t, echo_done, 5000));
+    assert_false(st_of(&t->c, g_sid)->bad);
+}
+
+static void
+test_reload_credentials_serves_new_cert_to_new_connections_and_keeps_old_ones(void **state)
+{
+    h *t = h_new();
+    static char cert[128], key[128];
+    snprintf(cert, sizeof(cert), "%s/srv.pem", t->dir);
+    snprintf(key, sizeof(key), "%s/srv.key", t->dir);
+    assert_int_equal(fx_quic_cert_generate(cert, key, NULL), 0);
+    t->so.cert_file = cert;
+    t->so.key_file = key;
+    static char fp_old[65], fp_new[65];
+    assert_int_equal(fx_quic_cert_fingerprint(cert, fp_old), 0);
+    t->cc = (fx_quic_connect_opts){.pin_sha256 = fp_old};
+    accepted_with(t); /* the long-lived connection, on the old certificate */
+    fx_quic_conn *old = t->c.conn;
+    assert_string_equal(fx_quic_endpoint_fingerprint(t->srv), fp_old);
+
+    /* Rotate the files (rename, as deploy tools do) and reload. */
+    assert_int_equal(fx_quic_cert_generate(cert, key, NULL), 0);
+    assert_int_equal(fx_quic_cert_fingerprint(cert, fp_new), 0);
+    assert_string_not_equal(fp_old, fp_new);
+    assert_int_equal(fx_quic_endpoint_reload_credentials(t->srv), 0);
+    assert_string_equal(fx_quic_endpoint_fingerprint(t->srv), fp_new);
+
+    /* New clients see the new certificate, and only it. */
+    assert_int_equal(connect_pinned(t, fp_new), 0);
+    assert_int_equal(connect_pinned(t, fp_old), FX_ETLS_PIN);
+
+    /* The connection from before the reload was not touched and still works. */
+    t->c.closed = 0;
+    echo_on(t, old, 4000);
+    assert_int_equal(t->c.closed, 0);
+    h_free(t);
+}
+
+static void test_reload_credentials_with_bad_file_keeps_old_certificate(void **state)
+{
+    h *t = h_new();
+    start_server(t); /* generated pair in state_dir */
+    static char fp[65];
+    snprintf(fp, sizeof(fp), "%s", fx_quic_endpoint_fingerprint(t->srv));
+    char cert[128];
+    snprintf(cert, sizeof(cert), "%s/tls-cert.pem", t->dir);
+    FILE *f = fopen(cert, "w");
+    assert_non_null(f);
+    fputs("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n", f);
+    fclose(f);
+    assert_int_equal(fx_quic_endpoint_reload_credentials(t->srv), FX_ETLS);
+    assert_string_equal(fx_quic_endpoint_fingerprint(t->srv), fp);
+    /* A valid certificate whose key is another one's is refused too. */
+    char other_key[128];
+    snprintf(other_key, sizeof(other_key), "%s/other.key", t->dir);
+    assert_int_equal(fx_quic_cert_generate(cert, other_key, NULL), 0);
+    assert_int_equal(fx_quic_endpoint_reload_credentials(t->srv), FX_ETLS);
+    assert_string_equal(fx_quic_endpoint_fingerprint(t->srv), fp);
+    start_client(t);
+    assert_int_equal(connect_pinned(t, fp), 0);
+    /* A client endpoint has no certificate to reload. */
+    assert_int_equal(fx_quic_endpoint_reload_credentials(t->cli), FX_ECONFIG);
+    h_free(t);
+}
+
+static bool has_ipv6_loopback(void)
+{
+    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+static void test_ipv6_loopback_handshake(void **state)
+{
+    if (!has_ipv6_loopback())
+        fx_test_skip("no IPv6 loopback (::1) on this host");
+    h *t = h_new();
+    assert_int_equal(fx_quic_server_new(&t->srv, t->loop, "::1", 0, &t->so, &CBS, t), 0);
+    start_client(t);
+    assert_int_equal(
+        fx_quic_connect(t->cli, "::1", fx_quic_endpoint_port(t->srv), &t->cc, t, &t->c.conn), 0);
+    assert_true(run_until(t, both_handshaken, 5000));
+    echo_on(t, t->c.conn, 3000);
+    h_free(t);
+}
+
+static void
+test_dual_stack_server_serves_ipv4_and_ipv6_clients_from_one_client_endpoint(void **state)
+{
+    if (!has_ipv6_loopback())
+        fx_test_skip("no IPv6 loopback (::1) on this host");
+    h *t = h_new();
+    assert_int_equal(fx_quic_server_new(&t->srv, t->loop, "::", 0, &t->so, &CBS, t), 0);
+    start_client(t);
+    uint16_t port = fx_quic_endpoint_port(t->srv);
+    assert_int_equal(fx_quic_connect(t->cli, "127.0.0.1", port, &t->cc, t, &t->c.conn), 0);
+    assert_true(run_until(t, both_handshaken, 5000));
+    echo_on(t, t->c.conn, 2000);
+    fx_quic_conn *v6 = NULL;
+    assert_int_equal(fx_quic_connect(t->cli, "::1", port, &t->cc, t, &v6), 0);
+    assert_true(run_until(t, two_client_handshakes, 5000));
+    assert_int_equal(t->c.handshakes, 2);
+    memset(t->c.st, 0, sizeof(t->c.st)); /* stream 0 again, on the new connection */
+    memset(t->s.st, 0, sizeof(t->s.st));
+    echo_on(t, v6, 2000);
+    assert_false(t->s.st[0].bad);
+    assert_int_equal(t->c.closed, 0);
+    h_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_opts_from_env_reads_felix_variables_and_rejects_garbage),
     cmocka_unit_test(test_handshake_and_echo),
@@ -1200,5 +1347,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_many_connections_open_close),
     cmocka_unit_test(test_credit_not_granted_until_consumed),
     cmocka_unit_test(test_unacked_cap_refuses_then_reports_writable),
+    cmocka_unit_test(test_reload_credentials_serves_new_cert_to_new_connections_and_keeps_old_ones),
+    cmocka_unit_test(test_reload_credentials_with_bad_file_keeps_old_certificate),
+    cmocka_unit_test(test_ipv6_loopback_handshake),
+    cmocka_unit_test(test_dual_stack_server_serves_ipv4_and_ipv6_clients_from_one_client_endpoint),
 };
 FX_TEST_MAIN(tests)

@@ -1,0 +1,505 @@
+/* Operator-facing integration tests: libfelix against an in-process broker
+ * over IPv6 loopback and a dual-stack bind, and the README walk-through run
+ * as a new user would: the felix-broker and felix binaries from
+ * $FX_BINARY_DIR as child processes (start, sub, pub, /metrics, SIGTERM).
+ * Timeouts are hang guards only; nothing asserts on speed. */
+/* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fx_test.h"
+
+#include "base/log.h"
+#include "base/loop.h"
+#include "broker/broker.h"
+#include "felix/felix.h"
+#include "quic/quic.h"
+
+extern char **environ;
+
+#define HANG_MS 10000
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static void rm_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *de;
+    char p[512];
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void make_tmpdir(char *dir, size_t cap)
+{
+    snprintf(dir, cap, "/tmp/fxopsXXXXXX");
+    assert_non_null(mkdtemp(dir));
+}
+
+static bool has_ipv6_loopback(void)
+{
+    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* ---- libfelix over IPv6 --------------------------------------------------------- */
+
+static fx_broker *start_broker(const char *ip, const char *dir)
+{
+    fx_log_set_level(FX_LOG_ERROR);
+    fx_broker_opts bo;
+    fx_broker_opts_default(&bo);
+    bo.bind_ip = ip;
+    bo.quic.state_dir = dir;
+    bo.quic.udp_send_buffer = bo.quic.udp_recv_buffer = 1 << 20;
+    fx_broker *b = NULL;
+    assert_int_equal(fx_broker_new(&b, &bo), 0);
+    assert_int_equal(fx_broker_start(b), 0);
+    return b;
+}
+
+/* Connects to |server|, subscribes, publishes three acked messages and
+ * reads them back. */
+static void roundtrip(fx_broker *b, const char *server, const char *stream)
+{
+    fx_client_opts o;
+    fx_client_opts_init(&o);
+    o.server = server;
+    o.server_name = "localhost";
+    o.pin_sha256 = fx_broker_fingerprint(b);
+    o.tenant = "t1";
+    o.token = "any";
+    o.connect_timeout_ms = HANG_MS;
+    fx_client *c = NULL;
+    int rv = fx_client_connect(&c, &o);
+    if (rv != 0) {
+        char msg[256];
+        fx_client_last_error(NULL, msg, sizeof(msg));
+        fail_msg("connect %s: %s (%s)", server, fx_errname(rv), msg);
+    }
+    fx_subscription *s = NULL;
+    assert_int_equal(fx_subscribe(&s, c, "default", stream, NULL), 0);
+    static const char *const msgs[] = {"one", "two", "three"};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(
+            fx_publish(c, "default", stream, msgs[i], strlen(msgs[i]), FX_ACK_PER_MESSAGE), 0);
+    for (int i = 0; i < 3; i++) {
+        fx_event ev;
+        assert_int_equal(fx_subscription_next(s, &ev, HANG_MS), 0);
+        assert_int_equal(ev.len, strlen(msgs[i]));
+        assert_memory_equal(ev.payload, msgs[i], ev.len);
+    }
+    fx_unsubscribe(s);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+}
+
+static void test_libfelix_publishes_and_subscribes_over_ipv6_loopback(void **state)
+{
+    if (!has_ipv6_loopback())
+        fx_test_skip("no IPv6 loopback (::1) on this host");
+    char dir[64], server[64];
+    make_tmpdir(dir, sizeof(dir));
+    fx_broker *b = start_broker("::1", dir);
+    snprintf(server, sizeof(server), "[::1]:%u", (unsigned)fx_broker_port(b));
+    roundtrip(b, server, "v6");
+    fx_broker_free(b);
+    rm_dir(dir);
+}
+
+static void test_dual_stack_broker_serves_ipv4_and_ipv6_clients(void **state)
+{
+    if (!has_ipv6_loopback())
+        fx_test_skip("no IPv6 loopback (::1) on this host");
+    char dir[64], server[64];
+    make_tmpdir(dir, sizeof(dir));
+    fx_broker *b = start_broker("::", dir);
+    snprintf(server, sizeof(server), "127.0.0.1:%u", (unsigned)fx_broker_port(b));
+    roundtrip(b, server, "v4");
+    snprintf(server, sizeof(server), "[::1]:%u", (unsigned)fx_broker_port(b));
+    roundtrip(b, server, "v6");
+    fx_broker_free(b);
+    rm_dir(dir);
+}
+
+/* ---- child processes -------------------------------------------------------------- */
+
+/* Children still running when a case fails are killed by the teardown. */
+static pid_t g_kids[4];
+
+static void track(pid_t pid)
+{
+    for (size_t i = 0; i < sizeof(g_kids) / sizeof(g_kids[0]); i++) {
+        if (g_kids[i] == 0) {
+            g_kids[i] = pid;
+            return;
+        }
+    }
+    fail_msg("too many children");
+}
+
+static void untrack(pid_t pid)
+{
+    for (size_t i = 0; i < sizeof(g_kids) / sizeof(g_kids[0]); i++)
+        if (g_kids[i] == pid)
+            g_kids[i] = 0;
+}
+
+static int kill_kids(void **state)
+{
+    for (size_t i = 0; i < sizeof(g_kids) / sizeof(g_kids[0]); i++) {
+        if (g_kids[i] > 0) {
+            kill(g_kids[i], SIGKILL);
+            waitpid(g_kids[i], NULL, 0);
+            g_kids[i] = 0;
+        }
+    }
+    return 0;
+}
+
+/* Starts |argv| with stdout and stderr to the files |out| and |err| and the
+ * extra environment entries |env| (NULL-terminated, may be NULL). */
+static pid_t spawn(char *const argv[], const char *out, const char *err, char *const env[])
+{
+    char *envp[256];
+    size_t n = 0;
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+        envp[n++] = env[i];
+    for (char **e = environ; *e != NULL && n < 255; e++)
+        envp[n++] = *e;
+    envp[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = 0;
+    int rv = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rv != 0)
+        fail_msg("cannot start %s: %s", argv[0], strerror(rv));
+    track(pid);
+    return pid;
+}
+
+/* Waits for |pid| to exit (hang guard |ms|); returns its exit status, or
+ * fails the case when it did not exit normally. */
+static int wait_exit(pid_t pid, uint64_t ms, const char *what)
+{
+    uint64_t deadline = fx_now_ns() + ms * FX_NS_PER_MS;
+    int st = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0)
+            fail_msg("waitpid %s: %s", what, strerror(errno));
+        if (fx_now_ns() > deadline)
+            fail_msg("%s did not exit within %llu ms", what, (unsigned long long)ms);
+        usleep(10000);
+    }
+    untrack(pid);
+    if (!WIFEXITED(st))
+        fail_msg("%s ended by signal %d", what, WIFSIGNALED(st) ? WTERMSIG(st) : -1);
+    return WEXITSTATUS(st);
+}
+
+/* Reads the whole file |path| into |buf| (NUL-terminated). */
+static size_t slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return n;
+}
+
+/* Waits until |path| contains |needle| and returns the text from there; the
+ * text is in |buf|. Fails the case on timeout or if |pid| exits first. */
+static const char *wait_for_text(const char *path, const char *needle, char *buf, size_t cap,
+                                 pid_t pid)
+{
+    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    for (;;) {
+        slurp(path, buf, cap);
+        const char *p = strstr(buf, needle);
+        if (p != NULL)
+            return p;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            untrack(pid);
+            fail_msg("process exited (status %d) before writing '%s'; it wrote:\n%s",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : -1, needle, buf);
+        }
+        if (fx_now_ns() > deadline)
+            fail_msg("no '%s' in %s; it holds:\n%s", needle, path, buf);
+        usleep(10000);
+    }
+}
+
+/* GET |path| from 127.0.0.1:|port| with a plain socket (HTTP/1.0, so the
+ * server closes after the body). Returns the whole answer in a malloc'd
+ * NUL-terminated buffer. */
+static char *http_get(uint16_t port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {.tv_sec = HANG_MS / 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[256];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    assert_int_equal(write(fd, req, (size_t)n), n);
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    for (;;) {
+        ssize_t r = read(fd, buf + len, cap - 1 - len);
+        if (r < 0)
+            fail_msg("reading %s: %s", path, strerror(errno));
+        if (r == 0 || len + (size_t)r >= cap - 1)
+            break;
+        len += (size_t)r;
+    }
+    buf[len] = '\0';
+    close(fd);
+    return buf;
+}
+
+/* ---- the README walk-through ------------------------------------------------------ */
+
+typedef struct walk {
+    char dir[64];
+    char broker[512], felix[512];
+    char out[128], err[128];
+    char banner[16384];
+    char env_server[96], env_pin[96];
+    uint16_t admin_port;
+    pid_t broker_pid;
+} walk;
+
+static void find_binaries(walk *w)
+{
+    const char *bin = getenv("FX_BINARY_DIR");
+    if (bin == NULL || bin[0] == '\0')
+        fx_test_skip("FX_BINARY_DIR is not set (run through ctest)");
+    snprintf(w->broker, sizeof(w->broker), "%s/felix-broker", bin);
+    snprintf(w->felix, sizeof(w->felix), "%s/felix", bin);
+    if (access(w->broker, X_OK) != 0)
+        fx_test_skip("felix-broker is not built in FX_BINARY_DIR");
+    if (access(w->felix, X_OK) != 0)
+        fx_test_skip("felix (the CLI) is not built in FX_BINARY_DIR");
+}
+
+/* Starts the broker as the README says (dev config, ports picked by the
+ * kernel) and reads the export line and the admin port from its banner. */
+static void start_broker_process(walk *w)
+{
+    char state[128];
+    snprintf(state, sizeof(state), "state_dir=%s/state", w->dir);
+    snprintf(w->out, sizeof(w->out), "%s/broker.out", w->dir);
+    snprintf(w->err, sizeof(w->err), "%s/broker.err", w->dir);
+    char *argv[] = {
+        w->broker, "--dev", "--set", "quic_bind=127.0.0.1:0", "--set", "metrics_bind=127.0.0.1:0",
+        "--set",   state,   NULL};
+    w->broker_pid = spawn(argv, w->out, w->err, NULL);
+    const char *line =
+        wait_for_text(w->out, "export FELIX_SERVER=", w->banner, sizeof(w->banner), w->broker_pid);
+    char server[64], pin[80];
+    assert_int_equal(sscanf(line, "export FELIX_SERVER=%63s FELIX_PIN=%79s", server, pin), 2);
+    assert_int_equal(strlen(pin), 64);
+    snprintf(w->env_server, sizeof(w->env_server), "FELIX_SERVER=%s", server);
+    snprintf(w->env_pin, sizeof(w->env_pin), "FELIX_PIN=%s", pin);
+    const char *admin = strstr(w->banner, "admin HTTP on ");
+    assert_non_null(admin);
+    const char *port = strstr(admin, "(port ");
+    assert_non_null(port);
+    unsigned p = 0;
+    assert_int_equal(sscanf(port, "(port %u)", &p), 1);
+    assert_true(p > 0 && p < 65536);
+    w->admin_port = (uint16_t)p;
+}
+
+static void pub_sub_with_cli(walk *w)
+{
+    char *env[] = {w->env_server, w->env_pin, NULL};
+    char sub_out[128], sub_err[128], pub_out[128], pub_err[128], text[4096];
+    snprintf(sub_out, sizeof(sub_out), "%s/sub.out", w->dir);
+    snprintf(sub_err, sizeof(sub_err), "%s/sub.err", w->dir);
+    snprintf(pub_out, sizeof(pub_out), "%s/pub.out", w->dir);
+    snprintf(pub_err, sizeof(pub_err), "%s/pub.err", w->dir);
+    char *sub_argv[] = {w->felix, "sub", "--count", "3", "t1/default/demo", NULL};
+    pid_t sub = spawn(sub_argv, sub_out, sub_err, env);
+    wait_for_text(sub_err, "subscribed", text, sizeof(text), sub);
+    char *pub_argv[] = {w->felix,          "pub",   "--ack", "per_message", "--count", "3",
+                        "t1/default/demo", "hello", NULL};
+    pid_t pub = spawn(pub_argv, pub_out, pub_err, env);
+    int st = wait_exit(pub, HANG_MS, "felix pub");
+    if (st != 0) {
+        slurp(pub_err, text, sizeof(text));
+        fail_msg("felix pub exited %d: %s", st, text);
+    }
+    st = wait_exit(sub, HANG_MS, "felix sub");
+    slurp(sub_out, text, sizeof(text));
+    assert_int_equal(st, 0);
+    assert_string_equal(text, "hello\nhello\nhello\n");
+}
+
+/* Every metric of docs/metrics.md's generated table has a "# TYPE" line in
+ * |body|; the drop counters (names with "drop") are at zero. */
+static void check_documented_metrics(const char *body)
+{
+    const char *src = getenv("FX_SOURCE_DIR");
+    if (src == NULL || src[0] == '\0')
+        fx_test_skip("FX_SOURCE_DIR is not set (run through ctest)");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/docs/metrics.md", src);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[2048];
+    bool in_table = false;
+    int checked = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strstr(line, "<!-- BEGIN GENERATED") != NULL)
+            in_table = true;
+        else if (strstr(line, "<!-- END GENERATED") != NULL)
+            in_table = false;
+        char name[128];
+        if (!in_table || sscanf(line, "| `%127[a-z0-9_]`", name) != 1)
+            continue;
+        char want[160];
+        snprintf(want, sizeof(want), "\n# TYPE %s ", name);
+        if (strstr(body, want) == NULL)
+            fail_msg("documented metric %s missing from /metrics", name);
+        checked++;
+        if (strstr(name, "drop") == NULL)
+            continue;
+        /* Every sample of a drop counter ("name 0" or "name{...} 0"). */
+        size_t nl = strlen(name);
+        for (const char *p = strstr(body, name); p != NULL; p = strstr(p + 1, name)) {
+            if (p[-1] != '\n' || (p[nl] != ' ' && p[nl] != '{'))
+                continue;
+            const char *eol = strchr(p, '\n');
+            assert_non_null(eol);
+            if (eol - p < 2 || eol[-1] != '0' || eol[-2] != ' ')
+                fail_msg("drop counter not at zero on a fresh broker: %.*s", (int)(eol - p), p);
+        }
+    }
+    fclose(f);
+    assert_true(checked >= 20); /* the table was found and read */
+}
+
+static void test_cli_walkthrough_pub_sub_metrics_and_sigterm(void **state)
+{
+    walk *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    find_binaries(w);
+    make_tmpdir(w->dir, sizeof(w->dir));
+    start_broker_process(w);
+    pub_sub_with_cli(w);
+
+    char *resp = http_get(w->admin_port, "/metrics");
+    assert_true(strncmp(resp, "HTTP/1.", 7) == 0 && strncmp(resp + 8, " 200", 4) == 0);
+    const char *body = strstr(resp, "\r\n\r\n");
+    assert_non_null(body);
+    check_documented_metrics(body + 3); /* from the "\n" before the first line */
+    free(resp);
+
+    assert_int_equal(kill(w->broker_pid, SIGTERM), 0);
+    int st = wait_exit(w->broker_pid, HANG_MS, "felix-broker");
+    if (st != 0) {
+        slurp(w->err, w->banner, sizeof(w->banner));
+        fail_msg("felix-broker exited %d after SIGTERM; stderr:\n%s", st, w->banner);
+    }
+    char state_dir[128];
+    snprintf(state_dir, sizeof(state_dir), "%s/state", w->dir);
+    rm_dir(state_dir);
+    rm_dir(w->dir);
+    free(w);
+}
+
+/* Runs `felix pub` once with FELIX_PIN=|pin|; returns its exit status. */
+static int pub_with_pin(walk *w, const char *pin)
+{
+    char env_pin[96], out[128], err[128];
+    snprintf(env_pin, sizeof(env_pin), "FELIX_PIN=%s", pin);
+    snprintf(out, sizeof(out), "%s/pin.out", w->dir);
+    snprintf(err, sizeof(err), "%s/pin.err", w->dir);
+    char *env[] = {w->env_server, env_pin, NULL};
+    char *argv[] = {w->felix, "pub", "--ack", "per_message", "t1/default/demo", "x", NULL};
+    return wait_exit(spawn(argv, out, err, env), HANG_MS, "felix pub");
+}
+
+static void test_sighup_reloads_certificate_for_new_cli_connections(void **state)
+{
+    walk *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    find_binaries(w);
+    make_tmpdir(w->dir, sizeof(w->dir));
+    start_broker_process(w);
+    const char *old_pin = w->env_pin + strlen("FELIX_PIN=");
+    assert_int_equal(pub_with_pin(w, old_pin), 0);
+
+    /* Replace the generated pair the broker uses, as an operator would. */
+    char cert[128], key[128], new_pin[65];
+    snprintf(cert, sizeof(cert), "%s/state/tls-cert.pem", w->dir);
+    snprintf(key, sizeof(key), "%s/state/tls-key.pem", w->dir);
+    assert_int_equal(fx_quic_cert_generate(cert, key, NULL), 0);
+    assert_int_equal(fx_quic_cert_fingerprint(cert, new_pin), 0);
+    assert_string_not_equal(old_pin, new_pin);
+    assert_int_equal(kill(w->broker_pid, SIGHUP), 0);
+    char text[16384];
+    wait_for_text(w->err, "SIGHUP: reloaded the TLS certificate", text, sizeof(text),
+                  w->broker_pid);
+    assert_non_null(strstr(text, new_pin));
+
+    assert_int_equal(pub_with_pin(w, new_pin), 0);
+    assert_int_not_equal(pub_with_pin(w, old_pin), 0); /* the pin no longer matches */
+
+    assert_int_equal(kill(w->broker_pid, SIGTERM), 0);
+    assert_int_equal(wait_exit(w->broker_pid, HANG_MS, "felix-broker"), 0);
+    char state_dir[128];
+    snprintf(state_dir, sizeof(state_dir), "%s/state", w->dir);
+    rm_dir(state_dir);
+    rm_dir(w->dir);
+    free(w);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_libfelix_publishes_and_subscribes_over_ipv6_loopback),
+    cmocka_unit_test(test_dual_stack_broker_serves_ipv4_and_ipv6_clients),
+    cmocka_unit_test_teardown(test_cli_walkthrough_pub_sub_metrics_and_sigterm, kill_kids),
+    cmocka_unit_test_teardown(test_sighup_reloads_certificate_for_new_cli_connections, kill_kids),
+};
+FX_TEST_MAIN(tests)
