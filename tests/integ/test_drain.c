@@ -158,6 +158,10 @@ static void test_drain_delivers_every_acked_publish_before_exit(void **state)
     e_lossless(e);
     e->bo.subscriber_queue_capacity = 64;
     e->bo.subscriber_lane_queue_depth = 8;
+    /* Acked publishes wait at a full ingress (the Wait policy) rather than
+     * fail with "publish queue full", so only the drain ends the publisher. */
+    e->bo.ack_on_commit = true;
+    e->bo.publish_queue_wait_timeout_ns = (uint64_t)HANG_MS * FX_NS_PER_MS;
     e_start(e);
     fx_client *sc = e_client(e, FX_POLICY_BLOCK, 0, 0);
     counter k[2] = {0};
