@@ -111,13 +111,17 @@ int fx_client_opts_from_env(fx_client_opts *o);
  * and the first event connection; the others open lazily. */
 int fx_client_connect(fx_client **pc, const fx_client_opts *o);
 
-/* Flushes pending publishes up to |timeout_ms| (-1: no limit), closes every
- * connection and frees |c|. Callers blocked in other calls on |c| return
- * FX_ECLOSED; the memory is released after the last of them has left.
- * Subscriptions of |c| end (FX_ECLOSED) but must still be released with
- * fx_unsubscribe. Returns 0, FX_ETIMEDOUT (some publishes were not yet
- * acknowledged), FX_EWOULDBLOCK_LOOP (called from a callback: nothing done).
- * NULL ok. */
+/* Closes |c| without losing what was published: new publishes are refused
+ * (FX_ECLOSED), queued ones are sent, then each publish stream is finished
+ * and the broker's answering FIN awaited (it sends it once every frame before
+ * ours was admitted or answered), all within |timeout_ms| (-1: no limit);
+ * then every connection is closed and |c| freed. Callers blocked in other
+ * calls on |c| return FX_ECLOSED; the memory is released after the last of
+ * them has left. Subscriptions of |c| end (FX_ECLOSED) but must still be
+ * released with fx_unsubscribe. Returns 0; FX_ETIMEDOUT (the deadline cut
+ * the close short: some publishes may not have reached the broker's
+ * queues); the error that ended a publish stream early (e.g. FX_ECONNLOST);
+ * FX_EWOULDBLOCK_LOOP (called from a callback: nothing done). NULL ok. */
 int fx_client_close(fx_client *c, int timeout_ms);
 
 /* Copies the text of the last error a call made on this thread produced

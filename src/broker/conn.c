@@ -148,7 +148,10 @@ void fxb_bidi_flush(fxb_bidi *s)
         r->owner = NULL;
         fxb_reply_unref(r);
     }
-    bool idle = s->rhead == NULL && s->parked == NULL && !s->sub_pending;
+    /* Input still buffered behind a park (or being fed from that buffer)
+     * holds the FIN too: the client's FIN is answered only once every frame
+     * it sent before it was handled. */
+    bool idle = s->rhead == NULL && s->parked == NULL && !s->sub_pending && s->pend_len == 0;
     if (!s->closed && !s->fin_sent && c->qc != NULL && idle && (s->ended || s->peer_fin)) {
         s->fin_sent = true;
         fx_quic_stream_shutdown(c->qc, s->sid);
@@ -542,9 +545,44 @@ static void on_bidi_data(fxb_bidi *s, const uint8_t *data, size_t len, bool fin)
 
 /* ---- stream and connection lifecycle ---------------------------------------------- */
 
+static fx_ratelimit discard_rl = FX_RATELIMIT_INIT;
+
+/* The stream goes away with input buffered behind a parked publish: those
+ * requests arrived (QUIC acknowledged them to the client) but were never
+ * admitted, so each is counted like the parked one
+ * (felix_broker_ingress_backpressure_cancelled_total) and logged. The buffer
+ * starts at a frame boundary (a park happens right after a whole frame);
+ * a frame cut off at its end never arrived whole and is not counted. */
+static void count_discarded(fxb_bidi *s)
+{
+    uint64_t n = 0;
+    size_t off = 0;
+    while (s->pend_len - off >= FX_WIRE_HEADER_LEN) {
+        fx_frame_header h;
+        fx_body_kind kind;
+        if (fx_frame_header_decode(s->pend + off, s->dec.max_frame, &h, NULL) != 0 ||
+            s->pend_len - off - FX_WIRE_HEADER_LEN < h.length)
+            break;
+        off += FX_WIRE_HEADER_LEN + (size_t)h.length;
+        if (fx_frame_kind(h.flags, &kind, NULL) == 0 &&
+            (kind == FX_BODY_JSON || kind == FX_BODY_PUBLISH_BATCH ||
+             kind == FX_BODY_PUBLISH_BATCH_ACKED))
+            n++;
+    }
+    s->pend_len = 0;
+    if (n == 0)
+        return;
+    FX_COUNTER_ADD(ingress_backpressure_cancelled, n);
+    FX_LOG_RATELIMITED(&discard_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld closed with %llu requests waiting for admission: "
+                       "discarded",
+                       (unsigned long long)s->conn->id, (long long)s->sid, (unsigned long long)n);
+}
+
 static void bidi_close(fxb_bidi *s)
 {
     fxb_conn *c = s->conn;
+    count_discarded(s);
     s->closed = true;
     s->ended = true;
     partial_done(s);

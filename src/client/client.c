@@ -343,6 +343,12 @@ static void connect_task(fx_loop *l, fx_task *t, void *user)
         fx_client_on_first_auth(c, rv, 0, fx_strerror(rv));
 }
 
+static void fin_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l, (void)t;
+    fx_pub_finish(user);
+}
+
 static void close_task(fx_loop *l, fx_task *t, void *user)
 {
     (void)l, (void)t;
@@ -468,6 +474,7 @@ static int client_new(fx_client **pc, const fx_client_opts *o)
     transport_opts(c);
     fx_task_init(&c->connect_task, connect_task, c);
     fx_task_init(&c->close_task, close_task, c);
+    fx_task_init(&c->fin_task, fin_task, c);
     rv = fx_budget_init(&c->budget, c->o.publish_inflight_bytes, NULL);
     if (rv == 0)
         rv = fx_pub_init(c);
@@ -547,13 +554,42 @@ int fx_client_connect(fx_client **pc, const fx_client_opts *o)
     return 0;
 }
 
+/* The close handshake: every live publish stream FINs after its queue, and
+ * the broker FINs back only once it has handled every frame sent before
+ * (QUIC acknowledging the bytes is not enough: frames parked at the
+ * broker's ingress would be discarded when the connection closes). Waits
+ * until |deadline_ns| (0 = no limit). Returns 0, FX_ETIMEDOUT, or the
+ * failure of a stream (e.g. FX_ECONNLOST). fin_task is posted before
+ * close_task, so it runs first. */
+static int finish_streams(fx_client *c, uint64_t deadline_ns)
+{
+    pthread_mutex_lock(&c->mu);
+    c->fin_left = -1;
+    c->fin_rv = 0;
+    pthread_mutex_unlock(&c->mu);
+    if (!fx_client_post(c, &c->fin_task))
+        return FX_ECLOSED;
+    int rv = 0;
+    pthread_mutex_lock(&c->mu);
+    while (c->fin_left != 0 && rv == 0)
+        rv = fx_client_wait(c, &c->cv, deadline_ns);
+    if (c->fin_left == 0)
+        rv = c->fin_rv;
+    pthread_mutex_unlock(&c->mu);
+    return rv;
+}
+
 int fx_client_close(fx_client *c, int timeout_ms)
 {
     if (c == NULL)
         return 0;
     if (fx_loop_is_current(c->loop))
         return FX_EWOULDBLOCK_LOOP;
+    uint64_t deadline = fx_client_deadline(timeout_ms);
+    atomic_store(&c->pub_closing, true); /* new publishes fail FX_ECLOSED */
     int rv = fx_flush(c, timeout_ms);
+    if (rv == 0)
+        rv = finish_streams(c, deadline);
     if (rv == FX_ECLOSED)
         rv = 0;
     client_teardown(c);

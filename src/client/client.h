@@ -101,6 +101,11 @@ typedef struct pjob {
     uint8_t frame[];
 } pjob;
 
+/* Close handshake of a publish stream (fx_client_close): FIN_WANT sends our
+ * FIN once the queue is drained; the broker FINs its side only after every
+ * frame sent before ours was handled and answered (FIN_SENT -> FIN_DONE). */
+enum { FIN_NONE = 0, FIN_WANT, FIN_SENT, FIN_DONE };
+
 /* A publish worker: one authed bidi stream, its queue (checkpoint 2). */
 struct pworker {
     int kind; /* SK_WORKER */
@@ -111,6 +116,7 @@ struct pworker {
     int state;                         /* loop: 0 idle, 1 authing, 2 ready, 3 failed */
     atomic_int fail_rv;                /* 0, or why the worker is dead (read by producers) */
     pjob *held;                        /* loop: popped job refused by QUIC (FX_EFULL) */
+    int fin;                           /* loop: close handshake, FIN_* */
     fx_queue q;                        /* items: pjob* */
     fx_task drain;                     /* posted by producers */
     fx_frame_decoder dec;              /* loop: replies */
@@ -223,6 +229,13 @@ struct fx_client {
     atomic_size_t outstanding; /* publishes not yet finished (flush) */
     atomic_int flushers;
     fx_task connect_task, close_task;
+    /* Close handshake (fx_client_close): no new publishes once |pub_closing|;
+     * |fin_left| workers (-1: fin_task has not run) still wait for the
+     * broker's FIN; |fin_rv| is the first handshake failure. */
+    atomic_bool pub_closing;
+    fx_task fin_task;
+    int fin_left;          /* mu */
+    int fin_rv;            /* mu */
     fx_subscription *subs; /* loop */
     bool closing;          /* loop: fx_client_close started tearing down */
     /* Unacked publishes QUIC had taken on a connection that was lost before
@@ -268,6 +281,10 @@ void fx_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin);
 void fx_pub_on_close(pworker *w, bool reset, uint64_t code);
 /* Fails and drains everything (close path). Loop. */
 void fx_pub_shutdown(fx_client *c);
+/* Starts the close handshake on every live publish stream (fin_task): each
+ * FINs after its queue and counts down c->fin_left when the broker FINs back
+ * or the stream fails. Loop. */
+void fx_pub_finish(fx_client *c);
 
 /* ---- subscribe.c ---------------------------------------------------------- */
 void fx_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin);

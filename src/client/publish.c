@@ -128,6 +128,23 @@ static void job_fail(pjob *j, int rv, const char *msg)
 
 /* ---- workers (loop) -------------------------------------------------------------- */
 
+/* The close handshake of |w| is over: |rv| 0 when the broker finished its
+ * side after handling everything sent before our FIN, else why it was cut
+ * short (fx_client_close then reports it). */
+static void fin_done(pworker *w, int rv)
+{
+    if (w->fin != FIN_WANT && w->fin != FIN_SENT)
+        return;
+    w->fin = FIN_DONE;
+    fx_client *c = w->c;
+    pthread_mutex_lock(&c->mu);
+    if (rv != 0 && c->fin_rv == 0)
+        c->fin_rv = rv;
+    c->fin_left--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void worker_fail(pworker *w, int rv, const char *msg)
 {
     int zero = 0;
@@ -143,6 +160,7 @@ static void worker_fail(pworker *w, int rv, const char *msg)
         job_fail(it, rv, msg);
     if (w->index == 0)
         fx_client_on_first_auth(w->c, rv, 0, msg);
+    fin_done(w, rv);
 }
 
 /* The connection was lost and a reconnect is scheduled: what the broker
@@ -152,6 +170,7 @@ static void worker_fail(pworker *w, int rv, const char *msg)
 static void worker_lost(pworker *w, int rv, const char *msg)
 {
     pending_fail_all(w, rv, msg);
+    fin_done(w, rv); /* what the broker had not handled may be lost */
     w->sid = -1;
     w->state = 0;
     fx_frame_decoder_deinit(&w->dec);
@@ -183,16 +202,48 @@ static void worker_open(pworker *w)
     w->state = 1;
 }
 
+/* The queue is drained during the close handshake: our FIN follows the
+ * last frame. */
+static void send_fin(pworker *w)
+{
+    int rv = w->conn->qc != NULL ? fx_quic_stream_shutdown(w->conn->qc, w->sid) : FX_ECONNLOST;
+    if (rv != 0) {
+        worker_fail(w, rv, fx_strerror(rv));
+        return;
+    }
+    w->fin = FIN_SENT;
+}
+
+/* After our FIN nothing more can be sent: a publish that raced with
+ * fx_client_close past its check fails here, counted as lost. */
+static void fail_after_fin(pworker *w)
+{
+    void *it;
+    while (fx_queue_pop(&w->q, &it) == 0) {
+        pjob *j = it;
+        if (j->req == NULL || !j->req->acked) /* an acked one gets the error instead */
+            atomic_fetch_add(&w->c->pub_lost, 1);
+        job_fail(j, FX_ECLOSED, "client closed");
+    }
+}
+
 /* Hands queued frames to QUIC until the queue is empty or QUIC refuses. */
 static void worker_send(pworker *w)
 {
+    if (w->fin == FIN_SENT || w->fin == FIN_DONE) {
+        fail_after_fin(w);
+        return;
+    }
     for (;;) {
         pjob *j = w->held;
         w->held = NULL;
         if (j == NULL) {
             void *it;
-            if (fx_queue_pop(&w->q, &it) != 0)
+            if (fx_queue_pop(&w->q, &it) != 0) {
+                if (w->fin == FIN_WANT)
+                    send_fin(w);
                 return;
+            }
             j = it;
         }
         preq *r = j->req;
@@ -270,6 +321,29 @@ void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool 
             worker_lost(w, rv, text);
         else
             worker_fail(w, rv, text);
+    }
+}
+
+void fx_pub_finish(fx_client *c)
+{
+    /* Counted before any FIN goes out, so the count cannot reach zero early. */
+    int n = 0;
+    for (size_t i = 0; i < c->nworkers; i++) {
+        pworker *w = &c->workers[i];
+        if ((w->state == 1 || w->state == 2) && w->fin == FIN_NONE) {
+            w->fin = FIN_WANT;
+            n++;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    c->fin_left = n;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    /* An authenticating worker FINs once its auth is answered. */
+    for (size_t i = 0; i < c->nworkers; i++) {
+        pworker *w = &c->workers[i];
+        if (w->fin == FIN_WANT && w->state == 2)
+            worker_send(w);
     }
 }
 
@@ -378,8 +452,19 @@ void fx_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin)
         if (rv == FX_FRAME_READY)
             on_frame(w, &f);
     }
-    if (fin && w->state != 3)
-        worker_fail(w, FX_ECONNLOST, "publish stream ended by the broker");
+    if (!fin || w->state == 3)
+        return;
+    if (w->fin == FIN_SENT && w->npending == 0) {
+        /* The broker's answer to our FIN: every frame we sent was handled
+         * (admitted, or answered / dropped and counted) and every reply
+         * written. The stream is done; producers see it closed. */
+        int zero = 0;
+        atomic_compare_exchange_strong(&w->fail_rv, &zero, FX_ECLOSED);
+        w->state = 3;
+        fin_done(w, 0);
+        return;
+    }
+    worker_fail(w, FX_ECONNLOST, "publish stream ended by the broker");
 }
 
 void fx_pub_on_close(pworker *w, bool reset, uint64_t code)
@@ -664,6 +749,8 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
     bool on_loop = fx_loop_is_current(c->loop);
     if (on_loop && cb == NULL)
         return FX_EWOULDBLOCK_LOOP;
+    if (atomic_load(&c->pub_closing))
+        return fx_client_set_error(FX_ECLOSED, "client is closing");
     fx_wire_ack wack = wire_ack(ack);
     pworker *w = pick_worker(c, ns, stream);
     int rv = atomic_load(&w->fail_rv);

@@ -1199,6 +1199,121 @@ static void test_lossless_block_mode_loses_nothing_with_stalled_subscriber(void 
     t_free(t);
 }
 
+/* Lossless broker whose publish stream window holds a whole burst, with one
+ * subscriber the test stalls: publishes pile up behind a parked ingress. */
+static T *t_new_parking(void)
+{
+    T *t = t_new();
+    t->size_of = size_1k;
+    t->bo.pub_ingress_wait = true;
+    t->bo.pub_queue_depth = 4;
+    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
+    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+    t->bo.subscriber_queue_capacity = 16;
+    t->bo.subscriber_lane_queue_depth = 2;
+    t->bo.subscriber_unacked_bytes = 64u << 10;
+    t->bo.quic.stream_window = 4u << 20;
+    t->co.stream_window = 64u << 10;
+    return t;
+}
+
+static bool out_empty(T *t)
+{
+    tconn *c = t->arg;
+    return c->out_n == 0;
+}
+
+static void test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled(void **state)
+{
+    (void)state;
+    T *t = t_new_parking();
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "cf", FX_MSG_START_LATEST, 0);
+    sub->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 1000;
+    publish_range(t, s, "cf", 0, total - 1);
+    send_buf(s, binary_publish(t, "cf", total - 1, 1, true, 7)); /* acked: a reply before FIN */
+    assert_true(run_until_arg(t, out_empty, s->tc, 5000));
+    assert_int_equal(fx_quic_stream_shutdown(s->tc->qc, s->sid), 0);
+    run_for(t, 300);
+    /* Frames wait behind the stalled subscriber: no FIN may come yet. */
+    assert_true(sub->events < total);
+    assert_false(s->fin);
+    assert_false(s->closed);
+    resume_stream(sub);
+    assert_true(run_until_arg(t, stream_finished, s, 20000));
+    assert_true(s->fin);
+    assert_false(s->reset);
+    fx_metrics_snapshot_take(&b);
+    /* Everything sent before the FIN was handled before the broker's FIN:
+     * the unacked ones admitted (Backpressure), the acked one admitted or,
+     * its policy being Fail, refused with "publish queue full". */
+    uint64_t accepted = (uint64_t)DELTA(a, b, publish_accepted);
+    assert_true(accepted >= total - 1);
+    assert_int_equal(accepted + (uint64_t)DELTA(a, b, publish_error), total);
+    assert_int_equal(DELTA(a, b, ingress_backpressure_cancelled), 0);
+    tframe *f = next_reply(t, s); /* written before the FIN */
+    assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
+    fx_publish_ack ack;
+    assert_int_equal(fx_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+    assert_int_equal(ack.ok, accepted == total);
+    assert_int_equal(ack.request_id, 7);
+    tframe_free(f);
+    assert_null(s->head);
+    wait_events(t, &sub, 1, accepted, 20000);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    t_free(t);
+}
+
+typedef struct cancel_wait {
+    fx_metrics_snapshot *before;
+} cancel_wait;
+
+static bool parked_cancelled(T *t)
+{
+    cancel_wait *w = t->arg;
+    fx_metrics_snapshot now;
+    fx_metrics_snapshot_take(&now);
+    return DELTA(*w->before, now, ingress_backpressure_cancelled) > 1;
+}
+
+static void test_connection_close_counts_every_publish_discarded_behind_a_park(void **state)
+{
+    (void)state;
+    T *t = t_new_parking();
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "cc", FX_MSG_START_LATEST, 0);
+    sub->stalled = true;
+    tconn *pc = t_connect(t);
+    tstream *s = authed_stream(t, pc);
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 1000;
+    publish_range(t, s, "cc", 0, total);
+    assert_true(run_until_arg(t, out_empty, pc, 5000));
+    run_for(t, 300); /* the broker has received the burst; most of it waits */
+    fx_quic_conn_close(pc->qc, 0, "bye");
+    cancel_wait w = {&a};
+    assert_true(run_until_arg(t, parked_cancelled, &w, 5000));
+    run_for(t, 100);
+    fx_metrics_snapshot_take(&b);
+    uint64_t accepted = (uint64_t)DELTA(a, b, publish_accepted);
+    uint64_t cancelled = (uint64_t)DELTA(a, b, ingress_backpressure_cancelled);
+    /* The parked publish and every whole one buffered behind it are counted:
+     * far more than the one parked job, and never more than were sent. */
+    assert_true(cancelled > 100);
+    assert_true(accepted + cancelled <= total);
+    assert_int_equal(DELTA(a, b, publish_dropped), 0);
+    resume_stream(sub);
+    wait_events(t, &sub, 1, accepted, 10000);
+    run_for(t, 50);
+    assert_int_equal(sub->events, accepted);
+    t_free(t);
+}
+
 typedef struct ingress_wait {
     fx_metrics_snapshot *before;
     uint64_t total;
@@ -1386,6 +1501,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_shared_frame_encoded_once_for_fanout_3),
     cmocka_unit_test(test_drop_new_stalled_subscriber_counts_drops_exactly),
     cmocka_unit_test(test_lossless_block_mode_loses_nothing_with_stalled_subscriber),
+    cmocka_unit_test(test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled),
+    cmocka_unit_test(test_connection_close_counts_every_publish_discarded_behind_a_park),
     cmocka_unit_test(test_ingress_drop_with_queue_depth_1_counts_exactly),
     cmocka_unit_test(test_commit_acks_wait_then_time_out_behind_a_parked_worker),
     cmocka_unit_test(test_subscriber_disconnect_removes_it_and_gauges_return_to_zero),

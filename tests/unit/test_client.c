@@ -194,6 +194,10 @@ static void s_on_data(fx_quic_conn *c, int64_t sid, const uint8_t *d, size_t n, 
         if (rv == FX_FRAME_READY)
             on_frame(c, sid, t, &f);
     }
+    /* Like the broker: answer the client's FIN with ours once its frames are
+     * handled (fx_client_close waits for it). */
+    if (fin)
+        fx_quic_stream_shutdown(c, sid);
     pthread_mutex_unlock(&S->mu);
 }
 
