@@ -555,6 +555,7 @@ void fx_quic_endpoint_free(fx_quic_endpoint *ep)
     }
     fx_loop_timer_cancel(ep->loop, &ep->reap_timer);
     fx_loop_timer_cancel(ep->loop, &ep->drain_timer);
+    fx_quic_test_delay_free(ep);
     reap_all(ep->loop, &ep->reap_timer, ep);
     if (ep->fd >= 0) {
         fx_loop_unwatch(ep->loop, &ep->watch);

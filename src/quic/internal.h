@@ -36,7 +36,9 @@
 #define FX_QUIC_RX_BUDGET 1024 /* datagrams read per socket event */
 #define FX_QUIC_STREAM_VECS 16 /* chunks handed to one writev_stream */
 #define FX_QUIC_MAX_DATAGRAM 65527
-#define FX_QUIC_DRAIN_CODE 0x46444e /* "FDN": stream refused while draining */
+#define FX_QUIC_DRAIN_CODE 0x46444e          /* "FDN": stream refused while draining */
+#define FX_QUIC_TEST_DELAY_CAP 4096          /* delay hook: datagrams held at most */
+#define FX_QUIC_TEST_DELAY_BYTES (16u << 20) /* delay hook: bytes held at most */
 
 /* ---- streams ------------------------------------------------------------- */
 
@@ -178,6 +180,13 @@ struct fx_quic_endpoint {
     uint8_t *rx;
     uint32_t half_open;
     uint64_t rng; /* test-hook drop decisions */
+    /* Test hook (fx_quic_endpoint_set_test_delay): received datagrams wait
+     * |test_delay_ns| in a bounded FIFO of copies, released by |tdq_timer|.
+     * |tdq| is allocated on first use; NULL means the hook was never on. */
+    uint64_t test_delay_ns;
+    struct qdelayed **tdq;
+    size_t tdq_head, tdq_len, tdq_bytes;
+    fx_timer tdq_timer;
     bool draining;
     fx_timer drain_timer;
     uint64_t sr_window_start; /* stateless resets: one-second window */
@@ -234,6 +243,13 @@ void fx_quic_udp_read(fx_quic_endpoint *ep);
 void fx_quic_ep_flush_dirty(fx_quic_endpoint *ep);
 /* True when the test hook says to drop this datagram. */
 bool fx_quic_test_drop(fx_quic_endpoint *ep);
+/* Test hook: keeps a copy of a received datagram (with the local address in
+ * ep->rx_local) until ep->test_delay_ns from now, then hands it to
+ * fx_quic_ep_on_datagram(). A full FIFO drops it (counted in test_dropped). */
+void fx_quic_test_delay_hold(fx_quic_endpoint *ep, const struct sockaddr *from, socklen_t fromlen,
+                             const uint8_t *data, size_t len);
+/* Frees the datagrams the delay hook still holds (endpoint free). */
+void fx_quic_test_delay_free(fx_quic_endpoint *ep);
 
 /* ---- endpoint.c ---------------------------------------------------------- */
 

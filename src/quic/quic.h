@@ -250,6 +250,16 @@ void fx_quic_endpoint_get_stats(const fx_quic_endpoint *ep, fx_quic_stats *st);
  * receives (0 stops dropping; 1000 drops all, simulating a vanished peer). */
 void fx_quic_endpoint_set_test_drop(fx_quic_endpoint *ep, uint32_t permille);
 
+/* Test hook: from now on every datagram |ep| receives (after the drop hook
+ * above) is held for |delay_ns| before QUIC sees it, simulating a long
+ * one-way path; 0 stops delaying new datagrams (those already held are
+ * still released at their time, so packets may then arrive reordered).
+ * Held copies are bounded (4096 datagrams, 16 MiB); when full, datagrams
+ * are dropped and counted in stats.test_dropped. Costs one branch per
+ * datagram while off. Returns 0, or -ENOMEM (hook unchanged). Loop thread
+ * only. */
+int fx_quic_endpoint_set_test_delay(fx_quic_endpoint *ep, uint64_t delay_ns);
+
 /* ---- connections --------------------------------------------------------- */
 
 /* Starts a client connection to |ip|:|port| (numeric) from |ep|. |co| may be

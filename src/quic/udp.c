@@ -1,8 +1,8 @@
 /* UDP socket I/O for an endpoint: socket set-up (buffers read back, GRO,
  * don't-fragment), GSO aggregates on send with a sendmmsg fallback when the
  * kernel reports EIO, recvmmsg + GRO train splitting on receive, and the
- * test hook that drops datagrams. IPv6 sockets bound to "::" are dual-stack
- * (IPv4 peers appear as IPv4-mapped addresses). Loop thread only. */
+ * test hooks that drop and delay datagrams. IPv6 sockets bound to "::" are
+ * dual-stack (IPv4 peers appear as IPv4-mapped addresses). Loop thread only. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
@@ -130,6 +130,91 @@ bool fx_quic_test_drop(fx_quic_endpoint *ep)
         return false;
     ep->st.test_dropped++;
     return true;
+}
+
+/* One datagram held by the delay hook, with the addresses it came with. */
+typedef struct qdelayed {
+    uint64_t due;
+    struct sockaddr_storage from, local;
+    socklen_t fromlen, locallen;
+    size_t len;
+    uint8_t data[];
+} qdelayed;
+
+/* Releases every held datagram whose time has come, in arrival order, then
+ * writes what they made the connections want to send. */
+static void delay_release(fx_loop *l, fx_timer *t, void *user)
+{
+    fx_quic_endpoint *ep = user;
+    uint64_t now = fx_loop_now(l);
+    while (ep->tdq_len > 0 && !ep->freeing) {
+        qdelayed *d = ep->tdq[ep->tdq_head];
+        if (d->due > now)
+            break;
+        ep->tdq_head = (ep->tdq_head + 1) % FX_QUIC_TEST_DELAY_CAP;
+        ep->tdq_len--;
+        ep->tdq_bytes -= d->len;
+        ep->rx_local = d->local;
+        ep->rx_locallen = d->locallen;
+        fx_quic_ep_on_datagram(ep, (struct sockaddr *)&d->from, d->fromlen, d->data, d->len);
+        free(d);
+    }
+    fx_quic_ep_flush_dirty(ep);
+    if (ep->tdq_len > 0 && !ep->freeing && fx_loop_timer_arm(l, t, ep->tdq[ep->tdq_head]->due) < 0)
+        fx_quic_log(FX_QLOG_WARN, "delay hook: timer not armed; held datagrams wait for the next");
+}
+
+void fx_quic_test_delay_hold(fx_quic_endpoint *ep, const struct sockaddr *from, socklen_t fromlen,
+                             const uint8_t *data, size_t len)
+{
+    qdelayed *d = NULL;
+    if (ep->tdq_len < FX_QUIC_TEST_DELAY_CAP && ep->tdq_bytes + len <= FX_QUIC_TEST_DELAY_BYTES)
+        d = malloc(sizeof(*d) + len);
+    if (d == NULL) {
+        ep->st.test_dropped++; /* a full (or unallocatable) FIFO loses it, like a router */
+        return;
+    }
+    d->due = fx_loop_now(ep->loop) + ep->test_delay_ns;
+    memcpy(&d->from, from, fromlen);
+    d->fromlen = fromlen;
+    d->local = ep->rx_local;
+    d->locallen = ep->rx_locallen;
+    d->len = len;
+    memcpy(d->data, data, len);
+    ep->tdq[(ep->tdq_head + ep->tdq_len) % FX_QUIC_TEST_DELAY_CAP] = d;
+    ep->tdq_len++;
+    ep->tdq_bytes += len;
+    /* FIFO order means the head is due first; arm only when idle (or when a
+     * re-arm failed earlier). */
+    if (!fx_timer_is_armed(&ep->tdq_timer) &&
+        fx_loop_timer_arm(ep->loop, &ep->tdq_timer, ep->tdq[ep->tdq_head]->due) < 0)
+        fx_quic_log(FX_QLOG_WARN, "delay hook: timer not armed; held datagrams wait for the next");
+}
+
+int fx_quic_endpoint_set_test_delay(fx_quic_endpoint *ep, uint64_t delay_ns)
+{
+    if (ep->tdq == NULL && delay_ns != 0) {
+        ep->tdq = calloc(FX_QUIC_TEST_DELAY_CAP, sizeof(*ep->tdq));
+        if (ep->tdq == NULL)
+            return -ENOMEM;
+        fx_timer_init(&ep->tdq_timer, delay_release, ep);
+    }
+    ep->test_delay_ns = delay_ns;
+    return 0;
+}
+
+void fx_quic_test_delay_free(fx_quic_endpoint *ep)
+{
+    if (ep->tdq == NULL)
+        return;
+    fx_loop_timer_cancel(ep->loop, &ep->tdq_timer);
+    for (; ep->tdq_len > 0; ep->tdq_len--) {
+        free(ep->tdq[ep->tdq_head]);
+        ep->tdq_head = (ep->tdq_head + 1) % FX_QUIC_TEST_DELAY_CAP;
+    }
+    free(ep->tdq);
+    ep->tdq = NULL;
+    ep->tdq_bytes = 0;
 }
 
 /* ---- send -------------------------------------------------------------------- */
@@ -305,6 +390,10 @@ static void deliver(fx_quic_endpoint *ep, struct mmsghdr *mm)
         ep->st.rx_datagrams++;
         if (fx_quic_test_drop(ep))
             continue;
+        if (ep->test_delay_ns != 0) { /* test hook: the only cost while off */
+            fx_quic_test_delay_hold(ep, m->msg_name, m->msg_namelen, p + off, n);
+            continue;
+        }
         fx_quic_ep_on_datagram(ep, m->msg_name, m->msg_namelen, p + off, n);
     }
 }
