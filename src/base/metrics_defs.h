@@ -43,7 +43,13 @@
       "Client requests refused by authentication: auth_failed (token refused, stream ended), "     \
       "forbidden (publish or subscribe without the permission)")                                   \
     C(broker_conn_refused, "felix_broker_connections_refused_total", "",                           \
-      "Connections closed at once, reason too many connections (max_connections reached)")
+      "Connections closed at once, reason too many connections (max_connections reached)")         \
+    C(broker_frame_timeouts, "felix_broker_frame_timeouts_total", "",                              \
+      "Client streams reset because a frame's body did not arrive within frame_read_timeout_ms")   \
+    C(ingress_reserve_waited, "felix_broker_ingress_reserve_waited_total", "",                     \
+      "Frame headers whose byte reservation had to wait (the stream stopped reading meanwhile)")   \
+    G(ingress_reserved_bytes, "felix_broker_ingress_reserved_bytes", "",                           \
+      "Bytes reserved by frame headers for frames not yet complete and admitted, all connections")
 
 /* ---- subscribe: per-subscriber queues, lanes, subscriber connections --- */
 #define FX_METRICS_SUB(C, G, H)                                                                    \

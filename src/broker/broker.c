@@ -40,6 +40,7 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .subscriber_lane_queue_policy = FX_QUEUE_DROP_NEW,
         .subscriber_max_bytes_per_write = 65536,
         .subscriber_unacked_bytes = 1u << 20,
+        .frame_read_timeout_ns = 10000 * FX_NS_PER_MS,
     };
     fx_quic_opts_default(&o->quic);
 }

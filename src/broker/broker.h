@@ -93,6 +93,9 @@ typedef struct fx_broker_opts {
     uint64_t pub_inflight_bytes;
     uint64_t pub_conn_inflight_bytes;
     bool pub_ingress_wait;
+    /* A frame whose body has not fully arrived this long after its bytes were
+     * reserved (at its header) resets its stream; 0 means the default, 10 s. */
+    uint64_t frame_read_timeout_ns;
     /* feeder coalescing */
     uint32_t event_batch_max_events;
     uint64_t event_batch_max_bytes;

@@ -39,6 +39,8 @@ typedef struct fxb_reply fxb_reply;
 #define FXB_CODE_UNSUBSCRIBE 0x2u
 /* QUIC application code of a connection refused by max_connections. */
 #define FXB_CODE_TOO_MANY_CONNS 0x3u
+/* frame_read_timeout when fx_broker_opts leaves it 0. */
+#define FXB_FRAME_READ_TIMEOUT_DEFAULT_NS (10000 * FX_NS_PER_MS)
 /* Jobs one worker turn takes before yielding to other tasks. */
 #define FXB_WORKER_BATCH 64
 /* Frame lists one feeder turn builds before yielding. */
@@ -107,7 +109,6 @@ struct fxb_conn {
     fxb_bidi *bidis;  /* open client bidi streams (list) */
     fxb_sub *subs;    /* live subscriptions (list) */
     uint32_t nsubs;
-    size_t partial_bytes; /* bodies announced but not complete, all streams */
     bool dead;
     bool counted;       /* holds one of max_connections (b->nconns) */
     bool want_writable; /* a send hit the unacked cap: wait for on_writable */
@@ -149,8 +150,21 @@ struct fxb_bidi {
     bool peer_fin;  /* the client finished sending */
     bool fin_sent;
     bool sub_pending; /* a subscribe is waiting for its worker: hold the FIN */
-    size_t partial;   /* announced body bytes of the frame being read */
     size_t credit_owed;
+    /* Checkpoint-3 bytes of the frame being read, reserved from the
+     * connection's budget when its header arrived and handed to its publish
+     * job (fxb_bidi_adopt_reservation), else released once it is handled.
+     * While |resv_wait| the stream reads nothing (its input waits in |pend|,
+     * uncredited) until |resv_w| is granted; |resv_task| brings the grant
+     * back to this loop. |frame_timer| runs from the reservation to the end
+     * of the body (frame_read_timeout). */
+    fx_permit resv;
+    bool resv_wait;
+    int resv_rv;         /* grant result, written before |resv_task| is posted */
+    uint16_t resv_flags; /* flags of the frame whose header was read */
+    fx_budget_waiter resv_w;
+    fx_task resv_task;
+    fx_timer frame_timer;
     /* Ingress parking: the job waiting for admission, and input that arrived
      * meanwhile (not credited, so bounded by the receive window). */
     fxb_job *parked;
@@ -258,6 +272,9 @@ void fxb_bidi_end(fxb_bidi *s);
 void fxb_bidi_fail(fxb_bidi *s, const char *why);
 /* Sends the done replies at the head of the FIFO. */
 void fxb_bidi_flush(fxb_bidi *s);
+/* Moves the reservation of the frame just read on |s| into |r| (the job's
+ * admission). Conn loop. */
+void fxb_bidi_adopt_reservation(fxb_bidi *s, fx_ingress_req *r);
 /* Continues reading input after an ingress park ended. */
 void fxb_bidi_continue(fxb_bidi *s);
 /* Encodes |m| as a whole frame in a new buffer. Returns 0 or an error. */

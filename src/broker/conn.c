@@ -1,7 +1,8 @@
 /* Client connections and their bidi streams: the QUIC callbacks, frame
  * decoding with explicit credit (bytes are credited once the frame they
  * belong to is handled; a publish parked at ingress withholds credit for
- * everything behind it), auth and tenant binding, dispatch to publish.c and
+ * everything behind it), the checkpoint-3 reservation taken at each frame
+ * header and the frame read timeout, auth and tenant binding, dispatch to publish.c and
  * subscribe.c, and the in-order reply FIFO of each stream, the permission
  * check of every publish and subscribe, and the max_connections limit. Runs
  * on the loop of the connection's endpoint. */
@@ -43,6 +44,8 @@ void fxb_bidi_unref(fxb_bidi *s)
     fxb_conn_unref(s->conn);
     free(s);
 }
+
+static void resv_cancel(fxb_bidi *s);
 
 /* ---- replies ---------------------------------------------------------------- */
 
@@ -118,6 +121,7 @@ void fxb_bidi_fail(fxb_bidi *s, const char *why)
     FX_LOG_DEBUG("broker", "conn %llu stream %lld reset: %s", (unsigned long long)s->conn->id,
                  (long long)s->sid, why);
     s->ended = true;
+    resv_cancel(s); /* a reset frame will not complete */
     if (s->conn->qc != NULL)
         fx_quic_stream_reset(s->conn->qc, s->sid, FXB_CODE_MALFORMED);
 }
@@ -151,7 +155,8 @@ void fxb_bidi_flush(fxb_bidi *s)
     /* Input still buffered behind a park (or being fed from that buffer)
      * holds the FIN too: the client's FIN is answered only once every frame
      * it sent before it was handled. */
-    bool idle = s->rhead == NULL && s->parked == NULL && !s->sub_pending && s->pend_len == 0;
+    bool idle = s->rhead == NULL && s->parked == NULL && !s->resv_wait && !s->sub_pending &&
+                s->pend_len == 0;
     if (!s->closed && !s->fin_sent && c->qc != NULL && idle && (s->ended || s->peer_fin)) {
         s->fin_sent = true;
         fx_quic_stream_shutdown(c->qc, s->sid);
@@ -416,24 +421,152 @@ static void credit(fxb_bidi *s)
     s->credit_owed = 0;
 }
 
-static void partial_add(fxb_bidi *s, size_t n)
+/* ---- the checkpoint-3 reservation of each frame ------------------------------------ *
+ * A header announcing L body bytes takes L from the connection's share and the
+ * process-wide budget before any body byte is consumed or credited. When the
+ * budget is exhausted the stream stops reading until the bytes are granted:
+ * the budget is memory, and withholding credit while waiting for it is the
+ * brake. Whatever policy the frame's publish has is applied at admission to
+ * the bytes it needs beyond the reservation (its slice table). Since every
+ * partial frame holds a reservation, the connection's share also caps the
+ * partial frames of all its streams. From the reservation on, the body must
+ * arrive within frame_read_timeout, or the stream is reset. */
+
+/* True while the stream reads nothing: a publish parked at admission, or a
+ * header waiting for its bytes. */
+static bool blocked(const fxb_bidi *s)
 {
-    s->partial = n;
-    s->conn->partial_bytes += n;
+    return s->parked != NULL || s->resv_wait;
 }
 
-static void partial_done(fxb_bidi *s)
+static uint64_t frame_timeout_ns(const fx_broker *b)
 {
-    s->conn->partial_bytes -= s->partial;
-    s->partial = 0;
+    return b->o.frame_read_timeout_ns != 0 ? b->o.frame_read_timeout_ns
+                                           : FXB_FRAME_READ_TIMEOUT_DEFAULT_NS;
 }
+
+/* The bytes of the frame being read are held: count them, start its clock. */
+static void resv_held(fxb_bidi *s)
+{
+    FX_GAUGE_ADD(ingress_reserved_bytes, (int64_t)s->resv.n);
+    fx_loop *l = s->conn->loop;
+    if (fx_loop_timer_arm(l, &s->frame_timer, fx_loop_now(l) + frame_timeout_ns(s->conn->b)) != 0)
+        fxb_bidi_fail(s, "out of memory for a frame timer");
+}
+
+/* Gives back the reservation of the frame just handled, if no job took it.
+ * Never while a grant may be filling |s->resv| on another thread. */
+static void resv_release(fxb_bidi *s)
+{
+    if (s->resv_wait || s->resv.budget == NULL)
+        return;
+    FX_GAUGE_SUB(ingress_reserved_bytes, (int64_t)s->resv.n);
+    fx_permit_release(&s->resv);
+}
+
+void fxb_bidi_adopt_reservation(fxb_bidi *s, fx_ingress_req *r)
+{
+    if (s->resv.budget == NULL)
+        return;
+    FX_GAUGE_SUB(ingress_reserved_bytes, (int64_t)s->resv.n);
+    fx_ingress_req_adopt(r, &s->resv);
+}
+
+/* Runs on the thread that freed the bytes (a worker) or closed the budget. */
+static void on_resv_granted(void *user, int rv)
+{
+    fxb_bidi *s = user;
+    s->resv_rv = rv;
+    fx_loop_post(s->conn->loop, &s->resv_task);
+}
+
+/* Reserves |n| bytes for the frame whose header was just read. Returns 0
+ * (held: read on), 1 (waiting: stop reading) or -1 (|s| failed). */
+static int reserve(fxb_bidi *s, uint16_t flags, size_t n)
+{
+    fx_budget *b = &s->conn->budget;
+    s->resv_flags = flags;
+    int rv = fx_budget_try_acquire(b, n, &s->resv);
+    if (rv == FX_EFULL) {
+        s->resv_wait = true; /* before acquire: the grant may come at once */
+        s->refs++;           /* for |resv_task| */
+        rv = fx_budget_acquire(b, n, &s->resv_w, &s->resv);
+        if (rv == -EAGAIN) {
+            FX_COUNTER_INC(ingress_reserve_waited);
+            return 1;
+        }
+        s->resv_wait = false;
+        s->refs--;
+    }
+    if (rv == 0) {
+        resv_held(s);
+        return s->ended ? -1 : 0;
+    }
+    fxb_bidi_fail(s, rv == FX_ETOOBIG ? "frame larger than the connection's publish byte share"
+                                      : "publish byte budget closed");
+    return -1;
+}
+
+static void resv_resume(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_bidi *s = user;
+    if (s->resv_wait) { /* else bidi_close cancelled the wait first */
+        s->resv_wait = false;
+        if (s->resv_rv != 0)
+            fxb_bidi_fail(s, "publish byte budget closed");
+        else if (s->ended)
+            fx_permit_release(&s->resv); /* the grant raced the end or close */
+        else
+            resv_held(s);
+        if (!s->closed)
+            fxb_bidi_continue(s);
+    }
+    fxb_bidi_unref(s);
+}
+
+static fx_ratelimit frame_timeout_rl = FX_RATELIMIT_INIT;
+
+static void on_frame_timeout(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    fxb_bidi *s = user;
+    if (s->closed || s->ended)
+        return;
+    FX_COUNTER_INC(broker_frame_timeouts);
+    FX_LOG_RATELIMITED(&frame_timeout_rl, fx_loop_now(l), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld reset: a frame body of %zu bytes did not arrive "
+                       "within frame_read_timeout_ms",
+                       (unsigned long long)s->conn->id, (long long)s->sid,
+                       (size_t)fx_frame_decoder_announced(&s->dec));
+    resv_release(s);
+    fxb_bidi_fail(s, "frame read timed out");
+}
+
+/* Gives back the reservation, or cancels its wait, as the stream goes away. */
+static void resv_cancel(fxb_bidi *s)
+{
+    fx_loop_timer_cancel(s->conn->loop, &s->frame_timer);
+    if (!s->resv_wait) {
+        resv_release(s);
+        return;
+    }
+    if (fx_budget_cancel(&s->conn->budget, &s->resv_w)) { /* nothing held */
+        s->resv_wait = false;
+        s->refs--; /* |resv_task| will not run; the caller still holds |s| */
+    }
+    /* else the grant is on its way: resv_resume releases it */
+}
+
+/* ---- input and credit (continued) ------------------------------------------------- */
 
 /* Feeds |data| to the decoder until it is used up, the stream stops reading,
- * or a publish parks. Returns the bytes taken. */
+ * or a publish or a reservation parks. Returns the bytes taken. */
 static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
 {
     size_t off = 0;
-    while (off < len && !s->ended && s->parked == NULL) {
+    while (off < len && !s->ended && !blocked(s)) {
         size_t used = 0;
         fx_frame f;
         fx_wire_err err;
@@ -445,17 +578,16 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
             break;
         }
         if (rv == FX_FRAME_HEADER) {
-            partial_add(s, f.hdr.length);
-            if (s->conn->partial_bytes > s->conn->b->o.pub_conn_inflight_bytes) {
-                fxb_bidi_fail(s, "partial frames exceed the connection's byte share");
+            if (reserve(s, f.hdr.flags, f.hdr.length) != 0)
                 break;
-            }
             continue;
         }
         if (rv != FX_FRAME_READY)
             continue;
-        partial_done(s);
-        if (on_frame(s, &f) != 0)
+        fx_loop_timer_cancel(s->conn->loop, &s->frame_timer);
+        rv = on_frame(s, &f);
+        resv_release(s); /* a frame that made no job (auth, subscribe, error) */
+        if (rv != 0)
             break;
         credit(s);
     }
@@ -490,8 +622,8 @@ static void input(fxb_bidi *s, const uint8_t *data, size_t len)
         credit(s);
         return;
     }
-    if (s->parked == NULL) {
-        credit(s); /* bytes of a partial frame: bounded by the partial cap */
+    if (!blocked(s)) {
+        credit(s); /* bytes of a partial frame: covered by its reservation */
         return;
     }
     if (pend_append(s, data + used, len - used) != 0)
@@ -502,17 +634,17 @@ static void input(fxb_bidi *s, const uint8_t *data, size_t len)
  * by the FIN is malformed. */
 static void check_fin(fxb_bidi *s)
 {
-    if (s->peer_fin && !s->ended && s->parked == NULL && s->pend_len == 0 &&
+    if (s->peer_fin && !s->ended && !blocked(s) && s->pend_len == 0 &&
         fx_frame_decoder_finish(&s->dec, NULL) != 0)
         fxb_bidi_fail(s, "stream finished inside a frame");
 }
 
 void fxb_bidi_continue(fxb_bidi *s)
 {
-    if (s->closed || s->parked != NULL)
+    if (s->closed || blocked(s))
         return;
     credit(s);
-    while (s->pend_len > 0 && s->parked == NULL && !s->ended) {
+    while (s->pend_len > 0 && !blocked(s) && !s->ended) {
         size_t used = feed(s, s->pend, s->pend_len);
         memmove(s->pend, s->pend + used, s->pend_len - used);
         s->pend_len -= used;
@@ -521,7 +653,7 @@ void fxb_bidi_continue(fxb_bidi *s)
         s->credit_owed += s->pend_len;
         s->pend_len = 0;
     }
-    if (s->parked == NULL) {
+    if (!blocked(s)) {
         credit(s);
         check_fin(s);
     }
@@ -530,7 +662,7 @@ void fxb_bidi_continue(fxb_bidi *s)
 
 static void on_bidi_data(fxb_bidi *s, const uint8_t *data, size_t len, bool fin)
 {
-    if (s->parked != NULL) {
+    if (blocked(s)) {
         if (pend_append(s, data, len) != 0)
             fxb_bidi_fail(s, "out of memory buffering input");
     } else {
@@ -551,22 +683,34 @@ static fx_ratelimit discard_rl = FX_RATELIMIT_INIT;
  * requests arrived (QUIC acknowledged them to the client) but were never
  * admitted, so each is counted like the parked one
  * (felix_broker_ingress_backpressure_cancelled_total) and logged. The buffer
- * starts at a frame boundary (a park happens right after a whole frame);
- * a frame cut off at its end never arrived whole and is not counted. */
+ * starts at a frame boundary (a publish parks right after a whole frame) or,
+ * behind a reservation wait, inside the body of the frame whose header was
+ * read; a frame cut off at its end never arrived whole and is not counted. */
+static bool is_request(uint16_t flags)
+{
+    fx_body_kind kind;
+    return fx_frame_kind(flags, &kind, NULL) == 0 &&
+           (kind == FX_BODY_JSON || kind == FX_BODY_PUBLISH_BATCH ||
+            kind == FX_BODY_PUBLISH_BATCH_ACKED);
+}
+
 static void count_discarded(fxb_bidi *s)
 {
     uint64_t n = 0;
     size_t off = 0;
+    if (s->resv_wait) { /* the buffer starts with the body whose header waited */
+        size_t rest = fx_frame_decoder_expected(&s->dec);
+        off = rest <= s->pend_len ? rest : s->pend_len;
+        if (rest <= s->pend_len && is_request(s->resv_flags))
+            n++;
+    }
     while (s->pend_len - off >= FX_WIRE_HEADER_LEN) {
         fx_frame_header h;
-        fx_body_kind kind;
         if (fx_frame_header_decode(s->pend + off, s->dec.max_frame, &h, NULL) != 0 ||
             s->pend_len - off - FX_WIRE_HEADER_LEN < h.length)
             break;
         off += FX_WIRE_HEADER_LEN + (size_t)h.length;
-        if (fx_frame_kind(h.flags, &kind, NULL) == 0 &&
-            (kind == FX_BODY_JSON || kind == FX_BODY_PUBLISH_BATCH ||
-             kind == FX_BODY_PUBLISH_BATCH_ACKED))
+        if (is_request(h.flags))
             n++;
     }
     s->pend_len = 0;
@@ -585,7 +729,7 @@ static void bidi_close(fxb_bidi *s)
     count_discarded(s);
     s->closed = true;
     s->ended = true;
-    partial_done(s);
+    resv_cancel(s);
     if (s->parked != NULL)
         fxb_publish_cancel_parked(s);
     while (s->rhead != NULL) {
@@ -689,6 +833,10 @@ static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
     fx_frame_decoder_init(&s->dec, c->b->o.max_frame_bytes);
     fx_task_init(&s->resume_task, fxb_bidi_resume, s);
     fx_timer_init(&s->wait_timer, fxb_bidi_wait_expired, s);
+    fx_task_init(&s->resv_task, resv_resume, s);
+    fx_timer_init(&s->frame_timer, on_frame_timeout, s);
+    s->resv_w.on_granted = on_resv_granted;
+    s->resv_w.user = s;
     s->next = c->bidis;
     c->bidis = s;
     fx_quic_stream_set_user(qc, sid, s);

@@ -46,9 +46,17 @@ void fx_ingress_req_init(fx_ingress_req *r, void *job, size_t nbytes, fx_ingress
 
 /* ---- outcomes ------------------------------------------------------------- */
 
+/* Gives back every byte |r| holds: the adopted reservation and what the bytes
+ * stage took. */
+static void release_bytes(fx_ingress_req *r)
+{
+    fx_permit_release(&r->held);
+    fx_permit_release(&r->permit);
+}
+
 static fx_ingress_outcome failed(fx_ingress_req *r, const char *msg)
 {
-    fx_permit_release(&r->permit);
+    release_bytes(r);
     r->error = msg;
     r->stage = FX_INGRESS_STAGE_DONE;
     FX_COUNTER_INC(ingress_rejected);
@@ -57,7 +65,7 @@ static fx_ingress_outcome failed(fx_ingress_req *r, const char *msg)
 
 static fx_ingress_outcome dropped(fx_ingress_req *r)
 {
-    fx_permit_release(&r->permit);
+    release_bytes(r);
     r->stage = FX_INGRESS_STAGE_DONE;
     FX_COUNTER_INC(ingress_dropped);
     return FX_INGRESS_DROPPED;
@@ -85,15 +93,18 @@ static fx_ingress_outcome parked(fx_ingress_req *r)
 /* ---- stages --------------------------------------------------------------- */
 
 /* Bytes: returns PARKED/DROPPED/FAILED, or ADMITTED meaning "go on to the
- * queue". */
+ * queue". Only the bytes beyond an adopted reservation are taken here. */
 static fx_ingress_outcome stage_bytes(const fx_ingress_target *t, fx_ingress_req *r)
 {
     if (r->budget_parked) { /* resumed: the grant decided */
         r->budget_parked = false;
         return r->grant_rv == 0 ? FX_INGRESS_ADMITTED : failed(r, FX_INGRESS_MSG_CLOSED);
     }
+    if (r->held.n >= r->nbytes)
+        return FX_INGRESS_ADMITTED;
+    size_t need = r->nbytes - r->held.n;
     const fx_budget *refused = NULL;
-    int rv = fx_budget_try_acquire_from(t->conn_budget, r->nbytes, &r->permit, &refused);
+    int rv = fx_budget_try_acquire_from(t->conn_budget, need, &r->permit, &refused);
     if (rv == 0)
         return FX_INGRESS_ADMITTED;
     if (rv == FX_ETOOBIG)
@@ -110,7 +121,7 @@ static fx_ingress_outcome stage_bytes(const fx_ingress_target *t, fx_ingress_req
     if (r->policy == FX_INGRESS_FAIL)
         return failed(r, conn ? FX_INGRESS_MSG_CONN_BYTES : FX_INGRESS_MSG_BYTES);
     r->budget_parked = true; /* set first: on_granted may run before acquire returns */
-    rv = fx_budget_acquire(t->conn_budget, r->nbytes, &r->bw, &r->permit);
+    rv = fx_budget_acquire(t->conn_budget, need, &r->bw, &r->permit);
     if (rv == -EAGAIN)
         return parked(r);
     r->budget_parked = false;
@@ -181,9 +192,16 @@ fx_ingress_outcome fx_ingress_cancel(const fx_ingress_target *t, fx_ingress_req 
     return ended(r);
 }
 
+void fx_ingress_req_adopt(fx_ingress_req *r, fx_permit *held)
+{
+    fx_permit_release(&r->held); /* a second adopt replaces the first */
+    r->held = *held;
+    *held = (fx_permit){0};
+}
+
 void fx_ingress_finish(fx_ingress_req *r)
 {
-    fx_permit_release(&r->permit);
+    release_bytes(r);
     if (r->queued_gauge) {
         r->queued_gauge = false;
         FX_GAUGE_SUB(ingress_queue_depth, 1);

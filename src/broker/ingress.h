@@ -7,6 +7,9 @@
  * park until space, never shed). Parking never blocks a thread: the request
  * registers a waiter and the caller calls fx_ingress_admit() again when told.
  * The permit travels with the job and is released by fx_ingress_finish().
+ * Bytes reserved earlier (when the frame header announced its length) are
+ * handed over with fx_ingress_req_adopt(): admission then takes only what the
+ * job needs beyond them, under the same policy.
  * One request is driven by one thread (its connection's I/O loop); the
  * budgets and the queue are shared. */
 #ifndef FX_BROKER_INGRESS_H
@@ -77,7 +80,8 @@ typedef struct fx_ingress_req {
     void *user;
     const char *error;      /* set with FX_INGRESS_FAILED */
     uint64_t deadline_ns;   /* WAIT: set by the first admit; arm a timer for it */
-    fx_permit permit;       /* private: travels with the job */
+    fx_permit held;         /* private: adopted reservation, travels with the job */
+    fx_permit permit;       /* private: bytes the bytes stage took; travels too */
     fx_ingress_stage stage; /* private */
     bool started, waited, cancelled, queued_gauge; /* private */
     bool budget_parked, queue_parked;              /* private */
@@ -91,6 +95,13 @@ typedef struct fx_ingress_req {
  * BACKPRESSURE. */
 void fx_ingress_req_init(fx_ingress_req *r, void *job, size_t nbytes, fx_ingress_policy policy,
                          uint64_t timeout_ns, fx_ingress_resume_cb on_resume, void *user);
+
+/* Hands |r| the bytes of |*held|, reserved from the target's connection
+ * budget before the job existed (at the frame header). Takes ownership: |*held|
+ * is emptied, and the bytes are released with the job (fx_ingress_finish) or
+ * when admission drops or fails it. Call after fx_ingress_req_init() and
+ * before the first fx_ingress_admit(). The request's loop thread. */
+void fx_ingress_req_adopt(fx_ingress_req *r, fx_permit *held);
 
 /* Runs the admission from where |r| stands at time |now| (the loop clock):
  * bytes (connection share, then process-wide), then the queue. Returns the

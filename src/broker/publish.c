@@ -279,9 +279,17 @@ static int submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing, const fx_wi
         j->commit = r;
     }
     fx_ingress_policy p = fx_ingress_policy_for(acked, o->ack_on_commit, o->pub_ingress_wait);
-    size_t nbytes = fx_buf_len(backing) + (size_t)count * sizeof(fx_wire_slice);
+    /* A frame with a body had its bytes reserved at its header: its payload
+     * copy never exceeds that body, and the job is charged the reservation
+     * alone. Topping it up here with the slice table could wait behind a
+     * header that waits for this very reservation (the budget is FIFO). */
+    size_t nbytes = fx_buf_len(backing);
+    if (s->resv.budget == NULL)
+        nbytes += (size_t)count * sizeof(fx_wire_slice);
     fx_ingress_req_init(&j->req, j, nbytes, p, o->publish_queue_wait_timeout_ns, on_ingress_resume,
                         s);
+    /* The frame's bytes were reserved at its header: the job keeps them. */
+    fxb_bidi_adopt_reservation(s, &j->req);
     return admit(s, j, r);
 }
 
@@ -337,7 +345,7 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
         fxb_bidi_fail(s, "out of memory for a publish");
         return -1;
     }
-    fx_publish_batch pb;
+    fx_wire_publish_batch pb;
     if (fx_publish_batch_decode(f->hdr.flags, fx_buf_data(backing), f->len, &pb, &err) != 0) {
         fx_buf_unref(backing);
         if (!acked) {

@@ -14,9 +14,11 @@
 #include "base/buf.h"
 #include "base/loop.h"
 #include "base/queue.h"
-#include "client/wire_shim.h"
 #include "felix/felix.h"
 #include "quic/quic.h"
+#include "wire/binary.h"
+#include "wire/frame.h"
+#include "wire/message.h"
 
 #define FX_CLIENT_FLAGS 0x3Fu
 #define FX_CLIENT_LEGACY_FLAGS 0x07u

@@ -536,12 +536,12 @@ static pjob *job_alloc(fx_client *c, size_t len)
 static int encode_binary(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs,
                          size_t n, fx_wire_ack ack, uint64_t id, pjob **pj)
 {
-    fx_wire_batch b = {.request_id = id,
-                       .ack = ack,
-                       .tenant = {(const uint8_t *)c->o.tenant, strlen(c->o.tenant)},
-                       .ns = {(const uint8_t *)ns, strlen(ns)},
-                       .stream = {(const uint8_t *)stream, strlen(stream)},
-                       .count = (uint32_t)n};
+    fx_wire_publish_batch b = {.request_id = id,
+                               .ack = ack,
+                               .tenant = {(const uint8_t *)c->o.tenant, strlen(c->o.tenant)},
+                               .ns = {(const uint8_t *)ns, strlen(ns)},
+                               .stream = {(const uint8_t *)stream, strlen(stream)},
+                               .count = (uint32_t)n};
     b.payloads = n <= FX_WIRE_INLINE_PAYLOADS ? b.inline_payloads : calloc(n, sizeof(*b.payloads));
     if (b.payloads == NULL)
         return -ENOMEM;

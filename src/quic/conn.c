@@ -234,6 +234,105 @@ static const ngtcp2_callbacks CALLBACKS = {
     .version_negotiation = ngtcp2_crypto_version_negotiation_cb,
 };
 
+/* ---- ngtcp2's allocator ------------------------------------------------------ */
+
+/* ngtcp2 0.12 loses STREAM frame chains under packet loss. A frame with
+ * more than 3 data vectors is malloc'ed, a smaller one comes from the
+ * connection's frame pool, and ngtcp2_frame_chain_objalloc_del tells the
+ * two apart by the frame's current vector count. Retransmission copies a
+ * lost frame (malloc'ed when it has many vectors) into the stream's resend
+ * queue; when ngtcp2 then shrinks it below the threshold (splitting it to
+ * fit a packet, or trimming acknowledged bytes), deleting it pushes the
+ * malloc'ed block onto the pool's free list, and ngtcp2_conn_del frees only
+ * the pool's own slabs, never that list: 128-300 bytes lost per occurrence
+ * (upstream issue 1244, fixed in ngtcp2 1.6). So every connection gives
+ * ngtcp2 this allocator, which links its blocks in a list, and after
+ * ngtcp2_conn_del frees whatever is still on it: nothing ngtcp2 allocated
+ * outlives its connection. While the connection lives the lost blocks are
+ * reused by the pool like its own, so they do not accumulate. Remove with
+ * the upgrade to ngtcp2 >= 1.6. */
+
+static void block_link(fx_quic_conn *c, qblock *b)
+{
+    b->l.prev = NULL;
+    b->l.next = c->blocks;
+    if (c->blocks != NULL)
+        c->blocks->l.prev = b;
+    c->blocks = b;
+}
+
+static void block_unlink(fx_quic_conn *c, qblock *b)
+{
+    if (b->l.prev != NULL)
+        b->l.prev->l.next = b->l.next;
+    else
+        c->blocks = b->l.next;
+    if (b->l.next != NULL)
+        b->l.next->l.prev = b->l.prev;
+}
+
+static void *mem_malloc(size_t size, void *user)
+{
+    if (size > SIZE_MAX - sizeof(qblock))
+        return NULL;
+    qblock *b = malloc(sizeof(*b) + size);
+    if (b == NULL)
+        return NULL;
+    block_link(user, b);
+    return b + 1;
+}
+
+static void mem_free(void *p, void *user)
+{
+    if (p == NULL)
+        return;
+    qblock *b = (qblock *)p - 1;
+    block_unlink(user, b);
+    free(b);
+}
+
+static void *mem_calloc(size_t n, size_t size, void *user)
+{
+    if (size != 0 && n > (SIZE_MAX - sizeof(qblock)) / size)
+        return NULL;
+    qblock *b = calloc(1, sizeof(*b) + n * size);
+    if (b == NULL)
+        return NULL;
+    block_link(user, b);
+    return b + 1;
+}
+
+static void *mem_realloc(void *p, size_t size, void *user)
+{
+    if (p == NULL)
+        return mem_malloc(size, user);
+    if (size > SIZE_MAX - sizeof(qblock))
+        return NULL;
+    qblock *old = (qblock *)p - 1;
+    block_unlink(user, old);
+    qblock *b = realloc(old, sizeof(*b) + size);
+    if (b == NULL) {
+        block_link(user, old); /* |p| stays valid */
+        return NULL;
+    }
+    block_link(user, b);
+    return b + 1;
+}
+
+/* Frees the blocks ngtcp2 left behind; after ngtcp2_conn_del, nothing
+ * refers to them. Returns how many there were. */
+static uint64_t blocks_free_all(fx_quic_conn *c)
+{
+    uint64_t n = 0;
+    while (c->blocks != NULL) {
+        qblock *b = c->blocks;
+        c->blocks = b->l.next;
+        free(b);
+        n++;
+    }
+    return n;
+}
+
 /* ---- creation ------------------------------------------------------------------ */
 
 int fx_quic_conn_cid_remember(fx_quic_conn *c, const ngtcp2_cid *cid)
@@ -310,6 +409,11 @@ static fx_quic_conn *conn_alloc(fx_quic_endpoint *ep, const struct sockaddr *rem
     c->local = ep->rx_local;
     c->locallen = ep->rx_locallen;
     fx_timer_init(&c->timer, on_timer, c);
+    c->mem = (ngtcp2_mem){.user_data = c,
+                          .malloc = mem_malloc,
+                          .free = mem_free,
+                          .calloc = mem_calloc,
+                          .realloc = mem_realloc};
     return c;
 }
 
@@ -351,7 +455,7 @@ int fx_quic_conn_accept(fx_quic_endpoint *ep, const ngtcp2_pkt_hd *hd, const ngt
     fx_quic_ep_path(ep, c, &path);
     if (rv == 0)
         rv = ngtcp2_conn_server_new(&c->q, &hd->scid, &scid, &path, hd->version, &CALLBACKS, &s, &p,
-                                    NULL, c);
+                                    &c->mem, c);
     if (rv != 0) {
         fx_quic_conn_destroy(c);
         return rv == NGTCP2_ERR_NOMEM ? -ENOMEM : FX_EQUIC;
@@ -390,7 +494,7 @@ static int client_conn_init(fx_quic_conn *c, const fx_quic_connect_opts *co)
     ngtcp2_path path;
     fx_quic_ep_path(ep, c, &path);
     rv = ngtcp2_conn_client_new(&c->q, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &CALLBACKS, &s, &p,
-                                NULL, c);
+                                &c->mem, c);
     if (rv != 0)
         return rv == NGTCP2_ERR_NOMEM ? -ENOMEM : FX_EQUIC;
     if (ep->o.keepalive_ns > 0)
@@ -436,6 +540,12 @@ void fx_quic_conn_destroy(fx_quic_conn *c)
     fx_quic_streams_destroy_all(c);
     if (c->q != NULL)
         ngtcp2_conn_del(c->q);
+    uint64_t orphans = blocks_free_all(c);
+    if (orphans > 0) {
+        c->ep->st.ngtcp2_orphans_freed += orphans;
+        fx_quic_log(FX_QLOG_DEBUG, "freed %llu blocks ngtcp2 lost track of",
+                    (unsigned long long)orphans);
+    }
     if (c->tls != NULL)
         gnutls_deinit(c->tls);
     fx_quic_creds_unref(c->screds); /* after the session that used them */

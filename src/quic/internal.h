@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -85,6 +86,15 @@ struct fx_quic_creds {
 
 /* ---- connections --------------------------------------------------------- */
 
+/* A block handed to ngtcp2 by a connection's allocator (conn.c): linked
+ * so that whatever ngtcp2 loses track of is freed with the connection. */
+typedef union qblock {
+    struct {
+        union qblock *prev, *next;
+    } l;
+    max_align_t align; /* the caller's part stays aligned like malloc's */
+} qblock;
+
 struct fx_quic_conn {
     fx_quic_endpoint *ep;
     struct fx_quic_conn *next, *prev; /* endpoint's list */
@@ -92,6 +102,8 @@ struct fx_quic_conn {
     struct fx_quic_conn *dnext;       /* endpoint's read-this-batch list */
     bool dirty;                       /* on that list */
     ngtcp2_conn *q;
+    ngtcp2_mem mem; /* |q|'s allocator; ngtcp2 keeps a pointer to it */
+    qblock *blocks; /* every block |q| holds, freed after ngtcp2_conn_del */
     gnutls_session_t tls;
     gnutls_certificate_credentials_t ccred; /* client: per-connection trust */
     fx_quic_creds *screds;                  /* server: what its session uses */

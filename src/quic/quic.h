@@ -242,7 +242,10 @@ typedef struct fx_quic_stats {
     uint64_t gso_disabled;     /* 1 once sendmsg reported EIO */
     uint64_t rx_forwarded_out; /* group: datagrams handed to their owner loop */
     uint64_t rx_forwarded_in;  /* group: datagrams received from a sibling */
-    int sndbuf, rcvbuf;        /* effective socket buffers (getsockopt) */
+    /* Blocks ngtcp2 0.12 lost track of (a STREAM frame pool bug under loss)
+     * and that were freed with their connection instead of leaking. */
+    uint64_t ngtcp2_orphans_freed;
+    int sndbuf, rcvbuf; /* effective socket buffers (getsockopt) */
 } fx_quic_stats;
 void fx_quic_endpoint_get_stats(const fx_quic_endpoint *ep, fx_quic_stats *st);
 

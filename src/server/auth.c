@@ -13,11 +13,11 @@
 #include <sys/random.h>
 
 #include <jansson.h>
-#include <nettle/base64.h>
 #include <nettle/eddsa.h>
 
 #include "base/log.h"
 #include "felix/error.h"
+#include "wire/base64.h"
 
 _Static_assert(FX_AUTH_KEY_BYTES == ED25519_KEY_SIZE, "Ed25519 key size");
 _Static_assert(FX_AUTH_SIG_BYTES == ED25519_SIGNATURE_SIZE, "Ed25519 signature size");
@@ -25,9 +25,8 @@ _Static_assert(FX_AUTH_SIG_BYTES == ED25519_SIGNATURE_SIZE, "Ed25519 signature s
 /* Base64url lengths of a 32-byte key and a 64-byte signature, unpadded. */
 #define KEY_B64_CHARS 43u
 #define SIG_B64_CHARS 86u
-/* Room for the unpadded base64url form of |n| bytes plus a NUL (nettle
- * writes the padding before we strip it). */
-#define B64U_ROOM(n) (BASE64_ENCODE_LENGTH(n) + BASE64_ENCODE_FINAL_LENGTH + 1)
+/* Room for the unpadded base64url form of |n| bytes plus a NUL. */
+#define B64U_ROOM(n) (FX_BASE64_ENCODED_LEN(n, FX_BASE64_URL) + 1)
 /* Attacker-supplied strings quoted in |why| are cut to this many bytes. */
 #define QUOTE_MAX 64
 
@@ -121,66 +120,11 @@ static int refuse(fx_auth_refusal *pref, char *why, size_t whylen, fx_auth_refus
 /* Base64url (RFC 4648 §5, unpadded, as JWS requires)                      */
 /* ======================================================================== */
 
-static int b64url_value(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
-/* True if |s| (|n| chars) is canonical unpadded base64url: only alphabet
- * characters, a length that can end a byte sequence, and zero spare bits in
- * the last character (so one byte string has exactly one text form, and
- * nettle's tolerance of whitespace and padding never matters). */
-static bool b64url_is_canonical(const char *s, size_t n)
-{
-    if (n % 4 == 1)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (b64url_value(s[i]) < 0)
-            return false;
-    if (n % 4 == 2)
-        return (b64url_value(s[n - 1]) & 0x0f) == 0;
-    if (n % 4 == 3)
-        return (b64url_value(s[n - 1]) & 0x03) == 0;
-    return true;
-}
-
-/* Decodes canonical base64url |s| (checked by the caller) into |dst|, which
- * has room for BASE64_DECODE_LENGTH(n) bytes; returns the decoded length. */
-static size_t b64url_decode(const char *s, size_t n, uint8_t *dst)
-{
-    struct base64_decode_ctx ctx;
-    size_t out = 0;
-    base64url_decode_init(&ctx);
-    /* Cannot fail on canonical input; base64_decode_final() is not called
-     * because it insists on padding, which JWS forbids. */
-    int ok = base64_decode_update(&ctx, &out, dst, n, s);
-    (void)ok;
-    return out;
-}
-
 /* Encodes |n| bytes into |dst| (room B64U_ROOM(n)) without padding and
  * NUL-terminates; returns the length. */
 static size_t b64url_encode(char *dst, const uint8_t *src, size_t n)
 {
-    struct base64_encode_ctx ctx;
-    size_t k = 0;
-    if (n > 0) {
-        base64url_encode_init(&ctx);
-        k = base64_encode_update(&ctx, dst, n, src);
-        k += base64_encode_final(&ctx, dst + k);
-    }
-    while (k > 0 && dst[k - 1] == '=')
-        k--;
+    size_t k = fx_base64_encode(dst, src, n, FX_BASE64_URL);
     dst[k] = '\0';
     return k;
 }
@@ -188,10 +132,15 @@ static size_t b64url_encode(char *dst, const uint8_t *src, size_t n)
 /* Decodes canonical base64url into a new NUL-terminated heap buffer. */
 static int b64url_decode_alloc(const char *s, size_t n, uint8_t **pbuf, size_t *plen)
 {
-    uint8_t *buf = malloc(BASE64_DECODE_LENGTH(n) + 1);
+    size_t room = FX_BASE64_DECODE_ROOM(n);
+    uint8_t *buf = malloc(room + 1);
     if (!buf)
         return -ENOMEM;
-    *plen = b64url_decode(s, n, buf);
+    int rv = fx_base64_decode(s, n, FX_BASE64_URL, buf, room, plen);
+    if (rv < 0) {
+        free(buf);
+        return rv;
+    }
     buf[*plen] = '\0';
     *pbuf = buf;
     return 0;
@@ -304,14 +253,16 @@ static int add_jwk(fx_keyset *ks, json_t *jwk, size_t idx, const char *name, cha
     fx_key *k = &ks->keys[ks->nkeys];
     memset(k, 0, sizeof(*k));
     const char *x = json_string_value(json_object_get(jwk, "x"));
-    if (!x || strlen(x) != KEY_B64_CHARS || !b64url_is_canonical(x, KEY_B64_CHARS)) {
+    if (!x || strlen(x) != KEY_B64_CHARS ||
+        !fx_base64_is_canonical(x, KEY_B64_CHARS, FX_BASE64_URL)) {
         say(why, whylen, "jwks %s: key %zu: \"x\" is not a base64url 32-byte Ed25519 key", name,
             idx);
         return FX_ECONFIG;
     }
-    uint8_t tmp[BASE64_DECODE_LENGTH(KEY_B64_CHARS)];
-    size_t n = b64url_decode(x, KEY_B64_CHARS, tmp);
-    if (n != FX_AUTH_KEY_BYTES) {
+    uint8_t tmp[FX_BASE64_DECODE_ROOM(KEY_B64_CHARS)];
+    size_t n = 0;
+    if (fx_base64_decode(x, KEY_B64_CHARS, FX_BASE64_URL, tmp, sizeof(tmp), &n) != 0 ||
+        n != FX_AUTH_KEY_BYTES) {
         say(why, whylen, "jwks %s: key %zu: \"x\" decodes to %zu bytes, not 32", name, idx, n);
         return FX_ECONFIG;
     }
@@ -502,8 +453,9 @@ static bool split_compact(const char *t, size_t len, jws_parts *jp)
         .sig = d2 + 1,
         .sig_len = (size_t)(end - d2 - 1),
     };
-    return b64url_is_canonical(jp->hdr, jp->hdr_len) && b64url_is_canonical(jp->pay, jp->pay_len) &&
-           b64url_is_canonical(jp->sig, jp->sig_len);
+    return fx_base64_is_canonical(jp->hdr, jp->hdr_len, FX_BASE64_URL) &&
+           fx_base64_is_canonical(jp->pay, jp->pay_len, FX_BASE64_URL) &&
+           fx_base64_is_canonical(jp->sig, jp->sig_len, FX_BASE64_URL);
 }
 
 /* What the protected header told us. */
@@ -596,10 +548,12 @@ static int jws_verify(const fx_keyset *ks, const char *token, size_t len, size_t
     rv = select_key(ks, hd, pub, pref, why, whylen);
     if (rv != 0)
         return rv;
-    if (jp.sig_len != SIG_B64_CHARS)
+    uint8_t sig[FX_BASE64_DECODE_ROOM(SIG_B64_CHARS)];
+    size_t sig_len = 0;
+    if (jp.sig_len != SIG_B64_CHARS ||
+        fx_base64_decode(jp.sig, jp.sig_len, FX_BASE64_URL, sig, sizeof(sig), &sig_len) != 0 ||
+        sig_len != FX_AUTH_SIG_BYTES)
         return refuse(pref, why, whylen, FX_AUTH_MALFORMED, "signature is not 64 bytes");
-    uint8_t sig[BASE64_DECODE_LENGTH(SIG_B64_CHARS)];
-    b64url_decode(jp.sig, jp.sig_len, sig);
     /* The signing input is the token's own text up to the second dot. */
     if (!ed25519_sha512_verify(pub, jp.hdr_len + 1 + jp.pay_len, (const uint8_t *)token, sig))
         return refuse(pref, why, whylen, FX_AUTH_BAD_SIGNATURE, NULL);

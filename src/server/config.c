@@ -175,6 +175,10 @@ const struct key fx_config_keys[] = {
     {.name = "pub_ingress_wait", .env = {"FELIX_PUB_INGRESS_WAIT"}, .type = T_BOOL,
      FIELD(pub_ingress_wait), .def = "false",
      .help = "unacked publishes wait (stop granting credit) instead of being dropped"},
+    {.name = "frame_read_timeout_ms", .env = {"FELIX_FRAME_READ_TIMEOUT_MS"}, .type = T_DUR,
+     FIELD(frame_read_timeout_ns), .def = "10s", .min = MS, .max = HOUR,
+     .help = "a frame whose body has not all arrived this long after its bytes were reserved "
+             "resets its stream"},
     /* subscribe pipeline */
     {.name = "subscriber_queue_capacity",
      .env = {"FELIX_SUBSCRIBER_QUEUE_CAPACITY", "FELIX_SUB_QUEUE_CAPACITY"}, .type = T_U32,

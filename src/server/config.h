@@ -133,6 +133,7 @@ typedef struct fx_config {
     uint64_t pub_inflight_bytes;
     uint64_t pub_conn_inflight_bytes;
     bool pub_ingress_wait;
+    uint64_t frame_read_timeout_ns;
     /* subscribe pipeline */
     uint32_t subscriber_queue_capacity;
     fx_config_policy subscriber_queue_policy;

@@ -264,6 +264,7 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->pub_inflight_bytes = c->pub_inflight_bytes;
     o->pub_conn_inflight_bytes = c->pub_conn_inflight_bytes;
     o->pub_ingress_wait = c->pub_ingress_wait;
+    o->frame_read_timeout_ns = c->frame_read_timeout_ns;
     o->event_batch_max_events = c->event_batch_max_events;
     o->event_batch_max_bytes = c->event_batch_max_bytes;
     o->event_batch_max_delay_ns = c->event_batch_max_delay_ns;

@@ -159,8 +159,8 @@ int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *pr
     return 0;
 }
 
-int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_publish_batch *b,
-                            fx_wire_err *err)
+int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
+                            fx_wire_publish_batch *b, fx_wire_err *err)
 {
     memset(b, 0, sizeof(*b));
     b->payloads = b->inline_payloads;
@@ -185,7 +185,7 @@ int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_
     return rv;
 }
 
-void fx_publish_batch_deinit(fx_publish_batch *b)
+void fx_publish_batch_deinit(fx_wire_publish_batch *b)
 {
     if (b->payloads && b->payloads != b->inline_payloads)
         free(b->payloads);
@@ -193,14 +193,14 @@ void fx_publish_batch_deinit(fx_publish_batch *b)
     b->count = 0;
 }
 
-uint16_t fx_publish_batch_flags(const fx_publish_batch *b)
+uint16_t fx_publish_batch_flags(const fx_wire_publish_batch *b)
 {
     return b->ack == FX_WIRE_ACK_NONE ? FX_FLAG_PUBLISH_BATCH
                                       : (FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED);
 }
 
 /* Size of the body alone, or a negative code. */
-static ssize_t publish_body_size(const fx_publish_batch *b)
+static ssize_t publish_body_size(const fx_wire_publish_batch *b)
 {
     if (b->ack != FX_WIRE_ACK_NONE && b->ack != FX_WIRE_ACK_PER_MESSAGE &&
         b->ack != FX_WIRE_ACK_PER_BATCH)
@@ -214,7 +214,7 @@ static ssize_t publish_body_size(const fx_publish_batch *b)
     return (ssize_t)n;
 }
 
-ssize_t fx_publish_batch_frame_size(const fx_publish_batch *b)
+ssize_t fx_publish_batch_frame_size(const fx_wire_publish_batch *b)
 {
     ssize_t n = publish_body_size(b);
     return n < 0 ? n : n + (ssize_t)FX_WIRE_HEADER_LEN;
@@ -228,7 +228,7 @@ static uint8_t *put_name(uint8_t *p, fx_wire_slice s)
     return p + s.len;
 }
 
-ssize_t fx_publish_batch_encode(const fx_publish_batch *b, uint8_t *out, size_t cap)
+ssize_t fx_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, size_t cap)
 {
     ssize_t body = publish_body_size(b);
     if (body < 0)

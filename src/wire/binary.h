@@ -29,7 +29,7 @@
  * |inline_payloads| or a heap array: release with fx_publish_batch_deinit().
  * To encode: fill the names, |payloads|/|count|, and for 0x0009 |request_id|
  * and |ack| (PER_MESSAGE or PER_BATCH). */
-typedef struct fx_publish_batch {
+typedef struct fx_wire_publish_batch {
     uint64_t request_id;
     fx_wire_ack ack; /* NONE for 0x0001 */
     fx_wire_slice tenant;
@@ -38,12 +38,12 @@ typedef struct fx_publish_batch {
     uint32_t count;
     fx_wire_slice *payloads;
     fx_wire_slice inline_payloads[FX_WIRE_INLINE_PAYLOADS];
-} fx_publish_batch;
+} fx_wire_publish_batch;
 
 /* An event batch: per subscriber (0x0002, |shared| false, carries
  * |subscription_id|) or shared (0x0004). |has_offsets| adds 0x0020 and
  * |base_offset|; payload i has offset base_offset + i. Storage as for
- * fx_publish_batch; release a decoded one with fx_event_batch_deinit(). */
+ * fx_wire_publish_batch; release a decoded one with fx_event_batch_deinit(). */
 typedef struct fx_event_batch {
     bool shared;
     bool has_offsets;
@@ -77,23 +77,23 @@ int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *pr
  * FX_EWIRE_COUNT (count > remaining/4, checked before any allocation),
  * FX_EWIRE_TRAILING (bytes after the last payload), -ENOMEM. On error |b|
  * holds nothing to release; on success call fx_publish_batch_deinit(). */
-int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_publish_batch *b,
-                            fx_wire_err *err);
+int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
+                            fx_wire_publish_batch *b, fx_wire_err *err);
 
 /* Frees a heap payload array of a decoded |b| (not the bytes it points to). */
-void fx_publish_batch_deinit(fx_publish_batch *b);
+void fx_publish_batch_deinit(fx_wire_publish_batch *b);
 
 /* Frame flags |b| encodes to: 0x0009 when |b|->ack is not NONE, else 0x0001. */
-uint16_t fx_publish_batch_flags(const fx_publish_batch *b);
+uint16_t fx_publish_batch_flags(const fx_wire_publish_batch *b);
 
 /* Size of |b|'s whole frame (header included), or FX_EWIRE_NAME (a name over
  * 65535 bytes), FX_EWIRE_ACK_MODE or FX_EWIRE_TOO_LARGE (body over UINT32_MAX). */
-ssize_t fx_publish_batch_frame_size(const fx_publish_batch *b);
+ssize_t fx_publish_batch_frame_size(const fx_wire_publish_batch *b);
 
 /* Writes |b| as a whole frame to |out| of |cap| bytes. Returns the bytes
  * written, the errors of fx_publish_batch_frame_size(), FX_EWIRE_UTF8 (a name)
  * or -ENOSPC. */
-ssize_t fx_publish_batch_encode(const fx_publish_batch *b, uint8_t *out, size_t cap);
+ssize_t fx_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, size_t cap);
 
 /* ---- publish ack --------------------------------------------------------------- */
 

@@ -8,10 +8,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <nettle/base64.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "wire/base64.h"
 
 /* ==== field table ======================================================== */
 
@@ -178,56 +179,6 @@ static int lookup(const char *const *names, size_t n, json_t *v)
     return -1;
 }
 
-/* ==== base64 ============================================================= */
-
-static int b64_val(uint8_t c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
-/* Checks |s| is canonical padded standard base64, as the original's
- * base64 STANDARD engine demands (nettle alone would skip whitespace and
- * accept non-zero trailing bits), and returns the decoded length. */
-static bool b64_check(const char *s, size_t n, size_t *pdec)
-{
-    if (n % 4 != 0)
-        return false;
-    size_t pad = 0;
-    if (n >= 4 && s[n - 1] == '=')
-        pad = s[n - 2] == '=' ? 2 : 1;
-    for (size_t i = 0; i < n - pad; i++)
-        if (b64_val((uint8_t)s[i]) < 0)
-            return false;
-    /* The bits below the last full byte must be zero. */
-    if (pad == 1 && (b64_val((uint8_t)s[n - 2]) & 0x03) != 0)
-        return false;
-    if (pad == 2 && (b64_val((uint8_t)s[n - 3]) & 0x0F) != 0)
-        return false;
-    *pdec = n / 4 * 3 - pad;
-    return true;
-}
-
-/* Decodes checked base64 |s| into |dst| (BASE64_DECODE_LENGTH(n) bytes). */
-static bool b64_decode(const char *s, size_t n, uint8_t *dst, size_t want)
-{
-    struct base64_decode_ctx ctx;
-    size_t got = 0;
-    base64_decode_init(&ctx);
-    if (!base64_decode_update(&ctx, &got, dst, n, s) || !base64_decode_final(&ctx))
-        return false;
-    return got == want;
-}
-
 /* ==== decoding: pass 1, check every field and size the arena ============= */
 
 struct dec {
@@ -265,15 +216,15 @@ static int check_b64(struct dec *d, const struct field *f, json_t *v, size_t ind
     if (!json_is_string(v))
         return bad_type(d, f,
                         f->kind == K_BYTES ? "a base64 string" : "an array of base64 strings");
-    size_t n = json_string_length(v), dec;
-    if (!b64_check(json_string_value(v), n, &dec)) {
+    size_t n = json_string_length(v);
+    if (!fx_base64_is_canonical(json_string_value(v), n, FX_BASE64_STD)) {
         if (f->kind == K_BYTES)
             return fx_wire_err_set(d->err, FX_EWIRE_BASE64, "field '%s' in %s is not base64",
                                    f->name, d->tname);
         return fx_wire_err_set(d->err, FX_EWIRE_BASE64, "field '%s[%zu]' in %s is not base64",
                                f->name, index, d->tname);
     }
-    d->arena += BASE64_DECODE_LENGTH(n);
+    d->arena += FX_BASE64_DECODE_ROOM(n);
     return 0;
 }
 
@@ -407,12 +358,11 @@ static const char *copy_string(struct arena *a, json_t *v)
 static bool copy_b64(struct arena *a, json_t *v, fx_msg_bytes *out)
 {
     size_t n = json_string_length(v), dec = 0;
-    const char *s = json_string_value(v);
-    (void)b64_check(s, n, &dec); /* checked in pass 1; recomputes the length */
     uint8_t *dst = (uint8_t *)a->p;
-    if (!b64_decode(s, n, dst, dec))
+    if (fx_base64_decode(json_string_value(v), n, FX_BASE64_STD, dst, FX_BASE64_DECODE_ROOM(n),
+                         &dec) != 0)
         return false;
-    a->p += BASE64_DECODE_LENGTH(n);
+    a->p += FX_BASE64_DECODE_ROOM(n);
     out->p = dst;
     out->len = dec;
     return true;
@@ -748,11 +698,12 @@ static void put_uint(struct out *o, uint64_t v)
 
 static void put_b64(struct out *o, const fx_msg_bytes *b)
 {
-    size_t n = BASE64_ENCODE_RAW_LENGTH(b->len);
     put(o, "\"", 1);
-    if (o->p && b->len > 0)
-        base64_encode_raw((char *)o->p + o->n, b->len, b->p);
-    o->n += n;
+    /* The sizing pass (no buffer) counts what the writing pass will write. */
+    if (o->p)
+        o->n += fx_base64_encode((char *)o->p + o->n, b->p, b->len, FX_BASE64_STD);
+    else
+        o->n += FX_BASE64_ENCODED_LEN(b->len, FX_BASE64_STD);
     put(o, "\"", 1);
 }
 

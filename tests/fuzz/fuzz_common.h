@@ -51,7 +51,7 @@ static inline void fx_fuzz_check_reencode(const uint8_t *enc, ssize_t enc_len, u
 
 static inline void fx_fuzz_publish_batch(uint16_t flags, const uint8_t *body, size_t len)
 {
-    fx_publish_batch b;
+    fx_wire_publish_batch b;
     fx_wire_err err = {0};
     int rv = fx_publish_batch_decode(flags, body, len, &b, &err);
     fx_fuzz_check_err(rv, &err);

@@ -80,11 +80,11 @@ static int golden_seeds(void)
 {
     uint8_t f[512];
     fx_wire_slice hello = str("hello"), ab[2] = {str("a"), str("bc")};
-    fx_publish_batch pb = {.tenant = str("t1"),
-                           .ns = str("default"),
-                           .stream = str("demo"),
-                           .count = 1,
-                           .payloads = &hello};
+    fx_wire_publish_batch pb = {.tenant = str("t1"),
+                                .ns = str("default"),
+                                .stream = str("demo"),
+                                .count = 1,
+                                .payloads = &hello};
     int rv = golden("fuzz_publish_batch", "publish_batch", 0, f,
                     fx_publish_batch_encode(&pb, f, sizeof(f)));
     pb.request_id = 7;

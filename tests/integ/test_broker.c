@@ -574,13 +574,13 @@ static fx_buf *binary_publish(T *t, const char *stream, uint64_t first, uint32_t
         bufs[i] = make_payload(first + i, sz);
         ps[i] = (fx_wire_slice){fx_buf_data(bufs[i]), sz};
     }
-    fx_publish_batch pb = {.request_id = rid,
-                           .ack = acked ? FX_WIRE_ACK_PER_BATCH : FX_WIRE_ACK_NONE,
-                           .tenant = {(const uint8_t *)"t1", 2},
-                           .ns = {(const uint8_t *)"default", 7},
-                           .stream = {(const uint8_t *)stream, strlen(stream)},
-                           .count = n,
-                           .payloads = ps};
+    fx_wire_publish_batch pb = {.request_id = rid,
+                                .ack = acked ? FX_WIRE_ACK_PER_BATCH : FX_WIRE_ACK_NONE,
+                                .tenant = {(const uint8_t *)"t1", 2},
+                                .ns = {(const uint8_t *)"default", 7},
+                                .stream = {(const uint8_t *)stream, strlen(stream)},
+                                .count = n,
+                                .payloads = ps};
     ssize_t sz = fx_publish_batch_frame_size(&pb);
     assert_true(sz > 0);
     fx_buf *f;
@@ -1483,6 +1483,168 @@ static void test_subscriber_disconnect_removes_it_and_gauges_return_to_zero(void
     t_free(t);
 }
 
+/* ---- checkpoint-3 reservation at the frame header, frame read timeout -------------- */
+
+static size_t size_10k(uint64_t off)
+{
+    (void)off;
+    return 10000;
+}
+
+typedef struct gauge_is {
+    fx_metrics_snapshot *before;
+    int64_t reserved;
+} gauge_is;
+
+static bool reserved_is(T *t)
+{
+    gauge_is *w = t->arg;
+    fx_metrics_snapshot now;
+    fx_metrics_snapshot_take(&now);
+    return now.g.ingress_reserved_bytes - w->before->g.ingress_reserved_bytes == w->reserved;
+}
+
+static void expect_reserved(T *t, fx_metrics_snapshot *before, int64_t n)
+{
+    gauge_is w = {before, n};
+    if (!run_until_arg(t, reserved_is, &w, 5000)) {
+        fx_metrics_snapshot now;
+        fx_metrics_snapshot_take(&now);
+        fail_msg("reserved bytes: want %lld, have %lld", (long long)n,
+                 (long long)(now.g.ingress_reserved_bytes - before->g.ingress_reserved_bytes));
+    }
+}
+
+static void expect_ack(T *t, tstream *s, uint64_t rid)
+{
+    tframe *f = next_reply(t, s);
+    assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
+    fx_publish_ack a;
+    assert_int_equal(fx_publish_ack_decode(f->body, f->len, &a, NULL), 0);
+    assert_true(a.ok);
+    assert_int_equal(a.request_id, rid);
+    tframe_free(f);
+}
+
+/* The body length a whole frame announces. */
+static int64_t body_len(const fx_buf *f)
+{
+    return (int64_t)(fx_buf_len(f) - FX_WIRE_HEADER_LEN);
+}
+
+static void test_header_reserves_budget_before_body(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_10k;
+    t_start(t);
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *f = binary_publish(t, "hr", 0, 1, true, 1);
+    const size_t part = FX_WIRE_HEADER_LEN + 100;
+    send_bytes(s, fx_buf_data(f), part);
+    /* The header alone took the whole announced body from the budget. */
+    expect_reserved(t, &a, body_len(f));
+    assert_null(s->head);
+    send_bytes(s, fx_buf_data(f) + part, fx_buf_len(f) - part);
+    expect_ack(t, s, 1);
+    expect_reserved(t, &a, 0); /* the job took it, and released it when done */
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, publish_accepted), 1);
+    assert_int_equal(DELTA(a, b, ingress_reserve_waited), 0);
+    assert_int_equal(DELTA(a, b, broker_frame_timeouts), 0);
+    fx_buf_unref(f);
+    t_free(t);
+}
+
+static void test_trickling_frame_times_out_and_releases_budget(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_10k;
+    t->bo.frame_read_timeout_ns = 200 * FX_NS_PER_MS;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *f = binary_publish(t, "tt", 0, 1, true, 1);
+    send_bytes(s, fx_buf_data(f), FX_WIRE_HEADER_LEN + 10);
+    expect_reserved(t, &a, body_len(f));
+    send_bytes(s, fx_buf_data(f) + FX_WIRE_HEADER_LEN + 10, 10); /* a trickle */
+    assert_true(run_until_arg(t, stream_finished, s, 5000));
+    assert_true(s->reset);
+    assert_null(s->head);
+    expect_reserved(t, &a, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, broker_frame_timeouts), 1);
+    assert_int_equal(DELTA(a, b, broker_stream_errors), 1);
+    assert_int_equal(DELTA(a, b, publish_accepted), 0);
+    /* The connection still serves whole frames on another stream. */
+    tstream *s2 = authed_stream(t, c);
+    publish_acked(t, s2, "tt", 0, 1, 2);
+    assert_false(c->closed);
+    fx_buf_unref(f);
+    t_free(t);
+}
+
+typedef struct waited_is {
+    fx_metrics_snapshot *before;
+} waited_is;
+
+static bool reserve_waited(T *t)
+{
+    waited_is *w = t->arg;
+    fx_metrics_snapshot now;
+    fx_metrics_snapshot_take(&now);
+    return DELTA(*w->before, now, ingress_reserve_waited) >= 1;
+}
+
+static void test_reservation_waits_when_budget_exhausted_then_proceeds(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_10k;
+    /* Room for one 10 KB frame at a time, whole broker. */
+    t->bo.pub_inflight_bytes = 16u << 10;
+    t->bo.pub_conn_inflight_bytes = 16u << 10;
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "rw", FX_MSG_START_LATEST, 0);
+    tstream *s1 = authed_stream(t, t_connect(t));
+    tstream *s2 = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *f1 = binary_publish(t, "rw", 0, 1, true, 1);
+    const size_t part = FX_WIRE_HEADER_LEN + 100;
+    send_bytes(s1, fx_buf_data(f1), part);
+    expect_reserved(t, &a, body_len(f1));
+    /* The second connection's whole frame finds the budget held. */
+    fx_buf *f2 = binary_publish(t, "rw", 1, 1, true, 2);
+    int64_t n2 = body_len(f2);
+    send_buf(s2, f2);
+    waited_is w = {&a};
+    assert_true(run_until_arg(t, reserve_waited, &w, 5000));
+    run_for(t, 100);
+    assert_null(s2->head); /* not admitted, not refused: waiting */
+    assert_int_equal(sub->events, 0);
+    send_bytes(s1, fx_buf_data(f1) + part, fx_buf_len(f1) - part);
+    expect_ack(t, s1, 1);
+    expect_ack(t, s2, 2); /* admitted once the first job released its bytes */
+    wait_events(t, &sub, 1, 2, 5000);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    expect_reserved(t, &a, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, publish_accepted), 2);
+    assert_int_equal(DELTA(a, b, publish_error), 0);
+    assert_int_equal(DELTA(a, b, ingress_reserve_waited), 1);
+    assert_int_equal(DELTA(a, b, ingress_bytes_full) + DELTA(a, b, ingress_conn_bytes_full), 0);
+    assert_int_equal(DELTA(a, b, broker_frame_timeouts), 0);
+    assert_true(n2 > (16 << 10) - body_len(f1)); /* it really could not fit */
+    fx_buf_unref(f1);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_auth_ok_with_flags_and_ok_without),
     cmocka_unit_test(test_publish_before_auth_is_refused),
@@ -1506,6 +1668,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ingress_drop_with_queue_depth_1_counts_exactly),
     cmocka_unit_test(test_commit_acks_wait_then_time_out_behind_a_parked_worker),
     cmocka_unit_test(test_subscriber_disconnect_removes_it_and_gauges_return_to_zero),
+    cmocka_unit_test(test_header_reserves_budget_before_body),
+    cmocka_unit_test(test_trickling_frame_times_out_and_releases_budget),
+    cmocka_unit_test(test_reservation_waits_when_budget_exhausted_then_proceeds),
 };
 
 FX_TEST_MAIN(tests)

@@ -59,16 +59,16 @@ static void test_golden_publish_batch_t1_default_demo_hello(void **state)
     size_t n = unhex("464c5831 0001 0001 00000020 " PUB_T1_BODY, want, sizeof(want));
     assert_int_equal(n, 44);
     fx_wire_slice hello = str("hello");
-    fx_publish_batch b = {.tenant = str("t1"),
-                          .ns = str("default"),
-                          .stream = str("demo"),
-                          .count = 1,
-                          .payloads = &hello};
+    fx_wire_publish_batch b = {.tenant = str("t1"),
+                               .ns = str("default"),
+                               .stream = str("demo"),
+                               .count = 1,
+                               .payloads = &hello};
     assert_int_equal(fx_publish_batch_frame_size(&b), 44);
     assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), 44);
     assert_memory_equal(out, want, 44);
 
-    fx_publish_batch d;
+    fx_wire_publish_batch d;
     assert_int_equal(fx_publish_batch_decode(0x0001, body_of(want, n, 0x0001), 32, &d, NULL), 0);
     assert_int_equal(d.ack, FX_WIRE_ACK_NONE);
     assert_slice(d.tenant, "t1");
@@ -87,18 +87,18 @@ static void test_golden_acked_publish_batch_req7_per_batch(void **state)
         unhex("464c5831 0001 0009 00000029 0000000000000007 02 " PUB_T1_BODY, want, sizeof(want));
     assert_int_equal(n, 53);
     fx_wire_slice hello = str("hello");
-    fx_publish_batch b = {.request_id = 7,
-                          .ack = FX_WIRE_ACK_PER_BATCH,
-                          .tenant = str("t1"),
-                          .ns = str("default"),
-                          .stream = str("demo"),
-                          .count = 1,
-                          .payloads = &hello};
+    fx_wire_publish_batch b = {.request_id = 7,
+                               .ack = FX_WIRE_ACK_PER_BATCH,
+                               .tenant = str("t1"),
+                               .ns = str("default"),
+                               .stream = str("demo"),
+                               .count = 1,
+                               .payloads = &hello};
     assert_int_equal(fx_publish_batch_flags(&b), 0x0009);
     assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), 53);
     assert_memory_equal(out, want, 53);
 
-    fx_publish_batch d;
+    fx_wire_publish_batch d;
     assert_int_equal(fx_publish_batch_decode(0x0009, body_of(want, n, 0x0009), 41, &d, NULL), 0);
     assert_int_equal(d.request_id, 7);
     assert_int_equal(d.ack, FX_WIRE_ACK_PER_BATCH);
@@ -208,19 +208,19 @@ static void test_large_batch_roundtrips_through_heap_array(void **state)
         p[i] = str(texts[i]);
     }
     p[7].len = 0; /* empty payloads are legal */
-    fx_publish_batch b = {.request_id = 1ull << 40,
-                          .ack = FX_WIRE_ACK_PER_MESSAGE,
-                          .tenant = str("tenant-é"),
-                          .ns = str("ns"),
-                          .stream = str("s"),
-                          .count = N,
-                          .payloads = p};
+    fx_wire_publish_batch b = {.request_id = 1ull << 40,
+                               .ack = FX_WIRE_ACK_PER_MESSAGE,
+                               .tenant = str("tenant-é"),
+                               .ns = str("ns"),
+                               .stream = str("s"),
+                               .count = N,
+                               .payloads = p};
     ssize_t size = fx_publish_batch_frame_size(&b);
     assert_true(size > 0);
     uint8_t *out = malloc((size_t)size);
     assert_int_equal(fx_publish_batch_encode(&b, out, (size_t)size - 1), -ENOSPC);
     assert_int_equal(fx_publish_batch_encode(&b, out, (size_t)size), size);
-    fx_publish_batch d;
+    fx_wire_publish_batch d;
     assert_int_equal(fx_publish_batch_decode(0x0009, out + 12, (size_t)size - 12, &d, NULL), 0);
     assert_int_equal(d.request_id, 1ull << 40);
     assert_int_equal(d.ack, FX_WIRE_ACK_PER_MESSAGE);
@@ -296,7 +296,7 @@ static void test_encoder_rejects_bad_input(void **state)
     uint8_t out[128];
     static uint8_t longname[70000];
     memset(longname, 'n', sizeof(longname));
-    fx_publish_batch b = {.tenant = {longname, 65536}, .ns = str("n"), .stream = str("s")};
+    fx_wire_publish_batch b = {.tenant = {longname, 65536}, .ns = str("n"), .stream = str("s")};
     assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_NAME);
     b.tenant = (fx_wire_slice){(const uint8_t *)"\xc0\xaf", 2};
     assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_UTF8);
@@ -315,7 +315,7 @@ static int decode_pub(uint16_t flags, const char *hex)
 {
     uint8_t body[128];
     size_t n = unhex(hex, body, sizeof(body));
-    fx_publish_batch b;
+    fx_wire_publish_batch b;
     fx_wire_err err = {0};
     int rv = fx_publish_batch_decode(flags, body, n, &b, &err);
     if (rv == 0) {
@@ -342,12 +342,12 @@ static void test_every_prefix_of_a_valid_body_is_rejected(void **state)
     uint8_t body[64];
     size_t n = unhex("0000000000000007 01 " PUB_T1_BODY, body, sizeof(body));
     for (size_t cut = 0; cut < n; cut++) {
-        fx_publish_batch b;
+        fx_wire_publish_batch b;
         int rv = fx_publish_batch_decode(0x0009, body, cut, &b, NULL);
         /* Cut right after the count, count 1 > 0 remaining / 4. */
         assert_true(rv == FX_EWIRE_TRUNCATED || rv == FX_EWIRE_COUNT);
     }
-    fx_publish_batch b;
+    fx_wire_publish_batch b;
     assert_int_equal(fx_publish_batch_decode(0x0009, body, n, &b, NULL), 0);
     fx_publish_batch_deinit(&b);
 }
@@ -408,7 +408,7 @@ static void test_bad_ack_status(void **state)
 static void test_decoders_reject_other_kinds(void **state)
 {
     uint8_t body[8] = {0};
-    fx_publish_batch b;
+    fx_wire_publish_batch b;
     fx_event_batch e;
     assert_int_equal(fx_publish_batch_decode(0x0004, body, 4, &b, NULL), FX_EWIRE_KIND);
     assert_int_equal(fx_event_batch_decode(0x0001, body, 4, &e, NULL), FX_EWIRE_KIND);

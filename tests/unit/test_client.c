@@ -13,10 +13,12 @@
 
 #include "base/log.h"
 #include "base/loop.h"
-#include "client/wire_shim.h"
 #include "felix/felix.h"
 #include "fx_test.h"
 #include "quic/quic.h"
+#include "wire/binary.h"
+#include "wire/frame.h"
+#include "wire/message.h"
 
 /* ---- stub broker ------------------------------------------------------------- */
 

@@ -73,13 +73,13 @@ static void test_binary_publish_acked(void **state)
         assert_non_null(s);
         payloads[i] = (fx_wire_slice){(const uint8_t *)s, strlen(s)};
     }
-    fx_publish_batch b = {.request_id = (uint64_t)vec_int(&v, "request_id"),
-                          .ack = FX_WIRE_ACK_PER_BATCH,
-                          .tenant = vec_slice(&v, "tenant_id"),
-                          .ns = vec_slice(&v, "namespace"),
-                          .stream = vec_slice(&v, "stream"),
-                          .count = (uint32_t)n,
-                          .payloads = payloads};
+    fx_wire_publish_batch b = {.request_id = (uint64_t)vec_int(&v, "request_id"),
+                               .ack = FX_WIRE_ACK_PER_BATCH,
+                               .tenant = vec_slice(&v, "tenant_id"),
+                               .ns = vec_slice(&v, "namespace"),
+                               .stream = vec_slice(&v, "stream"),
+                               .count = (uint32_t)n,
+                               .payloads = payloads};
     assert_int_equal(fx_publish_batch_frame_size(&b), v.frame_len);
     uint8_t *out = malloc(v.frame_len);
     assert_int_equal(fx_publish_batch_encode(&b, out, v.frame_len), v.frame_len);
@@ -88,7 +88,7 @@ static void test_binary_publish_acked(void **state)
 
     fx_frame f = decode_frame(&v);
     assert_int_equal(f.kind, FX_BODY_PUBLISH_BATCH_ACKED);
-    fx_publish_batch d;
+    fx_wire_publish_batch d;
     assert_int_equal(fx_publish_batch_decode(f.hdr.flags, f.body, f.len, &d, NULL), 0);
     assert_int_equal(d.request_id, b.request_id);
     assert_int_equal(d.ack, FX_WIRE_ACK_PER_BATCH);
