@@ -2,6 +2,7 @@
 # 127.0.0.1; `make test` builds with ASan/UBSan (+ a TSan build of the
 # concurrency tests) and runs every test. Both install missing Debian packages.
 JOBS ?= $(shell nproc)
+MAKEFLAGS += --no-print-directory
 CMAKE ?= cmake
 TEST_DIR := build/test
 REL_DIR := build/release
