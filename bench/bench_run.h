@@ -1,0 +1,81 @@
+/* felix-bench's run engine: one run of one mode against a broker reachable
+ * at an address (in-process or external), with one publisher connection and
+ * F subscriber connections (one fx_client each; one reader thread per
+ * subscription). The caller's thread publishes; readers run on their own
+ * threads (or, with callback delivery, on the client library's loop). */
+#ifndef FX_BENCH_RUN_H
+#define FX_BENCH_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bench_lib.h"
+#include "bench_sys.h"
+
+typedef enum fx_bench_mode {
+    FX_BENCH_THROUGHPUT,
+    FX_BENCH_LATENCY,
+    FX_BENCH_OVERLOAD,
+} fx_bench_mode;
+
+/* Everything one run needs. Strings are borrowed for the run. */
+typedef struct fx_bench_cfg {
+    fx_bench_mode mode;
+    size_t payload;      /* bytes, >= FX_BENCH_HDR */
+    uint32_t fanout;     /* subscriber connections */
+    uint32_t batch;      /* messages per publish call (throughput, overload) */
+    uint32_t streams;    /* messages spread over this many streams */
+    uint64_t warmup;     /* messages not measured */
+    uint64_t total;      /* throughput/overload: measured messages at least;
+                          * latency: round trips */
+    double min_seconds;  /* throughput/overload: measured time at least */
+    double max_seconds;  /* hard bound on the publish loop */
+    double idle_seconds; /* a reader silent this long after the end stops */
+    bool ack;            /* latency: FX_ACK_PER_MESSAGE */
+    bool callback;       /* deliver by callback instead of fx_subscription_next */
+    bool lossless;       /* client Block queues (the broker's profile is the caller's) */
+    const char *server;  /* "127.0.0.1:port" */
+    const char *pin;     /* hex SHA-256 of the broker's certificate, or NULL */
+    bool insecure;       /* accept any certificate */
+    const char *admin;   /* external broker's admin "host:port", or NULL */
+    bool in_process;     /* read drop counters from this process's registry */
+    int broker_pid;      /* external broker's pid (CPU, RSS, wakeups), or 0 */
+    uint64_t drop_every; /* test-only loss: readers discard every Nth message */
+    uint64_t bufferable; /* bytes the configuration can buffer (guard) */
+    bool progress;       /* print a progress line to stderr on long runs */
+    const char *ns;      /* namespace of the benchmark streams */
+} fx_bench_cfg;
+
+/* What one run measured. NaN where not measured. */
+typedef struct fx_bench_result {
+    int error;        /* setup failure (no figures): the code */
+    char errmsg[512]; /* and its text */
+    bool valid;
+    char why[192];     /* reason when !valid */
+    fx_bench_totals t; /* over measured readers (overload: the healthy ones) */
+    uint64_t credit_window, window_waits, per_sub_min_delivered, pub_errors;
+    double window_s, msgs_per_s, mb_per_s, per_sub_msgs_per_s, pub_msgs_per_s;
+    double submit_msgs_per_s, delivered_mib;
+    fx_bench_lat lat; /* latency: per delivery; overload: healthy queueing delay */
+    uint64_t lat_timeouts;
+    double round_trips_per_s;
+    double run_s, client_user_s, client_sys_s;
+    bool have_server;
+    double server_user_s, server_sys_s, host_busy_s;
+    uint64_t peak_rss_kb, hwm_kb; /* external broker only */
+    double client_vcsw_per_msg, server_vcsw_per_msg;
+    /* overload */
+    uint64_t healthy_client_dropped; /* dropped by healthy subscribers' client queues */
+    uint64_t stalled_expected, stalled_received, stalled_dropped, stalled_client_dropped;
+    bool have_drops;
+    fx_bench_drops drops; /* broker counters, delta over the run */
+} fx_bench_result;
+
+/* Runs |cfg| once and fills |r|. Returns 0 when the run took place (valid
+ * or not: see r->valid), or the setup error (also in r->error/errmsg):
+ * FX_ETIMEDOUT / -ECONNREFUSED / FX_ETLS* when the broker is unreachable,
+ * -ENOMEM, -errno. Main thread. */
+int fx_bench_run_once(const fx_bench_cfg *cfg, fx_bench_result *r);
+
+#endif

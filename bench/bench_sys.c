@@ -1,0 +1,280 @@
+/* felix-bench's operating-system helpers (see bench_sys.h): clock, futex,
+ * /proc readings, the RSS sampler thread and the /metrics scrape. */
+#include "bench_sys.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/metrics.h"
+
+uint64_t fx_bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void fx_bench_futex_wait(_Atomic int *a, int val, uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    /* EAGAIN (value changed), EINTR and ETIMEDOUT all mean "look again". */
+    (void)syscall(SYS_futex, (int *)a, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+}
+
+void fx_bench_futex_wake(_Atomic int *a)
+{
+    (void)syscall(SYS_futex, (int *)a, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* ---- /proc ---------------------------------------------------------------------- */
+
+static int read_file(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -errno;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return 0;
+}
+
+int fx_bench_proc_cpu(int pid, double *user, double *sys)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), pid > 0 ? "/proc/%d/stat" : "/proc/self/stat", pid);
+    int rv = read_file(path, buf, sizeof(buf));
+    if (rv != 0)
+        return rv;
+    /* The command name may hold spaces; fields after it start at state. */
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -EINVAL;
+    double hz = (double)sysconf(_SC_CLK_TCK);
+    *user = (double)ut / hz;
+    *sys = (double)st / hz;
+    return 0;
+}
+
+static uint64_t status_field(const char *buf, const char *name)
+{
+    const char *p = strstr(buf, name);
+    if (p == NULL)
+        return 0;
+    return strtoull(p + strlen(name), NULL, 10);
+}
+
+int fx_bench_proc_rss(int pid, uint64_t *rss_kb, uint64_t *hwm_kb)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    int rv = read_file(path, buf, sizeof(buf));
+    if (rv != 0)
+        return rv;
+    *rss_kb = status_field(buf, "VmRSS:");
+    *hwm_kb = status_field(buf, "VmHWM:");
+    return 0;
+}
+
+uint64_t fx_bench_proc_vcsw(int pid)
+{
+    char dir[64], path[384], buf[4096];
+    if (pid > 0)
+        snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
+    else
+        snprintf(dir, sizeof(dir), "/proc/self/task");
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return 0;
+    uint64_t sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s/status", dir, e->d_name);
+        if (read_file(path, buf, sizeof(buf)) == 0)
+            sum += status_field(buf, "\nvoluntary_ctxt_switches:");
+    }
+    closedir(d);
+    return sum;
+}
+
+int fx_bench_host_cpu(double *busy, double *total)
+{
+    char buf[1024];
+    int rv = read_file("/proc/stat", buf, sizeof(buf));
+    if (rv != 0)
+        return rv;
+    unsigned long long v[8] = {0};
+    if (sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+               &v[4], &v[5], &v[6], &v[7]) != 8)
+        return -EINVAL;
+    double hz = (double)sysconf(_SC_CLK_TCK);
+    unsigned long long tot = 0;
+    for (int i = 0; i < 8; i++)
+        tot += v[i];
+    *busy = (double)(tot - v[3] - v[4]) / hz;
+    *total = (double)tot / hz;
+    return 0;
+}
+
+/* ---- RSS sampler ---------------------------------------------------------------- */
+
+static void sample_once(fx_bench_rss_sampler *s)
+{
+    uint64_t rss, hwm;
+    if (fx_bench_proc_rss(s->pid, &rss, &hwm) != 0)
+        return;
+    if (rss > atomic_load(&s->peak_kb))
+        atomic_store(&s->peak_kb, rss);
+    atomic_fetch_add(&s->samples, 1);
+}
+
+static void *sampler_main(void *arg)
+{
+    fx_bench_rss_sampler *s = arg;
+    while (!atomic_load(&s->stop)) {
+        sample_once(s);
+        usleep((useconds_t)s->period_ms * 1000u);
+    }
+    sample_once(s);
+    return NULL;
+}
+
+int fx_bench_rss_start(fx_bench_rss_sampler *s, int pid, int period_ms)
+{
+    s->pid = pid;
+    s->period_ms = period_ms;
+    atomic_init(&s->stop, false);
+    atomic_init(&s->peak_kb, 0);
+    atomic_init(&s->samples, 0);
+    int rv = pthread_create(&s->th, NULL, sampler_main, s);
+    s->running = rv == 0;
+    return -rv;
+}
+
+uint64_t fx_bench_rss_stop(fx_bench_rss_sampler *s)
+{
+    if (!s->running)
+        return 0;
+    atomic_store(&s->stop, true);
+    pthread_join(s->th, NULL);
+    s->running = false;
+    return atomic_load(&s->peak_kb);
+}
+
+/* ---- /metrics ------------------------------------------------------------------- */
+
+static int http_connect(const char *addr)
+{
+    char host[64];
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host))
+        return -EINVAL;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return -EINVAL;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct timeval tv = {.tv_sec = 2};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+/* Reads the whole answer (bounded by |cap|) into |buf|. */
+static int http_read(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    while (n + 1 < cap) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    return 0;
+}
+
+/* Value of the unlabelled series |name| in a Prometheus text body. */
+static uint64_t prom_value(const char *body, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = body; (p = strstr(p, name)) != NULL; p += len) {
+        if ((p == body || p[-1] == '\n') && p[len] == ' ')
+            return (uint64_t)strtod(p + len + 1, NULL);
+    }
+    return 0;
+}
+
+int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d)
+{
+    int fd = http_connect(addr);
+    if (fd < 0)
+        return fd;
+    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    int rv = write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1) ? 0 : -EIO;
+    size_t cap = 1u << 20;
+    char *buf = rv == 0 ? malloc(cap) : NULL;
+    if (rv == 0 && buf == NULL)
+        rv = -ENOMEM;
+    if (rv == 0)
+        rv = http_read(fd, buf, cap);
+    close(fd);
+    if (rv == 0 && strncmp(buf, "HTTP/1.", 7) != 0)
+        rv = -EPROTO;
+    if (rv == 0 && strncmp(buf + 8, " 200", 4) != 0)
+        rv = -EPROTO;
+    if (rv == 0) {
+        d->subscribe_dropped = prom_value(buf, "felix_subscribe_dropped_total");
+        d->lane_dropped = prom_value(buf, "felix_subscriber_lane_dropped_total");
+        d->lane_dropped_events = prom_value(buf, "felix_subscriber_lane_dropped_events_total");
+        d->ingress_dropped = prom_value(buf, "felix_broker_ingress_dropped_total");
+        d->subscriber_disconnect = prom_value(buf, "felix_subscriber_disconnect_total");
+    }
+    free(buf);
+    return rv;
+}
+
+int fx_bench_local_drops(fx_bench_drops *d)
+{
+    fx_metrics_snapshot *snap = malloc(sizeof(*snap));
+    if (snap == NULL)
+        return -ENOMEM;
+    fx_metrics_snapshot_take(snap);
+    d->subscribe_dropped = snap->c.subscribe_dropped;
+    d->lane_dropped = snap->c.subscriber_lane_dropped;
+    d->lane_dropped_events = snap->c.subscriber_lane_dropped_events;
+    d->ingress_dropped = snap->c.ingress_dropped;
+    d->subscriber_disconnect = snap->c.subscriber_disconnect;
+    free(snap);
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* felix-bench's operating-system helpers: the monotonic clock, futex waits,
+ * /proc readings of a process (CPU, RSS, context switches), an RSS sampler
+ * thread, and a scrape of the broker's admin /metrics endpoint. Each
+ * function runs on its caller's thread; the sampler runs on its own. */
+#ifndef FX_BENCH_SYS_H
+#define FX_BENCH_SYS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t fx_bench_now_ns(void);
+
+/* Sleeps on |a| while it equals |val|, at most |ns| nanoseconds. */
+void fx_bench_futex_wait(_Atomic int *a, int val, uint64_t ns);
+/* Wakes every waiter on |a|. */
+void fx_bench_futex_wake(_Atomic int *a);
+
+/* User and system CPU seconds of process |pid| (0: this process). Returns 0
+ * or -errno / -EINVAL (unparsable). */
+int fx_bench_proc_cpu(int pid, double *user, double *sys);
+
+/* Reads "VmRSS" and "VmHWM" (kB) of process |pid|. Returns 0 or -errno. */
+int fx_bench_proc_rss(int pid, uint64_t *rss_kb, uint64_t *hwm_kb);
+
+/* Sum of voluntary context switches over every thread of |pid| (0: this
+ * process): each is a thread going to sleep, i.e. a later wakeup. Returns
+ * the count, or 0 if it cannot be read. */
+uint64_t fx_bench_proc_vcsw(int pid);
+
+/* Busy and total CPU seconds of the whole host (/proc/stat). Returns 0 or -errno. */
+int fx_bench_host_cpu(double *busy, double *total);
+
+/* Samples a process's VmRSS every |period_ms| on its own thread. */
+typedef struct fx_bench_rss_sampler {
+    int pid;
+    int period_ms;
+    pthread_t th;
+    _Atomic bool stop;
+    _Atomic uint64_t peak_kb; /* largest VmRSS seen */
+    _Atomic uint64_t samples;
+    bool running;
+} fx_bench_rss_sampler;
+
+/* Starts sampling |pid|. Returns 0 or -errno (thread creation). */
+int fx_bench_rss_start(fx_bench_rss_sampler *s, int pid, int period_ms);
+/* Stops and joins the sampler; returns the peak VmRSS in kB (0 if none). */
+uint64_t fx_bench_rss_stop(fx_bench_rss_sampler *s);
+
+/* Drop counters of the broker, read from its admin endpoint or, for an
+ * in-process broker, from the process's metrics registry. */
+typedef struct fx_bench_drops {
+    uint64_t subscribe_dropped;     /* felix_subscribe_dropped_total (checkpoint 5) */
+    uint64_t lane_dropped;          /* felix_subscriber_lane_dropped_total (checkpoint 6) */
+    uint64_t lane_dropped_events;   /* felix_subscriber_lane_dropped_events_total */
+    uint64_t ingress_dropped;       /* felix_broker_ingress_dropped_total (checkpoint 4) */
+    uint64_t subscriber_disconnect; /* felix_subscriber_disconnect_total */
+} fx_bench_drops;
+
+/* GETs http://|addr|/metrics ("host:port", numeric IPv4) with a 2 s bound
+ * and fills |d|. Returns 0, -errno, or -EPROTO (not an HTTP 200 answer). */
+int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d);
+
+/* Fills |d| from this process's metrics registry (in-process broker).
+ * Returns 0 or -ENOMEM. */
+int fx_bench_local_drops(fx_bench_drops *d);
+
+#endif

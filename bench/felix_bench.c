@@ -1,0 +1,634 @@
+/* felix-bench: the pub/sub benchmark harness (issue 6). Parses options,
+ * starts an in-process broker unless --server names an external one, runs
+ * the chosen mode K times (bench_run.c) and prints a human table or one JSON
+ * line per run with peerbench's field names, so results compare cell by
+ * cell with ../shared/peers. Main thread only (the run engine starts the
+ * reader threads). */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_lib.h"
+#include "bench_run.h"
+#include "broker/broker.h"
+#include "felix/felix.h"
+
+#define MAX_RUNS 100
+
+typedef struct opts {
+    fx_bench_cfg c;
+    int runs;
+    bool json;
+    const char *label;
+    uint32_t workers;     /* in-process: worker loops (0: one per CPU) */
+    uint32_t core_shards; /* in-process: pinned workers */
+    uint32_t mtu;         /* in-process: pinned datagram size (0: PMTUD up to 16384) */
+    bool total_set, warmup_set;
+} opts;
+
+static const char *const MODE_NAMES[] = {"throughput", "latency", "overload"};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: felix-bench [--mode throughput|latency|overload] [options]\n"
+                 "  --payload P        bytes per message, >= 16 (default 1024)\n"
+                 "  --fanout F         subscriber connections, one thread each (default 1)\n"
+                 "  --batch B          messages per publish call (default 64)\n"
+                 "  --streams S        spread messages over S streams (default 1)\n"
+                 "  --warmup W         unmeasured messages (default 2000; latency 500)\n"
+                 "  --total N          throughput: measured messages at least (default: 128 MiB\n"
+                 "                     delivered, and the run-length guard's minimum);\n"
+                 "                     latency: round trips (default 20000)\n"
+                 "  --min-seconds S    throughput/overload: measured seconds at least (default 5)\n"
+                 "  --max-seconds S    hard bound of the publish loop (default 60)\n"
+                 "  --runs K           repeat K times; the human table ends with medians\n"
+                 "  --ack              latency: acknowledged publishes (per message)\n"
+                 "  --callback         deliver by callback on the client loop\n"
+                 "  --server ADDR      external broker host:port (default: in-process broker)\n"
+                 "  --pin HEX          external broker's certificate SHA-256 (or --insecure)\n"
+                 "  --admin ADDR       external broker's admin host:port (drop counters)\n"
+                 "  --broker-pid PID   external broker's pid (CPU, peak RSS, wakeups)\n"
+                 "  --workers N --core-shards N --mtu BYTES   in-process broker placement\n"
+                 "  --json             one JSON line per run (peerbench field names)\n"
+                 "  --label L --quiet  label for JSON lines; no progress line\n"
+                 "  --test-drop-every N  test only: readers discard every Nth message\n");
+}
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+enum {
+    O_MODE = 256,
+    O_PAYLOAD,
+    O_FANOUT,
+    O_BATCH,
+    O_STREAMS,
+    O_WARMUP,
+    O_TOTAL,
+    O_MINS,
+    O_MAXS,
+    O_RUNS,
+    O_ACK,
+    O_CB,
+    O_SERVER,
+    O_PIN,
+    O_INSECURE,
+    O_ADMIN,
+    O_PID,
+    O_WORKERS,
+    O_SHARDS,
+    O_MTU,
+    O_JSON,
+    O_LABEL,
+    O_QUIET,
+    O_DROP,
+    O_HELP,
+};
+
+static const struct option LONG_OPTS[] = {
+    {"mode", 1, 0, O_MODE},
+    {"payload", 1, 0, O_PAYLOAD},
+    {"fanout", 1, 0, O_FANOUT},
+    {"batch", 1, 0, O_BATCH},
+    {"streams", 1, 0, O_STREAMS},
+    {"warmup", 1, 0, O_WARMUP},
+    {"total", 1, 0, O_TOTAL},
+    {"min-seconds", 1, 0, O_MINS},
+    {"max-seconds", 1, 0, O_MAXS},
+    {"runs", 1, 0, O_RUNS},
+    {"ack", 0, 0, O_ACK},
+    {"callback", 0, 0, O_CB},
+    {"server", 1, 0, O_SERVER},
+    {"pin", 1, 0, O_PIN},
+    {"insecure", 0, 0, O_INSECURE},
+    {"admin", 1, 0, O_ADMIN},
+    {"broker-pid", 1, 0, O_PID},
+    {"workers", 1, 0, O_WORKERS},
+    {"core-shards", 1, 0, O_SHARDS},
+    {"mtu", 1, 0, O_MTU},
+    {"json", 0, 0, O_JSON},
+    {"label", 1, 0, O_LABEL},
+    {"quiet", 0, 0, O_QUIET},
+    {"test-drop-every", 1, 0, O_DROP},
+    {"help", 0, 0, O_HELP},
+    {0, 0, 0, 0},
+};
+
+static int parse_mode(const char *s, fx_bench_mode *m)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, MODE_NAMES[i]) == 0) {
+            *m = (fx_bench_mode)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* Applies one numeric option. Returns 0 or -1 (bad value). */
+static int parse_num(opts *o, int c, const char *arg)
+{
+    uint64_t v;
+    double d;
+    switch (c) {
+    case O_PAYLOAD:
+        return parse_u64(arg, FX_BENCH_HDR, FX_BENCH_PAYLOAD_MAX, &v) ? -1 : (o->c.payload = v, 0);
+    case O_FANOUT:
+        return parse_u64(arg, 1, 1024, &v) ? -1 : (o->c.fanout = (uint32_t)v, 0);
+    case O_BATCH:
+        return parse_u64(arg, 1, 4096, &v) ? -1 : (o->c.batch = (uint32_t)v, 0);
+    case O_STREAMS:
+        return parse_u64(arg, 1, 64, &v) ? -1 : (o->c.streams = (uint32_t)v, 0);
+    case O_WARMUP:
+        o->warmup_set = true;
+        return parse_u64(arg, 0, 100000000, &o->c.warmup);
+    case O_TOTAL:
+        o->total_set = true;
+        return parse_u64(arg, 1, 1000000000, &o->c.total);
+    case O_RUNS:
+        return parse_u64(arg, 1, MAX_RUNS, &v) ? -1 : (o->runs = (int)v, 0);
+    case O_PID:
+        return parse_u64(arg, 1, 1u << 30, &v) ? -1 : (o->c.broker_pid = (int)v, 0);
+    case O_WORKERS:
+        return parse_u64(arg, 1, 64, &v) ? -1 : (o->workers = (uint32_t)v, 0);
+    case O_SHARDS:
+        return parse_u64(arg, 0, 64, &v) ? -1 : (o->core_shards = (uint32_t)v, 0);
+    case O_MTU:
+        return parse_u64(arg, 1200, 65507, &v) ? -1 : (o->mtu = (uint32_t)v, 0);
+    case O_DROP:
+        return parse_u64(arg, 1, UINT32_MAX, &o->c.drop_every);
+    case O_MINS:
+    case O_MAXS:
+        d = strtod(arg, NULL);
+        if (!(d > 0 && d <= 3600))
+            return -1;
+        *(c == O_MINS ? &o->c.min_seconds : &o->c.max_seconds) = d;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* Returns 0, 1 (help printed) or 2 (usage error, reported). */
+static int parse_args(int argc, char **argv, opts *o)
+{
+    int c;
+    while ((c = getopt_long(argc, argv, "h", LONG_OPTS, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case O_MODE:
+            bad = parse_mode(optarg, &o->c.mode);
+            break;
+        case O_ACK:
+            o->c.ack = true;
+            break;
+        case O_CB:
+            o->c.callback = true;
+            break;
+        case O_SERVER:
+            o->c.server = optarg;
+            break;
+        case O_PIN:
+            o->c.pin = optarg;
+            break;
+        case O_INSECURE:
+            o->c.insecure = true;
+            break;
+        case O_ADMIN:
+            o->c.admin = optarg;
+            break;
+        case O_JSON:
+            o->json = true;
+            break;
+        case O_LABEL:
+            o->label = optarg;
+            break;
+        case O_QUIET:
+            o->c.progress = false;
+            break;
+        case O_HELP:
+        case 'h':
+            usage(stdout);
+            return 1;
+        case '?':
+            return 2;
+        default:
+            bad = parse_num(o, c, optarg);
+            break;
+        }
+        if (bad) {
+            fprintf(stderr, "felix-bench: bad value for %s: '%s' (try --help)\n", argv[optind - 1],
+                    optarg ? optarg : "");
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "felix-bench: unexpected argument '%s' (try --help)\n", argv[optind]);
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- configuration checks and the run-length guard ------------------------------- */
+
+/* The buffering of the lossless profile with the defaults of broker.h,
+ * felix.h and quic.h (the external broker is assumed to use them too;
+ * the credit window caps the result anyway). */
+static uint64_t bufferable_of(const fx_bench_cfg *c)
+{
+    fx_broker_opts bo;
+    fx_broker_opts_default(&bo);
+    fx_client_opts co;
+    fx_client_opts_init(&co);
+    uint64_t ingress = bo.pub_conn_inflight_bytes < bo.pub_inflight_bytes
+                           ? bo.pub_conn_inflight_bytes
+                           : bo.pub_inflight_bytes;
+    fx_bench_buffers b = {
+        .client_publish_budget = co.publish_inflight_bytes,
+        .broker_ingress_bytes = ingress,
+        .broker_worker_queue = bo.pub_queue_depth,
+        .sub_queue_batches = bo.subscriber_queue_capacity,
+        .lane_queue_batches = bo.subscriber_lane_queue_depth,
+        .sub_unacked_bytes = bo.subscriber_unacked_bytes,
+        .sub_recv_window = bo.quic.max_stream_window,
+        .client_sub_queue_batches = co.sub_queue_capacity,
+        .batch_bytes_max = bo.event_batch_max_bytes,
+    };
+    return fx_bench_bufferable(&b, c->payload, c->batch, c->fanout);
+}
+
+/* Fills mode defaults and checks the combination. Returns 0 or 2. */
+static int finish_cfg(opts *o)
+{
+    fx_bench_cfg *c = &o->c;
+    if (!o->warmup_set)
+        c->warmup = c->mode == FX_BENCH_LATENCY ? 500 : 2000;
+    if (c->mode == FX_BENCH_OVERLOAD && c->fanout < 2) {
+        fprintf(stderr, "felix-bench: overload needs --fanout >= 2 (one subscriber stalls)\n");
+        return 2;
+    }
+    if (c->server && !c->pin && !c->insecure) {
+        fprintf(stderr, "felix-bench: --server needs --pin HEX (the fingerprint felix-broker "
+                        "prints at start) or --insecure\n");
+        return 2;
+    }
+    uint64_t window = fx_bench_credit_window(c->payload);
+    if (c->batch > window)
+        c->batch = (uint32_t)window;
+    c->lossless = c->mode != FX_BENCH_OVERLOAD;
+    c->bufferable = bufferable_of(c);
+    if (c->mode == FX_BENCH_LATENCY) {
+        if (!o->total_set)
+            c->total = 20000;
+        return 0;
+    }
+    uint64_t min_total = fx_bench_guard_min_total(c->bufferable, c->payload, c->fanout);
+    if (!o->total_set) {
+        uint64_t peer = ((128ull << 20) + c->payload * c->fanout - 1) / (c->payload * c->fanout);
+        c->total = peer > min_total ? peer : min_total;
+    }
+    char why[256];
+    if (c->mode == FX_BENCH_THROUGHPUT &&
+        !fx_bench_guard_ok(c->total, c->min_seconds, c->bufferable, c->payload, c->fanout, why,
+                           sizeof(why))) {
+        fprintf(stderr, "felix-bench: refusing the run: %s\n", why);
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- in-process broker ------------------------------------------------------------ */
+
+typedef struct inproc {
+    fx_broker *b;
+    char dir[64];
+    char addr[32];
+    char pin[72];
+} inproc;
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d != NULL) {
+        struct dirent *e;
+        char path[320];
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            if (unlink(path) != 0)
+                fprintf(stderr, "felix-bench: cannot remove %s: %s\n", path, strerror(errno));
+        }
+        closedir(d);
+    }
+    if (rmdir(dir) != 0)
+        fprintf(stderr, "felix-bench: cannot remove %s: %s\n", dir, strerror(errno));
+}
+
+static void profile(const opts *o, fx_broker_opts *bo)
+{
+    bo->workers = o->core_shards ? o->core_shards : o->workers;
+    if (bo->workers == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        bo->workers = n > 0 ? (uint32_t)n : 1;
+    }
+    bo->pin_workers = o->core_shards > 0;
+    /* The daemon's datagram defaults: PMTUD from 1200 up to 16384. */
+    bo->quic.initial_mtu = o->mtu ? o->mtu : 1200;
+    bo->quic.mtu_upper_bound = o->mtu ? o->mtu : 16384;
+    if (o->c.lossless) {
+        bo->subscriber_queue_policy = FX_QUEUE_BLOCK;
+        bo->subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+        bo->pub_ingress_wait = true;
+    }
+}
+
+static int inproc_start(const opts *o, inproc *ip)
+{
+    snprintf(ip->dir, sizeof(ip->dir), "/tmp/felix-bench-XXXXXX");
+    if (mkdtemp(ip->dir) == NULL)
+        return -errno;
+    fx_broker_opts bo;
+    fx_broker_opts_default(&bo);
+    bo.quic.state_dir = ip->dir;
+    profile(o, &bo);
+    int rv = fx_broker_new(&ip->b, &bo);
+    if (rv == 0 && (rv = fx_broker_start(ip->b)) != 0) {
+        fx_broker_free(ip->b);
+        ip->b = NULL;
+    }
+    if (rv != 0) {
+        remove_dir(ip->dir);
+        return rv;
+    }
+    snprintf(ip->addr, sizeof(ip->addr), "127.0.0.1:%u", (unsigned)fx_broker_port(ip->b));
+    snprintf(ip->pin, sizeof(ip->pin), "%s", fx_broker_fingerprint(ip->b));
+    return 0;
+}
+
+static void inproc_stop(inproc *ip)
+{
+    if (ip->b == NULL)
+        return;
+    fx_broker_free(ip->b);
+    remove_dir(ip->dir);
+}
+
+/* ---- output ---------------------------------------------------------------------- */
+
+/* Prints "name":value, or null for NaN. */
+static void jnum(const char *name, double v, int prec)
+{
+    if (isnan(v) || isinf(v))
+        printf("\"%s\":null,", name);
+    else
+        printf("\"%s\":%.*f,", name, prec, v);
+}
+
+static void json_common(const opts *o, const fx_bench_result *r, int run)
+{
+    const fx_bench_cfg *c = &o->c;
+    printf("{\"tool\":\"felix-bench\",\"label\":\"%s\",\"backend\":\"felix\",\"tls\":true,",
+           o->label ? o->label : "");
+    printf("\"mode\":\"%s\",\"payload\":%zu,\"fanout\":%u,\"streams\":%u,\"batch\":%u,"
+           "\"warmup\":%llu,\"sent_measured\":%llu,\"expected\":%llu,\"delivered\":%llu,"
+           "\"lost\":%llu,\"dups\":%llu,\"errors\":%llu,\"valid\":%s,",
+           MODE_NAMES[c->mode], c->payload, c->fanout, c->streams,
+           c->mode == FX_BENCH_LATENCY ? 1u : c->batch, (unsigned long long)c->warmup,
+           (unsigned long long)r->t.sent_measured, (unsigned long long)r->t.expected,
+           (unsigned long long)r->t.delivered, (unsigned long long)r->t.lost,
+           (unsigned long long)r->t.dups, (unsigned long long)r->t.errors,
+           r->valid ? "true" : "false");
+    if (!r->valid)
+        printf("\"invalid_reason\":\"%s\",", r->why);
+    printf("\"broker\":\"%s\",\"broker_mtu\":%u,\"run\":%d,",
+           c->in_process ? "in-process" : "external", o->mtu, run);
+}
+
+static void json_tail(const opts *o, const fx_bench_result *r)
+{
+    jnum("run_s", r->run_s, 3);
+    jnum("client_user_s", r->client_user_s, 3);
+    jnum("client_sys_s", r->client_sys_s, 3);
+    jnum("client_vcsw_per_msg", r->client_vcsw_per_msg, 3);
+    if (r->have_server) {
+        printf("\"server_pid\":%d,", o->c.broker_pid);
+        jnum("server_user_s", r->server_user_s, 3);
+        jnum("server_sys_s", r->server_sys_s, 3);
+        jnum("server_cpu_pct", 100.0 * (r->server_user_s + r->server_sys_s) / r->run_s, 1);
+        jnum("server_vcsw_per_msg", r->server_vcsw_per_msg, 3);
+        printf("\"peak_rss_kb\":%llu,\"broker_hwm_kb\":%llu,", (unsigned long long)r->peak_rss_kb,
+               (unsigned long long)r->hwm_kb);
+    }
+    jnum("host_busy_cpu_s", r->host_busy_s, 3);
+    /* CPU the host spent outside this process and the broker: foreign load. */
+    if (r->have_server || o->c.in_process)
+        jnum("other_cpu_s",
+             r->host_busy_s - r->client_user_s - r->client_sys_s -
+                 (r->have_server ? r->server_user_s + r->server_sys_s : 0),
+             3);
+    printf("\"ncpu\":%ld}\n", sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+static void json_lat(const fx_bench_lat *l)
+{
+    printf("\"samples\":%zu,", l->n);
+    jnum("p50_us", l->p50_us, 1);
+    jnum("p90_us", l->p90_us, 1);
+    jnum("p99_us", l->p99_us, 1);
+    jnum("p999_us", l->p999_us, 1);
+    jnum("max_us", l->max_us, 1);
+    jnum("mean_us", l->mean_us, 1);
+}
+
+static void print_json(const opts *o, const fx_bench_result *r, int run)
+{
+    const fx_bench_cfg *c = &o->c;
+    json_common(o, r, run);
+    if (c->mode == FX_BENCH_LATENCY) {
+        printf("\"ack\":%s,\"delivery\":\"%s\",\"lat_timeouts\":%llu,", c->ack ? "true" : "false",
+               c->callback ? "callback" : "next", (unsigned long long)r->lat_timeouts);
+        json_lat(&r->lat);
+        jnum("round_trips_per_s", r->round_trips_per_s, 0);
+    } else {
+        jnum("window_s", r->window_s, 4);
+        jnum("msgs_per_s", r->msgs_per_s, 0);
+        jnum("mb_per_s", r->mb_per_s, 2);
+        jnum("per_sub_msgs_per_s", r->per_sub_msgs_per_s, 0);
+        printf("\"per_sub_min_delivered\":%llu,", (unsigned long long)r->per_sub_min_delivered);
+        jnum("pub_msgs_per_s", r->pub_msgs_per_s, 0);
+        jnum("submit_msgs_per_s", r->submit_msgs_per_s, 0);
+        printf("\"credit_window\":%llu,\"window_waits\":%llu,",
+               (unsigned long long)r->credit_window, (unsigned long long)r->window_waits);
+        jnum("delivered_mib", r->delivered_mib, 1);
+        printf("\"bufferable_mib\":%.1f,", (double)c->bufferable / 1048576.0);
+    }
+    if (c->mode == FX_BENCH_OVERLOAD) {
+        json_lat(&r->lat);
+        printf("\"healthy_client_dropped\":%llu,", (unsigned long long)r->healthy_client_dropped);
+        printf("\"stalled_expected\":%llu,\"stalled_received\":%llu,\"stalled_dropped\":%llu,"
+               "\"stalled_client_dropped\":%llu,",
+               (unsigned long long)r->stalled_expected, (unsigned long long)r->stalled_received,
+               (unsigned long long)r->stalled_dropped,
+               (unsigned long long)r->stalled_client_dropped);
+        if (r->have_drops)
+            printf("\"broker_subscribe_dropped\":%llu,\"broker_lane_dropped\":%llu,"
+                   "\"broker_lane_dropped_events\":%llu,"
+                   "\"broker_ingress_dropped\":%llu,\"broker_subscriber_disconnect\":%llu,",
+                   (unsigned long long)r->drops.subscribe_dropped,
+                   (unsigned long long)r->drops.lane_dropped,
+                   (unsigned long long)r->drops.lane_dropped_events,
+                   (unsigned long long)r->drops.ingress_dropped,
+                   (unsigned long long)r->drops.subscriber_disconnect);
+    }
+    json_tail(o, r);
+    fflush(stdout);
+}
+
+static void print_human(const opts *o, const fx_bench_result *r, int run)
+{
+    const fx_bench_cfg *c = &o->c;
+    char line[512];
+    printf("run %d  %s  payload %zu  fanout %u  streams %u  ", run, MODE_NAMES[c->mode], c->payload,
+           c->fanout, c->streams);
+    if (c->mode == FX_BENCH_LATENCY) {
+        if (!r->valid)
+            printf("INVALID (%s)\n", r->why);
+        else
+            printf("%s %s  p50 %.1f  p90 %.1f  p99 %.1f  p999 %.1f  max %.1f us  (%zu samples)\n",
+                   c->ack ? "acked" : "unacked", c->callback ? "callback" : "next", r->lat.p50_us,
+                   r->lat.p90_us, r->lat.p99_us, r->lat.p999_us, r->lat.max_us, r->lat.n);
+    } else if (c->mode == FX_BENCH_OVERLOAD) {
+        printf("healthy: %.0f msg/s  per-sub %.0f msg/s  lost %llu (their client queues "
+               "dropped %llu)%s%s\n",
+               r->msgs_per_s, r->per_sub_msgs_per_s, (unsigned long long)r->t.lost,
+               (unsigned long long)r->healthy_client_dropped,
+               r->valid ? "" : "  INVALID: ", r->valid ? "" : r->why);
+    } else {
+        fx_bench_tput t = {r->valid,
+                           r->why,
+                           r->msgs_per_s,
+                           r->mb_per_s,
+                           r->per_sub_msgs_per_s,
+                           r->submit_msgs_per_s,
+                           r->window_s,
+                           r->t.lost,
+                           r->t.dups};
+        fx_bench_format_tput(line, sizeof(line), &t);
+        printf("batch %u  %s\n", c->batch, line);
+    }
+    if (c->mode == FX_BENCH_OVERLOAD)
+        printf("       healthy p99 %.1f us; stalled subscriber: %llu of %llu received, %llu "
+               "dropped; broker drops: subscriber queue %llu, lane %llu lists (%llu messages), "
+               "ingress %llu\n",
+               r->lat.p99_us, (unsigned long long)r->stalled_received,
+               (unsigned long long)r->stalled_expected, (unsigned long long)r->stalled_dropped,
+               (unsigned long long)r->drops.subscribe_dropped,
+               (unsigned long long)r->drops.lane_dropped,
+               (unsigned long long)r->drops.lane_dropped_events,
+               (unsigned long long)r->drops.ingress_dropped);
+    if (r->have_server)
+        printf("       broker: peak RSS %.1f MB, CPU %.0f%%\n", (double)r->peak_rss_kb / 1024.0,
+               100.0 * (r->server_user_s + r->server_sys_s) / r->run_s);
+    fflush(stdout);
+}
+
+/* Median of one field over the runs (valid runs only). */
+static double median_of(const fx_bench_result *rs, int n, size_t off)
+{
+    double v[MAX_RUNS];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (rs[i].valid)
+            v[k++] = *(const double *)((const char *)&rs[i] + off);
+    return fx_bench_median(v, (size_t)k);
+}
+
+static void print_medians(const opts *o, const fx_bench_result *rs, int n)
+{
+    if (o->c.mode == FX_BENCH_LATENCY)
+        printf("median of %d: p50 %.1f  p99 %.1f  p999 %.1f us\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, lat.p50_us)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p99_us)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p999_us)));
+    else
+        printf("median of %d: %.0f msg/s  %.1f MB/s  per-sub %.0f msg/s\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, msgs_per_s)),
+               median_of(rs, n, offsetof(fx_bench_result, mb_per_s)),
+               median_of(rs, n, offsetof(fx_bench_result, per_sub_msgs_per_s)));
+}
+
+/* ---- main ------------------------------------------------------------------------ */
+
+static int run_all(opts *o)
+{
+    static fx_bench_result rs[MAX_RUNS];
+    int status = 0;
+    for (int i = 0; i < o->runs; i++) {
+        int rv = fx_bench_run_once(&o->c, &rs[i]);
+        if (rv != 0) {
+            fprintf(stderr, "felix-bench: %s\n", rs[i].errmsg);
+            if (o->json)
+                printf("{\"tool\":\"felix-bench\",\"label\":\"%s\",\"error\":\"%s\",\"run\":%d}\n",
+                       o->label ? o->label : "", fx_strerror(rv), i + 1);
+            return 1;
+        }
+        if (!rs[i].valid) {
+            fprintf(stderr, "felix-bench: run %d INVALID: %s\n", i + 1, rs[i].why);
+            status = 3;
+        }
+        if (o->json)
+            print_json(o, &rs[i], i + 1);
+        else
+            print_human(o, &rs[i], i + 1);
+    }
+    if (!o->json && o->runs > 1)
+        print_medians(o, rs, o->runs);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    opts o = {.c = {.mode = FX_BENCH_THROUGHPUT,
+                    .payload = 1024,
+                    .fanout = 1,
+                    .batch = 64,
+                    .streams = 1,
+                    .min_seconds = FX_BENCH_GUARD_MIN_SECONDS,
+                    .max_seconds = 60,
+                    .idle_seconds = 3,
+                    .progress = true,
+                    .ns = "bench"},
+              .runs = 1};
+    int rv = parse_args(argc, argv, &o);
+    if (rv != 0)
+        return rv == 1 ? 0 : 2;
+    if (finish_cfg(&o) != 0)
+        return 2;
+    inproc ip = {0};
+    if (o.c.server == NULL) {
+        if ((rv = inproc_start(&o, &ip)) != 0) {
+            fprintf(stderr, "felix-bench: cannot start the in-process broker: %s\n",
+                    fx_strerror(rv));
+            return 1;
+        }
+        o.c.server = ip.addr;
+        o.c.pin = ip.pin;
+        o.c.in_process = true;
+    }
+    int status = run_all(&o);
+    inproc_stop(&ip);
+    return status;
+}

@@ -1,0 +1,179 @@
+/* Tests of felix-bench's pure logic (bench/bench_lib.c, compiled in):
+ * percentiles, loss accounting and the verdict, the run-length guard and the
+ * credit window. Single-threaded. */
+/* fx-test-libs: fx_client fx_broker fx_quic fx_wire fx_base */
+#include "../../bench/bench_lib.c"
+
+#include "fx_test.h"
+
+/* Feeds sequences |seqs| (stream 0 of 1, batch 1) into |a|. */
+static void feed(fx_bench_acct *a, const uint64_t *seqs, size_t n)
+{
+    uint8_t msg[64];
+    for (size_t i = 0; i < n; i++) {
+        memset(msg, 0, sizeof(msg));
+        fx_bench_stamp(msg, seqs[i], 1000 + i);
+        fx_bench_acct_on_msg(a, msg, sizeof(msg), 5000 + i);
+    }
+}
+
+static void test_percentiles_on_known_samples(void **state)
+{
+    (void)state;
+    /* 1..1000 µs, shuffled: nearest rank gives exact values. */
+    uint64_t v[1000];
+    for (size_t i = 0; i < 1000; i++)
+        v[i] = ((i * 617) % 1000 + 1) * 1000;
+    fx_bench_lat l;
+    fx_bench_lat_summarize(v, 1000, &l);
+    assert_int_equal(l.n, 1000);
+    assert_true(l.p50_us == 500.0);
+    assert_true(l.p90_us == 900.0);
+    assert_true(l.p99_us == 990.0);
+    assert_true(l.p999_us == 999.0);
+    assert_true(l.max_us == 1000.0);
+    assert_true(fabs(l.mean_us - 500.5) < 1e-9);
+    /* Small sets: ceil(p * n) rank; one sample is every percentile. */
+    uint64_t three[] = {30000, 10000, 20000};
+    fx_bench_lat_summarize(three, 3, &l);
+    assert_true(l.p50_us == 20.0);
+    assert_true(l.p99_us == 30.0);
+    uint64_t one[] = {7000};
+    fx_bench_lat_summarize(one, 1, &l);
+    assert_true(l.p50_us == 7.0 && l.p999_us == 7.0);
+    fx_bench_lat_summarize(v, 0, &l);
+    assert_true(isnan(l.p50_us) && isnan(l.max_us));
+    double m[] = {3.0, NAN, 1.0, 2.0};
+    assert_true(fx_bench_median(m, 4) == 2.0);
+}
+
+static void test_run_with_loss_is_invalid(void **state)
+{
+    (void)state;
+    /* Warm-up 10; 100 measured sent; sequence 50 and 51 never arrive. */
+    uint64_t seqs[110];
+    size_t n = 0;
+    for (uint64_t s = 0; s < 110; s++)
+        if (s != 50 && s != 51)
+            seqs[n++] = s;
+    fx_bench_acct a;
+    fx_bench_acct_init(&a, 0, 1, 1, 10, NULL, 0);
+    feed(&a, seqs, n);
+    assert_int_equal(a.gaps, 2);
+    assert_int_equal(a.recv_meas, 98);
+    fx_bench_totals t = {.sent_measured = 100, .expected = 100};
+    fx_bench_totals_add(&t, &a);
+    fx_bench_totals_finish(&t);
+    assert_int_equal(t.lost, 2);
+    char why[128];
+    assert_false(fx_bench_verdict(&t, why, sizeof(why)));
+    assert_non_null(strstr(why, "lost 2"));
+    /* The human line says INVALID and carries no throughput figure. */
+    char line[256];
+    fx_bench_tput r = {.valid = false, .why = why, .msgs_per_s = 123456, .lost = t.lost};
+    fx_bench_format_tput(line, sizeof(line), &r);
+    assert_non_null(strstr(line, "INVALID"));
+    assert_null(strstr(line, "msg/s"));
+    assert_null(strstr(line, "123456"));
+
+    /* The test-only drop injects loss the same way; a clean run is valid. */
+    fx_bench_acct b;
+    fx_bench_acct_init(&b, 0, 1, 1, 0, NULL, 0);
+    b.drop_every = 10;
+    for (uint64_t s = 0; s < 100; s++)
+        seqs[s] = s;
+    feed(&b, seqs, 100);
+    fx_bench_totals t2 = {.sent_measured = 100, .expected = 100};
+    fx_bench_totals_add(&t2, &b);
+    fx_bench_totals_finish(&t2);
+    assert_int_equal(t2.lost, 10);
+    assert_false(fx_bench_verdict(&t2, why, sizeof(why)));
+    fx_bench_acct_init(&b, 0, 1, 1, 0, NULL, 0);
+    feed(&b, seqs, 100);
+    fx_bench_totals t3 = {.sent_measured = 100, .expected = 100};
+    fx_bench_totals_add(&t3, &b);
+    fx_bench_totals_finish(&t3);
+    assert_true(fx_bench_verdict(&t3, why, sizeof(why)));
+    /* A duplicate also invalidates. */
+    uint64_t again[] = {99};
+    feed(&b, again, 1);
+    fx_bench_totals t4 = {.sent_measured = 100, .expected = 100};
+    fx_bench_totals_add(&t4, &b);
+    fx_bench_totals_finish(&t4);
+    assert_int_equal(t4.dups, 1);
+    assert_false(fx_bench_verdict(&t4, why, sizeof(why)));
+}
+
+static void test_loss_is_counted_per_stream(void **state)
+{
+    (void)state;
+    /* Batches of 4 over 3 streams: of 0..29, stream 1 carries 4..7, 16..19,
+     * 28..29 and stream 2 carries 8..11, 20..23. */
+    assert_int_equal(fx_bench_stream_of(17, 4, 3), 1);
+    assert_int_equal(fx_bench_stream_count(30, 4, 3, 1), 10);
+    assert_int_equal(fx_bench_stream_count(30, 4, 3, 2), 8);
+    assert_int_equal(fx_bench_stream_count(30, 4, 3, 0) + fx_bench_stream_count(30, 4, 3, 1) +
+                         fx_bench_stream_count(30, 4, 3, 2),
+                     30);
+    fx_bench_acct a;
+    fx_bench_acct_init(&a, 1, 3, 4, 0, NULL, 0);
+    uint64_t seqs[] = {4, 5, 6, 7, 18, 19, 28, 3};
+    feed(&a, seqs, 8);
+    assert_int_equal(a.gaps, 2); /* 16 and 17 */
+    assert_int_equal(a.in_order, 7);
+    assert_int_equal(a.bad, 1); /* 3 belongs to stream 0 */
+}
+
+static void test_run_length_guard_refuses_short_runs(void **state)
+{
+    (void)state;
+    fx_bench_buffers b = {
+        .client_publish_budget = 4u << 20,
+        .broker_ingress_bytes = 32u << 20,
+        .broker_worker_queue = 64,
+        .sub_queue_batches = 512,
+        .lane_queue_batches = 64,
+        .sub_unacked_bytes = 1u << 20,
+        .sub_recv_window = 16u << 20,
+        .client_sub_queue_batches = 256,
+        .batch_bytes_max = 65536,
+    };
+    /* 1 KiB x fanout 10: the credit window (4 MiB) caps each subscriber. */
+    uint64_t buf = fx_bench_bufferable(&b, 1024, 64, 10);
+    assert_int_equal(buf, 10ull * (4u << 20));
+    uint64_t need = fx_bench_guard_min_total(buf, 1024, 10);
+    assert_int_equal(need, 10ull * 4096);
+    char why[256];
+    assert_false(fx_bench_guard_ok(need - 1, 5.0, buf, 1024, 10, why, sizeof(why)));
+    assert_non_null(strstr(why, "too short"));
+    assert_true(fx_bench_guard_ok(need, 5.0, buf, 1024, 10, why, sizeof(why)));
+    /* Under 5 s is refused whatever the volume. */
+    assert_false(fx_bench_guard_ok(need * 100, 4.9, buf, 1024, 10, why, sizeof(why)));
+    assert_non_null(strstr(why, "5 s"));
+    /* A small pipeline (tiny queues) is the bound when below the window. */
+    fx_bench_buffers small = {.client_publish_budget = 1000, .batch_bytes_max = 16};
+    assert_int_equal(fx_bench_bufferable(&small, 16, 1, 2), 2 * 1000);
+}
+
+static void test_credit_window_never_exceeds_4mib_or_16384_msgs(void **state)
+{
+    (void)state;
+    for (size_t p = 16; p <= FX_BENCH_PAYLOAD_MAX; p = p * 3 / 2 + 1) {
+        uint64_t w = fx_bench_credit_window(p);
+        assert_true(w >= 1);
+        assert_true(w <= FX_BENCH_WINDOW_MAX_MSGS);
+        assert_true(w * p <= FX_BENCH_WINDOW_MAX_BYTES);
+    }
+    assert_int_equal(fx_bench_credit_window(16), 16384);
+    assert_int_equal(fx_bench_credit_window(1024), 4096);
+    assert_int_equal(fx_bench_credit_window(FX_BENCH_PAYLOAD_MAX), 1);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_percentiles_on_known_samples),
+    cmocka_unit_test(test_run_with_loss_is_invalid),
+    cmocka_unit_test(test_loss_is_counted_per_stream),
+    cmocka_unit_test(test_run_length_guard_refuses_short_runs),
+    cmocka_unit_test(test_credit_window_never_exceeds_4mib_or_16384_msgs),
+};
+FX_TEST_MAIN(tests)
