@@ -258,10 +258,11 @@ static int add_item(fx_frame_list *l, fx_env_item *it, const fx_coalesce_opts *o
     fx_buf *f;
     *pdone = false;
     size_t fs = fx_envelope_shared_frame_size(e);
-    /* The cached frame when it fits, or when it is one oversized payload that
-     * a split could not make smaller anyway. */
-    if (it->skip == 0 && l->events + left <= o->max_events &&
-        (fits(l, fs, o) || (l->n == 0 && left == 1))) {
+    /* The cached frame when it fits; and, on an empty list, a whole envelope
+     * over the byte cap too: splitting it by bytes would only copy the same
+     * payloads into per-subscriber frames, re-encoded for every subscriber,
+     * where the shared frame is encoded once for all of them. */
+    if (it->skip == 0 && l->events + left <= o->max_events && (fits(l, fs, o) || l->n == 0)) {
         int rv = fx_envelope_shared_frame(e, &f);
         if (rv != 0)
             return rv;

@@ -227,7 +227,8 @@ const struct key fx_config_keys[] = {
      .help = "events per event frame"},
     {.name = "event_batch_max_bytes", .env = {"FELIX_EVENT_BATCH_MAX_BYTES"}, .type = T_SIZE,
      FIELD(event_batch_max_bytes), .def = "64KiB", .min = 1, .max = GiB,
-     .help = "payload bytes per event frame (a single larger event still goes alone)"},
+     .help = "bytes per coalesced event write (one larger publish batch still goes alone, "
+             "in its shared frame)"},
     {.name = "event_batch_max_delay_us", .env = {"FELIX_EVENT_BATCH_MAX_DELAY_US"}, .type = T_DUR,
      FIELD(event_batch_max_delay_ns), .def = "250us", .min = 0, .max = SEC,
      .help = "longest a feeder waits to coalesce events; 0 = no wait"},

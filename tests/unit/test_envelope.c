@@ -362,6 +362,30 @@ static void test_coalesce_splits_envelope_over_the_limits(void **state)
     fx_coalescer_deinit(&c);
 }
 
+static void test_coalesce_takes_whole_shared_frame_over_byte_cap(void **state)
+{
+    /* A publish batch whose frame is over max_bytes but within max_events
+     * goes out as its one shared frame, not as per-subscriber splits. */
+    const char *msgs[] = {"0123456789", "abcdefghij", "ABCDEFGHIJ"};
+    src s = {.n = 2};
+    s.items[0] = (fx_env_item){.env = envn(0, msgs, 3)};
+    s.items[1] = (fx_env_item){.env = env1(3, "x")};
+    fx_coalesce_opts o = {.subscription_id = 9, .max_events = 8, .max_bytes = 16};
+    uint64_t enc0 = shared_encodes();
+    fx_coalescer c;
+    fx_coalescer_init(&c);
+    fx_frame_list l = {0};
+    assert_int_equal(fx_coalesce_next(&c, src_pull, &s, &o, &l), 0);
+    assert_int_equal(l.n, 1);
+    expect_frame(l.frames[0], 0x0024, 0, 3, 0);
+    assert_int_equal(shared_encodes() - enc0, 1);
+    assert_int_equal(fx_coalesce_next(&c, src_pull, &s, &o, &l), 0);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.first_offset, 3);
+    fx_frame_list_clear(&l);
+    fx_coalescer_deinit(&c);
+}
+
 static void test_coalesce_sends_oversized_single_payload_alone(void **state)
 {
     src s = {.n = 2};
@@ -392,6 +416,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_coalesce_respects_max_events),
     cmocka_unit_test(test_replay_inside_batch_uses_per_subscriber_frame),
     cmocka_unit_test(test_coalesce_splits_envelope_over_the_limits),
+    cmocka_unit_test(test_coalesce_takes_whole_shared_frame_over_byte_cap),
     cmocka_unit_test(test_coalesce_sends_oversized_single_payload_alone),
 };
 FX_TEST_MAIN(tests)
