@@ -435,9 +435,16 @@ static int own_strings(fx_client *c)
     return 0;
 }
 
-static void transport_opts(fx_client *c)
+/* Transport settings: the defaults, the process-wide FELIX_* transport
+ * variables the broker also reads (datagram sizes, socket buffers), then the
+ * client's own options. Returns 0 or FX_ECONFIG naming the bad variable. */
+static int transport_opts(fx_client *c)
 {
     fx_quic_opts_default(&c->qo);
+    if (fx_quic_opts_from_env(&c->qo) != 0)
+        return fx_client_set_error(FX_ECONFIG,
+                                   "invalid FELIX_UDP_*/FELIX_*_MTU/FELIX_MAX_UDP_PAYLOAD "
+                                   "variable in the environment");
     c->qo.idle_timeout_ns = (uint64_t)c->o.idle_timeout_ms * FX_NS_PER_MS;
     c->qo.keepalive_ns = (uint64_t)c->o.keepalive_ms * FX_NS_PER_MS;
     c->qo.handshake_timeout_ns = (uint64_t)c->o.connect_timeout_ms * FX_NS_PER_MS;
@@ -449,6 +456,7 @@ static void transport_opts(fx_client *c)
                                     .ca_file = c->o.ca_file,
                                     .pin_sha256 = c->o.pin_sha256,
                                     .insecure = c->o.insecure};
+    return 0;
 }
 
 static int client_new(fx_client **pc, const fx_client_opts *o)
@@ -464,6 +472,8 @@ static int client_new(fx_client **pc, const fx_client_opts *o)
     if (rv == 0)
         rv = resolve(c, c->o.server);
     if (rv == 0)
+        rv = transport_opts(c);
+    if (rv == 0)
         rv = -pthread_mutex_init(&c->mu, NULL);
     if (rv != 0) {
         free(c->strs);
@@ -471,7 +481,6 @@ static int client_new(fx_client **pc, const fx_client_opts *o)
         return rv;
     }
     fx_client_cond_init(&c->cv);
-    transport_opts(c);
     fx_task_init(&c->connect_task, connect_task, c);
     fx_task_init(&c->close_task, close_task, c);
     fx_task_init(&c->fin_task, fin_task, c);
