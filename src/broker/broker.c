@@ -36,6 +36,10 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .event_batch_max_bytes = 65536,
         .event_batch_max_delay_ns = 250 * FX_NS_PER_US,
         .fanout_batch_size = 64,
+        .subscriber_writer_lanes = 4,
+        .max_subscriber_writer_lanes = 8,
+        .subscriber_lane_shard = FX_BROKER_LANE_AUTO,
+        .subscriber_single_writer_per_conn = false,
         .subscriber_lane_queue_depth = 64,
         .subscriber_lane_queue_policy = FX_QUEUE_DROP_NEW,
         .subscriber_max_bytes_per_write = 65536,
@@ -149,7 +153,8 @@ static int check_opts(const fx_broker_opts *o)
         o->subscriber_lane_queue_depth == 0 || o->max_frame_bytes == 0 ||
         o->event_batch_max_events == 0 || o->event_batch_max_bytes == 0 ||
         o->subscriber_max_bytes_per_write == 0 || o->subscriber_unacked_bytes == 0 ||
-        o->bind_ip == NULL)
+        o->subscriber_writer_lanes == 0 || o->max_subscriber_writer_lanes == 0 ||
+        o->subscriber_lane_shard > FX_BROKER_LANE_ROUND_ROBIN_PIN || o->bind_ip == NULL)
         return -EINVAL;
     return 0;
 }

@@ -57,6 +57,15 @@ typedef struct fx_broker_auth {
     void *user;
 } fx_broker_auth;
 
+/* How a subscription picks its writer lane among its connection's lanes
+ * (fixed for its life). */
+typedef enum fx_broker_lane_shard {
+    FX_BROKER_LANE_AUTO = 0,           /* same as SUBSCRIBER_ID_HASH */
+    FX_BROKER_LANE_SUBSCRIBER_ID_HASH, /* fx_broker_lane_hash(subscription id) % lanes */
+    FX_BROKER_LANE_CONNECTION_ID_HASH, /* fx_broker_lane_hash(connection id) % lanes */
+    FX_BROKER_LANE_ROUND_ROBIN_PIN,    /* the connection's n-th subscription: n % lanes */
+} fx_broker_lane_shard;
+
 /* Every setting the data plane uses; fx_broker_opts_default() writes the
  * documented defaults (felix-facts.md §4, ARCHITECTURE.md). Sizes in bytes,
  * durations in nanoseconds. Strings are borrowed until fx_broker_new returns,
@@ -101,7 +110,18 @@ typedef struct fx_broker_opts {
     uint64_t event_batch_max_bytes;
     uint64_t event_batch_max_delay_ns;
     uint32_t fanout_batch_size; /* <= 1: single-event mode, no waiting */
-    /* delivery (checkpoint 6) and the connection writer */
+    /* delivery (checkpoint 6) and the connection writer. Each connection has
+     * min(subscriber_writer_lanes, max_subscriber_writer_lanes) lanes (1 with
+     * subscriber_single_writer_per_conn), shared by its subscriptions as
+     * subscriber_lane_shard says. A lane holds at most
+     * subscriber_lane_queue_depth frame lists, counting those its
+     * subscriptions have queued and the one the writer is still sending;
+     * a full lane applies subscriber_lane_queue_policy to the delivery
+     * (drop_old evicts the oldest queued list of the same subscription). */
+    uint32_t subscriber_writer_lanes;
+    uint32_t max_subscriber_writer_lanes;
+    fx_broker_lane_shard subscriber_lane_shard;
+    bool subscriber_single_writer_per_conn;
     uint32_t subscriber_lane_queue_depth;
     fx_queue_policy subscriber_lane_queue_policy;
     uint64_t subscriber_max_bytes_per_write;
@@ -167,10 +187,17 @@ int fx_broker_endpoint_worker(const fx_broker *b);
  * time) or -ENOMEM. */
 int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson);
 
+/* The hash the lane choice uses (a 64-bit mixer; the lane is the hash
+ * modulo the connection's lane count). Pure; any thread. */
+uint64_t fx_broker_lane_hash(uint64_t key);
+
 /* Writes {"subscriptions":[...]} into |*pjson| (caller frees): per
  * subscription id, tenant, namespace, stream, connection_id, queue_depth and
- * queue_capacity (its subscriber queue, envelopes), lane_depth and
- * lane_capacity (its delivery lane, frame lists), unacked_bytes, delivered
+ * queue_capacity (its subscriber queue, envelopes), lane (index of its
+ * writer lane on its connection), lanes (the connection's lane count),
+ * lane_depth (frame lists it has queued on the lane), lane_len (all the
+ * lane holds, its neighbours' included) and lane_capacity (the lane's bound,
+ * frame lists), unacked_bytes, delivered
  * (messages written), queue_dropped, lane_dropped and drops (their sum, in
  * messages) and last_delivery_age_ms (null: never). Ordered most drops
  * first, then deepest queue: the slow subscriber leads. Returns 0,

@@ -7,6 +7,7 @@
 #ifndef FX_BROKER_INTERNAL_H
 #define FX_BROKER_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -31,6 +32,7 @@ typedef struct fxb_bidi fxb_bidi;
 typedef struct fxb_sub fxb_sub;
 typedef struct fxb_job fxb_job;
 typedef struct fxb_reply fxb_reply;
+typedef struct fxb_lane fxb_lane;
 
 /* Server flags answered to a client that sent client_flags. */
 #define FXB_SERVER_FLAGS 0x3Fu
@@ -97,6 +99,23 @@ struct fx_broker {
 /* Kinds of stream user pointers (first field of fxb_bidi and fxb_sub). */
 enum { FXB_KIND_BIDI = 1, FXB_KIND_SUB = 2 };
 
+/* A writer lane of a connection (checkpoint 6), shared by the subscriptions
+ * the lane choice put on it. Each subscription queues its frame lists in its
+ * own queue (fxb_sub.lane, so eviction and order stay per subscriber); the
+ * lane is the bound over all of them: |count| is charged by a feeder (any
+ * worker thread) before it queues a list and released by the connection
+ * writer once the list is handed to QUIC, so a flow-blocked subscription's
+ * backlog keeps its lane full until it drains. Feeders parked on a full
+ * block lane wait in the list under |mu| (slow path only). */
+struct fxb_lane {
+    uint32_t index;
+    size_t capacity;        /* subscriber_lane_queue_depth */
+    atomic_size_t count;    /* frame lists charged: queued or being written */
+    atomic_size_t nwaiters; /* parked feeders (read without |mu|) */
+    pthread_mutex_t mu;
+    fxb_sub *whead, *wtail; /* parked feeders (fxb_sub.lwnext), under |mu| */
+};
+
 /* One client connection. Loop fields: its endpoint loop only; the refcount
  * is atomic because jobs (worker threads) hold the connection's budget. */
 struct fxb_conn {
@@ -114,6 +133,11 @@ struct fxb_conn {
     bool want_writable; /* a send hit the unacked cap: wait for on_writable */
     fx_task writer_task;
     fxb_conn *cnext, *cprev; /* on b->conns */
+    /* Writer lanes: fixed at creation, freed with the last reference (the
+     * subscriptions, which may outlive the loop's use, hold one). */
+    fxb_lane *lanes;
+    uint32_t nlanes;
+    uint64_t rr_next; /* round_robin_pin: subscriptions placed so far */
 };
 
 /* One queued reply on a bidi stream, in request order. Done replies are sent
@@ -210,11 +234,13 @@ struct fxb_sub {
     fx_start start;
     atomic_bool closed; /* unsubscribed: the feeder stops, the writer drops */
     atomic_bool active; /* the event stream is open: the feeder may run */
-    fx_queue lane;      /* fx_frame_list*, checkpoint 6 */
+    fx_queue lane;      /* fx_frame_list* it queued on its lane (|ln|), oldest first */
+    fxb_lane *ln;       /* its writer lane, on |conn| (fixed) */
+    fxb_sub *lwnext;    /* on ln's parked list, under ln->mu */
+    bool lwaiting;      /* on ln's parked list (under ln->mu) */
     /* worker side */
     fx_task reg_task, unreg_task, feed_task;
     fx_timer delay_timer;
-    fx_queue_waiter lane_waiter;
     bool lane_parked;
     atomic_bool lane_resumed; /* the lane woke a parked feeder */
     fx_frame_list *held;      /* built but refused by a full block lane */
@@ -239,8 +265,9 @@ struct fxb_sub {
     bool uni_open;
     fx_frame_list *cur; /* list being written */
     size_t cur_idx;
-    size_t inflight; /* bytes queued on the uni stream, not yet acked */
-    bool listed;     /* on conn->subs */
+    bool cur_charged; /* |cur| came from the lane: release its slot once sent */
+    size_t inflight;  /* bytes queued on the uni stream, not yet acked */
+    bool listed;      /* on conn->subs */
     bool fin_sent;
     uint64_t delivered;     /* messages written to the event stream */
     uint64_t last_write_ns; /* 0 = never */
@@ -313,6 +340,11 @@ void fxb_sub_close(fxb_sub *sub, bool reset_stream);
 void fxb_sub_unref(fxb_sub *sub);
 /* The connection writer (conn loop). */
 void fxb_conn_kick_writer(fxb_conn *c);
+/* Creates |c|'s writer lanes from the options (before any subscription).
+ * Returns 0 or -errno (-ENOMEM). Conn loop. */
+int fxb_conn_lanes_init(fxb_conn *c);
+/* Frees them (last reference of |c|: no subscription is left). */
+void fxb_conn_lanes_deinit(fxb_conn *c);
 void fxb_writer_run(fx_loop *l, fx_task *t, void *user);
 /* The stream of |h| was deleted: its subscriptions on |w| finish their event
  * streams after what is queued (FIN), and the worker's fx_stream is freed

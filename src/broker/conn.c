@@ -27,6 +27,7 @@ void fxb_conn_unref(fxb_conn *c)
 {
     if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
         return;
+    fxb_conn_lanes_deinit(c);
     fx_budget_deinit(&c->budget);
     free(c);
 }
@@ -772,6 +773,17 @@ static void on_conn_new(fx_quic_conn *qc, void *user)
     fxb_conn *c = calloc(1, sizeof(*c));
     if (c == NULL || fx_budget_init(&c->budget, b->o.pub_conn_inflight_bytes, &b->budget) != 0) {
         free(c);
+        c = NULL;
+    }
+    if (c != NULL) {
+        c->b = b;
+        if (fxb_conn_lanes_init(c) != 0) {
+            fx_budget_deinit(&c->budget);
+            free(c);
+            c = NULL;
+        }
+    }
+    if (c == NULL) {
         FX_LOG_ERROR("broker", "no memory for a new connection");
         fx_quic_conn_set_user(qc, NULL);
         fx_quic_conn_close(qc, 1, "out of memory");

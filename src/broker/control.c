@@ -357,8 +357,11 @@ static void subs_conns(fx_broker *b, gpart *p)
             set_str(e, "namespace", fx_stream_handle_namespace(sub->h));
             set_str(e, "stream", fx_stream_handle_stream(sub->h));
             set_u64(e, "connection_id", c->id);
+            set_u64(e, "lane", sub->ln->index);
+            set_u64(e, "lanes", c->nlanes);
             set_u64(e, "lane_depth", fx_queue_depth(&sub->lane));
-            set_u64(e, "lane_capacity", fx_queue_capacity(&sub->lane));
+            set_u64(e, "lane_len", atomic_load(&sub->ln->count));
+            set_u64(e, "lane_capacity", sub->ln->capacity);
             set_u64(e, "lane_dropped", atomic_load(&sub->lane_dropped_events));
             set_u64(e, "unacked_bytes", sub->inflight);
             set_u64(e, "delivered", sub->delivered);

@@ -2,12 +2,17 @@
  * worker registers and snapshots the backlog -> connection loop opens the
  * event stream, writes event_stream_hello and answers subscribed), the feeder
  * on the worker (backlog then live envelopes coalesced into frame lists of
- * cached shared frames), the delivery lane (checkpoint 6: a bounded queue of
- * frame lists per subscription with the lane policy; a full block lane parks
- * the feeder, which lets checkpoint 5 fill), and the connection writer on the
- * connection's loop (continuous pipelining: each subscription writes while
- * its own unacked bytes are under its cap, so a flow-blocked subscriber never
- * holds up its neighbours). */
+ * cached shared frames), the writer lanes (checkpoint 6: each connection has
+ * a few lanes shared by its subscriptions; a lane bounds the frame lists its
+ * subscriptions have queued or in writing, and a full lane applies the lane
+ * policy to the delivery: drop_new sheds it, drop_old evicts the oldest list
+ * of the same subscription, block parks the feeder, which lets checkpoint 5
+ * fill), and the connection writer on the connection's loop (continuous
+ * pipelining: each subscription writes while its own unacked bytes are under
+ * its cap, so a flow-blocked subscriber holds up its neighbours only by
+ * keeping their shared lane full). Subscribe and unsubscribe travel as tasks,
+ * never through a lane, so no lane policy applies to them. */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +22,8 @@
 #include "base/metrics.h"
 #include "broker/broker_internal.h"
 #include "felix/error.h"
+
+static void lane_release(fxb_lane *ln);
 
 /* ---- references and tasks ------------------------------------------------------ */
 
@@ -38,8 +45,10 @@ void fxb_sub_unref(fxb_sub *sub)
     if (atomic_fetch_sub_explicit(&sub->refs, 1, memory_order_acq_rel) != 1)
         return;
     list_free(sub->held);
+    if (sub->cur != NULL && sub->cur_charged)
+        lane_release(sub->ln); /* closing did not run (never listed) */
     list_free(sub->cur);
-    fx_queue_deinit(&sub->lane); /* remaining lists: not drops (closed) */
+    fx_queue_deinit(&sub->lane); /* remaining lists: released, not drops (closed) */
     fx_stream_handle_unref(sub->h);
     fxb_conn_unref(sub->conn);
     free(sub);
@@ -60,30 +69,216 @@ void fxb_conn_kick_writer(fxb_conn *c)
         fxb_conn_unref(c);
 }
 
-/* ---- lane (checkpoint 6) --------------------------------------------------------- */
+/* ---- writer lanes (checkpoint 6) -------------------------------------------------- */
+
+uint64_t fx_broker_lane_hash(uint64_t key)
+{
+    /* splitmix64's finalizer: consecutive ids spread over the lanes. */
+    key ^= key >> 30;
+    key *= 0xbf58476d1ce4e5b9ull;
+    key ^= key >> 27;
+    key *= 0x94d049bb133111ebull;
+    key ^= key >> 31;
+    return key;
+}
+
+static uint32_t lane_count_of(const fx_broker_opts *o)
+{
+    if (o->subscriber_single_writer_per_conn)
+        return 1;
+    uint32_t n = o->subscriber_writer_lanes;
+    if (o->max_subscriber_writer_lanes != 0 && n > o->max_subscriber_writer_lanes)
+        n = o->max_subscriber_writer_lanes;
+    return n == 0 ? 1 : n;
+}
+
+int fxb_conn_lanes_init(fxb_conn *c)
+{
+    uint32_t n = lane_count_of(&c->b->o);
+    c->lanes = calloc(n, sizeof(*c->lanes));
+    if (c->lanes == NULL)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        fxb_lane *ln = &c->lanes[i];
+        int rv = pthread_mutex_init(&ln->mu, NULL);
+        if (rv != 0) {
+            c->nlanes = i;
+            fxb_conn_lanes_deinit(c);
+            return -rv;
+        }
+        ln->index = i;
+        ln->capacity = c->b->o.subscriber_lane_queue_depth;
+        atomic_init(&ln->count, 0);
+        atomic_init(&ln->nwaiters, 0);
+    }
+    c->nlanes = n;
+    return 0;
+}
+
+void fxb_conn_lanes_deinit(fxb_conn *c)
+{
+    for (uint32_t i = 0; i < c->nlanes; i++) {
+        /* Every subscription released its slots and left the parked list. */
+        assert(atomic_load(&c->lanes[i].count) == 0 && c->lanes[i].whead == NULL);
+        pthread_mutex_destroy(&c->lanes[i].mu);
+    }
+    free(c->lanes);
+    c->lanes = NULL;
+    c->nlanes = 0;
+}
+
+/* The lane of a new subscription |sub| of |c| (conn loop). */
+static fxb_lane *lane_choose(fxb_conn *c, const fxb_sub *sub)
+{
+    uint64_t key;
+    switch (c->b->o.subscriber_lane_shard) {
+    case FX_BROKER_LANE_CONNECTION_ID_HASH:
+        key = fx_broker_lane_hash(c->id);
+        break;
+    case FX_BROKER_LANE_ROUND_ROBIN_PIN:
+        key = c->rr_next++;
+        break;
+    default: /* auto, subscriber_id_hash */
+        key = fx_broker_lane_hash(sub->id);
+        break;
+    }
+    return &c->lanes[key % c->nlanes];
+}
+
+/* Takes one slot of |ln| if it has room. Any thread. */
+static bool lane_reserve(fxb_lane *ln)
+{
+    size_t n = atomic_load_explicit(&ln->count, memory_order_relaxed);
+    while (n < ln->capacity)
+        if (atomic_compare_exchange_weak(&ln->count, &n, n + 1))
+            return true;
+    return false;
+}
+
+static void lane_on_resume(fxb_sub *sub);
+
+/* Resumes every feeder parked on |ln|: each retries, and those that find it
+ * full again park again. Any thread, no lock held. */
+static void lane_wake(fxb_lane *ln)
+{
+    pthread_mutex_lock(&ln->mu);
+    fxb_sub *list = ln->whead;
+    ln->whead = ln->wtail = NULL;
+    for (fxb_sub *p = list; p != NULL; p = p->lwnext) {
+        p->lwaiting = false;
+        atomic_fetch_sub(&ln->nwaiters, 1);
+    }
+    pthread_mutex_unlock(&ln->mu);
+    while (list != NULL) {
+        fxb_sub *sub = list;
+        list = sub->lwnext;
+        sub->lwnext = NULL;
+        lane_on_resume(sub);
+        fxb_sub_unref(sub); /* the parked list's */
+    }
+}
+
+/* Gives back one slot of |ln| (a list was sent, evicted without a
+ * replacement, or discarded with its closed subscription). The decrement and
+ * the waiter check are sequentially consistent, as are the park's increment
+ * and count check: either the parking feeder sees the room or this sees it
+ * parked. Any thread. */
+static void lane_release(fxb_lane *ln)
+{
+    size_t before = atomic_fetch_sub(&ln->count, 1);
+    assert(before > 0);
+    (void)before;
+    if (atomic_load(&ln->nwaiters) > 0)
+        lane_wake(ln);
+}
+
+/* Parks |sub|'s feeder on its full block lane. Returns true when parked (the
+ * lane resumes it once a slot is released), false when room appeared
+ * meanwhile or the subscription closed (retry; the retry sees it). Worker. */
+static bool lane_park(fxb_sub *sub)
+{
+    fxb_lane *ln = sub->ln;
+    pthread_mutex_lock(&ln->mu);
+    atomic_fetch_add(&ln->nwaiters, 1);
+    if (atomic_load(&ln->count) < ln->capacity ||
+        atomic_load_explicit(&sub->closed, memory_order_acquire)) {
+        atomic_fetch_sub(&ln->nwaiters, 1);
+        pthread_mutex_unlock(&ln->mu);
+        return false;
+    }
+    sub_ref(sub); /* the parked list's */
+    sub->lwaiting = true;
+    sub->lwnext = NULL;
+    if (ln->wtail != NULL)
+        ln->wtail->lwnext = sub;
+    else
+        ln->whead = sub;
+    ln->wtail = sub;
+    pthread_mutex_unlock(&ln->mu);
+    return true;
+}
+
+/* Takes a closed |sub| off its lane's parked list (it will not be resumed).
+ * Any thread. */
+static void lane_unpark(fxb_sub *sub)
+{
+    fxb_lane *ln = sub->ln;
+    bool was = false;
+    pthread_mutex_lock(&ln->mu);
+    if (sub->lwaiting) {
+        fxb_sub *prev = NULL;
+        for (fxb_sub *p = ln->whead; p != NULL; prev = p, p = p->lwnext) {
+            if (p != sub)
+                continue;
+            if (prev != NULL)
+                prev->lwnext = p->lwnext;
+            else
+                ln->whead = p->lwnext;
+            if (ln->wtail == p)
+                ln->wtail = prev;
+            break;
+        }
+        sub->lwaiting = false;
+        sub->lwnext = NULL;
+        atomic_fetch_sub(&ln->nwaiters, 1);
+        was = true;
+    }
+    pthread_mutex_unlock(&ln->mu);
+    if (was)
+        fxb_sub_unref(sub);
+}
 
 static fx_ratelimit lane_drop_rl = FX_RATELIMIT_INIT;
 
-static void lane_on_drop(void *item, void *user)
+/* Sheds |l| of |sub| at its lane: counted (unless the subscription is gone,
+ * which is no overload) and freed. Any thread. */
+static void lane_shed(fxb_sub *sub, fx_frame_list *l)
 {
-    fxb_sub *sub = user;
-    fx_frame_list *l = item;
     if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         FX_COUNTER_INC(subscriber_lane_dropped);
         FX_COUNTER_ADD(subscriber_lane_dropped_events, l->events);
         FX_LOG_RATELIMITED(&lane_drop_rl, fx_now_ns(), FX_LOG_WARN, "broker",
-                           "delivery lane full: dropped %u message(s) sub=%llu",
+                           "writer lane %u of conn %llu full: dropped %u message(s) sub=%llu",
+                           (unsigned)sub->ln->index, (unsigned long long)sub->conn->id,
                            (unsigned)l->events, (unsigned long long)sub->id);
         atomic_fetch_add_explicit(&sub->lane_dropped_events, l->events, memory_order_relaxed);
     }
     list_free(l);
 }
 
-static void feed_task_cb(fx_loop *l, fx_task *t, void *user);
-
-static void lane_on_resume(void *user)
+/* on_drop of a subscription's own queue, whose policy never sheds: called
+ * for the lists still queued when it is freed, each holding a lane slot. */
+static void lane_on_leftover(void *item, void *user)
 {
     fxb_sub *sub = user;
+    lane_release(sub->ln);
+    list_free(item);
+}
+
+static void feed_task_cb(fx_loop *l, fx_task *t, void *user);
+
+static void lane_on_resume(fxb_sub *sub)
+{
     atomic_store_explicit(&sub->lane_resumed, true, memory_order_release);
     sub_post(sub, sub->w->loop, &sub->feed_task);
 }
@@ -124,24 +319,57 @@ static uint32_t max_events(const fx_broker_opts *o)
                                                             : o->fanout_batch_size;
 }
 
-/* Hands |l| to the lane. Returns false when the feeder must stop (block lane
- * full: parked, or closed). */
+/* Queues |l| on |sub|'s own queue under a slot of its lane, applying the
+ * lane policy when the lane is full. Returns false when the feeder must stop
+ * (block lane full: parked with |l| held; or closed). Worker. */
 static bool lane_push(fxb_sub *sub, fx_frame_list *l)
 {
-    int rv = fx_queue_push(&sub->lane, l);
-    if (rv == 0) {
-        fxb_conn_kick_writer(sub->conn);
-        return true;
-    }
-    if (rv == FX_EFULL && sub->b->o.subscriber_lane_queue_policy != FX_QUEUE_BLOCK)
-        return true; /* shed and counted by lane_on_drop */
-    if (rv == FX_EFULL) {
-        sub->held = l;
-        sub->lane_parked = true;
-        if (fx_queue_park(&sub->lane, &sub->lane_waiter) == 0)
-            return false;
-        sub->lane_parked = false;
-        sub->held = NULL;
+    fxb_lane *ln = sub->ln;
+    for (;;) {
+        if (atomic_load_explicit(&sub->closed, memory_order_acquire))
+            break;
+        if (lane_reserve(ln)) {
+            /* The subscription's queue holds at most the lane's slots, so it
+             * refuses only once closed. */
+            if (fx_queue_push(&sub->lane, l) != 0) {
+                lane_release(ln);
+                break;
+            }
+            fxb_conn_kick_writer(sub->conn);
+            return true;
+        }
+        switch (sub->b->o.subscriber_lane_queue_policy) {
+        case FX_QUEUE_DROP_OLD: {
+            /* Only this subscription's own oldest queued list may go: its
+             * slot passes to |l|. With nothing of its own queued (its
+             * neighbours fill the lane) the oldest of its deliveries is |l|. */
+            void *old;
+            if (fx_queue_pop(&sub->lane, &old) != 0) {
+                lane_shed(sub, l);
+                return true;
+            }
+            lane_shed(sub, old);
+            if (fx_queue_push(&sub->lane, l) != 0) {
+                lane_release(ln);
+                break;
+            }
+            fxb_conn_kick_writer(sub->conn);
+            return true;
+        }
+        case FX_QUEUE_DROP_NEW:
+            lane_shed(sub, l);
+            return true;
+        default:
+            /* Set up before parking: the resume may be posted at once (it
+             * runs on this thread, after we return). */
+            sub->held = l;
+            sub->lane_parked = true;
+            if (lane_park(sub))
+                return false;
+            sub->lane_parked = false;
+            sub->held = NULL;
+            break; /* room appeared, or closed: retry */
+        }
     }
     list_free(l); /* closed */
     return false;
@@ -311,8 +539,8 @@ static void unreg_task_cb(fx_loop *l, fx_task *t, void *user)
     (void)t;
     fxb_sub *sub = user;
     fx_loop_timer_cancel(l, &sub->delay_timer);
-    /* The lane was closed before this task was posted, which resumed a
-     * parked feeder already: nothing waits on it any more. */
+    /* The subscription left its lane's parked list when it was closed,
+     * before this task was posted: nothing resumes it any more. */
     sub->lane_parked = false;
     list_free(sub->held);
     sub->held = NULL;
@@ -382,6 +610,7 @@ static int open_events(fxb_sub *sub)
     sub->uni_open = true;
     sub->cur = l;
     sub->cur_idx = 0;
+    sub->cur_charged = false; /* the hello takes no lane slot */
     return 0;
 }
 
@@ -454,9 +683,13 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
     fxb_sub *sub = calloc(1, sizeof(*sub));
     if (sub == NULL)
         return NULL;
+    sub->id = atomic_fetch_add(&c->b->next_sub_id, 1);
+    sub->ln = lane_choose(c, sub);
+    /* The lane policy is applied by lane_push against the lane's bound; this
+     * queue only keeps the subscription's lists in order. */
     fx_queue_opts qo = {.capacity = c->b->o.subscriber_lane_queue_depth,
-                        .policy = c->b->o.subscriber_lane_queue_policy,
-                        .on_drop = lane_on_drop,
+                        .policy = FX_QUEUE_BLOCK,
+                        .on_drop = lane_on_leftover,
                         .user = sub};
     if (fx_queue_init(&sub->lane, &qo) != 0) {
         free(sub);
@@ -474,13 +707,11 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
     sub->conn = c;
     fxb_conn_ref(c);
     sub->h = fx_stream_handle_ref(h);
-    sub->id = atomic_fetch_add(&c->b->next_sub_id, 1);
     fx_task_init(&sub->reg_task, reg_task_cb, sub);
     fx_task_init(&sub->unreg_task, unreg_task_cb, sub);
     fx_task_init(&sub->feed_task, feed_task_cb, sub);
     fx_task_init(&sub->reply_task, reply_task_cb, sub);
     fx_timer_init(&sub->delay_timer, delay_cb, sub);
-    fx_queue_waiter_init(&sub->lane_waiter, lane_on_resume, sub);
     fx_coalescer_init(&sub->co);
     return sub;
 }
@@ -550,9 +781,21 @@ void fxb_sub_close(fxb_sub *sub, bool reset_stream)
             fx_quic_stream_reset(c->qc, sub->uni_sid, FXB_CODE_UNSUBSCRIBE);
     }
     sub->uni_open = false;
+    /* Its lists leave the lane now, so its neighbours get their room back:
+     * a feeder push that raced the close finds the queue closed and gives
+     * its slot back itself, or leaves it to fx_queue_deinit's release. */
+    fx_queue_close(&sub->lane);
+    lane_unpark(sub);
+    if (sub->cur != NULL && sub->cur_charged)
+        lane_release(sub->ln);
     list_free(sub->cur);
     sub->cur = NULL;
-    fx_queue_close(&sub->lane); /* resumes a parked feeder, which then stops */
+    sub->cur_charged = false;
+    void *item;
+    while (fx_queue_pop(&sub->lane, &item) == 0) {
+        lane_release(sub->ln);
+        list_free(item);
+    }
     sub_post(sub, sub->w->loop, &sub->unreg_task);
     fxb_sub_unref(sub); /* the connection's */
 }
@@ -635,6 +878,10 @@ static int write_list(fxb_conn *c, fxb_sub *sub)
     sub->last_write_ns = fx_loop_now(c->loop);
     list_free(l);
     sub->cur = NULL;
+    if (sub->cur_charged) {
+        sub->cur_charged = false;
+        lane_release(sub->ln); /* handed to QUIC: the lane has room again */
+    }
     return 0;
 }
 
@@ -656,6 +903,7 @@ static bool write_sub(fxb_conn *c, fxb_sub *sub)
             }
             sub->cur = item;
             sub->cur_idx = 0;
+            sub->cur_charged = true; /* its lane slot stays taken until sent */
         }
         int rv = write_list(c, sub);
         if (rv == FX_EFULL) {

@@ -231,6 +231,20 @@ static void quic_opts_from_config(const fx_config *c, fx_quic_opts *q)
     q->state_dir = c->state_dir[0] ? c->state_dir : ".";
 }
 
+static fx_broker_lane_shard lane_shard_of(fx_config_lane_shard s)
+{
+    switch (s) {
+    case FX_CONFIG_LANE_SHARD_SUBSCRIBER_ID_HASH:
+        return FX_BROKER_LANE_SUBSCRIBER_ID_HASH;
+    case FX_CONFIG_LANE_SHARD_CONNECTION_ID_HASH:
+        return FX_BROKER_LANE_CONNECTION_ID_HASH;
+    case FX_CONFIG_LANE_SHARD_ROUND_ROBIN_PIN:
+        return FX_BROKER_LANE_ROUND_ROBIN_PIN;
+    default:
+        return FX_BROKER_LANE_AUTO;
+    }
+}
+
 /* Maps the configuration to the data plane's options. |names| (nstreams
  * entries) receives the pre-created streams and must outlive fx_broker_new. */
 static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *ip, size_t ipcap,
@@ -269,6 +283,10 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->event_batch_max_bytes = c->event_batch_max_bytes;
     o->event_batch_max_delay_ns = c->event_batch_max_delay_ns;
     o->fanout_batch_size = c->fanout_batch_size;
+    o->subscriber_writer_lanes = c->subscriber_writer_lanes;
+    o->max_subscriber_writer_lanes = c->max_subscriber_writer_lanes;
+    o->subscriber_lane_shard = lane_shard_of(c->subscriber_lane_shard);
+    o->subscriber_single_writer_per_conn = c->subscriber_single_writer_per_conn;
     o->subscriber_lane_queue_depth = c->subscriber_lane_queue_depth;
     o->subscriber_lane_queue_policy = policy_of(c->subscriber_lane_queue_policy);
     o->subscriber_max_bytes_per_write = c->subscriber_max_bytes_per_write;
@@ -425,10 +443,6 @@ static const char *const unapplied_keys[] = {
     "initial_cwnd",
     "keepalive_interval_ms", /* the broker's connections are server-side */
     "conn_stats_ms",
-    "subscriber_writer_lanes",
-    "max_subscriber_writer_lanes",
-    "subscriber_lane_shard",
-    "subscriber_single_writer_per_conn",
     "subscriber_flush_max_items",
     "subscriber_flush_max_delay_us",
     "control_stream_drain_timeout_ms",

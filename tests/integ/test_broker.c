@@ -4,6 +4,7 @@
  * differences of fx_metrics_snapshot_take() around each scenario. */
 /* fx-test-libs: fx_broker fx_quic fx_wire fx_server fx_base */
 #include <dirent.h>
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1645,6 +1646,302 @@ static void test_reservation_waits_when_budget_exhausted_then_proceeds(void **st
     t_free(t);
 }
 
+/* ---- writer lanes (checkpoint 6) ------------------------------------------------------ */
+
+/* One subscription as fx_broker_list_subscriptions reports it. */
+typedef struct sub_info {
+    uint64_t lane, lanes, lane_dropped, queue_dropped, lane_capacity, connection_id;
+} sub_info;
+
+static uint64_t jget(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    assert_non_null(v);
+    assert_true(json_is_integer(v));
+    return (uint64_t)json_integer_value(v);
+}
+
+static sub_info sub_info_of(T *t, uint64_t id)
+{
+    char *js = NULL;
+    assert_int_equal(fx_broker_list_subscriptions(t->b, 5000 * FX_NS_PER_MS, &js), 0);
+    json_t *root = json_loads(js, 0, NULL);
+    free(js);
+    assert_non_null(root);
+    json_t *arr = json_object_get(root, "subscriptions");
+    assert_true(json_is_array(arr));
+    sub_info in = {0};
+    bool found = false;
+    for (size_t i = 0; i < json_array_size(arr) && !found; i++) {
+        json_t *e = json_array_get(arr, i);
+        if (jget(e, "id") != id)
+            continue;
+        found = true;
+        in = (sub_info){.lane = jget(e, "lane"),
+                        .lanes = jget(e, "lanes"),
+                        .lane_dropped = jget(e, "lane_dropped"),
+                        .queue_dropped = jget(e, "queue_dropped"),
+                        .lane_capacity = jget(e, "lane_capacity"),
+                        .connection_id = jget(e, "connection_id")};
+    }
+    json_decref(root);
+    assert_true(found);
+    return in;
+}
+
+static void test_lanes_spread_subscriptions_by_rule(void **state)
+{
+    (void)state;
+    /* round_robin_pin: a connection's n-th subscription gets lane n % 2,
+     * counted per connection. */
+    T *t = t_new();
+    t->bo.subscriber_writer_lanes = 2;
+    t->bo.subscriber_lane_shard = FX_BROKER_LANE_ROUND_ROBIN_PIN;
+    t_start(t);
+    tconn *c1 = t_connect(t), *c2 = t_connect(t);
+    for (uint64_t i = 0; i < 4; i++) {
+        sub_info in = sub_info_of(t, subscribe(t, c1, "rr", FX_MSG_START_LATEST, 0)->sub_id);
+        assert_int_equal(in.lanes, 2);
+        assert_int_equal(in.lane, i % 2);
+    }
+    assert_int_equal(sub_info_of(t, subscribe(t, c2, "rr", FX_MSG_START_LATEST, 0)->sub_id).lane,
+                     0);
+    t_free(t);
+
+    /* subscriber_id_hash: the lane follows the subscription id's hash, and
+     * consecutive ids use both lanes. */
+    t = t_new();
+    t->bo.subscriber_writer_lanes = 2;
+    t->bo.subscriber_lane_shard = FX_BROKER_LANE_SUBSCRIBER_ID_HASH;
+    t_start(t);
+    tconn *c = t_connect(t);
+    uint64_t on[2] = {0, 0};
+    for (int i = 0; i < 8; i++) {
+        uint64_t id = subscribe(t, c, "hs", FX_MSG_START_LATEST, 0)->sub_id;
+        sub_info in = sub_info_of(t, id);
+        assert_int_equal(in.lane, fx_broker_lane_hash(id) % 2);
+        on[in.lane]++;
+    }
+    assert_true(on[0] > 0 && on[1] > 0);
+    t_free(t);
+
+    /* connection_id_hash, with the lane count clamped by
+     * max_subscriber_writer_lanes: a connection's subscriptions share one
+     * lane, picked by the connection id's hash. */
+    t = t_new();
+    t->bo.subscriber_writer_lanes = 4;
+    t->bo.max_subscriber_writer_lanes = 2;
+    t->bo.subscriber_lane_shard = FX_BROKER_LANE_CONNECTION_ID_HASH;
+    t_start(t);
+    for (int k = 0; k < 2; k++) {
+        tconn *ck = t_connect(t);
+        for (int i = 0; i < 3; i++) {
+            sub_info in = sub_info_of(t, subscribe(t, ck, "ch", FX_MSG_START_LATEST, 0)->sub_id);
+            assert_int_equal(in.lanes, 2);
+            assert_int_equal(in.lane, fx_broker_lane_hash(in.connection_id) % 2);
+        }
+    }
+    t_free(t);
+}
+
+static void test_single_writer_per_conn_uses_one_lane(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    t->bo.subscriber_writer_lanes = 4;
+    t->bo.subscriber_lane_shard = FX_BROKER_LANE_ROUND_ROBIN_PIN; /* would spread */
+    t->bo.subscriber_single_writer_per_conn = true;
+    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+    t->bo.subscriber_lane_queue_depth = 2;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *subs[4];
+    for (int i = 0; i < 4; i++) {
+        subs[i] = subscribe(t, c, "sw", FX_MSG_START_LATEST, 0);
+        sub_info in = sub_info_of(t, subs[i]->sub_id);
+        assert_int_equal(in.lanes, 1);
+        assert_int_equal(in.lane, 0);
+        assert_int_equal(in.lane_capacity, 2);
+    }
+    /* The one lane carries all four, in order and complete. */
+    tstream *p = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    publish_acked(t, p, "sw", 0, 200, 1);
+    wait_events(t, subs, 4, 200, 10000);
+    fx_metrics_snapshot_take(&b);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(subs[i]->events, 200);
+        assert_int_equal(subs[i]->gaps + subs[i]->dups + subs[i]->bad, 0);
+    }
+    assert_int_equal(DELTA(a, b, subscriber_lane_dropped), 0);
+    t_free(t);
+}
+
+/* Two subscriptions on one connection, the first stalled (it withholds its
+ * QUIC credit), with the lane choice of |shard| over 2 lanes. */
+typedef struct lane_pair {
+    T *t;
+    tstream *stalled, *healthy;
+    sub_info si, hi;
+} lane_pair;
+
+static lane_pair lane_pair_start(fx_queue_policy policy, fx_broker_lane_shard shard)
+{
+    lane_pair lp;
+    T *t = lp.t = t_new();
+    t->size_of = size_1k;
+    t->bo.pub_ingress_wait = true; /* nothing shed upstream of checkpoint 5 */
+    t->bo.subscriber_writer_lanes = 2;
+    t->bo.subscriber_lane_shard = shard;
+    t->bo.subscriber_lane_queue_depth = 4;
+    t->bo.subscriber_lane_queue_policy = policy;
+    t->bo.subscriber_unacked_bytes = 64u << 10;
+    t->co.stream_window = 64u << 10; /* the stalled event stream's window */
+    t_start(t);
+    tconn *c = t_connect(t);
+    lp.stalled = subscribe(t, c, "ln", FX_MSG_START_LATEST, 0);
+    lp.healthy = subscribe(t, c, "ln", FX_MSG_START_LATEST, 0);
+    lp.stalled->stalled = true;
+    return lp;
+}
+
+typedef struct settle_wait {
+    tstream *s;
+    uint64_t want;
+    uint64_t dropped;
+} settle_wait;
+
+/* Every message published to |s| so far arrived or was shed at its lane. */
+static bool settled(T *t)
+{
+    settle_wait *w = t->arg;
+    if (w->s->events + w->dropped == w->want)
+        return true;
+    w->dropped = sub_info_of(t, w->s->sub_id).lane_dropped;
+    return w->s->events + w->dropped == w->want;
+}
+
+static void settle(T *t, tstream *s, uint64_t want)
+{
+    settle_wait w = {s, want, 0};
+    if (!run_until_arg(t, settled, &w, 10000))
+        fail_msg("sub %llu: %llu events + %llu lane drops != %llu", (unsigned long long)s->sub_id,
+                 (unsigned long long)s->events, (unsigned long long)w.dropped,
+                 (unsigned long long)want);
+}
+
+/* Publishes |total| in rounds, each settled for the healthy subscriber, so
+ * its checkpoint-5 queue never fills: whatever it loses is lost at its lane.
+ * Then resumes the stalled one and lets it settle. */
+static void lane_pair_run(lane_pair *lp, uint64_t total, fx_metrics_snapshot *a,
+                          fx_metrics_snapshot *b)
+{
+    T *t = lp->t;
+    tstream *p = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot_take(a);
+    const uint64_t round = 16;
+    for (uint64_t i = 0; i < total; i += round) {
+        publish_range(t, p, "ln", i, round);
+        settle(t, lp->healthy, i + round);
+    }
+    assert_true(lp->stalled->events < total / 2); /* the stall was real */
+    resume_stream(lp->stalled);
+    settle(t, lp->stalled, total);
+    run_for(t, 50);
+    fx_metrics_snapshot_take(b);
+    lp->si = sub_info_of(t, lp->stalled->sub_id);
+    lp->hi = sub_info_of(t, lp->healthy->sub_id);
+}
+
+/* What |s| lacks of [0, total): before its first, between, after its last. */
+static uint64_t lacks(const tstream *s, uint64_t total)
+{
+    if (!s->any)
+        return total;
+    return s->first_off + s->missed + (total - s->next_off);
+}
+
+static void test_shared_lane_sheds_healthy_neighbour_of_stalled_subscriber(void **state)
+{
+    (void)state;
+    lane_pair lp = lane_pair_start(FX_QUEUE_DROP_NEW, FX_BROKER_LANE_CONNECTION_ID_HASH);
+    const uint64_t total = 800;
+    fx_metrics_snapshot a, b;
+    lane_pair_run(&lp, total, &a, &b);
+    tstream *h = lp.healthy, *st = lp.stalled;
+    assert_int_equal(lp.si.lane, lp.hi.lane); /* one lane, by the rule */
+    /* The healthy subscriber is healthy at checkpoint 5 and still shed at
+     * checkpoint 6: the stalled neighbour's backlog fills their lane. */
+    assert_int_equal(lp.hi.queue_dropped, 0);
+    assert_true(lp.hi.lane_dropped > 0);
+    assert_int_equal(h->events + lp.hi.lane_dropped, total);
+    assert_int_equal(lacks(h, total), lp.hi.lane_dropped);
+    assert_int_equal(h->dups + h->bad, 0);
+    assert_true(lp.si.lane_dropped > 0);
+    assert_int_equal(st->events + lp.si.lane_dropped, total);
+    assert_int_equal(lacks(st, total), lp.si.lane_dropped);
+    assert_int_equal(st->dups + st->bad, 0);
+    /* felix_subscriber_lane_dropped_events_total holds both, nothing else. */
+    assert_int_equal(DELTA(a, b, subscriber_lane_dropped_events),
+                     lp.hi.lane_dropped + lp.si.lane_dropped);
+    assert_true(DELTA(a, b, subscriber_lane_dropped) > 0);
+    assert_int_equal(DELTA(a, b, sub_queue_dropped), 0);
+    assert_int_equal(DELTA(a, b, ingress_dropped), 0);
+    assert_int_equal(DELTA(a, b, subscriber_disconnect), 0);
+    t_free(lp.t);
+}
+
+static void test_stalled_subscriber_on_other_lane_does_not_shed_neighbour(void **state)
+{
+    (void)state;
+    /* Same connection, but round_robin_pin puts them on lanes 0 and 1. */
+    lane_pair lp = lane_pair_start(FX_QUEUE_DROP_NEW, FX_BROKER_LANE_ROUND_ROBIN_PIN);
+    const uint64_t total = 800;
+    fx_metrics_snapshot a, b;
+    lane_pair_run(&lp, total, &a, &b);
+    assert_int_equal(lp.si.lane, 0);
+    assert_int_equal(lp.hi.lane, 1);
+    assert_int_equal(lp.hi.lane_dropped, 0);
+    assert_int_equal(lp.healthy->events, total);
+    assert_int_equal(lp.healthy->gaps + lp.healthy->dups + lp.healthy->bad, 0);
+    assert_true(lp.si.lane_dropped > 0);
+    assert_int_equal(lp.stalled->events + lp.si.lane_dropped, total);
+    assert_int_equal(DELTA(a, b, subscriber_lane_dropped_events), lp.si.lane_dropped);
+    t_free(lp.t);
+}
+
+static void test_drop_old_on_lane_evicts_only_same_subscriber(void **state)
+{
+    (void)state;
+    lane_pair lp = lane_pair_start(FX_QUEUE_DROP_OLD, FX_BROKER_LANE_CONNECTION_ID_HASH);
+    const uint64_t total = 800;
+    fx_metrics_snapshot a, b;
+    lane_pair_run(&lp, total, &a, &b);
+    tstream *h = lp.healthy, *st = lp.stalled;
+    assert_int_equal(lp.si.lane, lp.hi.lane);
+    /* The stalled subscriber's own oldest lists made room for its newest:
+     * after resuming it got the end of the burst. */
+    assert_int_equal(st->next_off, total);
+    assert_true(lp.si.lane_dropped > 0);
+    assert_int_equal(st->events + lp.si.lane_dropped, total);
+    assert_int_equal(lacks(st, total), lp.si.lane_dropped);
+    assert_int_equal(st->dups + st->bad, 0);
+    /* The healthy neighbour never evicted the stalled one's lists (it would
+     * then have lost nothing): with nothing of its own queued, its own
+     * deliveries were the ones shed, each counted against it. */
+    assert_true(lp.hi.lane_dropped > 0);
+    assert_int_equal(h->events + lp.hi.lane_dropped, total);
+    assert_int_equal(lacks(h, total), lp.hi.lane_dropped);
+    assert_int_equal(h->dups + h->bad, 0);
+    assert_int_equal(lp.hi.queue_dropped, 0);
+    assert_int_equal(DELTA(a, b, subscriber_lane_dropped_events),
+                     lp.hi.lane_dropped + lp.si.lane_dropped);
+    assert_int_equal(DELTA(a, b, sub_queue_dropped), 0);
+    t_free(lp.t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_auth_ok_with_flags_and_ok_without),
     cmocka_unit_test(test_publish_before_auth_is_refused),
@@ -1671,6 +1968,11 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_header_reserves_budget_before_body),
     cmocka_unit_test(test_trickling_frame_times_out_and_releases_budget),
     cmocka_unit_test(test_reservation_waits_when_budget_exhausted_then_proceeds),
+    cmocka_unit_test(test_lanes_spread_subscriptions_by_rule),
+    cmocka_unit_test(test_single_writer_per_conn_uses_one_lane),
+    cmocka_unit_test(test_shared_lane_sheds_healthy_neighbour_of_stalled_subscriber),
+    cmocka_unit_test(test_stalled_subscriber_on_other_lane_does_not_shed_neighbour),
+    cmocka_unit_test(test_drop_old_on_lane_evicts_only_same_subscriber),
 };
 
 FX_TEST_MAIN(tests)
