@@ -205,6 +205,8 @@ static void sub_on_drop(void *item, void *user)
         FX_GAUGE_SUB(sub_queue_len, 1);
     if (!sub->closing) {
         uint32_t n = fx_envelope_count(e);
+        if (was_queued)
+            sub->st.queued_items -= n;
         sub->st.dropped++;
         sub->st.dropped_items += n;
         FX_COUNTER_ADD(subscribe_dropped, n);
@@ -224,6 +226,7 @@ static void note_enqueued(fx_subscriber *sub, fx_envelope *e, uint64_t now, fx_f
     uint32_t n = fx_envelope_count(e);
     sub->st.enqueued++;
     sub->st.enqueued_items += n;
+    sub->st.queued_items += n;
     sub->st.last_enqueue_ns = now;
     res->delivered++;
     res->delivered_items += n;
@@ -466,6 +469,7 @@ int fx_subscriber_pop(fx_subscriber *sub, uint64_t now, fx_envelope **pe)
     if (rv != 0)
         return rv;
     *pe = item;
+    sub->st.queued_items -= fx_envelope_count(*pe);
     sub->st.dequeued++;
     sub->st.last_delivery_ns = now;
     FX_COUNTER_INC(sub_queue_dequeued);

@@ -154,6 +154,7 @@ bool fx_subscriber_pull(void *user, fx_env_item *out);
 typedef struct fx_subscriber_stats {
     uint64_t subscription_id;
     size_t depth;              /* envelopes queued */
+    uint64_t queued_items;     /* messages in the envelopes queued now */
     size_t capacity;           /* envelopes */
     uint64_t enqueued;         /* envelopes taken by the queue */
     uint64_t enqueued_items;   /* messages in them */

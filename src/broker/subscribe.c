@@ -385,9 +385,11 @@ static bool should_wait(fxb_sub *sub, fx_loop *l)
     if (max_events(o) <= 1 || o->event_batch_max_delay_ns == 0 ||
         sub->backlog_pos < sub->backlog.n || fx_coalescer_has_pending(&sub->co))
         return false;
+    /* Wait only while fewer messages than one full write are queued: a full
+     * publish batch (or several envelopes adding up to one) goes at once. */
     fx_subscriber_stats st;
     fx_subscriber_get_stats(sub->sub, &st);
-    if (st.depth == 0 || st.depth >= max_events(o))
+    if (st.depth == 0 || st.queued_items >= max_events(o))
         return false;
     fx_loop_timer_arm(l, &sub->delay_timer, fx_loop_now(l) + o->event_batch_max_delay_ns);
     return true;

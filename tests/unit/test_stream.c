@@ -303,6 +303,31 @@ static void test_drop_old_keeps_newest(void **state)
     assert_int_equal(snap().g.sub_queue_len - m0.g.sub_queue_len, 0);
 }
 
+static void test_queued_items_counts_messages_waiting_in_the_queue(void **state)
+{
+    fx_stream *s = mkstream(8, 1 << 20, 2, FX_QUEUE_DROP_OLD, NULL);
+    fx_subscriber *sub = sub_latest(s, 1);
+    fx_wire_slice three[] = {S("a"), S("b"), S("c")};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, three, 3, 1, &res), 0);
+    assert_int_equal(pub1(s, "d").delivered, 1);
+    fx_subscriber_stats st;
+    fx_subscriber_get_stats(sub, &st);
+    assert_int_equal(st.depth, 2);
+    assert_int_equal(st.queued_items, 4);
+    /* drop_old evicts the 3-message envelope: its messages leave the count */
+    assert_int_equal(pub1(s, "e").delivered, 1);
+    fx_subscriber_get_stats(sub, &st);
+    assert_int_equal(st.queued_items, 2);
+    expect_pop(sub, "d", 3);
+    fx_subscriber_get_stats(sub, &st);
+    assert_int_equal(st.queued_items, 1);
+    expect_pop(sub, "e", 4);
+    fx_subscriber_get_stats(sub, &st);
+    assert_int_equal(st.queued_items, 0);
+    fx_stream_free(s);
+}
+
 static void test_block_parks_fanout_and_resumes_without_duplicates(void **state)
 {
     resume_log rl = {0};
@@ -551,6 +576,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_drop_new_second_publish_not_delivered),
     cmocka_unit_test(test_drop_new_cap_2_of_100_publishes_buffers_exactly_2),
     cmocka_unit_test(test_drop_old_keeps_newest),
+    cmocka_unit_test(test_queued_items_counts_messages_waiting_in_the_queue),
     cmocka_unit_test(test_block_parks_fanout_and_resumes_without_duplicates),
     cmocka_unit_test(test_block_subscriber_added_while_parked_gets_batch_once),
     cmocka_unit_test(test_unsubscribe_while_parked_resumes_fanout),
