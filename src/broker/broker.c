@@ -34,7 +34,7 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .pub_conn_inflight_bytes = 32u << 20,
         .event_batch_max_events = 64,
         .event_batch_max_bytes = 65536,
-        .event_batch_max_delay_ns = 250 * FX_NS_PER_US,
+        .event_batch_max_delay_ns = 0,
         .fanout_batch_size = 64,
         .subscriber_writer_lanes = 4,
         .max_subscriber_writer_lanes = 8,

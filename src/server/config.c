@@ -230,8 +230,9 @@ const struct key fx_config_keys[] = {
      .help = "bytes per coalesced event write (one larger publish batch still goes alone, "
              "in its shared frame)"},
     {.name = "event_batch_max_delay_us", .env = {"FELIX_EVENT_BATCH_MAX_DELAY_US"}, .type = T_DUR,
-     FIELD(event_batch_max_delay_ns), .def = "250us", .min = 0, .max = SEC,
-     .help = "longest a feeder waits to coalesce events; 0 = no wait"},
+     FIELD(event_batch_max_delay_ns), .def = "0us", .min = 0, .max = SEC,
+     .help = "longest a feeder waits to coalesce events; 0 = no wait (the default: "
+             "batches already coalesce under load, see docs/performance.md)"},
     {.name = "fanout_batch_size", .env = {"FELIX_FANOUT_BATCH"}, .type = T_U32,
      FIELD(fanout_batch_size), .def = "64", .min = 1, .max = 65536,
      .help = "events per frame is min(this, event_batch_max_events); 1 = single-event mode"},
