@@ -8,7 +8,7 @@ set -euo pipefail
 B=${1:-build/release}
 shift || true
 
-[ $# -eq 0 ] && DELAYS=(250 0)
+if [ $# -eq 0 ]; then DELAYS=(250 0); else DELAYS=("$@"); fi
 OUTDIR=${OUTDIR:-/tmp/felix-compare-delay}
 PORT=${PORT:-25000}; ADMIN=${ADMIN:-28080}
 rm -rf "$OUTDIR"; mkdir -p "$OUTDIR"
