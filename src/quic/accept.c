@@ -9,6 +9,7 @@
 #include <gnutls/crypto.h>
 #include <ngtcp2/ngtcp2_crypto.h>
 
+#include "base/metrics.h"
 #include "felix/error.h"
 #include "quic/internal.h"
 
@@ -97,6 +98,7 @@ void fx_quic_accept_initial(fx_quic_endpoint *ep, const struct sockaddr *from, s
         return;
     }
     ep->st.conns_accepted++;
+    FX_COUNTER_INC(quic_conn_accepted);
     if (ep->cb.on_conn_new != NULL)
         ep->cb.on_conn_new(c, c->user);
     if (!c->dead)

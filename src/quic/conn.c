@@ -13,6 +13,7 @@
 #include <gnutls/crypto.h>
 #include <ngtcp2/ngtcp2_crypto.h>
 
+#include "base/metrics.h"
 #include "felix/error.h"
 #include "quic/internal.h"
 
@@ -425,6 +426,7 @@ static void conn_link(fx_quic_endpoint *ep, fx_quic_conn *c)
         ep->conns->prev = c;
     ep->conns = c;
     ep->st.conns_open++;
+    FX_GAUGE_ADD(quic_conn_open, 1);
 }
 
 int fx_quic_conn_accept(fx_quic_endpoint *ep, const ngtcp2_pkt_hd *hd, const ngtcp2_cid *odcid,
@@ -654,6 +656,7 @@ static void tls_failed(fx_quic_conn *c)
     c->info.code = NGTCP2_CRYPTO_ERROR + alert;
     snprintf(c->info.text, sizeof(c->info.text), "%s", text);
     fx_quic_log(FX_QLOG_WARN, "tls handshake failed: %s (alert %u)", text, (unsigned)alert);
+    FX_COUNTER_INC(quic_handshake_failed);
     fx_quic_conn_finish(c, reason);
 }
 

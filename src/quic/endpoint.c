@@ -13,6 +13,7 @@
 
 #include <gnutls/crypto.h>
 
+#include "base/metrics.h"
 #include "felix/error.h"
 #include "quic/internal.h"
 
@@ -362,6 +363,8 @@ static void reap_all(fx_loop *l, fx_timer *t, void *user)
             ep->cb.on_conn_closed(c, &c->info, c->user);
         fx_quic_conn_destroy(c);
         ep->st.conns_open--;
+        FX_GAUGE_SUB(quic_conn_open, 1);
+        FX_COUNTER_INC(quic_conn_closed);
     }
 }
 

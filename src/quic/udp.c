@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/metrics.h"
 #include "felix/error.h"
 #include "quic/internal.h"
 
@@ -289,6 +290,8 @@ static int send_gso(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t t
         return -errno;
     ep->st.tx_sendmsg++;
     ep->st.tx_datagrams += (len + seg - 1) / seg;
+    FX_COUNTER_ADD(quic_datagrams_out, (len + seg - 1) / seg);
+    FX_COUNTER_ADD(quic_bytes_out, len);
     return 0;
 }
 
@@ -320,6 +323,9 @@ static int send_each(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t 
         }
         ep->st.tx_sendmsg++;
         ep->st.tx_datagrams += (uint64_t)k;
+        FX_COUNTER_ADD(quic_datagrams_out, (uint64_t)k);
+        for (int i = 0; i < k; i++)
+            FX_COUNTER_ADD(quic_bytes_out, iov[done + (size_t)i].iov_len);
         done += (size_t)k;
     }
     return 0;
@@ -388,6 +394,8 @@ static void deliver(fx_quic_endpoint *ep, struct mmsghdr *mm)
     for (size_t off = 0; off < len; off += seg) {
         size_t n = len - off < seg ? len - off : seg;
         ep->st.rx_datagrams++;
+        FX_COUNTER_INC(quic_datagrams_in);
+        FX_COUNTER_ADD(quic_bytes_in, n);
         if (fx_quic_test_drop(ep))
             continue;
         if (ep->test_delay_ns != 0) { /* test hook: the only cost while off */

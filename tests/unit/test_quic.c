@@ -20,6 +20,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/loop.h"
+#include "base/metrics.h"
 #include "felix/error.h"
 #include "fx_test.h"
 #include "quic/quic.h"
@@ -333,6 +334,28 @@ static void test_handshake_and_echo(void **state)
     assert_false(st_of(&t->c, g_sid)->bad);
     assert_int_equal(t->s.opened, 1);
     h_free(t);
+}
+
+static void test_metrics_count_connections_and_datagrams(void **state)
+{
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    h *t = h_connected();
+    t->s.mode = M_ECHO;
+    g_sid = open_bidi(t);
+    g_len = 5;
+    assert_int_equal(fx_quic_stream_send(t->c.conn, g_sid, t->pat, 0, 5, true), 0);
+    assert_true(run_until(t, echo_done, 5000));
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(b.c.quic_conn_accepted - a.c.quic_conn_accepted, 1);
+    assert_int_equal(b.g.quic_conn_open - a.g.quic_conn_open, 2); /* client and server side */
+    assert_true(b.c.quic_datagrams_in - a.c.quic_datagrams_in > 0);
+    assert_true(b.c.quic_datagrams_out - a.c.quic_datagrams_out > 0);
+    assert_true(b.c.quic_bytes_out - a.c.quic_bytes_out >= 5);
+    h_free(t);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(b.g.quic_conn_open - a.g.quic_conn_open, 0);
+    assert_int_equal(b.c.quic_conn_closed - a.c.quic_conn_closed, 2);
 }
 
 static bool all_streams_echoed(h *t)
@@ -1384,6 +1407,7 @@ test_dual_stack_server_serves_ipv4_and_ipv6_clients_from_one_client_endpoint(voi
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_opts_from_env_reads_felix_variables_and_rejects_garbage),
     cmocka_unit_test(test_handshake_and_echo),
+    cmocka_unit_test(test_metrics_count_connections_and_datagrams),
     cmocka_unit_test(test_bulk_transfer_checksummed_both_directions_one_stream),
     cmocka_unit_test(test_bulk_transfer_checksummed_both_directions_1000_streams),
     cmocka_unit_test(test_bulk_with_pinned_16k_datagrams_and_gso),
