@@ -1,12 +1,62 @@
-/* Broker test hooks (see test_hooks.h). The work runs on the endpoint loop,
- * which owns the connection list; the caller waits for it. */
+/* Broker test hooks (see test_hooks.h). Each runs its work as a task on the
+ * loop that owns the state (the endpoint loop for connections, a worker
+ * loop for its streams and subscriptions); the caller's thread waits for it
+ * and never reads loop-owned data itself. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "base/metrics.h"
 #include "broker/broker_internal.h"
 #include "broker/test_hooks.h"
+#include "felix/error.h"
+
+/* ---- running a function on a loop and waiting ---------------------------- */
+
+typedef struct wait_call {
+    void (*fn)(void *arg);
+    void *arg;
+    bool done;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} wait_call;
+
+static void wait_call_run(void *user)
+{
+    wait_call *w = user;
+    w->fn(w->arg);
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Runs |fn(arg)| on |l| and returns once it ran: 0, or -ENOMEM (not run). */
+static int run_and_wait(fx_loop *l, void (*fn)(void *arg), void *arg)
+{
+    wait_call w = {.fn = fn, .arg = arg};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    int rv = fx_loop_call(l, wait_call_run, &w);
+    if (rv == 0) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+    }
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    return rv;
+}
+
+static bool running(const fx_broker *b)
+{
+    return b != NULL && b->started && !b->stopped;
+}
+
+/* ---- connection cuts and stalls ------------------------------------------ */
 
 #define CUT_CODE 0x7e57u
 
@@ -14,9 +64,6 @@ typedef struct cut_req {
     fx_broker *b;
     bool only_subscribers;
     int n;
-    bool done;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
 } cut_req;
 
 static void cut_on_loop(void *user)
@@ -30,30 +77,15 @@ static void cut_on_loop(void *user)
         fx_quic_conn_close(c->qc, CUT_CODE, "test hook: connection cut");
         r->n++;
     }
-    pthread_mutex_lock(&r->mu);
-    r->done = true;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
 }
 
 int fx_broker_test_cut_connections(fx_broker *b, bool only_subscribers)
 {
-    if (b == NULL || !b->started || b->stopped)
+    if (!running(b))
         return -EINVAL;
     cut_req r = {.b = b, .only_subscribers = only_subscribers};
-    pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv, NULL);
-    int rv = fx_loop_call(b->ep_loop, cut_on_loop, &r);
-    if (rv == 0) {
-        pthread_mutex_lock(&r.mu);
-        while (!r.done)
-            pthread_cond_wait(&r.cv, &r.mu);
-        pthread_mutex_unlock(&r.mu);
-        rv = r.n;
-    }
-    pthread_cond_destroy(&r.cv);
-    pthread_mutex_destroy(&r.mu);
-    return rv;
+    int rv = run_and_wait(b->ep_loop, cut_on_loop, &r);
+    return rv != 0 ? rv : r.n;
 }
 
 static void stall_on_loop(void *user)
@@ -63,7 +95,173 @@ static void stall_on_loop(void *user)
 
 int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms)
 {
-    if (b == NULL || !b->started || b->stopped || index >= b->nworkers)
+    if (!running(b) || index >= b->nworkers)
         return -EINVAL;
     return fx_loop_call(b->workers[index].loop, stall_on_loop, (void *)(uintptr_t)ms);
+}
+
+/* ---- stream placement ------------------------------------------------------ */
+
+typedef struct find_req {
+    const char *tenant, *ns, *stream;
+    fx_stream_handle *h; /* reference, or NULL */
+} find_req;
+
+static void find_cb(fx_stream_handle *h, void *user)
+{
+    find_req *r = user;
+    if (r->h == NULL && strcmp(fx_stream_handle_tenant(h), r->tenant) == 0 &&
+        strcmp(fx_stream_handle_namespace(h), r->ns) == 0 &&
+        strcmp(fx_stream_handle_stream(h), r->stream) == 0)
+        r->h = fx_stream_handle_ref(h);
+}
+
+/* One worker's part: its registered subscriptions of the stream. */
+typedef struct where_part {
+    fxb_worker *w;
+    const fx_stream_handle *h;
+    uint32_t subs, fed;
+    uint64_t appended;
+    bool in_slot;
+} where_part;
+
+static void where_on_worker(void *arg)
+{
+    where_part *p = arg;
+    fxb_worker *w = p->w;
+    size_t idx = (size_t)(fx_stream_handle_id(p->h) / w->b->nworkers);
+    p->in_slot = true;
+    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
+        if (sub->h != p->h || !sub->registered || sub->stream == NULL)
+            continue;
+        fx_subscriber_stats st;
+        fx_subscriber_get_stats(sub->sub, &st);
+        p->subs++;
+        p->fed += st.dequeued > 0;
+        p->appended = fx_stream_tail(sub->stream);
+        p->in_slot = p->in_slot && idx < w->nstreams && w->streams[idx] == sub->stream;
+    }
+}
+
+static int stream_where(fx_broker *b, const fx_stream_handle *h, fx_broker_test_stream_where *out)
+{
+    *out = (fx_broker_test_stream_where){.handle_id = fx_stream_handle_id(h), .owner_worker = -1};
+    for (uint32_t i = 0; i < b->nworkers; i++) {
+        where_part p = {.w = &b->workers[i], .h = h};
+        int rv = run_and_wait(p.w->loop, where_on_worker, &p);
+        if (rv != 0)
+            return rv;
+        if (p.subs == 0)
+            continue;
+        out->owner_worker = out->owner_worker == -1 ? (int)i : -2;
+        out->subs += p.subs;
+        out->subs_fed += p.fed;
+        out->appended = p.appended;
+        out->in_slot = p.in_slot;
+    }
+    return 0;
+}
+
+int fx_broker_test_stream_placement(fx_broker *b, const char *tenant, const char *ns,
+                                    const char *stream, fx_broker_test_stream_where *out)
+{
+    if (!running(b) || tenant == NULL || ns == NULL || stream == NULL || out == NULL)
+        return -EINVAL;
+    find_req r = {.tenant = tenant, .ns = ns, .stream = stream};
+    fx_registry_foreach(b->reg, find_cb, &r);
+    if (r.h == NULL)
+        return FX_ENOSTREAM;
+    int rv = stream_where(b, r.h, out);
+    fx_stream_handle_unref(r.h);
+    return rv;
+}
+
+/* ---- worker activity ----------------------------------------------------------- */
+
+static void activity_on_worker(void *arg)
+{
+    fx_broker_test_worker_activity *a = arg;
+    /* This runs on the worker's thread, so "self" is that loop's shard. */
+    const fx_metrics_counters *c = &fx_metrics_shard_self()->c;
+    a->publish_ok = atomic_load_explicit(&c->publish_ok, memory_order_relaxed);
+    a->enqueued = atomic_load_explicit(&c->sub_queue_enqueued, memory_order_relaxed);
+    a->dequeued = atomic_load_explicit(&c->sub_queue_dequeued, memory_order_relaxed);
+}
+
+int fx_broker_test_worker_activity_get(fx_broker *b, uint32_t index,
+                                       fx_broker_test_worker_activity *out)
+{
+    if (!running(b) || index >= b->nworkers || out == NULL)
+        return -EINVAL;
+    *out = (fx_broker_test_worker_activity){0};
+    int rv = run_and_wait(b->workers[index].loop, activity_on_worker, out);
+    out->pin_error = fx_loop_pin_error(b->workers[index].loop);
+    return rv;
+}
+
+/* ---- connection placement --------------------------------------------------------- */
+
+typedef struct conns_req {
+    fx_broker *b;
+    fx_broker_test_conn_where *out;
+    size_t cap, n;
+    bool stray; /* a connection on a loop the broker does not own */
+} conns_req;
+
+static bool slot_of(const fx_broker *b, const fx_loop *l, fx_loop_slot *slot)
+{
+    for (uint32_t i = 0; i < b->nworkers; i++)
+        if (b->workers[i].loop == l) {
+            *slot = (fx_loop_slot){.kind = FX_LOOP_KIND_WORKER, .index = i};
+            return true;
+        }
+    for (uint32_t i = 0; i < b->nio; i++)
+        if (b->io[i] == l) {
+            *slot = (fx_loop_slot){.kind = FX_LOOP_KIND_IO, .index = i};
+            return true;
+        }
+    return false;
+}
+
+/* Inserts |w| into the first |r->cap| entries kept ordered by id. */
+static void conns_insert(conns_req *r, const fx_broker_test_conn_where *w)
+{
+    size_t kept = r->n < r->cap ? r->n : r->cap;
+    size_t i = kept;
+    while (i > 0 && r->out[i - 1].conn_id > w->conn_id)
+        i--;
+    if (i >= r->cap)
+        return;
+    size_t move = kept < r->cap ? kept - i : kept - i - 1;
+    memmove(&r->out[i + 1], &r->out[i], move * sizeof(*r->out));
+    r->out[i] = *w;
+}
+
+static void conns_on_loop(void *arg)
+{
+    conns_req *r = arg;
+    for (fxb_conn *c = r->b->conns; c != NULL; c = c->cnext) {
+        if (c->qc == NULL || c->dead)
+            continue;
+        fx_broker_test_conn_where w = {.conn_id = c->id};
+        if (!slot_of(r->b, fx_quic_conn_loop(c->qc), &w.loop)) {
+            r->stray = true;
+            continue;
+        }
+        conns_insert(r, &w);
+        r->n++;
+    }
+}
+
+int fx_broker_test_conn_loops(fx_broker *b, fx_broker_test_conn_where *out, size_t cap)
+{
+    if (!running(b) || (out == NULL && cap > 0))
+        return -EINVAL;
+    conns_req r = {.b = b, .out = out, .cap = cap};
+    int rv = run_and_wait(b->ep_loop, conns_on_loop, &r);
+    if (rv != 0)
+        return rv;
+    if (r.stray)
+        return FX_EINTERNAL;
+    return r.n > (size_t)INT32_MAX ? INT32_MAX : (int)r.n;
 }

@@ -1,13 +1,17 @@
-/* Test hooks of the broker: failure injection that only tests call (never
- * the daemon). Kept apart so the data plane carries no test code. Main
- * thread (or a test's thread), never from a broker loop. */
+/* Test hooks of the broker: failure injection and placement probes that
+ * only tests call (never the daemon). Kept apart so the data plane carries
+ * no test code: the probes ask the owning loops through posted tasks and
+ * read state those loops keep anyway. Main thread (or a test's thread),
+ * never from a broker loop. */
 #ifndef FX_BROKER_TEST_HOOKS_H
 #define FX_BROKER_TEST_HOOKS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "broker/broker.h"
+#include "broker/placement.h"
 
 /* TEST HOOK. Closes connections from the broker's side, as a network cut
  * seen by the client: every open connection, or with |only_subscribers|
@@ -22,5 +26,59 @@ int fx_broker_test_cut_connections(fx_broker *b, bool only_subscribers);
  * worker: publishes and subscribes for its streams wait). Returns at once;
  * 0, -EINVAL (no such worker, broker not started) or -ENOMEM. */
 int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms);
+
+/* Where one stream's state lives (fx_broker_test_stream_placement). */
+typedef struct fx_broker_test_stream_where {
+    uint64_t handle_id;
+    /* The worker whose loop holds the stream's registered subscriptions
+     * (their feeders run there) and the ring they are attached to; -1 when
+     * no worker has a subscription of it, -2 when they are split over
+     * several workers (a placement bug). */
+    int owner_worker;
+    uint32_t subs;     /* registered subscriptions found */
+    uint32_t subs_fed; /* of those, how many had their feeder take an envelope */
+    uint64_t appended; /* messages appended to that ring (its tail offset) */
+    bool in_slot;      /* that ring is the one the worker's table holds for the id */
+} fx_broker_test_stream_where;
+
+/* TEST HOOK. Asks every worker loop (a posted task each, waited for) which
+ * of them holds the subscriptions of |tenant|/|ns|/|stream| and fills |*out|.
+ * Creates nothing. Returns 0; FX_ENOSTREAM (no such active stream); -EINVAL
+ * (broker not started or stopped); -ENOMEM. */
+int fx_broker_test_stream_placement(fx_broker *b, const char *tenant, const char *ns,
+                                    const char *stream, fx_broker_test_stream_where *out);
+
+/* What one worker loop's own thread has done so far, read on that thread
+ * from its metrics shard (per-thread counters: each is bumped by the thread
+ * that did the work, so a difference over a scenario says which loop ran
+ * it). Values are cumulative over the thread's shard, which a later thread
+ * may reuse: compare differences, never absolute values. */
+typedef struct fx_broker_test_worker_activity {
+    uint64_t publish_ok; /* publish jobs appended and fanned out here */
+    uint64_t enqueued;   /* envelopes this loop's fanouts put in subscriber queues */
+    uint64_t dequeued;   /* envelopes this loop's feeders took from subscriber queues */
+    int pin_error;       /* fx_loop_pin_error of the loop: 0 pinned as asked (or not asked) */
+} fx_broker_test_worker_activity;
+
+/* TEST HOOK. Fills |*out| for worker |index| by a task on its loop (waited
+ * for). Returns 0, -EINVAL (no such worker, broker not started or stopped)
+ * or -ENOMEM. */
+int fx_broker_test_worker_activity_get(fx_broker *b, uint32_t index,
+                                       fx_broker_test_worker_activity *out);
+
+/* One open connection and the loop it lives on. */
+typedef struct fx_broker_test_conn_where {
+    uint64_t conn_id;  /* 1, 2, ... in accept order */
+    fx_loop_slot loop; /* the loop its QUIC connection runs on */
+} fx_broker_test_conn_where;
+
+/* TEST HOOK. Lists the open connections (by a task on the endpoint loop,
+ * waited for) in |out| (room for |cap|), ordered by connection id, with the
+ * loop each one's QUIC connection runs on (fx_quic_conn_loop) as a worker
+ * or io loop index. Returns how many are open (may exceed |cap|: only the
+ * first |cap| are written), -EINVAL (broker not started or stopped),
+ * FX_EINTERNAL if a connection runs on a loop the broker does not own, or
+ * -ENOMEM. */
+int fx_broker_test_conn_loops(fx_broker *b, fx_broker_test_conn_where *out, size_t cap);
 
 #endif
