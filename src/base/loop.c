@@ -35,10 +35,10 @@ struct fx_loop {
 
     /* Inbox (Vyukov's intrusive MPSC): producers swing |head| with an atomic
      * exchange and then link the previous node; the loop pops from |tail|.
-     * |stub| keeps the list non-empty so push never touches |tail|. */
+     * |sentinel| keeps the list non-empty so push never touches |tail|. */
     _Atomic(fx_task *) head;
     fx_task *tail;
-    fx_task stub;
+    fx_task sentinel;
     /* True while a doorbell write is outstanding, i.e. a poster has rung and
      * the loop has not yet cleared it; see ring_if_needed(). */
     atomic_bool bell;
@@ -109,7 +109,7 @@ static fx_task *inbox_pop(fx_loop *l)
 {
     fx_task *tail = l->tail;
     fx_task *next = atomic_load_explicit(&tail->next, memory_order_acquire);
-    if (tail == &l->stub) {
+    if (tail == &l->sentinel) {
         if (next == NULL)
             return NULL;
         l->tail = next;
@@ -122,8 +122,8 @@ static fx_task *inbox_pop(fx_loop *l)
     }
     if (tail != atomic_load_explicit(&l->head, memory_order_acquire))
         return NULL;
-    /* |tail| is the last node: queue the stub behind it so it can leave. */
-    inbox_push(l, &l->stub);
+    /* |tail| is the last node: queue the sentinel behind it so it can leave. */
+    inbox_push(l, &l->sentinel);
     next = atomic_load_explicit(&tail->next, memory_order_acquire);
     if (next == NULL)
         return NULL;
@@ -133,9 +133,9 @@ static fx_task *inbox_pop(fx_loop *l)
 
 static bool inbox_is_empty(fx_loop *l)
 {
-    return l->tail == &l->stub &&
-           atomic_load_explicit(&l->stub.next, memory_order_acquire) == NULL &&
-           atomic_load_explicit(&l->head, memory_order_acquire) == &l->stub;
+    return l->tail == &l->sentinel &&
+           atomic_load_explicit(&l->sentinel.next, memory_order_acquire) == NULL &&
+           atomic_load_explicit(&l->head, memory_order_acquire) == &l->sentinel;
 }
 
 static void run_task(fx_loop *l, fx_task *t)
@@ -601,9 +601,9 @@ int fx_loop_new(fx_loop **pl, const fx_loop_opts *o)
     }
     snprintf(l->name, sizeof(l->name), "%s", o && o->name ? o->name : "fx_loop");
     l->cpu = o ? o->cpu : -1;
-    fx_task_init(&l->stub, NULL, NULL);
-    atomic_init(&l->head, &l->stub);
-    l->tail = &l->stub;
+    fx_task_init(&l->sentinel, NULL, NULL);
+    atomic_init(&l->head, &l->sentinel);
+    l->tail = &l->sentinel;
     l->now = fx_now_ns();
     *pl = l;
     return 0;
