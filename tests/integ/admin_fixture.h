@@ -2,13 +2,12 @@
  * in-process broker (fx_broker, its own loop threads) on 127.0.0.1 port 0
  * with a generated certificate in a temp state dir, the admin endpoint on
  * port 0 serving the broker's routes, libfelix clients pinned by
- * fingerprint, and a tiny blocking HTTP/1.1 client. Timeouts are hang guards
+ * fingerprint (built on fixture.h), and a tiny blocking HTTP/1.1 client. Timeouts are hang guards
  * only. Included by one test file each (functions are static inline). */
 #ifndef FX_TESTS_INTEG_ADMIN_FIXTURE_H
 #define FX_TESTS_INTEG_ADMIN_FIXTURE_H
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -18,16 +17,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "fx_test.h"
-
-#include "base/log.h"
-#include "broker/broker.h"
-#include "felix/felix.h"
+#include "integ/fixture.h"
 #include "server/admin.h"
 #include "server/admin_routes.h"
-
-#define HANG_MS 15000
-#define NS "default"
 
 /* ---- broker, admin endpoint and clients --------------------------------------- */
 
@@ -41,33 +33,24 @@ typedef struct E {
 
 static inline E *e_new(void)
 {
-    fx_log_set_level(FX_LOG_ERROR);
     E *e = calloc(1, sizeof(*e));
     assert_non_null(e);
-    snprintf(e->dir, sizeof(e->dir), "/tmp/fxadmXXXXXX");
-    assert_non_null(mkdtemp(e->dir));
-    fx_broker_opts_default(&e->bo);
-    e->bo.quic.state_dir = e->dir;
-    e->bo.quic.udp_send_buffer = e->bo.quic.udp_recv_buffer = 1 << 20;
+    fix_state_dir_new(e->dir, sizeof(e->dir), "adm");
+    fix_broker_opts(&e->bo, e->dir);
     e->bo.event_batch_max_delay_ns = 0;
     return e;
 }
 
-/* Lossless mode: Block at checkpoints 5 and 6, Backpressure at 4. */
 static inline void e_lossless(E *e)
 {
-    e->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
-    e->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
-    e->bo.pub_ingress_wait = true;
+    fix_lossless(&e->bo);
 }
 
 /* Starts the broker and the admin endpoint (127.0.0.1 port 0, the broker's
  * routes). */
 static inline void e_start(E *e)
 {
-    assert_int_equal(fx_broker_new(&e->b, &e->bo), 0);
-    assert_int_equal(fx_broker_start(e->b), 0);
-    snprintf(e->server, sizeof(e->server), "127.0.0.1:%u", (unsigned)fx_broker_port(e->b));
+    fix_broker_start(&e->b, &e->bo, e->server, sizeof(e->server));
     fx_admin_route routes[FX_ADMIN_BROKER_NROUTES];
     fx_admin_broker_routes(e->b, routes);
     fx_admin_opts ao = {
@@ -76,64 +59,28 @@ static inline void e_start(E *e)
     assert_int_equal(fx_admin_start(&e->admin, &ao, err, sizeof(err)), 0);
 }
 
-static inline void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static inline void e_free(E *e)
 {
     fx_admin_free(e->admin); /* before the broker: the routes use it */
     fx_broker_free(e->b);
-    rm_dir(e->dir);
+    fix_rm_dir(e->dir);
     free(e);
 }
 
 static inline fx_client *e_client(E *e, fx_policy pol, uint32_t window, uint32_t sub_cap)
 {
     fx_client_opts o;
-    fx_client_opts_init(&o);
-    o.server = e->server;
-    o.server_name = "localhost";
-    o.pin_sha256 = fx_broker_fingerprint(e->b);
-    o.tenant = "t1";
-    o.token = "any-token";
-    o.connect_timeout_ms = HANG_MS;
+    fix_client_opts(&o, e->b, e->server, "t1", "any-token");
     o.sub_queue_policy = pol;
     o.stream_window_bytes = window;
     o.sub_queue_capacity = sub_cap;
     o.reconnect = false; /* a drained broker is gone: end, do not retry */
-    fx_client *c = NULL;
-    int rv = fx_client_connect(&c, &o);
-    if (rv != 0)
-        fail_msg("connect: %s", fx_errname(rv));
-    return c;
+    return fix_connect(&o);
 }
 
 static inline fx_subscription *subscribe(fx_client *c, const char *stream)
 {
-    fx_subscription *s = NULL;
-    int rv = fx_subscribe(&s, c, NS, stream, NULL);
-    if (rv != 0)
-        fail_msg("subscribe %s: %s", stream, fx_errname(rv));
-    return s;
-}
-
-static inline void sleep_ms(unsigned ms)
-{
-    usleep(ms * 1000u);
+    return fix_subscribe(c, stream, NULL);
 }
 
 /* ---- a tiny HTTP client --------------------------------------------------------- */

@@ -5,7 +5,6 @@
  * are checked as differences of fx_metrics_snapshot_take() around a scenario.
  * Timeouts are hang guards only; nothing asserts on speed. */
 /* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
-#include <dirent.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,19 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fx_test.h"
-
-#include "base/log.h"
-#include "base/loop.h"
-#include "base/metrics.h"
-#include "broker/broker.h"
-#include "felix/felix.h"
+#include "integ/fixture.h"
 #include "server/auth.h"
 #include "server/authn.h"
-
-#define HANG_MS 15000
-#define NS "default"
-#define DELTA(a, b, field) ((int64_t)((b).c.field - (a).c.field))
 
 static const char *const ALL_T1[] = {"stream.publish:stream:t1/*/*",
                                      "stream.subscribe:stream:t1/*/*"};
@@ -58,11 +47,9 @@ static void write_jwks(const char *path, const char *kid, const uint8_t *pub)
 
 static A *a_new(void)
 {
-    fx_log_set_level(FX_LOG_ERROR);
     A *a = calloc(1, sizeof(*a));
     assert_non_null(a);
-    snprintf(a->dir, sizeof(a->dir), "/tmp/fxauthXXXXXX");
-    assert_non_null(mkdtemp(a->dir));
+    fix_state_dir_new(a->dir, sizeof(a->dir), "auth");
     snprintf(a->jwks, sizeof(a->jwks), "%s/jwks.json", a->dir);
     assert_int_equal(fx_auth_keygen(a->pub, a->priv), 0);
     write_jwks(a->jwks, "k1", a->pub);
@@ -71,9 +58,7 @@ static A *a_new(void)
     int rv = fx_authn_new(&a->authn, &ao, why, sizeof(why));
     if (rv != 0)
         fail_msg("authn: %s", why);
-    fx_broker_opts_default(&a->bo);
-    a->bo.quic.state_dir = a->dir;
-    a->bo.quic.udp_send_buffer = a->bo.quic.udp_recv_buffer = 1 << 20;
+    fix_broker_opts(&a->bo, a->dir);
     a->bo.event_batch_max_delay_ns = 0;
     fx_authn_broker_auth(a->authn, &a->bo.auth);
     return a;
@@ -81,33 +66,14 @@ static A *a_new(void)
 
 static void a_start(A *a)
 {
-    assert_int_equal(fx_broker_new(&a->b, &a->bo), 0);
-    assert_int_equal(fx_broker_start(a->b), 0);
-    snprintf(a->server, sizeof(a->server), "127.0.0.1:%u", (unsigned)fx_broker_port(a->b));
-}
-
-static void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
+    fix_broker_start(&a->b, &a->bo, a->server, sizeof(a->server));
 }
 
 static void a_free(A *a)
 {
     fx_broker_free(a->b);
     fx_authn_free(a->authn);
-    rm_dir(a->dir);
+    fix_rm_dir(a->dir);
     free(a);
 }
 
@@ -155,16 +121,10 @@ static char *mint_t1(A *a, const char *const *perms, size_t n)
 /* One connection per client, so max_connections counts clients. */
 static void copts(A *a, fx_client_opts *o, const char *tenant, const char *token)
 {
-    fx_client_opts_init(o);
-    o->server = a->server;
-    o->server_name = "localhost";
-    o->pin_sha256 = fx_broker_fingerprint(a->b);
-    o->tenant = tenant;
-    o->token = token;
+    fix_client_opts(o, a->b, a->server, tenant, token);
     o->publish_conn_pool = 1;
     o->publish_streams_per_conn = 1;
     o->event_conn_pool = 1;
-    o->connect_timeout_ms = HANG_MS;
 }
 
 /* Connects as |tenant| with |token|. Returns the result; *pc is set on 0 and
@@ -193,7 +153,7 @@ static fx_client *connect_ok(A *a, const char *tenant, const char *token)
 
 static void close_client(fx_client *c)
 {
-    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    fix_close(c);
 }
 
 /* Expects |token| for |tenant| to be refused with "auth failed", counted
@@ -214,14 +174,7 @@ static void expect_auth_failed(A *a, const char *tenant, const char *token)
 
 static fx_subscription *subscribe_ok(fx_client *c, const char *stream)
 {
-    fx_subscription *s = NULL;
-    int rv = fx_subscribe(&s, c, NS, stream, NULL);
-    if (rv != 0) {
-        char msg[256];
-        fx_client_last_error(NULL, msg, sizeof(msg));
-        fail_msg("subscribe %s: %s (%s)", stream, fx_errname(rv), msg);
-    }
-    return s;
+    return fix_subscribe(c, stream, NULL);
 }
 
 static void expect_event(fx_subscription *s, const char *payload)
@@ -235,7 +188,7 @@ static void expect_event(fx_subscription *s, const char *payload)
 /* Waits until the broker's forbidden counter moved |n| past |m0|. */
 static void wait_forbidden(const fx_metrics_snapshot *m0, int64_t n)
 {
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     fx_metrics_snapshot m;
     for (;;) {
         fx_metrics_snapshot_take(&m);
@@ -503,7 +456,7 @@ static void test_max_connections_refuses_extra_connection(void **state)
     fx_unsubscribe(s);
     close_client(first);
     /* Its slot is given back once the broker saw it close. */
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     fx_client *next = NULL;
     while (try_connect(a, "t1", token, &next, NULL, 0) != 0) {
         if (fx_now_ns() > deadline)

@@ -6,7 +6,6 @@
  * scenario, client counters with fx_subscription_stats(). Timeouts are hang
  * guards only; nothing asserts on speed. */
 /* fx-test-libs: fx_broker fx_client fx_quic fx_wire fx_base */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,76 +16,33 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fx_test.h"
-
-#include "base/log.h"
-#include "base/loop.h"
-#include "base/metrics.h"
-#include "broker/broker.h"
-#include "felix/felix.h"
-
-#define HANG_MS 15000
-#define NS "default"
+#include "integ/fixture.h"
 
 /* ---- broker ------------------------------------------------------------------ */
 
-typedef struct E {
-    fx_broker *b;
-    fx_broker_opts bo;
-    char dir[64];
-    char server[32];
-} E;
+typedef fix_env E;
 
 static E *e_new(void)
 {
-    fx_log_set_level(FX_LOG_ERROR);
     E *e = calloc(1, sizeof(*e));
     assert_non_null(e);
-    snprintf(e->dir, sizeof(e->dir), "/tmp/fxe2eXXXXXX");
-    assert_non_null(mkdtemp(e->dir));
-    fx_broker_opts_default(&e->bo);
-    e->bo.quic.state_dir = e->dir;
-    e->bo.quic.udp_send_buffer = e->bo.quic.udp_recv_buffer = 1 << 20;
-    e->bo.event_batch_max_delay_ns = 0;
+    fix_env_init(e, "e2e");
     return e;
 }
 
-/* Lossless mode: Block at checkpoints 5 and 6, Backpressure at 4. */
 static void e_lossless(E *e)
 {
-    e->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
-    e->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
-    e->bo.pub_ingress_wait = true;
+    fix_lossless(&e->bo);
 }
 
 static void e_start(E *e)
 {
-    assert_int_equal(fx_broker_new(&e->b, &e->bo), 0);
-    assert_int_equal(fx_broker_start(e->b), 0);
-    snprintf(e->server, sizeof(e->server), "127.0.0.1:%u", (unsigned)fx_broker_port(e->b));
-}
-
-static void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
+    fix_env_start(e);
 }
 
 static void e_free(E *e)
 {
-    fx_broker_free(e->b);
-    rm_dir(e->dir);
+    fix_env_deinit(e);
     free(e);
 }
 
@@ -94,25 +50,7 @@ static void e_free(E *e)
 
 static void copts(E *e, fx_client_opts *o)
 {
-    fx_client_opts_init(o);
-    o->server = e->server;
-    o->server_name = "localhost";
-    o->pin_sha256 = fx_broker_fingerprint(e->b);
-    o->tenant = "t1";
-    o->token = "any-token";
-    o->connect_timeout_ms = HANG_MS;
-}
-
-static fx_client *connect_opts(const fx_client_opts *o)
-{
-    fx_client *c = NULL;
-    int rv = fx_client_connect(&c, o);
-    if (rv != 0) {
-        char msg[256];
-        fx_client_last_error(NULL, msg, sizeof(msg));
-        fail_msg("connect: %s (%s)", fx_errname(rv), msg);
-    }
-    return c;
+    fix_client_opts(o, e->b, e->server, "t1", "any-token");
 }
 
 /* A client whose subscriptions use |pol|, with |window| bytes of receive
@@ -124,25 +62,18 @@ static fx_client *e_client(E *e, fx_policy pol, uint32_t window, uint32_t sub_ca
     o.sub_queue_policy = pol;
     o.stream_window_bytes = window;
     o.sub_queue_capacity = sub_cap;
-    return connect_opts(&o);
+    return fix_connect(&o);
 }
 
 static void close_client(fx_client *c)
 {
-    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    fix_close(c);
 }
 
 static fx_subscription *sub_from(fx_client *c, const char *stream, fx_start_kind kind, uint64_t off)
 {
-    fx_subscription *s = NULL;
     fx_start st = {.kind = kind, .offset = off};
-    int rv = fx_subscribe(&s, c, NS, stream, &st);
-    if (rv != 0) {
-        char msg[256];
-        fx_client_last_error(NULL, msg, sizeof(msg));
-        fail_msg("subscribe %s: %s (%s)", stream, fx_errname(rv), msg);
-    }
-    return s;
+    return fix_subscribe(c, stream, &st);
 }
 
 static fx_subscription *sub_latest(fx_client *c, const char *stream)
@@ -318,18 +249,11 @@ static void expect_client_stats(fx_subscription *s, uint64_t received, uint64_t 
 
 /* ---- metrics and waiting ---------------------------------------------------------- */
 
-#define DELTA(a, b, field) ((int64_t)((b).c.field - (a).c.field))
-
-static void sleep_ms(unsigned ms)
-{
-    usleep(ms * 1000u);
-}
-
 /* Waits until |counter| (a pointer into a fresh snapshot) stops changing for
  * |quiet_ms|. Returns its value. */
 static uint64_t wait_stable(atomic_uint_fast64_t *v, unsigned quiet_ms)
 {
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     uint64_t last = atomic_load(v);
     uint64_t since = fx_now_ns();
     while (fx_now_ns() < deadline) {
@@ -344,23 +268,6 @@ static uint64_t wait_stable(atomic_uint_fast64_t *v, unsigned quiet_ms)
     }
     fail_msg("value kept changing");
     return 0;
-}
-
-/* Waits until the broker's subscription gauges read |subs| and |conns|. */
-static void wait_sub_gauges(int64_t subs, int64_t conns)
-{
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
-    fx_metrics_snapshot m;
-    for (;;) {
-        fx_metrics_snapshot_take(&m);
-        if (m.g.sub_subscriptions == subs && m.g.sub_active_connections == conns)
-            return;
-        if (fx_now_ns() > deadline)
-            fail_msg("gauges: %lld subscriptions, %lld connections; want %lld, %lld",
-                     (long long)m.g.sub_subscriptions, (long long)m.g.sub_active_connections,
-                     (long long)subs, (long long)conns);
-        sleep_ms(5);
-    }
 }
 
 /* ---- delivery ---------------------------------------------------------------------- */
@@ -507,7 +414,7 @@ static void test_lossless_stalled_subscriber_slows_publisher_without_loss(void *
     fx_client_opts o;
     copts(e, &o);
     o.publish_inflight_bytes = 256u << 10;
-    fx_client *pc = connect_opts(&o);
+    fx_client *pc = fix_connect(&o);
     enum { N = 8000 };
     cons k[3] = {0};
     fx_subscription *s[3] = {sub_latest(stalled, "slow"), sub_latest(healthy, "slow"),
@@ -642,7 +549,7 @@ static void test_gap_reported_to_application_when_subscriber_queue_drops(void **
     publish_range(pc, "gappy", 0, N, size_1k, FX_ACK_NONE);
     assert_int_equal(fx_flush(pc, HANG_MS), 0);
     fx_metrics_snapshot m;
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     do { /* every publish appended (and offered to the subscriber) */
         sleep_ms(5);
         fx_metrics_snapshot_take(&m);
@@ -719,7 +626,7 @@ static void acks_round(bool ack_on_commit)
     if (ack_on_commit) {
         assert_int_equal(DELTA(a, m, publish_ok), requests);
     } else {
-        uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+        uint64_t deadline = fix_deadline_ns(HANG_MS);
         while (DELTA(a, m, publish_ok) < requests && fx_now_ns() < deadline) {
             sleep_ms(2);
             fx_metrics_snapshot_take(&m);
@@ -780,7 +687,7 @@ static int ack_rank(ackrec *r, int i)
 
 static void wait_rank(ackrec *r, int i)
 {
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     while (ack_rank(r, i) == 0) {
         if (fx_now_ns() > deadline)
             fail_msg("ack %d never completed", i);
@@ -798,7 +705,7 @@ static bool verify_len_1k(cons *k, const fx_event *ev)
  * its growth since |a|. */
 static int64_t wait_ok_stable(const fx_metrics_snapshot *a, unsigned quiet_ms)
 {
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     fx_metrics_snapshot m;
     int64_t last = -1;
     uint64_t since = fx_now_ns();
@@ -855,7 +762,7 @@ static void test_acks_out_of_order_across_streams_paired_correctly(void **state)
     o.publish_conn_pool = 1;
     o.publish_streams_per_conn = 2;
     o.publish_sharding = FX_SHARDING_RR;
-    fx_client *c = connect_opts(&o);
+    fx_client *c = fix_connect(&o);
     ackrec r = {.mu = PTHREAD_MUTEX_INITIALIZER};
     ackarg args[4] = {{&r, 0}, {&r, 1}, {&r, 2}, {&r, 3}};
     const char *to[4] = {"parked", "free", "parked", "nope"};
@@ -1018,15 +925,15 @@ static void test_unsubscribe_removes_subscriber_and_gauges_return_to_zero(void *
     e_start(e);
     fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
     fx_client *gone = e_client(e, FX_POLICY_BLOCK, 0, 0);
-    wait_sub_gauges(0, 0);
+    fix_wait_sub_gauges(0, 0);
     fx_subscription *s[3] = {sub_latest(c, "u"), sub_latest(c, "u"), sub_latest(c, "u")};
     fx_subscription *g = sub_latest(gone, "u");
-    wait_sub_gauges(4, 2);
+    fix_wait_sub_gauges(4, 2);
     fx_unsubscribe(s[0]);
-    wait_sub_gauges(3, 2);
+    fix_wait_sub_gauges(3, 2);
     /* A client that vanishes without unsubscribing. */
     close_client(gone);
-    wait_sub_gauges(2, 1);
+    fix_wait_sub_gauges(2, 1);
     fx_event ev;
     assert_int_equal(fx_subscription_next(g, &ev, 0), FX_ECLOSED);
     fx_unsubscribe(g);
@@ -1043,7 +950,7 @@ static void test_unsubscribe_removes_subscriber_and_gauges_return_to_zero(void *
     assert_int_equal(DELTA(a, b, sub_queue_enqueued), 20);
     fx_unsubscribe(s[1]);
     fx_unsubscribe(s[2]);
-    wait_sub_gauges(0, 0);
+    fix_wait_sub_gauges(0, 0);
     fx_metrics_snapshot_take(&b);
     assert_int_equal(b.g.sub_queue_len, 0);
     close_client(c);
@@ -1111,7 +1018,7 @@ static void test_callback_subscription_receives_all(void **state)
     cbstate st = {0};
     assert_int_equal(fx_subscription_set_callback(s, on_event, &st), 0);
     publish_range(pc, "cb", 0, N, size_64, FX_ACK_NONE);
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     while (atomic_load(&st.n) < N && fx_now_ns() < deadline)
         sleep_ms(2);
     wait_stable(&st.n, 100); /* and no more than N */

@@ -10,7 +10,6 @@
  * the only time bound is the correctness bound on healthy deliveries (a
  * healthy message that waited behind the victim would take >= 200 ms). */
 /* fx-test-libs: fx_broker fx_client fx_quic fx_wire fx_base */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,18 +20,12 @@
 
 #include <jansson.h>
 
-#include "fx_test.h"
+#define HANG_MS 8000 /* before fixture.h: its hang guard */
 
-#include "base/log.h"
-#include "base/loop.h"
-#include "base/metrics.h"
-#include "broker/broker.h"
 #include "client/client.h"
-#include "felix/felix.h"
+#include "integ/fixture.h"
 #include "quic/quic.h"
 
-#define HANG_MS 8000
-#define NS "default"
 #define STREAM "iso"
 #define NMSG 2000
 #define MSG_LEN 256
@@ -45,23 +38,14 @@
 
 /* ---- broker ------------------------------------------------------------------ */
 
-typedef struct E {
-    fx_broker *b;
-    fx_broker_opts bo;
-    char dir[64];
-    char server[32];
-} E;
+typedef fix_env E;
 
 static E *e_start(void)
 {
-    fx_log_set_level(FX_LOG_ERROR);
     E *e = calloc(1, sizeof(*e));
     assert_non_null(e);
-    snprintf(e->dir, sizeof(e->dir), "/tmp/fxisoXXXXXX");
-    assert_non_null(mkdtemp(e->dir));
-    fx_broker_opts_default(&e->bo); /* drop_new at checkpoints 5 and 6 */
-    e->bo.quic.state_dir = e->dir;
-    e->bo.quic.udp_send_buffer = e->bo.quic.udp_recv_buffer = 1 << 20;
+    fix_state_dir_new(e->dir, sizeof(e->dir), "iso");
+    fix_broker_opts(&e->bo, e->dir); /* drop_new at checkpoints 5 and 6 */
     /* Ingress never sheds, so every published message is in the ring and
      * offset i is the i-th publish: losses can only be the victim's. */
     e->bo.pub_ingress_wait = true;
@@ -70,27 +54,13 @@ static E *e_start(void)
      * of in its QUIC send buffer (the whole burst would fit in the default
      * 1 MiB, so nothing would be shed). */
     e->bo.subscriber_unacked_bytes = 32u << 10;
-    assert_int_equal(fx_broker_new(&e->b, &e->bo), 0);
-    assert_int_equal(fx_broker_start(e->b), 0);
-    snprintf(e->server, sizeof(e->server), "127.0.0.1:%u", (unsigned)fx_broker_port(e->b));
+    fix_env_start(e);
     return e;
 }
 
 static void e_free(E *e)
 {
-    fx_broker_free(e->b);
-    DIR *d = opendir(e->dir);
-    struct dirent *de;
-    char p[512];
-    while (d != NULL && (de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", e->dir, de->d_name);
-        unlink(p);
-    }
-    if (d != NULL)
-        closedir(d);
-    rmdir(e->dir);
+    fix_env_deinit(e);
     free(e);
 }
 
@@ -119,51 +89,19 @@ static void broker_sub_drops(E *e, uint64_t id, uint64_t *drops, bool *found)
     json_decref(root);
 }
 
-static void wait_sub_gauge(int64_t subs)
-{
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
-    fx_metrics_snapshot m;
-    for (;;) {
-        fx_metrics_snapshot_take(&m);
-        if (m.g.sub_subscriptions == subs)
-            return;
-        if (fx_now_ns() > deadline)
-            fail_msg("broker has %lld subscriptions, want %lld", (long long)m.g.sub_subscriptions,
-                     (long long)subs);
-        usleep(5000);
-    }
-}
-
 /* ---- clients ----------------------------------------------------------------- */
 
 static fx_client *e_client(E *e)
 {
     fx_client_opts o;
-    fx_client_opts_init(&o);
-    o.server = e->server;
-    o.server_name = "localhost";
-    o.pin_sha256 = fx_broker_fingerprint(e->b);
-    o.tenant = "t1";
-    o.token = "any-token";
-    o.connect_timeout_ms = HANG_MS;
+    fix_client_opts(&o, e->b, e->server, "t1", "any-token");
     o.sub_queue_policy = FX_POLICY_BLOCK; /* the client sheds nothing: gaps are the broker's */
-    fx_client *c = NULL;
-    int rv = fx_client_connect(&c, &o);
-    if (rv != 0) {
-        char msg[256];
-        fx_client_last_error(NULL, msg, sizeof(msg));
-        fail_msg("connect: %s (%s)", fx_errname(rv), msg);
-    }
-    return c;
+    return fix_connect(&o);
 }
 
 static fx_subscription *sub_latest(fx_client *c)
 {
-    fx_subscription *s = NULL;
-    int rv = fx_subscribe(&s, c, NS, STREAM, NULL);
-    if (rv != 0)
-        fail_msg("subscribe: %s", fx_errname(rv));
-    return s;
+    return fix_subscribe(c, STREAM, NULL);
 }
 
 /* A call run on a client's loop: sets (or reads) its endpoint's hooks. */
@@ -197,7 +135,7 @@ static void link_run(link_call *k)
 {
     atomic_init(&k->done, false);
     assert_int_equal(fx_loop_call(k->c->loop, link_on_loop, k), 0);
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     while (!atomic_load(&k->done)) {
         if (fx_now_ns() > deadline)
             fail_msg("client loop did not run the link call");
@@ -342,7 +280,7 @@ static void cons_join(cons *k)
 /* Waits until |k| took offset |off| (or later); false after |ms|. */
 static bool cons_wait(cons *k, uint64_t off, unsigned ms)
 {
-    uint64_t deadline = fx_now_ns() + (uint64_t)ms * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(ms);
     while (atomic_load(&k->next) <= off) {
         if (fx_now_ns() > deadline || atomic_load(&k->rv) != 0)
             return false;
@@ -430,7 +368,7 @@ static void test_subscriber_behind_bad_link_does_not_hold_back_healthy_ones(void
         cl[i] = e_client(e); /* each its own endpoint and connection */
         s[i] = sub_latest(cl[i]);
     }
-    wait_sub_gauge(NSUB);
+    fix_wait_sub_gauges(NSUB, -1);
     cons k[NSUB];
     for (int i = 0; i < NSUB; i++)
         cons_start(&k[i], s[i]);

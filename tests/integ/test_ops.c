@@ -5,7 +5,6 @@
  * Timeouts are hang guards only; nothing asserts on speed. */
 /* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -22,42 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fx_test.h"
+#define HANG_MS 10000 /* before fixture.h: its hang guard */
 
-#include "base/log.h"
-#include "base/loop.h"
-#include "broker/broker.h"
-#include "felix/felix.h"
+#include "integ/fixture.h"
 #include "quic/quic.h"
 
 extern char **environ;
 
-#define HANG_MS 10000
-
 /* ---- helpers ------------------------------------------------------------------ */
-
-static void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-static void make_tmpdir(char *dir, size_t cap)
-{
-    snprintf(dir, cap, "/tmp/fxopsXXXXXX");
-    assert_non_null(mkdtemp(dir));
-}
 
 static bool has_ipv6_loopback(void)
 {
@@ -74,12 +45,9 @@ static bool has_ipv6_loopback(void)
 
 static fx_broker *start_broker(const char *ip, const char *dir)
 {
-    fx_log_set_level(FX_LOG_ERROR);
     fx_broker_opts bo;
-    fx_broker_opts_default(&bo);
+    fix_broker_opts(&bo, dir);
     bo.bind_ip = ip;
-    bo.quic.state_dir = dir;
-    bo.quic.udp_send_buffer = bo.quic.udp_recv_buffer = 1 << 20;
     fx_broker *b = NULL;
     assert_int_equal(fx_broker_new(&b, &bo), 0);
     assert_int_equal(fx_broker_start(b), 0);
@@ -91,20 +59,8 @@ static fx_broker *start_broker(const char *ip, const char *dir)
 static void roundtrip(fx_broker *b, const char *server, const char *stream)
 {
     fx_client_opts o;
-    fx_client_opts_init(&o);
-    o.server = server;
-    o.server_name = "localhost";
-    o.pin_sha256 = fx_broker_fingerprint(b);
-    o.tenant = "t1";
-    o.token = "any";
-    o.connect_timeout_ms = HANG_MS;
-    fx_client *c = NULL;
-    int rv = fx_client_connect(&c, &o);
-    if (rv != 0) {
-        char msg[256];
-        fx_client_last_error(NULL, msg, sizeof(msg));
-        fail_msg("connect %s: %s (%s)", server, fx_errname(rv), msg);
-    }
+    fix_client_opts(&o, b, server, "t1", "any");
+    fx_client *c = fix_connect(&o);
     fx_subscription *s = NULL;
     assert_int_equal(fx_subscribe(&s, c, "default", stream, NULL), 0);
     static const char *const msgs[] = {"one", "two", "three"};
@@ -118,7 +74,7 @@ static void roundtrip(fx_broker *b, const char *server, const char *stream)
         assert_memory_equal(ev.payload, msgs[i], ev.len);
     }
     fx_unsubscribe(s);
-    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    fix_close(c);
 }
 
 static void test_libfelix_publishes_and_subscribes_over_ipv6_loopback(void **state)
@@ -126,12 +82,12 @@ static void test_libfelix_publishes_and_subscribes_over_ipv6_loopback(void **sta
     if (!has_ipv6_loopback())
         fx_test_skip("no IPv6 loopback (::1) on this host");
     char dir[64], server[64];
-    make_tmpdir(dir, sizeof(dir));
+    fix_state_dir_new(dir, sizeof(dir), "ops");
     fx_broker *b = start_broker("::1", dir);
     snprintf(server, sizeof(server), "[::1]:%u", (unsigned)fx_broker_port(b));
     roundtrip(b, server, "v6");
     fx_broker_free(b);
-    rm_dir(dir);
+    fix_rm_dir(dir);
 }
 
 static void test_dual_stack_broker_serves_ipv4_and_ipv6_clients(void **state)
@@ -139,14 +95,14 @@ static void test_dual_stack_broker_serves_ipv4_and_ipv6_clients(void **state)
     if (!has_ipv6_loopback())
         fx_test_skip("no IPv6 loopback (::1) on this host");
     char dir[64], server[64];
-    make_tmpdir(dir, sizeof(dir));
+    fix_state_dir_new(dir, sizeof(dir), "ops");
     fx_broker *b = start_broker("::", dir);
     snprintf(server, sizeof(server), "127.0.0.1:%u", (unsigned)fx_broker_port(b));
     roundtrip(b, server, "v4");
     snprintf(server, sizeof(server), "[::1]:%u", (unsigned)fx_broker_port(b));
     roundtrip(b, server, "v6");
     fx_broker_free(b);
-    rm_dir(dir);
+    fix_rm_dir(dir);
 }
 
 /* ---- child processes -------------------------------------------------------------- */
@@ -248,7 +204,7 @@ static size_t slurp(const char *path, char *buf, size_t cap)
 static const char *wait_for_text(const char *path, const char *needle, char *buf, size_t cap,
                                  pid_t pid)
 {
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     for (;;) {
         slurp(path, buf, cap);
         const char *p = strstr(buf, needle);
@@ -425,7 +381,7 @@ static void test_cli_walkthrough_pub_sub_metrics_and_sigterm(void **state)
     walk *w = calloc(1, sizeof(*w));
     assert_non_null(w);
     find_binaries(w);
-    make_tmpdir(w->dir, sizeof(w->dir));
+    fix_state_dir_new(w->dir, sizeof(w->dir), "ops");
     start_broker_process(w);
     pub_sub_with_cli(w);
 
@@ -444,8 +400,8 @@ static void test_cli_walkthrough_pub_sub_metrics_and_sigterm(void **state)
     }
     char state_dir[128];
     snprintf(state_dir, sizeof(state_dir), "%s/state", w->dir);
-    rm_dir(state_dir);
-    rm_dir(w->dir);
+    fix_rm_dir(state_dir);
+    fix_rm_dir(w->dir);
     free(w);
 }
 
@@ -466,7 +422,7 @@ static void test_sighup_reloads_certificate_for_new_cli_connections(void **state
     walk *w = calloc(1, sizeof(*w));
     assert_non_null(w);
     find_binaries(w);
-    make_tmpdir(w->dir, sizeof(w->dir));
+    fix_state_dir_new(w->dir, sizeof(w->dir), "ops");
     start_broker_process(w);
     const char *old_pin = w->env_pin + strlen("FELIX_PIN=");
     assert_int_equal(pub_with_pin(w, old_pin), 0);
@@ -491,8 +447,8 @@ static void test_sighup_reloads_certificate_for_new_cli_connections(void **state
     assert_int_equal(wait_exit(w->broker_pid, HANG_MS, "felix-broker"), 0);
     char state_dir[128];
     snprintf(state_dir, sizeof(state_dir), "%s/state", w->dir);
-    rm_dir(state_dir);
-    rm_dir(w->dir);
+    fix_rm_dir(state_dir);
+    fix_rm_dir(w->dir);
     free(w);
 }
 

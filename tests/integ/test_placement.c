@@ -19,7 +19,6 @@
  * loop. Pinning is not placement: if the kernel refuses the CPU affinity the
  * placement is still asserted and a note is printed. */
 /* fx-test-libs: fx_broker fx_client fx_quic fx_wire fx_base */
-#include <dirent.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,18 +26,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fx_test.h"
-
-#include "base/log.h"
-#include "broker/broker.h"
 #include "broker/placement.h"
 #include "broker/test_hooks.h"
 #include "felix/error.h"
-#include "felix/felix.h"
+#include "integ/fixture.h"
 
-#define HANG_MS 15000
 #define TENANT "t1"
-#define NS "default"
 #define WORKERS 2
 #define NSTREAMS 4
 #define NSUBCLIENTS 2 /* each subscribes to every stream: 2 subscribers per stream */
@@ -74,18 +67,14 @@ typedef struct env {
 
 static void env_start(env *e, uint32_t io_threads)
 {
-    fx_log_set_level(FX_LOG_ERROR);
-    snprintf(e->dir, sizeof(e->dir), "/tmp/fxplaceXXXXXX");
-    assert_non_null(mkdtemp(e->dir));
+    fix_state_dir_new(e->dir, sizeof(e->dir), "place");
     fx_broker_opts o;
     fx_broker_opts_default(&o);
     o.quic.state_dir = e->dir;
     o.workers = WORKERS;  /* core_shards: 2 ... */
     o.pin_workers = true; /* ... pinned, as the daemon sets it */
     o.io_threads = io_threads;
-    assert_int_equal(fx_broker_new(&e->b, &o), 0);
-    assert_int_equal(fx_broker_start(e->b), 0);
-    snprintf(e->server, sizeof(e->server), "127.0.0.1:%u", (unsigned)fx_broker_port(e->b));
+    fix_broker_start(&e->b, &o, e->server, sizeof(e->server));
     /* Created in a fixed order, so the ids are 1..NSTREAMS every run. */
     for (int i = 0; i < NSTREAMS; i++)
         assert_int_equal(fx_broker_create_stream(e->b, TENANT, NS, stream_names[i], NULL, NULL), 0);
@@ -94,23 +83,10 @@ static void env_start(env *e, uint32_t io_threads)
 static fx_client *connect_client(env *e)
 {
     fx_client_opts o;
-    fx_client_opts_init(&o);
-    o.server = e->server;
-    o.server_name = "localhost";
-    o.pin_sha256 = fx_broker_fingerprint(e->b);
-    o.tenant = TENANT;
-    o.token = "any-token";
-    o.connect_timeout_ms = HANG_MS;
+    fix_client_opts(&o, e->b, e->server, TENANT, "any-token");
     o.publish_conn_pool = 1;
     o.event_conn_pool = 1;
-    fx_client *c = NULL;
-    int rv = fx_client_connect(&c, &o);
-    if (rv != 0) {
-        char msg[256];
-        fx_client_last_error(NULL, msg, sizeof(msg));
-        fail_msg("connect: %s (%s)", fx_errname(rv), msg);
-    }
-    return c;
+    return fix_connect(&o);
 }
 
 /* Connects in a fixed order (each connect completes before the next), so
@@ -122,28 +98,9 @@ static void env_connect(env *e)
         e->subc[c] = connect_client(e);
         for (int i = 0; i < NSTREAMS; i++) {
             fx_start st = {.kind = FX_START_LATEST};
-            int rv = fx_subscribe(&e->subs[c][i], e->subc[c], NS, stream_names[i], &st);
-            if (rv != 0)
-                fail_msg("subscribe %s: %s", stream_names[i], fx_errname(rv));
+            e->subs[c][i] = fix_subscribe(e->subc[c], stream_names[i], &st);
         }
     }
-}
-
-static void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 static void env_stop(env *e)
@@ -151,11 +108,11 @@ static void env_stop(env *e)
     for (int c = 0; c < NSUBCLIENTS; c++) {
         for (int i = 0; i < NSTREAMS; i++)
             fx_unsubscribe(e->subs[c][i]);
-        assert_int_equal(fx_client_close(e->subc[c], HANG_MS), 0);
+        fix_close(e->subc[c]);
     }
-    assert_int_equal(fx_client_close(e->pub, HANG_MS), 0);
+    fix_close(e->pub);
     fx_broker_free(e->b);
-    rm_dir(e->dir);
+    fix_rm_dir(e->dir);
 }
 
 /* ---- measuring where work ran ---------------------------------------------------------- */

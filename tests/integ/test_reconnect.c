@@ -7,7 +7,6 @@
  * internals (client/client.h) are read only for counters and to reach the
  * client's loop; timeouts are hang guards, never speed assertions. */
 /* fx-test-libs: fx_broker fx_client fx_quic fx_wire fx_base */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,65 +15,33 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fx_test.h"
+#define HANG_MS 10000 /* before fixture.h: its hang guard */
 
-#include "base/log.h"
-#include "base/loop.h"
-#include "base/metrics.h"
-#include "broker/broker.h"
 #include "broker/test_hooks.h"
 #include "client/client.h"
-#include "felix/felix.h"
-
-#define HANG_MS 10000
-#define NS "default"
+#include "integ/fixture.h"
 
 /* ---- broker ------------------------------------------------------------------ */
 
-typedef struct E {
-    fx_broker *b;
-    fx_broker_opts bo;
-    char dir[64];
-    char server[32];
-} E;
+typedef fix_env E;
 
 static E *e_new(void)
 {
-    fx_log_set_level(FX_LOG_ERROR);
     E *e = calloc(1, sizeof(*e));
     assert_non_null(e);
-    snprintf(e->dir, sizeof(e->dir), "/tmp/fxrcXXXXXX");
-    assert_non_null(mkdtemp(e->dir));
-    fx_broker_opts_default(&e->bo);
-    e->bo.quic.state_dir = e->dir;
-    e->bo.quic.udp_send_buffer = e->bo.quic.udp_recv_buffer = 1 << 20;
-    e->bo.event_batch_max_delay_ns = 0;
+    fix_env_init(e, "rc");
     e->bo.ack_on_commit = true; /* an answered publish is in the ring */
     return e;
 }
 
 static void e_start(E *e)
 {
-    assert_int_equal(fx_broker_new(&e->b, &e->bo), 0);
-    assert_int_equal(fx_broker_start(e->b), 0);
-    snprintf(e->server, sizeof(e->server), "127.0.0.1:%u", (unsigned)fx_broker_port(e->b));
+    fix_env_start(e);
 }
 
 static void e_free(E *e)
 {
-    fx_broker_free(e->b);
-    DIR *d = opendir(e->dir);
-    struct dirent *de;
-    char p[512];
-    while (d != NULL && (de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", e->dir, de->d_name);
-        unlink(p);
-    }
-    if (d != NULL)
-        closedir(d);
-    rmdir(e->dir);
+    fix_env_deinit(e);
     free(e);
 }
 
@@ -82,51 +49,21 @@ static void e_free(E *e)
 
 static void copts(E *e, fx_client_opts *o, int reconnect_ms)
 {
-    fx_client_opts_init(o);
-    o->server = e->server;
-    o->server_name = "localhost";
-    o->pin_sha256 = fx_broker_fingerprint(e->b);
-    o->tenant = "t1";
-    o->token = "any-token";
-    o->connect_timeout_ms = HANG_MS;
+    fix_client_opts(o, e->b, e->server, "t1", "any-token");
     o->reconnect_initial_ms = reconnect_ms;
     o->sub_queue_policy = FX_POLICY_BLOCK; /* nothing is shed in the client */
-}
-
-static fx_client *connect_opts(const fx_client_opts *o)
-{
-    fx_client *c = NULL;
-    int rv = fx_client_connect(&c, o);
-    if (rv != 0) {
-        char msg[256];
-        fx_client_last_error(NULL, msg, sizeof(msg));
-        fail_msg("connect: %s (%s)", fx_errname(rv), msg);
-    }
-    return c;
 }
 
 static fx_client *e_client(E *e, int reconnect_ms)
 {
     fx_client_opts o;
     copts(e, &o, reconnect_ms);
-    return connect_opts(&o);
+    return fix_connect(&o);
 }
 
 static fx_subscription *sub_latest(fx_client *c, const char *stream)
 {
-    fx_subscription *s = NULL;
-    int rv = fx_subscribe(&s, c, NS, stream, NULL);
-    if (rv != 0) {
-        char msg[256];
-        fx_client_last_error(NULL, msg, sizeof(msg));
-        fail_msg("subscribe %s: %s (%s)", stream, fx_errname(rv), msg);
-    }
-    return s;
-}
-
-static void sleep_ms(unsigned ms)
-{
-    usleep(ms * 1000u);
+    return fix_subscribe(c, stream, NULL);
 }
 
 /* Payload of offset |off|: its decimal text, so order and content are checked. */
@@ -167,26 +104,11 @@ static void expect_events(fx_subscription *s, uint64_t first, uint64_t n, uint64
 /* Waits until |c| re-established |n| connections in all. */
 static void wait_reconnects(fx_client *c, uint64_t n)
 {
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
     while (atomic_load(&c->reconnects) < n) {
         if (fx_now_ns() > deadline)
             fail_msg("client reconnected %llu times, want %llu",
                      (unsigned long long)atomic_load(&c->reconnects), (unsigned long long)n);
-        sleep_ms(5);
-    }
-}
-
-static void wait_sub_gauge(int64_t subs)
-{
-    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
-    fx_metrics_snapshot m;
-    for (;;) {
-        fx_metrics_snapshot_take(&m);
-        if (m.g.sub_subscriptions == subs)
-            return;
-        if (fx_now_ns() > deadline)
-            fail_msg("broker has %lld subscriptions, want %lld", (long long)m.g.sub_subscriptions,
-                     (long long)subs);
         sleep_ms(5);
     }
 }
@@ -253,7 +175,7 @@ static void test_subscriber_resumes_after_broker_cuts_connection_without_loss(vo
     assert_int_equal(st.delivered, 110);
     assert_int_equal(atomic_load(&pub->reconnects), 0);
     fx_unsubscribe(s);
-    wait_sub_gauge(0);
+    fix_wait_sub_gauges(0, -1);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     assert_int_equal(fx_client_close(pub, HANG_MS), 0);
     e_free(e);
@@ -402,7 +324,7 @@ static void test_close_during_backoff_returns_promptly(void **state)
     fx_client *c = e_client(e, 60000); /* the first retry would be a minute away */
     fx_subscription *s = sub_latest(c, "c");
     assert_int_equal(fx_broker_test_cut_connections(e->b, true), 1);
-    wait_sub_gauge(0); /* the broker dropped it; the client is in its backoff */
+    fix_wait_sub_gauges(0, -1); /* the broker dropped it; the client is in its backoff */
     sleep_ms(50);
     uint64_t t0 = fx_now_ns();
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
@@ -433,7 +355,7 @@ static void test_orphan_event_stream_after_unsubscribe_is_reset(void **state)
     e_start(e);
     fx_client_opts o;
     copts(e, &o, 50);
-    fx_client *c = connect_opts(&o);
+    fx_client *c = fix_connect(&o);
     c->o.connect_timeout_ms = 1000; /* bounds fx_subscribe's wait (no other thread reads it yet) */
     fx_metrics_snapshot a, b;
     fx_metrics_snapshot_take(&a);
@@ -456,7 +378,7 @@ static void test_orphan_event_stream_after_unsubscribe_is_reset(void **state)
     assert_int_equal(b.c.subscribe_req_ok - a.c.subscribe_req_ok, 1);
     client_drop(c, 0);
     /* Reset by the client, removed by the broker. */
-    wait_sub_gauge(0);
+    fix_wait_sub_gauges(0, -1);
     assert_int_equal(atomic_load(&c->reconnects), 0);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
@@ -492,7 +414,7 @@ static void test_more_than_1024_subscribe_unsubscribe_cycles_on_one_connection(v
     assert_int_equal(b.c.subscribe_req_ok - a.c.subscribe_req_ok, 1101);
     assert_int_equal(atomic_load(&c->reconnects), 0);
     fx_unsubscribe(s);
-    wait_sub_gauge(0);
+    fix_wait_sub_gauges(0, -1);
     fx_metrics_snapshot_take(&b);
     assert_int_equal(b.g.sub_active_connections, 0);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
