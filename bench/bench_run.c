@@ -655,9 +655,93 @@ static void rates(const fx_bench_cfg *c, fx_bench_result *r)
     r->pub_msgs_per_s = (double)r->t.sent_measured / r->window_s;
 }
 
+/* ---- idle subscriptions ---------------------------------------------------------- */
+
+#define IDLE_WAIT_NS 60000000000ull /* hang guard: the gauge reaches N by then */
+#define IDLE_SETTLE_US 1000000      /* after the gauge: let the broker's allocations settle */
+
+static int idle_err(fx_bench_result *r, int rv, const char *what)
+{
+    snprintf(r->errmsg, sizeof(r->errmsg), "%s: %s", what, fx_strerror(rv));
+    r->error = rv;
+    return rv;
+}
+
+/* Polls the broker's felix_sub_subscriptions gauge until it reaches |want|.
+ * Returns 0, FX_ETIMEDOUT or the scrape error (in r->errmsg). */
+static int wait_subscriptions(const fx_bench_cfg *c, uint64_t want, fx_bench_result *r)
+{
+    uint64_t end = fx_bench_now_ns() + IDLE_WAIT_NS, v = 0;
+    for (;;) {
+        int rv = fx_bench_scrape_value(c->admin, "felix_sub_subscriptions", &v);
+        if (rv != 0)
+            return idle_err(r, rv, "scrape felix_sub_subscriptions");
+        if (v >= want)
+            return 0;
+        if (fx_bench_now_ns() >= end) {
+            snprintf(r->errmsg, sizeof(r->errmsg),
+                     "felix_sub_subscriptions is %llu after 60 s, want %llu", (unsigned long long)v,
+                     (unsigned long long)want);
+            return r->error = FX_ETIMEDOUT;
+        }
+        usleep(100000);
+    }
+}
+
+/* Reads the broker's VmRSS before any client, opens c->subs subscriptions
+ * on one stream over ceil(subs / FX_BENCH_SUBS_PER_CLIENT) clients, waits
+ * until the broker counts them all, and reads VmRSS again. */
+static int idle_subs_run(const fx_bench_cfg *c, fx_bench_result *r)
+{
+    run R = {.cfg = c};
+    r->sub_clients =
+        (uint32_t)((c->subs + FX_BENCH_SUBS_PER_CLIENT - 1) / FX_BENCH_SUBS_PER_CLIENT);
+    fx_client **cl = calloc(r->sub_clients, sizeof(*cl));
+    fx_subscription **subs = calloc(c->subs, sizeof(*subs));
+    uint64_t hwm, base = 0;
+    int rv = cl != NULL && subs != NULL ? 0 : idle_err(r, -ENOMEM, "idle-subs setup");
+    if (rv == 0 && (rv = fx_bench_proc_rss(c->broker_pid, &r->rss_idle_kb, &hwm)) != 0)
+        idle_err(r, rv, "read the broker's VmRSS");
+    if (rv == 0 && (rv = fx_bench_scrape_value(c->admin, "felix_sub_subscriptions", &base)) != 0)
+        idle_err(r, rv, "scrape felix_sub_subscriptions");
+    probes a, b;
+    probe(c, &a);
+    for (uint32_t i = 0; rv == 0 && i < r->sub_clients; i++)
+        rv = connect_one(&R, &cl[i], false, r);
+    for (uint64_t j = 0; rv == 0 && j < c->subs; j++)
+        if ((rv = fx_subscribe(&subs[j], cl[j / FX_BENCH_SUBS_PER_CLIENT], c->ns, "bench0",
+                               NULL)) != 0)
+            set_err(r, rv, "subscribe");
+    if (rv == 0)
+        rv = wait_subscriptions(c, base + c->subs, r);
+    if (rv == 0) {
+        r->subscribe_s = (double)(fx_bench_now_ns() - a.t) / 1e9;
+        usleep(IDLE_SETTLE_US);
+        if ((rv = fx_bench_proc_rss(c->broker_pid, &r->rss_subs_kb, &r->hwm_kb)) != 0)
+            idle_err(r, rv, "read the broker's VmRSS");
+    }
+    if (rv == 0) {
+        probe(c, &b);
+        diff_probes(c, &a, &b, r, c->subs);
+        r->peak_rss_kb = r->hwm_kb;
+        r->bytes_per_sub =
+            ((double)r->rss_subs_kb - (double)r->rss_idle_kb) * 1024.0 / (double)c->subs;
+        r->valid = true;
+    }
+    for (uint64_t j = 0; subs != NULL && j < c->subs; j++)
+        fx_unsubscribe(subs[j]);
+    for (uint32_t i = 0; cl != NULL && i < r->sub_clients; i++)
+        fx_client_close(cl[i], 2000);
+    free(subs);
+    free(cl);
+    return rv;
+}
+
 int fx_bench_run_once(const fx_bench_cfg *c, fx_bench_result *r)
 {
     memset(r, 0, sizeof(*r));
+    if (c->mode == FX_BENCH_IDLE_SUBS)
+        return idle_subs_run(c, r);
     run R = {.cfg = c};
     atomic_init(&R.final_total, NO_FINAL);
     R.window = c->mode == FX_BENCH_LATENCY ? 1 : fx_bench_credit_window(c->payload);
@@ -673,6 +757,10 @@ int fx_bench_run_once(const fx_bench_cfg *c, fx_bench_result *r)
     fx_bench_rss_sampler rss = {0};
     if (c->broker_pid > 0 && fx_bench_rss_start(&rss, c->broker_pid, 200) != 0)
         fprintf(stderr, "felix-bench: cannot start the RSS sampler; no peak_rss_kb\n");
+    fx_bench_rss_sampler watch = {0};
+    if (c->watch_s > 0 &&
+        fx_bench_rss_watch_start(&watch, c->broker_pid, 10000, 1000, c->watch_s) != 0)
+        fprintf(stderr, "felix-bench: cannot start the RSS watch\n");
     probes a, b;
     probe(c, &a);
     R.deadline_ns = a.t + (uint64_t)(c->max_seconds * 1e9);
@@ -685,6 +773,14 @@ int fx_bench_run_once(const fx_bench_cfg *c, fx_bench_result *r)
         }
     probe(c, &b);
     r->peak_rss_kb = fx_bench_rss_stop(&rss);
+    r->watch_max_kb = fx_bench_rss_stop(&watch);
+    r->watch_samples = atomic_load(&watch.samples);
+    r->watch_first_kb = atomic_load(&watch.first_kb);
+    r->watch_last_kb = atomic_load(&watch.last_kb);
+    r->watch_min_kb = r->watch_samples ? atomic_load(&watch.min_kb) : 0;
+    r->watch_spread_pct = r->watch_samples ? 100.0 * (double)(r->watch_max_kb - r->watch_min_kb) /
+                                                 (double)r->watch_min_kb
+                                           : NAN;
     uint64_t rss_now;
     if (c->broker_pid > 0)
         fx_bench_proc_rss(c->broker_pid, &rss_now, &r->hwm_kb);

@@ -17,6 +17,7 @@ typedef enum fx_bench_mode {
     FX_BENCH_THROUGHPUT,
     FX_BENCH_LATENCY,
     FX_BENCH_OVERLOAD,
+    FX_BENCH_IDLE_SUBS, /* N idle subscriptions: the broker's RSS per subscription */
 } fx_bench_mode;
 
 /* Everything one run needs. Strings are borrowed for the run. */
@@ -45,6 +46,8 @@ typedef struct fx_bench_cfg {
     uint64_t bufferable; /* bytes the configuration can buffer (guard) */
     bool progress;       /* print a progress line to stderr on long runs */
     const char *ns;      /* namespace of the benchmark streams */
+    uint64_t subs;       /* idle-subs: subscriptions to open */
+    uint32_t watch_s;    /* overload: VmRSS every second for this long, from 10 s in */
 } fx_bench_cfg;
 
 /* What one run measured. NaN where not measured. */
@@ -70,6 +73,13 @@ typedef struct fx_bench_result {
     uint64_t stalled_expected, stalled_received, stalled_dropped, stalled_client_dropped;
     bool have_drops;
     fx_bench_drops drops; /* broker counters, delta over the run */
+    /* overload --rss-watch: the broker's VmRSS samples */
+    uint64_t watch_samples, watch_min_kb, watch_max_kb, watch_first_kb, watch_last_kb;
+    double watch_spread_pct; /* (max - min) / min, percent */
+    /* idle-subs */
+    uint32_t sub_clients;              /* clients (one event connection each) */
+    uint64_t rss_idle_kb, rss_subs_kb; /* broker VmRSS before and with the subscriptions */
+    double bytes_per_sub, subscribe_s; /* (after - before) / N; time to open them */
 } fx_bench_result;
 
 /* Runs |cfg| once and fills |r|. Returns 0 when the run took place (valid
@@ -77,5 +87,9 @@ typedef struct fx_bench_result {
  * FX_ETIMEDOUT / -ECONNREFUSED / FX_ETLS* when the broker is unreachable,
  * -ENOMEM, -errno. Main thread. */
 int fx_bench_run_once(const fx_bench_cfg *cfg, fx_bench_result *r);
+
+/* Subscriptions per client in idle-subs mode: under the 1024 concurrent
+ * uni streams one connection allows. */
+#define FX_BENCH_SUBS_PER_CLIENT 1000u
 
 #endif

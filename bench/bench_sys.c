@@ -143,30 +143,69 @@ static void sample_once(fx_bench_rss_sampler *s)
         return;
     if (rss > atomic_load(&s->peak_kb))
         atomic_store(&s->peak_kb, rss);
+    if (rss < atomic_load(&s->min_kb))
+        atomic_store(&s->min_kb, rss);
+    if (atomic_load(&s->samples) == 0)
+        atomic_store(&s->first_kb, rss);
+    atomic_store(&s->last_kb, rss);
     atomic_fetch_add(&s->samples, 1);
+}
+
+static bool sampler_full(fx_bench_rss_sampler *s)
+{
+    return s->limit && atomic_load(&s->samples) >= s->limit;
+}
+
+/* Sleeps until |t| (monotonic ns), in slices short enough to see a stop.
+ * Returns false when stopped first. */
+static bool sleep_until(fx_bench_rss_sampler *s, uint64_t t)
+{
+    for (uint64_t now; !atomic_load(&s->stop) && (now = fx_bench_now_ns()) < t;) {
+        uint64_t ns = t - now < 100000000u ? t - now : 100000000u;
+        usleep((useconds_t)(ns / 1000u));
+    }
+    return !atomic_load(&s->stop);
 }
 
 static void *sampler_main(void *arg)
 {
     fx_bench_rss_sampler *s = arg;
-    while (!atomic_load(&s->stop)) {
+    uint64_t period = (uint64_t)s->period_ms * 1000000u;
+    uint64_t next = fx_bench_now_ns() + (uint64_t)s->delay_ms * 1000000u;
+    if (!sleep_until(s, next))
+        return NULL;
+    while (!sampler_full(s)) {
         sample_once(s);
-        usleep((useconds_t)s->period_ms * 1000u);
+        next += period;
+        if (!sleep_until(s, next))
+            break;
     }
-    sample_once(s);
+    if (!sampler_full(s))
+        sample_once(s);
     return NULL;
 }
 
-int fx_bench_rss_start(fx_bench_rss_sampler *s, int pid, int period_ms)
+int fx_bench_rss_watch_start(fx_bench_rss_sampler *s, int pid, int delay_ms, int period_ms,
+                             uint64_t limit)
 {
     s->pid = pid;
     s->period_ms = period_ms;
+    s->delay_ms = delay_ms;
+    s->limit = limit;
     atomic_init(&s->stop, false);
     atomic_init(&s->peak_kb, 0);
+    atomic_init(&s->min_kb, UINT64_MAX);
+    atomic_init(&s->first_kb, 0);
+    atomic_init(&s->last_kb, 0);
     atomic_init(&s->samples, 0);
     int rv = pthread_create(&s->th, NULL, sampler_main, s);
     s->running = rv == 0;
     return -rv;
+}
+
+int fx_bench_rss_start(fx_bench_rss_sampler *s, int pid, int period_ms)
+{
+    return fx_bench_rss_watch_start(s, pid, 0, period_ms, 0);
 }
 
 uint64_t fx_bench_rss_stop(fx_bench_rss_sampler *s)
@@ -235,7 +274,9 @@ static uint64_t prom_value(const char *body, const char *name)
     return 0;
 }
 
-int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d)
+/* GETs /metrics from |addr| into a new buffer (*|body|, freed by the
+ * caller on success). Returns 0, -errno, -ENOMEM or -EPROTO. */
+static int scrape_body(const char *addr, char **body)
 {
     int fd = http_connect(addr);
     if (fd < 0)
@@ -253,15 +294,38 @@ int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d)
         rv = -EPROTO;
     if (rv == 0 && strncmp(buf + 8, " 200", 4) != 0)
         rv = -EPROTO;
-    if (rv == 0) {
-        d->subscribe_dropped = prom_value(buf, "felix_subscribe_dropped_total");
-        d->lane_dropped = prom_value(buf, "felix_subscriber_lane_dropped_total");
-        d->lane_dropped_events = prom_value(buf, "felix_subscriber_lane_dropped_events_total");
-        d->ingress_dropped = prom_value(buf, "felix_broker_ingress_dropped_total");
-        d->subscriber_disconnect = prom_value(buf, "felix_subscriber_disconnect_total");
+    if (rv != 0) {
+        free(buf);
+        return rv;
     }
+    *body = buf;
+    return 0;
+}
+
+int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d)
+{
+    char *buf;
+    int rv = scrape_body(addr, &buf);
+    if (rv != 0)
+        return rv;
+    d->subscribe_dropped = prom_value(buf, "felix_subscribe_dropped_total");
+    d->lane_dropped = prom_value(buf, "felix_subscriber_lane_dropped_total");
+    d->lane_dropped_events = prom_value(buf, "felix_subscriber_lane_dropped_events_total");
+    d->ingress_dropped = prom_value(buf, "felix_broker_ingress_dropped_total");
+    d->subscriber_disconnect = prom_value(buf, "felix_subscriber_disconnect_total");
     free(buf);
-    return rv;
+    return 0;
+}
+
+int fx_bench_scrape_value(const char *addr, const char *name, uint64_t *v)
+{
+    char *buf;
+    int rv = scrape_body(addr, &buf);
+    if (rv != 0)
+        return rv;
+    *v = prom_value(buf, name);
+    free(buf);
+    return 0;
 }
 
 int fx_bench_local_drops(fx_bench_drops *d)

@@ -38,15 +38,26 @@ int fx_bench_host_cpu(double *busy, double *total);
 typedef struct fx_bench_rss_sampler {
     int pid;
     int period_ms;
+    int delay_ms;   /* first sample this long after the start (watch) */
+    uint64_t limit; /* stop after this many samples (0: until stopped) */
     pthread_t th;
     _Atomic bool stop;
-    _Atomic uint64_t peak_kb; /* largest VmRSS seen */
+    _Atomic uint64_t peak_kb;           /* largest VmRSS seen */
+    _Atomic uint64_t min_kb;            /* smallest VmRSS seen (UINT64_MAX: none) */
+    _Atomic uint64_t first_kb, last_kb; /* first and latest sample */
     _Atomic uint64_t samples;
     bool running;
 } fx_bench_rss_sampler;
 
-/* Starts sampling |pid|. Returns 0 or -errno (thread creation). */
+/* Starts sampling |pid| now, every |period_ms|, until stopped. Returns 0
+ * or -errno (thread creation). */
 int fx_bench_rss_start(fx_bench_rss_sampler *s, int pid, int period_ms);
+/* Starts a watch of |pid|: |limit| samples, one every |period_ms| on a
+ * fixed schedule, the first |delay_ms| after the call (a stop before then
+ * takes none). Read min_kb/peak_kb/samples after fx_bench_rss_stop.
+ * Returns 0 or -errno (thread creation). */
+int fx_bench_rss_watch_start(fx_bench_rss_sampler *s, int pid, int delay_ms, int period_ms,
+                             uint64_t limit);
 /* Stops and joins the sampler; returns the peak VmRSS in kB (0 if none). */
 uint64_t fx_bench_rss_stop(fx_bench_rss_sampler *s);
 
@@ -63,6 +74,11 @@ typedef struct fx_bench_drops {
 /* GETs http://|addr|/metrics ("host:port", numeric IPv4) with a 2 s bound
  * and fills |d|. Returns 0, -errno, or -EPROTO (not an HTTP 200 answer). */
 int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d);
+
+/* GETs http://|addr|/metrics like fx_bench_scrape_drops and stores the
+ * value of the unlabelled series |name| in |v| (0 when absent). Returns 0,
+ * -errno, or -EPROTO. */
+int fx_bench_scrape_value(const char *addr, const char *name, uint64_t *v);
 
 /* Fills |d| from this process's metrics registry (in-process broker).
  * Returns 0 or -ENOMEM. */

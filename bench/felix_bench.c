@@ -31,11 +31,12 @@ typedef struct opts {
     bool total_set, warmup_set;
 } opts;
 
-static const char *const MODE_NAMES[] = {"throughput", "latency", "overload"};
+static const char *const MODE_NAMES[] = {"throughput", "latency", "overload", "idle-subs"};
+#define NMODES 4
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: felix-bench [--mode throughput|latency|overload] [options]\n"
+    fprintf(out, "usage: felix-bench [--mode throughput|latency|overload|idle-subs] [options]\n"
                  "  --payload P        bytes per message, >= 16 (default 1024)\n"
                  "  --fanout F         subscriber connections, one thread each (default 1)\n"
                  "  --batch B          messages per publish call (default 64)\n"
@@ -48,6 +49,10 @@ static void usage(FILE *out)
                  "  --max-seconds S    hard bound of the publish loop (default 60)\n"
                  "  --runs K           repeat K times; the human table ends with medians\n"
                  "  --ack              latency: acknowledged publishes (per message)\n"
+                 "  --subs N           idle-subs: N subscriptions on one stream, 1000 per client\n"
+                 "                     (needs --server, --broker-pid and --admin; default 10000)\n"
+                 "  --rss-watch S      overload: the broker's VmRSS every second for S seconds,\n"
+                 "                     from 10 s in (needs --broker-pid; lengthens the run)\n"
                  "  --callback         deliver by callback on the client loop\n"
                  "  --server ADDR      external broker host:port (default: in-process broker)\n"
                  "  --pin HEX          external broker's certificate SHA-256 (or --insecure)\n"
@@ -95,6 +100,8 @@ enum {
     O_LABEL,
     O_QUIET,
     O_DROP,
+    O_SUBS,
+    O_WATCH,
     O_HELP,
 };
 
@@ -123,13 +130,15 @@ static const struct option LONG_OPTS[] = {
     {"label", 1, 0, O_LABEL},
     {"quiet", 0, 0, O_QUIET},
     {"test-drop-every", 1, 0, O_DROP},
+    {"subs", 1, 0, O_SUBS},
+    {"rss-watch", 1, 0, O_WATCH},
     {"help", 0, 0, O_HELP},
     {0, 0, 0, 0},
 };
 
 static int parse_mode(const char *s, fx_bench_mode *m)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NMODES; i++)
         if (strcmp(s, MODE_NAMES[i]) == 0) {
             *m = (fx_bench_mode)i;
             return 0;
@@ -169,6 +178,10 @@ static int parse_num(opts *o, int c, const char *arg)
         return parse_u64(arg, 1200, 65507, &v) ? -1 : (o->mtu = (uint32_t)v, 0);
     case O_DROP:
         return parse_u64(arg, 1, UINT32_MAX, &o->c.drop_every);
+    case O_SUBS:
+        return parse_u64(arg, 1, 1000000, &o->c.subs);
+    case O_WATCH:
+        return parse_u64(arg, 1, 3600, &v) ? -1 : (o->c.watch_s = (uint32_t)v, 0);
     case O_MINS:
     case O_MAXS:
         d = strtod(arg, NULL);
@@ -279,6 +292,22 @@ static int finish_cfg(opts *o)
         fprintf(stderr, "felix-bench: overload needs --fanout >= 2 (one subscriber stalls)\n");
         return 2;
     }
+    if (c->mode == FX_BENCH_IDLE_SUBS && (!c->server || !c->broker_pid || !c->admin)) {
+        fprintf(stderr, "felix-bench: idle-subs measures an external broker: it needs --server, "
+                        "--broker-pid and --admin\n");
+        return 2;
+    }
+    if (c->watch_s && (c->mode != FX_BENCH_OVERLOAD || !c->broker_pid)) {
+        fprintf(stderr, "felix-bench: --rss-watch needs --mode overload and --broker-pid\n");
+        return 2;
+    }
+    if (c->watch_s) { /* the run outlasts the watch: 10 s, then one sample a second */
+        double need = 10.0 + c->watch_s + 1.0;
+        if (c->min_seconds < need)
+            c->min_seconds = need;
+        if (c->max_seconds < c->min_seconds + 30)
+            c->max_seconds = c->min_seconds + 30;
+    }
     if (c->server && !c->pin && !c->insecure) {
         fprintf(stderr, "felix-bench: --server needs --pin HEX (the fingerprint felix-broker "
                         "prints at start) or --insecure\n");
@@ -289,6 +318,8 @@ static int finish_cfg(opts *o)
         c->batch = (uint32_t)window;
     c->lossless = c->mode != FX_BENCH_OVERLOAD;
     c->bufferable = bufferable_of(c);
+    if (c->mode == FX_BENCH_IDLE_SUBS)
+        return 0;
     if (c->mode == FX_BENCH_LATENCY) {
         if (!o->total_set)
             c->total = 20000;
@@ -457,6 +488,16 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
 {
     const fx_bench_cfg *c = &o->c;
     json_common(o, r, run);
+    if (c->mode == FX_BENCH_IDLE_SUBS) {
+        printf("\"subs\":%llu,\"sub_clients\":%u,\"rss_idle_kb\":%llu,\"rss_subs_kb\":%llu,",
+               (unsigned long long)c->subs, r->sub_clients, (unsigned long long)r->rss_idle_kb,
+               (unsigned long long)r->rss_subs_kb);
+        jnum("bytes_per_sub", r->bytes_per_sub, 0);
+        jnum("subscribe_s", r->subscribe_s, 3);
+        json_tail(o, r);
+        fflush(stdout);
+        return;
+    }
     if (c->mode == FX_BENCH_LATENCY) {
         printf("\"ack\":%s,\"delivery\":\"%s\",\"lat_timeouts\":%llu,", c->ack ? "true" : "false",
                c->callback ? "callback" : "next", (unsigned long long)r->lat_timeouts);
@@ -492,6 +533,15 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
                    (unsigned long long)r->drops.lane_dropped_events,
                    (unsigned long long)r->drops.ingress_dropped,
                    (unsigned long long)r->drops.subscriber_disconnect);
+        if (c->watch_s) {
+            printf(
+                "\"rss_watch_s\":%u,\"rss_watch_samples\":%llu,\"rss_watch_min_kb\":%llu,"
+                "\"rss_watch_max_kb\":%llu,\"rss_watch_first_kb\":%llu,\"rss_watch_last_kb\":%llu,",
+                c->watch_s, (unsigned long long)r->watch_samples,
+                (unsigned long long)r->watch_min_kb, (unsigned long long)r->watch_max_kb,
+                (unsigned long long)r->watch_first_kb, (unsigned long long)r->watch_last_kb);
+            jnum("rss_watch_spread_pct", r->watch_spread_pct, 2);
+        }
     }
     json_tail(o, r);
     fflush(stdout);
@@ -503,6 +553,14 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
     char line[512];
     printf("run %d  %s  payload %zu  fanout %u  streams %u  ", run, MODE_NAMES[c->mode], c->payload,
            c->fanout, c->streams);
+    if (c->mode == FX_BENCH_IDLE_SUBS) {
+        printf("%llu subscriptions over %u clients in %.1f s: broker RSS %.1f MB idle, %.1f MB "
+               "with them: %.0f bytes per subscription\n",
+               (unsigned long long)c->subs, r->sub_clients, r->subscribe_s,
+               (double)r->rss_idle_kb / 1024.0, (double)r->rss_subs_kb / 1024.0, r->bytes_per_sub);
+        fflush(stdout);
+        return;
+    }
     if (c->mode == FX_BENCH_LATENCY) {
         if (!r->valid)
             printf("INVALID (%s)\n", r->why);
@@ -539,6 +597,12 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
                (unsigned long long)r->drops.lane_dropped,
                (unsigned long long)r->drops.lane_dropped_events,
                (unsigned long long)r->drops.ingress_dropped);
+    if (c->watch_s)
+        printf("       broker RSS watch: %llu of %u samples (1 s apart, from 10 s in): min %.1f "
+               "MB, max %.1f MB, spread %.2f%%; first %.1f MB, last %.1f MB\n",
+               (unsigned long long)r->watch_samples, c->watch_s, (double)r->watch_min_kb / 1024.0,
+               (double)r->watch_max_kb / 1024.0, r->watch_spread_pct,
+               (double)r->watch_first_kb / 1024.0, (double)r->watch_last_kb / 1024.0);
     if (r->have_server)
         printf("       broker: peak RSS %.1f MB, CPU %.0f%%\n", (double)r->peak_rss_kb / 1024.0,
                100.0 * (r->server_user_s + r->server_sys_s) / r->run_s);
@@ -558,7 +622,10 @@ static double median_of(const fx_bench_result *rs, int n, size_t off)
 
 static void print_medians(const opts *o, const fx_bench_result *rs, int n)
 {
-    if (o->c.mode == FX_BENCH_LATENCY)
+    if (o->c.mode == FX_BENCH_IDLE_SUBS)
+        printf("median of %d: %.0f bytes per subscription\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, bytes_per_sub)));
+    else if (o->c.mode == FX_BENCH_LATENCY)
         printf("median of %d: p50 %.1f  p99 %.1f  p999 %.1f us\n", n,
                median_of(rs, n, offsetof(fx_bench_result, lat.p50_us)),
                median_of(rs, n, offsetof(fx_bench_result, lat.p99_us)),
@@ -610,7 +677,8 @@ int main(int argc, char **argv)
                     .max_seconds = 60,
                     .idle_seconds = 3,
                     .progress = true,
-                    .ns = "bench"},
+                    .ns = "bench",
+                    .subs = 10000},
               .runs = 1};
     int rv = parse_args(argc, argv, &o);
     if (rv != 0)
