@@ -1032,6 +1032,19 @@ static const fx_cli_help HELP[] = {
         "--ttl 1h",
         false,
     },
+    {
+        "bench",
+        "run the benchmark harness (felix-bench, built beside felix)",
+        "felix bench [felix-bench options]\n"
+        "\n"
+        "Runs felix-bench with the same arguments: throughput, latency, overload and\n"
+        "idle-subs modes against an in-process broker or --server ADDR --pin HEX.\n"
+        "'felix bench --help' shows this; 'felix-bench --help' lists every option.\n"
+        "docs/performance.md has the workload, the fields and measured figures.\n",
+        "felix bench --mode latency --payload 1024 --fanout 10\n"
+        "  felix bench --mode throughput --payload 1024 --fanout 1 --runs 3 --json",
+        false,
+    },
 };
 
 static const char COMMON_HELP[] =
