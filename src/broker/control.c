@@ -443,7 +443,7 @@ int fx_broker_list_subscriptions(fx_broker *b, uint64_t timeout_ns, char **pjson
     }
     qsort(v, n, sizeof(*v), cmp_sub);
     for (size_t i = 0; i < n; i++)
-        json_array_append(arr, v[i]);
+        json_array_append_new(arr, json_deep_copy(v[i])); /* no object shared across threads */
     free(v);
     gather_unref(g);
     return dump(json_pack("{s:o}", "subscriptions", arr), pjson);
