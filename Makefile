@@ -1,6 +1,6 @@
 # Thin wrapper over CMake. `make run` builds and starts the broker on
-# 127.0.0.1; `make test` builds with ASan/UBSan (+ a TSan build of the
-# concurrency tests) and runs every test. Both install missing Debian packages.
+# 127.0.0.1; `make test` builds with ASan/UBSan (plus a ThreadSanitizer build of
+# the concurrent code) and runs every test. Both install missing Debian packages.
 JOBS ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CMAKE ?= cmake
