@@ -35,7 +35,7 @@ static const struct enum_def sub_stream_enum = {
     {"per_subscriber"},
     "per_subscriber",
     "hashed_pool",
-    "hashed_pool is not implemented (the original fell back to per_subscriber)"};
+    "hashed_pool is not supported: use per_subscriber (the original silently fell back to it)"};
 static const struct enum_def log_level_enum = {
     {"error", "warn", "info", "debug", "trace"}, "error, warn, info, debug or trace", NULL, NULL};
 static const struct enum_def auth_enum = {{"none", "jwt"}, "none or jwt", NULL, NULL};
