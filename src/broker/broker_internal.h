@@ -289,6 +289,9 @@ void fxb_conn_unref(fxb_conn *c);
 void fxb_bidi_unref(fxb_bidi *s);
 /* Queues a finished reply frame (takes ownership of |frame|) in order. */
 void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame);
+/* Appends |r| to |s|'s replies, which are written in request order. Loop
+ * thread of |s|'s connection. */
+void fxb_reply_push(fxb_bidi *s, fxb_reply *r);
 /* Queues a JSON message reply in order. Returns 0 or -ENOMEM. */
 int fxb_bidi_reply_msg(fxb_bidi *s, const fx_msg *m);
 /* Replies error{|text|} and, when |end|, ends the stream after it. */

@@ -62,7 +62,7 @@ int fxb_msg_frame(const fx_msg *m, fx_buf **pframe)
     return rv;
 }
 
-static void reply_push(fxb_bidi *s, fxb_reply *r)
+void fxb_reply_push(fxb_bidi *s, fxb_reply *r)
 {
     r->owner = s;
     if (s->rtail != NULL)
@@ -83,7 +83,7 @@ void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame)
     atomic_init(&r->refs, 1);
     r->frame = frame;
     atomic_init(&r->done, true);
-    reply_push(s, r);
+    fxb_reply_push(s, r);
     fxb_bidi_flush(s);
 }
 

@@ -48,12 +48,7 @@ static fxb_reply *reply_new(fxb_bidi *s, bool binary, uint64_t request_id)
     r->request_id = request_id;
     r->loop = s->conn->loop;
     fx_task_init(&r->task, reply_done_cb, r);
-    r->owner = s;
-    if (s->rtail != NULL)
-        s->rtail->next = r;
-    else
-        s->rhead = r;
-    s->rtail = r;
+    fxb_reply_push(s, r);
     return r;
 }
 
