@@ -238,6 +238,18 @@ int fx_subscription_set_callback(fx_subscription *s, fx_event_cb cb, void *user)
 /* Fills |st| (relaxed reads). Returns 0 or -EINVAL. */
 int fx_subscription_stats(fx_subscription *s, fx_sub_stats *st);
 
+/* Client-wide counters. */
+typedef struct fx_client_stats {
+    /* Unacked publishes already handed to QUIC on a connection that was then
+     * lost: they may not have reached the broker (acked ones fail with
+     * FX_ECONNLOST instead and are not counted here). */
+    uint64_t publishes_lost;
+    uint64_t reconnects; /* connections re-established after a loss */
+} fx_client_stats;
+
+/* Fills |st| (relaxed reads). Returns 0 or -EINVAL. Any thread. */
+int fx_client_get_stats(fx_client *c, fx_client_stats *st);
+
 /* Copies why |s| failed or ended into |e| (code 0 while live). */
 int fx_subscription_error(fx_subscription *s, fx_sub_error *e);
 

@@ -604,3 +604,12 @@ int fx_client_close(fx_client *c, int timeout_ms)
     client_teardown(c);
     return rv;
 }
+
+int fx_client_get_stats(fx_client *c, fx_client_stats *st)
+{
+    if (c == NULL || st == NULL)
+        return -EINVAL;
+    *st = (fx_client_stats){.publishes_lost = atomic_load(&c->pub_lost),
+                            .reconnects = atomic_load(&c->reconnects)};
+    return 0;
+}
