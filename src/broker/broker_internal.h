@@ -197,8 +197,14 @@ struct fxb_bidi {
     fx_task resume_task;
     bool resume_pending;
     fx_timer wait_timer;
-    /* Replies in request order. */
+    /* Replies in request order. At FXB_REPLIES_HIGH queued the stream stops
+     * reading (a client that sends requests but does not read the answers is
+     * slowed, not buffered without bound) until they fall to
+     * FXB_REPLIES_LOW; |replies_task| then resumes reading. */
     fxb_reply *rhead, *rtail;
+    size_t nreplies;
+    bool replies_full;
+    fx_task replies_task;
     /* Last resolved stream (names resolved once per QUIC stream) and the
      * permission answers for those names: bit (1 << action) of |perm_known|
      * says |perm_ok| holds that action's answer. */
@@ -281,6 +287,11 @@ fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h);
 fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h);
 /* Rings |w|'s doorbell (jobs were queued). Any thread. */
 void fxb_worker_kick(fxb_worker *w);
+
+/* Bounds of a client stream's reply queue (the original throttles at the
+ * same marks). */
+#define FXB_REPLIES_HIGH 1536u
+#define FXB_REPLIES_LOW 1024u
 
 /* ---- conn.c --------------------------------------------------------------- */
 extern const fx_quic_callbacks fxb_quic_callbacks;

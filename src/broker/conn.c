@@ -70,6 +70,31 @@ void fxb_reply_push(fxb_bidi *s, fxb_reply *r)
     else
         s->rhead = r;
     s->rtail = r;
+    if (++s->nreplies >= FXB_REPLIES_HIGH)
+        s->replies_full = true;
+}
+
+/* Reading resumes once the reply queue has drained to the low mark (posted,
+ * so a flush inside the input path never re-enters it). */
+static void replies_resume(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_bidi *s = user;
+    bool closed = s->closed;
+    if (!closed)
+        fxb_bidi_continue(s);
+    fxb_bidi_unref(s); /* the post's reference */
+}
+
+static void replies_drained(fxb_bidi *s)
+{
+    if (!s->replies_full || s->nreplies > FXB_REPLIES_LOW)
+        return;
+    s->replies_full = false;
+    s->refs++;
+    if (!fx_loop_post(s->conn->loop, &s->replies_task))
+        s->refs--; /* already pending: that run resumes reading */
 }
 
 void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame)
@@ -150,9 +175,11 @@ void fxb_bidi_flush(fxb_bidi *s)
         s->rhead = r->next;
         if (s->rhead == NULL)
             s->rtail = NULL;
+        s->nreplies--;
         r->owner = NULL;
         fxb_reply_unref(r);
     }
+    replies_drained(s);
     /* Input still buffered behind a park (or being fed from that buffer)
      * holds the FIN too: the client's FIN is answered only once every frame
      * it sent before it was handled. */
@@ -433,11 +460,11 @@ static void credit(fxb_bidi *s)
  * partial frames of all its streams. From the reservation on, the body must
  * arrive within frame_read_timeout, or the stream is reset. */
 
-/* True while the stream reads nothing: a publish parked at admission, or a
- * header waiting for its bytes. */
+/* True while the stream reads nothing: a publish parked at admission, a
+ * header waiting for its bytes, or too many replies not yet written. */
 static bool blocked(const fxb_bidi *s)
 {
-    return s->parked != NULL || s->resv_wait;
+    return s->parked != NULL || s->resv_wait || s->replies_full;
 }
 
 static uint64_t frame_timeout_ns(const fx_broker *b)
@@ -740,6 +767,7 @@ static void bidi_close(fxb_bidi *s)
         fxb_reply_unref(r);
     }
     s->rtail = NULL;
+    s->nreplies = 0;
     for (fxb_bidi **pp = &c->bidis; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == s) {
             *pp = s->next;
@@ -844,6 +872,7 @@ static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
     s->sid = sid;
     fx_frame_decoder_init(&s->dec, c->b->o.max_frame_bytes);
     fx_task_init(&s->resume_task, fxb_bidi_resume, s);
+    fx_task_init(&s->replies_task, replies_resume, s);
     fx_timer_init(&s->wait_timer, fxb_bidi_wait_expired, s);
     fx_task_init(&s->resv_task, resv_resume, s);
     fx_timer_init(&s->frame_timer, on_frame_timeout, s);

@@ -779,6 +779,44 @@ static void test_acked_binary_publish_gets_0x0010_with_request_id(void **state)
     t_free(t);
 }
 
+/* A client that pipelines requests but does not read the answers: once
+ * FXB_REPLIES_HIGH replies wait to be written, the broker stops reading that
+ * stream (its QUIC credit is withheld) instead of queueing replies without
+ * bound; when the client reads again, every request is answered in order. */
+static void test_unread_replies_stop_reading_instead_of_queueing(void **state)
+{
+    (void)state;
+    enum { N = 6000 };
+    T *t = t_new();
+    t->size_of = size_small;
+    t->bo.quic.unacked_cap = 8u << 10; /* little room below the reply queue */
+    t->co.stream_window = 4u << 10;    /* the client reads 4 KiB of replies */
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    s->stalled = true;
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    for (uint64_t rid = 1; rid <= N; rid++)
+        send_buf(s, binary_publish(t, "unread", rid - 1, 1, true, rid));
+    run_for(t, 500);
+    fx_metrics_snapshot_take(&b);
+    uint64_t answered = (b.c.publish_ok - a.c.publish_ok) + (b.c.publish_error - a.c.publish_error);
+    /* what fits in the client's window and the unacked cap, plus the queue */
+    assert_true(answered < N);
+    assert_true(answered >= 1536); /* the queue bound, FXB_REPLIES_HIGH */
+    resume_stream(s);
+    for (uint64_t rid = 1; rid <= N; rid++) {
+        tframe *f = next_reply(t, s);
+        fx_publish_ack ack;
+        assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
+        assert_int_equal(fx_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+        assert_int_equal(ack.request_id, rid);
+        tframe_free(f);
+    }
+    t_free(t);
+}
+
 static void test_json_publish_acked_gets_publish_ok(void **state)
 {
     (void)state;
@@ -1947,6 +1985,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_publish_before_auth_is_refused),
     cmocka_unit_test(test_tenant_mismatch_refused),
     cmocka_unit_test(test_acked_binary_publish_gets_0x0010_with_request_id),
+    cmocka_unit_test(test_unread_replies_stop_reading_instead_of_queueing),
     cmocka_unit_test(test_json_publish_acked_gets_publish_ok),
     cmocka_unit_test(test_json_acked_without_request_id_error),
     cmocka_unit_test(test_unknown_flag_gets_error_and_stream_continues),
