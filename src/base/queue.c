@@ -1,7 +1,9 @@
 /* Bounded MPMC queue (a Vyukov ring with per-cell sequence numbers) plus the
  * three full-queue policies and the park/resume protocol for BLOCK. Push and
  * pop are lock-free; only the waiter list, touched when producers park, has a
- * mutex. Any thread. */
+ * mutex. The growable form swaps the ring for a plain circular array under a
+ * mutex that can be reallocated; the depth counter, the policies and parking
+ * are the same code for both. Any thread. */
 #include "base/queue.h"
 
 #include "felix/error.h"
@@ -42,13 +44,8 @@ static int check_opts(const fx_queue_opts *o)
     return 0;
 }
 
-int fx_queue_init(fx_queue *q, const fx_queue_opts *o)
+static int ring_init(fx_queue *q, size_t ring)
 {
-    int rv = check_opts(o);
-    if (rv != 0)
-        return rv;
-    memset(q, 0, sizeof(*q));
-    size_t ring = round_pow2(o->capacity);
     q->cells = malloc(ring * sizeof(*q->cells));
     if (q->cells == NULL)
         return -ENOMEM;
@@ -56,12 +53,54 @@ int fx_queue_init(fx_queue *q, const fx_queue_opts *o)
         atomic_init(&q->cells[i].seq, i);
         q->cells[i].item = NULL;
     }
-    rv = pthread_mutex_init(&q->wait_mu, NULL);
+    q->mask = ring - 1;
+    return 0;
+}
+
+static int growable_init(fx_queue *q, size_t ring, size_t initial)
+{
+    q->gmax = ring;
+    q->gsize = round_pow2(initial < ring ? initial : ring);
+    q->items = malloc(q->gsize * sizeof(*q->items));
+    if (q->items == NULL)
+        return -ENOMEM;
+    int rv = pthread_mutex_init(&q->ring_mu, NULL);
     if (rv != 0) {
-        free(q->cells);
+        free(q->items);
+        q->items = NULL;
         return -rv;
     }
-    q->mask = ring - 1;
+    q->growable = true;
+    return 0;
+}
+
+static void storage_free(fx_queue *q)
+{
+    if (q->growable) {
+        pthread_mutex_destroy(&q->ring_mu);
+        free(q->items);
+        q->items = NULL;
+    } else {
+        free(q->cells);
+        q->cells = NULL;
+    }
+}
+
+int fx_queue_init(fx_queue *q, const fx_queue_opts *o)
+{
+    int rv = check_opts(o);
+    if (rv != 0)
+        return rv;
+    memset(q, 0, sizeof(*q));
+    size_t ring = round_pow2(o->capacity);
+    rv = o->initial_cells != 0 ? growable_init(q, ring, o->initial_cells) : ring_init(q, ring);
+    if (rv != 0)
+        return rv;
+    rv = pthread_mutex_init(&q->wait_mu, NULL);
+    if (rv != 0) {
+        storage_free(q);
+        return -rv;
+    }
     q->capacity = o->capacity;
     q->low_wm = o->low_watermark != 0 ? o->low_watermark : o->capacity / 2;
     q->policy = o->policy;
@@ -81,8 +120,7 @@ void fx_queue_deinit(fx_queue *q)
             q->on_drop(item, q->user);
     }
     pthread_mutex_destroy(&q->wait_mu);
-    free(q->cells);
-    q->cells = NULL;
+    storage_free(q);
 }
 
 /* ---- the ring ----------------------------------------------------------- */
@@ -99,23 +137,78 @@ static bool reserve(fx_queue *q)
     return true;
 }
 
+/* The growable ring. Every access holds ring_mu, so the array can be
+ * replaced. The reservation made before put() guarantees gcount < gmax. */
+
+/* Doubles the ring, keeping the items in order. Returns 0 or -ENOMEM. */
+static int grow(fx_queue *q)
+{
+    size_t nsize = q->gsize * 2;
+    void **n = malloc(nsize * sizeof(*n));
+    if (n == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < q->gcount; i++)
+        n[i] = q->items[(q->ghead + i) & (q->gsize - 1)];
+    free(q->items);
+    q->items = n;
+    q->gsize = nsize;
+    q->ghead = 0;
+    return 0;
+}
+
+static int put_growable(fx_queue *q, void *item)
+{
+    pthread_mutex_lock(&q->ring_mu);
+    assert(q->gcount < q->gmax);
+    if (q->gcount == q->gsize && grow(q) != 0) {
+        pthread_mutex_unlock(&q->ring_mu);
+        return -ENOMEM;
+    }
+    q->items[(q->ghead + q->gcount) & (q->gsize - 1)] = item;
+    q->gcount++;
+    pthread_mutex_unlock(&q->ring_mu);
+    return 0;
+}
+
+static int take_growable(fx_queue *q, void **pitem)
+{
+    pthread_mutex_lock(&q->ring_mu);
+    if (q->gcount == 0) {
+        pthread_mutex_unlock(&q->ring_mu);
+        return -EAGAIN;
+    }
+    *pitem = q->items[q->ghead];
+    q->ghead = (q->ghead + 1) & (q->gsize - 1);
+    q->gcount--;
+    pthread_mutex_unlock(&q->ring_mu);
+    /* seq_cst: pairs with the waiter count in park() (see resume_check). */
+    atomic_fetch_sub(&q->depth, 1);
+    return 0;
+}
+
 /* Writes |item| into the next position. A reservation guarantees the cell is
  * free once every earlier pop has finished; with one consumer that is always
  * already true. With concurrent pops (DROP_OLD evictions) a preempted popper
- * may still hold the cell, so wait for it to publish. */
-static void put(fx_queue *q, void *item)
+ * may still hold the cell, so wait for it to publish. Returns 0, or -ENOMEM
+ * when a growable ring could not grow. */
+static int put(fx_queue *q, void *item)
 {
+    if (q->growable)
+        return put_growable(q, item);
     size_t pos = atomic_fetch_add_explicit(&q->tail, 1, RELAXED);
     fx_queue_cell *c = &q->cells[pos & q->mask];
     while (atomic_load_explicit(&c->seq, memory_order_acquire) != pos)
         sched_yield();
     c->item = item;
     atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+    return 0;
 }
 
 /* Claims the head cell if its item is published. Returns 0 or -EAGAIN. */
 static int take(fx_queue *q, void **pitem)
 {
+    if (q->growable)
+        return take_growable(q, pitem);
     size_t pos = atomic_load_explicit(&q->head, RELAXED);
     fx_queue_cell *c;
     for (;;) {
@@ -139,6 +232,8 @@ static int take(fx_queue *q, void **pitem)
 }
 
 /* ---- push / pop --------------------------------------------------------- */
+
+static void resume_check(fx_queue *q, size_t depth);
 
 static void drop(fx_queue *q, void *item)
 {
@@ -164,12 +259,15 @@ int fx_queue_push(fx_queue *q, void *item)
         else
             sched_yield(); /* the head is a push still in progress */
     }
-    put(q, item);
+    if (put(q, item) != 0) {
+        /* Give the reservation back; a producer parked meanwhile is resumed
+         * by this same check. */
+        resume_check(q, atomic_fetch_sub(&q->depth, 1) - 1);
+        return -ENOMEM;
+    }
     count(&q->enqueued);
     return 0;
 }
-
-static void resume_check(fx_queue *q, size_t depth);
 
 int fx_queue_pop(fx_queue *q, void **pitem)
 {
@@ -291,6 +389,17 @@ size_t fx_queue_depth(const fx_queue *q)
 size_t fx_queue_capacity(const fx_queue *q)
 {
     return q->capacity;
+}
+
+size_t fx_queue_ring_cells(const fx_queue *q)
+{
+    if (!q->growable)
+        return q->mask + 1;
+    fx_queue *mq = (fx_queue *)q; /* the lock is not part of the value */
+    pthread_mutex_lock(&mq->ring_mu);
+    size_t n = q->gsize;
+    pthread_mutex_unlock(&mq->ring_mu);
+    return n;
 }
 
 bool fx_queue_is_closed(const fx_queue *q)

@@ -1,7 +1,10 @@
 /* fx_queue: a bounded queue of `void *` items between threads, with one
  * policy for when it is full (block, drop_new, drop_old) and its own counters.
- * Push and pop are lock-free (a ring of cells with sequence numbers); the
- * logical bound is exactly the configured capacity. A producer that finds a
+ * By default push and pop are lock-free (a preallocated ring of cells with
+ * sequence numbers). A queue created with initial_cells instead starts small
+ * and doubles its ring on demand, under a short mutex, up to what the capacity
+ * needs: the form for the many queues that are mostly empty (one per
+ * subscription). Either way the logical bound is exactly the capacity. A producer that finds a
  * BLOCK queue full never sleeps: it parks a caller-embedded waiter and is
  * resumed by callback once the consumer has drained to the low watermark.
  * Any number of producer threads; one consumer thread is the intended use,
@@ -34,6 +37,10 @@ typedef struct fx_queue_opts {
                                  0 means capacity / 2; must be < capacity */
     fx_queue_drop_cb on_drop; /* may be NULL when items need no release */
     void *user;               /* passed to on_drop */
+    size_t initial_cells;     /* 0: allocate the whole ring now, lock-free push
+                                 and pop. N > 0: start with N cells (rounded up
+                                 to a power of two) and double when full; the
+                                 ring keeps its high-water size until deinit */
 } fx_queue_opts;
 
 #define FX_QUEUE_MAX_CAPACITY ((size_t)1 << 30)
@@ -72,8 +79,14 @@ typedef struct fx_queue {
     atomic_uint_fast64_t dequeued;
     atomic_uint_fast64_t dropped;
     atomic_uint_fast64_t parks;
-    fx_queue_cell *cells;
+    fx_queue_cell *cells; /* the lock-free ring (NULL when growable) */
     size_t mask;
+    /* The growable ring: items[(ghead + i) & (gsize - 1)] for i < gcount,
+     * all under ring_mu. */
+    void **items;
+    size_t gsize, ghead, gcount, gmax;
+    pthread_mutex_t ring_mu;
+    bool growable;
     size_t capacity;
     size_t low_wm;
     fx_queue_policy policy;
@@ -111,8 +124,11 @@ void fx_queue_deinit(fx_queue *q);
  *               owns |item| and may fx_queue_park(). DROP_NEW: |item| was shed
  *               (on_drop already called on it, dropped++); do not touch it.
  *  FX_ECLOSED   fx_queue_close() was called; the caller still owns |item|.
- * Never blocks; DROP_OLD may briefly spin while another thread finishes a
- * push or pop of the cell it evicts. Any thread. */
+ *  -ENOMEM      growable queue only: its ring had to grow and could not;
+ *               nothing happened, the caller still owns |item|.
+ * Never waits for the consumer (a growable queue holds its ring mutex only
+ * for a few stores); a lock-free DROP_OLD queue may briefly spin while
+ * another thread finishes a push or pop of the cell it evicts. Any thread. */
 int fx_queue_push(fx_queue *q, void *item);
 
 /* Takes the oldest item into |*pitem|. Returns 0, or -EAGAIN when empty (a
@@ -152,6 +168,9 @@ void fx_queue_close(fx_queue *q);
 size_t fx_queue_depth(const fx_queue *q);
 /* The configured bound. Any thread. */
 size_t fx_queue_capacity(const fx_queue *q);
+/* Cells the ring holds now: the whole ring, or a growable queue's current
+ * size. Any thread. */
+size_t fx_queue_ring_cells(const fx_queue *q);
 /* True once fx_queue_close() was called. Any thread. */
 bool fx_queue_is_closed(const fx_queue *q);
 /* Fills |st| with relaxed reads of the counters and gauges. Any thread. */

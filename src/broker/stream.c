@@ -192,15 +192,12 @@ void fx_stream_free(fx_stream *s)
 
 static fx_ratelimit sub_queue_drop_rl = FX_RATELIMIT_INIT;
 
-/* Called by the subscriber queue for every envelope it sheds (drop_new
- * refusal, drop_old eviction) or still holds at deinit. Drops are counted in
- * messages (items), the unit the operator loses; the per-subscription stats
- * also keep envelopes. */
-static void sub_on_drop(void *item, void *user)
+/* Counts and releases one envelope lost to |sub|; |was_queued| when it had
+ * been counted into the queue (an eviction or a leftover at close). Drops are
+ * counted in messages (items), the unit the operator loses; the
+ * per-subscription stats also keep envelopes. */
+static void sub_shed(fx_subscriber *sub, fx_envelope *e, bool was_queued)
 {
-    fx_subscriber *sub = user;
-    fx_envelope *e = item;
-    bool was_queued = sub->closing || sub->stream->o.sub_queue_policy == FX_QUEUE_DROP_OLD;
     if (was_queued)
         FX_GAUGE_SUB(sub_queue_len, 1);
     if (!sub->closing) {
@@ -211,7 +208,7 @@ static void sub_on_drop(void *item, void *user)
         sub->st.dropped_items += n;
         FX_COUNTER_ADD(subscribe_dropped, n);
         FX_COUNTER_ADD(sub_queue_dropped, n);
-        if (sub->stream->o.sub_queue_policy == FX_QUEUE_DROP_OLD)
+        if (was_queued && sub->stream->o.sub_queue_policy == FX_QUEUE_DROP_OLD)
             FX_COUNTER_ADD(sub_queue_drop_old, n);
         FX_LOG_RATELIMITED(&sub_queue_drop_rl, fx_now_ns(), FX_LOG_WARN, "broker",
                            "subscriber queue full: dropped %u message(s) sub=%llu stream=%llu",
@@ -219,6 +216,14 @@ static void sub_on_drop(void *item, void *user)
                            (unsigned long long)sub->stream->o.handle_id);
     }
     fx_envelope_unref(e);
+}
+
+/* on_drop of the subscriber queue: every envelope it sheds (drop_new refusal,
+ * drop_old eviction) or still holds at deinit. */
+static void sub_on_drop(void *item, void *user)
+{
+    fx_subscriber *sub = user;
+    sub_shed(sub, item, sub->closing || sub->stream->o.sub_queue_policy == FX_QUEUE_DROP_OLD);
 }
 
 static void note_enqueued(fx_subscriber *sub, fx_envelope *e, uint64_t now, fx_fanout_result *res)
@@ -245,6 +250,14 @@ static int offer(fx_subscriber *sub, fx_envelope *e, uint64_t now, fx_fanout_res
     int rv = fx_queue_push(&sub->q, fx_envelope_ref(e));
     if (rv == 0) {
         note_enqueued(sub, e, now, res);
+        return 0;
+    }
+    if (rv == -ENOMEM) {
+        /* The queue's ring could not grow: shed it like a full drop_new
+         * queue would, counted, whatever the policy. */
+        res->dropped++;
+        res->dropped_items += fx_envelope_count(e);
+        sub_shed(sub, e, false); /* the reference the push did not take */
         return 0;
     }
     if (rv == FX_EFULL && sub->stream->o.sub_queue_policy == FX_QUEUE_DROP_NEW) {
@@ -405,7 +418,8 @@ static int sub_new(fx_stream *s, const fx_subscribe_opts *o, fx_subscriber **psu
     fx_queue_opts qo = {.capacity = s->o.sub_queue_capacity,
                         .policy = s->o.sub_queue_policy,
                         .on_drop = sub_on_drop,
-                        .user = sub};
+                        .user = sub,
+                        .initial_cells = FX_SUB_QUEUE_INITIAL_CELLS};
     int rv = fx_queue_init(&sub->q, &qo);
     if (rv != 0) {
         free(sub);

@@ -20,6 +20,12 @@
 typedef struct fx_stream fx_stream;
 typedef struct fx_subscriber fx_subscriber;
 
+/* A subscription's two queues (its subscriber queue and its writer-lane
+ * queue) start with this many cells and double on demand up to their
+ * configured capacity, so an idle subscription costs a few hundred bytes of
+ * queue instead of its whole bound (docs/performance.md, "Memory"). */
+#define FX_SUB_QUEUE_INITIAL_CELLS 16
+
 /* Tells the worker that a parked fanout may continue: post to the worker loop
  * and call fx_stream_resume() there. Runs on the thread that drained the
  * subscriber queue (normally the worker itself), or inside

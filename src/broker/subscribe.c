@@ -331,7 +331,13 @@ static bool lane_push(fxb_sub *sub, fx_frame_list *l)
         if (lane_reserve(ln)) {
             /* The subscription's queue holds at most the lane's slots, so it
              * refuses only once closed. */
-            if (fx_queue_push(&sub->lane, l) != 0) {
+            int rv = fx_queue_push(&sub->lane, l);
+            if (rv == -ENOMEM) {
+                lane_release(ln); /* no memory to queue it: shed, counted */
+                lane_shed(sub, l);
+                return true;
+            }
+            if (rv != 0) {
                 lane_release(ln);
                 break;
             }
@@ -349,7 +355,13 @@ static bool lane_push(fxb_sub *sub, fx_frame_list *l)
                 return true;
             }
             lane_shed(sub, old);
-            if (fx_queue_push(&sub->lane, l) != 0) {
+            int rv = fx_queue_push(&sub->lane, l);
+            if (rv == -ENOMEM) {
+                lane_release(ln);
+                lane_shed(sub, l);
+                return true;
+            }
+            if (rv != 0) {
                 lane_release(ln);
                 break;
             }
@@ -692,7 +704,8 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
     fx_queue_opts qo = {.capacity = c->b->o.subscriber_lane_queue_depth,
                         .policy = FX_QUEUE_BLOCK,
                         .on_drop = lane_on_leftover,
-                        .user = sub};
+                        .user = sub,
+                        .initial_cells = FX_SUB_QUEUE_INITIAL_CELLS};
     if (fx_queue_init(&sub->lane, &qo) != 0) {
         free(sub);
         return NULL;

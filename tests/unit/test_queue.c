@@ -421,6 +421,118 @@ static void test_policy_parse_accepts_config_names_and_rejects_others(void **sta
     assert_string_equal(fx_queue_policy_name((fx_queue_policy)9), "?");
 }
 
+/* ---- growable ring ------------------------------------------------------ */
+
+static void init_growable(fx_queue *q, size_t cap, size_t initial, fx_queue_policy policy, drops *d)
+{
+    fx_queue_opts o = {.capacity = cap,
+                       .policy = policy,
+                       .on_drop = record_drop,
+                       .user = d,
+                       .initial_cells = initial};
+    assert_int_equal(fx_queue_init(q, &o), 0);
+}
+
+static void test_growable_ring_starts_small_and_doubles_to_the_bound(void **state)
+{
+    fx_queue q;
+    drops d = {0};
+    init_growable(&q, 100, 3, FX_QUEUE_BLOCK, &d);
+    assert_int_equal(fx_queue_ring_cells(&q), 4); /* 3 rounded up */
+    for (uintptr_t i = 0; i < 100; i++) {
+        assert_int_equal(push_val(&q, i), 0);
+        assert_true(fx_queue_ring_cells(&q) >= i + 1);
+    }
+    assert_int_equal(fx_queue_ring_cells(&q), 128);
+    assert_int_equal(push_val(&q, 100), FX_EFULL); /* the bound, not the ring */
+    for (uintptr_t i = 0; i < 100; i++) {
+        void *item;
+        assert_int_equal(fx_queue_pop(&q, &item), 0);
+        assert_int_equal((uintptr_t)item, i);
+    }
+    void *item;
+    assert_int_equal(fx_queue_pop(&q, &item), -EAGAIN);
+    assert_int_equal(fx_queue_ring_cells(&q), 128); /* keeps its high-water size */
+    assert_int_equal(d.n, 0);
+    fx_queue_deinit(&q);
+}
+
+/* Growth while the items wrap around the end of the array keeps their order. */
+static void test_growable_ring_keeps_order_when_growing_wrapped(void **state)
+{
+    fx_queue q;
+    drops d = {0};
+    init_growable(&q, 64, 4, FX_QUEUE_BLOCK, &d);
+    uintptr_t next_in = 0, next_out = 0;
+    for (int round = 0; round < 50; round++) {
+        int pushes = 1 + round % 7, pops = round % 5;
+        for (int i = 0; i < pushes && fx_queue_depth(&q) < 64; i++)
+            assert_int_equal(push_val(&q, next_in++), 0);
+        for (int i = 0; i < pops; i++) {
+            void *item;
+            if (fx_queue_pop(&q, &item) != 0)
+                break;
+            assert_int_equal((uintptr_t)item, next_out++);
+        }
+    }
+    void *item;
+    while (fx_queue_pop(&q, &item) == 0)
+        assert_int_equal((uintptr_t)item, next_out++);
+    assert_int_equal(next_out, next_in);
+    assert_true(fx_queue_ring_cells(&q) > 4);
+    fx_queue_deinit(&q);
+}
+
+static void test_growable_ring_applies_drop_policies(void **state)
+{
+    fx_queue q;
+    drops d = {0};
+    init_growable(&q, 5, 2, FX_QUEUE_DROP_OLD, &d);
+    for (uintptr_t i = 0; i < 8; i++)
+        assert_int_equal(push_val(&q, i), 0);
+    assert_int_equal(d.n, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(d.items[i], (uintptr_t)i);
+    for (uintptr_t i = 3; i < 8; i++) {
+        void *item;
+        assert_int_equal(fx_queue_pop(&q, &item), 0);
+        assert_int_equal((uintptr_t)item, i);
+    }
+    fx_queue_deinit(&q);
+
+    drops d2 = {0};
+    init_growable(&q, 5, 2, FX_QUEUE_DROP_NEW, &d2);
+    for (uintptr_t i = 0; i < 8; i++)
+        assert_int_equal(push_val(&q, i), i < 5 ? 0 : FX_EFULL);
+    assert_int_equal(d2.n, 3);
+    assert_int_equal(d2.items[0], 5);
+    fx_queue_stats st;
+    fx_queue_get_stats(&q, &st);
+    assert_int_equal(st.dropped, 3);
+    assert_int_equal(st.depth, 5);
+    fx_queue_deinit(&q); /* releases the 5 queued items through on_drop */
+    assert_int_equal(d2.n, 8);
+}
+
+static void test_growable_ring_parks_and_resumes_like_fixed(void **state)
+{
+    fx_queue q;
+    drops d = {0};
+    init_growable(&q, 8, 2, FX_QUEUE_BLOCK, &d);
+    for (uintptr_t i = 0; i < 8; i++)
+        assert_int_equal(push_val(&q, i), 0);
+    assert_int_equal(push_val(&q, 8), FX_EFULL);
+    resumes log = {0};
+    tagged_waiter t;
+    park_tagged(&q, &t, &log, 1);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pop_val(&q), (uintptr_t)i);
+    assert_int_equal(log.n, 0); /* depth 5 > low watermark 4 */
+    assert_int_equal(pop_val(&q), 3);
+    assert_int_equal(log.n, 1);
+    fx_queue_deinit(&q);
+}
+
 /* ---- threads ------------------------------------------------------------ */
 
 enum { PRODUCERS = 4, PER_PRODUCER = 50000 };
@@ -573,6 +685,22 @@ static void test_many_producers_one_consumer(void **state)
     fx_queue_deinit(&r.q);
 }
 
+static void test_growable_ring_many_producers_one_consumer(void **state)
+{
+    static run r;
+    fx_queue_opts o = {.capacity = 64, .policy = FX_QUEUE_BLOCK, .initial_cells = 2};
+    assert_int_equal(fx_queue_init(&r.q, &o), 0);
+    run_threads(&r, PER_PRODUCER / 5, true);
+    for (int i = 0; i < PRODUCERS; i++)
+        assert_int_equal(r.c.got[i], PER_PRODUCER / 5);
+    fx_queue_stats st;
+    fx_queue_get_stats(&r.q, &st);
+    assert_int_equal(st.dequeued, st.enqueued);
+    assert_int_equal(st.dropped, 0);
+    assert_true(fx_queue_ring_cells(&r.q) <= 64);
+    fx_queue_deinit(&r.q);
+}
+
 static atomic_int concurrent_drops;
 
 static void count_drop(void *item, void *user)
@@ -599,6 +727,22 @@ static void test_drop_old_under_concurrency_accounts_every_item(void **state)
     fx_queue_deinit(&r.q);
 }
 
+static void test_growable_drop_old_under_concurrency_accounts_every_item(void **state)
+{
+    static run r;
+    atomic_store(&concurrent_drops, 0);
+    fx_queue_opts o = {
+        .capacity = 8, .policy = FX_QUEUE_DROP_OLD, .on_drop = count_drop, .initial_cells = 1};
+    assert_int_equal(fx_queue_init(&r.q, &o), 0);
+    run_threads(&r, 10000, false);
+    fx_queue_stats st;
+    fx_queue_get_stats(&r.q, &st);
+    assert_int_equal(st.enqueued, (uint64_t)PRODUCERS * 10000);
+    assert_int_equal((uint64_t)r.c.total + atomic_load(&concurrent_drops), st.enqueued);
+    assert_int_equal(st.dropped, (uint64_t)atomic_load(&concurrent_drops));
+    fx_queue_deinit(&r.q);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_block_returns_full_without_queueing),
     cmocka_unit_test(test_bound_is_exact_for_non_power_of_two_capacity),
@@ -615,7 +759,13 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_close_fails_pushes_and_resumes_waiters),
     cmocka_unit_test(test_counters_and_depth_track_traffic),
     cmocka_unit_test(test_policy_parse_accepts_config_names_and_rejects_others),
+    cmocka_unit_test(test_growable_ring_starts_small_and_doubles_to_the_bound),
+    cmocka_unit_test(test_growable_ring_keeps_order_when_growing_wrapped),
+    cmocka_unit_test(test_growable_ring_applies_drop_policies),
+    cmocka_unit_test(test_growable_ring_parks_and_resumes_like_fixed),
     cmocka_unit_test(test_many_producers_one_consumer),
+    cmocka_unit_test(test_growable_ring_many_producers_one_consumer),
     cmocka_unit_test(test_drop_old_under_concurrency_accounts_every_item),
+    cmocka_unit_test(test_growable_drop_old_under_concurrency_accounts_every_item),
 };
 FX_TEST_MAIN(tests)
