@@ -101,6 +101,11 @@ const struct key fx_config_keys[] = {
     {.name = "io_threads", .env = {"FELIX_IO_THREADS", "FELIX_IO_RUNTIME_THREADS"}, .type = T_U32,
      FIELD(io_threads), .def = "0", .min = 0, .max = 256,
      .help = "separate QUIC I/O loops; 0 runs QUIC on the worker loops"},
+    /* memory */
+    {.name = "allocator_retain_bytes", .env = {"FELIX_ALLOCATOR_RETAIN_BYTES"}, .type = T_SIZE,
+     .section = "memory", FIELD(allocator_retain_bytes), .def = "64MiB", .min = 0, .max = 4 * GiB,
+     .help = "freed heap the allocator keeps instead of returning it to the OS, so RSS stays at "
+             "its high-water mark under load; 0 = the C library's own trimming"},
     /* connections and QUIC */
     {.name = "max_connections", .env = {"FELIX_MAX_CONNECTIONS"}, .type = T_U32,
      .section = "connections and QUIC", FIELD(max_connections), .def = "4096", .min = 1,

@@ -85,7 +85,7 @@ typedef struct fx_config {
     /* listeners and security */
     char quic_bind[FX_CONFIG_ADDR_MAX];
     char metrics_bind[FX_CONFIG_ADDR_MAX];
-    char admin_token[FX_CONFIG_ADDR_MAX]; /* bearer token of mutating admin calls; "" = none */
+    char admin_token[FX_CONFIG_ADDR_MAX];   /* bearer token of mutating admin calls; "" = none */
     char tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = self-signed for localhost */
     char tls_key_file[FX_CONFIG_PATH_MAX];
     fx_config_auth_mode auth_mode;
@@ -107,6 +107,8 @@ typedef struct fx_config {
     bool workers_auto; /* workers came from "auto" (online CPUs) */
     uint32_t core_shards;
     uint32_t io_threads;
+    /* memory */
+    uint64_t allocator_retain_bytes; /* malloc trim threshold; 0 = glibc defaults */
     /* connections and QUIC */
     uint32_t max_connections;
     uint64_t idle_timeout_ns;

@@ -7,6 +7,7 @@
  * Main thread only. */
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -448,6 +449,25 @@ static const char *const unapplied_keys[] = {
     "control_stream_drain_timeout_ms",
 };
 
+/* Keeps up to allocator_retain_bytes of freed heap in the process. Under load
+ * the broker frees and reallocates batch, frame and send buffers all the
+ * time; glibc's default trimming hands the top of the heap back to the kernel
+ * and faults it in again moments later, so RSS saw-tooths by megabytes and
+ * every refill costs page faults. With a fixed trim threshold (and a fixed
+ * mmap threshold, which glibc otherwise moves) RSS stays at its high-water
+ * mark, which the configuration bounds (docs/design.md, "Memory bound"). */
+static void retain_heap(const fx_config *c)
+{
+    if (c->allocator_retain_bytes == 0)
+        return;
+    size_t retain = c->allocator_retain_bytes > INT_MAX ? INT_MAX : c->allocator_retain_bytes;
+    /* Buffers up to 4 MiB come from the heap (and are retained); larger ones
+     * (rare: frames near max_frame_bytes) are mapped and unmapped. */
+    if (mallopt(M_TRIM_THRESHOLD, (int)retain) != 1 || mallopt(M_MMAP_THRESHOLD, 4 << 20) != 1)
+        fprintf(stderr, "felix-broker: warning: the C library refused the allocator settings "
+                        "(allocator_retain_bytes); RSS may follow the load\n");
+}
+
 /* Creates |dir| and its missing parents (mode 0700: it holds the TLS key).
  * Returns 0 or -errno. */
 static int make_state_dir(const char *dir)
@@ -576,6 +596,7 @@ static int serve(const fx_config *c)
 
     fx_log_set_level((fx_log_level)c->log_level);
     warn_unapplied(c);
+    retain_heap(c);
     if (c->state_dir[0]) {
         int err = make_state_dir(c->state_dir);
         if (err != 0) {
