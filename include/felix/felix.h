@@ -2,8 +2,10 @@
  * Objects are opaque. Every function returns 0 or a negative FX_E* / -errno
  * code (fx_strerror names it). Any user thread may call any function unless
  * its comment says otherwise; callbacks run on the client library's own loop
- * thread and must not block: a blocking call made there returns
- * FX_EWOULDBLOCK_LOOP. */
+ * threads and must not block: a blocking call made there returns
+ * FX_EWOULDBLOCK_LOOP. The process shares FELIX_CLIENT_LOOPS loop threads
+ * (default 1, read when the first client connects) among its clients; each
+ * client and all its callbacks stay on one of them. */
 #ifndef FELIX_FELIX_H
 #define FELIX_FELIX_H
 

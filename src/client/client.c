@@ -592,7 +592,7 @@ int fx_client_close(fx_client *c, int timeout_ms)
 {
     if (c == NULL)
         return 0;
-    if (fx_loop_is_current(c->loop))
+    if (fx_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
     uint64_t deadline = fx_client_deadline(timeout_ms);
     atomic_store(&c->pub_closing, true); /* new publishes fail FX_ECLOSED */

@@ -24,14 +24,16 @@
 #define FX_CLIENT_LEGACY_FLAGS 0x07u
 #define FX_PENDING_BUCKETS 64
 
-/* ---- process-wide loop (runtime.c) ---------------------------------------- */
+/* ---- process-wide loops (runtime.c) --------------------------------------- */
 
-/* Takes a reference on the process's client loop, creating and starting it
- * on first use. Returns 0 and the loop in |*ploop|, or -errno/-ENOMEM. */
+/* Takes a reference on the process's client loops, creating and starting
+ * them on first use (FELIX_CLIENT_LOOPS of them), and gives out the next one
+ * round-robin. Returns 0 and the loop in |*ploop|, or -EINVAL (bad
+ * FELIX_CLIENT_LOOPS, error text set), -errno or -ENOMEM. */
 int fx_rt_acquire(fx_loop **ploop);
-/* Drops a reference; the last one stops and frees the loop. Not on it. */
+/* Drops a reference; the last one stops and frees the loops. Not on one. */
 void fx_rt_release(void);
-/* True on the client loop's thread. Any thread. */
+/* True on any client loop's thread. Any thread. */
 bool fx_rt_is_current(void);
 
 /* ---- errors (opts.c) ------------------------------------------------------- */

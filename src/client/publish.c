@@ -683,10 +683,12 @@ static int job_wrap(pjob *j)
 
 /* Takes the budget and queues |j|; on failure |j| is gone (its request,
  * if any, stays with the caller, unfinished). */
-static int admit(fx_client *c, pworker *w, pjob *j, bool on_loop)
+/* Takes budget and a queue slot for |j|; |nowait| on any client loop (a
+ * callback must not block, even for another client), |on_loop| on c's own. */
+static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
 {
-    int rv = on_loop ? fx_budget_try_acquire(&c->budget, j->len, &j->permit)
-                     : fx_budget_acquire_wait(&c->budget, j->len, -1, &j->permit);
+    int rv = nowait ? fx_budget_try_acquire(&c->budget, j->len, &j->permit)
+                    : fx_budget_acquire_wait(&c->budget, j->len, -1, &j->permit);
     if (rv == FX_ETOOBIG)
         fx_client_set_error(rv, "publish of %zu bytes exceeds publish_inflight_bytes %zu", j->len,
                             c->o.publish_inflight_bytes);
@@ -700,7 +702,7 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool on_loop)
         return rv;
     }
     atomic_fetch_add(&c->outstanding, 1 + (j->req != NULL && j->req->acked));
-    rv = push_job(c, w, j, on_loop);
+    rv = push_job(c, w, j, nowait);
     if (rv != 0) {
         /* Not queued: undo the counting the release will do. */
         if (j->req != NULL && j->req->acked)
@@ -747,7 +749,8 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
         ack > FX_ACK_PER_BATCH)
         return -EINVAL;
     bool on_loop = fx_loop_is_current(c->loop);
-    if (on_loop && cb == NULL)
+    bool on_any_loop = on_loop || fx_rt_is_current();
+    if (on_any_loop && cb == NULL)
         return FX_EWOULDBLOCK_LOOP;
     if (atomic_load(&c->pub_closing))
         return fx_client_set_error(FX_ECLOSED, "client is closing");
@@ -776,7 +779,7 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
         j->req = r;
     }
     fx_client_ref(c);
-    rv = admit(c, w, j, on_loop);
+    rv = admit(c, w, j, on_any_loop, on_loop);
     if (rv != 0) {
         free(r);
     } else if (r != NULL && cb == NULL) {
@@ -813,7 +816,7 @@ int fx_flush(fx_client *c, int timeout_ms)
 {
     if (c == NULL)
         return -EINVAL;
-    if (fx_loop_is_current(c->loop))
+    if (fx_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
     uint64_t deadline = fx_client_deadline(timeout_ms);
     int rv = 0;

@@ -833,7 +833,7 @@ int fx_subscribe(fx_subscription **ps, fx_client *c, const char *ns, const char 
         (start != NULL && start->kind > FX_START_OFFSET))
         return -EINVAL;
     *ps = NULL;
-    if (fx_loop_is_current(c->loop))
+    if (fx_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
     if (start != NULL && start->kind != FX_START_LATEST &&
         (c->server_flags & FX_FLAG_EVENT_OFFSETS) == 0)
@@ -930,7 +930,7 @@ int fx_subscription_next(fx_subscription *s, fx_event *ev, int timeout_ms)
 {
     if (s == NULL || ev == NULL || atomic_load(&s->cb_set))
         return -EINVAL;
-    if (timeout_ms != 0 && fx_loop_is_current(s->c->loop))
+    if (timeout_ms != 0 && fx_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
     atomic_fetch_add(&s->refs, 1);
     uint64_t deadline = fx_client_deadline(timeout_ms);

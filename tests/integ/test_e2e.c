@@ -1033,6 +1033,87 @@ static void test_callback_subscription_receives_all(void **state)
     e_free(e);
 }
 
+/* ---- client loops ------------------------------------------------------------ */
+
+/* What one callback saw: its thread's name, and what a blocking publish on a
+ * client of another loop returned there. */
+typedef struct loop_seen {
+    fx_client *other;
+    char name[16];
+    int publish_rv;
+    atomic_bool got;
+} loop_seen;
+
+static void on_loop_event(void *user, const fx_event *ev)
+{
+    (void)ev;
+    loop_seen *ls = user;
+    if (atomic_load(&ls->got))
+        return;
+    pthread_getname_np(pthread_self(), ls->name, sizeof(ls->name));
+    ls->publish_rv = fx_publish(ls->other, NS, "lpx", "x", 1, FX_ACK_PER_MESSAGE);
+    atomic_store(&ls->got, true);
+}
+
+/* FELIX_CLIENT_LOOPS=2: clients are dealt to the two loops round-robin (their
+ * callbacks run there), and a callback may not block on a client of the
+ * other loop either. */
+static void test_clients_are_dealt_over_client_loops(void **state)
+{
+    (void)state;
+    assert_int_equal(setenv("FELIX_CLIENT_LOOPS", "2", 1), 0);
+    E *e = e_new();
+    e_start(e);
+    enum { N = 3 };
+    static const char *const streams[N] = {"lp0", "lp1", "lp2"};
+    static const char *const want[N] = {"felix-client", "felix-client1", "felix-client"};
+    fx_client *c[N];
+    fx_subscription *s[N];
+    loop_seen seen[N];
+    for (int i = 0; i < N; i++)
+        c[i] = e_client(e, FX_POLICY_DEFAULT, 0, 0);
+    for (int i = 0; i < N; i++) {
+        seen[i] = (loop_seen){.other = c[(i + 1) % N]};
+        s[i] = sub_latest(c[i], streams[i]);
+        assert_int_equal(fx_subscription_set_callback(s[i], on_loop_event, &seen[i]), 0);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(fx_publish(c[0], NS, streams[i], "m", 1, FX_ACK_PER_MESSAGE), 0);
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (int i = 0; i < N; i++) {
+        while (!atomic_load(&seen[i].got) && fx_now_ns() < deadline)
+            sleep_ms(2);
+        assert_true(atomic_load(&seen[i].got));
+        assert_string_equal(seen[i].name, want[i]);
+        assert_int_equal(seen[i].publish_rv, FX_EWOULDBLOCK_LOOP);
+    }
+    for (int i = 0; i < N; i++) {
+        fx_unsubscribe(s[i]);
+        close_client(c[i]);
+    }
+    e_free(e);
+}
+
+static void test_bad_client_loops_setting_fails_connect_with_reason(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e_start(e);
+    assert_int_equal(setenv("FELIX_CLIENT_LOOPS", "0", 1), 0);
+    fx_client_opts o;
+    copts(e, &o);
+    fx_client *c = NULL;
+    assert_int_equal(fx_client_connect(&c, &o), -EINVAL);
+    assert_null(c);
+    char msg[256];
+    fx_client_last_error(NULL, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "FELIX_CLIENT_LOOPS='0'"));
+    assert_int_equal(setenv("FELIX_CLIENT_LOOPS", "1", 1), 0); /* read again: works now */
+    c = e_client(e, FX_POLICY_DEFAULT, 0, 0);
+    close_client(c);
+    e_free(e);
+}
+
 /* Payload of a many-threads publish: producer, its sequence on the stream. */
 typedef struct mt_pub {
     fx_client *c;
@@ -1140,6 +1221,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_unsubscribe_removes_subscriber_and_gauges_return_to_zero),
     cmocka_unit_test(test_client_close_flushes_pending_unacked_publishes),
     cmocka_unit_test(test_callback_subscription_receives_all),
+    cmocka_unit_test(test_clients_are_dealt_over_client_loops),
+    cmocka_unit_test(test_bad_client_loops_setting_fails_connect_with_reason),
     cmocka_unit_test(test_many_threads_publishing_concurrently),
 };
 FX_TEST_MAIN(tests)
