@@ -41,58 +41,22 @@ FX_ADMIN=${FX_ADMIN:-18080}
 mkdir -p "$OUTDIR"
 command -v jq >/dev/null || { echo "compare-peers: needs jq" >&2; exit 1; }
 
-if [ ! -x "$BUILD/felix-bench" ] || [ ! -x "$BUILD/felix-broker" ]; then
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD" --target felix-bench felix-broker -j2 >/dev/null
-fi
-
-BROKER_PID=""; FP=""
-stop_broker() {
-  [ -n "$BROKER_PID" ] || return 0
-  kill -TERM "$BROKER_PID" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$BROKER_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$BROKER_PID" 2>/dev/null || true
-  wait "$BROKER_PID" 2>/dev/null || true
-  BROKER_PID=""
-}
-trap stop_broker EXIT INT TERM
+FX_TAG=compare-peers
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+fx_build_if_missing
+trap fx_stop_broker EXIT INT TERM
 
 # start_broker NAME [--set k=v]...: the lossless profile plus the extra keys.
 start_broker() {
   local name=$1; shift
-  local log="$OUTDIR/broker-$name.log"
-  "$BUILD/felix-broker" --set quic_bind=127.0.0.1:$FX_PORT --set metrics_bind=127.0.0.1:$FX_ADMIN \
-    --set state_dir="$OUTDIR/state" --set log_level=warn \
-    --set subscriber_queue_policy=block --set subscriber_lane_queue_policy=block \
-    --set pub_ingress_wait=true "$@" >"$log" 2>&1 &
-  BROKER_PID=$!
-  for _ in $(seq 1 100); do
-    FP=$(sed -n 's/.*certificate SHA-256 \([0-9a-f]\{64\}\).*/\1/p' "$log")
-    [ -n "$FP" ] && return 0
-    kill -0 "$BROKER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "compare-peers: felix-broker did not start; log:" >&2; cat "$log" >&2; exit 1
-}
-
-# The machine is shared: before each cell wait (at most QUIET_MAX_S seconds) until
-# the host is nearly idle, as run-peers.sh does for the peers. The broker is idle here.
-busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
-wait_quiet() {
-  local max=${QUIET_MAX_S:-10} pct=${QUIET_PCT:-15} t0=$SECONDS a b c d load
-  [ "$max" -gt 0 ] || return 0
-  while :; do
-    read -r a b < <(busy_ticks); sleep 1; read -r c d < <(busy_ticks)
-    load=$(( 100 * (c - a) * $(nproc) / ( (d - b) > 0 ? (d - b) : 1 ) ))
-    [ "$load" -lt "$pct" ] && return 0
-    if [ $((SECONDS - t0)) -ge "$max" ]; then echo "# host not quiet (${load}% of a core busy); running anyway" >&2; return 0; fi
-  done
+  fx_start_broker "$OUTDIR/broker-$name.log" "$OUTDIR/state" "$@"
 }
 
 # felix LABEL MODE FANOUT [felix-bench args]...
 felix() {
   local label=$1 mode=$2 fanout=$3; shift 3
-  wait_quiet
+  fx_wait_quiet
   echo "# felix $label" >&2
   "$BUILD/felix-bench" --server 127.0.0.1:$FX_PORT --pin "$FP" --admin 127.0.0.1:$FX_ADMIN \
     --broker-pid "$BROKER_PID" --mode "$mode" --payload 1024 --fanout "$fanout" \
@@ -124,13 +88,13 @@ for p in $PROFILES; do
   profile_sets "$p"
   start_broker "$p" "${SETS[@]}"
   felix_cells "$p"
-  stop_broker
+  fx_stop_broker
 done
 if [ "$DGRAM1452" = 1 ]; then
   profile_sets "$DGRAM_PROFILE"
   start_broker dgram1452 "${SETS[@]}" --set initial_mtu=1452 --set mtu_upper_bound=1452
   felix "$DGRAM_PROFILE/tput/f10/1452" throughput 10 --mtu 1452
-  stop_broker
+  fx_stop_broker
 fi
 
 # NATS with TLS, the same cells.

@@ -60,56 +60,11 @@ mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
 RESULTS=$OUT/results.jsonl
 
-if [ ! -x "$BUILD/felix-bench" ] || [ ! -x "$BUILD/felix-broker" ]; then
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD" --target felix-bench felix-broker -j2 >/dev/null
-fi
-
-# ---- the broker ----------------------------------------------------------------------
-
-BROKER_PID="" FP=""
-stop_broker() {
-  [ -n "$BROKER_PID" ] || return 0
-  kill -TERM "$BROKER_PID" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$BROKER_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$BROKER_PID" 2>/dev/null || true
-  wait "$BROKER_PID" 2>/dev/null || true
-  BROKER_PID=""
-}
-trap stop_broker EXIT INT TERM
-
-start_broker() {  # LOG: felix-broker with the lossless profile; sets BROKER_PID and FP
-  local log=$1
-  rm -rf "$OUT/state"
-  "$BUILD/felix-broker" --set quic_bind="127.0.0.1:$FX_PORT" --set metrics_bind="127.0.0.1:$FX_ADMIN" \
-    --set state_dir="$OUT/state" --set log_level=warn \
-    --set subscriber_queue_policy=block --set subscriber_lane_queue_policy=block \
-    --set pub_ingress_wait=true >"$log" 2>&1 &
-  BROKER_PID=$!
-  for _ in $(seq 1 100); do
-    FP=$(sed -n 's/.*certificate SHA-256 \([0-9a-f]\{64\}\).*/\1/p' "$log")
-    [ -n "$FP" ] && return 0
-    kill -0 "$BROKER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "matrix: felix-broker did not start; log ($log):" >&2; cat "$log" >&2; exit 1
-}
-
-# The machine may be shared: wait (at most QUIET_MAX_S) for a nearly idle host, as
-# run-peers.sh does before each peer run. other_cpu_s in every JSON line says what remained.
-busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
-wait_quiet() {
-  local max=$QUIET_MAX_S pct=${QUIET_PCT:-15} t0=$SECONDS a b c d load
-  [ "$max" -gt 0 ] || return 0
-  while :; do
-    read -r a b < <(busy_ticks); sleep 1; read -r c d < <(busy_ticks)
-    load=$(( 100 * (c - a) * $(nproc) / ( (d - b) > 0 ? (d - b) : 1 ) ))
-    [ "$load" -lt "$pct" ] && return 0
-    if [ $((SECONDS - t0)) -ge "$max" ]; then
-      echo "matrix: host not quiet (${load}% of a core busy); running anyway" >&2; return 0
-    fi
-  done
-}
+FX_TAG=matrix
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+fx_build_if_missing
+trap fx_stop_broker EXIT INT TERM
 
 # ---- cells ---------------------------------------------------------------------------
 
@@ -123,14 +78,14 @@ progress() { DONE=$((DONE + 1)); echo "matrix: [$DONE/$TOTAL] $*" >&2; }
 felix_cell() {  # MODE FANOUT PAYLOAD
   local mode=$1 f=$2 p=$3 cell="felix-c_$1_p$3_f$2" rc=0
   progress "$cell ($RUNS run(s))"
-  start_broker "$OUT/logs/$cell.broker.log"
-  wait_quiet
+  fx_start_broker "$OUT/logs/$cell.broker.log" "$OUT/state"
+  fx_wait_quiet
   local args=(--server "127.0.0.1:$FX_PORT" --pin "$FP" --admin "127.0.0.1:$FX_ADMIN"
               --broker-pid "$BROKER_PID" --mode "$mode" --payload "$p" --fanout "$f"
               --runs "$RUNS" --json --quiet --label "$cell")
   if [ "$mode" = latency ]; then args+=(--total "$LAT_N"); else args+=(--min-seconds "$TPUT_MIN_S"); fi
   "$BUILD/felix-bench" "${args[@]}" >>"$RESULTS" 2>>"$OUT/logs/$cell.bench.log" || rc=$?
-  stop_broker
+  fx_stop_broker
   # 3 = some run invalid (its JSON line says why); anything else is a setup failure.
   if [ "$rc" -ne 0 ]; then
     FAILED=$((FAILED + 1))

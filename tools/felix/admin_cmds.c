@@ -311,7 +311,7 @@ int fx_cli_stats(int argc, char **argv)
 {
     fx_cli_common c;
     stats_args a = {.top = 20};
-    int npos;
+    int npos = 0;
     int st = admin_parse("stats", argc, argv, STATS_OPTS, &c, stats_opt, &a, NULL, 0, &npos);
     if (st >= 0)
         return st;
@@ -407,7 +407,7 @@ int fx_cli_streams(int argc, char **argv)
 {
     fx_cli_common c;
     const char *pos[2];
-    int npos;
+    int npos = 0;
     int st = admin_parse("streams", argc, argv, STREAMS_OPTS, &c, NULL, NULL, pos, 2, &npos);
     if (st >= 0)
         return st;
