@@ -94,7 +94,7 @@ const struct key fx_config_keys[] = {
     {.name = "workers", .alias = "pub_workers_per_conn",
      .env = {"FELIX_WORKERS", "FELIX_BROKER_PUB_WORKERS_PER_CONN"}, .type = T_WORKERS,
      .section = "threads", FIELD(workers), .def = "auto", .min = 1, .max = 1024,
-     .help = "worker loops (streams are spread over them); auto = one per online CPU"},
+     .help = "worker loops (streams are spread over them); auto = one per online CPU but one (at least 1)"},
     {.name = "core_shards", .env = {"FELIX_CORE_SHARDS"}, .type = T_U32, FIELD(core_shards),
      .def = "0", .min = 0, .max = 1024,
      .help = "N > 0 runs N CPU-pinned workers instead of workers"},

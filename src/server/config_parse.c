@@ -311,6 +311,17 @@ static int online_cpus(void)
     return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
 }
 
+/* What `workers: auto` means: one worker per online CPU but one, and at least
+ * one. The CPU left over runs the kernel's UDP path and co-located clients; on
+ * the 2-core reference host one worker (the streams on the connections' own
+ * loop, no cross-thread hops) beat two in throughput and latency alike
+ * (docs/performance.md, "Placement and datagram defaults"). */
+static int fx_config_auto_workers(void)
+{
+    int n = online_cpus();
+    return n > 1 ? n - 1 : 1;
+}
+
 static int check_bounds(const struct key *k, uint64_t v, char *why, size_t n)
 {
     if (v >= k->min && v <= k->max)
@@ -354,12 +365,12 @@ static int store_workers(fx_config *c, const struct key *k, const char *s, char 
 {
     uint64_t v;
     if (strcmp(s, "auto") == 0) {
-        c->workers = (uint32_t)online_cpus();
+        c->workers = (uint32_t)fx_config_auto_workers();
         c->workers_auto = true;
         return 0;
     }
     if (strcmp(s, "0") == 0) {
-        snprintf(why, n, "0 workers is not allowed; write auto for one per online CPU");
+        snprintf(why, n, "0 workers is not allowed; write auto for one per online CPU but one");
         return -1;
     }
     if (parse_number(k, s, &v, why, n) < 0)
