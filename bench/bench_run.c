@@ -1,10 +1,13 @@
 /* felix-bench's run engine (see bench_run.h). The main thread sets up the
- * clients, publishes (paced by the end-to-end credit window in throughput
- * and overload modes, one message in flight in latency mode) and sums the
- * results; each subscription has a reader thread that takes deliveries with
- * fx_subscription_next (or, with callbacks, the client loop accounts them
- * and the reader thread only watches for the end). Readers talk to the
- * publisher through atomics and futex wakeups only. */
+ * clients, publishes (paced by the end-to-end credit window in throughput,
+ * overload and isolation modes, one message in flight in latency mode) and
+ * sums the results; each subscription has a reader thread that takes
+ * deliveries with fx_subscription_next (or, with callbacks, the client loop
+ * accounts them and the reader thread only watches for the end). Readers
+ * talk to the publisher through atomics and futex wakeups only. Isolation
+ * mode runs the overload workload twice (run_phase): once with every link
+ * clean, once with the victim's client endpoint behind the QUIC test hooks
+ * (delay and loss), which is the one use of client internals here. */
 #include "bench_run.h"
 
 #include <errno.h>
@@ -16,7 +19,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "client/client.h" /* isolation: a client's loop and endpoint */
 #include "felix/felix.h"
+#include "quic/quic.h"
 
 #define NO_FINAL UINT64_MAX
 #define LAT_WAIT_NS 1000000000ull  /* one round trip longer than this is a timeout */
@@ -34,6 +39,7 @@ typedef struct reader {
     bool started;
     uint64_t woken_target;
     _Atomic bool ended; /* stopped before the end (error or timeout) */
+    bool cb;            /* deliveries come by callback (the loop accounts them) */
     int err;
     bool timed_out;
 } reader;
@@ -42,6 +48,7 @@ struct subscriber {
     fx_client *c;
     reader *readers; /* cfg->streams of them */
     bool stalled;    /* overload: never reads until the end */
+    bool victim;     /* isolation: reads, but is neither measured nor paces the publisher */
 };
 
 struct run {
@@ -53,12 +60,26 @@ struct run {
     char (*names)[32];
     uint64_t window, deadline_ns;
     _Atomic uint64_t final_total; /* messages published, once the publisher ended */
+    _Atomic uint64_t end_ns;      /* when it ended (stored before final_total) */
     _Atomic int wake_ctr, pub_waiting, acks;
     _Atomic uint64_t wait_target, cur_seq;
     int ack_target;
 };
 
 /* ---- readers -------------------------------------------------------------------- */
+
+/* Subscribers measured and pacing the publisher: all but subscriber F-1 in
+ * overload (stalled) and isolation (the victim) modes. */
+static uint32_t healthy_of(const fx_bench_cfg *c)
+{
+    return c->mode == FX_BENCH_OVERLOAD || c->mode == FX_BENCH_ISOLATION ? c->fanout - 1
+                                                                         : c->fanout;
+}
+
+static bool measured(const subscriber *s)
+{
+    return !s->stalled && !s->victim;
+}
 
 static uint64_t sub_progress(const subscriber *s, uint32_t nstreams)
 {
@@ -68,13 +89,15 @@ static uint64_t sub_progress(const subscriber *s, uint32_t nstreams)
     return p;
 }
 
-/* Progress of the slowest healthy subscriber still reading. */
+/* Progress of the slowest healthy subscriber still reading. The isolation
+ * victim never paces, in the clean phase either, so both phases publish
+ * the same way. */
 static uint64_t min_progress(run *R)
 {
     uint64_t m = UINT64_MAX;
     for (uint32_t i = 0; i < R->cfg->fanout; i++) {
         subscriber *s = &R->subs[i];
-        if (s->stalled || atomic_load(&s->readers[0].ended))
+        if (!measured(s) || atomic_load(&s->readers[0].ended))
             continue; /* a dead reader must not deadlock the publisher */
         uint64_t p = sub_progress(s, R->cfg->streams);
         m = p < m ? p : m;
@@ -123,7 +146,7 @@ static bool reader_done(reader *r)
  * something arrived, 0 if not, or an error. */
 static int reader_step(reader *r, uint64_t *seen)
 {
-    if (r->R->cfg->callback) {
+    if (r->cb) {
         usleep(2000);
         uint64_t p = atomic_load(&r->acct.progress);
         bool moved = p != *seen;
@@ -139,6 +162,17 @@ static int reader_step(reader *r, uint64_t *seen)
     return rv == FX_ETIMEDOUT ? 0 : rv;
 }
 
+/* True once the isolation victim is done: it reads until idle_seconds after
+ * the publisher's end at most, however much its slow link still holds
+ * (what has not arrived by then counts as not received). */
+static bool victim_cut(const reader *r, uint64_t now)
+{
+    const run *R = r->R;
+    if (!r->owner->victim || atomic_load(&R->final_total) == NO_FINAL)
+        return false;
+    return now - atomic_load(&R->end_ns) > (uint64_t)(R->cfg->idle_seconds * 1e9);
+}
+
 static void *reader_main(void *arg)
 {
     reader *r = arg;
@@ -152,6 +186,8 @@ static void *reader_main(void *arg)
             r->err = rv;
             break;
         }
+        if (victim_cut(r, now))
+            break;
         if (rv > 0) {
             last = now;
             continue;
@@ -213,9 +249,10 @@ static int connect_one(run *R, fx_client **pc, bool stalled, fx_bench_result *re
     return 0;
 }
 
-static size_t lat_cap(const fx_bench_cfg *c, bool stalled)
+/* Latency samples one reader keeps: none for unmeasured subscribers. */
+static size_t lat_cap(const fx_bench_cfg *c, bool unmeasured)
 {
-    if (stalled || c->mode == FX_BENCH_THROUGHPUT)
+    if (unmeasured || c->mode == FX_BENCH_THROUGHPUT)
         return 0;
     if (c->mode == FX_BENCH_LATENCY)
         return (size_t)c->total + 1;
@@ -228,19 +265,22 @@ static int subscribe_one(run *R, subscriber *s, fx_bench_result *res)
     uint32_t batch = c->mode == FX_BENCH_LATENCY ? 1 : c->batch;
     for (uint32_t k = 0; k < c->streams; k++) {
         reader *r = &s->readers[k];
-        size_t cap = lat_cap(c, s->stalled);
+        size_t cap = lat_cap(c, !measured(s));
         uint64_t *lat = cap ? malloc(cap * sizeof(*lat)) : NULL;
         if (cap && lat == NULL)
             return set_err(res, -ENOMEM, "latency samples");
         fx_bench_acct_init(&r->acct, k, c->streams, batch, c->warmup, lat, cap);
-        r->acct.drop_every = s->stalled ? 0 : c->drop_every;
+        r->acct.drop_every = measured(s) ? c->drop_every : 0;
         r->R = R;
         r->owner = s;
+        /* The isolation victim always reads on its thread: it stops before
+         * its stream ends, and its counts are read once that thread is
+         * joined, which a loop callback could still be changing. */
+        r->cb = c->callback && measured(s);
         int rv = fx_subscribe(&r->sub, s->c, c->ns, R->names[k], NULL);
         if (rv != 0)
             return set_err(res, rv, "subscribe");
-        if (c->callback && !s->stalled &&
-            (rv = fx_subscription_set_callback(r->sub, on_event_cb, r)) != 0)
+        if (r->cb && (rv = fx_subscription_set_callback(r->sub, on_event_cb, r)) != 0)
             return set_err(res, rv, "set callback");
     }
     return 0;
@@ -278,6 +318,7 @@ static int setup(run *R, fx_bench_result *res)
         subscriber *s = &R->subs[i];
         s->readers = &R->readers[(size_t)i * c->streams];
         s->stalled = c->mode == FX_BENCH_OVERLOAD && i == c->fanout - 1;
+        s->victim = c->mode == FX_BENCH_ISOLATION && i == c->fanout - 1;
         rv = connect_one(R, &s->c, s->stalled, res);
         if (rv == 0)
             rv = subscribe_one(R, s, res);
@@ -476,6 +517,7 @@ static int publish(run *R, pubstate *p, fx_bench_result *res)
         res->error = 0;
         res->pub_errors++;
     }
+    atomic_store(&R->end_ns, fx_bench_now_ns());
     atomic_store(&R->final_total, p->seq);
     return 0;
 }
@@ -596,7 +638,7 @@ static void collect_latency(run *R, fx_bench_result *r)
 static void collect(run *R, const pubstate *p, fx_bench_result *r)
 {
     const fx_bench_cfg *c = R->cfg;
-    uint32_t healthy = c->mode == FX_BENCH_OVERLOAD ? c->fanout - 1 : c->fanout;
+    uint32_t healthy = healthy_of(c);
     uint64_t meas = p->seq > c->warmup ? p->seq - c->warmup : 0, last = 0;
     r->t.sent_measured = meas;
     r->t.expected = meas * healthy;
@@ -605,7 +647,7 @@ static void collect(run *R, const pubstate *p, fx_bench_result *r)
     r->per_sub_min_delivered = UINT64_MAX;
     for (uint32_t i = 0; i < c->fanout; i++) {
         subscriber *s = &R->subs[i];
-        if (s->stalled)
+        if (!measured(s))
             continue;
         uint64_t got = 0;
         for (uint32_t k = 0; k < c->streams; k++) {
@@ -638,12 +680,14 @@ static void collect(run *R, const pubstate *p, fx_bench_result *r)
 
 static void rates(const fx_bench_cfg *c, fx_bench_result *r)
 {
-    uint32_t healthy = c->mode == FX_BENCH_OVERLOAD ? c->fanout - 1 : c->fanout;
+    uint32_t healthy = healthy_of(c);
     r->msgs_per_s = r->mb_per_s = r->per_sub_msgs_per_s = r->pub_msgs_per_s = NAN;
     r->round_trips_per_s = NAN;
-    /* Overload reports the healthy subscribers' rate even when they lost
-     * messages (the loss is the finding); other modes give no figure. */
-    if ((!r->valid && c->mode != FX_BENCH_OVERLOAD) || isnan(r->window_s) || r->window_s <= 0)
+    /* Overload and isolation report the healthy subscribers' rate even when
+     * they lost messages (the loss is the finding); other modes give no
+     * figure. */
+    bool always = c->mode == FX_BENCH_OVERLOAD || c->mode == FX_BENCH_ISOLATION;
+    if ((!r->valid && !always) || isnan(r->window_s) || r->window_s <= 0)
         return;
     if (c->mode == FX_BENCH_LATENCY) {
         r->round_trips_per_s = (double)r->t.sent_measured / r->window_s;
@@ -653,6 +697,172 @@ static void rates(const fx_bench_cfg *c, fx_bench_result *r)
     r->mb_per_s = r->msgs_per_s * (double)c->payload / 1e6;
     r->per_sub_msgs_per_s = r->msgs_per_s / healthy;
     r->pub_msgs_per_s = (double)r->t.sent_measured / r->window_s;
+}
+
+/* ---- isolation: the victim's link ------------------------------------------------- */
+
+#define LINK_WAIT_NS 5000000000ull /* hang guard: a client loop runs a posted call by then */
+
+/* One call run on a client's loop, the only thread that may touch the
+ * client's endpoint: sets its test hooks and reads its drop count. Owned by
+ * the caller and the loop together and freed by the last to let go, so a
+ * caller that gave up waiting on a hung loop leaves nothing dangling (the
+ * loop runs the call before any close task posted after it). */
+typedef struct link_call {
+    fx_client *c;
+    uint64_t delay_ns;
+    uint32_t drop_permille;
+    int rv;
+    uint64_t test_dropped;
+    atomic_bool done;
+    atomic_int refs;
+} link_call;
+
+static void link_put(link_call *k)
+{
+    if (atomic_fetch_sub(&k->refs, 1) == 1)
+        free(k);
+}
+
+static void link_on_loop(void *user)
+{
+    link_call *k = user;
+    k->rv = FX_ECLOSED; /* the client has no endpoint: it is closing */
+    if (k->c->ep != NULL) {
+        fx_quic_endpoint_set_test_drop(k->c->ep, k->drop_permille);
+        k->rv = fx_quic_endpoint_set_test_delay(k->c->ep, k->delay_ns);
+        fx_quic_stats st;
+        fx_quic_endpoint_get_stats(k->c->ep, &st);
+        k->test_dropped = st.test_dropped;
+    }
+    atomic_store(&k->done, true);
+    link_put(k);
+}
+
+/* Puts client |c|'s link behind the QUIC test hooks, as
+ * tests/integ/test_isolation.c does: each datagram it receives is held
+ * |delay_ns|, and |drop_permille| per thousand of those it sends and
+ * receives are dropped (0 and 0 heal it; datagrams already held are still
+ * released at their time). Runs on |c|'s loop and waits for it. Returns 0
+ * with the datagrams the drop hook discarded so far in |*dropped| (may be
+ * NULL); -ENOMEM; FX_ECLOSED; FX_ETIMEDOUT (the loop did not run the call
+ * within LINK_WAIT_NS). Main thread. */
+static int set_link(fx_client *c, uint64_t delay_ns, uint32_t drop_permille, uint64_t *dropped)
+{
+    link_call *k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return -ENOMEM;
+    k->c = c;
+    k->delay_ns = delay_ns;
+    k->drop_permille = drop_permille;
+    atomic_init(&k->done, false);
+    atomic_init(&k->refs, 2); /* this caller and the loop */
+    int rv = fx_loop_call(c->loop, link_on_loop, k);
+    if (rv != 0) {
+        free(k);
+        return rv;
+    }
+    uint64_t end = fx_bench_now_ns() + LINK_WAIT_NS;
+    while (!atomic_load(&k->done) && fx_bench_now_ns() < end)
+        usleep(1000);
+    rv = atomic_load(&k->done) ? k->rv : FX_ETIMEDOUT;
+    if (rv == 0 && dropped != NULL)
+        *dropped = k->test_dropped;
+    link_put(k);
+    return rv;
+}
+
+static subscriber *victim_of(run *R)
+{
+    return &R->subs[R->cfg->fanout - 1];
+}
+
+/* Impairs the victim's link before the impaired phase publishes. Returns 0
+ * or the error (in r->error/errmsg). */
+static int impair_victim(run *R, fx_bench_result *r)
+{
+    const fx_bench_cfg *c = R->cfg;
+    int rv = set_link(victim_of(R)->c, (uint64_t)c->victim_delay_ms * 1000000ull,
+                      c->victim_drop_permille, NULL);
+    if (rv != 0) {
+        snprintf(r->errmsg, sizeof(r->errmsg),
+                 "cannot put the victim's link behind the test hooks: %s", fx_strerror(rv));
+        r->error = rv;
+    }
+    return rv;
+}
+
+/* Counts what the victim got once its readers were joined, then heals its
+ * link so that closing its client does not crawl. */
+static void victim_count(run *R, fx_bench_result *r)
+{
+    subscriber *s = victim_of(R);
+    r->victim_expected = atomic_load(&R->final_total); /* its streams carry every message */
+    for (uint32_t k = 0; k < R->cfg->streams; k++) {
+        r->victim_received += s->readers[k].acct.in_order;
+        r->victim_gaps += s->readers[k].acct.gaps;
+    }
+    int rv = set_link(s->c, 0, 0, &r->victim_link_dropped);
+    if (rv != 0)
+        fprintf(stderr,
+                "felix-bench: cannot heal the victim's link (%s); closing it may take "
+                "a while\n",
+                fx_strerror(rv));
+}
+
+/* impaired / clean, NaN unless both are positive figures. */
+static double ratio(double impaired, double clean)
+{
+    return isfinite(impaired) && isfinite(clean) && impaired > 0 && clean > 0 ? impaired / clean
+                                                                              : NAN;
+}
+
+/* Prefixes r->why with |prefix| (e.g. "clean phase: "), cutting the end of
+ * the reason if both do not fit. */
+static void why_in(fx_bench_result *r, const char *prefix)
+{
+    size_t cap = sizeof(r->why), pl = strlen(prefix), len = strnlen(r->why, cap - 1);
+    if (pl >= cap)
+        return;
+    if (pl + len >= cap)
+        len = cap - 1 - pl;
+    memmove(r->why + pl, r->why, len);
+    memcpy(r->why, prefix, pl);
+    r->why[pl + len] = '\0';
+}
+
+static int run_phase(const fx_bench_cfg *c, fx_bench_result *r, bool impair);
+
+/* The isolation case: the overload workload (shedding profile, F
+ * subscribers, batches paced by the healthy ones) once with every link
+ * clean and once with the victim (subscriber F-1) behind a delayed, lossy
+ * link, each on fresh connections. |r| is the impaired phase's result with
+ * the clean phase's healthy rate and p99 and the ratios added. */
+static int isolation_run(const fx_bench_cfg *c, fx_bench_result *r)
+{
+    fx_bench_result clean;
+    int rv = run_phase(c, &clean, false);
+    if (rv != 0) {
+        *r = clean;
+        return rv;
+    }
+    if ((rv = run_phase(c, r, true)) != 0)
+        return rv;
+    r->clean_msgs_per_s = clean.msgs_per_s;
+    r->clean_p99_us = clean.lat.p99_us;
+    r->impaired_msgs_per_s = r->msgs_per_s;
+    r->impaired_p99_us = r->lat.p99_us;
+    r->isolation_tput_ratio = ratio(r->impaired_msgs_per_s, r->clean_msgs_per_s);
+    r->isolation_p99_ratio = ratio(r->impaired_p99_us, r->clean_p99_us);
+    /* Healthy subscribers must lose nothing in either phase. */
+    if (!clean.valid) {
+        memcpy(r->why, clean.why, sizeof(r->why));
+        why_in(r, "clean phase: ");
+        r->valid = false;
+    } else if (!r->valid) {
+        why_in(r, "impaired phase: ");
+    }
+    return 0;
 }
 
 /* ---- idle subscriptions ---------------------------------------------------------- */
@@ -737,18 +947,22 @@ static int idle_subs_run(const fx_bench_cfg *c, fx_bench_result *r)
     return rv;
 }
 
-int fx_bench_run_once(const fx_bench_cfg *c, fx_bench_result *r)
+/* One run on fresh clients: set up, publish, join the readers, sum up,
+ * tear down. With |impair| (isolation) the victim's link is impaired
+ * before publishing. Returns 0 or the setup error, as fx_bench_run_once. */
+static int run_phase(const fx_bench_cfg *c, fx_bench_result *r, bool impair)
 {
     memset(r, 0, sizeof(*r));
-    if (c->mode == FX_BENCH_IDLE_SUBS)
-        return idle_subs_run(c, r);
     run R = {.cfg = c};
     atomic_init(&R.final_total, NO_FINAL);
+    atomic_init(&R.end_ns, 0);
     R.window = c->mode == FX_BENCH_LATENCY ? 1 : fx_bench_credit_window(c->payload);
-    R.ack_target = (int)(c->mode == FX_BENCH_OVERLOAD ? c->fanout - 1 : c->fanout);
+    R.ack_target = (int)healthy_of(c);
     r->credit_window = R.window;
     R.deadline_ns = fx_bench_now_ns() + (uint64_t)((c->max_seconds + 30) * 1e9);
     int rv = setup(&R, r);
+    if (rv == 0 && impair)
+        rv = impair_victim(&R, r);
     if (rv != 0) {
         teardown(&R);
         return rv;
@@ -786,6 +1000,8 @@ int fx_bench_run_once(const fx_bench_cfg *c, fx_bench_result *r)
         fx_bench_proc_rss(c->broker_pid, &rss_now, &r->hwm_kb);
     if (c->mode == FX_BENCH_OVERLOAD)
         drain_stalled(&R, r);
+    if (impair)
+        victim_count(&R, r);
     collect(&R, &p, r);
     if (c->mode != FX_BENCH_THROUGHPUT)
         collect_latency(&R, r);
@@ -798,4 +1014,14 @@ int fx_bench_run_once(const fx_bench_cfg *c, fx_bench_result *r)
     free(p.iov);
     teardown(&R);
     return 0;
+}
+
+int fx_bench_run_once(const fx_bench_cfg *c, fx_bench_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    if (c->mode == FX_BENCH_IDLE_SUBS)
+        return idle_subs_run(c, r);
+    if (c->mode == FX_BENCH_ISOLATION)
+        return isolation_run(c, r);
+    return run_phase(c, r, false);
 }

@@ -18,6 +18,7 @@ typedef enum fx_bench_mode {
     FX_BENCH_LATENCY,
     FX_BENCH_OVERLOAD,
     FX_BENCH_IDLE_SUBS, /* N idle subscriptions: the broker's RSS per subscription */
+    FX_BENCH_ISOLATION, /* overload's workload twice: all links clean, then one behind a bad link */
 } fx_bench_mode;
 
 /* Everything one run needs. Strings are borrowed for the run. */
@@ -28,9 +29,9 @@ typedef struct fx_bench_cfg {
     uint32_t batch;      /* messages per publish call (throughput, overload) */
     uint32_t streams;    /* messages spread over this many streams */
     uint64_t warmup;     /* messages not measured */
-    uint64_t total;      /* throughput/overload: measured messages at least;
+    uint64_t total;      /* throughput/overload/isolation: measured messages at least;
                           * latency: round trips */
-    double min_seconds;  /* throughput/overload: measured time at least */
+    double min_seconds;  /* throughput/overload/isolation (per phase): measured time at least */
     double max_seconds;  /* hard bound on the publish loop */
     double idle_seconds; /* a reader silent this long after the end stops */
     bool ack;            /* latency: FX_ACK_PER_MESSAGE */
@@ -48,6 +49,11 @@ typedef struct fx_bench_cfg {
     const char *ns;      /* namespace of the benchmark streams */
     uint64_t subs;       /* idle-subs: subscriptions to open */
     uint32_t watch_s;    /* overload: VmRSS every second for this long, from 10 s in */
+    /* isolation: the victim's (subscriber F-1) link in the impaired phase:
+     * each datagram its client receives is held this long, and this many
+     * per thousand of those it sends and receives are dropped. */
+    uint32_t victim_delay_ms;
+    uint32_t victim_drop_permille;
 } fx_bench_cfg;
 
 /* What one run measured. NaN where not measured. */
@@ -80,6 +86,18 @@ typedef struct fx_bench_result {
     uint32_t sub_clients;              /* clients (one event connection each) */
     uint64_t rss_idle_kb, rss_subs_kb; /* broker VmRSS before and with the subscriptions */
     double bytes_per_sub, subscribe_s; /* (after - before) / N; time to open them */
+    /* isolation: the healthy subscribers' (all but the victim) delivery rate
+     * and p99 queueing delay in the clean and the impaired phase, and their
+     * ratios impaired / clean (NaN when a figure is missing). Every other
+     * field (t, lat, rates, drops, CPU) is the impaired phase's; |valid|
+     * needs both phases valid. */
+    double clean_msgs_per_s, clean_p99_us, impaired_msgs_per_s, impaired_p99_us;
+    double isolation_tput_ratio, isolation_p99_ratio;
+    /* isolation, impaired phase: what the victim got of every message
+     * published (warm-up included) within idle_seconds of the publisher's
+     * end, the messages it saw reported as skipped (sequence gaps), and the
+     * datagrams its link's drop hook discarded. */
+    uint64_t victim_expected, victim_received, victim_gaps, victim_link_dropped;
 } fx_bench_result;
 
 /* Runs |cfg| once and fills |r|. Returns 0 when the run took place (valid

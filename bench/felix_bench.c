@@ -25,18 +25,26 @@ typedef struct opts {
     int runs;
     bool json;
     const char *label;
-    uint32_t workers;     /* in-process: worker loops (0: one per CPU) */
+    uint32_t workers;     /* in-process: worker loops (0: one per CPU but one) */
     uint32_t core_shards; /* in-process: pinned workers */
     uint32_t mtu;         /* in-process: pinned datagram size (0: PMTUD up to 16384) */
     bool total_set, warmup_set;
+    bool victim_set; /* --victim-delay-ms or --victim-drop-permille given */
 } opts;
 
-static const char *const MODE_NAMES[] = {"throughput", "latency", "overload", "idle-subs"};
-#define NMODES 4
+static const char *const MODE_NAMES[] = {"throughput", "latency", "overload", "idle-subs",
+                                         "isolation"};
+#define NMODES 5
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: felix-bench [--mode throughput|latency|overload|idle-subs] [options]\n"
+    fprintf(out, "usage: felix-bench [--mode throughput|latency|overload|idle-subs|isolation]\n"
+                 "                   [options]\n"
+                 "  isolation          overload's workload (shedding profile) twice, on fresh\n"
+                 "                     connections: all F subscribers clean, then subscriber F-1\n"
+                 "                     (the victim) behind a delayed, lossy link; reports the\n"
+                 "                     other subscribers' msg/s and p99 impaired / clean, and\n"
+                 "                     what the victim received (needs --fanout >= 2)\n"
                  "  --payload P        bytes per message, >= 16 (default 1024)\n"
                  "  --fanout F         subscriber connections, one thread each (default 1)\n"
                  "  --batch B          messages per publish call (default 64)\n"
@@ -45,7 +53,8 @@ static void usage(FILE *out)
                  "  --total N          throughput: measured messages at least (default: 128 MiB\n"
                  "                     delivered, and the run-length guard's minimum);\n"
                  "                     latency: round trips (default 20000)\n"
-                 "  --min-seconds S    throughput/overload: measured seconds at least (default 5)\n"
+                 "  --min-seconds S    throughput/overload/isolation: measured seconds at least\n"
+                 "                     (default 5; isolation: per phase)\n"
                  "  --max-seconds S    hard bound of the publish loop (default 60)\n"
                  "  --runs K           repeat K times; the human table ends with medians\n"
                  "  --ack              latency: acknowledged publishes (per message)\n"
@@ -53,6 +62,10 @@ static void usage(FILE *out)
                  "                     (needs --server, --broker-pid and --admin; default 10000)\n"
                  "  --rss-watch S      overload: the broker's VmRSS every second for S seconds,\n"
                  "                     from 10 s in (needs --broker-pid; lengthens the run)\n"
+                 "  --victim-delay-ms MS       isolation: the victim's client holds each datagram\n"
+                 "                     it receives MS ms (default 200)\n"
+                 "  --victim-drop-permille N   isolation: and drops N per thousand of the\n"
+                 "                     datagrams it sends and receives (default 50)\n"
                  "  --callback         deliver by callback on the client loop\n"
                  "  --server ADDR      external broker host:port (default: in-process broker)\n"
                  "  --pin HEX          external broker's certificate SHA-256 (or --insecure)\n"
@@ -102,6 +115,8 @@ enum {
     O_DROP,
     O_SUBS,
     O_WATCH,
+    O_VDELAY,
+    O_VDROP,
     O_HELP,
 };
 
@@ -132,6 +147,8 @@ static const struct option LONG_OPTS[] = {
     {"test-drop-every", 1, 0, O_DROP},
     {"subs", 1, 0, O_SUBS},
     {"rss-watch", 1, 0, O_WATCH},
+    {"victim-delay-ms", 1, 0, O_VDELAY},
+    {"victim-drop-permille", 1, 0, O_VDROP},
     {"help", 0, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -182,6 +199,12 @@ static int parse_num(opts *o, int c, const char *arg)
         return parse_u64(arg, 1, 1000000, &o->c.subs);
     case O_WATCH:
         return parse_u64(arg, 1, 3600, &v) ? -1 : (o->c.watch_s = (uint32_t)v, 0);
+    case O_VDELAY:
+        o->victim_set = true;
+        return parse_u64(arg, 0, 60000, &v) ? -1 : (o->c.victim_delay_ms = (uint32_t)v, 0);
+    case O_VDROP:
+        o->victim_set = true;
+        return parse_u64(arg, 0, 1000, &v) ? -1 : (o->c.victim_drop_permille = (uint32_t)v, 0);
     case O_MINS:
     case O_MAXS:
         d = strtod(arg, NULL);
@@ -292,6 +315,16 @@ static int finish_cfg(opts *o)
         fprintf(stderr, "felix-bench: overload needs --fanout >= 2 (one subscriber stalls)\n");
         return 2;
     }
+    if (c->mode == FX_BENCH_ISOLATION && c->fanout < 2) {
+        fprintf(stderr, "felix-bench: isolation needs --fanout >= 2 (subscriber F-1 is the "
+                        "victim; the others are measured)\n");
+        return 2;
+    }
+    if (o->victim_set && c->mode != FX_BENCH_ISOLATION) {
+        fprintf(stderr, "felix-bench: --victim-delay-ms and --victim-drop-permille need --mode "
+                        "isolation\n");
+        return 2;
+    }
     if (c->mode == FX_BENCH_IDLE_SUBS && (!c->server || !c->broker_pid || !c->admin)) {
         fprintf(stderr, "felix-bench: idle-subs measures an external broker: it needs --server, "
                         "--broker-pid and --admin\n");
@@ -316,7 +349,8 @@ static int finish_cfg(opts *o)
     uint64_t window = fx_bench_credit_window(c->payload);
     if (c->batch > window)
         c->batch = (uint32_t)window;
-    c->lossless = c->mode != FX_BENCH_OVERLOAD;
+    /* Overload and isolation measure the default (shedding) profile. */
+    c->lossless = c->mode != FX_BENCH_OVERLOAD && c->mode != FX_BENCH_ISOLATION;
     c->bufferable = bufferable_of(c);
     if (c->mode == FX_BENCH_IDLE_SUBS)
         return 0;
@@ -371,9 +405,9 @@ static void remove_dir(const char *dir)
 static void profile(const opts *o, fx_broker_opts *bo)
 {
     bo->workers = o->core_shards ? o->core_shards : o->workers;
-    if (bo->workers == 0) {
+    if (bo->workers == 0) { /* the daemon's `workers: auto` */
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        bo->workers = n > 0 ? (uint32_t)n : 1;
+        bo->workers = n > 1 ? (uint32_t)n - 1 : 1;
     }
     bo->pin_workers = o->core_shards > 0;
     /* The daemon's datagram defaults: PMTUD from 1200 up to 16384. */
@@ -516,6 +550,23 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
         jnum("delivered_mib", r->delivered_mib, 1);
         printf("\"bufferable_mib\":%.1f,", (double)c->bufferable / 1048576.0);
     }
+    if (c->mode == FX_BENCH_ISOLATION) {
+        json_lat(&r->lat); /* the impaired phase's healthy deliveries */
+        printf("\"healthy_client_dropped\":%llu,\"victim_delay_ms\":%u,"
+               "\"victim_drop_permille\":%u,",
+               (unsigned long long)r->healthy_client_dropped, c->victim_delay_ms,
+               c->victim_drop_permille);
+        jnum("clean_msgs_per_s", r->clean_msgs_per_s, 0);
+        jnum("clean_p99_us", r->clean_p99_us, 1);
+        jnum("impaired_msgs_per_s", r->impaired_msgs_per_s, 0);
+        jnum("impaired_p99_us", r->impaired_p99_us, 1);
+        jnum("isolation_tput_ratio", r->isolation_tput_ratio, 4);
+        jnum("isolation_p99_ratio", r->isolation_p99_ratio, 4);
+        printf("\"victim_received\":%llu,\"victim_expected\":%llu,\"victim_gaps\":%llu,"
+               "\"victim_link_dropped\":%llu,",
+               (unsigned long long)r->victim_received, (unsigned long long)r->victim_expected,
+               (unsigned long long)r->victim_gaps, (unsigned long long)r->victim_link_dropped);
+    }
     if (c->mode == FX_BENCH_OVERLOAD) {
         json_lat(&r->lat);
         printf("\"healthy_client_dropped\":%llu,", (unsigned long long)r->healthy_client_dropped);
@@ -524,24 +575,23 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
                (unsigned long long)r->stalled_expected, (unsigned long long)r->stalled_received,
                (unsigned long long)r->stalled_dropped,
                (unsigned long long)r->stalled_client_dropped);
-        if (r->have_drops)
-            printf("\"broker_subscribe_dropped\":%llu,\"broker_lane_dropped\":%llu,"
-                   "\"broker_lane_dropped_events\":%llu,"
-                   "\"broker_ingress_dropped\":%llu,\"broker_subscriber_disconnect\":%llu,",
-                   (unsigned long long)r->drops.subscribe_dropped,
-                   (unsigned long long)r->drops.lane_dropped,
-                   (unsigned long long)r->drops.lane_dropped_events,
-                   (unsigned long long)r->drops.ingress_dropped,
-                   (unsigned long long)r->drops.subscriber_disconnect);
-        if (c->watch_s) {
-            printf(
-                "\"rss_watch_s\":%u,\"rss_watch_samples\":%llu,\"rss_watch_min_kb\":%llu,"
-                "\"rss_watch_max_kb\":%llu,\"rss_watch_first_kb\":%llu,\"rss_watch_last_kb\":%llu,",
-                c->watch_s, (unsigned long long)r->watch_samples,
-                (unsigned long long)r->watch_min_kb, (unsigned long long)r->watch_max_kb,
-                (unsigned long long)r->watch_first_kb, (unsigned long long)r->watch_last_kb);
-            jnum("rss_watch_spread_pct", r->watch_spread_pct, 2);
-        }
+    }
+    if ((c->mode == FX_BENCH_OVERLOAD || c->mode == FX_BENCH_ISOLATION) && r->have_drops)
+        printf("\"broker_subscribe_dropped\":%llu,\"broker_lane_dropped\":%llu,"
+               "\"broker_lane_dropped_events\":%llu,"
+               "\"broker_ingress_dropped\":%llu,\"broker_subscriber_disconnect\":%llu,",
+               (unsigned long long)r->drops.subscribe_dropped,
+               (unsigned long long)r->drops.lane_dropped,
+               (unsigned long long)r->drops.lane_dropped_events,
+               (unsigned long long)r->drops.ingress_dropped,
+               (unsigned long long)r->drops.subscriber_disconnect);
+    if (c->watch_s) { /* overload only (finish_cfg) */
+        printf("\"rss_watch_s\":%u,\"rss_watch_samples\":%llu,\"rss_watch_min_kb\":%llu,"
+               "\"rss_watch_max_kb\":%llu,\"rss_watch_first_kb\":%llu,\"rss_watch_last_kb\":%llu,",
+               c->watch_s, (unsigned long long)r->watch_samples,
+               (unsigned long long)r->watch_min_kb, (unsigned long long)r->watch_max_kb,
+               (unsigned long long)r->watch_first_kb, (unsigned long long)r->watch_last_kb);
+        jnum("rss_watch_spread_pct", r->watch_spread_pct, 2);
     }
     json_tail(o, r);
     fflush(stdout);
@@ -574,6 +624,23 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
                r->msgs_per_s, r->per_sub_msgs_per_s, (unsigned long long)r->t.lost,
                (unsigned long long)r->healthy_client_dropped,
                r->valid ? "" : "  INVALID: ", r->valid ? "" : r->why);
+    } else if (c->mode == FX_BENCH_ISOLATION) {
+        printf("healthy: clean %.0f msg/s p99 %.1f us, impaired %.0f msg/s p99 %.1f us: ratio "
+               "msg/s %.3f, p99 %.3f; impaired lost %llu (their client queues dropped %llu)%s%s\n",
+               r->clean_msgs_per_s, r->clean_p99_us, r->impaired_msgs_per_s, r->impaired_p99_us,
+               r->isolation_tput_ratio, r->isolation_p99_ratio, (unsigned long long)r->t.lost,
+               (unsigned long long)r->healthy_client_dropped,
+               r->valid ? "" : "  INVALID: ", r->valid ? "" : r->why);
+        printf("       victim (%u ms delay, %.1f%% loss): %llu of %llu received, %llu skipped in "
+               "gaps, %llu datagrams dropped on its link; broker drops: subscriber queue %llu, "
+               "lane %llu lists (%llu messages), ingress %llu\n",
+               c->victim_delay_ms, (double)c->victim_drop_permille / 10.0,
+               (unsigned long long)r->victim_received, (unsigned long long)r->victim_expected,
+               (unsigned long long)r->victim_gaps, (unsigned long long)r->victim_link_dropped,
+               (unsigned long long)r->drops.subscribe_dropped,
+               (unsigned long long)r->drops.lane_dropped,
+               (unsigned long long)r->drops.lane_dropped_events,
+               (unsigned long long)r->drops.ingress_dropped);
     } else {
         fx_bench_tput t = {r->valid,
                            r->why,
@@ -630,6 +697,10 @@ static void print_medians(const opts *o, const fx_bench_result *rs, int n)
                median_of(rs, n, offsetof(fx_bench_result, lat.p50_us)),
                median_of(rs, n, offsetof(fx_bench_result, lat.p99_us)),
                median_of(rs, n, offsetof(fx_bench_result, lat.p999_us)));
+    else if (o->c.mode == FX_BENCH_ISOLATION)
+        printf("median of %d: healthy impaired / clean: msg/s %.3f, p99 %.3f\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, isolation_tput_ratio)),
+               median_of(rs, n, offsetof(fx_bench_result, isolation_p99_ratio)));
     else
         printf("median of %d: %.0f msg/s  %.1f MB/s  per-sub %.0f msg/s\n", n,
                median_of(rs, n, offsetof(fx_bench_result, msgs_per_s)),
@@ -678,7 +749,9 @@ int main(int argc, char **argv)
                     .idle_seconds = 3,
                     .progress = true,
                     .ns = "bench",
-                    .subs = 10000},
+                    .subs = 10000,
+                    .victim_delay_ms = 200,
+                    .victim_drop_permille = 50},
               .runs = 1};
     int rv = parse_args(argc, argv, &o);
     if (rv != 0)

@@ -1,9 +1,18 @@
-/* Tests of felix-bench's pure logic (bench/bench_lib.c, compiled in):
+/* Tests of felix-bench: its pure logic (bench/bench_lib.c, compiled in):
  * percentiles, loss accounting and the verdict, the run-length guard and the
- * credit window. Single-threaded. */
+ * credit window (single-threaded); and its run engine (bench/bench_run.c and
+ * bench_sys.c, compiled in) in isolation mode against a broker started in
+ * this process, as felix-bench starts one (the engine runs its own reader
+ * threads and the client library its loops). */
 /* fx-test-libs: fx_client fx_broker fx_quic fx_wire fx_base */
 #include "../../bench/bench_lib.c"
+#include "../../bench/bench_run.c"
+#include "../../bench/bench_sys.c"
 
+#include <dirent.h>
+
+#include "base/log.h"
+#include "broker/broker.h"
 #include "fx_test.h"
 
 /* Feeds sequences |seqs| (stream 0 of 1, batch 1) into |a|. */
@@ -169,11 +178,111 @@ static void test_credit_window_never_exceeds_4mib_or_16384_msgs(void **state)
     assert_int_equal(fx_bench_credit_window(FX_BENCH_PAYLOAD_MAX), 1);
 }
 
+/* ---- the run engine against an in-process broker ----------------------------- */
+
+typedef struct tbroker {
+    fx_broker *b;
+    char dir[64];
+    char addr[32];
+    char pin[72];
+} tbroker;
+
+/* Starts a broker on 127.0.0.1 port 0 with the default (shedding)
+ * profile, which felix-bench's overload and isolation modes measure. */
+static void tbroker_start(tbroker *t)
+{
+    snprintf(t->dir, sizeof(t->dir), "/tmp/fxbenchXXXXXX");
+    assert_non_null(mkdtemp(t->dir));
+    fx_broker_opts bo;
+    fx_broker_opts_default(&bo);
+    bo.quic.state_dir = t->dir;
+    assert_int_equal(fx_broker_new(&t->b, &bo), 0);
+    assert_int_equal(fx_broker_start(t->b), 0);
+    snprintf(t->addr, sizeof(t->addr), "127.0.0.1:%u", (unsigned)fx_broker_port(t->b));
+    snprintf(t->pin, sizeof(t->pin), "%s", fx_broker_fingerprint(t->b));
+}
+
+/* Frees the broker and removes its state directory (flat: key, cert). */
+static void tbroker_stop(tbroker *t)
+{
+    fx_broker_free(t->b);
+    DIR *d = opendir(t->dir);
+    assert_non_null(d);
+    struct dirent *e;
+    char path[320];
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof(path), "%s/%s", t->dir, e->d_name);
+            assert_int_equal(unlink(path), 0);
+        }
+    closedir(d);
+    assert_int_equal(rmdir(t->dir), 0);
+}
+
+static void test_isolation_mode_reports_ratios_and_victim_losses(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR); /* the broker warns of every lane drop for the victim */
+    tbroker t;
+    tbroker_start(&t);
+    /* Small sizes: two phases of ~0.3 s measured each, the victim read for
+     * at most 1 s after each publisher's end (also how long a healthy
+     * reader may fall silent after it before its missing messages count
+     * as lost: generous for a loaded host). felix-bench's default
+     * payload and batch: their credit window (4096 messages, 64 batches)
+     * fits the broker's default per-subscriber queues, so the healthy
+     * subscribers are never shed (much smaller batches would be). */
+    fx_bench_cfg c = {.mode = FX_BENCH_ISOLATION,
+                      .payload = 1024,
+                      .fanout = 3,
+                      .batch = 64,
+                      .streams = 1,
+                      .warmup = 256,
+                      .total = 4096,
+                      .min_seconds = 0.3,
+                      .max_seconds = 10,
+                      .idle_seconds = 1.0,
+                      .server = t.addr,
+                      .pin = t.pin,
+                      .in_process = true,
+                      .ns = "bench",
+                      .victim_delay_ms = 200,
+                      .victim_drop_permille = 50};
+    fx_bench_result r;
+    int rv = fx_bench_run_once(&c, &r);
+    if (rv != 0)
+        fail_msg("run failed: %s", r.errmsg);
+    if (!r.valid)
+        fail_msg("run invalid: %s", r.why);
+    print_message("healthy: clean %.0f msg/s p99 %.1f us, impaired %.0f msg/s p99 %.1f us; "
+                  "victim %llu of %llu, %llu datagrams dropped on its link\n",
+                  r.clean_msgs_per_s, r.clean_p99_us, r.impaired_msgs_per_s, r.impaired_p99_us,
+                  (unsigned long long)r.victim_received, (unsigned long long)r.victim_expected,
+                  (unsigned long long)r.victim_link_dropped);
+    /* The healthy subscribers (all but the victim) lost nothing. */
+    assert_true(r.t.expected > 0);
+    assert_int_equal(r.t.expected, r.t.sent_measured * (c.fanout - 1));
+    assert_int_equal(r.t.delivered, r.t.expected);
+    assert_int_equal(r.t.lost, 0);
+    assert_int_equal(r.healthy_client_dropped, 0);
+    /* Both phases gave figures, and the ratios are impaired / clean. */
+    assert_true(isfinite(r.isolation_tput_ratio) && r.isolation_tput_ratio > 0);
+    assert_true(isfinite(r.isolation_p99_ratio) && r.isolation_p99_ratio > 0);
+    assert_true(fabs(r.isolation_tput_ratio - r.impaired_msgs_per_s / r.clean_msgs_per_s) < 1e-9);
+    assert_true(fabs(r.isolation_p99_ratio - r.impaired_p99_us / r.clean_p99_us) < 1e-9);
+    assert_true(r.impaired_msgs_per_s == r.msgs_per_s && r.impaired_p99_us == r.lat.p99_us);
+    /* The victim's figures: how much it lost is random (the drop hook). */
+    assert_true(r.victim_expected > 0);
+    assert_true(r.victim_received + r.victim_gaps <= r.victim_expected);
+    tbroker_stop(&t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_percentiles_on_known_samples),
     cmocka_unit_test(test_run_with_loss_is_invalid),
     cmocka_unit_test(test_loss_is_counted_per_stream),
     cmocka_unit_test(test_run_length_guard_refuses_short_runs),
     cmocka_unit_test(test_credit_window_never_exceeds_4mib_or_16384_msgs),
+    cmocka_unit_test(test_isolation_mode_reports_ratios_and_victim_losses),
 };
 FX_TEST_MAIN(tests)
