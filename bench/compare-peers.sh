@@ -45,7 +45,7 @@ FX_TAG=compare-peers
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 fx_build_if_missing
-trap fx_stop_broker EXIT INT TERM
+fx_traps
 
 # start_broker NAME [--set k=v]...: the lossless profile plus the extra keys.
 start_broker() {

@@ -13,6 +13,7 @@
 #                                  the shipped shedding defaults) plus the extra keys; sets
 #                                  BROKER_PID and FP (the certificate fingerprint)
 #   fx_stop_broker                 SIGTERM, then SIGKILL after 5 s; only the PID started here
+#   fx_traps                       stops the broker on exit, and exits on INT/TERM
 #   fx_wait_quiet                  waits at most QUIET_MAX_S (default 10) seconds for the host
 #                                  to be under QUIET_PCT (default 15) % of a core busy
 # Only the PIDs these functions start are signalled.
@@ -51,6 +52,11 @@ fx_start_broker() {
     sleep 0.1
   done
   echo "$FX_TAG: felix-broker did not start; log ($log):" >&2; cat "$log" >&2; exit 1
+}
+
+fx_traps() {
+  trap fx_stop_broker EXIT
+  trap 'fx_stop_broker; exit 130' INT TERM
 }
 
 # The machine may be shared: wait for a nearly idle host, as run-peers.sh does before each

@@ -64,7 +64,7 @@ FX_TAG=matrix
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 fx_build_if_missing
-trap fx_stop_broker EXIT INT TERM
+fx_traps
 
 # ---- cells ---------------------------------------------------------------------------
 

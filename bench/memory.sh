@@ -32,7 +32,7 @@ done
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 fx_build_if_missing
-trap fx_stop_broker EXIT INT TERM
+fx_traps
 mkdir -p "$OUTDIR/logs"
 RESULTS=$OUTDIR/results.jsonl
 : >"$RESULTS"

@@ -47,7 +47,7 @@ command -v python3 >/dev/null || { echo "sweep: needs python3" >&2; exit 1; }
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 fx_build_if_missing
-trap fx_stop_broker EXIT INT TERM
+fx_traps
 mkdir -p "$OUTDIR/logs"
 RESULTS=$OUTDIR/results.jsonl
 : >"$RESULTS"
