@@ -5,10 +5,12 @@
  * by request id. The budget is released when QUIC acknowledges the frame
  * (the fx_buf release). Public functions: any thread; the rest: the loop. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/blk.h"
 #include "base/log.h"
 #include "client/client.h"
 
@@ -83,6 +85,11 @@ static void pending_fail_all(pworker *w, int rv, const char *msg)
 
 /* ---- jobs ----------------------------------------------------------------------- */
 
+static void job_free(pjob *j)
+{
+    fx_blk_free(j);
+}
+
 /* The frame's last reference went (QUIC acknowledged it, its stream died, or
  * it was never sent): give the bytes back and finish an unacked async. */
 static void job_release(void *data, size_t len, void *user)
@@ -101,7 +108,7 @@ static void job_release(void *data, size_t len, void *user)
         req_finish(c, j->req, cc->close_rv, cc->close_text);
     else if (j->req != NULL)
         req_finish(c, j->req, j->req->rv, j->req->msg);
-    free(j);
+    job_free(j);
     outstanding_done(c, 1);
 }
 
@@ -523,11 +530,16 @@ void fx_pub_deinit(fx_client *c)
 
 /* ---- encoding (caller's thread) ---------------------------------------------------- */
 
+/* A job and its frame in one block from the block cache (base/blk.h): the
+ * frame bytes are written by the encoder, only the header is zeroed. */
 static pjob *job_alloc(fx_client *c, size_t len)
 {
-    pjob *j = calloc(1, sizeof(*j) + len);
+    if (len > SIZE_MAX - sizeof(pjob))
+        return NULL;
+    pjob *j = fx_blk_alloc(sizeof(*j) + len);
     if (j == NULL)
         return NULL;
+    memset(j, 0, sizeof(*j));
     j->c = c;
     j->len = len;
     return j;
@@ -559,7 +571,7 @@ static int encode_binary(fx_client *c, const char *ns, const char *stream, const
     if (b.payloads != b.inline_payloads)
         free(b.payloads);
     if (rv != 0) {
-        free(j);
+        job_free(j);
         return rv;
     }
     *pj = j;
@@ -669,7 +681,7 @@ static int encode_job(fx_client *c, const char *ns, const char *stream, const fx
                     : encode_json(c, ns, stream, msgs, n, batch, wack, id, pj);
     if (rv == 0 && (*pj)->len - FX_WIRE_HEADER_LEN > c->o.max_frame_bytes) {
         size_t len = (*pj)->len;
-        free(*pj);
+        job_free(*pj);
         return fx_client_set_error(FX_ETOOBIG, "publish of %zu bytes exceeds max_frame_bytes", len);
     }
     return rv;
@@ -698,7 +710,7 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
             fx_permit_release(&j->permit);
     }
     if (rv != 0) {
-        free(j);
+        job_free(j);
         return rv;
     }
     atomic_fetch_add(&c->outstanding, 1 + (j->req != NULL && j->req->acked));
@@ -768,7 +780,7 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
     if (wack != FX_WIRE_ACK_NONE || cb != NULL) {
         r = calloc(1, sizeof(*r));
         if (r == NULL) {
-            free(j);
+            job_free(j);
             return -ENOMEM;
         }
         r->request_id = id;
