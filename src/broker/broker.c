@@ -202,30 +202,49 @@ static int create_loops(fx_broker *b)
     return 0;
 }
 
-/* One server endpoint, placed by the stated rule (placement.h): with
- * io_threads 0 it runs on worker 0, else on io loop 0. */
+/* The server endpoints, placed by the stated rule (placement.h): one on
+ * worker 0 (io_threads 0) or io loop 0 (io_threads 1); with io_threads n >= 2
+ * one per io loop but the last (the rule keeps that one for client
+ * endpoints), sharing the port as a server group. */
 static int create_endpoint(fx_broker *b)
 {
-    fx_loop_slot slot;
-    int rv = fx_placement_endpoint(FX_ENDPOINT_SERVER, 0, b->o.io_threads, b->nworkers, &slot);
-    if (rv != 0)
-        return rv;
-    if (slot.kind == FX_LOOP_KIND_WORKER) {
-        b->ep_loop = b->workers[slot.index].loop;
-        b->ep_worker = (int)slot.index;
-    } else {
-        b->ep_loop = b->io[slot.index];
-        b->ep_worker = -1;
+    uint32_t n = b->o.io_threads >= 2 ? b->o.io_threads - 1 : 1;
+    b->eps = calloc(n, sizeof(*b->eps));
+    fx_loop **loops = calloc(n, sizeof(*loops));
+    int rv = b->eps == NULL || loops == NULL ? -ENOMEM : 0;
+    for (uint32_t k = 0; rv == 0 && k < n; k++) {
+        fx_loop_slot slot;
+        rv = fx_placement_endpoint(FX_ENDPOINT_SERVER, k, b->o.io_threads, b->nworkers, &slot);
+        if (rv != 0)
+            break;
+        fxb_ep *e = &b->eps[k];
+        bool worker = slot.kind == FX_LOOP_KIND_WORKER;
+        e->loop = worker ? b->workers[slot.index].loop : b->io[slot.index];
+        e->worker = worker ? (int)slot.index : -1;
+        loops[k] = e->loop;
     }
-    rv = fx_quic_server_new(&b->ep, b->ep_loop, b->o.bind_ip, b->o.port, &b->o.quic,
-                            &fxb_quic_callbacks, b);
+    if (rv == 0) {
+        b->neps = n;
+        if (n == 1) {
+            rv = fx_quic_server_new(&b->eps[0].ep, loops[0], b->o.bind_ip, b->o.port, &b->o.quic,
+                                    &fxb_quic_callbacks, b);
+        } else {
+            rv = fx_quic_server_group_new(&b->grp, loops, n, b->o.bind_ip, b->o.port, &b->o.quic,
+                                          &fxb_quic_callbacks, b);
+            for (uint32_t k = 0; rv == 0 && k < n; k++) {
+                b->eps[k].ep = fx_quic_server_group_member(b->grp, k);
+                b->eps[k].member = true;
+            }
+        }
+    }
+    free(loops);
     if (rv != 0)
         return rv;
-    b->port = fx_quic_endpoint_port(b->ep);
-    const char *fp = fx_quic_endpoint_fingerprint(b->ep);
-    size_t n = strnlen(fp, sizeof(b->fingerprint) - 1);
-    memcpy(b->fingerprint, fp, n);
-    b->fingerprint[n] = '\0';
+    b->port = fx_quic_endpoint_port(b->eps[0].ep);
+    const char *fp = fx_quic_endpoint_fingerprint(b->eps[0].ep);
+    size_t len = strnlen(fp, sizeof(b->fingerprint) - 1);
+    memcpy(b->fingerprint, fp, len);
+    b->fingerprint[len] = '\0';
     return 0;
 }
 
@@ -321,11 +340,32 @@ static void run_on(fx_loop *l, void (*fn)(void *), void *arg)
     pthread_mutex_destroy(&s.mu);
 }
 
-static void free_endpoint(void *arg)
+/* On an endpoint's loop: closes its connections, and frees it unless it is a
+ * group member (the group is freed once every member loop has stopped). */
+static void close_endpoint(void *arg)
 {
-    fx_broker *b = arg;
-    fx_quic_endpoint_free(b->ep);
-    b->ep = NULL;
+    fxb_ep *e = arg;
+    if (e->member) {
+        fx_quic_endpoint_close_all(e->ep);
+    } else {
+        fx_quic_endpoint_free(e->ep);
+        e->ep = NULL;
+    }
+}
+
+/* Frees what is left of the endpoints: the lone one (if the broker never
+ * ran), or the group, whose member loops must have stopped. */
+static void free_endpoints(fx_broker *b)
+{
+    if (b->grp != NULL) {
+        fx_quic_server_group_free(b->grp);
+        b->grp = NULL;
+    } else if (b->eps != NULL && b->neps > 0) {
+        fx_quic_endpoint_free(b->eps[0].ep);
+    }
+    free(b->eps);
+    b->eps = NULL;
+    b->neps = 0;
 }
 
 /* Every loop runs what was posted to it before; repeated so that tasks those
@@ -346,15 +386,15 @@ void fx_broker_stop(fx_broker *b)
         return;
     b->stopped = true;
     if (b->started) {
-        run_on(b->ep_loop, free_endpoint, b);
+        for (uint32_t i = 0; i < b->neps; i++)
+            run_on(b->eps[i].loop, close_endpoint, &b->eps[i]);
         barrier_all(b);
         for (uint32_t i = 0; i < b->nio; i++)
             fx_loop_stop(b->io[i]);
         for (uint32_t i = 0; i < b->nworkers; i++)
             fx_loop_stop(b->workers[i].loop);
-    } else {
-        free_endpoint(b);
     }
+    free_endpoints(b);
 }
 
 void fx_broker_free(fx_broker *b)
@@ -362,8 +402,7 @@ void fx_broker_free(fx_broker *b)
     if (b == NULL)
         return;
     fx_broker_stop(b);
-    if (b->ep != NULL)
-        free_endpoint(b);
+    free_endpoints(b);
     for (uint32_t i = 0; b->workers != NULL && i < b->nworkers; i++)
         worker_deinit(&b->workers[i]);
     free(b->workers);
@@ -378,7 +417,7 @@ void fx_broker_free(fx_broker *b)
 /* ---- certificate reload -------------------------------------------------- */
 
 typedef struct tls_swap {
-    fx_broker *b;
+    fxb_ep *e;
     fx_quic_creds *cr;
     int rv;
 } tls_swap;
@@ -386,7 +425,7 @@ typedef struct tls_swap {
 static void swap_creds(void *arg)
 {
     tls_swap *s = arg;
-    s->rv = s->b->ep != NULL ? fx_quic_endpoint_set_credentials(s->b->ep, s->cr) : FX_ESHUTDOWN;
+    s->rv = s->e->ep != NULL ? fx_quic_endpoint_set_credentials(s->e->ep, s->cr) : FX_ESHUTDOWN;
 }
 
 int fx_broker_reload_tls(fx_broker *b)
@@ -398,11 +437,16 @@ int fx_broker_reload_tls(fx_broker *b)
     int rv = fx_quic_creds_load(&cr, &b->o.quic);
     if (rv != 0)
         return rv;
-    tls_swap s = {.b = b, .cr = cr};
-    if (b->started)
-        run_on(b->ep_loop, swap_creds, &s);
-    else
-        swap_creds(&s);
+    /* Every endpoint swaps on its own loop; a failure stops the round (the
+     * credentials were loaded and checked above, so none is expected). */
+    tls_swap s = {.cr = cr};
+    for (uint32_t i = 0; i < b->neps && s.rv == 0; i++) {
+        s.e = &b->eps[i];
+        if (b->started)
+            run_on(s.e->loop, swap_creds, &s);
+        else
+            swap_creds(&s);
+    }
     if (s.rv == 0)
         snprintf(b->fingerprint, sizeof(b->fingerprint), "%s", fx_quic_creds_fingerprint(cr));
     fx_quic_creds_unref(cr);
@@ -426,5 +470,5 @@ fx_registry *fx_broker_registry(fx_broker *b)
 
 int fx_broker_endpoint_worker(const fx_broker *b)
 {
-    return b->ep_worker;
+    return b->eps[0].worker;
 }

@@ -65,6 +65,18 @@ struct fxb_worker {
     fxb_sub *subs; /* registered subscriptions (wnext / wprev) */
 };
 
+/* One server endpoint and the connections it accepted: the broker's only
+ * endpoint, or one member of its server group (io_threads >= 2). */
+typedef struct fxb_ep {
+    fx_loop *loop;
+    fx_quic_endpoint *ep;
+    int worker;  /* worker index of |loop|, or -1 (an io loop) */
+    bool member; /* of the broker's server group */
+    /* This endpoint's loop only: its open connections (fxb_conn.cnext). */
+    fxb_conn *conns;
+    size_t conns_listed;
+} fxb_ep;
+
 struct fx_broker {
     fx_broker_opts o;
     fx_registry *reg;
@@ -73,9 +85,12 @@ struct fx_broker {
     fxb_worker *workers;
     uint32_t nio;
     fx_loop **io; /* dedicated io loops (io_threads), or NULL */
-    fx_loop *ep_loop;
-    fx_quic_endpoint *ep;
-    int ep_worker; /* worker index of |ep_loop|, or -1 */
+    /* Server endpoints, placed by fx_placement_endpoint: one, or with
+     * io_threads >= 2 one per io loop but the last, as members of |grp|
+     * (connections go to a member by the transport's connection-ID rule). */
+    fxb_ep *eps;
+    uint32_t neps;
+    fx_quic_server_group *grp; /* NULL with one endpoint */
     uint16_t port;
     char fingerprint[65];
     bool started, stopped;
@@ -87,9 +102,6 @@ struct fx_broker {
      * refused from then on. */
     atomic_bool draining;
     atomic_uint_fast64_t drain_refused; /* publishes answered "broker shutting down" */
-    /* Endpoint loop only: open connections (fxb_conn.cnext), and how many. */
-    fxb_conn *conns;
-    size_t conns_listed;
 };
 
 /* Error text of everything refused during the drain (also the close reason;
@@ -123,6 +135,7 @@ struct fxb_conn {
     fx_broker *b;
     fx_quic_conn *qc; /* NULL once closed */
     fx_loop *loop;
+    uint32_t epi; /* index of its endpoint in b->eps */
     uint64_t id;
     fx_budget budget; /* this connection's share of b->budget */
     fxb_bidi *bidis;  /* open client bidi streams (list) */
@@ -368,7 +381,17 @@ void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h);
 /* ---- control.c ------------------------------------------------------------ */
 /* True once the drain started. Any thread. */
 bool fxb_is_draining(const fx_broker *b);
-/* Endpoint loop: keeps b->conns. */
+/* The connection's endpoint loop: keeps that endpoint's list. */
+/* The index in b->eps of the endpoint running on |loop| (a connection's loop
+ * is its endpoint's). Any thread. */
+static inline uint32_t fxb_ep_index(const fx_broker *b, const fx_loop *loop)
+{
+    for (uint32_t i = 0; i < b->neps; i++)
+        if (b->eps[i].loop == loop)
+            return i;
+    return 0; /* unreachable: every connection comes from an endpoint */
+}
+
 void fxb_conn_list_add(fx_broker *b, fxb_conn *c);
 void fxb_conn_list_remove(fx_broker *b, fxb_conn *c);
 

@@ -821,6 +821,7 @@ static void on_conn_new(fx_quic_conn *qc, void *user)
     c->b = b;
     c->qc = qc;
     c->loop = fx_quic_conn_loop(qc);
+    c->epi = fxb_ep_index(b, c->loop);
     c->id = atomic_fetch_add(&b->next_conn_id, 1);
     fx_task_init(&c->writer_task, fxb_writer_run, c);
     fx_quic_conn_set_user(qc, c);

@@ -1,7 +1,7 @@
 /* Control plane of the broker: the admin operations (list, create and delete
  * streams, list subscriptions) and the graceful drain. The caller's thread
  * (the admin endpoint's or main) never reads loop-owned state: it posts one
- * task per loop (every worker, plus the endpoint loop for the connection
+ * task per loop (every worker, plus each endpoint's loop for the connection
  * side), each task answers with a part, and the caller waits for all parts
  * with a timeout. A late part lands in memory the parts' references keep
  * alive and is discarded. Public functions: any thread but a broker loop. */
@@ -27,26 +27,28 @@ bool fxb_is_draining(const fx_broker *b)
 
 void fxb_conn_list_add(fx_broker *b, fxb_conn *c)
 {
+    fxb_ep *e = &b->eps[c->epi];
     c->cprev = NULL;
-    c->cnext = b->conns;
-    if (b->conns != NULL)
-        b->conns->cprev = c;
-    b->conns = c;
-    b->conns_listed++;
+    c->cnext = e->conns;
+    if (e->conns != NULL)
+        e->conns->cprev = c;
+    e->conns = c;
+    e->conns_listed++;
 }
 
 void fxb_conn_list_remove(fx_broker *b, fxb_conn *c)
 {
+    fxb_ep *e = &b->eps[c->epi];
     if (c->cprev != NULL)
         c->cprev->cnext = c->cnext;
-    else if (b->conns == c)
-        b->conns = c->cnext;
+    else if (e->conns == c)
+        e->conns = c->cnext;
     else
         return; /* never listed */
     if (c->cnext != NULL)
         c->cnext->cprev = c->cprev;
     c->cnext = c->cprev = NULL;
-    b->conns_listed--;
+    e->conns_listed--;
 }
 
 /* ---- asking every loop ---------------------------------------------------------- */
@@ -63,11 +65,12 @@ typedef struct work {
 typedef struct gather gather;
 
 /* One loop's answer. |worker| is the worker index, or -1 for the connection
- * side on the endpoint loop. */
+ * side of endpoint |epi| on its loop. */
 typedef struct gpart {
     fx_task task;
     gather *g;
     int worker;
+    uint32_t epi;
     json_t *j;
     work w;
 } gpart;
@@ -114,7 +117,8 @@ static void gather_cb(fx_loop *l, fx_task *t, void *user)
 
 static gather *gather_new(fx_broker *b, gather_fn fn, void *arg, bool workers, bool conns)
 {
-    size_t n = (workers ? b->nworkers : 0) + (conns ? 1 : 0);
+    size_t nw = workers ? b->nworkers : 0;
+    size_t n = nw + (conns ? b->neps : 0);
     gather *g = calloc(1, sizeof(*g) + n * sizeof(gpart));
     if (g == NULL)
         return NULL;
@@ -132,13 +136,14 @@ static gather *gather_new(fx_broker *b, gather_fn fn, void *arg, bool workers, b
     for (size_t i = 0; i < n; i++) {
         gpart *p = &g->parts[i];
         p->g = g;
-        p->worker = workers && i < b->nworkers ? (int)i : -1;
+        p->worker = i < nw ? (int)i : -1;
+        p->epi = i < nw ? 0 : (uint32_t)(i - nw);
         fx_task_init(&p->task, gather_cb, p);
     }
     return g;
 }
 
-/* Posts |fn| to every worker (|workers|) and/or the endpoint loop (|conns|)
+/* Posts |fn| to every worker (|workers|) and/or every endpoint loop (|conns|)
  * and waits up to |timeout_ns| for all answers. Returns 0 with the parts in
  * |*pg| (release with gather_unref), FX_ETIMEDOUT or -ENOMEM. |arg| must stay
  * valid until every task ran: only pass stack memory when a timeout cannot
@@ -152,7 +157,7 @@ static int gather_run(fx_broker *b, gather_fn fn, void *arg, bool workers, bool 
     g->pending = g->nparts;
     for (size_t i = 0; i < g->nparts; i++) {
         gpart *p = &g->parts[i];
-        fx_loop *l = p->worker >= 0 ? b->workers[p->worker].loop : b->ep_loop;
+        fx_loop *l = p->worker >= 0 ? b->workers[p->worker].loop : b->eps[p->epi].loop;
         atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
         fx_loop_post(l, &p->task);
     }
@@ -347,7 +352,7 @@ static void subs_conns(fx_broker *b, gpart *p)
 {
     json_t *arr = json_array();
     uint64_t now = fx_now_ns();
-    for (fxb_conn *c = b->conns; arr != NULL && c != NULL; c = c->cnext) {
+    for (fxb_conn *c = b->eps[p->epi].conns; arr != NULL && c != NULL; c = c->cnext) {
         for (fxb_sub *sub = c->subs; sub != NULL; sub = sub->next) {
             json_t *e = json_object();
             if (e == NULL)
@@ -397,7 +402,7 @@ static void merge_sub(gather *g, json_t *e)
     char key[24];
     id_key(key, sizeof(key), get_u64(e, "id"));
     json_t *ws = NULL;
-    for (size_t i = 0; ws == NULL && i + 1 < g->nparts; i++)
+    for (size_t i = 0; ws == NULL && i < g->nparts && g->parts[i].worker >= 0; i++)
         ws = json_object_get(g->parts[i].j, key);
     uint64_t qdrop = get_u64(ws, "queue_dropped");
     set_u64(e, "queue_depth", get_u64(ws, "queue_depth"));
@@ -427,19 +432,27 @@ int fx_broker_list_subscriptions(fx_broker *b, uint64_t timeout_ns, char **pjson
     int rv = gather_run(b, subs_part, NULL, true, true, timeout_ns, &g);
     if (rv != 0)
         return rv;
-    json_t *conn_side = g->parts[g->nparts - 1].j;
-    size_t n = conn_side != NULL ? json_array_size(conn_side) : 0;
+    /* The connection side: one array per endpoint, after the workers' parts. */
+    size_t n = 0;
+    bool oom = false;
+    for (size_t i = b->nworkers; i < g->nparts; i++) {
+        oom |= g->parts[i].j == NULL;
+        n += g->parts[i].j != NULL ? json_array_size(g->parts[i].j) : 0;
+    }
     json_t **v = calloc(n + 1, sizeof(*v));
     json_t *arr = json_array();
-    if (conn_side == NULL || v == NULL || arr == NULL) {
+    if (oom || v == NULL || arr == NULL) {
         free(v);
         json_decref(arr);
         gather_unref(g);
         return -ENOMEM;
     }
-    for (size_t i = 0; i < n; i++) {
-        v[i] = json_array_get(conn_side, i);
-        merge_sub(g, v[i]);
+    n = 0;
+    for (size_t i = b->nworkers; i < g->nparts; i++) {
+        for (size_t k = 0; k < json_array_size(g->parts[i].j); k++) {
+            v[n] = json_array_get(g->parts[i].j, k);
+            merge_sub(g, v[n++]);
+        }
     }
     qsort(v, n, sizeof(*v), cmp_sub);
     for (size_t i = 0; i < n; i++)
@@ -549,9 +562,9 @@ static void work_worker(fxb_worker *w, work *k)
     }
 }
 
-static void work_conns(fx_broker *b, work *k)
+static void work_conns(fxb_ep *e, work *k)
 {
-    for (fxb_conn *c = b->conns; c != NULL; c = c->cnext) {
+    for (fxb_conn *c = e->conns; c != NULL; c = c->cnext) {
         k->conns++;
         if (c->qc != NULL)
             k->unacked += fx_quic_conn_unacked(c->qc);
@@ -571,7 +584,7 @@ static void work_part(fx_broker *b, gpart *p, void *arg)
     if (p->worker >= 0)
         work_worker(&b->workers[p->worker], &p->w);
     else
-        work_conns(b, &p->w);
+        work_conns(&b->eps[p->epi], &p->w);
 }
 
 /* Adds one ask of the workers or of the connections to |k|. Returns 0 or
@@ -624,9 +637,8 @@ static int work_round(fx_broker *b, uint64_t timeout_ns, work *k)
 
 static void close_conns(fx_broker *b, gpart *p, void *arg)
 {
-    (void)p;
     (void)arg;
-    for (fxb_conn *c = b->conns; c != NULL; c = c->cnext)
+    for (fxb_conn *c = b->eps[p->epi].conns; c != NULL; c = c->cnext)
         if (c->qc != NULL)
             fx_quic_conn_close(c->qc, 0, FXB_SHUTDOWN_TEXT);
 }

@@ -61,7 +61,7 @@ static bool running(const fx_broker *b)
 #define CUT_CODE 0x7e57u
 
 typedef struct cut_req {
-    fx_broker *b;
+    fxb_ep *e;
     bool only_subscribers;
     int n;
 } cut_req;
@@ -71,7 +71,7 @@ static void cut_on_loop(void *user)
     cut_req *r = user;
     /* fx_quic_conn_close defers on_conn_closed to the end of the loop turn,
      * so the list does not change while we walk it. */
-    for (fxb_conn *c = r->b->conns; c != NULL; c = c->cnext) {
+    for (fxb_conn *c = r->e->conns; c != NULL; c = c->cnext) {
         if (c->qc == NULL || c->dead || (r->only_subscribers && c->subs == NULL))
             continue;
         fx_quic_conn_close(c->qc, CUT_CODE, "test hook: connection cut");
@@ -83,9 +83,15 @@ int fx_broker_test_cut_connections(fx_broker *b, bool only_subscribers)
 {
     if (!running(b))
         return -EINVAL;
-    cut_req r = {.b = b, .only_subscribers = only_subscribers};
-    int rv = run_and_wait(b->ep_loop, cut_on_loop, &r);
-    return rv != 0 ? rv : r.n;
+    int n = 0;
+    for (uint32_t i = 0; i < b->neps; i++) {
+        cut_req r = {.e = &b->eps[i], .only_subscribers = only_subscribers};
+        int rv = run_and_wait(b->eps[i].loop, cut_on_loop, &r);
+        if (rv != 0)
+            return rv;
+        n += r.n;
+    }
+    return n;
 }
 
 static void stall_on_loop(void *user)
@@ -203,6 +209,7 @@ int fx_broker_test_worker_activity_get(fx_broker *b, uint32_t index,
 
 typedef struct conns_req {
     fx_broker *b;
+    fxb_ep *e; /* the endpoint whose connections are walked now */
     fx_broker_test_conn_where *out;
     size_t cap, n;
     bool stray; /* a connection on a loop the broker does not own */
@@ -240,7 +247,7 @@ static void conns_insert(conns_req *r, const fx_broker_test_conn_where *w)
 static void conns_on_loop(void *arg)
 {
     conns_req *r = arg;
-    for (fxb_conn *c = r->b->conns; c != NULL; c = c->cnext) {
+    for (fxb_conn *c = r->e->conns; c != NULL; c = c->cnext) {
         if (c->qc == NULL || c->dead)
             continue;
         fx_broker_test_conn_where w = {.conn_id = c->id};
@@ -258,9 +265,12 @@ int fx_broker_test_conn_loops(fx_broker *b, fx_broker_test_conn_where *out, size
     if (!running(b) || (out == NULL && cap > 0))
         return -EINVAL;
     conns_req r = {.b = b, .out = out, .cap = cap};
-    int rv = run_and_wait(b->ep_loop, conns_on_loop, &r);
-    if (rv != 0)
-        return rv;
+    for (uint32_t i = 0; i < b->neps; i++) {
+        r.e = &b->eps[i];
+        int rv = run_and_wait(b->eps[i].loop, conns_on_loop, &r);
+        if (rv != 0)
+            return rv;
+    }
     if (r.stray)
         return FX_EINTERNAL;
     return r.n > (size_t)INT32_MAX ? INT32_MAX : (int)r.n;

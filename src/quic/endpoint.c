@@ -540,12 +540,12 @@ int fx_quic_client_new(fx_quic_endpoint **pep, fx_loop *loop, const fx_quic_opts
     return 0;
 }
 
-void fx_quic_endpoint_free(fx_quic_endpoint *ep)
+void fx_quic_endpoint_close_all(fx_quic_endpoint *ep)
 {
     if (ep == NULL)
         return;
     ep->freeing = true;
-    /* Say goodbye to every peer, then report and free synchronously. */
+    /* Say goodbye to every peer, then report synchronously. */
     while (ep->conns != NULL) {
         fx_quic_conn *c = ep->conns;
         if (!c->dead) {
@@ -556,6 +556,13 @@ void fx_quic_endpoint_free(fx_quic_endpoint *ep)
         if (!c->dead)
             fx_quic_conn_finish(c, FX_ESHUTDOWN);
     }
+}
+
+void fx_quic_endpoint_free(fx_quic_endpoint *ep)
+{
+    if (ep == NULL)
+        return;
+    fx_quic_endpoint_close_all(ep);
     fx_loop_timer_cancel(ep->loop, &ep->reap_timer);
     fx_loop_timer_cancel(ep->loop, &ep->drain_timer);
     fx_quic_test_delay_free(ep);

@@ -174,6 +174,13 @@ int fx_quic_client_new(fx_quic_endpoint **pep, fx_loop *loop, const fx_quic_opts
  * called from inside one of |ep|'s callbacks. Loop thread only. */
 void fx_quic_endpoint_free(fx_quic_endpoint *ep);
 
+/* The first half of fx_quic_endpoint_free: stops taking datagrams and
+ * connections and closes every connection (on_conn_closed with FX_ESHUTDOWN,
+ * before this returns), but keeps |ep| for a later free. For a server group
+ * member, whose free must wait until every member's loop has stopped. Same
+ * rules as fx_quic_endpoint_free. */
+void fx_quic_endpoint_close_all(fx_quic_endpoint *ep);
+
 /* Graceful drain: |ep| accepts no new connections, every connection refuses
  * new peer streams (reset with app code 0x46444e = "FDN"), and each one
  * closes with app code 0 and reason "draining" once everything it queued is

@@ -100,7 +100,8 @@ const struct key fx_config_keys[] = {
      .help = "N > 0 runs N CPU-pinned workers instead of workers"},
     {.name = "io_threads", .env = {"FELIX_IO_THREADS", "FELIX_IO_RUNTIME_THREADS"}, .type = T_U32,
      FIELD(io_threads), .def = "0", .min = 0, .max = 256,
-     .help = "separate QUIC I/O loops; 0 runs QUIC on the worker loops"},
+     .help = "separate QUIC I/O loops; 0 runs QUIC on the worker loops; from 2, connections "
+             "spread over all but the last"},
     /* memory */
     {.name = "allocator_retain_bytes", .env = {"FELIX_ALLOCATOR_RETAIN_BYTES"}, .type = T_SIZE,
      .section = "memory", FIELD(allocator_retain_bytes), .def = "64MiB", .min = 0, .max = 4 * GiB,

@@ -8,9 +8,9 @@
  * - Streams get dense ids in creation order (1, 2, ...); stream s runs on
  *   worker handle_id(s) % workers (fx_placement_worker_for), for its publish
  *   jobs, its fanout and its feeders alike.
- * - The broker has one server endpoint, placed by fx_placement_endpoint
- *   (server endpoint 0: io loop 0 when io_threads >= 1, else worker 0), and
- *   every connection lives on its endpoint's loop. So a given set of
+ * - With io_threads 0 or 1 the broker has one server endpoint, placed by
+ *   fx_placement_endpoint (server endpoint 0: io loop 0 when io_threads is 1,
+ *   else worker 0), and every connection lives on its endpoint's loop. So a given set of
  *   connections, accepted in a given order (ids 1, 2, ...), lands on the
  *   same loop every run, whatever the kernel does with client ports.
  * Which thread ran the work is measured, not inferred: each loop thread
@@ -299,9 +299,65 @@ static void test_io_thread_hosts_connections_while_workers_own_streams(void **st
     }
 }
 
+/* io_threads 3: server endpoints on io loops 0 and 1 as one server group
+ * (the last io loop is kept for client endpoints), so connections spread over
+ * both by the transport's connection-ID rule; the client picks its first
+ * connection ID at random, so which member a connection lands on is not
+ * asserted, only that both are used (all 16 on one member: 2^-15) and that
+ * nothing lands elsewhere. Pub/sub, the subscription listing (gathered from
+ * every member) and a broker-side cut work across members. */
+#define GROUP_CONNS 16
+
+static void test_io_threads_spread_connections_over_a_server_group(void **state)
+{
+    (void)state;
+    env e = {0};
+    env_start(&e, 3);
+    fx_client *c[GROUP_CONNS];
+    fx_subscription *sub[GROUP_CONNS];
+    for (int i = 0; i < GROUP_CONNS; i++) {
+        c[i] = connect_client(&e);
+        fx_start st = {.kind = FX_START_LATEST};
+        sub[i] = fix_subscribe(c[i], stream_names[0], &st);
+    }
+    for (int m = 0; m < MSGS; m++)
+        assert_int_equal(fx_publish(c[0], NS, stream_names[0], "x", 1, FX_ACK_PER_MESSAGE), 0);
+    for (int i = 0; i < GROUP_CONNS; i++) {
+        for (int m = 0; m < MSGS; m++) {
+            fx_event ev;
+            assert_int_equal(fx_subscription_next(sub[i], &ev, HANG_MS), 0);
+            assert_int_equal(ev.offset, (uint64_t)m);
+        }
+    }
+    fx_broker_test_conn_where w[GROUP_CONNS];
+    assert_int_equal(fx_broker_test_conn_loops(e.b, w, GROUP_CONNS), GROUP_CONNS);
+    int on[2] = {0, 0};
+    for (int i = 0; i < GROUP_CONNS; i++) {
+        assert_int_equal(w[i].loop.kind, FX_LOOP_KIND_IO);
+        assert_true(w[i].loop.index <= 1);
+        on[w[i].loop.index]++;
+    }
+    assert_true(on[0] > 0 && on[1] > 0);
+    char *json = NULL;
+    assert_int_equal(fx_broker_list_subscriptions(e.b, 5 * FX_NS_PER_S, &json), 0);
+    size_t listed = 0;
+    for (const char *p = json; (p = strstr(p, "\"connection_id\"")) != NULL; p++)
+        listed++;
+    free(json);
+    assert_int_equal(listed, GROUP_CONNS);
+    assert_int_equal(fx_broker_test_cut_connections(e.b, true), GROUP_CONNS);
+    for (int i = 0; i < GROUP_CONNS; i++) {
+        fx_unsubscribe(sub[i]);
+        fx_client_close(c[i], HANG_MS); /* cut by the broker: the close may report it */
+    }
+    fx_broker_free(e.b);
+    fix_rm_dir(e.dir);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_core_shards_run_publish_and_feeders_on_the_stream_worker),
     cmocka_unit_test(test_core_shards_place_streams_and_connections_the_same_every_run),
     cmocka_unit_test(test_io_thread_hosts_connections_while_workers_own_streams),
+    cmocka_unit_test(test_io_threads_spread_connections_over_a_server_group),
 };
 FX_TEST_MAIN(tests)
