@@ -153,16 +153,16 @@ struct fx_subscription {
     bool closed; /* fx_unsubscribe called */
     atomic_uint_fast64_t id;
     /* events */
-    evs *ev;            /* loop */
-    fx_queue q;         /* items: sbatch* */
-    fx_queue_waiter qw; /* loop: BLOCK producer */
-    fx_task resume;     /* loop: after qw resumed */
-    fx_task credit;     /* grants credit released by the consumer */
-    atomic_size_t credit_bytes;
-    pthread_cond_t cv;   /* consumer wait (with c->mu) */
-    atomic_bool waiting; /* consumer sleeps on cv */
-    fx_event_cb cb;      /* loop (set via a task) */
-    atomic_bool cb_set;  /* fx_subscription_set_callback was called */
+    evs *ev;                    /* loop */
+    fx_queue q;                 /* items: sbatch* */
+    fx_queue_waiter qw;         /* loop: BLOCK producer */
+    fx_task resume;             /* loop: after qw resumed */
+    fx_task credit;             /* grants credit released by the consumer */
+    atomic_size_t credit_bytes; /* released, not yet granted (see release_cur) */
+    pthread_cond_t cv;          /* consumer wait (with c->mu) */
+    atomic_bool waiting;        /* consumer sleeps on cv */
+    fx_event_cb cb;             /* loop (set via a task) */
+    atomic_bool cb_set;         /* fx_subscription_set_callback was called */
     void *cb_user;
     fx_task set_cb;
     fx_event_cb new_cb;
@@ -231,6 +231,9 @@ struct fx_client {
     atomic_uint rr;
     atomic_uint_fast64_t next_request_id;
     atomic_size_t outstanding; /* publishes not yet finished (flush) */
+    /* Block-policy credit the consumers released but the loop has not
+     * granted yet, over all subscriptions (see release_cur). */
+    atomic_size_t held_credit;
     atomic_int flushers;
     fx_task connect_task, close_task;
     /* Close handshake (fx_client_close): no new publishes once |pub_closing|;

@@ -57,6 +57,8 @@ void fx_sub_unref(fx_subscription *s)
     fx_frame_decoder_deinit(&s->req_dec);
     pthread_cond_destroy(&s->cv);
     fx_client *c = s->c;
+    /* Credit held back for a stream that is gone no longer counts. */
+    atomic_fetch_sub(&c->held_credit, atomic_exchange(&s->credit_bytes, 0));
     free(s->ns);
     free(s->stream);
     free(s);
@@ -763,6 +765,7 @@ static void credit_task(fx_loop *l, fx_task *t, void *user)
     (void)l, (void)t;
     fx_subscription *s = user;
     size_t n = atomic_exchange(&s->credit_bytes, 0);
+    atomic_fetch_sub(&s->c->held_credit, n);
     if (!s->loop_gone && s->ev != NULL)
         grant(s->ev, n);
 }
@@ -876,14 +879,24 @@ int fx_subscribe(fx_subscription **ps, fx_client *c, const char *ns, const char 
     return fx_client_set_error(rv != 0 ? rv : FX_ECLOSED, "subscribe: no answer");
 }
 
-/* Finishes the current batch: its credit goes back to the broker. */
+/* Finishes the current batch: its credit goes back to the broker, in
+ * batches. Posting the grant for every batch woke the client loop once per
+ * delivered message in latency runs. The credit is handed over once this
+ * subscription holds a quarter of the initial stream window, or the client's
+ * subscriptions together a quarter of the initial connection window. So the
+ * broker always keeps at least three quarters of both windows, whatever the
+ * consumers hold back, and a stream whose consumer keeps up never stalls for
+ * credit. */
 static void release_cur(fx_subscription *s)
 {
     sbatch *b = s->cur;
     s->cur = NULL;
     if (b->credit > 0) {
-        atomic_fetch_add(&s->credit_bytes, b->credit);
-        fx_client_post(s->c, &s->credit);
+        fx_client *c = s->c;
+        size_t mine = atomic_fetch_add(&s->credit_bytes, b->credit) + b->credit;
+        size_t all = atomic_fetch_add(&c->held_credit, b->credit) + b->credit;
+        if (mine >= c->qo.stream_window / 4 || all >= c->qo.conn_window / 4)
+            fx_client_post(c, &s->credit);
     }
     batch_free(b, NULL);
 }
