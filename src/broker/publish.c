@@ -323,6 +323,27 @@ static bool tenant_is(const fxb_bidi *s, fx_wire_slice t)
     return strlen(s->tenant) == t.len && memcmp(s->tenant, t.ptr, t.len) == 0;
 }
 
+static void free_body(void *data, size_t len, void *user)
+{
+    (void)len, (void)user;
+    free(data);
+}
+
+/* The batch's bytes as a buffer the ring can keep: the decoder's own body
+ * buffer when the frame arrived in pieces (the common case: a batch spans
+ * many datagrams), taken over without a copy; else a copy of the body, which
+ * points into the connection's receive data. Returns 0 or -ENOMEM. */
+static int batch_backing(fxb_bidi *s, const fx_frame *f, fx_buf **pb)
+{
+    uint8_t *owned = fx_frame_decoder_take(&s->dec, f);
+    if (owned == NULL)
+        return fx_buf_new_copy(pb, f->body, f->len);
+    int rv = fx_buf_wrap(pb, owned, f->len, free_body, NULL);
+    if (rv != 0)
+        free(owned);
+    return rv;
+}
+
 int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
 {
     bool acked = f->kind == FX_BODY_PUBLISH_BATCH_ACKED;
@@ -336,7 +357,7 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     if (refuse_draining(s, acked, true, rid))
         return 0;
     fx_buf *backing;
-    if (fx_buf_new_copy(&backing, f->body, f->len) != 0) {
+    if (batch_backing(s, f, &backing) != 0) {
         fxb_bidi_fail(s, "out of memory for a publish");
         return -1;
     }

@@ -235,6 +235,16 @@ static int read_body(fx_frame_decoder *d, const uint8_t *p, size_t n, size_t *us
     return FX_FRAME_READY;
 }
 
+uint8_t *fx_frame_decoder_take(fx_frame_decoder *d, const fx_frame *f)
+{
+    if (!f->buffered || !d->release || d->buf != f->body)
+        return NULL;
+    uint8_t *b = d->buf;
+    d->buf = NULL;
+    d->release = false;
+    return b;
+}
+
 int fx_frame_decoder_feed(fx_frame_decoder *d, const uint8_t *p, size_t n, size_t *consumed,
                           fx_frame *out, fx_wire_err *err)
 {

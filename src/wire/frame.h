@@ -137,6 +137,13 @@ void fx_frame_decoder_deinit(fx_frame_decoder *d);
 int fx_frame_decoder_feed(fx_frame_decoder *d, const uint8_t *p, size_t n, size_t *consumed,
                           fx_frame *out, fx_wire_err *err);
 
+/* Hands the body buffer of |f|, a buffered frame this decoder just returned
+ * (f->buffered), to the caller, who frees it with free(); the decoder forgets
+ * it, so the body outlives the next call. Returns NULL (and changes nothing)
+ * for a frame that was not buffered: copy its body if it must outlive the
+ * input. Loop thread only. */
+uint8_t *fx_frame_decoder_take(fx_frame_decoder *d, const fx_frame *f);
+
 /* Bytes still expected to finish the current frame: the rest of a partly read
  * header (body length still unknown), or the rest of the body once the header
  * was read. 0 at a frame boundary or after an error. */

@@ -294,6 +294,39 @@ static void test_decoder_random_chunking(void **state)
     free(in);
 }
 
+/* A body that spanned feeds can be taken over: it survives the decoder's
+ * next calls and is the caller's to free; a zero-copy body cannot be. */
+static void test_decoder_take_hands_over_a_buffered_body(void **state)
+{
+    uint8_t two[2 * (12 + 6)];
+    static const uint8_t body[6] = {10, 11, 12, 13, 14, 15};
+    fx_frame_header_put(two, 0x0004, 6);
+    memcpy(two + 12, body, 6);
+    memcpy(two + 18, two, 18);
+    fx_frame_decoder d;
+    fx_frame_decoder_init(&d, 1024);
+    fx_frame f;
+    size_t used;
+    /* The header and half the body, then the rest: buffered. */
+    assert_int_equal(fx_frame_decoder_feed(&d, two, 15, &used, &f, NULL), FX_FRAME_HEADER);
+    assert_int_equal(fx_frame_decoder_feed(&d, two + used, 15 - used, &used, &f, NULL),
+                     FX_FRAME_NEED_MORE);
+    assert_int_equal(fx_frame_decoder_feed(&d, two + 15, 3, &used, &f, NULL), FX_FRAME_READY);
+    assert_true(f.buffered);
+    uint8_t *mine = fx_frame_decoder_take(&d, &f);
+    assert_ptr_equal(mine, f.body);
+    assert_null(fx_frame_decoder_take(&d, &f)); /* only once */
+    /* The second frame arrives whole: zero-copy, nothing to take. */
+    assert_int_equal(fx_frame_decoder_feed(&d, two + 18, 18, &used, &f, NULL), FX_FRAME_HEADER);
+    assert_int_equal(fx_frame_decoder_feed(&d, two + 18 + used, 18 - used, &used, &f, NULL),
+                     FX_FRAME_READY);
+    assert_false(f.buffered);
+    assert_null(fx_frame_decoder_take(&d, &f));
+    assert_memory_equal(mine, body, 6); /* still intact after the decoder moved on */
+    free(mine);
+    fx_frame_decoder_deinit(&d);
+}
+
 static void test_decoder_header_announces_length_before_body(void **state)
 {
     uint8_t frame[12 + 10];
@@ -498,6 +531,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_decoder_whole_input_is_zero_copy),
     cmocka_unit_test(test_decoder_one_byte_at_a_time),
     cmocka_unit_test(test_decoder_random_chunking),
+    cmocka_unit_test(test_decoder_take_hands_over_a_buffered_body),
     cmocka_unit_test(test_decoder_header_announces_length_before_body),
     cmocka_unit_test(test_decoder_empty_body_is_ready_without_header_event),
     cmocka_unit_test(test_decoder_hands_bad_flags_to_caller),
