@@ -901,10 +901,14 @@ static void release_cur(fx_subscription *s)
     batch_free(b, NULL);
 }
 
+/* The deadline of a next() call is read from the clock only once it has to
+ * wait: a consumer that keeps up never pays for a clock read per message. */
+#define DEADLINE_UNSET UINT64_MAX
+
 /* Why the consumer cannot take a batch now, or 0 to try again. c->mu held.
  * Pops happen outside the lock: a pop may resume the loop's parked
  * producer, whose callback takes the lock. */
-static int wait_reason(fx_subscription *s, uint64_t deadline, int timeout_ms, bool *timed_out)
+static int wait_reason(fx_subscription *s, uint64_t *deadline, int timeout_ms, bool *timed_out)
 {
     fx_client *c = s->c;
     if (s->closed || c->closed)
@@ -915,12 +919,14 @@ static int wait_reason(fx_subscription *s, uint64_t deadline, int timeout_ms, bo
         return s->err.code;
     if (timeout_ms == 0 || *timed_out)
         return FX_ETIMEDOUT;
-    *timed_out = fx_client_wait(c, &s->cv, deadline) == FX_ETIMEDOUT;
+    if (*deadline == DEADLINE_UNSET)
+        *deadline = fx_client_deadline(timeout_ms);
+    *timed_out = fx_client_wait(c, &s->cv, *deadline) == FX_ETIMEDOUT;
     return 0;
 }
 
 /* Waits for a batch. Returns 0 (s->cur set) or why not. */
-static int next_batch(fx_subscription *s, uint64_t deadline, int timeout_ms)
+static int next_batch(fx_subscription *s, uint64_t *deadline, int timeout_ms)
 {
     fx_client *c = s->c;
     bool timed_out = false;
@@ -950,7 +956,7 @@ int fx_subscription_next(fx_subscription *s, fx_event *ev, int timeout_ms)
     if (timeout_ms != 0 && fx_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
     atomic_fetch_add(&s->refs, 1);
-    uint64_t deadline = fx_client_deadline(timeout_ms);
+    uint64_t deadline = DEADLINE_UNSET;
     int rv = 0;
     for (;;) {
         if (s->cur != NULL && s->cur_i < s->cur->eb.count) {
@@ -959,7 +965,7 @@ int fx_subscription_next(fx_subscription *s, fx_event *ev, int timeout_ms)
         }
         if (s->cur != NULL)
             release_cur(s);
-        rv = next_batch(s, deadline, timeout_ms);
+        rv = next_batch(s, &deadline, timeout_ms);
         if (rv != 0)
             break;
     }
