@@ -452,10 +452,45 @@ static void test_sighup_reloads_certificate_for_new_cli_connections(void **state
     free(w);
 }
 
+/* `felix bench matrix` hands its arguments to bench/matrix.sh (found through
+ * FELIX_BENCH_DIR here), and says where it looked when the script is not
+ * there. --help makes the script print its usage and exit 2 without
+ * measuring anything. */
+static void test_bench_matrix_runs_the_script_or_says_where_it_looked(void **state)
+{
+    (void)state;
+    walk w = {0};
+    find_binaries(&w);
+    const char *src = getenv("FX_SOURCE_DIR");
+    if (src == NULL || src[0] == '\0')
+        fx_test_skip("FX_SOURCE_DIR is not set (run through ctest)");
+    fix_state_dir_new(w.dir, sizeof(w.dir), "matrix");
+    char out[160], err[160], text[4096], env_dir[4200];
+    snprintf(out, sizeof(out), "%s/felix.out", w.dir);
+    snprintf(err, sizeof(err), "%s/felix.err", w.dir);
+
+    char *missing[] = {"FELIX_BENCH_DIR=/nonexistent-felix-bench", NULL};
+    char *argv1[] = {w.felix, "bench", "matrix", "--out", w.dir, NULL};
+    assert_int_equal(wait_exit(spawn(argv1, out, err, missing), HANG_MS, "felix bench matrix"), 1);
+    slurp(err, text, sizeof(text));
+    assert_non_null(
+        strstr(text, "cannot find the matrix script /nonexistent-felix-bench/matrix.sh"));
+
+    snprintf(env_dir, sizeof(env_dir), "FELIX_BENCH_DIR=%s/bench", src);
+    char *found[] = {env_dir, NULL};
+    char *argv2[] = {w.felix, "bench", "matrix", "--help", NULL};
+    assert_int_equal(wait_exit(spawn(argv2, out, err, found), HANG_MS, "felix bench matrix --help"),
+                     2);
+    slurp(err, text, sizeof(text));
+    assert_non_null(strstr(text, "usage: bench/matrix.sh --out DIR"));
+    fix_rm_dir(w.dir);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_libfelix_publishes_and_subscribes_over_ipv6_loopback),
     cmocka_unit_test(test_dual_stack_broker_serves_ipv4_and_ipv6_clients),
     cmocka_unit_test_teardown(test_cli_walkthrough_pub_sub_metrics_and_sigterm, kill_kids),
     cmocka_unit_test_teardown(test_sighup_reloads_certificate_for_new_cli_connections, kill_kids),
+    cmocka_unit_test_teardown(test_bench_matrix_runs_the_script_or_says_where_it_looked, kill_kids),
 };
 FX_TEST_MAIN(tests)
