@@ -470,5 +470,5 @@ fx_registry *fx_broker_registry(fx_broker *b)
 
 int fx_broker_endpoint_worker(const fx_broker *b)
 {
-    return b->eps[0].worker;
+    return b->eps != NULL ? b->eps[0].worker : -1; /* -1 too once stopped */
 }

@@ -170,8 +170,9 @@ const char *fx_broker_fingerprint(const fx_broker *b);
 int fx_broker_reload_tls(fx_broker *b);
 /* The stream registry (any thread; see registry.h). */
 fx_registry *fx_broker_registry(fx_broker *b);
-/* Index of the worker loop the QUIC endpoint runs on, or -1 when it runs on
- * a dedicated io loop (io_threads > 0). Any thread. */
+/* Index of the worker loop the (first) QUIC endpoint runs on, or -1 when it
+ * runs on a dedicated io loop (io_threads > 0) or the broker has stopped.
+ * Any thread. */
 int fx_broker_endpoint_worker(const fx_broker *b);
 
 /* ---- admin operations (control.c) -----------------------------------------
