@@ -16,6 +16,7 @@
 #include "bench_lib.h"
 #include "bench_run.h"
 #include "broker/broker.h"
+#include "broker/placement.h"
 #include "felix/felix.h"
 
 #define MAX_RUNS 100
@@ -405,10 +406,8 @@ static void remove_dir(const char *dir)
 static void profile(const opts *o, fx_broker_opts *bo)
 {
     bo->workers = o->core_shards ? o->core_shards : o->workers;
-    if (bo->workers == 0) { /* the daemon's `workers: auto` */
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        bo->workers = n > 1 ? (uint32_t)n - 1 : 1;
-    }
+    if (bo->workers == 0) /* the daemon's `workers: auto` */
+        bo->workers = fx_placement_auto_workers(sysconf(_SC_NPROCESSORS_ONLN));
     bo->pin_workers = o->core_shards > 0;
     /* The daemon's datagram defaults: PMTUD from 1200 up to 16384. */
     bo->quic.initial_mtu = o->mtu ? o->mtu : 1200;

@@ -13,6 +13,13 @@ uint32_t fx_placement_worker_for(uint64_t handle_id, uint32_t nworkers)
     return (uint32_t)(handle_id % nworkers);
 }
 
+uint32_t fx_placement_auto_workers(long online_cpus)
+{
+    if (online_cpus <= 2)
+        return 1;
+    return online_cpus > 1025 ? 1024 : (uint32_t)(online_cpus - 1);
+}
+
 int fx_placement_endpoint(fx_endpoint_role role, uint32_t k, uint32_t io_threads, uint32_t nworkers,
                           fx_loop_slot *out)
 {

@@ -17,6 +17,14 @@
  * |nworkers| is 0 (a configuration bug, asserted in debug builds). */
 uint32_t fx_placement_worker_for(uint64_t handle_id, uint32_t nworkers);
 
+/* How many worker loops `workers: auto` means on a host with |online_cpus|
+ * CPUs: one per CPU but one, at least 1, at most 1024. The CPU left over runs
+ * the kernel's UDP path and co-located clients; on the 2-core reference host
+ * one worker (the streams on their connections' loop, no cross-thread hops)
+ * beat two in throughput and latency alike (docs/performance.md, "Placement
+ * and datagram defaults"). */
+uint32_t fx_placement_auto_workers(long online_cpus);
+
 typedef enum fx_loop_kind {
     FX_LOOP_KIND_IO = 0, /* one of the io_threads loops */
     FX_LOOP_KIND_WORKER, /* a worker loop (io_threads = 0, shared mode) */

@@ -17,6 +17,7 @@
 
 #include <yaml.h>
 
+#include "broker/placement.h"
 #include "felix/error.h"
 #include "server/config_internal.h"
 
@@ -305,23 +306,6 @@ static int parse_stream_csv(const char *s, struct slist *l, char *why, size_t n)
 
 /* ---- storing values ---------------------------------------------------- */
 
-static int online_cpus(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
-}
-
-/* What `workers: auto` means: one worker per online CPU but one, and at least
- * one. The CPU left over runs the kernel's UDP path and co-located clients; on
- * the 2-core reference host one worker (the streams on the connections' own
- * loop, no cross-thread hops) beat two in throughput and latency alike
- * (docs/performance.md, "Placement and datagram defaults"). */
-static int fx_config_auto_workers(void)
-{
-    int n = online_cpus();
-    return n > 1 ? n - 1 : 1;
-}
-
 static int check_bounds(const struct key *k, uint64_t v, char *why, size_t n)
 {
     if (v >= k->min && v <= k->max)
@@ -365,7 +349,7 @@ static int store_workers(fx_config *c, const struct key *k, const char *s, char 
 {
     uint64_t v;
     if (strcmp(s, "auto") == 0) {
-        c->workers = (uint32_t)fx_config_auto_workers();
+        c->workers = fx_placement_auto_workers(sysconf(_SC_NPROCESSORS_ONLN));
         c->workers_auto = true;
         return 0;
     }

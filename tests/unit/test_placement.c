@@ -60,6 +60,19 @@ static void test_placement_table_for_io_threads(void **state)
     }
 }
 
+/* `workers: auto`: one per CPU but one, never 0, capped at the key's 1024. */
+static void test_auto_workers_leave_one_cpu(void **state)
+{
+    (void)state;
+    assert_int_equal(fx_placement_auto_workers(-1), 1); /* sysconf failed */
+    assert_int_equal(fx_placement_auto_workers(1), 1);
+    assert_int_equal(fx_placement_auto_workers(2), 1);
+    assert_int_equal(fx_placement_auto_workers(3), 2);
+    assert_int_equal(fx_placement_auto_workers(16), 15);
+    assert_int_equal(fx_placement_auto_workers(1025), 1024);
+    assert_int_equal(fx_placement_auto_workers(5000), 1024);
+}
+
 static void test_no_loops_is_an_error(void **state)
 {
     fx_loop_slot slot;
@@ -69,6 +82,7 @@ static void test_no_loops_is_an_error(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_worker_is_handle_id_mod_workers),
     cmocka_unit_test(test_placement_table_for_io_threads),
+    cmocka_unit_test(test_auto_workers_leave_one_cpu),
     cmocka_unit_test(test_no_loops_is_an_error),
 };
 FX_TEST_MAIN(tests)
