@@ -7,7 +7,7 @@
  * talk to the publisher through atomics and futex wakeups only. Isolation
  * mode runs the overload workload twice (run_phase): once with every link
  * clean, once with the victim's client endpoint behind the QUIC test hooks
- * (delay and loss), which is the one use of client internals here. */
+ * (delay and loss), through libfelix's test hook (client/test_hooks.h). */
 #include "bench_run.h"
 
 #include <errno.h>
@@ -19,7 +19,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "client/client.h" /* isolation: a client's loop and endpoint */
+#include "client/test_hooks.h" /* isolation: the victim's link */
 #include "felix/felix.h"
 #include "quic/quic.h"
 
@@ -701,74 +701,17 @@ static void rates(const fx_bench_cfg *c, fx_bench_result *r)
 
 /* ---- isolation: the victim's link ------------------------------------------------- */
 
-#define LINK_WAIT_NS 5000000000ull /* hang guard: a client loop runs a posted call by then */
-
-/* One call run on a client's loop, the only thread that may touch the
- * client's endpoint: sets its test hooks and reads its drop count. Owned by
- * the caller and the loop together and freed by the last to let go, so a
- * caller that gave up waiting on a hung loop leaves nothing dangling (the
- * loop runs the call before any close task posted after it). */
-typedef struct link_call {
-    fx_client *c;
-    uint64_t delay_ns;
-    uint32_t drop_permille;
-    int rv;
-    uint64_t test_dropped;
-    atomic_bool done;
-    atomic_int refs;
-} link_call;
-
-static void link_put(link_call *k)
-{
-    if (atomic_fetch_sub(&k->refs, 1) == 1)
-        free(k);
-}
-
-static void link_on_loop(void *user)
-{
-    link_call *k = user;
-    k->rv = FX_ECLOSED; /* the client has no endpoint: it is closing */
-    if (k->c->ep != NULL) {
-        fx_quic_endpoint_set_test_drop(k->c->ep, k->drop_permille);
-        k->rv = fx_quic_endpoint_set_test_delay(k->c->ep, k->delay_ns);
-        fx_quic_stats st;
-        fx_quic_endpoint_get_stats(k->c->ep, &st);
-        k->test_dropped = st.test_dropped;
-    }
-    atomic_store(&k->done, true);
-    link_put(k);
-}
-
-/* Puts client |c|'s link behind the QUIC test hooks, as
- * tests/integ/test_isolation.c does: each datagram it receives is held
- * |delay_ns|, and |drop_permille| per thousand of those it sends and
- * receives are dropped (0 and 0 heal it; datagrams already held are still
- * released at their time). Runs on |c|'s loop and waits for it. Returns 0
- * with the datagrams the drop hook discarded so far in |*dropped| (may be
- * NULL); -ENOMEM; FX_ECLOSED; FX_ETIMEDOUT (the loop did not run the call
- * within LINK_WAIT_NS). Main thread. */
+/* Puts client |c|'s link behind the QUIC test hooks (fx_client_test_link):
+ * each datagram it receives is held |delay_ns|, and |drop_permille| per
+ * thousand of those it sends and receives are dropped (0 and 0 heal it).
+ * Returns 0 with the datagrams the drop hook discarded so far in |*dropped|
+ * (may be NULL), or fx_client_test_link's error. Main thread. */
 static int set_link(fx_client *c, uint64_t delay_ns, uint32_t drop_permille, uint64_t *dropped)
 {
-    link_call *k = calloc(1, sizeof(*k));
-    if (k == NULL)
-        return -ENOMEM;
-    k->c = c;
-    k->delay_ns = delay_ns;
-    k->drop_permille = drop_permille;
-    atomic_init(&k->done, false);
-    atomic_init(&k->refs, 2); /* this caller and the loop */
-    int rv = fx_loop_call(c->loop, link_on_loop, k);
-    if (rv != 0) {
-        free(k);
-        return rv;
-    }
-    uint64_t end = fx_bench_now_ns() + LINK_WAIT_NS;
-    while (!atomic_load(&k->done) && fx_bench_now_ns() < end)
-        usleep(1000);
-    rv = atomic_load(&k->done) ? k->rv : FX_ETIMEDOUT;
+    fx_quic_stats st;
+    int rv = fx_client_test_link(c, true, delay_ns, drop_permille, &st);
     if (rv == 0 && dropped != NULL)
-        *dropped = k->test_dropped;
-    link_put(k);
+        *dropped = st.test_dropped;
     return rv;
 }
 

@@ -5,8 +5,8 @@
  * subscribers of the same stream, which get every message, in order, each
  * well before the injected delay. The victim's losses must all be visible:
  * its gaps, its received count and the broker's drop counter for its
- * subscription agree. Client internals (client/client.h) are used only to
- * reach a client's endpoint on the client loop. Timeouts are hang guards;
+ * subscription agree. The bad link is libfelix's test hook
+ * (client/test_hooks.h). Timeouts are hang guards;
  * the only time bound is the correctness bound on healthy deliveries (a
  * healthy message that waited behind the victim would take >= 200 ms). */
 /* fx-test-libs: fx_broker fx_client fx_quic fx_wire fx_base */
@@ -22,7 +22,7 @@
 
 #define HANG_MS 8000 /* before fixture.h: its hang guard */
 
-#include "client/client.h"
+#include "client/test_hooks.h"
 #include "integ/fixture.h"
 #include "quic/quic.h"
 
@@ -104,57 +104,15 @@ static fx_subscription *sub_latest(fx_client *c)
     return fix_subscribe(c, STREAM, NULL);
 }
 
-/* A call run on a client's loop: sets (or reads) its endpoint's hooks. */
-typedef struct link_call {
-    fx_client *c;
-    uint64_t delay_ns;
-    uint32_t drop_permille;
-    bool set;
-    int rv;
-    fx_quic_stats st;
-    atomic_bool done;
-} link_call;
-
-static void link_on_loop(void *user)
-{
-    link_call *k = user;
-    k->rv = FX_ECLOSED;
-    if (k->c->ep != NULL) {
-        k->rv = 0;
-        if (k->set) {
-            fx_quic_endpoint_set_test_drop(k->c->ep, k->drop_permille);
-            k->rv = fx_quic_endpoint_set_test_delay(k->c->ep, k->delay_ns);
-        }
-        fx_quic_endpoint_get_stats(k->c->ep, &k->st);
-    }
-    atomic_store(&k->done, true);
-}
-
-/* Runs |k| on its client's loop and waits for it. */
-static void link_run(link_call *k)
-{
-    atomic_init(&k->done, false);
-    assert_int_equal(fx_loop_call(k->c->loop, link_on_loop, k), 0);
-    uint64_t deadline = fix_deadline_ns(HANG_MS);
-    while (!atomic_load(&k->done)) {
-        if (fx_now_ns() > deadline)
-            fail_msg("client loop did not run the link call");
-        usleep(1000);
-    }
-    assert_int_equal(k->rv, 0);
-}
-
+/* The victim's link, through libfelix's test hook (run on the client's loop). */
 static void set_link(fx_client *c, uint64_t delay_ns, uint32_t drop_permille)
 {
-    link_call k = {.c = c, .delay_ns = delay_ns, .drop_permille = drop_permille, .set = true};
-    link_run(&k);
+    assert_int_equal(fx_client_test_link(c, true, delay_ns, drop_permille, NULL), 0);
 }
 
 static void link_stats(fx_client *c, fx_quic_stats *st)
 {
-    link_call k = {.c = c};
-    link_run(&k);
-    *st = k.st;
+    assert_int_equal(fx_client_test_link(c, false, 0, 0, st), 0);
 }
 
 /* ---- payloads ------------------------------------------------------------------ */

@@ -19,6 +19,7 @@
 
 #include "broker/test_hooks.h"
 #include "client/client.h"
+#include "client/test_hooks.h"
 #include "integ/fixture.h"
 
 /* ---- broker ------------------------------------------------------------------ */
@@ -121,25 +122,10 @@ static void stall_worker(E *e, unsigned ms)
     assert_int_equal(fx_broker_test_stall_worker(e->b, 0, ms), 0);
 }
 
-typedef struct dropreq {
-    fx_client *c;
-    uint32_t permille;
-} dropreq;
-
-static void drop_on_loop(void *arg)
-{
-    dropreq *d = arg;
-    fx_quic_endpoint_set_test_drop(d->c->ep, d->permille);
-    free(d);
-}
-
-/* The client endpoint's loss hook, set on its loop. */
+/* The client endpoint's loss hook (libfelix's test hook, run on its loop). */
 static void client_drop(fx_client *c, uint32_t permille)
 {
-    dropreq *d = malloc(sizeof(*d));
-    assert_non_null(d);
-    *d = (dropreq){c, permille};
-    assert_int_equal(fx_loop_call(c->loop, drop_on_loop, d), 0);
+    assert_int_equal(fx_client_test_link(c, true, 0, permille, NULL), 0);
 }
 
 /* ---- resume ------------------------------------------------------------------------------ */
