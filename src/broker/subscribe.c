@@ -319,6 +319,25 @@ static uint32_t max_events(const fx_broker_opts *o)
                                                             : o->fanout_batch_size;
 }
 
+/* Queues |l| on |sub|'s own queue under the lane slot the caller holds and
+ * kicks the writer. Returns true when |l| is taken care of (queued, or shed
+ * and counted when the queue's ring could not grow); false when the queue is
+ * closed (the slot is given back, the caller still owns |l|). The queue holds
+ * at most the lane's slots, so it refuses only then. Worker. */
+static bool lane_enqueue(fxb_sub *sub, fx_frame_list *l)
+{
+    int rv = fx_queue_push(&sub->lane, l);
+    if (rv == 0) {
+        fxb_conn_kick_writer(sub->conn);
+        return true;
+    }
+    lane_release(sub->ln);
+    if (rv != -ENOMEM)
+        return false;
+    lane_shed(sub, l);
+    return true;
+}
+
 /* Queues |l| on |sub|'s own queue under a slot of its lane, applying the
  * lane policy when the lane is full. Returns false when the feeder must stop
  * (block lane full: parked with |l| held; or closed). Worker. */
@@ -329,20 +348,9 @@ static bool lane_push(fxb_sub *sub, fx_frame_list *l)
         if (atomic_load_explicit(&sub->closed, memory_order_acquire))
             break;
         if (lane_reserve(ln)) {
-            /* The subscription's queue holds at most the lane's slots, so it
-             * refuses only once closed. */
-            int rv = fx_queue_push(&sub->lane, l);
-            if (rv == -ENOMEM) {
-                lane_release(ln); /* no memory to queue it: shed, counted */
-                lane_shed(sub, l);
+            if (lane_enqueue(sub, l))
                 return true;
-            }
-            if (rv != 0) {
-                lane_release(ln);
-                break;
-            }
-            fxb_conn_kick_writer(sub->conn);
-            return true;
+            break;
         }
         switch (sub->b->o.subscriber_lane_queue_policy) {
         case FX_QUEUE_DROP_OLD: {
@@ -355,18 +363,9 @@ static bool lane_push(fxb_sub *sub, fx_frame_list *l)
                 return true;
             }
             lane_shed(sub, old);
-            int rv = fx_queue_push(&sub->lane, l);
-            if (rv == -ENOMEM) {
-                lane_release(ln);
-                lane_shed(sub, l);
+            if (lane_enqueue(sub, l))
                 return true;
-            }
-            if (rv != 0) {
-                lane_release(ln);
-                break;
-            }
-            fxb_conn_kick_writer(sub->conn);
-            return true;
+            break;
         }
         case FX_QUEUE_DROP_NEW:
             lane_shed(sub, l);
