@@ -668,37 +668,35 @@ static void run_threads(run *r, int per_producer, bool block)
     assert_int_equal(r->c.errors, 0);
 }
 
-static void test_many_producers_one_consumer(void **state)
+/* Four producers into one consumer under BLOCK: each producer's items all
+ * arrive, in order, none dropped, no waiter left. |initial_cells| 0 is the
+ * lock-free ring, else the growable one (which never outgrows the bound). */
+static void many_producers_one_consumer(size_t initial_cells, int per_producer)
 {
     static run r;
-    fx_queue_opts o = {.capacity = 64, .policy = FX_QUEUE_BLOCK};
+    fx_queue_opts o = {.capacity = 64, .policy = FX_QUEUE_BLOCK, .initial_cells = initial_cells};
     assert_int_equal(fx_queue_init(&r.q, &o), 0);
-    run_threads(&r, PER_PRODUCER, true);
+    run_threads(&r, per_producer, true);
     for (int i = 0; i < PRODUCERS; i++)
-        assert_int_equal(r.c.got[i], PER_PRODUCER);
+        assert_int_equal(r.c.got[i], per_producer);
     fx_queue_stats st;
     fx_queue_get_stats(&r.q, &st);
-    assert_int_equal(st.enqueued, (uint64_t)PRODUCERS * PER_PRODUCER);
+    assert_int_equal(st.enqueued, (uint64_t)PRODUCERS * (uint64_t)per_producer);
     assert_int_equal(st.dequeued, st.enqueued);
     assert_int_equal(st.dropped, 0);
     assert_int_equal(st.waiters, 0);
+    assert_true(fx_queue_ring_cells(&r.q) <= 64);
     fx_queue_deinit(&r.q);
+}
+
+static void test_many_producers_one_consumer(void **state)
+{
+    many_producers_one_consumer(0, PER_PRODUCER);
 }
 
 static void test_growable_ring_many_producers_one_consumer(void **state)
 {
-    static run r;
-    fx_queue_opts o = {.capacity = 64, .policy = FX_QUEUE_BLOCK, .initial_cells = 2};
-    assert_int_equal(fx_queue_init(&r.q, &o), 0);
-    run_threads(&r, PER_PRODUCER / 5, true);
-    for (int i = 0; i < PRODUCERS; i++)
-        assert_int_equal(r.c.got[i], PER_PRODUCER / 5);
-    fx_queue_stats st;
-    fx_queue_get_stats(&r.q, &st);
-    assert_int_equal(st.dequeued, st.enqueued);
-    assert_int_equal(st.dropped, 0);
-    assert_true(fx_queue_ring_cells(&r.q) <= 64);
-    fx_queue_deinit(&r.q);
+    many_producers_one_consumer(2, PER_PRODUCER / 5);
 }
 
 static atomic_int concurrent_drops;
@@ -711,12 +709,16 @@ static void count_drop(void *item, void *user)
 }
 
 /* Producers evict while the consumer pops: every item is either received
- * once, in order per producer, or dropped once. */
-static void test_drop_old_under_concurrency_accounts_every_item(void **state)
+ * once, in order per producer, or dropped once. |initial_cells| 0 is the
+ * lock-free ring, else the growable one. */
+static void drop_old_under_concurrency(size_t initial_cells)
 {
     static run r;
     atomic_store(&concurrent_drops, 0);
-    fx_queue_opts o = {.capacity = 8, .policy = FX_QUEUE_DROP_OLD, .on_drop = count_drop};
+    fx_queue_opts o = {.capacity = 8,
+                       .policy = FX_QUEUE_DROP_OLD,
+                       .on_drop = count_drop,
+                       .initial_cells = initial_cells};
     assert_int_equal(fx_queue_init(&r.q, &o), 0);
     run_threads(&r, 10000, false);
     fx_queue_stats st;
@@ -727,20 +729,14 @@ static void test_drop_old_under_concurrency_accounts_every_item(void **state)
     fx_queue_deinit(&r.q);
 }
 
+static void test_drop_old_under_concurrency_accounts_every_item(void **state)
+{
+    drop_old_under_concurrency(0);
+}
+
 static void test_growable_drop_old_under_concurrency_accounts_every_item(void **state)
 {
-    static run r;
-    atomic_store(&concurrent_drops, 0);
-    fx_queue_opts o = {
-        .capacity = 8, .policy = FX_QUEUE_DROP_OLD, .on_drop = count_drop, .initial_cells = 1};
-    assert_int_equal(fx_queue_init(&r.q, &o), 0);
-    run_threads(&r, 10000, false);
-    fx_queue_stats st;
-    fx_queue_get_stats(&r.q, &st);
-    assert_int_equal(st.enqueued, (uint64_t)PRODUCERS * 10000);
-    assert_int_equal((uint64_t)r.c.total + atomic_load(&concurrent_drops), st.enqueued);
-    assert_int_equal(st.dropped, (uint64_t)atomic_load(&concurrent_drops));
-    fx_queue_deinit(&r.q);
+    drop_old_under_concurrency(1);
 }
 
 static const struct CMUnitTest tests[] = {
