@@ -63,42 +63,6 @@ static int admin_call(const char *cmd, const fx_cli_common *c, const char *metho
     return 0;
 }
 
-/* Parses the options of |cmd| into |c| and the positional words into
- * |pos| (at most |maxpos|). Command-specific options go to |on_opt|.
- * Returns -1 to continue or an exit status. */
-typedef int (*opt_fn)(void *user, int id, const char *val, char *err, size_t errlen);
-
-static int admin_parse(const char *cmd, int argc, char **argv, const fx_cli_opt *opts,
-                       fx_cli_common *c, opt_fn on_opt, void *user, const char **pos, int maxpos,
-                       int *npos)
-{
-    char err[512] = "";
-    if (fx_cli_common_init(c, fx_cli_getenv, err, sizeof(err)) != 0)
-        return fx_cli_usage_error(cmd, err);
-    fx_cli_args it = {.argc = argc, .argv = argv};
-    int kind, id = 0;
-    const char *val;
-    *npos = 0;
-    while ((kind = fx_cli_args_next(&it, opts, &id, &val, err, sizeof(err))) > 0) {
-        if (kind == FX_CLI_ARG_POS) {
-            if (*npos == maxpos) {
-                snprintf(err, sizeof(err), "unexpected argument '%s'", val);
-                return fx_cli_usage_error(cmd, err);
-            }
-            pos[(*npos)++] = val;
-            continue;
-        }
-        if (id == FX_CLI_OPT_HELP)
-            return fx_cli_print_help(cmd);
-        int rv = fx_cli_common_apply(c, id, val, err, sizeof(err));
-        if (rv == 0 && on_opt != NULL)
-            rv = on_opt(user, id, val, err, sizeof(err));
-        if (rv < 0)
-            return fx_cli_usage_error(cmd, err);
-    }
-    return kind < 0 ? fx_cli_usage_error(cmd, err) : -1;
-}
-
 /* ---- generic JSON tables ------------------------------------------------------- */
 
 static void cell_text(const json_t *v, char *out, size_t len)
@@ -312,7 +276,7 @@ int fx_cli_stats(int argc, char **argv)
     fx_cli_common c;
     stats_args a = {.top = 20};
     int npos = 0;
-    int st = admin_parse("stats", argc, argv, STATS_OPTS, &c, stats_opt, &a, NULL, 0, &npos);
+    int st = fx_cli_parse("stats", argc, argv, STATS_OPTS, &c, stats_opt, &a, NULL, 0, &npos, NULL);
     if (st >= 0)
         return st;
     if (fx_cli_signals_install() != 0)
@@ -408,7 +372,7 @@ int fx_cli_streams(int argc, char **argv)
     fx_cli_common c;
     const char *pos[2];
     int npos = 0;
-    int st = admin_parse("streams", argc, argv, STREAMS_OPTS, &c, NULL, NULL, pos, 2, &npos);
+    int st = fx_cli_parse("streams", argc, argv, STREAMS_OPTS, &c, NULL, NULL, pos, 2, &npos, NULL);
     if (st >= 0)
         return st;
     if (npos == 0)

@@ -35,6 +35,20 @@ int fx_cli_usage_error(const char *cmd, const char *msg);
 /* getenv(3) with the type fx_cli_common_init takes. */
 const char *fx_cli_getenv(const char *name);
 
+/* A command's own option: applies |id| with value |val| to |user|. Returns
+ * 0, or -EINVAL with a one-line |err|. */
+typedef int (*fx_cli_opt_fn)(void *user, int id, const char *val, char *err, size_t errlen);
+
+/* Parses the arguments of command |cmd|: the common options into |c| (first
+ * the FELIX_* environment, then the flags), --help, the command's own options
+ * through |on_opt| (may be NULL), and at most |maxpos| positional words into
+ * |pos| (|*npos| of them; one more is a usage error naming it, followed by
+ * |extra_hint| when not NULL). Returns -1 to go on, or the exit status after
+ * printing the help or the usage error. */
+int fx_cli_parse(const char *cmd, int argc, char **argv, const fx_cli_opt *opts, fx_cli_common *c,
+                 fx_cli_opt_fn on_opt, void *user, const char **pos, int maxpos, int *npos,
+                 const char *extra_hint);
+
 /* Set by the SIGINT/SIGTERM handler; commands poll it. */
 extern volatile sig_atomic_t fx_cli_stop;
 

@@ -51,6 +51,38 @@ int fx_cli_usage_error(const char *cmd, const char *msg)
     return FX_CLI_EXIT_USAGE;
 }
 
+int fx_cli_parse(const char *cmd, int argc, char **argv, const fx_cli_opt *opts, fx_cli_common *c,
+                 fx_cli_opt_fn on_opt, void *user, const char **pos, int maxpos, int *npos,
+                 const char *extra_hint)
+{
+    char err[512] = "";
+    if (fx_cli_common_init(c, fx_cli_getenv, err, sizeof(err)) != 0)
+        return fx_cli_usage_error(cmd, err);
+    fx_cli_args it = {.argc = argc, .argv = argv};
+    int kind, id = 0;
+    const char *val;
+    *npos = 0;
+    while ((kind = fx_cli_args_next(&it, opts, &id, &val, err, sizeof(err))) > 0) {
+        if (kind == FX_CLI_ARG_POS) {
+            if (*npos == maxpos) {
+                snprintf(err, sizeof(err), "unexpected argument '%s'%s%s", val,
+                         extra_hint ? " " : "", extra_hint ? extra_hint : "");
+                return fx_cli_usage_error(cmd, err);
+            }
+            pos[(*npos)++] = val;
+            continue;
+        }
+        if (id == FX_CLI_OPT_HELP)
+            return fx_cli_print_help(cmd);
+        int rv = fx_cli_common_apply(c, id, val, err, sizeof(err));
+        if (rv == 0 && on_opt != NULL)
+            rv = on_opt(user, id, val, err, sizeof(err));
+        if (rv < 0)
+            return fx_cli_usage_error(cmd, err);
+    }
+    return kind < 0 ? fx_cli_usage_error(cmd, err) : -1;
+}
+
 const char *fx_cli_getenv(const char *name)
 {
     return getenv(name);

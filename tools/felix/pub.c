@@ -59,8 +59,10 @@ typedef struct pub_run {
 
 /* ---- arguments ---------------------------------------------------------------- */
 
-static int pub_option(pub_args *a, int id, const char *val, char *err, size_t errlen)
+/* pub's own options (fx_cli_parse applies the common ones). */
+static int pub_option(void *user, int id, const char *val, char *err, size_t errlen)
 {
+    pub_args *a = user;
     switch (id) {
     case O_ACK:
         if (fx_cli_parse_ack(val, &a->ack) == 0)
@@ -88,50 +90,29 @@ static int pub_option(pub_args *a, int id, const char *val, char *err, size_t er
         snprintf(err, errlen, "--batch: expected 1..%u, got '%s'", BATCH_MAX, val);
         return -EINVAL;
     default:
-        return fx_cli_common_apply(&a->common, id, val, err, errlen) < 0 ? -EINVAL : 0;
-    }
-}
-
-static int pub_positional(pub_args *a, int *npos, const char *val, char *err, size_t errlen)
-{
-    if (*npos == 0) {
-        (*npos)++;
-        return fx_cli_path_parse(val, &a->path, err, errlen);
-    }
-    if (*npos == 1) {
-        (*npos)++;
-        if (strcmp(val, "-") == 0)
-            a->from_stdin = true;
-        else
-            a->message = val;
         return 0;
     }
-    snprintf(err, errlen, "unexpected argument '%s' (quote a message containing spaces)", val);
-    return -EINVAL;
 }
 
 /* Returns -1 to continue, or the exit status (help shown, usage error). */
 static int pub_parse(int argc, char **argv, pub_args *a)
 {
-    char err[512] = "";
     *a = (pub_args){.ack = FX_ACK_NONE, .batch = 1};
-    if (fx_cli_common_init(&a->common, fx_cli_getenv, err, sizeof(err)) != 0)
-        return fx_cli_usage_error(CMD, err);
-    fx_cli_args it = {.argc = argc, .argv = argv};
-    int kind, id = 0, npos = 0;
-    const char *val;
-    while ((kind = fx_cli_args_next(&it, PUB_OPTS, &id, &val, err, sizeof(err))) > 0) {
-        if (kind == FX_CLI_ARG_OPT && id == FX_CLI_OPT_HELP)
-            return fx_cli_print_help(CMD);
-        int rv = kind == FX_CLI_ARG_OPT ? pub_option(a, id, val, err, sizeof(err))
-                                        : pub_positional(a, &npos, val, err, sizeof(err));
-        if (rv != 0)
-            return fx_cli_usage_error(CMD, err);
-    }
-    if (kind < 0)
-        return fx_cli_usage_error(CMD, err);
+    const char *pos[2];
+    int npos;
+    int st = fx_cli_parse(CMD, argc, argv, PUB_OPTS, &a->common, pub_option, a, pos, 2, &npos,
+                          "(quote a message containing spaces)");
+    if (st >= 0)
+        return st;
+    char err[512] = "";
     if (npos == 0)
         return fx_cli_usage_error(CMD, "missing TENANT/NS/STREAM");
+    if (fx_cli_path_parse(pos[0], &a->path, err, sizeof(err)) != 0)
+        return fx_cli_usage_error(CMD, err);
+    if (npos == 2 && strcmp(pos[1], "-") == 0)
+        a->from_stdin = true;
+    else if (npos == 2)
+        a->message = pos[1];
     if (a->size > 0 && (a->message != NULL || a->from_stdin))
         return fx_cli_usage_error(CMD, "--size generates payloads: give no MESSAGE or '-'");
     if (a->size == 0 && a->message == NULL && !a->from_stdin)

@@ -49,8 +49,10 @@ typedef struct sub_run {
 
 /* ---- arguments ---------------------------------------------------------------- */
 
-static int sub_option(sub_args *a, int id, const char *val, char *err, size_t errlen)
+/* sub's own options (fx_cli_parse applies the common ones). */
+static int sub_option(void *user, int id, const char *val, char *err, size_t errlen)
 {
+    sub_args *a = user;
     switch (id) {
     case O_FROM:
         a->from_text = val;
@@ -72,38 +74,25 @@ static int sub_option(sub_args *a, int id, const char *val, char *err, size_t er
         snprintf(err, errlen, "--timeout-ms: expected a positive number of ms, got '%s'", val);
         return -EINVAL;
     default:
-        return fx_cli_common_apply(&a->common, id, val, err, errlen) < 0 ? -EINVAL : 0;
+        return 0;
     }
 }
 
 /* Returns -1 to continue, or the exit status (help shown, usage error). */
 static int sub_parse(int argc, char **argv, sub_args *a)
 {
-    char err[512] = "";
     *a = (sub_args){.from_text = "latest", .from = {.kind = FX_START_LATEST}};
-    if (fx_cli_common_init(&a->common, fx_cli_getenv, err, sizeof(err)) != 0)
-        return fx_cli_usage_error(CMD, err);
-    fx_cli_args it = {.argc = argc, .argv = argv};
-    int kind, id = 0, npos = 0;
-    const char *val;
-    while ((kind = fx_cli_args_next(&it, SUB_OPTS, &id, &val, err, sizeof(err))) > 0) {
-        if (kind == FX_CLI_ARG_OPT && id == FX_CLI_OPT_HELP)
-            return fx_cli_print_help(CMD);
-        int rv;
-        if (kind == FX_CLI_ARG_OPT)
-            rv = sub_option(a, id, val, err, sizeof(err));
-        else if (npos++ == 0)
-            rv = fx_cli_path_parse(val, &a->path, err, sizeof(err));
-        else
-            rv = snprintf(err, sizeof(err), "unexpected argument '%s'", val) > 0 ? -EINVAL : 0;
-        if (rv != 0)
-            return fx_cli_usage_error(CMD, err);
-    }
-    if (kind < 0)
-        return fx_cli_usage_error(CMD, err);
+    const char *pos[1];
+    int npos;
+    int st =
+        fx_cli_parse(CMD, argc, argv, SUB_OPTS, &a->common, sub_option, a, pos, 1, &npos, NULL);
+    if (st >= 0)
+        return st;
+    char err[512] = "";
     if (npos == 0)
         return fx_cli_usage_error(CMD, "missing TENANT/NS/STREAM");
-    if (fx_cli_common_check(&a->common, &a->path, err, sizeof(err)) != 0)
+    if (fx_cli_path_parse(pos[0], &a->path, err, sizeof(err)) != 0 ||
+        fx_cli_common_check(&a->common, &a->path, err, sizeof(err)) != 0)
         return fx_cli_usage_error(CMD, err);
     return -1;
 }
