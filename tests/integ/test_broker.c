@@ -963,15 +963,22 @@ static void test_unknown_stream_with_autocreate_off_not_found(void **state)
 
 /* ---- delivery ------------------------------------------------------------------------- */
 
+/* The lossless profile: block at checkpoints 5 and 6, unacked publishes wait
+ * at ingress instead of being dropped. */
+static void t_lossless(T *t)
+{
+    t->bo.pub_ingress_wait = true;
+    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
+    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+}
+
 static void test_one_publisher_three_subscribers_in_order(void **state)
 {
     (void)state;
     T *t = t_new();
     t->size_of = size_1k_or_0;
     /* Lossless, so "every message arrives" is a guarantee, not luck. */
-    t->bo.pub_ingress_wait = true;
-    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
-    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+    t_lossless(t);
     t_start(t);
     tstream *subs[3];
     for (int i = 0; i < 3; i++)
@@ -998,9 +1005,7 @@ static void test_io_loop_and_two_workers_deliver_every_stream(void **state)
     t->size_of = size_small;
     t->bo.workers = 2;
     t->bo.io_threads = 1;
-    t->bo.pub_ingress_wait = true;
-    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
-    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+    t_lossless(t);
     t_start(t);
     assert_int_equal(fx_broker_endpoint_worker(t->b), -1);
     const char *names[2] = {"w-a", "w-b"};
@@ -1027,9 +1032,7 @@ static void test_large_payloads_larger_than_the_receive_window_arrive(void **sta
     (void)state;
     T *t = t_new();
     t->size_of = size_big_tail;
-    t->bo.pub_ingress_wait = true;
-    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
-    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+    t_lossless(t);
     t->bo.quic.stream_window = 256u << 10; /* a 1 MiB frame spans four windows */
     t_start(t);
     tstream *sub = subscribe(t, t_connect(t), "big", FX_MSG_START_LATEST, 0);
@@ -1202,9 +1205,7 @@ static void test_lossless_block_mode_loses_nothing_with_stalled_subscriber(void 
     (void)state;
     T *t = t_new();
     t->size_of = size_1k;
-    t->bo.pub_ingress_wait = true;
-    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
-    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+    t_lossless(t);
     t->bo.subscriber_queue_capacity = 16;
     t->bo.subscriber_lane_queue_depth = 2;
     t->bo.subscriber_unacked_bytes = 64u << 10;
@@ -1244,10 +1245,8 @@ static T *t_new_parking(void)
 {
     T *t = t_new();
     t->size_of = size_1k;
-    t->bo.pub_ingress_wait = true;
+    t_lossless(t);
     t->bo.pub_queue_depth = 4;
-    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
-    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
     t->bo.subscriber_queue_capacity = 16;
     t->bo.subscriber_lane_queue_depth = 2;
     t->bo.subscriber_unacked_bytes = 64u << 10;
