@@ -577,6 +577,10 @@ static void diff_probes(const fx_bench_cfg *c, const probes *a, const probes *b,
             .subscriber_disconnect =
                 b->drops.subscriber_disconnect - a->drops.subscriber_disconnect,
         };
+    r->broker_dgram_bytes = 0;
+    if (r->have_drops && !c->in_process && b->drops.datagrams_sent > a->drops.datagrams_sent)
+        r->broker_dgram_bytes = (double)(b->drops.bytes_sent - a->drops.bytes_sent) /
+                                (double)(b->drops.datagrams_sent - a->drops.datagrams_sent);
 }
 
 /* Drains the stalled subscriber's backlog after the run and counts what it

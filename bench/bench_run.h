@@ -79,6 +79,11 @@ typedef struct fx_bench_result {
     uint64_t stalled_expected, stalled_received, stalled_dropped, stalled_client_dropped;
     bool have_drops;
     fx_bench_drops drops; /* broker counters, delta over the run */
+    /* External broker: mean UDP payload per datagram it sent during the run
+     * (ACK-only datagrams included), i.e. the datagram size in use; 0 when
+     * unknown (no --admin, or an in-process broker sharing the counters
+     * with the clients). */
+    double broker_dgram_bytes;
     /* overload --rss-watch: the broker's VmRSS samples */
     uint64_t watch_samples, watch_min_kb, watch_max_kb, watch_first_kb, watch_last_kb;
     double watch_spread_pct; /* (max - min) / min, percent */

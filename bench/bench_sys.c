@@ -313,6 +313,8 @@ int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d)
     d->lane_dropped_events = prom_value(buf, "felix_subscriber_lane_dropped_events_total");
     d->ingress_dropped = prom_value(buf, "felix_broker_ingress_dropped_total");
     d->subscriber_disconnect = prom_value(buf, "felix_subscriber_disconnect_total");
+    d->datagrams_sent = prom_value(buf, "felix_quic_datagrams_sent_total");
+    d->bytes_sent = prom_value(buf, "felix_quic_bytes_sent_total");
     free(buf);
     return 0;
 }

@@ -69,6 +69,9 @@ typedef struct fx_bench_drops {
     uint64_t lane_dropped_events;   /* felix_subscriber_lane_dropped_events_total */
     uint64_t ingress_dropped;       /* felix_broker_ingress_dropped_total (checkpoint 4) */
     uint64_t subscriber_disconnect; /* felix_subscriber_disconnect_total */
+    /* and the broker's datagram counters, for the datagram size in use */
+    uint64_t datagrams_sent; /* felix_quic_datagrams_sent_total */
+    uint64_t bytes_sent;     /* felix_quic_bytes_sent_total */
 } fx_bench_drops;
 
 /* GETs http://|addr|/metrics ("host:port", numeric IPv4) with a 2 s bound

@@ -92,7 +92,7 @@ for p in $PROFILES; do
 done
 if [ "$DGRAM1452" = 1 ]; then
   profile_sets "$DGRAM_PROFILE"
-  start_broker dgram1452 "${SETS[@]}" --set initial_mtu=1452 --set mtu_upper_bound=1452
+  start_broker dgram1452 "${SETS[@]}" --set loopback_mtu=1452
   felix "$DGRAM_PROFILE/tput/f10/1452" throughput 10 --mtu 1452
   fx_stop_broker
 fi

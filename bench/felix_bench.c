@@ -28,7 +28,7 @@ typedef struct opts {
     const char *label;
     uint32_t workers;     /* in-process: worker loops (0: one per CPU but one) */
     uint32_t core_shards; /* in-process: pinned workers */
-    uint32_t mtu;         /* in-process: pinned datagram size (0: PMTUD up to 16384) */
+    uint32_t mtu;         /* pinned datagram size of every connection (0: the defaults) */
     bool total_set, warmup_set;
     bool victim_set; /* --victim-delay-ms or --victim-drop-permille given */
 } opts;
@@ -72,7 +72,9 @@ static void usage(FILE *out)
                  "  --pin HEX          external broker's certificate SHA-256 (or --insecure)\n"
                  "  --admin ADDR       external broker's admin host:port (drop counters)\n"
                  "  --broker-pid PID   external broker's pid (CPU, peak RSS, wakeups)\n"
-                 "  --workers N --core-shards N --mtu BYTES   in-process broker placement\n"
+                 "  --workers N --core-shards N   in-process broker placement\n"
+                 "  --mtu BYTES        pin the clients' datagram size (and the in-process broker's;\n"
+                 "                     start an external one with loopback_mtu=BYTES)\n"
                  "  --json             one JSON line per run (peerbench field names)\n"
                  "  --label L --quiet  label for JSON lines; no progress line\n"
                  "  --test-drop-every N  test only: readers discard every Nth message\n");
@@ -409,9 +411,12 @@ static void profile(const opts *o, fx_broker_opts *bo)
     if (bo->workers == 0) /* the daemon's `workers: auto` */
         bo->workers = fx_placement_auto_workers(sysconf(_SC_NPROCESSORS_ONLN));
     bo->pin_workers = o->core_shards > 0;
-    /* The daemon's datagram defaults: PMTUD from 1200 up to 16384. */
-    bo->quic.initial_mtu = o->mtu ? o->mtu : 1200;
-    bo->quic.mtu_upper_bound = o->mtu ? o->mtu : 16384;
+    /* The daemon's datagram defaults (loopback_mtu pinned for 127.0.0.1,
+     * PMTUD elsewhere) unless --mtu pins one size. */
+    if (o->mtu) {
+        bo->quic.initial_mtu = bo->quic.mtu_upper_bound = o->mtu;
+        bo->quic.loopback_mtu = o->mtu;
+    }
     if (o->c.lossless) {
         bo->subscriber_queue_policy = FX_QUEUE_BLOCK;
         bo->subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
@@ -496,6 +501,8 @@ static void json_tail(const opts *o, const fx_bench_result *r)
         printf("\"peak_rss_kb\":%llu,\"broker_hwm_kb\":%llu,", (unsigned long long)r->peak_rss_kb,
                (unsigned long long)r->hwm_kb);
     }
+    if (r->broker_dgram_bytes > 0)
+        jnum("broker_dgram_bytes", r->broker_dgram_bytes, 0);
     jnum("host_busy_cpu_s", r->host_busy_s, 3);
     /* CPU the host spent outside this process and the broker: foreign load. */
     if (r->have_server || o->c.in_process)
@@ -672,6 +679,8 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
     if (r->have_server)
         printf("       broker: peak RSS %.1f MB, CPU %.0f%%\n", (double)r->peak_rss_kb / 1024.0,
                100.0 * (r->server_user_s + r->server_sys_s) / r->run_s);
+    if (r->broker_dgram_bytes > 0)
+        printf("       broker datagrams: %.0f bytes each on average\n", r->broker_dgram_bytes);
     fflush(stdout);
 }
 
@@ -757,6 +766,13 @@ int main(int argc, char **argv)
         return rv == 1 ? 0 : 2;
     if (finish_cfg(&o) != 0)
         return 2;
+    if (o.mtu) { /* libfelix reads the transport variables when a client starts */
+        char v[16];
+        snprintf(v, sizeof(v), "%u", o.mtu);
+        setenv("FELIX_LOOPBACK_MTU", v, 1);
+        setenv("FELIX_INITIAL_MTU", v, 1);
+        setenv("FELIX_MTU_UPPER_BOUND", v, 1);
+    }
     inproc ip = {0};
     if (o.c.server == NULL) {
         if ((rv = inproc_start(&o, &ip)) != 0) {

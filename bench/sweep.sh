@@ -15,11 +15,11 @@
 #                throughput:1,throughput:10,latency:1,latency:10); payload 1 KiB
 # example:
 #   bench/sweep.sh base= w1=workers=1 shards2=core_shards=2 \
-#     dgram1452=initial_mtu=1452,mtu_upper_bound=1452
+#     dgram1452=loopback_mtu=1452
 # env: BUILD (default <repo>/build/bench), OUTDIR (default /tmp/felix-sweep), FX_PORT,
 #      FX_ADMIN, QUIET_MAX_S (default 10), BENCH_ARGS (extra felix-bench arguments).
-# A configuration that pins datagrams (mtu_upper_bound) also passes --mtu to felix-bench so
-# its JSON says so; the client's own datagram size is FELIX_MTU_UPPER_BOUND (default 1452).
+# A configuration that sets loopback_mtu also runs felix-bench with FELIX_LOOPBACK_MTU set
+# to the same value, so the clients use the broker's datagram size.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,12 +56,12 @@ IFS=',' read -r -a CELL_ARR <<<"$CELLS"
 for round in $(seq 1 "$ROUNDS"); do
   for cfg in "${CFGS[@]}"; do
     name=${cfg%%=*} keys=${cfg#*=}
-    sets=() mtu=()
+    sets=() lmtu=${FELIX_LOOPBACK_MTU:-}
     if [ -n "$keys" ]; then
       IFS=',' read -r -a kv <<<"$keys"
       for k in "${kv[@]}"; do
         sets+=(--set "$k")
-        case $k in mtu_upper_bound=*) mtu=(--mtu "${k#*=}") ;; esac
+        case $k in loopback_mtu=*) lmtu=${k#*=} ;; esac
       done
     fi
     echo "sweep: round $round/$ROUNDS, $name ${sets[*]}" >&2
@@ -70,9 +70,9 @@ for round in $(seq 1 "$ROUNDS"); do
       IFS=':' read -r mode fan streams <<<"$cell"
       fx_wait_quiet
       # shellcheck disable=SC2086
-      "$BUILD/felix-bench" --server "127.0.0.1:$FX_PORT" --pin "$FP" --admin "127.0.0.1:$FX_ADMIN" \
+      FELIX_LOOPBACK_MTU=$lmtu "$BUILD/felix-bench" --server "127.0.0.1:$FX_PORT" --pin "$FP" --admin "127.0.0.1:$FX_ADMIN" \
         --broker-pid "$BROKER_PID" --mode "$mode" --payload 1024 --fanout "$fan" \
-        --streams "${streams:-1}" "${mtu[@]}" --json --quiet --label "$name|$cell" ${BENCH_ARGS:-} \
+        --streams "${streams:-1}" --json --quiet --label "$name|$cell" ${BENCH_ARGS:-} \
         >>"$RESULTS" 2>>"$OUTDIR/logs/$name.bench.log" ||
         echo "sweep: $name $cell: felix-bench failed (see $OUTDIR/logs/$name.bench.log)" >&2
     done

@@ -364,16 +364,42 @@ void fx_quic_conn_cid_forget(fx_quic_conn *c, const ngtcp2_cid *cid)
     }
 }
 
-static void fill_settings(const fx_quic_endpoint *ep, ngtcp2_settings *s, uint64_t now)
+/* True when the peer is this host: 127.0.0.0/8, ::1 or ::ffff:127.x.y.z. */
+static bool peer_is_loopback(const struct sockaddr_storage *ss)
 {
-    const fx_quic_opts *o = &ep->o;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+    }
+    return false;
+}
+
+/* Datagram size: a loopback peer gets |loopback_mtu| from the first packet
+ * (ngtcp2 0.12's path MTU discovery never probes above 1444 bytes, so on
+ * loopback it would leave 90% of the per-datagram cost on the table); any
+ * other peer starts at |initial_mtu| and probes, unless that size already
+ * reaches |mtu_upper_bound|, which pins it. */
+static void fill_settings(const fx_quic_conn *c, ngtcp2_settings *s, uint64_t now)
+{
+    const fx_quic_opts *o = &c->ep->o;
     ngtcp2_settings_default(s);
     s->initial_ts = now;
     s->max_window = o->max_conn_window;
     s->max_stream_window = o->max_stream_window;
     s->handshake_timeout = o->handshake_timeout_ns ? o->handshake_timeout_ns : UINT64_MAX;
     s->max_tx_udp_payload_size = o->mtu_upper_bound;
-    if (o->initial_mtu >= o->mtu_upper_bound) {
+    bool pinned = o->initial_mtu >= o->mtu_upper_bound;
+    if (o->loopback_mtu != 0 && peer_is_loopback(&c->remote)) {
+        s->max_tx_udp_payload_size = o->loopback_mtu;
+        pinned = true;
+    }
+    if (pinned) {
         /* Pinned size: send it from the first packet; no probing. */
         s->no_tx_udp_payload_size_shaping = 1;
         s->no_pmtud = 1;
@@ -440,7 +466,7 @@ int fx_quic_conn_accept(fx_quic_endpoint *ep, const ngtcp2_pkt_hd *hd, const ngt
     fx_quic_ep_new_cid(ep, &scid);
     ngtcp2_settings s;
     ngtcp2_transport_params p;
-    fill_settings(ep, &s, fx_loop_now(ep->loop));
+    fill_settings(c, &s, fx_loop_now(ep->loop));
     fill_params(ep, &p);
     if (odcid != NULL) {
         /* After a Retry: the client's first DCID, and the one we chose. */
@@ -491,7 +517,7 @@ static int client_conn_init(fx_quic_conn *c, const fx_quic_connect_opts *co)
     fx_quic_ep_new_cid(ep, &scid);
     ngtcp2_settings s;
     ngtcp2_transport_params p;
-    fill_settings(ep, &s, fx_loop_now(ep->loop));
+    fill_settings(c, &s, fx_loop_now(ep->loop));
     fill_params(ep, &p);
     ngtcp2_path path;
     fx_quic_ep_path(ep, c, &path);

@@ -37,6 +37,7 @@ void fx_quic_opts_default(fx_quic_opts *o)
         .initial_mtu = 1200,
         .mtu_upper_bound = 1452,
         .max_udp_payload = FX_QUIC_MAX_DATAGRAM,
+        .loopback_mtu = FX_QUIC_LOOPBACK_MTU,
         .gso = true,
         .gro = true,
         .max_half_open = 1024,
@@ -82,6 +83,15 @@ int fx_quic_opts_from_env(fx_quic_opts *o)
     if ((rv = env_size("FELIX_MAX_UDP_PAYLOAD", 1200, FX_QUIC_MAX_DATAGRAM, &v)) == 0)
         o->max_udp_payload = (size_t)v;
     err = rv < 0 ? rv : err;
+    if ((rv = env_size("FELIX_LOOPBACK_MTU", 0, 65507, &v)) == 0) {
+        if (v != 0 && v < 1200) {
+            fx_quic_log(FX_QLOG_ERROR, "FELIX_LOOPBACK_MTU=%llu: expected 0 or [1200, 65507]",
+                        (unsigned long long)v);
+            rv = FX_ECONFIG;
+        }
+        o->loopback_mtu = (size_t)v;
+    }
+    err = rv < 0 ? rv : err;
     return err;
 }
 
@@ -89,6 +99,7 @@ static int check_opts(const fx_quic_opts *o)
 {
     if (o->mtu_upper_bound < 1200 || o->mtu_upper_bound > 65507 || o->initial_mtu < 1200 ||
         o->max_udp_payload < 1200 || o->max_udp_payload > FX_QUIC_MAX_DATAGRAM ||
+        (o->loopback_mtu != 0 && (o->loopback_mtu < 1200 || o->loopback_mtu > 65507)) ||
         o->unacked_cap == 0 || o->stream_window == 0 || o->conn_window == 0)
         return FX_ECONFIG;
     return 0;
@@ -441,7 +452,8 @@ static int ep_new(fx_quic_endpoint **pep, fx_loop *loop, bool server, const fx_q
     fx_timer_init(&ep->drain_timer, drain_deadline, ep);
     /* Room for one aggregate plus one more largest packet, which may have
      * to start the next aggregate. */
-    ep->tx_cap = FX_QUIC_GSO_MAX + o->mtu_upper_bound;
+    size_t largest = o->mtu_upper_bound > o->loopback_mtu ? o->mtu_upper_bound : o->loopback_mtu;
+    ep->tx_cap = FX_QUIC_GSO_MAX + largest;
     ep->tx = malloc(ep->tx_cap);
     ep->rx = malloc((size_t)FX_QUIC_RX_BATCH * FX_QUIC_RX_BUF);
     if (ep->tx == NULL || ep->rx == NULL ||

@@ -42,10 +42,14 @@ typedef struct fx_quic_opts {
      * bound, the size is pinned: every packet uses it from the start and
      * PMTUD is off (loopback, jumbo LANs). Otherwise ngtcp2 starts at 1200
      * and probes upwards. |max_udp_payload| (FELIX_MAX_UDP_PAYLOAD, default
-     * 65527) is what we accept and advertise. */
+     * 65527) is what we accept and advertise. |loopback_mtu|
+     * (FELIX_LOOPBACK_MTU, default 16250) is pinned instead for a peer on
+     * this host (127.0.0.0/8, ::1); 0 treats loopback like any other path.
+     * 16250 lets four datagrams share one GSO aggregate. */
     size_t initial_mtu;
     size_t mtu_upper_bound;
     size_t max_udp_payload;
+    size_t loopback_mtu;
     bool gso; /* UDP_SEGMENT on send: true (switched off on EIO) */
     bool gro; /* UDP_GRO on receive: true */
     /* Server: concurrent connections still in their handshake: 1024. More
@@ -238,6 +242,7 @@ typedef struct fx_quic_stats {
     uint64_t rx_datagrams;
     uint64_t tx_datagrams;
     uint64_t tx_sendmsg;        /* sendmsg calls (GSO aggregates count once) */
+    uint64_t tx_datagram_max;   /* largest UDP payload sent */
     uint64_t rx_dropped;        /* malformed, foreign, unknown connection, refused */
     uint64_t test_dropped;      /* dropped by the test hook */
     uint64_t conns_accepted;    /* server */

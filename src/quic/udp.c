@@ -290,6 +290,9 @@ static int send_gso(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t t
         return -errno;
     ep->st.tx_sendmsg++;
     ep->st.tx_datagrams += (len + seg - 1) / seg;
+    size_t first = seg < len ? seg : len; /* segments after the first are not larger */
+    if (first > ep->st.tx_datagram_max)
+        ep->st.tx_datagram_max = first;
     FX_COUNTER_ADD(quic_datagrams_out, (len + seg - 1) / seg);
     FX_COUNTER_ADD(quic_bytes_out, len);
     return 0;
@@ -323,6 +326,8 @@ static int send_each(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t 
         }
         ep->st.tx_sendmsg++;
         ep->st.tx_datagrams += (uint64_t)k;
+        if (iov[done].iov_len > ep->st.tx_datagram_max)
+            ep->st.tx_datagram_max = iov[done].iov_len; /* the first is the largest */
         FX_COUNTER_ADD(quic_datagrams_out, (uint64_t)k);
         for (int i = 0; i < k; i++)
             FX_COUNTER_ADD(quic_bytes_out, iov[done + (size_t)i].iov_len);

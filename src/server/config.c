@@ -144,10 +144,13 @@ const struct key fx_config_keys[] = {
      .help = "first datagram size"},
     {.name = "mtu_upper_bound", .env = {"FELIX_MTU_UPPER_BOUND"}, .type = T_SIZE,
      FIELD(mtu_upper_bound), .def = "16384", .min = 1200, .max = 65527,
-     .help = "largest datagram path MTU discovery may reach"},
+     .help = "ceiling for path MTU discovery (whose probes stop at 1444 here)"},
     {.name = "max_udp_payload", .env = {"FELIX_MAX_UDP_PAYLOAD"}, .type = T_SIZE,
      FIELD(max_udp_payload), .def = "65527", .min = 1200, .max = 65527,
      .help = "max_udp_payload_size transport parameter"},
+    {.name = "loopback_mtu", .env = {"FELIX_LOOPBACK_MTU"}, .type = T_SIZE, FIELD(loopback_mtu),
+     .def = "16250", .min = 0, .max = 65507,
+     .help = "datagram size pinned for peers on this host; 0 = probe as on any path"},
     {.name = "udp_send_buffer", .env = {"FELIX_UDP_SEND_BUFFER"}, .type = T_SIZE,
      FIELD(udp_send_buffer), .def = "8MiB", .min = 64 * KiB, .max = GiB,
      .help = "SO_SNDBUF asked for; the kernel may grant less (logged)"},
@@ -486,6 +489,7 @@ static const char *const le_rules[][3] = {
      "the unacked-send cap must hold the largest frame, or it is never sent"},
     {"initial_mtu", "mtu_upper_bound", "the first datagram size is within the MTU bound"},
     {"mtu_upper_bound", "max_udp_payload", "MTU discovery stays within max_udp_payload"},
+    {"loopback_mtu", "max_udp_payload", "loopback datagrams stay within max_udp_payload"},
     {"control_stream_drain_timeout_ms", "shutdown_drain_timeout_ms",
      "a stream's drain is part of the whole shutdown drain"},
 };
@@ -502,6 +506,10 @@ static int check_rules(fx_config *c, fx_config_diag *d)
         (rv = rule_window(c, "quic_conn_recv_window", "quic_conn_recv_window_max",
                           "raised to quic_conn_recv_window", d)))
         return rv;
+    if (c->loopback_mtu != 0 && c->loopback_mtu < 1200)
+        return fx_config_fail(d, "loopback_mtu: %llu is below QUIC's 1200-byte minimum "
+                                 "(0 turns the loopback rule off)",
+                              (unsigned long long)c->loopback_mtu);
     if (c->keepalive_interval_ns && c->keepalive_interval_ns >= c->idle_timeout_ns)
         return fail2(c, kidx("keepalive_interval_ms"), "is not below", kidx("idle_timeout_ms"),
                      "keep-alives must come more often than the idle timeout", d);

@@ -123,6 +123,7 @@ typedef struct fx_config {
     uint64_t initial_mtu;
     uint64_t mtu_upper_bound;
     uint64_t max_udp_payload;
+    uint64_t loopback_mtu; /* pinned for peers on this host; 0 = off */
     uint64_t udp_send_buffer;
     uint64_t udp_recv_buffer;
     uint64_t initial_cwnd;  /* 0 = ngtcp2's default */

@@ -225,6 +225,7 @@ static void quic_opts_from_config(const fx_config *c, fx_quic_opts *q)
     q->initial_mtu = (size_t)c->initial_mtu;
     q->mtu_upper_bound = (size_t)c->mtu_upper_bound;
     q->max_udp_payload = (size_t)c->max_udp_payload;
+    q->loopback_mtu = (size_t)c->loopback_mtu;
     q->udp_send_buffer = (int)c->udp_send_buffer;
     q->udp_recv_buffer = (int)c->udp_recv_buffer;
     q->cert_file = c->tls_cert_file[0] ? c->tls_cert_file : NULL;

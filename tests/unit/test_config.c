@@ -103,6 +103,7 @@ static void test_defaults_match_documented_values(void **state)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     assert_int_equal(c.workers, cpus > 1 ? cpus - 1 : 1);
     assert_int_equal(c.event_batch_max_delay_ns, 0); /* measured: docs/performance.md */
+    assert_int_equal(c.loopback_mtu, 16250);         /* measured: docs/performance.md */
     assert_int_equal(c.idle_timeout_ns, 30000 * MS);
     assert_int_equal(c.keepalive_interval_ns, 10000 * MS);
     assert_int_equal(c.shutdown_drain_timeout_ns, 25000 * MS);
@@ -325,6 +326,22 @@ static void test_lanes_above_max_rejected(void **state)
     const char *sets[] = {"subscriber_writer_lanes=9"};
     const char *want[] = {"subscriber_writer_lanes = 9", "max_subscriber_writer_lanes = 8", NULL};
     expect_error(NULL, NULL, sets, 1, want);
+}
+
+static void test_loopback_mtu_zero_or_a_quic_datagram_size(void **state)
+{
+    struct fixture f;
+    const char *off[] = {"loopback_mtu=0"};
+    assert_int_equal(load(&f, NULL, NULL, off, 1), 0);
+    assert_int_equal(f.c.loopback_mtu, 0);
+    done(&f);
+    const char *tiny[] = {"loopback_mtu=800"};
+    const char *want_tiny[] = {"loopback_mtu: 800 is below QUIC's 1200-byte minimum", NULL};
+    expect_error(NULL, NULL, tiny, 1, want_tiny);
+    const char *big[] = {"loopback_mtu=32000", "max_udp_payload=20000"};
+    const char *want_big[] = {"loopback_mtu = 32000", "max_udp_payload = 20000",
+                              "loopback datagrams stay within max_udp_payload", NULL};
+    expect_error(NULL, NULL, big, 2, want_big);
 }
 
 static void test_core_shards_replace_workers(void **state)
@@ -625,6 +642,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_budget_smaller_than_frame_rejected),
     cmocka_unit_test(test_conn_budget_above_global_rejected),
     cmocka_unit_test(test_lanes_above_max_rejected),
+    cmocka_unit_test(test_loopback_mtu_zero_or_a_quic_datagram_size),
     cmocka_unit_test(test_core_shards_replace_workers),
     cmocka_unit_test(test_workers_zero_rejected_auto_accepted),
     cmocka_unit_test(test_cache_window_aliases_set_quic_windows),
