@@ -37,7 +37,7 @@
 #define FX_QUIC_RX_BUDGET 1024 /* datagrams read per socket event */
 #define FX_QUIC_STREAM_VECS 16 /* chunks handed to one writev_stream */
 #define FX_QUIC_MAX_DATAGRAM 65527
-#define FX_QUIC_LOOPBACK_MTU 16250 /* four fit one FX_QUIC_GSO_MAX aggregate */
+#define FX_QUIC_LOOPBACK_MTU 16250           /* four fit one FX_QUIC_GSO_MAX aggregate */
 #define FX_QUIC_DRAIN_CODE 0x46444e          /* "FDN": stream refused while draining */
 #define FX_QUIC_TEST_DELAY_CAP 4096          /* delay hook: datagrams held at most */
 #define FX_QUIC_TEST_DELAY_BYTES (16u << 20) /* delay hook: bytes held at most */

@@ -507,8 +507,9 @@ static int check_rules(fx_config *c, fx_config_diag *d)
                           "raised to quic_conn_recv_window", d)))
         return rv;
     if (c->loopback_mtu != 0 && c->loopback_mtu < 1200)
-        return fx_config_fail(d, "loopback_mtu: %llu is below QUIC's 1200-byte minimum "
-                                 "(0 turns the loopback rule off)",
+        return fx_config_fail(d,
+                              "loopback_mtu: %llu is below QUIC's 1200-byte minimum "
+                              "(0 turns the loopback rule off)",
                               (unsigned long long)c->loopback_mtu);
     if (c->keepalive_interval_ns && c->keepalive_interval_ns >= c->idle_timeout_ns)
         return fail2(c, kidx("keepalive_interval_ms"), "is not below", kidx("idle_timeout_ms"),
