@@ -39,8 +39,8 @@ static void req_finish(fx_client *c, preq *r, int rv, const char *msg)
     r->rv = rv;
     snprintf(r->msg, sizeof(r->msg), "%s", msg != NULL ? msg : "");
     r->done = true;
-    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    pthread_cond_broadcast(&c->cv); /* after the unlock: see wake_consumer */
     if (r->cb != NULL) {
         fx_client_set_error(rv, "%s", r->msg);
         r->cb(r->user, rv);

@@ -256,12 +256,19 @@ static void deliver_cb(fx_subscription *s, const fx_event_batch *eb)
     }
 }
 
+/* Wakes the thread blocked in fx_subscription_next. The lock/unlock pair
+ * orders the push before the waiter's recheck under the same mutex
+ * (wait_reason), so no wakeup is lost; the signal itself comes after the
+ * unlock. Signalled with the mutex held, the woken reader would find it taken
+ * and sleep a second time on it: measured, p50/p99 of fanout-10 latency fell
+ * from 176/319 to 157/287 us (docs/performance.md). The loop holds a
+ * reference to |s| throughout, so |s->cv| outlives the call. */
 static void wake_consumer(fx_subscription *s)
 {
     if (atomic_load(&s->waiting)) {
         pthread_mutex_lock(&s->c->mu);
-        pthread_cond_signal(&s->cv);
         pthread_mutex_unlock(&s->c->mu);
+        pthread_cond_signal(&s->cv);
     }
 }
 
