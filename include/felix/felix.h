@@ -109,8 +109,8 @@ int fx_client_opts_from_env(fx_client_opts *o);
  * stream, all within o->connect_timeout_ms. The process-wide transport
  * variables the broker also reads (FELIX_LOOPBACK_MTU, FELIX_INITIAL_MTU,
  * FELIX_MTU_UPPER_BOUND, FELIX_MAX_UDP_PAYLOAD, FELIX_UDP_SEND_BUFFER,
- * FELIX_UDP_RECV_BUFFER) apply to the client's sockets; a bad one is
- * FX_ECONFIG. Returns 0 and a new client in
+ * FELIX_UDP_RECV_BUFFER, FELIX_CONN_STATS_MS) apply to the client's sockets
+ * and connections; a bad one is FX_ECONFIG. Returns 0 and a new client in
  * |*pc|; FX_ECONFIG (bad option), FX_ETLS* (certificate refused, with the
  * reason), FX_ETIMEDOUT, FX_EAUTH (auth refused), FX_EWOULDBLOCK_LOOP,
  * -errno, -ENOMEM. The connection used here is the first publish connection

@@ -453,6 +453,39 @@ static void conn_link(fx_quic_endpoint *ep, fx_quic_conn *c)
     ep->conns = c;
     ep->st.conns_open++;
     FX_GAUGE_ADD(quic_conn_open, 1);
+    fx_quic_ep_stats_arm(ep);
+}
+
+void fx_quic_conn_log_stats(fx_quic_conn *c)
+{
+    if (c->dead || !c->handshake_done || !fx_log_is_enabled(FX_LOG_INFO))
+        return;
+    char addr[INET6_ADDRSTRLEN];
+    uint16_t port;
+    if (c->remote.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&c->remote;
+        inet_ntop(AF_INET6, &a->sin6_addr, addr, sizeof(addr));
+        port = ntohs(a->sin6_port);
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&c->remote;
+        inet_ntop(AF_INET, &a->sin_addr, addr, sizeof(addr));
+        port = ntohs(a->sin_port);
+    }
+    char cid[2 * 4 + 1] = "-"; /* our first connection ID, to tell a peer's connections apart */
+    if (c->ncids > 0 && c->cids[0].datalen >= 4)
+        snprintf(cid, sizeof(cid), "%02x%02x%02x%02x", c->cids[0].data[0], c->cids[0].data[1],
+                 c->cids[0].data[2], c->cids[0].data[3]);
+    ngtcp2_conn_stat cs;
+    ngtcp2_conn_get_conn_stat(c->q, &cs);
+    double us = 1e-3;
+    fx_quic_log(
+        FX_QLOG_INFO,
+        "conn stats %s port %u cid %s: rtt smoothed %.0f us, min %.0f us, var %.0f us; cwnd %llu "
+        "bytes, in flight %llu bytes, pto count %zu, datagram %zu bytes, unacked %llu bytes",
+        addr, (unsigned)port, cid, (double)cs.smoothed_rtt * us,
+        cs.min_rtt == UINT64_MAX ? 0.0 : (double)cs.min_rtt * us, (double)cs.rttvar * us,
+        (unsigned long long)cs.cwnd, (unsigned long long)cs.bytes_in_flight, cs.pto_count,
+        cs.max_tx_udp_payload_size, (unsigned long long)c->unacked);
 }
 
 int fx_quic_conn_accept(fx_quic_endpoint *ep, const ngtcp2_pkt_hd *hd, const ngtcp2_cid *odcid,

@@ -83,6 +83,9 @@ int fx_quic_opts_from_env(fx_quic_opts *o)
     if ((rv = env_size("FELIX_MAX_UDP_PAYLOAD", 1200, FX_QUIC_MAX_DATAGRAM, &v)) == 0)
         o->max_udp_payload = (size_t)v;
     err = rv < 0 ? rv : err;
+    if ((rv = env_size("FELIX_CONN_STATS_MS", 0, 3600000, &v)) == 0)
+        o->stats_log_ns = v * 1000000u;
+    err = rv < 0 ? rv : err;
     if ((rv = env_size("FELIX_LOOPBACK_MTU", 0, 65507, &v)) == 0) {
         if (v != 0 && v < 1200) {
             fx_quic_log(FX_QLOG_ERROR, "FELIX_LOOPBACK_MTU=%llu: expected 0 or [1200, 65507]",
@@ -363,6 +366,26 @@ static void unlink_conn(fx_quic_endpoint *ep, fx_quic_conn *c)
     c->next = c->prev = NULL;
 }
 
+static void log_stats(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fx_quic_endpoint *ep = user;
+    for (fx_quic_conn *c = ep->conns; c != NULL; c = c->next)
+        fx_quic_conn_log_stats(c);
+    fx_quic_ep_stats_arm(ep);
+}
+
+void fx_quic_ep_stats_arm(fx_quic_endpoint *ep)
+{
+    if (ep->o.stats_log_ns == 0 || ep->conns == NULL || ep->freeing ||
+        fx_timer_is_armed(&ep->stats_timer))
+        return;
+    if (fx_loop_timer_arm(ep->loop, &ep->stats_timer, fx_loop_now(ep->loop) + ep->o.stats_log_ns) <
+        0)
+        fx_quic_log(FX_QLOG_WARN, "cannot arm the connection statistics timer");
+}
+
 static void reap_all(fx_loop *l, fx_timer *t, void *user)
 {
     fx_quic_endpoint *ep = user;
@@ -449,6 +472,7 @@ static int ep_new(fx_quic_endpoint **pep, fx_loop *loop, bool server, const fx_q
     ep->server = server;
     ep->fd = -1;
     fx_timer_init(&ep->reap_timer, reap_all, ep);
+    fx_timer_init(&ep->stats_timer, log_stats, ep);
     fx_timer_init(&ep->drain_timer, drain_deadline, ep);
     /* Room for one aggregate plus one more largest packet, which may have
      * to start the next aggregate. */
@@ -577,6 +601,7 @@ void fx_quic_endpoint_free(fx_quic_endpoint *ep)
     fx_quic_endpoint_close_all(ep);
     fx_loop_timer_cancel(ep->loop, &ep->reap_timer);
     fx_loop_timer_cancel(ep->loop, &ep->drain_timer);
+    fx_loop_timer_cancel(ep->loop, &ep->stats_timer);
     fx_quic_test_delay_free(ep);
     reap_all(ep->loop, &ep->reap_timer, ep);
     if (ep->fd >= 0) {

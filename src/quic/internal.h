@@ -175,6 +175,7 @@ struct fx_quic_endpoint {
     fx_quic_conn *conns; /* every live or dying connection */
     fx_quic_conn *dead_head;
     fx_timer reap_timer;
+    fx_timer stats_timer; /* stats_log_ns: armed while connections exist */
     bool freeing;
     /* Sending. |tx| holds one aggregate; when the socket refused it with
      * EAGAIN it stays pending (|tx_pending|) and connections that want to
@@ -324,6 +325,10 @@ void fx_quic_conn_flush(fx_quic_conn *c);
 /* Ends |c| with |info|: no more callbacks except on_conn_closed. */
 void fx_quic_conn_finish(fx_quic_conn *c, int reason);
 void fx_quic_conn_destroy(fx_quic_conn *c);
+/* Logs |c|'s path statistics (RTT, window, bytes in flight) at INFO. */
+void fx_quic_conn_log_stats(fx_quic_conn *c);
+/* Arms the endpoint's statistics timer if stats_log_ns asks for it. Loop. */
+void fx_quic_ep_stats_arm(fx_quic_endpoint *ep);
 void fx_quic_conn_cid_forget(fx_quic_conn *c, const ngtcp2_cid *cid);
 int fx_quic_conn_cid_remember(fx_quic_conn *c, const ngtcp2_cid *cid);
 

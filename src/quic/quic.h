@@ -50,6 +50,10 @@ typedef struct fx_quic_opts {
     size_t mtu_upper_bound;
     size_t max_udp_payload;
     size_t loopback_mtu;
+    /* Every |stats_log_ns| (FELIX_CONN_STATS_MS; 0 = off, the default) each
+     * established connection logs one INFO line of path statistics: RTT,
+     * congestion window, bytes in flight, PTO count, datagram size. */
+    uint64_t stats_log_ns;
     bool gso; /* UDP_SEGMENT on send: true (switched off on EIO) */
     bool gro; /* UDP_GRO on receive: true */
     /* Server: concurrent connections still in their handshake: 1024. More

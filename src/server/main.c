@@ -226,6 +226,7 @@ static void quic_opts_from_config(const fx_config *c, fx_quic_opts *q)
     q->mtu_upper_bound = (size_t)c->mtu_upper_bound;
     q->max_udp_payload = (size_t)c->max_udp_payload;
     q->loopback_mtu = (size_t)c->loopback_mtu;
+    q->stats_log_ns = c->conn_stats_ns;
     q->udp_send_buffer = (int)c->udp_send_buffer;
     q->udp_recv_buffer = (int)c->udp_recv_buffer;
     q->cert_file = c->tls_cert_file[0] ? c->tls_cert_file : NULL;
@@ -444,7 +445,6 @@ static const char *const unapplied_keys[] = {
     "ack_wait_timeout_ms",
     "initial_cwnd",
     "keepalive_interval_ms", /* the broker's connections are server-side */
-    "conn_stats_ms",
     "subscriber_flush_max_items",
     "subscriber_flush_max_delay_us",
     "control_stream_drain_timeout_ms",

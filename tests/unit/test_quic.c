@@ -464,6 +464,43 @@ static void test_loopback_mtu_zero_probes_as_on_any_path(void **state)
     h_free(t);
 }
 
+/* Counts the connection statistics lines, and keeps the last one. */
+typedef struct stats_cap {
+    int lines;
+    char last[FX_LOG_LINE_MAX + 1];
+} stats_cap;
+
+static void capture_stats(fx_log_level level, const char *line, size_t len, void *user)
+{
+    stats_cap *cap = user;
+    if (level == FX_LOG_INFO && strstr(line, "conn stats") != NULL) {
+        cap->lines++;
+        snprintf(cap->last, sizeof(cap->last), "%.*s", (int)len, line);
+    }
+}
+
+static void test_conn_stats_logged_periodically_when_asked(void **state)
+{
+    stats_cap cap = {0};
+    fx_log_sink sink = {.on_line = capture_stats, .user = &cap};
+    h *t = h_new();
+    t->so.stats_log_ns = 20 * FX_NS_PER_MS; /* the server's connections only */
+    start_server(t);
+    start_client(t);
+    connect_client(t);
+    assert_true(run_until(t, both_handshaken, 5000));
+    fx_log_set_sink(&sink);
+    fx_log_set_level(FX_LOG_INFO);
+    run_for(t, 150);
+    fx_log_set_level(FX_LOG_ERROR);
+    fx_log_set_sink(NULL);
+    /* One server connection, every 20 ms for 150 ms; the client is silent. */
+    assert_in_range(cap.lines, 3, 9);
+    assert_non_null(strstr(cap.last, "rtt smoothed"));
+    assert_non_null(strstr(cap.last, "datagram 16250 bytes")); /* a loopback peer */
+    h_free(t);
+}
+
 static void test_bulk_without_gso_uses_plain_datagrams(void **state)
 {
     h *t = h_new();
@@ -1277,8 +1314,11 @@ static void test_opts_from_env_reads_felix_variables_and_rejects_garbage(void **
     setenv("FELIX_MTU_UPPER_BOUND", "16384", 1);
     setenv("FELIX_MAX_UDP_PAYLOAD", "65000", 1);
     setenv("FELIX_LOOPBACK_MTU", "0", 1);
+    setenv("FELIX_CONN_STATS_MS", "250", 1);
     assert_int_equal(fx_quic_opts_from_env(&o), 0);
     assert_int_equal(o.loopback_mtu, 0);
+    assert_int_equal(o.stats_log_ns, 250 * FX_NS_PER_MS);
+    unsetenv("FELIX_CONN_STATS_MS");
     assert_int_equal(o.udp_send_buffer, 1 << 20);
     assert_int_equal(o.udp_recv_buffer, 2 << 20);
     assert_int_equal(o.initial_mtu, 16384);
@@ -1456,6 +1496,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bulk_with_pinned_16k_datagrams_and_gso),
     cmocka_unit_test(test_loopback_peers_pin_loopback_mtu_from_the_first_packet),
     cmocka_unit_test(test_loopback_mtu_zero_probes_as_on_any_path),
+    cmocka_unit_test(test_conn_stats_logged_periodically_when_asked),
     cmocka_unit_test(test_bulk_without_gso_uses_plain_datagrams),
     cmocka_unit_test(test_half_open_cap_defers_extra_handshakes),
     cmocka_unit_test(test_retry_under_load_validates_address_then_accepts),
