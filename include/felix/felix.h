@@ -4,8 +4,9 @@
  * its comment says otherwise; callbacks run on the client library's own loop
  * threads and must not block: a blocking call made there returns
  * FX_EWOULDBLOCK_LOOP. The process shares FELIX_CLIENT_LOOPS loop threads
- * (default 1, read when the first client connects) among its clients; each
- * client and all its callbacks stay on one of them. */
+ * (default: one per online CPU but one, 1 to 4; read when the first client
+ * connects) among its clients; each client and all its callbacks stay on one
+ * of them. */
 #ifndef FELIX_FELIX_H
 #define FELIX_FELIX_H
 

@@ -4,8 +4,11 @@
  * encrypts, decrypts and dispatches on several cores. A loop starts when the
  * round-robin first reaches it (a process with one client has one loop
  * thread); all stop when the last client is closed. FELIX_CLIENT_LOOPS sets
- * the pool size, read when the pool is empty (default: online CPUs, at most
- * FX_RT_DEFAULT_MAX). Any thread except the loops themselves. */
+ * the pool size, read when the pool is empty (default: one per online CPU but
+ * one, at least 1 and at most FX_RT_DEFAULT_MAX, leaving a CPU to the
+ * application's threads and a co-located broker: on 2 CPUs one loop beat two
+ * in every cell of docs/performance.md, "Client loops"). Any thread except the
+ * loops themselves. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -47,8 +50,8 @@ static int pool_size(size_t *pn)
 {
     const char *v = getenv("FELIX_CLIENT_LOOPS");
     if (v == NULL || *v == '\0') {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        *pn = cpus < 1 ? 1 : cpus > FX_RT_DEFAULT_MAX ? FX_RT_DEFAULT_MAX : (size_t)cpus;
+        long n = sysconf(_SC_NPROCESSORS_ONLN) - 1;
+        *pn = n < 1 ? 1 : n > FX_RT_DEFAULT_MAX ? FX_RT_DEFAULT_MAX : (size_t)n;
         return 0;
     }
     char *end;
