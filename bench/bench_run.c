@@ -64,6 +64,9 @@ struct run {
     _Atomic int wake_ctr, pub_waiting, acks;
     _Atomic uint64_t wait_target, cur_seq;
     int ack_target;
+    /* Voluntary context switches of reader threads that have exited: they
+     * leave /proc/self/task before the closing probe, so each adds its own. */
+    _Atomic uint64_t exited_vcsw;
 };
 
 /* ---- readers -------------------------------------------------------------------- */
@@ -203,6 +206,9 @@ static void *reader_main(void *arg)
     }
     if (!reader_done(r))
         atomic_store(&r->ended, true);
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) == 0)
+        atomic_fetch_add(&R->exited_vcsw, (uint64_t)ru.ru_nvcsw);
     return NULL;
 }
 
@@ -933,6 +939,9 @@ static int run_phase(const fx_bench_cfg *c, fx_bench_result *r, bool impair)
             R.readers[i].started = false;
         }
     probe(c, &b);
+    /* The readers' switches before |a| are in a.cli_vcsw, their whole lives
+     * in exited_vcsw: the difference is what they did during the run. */
+    b.cli_vcsw += atomic_load(&R.exited_vcsw);
     r->peak_rss_kb = fx_bench_rss_stop(&rss);
     r->watch_max_kb = fx_bench_rss_stop(&watch);
     r->watch_samples = atomic_load(&watch.samples);

@@ -277,6 +277,41 @@ static void test_isolation_mode_reports_ratios_and_victim_losses(void **state)
     tbroker_stop(&t);
 }
 
+/* Latency mode, one message in flight: every reader sleeps until its
+ * delivery arrives, so the client side counts at least one voluntary
+ * context switch per reader per round trip, although the readers have
+ * exited (and left /proc/self/task) before the closing probe. */
+static void test_latency_mode_counts_every_readers_wakeups(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR);
+    tbroker t;
+    tbroker_start(&t);
+    fx_bench_cfg c = {.mode = FX_BENCH_LATENCY,
+                      .payload = 64,
+                      .fanout = 8,
+                      .batch = 1,
+                      .streams = 1,
+                      .warmup = 50,
+                      .total = 500,
+                      .min_seconds = 0,
+                      .max_seconds = 20,
+                      .idle_seconds = 1.0,
+                      .server = t.addr,
+                      .pin = t.pin,
+                      .in_process = true,
+                      .ns = "bench"};
+    fx_bench_result r;
+    int rv = fx_bench_run_once(&c, &r);
+    if (rv != 0)
+        fail_msg("run failed: %s", r.errmsg);
+    if (!r.valid)
+        fail_msg("run invalid: %s", r.why);
+    print_message("client voluntary switches per round trip: %.2f\n", r.client_vcsw_per_msg);
+    assert_true(r.client_vcsw_per_msg >= (double)c.fanout);
+    tbroker_stop(&t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_percentiles_on_known_samples),
     cmocka_unit_test(test_run_with_loss_is_invalid),
@@ -284,5 +319,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_run_length_guard_refuses_short_runs),
     cmocka_unit_test(test_credit_window_never_exceeds_4mib_or_16384_msgs),
     cmocka_unit_test(test_isolation_mode_reports_ratios_and_victim_losses),
+    cmocka_unit_test(test_latency_mode_counts_every_readers_wakeups),
 };
 FX_TEST_MAIN(tests)
