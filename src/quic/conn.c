@@ -364,15 +364,14 @@ void fx_quic_conn_cid_forget(fx_quic_conn *c, const ngtcp2_cid *cid)
     }
 }
 
-/* True when the peer is this host: 127.0.0.0/8, ::1 or ::ffff:127.x.y.z. */
-static bool peer_is_loopback(const struct sockaddr_storage *ss)
+bool fx_quic_addr_is_loopback(const struct sockaddr *sa)
 {
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
         return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
     }
-    if (ss->ss_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
         if (IN6_IS_ADDR_LOOPBACK(a))
             return true;
         return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
@@ -395,7 +394,7 @@ static void fill_settings(const fx_quic_conn *c, ngtcp2_settings *s, uint64_t no
     s->handshake_timeout = o->handshake_timeout_ns ? o->handshake_timeout_ns : UINT64_MAX;
     s->max_tx_udp_payload_size = o->mtu_upper_bound;
     bool pinned = o->initial_mtu >= o->mtu_upper_bound;
-    if (o->loopback_mtu != 0 && peer_is_loopback(&c->remote)) {
+    if (o->loopback_mtu != 0 && fx_quic_addr_is_loopback((const struct sockaddr *)&c->remote)) {
         s->max_tx_udp_payload_size = o->loopback_mtu;
         pinned = true;
     }

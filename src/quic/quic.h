@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "base/buf.h"
 #include "base/loop.h"
@@ -240,6 +241,10 @@ int fx_quic_endpoint_set_credentials(fx_quic_endpoint *ep, fx_quic_creds *cr);
  * client endpoint). Does blocking file I/O on the loop (a few KB); the
  * broker loads on its main thread instead (fx_broker_reload_tls). */
 int fx_quic_endpoint_reload_credentials(fx_quic_endpoint *ep);
+
+/* True if |sa| is 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104: a peer on this
+ * host. Any thread. */
+bool fx_quic_addr_is_loopback(const struct sockaddr *sa);
 
 /* Counters (single writer: the loop). */
 typedef struct fx_quic_stats {

@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "felix/error.h"
+#include "quic/quic.h"
 
 #define LISTEN_BACKLOG 64
 #define ALLOW_MAX 64 /* room for the Allow header of one path */
@@ -186,21 +187,6 @@ int fx_admin_parse_bind(const char *s, struct sockaddr_storage *ss, socklen_t *p
 err:
     set_err(err, errcap, "admin bind address '%s': %s", s ? s : "(null)", why);
     return FX_ECONFIG;
-}
-
-bool fx_admin_addr_is_loopback(const struct sockaddr *sa)
-{
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *v4 = (const struct sockaddr_in *)sa;
-        return (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
-    }
-    if (sa->sa_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(a))
-            return true;
-        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
-    }
-    return false;
 }
 
 /* Compares without an early exit, so the time taken does not reveal how
@@ -722,7 +708,7 @@ int fx_admin_start(fx_admin **pa, const fx_admin_opts *o, char *err, size_t errc
         fx_admin_free(a);
         return -ENOMEM;
     }
-    a->remote = o->treat_as_remote || !fx_admin_addr_is_loopback((struct sockaddr *)&ss);
+    a->remote = o->treat_as_remote || !fx_quic_addr_is_loopback((struct sockaddr *)&ss);
     a->max_body = o->max_body ? o->max_body : FX_ADMIN_DEFAULT_MAX_BODY;
     atomic_init(&a->draining, false);
     int fd = listen_on(&ss, sslen);

@@ -137,8 +137,6 @@ void fx_admin_free(fx_admin *a);
 int fx_admin_parse_bind(const char *s, struct sockaddr_storage *ss, socklen_t *plen, char *err,
                         size_t errcap);
 
-/* True if |sa| is 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104. */
-bool fx_admin_addr_is_loopback(const struct sockaddr *sa);
 
 /* The token rule for a mutating call: allowed when |remote| is false;
  * otherwise only when |token| is non-empty and |authorization| (the request's

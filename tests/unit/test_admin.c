@@ -3,7 +3,7 @@
  * client written here; the ask-a-loop helper against a real fx_loop (answer,
  * and timeout with a late answer); the bearer-token rule; and the check that
  * docs/metrics.md still matches the metrics registry. */
-/* fx-test-libs: fx_server fx_wire fx_base */
+/* fx-test-libs: fx_server fx_quic fx_wire fx_base */
 #include "fx_test.h"
 
 #include <arpa/inet.h>
@@ -21,6 +21,7 @@
 #include "base/loop.h"
 #include "base/metrics.h"
 #include "felix/error.h"
+#include "quic/quic.h"
 #include "server/admin.h"
 
 #define HANG_GUARD_S 10 /* socket timeouts: a hang fails the test, never a slow machine */
@@ -598,11 +599,11 @@ static void test_loopback_decided_from_bound_address(void **state)
     socklen_t len;
     for (size_t i = 0; i < sizeof(loop) / sizeof(loop[0]); i++) {
         assert_int_equal(fx_admin_parse_bind(loop[i], &ss, &len, NULL, 0), 0);
-        assert_true(fx_admin_addr_is_loopback((struct sockaddr *)&ss));
+        assert_true(fx_quic_addr_is_loopback((struct sockaddr *)&ss));
     }
     for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++) {
         assert_int_equal(fx_admin_parse_bind(remote[i], &ss, &len, NULL, 0), 0);
-        assert_false(fx_admin_addr_is_loopback((struct sockaddr *)&ss));
+        assert_false(fx_quic_addr_is_loopback((struct sockaddr *)&ss));
     }
     assert_int_equal(fx_admin_parse_bind("[::1]:8080", &ss, &len, NULL, 0), 0);
     assert_int_equal(ss.ss_family, AF_INET6);

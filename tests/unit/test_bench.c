@@ -219,6 +219,30 @@ static void tbroker_stop(tbroker *t)
     assert_int_equal(rmdir(t->dir), 0);
 }
 
+/* Runs |c| once; fails the test unless the run took place and is valid. */
+static void run_valid(const fx_bench_cfg *c, fx_bench_result *r)
+{
+    int rv = fx_bench_run_once(c, r);
+    if (rv != 0)
+        fail_msg("run failed: %s", r->errmsg);
+    if (!r->valid)
+        fail_msg("run invalid: %s", r->why);
+}
+
+/* A run of |mode| with |fanout| subscribers against |t|; one stream, readers
+ * silent for a second after the end count what they miss as lost. */
+static fx_bench_cfg inproc_cfg(const tbroker *t, fx_bench_mode mode, uint32_t fanout)
+{
+    return (fx_bench_cfg){.mode = mode,
+                          .fanout = fanout,
+                          .streams = 1,
+                          .idle_seconds = 1.0,
+                          .server = t->addr,
+                          .pin = t->pin,
+                          .in_process = true,
+                          .ns = "bench"};
+}
+
 static void test_isolation_mode_reports_ratios_and_victim_losses(void **state)
 {
     (void)state;
@@ -232,28 +256,17 @@ static void test_isolation_mode_reports_ratios_and_victim_losses(void **state)
      * payload and batch: their credit window (4096 messages, 64 batches)
      * fits the broker's default per-subscriber queues, so the healthy
      * subscribers are never shed (much smaller batches would be). */
-    fx_bench_cfg c = {.mode = FX_BENCH_ISOLATION,
-                      .payload = 1024,
-                      .fanout = 3,
-                      .batch = 64,
-                      .streams = 1,
-                      .warmup = 256,
-                      .total = 4096,
-                      .min_seconds = 0.3,
-                      .max_seconds = 10,
-                      .idle_seconds = 1.0,
-                      .server = t.addr,
-                      .pin = t.pin,
-                      .in_process = true,
-                      .ns = "bench",
-                      .victim_delay_ms = 200,
-                      .victim_drop_permille = 50};
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_ISOLATION, 3);
+    c.payload = 1024;
+    c.batch = 64;
+    c.warmup = 256;
+    c.total = 4096;
+    c.min_seconds = 0.3;
+    c.max_seconds = 10;
+    c.victim_delay_ms = 200;
+    c.victim_drop_permille = 50;
     fx_bench_result r;
-    int rv = fx_bench_run_once(&c, &r);
-    if (rv != 0)
-        fail_msg("run failed: %s", r.errmsg);
-    if (!r.valid)
-        fail_msg("run invalid: %s", r.why);
+    run_valid(&c, &r);
     print_message("healthy: clean %.0f msg/s p99 %.1f us, impaired %.0f msg/s p99 %.1f us; "
                   "victim %llu of %llu, %llu datagrams dropped on its link\n",
                   r.clean_msgs_per_s, r.clean_p99_us, r.impaired_msgs_per_s, r.impaired_p99_us,
@@ -287,26 +300,14 @@ static void test_latency_mode_counts_every_readers_wakeups(void **state)
     fx_log_set_level(FX_LOG_ERROR);
     tbroker t;
     tbroker_start(&t);
-    fx_bench_cfg c = {.mode = FX_BENCH_LATENCY,
-                      .payload = 64,
-                      .fanout = 8,
-                      .batch = 1,
-                      .streams = 1,
-                      .warmup = 50,
-                      .total = 500,
-                      .min_seconds = 0,
-                      .max_seconds = 20,
-                      .idle_seconds = 1.0,
-                      .server = t.addr,
-                      .pin = t.pin,
-                      .in_process = true,
-                      .ns = "bench"};
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_LATENCY, 8);
+    c.payload = 64;
+    c.batch = 1;
+    c.warmup = 50;
+    c.total = 500;
+    c.max_seconds = 20;
     fx_bench_result r;
-    int rv = fx_bench_run_once(&c, &r);
-    if (rv != 0)
-        fail_msg("run failed: %s", r.errmsg);
-    if (!r.valid)
-        fail_msg("run invalid: %s", r.why);
+    run_valid(&c, &r);
     print_message("client voluntary switches per round trip: %.2f\n", r.client_vcsw_per_msg);
     assert_true(r.client_vcsw_per_msg >= (double)c.fanout);
     tbroker_stop(&t);

@@ -246,6 +246,15 @@ static bool both_handshaken(h *t)
     return t->c.handshakes > 0 && t->s.handshakes > 0;
 }
 
+/* Starts both endpoints with |t|'s options and completes one handshake. */
+static void handshake_pair(h *t)
+{
+    start_server(t);
+    start_client(t);
+    connect_client(t);
+    assert_true(run_until(t, both_handshaken, 5000));
+}
+
 static bool client_closed(h *t)
 {
     return t->c.closed > 0;
@@ -260,19 +269,13 @@ static bool both_closed(h *t)
 static h *h_connected(void)
 {
     h *t = h_new();
-    start_server(t);
-    start_client(t);
-    connect_client(t);
-    assert_true(run_until(t, both_handshaken, 5000));
+    handshake_pair(t);
     return t;
 }
 
 static void accepted_with(h *t)
 {
-    start_server(t);
-    start_client(t);
-    connect_client(t);
-    assert_true(run_until(t, both_handshaken, 5000));
+    handshake_pair(t);
     assert_int_equal(t->c.closed, 0);
 }
 
@@ -413,10 +416,7 @@ static void test_bulk_with_pinned_16k_datagrams_and_gso(void **state)
     h *t = h_new();
     t->so.initial_mtu = t->so.mtu_upper_bound = 16384;
     t->co.initial_mtu = t->co.mtu_upper_bound = 16384;
-    start_server(t);
-    start_client(t);
-    connect_client(t);
-    assert_true(run_until(t, both_handshaken, 5000));
+    handshake_pair(t);
     bulk_on(t, 1);
     fx_quic_stats st;
     fx_quic_endpoint_get_stats(t->cli, &st);
@@ -432,10 +432,7 @@ static void test_loopback_peers_pin_loopback_mtu_from_the_first_packet(void **st
 {
     h *t = h_new(); /* defaults: PMTUD from 1200 elsewhere, loopback_mtu here */
     assert_int_equal(t->co.loopback_mtu, 16250);
-    start_server(t);
-    start_client(t);
-    connect_client(t);
-    assert_true(run_until(t, both_handshaken, 5000));
+    handshake_pair(t);
     bulk_on(t, 1);
     fx_quic_stats cs, ss;
     fx_quic_endpoint_get_stats(t->cli, &cs);
@@ -451,10 +448,7 @@ static void test_loopback_mtu_zero_probes_as_on_any_path(void **state)
     h *t = h_new();
     t->co.loopback_mtu = t->so.loopback_mtu = 0;
     t->co.mtu_upper_bound = t->so.mtu_upper_bound = 16384;
-    start_server(t);
-    start_client(t);
-    connect_client(t);
-    assert_true(run_until(t, both_handshaken, 5000));
+    handshake_pair(t);
     bulk_on(t, 1);
     fx_quic_stats cs;
     fx_quic_endpoint_get_stats(t->cli, &cs);
@@ -485,10 +479,7 @@ static void test_conn_stats_logged_periodically_when_asked(void **state)
     fx_log_sink sink = {.on_line = capture_stats, .user = &cap};
     h *t = h_new();
     t->so.stats_log_ns = 20 * FX_NS_PER_MS; /* the server's connections only */
-    start_server(t);
-    start_client(t);
-    connect_client(t);
-    assert_true(run_until(t, both_handshaken, 5000));
+    handshake_pair(t);
     fx_log_set_sink(&sink);
     fx_log_set_level(FX_LOG_INFO);
     run_for(t, 150);
@@ -507,10 +498,7 @@ static void test_bulk_without_gso_uses_plain_datagrams(void **state)
     t->co.gso = false;
     t->so.gso = false;
     t->co.loopback_mtu = t->so.loopback_mtu = 0; /* 1452-byte datagrams at most */
-    start_server(t);
-    start_client(t);
-    connect_client(t);
-    assert_true(run_until(t, both_handshaken, 5000));
+    handshake_pair(t);
     bulk_on(t, 4);
     fx_quic_stats st;
     fx_quic_endpoint_get_stats(t->cli, &st);
@@ -651,10 +639,7 @@ static void test_thousands_of_streams_open_close_on_one_connection(void **state)
 {
     h *t = h_new();
     t->so.max_streams_bidi = 16; /* far below the total: the limit must be extended */
-    start_server(t);
-    start_client(t);
-    connect_client(t);
-    assert_true(run_until(t, both_handshaken, 5000));
+    handshake_pair(t);
     t->s.mode = M_ECHO;
     t->want_streams = 5000;
     t->max_inflight = 16;
