@@ -70,6 +70,12 @@ static void on_stream_resume(fx_stream *s, void *user)
     fx_loop_post(w->loop, &w->resume_task);
 }
 
+fx_stream *fxb_worker_stream_if_any(fxb_worker *w, const fx_stream_handle *h)
+{
+    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
+    return idx < w->nstreams ? w->streams[idx] : NULL;
+}
+
 fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
 {
     size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
@@ -136,6 +142,7 @@ static void worker_deinit(fxb_worker *w)
         return;
     if (w->parked_job != NULL)
         fxb_job_free(w->parked_job);
+    fxb_worker_free_ends(w);
     for (size_t i = 0; i < w->nstreams; i++)
         fx_stream_free(w->streams[i]);
     free(w->streams);

@@ -62,7 +62,9 @@ struct fxb_worker {
     size_t nstreams;
     fxb_job *parked_job; /* its fanout waits on a full block queue */
     fx_stream *parked_stream;
-    fxb_sub *subs; /* registered subscriptions (wnext / wprev) */
+    fxb_sub *subs;        /* registered subscriptions (wnext / wprev) */
+    uint64_t jobs_done;   /* jobs taken from |jobs| and completed */
+    struct fxb_end *ends; /* deleted streams waiting for older jobs (control.c) */
 };
 
 /* One server endpoint and the connections it accepted: the broker's only
@@ -298,6 +300,8 @@ fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h);
 /* The fx_stream of |h| on worker |w|, created on first use. Worker thread.
  * Returns NULL on -ENOMEM. */
 fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h);
+/* The worker's state for |h| if it has any; never creates it. Worker thread. */
+fx_stream *fxb_worker_stream_if_any(fxb_worker *w, const fx_stream_handle *h);
 /* Rings |w|'s doorbell (jobs were queued). Any thread. */
 void fxb_worker_kick(fxb_worker *w);
 
@@ -377,6 +381,11 @@ void fxb_writer_run(fx_loop *l, fx_task *t, void *user);
  * streams after what is queued (FIN), and the worker's fx_stream is freed
  * once nobody uses it. Worker thread. */
 void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h);
+/* Ends the deleted streams whose older jobs have all completed (control.c).
+ * Worker thread; called after each completed job while |w->ends| is set. */
+void fxb_worker_run_due_ends(fxb_worker *w);
+/* Drops the ends still waiting (teardown). */
+void fxb_worker_free_ends(fxb_worker *w);
 
 /* ---- control.c ------------------------------------------------------------ */
 /* True once the drain started. Any thread. */

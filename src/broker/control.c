@@ -500,21 +500,64 @@ static void find_cb(fx_stream_handle *h, void *user)
         f->h = fx_stream_handle_ref(h);
 }
 
-/* Posted to the deleted stream's worker; holds a handle reference. */
-typedef struct end_task {
+/* Posted to the deleted stream's worker; holds a handle reference. Jobs
+ * queued before the deletion may still be waiting (a publish is acknowledged
+ * when admitted unless ack_on_commit), and their events belong to the
+ * subscribers: the end waits until the worker has completed as many jobs as
+ * were queued or parked when it arrived (the queue is FIFO and a parked job
+ * holds the rest back), then the feeders send what is queued and the FIN. */
+typedef struct fxb_end {
     fx_task task;
     fxb_worker *w;
     fx_stream_handle *h;
-} end_task;
+    uint64_t target; /* w->jobs_done once every older job has completed */
+    struct fxb_end *next;
+} fxb_end;
+
+static void end_now(fxb_end *e)
+{
+    fxb_worker_end_stream(e->w, e->h);
+    fx_stream_handle_unref(e->h);
+    free(e);
+}
 
 static void end_task_cb(fx_loop *l, fx_task *t, void *user)
 {
     (void)l;
     (void)t;
-    end_task *e = user;
-    fxb_worker_end_stream(e->w, e->h);
-    fx_stream_handle_unref(e->h);
-    free(e);
+    fxb_end *e = user;
+    fxb_worker *w = e->w;
+    e->target = w->jobs_done + fx_queue_depth(&w->jobs) + (w->parked_job != NULL);
+    if (w->jobs_done >= e->target) {
+        end_now(e);
+        return;
+    }
+    e->next = w->ends;
+    w->ends = e;
+}
+
+void fxb_worker_run_due_ends(fxb_worker *w)
+{
+    fxb_end **pp = &w->ends;
+    while (*pp != NULL) {
+        fxb_end *e = *pp;
+        if (w->jobs_done >= e->target) {
+            *pp = e->next;
+            end_now(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+}
+
+void fxb_worker_free_ends(fxb_worker *w)
+{
+    while (w->ends != NULL) {
+        fxb_end *e = w->ends;
+        w->ends = e->next;
+        fx_stream_handle_unref(e->h);
+        free(e);
+    }
 }
 
 int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
@@ -522,7 +565,7 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
 {
     find_name f = {.t = tenant, .ns = ns, .s = stream};
     fx_registry_foreach(b->reg, find_cb, &f);
-    end_task *e = calloc(1, sizeof(*e));
+    fxb_end *e = calloc(1, sizeof(*e));
     if (e == NULL) {
         fx_stream_handle_unref(f.h);
         return -ENOMEM;

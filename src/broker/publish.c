@@ -494,12 +494,21 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
 /* Appends and fans out one job. Returns false when the fanout parked. */
 static bool job_run(fxb_worker *w, fxb_job *j, uint64_t now)
 {
+    fx_stream *st;
     if (!fx_stream_handle_is_active(j->h)) {
-        /* Deleted after admission: its subscribers are being finished. */
-        job_complete(j, FX_ENOSTREAM, now);
-        return true;
+        /* Deleted after admission. Its worker ends the stream only after
+         * the jobs queued before that (control.c), so a job that finds the
+         * stream not ended yet was admitted first: its events still go to
+         * the subscribers there are. After the end, or with no stream state
+         * here (nobody subscribed), it is refused. */
+        st = fxb_worker_stream_if_any(w, j->h);
+        if (st == NULL || fx_stream_handle_is_ended(j->h)) {
+            job_complete(j, FX_ENOSTREAM, now);
+            return true;
+        }
+    } else {
+        st = fxb_worker_stream(w, j->h);
     }
-    fx_stream *st = fxb_worker_stream(w, j->h);
     if (st == NULL) {
         job_complete(j, -ENOMEM, now);
         return true;
@@ -515,6 +524,14 @@ static bool job_run(fxb_worker *w, fxb_job *j, uint64_t now)
     return true;
 }
 
+/* Counts a completed job; a deleted stream may have been waiting for it. */
+static void job_done(fxb_worker *w)
+{
+    w->jobs_done++;
+    if (w->ends != NULL)
+        fxb_worker_run_due_ends(w);
+}
+
 void fxb_worker_drain(fx_loop *l, fx_task *t, void *user)
 {
     (void)t;
@@ -526,7 +543,8 @@ void fxb_worker_drain(fx_loop *l, fx_task *t, void *user)
         void *item;
         if (fx_queue_pop(&w->jobs, &item) != 0)
             return;
-        job_run(w, item, now);
+        if (job_run(w, item, now))
+            job_done(w);
     }
     fx_loop_post(l, &w->doorbell); /* more may wait: let other tasks run first */
 }
@@ -546,5 +564,6 @@ void fxb_worker_resume(fx_loop *l, fx_task *t, void *user)
     w->parked_job = NULL;
     w->parked_stream = NULL;
     job_complete(j, rv, now);
+    job_done(w);
     fx_loop_post(l, &w->doorbell);
 }

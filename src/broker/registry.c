@@ -111,6 +111,7 @@ typedef struct tenant_rec {
 struct fx_stream_handle {
     atomic_size_t refs;
     atomic_bool active;
+    atomic_bool ended; /* its worker finished the subscribers (after removal) */
     uint64_t id;
     hnode node;         /* registry-private, under the lock */
     tenant_rec *tenant; /* registry-private, under the lock */
@@ -283,6 +284,7 @@ static fx_stream_handle *handle_new(const char *key, size_t klen, uint64_t hash,
     h->node = (hnode){.hash = hash, .key = h->names, .klen = klen};
     atomic_init(&h->refs, 1); /* the registry's */
     atomic_init(&h->active, true);
+    atomic_init(&h->ended, false);
     return h;
 }
 
@@ -446,6 +448,16 @@ uint64_t fx_stream_handle_id(const fx_stream_handle *h)
 bool fx_stream_handle_is_active(const fx_stream_handle *h)
 {
     return atomic_load_explicit(&h->active, memory_order_acquire);
+}
+
+void fx_stream_handle_set_ended(fx_stream_handle *h)
+{
+    atomic_store_explicit(&h->ended, true, memory_order_release);
+}
+
+bool fx_stream_handle_is_ended(const fx_stream_handle *h)
+{
+    return atomic_load_explicit(&h->ended, memory_order_acquire);
 }
 
 int fx_stream_handle_check(const fx_stream_handle *h, fx_registry_err *err)

@@ -90,6 +90,11 @@ void fx_stream_handle_unref(fx_stream_handle *h);
 uint64_t fx_stream_handle_id(const fx_stream_handle *h);
 /* False once the stream was removed (or the registry freed). Any thread. */
 bool fx_stream_handle_is_active(const fx_stream_handle *h);
+/* Set by the stream's worker once it has finished the subscribers of a
+ * removed stream: publishes admitted before the removal were delivered, any
+ * later one is refused. Set: the worker; read: any thread. */
+void fx_stream_handle_set_ended(fx_stream_handle *h);
+bool fx_stream_handle_is_ended(const fx_stream_handle *h);
 /* Returns 0 if |h| is active, else FX_ENOSTREAM with "stream handle inactive:
  * tenant=X namespace=Y stream=Z" in |err|: a cached handle must be checked
  * this way before each use. Any thread. */

@@ -572,6 +572,7 @@ static void unreg_task_cb(fx_loop *l, fx_task *t, void *user)
 
 void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h)
 {
+    fx_stream_handle_set_ended(h);
     for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
         if (sub->h != h || sub->ending)
             continue;
