@@ -58,10 +58,9 @@ felix() {
   local label=$1 mode=$2 fanout=$3; shift 3
   fx_wait_quiet
   echo "# felix $label" >&2
-  "$BUILD/felix-bench" --server 127.0.0.1:$FX_PORT --pin "$FP" --admin 127.0.0.1:$FX_ADMIN \
-    --broker-pid "$BROKER_PID" --mode "$mode" --payload 1024 --fanout "$fanout" \
-    --runs "$RUNS" --json --quiet --label "$label" "$@" >>"$OUTDIR/felix.jsonl" \
-    2>>"$OUTDIR/felix-bench.log" || echo "# felix $label: some run failed (see $OUTDIR/felix-bench.log)" >&2
+  fx_bench --mode "$mode" --payload 1024 --fanout "$fanout" --runs "$RUNS" --label "$label" "$@" \
+    >>"$OUTDIR/felix.jsonl" 2>>"$OUTDIR/felix-bench.log" ||
+    echo "# felix $label: some run failed (see $OUTDIR/felix-bench.log)" >&2
 }
 
 felix_cells() {  # PROFILE

@@ -13,6 +13,8 @@
 #                                  the shipped shedding defaults) plus the extra keys; sets
 #                                  BROKER_PID and FP (the certificate fingerprint)
 #   fx_stop_broker                 SIGTERM, then SIGKILL after 5 s; only the PID started here
+#   fx_bench ARGS...               runs felix-bench against that broker (--server, --pin,
+#                                  --admin, --broker-pid, --json --quiet) with ARGS added
 #   fx_traps                       stops the broker on exit, and exits on INT/TERM
 #   fx_wait_quiet                  waits at most QUIET_MAX_S (default 10) seconds for the host
 #                                  to be under QUIET_PCT (default 15) % of a core busy
@@ -52,6 +54,11 @@ fx_start_broker() {
     sleep 0.1
   done
   echo "$FX_TAG: felix-broker did not start; log ($log):" >&2; cat "$log" >&2; exit 1
+}
+
+fx_bench() {
+  "$BUILD/felix-bench" --server "127.0.0.1:$FX_PORT" --pin "$FP" --admin "127.0.0.1:$FX_ADMIN" \
+    --broker-pid "$BROKER_PID" --json --quiet "$@"
 }
 
 fx_traps() {

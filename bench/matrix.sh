@@ -80,11 +80,9 @@ felix_cell() {  # MODE FANOUT PAYLOAD
   progress "$cell ($RUNS run(s))"
   fx_start_broker "$OUT/logs/$cell.broker.log" "$OUT/state"
   fx_wait_quiet
-  local args=(--server "127.0.0.1:$FX_PORT" --pin "$FP" --admin "127.0.0.1:$FX_ADMIN"
-              --broker-pid "$BROKER_PID" --mode "$mode" --payload "$p" --fanout "$f"
-              --runs "$RUNS" --json --quiet --label "$cell")
+  local args=(--mode "$mode" --payload "$p" --fanout "$f" --runs "$RUNS" --label "$cell")
   if [ "$mode" = latency ]; then args+=(--total "$LAT_N"); else args+=(--min-seconds "$TPUT_MIN_S"); fi
-  "$BUILD/felix-bench" "${args[@]}" >>"$RESULTS" 2>>"$OUT/logs/$cell.bench.log" || rc=$?
+  fx_bench "${args[@]}" >>"$RESULTS" 2>>"$OUT/logs/$cell.bench.log" || rc=$?
   fx_stop_broker
   # 3 = some run invalid (its JSON line says why); anything else is a setup failure.
   if [ "$rc" -ne 0 ]; then

@@ -40,9 +40,8 @@ RESULTS=$OUTDIR/results.jsonl
 bench() {  # LABEL felix-bench args...
   local label=$1; shift
   # shellcheck disable=SC2086
-  "$BUILD/felix-bench" --server "127.0.0.1:$FX_PORT" --pin "$FP" --admin "127.0.0.1:$FX_ADMIN" \
-    --broker-pid "$BROKER_PID" --json --quiet --label "$label" "$@" >>"$RESULTS" \
-    2>>"$OUTDIR/logs/bench.log" || echo "memory: $label: felix-bench failed (see $OUTDIR/logs/bench.log)" >&2
+  fx_bench --label "$label" "$@" >>"$RESULTS" 2>>"$OUTDIR/logs/bench.log" ||
+    echo "memory: $label: felix-bench failed (see $OUTDIR/logs/bench.log)" >&2
 }
 
 for run in $(seq 1 "$RUNS"); do

@@ -70,9 +70,8 @@ for round in $(seq 1 "$ROUNDS"); do
       IFS=':' read -r mode fan streams <<<"$cell"
       fx_wait_quiet
       # shellcheck disable=SC2086
-      FELIX_LOOPBACK_MTU=$lmtu "$BUILD/felix-bench" --server "127.0.0.1:$FX_PORT" --pin "$FP" --admin "127.0.0.1:$FX_ADMIN" \
-        --broker-pid "$BROKER_PID" --mode "$mode" --payload 1024 --fanout "$fan" \
-        --streams "${streams:-1}" --json --quiet --label "$name|$cell" ${BENCH_ARGS:-} \
+      FELIX_LOOPBACK_MTU=$lmtu fx_bench --mode "$mode" --payload 1024 --fanout "$fan" \
+        --streams "${streams:-1}" --label "$name|$cell" ${BENCH_ARGS:-} \
         >>"$RESULTS" 2>>"$OUTDIR/logs/$name.bench.log" ||
         echo "sweep: $name $cell: felix-bench failed (see $OUTDIR/logs/$name.bench.log)" >&2
     done
