@@ -548,6 +548,30 @@ int fx_quic_server_new_member(fx_quic_endpoint **pep, fx_loop *loop, const char 
     return 0;
 }
 
+/* Binds a client endpoint to |ip| (any port) or, when |ip| is NULL or empty,
+ * to the dual-stack wildcard: "::" reaches IPv4 (mapped) and IPv6 servers
+ * alike; a kernel without IPv6 refuses the family and we stay on IPv4. */
+static int client_bind(fx_quic_endpoint *ep, const char *ip)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (ip != NULL && ip[0] != '\0') {
+        int rv = parse_addr(ip, 0, &ss, &len);
+        return rv < 0 ? rv : ep_start(ep, &ss, len);
+    }
+    struct sockaddr_in6 any6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+    memset(&ss, 0, sizeof(ss));
+    memcpy(&ss, &any6, sizeof(any6));
+    int rv = ep_start(ep, &ss, sizeof(any6));
+    if (rv == -EAFNOSUPPORT) {
+        struct sockaddr_in any = {.sin_family = AF_INET};
+        memset(&ss, 0, sizeof(ss));
+        memcpy(&ss, &any, sizeof(any));
+        rv = ep_start(ep, &ss, sizeof(any));
+    }
+    return rv;
+}
+
 int fx_quic_client_new(fx_quic_endpoint **pep, fx_loop *loop, const fx_quic_opts *o,
                        const fx_quic_callbacks *cb, void *user)
 {
@@ -555,19 +579,7 @@ int fx_quic_client_new(fx_quic_endpoint **pep, fx_loop *loop, const fx_quic_opts
     int rv = ep_new(&ep, loop, false, o, cb, user);
     if (rv < 0)
         return rv;
-    /* Dual-stack "::" reaches IPv4 (mapped) and IPv6 servers alike; a
-     * kernel without IPv6 refuses the family and we stay on IPv4. */
-    struct sockaddr_in6 any6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof(ss));
-    memcpy(&ss, &any6, sizeof(any6));
-    rv = ep_start(ep, &ss, sizeof(any6));
-    if (rv == -EAFNOSUPPORT) {
-        struct sockaddr_in any = {.sin_family = AF_INET};
-        memset(&ss, 0, sizeof(ss));
-        memcpy(&ss, &any, sizeof(any));
-        rv = ep_start(ep, &ss, sizeof(any));
-    }
+    rv = client_bind(ep, o->client_bind_ip);
     if (rv < 0) {
         fx_quic_endpoint_free(ep);
         return rv;

@@ -77,6 +77,10 @@ typedef struct fx_quic_opts {
     const char *key_file;
     const char *state_dir;
     uint8_t loop_id; /* written into the first byte of our connection IDs */
+    /* Client: the local address to send from (numeric IPv4 or IPv6, any
+     * port); NULL binds the dual-stack wildcard. Tools use it to appear as
+     * another host on loopback (127.0.0.2). */
+    const char *client_bind_ip;
     /* Test hook: drop this many datagrams per 1000, sent and received. */
     uint32_t test_drop_permille;
     /* Test hook: server groups skip the reuseport BPF steering, so the
