@@ -51,7 +51,7 @@ legit() {
   while [ "$(now_ms)" -lt "$until" ]; do
     t0=$(now_ms)
     total=$((total + 1))
-    if FELIX_SERVER=127.0.0.1:$FX_PORT FELIX_PIN=$FP timeout 5 \
+    if FELIX_SERVER=127.0.0.1:$FX_PORT FELIX_PIN=$FP timeout -s KILL 5 \
          "$BUILD/felix" pub --ack per_message t1/default/legit "ping $total" >/dev/null 2>>"$OUTDIR/legit.err"; then
       acked=$((acked + 1))
     fi

@@ -340,8 +340,8 @@ static void usage(FILE *f)
             "options:\n"
             "  --bind IP        send from this local address (e.g. 127.0.0.2)\n"
             "  --seconds S      how long (default 20)\n"
-            "  --conns N        connections (default 16; idle-conns 4300)\n"
-            "  --streams N      streams per connection (default 4)\n"
+            "  --conns N        connections (default 16; idle-conns 4300, reply-flood 1)\n"
+            "  --streams N      streams per connection (default 4; reply-flood 1000)\n"
             "  --frames N       reply-flood frames per stream (default 1536)\n"
             "example:\n"
             "  felix-attack --server 127.0.0.1:5000 --pin $FELIX_PIN --bind 127.0.0.2 \\\n"
@@ -381,7 +381,7 @@ static int parse_args(int argc, char **argv, cfg *c)
         {"bind", 1, 0, 'b'},    {"seconds", 1, 0, 't'}, {"conns", 1, 0, 'c'},
         {"streams", 1, 0, 'n'}, {"frames", 1, 0, 'f'}, {"announce", 1, 0, 'A'},
         {"bomb-bytes", 1, 0, 'B'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    *c = (cfg){.seconds = 20, .conns = -1, .streams = 4, .frames = 1536,
+    *c = (cfg){.seconds = 20, .conns = -1, .streams = -1, .frames = 1536,
                .announce = 16u << 20, .bomb_bytes = (16u << 20) - 64};
     bool have_kind = false;
     int o;
@@ -402,7 +402,9 @@ static int parse_args(int argc, char **argv, cfg *c)
         }
     }
     if (c->conns < 0)
-        c->conns = c->kind == A_IDLE_CONNS ? 4300 : 16;
+        c->conns = c->kind == A_IDLE_CONNS ? 4300 : c->kind == A_REPLY_FLOOD ? 1 : 16;
+    if (c->streams < 0)
+        c->streams = c->kind == A_REPLY_FLOOD ? 1000 : 4;
     if (!have_kind || c->host == NULL || c->pin == NULL || c->conns < 1 || c->conns > MAX_CONNS ||
         c->streams < 1 || c->frames < 1 || c->seconds <= 0)
         return -1;
