@@ -49,107 +49,6 @@ void fx_broker_opts_default(fx_broker_opts *o)
     fx_quic_opts_default(&o->quic);
 }
 
-/* ---- workers --------------------------------------------------------------- */
-
-fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h)
-{
-    return &b->workers[fx_placement_worker_for(fx_stream_handle_id(h), b->nworkers)];
-}
-
-void fxb_worker_kick(fxb_worker *w)
-{
-    fx_loop_post(w->loop, &w->doorbell);
-}
-
-/* A parked fanout's subscriber queue drained (any thread): continue on the
- * worker. One stream at most is parked per worker, so one task suffices. */
-static void on_stream_resume(fx_stream *s, void *user)
-{
-    (void)s;
-    fxb_worker *w = user;
-    fx_loop_post(w->loop, &w->resume_task);
-}
-
-fx_stream *fxb_worker_stream_if_any(fxb_worker *w, const fx_stream_handle *h)
-{
-    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
-    return idx < w->nstreams ? w->streams[idx] : NULL;
-}
-
-fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
-{
-    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
-    if (idx >= w->nstreams) {
-        size_t n = w->nstreams ? w->nstreams : 16;
-        while (n <= idx)
-            n *= 2;
-        fx_stream **p = realloc(w->streams, n * sizeof(*p));
-        if (p == NULL)
-            return NULL;
-        memset(p + w->nstreams, 0, (n - w->nstreams) * sizeof(*p));
-        w->streams = p;
-        w->nstreams = n;
-    }
-    if (w->streams[idx] == NULL) {
-        const fx_broker_opts *o = &w->b->o;
-        fx_stream_opts so = {.handle_id = fx_stream_handle_id(h),
-                             .log_capacity = o->log_capacity,
-                             .log_capacity_bytes = o->log_capacity_bytes,
-                             .sub_queue_capacity = o->subscriber_queue_capacity,
-                             .sub_queue_policy = o->subscriber_queue_policy,
-                             .on_resume = on_stream_resume,
-                             .user = w};
-        if (fx_stream_new(&w->streams[idx], &so) != 0)
-            return NULL;
-    }
-    return w->streams[idx];
-}
-
-static void job_on_drop(void *item, void *user)
-{
-    (void)user;
-    fxb_job_free(item);
-}
-
-static int worker_init(fx_broker *b, fxb_worker *w, uint32_t i)
-{
-    char name[24];
-    snprintf(name, sizeof(name), "fx-worker-%u", (unsigned)(i % 100000u));
-    w->b = b;
-    w->index = i;
-    fx_loop_opts lo = {.name = name, .cpu = b->o.pin_workers ? (int)i : -1};
-    int rv = fx_loop_new(&w->loop, &lo);
-    if (rv != 0)
-        return rv;
-    fx_queue_opts qo = {.capacity = b->o.pub_queue_depth,
-                        .policy = FX_QUEUE_BLOCK,
-                        .low_watermark = b->o.pub_queue_depth / 2,
-                        .on_drop = job_on_drop};
-    rv = fx_queue_init(&w->jobs, &qo);
-    if (rv != 0) {
-        fx_loop_free(w->loop);
-        w->loop = NULL;
-        return rv;
-    }
-    fx_task_init(&w->doorbell, fxb_worker_drain, w);
-    fx_task_init(&w->resume_task, fxb_worker_resume, w);
-    return 0;
-}
-
-static void worker_deinit(fxb_worker *w)
-{
-    if (w->loop == NULL)
-        return;
-    if (w->parked_job != NULL)
-        fxb_job_free(w->parked_job);
-    fxb_worker_free_ends(w);
-    for (size_t i = 0; i < w->nstreams; i++)
-        fx_stream_free(w->streams[i]);
-    free(w->streams);
-    fx_queue_deinit(&w->jobs);
-    fx_loop_free(w->loop);
-}
-
 /* ---- construction ---------------------------------------------------------- */
 
 static int check_opts(const fx_broker_opts *o)
@@ -189,7 +88,7 @@ static int create_loops(fx_broker *b)
     if (b->workers == NULL)
         return -ENOMEM;
     for (uint32_t i = 0; i < b->nworkers; i++) {
-        int rv = worker_init(b, &b->workers[i], i);
+        int rv = fxb_worker_init(b, &b->workers[i], i);
         if (rv != 0)
             return rv;
     }
@@ -411,7 +310,7 @@ void fx_broker_free(fx_broker *b)
     fx_broker_stop(b);
     free_endpoints(b);
     for (uint32_t i = 0; b->workers != NULL && i < b->nworkers; i++)
-        worker_deinit(&b->workers[i]);
+        fxb_worker_deinit(&b->workers[i]);
     free(b->workers);
     for (uint32_t i = 0; i < b->nio; i++)
         fx_loop_free(b->io[i]);

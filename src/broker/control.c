@@ -25,32 +25,6 @@ bool fxb_is_draining(const fx_broker *b)
     return atomic_load_explicit(&((fx_broker *)b)->draining, memory_order_acquire);
 }
 
-void fxb_conn_list_add(fx_broker *b, fxb_conn *c)
-{
-    fxb_ep *e = &b->eps[c->epi];
-    c->cprev = NULL;
-    c->cnext = e->conns;
-    if (e->conns != NULL)
-        e->conns->cprev = c;
-    e->conns = c;
-    e->conns_listed++;
-}
-
-void fxb_conn_list_remove(fx_broker *b, fxb_conn *c)
-{
-    fxb_ep *e = &b->eps[c->epi];
-    if (c->cprev != NULL)
-        c->cprev->cnext = c->cnext;
-    else if (e->conns == c)
-        e->conns = c->cnext;
-    else
-        return; /* never listed */
-    if (c->cnext != NULL)
-        c->cnext->cprev = c->cprev;
-    c->cnext = c->cprev = NULL;
-    e->conns_listed--;
-}
-
 /* ---- asking every loop ---------------------------------------------------------- */
 
 /* What one loop counts as unfinished work during a drain. */
@@ -500,66 +474,6 @@ static void find_cb(fx_stream_handle *h, void *user)
         f->h = fx_stream_handle_ref(h);
 }
 
-/* Posted to the deleted stream's worker; holds a handle reference. Jobs
- * queued before the deletion may still be waiting (a publish is acknowledged
- * when admitted unless ack_on_commit), and their events belong to the
- * subscribers: the end waits until the worker has completed as many jobs as
- * were queued or parked when it arrived (the queue is FIFO and a parked job
- * holds the rest back), then the feeders send what is queued and the FIN. */
-typedef struct fxb_end {
-    fx_task task;
-    fxb_worker *w;
-    fx_stream_handle *h;
-    uint64_t target; /* w->jobs_done once every older job has completed */
-    struct fxb_end *next;
-} fxb_end;
-
-static void end_now(fxb_end *e)
-{
-    fxb_worker_end_stream(e->w, e->h);
-    fx_stream_handle_unref(e->h);
-    free(e);
-}
-
-static void end_task_cb(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    fxb_end *e = user;
-    fxb_worker *w = e->w;
-    e->target = w->jobs_done + fx_queue_depth(&w->jobs) + (w->parked_job != NULL);
-    if (w->jobs_done >= e->target) {
-        end_now(e);
-        return;
-    }
-    e->next = w->ends;
-    w->ends = e;
-}
-
-void fxb_worker_run_due_ends(fxb_worker *w)
-{
-    fxb_end **pp = &w->ends;
-    while (*pp != NULL) {
-        fxb_end *e = *pp;
-        if (w->jobs_done >= e->target) {
-            *pp = e->next;
-            end_now(e);
-        } else {
-            pp = &e->next;
-        }
-    }
-}
-
-void fxb_worker_free_ends(fxb_worker *w)
-{
-    while (w->ends != NULL) {
-        fxb_end *e = w->ends;
-        w->ends = e->next;
-        fx_stream_handle_unref(e->h);
-        free(e);
-    }
-}
-
 int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             fx_registry_err *err)
 {
@@ -586,7 +500,7 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
      * reaches the worker for it; the worker finishes its subscribers. */
     e->h = f.h;
     e->w = fxb_worker_for(b, f.h);
-    fx_task_init(&e->task, end_task_cb, e);
+    fx_task_init(&e->task, fxb_worker_end_task, e);
     fx_loop_post(e->w->loop, &e->task);
     FX_LOG_INFO("broker", "stream %s/%s/%s deleted by the admin API", tenant, ns, stream);
     return 0;

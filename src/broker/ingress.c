@@ -1,14 +1,24 @@
+/* Publish ingress, checkpoints 3 and 4, on the connection's loop: the
+ * reservation each frame header takes from the byte budget (with the frame
+ * read timeout), then each publish job's admission to its worker's queue
+ * under Drop / Fail / Wait / Backpressure. Connection loop (the budgets and
+ * the worker queue are shared; their waiters resume us by callback). */
+#include "broker/ingress.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "broker/broker_internal.h"
+#include "felix/error.h"
+
 /* Publish admission (checkpoints 3-4) as a small state machine per request:
  * bytes, then queue, then done. Drop and Fail only ever try (nothing waits);
  * Wait and Backpressure park a budget or queue waiter and are resumed by
  * callback, so no thread sleeps. Wait keeps one deadline, set on the first
  * attempt, across both stages. Driven by the request's loop thread. */
-#include "broker/ingress.h"
-
-#include <errno.h>
-
-#include "base/metrics.h"
-#include "felix/error.h"
 
 fx_ingress_policy fx_ingress_policy_for(bool acked, bool ack_on_commit, bool pub_ingress_wait)
 {
@@ -206,4 +216,346 @@ void fx_ingress_finish(fx_ingress_req *r)
         r->queued_gauge = false;
         FX_GAUGE_SUB(ingress_queue_depth, 1);
     }
+}
+
+/* ---- the checkpoint-3 reservation of each frame ------------------------------------ *
+ * A header announcing L body bytes takes L from the connection's share and the
+ * process-wide budget before any body byte is consumed or credited. When the
+ * budget is exhausted the stream stops reading until the bytes are granted:
+ * the budget is memory, and withholding credit while waiting for it is the
+ * brake. Whatever policy the frame's publish has is applied at admission to
+ * the bytes it needs beyond the reservation (its slice table). Since every
+ * partial frame holds a reservation, the connection's share also caps the
+ * partial frames of all its streams. From the reservation on, the body must
+ * arrive within frame_read_timeout, or the stream is reset. */
+
+static uint64_t frame_timeout_ns(const fx_broker *b)
+{
+    return b->o.frame_read_timeout_ns != 0 ? b->o.frame_read_timeout_ns
+                                           : FXB_FRAME_READ_TIMEOUT_DEFAULT_NS;
+}
+
+/* The bytes of the frame being read are held: count them, start its clock. */
+static void resv_held(fxb_bidi *s)
+{
+    FX_GAUGE_ADD(ingress_reserved_bytes, (int64_t)s->resv.n);
+    fx_loop *l = s->conn->loop;
+    if (fx_loop_timer_arm(l, &s->frame_timer, fx_loop_now(l) + frame_timeout_ns(s->conn->b)) != 0)
+        fxb_bidi_fail(s, "out of memory for a frame timer");
+}
+
+/* Gives back the reservation of the frame just handled, if no job took it.
+ * Never while a grant may be filling |s->resv| on another thread. */
+void fxb_ingress_resv_release(fxb_bidi *s)
+{
+    if (s->resv_wait || s->resv.budget == NULL)
+        return;
+    FX_GAUGE_SUB(ingress_reserved_bytes, (int64_t)s->resv.n);
+    fx_permit_release(&s->resv);
+}
+
+void fxb_bidi_adopt_reservation(fxb_bidi *s, fx_ingress_req *r)
+{
+    if (s->resv.budget == NULL)
+        return;
+    FX_GAUGE_SUB(ingress_reserved_bytes, (int64_t)s->resv.n);
+    fx_ingress_req_adopt(r, &s->resv);
+}
+
+/* Runs on the thread that freed the bytes (a worker) or closed the budget. */
+static void on_resv_granted(void *user, int rv)
+{
+    fxb_bidi *s = user;
+    s->resv_rv = rv;
+    fx_loop_post(s->conn->loop, &s->resv_task);
+}
+
+/* Reserves |n| bytes for the frame whose header was just read. Returns 0
+ * (held: read on), 1 (waiting: stop reading) or -1 (|s| failed). */
+int fxb_ingress_reserve(fxb_bidi *s, uint16_t flags, size_t n)
+{
+    fx_budget *b = &s->conn->budget;
+    s->resv_flags = flags;
+    int rv = fx_budget_try_acquire(b, n, &s->resv);
+    if (rv == FX_EFULL) {
+        s->resv_wait = true; /* before acquire: the grant may come at once */
+        s->refs++;           /* for |resv_task| */
+        rv = fx_budget_acquire(b, n, &s->resv_w, &s->resv);
+        if (rv == -EAGAIN) {
+            FX_COUNTER_INC(ingress_reserve_waited);
+            return 1;
+        }
+        s->resv_wait = false;
+        s->refs--;
+    }
+    if (rv == 0) {
+        resv_held(s);
+        return s->ended ? -1 : 0;
+    }
+    fxb_bidi_fail(s, rv == FX_ETOOBIG ? "frame larger than the connection's publish byte share"
+                                      : "publish byte budget closed");
+    return -1;
+}
+
+static void resv_resume(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_bidi *s = user;
+    if (s->resv_wait) { /* else fxb_bidi_close cancelled the wait first */
+        s->resv_wait = false;
+        if (s->resv_rv != 0)
+            fxb_bidi_fail(s, "publish byte budget closed");
+        else if (s->ended)
+            fx_permit_release(&s->resv); /* the grant raced the end or close */
+        else
+            resv_held(s);
+        if (!s->closed)
+            fxb_bidi_continue(s);
+    }
+    fxb_bidi_unref(s);
+}
+
+static fx_ratelimit frame_timeout_rl = FX_RATELIMIT_INIT;
+
+static void on_frame_timeout(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    fxb_bidi *s = user;
+    if (s->closed || s->ended)
+        return;
+    FX_COUNTER_INC(broker_frame_timeouts);
+    FX_LOG_RATELIMITED(&frame_timeout_rl, fx_loop_now(l), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld reset: a frame body of %zu bytes did not arrive "
+                       "within frame_read_timeout_ms",
+                       (unsigned long long)s->conn->id, (long long)s->sid,
+                       (size_t)fx_frame_decoder_announced(&s->dec));
+    fxb_ingress_resv_release(s);
+    fxb_bidi_fail(s, "frame read timed out");
+}
+
+/* Gives back the reservation, or cancels its wait, as the stream goes away. */
+void fxb_ingress_resv_cancel(fxb_bidi *s)
+{
+    fx_loop_timer_cancel(s->conn->loop, &s->frame_timer);
+    if (!s->resv_wait) {
+        fxb_ingress_resv_release(s);
+        return;
+    }
+    if (fx_budget_cancel(&s->conn->budget, &s->resv_w)) { /* nothing held */
+        s->resv_wait = false;
+        s->refs--; /* |resv_task| will not run; the caller still holds |s| */
+    }
+    /* else the grant is on its way: resv_resume releases it */
+}
+
+/* ---- publish jobs ------------------------------------------------------------------------ */
+
+void fxb_job_free(fxb_job *j)
+{
+    if (j == NULL)
+        return;
+    fx_ingress_finish(&j->req);
+    fx_buf_unref(j->backing);
+    fx_stream_handle_unref(j->h);
+    fxb_reply_unref(j->commit);
+    fxb_conn_unref(j->conn);
+    free(j);
+}
+
+/* A job for |count| payloads inside |backing| (ownership taken). */
+static fxb_job *job_new(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
+                        const fx_wire_slice *payloads, uint32_t count)
+{
+    fxb_job *j = calloc(1, sizeof(*j) + (size_t)count * sizeof(fx_wire_slice));
+    if (j == NULL) {
+        fx_buf_unref(backing);
+        return NULL;
+    }
+    j->payloads = (fx_wire_slice *)(j + 1);
+    memcpy(j->payloads, payloads, (size_t)count * sizeof(*payloads));
+    j->count = count;
+    j->backing = backing;
+    j->h = fx_stream_handle_ref(h);
+    j->conn = s->conn;
+    fxb_conn_ref(s->conn);
+    j->w = fxb_worker_for(s->conn->b, h);
+    j->arrived_ns = fx_loop_now(s->conn->loop);
+    return j;
+}
+
+/* ---- admission of a job (connection loop) ------------------------------------------------ */
+
+static void on_ingress_resume(void *user)
+{
+    fxb_bidi *s = user;
+    fx_loop_post(s->conn->loop, &s->resume_task);
+}
+
+static fx_ingress_target target_of(fxb_job *j)
+{
+    return (fx_ingress_target){.conn_budget = &j->conn->budget, .queue = &j->w->jobs};
+}
+
+static fx_ratelimit ingress_drop_rl = FX_RATELIMIT_INIT;
+
+/* Runs admission for |j| whose reply slot (if acked) is |r|. Returns 0 when
+ * the request is settled, 1 when parked (|s| stops reading). */
+static int admit(fxb_bidi *s, fxb_job *j, fxb_reply *r)
+{
+    fx_ingress_target t = target_of(j);
+    fxb_worker *w = j->w;
+    size_t bytes = fx_buf_len(j->backing);
+    bool commit = j->commit != NULL;
+    fx_ingress_outcome o = fx_ingress_admit(&t, &j->req, fx_loop_now(s->conn->loop));
+    switch (o) {
+    case FX_INGRESS_ADMITTED: /* |j| belongs to the worker now */
+        FX_COUNTER_INC(publish_accepted);
+        FX_COUNTER_ADD(publish_bytes, bytes);
+        fxb_worker_kick(w);
+        if (r != NULL && !commit)
+            fxb_reply_complete(r, NULL);
+        break;
+    case FX_INGRESS_DROPPED:
+        FX_COUNTER_INC(publish_dropped);
+        FX_LOG_RATELIMITED(&ingress_drop_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                           "ingress full: dropped an unacked publish conn=%llu",
+                           (unsigned long long)s->conn->id);
+        fxb_job_free(j);
+        break;
+    case FX_INGRESS_FAILED:
+        FX_COUNTER_INC(publish_error);
+        if (r != NULL)
+            fxb_reply_complete(r, j->req.error);
+        fxb_job_free(j);
+        break;
+    case FX_INGRESS_PARKED:
+        s->parked = j;
+        s->refs++; /* the resume task or the timer may still come */
+        if (j->req.policy == FX_INGRESS_WAIT)
+            fx_loop_timer_arm(s->conn->loop, &s->wait_timer, j->req.deadline_ns);
+        return 1;
+    }
+    fxb_bidi_flush(s);
+    return 0;
+}
+
+/* The slot of the parked job (the last queued reply, if it is acked). */
+static fxb_reply *parked_reply(fxb_bidi *s)
+{
+    fxb_job *j = s->parked;
+    if (j->commit != NULL)
+        return j->commit;
+    if (j->req.policy == FX_INGRESS_FAIL)
+        return s->rtail;
+    return NULL;
+}
+
+/* Settles a parked job after its admission ended (conn loop). */
+static void unpark(fxb_bidi *s, fx_ingress_outcome o)
+{
+    fxb_job *j = s->parked;
+    fxb_reply *r = parked_reply(s);
+    s->parked = NULL;
+    fx_loop_timer_cancel(s->conn->loop, &s->wait_timer);
+    if (o == FX_INGRESS_FAILED) {
+        FX_COUNTER_INC(publish_error);
+        if (r != NULL)
+            fxb_reply_complete(r, j->req.error);
+        fxb_job_free(j);
+    }
+    fxb_bidi_unref(s); /* the park's reference; |s| has at least its own */
+}
+
+void parked_resume(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_bidi *s = user;
+    fxb_job *j = s->parked;
+    if (j == NULL)
+        return;
+    fxb_reply *r = parked_reply(s);
+    s->parked = NULL;
+    fx_loop_timer_cancel(l, &s->wait_timer);
+    int rv = admit(s, j, r); /* after close, admit reports FAILED (cancelled) */
+    if (rv == 1) {
+        s->refs--; /* re-parked: admit took a new reference, keep just one */
+        return;
+    }
+    bool closed = s->closed;
+    fxb_bidi_unref(s);
+    if (!closed)
+        fxb_bidi_continue(s);
+}
+
+void parked_expired(fx_loop *l, fx_timer *tm, void *user)
+{
+    (void)l;
+    (void)tm;
+    fxb_bidi *s = user;
+    if (s->parked == NULL)
+        return;
+    fx_ingress_target t = target_of(s->parked);
+    fx_ingress_outcome o = fx_ingress_cancel(&t, &s->parked->req);
+    if (o != FX_INGRESS_FAILED)
+        return; /* a resume is on its way; admit will report the timeout */
+    s->refs++;
+    unpark(s, o);
+    fxb_bidi_continue(s);
+    fxb_bidi_unref(s);
+}
+
+void fxb_ingress_cancel_parked(fxb_bidi *s)
+{
+    fx_ingress_target t = target_of(s->parked);
+    fx_ingress_outcome o = fx_ingress_cancel(&t, &s->parked->req);
+    if (o == FX_INGRESS_FAILED)
+        unpark(s, o);
+    /* else the resume task runs later, sees |closed| and settles the job */
+}
+
+/* Queues a publish of |count| payloads in |backing| (taken) to |h|. */
+int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
+                       const fx_wire_slice *payloads, uint32_t count, bool acked, bool binary,
+                       uint64_t request_id)
+{
+    const fx_broker_opts *o = &s->conn->b->o;
+    fxb_job *j = job_new(s, h, backing, payloads, count);
+    if (j == NULL) {
+        fxb_bidi_fail(s, "out of memory for a publish");
+        return -1;
+    }
+    fxb_reply *r = NULL;
+    if (acked && (r = fxb_reply_new(s, binary, request_id)) == NULL) {
+        fxb_job_free(j);
+        fxb_bidi_fail(s, "out of memory for a reply");
+        return -1;
+    }
+    if (r != NULL && o->ack_on_commit) {
+        atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+        j->commit = r;
+    }
+    fx_ingress_policy p = fx_ingress_policy_for(acked, o->ack_on_commit, o->pub_ingress_wait);
+    /* A frame with a body had its bytes reserved at its header: its payload
+     * copy never exceeds that body, and the job is charged the reservation
+     * alone. Topping it up here with the slice table could wait behind a
+     * header that waits for this very reservation (the budget is FIFO). */
+    size_t nbytes = fx_buf_len(backing);
+    if (s->resv.budget == NULL)
+        nbytes += (size_t)count * sizeof(fx_wire_slice);
+    fx_ingress_req_init(&j->req, j, nbytes, p, o->publish_queue_wait_timeout_ns, on_ingress_resume,
+                        s);
+    /* The frame's bytes were reserved at its header: the job keeps them. */
+    fxb_bidi_adopt_reservation(s, &j->req);
+    return admit(s, j, r);
+}
+
+void fxb_ingress_bidi_init(fxb_bidi *s)
+{
+    fx_task_init(&s->resume_task, parked_resume, s);
+    fx_timer_init(&s->wait_timer, parked_expired, s);
+    fx_task_init(&s->resv_task, resv_resume, s);
+    fx_timer_init(&s->frame_timer, on_frame_timeout, s);
+    s->resv_w.on_granted = on_resv_granted;
+    s->resv_w.user = s;
 }

@@ -1,0 +1,513 @@
+/* Client bidi streams: frame decoding with explicit credit (bytes are
+ * credited once the frame they belong to is handled; a publish parked at
+ * ingress withholds credit for everything behind it), auth and tenant
+ * binding, the permission check and name resolution of every publish and
+ * subscribe, and dispatch to publish.c and subscribe.c. Connection loop. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "broker/broker_internal.h"
+#include "felix/error.h"
+
+/* ---- references -------------------------------------------------------------------------- */
+
+void fxb_bidi_unref(fxb_bidi *s)
+{
+    if (--s->refs > 0)
+        return;
+    fx_frame_decoder_deinit(&s->dec);
+    fx_stream_handle_unref(s->h);
+    const fx_broker_auth *a = &s->conn->b->o.auth;
+    if (s->auth_ctx != NULL && a->release != NULL)
+        a->release(a->user, s->auth_ctx);
+    free(s->pend);
+    fxb_conn_unref(s->conn);
+    free(s);
+}
+
+fxb_bidi *fxb_bidi_new(fxb_conn *c, int64_t sid)
+{
+    fxb_bidi *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->kind = FXB_KIND_BIDI;
+    s->refs = 1;
+    s->conn = c;
+    fxb_conn_ref(c);
+    s->sid = sid;
+    fx_frame_decoder_init(&s->dec, c->b->o.max_frame_bytes);
+    fxb_ingress_bidi_init(s);
+    fxb_reply_bidi_init(s);
+    s->next = c->bidis;
+    c->bidis = s;
+    return s;
+}
+
+void fxb_bidi_fail(fxb_bidi *s, const char *why)
+{
+    if (s->closed)
+        return;
+    FX_COUNTER_INC(broker_stream_errors);
+    FX_LOG_DEBUG("broker", "conn %llu stream %lld reset: %s", (unsigned long long)s->conn->id,
+                 (long long)s->sid, why);
+    s->ended = true;
+    fxb_ingress_resv_cancel(s); /* a reset frame will not complete */
+    if (s->conn->qc != NULL)
+        fx_quic_stream_reset(s->conn->qc, s->sid, FXB_CODE_MALFORMED);
+}
+
+/* One cause each, so a flood of one kind never hides the other. */
+static fx_ratelimit auth_failed_rl = FX_RATELIMIT_INIT;
+
+static fx_ratelimit forbidden_rl = FX_RATELIMIT_INIT;
+
+/* Asks the authenticator about |action| on the NUL-terminated |names|;
+ * always true with auth_mode none (the tenant was checked by the caller). */
+static bool ask_allows(fxb_bidi *s, fx_broker_auth_action action,
+                       char names[3][FX_REGISTRY_NAME_MAX + 1])
+{
+    const fx_broker_auth *a = &s->conn->b->o.auth;
+    if (a->verify == NULL)
+        return true;
+    if (s->auth_ctx == NULL || a->allows == NULL)
+        return false;
+    return a->allows(a->user, s->auth_ctx, action, names[0], names[1], names[2]);
+}
+
+/* The cached answer for |action| on the names in s->hkey, asked once. */
+static bool permits(fxb_bidi *s, fx_broker_auth_action action,
+                    char names[3][FX_REGISTRY_NAME_MAX + 1])
+{
+    uint8_t bit = (uint8_t)(1u << action);
+    if ((s->perm_known & bit) == 0) {
+        if (ask_allows(s, action, names))
+            s->perm_ok |= bit;
+        s->perm_known |= bit;
+    }
+    return (s->perm_ok & bit) != 0;
+}
+
+static int forbid(fxb_bidi *s, fx_broker_auth_action action,
+                  char names[3][FX_REGISTRY_NAME_MAX + 1], fx_registry_err *err)
+{
+    FX_COUNTER_INC(broker_auth_forbidden);
+    FX_LOG_RATELIMITED(&forbidden_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld: %s to %s/%s/%s forbidden: the token lacks the "
+                       "permission",
+                       (unsigned long long)s->conn->id, (long long)s->sid,
+                       action == FX_BROKER_AUTH_PUBLISH ? "publish" : "subscribe", names[0],
+                       names[1], names[2]);
+    err->code = FX_EFORBIDDEN;
+    snprintf(err->msg, sizeof(err->msg), "forbidden");
+    return FX_EFORBIDDEN;
+}
+
+/* Splits the names into |names| and the cache key "t/ns/stream/" |key|
+ * (|*pn| bytes). Returns false when a name cannot be a stream name (too
+ * long, or holding '/' or NUL): the registry then refuses it, uncached. */
+static bool split_names(const fx_wire_slice parts[3], char names[3][FX_REGISTRY_NAME_MAX + 1],
+                        char *key, size_t *pn)
+{
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (parts[i].len > FX_REGISTRY_NAME_MAX || memchr(parts[i].ptr, '/', parts[i].len) ||
+            memchr(parts[i].ptr, '\0', parts[i].len))
+            return false;
+        memcpy(names[i], parts[i].ptr, parts[i].len);
+        names[i][parts[i].len] = '\0';
+        memcpy(key + n, parts[i].ptr, parts[i].len);
+        n += parts[i].len;
+        key[n++] = '/';
+    }
+    *pn = n;
+    return true;
+}
+
+int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
+                     fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
+                     fx_registry_err *err)
+{
+    char key[sizeof(s->hkey)];
+    char names[3][FX_REGISTRY_NAME_MAX + 1];
+    size_t n;
+    fx_wire_slice parts[3] = {tenant, ns, stream};
+    if (!split_names(parts, names, key, &n))
+        return fx_registry_resolve(s->conn->b->reg, tenant, ns, stream, ph, err);
+    if (n != s->hkey_len || memcmp(key, s->hkey, n) != 0) {
+        fx_stream_handle_unref(s->h);
+        s->h = NULL;
+        memcpy(s->hkey, key, n);
+        s->hkey_len = n;
+        s->perm_known = s->perm_ok = 0;
+    }
+    /* Before the registry: a refused client must not auto-create streams. */
+    if (!permits(s, action, names))
+        return forbid(s, action, names, err);
+    if (s->h != NULL && fx_stream_handle_is_active(s->h)) {
+        *ph = s->h;
+        return 0;
+    }
+    fx_stream_handle *h;
+    int rv = fx_registry_resolve(s->conn->b->reg, tenant, ns, stream, &h, err);
+    if (rv != 0)
+        return rv;
+    fx_stream_handle_unref(s->h);
+    s->h = h;
+    *ph = h;
+    return 0;
+}
+
+/* ---- dispatch ---------------------------------------------------------------------------- */
+
+static bool is_server_only(fx_msg_type t)
+{
+    switch (t) {
+    case FX_MSG_AUTH_OK:
+    case FX_MSG_SUBSCRIBED:
+    case FX_MSG_EVENT_STREAM_HELLO:
+    case FX_MSG_EVENT:
+    case FX_MSG_EVENT_BATCH:
+    case FX_MSG_CACHE_VALUE:
+    case FX_MSG_CACHE_OK:
+    case FX_MSG_PUBLISH_OK:
+    case FX_MSG_PUBLISH_ERROR:
+    case FX_MSG_OK:
+    case FX_MSG_SUBSCRIBE_CURSOR_ERROR:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Refuses the stream's auth: the client gets "auth failed" and nothing
+ * more; the log says why. */
+static void auth_refuse(fxb_bidi *s, const char *tenant, const char *why)
+{
+    FX_COUNTER_INC(broker_auth_failed);
+    FX_LOG_RATELIMITED(&auth_failed_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld tenant %.*s: auth failed: %s",
+                       (unsigned long long)s->conn->id, (long long)s->sid, 64, tenant, why);
+    fxb_bidi_error(s, "auth failed", true);
+}
+
+/* Verifies the token with the authenticator (auth_mode jwt). Returns true
+ * and keeps the claims on |s|, or refuses. */
+static bool verify_token(fxb_bidi *s, const fx_msg *m)
+{
+    const fx_broker_auth *a = &s->conn->b->o.auth;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* token times are Unix seconds */
+    const char *token = m->token != NULL ? m->token : "";
+    char why[256] = "";
+    void *ctx = NULL;
+    if (a->verify(a->user, m->tenant_id, token, strlen(token), (int64_t)ts.tv_sec, &ctx, why,
+                  sizeof(why)) != 0) {
+        auth_refuse(s, m->tenant_id, why[0] ? why : "token refused");
+        return false;
+    }
+    s->auth_ctx = ctx;
+    return true;
+}
+
+static void on_auth(fxb_bidi *s, const fx_msg *m)
+{
+    if (s->authed) {
+        fxb_bidi_error(s, "auth already established", true);
+        return;
+    }
+    size_t n = strlen(m->tenant_id);
+    if (n > FX_REGISTRY_NAME_MAX) {
+        auth_refuse(s, m->tenant_id, "tenant name too long");
+        return;
+    }
+    /* auth_mode none: any token; the stream is bound to the tenant named. */
+    if (s->conn->b->o.auth.verify != NULL && !verify_token(s, m))
+        return;
+    memcpy(s->tenant, m->tenant_id, n + 1);
+    s->authed = true;
+    fx_msg r;
+    fx_msg_init_auth_reply(&r, m, FXB_SERVER_FLAGS);
+    fxb_bidi_reply_msg(s, &r);
+}
+
+/* Checks auth and tenant for a publish or subscribe; replies and ends the
+ * stream when refused. */
+static bool allowed(fxb_bidi *s, const char *tenant, size_t len)
+{
+    if (!s->authed) {
+        fxb_bidi_error(s, "auth required", true);
+        return false;
+    }
+    if (strlen(s->tenant) != len || memcmp(s->tenant, tenant, len) != 0) {
+        fxb_bidi_error(s, "tenant mismatch", true);
+        return false;
+    }
+    return true;
+}
+
+/* Returns 0 to go on, 1 when parked, -1 when the stream stops reading. */
+static int on_json(fxb_bidi *s, const fx_frame *f)
+{
+    fx_msg m;
+    fx_wire_err err;
+    if (fx_msg_decode(&m, f->body, f->len, &err) != 0) {
+        fxb_bidi_fail(s, err.msg);
+        return -1;
+    }
+    int rv = 0;
+    switch (m.type) {
+    case FX_MSG_AUTH:
+        on_auth(s, &m);
+        break;
+    case FX_MSG_PUBLISH:
+    case FX_MSG_PUBLISH_BATCH:
+        if (allowed(s, m.tenant_id, strlen(m.tenant_id)))
+            rv = fxb_publish_json(s, &m);
+        break;
+    case FX_MSG_SUBSCRIBE:
+        if (allowed(s, m.tenant_id, strlen(m.tenant_id)))
+            fxb_subscribe(s, &m);
+        break;
+    case FX_MSG_ERROR:
+        fxb_bidi_end(s);
+        break;
+    default:
+        if (is_server_only(m.type))
+            fxb_bidi_error(s, "unexpected message type", true);
+        else
+            fxb_bidi_error(s, "unsupported message type", false);
+        break;
+    }
+    fx_msg_deinit(&m);
+    return s->ended ? -1 : rv;
+}
+
+static int on_frame(fxb_bidi *s, const fx_frame *f)
+{
+    if (f->flags_rv != 0) {
+        fxb_bidi_error(s, "unsupported frame flags", false);
+        return 0;
+    }
+    switch (f->kind) {
+    case FX_BODY_JSON:
+        return on_json(s, f);
+    case FX_BODY_PUBLISH_BATCH:
+    case FX_BODY_PUBLISH_BATCH_ACKED:
+        if (!s->authed) {
+            fxb_bidi_error(s, "auth required", true);
+            return -1;
+        }
+        return fxb_publish_binary(s, f);
+    default:
+        fxb_bidi_error(s, "unexpected frame kind", true);
+        return -1;
+    }
+}
+
+/* ---- input and credit -------------------------------------------------------------------- */
+
+static void credit(fxb_bidi *s)
+{
+    if (s->credit_owed > 0 && s->conn->qc != NULL)
+        fx_quic_stream_consume(s->conn->qc, s->sid, s->credit_owed);
+    s->credit_owed = 0;
+}
+
+/* True while the stream reads nothing: a publish parked at admission, a
+ * header waiting for its bytes, or too many replies not yet written. */
+static bool blocked(const fxb_bidi *s)
+{
+    return s->parked != NULL || s->resv_wait || s->replies_full;
+}
+
+/* Feeds |data| to the decoder until it is used up, the stream stops reading,
+ * or a publish or a reservation parks. Returns the bytes taken. */
+static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
+{
+    size_t off = 0;
+    while (off < len && !s->ended && !blocked(s)) {
+        size_t used = 0;
+        fx_frame f;
+        fx_wire_err err;
+        int rv = fx_frame_decoder_feed(&s->dec, data + off, len - off, &used, &f, &err);
+        off += used;
+        s->credit_owed += used;
+        if (rv < 0) {
+            fxb_bidi_fail(s, err.msg);
+            break;
+        }
+        if (rv == FX_FRAME_HEADER) {
+            if (fxb_ingress_reserve(s, f.hdr.flags, f.hdr.length) != 0)
+                break;
+            continue;
+        }
+        if (rv != FX_FRAME_READY)
+            continue;
+        fx_loop_timer_cancel(s->conn->loop, &s->frame_timer);
+        rv = on_frame(s, &f);
+        fxb_ingress_resv_release(s); /* a frame that made no job (auth, subscribe, error) */
+        if (rv != 0)
+            break;
+        credit(s);
+    }
+    return off;
+}
+
+static int pend_append(fxb_bidi *s, const uint8_t *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (s->pend_len + n > s->pend_cap) {
+        size_t cap = s->pend_cap ? s->pend_cap : 4096;
+        while (cap < s->pend_len + n)
+            cap *= 2;
+        uint8_t *q = realloc(s->pend, cap);
+        if (q == NULL)
+            return -ENOMEM;
+        s->pend = q;
+        s->pend_cap = cap;
+    }
+    memcpy(s->pend + s->pend_len, p, n);
+    s->pend_len += n;
+    return 0;
+}
+
+/* Consumes input while nothing is parked; what a park leaves is kept. */
+static void input(fxb_bidi *s, const uint8_t *data, size_t len)
+{
+    size_t used = feed(s, data, len);
+    if (s->ended) {
+        s->credit_owed += len - used; /* discarded input still frees the window */
+        credit(s);
+        return;
+    }
+    if (!blocked(s)) {
+        credit(s); /* bytes of a partial frame: covered by its reservation */
+        return;
+    }
+    if (pend_append(s, data + used, len - used) != 0)
+        fxb_bidi_fail(s, "out of memory buffering input");
+}
+
+/* After the client's FIN, once all its input is processed: a frame cut off
+ * by the FIN is malformed. */
+static void check_fin(fxb_bidi *s)
+{
+    if (s->peer_fin && !s->ended && !blocked(s) && s->pend_len == 0 &&
+        fx_frame_decoder_finish(&s->dec, NULL) != 0)
+        fxb_bidi_fail(s, "stream finished inside a frame");
+}
+
+void fxb_bidi_continue(fxb_bidi *s)
+{
+    if (s->closed || blocked(s))
+        return;
+    credit(s);
+    while (s->pend_len > 0 && !blocked(s) && !s->ended) {
+        size_t used = feed(s, s->pend, s->pend_len);
+        memmove(s->pend, s->pend + used, s->pend_len - used);
+        s->pend_len -= used;
+    }
+    if (s->ended) {
+        s->credit_owed += s->pend_len;
+        s->pend_len = 0;
+    }
+    if (!blocked(s)) {
+        credit(s);
+        check_fin(s);
+    }
+    fxb_bidi_flush(s);
+}
+
+void fxb_bidi_on_data(fxb_bidi *s, const uint8_t *data, size_t len, bool fin)
+{
+    if (blocked(s)) {
+        if (pend_append(s, data, len) != 0)
+            fxb_bidi_fail(s, "out of memory buffering input");
+    } else {
+        input(s, data, len);
+    }
+    if (fin) {
+        s->peer_fin = true;
+        check_fin(s);
+    }
+    fxb_bidi_flush(s);
+}
+
+/* ---- closing ----------------------------------------------------------------------------- */
+
+static fx_ratelimit discard_rl = FX_RATELIMIT_INIT;
+
+/* The stream goes away with input buffered behind a parked publish: those
+ * requests arrived (QUIC acknowledged them to the client) but were never
+ * admitted, so each is counted like the parked one
+ * (felix_broker_ingress_backpressure_cancelled_total) and logged. The buffer
+ * starts at a frame boundary (a publish parks right after a whole frame) or,
+ * behind a reservation wait, inside the body of the frame whose header was
+ * read; a frame cut off at its end never arrived whole and is not counted. */
+static bool is_request(uint16_t flags)
+{
+    fx_body_kind kind;
+    return fx_frame_kind(flags, &kind, NULL) == 0 &&
+           (kind == FX_BODY_JSON || kind == FX_BODY_PUBLISH_BATCH ||
+            kind == FX_BODY_PUBLISH_BATCH_ACKED);
+}
+
+static void count_discarded(fxb_bidi *s)
+{
+    uint64_t n = 0;
+    size_t off = 0;
+    if (s->resv_wait) { /* the buffer starts with the body whose header waited */
+        size_t rest = fx_frame_decoder_expected(&s->dec);
+        off = rest <= s->pend_len ? rest : s->pend_len;
+        if (rest <= s->pend_len && is_request(s->resv_flags))
+            n++;
+    }
+    while (s->pend_len - off >= FX_WIRE_HEADER_LEN) {
+        fx_frame_header h;
+        if (fx_frame_header_decode(s->pend + off, s->dec.max_frame, &h, NULL) != 0 ||
+            s->pend_len - off - FX_WIRE_HEADER_LEN < h.length)
+            break;
+        off += FX_WIRE_HEADER_LEN + (size_t)h.length;
+        if (is_request(h.flags))
+            n++;
+    }
+    s->pend_len = 0;
+    if (n == 0)
+        return;
+    FX_COUNTER_ADD(ingress_backpressure_cancelled, n);
+    FX_LOG_RATELIMITED(&discard_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld closed with %llu requests waiting for admission: "
+                       "discarded",
+                       (unsigned long long)s->conn->id, (long long)s->sid, (unsigned long long)n);
+}
+
+void fxb_bidi_close(fxb_bidi *s)
+{
+    fxb_conn *c = s->conn;
+    count_discarded(s);
+    s->closed = true;
+    s->ended = true;
+    fxb_ingress_resv_cancel(s);
+    if (s->parked != NULL)
+        fxb_ingress_cancel_parked(s);
+    while (s->rhead != NULL) {
+        fxb_reply *r = s->rhead;
+        s->rhead = r->next;
+        r->owner = NULL;
+        fxb_reply_unref(r);
+    }
+    s->rtail = NULL;
+    s->nreplies = 0;
+    for (fxb_bidi **pp = &c->bidis; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    }
+    fxb_bidi_unref(s);
+}

@@ -1,0 +1,150 @@
+/* Subscription feeders (checkpoint 5 -> 6): each subscription's feeder
+ * dequeues its backlog then its subscriber queue, coalesces envelopes into
+ * frame lists of cached shared frames (encoding per-subscriber frames only
+ * where it must) and pushes them to its writer lane. Its stream's worker loop. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "broker/broker_internal.h"
+#include "felix/error.h"
+
+void fxb_feeder_wake(fx_subscriber *s, void *user)
+{
+    (void)s;
+    fxb_sub *sub = user;
+    if (atomic_load_explicit(&sub->active, memory_order_acquire))
+        fxb_sub_post(sub, sub->w->loop, &sub->feed_task);
+}
+
+/* Pulls the backlog first, then the live queue. */
+typedef struct feed_pull {
+    fxb_sub *sub;
+    fx_subscriber_puller live;
+} feed_pull;
+
+static bool pull_cb(void *user, fx_env_item *out)
+{
+    feed_pull *p = user;
+    fxb_sub *sub = p->sub;
+    if (sub->backlog_pos < sub->backlog.n) {
+        *out = sub->backlog.items[sub->backlog_pos];
+        sub->backlog.items[sub->backlog_pos++].env = NULL; /* ownership moves */
+        return true;
+    }
+    return fx_subscriber_pull(&p->live, out);
+}
+
+static uint32_t max_events(const fx_broker_opts *o)
+{
+    if (o->fanout_batch_size <= 1)
+        return 1;
+    return o->event_batch_max_events < o->fanout_batch_size ? o->event_batch_max_events
+                                                            : o->fanout_batch_size;
+}
+
+/* With coalescing on, a feeder woken by fewer envelopes than a full batch
+ * waits up to event_batch_max_delay for more. Returns true to wait. */
+static bool should_wait(fxb_sub *sub, fx_loop *l)
+{
+    const fx_broker_opts *o = &sub->b->o;
+    if (fx_timer_is_armed(&sub->delay_timer))
+        return true;
+    if (max_events(o) <= 1 || o->event_batch_max_delay_ns == 0 ||
+        sub->backlog_pos < sub->backlog.n || fx_coalescer_has_pending(&sub->co))
+        return false;
+    /* Wait only while fewer messages than one full write are queued: a full
+     * publish batch (or several envelopes adding up to one) goes at once. */
+    fx_subscriber_stats st;
+    fx_subscriber_get_stats(sub->sub, &st);
+    if (st.depth == 0 || st.queued_items >= max_events(o))
+        return false;
+    fx_loop_timer_arm(l, &sub->delay_timer, fx_loop_now(l) + o->event_batch_max_delay_ns);
+    return true;
+}
+
+/* A deleted stream's subscription has handed everything to its lane: the
+ * writer finishes the event stream once the lane is empty. The flag is set
+ * after the last push, so a writer that sees it and then an empty lane has
+ * seen every list. */
+static void request_fin(fxb_sub *sub)
+{
+    if (sub->held != NULL || sub->backlog_pos < sub->backlog.n ||
+        fx_coalescer_has_pending(&sub->co) ||
+        atomic_load_explicit(&sub->fin_req, memory_order_relaxed))
+        return;
+    atomic_store_explicit(&sub->fin_req, true, memory_order_release);
+    fxb_conn_kick_writer(sub->conn);
+}
+
+/* Pushes |l| to the lane; false when the feeder must stop (parked or closed). */
+static bool pushed(fxb_sub *sub, fx_frame_list *l)
+{
+    fxb_lane_result r = fxb_lane_push(sub, l);
+    return r == FXB_LANE_QUEUED || r == FXB_LANE_SHED;
+}
+
+static void feed(fxb_sub *sub, fx_loop *l, bool waited)
+{
+    if (atomic_load_explicit(&sub->closed, memory_order_acquire) || !sub->registered ||
+        !atomic_load_explicit(&sub->active, memory_order_acquire))
+        return;
+    if (sub->lane_parked) {
+        if (!atomic_exchange_explicit(&sub->lane_resumed, false, memory_order_acq_rel))
+            return; /* still parked: the lane's resume will call again */
+        sub->lane_parked = false;
+    }
+    if (sub->held != NULL) {
+        fx_frame_list *h = sub->held;
+        sub->held = NULL;
+        if (!pushed(sub, h))
+            return;
+    }
+    if (!waited && !sub->ending && should_wait(sub, l))
+        return;
+    const fx_broker_opts *o = &sub->b->o;
+    /* One list is one write: bounded by both the event frame limit and the
+     * writer's per-write cap. */
+    uint64_t max_bytes = o->event_batch_max_bytes < o->subscriber_max_bytes_per_write
+                             ? o->event_batch_max_bytes
+                             : o->subscriber_max_bytes_per_write;
+    fx_coalesce_opts co = {
+        .subscription_id = sub->id, .max_events = max_events(o), .max_bytes = (size_t)max_bytes};
+    feed_pull p = {.sub = sub, .live = {.sub = sub->sub, .now = fx_loop_now(l)}};
+    for (int i = 0; i < FXB_FEEDER_BATCH; i++) {
+        fx_frame_list *fl = malloc(sizeof(*fl));
+        if (fl == NULL)
+            return; /* retried at the next wake */
+        fl->n = 0;
+        int rv = fx_coalesce_next(&sub->co, pull_cb, &p, &co, fl);
+        if (rv != 0)
+            FX_LOG_ERROR("broker", "subscription %llu: encoding failed: %s",
+                         (unsigned long long)sub->id, fx_strerror(rv));
+        if (fl->n == 0) {
+            fxb_frame_list_free(fl);
+            if (sub->ending)
+                request_fin(sub);
+            return;
+        }
+        if (!pushed(sub, fl))
+            return;
+    }
+    fxb_sub_post(sub, l, &sub->feed_task); /* more may be queued: yield first */
+}
+
+void fxb_feeder_run(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_sub *sub = user;
+    feed(sub, l, false);
+    fxb_sub_unref(sub);
+}
+
+void fxb_feeder_delay(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    feed(user, l, true);
+}

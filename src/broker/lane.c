@@ -1,0 +1,294 @@
+/* Writer lanes (checkpoint 6): each connection has a few lanes shared by its
+ * subscriptions; a lane bounds the frame lists its subscriptions have queued
+ * or in writing, and a full lane applies the lane policy to a push. Pushes
+ * run on the feeders' worker loops, releases on the connection's loop; lanes
+ * are created and freed with the connection. */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "broker/broker_internal.h"
+#include "felix/error.h"
+
+/* ---- lanes of a connection --------------------------------------------------------------- */
+
+uint64_t fx_broker_lane_hash(uint64_t key)
+{
+    /* splitmix64's finalizer: consecutive ids spread over the lanes. */
+    key ^= key >> 30;
+    key *= 0xbf58476d1ce4e5b9ull;
+    key ^= key >> 27;
+    key *= 0x94d049bb133111ebull;
+    key ^= key >> 31;
+    return key;
+}
+
+static uint32_t lane_count_of(const fx_broker_opts *o)
+{
+    if (o->subscriber_single_writer_per_conn)
+        return 1;
+    uint32_t n = o->subscriber_writer_lanes;
+    if (o->max_subscriber_writer_lanes != 0 && n > o->max_subscriber_writer_lanes)
+        n = o->max_subscriber_writer_lanes;
+    return n == 0 ? 1 : n;
+}
+
+int fxb_conn_lanes_init(fxb_conn *c)
+{
+    uint32_t n = lane_count_of(&c->b->o);
+    c->lanes = calloc(n, sizeof(*c->lanes));
+    if (c->lanes == NULL)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        fxb_lane *ln = &c->lanes[i];
+        int rv = pthread_mutex_init(&ln->mu, NULL);
+        if (rv != 0) {
+            c->nlanes = i;
+            fxb_conn_lanes_deinit(c);
+            return -rv;
+        }
+        ln->index = i;
+        ln->capacity = c->b->o.subscriber_lane_queue_depth;
+        atomic_init(&ln->count, 0);
+        atomic_init(&ln->nwaiters, 0);
+    }
+    c->nlanes = n;
+    return 0;
+}
+
+void fxb_conn_lanes_deinit(fxb_conn *c)
+{
+    for (uint32_t i = 0; i < c->nlanes; i++) {
+        /* Every subscription released its slots and left the parked list. */
+        assert(atomic_load(&c->lanes[i].count) == 0 && c->lanes[i].whead == NULL);
+        pthread_mutex_destroy(&c->lanes[i].mu);
+    }
+    free(c->lanes);
+    c->lanes = NULL;
+    c->nlanes = 0;
+}
+
+/* The lane of a new subscription |sub| of |c| (conn loop). */
+fxb_lane *fxb_lane_choose(fxb_conn *c, const fxb_sub *sub)
+{
+    uint64_t key;
+    switch (c->b->o.subscriber_lane_shard) {
+    case FX_BROKER_LANE_CONNECTION_ID_HASH:
+        key = fx_broker_lane_hash(c->id);
+        break;
+    case FX_BROKER_LANE_ROUND_ROBIN_PIN:
+        key = c->rr_next++;
+        break;
+    default: /* auto, subscriber_id_hash */
+        key = fx_broker_lane_hash(sub->id);
+        break;
+    }
+    return &c->lanes[key % c->nlanes];
+}
+
+/* ---- slots and parked feeders ------------------------------------------------------------ */
+
+/* Takes one slot of |ln| if it has room. Any thread. */
+static bool lane_reserve(fxb_lane *ln)
+{
+    size_t n = atomic_load_explicit(&ln->count, memory_order_relaxed);
+    while (n < ln->capacity)
+        if (atomic_compare_exchange_weak(&ln->count, &n, n + 1))
+            return true;
+    return false;
+}
+
+static void lane_on_resume(fxb_sub *sub);
+
+/* Resumes every feeder parked on |ln|: each retries, and those that find it
+ * full again park again. Any thread, no lock held. */
+static void lane_wake(fxb_lane *ln)
+{
+    pthread_mutex_lock(&ln->mu);
+    fxb_sub *list = ln->whead;
+    ln->whead = ln->wtail = NULL;
+    for (fxb_sub *p = list; p != NULL; p = p->lwnext) {
+        p->lwaiting = false;
+        atomic_fetch_sub(&ln->nwaiters, 1);
+    }
+    pthread_mutex_unlock(&ln->mu);
+    while (list != NULL) {
+        fxb_sub *sub = list;
+        list = sub->lwnext;
+        sub->lwnext = NULL;
+        lane_on_resume(sub);
+        fxb_sub_unref(sub); /* the parked list's */
+    }
+}
+
+/* Gives back one slot of |ln| (a list was sent, evicted without a
+ * replacement, or discarded with its closed subscription). The decrement and
+ * the waiter check are sequentially consistent, as are the park's increment
+ * and count check: either the parking feeder sees the room or this sees it
+ * parked. Any thread. */
+void fxb_lane_release(fxb_lane *ln)
+{
+    size_t before = atomic_fetch_sub(&ln->count, 1);
+    assert(before > 0);
+    (void)before;
+    if (atomic_load(&ln->nwaiters) > 0)
+        lane_wake(ln);
+}
+
+/* Parks |sub|'s feeder on its full block lane. Returns true when parked (the
+ * lane resumes it once a slot is released), false when room appeared
+ * meanwhile or the subscription closed (retry; the retry sees it). Worker. */
+static bool lane_park(fxb_sub *sub)
+{
+    fxb_lane *ln = sub->ln;
+    pthread_mutex_lock(&ln->mu);
+    atomic_fetch_add(&ln->nwaiters, 1);
+    if (atomic_load(&ln->count) < ln->capacity ||
+        atomic_load_explicit(&sub->closed, memory_order_acquire)) {
+        atomic_fetch_sub(&ln->nwaiters, 1);
+        pthread_mutex_unlock(&ln->mu);
+        return false;
+    }
+    fxb_sub_ref(sub); /* the parked list's */
+    sub->lwaiting = true;
+    sub->lwnext = NULL;
+    if (ln->wtail != NULL)
+        ln->wtail->lwnext = sub;
+    else
+        ln->whead = sub;
+    ln->wtail = sub;
+    pthread_mutex_unlock(&ln->mu);
+    return true;
+}
+
+/* Takes a closed |sub| off its lane's parked list (it will not be resumed).
+ * Any thread. */
+void fxb_lane_unpark(fxb_sub *sub)
+{
+    fxb_lane *ln = sub->ln;
+    bool was = false;
+    pthread_mutex_lock(&ln->mu);
+    if (sub->lwaiting) {
+        fxb_sub *prev = NULL;
+        for (fxb_sub *p = ln->whead; p != NULL; prev = p, p = p->lwnext) {
+            if (p != sub)
+                continue;
+            if (prev != NULL)
+                prev->lwnext = p->lwnext;
+            else
+                ln->whead = p->lwnext;
+            if (ln->wtail == p)
+                ln->wtail = prev;
+            break;
+        }
+        sub->lwaiting = false;
+        sub->lwnext = NULL;
+        atomic_fetch_sub(&ln->nwaiters, 1);
+        was = true;
+    }
+    pthread_mutex_unlock(&ln->mu);
+    if (was)
+        fxb_sub_unref(sub);
+}
+
+static fx_ratelimit lane_drop_rl = FX_RATELIMIT_INIT;
+
+/* Sheds |l| of |sub| at its lane: counted (unless the subscription is gone,
+ * which is no overload) and freed. Any thread. */
+static void lane_shed(fxb_sub *sub, fx_frame_list *l)
+{
+    if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
+        FX_COUNTER_INC(subscriber_lane_dropped);
+        FX_COUNTER_ADD(subscriber_lane_dropped_events, l->events);
+        FX_LOG_RATELIMITED(&lane_drop_rl, fx_now_ns(), FX_LOG_WARN, "broker",
+                           "writer lane %u of conn %llu full: dropped %u message(s) sub=%llu",
+                           (unsigned)sub->ln->index, (unsigned long long)sub->conn->id,
+                           (unsigned)l->events, (unsigned long long)sub->id);
+        atomic_fetch_add_explicit(&sub->lane_dropped_events, l->events, memory_order_relaxed);
+    }
+    fxb_frame_list_free(l);
+}
+
+/* on_drop of a subscription's own queue, whose policy never sheds: called
+ * for the lists still queued when it is freed, each holding a lane slot. */
+void fxb_lane_on_leftover(void *item, void *user)
+{
+    fxb_sub *sub = user;
+    fxb_lane_release(sub->ln);
+    fxb_frame_list_free(item);
+}
+
+static void lane_on_resume(fxb_sub *sub)
+{
+    atomic_store_explicit(&sub->lane_resumed, true, memory_order_release);
+    fxb_sub_post(sub, sub->w->loop, &sub->feed_task);
+}
+
+/* ---- push -------------------------------------------------------------------------------- */
+
+/* Queues |l| on |sub|'s own queue under the lane slot the caller holds and
+ * kicks the writer. Returns QUEUED, SHED (counted: the queue's ring could
+ * not grow) or CLOSED (the queue is closed: the slot is given back, the
+ * caller still owns |l|). The queue holds at most the lane's slots, so it
+ * refuses only then. Worker. */
+static fxb_lane_result lane_enqueue(fxb_sub *sub, fx_frame_list *l)
+{
+    int rv = fx_queue_push(&sub->lane, l);
+    if (rv == 0) {
+        fxb_conn_kick_writer(sub->conn);
+        return FXB_LANE_QUEUED;
+    }
+    fxb_lane_release(sub->ln);
+    if (rv != -ENOMEM)
+        return FXB_LANE_CLOSED;
+    lane_shed(sub, l);
+    return FXB_LANE_SHED;
+}
+
+fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l)
+{
+    fxb_lane *ln = sub->ln;
+    fxb_lane_result r;
+    for (;;) {
+        if (atomic_load_explicit(&sub->closed, memory_order_acquire))
+            break;
+        if (lane_reserve(ln)) {
+            if ((r = lane_enqueue(sub, l)) != FXB_LANE_CLOSED)
+                return r;
+            break;
+        }
+        switch (sub->b->o.subscriber_lane_queue_policy) {
+        case FX_QUEUE_DROP_OLD: {
+            /* Only this subscription's own oldest queued list may go: its
+             * slot passes to |l|. With nothing of its own queued (its
+             * neighbours fill the lane) the oldest of its deliveries is |l|. */
+            void *old;
+            if (fx_queue_pop(&sub->lane, &old) != 0) {
+                lane_shed(sub, l);
+                return FXB_LANE_SHED;
+            }
+            lane_shed(sub, old);
+            if ((r = lane_enqueue(sub, l)) != FXB_LANE_CLOSED)
+                return r;
+            break;
+        }
+        case FX_QUEUE_DROP_NEW:
+            lane_shed(sub, l);
+            return FXB_LANE_SHED;
+        default:
+            /* Set up before parking: the resume may be posted at once (it
+             * runs on this thread, after we return). */
+            sub->held = l;
+            sub->lane_parked = true;
+            if (lane_park(sub))
+                return FXB_LANE_PARKED;
+            sub->lane_parked = false;
+            sub->held = NULL;
+            break; /* room appeared, or closed: retry */
+        }
+    }
+    fxb_frame_list_free(l); /* closed */
+    return FXB_LANE_CLOSED;
+}

@@ -1,0 +1,225 @@
+/* The reply queue of a client bidi stream: replies are queued in request
+ * order and written from the head once done (a commit ack waits for its
+ * worker), and a stream with too many unwritten replies stops reading.
+ * Connection loop, except fxb_reply_complete (any thread: a worker completes
+ * commit acks) and fxb_reply_unref (any thread). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "broker/broker_internal.h"
+#include "felix/error.h"
+#include "wire/binary.h"
+
+/* ---- encoding ---------------------------------------------------------------------------- */
+
+int fxb_msg_frame(const fx_msg *m, fx_buf **pframe)
+{
+    uint8_t *p;
+    size_t n;
+    int rv = fx_msg_encode_frame(m, &p, &n);
+    if (rv != 0)
+        return rv;
+    rv = fx_buf_new_copy(pframe, p, n);
+    free(p);
+    return rv;
+}
+
+/* ---- reply slots ------------------------------------------------------------------------- */
+
+void fxb_reply_unref(fxb_reply *r)
+{
+    if (r == NULL || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    fx_buf_unref(r->frame);
+    free(r);
+}
+
+/* A worker completed a commit ack: send what is now ready (conn loop). */
+static void reply_done_cb(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_reply *r = user;
+    if (r->owner != NULL)
+        fxb_bidi_flush(r->owner);
+    fxb_reply_unref(r);
+}
+
+/* An ack slot queued on |s| in request order, completed later. */
+fxb_reply *fxb_reply_new(fxb_bidi *s, bool binary, uint64_t request_id)
+{
+    fxb_reply *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    atomic_init(&r->refs, 1);
+    atomic_init(&r->done, false);
+    r->binary = binary;
+    r->request_id = request_id;
+    r->loop = s->conn->loop;
+    fx_task_init(&r->task, reply_done_cb, r);
+    fxb_reply_push(s, r);
+    return r;
+}
+
+static int encode_ack(fxb_reply *r, const char *err)
+{
+    if (!r->binary) {
+        fx_msg m;
+        if (err == NULL)
+            fx_msg_init_publish_ok(&m, r->request_id);
+        else
+            fx_msg_init_publish_error(&m, r->request_id, err);
+        return fxb_msg_frame(&m, &r->frame);
+    }
+    fx_publish_ack a = {.ok = err == NULL, .request_id = r->request_id};
+    if (err != NULL)
+        a.message = (fx_wire_slice){(const uint8_t *)err, strlen(err)};
+    size_t n = fx_publish_ack_frame_size(&a);
+    int rv = fx_buf_new(&r->frame, n);
+    if (rv != 0)
+        return rv;
+    ssize_t w = fx_publish_ack_encode(&a, fx_buf_data_mut(r->frame), n);
+    return w < 0 ? (int)w : 0;
+}
+
+/* Fills |r| with its answer (|err| NULL = ok) and marks it done. Any thread;
+ * the owner's loop sends it at its next flush. */
+void fxb_reply_complete(fxb_reply *r, const char *err)
+{
+    if (encode_ack(r, err) != 0) {
+        /* Only memory can fail here: the stream is reset when this reply
+         * reaches the head of its FIFO (fxb_bidi_flush), never skipped. */
+        FX_LOG_ERROR("broker", "could not encode the ack of request %llu",
+                     (unsigned long long)r->request_id);
+        fx_buf_unref(r->frame);
+        r->frame = NULL;
+    }
+    atomic_store_explicit(&r->done, true, memory_order_release);
+}
+
+/* ---- the queue of a stream --------------------------------------------------------------- */
+
+void fxb_reply_push(fxb_bidi *s, fxb_reply *r)
+{
+    r->owner = s;
+    if (s->rtail != NULL)
+        s->rtail->next = r;
+    else
+        s->rhead = r;
+    s->rtail = r;
+    if (++s->nreplies >= FXB_REPLIES_HIGH)
+        s->replies_full = true;
+}
+
+/* Reading resumes once the reply queue has drained to the low mark (posted,
+ * so a flush inside the input path never re-enters it). */
+static void replies_resume(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_bidi *s = user;
+    bool closed = s->closed;
+    if (!closed)
+        fxb_bidi_continue(s);
+    fxb_bidi_unref(s); /* the post's reference */
+}
+
+static void replies_drained(fxb_bidi *s)
+{
+    if (!s->replies_full || s->nreplies > FXB_REPLIES_LOW)
+        return;
+    s->replies_full = false;
+    s->refs++;
+    if (!fx_loop_post(s->conn->loop, &s->replies_task))
+        s->refs--; /* already pending: that run resumes reading */
+}
+
+void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame)
+{
+    fxb_reply *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        fx_buf_unref(frame);
+        fxb_bidi_fail(s, "out of memory for a reply");
+        return;
+    }
+    atomic_init(&r->refs, 1);
+    r->frame = frame;
+    atomic_init(&r->done, true);
+    fxb_reply_push(s, r);
+    fxb_bidi_flush(s);
+}
+
+int fxb_bidi_reply_msg(fxb_bidi *s, const fx_msg *m)
+{
+    fx_buf *f;
+    int rv = fxb_msg_frame(m, &f);
+    if (rv != 0) {
+        FX_LOG_ERROR("broker", "reply encoding failed: %s", fx_strerror(rv));
+        fxb_bidi_fail(s, "reply encoding failed");
+        return rv;
+    }
+    fxb_bidi_reply_frame(s, f);
+    return 0;
+}
+
+void fxb_bidi_error(fxb_bidi *s, const char *text, bool end)
+{
+    fx_msg m;
+    fx_msg_init_error(&m, text);
+    if (fxb_bidi_reply_msg(s, &m) == 0 && end)
+        fxb_bidi_end(s);
+}
+
+void fxb_bidi_end(fxb_bidi *s)
+{
+    s->ended = true;
+    fxb_bidi_flush(s);
+}
+
+/* Sends done replies from the head; stops at a pending commit ack or when the
+ * connection's unacked cap refuses (on_writable flushes again). Finishes the
+ * stream when it has ended and nothing is left to say. */
+void fxb_bidi_flush(fxb_bidi *s)
+{
+    fxb_conn *c = s->conn;
+    while (!s->closed && c->qc != NULL && s->rhead != NULL &&
+           atomic_load_explicit(&s->rhead->done, memory_order_acquire)) {
+        fxb_reply *r = s->rhead;
+        if (r->frame == NULL) {
+            fxb_bidi_fail(s, "a reply could not be encoded");
+            return;
+        }
+        int rv = fx_quic_stream_send(c->qc, s->sid, r->frame, 0, fx_buf_len(r->frame), false);
+        if (rv == FX_EFULL) {
+            c->want_writable = true;
+            return;
+        }
+        if (rv != 0)
+            break; /* the stream is gone: on_stream_close cleans up */
+        s->rhead = r->next;
+        if (s->rhead == NULL)
+            s->rtail = NULL;
+        s->nreplies--;
+        r->owner = NULL;
+        fxb_reply_unref(r);
+    }
+    replies_drained(s);
+    /* Input still buffered behind a park (or being fed from that buffer)
+     * holds the FIN too: the client's FIN is answered only once every frame
+     * it sent before it was handled. */
+    bool idle = s->rhead == NULL && s->parked == NULL && !s->resv_wait && !s->sub_pending &&
+                s->pend_len == 0;
+    if (!s->closed && !s->fin_sent && c->qc != NULL && idle && (s->ended || s->peer_fin)) {
+        s->fin_sent = true;
+        fx_quic_stream_shutdown(c->qc, s->sid);
+    }
+}
+
+void fxb_reply_bidi_init(fxb_bidi *s)
+{
+    fx_task_init(&s->replies_task, replies_resume, s);
+}

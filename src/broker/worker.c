@@ -1,0 +1,367 @@
+/* The worker stage (checkpoint 4's consumer): a worker loop owns its streams,
+ * drains its job queue, appends each batch to the stream's ring and hands it
+ * to the fanout (parking under block), completes commit acks, registers the
+ * subscriptions of its streams and ends deleted streams. Worker loop. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "broker/broker_internal.h"
+#include "broker/placement.h"
+#include "felix/error.h"
+
+/* ---- streams ----------------------------------------------------------------------------- */
+
+fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h)
+{
+    return &b->workers[fx_placement_worker_for(fx_stream_handle_id(h), b->nworkers)];
+}
+
+void fxb_worker_kick(fxb_worker *w)
+{
+    fx_loop_post(w->loop, &w->doorbell);
+}
+
+/* A parked fanout's subscriber queue drained (any thread): continue on the
+ * worker. One stream at most is parked per worker, so one task suffices. */
+static void on_stream_resume(fx_stream *s, void *user)
+{
+    (void)s;
+    fxb_worker *w = user;
+    fx_loop_post(w->loop, &w->resume_task);
+}
+
+fx_stream *fxb_worker_stream_if_any(fxb_worker *w, const fx_stream_handle *h)
+{
+    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
+    return idx < w->nstreams ? w->streams[idx] : NULL;
+}
+
+fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
+{
+    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
+    if (idx >= w->nstreams) {
+        size_t n = w->nstreams ? w->nstreams : 16;
+        while (n <= idx)
+            n *= 2;
+        fx_stream **p = realloc(w->streams, n * sizeof(*p));
+        if (p == NULL)
+            return NULL;
+        memset(p + w->nstreams, 0, (n - w->nstreams) * sizeof(*p));
+        w->streams = p;
+        w->nstreams = n;
+    }
+    if (w->streams[idx] == NULL) {
+        const fx_broker_opts *o = &w->b->o;
+        fx_stream_opts so = {.handle_id = fx_stream_handle_id(h),
+                             .log_capacity = o->log_capacity,
+                             .log_capacity_bytes = o->log_capacity_bytes,
+                             .sub_queue_capacity = o->subscriber_queue_capacity,
+                             .sub_queue_policy = o->subscriber_queue_policy,
+                             .on_resume = on_stream_resume,
+                             .user = w};
+        if (fx_stream_new(&w->streams[idx], &so) != 0)
+            return NULL;
+    }
+    return w->streams[idx];
+}
+
+/* ---- jobs -------------------------------------------------------------------------------- */
+
+static void job_complete(fxb_job *j, int rv, uint64_t now)
+{
+    if (rv == 0) {
+        FX_COUNTER_INC(publish_ok);
+        FX_HIST_OBSERVE(publish_latency_ns, now > j->arrived_ns ? now - j->arrived_ns : 0);
+    } else {
+        FX_COUNTER_INC(publish_error);
+        FX_LOG_WARN("broker", "append to stream %llu failed: %s",
+                    (unsigned long long)fx_stream_handle_id(j->h), fx_strerror(rv));
+    }
+    fxb_reply *r = j->commit;
+    if (r != NULL) {
+        if (rv != 0)
+            snprintf(r->errbuf, sizeof(r->errbuf), "publish failed: %s", fx_strerror(rv));
+        fxb_reply_complete(r, rv == 0 ? NULL : r->errbuf);
+        j->commit = NULL;
+        if (!fx_loop_post(r->loop, &r->task))
+            fxb_reply_unref(r); /* cannot be pending twice: the slot completes once */
+    }
+    fxb_job_free(j);
+}
+
+/* Appends and fans out one job. Returns false when the fanout parked. */
+static bool job_run(fxb_worker *w, fxb_job *j, uint64_t now)
+{
+    fx_stream *st;
+    if (!fx_stream_handle_is_active(j->h)) {
+        /* Deleted after admission. Its worker ends the stream only after
+         * the jobs queued before that (below), so a job that finds the
+         * stream not ended yet was admitted first: its events still go to
+         * the subscribers there are. After the end, or with no stream state
+         * here (nobody subscribed), it is refused. */
+        st = fxb_worker_stream_if_any(w, j->h);
+        if (st == NULL || fx_stream_handle_is_ended(j->h)) {
+            job_complete(j, FX_ENOSTREAM, now);
+            return true;
+        }
+    } else {
+        st = fxb_worker_stream(w, j->h);
+    }
+    if (st == NULL) {
+        job_complete(j, -ENOMEM, now);
+        return true;
+    }
+    fx_fanout_result res;
+    int rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
+    if (rv == -EAGAIN) {
+        w->parked_job = j;
+        w->parked_stream = st;
+        return false;
+    }
+    job_complete(j, rv, now);
+    return true;
+}
+
+/* Counts a completed job; a deleted stream may have been waiting for it. */
+static void job_done(fxb_worker *w)
+{
+    w->jobs_done++;
+    if (w->ends != NULL)
+        fxb_worker_run_due_ends(w);
+}
+
+void fxb_worker_drain(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_worker *w = user;
+    uint64_t now = fx_loop_now(l);
+    for (int i = 0; i < FXB_WORKER_BATCH; i++) {
+        if (w->parked_job != NULL)
+            return; /* the resume task continues */
+        void *item;
+        if (fx_queue_pop(&w->jobs, &item) != 0)
+            return;
+        if (job_run(w, item, now))
+            job_done(w);
+    }
+    fx_loop_post(l, &w->doorbell); /* more may wait: let other tasks run first */
+}
+
+void fxb_worker_resume(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_worker *w = user;
+    if (w->parked_job == NULL)
+        return;
+    fx_fanout_result res;
+    uint64_t now = fx_loop_now(l);
+    int rv = fx_stream_resume(w->parked_stream, now, &res);
+    if (rv == -EAGAIN)
+        return;
+    fxb_job *j = w->parked_job;
+    w->parked_job = NULL;
+    w->parked_stream = NULL;
+    job_complete(j, rv, now);
+    job_done(w);
+    fx_loop_post(l, &w->doorbell);
+}
+
+/* ---- lifecycle (main thread, loop not running) ------------------------------------------- */
+
+static void job_on_drop(void *item, void *user)
+{
+    (void)user;
+    fxb_job_free(item);
+}
+
+int fxb_worker_init(fx_broker *b, fxb_worker *w, uint32_t i)
+{
+    char name[24];
+    snprintf(name, sizeof(name), "fx-worker-%u", (unsigned)(i % 100000u));
+    w->b = b;
+    w->index = i;
+    fx_loop_opts lo = {.name = name, .cpu = b->o.pin_workers ? (int)i : -1};
+    int rv = fx_loop_new(&w->loop, &lo);
+    if (rv != 0)
+        return rv;
+    fx_queue_opts qo = {.capacity = b->o.pub_queue_depth,
+                        .policy = FX_QUEUE_BLOCK,
+                        .low_watermark = b->o.pub_queue_depth / 2,
+                        .on_drop = job_on_drop};
+    rv = fx_queue_init(&w->jobs, &qo);
+    if (rv != 0) {
+        fx_loop_free(w->loop);
+        w->loop = NULL;
+        return rv;
+    }
+    fx_task_init(&w->doorbell, fxb_worker_drain, w);
+    fx_task_init(&w->resume_task, fxb_worker_resume, w);
+    return 0;
+}
+
+void fxb_worker_deinit(fxb_worker *w)
+{
+    if (w->loop == NULL)
+        return;
+    if (w->parked_job != NULL)
+        fxb_job_free(w->parked_job);
+    fxb_worker_free_ends(w);
+    for (size_t i = 0; i < w->nstreams; i++)
+        fx_stream_free(w->streams[i]);
+    free(w->streams);
+    fx_queue_deinit(&w->jobs);
+    fx_loop_free(w->loop);
+}
+
+/* ---- subscriptions ----------------------------------------------------------------------- */
+
+/* w->subs: the registered subscriptions of a worker (worker thread). */
+static void wlist_add(fxb_sub *sub)
+{
+    fxb_worker *w = sub->w;
+    sub->wprev = NULL;
+    sub->wnext = w->subs;
+    if (w->subs != NULL)
+        w->subs->wprev = sub;
+    w->subs = sub;
+}
+
+static void wlist_remove(fxb_sub *sub)
+{
+    if (sub->wprev != NULL)
+        sub->wprev->wnext = sub->wnext;
+    else
+        sub->w->subs = sub->wnext;
+    if (sub->wnext != NULL)
+        sub->wnext->wprev = sub->wprev;
+    sub->wnext = sub->wprev = NULL;
+}
+
+/* Frees the worker's state of a deleted stream once no subscriber and no
+ * parked fanout uses it (ids are never reused, so the slot stays empty). */
+static void free_if_deleted(fxb_worker *w, fx_stream_handle *h)
+{
+    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
+    if (fx_stream_handle_is_active(h) || idx >= w->nstreams || w->streams[idx] == NULL)
+        return;
+    fx_stream *st = w->streams[idx];
+    if (fx_stream_subscriber_count(st) > 0 || fx_stream_is_parked(st) || w->parked_stream == st)
+        return;
+    fx_stream_free(st);
+    w->streams[idx] = NULL;
+}
+
+void fxb_worker_sub_register(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_sub *sub = user;
+    if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
+        /* A stream deleted meanwhile must not be created again here. */
+        sub->stream = fx_stream_handle_is_active(sub->h) ? fxb_worker_stream(sub->w, sub->h) : NULL;
+        sub->reg_rv = fx_stream_handle_is_active(sub->h) ? -ENOMEM : FX_ENOSTREAM;
+        if (sub->stream != NULL) {
+            fx_subscribe_opts so = {
+                .subscription_id = sub->id, .on_wake = fxb_feeder_wake, .user = sub};
+            sub->reg_rv = fx_stream_subscribe(sub->stream, &sub->start, &so, &sub->sub,
+                                              &sub->backlog, &sub->available);
+        }
+        if (sub->reg_rv == 0) {
+            sub->registered = true;
+            fxb_sub_ref(sub); /* the worker's */
+            wlist_add(sub);
+        }
+    }
+    fxb_sub_post(sub, sub->conn->loop, &sub->reply_task);
+    fxb_sub_unref(sub);
+}
+
+void fxb_worker_sub_unregister(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_sub *sub = user;
+    fx_loop_timer_cancel(l, &sub->delay_timer);
+    /* The subscription left its lane's parked list when it was closed,
+     * before this task was posted: nothing resumes it any more. */
+    sub->lane_parked = false;
+    fxb_frame_list_free(sub->held);
+    sub->held = NULL;
+    fx_backlog_free(&sub->backlog);
+    fx_coalescer_deinit(&sub->co);
+    if (sub->registered) {
+        sub->registered = false;
+        wlist_remove(sub);
+        fx_stream_unsubscribe(sub->stream, sub->sub);
+        sub->sub = NULL;
+        free_if_deleted(sub->w, sub->h);
+        fxb_sub_unref(sub); /* the worker's */
+    }
+    fxb_sub_unref(sub);
+}
+
+void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h)
+{
+    fx_stream_handle_set_ended(h);
+    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
+        if (sub->h != h || sub->ending)
+            continue;
+        sub->ending = true;
+        /* The feeder sends what is queued, then asks for the FIN; a
+         * subscription whose event stream is not open yet gets it when its
+         * feeder first runs. */
+        fxb_sub_post(sub, w->loop, &sub->feed_task);
+    }
+    free_if_deleted(w, h);
+}
+
+/* ---- deleted streams --------------------------------------------------------------------- */
+
+static void end_now(fxb_end *e)
+{
+    fxb_worker_end_stream(e->w, e->h);
+    fx_stream_handle_unref(e->h);
+    free(e);
+}
+
+void fxb_worker_end_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_end *e = user;
+    fxb_worker *w = e->w;
+    e->target = w->jobs_done + fx_queue_depth(&w->jobs) + (w->parked_job != NULL);
+    if (w->jobs_done >= e->target) {
+        end_now(e);
+        return;
+    }
+    e->next = w->ends;
+    w->ends = e;
+}
+
+void fxb_worker_run_due_ends(fxb_worker *w)
+{
+    fxb_end **pp = &w->ends;
+    while (*pp != NULL) {
+        fxb_end *e = *pp;
+        if (w->jobs_done >= e->target) {
+            *pp = e->next;
+            end_now(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+}
+
+void fxb_worker_free_ends(fxb_worker *w)
+{
+    while (w->ends != NULL) {
+        fxb_end *e = w->ends;
+        w->ends = e->next;
+        fx_stream_handle_unref(e->h);
+        free(e);
+    }
+}

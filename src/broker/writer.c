@@ -1,0 +1,156 @@
+/* The connection writer (QUIC egress): takes frame lists from the lanes of a
+ * connection's subscriptions and writes them with continuous pipelining, each
+ * subscription while its own unacked bytes are under its cap, so a
+ * flow-blocked subscriber holds up its neighbours only by keeping their
+ * shared lane full. Connection loop (fxb_conn_kick_writer: any thread). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "broker/broker_internal.h"
+#include "felix/error.h"
+
+void fxb_conn_kick_writer(fxb_conn *c)
+{
+    fxb_conn_ref(c);
+    if (!fx_loop_post(c->loop, &c->writer_task))
+        fxb_conn_unref(c);
+}
+
+/* Released by QUIC when the last frame of a list is acknowledged (or the
+ * stream or connection is gone): the list's bytes leave the subscription's
+ * unacked count. Runs on the connection's loop. */
+typedef struct send_token {
+    fxb_sub *sub;
+    fx_buf *frame;
+    size_t bytes;
+} send_token;
+
+static void token_free(void *data, size_t len, void *user)
+{
+    (void)data;
+    (void)len;
+    send_token *tk = user;
+    fxb_sub *sub = tk->sub;
+    size_t cap = (size_t)sub->b->o.subscriber_unacked_bytes;
+    bool was_full = sub->inflight >= cap;
+    sub->inflight -= tk->bytes;
+    if (was_full && sub->inflight < cap && !atomic_load(&sub->closed) && !sub->conn->dead)
+        fxb_conn_kick_writer(sub->conn);
+    fx_buf_unref(tk->frame);
+    fxb_sub_unref(sub);
+    free(tk);
+}
+
+/* The buffer to send for frame |i| of the current list: the frame itself, or
+ * for the last frame a wrapper whose release reports the list acknowledged. */
+static int frame_buf(fxb_sub *sub, size_t i, fx_buf **pb)
+{
+    fx_frame_list *l = sub->cur;
+    if (i + 1 < l->n) {
+        *pb = fx_buf_ref(l->frames[i]);
+        return 0;
+    }
+    send_token *tk = malloc(sizeof(*tk));
+    if (tk == NULL)
+        return -ENOMEM;
+    *tk = (send_token){.sub = sub, .frame = fx_buf_ref(l->frames[i]), .bytes = l->bytes};
+    int rv = fx_buf_wrap(pb, l->iov[i].iov_base, l->iov[i].iov_len, token_free, tk);
+    if (rv != 0) {
+        fx_buf_unref(tk->frame);
+        free(tk);
+        return rv;
+    }
+    fxb_sub_ref(sub);
+    return 0;
+}
+
+/* Writes the rest of the current list. Returns 0 (done), FX_EFULL (the
+ * connection's unacked cap: wait for on_writable), or another error. */
+static int write_list(fxb_conn *c, fxb_sub *sub)
+{
+    fx_frame_list *l = sub->cur;
+    while (sub->cur_idx < l->n) {
+        size_t i = sub->cur_idx;
+        fx_buf *b;
+        int rv = frame_buf(sub, i, &b);
+        if (rv != 0)
+            return rv;
+        size_t off = (size_t)((const uint8_t *)l->iov[i].iov_base - fx_buf_data(b));
+        if (i + 1 == l->n) {
+            off = 0; /* the wrapper starts at the frame */
+            /* Counted before the send: a refused send releases the wrapper,
+             * whose token subtracts the same bytes again. */
+            sub->inflight += l->bytes;
+        }
+        rv = fx_quic_stream_send(c->qc, sub->uni_sid, b, off, l->iov[i].iov_len, false);
+        fx_buf_unref(b);
+        if (rv != 0)
+            return rv;
+        sub->cur_idx++;
+    }
+    sub->delivered += l->events;
+    sub->last_write_ns = fx_loop_now(c->loop);
+    fxb_frame_list_free(l);
+    sub->cur = NULL;
+    if (sub->cur_charged) {
+        sub->cur_charged = false;
+        fxb_lane_release(sub->ln); /* handed to QUIC: the lane has room again */
+    }
+    return 0;
+}
+
+/* Returns false when the connection cannot take more (stop the round). */
+static bool write_sub(fxb_conn *c, fxb_sub *sub)
+{
+    size_t cap = (size_t)c->b->o.subscriber_unacked_bytes;
+    while (sub->uni_open && sub->inflight < cap) {
+        if (sub->cur == NULL) {
+            /* Read the flag before the lane: set after the last push. */
+            bool fin = atomic_load_explicit(&sub->fin_req, memory_order_acquire);
+            void *item;
+            if (fx_queue_pop(&sub->lane, &item) != 0) {
+                if (fin && !sub->fin_sent) {
+                    sub->fin_sent = true;
+                    fx_quic_stream_shutdown(c->qc, sub->uni_sid);
+                }
+                return true;
+            }
+            sub->cur = item;
+            sub->cur_idx = 0;
+            sub->cur_charged = true; /* its lane slot stays taken until sent */
+        }
+        int rv = write_list(c, sub);
+        if (rv == FX_EFULL) {
+            c->want_writable = true;
+            return false;
+        }
+        if (rv != 0) {
+            FX_COUNTER_INC(subscriber_disconnect);
+            FX_LOG_DEBUG("broker", "subscription %llu: write failed: %s",
+                         (unsigned long long)sub->id, fx_strerror(rv));
+            fxb_sub_close(sub, true);
+            return true;
+        }
+    }
+    return true;
+}
+
+void fxb_writer_run(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_conn *c = user;
+    if (!c->dead && c->qc != NULL && !c->want_writable) {
+        fxb_sub *next;
+        for (fxb_sub *sub = c->subs; sub != NULL; sub = next) {
+            next = sub->next;
+            if (!write_sub(c, sub))
+                break;
+        }
+    }
+    fxb_conn_unref(c);
+}
