@@ -99,6 +99,9 @@
     C(publish_error, "felix_publish_requests_total", "result=error",                               \
       "Publish requests by result: accepted (admitted), ok (appended), dropped (shed), error "     \
       "(refused)")                                                                                 \
+    C(publish_commit_timeouts, "felix_publish_commit_timeouts_total", "",                          \
+      "Commit acks answered \"publish commit timeout\" after ack_wait_timeout_ms (the publish "    \
+      "may still be appended)")                                                                    \
     C(publish_bytes, "felix_publish_bytes_total", "", "Payload bytes of admitted publishes")       \
     H(publish_latency_ns, "felix_publish_latency_ns", "",                                          \
       "Nanoseconds from a publish frame's arrival at the broker to its append", 10)

@@ -492,6 +492,7 @@ void fxb_bidi_close(fxb_bidi *s)
     count_discarded(s);
     s->closed = true;
     s->ended = true;
+    fx_loop_timer_cancel(c->loop, &s->commit_timer);
     fxb_ingress_resv_cancel(s);
     if (s->parked != NULL)
         fxb_ingress_cancel_parked(s);

@@ -43,6 +43,9 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .subscriber_lane_queue_depth = 64,
         .subscriber_lane_queue_policy = FX_QUEUE_DROP_NEW,
         .subscriber_max_bytes_per_write = 65536,
+        .ack_wait_timeout_ns = 2 * FX_NS_PER_S,
+        .subscriber_flush_max_items = 16,
+        .subscriber_flush_max_delay_ns = 0,
         .subscriber_unacked_bytes = 1u << 20,
         .frame_read_timeout_ns = 10000 * FX_NS_PER_MS,
     };
@@ -58,7 +61,8 @@ static int check_opts(const fx_broker_opts *o)
         o->pub_inflight_bytes == 0 || o->pub_conn_inflight_bytes == 0 ||
         o->subscriber_lane_queue_depth == 0 || o->max_frame_bytes == 0 ||
         o->event_batch_max_events == 0 || o->event_batch_max_bytes == 0 ||
-        o->subscriber_max_bytes_per_write == 0 || o->subscriber_unacked_bytes == 0 ||
+        o->subscriber_max_bytes_per_write == 0 || o->subscriber_flush_max_items == 0 ||
+        o->ack_wait_timeout_ns == 0 || o->subscriber_unacked_bytes == 0 ||
         o->subscriber_writer_lanes == 0 || o->max_subscriber_writer_lanes == 0 ||
         o->subscriber_lane_shard > FX_BROKER_LANE_ROUND_ROBIN_PIN || o->bind_ip == NULL)
         return -EINVAL;

@@ -125,6 +125,19 @@ typedef struct fx_broker_opts {
     uint32_t subscriber_lane_queue_depth;
     fx_queue_policy subscriber_lane_queue_policy;
     uint64_t subscriber_max_bytes_per_write;
+    /* How long a commit ack (ack_on_commit) waits for its append before the
+     * client is answered "publish commit timeout"; the publish itself goes
+     * on and may still be appended. 2 s. */
+    uint64_t ack_wait_timeout_ns;
+    /* Flush shaping of the connection writer: per turn it hands QUIC at most
+     * subscriber_flush_max_items frame lists of one subscription, then lets
+     * its loop run other work before going on (a busy subscriber cannot hold
+     * the loop). With subscriber_flush_max_delay_ns > 0 a subscription that
+     * has fewer lists than that queued waits up to that long for more before
+     * they are written (fewer, larger writes for more latency); 0, the
+     * default, writes a lone message at once. */
+    uint32_t subscriber_flush_max_items;
+    uint64_t subscriber_flush_max_delay_ns;
     /* Unacknowledged bytes one subscription may have queued on its QUIC
      * stream before its writer waits (a flow-blocked subscriber stops here, so
      * it never fills the connection's unacked cap for its neighbours). */

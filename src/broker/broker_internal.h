@@ -148,6 +148,8 @@ struct fxb_conn {
     bool counted;       /* holds one of max_connections (b->nconns) */
     bool want_writable; /* a send hit the unacked cap: wait for on_writable */
     fx_task writer_task;
+    bool writer_more;        /* a subscription stopped at its flush limit: go on */
+    fx_timer flush_timer;    /* the earliest held flush (flush_max_delay) is due */
     fxb_conn *cnext, *cprev; /* on b->conns */
     /* Writer lanes: fixed at creation, freed with the last reference (the
      * subscriptions, which may outlive the loop's use, hold one). */
@@ -166,8 +168,10 @@ struct fxb_reply {
     fx_task task;
     fxb_reply *next;
     atomic_bool done;
-    fx_buf *frame; /* the encoded reply, once done */
-    bool binary;   /* 0x0010 ack, else JSON publish_ok / publish_error */
+    atomic_bool claimed;  /* the first fxb_reply_complete wins (worker or timeout) */
+    uint64_t deadline_ns; /* a commit ack: answered with a timeout then; else 0 */
+    fx_buf *frame;        /* the encoded reply, once done */
+    bool binary;          /* 0x0010 ack, else JSON publish_ok / publish_error */
     uint64_t request_id;
     const char *err; /* commit result: NULL ok, else static text */
     char errbuf[1024];
@@ -213,6 +217,7 @@ struct fxb_bidi {
     fx_task resume_task;
     bool resume_pending;
     fx_timer wait_timer;
+    fx_timer commit_timer; /* the head commit ack's ack_wait_timeout (reply.c) */
     /* Replies in request order. At FXB_REPLIES_HIGH queued the stream stops
      * reading (a client that sends requests but does not read the answers is
      * slowed, not buffered without bound) until they fall to
@@ -293,6 +298,7 @@ struct fxb_sub {
     bool fin_sent;
     uint64_t delivered;     /* messages written to the event stream */
     uint64_t last_write_ns; /* 0 = never */
+    uint64_t flush_since;   /* writer: when it first held a short lane back; 0 = not */
 };
 
 /* Bounds of a client stream's reply queue (the original throttles at the
@@ -479,6 +485,9 @@ void fxb_lane_on_leftover(void *item, void *user);
 /* ---- writer.c: the connection writer (conn loop) ---------------------------- */
 /* Schedules the writer of |c|. Any thread. */
 void fxb_conn_kick_writer(fxb_conn *c);
+/* Timer callback (fxb_conn.flush_timer): a held flush is due; runs the
+ * writer. Connection loop. */
+void fxb_writer_flush_due(fx_loop *l, fx_timer *t, void *user);
 /* Task callback (fxb_conn.writer_task). */
 void fxb_writer_run(fx_loop *l, fx_task *t, void *user);
 

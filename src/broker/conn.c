@@ -103,6 +103,7 @@ static void on_conn_new(fx_quic_conn *qc, void *user)
     c->epi = fxb_ep_index(b, c->loop);
     c->id = atomic_fetch_add(&b->next_conn_id, 1);
     fx_task_init(&c->writer_task, fxb_writer_run, c);
+    fx_timer_init(&c->flush_timer, fxb_writer_flush_due, c);
     fx_quic_conn_set_user(qc, c);
     fxb_conn_list_add(b, c);
     if (fxb_is_draining(b)) { /* the drain takes no new connections */
@@ -197,6 +198,7 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
         return;
     fx_quic_conn_set_user(qc, NULL);
     c->dead = true;
+    fx_loop_timer_cancel(c->loop, &c->flush_timer);
     fxb_conn_list_remove(c->b, c);
     while (c->subs != NULL)
         fxb_sub_close(c->subs, false);

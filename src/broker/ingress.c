@@ -532,6 +532,7 @@ int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
         return -1;
     }
     if (r != NULL && o->ack_on_commit) {
+        r->deadline_ns = fx_loop_now(s->conn->loop) + o->ack_wait_timeout_ns;
         atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
         j->commit = r;
     }

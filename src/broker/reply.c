@@ -90,6 +90,8 @@ static int encode_ack(fxb_reply *r, const char *err)
  * the owner's loop sends it at its next flush. */
 void fxb_reply_complete(fxb_reply *r, const char *err)
 {
+    if (atomic_exchange_explicit(&r->claimed, true, memory_order_acq_rel))
+        return; /* answered already: the commit timed out first */
     if (encode_ack(r, err) != 0) {
         /* Only memory can fail here: the stream is reset when this reply
          * reaches the head of its FIFO (fxb_bidi_flush), never skipped. */
@@ -180,14 +182,54 @@ void fxb_bidi_end(fxb_bidi *s)
     fxb_bidi_flush(s);
 }
 
+static fx_ratelimit commit_timeout_rl = FX_RATELIMIT_INIT;
+
+/* A commit ack at the head past its deadline is answered "publish commit
+ * timeout" (the append may still happen: docs/semantics.md); one not yet due
+ * arms the stream's commit timer. Returns true when the head is done. */
+static bool head_done(fxb_bidi *s)
+{
+    fxb_reply *r = s->rhead;
+    if (atomic_load_explicit(&r->done, memory_order_acquire))
+        return true;
+    if (r->deadline_ns == 0)
+        return false;
+    fx_loop *l = s->conn->loop;
+    uint64_t now = fx_loop_now(l);
+    if (now < r->deadline_ns) {
+        if (!fx_timer_is_armed(&s->commit_timer) || s->commit_timer.deadline_ns > r->deadline_ns)
+            fx_loop_timer_arm(l, &s->commit_timer, r->deadline_ns);
+        return false;
+    }
+    if (atomic_load_explicit(&r->claimed, memory_order_acquire))
+        return false; /* the worker is completing it right now: its task flushes */
+    fxb_reply_complete(r, "publish commit timeout");
+    if (!atomic_load_explicit(&r->done, memory_order_acquire))
+        return false; /* lost the race after all */
+    FX_COUNTER_INC(publish_commit_timeouts);
+    FX_LOG_RATELIMITED(&commit_timeout_rl, now, FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld: request %llu: publish commit timeout",
+                       (unsigned long long)s->conn->id, (long long)s->sid,
+                       (unsigned long long)r->request_id);
+    return true;
+}
+
+static void commit_timer_cb(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_bidi *s = user;
+    if (!s->closed)
+        fxb_bidi_flush(s);
+}
+
 /* Sends done replies from the head; stops at a pending commit ack or when the
  * connection's unacked cap refuses (on_writable flushes again). Finishes the
  * stream when it has ended and nothing is left to say. */
 void fxb_bidi_flush(fxb_bidi *s)
 {
     fxb_conn *c = s->conn;
-    while (!s->closed && c->qc != NULL && s->rhead != NULL &&
-           atomic_load_explicit(&s->rhead->done, memory_order_acquire)) {
+    while (!s->closed && c->qc != NULL && s->rhead != NULL && head_done(s)) {
         fxb_reply *r = s->rhead;
         if (r->frame == NULL) {
             fxb_bidi_fail(s, "a reply could not be encoded");
@@ -222,4 +264,5 @@ void fxb_bidi_flush(fxb_bidi *s)
 void fxb_reply_bidi_init(fxb_bidi *s)
 {
     fx_task_init(&s->replies_task, replies_resume, s);
+    fx_timer_init(&s->commit_timer, commit_timer_cb, s);
 }

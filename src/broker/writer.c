@@ -103,14 +103,52 @@ static int write_list(fxb_conn *c, fxb_sub *sub)
     return 0;
 }
 
-/* Returns false when the connection cannot take more (stop the round). */
+/* flush_max_delay: true while |sub|'s short lane is held back for more
+ * lists; the connection's flush timer then runs the writer when the oldest
+ * hold is due. A full batch (flush_max_items queued) or a FIN goes at once. */
+static bool hold_flush(fxb_conn *c, fxb_sub *sub, bool fin)
+{
+    const fx_broker_opts *o = &c->b->o;
+    if (o->subscriber_flush_max_delay_ns == 0 || fin ||
+        fx_queue_depth(&sub->lane) >= o->subscriber_flush_max_items) {
+        sub->flush_since = 0;
+        return false;
+    }
+    uint64_t now = fx_loop_now(c->loop);
+    if (sub->flush_since == 0)
+        sub->flush_since = now;
+    uint64_t due = sub->flush_since + o->subscriber_flush_max_delay_ns;
+    if (now >= due) {
+        sub->flush_since = 0;
+        return false;
+    }
+    if (fx_queue_depth(&sub->lane) == 0) {
+        sub->flush_since = 0; /* nothing to hold */
+        return false;
+    }
+    if (!fx_timer_is_armed(&c->flush_timer) || c->flush_timer.deadline_ns > due)
+        fx_loop_timer_arm(c->loop, &c->flush_timer, due);
+    return true;
+}
+
+/* Returns false when the connection cannot take more (stop the round). At
+ * most subscriber_flush_max_items lists of |sub| go per turn; the writer
+ * runs again for the rest (writer_more). */
 static bool write_sub(fxb_conn *c, fxb_sub *sub)
 {
     size_t cap = (size_t)c->b->o.subscriber_unacked_bytes;
+    uint32_t budget = c->b->o.subscriber_flush_max_items;
     while (sub->uni_open && sub->inflight < cap) {
         if (sub->cur == NULL) {
             /* Read the flag before the lane: set after the last push. */
             bool fin = atomic_load_explicit(&sub->fin_req, memory_order_acquire);
+            if (budget == 0) {
+                c->writer_more = true;
+                return true;
+            }
+            if (hold_flush(c, sub, fin))
+                return true;
+            budget--;
             void *item;
             if (fx_queue_pop(&sub->lane, &item) != 0) {
                 if (fin && !sub->fin_sent) {
@@ -144,6 +182,7 @@ void fxb_writer_run(fx_loop *l, fx_task *t, void *user)
     (void)l;
     (void)t;
     fxb_conn *c = user;
+    c->writer_more = false;
     if (!c->dead && c->qc != NULL && !c->want_writable) {
         fxb_sub *next;
         for (fxb_sub *sub = c->subs; sub != NULL; sub = next) {
@@ -152,5 +191,18 @@ void fxb_writer_run(fx_loop *l, fx_task *t, void *user)
                 break;
         }
     }
+    if (c->writer_more && !c->dead && !c->want_writable)
+        fxb_conn_kick_writer(c); /* after the tasks queued meanwhile */
     fxb_conn_unref(c);
+}
+
+void fxb_writer_flush_due(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_conn *c = user;
+    if (c->dead)
+        return;
+    fxb_conn_ref(c);
+    fxb_writer_run(l, NULL, c);
 }

@@ -520,6 +520,8 @@ int fx_quic_conn_accept(fx_quic_endpoint *ep, const ngtcp2_pkt_hd *hd, const ngt
         fx_quic_conn_destroy(c);
         return rv == NGTCP2_ERR_NOMEM ? -ENOMEM : FX_EQUIC;
     }
+    if (ep->o.keepalive_ns > 0)
+        ngtcp2_conn_set_keep_alive_timeout(c->q, ep->o.keepalive_ns);
     rv = fx_quic_tls_session(c);
     if (rv == 0)
         rv = fx_quic_conn_cid_remember(c, &scid);

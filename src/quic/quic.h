@@ -26,7 +26,7 @@ typedef struct fx_quic_creds fx_quic_creds;
  * files. Sizes are bytes, durations nanoseconds. */
 typedef struct fx_quic_opts {
     uint64_t idle_timeout_ns;      /* 30 s; 0 disables the idle timeout */
-    uint64_t keepalive_ns;         /* 10 s, client connections only; 0 = off */
+    uint64_t keepalive_ns;         /* 10 s: PING a connection quiet this long; 0 = off */
     uint64_t handshake_timeout_ns; /* 10 s */
     uint64_t stream_window;        /* initial receive window per stream: 1 MiB */
     uint64_t conn_window;          /* initial receive window per connection: 16 MiB */

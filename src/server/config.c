@@ -223,7 +223,7 @@ const struct key fx_config_keys[] = {
      FIELD(subscriber_flush_max_items), .def = "16", .min = 1, .max = 65536,
      .help = "lane commands handed to the writer per wakeup"},
     {.name = "subscriber_flush_max_delay_us", .env = {"FELIX_SUB_FLUSH_MAX_DELAY_US"},
-     .type = T_DUR, FIELD(subscriber_flush_max_delay_ns), .def = "50us", .min = 0, .max = SEC,
+     .type = T_DUR, FIELD(subscriber_flush_max_delay_ns), .def = "0", .min = 0, .max = SEC,
      .help = "longest a lane waits to fill a flush; 0 = flush at once"},
     {.name = "subscriber_max_bytes_per_write", .env = {"FELIX_SUB_MAX_BYTES_PER_WRITE"},
      .type = T_SIZE, FIELD(subscriber_max_bytes_per_write), .def = "64KiB", .min = 1, .max = GiB,

@@ -217,6 +217,7 @@ static void quic_opts_from_config(const fx_config *c, fx_quic_opts *q)
 {
     fx_quic_opts_default(q);
     q->idle_timeout_ns = c->idle_timeout_ns;
+    q->keepalive_ns = c->keepalive_interval_ns;
     q->stream_window = c->quic_stream_recv_window;
     q->conn_window = c->quic_conn_recv_window;
     q->max_stream_window = c->quic_stream_recv_window_max;
@@ -276,6 +277,7 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->max_subscriptions_per_conn = c->max_subscriptions_per_conn;
     o->max_frame_bytes = (uint32_t)c->max_frame_bytes;
     o->ack_on_commit = c->ack_on_commit;
+    o->ack_wait_timeout_ns = c->ack_wait_timeout_ns;
     o->publish_queue_wait_timeout_ns = c->publish_queue_wait_timeout_ns;
     o->pub_queue_depth = c->pub_queue_depth;
     o->pub_inflight_bytes = c->pub_inflight_bytes;
@@ -293,6 +295,8 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->subscriber_lane_queue_depth = c->subscriber_lane_queue_depth;
     o->subscriber_lane_queue_policy = policy_of(c->subscriber_lane_queue_policy);
     o->subscriber_max_bytes_per_write = c->subscriber_max_bytes_per_write;
+    o->subscriber_flush_max_items = c->subscriber_flush_max_items;
+    o->subscriber_flush_max_delay_ns = c->subscriber_flush_max_delay_ns;
     return 0;
 }
 
@@ -442,11 +446,7 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
  * yet. Setting one is not an error (files written for the original keep
  * working) but it is never silent: each explicitly set key gets a warning. */
 static const char *const unapplied_keys[] = {
-    "ack_wait_timeout_ms",
     "initial_cwnd",
-    "keepalive_interval_ms", /* the broker's connections are server-side */
-    "subscriber_flush_max_items",
-    "subscriber_flush_max_delay_us",
     "control_stream_drain_timeout_ms",
 };
 

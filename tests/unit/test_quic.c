@@ -892,6 +892,21 @@ static void test_keepalive_keeps_quiet_connection_open(void **state)
     h_free(t);
 }
 
+/* The server's own keep-alive holds a connection whose client sends nothing
+ * (a client with keep-alive off, behind a NAT that forgets quiet flows). */
+static void test_server_keepalive_keeps_quiet_connection_open(void **state)
+{
+    h *t = h_new();
+    t->so.idle_timeout_ns = t->co.idle_timeout_ns = 300 * FX_NS_PER_MS;
+    t->co.keepalive_ns = 0;
+    t->so.keepalive_ns = 100 * FX_NS_PER_MS;
+    accepted_with(t);
+    run_for(t, 1000);
+    assert_int_equal(t->c.closed, 0);
+    assert_int_equal(t->s.closed, 0);
+    h_free(t);
+}
+
 static void test_endpoint_free_closes_connections_with_reason(void **state)
 {
     h *t = h_connected();
@@ -1502,6 +1517,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_server_accepts_client_without_alpn),
     cmocka_unit_test(test_client_with_other_alpn_refused),
     cmocka_unit_test(test_idle_timeout_closes_silent_connection),
+    cmocka_unit_test(test_server_keepalive_keeps_quiet_connection_open),
     cmocka_unit_test(test_keepalive_keeps_quiet_connection_open),
     cmocka_unit_test(test_endpoint_free_closes_connections_with_reason),
     cmocka_unit_test(test_stream_reset_reports_code_and_releases_buffers),

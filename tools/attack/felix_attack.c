@@ -66,12 +66,12 @@ typedef struct atk {
     fx_quic_endpoint *ep;
     fx_timer tick, end;
     aconn *conns;
-    fx_buf *unit;  /* the attack's frame bytes, shared by every send */
+    fx_buf *unit; /* the attack's frame bytes, shared by every send */
     uint64_t next_bomb_ns;
     int bomb_conn;
     /* what happened */
-    uint64_t up, refused_conns, closed_by_peer, streams_opened, stream_limit_hits, sends,
-        send_full, bytes_sent, stream_resets_seen, bytes_received;
+    uint64_t up, refused_conns, closed_by_peer, streams_opened, stream_limit_hits, sends, send_full,
+        bytes_sent, stream_resets_seen, bytes_received;
     char last_close[128];
 } atk;
 
@@ -254,8 +254,8 @@ static void on_handshake_done(fx_quic_conn *qc, void *user)
     start_conn(c);
 }
 
-static void on_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, size_t len,
-                           bool fin, void *user, void *stream_user)
+static void on_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, size_t len, bool fin,
+                           void *user, void *stream_user)
 {
     aconn *c = user;
     (void)data;
@@ -324,28 +324,27 @@ static const fx_quic_callbacks CBS = {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: felix-attack --server HOST:PORT --pin HEX --attack NAME [options]\n"
-            "  Misbehaves against a running felix-broker for a fixed time, then prints\n"
-            "  one JSON line of what it did and how the broker answered.\n"
-            "attacks:\n"
-            "  budget-hog   each stream sends one 12-byte publish-batch header announcing\n"
-            "               --announce bytes (default 16 MiB) and never the body\n"
-            "  reply-flood  each stream sends --frames frames with an unknown flag and\n"
-            "               never reads the error replies\n"
-            "  json-bomb    once a second, a --bomb-bytes JSON frame of empty objects\n"
-            "  uni-churn    unidirectional streams opened and finished or reset, nonstop\n"
-            "  idle-conns   --conns connections that never open a stream\n"
-            "  auth-flood   auth messages with a bad token, --streams in flight per conn\n"
-            "options:\n"
-            "  --bind IP        send from this local address (e.g. 127.0.0.2)\n"
-            "  --seconds S      how long (default 20)\n"
-            "  --conns N        connections (default 16; idle-conns 4300, reply-flood 1)\n"
-            "  --streams N      streams per connection (default 4; reply-flood 1000)\n"
-            "  --frames N       reply-flood frames per stream (default 1536)\n"
-            "example:\n"
-            "  felix-attack --server 127.0.0.1:5000 --pin $FELIX_PIN --bind 127.0.0.2 \\\n"
-            "      --attack budget-hog --conns 16 --streams 4 --seconds 20\n");
+    fprintf(f, "usage: felix-attack --server HOST:PORT --pin HEX --attack NAME [options]\n"
+               "  Misbehaves against a running felix-broker for a fixed time, then prints\n"
+               "  one JSON line of what it did and how the broker answered.\n"
+               "attacks:\n"
+               "  budget-hog   each stream sends one 12-byte publish-batch header announcing\n"
+               "               --announce bytes (default 16 MiB) and never the body\n"
+               "  reply-flood  each stream sends --frames frames with an unknown flag and\n"
+               "               never reads the error replies\n"
+               "  json-bomb    once a second, a --bomb-bytes JSON frame of empty objects\n"
+               "  uni-churn    unidirectional streams opened and finished or reset, nonstop\n"
+               "  idle-conns   --conns connections that never open a stream\n"
+               "  auth-flood   auth messages with a bad token, --streams in flight per conn\n"
+               "options:\n"
+               "  --bind IP        send from this local address (e.g. 127.0.0.2)\n"
+               "  --seconds S      how long (default 20)\n"
+               "  --conns N        connections (default 16; idle-conns 4300, reply-flood 1)\n"
+               "  --streams N      streams per connection (default 4; reply-flood 1000)\n"
+               "  --frames N       reply-flood frames per stream (default 1536)\n"
+               "example:\n"
+               "  felix-attack --server 127.0.0.1:5000 --pin $FELIX_PIN --bind 127.0.0.2 \\\n"
+               "      --attack budget-hog --conns 16 --streams 4 --seconds 20\n");
 }
 
 static int parse_kind(const char *s, attack_kind *k)
@@ -377,28 +376,58 @@ static int parse_server(const char *s, cfg *c)
 static int parse_args(int argc, char **argv, cfg *c)
 {
     static const struct option opts[] = {
-        {"server", 1, 0, 's'},  {"pin", 1, 0, 'p'},    {"attack", 1, 0, 'a'},
-        {"bind", 1, 0, 'b'},    {"seconds", 1, 0, 't'}, {"conns", 1, 0, 'c'},
-        {"streams", 1, 0, 'n'}, {"frames", 1, 0, 'f'}, {"announce", 1, 0, 'A'},
-        {"bomb-bytes", 1, 0, 'B'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    *c = (cfg){.seconds = 20, .conns = -1, .streams = -1, .frames = 1536,
-               .announce = 16u << 20, .bomb_bytes = (16u << 20) - 64};
+        {"server", 1, 0, 's'},     {"pin", 1, 0, 'p'},     {"attack", 1, 0, 'a'},
+        {"bind", 1, 0, 'b'},       {"seconds", 1, 0, 't'}, {"conns", 1, 0, 'c'},
+        {"streams", 1, 0, 'n'},    {"frames", 1, 0, 'f'},  {"announce", 1, 0, 'A'},
+        {"bomb-bytes", 1, 0, 'B'}, {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+    *c = (cfg){.seconds = 20,
+               .conns = -1,
+               .streams = -1,
+               .frames = 1536,
+               .announce = 16u << 20,
+               .bomb_bytes = (16u << 20) - 64};
     bool have_kind = false;
     int o;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
-        case 's': if (parse_server(optarg, c) < 0) return -1; break;
-        case 'p': c->pin = optarg; break;
-        case 'a': if (parse_kind(optarg, &c->kind) < 0) return -1; have_kind = true; break;
-        case 'b': c->bind_ip = optarg; break;
-        case 't': c->seconds = strtod(optarg, NULL); break;
-        case 'c': c->conns = atoi(optarg); break;
-        case 'n': c->streams = atoi(optarg); break;
-        case 'f': c->frames = atoi(optarg); break;
-        case 'A': c->announce = (uint32_t)strtoul(optarg, NULL, 10); break;
-        case 'B': c->bomb_bytes = (size_t)strtoull(optarg, NULL, 10); break;
-        case 'h': usage(stdout); exit(0);
-        default: return -1;
+        case 's':
+            if (parse_server(optarg, c) < 0)
+                return -1;
+            break;
+        case 'p':
+            c->pin = optarg;
+            break;
+        case 'a':
+            if (parse_kind(optarg, &c->kind) < 0)
+                return -1;
+            have_kind = true;
+            break;
+        case 'b':
+            c->bind_ip = optarg;
+            break;
+        case 't':
+            c->seconds = strtod(optarg, NULL);
+            break;
+        case 'c':
+            c->conns = atoi(optarg);
+            break;
+        case 'n':
+            c->streams = atoi(optarg);
+            break;
+        case 'f':
+            c->frames = atoi(optarg);
+            break;
+        case 'A':
+            c->announce = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'B':
+            c->bomb_bytes = (size_t)strtoull(optarg, NULL, 10);
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            return -1;
         }
     }
     if (c->conns < 0)
