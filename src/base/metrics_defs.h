@@ -19,19 +19,25 @@
 /* ---- broker ingress (checkpoints 3 and 4) ------------------------------ */
 #define FX_METRICS_BROKER(C, G, H)                                                                 \
     C(ingress_dropped, "felix_broker_ingress_dropped_total", "",                                   \
-      "Unacked publishes shed at broker ingress (worker queue or byte budget full)")               \
+      "Unacked publishes shed at a full broker worker queue (a full byte budget never sheds: "     \
+      "the frame header waits)")                                                                   \
     C(ingress_rejected, "felix_broker_ingress_rejected_total", "",                                 \
       "Publishes refused with an error reply because they could not be admitted")                  \
     C(ingress_queue_full, "felix_broker_ingress_queue_full_total", "",                             \
       "Times a publish found its broker worker queue full")                                        \
     C(ingress_bytes_full, "felix_broker_ingress_bytes_full_total", "",                             \
-      "Times a publish found the process-wide publish byte budget exhausted")                      \
+      "Times a publish job found the process-wide byte budget exhausted taking bytes beyond its "  \
+      "frame's reservation (frame headers wait instead, counted in "                               \
+      "felix_broker_ingress_reserve_waited_total)")                                                \
     C(ingress_conn_bytes_full, "felix_broker_ingress_conn_bytes_full_total", "",                   \
-      "Times a publish found its connection's share of the publish byte budget exhausted")         \
+      "Times a publish job found its connection's byte share exhausted taking bytes beyond its "   \
+      "frame's reservation (frame headers wait instead, counted in "                               \
+      "felix_broker_ingress_reserve_waited_total)")                                                \
     C(ingress_waited, "felix_broker_ingress_waited_total", "",                                     \
-      "Publishes that waited for queue space or byte budget before admission")                     \
+      "Publishes that parked for room in their broker worker queue before admission")              \
     C(ingress_backpressure_cancelled, "felix_broker_ingress_backpressure_cancelled_total", "",     \
-      "Publishes whose wait for admission ended by timeout or connection close")                   \
+      "Publishes whose wait for admission ended by timeout or stream close, and whole requests "   \
+      "buffered behind a parked one when its stream closed")                                       \
     G(ingress_queue_depth, "felix_broker_ingress_queue_depth", "",                                 \
       "Publish jobs queued at broker workers, all workers")                                        \
     C(broker_stream_errors, "felix_broker_stream_errors_total", "",                                \
