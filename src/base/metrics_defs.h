@@ -82,13 +82,14 @@
     C(sub_frame_encodes, "felix_sub_frame_encodes_total", "",                                      \
       "Per-subscriber event frames encoded (replay starting inside a batch, or a split batch)")    \
     C(subscriber_lane_dropped, "felix_subscriber_lane_dropped_total", "",                          \
-      "Delivery commands dropped at a full writer lane")                                           \
+      "Frame lists (a subscription's next write) shed at a full writer lane; their messages are "  \
+      "in felix_subscriber_lane_dropped_events_total")                                             \
     C(subscriber_disconnect, "felix_subscriber_disconnect_total", "",                              \
       "Subscriber streams closed after a delivery write error")                                    \
     G(sub_active_connections, "felix_sub_active_connections", "",                                  \
       "Connections with at least one subscription")                                                \
     C(subscriber_lane_dropped_events, "felix_subscriber_lane_dropped_events_total", "",            \
-      "Messages inside the delivery commands dropped at a full writer lane")                       \
+      "Messages inside the frame lists shed at a full writer lane")                                \
     G(sub_subscriptions, "felix_sub_subscriptions", "", "Subscriptions currently registered")
 
 /* ---- publish outcomes -------------------------------------------------- */
