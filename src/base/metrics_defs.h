@@ -19,19 +19,25 @@
 /* ---- broker ingress (checkpoints 3 and 4) ------------------------------ */
 #define FX_METRICS_BROKER(C, G, H)                                                                 \
     C(ingress_dropped, "felix_broker_ingress_dropped_total", "",                                   \
-      "Unacked publishes shed at broker ingress (worker queue or byte budget full)")               \
+      "Unacked publishes shed at a full broker worker queue (a full byte budget never sheds: "     \
+      "the frame header waits)")                                                                   \
     C(ingress_rejected, "felix_broker_ingress_rejected_total", "",                                 \
       "Publishes refused with an error reply because they could not be admitted")                  \
     C(ingress_queue_full, "felix_broker_ingress_queue_full_total", "",                             \
       "Times a publish found its broker worker queue full")                                        \
     C(ingress_bytes_full, "felix_broker_ingress_bytes_full_total", "",                             \
-      "Times a publish found the process-wide publish byte budget exhausted")                      \
+      "Times a publish job found the process-wide byte budget exhausted taking bytes beyond its "  \
+      "frame's reservation (frame headers wait instead, counted in "                               \
+      "felix_broker_ingress_reserve_waited_total)")                                                \
     C(ingress_conn_bytes_full, "felix_broker_ingress_conn_bytes_full_total", "",                   \
-      "Times a publish found its connection's share of the publish byte budget exhausted")         \
+      "Times a publish job found its connection's byte share exhausted taking bytes beyond its "   \
+      "frame's reservation (frame headers wait instead, counted in "                               \
+      "felix_broker_ingress_reserve_waited_total)")                                                \
     C(ingress_waited, "felix_broker_ingress_waited_total", "",                                     \
-      "Publishes that waited for queue space or byte budget before admission")                     \
+      "Publishes that parked for room in their broker worker queue before admission")              \
     C(ingress_backpressure_cancelled, "felix_broker_ingress_backpressure_cancelled_total", "",     \
-      "Publishes whose wait for admission ended by timeout or connection close")                   \
+      "Publishes whose wait for admission ended by timeout or stream close, and whole requests "   \
+      "buffered behind a parked one when its stream closed")                                       \
     G(ingress_queue_depth, "felix_broker_ingress_queue_depth", "",                                 \
       "Publish jobs queued at broker workers, all workers")                                        \
     C(broker_stream_errors, "felix_broker_stream_errors_total", "",                                \
@@ -76,13 +82,14 @@
     C(sub_frame_encodes, "felix_sub_frame_encodes_total", "",                                      \
       "Per-subscriber event frames encoded (replay starting inside a batch, or a split batch)")    \
     C(subscriber_lane_dropped, "felix_subscriber_lane_dropped_total", "",                          \
-      "Delivery commands dropped at a full writer lane")                                           \
+      "Frame lists (a subscription's next write) shed at a full writer lane; their messages are "  \
+      "in felix_subscriber_lane_dropped_events_total")                                             \
     C(subscriber_disconnect, "felix_subscriber_disconnect_total", "",                              \
       "Subscriber streams closed after a delivery write error")                                    \
     G(sub_active_connections, "felix_sub_active_connections", "",                                  \
       "Connections with at least one subscription")                                                \
     C(subscriber_lane_dropped_events, "felix_subscriber_lane_dropped_events_total", "",            \
-      "Messages inside the delivery commands dropped at a full writer lane")                       \
+      "Messages inside the frame lists shed at a full writer lane")                                \
     G(sub_subscriptions, "felix_sub_subscriptions", "", "Subscriptions currently registered")
 
 /* ---- publish outcomes -------------------------------------------------- */

@@ -3,10 +3,11 @@
  * to worker handle_id % workers; QUIC endpoints go to io loops by role:
  * server endpoints spread over every io loop but the last, client endpoints
  * share the last, and a single io loop is shared by both roles.
- * io_threads = 0 runs QUIC on the worker loops (shared mode): there server
- * endpoints spread over every worker (the broker has no client endpoints to
- * keep apart, and leaving a worker without connections would waste a core)
- * and client endpoints share the last worker. Pure functions; any thread. */
+ * io_threads = 0 runs QUIC on the worker loops (shared mode): server
+ * endpoint k goes to worker k % workers and client endpoints to the last
+ * worker. The broker creates exactly one server endpoint in this mode, so it
+ * and every connection run on worker 0 (and the broker has no client
+ * endpoints). Pure functions; any thread. */
 #ifndef FX_BROKER_PLACEMENT_H
 #define FX_BROKER_PLACEMENT_H
 
