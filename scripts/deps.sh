@@ -10,6 +10,7 @@ pkgs=(
     libgnutls28-dev nettle-dev
     libjansson-dev libyaml-dev libmicrohttpd-dev libcurl4-gnutls-dev
     libcmocka-dev
+    chromium curl
 )
 if [ "${1:-}" = "--fuzz" ]; then
     pkgs+=(clang libclang-rt-14-dev)

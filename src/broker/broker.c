@@ -373,6 +373,21 @@ const char *fx_broker_fingerprint(const fx_broker *b)
     return b->fingerprint;
 }
 
+const fx_broker_opts *fx_broker_get_opts(const fx_broker *b)
+{
+    return &b->o;
+}
+
+uint32_t fx_broker_worker_count(const fx_broker *b)
+{
+    return b->nworkers;
+}
+
+size_t fx_broker_budget_in_use(const fx_broker *b)
+{
+    return fx_budget_in_use(&b->budget);
+}
+
 fx_registry *fx_broker_registry(fx_broker *b)
 {
     return b->reg;

@@ -183,6 +183,17 @@ const char *fx_broker_fingerprint(const fx_broker *b);
 int fx_broker_reload_tls(fx_broker *b);
 /* The stream registry (any thread; see registry.h). */
 fx_registry *fx_broker_registry(fx_broker *b);
+
+/* The options |b| was created with (bounds and policies), for the admin
+ * endpoint's pipeline view. Any thread; valid until fx_broker_free. */
+const fx_broker_opts *fx_broker_get_opts(const fx_broker *b);
+
+/* Worker loops of |b| (checkpoint 4 has one queue each). Any thread. */
+uint32_t fx_broker_worker_count(const fx_broker *b);
+
+/* Bytes of the process-wide publish budget (checkpoint 3) held now: frame
+ * headers reserved and jobs not yet processed (relaxed read). Any thread. */
+size_t fx_broker_budget_in_use(const fx_broker *b);
 /* Index of the worker loop the (first) QUIC endpoint runs on, or -1 when it
  * runs on a dedicated io loop (io_threads > 0) or the broker has stopped.
  * Any thread. */

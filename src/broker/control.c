@@ -278,7 +278,8 @@ int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson)
         handles_free(&hs);
         return -ENOMEM;
     }
-    qsort(hs.h, hs.n, sizeof(*hs.h), cmp_handle);
+    if (hs.n > 1) /* qsort must not see a NULL array, even empty */
+        qsort(hs.h, hs.n, sizeof(*hs.h), cmp_handle);
     gather *g;
     int rv = gather_run(b, streams_part, NULL, true, false, timeout_ns, &g);
     if (rv != 0) {

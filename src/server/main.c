@@ -26,6 +26,7 @@
 #include "server/admin_routes.h"
 #include "server/authn.h"
 #include "server/config.h"
+#include "server/pipeline.h"
 
 extern char **environ;
 
@@ -422,7 +423,7 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
            epw >= 0 ? "worker 0" : "io loop 0");
     printf("felix-broker: TLS certificate SHA-256 %s\n", fx_broker_fingerprint(b));
     printf("felix-broker: admin HTTP on %s (port %u): /metrics /live /ready /v1/streams "
-           "/v1/subscriptions\n",
+           "/v1/subscriptions /v1/pipeline /ui\n",
            c->metrics_bind, (unsigned)fx_admin_port(admin));
     char cli[PATH_MAX + 16];
     cli_path(cli, sizeof(cli));
@@ -615,14 +616,23 @@ static int serve(const fx_config *c)
         return rv;
     char err[256];
     fx_admin *admin = NULL;
-    fx_admin_route routes[FX_ADMIN_BROKER_NROUTES];
+    fx_pipeline *pipe = NULL;
+    if (fx_pipeline_new(&pipe, b) != 0) {
+        fprintf(stderr, "felix-broker: out of memory\n");
+        fx_broker_free(b);
+        fx_authn_free(authn);
+        return EXIT_START;
+    }
+    fx_admin_route routes[FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES];
     fx_admin_broker_routes(b, routes);
+    fx_pipeline_routes(pipe, routes + FX_ADMIN_BROKER_NROUTES);
     fx_admin_opts ao = {.bind = c->metrics_bind,
                         .token = c->admin_token,
                         .routes = routes,
-                        .nroutes = FX_ADMIN_BROKER_NROUTES};
+                        .nroutes = FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES};
     if (fx_admin_start(&admin, &ao, err, sizeof(err)) != 0) {
         fprintf(stderr, "felix-broker: %s\n", err);
+        fx_pipeline_free(pipe);
         fx_broker_free(b);
         fx_authn_free(authn);
         return EXIT_START;
@@ -635,7 +645,8 @@ static int serve(const fx_config *c)
             "at once)\n",
             sig_name(sig), (unsigned long long)(c->shutdown_drain_timeout_ns / 1000000ull));
     int status = drain(c, b, &set);
-    fx_admin_free(admin); /* its routes use the broker */
+    fx_admin_free(admin); /* its routes use the pipeline view and the broker */
+    fx_pipeline_free(pipe);
     fx_broker_free(b);
     fx_authn_free(authn); /* after the broker: its streams hold claims */
     return status;
