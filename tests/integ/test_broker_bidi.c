@@ -274,6 +274,66 @@ static void test_unknown_stream_with_autocreate_off_not_found(void **state)
     t_free(t);
 }
 
+static size_t payload_size;
+
+static size_t size_fixed(uint64_t off)
+{
+    (void)off;
+    return payload_size;
+}
+
+/* A binary publish whose frame body is exactly |body| bytes. */
+static fx_buf *publish_of_body(T *t, const char *stream, uint64_t off, int64_t body, uint64_t rid)
+{
+    t->size_of = size_fixed;
+    for (payload_size = (size_t)body - 64; payload_size < (size_t)body; payload_size++) {
+        fx_buf *f = binary_publish(t, stream, off, 1, true, rid);
+        if (body_len(f) == body)
+            return f;
+        fx_buf_unref(f);
+    }
+    fail_msg("no payload size gives a %lld-byte body", (long long)body);
+    return NULL;
+}
+
+/* A frame one byte over max_frame_bytes, on a live connection: the broker
+ * resets that stream at the header (nothing reserved, nothing answered) and
+ * the connection goes on serving its other streams: a frame of exactly
+ * max_frame_bytes on a new stream is published and delivered. */
+static void test_frame_of_max_frame_bytes_plus_1_resets_its_stream_only(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->bo.max_frame_bytes = 64u << 10;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *sub = subscribe(t, c, "mf", FX_MSG_START_LATEST, 0);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    int64_t max = (int64_t)t->bo.max_frame_bytes;
+    send_buf(s, publish_of_body(t, "mf", 0, max + 1, 1));
+    assert_true(run_until_arg(t, stream_finished, s, 5000));
+    assert_true(s->reset);
+    assert_null(s->head);
+    expect_reserved(t, &a, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, broker_stream_errors), 1);
+    assert_int_equal(DELTA(a, b, publish_accepted), 0);
+    assert_false(c->closed);
+    /* The same connection: another stream, a frame of exactly the limit. */
+    tstream *s2 = authed_stream(t, c);
+    send_buf(s2, publish_of_body(t, "mf", 0, max, 2));
+    expect_ack(t, s2, 2);
+    wait_events(t, &sub, 1, 1, 5000);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    assert_false(c->closed);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, broker_stream_errors), 1);
+    assert_int_equal(DELTA(a, b, publish_accepted), 1);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_auth_ok_with_flags_and_ok_without),
     cmocka_unit_test(test_publish_before_auth_is_refused),
@@ -285,6 +345,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_unknown_flag_gets_error_and_stream_continues),
     cmocka_unit_test(test_malformed_json_closes_stream_but_connection_serves_others),
     cmocka_unit_test(test_unknown_stream_with_autocreate_off_not_found),
+    cmocka_unit_test(test_frame_of_max_frame_bytes_plus_1_resets_its_stream_only),
 };
 
 FX_TEST_MAIN(tests)

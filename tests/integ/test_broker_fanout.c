@@ -287,6 +287,151 @@ static void test_subscriber_disconnect_removes_it_and_gauges_return_to_zero(void
     t_free(t);
 }
 
+/* A subscriber that joins from earliest while the lossless fanout of the
+ * stream is parked on a stalled subscriber gets the parked batch from its
+ * backlog (it was appended before the fanout started) and not again from the
+ * resumed fanout: offsets 0..total-1 once each, on both subscribers. */
+static void test_earliest_joiner_of_a_parked_lossless_fanout_gets_no_duplicate(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_1k;
+    t_lossless(t);
+    t->bo.fanout_batch_size = 1;
+    t->bo.subscriber_queue_capacity = 2;
+    t->bo.subscriber_lane_queue_depth = 1;
+    t->bo.subscriber_unacked_bytes = 1;
+    t->co.stream_window = 4096;
+    t_start(t);
+    tstream *stalled = subscribe(t, t_connect(t), "pj", FX_MSG_START_LATEST, 0);
+    stalled->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 200;
+    publish_range(t, s, "pj", 0, total);
+    run_for(t, 500);
+    fx_metrics_snapshot_take(&b);
+    /* The worker holds an unfinished job (its fanout is parked) and stopped
+     * taking the rest. */
+    assert_true(b.g.ingress_queue_depth - a.g.ingress_queue_depth >= 1);
+    uint64_t appended = (uint64_t)DELTA(a, b, publish_ok);
+    assert_true(appended < total);
+    assert_true(stalled->events < total);
+    tstream *late = subscribe(t, t_connect(t), "pj", FX_MSG_START_EARLIEST, 0);
+    wait_events(t, &late, 1, appended, 5000);
+    assert_int_equal(late->dups, 0);
+    resume_stream(stalled);
+    tstream *both[2] = {stalled, late};
+    wait_events(t, both, 2, total, 20000);
+    run_for(t, 50); /* nothing more may come */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(both[i]->events, total);
+        assert_int_equal(both[i]->first_off, 0);
+        assert_int_equal(both[i]->next_off, total);
+        assert_int_equal(both[i]->gaps + both[i]->dups + both[i]->bad, 0);
+    }
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, sub_queue_dropped) + DELTA(a, b, subscriber_lane_dropped), 0);
+    t_free(t);
+}
+
+/* Publishes |total| in rounds paced by |healthy|, then lets |stalled| read
+ * and waits until each message either reached it or was counted as a drop
+ * at checkpoint 5 or 6. Returns the drops. */
+static uint64_t stall_and_settle(T *t, tstream *s, const char *stream, tstream *healthy,
+                                 tstream *stalled, uint64_t total, fx_metrics_snapshot *a)
+{
+    const uint64_t round = 16;
+    for (uint64_t i = 0; i < total; i += round) {
+        publish_range(t, s, stream, i, round);
+        wait_events(t, &healthy, 1, i + round, 5000);
+    }
+    assert_int_equal(healthy->gaps + healthy->dups + healthy->bad, 0);
+    assert_true(stalled->events < total / 2); /* the stall was real */
+    resume_stream(stalled);
+    drop_wait w = {stalled, a, total, 0};
+    assert_true(run_until_arg(t, stalled_settled, &w, 5000));
+    run_for(t, 50);
+    assert_int_equal(stalled->events + w.dropped, total);
+    assert_int_equal(stalled->missed + (total - stalled->next_off), w.dropped);
+    assert_int_equal(stalled->dups + stalled->bad, 0);
+    return w.dropped;
+}
+
+static T *t_new_stalling(fx_queue_policy queue, fx_queue_policy lane)
+{
+    T *t = t_new();
+    t->size_of = size_1k;
+    t->bo.pub_ingress_wait = true; /* nothing shed upstream of checkpoint 5 */
+    t->bo.subscriber_queue_policy = queue;
+    t->bo.subscriber_queue_capacity = 64;
+    t->bo.subscriber_lane_queue_policy = lane;
+    t->bo.subscriber_lane_queue_depth = 4;
+    t->bo.subscriber_unacked_bytes = 64u << 10;
+    t->co.stream_window = 64u << 10; /* the stalled client's window */
+    return t;
+}
+
+/* drop_new at checkpoint 5, block at the lane: every message the stalled
+ * subscriber lacks is counted once in felix_subscribe_dropped_total (and
+ * felix_sub_queue_dropped_total, and its queue_dropped), none as a lane
+ * drop. */
+static void test_checkpoint5_drops_counted_exactly_apart_from_lane_drops(void **state)
+{
+    (void)state;
+    T *t = t_new_stalling(FX_QUEUE_DROP_NEW, FX_QUEUE_BLOCK);
+    t_start(t);
+    tstream *healthy = subscribe(t, t_connect(t), "c5", FX_MSG_START_LATEST, 0);
+    tstream *stalled = subscribe(t, t_connect(t), "c5", FX_MSG_START_LATEST, 0);
+    stalled->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 2000;
+    uint64_t dropped = stall_and_settle(t, s, "c5", healthy, stalled, total, &a);
+    fx_metrics_snapshot_take(&b);
+    assert_true(dropped > 0);
+    assert_int_equal(DELTA(a, b, subscribe_dropped), dropped);
+    assert_int_equal(DELTA(a, b, sub_queue_dropped), dropped);
+    assert_int_equal(DELTA(a, b, subscriber_lane_dropped), 0);
+    assert_int_equal(DELTA(a, b, subscriber_lane_dropped_events), 0);
+    assert_int_equal(DELTA(a, b, ingress_dropped), 0);
+    sub_info si = sub_info_of(t, stalled->sub_id);
+    assert_int_equal(si.queue_dropped, dropped);
+    assert_int_equal(si.lane_dropped, 0);
+    assert_int_equal(sub_info_of(t, healthy->sub_id).queue_dropped, 0);
+    t_free(t);
+}
+
+/* The other way round: block at checkpoint 5, drop_new at the lane. The
+ * stalled subscriber's losses are lane drops only; felix_subscribe_dropped_total
+ * does not move. */
+static void test_lane_drops_are_not_counted_as_checkpoint5_drops(void **state)
+{
+    (void)state;
+    T *t = t_new_stalling(FX_QUEUE_BLOCK, FX_QUEUE_DROP_NEW);
+    t_start(t);
+    tstream *healthy = subscribe(t, t_connect(t), "c6", FX_MSG_START_LATEST, 0);
+    tstream *stalled = subscribe(t, t_connect(t), "c6", FX_MSG_START_LATEST, 0);
+    stalled->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 2000;
+    uint64_t dropped = stall_and_settle(t, s, "c6", healthy, stalled, total, &a);
+    fx_metrics_snapshot_take(&b);
+    assert_true(dropped > 0);
+    assert_int_equal(DELTA(a, b, subscriber_lane_dropped_events), dropped);
+    assert_true(DELTA(a, b, subscriber_lane_dropped) > 0);
+    assert_int_equal(DELTA(a, b, subscribe_dropped), 0);
+    assert_int_equal(DELTA(a, b, sub_queue_dropped), 0);
+    sub_info si = sub_info_of(t, stalled->sub_id);
+    assert_int_equal(si.lane_dropped, dropped);
+    assert_int_equal(si.queue_dropped, 0);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_one_publisher_three_subscribers_in_order),
     cmocka_unit_test(test_io_loop_and_two_workers_deliver_every_stream),
@@ -297,6 +442,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_drop_new_stalled_subscriber_counts_drops_exactly),
     cmocka_unit_test(test_lossless_block_mode_loses_nothing_with_stalled_subscriber),
     cmocka_unit_test(test_subscriber_disconnect_removes_it_and_gauges_return_to_zero),
+    cmocka_unit_test(test_earliest_joiner_of_a_parked_lossless_fanout_gets_no_duplicate),
+    cmocka_unit_test(test_checkpoint5_drops_counted_exactly_apart_from_lane_drops),
+    cmocka_unit_test(test_lane_drops_are_not_counted_as_checkpoint5_drops),
 };
 
 FX_TEST_MAIN(tests)

@@ -281,6 +281,98 @@ static void test_reservation_waits_when_budget_exhausted_then_proceeds(void **st
     t_free(t);
 }
 
+typedef struct acks_wait {
+    tstream *s;
+    uint64_t n;
+} acks_wait;
+
+static bool acks_arrived(T *t)
+{
+    acks_wait *w = t->arg;
+    uint64_t n = 0;
+    for (tframe *f = w->s->head; f != NULL; f = f->next)
+        n++;
+    return n >= w->n;
+}
+
+/* Takes the replies queued on |s| and checks they are the ok acks of
+ * request ids |*next|, |*next| + 1, ... Returns how many there were. */
+static uint64_t take_acks(tstream *s, uint64_t *next)
+{
+    uint64_t n = 0;
+    while (s->head != NULL) {
+        tframe *f = s->head;
+        s->head = f->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
+        fx_publish_ack a;
+        assert_int_equal(fx_publish_ack_decode(f->body, f->len, &a, NULL), 0);
+        assert_true(a.ok);
+        assert_int_equal(a.request_id, (*next)++);
+        tframe_free(f);
+        n++;
+    }
+    return n;
+}
+
+/* A job admitted to its worker's queue (checkpoint 4) keeps the bytes its
+ * frame header reserved (checkpoint 3) until the worker is done with it.
+ * The budget fits two 10 KB frames: with the worker parked on a stalled
+ * lossless subscriber, one job parked at the fanout and one queued behind it
+ * hold the budget, so the next frame's header waits: no ack, counted in
+ * felix_broker_ingress_reserve_waited_total. felix_broker_ingress_queue_depth
+ * shows the two jobs, and felix_broker_ingress_reserved_bytes shows nothing
+ * held twice: the jobs' bytes left the header reservations when the jobs took
+ * them, and a waiting header holds none. Everything goes through once the
+ * subscriber reads again. */
+static void test_queued_job_keeps_its_header_bytes_so_the_next_header_waits(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_10k;
+    t_lossless(t);
+    t->bo.pub_inflight_bytes = 25u << 10;
+    t->bo.pub_conn_inflight_bytes = 25u << 10;
+    t->bo.pub_queue_depth = 4; /* room: the queued job is admitted, not parked */
+    t->bo.fanout_batch_size = 1;
+    t->bo.subscriber_queue_capacity = 1;
+    t->bo.subscriber_lane_queue_depth = 1;
+    t->bo.subscriber_unacked_bytes = 1;
+    t->co.stream_window = 1024; /* smaller than one event frame */
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "qh", FX_MSG_START_LATEST, 0);
+    sub->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 16;
+    for (uint64_t i = 0; i < total; i++)
+        send_buf(s, binary_publish(t, "qh", i, 1, true, i + 1));
+    run_for(t, 500);
+    uint64_t next = 1;
+    uint64_t acked = take_acks(s, &next);
+    run_for(t, 300); /* still stalled: nothing more is admitted */
+    assert_int_equal(take_acks(s, &next), 0);
+    assert_true(acked >= 2 && acked < total);
+    fx_metrics_snapshot_take(&b);
+    assert_true(DELTA(a, b, ingress_reserve_waited) >= 1);
+    assert_int_equal(b.g.ingress_queue_depth - a.g.ingress_queue_depth, 2);
+    assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 0);
+    assert_int_equal(DELTA(a, b, publish_error) + DELTA(a, b, ingress_rejected), 0);
+    resume_stream(sub);
+    acks_wait w = {s, total - acked};
+    assert_true(run_until_arg(t, acks_arrived, &w, 20000));
+    assert_int_equal(take_acks(s, &next), total - acked);
+    wait_events(t, &sub, 1, total, 20000);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    expect_reserved(t, &a, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(b.g.ingress_queue_depth - a.g.ingress_queue_depth, 0);
+    assert_int_equal(DELTA(a, b, publish_accepted), total);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled),
     cmocka_unit_test(test_connection_close_counts_every_publish_discarded_behind_a_park),
@@ -289,6 +381,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_header_reserves_budget_before_body),
     cmocka_unit_test(test_trickling_frame_times_out_and_releases_budget),
     cmocka_unit_test(test_reservation_waits_when_budget_exhausted_then_proceeds),
+    cmocka_unit_test(test_queued_job_keeps_its_header_bytes_so_the_next_header_waits),
 };
 
 FX_TEST_MAIN(tests)
