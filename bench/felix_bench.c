@@ -16,7 +16,7 @@
 #include "bench_lib.h"
 #include "bench_run.h"
 #include "broker/broker.h"
-#include "broker/placement.h"
+#include "base/placement.h"
 #include "felix/felix.h"
 
 #define MAX_RUNS 100

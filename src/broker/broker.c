@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/placement.h"
 #include "broker/broker_internal.h"
-#include "broker/placement.h"
 #include "felix/error.h"
 
 void fx_broker_opts_default(fx_broker_opts *o)
@@ -118,7 +118,7 @@ static int create_loops(fx_broker *b)
  * endpoints), sharing the port as a server group. */
 static int create_endpoint(fx_broker *b)
 {
-    uint32_t n = b->o.io_threads >= 2 ? b->o.io_threads - 1 : 1;
+    uint32_t n = fx_placement_server_endpoints(b->o.io_threads);
     b->eps = calloc(n, sizeof(*b->eps));
     fx_loop **loops = calloc(n, sizeof(*loops));
     int rv = b->eps == NULL || loops == NULL ? -ENOMEM : 0;

@@ -59,7 +59,7 @@ struct fxb_worker {
     fx_task doorbell;    /* drains |jobs|; coalesced */
     fx_task resume_task; /* a parked fanout may continue */
     /* Worker thread only: */
-    fx_stream **streams; /* by handle_id / nworkers */
+    fx_stream **streams; /* by fx_placement_worker_slot */
     size_t nstreams;
     fxb_job *parked_job; /* its fanout waits on a full block queue */
     fx_stream *parked_stream;

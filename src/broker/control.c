@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "base/placement.h"
 #include "broker/broker_internal.h"
 #include "felix/error.h"
 
@@ -205,7 +206,7 @@ static void streams_part(fx_broker *b, gpart *p, void *arg)
         set_u64(e, "next_offset", fx_stream_tail(st));
         set_u64(e, "subscribers", fx_stream_subscriber_count(st));
         char key[24];
-        id_key(key, sizeof(key), i * b->nworkers + (size_t)p->worker);
+        id_key(key, sizeof(key), fx_placement_stream_at((uint32_t)p->worker, i, b->nworkers));
         json_object_set_new(o, key, e);
     }
     p->j = o;
@@ -261,7 +262,7 @@ static json_t *stream_entry(fx_broker *b, gather *g, fx_stream_handle *h)
     set_u64(e, "id", id);
     char key[24];
     id_key(key, sizeof(key), id);
-    json_t *st = json_object_get(g->parts[id % b->nworkers].j, key);
+    json_t *st = json_object_get(g->parts[fx_placement_worker_for(id, b->nworkers)].j, key);
     const char *fields[] = {"messages", "bytes", "first_offset", "next_offset", "subscribers"};
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         json_t *v = st != NULL ? json_object_get(st, fields[i]) : NULL;

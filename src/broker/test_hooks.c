@@ -135,7 +135,7 @@ static void where_on_worker(void *arg)
 {
     where_part *p = arg;
     fxb_worker *w = p->w;
-    size_t idx = (size_t)(fx_stream_handle_id(p->h) / w->b->nworkers);
+    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(p->h), w->b->nworkers);
     p->in_slot = true;
     for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
         if (sub->h != p->h || !sub->registered || sub->stream == NULL)

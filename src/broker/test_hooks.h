@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/placement.h"
 #include "broker/broker.h"
-#include "broker/placement.h"
 
 /* TEST HOOK. Closes connections from the broker's side, as a network cut
  * seen by the client: every open connection, or with |only_subscribers|

@@ -9,8 +9,8 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/placement.h"
 #include "broker/broker_internal.h"
-#include "broker/placement.h"
 #include "felix/error.h"
 
 /* ---- streams ----------------------------------------------------------------------------- */
@@ -36,13 +36,13 @@ static void on_stream_resume(fx_stream *s, void *user)
 
 fx_stream *fxb_worker_stream_if_any(fxb_worker *w, const fx_stream_handle *h)
 {
-    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
+    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), w->b->nworkers);
     return idx < w->nstreams ? w->streams[idx] : NULL;
 }
 
 fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
 {
-    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
+    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), w->b->nworkers);
     if (idx >= w->nstreams) {
         size_t n = w->nstreams ? w->nstreams : 16;
         while (n <= idx)
@@ -245,7 +245,7 @@ static void wlist_remove(fxb_sub *sub)
  * parked fanout uses it (ids are never reused, so the slot stays empty). */
 static void free_if_deleted(fxb_worker *w, fx_stream_handle *h)
 {
-    size_t idx = (size_t)(fx_stream_handle_id(h) / w->b->nworkers);
+    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), w->b->nworkers);
     if (fx_stream_handle_is_active(h) || idx >= w->nstreams || w->streams[idx] == NULL)
         return;
     fx_stream *st = w->streams[idx];

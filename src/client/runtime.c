@@ -1,24 +1,24 @@
 /* The process-wide client loops: a small pool of fx_loop threads shared by
  * every fx_client of the process. Each client (with all its connections)
- * lives on one loop, given out round-robin, so a process with several clients
- * encrypts, decrypts and dispatches on several cores. A loop starts when the
- * round-robin first reaches it (a process with one client has one loop
- * thread); all stop when the last client is closed. FELIX_CLIENT_LOOPS sets
- * the pool size, read when the pool is empty (default: one per online CPU but
- * one, at least 1 and at most FX_RT_DEFAULT_MAX, leaving a CPU to the
- * application's threads and a co-located broker: on 2 CPUs one loop beat two
- * in every cell of docs/performance.md, "Client loops"). Any thread except the
- * loops themselves. */
+ * lives on one loop, given out round-robin (fx_placement_client_loop), so a
+ * process with several clients encrypts, decrypts and dispatches on several
+ * cores. A loop starts when the round-robin first reaches it (a process with
+ * one client has one loop thread); all stop when the last client is closed.
+ * FELIX_CLIENT_LOOPS sets the pool size, read when the pool is empty
+ * (default fx_placement_client_loops: one per online CPU but one, at least 1
+ * and at most 4, leaving a CPU to the application's threads and a co-located
+ * broker: on 2 CPUs one loop beat two in every cell of docs/performance.md,
+ * "Client loops"). Any thread except the loops themselves. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/placement.h"
 #include "client/client.h"
 
 #define FX_RT_MAX_LOOPS 64
-#define FX_RT_DEFAULT_MAX 4
 
 static pthread_mutex_t rt_mu = PTHREAD_MUTEX_INITIALIZER;
 static fx_loop *rt_loops[FX_RT_MAX_LOOPS]; /* NULL until first given out */
@@ -50,8 +50,7 @@ static int pool_size(size_t *pn)
 {
     const char *v = getenv("FELIX_CLIENT_LOOPS");
     if (v == NULL || *v == '\0') {
-        long n = sysconf(_SC_NPROCESSORS_ONLN) - 1;
-        *pn = n < 1 ? 1 : n > FX_RT_DEFAULT_MAX ? FX_RT_DEFAULT_MAX : (size_t)n;
+        *pn = fx_placement_client_loops(sysconf(_SC_NPROCESSORS_ONLN));
         return 0;
     }
     char *end;
@@ -103,7 +102,7 @@ int fx_rt_acquire(fx_loop **ploop)
         rv = pool_size(&rt_nloops);
         rt_next = 0;
     }
-    size_t i = rv == 0 ? rt_next % rt_nloops : 0;
+    size_t i = rv == 0 ? fx_placement_client_loop(rt_next, rt_nloops) : 0;
     if (rv == 0 && rt_loops[i] == NULL)
         rv = loop_start(i);
     if (rv == 0) {

@@ -1,5 +1,5 @@
-/* I/O loop placement and server groups. Placement is a pure function of the
- * role and io_threads. A server group is one server endpoint per server loop,
+/* Server groups (which loop an endpoint runs on is fx_placement_endpoint's
+ * rule, base/placement.h). A server group is one server endpoint per server loop,
  * all bound to one port with SO_REUSEPORT; a classic BPF program steers each
  * datagram to member (first DCID byte mod n), and our connection IDs start
  * with the owning member's index, so an established connection's datagrams
@@ -36,17 +36,6 @@ typedef struct fwd_msg {
     size_t len;
     uint8_t data[];
 } fwd_msg;
-
-/* ---- placement ---------------------------------------------------------------- */
-
-int fx_quic_place(unsigned io_threads, bool server, unsigned index)
-{
-    if (io_threads == 0)
-        return -1;
-    if (io_threads == 1)
-        return 0;
-    return server ? (int)(index % (io_threads - 1)) : (int)(io_threads - 1);
-}
 
 /* ---- steering ------------------------------------------------------------------ */
 

@@ -365,14 +365,6 @@ int fx_quic_stream_reset(fx_quic_conn *c, int64_t sid, uint64_t app_code);
 fx_loop *fx_quic_conn_loop(const fx_quic_conn *c);
 fx_loop *fx_quic_endpoint_loop(const fx_quic_endpoint *ep);
 
-/* Role-based placement over |io_threads| dedicated I/O loops, numbered from
- * 0: returns -1 when io_threads is 0 (shared mode: QUIC runs on the caller's
- * loops); with one loop, 0 for both roles; otherwise the |index|-th server
- * endpoint goes to loop index % (io_threads - 1) and every client endpoint
- * to the last loop, io_threads - 1. Depends only on role and index, never on
- * creation order across roles. Pure; any thread. */
-int fx_quic_place(unsigned io_threads, bool server, unsigned index);
-
 /* A server listening on one port from several loops: one endpoint per loop
  * in |loops| (|n| of them, at most 256), sharing the port with SO_REUSEPORT.
  * Which loop owns a connection is a stated rule: member (first byte of the

@@ -17,7 +17,7 @@
 
 #include <yaml.h>
 
-#include "broker/placement.h"
+#include "base/placement.h"
 #include "felix/error.h"
 #include "server/config_internal.h"
 

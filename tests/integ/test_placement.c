@@ -26,7 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "broker/placement.h"
+#include "base/placement.h"
 #include "broker/test_hooks.h"
 #include "felix/error.h"
 #include "integ/fixture.h"

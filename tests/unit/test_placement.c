@@ -1,7 +1,9 @@
-/* Unit tests for fx_placement: stream -> worker, and QUIC endpoints -> loops
- * by role for io_threads 0 (shared mode on the workers), 1, 2 and 3. */
-/* fx-test-libs: fx_broker fx_wire fx_base */
-#include "broker/placement.h"
+/* Unit tests for fx_placement: stream -> worker and its inverse, QUIC
+ * endpoints -> loops by role for io_threads 0 (shared mode on the workers),
+ * 1, 2 and 3, the broker's server endpoint count, and libfelix's client
+ * loops. The module links nothing but fx_base. */
+/* fx-test-libs: fx_base */
+#include "base/placement.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -79,10 +81,75 @@ static void test_no_loops_is_an_error(void **state)
     assert_int_equal(fx_placement_endpoint(FX_ENDPOINT_SERVER, 0, 0, 0, &slot), -EINVAL);
 }
 
+/* The slot and its inverse: every stream id lands on exactly one (worker,
+ * slot), consecutive slots of a worker hold ids |nworkers| apart, and going
+ * there and back gives the id again. */
+static void test_worker_slot_and_its_inverse(void **state)
+{
+    assert_int_equal(fx_placement_worker_slot(1, 1), 1);
+    assert_int_equal(fx_placement_worker_slot(7, 4), 1);
+    assert_int_equal(fx_placement_worker_slot(8, 4), 2);
+    assert_int_equal(fx_placement_stream_at(3, 1, 4), 7);
+    assert_int_equal(fx_placement_stream_at(0, 2, 4), 8);
+    for (uint32_t n = 1; n <= 5; n++) {
+        for (uint64_t id = 0; id < 64; id++) {
+            uint32_t w = fx_placement_worker_for(id, n);
+            uint64_t slot = fx_placement_worker_slot(id, n);
+            assert_int_equal(fx_placement_stream_at(w, slot, n), id);
+            assert_int_equal(fx_placement_worker_slot(id + n, n), slot + 1);
+        }
+    }
+}
+
+/* One endpoint without io loops or with one; one per io loop but the last
+ * (which fx_placement_endpoint keeps for clients) from two on. */
+static void test_server_endpoints_leave_the_client_loop(void **state)
+{
+    assert_int_equal(fx_placement_server_endpoints(0), 1);
+    assert_int_equal(fx_placement_server_endpoints(1), 1);
+    assert_int_equal(fx_placement_server_endpoints(2), 1);
+    assert_int_equal(fx_placement_server_endpoints(3), 2);
+    assert_int_equal(fx_placement_server_endpoints(8), 7);
+    /* No server endpoint lands on the client loop. */
+    for (uint32_t io = 2; io <= 8; io++) {
+        fx_loop_slot cl, sv;
+        assert_int_equal(fx_placement_endpoint(FX_ENDPOINT_CLIENT, 0, io, 1, &cl), 0);
+        for (uint32_t k = 0; k < fx_placement_server_endpoints(io); k++) {
+            assert_int_equal(fx_placement_endpoint(FX_ENDPOINT_SERVER, k, io, 1, &sv), 0);
+            assert_int_equal(sv.index, k);
+            assert_int_not_equal(sv.index, cl.index);
+        }
+    }
+}
+
+/* The client pool: one loop per CPU but one, 1..4; clients in turn. */
+static void test_client_loops_default_and_round_robin(void **state)
+{
+    assert_int_equal(fx_placement_client_loops(-1), 1); /* sysconf failed */
+    assert_int_equal(fx_placement_client_loops(1), 1);
+    assert_int_equal(fx_placement_client_loops(2), 1);
+    assert_int_equal(fx_placement_client_loops(3), 2);
+    assert_int_equal(fx_placement_client_loops(5), FX_PLACEMENT_CLIENT_LOOPS_MAX);
+    assert_int_equal(fx_placement_client_loops(64), FX_PLACEMENT_CLIENT_LOOPS_MAX);
+    size_t seen[3] = {0};
+    for (uint64_t nth = 0; nth < 9; nth++) {
+        size_t i = fx_placement_client_loop(nth, 3);
+        assert_int_equal(i, nth % 3);
+        seen[i]++;
+    }
+    assert_int_equal(seen[0], 3);
+    assert_int_equal(seen[1], 3);
+    assert_int_equal(seen[2], 3);
+    assert_int_equal(fx_placement_client_loop(UINT64_MAX, 1), 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_worker_is_handle_id_mod_workers),
     cmocka_unit_test(test_placement_table_for_io_threads),
     cmocka_unit_test(test_auto_workers_leave_one_cpu),
     cmocka_unit_test(test_no_loops_is_an_error),
+    cmocka_unit_test(test_worker_slot_and_its_inverse),
+    cmocka_unit_test(test_server_endpoints_leave_the_client_loop),
+    cmocka_unit_test(test_client_loops_default_and_round_robin),
 };
 FX_TEST_MAIN(tests)

@@ -15,31 +15,42 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/loop.h"
+#include "base/placement.h"
 #include "felix/error.h"
 #include "fx_test.h"
 #include "quic/quic.h"
 
+/* The io loop of the |index|-th endpoint of a role by fx_placement_endpoint
+ * (4 workers), or -1 in shared mode (the worker loops, not io loops). */
+static int place(unsigned io_threads, bool server, unsigned index)
+{
+    fx_loop_slot slot;
+    fx_endpoint_role role = server ? FX_ENDPOINT_SERVER : FX_ENDPOINT_CLIENT;
+    assert_int_equal(fx_placement_endpoint(role, index, io_threads, 4, &slot), 0);
+    return slot.kind == FX_LOOP_KIND_IO ? (int)slot.index : -1;
+}
+
 static void test_placement_by_role_for_0_to_3_io_threads(void **state)
 {
     /* 0: shared mode, the caller's loops. */
-    assert_int_equal(fx_quic_place(0, true, 0), -1);
-    assert_int_equal(fx_quic_place(0, false, 0), -1);
+    assert_int_equal(place(0, true, 0), -1);
+    assert_int_equal(place(0, false, 0), -1);
     /* 1: both roles share loop 0. */
     for (unsigned i = 0; i < 4; i++) {
-        assert_int_equal(fx_quic_place(1, true, i), 0);
-        assert_int_equal(fx_quic_place(1, false, i), 0);
+        assert_int_equal(place(1, true, i), 0);
+        assert_int_equal(place(1, false, i), 0);
     }
     /* 2: servers on loop 0, clients on loop 1. */
     for (unsigned i = 0; i < 4; i++) {
-        assert_int_equal(fx_quic_place(2, true, i), 0);
-        assert_int_equal(fx_quic_place(2, false, i), 1);
+        assert_int_equal(place(2, true, i), 0);
+        assert_int_equal(place(2, false, i), 1);
     }
     /* 3: servers spread over 0 and 1, clients on 2, whatever the order. */
-    assert_int_equal(fx_quic_place(3, false, 5), 2);
-    assert_int_equal(fx_quic_place(3, true, 0), 0);
-    assert_int_equal(fx_quic_place(3, true, 1), 1);
-    assert_int_equal(fx_quic_place(3, true, 2), 0);
-    assert_int_equal(fx_quic_place(3, false, 0), 2);
+    assert_int_equal(place(3, false, 5), 2);
+    assert_int_equal(place(3, true, 0), 0);
+    assert_int_equal(place(3, true, 1), 1);
+    assert_int_equal(place(3, true, 2), 0);
+    assert_int_equal(place(3, false, 0), 2);
 }
 
 /* ---- a group on two loops, clients on a third ------------------------------- */

@@ -1,6 +1,6 @@
 /* Placement rules (see placement.h). Kept as arithmetic on the config so the
  * rule can be stated, tested, and shown by the admin endpoint. Any thread. */
-#include "broker/placement.h"
+#include "base/placement.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -11,6 +11,22 @@ uint32_t fx_placement_worker_for(uint64_t handle_id, uint32_t nworkers)
     if (nworkers == 0)
         return 0;
     return (uint32_t)(handle_id % nworkers);
+}
+
+uint64_t fx_placement_worker_slot(uint64_t handle_id, uint32_t nworkers)
+{
+    assert(nworkers > 0);
+    if (nworkers == 0)
+        return 0;
+    return handle_id / nworkers;
+}
+
+uint64_t fx_placement_stream_at(uint32_t worker, uint64_t slot, uint32_t nworkers)
+{
+    assert(nworkers > 0);
+    if (nworkers == 0)
+        return 0;
+    return slot * nworkers + worker;
 }
 
 uint32_t fx_placement_auto_workers(long online_cpus)
@@ -38,4 +54,25 @@ int fx_placement_endpoint(fx_endpoint_role role, uint32_t k, uint32_t io_threads
         index = k % (n - 1);
     *out = (fx_loop_slot){.kind = kind, .index = index};
     return 0;
+}
+
+uint32_t fx_placement_server_endpoints(uint32_t io_threads)
+{
+    return io_threads >= 2 ? io_threads - 1 : 1;
+}
+
+size_t fx_placement_client_loops(long online_cpus)
+{
+    long n = online_cpus - 1;
+    return n < 1                               ? 1
+           : n > FX_PLACEMENT_CLIENT_LOOPS_MAX ? FX_PLACEMENT_CLIENT_LOOPS_MAX
+                                               : (size_t)n;
+}
+
+size_t fx_placement_client_loop(uint64_t nth, size_t nloops)
+{
+    assert(nloops > 0);
+    if (nloops == 0)
+        return 0;
+    return (size_t)(nth % nloops);
 }

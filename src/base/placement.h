@@ -1,22 +1,34 @@
 /* fx_placement: which loop runs what, decided in one place from the config so
- * it never depends on luck (creation order, kernel hashing). A stream belongs
+ * it never depends on luck (creation order, kernel hashing), and shared by the
+ * broker and libfelix (it depends on nothing else). A stream belongs
  * to worker handle_id % workers; QUIC endpoints go to io loops by role:
  * server endpoints spread over every io loop but the last, client endpoints
  * share the last, and a single io loop is shared by both roles.
  * io_threads = 0 runs QUIC on the worker loops (shared mode): server
  * endpoint k goes to worker k % workers and client endpoints to the last
- * worker. The broker creates exactly one server endpoint in this mode, so it
- * and every connection run on worker 0 (and the broker has no client
- * endpoints). Pure functions; any thread. */
-#ifndef FX_BROKER_PLACEMENT_H
-#define FX_BROKER_PLACEMENT_H
+ * worker. The broker creates exactly one server endpoint in this mode
+ * (fx_placement_server_endpoints), so it and every connection run on worker
+ * 0 (and the broker has no client endpoints). A client of libfelix gets the
+ * pool's loops in turn. Pure functions; any thread. Every placement rule is
+ * here: tests/lint/placement.sh fails the build's tests when their arithmetic
+ * appears anywhere else. */
+#ifndef FX_BASE_PLACEMENT_H
+#define FX_BASE_PLACEMENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* The worker that owns stream |handle_id| among |nworkers| (> 0): appends,
  * fans out and runs its feeders there. Returns handle_id % nworkers, or 0 if
  * |nworkers| is 0 (a configuration bug, asserted in debug builds). */
 uint32_t fx_placement_worker_for(uint64_t handle_id, uint32_t nworkers);
+
+/* The inverse pair of that rule, for a worker's table of its streams: the
+ * position of stream |handle_id| in its worker's table (handle_id /
+ * nworkers), and the stream at position |slot| of worker |worker|'s table
+ * (slot * nworkers + worker). Both give 0 if |nworkers| is 0 (asserted). */
+uint64_t fx_placement_worker_slot(uint64_t handle_id, uint32_t nworkers);
+uint64_t fx_placement_stream_at(uint32_t worker, uint64_t slot, uint32_t nworkers);
 
 /* How many worker loops `workers: auto` means on a host with |online_cpus|
  * CPUs: one per CPU but one, at least 1, at most 1024. The CPU left over runs
@@ -50,5 +62,23 @@ typedef enum fx_endpoint_role {
  * fills |*out|, or -EINVAL when no loop exists (io_threads 0, nworkers 0). */
 int fx_placement_endpoint(fx_endpoint_role role, uint32_t k, uint32_t io_threads, uint32_t nworkers,
                           fx_loop_slot *out);
+
+/* How many server endpoints a broker with |io_threads| io loops runs: one
+ * (on worker 0 with io_threads 0, or on the one io loop), or with n >= 2 one
+ * per io loop but the last (the one fx_placement_endpoint keeps for client
+ * endpoints), members of one server group. */
+uint32_t fx_placement_server_endpoints(uint32_t io_threads);
+
+/* Most loops the client pool starts by default (FELIX_CLIENT_LOOPS unset). */
+#define FX_PLACEMENT_CLIENT_LOOPS_MAX 4
+
+/* The default size of libfelix's loop pool on a host with |online_cpus|
+ * CPUs: one per CPU but one (left to the application's threads and a
+ * co-located broker), at least 1, at most FX_PLACEMENT_CLIENT_LOOPS_MAX. */
+size_t fx_placement_client_loops(long online_cpus);
+
+/* The loop of the |nth| client (0, 1, ...) of a process among the pool's
+ * |nloops| (> 0): round-robin, nth % nloops; 0 if |nloops| is 0 (asserted). */
+size_t fx_placement_client_loop(uint64_t nth, size_t nloops);
 
 #endif

@@ -1,0 +1,387 @@
+/* Integration tests of ingress (ingress.c, checkpoints 3 and 4): the
+ * reservation each frame header takes and its frame read timeout, admission
+ * to the worker queue under each policy, requests parked or discarded behind
+ * a park, and commit acks behind a parked worker. */
+/* fx-test-libs: fx_broker fx_quic fx_wire fx_server fx_base */
+#include "integ/broker_client.h"
+
+static void test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled(void **state)
+{
+    (void)state;
+    T *t = t_new_parking();
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "cf", FX_MSG_START_LATEST, 0);
+    sub->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 1000;
+    publish_range(t, s, "cf", 0, total - 1);
+    send_buf(s, binary_publish(t, "cf", total - 1, 1, true, 7)); /* acked: a reply before FIN */
+    assert_true(run_until_arg(t, out_empty, s->tc, 5000));
+    assert_int_equal(fx_quic_stream_shutdown(s->tc->qc, s->sid), 0);
+    run_for(t, 300);
+    /* Frames wait behind the stalled subscriber: no FIN may come yet. */
+    assert_true(sub->events < total);
+    assert_false(s->fin);
+    assert_false(s->closed);
+    resume_stream(sub);
+    assert_true(run_until_arg(t, stream_finished, s, 20000));
+    assert_true(s->fin);
+    assert_false(s->reset);
+    fx_metrics_snapshot_take(&b);
+    /* Everything sent before the FIN was handled before the broker's FIN:
+     * the unacked ones admitted (Backpressure), the acked one admitted or,
+     * its policy being Fail, refused with "publish queue full". */
+    uint64_t accepted = (uint64_t)DELTA(a, b, publish_accepted);
+    assert_true(accepted >= total - 1);
+    assert_int_equal(accepted + (uint64_t)DELTA(a, b, publish_error), total);
+    assert_int_equal(DELTA(a, b, ingress_backpressure_cancelled), 0);
+    tframe *f = next_reply(t, s); /* written before the FIN */
+    assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
+    fx_publish_ack ack;
+    assert_int_equal(fx_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+    assert_int_equal(ack.ok, accepted == total);
+    assert_int_equal(ack.request_id, 7);
+    tframe_free(f);
+    assert_null(s->head);
+    wait_events(t, &sub, 1, accepted, 20000);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    t_free(t);
+}
+
+static void test_connection_close_counts_every_publish_discarded_behind_a_park(void **state)
+{
+    (void)state;
+    T *t = t_new_parking();
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "cc", FX_MSG_START_LATEST, 0);
+    sub->stalled = true;
+    tconn *pc = t_connect(t);
+    tstream *s = authed_stream(t, pc);
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 1000;
+    publish_range(t, s, "cc", 0, total);
+    assert_true(run_until_arg(t, out_empty, pc, 5000));
+    run_for(t, 300); /* the broker has received the burst; most of it waits */
+    fx_quic_conn_close(pc->qc, 0, "bye");
+    cancel_wait w = {&a};
+    assert_true(run_until_arg(t, parked_cancelled, &w, 5000));
+    run_for(t, 100);
+    fx_metrics_snapshot_take(&b);
+    uint64_t accepted = (uint64_t)DELTA(a, b, publish_accepted);
+    uint64_t cancelled = (uint64_t)DELTA(a, b, ingress_backpressure_cancelled);
+    /* The parked publish and every whole one buffered behind it are counted:
+     * far more than the one parked job, and never more than were sent. */
+    assert_true(cancelled > 100);
+    assert_true(accepted + cancelled <= total);
+    assert_int_equal(DELTA(a, b, publish_dropped), 0);
+    resume_stream(sub);
+    wait_events(t, &sub, 1, accepted, 10000);
+    run_for(t, 50);
+    assert_int_equal(sub->events, accepted);
+    t_free(t);
+}
+
+static void test_ingress_drop_with_queue_depth_1_counts_exactly(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    t->bo.pub_queue_depth = 1;
+    t->bo.pub_ingress_wait = false;
+    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
+    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "id", FX_MSG_START_LATEST, 0);
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 500;
+    publish_range(t, s, "id", 0, total);
+    t->offsets_renumbered = true;
+    ingress_wait w = {&a, total};
+    assert_true(run_until_arg(t, ingress_done, &w, 10000));
+    fx_metrics_snapshot_take(&b);
+    uint64_t accepted = (uint64_t)DELTA(a, b, publish_accepted);
+    uint64_t dropped = (uint64_t)DELTA(a, b, ingress_dropped);
+    wait_events(t, &sub, 1, accepted, 5000);
+    run_for(t, 50);
+    assert_true(dropped > 0);
+    assert_int_equal(dropped, (uint64_t)DELTA(a, b, publish_dropped));
+    assert_int_equal(sub->events, accepted);
+    assert_int_equal(total - sub->events, dropped);
+    assert_int_equal(sub->dups + sub->bad, 0);
+    /* Offsets are per stream: what was admitted is contiguous. */
+    assert_int_equal(sub->gaps, 0);
+    t_free(t);
+}
+
+/* ack_on_commit = Wait at checkpoint 4: with the stream's worker parked by a
+ * stalled block-mode subscriber, acked publishes wait for a queue slot at
+ * most publish_queue_wait_timeout and then fail with the documented text.
+ * Replies stay in request order: a prefix of ok, then the timeouts. */
+static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_4k;
+    t->bo.ack_on_commit = true;
+    t->bo.pub_queue_depth = 1;
+    t->bo.publish_queue_wait_timeout_ns = 300 * FX_NS_PER_MS;
+    t->bo.fanout_batch_size = 1;
+    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
+    t->bo.subscriber_queue_capacity = 1;
+    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+    t->bo.subscriber_lane_queue_depth = 1;
+    t->bo.subscriber_unacked_bytes = 1;
+    t->co.stream_window = 1024; /* smaller than one event frame */
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "wt", FX_MSG_START_LATEST, 0);
+    sub->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    /* The chain absorbs six (writer, lane, held list, subscriber queue, the
+     * parked fanout, the worker queue); each later one waits its own 300 ms
+     * in turn, so the last has timed out well before 1.2 s. */
+    const uint64_t n = 8;
+    for (uint64_t i = 0; i < n; i++)
+        send_buf(s, binary_publish(t, "wt", i, 1, true, i + 1));
+    run_for(t, 1200);
+    resume_stream(sub);
+    uint64_t ok = 0, timed_out = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        tframe *f = next_reply(t, s);
+        fx_publish_ack ack;
+        assert_int_equal(fx_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+        assert_int_equal(ack.request_id, i + 1);
+        if (ack.ok) {
+            assert_int_equal(timed_out, 0); /* ok only before the first timeout */
+            ok++;
+        } else {
+            const char *want = "publish enqueue timed out";
+            assert_int_equal(ack.message.len, strlen(want));
+            assert_memory_equal(ack.message.ptr, want, strlen(want));
+            timed_out++;
+        }
+        tframe_free(f);
+    }
+    wait_events(t, &sub, 1, ok, 5000);
+    run_for(t, 50);
+    fx_metrics_snapshot_take(&b);
+    assert_true(ok >= 1);
+    assert_true(timed_out >= 1);
+    assert_int_equal(sub->events, ok);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    assert_int_equal(DELTA(a, b, ingress_backpressure_cancelled), timed_out);
+    assert_int_equal(DELTA(a, b, publish_ok), ok);
+    t_free(t);
+}
+
+static void test_header_reserves_budget_before_body(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_10k;
+    t_start(t);
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *f = binary_publish(t, "hr", 0, 1, true, 1);
+    const size_t part = FX_WIRE_HEADER_LEN + 100;
+    send_bytes(s, fx_buf_data(f), part);
+    /* The header alone took the whole announced body from the budget. */
+    expect_reserved(t, &a, body_len(f));
+    assert_null(s->head);
+    send_bytes(s, fx_buf_data(f) + part, fx_buf_len(f) - part);
+    expect_ack(t, s, 1);
+    expect_reserved(t, &a, 0); /* the job took it, and released it when done */
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, publish_accepted), 1);
+    assert_int_equal(DELTA(a, b, ingress_reserve_waited), 0);
+    assert_int_equal(DELTA(a, b, broker_frame_timeouts), 0);
+    fx_buf_unref(f);
+    t_free(t);
+}
+
+static void test_trickling_frame_times_out_and_releases_budget(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_10k;
+    t->bo.frame_read_timeout_ns = 200 * FX_NS_PER_MS;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *f = binary_publish(t, "tt", 0, 1, true, 1);
+    send_bytes(s, fx_buf_data(f), FX_WIRE_HEADER_LEN + 10);
+    expect_reserved(t, &a, body_len(f));
+    send_bytes(s, fx_buf_data(f) + FX_WIRE_HEADER_LEN + 10, 10); /* a trickle */
+    assert_true(run_until_arg(t, stream_finished, s, 5000));
+    assert_true(s->reset);
+    assert_null(s->head);
+    expect_reserved(t, &a, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, broker_frame_timeouts), 1);
+    assert_int_equal(DELTA(a, b, broker_stream_errors), 1);
+    assert_int_equal(DELTA(a, b, publish_accepted), 0);
+    /* The connection still serves whole frames on another stream. */
+    tstream *s2 = authed_stream(t, c);
+    publish_acked(t, s2, "tt", 0, 1, 2);
+    assert_false(c->closed);
+    fx_buf_unref(f);
+    t_free(t);
+}
+
+static void test_reservation_waits_when_budget_exhausted_then_proceeds(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_10k;
+    /* Room for one 10 KB frame at a time, whole broker. */
+    t->bo.pub_inflight_bytes = 16u << 10;
+    t->bo.pub_conn_inflight_bytes = 16u << 10;
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "rw", FX_MSG_START_LATEST, 0);
+    tstream *s1 = authed_stream(t, t_connect(t));
+    tstream *s2 = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *f1 = binary_publish(t, "rw", 0, 1, true, 1);
+    const size_t part = FX_WIRE_HEADER_LEN + 100;
+    send_bytes(s1, fx_buf_data(f1), part);
+    expect_reserved(t, &a, body_len(f1));
+    /* The second connection's whole frame finds the budget held. */
+    fx_buf *f2 = binary_publish(t, "rw", 1, 1, true, 2);
+    int64_t n2 = body_len(f2);
+    send_buf(s2, f2);
+    waited_is w = {&a};
+    assert_true(run_until_arg(t, reserve_waited, &w, 5000));
+    run_for(t, 100);
+    assert_null(s2->head); /* not admitted, not refused: waiting */
+    assert_int_equal(sub->events, 0);
+    send_bytes(s1, fx_buf_data(f1) + part, fx_buf_len(f1) - part);
+    expect_ack(t, s1, 1);
+    expect_ack(t, s2, 2); /* admitted once the first job released its bytes */
+    wait_events(t, &sub, 1, 2, 5000);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    expect_reserved(t, &a, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, publish_accepted), 2);
+    assert_int_equal(DELTA(a, b, publish_error), 0);
+    assert_int_equal(DELTA(a, b, ingress_reserve_waited), 1);
+    assert_int_equal(DELTA(a, b, ingress_bytes_full) + DELTA(a, b, ingress_conn_bytes_full), 0);
+    assert_int_equal(DELTA(a, b, broker_frame_timeouts), 0);
+    assert_true(n2 > (16 << 10) - body_len(f1)); /* it really could not fit */
+    fx_buf_unref(f1);
+    t_free(t);
+}
+
+typedef struct acks_wait {
+    tstream *s;
+    uint64_t n;
+} acks_wait;
+
+static bool acks_arrived(T *t)
+{
+    acks_wait *w = t->arg;
+    uint64_t n = 0;
+    for (tframe *f = w->s->head; f != NULL; f = f->next)
+        n++;
+    return n >= w->n;
+}
+
+/* Takes the replies queued on |s| and checks they are the ok acks of
+ * request ids |*next|, |*next| + 1, ... Returns how many there were. */
+static uint64_t take_acks(tstream *s, uint64_t *next)
+{
+    uint64_t n = 0;
+    while (s->head != NULL) {
+        tframe *f = s->head;
+        s->head = f->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
+        fx_publish_ack a;
+        assert_int_equal(fx_publish_ack_decode(f->body, f->len, &a, NULL), 0);
+        assert_true(a.ok);
+        assert_int_equal(a.request_id, (*next)++);
+        tframe_free(f);
+        n++;
+    }
+    return n;
+}
+
+/* A job admitted to its worker's queue (checkpoint 4) keeps the bytes its
+ * frame header reserved (checkpoint 3) until the worker is done with it.
+ * The budget fits two 10 KB frames: with the worker parked on a stalled
+ * lossless subscriber, one job parked at the fanout and one queued behind it
+ * hold the budget, so the next frame's header waits: no ack, counted in
+ * felix_broker_ingress_reserve_waited_total. felix_broker_ingress_queue_depth
+ * shows the two jobs, and felix_broker_ingress_reserved_bytes shows nothing
+ * held twice: the jobs' bytes left the header reservations when the jobs took
+ * them, and a waiting header holds none. Everything goes through once the
+ * subscriber reads again. */
+static void test_queued_job_keeps_its_header_bytes_so_the_next_header_waits(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_10k;
+    t_lossless(t);
+    t->bo.pub_inflight_bytes = 25u << 10;
+    t->bo.pub_conn_inflight_bytes = 25u << 10;
+    t->bo.pub_queue_depth = 4; /* room: the queued job is admitted, not parked */
+    t->bo.fanout_batch_size = 1;
+    t->bo.subscriber_queue_capacity = 1;
+    t->bo.subscriber_lane_queue_depth = 1;
+    t->bo.subscriber_unacked_bytes = 1;
+    t->co.stream_window = 1024; /* smaller than one event frame */
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "qh", FX_MSG_START_LATEST, 0);
+    sub->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 16;
+    for (uint64_t i = 0; i < total; i++)
+        send_buf(s, binary_publish(t, "qh", i, 1, true, i + 1));
+    run_for(t, 500);
+    uint64_t next = 1;
+    uint64_t acked = take_acks(s, &next);
+    run_for(t, 300); /* still stalled: nothing more is admitted */
+    assert_int_equal(take_acks(s, &next), 0);
+    assert_true(acked >= 2 && acked < total);
+    fx_metrics_snapshot_take(&b);
+    assert_true(DELTA(a, b, ingress_reserve_waited) >= 1);
+    assert_int_equal(b.g.ingress_queue_depth - a.g.ingress_queue_depth, 2);
+    assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 0);
+    assert_int_equal(DELTA(a, b, publish_error) + DELTA(a, b, ingress_rejected), 0);
+    resume_stream(sub);
+    acks_wait w = {s, total - acked};
+    assert_true(run_until_arg(t, acks_arrived, &w, 20000));
+    assert_int_equal(take_acks(s, &next), total - acked);
+    wait_events(t, &sub, 1, total, 20000);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    expect_reserved(t, &a, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(b.g.ingress_queue_depth - a.g.ingress_queue_depth, 0);
+    assert_int_equal(DELTA(a, b, publish_accepted), total);
+    t_free(t);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled),
+    cmocka_unit_test(test_connection_close_counts_every_publish_discarded_behind_a_park),
+    cmocka_unit_test(test_ingress_drop_with_queue_depth_1_counts_exactly),
+    cmocka_unit_test(test_commit_acks_wait_then_time_out_behind_a_parked_worker),
+    cmocka_unit_test(test_header_reserves_budget_before_body),
+    cmocka_unit_test(test_trickling_frame_times_out_and_releases_budget),
+    cmocka_unit_test(test_reservation_waits_when_budget_exhausted_then_proceeds),
+    cmocka_unit_test(test_queued_job_keeps_its_header_bytes_so_the_next_header_waits),
+};
+
+FX_TEST_MAIN(tests)
