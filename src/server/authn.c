@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "felix/error.h"
-#include "server/auth.h"
+#include "auth/auth.h"
 
 struct fx_authn {
     fx_auth_keyslot slot;

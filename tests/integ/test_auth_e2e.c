@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "integ/fixture.h"
-#include "server/auth.h"
+#include "auth/auth.h"
 #include "server/authn.h"
 
 static const char *const ALL_T1[] = {"stream.publish:stream:t1/*/*",

@@ -1,7 +1,7 @@
-/* Unit tests for src/server/auth.c: JWKS key sets and reload, compact EdDSA
+/* Unit tests for src/auth (libauth): JWKS key sets and reload, compact EdDSA
  * JWT verification and its refusal reasons, permission wildcards, minting,
  * and the RFC 8037 Ed25519 known-answer vector. Single-threaded. */
-/* fx-test-libs: fx_server fx_wire fx_base */
+/* fx-test-libs: fx_auth fx_wire fx_base */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,7 +13,7 @@
 #include "fx_test.h"
 
 #include "felix/error.h"
-#include "server/auth.h"
+#include "auth/auth.h"
 
 /* A fixed "now" so every expiry test is exact and independent of the clock. */
 #define NOW INT64_C(1700000000)

@@ -1,7 +1,8 @@
 /* `felix token`: development key pairs and tokens for auth_mode "jwt".
  * `keygen` writes a JWKS for the broker's jwks_file and the private key as
  * an OKP JWK; `mint` signs an EdDSA JWT with it. Signing and the JWKS text
- * come from the broker's own src/server/auth.c. Main thread. */
+ * come from libauth (src/auth), the code the broker verifies with. Main
+ * thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -12,7 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "server/auth.h"
+#include "auth/auth.h"
 
 #define CMD "token"
 #define PERMS_MAX 64

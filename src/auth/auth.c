@@ -1,8 +1,9 @@
-/* Token authentication: JWKS key sets, compact EdDSA JWT verification and
- * permission matching, on nettle (Ed25519), wire/base64 and jansson; minting
- * is in auth_mint.c. The contract is in auth.h. No sockets and no loops; the
- * only I/O is reading JWKS files on the main thread. */
-#include "server/auth.h"
+/* libauth, shared by felix-broker and the felix CLI: JWKS key sets, compact
+ * EdDSA JWT verification and permission matching, on nettle (Ed25519),
+ * wire/base64 and jansson; minting is in mint.c. The contract is in auth.h.
+ * No sockets and no loops; the only I/O is reading JWKS files on the main
+ * thread. */
+#include "auth/auth.h"
 
 #include <errno.h>
 #include <stdarg.h>
