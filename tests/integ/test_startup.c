@@ -49,8 +49,9 @@ static void run_deinit(run *r)
  * terminated, may be NULL) and the environment entries |env|. */
 static pid_t start(run *r, const char *const *extra, char *const env[])
 {
-    char *argv[32] = {r->broker, "--set", "quic_bind=127.0.0.1:0", "--set",
-                      "metrics_bind=127.0.0.1:0", "--set", r->state_set};
+    char *argv[32] = {
+        r->broker, "--set",     "quic_bind=127.0.0.1:0", "--set", "metrics_bind=127.0.0.1:0",
+        "--set",   r->state_set};
     size_t n = 7;
     for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 29; i++) {
         argv[n++] = "--set";
