@@ -1082,7 +1082,8 @@ static const fx_cli_help HELP[] = {
         "felix streams delete TENANT/NS/STREAM\n"
         "\n"
         "GET /v1/streams, PUT or DELETE /v1/streams/TENANT/NS/STREAM on the admin\n"
-        "endpoint. Off loopback, create and delete need --admin-token.\n",
+        "endpoint. Off loopback, create and delete need the admin token\n"
+        "(--admin-token-file FILE or FELIX_ADMIN_TOKEN).\n",
         "felix streams create t1/default/orders\n"
         "  felix streams ls",
         true,
