@@ -1,13 +1,18 @@
 /* The felix CLI's files and secrets, the binaries run as child processes:
  * `felix token keygen --force` leaves a private key 0600 and never writes
  * through a planted link, --token-file authenticates against a broker in
- * auth_mode jwt (a wrong token in the file is refused), --insecure warns on
+ * auth_mode jwt (a wrong token in the file is refused), --admin-token-file
+ * becomes the admin call's bearer header, --insecure warns on
  * stderr, and --pin with --ca is refused. Ports are 0 / ephemeral;
  * timeouts are hang guards only. */
 /* fx-test-libs: fx_base */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -237,6 +242,69 @@ static void test_token_file_authenticates_and_a_wrong_one_is_refused(void **stat
     cli_deinit(&t);
 }
 
+/* ---- --admin-token-file against a stand-in admin endpoint ------------------------- */
+
+/* A one-shot HTTP server on 127.0.0.1:0: accepts one connection, keeps its
+ * request in |req| and answers 200 with an empty JSON list. */
+static int http_listen(uint16_t *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    socklen_t len = sizeof(a);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static void http_answer_once(int lfd, char *req, size_t cap)
+{
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, PROC_HANG_MS), 1);
+    int fd = accept(lfd, NULL, NULL);
+    assert_true(fd >= 0);
+    size_t len = 0;
+    req[0] = '\0';
+    while (strstr(req, "\r\n\r\n") == NULL && len + 1 < cap) {
+        p = (struct pollfd){.fd = fd, .events = POLLIN};
+        assert_int_equal(poll(&p, 1, PROC_HANG_MS), 1);
+        ssize_t n = read(fd, req + len, cap - 1 - len);
+        assert_true(n > 0);
+        len += (size_t)n;
+        req[len] = '\0';
+    }
+    static const char ans[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                              "Content-Length: 2\r\nConnection: close\r\n\r\n[]";
+    assert_int_equal(write(fd, ans, sizeof(ans) - 1), (ssize_t)(sizeof(ans) - 1));
+    close(fd);
+}
+
+static void test_admin_token_file_becomes_the_bearer_header(void **state)
+{
+    (void)state;
+    cli t;
+    cli_init(&t);
+    char file[96], admin[32], req[8192];
+    path_in(&t, "admin-token", file, sizeof(file));
+    write_text(file, "admin-secret-from-file\n", 0600);
+    uint16_t port = 0;
+    int lfd = http_listen(&port);
+    snprintf(admin, sizeof(admin), "127.0.0.1:%u", (unsigned)port);
+    char *argv[] = {t.felix, "streams", "ls", "--admin", admin, "--admin-token-file", file, NULL};
+    pid_t pid = proc_spawn(argv, t.out, t.err, NULL, false);
+    http_answer_once(lfd, req, sizeof(req));
+    close(lfd);
+    int st = proc_wait(pid, "felix streams ls");
+    proc_slurp(t.err, t.text, sizeof(t.text));
+    if (st != 0)
+        fail_msg("felix streams ls exited %d:\n%s", st, t.text);
+    proc_assert_contains(req, "GET /v1/streams ");
+    proc_assert_contains(req, "Authorization: Bearer admin-secret-from-file\r\n");
+    cli_deinit(&t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(test_keygen_force_leaves_a_0644_key_0600, proc_teardown),
     cmocka_unit_test_teardown(test_keygen_force_replaces_a_planted_link_instead_of_its_target,
@@ -245,6 +313,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(test_pin_with_ca_refused_as_usage_error, proc_teardown),
     cmocka_unit_test_teardown(test_token_file_authenticates_and_a_wrong_one_is_refused,
                               proc_teardown),
+    cmocka_unit_test_teardown(test_admin_token_file_becomes_the_bearer_header, proc_teardown),
 };
 
 FX_TEST_MAIN(tests)
