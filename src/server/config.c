@@ -73,7 +73,9 @@ const struct key fx_config_keys[] = {
      .help = "clock skew allowed on a token's exp and nbf (whole seconds)"},
     {.name = "state_dir", .env = {"FELIX_STATE_DIR"}, .type = T_STR, FIELD(state_dir),
      .def = "/var/lib/felix", .min = 1,
-     .help = "runtime directory (bound ports, pid); created at start"},
+     .help = "directory of the generated TLS certificate and key; created mode 0700 at start; "
+             "an existing one must belong to the broker's user and not be writable by group or "
+             "others (else the broker refuses to start)"},
     {.name = "log_level", .env = {"FELIX_LOG_LEVEL"}, .type = T_ENUM, FIELD(log_level),
      .def = "info", .en = &log_level_enum, .help = "least severe message logged"},
     /* streams */
