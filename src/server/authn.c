@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "felix/error.h"
 #include "auth/auth.h"
+#include "felix/error.h"
 
 struct fx_authn {
     fx_auth_keyslot slot;

@@ -12,8 +12,8 @@
 
 #include "fx_test.h"
 
-#include "felix/error.h"
 #include "auth/auth.h"
+#include "felix/error.h"
 
 /* A fixed "now" so every expiry test is exact and independent of the clock. */
 #define NOW INT64_C(1700000000)
@@ -620,9 +620,9 @@ static void test_jwks_bad_ed25519_key_refused(void **state)
         "\"x\":\"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo\"},"
         "{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"kid\":\"a\","
         "\"x\":\"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo\"}]}",
-        /* kid not a string */
-        "{\"keys\":[{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"kid\":5,"
-        "\"x\":\"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo\"}]}",
+        /* kid not a string (one literal split over two lines) */
+        ("{\"keys\":[{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"kid\":5,"
+         "\"x\":\"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo\"}]}"),
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         fx_keyset *ks = NULL;
