@@ -7,6 +7,8 @@ CMAKE ?= cmake
 TEST_DIR := build/test
 REL_DIR := build/release
 FUZZ_DIR := build/fuzz
+# Seconds each fuzz target runs in `make fuzz` (make fuzz FUZZ_SECONDS=600).
+FUZZ_SECONDS ?= 30
 
 .PHONY: all deps build test run fuzz format clean
 
@@ -30,7 +32,7 @@ run: build
 
 fuzz:
 	@scripts/deps.sh --fuzz
-	@$(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DFX_FUZZ=ON -DFX_WERROR=OFF >/dev/null
+	@$(CMAKE) -S . -B $(FUZZ_DIR) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DFX_FUZZ=ON -DFX_WERROR=OFF -DFX_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
 	@$(CMAKE) --build $(FUZZ_DIR) -j $(JOBS)
 	@cd $(FUZZ_DIR) && ctest --output-on-failure -L fuzz
 

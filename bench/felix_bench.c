@@ -782,6 +782,7 @@ int main(int argc, char **argv)
         }
         o.c.server = ip.addr;
         o.c.pin = ip.pin;
+        o.c.insecure = false; /* the pin is known; libfelix takes one way to verify */
         o.c.in_process = true;
     }
     int status = run_all(&o);

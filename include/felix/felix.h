@@ -61,11 +61,13 @@ typedef struct fx_start {
 /* Client options. |size| must be sizeof(fx_client_opts) (fx_client_opts_init
  * sets it), so fields can be appended without breaking callers. Strings are
  * borrowed until fx_client_connect returns (the client copies them). A zero
- * numeric field means its default. */
+ * numeric field means its default. Set at most one of ca_file, pin_sha256
+ * and insecure (two of them: FX_ECONFIG); with none the system trust store
+ * verifies the broker. */
 typedef struct fx_client_opts {
     size_t size;
     const char *server;                /* "host:port", "[v6]:port"; "127.0.0.1:5000" */
-    const char *server_name;           /* certificate name and SNI; "localhost" */
+    const char *server_name;           /* certificate name and SNI; NULL: server's host */
     const char *ca_file;               /* PEM trust anchors, or NULL */
     const char *pin_sha256;            /* hex SHA-256 of the server certificate DER, or NULL */
     bool insecure;                     /* accept any certificate (development only) */

@@ -418,6 +418,13 @@ static char *dup_into(char **p, const char *s)
 static int own_strings(fx_client *c)
 {
     fx_client_opts *o = &c->o;
+    char host[256];
+    if (o->server_name == NULL || o->server_name[0] == '\0') {
+        int rv = fx_client_server_host(o->server, host, sizeof(host));
+        if (rv != 0)
+            return rv;
+        o->server_name = host;
+    }
     const char *s[] = {o->server, o->server_name, o->ca_file, o->pin_sha256, o->tenant, o->token};
     size_t n = 0;
     for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++)

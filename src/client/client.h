@@ -44,6 +44,10 @@ int fx_client_set_error(int rv, const char *fmt, ...) __attribute__((format(prin
 int fx_client_map_remote(const char *msg);
 /* Validates |o| and fills defaults for zero fields into |out|. */
 int fx_client_opts_check(const fx_client_opts *o, fx_client_opts *out);
+/* Writes the host part of |server| ("host:port", "[v6]:port", brackets
+ * removed) into |host| (|cap| bytes): the default server_name. Returns 0 or
+ * FX_ECONFIG with the error text set. */
+int fx_client_server_host(const char *server, char *host, size_t cap);
 
 /* ---- objects -------------------------------------------------------------- */
 

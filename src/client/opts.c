@@ -56,7 +56,7 @@ void fx_client_opts_init(fx_client_opts *o)
     *o = (fx_client_opts){
         .size = sizeof(*o),
         .server = "127.0.0.1:5000",
-        .server_name = "localhost",
+        .server_name = NULL, /* the host part of |server| */
         .tenant = "t1",
         .token = "",
         .publish_conn_pool = 4,
@@ -235,12 +235,45 @@ static void fill_zero_defaults(fx_client_opts *o)
         o->token = d.token;
 }
 
+int fx_client_server_host(const char *server, char *host, size_t cap)
+{
+    const char *colon = server != NULL ? strrchr(server, ':') : NULL;
+    if (colon == NULL || colon == server || colon[1] == '\0')
+        return fx_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port",
+                                   server != NULL ? server : "(null)");
+    size_t hl = (size_t)(colon - server);
+    if (server[0] == '[' && hl >= 2 && server[hl - 1] == ']')
+        server++, hl -= 2;
+    if (hl == 0 || hl >= cap)
+        return fx_client_set_error(FX_ECONFIG, "option server: host empty or too long");
+    memcpy(host, server, hl);
+    host[hl] = '\0';
+    return 0;
+}
+
+/* One way to verify the broker: a pin and a CA file would each decide alone
+ * (and "insecure" overrides both), so a combination is refused rather than
+ * one of them silently ignored. */
+static int check_trust(const fx_client_opts *o)
+{
+    bool pin = o->pin_sha256 != NULL && o->pin_sha256[0] != '\0';
+    bool ca = o->ca_file != NULL && o->ca_file[0] != '\0';
+    if (pin && ca)
+        return bad_opt("pin_sha256", "cannot be combined with ca_file: set one way to verify "
+                                     "the broker's certificate");
+    if (o->insecure && (pin || ca))
+        return bad_opt("insecure", "cannot be combined with pin_sha256 or ca_file");
+    return 0;
+}
+
 int fx_client_opts_check(const fx_client_opts *o, fx_client_opts *out)
 {
     int rv = opts_copy(o, out);
     if (rv != 0)
         return rv;
     fill_zero_defaults(out);
+    if ((rv = check_trust(out)) != 0)
+        return rv;
     if (out->tenant[0] == '\0')
         return bad_opt("tenant", "empty");
     if (out->publish_conn_pool > 64 || out->publish_streams_per_conn > 64)

@@ -22,13 +22,18 @@
 /* ---- files ------------------------------------------------------------- */
 
 /* Writes |d| to |path| through "<path>.tmp" and rename(), so a crash never
- * leaves a half-written key behind. */
+ * leaves a half-written key behind. The temporary is created with O_EXCL |
+ * O_NOFOLLOW: a file or link planted under its name is never written
+ * through (a stale one from a crash is removed first, and anything that
+ * reappears in between fails the open). */
 int fx_quic_write_file_atomic(const char *path, const gnutls_datum_t *d, mode_t mode)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
         return -ENAMETOOLONG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (unlink(tmp) < 0 && errno != ENOENT)
+        return -errno;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0)
         return -errno;
     int rv = 0;

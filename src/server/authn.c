@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth/auth.h"
 #include "felix/error.h"
-#include "server/auth.h"
 
 struct fx_authn {
     fx_auth_keyslot slot;

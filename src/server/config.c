@@ -73,7 +73,9 @@ const struct key fx_config_keys[] = {
      .help = "clock skew allowed on a token's exp and nbf (whole seconds)"},
     {.name = "state_dir", .env = {"FELIX_STATE_DIR"}, .type = T_STR, FIELD(state_dir),
      .def = "/var/lib/felix", .min = 1,
-     .help = "runtime directory (bound ports, pid); created at start"},
+     .help = "directory of the generated TLS certificate and key; created mode 0700 at start; "
+             "an existing one must belong to the broker's user and not be writable by group or "
+             "others (else the broker refuses to start)"},
     {.name = "log_level", .env = {"FELIX_LOG_LEVEL"}, .type = T_ENUM, FIELD(log_level),
      .def = "info", .en = &log_level_enum, .help = "least severe message logged"},
     /* streams */
@@ -157,8 +159,6 @@ const struct key fx_config_keys[] = {
     {.name = "udp_recv_buffer", .env = {"FELIX_UDP_RECV_BUFFER"}, .type = T_SIZE,
      FIELD(udp_recv_buffer), .def = "8MiB", .min = 64 * KiB, .max = GiB,
      .help = "SO_RCVBUF asked for; the kernel may grant less (logged)"},
-    {.name = "initial_cwnd", .env = {"FELIX_INITIAL_CWND"}, .type = T_SIZE, FIELD(initial_cwnd),
-     .def = "0", .min = 0, .max = GiB, .help = "initial congestion window; 0 = ngtcp2's"},
     {.name = "conn_stats_ms", .env = {"FELIX_CONN_STATS_MS"}, .type = T_DUR, FIELD(conn_stats_ns),
      .def = "0", .min = 0, .max = HOUR,
      .help = "log each connection's path statistics this often; 0 = off"},
@@ -268,8 +268,10 @@ const struct key fx_config_keys[] = {
      .help = "ngtcp2 0.12 has no ACK frequency extension"},
     {.name = "pump_colocate", .env = {"FELIX_PUMP_COLOCATE"}, .type = T_WARN,
      .help = "a quinn runtime setting; Felix-C always writes on the connection's own loop"},
-    {.name = "disable_timings", .env = {"FELIX_DISABLE_TIMINGS"}, .type = T_REJECT,
-     .help = "Felix-C has no per-request timing instrumentation to disable; remove it"},
+    {.name = "disable_timings", .env = {"FELIX_DISABLE_TIMINGS"}, .type = T_WARN,
+     .help = "Felix-C records no per-request timings, so there is nothing to disable"},
+    {.name = "initial_cwnd", .env = {"FELIX_INITIAL_CWND"}, .type = T_REJECT,
+     .help = "ngtcp2 0.12 has no initial congestion window setting"},
     {.name = "sub_streams_per_conn", .env = {"FELIX_SUB_STREAMS_PER_CONN"}, .type = T_REJECT,
      .help = "every subscription has its own event stream (sub_stream_mode per_subscriber),"
              " so there is no stream pool to size; remove it"},

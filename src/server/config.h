@@ -126,7 +126,6 @@ typedef struct fx_config {
     uint64_t loopback_mtu; /* pinned for peers on this host; 0 = off */
     uint64_t udp_send_buffer;
     uint64_t udp_recv_buffer;
-    uint64_t initial_cwnd;  /* 0 = ngtcp2's default */
     uint64_t conn_stats_ns; /* 0 = off */
     /* publish pipeline */
     bool ack_on_commit;

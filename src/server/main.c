@@ -27,6 +27,7 @@
 #include "server/authn.h"
 #include "server/config.h"
 #include "server/pipeline.h"
+#include "server/statedir.h"
 
 extern char **environ;
 
@@ -447,7 +448,6 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
  * yet. Setting one is not an error (files written for the original keep
  * working) but it is never silent: each explicitly set key gets a warning. */
 static const char *const unapplied_keys[] = {
-    "initial_cwnd",
     "control_stream_drain_timeout_ms",
 };
 
@@ -468,27 +468,6 @@ static void retain_heap(const fx_config *c)
     if (mallopt(M_TRIM_THRESHOLD, (int)retain) != 1 || mallopt(M_MMAP_THRESHOLD, 4 << 20) != 1)
         fprintf(stderr, "felix-broker: warning: the C library refused the allocator settings "
                         "(allocator_retain_bytes); RSS may follow the load\n");
-}
-
-/* Creates |dir| and its missing parents (mode 0700: it holds the TLS key).
- * Returns 0 or -errno. */
-static int make_state_dir(const char *dir)
-{
-    char path[FX_CONFIG_PATH_MAX];
-    int n = snprintf(path, sizeof(path), "%s", dir);
-    if (n <= 0 || (size_t)n >= sizeof(path))
-        return -ENAMETOOLONG;
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0700) != 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(path, 0700) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
 }
 
 _Static_assert((int)FX_CONFIG_LOG_ERROR == (int)FX_LOG_ERROR &&
@@ -600,10 +579,9 @@ static int serve(const fx_config *c)
     warn_unapplied(c);
     retain_heap(c);
     if (c->state_dir[0]) {
-        int err = make_state_dir(c->state_dir);
-        if (err != 0) {
-            fprintf(stderr, "felix-broker: cannot create state_dir '%s': %s\n", c->state_dir,
-                    fx_strerror(err));
+        char why[FX_CONFIG_PATH_MAX + 256];
+        if (fx_state_dir_prepare(c->state_dir, why, sizeof(why)) != 0) {
+            fprintf(stderr, "felix-broker: %s\n", why);
             return EXIT_START;
         }
     }

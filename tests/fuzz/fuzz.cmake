@@ -1,9 +1,11 @@
-# libFuzzer targets for the wire codecs (included by the root CMakeLists.txt
-# when -DFX_FUZZ=ON, with clang). Every tests/fuzz/fuzz_*.c is one target; the
-# wire sources are compiled into each target so libFuzzer sees their coverage
-# (the fx_* libraries of this build are not instrumented). Each target runs as
-# the CTest test fuzz.<target> (label "fuzz", 30 s), on a seed corpus that
-# fx_fuzz_seeds writes into the build tree first.
+# libFuzzer targets (included by the root CMakeLists.txt when -DFX_FUZZ=ON,
+# with clang). Every tests/fuzz/fuzz_*.c is one target. The code under test is
+# compiled into each target so libFuzzer sees its coverage (the fx_*
+# libraries of this build are not instrumented). Each target runs as the
+# CTest test fuzz.<target> (label "fuzz", FX_FUZZ_SECONDS, default 30 s) on
+# its corpus: the wire targets on seeds fx_fuzz_seeds writes into the build
+# tree first, the others on the committed seeds in tests/fuzz/corpus/<target>
+# (read only; new inputs go to the build tree's corpus).
 if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
     message(FATAL_ERROR "FX_FUZZ needs clang (-DCMAKE_C_COMPILER=clang)")
 endif()
@@ -16,31 +18,70 @@ set(_fx_fuzz_flags -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
     -fno-omit-frame-pointer -g -O1)
 
 file(GLOB _fx_wire_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/wire/*.c)
+file(GLOB _fx_auth_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/auth/*.c)
+file(GLOB _fx_config_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/server/config*.c)
 file(GLOB _fx_fuzz_targets CONFIGURE_DEPENDS ${FX_FUZZ_DIR}/fuzz_*.c)
 file(MAKE_DIRECTORY ${FX_FUZZ_ARTIFACTS})
 
-# Seed corpus, rebuilt before the fuzz tests run (fixture), from the golden
-# layouts and, when present, the shared vectors read in place.
+# Seed corpus of the wire targets, rebuilt before the fuzz tests run
+# (fixture), from the golden layouts and, when present, the shared vectors
+# read in place.
 add_executable(fx_fuzz_seeds ${FX_FUZZ_DIR}/seeds.c)
 target_link_libraries(fx_fuzz_seeds PRIVATE fx_wire fx_base)
 add_test(NAME fuzz.seeds
     COMMAND fx_fuzz_seeds ${FX_FUZZ_CORPUS} ${FX_SHARED_DIR}/vectors/felix-wire)
 set_tests_properties(fuzz.seeds PROPERTIES LABELS "fuzz" FIXTURES_SETUP fx_fuzz_seeds)
 
+# One target: fx_fuzz_target(NAME DICT file SRCS ... LIBS ... DEFS ... LINK ...).
+function(fx_fuzz_target name)
+    cmake_parse_arguments(F "" "DICT" "SRCS;LIBS;DEFS;LINK" ${ARGN})
+    add_executable(${name} ${FX_FUZZ_DIR}/${name}.c ${F_SRCS})
+    target_include_directories(${name} PRIVATE
+        ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src ${FX_FUZZ_DIR})
+    target_compile_options(${name} PRIVATE ${_fx_fuzz_flags})
+    target_compile_definitions(${name} PRIVATE ${F_DEFS})
+    target_link_options(${name} PRIVATE ${_fx_fuzz_flags} ${F_LINK})
+    target_link_libraries(${name} PRIVATE ${F_LIBS})
+    file(MAKE_DIRECTORY ${FX_FUZZ_CORPUS}/${name})
+    set(_seeds "")
+    if(IS_DIRECTORY ${FX_FUZZ_DIR}/corpus/${name})
+        set(_seeds ${FX_FUZZ_DIR}/corpus/${name})
+    endif()
+    math(EXPR _timeout "${FX_FUZZ_SECONDS} + 300")
+    add_test(NAME fuzz.${name}
+        COMMAND ${name} -max_total_time=${FX_FUZZ_SECONDS} -dict=${FX_FUZZ_DIR}/${F_DICT}
+                -print_final_stats=1 -artifact_prefix=${FX_FUZZ_ARTIFACTS}/${name}-
+                ${FX_FUZZ_CORPUS}/${name} ${_seeds})
+    set_tests_properties(fuzz.${name} PROPERTIES
+        LABELS "fuzz" FIXTURES_REQUIRED fx_fuzz_seeds TIMEOUT ${_timeout})
+endfunction()
+
+# libauth, with the signature check skipped (FX_AUTH_FUZZ_SKIP_SIGNATURE,
+# src/auth/auth.c): these sources are compiled with it here and nowhere else.
+set(_fx_auth_fuzz SRCS ${_fx_auth_srcs} ${_fx_wire_srcs}
+    DEFS FX_AUTH_FUZZ_SKIP_SIGNATURE FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+    LIBS fx_base PkgConfig::JANSSON PkgConfig::NETTLE PkgConfig::HOGWEED DICT auth.dict)
+set(_fx_fuzz_special fuzz_jws_verify fuzz_jwt_claims fuzz_jwks_parse fuzz_config_yaml
+    fuzz_admin_bind fuzz_admin_path)
+fx_fuzz_target(fuzz_jws_verify ${_fx_auth_fuzz})
+fx_fuzz_target(fuzz_jwt_claims ${_fx_auth_fuzz})
+fx_fuzz_target(fuzz_jwks_parse ${_fx_auth_fuzz})
+# The broker configuration: file < env < --set layers and the YAML parser.
+fx_fuzz_target(fuzz_config_yaml SRCS ${_fx_config_srcs} DICT config.dict
+    LIBS fx_broker fx_quic fx_wire fx_base PkgConfig::YAML)
+# The admin endpoint's parsers; DNS is stubbed out (--wrap).
+fx_fuzz_target(fuzz_admin_bind SRCS ${CMAKE_SOURCE_DIR}/src/server/admin.c DICT admin.dict
+    LINK -Wl,--wrap=getaddrinfo -Wl,--wrap=freeaddrinfo
+    LIBS fx_quic fx_wire fx_base PkgConfig::MHD)
+# fuzz_admin_path.c includes src/server/admin_routes.c itself.
+fx_fuzz_target(fuzz_admin_path DICT admin.dict
+    LIBS fx_server fx_broker fx_quic fx_wire fx_base)
+
 foreach(_src ${_fx_fuzz_targets})
     get_filename_component(_name ${_src} NAME_WE)
-    add_executable(${_name} ${_src} ${_fx_wire_srcs})
-    target_include_directories(${_name} PRIVATE
-        ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src ${FX_FUZZ_DIR})
-    target_compile_options(${_name} PRIVATE ${_fx_fuzz_flags})
-    target_link_options(${_name} PRIVATE ${_fx_fuzz_flags})
-    target_link_libraries(${_name} PRIVATE fx_base PkgConfig::JANSSON PkgConfig::NETTLE)
-    file(MAKE_DIRECTORY ${FX_FUZZ_CORPUS}/${_name})
-    add_test(NAME fuzz.${_name}
-        COMMAND ${_name} -max_total_time=${FX_FUZZ_SECONDS} -dict=${FX_FUZZ_DIR}/wire.dict
-                -print_final_stats=1 -artifact_prefix=${FX_FUZZ_ARTIFACTS}/${_name}-
-                ${FX_FUZZ_CORPUS}/${_name})
-    set_tests_properties(fuzz.${_name} PROPERTIES
-        LABELS "fuzz" FIXTURES_REQUIRED fx_fuzz_seeds
-        TIMEOUT 600)
+    if(_name IN_LIST _fx_fuzz_special)
+        continue()
+    endif()
+    fx_fuzz_target(${_name} SRCS ${_fx_wire_srcs} DICT wire.dict
+        LIBS fx_base PkgConfig::JANSSON PkgConfig::NETTLE)
 endforeach()

@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth/auth.h"
 #include "integ/fixture.h"
-#include "server/auth.h"
 #include "server/authn.h"
 
 static const char *const ALL_T1[] = {"stream.publish:stream:t1/*/*",

@@ -1,7 +1,7 @@
-/* Unit tests for src/server/auth.c: JWKS key sets and reload, compact EdDSA
+/* Unit tests for src/auth (libauth): JWKS key sets and reload, compact EdDSA
  * JWT verification and its refusal reasons, permission wildcards, minting,
  * and the RFC 8037 Ed25519 known-answer vector. Single-threaded. */
-/* fx-test-libs: fx_server fx_wire fx_base */
+/* fx-test-libs: fx_auth fx_wire fx_base */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -12,8 +12,8 @@
 
 #include "fx_test.h"
 
+#include "auth/auth.h"
 #include "felix/error.h"
-#include "server/auth.h"
 
 /* A fixed "now" so every expiry test is exact and independent of the clock. */
 #define NOW INT64_C(1700000000)
@@ -620,9 +620,9 @@ static void test_jwks_bad_ed25519_key_refused(void **state)
         "\"x\":\"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo\"},"
         "{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"kid\":\"a\","
         "\"x\":\"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo\"}]}",
-        /* kid not a string */
-        "{\"keys\":[{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"kid\":5,"
-        "\"x\":\"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo\"}]}",
+        /* kid not a string (one literal split over two lines) */
+        ("{\"keys\":[{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"kid\":5,"
+         "\"x\":\"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo\"}]}"),
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         fx_keyset *ks = NULL;

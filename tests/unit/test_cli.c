@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../tools/felix/cli_lib.c"
 #include "fx_test.h"
@@ -248,6 +249,116 @@ static void test_common_flags_require_trust_and_matching_tenant(void **state)
     assert_int_equal(
         fx_cli_admin_url("h:1", "/very/long/path/that/overflows/the/buffer/xxxxxxxxx", url, 16),
         -EINVAL);
+}
+
+static void test_pin_and_ca_together_refused(void **state)
+{
+    (void)state;
+    fx_cli_common c;
+    char err[512];
+    fake_env = NULL;
+    assert_int_equal(fx_cli_common_init(&c, env_lookup, err, sizeof(err)), 0);
+    assert_null(c.server_name); /* libfelix then checks the host of --server */
+    c.pin = "a77ad199e362393a96beb0a31a83a006e6de3cc12e2560b80150392eecf91dde";
+    assert_int_equal(fx_cli_common_check(&c, NULL, err, sizeof(err)), 0);
+    c.ca_file = "/etc/felix/ca.pem";
+    assert_int_equal(fx_cli_common_check(&c, NULL, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "--pin and --ca"));
+    c.pin = NULL;
+    assert_int_equal(fx_cli_common_check(&c, NULL, err, sizeof(err)), 0);
+}
+
+/* Writes |text| to a new temporary file named in |path|. */
+static void secret_file(char *path, size_t cap, const char *text)
+{
+    snprintf(path, cap, "/tmp/fx_test_secret_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t n = strlen(text);
+    assert_int_equal(write(fd, text, n), (ssize_t)n);
+    close(fd);
+}
+
+static void test_secret_file_trims_line_end_and_refuses_bad_content(void **state)
+{
+    (void)state;
+    char path[64], out[16], err[512];
+    secret_file(path, sizeof(path), "eyJ.tok.sig\r\n");
+    assert_int_equal(fx_cli_read_secret(path, "--token-file", out, sizeof(out), err, sizeof(err)),
+                     0);
+    assert_string_equal(out, "eyJ.tok.sig");
+    unlink(path);
+    /* Exactly the buffer less the NUL fits; one byte more does not. */
+    secret_file(path, sizeof(path), "0123456789abcde\n");
+    assert_int_equal(fx_cli_read_secret(path, "--token-file", out, sizeof(out), err, sizeof(err)),
+                     0);
+    assert_string_equal(out, "0123456789abcde");
+    unlink(path);
+    secret_file(path, sizeof(path), "0123456789abcdef");
+    assert_int_equal(fx_cli_read_secret(path, "--token-file", out, sizeof(out), err, sizeof(err)),
+                     -EINVAL);
+    assert_non_null(strstr(err, "longer than 15 bytes"));
+    unlink(path);
+    secret_file(path, sizeof(path), "\n\n");
+    assert_int_equal(fx_cli_read_secret(path, "--token-file", out, sizeof(out), err, sizeof(err)),
+                     -EINVAL);
+    assert_non_null(strstr(err, "empty"));
+    unlink(path);
+    secret_file(path, sizeof(path), "one\ntwo\n");
+    assert_int_equal(
+        fx_cli_read_secret(path, "--admin-token-file", out, sizeof(out), err, sizeof(err)),
+        -EINVAL);
+    assert_non_null(strstr(err, "--admin-token-file"));
+    assert_non_null(strstr(err, "line break"));
+    unlink(path);
+    assert_int_equal(fx_cli_read_secret(path, "--token-file", out, sizeof(out), err, sizeof(err)),
+                     -ENOENT);
+    assert_non_null(strstr(err, path));
+}
+
+static void test_token_files_fill_secrets_and_exclude_inline_flags(void **state)
+{
+    (void)state;
+    fx_cli_common c;
+    char tok[64], adm[64], err[512];
+    secret_file(tok, sizeof(tok), "from-file\n");
+    secret_file(adm, sizeof(adm), "admin-secret\n");
+    /* A file wins over the environment, as every flag does. */
+    static const char *const env[] = {"FELIX_TOKEN", "from-env", "FELIX_ADMIN_TOKEN", "env-adm",
+                                      NULL};
+    fake_env = env;
+    assert_int_equal(fx_cli_common_init(&c, env_lookup, err, sizeof(err)), 0);
+    assert_string_equal(c.token, "from-env");
+    assert_int_equal(fx_cli_common_apply(&c, FX_CLI_OPT_TOKEN_FILE, tok, err, sizeof(err)), 1);
+    assert_int_equal(fx_cli_common_apply(&c, FX_CLI_OPT_ADMIN_TOKEN_FILE, adm, err, sizeof(err)),
+                     1);
+    assert_int_equal(fx_cli_common_finish(&c, err, sizeof(err)), 0);
+    assert_string_equal(c.token, "from-file");
+    assert_string_equal(c.admin_token, "admin-secret");
+    /* The same secret twice on the command line is a usage error. */
+    assert_int_equal(fx_cli_common_apply(&c, FX_CLI_OPT_TOKEN, "inline", err, sizeof(err)), 1);
+    assert_int_equal(fx_cli_common_finish(&c, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "--token and --token-file"));
+    assert_int_equal(fx_cli_common_init(&c, env_lookup, err, sizeof(err)), 0);
+    fx_cli_common_apply(&c, FX_CLI_OPT_ADMIN_TOKEN, "inline", err, sizeof(err));
+    fx_cli_common_apply(&c, FX_CLI_OPT_ADMIN_TOKEN_FILE, adm, err, sizeof(err));
+    assert_int_equal(fx_cli_common_finish(&c, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "--admin-token and --admin-token-file"));
+    /* The option table knows both names. */
+    static const fx_cli_opt opts[] = {FX_CLI_COMMON_OPTS, {0}};
+    char *argv[] = {"--token-file", tok, "--admin-token-file=/x"};
+    fx_cli_args it = {.argc = 3, .argv = argv};
+    int id = 0;
+    const char *val = NULL;
+    assert_int_equal(fx_cli_args_next(&it, opts, &id, &val, err, sizeof(err)), FX_CLI_ARG_OPT);
+    assert_int_equal(id, FX_CLI_OPT_TOKEN_FILE);
+    assert_string_equal(val, tok);
+    assert_int_equal(fx_cli_args_next(&it, opts, &id, &val, err, sizeof(err)), FX_CLI_ARG_OPT);
+    assert_int_equal(id, FX_CLI_OPT_ADMIN_TOKEN_FILE);
+    assert_string_equal(val, "/x");
+    fake_env = NULL;
+    unlink(tok);
+    unlink(adm);
 }
 
 /* ---- pacing -------------------------------------------------------------------------- */
@@ -514,6 +625,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ack_mode_parse),
     cmocka_unit_test(test_option_parser_long_forms_values_and_positionals),
     cmocka_unit_test(test_common_flags_require_trust_and_matching_tenant),
+    cmocka_unit_test(test_pin_and_ca_together_refused),
+    cmocka_unit_test(test_secret_file_trims_line_end_and_refuses_bad_content),
+    cmocka_unit_test(test_token_files_fill_secrets_and_exclude_inline_flags),
     cmocka_unit_test(test_rate_pacing_schedule),
     cmocka_unit_test(test_prometheus_table_extracts_checkpoint_counters),
     cmocka_unit_test(test_payload_escaping_of_nonprintable),

@@ -9,10 +9,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
 #include "base/loop.h"
+#include "client/client.h"
 #include "felix/felix.h"
 #include "fx_test.h"
 #include "quic/quic.h"
@@ -232,7 +234,9 @@ static const fx_quic_callbacks SCB = {.on_conn_new = s_on_conn_new,
                                       .on_stream_close = s_on_stream_close,
                                       .on_conn_closed = s_on_conn_closed};
 
-static void stub_start(void)
+/* Starts the stub server; with |spec| on a certificate generated for it
+ * (else the endpoint's own, for localhost and 127.0.0.1). */
+static void stub_start_with(const fx_quic_cert_spec *spec)
 {
     fx_log_set_level(FX_LOG_ERROR);
     S = calloc(1, sizeof(*S));
@@ -247,8 +251,22 @@ static void stub_start(void)
     fx_quic_opts_default(&o);
     o.state_dir = S->dir;
     o.udp_send_buffer = o.udp_recv_buffer = 1 << 20;
+    char cert[128], key[128];
+    if (spec != NULL) {
+        /* The names stub_stop removes. */
+        snprintf(cert, sizeof(cert), "%s/tls-cert.pem", S->dir);
+        snprintf(key, sizeof(key), "%s/tls-key.pem", S->dir);
+        assert_int_equal(fx_quic_cert_generate(cert, key, spec), 0);
+        o.cert_file = cert;
+        o.key_file = key;
+    }
     assert_int_equal(fx_quic_server_new(&S->ep, S->loop, "127.0.0.1", 0, &o, &SCB, NULL), 0);
     assert_int_equal(fx_loop_start(S->loop), 0);
+}
+
+static void stub_start(void)
+{
+    stub_start_with(NULL);
 }
 
 static void free_ep(void *u)
@@ -383,7 +401,7 @@ static void test_opts_defaults_match_api_doc(void **state)
     fx_client_opts_init(&o);
     assert_int_equal(o.size, sizeof(o));
     assert_string_equal(o.server, "127.0.0.1:5000");
-    assert_string_equal(o.server_name, "localhost");
+    assert_null(o.server_name); /* the host part of o.server */
     assert_string_equal(o.tenant, "t1");
     assert_int_equal(o.publish_conn_pool, 4);
     assert_int_equal(o.publish_streams_per_conn, 2);
@@ -425,6 +443,75 @@ static void test_opts_from_env_rejects_bad_value_naming_it(void **state)
     unsetenv("FELIX_PUB_SHARDING");
     unsetenv("FELIX_PUB_CONN_POOL");
     unsetenv("FELIX_CLIENT_SUB_QUEUE_POLICY");
+}
+
+static void assert_host(const char *server, const char *want)
+{
+    char host[64];
+    assert_int_equal(fx_client_server_host(server, host, sizeof(host)), 0);
+    assert_string_equal(host, want);
+}
+
+/* With no server_name the certificate is checked against the host of
+ * |server|, here an IP address: a certificate that names 127.0.0.1 but not
+ * localhost verifies, and naming localhost explicitly then fails. */
+static void test_server_name_defaults_to_the_host_of_server(void **state)
+{
+    assert_host("127.0.0.1:5000", "127.0.0.1");
+    assert_host("[::1]:5000", "::1");
+    assert_host("broker.example.com:7000", "broker.example.com");
+    char host[8];
+    assert_int_equal(fx_client_server_host("no-port", host, sizeof(host)), FX_ECONFIG);
+    assert_int_equal(fx_client_server_host("much-too-long-a-name:1", host, sizeof(host)),
+                     FX_ECONFIG);
+
+    time_t now = time(NULL);
+    fx_quic_cert_spec spec = {.not_before = (int64_t)now - 3600,
+                              .not_after = (int64_t)now + 86400,
+                              .dns_name = "broker.invalid",
+                              .ip_address = "127.0.0.1"};
+    stub_start_with(&spec);
+    char ca[128];
+    snprintf(ca, sizeof(ca), "%s/tls-cert.pem", S->dir);
+    fx_client_opts o;
+    opts(&o);
+    o.insecure = false;
+    o.ca_file = ca;
+    fx_client *c = NULL;
+    assert_int_equal(fx_client_connect(&c, &o), 0);
+    assert_int_equal(fx_client_close(c, 2000), 0);
+    o.server_name = "localhost";
+    c = NULL;
+    assert_int_equal(fx_client_connect(&c, &o), FX_ETLS_NAME);
+    assert_null(c);
+    stub_stop();
+}
+
+/* A pin and a CA file would each decide alone: the combination is refused
+ * before anything is sent, as is "insecure" with either. */
+static void test_pin_with_ca_or_insecure_refused(void **state)
+{
+    static const char pin[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    fx_client_opts o;
+    fx_client_opts_init(&o);
+    o.server = "127.0.0.1:9";
+    o.pin_sha256 = pin;
+    o.ca_file = "/etc/ssl/certs/ca-certificates.crt";
+    fx_client *c = NULL;
+    char msg[256];
+    assert_int_equal(fx_client_connect(&c, &o), FX_ECONFIG);
+    assert_null(c);
+    fx_client_last_error(NULL, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "pin_sha256: cannot be combined with ca_file"));
+    o.ca_file = NULL;
+    o.insecure = true;
+    assert_int_equal(fx_client_connect(&c, &o), FX_ECONFIG);
+    fx_client_last_error(NULL, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "insecure: cannot be combined"));
+    o.pin_sha256 = NULL;
+    o.ca_file = "/etc/ssl/certs/ca-certificates.crt";
+    assert_int_equal(fx_client_connect(&c, &o), FX_ECONFIG);
+    assert_null(c);
 }
 
 /* ---- connect --------------------------------------------------------------------- */
@@ -868,6 +955,8 @@ static void test_unsubscribe_frees_and_stub_sees_reset(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_opts_defaults_match_api_doc),
     cmocka_unit_test(test_opts_from_env_rejects_bad_value_naming_it),
+    cmocka_unit_test(test_server_name_defaults_to_the_host_of_server),
+    cmocka_unit_test(test_pin_with_ca_or_insecure_refused),
     cmocka_unit_test(test_connect_fails_fast_on_wrong_pin),
     cmocka_unit_test(test_connect_to_nothing_times_out),
     cmocka_unit_test(test_legacy_ok_reply_means_flags_7),

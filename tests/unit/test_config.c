@@ -401,11 +401,43 @@ static void test_controlplane_key_warns_but_loads(void **state)
 
 static void test_ignored_original_key_rejected(void **state)
 {
-    const char *want[] = {":1:1: disable_timings is not supported", "remove it", NULL};
-    expect_error("disable_timings: true\n", NULL, NULL, 0, want);
+    const char *want[] = {":1:1: sub_streams_per_conn is not supported", "remove it", NULL};
+    expect_error("sub_streams_per_conn: 4\n", NULL, NULL, 0, want);
     char *env[] = {"FELIX_SUB_STREAMS_PER_CONN=4", NULL};
     const char *want_env[] = {"env FELIX_SUB_STREAMS_PER_CONN is not supported", NULL};
     expect_error(NULL, env, NULL, 0, want_env);
+}
+
+/* ngtcp2 0.12 cannot set an initial congestion window: the key is refused
+ * wherever it comes from, whatever its value, rather than accepted and
+ * ignored. */
+static void test_initial_cwnd_refused_as_unsupported(void **state)
+{
+    const char *why = "not supported: ngtcp2 0.12 has no initial congestion window setting";
+    const char *want[] = {":2:1: initial_cwnd is ", why, NULL};
+    expect_error("pub_queue_depth: 8\ninitial_cwnd: 64KiB\n", NULL, NULL, 0, want);
+    char *env[] = {"FELIX_INITIAL_CWND=0", NULL};
+    const char *want_env[] = {"env FELIX_INITIAL_CWND is ", why, NULL};
+    expect_error(NULL, env, NULL, 0, want_env);
+    const char *sets[] = {"initial_cwnd=14720"};
+    const char *want_set[] = {"initial_cwnd is ", why, NULL};
+    expect_error(NULL, NULL, sets, 1, want_set);
+}
+
+/* The original's perf runner exports FELIX_DISABLE_TIMINGS=1: it loads, with
+ * a warning that says it changes nothing. */
+static void test_disable_timings_env_warns_and_loads(void **state)
+{
+    struct fixture f;
+    char *env[] = {"FELIX_DISABLE_TIMINGS=1", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_string_equal(f.d.error, "");
+    assert_true(any_warning_contains(&f.d, "env FELIX_DISABLE_TIMINGS is ignored"));
+    assert_true(any_warning_contains(&f.d, "nothing to disable"));
+    done(&f);
+    assert_int_equal(load(&f, "disable_timings: true\n", NULL, NULL, 0), 0);
+    assert_true(any_warning_contains(&f.d, ":1:1: disable_timings is ignored"));
+    done(&f);
 }
 
 static void test_env_alias_names_accepted(void **state)
@@ -648,6 +680,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cache_window_aliases_set_quic_windows),
     cmocka_unit_test(test_controlplane_key_warns_but_loads),
     cmocka_unit_test(test_ignored_original_key_rejected),
+    cmocka_unit_test(test_initial_cwnd_refused_as_unsupported),
+    cmocka_unit_test(test_disable_timings_env_warns_and_loads),
     cmocka_unit_test(test_env_alias_names_accepted),
     cmocka_unit_test(test_env_alias_and_canonical_both_set_rejected),
     cmocka_unit_test(test_unknown_felix_env_warns),

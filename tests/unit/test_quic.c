@@ -785,6 +785,39 @@ static bool two_client_handshakes(h *t)
     return t->c.handshakes == 2 || t->c.closed > 0;
 }
 
+/* A link planted where the key's temporary file goes is replaced, never
+ * written through, and the key ends up 0600 whatever the umask. */
+static void test_key_temp_file_never_follows_a_planted_link(void **state)
+{
+    char dir[64], cert[96], key[96], tmp[112], victim[96], buf[16] = "";
+    snprintf(dir, sizeof(dir), "/tmp/fxcertXXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(cert, sizeof(cert), "%s/c.pem", dir);
+    snprintf(key, sizeof(key), "%s/k.pem", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", key);
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    FILE *f = fopen(victim, "w");
+    assert_non_null(f);
+    fputs("victim", f);
+    fclose(f);
+    assert_int_equal(symlink(victim, tmp), 0);
+    mode_t old = umask(0);
+    int rv = fx_quic_cert_generate(cert, key, NULL);
+    umask(old);
+    assert_int_equal(rv, 0);
+    f = fopen(victim, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof(buf), f));
+    fclose(f);
+    assert_string_equal(buf, "victim");
+    struct stat st;
+    assert_int_equal(lstat(key, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0600);
+    assert_int_equal(lstat(tmp, &st), -1); /* nothing left behind */
+    rm_dir(dir);
+}
+
 static void test_ca_file_accepts_ip_and_dns_names(void **state)
 {
     h *t = h_new();
@@ -1512,6 +1545,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_wrong_name_refused),
     cmocka_unit_test(test_insecure_accepts),
     cmocka_unit_test(test_ca_file_accepts_ip_and_dns_names),
+    cmocka_unit_test(test_key_temp_file_never_follows_a_planted_link),
     cmocka_unit_test(test_pin_match_accepts),
     cmocka_unit_test(test_generated_cert_reused_across_restarts),
     cmocka_unit_test(test_server_accepts_client_without_alpn),

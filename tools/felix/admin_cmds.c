@@ -32,7 +32,7 @@ static void http_status_error(const char *cmd, const char *method, const char *u
     else if (resp->status == 404)
         hint = " (this broker does not serve this route yet)";
     else if (resp->status == 401)
-        hint = " (pass --admin-token or set FELIX_ADMIN_TOKEN)";
+        hint = " (pass --admin-token-file FILE or set FELIX_ADMIN_TOKEN)";
     else if (resp->status == 503)
         hint = " (the broker is busy or draining)";
     fx_cli_errorf(cmd, "%s %s: HTTP %ld%s%.*s%s", method, url, resp->status, blen ? ": " : "", blen,

@@ -344,7 +344,7 @@ int fx_cli_common_init(fx_cli_common *c, fx_cli_getenv_fn env, char *err, size_t
 {
     *c = (fx_cli_common){
         .server = "127.0.0.1:5000",
-        .server_name = "localhost",
+        .server_name = NULL, /* libfelix: the host part of server */
         .tenant = "t1",
         .token = "",
         .admin = "127.0.0.1:8080",
@@ -394,6 +394,13 @@ int fx_cli_common_apply(fx_cli_common *c, int id, const char *val, char *err, si
         return 1;
     case FX_CLI_OPT_TOKEN:
         c->token = val;
+        c->token_flag = true;
+        return 1;
+    case FX_CLI_OPT_TOKEN_FILE:
+        c->token_file = val;
+        return 1;
+    case FX_CLI_OPT_ADMIN_TOKEN_FILE:
+        c->admin_token_file = val;
         return 1;
     case FX_CLI_OPT_CA:
         c->ca_file = val;
@@ -409,6 +416,7 @@ int fx_cli_common_apply(fx_cli_common *c, int id, const char *val, char *err, si
         return 1;
     case FX_CLI_OPT_ADMIN_TOKEN:
         c->admin_token = val;
+        c->admin_token_flag = true;
         return 1;
     case FX_CLI_OPT_CONNECT_TIMEOUT:
         if (parse_timeout(val, &c->timeout_ms) != 0)
@@ -434,6 +442,73 @@ static bool pin_valid(const char *s)
     return digits == 64;
 }
 
+/* Drops trailing blanks and line ends of |p| (|*n| bytes). */
+static void trim_end(const char *p, size_t *n)
+{
+    while (*n > 0 &&
+           (p[*n - 1] == '\n' || p[*n - 1] == '\r' || p[*n - 1] == ' ' || p[*n - 1] == '\t'))
+        (*n)--;
+}
+
+int fx_cli_read_secret(const char *path, const char *what, char *out, size_t cap, char *err,
+                       size_t errlen)
+{
+    FILE *f = fopen(path, "re");
+    if (f == NULL) {
+        int e = errno;
+        seterr(err, errlen, "%s %s: %s", what, path, strerror(e));
+        return -e;
+    }
+    /* One byte more than fits tells a secret that is too long. */
+    size_t n = fread(out, 1, cap, f);
+    bool failed = ferror(f) != 0;
+    fclose(f);
+    if (failed)
+        return seterr(err, errlen, "%s %s: read error", what, path);
+    trim_end(out, &n);
+    if (n >= cap) {
+        explicit_bzero(out, cap);
+        return seterr(err, errlen, "%s %s: longer than %zu bytes", what, path, cap - 1);
+    }
+    out[n] = '\0';
+    if (n == 0)
+        return seterr(err, errlen, "%s %s: the file is empty", what, path);
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f) {
+            explicit_bzero(out, cap);
+            return seterr(err, errlen,
+                          "%s %s: holds a line break or control byte inside; put the secret "
+                          "alone on one line",
+                          what, path);
+        }
+    }
+    return 0;
+}
+
+int fx_cli_common_finish(fx_cli_common *c, char *err, size_t errlen)
+{
+    if (c->token_file != NULL && c->token_flag)
+        return seterr(err, errlen, "--token and --token-file: give one of them");
+    if (c->admin_token_file != NULL && c->admin_token_flag)
+        return seterr(err, errlen, "--admin-token and --admin-token-file: give one of them");
+    int rv;
+    if (c->token_file != NULL) {
+        rv = fx_cli_read_secret(c->token_file, "--token-file", c->token_buf, sizeof(c->token_buf),
+                                err, errlen);
+        if (rv != 0)
+            return rv;
+        c->token = c->token_buf;
+    }
+    if (c->admin_token_file != NULL) {
+        rv = fx_cli_read_secret(c->admin_token_file, "--admin-token-file", c->admin_token_buf,
+                                sizeof(c->admin_token_buf), err, errlen);
+        if (rv != 0)
+            return rv;
+        c->admin_token = c->admin_token_buf;
+    }
+    return 0;
+}
+
 int fx_cli_common_check(fx_cli_common *c, const fx_cli_path *path, char *err, size_t errlen)
 {
     int ways = (c->ca_file != NULL) + (c->pin != NULL) + (c->insecure ? 1 : 0);
@@ -444,6 +519,10 @@ int fx_cli_common_check(fx_cli_common *c, const fx_cli_path *path, char *err, si
                       "(development only), or set FELIX_PIN, FELIX_CA or FELIX_INSECURE=1");
     if (c->insecure && ways > 1)
         return seterr(err, errlen, "--insecure cannot be combined with --pin or --ca");
+    if (c->pin != NULL && c->ca_file != NULL)
+        return seterr(err, errlen,
+                      "--pin and --ca (or FELIX_PIN and FELIX_CA) cannot be combined: each "
+                      "would decide alone; trust the broker by its pin or by a CA, not both");
     if (c->pin != NULL && !pin_valid(c->pin))
         return seterr(err, errlen, "--pin: expected 64 hex digits (SHA-256), got '%s'", c->pin);
     if (path == NULL)
@@ -1003,7 +1082,8 @@ static const fx_cli_help HELP[] = {
         "felix streams delete TENANT/NS/STREAM\n"
         "\n"
         "GET /v1/streams, PUT or DELETE /v1/streams/TENANT/NS/STREAM on the admin\n"
-        "endpoint. Off loopback, create and delete need --admin-token.\n",
+        "endpoint. Off loopback, create and delete need the admin token\n"
+        "(--admin-token-file FILE or FELIX_ADMIN_TOKEN).\n",
         "felix streams create t1/default/orders\n"
         "  felix streams ls",
         true,
@@ -1057,21 +1137,26 @@ static const fx_cli_help HELP[] = {
 static const char COMMON_HELP[] =
     "Common options (environment variable in brackets):\n"
     "  --server HOST:PORT         broker QUIC address (FELIX_SERVER; 127.0.0.1:5000)\n"
-    "  --server-name NAME         certificate name and SNI (FELIX_SERVER_NAME; localhost)\n"
+    "  --server-name NAME         certificate name and SNI (FELIX_SERVER_NAME; default:\n"
+    "                             the host of --server)\n"
     "  --tenant T                 tenant (FELIX_TENANT; default: the path's tenant, else\n"
     "                             t1); must equal the tenant in TENANT/NS/STREAM\n"
-    "  --token TOKEN              auth token (FELIX_TOKEN)\n"
+    "  --token-file FILE          read the auth token from FILE (or set FELIX_TOKEN);\n"
+    "                             --token TOKEN works too but shows it to every user\n"
+    "                             of this machine (ps)\n"
     "  --pin SHA256               trust the broker certificate with this SHA-256\n"
     "                             (FELIX_PIN; felix-broker prints it at start)\n"
     "  --ca FILE                  trust anchors in PEM (FELIX_CA)\n"
     "  --insecure                 accept any certificate, development only\n"
-    "                             (FELIX_INSECURE=1)\n"
+    "                             (FELIX_INSECURE=1; prints a warning)\n"
     "  --connect-timeout-ms T     connect and subscribe timeout (FELIX_CONNECT_TIMEOUT_MS;\n"
     "                             5000)\n"
     "  --admin HOST:PORT          admin HTTP endpoint (FELIX_ADMIN; 127.0.0.1:8080)\n"
-    "  --admin-token TOKEN        bearer token for admin calls (FELIX_ADMIN_TOKEN)\n"
+    "  --admin-token-file FILE    bearer token for admin calls, read from FILE (or\n"
+    "                             set FELIX_ADMIN_TOKEN; --admin-token TOKEN shows it\n"
+    "                             in ps)\n"
     "  --help                     this help\n"
-    "pub and sub need one of --pin, --ca or --insecure.\n";
+    "pub and sub need exactly one of --pin, --ca or --insecure.\n";
 
 const fx_cli_help *fx_cli_help_all(size_t *n)
 {

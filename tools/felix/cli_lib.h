@@ -115,21 +115,32 @@ int fx_cli_path_parse(const char *s, fx_cli_path *out, char *err, size_t errlen)
 
 /* ---- common connection options ------------------------------------------------ */
 
-/* The flags every command shares. Strings point into argv or the
- * environment. The *_set flags record that a value came from the command
- * line or the environment (not a default). */
+/* Longest secret read by --token-file / --admin-token-file (the broker's
+ * token limit is 8 KiB). */
+#define FX_CLI_SECRET_MAX 8192
+
+/* The flags every command shares. Strings point into argv, the environment
+ * or the struct's own buffers (secrets read from files). The *_set flags
+ * record that a value came from the command line or the environment (not a
+ * default). */
 typedef struct fx_cli_common {
     const char *server;      /* --server, FELIX_SERVER; "127.0.0.1:5000" */
-    const char *server_name; /* --server-name, FELIX_SERVER_NAME; "localhost" */
+    const char *server_name; /* --server-name, FELIX_SERVER_NAME; NULL: server's host */
     const char *tenant;      /* --tenant, FELIX_TENANT; "t1" */
-    const char *token;       /* --token, FELIX_TOKEN; "" */
+    const char *token;       /* --token, --token-file, FELIX_TOKEN; "" */
     const char *ca_file;     /* --ca, FELIX_CA */
     const char *pin;         /* --pin, FELIX_PIN */
     bool insecure;           /* --insecure, FELIX_INSECURE=1 */
     const char *admin;       /* --admin, FELIX_ADMIN; "127.0.0.1:8080" */
-    const char *admin_token; /* --admin-token, FELIX_ADMIN_TOKEN; NULL */
+    const char *admin_token; /* --admin-token, --admin-token-file, FELIX_ADMIN_TOKEN; NULL */
     int timeout_ms;          /* --connect-timeout-ms; 5000 */
     bool tenant_set;
+    /* --token-file / --admin-token-file paths, read by fx_cli_common_finish. */
+    const char *token_file;
+    const char *admin_token_file;
+    bool token_flag, admin_token_flag; /* --token / --admin-token given */
+    char token_buf[FX_CLI_SECRET_MAX + 1];
+    char admin_token_buf[FX_CLI_SECRET_MAX + 1];
 } fx_cli_common;
 
 /* Option ids of the common flags; command-specific ids start at
@@ -146,6 +157,8 @@ enum {
     FX_CLI_OPT_ADMIN,
     FX_CLI_OPT_ADMIN_TOKEN,
     FX_CLI_OPT_CONNECT_TIMEOUT,
+    FX_CLI_OPT_TOKEN_FILE,
+    FX_CLI_OPT_ADMIN_TOKEN_FILE,
     FX_CLI_OPT_FIRST_CMD = 100,
 };
 
@@ -156,6 +169,8 @@ enum {
         {"token", true, FX_CLI_OPT_TOKEN}, {"ca", true, FX_CLI_OPT_CA},                            \
         {"pin", true, FX_CLI_OPT_PIN}, {"insecure", false, FX_CLI_OPT_INSECURE},                   \
         {"admin", true, FX_CLI_OPT_ADMIN}, {"admin-token", true, FX_CLI_OPT_ADMIN_TOKEN},          \
+        {"token-file", true, FX_CLI_OPT_TOKEN_FILE},                                               \
+        {"admin-token-file", true, FX_CLI_OPT_ADMIN_TOKEN_FILE},                                   \
     {                                                                                              \
         "connect-timeout-ms", true, FX_CLI_OPT_CONNECT_TIMEOUT                                     \
     }
@@ -174,8 +189,24 @@ int fx_cli_common_init(fx_cli_common *c, fx_cli_getenv_fn env, char *err, size_t
  * with |err| for a bad value. FX_CLI_OPT_HELP is not handled (returns 0). */
 int fx_cli_common_apply(fx_cli_common *c, int id, const char *val, char *err, size_t errlen);
 
-/* Checks that the data-plane commands have a way to trust the broker (one
- * of ca_file, pin, insecure) and a tenant consistent with |path| (when not
+/* Reads the secret in file |path| into |out| (|cap| bytes, NUL-terminated):
+ * the whole file less trailing spaces, tabs and line ends. Refuses an empty
+ * secret, one longer than |cap| - 1 bytes, and one holding a NUL, a line end
+ * or another control byte inside. Returns 0, -EINVAL with a one-line |err|
+ * naming |path| and |what| ("--token-file"), or a negative errno (unreadable
+ * file, named in |err| too). */
+int fx_cli_read_secret(const char *path, const char *what, char *out, size_t cap, char *err,
+                       size_t errlen);
+
+/* Reads the secrets named by --token-file and --admin-token-file into |c|
+ * after every option was applied (a file given with the same secret's flag
+ * too is a usage error; a file wins over the environment). Returns 0, or
+ * -EINVAL / -errno with a one-line |err|. */
+int fx_cli_common_finish(fx_cli_common *c, char *err, size_t errlen);
+
+/* Checks that the data-plane commands have exactly one way to trust the
+ * broker (ca_file, pin or insecure: a pin and a CA file would each decide
+ * alone, so both are refused) and a tenant consistent with |path| (when not
  * NULL): the path's tenant becomes c->tenant unless a tenant was given,
  * which must then be equal. Returns 0 or -EINVAL with a one-line |err| that
  * says how to fix it. */

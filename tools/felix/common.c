@@ -80,7 +80,11 @@ int fx_cli_parse(const char *cmd, int argc, char **argv, const fx_cli_opt *opts,
         if (rv < 0)
             return fx_cli_usage_error(cmd, err);
     }
-    return kind < 0 ? fx_cli_usage_error(cmd, err) : -1;
+    if (kind < 0)
+        return fx_cli_usage_error(cmd, err);
+    if (fx_cli_common_finish(c, err, sizeof(err)) != 0)
+        return fx_cli_usage_error(cmd, err);
+    return -1;
 }
 
 const char *fx_cli_getenv(const char *name)
@@ -201,6 +205,10 @@ int fx_cli_connect(const char *cmd, const fx_cli_common *c, bool sub_block, fx_c
     o.pin_sha256 = c->pin;
     o.insecure = c->insecure;
     o.connect_timeout_ms = c->timeout_ms;
+    if (c->insecure)
+        fx_cli_errorf(cmd, "warning: --insecure: the broker's certificate is not verified, so "
+                           "anyone on the network path can read and change this traffic; use "
+                           "--pin or --ca outside development");
     /* libfelix's loop thread starts inside connect and inherits this mask,
      * so Ctrl-C is always delivered to the main thread. */
     fx_cli_signals_block(true);

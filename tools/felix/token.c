@@ -1,18 +1,20 @@
 /* `felix token`: development key pairs and tokens for auth_mode "jwt".
  * `keygen` writes a JWKS for the broker's jwks_file and the private key as
  * an OKP JWK; `mint` signs an EdDSA JWT with it. Signing and the JWKS text
- * come from the broker's own src/server/auth.c. Main thread. */
+ * come from libauth (src/auth), the code the broker verifies with. Main
+ * thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "auth/auth.h"
 #include "cli.h"
-#include "server/auth.h"
 
 #define CMD "token"
 #define PERMS_MAX 64
@@ -219,19 +221,83 @@ static int token_parse(int argc, char **argv, token_args *a)
 
 /* ---- keygen ------------------------------------------------------------------------- */
 
-/* Opens |path| for writing with |mode|; refuses to replace a file unless
- * |force|. Returns the stream or NULL after printing why. */
-static FILE *open_out(const char *path, int mode, bool force)
+/* A file keygen writes: first "<path>.tmp", opened with O_EXCL | O_NOFOLLOW
+ * (never through a link someone planted) and given its mode with fchmod
+ * (the umask cannot widen it and an old file's mode is not inherited), then
+ * moved onto |path| once complete, so a key is never half-written. */
+typedef struct out_file {
+    const char *path;
+    char tmp[4096];
+    FILE *f;
+} out_file;
+
+static int out_open(out_file *o, const char *path, mode_t mode, bool exact_mode)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (force ? O_TRUNC : O_EXCL), mode);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (f == NULL) {
-        fx_cli_errorf(CMD, "cannot write %s: %s%s", path, strerror(errno),
-                      errno == EEXIST ? " (pass --force to replace it)" : "");
-        if (fd >= 0)
-            close(fd);
+    *o = (out_file){.path = path};
+    if (snprintf(o->tmp, sizeof(o->tmp), "%s.tmp", path) >= (int)sizeof(o->tmp)) {
+        fx_cli_errorf(CMD, "cannot write %s: path too long", path);
+        return -ENAMETOOLONG;
     }
-    return f;
+    /* A temporary left by an interrupted run; O_EXCL below refuses anything
+     * that takes its place in between. */
+    if (unlink(o->tmp) != 0 && errno != ENOENT) {
+        fx_cli_errorf(CMD, "cannot remove the stale %s: %s", o->tmp, strerror(errno));
+        return -errno;
+    }
+    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0 || (exact_mode && fchmod(fd, mode) != 0) || (o->f = fdopen(fd, "w")) == NULL) {
+        int e = errno;
+        fx_cli_errorf(CMD, "cannot write %s: %s", o->tmp, strerror(e));
+        if (fd >= 0) {
+            close(fd);
+            unlink(o->tmp);
+        }
+        return -e;
+    }
+    return 0;
+}
+
+/* Removes what |o| wrote, if anything. */
+static void out_abort(out_file *o)
+{
+    if (o->f != NULL) {
+        fclose(o->f);
+        o->f = NULL;
+        unlink(o->tmp);
+    }
+}
+
+/* Flushes |o| to disk and moves it onto its path: rename() replaces an
+ * existing file with |force|, link() refuses one without. */
+static int out_commit(out_file *o, bool force)
+{
+    FILE *f = o->f;
+    o->f = NULL;
+    bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) & ok;
+    int rv = ok ? 0 : -EIO;
+    if (rv == 0 && (force ? rename(o->tmp, o->path) : link(o->tmp, o->path)) != 0)
+        rv = -errno;
+    if (rv != 0)
+        fx_cli_errorf(CMD, "cannot write %s: %s%s", o->path, strerror(-rv),
+                      rv == -EEXIST ? " (pass --force to replace it)" : "");
+    if (rv != 0 || !force)
+        unlink(o->tmp);
+    return rv;
+}
+
+/* Without --force, refuses before anything is generated or written. */
+static bool outputs_free(const token_args *a)
+{
+    const char *paths[2] = {a->out_key, a->out_jwks};
+    for (int i = 0; i < 2 && !a->force; i++) {
+        struct stat st;
+        if (lstat(paths[i], &st) == 0) {
+            fx_cli_errorf(CMD, "%s exists (pass --force to replace it)", paths[i]);
+            return false;
+        }
+    }
+    return true;
 }
 
 static int write_key(FILE *f, const char *kid, const uint8_t pub[FX_AUTH_KEY_BYTES],
@@ -249,10 +315,49 @@ static int write_key(FILE *f, const char *kid, const uint8_t pub[FX_AUTH_KEY_BYT
     return rv;
 }
 
+/* Writes the private key, then the JWKS; a JWKS that cannot be written
+ * takes back a key file this run created. */
+static int write_both(const token_args *a, const char *kid, const uint8_t pub[FX_AUTH_KEY_BYTES],
+                      const uint8_t priv[FX_AUTH_KEY_BYTES])
+{
+    out_file k, j;
+    if (out_open(&k, a->out_key, 0600, true) != 0)
+        return -1;
+    if (write_key(k.f, kid, pub, priv) != 0) {
+        fx_cli_errorf(CMD, "writing %s failed", k.tmp);
+        out_abort(&k);
+        return -1;
+    }
+    if (out_open(&j, a->out_jwks, 0644, false) != 0) {
+        out_abort(&k);
+        return -1;
+    }
+    if (fx_auth_jwks_write(j.f, kid, pub) != 0) {
+        fx_cli_errorf(CMD, "writing %s failed", j.tmp);
+        out_abort(&j);
+        out_abort(&k);
+        return -1;
+    }
+    if (out_commit(&k, a->force) != 0) {
+        out_abort(&j);
+        return -1;
+    }
+    if (out_commit(&j, a->force) != 0) {
+        if (!a->force)
+            unlink(a->out_key);
+        return -1;
+    }
+    return 0;
+}
+
 static int token_keygen(const token_args *a)
 {
     if (a->out_jwks == NULL || a->out_key == NULL)
         return fx_cli_usage_error(CMD, "keygen needs --out-jwks FILE and --out-key FILE");
+    if (strcmp(a->out_jwks, a->out_key) == 0)
+        return fx_cli_usage_error(CMD, "--out-jwks and --out-key name the same file");
+    if (!outputs_free(a))
+        return FX_CLI_EXIT_FAIL;
     const char *kid = a->kid != NULL ? a->kid : "dev-k1";
     uint8_t pub[FX_AUTH_KEY_BYTES], priv[FX_AUTH_KEY_BYTES];
     int rv = fx_auth_keygen(pub, priv);
@@ -260,26 +365,13 @@ static int token_keygen(const token_args *a)
         fx_cli_errorf(CMD, "keygen: %s", fx_strerror(rv));
         return FX_CLI_EXIT_FAIL;
     }
-    int st = FX_CLI_EXIT_FAIL;
-    FILE *k = open_out(a->out_key, 0600, a->force);
-    FILE *j = k != NULL ? open_out(a->out_jwks, 0644, a->force) : NULL;
-    if (k != NULL && j != NULL) {
-        bool ok = write_key(k, kid, pub, priv) == 0 && fx_auth_jwks_write(j, kid, pub) == 0;
-        ok = (fclose(k) == 0) & ok;
-        ok = (fclose(j) == 0) & ok;
-        k = j = NULL;
-        if (ok) {
-            fprintf(stderr, "felix token: wrote private key %s (kid %s) and JWKS %s\n", a->out_key,
-                    kid, a->out_jwks);
-            st = FX_CLI_EXIT_OK;
-        } else {
-            fx_cli_errorf(CMD, "writing %s or %s failed", a->out_key, a->out_jwks);
-        }
-    }
-    if (k != NULL)
-        fclose(k);
+    rv = write_both(a, kid, pub, priv);
     explicit_bzero(priv, sizeof(priv));
-    return st;
+    if (rv != 0)
+        return FX_CLI_EXIT_FAIL;
+    fprintf(stderr, "felix token: wrote private key %s (kid %s, mode 0600) and JWKS %s\n",
+            a->out_key, kid, a->out_jwks);
+    return FX_CLI_EXIT_OK;
 }
 
 /* ---- mint ----------------------------------------------------------------------------- */

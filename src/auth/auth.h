@@ -1,11 +1,12 @@
-/* Token authentication for the broker (auth_mode "jwt"): Ed25519 public keys
- * from a JWKS file, verification of compact EdDSA JWTs (signature, iss, aud,
- * exp/nbf with leeway, tid, perms) and the publish/subscribe permission check.
- * Also mints key pairs and tokens for tests and the `felix token` CLI.
+/* libauth: token authentication for the broker (auth_mode "jwt"): Ed25519
+ * public keys from a JWKS file, verification of compact EdDSA JWTs (signature,
+ * iss, aud, exp/nbf with leeway, tid, perms) and the publish/subscribe
+ * permission check. Also mints key pairs and tokens for tests and the `felix
+ * token` CLI, which links libauth and libfelix only (no broker code).
  * Pure: no sockets, no loops; callers pass `now`. Key sets are immutable and
  * shared between threads by reference count; the rest is any thread. */
-#ifndef FX_SERVER_AUTH_H
-#define FX_SERVER_AUTH_H
+#ifndef FX_AUTH_AUTH_H
+#define FX_AUTH_AUTH_H
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* Minting for tests, demos and `felix token`: Ed25519 key pairs, compact
  * EdDSA JWTs and JWKS files, on nettle and jansson. The verifying side is in
  * auth.c; the contract of both is in auth.h. No sockets and no loops. */
-#include "server/auth.h"
+#include "auth/auth.h"
 
 #include <errno.h>
 #include <stdlib.h>
