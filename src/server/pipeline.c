@@ -284,7 +284,7 @@ static uint64_t unix_ms(void)
 
 static int build(fx_pipeline *p, char **pjson)
 {
-    json_t *sl, *ul;
+    json_t *sl = NULL, *ul = NULL;
     int rv = lists(p->b, &sl, &ul);
     if (rv != 0)
         return rv;
