@@ -417,6 +417,9 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
            FX_VERSION, c->quic_bind, (unsigned)fx_broker_port(b), (unsigned)c->workers,
            epw >= 0 ? "worker 0" : "io loop 0");
     printf("felix-broker: TLS certificate SHA-256 %s\n", fx_broker_fingerprint(b));
+    char bound[512];
+    fx_config_format_bound(c, bound, sizeof(bound));
+    printf("felix-broker: %s\n", bound);
     printf("felix-broker: admin HTTP on %s (port %u): /metrics /live /ready /v1/streams "
            "/v1/subscriptions\n",
            c->metrics_bind, (unsigned)fx_admin_port(admin));
@@ -597,6 +600,11 @@ static int serve(const fx_config *c)
 
     fx_log_set_level((fx_log_level)c->log_level);
     warn_unapplied(c);
+    if (c->auth_mode == FX_CONFIG_AUTH_NONE && !fx_config_addr_is_loopback(c->quic_bind))
+        FX_LOG_WARN("server",
+                    "quic_bind=%s is not loopback and auth_mode is none (allow_unauthenticated: "
+                    "true): any client that reaches it may act as any tenant",
+                    c->quic_bind);
     retain_heap(c);
     if (c->state_dir[0]) {
         int err = make_state_dir(c->state_dir);
