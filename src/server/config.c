@@ -56,8 +56,24 @@ const struct key fx_config_keys[] = {
      .help = "admin HTTP address: /metrics, /live, /ready and the stream admin API"},
     {.name = "admin_token", .env = {"FELIX_ADMIN_TOKEN"}, .type = T_STR, FIELD(admin_token),
      .def = "",
-     .help = "bearer token that mutating admin calls (PUT, DELETE) need when metrics_bind is "
-             "not loopback; empty = such calls are refused off loopback"},
+     .help = "bearer token that mutating admin calls (PUT, DELETE) always need, and GET /v1/... "
+             "when metrics_bind is not loopback; empty = such calls are refused off loopback"},
+    {.name = "admin_allowed_hosts", .env = {"FELIX_ADMIN_ALLOWED_HOSTS"}, .type = T_STR,
+     FIELD(admin_allowed_hosts), .def = "",
+     .help = "comma-separated host names the admin Host header may carry besides addresses, "
+             "localhost and metrics_bind's host (requests naming any other are refused: DNS "
+             "rebinding)"},
+    {.name = "probe_bind", .env = {"FELIX_PROBE_BIND"}, .type = T_STR, FIELD(probe_bind),
+     .def = "auto",
+     .help = "second admin HTTP address serving only /live and /ready, with its own connection "
+             "slots; auto = metrics_bind's host, port + 1 (0 when metrics_bind's is 0); "
+             "empty = none"},
+    {.name = "admin_tls_cert_file", .env = {"FELIX_ADMIN_TLS_CERT_FILE"}, .type = T_STR,
+     FIELD(admin_tls_cert_file), .def = "",
+     .help = "PEM certificate chain: serve metrics_bind over HTTPS (probe_bind stays HTTP); "
+             "empty = plain HTTP"},
+    {.name = "admin_tls_key_file", .env = {"FELIX_ADMIN_TLS_KEY_FILE"}, .type = T_STR,
+     FIELD(admin_tls_key_file), .def = "", .help = "PEM private key of admin_tls_cert_file"},
     {.name = "tls_cert_file", .env = {"FELIX_TLS_CERT_FILE"}, .type = T_STR, FIELD(tls_cert_file),
      .def = "",
      .help = "PEM certificate chain; empty = a fresh self-signed certificate for localhost"},
@@ -523,6 +539,30 @@ static int rule_exposure(fx_config *c, fx_config_diag *d)
                           db);
 }
 
+/* probe_bind "auto" follows metrics_bind (port + 1, or 0 with it); anything
+ * else is an address like metrics_bind, or empty for none. */
+static int rule_probe(fx_config *c, fx_config_diag *d)
+{
+    int ip = kidx("probe_bind");
+    char why[256], where[FX_CONFIG_PATH_MAX + 64];
+    if (strcmp(c->probe_bind, "auto") == 0) {
+        const char *colon = strrchr(c->metrics_bind, ':');
+        unsigned long port = strtoul(colon + 1, NULL, 10); /* parse_addr checked it */
+        if (port == 65535)
+            return fx_config_fail(d, "probe_bind auto would use port 65536 (metrics_bind = %s): "
+                                     "set probe_bind",
+                                  c->metrics_bind);
+        snprintf(c->probe_bind, sizeof(c->probe_bind), "%.*s:%lu",
+                 (int)(colon - c->metrics_bind), c->metrics_bind, port ? port + 1 : 0);
+        c->origin[ip].note = "auto: metrics_bind's host, port + 1";
+        return 0;
+    }
+    if (!c->probe_bind[0] || fx_config_check_addr(c->probe_bind, why, sizeof(why)) == 0)
+        return 0;
+    fx_config_format_where(c, &c->origin[ip], where, sizeof(where));
+    return fx_config_fail(d, "%s: probe_bind = \"%.80s\": %s", where, c->probe_bind, why);
+}
+
 static void rule_shards(fx_config *c, fx_config_diag *d)
 {
     if (c->core_shards == 0)
@@ -584,7 +624,14 @@ static int check_rules(fx_config *c, fx_config_diag *d)
         return fx_config_fail(d,
                               "tls_cert_file and tls_key_file must be set together (%s is empty)",
                               c->tls_cert_file[0] ? "tls_key_file" : "tls_cert_file");
-    if ((rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)))
+    if (!c->admin_tls_cert_file[0] != !c->admin_tls_key_file[0])
+        return fx_config_fail(d,
+                              "admin_tls_cert_file and admin_tls_key_file must be set together "
+                              "(%s is empty)",
+                              c->admin_tls_cert_file[0] ? "admin_tls_key_file"
+                                                        : "admin_tls_cert_file");
+    if ((rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) ||
+        (rv = rule_probe(c, d)))
         return rv;
     rule_shards(c, d);
     return fx_config_check_memory(c, d);

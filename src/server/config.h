@@ -86,6 +86,10 @@ typedef struct fx_config {
     char quic_bind[FX_CONFIG_ADDR_MAX];
     char metrics_bind[FX_CONFIG_ADDR_MAX];
     char admin_token[FX_CONFIG_ADDR_MAX];   /* bearer token of mutating admin calls; "" = none */
+    char admin_allowed_hosts[FX_CONFIG_ADDR_MAX]; /* extra Host names, comma-separated */
+    char probe_bind[FX_CONFIG_ADDR_MAX];          /* /live + /ready listener; "" = none */
+    char admin_tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = plain HTTP */
+    char admin_tls_key_file[FX_CONFIG_PATH_MAX];
     char tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = self-signed for localhost */
     char tls_key_file[FX_CONFIG_PATH_MAX];
     fx_config_auth_mode auth_mode;

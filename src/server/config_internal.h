@@ -95,6 +95,10 @@ void fx_config_warn(fx_config_diag *d, const char *fmt, ...) __attribute__((form
  * |why|, |n| bytes) or -ENOMEM. T_WARN / T_REJECT keys are the callers'. */
 int fx_config_store_text(fx_config *c, const struct key *k, const char *s, char *why, size_t n);
 
+/* Checks that |s| is "host:port" or "[v6]:port" (as T_ADDR keys). Returns 0
+ * or -1 with the reason in |why| (|n| bytes). */
+int fx_config_check_addr(const char *s, char *why, size_t n);
+
 /* Writes |v| in the largest unit of |k|'s type that divides it exactly. */
 void fx_config_format_number(const struct key *k, uint64_t v, char *buf, size_t n);
 

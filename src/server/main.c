@@ -420,9 +420,13 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
     char bound[512];
     fx_config_format_bound(c, bound, sizeof(bound));
     printf("felix-broker: %s\n", bound);
-    printf("felix-broker: admin HTTP on %s (port %u): /metrics /live /ready /v1/streams "
+    printf("felix-broker: admin %s on %s (port %u): /metrics /live /ready /v1/streams "
            "/v1/subscriptions\n",
-           c->metrics_bind, (unsigned)fx_admin_port(admin));
+           c->admin_tls_cert_file[0] ? "HTTPS" : "HTTP", c->metrics_bind,
+           (unsigned)fx_admin_port(admin));
+    if (fx_admin_probe_port(admin))
+        printf("felix-broker: health probes on %s (port %u): /live /ready\n", c->probe_bind,
+               (unsigned)fx_admin_probe_port(admin));
     char cli[PATH_MAX + 16];
     cli_path(cli, sizeof(cli));
     printf("felix-broker: to publish and subscribe, in another terminal:\n");
@@ -627,6 +631,10 @@ static int serve(const fx_config *c)
     fx_admin_broker_routes(b, routes);
     fx_admin_opts ao = {.bind = c->metrics_bind,
                         .token = c->admin_token,
+                        .allowed_hosts = c->admin_allowed_hosts,
+                        .probe_bind = c->probe_bind,
+                        .tls_cert_file = c->admin_tls_cert_file,
+                        .tls_key_file = c->admin_tls_key_file,
                         .routes = routes,
                         .nroutes = FX_ADMIN_BROKER_NROUTES};
     if (fx_admin_start(&admin, &ao, err, sizeof(err)) != 0) {

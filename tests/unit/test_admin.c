@@ -536,15 +536,16 @@ static int put_status(fx_admin *a, const char *auth_header, bool *pchallenge)
 static void test_mutating_route_needs_token_off_loopback(void **state)
 {
     /* The pure rule. */
-    assert_true(fx_admin_authorized(false, NULL, NULL));
-    assert_false(fx_admin_authorized(true, NULL, "Bearer x"));
-    assert_false(fx_admin_authorized(true, "", "Bearer "));
-    assert_false(fx_admin_authorized(true, "s3cret", NULL));
-    assert_false(fx_admin_authorized(true, "s3cret", "Bearer s3cre"));
-    assert_false(fx_admin_authorized(true, "s3cret", "Bearer s3crett"));
-    assert_false(fx_admin_authorized(true, "s3cret", "Basic s3cret"));
-    assert_true(fx_admin_authorized(true, "s3cret", "Bearer s3cret"));
-    assert_true(fx_admin_authorized(true, "s3cret", "bearer  s3cret"));
+    const char *p = "/v1/streams/t/ns/s";
+    assert_true(fx_admin_authorized(false, NULL, "PUT", p, NULL));
+    assert_false(fx_admin_authorized(true, NULL, "PUT", p, "Bearer x"));
+    assert_false(fx_admin_authorized(true, "", "PUT", p, "Bearer "));
+    assert_false(fx_admin_authorized(true, "s3cret", "PUT", p, NULL));
+    assert_false(fx_admin_authorized(true, "s3cret", "PUT", p, "Bearer s3cre"));
+    assert_false(fx_admin_authorized(true, "s3cret", "PUT", p, "Bearer s3crett"));
+    assert_false(fx_admin_authorized(true, "s3cret", "PUT", p, "Basic s3cret"));
+    assert_true(fx_admin_authorized(true, "s3cret", "PUT", p, "Bearer s3cret"));
+    assert_true(fx_admin_authorized(true, "s3cret", "DELETE", p, "bearer  s3cret"));
     assert_true(fx_admin_method_is_mutating("PUT"));
     assert_true(fx_admin_method_is_mutating("DELETE"));
     assert_false(fx_admin_method_is_mutating("GET"));
@@ -570,9 +571,13 @@ static void test_mutating_route_needs_token_off_loopback(void **state)
     assert_int_equal(put_status(a, "Authorization: Bearer s3cret\r\n", &challenge), 200);
     assert_false(challenge);
     assert_int_equal(atomic_load(&mutations), 1);
-    /* Reads need no token. */
+    /* Off loopback /v1 reads need the token too. */
     http_reply rep;
     http_get(fx_admin_port(a), "/v1/streams", &rep);
+    assert_int_equal(rep.status, 401);
+    http_reply_free(&rep);
+    http_do(AF_INET, fx_admin_port(a), "GET", "/v1/streams", "Authorization: Bearer s3cret\r\n",
+            NULL, &rep);
     assert_int_equal(rep.status, 200);
     http_reply_free(&rep);
     fx_admin_free(a);
