@@ -786,6 +786,11 @@ static int start_daemon(listener *l, const daemon_cfg *dc, int fd, int family)
         flags |= MHD_USE_IPv6;
     if (dc->tls)
         flags |= MHD_USE_TLS;
+    /* A pool of one is refused with a warning: one thread is the default. */
+    struct MHD_OptionItem pool_opts[] = {
+        {MHD_OPTION_THREAD_POOL_SIZE, dc->threads, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
     struct MHD_OptionItem tls_opts[] = {
         {MHD_OPTION_HTTPS_MEM_CERT, 0, l->a->tls_cert},
         {MHD_OPTION_HTTPS_MEM_KEY, 0, l->a->tls_key},
@@ -796,8 +801,9 @@ static int start_daemon(listener *l, const daemon_cfg *dc, int fd, int family)
         MHD_OPTION_LISTEN_SOCKET, mfd, MHD_OPTION_CONNECTION_LIMIT, dc->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, dc->per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
         dc->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, dc->conn_memory,
-        MHD_OPTION_THREAD_POOL_SIZE, dc->threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
-        MHD_OPTION_ARRAY, dc->tls ? tls_opts : tls_opts + 2, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, l, MHD_OPTION_ARRAY,
+        dc->threads > 1 ? pool_opts : pool_opts + 1, MHD_OPTION_ARRAY,
+        dc->tls ? tls_opts : tls_opts + 2, MHD_OPTION_END);
     return l->daemon ? 0 : FX_EINTERNAL;
 }
 

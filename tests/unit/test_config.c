@@ -864,6 +864,62 @@ static void test_host_memory_reads_cgroup_v2_max(void **state)
     assert_int_equal(system(p), 0);
 }
 
+/* ---- admin endpoint keys ---------------------------------------------- */
+
+static void test_probe_bind_follows_metrics_bind(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
+    assert_string_equal(f.c.probe_bind, "127.0.0.1:8081");
+    assert_non_null(fx_config_origin_of(&f.c, "probe_bind")->note);
+    done(&f);
+    const char *zero[] = {"metrics_bind=[::1]:0"};
+    assert_int_equal(load(&f, NULL, NULL, zero, 1), 0);
+    assert_string_equal(f.c.probe_bind, "[::1]:0");
+    done(&f);
+    const char *off[] = {"probe_bind="};
+    assert_int_equal(load(&f, NULL, NULL, off, 1), 0);
+    assert_string_equal(f.c.probe_bind, "");
+    done(&f);
+    char *env[] = {"FELIX_PROBE_BIND=0.0.0.0:9000", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_string_equal(f.c.probe_bind, "0.0.0.0:9000");
+    done(&f);
+    const char *bad[] = {"probe_bind=nowhere"};
+    const char *want[] = {"probe_bind", "nowhere", NULL};
+    expect_error(NULL, NULL, bad, 1, want);
+    const char *top[] = {"metrics_bind=127.0.0.1:65535"};
+    const char *want_top[] = {"probe_bind", "65535", NULL};
+    expect_error(NULL, NULL, top, 1, want_top);
+}
+
+static void test_admin_tls_files_set_together(void **state)
+{
+    const char *half[] = {"admin_tls_cert_file=/etc/felix/admin.pem"};
+    const char *want[] = {"admin_tls_cert_file and admin_tls_key_file",
+                          "admin_tls_key_file is empty", NULL};
+    expect_error(NULL, NULL, half, 1, want);
+    struct fixture f;
+    char *env[] = {"FELIX_ADMIN_TLS_CERT_FILE=/c.pem", "FELIX_ADMIN_TLS_KEY_FILE=/k.pem", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_string_equal(f.c.admin_tls_cert_file, "/c.pem");
+    assert_string_equal(f.c.admin_tls_key_file, "/k.pem");
+    done(&f);
+}
+
+static void test_admin_allowed_hosts_loaded(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load(&f, "admin_allowed_hosts: felix.example, ops.example\n", NULL, NULL, 0),
+                     0);
+    assert_string_equal(f.c.admin_allowed_hosts, "felix.example, ops.example");
+    done(&f);
+    char *env[] = {"FELIX_ADMIN_ALLOWED_HOSTS=a.example", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_string_equal(f.c.admin_allowed_hosts, "a.example");
+    done(&f);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_defaults_match_documented_values),
     cmocka_unit_test(test_yaml_overrides_default),
@@ -906,6 +962,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_jwt_leeway_rejects_fractions_and_empty_issuer),
     cmocka_unit_test(test_jwks_file_without_jwt_warns),
     cmocka_unit_test(test_docs_key_table_matches_registry),
+    cmocka_unit_test(test_probe_bind_follows_metrics_bind),
+    cmocka_unit_test(test_admin_tls_files_set_together),
+    cmocka_unit_test(test_admin_allowed_hosts_loaded),
     cmocka_unit_test(test_quic_bind_defaults_to_loopback_under_auth_none),
     cmocka_unit_test(test_quic_bind_default_listens_everywhere_under_jwt),
     cmocka_unit_test(test_non_loopback_bind_without_auth_refused),
