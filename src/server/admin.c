@@ -781,7 +781,11 @@ static int start_daemon(listener *l, const daemon_cfg *dc, int fd, int family)
     int mfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (mfd < 0)
         return -errno;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    /* MHD_USE_ITC: without it MHD_stop_daemon() wakes the threads by shutting
+     * the listen socket, which a thread at its connection limit no longer
+     * polls; the stop then waits for that thread's idle timeout. */
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (family == AF_INET6)
         flags |= MHD_USE_IPv6;
     if (dc->tls)
