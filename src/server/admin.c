@@ -633,8 +633,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 /* libmicrohttpd refuses a connection over MHD_OPTION_CONNECTION_LIMIT or
- * MHD_OPTION_PER_IP_CONNECTION_LIMIT with this message and no other sign. */
+ * MHD_OPTION_PER_IP_CONNECTION_LIMIT, and answers 431 to headers over
+ * MHD_OPTION_CONNECTION_MEMORY_LIMIT, with these messages and no other sign. */
 #define MHD_CONN_LIMIT_MSG "Server reached connection limit"
+#define MHD_431_MSG "Error processing request (HTTP response code is 431"
 
 static fx_ratelimit mhd_log_rl = FX_RATELIMIT_INIT;
 
@@ -647,6 +649,10 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
         line[--n] = '\0';
     if (strncmp(line, MHD_CONN_LIMIT_MSG, strlen(MHD_CONN_LIMIT_MSG)) == 0) {
         fx_admin_count_refusal(FX_ADMIN_REFUSED_CONN_LIMIT, NULL, line);
+        return;
+    }
+    if (strncmp(line, MHD_431_MSG, strlen(MHD_431_MSG)) == 0) {
+        fx_admin_count_refusal(FX_ADMIN_REFUSED_HEADERS, NULL, "request headers too large (431)");
         return;
     }
     /* A client can make libmicrohttpd complain (bad TLS, bad requests):

@@ -201,6 +201,7 @@ typedef enum fx_admin_refusal {
     FX_ADMIN_REFUSED_HOST,
     FX_ADMIN_REFUSED_TOKEN,
     FX_ADMIN_REFUSED_CONN_LIMIT,
+    FX_ADMIN_REFUSED_HEADERS,
     FX_ADMIN_REFUSED_BODY,
     FX_ADMIN_NREFUSALS,
 } fx_admin_refusal;

@@ -164,6 +164,7 @@ static const char *const refusal_names[FX_ADMIN_NREFUSALS] = {
     [FX_ADMIN_REFUSED_HOST] = "host",
     [FX_ADMIN_REFUSED_TOKEN] = "token",
     [FX_ADMIN_REFUSED_CONN_LIMIT] = "connection_limit",
+    [FX_ADMIN_REFUSED_HEADERS] = "headers_too_large",
     [FX_ADMIN_REFUSED_BODY] = "body_too_large",
 };
 
@@ -178,6 +179,9 @@ void fx_admin_count_refusal(fx_admin_refusal why, const char *peer, const char *
         break;
     case FX_ADMIN_REFUSED_CONN_LIMIT:
         FX_COUNTER_INC(admin_refused_conn_limit);
+        break;
+    case FX_ADMIN_REFUSED_HEADERS:
+        FX_COUNTER_INC(admin_refused_headers);
         break;
     case FX_ADMIN_REFUSED_BODY:
         FX_COUNTER_INC(admin_refused_body);
