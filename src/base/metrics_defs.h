@@ -127,11 +127,28 @@
     C(quic_bytes_in, "felix_quic_bytes_received_total", "", "UDP payload bytes received")          \
     C(quic_bytes_out, "felix_quic_bytes_sent_total", "", "UDP payload bytes sent")
 
+/* ---- admin HTTP endpoint ----------------------------------------------- */
+#define FX_ADMIN_REFUSED_HELP                                                                      \
+    "Admin HTTP requests and connections refused: host (Host header not this endpoint's), "        \
+    "token (bearer token missing or wrong), connection_limit (all or this address's "              \
+    "connections in use), headers_too_large (request line and headers over the per-connection "   \
+    "memory), body_too_large (request body over the limit)"
+#define FX_METRICS_ADMIN(C, G, H)                                                                  \
+    C(admin_refused_host, "felix_admin_refused_total", "reason=host", FX_ADMIN_REFUSED_HELP)       \
+    C(admin_refused_token, "felix_admin_refused_total", "reason=token", FX_ADMIN_REFUSED_HELP)     \
+    C(admin_refused_conn_limit, "felix_admin_refused_total", "reason=connection_limit",            \
+      FX_ADMIN_REFUSED_HELP)                                                                       \
+    C(admin_refused_headers, "felix_admin_refused_total", "reason=headers_too_large",              \
+      FX_ADMIN_REFUSED_HELP)                                                                       \
+    C(admin_refused_body, "felix_admin_refused_total", "reason=body_too_large",                    \
+      FX_ADMIN_REFUSED_HELP)
+
 /* Every list, in exposition order. A new subsystem list is added here. */
 #define FX_METRICS_ALL(C, G, H)                                                                    \
     FX_METRICS_BROKER(C, G, H)                                                                     \
     FX_METRICS_SUB(C, G, H)                                                                        \
     FX_METRICS_PUBLISH(C, G, H)                                                                    \
-    FX_METRICS_QUIC(C, G, H)
+    FX_METRICS_QUIC(C, G, H)                                                                       \
+    FX_METRICS_ADMIN(C, G, H)
 
 #endif

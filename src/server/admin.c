@@ -31,13 +31,26 @@
 #define LISTEN_BACKLOG 64
 #define ALLOW_MAX 64 /* room for the Allow header of one path */
 
-struct fx_admin {
+/* One listener: the main one (every route, Host and token checks) or the
+ * probe one (/live and /ready only). */
+typedef struct listener {
+    struct fx_admin *a;
     struct MHD_Daemon *daemon;
-    fx_admin_route *routes; /* built-ins first, then the caller's */
+    const fx_admin_route *routes;
     size_t nroutes;
-    char *token; /* "" when none */
-    bool remote;
+    bool guarded; /* Host and token checks apply */
     uint16_t port;
+} listener;
+
+struct fx_admin {
+    listener main, probe;
+    fx_admin_route *routes; /* built-ins first (metrics, live, ready), then the caller's */
+    size_t nroutes;
+    char *token;              /* "" when none */
+    char *allowed_hosts;      /* "" when none */
+    char bind_host[256];      /* the host part of the bind address */
+    char *tls_cert, *tls_key; /* PEM, NULL without TLS */
+    bool remote;
     size_t max_body;
     atomic_bool draining;
 };
@@ -187,36 +200,6 @@ int fx_admin_parse_bind(const char *s, struct sockaddr_storage *ss, socklen_t *p
 err:
     set_err(err, errcap, "admin bind address '%s': %s", s ? s : "(null)", why);
     return FX_ECONFIG;
-}
-
-/* Compares without an early exit, so the time taken does not reveal how
- * many leading bytes of a guessed token were right. */
-static bool equal_const_time(const char *a, size_t alen, const char *b, size_t blen)
-{
-    unsigned char diff = alen != blen;
-    size_t n = alen < blen ? alen : blen;
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char)(a[i] ^ b[i]);
-    return diff == 0;
-}
-
-bool fx_admin_authorized(bool remote, const char *token, const char *authorization)
-{
-    if (!remote)
-        return true;
-    if (!token || !*token || !authorization)
-        return false;
-    if (strncasecmp(authorization, "Bearer ", 7) != 0)
-        return false;
-    const char *given = authorization + 7;
-    while (*given == ' ')
-        given++;
-    return equal_const_time(given, strlen(given), token, strlen(token));
-}
-
-bool fx_admin_method_is_mutating(const char *method)
-{
-    return strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0;
 }
 
 /* ---- asking a loop ------------------------------------------------------- */
@@ -492,13 +475,64 @@ static void allow_add(reply_extra *x, const char *method)
     snprintf(x->allow + n, sizeof(x->allow) - n, "%s%s", n ? ", " : "", method);
 }
 
-/* Picks the route for |req| and runs it, or answers 404/405/401 itself. */
-static void dispatch(fx_admin *a, struct MHD_Connection *c, fx_admin_req *req, fx_admin_resp *resp,
-                     reply_extra *x)
+/* The client's address as text, for refusal logs. */
+static void peer_of(struct MHD_Connection *c, char *out, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    snprintf(out, cap, "-");
+    if (!ci || !ci->client_addr)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)cap);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)cap);
+}
+
+static void refuse(struct MHD_Connection *c, fx_admin_refusal why, const fx_admin_req *req)
+{
+    char peer[INET6_ADDRSTRLEN], detail[160];
+    peer_of(c, peer, sizeof(peer));
+    snprintf(detail, sizeof(detail), "%s %.100s", req->method, req->path);
+    fx_admin_count_refusal(why, peer, detail);
+}
+
+/* The Host and token checks of the main listener; false when |resp| holds
+ * the refusal. */
+static bool guard(fx_admin *a, struct MHD_Connection *c, const fx_admin_req *req,
+                  fx_admin_resp *resp, reply_extra *x)
+{
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!fx_admin_host_allowed(host, a->bind_host, a->allowed_hosts)) {
+        refuse(c, FX_ADMIN_REFUSED_HOST, req);
+        (void)fx_admin_resp_text(resp, 403,
+                                 "forbidden: the Host header names neither this endpoint's "
+                                 "address nor localhost nor a name of admin_allowed_hosts\n");
+        return false;
+    }
+    const char *auth =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (fx_admin_authorized(a->remote, a->token, req->method, req->path, auth))
+        return true;
+    refuse(c, FX_ADMIN_REFUSED_TOKEN, req);
+    x->challenge = true;
+    (void)fx_admin_resp_text(resp, 401,
+                             *a->token ? "unauthorized: this call needs "
+                                         "'Authorization: Bearer <admin token>'\n"
+                                       : "unauthorized: no admin token is configured, so this "
+                                         "call is refused off loopback\n");
+    return false;
+}
+
+/* Picks the route for |req| among |l|'s and runs it, or answers
+ * 404/405/403/401 itself. */
+static void dispatch(const listener *l, struct MHD_Connection *c, fx_admin_req *req,
+                     fx_admin_resp *resp, reply_extra *x)
 {
     bool path_known = false;
-    for (size_t i = 0; i < a->nroutes; i++) {
-        const fx_admin_route *rt = &a->routes[i];
+    for (size_t i = 0; i < l->nroutes; i++) {
+        const fx_admin_route *rt = &l->routes[i];
         const char *rest;
         if (!path_match(rt->path, req->path, &rest))
             continue;
@@ -507,18 +541,8 @@ static void dispatch(fx_admin *a, struct MHD_Connection *c, fx_admin_req *req, f
             allow_add(x, rt->method);
             continue;
         }
-        if (fx_admin_method_is_mutating(req->method) &&
-            !fx_admin_authorized(
-                a->remote, a->token,
-                MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) {
-            x->challenge = true;
-            (void)fx_admin_resp_text(resp, 401,
-                                     *a->token ? "unauthorized: this call needs "
-                                                 "'Authorization: Bearer <admin token>'\n"
-                                               : "unauthorized: no admin token is configured, "
-                                                 "so mutating calls are refused off loopback\n");
+        if (l->guarded && !guard(l->a, c, req, resp, x))
             return;
-        }
         req->rest = rest;
         rt->on_request(req, resp, rt->user);
         if (resp->status == 0) {
@@ -566,7 +590,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                                  const char *method, const char *version, const char *upload,
                                  size_t *upload_size, void **con_cls)
 {
-    fx_admin *a = cls;
+    const listener *l = cls;
     conn_req *r = *con_cls;
     if (!r) {
         /* Headers only so far; the body (if any) follows in later calls. */
@@ -577,7 +601,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         return MHD_YES;
     }
     if (*upload_size > 0) {
-        body_append(r, a->max_body, upload, *upload_size);
+        body_append(r, l->a->max_body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -588,10 +612,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                         .body_len = r->len};
     fx_admin_resp resp = {0};
     reply_extra x = {.allow = ""};
-    if (r->too_big)
+    if (r->too_big) {
+        refuse(c, FX_ADMIN_REFUSED_BODY, &req);
         (void)fx_admin_resp_text(&resp, 413, "request body too large\n");
-    else
-        dispatch(a, c, &req, &resp, &x);
+    } else {
+        dispatch(l, c, &req, &resp, &x);
+    }
     return send_resp(c, &resp, &x);
 }
 
@@ -606,6 +632,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd refuses a connection over MHD_OPTION_CONNECTION_LIMIT or
+ * MHD_OPTION_PER_IP_CONNECTION_LIMIT, and answers 431 to headers over
+ * MHD_OPTION_CONNECTION_MEMORY_LIMIT, with these messages and no other sign. */
+#define MHD_CONN_LIMIT_MSG "Server reached connection limit"
+#define MHD_431_MSG "Error processing request (HTTP response code is 431"
+
+static fx_ratelimit mhd_log_rl = FX_RATELIMIT_INIT;
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char line[256];
@@ -613,7 +647,17 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(line);
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
-    FX_LOG_WARN("admin", "libmicrohttpd: %s", line);
+    if (strncmp(line, MHD_CONN_LIMIT_MSG, strlen(MHD_CONN_LIMIT_MSG)) == 0) {
+        fx_admin_count_refusal(FX_ADMIN_REFUSED_CONN_LIMIT, NULL, line);
+        return;
+    }
+    if (strncmp(line, MHD_431_MSG, strlen(MHD_431_MSG)) == 0) {
+        fx_admin_count_refusal(FX_ADMIN_REFUSED_HEADERS, NULL, "request headers too large (431)");
+        return;
+    }
+    /* A client can make libmicrohttpd complain (bad TLS, bad requests):
+     * at most one line a second. */
+    FX_LOG_RATELIMITED(&mhd_log_rl, fx_now_ns(), FX_LOG_WARN, "admin", "libmicrohttpd: %s", line);
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
@@ -673,26 +717,176 @@ static int routes_init(fx_admin *a, const fx_admin_opts *o)
     return 0;
 }
 
-static int start_daemon(fx_admin *a, const fx_admin_opts *o, int fd, int family)
+/* Reads the whole PEM file |path| into a NUL-terminated string. */
+static int read_pem(const char *path, char **out, char *err, size_t errcap)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        set_err(err, errcap, "admin TLS file %s: %s", path, strerror(errno));
+        return FX_ECONFIG;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        len += fread(buf + len, 1, cap - len - 1, f);
+        if (len < cap - 1 || cap >= (1u << 20))
+            break;
+        char *p = realloc(buf, cap * 2);
+        if (!p) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = p;
+        cap *= 2;
+    }
+    bool bad = ferror(f) || (buf && len == cap - 1);
+    fclose(f);
+    if (!buf)
+        return -ENOMEM;
+    buf[len] = '\0';
+    if (bad || len == 0) {
+        set_err(err, errcap, "admin TLS file %s: unreadable, empty or over 1 MiB", path);
+        free(buf);
+        return FX_ECONFIG;
+    }
+    *out = buf;
+    return 0;
+}
+
+static int load_tls(fx_admin *a, const fx_admin_opts *o, char *err, size_t errcap)
+{
+    bool cert = o->tls_cert_file && *o->tls_cert_file, key = o->tls_key_file && *o->tls_key_file;
+    if (!cert && !key)
+        return 0;
+    if (cert != key) {
+        set_err(err, errcap, "admin TLS needs both a certificate and a key file");
+        return FX_ECONFIG;
+    }
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        set_err(err, errcap, "admin TLS: this libmicrohttpd was built without TLS support");
+        return FX_ECONFIG;
+    }
+    int rv = read_pem(o->tls_cert_file, &a->tls_cert, err, errcap);
+    if (rv == 0)
+        rv = read_pem(o->tls_key_file, &a->tls_key, err, errcap);
+    return rv;
+}
+
+/* What start_daemon() applies to one listener. */
+typedef struct daemon_cfg {
+    unsigned max_connections, per_ip, timeout_s, threads;
+    size_t conn_memory;
+    bool tls;
+} daemon_cfg;
+
+static int start_daemon(listener *l, const daemon_cfg *dc, int fd, int family)
 {
     /* libmicrohttpd may or may not close a listen socket it was given when it
      * fails to start; handing it a duplicate keeps ours ours either way. */
     int mfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (mfd < 0)
         return -errno;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    /* MHD_USE_ITC: without it MHD_stop_daemon() wakes the threads by shutting
+     * the listen socket, which a thread at its connection limit no longer
+     * polls; the stop then waits for that thread's idle timeout. */
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    unsigned threads = o->threads ? o->threads : FX_ADMIN_DEFAULT_THREADS;
-    a->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_access, a, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, a,
-        MHD_OPTION_LISTEN_SOCKET, mfd, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(o->max_connections ? o->max_connections : FX_ADMIN_DEFAULT_MAX_CONNECTIONS),
-        MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(o->timeout_s ? o->timeout_s : FX_ADMIN_DEFAULT_TIMEOUT_S),
-        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
-        MHD_OPTION_END);
-    return a->daemon ? 0 : FX_EINTERNAL;
+    if (dc->tls)
+        flags |= MHD_USE_TLS;
+    /* A pool of one is refused with a warning: one thread is the default. */
+    struct MHD_OptionItem pool_opts[] = {
+        {MHD_OPTION_THREAD_POOL_SIZE, dc->threads, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    struct MHD_OptionItem tls_opts[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, l->a->tls_cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, l->a->tls_key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    l->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_access, l, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, l,
+        MHD_OPTION_LISTEN_SOCKET, mfd, MHD_OPTION_CONNECTION_LIMIT, dc->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, dc->per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+        dc->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, dc->conn_memory,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, l, MHD_OPTION_ARRAY,
+        dc->threads > 1 ? pool_opts : pool_opts + 1, MHD_OPTION_ARRAY,
+        dc->tls ? tls_opts : tls_opts + 2, MHD_OPTION_END);
+    return l->daemon ? 0 : FX_EINTERNAL;
+}
+
+/* Binds |bind| and starts listener |l| on it. */
+static int listen_start(listener *l, const char *bind, const daemon_cfg *dc, char *err,
+                        size_t errcap)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    int rv = fx_admin_parse_bind(bind, &ss, &sslen, err, errcap);
+    if (rv != 0)
+        return rv;
+    int fd = listen_on(&ss, sslen);
+    if (fd < 0) {
+        set_err(err, errcap, "admin endpoint cannot listen on %s: %s", bind, fx_strerror(fd));
+        return fd;
+    }
+    l->port = bound_port(fd);
+    rv = start_daemon(l, dc, fd, ss.ss_family);
+    close(fd); /* the daemon serves its duplicate */
+    if (rv != 0)
+        set_err(err, errcap, "admin endpoint on %s: libmicrohttpd failed to start (%s)", bind,
+                fx_strerror(rv));
+    return rv;
+}
+
+/* The host part of |bind| ("h:p" or "[v6]:p") into |out|. */
+static void bind_host_of(const char *bind, char *out, size_t cap)
+{
+    const char *colon = strrchr(bind, ':');
+    size_t n = colon ? (size_t)(colon - bind) : strlen(bind);
+    if (n >= 2 && bind[0] == '[' && bind[n - 1] == ']') {
+        bind++;
+        n -= 2;
+    }
+    snprintf(out, cap, "%.*s", (int)n, bind);
+}
+
+static int admin_init(fx_admin *a, const fx_admin_opts *o, const struct sockaddr_storage *ss)
+{
+    if (!(a->token = strdup(o->token ? o->token : "")) ||
+        !(a->allowed_hosts = strdup(o->allowed_hosts ? o->allowed_hosts : "")) ||
+        routes_init(a, o) != 0)
+        return -ENOMEM;
+    bind_host_of(o->bind, a->bind_host, sizeof(a->bind_host));
+    a->remote = o->treat_as_remote || !fx_quic_addr_is_loopback((const struct sockaddr *)ss);
+    a->max_body = o->max_body ? o->max_body : FX_ADMIN_DEFAULT_MAX_BODY;
+    atomic_init(&a->draining, false);
+    a->main = (listener){.a = a, .routes = a->routes, .nroutes = a->nroutes, .guarded = true};
+    a->probe = (listener){.a = a, .routes = a->routes + 1, .nroutes = 2}; /* live, ready */
+    return 0;
+}
+
+static int start_listeners(fx_admin *a, const fx_admin_opts *o, char *err, size_t errcap)
+{
+    daemon_cfg main_cfg = {
+        .max_connections =
+            o->max_connections ? o->max_connections : FX_ADMIN_DEFAULT_MAX_CONNECTIONS,
+        .per_ip = o->per_ip_limit ? o->per_ip_limit : FX_ADMIN_DEFAULT_PER_IP,
+        .timeout_s = o->timeout_s ? o->timeout_s : FX_ADMIN_DEFAULT_TIMEOUT_S,
+        .threads = o->threads ? o->threads : FX_ADMIN_DEFAULT_THREADS,
+        .conn_memory = o->conn_memory ? o->conn_memory : FX_ADMIN_DEFAULT_CONN_MEMORY,
+        .tls = a->tls_cert != NULL,
+    };
+    int rv = listen_start(&a->main, o->bind, &main_cfg, err, errcap);
+    if (rv != 0 || !o->probe_bind || !*o->probe_bind)
+        return rv;
+    daemon_cfg probe_cfg = {.max_connections = FX_ADMIN_PROBE_MAX_CONNECTIONS,
+                            .per_ip = FX_ADMIN_PROBE_PER_IP,
+                            .timeout_s = FX_ADMIN_PROBE_TIMEOUT_S,
+                            .threads = 1,
+                            .conn_memory = FX_ADMIN_DEFAULT_CONN_MEMORY};
+    return listen_start(&a->probe, o->probe_bind, &probe_cfg, err, errcap);
 }
 
 int fx_admin_start(fx_admin **pa, const fx_admin_opts *o, char *err, size_t errcap)
@@ -703,33 +897,21 @@ int fx_admin_start(fx_admin **pa, const fx_admin_opts *o, char *err, size_t errc
     if (rv != 0)
         return rv;
     fx_admin *a = calloc(1, sizeof(*a));
-    if (!a || !(a->token = strdup(o->token ? o->token : "")) || routes_init(a, o) != 0) {
+    if (!a || admin_init(a, o, &ss) != 0) {
         set_err(err, errcap, "admin endpoint %s: out of memory", o->bind);
         fx_admin_free(a);
         return -ENOMEM;
     }
-    a->remote = o->treat_as_remote || !fx_quic_addr_is_loopback((struct sockaddr *)&ss);
-    a->max_body = o->max_body ? o->max_body : FX_ADMIN_DEFAULT_MAX_BODY;
-    atomic_init(&a->draining, false);
-    int fd = listen_on(&ss, sslen);
-    if (fd < 0) {
-        set_err(err, errcap, "admin endpoint cannot listen on %s: %s", o->bind, fx_strerror(fd));
-        fx_admin_free(a);
-        return fd;
-    }
-    a->port = bound_port(fd);
-    rv = start_daemon(a, o, fd, ss.ss_family);
-    close(fd); /* the daemon serves its duplicate */
-    if (rv != 0) {
-        set_err(err, errcap, "admin endpoint on %s: libmicrohttpd failed to start (%s)", o->bind,
-                fx_strerror(rv));
+    if ((rv = load_tls(a, o, err, errcap)) != 0 || (rv = start_listeners(a, o, err, errcap)) != 0) {
+        if (rv == -ENOMEM)
+            set_err(err, errcap, "admin endpoint %s: out of memory", o->bind);
         fx_admin_free(a);
         return rv;
     }
     if (a->remote && !*a->token)
         FX_LOG_WARN("admin",
                     "bind=%s is not loopback and no admin token is set: mutating "
-                    "admin calls will be refused",
+                    "admin calls and /v1 reads will be refused",
                     o->bind);
     *pa = a;
     return 0;
@@ -737,7 +919,12 @@ int fx_admin_start(fx_admin **pa, const fx_admin_opts *o, char *err, size_t errc
 
 uint16_t fx_admin_port(const fx_admin *a)
 {
-    return a->port;
+    return a->main.port;
+}
+
+uint16_t fx_admin_probe_port(const fx_admin *a)
+{
+    return a->probe.daemon ? a->probe.port : 0;
 }
 
 bool fx_admin_is_remote(const fx_admin *a)
@@ -752,9 +939,14 @@ void fx_admin_set_draining(fx_admin *a, bool draining)
 
 void fx_admin_stop(fx_admin *a)
 {
-    if (a && a->daemon) {
-        MHD_stop_daemon(a->daemon);
-        a->daemon = NULL;
+    if (!a)
+        return;
+    listener *ls[] = {&a->probe, &a->main};
+    for (size_t i = 0; i < 2; i++) {
+        if (ls[i]->daemon) {
+            MHD_stop_daemon(ls[i]->daemon);
+            ls[i]->daemon = NULL;
+        }
     }
 }
 
@@ -765,5 +957,11 @@ void fx_admin_free(fx_admin *a)
     fx_admin_stop(a);
     free(a->routes);
     free(a->token);
+    free(a->allowed_hosts);
+    free(a->tls_cert);
+    if (a->tls_key) {
+        explicit_bzero(a->tls_key, strlen(a->tls_key));
+        free(a->tls_key);
+    }
     free(a);
 }

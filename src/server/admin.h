@@ -19,6 +19,16 @@ typedef struct fx_admin fx_admin;
 #define FX_ADMIN_DEFAULT_TIMEOUT_S 10u
 #define FX_ADMIN_DEFAULT_MAX_BODY (64u * 1024u)
 #define FX_ADMIN_DEFAULT_THREADS 2u
+/* Connections one client address may hold at once on the admin listener. */
+#define FX_ADMIN_DEFAULT_PER_IP 8u
+/* Memory libmicrohttpd gives one connection (request line, headers, buffers);
+ * a request whose headers do not fit is answered 431 by libmicrohttpd. */
+#define FX_ADMIN_DEFAULT_CONN_MEMORY (16u * 1024u)
+/* The probe listener (/live and /ready only): its own connection slots,
+ * per-address cap, idle timeout and one thread. */
+#define FX_ADMIN_PROBE_MAX_CONNECTIONS 16u
+#define FX_ADMIN_PROBE_PER_IP 4u
+#define FX_ADMIN_PROBE_TIMEOUT_S 5u
 /* Content types used by the endpoint. */
 #define FX_ADMIN_TEXT "text/plain; charset=utf-8"
 #define FX_ADMIN_PROMETHEUS "text/plain; version=0.0.4; charset=utf-8"
@@ -70,9 +80,10 @@ typedef void (*fx_admin_route_cb)(const fx_admin_req *req, fx_admin_resp *resp, 
 /* A route. |path| is matched exactly, or as a prefix when it ends in '/'
  * ("/v1/streams/" matches "/v1/streams/t/ns/s", with rest "t/ns/s").
  * |method| is an upper-case HTTP method; any method other than GET and HEAD
- * is mutating and passes the bearer-token check first (see
- * fx_admin_authorized()). A path served by routes none of which has the
- * request's method answers 405 with an Allow header. */
+ * is mutating. Every request passes the Host check and the bearer-token rule
+ * (fx_admin_host_allowed(), fx_admin_authorized()) before its route runs. A
+ * path served by routes none of which has the request's method answers 405
+ * with an Allow header. */
 typedef struct fx_admin_route {
     const char *method;
     const char *path;
@@ -84,10 +95,26 @@ typedef struct fx_admin_opts {
     /* "host:port", "[v6addr]:port"; host may be a name (resolved here, first
      * address wins). Port 0 picks a free port (fx_admin_port()). */
     const char *bind;
-    /* Bearer token required by mutating calls when the endpoint is not bound
-     * to a loopback address. NULL or "" = none: mutating calls are then
-     * refused off loopback. Copied. */
+    /* Bearer token of mutating calls (always, when set) and of GET /v1/...
+     * off loopback. NULL or "" = none: mutating calls and /v1 reads are then
+     * refused off loopback, and mutating calls need nothing on loopback.
+     * Copied. */
     const char *token;
+    /* Host names, comma-separated, that the Host header may carry besides
+     * addresses, localhost and the bind host (DNS rebinding). NULL = none.
+     * Copied. */
+    const char *allowed_hosts;
+    /* A second listener that serves only GET /live and /ready, with its own
+     * connection slots, so slow or idle clients of the main one cannot starve
+     * the health probes; same syntax as |bind|. NULL or "" = none. */
+    const char *probe_bind;
+    /* PEM certificate chain and private key: both serve the main listener
+     * over TLS (HTTPS), neither plain HTTP. Read at start. The probe listener
+     * stays plain HTTP. */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    unsigned per_ip_limit; /* connections per client address; 0 = FX_ADMIN_DEFAULT_PER_IP */
+    size_t conn_memory;    /* per-connection memory; 0 = FX_ADMIN_DEFAULT_CONN_MEMORY */
     /* Apply the off-loopback rules even on a loopback address (tests). */
     bool treat_as_remote;
     unsigned max_connections; /* 0 = FX_ADMIN_DEFAULT_MAX_CONNECTIONS */
@@ -100,9 +127,11 @@ typedef struct fx_admin_opts {
     size_t nroutes;
 } fx_admin_opts;
 
-/* Binds |o|->bind and starts serving. On success stores the endpoint in
- * |*pa| and returns 0. On failure returns FX_ECONFIG (unparsable address or
- * unresolvable name), -errno from socket/bind/listen (-EADDRINUSE, ...),
+/* Binds |o|->bind (and |o|->probe_bind) and starts serving. On success
+ * stores the endpoint in |*pa| and returns 0. On failure returns FX_ECONFIG
+ * (unparsable address, unresolvable name, unreadable TLS file, or TLS asked
+ * of a libmicrohttpd built without it), -errno from socket/bind/listen
+ * (-EADDRINUSE, ...),
  * -ENOMEM, or FX_EINTERNAL (libmicrohttpd refused to start), and if |err| is
  * not NULL writes a one-line message naming the address into |err| (|errcap|
  * bytes, NUL-terminated). The caller frees the endpoint with fx_admin_free().
@@ -111,6 +140,9 @@ int fx_admin_start(fx_admin **pa, const fx_admin_opts *o, char *err, size_t errc
 
 /* The bound port (the real one when port 0 was asked). Any thread. */
 uint16_t fx_admin_port(const fx_admin *a);
+
+/* The probe listener's bound port, or 0 when there is none. Any thread. */
+uint16_t fx_admin_probe_port(const fx_admin *a);
 
 /* True if the endpoint treats callers as off-loopback (bound to a
  * non-loopback address, or treat_as_remote). Any thread. */
@@ -137,15 +169,47 @@ void fx_admin_free(fx_admin *a);
 int fx_admin_parse_bind(const char *s, struct sockaddr_storage *ss, socklen_t *plen, char *err,
                         size_t errcap);
 
+/* True if a |method| request for |path| needs the bearer token: a mutating
+ * call when a token is set (|token_set|) or the endpoint is off loopback
+ * (|remote|); a read of /v1 or /v1/... off loopback. /metrics, /live and
+ * /ready never do. */
+bool fx_admin_needs_token(bool remote, bool token_set, const char *method, const char *path);
 
-/* The token rule for a mutating call: allowed when |remote| is false;
- * otherwise only when |token| is non-empty and |authorization| (the request's
- * Authorization header, may be NULL) is "Bearer <token>" (scheme case
- * ignored, compared in constant time). */
-bool fx_admin_authorized(bool remote, const char *token, const char *authorization);
+/* The token rule: true when the request needs no token
+ * (fx_admin_needs_token()), or |token| is non-empty and |authorization| (the
+ * request's Authorization header, may be NULL) is "Bearer <token>" (scheme
+ * case ignored, compared with fx_admin_token_equal()). */
+bool fx_admin_authorized(bool remote, const char *token, const char *method, const char *path,
+                         const char *authorization);
+
+/* Compares |given| with |token| in time that depends on neither their
+ * contents nor their lengths (it compares their SHA-256 digests). */
+bool fx_admin_token_equal(const char *given, const char *token);
 
 /* True for methods that change state (anything but GET and HEAD). */
 bool fx_admin_method_is_mutating(const char *method);
+
+/* The Host check against DNS rebinding: true if |host| (the Host header;
+ * NULL = none, allowed) is an IPv4 or bracketed IPv6 address, "localhost",
+ * |bind_host| (the bind address's host, may be NULL) or one of the
+ * comma-separated names of |allowed| (may be NULL), with an optional :port.
+ * Names compare case-insensitively, a trailing dot ignored. */
+bool fx_admin_host_allowed(const char *host, const char *bind_host, const char *allowed);
+
+/* Why the endpoint refused a request or a connection. */
+typedef enum fx_admin_refusal {
+    FX_ADMIN_REFUSED_HOST,
+    FX_ADMIN_REFUSED_TOKEN,
+    FX_ADMIN_REFUSED_CONN_LIMIT,
+    FX_ADMIN_REFUSED_HEADERS,
+    FX_ADMIN_REFUSED_BODY,
+    FX_ADMIN_NREFUSALS,
+} fx_admin_refusal;
+
+/* Counts a refusal in felix_admin_refused_total{reason} and logs it (WARN,
+ * at most once a second per reason) with |peer| (client address, may be
+ * NULL) and |detail| (may be NULL). Any thread. */
+void fx_admin_count_refusal(fx_admin_refusal why, const char *peer, const char *detail);
 
 /* ---- asking a loop ------------------------------------------------------- */
 

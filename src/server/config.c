@@ -5,11 +5,14 @@
  * user input (config_parse.c); config_print.c prints the table back. */
 #include "server/config.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "felix/error.h"
 #include "server/config_internal.h"
@@ -44,16 +47,33 @@ static const struct enum_def auth_enum = {{"none", "jwt"}, "none or jwt", NULL, 
 const struct key fx_config_keys[] = {
     /* listeners and security */
     {.name = "quic_bind", .env = {"FELIX_QUIC_BIND"}, .type = T_ADDR,
-     .section = "listeners and security", FIELD(quic_bind), .def = "0.0.0.0:5000",
-     .help = "UDP address of the QUIC listener; port 0 picks a free port"},
+     .section = "listeners and security", FIELD(quic_bind), .def = "127.0.0.1:5000",
+     .help = "UDP address of the QUIC listener; port 0 picks a free port. The default is "
+             "loopback-only under auth_mode none and 0.0.0.0:5000 under auth_mode jwt"},
     {.name = "metrics_bind", .alias = "admin_bind",
      .env = {"FELIX_BROKER_METRICS_BIND", "FELIX_METRICS_BIND"}, .type = T_ADDR,
      FIELD(metrics_bind), .def = "127.0.0.1:8080",
      .help = "admin HTTP address: /metrics, /live, /ready and the stream admin API"},
     {.name = "admin_token", .env = {"FELIX_ADMIN_TOKEN"}, .type = T_STR, FIELD(admin_token),
      .def = "",
-     .help = "bearer token that mutating admin calls (PUT, DELETE) need when metrics_bind is "
-             "not loopback; empty = such calls are refused off loopback"},
+     .help = "bearer token that mutating admin calls (PUT, DELETE) always need, and GET /v1/... "
+             "when metrics_bind is not loopback; empty = such calls are refused off loopback"},
+    {.name = "admin_allowed_hosts", .env = {"FELIX_ADMIN_ALLOWED_HOSTS"}, .type = T_STR,
+     FIELD(admin_allowed_hosts), .def = "",
+     .help = "comma-separated host names the admin Host header may carry besides addresses, "
+             "localhost and metrics_bind's host (requests naming any other are refused: DNS "
+             "rebinding)"},
+    {.name = "probe_bind", .env = {"FELIX_PROBE_BIND"}, .type = T_STR, FIELD(probe_bind),
+     .def = "auto",
+     .help = "second admin HTTP address serving only /live and /ready, with its own connection "
+             "slots; auto = metrics_bind's host, port + 1 (0 when metrics_bind's is 0); "
+             "empty = none"},
+    {.name = "admin_tls_cert_file", .env = {"FELIX_ADMIN_TLS_CERT_FILE"}, .type = T_STR,
+     FIELD(admin_tls_cert_file), .def = "",
+     .help = "PEM certificate chain: serve metrics_bind over HTTPS (probe_bind stays HTTP); "
+             "empty = plain HTTP"},
+    {.name = "admin_tls_key_file", .env = {"FELIX_ADMIN_TLS_KEY_FILE"}, .type = T_STR,
+     FIELD(admin_tls_key_file), .def = "", .help = "PEM private key of admin_tls_cert_file"},
     {.name = "tls_cert_file", .env = {"FELIX_TLS_CERT_FILE"}, .type = T_STR, FIELD(tls_cert_file),
      .def = "",
      .help = "PEM certificate chain; empty = a fresh self-signed certificate for localhost"},
@@ -62,6 +82,10 @@ const struct key fx_config_keys[] = {
     {.name = "auth_mode", .env = {"FELIX_AUTH_MODE"}, .type = T_ENUM, FIELD(auth_mode),
      .def = "none", .en = &auth_enum,
      .help = "client authentication: none accepts any token, jwt checks Ed25519 JWTs"},
+    {.name = "allow_unauthenticated", .env = {"FELIX_ALLOW_UNAUTHENTICATED"}, .type = T_BOOL,
+     FIELD(allow_unauthenticated), .def = "false",
+     .help = "let auth_mode none listen on a non-loopback quic_bind (any client that reaches "
+             "it may act as any tenant); without it such a configuration refuses to start"},
     {.name = "jwks_file", .env = {"FELIX_JWKS_FILE"}, .type = T_STR, FIELD(jwks_file), .def = "",
      .help = "JWKS file of the keys that sign tokens (auth_mode jwt); re-read on SIGHUP"},
     {.name = "jwt_issuer", .env = {"FELIX_JWT_ISSUER"}, .type = T_STR, FIELD(jwt_issuer),
@@ -105,14 +129,21 @@ const struct key fx_config_keys[] = {
      .help = "separate QUIC I/O loops; 0 runs QUIC on the worker loops; from 2, connections "
              "spread over all but the last"},
     /* memory */
+    {.name = "memory_limit_bytes", .env = {"FELIX_MEMORY_LIMIT_BYTES"}, .type = T_SIZE,
+     .section = "memory", FIELD(memory_limit_bytes), .def = "0", .min = 0, .max = 64 * TiB,
+     .help = "memory target: the defaults of max_connections and the connection receive "
+             "window are derived so the memory bound fits it, and explicit settings whose bound "
+             "exceeds it are refused; 0 = the cgroup's memory.max when set, else half of RAM"},
     {.name = "allocator_retain_bytes", .env = {"FELIX_ALLOCATOR_RETAIN_BYTES"}, .type = T_SIZE,
-     .section = "memory", FIELD(allocator_retain_bytes), .def = "64MiB", .min = 0, .max = 4 * GiB,
+     FIELD(allocator_retain_bytes), .def = "64MiB", .min = 0, .max = 4 * GiB,
      .help = "freed heap the allocator keeps instead of returning it to the OS, so RSS stays at "
              "its high-water mark under load; 0 = the C library's own trimming"},
     /* connections and QUIC */
     {.name = "max_connections", .env = {"FELIX_MAX_CONNECTIONS"}, .type = T_U32,
      .section = "connections and QUIC", FIELD(max_connections), .def = "4096", .min = 1,
-     .max = 1u << 20, .help = "QUIC connections accepted at once"},
+     .max = 1u << 20,
+     .help = "QUIC connections accepted at once; by default at most 4096, fewer when the memory "
+             "bound would exceed memory_limit_bytes"},
     {.name = "idle_timeout_ms", .env = {"FELIX_IDLE_TIMEOUT_MS"}, .type = T_DUR,
      FIELD(idle_timeout_ns), .def = "30s", .min = 100 * MS, .max = HOUR,
      .help = "a connection silent this long is closed"},
@@ -132,7 +163,10 @@ const struct key fx_config_keys[] = {
      .max = GiB, .help = "auto-tuning ceiling of the stream receive window"},
     {.name = "quic_conn_recv_window_max", .env = {"FELIX_QUIC_CONN_RECV_WINDOW_MAX"},
      .type = T_SIZE, FIELD(quic_conn_recv_window_max), .def = "64MiB", .min = 16 * KiB,
-     .max = 4 * GiB, .help = "auto-tuning ceiling of the connection receive window"},
+     .max = 4 * GiB,
+     .help = "auto-tuning ceiling of the connection receive window; by default at most 64MiB, "
+             "less (and the initial window with it) when 256 connections would not fit "
+             "memory_limit_bytes"},
     {.name = "quic_unacked_send_bytes", .alias = "cache_send_window",
      .env = {"FELIX_QUIC_UNACKED_SEND_BYTES", "FELIX_CACHE_SEND_WINDOW"}, .type = T_SIZE,
      FIELD(quic_unacked_send_bytes), .def = "16MiB", .min = 64 * KiB, .max = 4 * GiB,
@@ -460,6 +494,77 @@ static int rule_auth(const fx_config *c, fx_config_diag *d)
     return 0;
 }
 
+bool fx_config_addr_is_loopback(const char *addr)
+{
+    char host[FX_CONFIG_ADDR_MAX];
+    const char *colon = strrchr(addr, ':');
+    size_t n = colon ? (size_t)(colon - addr) : 0;
+    if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']') {
+        addr++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof(host))
+        return false;
+    memcpy(host, addr, n);
+    host[n] = '\0';
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return strcasecmp(host, "localhost") == 0;
+}
+
+/* Under auth_mode none any client may act as any tenant, so the data plane
+ * stays on loopback unless the operator says otherwise (allow_unauthenticated).
+ * Under auth_mode jwt an untouched quic_bind listens on every interface. */
+static int rule_exposure(fx_config *c, fx_config_diag *d)
+{
+    int ib = kidx("quic_bind");
+    if (c->auth_mode == FX_CONFIG_AUTH_JWT) {
+        if (c->origin[ib].from == FX_CONFIG_FROM_DEFAULT) {
+            snprintf(c->quic_bind, sizeof(c->quic_bind), "%s", FX_CONFIG_QUIC_BIND_JWT);
+            c->origin[ib].note = "auth_mode jwt: every interface";
+        }
+        return 0;
+    }
+    if (c->allow_unauthenticated || fx_config_addr_is_loopback(c->quic_bind))
+        return 0;
+    char db[FX_CONFIG_PATH_MAX + 160];
+    describe(c, ib, db, sizeof(db));
+    return fx_config_fail(d,
+                          "%s is not a loopback address and auth_mode is none, so any client "
+                          "that reaches it could act as any tenant. Set auth_mode: jwt "
+                          "(docs/auth.md), bind 127.0.0.1, or set allow_unauthenticated: true "
+                          "to serve unauthenticated clients on this address",
+                          db);
+}
+
+/* probe_bind "auto" follows metrics_bind (port + 1, or 0 with it); anything
+ * else is an address like metrics_bind, or empty for none. */
+static int rule_probe(fx_config *c, fx_config_diag *d)
+{
+    int ip = kidx("probe_bind");
+    char why[256], where[FX_CONFIG_PATH_MAX + 64];
+    if (strcmp(c->probe_bind, "auto") == 0) {
+        const char *colon = strrchr(c->metrics_bind, ':');
+        unsigned long port = strtoul(colon + 1, NULL, 10); /* parse_addr checked it */
+        if (port == 65535)
+            return fx_config_fail(d, "probe_bind auto would use port 65536 (metrics_bind = %s): "
+                                     "set probe_bind",
+                                  c->metrics_bind);
+        snprintf(c->probe_bind, sizeof(c->probe_bind), "%.*s:%lu",
+                 (int)(colon - c->metrics_bind), c->metrics_bind, port ? port + 1 : 0);
+        c->origin[ip].note = "auto: metrics_bind's host, port + 1";
+        return 0;
+    }
+    if (!c->probe_bind[0] || fx_config_check_addr(c->probe_bind, why, sizeof(why)) == 0)
+        return 0;
+    fx_config_format_where(c, &c->origin[ip], where, sizeof(where));
+    return fx_config_fail(d, "%s: probe_bind = \"%.80s\": %s", where, c->probe_bind, why);
+}
+
 static void rule_shards(fx_config *c, fx_config_diag *d)
 {
     if (c->core_shards == 0)
@@ -508,6 +613,7 @@ static int check_rules(fx_config *c, fx_config_diag *d)
         (rv = rule_window(c, "quic_conn_recv_window", "quic_conn_recv_window_max",
                           "raised to quic_conn_recv_window", d)))
         return rv;
+    fx_config_derive_memory(c); /* after the windows: it keeps a raised ceiling */
     if (c->loopback_mtu != 0 && c->loopback_mtu < 1200)
         return fx_config_fail(d,
                               "loopback_mtu: %llu is below QUIC's 1200-byte minimum "
@@ -520,10 +626,17 @@ static int check_rules(fx_config *c, fx_config_diag *d)
         return fx_config_fail(d,
                               "tls_cert_file and tls_key_file must be set together (%s is empty)",
                               c->tls_cert_file[0] ? "tls_key_file" : "tls_cert_file");
-    if ((rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)))
+    if (!c->admin_tls_cert_file[0] != !c->admin_tls_key_file[0])
+        return fx_config_fail(d,
+                              "admin_tls_cert_file and admin_tls_key_file must be set together "
+                              "(%s is empty)",
+                              c->admin_tls_cert_file[0] ? "admin_tls_key_file"
+                                                        : "admin_tls_cert_file");
+    if ((rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) ||
+        (rv = rule_probe(c, d)))
         return rv;
     rule_shards(c, d);
-    return 0;
+    return fx_config_check_memory(c, d);
 }
 
 /* ---- load -------------------------------------------------------------- */
@@ -556,5 +669,7 @@ int fx_config_load(fx_config *c, const fx_config_src *src, fx_config_diag *d)
         if ((rv = fx_config_load_flag(c, src->sets[i], d)))
             return rv;
     }
+    if ((rv = fx_config_resolve_memory_target(c, src->memory_target_bytes, d)))
+        return rv;
     return check_rules(c, d);
 }

@@ -16,7 +16,7 @@
 #define FX_CONFIG_ADDR_MAX 256  /* host:port fields, including the NUL */
 #define FX_CONFIG_NAME_MAX 256  /* tenant / namespace / stream, including the NUL */
 #define FX_CONFIG_MAX_STREAMS 4096
-#define FX_CONFIG_MAX_KEYS 96 /* capacity of the per-key origin table */
+#define FX_CONFIG_MAX_KEYS 128 /* capacity of the per-key origin table */
 #define FX_CONFIG_MAX_WARNINGS 32
 #define FX_CONFIG_MAX_FILE_BYTES (1024 * 1024)
 
@@ -86,9 +86,14 @@ typedef struct fx_config {
     char quic_bind[FX_CONFIG_ADDR_MAX];
     char metrics_bind[FX_CONFIG_ADDR_MAX];
     char admin_token[FX_CONFIG_ADDR_MAX];   /* bearer token of mutating admin calls; "" = none */
+    char admin_allowed_hosts[FX_CONFIG_ADDR_MAX]; /* extra Host names, comma-separated */
+    char probe_bind[FX_CONFIG_ADDR_MAX];          /* /live + /ready listener; "" = none */
+    char admin_tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = plain HTTP */
+    char admin_tls_key_file[FX_CONFIG_PATH_MAX];
     char tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = self-signed for localhost */
     char tls_key_file[FX_CONFIG_PATH_MAX];
     fx_config_auth_mode auth_mode;
+    bool allow_unauthenticated;         /* auth_mode none may bind a non-loopback quic_bind */
     char jwks_file[FX_CONFIG_PATH_MAX]; /* required when auth_mode is jwt */
     char jwt_issuer[FX_CONFIG_NAME_MAX];
     char jwt_audience[FX_CONFIG_NAME_MAX];
@@ -108,6 +113,7 @@ typedef struct fx_config {
     uint32_t core_shards;
     uint32_t io_threads;
     /* memory */
+    uint64_t memory_limit_bytes;     /* the target in effect (detected when the key is 0) */
     uint64_t allocator_retain_bytes; /* malloc trim threshold; 0 = glibc defaults */
     /* connections and QUIC */
     uint32_t max_connections;
@@ -177,6 +183,9 @@ typedef struct fx_config_src {
     /* "key=value" overrides from --set, applied in order (last wins). */
     const char *const *sets;
     size_t nsets;
+    /* The memory target used when memory_limit_bytes is 0, instead of the
+     * host's (tests); 0 = detect it (fx_config_host_memory()). */
+    uint64_t memory_target_bytes;
 } fx_config_src;
 
 /* Messages for the caller: |error| is set ("" otherwise) when loading fails;
@@ -223,6 +232,42 @@ int fx_config_print(const fx_config *c, FILE *out);
  * Markdown. Generated from the registry, so the docs cannot drift. Returns 0
  * or -EIO. */
 int fx_config_print_markdown(FILE *out);
+
+/* quic_bind when auth_mode is jwt and quic_bind is not set (under auth_mode
+ * none the default is 127.0.0.1:5000). */
+#define FX_CONFIG_QUIC_BIND_JWT "0.0.0.0:5000"
+
+/* True if |addr| ("host:port" or "[v6]:port", as quic_bind) names a loopback
+ * address: 127.0.0.0/8, ::1, ::ffff:127.x.y.z or the name localhost. Any
+ * other name is treated as reachable from the network. */
+bool fx_config_addr_is_loopback(const char *addr);
+
+/* The memory bound of a configuration (docs/configuration.md, "Memory
+ * bound"), in bytes. */
+typedef struct fx_config_bound {
+    uint64_t per_conn; /* quic_conn_recv_window_max + quic_unacked_send_bytes */
+    uint64_t conns;    /* max_connections x per_conn */
+    uint64_t ingress;  /* pub_inflight_bytes */
+    uint64_t retained; /* allocator_retain_bytes */
+    uint64_t rings;    /* pre-created streams x (log_capacity_bytes + max_frame_bytes) */
+    uint64_t total;
+} fx_config_bound;
+
+/* Computes the bound of |c| into |b|. */
+void fx_config_memory_bound(const fx_config *c, fx_config_bound *b);
+
+/* Writes one line describing the bound of |c|, its terms and the memory
+ * target with its source, into |buf| (|n| bytes). */
+void fx_config_format_bound(const fx_config *c, char *buf, size_t n);
+
+/* The default memory target: the smallest cgroup v2 memory.max from this
+ * process's cgroup (read from |proc_cgroup|, e.g. "/proc/self/cgroup") up to
+ * the root of the hierarchy mounted at |cgroup_root| ("/sys/fs/cgroup") when
+ * one is set and below |ram|, else half of |ram|. |*psource| gets a static
+ * description ("cgroup memory.max" or "half of RAM"). Returns bytes (0 when
+ * nothing is known). */
+uint64_t fx_config_host_memory(const char *proc_cgroup, const char *cgroup_root, uint64_t ram,
+                               const char **psource);
 
 /* Returns the registry index of YAML key (or alias) |name|, or -1. */
 int fx_config_key_index(const char *name);

@@ -95,6 +95,10 @@ void fx_config_warn(fx_config_diag *d, const char *fmt, ...) __attribute__((form
  * |why|, |n| bytes) or -ENOMEM. T_WARN / T_REJECT keys are the callers'. */
 int fx_config_store_text(fx_config *c, const struct key *k, const char *s, char *why, size_t n);
 
+/* Checks that |s| is "host:port" or "[v6]:port" (as T_ADDR keys). Returns 0
+ * or -1 with the reason in |why| (|n| bytes). */
+int fx_config_check_addr(const char *s, char *why, size_t n);
+
 /* Writes |v| in the largest unit of |k|'s type that divides it exactly. */
 void fx_config_format_number(const struct key *k, uint64_t v, char *buf, size_t n);
 
@@ -108,6 +112,22 @@ int fx_config_load_env_layer(fx_config *c, char *const *envp, fx_config_diag *d)
 
 /* Applies one --set "key=value" |set|. Same returns. */
 int fx_config_load_flag(fx_config *c, const char *set, fx_config_diag *d);
+
+/* ---- the memory bound (config_memory.c) ------------------------------- */
+
+/* Fills in the memory target when memory_limit_bytes is 0: |given| if not
+ * 0, else the host's (fx_config_host_memory()); notes the source in the
+ * key's origin. Warns if nothing is known. Returns 0. */
+int fx_config_resolve_memory_target(fx_config *c, uint64_t given, fx_config_diag *d);
+
+/* Lowers the defaults of quic_conn_recv_window_max (and the initial
+ * window), then max_connections, until the bound fits the target. Explicit
+ * settings are kept. */
+void fx_config_derive_memory(fx_config *c);
+
+/* Fails when the bound exceeds the target and some key of the bound was set
+ * explicitly (naming them); warns when only defaults are involved. */
+int fx_config_check_memory(const fx_config *c, fx_config_diag *d);
 
 /* ---- text forms (config_print.c) --------------------------------------- */
 

@@ -220,6 +220,11 @@ static int parse_addr(const char *s, char *why, size_t n)
     return 0;
 }
 
+int fx_config_check_addr(const char *s, char *why, size_t n)
+{
+    return parse_addr(s, why, n);
+}
+
 static bool name_char_ok(char ch)
 {
     return isalnum((unsigned char)ch) || ch == '.' || ch == '_' || ch == '-';

@@ -423,9 +423,16 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
            FX_VERSION, c->quic_bind, (unsigned)fx_broker_port(b), (unsigned)c->workers,
            epw >= 0 ? "worker 0" : "io loop 0");
     printf("felix-broker: TLS certificate SHA-256 %s\n", fx_broker_fingerprint(b));
-    printf("felix-broker: admin HTTP on %s (port %u): /metrics /live /ready /v1/streams "
+    char bound[512];
+    fx_config_format_bound(c, bound, sizeof(bound));
+    printf("felix-broker: %s\n", bound);
+    printf("felix-broker: admin %s on %s (port %u): /metrics /live /ready /v1/streams "
            "/v1/subscriptions /v1/pipeline /ui\n",
-           c->metrics_bind, (unsigned)fx_admin_port(admin));
+           c->admin_tls_cert_file[0] ? "HTTPS" : "HTTP", c->metrics_bind,
+           (unsigned)fx_admin_port(admin));
+    if (fx_admin_probe_port(admin))
+        printf("felix-broker: health probes on %s (port %u): /live /ready\n", c->probe_bind,
+               (unsigned)fx_admin_probe_port(admin));
     char cli[PATH_MAX + 16];
     cli_path(cli, sizeof(cli));
     printf("felix-broker: to publish and subscribe, in another terminal:\n");
@@ -577,6 +584,11 @@ static int serve(const fx_config *c)
 
     fx_log_set_level((fx_log_level)c->log_level);
     warn_unapplied(c);
+    if (c->auth_mode == FX_CONFIG_AUTH_NONE && !fx_config_addr_is_loopback(c->quic_bind))
+        FX_LOG_WARN("server",
+                    "quic_bind=%s is not loopback and auth_mode is none (allow_unauthenticated: "
+                    "true): any client that reaches it may act as any tenant",
+                    c->quic_bind);
     retain_heap(c);
     if (c->state_dir[0]) {
         char why[FX_CONFIG_PATH_MAX + 256];
@@ -606,6 +618,10 @@ static int serve(const fx_config *c)
     fx_pipeline_routes(pipe, routes + FX_ADMIN_BROKER_NROUTES);
     fx_admin_opts ao = {.bind = c->metrics_bind,
                         .token = c->admin_token,
+                        .allowed_hosts = c->admin_allowed_hosts,
+                        .probe_bind = c->probe_bind,
+                        .tls_cert_file = c->admin_tls_cert_file,
+                        .tls_key_file = c->admin_tls_key_file,
                         .routes = routes,
                         .nroutes = FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES};
     if (fx_admin_start(&admin, &ao, err, sizeof(err)) != 0) {

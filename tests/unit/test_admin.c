@@ -18,6 +18,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <gnutls/gnutls.h>
+
 #include "base/loop.h"
 #include "base/metrics.h"
 #include "felix/error.h"
@@ -536,15 +538,16 @@ static int put_status(fx_admin *a, const char *auth_header, bool *pchallenge)
 static void test_mutating_route_needs_token_off_loopback(void **state)
 {
     /* The pure rule. */
-    assert_true(fx_admin_authorized(false, NULL, NULL));
-    assert_false(fx_admin_authorized(true, NULL, "Bearer x"));
-    assert_false(fx_admin_authorized(true, "", "Bearer "));
-    assert_false(fx_admin_authorized(true, "s3cret", NULL));
-    assert_false(fx_admin_authorized(true, "s3cret", "Bearer s3cre"));
-    assert_false(fx_admin_authorized(true, "s3cret", "Bearer s3crett"));
-    assert_false(fx_admin_authorized(true, "s3cret", "Basic s3cret"));
-    assert_true(fx_admin_authorized(true, "s3cret", "Bearer s3cret"));
-    assert_true(fx_admin_authorized(true, "s3cret", "bearer  s3cret"));
+    const char *p = "/v1/streams/t/ns/s";
+    assert_true(fx_admin_authorized(false, NULL, "PUT", p, NULL));
+    assert_false(fx_admin_authorized(true, NULL, "PUT", p, "Bearer x"));
+    assert_false(fx_admin_authorized(true, "", "PUT", p, "Bearer "));
+    assert_false(fx_admin_authorized(true, "s3cret", "PUT", p, NULL));
+    assert_false(fx_admin_authorized(true, "s3cret", "PUT", p, "Bearer s3cre"));
+    assert_false(fx_admin_authorized(true, "s3cret", "PUT", p, "Bearer s3crett"));
+    assert_false(fx_admin_authorized(true, "s3cret", "PUT", p, "Basic s3cret"));
+    assert_true(fx_admin_authorized(true, "s3cret", "PUT", p, "Bearer s3cret"));
+    assert_true(fx_admin_authorized(true, "s3cret", "DELETE", p, "bearer  s3cret"));
     assert_true(fx_admin_method_is_mutating("PUT"));
     assert_true(fx_admin_method_is_mutating("DELETE"));
     assert_false(fx_admin_method_is_mutating("GET"));
@@ -570,9 +573,13 @@ static void test_mutating_route_needs_token_off_loopback(void **state)
     assert_int_equal(put_status(a, "Authorization: Bearer s3cret\r\n", &challenge), 200);
     assert_false(challenge);
     assert_int_equal(atomic_load(&mutations), 1);
-    /* Reads need no token. */
+    /* Off loopback /v1 reads need the token too. */
     http_reply rep;
     http_get(fx_admin_port(a), "/v1/streams", &rep);
+    assert_int_equal(rep.status, 401);
+    http_reply_free(&rep);
+    http_do(AF_INET, fx_admin_port(a), "GET", "/v1/streams", "Authorization: Bearer s3cret\r\n",
+            NULL, &rep);
     assert_int_equal(rep.status, 200);
     http_reply_free(&rep);
     fx_admin_free(a);
@@ -608,6 +615,431 @@ static void test_loopback_decided_from_bound_address(void **state)
     assert_int_equal(fx_admin_parse_bind("[::1]:8080", &ss, &len, NULL, 0), 0);
     assert_int_equal(ss.ss_family, AF_INET6);
     assert_int_equal(ntohs(((struct sockaddr_in6 *)&ss)->sin6_port), 8080);
+}
+
+/* ---- guards: Host, token, limits -------------------------------------------- */
+
+/* Sends the raw request |req| to |port| and parses the reply (the request
+ * must ask for Connection: close). */
+static void http_raw(uint16_t port, const char *req, http_reply *rep)
+{
+    int fd = connect_to(AF_INET, port);
+    write_all(fd, req, strlen(req));
+    size_t len;
+    rep->raw = read_all(fd, &len);
+    close(fd);
+    assert_int_equal(sscanf(rep->raw, "HTTP/1.%*d %d", &rep->status), 1);
+    rep->headers = rep->raw;
+    rep->headers_len = len;
+    rep->body = strstr(rep->raw, "\r\n\r\n");
+    assert_non_null(rep->body);
+    rep->body += 4;
+    rep->body_len = len - (size_t)(rep->body - rep->raw);
+}
+
+/* The status of GET |path| with header |host| ("Host: x", or "" for none,
+ * as HTTP/1.0). */
+static int get_with_host(uint16_t port, const char *path, const char *host)
+{
+    char req[512];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.%d\r\n%s%sConnection: close\r\n\r\n", path,
+             *host ? 1 : 0, host, *host ? "\r\n" : "");
+    http_reply rep;
+    http_raw(port, req, &rep);
+    int st = rep.status;
+    http_reply_free(&rep);
+    return st;
+}
+
+static uint64_t refused(const char *reason)
+{
+    fx_metrics_snapshot snap;
+    fx_metrics_snapshot_take(&snap);
+    if (!strcmp(reason, "host"))
+        return snap.c.admin_refused_host;
+    if (!strcmp(reason, "token"))
+        return snap.c.admin_refused_token;
+    if (!strcmp(reason, "body"))
+        return snap.c.admin_refused_body;
+    if (!strcmp(reason, "headers"))
+        return snap.c.admin_refused_headers;
+    return snap.c.admin_refused_conn_limit;
+}
+
+static void test_host_header_checked_against_rebinding(void **state)
+{
+    /* The pure rule. */
+    assert_true(fx_admin_host_allowed(NULL, "127.0.0.1", NULL));
+    assert_true(fx_admin_host_allowed("127.0.0.1:8080", "127.0.0.1", NULL));
+    assert_true(fx_admin_host_allowed("10.0.0.7", "0.0.0.0", NULL));
+    assert_true(fx_admin_host_allowed("[::1]:8080", "::1", NULL));
+    assert_true(fx_admin_host_allowed("localhost:8080", "127.0.0.1", NULL));
+    assert_true(fx_admin_host_allowed("LOCALHOST.", "127.0.0.1", NULL));
+    assert_true(fx_admin_host_allowed("broker.internal:9", "broker.internal", NULL));
+    assert_true(fx_admin_host_allowed("ops.example", "0.0.0.0", "metrics.example, ops.example"));
+    assert_false(fx_admin_host_allowed("evil.example", "127.0.0.1", NULL));
+    assert_false(fx_admin_host_allowed("evil.example:8080", "0.0.0.0", "ops.example"));
+    assert_false(fx_admin_host_allowed("localhost.evil.example", "127.0.0.1", NULL));
+    assert_false(fx_admin_host_allowed("ops.example.evil", "127.0.0.1", "ops.example"));
+    assert_false(fx_admin_host_allowed("", "127.0.0.1", NULL));
+    assert_false(fx_admin_host_allowed("[::1", "127.0.0.1", NULL));
+    assert_false(fx_admin_host_allowed("[nothex]:1", "127.0.0.1", NULL));
+    assert_false(fx_admin_host_allowed("localhost:80:80", "127.0.0.1", NULL));
+    assert_false(fx_admin_host_allowed("localhost:http", "127.0.0.1", NULL));
+
+    /* Over HTTP: every path of the main listener, counted. */
+    fx_admin *a =
+        start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .allowed_hosts = "felix.example"});
+    uint16_t port = fx_admin_port(a);
+    uint64_t before = refused("host");
+    assert_int_equal(get_with_host(port, "/metrics", "Host: evil.example"), 403);
+    assert_int_equal(get_with_host(port, "/live", "Host: evil.example:80"), 403);
+    assert_int_equal(refused("host"), before + 2);
+    assert_int_equal(get_with_host(port, "/live", "Host: felix.example"), 200);
+    assert_int_equal(get_with_host(port, "/live", "Host: 127.0.0.1"), 200);
+    assert_int_equal(get_with_host(port, "/live", "Host: localhost"), 200);
+    assert_int_equal(get_with_host(port, "/live", ""), 200);
+    assert_int_equal(refused("host"), before + 2);
+    fx_admin_free(a);
+}
+
+static atomic_int puts_done;
+
+static void put_route(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    atomic_fetch_add(&puts_done, 1);
+    (void)fx_admin_resp_text(resp, 200, "done");
+}
+
+static void test_mutation_needs_configured_token_on_loopback(void **state)
+{
+    assert_true(fx_admin_needs_token(false, true, "PUT", "/v1/streams/t/n/s"));
+    assert_false(fx_admin_needs_token(false, false, "PUT", "/v1/streams/t/n/s"));
+    assert_false(fx_admin_needs_token(false, true, "GET", "/v1/streams"));
+    fx_admin_route routes[] = {
+        {.method = "PUT", .path = "/v1/streams/", .on_request = put_route},
+        {.method = "GET", .path = "/v1/streams", .on_request = put_route},
+    };
+    fx_admin *a = start_admin(
+        &(fx_admin_opts){.bind = "127.0.0.1:0", .token = "t0ken", .routes = routes, .nroutes = 2});
+    assert_false(fx_admin_is_remote(a));
+    atomic_store(&puts_done, 0);
+    uint64_t before = refused("token");
+    http_reply rep;
+    http_do(AF_INET, fx_admin_port(a), "PUT", "/v1/streams/t/n/s", NULL, NULL, &rep);
+    assert_int_equal(rep.status, 401);
+    http_reply_free(&rep);
+    http_do(AF_INET, fx_admin_port(a), "PUT", "/v1/streams/t/n/s", "Authorization: Bearer t0ke\r\n",
+            NULL, &rep);
+    assert_int_equal(rep.status, 401);
+    http_reply_free(&rep);
+    assert_int_equal(atomic_load(&puts_done), 0);
+    assert_int_equal(refused("token"), before + 2);
+    http_do(AF_INET, fx_admin_port(a), "PUT", "/v1/streams/t/n/s",
+            "Authorization: Bearer t0ken\r\n", NULL, &rep);
+    assert_int_equal(rep.status, 200);
+    http_reply_free(&rep);
+    /* Reads on loopback stay open. */
+    http_get(fx_admin_port(a), "/v1/streams", &rep);
+    assert_int_equal(rep.status, 200);
+    http_reply_free(&rep);
+    assert_int_equal(atomic_load(&puts_done), 2);
+    fx_admin_free(a);
+}
+
+static void test_api_reads_need_token_off_loopback_health_stays_open(void **state)
+{
+    fx_admin_route routes[] = {
+        {.method = "GET", .path = "/v1/streams", .on_request = put_route},
+        {.method = "GET", .path = "/v1/subscriptions", .on_request = put_route},
+    };
+    fx_admin *a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0",
+                                               .token = "t0ken",
+                                               .treat_as_remote = true,
+                                               .routes = routes,
+                                               .nroutes = 2});
+    http_reply rep;
+    const char *api[] = {"/v1/streams", "/v1/subscriptions"};
+    for (size_t i = 0; i < 2; i++) {
+        http_get(fx_admin_port(a), api[i], &rep);
+        assert_int_equal(rep.status, 401);
+        http_reply_free(&rep);
+        http_do(AF_INET, fx_admin_port(a), "GET", api[i], "Authorization: Bearer t0ken\r\n", NULL,
+                &rep);
+        assert_int_equal(rep.status, 200);
+        http_reply_free(&rep);
+    }
+    const char *open_paths[] = {"/metrics", "/live", "/ready"};
+    for (size_t i = 0; i < 3; i++) {
+        http_get(fx_admin_port(a), open_paths[i], &rep);
+        assert_int_equal(rep.status, 200);
+        http_reply_free(&rep);
+    }
+    fx_admin_free(a);
+}
+
+static void test_token_equal_compares_whole_tokens(void **state)
+{
+    assert_true(fx_admin_token_equal("s3cret", "s3cret"));
+    assert_true(fx_admin_token_equal("", ""));
+    assert_false(fx_admin_token_equal("s3cre", "s3cret"));
+    assert_false(fx_admin_token_equal("s3crett", "s3cret"));
+    assert_false(fx_admin_token_equal("S3cret", "s3cret"));
+    assert_false(fx_admin_token_equal("", "s3cret"));
+    char long_token[4097];
+    memset(long_token, 'a', sizeof(long_token) - 1);
+    long_token[sizeof(long_token) - 1] = '\0';
+    assert_false(fx_admin_token_equal(long_token, "a"));
+    assert_true(fx_admin_token_equal(long_token, long_token));
+}
+
+static void test_oversized_body_refusal_counted(void **state)
+{
+    fx_admin_route routes[] = {{.method = "PUT", .path = "/v1/x", .on_request = put_route}};
+    fx_admin *a = start_admin(
+        &(fx_admin_opts){.bind = "127.0.0.1:0", .max_body = 16, .routes = routes, .nroutes = 1});
+    uint64_t before = refused("body");
+    http_reply rep;
+    http_do(AF_INET, fx_admin_port(a), "PUT", "/v1/x", NULL, "0123456789abcdefXYZ", &rep);
+    assert_int_equal(rep.status, 413);
+    http_reply_free(&rep);
+    assert_int_equal(refused("body"), before + 1);
+    fx_admin_free(a);
+}
+
+/* Connects to |port| on 127.0.0.1 from source address |src| (any
+ * 127.0.0.0/8 address works on Linux loopback). */
+static int connect_from(const char *src, uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {.tv_sec = HANG_GUARD_S};
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    struct sockaddr_in me = {.sin_family = AF_INET};
+    assert_int_equal(inet_pton(AF_INET, src, &me.sin_addr), 1);
+    assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&to, sizeof(to)), 0);
+    return fd;
+}
+
+/* True if the server closes |fd| (EOF or reset) within the hang guard. */
+static bool closed_by_server(int fd)
+{
+    char b;
+    ssize_t r = recv(fd, &b, 1, 0);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+/* Sends a GET /live on an open connection |fd| and returns the status. */
+static int live_on(int fd)
+{
+    static const char req[] = "GET /live HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    write_all(fd, req, sizeof(req) - 1);
+    size_t len;
+    char *raw = read_all(fd, &len);
+    int st = 0;
+    if (sscanf(raw, "HTTP/1.%*d %d", &st) != 1)
+        st = -1;
+    free(raw);
+    return st;
+}
+
+static void test_per_address_connection_limit(void **state)
+{
+    fx_admin *a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .per_ip_limit = 2});
+    uint16_t port = fx_admin_port(a);
+    uint64_t before = refused("conn_limit");
+    int held[2] = {connect_from("127.0.0.1", port), connect_from("127.0.0.1", port)};
+    usleep(100 * 1000); /* let the daemon accept both */
+    int extra = connect_from("127.0.0.1", port);
+    assert_true(closed_by_server(extra));
+    close(extra);
+    assert_true(refused("conn_limit") > before);
+    /* Another address still gets in. */
+    int other = connect_from("127.0.0.2", port);
+    assert_int_equal(live_on(other), 200);
+    close(other);
+    for (size_t i = 0; i < 2; i++)
+        close(held[i]);
+    fx_admin_free(a);
+}
+
+static void test_idle_connection_closed_after_timeout(void **state)
+{
+    fx_admin *a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .timeout_s = 1});
+    int fd = connect_from("127.0.0.1", fx_admin_port(a));
+    write_all(fd, "GET /live HTTP/1.1\r\nHost: local", 31); /* and then nothing */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_true(closed_by_server(fd));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_true(t1.tv_sec - t0.tv_sec < HANG_GUARD_S - 2);
+    close(fd);
+    fx_admin_free(a);
+}
+
+static void test_oversized_headers_refused(void **state)
+{
+    fx_admin *a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0"});
+    size_t n = 2 * FX_ADMIN_DEFAULT_CONN_MEMORY;
+    char *req = malloc(n + 256);
+    assert_non_null(req);
+    int h = snprintf(req, 256, "GET /live HTTP/1.1\r\nHost: localhost\r\nX-Pad: ");
+    memset(req + h, 'p', n);
+    snprintf(req + h + n, 256, "\r\nConnection: close\r\n\r\n");
+    uint64_t before = refused("headers");
+    int fd = connect_from("127.0.0.1", fx_admin_port(a));
+    /* The server may stop reading and answer (431) before all is sent. */
+    (void)send(fd, req, strlen(req), MSG_NOSIGNAL);
+    char reply[256] = "";
+    ssize_t r = recv(fd, reply, sizeof(reply) - 1, 0);
+    int st = 0;
+    if (r > 0)
+        (void)sscanf(reply, "HTTP/1.%*d %d", &st);
+    assert_true(r == 0 || (r < 0 && errno == ECONNRESET) || st == 431);
+    close(fd);
+    free(req);
+    fx_admin_free(a); /* after the stop, the refusal has been logged and counted */
+    assert_int_equal(refused("headers"), before + 1);
+}
+
+/* Slow-loris: idle connections from several addresses fill every slot of the
+ * main listener; the probe listener still answers /live and /ready. */
+static void test_probe_listener_answers_while_main_is_saturated(void **state)
+{
+    fx_admin *a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0",
+                                               .probe_bind = "127.0.0.1:0",
+                                               .max_connections = 8,
+                                               .per_ip_limit = 2,
+                                               .timeout_s = 30});
+    uint16_t port = fx_admin_port(a), probe = fx_admin_probe_port(a);
+    assert_true(probe != 0 && probe != port);
+    enum { NSRC = 8, PER = 3 };
+    int fds[NSRC * PER];
+    for (int i = 0; i < NSRC * PER; i++) {
+        char src[32];
+        snprintf(src, sizeof(src), "127.0.1.%d", 1 + i / PER);
+        fds[i] = connect_from(src, port);
+        write_all(fds[i], "GET /live HTTP/1.1\r\n", 20); /* never finished */
+    }
+    usleep(200 * 1000);
+    /* The main listener is full: a new client waits in the backlog (or is
+     * turned away) and gets no answer. */
+    int late = connect_from("127.0.2.1", port);
+    struct timeval tv = {.tv_sec = 1};
+    assert_int_equal(setsockopt(late, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    static const char req[] = "GET /live HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    (void)send(late, req, sizeof(req) - 1, MSG_NOSIGNAL);
+    char b[16];
+    assert_true(recv(late, b, sizeof(b), 0) <= 0);
+    close(late);
+    /* The probes are not. */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(get_with_host(probe, "/live", "Host: localhost"), 200);
+        assert_int_equal(get_with_host(probe, "/ready", "Host: 10.0.0.1"), 200);
+    }
+    fx_admin_set_draining(a, true);
+    assert_int_equal(get_with_host(probe, "/ready", "Host: localhost"), 503);
+    for (int i = 0; i < NSRC * PER; i++)
+        close(fds[i]);
+    fx_admin_free(a);
+}
+
+static void test_probe_listener_serves_only_health(void **state)
+{
+    fx_admin_route routes[] = {{.method = "GET", .path = "/v1/streams", .on_request = put_route}};
+    fx_admin *a = start_admin(&(fx_admin_opts){
+        .bind = "127.0.0.1:0", .probe_bind = "127.0.0.1:0", .routes = routes, .nroutes = 1});
+    uint16_t probe = fx_admin_probe_port(a);
+    assert_int_equal(get_with_host(probe, "/live", "Host: localhost"), 200);
+    assert_int_equal(get_with_host(probe, "/metrics", "Host: localhost"), 404);
+    assert_int_equal(get_with_host(probe, "/v1/streams", "Host: localhost"), 404);
+    assert_int_equal(get_with_host(fx_admin_port(a), "/v1/streams", "Host: localhost"), 200);
+    fx_admin_free(a);
+    /* Without probe_bind there is no probe port. */
+    a = start_local();
+    assert_int_equal(fx_admin_probe_port(a), 0);
+    fx_admin_free(a);
+}
+
+/* GET |path| over TLS (no certificate check: the test only needs the
+ * channel) and returns the status, or -1 if the handshake failed. */
+static int https_get(uint16_t port, const char *path)
+{
+    int fd = connect_from("127.0.0.1", port);
+    gnutls_session_t s;
+    gnutls_certificate_credentials_t cred;
+    assert_int_equal(gnutls_certificate_allocate_credentials(&cred), 0);
+    assert_int_equal(gnutls_init(&s, GNUTLS_CLIENT), 0);
+    assert_int_equal(gnutls_set_default_priority(s), 0);
+    assert_int_equal(gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, cred), 0);
+    gnutls_transport_set_int(s, fd);
+    int rv;
+    do
+        rv = gnutls_handshake(s);
+    while (rv < 0 && !gnutls_error_is_fatal(rv));
+    int st = -1;
+    if (rv == 0) {
+        char req[256], reply[512] = "";
+        int n = snprintf(req, sizeof(req),
+                         "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path);
+        assert_int_equal(gnutls_record_send(s, req, (size_t)n), n);
+        ssize_t r = gnutls_record_recv(s, reply, sizeof(reply) - 1);
+        if (r > 0 && sscanf(reply, "HTTP/1.%*d %d", &st) != 1)
+            st = -1;
+    }
+    gnutls_deinit(s);
+    gnutls_certificate_free_credentials(cred);
+    close(fd);
+    return st;
+}
+
+static void test_tls_serves_https(void **state)
+{
+    char dir[] = "/tmp/fx_test_admin_tls_XXXXXX", cert[128], key[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+    snprintf(key, sizeof(key), "%s/key.pem", dir);
+    assert_int_equal(fx_quic_cert_generate(cert, key, NULL), 0);
+    fx_admin *a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0",
+                                               .probe_bind = "127.0.0.1:0",
+                                               .tls_cert_file = cert,
+                                               .tls_key_file = key});
+    assert_int_equal(https_get(fx_admin_port(a), "/live"), 200);
+    assert_int_equal(https_get(fx_admin_port(a), "/metrics"), 200);
+    /* Plain HTTP to the TLS port gets no HTTP answer. */
+    int fd = connect_from("127.0.0.1", fx_admin_port(a));
+    static const char plain[] = "GET /live HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    write_all(fd, plain, sizeof(plain) - 1);
+    char reply[64] = "";
+    ssize_t r = recv(fd, reply, sizeof(reply) - 1, 0);
+    assert_true(r <= 0 || strncmp(reply, "HTTP/", 5) != 0);
+    close(fd);
+    /* The probe listener stays plain HTTP. */
+    assert_int_equal(get_with_host(fx_admin_probe_port(a), "/live", "Host: localhost"), 200);
+    fx_admin_free(a);
+    /* A missing key file or half a pair is refused with a message. */
+    fx_admin *b = NULL;
+    char err[256] = "";
+    char missing[160];
+    snprintf(missing, sizeof(missing), "%s/nope.pem", dir);
+    assert_int_equal(
+        fx_admin_start(
+            &b,
+            &(fx_admin_opts){.bind = "127.0.0.1:0", .tls_cert_file = cert, .tls_key_file = missing},
+            err, sizeof(err)),
+        FX_ECONFIG);
+    assert_non_null(strstr(err, "nope.pem"));
+    assert_int_equal(fx_admin_start(&b,
+                                    &(fx_admin_opts){.bind = "127.0.0.1:0", .tls_cert_file = cert},
+                                    err, sizeof(err)),
+                     FX_ECONFIG);
+    assert_null(b);
+    unlink(cert);
+    unlink(key);
+    rmdir(dir);
 }
 
 /* ---- docs/metrics.md --------------------------------------------------------- */
@@ -690,6 +1122,17 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_loop_query_times_out_without_leak),
     cmocka_unit_test(test_mutating_route_needs_token_off_loopback),
     cmocka_unit_test(test_loopback_decided_from_bound_address),
+    cmocka_unit_test(test_host_header_checked_against_rebinding),
+    cmocka_unit_test(test_mutation_needs_configured_token_on_loopback),
+    cmocka_unit_test(test_api_reads_need_token_off_loopback_health_stays_open),
+    cmocka_unit_test(test_token_equal_compares_whole_tokens),
+    cmocka_unit_test(test_oversized_body_refusal_counted),
+    cmocka_unit_test(test_per_address_connection_limit),
+    cmocka_unit_test(test_idle_connection_closed_after_timeout),
+    cmocka_unit_test(test_oversized_headers_refused),
+    cmocka_unit_test(test_probe_listener_answers_while_main_is_saturated),
+    cmocka_unit_test(test_probe_listener_serves_only_health),
+    cmocka_unit_test(test_tls_serves_https),
     cmocka_unit_test(test_metrics_docs_match_registry),
 };
 FX_TEST_MAIN(tests)

@@ -6,6 +6,7 @@
 #include "fx_test.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "felix/error.h"
@@ -13,6 +14,10 @@
 
 #define MiB (1024ull * 1024ull)
 #define MS 1000000ull
+#define GiB (1024ull * MiB)
+/* The memory target of every load() unless a case sets its own: large
+ * enough that the defaults are not lowered (docs/configuration.md). */
+#define BIG_TARGET (1024ull * GiB)
 
 /* One loaded configuration plus its fixture file. */
 struct fixture {
@@ -38,7 +43,11 @@ static int load(struct fixture *f, const char *yaml, char **envp, const char **s
     if (yaml)
         write_yaml(f, yaml);
     fx_config_defaults(&f->c);
-    fx_config_src src = {.path = yaml ? f->path : NULL, .envp = envp, .sets = sets, .nsets = nsets};
+    fx_config_src src = {.path = yaml ? f->path : NULL,
+                         .envp = envp,
+                         .sets = sets,
+                         .nsets = nsets,
+                         .memory_target_bytes = BIG_TARGET};
     int rv = fx_config_load(&f->c, &src, &f->d);
     if (yaml) /* read once; removed now so a failing assertion leaves nothing behind */
         unlink(f->path);
@@ -82,7 +91,7 @@ static void test_defaults_match_documented_values(void **state)
 {
     fx_config c;
     fx_config_defaults(&c);
-    assert_string_equal(c.quic_bind, "0.0.0.0:5000");
+    assert_string_equal(c.quic_bind, "127.0.0.1:5000");
     assert_string_equal(c.metrics_bind, "127.0.0.1:8080");
     assert_int_equal(c.pub_queue_depth, 64);
     assert_int_equal(c.subscriber_queue_capacity, 512);
@@ -654,6 +663,295 @@ static void test_docs_key_table_matches_registry(void **state)
     free(buf);
 }
 
+/* ---- exposure: auth_mode none stays on loopback ------------------------- */
+
+static void test_quic_bind_defaults_to_loopback_under_auth_none(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
+    assert_string_equal(f.c.quic_bind, "127.0.0.1:5000");
+    assert_false(f.c.allow_unauthenticated);
+    done(&f);
+}
+
+static void test_quic_bind_default_listens_everywhere_under_jwt(void **state)
+{
+    struct fixture f;
+    const char *sets[] = {"auth_mode=jwt", "jwks_file=/etc/felix/jwks.json"};
+    assert_int_equal(load(&f, NULL, NULL, sets, 2), 0);
+    assert_string_equal(f.c.quic_bind, "0.0.0.0:5000");
+    assert_non_null(fx_config_origin_of(&f.c, "quic_bind")->note);
+    done(&f);
+    /* An explicit bind under jwt is kept as written. */
+    const char *mine[] = {"auth_mode=jwt", "jwks_file=/etc/felix/jwks.json",
+                          "quic_bind=127.0.0.1:7000"};
+    assert_int_equal(load(&f, NULL, NULL, mine, 3), 0);
+    assert_string_equal(f.c.quic_bind, "127.0.0.1:7000");
+    done(&f);
+}
+
+static void test_non_loopback_bind_without_auth_refused(void **state)
+{
+    const char *binds[] = {"0.0.0.0:5000", "10.1.2.3:5000", "[::]:5000", "broker.example:5000"};
+    for (size_t i = 0; i < sizeof(binds) / sizeof(binds[0]); i++) {
+        char set[64];
+        snprintf(set, sizeof(set), "quic_bind=%s", binds[i]);
+        const char *sets[] = {set};
+        const char *want[] = {"quic_bind", binds[i], "auth_mode: jwt",
+                              "allow_unauthenticated: true", NULL};
+        expect_error(NULL, NULL, sets, 1, want);
+    }
+    /* The file position is named too. */
+    const char *want[] = {"quic_bind = 0.0.0.0:5000", ":1:", NULL};
+    expect_error("quic_bind: 0.0.0.0:5000\n", NULL, NULL, 0, want);
+}
+
+static void test_allow_unauthenticated_accepts_non_loopback_bind(void **state)
+{
+    struct fixture f;
+    char *env[] = {"FELIX_ALLOW_UNAUTHENTICATED=true", NULL};
+    const char *sets[] = {"quic_bind=0.0.0.0:5000"};
+    assert_int_equal(load(&f, NULL, env, sets, 1), 0);
+    assert_true(f.c.allow_unauthenticated);
+    assert_string_equal(f.c.quic_bind, "0.0.0.0:5000");
+    assert_int_equal(fx_config_origin_of(&f.c, "allow_unauthenticated")->from, FX_CONFIG_FROM_ENV);
+    done(&f);
+    assert_int_equal(
+        load(&f, "allow_unauthenticated: yes\nquic_bind: '[::]:5000'\n", NULL, NULL, 0), 0);
+    done(&f);
+}
+
+static void test_loopback_addresses_recognised(void **state)
+{
+    const char *loop[] = {"127.0.0.1:5000", "127.9.8.7:0",          "[::1]:5000",
+                          "localhost:1",    "[::ffff:127.0.0.1]:5", "LocalHost:2"};
+    const char *remote[] = {"0.0.0.0:5000",        "10.0.0.1:5000", "[::]:5000",
+                            "[2001:db8::1]:1",     "128.0.0.1:1",   "localhost.evil:1",
+                            "[::ffff:10.0.0.1]:5", ":5000"};
+    for (size_t i = 0; i < sizeof(loop) / sizeof(loop[0]); i++)
+        assert_true(fx_config_addr_is_loopback(loop[i]));
+    for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++)
+        assert_false(fx_config_addr_is_loopback(remote[i]));
+}
+
+/* ---- the memory bound ------------------------------------------------- */
+
+/* Loads |sets| with memory target |target| (as detected on the host). */
+static int load_target(struct fixture *f, uint64_t target, const char **sets, size_t nsets)
+{
+    f->path[0] = '\0';
+    fx_config_defaults(&f->c);
+    fx_config_src src = {.sets = sets, .nsets = nsets, .memory_target_bytes = target};
+    return fx_config_load(&f->c, &src, &f->d);
+}
+
+static void assert_bound_fits(const fx_config *c)
+{
+    fx_config_bound b;
+    fx_config_memory_bound(c, &b);
+    assert_true(b.total <= c->memory_limit_bytes);
+    assert_int_equal(b.total, b.conns + b.ingress + b.retained + b.rings);
+}
+
+static void test_memory_defaults_kept_on_large_host(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load_target(&f, BIG_TARGET, NULL, 0), 0);
+    assert_int_equal(f.c.memory_limit_bytes, BIG_TARGET);
+    assert_int_equal(f.c.max_connections, 4096);
+    assert_int_equal(f.c.quic_conn_recv_window_max, 64 * MiB);
+    assert_int_equal(f.c.quic_conn_recv_window, 16 * MiB);
+    assert_null(fx_config_origin_of(&f.c, "max_connections")->note);
+    assert_bound_fits(&f.c);
+    done(&f);
+}
+
+static void test_memory_defaults_derived_from_target(void **state)
+{
+    struct fixture f;
+    /* 8 GiB - 128 MiB (ingress + retained heap) for connections: 256 of
+     * them at 64 + 16 MiB do not fit, so the window ceiling drops to the
+     * power of two that does (31.5 MiB a connection - 16 MiB unacked ->
+     * 8 MiB), and max_connections is what then fits: 7.875 GiB / 24 MiB. */
+    assert_int_equal(load_target(&f, 8 * GiB, NULL, 0), 0);
+    assert_int_equal(f.c.quic_conn_recv_window_max, 8 * MiB);
+    assert_int_equal(f.c.quic_conn_recv_window, 8 * MiB);
+    assert_int_equal(f.c.quic_unacked_send_bytes, 16 * MiB);
+    assert_int_equal(f.c.max_connections, (8 * GiB - 128 * MiB) / (24 * MiB));
+    assert_string_equal(fx_config_origin_of(&f.c, "max_connections")->note,
+                        "derived from memory_limit_bytes");
+    assert_int_equal(fx_config_origin_of(&f.c, "max_connections")->from, FX_CONFIG_FROM_DEFAULT);
+    assert_bound_fits(&f.c);
+    char line[512];
+    fx_config_format_bound(&f.c, line, sizeof(line));
+    assert_contains(line, "336 connections x (8 MiB receive window + 16 MiB unacked)");
+    assert_contains(line, "given by the caller");
+    done(&f);
+}
+
+/* The benchmarks open 11 clients x (4 publish + 8 event) connections from
+ * one address: the derived defaults admit them on a 4 GiB target. */
+static void test_memory_defaults_fit_benchmark_pools(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load_target(&f, 4 * GiB, NULL, 0), 0);
+    assert_true(f.c.max_connections >= 11 * 12);
+    assert_true(f.c.quic_conn_recv_window_max >= MiB);
+    assert_true(f.c.quic_conn_recv_window <= f.c.quic_conn_recv_window_max);
+    assert_bound_fits(&f.c);
+    done(&f);
+}
+
+static void test_explicit_setting_over_memory_target_refused(void **state)
+{
+    struct fixture f;
+    const char *sets[] = {"max_connections=4096"};
+    assert_int_equal(load_target(&f, 8 * GiB, sets, 1), FX_ECONFIG);
+    assert_contains(f.d.error, "exceeds");
+    assert_contains(f.d.error, "max_connections (flag --set)");
+    assert_contains(f.d.error, "memory_limit_bytes");
+    done(&f);
+    /* The same key within the target loads, with the default windows. */
+    const char *fits[] = {"max_connections=90"};
+    assert_int_equal(load_target(&f, 8 * GiB, fits, 1), 0);
+    assert_int_equal(f.c.max_connections, 90);
+    assert_int_equal(f.c.quic_conn_recv_window_max, 64 * MiB);
+    assert_bound_fits(&f.c);
+    done(&f);
+    /* An explicit target below what explicit settings need is refused. */
+    const char *small[] = {"memory_limit_bytes=1GiB", "pub_inflight_bytes=2GiB"};
+    assert_int_equal(load_target(&f, BIG_TARGET, small, 2), FX_ECONFIG);
+    assert_contains(f.d.error, "pub_inflight_bytes");
+    done(&f);
+}
+
+static void test_memory_limit_bytes_overrides_host(void **state)
+{
+    struct fixture f;
+    const char *sets[] = {"memory_limit_bytes=2GiB"};
+    assert_int_equal(load_target(&f, BIG_TARGET, sets, 1), 0);
+    assert_int_equal(f.c.memory_limit_bytes, 2 * GiB);
+    assert_true(f.c.max_connections < 4096);
+    assert_bound_fits(&f.c);
+    done(&f);
+    char *env[] = {"FELIX_MEMORY_LIMIT_BYTES=512MiB", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_int_equal(f.c.memory_limit_bytes, 512 * MiB);
+    assert_bound_fits(&f.c);
+    done(&f);
+}
+
+static void test_defaults_on_tiny_host_warn_not_refuse(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load_target(&f, 64 * MiB, NULL, 0), 0);
+    assert_int_equal(f.c.max_connections, 1);
+    assert_true(any_warning_contains(&f.d, "do not fit"));
+    done(&f);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    assert_int_equal(fputs(text, fp) >= 0, 1);
+    fclose(fp);
+}
+
+static void test_host_memory_reads_cgroup_v2_max(void **state)
+{
+    char dir[] = "/tmp/fx_test_cgroup_XXXXXX", p[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(p, sizeof(p), "%s/cgroup", dir);
+    write_file(p, "1:name=systemd:/x\n0::/a/b\n");
+    snprintf(p, sizeof(p), "%s/a", dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(p, sizeof(p), "%s/a/b", dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    char proc[256], root[256];
+    snprintf(proc, sizeof(proc), "%s/cgroup", dir);
+    snprintf(root, sizeof(root), "%s", dir);
+    const char *src = NULL;
+    /* No memory.max anywhere: half of RAM. */
+    assert_int_equal(fx_config_host_memory(proc, root, 16 * GiB, &src), 8 * GiB);
+    assert_string_equal(src, "half of RAM");
+    /* "max" in the own cgroup, a number in the parent: the parent binds. */
+    snprintf(p, sizeof(p), "%s/a/b/memory.max", dir);
+    write_file(p, "max\n");
+    snprintf(p, sizeof(p), "%s/a/memory.max", dir);
+    write_file(p, "3221225472\n");
+    assert_int_equal(fx_config_host_memory(proc, root, 16 * GiB, &src), 3 * GiB);
+    assert_string_equal(src, "cgroup memory.max");
+    /* The smaller of the two when both are set. */
+    snprintf(p, sizeof(p), "%s/a/b/memory.max", dir);
+    write_file(p, "1073741824\n");
+    assert_int_equal(fx_config_host_memory(proc, root, 16 * GiB, &src), 1 * GiB);
+    /* A limit above RAM does not raise the target past RAM / 2. */
+    assert_int_equal(fx_config_host_memory(proc, root, 1 * GiB, &src), GiB / 2);
+    assert_string_equal(src, "half of RAM");
+    /* No v2 line (cgroup v1 only): half of RAM. */
+    write_file(proc, "4:memory:/x\n");
+    assert_int_equal(fx_config_host_memory(proc, root, 16 * GiB, &src), 8 * GiB);
+    snprintf(p, sizeof(p), "rm -rf %s", dir);
+    assert_int_equal(system(p), 0);
+}
+
+/* ---- admin endpoint keys ---------------------------------------------- */
+
+static void test_probe_bind_follows_metrics_bind(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
+    assert_string_equal(f.c.probe_bind, "127.0.0.1:8081");
+    assert_non_null(fx_config_origin_of(&f.c, "probe_bind")->note);
+    done(&f);
+    const char *zero[] = {"metrics_bind=[::1]:0"};
+    assert_int_equal(load(&f, NULL, NULL, zero, 1), 0);
+    assert_string_equal(f.c.probe_bind, "[::1]:0");
+    done(&f);
+    const char *off[] = {"probe_bind="};
+    assert_int_equal(load(&f, NULL, NULL, off, 1), 0);
+    assert_string_equal(f.c.probe_bind, "");
+    done(&f);
+    char *env[] = {"FELIX_PROBE_BIND=0.0.0.0:9000", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_string_equal(f.c.probe_bind, "0.0.0.0:9000");
+    done(&f);
+    const char *bad[] = {"probe_bind=nowhere"};
+    const char *want[] = {"probe_bind", "nowhere", NULL};
+    expect_error(NULL, NULL, bad, 1, want);
+    const char *top[] = {"metrics_bind=127.0.0.1:65535"};
+    const char *want_top[] = {"probe_bind", "65535", NULL};
+    expect_error(NULL, NULL, top, 1, want_top);
+}
+
+static void test_admin_tls_files_set_together(void **state)
+{
+    const char *half[] = {"admin_tls_cert_file=/etc/felix/admin.pem"};
+    const char *want[] = {"admin_tls_cert_file and admin_tls_key_file",
+                          "admin_tls_key_file is empty", NULL};
+    expect_error(NULL, NULL, half, 1, want);
+    struct fixture f;
+    char *env[] = {"FELIX_ADMIN_TLS_CERT_FILE=/c.pem", "FELIX_ADMIN_TLS_KEY_FILE=/k.pem", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_string_equal(f.c.admin_tls_cert_file, "/c.pem");
+    assert_string_equal(f.c.admin_tls_key_file, "/k.pem");
+    done(&f);
+}
+
+static void test_admin_allowed_hosts_loaded(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load(&f, "admin_allowed_hosts: felix.example, ops.example\n", NULL, NULL, 0),
+                     0);
+    assert_string_equal(f.c.admin_allowed_hosts, "felix.example, ops.example");
+    done(&f);
+    char *env[] = {"FELIX_ADMIN_ALLOWED_HOSTS=a.example", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_string_equal(f.c.admin_allowed_hosts, "a.example");
+    done(&f);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_defaults_match_documented_values),
     cmocka_unit_test(test_yaml_overrides_default),
@@ -698,6 +996,21 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_jwt_leeway_rejects_fractions_and_empty_issuer),
     cmocka_unit_test(test_jwks_file_without_jwt_warns),
     cmocka_unit_test(test_docs_key_table_matches_registry),
+    cmocka_unit_test(test_probe_bind_follows_metrics_bind),
+    cmocka_unit_test(test_admin_tls_files_set_together),
+    cmocka_unit_test(test_admin_allowed_hosts_loaded),
+    cmocka_unit_test(test_quic_bind_defaults_to_loopback_under_auth_none),
+    cmocka_unit_test(test_quic_bind_default_listens_everywhere_under_jwt),
+    cmocka_unit_test(test_non_loopback_bind_without_auth_refused),
+    cmocka_unit_test(test_allow_unauthenticated_accepts_non_loopback_bind),
+    cmocka_unit_test(test_loopback_addresses_recognised),
+    cmocka_unit_test(test_memory_defaults_kept_on_large_host),
+    cmocka_unit_test(test_memory_defaults_derived_from_target),
+    cmocka_unit_test(test_memory_defaults_fit_benchmark_pools),
+    cmocka_unit_test(test_explicit_setting_over_memory_target_refused),
+    cmocka_unit_test(test_memory_limit_bytes_overrides_host),
+    cmocka_unit_test(test_defaults_on_tiny_host_warn_not_refuse),
+    cmocka_unit_test(test_host_memory_reads_cgroup_v2_max),
 };
 
 FX_TEST_MAIN(tests)
