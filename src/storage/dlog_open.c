@@ -360,13 +360,35 @@ static int drop_newest(fx_dlog *log, uint64_t id, uint64_t size, fx_dlog_recover
     return activate(log, dl_active(log));
 }
 
+/* Whether every byte of |fd| from |pos| to |size| is zero: a file system
+ * may extend a file before its data reaches the disk, and a crash then
+ * leaves zeros. No record is all zeros (its header checksum would not
+ * match), so such a tail holds nothing that was written. */
+static bool zero_tail(fx_dlog *log, int fd, uint64_t pos, uint64_t size)
+{
+    uint8_t b[4096];
+    while (pos < size) {
+        size_t k = size - pos < sizeof(b) ? (size_t)(size - pos) : sizeof(b);
+        ssize_t r = log->io->ops->pread(log->io, fd, b, k, pos);
+        if (r != (ssize_t)k)
+            return false;
+        for (size_t i = 0; i < k; i++) {
+            if (b[i] != 0)
+                return false;
+        }
+        pos += k;
+    }
+    return true;
+}
+
 /* Applies the verdict of the full scan of the active segment. */
 static int settle_tail(fx_dlog *log, uint64_t id, int fd, uint64_t size, const fx_scan *sc,
                        fx_dlog_recovery *rep)
 {
     if (sc->status == FX_REC_OK)
         return 0;
-    bool torn = sc->status == FX_REC_TRUNCATED;
+    bool torn = sc->status == FX_REC_TRUNCATED ||
+                (sc->status == FX_REC_HEADER_CRC && zero_tail(log, fd, sc->end_pos, size));
     bool fix = torn || (log->cfg.repair_checksum_tail && tail_repairable(sc, size));
     if (!fix && !log->cfg.repair)
         return corrupt_scan(log, id, sc);

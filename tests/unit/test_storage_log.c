@@ -514,6 +514,37 @@ static void test_torn_tail_is_cut_at_every_byte(void **state)
     fx_done(&f);
 }
 
+static void test_a_zero_filled_tail_is_cut_as_torn(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 4);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    uint64_t len = flen(&f, SEG0);
+    /* The file grew by 100 zero bytes that never got their data. */
+    fx_sio *io = fx_memio_sio(f.m);
+    int fd;
+    assert_int_equal(io->ops->open(io, SEG0, FX_SIO_WRITE, &fd), 0);
+    assert_int_equal(io->ops->ftruncate(io, fd, len + 100), 0);
+    assert_int_equal(io->ops->fdatasync(io, fd), 0);
+    io->ops->close(io, fd);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.truncated_bytes, 100);
+    assert_int_equal(fx_dlog_next_offset(f.log), 4);
+    fx_dlog_close(f.log, false);
+    f.log = NULL;
+    /* A non-zero byte in such a tail is damage, not a torn write. */
+    assert_int_equal(io->ops->open(io, SEG0, FX_SIO_WRITE, &fd), 0);
+    assert_int_equal(io->ops->ftruncate(io, fd, len + 100), 0);
+    assert_int_equal(io->ops->pwrite(io, fd, "x", 1, len + 60), 0);
+    io->ops->close(io, fd);
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    assert_non_null(strstr(f.rep.message, "record header checksum mismatch"));
+    fx_done(&f);
+}
+
 static void test_bit_flip_in_a_sealed_segment_refuses_to_open(void **state)
 {
     fixture f;
@@ -825,6 +856,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_retention_by_age_uses_the_newest_record),
     cmocka_unit_test(test_reader_in_a_deleted_range_gets_cursor_too_old),
     cmocka_unit_test(test_torn_tail_is_cut_at_every_byte),
+    cmocka_unit_test(test_a_zero_filled_tail_is_cut_as_torn),
     cmocka_unit_test(test_bit_flip_in_a_sealed_segment_refuses_to_open),
     cmocka_unit_test(test_bit_flip_found_by_a_read_when_open_checks_only_the_tail),
     cmocka_unit_test(test_corruption_before_the_active_tail_refuses_unless_repaired),
