@@ -145,7 +145,7 @@ static void check_log(run_ctx *c, uint64_t end)
     fx_dlog_page_deinit(&p);
 }
 
-static void crash_run(fx_fsync_mode mode, uint64_t seed, run_result *r)
+static void crash_run(fx_fsync_mode mode, uint64_t max_unsynced, uint64_t seed, run_result *r)
 {
     fx_log_set_level(FX_LOG_ERROR); /* every run logs its torn tail */
     run_ctx *c = calloc(1, sizeof(*c));
@@ -160,7 +160,8 @@ static void crash_run(fx_fsync_mode mode, uint64_t seed, run_result *r)
     c->cfg.io = fx_memio_sio(c->m);
     c->cfg.label = "t/ns/crash/0";
     assert_int_equal(open_log(c), 0);
-    fx_syncpol_config pc = {.mode = mode, .interval_ns = INTERVAL_NS};
+    fx_syncpol_config pc = {
+        .mode = mode, .interval_ns = INTERVAL_NS, .max_unsynced_bytes = max_unsynced};
     fx_syncpol_init(&c->pol, &pc, 0, 0);
     fx_memio_crash_after(c->m, 1 + mix(&c->rng) % 2500);
     drive(c, r);
@@ -208,7 +209,7 @@ static void test_on_commit_loses_no_acknowledged_record_at_any_crash_point(void 
     uint64_t acked_total = 0, lost_unacked = 0;
     for (int i = 0; i < runs(); i++) {
         run_result r;
-        crash_run(FX_FSYNC_ON_COMMIT, 1000 + (uint64_t)i, &r);
+        crash_run(FX_FSYNC_ON_COMMIT, 0, 1000 + (uint64_t)i, &r);
         assert_true(r.recovered >= r.acked);
         acked_total += r.acked;
         lost_unacked += r.written - r.recovered;
@@ -224,7 +225,7 @@ static void test_periodic_loss_stays_within_one_interval(void **state)
     uint64_t max_age = 0, max_bytes = 0, max_recs = 0, total_lost = 0;
     for (int i = 0; i < runs(); i++) {
         run_result r;
-        crash_run(FX_FSYNC_PERIODIC, 5000 + (uint64_t)i, &r);
+        crash_run(FX_FSYNC_PERIODIC, 0, 5000 + (uint64_t)i, &r);
         assert_true(r.lost_age_ns <= INTERVAL_NS + MAX_STEP_NS);
         max_age = r.lost_age_ns > max_age ? r.lost_age_ns : max_age;
         max_bytes = r.lost_bytes > max_bytes ? r.lost_bytes : max_bytes;
@@ -238,11 +239,30 @@ static void test_periodic_loss_stays_within_one_interval(void **state)
     assert_true(total_lost > 0); /* the test does exercise loss */
 }
 
+/* Largest batch of step_append: 4 records of 28 + 60 bytes. */
+#define MAX_BATCH_BYTES (4 * (28 + 60))
+
+static void test_periodic_loss_stays_within_the_unsynced_byte_bound(void **state)
+{
+    uint64_t max_bytes = 0;
+    for (int i = 0; i < runs(); i++) {
+        run_result r;
+        crash_run(FX_FSYNC_PERIODIC, 400, 7000 + (uint64_t)i, &r);
+        assert_true(r.lost_bytes <= 400 + MAX_BATCH_BYTES);
+        assert_true(r.lost_age_ns <= INTERVAL_NS + MAX_STEP_NS);
+        max_bytes = r.lost_bytes > max_bytes ? r.lost_bytes : max_bytes;
+    }
+    printf("periodic (interval %llu ms, max_unsynced_bytes 400): %d crash runs, worst run %" PRIu64
+           " bytes lost\n",
+           (unsigned long long)(INTERVAL_NS / MS), runs(), max_bytes);
+    assert_true(max_bytes > 0);
+}
+
 static void test_none_keeps_a_valid_prefix_and_every_rollover_flush(void **state)
 {
     for (int i = 0; i < runs() / 2; i++) {
         run_result r;
-        crash_run(FX_FSYNC_NONE, 9000 + (uint64_t)i, &r);
+        crash_run(FX_FSYNC_NONE, 0, 9000 + (uint64_t)i, &r);
         assert_true(r.recovered >= r.durable);
     }
 }
@@ -250,6 +270,7 @@ static void test_none_keeps_a_valid_prefix_and_every_rollover_flush(void **state
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_on_commit_loses_no_acknowledged_record_at_any_crash_point),
     cmocka_unit_test(test_periodic_loss_stays_within_one_interval),
+    cmocka_unit_test(test_periodic_loss_stays_within_the_unsynced_byte_bound),
     cmocka_unit_test(test_none_keeps_a_valid_prefix_and_every_rollover_flush),
 };
 FX_TEST_MAIN(tests)
