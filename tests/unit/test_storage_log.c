@@ -734,6 +734,34 @@ static void test_index_write_failure_does_not_fail_appends(void **state)
     fx_done(&f);
 }
 
+static void test_a_missing_middle_segment_refuses_unless_repaired(void **state)
+{
+    fixture f;
+    fx_init(&f, 200, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 12);
+    assert_true(fx_dlog_segment_count(f.log) >= 4);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    fx_sio *io = fx_memio_sio(f.m);
+    assert_int_equal(io->ops->unlink(io, SEG1), 0);
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    assert_non_null(strstr(f.rep.message, "offset out of order"));
+    assert_non_null(strstr(f.rep.message, "file=00000000000000000002.log, position=0)"));
+    f.cfg.repair = true;
+    assert_int_equal(reopen(&f), 0);
+    assert_true(f.rep.repaired);
+    assert_int_equal(fx_dlog_segment_count(f.log), 1);
+    /* Cut where segment 1 started: segments 1 (gone) and on are dropped. */
+    uint64_t seg1_base = fx_dlog_next_offset(f.log);
+    assert_int_equal(f.rep.dropped_from, seg1_base);
+    assert_true(f.rep.dropped_segments >= 2);
+    expect_records(f.log, 0, seg1_base);
+    append_n(f.log, seg1_base, 2);
+    expect_records(f.log, 0, seg1_base + 2);
+    fx_done(&f);
+}
+
 static void test_unfinished_rollover_leftovers_are_discarded(void **state)
 {
     fixture f;
@@ -863,6 +891,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_damaged_last_record_is_cut_only_with_repair_checksum_tail),
     cmocka_unit_test(test_missing_or_garbage_index_is_rebuilt_identically),
     cmocka_unit_test(test_index_write_failure_does_not_fail_appends),
+    cmocka_unit_test(test_a_missing_middle_segment_refuses_unless_repaired),
     cmocka_unit_test(test_unfinished_rollover_leftovers_are_discarded),
     cmocka_unit_test(test_a_hand_laid_segment_in_the_original_format_is_read),
     cmocka_unit_test(test_posix_files_round_trip),
