@@ -237,7 +237,10 @@ static void store_index(fx_dlog *log, const dl_seg *s, int *pifd)
 
 /* ---- sealed segments ---------------------------------------------------------------- */
 
-static int check_sealed(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, uint64_t *pbad)
+/* Checks sealed segment |id| and appends it to the log. On damage returns
+ * FX_ESTORAGE_CORRUPT with |*pheader| telling whether the header itself is
+ * bad. */
+static int check_sealed(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, bool *pheader)
 {
     char path[PATH_MAX];
     dl_path(log, id, false, path);
@@ -248,15 +251,18 @@ static int check_sealed(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, uint64
     int rv = io->ops->open(io, path, FX_SIO_READ, &fd);
     if (rv != 0)
         return dl_fail(log, rv, "opening %s: %s", path, fx_strerror(rv));
-    if ((rv = io->ops->fsize(io, fd, &size)) != 0 || (rv = read_header(log, id, fd, size, &h)) != 0)
+    if ((rv = io->ops->fsize(io, fd, &size)) != 0)
         goto out;
+    if ((rv = read_header(log, id, fd, size, &h)) != 0) {
+        *pheader = true;
+        goto out;
+    }
     uint64_t want = log->nsegs > 0 ? dl_active(log)->next : h.base_offset;
     if (h.base_offset != want) {
         char what[160];
         snprintf(what, sizeof(what),
                  "offset out of order (expected %" PRIu64 ", found %" PRIu64 ")", want,
                  h.base_offset);
-        *pbad = 0;
         rv = corrupt(log, id, 0, what);
         goto out;
     }
@@ -271,7 +277,6 @@ static int check_sealed(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, uint64
     if ((rv = full_scan(log, fd, s, size, &sc, NULL)) != 0)
         goto out;
     if (sc.status != FX_REC_OK || sc.end_pos != size) {
-        *pbad = sc.end_pos;
         rv = corrupt_scan(log, id, &sc);
         free(s->idx);
         log->nsegs--;
@@ -439,9 +444,14 @@ static int open_active(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, uint64_
             return dl_fail(log, rv, "removing %s: %s", path, fx_strerror(rv));
         return dl_create_segment(log, 0, 0, now_us);
     }
-    if ((rv = read_header(log, id, fd, size, &h)) != 0)
-        goto err_close;
     bool has_prev = log->nsegs > 0;
+    if ((rv = read_header(log, id, fd, size, &h)) != 0) {
+        if (!has_prev || !log->cfg.repair)
+            goto err_close;
+        io->ops->close(io, fd);
+        rep->dropped_from = dl_active(log)->next;
+        return drop_newest(log, id, size, rep, false, now_us);
+    }
     uint64_t prev_next = has_prev ? dl_active(log)->next : h.base_offset;
     if (has_prev && h.base_offset != prev_next) {
         io->ops->close(io, fd);
@@ -541,9 +551,10 @@ int dl_recover(fx_dlog *log, uint64_t now_us, fx_dlog_recovery *rep)
         rv = dl_create_segment(log, 0, 0, now_us);
     size_t n = l.n;
     for (size_t i = 0; rv == 0 && i + 1 < n; i++) {
-        uint64_t bad = 0;
-        rv = check_sealed(log, l.v[i], rep, &bad);
-        if (rv == FX_ESTORAGE_CORRUPT && log->cfg.repair) {
+        bool bad_header = false;
+        rv = check_sealed(log, l.v[i], rep, &bad_header);
+        /* Repair needs a known start: the first segment's header. */
+        if (rv == FX_ESTORAGE_CORRUPT && log->cfg.repair && !(bad_header && i == 0)) {
             if ((rv = drop_after(log, &l, i, rep)) == 0)
                 n = i + 1;
             break;
