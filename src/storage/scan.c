@@ -95,7 +95,8 @@ int fx_segwin_record(fx_segwin *w, uint64_t pos, uint64_t expect, bool check, bo
         return 0;
     }
     if (verify || dst != NULL) {
-        uint32_t crc = fx_logfmt_crc(0, hdr, 24);
+        /* The header checksum (verified) is the CRC of bytes 0..20: go on from it. */
+        uint32_t crc = fx_logfmt_crc(h->header_crc, hdr + 20, 4);
         if ((rv = win_payload(w, pos + FX_REC_HEADER_LEN, h->len, dst, &crc)) != 0)
             return rv;
         if (crc != h->checksum) {
