@@ -284,6 +284,7 @@ static int roll(fx_dlog *log, uint64_t now_us)
         log->st.roll_failures++;
         return rv;
     }
+    dl_seg_forget_index(&log->segs[log->nsegs - 2]);
     io->ops->close(io, old_fd);
     if (old_ifd >= 0)
         io->ops->close(io, old_ifd);
@@ -462,6 +463,50 @@ static dl_entry seek(const dl_seg *s, uint64_t off)
     return e;
 }
 
+/* An index entry that can be right for |s|. */
+static bool entry_plausible(const dl_seg *s, uint64_t off, uint64_t pos)
+{
+    return off >= s->base && off < s->next && pos >= FX_SEG_HEADER_LEN && pos < s->size;
+}
+
+/* The greatest entry at or below |off| in the index file of sealed segment
+ * |s|, found by binary search with pread (position 32 when the file is
+ * missing or unusable). The caller checks the record it points at. */
+static dl_entry seek_file(fx_dlog *log, const dl_seg *s, uint64_t off)
+{
+    dl_entry e = {.offset = s->base, .pos = FX_SEG_HEADER_LEN};
+    char path[PATH_MAX];
+    dl_path(log, s->id, true, path);
+    fx_sio *io = log->io;
+    int fd;
+    uint64_t size = 0, base = 0;
+    uint8_t b[FX_IDX_HEADER_LEN];
+    if (io->ops->open(io, path, FX_SIO_READ, &fd) != 0)
+        return e;
+    if (io->ops->fsize(io, fd, &size) != 0 || size < FX_IDX_HEADER_LEN ||
+        io->ops->pread(io, fd, b, sizeof(b), 0) != (ssize_t)sizeof(b) ||
+        fx_logfmt_idx_header_decode(b, sizeof(b), &base) != 0 || base != s->base)
+        size = 0;
+    size_t lo = 0, hi = size > 0 ? (size_t)((size - FX_IDX_HEADER_LEN) / FX_IDX_ENTRY_LEN) : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t o, p;
+        if (io->ops->pread(io, fd, b, FX_IDX_ENTRY_LEN,
+                           FX_IDX_HEADER_LEN + mid * FX_IDX_ENTRY_LEN) != FX_IDX_ENTRY_LEN)
+            break;
+        fx_logfmt_idx_entry_decode(b, &o, &p);
+        if (o <= off) {
+            if (entry_plausible(s, o, p))
+                e = (dl_entry){.offset = o, .pos = p};
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    io->ops->close(io, fd);
+    return e;
+}
+
 static int page_room(fx_dlog_page *p, size_t len)
 {
     if (p->n == p->recs_cap) {
@@ -515,14 +560,24 @@ static int read_seg(fx_dlog *log, const dl_seg *s, int fd, read_req *q, fx_dlog_
     if (rv != 0)
         return rv;
     uint64_t from = q->from > s->base ? q->from : s->base;
-    dl_entry e = seek(s, from);
+    bool sealed = s != dl_active(log);
+    dl_entry e = sealed ? seek_file(log, s, from) : seek(s, from);
     uint64_t pos = e.pos, expect = e.offset;
+    bool unchecked = sealed && pos != FX_SEG_HEADER_LEN; /* the index file may be stale */
     while (expect < s->next) {
         fx_rec_header h;
         fx_rec_status st;
         bool want = expect >= from;
         if ((rv = fx_segwin_record(&w, pos, expect, true, false, NULL, &h, &st)) != 0)
             break;
+        if (st != FX_REC_OK && unchecked) {
+            /* The index file does not match the log: read from the start. */
+            pos = FX_SEG_HEADER_LEN;
+            expect = s->base;
+            unchecked = false;
+            continue;
+        }
+        unchecked = false;
         if (st != FX_REC_OK) {
             rv = read_corrupt(log, s, pos, st, &h, expect);
             break;
@@ -636,7 +691,7 @@ int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64
     int rv = 0;
     while (log->nsegs > 1 && head_expired(log, max_bytes, max_age_us, now_us)) {
         dl_seg *h = &log->segs[0];
-        uint64_t bytes = h->size + FX_IDX_HEADER_LEN + h->nidx * FX_IDX_ENTRY_LEN;
+        uint64_t bytes = h->size + dl_seg_idx_bytes(h);
         if ((rv = delete_head(log)) != 0) {
             log->st.retention_failures++;
             dl_fail(log, rv, "stream=%s retention sweep failed: %s", log->label, fx_strerror(rv));
@@ -682,7 +737,7 @@ uint64_t fx_dlog_bytes_on_disk(const fx_dlog *log)
 {
     uint64_t b = 0;
     for (size_t i = 0; i < log->nsegs; i++)
-        b += log->segs[i].size + FX_IDX_HEADER_LEN + log->segs[i].nidx * FX_IDX_ENTRY_LEN;
+        b += log->segs[i].size + dl_seg_idx_bytes(&log->segs[i]);
     return b;
 }
 

@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <stdarg.h>
+#include <stdlib.h>
 
 #include "storage/dlog.h"
 #include "storage/format.h"
@@ -21,10 +22,27 @@ typedef struct dl_seg {
     uint64_t next;    /* offset after its last record */
     uint64_t size;    /* logical file size: header plus records */
     uint64_t last_ts; /* timestamp of its newest record; 0 when empty */
-    dl_entry *idx;    /* its sparse index, in memory */
+    dl_entry *idx;    /* active segment: its sparse index, in memory */
     size_t nidx;
     size_t idx_cap;
+    uint64_t idx_bytes; /* sealed segment: length of its index file (entries not kept) */
 } dl_seg;
+
+/* Drops the in-memory index of a segment being sealed: reads of sealed
+ * segments search the index file, so memory does not grow with history. */
+static inline void dl_seg_forget_index(dl_seg *s)
+{
+    s->idx_bytes = FX_IDX_HEADER_LEN + s->nidx * FX_IDX_ENTRY_LEN;
+    free(s->idx);
+    s->idx = NULL;
+    s->nidx = s->idx_cap = 0;
+}
+
+/* Bytes of the index file of |s|. */
+static inline uint64_t dl_seg_idx_bytes(const dl_seg *s)
+{
+    return s->idx_bytes > 0 ? s->idx_bytes : FX_IDX_HEADER_LEN + s->nidx * FX_IDX_ENTRY_LEN;
+}
 
 struct fx_dlog {
     fx_sio *io;

@@ -271,8 +271,10 @@ static int check_sealed(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, bool *
         goto out;
     s->size = size;
     if (!log->cfg.verify_all_on_open && load_index(log, s, size) &&
-        tail_matches_index(log, fd, s, size))
+        tail_matches_index(log, fd, s, size)) {
+        dl_seg_forget_index(s);
         goto out;
+    }
     fx_scan sc;
     if ((rv = full_scan(log, fd, s, size, &sc, NULL)) != 0)
         goto out;
@@ -286,6 +288,7 @@ static int check_sealed(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, bool *
     s->last_ts = sc.last_ts;
     rep->index_rebuilds++;
     store_index(log, s, NULL);
+    dl_seg_forget_index(s);
 out:
     io->ops->close(io, fd);
     return rv;
@@ -320,6 +323,16 @@ static int activate(fx_dlog *log, dl_seg *s)
     int rv = log->io->ops->open(log->io, path, FX_SIO_WRITE, &log->fd);
     if (rv != 0)
         return dl_fail(log, rv, "opening %s: %s", path, fx_strerror(rv));
+    if (s->idx == NULL && s->next > s->base) {
+        /* A sealed segment becoming active again (its successor was
+         * dropped): its index entries are needed in memory once more. */
+        fx_scan sc;
+        if ((rv = full_scan(log, log->fd, s, s->size, &sc, NULL)) != 0)
+            return dl_fail(log, rv, "reading %s: %s", path, fx_strerror(rv));
+        if (sc.status != FX_REC_OK || sc.end_pos != s->size)
+            return corrupt_scan(log, s->id, &sc);
+        s->idx_bytes = 0;
+    }
     if ((rv = log->io->ops->fdatasync(log->io, log->fd)) != 0)
         return dl_fail(log, rv, "flushing %s: %s", path, fx_strerror(rv));
     store_index(log, s, &log->ifd);

@@ -714,6 +714,45 @@ static void test_missing_or_garbage_index_is_rebuilt_identically(void **state)
     fx_done(&f);
 }
 
+static void test_sealed_reads_search_the_index_file_and_survive_its_loss(void **state)
+{
+    fixture f;
+    fx_init(&f, 2000, 100);
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 120);
+    assert_true(fx_dlog_segment_count(f.log) >= 3);
+    expect_records(f.log, 0, 120);
+    expect_records(f.log, 37, 120);
+    /* An index entry that points at the wrong record (a real record start,
+     * another offset): the read notices and reads from the segment start. */
+    uint64_t o1, p1, o2, p2;
+    char *idx = NULL;
+    size_t len = 0;
+    fx_sio *io = fx_memio_sio(f.m);
+    assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &idx, &len), 0);
+    assert_true(len >= FX_IDX_HEADER_LEN + 3 * FX_IDX_ENTRY_LEN);
+    fx_logfmt_idx_entry_decode((uint8_t *)idx + FX_IDX_HEADER_LEN + FX_IDX_ENTRY_LEN, &o1, &p1);
+    fx_logfmt_idx_entry_decode((uint8_t *)idx + FX_IDX_HEADER_LEN + 2 * FX_IDX_ENTRY_LEN, &o2, &p2);
+    free(idx);
+    for (int i = 0; i < 8; i++) /* entry 1 keeps its offset but gets entry 2's position */
+        assert_int_equal(fx_memio_corrupt(f.m, IDX0,
+                                          FX_IDX_HEADER_LEN + FX_IDX_ENTRY_LEN + 8 + (uint64_t)i,
+                                          (uint8_t)((p1 ^ p2) >> (8 * (7 - i)))),
+                         0);
+    expect_records(f.log, o1, 120);
+    expect_records(f.log, o2 - 1, 120);
+    /* No index files at all: every read still finds its records. */
+    for (uint64_t id = 0; id + 1 < fx_dlog_segment_count(f.log); id++) {
+        char path[64];
+        snprintf(path, sizeof(path), DIR_ "/%020llu.index", (unsigned long long)id);
+        assert_int_equal(io->ops->unlink(io, path), 0);
+    }
+    expect_records(f.log, 0, 120);
+    expect_records(f.log, 55, 120);
+    fx_done(&f);
+}
+
 static void test_index_write_failure_does_not_fail_appends(void **state)
 {
     fixture f;
@@ -890,6 +929,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_corruption_before_the_active_tail_refuses_unless_repaired),
     cmocka_unit_test(test_damaged_last_record_is_cut_only_with_repair_checksum_tail),
     cmocka_unit_test(test_missing_or_garbage_index_is_rebuilt_identically),
+    cmocka_unit_test(test_sealed_reads_search_the_index_file_and_survive_its_loss),
     cmocka_unit_test(test_index_write_failure_does_not_fail_appends),
     cmocka_unit_test(test_a_missing_middle_segment_refuses_unless_repaired),
     cmocka_unit_test(test_unfinished_rollover_leftovers_are_discarded),
