@@ -6,7 +6,7 @@
  * scans the active segment fully and cuts a torn tail. Damage anywhere else
  * refuses the open, naming stream, directory, file and byte position, unless
  * repair is requested: then the log is cut at the first bad record and what
- * was dropped is reported. */
+ * was dropped is reported. Runs inside fx_dlog_open, on the opening thread. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

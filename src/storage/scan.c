@@ -1,6 +1,7 @@
 /* Window reader and record scanner over segment files (scan.h). Payload
  * checksums are computed as the bytes stream through the window, so a
- * 64 MiB record costs no more memory than a small one. */
+ * 64 MiB record costs no more memory than a small one. One thread per
+ * window. */
 #include "storage/scan.h"
 
 #include <errno.h>
