@@ -9,7 +9,7 @@ pkgs=(
     libngtcp2-dev libngtcp2-crypto-gnutls-dev
     libgnutls28-dev nettle-dev
     libjansson-dev libyaml-dev libmicrohttpd-dev libcurl4-gnutls-dev
-    libcmocka-dev
+    libcmocka-dev zlib1g-dev
     chromium curl
 )
 if [ "${1:-}" = "--fuzz" ]; then

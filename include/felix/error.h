@@ -62,7 +62,12 @@ extern "C" {
     X(FX_EWIRE_ACK_MODE, -1317, "invalid ack mode")                                                \
     X(FX_EWIRE_STATUS, -1318, "invalid ack status")                                                \
     X(FX_EWIRE_NAME, -1319, "invalid name")                                                        \
-    X(FX_EWIRE_KIND, -1320, "frame is not of the expected kind")
+    X(FX_EWIRE_KIND, -1320, "frame is not of the expected kind")                                   \
+    /* durable storage */                                                                          \
+    X(FX_ESTORAGE_CORRUPT, -1400, "storage corruption detected")                                   \
+    X(FX_ESTORAGE_TOO_LARGE, -1401, "record payload exceeds the maximum supported size")           \
+    X(FX_ESTORAGE_FAILED, -1402, "storage log stopped after a failed write or flush")              \
+    X(FX_ESTORAGE_CATALOG, -1403, "malformed storage catalogue")
 
 enum fx_error {
 #define FX_ERR_ENUM(name, value, msg) name = (value),

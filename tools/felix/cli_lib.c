@@ -1132,6 +1132,27 @@ static const fx_cli_help HELP[] = {
         "  felix bench matrix --out /tmp/matrix --runs 3",
         false,
     },
+    {
+        "log",
+        "print or verify a durable stream's segment files",
+        "felix log inspect [--limit N] [--payload] DIR|FILE.log\n"
+        "felix log verify DIR|FILE.log\n"
+        "\n"
+        "Reads a durable stream's directory (<root>/<t>_<ns>_<s>_0-<hash>) or one\n"
+        "segment file without changing it (docs/durability.md has the format).\n"
+        "inspect prints each segment's header and one line per record (offset, byte\n"
+        "position, timestamp, length); verify checks every segment header, record\n"
+        "checksum and offset and exits 1 naming the file and byte position of the\n"
+        "first damage.\n"
+        "\n"
+        "Options:\n"
+        "  --limit N                  inspect: at most N records per segment\n"
+        "  --payload                  inspect: also print up to 64 payload bytes\n",
+        "felix log verify /var/lib/felix/t1_default_orders_0-9feaa7afc295f2ed\n"
+        "  felix log inspect --limit 10 --payload "
+        "/var/lib/felix/t1_default_orders_0-9feaa7afc295f2ed",
+        false,
+    },
 };
 
 static const char COMMON_HELP[] =

@@ -18,6 +18,7 @@ typedef struct command {
 static const command COMMANDS[] = {
     {"pub", fx_cli_pub},         {"sub", fx_cli_sub},     {"stats", fx_cli_stats},
     {"streams", fx_cli_streams}, {"token", fx_cli_token}, {"bench", fx_cli_bench},
+    {"log", fx_cli_log},
 };
 
 int main(int argc, char **argv)

@@ -1,0 +1,173 @@
+/* fx_dlog: the durable log of one stream in one directory, in the original
+ * Felix format (format.h): append-only segments with a CRC per record, a
+ * sparse offset index, rollover at segment_bytes with preallocation,
+ * recovery at open (torn tail cut, interior damage refused or repaired, index
+ * rebuilt), bounded range reads, retention by bytes and age in whole sealed
+ * segments. No threads and no timers: the caller passes the time, decides
+ * when to sync (syncpol.h says when) and runs all of it on one thread (a
+ * storage thread, never a loop thread: every call may block on the disk).
+ * All I/O goes through the fx_sio of the configuration. */
+#ifndef FX_STORAGE_DLOG_H
+#define FX_STORAGE_DLOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/sio.h"
+
+typedef struct fx_dlog fx_dlog;
+
+/* Defaults, as in the original (FELIX_DURABLE_* of the same meaning). */
+#define FX_DLOG_DEFAULT_SEGMENT_BYTES (256ull << 20)
+#define FX_DLOG_DEFAULT_INDEX_SPACING 4096ull
+
+typedef struct fx_dlog_config {
+    uint64_t segment_bytes;       /* rollover size, 32-byte header included; >= 60 */
+    uint64_t index_spacing_bytes; /* sparse index interval; > 0 */
+    bool preallocate;             /* reserve segment_bytes when a segment is created */
+    bool verify_all_on_open;      /* check every record of sealed segments at open */
+    bool repair_checksum_tail;    /* also cut a damaged last record of the active segment */
+    bool repair;                  /* cut the log at the first bad record anywhere */
+    const char *label;            /* "tenant/ns/stream/0" in messages; NULL: the directory */
+    fx_sio *io;                   /* NULL: fx_sio_posix() */
+} fx_dlog_config;
+
+/* Fills |c| with the defaults (256 MiB segments, 4 KiB spacing, preallocate,
+ * no verify-all, no repair, POSIX I/O). */
+void fx_dlog_config_default(fx_dlog_config *c);
+
+/* Checks the bounds of |c|. Returns 0, or FX_ECONFIG with the reason in
+ * |err| ("segment_bytes is too small to hold a single record"). */
+int fx_dlog_config_check(const fx_dlog_config *c, char *err, size_t errlen);
+
+/* What recovery found and did at open. */
+typedef struct fx_dlog_recovery {
+    uint64_t truncated_bytes;    /* torn tail cut from the active segment */
+    uint64_t index_rebuilds;     /* index files rebuilt from the log */
+    uint64_t abandoned_segments; /* empty or headerless segments of an unfinished roll */
+    bool repaired;               /* repair cut the log at a bad record */
+    uint64_t dropped_bytes;      /* repair: bytes removed (that segment's rest + later ones) */
+    uint64_t dropped_segments;   /* repair: whole later segments removed */
+    uint64_t dropped_from;       /* repair: first offset no longer in the log */
+    /* On failure the error ("corruption detected: ... (stream=..., file=...,
+     * position=...)"); after a repair or a cut tail what was removed; else "". */
+    char message[512];
+} fx_dlog_recovery;
+
+/* Counters of one log since it was opened. */
+typedef struct fx_dlog_stats {
+    uint64_t append_batches, append_records, append_bytes, append_failures;
+    uint64_t syncs, sync_failures;
+    uint64_t rolls, roll_failures, index_write_failures;
+    uint64_t read_records, read_bytes;
+    uint64_t retention_segments_deleted, retention_bytes_reclaimed, retention_failures;
+} fx_dlog_stats;
+
+/* Opens (creating if needed) the log in directory |dir| with |cfg| and
+ * recovers it; |now_us| (wall clock, microseconds) stamps a new segment.
+ * |*rep| (may be NULL) receives what recovery did. Returns 0 and |*plog|, or:
+ * FX_ECONFIG (bad |cfg|), FX_ESTORAGE_CORRUPT (damage that is not a torn tail
+ * and repair is off; rep->message names stream, directory, file and byte
+ * position), -errno. The caller frees |*plog| with fx_dlog_close(). */
+int fx_dlog_open(fx_dlog **plog, const char *dir, const fx_dlog_config *cfg, uint64_t now_us,
+                 fx_dlog_recovery *rep);
+
+/* With |sync|, flushes first (fx_dlog_sync); then closes the files and frees
+ * |log|. Returns the sync's result (the log is freed either way). NULL: 0. */
+int fx_dlog_close(fx_dlog *log, bool sync);
+
+/* One record to append. */
+typedef struct fx_dlog_iov {
+    const void *data;
+    uint32_t len;
+} fx_dlog_iov;
+
+/* Appends |n| records as one batch stamped |ts_us|: offsets next..next+n-1
+ * in order (*pfirst = the first), one pwrite, never split across segments
+ * (the active segment rolls first if the batch does not fit and it already
+ * holds a record). Returns 0; -EINVAL (n == 0); FX_ESTORAGE_TOO_LARGE (a
+ * payload above 64 MiB); -ENOSPC, -EIO, ...: nothing of the batch is in the
+ * log (the file was cut back) and a later append may succeed;
+ * FX_ESTORAGE_FAILED: the log stopped earlier (see below). */
+int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
+                   uint64_t *pfirst);
+
+/* Flushes appended records to the device (fdatasync). On success
+ * |*pdurable| (may be NULL) is the offset up to which (exclusive) every
+ * record is durable; a log with nothing new returns at once. A failed flush
+ * leaves the log stopped (FX_ESTORAGE_FAILED for every later append and
+ * sync): the kernel may have dropped the unflushed pages, so only reopening
+ * (recovery reads what really is on disk) can tell what survived. */
+int fx_dlog_sync(fx_dlog *log, uint64_t *pdurable);
+
+/* One record of a page; |data| points into the page's buffer. */
+typedef struct fx_dlog_record {
+    uint64_t offset;
+    uint64_t ts_us;
+    const uint8_t *data;
+    uint32_t len;
+} fx_dlog_record;
+
+/* A page of records: reused across reads, freed with fx_dlog_page_deinit. */
+typedef struct fx_dlog_page {
+    fx_dlog_record *recs;
+    size_t n;
+    uint64_t next; /* offset to read next (after the last record; |from| if none) */
+    size_t bytes;  /* payload bytes in the page */
+    size_t recs_cap;
+    uint8_t *buf;
+    size_t buf_cap;
+} fx_dlog_page;
+
+void fx_dlog_page_init(fx_dlog_page *p);
+void fx_dlog_page_deinit(fx_dlog_page *p);
+
+/* Reads records from offset |from| into |page| (its old records go): at most
+ * |max_records| and |max_bytes| payload bytes, but always the first record
+ * even when larger; stops at the first record that does not fit, so a page
+ * never skips an offset. Every returned record's checksum is verified.
+ * |from| at or past the tail gives an empty page. Returns 0,
+ * FX_ECURSOR_TOO_OLD (|from| is below fx_dlog_first_offset: retention
+ * removed it), FX_ESTORAGE_CORRUPT (fx_dlog_last_error names the file and
+ * position), -ENOMEM, -errno. Memory: the page (bounded by the budget) and
+ * a 64 KiB window, whatever the history. */
+int fx_dlog_read(fx_dlog *log, uint64_t from, size_t max_bytes, size_t max_records,
+                 fx_dlog_page *page);
+
+/* What one retention pass removed. */
+typedef struct fx_dlog_retained {
+    uint64_t segments;
+    uint64_t bytes;
+    uint64_t first_offset; /* the log's first offset afterwards */
+} fx_dlog_retained;
+
+/* Deletes whole sealed segments from the head, oldest first, while the log
+ * holds more than |max_bytes| (0: no bound) or the head's newest record is
+ * older than |max_age_us| at |now_us| (0: no bound). Never deletes the
+ * active segment. |*out| may be NULL. Returns 0 or -errno (what was deleted
+ * before the error stays deleted and counted). */
+int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64_t now_us,
+                   fx_dlog_retained *out);
+
+/* The oldest offset still in the log; the offset the next append gets; the
+ * offset below which everything is durable. */
+uint64_t fx_dlog_first_offset(const fx_dlog *log);
+uint64_t fx_dlog_next_offset(const fx_dlog *log);
+uint64_t fx_dlog_durable_offset(const fx_dlog *log);
+
+/* Bytes of the segment and index files (logical sizes, preallocation not
+ * counted), the number of segments, and appended bytes not yet flushed. */
+uint64_t fx_dlog_bytes_on_disk(const fx_dlog *log);
+size_t fx_dlog_segment_count(const fx_dlog *log);
+uint64_t fx_dlog_unsynced_bytes(const fx_dlog *log);
+
+/* Whether a failed write or flush stopped the log. */
+bool fx_dlog_is_failed(const fx_dlog *log);
+
+const fx_dlog_stats *fx_dlog_stats_get(const fx_dlog *log);
+
+/* The message of the last error (corruption detail, failed call); "" if none. */
+const char *fx_dlog_last_error(const fx_dlog *log);
+
+#endif

@@ -1,0 +1,152 @@
+/* The on-disk format of durable streams, byte-compatible with the original
+ * Felix broker's format v2: segment files "FLSG" (32-byte header, then
+ * records of a 28-byte header plus payload), sparse index files "FLSI"
+ * (24-byte header, 16-byte entries), file names `<segment id:020>.log|.index`
+ * and stream directory names `<t>_<ns>_<s>_<shard>-<fnv1a64:016x>`. All
+ * integers big-endian; checksums CRC-32/IEEE (zlib crc32()). Pure functions;
+ * any thread. docs/durability.md describes the layout. */
+#ifndef FX_STORAGE_FORMAT_H
+#define FX_STORAGE_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FX_SEG_MAGIC 0x464C5347u /* "FLSG" */
+#define FX_IDX_MAGIC 0x464C5349u /* "FLSI" */
+#define FX_SEG_VERSION 2
+#define FX_SEG_HEADER_LEN 32
+#define FX_REC_HEADER_LEN 28
+#define FX_IDX_HEADER_LEN 24
+#define FX_IDX_ENTRY_LEN 16
+/* Largest payload of one record. */
+#define FX_REC_MAX_PAYLOAD (64u << 20)
+/* Smallest segment_bytes: a header and one record of 0..28 bytes. */
+#define FX_SEG_MIN_BYTES 60
+/* Longest name fx_logfmt_dir_name() writes, NUL included. */
+#define FX_LOGFMT_DIR_NAME_MAX (4 * 33 + 10 + 1 + 16 + 1)
+/* Length of a segment file name ("00000000000000000001.index"), NUL included. */
+#define FX_LOGFMT_FILE_NAME_MAX 32
+
+/* CRC-32/IEEE of |n| bytes at |p| continuing |crc| (0 to start). */
+uint32_t fx_logfmt_crc(uint32_t crc, const void *p, size_t n);
+
+/* ---- segment header ----------------------------------------------------- */
+
+typedef struct fx_seg_header {
+    uint64_t base_offset;
+    uint64_t created_us;
+} fx_seg_header;
+
+/* Writes the 32-byte header for |h| into |out|. */
+void fx_logfmt_seg_header_encode(uint8_t out[FX_SEG_HEADER_LEN], const fx_seg_header *h);
+
+/* Decodes |n| bytes at |p| into |*h|, checking in order: length, magic,
+ * version, flags, checksum (the reserved word is not checked). Returns 0, or
+ * FX_ESTORAGE_CORRUPT with the reason in |why| (as the original words it:
+ * "bad segment magic 0x...", "unsupported segment version N", ...). */
+int fx_logfmt_seg_header_decode(const uint8_t *p, size_t n, fx_seg_header *h, char *why,
+                                size_t whylen);
+
+/* ---- records ------------------------------------------------------------ */
+
+typedef struct fx_rec_header {
+    uint32_t len;
+    uint64_t offset;
+    uint64_t ts_us;
+    uint32_t header_crc;
+    uint32_t checksum; /* over the first 24 header bytes, then the payload */
+} fx_rec_header;
+
+/* Outcome of decoding one record, in the order the checks run. */
+typedef enum fx_rec_status {
+    FX_REC_OK = 0,
+    FX_REC_TRUNCATED,    /* the file ends inside the header or the payload */
+    FX_REC_HEADER_CRC,   /* header checksum mismatch */
+    FX_REC_TOO_LARGE,    /* payload_len above FX_REC_MAX_PAYLOAD */
+    FX_REC_CRC,          /* record checksum mismatch */
+    FX_REC_OUT_OF_ORDER, /* offset is not the expected next one */
+} fx_rec_status;
+
+/* A short name of |s| ("truncated", "record checksum mismatch", ...). */
+const char *fx_logfmt_rec_status_name(fx_rec_status s);
+
+/* Writes the 28-byte header of a record at |offset| with timestamp |ts_us|
+ * and the |len| payload bytes at |payload| into |out|. */
+void fx_logfmt_rec_header_encode(uint8_t out[FX_REC_HEADER_LEN], uint64_t offset, uint64_t ts_us,
+                                 const void *payload, uint32_t len);
+
+/* Decodes a 28-byte record header and checks its header checksum and the
+ * payload limit. Returns FX_REC_OK, FX_REC_HEADER_CRC or FX_REC_TOO_LARGE;
+ * |*h| is filled in every case. */
+fx_rec_status fx_logfmt_rec_header_decode(const uint8_t p[FX_REC_HEADER_LEN], fx_rec_header *h);
+
+/* The record checksum for header bytes |hdr| and |len| payload bytes. */
+uint32_t fx_logfmt_rec_checksum(const uint8_t hdr[FX_REC_HEADER_LEN], const void *payload,
+                                size_t len);
+
+/* ---- sparse index ------------------------------------------------------- */
+
+void fx_logfmt_idx_header_encode(uint8_t out[FX_IDX_HEADER_LEN], uint64_t base_offset);
+
+/* Checks magic and version of a 24-byte index header (flags and reserved
+ * are not checked, as in the original) and returns its base offset. Returns
+ * 0 or FX_ESTORAGE_CORRUPT. */
+int fx_logfmt_idx_header_decode(const uint8_t *p, size_t n, uint64_t *pbase);
+
+void fx_logfmt_idx_entry_encode(uint8_t out[FX_IDX_ENTRY_LEN], uint64_t offset, uint64_t pos);
+void fx_logfmt_idx_entry_decode(const uint8_t p[FX_IDX_ENTRY_LEN], uint64_t *poffset,
+                                uint64_t *ppos);
+
+/* The rule shared by the writer and the rebuild (so both produce the same
+ * bytes): an entry at a segment's first record, then at a record once the
+ * records since the last entry (that one included) reach |spacing| bytes. */
+typedef struct fx_idx_rule {
+    uint64_t spacing;
+    uint64_t since; /* bytes of records since the last entry, that one included */
+    bool started;
+} fx_idx_rule;
+
+/* Returns true if the record of |rec_bytes| (header included) about to be
+ * placed gets an index entry, and advances the rule past it. */
+bool fx_idx_rule_next(fx_idx_rule *r, uint64_t rec_bytes);
+
+/* ---- names -------------------------------------------------------------- */
+
+/* FNV-1a 64 over u64be len|tenant|u64be len|ns|u64be len|stream|u32be shard. */
+uint64_t fx_logfmt_dir_hash(const char *tenant, const char *ns, const char *stream, uint32_t shard);
+
+/* Writes the directory name of a stream shard into |out| (at least
+ * FX_LOGFMT_DIR_NAME_MAX bytes): each component keeps ASCII letters, digits
+ * and '-', every other character (a UTF-8 sequence counts as one) becomes
+ * '_', cut to 32 characters, "_" when empty; then "_<shard>-<hash:016x>". */
+void fx_logfmt_dir_name(char *out, const char *tenant, const char *ns, const char *stream,
+                        uint32_t shard);
+
+/* Writes "<id:020>.log" (or ".index") into |out| (FX_LOGFMT_FILE_NAME_MAX). */
+void fx_logfmt_file_name(char *out, uint64_t id, bool index);
+
+/* Parses "<digits>.log" into |*pid|; false for any other name. */
+bool fx_logfmt_parse_log_name(const char *name, uint64_t *pid);
+
+/* Big-endian helpers. */
+static inline void fx_be32_put(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+static inline void fx_be64_put(uint8_t *p, uint64_t v)
+{
+    fx_be32_put(p, (uint32_t)(v >> 32));
+    fx_be32_put(p + 4, (uint32_t)v);
+}
+static inline uint32_t fx_be32_get(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static inline uint64_t fx_be64_get(const uint8_t *p)
+{
+    return (uint64_t)fx_be32_get(p) << 32 | fx_be32_get(p + 4);
+}
+
+#endif

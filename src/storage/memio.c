@@ -1,0 +1,728 @@
+/* In-memory fx_sio with a durable and a volatile image of every file and of
+ * the name space, error injection and power-cut simulation (see memio.h).
+ * Files are "inodes" that live until the fx_memio is freed; names map paths
+ * to inodes. Small and linear on purpose: tests hold tens of files. */
+#include "storage/memio.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct image {
+    uint8_t *p;
+    size_t len;
+    size_t cap;
+} image;
+
+typedef struct inode {
+    image cur;
+    image dur;
+    uint64_t reserved;
+    bool is_dir;
+} inode;
+
+typedef struct name {
+    char *path;
+    int ino;
+} name;
+
+typedef struct names {
+    name *v;
+    size_t n;
+    size_t cap;
+} names;
+
+struct fx_memio {
+    fx_sio base;
+    inode *inodes;
+    size_t ninodes;
+    size_t inodes_cap;
+    names cur;
+    names dur;
+    int *handles; /* handle -> inode, -1 when free */
+    size_t nhandles;
+    uint64_t calls;
+    uint64_t crash_at; /* UINT64_MAX: never */
+    bool down;
+    uint64_t capacity;
+    int fail_err[FX_MEMIO_NOPS];
+    unsigned fail_count[FX_MEMIO_NOPS];
+    char fail_suffix[64]; /* injected failures only for paths ending so; "" all */
+};
+
+/* ---- images and names ---------------------------------------------------- */
+
+static int image_reserve(image *im, size_t len)
+{
+    if (len <= im->cap)
+        return 0;
+    size_t cap = im->cap ? im->cap : 256;
+    while (cap < len)
+        cap *= 2;
+    uint8_t *p = realloc(im->p, cap);
+    if (p == NULL)
+        return -ENOMEM;
+    im->p = p;
+    im->cap = cap;
+    return 0;
+}
+
+static int image_copy(image *dst, const image *src, size_t len)
+{
+    int rv = image_reserve(dst, len);
+    if (rv != 0)
+        return rv;
+    if (len > 0)
+        memcpy(dst->p, src->p, len);
+    dst->len = len;
+    return 0;
+}
+
+static int names_find(const names *ns, const char *path)
+{
+    for (size_t i = 0; i < ns->n; i++) {
+        if (strcmp(ns->v[i].path, path) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+static int names_put(names *ns, const char *path, int ino)
+{
+    int i = names_find(ns, path);
+    if (i >= 0) {
+        ns->v[i].ino = ino;
+        return 0;
+    }
+    if (ns->n == ns->cap) {
+        size_t cap = ns->cap ? ns->cap * 2 : 16;
+        name *v = realloc(ns->v, cap * sizeof(*v));
+        if (v == NULL)
+            return -ENOMEM;
+        ns->v = v;
+        ns->cap = cap;
+    }
+    char *p = strdup(path);
+    if (p == NULL)
+        return -ENOMEM;
+    ns->v[ns->n++] = (name){.path = p, .ino = ino};
+    return 0;
+}
+
+static void names_del_at(names *ns, size_t i)
+{
+    free(ns->v[i].path);
+    ns->v[i] = ns->v[--ns->n];
+}
+
+static void names_clear(names *ns)
+{
+    for (size_t i = 0; i < ns->n; i++)
+        free(ns->v[i].path);
+    ns->n = 0;
+}
+
+/* Whether |path|'s parent directory is exactly |dir|. */
+static bool is_child(const char *path, const char *dir)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        return false;
+    size_t plen = (size_t)(slash - path);
+    if (plen == 0)
+        return strcmp(dir, "/") == 0;
+    return strlen(dir) == plen && strncmp(path, dir, plen) == 0;
+}
+
+static int lookup(const fx_memio *m, const char *path)
+{
+    int i = names_find(&m->cur, path);
+    return i < 0 ? -1 : m->cur.v[i].ino;
+}
+
+static bool parent_exists(const fx_memio *m, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL || slash == path)
+        return true;
+    char dir[4096];
+    size_t n = (size_t)(slash - path);
+    if (n >= sizeof(dir))
+        return false;
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    int ino = lookup(m, dir);
+    return ino >= 0 && m->inodes[ino].is_dir;
+}
+
+static int inode_new(fx_memio *m, bool is_dir)
+{
+    if (m->ninodes == m->inodes_cap) {
+        size_t cap = m->inodes_cap ? m->inodes_cap * 2 : 16;
+        inode *v = realloc(m->inodes, cap * sizeof(*v));
+        if (v == NULL)
+            return -ENOMEM;
+        m->inodes = v;
+        m->inodes_cap = cap;
+    }
+    m->inodes[m->ninodes] = (inode){.is_dir = is_dir};
+    return (int)m->ninodes++;
+}
+
+/* ---- fault gate --------------------------------------------------------- */
+
+static bool path_matches(const fx_memio *m, const char *path)
+{
+    size_t n = strlen(m->fail_suffix), l = path != NULL ? strlen(path) : 0;
+    return n == 0 || (l >= n && strcmp(path + l - n, m->fail_suffix) == 0);
+}
+
+/* The current name of handle |fd|'s file, or NULL. */
+static const char *fd_path(const fx_memio *m, int fd)
+{
+    if (fd < 0 || (size_t)fd >= m->nhandles || m->handles[fd] < 0)
+        return NULL;
+    for (size_t i = 0; i < m->cur.n; i++) {
+        if (m->cur.v[i].ino == m->handles[fd])
+            return m->cur.v[i].path;
+    }
+    return NULL;
+}
+
+/* Counts a call on |path| and decides whether it fails: returns 0 to go on. */
+static int gate_path(fx_memio *m, fx_memio_op op, const char *path)
+{
+    if (m->down)
+        return -EIO;
+    if (m->calls >= m->crash_at) {
+        m->down = true;
+        return -EIO;
+    }
+    m->calls++;
+    if (op < FX_MEMIO_NOPS && m->fail_count[op] > 0 && path_matches(m, path)) {
+        m->fail_count[op]--;
+        return m->fail_err[op];
+    }
+    return 0;
+}
+
+static int gate(fx_memio *m, fx_memio_op op)
+{
+    return gate_path(m, op, NULL);
+}
+
+static int gate_fd(fx_memio *m, fx_memio_op op, int fd)
+{
+    return gate_path(m, op, fd_path(m, fd));
+}
+
+static int handle_ino(const fx_memio *m, int fd)
+{
+    if (fd < 0 || (size_t)fd >= m->nhandles)
+        return -1;
+    return m->handles[fd];
+}
+
+uint64_t fx_memio_used(const fx_memio *m)
+{
+    uint64_t used = 0;
+    for (size_t i = 0; i < m->cur.n; i++) {
+        const inode *in = &m->inodes[m->cur.v[i].ino];
+        used += in->cur.len > in->reserved ? in->cur.len : in->reserved;
+    }
+    return used;
+}
+
+/* ---- fx_sio operations --------------------------------------------------- */
+
+static int m_open(fx_sio *io, const char *path, fx_sio_mode mode, int *pfd)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate_path(m, FX_MEMIO_OPEN, path);
+    if (rv != 0)
+        return rv;
+    int ino = lookup(m, path);
+    if (mode == FX_SIO_CREATE) {
+        if (ino >= 0)
+            return -EEXIST;
+        if (!parent_exists(m, path))
+            return -ENOENT;
+        if ((ino = inode_new(m, false)) < 0 || (rv = names_put(&m->cur, path, ino)) != 0)
+            return -ENOMEM;
+    } else if (ino < 0) {
+        return -ENOENT;
+    } else if (m->inodes[ino].is_dir) {
+        return -EISDIR;
+    }
+    size_t h = 0;
+    while (h < m->nhandles && m->handles[h] >= 0)
+        h++;
+    if (h == m->nhandles) {
+        int *v = realloc(m->handles, (m->nhandles + 8) * sizeof(*v));
+        if (v == NULL)
+            return -ENOMEM;
+        m->handles = v;
+        for (size_t i = m->nhandles; i < m->nhandles + 8; i++)
+            m->handles[i] = -1;
+        m->nhandles += 8;
+    }
+    m->handles[h] = ino;
+    *pfd = (int)h;
+    return 0;
+}
+
+static int m_close(fx_sio *io, int fd)
+{
+    fx_memio *m = (fx_memio *)io;
+    if (handle_ino(m, fd) < 0)
+        return -EBADF;
+    m->handles[fd] = -1;
+    return 0;
+}
+
+static int m_pwrite(fx_sio *io, int fd, const void *buf, size_t n, uint64_t off)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate_fd(m, FX_MEMIO_PWRITE, fd);
+    if (rv != 0)
+        return rv;
+    int ino = handle_ino(m, fd);
+    if (ino < 0)
+        return -EBADF;
+    inode *in = &m->inodes[ino];
+    size_t fit = n;
+    if (m->capacity > 0) {
+        uint64_t used = fx_memio_used(m);
+        uint64_t held = in->cur.len > in->reserved ? in->cur.len : in->reserved;
+        uint64_t room = m->capacity > used ? m->capacity - used : 0;
+        uint64_t max_end = held + room;
+        if (off + n > max_end)
+            fit = off >= max_end ? 0 : (size_t)(max_end - off);
+    }
+    if (fit > 0) {
+        size_t end = (size_t)off + fit;
+        if (image_reserve(&in->cur, end) != 0)
+            return -ENOMEM;
+        if (off > in->cur.len)
+            memset(in->cur.p + in->cur.len, 0, (size_t)off - in->cur.len);
+        memcpy(in->cur.p + off, buf, fit);
+        if (end > in->cur.len)
+            in->cur.len = end;
+    }
+    return fit == n ? 0 : -ENOSPC;
+}
+
+static ssize_t m_pread(fx_sio *io, int fd, void *buf, size_t n, uint64_t off)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate_fd(m, FX_MEMIO_PREAD, fd);
+    if (rv != 0)
+        return rv;
+    int ino = handle_ino(m, fd);
+    if (ino < 0)
+        return -EBADF;
+    const image *im = &m->inodes[ino].cur;
+    if (off >= im->len)
+        return 0;
+    size_t k = im->len - (size_t)off < n ? im->len - (size_t)off : n;
+    memcpy(buf, im->p + off, k);
+    return (ssize_t)k;
+}
+
+static int m_fdatasync(fx_sio *io, int fd)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate_fd(m, FX_MEMIO_FDATASYNC, fd);
+    if (rv != 0)
+        return rv;
+    int ino = handle_ino(m, fd);
+    if (ino < 0)
+        return -EBADF;
+    inode *in = &m->inodes[ino];
+    return image_copy(&in->dur, &in->cur, in->cur.len);
+}
+
+static int m_fallocate(fx_sio *io, int fd, uint64_t len)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate_fd(m, FX_MEMIO_FALLOCATE, fd);
+    if (rv != 0)
+        return rv;
+    int ino = handle_ino(m, fd);
+    if (ino < 0)
+        return -EBADF;
+    inode *in = &m->inodes[ino];
+    uint64_t held = in->cur.len > in->reserved ? in->cur.len : in->reserved;
+    if (len <= held)
+        return 0;
+    if (m->capacity > 0 && fx_memio_used(m) + (len - held) > m->capacity)
+        return -ENOSPC;
+    in->reserved = len;
+    return 0;
+}
+
+static int m_ftruncate(fx_sio *io, int fd, uint64_t len)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate_fd(m, FX_MEMIO_FTRUNCATE, fd);
+    if (rv != 0)
+        return rv;
+    int ino = handle_ino(m, fd);
+    if (ino < 0)
+        return -EBADF;
+    inode *in = &m->inodes[ino];
+    if (image_reserve(&in->cur, (size_t)len) != 0)
+        return -ENOMEM;
+    if (len > in->cur.len)
+        memset(in->cur.p + in->cur.len, 0, (size_t)len - in->cur.len);
+    in->cur.len = (size_t)len;
+    /* Linux drops the KEEP_SIZE reservation beyond the new size. */
+    if (in->reserved > len)
+        in->reserved = len;
+    return 0;
+}
+
+static int m_fsize(fx_sio *io, int fd, uint64_t *psize)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate(m, FX_MEMIO_NOPS);
+    if (rv != 0)
+        return rv;
+    int ino = handle_ino(m, fd);
+    if (ino < 0)
+        return -EBADF;
+    *psize = m->inodes[ino].cur.len;
+    return 0;
+}
+
+/* Renames |from| (and, for a directory, every path under it) to |to| in |ns|. */
+static int rename_in(names *ns, const char *from, const char *to)
+{
+    size_t flen = strlen(from);
+    for (size_t i = 0; i < ns->n; i++) {
+        const char *p = ns->v[i].path;
+        if (strncmp(p, from, flen) != 0 || (p[flen] != '\0' && p[flen] != '/'))
+            continue;
+        size_t nlen = strlen(to) + strlen(p + flen) + 1;
+        char *np = malloc(nlen);
+        if (np == NULL)
+            return -ENOMEM;
+        memcpy(np, to, strlen(to));
+        memcpy(np + strlen(to), p + flen, strlen(p + flen) + 1);
+        free(ns->v[i].path);
+        ns->v[i].path = np;
+    }
+    return 0;
+}
+
+static int m_rename(fx_sio *io, const char *from, const char *to)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate_path(m, FX_MEMIO_RENAME, from);
+    if (rv != 0)
+        return rv;
+    int ino = lookup(m, from);
+    if (ino < 0)
+        return -ENOENT;
+    if (!parent_exists(m, to))
+        return -ENOENT;
+    int old = names_find(&m->cur, to);
+    if (old >= 0)
+        names_del_at(&m->cur, (size_t)old);
+    if (!m->inodes[ino].is_dir) {
+        size_t i = (size_t)names_find(&m->cur, from);
+        free(m->cur.v[i].path);
+        if ((m->cur.v[i].path = strdup(to)) == NULL)
+            return -ENOMEM;
+        return 0;
+    }
+    if ((rv = rename_in(&m->cur, from, to)) != 0)
+        return rv;
+    return rename_in(&m->dur, from, to); /* directory renames are durable at once */
+}
+
+static int m_unlink(fx_sio *io, const char *path)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate_path(m, FX_MEMIO_UNLINK, path);
+    if (rv != 0)
+        return rv;
+    int i = names_find(&m->cur, path);
+    if (i < 0)
+        return -ENOENT;
+    if (m->inodes[m->cur.v[i].ino].is_dir)
+        return -EISDIR;
+    names_del_at(&m->cur, (size_t)i);
+    return 0;
+}
+
+static int m_mkdir(fx_sio *io, const char *path)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate(m, FX_MEMIO_NOPS);
+    if (rv != 0)
+        return rv;
+    if (strcmp(path, "/") == 0 || lookup(m, path) >= 0)
+        return -EEXIST;
+    if (!parent_exists(m, path))
+        return -ENOENT;
+    int ino = inode_new(m, true);
+    if (ino < 0)
+        return ino;
+    return names_put(&m->cur, path, ino);
+}
+
+static int m_rmdir(fx_sio *io, const char *path)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate(m, FX_MEMIO_NOPS);
+    if (rv != 0)
+        return rv;
+    int i = names_find(&m->cur, path);
+    if (i < 0)
+        return -ENOENT;
+    if (!m->inodes[m->cur.v[i].ino].is_dir)
+        return -ENOTDIR;
+    for (size_t k = 0; k < m->cur.n; k++) {
+        if (is_child(m->cur.v[k].path, path))
+            return -ENOTEMPTY;
+    }
+    names_del_at(&m->cur, (size_t)i);
+    return 0;
+}
+
+static int m_sync_dir(fx_sio *io, const char *path)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate_path(m, FX_MEMIO_SYNC_DIR, path);
+    if (rv != 0)
+        return rv;
+    if (strcmp(path, "/") != 0 && lookup(m, path) < 0)
+        return -ENOENT;
+    for (size_t i = 0; i < m->dur.n;) {
+        if (is_child(m->dur.v[i].path, path))
+            names_del_at(&m->dur, i);
+        else
+            i++;
+    }
+    for (size_t i = 0; i < m->cur.n; i++) {
+        if (is_child(m->cur.v[i].path, path) &&
+            (rv = names_put(&m->dur, m->cur.v[i].path, m->cur.v[i].ino)) != 0)
+            return rv;
+    }
+    return 0;
+}
+
+static int m_list(fx_sio *io, const char *path, fx_sio_list_cb cb, void *user)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate(m, FX_MEMIO_NOPS);
+    if (rv != 0)
+        return rv;
+    if (strcmp(path, "/") != 0 && lookup(m, path) < 0)
+        return -ENOENT;
+    /* Snapshot first: the callback may unlink. */
+    size_t n = 0;
+    char **v = calloc(m->cur.n + 1, sizeof(*v));
+    bool *dirs = calloc(m->cur.n + 1, sizeof(*dirs));
+    if (v == NULL || dirs == NULL) {
+        free(v);
+        free(dirs);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < m->cur.n; i++) {
+        if (is_child(m->cur.v[i].path, path)) {
+            dirs[n] = m->inodes[m->cur.v[i].ino].is_dir;
+            v[n++] = strdup(strrchr(m->cur.v[i].path, '/') + 1);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (rv == 0)
+            rv = v[i] != NULL ? cb(user, v[i], dirs[i]) : -ENOMEM;
+        free(v[i]);
+    }
+    free(v);
+    free(dirs);
+    return rv;
+}
+
+static int m_stat(fx_sio *io, const char *path, bool *pis_dir)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate(m, FX_MEMIO_NOPS);
+    if (rv != 0)
+        return rv;
+    if (strcmp(path, "/") == 0) {
+        *pis_dir = true;
+        return 0;
+    }
+    int ino = lookup(m, path);
+    if (ino < 0)
+        return -ENOENT;
+    *pis_dir = m->inodes[ino].is_dir;
+    return 0;
+}
+
+static const fx_sio_ops MEM_OPS = {
+    .open = m_open,
+    .close = m_close,
+    .pwrite = m_pwrite,
+    .pread = m_pread,
+    .fdatasync = m_fdatasync,
+    .fallocate = m_fallocate,
+    .ftruncate = m_ftruncate,
+    .fsize = m_fsize,
+    .rename = m_rename,
+    .unlink = m_unlink,
+    .mkdir = m_mkdir,
+    .rmdir = m_rmdir,
+    .sync_dir = m_sync_dir,
+    .list = m_list,
+    .stat = m_stat,
+};
+
+/* ---- public ------------------------------------------------------------- */
+
+int fx_memio_new(fx_memio **pm)
+{
+    fx_memio *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return -ENOMEM;
+    m->base.ops = &MEM_OPS;
+    m->crash_at = UINT64_MAX;
+    *pm = m;
+    return 0;
+}
+
+void fx_memio_free(fx_memio *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->ninodes; i++) {
+        free(m->inodes[i].cur.p);
+        free(m->inodes[i].dur.p);
+    }
+    free(m->inodes);
+    names_clear(&m->cur);
+    names_clear(&m->dur);
+    free(m->cur.v);
+    free(m->dur.v);
+    free(m->handles);
+    free(m);
+}
+
+fx_sio *fx_memio_sio(fx_memio *m)
+{
+    return &m->base;
+}
+
+void fx_memio_fail(fx_memio *m, fx_memio_op op, int neg_errno, unsigned count)
+{
+    m->fail_err[op] = neg_errno;
+    m->fail_count[op] = count;
+}
+
+void fx_memio_fail_only(fx_memio *m, const char *suffix)
+{
+    snprintf(m->fail_suffix, sizeof(m->fail_suffix), "%s", suffix != NULL ? suffix : "");
+}
+
+void fx_memio_set_capacity(fx_memio *m, uint64_t bytes)
+{
+    m->capacity = bytes;
+}
+
+void fx_memio_crash_after(fx_memio *m, uint64_t n)
+{
+    m->crash_at = m->calls + n;
+}
+
+bool fx_memio_is_down(const fx_memio *m)
+{
+    return m->down;
+}
+
+uint64_t fx_memio_calls(const fx_memio *m)
+{
+    return m->calls;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The length a file keeps at a power cut: its synced image, plus with a seed
+ * a random part of bytes appended since. */
+static size_t kept_len(const inode *in, uint64_t *seed)
+{
+    if (*seed == 0 || in->cur.len <= in->dur.len ||
+        (in->dur.len > 0 && memcmp(in->cur.p, in->dur.p, in->dur.len) != 0))
+        return in->dur.len;
+    return in->dur.len + (size_t)(splitmix(seed) % (in->cur.len - in->dur.len + 1));
+}
+
+void fx_memio_crash(fx_memio *m, uint64_t torn_seed)
+{
+    uint64_t seed = torn_seed;
+    for (size_t i = 0; i < m->ninodes; i++) {
+        inode *in = &m->inodes[i];
+        size_t keep = kept_len(in, &seed);
+        if (keep > in->dur.len)
+            (void)image_copy(&in->dur, &in->cur, keep); /* on -ENOMEM: the synced image */
+        (void)image_copy(&in->cur, &in->dur, in->dur.len);
+        in->reserved = 0;
+    }
+    names_clear(&m->cur);
+    for (size_t i = 0; i < m->dur.n; i++)
+        (void)names_put(&m->cur, m->dur.v[i].path, m->dur.v[i].ino);
+    for (size_t h = 0; h < m->nhandles; h++)
+        m->handles[h] = -1;
+    m->down = false;
+    m->crash_at = UINT64_MAX;
+}
+
+static inode *path_inode(fx_memio *m, const char *path)
+{
+    int ino = lookup(m, path);
+    return ino < 0 || m->inodes[ino].is_dir ? NULL : &m->inodes[ino];
+}
+
+int fx_memio_corrupt(fx_memio *m, const char *path, uint64_t off, uint8_t mask)
+{
+    inode *in = path_inode(m, path);
+    if (in == NULL)
+        return -ENOENT;
+    if (off >= in->cur.len)
+        return -EINVAL;
+    in->cur.p[off] ^= mask;
+    if (off < in->dur.len)
+        in->dur.p[off] ^= mask;
+    return 0;
+}
+
+int fx_memio_cut(fx_memio *m, const char *path, uint64_t len)
+{
+    inode *in = path_inode(m, path);
+    if (in == NULL)
+        return -ENOENT;
+    if (len > in->cur.len)
+        return -EINVAL;
+    in->cur.len = (size_t)len;
+    if (in->dur.len > len)
+        in->dur.len = (size_t)len;
+    return 0;
+}
+
+int fx_memio_file_len(fx_memio *m, const char *path, uint64_t *plen)
+{
+    inode *in = path_inode(m, path);
+    if (in == NULL)
+        return -ENOENT;
+    *plen = in->cur.len;
+    return 0;
+}

@@ -1,0 +1,86 @@
+/* fx_memio: an in-memory fx_sio for tests. It keeps two images of every file
+ * and of the directory tree: what the process sees, and what a completed
+ * fdatasync (for file contents) or directory sync (for names) has made
+ * durable. fx_memio_crash() is a power cut: everything not yet covered by a
+ * completed sync is discarded. Errors can be injected per call kind (EIO,
+ * ENOSPC, ...), a capacity makes writes fail with ENOSPC once the "disk" is
+ * full, and fx_memio_crash_after() makes the n-th next call and all later
+ * ones fail, so a crash can land between any two system calls.
+ * Simplification: renaming a directory is durable at once. Paths are used
+ * as given (no "..", no symlinks); "/" always exists. One thread at a time. */
+#ifndef FX_STORAGE_MEMIO_H
+#define FX_STORAGE_MEMIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/sio.h"
+
+typedef struct fx_memio fx_memio;
+
+/* Call kinds for fx_memio_fail(). */
+typedef enum fx_memio_op {
+    FX_MEMIO_OPEN,
+    FX_MEMIO_PWRITE,
+    FX_MEMIO_PREAD,
+    FX_MEMIO_FDATASYNC,
+    FX_MEMIO_FALLOCATE,
+    FX_MEMIO_FTRUNCATE,
+    FX_MEMIO_RENAME,
+    FX_MEMIO_UNLINK,
+    FX_MEMIO_SYNC_DIR,
+    FX_MEMIO_NOPS,
+} fx_memio_op;
+
+/* Creates an empty file system in |*pm|. Returns 0 or -ENOMEM. */
+int fx_memio_new(fx_memio **pm);
+
+/* Frees |m| and every image; NULL does nothing. Handles die with it. */
+void fx_memio_free(fx_memio *m);
+
+/* The fx_sio to hand to the storage code. */
+fx_sio *fx_memio_sio(fx_memio *m);
+
+/* Makes the next |count| calls of kind |op| fail with |neg_errno| (such as
+ * -EIO) without effect. A failing pwrite writes nothing. */
+void fx_memio_fail(fx_memio *m, fx_memio_op op, int neg_errno, unsigned count);
+
+/* Restricts the failures of fx_memio_fail() to calls on paths ending with
+ * |suffix| (".index"); NULL or "" applies them to every call again. */
+void fx_memio_fail_only(fx_memio *m, const char *suffix);
+
+/* Limits the bytes all files may hold (sizes plus fallocate reservations) to
+ * |bytes|; 0 removes the limit. A pwrite that does not fit writes what fits
+ * and fails with -ENOSPC; fallocate beyond it fails with -ENOSPC. */
+void fx_memio_set_capacity(fx_memio *m, uint64_t bytes);
+
+/* Bytes currently held (as counted against the capacity). */
+uint64_t fx_memio_used(const fx_memio *m);
+
+/* After |n| more calls succeed, the next call and every later one fail with
+ * -EIO and change nothing (the process has died mid-flight); fx_memio_crash()
+ * ends that. */
+void fx_memio_crash_after(fx_memio *m, uint64_t n);
+
+/* Whether a crash_after point has been reached. */
+bool fx_memio_is_down(const fx_memio *m);
+
+/* Simulates a power cut: every open handle is gone, every file's contents go
+ * back to its last fdatasync image and the directory tree to its last synced
+ * state. With |torn_seed| non-zero, a file whose unsynced contents only
+ * appended to its synced image keeps a pseudo-random prefix of the appended
+ * bytes (a torn write), chosen from the seed. */
+void fx_memio_crash(fx_memio *m, uint64_t torn_seed);
+
+/* Number of calls made so far (all kinds). */
+uint64_t fx_memio_calls(const fx_memio *m);
+
+/* Test helpers acting on both images at once (as if the damage were on the
+ * platter): XOR the byte at |off| of file |path| with |mask|; cut the file to
+ * |len|; read its current length. Return 0 or -ENOENT/-EINVAL. */
+int fx_memio_corrupt(fx_memio *m, const char *path, uint64_t off, uint8_t mask);
+int fx_memio_cut(fx_memio *m, const char *path, uint64_t len);
+int fx_memio_file_len(fx_memio *m, const char *path, uint64_t *plen);
+
+#endif

@@ -1,0 +1,939 @@
+/* Unit tests for fx_dlog on the in-memory I/O layer (and one on real files):
+ * offsets, reads and their bounds, rollover with a batch at the boundary,
+ * preallocation, retention (also under a reader), recovery of torn tails,
+ * interior corruption (refused, or cut with repair), index rebuilds,
+ * unfinished rollovers, ENOSPC and EIO, and a segment laid out by hand in
+ * the original's format. */
+/* fx-test-libs: fx_storage fx_base */
+#include "felix/error.h"
+#include "storage/dlog.h"
+#include "storage/format.h"
+#include "storage/memio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fx_test.h"
+
+#define DIR_ "/d"
+#define SEG0 DIR_ "/00000000000000000000.log"
+#define SEG1 DIR_ "/00000000000000000001.log"
+#define SEG2 DIR_ "/00000000000000000002.log"
+#define IDX0 DIR_ "/00000000000000000000.index"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+typedef struct fixture {
+    fx_memio *m;
+    fx_dlog_config cfg;
+    fx_dlog *log;
+    fx_dlog_recovery rep;
+} fixture;
+
+static void fx_init(fixture *f, uint64_t segment_bytes, uint64_t spacing)
+{
+    *f = (fixture){0};
+    assert_int_equal(fx_memio_new(&f->m), 0);
+    fx_dlog_config_default(&f->cfg);
+    f->cfg.segment_bytes = segment_bytes;
+    f->cfg.index_spacing_bytes = spacing;
+    f->cfg.io = fx_memio_sio(f->m);
+    f->cfg.label = "t/ns/s/0";
+}
+
+static int reopen(fixture *f)
+{
+    if (f->log != NULL)
+        fx_dlog_close(f->log, false);
+    f->log = NULL;
+    return fx_dlog_open(&f->log, DIR_, &f->cfg, 1000, &f->rep);
+}
+
+static void fx_done(fixture *f)
+{
+    fx_dlog_close(f->log, false);
+    fx_memio_free(f->m);
+}
+
+/* Payload of record |off|: "rec-<off>" padded with 'p' to a length that
+ * varies with the offset (so records differ in size). */
+static size_t payload_of(uint64_t off, char *buf, size_t cap)
+{
+    size_t len = 8 + (size_t)(off * 7 % 23);
+    int n = snprintf(buf, cap, "rec-%llu", (unsigned long long)off);
+    for (size_t i = (size_t)n; i < len; i++)
+        buf[i] = 'p';
+    return len;
+}
+
+/* Appends records |first|..|first+n-1| as one batch; returns the result. */
+static int append_batch(fx_dlog *log, uint64_t first, size_t n, uint64_t ts)
+{
+    char bufs[64][64];
+    fx_dlog_iov iov[64];
+    assert_true(n <= 64);
+    for (size_t i = 0; i < n; i++) {
+        iov[i].data = bufs[i];
+        iov[i].len = (uint32_t)payload_of(first + i, bufs[i], sizeof(bufs[i]));
+    }
+    uint64_t got = UINT64_MAX;
+    int rv = fx_dlog_append(log, iov, n, ts, &got);
+    if (rv == 0)
+        assert_int_equal(got, first);
+    return rv;
+}
+
+static void append_n(fx_dlog *log, uint64_t first, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(append_batch(log, first + i, 1, 5000 + first + i), 0);
+}
+
+/* Reads everything from |from| and checks offsets and payloads up to |end|. */
+static void expect_records(fx_dlog *log, uint64_t from, uint64_t end)
+{
+    fx_dlog_page p;
+    fx_dlog_page_init(&p);
+    uint64_t at = from;
+    while (at < end) {
+        assert_int_equal(fx_dlog_read(log, at, 4096, 100, &p), 0);
+        assert_true(p.n > 0);
+        for (size_t i = 0; i < p.n; i++) {
+            char want[64];
+            size_t len = payload_of(at, want, sizeof(want));
+            assert_int_equal(p.recs[i].offset, at);
+            assert_int_equal(p.recs[i].len, len);
+            assert_memory_equal(p.recs[i].data, want, len);
+            at++;
+        }
+        assert_int_equal(p.next, at);
+    }
+    assert_int_equal(fx_dlog_read(log, end, 4096, 100, &p), 0);
+    assert_int_equal(p.n, 0);
+    fx_dlog_page_deinit(&p);
+}
+
+static uint64_t flen(fixture *f, const char *path)
+{
+    uint64_t n = 0;
+    assert_int_equal(fx_memio_file_len(f->m, path, &n), 0);
+    return n;
+}
+
+/* ---- appends and reads ------------------------------------------------------ */
+
+static void test_append_assigns_contiguous_offsets(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 4096);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(fx_dlog_next_offset(f.log), 0);
+    assert_int_equal(append_batch(f.log, 0, 2, 10), 0);
+    assert_int_equal(append_batch(f.log, 2, 1, 11), 0);
+    assert_int_equal(append_batch(f.log, 3, 5, 12), 0);
+    assert_int_equal(fx_dlog_next_offset(f.log), 8);
+    assert_int_equal(fx_dlog_first_offset(f.log), 0);
+    expect_records(f.log, 0, 8);
+    expect_records(f.log, 5, 8);
+    const fx_dlog_stats *st = fx_dlog_stats_get(f.log);
+    assert_int_equal(st->append_batches, 3);
+    assert_int_equal(st->append_records, 8);
+    fx_done(&f);
+}
+
+static void test_append_rejects_empty_and_oversized_batches(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 4096);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(fx_dlog_append(f.log, NULL, 0, 1, NULL), -EINVAL);
+    fx_dlog_iov big = {.data = "", .len = FX_REC_MAX_PAYLOAD + 1};
+    assert_int_equal(fx_dlog_append(f.log, &big, 1, 1, NULL), FX_ESTORAGE_TOO_LARGE);
+    assert_int_equal(fx_dlog_next_offset(f.log), 0);
+    fx_dlog_iov empty = {.data = NULL, .len = 0};
+    assert_int_equal(fx_dlog_append(f.log, &empty, 1, 1, NULL), 0);
+    fx_dlog_page p;
+    fx_dlog_page_init(&p);
+    assert_int_equal(fx_dlog_read(f.log, 0, 10, 10, &p), 0);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(p.recs[0].len, 0);
+    fx_dlog_page_deinit(&p);
+    fx_done(&f);
+}
+
+static void test_config_bounds_are_checked(void **state)
+{
+    fx_dlog_config c;
+    fx_dlog_config_default(&c);
+    char err[128];
+    assert_int_equal(fx_dlog_config_check(&c, err, sizeof(err)), 0);
+    c.segment_bytes = 59;
+    assert_int_equal(fx_dlog_config_check(&c, err, sizeof(err)), FX_ECONFIG);
+    assert_string_equal(err, "segment_bytes is too small to hold a single record");
+    c.segment_bytes = 60;
+    c.index_spacing_bytes = 0;
+    assert_int_equal(fx_dlog_config_check(&c, err, sizeof(err)), FX_ECONFIG);
+    fx_dlog *log = NULL;
+    fx_dlog_recovery rep;
+    assert_int_equal(fx_dlog_open(&log, "/nowhere", &c, 0, &rep), FX_ECONFIG);
+    assert_null(log);
+}
+
+static void test_reopen_resumes_at_the_next_offset(void **state)
+{
+    fixture f;
+    fx_init(&f, 512, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 50);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.truncated_bytes, 0);
+    assert_int_equal(f.rep.index_rebuilds, 0);
+    assert_int_equal(fx_dlog_next_offset(f.log), 50);
+    assert_int_equal(fx_dlog_durable_offset(f.log), 50);
+    append_n(f.log, 50, 10);
+    expect_records(f.log, 0, 60);
+    fx_done(&f);
+}
+
+static void test_read_is_bounded_by_bytes_and_records(void **state)
+{
+    fixture f;
+    fx_init(&f, 300, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 40);
+    fx_dlog_page p;
+    fx_dlog_page_init(&p);
+    assert_int_equal(fx_dlog_read(f.log, 3, 1 << 20, 4, &p), 0);
+    assert_int_equal(p.n, 4);
+    assert_int_equal(p.next, 7);
+    /* Byte budget 30: records of 8..30 bytes, never beyond the budget. */
+    assert_int_equal(fx_dlog_read(f.log, 0, 30, 100, &p), 0);
+    assert_true(p.n >= 1);
+    assert_true(p.bytes <= 30);
+    /* A budget below one record still returns that record. */
+    assert_int_equal(fx_dlog_read(f.log, 10, 1, 100, &p), 0);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(p.recs[0].offset, 10);
+    /* Pages across segments never skip an offset. */
+    uint64_t at = 0;
+    while (at < 40) {
+        assert_int_equal(fx_dlog_read(f.log, at, 50, 100, &p), 0);
+        for (size_t i = 0; i < p.n; i++)
+            assert_int_equal(p.recs[i].offset, at + i);
+        at = p.next;
+    }
+    assert_true(fx_dlog_segment_count(f.log) > 3);
+    assert_int_equal(fx_dlog_read(f.log, 40, 50, 100, &p), 0);
+    assert_int_equal(p.n, 0);
+    assert_int_equal(fx_dlog_read(f.log, 1000, 50, 100, &p), 0);
+    assert_int_equal(p.n, 0);
+    fx_dlog_page_deinit(&p);
+    fx_done(&f);
+}
+
+/* ---- rollover and preallocation ------------------------------------------------ */
+
+static void test_rollover_keeps_a_batch_at_the_boundary_whole(void **state)
+{
+    fixture f;
+    /* Header 32 + three records of 28+8..: a 4-record batch cannot fit after two. */
+    fx_init(&f, 200, 64);
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(append_batch(f.log, 0, 2, 1), 0); /* 32 + 36 + 43 = 111 */
+    assert_int_equal(fx_dlog_segment_count(f.log), 1);
+    assert_int_equal(append_batch(f.log, 2, 3, 2), 0); /* would exceed 200: new segment */
+    assert_int_equal(fx_dlog_segment_count(f.log), 2);
+    assert_int_equal(flen(&f, SEG0), 111);
+    /* Segment 1 starts at offset 2: its header says so. */
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    int fd;
+    fx_sio *io = fx_memio_sio(f.m);
+    assert_int_equal(io->ops->open(io, SEG1, FX_SIO_READ, &fd), 0);
+    uint8_t h[FX_SEG_HEADER_LEN];
+    assert_int_equal(io->ops->pread(io, fd, h, sizeof(h), 0), sizeof(h));
+    io->ops->close(io, fd);
+    fx_seg_header sh;
+    char why[128];
+    assert_int_equal(fx_logfmt_seg_header_decode(h, sizeof(h), &sh, why, sizeof(why)), 0);
+    assert_int_equal(sh.base_offset, 2);
+    assert_int_equal(reopen(&f), 0);
+    expect_records(f.log, 0, 5);
+    fx_done(&f);
+}
+
+static void test_an_oversized_batch_goes_alone_into_a_segment(void **state)
+{
+    fixture f;
+    fx_init(&f, 100, 64);
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(append_batch(f.log, 0, 1, 1), 0);
+    assert_int_equal(append_batch(f.log, 1, 6, 1), 0); /* > 100 bytes: its own segment */
+    assert_int_equal(fx_dlog_segment_count(f.log), 2);
+    assert_true(flen(&f, SEG1) > 100);
+    assert_int_equal(append_batch(f.log, 7, 1, 1), 0); /* rolls again */
+    assert_int_equal(fx_dlog_segment_count(f.log), 3);
+    expect_records(f.log, 0, 8);
+    assert_int_equal(fx_dlog_stats_get(f.log)->rolls, 2);
+    fx_done(&f);
+}
+
+static void test_preallocation_reserves_and_seal_releases_it(void **state)
+{
+    fixture f;
+    fx_init(&f, 4096, 256);
+    assert_int_equal(reopen(&f), 0);
+    /* KEEP_SIZE: 4096 bytes held, the file is still just its header. */
+    assert_int_equal(flen(&f, SEG0), FX_SEG_HEADER_LEN);
+    assert_int_equal(fx_memio_used(f.m), 4096 + flen(&f, IDX0));
+    uint64_t n = 0;
+    while (fx_dlog_segment_count(f.log) < 2)
+        append_n(f.log, n++, 1);
+    /* Sealed: segment 0 holds exactly its records; segment 1 holds 4096. */
+    uint64_t sealed = flen(&f, SEG0);
+    assert_true(sealed <= 4096);
+    assert_true(flen(&f, SEG1) < 4096);
+    assert_int_equal(fx_memio_used(f.m),
+                     sealed + 4096 + flen(&f, IDX0) + flen(&f, DIR_ "/00000000000000000001.index"));
+    fx_done(&f);
+}
+
+/* ---- sync ---------------------------------------------------------------------- */
+
+static void test_sync_reports_the_durable_offset(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 4096);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 3);
+    assert_int_equal(fx_dlog_durable_offset(f.log), 0);
+    assert_true(fx_dlog_unsynced_bytes(f.log) > 0);
+    uint64_t d = 0;
+    assert_int_equal(fx_dlog_sync(f.log, &d), 0);
+    assert_int_equal(d, 3);
+    assert_int_equal(fx_dlog_unsynced_bytes(f.log), 0);
+    uint64_t syncs = fx_dlog_stats_get(f.log)->syncs;
+    assert_int_equal(fx_dlog_sync(f.log, &d), 0); /* nothing new: no flush */
+    assert_int_equal(fx_dlog_stats_get(f.log)->syncs, syncs);
+    fx_done(&f);
+}
+
+static void test_failed_flush_stops_the_log_until_reopened(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 4096);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 3);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    append_n(f.log, 3, 2);
+    fx_memio_fail(f.m, FX_MEMIO_FDATASYNC, -EIO, 1);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), -EIO);
+    assert_true(fx_dlog_is_failed(f.log));
+    assert_int_equal(fx_dlog_stats_get(f.log)->sync_failures, 1);
+    assert_int_equal(append_batch(f.log, 5, 1, 1), FX_ESTORAGE_FAILED);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), FX_ESTORAGE_FAILED);
+    assert_non_null(strstr(fx_dlog_last_error(f.log), "durability sync failed"));
+    /* A power cut now loses the unflushed two; reopening finds the three. */
+    fx_memio_crash(f.m, 0);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(fx_dlog_next_offset(f.log), 3);
+    append_n(f.log, 3, 1);
+    expect_records(f.log, 0, 4);
+    fx_done(&f);
+}
+
+/* ---- disk full ------------------------------------------------------------------ */
+
+static void test_enospc_fails_the_append_and_recovers_when_space_returns(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 16, 4096);
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 5);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    uint64_t before = flen(&f, SEG0);
+    fx_memio_set_capacity(f.m, fx_memio_used(f.m) + 50); /* room for about one record */
+    int rv = 0;
+    uint64_t next = 5;
+    for (int i = 0; i < 10 && rv == 0; i++) {
+        rv = append_batch(f.log, next, 3, 7);
+        if (rv == 0)
+            next += 3;
+    }
+    assert_int_equal(rv, -ENOSPC);
+    assert_int_equal(fx_dlog_next_offset(f.log), next);
+    assert_true(flen(&f, SEG0) >= before);
+    assert_false(fx_dlog_is_failed(f.log));
+    assert_true(fx_dlog_stats_get(f.log)->append_failures >= 1);
+    /* The partial write was cut back: the file ends at the last whole batch. */
+    fx_memio_set_capacity(f.m, 0);
+    assert_int_equal(append_batch(f.log, next, 2, 8), 0);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    next += 2;
+    fx_memio_crash(f.m, 0);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.truncated_bytes, 0);
+    assert_int_equal(fx_dlog_next_offset(f.log), next);
+    expect_records(f.log, 0, next);
+    fx_done(&f);
+}
+
+static void test_enospc_at_rollover_keeps_the_active_segment(void **state)
+{
+    fixture f;
+    fx_init(&f, 200, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 3);
+    fx_memio_set_capacity(f.m, fx_memio_used(f.m) + 20); /* the next segment cannot be reserved */
+    int rv = 0;
+    uint64_t next = 3;
+    while (rv == 0 && next < 50) {
+        rv = append_batch(f.log, next, 1, 1);
+        next += rv == 0;
+    }
+    assert_int_equal(rv, -ENOSPC);
+    assert_int_equal(fx_dlog_segment_count(f.log), 1);
+    assert_true(fx_dlog_stats_get(f.log)->roll_failures >= 1 ||
+                fx_dlog_stats_get(f.log)->append_failures >= 1);
+    fx_memio_set_capacity(f.m, 0);
+    assert_int_equal(append_batch(f.log, next, 1, 1), 0);
+    expect_records(f.log, 0, next + 1);
+    fx_done(&f);
+}
+
+/* ---- retention -------------------------------------------------------------------- */
+
+static void test_retention_by_bytes_removes_whole_sealed_segments(void **state)
+{
+    fixture f;
+    fx_init(&f, 300, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 60);
+    size_t segs = fx_dlog_segment_count(f.log);
+    assert_true(segs >= 5);
+    uint64_t bytes = fx_dlog_bytes_on_disk(f.log);
+    fx_dlog_retained r;
+    assert_int_equal(fx_dlog_retain(f.log, bytes / 2, 0, 0, &r), 0);
+    assert_true(r.segments >= 1);
+    assert_true(fx_dlog_bytes_on_disk(f.log) <= bytes / 2);
+    assert_int_equal(r.first_offset, fx_dlog_first_offset(f.log));
+    assert_true(r.first_offset > 0);
+    assert_int_equal(fx_memio_file_len(f.m, SEG0, &bytes), -ENOENT);
+    /* A bound of one byte still keeps the active segment. */
+    assert_int_equal(fx_dlog_retain(f.log, 1, 0, 0, &r), 0);
+    assert_int_equal(fx_dlog_segment_count(f.log), 1);
+    assert_int_equal(fx_dlog_next_offset(f.log), 60);
+    const fx_dlog_stats *st = fx_dlog_stats_get(f.log);
+    assert_int_equal(st->retention_segments_deleted, segs - 1);
+    assert_true(st->retention_bytes_reclaimed > 0);
+    expect_records(f.log, fx_dlog_first_offset(f.log), 60);
+    /* Reopen: the log starts at the surviving base. */
+    uint64_t first = fx_dlog_first_offset(f.log);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(fx_dlog_first_offset(f.log), first);
+    fx_done(&f);
+}
+
+static void test_retention_by_age_uses_the_newest_record(void **state)
+{
+    fixture f;
+    fx_init(&f, 200, 64);
+    assert_int_equal(reopen(&f), 0);
+    for (uint64_t i = 0; i < 12; i++)
+        assert_int_equal(append_batch(f.log, i, 1, 1000 * (i + 1)), 0);
+    assert_true(fx_dlog_segment_count(f.log) >= 3);
+    /* The head's newest record is ts 3000 or so; at now 3500 with age 1000 nothing goes. */
+    fx_dlog_retained r;
+    assert_int_equal(fx_dlog_retain(f.log, 0, 100000, 100500, &r), 0);
+    assert_int_equal(r.segments, 0);
+    /* Far in the future every sealed segment is too old, the active one stays. */
+    assert_int_equal(fx_dlog_retain(f.log, 0, 1000, 1000000, &r), 0);
+    assert_int_equal(fx_dlog_segment_count(f.log), 1);
+    assert_int_equal(fx_dlog_next_offset(f.log), 12);
+    fx_done(&f);
+}
+
+static void test_reader_in_a_deleted_range_gets_cursor_too_old(void **state)
+{
+    fixture f;
+    fx_init(&f, 300, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 40);
+    fx_dlog_page p;
+    fx_dlog_page_init(&p);
+    assert_int_equal(fx_dlog_read(f.log, 0, 20, 2, &p), 0);
+    uint64_t cursor = p.next; /* the reader is inside segment 0 */
+    assert_int_equal(fx_dlog_retain(f.log, 1, 0, 0, NULL), 0);
+    assert_int_equal(fx_dlog_read(f.log, cursor, 20, 2, &p), FX_ECURSOR_TOO_OLD);
+    assert_int_equal(p.n, 0);
+    assert_non_null(strstr(fx_dlog_last_error(f.log), "is no longer available; the log starts at"));
+    /* From the first retained offset it reads on. */
+    assert_int_equal(fx_dlog_read(f.log, fx_dlog_first_offset(f.log), 1000, 100, &p), 0);
+    assert_int_equal(p.recs[0].offset, fx_dlog_first_offset(f.log));
+    fx_dlog_page_deinit(&p);
+    fx_done(&f);
+}
+
+/* ---- recovery ---------------------------------------------------------------------- */
+
+static void test_torn_tail_is_cut_at_every_byte(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 6);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    fx_dlog_close(f.log, false);
+    f.log = NULL;
+    uint64_t full = flen(&f, SEG0);
+    char last[64];
+    uint64_t last_len = FX_REC_HEADER_LEN + payload_of(5, last, sizeof(last));
+    for (uint64_t cut = full - 1; cut > full - last_len; cut--) {
+        assert_int_equal(fx_memio_cut(f.m, SEG0, cut), 0);
+        assert_int_equal(reopen(&f), 0);
+        assert_int_equal(f.rep.truncated_bytes, cut - (full - last_len));
+        assert_int_equal(fx_dlog_next_offset(f.log), 5);
+        assert_int_equal(flen(&f, SEG0), full - last_len);
+        expect_records(f.log, 0, 5);
+        /* Put the record back for the next cut. */
+        assert_int_equal(append_batch(f.log, 5, 1, 5005), 0);
+        assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+        fx_dlog_close(f.log, false);
+        f.log = NULL;
+        assert_int_equal(flen(&f, SEG0), full);
+    }
+    fx_done(&f);
+}
+
+static void test_a_zero_filled_tail_is_cut_as_torn(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 4);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    uint64_t len = flen(&f, SEG0);
+    /* The file grew by 100 zero bytes that never got their data. */
+    fx_sio *io = fx_memio_sio(f.m);
+    int fd;
+    assert_int_equal(io->ops->open(io, SEG0, FX_SIO_WRITE, &fd), 0);
+    assert_int_equal(io->ops->ftruncate(io, fd, len + 100), 0);
+    assert_int_equal(io->ops->fdatasync(io, fd), 0);
+    io->ops->close(io, fd);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.truncated_bytes, 100);
+    assert_int_equal(fx_dlog_next_offset(f.log), 4);
+    fx_dlog_close(f.log, false);
+    f.log = NULL;
+    /* A non-zero byte in such a tail is damage, not a torn write. */
+    assert_int_equal(io->ops->open(io, SEG0, FX_SIO_WRITE, &fd), 0);
+    assert_int_equal(io->ops->ftruncate(io, fd, len + 100), 0);
+    assert_int_equal(io->ops->pwrite(io, fd, "x", 1, len + 60), 0);
+    io->ops->close(io, fd);
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    assert_non_null(strstr(f.rep.message, "record header checksum mismatch"));
+    fx_done(&f);
+}
+
+static void test_bit_flip_in_a_sealed_segment_refuses_to_open(void **state)
+{
+    fixture f;
+    fx_init(&f, 300, 64);
+    f.cfg.verify_all_on_open = true;
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 30);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    assert_true(fx_dlog_segment_count(f.log) >= 3);
+    fx_dlog_close(f.log, false);
+    f.log = NULL;
+    /* Flip a payload byte of the second record of segment 1. */
+    uint64_t pos = FX_SEG_HEADER_LEN;
+    fx_sio *io = fx_memio_sio(f.m);
+    int fd;
+    uint8_t h[FX_REC_HEADER_LEN];
+    assert_int_equal(io->ops->open(io, SEG1, FX_SIO_READ, &fd), 0);
+    assert_int_equal(io->ops->pread(io, fd, h, sizeof(h), pos), sizeof(h));
+    io->ops->close(io, fd);
+    uint64_t second = pos + FX_REC_HEADER_LEN + fx_be32_get(h);
+    assert_int_equal(fx_memio_corrupt(f.m, SEG1, second + FX_REC_HEADER_LEN + 1, 0x04), 0);
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    assert_null(f.log);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "corruption detected: record checksum mismatch (stream=t/ns/s/0, dir=/d, "
+             "file=00000000000000000001.log, position=%llu)",
+             (unsigned long long)second);
+    assert_string_equal(f.rep.message, want);
+    /* Repair cuts at that record and drops every later segment. */
+    size_t segs_before = 0;
+    for (uint64_t id = 0; id < 100; id++) {
+        char p[64];
+        uint64_t l;
+        snprintf(p, sizeof(p), DIR_ "/%020llu.log", (unsigned long long)id);
+        segs_before += fx_memio_file_len(f.m, p, &l) == 0;
+    }
+    f.cfg.repair = true;
+    assert_int_equal(reopen(&f), 0);
+    assert_true(f.rep.repaired);
+    assert_int_equal(f.rep.dropped_segments, segs_before - 2);
+    assert_true(f.rep.dropped_bytes > 0);
+    uint64_t first_bad = fx_dlog_next_offset(f.log);
+    assert_int_equal(f.rep.dropped_from, first_bad);
+    assert_non_null(strstr(f.rep.message, "repair dropped"));
+    assert_int_equal(fx_dlog_segment_count(f.log), 2);
+    expect_records(f.log, 0, first_bad);
+    append_n(f.log, first_bad, 3);
+    expect_records(f.log, 0, first_bad + 3);
+    fx_done(&f);
+}
+
+static void test_bit_flip_found_by_a_read_when_open_checks_only_the_tail(void **state)
+{
+    fixture f;
+    fx_init(&f, 1000, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 60);
+    assert_true(fx_dlog_segment_count(f.log) >= 2);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    /* Payload of record 0 (before segment 0's last index entry). */
+    assert_int_equal(fx_memio_corrupt(f.m, SEG0, FX_SEG_HEADER_LEN + FX_REC_HEADER_LEN, 0x80), 0);
+    assert_int_equal(reopen(&f), 0);
+    fx_dlog_page p;
+    fx_dlog_page_init(&p);
+    assert_int_equal(fx_dlog_read(f.log, 0, 100, 10, &p), FX_ESTORAGE_CORRUPT);
+    assert_non_null(strstr(fx_dlog_last_error(f.log),
+                           "record checksum mismatch (stream=t/ns/s/0, dir=/d, "
+                           "file=00000000000000000000.log, position=32)"));
+    /* Records behind it still read. */
+    assert_int_equal(fx_dlog_read(f.log, 1, 100, 10, &p), 0);
+    assert_int_equal(p.recs[0].offset, 1);
+    fx_dlog_page_deinit(&p);
+    fx_done(&f);
+}
+
+static void test_corruption_before_the_active_tail_refuses_unless_repaired(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 10);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    /* Damage the header checksum of record 0: records follow, so not a tail. */
+    assert_int_equal(fx_memio_corrupt(f.m, SEG0, FX_SEG_HEADER_LEN + 21, 0x01), 0);
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    assert_non_null(strstr(f.rep.message, "record header checksum mismatch"));
+    assert_non_null(strstr(f.rep.message, "position=32)"));
+    f.cfg.repair_checksum_tail = true; /* not a tail record: still refused */
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    f.cfg.repair = true;
+    assert_int_equal(reopen(&f), 0);
+    assert_true(f.rep.repaired);
+    assert_int_equal(f.rep.dropped_from, 0);
+    assert_int_equal(fx_dlog_next_offset(f.log), 0);
+    assert_int_equal(flen(&f, SEG0), FX_SEG_HEADER_LEN);
+    fx_done(&f);
+}
+
+static void test_damaged_last_record_is_cut_only_with_repair_checksum_tail(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 4);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    uint64_t len = flen(&f, SEG0);
+    assert_int_equal(fx_memio_corrupt(f.m, SEG0, len - 1, 0x01), 0); /* last payload byte */
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    assert_non_null(strstr(f.rep.message, "record checksum mismatch"));
+    f.cfg.repair_checksum_tail = true;
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(fx_dlog_next_offset(f.log), 3);
+    assert_true(f.rep.truncated_bytes > 0);
+    assert_false(f.rep.repaired);
+    fx_done(&f);
+}
+
+static void test_missing_or_garbage_index_is_rebuilt_identically(void **state)
+{
+    fixture f;
+    fx_init(&f, 2000, 100);
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 80);
+    assert_true(fx_dlog_segment_count(f.log) >= 2);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    char *orig = NULL, *again = NULL;
+    size_t olen = 0, alen = 0;
+    fx_sio *io = fx_memio_sio(f.m);
+    assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &orig, &olen), 0);
+    assert_true(olen > FX_IDX_HEADER_LEN + 2 * FX_IDX_ENTRY_LEN);
+    /* Missing. */
+    assert_int_equal(io->ops->unlink(io, IDX0), 0);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.index_rebuilds, 1);
+    expect_records(f.log, 0, 80);
+    fx_dlog_close(f.log, false);
+    f.log = NULL;
+    assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &again, &alen), 0);
+    assert_int_equal(alen, olen);
+    assert_memory_equal(again, orig, olen);
+    free(again);
+    /* Garbage entry (positions not ascending): rebuilt again. */
+    assert_int_equal(fx_memio_corrupt(f.m, IDX0, FX_IDX_HEADER_LEN + FX_IDX_ENTRY_LEN + 14, 0xff),
+                     0);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.index_rebuilds, 1);
+    fx_dlog_close(f.log, false);
+    f.log = NULL;
+    assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &again, &alen), 0);
+    assert_memory_equal(again, orig, olen);
+    free(again);
+    /* Incomplete (last entries missing): rebuilt. */
+    assert_int_equal(fx_memio_cut(f.m, IDX0, FX_IDX_HEADER_LEN + FX_IDX_ENTRY_LEN + 5), 0);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.index_rebuilds, 1);
+    /* Intact: not rebuilt. */
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.index_rebuilds, 0);
+    expect_records(f.log, 0, 80);
+    free(orig);
+    fx_done(&f);
+}
+
+static void test_sealed_reads_search_the_index_file_and_survive_its_loss(void **state)
+{
+    fixture f;
+    fx_init(&f, 2000, 100);
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 120);
+    assert_true(fx_dlog_segment_count(f.log) >= 3);
+    expect_records(f.log, 0, 120);
+    expect_records(f.log, 37, 120);
+    /* An index entry that points at the wrong record (a real record start,
+     * another offset): the read notices and reads from the segment start. */
+    uint64_t o1, p1, o2, p2;
+    char *idx = NULL;
+    size_t len = 0;
+    fx_sio *io = fx_memio_sio(f.m);
+    assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &idx, &len), 0);
+    assert_true(len >= FX_IDX_HEADER_LEN + 3 * FX_IDX_ENTRY_LEN);
+    fx_logfmt_idx_entry_decode((uint8_t *)idx + FX_IDX_HEADER_LEN + FX_IDX_ENTRY_LEN, &o1, &p1);
+    fx_logfmt_idx_entry_decode((uint8_t *)idx + FX_IDX_HEADER_LEN + 2 * FX_IDX_ENTRY_LEN, &o2, &p2);
+    free(idx);
+    for (int i = 0; i < 8; i++) /* entry 1 keeps its offset but gets entry 2's position */
+        assert_int_equal(fx_memio_corrupt(f.m, IDX0,
+                                          FX_IDX_HEADER_LEN + FX_IDX_ENTRY_LEN + 8 + (uint64_t)i,
+                                          (uint8_t)((p1 ^ p2) >> (8 * (7 - i)))),
+                         0);
+    expect_records(f.log, o1, 120);
+    expect_records(f.log, o2 - 1, 120);
+    /* No index files at all: every read still finds its records. */
+    for (uint64_t id = 0; id + 1 < fx_dlog_segment_count(f.log); id++) {
+        char path[64];
+        snprintf(path, sizeof(path), DIR_ "/%020llu.index", (unsigned long long)id);
+        assert_int_equal(io->ops->unlink(io, path), 0);
+    }
+    expect_records(f.log, 0, 120);
+    expect_records(f.log, 55, 120);
+    fx_done(&f);
+}
+
+static void test_index_write_failure_does_not_fail_appends(void **state)
+{
+    fixture f;
+    fx_init(&f, 400, 40);
+    assert_int_equal(reopen(&f), 0);
+    fx_memio_fail_only(f.m, ".index");
+    fx_memio_fail(f.m, FX_MEMIO_PWRITE, -EIO, 1);
+    append_n(f.log, 0, 3); /* the first one's index entry write fails */
+    assert_int_equal(fx_dlog_stats_get(f.log)->index_write_failures, 1);
+    fx_memio_fail_only(f.m, NULL);
+    append_n(f.log, 3, 30); /* rolls: the seal rewrites the broken index whole */
+    assert_true(fx_dlog_segment_count(f.log) >= 2);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.index_rebuilds, 0);
+    expect_records(f.log, 0, 33);
+    fx_done(&f);
+}
+
+static void test_a_missing_middle_segment_refuses_unless_repaired(void **state)
+{
+    fixture f;
+    fx_init(&f, 200, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 12);
+    assert_true(fx_dlog_segment_count(f.log) >= 4);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    fx_sio *io = fx_memio_sio(f.m);
+    assert_int_equal(io->ops->unlink(io, SEG1), 0);
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    assert_non_null(strstr(f.rep.message, "offset out of order"));
+    assert_non_null(strstr(f.rep.message, "file=00000000000000000002.log, position=0)"));
+    f.cfg.repair = true;
+    assert_int_equal(reopen(&f), 0);
+    assert_true(f.rep.repaired);
+    assert_int_equal(fx_dlog_segment_count(f.log), 1);
+    /* Cut where segment 1 started: segments 1 (gone) and on are dropped. */
+    uint64_t seg1_base = fx_dlog_next_offset(f.log);
+    assert_int_equal(f.rep.dropped_from, seg1_base);
+    assert_true(f.rep.dropped_segments >= 2);
+    expect_records(f.log, 0, seg1_base);
+    append_n(f.log, seg1_base, 2);
+    expect_records(f.log, 0, seg1_base + 2);
+    fx_done(&f);
+}
+
+static void test_unfinished_rollover_leftovers_are_discarded(void **state)
+{
+    fixture f;
+    fx_init(&f, 200, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 8);
+    size_t segs = fx_dlog_segment_count(f.log);
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    fx_sio *io = fx_memio_sio(f.m);
+    /* A headerless newest segment. */
+    char path[64];
+    snprintf(path, sizeof(path), DIR_ "/%020zu.log", segs);
+    int fd;
+    assert_int_equal(io->ops->open(io, path, FX_SIO_CREATE, &fd), 0);
+    assert_int_equal(io->ops->pwrite(io, fd, "FLS", 3, 0), 0);
+    io->ops->close(io, fd);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.abandoned_segments, 1);
+    assert_int_equal(fx_dlog_segment_count(f.log), segs);
+    assert_int_equal(fx_dlog_next_offset(f.log), 8);
+    fx_dlog_close(f.log, false);
+    f.log = NULL;
+    /* An empty newest segment whose base does not continue the log. */
+    assert_int_equal(io->ops->open(io, path, FX_SIO_CREATE, &fd), 0);
+    uint8_t h[FX_SEG_HEADER_LEN];
+    fx_logfmt_seg_header_encode(h, &(fx_seg_header){.base_offset = 99, .created_us = 1});
+    assert_int_equal(io->ops->pwrite(io, fd, h, sizeof(h), 0), 0);
+    io->ops->close(io, fd);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.abandoned_segments, 1);
+    append_n(f.log, 8, 2);
+    expect_records(f.log, 0, 10);
+    fx_done(&f);
+}
+
+static void test_a_hand_laid_segment_in_the_original_format_is_read(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 4096);
+    fx_sio *io = fx_memio_sio(f.m);
+    assert_int_equal(fx_sio_mkdirs(io, DIR_), 0);
+    /* Header base 7, the golden record (offset 7, ts 9, "hi"), no index. */
+    uint8_t b[FX_SEG_HEADER_LEN + FX_REC_HEADER_LEN + 2];
+    fx_logfmt_seg_header_encode(b, &(fx_seg_header){.base_offset = 7, .created_us = 2});
+    const uint8_t rec[] = {0x00, 0x00, 0x00, 0x02, 0,    0,    0,    0,    0,   0,
+                           0,    7,    0,    0,    0,    0,    0,    0,    0,   9,
+                           0xC6, 0x54, 0xDE, 0x27, 0x24, 0x02, 0x15, 0x2C, 'h', 'i'};
+    memcpy(b + FX_SEG_HEADER_LEN, rec, sizeof(rec));
+    int fd;
+    assert_int_equal(io->ops->open(io, SEG0, FX_SIO_CREATE, &fd), 0);
+    assert_int_equal(io->ops->pwrite(io, fd, b, sizeof(b), 0), 0);
+    io->ops->close(io, fd);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(fx_dlog_first_offset(f.log), 7);
+    assert_int_equal(fx_dlog_next_offset(f.log), 8);
+    fx_dlog_page p;
+    fx_dlog_page_init(&p);
+    assert_int_equal(fx_dlog_read(f.log, 7, 100, 10, &p), 0);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(p.recs[0].ts_us, 9);
+    assert_memory_equal(p.recs[0].data, "hi", 2);
+    fx_dlog_page_deinit(&p);
+    fx_done(&f);
+}
+
+/* ---- real files ------------------------------------------------------------------- */
+
+static void test_posix_files_round_trip(void **state)
+{
+    char tmpl[] = "/tmp/fx-dlog-XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    char dir[256];
+    snprintf(dir, sizeof(dir), "%s/stream", tmpl);
+    fx_dlog_config c;
+    fx_dlog_config_default(&c);
+    c.segment_bytes = 4096;
+    c.index_spacing_bytes = 256;
+    fx_dlog *log = NULL;
+    fx_dlog_recovery rep;
+    assert_int_equal(fx_dlog_open(&log, dir, &c, 42, &rep), 0);
+    append_n(log, 0, 200);
+    assert_int_equal(fx_dlog_sync(log, NULL), 0);
+    assert_true(fx_dlog_segment_count(log) > 1);
+    assert_int_equal(fx_dlog_close(log, true), 0);
+    assert_int_equal(fx_dlog_open(&log, dir, &c, 43, &rep), 0);
+    assert_int_equal(rep.index_rebuilds, 0);
+    assert_int_equal(fx_dlog_next_offset(log), 200);
+    expect_records(log, 0, 200);
+    /* The first file starts with the FLSG header of base 0, created at 42. */
+    char path[300];
+    snprintf(path, sizeof(path), "%s/00000000000000000000.log", dir);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    uint8_t h[FX_SEG_HEADER_LEN];
+    assert_int_equal(read(fd, h, sizeof(h)), sizeof(h));
+    close(fd);
+    uint8_t want[FX_SEG_HEADER_LEN];
+    fx_logfmt_seg_header_encode(want, &(fx_seg_header){.base_offset = 0, .created_us = 42});
+    assert_memory_equal(h, want, sizeof(h));
+    fx_dlog_close(log, false);
+    assert_int_equal(fx_sio_remove_dir(fx_sio_posix(), dir), 0);
+    assert_int_equal(rmdir(tmpl), 0);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_append_assigns_contiguous_offsets),
+    cmocka_unit_test(test_append_rejects_empty_and_oversized_batches),
+    cmocka_unit_test(test_config_bounds_are_checked),
+    cmocka_unit_test(test_reopen_resumes_at_the_next_offset),
+    cmocka_unit_test(test_read_is_bounded_by_bytes_and_records),
+    cmocka_unit_test(test_rollover_keeps_a_batch_at_the_boundary_whole),
+    cmocka_unit_test(test_an_oversized_batch_goes_alone_into_a_segment),
+    cmocka_unit_test(test_preallocation_reserves_and_seal_releases_it),
+    cmocka_unit_test(test_sync_reports_the_durable_offset),
+    cmocka_unit_test(test_failed_flush_stops_the_log_until_reopened),
+    cmocka_unit_test(test_enospc_fails_the_append_and_recovers_when_space_returns),
+    cmocka_unit_test(test_enospc_at_rollover_keeps_the_active_segment),
+    cmocka_unit_test(test_retention_by_bytes_removes_whole_sealed_segments),
+    cmocka_unit_test(test_retention_by_age_uses_the_newest_record),
+    cmocka_unit_test(test_reader_in_a_deleted_range_gets_cursor_too_old),
+    cmocka_unit_test(test_torn_tail_is_cut_at_every_byte),
+    cmocka_unit_test(test_a_zero_filled_tail_is_cut_as_torn),
+    cmocka_unit_test(test_bit_flip_in_a_sealed_segment_refuses_to_open),
+    cmocka_unit_test(test_bit_flip_found_by_a_read_when_open_checks_only_the_tail),
+    cmocka_unit_test(test_corruption_before_the_active_tail_refuses_unless_repaired),
+    cmocka_unit_test(test_damaged_last_record_is_cut_only_with_repair_checksum_tail),
+    cmocka_unit_test(test_missing_or_garbage_index_is_rebuilt_identically),
+    cmocka_unit_test(test_sealed_reads_search_the_index_file_and_survive_its_loss),
+    cmocka_unit_test(test_index_write_failure_does_not_fail_appends),
+    cmocka_unit_test(test_a_missing_middle_segment_refuses_unless_repaired),
+    cmocka_unit_test(test_unfinished_rollover_leftovers_are_discarded),
+    cmocka_unit_test(test_a_hand_laid_segment_in_the_original_format_is_read),
+    cmocka_unit_test(test_posix_files_round_trip),
+};
+FX_TEST_MAIN(tests)
