@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include "base/log.h"
 #include "broker/broker.h"
 #include "felix/error.h"
@@ -584,6 +586,15 @@ static int drain(const fx_config *c, fx_broker *b, const sigset_t *set)
     return drain_result(c, &d);
 }
 
+/* Tells systemd (Type=notify) |state|; without $NOTIFY_SOCKET, as outside
+ * systemd, sd_notify does nothing. */
+static void notify_systemd(const char *state)
+{
+    int rv = sd_notify(0, state);
+    if (rv < 0)
+        fprintf(stderr, "felix-broker: warning: sd_notify %s: %s\n", state, strerror(-rv));
+}
+
 /* Serves the data plane and the admin endpoint until SIGINT/SIGTERM; /ready
  * turns 503 as soon as the signal arrives. Returns 0 or EXIT_START. */
 static int serve(const fx_config *c)
@@ -628,8 +639,10 @@ static int serve(const fx_config *c)
         return EXIT_START;
     }
     print_banner(c, b, admin);
+    notify_systemd("READY=1"); /* both listeners are open */
     int sig = wait_stop_signal(&set, authn, b);
     fx_admin_set_draining(admin, true); /* first: load balancers stop sending */
+    notify_systemd("STOPPING=1");
     fprintf(stderr,
             "felix-broker: %s received, draining (at most %llu ms; a second signal exits "
             "at once)\n",
