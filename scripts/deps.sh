@@ -10,6 +10,11 @@ pkgs=(
     libgnutls28-dev nettle-dev
     libjansson-dev libyaml-dev libmicrohttpd-dev libcurl4-gnutls-dev
     libcmocka-dev
+    libsystemd-dev
+    # libfelix's packaging and the Python package: man pages, .deb files with
+    # computed dependencies, the unit check, the Python tests and pip install
+    help2man dpkg-dev systemd man-db
+    python3 python3-pytest python3-setuptools python3-venv python3-pip
 )
 if [ "${1:-}" = "--fuzz" ]; then
     pkgs+=(clang libclang-rt-14-dev)

@@ -386,3 +386,27 @@ def test_structure_prefixes_match_the_header_field_order():
         names = [n for n, _ in cls._fields_]
         # Python declares a prefix: fields are only ever appended in C.
         assert fields(struct)[:len(names)] == names, struct
+
+
+def test_readme_quick_start_prints_what_it_published(broker):
+    text = open(os.path.join(SRC, "README.md")).read()
+    m = re.search(r"python3 - <<'PY'\n(.*?)\nPY\n", text, re.S)
+    assert m, "no Python quick start in README.md"
+    env = dict(os.environ, **broker.env())
+    p = subprocess.Popen([sys.executable, "-c", m.group(1)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    lines = []
+    try:
+        while len(lines) < 1001:
+            line = p.stdout.readline()
+            assert line, "the quick start ended after %r: %s" % (lines[-3:], p.stderr.read())
+            lines.append(line.rstrip("\n"))
+        p.send_signal(signal.SIGINT)  # it iterates until Ctrl-C, as it says
+        _, err = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert lines[0] == "0 b'hello' 0"
+    assert lines[1000] == "1000 b'm999' 0"
+    assert "KeyboardInterrupt" in err
