@@ -3,7 +3,9 @@
  * on request, and otherwise serves the QUIC data plane (fx_broker) and the
  * admin HTTP endpoint (/metrics, /live, /ready) until SIGINT or SIGTERM.
  * SIGTERM/SIGINT drain it (fx_broker_drain): /ready turns 503 first, then the
- * accepted work is finished within shutdown_drain_timeout_ms.
+ * accepted work is finished within shutdown_drain_timeout_ms. Under systemd
+ * (Type=notify) it reports READY=1 once both listeners are open and
+ * STOPPING=1 when the drain starts.
  * Main thread only. */
 #include <errno.h>
 #include <limits.h>
