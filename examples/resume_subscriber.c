@@ -38,8 +38,8 @@ static void report(const char *what, int rv)
 {
     char detail[512];
     fx_client_last_error(NULL, detail, sizeof(detail));
-    fprintf(stderr, "resume_subscriber: %s: %s (%s)%s%s\n", what, fx_strerror(rv),
-            fx_errname(rv), detail[0] ? ": " : "", detail);
+    fprintf(stderr, "resume_subscriber: %s: %s (%s)%s%s\n", what, fx_strerror(rv), fx_errname(rv),
+            detail[0] ? ": " : "", detail);
 }
 
 /* Reads the last processed offset from |path| into |*off|. Returns 1 if
@@ -100,8 +100,8 @@ static int subscribe_resuming(fx_subscription **ps, fx_client *c, const char *ns
     fx_unsubscribe(*ps);
     *ps = NULL;
     fprintf(stderr,
-            "resume_subscriber: offset %" PRIu64 " is gone (%s); resuming at %" PRIu64
-            ", %" PRIu64 " event(s) lost\n",
+            "resume_subscriber: offset %" PRIu64 " is gone (%s); resuming at %" PRIu64 ", %" PRIu64
+            " event(s) lost\n",
             e.requested, e.message, e.available, e.available - e.requested);
     start = (fx_start){.kind = FX_START_OFFSET, .offset = e.available};
     return fx_subscribe(ps, c, ns, stream, &start);

@@ -15,8 +15,9 @@ PY = os.environ.get("FX_PYTHON", "/usr/bin/python3" if os.path.exists("/usr/bin/
                     else sys.executable)
 
 
-def pydir(prefix):
-    """Where the target Python reads packages of |prefix| (as install.cmake)."""
+def local_pydir():
+    """Where the target Python reads packages of prefix /usr/local (Debian's
+    posix_local scheme, as packaging/install.cmake asks it)."""
     code = ("import sysconfig;print(sysconfig.get_path('purelib','posix_local',"
             "vars={'base':'/usr','platbase':'/usr'}))")
     return run([PY, "-c", code]).stdout.strip()
@@ -57,7 +58,7 @@ def test_pkg_config_gives_the_flags_of_the_tree(stage):
 
 
 def test_python_package_lands_where_the_target_python_reads(stage):
-    where = pydir("/usr/local")
+    where = local_pydir()
     assert os.path.exists(os.path.join(stage.root + where, "felix", "__init__.py")), where
     r = run([PY, "-c", "import sys; print(sys.path)"])
     assert where in r.stdout, "%s reads %s, not %s" % (PY, r.stdout, where)

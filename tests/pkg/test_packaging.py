@@ -192,3 +192,11 @@ def test_deb_packages_hold_their_files_and_computed_dependencies(tmp_path):
     run(["dpkg-deb", "-x", debs["libfelix0"], str(x)])
     sections = run(["readelf", "-S", str(x / ("usr/lib/%s/libfelix.so.0" % arch))]).stdout
     assert ".debug_info" not in sections
+    # python3-felix loads libfelix0's library by its soname.
+    run(["dpkg-deb", "-x", debs["python3-felix"], str(x)])
+    env = {k: v for k, v in os.environ.items() if k not in ("FELIX_LIBRARY", "PYTHONPATH")}
+    env.update(PYTHONPATH=str(x / "usr/lib/python3/dist-packages"),
+               LD_LIBRARY_PATH=str(x / ("usr/lib/%s" % arch)))
+    code = "import felix, felix._lib as l; print(felix.__file__, l.lib._name)"
+    out = run(["/usr/bin/python3", "-c", code], env=env, cwd="/").stdout.split()
+    assert out == [str(x / "usr/lib/python3/dist-packages/felix/__init__.py"), "libfelix.so.0"]
