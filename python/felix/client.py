@@ -155,6 +155,7 @@ class Client:
                  server_name: Optional[str] = None, connect_timeout: Optional[float] = None,
                  **options: Any) -> None:
         self._c: Optional[int] = None
+        self._cp: Optional[ctypes.c_void_p] = None  # the same handle, ready to pass
         self._subs: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
         self._names: Dict[str, bytes] = {}
         buf = _lib.room(_lib.ClientOpts)
@@ -206,6 +207,7 @@ class Client:
         if err is not None:
             raise err
         self._c = handle.value
+        self._cp = handle
 
     @staticmethod
     def _timeout_ms(connect_timeout: Optional[float]) -> int:
@@ -265,7 +267,7 @@ class Client:
         publish stream early. Closing twice does nothing."""
         for sub in list(self._subs):
             sub.close()
-        c, self._c = self._c, None
+        c, self._c, self._cp = self._c, None, None
         if c is None:
             return
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
@@ -273,8 +275,8 @@ class Client:
         if rv != 0:
             raise _error(rv, "close")
 
-    def _handle(self) -> int:
-        c = self._c
+    def _handle(self) -> ctypes.c_void_p:
+        c = self._cp
         if c is None:
             raise _errors.Closed(_errors.FX_ECLOSED, "FX_ECLOSED", "client closed")
         return c
@@ -300,11 +302,19 @@ class Client:
         Overloaded, RemoteError, with the broker's message. Also raises
         TooBig, Closed, ConnectionLost.
         """
+        # The hot path of single publishes: no method calls, the handle
+        # already a c_void_p (no conversion per call), names encoded once.
         mode = _ACKS.get(ack)
         if mode is None:
             raise ValueError("ack must be None, 'per_message' or 'per_batch', not %r" % (ack,))
-        b = data if type(data) is bytes else _as_bytes(data)
-        rv = lib.fx_publish(self._handle(), self._name(ns), self._name(stream), b, len(b), mode)
+        names = self._names
+        nsb = names.get(ns) or self._name(ns)
+        stb = names.get(stream) or self._name(stream)
+        b = data if data.__class__ is bytes else _as_bytes(data)
+        c = self._cp
+        if c is None:
+            raise _errors.Closed(_errors.FX_ECLOSED, "FX_ECLOSED", "client closed")
+        rv = lib.fx_publish(c, nsb, stb, b, len(b), mode)
         if rv != 0:
             raise _error(rv, "publish")
 
@@ -435,12 +445,12 @@ class Client:
                                    if rv in (_errors.FX_ECURSOR_TOO_OLD,
                                              _errors.FX_ECURSOR_IN_FUTURE) else None)
             raise err
-        sub = Subscription(self, h.value, ns, stream)
+        sub = Subscription(self, h, ns, stream)
         self._subs.add(sub)
         return sub
 
 
-def _sub_error(h: int) -> _lib.SubError:
+def _sub_error(h: Union[int, ctypes.c_void_p]) -> _lib.SubError:
     buf = _lib.room(_lib.SubError)
     lib.fx_subscription_error(h, buf)
     return _lib.SubError.from_buffer_copy(buf)
@@ -457,12 +467,13 @@ class Subscription:
     iteration then ends within SLICE_MS. One consumer thread at a time.
     """
 
-    def __init__(self, client: Client, handle: int, ns: str, stream: str) -> None:
-        self._h: Optional[int] = handle
+    def __init__(self, client: Client, handle: ctypes.c_void_p, ns: str, stream: str) -> None:
+        # Handles are kept as c_void_p objects: ctypes passes them unconverted.
+        self._h: Optional[ctypes.c_void_p] = handle
         self._lock = threading.Lock()
         self._ev_buf = _lib.room(_lib.Event)
         self._ev = _lib.Event.from_buffer(self._ev_buf)
-        self._ev_ptr = ctypes.addressof(self._ev_buf)
+        self._ev_ptr = ctypes.c_void_p(ctypes.addressof(self._ev_buf))
         self.client = client
         self.ns = ns
         self.stream = stream
