@@ -203,7 +203,6 @@ class Client:
             err = _error(rv, "cannot connect to %s" % self.server) if rv != 0 else None
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        del keep
         if err is not None:
             raise err
         self._c = handle.value

@@ -8,7 +8,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 
 import pytest
 
