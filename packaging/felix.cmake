@@ -121,8 +121,10 @@ set(FX_PROGRAMS \"${_fx_programs}\")
 install(SCRIPT ${CMAKE_SOURCE_DIR}/packaging/install.cmake)
 
 # ---- tests (label pkg): run from this build tree by `make test` --------------
-# One CTest test per `def test_<case>` of each pytest file; tests/pkg's
-# install fixture puts `cmake --install` of this tree under stage/ first.
+# One CTest test per `def test_<case>` of each pytest file, each with a temp
+# directory of its own under pytest/ (parallel cases, and other trees' tests,
+# never share one); tests/pkg's install fixture puts `cmake --install` of this
+# tree under stage/ first.
 set(FX_PKG_ENV
     "FX_SOURCE_DIR=${CMAKE_SOURCE_DIR}" "FX_BINARY_DIR=${CMAKE_BINARY_DIR}"
     "FELIX_LIBRARY=${CMAKE_BINARY_DIR}/lib/libfelix.so.0" "PYTHONDONTWRITEBYTECODE=1"
@@ -133,12 +135,15 @@ set_tests_properties(pkg.install_tree PROPERTIES LABELS pkg FIXTURES_SETUP fx_st
 add_test(NAME pkg.install_tree_cleanup COMMAND ${CMAKE_COMMAND} -E rm -rf ${CMAKE_BINARY_DIR}/stage)
 set_tests_properties(pkg.install_tree_cleanup PROPERTIES LABELS pkg FIXTURES_CLEANUP fx_stage)
 
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/pytest)
 function(fx_pytest_cases prefix file needs_stage)
     file(STRINGS ${file} _lines REGEX "^def test_[a-z0-9_]+\\(")
     foreach(_l ${_lines})
         string(REGEX REPLACE "^def test_([a-z0-9_]+)\\(.*" "\\1" _case "${_l}")
         add_test(NAME ${prefix}.${_case}
-                 COMMAND ${FX_PYTHON} -m pytest -q -p no:cacheprovider ${file}::test_${_case})
+                 COMMAND ${FX_PYTHON} -m pytest -q -p no:cacheprovider
+                         --basetemp=${CMAKE_BINARY_DIR}/pytest/${prefix}.${_case}
+                         ${file}::test_${_case})
         set_tests_properties(${prefix}.${_case} PROPERTIES
             LABELS pkg SKIP_REGULAR_EXPRESSION "[0-9]+ skipped" TIMEOUT 120
             ENVIRONMENT "${FX_PKG_ENV}")

@@ -48,3 +48,14 @@ def start_broker_sets(tmp_path):
     yield start
     for b in started:
         b.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_temp_dirs_after_success(request, tmp_path_factory):
+    """Brokers' state dirs, install trees and venvs go once every test passed
+    (kept after a failure, to look at)."""
+    yield
+    if request.session.testsfailed == 0:
+        import shutil
+
+        shutil.rmtree(tmp_path_factory.getbasetemp(), ignore_errors=True)

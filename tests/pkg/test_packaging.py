@@ -8,6 +8,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 
 import pytest
 
@@ -81,7 +82,8 @@ def test_unit_is_notify_with_state_dir_unprivileged_user_and_hardening(stage):
 def test_broker_reports_ready_after_listening_and_stopping_on_drain(tmp_path):
     if not BIN:
         pytest.skip("FX_BINARY_DIR is not set (run through ctest)")
-    path = str(tmp_path / "notify")
+    sock_dir = tempfile.mkdtemp(prefix="fxnotify")  # AF_UNIX paths are short
+    path = os.path.join(sock_dir, "notify")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(path)
     s.settimeout(15)
@@ -99,6 +101,7 @@ def test_broker_reports_ready_after_listening_and_stopping_on_drain(tmp_path):
     finally:
         status = b.stop()
         s.close()
+        shutil.rmtree(sock_dir)
     assert status == 0
 
 
