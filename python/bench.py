@@ -153,9 +153,11 @@ def latency(args: argparse.Namespace, c: felix.Client) -> Dict[str, float]:
 
 
 def c_bench(args: argparse.Namespace, extra: List[str]) -> Optional[dict]:
-    exe = os.path.join(os.path.dirname(args.broker_exe or ""), "felix-bench")
+    exe = os.environ.get("FELIX_BENCH") or os.path.join(
+        os.path.dirname(args.broker_exe) if args.broker_exe else
+        os.path.join(HERE, "..", "build", "release"), "felix-bench")
     if not os.access(exe, os.X_OK):
-        print("bench: no felix-bench beside %s: no C figures" % args.broker_exe, file=sys.stderr)
+        print("bench: %s is not there (set FELIX_BENCH): no C figures" % exe, file=sys.stderr)
         return None
     cmd = [exe, "--server", args.server, "--payload", str(args.payload), "--json", "--quiet"]
     cmd += ["--pin", args.pin] if args.pin else ["--insecure"]
