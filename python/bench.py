@@ -34,6 +34,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "tests"))
 
+# The release build's libfelix unless FELIX_LIBRARY names another one.
+_BUILT = os.path.join(HERE, "..", "build", "release", "lib", "libfelix.so.0")
+if not os.environ.get("FELIX_LIBRARY") and os.path.exists(_BUILT):
+    os.environ["FELIX_LIBRARY"] = os.path.abspath(_BUILT)
+
 import felix  # noqa: E402
 
 NS = "default"
