@@ -88,3 +88,13 @@ def test_publisher_links_statically(stage, broker, tmp_path):
     env = example_env(stage, broker)
     env.pop("LD_LIBRARY_PATH")
     assert "published 3 message(s)" in run([pub, "default", "ex-static", "3"], env=env).stdout
+
+
+def test_installed_examples_makefile_builds_all_three(stage, tmp_path):
+    import shutil
+
+    work = tmp_path / "ex"
+    shutil.copytree(stage.path(EXAMPLES), work)
+    run(["make", "-C", str(work), "CFLAGS=-O2 -Wall -Wextra -Werror"], env=stage.pkg_env())
+    for prog in ("publisher", "acked_publisher", "resume_subscriber"):
+        assert os.access(str(work / prog), os.X_OK), prog
