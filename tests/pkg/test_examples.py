@@ -4,6 +4,7 @@ against a real felix-broker."""
 
 import os
 import shlex
+import shutil
 import subprocess
 
 from fxpkg import run
@@ -91,8 +92,6 @@ def test_publisher_links_statically(stage, broker, tmp_path):
 
 
 def test_installed_examples_makefile_builds_all_three(stage, tmp_path):
-    import shutil
-
     work = tmp_path / "ex"
     shutil.copytree(stage.path(EXAMPLES), work)
     run(["make", "-C", str(work), "CFLAGS=-O2 -Wall -Wextra -Werror"], env=stage.pkg_env())
