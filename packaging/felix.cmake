@@ -86,13 +86,15 @@ if(TARGET felix AND TARGET felix-broker)
         OUTPUT ${FX_MAN_DIR}/felix.1 ${FX_MAN_DIR}/felix-broker.8
         COMMAND ${CMAKE_COMMAND} -E make_directory ${FX_MAN_DIR}
         COMMAND ${FX_HELP2MAN} --no-info --no-discard-stderr --section=1
-                "--name=command-line client of the Felix-C broker" --output=${FX_MAN_DIR}/felix.1
+                "--name=command-line client of the Felix-C broker"
+                "--include=${CMAKE_SOURCE_DIR}/packaging/felix.h2m" --output=${FX_MAN_DIR}/felix.1
                 $<TARGET_FILE:felix>
         COMMAND ${FX_HELP2MAN} --no-info --no-discard-stderr --section=8
                 "--name=Felix-C publish/subscribe broker over QUIC"
                 "--include=${CMAKE_SOURCE_DIR}/packaging/felix-broker.h2m"
                 --output=${FX_MAN_DIR}/felix-broker.8 $<TARGET_FILE:felix-broker>
-        DEPENDS felix felix-broker ${CMAKE_SOURCE_DIR}/packaging/felix-broker.h2m
+        DEPENDS felix felix-broker ${CMAKE_SOURCE_DIR}/packaging/felix.h2m
+                ${CMAKE_SOURCE_DIR}/packaging/felix-broker.h2m
         COMMENT "man pages felix(1), felix-broker(8)")
     add_custom_target(felix_man ALL DEPENDS ${FX_MAN_DIR}/felix.1 ${FX_MAN_DIR}/felix-broker.8)
 endif()
