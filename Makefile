@@ -9,8 +9,12 @@ REL_DIR := build/release
 FUZZ_DIR := build/fuzz
 # Seconds each fuzz target runs in `make fuzz` (make fuzz FUZZ_SECONDS=600).
 FUZZ_SECONDS ?= 30
+DEB_DIR := build/deb
+# make install: where (PREFIX) and under which staging root (DESTDIR).
+PREFIX ?= /usr/local
+DESTDIR ?=
 
-.PHONY: all deps build test run fuzz format clean
+.PHONY: all deps build test run fuzz format clean install deb
 
 all: build
 
@@ -26,9 +30,22 @@ test: deps build
 	@$(CMAKE) -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=Debug -DFX_SANITIZE=ON -DFX_TSAN=ON >/dev/null
 	@$(CMAKE) --build $(TEST_DIR) -j $(JOBS)
 	@cd $(TEST_DIR) && ctest -j $(JOBS) --output-on-failure -LE fuzz
+	@cd $(REL_DIR) && ctest -j $(JOBS) --output-on-failure -L pkg
 
 run: build
 	@scripts/run.sh $(REL_DIR) $(ARGS)
+
+# libfelix (.so, .a, headers, felix.pc), the binaries, man pages, the systemd
+# unit, the example configuration and the Python package, under
+# $(DESTDIR)$(PREFIX) (packaging/install.cmake).
+install: build
+	@DESTDIR="$(DESTDIR)" $(CMAKE) --install $(REL_DIR) --prefix "$(PREFIX)"
+
+# Debian packages from a /usr install tree (packaging/mkdeb.sh) into build/deb/.
+deb: build
+	@rm -rf $(DEB_DIR)
+	@DESTDIR="$(CURDIR)/$(DEB_DIR)/root" $(CMAKE) --install $(REL_DIR) --prefix /usr --strip >/dev/null
+	@packaging/mkdeb.sh $(DEB_DIR)/root $(DEB_DIR)
 
 fuzz:
 	@scripts/deps.sh --fuzz

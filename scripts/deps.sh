@@ -11,6 +11,11 @@ pkgs=(
     libjansson-dev libyaml-dev libmicrohttpd-dev libcurl4-gnutls-dev
     libcmocka-dev zlib1g-dev
     chromium curl
+    libsystemd-dev
+    # libfelix's packaging and the Python package: man pages, .deb files with
+    # computed dependencies, the unit check, the Python tests and pip install
+    help2man dpkg-dev systemd man-db
+    python3 python3-pytest python3-setuptools python3-venv python3-pip
 )
 if [ "${1:-}" = "--fuzz" ]; then
     pkgs+=(clang libclang-rt-14-dev)

@@ -3,7 +3,9 @@
  * on request, and otherwise serves the QUIC data plane (fx_broker) and the
  * admin HTTP endpoint (/metrics, /live, /ready) until SIGINT or SIGTERM.
  * SIGTERM/SIGINT drain it (fx_broker_drain): /ready turns 503 first, then the
- * accepted work is finished within shutdown_drain_timeout_ms.
+ * accepted work is finished within shutdown_drain_timeout_ms. Under systemd
+ * (Type=notify) it reports READY=1 once both listeners are open and
+ * STOPPING=1 when the drain starts.
  * Main thread only. */
 #include <errno.h>
 #include <limits.h>
@@ -18,6 +20,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <systemd/sd-daemon.h>
 
 #include "base/log.h"
 #include "broker/broker.h"
@@ -571,6 +575,15 @@ static int drain(const fx_config *c, fx_broker *b, const sigset_t *set)
     return drain_result(c, &d);
 }
 
+/* Tells systemd (Type=notify) |state|; without $NOTIFY_SOCKET, as outside
+ * systemd, sd_notify does nothing. */
+static void notify_systemd(const char *state)
+{
+    int rv = sd_notify(0, state);
+    if (rv < 0)
+        fprintf(stderr, "felix-broker: warning: sd_notify %s: %s\n", state, strerror(-rv));
+}
+
 /* Serves the data plane and the admin endpoint until SIGINT/SIGTERM; /ready
  * turns 503 as soon as the signal arrives. Returns 0 or EXIT_START. */
 static int serve(const fx_config *c)
@@ -632,8 +645,10 @@ static int serve(const fx_config *c)
         return EXIT_START;
     }
     print_banner(c, b, admin);
+    notify_systemd("READY=1"); /* both listeners are open */
     int sig = wait_stop_signal(&set, authn, b);
     fx_admin_set_draining(admin, true); /* first: load balancers stop sending */
+    notify_systemd("STOPPING=1");
     fprintf(stderr,
             "felix-broker: %s received, draining (at most %llu ms; a second signal exits "
             "at once)\n",
