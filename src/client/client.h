@@ -106,6 +106,7 @@ typedef struct pjob {
     struct pjob *gnext; /* loop: next job of the frame being built (coalesce.c) */
     uint64_t enq_ns;    /* admission time (linger) */
     uint32_t count;     /* messages */
+    uint32_t calls;     /* publish calls it carries (more than one once merged) */
     uint32_t names_off; /* binary: offset of the tenant name */
     uint32_t entries_off; /* binary: offset of the first payload entry */
     uint8_t wack;       /* fx_wire_ack */

@@ -101,6 +101,7 @@ static void write_merged(const pworker *w, pjob *m)
         p += entry_bytes(j);
     }
     m->count = (uint32_t)w->gmsgs;
+    m->calls = (uint32_t)w->gjobs;
     m->names_off = h->names_off;
     m->entries_off = h->entries_off;
     m->wack = h->wack;

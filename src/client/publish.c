@@ -173,7 +173,7 @@ static void job_release(void *data, size_t len, void *user)
     cconn *cc = j->sent_on;
     bool lost = cc != NULL && cc->gen != j->sent_gen;
     if (lost)
-        atomic_fetch_add(&c->pub_lost, 1);
+        atomic_fetch_add(&c->pub_lost, j->calls);
     if (lost) {
         req_finish_all(c, j->req, cc->close_rv, cc->close_text);
     } else {
@@ -706,6 +706,7 @@ static pjob *job_alloc(fx_client *c, size_t len)
     memset(j, 0, sizeof(*j));
     j->c = c;
     j->len = len;
+    j->calls = 1;
     return j;
 }
 

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -386,12 +387,29 @@ static void stub_release_credit(void)
     assert_int_equal(fx_loop_call(S->loop, release_credit_task, NULL), 0);
 }
 
+typedef struct unacked_q {
+    uint64_t n;
+    atomic_bool done;
+} unacked_q;
+
+static void unacked_task(void *u)
+{
+    unacked_q *q = u;
+    pthread_mutex_lock(&S->mu);
+    q->n = S->conn != NULL ? fx_quic_conn_unacked(S->conn) : 0;
+    pthread_mutex_unlock(&S->mu);
+    atomic_store(&q->done, true);
+}
+
+/* The stub connection's unacked bytes, read on its loop (which owns them). */
 static uint64_t stub_unacked(void)
 {
-    pthread_mutex_lock(&S->mu);
-    uint64_t n = S->conn != NULL ? fx_quic_conn_unacked(S->conn) : 0;
-    pthread_mutex_unlock(&S->mu);
-    return n;
+    unacked_q q = {.n = 0};
+    atomic_init(&q.done, false);
+    assert_int_equal(fx_loop_call(S->loop, unacked_task, &q), 0);
+    while (!atomic_load(&q.done))
+        usleep(200);
+    return q.n;
 }
 
 /* ---- client helpers ------------------------------------------------------------ */
