@@ -416,8 +416,12 @@ static void worker_send(pworker *w)
         } else if (rv == 0) {
             j->sent_on = w->conn; /* QUIC holds it: job_release tells lost from acked */
             j->sent_gen = w->conn->gen;
+        } else {
+            job_fail(j, rv, fx_strerror(rv)); /* async callbacks learn the failure */
+            j = NULL;
         }
-        fx_buf_unref(j->buf);
+        if (j != NULL)
+            fx_buf_unref(j->buf);
         if (rv != 0) {
             worker_fail(w, rv, fx_strerror(rv));
             return;
