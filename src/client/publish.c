@@ -201,8 +201,9 @@ static void job_fail(pjob *j, int rv, const char *msg)
     if (r != NULL && r->acked) {
         j->req = NULL;
         req_finish_all(j->c, r, rv, msg);
+        r = NULL; /* finished: possibly freed */
     }
-    for (; r != NULL && !r->acked; r = r->grp) {
+    for (; r != NULL; r = r->grp) { /* unacked: job_release reports it */
         r->rv = rv;
         snprintf(r->msg, sizeof(r->msg), "%s", msg);
     }
