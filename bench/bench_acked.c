@@ -55,7 +55,7 @@ struct acked_run {
     fx_client *cl;
     apub *pubs;
     char (*names)[32];
-    atomic_int warm; /* publishers done with their warm-up */
+    atomic_int warm;                    /* publishers done with their warm-up */
     _Atomic uint64_t start_ns, stop_ns; /* 0 until set by the main thread */
     atomic_bool stop;
 };
@@ -152,8 +152,8 @@ static void *async_main(void *arg)
         s->t_sent = fx_bench_now_ns();
         s->measured = sent >= warm_n && atomic_load(&p->A->start_ns) != 0;
         fx_bench_stamp(buf, sent, s->t_sent);
-        int rv = fx_publish_async(p->A->cl, c->ns, p->stream, buf, c->payload,
-                                  FX_ACK_PER_MESSAGE, on_acked, s);
+        int rv = fx_publish_async(p->A->cl, c->ns, p->stream, buf, c->payload, FX_ACK_PER_MESSAGE,
+                                  on_acked, s);
         if (rv != 0) { /* no callback: give the slot back and count the error */
             pthread_mutex_lock(&p->mu);
             account(p, s->t_sent, false, rv);

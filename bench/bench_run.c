@@ -424,9 +424,9 @@ static int send_batch(run *R, pubstate *p, uint32_t n)
     uint32_t s = fx_bench_stream_of(p->seq, c->batch, c->streams);
     /* One message per call is fx_publish, as applications (and the peers'
      * harness) publish. */
-    int rv = n == 1 ? fx_publish(R->pub, c->ns, R->names[s], p->iov[0].data, p->iov[0].len,
-                                 FX_ACK_NONE)
-                    : fx_publish_batch(R->pub, c->ns, R->names[s], p->iov, n, FX_ACK_NONE);
+    int rv =
+        n == 1 ? fx_publish(R->pub, c->ns, R->names[s], p->iov[0].data, p->iov[0].len, FX_ACK_NONE)
+               : fx_publish_batch(R->pub, c->ns, R->names[s], p->iov, n, FX_ACK_NONE);
     p->seq += n;
     p->t_last_submit = fx_bench_now_ns();
     return rv;

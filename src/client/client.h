@@ -23,8 +23,8 @@
 #define FX_CLIENT_FLAGS 0x3Fu
 #define FX_CLIENT_LEGACY_FLAGS 0x07u
 #define FX_PENDING_BUCKETS 64
-#define FX_CLIENT_LINGER_MAX_US 1000000u         /* publish_linger_us bound: 1 s */
-#define FX_CLIENT_ACK_TIMEOUT_MAX_MS 86400000     /* publish_ack_timeout_ms bound: a day */
+#define FX_CLIENT_LINGER_MAX_US 1000000u      /* publish_linger_us bound: 1 s */
+#define FX_CLIENT_ACK_TIMEOUT_MAX_MS 86400000 /* publish_ack_timeout_ms bound: a day */
 
 /* ---- process-wide loops (runtime.c) --------------------------------------- */
 
@@ -102,15 +102,15 @@ struct preq {
 typedef struct pjob {
     fx_client *c;
     fx_permit permit;
-    preq *req;         /* NULL for a synchronous unacked publish; a chain (grp) once merged */
-    struct pjob *gnext; /* loop: next job of the frame being built (coalesce.c) */
-    uint64_t enq_ns;    /* admission time (linger) */
-    uint32_t count;     /* messages */
-    uint32_t calls;     /* publish calls it carries (more than one once merged) */
-    uint32_t names_off; /* binary: offset of the tenant name */
+    preq *req;            /* NULL for a synchronous unacked publish; a chain (grp) once merged */
+    struct pjob *gnext;   /* loop: next job of the frame being built (coalesce.c) */
+    uint64_t enq_ns;      /* admission time (linger) */
+    uint32_t count;       /* messages */
+    uint32_t calls;       /* publish calls it carries (more than one once merged) */
+    uint32_t names_off;   /* binary: offset of the tenant name */
     uint32_t entries_off; /* binary: offset of the first payload entry */
-    uint8_t wack;       /* fx_wire_ack */
-    bool merge;         /* a binary batch others may be merged with */
+    uint8_t wack;         /* fx_wire_ack */
+    bool merge;           /* a binary batch others may be merged with */
     cconn *sent_on;    /* loop: the connection QUIC took the frame on, or NULL */
     uint32_t sent_gen; /* loop: its generation then */
     fx_buf *buf;

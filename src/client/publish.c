@@ -373,8 +373,7 @@ static bool next_frame(pworker *w, pjob **pj)
             bool linger = c->o.publish_linger_us > 0 && w->fin == FIN_NONE &&
                           atomic_load(&c->flushers) == 0 && !atomic_load(&c->pub_closing);
             if (!full && linger && fx_loop_now(c->loop) < due &&
-                (fx_timer_is_armed(&w->linger) ||
-                 fx_loop_timer_arm(c->loop, &w->linger, due) == 0))
+                (fx_timer_is_armed(&w->linger) || fx_loop_timer_arm(c->loop, &w->linger, due) == 0))
                 return false; /* without memory for the timer: send now */
             fx_loop_timer_cancel(c->loop, &w->linger);
             fx_coalesce_take(w, pj);
@@ -472,8 +471,8 @@ void fx_pub_conn_ready(fx_client *c, cconn *cc)
         pworker *w = &c->workers[i];
         if (c->conns[i / c->o.publish_streams_per_conn] != cc)
             continue;
-        bool busy = w->held != NULL || w->ghead != NULL || w->next != NULL ||
-                    fx_queue_depth(&w->q) > 0;
+        bool busy =
+            w->held != NULL || w->ghead != NULL || w->next != NULL || fx_queue_depth(&w->q) > 0;
         if ((w->state == 0 && (busy || i == 0)) || w->state == 2)
             worker_kick(w);
     }

@@ -185,7 +185,8 @@ int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
     if (rv == 0)
         rv = rd_name(&r, &b->stream, "stream", err);
     if (rv == 0)
-        rv = rd_entries(&r, FX_WIRE_BATCH_MAX_MESSAGES, &b->count, &b->payloads, b->inline_payloads, err);
+        rv = rd_entries(&r, FX_WIRE_BATCH_MAX_MESSAGES, &b->count, &b->payloads, b->inline_payloads,
+                        err);
     return rv;
 }
 

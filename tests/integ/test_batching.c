@@ -247,8 +247,8 @@ static void wait_called(cbres *r, int n)
 static void test_merged_publishes_in_flight_fail_each_on_connection_loss(void **state)
 {
     (void)state;
-    E *e = e_new(true);       /* answered = appended */
-    e->bo.io_threads = 1;     /* the endpoint runs apart from the worker we stall */
+    E *e = e_new(true);   /* answered = appended */
+    e->bo.io_threads = 1; /* the endpoint runs apart from the worker we stall */
     fix_env_start(e);
     fx_client_opts o;
     copts(e, &o);

@@ -397,8 +397,11 @@ static void test_publish_batch_over_65536_messages_is_refused(void **state)
     /* The encoder will not write one either. */
     fx_wire_slice *p = calloc(FX_WIRE_BATCH_MAX_MESSAGES + 1, sizeof(*p));
     assert_non_null(p);
-    fx_wire_publish_batch b = {.tenant = str("t"), .ns = str("n"), .stream = str("s"),
-                               .count = FX_WIRE_BATCH_MAX_MESSAGES + 1, .payloads = p};
+    fx_wire_publish_batch b = {.tenant = str("t"),
+                               .ns = str("n"),
+                               .stream = str("s"),
+                               .count = FX_WIRE_BATCH_MAX_MESSAGES + 1,
+                               .payloads = p};
     assert_int_equal(fx_publish_batch_frame_size(&b), FX_EWIRE_COUNT);
     b.count = FX_WIRE_BATCH_MAX_MESSAGES;
     assert_true(fx_publish_batch_frame_size(&b) > 0);

@@ -44,7 +44,7 @@ typedef struct stub {
     uint64_t sub_id;       /* id to assign */
     bool no_answer;        /* never answer acked publishes */
     const char *fail_payload; /* answer an acked frame holding this payload with pub_error */
-    bool hold_credit;      /* consume nothing until stub_release_credit */
+    bool hold_credit;         /* consume nothing until stub_release_credit */
     /* observed (mu) */
     fx_quic_conn *conn;
     sst st[NS];
@@ -1143,8 +1143,8 @@ static void test_close_while_a_batch_is_built_sends_it_once(void **state)
     for (int i = 0; i < 20; i++) {
         sl[i] = (rslot){&r, i};
         snprintf(pay[i], sizeof(pay[i]), "p%02d", i);
-        assert_int_equal(fx_publish_async(c, "default", "demo", pay[i], strlen(pay[i]),
-                                          FX_ACK_NONE, on_res, &sl[i]),
+        assert_int_equal(fx_publish_async(c, "default", "demo", pay[i], strlen(pay[i]), FX_ACK_NONE,
+                                          on_res, &sl[i]),
                          0);
     }
     uint64_t t0 = fx_now_ns();
@@ -1184,8 +1184,8 @@ static void test_ack_timeout_fails_unanswered_publish(void **state)
     R = &r;
     R_WANT = 1;
     rslot sl = {&r, 0};
-    assert_int_equal(
-        fx_publish_async(c, "default", "demo", "y", 1, FX_ACK_PER_BATCH, on_res, &sl), 0);
+    assert_int_equal(fx_publish_async(c, "default", "demo", "y", 1, FX_ACK_PER_BATCH, on_res, &sl),
+                     0);
     assert_true(wait_until(res_done, 3000));
     assert_int_equal(r.rv[0], FX_ETIMEDOUT);
     assert_int_equal(r.calls[0], 1);
