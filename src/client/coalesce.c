@@ -21,13 +21,14 @@ static size_t names_len(const pjob *j)
     return j->entries_off - 4 - j->names_off;
 }
 
-/* Most payload-entry bytes one merged frame may hold on |w|'s client. */
-static size_t bytes_cap(const fx_client *c)
+/* Most payload-entry bytes a frame merged after |h| may hold: the
+ * coalescing bound, and what max_frame_bytes leaves after |h|'s prefix and
+ * names. */
+static size_t bytes_cap(const fx_client *c, const pjob *h)
 {
     size_t cap = FX_PUBLISH_COALESCE_BYTES;
-    size_t frame = c->o.max_frame_bytes;
-    /* Header room for the 9-byte ack prefix and three 65535-byte names. */
-    size_t room = frame > 9 + 6 + 3 * 65535u + 4 ? frame - (9 + 6 + 3 * 65535u + 4) : 0;
+    size_t head = h->entries_off - FX_WIRE_HEADER_LEN;
+    size_t room = c->o.max_frame_bytes > head ? c->o.max_frame_bytes - head : 0;
     return cap < room ? cap : room;
 }
 
@@ -39,7 +40,7 @@ bool fx_coalesce_fits(const pworker *w, const pjob *j)
     if (!h->merge || !j->merge || h->wack != j->wack || w->next != NULL)
         return false;
     if (w->gmsgs + j->count > FX_WIRE_BATCH_MAX_MESSAGES ||
-        w->gbytes + entry_bytes(j) > bytes_cap(w->c))
+        w->gbytes + entry_bytes(j) > bytes_cap(w->c, h))
         return false;
     return names_len(h) == names_len(j) &&
            memcmp(h->frame + h->names_off, j->frame + j->names_off, names_len(h)) == 0;
@@ -64,7 +65,7 @@ bool fx_coalesce_full(const pworker *w)
     if (h == NULL)
         return false;
     return !h->merge || w->next != NULL || w->gmsgs >= FX_WIRE_BATCH_MAX_MESSAGES ||
-           w->gbytes >= bytes_cap(w->c);
+           w->gbytes >= bytes_cap(w->c, h);
 }
 
 static void group_reset(pworker *w)
