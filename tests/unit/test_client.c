@@ -64,6 +64,7 @@ typedef struct stub {
     int nlog;
     char log[8192][16];
     size_t held_bytes[NS]; /* hold_credit: bytes not consumed yet */
+    size_t max_body;       /* largest binary publish frame body seen */
 } stub;
 
 /* Receive window per stream of the next stub (0: the transport's). */
@@ -180,6 +181,8 @@ static bool log_batch(const fx_frame *f)
     bool bad = false;
     if (S->nframes < 4096)
         S->frame_msgs[S->nframes++] = b.count;
+    if (f->len > S->max_body)
+        S->max_body = f->len;
     for (uint32_t i = 0; i < b.count; i++) {
         size_t n = b.payloads[i].len < 15 ? b.payloads[i].len : 15;
         if (S->nlog < 8192) {
@@ -1027,6 +1030,42 @@ static void test_coalesce_off_sends_one_frame_per_publish(void **state)
     assert_int_equal(publish_behind_busy_stream(false), 201);
 }
 
+/* max_frame_bytes 8 KiB: messages queued behind a busy stream merge into
+ * frames that never exceed it, in order. */
+static void test_merged_frames_stay_within_max_frame_bytes(void **state)
+{
+    stub_window = 64u << 10;
+    stub_start();
+    stub_window = 0;
+    S->hold_credit = true;
+    fx_client_opts o;
+    opts(&o);
+    one_worker(&o);
+    o.max_frame_bytes = 8192;
+    fx_client *c = connect_stub(&o);
+    enum { N = 300 };
+    static char m[1000];
+    for (int i = 0; i < N; i++) {
+        memset(m, 'a' + i % 26, sizeof(m));
+        snprintf(m, 16, "m%03d", i);
+        assert_int_equal(fx_publish(c, "default", "demo", m, sizeof(m), FX_ACK_NONE), 0);
+    }
+    stub_release_credit();
+    assert_int_equal(fx_flush(c, 5000), 0);
+    NLOG_WANT = N;
+    assert_true(wait_until(log_complete, 5000));
+    pthread_mutex_lock(&S->mu);
+    assert_true(S->max_body <= 8192);
+    assert_true(S->nframes < N); /* some merged */
+    for (int i = 0; i < N; i++) {
+        char want[16];
+        snprintf(want, sizeof(want), "m%03d", i);
+        assert_string_equal(S->log[i], want);
+    }
+    pthread_mutex_unlock(&S->mu);
+    finish(c);
+}
+
 typedef struct res {
     pthread_mutex_t mu;
     int calls[32];
@@ -1337,6 +1376,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_opts_publish_batching_from_env_and_checked),
     cmocka_unit_test(test_publishes_behind_a_busy_stream_merge_in_order),
     cmocka_unit_test(test_coalesce_off_sends_one_frame_per_publish),
+    cmocka_unit_test(test_merged_frames_stay_within_max_frame_bytes),
     cmocka_unit_test(test_merged_acked_publishes_each_learn_the_result_refusal_mid_stream),
     cmocka_unit_test(test_linger_holds_a_lone_publish_for_its_bound_only),
     cmocka_unit_test(test_close_while_a_batch_is_built_sends_it_once),
