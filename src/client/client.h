@@ -97,8 +97,9 @@ struct preq {
 };
 
 /* One encoded frame on its way: admitted at checkpoint 1 (|permit|), queued
- * at checkpoint 2, sent by the loop. Wrapped in an fx_buf whose release
- * frees it and gives the permit back. */
+ * at checkpoint 2, sent by the loop. Wrapped in an fx_buf when it is sent
+ * (a publish merged into another frame never is); the release (of the
+ * fx_buf, or fx_pub_job_put before) frees it and gives the permit back. */
 typedef struct pjob {
     fx_client *c;
     fx_permit permit;
@@ -316,8 +317,9 @@ void fx_pub_finish(fx_client *c);
 
 /* Loop-internal helpers of publish.c used by coalesce.c. */
 pjob *fx_pub_job_alloc(fx_client *c, size_t len);
-void fx_pub_job_free(pjob *j);
-int fx_pub_job_wrap(pjob *j);
+/* Drops the holder's reference on |j| (releases it unless QUIC holds its
+ * frame). */
+void fx_pub_job_put(pjob *j);
 
 /* ---- coalesce.c ----------------------------------------------------------- */
 /* Natural batching of one worker's queue. Loop. */

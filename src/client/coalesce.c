@@ -128,7 +128,7 @@ static void absorb_parts(pworker *w, pjob *m)
             tail = &j->req->grp;
             j->req = NULL;
         }
-        fx_buf_unref(j->buf); /* nothing left to give back: frees the part */
+        fx_pub_job_put(j); /* nothing left to give back: frees the part */
     }
     *tail = NULL;
 }
@@ -141,13 +141,8 @@ void fx_coalesce_take(pworker *w, pjob **pj)
     }
     const pjob *h = w->ghead;
     pjob *m = fx_pub_job_alloc(w->c, h->entries_off + w->gbytes);
-    if (m != NULL) {
+    if (m != NULL)
         write_merged(w, m);
-        if (fx_pub_job_wrap(m) != 0) {
-            fx_pub_job_free(m);
-            m = NULL;
-        }
-    }
     if (m == NULL) {
         *pj = take_first(w); /* no memory to merge: one at a time */
         return;

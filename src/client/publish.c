@@ -155,11 +155,6 @@ static void job_free(pjob *j)
     fx_blk_free(j);
 }
 
-void fx_pub_job_free(pjob *j)
-{
-    job_free(j);
-}
-
 /* The frame's last reference went (QUIC acknowledged it, its stream died, or
  * it was never sent): give the bytes back and finish an unacked async. */
 static void job_release(void *data, size_t len, void *user)
@@ -187,11 +182,31 @@ static void job_release(void *data, size_t len, void *user)
     outstanding_done(c, 1);
 }
 
+/* Makes the job's frame an fx_buf whose release returns the permit. */
+static int job_wrap(pjob *j)
+{
+    return fx_buf_wrap(&j->buf, j->frame, j->len, job_release, j);
+}
+
+/* Drops the holder's reference on |j|: its fx_buf once wrapped for sending
+ * (QUIC may still hold the frame), else |j| is released now. */
+static void job_put(pjob *j)
+{
+    if (j->buf != NULL)
+        fx_buf_unref(j->buf);
+    else
+        job_release(j->frame, j->len, j);
+}
+
+void fx_pub_job_put(pjob *j)
+{
+    job_put(j);
+}
+
 static void job_drop(void *item, void *user)
 {
     (void)user;
-    pjob *j = item;
-    fx_buf_unref(j->buf);
+    job_put(item);
 }
 
 /* Fails a job that will not be sent. */
@@ -207,7 +222,7 @@ static void job_fail(pjob *j, int rv, const char *msg)
         r->rv = rv;
         snprintf(r->msg, sizeof(r->msg), "%s", msg);
     }
-    fx_buf_unref(j->buf);
+    job_put(j);
 }
 
 typedef struct failwhy {
@@ -400,7 +415,10 @@ static void worker_send(pworker *w)
         preq *r = j->req;
         if (r != NULL && r->acked)
             pending_add(w, r);
-        int rv = fx_quic_stream_send(w->conn->qc, w->sid, j->buf, 0, j->len, false);
+        /* Wrapped only now: a publish merged into another frame never is. */
+        int rv = j->buf == NULL ? job_wrap(j) : 0;
+        if (rv == 0)
+            rv = fx_quic_stream_send(w->conn->qc, w->sid, j->buf, 0, j->len, false);
         if (rv == FX_EFULL) {
             if (r != NULL && r->acked)
                 pending_take(w, r->request_id);
@@ -421,7 +439,7 @@ static void worker_send(pworker *w)
             j = NULL;
         }
         if (j != NULL)
-            fx_buf_unref(j->buf);
+            job_put(j); /* QUIC holds its own reference */
         if (rv != 0) {
             worker_fail(w, rv, fx_strerror(rv));
             return;
@@ -863,20 +881,10 @@ static int encode_job(fx_client *c, const char *ns, const char *stream, const fx
     return rv;
 }
 
-/* Makes the job's frame an fx_buf whose release returns the permit. */
-static int job_wrap(pjob *j)
-{
-    return fx_buf_wrap(&j->buf, j->frame, j->len, job_release, j);
-}
 
 pjob *fx_pub_job_alloc(fx_client *c, size_t len)
 {
     return job_alloc(c, len);
-}
-
-int fx_pub_job_wrap(pjob *j)
-{
-    return job_wrap(j);
 }
 
 /* Takes the budget and queues |j|; on failure |j| is gone (its request,
@@ -890,11 +898,6 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
     if (rv == FX_ETOOBIG)
         fx_client_set_error(rv, "publish of %zu bytes exceeds publish_inflight_bytes %zu", j->len,
                             c->o.publish_inflight_bytes);
-    if (rv == 0) {
-        rv = job_wrap(j);
-        if (rv != 0)
-            fx_permit_release(&j->permit);
-    }
     if (rv != 0) {
         job_free(j);
         return rv;
@@ -907,7 +910,7 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
         if (j->req != NULL && j->req->acked)
             outstanding_done(c, 1);
         j->req = NULL;
-        fx_buf_unref(j->buf);
+        job_put(j);
         return rv;
     }
     if (on_loop)
