@@ -881,7 +881,6 @@ static int encode_job(fx_client *c, const char *ns, const char *stream, const fx
     return rv;
 }
 
-
 pjob *fx_pub_job_alloc(fx_client *c, size_t len)
 {
     return job_alloc(c, len);
