@@ -34,7 +34,12 @@ typedef struct fx_bench_cfg {
     double min_seconds;  /* throughput/overload/isolation (per phase): measured time at least */
     double max_seconds;  /* hard bound on the publish loop */
     double idle_seconds; /* a reader silent this long after the end stops */
-    bool ack;            /* latency: FX_ACK_PER_MESSAGE */
+    bool ack;            /* latency: FX_ACK_PER_MESSAGE; throughput: acked publishing
+                          * (fx_bench_acked_run: no subscribers) */
+    uint32_t publishers; /* throughput --ack: publisher threads sharing one client */
+    uint32_t window;     /* throughput --ack: 0 blocking fx_publish, one at a time per
+                          * thread; W: fx_publish_async, W in flight per thread */
+    uint32_t rate;       /* latency: round trips started per second at most (0: back to back) */
     bool callback;       /* deliver by callback instead of fx_subscription_next */
     bool lossless;       /* client Block queues (the broker's profile is the caller's) */
     const char *server;  /* "127.0.0.1:port" */
@@ -68,6 +73,7 @@ typedef struct fx_bench_result {
     double submit_msgs_per_s, delivered_mib;
     fx_bench_lat lat; /* latency: per delivery; overload: healthy queueing delay */
     uint64_t lat_timeouts;
+    uint64_t acked; /* throughput --ack: answers inside the measured window */
     double round_trips_per_s;
     double run_s, client_user_s, client_sys_s;
     bool have_server;
@@ -110,6 +116,14 @@ typedef struct fx_bench_result {
  * FX_ETIMEDOUT / -ECONNREFUSED / FX_ETLS* when the broker is unreachable,
  * -ENOMEM, -errno. Main thread. */
 int fx_bench_run_once(const fx_bench_cfg *cfg, fx_bench_result *r);
+
+/* Throughput with |cfg|->ack: |cfg|->publishers threads publish acked
+ * messages (blocking, or |cfg|->window in flight each with
+ * fx_publish_async) for min_seconds after a warm-up; fills msgs_per_s
+ * (acked msg/s), lat (ack latency, call to answer), acked, pub_errors,
+ * window_s and |valid| (no publish failed). Returns 0 or the setup error.
+ * Main thread. */
+int fx_bench_acked_run(const fx_bench_cfg *cfg, fx_bench_result *r);
 
 /* Subscriptions per client in idle-subs mode: under the 1024 concurrent
  * uni streams one connection allows. */

@@ -30,6 +30,7 @@ typedef struct opts {
     uint32_t core_shards; /* in-process: pinned workers */
     uint32_t mtu;         /* pinned datagram size of every connection (0: the defaults) */
     bool total_set, warmup_set;
+    bool fanout_set, batch_set, acked_set; /* --fanout/--batch; --publishers/--window */
     bool victim_set; /* --victim-delay-ms or --victim-drop-permille given */
 } opts;
 
@@ -39,45 +40,59 @@ static const char *const MODE_NAMES[] = {"throughput", "latency", "overload", "i
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: felix-bench [--mode throughput|latency|overload|idle-subs|isolation]\n"
-                 "                   [options]\n"
-                 "  isolation          overload's workload (shedding profile) twice, on fresh\n"
-                 "                     connections: all F subscribers clean, then subscriber F-1\n"
-                 "                     (the victim) behind a delayed, lossy link; reports the\n"
-                 "                     other subscribers' msg/s and p99 impaired / clean, and\n"
-                 "                     what the victim received (needs --fanout >= 2)\n"
-                 "  --payload P        bytes per message, >= 16 (default 1024)\n"
-                 "  --fanout F         subscriber connections, one thread each (default 1)\n"
-                 "  --batch B          messages per publish call (default 64)\n"
-                 "  --streams S        spread messages over S streams (default 1)\n"
-                 "  --warmup W         unmeasured messages (default 2000; latency 500)\n"
-                 "  --total N          throughput: measured messages at least (default: 128 MiB\n"
-                 "                     delivered, and the run-length guard's minimum);\n"
-                 "                     latency: round trips (default 20000)\n"
-                 "  --min-seconds S    throughput/overload/isolation: measured seconds at least\n"
-                 "                     (default 5; isolation: per phase)\n"
-                 "  --max-seconds S    hard bound of the publish loop (default 60)\n"
-                 "  --runs K           repeat K times; the human table ends with medians\n"
-                 "  --ack              latency: acknowledged publishes (per message)\n"
-                 "  --subs N           idle-subs: N subscriptions on one stream, 1000 per client\n"
-                 "                     (needs --server, --broker-pid and --admin; default 10000)\n"
-                 "  --rss-watch S      overload: the broker's VmRSS every second for S seconds,\n"
-                 "                     from 10 s in (needs --broker-pid; lengthens the run)\n"
-                 "  --victim-delay-ms MS       isolation: the victim's client holds each datagram\n"
-                 "                     it receives MS ms (default 200)\n"
-                 "  --victim-drop-permille N   isolation: and drops N per thousand of the\n"
-                 "                     datagrams it sends and receives (default 50)\n"
-                 "  --callback         deliver by callback on the client loop\n"
-                 "  --server ADDR      external broker host:port (default: in-process broker)\n"
-                 "  --pin HEX          external broker's certificate SHA-256 (or --insecure)\n"
-                 "  --admin ADDR       external broker's admin host:port (drop counters)\n"
-                 "  --broker-pid PID   external broker's pid (CPU, peak RSS, wakeups)\n"
-                 "  --workers N --core-shards N   in-process broker placement\n"
-                 "  --mtu BYTES        pin the clients' datagram size (and the in-process broker's;\n"
-                 "                     start an external one with loopback_mtu=BYTES)\n"
-                 "  --json             one JSON line per run (peerbench field names)\n"
-                 "  --label L --quiet  label for JSON lines; no progress line\n"
-                 "  --test-drop-every N  test only: readers discard every Nth message\n");
+    fprintf(out,
+            "usage: felix-bench [--mode throughput|latency|overload|idle-subs|isolation]\n"
+            "                   [options]\n"
+            "  isolation          overload's workload (shedding profile) twice, on fresh\n"
+            "                     connections: all F subscribers clean, then subscriber F-1\n"
+            "                     (the victim) behind a delayed, lossy link; reports the\n"
+            "                     other subscribers' msg/s and p99 impaired / clean, and\n"
+            "                     what the victim received (needs --fanout >= 2)\n"
+            "  --payload P        bytes per message, >= 16 (default 1024)\n"
+            "  --fanout F         subscriber connections, one thread each (default 1)\n"
+            "  --batch B          messages per publish call (default 1: fx_publish, one\n"
+            "                     message per call as the peers publish; B > 1:\n"
+            "                     fx_publish_batch of B messages)\n"
+            "  --streams S        spread messages over S streams (default 1)\n"
+            "  --warmup W         unmeasured messages (default 2000; latency 500)\n"
+            "  --total N          throughput: measured messages at least (default: 128 MiB\n"
+            "                     delivered, and the run-length guard's minimum);\n"
+            "                     latency: round trips (default 20000)\n"
+            "  --min-seconds S    throughput/overload/isolation: measured seconds at least\n"
+            "                     (default 5; isolation: per phase)\n"
+            "  --max-seconds S    hard bound of the publish loop (default 60)\n"
+            "  --runs K           repeat K times; the human table ends with medians\n"
+            "  --ack              latency: acknowledged publishes (per message);\n"
+            "                     throughput: acked publishing without subscribers:\n"
+            "                     acked msg/s and ack latency p50/p99 (call to answer)\n"
+            "  --publishers N     throughput --ack: N threads sharing one client (default 1)\n"
+            "  --window W         throughput --ack: 0 (default) each thread makes one\n"
+            "                     blocking fx_publish at a time; W: fx_publish_async,\n"
+            "                     W in flight per thread\n"
+            "  --rate R           latency: start at most R round trips per second (a fixed\n"
+            "                     low rate; default: back to back)\n"
+            "  --subs N           idle-subs: N subscriptions on one stream, 1000 per client\n"
+            "                     (needs --server, --broker-pid and --admin; default 10000)\n"
+            "  --rss-watch S      overload: the broker's VmRSS every second for S seconds,\n"
+            "                     from 10 s in (needs --broker-pid; lengthens the run)\n"
+            "  --victim-delay-ms MS       isolation: the victim's client holds each datagram\n"
+            "                     it receives MS ms (default 200)\n"
+            "  --victim-drop-permille N   isolation: and drops N per thousand of the\n"
+            "                     datagrams it sends and receives (default 50)\n"
+            "  --callback         deliver by callback on the client loop\n"
+            "  --server ADDR      external broker host:port (default: in-process broker)\n"
+            "  --pin HEX          external broker's certificate SHA-256 (or --insecure)\n"
+            "  --admin ADDR       external broker's admin host:port (drop counters)\n"
+            "  --broker-pid PID   external broker's pid (CPU, peak RSS, wakeups)\n"
+            "  --workers N --core-shards N   in-process broker placement\n"
+            "  --mtu BYTES        pin the clients' datagram size (and the in-process broker's;\n"
+            "                     start an external one with loopback_mtu=BYTES)\n"
+            "  --json             one JSON line per run (peerbench field names)\n"
+            "  libfelix's FELIX_* variables apply to the clients, e.g.\n"
+            "  FELIX_PUBLISH_COALESCE=0 (one frame per publish call: the broker's\n"
+            "  per-frame path) and FELIX_PUBLISH_LINGER_US\n"
+            "  --label L --quiet  label for JSON lines; no progress line\n"
+            "  --test-drop-every N  test only: readers discard every Nth message\n");
 }
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -120,6 +135,9 @@ enum {
     O_WATCH,
     O_VDELAY,
     O_VDROP,
+    O_PUBLISHERS,
+    O_WINDOW,
+    O_RATE,
     O_HELP,
 };
 
@@ -152,6 +170,9 @@ static const struct option LONG_OPTS[] = {
     {"rss-watch", 1, 0, O_WATCH},
     {"victim-delay-ms", 1, 0, O_VDELAY},
     {"victim-drop-permille", 1, 0, O_VDROP},
+    {"publishers", 1, 0, O_PUBLISHERS},
+    {"window", 1, 0, O_WINDOW},
+    {"rate", 1, 0, O_RATE},
     {"help", 0, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -175,9 +196,19 @@ static int parse_num(opts *o, int c, const char *arg)
     case O_PAYLOAD:
         return parse_u64(arg, FX_BENCH_HDR, FX_BENCH_PAYLOAD_MAX, &v) ? -1 : (o->c.payload = v, 0);
     case O_FANOUT:
+        o->fanout_set = true;
         return parse_u64(arg, 1, 1024, &v) ? -1 : (o->c.fanout = (uint32_t)v, 0);
     case O_BATCH:
+        o->batch_set = true;
         return parse_u64(arg, 1, 4096, &v) ? -1 : (o->c.batch = (uint32_t)v, 0);
+    case O_PUBLISHERS:
+        o->acked_set = true;
+        return parse_u64(arg, 1, 1024, &v) ? -1 : (o->c.publishers = (uint32_t)v, 0);
+    case O_WINDOW:
+        o->acked_set = true;
+        return parse_u64(arg, 0, 65536, &v) ? -1 : (o->c.window = (uint32_t)v, 0);
+    case O_RATE:
+        return parse_u64(arg, 1, 1000000, &v) ? -1 : (o->c.rate = (uint32_t)v, 0);
     case O_STREAMS:
         return parse_u64(arg, 1, 64, &v) ? -1 : (o->c.streams = (uint32_t)v, 0);
     case O_WARMUP:
@@ -323,6 +354,24 @@ static int finish_cfg(opts *o)
                         "victim; the others are measured)\n");
         return 2;
     }
+    bool acked = c->mode == FX_BENCH_THROUGHPUT && c->ack;
+    if (o->acked_set && !acked) {
+        fprintf(stderr, "felix-bench: --publishers and --window need --mode throughput --ack\n");
+        return 2;
+    }
+    if (c->ack && c->mode != FX_BENCH_THROUGHPUT && c->mode != FX_BENCH_LATENCY) {
+        fprintf(stderr, "felix-bench: --ack applies to the latency and throughput modes\n");
+        return 2;
+    }
+    if (acked && (o->fanout_set || (o->batch_set && c->batch != 1))) {
+        fprintf(stderr, "felix-bench: throughput --ack measures acked publishing (one message "
+                        "per call, no subscribers): drop --fanout and --batch\n");
+        return 2;
+    }
+    if (c->rate && c->mode != FX_BENCH_LATENCY) {
+        fprintf(stderr, "felix-bench: --rate needs --mode latency\n");
+        return 2;
+    }
     if (o->victim_set && c->mode != FX_BENCH_ISOLATION) {
         fprintf(stderr, "felix-bench: --victim-delay-ms and --victim-drop-permille need --mode "
                         "isolation\n");
@@ -348,6 +397,11 @@ static int finish_cfg(opts *o)
         fprintf(stderr, "felix-bench: --server needs --pin HEX (the fingerprint felix-broker "
                         "prints at start) or --insecure\n");
         return 2;
+    }
+    c->lossless = c->mode != FX_BENCH_OVERLOAD && c->mode != FX_BENCH_ISOLATION;
+    if (acked) {
+        c->fanout = 0; /* no subscribers: no credit window or run-length guard */
+        return 0;
     }
     uint64_t window = fx_bench_credit_window(c->payload);
     if (c->batch > window)
@@ -538,9 +592,18 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
         fflush(stdout);
         return;
     }
-    if (c->mode == FX_BENCH_LATENCY) {
-        printf("\"ack\":%s,\"delivery\":\"%s\",\"lat_timeouts\":%llu,", c->ack ? "true" : "false",
-               c->callback ? "callback" : "next", (unsigned long long)r->lat_timeouts);
+    if (c->mode == FX_BENCH_THROUGHPUT && c->ack) {
+        printf("\"ack\":true,\"publishers\":%u,\"window\":%u,\"acked\":%llu,"
+               "\"pub_errors\":%llu,",
+               c->publishers, c->window, (unsigned long long)r->acked,
+               (unsigned long long)r->pub_errors);
+        jnum("window_s", r->window_s, 4);
+        jnum("msgs_per_s", r->msgs_per_s, 0);
+        json_lat(&r->lat); /* ack latency: publish call to answer */
+    } else if (c->mode == FX_BENCH_LATENCY) {
+        printf("\"ack\":%s,\"delivery\":\"%s\",\"lat_timeouts\":%llu,\"rate\":%u,",
+               c->ack ? "true" : "false", c->callback ? "callback" : "next",
+               (unsigned long long)r->lat_timeouts, c->rate);
         json_lat(&r->lat);
         jnum("round_trips_per_s", r->round_trips_per_s, 0);
     } else {
@@ -617,7 +680,17 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
         fflush(stdout);
         return;
     }
-    if (c->mode == FX_BENCH_LATENCY) {
+    if (c->mode == FX_BENCH_THROUGHPUT && c->ack) {
+        if (!r->valid)
+            printf("acked INVALID (%s)\n", r->why);
+        else
+            printf("acked, %u publisher(s), %s: %.0f msg/s acked  ack latency p50 %.1f  p99 "
+                   "%.1f  p999 %.1f us  (%zu samples)\n",
+                   c->publishers, c->window ? "async window" : "one at a time", r->msgs_per_s,
+                   r->lat.p50_us, r->lat.p99_us, r->lat.p999_us, r->lat.n);
+        if (c->window)
+            printf("       window %u in flight per publisher\n", c->window);
+    } else if (c->mode == FX_BENCH_LATENCY) {
         if (!r->valid)
             printf("INVALID (%s)\n", r->why);
         else
@@ -700,6 +773,11 @@ static void print_medians(const opts *o, const fx_bench_result *rs, int n)
     if (o->c.mode == FX_BENCH_IDLE_SUBS)
         printf("median of %d: %.0f bytes per subscription\n", n,
                median_of(rs, n, offsetof(fx_bench_result, bytes_per_sub)));
+    else if (o->c.mode == FX_BENCH_THROUGHPUT && o->c.ack)
+        printf("median of %d: %.0f msg/s acked  ack latency p50 %.1f  p99 %.1f us\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, msgs_per_s)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p50_us)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p99_us)));
     else if (o->c.mode == FX_BENCH_LATENCY)
         printf("median of %d: p50 %.1f  p99 %.1f  p999 %.1f us\n", n,
                median_of(rs, n, offsetof(fx_bench_result, lat.p50_us)),
@@ -750,7 +828,8 @@ int main(int argc, char **argv)
     opts o = {.c = {.mode = FX_BENCH_THROUGHPUT,
                     .payload = 1024,
                     .fanout = 1,
-                    .batch = 64,
+                    .batch = 1,
+                    .publishers = 1,
                     .streams = 1,
                     .min_seconds = FX_BENCH_GUARD_MIN_SECONDS,
                     .max_seconds = 60,
@@ -766,6 +845,14 @@ int main(int argc, char **argv)
         return rv == 1 ? 0 : 2;
     if (finish_cfg(&o) != 0)
         return 2;
+    fx_client_opts env;
+    fx_client_opts_init(&env);
+    if (fx_client_opts_from_env(&env) != 0) { /* the clients overlay the same variables */
+        char why[256];
+        fx_client_last_error(NULL, why, sizeof(why));
+        fprintf(stderr, "felix-bench: %s\n", why);
+        return 2;
+    }
     if (o.mtu) { /* libfelix reads the transport variables when a client starts */
         char v[16];
         snprintf(v, sizeof(v), "%u", o.mtu);

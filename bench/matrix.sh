@@ -17,6 +17,10 @@
 #   --peers L    comma-separated run-peers.sh backends (default nats-tls; "" for none)
 #   --quick      1 run per cell, payloads 256 1024, 5,000 latency round trips
 #                (explicit --runs/--payloads given after --quick still win)
+# Felix-C throughput is measured twice per cell, as two series side by side: one message per
+# publish call (felix-bench's default --batch 1, the shape the peers' harness publishes in:
+# label felix-c_...) and 64 messages per fx_publish_batch call (--batch 64: felix-c-b64_...),
+# so no chart compares the batch path with the peers' per-message path.
 # Throughput runs last the run-length guard's floor (5 s measured, and at least 10x what the
 # configuration can buffer); the peers get the same 5 s floor (TPUT_MIN_S=5).
 # Latency: unacked, blocking next, one message in flight, 20,000 round trips (quick: 5,000).
@@ -71,17 +75,24 @@ fx_traps
 IFS=', ' read -r -a PEER_ARR <<<"$PEER_LIST"
 n_cells=0
 for _ in $MODES; do for _ in $FANOUTS; do for _ in $PAYLOADS; do n_cells=$((n_cells + 1)); done; done; done
-TOTAL=$(( n_cells * (1 + ${#PEER_ARR[@]}) ))
+n_tput=0  # throughput cells run Felix-C twice (--batch 1 and --batch 64)
+for m in $MODES; do
+  [ "$m" = throughput ] || continue
+  for _ in $FANOUTS; do for _ in $PAYLOADS; do n_tput=$((n_tput + 1)); done; done
+done
+TOTAL=$(( n_cells * (1 + ${#PEER_ARR[@]}) + n_tput ))
 DONE=0 FAILED=0
 progress() { DONE=$((DONE + 1)); echo "matrix: [$DONE/$TOTAL] $*" >&2; }
 
-felix_cell() {  # MODE FANOUT PAYLOAD
-  local mode=$1 f=$2 p=$3 cell="felix-c_$1_p$3_f$2" rc=0
+felix_cell() {  # MODE FANOUT PAYLOAD [BATCH]
+  local mode=$1 f=$2 p=$3 batch=${4:-1} rc=0
+  local cell="felix-c_$1_p$3_f$2"
+  [ "$batch" = 1 ] || cell="felix-c-b${batch}_$1_p$3_f$2"
   progress "$cell ($RUNS run(s))"
   fx_start_broker "$OUT/logs/$cell.broker.log" "$OUT/state"
   fx_wait_quiet
   local args=(--mode "$mode" --payload "$p" --fanout "$f" --runs "$RUNS" --label "$cell")
-  if [ "$mode" = latency ]; then args+=(--total "$LAT_N"); else args+=(--min-seconds "$TPUT_MIN_S"); fi
+  if [ "$mode" = latency ]; then args+=(--total "$LAT_N"); else args+=(--min-seconds "$TPUT_MIN_S" --batch "$batch"); fi
   fx_bench "${args[@]}" >>"$RESULTS" 2>>"$OUT/logs/$cell.bench.log" || rc=$?
   fx_stop_broker
   # 3 = some run invalid (its JSON line says why); anything else is a setup failure.
@@ -109,6 +120,7 @@ for mode in $MODES; do
   for f in $FANOUTS; do
     for p in $PAYLOADS; do
       felix_cell "$mode" "$f" "$p"
+      if [ "$mode" = throughput ]; then felix_cell "$mode" "$f" "$p" 64; fi
       for peer in "${PEER_ARR[@]}"; do peer_cell "$peer" "$mode" "$f" "$p"; done
     done
   done

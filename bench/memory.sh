@@ -56,7 +56,7 @@ for run in $(seq 1 "$RUNS"); do
   echo "memory: run $run/$RUNS: overload, RSS watched for $WATCH s" >&2
   # shellcheck disable=SC2086
   fx_start_broker "$OUTDIR/logs/broker.log" "$OUTDIR/state" ${BROKER_ARGS:-}
-  bench overload --mode overload --fanout 3 --rss-watch "$WATCH"
+  bench overload --mode overload --fanout 3 --batch 64 --rss-watch "$WATCH"
   fx_stop_broker
 done
 

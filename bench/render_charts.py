@@ -24,16 +24,17 @@ import sys
 from xml.sax.saxutils import escape
 
 # Felix-C first, then the peers in a fixed order; unknown systems sort after.
-SYSTEM_ORDER = ["felix-c", "nats-tls", "nats", "redis", "mqtt0", "mqtt1"]
+SYSTEM_ORDER = ["felix-c", "felix-c-b64", "nats-tls", "nats", "redis", "mqtt0", "mqtt1"]
 SYSTEM_NAMES = {
     "felix-c": "Felix-C",
+    "felix-c-b64": "Felix-C (--batch 64)",
     "nats-tls": "NATS (TLS)",
     "nats": "NATS (plain TCP)",
     "redis": "Redis (plain TCP)",
     "mqtt0": "Mosquitto QoS 0",
     "mqtt1": "Mosquitto QoS 1",
 }
-COLORS = ["#1f6fb4", "#e8842c", "#3a9a3a", "#c43c3c", "#8a62b5", "#8c5a4b"]
+COLORS = ["#1f6fb4", "#7fb2e0", "#e8842c", "#3a9a3a", "#c43c3c", "#8a62b5", "#8c5a4b"]
 
 # peerbench prints C's "nan"/"inf" for figures it could not measure.
 _BARE_NONFINITE = re.compile(r'(?<=[:,\[])\s*-?(nan|inf)\b', re.IGNORECASE)
@@ -55,8 +56,15 @@ def parse_line(line):
 
 
 def system_of(row):
-    """The series a row belongs to: felix-c, nats-tls, nats, redis, mqtt0, ..."""
+    """The series a row belongs to: felix-c (one message per publish call),
+    felix-c-b64 (throughput with --batch 64), nats-tls, nats, redis, mqtt0, ..."""
     if row.get("tool") == "felix-bench" or row.get("backend") == "felix":
+        b = row.get("batch")
+        if row.get("mode") == "throughput" and isinstance(b, int) and b > 1:
+            return "felix-c-b%d" % b
+        m = _CELL_LABEL.match(str(row.get("label", "")))
+        if b is None and m and m.group("system").startswith("felix-c"):
+            return m.group("system")  # an error line: only its cell label
         return "felix-c"
     backend = row.get("backend")
     if backend is None:
@@ -339,6 +347,10 @@ def self_test():
     r = parse_line('{"p50_us":nan,"x":-inf,"y":1.5}')
     assert r == {"p50_us": None, "x": None, "y": 1.5}, r
     assert system_of({"tool": "felix-bench", "backend": "felix"}) == "felix-c"
+    assert system_of({"tool": "felix-bench", "mode": "throughput", "batch": 1}) == "felix-c"
+    assert system_of({"tool": "felix-bench", "mode": "throughput", "batch": 64}) == "felix-c-b64"
+    assert system_of({"tool": "felix-bench", "label": "felix-c-b64_throughput_p16_f1",
+                      "error": "x"}) == "felix-c-b64"
     assert system_of({"backend": "nats", "tls": True}) == "nats-tls"
     assert system_of({"backend": "mqtt", "qos": 1, "tls": False}) == "mqtt1"
     assert system_of({"tool": "peerbench", "label": "redis_throughput_p16_f1", "error": "x"}) == "redis"

@@ -17,7 +17,9 @@
 #   bench/sweep.sh base= w1=workers=1 shards2=core_shards=2 \
 #     dgram1452=loopback_mtu=1452
 # env: BUILD (default <repo>/build/bench), OUTDIR (default /tmp/felix-sweep), FX_PORT,
-#      FX_ADMIN, QUIET_MAX_S (default 10), BENCH_ARGS (extra felix-bench arguments).
+#      FX_ADMIN, QUIET_MAX_S (default 10), BENCH_ARGS (extra felix-bench arguments;
+#      felix-bench publishes one message per call by default: BENCH_ARGS="--batch 64"
+#      measures the batch path the earlier sweeps in docs/performance.md used).
 # A configuration that sets loopback_mtu also runs felix-bench with FELIX_LOOPBACK_MTU set
 # to the same value, so the clients use the broker's datagram size.
 set -euo pipefail

@@ -92,7 +92,24 @@ typedef struct fx_client_opts {
     /* Receive window per stream in bytes (0 = the transport's 1 MiB): what
      * a blocked subscription lets the broker send before it stalls. */
     uint32_t stream_window_bytes;
+    /* Natural batching: publishes to one stream with one ack mode that queue
+     * while the frame before them is still being sent are merged into one
+     * batch frame (at most FX_PUBLISH_COALESCE_BYTES of payload entries and
+     * 65,536 messages); an idle publisher's message goes out at once. Order
+     * and per-publish results are kept. false sends one frame per call. */
+    bool publish_coalesce; /* true (FELIX_PUBLISH_COALESCE) */
+    /* Wait up to this long after a publish for more to merge with it
+     * (0: never wait). */
+    uint32_t publish_linger_us; /* 0 (FELIX_PUBLISH_LINGER_US), at most 1,000,000 */
+    /* An acked publish not answered this long after the call fails with
+     * FX_ETIMEDOUT: the message may or may not have been appended. */
+    int publish_ack_timeout_ms; /* 30000 (FELIX_PUBLISH_ACK_TIMEOUT_MS) */
 } fx_client_opts;
+
+/* Payload-entry bytes (4-byte length + payload per message) one merged
+ * publish frame holds at most; a single publish larger than this is sent
+ * alone. */
+#define FX_PUBLISH_COALESCE_BYTES (64u << 10)
 
 /* Fills |o| with the defaults above and sets o->size. */
 void fx_client_opts_init(fx_client_opts *o);
@@ -154,7 +171,10 @@ typedef void (*fx_ack_cb)(void *user, int rv);
 /* Publishes |len| bytes of |data| to |ns|/|stream| of the client's tenant.
  * The payload is copied. Waits while the byte budget (checkpoint 1) or the
  * worker queue (checkpoint 2) is full. FX_ACK_NONE/DEFAULT returns once
- * admitted; FX_ACK_PER_MESSAGE/PER_BATCH returns the broker's answer.
+ * admitted; FX_ACK_PER_MESSAGE/PER_BATCH returns the broker's answer, or
+ * FX_ETIMEDOUT after publish_ack_timeout_ms (then the message may or may
+ * not have been appended). A publish may travel in one frame with others
+ * (publish_coalesce); its result is still its own.
  * Returns 0; FX_ETOOBIG (larger than publish_inflight_bytes, at once);
  * FX_ENOSTREAM / FX_EFORBIDDEN / FX_EOVERLOAD / FX_EREMOTE (the broker's
  * message via fx_client_last_error); FX_ECLOSED; FX_ECONNLOST or the
@@ -162,14 +182,16 @@ typedef void (*fx_ack_cb)(void *user, int rv);
 int fx_publish(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
                fx_ack ack);
 
-/* Publishes |n| payloads as one batch frame, order kept; an acked batch is
- * answered by one ack. Errors as fx_publish. */
+/* Publishes |n| payloads (at most 65,536) as one batch frame, order kept;
+ * an acked batch is answered by one ack. Errors as fx_publish, and -EINVAL
+ * for more than 65,536 payloads. */
 int fx_publish_batch(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs, size_t n,
                      fx_ack ack);
 
 /* As fx_publish, but returns after admission; |cb(user, rv)| runs on the
- * client's loop when the broker answered (acked) or QUIC acknowledged the
- * bytes (unacked: loss after sending is not detectable then), or on failure.
+ * client's loop when the broker answered (acked), publish_ack_timeout_ms
+ * passed without an answer (FX_ETIMEDOUT), QUIC acknowledged the bytes
+ * (unacked: loss after sending is not detectable then), or on failure.
  * Acks are paired with requests by request id. If this returns an error,
  * |cb| is not called. */
 int fx_publish_async(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,

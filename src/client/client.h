@@ -23,6 +23,8 @@
 #define FX_CLIENT_FLAGS 0x3Fu
 #define FX_CLIENT_LEGACY_FLAGS 0x07u
 #define FX_PENDING_BUCKETS 64
+#define FX_CLIENT_LINGER_MAX_US 1000000u      /* publish_linger_us bound: 1 s */
+#define FX_CLIENT_ACK_TIMEOUT_MAX_MS 86400000 /* publish_ack_timeout_ms bound: a day */
 
 /* ---- process-wide loops (runtime.c) --------------------------------------- */
 
@@ -84,7 +86,10 @@ struct cconn {
 struct preq {
     atomic_int refs;
     uint64_t request_id;
-    preq *next;    /* pending-table chain (loop) */
+    uint64_t deadline_ns; /* acked: the ack timeout, from the call */
+    preq *next;           /* pending-table chain (loop) */
+    preq *fnext, *fprev;  /* loop: the worker's pending list in send order */
+    preq *grp;            /* loop: the next request whose message shares this frame */
     int rv;        /* mu */
     bool done;     /* mu */
     bool answered; /* loop: the broker answered (acked publishes) */
@@ -96,12 +101,21 @@ struct preq {
 };
 
 /* One encoded frame on its way: admitted at checkpoint 1 (|permit|), queued
- * at checkpoint 2, sent by the loop. Wrapped in an fx_buf whose release
- * frees it and gives the permit back. */
+ * at checkpoint 2, sent by the loop. Wrapped in an fx_buf when it is sent
+ * (a publish merged into another frame never is); the release (of the
+ * fx_buf, or fx_pub_job_put before) frees it and gives the permit back. */
 typedef struct pjob {
     fx_client *c;
     fx_permit permit;
-    preq *req;         /* NULL for a synchronous unacked publish */
+    preq *req;            /* NULL for a synchronous unacked publish; a chain (grp) once merged */
+    struct pjob *gnext;   /* loop: next job of the frame being built (coalesce.c) */
+    uint64_t enq_ns;      /* admission time (linger) */
+    uint32_t count;       /* messages */
+    uint32_t calls;       /* publish calls it carries (more than one once merged) */
+    uint32_t names_off;   /* binary: offset of the tenant name */
+    uint32_t entries_off; /* binary: offset of the first payload entry */
+    uint8_t wack;         /* fx_wire_ack */
+    bool merge;           /* a binary batch others may be merged with */
     cconn *sent_on;    /* loop: the connection QUIC took the frame on, or NULL */
     uint32_t sent_gen; /* loop: its generation then */
     fx_buf *buf;
@@ -130,6 +144,14 @@ struct pworker {
     fx_frame_decoder dec;              /* loop: replies */
     preq *pending[FX_PENDING_BUCKETS]; /* loop: by request id */
     size_t npending;                   /* loop */
+    preq *fhead, *ftail;               /* loop: pending in send order (ack timeout) */
+    fx_timer ack_timer;                /* loop: the oldest pending request's deadline */
+    /* Coalescing (coalesce.c), loop: the jobs of the next frame, popped
+     * from |q| while the previous one is still being sent; |next| is a
+     * popped job that cannot join them and starts the frame after. */
+    pjob *ghead, *gtail, *next;
+    size_t gjobs, gmsgs, gbytes;
+    fx_timer linger;
 };
 
 /* A subscription. */
@@ -296,6 +318,29 @@ void fx_pub_shutdown(fx_client *c);
  * FINs after its queue and counts down c->fin_left when the broker FINs back
  * or the stream fails. Loop. */
 void fx_pub_finish(fx_client *c);
+
+/* Loop-internal helpers of publish.c used by coalesce.c. */
+pjob *fx_pub_job_alloc(fx_client *c, size_t len);
+/* Drops the holder's reference on |j| (releases it unless QUIC holds its
+ * frame). */
+void fx_pub_job_put(pjob *j);
+
+/* ---- coalesce.c ----------------------------------------------------------- */
+/* Natural batching of one worker's queue. Loop. */
+/* Whether |j| may join the frame being built on |w|. */
+bool fx_coalesce_fits(const pworker *w, const pjob *j);
+/* Appends |j| (fx_coalesce_fits, or the group is empty) to the group. */
+void fx_coalesce_add(pworker *w, pjob *j);
+/* True when nothing more can join the group (bounds reached, |w->next|
+ * waiting, or a job that cannot be merged). */
+bool fx_coalesce_full(const pworker *w);
+/* Takes the group as one frame into |*pj|: its single job as is, or a new
+ * merged job carrying every part's budget permit and request (chained by
+ * grp); the parts are released. Never fails: without memory for the merge
+ * it takes the first job alone and leaves the rest grouped. */
+void fx_coalesce_take(pworker *w, pjob **pj);
+/* Calls |fn| on every job the group and |w->next| hold and empties them. */
+void fx_coalesce_drain(pworker *w, void (*fn)(pjob *j, void *user), void *user);
 
 /* ---- subscribe.c ---------------------------------------------------------- */
 void fx_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin);

@@ -74,6 +74,8 @@ void fx_client_opts_init(fx_client_opts *o)
         .reconnect = true,
         .reconnect_initial_ms = 50,
         .reconnect_max_ms = 5000,
+        .publish_coalesce = true,
+        .publish_ack_timeout_ms = 30000,
     };
 }
 
@@ -152,6 +154,31 @@ static void env_str(const char *name, const char **field)
         *field = v;
 }
 
+/* The publish batching and ack-timeout variables. FELIX_PUBLISH_LINGER_US
+ * takes 0 (no linger) too; FELIX_PUBLISH_COALESCE is a boolean. */
+static int env_publish(fx_client_opts *o)
+{
+    const char *v = getenv("FELIX_PUBLISH_COALESCE");
+    if (v != NULL && *v != '\0') {
+        if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0 || strcmp(v, "on") == 0)
+            o->publish_coalesce = true;
+        else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 || strcmp(v, "off") == 0)
+            o->publish_coalesce = false;
+        else
+            return bad_env("FELIX_PUBLISH_COALESCE", v, "expected 1/true/on or 0/false/off");
+    }
+    v = getenv("FELIX_PUBLISH_LINGER_US");
+    if (v != NULL && strcmp(v, "0") == 0)
+        o->publish_linger_us = 0;
+    int rv = env_u32("FELIX_PUBLISH_LINGER_US", FX_CLIENT_LINGER_MAX_US, &o->publish_linger_us);
+    uint32_t ms = 0;
+    if (rv == 0)
+        rv = env_u32("FELIX_PUBLISH_ACK_TIMEOUT_MS", FX_CLIENT_ACK_TIMEOUT_MAX_MS, &ms);
+    if (rv == 0 && ms != 0)
+        o->publish_ack_timeout_ms = (int)ms;
+    return rv;
+}
+
 int fx_client_opts_from_env(fx_client_opts *o)
 {
     int rv = 0;
@@ -181,6 +208,8 @@ int fx_client_opts_from_env(fx_client_opts *o)
         rv = env_policy(o);
     if (rv == 0)
         rv = env_u32("FELIX_MAX_FRAME_BYTES", UINT32_MAX, &o->max_frame_bytes);
+    if (rv == 0)
+        rv = env_publish(o);
     return rv;
 }
 
@@ -226,6 +255,7 @@ static void fill_zero_defaults(fx_client_opts *o)
     DEF(keepalive_ms);
     DEF(reconnect_initial_ms);
     DEF(reconnect_max_ms);
+    DEF(publish_ack_timeout_ms);
 #undef DEF
     if (o->server == NULL)
         o->server = d.server;
@@ -266,6 +296,15 @@ static int check_trust(const fx_client_opts *o)
     return 0;
 }
 
+static int check_publish(const fx_client_opts *o)
+{
+    if (o->publish_linger_us > FX_CLIENT_LINGER_MAX_US)
+        return bad_opt("publish_linger_us", "at most 1000000 (1 s)");
+    if (o->publish_ack_timeout_ms < 0 || o->publish_ack_timeout_ms > FX_CLIENT_ACK_TIMEOUT_MAX_MS)
+        return bad_opt("publish_ack_timeout_ms", "expected 1 .. 86400000 (0: the default)");
+    return 0;
+}
+
 int fx_client_opts_check(const fx_client_opts *o, fx_client_opts *out)
 {
     int rv = opts_copy(o, out);
@@ -288,5 +327,5 @@ int fx_client_opts_check(const fx_client_opts *o, fx_client_opts *out)
         return bad_opt("connect_timeout_ms", "negative duration");
     if (out->max_frame_bytes < FX_WIRE_HEADER_LEN)
         return bad_opt("max_frame_bytes", "too small");
-    return 0;
+    return check_publish(out);
 }

@@ -50,12 +50,59 @@ static void req_finish(fx_client *c, preq *r, int rv, const char *msg)
     req_unref(r);
 }
 
+/* Completes |r| and every request chained behind it (the publishes of one
+ * merged frame) with the same result. */
+static void req_finish_all(fx_client *c, preq *r, int rv, const char *msg)
+{
+    while (r != NULL) {
+        preq *nx = r->grp;
+        r->grp = NULL;
+        req_finish(c, r, rv, msg);
+        r = nx;
+    }
+}
+
+static void ack_timer_arm(pworker *w)
+{
+    if (w->fhead == NULL) {
+        fx_loop_timer_cancel(w->c->loop, &w->ack_timer);
+        return;
+    }
+    if (fx_timer_is_armed(&w->ack_timer) && w->ack_timer.deadline_ns <= w->fhead->deadline_ns)
+        return;
+    int rv = fx_loop_timer_arm(w->c->loop, &w->ack_timer, w->fhead->deadline_ns);
+    if (rv != 0)
+        FX_LOG_ERROR("client", "cannot arm the publish ack timer: %s", fx_strerror(rv));
+}
+
 static void pending_add(pworker *w, preq *r)
 {
     preq **b = &w->pending[r->request_id % FX_PENDING_BUCKETS];
     r->next = *b;
     *b = r;
     w->npending++;
+    r->fnext = NULL;
+    r->fprev = w->ftail;
+    if (w->ftail != NULL)
+        w->ftail->fnext = r;
+    else
+        w->fhead = r;
+    w->ftail = r;
+    if (w->fhead == r)
+        ack_timer_arm(w);
+}
+
+static void fifo_unlink(pworker *w, preq *r)
+{
+    if (r->fprev != NULL)
+        r->fprev->fnext = r->fnext;
+    else
+        w->fhead = r->fnext;
+    if (r->fnext != NULL)
+        r->fnext->fprev = r->fprev;
+    else
+        w->ftail = r->fprev;
+    r->fnext = r->fprev = NULL;
 }
 
 static preq *pending_take(pworker *w, uint64_t id)
@@ -65,6 +112,7 @@ static preq *pending_take(pworker *w, uint64_t id)
             preq *r = *p;
             *p = r->next;
             w->npending--;
+            fifo_unlink(w, r);
             return r;
         }
     }
@@ -73,14 +121,31 @@ static preq *pending_take(pworker *w, uint64_t id)
 
 static void pending_fail_all(pworker *w, int rv, const char *msg)
 {
-    for (size_t i = 0; i < FX_PENDING_BUCKETS; i++) {
-        while (w->pending[i] != NULL) {
-            preq *r = w->pending[i];
-            w->pending[i] = r->next;
-            w->npending--;
-            req_finish(w->c, r, rv, msg);
-        }
+    while (w->fhead != NULL) {
+        preq *r = pending_take(w, w->fhead->request_id);
+        req_finish_all(w->c, r, rv, msg);
     }
+    fx_loop_timer_cancel(w->c->loop, &w->ack_timer);
+}
+
+/* The ack timeout: every request whose deadline passed fails with
+ * FX_ETIMEDOUT; the broker may still append it (a late answer is logged
+ * and ignored). */
+static void ack_timer_fire(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    pworker *w = user;
+    uint64_t now = fx_loop_now(l);
+    char msg[160];
+    snprintf(msg, sizeof(msg),
+             "publish not answered within publish_ack_timeout_ms %d: it may or may not have "
+             "been appended",
+             w->c->o.publish_ack_timeout_ms);
+    while (w->fhead != NULL && w->fhead->deadline_ns <= now) {
+        preq *r = pending_take(w, w->fhead->request_id);
+        req_finish_all(w->c, r, FX_ETIMEDOUT, msg);
+    }
+    ack_timer_arm(w);
 }
 
 /* ---- jobs ----------------------------------------------------------------------- */
@@ -103,20 +168,45 @@ static void job_release(void *data, size_t len, void *user)
     cconn *cc = j->sent_on;
     bool lost = cc != NULL && cc->gen != j->sent_gen;
     if (lost)
-        atomic_fetch_add(&c->pub_lost, 1);
-    if (j->req != NULL && lost)
-        req_finish(c, j->req, cc->close_rv, cc->close_text);
-    else if (j->req != NULL)
-        req_finish(c, j->req, j->req->rv, j->req->msg);
+        atomic_fetch_add(&c->pub_lost, j->calls);
+    if (lost) {
+        req_finish_all(c, j->req, cc->close_rv, cc->close_text);
+    } else {
+        for (preq *r = j->req, *nx; r != NULL; r = nx) {
+            nx = r->grp;
+            r->grp = NULL;
+            req_finish(c, r, r->rv, r->msg);
+        }
+    }
     job_free(j);
     outstanding_done(c, 1);
+}
+
+/* Makes the job's frame an fx_buf whose release returns the permit. */
+static int job_wrap(pjob *j)
+{
+    return fx_buf_wrap(&j->buf, j->frame, j->len, job_release, j);
+}
+
+/* Drops the holder's reference on |j|: its fx_buf once wrapped for sending
+ * (QUIC may still hold the frame), else |j| is released now. */
+static void job_put(pjob *j)
+{
+    if (j->buf != NULL)
+        fx_buf_unref(j->buf);
+    else
+        job_release(j->frame, j->len, j);
+}
+
+void fx_pub_job_put(pjob *j)
+{
+    job_put(j);
 }
 
 static void job_drop(void *item, void *user)
 {
     (void)user;
-    pjob *j = item;
-    fx_buf_unref(j->buf);
+    job_put(item);
 }
 
 /* Fails a job that will not be sent. */
@@ -125,12 +215,28 @@ static void job_fail(pjob *j, int rv, const char *msg)
     preq *r = j->req;
     if (r != NULL && r->acked) {
         j->req = NULL;
-        req_finish(j->c, r, rv, msg);
-    } else if (r != NULL) {
+        req_finish_all(j->c, r, rv, msg);
+        r = NULL; /* finished: possibly freed */
+    }
+    for (; r != NULL; r = r->grp) { /* unacked: job_release reports it */
         r->rv = rv;
         snprintf(r->msg, sizeof(r->msg), "%s", msg);
     }
-    fx_buf_unref(j->buf);
+    job_put(j);
+}
+
+typedef struct failwhy {
+    int rv;
+    const char *msg;
+    bool count_lost;
+} failwhy;
+
+static void job_fail_cb(pjob *j, void *user)
+{
+    failwhy *f = user;
+    if (f->count_lost && (j->req == NULL || !j->req->acked))
+        atomic_fetch_add(&j->c->pub_lost, 1);
+    job_fail(j, f->rv, f->msg);
 }
 
 /* ---- workers (loop) -------------------------------------------------------------- */
@@ -162,6 +268,8 @@ static void worker_fail(pworker *w, int rv, const char *msg)
         job_fail(w->held, rv, msg);
         w->held = NULL;
     }
+    fx_coalesce_drain(w, job_fail_cb, &(failwhy){.rv = rv, .msg = msg});
+    fx_loop_timer_cancel(w->c->loop, &w->linger);
     void *it;
     while (fx_queue_pop(&w->q, &it) == 0)
         job_fail(it, rv, msg);
@@ -225,6 +333,8 @@ static void send_fin(pworker *w)
  * fx_client_close past its check fails here, counted as lost. */
 static void fail_after_fin(pworker *w)
 {
+    fx_coalesce_drain(w, job_fail_cb,
+                      &(failwhy){.rv = FX_ECLOSED, .msg = "client closed", .count_lost = true});
     void *it;
     while (fx_queue_pop(&w->q, &it) == 0) {
         pjob *j = it;
@@ -234,7 +344,63 @@ static void fail_after_fin(pworker *w)
     }
 }
 
-/* Hands queued frames to QUIC until the queue is empty or QUIC refuses. */
+/* Pops queued jobs into the group until it is full or the queue empty. */
+static void fill_group(pworker *w)
+{
+    if (w->next != NULL && w->ghead == NULL) {
+        pjob *n = w->next;
+        w->next = NULL;
+        fx_coalesce_add(w, n);
+    }
+    while (!fx_coalesce_full(w)) {
+        void *it;
+        if (fx_queue_pop(&w->q, &it) != 0)
+            return;
+        if (fx_coalesce_fits(w, it))
+            fx_coalesce_add(w, it);
+        else
+            w->next = it;
+    }
+}
+
+/* The next frame to send, into |*pj|: true, or false when there is none
+ * now: the queue is empty (the FIN goes out if wanted), the stream is still
+ * writing the previous frame (on_writable resumes), or the group lingers
+ * (its timer resumes). */
+static bool next_frame(pworker *w, pjob **pj)
+{
+    fx_client *c = w->c;
+    if (!c->o.publish_coalesce) {
+        void *it;
+        if (fx_queue_pop(&w->q, &it) == 0) {
+            *pj = it;
+            return true;
+        }
+    } else {
+        bool busy = fx_quic_stream_is_sending(w->conn->qc, w->sid);
+        fill_group(w);
+        if (w->ghead != NULL) {
+            bool full = fx_coalesce_full(w);
+            if (busy && !full)
+                return false;
+            uint64_t due = w->ghead->enq_ns + (uint64_t)c->o.publish_linger_us * FX_NS_PER_US;
+            /* fx_flush and fx_client_close cut a linger short. */
+            bool linger = c->o.publish_linger_us > 0 && w->fin == FIN_NONE &&
+                          atomic_load(&c->flushers) == 0 && !atomic_load(&c->pub_closing);
+            if (!full && linger && fx_loop_now(c->loop) < due &&
+                (fx_timer_is_armed(&w->linger) || fx_loop_timer_arm(c->loop, &w->linger, due) == 0))
+                return false; /* without memory for the timer: send now */
+            fx_loop_timer_cancel(c->loop, &w->linger);
+            fx_coalesce_take(w, pj);
+            return true;
+        }
+    }
+    if (w->fin == FIN_WANT)
+        send_fin(w);
+    return false;
+}
+
+/* Hands frames to QUIC until none is ready or QUIC refuses. */
 static void worker_send(pworker *w)
 {
     if (w->fin == FIN_SENT || w->fin == FIN_DONE) {
@@ -244,19 +410,15 @@ static void worker_send(pworker *w)
     for (;;) {
         pjob *j = w->held;
         w->held = NULL;
-        if (j == NULL) {
-            void *it;
-            if (fx_queue_pop(&w->q, &it) != 0) {
-                if (w->fin == FIN_WANT)
-                    send_fin(w);
-                return;
-            }
-            j = it;
-        }
+        if (j == NULL && !next_frame(w, &j))
+            return;
         preq *r = j->req;
         if (r != NULL && r->acked)
             pending_add(w, r);
-        int rv = fx_quic_stream_send(w->conn->qc, w->sid, j->buf, 0, j->len, false);
+        /* Wrapped only now: a publish merged into another frame never is. */
+        int rv = j->buf == NULL ? job_wrap(j) : 0;
+        if (rv == 0)
+            rv = fx_quic_stream_send(w->conn->qc, w->sid, j->buf, 0, j->len, false);
         if (rv == FX_EFULL) {
             if (r != NULL && r->acked)
                 pending_take(w, r->request_id);
@@ -267,13 +429,17 @@ static void worker_send(pworker *w)
             j->req = NULL; /* the pending table holds the loop's reference now */
             if (rv != 0) {
                 pending_take(w, r->request_id);
-                req_finish(w->c, r, rv, fx_strerror(rv));
+                req_finish_all(w->c, r, rv, fx_strerror(rv));
             }
         } else if (rv == 0) {
             j->sent_on = w->conn; /* QUIC holds it: job_release tells lost from acked */
             j->sent_gen = w->conn->gen;
+        } else {
+            job_fail(j, rv, fx_strerror(rv)); /* async callbacks learn the failure */
+            j = NULL;
         }
-        fx_buf_unref(j->buf);
+        if (j != NULL)
+            job_put(j); /* QUIC holds its own reference */
         if (rv != 0) {
             worker_fail(w, rv, fx_strerror(rv));
             return;
@@ -303,6 +469,17 @@ static void worker_kick(pworker *w)
 static void drain_task(fx_loop *l, fx_task *t, void *user)
 {
     (void)l, (void)t;
+    pworker *w = user;
+    /* A flush kicks every worker: one never used stays unopened. */
+    if (w->state == 0 && w->held == NULL && w->ghead == NULL && w->next == NULL &&
+        fx_queue_depth(&w->q) == 0)
+        return;
+    worker_kick(w);
+}
+
+static void linger_fire(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l, (void)t;
     worker_kick(user);
 }
 
@@ -312,7 +489,8 @@ void fx_pub_conn_ready(fx_client *c, cconn *cc)
         pworker *w = &c->workers[i];
         if (c->conns[i / c->o.publish_streams_per_conn] != cc)
             continue;
-        bool busy = w->held != NULL || fx_queue_depth(&w->q) > 0;
+        bool busy =
+            w->held != NULL || w->ghead != NULL || w->next != NULL || fx_queue_depth(&w->q) > 0;
         if ((w->state == 0 && (busy || i == 0)) || w->state == 2)
             worker_kick(w);
     }
@@ -356,8 +534,12 @@ void fx_pub_finish(fx_client *c)
 
 void fx_pub_shutdown(fx_client *c)
 {
-    for (size_t i = 0; i < c->nworkers; i++)
+    for (size_t i = 0; i < c->nworkers; i++) {
         worker_fail(&c->workers[i], FX_ECLOSED, "client closed");
+        /* No timer may outlive the client on the shared loop. */
+        fx_loop_timer_cancel(c->loop, &c->workers[i].ack_timer);
+        fx_loop_timer_cancel(c->loop, &c->workers[i].linger);
+    }
 }
 
 /* ---- answers (loop) ------------------------------------------------------------- */
@@ -384,17 +566,19 @@ static void answer(pworker *w, uint64_t id, bool ok, const char *text)
 {
     preq *r = pending_take(w, id);
     if (r == NULL) {
-        FX_LOG_WARN("client", "answer for unknown request id %llu", (unsigned long long)id);
+        /* A request that timed out (publish_ack_timeout_ms) is answered late. */
+        FX_LOG_WARN("client", "answer for unknown or timed-out request id %llu",
+                    (unsigned long long)id);
         return;
     }
     r->answered = true;
     if (ok) {
-        req_finish(w->c, r, 0, NULL);
+        req_finish_all(w->c, r, 0, NULL);
         return;
     }
     char msg[256];
     snprintf(msg, sizeof(msg), "publish failed: %s", text);
-    req_finish(w->c, r, fx_client_map_remote(text), msg);
+    req_finish_all(w->c, r, fx_client_map_remote(text), msg);
 }
 
 static void on_json(pworker *w, const fx_msg *m)
@@ -512,6 +696,8 @@ int fx_pub_init(fx_client *c)
             return rv;
         }
         fx_task_init(&w->drain, drain_task, w);
+        fx_timer_init(&w->ack_timer, ack_timer_fire, w);
+        fx_timer_init(&w->linger, linger_fire, w);
         fx_frame_decoder_init(&w->dec, c->o.max_frame_bytes);
     }
     return 0;
@@ -542,6 +728,7 @@ static pjob *job_alloc(fx_client *c, size_t len)
     memset(j, 0, sizeof(*j));
     j->c = c;
     j->len = len;
+    j->calls = 1;
     return j;
 }
 
@@ -574,6 +761,11 @@ static int encode_binary(fx_client *c, const char *ns, const char *stream, const
         job_free(j);
         return rv;
     }
+    j->count = (uint32_t)n;
+    j->wack = (uint8_t)ack;
+    j->names_off = FX_WIRE_HEADER_LEN + (ack != FX_WIRE_ACK_NONE ? 9u : 0u);
+    j->entries_off = j->names_off + 6 + (uint32_t)(b.tenant.len + b.ns.len + b.stream.len) + 4;
+    j->merge = true;
     *pj = j;
     return 0;
 }
@@ -611,6 +803,8 @@ static int encode_json(fx_client *c, const char *ns, const char *stream, const f
     }
     memcpy(j->frame, f, len);
     free(f);
+    j->count = (uint32_t)n;
+    j->wack = (uint8_t)ack;
     *pj = j;
     return 0;
 }
@@ -687,10 +881,9 @@ static int encode_job(fx_client *c, const char *ns, const char *stream, const fx
     return rv;
 }
 
-/* Makes the job's frame an fx_buf whose release returns the permit. */
-static int job_wrap(pjob *j)
+pjob *fx_pub_job_alloc(fx_client *c, size_t len)
 {
-    return fx_buf_wrap(&j->buf, j->frame, j->len, job_release, j);
+    return job_alloc(c, len);
 }
 
 /* Takes the budget and queues |j|; on failure |j| is gone (its request,
@@ -704,23 +897,19 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
     if (rv == FX_ETOOBIG)
         fx_client_set_error(rv, "publish of %zu bytes exceeds publish_inflight_bytes %zu", j->len,
                             c->o.publish_inflight_bytes);
-    if (rv == 0) {
-        rv = job_wrap(j);
-        if (rv != 0)
-            fx_permit_release(&j->permit);
-    }
     if (rv != 0) {
         job_free(j);
         return rv;
     }
     atomic_fetch_add(&c->outstanding, 1 + (j->req != NULL && j->req->acked));
+    j->enq_ns = fx_now_ns();
     rv = push_job(c, w, j, nowait);
     if (rv != 0) {
         /* Not queued: undo the counting the release will do. */
         if (j->req != NULL && j->req->acked)
             outstanding_done(c, 1);
         j->req = NULL;
-        fx_buf_unref(j->buf);
+        job_put(j);
         return rv;
     }
     if (on_loop)
@@ -730,13 +919,23 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
     return 0;
 }
 
+/* Waits for the answer to |r|, at most until its ack deadline: the loop's
+ * timer fails a request the broker has not answered by then, and this
+ * bound covers one still queued (behind a reconnect, say), which the loop
+ * finishes later. */
 static int wait_req(fx_client *c, preq *r)
 {
     pthread_mutex_lock(&c->mu);
-    while (!r->done)
-        fx_client_wait(c, &c->cv, 0);
-    int rv = r->rv;
-    if (rv != 0)
+    int wrv = 0;
+    while (!r->done && wrv == 0)
+        wrv = fx_client_wait(c, &c->cv, r->deadline_ns);
+    int rv = r->done ? r->rv : FX_ETIMEDOUT;
+    if (!r->done)
+        fx_client_set_error(rv,
+                            "publish not answered within publish_ack_timeout_ms %d: it may or "
+                            "may not have been appended",
+                            c->o.publish_ack_timeout_ms);
+    else if (rv != 0)
         fx_client_set_error(rv, "%s", r->msg);
     pthread_mutex_unlock(&c->mu);
     return rv;
@@ -760,6 +959,9 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
     if (c == NULL || ns == NULL || stream == NULL || (n > 0 && msgs == NULL) ||
         ack > FX_ACK_PER_BATCH)
         return -EINVAL;
+    if (n > FX_WIRE_BATCH_MAX_MESSAGES)
+        return fx_client_set_error(-EINVAL, "publish batch of %zu messages exceeds the limit of %u",
+                                   n, FX_WIRE_BATCH_MAX_MESSAGES);
     bool on_loop = fx_loop_is_current(c->loop);
     bool on_any_loop = on_loop || fx_rt_is_current();
     if (on_any_loop && cb == NULL)
@@ -785,6 +987,7 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
         }
         r->request_id = id;
         r->acked = wack != FX_WIRE_ACK_NONE;
+        r->deadline_ns = fx_now_ns() + (uint64_t)c->o.publish_ack_timeout_ms * FX_NS_PER_MS;
         r->cb = cb;
         r->user = user;
         atomic_init(&r->refs, cb == NULL ? 2 : 1);
@@ -834,6 +1037,11 @@ int fx_flush(fx_client *c, int timeout_ms)
     int rv = 0;
     pthread_mutex_lock(&c->mu);
     atomic_fetch_add(&c->flushers, 1);
+    if (c->o.publish_linger_us > 0 && !c->closed) {
+        /* Lingering frames go now: the workers see |flushers|. */
+        for (size_t i = 0; i < c->nworkers; i++)
+            fx_loop_post(c->loop, &c->workers[i].drain);
+    }
     while (atomic_load(&c->outstanding) > 0 && !c->closed && rv == 0)
         rv = fx_client_wait(c, &c->cv, deadline);
     atomic_fetch_sub(&c->flushers, 1);

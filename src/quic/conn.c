@@ -991,6 +991,13 @@ void fx_quic_conn_flush(fx_quic_conn *c)
     }
     if (!c->waiting)
         after_burst(c, ts, more);
+    /* After the timer is re-armed: a send made by the callback schedules
+     * the next write itself. */
+    if (c->sent_notify && !c->dead && !c->closing) {
+        c->sent_notify = false;
+        if (c->ep->cb.on_writable != NULL)
+            c->ep->cb.on_writable(c, c->user);
+    }
 }
 
 /* ---- accessors ------------------------------------------------------------------ */

@@ -69,6 +69,7 @@ typedef struct qstream {
     uint64_t sent_end;             /* offset after the last byte handed out */
     bool fin_queued, fin_sent, shut_wr;
     bool reset_seen; /* the peer reset its side */
+    bool want_sent;  /* fx_quic_stream_is_sending said yes: tell once all is written */
     uint64_t reset_code;
     void *user;
 } qstream;
@@ -116,6 +117,7 @@ struct fx_quic_conn {
     bool dead;       /* finished; on_conn_closed pending or done */
     bool waiting;    /* on the endpoint's wait list */
     bool want_writable;
+    bool sent_notify; /* a want_sent stream got all its bytes written: on_writable */
     struct sockaddr_storage remote, local; /* path at creation */
     socklen_t remotelen, locallen;
     fx_timer timer;          /* ngtcp2 expiry, or 0 = write at the end of this turn */

@@ -227,6 +227,10 @@ void fx_quic_stream_sent(fx_quic_conn *c, qstream *s, size_t n, bool fin_offered
     }
     if (fin_offered && all)
         s->fin_sent = true;
+    if (s->want_sent && s->wr == NULL) {
+        s->want_sent = false;
+        c->sent_notify = true; /* reported after the burst (fx_quic_conn_flush) */
+    }
     if (!fx_quic_stream_has_pending(s))
         unlist(c, s);
 }
@@ -323,6 +327,17 @@ int fx_quic_stream_send(fx_quic_conn *c, int64_t sid, fx_buf *buf, size_t off, s
         fx_quic_sendq_push(c, s);
     fx_quic_conn_schedule(c);
     return 0;
+}
+
+bool fx_quic_stream_is_sending(fx_quic_conn *c, int64_t sid)
+{
+    if (c->closing || c->dead)
+        return false;
+    qstream *s = fx_quic_stream_find(c, sid);
+    if (s == NULL || s->wr == NULL)
+        return false;
+    s->want_sent = true;
+    return true;
 }
 
 int fx_quic_stream_consume(fx_quic_conn *c, int64_t sid, size_t n)

@@ -67,13 +67,17 @@ static int rd_name(rd *r, fx_wire_slice *s, const char *what, fx_wire_err *err)
 /* Reads `u32 count, count x (u32 len, bytes)` which must end the body. The
  * payload array is allocated only after count <= remaining/4 holds, so its
  * size is bounded by the body actually received. */
-static int rd_entries(rd *r, uint32_t *pcount, fx_wire_slice **parr, fx_wire_slice *inl,
-                      fx_wire_err *err)
+static int rd_entries(rd *r, uint32_t max, uint32_t *pcount, fx_wire_slice **parr,
+                      fx_wire_slice *inl, fx_wire_err *err)
 {
     const uint8_t *p;
     if (!rd_take(r, 4, &p))
         return truncated(err, "payload count");
     uint32_t count = fx_be32(p);
+    if (count > max)
+        return fx_wire_err_set(err, FX_EWIRE_COUNT,
+                               "publish batch of %u messages exceeds the limit of %u per frame",
+                               (unsigned)count, (unsigned)max);
     if (count > r->left / 4)
         return fx_wire_err_set(err, FX_EWIRE_COUNT,
                                "payload count %u larger than the %zu bytes that remain allow",
@@ -181,7 +185,8 @@ int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
     if (rv == 0)
         rv = rd_name(&r, &b->stream, "stream", err);
     if (rv == 0)
-        rv = rd_entries(&r, &b->count, &b->payloads, b->inline_payloads, err);
+        rv = rd_entries(&r, FX_WIRE_BATCH_MAX_MESSAGES, &b->count, &b->payloads, b->inline_payloads,
+                        err);
     return rv;
 }
 
@@ -207,6 +212,8 @@ static ssize_t publish_body_size(const fx_wire_publish_batch *b)
         return FX_EWIRE_ACK_MODE;
     if (b->tenant.len > UINT16_MAX || b->ns.len > UINT16_MAX || b->stream.len > UINT16_MAX)
         return FX_EWIRE_NAME;
+    if (b->count > FX_WIRE_BATCH_MAX_MESSAGES)
+        return FX_EWIRE_COUNT;
     size_t n = b->ack == FX_WIRE_ACK_NONE ? 0 : 9;
     n += 6 + b->tenant.len + b->ns.len + b->stream.len;
     if (!entries_size(&n, b->payloads, b->count))
@@ -334,7 +341,7 @@ int fx_event_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_ev
     if (rv == 0 && e->has_offsets)
         rv = rd_u64(&r, &e->base_offset, "base_offset", err);
     if (rv == 0)
-        rv = rd_entries(&r, &e->count, &e->payloads, e->inline_payloads, err);
+        rv = rd_entries(&r, UINT32_MAX, &e->count, &e->payloads, e->inline_payloads, err);
     return rv;
 }
 

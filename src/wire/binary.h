@@ -20,6 +20,11 @@
  * get a heap array, allocated only after count <= remaining/4 was checked. */
 #define FX_WIRE_INLINE_PAYLOADS 8
 
+/* Most messages one publish batch frame may carry: the decoder refuses a
+ * larger count (FX_EWIRE_COUNT) before reading any payload, and the encoder
+ * will not write one. */
+#define FX_WIRE_BATCH_MAX_MESSAGES 65536u
+
 /* Longest publish-ack message the encoder writes (longer text is cut at a
  * UTF-8 character boundary), as the original's stream writer does. */
 #define FX_WIRE_ACK_MSG_MAX 512u
@@ -74,7 +79,8 @@ int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *pr
 /* Decodes the body of a frame with |flags| 0x0001 or 0x0009 into |b|, whose
  * slices then point into |body|. Returns 0 or: FX_EWIRE_KIND (other flags),
  * FX_EWIRE_TRUNCATED, FX_EWIRE_ACK_MODE, FX_EWIRE_UTF8 (a name),
- * FX_EWIRE_COUNT (count > remaining/4, checked before any allocation),
+ * FX_EWIRE_COUNT (count above FX_WIRE_BATCH_MAX_MESSAGES, or > remaining/4,
+ * both checked before any allocation),
  * FX_EWIRE_TRAILING (bytes after the last payload), -ENOMEM. On error |b|
  * holds nothing to release; on success call fx_publish_batch_deinit(). */
 int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
@@ -87,7 +93,9 @@ void fx_publish_batch_deinit(fx_wire_publish_batch *b);
 uint16_t fx_publish_batch_flags(const fx_wire_publish_batch *b);
 
 /* Size of |b|'s whole frame (header included), or FX_EWIRE_NAME (a name over
- * 65535 bytes), FX_EWIRE_ACK_MODE or FX_EWIRE_TOO_LARGE (body over UINT32_MAX). */
+ * 65535 bytes), FX_EWIRE_ACK_MODE, FX_EWIRE_COUNT (more than
+ * FX_WIRE_BATCH_MAX_MESSAGES payloads) or FX_EWIRE_TOO_LARGE (body over
+ * UINT32_MAX). */
 ssize_t fx_publish_batch_frame_size(const fx_wire_publish_batch *b);
 
 /* Writes |b| as a whole frame to |out| of |cap| bytes. Returns the bytes

@@ -48,9 +48,13 @@ static void e_free(E *e)
 
 /* ---- clients ----------------------------------------------------------------- */
 
+/* These tests count the broker's publish requests
+ * (felix_publish_requests_total), one per call, so their clients send one
+ * frame per call; test_batching.c covers merged frames end to end. */
 static void copts(E *e, fx_client_opts *o)
 {
     fix_client_opts(o, e->b, e->server, "t1", "any-token");
+    o->publish_coalesce = false;
 }
 
 /* A client whose subscriptions use |pol|, with |window| bytes of receive

@@ -5,6 +5,7 @@
  * this process, as felix-bench starts one (the engine runs its own reader
  * threads and the client library its loops). */
 /* fx-test-libs: fx_client fx_broker fx_quic fx_wire fx_base */
+#include "../../bench/bench_acked.c"
 #include "../../bench/bench_lib.c"
 #include "../../bench/bench_run.c"
 #include "../../bench/bench_sys.c"
@@ -313,7 +314,87 @@ static void test_latency_mode_counts_every_readers_wakeups(void **state)
     tbroker_stop(&t);
 }
 
+/* Throughput --ack, blocking: three publisher threads, one acked message
+ * at a time each: every answer in the window counted, one latency sample
+ * per measured publish, none failed. */
+static void test_acked_mode_blocking_publishers_report_rate_and_latency(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR);
+    tbroker t;
+    tbroker_start(&t);
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_THROUGHPUT, 0);
+    c.ack = true;
+    c.payload = 64;
+    c.publishers = 3;
+    c.warmup = 30;
+    c.min_seconds = 0.5;
+    c.max_seconds = 20;
+    fx_bench_result r;
+    run_valid(&c, &r);
+    assert_int_equal(r.pub_errors, 0);
+    assert_true(r.acked > 0 && r.lat.n > 0);
+    assert_int_equal(r.t.sent_measured, r.lat.n);
+    /* Blocking: each thread has one publish in flight, so the window's
+     * answers are at most the measured publishes plus one per thread. */
+    assert_true(r.acked <= r.lat.n + c.publishers);
+    assert_true(isfinite(r.msgs_per_s) && r.msgs_per_s > 0);
+    assert_true(fabs(r.msgs_per_s - (double)r.acked / r.window_s) < 1e-6 * r.msgs_per_s);
+    assert_true(r.lat.p50_us > 0 && r.lat.p50_us <= r.lat.p99_us);
+    tbroker_stop(&t);
+}
+
+/* Throughput --ack --window 8: fx_publish_async keeps up to 8 in flight
+ * per thread; every callback ran before the run ended (the window drained)
+ * and all succeeded. */
+static void test_acked_mode_async_window_is_valid_and_drains(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR);
+    tbroker t;
+    tbroker_start(&t);
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_THROUGHPUT, 0);
+    c.ack = true;
+    c.payload = 64;
+    c.publishers = 2;
+    c.window = 8;
+    c.warmup = 40;
+    c.min_seconds = 0.5;
+    c.max_seconds = 20;
+    fx_bench_result r;
+    run_valid(&c, &r);
+    assert_int_equal(r.pub_errors, 0);
+    assert_true(r.acked > 0 && r.lat.n > 0);
+    assert_true(r.lat.p50_us > 0 && r.lat.p50_us <= r.lat.p99_us);
+    tbroker_stop(&t);
+}
+
+/* Latency --rate 200: round trips start at most 200 a second (back to
+ * back they would run at thousands a second here). */
+static void test_latency_rate_paces_round_trips(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR);
+    tbroker t;
+    tbroker_start(&t);
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_LATENCY, 1);
+    c.payload = 64;
+    c.batch = 1;
+    c.warmup = 10;
+    c.total = 100;
+    c.rate = 200;
+    c.max_seconds = 20;
+    fx_bench_result r;
+    run_valid(&c, &r);
+    assert_int_equal(r.lat.n, 100);
+    assert_true(r.round_trips_per_s > 0 && r.round_trips_per_s <= 200 * 1.05);
+    tbroker_stop(&t);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_acked_mode_blocking_publishers_report_rate_and_latency),
+    cmocka_unit_test(test_acked_mode_async_window_is_valid_and_drains),
+    cmocka_unit_test(test_latency_rate_paces_round_trips),
     cmocka_unit_test(test_percentiles_on_known_samples),
     cmocka_unit_test(test_run_with_loss_is_invalid),
     cmocka_unit_test(test_loss_is_counted_per_stream),

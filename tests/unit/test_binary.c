@@ -363,6 +363,51 @@ static void test_count_larger_than_remaining(void **state)
     assert_int_equal(fx_event_batch_decode(0x0004, body, n, &e, NULL), FX_EWIRE_COUNT);
 }
 
+/* A body of |count| empty payloads for t/n/s, into a new buffer. */
+static uint8_t *empty_batch_body(uint32_t count, size_t *plen)
+{
+    size_t len = 9 + 4 + (size_t)count * 4;
+    uint8_t *b = calloc(1, len);
+    assert_non_null(b);
+    uint8_t *p = b;
+    for (const char *name = "tns"; *name; name++) {
+        p = fx_put16(p, 1);
+        *p++ = (uint8_t)*name;
+    }
+    fx_put32(p, count);
+    *plen = len;
+    return b;
+}
+
+static void test_publish_batch_over_65536_messages_is_refused(void **state)
+{
+    size_t len;
+    uint8_t *ok = empty_batch_body(FX_WIRE_BATCH_MAX_MESSAGES, &len);
+    fx_wire_publish_batch d;
+    assert_int_equal(fx_publish_batch_decode(0x0001, ok, len, &d, NULL), 0);
+    assert_int_equal(d.count, 65536);
+    fx_publish_batch_deinit(&d);
+    free(ok);
+    /* One more: refused on the count alone, whatever follows. */
+    uint8_t *big = empty_batch_body(FX_WIRE_BATCH_MAX_MESSAGES + 1, &len);
+    fx_wire_err err = {0};
+    assert_int_equal(fx_publish_batch_decode(0x0001, big, len, &d, &err), FX_EWIRE_COUNT);
+    assert_non_null(strstr(err.msg, "65536"));
+    free(big);
+    /* The encoder will not write one either. */
+    fx_wire_slice *p = calloc(FX_WIRE_BATCH_MAX_MESSAGES + 1, sizeof(*p));
+    assert_non_null(p);
+    fx_wire_publish_batch b = {.tenant = str("t"),
+                               .ns = str("n"),
+                               .stream = str("s"),
+                               .count = FX_WIRE_BATCH_MAX_MESSAGES + 1,
+                               .payloads = p};
+    assert_int_equal(fx_publish_batch_frame_size(&b), FX_EWIRE_COUNT);
+    b.count = FX_WIRE_BATCH_MAX_MESSAGES;
+    assert_true(fx_publish_batch_frame_size(&b) > 0);
+    free(p);
+}
+
 static void test_invalid_utf8_name(void **state)
 {
     /* Overlong '/' in the stream name. */
@@ -477,6 +522,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_truncated_body),
     cmocka_unit_test(test_every_prefix_of_a_valid_body_is_rejected),
     cmocka_unit_test(test_count_larger_than_remaining),
+    cmocka_unit_test(test_publish_batch_over_65536_messages_is_refused),
     cmocka_unit_test(test_invalid_utf8_name),
     cmocka_unit_test(test_trailing_bytes),
     cmocka_unit_test(test_bad_ack_mode),
