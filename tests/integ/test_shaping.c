@@ -18,6 +18,27 @@ static void copts(E *e, fx_client_opts *o)
 
 /* ---- ack_wait_timeout_ms ------------------------------------------------------------- */
 
+/* Waits until the broker holds admitted publishes it does not append: the
+ * worker is parked on a full fanout. */
+static void wait_parked(void)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    fx_metrics_snapshot m;
+    for (;;) {
+        fx_metrics_snapshot_take(&m);
+        if (m.c.publish_accepted > m.c.publish_ok) {
+            sleep_ms(100);
+            fx_metrics_snapshot n;
+            fx_metrics_snapshot_take(&n);
+            if (n.c.publish_ok == m.c.publish_ok)
+                return;
+        }
+        if (fx_now_ns() > deadline)
+            fail_msg("the fanout never parked");
+        sleep_ms(5);
+    }
+}
+
 /* With ack_on_commit and a lossless fanout parked behind a subscriber that
  * reads nothing, the commit never happens while the subscriber stalls: the
  * client is answered "publish commit timeout" after ack_wait_timeout_ms,
@@ -49,8 +70,10 @@ static void test_commit_ack_answers_publish_commit_timeout_while_fanout_parked(v
     fx_client *pc = fix_connect(&o);
     static uint8_t kb[1024];
     /* Unacked publishes fill every queue between the worker and the reader. */
-    for (int i = 0; i < 400; i++)
+    for (int i = 0; i < 2000; i++)
         assert_int_equal(fx_publish(pc, NS, "parked", kb, sizeof(kb), FX_ACK_NONE), 0);
+    assert_int_equal(fx_flush(pc, HANG_MS), 0);
+    wait_parked();
     fx_metrics_snapshot a, b;
     fx_metrics_snapshot_take(&a);
     uint64_t t0 = fx_now_ns();
@@ -68,10 +91,10 @@ static void test_commit_ack_answers_publish_commit_timeout_while_fanout_parked(v
      * delivered (the timeout answered the client; it did not drop anything). */
     uint64_t got = 0;
     fx_event ev;
-    while (got < 401 && fx_subscription_next(s, &ev, HANG_MS) == 0) {
+    while (got < 2001 && fx_subscription_next(s, &ev, HANG_MS) == 0) {
         got++;
     }
-    assert_int_equal(got, 401);
+    assert_int_equal(got, 2001);
     fx_unsubscribe(s);
     fix_close(pc);
     fix_close(sc);
