@@ -1,7 +1,10 @@
 /* Unit tests for fx_ingress (checkpoints 3-4): the policy table, Drop and its
  * counters, Fail and its exact texts, Wait with one deadline over both
  * stages, Backpressure that never sheds, per-connection shares, and permits
- * released when the worker finishes. Time is a fake |now|. */
+ * released when the worker finishes. Time is a fake |now|. Then the
+ * connection side of ingress.c on its own (sub_fixture.h, no QUIC): the
+ * reservation a frame header takes, its wait for a full budget, its limit,
+ * its cancel and its hand-over to the job. */
 /* fx-test-libs: fx_broker fx_wire fx_base */
 #include "base/metrics.h"
 #include "broker/ingress.h"
@@ -13,6 +16,7 @@
 #include <string.h>
 
 #include "fx_test.h"
+#include "sub_fixture.h"
 
 #define MS 1000000ull
 
@@ -298,6 +302,138 @@ static void test_wait_late_resume_fails_after_deadline(void **state)
     world_deinit(&w);
 }
 
+/* ---- the frame-header reservation (connection loop) ------------------------ */
+
+/* A client bidi stream on the fixture's connection, whose share of
+ * |share| bytes comes from a process-wide budget of |global|. */
+static fxb_bidi *resv_bidi(fix *f, size_t global, size_t share)
+{
+    assert_int_equal(fx_budget_init(&f->b.budget, global, NULL), 0);
+    assert_int_equal(fx_budget_init(&f->c.budget, share, &f->b.budget), 0);
+    fxb_bidi *s = calloc(1, sizeof(*s));
+    assert_non_null(s);
+    s->kind = FXB_KIND_BIDI;
+    s->refs = 1;
+    s->conn = &f->c;
+    fxb_conn_ref(&f->c);
+    fx_frame_decoder_init(&s->dec, f->b.o.max_frame_bytes);
+    fxb_ingress_bidi_init(s);
+    fxb_reply_bidi_init(s);
+    return s;
+}
+
+static void resv_free(fix *f, fxb_bidi *s)
+{
+    fxb_ingress_resv_cancel(s);
+    fix_drain(f);
+    assert_int_equal(s->refs, 1);
+    fxb_bidi_unref(s);
+    assert_int_equal(fx_budget_in_use(&f->b.budget), 0);
+    fx_budget_deinit(&f->c.budget);
+    fx_budget_deinit(&f->b.budget);
+    fix_free(f);
+}
+
+static void test_header_reserves_the_announced_bytes(void **state)
+{
+    fix *f = fix_new(NULL);
+    fxb_bidi *s = resv_bidi(f, 4096, 2048);
+    fx_metrics_snapshot a = snap();
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000), 0);
+    fx_metrics_snapshot b = snap();
+    assert_int_equal(s->resv.n, 1000);
+    assert_int_equal(fx_budget_in_use(&f->c.budget), 1000);
+    assert_int_equal(fx_budget_in_use(&f->b.budget), 1000);
+    assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 1000);
+    assert_true(fx_timer_is_armed(&s->frame_timer)); /* frame_read_timeout runs */
+    fxb_ingress_resv_release(s);
+    b = snap();
+    assert_int_equal(fx_budget_in_use(&f->b.budget), 0);
+    assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 0);
+    resv_free(f, s);
+}
+
+/* With the budget full the header waits (the stream reads nothing) and is
+ * granted, on its loop, once bytes are freed. */
+static void test_header_waits_for_a_full_budget_then_holds(void **state)
+{
+    fix *f = fix_new(NULL);
+    fxb_bidi *s = resv_bidi(f, 1500, 1500);
+    fx_permit other = {0};
+    assert_int_equal(fx_budget_try_acquire(&f->c.budget, 1000, &other), 0);
+    fx_metrics_snapshot a = snap();
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000), 1);
+    assert_true(s->resv_wait);
+    assert_int_equal(s->refs, 2); /* for the grant's task */
+    fx_metrics_snapshot b = snap();
+    assert_int_equal(b.c.ingress_reserve_waited - a.c.ingress_reserve_waited, 1);
+    assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 0);
+    fx_permit_release(&other);
+    fix_drain(f); /* the grant comes back to the connection's loop */
+    assert_false(s->resv_wait);
+    assert_int_equal(s->refs, 1);
+    assert_int_equal(s->resv.n, 1000);
+    b = snap();
+    assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 1000);
+    resv_free(f, s);
+}
+
+/* A frame larger than the connection's share can never be held: the stream
+ * fails (counted), nothing is taken. */
+static void test_header_larger_than_the_share_fails_the_stream(void **state)
+{
+    fix *f = fix_new(NULL);
+    fxb_bidi *s = resv_bidi(f, 8192, 1000);
+    fx_metrics_snapshot a = snap();
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1001), -1);
+    fx_metrics_snapshot b = snap();
+    assert_true(s->ended);
+    assert_int_equal(b.c.broker_stream_errors - a.c.broker_stream_errors, 1);
+    assert_int_equal(fx_budget_in_use(&f->b.budget), 0);
+    resv_free(f, s);
+}
+
+/* A stream that goes away while its header waits cancels the wait: a later
+ * free of bytes grants it nothing. */
+static void test_cancel_while_waiting_takes_nothing(void **state)
+{
+    fix *f = fix_new(NULL);
+    fxb_bidi *s = resv_bidi(f, 1500, 1500);
+    fx_permit other = {0};
+    assert_int_equal(fx_budget_try_acquire(&f->c.budget, 1000, &other), 0);
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000), 1);
+    fxb_ingress_resv_cancel(s);
+    assert_false(s->resv_wait);
+    assert_int_equal(s->refs, 1);
+    fx_permit_release(&other);
+    fix_drain(f);
+    assert_int_equal(fx_budget_in_use(&f->b.budget), 0);
+    assert_int_equal(s->resv.n, 0);
+    resv_free(f, s);
+}
+
+/* The job takes the reservation over: the bytes stay held (by the job) and
+ * leave felix_broker_ingress_reserved_bytes; they are freed with the job. */
+static void test_job_adopts_the_reservation(void **state)
+{
+    fix *f = fix_new(NULL);
+    fxb_bidi *s = resv_bidi(f, 4096, 4096);
+    fx_metrics_snapshot a = snap();
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000), 0);
+    fx_loop_timer_cancel(f->loop, &s->frame_timer); /* the body arrived */
+    fx_ingress_req r;
+    fx_ingress_req_init(&r, NULL, 1000, FX_INGRESS_DROP, 0, NULL, NULL);
+    fxb_bidi_adopt_reservation(s, &r);
+    fx_metrics_snapshot b = snap();
+    assert_null(s->resv.budget);
+    assert_int_equal(r.held.n, 1000);
+    assert_int_equal(fx_budget_in_use(&f->b.budget), 1000);
+    assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 0);
+    fx_ingress_finish(&r);
+    assert_int_equal(fx_budget_in_use(&f->b.budget), 0);
+    resv_free(f, s);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_policy_table),
     cmocka_unit_test(test_drop_counts),
@@ -308,5 +444,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_wait_times_out_with_one_budget),
     cmocka_unit_test(test_wait_enqueues_when_space_frees_in_time),
     cmocka_unit_test(test_wait_late_resume_fails_after_deadline),
+    cmocka_unit_test(test_header_reserves_the_announced_bytes),
+    cmocka_unit_test(test_header_waits_for_a_full_budget_then_holds),
+    cmocka_unit_test(test_header_larger_than_the_share_fails_the_stream),
+    cmocka_unit_test(test_cancel_while_waiting_takes_nothing),
+    cmocka_unit_test(test_job_adopts_the_reservation),
 };
 FX_TEST_MAIN(tests)
