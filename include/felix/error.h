@@ -62,7 +62,8 @@ extern "C" {
     X(FX_EWIRE_ACK_MODE, -1317, "invalid ack mode")                                                \
     X(FX_EWIRE_STATUS, -1318, "invalid ack status")                                                \
     X(FX_EWIRE_NAME, -1319, "invalid name")                                                        \
-    X(FX_EWIRE_KIND, -1320, "frame is not of the expected kind")
+    X(FX_EWIRE_KIND, -1320, "frame is not of the expected kind")                                  \
+    X(FX_EWIRE_JSON_LIMIT, -1321, "JSON message has more elements than any message holds")
 
 enum fx_error {
 #define FX_ERR_ENUM(name, value, msg) name = (value),
