@@ -220,7 +220,7 @@ static void sweep(fxb_conn *c, bool keys)
         if (why != NULL) {
             log_lapsed(c, "stream", (long long)s->sid, why);
             fxb_bidi_error(s, why, true);
-        } else if (s->auth_exp_s < next) {
+        } else if (s->auth_ctx != NULL && s->auth_exp_s < next) {
             next = s->auth_exp_s;
         }
     }
@@ -230,7 +230,7 @@ static void sweep(fxb_conn *c, bool keys)
         if (why != NULL) {
             log_lapsed(c, "subscription", (long long)sub->id, why);
             fxb_sub_close(sub, true);
-        } else if (sub->auth_exp_s < next) {
+        } else if (sub->auth_ctx != NULL && sub->auth_exp_s < next) {
             next = sub->auth_exp_s;
         }
     }
