@@ -7,6 +7,7 @@
  * dispatch to publish.c and subscribe.c. Connection loop. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -467,8 +468,10 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
         s->credit_owed += used;
         if (rv < 0) {
             if (!s->authed && rv == FX_EWIRE_TOO_LARGE) {
+                char why[sizeof(err.msg) + 64];
+                snprintf(why, sizeof(why), "%s (the limit before auth)", err.msg);
                 FX_COUNTER_INC(preauth_frame_too_large);
-                preauth_log(s, err.msg);
+                preauth_log(s, why);
             }
             fxb_bidi_fail(s, err.msg);
             break;

@@ -178,8 +178,8 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
     atomic_init(&b->next_sub_id, 1);
     atomic_init(&b->next_conn_id, 1);
     rv = fx_budget_init(&b->budget, o->pub_inflight_bytes, NULL);
-    if (rv == 0 && (rv = fxb_peers_init(&b->peers, o->max_connections_per_ip,
-                                        o->auth_rate_per_ip)) != 0)
+    if (rv == 0 &&
+        (rv = fxb_peers_init(&b->peers, o->max_connections_per_ip, o->auth_rate_per_ip)) != 0)
         fx_budget_deinit(&b->budget);
     if (rv != 0) {
         free(b);

@@ -223,19 +223,20 @@ struct fxb_bidi {
     bool authed;
     char tenant[FX_REGISTRY_NAME_MAX + 1];
     void *auth_ctx; /* claims from o.auth.verify, released with the stream */
-    int64_t auth_exp_s; /* when those claims lapse (Unix seconds); INT64_MAX = never */
-    /* Before auth: counted in conn->unauth_streams; |auth_timer| resets the
-     * stream at auth_timeout_ms; |preauth_charge| bytes of the frame being
-     * read are counted in conn->preauth_bytes. */
-    bool unauth_counted;
-    size_t preauth_charge;
-    fx_timer auth_timer;
     bool ended;     /* no more input is processed (error, subscribe, reset) */
     bool closed;    /* QUIC stream gone */
     bool peer_fin;  /* the client finished sending */
     bool fin_sent;
     bool sub_pending; /* a subscribe is waiting for its worker: hold the FIN */
     size_t credit_owed;
+    /* When the claims lapse (Unix seconds; INT64_MAX = never). Before auth:
+     * counted in conn->unauth_streams; |auth_timer| resets the stream at
+     * auth_timeout_ms; |preauth_charge| bytes of the frame being read are
+     * counted in conn->preauth_bytes. */
+    int64_t auth_exp_s;
+    bool unauth_counted;
+    size_t preauth_charge;
+    fx_timer auth_timer;
     /* Checkpoint-3 bytes of the frame being read, reserved from the
      * connection's budget when its header arrived and handed to its publish
      * job (fxb_bidi_adopt_reservation), else released once it is handled.

@@ -72,7 +72,7 @@ static int64_t expiry_cb(void *user, const void *ctx)
     const fx_authn *a = user;
     const authn_ctx *x = ctx;
     return x->claims.exp > INT64_MAX - a->policy.leeway_s ? INT64_MAX
-                                                           : x->claims.exp + a->policy.leeway_s;
+                                                          : x->claims.exp + a->policy.leeway_s;
 }
 
 /* True while the current key set still holds the key (same kid, same bytes)

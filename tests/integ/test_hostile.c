@@ -36,8 +36,8 @@ typedef struct rstream {
     bool used, uni, fin, closed, reset;
     bool stall; /* never give the broker credit: its replies pile up */
     fx_frame_decoder dec;
-    size_t frames;       /* reply frames received */
-    char last[256];      /* the last JSON reply's "type" and "message" */
+    size_t frames;  /* reply frames received */
+    char last[256]; /* the last JSON reply's "type" and "message" */
     fx_msg_type last_type;
 } rstream;
 

@@ -509,8 +509,9 @@ static void test_element_bound_accepts_large_messages(void **state)
     size_t vlen = 8u << 20;
     char *big = malloc(vlen + 200);
     assert_non_null(big);
-    len = (size_t)snprintf(big, 200, "{\"type\":\"cache_put\",\"tenant_id\":\"t\",\"namespace\":"
-                                     "\"n\",\"cache\":\"c\",\"key\":\"k\",\"value\":\"");
+    len = (size_t)snprintf(big, 200,
+                           "{\"type\":\"cache_put\",\"tenant_id\":\"t\",\"namespace\":"
+                           "\"n\",\"cache\":\"c\",\"key\":\"k\",\"value\":\"");
     memset(big + len, 'A', vlen);
     len += vlen;
     len += (size_t)snprintf(big + len, 8, "\"}");

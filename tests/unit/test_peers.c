@@ -47,7 +47,8 @@ static void test_addresses_group_by_host(void **state)
 {
     fxb_peer_key a = v4("10.1.2.3"), mapped = v6("::ffff:10.1.2.3");
     assert_memory_equal(&a, &mapped, sizeof(a));
-    fxb_peer_key x = v6("2001:db8:1:2::1"), y = v6("2001:db8:1:2:ffff::9"), z = v6("2001:db8:1:3::1");
+    fxb_peer_key x = v6("2001:db8:1:2::1"), y = v6("2001:db8:1:2:ffff::9"),
+                 z = v6("2001:db8:1:3::1");
     assert_memory_equal(&x, &y, sizeof(x)); /* same /64 */
     assert_memory_not_equal(&x, &z, sizeof(x));
     char s[64];
@@ -66,7 +67,7 @@ static void test_auth_bucket_refills_at_its_rate(void **state)
     for (int i = 0; i < 4; i++)
         assert_true(fxb_peers_auth_take(&t, &a, now));
     assert_false(fxb_peers_auth_take(&t, &a, now));
-    assert_true(fxb_peers_auth_take(&t, &b, now)); /* its own bucket */
+    assert_true(fxb_peers_auth_take(&t, &b, now));                    /* its own bucket */
     assert_false(fxb_peers_auth_take(&t, &a, now + FX_NS_PER_S / 8)); /* half a token */
     assert_true(fxb_peers_auth_take(&t, &a, now + FX_NS_PER_S / 4));  /* one */
     assert_false(fxb_peers_auth_take(&t, &a, now + FX_NS_PER_S / 4));
