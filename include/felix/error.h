@@ -62,7 +62,8 @@ extern "C" {
     X(FX_EWIRE_ACK_MODE, -1317, "invalid ack mode")                                                \
     X(FX_EWIRE_STATUS, -1318, "invalid ack status")                                                \
     X(FX_EWIRE_NAME, -1319, "invalid name")                                                        \
-    X(FX_EWIRE_KIND, -1320, "frame is not of the expected kind")                                   \
+    X(FX_EWIRE_KIND, -1320, "frame is not of the expected kind")                                  \
+    X(FX_EWIRE_JSON_LIMIT, -1321, "JSON message has more elements than any message holds")          \
     /* durable storage */                                                                          \
     X(FX_ESTORAGE_CORRUPT, -1400, "storage corruption detected")                                   \
     X(FX_ESTORAGE_TOO_LARGE, -1401, "record payload exceeds the maximum supported size")           \

@@ -55,7 +55,67 @@
     C(ingress_reserve_waited, "felix_broker_ingress_reserve_waited_total", "",                     \
       "Frame headers whose byte reservation had to wait (the stream stopped reading meanwhile)")   \
     G(ingress_reserved_bytes, "felix_broker_ingress_reserved_bytes", "",                           \
-      "Bytes reserved by frame headers for frames not yet complete and admitted, all connections")
+      "Bytes reserved by frame headers for frames not yet complete and admitted, all "             \
+      "connections")                                                                               \
+    C(preauth_conn_auth_timeout, "felix_broker_preauth_connections_closed_total",                  \
+      "reason=auth_timeout",                                                                       \
+      "Connections closed before authenticating: auth_timeout (no stream authenticated within "    \
+      "auth_timeout_ms), per_ip (max_connections_per_ip reached), auth_failures "                  \
+      "(auth_failures_per_conn failed verifications)")                                             \
+    C(preauth_conn_per_ip, "felix_broker_preauth_connections_closed_total", "reason=per_ip",       \
+      "Connections closed before authenticating: auth_timeout (no stream authenticated within "    \
+      "auth_timeout_ms), per_ip (max_connections_per_ip reached), auth_failures "                  \
+      "(auth_failures_per_conn failed verifications)")                                             \
+    C(preauth_conn_auth_failures, "felix_broker_preauth_connections_closed_total",                 \
+      "reason=auth_failures",                                                                      \
+      "Connections closed before authenticating: auth_timeout (no stream authenticated within "    \
+      "auth_timeout_ms), per_ip (max_connections_per_ip reached), auth_failures "                  \
+      "(auth_failures_per_conn failed verifications)")                                             \
+    C(preauth_unauth_streams, "felix_broker_preauth_streams_refused_total",                        \
+      "reason=unauth_streams",                                                                     \
+      "Client streams refused before authenticating: unauth_streams "                              \
+      "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
+      " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
+      "auth_rate (auth_rate_per_ip)")                                                              \
+    C(preauth_frame_too_large, "felix_broker_preauth_streams_refused_total",                       \
+      "reason=frame_too_large",                                                                    \
+      "Client streams refused before authenticating: unauth_streams "                              \
+      "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
+      " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
+      "auth_rate (auth_rate_per_ip)")                                                              \
+    C(preauth_bytes, "felix_broker_preauth_streams_refused_total", "reason=preauth_bytes",         \
+      "Client streams refused before authenticating: unauth_streams "                              \
+      "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
+      " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
+      "auth_rate (auth_rate_per_ip)")                                                              \
+    C(preauth_protocol_error, "felix_broker_preauth_streams_refused_total",                        \
+      "reason=protocol_error",                                                                     \
+      "Client streams refused before authenticating: unauth_streams "                              \
+      "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
+      " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
+      "auth_rate (auth_rate_per_ip)")                                                              \
+    C(preauth_stream_auth_timeout, "felix_broker_preauth_streams_refused_total",                   \
+      "reason=auth_timeout",                                                                       \
+      "Client streams refused before authenticating: unauth_streams "                              \
+      "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
+      " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
+      "auth_rate (auth_rate_per_ip)")                                                              \
+    C(preauth_auth_rate, "felix_broker_preauth_streams_refused_total", "reason=auth_rate",         \
+      "Client streams refused before authenticating: unauth_streams "                              \
+      "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
+      " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
+      "auth_rate (auth_rate_per_ip)")                                                              \
+    C(broker_auth_expired, "felix_broker_auth_lapsed_total", "reason=expired",                     \
+      "Authenticated streams and subscriptions ended because their credentials lapsed: expired "   \
+      "(exp plus leeway passed), key_removed (a key set reload removed the signing key)")          \
+    C(broker_auth_key_removed, "felix_broker_auth_lapsed_total", "reason=key_removed",             \
+      "Authenticated streams and subscriptions ended because their credentials lapsed: expired "   \
+      "(exp plus leeway passed), key_removed (a key set reload removed the signing key)")          \
+    C(broker_json_too_complex, "felix_broker_json_too_complex_total", "",                          \
+      "JSON frames refused before parsing for holding more elements than any Felix message does")  \
+    C(broker_conn_replies_full, "felix_broker_conn_replies_full_total", "",                        \
+      "Times a connection's queued replies reached their bound (its streams stopped reading "      \
+      "until the client read them)")
 
 /* ---- subscribe: per-subscriber queues, lanes, subscriber connections --- */
 #define FX_METRICS_SUB(C, G, H)                                                                    \

@@ -1,9 +1,13 @@
 /* Client bidi streams: frame decoding with explicit credit (bytes are
  * credited once the frame they belong to is handled; a publish parked at
  * ingress withholds credit for everything behind it), auth and tenant
- * binding, the permission check and name resolution of every publish and
- * subscribe, and dispatch to publish.c and subscribe.c. Connection loop. */
+ * binding, the limits of a stream that has not authenticated yet (small
+ * frames outside the publish budget, a deadline, protocol errors fatal), the
+ * permission check and name resolution of every publish and subscribe, and
+ * dispatch to publish.c and subscribe.c. Connection loop. */
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,17 +33,97 @@ void fxb_bidi_unref(fxb_bidi *s)
     free(s);
 }
 
+/* ---- before authentication -------------------------------------------------------------- */
+
+static fx_ratelimit preauth_rl = FX_RATELIMIT_INIT;
+
+/* Logs a refusal of an unauthenticated stream (counted by the caller). */
+static void preauth_log(const fxb_bidi *s, const char *why)
+{
+    FX_LOG_RATELIMITED(&preauth_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld refused before auth: %s",
+                       (unsigned long long)s->conn->id, (long long)s->sid, why);
+}
+
+static void on_stream_auth_timeout(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_bidi *s = user;
+    if (s->authed || s->closed)
+        return;
+    FX_COUNTER_INC(preauth_stream_auth_timeout);
+    preauth_log(s, "no auth within auth_timeout_ms");
+    fxb_bidi_fail(s, "no auth within auth_timeout_ms");
+}
+
+/* The frame whose header was just read before auth is held in the decoder,
+ * never in the publish byte budget: count it against the connection's small
+ * pre-auth allowance instead. Returns 0 or -1 (|s| failed). */
+static int preauth_charge(fxb_bidi *s, size_t n)
+{
+    fxb_conn *c = s->conn;
+    if (c->preauth_bytes + n > FXB_PREAUTH_CONN_BYTES) {
+        FX_COUNTER_INC(preauth_bytes);
+        preauth_log(s, "the connection's unauthenticated streams hold too many frame bytes");
+        fxb_bidi_fail(s, "too many pre-auth frame bytes on the connection");
+        return -1;
+    }
+    c->preauth_bytes += n;
+    s->preauth_charge = n;
+    return 0;
+}
+
+static void preauth_uncharge(fxb_bidi *s)
+{
+    s->conn->preauth_bytes -= s->preauth_charge;
+    s->preauth_charge = 0;
+}
+
+void fxb_bidi_preauth_release(fxb_bidi *s)
+{
+    preauth_uncharge(s);
+    fx_loop_timer_cancel(s->conn->loop, &s->auth_timer);
+    if (s->unauth_counted) {
+        s->unauth_counted = false;
+        s->conn->unauth_streams--;
+    }
+}
+
+/* A protocol error before auth ends the stream (a client that has not
+ * authenticated gets one error reply, not one per frame). */
+static void preauth_protocol_error(fxb_bidi *s, const char *text)
+{
+    FX_COUNTER_INC(preauth_protocol_error);
+    preauth_log(s, text);
+    fxb_bidi_error(s, text, true);
+}
+
 fxb_bidi *fxb_bidi_new(fxb_conn *c, int64_t sid)
 {
     fxb_bidi *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return NULL;
+    const fx_broker_opts *o = &c->b->o;
+    fx_timer_init(&s->auth_timer, on_stream_auth_timeout, s);
+    if (o->auth_timeout_ns != 0 &&
+        fx_loop_timer_arm(c->loop, &s->auth_timer, fx_loop_now(c->loop) + o->auth_timeout_ns) !=
+            0) {
+        free(s);
+        return NULL;
+    }
     s->kind = FXB_KIND_BIDI;
     s->refs = 1;
     s->conn = c;
     fxb_conn_ref(c);
     s->sid = sid;
-    fx_frame_decoder_init(&s->dec, c->b->o.max_frame_bytes);
+    s->auth_exp_s = INT64_MAX;
+    s->unauth_counted = true;
+    c->unauth_streams++;
+    /* Until auth only a small frame; then max_frame_bytes (on_auth). */
+    fx_frame_decoder_init(&s->dec, o->max_frame_bytes < FXB_PREAUTH_MAX_FRAME
+                                       ? o->max_frame_bytes
+                                       : FXB_PREAUTH_MAX_FRAME);
     fxb_ingress_bidi_init(s);
     fxb_reply_bidi_init(s);
     s->next = c->bidis;
@@ -55,6 +139,7 @@ void fxb_bidi_fail(fxb_bidi *s, const char *why)
     FX_LOG_DEBUG("broker", "conn %llu stream %lld reset: %s", (unsigned long long)s->conn->id,
                  (long long)s->sid, why);
     s->ended = true;
+    preauth_uncharge(s);
     fxb_ingress_resv_cancel(s); /* a reset frame will not complete */
     if (s->conn->qc != NULL)
         fx_quic_stream_reset(s->conn->qc, s->sid, FXB_CODE_MALFORMED);
@@ -207,10 +292,25 @@ static bool verify_token(fxb_bidi *s, const fx_msg *m)
     if (a->verify(a->user, m->tenant_id, token, strlen(token), (int64_t)ts.tv_sec, &ctx, why,
                   sizeof(why)) != 0) {
         auth_refuse(s, m->tenant_id, why[0] ? why : "token refused");
+        fxb_conn_on_auth_failed(s->conn);
         return false;
     }
     s->auth_ctx = ctx;
+    s->auth_exp_s = a->expiry != NULL ? a->expiry(a->user, ctx) : INT64_MAX;
     return true;
+}
+
+/* Each source address may have auth_rate_per_ip tokens verified per second;
+ * an attempt beyond it is refused without the parse and signature check. */
+static bool auth_rate_ok(fxb_bidi *s)
+{
+    fxb_conn *c = s->conn;
+    if (fxb_peers_auth_take(&c->b->peers, &c->peer, fx_loop_now(c->loop)))
+        return true;
+    FX_COUNTER_INC(preauth_auth_rate);
+    preauth_log(s, "auth_rate_per_ip exceeded");
+    fxb_bidi_error(s, "auth rate limited", true);
+    return false;
 }
 
 static void on_auth(fxb_bidi *s, const fx_msg *m)
@@ -225,10 +325,12 @@ static void on_auth(fxb_bidi *s, const fx_msg *m)
         return;
     }
     /* auth_mode none: any token; the stream is bound to the tenant named. */
-    if (s->conn->b->o.auth.verify != NULL && !verify_token(s, m))
+    if (s->conn->b->o.auth.verify != NULL && (!auth_rate_ok(s) || !verify_token(s, m)))
         return;
     memcpy(s->tenant, m->tenant_id, n + 1);
     s->authed = true;
+    s->dec.max_frame = s->conn->b->o.max_frame_bytes; /* read between frames: the next header */
+    fxb_conn_on_authed(s->conn, s);
     fx_msg r;
     fx_msg_init_auth_reply(&r, m, FXB_SERVER_FLAGS);
     fxb_bidi_reply_msg(s, &r);
@@ -249,12 +351,32 @@ static bool allowed(fxb_bidi *s, const char *tenant, size_t len)
     return true;
 }
 
+static fx_ratelimit json_limit_rl = FX_RATELIMIT_INIT;
+
+/* The credentials of a subscribe request go with its subscription, whose
+ * event stream outlives the request stream. */
+static void hand_credentials(fxb_bidi *s)
+{
+    fxb_sub *sub = s->conn->subs;
+    if (!s->sub_pending || sub == NULL || sub->bidi != s || s->auth_ctx == NULL)
+        return;
+    sub->auth_ctx = s->auth_ctx;
+    sub->auth_exp_s = s->auth_exp_s;
+    s->auth_ctx = NULL;
+}
+
 /* Returns 0 to go on, 1 when parked, -1 when the stream stops reading. */
 static int on_json(fxb_bidi *s, const fx_frame *f)
 {
     fx_msg m;
     fx_wire_err err;
     if (fx_msg_decode(&m, f->body, f->len, &err) != 0) {
+        if (err.code == FX_EWIRE_JSON_LIMIT) {
+            FX_COUNTER_INC(broker_json_too_complex);
+            FX_LOG_RATELIMITED(&json_limit_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                               "conn %llu stream %lld reset: %s", (unsigned long long)s->conn->id,
+                               (long long)s->sid, err.msg);
+        }
         fxb_bidi_fail(s, err.msg);
         return -1;
     }
@@ -269,8 +391,10 @@ static int on_json(fxb_bidi *s, const fx_frame *f)
             rv = fxb_publish_json(s, &m);
         break;
     case FX_MSG_SUBSCRIBE:
-        if (allowed(s, m.tenant_id, strlen(m.tenant_id)))
+        if (allowed(s, m.tenant_id, strlen(m.tenant_id))) {
             fxb_subscribe(s, &m);
+            hand_credentials(s);
+        }
         break;
     case FX_MSG_ERROR:
         fxb_bidi_end(s);
@@ -278,6 +402,8 @@ static int on_json(fxb_bidi *s, const fx_frame *f)
     default:
         if (is_server_only(m.type))
             fxb_bidi_error(s, "unexpected message type", true);
+        else if (!s->authed)
+            preauth_protocol_error(s, "unsupported message type");
         else
             fxb_bidi_error(s, "unsupported message type", false);
         break;
@@ -289,6 +415,10 @@ static int on_json(fxb_bidi *s, const fx_frame *f)
 static int on_frame(fxb_bidi *s, const fx_frame *f)
 {
     if (f->flags_rv != 0) {
+        if (!s->authed) {
+            preauth_protocol_error(s, "unsupported frame flags");
+            return -1;
+        }
         fxb_bidi_error(s, "unsupported frame flags", false);
         return 0;
     }
@@ -321,7 +451,7 @@ static void credit(fxb_bidi *s)
  * header waiting for its bytes, or too many replies not yet written. */
 static bool blocked(const fxb_bidi *s)
 {
-    return s->parked != NULL || s->resv_wait || s->replies_full;
+    return s->parked != NULL || s->resv_wait || s->replies_full || s->conn->replies_full;
 }
 
 /* Feeds |data| to the decoder until it is used up, the stream stops reading,
@@ -337,11 +467,19 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
         off += used;
         s->credit_owed += used;
         if (rv < 0) {
+            if (!s->authed && rv == FX_EWIRE_TOO_LARGE) {
+                char why[sizeof(err.msg) + 64];
+                snprintf(why, sizeof(why), "%s (the limit before auth)", err.msg);
+                FX_COUNTER_INC(preauth_frame_too_large);
+                preauth_log(s, why);
+            }
             fxb_bidi_fail(s, err.msg);
             break;
         }
         if (rv == FX_FRAME_HEADER) {
-            if (fxb_ingress_reserve(s, f.hdr.flags, f.hdr.length) != 0)
+            int hv = s->authed ? fxb_ingress_reserve(s, f.hdr.flags, f.hdr.length)
+                               : preauth_charge(s, f.hdr.length);
+            if (hv != 0)
                 break;
             continue;
         }
@@ -350,6 +488,7 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
         fx_loop_timer_cancel(s->conn->loop, &s->frame_timer);
         rv = on_frame(s, &f);
         fxb_ingress_resv_release(s); /* a frame that made no job (auth, subscribe, error) */
+        preauth_uncharge(s);
         if (rv != 0)
             break;
         credit(s);
@@ -357,10 +496,34 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
     return off;
 }
 
+/* Moves the unread input to the front of the buffer. */
+static void pend_compact(fxb_bidi *s)
+{
+    size_t live = s->pend_len - s->pend_off;
+    if (live > 0)
+        memmove(s->pend, s->pend + s->pend_off, live);
+    s->pend_off = 0;
+    s->pend_len = live;
+}
+
+/* |used| bytes of the buffer were fed. The buffer is compacted only once
+ * more than half of it is read, so feeding it frame by frame costs each
+ * byte O(1) moves, not one move of the whole rest per frame. */
+static void pend_consume(fxb_bidi *s, size_t used)
+{
+    s->pend_off += used;
+    if (s->pend_off == s->pend_len)
+        s->pend_off = s->pend_len = 0;
+    else if (s->pend_off > s->pend_len / 2)
+        pend_compact(s);
+}
+
 static int pend_append(fxb_bidi *s, const uint8_t *p, size_t n)
 {
     if (n == 0)
         return 0;
+    if (s->pend_off > 0 && s->pend_len + n > s->pend_cap)
+        pend_compact(s);
     if (s->pend_len + n > s->pend_cap) {
         size_t cap = s->pend_cap ? s->pend_cap : 4096;
         while (cap < s->pend_len + n)
@@ -397,7 +560,7 @@ static void input(fxb_bidi *s, const uint8_t *data, size_t len)
  * by the FIN is malformed. */
 static void check_fin(fxb_bidi *s)
 {
-    if (s->peer_fin && !s->ended && !blocked(s) && s->pend_len == 0 &&
+    if (s->peer_fin && !s->ended && !blocked(s) && s->pend_len == s->pend_off &&
         fx_frame_decoder_finish(&s->dec, NULL) != 0)
         fxb_bidi_fail(s, "stream finished inside a frame");
 }
@@ -407,14 +570,13 @@ void fxb_bidi_continue(fxb_bidi *s)
     if (s->closed || blocked(s))
         return;
     credit(s);
-    while (s->pend_len > 0 && !blocked(s) && !s->ended) {
-        size_t used = feed(s, s->pend, s->pend_len);
-        memmove(s->pend, s->pend + used, s->pend_len - used);
-        s->pend_len -= used;
+    while (s->pend_len > s->pend_off && !blocked(s) && !s->ended) {
+        size_t used = feed(s, s->pend + s->pend_off, s->pend_len - s->pend_off);
+        pend_consume(s, used);
     }
     if (s->ended) {
-        s->credit_owed += s->pend_len;
-        s->pend_len = 0;
+        s->credit_owed += s->pend_len - s->pend_off;
+        s->pend_off = s->pend_len = 0;
     }
     if (!blocked(s)) {
         credit(s);
@@ -460,6 +622,7 @@ static bool is_request(uint16_t flags)
 static void count_discarded(fxb_bidi *s)
 {
     uint64_t n = 0;
+    pend_compact(s);
     size_t off = 0;
     if (s->resv_wait) { /* the buffer starts with the body whose header waited */
         size_t rest = fx_frame_decoder_expected(&s->dec);
@@ -493,17 +656,11 @@ void fxb_bidi_close(fxb_bidi *s)
     s->closed = true;
     s->ended = true;
     fx_loop_timer_cancel(c->loop, &s->commit_timer);
+    fxb_bidi_preauth_release(s);
     fxb_ingress_resv_cancel(s);
     if (s->parked != NULL)
         fxb_ingress_cancel_parked(s);
-    while (s->rhead != NULL) {
-        fxb_reply *r = s->rhead;
-        s->rhead = r->next;
-        r->owner = NULL;
-        fxb_reply_unref(r);
-    }
-    s->rtail = NULL;
-    s->nreplies = 0;
+    fxb_reply_drop_all(s);
     for (fxb_bidi **pp = &c->bidis; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == s) {
             *pp = s->next;

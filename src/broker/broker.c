@@ -48,6 +48,11 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .subscriber_flush_max_delay_ns = 0,
         .subscriber_unacked_bytes = 1u << 20,
         .frame_read_timeout_ns = 10000 * FX_NS_PER_MS,
+        .auth_timeout_ns = 10000 * FX_NS_PER_MS,
+        .max_connections_per_ip = 256,
+        .max_unauth_streams_per_conn = 16,
+        .auth_failures_per_conn = 3,
+        .auth_rate_per_ip = 1000,
     };
     fx_quic_opts_default(&o->quic);
 }
@@ -64,7 +69,8 @@ static int check_opts(const fx_broker_opts *o)
         o->subscriber_max_bytes_per_write == 0 || o->subscriber_flush_max_items == 0 ||
         o->ack_wait_timeout_ns == 0 || o->subscriber_unacked_bytes == 0 ||
         o->subscriber_writer_lanes == 0 || o->max_subscriber_writer_lanes == 0 ||
-        o->subscriber_lane_shard > FX_BROKER_LANE_ROUND_ROBIN_PIN || o->bind_ip == NULL)
+        o->subscriber_lane_shard > FX_BROKER_LANE_ROUND_ROBIN_PIN || o->bind_ip == NULL ||
+        o->max_unauth_streams_per_conn == 0 || o->auth_failures_per_conn == 0)
         return -EINVAL;
     return 0;
 }
@@ -131,6 +137,7 @@ static int create_endpoint(fx_broker *b)
         bool worker = slot.kind == FX_LOOP_KIND_WORKER;
         e->loop = worker ? b->workers[slot.index].loop : b->io[slot.index];
         e->worker = worker ? (int)slot.index : -1;
+        fx_task_init(&e->auth_task, fxb_conn_auth_recheck, e);
         loops[k] = e->loop;
     }
     if (rv == 0) {
@@ -168,10 +175,16 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
         return -ENOMEM;
     b->o = *o;
     b->o.streams = NULL; /* borrowed: used only below */
+    /* Clients never open unidirectional streams (events flow the other
+     * way): advertise none, so no client can make us track any. */
+    b->o.quic.max_streams_uni = 0;
     b->nworkers = o->workers;
     atomic_init(&b->next_sub_id, 1);
     atomic_init(&b->next_conn_id, 1);
     rv = fx_budget_init(&b->budget, o->pub_inflight_bytes, NULL);
+    if (rv == 0 &&
+        (rv = fxb_peers_init(&b->peers, o->max_connections_per_ip, o->auth_rate_per_ip)) != 0)
+        fx_budget_deinit(&b->budget);
     if (rv != 0) {
         free(b);
         return rv;
@@ -321,6 +334,7 @@ void fx_broker_free(fx_broker *b)
     free(b->io);
     fx_registry_free(b->reg);
     fx_budget_deinit(&b->budget);
+    fxb_peers_deinit(&b->peers);
     free(b);
 }
 

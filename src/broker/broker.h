@@ -47,13 +47,20 @@ typedef enum fx_broker_auth_action {
  * allows: returns true if the claims |ctx| permit |action| on stream
  *   |tenant|/|ns|/|stream|. Pure: the broker caches the answer per QUIC
  *   stream and stream name.
- * release: frees |ctx| (called once per successful verify). */
+ * release: frees |ctx| (called once per successful verify; any thread).
+ * expiry (optional): the Unix second after which |ctx| no longer holds (the
+ *   token's exp plus the leeway), or INT64_MAX. Streams and subscriptions
+ *   authenticated with it are ended then.
+ * key_valid (optional): false once the key that signed |ctx| is no longer in
+ *   the key set (asked after fx_broker_auth_reloaded). */
 typedef struct fx_broker_auth {
     int (*verify)(void *user, const char *tenant, const char *token, size_t len, int64_t now_s,
                   void **pctx, char *why, size_t whylen);
     bool (*allows)(void *user, const void *ctx, fx_broker_auth_action action, const char *tenant,
                    const char *ns, const char *stream);
     void (*release)(void *user, void *ctx);
+    int64_t (*expiry)(void *user, const void *ctx);
+    bool (*key_valid)(void *user, const void *ctx);
     void *user;
 } fx_broker_auth;
 
@@ -80,6 +87,20 @@ typedef struct fx_broker_opts {
     /* Connections served at once; a connection beyond it is closed with the
      * reason "too many connections" (counted). 0 = no limit. */
     uint32_t max_connections;
+    /* Limits before authentication (docs/auth.md). A connection none of
+     * whose streams authenticated within |auth_timeout_ns| is closed (0 =
+     * never); a stream not authenticated by then is reset. At most
+     * |max_connections_per_ip| connections per source address (an IPv6 /64;
+     * 0 = no limit) and |max_unauth_streams_per_conn| streams per connection
+     * that have not authenticated yet (more are reset). After
+     * |auth_failures_per_conn| failed verifications the connection is closed;
+     * each source address may have |auth_rate_per_ip| tokens verified per
+     * second (0 = no limit); attempts beyond it are refused unverified. */
+    uint64_t auth_timeout_ns;
+    uint32_t max_connections_per_ip;
+    uint32_t max_unauth_streams_per_conn;
+    uint32_t auth_failures_per_conn;
+    uint32_t auth_rate_per_ip;
     /* Authentication (all NULL: auth_mode none). |auth.user| must outlive
      * the broker. */
     fx_broker_auth auth;
@@ -273,6 +294,12 @@ typedef struct fx_broker_drain_report {
  * what was left) or -EINVAL (not running). Blocks the caller (main thread);
  * call fx_broker_stop/free afterwards. */
 int fx_broker_drain(fx_broker *b, uint64_t deadline_ns, fx_broker_drain_report *r);
+
+/* The authenticator's key set changed (SIGHUP): every stream and
+ * subscription whose credentials were signed by a key no longer present
+ * (o.auth.key_valid) is ended, asynchronously on its loop. Main thread,
+ * while the broker runs. */
+void fx_broker_auth_reloaded(fx_broker *b);
 
 /* True once fx_broker_drain was called. Any thread. */
 bool fx_broker_is_draining(const fx_broker *b);

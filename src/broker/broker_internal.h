@@ -21,6 +21,7 @@
 #include "broker/broker.h"
 #include "broker/envelope.h"
 #include "broker/ingress.h"
+#include "broker/peers.h"
 #include "broker/registry.h"
 #include "broker/stream.h"
 #include "quic/quic.h"
@@ -42,6 +43,19 @@ typedef struct fxb_lane fxb_lane;
 #define FXB_CODE_UNSUBSCRIBE 0x2u
 /* QUIC application code of a connection refused by max_connections. */
 #define FXB_CODE_TOO_MANY_CONNS 0x3u
+/* QUIC application codes of the limits that hold before authentication: a
+ * connection that authenticated nothing within auth_timeout_ms, or failed
+ * auth_failures_per_conn verifications; a stream or subscription whose token
+ * expired or whose signing key was removed. */
+#define FXB_CODE_AUTH_TIMEOUT 0x4u
+#define FXB_CODE_AUTH_FAILED 0x5u
+#define FXB_CODE_AUTH_EXPIRED 0x6u
+/* Largest frame a stream may send before it has authenticated (an auth
+ * message with a large token fits many times over), and the bytes of such
+ * frames all unauthenticated streams of one connection may hold at once.
+ * Neither is taken from the publish byte budget. */
+#define FXB_PREAUTH_MAX_FRAME (64u * 1024u)
+#define FXB_PREAUTH_CONN_BYTES (4u * FXB_PREAUTH_MAX_FRAME)
 /* frame_read_timeout when fx_broker_opts leaves it 0. */
 #define FXB_FRAME_READ_TIMEOUT_DEFAULT_NS (10000 * FX_NS_PER_MS)
 /* Jobs one worker turn takes before yielding to other tasks. */
@@ -72,6 +86,7 @@ struct fxb_worker {
  * endpoint, or one member of its server group (io_threads >= 2). */
 typedef struct fxb_ep {
     fx_loop *loop;
+    fx_task auth_task; /* re-checks every stream's credentials (SIGHUP) */
     fx_quic_endpoint *ep;
     int worker;  /* worker index of |loop|, or -1 (an io loop) */
     bool member; /* of the broker's server group */
@@ -105,6 +120,9 @@ struct fx_broker {
      * refused from then on. */
     atomic_bool draining;
     atomic_uint_fast64_t drain_refused; /* publishes answered "broker shutting down" */
+    /* Per source address: connections (max_connections_per_ip) and the auth
+     * rate (auth_rate_per_ip). Any thread. */
+    fxb_peers peers;
 };
 
 /* Error text of everything refused during the drain (also the close reason;
@@ -156,6 +174,28 @@ struct fxb_conn {
     fxb_lane *lanes;
     uint32_t nlanes;
     uint64_t rr_next; /* round_robin_pin: subscriptions placed so far */
+    /* Before authentication (conn loop): the peer's address, counted in
+     * b->peers while |peer_counted|; |authed| once any stream authenticated
+     * (else |auth_timer| closes the connection at auth_timeout_ms); failed
+     * verifications; streams not yet authenticated and the pre-auth frame
+     * bytes they hold. */
+    fxb_peer_key peer;
+    bool peer_counted;
+    bool authed;
+    uint32_t auth_failures;
+    uint32_t unauth_streams;
+    size_t preauth_bytes;
+    fx_timer auth_timer;
+    /* Token lifetime: |exp_timer| fires at the earliest expiry (|exp_next_s|,
+     * Unix seconds; INT64_MAX = none) of the credentials its streams and
+     * subscriptions hold. */
+    fx_timer exp_timer;
+    int64_t exp_next_s;
+    /* Replies queued on all its bidi streams: at FXB_CONN_REPLIES_HIGH every
+     * stream of the connection stops reading until they fall to
+     * FXB_CONN_REPLIES_LOW. */
+    size_t nreplies;
+    bool replies_full;
 };
 
 /* One queued reply on a bidi stream, in request order. Done replies are sent
@@ -173,8 +213,6 @@ struct fxb_reply {
     fx_buf *frame;        /* the encoded reply, once done */
     bool binary;          /* 0x0010 ack, else JSON publish_ok / publish_error */
     uint64_t request_id;
-    const char *err; /* commit result: NULL ok, else static text */
-    char errbuf[1024];
 };
 
 /* A client-opened bidi stream: auth, then publishes or one subscribe. Conn
@@ -195,6 +233,14 @@ struct fxb_bidi {
     bool fin_sent;
     bool sub_pending; /* a subscribe is waiting for its worker: hold the FIN */
     size_t credit_owed;
+    /* When the claims lapse (Unix seconds; INT64_MAX = never). Before auth:
+     * counted in conn->unauth_streams; |auth_timer| resets the stream at
+     * auth_timeout_ms; |preauth_charge| bytes of the frame being read are
+     * counted in conn->preauth_bytes. */
+    int64_t auth_exp_s;
+    bool unauth_counted;
+    size_t preauth_charge;
+    fx_timer auth_timer;
     /* Checkpoint-3 bytes of the frame being read, reserved from the
      * connection's budget when its header arrived and handed to its publish
      * job (fxb_bidi_adopt_reservation), else released once it is handled.
@@ -212,8 +258,8 @@ struct fxb_bidi {
     /* Ingress parking: the job waiting for admission, and input that arrived
      * meanwhile (not credited, so bounded by the receive window). */
     fxb_job *parked;
-    uint8_t *pend;
-    size_t pend_len, pend_cap;
+    uint8_t *pend; /* unread input is pend[pend_off, pend_len) */
+    size_t pend_off, pend_len, pend_cap;
     fx_task resume_task;
     bool resume_pending;
     fx_timer wait_timer;
@@ -299,12 +345,19 @@ struct fxb_sub {
     uint64_t delivered;     /* messages written to the event stream */
     uint64_t last_write_ns; /* 0 = never */
     uint64_t flush_since;   /* writer: when it first held a short lane back; 0 = not */
+    /* The credentials of the subscribe request (taken over from its stream),
+     * released with the subscription; checked for expiry and key removal. */
+    void *auth_ctx;
+    int64_t auth_exp_s; /* INT64_MAX = never */
 };
 
 /* Bounds of a client stream's reply queue (the original throttles at the
  * same marks). */
 #define FXB_REPLIES_HIGH 1536u
 #define FXB_REPLIES_LOW 1024u
+/* The same bound over all the streams of one connection. */
+#define FXB_CONN_REPLIES_HIGH 4096u
+#define FXB_CONN_REPLIES_LOW 3072u
 
 /* Posted to the deleted stream's worker; holds a handle reference. Jobs
  * queued before the deletion may still be waiting (a publish is acknowledged
@@ -327,6 +380,16 @@ void fxb_conn_unref(fxb_conn *c);
 /* The connection's endpoint loop: keeps that endpoint's list. */
 void fxb_conn_list_add(fx_broker *b, fxb_conn *c);
 void fxb_conn_list_remove(fx_broker *b, fxb_conn *c);
+/* Stream |s| of |c| just authenticated: the connection is no longer
+ * subject to auth_timeout_ms, and its credentials' expiry is watched. */
+void fxb_conn_on_authed(fxb_conn *c, fxb_bidi *s);
+/* A verification on |c| failed: closes |c| after auth_failures_per_conn. */
+void fxb_conn_on_auth_failed(fxb_conn *c);
+/* Watches the expiry |exp_s| (Unix seconds) of credentials held on |c|. */
+void fxb_conn_watch_expiry(fxb_conn *c, int64_t exp_s);
+/* Task callback of fxb_ep.auth_task: re-checks the credentials of every
+ * stream and subscription on the endpoint's connections (key removal). */
+void fxb_conn_auth_recheck(fx_loop *l, fx_task *t, void *user);
 
 /* ---- bidi.c: client bidi streams, input and credit (conn loop) -------------- */
 /* A new bidi stream |sid| of |c|, listed on |c| (one reference: the QUIC
@@ -342,6 +405,8 @@ void fxb_bidi_fail(fxb_bidi *s, const char *why);
 /* The QUIC stream is gone (or its connection): discards what waits, drops
  * the replies and the stream's reference. */
 void fxb_bidi_close(fxb_bidi *s);
+/* Gives back what |s| holds of its connection's pre-auth allowances. */
+void fxb_bidi_preauth_release(fxb_bidi *s);
 /* Checks that |s|'s credentials permit |action| on the named stream (before
  * anything is created), then resolves the names (both cached per QUIC
  * stream). Returns 0, FX_EFORBIDDEN with |err| "forbidden" (counted and
@@ -376,6 +441,8 @@ void fxb_bidi_error(fxb_bidi *s, const char *text, bool end);
 void fxb_bidi_end(fxb_bidi *s);
 /* Sends the done replies at the head of the FIFO. */
 void fxb_bidi_flush(fxb_bidi *s);
+/* Drops |s|'s queued replies (the stream is gone). */
+void fxb_reply_drop_all(fxb_bidi *s);
 
 /* ---- publish.c: publish requests (conn loop) -------------------------------- */
 /* Handles one complete publish frame on |s| (binary 0x0001 / 0x0009 or a

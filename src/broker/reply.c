@@ -86,8 +86,9 @@ static int encode_ack(fxb_reply *r, const char *err)
     return w < 0 ? (int)w : 0;
 }
 
-/* Fills |r| with its answer (|err| NULL = ok) and marks it done. Any thread;
- * the owner's loop sends it at its next flush. */
+/* Fills |r| with its answer (|err| NULL = ok, copied into the frame, which is
+ * sized to it) and marks it done. Any thread; the owner's loop sends it at
+ * its next flush. */
 void fxb_reply_complete(fxb_reply *r, const char *err)
 {
     if (atomic_exchange_explicit(&r->claimed, true, memory_order_acq_rel))
@@ -105,8 +106,11 @@ void fxb_reply_complete(fxb_reply *r, const char *err)
 
 /* ---- the queue of a stream --------------------------------------------------------------- */
 
+static fx_ratelimit conn_replies_rl = FX_RATELIMIT_INIT;
+
 void fxb_reply_push(fxb_bidi *s, fxb_reply *r)
 {
+    fxb_conn *c = s->conn;
     r->owner = s;
     if (s->rtail != NULL)
         s->rtail->next = r;
@@ -115,6 +119,16 @@ void fxb_reply_push(fxb_bidi *s, fxb_reply *r)
     s->rtail = r;
     if (++s->nreplies >= FXB_REPLIES_HIGH)
         s->replies_full = true;
+    /* The per-stream mark alone lets a client with many streams queue
+     * HIGH replies on each: bound the connection too. */
+    if (++c->nreplies >= FXB_CONN_REPLIES_HIGH && !c->replies_full) {
+        c->replies_full = true;
+        FX_COUNTER_INC(broker_conn_replies_full);
+        FX_LOG_RATELIMITED(&conn_replies_rl, fx_loop_now(c->loop), FX_LOG_WARN, "broker",
+                           "conn %llu: %zu replies unread by the client: its streams stop "
+                           "reading until it reads them",
+                           (unsigned long long)c->id, c->nreplies);
+    }
 }
 
 /* Reading resumes once the reply queue has drained to the low mark (posted,
@@ -130,14 +144,46 @@ static void replies_resume(fx_loop *l, fx_task *t, void *user)
     fxb_bidi_unref(s); /* the post's reference */
 }
 
-static void replies_drained(fxb_bidi *s)
+static void post_resume(fxb_bidi *s)
 {
-    if (!s->replies_full || s->nreplies > FXB_REPLIES_LOW)
-        return;
-    s->replies_full = false;
     s->refs++;
     if (!fx_loop_post(s->conn->loop, &s->replies_task))
         s->refs--; /* already pending: that run resumes reading */
+}
+
+/* The connection's replies fell to the low mark: every stream may read
+ * again (each one still blocked by its own mark stays so). */
+static void conn_replies_drained(fxb_conn *c)
+{
+    if (!c->replies_full || c->nreplies > FXB_CONN_REPLIES_LOW)
+        return;
+    c->replies_full = false;
+    for (fxb_bidi *s = c->bidis; s != NULL; s = s->next)
+        if (!s->closed)
+            post_resume(s);
+}
+
+static void replies_drained(fxb_bidi *s)
+{
+    conn_replies_drained(s->conn);
+    if (!s->replies_full || s->nreplies > FXB_REPLIES_LOW)
+        return;
+    s->replies_full = false;
+    post_resume(s);
+}
+
+void fxb_reply_drop_all(fxb_bidi *s)
+{
+    while (s->rhead != NULL) {
+        fxb_reply *r = s->rhead;
+        s->rhead = r->next;
+        r->owner = NULL;
+        fxb_reply_unref(r);
+    }
+    s->rtail = NULL;
+    s->conn->nreplies -= s->nreplies;
+    s->nreplies = 0;
+    conn_replies_drained(s->conn);
 }
 
 void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame)
@@ -246,6 +292,7 @@ void fxb_bidi_flush(fxb_bidi *s)
         if (s->rhead == NULL)
             s->rtail = NULL;
         s->nreplies--;
+        c->nreplies--;
         r->owner = NULL;
         fxb_reply_unref(r);
     }
@@ -254,7 +301,7 @@ void fxb_bidi_flush(fxb_bidi *s)
      * holds the FIN too: the client's FIN is answered only once every frame
      * it sent before it was handled. */
     bool idle = s->rhead == NULL && s->parked == NULL && !s->resv_wait && !s->sub_pending &&
-                s->pend_len == 0;
+                s->pend_len == s->pend_off;
     if (!s->closed && !s->fin_sent && c->qc != NULL && idle && (s->ended || s->peer_fin)) {
         s->fin_sent = true;
         fx_quic_stream_shutdown(c->qc, s->sid);

@@ -38,6 +38,9 @@ void fxb_sub_unref(fxb_sub *sub)
     fxb_frame_list_free(sub->cur);
     fx_queue_deinit(&sub->lane); /* remaining lists: released, not drops (closed) */
     fx_stream_handle_unref(sub->h);
+    const fx_broker_auth *a = &sub->b->o.auth;
+    if (sub->auth_ctx != NULL && a->release != NULL)
+        a->release(a->user, sub->auth_ctx);
     fxb_conn_unref(sub->conn);
     free(sub);
 }

@@ -83,9 +83,10 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
     }
     fxb_reply *r = j->commit;
     if (r != NULL) {
+        char err[128]; /* copied into the reply frame by fxb_reply_complete */
         if (rv != 0)
-            snprintf(r->errbuf, sizeof(r->errbuf), "publish failed: %s", fx_strerror(rv));
-        fxb_reply_complete(r, rv == 0 ? NULL : r->errbuf);
+            snprintf(err, sizeof(err), "publish failed: %s", fx_strerror(rv));
+        fxb_reply_complete(r, rv == 0 ? NULL : err);
         j->commit = NULL;
         if (!fx_loop_post(r->loop, &r->task))
             fxb_reply_unref(r); /* cannot be pending twice: the slot completes once */

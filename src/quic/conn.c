@@ -1022,6 +1022,13 @@ bool fx_quic_conn_is_server(const fx_quic_conn *c)
     return c->server;
 }
 
+const struct sockaddr *fx_quic_conn_remote(const fx_quic_conn *c, socklen_t *plen)
+{
+    if (plen != NULL)
+        *plen = c->remotelen;
+    return (const struct sockaddr *)&c->remote;
+}
+
 const char *fx_quic_conn_alpn(const fx_quic_conn *c)
 {
     return c->alpn;

@@ -306,6 +306,9 @@ void fx_quic_conn_set_user(fx_quic_conn *c, void *user);
 void *fx_quic_conn_get_user(const fx_quic_conn *c);
 fx_quic_endpoint *fx_quic_conn_endpoint(const fx_quic_conn *c);
 bool fx_quic_conn_is_server(const fx_quic_conn *c);
+/* The peer's address when the connection was created (|*plen| bytes; |plen|
+ * may be NULL). Valid while |c| is. */
+const struct sockaddr *fx_quic_conn_remote(const fx_quic_conn *c, socklen_t *plen);
 /* The negotiated ALPN ("" when none). */
 const char *fx_quic_conn_alpn(const fx_quic_conn *c);
 

@@ -6,6 +6,7 @@
 #include "server/authn.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,14 @@ struct fx_authn {
     char *audience;
 };
 
+/* The claims of a verified token and the key that signed it, so that a
+ * reload can tell whether that key is still trusted. |claims| comes first:
+ * allows and release see an fx_auth_claims. */
+typedef struct authn_ctx {
+    fx_auth_claims claims;
+    uint8_t pub[FX_AUTH_KEY_BYTES];
+} authn_ctx;
+
 static void set_why(char *why, size_t whylen, const char *fmt, const char *arg)
 {
     if (why != NULL && whylen > 0)
@@ -33,13 +42,16 @@ static int verify_cb(void *user, const char *tenant, const char *token, size_t l
                      void **pctx, char *why, size_t whylen)
 {
     fx_authn *a = user;
-    fx_auth_claims *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
+    authn_ctx *x = calloc(1, sizeof(*x));
+    if (x == NULL) {
         set_why(why, whylen, "%s", "out of memory");
         return -ENOMEM;
     }
+    fx_auth_claims *c = &x->claims;
     fx_keyset *ks = fx_auth_keyslot_get(&a->slot);
     int rv = fx_auth_verify(ks, token, len, &a->policy, now_s, c, why, whylen);
+    if (rv == 0 && !fx_auth_keyset_find(ks, c->kid, x->pub))
+        rv = FX_EAUTH; /* verified by this very set: cannot happen */
     fx_auth_keyset_unref(ks);
     if (rv == 0)
         rv = fx_auth_check_tenant(c, tenant, why, whylen);
@@ -47,11 +59,34 @@ static int verify_cb(void *user, const char *tenant, const char *token, size_t l
         if (rv != FX_EAUTH)
             set_why(why, whylen, "%s", fx_strerror(rv));
         fx_auth_claims_deinit(c);
-        free(c);
+        free(x);
         return rv;
     }
-    *pctx = c;
+    *pctx = x;
     return 0;
+}
+
+/* The token holds through exp plus the leeway the verification allowed. */
+static int64_t expiry_cb(void *user, const void *ctx)
+{
+    const fx_authn *a = user;
+    const authn_ctx *x = ctx;
+    return x->claims.exp > INT64_MAX - a->policy.leeway_s ? INT64_MAX
+                                                          : x->claims.exp + a->policy.leeway_s;
+}
+
+/* True while the current key set still holds the key (same kid, same bytes)
+ * that signed |ctx|. */
+static bool key_valid_cb(void *user, const void *ctx)
+{
+    fx_authn *a = user;
+    const authn_ctx *x = ctx;
+    uint8_t pub[FX_AUTH_KEY_BYTES];
+    fx_keyset *ks = fx_auth_keyslot_get(&a->slot);
+    bool ok = ks != NULL && fx_auth_keyset_find(ks, x->claims.kid, pub) &&
+              memcmp(pub, x->pub, sizeof(pub)) == 0;
+    fx_auth_keyset_unref(ks);
+    return ok;
 }
 
 static bool allows_cb(void *user, const void *ctx, fx_broker_auth_action action, const char *tenant,
@@ -59,20 +94,25 @@ static bool allows_cb(void *user, const void *ctx, fx_broker_auth_action action,
 {
     (void)user;
     fx_auth_action act = action == FX_BROKER_AUTH_PUBLISH ? FX_AUTH_PUBLISH : FX_AUTH_SUBSCRIBE;
-    return fx_auth_allows(ctx, act, tenant, ns, stream);
+    return fx_auth_allows(&((const authn_ctx *)ctx)->claims, act, tenant, ns, stream);
 }
 
 static void release_cb(void *user, void *ctx)
 {
     (void)user;
-    fx_auth_claims_deinit(ctx);
-    free(ctx);
+    authn_ctx *x = ctx;
+    fx_auth_claims_deinit(&x->claims);
+    free(x);
 }
 
 void fx_authn_broker_auth(fx_authn *a, fx_broker_auth *out)
 {
-    *out = (fx_broker_auth){
-        .verify = verify_cb, .allows = allows_cb, .release = release_cb, .user = a};
+    *out = (fx_broker_auth){.verify = verify_cb,
+                            .allows = allows_cb,
+                            .release = release_cb,
+                            .expiry = expiry_cb,
+                            .key_valid = key_valid_cb,
+                            .user = a};
 }
 
 /* ---- life cycle (main thread) ---------------------------------------------------- */

@@ -31,8 +31,10 @@ typedef struct fx_authn_opts {
 int fx_authn_new(fx_authn **pa, const fx_authn_opts *o, char *why, size_t whylen);
 
 /* Re-reads the JWKS file (SIGHUP) and installs the new key set for the next
- * auth message; verifications already running finish with the old set, and
- * streams already authenticated keep their claims. When the new file is
+ * auth message; verifications already running finish with the old set.
+ * Streams already authenticated keep their claims until
+ * fx_broker_auth_reloaded() asks key_valid, which refuses claims whose
+ * signing key (by kid and key bytes) is no longer in the set. When the new file is
  * refused the old set stays and |why| says why. Returns 0 or the errors of
  * fx_authn_new()'s load. On success |why| (may be NULL) describes the new
  * set ("jwks /x.json: 2 keys"). Main thread. */

@@ -144,6 +144,23 @@ const struct key fx_config_keys[] = {
      .max = 1u << 20,
      .help = "QUIC connections accepted at once; by default at most 4096, fewer when the memory "
              "bound would exceed memory_limit_bytes"},
+    {.name = "max_connections_per_ip", .env = {"FELIX_MAX_CONNECTIONS_PER_IP"}, .type = T_U32,
+     FIELD(max_connections_per_ip), .def = "256", .min = 0, .max = 1u << 20,
+     .help = "connections one source address (IPv6: one /64) may hold; 0 = no limit"},
+    {.name = "auth_timeout_ms", .env = {"FELIX_AUTH_TIMEOUT_MS"}, .type = T_DUR,
+     FIELD(auth_timeout_ns), .def = "10s", .min = 0, .max = HOUR,
+     .help = "a connection none of whose streams authenticated this long after its handshake "
+             "is closed, a stream not authenticated by then is reset; 0 = never"},
+    {.name = "max_unauth_streams_per_conn", .env = {"FELIX_MAX_UNAUTH_STREAMS_PER_CONN"},
+     .type = T_U32, FIELD(max_unauth_streams_per_conn), .def = "16", .min = 1, .max = 1u << 20,
+     .help = "streams of one connection that may wait for their auth at once; more are reset"},
+    {.name = "auth_failures_per_conn", .env = {"FELIX_AUTH_FAILURES_PER_CONN"}, .type = T_U32,
+     FIELD(auth_failures_per_conn), .def = "3", .min = 1, .max = 1u << 20,
+     .help = "failed token verifications after which a connection is closed"},
+    {.name = "auth_rate_per_ip", .env = {"FELIX_AUTH_RATE_PER_IP"}, .type = T_U32,
+     FIELD(auth_rate_per_ip), .def = "1000", .min = 0, .max = 1u << 24,
+     .help = "token verifications per second (and burst) one source address may ask for "
+             "(auth_mode jwt); more are refused unverified; 0 = no limit"},
     {.name = "idle_timeout_ms", .env = {"FELIX_IDLE_TIMEOUT_MS"}, .type = T_DUR,
      FIELD(idle_timeout_ns), .def = "30s", .min = 100 * MS, .max = HOUR,
      .help = "a connection silent this long is closed"},

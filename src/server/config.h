@@ -117,6 +117,11 @@ typedef struct fx_config {
     uint64_t allocator_retain_bytes; /* malloc trim threshold; 0 = glibc defaults */
     /* connections and QUIC */
     uint32_t max_connections;
+    uint32_t max_connections_per_ip;      /* 0 = no limit */
+    uint64_t auth_timeout_ns;             /* 0 = never */
+    uint32_t max_unauth_streams_per_conn; /* streams waiting for auth */
+    uint32_t auth_failures_per_conn;      /* failed verifications before the close */
+    uint32_t auth_rate_per_ip;            /* verifications per second; 0 = no limit */
     uint64_t idle_timeout_ns;
     uint64_t keepalive_interval_ns; /* 0 = off */
     uint64_t quic_stream_recv_window;

@@ -269,6 +269,11 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->pin_workers = c->core_shards > 0;
     o->io_threads = c->io_threads;
     o->max_connections = c->max_connections;
+    o->max_connections_per_ip = c->max_connections_per_ip;
+    o->auth_timeout_ns = c->auth_timeout_ns;
+    o->max_unauth_streams_per_conn = c->max_unauth_streams_per_conn;
+    o->auth_failures_per_conn = c->auth_failures_per_conn;
+    o->auth_rate_per_ip = c->auth_rate_per_ip;
     o->auto_create_streams = c->auto_create_streams;
     o->max_streams_per_tenant = c->max_streams_per_tenant;
     for (size_t i = 0; i < c->nstreams; i++)
@@ -354,9 +359,10 @@ static void on_sighup(fx_authn *a, fx_broker *b)
     }
     char why[FX_CONFIG_PATH_MAX + 256];
     int rv = fx_authn_reload(a, why, sizeof(why));
-    if (rv == 0)
+    if (rv == 0) {
         FX_LOG_INFO("server", "SIGHUP: reloaded %s", why);
-    else
+        fx_broker_auth_reloaded(b); /* ends what a removed key signed */
+    } else
         FX_LOG_ERROR("server", "SIGHUP: keeping the previous keys: %s",
                      rv == -ENOMEM ? fx_strerror(rv) : why);
 }

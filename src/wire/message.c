@@ -397,9 +397,19 @@ static int copy_fields(const struct field *fields, json_t *root, fx_msg *m, stru
  * (whose own limit is 2048) recurses. Our messages nest at most two deep. */
 #define MAX_DEPTH 128
 
-static bool depth_ok(const uint8_t *p, size_t n)
+/* jansson builds a node of ~50-100 bytes per element, so a 16 MiB frame of
+ * "[{},{},...]" would cost a gigabyte before any schema check. Elements are
+ * counted before parsing as the objects, arrays and commas outside strings
+ * (a comma separates two elements or two members): a message is a few dozen
+ * fields and at most one list (a batch's payloads), so only a batch of more
+ * than about a million payloads would reach this; larger batches go binary. */
+#define MAX_ELEMENTS (1u << 20)
+
+/* Checks depth and element count in one pass. Returns 0, or an FX_EWIRE_*
+ * code with |err| filled. */
+static int shape_ok(const uint8_t *p, size_t n, fx_wire_err *err)
 {
-    size_t depth = 0;
+    size_t depth = 0, elements = 0;
     bool in_str = false;
     for (size_t i = 0; i < n; i++) {
         uint8_t c = p[i];
@@ -412,12 +422,19 @@ static bool depth_ok(const uint8_t *p, size_t n)
             in_str = true;
         } else if (c == '[' || c == '{') {
             if (++depth > MAX_DEPTH)
-                return false;
+                return fx_wire_err_set(err, FX_EWIRE_JSON, "malformed JSON: nested deeper than %d",
+                                       MAX_DEPTH);
+            elements++;
         } else if ((c == ']' || c == '}') && depth > 0) {
             depth--;
+        } else if (c == ',') {
+            elements++;
         }
+        if (elements > MAX_ELEMENTS)
+            return fx_wire_err_set(err, FX_EWIRE_JSON_LIMIT,
+                                   "JSON message has more than %u elements", MAX_ELEMENTS);
     }
-    return true;
+    return 0;
 }
 
 static bool in_set(uint8_t c, const char *set)
@@ -475,9 +492,9 @@ static int parse_error(const uint8_t *p, size_t n, const json_error_t *je, fx_wi
 
 static json_t *parse(const uint8_t *p, size_t n, fx_wire_err *err, int *prv)
 {
-    if (!depth_ok(p, n)) {
-        *prv =
-            fx_wire_err_set(err, FX_EWIRE_JSON, "malformed JSON: nested deeper than %d", MAX_DEPTH);
+    int rv = shape_ok(p, n, err);
+    if (rv != 0) {
+        *prv = rv;
         return NULL;
     }
     json_error_t je;

@@ -123,6 +123,8 @@ typedef struct fx_msg {
  * Returns 0, or (filling |err| when not NULL):
  *   FX_EWIRE_JSON           syntax error, not an object, duplicate key, NUL in a
  *                           key, nesting deeper than 128 (serde_json's limit)
+ *   FX_EWIRE_JSON_LIMIT     more than 1,048,576 elements (objects, arrays and
+ *                           comma-separated values, counted before parsing)
  *   FX_EWIRE_UTF8           invalid UTF-8 in the input
  *   FX_EWIRE_JSON_TYPE      unknown "type"
  *   FX_EWIRE_FIELD_MISSING  required field absent (message names field and type)

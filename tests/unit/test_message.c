@@ -451,6 +451,87 @@ static void test_deep_nesting_rejected(void **state)
     expect_reject(json, FX_EWIRE_JSON, "nested");
 }
 
+/* "{\"type\":\"ok\",\"x\":[<n copies of |elem|, comma-separated>]}" (heap). */
+static char *with_list(const char *head, const char *elem, size_t n, size_t *plen)
+{
+    size_t el = strlen(elem), cap = strlen(head) + n * (el + 1) + 8;
+    char *p = malloc(cap);
+    assert_non_null(p);
+    size_t len = (size_t)snprintf(p, cap, "%s[", head);
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            p[len++] = ',';
+        memcpy(p + len, elem, el);
+        len += el;
+    }
+    len += (size_t)snprintf(p + len, cap - len, "]}");
+    *plen = len;
+    return p;
+}
+
+static void expect_limit(const char *head, const char *elem, size_t n)
+{
+    size_t len;
+    char *json = with_list(head, elem, n, &len);
+    fx_msg m;
+    fx_wire_err err = {0};
+    assert_int_equal(fx_msg_decode(&m, (const uint8_t *)json, len, &err), FX_EWIRE_JSON_LIMIT);
+    assert_int_equal(err.code, FX_EWIRE_JSON_LIMIT);
+    assert_non_null(strstr(err.msg, "elements"));
+    assert_int_equal(m.type, FX_MSG_NONE);
+    free(json);
+}
+
+/* More than 2^20 elements (objects, arrays, comma-separated values) are
+ * refused before jansson builds a node for each. */
+static void test_element_bomb_rejected_before_parsing(void **state)
+{
+    expect_limit("{\"type\":\"ok\",\"x\":", "{}", (1u << 20) + 1);
+    expect_limit("{\"type\":\"ok\",\"x\":", "1", (1u << 20) + 2);
+    expect_limit("{\"type\":\"ok\",\"x\":", "[]", 600000); /* 1.2 M: arrays and commas */
+}
+
+/* What legitimate messages hold stays far below the bound: a JSON batch of
+ * 500,000 payloads, one payload of 8 MiB, and commas inside strings (which
+ * are not elements). */
+static void test_element_bound_accepts_large_messages(void **state)
+{
+    size_t len;
+    char *json = with_list("{\"type\":\"publish_batch\",\"tenant_id\":\"t\",\"namespace\":"
+                           "\"n\",\"stream\":\"s\",\"payloads\":",
+                           "\"QQ==\"", 500000, &len);
+    fx_msg m;
+    assert_int_equal(fx_msg_decode(&m, (const uint8_t *)json, len, NULL), 0);
+    assert_int_equal(m.n_payloads, 500000);
+    fx_msg_deinit(&m);
+    free(json);
+
+    size_t vlen = 8u << 20;
+    char *big = malloc(vlen + 200);
+    assert_non_null(big);
+    len = (size_t)snprintf(big, 200,
+                           "{\"type\":\"cache_put\",\"tenant_id\":\"t\",\"namespace\":"
+                           "\"n\",\"cache\":\"c\",\"key\":\"k\",\"value\":\"");
+    memset(big + len, 'A', vlen);
+    len += vlen;
+    len += (size_t)snprintf(big + len, 8, "\"}");
+    assert_int_equal(fx_msg_decode(&m, (const uint8_t *)big, len, NULL), 0);
+    assert_int_equal(m.value.len, vlen / 4 * 3);
+    fx_msg_deinit(&m);
+    free(big);
+
+    size_t n = 2u << 20;
+    char *commas = malloc(n + 64);
+    assert_non_null(commas);
+    len = (size_t)snprintf(commas, 64, "{\"type\":\"error\",\"message\":\"");
+    memset(commas + len, ',', n);
+    len += n;
+    len += (size_t)snprintf(commas + len, 8, "\"}");
+    assert_int_equal(fx_msg_decode(&m, (const uint8_t *)commas, len, NULL), 0);
+    fx_msg_deinit(&m);
+    free(commas);
+}
+
 static void test_unknown_fields_ignored(void **state)
 {
     fx_msg m;
@@ -677,6 +758,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_malformed_json),
     cmocka_unit_test(test_invalid_utf8_rejected),
     cmocka_unit_test(test_deep_nesting_rejected),
+    cmocka_unit_test(test_element_bomb_rejected_before_parsing),
+    cmocka_unit_test(test_element_bound_accepts_large_messages),
     cmocka_unit_test(test_unknown_fields_ignored),
     cmocka_unit_test(test_request_id_beyond_int64_rejected),
     cmocka_unit_test(test_negative_request_id_rejected),

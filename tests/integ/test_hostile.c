@@ -1,0 +1,928 @@
+/* Integration tests of the limits that protect a broker from clients that
+ * never authenticate or misbehave before (and a few after) authenticating:
+ * a real fx_broker on 127.0.0.1 port 0, a small raw QUIC client on the test
+ * thread's loop (able to send from 127.0.0.2 as a second source address),
+ * and libfelix for the legitimate clients. Counters are checked as
+ * differences of fx_metrics_snapshot_take() around each scenario. */
+/* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "integ/fixture.h"
+#include "quic/quic.h"
+#include "server/auth.h"
+#include "server/authn.h"
+#include "wire/binary.h"
+#include "wire/frame.h"
+#include "wire/message.h"
+
+/* ---- the raw client ---------------------------------------------------------------------- */
+
+#define MAX_STREAMS 64
+#define MAX_CONNS 8
+#define FLAG_UNKNOWN 0x0040
+#define FLAG_PUBLISH_BATCH 0x0001
+
+typedef struct H H;
+typedef struct rconn rconn;
+
+typedef struct rstream {
+    rconn *rc;
+    int64_t sid;
+    bool used, uni, fin, closed, reset;
+    bool stall; /* never give the broker credit: its replies pile up */
+    fx_frame_decoder dec;
+    size_t frames;  /* reply frames received */
+    char last[256]; /* the last JSON reply's "type" and "message" */
+    fx_msg_type last_type;
+} rstream;
+
+struct rconn {
+    H *h;
+    fx_quic_conn *qc;
+    bool up, closed;
+    char close_text[128];
+    uint64_t close_code;
+    rstream s[MAX_STREAMS];
+};
+
+struct H {
+    fix_env e;
+    fx_authn *authn;
+    char jwks[160];
+    uint8_t pub[FX_AUTH_KEY_BYTES], priv[FX_AUTH_KEY_BYTES];
+    fx_loop *loop;
+    fx_timer poll;
+    fx_quic_opts co;
+    fx_quic_endpoint *ep[2]; /* from 127.0.0.1, from 127.0.0.2 */
+    rconn conns[MAX_CONNS];
+    bool (*pred)(H *, void *);
+    void *arg;
+    uint64_t deadline;
+    bool timed_out;
+};
+
+static rstream *slot_new(rconn *c, int64_t sid, bool uni)
+{
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        rstream *s = &c->s[i];
+        if (s->used)
+            continue;
+        memset(s, 0, sizeof(*s));
+        s->used = true;
+        s->rc = c;
+        s->sid = sid;
+        s->uni = uni;
+        fx_frame_decoder_init(&s->dec, 64u << 20);
+        return s;
+    }
+    fail_msg("out of stream slots");
+    return NULL;
+}
+
+static void on_reply(rstream *s, const fx_frame *f)
+{
+    s->frames++;
+    if (f->hdr.flags != 0)
+        return;
+    fx_msg m;
+    if (fx_msg_decode(&m, f->body, f->len, NULL) != 0)
+        return;
+    s->last_type = m.type;
+    snprintf(s->last, sizeof(s->last), "%s", m.type == FX_MSG_ERROR ? m.message : "");
+    fx_msg_deinit(&m);
+}
+
+static void cb_handshake(fx_quic_conn *qc, void *user)
+{
+    (void)qc;
+    rconn *c = user;
+    c->up = true;
+}
+
+static void cb_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
+{
+    rstream *s = slot_new(user, sid, true);
+    assert_int_equal(fx_quic_stream_set_user(qc, sid, s), 0);
+}
+
+static void cb_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, size_t len, bool fin,
+                           void *user, void *stream_user)
+{
+    (void)user;
+    rstream *s = stream_user;
+    if (s == NULL) {
+        fx_quic_stream_consume(qc, sid, len);
+        return;
+    }
+    size_t off = 0;
+    while (off < len) {
+        size_t used = 0;
+        fx_frame f;
+        int rv = fx_frame_decoder_feed(&s->dec, data + off, len - off, &used, &f, NULL);
+        assert_true(rv >= 0);
+        off += used;
+        if (rv == FX_FRAME_READY)
+            on_reply(s, &f);
+    }
+    if (!s->stall)
+        fx_quic_stream_consume(qc, sid, len);
+    if (fin)
+        s->fin = true;
+}
+
+static void cb_stream_close(fx_quic_conn *qc, int64_t sid, bool reset, uint64_t code, void *user,
+                            void *stream_user)
+{
+    (void)qc, (void)sid, (void)code, (void)user;
+    rstream *s = stream_user;
+    if (s == NULL)
+        return;
+    s->closed = true;
+    s->reset = reset;
+}
+
+static void cb_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, void *user)
+{
+    (void)qc;
+    rconn *c = user;
+    c->closed = true;
+    c->qc = NULL;
+    c->close_code = info->code;
+    snprintf(c->close_text, sizeof(c->close_text), "%s", info->text);
+}
+
+static const fx_quic_callbacks CBS = {
+    .on_handshake_done = cb_handshake,
+    .on_stream_open = cb_stream_open,
+    .on_stream_data = cb_stream_data,
+    .on_stream_close = cb_stream_close,
+    .on_conn_closed = cb_conn_closed,
+};
+
+/* ---- harness ----------------------------------------------------------------------------- */
+
+static void on_poll(fx_loop *l, fx_timer *tm, void *user)
+{
+    H *h = user;
+    if (h->pred(h, h->arg)) {
+        fx_loop_stop(l);
+        return;
+    }
+    if (fx_loop_now(l) > h->deadline) {
+        h->timed_out = true;
+        fx_loop_stop(l);
+        return;
+    }
+    fx_loop_timer_arm(l, tm, fx_loop_now(l) + FX_NS_PER_MS);
+}
+
+/* Runs the client loop until |pred| holds or |ms| pass; returns whether it
+ * held. */
+static bool run_until(H *h, bool (*pred)(H *, void *), void *arg, uint64_t ms)
+{
+    h->pred = pred;
+    h->arg = arg;
+    h->timed_out = false;
+    h->deadline = fx_now_ns() + ms * FX_NS_PER_MS;
+    fx_loop_timer_arm(h->loop, &h->poll, 0);
+    assert_int_equal(fx_loop_run(h->loop), 0);
+    fx_loop_timer_cancel(h->loop, &h->poll);
+    return !h->timed_out;
+}
+
+static bool never(H *h, void *arg)
+{
+    (void)h, (void)arg;
+    return false;
+}
+
+static void run_for(H *h, uint64_t ms)
+{
+    run_until(h, never, NULL, ms);
+}
+
+static void write_jwks(const char *path, const char *kid, const uint8_t *pub)
+{
+    char tmp[200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    assert_int_equal(fx_auth_jwks_write(f, kid, pub), 0);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(rename(tmp, path), 0);
+}
+
+/* A harness; with |jwt| the broker checks tokens signed by key "k1" (no
+ * leeway, so an expiry is enforced to the second). Set h->e.bo, then
+ * h_start. */
+static H *h_new(bool jwt)
+{
+    H *h = calloc(1, sizeof(*h));
+    assert_non_null(h);
+    fix_env_init(&h->e, "hostile");
+    if (jwt) {
+        snprintf(h->jwks, sizeof(h->jwks), "%s/jwks.json", h->e.dir);
+        assert_int_equal(fx_auth_keygen(h->pub, h->priv), 0);
+        write_jwks(h->jwks, "k1", h->pub);
+        char why[512];
+        fx_authn_opts ao = {.jwks_file = h->jwks, .leeway_s = 0};
+        if (fx_authn_new(&h->authn, &ao, why, sizeof(why)) != 0)
+            fail_msg("authn: %s", why);
+        fx_authn_broker_auth(h->authn, &h->e.bo.auth);
+    }
+    fx_quic_opts_default(&h->co);
+    h->co.udp_send_buffer = h->co.udp_recv_buffer = 1 << 20;
+    return h;
+}
+
+static void h_start(H *h)
+{
+    fix_env_start(&h->e);
+    assert_int_equal(fx_loop_new(&h->loop, &(fx_loop_opts){.name = "raw", .cpu = -1}), 0);
+    fx_timer_init(&h->poll, on_poll, h);
+    assert_int_equal(fx_quic_client_new(&h->ep[0], h->loop, &h->co, &CBS, h), 0);
+    fx_quic_opts o2 = h->co;
+    o2.client_bind_ip = "127.0.0.2";
+    assert_int_equal(fx_quic_client_new(&h->ep[1], h->loop, &o2, &CBS, h), 0);
+}
+
+static void h_free(H *h)
+{
+    fx_quic_endpoint_free(h->ep[0]);
+    fx_quic_endpoint_free(h->ep[1]);
+    for (int i = 0; i < MAX_CONNS; i++)
+        for (int j = 0; j < MAX_STREAMS; j++)
+            if (h->conns[i].s[j].used)
+                fx_frame_decoder_deinit(&h->conns[i].s[j].dec);
+    fx_loop_free(h->loop);
+    fix_env_deinit(&h->e);
+    fx_authn_free(h->authn);
+    free(h);
+}
+
+static bool conn_settled(H *h, void *arg)
+{
+    (void)h;
+    rconn *c = arg;
+    return c->up || c->closed;
+}
+
+/* A new raw connection from 127.0.0.1 (|from| 0) or 127.0.0.2 (1), its
+ * handshake done (or refused: check ->up). */
+static rconn *h_connect(H *h, int from)
+{
+    rconn *c = NULL;
+    for (int i = 0; i < MAX_CONNS && c == NULL; i++)
+        if (h->conns[i].h == NULL)
+            c = &h->conns[i];
+    assert_non_null(c);
+    c->h = h;
+    fx_quic_connect_opts co = {.server_name = "localhost",
+                               .pin_sha256 = fx_broker_fingerprint(h->e.b)};
+    assert_int_equal(
+        fx_quic_connect(h->ep[from], "127.0.0.1", fx_broker_port(h->e.b), &co, c, &c->qc), 0);
+    assert_true(run_until(h, conn_settled, c, 5000));
+    return c;
+}
+
+static rstream *open_bidi(rconn *c)
+{
+    rstream *s = slot_new(c, -1, false);
+    assert_int_equal(fx_quic_conn_open_bidi(c->qc, s, &s->sid), 0);
+    return s;
+}
+
+static void send_bytes(rstream *s, const void *p, size_t n)
+{
+    fx_buf *b;
+    assert_int_equal(fx_buf_new_copy(&b, p, n), 0);
+    assert_int_equal(fx_quic_stream_send(s->rc->qc, s->sid, b, 0, n, false), 0);
+    fx_buf_unref(b);
+}
+
+/* A frame of |flags| with |n| body bytes of |body| (may be NULL: zeros). */
+static void send_frame(rstream *s, uint16_t flags, const void *body, size_t n)
+{
+    uint8_t *p = calloc(1, FX_WIRE_HEADER_LEN + n);
+    assert_non_null(p);
+    fx_frame_header_put(p, flags, (uint32_t)n);
+    if (body != NULL && n > 0)
+        memcpy(p + FX_WIRE_HEADER_LEN, body, n);
+    send_bytes(s, p, FX_WIRE_HEADER_LEN + n);
+    free(p);
+}
+
+static void send_json(rstream *s, const char *json)
+{
+    send_frame(s, 0, json, strlen(json));
+}
+
+static void send_auth(rstream *s, const char *token)
+{
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"%s\"}",
+             token != NULL ? token : "x");
+    send_json(s, buf);
+}
+
+static bool has_frames(H *h, void *arg)
+{
+    (void)h;
+    rstream *s = arg;
+    return s->frames > 0 || s->closed || s->rc->closed;
+}
+
+/* Authenticates |s| (any token with auth_mode none) and checks auth_ok. */
+static void auth_ok(H *h, rstream *s, const char *token)
+{
+    send_auth(s, token);
+    assert_true(run_until(h, has_frames, s, 5000));
+    assert_int_equal(s->last_type, FX_MSG_OK); /* no client_flags: the legacy answer */
+    s->frames = 0;
+}
+
+static bool stream_done(H *h, void *arg)
+{
+    (void)h;
+    rstream *s = arg;
+    return s->closed || s->fin || s->rc->closed;
+}
+
+static bool conn_closed(H *h, void *arg)
+{
+    (void)h;
+    return ((rconn *)arg)->closed;
+}
+
+static fx_metrics_snapshot snap(void)
+{
+    fx_metrics_snapshot m;
+    fx_metrics_snapshot_take(&m);
+    return m;
+}
+
+static int64_t unix_now(void)
+{
+    return (int64_t)time(NULL);
+}
+
+/* A token of key k1 for tenant t1 that may publish and subscribe, expiring
+ * |exp_in| seconds from now. */
+static char *mint(H *h, int64_t exp_in)
+{
+    static const char *const perms[] = {"stream.publish:stream:t1/*/*",
+                                        "stream.subscribe:stream:t1/*/*"};
+    fx_auth_mint_claims c = {.sub = "tester",
+                             .tid = "t1",
+                             .iat = unix_now(),
+                             .has_iat = true,
+                             .exp = unix_now() + exp_in,
+                             .perms = perms,
+                             .nperms = 2};
+    char *token = NULL;
+    assert_int_equal(fx_auth_mint(h->priv, "k1", &c, &token), 0);
+    return token;
+}
+
+static fx_client *legit_client(H *h, const char *token)
+{
+    fx_client_opts o;
+    fix_client_opts(&o, h->e.b, h->e.server, "t1", token != NULL ? token : "x");
+    return fix_connect(&o);
+}
+
+/* An acked publish by |c| must be answered within |ms|. */
+static void legit_publish_within(fx_client *c, uint64_t ms)
+{
+    uint64_t t0 = fx_now_ns();
+    assert_int_equal(fx_publish(c, NS, "legit", "ping", 4, FX_ACK_PER_MESSAGE), 0);
+    uint64_t took = (fx_now_ns() - t0) / FX_NS_PER_MS;
+    if (took > ms)
+        fail_msg("legitimate publish took %llu ms", (unsigned long long)took);
+}
+
+/* ---- item: frames before auth ------------------------------------------------------------ */
+
+/* Headers announcing 16 MiB from streams that never authenticate are refused
+ * at once instead of filling the shared publish budget (four of them used to
+ * hold all 64 MiB), so a legitimate acked publish goes through; a small
+ * frame that never completes is reset at the auth deadline. */
+static void test_budget_hog_before_auth_never_holds_the_publish_budget(void **state)
+{
+    (void)state;
+    H *h = h_new(false);
+    h->e.bo.auth_timeout_ns = 800 * FX_NS_PER_MS;
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    rstream *hogs[4];
+    for (int i = 0; i < 4; i++) {
+        rconn *c = h_connect(h, 1);
+        assert_true(c->up);
+        hogs[i] = open_bidi(c);
+        uint8_t hdr[FX_WIRE_HEADER_LEN];
+        fx_frame_header_put(hdr, FLAG_PUBLISH_BATCH, 16u << 20);
+        send_bytes(hogs[i], hdr, sizeof(hdr));
+    }
+    rconn *slow = h_connect(h, 1);
+    auth_ok(h, open_bidi(slow), NULL); /* so that only the stream's own deadline applies */
+    rstream *partial = open_bidi(slow);
+    uint8_t hdr[FX_WIRE_HEADER_LEN];
+    fx_frame_header_put(hdr, 0, 60000); /* within the pre-auth cap, body never sent */
+    send_bytes(partial, hdr, sizeof(hdr));
+    run_for(h, 200);
+    for (int i = 0; i < 4; i++)
+        assert_true(run_until(h, stream_done, hogs[i], 2000));
+
+    fx_client *c = legit_client(h, NULL);
+    legit_publish_within(c, 1000);
+    fix_close(c);
+
+    uint64_t t0 = fx_now_ns();
+    assert_true(run_until(h, stream_done, partial, 5000));
+    assert_true(partial->reset);
+    assert_true(fx_now_ns() - t0 < 3000 * FX_NS_PER_MS); /* auth deadline, not frame_read_timeout */
+    fx_metrics_snapshot m1 = snap();
+    assert_true(DELTA(m0, m1, preauth_frame_too_large) >= 4);
+    assert_int_equal(DELTA(m0, m1, ingress_reserve_waited), 0);
+    assert_true(DELTA(m0, m1, preauth_stream_auth_timeout) >= 1);
+    assert_int_equal(m1.g.ingress_reserved_bytes, 0);
+    h_free(h);
+}
+
+/* ---- item: reply flood ------------------------------------------------------------------- */
+
+/* Before auth a protocol error ends the stream: one error reply and the FIN,
+ * however many bad frames follow (each used to queue its own reply). */
+static void test_protocol_error_before_auth_ends_the_stream_after_one_reply(void **state)
+{
+    (void)state;
+    H *h = h_new(false);
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    rconn *c = h_connect(h, 1);
+    rstream *s = open_bidi(c);
+    for (int i = 0; i < 200; i++)
+        send_frame(s, FLAG_UNKNOWN, NULL, 0);
+    assert_true(run_until(h, stream_done, s, 3000));
+    run_for(h, 300);
+    assert_int_equal(s->frames, 1);
+    assert_int_equal(s->last_type, FX_MSG_ERROR);
+    assert_string_equal(s->last, "unsupported frame flags");
+    assert_true(s->fin);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_protocol_error), 1);
+    h_free(h);
+}
+
+/* After auth, unread replies are bounded per connection, not only per
+ * stream: four streams below the per-stream mark together reach the
+ * connection's bound, which stops their reading (counted). */
+static void test_connection_reply_queue_is_bounded_across_streams(void **state)
+{
+    (void)state;
+    H *h = h_new(false);
+    h->e.bo.quic.unacked_cap = 64 * 1024; /* replies stay queued at the broker */
+    h->co.stream_window = 16 * 1024;
+    h->co.conn_window = 64 * 1024;
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    rconn *c = h_connect(h, 0);
+    uint8_t *flood = calloc(1500, FX_WIRE_HEADER_LEN);
+    assert_non_null(flood);
+    for (int i = 0; i < 1500; i++)
+        fx_frame_header_put(flood + i * FX_WIRE_HEADER_LEN, FLAG_UNKNOWN, 0);
+    rstream *s[4];
+    for (int i = 0; i < 4; i++) { /* all authenticated before any window closes */
+        s[i] = open_bidi(c);
+        auth_ok(h, s[i], NULL);
+    }
+    for (int i = 0; i < 4; i++) {
+        s[i]->stall = true;
+        send_bytes(s[i], flood, 1500 * FX_WIRE_HEADER_LEN);
+    }
+    free(flood);
+    run_for(h, 1500);
+    fx_metrics_snapshot m1 = snap();
+    assert_true(DELTA(m0, m1, broker_conn_replies_full) >= 1);
+    assert_false(c->closed);
+    h_free(h);
+}
+
+/* ---- item: JSON bomb --------------------------------------------------------------------- */
+
+/* A JSON frame of more elements than any message holds is refused before
+ * jansson builds its tree; a JSON publish batch of 100,000 payloads is not. */
+static void test_json_element_bomb_is_refused_before_parsing(void **state)
+{
+    (void)state;
+    H *h = h_new(false);
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    rconn *c = h_connect(h, 0);
+    rstream *ok = open_bidi(c);
+    auth_ok(h, ok, NULL);
+    size_t n = 100000;
+    size_t cap = 256 + n * 7;
+    char *batch = malloc(cap);
+    assert_non_null(batch);
+    size_t len = (size_t)snprintf(batch, cap,
+                                  "{\"type\":\"publish_batch\",\"tenant_id\":\"t1\",\"namespace\":"
+                                  "\"default\",\"stream\":\"big\",\"request_id\":7,\"ack\":"
+                                  "\"per_batch\",\"payloads\":[");
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(batch + len, cap - len, "%s\"QQ==\"", i ? "," : "");
+    len += (size_t)snprintf(batch + len, cap - len, "]}");
+    send_frame(ok, 0, batch, len);
+    free(batch);
+    assert_true(run_until(h, has_frames, ok, 10000));
+    assert_int_equal(ok->last_type, FX_MSG_PUBLISH_OK);
+
+    rstream *bomb = open_bidi(c);
+    auth_ok(h, bomb, NULL);
+    size_t bn = 3u << 20; /* about 1.05 M "{}," */
+    char *b = malloc(bn);
+    assert_non_null(b);
+    size_t i = 0;
+    b[i++] = '[';
+    while (i + 4 < bn) {
+        memcpy(b + i, i == 1 ? "{}" : ",{}", i == 1 ? 2 : 3);
+        i += i == 1 ? 2 : 3;
+    }
+    b[i++] = ']';
+    send_frame(bomb, 0, b, i);
+    free(b);
+    assert_true(run_until(h, stream_done, bomb, 10000));
+    assert_true(bomb->reset);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, broker_json_too_complex), 1);
+    h_free(h);
+}
+
+/* ---- item: uni streams ------------------------------------------------------------------- */
+
+static bool got_event_stream(H *h, void *arg)
+{
+    (void)h;
+    rconn *c = arg;
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (c->s[i].used && c->s[i].uni && c->s[i].frames > 0)
+            return true;
+    return c->closed;
+}
+
+/* The broker advertises no client uni streams, while its own event streams
+ * towards the client still open. */
+static void test_client_uni_streams_are_not_allowed(void **state)
+{
+    (void)state;
+    H *h = h_new(false);
+    h_start(h);
+    rconn *c = h_connect(h, 0);
+    int64_t sid;
+    assert_int_equal(fx_quic_conn_open_uni(c->qc, NULL, &sid), FX_ESTREAMS);
+    rstream *s = open_bidi(c);
+    auth_ok(h, s, NULL);
+    send_json(s, "{\"type\":\"subscribe\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"stream\":\"uni\"}");
+    assert_true(run_until(h, got_event_stream, c, 5000));
+    assert_false(c->closed);
+    h_free(h);
+}
+
+/* ---- item: idle connections -------------------------------------------------------------- */
+
+/* A connection that authenticates nothing is closed at auth_timeout_ms; one
+ * that authenticated (libfelix, inside fx_client_connect) stays. */
+static void test_connection_without_auth_is_closed_at_auth_timeout(void **state)
+{
+    (void)state;
+    H *h = h_new(false);
+    h->e.bo.auth_timeout_ns = 500 * FX_NS_PER_MS;
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    fx_client *legit = legit_client(h, NULL);
+    rconn *idle = h_connect(h, 1);
+    assert_true(idle->up);
+    uint64_t t0 = fx_now_ns();
+    assert_true(run_until(h, conn_closed, idle, 5000));
+    assert_true(fx_now_ns() - t0 < 2000 * FX_NS_PER_MS);
+    assert_string_equal(idle->close_text, "auth timeout");
+    run_for(h, 500);
+    legit_publish_within(legit, 1000); /* still connected, well past the deadline */
+    fix_close(legit);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_conn_auth_timeout), 1);
+    h_free(h);
+}
+
+/* max_connections_per_ip counts by source address: 127.0.0.1 is refused
+ * past it while 127.0.0.2 still connects. */
+static void test_connections_per_source_address_are_capped(void **state)
+{
+    (void)state;
+    H *h = h_new(false);
+    h->e.bo.max_connections_per_ip = 3;
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    rconn *c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = h_connect(h, 0);
+    run_for(h, 300);
+    for (int i = 0; i < 3; i++)
+        assert_false(c[i]->closed);
+    assert_true(c[3]->closed);
+    assert_string_equal(c[3]->close_text, "too many connections from this address");
+    rconn *other = h_connect(h, 1);
+    run_for(h, 200);
+    assert_true(other->up);
+    assert_false(other->closed);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_conn_per_ip), 1);
+    h_free(h);
+}
+
+/* Streams that wait for their auth are capped per connection: beyond the
+ * cap a new stream is reset at once; a stream that authenticates gives its
+ * place back. */
+static void test_unauthenticated_streams_per_connection_are_capped(void **state)
+{
+    (void)state;
+    H *h = h_new(false);
+    h->e.bo.max_unauth_streams_per_conn = 4;
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    rconn *c = h_connect(h, 1);
+    static const char auth[] = "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"x\"}";
+    uint8_t frame[FX_WIRE_HEADER_LEN + sizeof(auth)];
+    fx_frame_header_put(frame, 0, (uint32_t)(sizeof(auth) - 1));
+    memcpy(frame + FX_WIRE_HEADER_LEN, auth, sizeof(auth) - 1);
+    rstream *s[6];
+    for (int i = 0; i < 6; i++) {
+        s[i] = open_bidi(c);
+        send_bytes(s[i], frame, 4); /* a header never finished (yet) */
+        run_for(h, 20);
+    }
+    run_for(h, 300);
+    for (int i = 0; i < 4; i++)
+        assert_false(s[i]->closed);
+    assert_true(s[4]->reset && s[5]->reset);
+    send_bytes(s[0], frame + 4, FX_WIRE_HEADER_LEN + sizeof(auth) - 1 - 4);
+    assert_true(run_until(h, has_frames, s[0], 3000));
+    assert_int_equal(s[0]->last_type, FX_MSG_OK);
+    rstream *n = open_bidi(c);
+    send_bytes(n, frame, 4);
+    run_for(h, 300);
+    assert_false(n->closed);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_unauth_streams), 2);
+    h_free(h);
+}
+
+/* ---- item: auth floods ------------------------------------------------------------------- */
+
+static bool auth_answered(H *h, void *arg)
+{
+    (void)h;
+    rstream *s = arg;
+    return s->frames > 0 || s->closed || s->rc->closed;
+}
+
+/* auth_failures_per_conn failed verifications close the connection; a
+ * repeated auth on an authenticated stream is not a failure. */
+static void test_failed_auths_close_the_connection(void **state)
+{
+    (void)state;
+    H *h = h_new(true);
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    char *good = mint(h, 3600);
+    rconn *c = h_connect(h, 1);
+    rstream *a = open_bidi(c);
+    auth_ok(h, a, good);
+    send_auth(a, good); /* repeated: an error, not a failed verification */
+    assert_true(run_until(h, auth_answered, a, 3000));
+    for (int i = 0; i < 2; i++) {
+        rstream *s = open_bidi(c);
+        send_auth(s, "not.a.token");
+        assert_true(run_until(h, auth_answered, s, 3000));
+        assert_string_equal(s->last, "auth failed");
+    }
+    run_for(h, 200);
+    assert_false(c->closed);
+    rstream *s = open_bidi(c);
+    send_auth(s, "not.a.token");
+    assert_true(run_until(h, conn_closed, c, 3000));
+    assert_string_equal(c->close_text, "too many failed auths");
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_conn_auth_failures), 1);
+    assert_int_equal(DELTA(m0, m1, broker_auth_failed), 3);
+    free(good);
+    h_free(h);
+}
+
+/* Verifications are rate-limited per source address: past auth_rate_per_ip
+ * attempts are refused unverified, while another address is unaffected. */
+static void test_auth_attempts_are_rate_limited_per_source_address(void **state)
+{
+    (void)state;
+    H *h = h_new(true);
+    h->e.bo.auth_rate_per_ip = 4;
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    char *good = mint(h, 3600);
+    rconn *c = h_connect(h, 1);
+    int ok = 0, limited = 0;
+    for (int i = 0; i < 8; i++) {
+        rstream *s = open_bidi(c);
+        send_auth(s, good);
+        assert_true(run_until(h, auth_answered, s, 3000));
+        if (s->last_type == FX_MSG_OK)
+            ok++;
+        else if (strcmp(s->last, "auth rate limited") == 0)
+            limited++;
+    }
+    assert_true(ok >= 4 && ok <= 5); /* the burst, maybe one refill */
+    assert_int_equal(ok + limited, 8);
+    rconn *other = h_connect(h, 0);
+    rstream *s = open_bidi(other);
+    auth_ok(h, s, good);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_auth_rate), limited);
+    free(good);
+    h_free(h);
+}
+
+/* ---- item: token lifetime ---------------------------------------------------------------- */
+
+static bool sub_lapsed(H *h, void *arg)
+{
+    (void)h;
+    rconn *c = arg;
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (c->s[i].used && c->s[i].uni && c->s[i].closed)
+            return true;
+    return c->closed;
+}
+
+/* A stream and a subscription authenticated with a token end when it
+ * expires; the connection itself stays. */
+static void test_streams_end_when_their_token_expires(void **state)
+{
+    (void)state;
+    H *h = h_new(true);
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    char *shortlived = mint(h, 2);
+    char *longlived = mint(h, 3600);
+    rconn *c = h_connect(h, 0);
+    rstream *pub = open_bidi(c);
+    auth_ok(h, pub, shortlived);
+    rstream *sub = open_bidi(c);
+    auth_ok(h, sub, shortlived);
+    send_json(sub, "{\"type\":\"subscribe\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                   "\"stream\":\"exp\"}");
+    assert_true(run_until(h, got_event_stream, c, 3000));
+    rstream *keep = open_bidi(c);
+    auth_ok(h, keep, longlived);
+    assert_true(run_until(h, stream_done, pub, 6000));
+    assert_string_equal(pub->last, "token expired");
+    assert_true(run_until(h, sub_lapsed, c, 3000));
+    assert_false(c->closed);
+    assert_false(keep->fin || keep->closed);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, broker_auth_expired), 2);
+    free(shortlived);
+    free(longlived);
+    h_free(h);
+}
+
+/* When a reload removes the key that signed a stream's token, the stream
+ * ends; a stream signed by a key still present stays. */
+static void test_streams_end_when_a_reload_removes_their_key(void **state)
+{
+    (void)state;
+    H *h = h_new(true);
+    h_start(h);
+    fx_metrics_snapshot m0 = snap();
+    char *old = mint(h, 3600);
+    rconn *c = h_connect(h, 0);
+    rstream *s = open_bidi(c);
+    auth_ok(h, s, old);
+    uint8_t pub2[FX_AUTH_KEY_BYTES], priv2[FX_AUTH_KEY_BYTES];
+    assert_int_equal(fx_auth_keygen(pub2, priv2), 0);
+    write_jwks(h->jwks, "k2", pub2);
+    char why[512];
+    assert_int_equal(fx_authn_reload(h->authn, why, sizeof(why)), 0);
+    fx_broker_auth_reloaded(h->e.b);
+    assert_true(run_until(h, stream_done, s, 3000));
+    assert_string_equal(s->last, "token key removed");
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, broker_auth_key_removed), 1);
+    free(old);
+    h_free(h);
+}
+
+/* ---- item: resume after a park ----------------------------------------------------------- */
+
+/* Appends a whole 0x0001 (|rid| 0) or 0x0009 frame of one |n|-byte payload
+ * to t1/default/|stream| at |out| + |*off|. */
+static void put_batch(uint8_t *out, size_t cap, size_t *off, const char *stream, size_t n,
+                      uint64_t rid)
+{
+    static uint8_t zeros[256 * 1024];
+    assert_true(n <= sizeof(zeros));
+    fx_wire_slice p = {zeros, n};
+    fx_wire_publish_batch b = {.request_id = rid,
+                               .ack = rid != 0 ? FX_WIRE_ACK_PER_MESSAGE : FX_WIRE_ACK_NONE,
+                               .tenant = {(const uint8_t *)"t1", 2},
+                               .ns = {(const uint8_t *)"default", 7},
+                               .stream = {(const uint8_t *)stream, strlen(stream)},
+                               .count = 1,
+                               .payloads = &p};
+    ssize_t w = fx_publish_batch_encode(&b, out + *off, cap - *off);
+    assert_true(w > 0);
+    *off += (size_t)w;
+}
+
+static bool binary_acked(H *h, void *arg)
+{
+    (void)h;
+    rstream *s = arg;
+    return s->frames > 0 || s->closed || s->rc->closed;
+}
+
+/* Input buffered behind a reservation wait (16 MiB of 1 KiB publish frames,
+ * with a connection share that holds one frame, so every header waits for
+ * the previous frame's bytes) is fed from the buffer after each wait: the
+ * whole must take time linear in the buffer, not one move of the rest of it
+ * per wait (about 0.1 s against several seconds). */
+static void test_resume_after_a_park_is_linear_in_the_buffered_input(void **state)
+{
+    (void)state;
+    H *h = h_new(false);
+    h->e.bo.pub_conn_inflight_bytes = 1500;
+    h->e.bo.quic.stream_window = h->e.bo.quic.max_stream_window = 32u << 20;
+    h->e.bo.quic.conn_window = h->e.bo.quic.max_conn_window = 64u << 20;
+    h->co.unacked_cap = 64u << 20;
+    h_start(h);
+    rconn *c = h_connect(h, 0);
+    rstream *holder = open_bidi(c), *s = open_bidi(c);
+    auth_ok(h, holder, NULL);
+    auth_ok(h, s, NULL);
+    size_t cap = 17u << 20, hl = 0, sl = 0;
+    uint8_t *hbuf = malloc(256 * 1024), *sbuf = malloc(cap);
+    assert_non_null(hbuf);
+    assert_non_null(sbuf);
+    /* |holder| reserves the connection's share; its body waits. */
+    put_batch(hbuf, 256 * 1024, &hl, "hold", 1000, 0);
+    send_bytes(holder, hbuf, FX_WIRE_HEADER_LEN);
+    run_for(h, 100);
+    /* |s|'s first header waits for bytes; all it sends behind it is kept. */
+    size_t small = 0;
+    while (sl + 2048 < (16u << 20)) {
+        put_batch(sbuf, cap, &sl, "park", 1000, 0);
+        small++;
+    }
+    put_batch(sbuf, cap, &sl, "park", 1, 99);
+    send_bytes(s, sbuf, sl);
+    run_for(h, 2000); /* all of it reaches the broker and waits there */
+    assert_int_equal(s->frames, 0);
+    fx_metrics_snapshot m0 = snap();
+    uint64_t t0 = fx_now_ns();
+    send_bytes(holder, hbuf + FX_WIRE_HEADER_LEN, hl - FX_WIRE_HEADER_LEN);
+    bool done = run_until(h, binary_acked, s, 30000);
+    uint64_t ms = (fx_now_ns() - t0) / FX_NS_PER_MS;
+    free(hbuf);
+    free(sbuf);
+    if (!done)
+        fail_msg("%zu buffered frames not handled within 30 s", small);
+    fx_metrics_snapshot m1 = snap();
+    assert_true(DELTA(m0, m1, ingress_reserve_waited) + 1 >= (int64_t)small); /* one per frame */
+    assert_int_equal(s->frames, 1);
+    if (ms > 1500) /* about 0.1 s when linear; seconds when quadratic */
+        fail_msg("%zu buffered frames took %llu ms", small, (unsigned long long)ms);
+    h_free(h);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_budget_hog_before_auth_never_holds_the_publish_budget),
+    cmocka_unit_test(test_protocol_error_before_auth_ends_the_stream_after_one_reply),
+    cmocka_unit_test(test_connection_reply_queue_is_bounded_across_streams),
+    cmocka_unit_test(test_json_element_bomb_is_refused_before_parsing),
+    cmocka_unit_test(test_client_uni_streams_are_not_allowed),
+    cmocka_unit_test(test_connection_without_auth_is_closed_at_auth_timeout),
+    cmocka_unit_test(test_connections_per_source_address_are_capped),
+    cmocka_unit_test(test_unauthenticated_streams_per_connection_are_capped),
+    cmocka_unit_test(test_failed_auths_close_the_connection),
+    cmocka_unit_test(test_auth_attempts_are_rate_limited_per_source_address),
+    cmocka_unit_test(test_streams_end_when_their_token_expires),
+    cmocka_unit_test(test_streams_end_when_a_reload_removes_their_key),
+    cmocka_unit_test(test_resume_after_a_park_is_linear_in_the_buffered_input),
+};
+
+FX_TEST_MAIN(tests)
