@@ -5,8 +5,8 @@
 # profile (block at checkpoints 5 and 6, pub_ingress_wait) and the shipped shedding
 # defaults. A segment is --segment-cycles cycles; one cycle is:
 #   stalled      a `felix sub` that is stopped (SIGSTOP: its receive window freezes) while
-#                `felix pub --ack per_message` sends it 16 KiB messages; lossless, the broker
-#                closes it after subscriber_block_timeout_ms (counted)
+#                `felix pub --ack per_message` sends it 1000 messages of 16 KiB; lossless,
+#                the broker closes it after subscriber_block_timeout_ms (counted)
 #   publishers   lossless: felix-bench --mode throughput (2 subscribers, 2 streams; it
 #                fails on any lost, duplicated or malformed delivery); shedding: felix-bench
 #                --mode overload (3 subscribers, one stalled), whose stalled subscriber's
@@ -112,15 +112,19 @@ bench_json() {  # label args... : runs felix-bench, prints its JSON line (or not
 
 stalled_start() {  # seg cycle
   local stream="t1/default/stalled-$1-$2"
-  cli sub "$stream" >/dev/null 2>>"$OUTDIR/logs/stalled.log" &
+  # Started directly, not through cli(): $! must be felix's own pid.
+  "$BUILD/felix" sub --server "127.0.0.1:$FX_PORT" --pin "$FP" "$stream" \
+    >/dev/null 2>>"$OUTDIR/logs/stalled.log" &
   local pid=$!
   STALL_PIDS+=("$pid")
   sleep 1
   kill -STOP "$pid" 2>/dev/null || true
   # Acked publishes: lossless, they wait behind the stalled subscriber until the broker
   # closes it; shedding, they are answered at once and the subscriber's queue sheds.
-  cli pub --ack per_message --count 200 --size 16K "$stream" \
-    >/dev/null 2>>"$OUTDIR/logs/stalled.log" &
+  # 1000 messages: more than the subscriber queue (512 batches) holds, so the lossless
+  # fanout parks on it.
+  "$BUILD/felix" pub --server "127.0.0.1:$FX_PORT" --pin "$FP" --ack per_message \
+    --count 1000 --size 16K "$stream" >/dev/null 2>>"$OUTDIR/logs/stalled.log" &
   STALL_PIDS+=("$!")
 }
 
@@ -137,7 +141,7 @@ stalled_end() {
 publishers_lossless() {  # seg cycle
   local j
   j=$(bench_json "tput-$1-$2" --mode throughput --fanout 2 --streams 2 --total 200000 \
-      --min-seconds 3 --max-seconds 20)
+      --max-seconds 20)
   if [ -z "$j" ]; then fail "segment $1 cycle $2: felix-bench throughput printed nothing"; return; fi
   record "$j"
   [ "$(jq -r .valid <<<"$j")" = true ] ||
@@ -192,6 +196,12 @@ quiesce() {  # seg cycle; sets RSS (kB) after the gauges settled
     ok=false
     fail "segment $1 cycle $2: gauges not back to 0 after 90 s: $(tr '\n' ' ' <<<"$left")"
   fi
+  local kicked
+  kicked=$(scrape felix_subscriber_block_timeouts_total)
+  if [ "$profile" = lossless ] && [ "$kicked" -le "$KICKED" ]; then
+    fail "segment $1 cycle $2: the stalled lossless subscriber was not closed (block timeouts $kicked)"
+  fi
+  KICKED=$kicked
   RSS=$(rss_kb)
   record "{\"check\":\"quiescence\",\"segment\":$1,\"cycle\":$2,\"wait_s\":$((SECONDS - t0)),\"gauges_zero\":$ok,\"rss_kb\":$RSS,\"block_timeouts\":$(scrape felix_subscriber_block_timeouts_total),\"streams_expired\":$(scrape felix_registry_streams_expired_total)}"
 }
@@ -206,7 +216,7 @@ while [ "$SECONDS" -lt "$END" ]; do
   echo "soak: segment $seg ($profile), $(( (END - SECONDS) / 60 )) min left" >&2
   # shellcheck disable=SC2086
   fx_start_broker "$OUTDIR/logs/broker-$seg.log" "$OUTDIR/state" "${SOAK_ARGS[@]}" ${BROKER_ARGS:-}
-  rss=()
+  rss=() KICKED=0
   for cycle in $(seq 1 "$SEG_CYCLES"); do
     [ "$SECONDS" -lt "$END" ] || break
     stalled_start "$seg" "$cycle"
