@@ -203,12 +203,37 @@
     C(admin_refused_body, "felix_admin_refused_total", "reason=body_too_large",                    \
       FX_ADMIN_REFUSED_HELP)
 
+/* ---- retention, stream lifetime and isolation limits -------------------- */
+#define FX_METRICS_LIMITS(C, G, H)                                                                 \
+    G(stream_retained_bytes, "felix_stream_retained_bytes", "",                                    \
+      "Bytes the stream rings retain for replay, all streams: payload plus the per-message "       \
+      "overhead")                                                                                  \
+    C(stream_evicted_tenant_quota, "felix_stream_evicted_messages_total", "reason=tenant_quota",   \
+      "Retained messages evicted early because an account was over its limit: tenant_quota "       \
+      "(tenant_retained_bytes), retained_limit (retained_bytes_limit)")                            \
+    C(stream_evicted_retained_limit, "felix_stream_evicted_messages_total",                        \
+      "reason=retained_limit",                                                                     \
+      "Retained messages evicted early because an account was over its limit: tenant_quota "       \
+      "(tenant_retained_bytes), retained_limit (retained_bytes_limit)")                            \
+    C(registry_streams_expired, "felix_registry_streams_expired_total", "",                        \
+      "Auto-created streams removed after stream_idle_expiry_s without publisher, subscriber or "  \
+      "publish")                                                                                   \
+    C(registry_tenants_refused, "felix_registry_tenants_refused_total", "",                        \
+      "Stream creations refused because they would add a tenant beyond max_tenants")               \
+    C(sub_block_timeouts, "felix_subscriber_block_timeouts_total", "",                             \
+      "Connections closed because one of their subscriptions held a block queue full for longer "  \
+      "than subscriber_block_timeout_ms")                                                          \
+    C(drain_stalled_closed, "felix_drain_stalled_connections_closed_total", "",                    \
+      "Connections closed during a drain, from half its deadline on, because they had work "       \
+      "left and made no progress")
+
 /* Every list, in exposition order. A new subsystem list is added here. */
 #define FX_METRICS_ALL(C, G, H)                                                                    \
     FX_METRICS_BROKER(C, G, H)                                                                     \
     FX_METRICS_SUB(C, G, H)                                                                        \
     FX_METRICS_PUBLISH(C, G, H)                                                                    \
     FX_METRICS_QUIC(C, G, H)                                                                       \
-    FX_METRICS_ADMIN(C, G, H)
+    FX_METRICS_ADMIN(C, G, H)                                                                      \
+    FX_METRICS_LIMITS(C, G, H)
 
 #endif

@@ -22,8 +22,12 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .bind_ip = "127.0.0.1",
         .workers = 1,
         .auto_create_streams = true,
+        .max_tenants = 1024,
+        .stream_idle_expiry_ns = 3600 * FX_NS_PER_S,
         .log_capacity = 1024,
         .log_capacity_bytes = 64u << 20,
+        .retained_bytes_limit = 1ull << 30,
+        .tenant_retained_bytes = 256ull << 20,
         .subscriber_queue_capacity = 512,
         .subscriber_queue_policy = FX_QUEUE_DROP_NEW,
         .max_subscriptions_per_conn = 4096,
@@ -189,8 +193,13 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
         free(b);
         return rv;
     }
+    atomic_init(&b->retained.refs, 1);
+    atomic_init(&b->retained.bytes, 0);
+    b->retained.limit = o->retained_bytes_limit;
     fx_registry_opts ro = {.auto_create = o->auto_create_streams,
-                           .max_streams_per_tenant = o->max_streams_per_tenant};
+                           .max_streams_per_tenant = o->max_streams_per_tenant,
+                           .max_tenants = o->max_tenants,
+                           .tenant_retained_bytes = o->tenant_retained_bytes};
     b->o.streams = o->streams;
     if ((rv = fx_registry_new(&b->reg, &ro)) != 0 || (rv = create_streams(b)) != 0 ||
         (rv = create_loops(b)) != 0 || (rv = create_endpoint(b)) != 0) {

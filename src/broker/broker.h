@@ -109,9 +109,27 @@ typedef struct fx_broker_opts {
     uint32_t max_streams_per_tenant;
     const fx_broker_stream_name *streams; /* pre-created; |nstreams| of them */
     size_t nstreams;
-    /* stream ring and subscriber queues (checkpoint 5) */
+    /* Tenants holding streams at once; a stream of one more is refused
+     * (counted). 0 = no limit. */
+    uint32_t max_tenants;
+    /* An auto-created stream with no publisher, no subscriber and no publish
+     * for this long is removed with what it retains (counted); streams from
+     * |streams| or the admin API never expire. 0 = never. */
+    uint64_t stream_idle_expiry_ns;
+    /* stream ring and subscriber queues (checkpoint 5). The ring bounds
+     * count payload plus FX_STREAM_MSG_OVERHEAD per message (stream.h). */
     uint32_t log_capacity;
     uint64_t log_capacity_bytes;
+    /* Retained bytes of all rings together, and of one tenant's rings: an
+     * append over either evicts the appending ring's oldest messages
+     * (counted). 0 = no limit. */
+    uint64_t retained_bytes_limit;
+    uint64_t tenant_retained_bytes;
+    /* A subscriber whose full block queue holds the fanout (its worker)
+     * this long gets its connection closed with the reason "subscriber
+     * blocked longer than subscriber_block_timeout_ms" (counted), so the
+     * streams that share the worker go on. 0 = never (lossless waits). */
+    uint64_t subscriber_block_timeout_ns;
     uint32_t subscriber_queue_capacity;
     fx_queue_policy subscriber_queue_policy;
     uint32_t max_subscriptions_per_conn;
@@ -279,7 +297,13 @@ typedef struct fx_broker_drain_report {
     uint64_t unacked_bytes;     /* written but not acknowledged by the peers */
     /* Connections open when the work ended (closed then). */
     uint64_t connections;
-    uint64_t publishes_refused; /* answered "broker shutting down" or dropped */
+    /* Connections closed from half the deadline on because they had work
+     * left and made no progress (a frozen receive window): the drain goes
+     * on without them. What they held is lost: */
+    uint64_t stalled_closed;
+    uint64_t stalled_deliveries; /* frame lists queued for them */
+    uint64_t stalled_unacked;    /* bytes written to them, never acknowledged */
+    uint64_t publishes_refused;  /* answered "broker shutting down" or dropped */
 } fx_broker_drain_report;
 
 /* Drains the broker: from the call on, new connections are closed at once,
@@ -288,7 +312,12 @@ typedef struct fx_broker_drain_report {
  * stream creation are refused. Then it waits until every accepted publish
  * job is appended and fanned out, every queued delivery and reply is
  * written and QUIC has every byte acknowledged, or until |deadline_ns|
- * (CLOCK_MONOTONIC, fx_now_ns()); either way every connection is then closed
+ * (CLOCK_MONOTONIC, fx_now_ns()). From half the time to the deadline on, a
+ * connection that still has work (unacknowledged bytes, queued deliveries
+ * or replies) and made no progress over the last quarter of it is closed
+ * ("broker shutting down: no progress"), so one stalled client cannot hold
+ * the drain to the deadline; |*r| counts them and what they held. Either
+ * way every connection is then closed
  * with application code 0 and reason "broker shutting down". Fills |*r|.
  * Returns 0 (clean), FX_ETIMEDOUT (the deadline cut work short: |*r| says
  * what was left) or -EINVAL (not running). Blocks the caller (main thread);

@@ -56,6 +56,9 @@ typedef struct fxb_lane fxb_lane;
  * Neither is taken from the publish byte budget. */
 #define FXB_PREAUTH_MAX_FRAME (64u * 1024u)
 #define FXB_PREAUTH_CONN_BYTES (4u * FXB_PREAUTH_MAX_FRAME)
+/* QUIC application code of a connection closed by subscriber_block_timeout. */
+#define FXB_CODE_SLOW_SUBSCRIBER 0x7u
+#define FXB_SLOW_SUBSCRIBER_TEXT "subscriber blocked longer than subscriber_block_timeout_ms"
 /* frame_read_timeout when fx_broker_opts leaves it 0. */
 #define FXB_FRAME_READ_TIMEOUT_DEFAULT_NS (10000 * FX_NS_PER_MS)
 /* Jobs one worker turn takes before yielding to other tasks. */
@@ -80,6 +83,13 @@ struct fxb_worker {
     fxb_sub *subs;        /* registered subscriptions (wnext / wprev) */
     uint64_t jobs_done;   /* jobs taken from |jobs| and completed */
     struct fxb_end *ends; /* deleted streams waiting for older jobs (worker.c) */
+    /* subscriber_block_timeout: runs while the fanout is parked; |block_seq|
+     * is the park (fx_stream_park_seq) it was armed for. */
+    fx_timer block_timer;
+    uint64_t block_seq;
+    /* stream_idle_expiry sweeps (worker 0 only). */
+    fx_task expiry_start;
+    fx_timer expiry_timer;
 };
 
 /* One server endpoint and the connections it accepted: the broker's only
@@ -98,7 +108,8 @@ typedef struct fxb_ep {
 struct fx_broker {
     fx_broker_opts o;
     fx_registry *reg;
-    fx_budget budget; /* process-wide publish bytes (checkpoint 3) */
+    fx_retained retained; /* all rings (retained_bytes_limit); not refcounted */
+    fx_budget budget;     /* process-wide publish bytes (checkpoint 3) */
     uint32_t nworkers;
     fxb_worker *workers;
     uint32_t nio;
@@ -196,6 +207,10 @@ struct fxb_conn {
      * FXB_CONN_REPLIES_LOW. */
     size_t nreplies;
     bool replies_full;
+    /* Drain (control.c): what the connection's progress looked like at the
+     * last stall check. */
+    uint64_t drain_sig[3];
+    bool drain_sampled;
 };
 
 /* One queued reply on a bidi stream, in request order. Done replies are sent
@@ -327,6 +342,8 @@ struct fxb_sub {
     uint64_t available;
     fxb_sub *wnext, *wprev; /* on w->subs while registered */
     bool ending;            /* its stream was deleted: finish after the queue */
+    bool block_kicked;      /* subscriber_block_timeout closed its connection */
+    fx_task block_task;     /* posted to the connection's loop to close it */
     /* shared */
     atomic_bool fin_req; /* the feeder pushed its last list: FIN after the lane */
     atomic_uint_fast64_t lane_dropped_events;

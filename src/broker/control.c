@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "base/metrics.h"
 #include "base/placement.h"
 #include "broker/broker_internal.h"
 #include "felix/error.h"
@@ -594,6 +595,83 @@ static int work_round(fx_broker *b, uint64_t timeout_ns, work *k)
     return 0;
 }
 
+/* ---- stalled connections during a drain ---------------------------------------------- */
+
+/* A connection's progress: unacknowledged bytes, messages written to its
+ * event streams, queued replies. Any change between two checks is progress.
+ * |*ppending| gets the work it still has (queued frame lists). */
+static void conn_progress(fxb_conn *c, uint64_t sig[3], uint64_t *plists, uint64_t *pready)
+{
+    uint64_t delivered = 0, lists = 0, replies = 0, ready = 0;
+    for (fxb_sub *sub = c->subs; sub != NULL; sub = sub->next) {
+        delivered += sub->delivered;
+        lists += fx_queue_depth(&sub->lane) + (sub->cur != NULL);
+    }
+    for (fxb_bidi *s = c->bidis; s != NULL; s = s->next) {
+        for (fxb_reply *r = s->rhead; r != NULL; r = r->next) {
+            replies++;
+            ready += atomic_load_explicit(&r->done, memory_order_acquire);
+        }
+    }
+    sig[0] = fx_quic_conn_unacked(c->qc);
+    sig[1] = delivered;
+    sig[2] = replies;
+    *plists = lists;
+    *pready = ready;
+}
+
+static fx_ratelimit stall_rl = FX_RATELIMIT_INIT;
+static const bool stall_sample = false, stall_close = true;
+
+/* Connection side of a stall check (|arg| points to stall_close or
+ * stall_sample): with stall_close, closes every connection that has work
+ * left and whose progress is what the previous check saw, adding it to
+ * |p->w| (conns, deliveries, unacked); then records the others' progress. */
+static void stall_part(fx_broker *b, gpart *p, void *arg)
+{
+    bool close = *(const bool *)arg;
+    for (fxb_conn *c = b->eps[p->epi].conns; c != NULL; c = c->cnext) {
+        if (c->qc == NULL)
+            continue;
+        uint64_t sig[3], lists, ready;
+        conn_progress(c, sig, &lists, &ready);
+        /* Only work the client holds up counts: a reply still waiting for
+         * its worker (a commit ack) is the broker's, not the client's. */
+        bool pending = sig[0] != 0 || ready != 0 || lists != 0;
+        if (close && pending && c->drain_sampled && memcmp(sig, c->drain_sig, sizeof(sig)) == 0) {
+            p->w.conns++;
+            p->w.deliveries += lists;
+            p->w.unacked += sig[0];
+            FX_COUNTER_INC(drain_stalled_closed);
+            FX_LOG_RATELIMITED(&stall_rl, fx_now_ns(), FX_LOG_WARN, "broker",
+                               "drain: closing connection %llu, no progress since the last "
+                               "check (%llu unacked bytes, %llu queued frame lists)",
+                               (unsigned long long)c->id, (unsigned long long)sig[0],
+                               (unsigned long long)lists);
+            fx_quic_conn_close(c->qc, 0, FXB_SHUTDOWN_TEXT ": no progress");
+            continue;
+        }
+        memcpy(c->drain_sig, sig, sizeof(sig));
+        c->drain_sampled = true;
+    }
+}
+
+/* Runs one stall check on every endpoint loop; adds the closed connections
+ * and what they held to |r|. */
+static void stall_check(fx_broker *b, bool close, uint64_t timeout_ns, fx_broker_drain_report *r)
+{
+    gather *g;
+    if (gather_run(b, stall_part, (void *)(close ? &stall_close : &stall_sample), false, true,
+                   timeout_ns, &g) != 0)
+        return; /* a loop did not answer in time: the next check asks again */
+    for (size_t i = 0; i < g->nparts; i++) {
+        r->stalled_closed += g->parts[i].w.conns;
+        r->stalled_deliveries += g->parts[i].w.deliveries;
+        r->stalled_unacked += g->parts[i].w.unacked;
+    }
+    gather_unref(g);
+}
+
 static void close_conns(fx_broker *b, gpart *p, void *arg)
 {
     (void)arg;
@@ -616,13 +694,20 @@ static uint64_t until(uint64_t deadline_ns, uint64_t cap_ns)
     return left < cap_ns ? left : cap_ns;
 }
 
-/* Polls rounds until one is clean or the deadline passes. */
-static bool wait_done(fx_broker *b, uint64_t deadline_ns, work *k)
+/* Polls rounds until one is clean or the deadline passes. Stall checks run
+ * at a quarter of the time (a sample), at half and at three quarters (close
+ * what did not move since the previous check, sample the rest). */
+static bool wait_done(fx_broker *b, uint64_t start_ns, uint64_t deadline_ns, work *k,
+                      fx_broker_drain_report *r)
 {
+    uint64_t quarter = deadline_ns > start_ns ? (deadline_ns - start_ns) / 4 : 0;
+    int checks = 0;
     while (fx_now_ns() < deadline_ns) {
         int rv = work_round(b, until(deadline_ns, FX_NS_PER_S), k);
         if (rv == 0 && work_done(k))
             return true;
+        if (checks < 3 && quarter > 0 && fx_now_ns() >= start_ns + (uint64_t)(checks + 1) * quarter)
+            stall_check(b, checks++ > 0, until(deadline_ns, FX_NS_PER_S), r);
         sleep_ns(until(deadline_ns, 2 * FX_NS_PER_MS));
     }
     return false;
@@ -655,7 +740,14 @@ int fx_broker_drain(fx_broker *b, uint64_t deadline_ns, fx_broker_drain_report *
     uint64_t start = fx_now_ns();
     atomic_store_explicit(&b->draining, true, memory_order_release);
     work k = {0};
-    bool done = wait_done(b, deadline_ns, &k);
+    bool done = wait_done(b, start, deadline_ns, &k, r);
+    if (r->stalled_closed != 0)
+        FX_LOG_WARN("broker",
+                    "drain: closed %llu connection(s) that made no progress, holding %llu queued "
+                    "frame list(s) and %llu unacknowledged byte(s)",
+                    (unsigned long long)r->stalled_closed,
+                    (unsigned long long)r->stalled_deliveries,
+                    (unsigned long long)r->stalled_unacked);
     r->timed_out = !done;
     if (!done) {
         r->jobs_queued = k.jobs;

@@ -108,6 +108,7 @@ int fx_fanout_run(fx_stream *s, uint64_t now, fx_fanout_result *res)
             continue; /* took it before the park, or subscribed after the append */
         if (offer(sub, e, now, res) == FX_EFULL) {
             s->parked_on = sub;
+            s->park_seq++;
             atomic_store_explicit(&s->woken, false, memory_order_relaxed);
             /* Set before parking: on_resume may run inside fx_queue_park. */
             if (fx_queue_park(&sub->q, &s->waiter) == 0)
@@ -136,6 +137,16 @@ int fx_stream_resume(fx_stream *s, uint64_t now, fx_fanout_result *res)
 bool fx_stream_is_parked(const fx_stream *s)
 {
     return s->pending != NULL;
+}
+
+fx_subscriber *fx_stream_parked_on(const fx_stream *s)
+{
+    return s->pending != NULL ? s->parked_on : NULL;
+}
+
+uint64_t fx_stream_park_seq(const fx_stream *s)
+{
+    return s->park_seq;
 }
 
 /* ---- subscriber queues ------------------------------------------------------------------- */
@@ -251,4 +262,9 @@ void fx_subscriber_get_stats(const fx_subscriber *sub, fx_subscriber_stats *st)
 uint64_t fx_subscriber_id(const fx_subscriber *sub)
 {
     return sub->id;
+}
+
+void *fx_subscriber_user(const fx_subscriber *sub)
+{
+    return sub->user;
 }

@@ -130,11 +130,19 @@ static fx_ingress_outcome stage_bytes(const fx_ingress_target *t, fx_ingress_req
         return dropped(r);
     if (r->policy == FX_INGRESS_FAIL)
         return failed(r, conn ? FX_INGRESS_MSG_CONN_BYTES : FX_INGRESS_MSG_BYTES);
+    if (r->held.n > 0) {
+        /* Waiting while holding the reservation could deadlock behind a
+         * header that waits for it (the budget is FIFO): wait for it all. */
+        fx_permit_release(&r->held);
+        need = r->nbytes;
+    }
     r->budget_parked = true; /* set first: on_granted may run before acquire returns */
     rv = fx_budget_acquire(t->conn_budget, need, &r->bw, &r->permit);
     if (rv == -EAGAIN)
         return parked(r);
     r->budget_parked = false;
+    if (rv == FX_ETOOBIG)
+        return failed(r, FX_INGRESS_MSG_TOO_BIG);
     return rv == 0 ? FX_INGRESS_ADMITTED : failed(r, FX_INGRESS_MSG_CLOSED);
 }
 
@@ -351,6 +359,10 @@ void fxb_ingress_resv_cancel(fxb_bidi *s)
 
 /* ---- publish jobs ------------------------------------------------------------------------ */
 
+/* Memory a published message costs besides its payload until its envelope
+ * exists: one slice in the decoder's table, the job's and the envelope's. */
+#define FXB_MSG_OVERHEAD (3 * sizeof(fx_wire_slice))
+
 void fxb_job_free(fxb_job *j)
 {
     if (j == NULL)
@@ -539,11 +551,15 @@ int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
     fx_ingress_policy p = fx_ingress_policy_for(acked, o->ack_on_commit, o->pub_ingress_wait);
     /* A frame with a body had its bytes reserved at its header: its payload
      * copy never exceeds that body, and the job is charged the reservation
-     * alone. Topping it up here with the slice table could wait behind a
-     * header that waits for this very reservation (the budget is FIFO). */
+     * alone unless its messages are so small that their slice tables (the
+     * decoder's, the job's, the envelope's) outweigh half of it: then it is
+     * charged payload plus FXB_MSG_OVERHEAD per message (16 MiB of empty
+     * messages holds ~200 MiB of tables). A top-up that must wait gives the
+     * reservation back first (stage_bytes). */
     size_t nbytes = fx_buf_len(backing);
-    if (s->resv.budget == NULL)
-        nbytes += (size_t)count * sizeof(fx_wire_slice);
+    size_t ovh = (size_t)count * FXB_MSG_OVERHEAD;
+    if (s->resv.budget == NULL || ovh > s->resv.n / 2)
+        nbytes += ovh;
     fx_ingress_req_init(&j->req, j, nbytes, p, o->publish_queue_wait_timeout_ns, on_ingress_resume,
                         s);
     /* The frame's bytes were reserved at its header: the job keeps them. */

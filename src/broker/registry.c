@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/loop.h"
+#include "base/metrics.h"
 #include "felix/error.h"
 
 /* ---- intrusive hash table ------------------------------------------------ */
@@ -105,6 +108,7 @@ static void ht_remove(htable *t, hnode *e)
 typedef struct tenant_rec {
     hnode node;
     size_t nstreams;
+    fx_retained *acct; /* its streams' rings charge it (one reference) */
     char name[];
 } tenant_rec;
 
@@ -113,11 +117,14 @@ struct fx_stream_handle {
     atomic_bool active;
     atomic_bool ended; /* its worker finished the subscribers (after removal) */
     uint64_t id;
-    hnode node;         /* registry-private, under the lock */
-    tenant_rec *tenant; /* registry-private, under the lock */
-    size_t ns_off;      /* offset of the namespace in |names| */
-    size_t stream_off;  /* offset of the stream name in |names| */
-    char names[];       /* "tenant\0ns\0stream\0": the key is all but the last NUL */
+    bool auto_created;              /* by a resolve: idle expiry applies */
+    atomic_uint_fast64_t last_used; /* fx_stream_handle_touch */
+    fx_retained *acct;              /* its tenant's account (one reference) */
+    hnode node;                     /* registry-private, under the lock */
+    tenant_rec *tenant;             /* registry-private, under the lock */
+    size_t ns_off;                  /* offset of the namespace in |names| */
+    size_t stream_off;              /* offset of the stream name in |names| */
+    char names[];                   /* "tenant\0ns\0stream\0": the key is all but the last NUL */
 };
 
 struct fx_registry {
@@ -186,6 +193,38 @@ static int check_names(fx_wire_slice t, fx_wire_slice n, fx_wire_slice s, fx_reg
     return rv;
 }
 
+/* ---- retained-bytes accounts --------------------------------------------- */
+
+static fx_retained *retained_new(uint64_t limit)
+{
+    fx_retained *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return NULL;
+    atomic_init(&a->refs, 1);
+    atomic_init(&a->bytes, 0);
+    a->limit = limit;
+    return a;
+}
+
+fx_retained *fx_retained_ref(fx_retained *a)
+{
+    if (a != NULL)
+        atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+    return a;
+}
+
+void fx_retained_unref(fx_retained *a)
+{
+    if (a != NULL && atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1)
+        free(a);
+}
+
+static void tenant_free(tenant_rec *tr)
+{
+    fx_retained_unref(tr->acct);
+    free(tr);
+}
+
 /* ---- lifecycle ----------------------------------------------------------- */
 
 int fx_registry_new(fx_registry **pr, const fx_registry_opts *o)
@@ -235,7 +274,7 @@ void fx_registry_free(fx_registry *r)
         hnode *e = r->tenants.buckets[i];
         while (e != NULL) {
             hnode *next = e->next;
-            free((char *)e - offsetof(tenant_rec, node));
+            tenant_free((tenant_rec *)((char *)e - offsetof(tenant_rec, node)));
             e = next;
         }
     }
@@ -266,6 +305,11 @@ static tenant_rec *tenant_get(fx_registry *r, fx_wire_slice t)
     tr = calloc(1, sizeof(*tr) + t.len + 1);
     if (tr == NULL)
         return NULL;
+    tr->acct = retained_new(r->opts.tenant_retained_bytes);
+    if (tr->acct == NULL) {
+        free(tr);
+        return NULL;
+    }
     memcpy(tr->name, t.ptr, t.len);
     tr->node = (hnode){.hash = hash_bytes(t.ptr, t.len), .key = tr->name, .klen = t.len};
     ht_insert(&r->tenants, &tr->node);
@@ -285,17 +329,38 @@ static fx_stream_handle *handle_new(const char *key, size_t klen, uint64_t hash,
     atomic_init(&h->refs, 1); /* the registry's */
     atomic_init(&h->active, true);
     atomic_init(&h->ended, false);
+    atomic_init(&h->last_used, fx_now_ns());
     return h;
 }
 
-/* Under the write lock: finds or inserts the stream. |*pcreated| tells which. */
+/* Drops a tenant record that holds no stream (tenants exist only while they
+ * hold streams, so name churn is bounded). */
+static void tenant_put(fx_registry *r, tenant_rec *tr)
+{
+    if (tr->nstreams == 0) {
+        ht_remove(&r->tenants, &tr->node);
+        tenant_free(tr);
+    }
+}
+
+/* Under the write lock: finds or inserts the stream (|autoc|: by a
+ * resolve). |*pcreated| tells which. */
 static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const char *key,
-                         size_t klen, uint64_t hash, fx_stream_handle **ph, bool *pcreated,
-                         fx_registry_err *err)
+                         size_t klen, uint64_t hash, bool autoc, fx_stream_handle **ph,
+                         bool *pcreated, fx_registry_err *err)
 {
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
     *pcreated = false;
     if (h == NULL) {
+        uint32_t maxt = r->opts.max_tenants;
+        if (maxt != 0 && tenant_find(r, t) == NULL && r->tenants.n >= maxt) {
+            static fx_ratelimit rl = FX_RATELIMIT_INIT;
+            FX_COUNTER_INC(registry_tenants_refused);
+            FX_LOG_RATELIMITED(&rl, fx_now_ns(), FX_LOG_WARN, "broker",
+                               "max_tenants (%u) reached: refused a stream of a new tenant", maxt);
+            return err_set(err, FX_EFULL,
+                           "the broker holds max_tenants (%u) tenants: stream not created", maxt);
+        }
         tenant_rec *tr = tenant_get(r, t);
         if (tr == NULL)
             return err_set(err, -ENOMEM, "out of memory creating a stream");
@@ -306,13 +371,12 @@ static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const
                            tr->name, max);
         h = handle_new(key, klen, hash, t.len, n.len);
         if (h == NULL) {
-            if (tr->nstreams == 0) {
-                ht_remove(&r->tenants, &tr->node);
-                free(tr);
-            }
+            tenant_put(r, tr);
             return err_set(err, -ENOMEM, "out of memory creating a stream");
         }
         h->id = r->next_id++;
+        h->auto_created = autoc;
+        h->acct = fx_retained_ref(tr->acct);
         h->tenant = tr;
         tr->nstreams++;
         ht_insert(&r->streams, &h->node);
@@ -324,7 +388,8 @@ static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const
 }
 
 static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
-                          bool create, fx_stream_handle **ph, bool *pcreated, fx_registry_err *err)
+                          bool create, bool autoc, fx_stream_handle **ph, bool *pcreated,
+                          fx_registry_err *err)
 {
     int rv = check_names(t, n, s, err);
     if (rv != 0)
@@ -337,6 +402,8 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
     if (h != NULL && ph != NULL)
         *ph = fx_stream_handle_ref(h);
+    if (h != NULL && autoc)
+        fx_stream_handle_touch(h, fx_now_ns()); /* under the lock: expiry sees it */
     pthread_rwlock_unlock(&r->lock);
     if (h != NULL) {
         *pcreated = false;
@@ -349,7 +416,7 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
                        (const char *)s.ptr);
     /* Another thread may create it between the locks: insert re-checks. */
     pthread_rwlock_wrlock(&r->lock);
-    rv = insert_locked(r, t, n, key, klen, hash, ph, pcreated, err);
+    rv = insert_locked(r, t, n, key, klen, hash, autoc, ph, pcreated, err);
     pthread_rwlock_unlock(&r->lock);
     return rv;
 }
@@ -358,7 +425,7 @@ int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, f
                        fx_stream_handle **ph, bool *pcreated, fx_registry_err *err)
 {
     bool created = false;
-    int rv = create_or_find(r, tenant, ns, stream, true, ph, &created, err);
+    int rv = create_or_find(r, tenant, ns, stream, true, false, ph, &created, err);
     if (pcreated != NULL)
         *pcreated = created;
     return rv;
@@ -368,7 +435,19 @@ int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err)
 {
     bool created;
-    return create_or_find(r, tenant, ns, stream, r->opts.auto_create, ph, &created, err);
+    return create_or_find(r, tenant, ns, stream, r->opts.auto_create, true, ph, &created, err);
+}
+
+/* Under the write lock: unlists |h| and deactivates it (the registry's
+ * reference is the caller's to drop). */
+static void remove_locked(fx_registry *r, fx_stream_handle *h)
+{
+    ht_remove(&r->streams, &h->node);
+    tenant_rec *tr = h->tenant;
+    h->tenant = NULL;
+    tr->nstreams--;
+    tenant_put(r, tr);
+    atomic_store(&h->active, false);
 }
 
 bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
@@ -382,20 +461,59 @@ bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
 
     pthread_rwlock_wrlock(&r->lock);
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
-    if (h != NULL) {
-        ht_remove(&r->streams, &h->node);
-        tenant_rec *tr = h->tenant;
-        h->tenant = NULL;
-        /* Tenants exist only while they hold streams, so name churn is bounded. */
-        if (--tr->nstreams == 0) {
-            ht_remove(&r->tenants, &tr->node);
-            free(tr);
-        }
-        atomic_store(&h->active, false);
-    }
+    if (h != NULL)
+        remove_locked(r, h);
     pthread_rwlock_unlock(&r->lock);
     fx_stream_handle_unref(h);
     return h != NULL;
+}
+
+/* Idle: auto-created, only the registry's reference, untouched for |idle_ns|.
+ * Under the write lock nobody can take a new reference (resolve and create
+ * take theirs under the lock, and every other holder would already count). */
+static bool is_idle(fx_stream_handle *h, uint64_t now_ns, uint64_t idle_ns)
+{
+    uint64_t last = atomic_load_explicit(&h->last_used, memory_order_relaxed);
+    return h->auto_created && atomic_load_explicit(&h->refs, memory_order_acquire) == 1 &&
+           now_ns > last && now_ns - last > idle_ns;
+}
+
+size_t fx_registry_expire_idle(fx_registry *r, uint64_t now_ns, uint64_t idle_ns,
+                               void (*cb)(fx_stream_handle *h, void *user), void *user)
+{
+    fx_stream_handle *gone = NULL; /* chained through |node.next| once unlisted */
+    size_t n = 0;
+    pthread_rwlock_wrlock(&r->lock);
+    for (size_t i = 0; i < r->streams.nbuckets; i++) {
+        hnode *e = r->streams.buckets[i];
+        while (e != NULL) {
+            hnode *next = e->next;
+            fx_stream_handle *h = handle_of(e);
+            if (is_idle(h, now_ns, idle_ns)) {
+                remove_locked(r, h);
+                h->node.next = gone != NULL ? &gone->node : NULL;
+                gone = h;
+                n++;
+            }
+            e = next;
+        }
+    }
+    pthread_rwlock_unlock(&r->lock);
+    while (gone != NULL) {
+        fx_stream_handle *h = gone;
+        gone = handle_of(h->node.next);
+        h->node.next = NULL;
+        cb(h, user); /* takes the registry's reference */
+    }
+    return n;
+}
+
+size_t fx_registry_tenants(fx_registry *r)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    size_t n = r->tenants.n;
+    pthread_rwlock_unlock(&r->lock);
+    return n;
 }
 
 size_t fx_registry_count(fx_registry *r)
@@ -436,8 +554,20 @@ fx_stream_handle *fx_stream_handle_ref(fx_stream_handle *h)
 
 void fx_stream_handle_unref(fx_stream_handle *h)
 {
-    if (h != NULL && atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) == 1)
+    if (h != NULL && atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) == 1) {
+        fx_retained_unref(h->acct);
         free(h);
+    }
+}
+
+void fx_stream_handle_touch(fx_stream_handle *h, uint64_t now_ns)
+{
+    atomic_store_explicit(&h->last_used, now_ns, memory_order_relaxed);
+}
+
+fx_retained *fx_stream_handle_retained(const fx_stream_handle *h)
+{
+    return h->acct;
 }
 
 uint64_t fx_stream_handle_id(const fx_stream_handle *h)

@@ -7,6 +7,7 @@
 #ifndef FX_BROKER_REGISTRY_H
 #define FX_BROKER_REGISTRY_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,29 @@
 typedef struct fx_registry fx_registry;
 typedef struct fx_stream_handle fx_stream_handle;
 
+/* A retained-bytes account: the bytes the stream rings charged to it (their
+ * payload plus the per-message overhead, stream.h) against |limit| (0 = no
+ * limit). The registry keeps one per tenant (tenant_retained_bytes), the
+ * broker one for the process (retained_bytes_limit). Rings on any worker
+ * add and subtract with relaxed atomics; refcounted so that a ring can
+ * outlive the handle and the tenant record it was created for. */
+typedef struct fx_retained {
+    atomic_int refs;
+    atomic_int_fast64_t bytes;
+    uint64_t limit;
+} fx_retained;
+
+/* Adds a reference and returns |a| (NULL gives NULL). Any thread. */
+fx_retained *fx_retained_ref(fx_retained *a);
+/* Drops a reference; the last frees |a|. NULL does nothing. Any thread. */
+void fx_retained_unref(fx_retained *a);
+/* True when |a| holds more than its limit. Any thread. */
+static inline bool fx_retained_over(const fx_retained *a)
+{
+    int64_t n = atomic_load_explicit(&((fx_retained *)a)->bytes, memory_order_relaxed);
+    return a->limit != 0 && n > (int64_t)a->limit;
+}
+
 /* Error detail: |code| is the value also returned, |msg| a complete sentence
  * for error replies ("stream not found: tenant=t1 namespace=default stream=x").
  * Sized for three maximal names. Functions accept NULL. */
@@ -30,6 +54,8 @@ typedef struct fx_registry_err {
 typedef struct fx_registry_opts {
     bool auto_create;                /* resolve creates unknown streams */
     uint32_t max_streams_per_tenant; /* active streams one tenant may hold; 0 = no limit */
+    uint32_t max_tenants;            /* tenants holding streams at once; 0 = no limit */
+    uint64_t tenant_retained_bytes;  /* limit of each tenant's fx_retained; 0 = none */
 } fx_registry_opts;
 
 /* Creates an empty registry from |o| in |*pr|. Returns 0 or -ENOMEM / -errno
@@ -52,16 +78,19 @@ int fx_registry_name_check(const char *what, fx_wire_slice name, fx_registry_err
  * |*ph| (caller unrefs; pass NULL to take none) and sets |*pcreated| (may be
  * NULL). Returns 0, FX_EWIRE_NAME (a bad name), FX_EFULL when
  * the tenant already holds max_streams_per_tenant streams ("tenant t1 has
- * reached max_streams_per_tenant (N)"), or -ENOMEM. Any thread. */
+ * reached max_streams_per_tenant (N)") or when the stream would add a tenant
+ * beyond max_tenants ("the broker holds max_tenants (N) tenants"), or
+ * -ENOMEM. A stream made this way never expires by itself. Any thread. */
 int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
                        fx_stream_handle **ph, bool *pcreated, fx_registry_err *err);
 
 /* Resolves names to a handle for a publish or subscribe: finds the stream, or
  * creates it when auto-creation is on. Stores a new reference in |*ph| (caller
  * unrefs). Returns 0, FX_EWIRE_NAME, FX_ENOSTREAM ("stream not found:
- * tenant=X namespace=Y stream=Z", auto-creation off), FX_EFULL (tenant limit,
- * auto-creation on) or -ENOMEM. Takes the read lock only when the stream
- * exists. Any thread. */
+ * tenant=X namespace=Y stream=Z", auto-creation off), FX_EFULL (tenant or
+ * max_tenants limit, auto-creation on) or -ENOMEM. A stream created here is
+ * auto-created: fx_registry_expire_idle may remove it. Takes the read lock
+ * only when the stream exists. Any thread. */
 int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err);
 
@@ -70,6 +99,19 @@ int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
  * the stream existed, false otherwise. Any thread. */
 bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream);
+
+/* Removes every auto-created stream that is idle at |now_ns|
+ * (CLOCK_MONOTONIC): nobody holds its handle but the registry (no
+ * publisher's or subscriber's QUIC stream, no queued job, no subscription)
+ * and it was last resolved or appended to (fx_stream_handle_touch) more than
+ * |idle_ns| ago. Each removed handle is passed to |cb| with a reference the
+ * callback takes over, after the lock is released. Returns how many were
+ * removed. Any thread. */
+size_t fx_registry_expire_idle(fx_registry *r, uint64_t now_ns, uint64_t idle_ns,
+                               void (*cb)(fx_stream_handle *h, void *user), void *user);
+
+/* Number of tenants holding streams. Any thread. */
+size_t fx_registry_tenants(fx_registry *r);
 
 /* Number of active streams, in total or of one tenant. Any thread. */
 size_t fx_registry_count(fx_registry *r);
@@ -99,6 +141,14 @@ bool fx_stream_handle_is_ended(const fx_stream_handle *h);
  * tenant=X namespace=Y stream=Z" in |err|: a cached handle must be checked
  * this way before each use. Any thread. */
 int fx_stream_handle_check(const fx_stream_handle *h, fx_registry_err *err);
+
+/* Records activity at |now_ns| (CLOCK_MONOTONIC) for idle expiry: a resolve
+ * or an append. Any thread (a relaxed store). */
+void fx_stream_handle_touch(fx_stream_handle *h, uint64_t now_ns);
+/* The retained-bytes account of the stream's tenant (borrowed while a
+ * reference to |h| is held; take one with fx_retained_ref to keep it). Any
+ * thread. */
+fx_retained *fx_stream_handle_retained(const fx_stream_handle *h);
 
 /* The names (NUL-terminated, valid while a reference is held). */
 const char *fx_stream_handle_tenant(const fx_stream_handle *h);

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/loop.h"
+#include "base/metrics.h"
 #include "broker/stream_internal.h"
 #include "felix/error.h"
 
@@ -19,6 +21,22 @@
 static ring_ent *ring_at(const fx_stream *s, size_t i)
 {
     return &s->ring[(s->ring_head + i) % s->ring_cap];
+}
+
+/* Adds |delta| bytes to the ring's charge and to its accounts. */
+static void charge(fx_stream *s, int64_t delta)
+{
+    s->bytes = (size_t)((int64_t)s->bytes + delta);
+    if (s->o.global != NULL)
+        atomic_fetch_add_explicit(&s->o.global->bytes, delta, memory_order_relaxed);
+    if (s->o.tenant != NULL)
+        atomic_fetch_add_explicit(&s->o.tenant->bytes, delta, memory_order_relaxed);
+    FX_GAUGE_ADD(stream_retained_bytes, delta);
+}
+
+static int64_t batch_overhead(const fx_envelope *e)
+{
+    return (int64_t)fx_envelope_count(e) * (int64_t)FX_STREAM_MSG_OVERHEAD;
 }
 
 static int ring_push(fx_stream *s, fx_envelope *e)
@@ -37,7 +55,7 @@ static int ring_push(fx_stream *s, fx_envelope *e)
     }
     *ring_at(s, s->ring_n++) = (ring_ent){.env = e};
     s->msgs += fx_envelope_count(e);
-    s->bytes += fx_envelope_payload_bytes(e);
+    charge(s, (int64_t)fx_envelope_payload_bytes(e) + batch_overhead(e));
     return 0;
 }
 
@@ -45,19 +63,48 @@ static int ring_push(fx_stream *s, fx_envelope *e)
 static void ring_trim_one(fx_stream *s)
 {
     ring_ent *r = ring_at(s, 0);
-    s->bytes -= fx_envelope_payload(r->env, r->skip).len;
+    charge(s, -(int64_t)fx_envelope_payload(r->env, r->skip).len);
     s->msgs--;
     if (++r->skip == fx_envelope_count(r->env)) {
+        charge(s, -batch_overhead(r->env));
         fx_envelope_unref(r->env);
         s->ring_head = (s->ring_head + 1) % s->ring_cap;
         s->ring_n--;
     }
 }
 
+static fx_ratelimit evict_rl = FX_RATELIMIT_INIT;
+
+/* While |a| is over its limit, evicts this ring's oldest messages (the
+ * appending stream pays first: an append never raises an account above its
+ * limit by more than the batch, and only until the next append). */
+static void evict_for(fx_stream *s, fx_retained *a, bool tenant)
+{
+    if (a == NULL || !fx_retained_over(a))
+        return;
+    uint64_t n = 0;
+    while (s->msgs > 0 && fx_retained_over(a)) {
+        ring_trim_one(s);
+        n++;
+    }
+    if (n == 0)
+        return;
+    if (tenant)
+        FX_COUNTER_ADD(stream_evicted_tenant_quota, n);
+    else
+        FX_COUNTER_ADD(stream_evicted_retained_limit, n);
+    FX_LOG_RATELIMITED(&evict_rl, fx_now_ns(), FX_LOG_WARN, "broker",
+                       "%s reached: evicted the %llu oldest message(s) of stream %llu",
+                       tenant ? "tenant_retained_bytes" : "retained_bytes_limit",
+                       (unsigned long long)n, (unsigned long long)s->o.handle_id);
+}
+
 static void ring_trim(fx_stream *s)
 {
-    while (s->msgs > s->o.log_capacity || s->bytes > s->o.log_capacity_bytes)
+    while (s->msgs > 0 && (s->msgs > s->o.log_capacity || s->bytes > s->o.log_capacity_bytes))
         ring_trim_one(s);
+    evict_for(s, s->o.tenant, true);
+    evict_for(s, s->o.global, false);
 }
 
 uint64_t fx_stream_tail(const fx_stream *s)
@@ -113,6 +160,7 @@ int fx_stream_new(fx_stream **ps, const fx_stream_opts *o)
     if (s == NULL)
         return -ENOMEM;
     s->o = *o;
+    fx_retained_ref(s->o.tenant);
     atomic_init(&s->woken, false);
     fx_queue_waiter_init(&s->waiter, on_waiter_resume, s);
     *ps = s;
@@ -129,11 +177,13 @@ void fx_stream_free(fx_stream *s)
     }
     free(s->subs);
     fx_envelope_unref(s->pending);
+    charge(s, -(int64_t)s->bytes);
     while (s->ring_n > 0) {
         fx_envelope_unref(ring_at(s, 0)->env);
         s->ring_head = (s->ring_head + 1) % s->ring_cap;
         s->ring_n--;
     }
+    fx_retained_unref(s->o.tenant);
     free(s->ring);
     free(s);
 }

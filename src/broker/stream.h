@@ -15,6 +15,7 @@
 #include "base/buf.h"
 #include "base/queue.h"
 #include "broker/envelope.h"
+#include "broker/registry.h"
 #include "wire/wire.h"
 
 typedef struct fx_stream fx_stream;
@@ -36,10 +37,22 @@ typedef void (*fx_stream_resume_cb)(fx_stream *s, void *user);
  * Runs on the worker, inside fx_stream_publish()/fx_stream_resume(). */
 typedef void (*fx_subscriber_wake_cb)(fx_subscriber *sub, void *user);
 
+/* Bytes a ring charges per retained message on top of its payload: the
+ * envelope's slice for it. A batch's slices are freed only with its last
+ * message, so a partly trimmed batch stays charged for all of them: a batch
+ * of millions of empty messages costs what it holds, not 0. */
+#define FX_STREAM_MSG_OVERHEAD sizeof(fx_wire_slice)
+
 typedef struct fx_stream_opts {
     uint64_t handle_id;
-    uint32_t log_capacity;            /* messages kept for replay, >= 1 */
-    uint64_t log_capacity_bytes;      /* payload bytes kept for replay, >= 1 */
+    uint32_t log_capacity;       /* messages kept for replay, >= 1 */
+    uint64_t log_capacity_bytes; /* bytes kept for replay (payload + overhead), >= 1 */
+    /* Accounts the ring charges besides its own bound (NULL: none): the
+     * process-wide one (borrowed, outlives the stream) and the tenant's (the
+     * stream takes a reference). While either is over its limit an append
+     * evicts this ring's oldest messages, counted. */
+    fx_retained *global;
+    fx_retained *tenant;
     size_t sub_queue_capacity;        /* envelopes per subscriber queue, >= 1 */
     fx_queue_policy sub_queue_policy; /* checkpoint 5 */
     fx_stream_resume_cb on_resume;    /* required for FX_QUEUE_BLOCK */
@@ -60,7 +73,8 @@ void fx_stream_free(fx_stream *s);
 uint64_t fx_stream_tail(const fx_stream *s);
 /* Offset of the oldest retained message (== tail when the ring is empty). */
 uint64_t fx_stream_oldest(const fx_stream *s);
-/* Messages and payload bytes retained. */
+/* Messages retained, and the bytes they charge (payload plus
+ * FX_STREAM_MSG_OVERHEAD per message of every batch still held). */
 size_t fx_stream_ring_messages(const fx_stream *s);
 size_t fx_stream_ring_bytes(const fx_stream *s);
 /* Retained payload at |offset| into |*out| (borrowed while the ring holds
@@ -98,6 +112,12 @@ int fx_stream_resume(fx_stream *s, uint64_t now, fx_fanout_result *res);
 
 /* True while a fanout is parked. */
 bool fx_stream_is_parked(const fx_stream *s);
+/* The subscriber whose full block queue the parked fanout waits on, or NULL
+ * (not parked, or already woken). */
+fx_subscriber *fx_stream_parked_on(const fx_stream *s);
+/* Counts the fanout's parks (each time it finds a block queue full), so a
+ * caller can tell a new park from the one it saw. */
+uint64_t fx_stream_park_seq(const fx_stream *s);
 
 /* ---- subscribers ------------------------------------------------------------ */
 
@@ -173,5 +193,7 @@ typedef struct fx_subscriber_stats {
 
 void fx_subscriber_get_stats(const fx_subscriber *sub, fx_subscriber_stats *st);
 uint64_t fx_subscriber_id(const fx_subscriber *sub);
+/* The |user| of its fx_subscribe_opts. */
+void *fx_subscriber_user(const fx_subscriber *sub);
 
 #endif

@@ -36,6 +36,7 @@ struct fx_stream {
     size_t nsubs, subs_cap;
     fx_envelope *pending;     /* envelope of a parked fanout */
     fx_subscriber *parked_on; /* whose queue the fanout waits for */
+    uint64_t park_seq;        /* parks so far (fx_stream_park_seq) */
     fx_queue_waiter waiter;
     atomic_bool woken; /* the parked-on queue resumed us (may be set off-loop) */
 };

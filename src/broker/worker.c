@@ -61,12 +61,67 @@ fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
                              .log_capacity_bytes = o->log_capacity_bytes,
                              .sub_queue_capacity = o->subscriber_queue_capacity,
                              .sub_queue_policy = o->subscriber_queue_policy,
+                             .global = &w->b->retained,
+                             .tenant = fx_stream_handle_retained(h),
                              .on_resume = on_stream_resume,
                              .user = w};
         if (fx_stream_new(&w->streams[idx], &so) != 0)
             return NULL;
     }
     return w->streams[idx];
+}
+
+/* ---- subscriber_block_timeout ------------------------------------------------------------ */
+
+static fx_ratelimit block_rl = FX_RATELIMIT_INIT;
+
+/* On the subscription's connection loop: closes the connection. */
+static void block_close(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_sub *sub = user;
+    if (sub->conn->qc != NULL && !sub->conn->dead)
+        fx_quic_conn_close(sub->conn->qc, FXB_CODE_SLOW_SUBSCRIBER, FXB_SLOW_SUBSCRIBER_TEXT);
+    fxb_sub_unref(sub);
+}
+
+/* The fanout has waited subscriber_block_timeout on the same full queue. */
+static void block_expired(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_worker *w = user;
+    fx_stream *st = w->parked_stream;
+    if (w->parked_job == NULL || st == NULL || fx_stream_park_seq(st) != w->block_seq)
+        return;
+    fx_subscriber *ps = fx_stream_parked_on(st);
+    fxb_sub *sub = ps != NULL ? fx_subscriber_user(ps) : NULL;
+    if (sub == NULL || sub->block_kicked)
+        return;
+    sub->block_kicked = true;
+    FX_COUNTER_INC(sub_block_timeouts);
+    FX_LOG_RATELIMITED(&block_rl, fx_loop_now(l), FX_LOG_WARN, "broker",
+                       "subscription %llu (connection %llu) held its block queue full for more "
+                       "than subscriber_block_timeout_ms (%llu): closing its connection",
+                       (unsigned long long)sub->id, (unsigned long long)sub->conn->id,
+                       (unsigned long long)(w->b->o.subscriber_block_timeout_ns / FX_NS_PER_MS));
+    fx_task_init(&sub->block_task, block_close, sub); /* posted once: |block_kicked| */
+    fxb_sub_post(sub, sub->conn->loop, &sub->block_task);
+}
+
+/* The fanout of |st| is parked: (re)arms the timer for a park not seen yet. */
+static void block_watch(fxb_worker *w, fx_stream *st, uint64_t now)
+{
+    uint64_t to = w->b->o.subscriber_block_timeout_ns;
+    if (to == 0 || (fx_timer_is_armed(&w->block_timer) && w->block_seq == fx_stream_park_seq(st)))
+        return;
+    w->block_seq = fx_stream_park_seq(st);
+    if (fx_loop_timer_arm(w->loop, &w->block_timer, now + to) != 0)
+        FX_LOG_ERROR("broker",
+                     "out of memory arming subscriber_block_timeout: the fanout of "
+                     "stream %llu waits without it",
+                     (unsigned long long)fx_stream_handle_id(w->parked_job->h));
 }
 
 /* ---- jobs -------------------------------------------------------------------------------- */
@@ -116,11 +171,13 @@ static bool job_run(fxb_worker *w, fxb_job *j, uint64_t now)
         job_complete(j, -ENOMEM, now);
         return true;
     }
+    fx_stream_handle_touch(j->h, now);
     fx_fanout_result res;
     int rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
     if (rv == -EAGAIN) {
         w->parked_job = j;
         w->parked_stream = st;
+        block_watch(w, st, now);
         return false;
     }
     job_complete(j, rv, now);
@@ -161,14 +218,71 @@ void fxb_worker_resume(fx_loop *l, fx_task *t, void *user)
     fx_fanout_result res;
     uint64_t now = fx_loop_now(l);
     int rv = fx_stream_resume(w->parked_stream, now, &res);
-    if (rv == -EAGAIN)
+    if (rv == -EAGAIN) {
+        block_watch(w, w->parked_stream, now); /* parked again, maybe on another queue */
         return;
+    }
+    fx_loop_timer_cancel(l, &w->block_timer);
     fxb_job *j = w->parked_job;
     w->parked_job = NULL;
     w->parked_stream = NULL;
     job_complete(j, rv, now);
     job_done(w);
     fx_loop_post(l, &w->doorbell);
+}
+
+/* ---- stream_idle_expiry (worker 0) ------------------------------------------------------- */
+
+/* Sweep period: a quarter of the expiry, within [100 ms, 10 s], so a stream
+ * goes at most a quarter (or 10 s) after it became expirable. */
+static uint64_t expiry_period(const fx_broker *b)
+{
+    uint64_t p = b->o.stream_idle_expiry_ns / 4;
+    if (p < 100 * FX_NS_PER_MS)
+        p = 100 * FX_NS_PER_MS;
+    return p > 10 * FX_NS_PER_S ? 10 * FX_NS_PER_S : p;
+}
+
+/* Takes the registry's reference of an expired |h|: its worker frees the
+ * stream's state (nothing uses it: no subscriber, no job). */
+static void expired_one(fx_stream_handle *h, void *user)
+{
+    fx_broker *b = user;
+    FX_COUNTER_INC(registry_streams_expired);
+    FX_LOG_INFO("broker", "stream %s/%s/%s expired after stream_idle_expiry_s idle",
+                fx_stream_handle_tenant(h), fx_stream_handle_namespace(h),
+                fx_stream_handle_stream(h));
+    fxb_end *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        /* Its ring stays until the broker stops: say so, it is memory. */
+        FX_LOG_ERROR("broker", "out of memory ending expired stream %llu: its state stays",
+                     (unsigned long long)fx_stream_handle_id(h));
+        fx_stream_handle_unref(h);
+        return;
+    }
+    e->h = h;
+    e->w = fxb_worker_for(b, h);
+    fx_task_init(&e->task, fxb_worker_end_task, e);
+    fx_loop_post(e->w->loop, &e->task);
+}
+
+static void expiry_sweep(fx_loop *l, fx_timer *t, void *user)
+{
+    fxb_worker *w = user;
+    fx_broker *b = w->b;
+    uint64_t now = fx_loop_now(l);
+    if (!fxb_is_draining(b))
+        (void)fx_registry_expire_idle(b->reg, now, b->o.stream_idle_expiry_ns, expired_one, b);
+    if (fx_loop_timer_arm(l, t, now + expiry_period(b)) != 0)
+        FX_LOG_ERROR("broker", "out of memory re-arming the stream_idle_expiry sweep: stopped");
+}
+
+static void expiry_start(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_worker *w = user;
+    if (fx_loop_timer_arm(l, &w->expiry_timer, fx_loop_now(l) + expiry_period(w->b)) != 0)
+        FX_LOG_ERROR("broker", "out of memory arming the stream_idle_expiry sweep: off");
 }
 
 /* ---- lifecycle (main thread, loop not running) ------------------------------------------- */
@@ -201,6 +315,13 @@ int fxb_worker_init(fx_broker *b, fxb_worker *w, uint32_t i)
     }
     fx_task_init(&w->doorbell, fxb_worker_drain, w);
     fx_task_init(&w->resume_task, fxb_worker_resume, w);
+    fx_timer_init(&w->block_timer, block_expired, w);
+    fx_task_init(&w->expiry_start, expiry_start, w);
+    fx_timer_init(&w->expiry_timer, expiry_sweep, w);
+    /* Worker 0 sweeps for idle auto-created streams; the task runs once the
+     * loop starts. */
+    if (i == 0 && b->o.stream_idle_expiry_ns != 0 && b->o.auto_create_streams)
+        fx_loop_post(w->loop, &w->expiry_start);
     return 0;
 }
 
@@ -215,6 +336,8 @@ void fxb_worker_deinit(fxb_worker *w)
         fx_stream_free(w->streams[i]);
     free(w->streams);
     fx_queue_deinit(&w->jobs);
+    fx_loop_timer_cancel(w->loop, &w->block_timer); /* the loop is stopped: allowed */
+    fx_loop_timer_cancel(w->loop, &w->expiry_timer);
     fx_loop_free(w->loop);
 }
 

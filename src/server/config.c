@@ -115,7 +115,25 @@ const struct key fx_config_keys[] = {
      .def = "1024", .min = 1, .max = 1u << 24, .help = "messages kept per stream for replay"},
     {.name = "log_capacity_bytes", .env = {"FELIX_LOG_CAPACITY_BYTES"}, .type = T_SIZE,
      FIELD(log_capacity_bytes), .def = "64MiB", .min = 1, .max = 64 * GiB,
-     .help = "payload bytes kept per stream; the older end is evicted first"},
+     .help = "bytes kept per stream (payload plus 16 per message of a retained batch); the "
+             "older end is evicted first"},
+    {.name = "tenant_retained_bytes", .env = {"FELIX_TENANT_RETAINED_BYTES"}, .type = T_SIZE,
+     FIELD(tenant_retained_bytes), .def = "256MiB", .min = 0, .max = TiB,
+     .help = "bytes all streams of one tenant keep together; over it an append evicts its "
+             "stream's oldest messages (counted); 0 = no limit"},
+    {.name = "retained_bytes_limit", .env = {"FELIX_RETAINED_BYTES_LIMIT"}, .type = T_SIZE,
+     FIELD(retained_bytes_limit), .def = "1GiB", .min = 0, .max = TiB,
+     .help = "bytes all streams keep together; over it an append evicts its stream's oldest "
+             "messages (counted); 0 = no limit"},
+    {.name = "stream_idle_expiry_s", .env = {"FELIX_STREAM_IDLE_EXPIRY_S"}, .type = T_DUR,
+     FIELD(stream_idle_expiry_ns), .def = "1h", .min = 0, .max = 720 * HOUR,
+     .help = "an auto-created stream with no publisher, no subscriber and no publish this long "
+             "is removed with its messages (whole seconds); streams created explicitly never "
+             "expire; 0 = never"},
+    {.name = "max_tenants", .env = {"FELIX_MAX_TENANTS"}, .type = T_U32, FIELD(max_tenants),
+     .def = "1024", .min = 0, .max = 1u << 24,
+     .help = "tenants holding streams at once (with auth_mode none any name is a tenant); a "
+             "stream of one more is refused; 0 = no limit"},
     /* threads */
     {.name = "workers", .alias = "pub_workers_per_conn",
      .env = {"FELIX_WORKERS", "FELIX_BROKER_PUB_WORKERS_PER_CONN"}, .type = T_WORKERS,
@@ -247,6 +265,11 @@ const struct key fx_config_keys[] = {
     {.name = "subscriber_queue_policy", .env = {"FELIX_SUB_QUEUE_POLICY"}, .type = T_ENUM,
      FIELD(subscriber_queue_policy), .def = "drop_new", .en = &policy_enum,
      .help = "what a full subscriber queue does"},
+    {.name = "subscriber_block_timeout_ms", .env = {"FELIX_SUBSCRIBER_BLOCK_TIMEOUT_MS"},
+     .type = T_DUR, FIELD(subscriber_block_timeout_ns), .def = "0", .min = 0, .max = HOUR,
+     .help = "with subscriber_queue_policy block: a subscriber whose full queue holds its "
+             "worker this long has its connection closed (counted), so the streams sharing the "
+             "worker go on; 0 = never (lossless waits as long as it takes)"},
     {.name = "max_subscriptions_per_conn", .env = {"FELIX_MAX_SUBSCRIPTIONS_PER_CONN"},
      .type = T_U32, FIELD(max_subscriptions_per_conn), .def = "4096", .min = 1, .max = 1u << 20,
      .help = "subscriptions one connection may hold"},

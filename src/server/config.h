@@ -107,6 +107,10 @@ typedef struct fx_config {
     size_t nstreams;
     uint32_t log_capacity;
     uint64_t log_capacity_bytes;
+    uint64_t tenant_retained_bytes; /* 0 = no limit */
+    uint64_t retained_bytes_limit;  /* 0 = no limit */
+    uint64_t stream_idle_expiry_ns; /* 0 = never */
+    uint32_t max_tenants;           /* 0 = no limit */
     /* threads */
     uint32_t workers;  /* effective worker loops: core_shards if > 0 */
     bool workers_auto; /* workers came from "auto" (online CPUs) */
@@ -150,6 +154,7 @@ typedef struct fx_config {
     /* subscribe pipeline */
     uint32_t subscriber_queue_capacity;
     fx_config_policy subscriber_queue_policy;
+    uint64_t subscriber_block_timeout_ns; /* 0 = never */
     uint32_t max_subscriptions_per_conn;
     uint32_t subscriber_writer_lanes;
     uint32_t max_subscriber_writer_lanes;

@@ -276,6 +276,11 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->auth_rate_per_ip = c->auth_rate_per_ip;
     o->auto_create_streams = c->auto_create_streams;
     o->max_streams_per_tenant = c->max_streams_per_tenant;
+    o->max_tenants = c->max_tenants;
+    o->stream_idle_expiry_ns = c->stream_idle_expiry_ns;
+    o->retained_bytes_limit = c->retained_bytes_limit;
+    o->tenant_retained_bytes = c->tenant_retained_bytes;
+    o->subscriber_block_timeout_ns = c->subscriber_block_timeout_ns;
     for (size_t i = 0; i < c->nstreams; i++)
         names[i] =
             (fx_broker_stream_name){c->streams[i].tenant, c->streams[i].ns, c->streams[i].stream};
@@ -526,9 +531,31 @@ static void *drain_main(void *arg)
     return NULL;
 }
 
+/* The connections the drain closed for lack of progress, if any. */
+static void report_stalled(const fx_broker_drain_report *r)
+{
+    if (r->stalled_closed == 0)
+        return;
+    fprintf(stderr,
+            "felix-broker: %llu connection(s) made no progress from half the drain deadline on "
+            "and were closed; lost with them: %llu queued delivery(ies), %llu unacked byte(s)\n",
+            (unsigned long long)r->stalled_closed, (unsigned long long)r->stalled_deliveries,
+            (unsigned long long)r->stalled_unacked);
+}
+
 static int drain_result(const fx_config *c, const drain_run *d)
 {
     const fx_broker_drain_report *r = &d->r;
+    report_stalled(r);
+    if (d->rv == 0 && r->stalled_closed != 0) {
+        fprintf(stderr,
+                "felix-broker: drained in %llu ms: everything accepted was delivered but to the "
+                "stalled connection(s) above; %llu connection(s) closed, %llu late publish(es) "
+                "refused\n",
+                (unsigned long long)(r->elapsed_ns / 1000000ull),
+                (unsigned long long)r->connections, (unsigned long long)r->publishes_refused);
+        return 0;
+    }
     if (d->rv == 0) {
         fprintf(stderr,
                 "felix-broker: drained in %llu ms: everything accepted was delivered; %llu "

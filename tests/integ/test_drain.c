@@ -1,9 +1,9 @@
 /* Integration tests of the graceful drain (fx_broker_drain, sequenced as
  * felix-broker does it: /ready turns 503 first): accepted work is delivered
  * before connections close, late publishes are refused with "broker shutting
- * down", and a deadline cut short by a stalled lossless subscriber reports
- * what was left. A real broker and libfelix clients in this process
- * (admin_fixture.h). */
+ * down", and a stalled lossless subscriber that makes no progress is closed
+ * from half the deadline on, so the drain ends without waiting for it. A real
+ * broker and libfelix clients in this process (admin_fixture.h). */
 /* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -273,7 +273,7 @@ static void test_late_publish_gets_broker_shutting_down(void **state)
     e_free(e);
 }
 
-static void test_drain_deadline_reports_leftovers(void **state)
+static void test_drain_closes_a_stalled_connection_after_half_the_deadline(void **state)
 {
     (void)state;
     E *e = e_new();
@@ -281,16 +281,29 @@ static void test_drain_deadline_reports_leftovers(void **state)
     e_start(e);
     stall st;
     stall_start(e, &st, 160); /* more than the subscription's 1 MiB unacked cap */
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
     drainer d = {0};
-    drain_start(&d, e, 500);
+    drain_start(&d, e, 2000);
     drain_join(&d);
-    assert_int_equal(d.rv, FX_ETIMEDOUT);
-    assert_true(d.r.timed_out);
-    assert_true(d.r.deliveries_queued > 0);
-    assert_true(d.r.unacked_bytes > 0);
-    assert_true(d.r.connections >= 2);
+    fprintf(stderr, "drain: %s in %llu ms, %llu stalled closed (%llu lists, %llu unacked)\n",
+            d.rv == 0 ? "clean" : fx_errname(d.rv),
+            (unsigned long long)(d.r.elapsed_ns / FX_NS_PER_MS),
+            (unsigned long long)d.r.stalled_closed, (unsigned long long)d.r.stalled_deliveries,
+            (unsigned long long)d.r.stalled_unacked);
+    /* The stalled subscriber made no progress from a quarter to half the
+     * deadline: closed then, and the drain finished without it, before the
+     * deadline (the 2 s bound is the behaviour under test). */
+    assert_int_equal(d.rv, 0);
+    assert_false(d.r.timed_out);
+    assert_int_equal(d.r.stalled_closed, 1);
+    assert_true(d.r.stalled_deliveries + d.r.stalled_unacked > 0);
+    assert_true(d.r.elapsed_ns >= 900 * FX_NS_PER_MS); /* not before half the time */
+    assert_true(d.r.elapsed_ns < 2000 * FX_NS_PER_MS);
     assert_int_equal(d.r.jobs_queued, 0);
-    /* The connections were closed anyway: the subscription ends. */
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(b.c.drain_stalled_closed - a.c.drain_stalled_closed, 1);
+    /* Its subscription ends short of what was published. */
     fx_event ev;
     int rv;
     uint64_t n = 0;
@@ -306,6 +319,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_drain_delivers_every_acked_publish_before_exit),
     cmocka_unit_test(test_ready_flips_before_connections_close),
     cmocka_unit_test(test_late_publish_gets_broker_shutting_down),
-    cmocka_unit_test(test_drain_deadline_reports_leftovers),
+    cmocka_unit_test(test_drain_closes_a_stalled_connection_after_half_the_deadline),
 };
 FX_TEST_MAIN(tests)

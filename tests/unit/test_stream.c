@@ -7,8 +7,10 @@
 #include "felix/error.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fx_test.h"
@@ -126,25 +128,72 @@ static void test_ring_trims_to_capacity(void **state)
     fx_stream_free(s);
 }
 
+/* The byte bound counts payload plus FX_STREAM_MSG_OVERHEAD per message, and
+ * a batch's overhead until its last message goes. */
+#define OVH ((size_t)FX_STREAM_MSG_OVERHEAD)
+
 static void test_ring_trims_by_bytes(void **state)
 {
-    fx_stream *s = mkstream(100, 10, 8, FX_QUEUE_DROP_NEW, NULL);
+    fx_stream *s = mkstream(100, 8 + 2 * OVH + 4, 8, FX_QUEUE_DROP_NEW, NULL);
     pub1(s, "aaaa");
     pub1(s, "bbbb");
-    assert_int_equal(fx_stream_ring_bytes(s), 8);
-    pub1(s, "cccc"); /* 12 > 10: the oldest goes */
+    assert_int_equal(fx_stream_ring_bytes(s), 8 + 2 * OVH);
+    pub1(s, "cccc"); /* over the bound: the oldest goes */
     assert_int_equal(fx_stream_ring_messages(s), 2);
-    assert_int_equal(fx_stream_ring_bytes(s), 8);
+    assert_int_equal(fx_stream_ring_bytes(s), 8 + 2 * OVH);
     assert_int_equal(fx_stream_oldest(s), 1);
     expect_ring(s, 1, "bbbb");
     fx_wire_slice big[] = {S("123456"), S("7890")};
     fx_fanout_result res;
     assert_int_equal(fx_stream_publish(s, NULL, big, 2, 1, &res), 0);
     assert_int_equal(fx_stream_ring_messages(s), 2);
-    assert_int_equal(fx_stream_ring_bytes(s), 10);
+    assert_int_equal(fx_stream_ring_bytes(s), 10 + 2 * OVH);
     assert_int_equal(fx_stream_oldest(s), 3);
     assert_int_equal(fx_stream_tail(s), 5);
     fx_stream_free(s);
+}
+
+static void test_ring_charges_empty_payloads_until_their_batch_goes(void **state)
+{
+    fx_stream *s = mkstream(3, 1u << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    fx_wire_slice empty[] = {S(""), S(""), S(""), S("")};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, empty, 4, 1, &res), 0);
+    /* Three of four retained, but the batch's four slices are still held. */
+    assert_int_equal(fx_stream_ring_messages(s), 3);
+    assert_int_equal(fx_stream_ring_bytes(s), 4 * OVH);
+    pub1(s, "x");
+    assert_int_equal(fx_stream_ring_messages(s), 3);
+    assert_int_equal(fx_stream_ring_bytes(s), 4 * OVH + 1 + OVH);
+    pub1(s, "y");
+    pub1(s, "z"); /* the empty batch's last message goes, and its slices with it */
+    assert_int_equal(fx_stream_ring_messages(s), 3);
+    assert_int_equal(fx_stream_ring_bytes(s), 3 + 3 * OVH);
+    fx_stream_free(s);
+}
+
+static void test_ring_evicts_for_an_account_over_its_limit(void **state)
+{
+    fx_retained *acct = calloc(1, sizeof(*acct));
+    assert_non_null(acct);
+    atomic_init(&acct->refs, 1);
+    acct->limit = 2 * (4 + OVH);
+    fx_stream_opts o = {.handle_id = 1,
+                        .log_capacity = 100,
+                        .log_capacity_bytes = 1u << 20,
+                        .sub_queue_capacity = 8,
+                        .sub_queue_policy = FX_QUEUE_DROP_NEW,
+                        .tenant = acct};
+    fx_stream *s;
+    assert_int_equal(fx_stream_new(&s, &o), 0);
+    pub1(s, "aaaa");
+    pub1(s, "bbbb");
+    pub1(s, "cccc");
+    assert_int_equal(fx_stream_ring_messages(s), 2);
+    assert_int_equal(atomic_load(&acct->bytes), 2 * (4 + OVH));
+    fx_stream_free(s); /* gives back what it charged */
+    assert_int_equal(atomic_load(&acct->bytes), 0);
+    fx_retained_unref(acct);
 }
 
 static void test_zero_bounds_rejected(void **state)
@@ -569,6 +618,8 @@ static void test_start_offset_in_future(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ring_trims_to_capacity),
     cmocka_unit_test(test_ring_trims_by_bytes),
+    cmocka_unit_test(test_ring_charges_empty_payloads_until_their_batch_goes),
+    cmocka_unit_test(test_ring_evicts_for_an_account_over_its_limit),
     cmocka_unit_test(test_zero_bounds_rejected),
     cmocka_unit_test(test_zero_subscribers_delivers_zero),
     cmocka_unit_test(test_delivers_in_order_with_offsets),
