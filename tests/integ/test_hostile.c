@@ -14,7 +14,7 @@
 
 #include "integ/fixture.h"
 #include "quic/quic.h"
-#include "server/auth.h"
+#include "auth/auth.h"
 #include "server/authn.h"
 #include "wire/binary.h"
 #include "wire/frame.h"
