@@ -40,7 +40,8 @@ before=$(drops)
 # A stalled subscriber; its writer lane blocks, so its subscriber queue
 # (checkpoint 5, drop_new as shipped) is where the stream sheds.
 "$B/felix-bench" --server "127.0.0.1:$QUIC" --pin "$PIN" --mode overload --fanout 2 \
-  --min-seconds 2 --max-seconds 10 --quiet >"$T/bench.log" 2>&1 || { cat "$T/bench.log"; exit 1; }
+  --min-seconds 2 --max-seconds 10 --quiet >"$T/bench.log" 2>&1 || true
+# (Its verdict on the healthy subscriber does not matter here: only the drops.)
 after=$(drops)
 echo "felix_sub_queue_dropped_total: before $before, after $after"
 [ "$after" -gt "$before" ] || { echo "FAIL: the load caused no checkpoint-5 drops"; exit 1; }
