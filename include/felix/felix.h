@@ -273,6 +273,18 @@ typedef struct fx_client_stats {
      * FX_ECONNLOST instead and are not counted here). */
     uint64_t publishes_lost;
     uint64_t reconnects; /* connections re-established after a loss */
+    /* Checkpoint 1, the publish byte budget (publish_inflight_bytes): its
+     * bound, the bytes of publishes QUIC has not acknowledged yet, and the
+     * publishes that had to wait for bytes. */
+    uint64_t publish_budget_bytes;
+    uint64_t publish_budget_in_use;
+    uint64_t publish_budget_waits;
+    /* Checkpoint 2, the publish worker queues (publish_queue_capacity per
+     * worker): their bound summed over the workers, the publishes queued
+     * now, and the publishes that had to wait for a slot. */
+    uint64_t publish_queue_capacity;
+    uint64_t publish_queue_depth;
+    uint64_t publish_queue_waits;
 } fx_client_stats;
 
 /* Fills |st| (relaxed reads). Returns 0 or -EINVAL. Any thread. */

@@ -618,5 +618,17 @@ int fx_client_get_stats(fx_client *c, fx_client_stats *st)
         return -EINVAL;
     *st = (fx_client_stats){.publishes_lost = atomic_load(&c->pub_lost),
                             .reconnects = atomic_load(&c->reconnects)};
+    fx_budget_stats b;
+    fx_budget_get_stats(&c->budget, &b);
+    st->publish_budget_bytes = b.capacity;
+    st->publish_budget_in_use = b.in_use;
+    st->publish_budget_waits = b.waited;
+    for (size_t i = 0; i < c->nworkers; i++) {
+        fx_queue_stats q;
+        fx_queue_get_stats(&c->workers[i].q, &q);
+        st->publish_queue_capacity += q.capacity;
+        st->publish_queue_depth += q.depth;
+        st->publish_queue_waits += q.parks;
+    }
     return 0;
 }

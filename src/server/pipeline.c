@@ -150,7 +150,7 @@ static json_t *client_side(void)
     return json_pack("{s:[s,s], s:s}", "checkpoints", "1", "2", "note",
                      "checkpoints 1 (publish byte budget) and 2 (publish worker queue) live in "
                      "each client: libfelix reports them with fx_client_get_stats, the CLI with "
-                     "felix stats --client");
+                     "felix pub --client-stats");
 }
 
 /* ---- streams and subscribers ----------------------------------------------------------- */

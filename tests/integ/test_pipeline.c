@@ -105,7 +105,36 @@ static void test_snapshot_rebuilt_at_most_once_a_second(void **state)
     fix_env_deinit(&e);
 }
 
+/* Checkpoints 1 and 2 live in the client: fx_client_get_stats reports their
+ * bounds, what they hold and the publishes that waited. A 2 KiB budget makes
+ * a stream of 1 KiB publishes wait for QUIC's acknowledgements. */
+static void test_client_stats_report_checkpoints_1_and_2(void **state)
+{
+    (void)state;
+    E e;
+    fix_env_init(&e, "pipe");
+    fix_env_start(&e);
+    fx_client_opts o;
+    fix_client_opts(&o, e.b, e.server, "t1", "tok");
+    o.publish_inflight_bytes = 2048;
+    fx_client *c = fix_connect(&o);
+    static uint8_t kb[1024];
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(fx_publish(c, NS, "cs", kb, sizeof(kb), FX_ACK_NONE), 0);
+    assert_int_equal(fx_flush(c, HANG_MS), 0);
+    fx_client_stats st;
+    assert_int_equal(fx_client_get_stats(c, &st), 0);
+    assert_int_equal(st.publish_budget_bytes, 2048);
+    assert_int_equal(st.publish_budget_in_use, 0); /* everything acknowledged */
+    assert_true(st.publish_budget_waits > 0);
+    assert_true(st.publish_queue_capacity > 0);
+    assert_true(st.publish_queue_depth <= st.publish_queue_capacity);
+    fix_close(c);
+    fix_env_deinit(&e);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_client_stats_report_checkpoints_1_and_2),
     cmocka_unit_test(test_empty_broker_document_has_every_checkpoint_and_no_streams),
     cmocka_unit_test(test_snapshot_rebuilt_at_most_once_a_second),
 };

@@ -1027,7 +1027,9 @@ static const fx_cli_help HELP[] = {
         "  --rate R                   at most R messages per second (decimals allowed)\n"
         "  --size B                   generated payloads of B bytes (K, M suffixes);\n"
         "                             instead of MESSAGE\n"
-        "  --batch K                  send K messages per batch frame (default 1)\n",
+        "  --batch K                  send K messages per batch frame (default 1)\n"
+        "  --client-stats             at the end, print the client's own checkpoints 1\n"
+        "                             (publish byte budget) and 2 (publish queues)\n",
         "felix pub --insecure --ack per_message --count 10 t1/default/demo hello\n"
         "  seq 1 100 | felix pub --pin $PIN t1/default/demo -\n"
         "  felix pub --insecure --size 1K --count 100000 --batch 64 --rate 50000 t1/default/demo",

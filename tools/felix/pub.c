@@ -18,7 +18,7 @@
 /* Error lines printed before the rest are only counted. */
 #define ERRORS_SHOWN 5
 
-enum { O_ACK = FX_CLI_OPT_FIRST_CMD, O_COUNT, O_RATE, O_SIZE, O_BATCH };
+enum { O_ACK = FX_CLI_OPT_FIRST_CMD, O_COUNT, O_RATE, O_SIZE, O_BATCH, O_CLIENT_STATS };
 
 static const fx_cli_opt PUB_OPTS[] = {
     FX_CLI_COMMON_OPTS,
@@ -27,6 +27,7 @@ static const fx_cli_opt PUB_OPTS[] = {
     {"rate", true, O_RATE},
     {"size", true, O_SIZE},
     {"batch", true, O_BATCH},
+    {"client-stats", false, O_CLIENT_STATS},
     {0},
 };
 
@@ -40,6 +41,7 @@ typedef struct pub_args {
     uint64_t batch;
     const char *message; /* NULL with '-' or --size */
     bool from_stdin;
+    bool client_stats; /* print checkpoints 1 and 2 of our own client at the end */
 } pub_args;
 
 typedef struct pub_run {
@@ -89,6 +91,9 @@ static int pub_option(void *user, int id, const char *val, char *err, size_t err
             return 0;
         snprintf(err, errlen, "--batch: expected 1..%u, got '%s'", BATCH_MAX, val);
         return -EINVAL;
+    case O_CLIENT_STATS:
+        a->client_stats = true;
+        return 0;
     default:
         return 0;
     }
@@ -267,6 +272,24 @@ static void pub_summary(const pub_run *r, double elapsed_s)
             r->errors > ERRORS_SHOWN ? " (only the first errors were shown)" : "");
 }
 
+/* Checkpoints 1 and 2 live in the client: what ours saw during the run. */
+static void pub_client_stats(fx_client *c)
+{
+    fx_client_stats st;
+    if (fx_client_get_stats(c, &st) != 0)
+        return;
+    fprintf(
+        stderr,
+        "felix pub: client checkpoint 1 (publish byte budget): %llu of %llu bytes held, "
+        "%llu publishes waited\n"
+        "felix pub: client checkpoint 2 (publish queues): %llu of %llu held, %llu publishes "
+        "waited; reconnects %llu, publishes possibly lost %llu\n",
+        (unsigned long long)st.publish_budget_in_use, (unsigned long long)st.publish_budget_bytes,
+        (unsigned long long)st.publish_budget_waits, (unsigned long long)st.publish_queue_depth,
+        (unsigned long long)st.publish_queue_capacity, (unsigned long long)st.publish_queue_waits,
+        (unsigned long long)st.reconnects, (unsigned long long)st.publishes_lost);
+}
+
 /* Waits for what was sent, closes the client. Returns 0 or the error. */
 static int pub_finish(pub_run *r)
 {
@@ -274,6 +297,8 @@ static int pub_finish(pub_run *r)
     int rv = fx_flush(r->c, timeout);
     if (rv != 0 && r->fatal == 0)
         fx_cli_report(CMD, "flush", rv);
+    if (r->a->client_stats)
+        pub_client_stats(r->c);
     int crv = fx_client_close(r->c, timeout);
     r->c = NULL;
     if (crv != 0 && rv == 0 && r->fatal == 0)
