@@ -48,6 +48,7 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .subscriber_lane_queue_policy = FX_QUEUE_DROP_NEW,
         .subscriber_max_bytes_per_write = 65536,
         .ack_wait_timeout_ns = 2 * FX_NS_PER_S,
+        .control_stream_drain_timeout_ns = 50 * FX_NS_PER_MS,
         .subscriber_flush_max_items = 16,
         .subscriber_flush_max_delay_ns = 0,
         .subscriber_unacked_bytes = 1u << 20,

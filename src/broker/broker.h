@@ -168,6 +168,11 @@ typedef struct fx_broker_opts {
      * client is answered "publish commit timeout"; the publish itself goes
      * on and may still be appended. 2 s. */
     uint64_t ack_wait_timeout_ns;
+    /* In a drain, once every publish job and delivery is done, how long a
+     * client stream gets to have its remaining replies written before it is
+     * reset (a client that stopped reading its answers must not hold the
+     * drain to its deadline). 50 ms. */
+    uint64_t control_stream_drain_timeout_ns;
     /* Flush shaping of the connection writer: per turn it hands QUIC at most
      * subscriber_flush_max_items frame lists of one subscription, then lets
      * its loop run other work before going on (a busy subscriber cannot hold
@@ -304,6 +309,11 @@ typedef struct fx_broker_drain_report {
     uint64_t stalled_deliveries; /* frame lists queued for them */
     uint64_t stalled_unacked;    /* bytes written to them, never acknowledged */
     uint64_t publishes_refused;  /* answered "broker shutting down" or dropped */
+    /* Client streams reset because their replies were still unwritten
+     * control_stream_drain_timeout after every job and delivery was done
+     * (the client does not read them), and the replies they held. */
+    uint64_t reply_streams_reset;
+    uint64_t replies_abandoned;
 } fx_broker_drain_report;
 
 /* Drains the broker: from the call on, new connections are closed at once,

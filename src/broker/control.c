@@ -672,6 +672,45 @@ static void stall_check(fx_broker *b, bool close, uint64_t timeout_ns, fx_broker
     gather_unref(g);
 }
 
+/* ---- replies the clients do not read (control_stream_drain_timeout) ----------------------- */
+
+static fx_ratelimit reply_drain_rl = FX_RATELIMIT_INIT;
+
+/* Resets every client stream of the endpoint whose replies are not all
+ * written (queued here, or held by QUIC for want of the client's credit);
+ * counts streams in |p->w.conns| and queued replies in |p->w.replies|. */
+static void reset_unread_part(fx_broker *b, gpart *p, void *arg)
+{
+    (void)arg;
+    for (fxb_conn *c = b->eps[p->epi].conns; c != NULL; c = c->cnext) {
+        fxb_bidi *next;
+        for (fxb_bidi *s = c->bidis; s != NULL; s = next) {
+            next = s->next;
+            if (s->closed || (s->rhead == NULL && !fx_quic_stream_is_sending(c->qc, s->sid)))
+                continue;
+            p->w.conns++;
+            p->w.replies += s->nreplies;
+            FX_LOG_RATELIMITED(&reply_drain_rl, fx_now_ns(), FX_LOG_WARN, "broker",
+                               "drain: conn %llu stream %lld reset with %zu unwritten "
+                               "replies (control_stream_drain_timeout_ms)",
+                               (unsigned long long)c->id, (long long)s->sid, s->nreplies);
+            fxb_bidi_fail(s, "replies not read within control_stream_drain_timeout_ms");
+        }
+    }
+}
+
+static void reset_unread(fx_broker *b, uint64_t timeout_ns, fx_broker_drain_report *r)
+{
+    gather *g;
+    if (gather_run(b, reset_unread_part, NULL, false, true, timeout_ns, &g) != 0)
+        return;
+    for (size_t i = 0; i < g->nparts; i++) {
+        r->reply_streams_reset += g->parts[i].w.conns;
+        r->replies_abandoned += g->parts[i].w.replies;
+    }
+    gather_unref(g);
+}
+
 static void close_conns(fx_broker *b, gpart *p, void *arg)
 {
     (void)arg;
@@ -701,11 +740,23 @@ static bool wait_done(fx_broker *b, uint64_t start_ns, uint64_t deadline_ns, wor
                       fx_broker_drain_report *r)
 {
     uint64_t quarter = deadline_ns > start_ns ? (deadline_ns - start_ns) / 4 : 0;
+    uint64_t replies_since = 0; /* only replies left since then */
     int checks = 0;
     while (fx_now_ns() < deadline_ns) {
         int rv = work_round(b, until(deadline_ns, FX_NS_PER_S), k);
         if (rv == 0 && work_done(k))
             return true;
+        /* Jobs and deliveries done: what is left are replies and bytes not
+         * yet acknowledged, which a client that reads nothing never frees. */
+        bool only_replies = rv == 0 && k->jobs == 0 && k->deliveries == 0;
+        if (!only_replies) {
+            replies_since = 0;
+        } else if (replies_since == 0) {
+            replies_since = fx_now_ns();
+        } else if (fx_now_ns() - replies_since >= b->o.control_stream_drain_timeout_ns) {
+            reset_unread(b, until(deadline_ns, FX_NS_PER_S), r);
+            replies_since = 0;
+        }
         if (checks < 3 && quarter > 0 && fx_now_ns() >= start_ns + (uint64_t)(checks + 1) * quarter)
             stall_check(b, checks++ > 0, until(deadline_ns, FX_NS_PER_S), r);
         sleep_ns(until(deadline_ns, 2 * FX_NS_PER_MS));

@@ -294,6 +294,7 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->max_frame_bytes = (uint32_t)c->max_frame_bytes;
     o->ack_on_commit = c->ack_on_commit;
     o->ack_wait_timeout_ns = c->ack_wait_timeout_ns;
+    o->control_stream_drain_timeout_ns = c->control_stream_drain_timeout_ns;
     o->publish_queue_wait_timeout_ns = c->publish_queue_wait_timeout_ns;
     o->pub_queue_depth = c->pub_queue_depth;
     o->pub_inflight_bytes = c->pub_inflight_bytes;
@@ -466,13 +467,6 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
     fflush(stdout);
 }
 
-/* Keys the configuration accepts and validates but this broker does not apply
- * yet. Setting one is not an error (files written for the original keep
- * working) but it is never silent: each explicitly set key gets a warning. */
-static const char *const unapplied_keys[] = {
-    "control_stream_drain_timeout_ms",
-};
-
 /* Keeps up to allocator_retain_bytes of freed heap in the process. Under load
  * the broker frees and reallocates batch, frame and send buffers all the
  * time; glibc's default trimming hands the top of the heap back to the kernel
@@ -495,18 +489,6 @@ static void retain_heap(const fx_config *c)
 _Static_assert((int)FX_CONFIG_LOG_ERROR == (int)FX_LOG_ERROR &&
                    (int)FX_CONFIG_LOG_TRACE == (int)FX_LOG_TRACE,
                "config log levels map one to one onto fx_log_level");
-
-static void warn_unapplied(const fx_config *c)
-{
-    for (size_t i = 0; i < sizeof(unapplied_keys) / sizeof(unapplied_keys[0]); i++) {
-        const fx_config_origin *from = fx_config_origin_of(c, unapplied_keys[i]);
-        if (from && from->from != FX_CONFIG_FROM_DEFAULT)
-            fprintf(stderr,
-                    "felix-broker: warning: %s is set but not applied by this version of "
-                    "the broker; it has no effect\n",
-                    unapplied_keys[i]);
-    }
-}
 
 /* ---- graceful drain ---------------------------------------------------------- */
 
@@ -543,17 +525,31 @@ static void report_stalled(const fx_broker_drain_report *r)
             (unsigned long long)r->stalled_unacked);
 }
 
+/* Client streams reset because they did not read their replies in time. */
+static void report_unread(const fx_broker_drain_report *r)
+{
+    if (r->reply_streams_reset == 0)
+        return;
+    fprintf(stderr,
+            "felix-broker: %llu client stream(s) did not read their replies within "
+            "control_stream_drain_timeout_ms once the rest was done and were reset; %llu "
+            "reply(ies) not delivered\n",
+            (unsigned long long)r->reply_streams_reset, (unsigned long long)r->replies_abandoned);
+}
+
 static int drain_result(const fx_config *c, const drain_run *d)
 {
     const fx_broker_drain_report *r = &d->r;
     report_stalled(r);
-    if (d->rv == 0 && r->stalled_closed != 0) {
-        fprintf(stderr,
-                "felix-broker: drained in %llu ms: everything accepted was delivered but to the "
-                "stalled connection(s) above; %llu connection(s) closed, %llu late publish(es) "
-                "refused\n",
-                (unsigned long long)(r->elapsed_ns / 1000000ull),
-                (unsigned long long)r->connections, (unsigned long long)r->publishes_refused);
+    report_unread(r);
+    if (d->rv == 0 && (r->stalled_closed != 0 || r->reply_streams_reset != 0)) {
+        fprintf(
+            stderr,
+            "felix-broker: drained in %llu ms: everything accepted was delivered but to the "
+            "connection(s) and stream(s) above; %llu connection(s) closed, %llu late publish(es) "
+            "refused\n",
+            (unsigned long long)(r->elapsed_ns / 1000000ull), (unsigned long long)r->connections,
+            (unsigned long long)r->publishes_refused);
         return 0;
     }
     if (d->rv == 0) {
@@ -629,7 +625,6 @@ static int serve(const fx_config *c)
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
 
     fx_log_set_level((fx_log_level)c->log_level);
-    warn_unapplied(c);
     if (c->auth_mode == FX_CONFIG_AUTH_NONE && !fx_config_addr_is_loopback(c->quic_bind))
         FX_LOG_WARN("server",
                     "quic_bind=%s is not loopback and auth_mode is none (allow_unauthenticated: "
