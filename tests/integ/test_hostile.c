@@ -34,6 +34,7 @@ typedef struct rstream {
     rconn *rc;
     int64_t sid;
     bool used, uni, fin, closed, reset;
+    uint64_t code; /* of the reset */
     bool stall; /* never give the broker credit: its replies pile up */
     fx_frame_decoder dec;
     size_t frames;  /* reply frames received */
@@ -138,12 +139,13 @@ static void cb_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, s
 static void cb_stream_close(fx_quic_conn *qc, int64_t sid, bool reset, uint64_t code, void *user,
                             void *stream_user)
 {
-    (void)qc, (void)sid, (void)code, (void)user;
+    (void)qc, (void)sid, (void)user;
     rstream *s = stream_user;
     if (s == NULL)
         return;
     s->closed = true;
     s->reset = reset;
+    s->code = code;
 }
 
 static void cb_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, void *user)
@@ -769,6 +771,14 @@ static bool sub_lapsed(H *h, void *arg)
     return c->closed;
 }
 
+static rstream *event_stream(rconn *c)
+{
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (c->s[i].used && c->s[i].uni)
+            return &c->s[i];
+    return NULL;
+}
+
 /* A stream and a subscription authenticated with a token end when it
  * expires; the connection itself stays. */
 static void test_streams_end_when_their_token_expires(void **state)
@@ -793,6 +803,9 @@ static void test_streams_end_when_their_token_expires(void **state)
     assert_string_equal(pub->last, "token expired");
     assert_true(run_until(h, sub_lapsed, c, 3000));
     assert_false(c->closed);
+    rstream *ev = event_stream(c);
+    assert_true(ev->reset);
+    assert_int_equal(ev->code, 0x6); /* not an unsubscribe (0x2) */
     assert_false(keep->fin || keep->closed);
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, broker_auth_expired), 2);
