@@ -229,7 +229,12 @@ static void sweep(fxb_conn *c, bool keys)
         const char *why = lapsed(a, sub->auth_ctx, sub->auth_exp_s, now_s, keys);
         if (why != NULL) {
             log_lapsed(c, "subscription", (long long)sub->id, why);
-            fxb_sub_close(sub, true);
+            /* Reset with our own code: the client tells it from an unsubscribe. */
+            bool open = sub->uni_open;
+            int64_t sid = sub->uni_sid;
+            fxb_sub_close(sub, false); /* may free |sub| */
+            if (open)
+                fx_quic_stream_reset(c->qc, sid, FXB_CODE_AUTH_EXPIRED);
         } else if (sub->auth_ctx != NULL && sub->auth_exp_s < next) {
             next = sub->auth_exp_s;
         }

@@ -368,9 +368,10 @@ static void on_sighup(fx_authn *a, fx_broker *b)
     if (rv == 0) {
         FX_LOG_INFO("server", "SIGHUP: reloaded %s", why);
         fx_broker_auth_reloaded(b); /* ends what a removed key signed */
-    } else
+    } else {
         FX_LOG_ERROR("server", "SIGHUP: keeping the previous keys: %s",
                      rv == -ENOMEM ? fx_strerror(rv) : why);
+    }
 }
 
 /* Waits for SIGINT or SIGTERM (returned), reloading the certificate and

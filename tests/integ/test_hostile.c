@@ -5,12 +5,17 @@
  * and libfelix for the legitimate clients. Counters are checked as
  * differences of fx_metrics_snapshot_take() around each scenario. */
 /* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "integ/fixture.h"
 #include "quic/quic.h"
@@ -34,7 +39,8 @@ typedef struct rstream {
     rconn *rc;
     int64_t sid;
     bool used, uni, fin, closed, reset;
-    bool stall; /* never give the broker credit: its replies pile up */
+    uint64_t code; /* of the reset */
+    bool stall;    /* never give the broker credit: its replies pile up */
     fx_frame_decoder dec;
     size_t frames;  /* reply frames received */
     char last[256]; /* the last JSON reply's "type" and "message" */
@@ -138,12 +144,13 @@ static void cb_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, s
 static void cb_stream_close(fx_quic_conn *qc, int64_t sid, bool reset, uint64_t code, void *user,
                             void *stream_user)
 {
-    (void)qc, (void)sid, (void)code, (void)user;
+    (void)qc, (void)sid, (void)user;
     rstream *s = stream_user;
     if (s == NULL)
         return;
     s->closed = true;
     s->reset = reset;
+    s->code = code;
 }
 
 static void cb_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, void *user)
@@ -240,15 +247,21 @@ static H *h_new(bool jwt)
     return h;
 }
 
-static void h_start(H *h)
+/* The raw client's loop and endpoints (no broker). */
+static void h_start_client(H *h)
 {
-    fix_env_start(&h->e);
     assert_int_equal(fx_loop_new(&h->loop, &(fx_loop_opts){.name = "raw", .cpu = -1}), 0);
     fx_timer_init(&h->poll, on_poll, h);
     assert_int_equal(fx_quic_client_new(&h->ep[0], h->loop, &h->co, &CBS, h), 0);
     fx_quic_opts o2 = h->co;
     o2.client_bind_ip = "127.0.0.2";
     assert_int_equal(fx_quic_client_new(&h->ep[1], h->loop, &o2, &CBS, h), 0);
+}
+
+static void h_start(H *h)
+{
+    fix_env_start(&h->e);
+    h_start_client(h);
 }
 
 static void h_free(H *h)
@@ -274,7 +287,7 @@ static bool conn_settled(H *h, void *arg)
 
 /* A new raw connection from 127.0.0.1 (|from| 0) or 127.0.0.2 (1), its
  * handshake done (or refused: check ->up). */
-static rconn *h_connect(H *h, int from)
+static rconn *h_connect_to(H *h, int from, uint16_t port, const char *pin)
 {
     rconn *c = NULL;
     for (int i = 0; i < MAX_CONNS && c == NULL; i++)
@@ -282,12 +295,15 @@ static rconn *h_connect(H *h, int from)
             c = &h->conns[i];
     assert_non_null(c);
     c->h = h;
-    fx_quic_connect_opts co = {.server_name = "localhost",
-                               .pin_sha256 = fx_broker_fingerprint(h->e.b)};
-    assert_int_equal(
-        fx_quic_connect(h->ep[from], "127.0.0.1", fx_broker_port(h->e.b), &co, c, &c->qc), 0);
+    fx_quic_connect_opts co = {.server_name = "localhost", .pin_sha256 = pin};
+    assert_int_equal(fx_quic_connect(h->ep[from], "127.0.0.1", port, &co, c, &c->qc), 0);
     assert_true(run_until(h, conn_settled, c, 5000));
     return c;
+}
+
+static rconn *h_connect(H *h, int from)
+{
+    return h_connect_to(h, from, fx_broker_port(h->e.b), fx_broker_fingerprint(h->e.b));
 }
 
 static rstream *open_bidi(rconn *c)
@@ -769,6 +785,14 @@ static bool sub_lapsed(H *h, void *arg)
     return c->closed;
 }
 
+static rstream *event_stream(rconn *c)
+{
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (c->s[i].used && c->s[i].uni)
+            return &c->s[i];
+    return NULL;
+}
+
 /* A stream and a subscription authenticated with a token end when it
  * expires; the connection itself stays. */
 static void test_streams_end_when_their_token_expires(void **state)
@@ -793,6 +817,9 @@ static void test_streams_end_when_their_token_expires(void **state)
     assert_string_equal(pub->last, "token expired");
     assert_true(run_until(h, sub_lapsed, c, 3000));
     assert_false(c->closed);
+    rstream *ev = event_stream(c);
+    assert_true(ev->reset);
+    assert_int_equal(ev->code, 0x6); /* not an unsubscribe (0x2) */
     assert_false(keep->fin || keep->closed);
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, broker_auth_expired), 2);
@@ -824,6 +851,98 @@ static void test_streams_end_when_a_reload_removes_their_key(void **state)
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, broker_auth_key_removed), 1);
     free(old);
+    h_free(h);
+}
+
+/* Reads the whole file |path| into |buf| (NUL-terminated). */
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+}
+
+/* Waits until |path| holds |needle|; returns where (inside |buf|). */
+static const char *wait_text(const char *path, const char *needle, char *buf, size_t cap)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        slurp(path, buf, cap);
+        const char *p = strstr(buf, needle);
+        if (p != NULL)
+            return p;
+        if (fx_now_ns() > deadline)
+            fail_msg("no '%s' in %s; it holds:\n%s", needle, path, buf);
+        usleep(10000);
+    }
+}
+
+/* The daemon's SIGHUP path: felix-broker with auth_mode jwt, a stream
+ * authenticated with key k1, the JWKS rewritten without it, kill -HUP: the
+ * stream ends. */
+static void test_sighup_that_removes_a_key_ends_its_streams_in_the_daemon(void **state)
+{
+    (void)state;
+    const char *bin = getenv("FX_BINARY_DIR");
+    char broker[512];
+    snprintf(broker, sizeof(broker), "%s/felix-broker", bin != NULL ? bin : ".");
+    if (bin == NULL || access(broker, X_OK) != 0)
+        fx_test_skip("felix-broker is not built in FX_BINARY_DIR");
+    H *h = h_new(true);
+    h_start_client(h);
+    char st[200], jw[200], out[200], err[200];
+    snprintf(st, sizeof(st), "state_dir=%s/state", h->e.dir);
+    snprintf(jw, sizeof(jw), "jwks_file=%s", h->jwks);
+    snprintf(out, sizeof(out), "%s/broker.out", h->e.dir);
+    snprintf(err, sizeof(err), "%s/broker.err", h->e.dir);
+    char *argv[] = {broker,  "--dev",
+                    "--set", "quic_bind=127.0.0.1:0",
+                    "--set", "metrics_bind=127.0.0.1:0",
+                    "--set", st,
+                    "--set", "auth_mode=jwt",
+                    "--set", jw,
+                    "--set", "jwt_leeway_s=0",
+                    NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = 0;
+    extern char **environ;
+    assert_int_equal(posix_spawn(&pid, broker, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    static char text[16384];
+    const char *line = wait_text(out, "export FELIX_SERVER=", text, sizeof(text));
+    unsigned port = 0;
+    char pin[80];
+    int got = sscanf(line, "export FELIX_SERVER=127.0.0.1:%u FELIX_PIN=%79s", &port, pin);
+    if (got != 2) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("no address in the banner: %s", line);
+    }
+    char *token = mint(h, 3600);
+    rconn *c = h_connect_to(h, 0, (uint16_t)port, pin);
+    rstream *s = open_bidi(c);
+    auth_ok(h, s, token);
+    uint8_t pub2[FX_AUTH_KEY_BYTES], priv2[FX_AUTH_KEY_BYTES];
+    assert_int_equal(fx_auth_keygen(pub2, priv2), 0);
+    write_jwks(h->jwks, "k2", pub2);
+    assert_int_equal(kill(pid, SIGHUP), 0);
+    bool ended = run_until(h, stream_done, s, 5000);
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    assert_true(ended);
+    assert_string_equal(s->last, "token key removed");
+    assert_false(c->closed);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    free(token);
     h_free(h);
 }
 
@@ -922,6 +1041,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_auth_attempts_are_rate_limited_per_source_address),
     cmocka_unit_test(test_streams_end_when_their_token_expires),
     cmocka_unit_test(test_streams_end_when_a_reload_removes_their_key),
+    cmocka_unit_test(test_sighup_that_removes_a_key_ends_its_streams_in_the_daemon),
     cmocka_unit_test(test_resume_after_a_park_is_linear_in_the_buffered_input),
 };
 
