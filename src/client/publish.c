@@ -491,7 +491,12 @@ void fx_pub_conn_ready(fx_client *c, cconn *cc)
             continue;
         bool busy =
             w->held != NULL || w->ghead != NULL || w->next != NULL || fx_queue_depth(&w->q) > 0;
-        if ((w->state == 0 && (busy || i == 0)) || w->state == 2)
+        /* The first worker of each connection authenticates even when idle:
+         * the broker closes a connection that authenticated nothing within
+         * its auth_timeout_ms, which would make an idle pool connection
+         * reconnect over and over after a loss. */
+        bool first = i % c->o.publish_streams_per_conn == 0;
+        if ((w->state == 0 && (busy || first)) || w->state == 2)
             worker_kick(w);
     }
 }

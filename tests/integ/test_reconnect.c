@@ -305,6 +305,32 @@ static void test_publisher_recovers_after_reconnect(void **state)
     e_free(e);
 }
 
+/* After a reconnect every pool connection authenticates a stream, busy or
+ * not: a broker closes a connection that authenticated nothing within
+ * auth_timeout_ms, so an idle one must not end up in a reconnect loop. */
+static void test_idle_pool_connections_authenticate_after_a_reconnect(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.auth_timeout_ns = 300 * FX_NS_PER_MS;
+    e_start(e);
+    fx_client_opts o;
+    copts(e, &o, 50);
+    o.publish_conn_pool = 2;
+    o.publish_streams_per_conn = 1;
+    o.publish_sharding = FX_SHARDING_RR;
+    fx_client *c = fix_connect(&o);
+    for (int i = 0; i < 4; i++) /* round robin: both pool connections open */
+        assert_int_equal(fx_publish(c, NS, "idle", "x", 1, FX_ACK_PER_MESSAGE), 0);
+    assert_int_equal(fx_broker_test_cut_connections(e->b, false), 2);
+    wait_reconnects(c, 2);
+    sleep_ms(1200); /* four auth timeouts, nothing published */
+    assert_int_equal(atomic_load(&c->reconnects), 2);
+    assert_int_equal(fx_publish(c, NS, "idle", "y", 1, FX_ACK_PER_MESSAGE), 0);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+}
+
 /* ---- close ------------------------------------------------------------------------------- */
 
 static void test_close_during_backoff_returns_promptly(void **state)
@@ -418,6 +444,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_subscriber_reports_gap_when_ring_no_longer_holds_offset),
     cmocka_unit_test(test_inflight_acked_publish_fails_with_reason_on_connection_loss),
     cmocka_unit_test(test_publisher_recovers_after_reconnect),
+    cmocka_unit_test(test_idle_pool_connections_authenticate_after_a_reconnect),
     cmocka_unit_test(test_close_during_backoff_returns_promptly),
     cmocka_unit_test(test_orphan_event_stream_after_unsubscribe_is_reset),
     cmocka_unit_test(test_more_than_1024_subscribe_unsubscribe_cycles_on_one_connection),
