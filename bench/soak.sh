@@ -6,7 +6,8 @@
 # defaults. A segment is --segment-cycles cycles; one cycle is:
 #   stalled      a `felix sub` that is stopped (SIGSTOP: its receive window freezes) while
 #                `felix pub --ack per_message` sends it 1000 messages of 16 KiB; lossless,
-#                the broker closes it after subscriber_block_timeout_ms (counted)
+#                alongside the publishers (the broker must close it after
+#                subscriber_block_timeout_ms, counted), shedding, after them
 #   publishers   lossless: felix-bench --mode throughput (2 subscribers, 2 streams; it
 #                fails on any lost, duplicated or malformed delivery); shedding: felix-bench
 #                --mode overload (3 subscribers, one stalled), whose stalled subscriber's
@@ -22,7 +23,9 @@
 # line of output says PASS or FAIL (exit status 0 or 1). Not part of `make test`.
 #
 # usage: bench/soak.sh [--minutes N] [--segment-cycles K] [--subs N] [--conns C]
-#                      (defaults 30, 4, 2000, 20)
+#                      [--first lossless|shedding]   (defaults 30, 4, 2000, 20, lossless)
+# A cycle starts only while time is left, so the run may end up to one cycle (about 45 s)
+# after N minutes.
 # env: BUILD (default <repo>/build/bench), OUTDIR (default /tmp/felix-soak), FX_PORT, FX_ADMIN,
 #      BROKER_ARGS (extra felix-broker arguments).
 set -euo pipefail
@@ -33,14 +36,18 @@ OUTDIR=${OUTDIR:-/tmp/felix-soak}
 FX_PORT=${FX_PORT:-15781}
 FX_ADMIN=${FX_ADMIN:-18781}
 FX_TAG=soak
-MINUTES=30 SEG_CYCLES=4 SUBS=2000 CONNS=20
+MINUTES=30 SEG_CYCLES=4 SUBS=2000 CONNS=20 FIRST=0
 while [ $# -gt 0 ]; do
   case $1 in
     --minutes) MINUTES=${2:?}; shift 2 ;;
     --segment-cycles) SEG_CYCLES=${2:?}; shift 2 ;;
     --subs) SUBS=${2:?}; shift 2 ;;
     --conns) CONNS=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    --first)
+      case ${2:?} in lossless) FIRST=0 ;; shedding) FIRST=1 ;;
+        *) echo "soak: --first lossless|shedding" >&2; exit 2 ;; esac
+      shift 2 ;;
+    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
     *) echo "soak: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -212,16 +219,25 @@ END=$((SECONDS + MINUTES * 60))
 seg=0
 while [ "$SECONDS" -lt "$END" ]; do
   seg=$((seg + 1))
-  if [ $((seg % 2)) = 1 ]; then FX_LOSSLESS=1 profile=lossless; else FX_LOSSLESS=0 profile=shedding; fi
+  if [ $(((seg + FIRST) % 2)) = 1 ]; then FX_LOSSLESS=1 profile=lossless
+  else FX_LOSSLESS=0 profile=shedding; fi
   echo "soak: segment $seg ($profile), $(( (END - SECONDS) / 60 )) min left" >&2
   # shellcheck disable=SC2086
   fx_start_broker "$OUTDIR/logs/broker-$seg.log" "$OUTDIR/state" "${SOAK_ARGS[@]}" ${BROKER_ARGS:-}
   rss=() KICKED=0
   for cycle in $(seq 1 "$SEG_CYCLES"); do
     [ "$SECONDS" -lt "$END" ] || break
-    stalled_start "$seg" "$cycle"
-    if [ "$profile" = lossless ]; then publishers_lossless "$seg" "$cycle"
-    else publishers_shedding "$seg" "$cycle"; fi
+    if [ "$profile" = lossless ]; then
+      # Concurrently: the stalled subscriber parks the worker the bench's streams share
+      # until subscriber_block_timeout_ms closes it.
+      stalled_start "$seg" "$cycle"
+      publishers_lossless "$seg" "$cycle"
+    else
+      # One after the other: the drop counters the overload run compares are broker-wide,
+      # and the stalled subscriber's own losses would be in them.
+      publishers_shedding "$seg" "$cycle"
+      stalled_start "$seg" "$cycle"
+    fi
     sub_churn "$seg" "$cycle"
     conn_churn "$seg" "$cycle"
     stalled_end

@@ -251,7 +251,8 @@ int fx_broker_endpoint_worker(const fx_broker *b);
 
 /* Writes {"streams":[{tenant, namespace, stream, id, messages, bytes,
  * first_offset, next_offset, subscribers}, ...]} (ordered by id; a stream no
- * one used yet shows zeros) as a NUL-terminated string in |*pjson| (caller
+ * one used yet shows zeros; |bytes| is what the ring charges: payload plus
+ * FX_STREAM_MSG_OVERHEAD per message of every batch it holds) as a NUL-terminated string in |*pjson| (caller
  * frees with free()). Returns 0, FX_ETIMEDOUT (a worker did not answer in
  * time) or -ENOMEM. */
 int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson);

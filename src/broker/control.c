@@ -599,7 +599,8 @@ static int work_round(fx_broker *b, uint64_t timeout_ns, work *k)
 
 /* A connection's progress: unacknowledged bytes, messages written to its
  * event streams, queued replies. Any change between two checks is progress.
- * |*ppending| gets the work it still has (queued frame lists). */
+ * |*plists| gets the frame lists still queued for it, |*pready| the replies
+ * ready but not yet written. */
 static void conn_progress(fxb_conn *c, uint64_t sig[3], uint64_t *plists, uint64_t *pready)
 {
     uint64_t delivered = 0, lists = 0, replies = 0, ready = 0;

@@ -36,12 +36,6 @@ typedef struct fx_retained {
 fx_retained *fx_retained_ref(fx_retained *a);
 /* Drops a reference; the last frees |a|. NULL does nothing. Any thread. */
 void fx_retained_unref(fx_retained *a);
-/* True when |a| holds more than its limit. Any thread. */
-static inline bool fx_retained_over(const fx_retained *a)
-{
-    int64_t n = atomic_load_explicit(&((fx_retained *)a)->bytes, memory_order_relaxed);
-    return a->limit != 0 && n > (int64_t)a->limit;
-}
 
 /* Error detail: |code| is the value also returned, |msg| a complete sentence
  * for error replies ("stream not found: tenant=t1 namespace=default stream=x").

@@ -23,15 +23,26 @@ static ring_ent *ring_at(const fx_stream *s, size_t i)
     return &s->ring[(s->ring_head + i) % s->ring_cap];
 }
 
-/* Adds |delta| bytes to the ring's charge and to its accounts. */
+/* Adds |delta| bytes to the ring's charge; the accounts get the sum of a
+ * turn's changes at once (publish_accounts), not one atomic per message. */
 static void charge(fx_stream *s, int64_t delta)
 {
     s->bytes = (size_t)((int64_t)s->bytes + delta);
+    s->unposted += delta;
+}
+
+/* Hands the changes charged since the last call to the accounts. */
+static void publish_accounts(fx_stream *s)
+{
+    int64_t d = s->unposted;
+    if (d == 0)
+        return;
+    s->unposted = 0;
     if (s->o.global != NULL)
-        atomic_fetch_add_explicit(&s->o.global->bytes, delta, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->o.global->bytes, d, memory_order_relaxed);
     if (s->o.tenant != NULL)
-        atomic_fetch_add_explicit(&s->o.tenant->bytes, delta, memory_order_relaxed);
-    FX_GAUGE_ADD(stream_retained_bytes, delta);
+        atomic_fetch_add_explicit(&s->o.tenant->bytes, d, memory_order_relaxed);
+    FX_GAUGE_ADD(stream_retained_bytes, d);
 }
 
 static int64_t batch_overhead(const fx_envelope *e)
@@ -80,13 +91,17 @@ static fx_ratelimit evict_rl = FX_RATELIMIT_INIT;
  * limit by more than the batch, and only until the next append). */
 static void evict_for(fx_stream *s, fx_retained *a, bool tenant)
 {
-    if (a == NULL || !fx_retained_over(a))
+    if (a == NULL)
+        return;
+    publish_accounts(s);
+    int64_t over = atomic_load_explicit(&a->bytes, memory_order_relaxed) - (int64_t)a->limit;
+    if (a->limit == 0 || over <= 0)
         return;
     uint64_t n = 0;
-    while (s->msgs > 0 && fx_retained_over(a)) {
+    for (size_t target = s->bytes > (size_t)over ? s->bytes - (size_t)over : 0;
+         s->msgs > 0 && s->bytes > target; n++)
         ring_trim_one(s);
-        n++;
-    }
+    publish_accounts(s);
     if (n == 0)
         return;
     if (tenant)
@@ -105,6 +120,7 @@ static void ring_trim(fx_stream *s)
         ring_trim_one(s);
     evict_for(s, s->o.tenant, true);
     evict_for(s, s->o.global, false);
+    publish_accounts(s);
 }
 
 uint64_t fx_stream_tail(const fx_stream *s)
@@ -178,6 +194,7 @@ void fx_stream_free(fx_stream *s)
     free(s->subs);
     fx_envelope_unref(s->pending);
     charge(s, -(int64_t)s->bytes);
+    publish_accounts(s);
     while (s->ring_n > 0) {
         fx_envelope_unref(ring_at(s, 0)->env);
         s->ring_head = (s->ring_head + 1) % s->ring_cap;

@@ -31,6 +31,7 @@ struct fx_stream {
     ring_ent *ring; /* circular */
     size_t ring_cap, ring_head, ring_n;
     size_t msgs, bytes;
+    int64_t unposted; /* bytes charged, not yet added to the accounts (stream.c) */
     uint64_t tail;
     fx_subscriber **subs;
     size_t nsubs, subs_cap;

@@ -247,11 +247,14 @@ static uint64_t expiry_period(const fx_broker *b)
  * stream's state (nothing uses it: no subscriber, no job). */
 static void expired_one(fx_stream_handle *h, void *user)
 {
+    static fx_ratelimit rl = FX_RATELIMIT_INIT;
     fx_broker *b = user;
     FX_COUNTER_INC(registry_streams_expired);
-    FX_LOG_INFO("broker", "stream %s/%s/%s expired after stream_idle_expiry_s idle",
-                fx_stream_handle_tenant(h), fx_stream_handle_namespace(h),
-                fx_stream_handle_stream(h));
+    FX_LOG_RATELIMITED(&rl, fx_now_ns(), FX_LOG_INFO, "broker",
+                       "stream %s/%s/%s expired after stream_idle_expiry_s idle (all expiries "
+                       "are counted in felix_registry_streams_expired_total)",
+                       fx_stream_handle_tenant(h), fx_stream_handle_namespace(h),
+                       fx_stream_handle_stream(h));
     fxb_end *e = calloc(1, sizeof(*e));
     if (e == NULL) {
         /* Its ring stays until the broker stops: say so, it is memory. */

@@ -512,6 +512,16 @@ static int rule_tenants(const fx_config *c, fx_config_diag *d)
                 "(%u)",
                 n, c->streams[i].tenant, c->max_streams_per_tenant);
     }
+    uint32_t tenants = 0;
+    for (size_t i = 0; i < c->nstreams; i++) {
+        size_t j = 0;
+        while (j < i && strcmp(c->streams[i].tenant, c->streams[j].tenant) != 0)
+            j++;
+        tenants += j == i; /* the first stream of its tenant */
+    }
+    if (c->max_tenants != 0 && tenants > c->max_tenants)
+        return fx_config_fail(d, "streams lists %u tenants, more than max_tenants (%u)", tenants,
+                              c->max_tenants);
     return 0;
 }
 

@@ -187,6 +187,15 @@ static int wait_exit(pid_t pid, uint64_t ms, const char *what)
     return WEXITSTATUS(st);
 }
 
+/* Reaps |pid| however it ended (a child the case killed). */
+static void wait_exit_any(pid_t pid)
+{
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    untrack(pid);
+}
+
 /* Reads the whole file |path| into |buf| (NUL-terminated). */
 static size_t slurp(const char *path, char *buf, size_t cap)
 {
@@ -279,16 +288,23 @@ static void find_binaries(walk *w)
 }
 
 /* Starts the broker as the README says (dev config, ports picked by the
- * kernel) and reads the export line and the admin port from its banner. */
-static void start_broker_process(walk *w)
+ * kernel) plus |extra| "--set" values (NULL-terminated, may be NULL) and
+ * reads the export line and the admin port from its banner. */
+static void start_broker_process_with(walk *w, const char *const *extra)
 {
     char state[128];
     snprintf(state, sizeof(state), "state_dir=%s/state", w->dir);
     snprintf(w->out, sizeof(w->out), "%s/broker.out", w->dir);
     snprintf(w->err, sizeof(w->err), "%s/broker.err", w->dir);
-    char *argv[] = {
+    char *argv[32] = {
         w->broker, "--dev", "--set", "quic_bind=127.0.0.1:0", "--set", "metrics_bind=127.0.0.1:0",
-        "--set",   state,   NULL};
+        "--set",   state};
+    size_t n = 8;
+    for (size_t i = 0; extra != NULL && extra[i] != NULL && n + 3 < 32; i++) {
+        argv[n++] = "--set";
+        argv[n++] = (char *)extra[i];
+    }
+    argv[n] = NULL;
     w->broker_pid = spawn(argv, w->out, w->err, NULL);
     const char *line =
         wait_for_text(w->out, "export FELIX_SERVER=", w->banner, sizeof(w->banner), w->broker_pid);
@@ -305,6 +321,11 @@ static void start_broker_process(walk *w)
     assert_int_equal(sscanf(port, "(port %u)", &p), 1);
     assert_true(p > 0 && p < 65536);
     w->admin_port = (uint16_t)p;
+}
+
+static void start_broker_process(walk *w)
+{
+    start_broker_process_with(w, NULL);
 }
 
 static void pub_sub_with_cli(walk *w)
@@ -405,6 +426,57 @@ static void test_cli_walkthrough_pub_sub_metrics_and_sigterm(void **state)
     free(w);
 }
 
+/* A subscriber whose process is stopped (its receive window frozen) holds
+ * deliveries the drain cannot finish: from half of shutdown_drain_timeout_ms
+ * on its connection is closed, the drain ends without it, and the exit
+ * status is 0 with the stalled connection named on stderr. */
+static void test_sigterm_with_a_stalled_subscriber_drains_without_it(void **state)
+{
+    walk *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    find_binaries(w);
+    fix_state_dir_new(w->dir, sizeof(w->dir), "ops");
+    static const char *const extra[] = {"shutdown_drain_timeout_ms=4000",
+                                        "control_stream_drain_timeout_ms=50", NULL};
+    start_broker_process_with(w, extra);
+    char *env[] = {w->env_server, w->env_pin, NULL};
+    char sub_out[128], sub_err[128], pub_out[128], pub_err[128], text[16384];
+    snprintf(sub_out, sizeof(sub_out), "%s/sub.out", w->dir);
+    snprintf(sub_err, sizeof(sub_err), "%s/sub.err", w->dir);
+    snprintf(pub_out, sizeof(pub_out), "%s/pub.out", w->dir);
+    snprintf(pub_err, sizeof(pub_err), "%s/pub.err", w->dir);
+    char *sub_argv[] = {w->felix, "sub", "t1/default/stall", NULL};
+    pid_t sub = spawn(sub_argv, sub_out, sub_err, env);
+    wait_for_text(sub_err, "subscribed", text, sizeof(text), sub);
+    assert_int_equal(kill(sub, SIGSTOP), 0);
+    /* 3 MiB: more than the subscription's unacked allowance and its client's
+     * window, so deliveries stay queued in the broker. */
+    char *pub_argv[] = {w->felix, "pub",         "--count",          "200", "--size", "16K",
+                        "--ack",  "per_message", "t1/default/stall", NULL};
+    int st = wait_exit(spawn(pub_argv, pub_out, pub_err, env), HANG_MS, "felix pub");
+    assert_int_equal(st, 0);
+    usleep(300000);
+    uint64_t t0 = fx_now_ns();
+    assert_int_equal(kill(w->broker_pid, SIGTERM), 0);
+    st = wait_exit(w->broker_pid, HANG_MS, "felix-broker");
+    uint64_t ms = (fx_now_ns() - t0) / FX_NS_PER_MS;
+    slurp(w->err, text, sizeof(text));
+    fprintf(stderr, "felix-broker exited %d after %llu ms; stderr ends:\n%s\n", st,
+            (unsigned long long)ms, strlen(text) > 600 ? text + strlen(text) - 600 : text);
+    kill(sub, SIGCONT);
+    kill(sub, SIGKILL);
+    wait_exit_any(sub);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(text, "made no progress"));
+    assert_non_null(strstr(text, "1 connection(s) made no progress"));
+    assert_true(ms < 4000); /* before the deadline: the behaviour under test */
+    char state_dir[128];
+    snprintf(state_dir, sizeof(state_dir), "%s/state", w->dir);
+    fix_rm_dir(state_dir);
+    fix_rm_dir(w->dir);
+    free(w);
+}
+
 /* Runs `felix pub` once with FELIX_PIN=|pin|; returns its exit status. */
 static int pub_with_pin(walk *w, const char *pin)
 {
@@ -491,6 +563,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_dual_stack_broker_serves_ipv4_and_ipv6_clients),
     cmocka_unit_test_teardown(test_cli_walkthrough_pub_sub_metrics_and_sigterm, kill_kids),
     cmocka_unit_test_teardown(test_sighup_reloads_certificate_for_new_cli_connections, kill_kids),
+    cmocka_unit_test_teardown(test_sigterm_with_a_stalled_subscriber_drains_without_it, kill_kids),
     cmocka_unit_test_teardown(test_bench_matrix_runs_the_script_or_says_where_it_looked, kill_kids),
 };
 FX_TEST_MAIN(tests)

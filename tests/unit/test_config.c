@@ -14,6 +14,7 @@
 
 #define MiB (1024ull * 1024ull)
 #define MS 1000000ull
+#define SEC (1000ull * MS)
 #define GiB (1024ull * MiB)
 /* The memory target of every load() unless a case sets its own: large
  * enough that the defaults are not lowered (docs/configuration.md). */
@@ -504,6 +505,26 @@ static void test_streams_list_parsed(void **state)
     expect_error("streams: [t/n/s, t/n/s]\n", NULL, NULL, 0, want_dup);
 }
 
+static void test_retention_keys_defaults_and_tenant_rule(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    assert_int_equal(c.tenant_retained_bytes, 256 * MiB);
+    assert_int_equal(c.retained_bytes_limit, 1 * GiB);
+    assert_int_equal(c.stream_idle_expiry_ns, 3600 * SEC);
+    assert_int_equal(c.max_tenants, 1024);
+    assert_int_equal(c.subscriber_block_timeout_ns, 0);
+    fx_config_deinit(&c);
+    struct fixture f;
+    char *env[] = {"FELIX_SUBSCRIBER_BLOCK_TIMEOUT_MS=5000", "FELIX_STREAM_IDLE_EXPIRY_S=90", NULL};
+    assert_int_equal(load(&f, "max_tenants: 2\nstreams: [a/n/s, b/n/s, a/n/t]\n", env, NULL, 0), 0);
+    assert_int_equal(f.c.subscriber_block_timeout_ns, 5000 * MS);
+    assert_int_equal(f.c.stream_idle_expiry_ns, 90 * SEC);
+    done(&f);
+    const char *want[] = {"3 tenants", "max_tenants (2)", NULL};
+    expect_error("max_tenants: 2\nstreams: [a/n/s, b/n/s, c/n/s]\n", NULL, NULL, 0, want);
+}
+
 static void test_yaml_syntax_error_reports_line(void **state)
 {
     const char *want[] = {":3:", "YAML syntax error", NULL};
@@ -984,6 +1005,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_env_alias_and_canonical_both_set_rejected),
     cmocka_unit_test(test_unknown_felix_env_warns),
     cmocka_unit_test(test_streams_list_parsed),
+    cmocka_unit_test(test_retention_keys_defaults_and_tenant_rule),
     cmocka_unit_test(test_yaml_syntax_error_reports_line),
     cmocka_unit_test(test_wrong_yaml_type_rejected),
     cmocka_unit_test(test_duplicate_key_rejected),

@@ -1,10 +1,10 @@
 /* Unit tests for fx_ingress (checkpoints 3-4): the policy table, Drop and its
  * counters, Fail and its exact texts, Wait with one deadline over both
- * stages, Backpressure that never sheds, per-connection shares, and permits
- * released when the worker finishes. Time is a fake |now|. Then the
- * connection side of ingress.c on its own (sub_fixture.h, no QUIC): the
- * reservation a frame header takes, its wait for a full budget, its limit,
- * its cancel and its hand-over to the job. */
+ * stages, Backpressure that never sheds, per-connection shares, a top-up wait
+ * that holds nothing, and permits released when the worker finishes. Time is
+ * a fake |now|. Then the connection side of ingress.c on its own
+ * (sub_fixture.h, no QUIC): the reservation a frame header takes, its wait
+ * for a full budget, its limit, its cancel and its hand-over to the job. */
 /* fx-test-libs: fx_broker fx_wire fx_base */
 #include "base/metrics.h"
 #include "broker/ingress.h"
@@ -302,6 +302,32 @@ static void test_wait_late_resume_fails_after_deadline(void **state)
     world_deinit(&w);
 }
 
+/* A job that needs more than its adopted reservation and must wait for the
+ * rest gives the reservation back and waits for the whole: waiting while
+ * holding it could deadlock behind a header reservation that waits for those
+ * very bytes (the budget is FIFO). */
+static void test_top_up_wait_holds_nothing(void **state)
+{
+    world w;
+    world_init(&w, 100, 100, 4);
+    job other, j;
+    assert_int_equal(admit(&w, &w.conn_a, &other, 60, FX_INGRESS_BACKPRESSURE, 0),
+                     FX_INGRESS_ADMITTED);
+    fx_permit held = {0};
+    assert_int_equal(fx_budget_try_acquire(&w.conn_a, 30, &held), 0); /* the frame header's */
+    fx_ingress_req_init(&j.req, &j, 50, FX_INGRESS_BACKPRESSURE, 0, on_resume, &w);
+    fx_ingress_req_adopt(&j.req, &held);
+    fx_ingress_target t = {.conn_budget = &w.conn_a, .queue = &w.q};
+    /* 90 in use, 20 more wanted: it parks and holds none of its 30. */
+    assert_int_equal(fx_ingress_admit(&t, &j.req, 0), FX_INGRESS_PARKED);
+    assert_int_equal(fx_budget_in_use(&w.conn_a), 60);
+    /* The other job finishes: the whole 50 is granted. */
+    assert_int_equal(drain(&w), 1);
+    assert_int_equal(w.resumes, 1);
+    assert_int_equal(fx_ingress_admit(&t, &j.req, 0), FX_INGRESS_ADMITTED);
+    assert_int_equal(fx_budget_in_use(&w.conn_a), 50);
+    assert_int_equal(drain(&w), 1);
+    world_deinit(&w);
 /* ---- the frame-header reservation (connection loop) ------------------------ */
 
 /* A client bidi stream on the fixture's connection, whose share of
@@ -444,6 +470,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_wait_times_out_with_one_budget),
     cmocka_unit_test(test_wait_enqueues_when_space_frees_in_time),
     cmocka_unit_test(test_wait_late_resume_fails_after_deadline),
+    cmocka_unit_test(test_top_up_wait_holds_nothing),
     cmocka_unit_test(test_header_reserves_the_announced_bytes),
     cmocka_unit_test(test_header_waits_for_a_full_budget_then_holds),
     cmocka_unit_test(test_header_larger_than_the_share_fails_the_stream),

@@ -1,6 +1,8 @@
 /* Unit tests for fx_registry: lookup and auto-creation, name rules, the
- * per-tenant limit, deletion and stale handles, concurrent resolution. */
+ * per-tenant limit and max_tenants, deletion and stale handles, idle expiry
+ * of auto-created streams, concurrent resolution. */
 /* fx-test-libs: fx_broker fx_wire fx_base */
+#include "base/loop.h"
 #include "broker/registry.h"
 #include "felix/error.h"
 
@@ -232,6 +234,77 @@ static void test_concurrent_resolve_creates_each_stream_once(void **state)
     fx_registry_free(r);
 }
 
+static void test_max_tenants_counts_tenants_holding_streams(void **state)
+{
+    fx_registry *r = NULL;
+    fx_registry_opts o = {.auto_create = true, .max_tenants = 2};
+    assert_int_equal(fx_registry_new(&r, &o), 0);
+    fx_registry_err err = {0};
+    assert_int_equal(fx_registry_create(r, S("a"), S("n"), S("s"), NULL, NULL, &err), 0);
+    assert_int_equal(fx_registry_create(r, S("b"), S("n"), S("s"), NULL, NULL, &err), 0);
+    assert_int_equal(fx_registry_tenants(r), 2);
+    fx_stream_handle *h = NULL;
+    assert_int_equal(fx_registry_resolve(r, S("c"), S("n"), S("s"), &h, &err), FX_EFULL);
+    assert_null(h);
+    assert_string_equal(err.msg, "the broker holds max_tenants (2) tenants: stream not created");
+    /* A tenant already there may add streams; one that leaves frees its slot. */
+    assert_int_equal(fx_registry_create(r, S("a"), S("n"), S("t"), NULL, NULL, &err), 0);
+    assert_true(fx_registry_remove(r, S("b"), S("n"), S("s")));
+    assert_int_equal(fx_registry_tenants(r), 1);
+    assert_int_equal(fx_registry_resolve(r, S("c"), S("n"), S("s"), &h, &err), 0);
+    fx_stream_handle_unref(h);
+    fx_registry_free(r);
+}
+
+typedef struct expired {
+    fx_stream_handle *h[4];
+    int n;
+} expired;
+
+static void on_expired(fx_stream_handle *h, void *user)
+{
+    expired *x = user;
+    assert_true(x->n < 4);
+    x->h[x->n++] = h;
+}
+
+static void test_expire_idle_takes_only_unused_auto_created_streams(void **state)
+{
+    fx_registry *r = mkreg(true, 0);
+    fx_registry_err err = {0};
+    fx_stream_handle *held = NULL, *tmp = NULL;
+    assert_int_equal(fx_registry_create(r, S("t"), S("n"), S("explicit"), NULL, NULL, &err), 0);
+    assert_int_equal(fx_registry_resolve(r, S("t"), S("n"), S("auto"), &tmp, &err), 0);
+    fx_stream_handle_unref(tmp); /* nobody holds it now */
+    assert_int_equal(fx_registry_resolve(r, S("t"), S("n"), S("held"), &held, &err), 0);
+    uint64_t now = fx_now_ns();
+    expired x = {0};
+    /* Not idle long enough yet. */
+    assert_int_equal(fx_registry_expire_idle(r, now, 3600 * FX_NS_PER_S, on_expired, &x), 0);
+    /* An hour later only the unreferenced auto-created stream goes. */
+    uint64_t later = now + 2 * 3600 * FX_NS_PER_S;
+    assert_int_equal(fx_registry_expire_idle(r, later, 3600 * FX_NS_PER_S, on_expired, &x), 1);
+    assert_int_equal(x.n, 1);
+    assert_string_equal(fx_stream_handle_stream(x.h[0]), "auto");
+    assert_false(fx_stream_handle_is_active(x.h[0]));
+    fx_stream_handle_unref(x.h[0]);
+    assert_int_equal(fx_registry_count(r), 2);
+    /* A touch (an append) restarts the clock; unreferenced, it goes an hour
+     * after that, not before. */
+    fx_stream_handle_touch(held, later);
+    fx_stream_handle_unref(held);
+    assert_int_equal(
+        fx_registry_expire_idle(r, later + 1800 * FX_NS_PER_S, 3600 * FX_NS_PER_S, on_expired, &x),
+        0);
+    assert_int_equal(fx_registry_expire_idle(r, later + 2 * 3600 * FX_NS_PER_S, 3600 * FX_NS_PER_S,
+                                             on_expired, &x),
+                     1);
+    assert_string_equal(fx_stream_handle_stream(x.h[1]), "held");
+    fx_stream_handle_unref(x.h[1]);
+    assert_int_equal(fx_registry_count(r), 1); /* the explicit one never expires */
+    fx_registry_free(r);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_unknown_stream_with_autocreate_off_is_not_found),
     cmocka_unit_test(test_autocreate_on_first_use_gives_dense_ids_from_one),
@@ -239,5 +312,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_deleted_stream_handle_inactive),
     cmocka_unit_test(test_invalid_names_rejected),
     cmocka_unit_test(test_concurrent_resolve_creates_each_stream_once),
+    cmocka_unit_test(test_max_tenants_counts_tenants_holding_streams),
+    cmocka_unit_test(test_expire_idle_takes_only_unused_auto_created_streams),
 };
 FX_TEST_MAIN(tests)
