@@ -328,6 +328,8 @@ static void test_top_up_wait_holds_nothing(void **state)
     assert_int_equal(fx_budget_in_use(&w.conn_a), 50);
     assert_int_equal(drain(&w), 1);
     world_deinit(&w);
+}
+
 /* ---- the frame-header reservation (connection loop) ------------------------ */
 
 /* A client bidi stream on the fixture's connection, whose share of
