@@ -56,7 +56,7 @@ static int win_payload(fx_segwin *w, uint64_t pos, size_t n, uint8_t *dst, uint3
     }
     while (n > 0) {
         size_t k = n < w->cap ? n : w->cap;
-        const uint8_t *p;
+        const uint8_t *p = NULL;
         if (pos >= w->off && pos < w->off + w->len) {
             size_t avail = (size_t)(w->off + w->len - pos);
             k = k < avail ? k : avail;
@@ -83,7 +83,7 @@ int fx_segwin_record(fx_segwin *w, uint64_t pos, uint64_t expect, bool check, bo
         *st = FX_REC_TRUNCATED;
         return 0;
     }
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     int rv = win_get(w, pos, FX_REC_HEADER_LEN, &p);
     if (rv != 0)
         return rv;

@@ -61,8 +61,9 @@ static void drop_log(tool_dir *t)
 /* Runs felix with |args|; returns its exit status and its output in |out|. */
 static int run(const tool_dir *t, const char *args, char *out, size_t cap)
 {
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", t->felix, args);
+    char cmd[2048];
+    int len = snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", t->felix, args);
+    assert_true(len > 0 && (size_t)len < sizeof(cmd));
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     size_t n = fread(out, 1, cap - 1, f);
