@@ -359,9 +359,9 @@ static void test_queued_job_keeps_its_header_bytes_so_the_next_header_waits(void
     assert_true(DELTA(a, b, ingress_reserve_waited) >= 1);
     assert_int_equal(b.g.ingress_queue_depth - a.g.ingress_queue_depth, 2);
     assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 0);
-    /* The two queued jobs (10 KiB each) still hold their header's bytes of
+    /* The two queued jobs (10,000-byte payloads) still hold their header's bytes of
      * the process-wide budget (GET /v1/pipeline: checkpoint 3 "held"). */
-    assert_true(fx_broker_budget_in_use(t->b) >= 2 * (10u << 10));
+    assert_true(fx_broker_budget_in_use(t->b) >= 2 * size_10k(0));
     assert_int_equal(DELTA(a, b, publish_error) + DELTA(a, b, ingress_rejected), 0);
     resume_stream(sub);
     acks_wait w = {s, total - acked};
