@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "wire/binary.h"
+#include "wire/message.h"
 
 static const char *out_dir;
 
@@ -110,6 +111,155 @@ static int golden_seeds(void)
     return rv;
 }
 
+/* ---- fuzz_bidi_input: option bytes, then operations (tests/fuzz/fuzz_bidi_input.c) ---- */
+
+typedef struct seedbuf {
+    uint8_t p[16384];
+    size_t n;
+} seedbuf;
+
+static void put(seedbuf *b, const uint8_t *p, size_t n)
+{
+    if (b->n + n <= sizeof(b->p)) {
+        memcpy(b->p + b->n, p, n);
+        b->n += n;
+    }
+}
+
+static void put1(seedbuf *b, uint8_t v)
+{
+    put(b, &v, 1);
+}
+
+/* Data on client bidi stream 4*|stream|, in chunks of at most |chunk| bytes
+ * (operation 0, two length bytes). */
+static void op_data(seedbuf *b, int stream, const uint8_t *p, size_t n, size_t chunk)
+{
+    while (n > 0) {
+        size_t k = n < chunk ? n : chunk;
+        put1(b, (uint8_t)(stream << 4));
+        put1(b, (uint8_t)(0x80 | (k >> 8)));
+        put1(b, (uint8_t)k);
+        put(b, p, k);
+        p += k;
+        n -= k;
+    }
+}
+
+/* Appends |m| encoded as a frame to |out|. Returns 0 or -1. */
+static int msg_frame(seedbuf *out, const fx_msg *m)
+{
+    uint8_t *f;
+    size_t n;
+    if (fx_msg_encode_frame(m, &f, &n) != 0)
+        return -1;
+    put(out, f, n);
+    free(f);
+    return 0;
+}
+
+static const uint8_t op_run_all = 0x07, op_ack = 0x09, op_turn = 0x0a, op_time = 0x08;
+
+/* The frames of a client session: auth, a JSON publish, an acked JSON
+ * publish_batch, a binary batch and an acked binary batch. */
+static int publish_frames(seedbuf *f, const char *token)
+{
+    fx_msg m;
+    fx_msg_init_auth(&m, "t1", token, true, 0x3f);
+    int rv = msg_frame(f, &m);
+    fx_msg_bytes hello = {(const uint8_t *)"hello", 5}, two[2] = {{(const uint8_t *)"a", 1},
+                                                                   {(const uint8_t *)"bc", 2}};
+    m = (fx_msg){.type = FX_MSG_PUBLISH, .tenant_id = "t1", .ns = "default", .stream = "demo",
+                 .payload = hello};
+    rv |= msg_frame(f, &m);
+    m = (fx_msg){.type = FX_MSG_PUBLISH_BATCH, .tenant_id = "t1", .ns = "default",
+                 .stream = "demo", .payloads = two, .n_payloads = 2, .request_id = 3,
+                 .has_request_id = true, .ack = FX_WIRE_ACK_PER_BATCH, .has_ack = true};
+    rv |= msg_frame(f, &m);
+    fx_wire_slice p = {(const uint8_t *)"hello", 5};
+    fx_wire_publish_batch pb = {.tenant = str("t1"), .ns = str("default"), .stream = str("demo"),
+                                .count = 1, .payloads = &p};
+    uint8_t buf[256];
+    ssize_t n = fx_publish_batch_encode(&pb, buf, sizeof(buf));
+    if (n > 0)
+        put(f, buf, (size_t)n);
+    pb.request_id = 9;
+    pb.ack = FX_WIRE_ACK_PER_BATCH;
+    ssize_t k = fx_publish_batch_encode(&pb, buf, sizeof(buf));
+    if (k > 0)
+        put(f, buf, (size_t)k);
+    return rv | (n > 0 && k > 0 ? 0 : -1);
+}
+
+static int subscribe_frames(seedbuf *f, const char *stream, fx_msg_start_kind start)
+{
+    fx_msg m;
+    fx_msg_init_auth(&m, "t1", "tok", true, 0x3f);
+    int rv = msg_frame(f, &m);
+    m = (fx_msg){.type = FX_MSG_SUBSCRIBE, .tenant_id = "t1", .ns = "default", .stream = stream,
+                 .start = {start, 0}};
+    return rv | msg_frame(f, &m);
+}
+
+/* One seed: |opts| then |ops|. */
+static int bidi_seed(const char *name, const uint8_t opts[3], const seedbuf *ops)
+{
+    return write_seed("fuzz_bidi_input", name, opts, 3, ops->p, ops->n);
+}
+
+static int bidi_seeds(void)
+{
+    seedbuf pubs = {0}, sub = {0}, sub_early = {0};
+    int rv = publish_frames(&pubs, "tok");
+    rv |= subscribe_frames(&sub, "demo", FX_MSG_START_LATEST);
+    rv |= subscribe_frames(&sub_early, "demo", FX_MSG_START_EARLIEST);
+    static seedbuf ops; /* large: not on the stack */
+    /* Publishes alone, whole, with the default budgets. */
+    static const uint8_t roomy[3] = {0x00, 0xff, 0x0f};
+    ops.n = 0;
+    op_data(&ops, 0, pubs.p, pubs.n, 0x7fff);
+    put1(&ops, 0x44); /* FIN on stream 0 */
+    put1(&ops, op_run_all);
+    put1(&ops, op_ack);
+    put1(&ops, op_turn);
+    rv |= bidi_seed("publish", roomy, &ops);
+    /* A subscriber on stream 4, then publishes on stream 0 in 7-byte pieces
+     * with tiny budgets and windows: reservation waits, parking, credit. */
+    static const uint8_t tight[3] = {0x04, 0x05, 0x01};
+    ops.n = 0;
+    op_data(&ops, 1, sub.p, sub.n, 0x7fff);
+    put1(&ops, 0x14); /* FIN on stream 4 */
+    put1(&ops, op_run_all);
+    op_data(&ops, 0, pubs.p, pubs.n, 7);
+    put1(&ops, op_run_all);
+    put1(&ops, op_time);
+    put1(&ops, 20);
+    put1(&ops, op_ack);
+    put1(&ops, op_run_all);
+    rv |= bidi_seed("subscribe_publish_tight", tight, &ops);
+    /* The same with the defaults, two workers, commit acks and auth. */
+    static const uint8_t commit[3] = {0x19, 0xff, 0x0f};
+    ops.n = 0;
+    op_data(&ops, 1, sub_early.p, sub_early.n, 0x7fff);
+    put1(&ops, 0x14);
+    op_data(&ops, 0, pubs.p, pubs.n, 0x7fff);
+    put1(&ops, op_run_all);
+    put1(&ops, op_ack);
+    put1(&ops, op_run_all);
+    put1(&ops, 0x0b); /* the subscriber resets its event stream */
+    put1(&ops, op_turn);
+    rv |= bidi_seed("subscribe_publish_commit", commit, &ops);
+    /* A refused token, then publishes without auth on another stream. */
+    seedbuf bad = {0};
+    rv |= publish_frames(&bad, "bad");
+    ops.n = 0;
+    op_data(&ops, 2, bad.p, bad.n, 64);
+    op_data(&ops, 3, pubs.p + 8, pubs.n - 8, 64);
+    put1(&ops, op_run_all);
+    rv |= bidi_seed("auth_refused", (const uint8_t[3]){0x10, 0xff, 0x0f}, &ops);
+    return rv;
+}
+
 /* Reads a hex text file into a new buffer; NULL if unreadable or not hex. */
 static uint8_t *read_hex(const char *path, size_t *plen)
 {
@@ -199,6 +349,7 @@ int main(int argc, char **argv)
     if (ensure_dir(out_dir) < 0)
         return 1;
     int rv = golden_seeds();
+    rv |= bidi_seeds();
     if (argc == 3)
         rv |= vector_seeds(argv[2]);
     rv |= write_seed("fuzz_frame_decoder", "all_frames", stream_prefix, 2, all, all_len);
