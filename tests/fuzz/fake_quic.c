@@ -408,6 +408,22 @@ fx_loop *fx_quic_endpoint_loop(const fx_quic_endpoint *ep)
 
 /* ---- streams --------------------------------------------------------------------------------- */
 
+fx_quic_conn *fq_conn_at(fx_quic_endpoint *ep, size_t i)
+{
+    fx_quic_conn *c = ep->conns;
+    while (c != NULL && i-- > 0)
+        c = c->next;
+    return c;
+}
+
+bool fq_conn_alive(fx_quic_endpoint *ep, const fx_quic_conn *c)
+{
+    for (fx_quic_conn *k = ep->conns; k != NULL; k = k->next)
+        if (k == c)
+            return !c->dead;
+    return false;
+}
+
 fq_stream *fq_stream_at(fx_quic_conn *c, size_t i)
 {
     return i < c->nstreams ? c->streams[i] : NULL;
@@ -557,8 +573,11 @@ int fx_quic_stream_shutdown(fx_quic_conn *c, int64_t sid)
     if (s == NULL)
         return FX_ENOSTREAM;
     FX_FUZZ_CHECK(!(s->peer_opened && (sid & 2) != 0));
+    bool was = s->tx_fin;
     if (!s->reset)
         s->tx_fin = true;
+    if (!was && s->tx_fin && c->ep->cfg.on_send != NULL)
+        c->ep->cfg.on_send(c, s, NULL, 0, true, c->ep->cfg.hook_user);
     schedule_turn(c);
     return 0;
 }

@@ -42,7 +42,8 @@ typedef struct fq_stream {
 #define FQ_TX_LOG (256u * 1024u)
 
 /* Called after every accepted send (on the sending loop, inside
- * fx_quic_stream_send): the peer's view of new bytes on |s|. */
+ * fx_quic_stream_send or, for a FIN alone, fx_quic_stream_shutdown): the
+ * peer's view of new bytes on |s|. */
 typedef void (*fq_send_hook)(fx_quic_conn *c, fq_stream *s, const uint8_t *p, size_t n, bool fin,
                              void *user);
 
@@ -82,6 +83,10 @@ bool fq_turn(fx_quic_conn *c);
 void fq_close_remote(fx_quic_conn *c, uint64_t code);
 /* Tells whether the layer above closed (or is closing) |c|. */
 bool fq_is_closing(const fx_quic_conn *c);
+/* The |i|-th live connection of |ep| (newest first), or NULL. */
+fx_quic_conn *fq_conn_at(fx_quic_endpoint *ep, size_t i);
+/* True while |c| is a live connection of |ep|. */
+bool fq_conn_alive(fx_quic_endpoint *ep, const fx_quic_conn *c);
 /* Iterates the streams of |c| (NULL past the end). */
 fq_stream *fq_stream_at(fx_quic_conn *c, size_t i);
 fq_stream *fq_stream_find(fx_quic_conn *c, int64_t sid);

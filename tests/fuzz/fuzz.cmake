@@ -89,6 +89,13 @@ fx_fuzz_target(fuzz_bidi_input DICT wire.dict
          ${FX_FUZZ_DIR}/fake_quic.c
     LIBS Threads::Threads m PkgConfig::JANSSON PkgConfig::NETTLE)
 
+# libfelix's subscriptions through its public API on its real loop thread,
+# over the fake transport (no socket).
+file(GLOB _fx_client_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/client/*.c)
+fx_fuzz_target(fuzz_client_events DICT wire.dict
+    SRCS ${_fx_client_srcs} ${_fx_base_srcs} ${_fx_wire_srcs} ${FX_FUZZ_DIR}/fake_quic.c
+    LIBS Threads::Threads m PkgConfig::JANSSON PkgConfig::NETTLE)
+
 foreach(_src ${_fx_fuzz_targets})
     get_filename_component(_name ${_src} NAME_WE)
     if(_name IN_LIST _fx_fuzz_special)

@@ -260,6 +260,106 @@ static int bidi_seeds(void)
     return rv;
 }
 
+/* ---- fuzz_client_events: option bytes, [early chunk], operations ------------------------ */
+
+/* Data on the broker's event stream |k| (operation 0, two length bytes). */
+static void op_events(seedbuf *b, int k, const uint8_t *p, size_t n, size_t piece, bool fin)
+{
+    do {
+        size_t m = n < piece ? n : piece;
+        bool last = m == n;
+        put1(b, (uint8_t)(((k & 3) | (last && fin ? 4 : 0)) << 3));
+        put1(b, (uint8_t)(0x80 | (m >> 8)));
+        put1(b, (uint8_t)m);
+        put(b, p, m);
+        p += m;
+        n -= m;
+    } while (n > 0);
+}
+
+/* The hello of subscription |id| and three batches: per subscriber with
+ * offsets (base |base|), per subscriber without, shared with offsets. */
+static int event_frames(seedbuf *f, uint64_t id, uint64_t base)
+{
+    fx_msg m;
+    fx_msg_init_event_stream_hello(&m, id);
+    int rv = msg_frame(f, &m);
+    fx_wire_slice ab[3] = {str("a"), str("bc"), str("")};
+    fx_event_batch eb = {.subscription_id = id, .has_offsets = true, .base_offset = base,
+                         .count = 3, .payloads = ab};
+    uint8_t buf[256];
+    ssize_t n = fx_event_batch_encode(&eb, buf, sizeof(buf));
+    rv |= n > 0 ? 0 : -1;
+    if (n > 0)
+        put(f, buf, (size_t)n);
+    eb.has_offsets = false;
+    eb.count = 1;
+    n = fx_event_batch_encode(&eb, buf, sizeof(buf));
+    rv |= n > 0 ? 0 : -1;
+    if (n > 0)
+        put(f, buf, (size_t)n);
+    eb = (fx_event_batch){.shared = true, .has_offsets = true, .base_offset = base + 7,
+                          .count = 2, .payloads = ab};
+    n = fx_event_batch_encode(&eb, buf, sizeof(buf));
+    rv |= n > 0 ? 0 : -1;
+    if (n > 0)
+        put(f, buf, (size_t)n);
+    return rv;
+}
+
+static int client_seed(const char *name, uint8_t b0, uint8_t b1, const seedbuf *ops)
+{
+    const uint8_t opts[2] = {b0, b1};
+    return write_seed("fuzz_client_events", name, opts, 2, ops->p, ops->n);
+}
+
+static const uint8_t op_consume_all = 0xfc, op_turn_ack = 0x06;
+
+static int client_seeds(void)
+{
+    seedbuf ev1 = {0}, ev2 = {0};
+    int rv = event_frames(&ev1, 1, 5);
+    rv |= event_frames(&ev2, 2, 0);
+    static seedbuf ops;
+    /* next(), drop_new, roomy window: all of it at once, then the FIN. */
+    ops.n = 0;
+    op_events(&ops, 0, ev1.p, ev1.n, 0x7fff, true);
+    put1(&ops, op_consume_all);
+    rv |= client_seed("next", 0x00, 0x0f, &ops);
+    /* Block, a queue of one batch, a 64-byte window: pieces, reads, turns. */
+    ops.n = 0;
+    for (int i = 0; i < 3; i++) {
+        op_events(&ops, 0, ev1.p, ev1.n, 20, false);
+        put1(&ops, op_turn_ack);
+        put1(&ops, op_consume_all);
+        put1(&ops, op_turn_ack);
+    }
+    rv |= client_seed("block_small_window", 0x01, 0x00, &ops);
+    /* Two subscriptions, the first by callback; their streams interleaved. */
+    ops.n = 0;
+    op_events(&ops, 1, ev2.p, ev2.n, 30, false);
+    op_events(&ops, 0, ev1.p, ev1.n, 30, false);
+    put1(&ops, 0xfc | 0x08); /* read subscription 1 */
+    put1(&ops, 0x07);        /* unsubscribe 0 */
+    rv |= client_seed("callback_two", 0x0c, 0x0e, &ops);
+    /* The event stream's hello before `subscribed`, drop_old, earliest. */
+    ops.n = 0;
+    size_t hello = FX_WIRE_HEADER_LEN + fx_be32(ev1.p + 8);
+    put1(&ops, 0x80);
+    put1(&ops, (uint8_t)hello);
+    put(&ops, ev1.p, hello);
+    op_events(&ops, 0, ev1.p + hello, ev1.n - hello, 0x7fff, false);
+    put1(&ops, op_consume_all);
+    put1(&ops, 0x27); /* the connection is lost */
+    rv |= client_seed("early_hello_drop_old", 0x32, 0x0d, &ops);
+    /* Start at offset 5, a 4 KiB frame limit, block with two slots. */
+    ops.n = 0;
+    op_events(&ops, 0, ev1.p, ev1.n, 0x7fff, false);
+    put1(&ops, 0x03); /* reset by the broker */
+    rv |= client_seed("offset_reset", 0xc1, 0x0d, &ops);
+    return rv;
+}
+
 /* Reads a hex text file into a new buffer; NULL if unreadable or not hex. */
 static uint8_t *read_hex(const char *path, size_t *plen)
 {
@@ -350,6 +450,7 @@ int main(int argc, char **argv)
         return 1;
     int rv = golden_seeds();
     rv |= bidi_seeds();
+    rv |= client_seeds();
     if (argc == 3)
         rv |= vector_seeds(argv[2]);
     rv |= write_seed("fuzz_frame_decoder", "all_frames", stream_prefix, 2, all, all_len);
