@@ -11,7 +11,8 @@
  * windows; see setup()), then operations (see step()). After the last one
  * the run is settled (every task and timer run, everything acknowledged)
  * and checked: every byte delivered on a bidi stream that is not blocked
- * was credited, no credit was ever given for bytes not delivered, what the
+ * was credited and a FIN from the client was answered with the broker's,
+ * no credit was ever given for bytes not delivered, what the
  * broker sent is whole frames, and once every connection is closed the
  * publish budgets and ingress gauges are back to zero. ASan/UBSan and leak
  * detection cover the rest. Single-threaded. */
@@ -83,6 +84,9 @@ static void fake_release(void *user, void *ctx)
 /* ---- the run ------------------------------------------------------------------------------- */
 
 typedef struct run {
+    const uint8_t *last; /* the last data operation, for repeats */
+    size_t last_len;
+    int64_t last_sid;
     fx_broker *b;
     fx_quic_endpoint *ep;
     fx_quic_conn *conns[MAX_CONNS];
@@ -232,6 +236,9 @@ static void step(run *x, rd *r)
             len = r->n;
         if (c != NULL)
             fq_deliver(c, sid, r->p, len, (arg & 4) != 0);
+        x->last = r->p;
+        x->last_len = len;
+        x->last_sid = sid;
         r->p += len;
         r->n -= len;
         break;
@@ -280,9 +287,12 @@ static void step(run *x, rd *r)
         else if (x->nconns > 0)
             x->cur = arg % x->nconns;
         break;
-    case 14: /* the drain starts (what fx_broker_drain sets first) */
-        if (arg == 0)
+    case 14:
+        if (arg == 0) /* the drain starts (what fx_broker_drain sets first) */
             atomic_store(&x->b->draining, true);
+        else if (c != NULL) /* volume: the last data again, 128 x arg times */
+            for (unsigned i = 0; i < 128u * arg && x->last_len > 0; i++)
+                fq_deliver(c, x->last_sid, x->last, x->last_len, false);
         break;
     case 15: /* a client uni stream: refused */
         if (c != NULL)
@@ -351,6 +361,13 @@ static void check_credit(run *x)
                     fprintf(stderr, "stream %lld: %zu of %zu delivered bytes credited\n",
                             (long long)s->sid, fs->rx_consumed, fs->rx_delivered);
                     FX_FUZZ_CHECK(fs->rx_consumed == fs->rx_delivered);
+                }
+                /* The client's FIN is answered once everything before it
+                 * was handled (fx_client_close waits for it). */
+                if (fs->rx_fin && !fs->reset && !fs->tx_fin) {
+                    fprintf(stderr, "stream %lld: the client's FIN was never answered\n",
+                            (long long)s->sid);
+                    FX_FUZZ_CHECK(fs->tx_fin);
                 }
             }
         }

@@ -257,6 +257,28 @@ static int bidi_seeds(void)
     op_data(&ops, 3, pubs.p + 8, pubs.n - 8, 64);
     put1(&ops, op_run_all);
     rv |= bidi_seed("auth_refused", (const uint8_t[3]){0x10, 0xff, 0x0f}, &ops);
+    /* Commit acks behind a job queue of one that nobody drains: the acked
+     * publishes park (Wait) and time out. */
+    ops.n = 0;
+    op_data(&ops, 0, pubs.p, pubs.n, 0x7fff);
+    for (int i = 0; i < 4; i++) {
+        put1(&ops, 0x88); /* 255 x 2 ms */
+        put1(&ops, 0xff);
+    }
+    put1(&ops, op_run_all);
+    rv |= bidi_seed("commit_wait_expires", (const uint8_t[3]){0x08, 0xcf, 0x0f}, &ops);
+    /* 1920 frames with an unknown flag, each answered with an error, on a
+     * connection whose sends are refused (unacked cap of 1 byte): the reply
+     * queue fills, reading stops, and resumes once acknowledged. */
+    static const uint8_t bad_flags[12] = {'F', 'L', 'X', '1', 0, 1, 0, 0x40, 0, 0, 0, 0};
+    ops.n = 0;
+    op_data(&ops, 0, pubs.p, FX_WIRE_HEADER_LEN + fx_be32(pubs.p + 8), 0x7fff); /* auth */
+    op_data(&ops, 0, bad_flags, sizeof(bad_flags), 0x7fff);
+    put1(&ops, 0xfe); /* repeat it 15 x 128 times */
+    put1(&ops, op_run_all);
+    put1(&ops, op_ack);
+    put1(&ops, op_run_all);
+    rv |= bidi_seed("reply_flood", (const uint8_t[3]){0x00, 0xff, 0x03}, &ops);
     return rv;
 }
 
