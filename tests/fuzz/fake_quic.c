@@ -639,7 +639,7 @@ static size_t pump(fx_quic_conn *c, fq_stream *s)
     return n;
 }
 
-#define FQ_OUTBOX_MAX (4u << 20)
+#define FQ_OUTBOX_MAX (256u * 1024u) /* what the peer may have queued on one stream */
 
 size_t fq_deliver(fx_quic_conn *c, int64_t sid, const uint8_t *data, size_t len, bool fin)
 {

@@ -33,6 +33,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 #define MAX_CONNS 4
 #define MAX_OPS 4096
+#define REPEAT_BYTES (32u * 1024u)
+#define REPEAT_TOTAL (64u * 1024u)
 
 typedef struct rd {
     const uint8_t *p;
@@ -87,6 +89,7 @@ typedef struct run {
     const uint8_t *last; /* the last data operation, for repeats */
     size_t last_len;
     int64_t last_sid;
+    size_t repeated; /* bytes repeated so far (at most REPEAT_TOTAL a run) */
     fx_broker *b;
     fx_quic_endpoint *ep;
     fx_quic_conn *conns[MAX_CONNS];
@@ -290,9 +293,15 @@ static void step(run *x, rd *r)
     case 14:
         if (arg == 0) /* the drain starts (what fx_broker_drain sets first) */
             atomic_store(&x->b->draining, true);
-        else if (c != NULL) /* volume: the last data again, 128 x arg times */
-            for (unsigned i = 0; i < 128u * arg && x->last_len > 0; i++)
+        else if (c != NULL && x->last_len > 0) { /* volume: the last data again, 128 x arg times */
+            size_t times = 128u * arg;
+            if (times > REPEAT_BYTES / x->last_len)
+                times = REPEAT_BYTES / x->last_len; /* at most 32 KiB a time */
+            for (size_t i = 0; i < times && x->repeated < REPEAT_TOTAL; i++) {
                 fq_deliver(c, x->last_sid, x->last, x->last_len, false);
+                x->repeated += x->last_len;
+            }
+        }
         break;
     case 15: /* a client uni stream: refused */
         if (c != NULL)
