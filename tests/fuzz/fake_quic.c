@@ -523,8 +523,7 @@ static void tx_log(fq_stream *s, const uint8_t *p, size_t n)
     s->tx_len += n;
 }
 
-int fx_quic_stream_send(fx_quic_conn *c, int64_t sid, fx_buf *buf, size_t off, size_t len,
-                        bool fin)
+int fx_quic_stream_send(fx_quic_conn *c, int64_t sid, fx_buf *buf, size_t off, size_t len, bool fin)
 {
     if (c->closing || c->dead)
         return FX_ECLOSED;

@@ -48,10 +48,10 @@ typedef void (*fq_send_hook)(fx_quic_conn *c, fq_stream *s, const uint8_t *p, si
                              void *user);
 
 typedef struct fq_config {
-    size_t stream_window;  /* receive credit per stream */
-    uint64_t unacked_cap;  /* sends beyond it get FX_EFULL */
+    size_t stream_window;   /* receive credit per stream */
+    uint64_t unacked_cap;   /* sends beyond it get FX_EFULL */
     uint32_t local_streams; /* streams each side may open; then FX_ESTREAMS */
-    bool auto_turn;        /* closes run from a task posted to the endpoint loop */
+    bool auto_turn;         /* closes run from a task posted to the endpoint loop */
     fq_send_hook on_send;
     void *hook_user;
 } fq_config;

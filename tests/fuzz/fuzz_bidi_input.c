@@ -8,8 +8,8 @@
  * when time passes, when the peer acknowledges, resets or disconnects.
  *
  * Input: 3 option bytes (workers, io thread, ingress policy, auth, budgets,
- * windows; see setup()), then operations (see step()). After the last one
- * the run is settled (every task and timer run, everything acknowledged)
+ * windows; see setup_opts()), then operations (see step()). After the last
+ * one the run is settled (every task and timer run, everything acknowledged)
  * and checked: every byte delivered on a bidi stream that is not blocked
  * was credited and a FIN from the client was answered with the broker's,
  * no credit was ever given for bytes not delivered, what the
@@ -53,8 +53,8 @@ static uint8_t u8(rd *r)
 
 /* Token "bad" is refused; any other is accepted and its text kept as the
  * claims. Streams whose name starts with 'x' are forbidden. */
-static int fake_verify(void *user, const char *tenant, const char *token, size_t len,
-                       int64_t now_s, void **pctx, char *why, size_t whylen)
+static int fake_verify(void *user, const char *tenant, const char *token, size_t len, int64_t now_s,
+                       void **pctx, char *why, size_t whylen)
 {
     (void)user, (void)tenant, (void)now_s;
     FX_FUZZ_CHECK(strlen(token) == len);
@@ -118,8 +118,8 @@ static void setup_opts(rd *r, fx_broker_opts *o, fq_config *q)
     o->pub_ingress_wait = (b0 & 4) != 0;
     o->ack_on_commit = (b0 & 8) != 0;
     if (b0 & 16)
-        o->auth = (fx_broker_auth){
-            .verify = fake_verify, .allows = fake_allows, .release = fake_release};
+        o->auth =
+            (fx_broker_auth){.verify = fake_verify, .allows = fake_allows, .release = fake_release};
     o->auto_create_streams = (b0 & 32) == 0;
     o->streams = precreated;
     o->nstreams = 1;
@@ -438,10 +438,9 @@ typedef struct gauges {
 
 static gauges gauges_now(void)
 {
-    return (gauges){atomic_load(&fx_gauges.ingress_reserved_bytes),
-                    atomic_load(&fx_gauges.ingress_queue_depth),
-                    atomic_load(&fx_gauges.sub_subscriptions),
-                    atomic_load(&fx_gauges.sub_active_connections)};
+    return (gauges){
+        atomic_load(&fx_gauges.ingress_reserved_bytes), atomic_load(&fx_gauges.ingress_queue_depth),
+        atomic_load(&fx_gauges.sub_subscriptions), atomic_load(&fx_gauges.sub_active_connections)};
 }
 
 /* ---- entry points -------------------------------------------------------------------------- */

@@ -167,18 +167,31 @@ static int publish_frames(seedbuf *f, const char *token)
     fx_msg m;
     fx_msg_init_auth(&m, "t1", token, true, 0x3f);
     int rv = msg_frame(f, &m);
-    fx_msg_bytes hello = {(const uint8_t *)"hello", 5}, two[2] = {{(const uint8_t *)"a", 1},
-                                                                   {(const uint8_t *)"bc", 2}};
-    m = (fx_msg){.type = FX_MSG_PUBLISH, .tenant_id = "t1", .ns = "default", .stream = "demo",
+    fx_msg_bytes hello = {(const uint8_t *)"hello", 5},
+                 two[2] = {{(const uint8_t *)"a", 1}, {(const uint8_t *)"bc", 2}};
+    m = (fx_msg){.type = FX_MSG_PUBLISH,
+                 .tenant_id = "t1",
+                 .ns = "default",
+                 .stream = "demo",
                  .payload = hello};
     rv |= msg_frame(f, &m);
-    m = (fx_msg){.type = FX_MSG_PUBLISH_BATCH, .tenant_id = "t1", .ns = "default",
-                 .stream = "demo", .payloads = two, .n_payloads = 2, .request_id = 3,
-                 .has_request_id = true, .ack = FX_WIRE_ACK_PER_BATCH, .has_ack = true};
+    m = (fx_msg){.type = FX_MSG_PUBLISH_BATCH,
+                 .tenant_id = "t1",
+                 .ns = "default",
+                 .stream = "demo",
+                 .payloads = two,
+                 .n_payloads = 2,
+                 .request_id = 3,
+                 .has_request_id = true,
+                 .ack = FX_WIRE_ACK_PER_BATCH,
+                 .has_ack = true};
     rv |= msg_frame(f, &m);
     fx_wire_slice p = {(const uint8_t *)"hello", 5};
-    fx_wire_publish_batch pb = {.tenant = str("t1"), .ns = str("default"), .stream = str("demo"),
-                                .count = 1, .payloads = &p};
+    fx_wire_publish_batch pb = {.tenant = str("t1"),
+                                .ns = str("default"),
+                                .stream = str("demo"),
+                                .count = 1,
+                                .payloads = &p};
     uint8_t buf[256];
     ssize_t n = fx_publish_batch_encode(&pb, buf, sizeof(buf));
     if (n > 0)
@@ -196,7 +209,10 @@ static int subscribe_frames(seedbuf *f, const char *stream, fx_msg_start_kind st
     fx_msg m;
     fx_msg_init_auth(&m, "t1", "tok", true, 0x3f);
     int rv = msg_frame(f, &m);
-    m = (fx_msg){.type = FX_MSG_SUBSCRIBE, .tenant_id = "t1", .ns = "default", .stream = stream,
+    m = (fx_msg){.type = FX_MSG_SUBSCRIBE,
+                 .tenant_id = "t1",
+                 .ns = "default",
+                 .stream = stream,
                  .start = {start, 0}};
     return rv | msg_frame(f, &m);
 }
@@ -307,8 +323,11 @@ static int event_frames(seedbuf *f, uint64_t id, uint64_t base)
     fx_msg_init_event_stream_hello(&m, id);
     int rv = msg_frame(f, &m);
     fx_wire_slice ab[3] = {str("a"), str("bc"), str("")};
-    fx_event_batch eb = {.subscription_id = id, .has_offsets = true, .base_offset = base,
-                         .count = 3, .payloads = ab};
+    fx_event_batch eb = {.subscription_id = id,
+                         .has_offsets = true,
+                         .base_offset = base,
+                         .count = 3,
+                         .payloads = ab};
     uint8_t buf[256];
     ssize_t n = fx_event_batch_encode(&eb, buf, sizeof(buf));
     rv |= n > 0 ? 0 : -1;
@@ -320,8 +339,8 @@ static int event_frames(seedbuf *f, uint64_t id, uint64_t base)
     rv |= n > 0 ? 0 : -1;
     if (n > 0)
         put(f, buf, (size_t)n);
-    eb = (fx_event_batch){.shared = true, .has_offsets = true, .base_offset = base + 7,
-                          .count = 2, .payloads = ab};
+    eb = (fx_event_batch){
+        .shared = true, .has_offsets = true, .base_offset = base + 7, .count = 2, .payloads = ab};
     n = fx_event_batch_encode(&eb, buf, sizeof(buf));
     rv |= n > 0 ? 0 : -1;
     if (n > 0)
