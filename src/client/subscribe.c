@@ -501,6 +501,7 @@ static void evs_feed(evs *e, const uint8_t *data, size_t len)
             e->early += used;
         }
         if (rv < 0) {
+            grant(e, used); /* discarded: the window gets them back */
             e->ended = true;
             if (e->sub != NULL)
                 sub_end(e->sub, FX_EPROTO, err.msg, 0, 0);
@@ -517,6 +518,10 @@ static void evs_feed(evs *e, const uint8_t *data, size_t len)
             }
         }
     }
+    /* The stream ended inside this chunk: the rest is discarded, and its
+     * credit returned like that of every later chunk (fx_evs_on_data). */
+    if (e->ended)
+        grant(e, len);
 }
 
 void fx_evs_open(cconn *cc, int64_t sid)

@@ -62,7 +62,7 @@ set(_fx_auth_fuzz SRCS ${_fx_auth_srcs} ${_fx_wire_srcs}
     DEFS FX_AUTH_FUZZ_SKIP_SIGNATURE FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
     LIBS fx_base PkgConfig::JANSSON PkgConfig::NETTLE PkgConfig::HOGWEED DICT auth.dict)
 set(_fx_fuzz_special fuzz_jws_verify fuzz_jwt_claims fuzz_jwks_parse fuzz_config_yaml
-    fuzz_admin_bind fuzz_admin_path)
+    fuzz_admin_bind fuzz_admin_path fuzz_bidi_input fuzz_client_events)
 fx_fuzz_target(fuzz_jws_verify ${_fx_auth_fuzz})
 fx_fuzz_target(fuzz_jwt_claims ${_fx_auth_fuzz})
 fx_fuzz_target(fuzz_jwks_parse ${_fx_auth_fuzz})
@@ -76,6 +76,25 @@ fx_fuzz_target(fuzz_admin_bind SRCS ${CMAKE_SOURCE_DIR}/src/server/admin.c DICT 
 # fuzz_admin_path.c includes src/server/admin_routes.c itself.
 fx_fuzz_target(fuzz_admin_path DICT admin.dict
     LIBS fx_server fx_broker fx_quic fx_wire fx_base)
+
+# The broker's data plane on one thread: every src/broker and src/base file
+# but the real loop, over the fake transport and loops (fake_quic.c,
+# fake_loop.c); no socket, no thread.
+file(GLOB _fx_broker_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/broker/*.c)
+file(GLOB _fx_base_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/base/*.c)
+set(_fx_base_noloop ${_fx_base_srcs})
+list(FILTER _fx_base_noloop EXCLUDE REGEX "/loop\\.c$")
+fx_fuzz_target(fuzz_bidi_input DICT wire.dict
+    SRCS ${_fx_broker_srcs} ${_fx_base_noloop} ${_fx_wire_srcs} ${FX_FUZZ_DIR}/fake_loop.c
+         ${FX_FUZZ_DIR}/fake_quic.c
+    LIBS Threads::Threads m PkgConfig::JANSSON PkgConfig::NETTLE)
+
+# libfelix's subscriptions through its public API on its real loop thread,
+# over the fake transport (no socket).
+file(GLOB _fx_client_srcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/client/*.c)
+fx_fuzz_target(fuzz_client_events DICT wire.dict
+    SRCS ${_fx_client_srcs} ${_fx_base_srcs} ${_fx_wire_srcs} ${FX_FUZZ_DIR}/fake_quic.c
+    LIBS Threads::Threads m PkgConfig::JANSSON PkgConfig::NETTLE)
 
 foreach(_src ${_fx_fuzz_targets})
     get_filename_component(_name ${_src} NAME_WE)

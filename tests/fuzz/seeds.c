@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "wire/binary.h"
+#include "wire/message.h"
 
 static const char *out_dir;
 
@@ -110,6 +111,296 @@ static int golden_seeds(void)
     return rv;
 }
 
+/* ---- fuzz_bidi_input: option bytes, then operations (tests/fuzz/fuzz_bidi_input.c) ---- */
+
+typedef struct seedbuf {
+    uint8_t p[16384];
+    size_t n;
+} seedbuf;
+
+static void put(seedbuf *b, const uint8_t *p, size_t n)
+{
+    if (b->n + n <= sizeof(b->p)) {
+        memcpy(b->p + b->n, p, n);
+        b->n += n;
+    }
+}
+
+static void put1(seedbuf *b, uint8_t v)
+{
+    put(b, &v, 1);
+}
+
+/* Data on client bidi stream 4*|stream|, in chunks of at most |chunk| bytes
+ * (operation 0, two length bytes). */
+static void op_data(seedbuf *b, int stream, const uint8_t *p, size_t n, size_t chunk)
+{
+    while (n > 0) {
+        size_t k = n < chunk ? n : chunk;
+        put1(b, (uint8_t)(stream << 4));
+        put1(b, (uint8_t)(0x80 | (k >> 8)));
+        put1(b, (uint8_t)k);
+        put(b, p, k);
+        p += k;
+        n -= k;
+    }
+}
+
+/* Appends |m| encoded as a frame to |out|. Returns 0 or -1. */
+static int msg_frame(seedbuf *out, const fx_msg *m)
+{
+    uint8_t *f;
+    size_t n;
+    if (fx_msg_encode_frame(m, &f, &n) != 0)
+        return -1;
+    put(out, f, n);
+    free(f);
+    return 0;
+}
+
+static const uint8_t op_run_all = 0x07, op_ack = 0x09, op_turn = 0x0a, op_time = 0x08;
+
+/* The frames of a client session: auth, a JSON publish, an acked JSON
+ * publish_batch, a binary batch and an acked binary batch. */
+static int publish_frames(seedbuf *f, const char *token)
+{
+    fx_msg m;
+    fx_msg_init_auth(&m, "t1", token, true, 0x3f);
+    int rv = msg_frame(f, &m);
+    fx_msg_bytes hello = {(const uint8_t *)"hello", 5},
+                 two[2] = {{(const uint8_t *)"a", 1}, {(const uint8_t *)"bc", 2}};
+    m = (fx_msg){.type = FX_MSG_PUBLISH,
+                 .tenant_id = "t1",
+                 .ns = "default",
+                 .stream = "demo",
+                 .payload = hello};
+    rv |= msg_frame(f, &m);
+    m = (fx_msg){.type = FX_MSG_PUBLISH_BATCH,
+                 .tenant_id = "t1",
+                 .ns = "default",
+                 .stream = "demo",
+                 .payloads = two,
+                 .n_payloads = 2,
+                 .request_id = 3,
+                 .has_request_id = true,
+                 .ack = FX_WIRE_ACK_PER_BATCH,
+                 .has_ack = true};
+    rv |= msg_frame(f, &m);
+    fx_wire_slice p = {(const uint8_t *)"hello", 5};
+    fx_wire_publish_batch pb = {.tenant = str("t1"),
+                                .ns = str("default"),
+                                .stream = str("demo"),
+                                .count = 1,
+                                .payloads = &p};
+    uint8_t buf[256];
+    ssize_t n = fx_publish_batch_encode(&pb, buf, sizeof(buf));
+    if (n > 0)
+        put(f, buf, (size_t)n);
+    pb.request_id = 9;
+    pb.ack = FX_WIRE_ACK_PER_BATCH;
+    ssize_t k = fx_publish_batch_encode(&pb, buf, sizeof(buf));
+    if (k > 0)
+        put(f, buf, (size_t)k);
+    return rv | (n > 0 && k > 0 ? 0 : -1);
+}
+
+static int subscribe_frames(seedbuf *f, const char *stream, fx_msg_start_kind start)
+{
+    fx_msg m;
+    fx_msg_init_auth(&m, "t1", "tok", true, 0x3f);
+    int rv = msg_frame(f, &m);
+    m = (fx_msg){.type = FX_MSG_SUBSCRIBE,
+                 .tenant_id = "t1",
+                 .ns = "default",
+                 .stream = stream,
+                 .start = {start, 0}};
+    return rv | msg_frame(f, &m);
+}
+
+/* One seed: |opts| then |ops|. */
+static int bidi_seed(const char *name, const uint8_t opts[3], const seedbuf *ops)
+{
+    return write_seed("fuzz_bidi_input", name, opts, 3, ops->p, ops->n);
+}
+
+static int bidi_seeds(void)
+{
+    seedbuf pubs = {0}, sub = {0}, sub_early = {0};
+    int rv = publish_frames(&pubs, "tok");
+    rv |= subscribe_frames(&sub, "demo", FX_MSG_START_LATEST);
+    rv |= subscribe_frames(&sub_early, "demo", FX_MSG_START_EARLIEST);
+    static seedbuf ops; /* large: not on the stack */
+    /* Publishes alone, whole, with the default budgets. */
+    static const uint8_t roomy[3] = {0x00, 0xff, 0x0f};
+    ops.n = 0;
+    op_data(&ops, 0, pubs.p, pubs.n, 0x7fff);
+    put1(&ops, 0x44); /* FIN on stream 0 */
+    put1(&ops, op_run_all);
+    put1(&ops, op_ack);
+    put1(&ops, op_turn);
+    rv |= bidi_seed("publish", roomy, &ops);
+    /* A subscriber on stream 4, then publishes on stream 0 in 7-byte pieces
+     * with tiny budgets and windows: reservation waits, parking, credit. */
+    static const uint8_t tight[3] = {0x04, 0x05, 0x01};
+    ops.n = 0;
+    op_data(&ops, 1, sub.p, sub.n, 0x7fff);
+    put1(&ops, 0x14); /* FIN on stream 4 */
+    put1(&ops, op_run_all);
+    op_data(&ops, 0, pubs.p, pubs.n, 7);
+    put1(&ops, op_run_all);
+    put1(&ops, op_time);
+    put1(&ops, 20);
+    put1(&ops, op_ack);
+    put1(&ops, op_run_all);
+    rv |= bidi_seed("subscribe_publish_tight", tight, &ops);
+    /* The same with the defaults, two workers, commit acks and auth. */
+    static const uint8_t commit[3] = {0x19, 0xff, 0x0f};
+    ops.n = 0;
+    op_data(&ops, 1, sub_early.p, sub_early.n, 0x7fff);
+    put1(&ops, 0x14);
+    op_data(&ops, 0, pubs.p, pubs.n, 0x7fff);
+    put1(&ops, op_run_all);
+    put1(&ops, op_ack);
+    put1(&ops, op_run_all);
+    put1(&ops, 0x0b); /* the subscriber resets its event stream */
+    put1(&ops, op_turn);
+    rv |= bidi_seed("subscribe_publish_commit", commit, &ops);
+    /* A refused token, then publishes without auth on another stream. */
+    seedbuf bad = {0};
+    rv |= publish_frames(&bad, "bad");
+    ops.n = 0;
+    op_data(&ops, 2, bad.p, bad.n, 64);
+    op_data(&ops, 3, pubs.p + 8, pubs.n - 8, 64);
+    put1(&ops, op_run_all);
+    rv |= bidi_seed("auth_refused", (const uint8_t[3]){0x10, 0xff, 0x0f}, &ops);
+    /* Commit acks behind a job queue of one that nobody drains: the acked
+     * publishes park (Wait) and time out. */
+    ops.n = 0;
+    op_data(&ops, 0, pubs.p, pubs.n, 0x7fff);
+    for (int i = 0; i < 4; i++) {
+        put1(&ops, 0x88); /* 255 x 2 ms */
+        put1(&ops, 0xff);
+    }
+    put1(&ops, op_run_all);
+    rv |= bidi_seed("commit_wait_expires", (const uint8_t[3]){0x08, 0xcf, 0x0f}, &ops);
+    /* 1920 frames with an unknown flag, each answered with an error, on a
+     * connection whose sends are refused (unacked cap of 1 byte): the reply
+     * queue fills, reading stops, and resumes once acknowledged. */
+    static const uint8_t bad_flags[12] = {'F', 'L', 'X', '1', 0, 1, 0, 0x40, 0, 0, 0, 0};
+    ops.n = 0;
+    op_data(&ops, 0, pubs.p, FX_WIRE_HEADER_LEN + fx_be32(pubs.p + 8), 0x7fff); /* auth */
+    op_data(&ops, 0, bad_flags, sizeof(bad_flags), 0x7fff);
+    put1(&ops, 0xfe); /* repeat it 15 x 128 times */
+    put1(&ops, op_run_all);
+    put1(&ops, op_ack);
+    put1(&ops, op_run_all);
+    rv |= bidi_seed("reply_flood", (const uint8_t[3]){0x00, 0xff, 0x03}, &ops);
+    return rv;
+}
+
+/* ---- fuzz_client_events: option bytes, [early chunk], operations ------------------------ */
+
+/* Data on the broker's event stream |k| (operation 0, two length bytes). */
+static void op_events(seedbuf *b, int k, const uint8_t *p, size_t n, size_t piece, bool fin)
+{
+    do {
+        size_t m = n < piece ? n : piece;
+        bool last = m == n;
+        put1(b, (uint8_t)(((k & 3) | (last && fin ? 4 : 0)) << 3));
+        put1(b, (uint8_t)(0x80 | (m >> 8)));
+        put1(b, (uint8_t)m);
+        put(b, p, m);
+        p += m;
+        n -= m;
+    } while (n > 0);
+}
+
+/* The hello of subscription |id| and three batches: per subscriber with
+ * offsets (base |base|), per subscriber without, shared with offsets. */
+static int event_frames(seedbuf *f, uint64_t id, uint64_t base)
+{
+    fx_msg m;
+    fx_msg_init_event_stream_hello(&m, id);
+    int rv = msg_frame(f, &m);
+    fx_wire_slice ab[3] = {str("a"), str("bc"), str("")};
+    fx_event_batch eb = {.subscription_id = id,
+                         .has_offsets = true,
+                         .base_offset = base,
+                         .count = 3,
+                         .payloads = ab};
+    uint8_t buf[256];
+    ssize_t n = fx_event_batch_encode(&eb, buf, sizeof(buf));
+    rv |= n > 0 ? 0 : -1;
+    if (n > 0)
+        put(f, buf, (size_t)n);
+    eb.has_offsets = false;
+    eb.count = 1;
+    n = fx_event_batch_encode(&eb, buf, sizeof(buf));
+    rv |= n > 0 ? 0 : -1;
+    if (n > 0)
+        put(f, buf, (size_t)n);
+    eb = (fx_event_batch){
+        .shared = true, .has_offsets = true, .base_offset = base + 7, .count = 2, .payloads = ab};
+    n = fx_event_batch_encode(&eb, buf, sizeof(buf));
+    rv |= n > 0 ? 0 : -1;
+    if (n > 0)
+        put(f, buf, (size_t)n);
+    return rv;
+}
+
+static int client_seed(const char *name, uint8_t b0, uint8_t b1, const seedbuf *ops)
+{
+    const uint8_t opts[2] = {b0, b1};
+    return write_seed("fuzz_client_events", name, opts, 2, ops->p, ops->n);
+}
+
+static const uint8_t op_consume_all = 0xfc, op_turn_ack = 0x06;
+
+static int client_seeds(void)
+{
+    seedbuf ev1 = {0}, ev2 = {0};
+    int rv = event_frames(&ev1, 1, 5);
+    rv |= event_frames(&ev2, 2, 0);
+    static seedbuf ops;
+    /* next(), drop_new, roomy window: all of it at once, then the FIN. */
+    ops.n = 0;
+    op_events(&ops, 0, ev1.p, ev1.n, 0x7fff, true);
+    put1(&ops, op_consume_all);
+    rv |= client_seed("next", 0x00, 0x0f, &ops);
+    /* Block, a queue of one batch, a 64-byte window: pieces, reads, turns. */
+    ops.n = 0;
+    for (int i = 0; i < 3; i++) {
+        op_events(&ops, 0, ev1.p, ev1.n, 20, false);
+        put1(&ops, op_turn_ack);
+        put1(&ops, op_consume_all);
+        put1(&ops, op_turn_ack);
+    }
+    rv |= client_seed("block_small_window", 0x01, 0x00, &ops);
+    /* Two subscriptions, the first by callback; their streams interleaved. */
+    ops.n = 0;
+    op_events(&ops, 1, ev2.p, ev2.n, 30, false);
+    op_events(&ops, 0, ev1.p, ev1.n, 30, false);
+    put1(&ops, 0xfc | 0x08); /* read subscription 1 */
+    put1(&ops, 0x07);        /* unsubscribe 0 */
+    rv |= client_seed("callback_two", 0x0c, 0x0e, &ops);
+    /* The event stream's hello before `subscribed`, drop_old, earliest. */
+    ops.n = 0;
+    size_t hello = FX_WIRE_HEADER_LEN + fx_be32(ev1.p + 8);
+    put1(&ops, 0x80);
+    put1(&ops, (uint8_t)hello);
+    put(&ops, ev1.p, hello);
+    op_events(&ops, 0, ev1.p + hello, ev1.n - hello, 0x7fff, false);
+    put1(&ops, op_consume_all);
+    put1(&ops, 0x27); /* the connection is lost */
+    rv |= client_seed("early_hello_drop_old", 0x32, 0x0d, &ops);
+    /* Start at offset 5, a 4 KiB frame limit, block with two slots. */
+    ops.n = 0;
+    op_events(&ops, 0, ev1.p, ev1.n, 0x7fff, false);
+    put1(&ops, 0x03); /* reset by the broker */
+    rv |= client_seed("offset_reset", 0xc1, 0x0d, &ops);
+    return rv;
+}
+
 /* Reads a hex text file into a new buffer; NULL if unreadable or not hex. */
 static uint8_t *read_hex(const char *path, size_t *plen)
 {
@@ -199,6 +490,8 @@ int main(int argc, char **argv)
     if (ensure_dir(out_dir) < 0)
         return 1;
     int rv = golden_seeds();
+    rv |= bidi_seeds();
+    rv |= client_seeds();
     if (argc == 3)
         rv |= vector_seeds(argv[2]);
     rv |= write_seed("fuzz_frame_decoder", "all_frames", stream_prefix, 2, all, all_len);

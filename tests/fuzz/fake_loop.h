@@ -1,0 +1,21 @@
+/* The harness side of fake_loop.c (a thread-free base/loop.c for fuzzing):
+ * one fake clock shared by every loop, and explicit steps. */
+#ifndef FX_FUZZ_FAKE_LOOP_H
+#define FX_FUZZ_FAKE_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/loop.h"
+
+/* Moves the clock (fx_now_ns, fx_loop_now) forward by |ns|. */
+void fx_fake_clock_advance(uint64_t ns);
+/* Runs the oldest queued task of |l|. Returns false if none was queued. */
+bool fx_fake_loop_run_one(fx_loop *l);
+bool fx_fake_loop_has_tasks(const fx_loop *l);
+/* Fires the earliest timer of |l| that is due. Returns false if none is. */
+bool fx_fake_loop_fire_one(fx_loop *l);
+/* The earliest deadline armed on |l|, if any. */
+bool fx_fake_loop_next_deadline(const fx_loop *l, uint64_t *pdeadline);
+
+#endif
