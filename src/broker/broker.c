@@ -14,7 +14,10 @@
 #include "base/log.h"
 #include "base/placement.h"
 #include "broker/broker_internal.h"
+#include "broker/durable.h"
 #include "felix/error.h"
+#include "storage/dlog.h"
+#include "storage/syncpol.h"
 
 void fx_broker_opts_default(fx_broker_opts *o)
 {
@@ -47,6 +50,12 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .subscriber_flush_max_items = 16,
         .subscriber_flush_max_delay_ns = 0,
         .subscriber_unacked_bytes = 1u << 20,
+        .durable = {.fsync_mode = FX_FSYNC_PERIODIC,
+                    .fsync_interval_ns = FX_SYNCPOL_DEFAULT_INTERVAL_NS,
+                    .segment_bytes = FX_DLOG_DEFAULT_SEGMENT_BYTES,
+                    .index_spacing_bytes = FX_DLOG_DEFAULT_INDEX_SPACING,
+                    .max_unsynced_bytes = 64u << 20,
+                    .preallocate = true},
         .frame_read_timeout_ns = 10000 * FX_NS_PER_MS,
     };
     fx_quic_opts_default(&o->quic);
@@ -177,10 +186,15 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
         return rv;
     }
     fx_registry_opts ro = {.auto_create = o->auto_create_streams,
-                           .max_streams_per_tenant = o->max_streams_per_tenant};
+                           .max_streams_per_tenant = o->max_streams_per_tenant,
+                           .durable_storage = o->durable.dir != NULL && o->durable.dir[0],
+                           .durable_default = o->durable.durable_default};
     b->o.streams = o->streams;
-    if ((rv = fx_registry_new(&b->reg, &ro)) != 0 || (rv = create_streams(b)) != 0 ||
-        (rv = create_loops(b)) != 0 || (rv = create_endpoint(b)) != 0) {
+    /* The catalogue's durable streams come first: a configured stream of the
+     * same name then finds its durable stream. */
+    if ((rv = fx_registry_new(&b->reg, &ro)) != 0 || (rv = create_loops(b)) != 0 ||
+        (rv = fxb_durable_init(b)) != 0 || (rv = fxb_durable_recover(b)) != 0 ||
+        (rv = create_streams(b)) != 0 || (rv = create_endpoint(b)) != 0) {
         b->o.streams = NULL;
         b->stopped = true;
         fx_broker_free(b);
@@ -193,6 +207,9 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
 
 int fx_broker_start(fx_broker *b)
 {
+    int srv = fxb_durable_start(b);
+    if (srv != 0)
+        return srv;
     for (uint32_t i = 0; i < b->nworkers; i++) {
         int rv = fx_loop_start(b->workers[i].loop);
         if (rv != 0)
@@ -283,6 +300,7 @@ static void free_endpoints(fx_broker *b)
 static void barrier_all(fx_broker *b)
 {
     for (int round = 0; round < 3; round++) {
+        fxb_durable_barrier(b); /* appends and flushes hand their jobs back */
         for (uint32_t i = 0; i < b->nworkers; i++)
             run_on(b->workers[i].loop, NULL, NULL);
         for (uint32_t i = 0; i < b->nio; i++)
@@ -303,6 +321,7 @@ void fx_broker_stop(fx_broker *b)
             fx_loop_stop(b->io[i]);
         for (uint32_t i = 0; i < b->nworkers; i++)
             fx_loop_stop(b->workers[i].loop);
+        fxb_durable_stop(b);
     }
     free_endpoints(b);
 }
@@ -313,6 +332,7 @@ void fx_broker_free(fx_broker *b)
         return;
     fx_broker_stop(b);
     free_endpoints(b);
+    fxb_durable_free(b); /* closes the logs; before the workers free the stored jobs */
     for (uint32_t i = 0; b->workers != NULL && i < b->nworkers; i++)
         fxb_worker_deinit(&b->workers[i]);
     free(b->workers);

@@ -66,6 +66,7 @@ struct fxb_worker {
     fxb_sub *subs;        /* registered subscriptions (wnext / wprev) */
     uint64_t jobs_done;   /* jobs taken from |jobs| and completed */
     struct fxb_end *ends; /* deleted streams waiting for older jobs (worker.c) */
+    struct fxb_dworker *dur; /* durable streams' storage stage (durable.c), or NULL */
 };
 
 /* One server endpoint and the connections it accepted: the broker's only
@@ -105,6 +106,7 @@ struct fx_broker {
      * refused from then on. */
     atomic_bool draining;
     atomic_uint_fast64_t drain_refused; /* publishes answered "broker shutting down" */
+    struct fxb_durable *dur; /* durable storage (durable.c), or NULL without a storage dir */
 };
 
 /* Error text of everything refused during the drain (also the close reason;
@@ -246,6 +248,14 @@ struct fxb_job {
     uint32_t count;
     uint64_t arrived_ns;
     fxb_reply *commit; /* reply completed after append + fanout, or NULL */
+    /* Durable streams (durable.c): the trip through storage. */
+    fx_task stask;   /* worker <-> storage thread */
+    fxb_job *snext;  /* on a held, waiting or ready list */
+    bool stored;     /* back from storage: |srv| says how it went */
+    int srv;         /* 0 or the storage error */
+    uint64_t sfirst; /* offset of its first record in the log */
+    uint64_t sbase;  /* the log's next offset when it was opened */
+    uint64_t sbytes; /* bytes it counts against durable_max_unsynced_bytes */
 };
 
 /* One subscription. Worker fields: its stream's worker; conn fields: the
@@ -281,6 +291,8 @@ struct fxb_sub {
     uint64_t available;
     fxb_sub *wnext, *wprev; /* on w->subs while registered */
     bool ending;            /* its stream was deleted: finish after the queue */
+    bool dur_ready;         /* durable stream: its log answered (durable.c) */
+    uint64_t dur_base;      /* then: the log's next offset when it was opened */
     /* shared */
     atomic_bool fin_req; /* the feeder pushed its last list: FIN after the lane */
     atomic_uint_fast64_t lane_dropped_events;

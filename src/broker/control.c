@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "base/placement.h"
 #include "broker/broker_internal.h"
+#include "broker/durable.h"
 #include "felix/error.h"
 
 /* ---- drain flag and the connection list ------------------------------------- */
@@ -448,6 +449,13 @@ static fx_wire_slice slice_of(const char *s)
 int fx_broker_create_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             bool *pcreated, fx_registry_err *err)
 {
+    return fx_broker_create_stream_durable(b, tenant, ns, stream, -1, pcreated, NULL, err);
+}
+
+int fx_broker_create_stream_durable(fx_broker *b, const char *tenant, const char *ns,
+                                    const char *stream, int durable, bool *pcreated, bool *pdurable,
+                                    fx_registry_err *err)
+{
     if (fxb_is_draining(b)) {
         if (err != NULL) {
             err->code = FX_ESHUTDOWN;
@@ -455,10 +463,15 @@ int fx_broker_create_stream(fx_broker *b, const char *tenant, const char *ns, co
         }
         return FX_ESHUTDOWN;
     }
-    int rv = fx_registry_create(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream), NULL,
-                                pcreated, err);
+    fx_stream_handle *h = NULL;
+    int rv = fx_registry_create_durable(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream),
+                                        durable, &h, pcreated, err);
+    if (pdurable != NULL)
+        *pdurable = h != NULL && fx_stream_handle_is_durable(h);
+    fx_stream_handle_unref(h);
     if (rv == 0 && pcreated != NULL && *pcreated)
-        FX_LOG_INFO("broker", "stream %s/%s/%s created by the admin API", tenant, ns, stream);
+        FX_LOG_INFO("broker", "stream %s/%s/%s created by the admin API%s", tenant, ns, stream,
+                    durable == 1 ? " (durable)" : "");
     return rv;
 }
 
@@ -512,7 +525,7 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
 
 static void work_worker(fxb_worker *w, work *k)
 {
-    k->jobs += fx_queue_depth(&w->jobs) + (w->parked_job != NULL);
+    k->jobs += fx_queue_depth(&w->jobs) + (w->parked_job != NULL) + fxb_durable_pending(w);
     for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
         fx_subscriber_stats st;
         fx_subscriber_get_stats(sub->sub, &st);

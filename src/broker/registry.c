@@ -112,6 +112,7 @@ struct fx_stream_handle {
     atomic_size_t refs;
     atomic_bool active;
     atomic_bool ended; /* its worker finished the subscribers (after removal) */
+    bool durable;      /* fixed at creation */
     uint64_t id;
     hnode node;         /* registry-private, under the lock */
     tenant_rec *tenant; /* registry-private, under the lock */
@@ -290,8 +291,8 @@ static fx_stream_handle *handle_new(const char *key, size_t klen, uint64_t hash,
 
 /* Under the write lock: finds or inserts the stream. |*pcreated| tells which. */
 static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const char *key,
-                         size_t klen, uint64_t hash, fx_stream_handle **ph, bool *pcreated,
-                         fx_registry_err *err)
+                         size_t klen, uint64_t hash, bool durable, fx_stream_handle **ph,
+                         bool *pcreated, fx_registry_err *err)
 {
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
     *pcreated = false;
@@ -313,6 +314,7 @@ static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const
             return err_set(err, -ENOMEM, "out of memory creating a stream");
         }
         h->id = r->next_id++;
+        h->durable = durable;
         h->tenant = tr;
         tr->nstreams++;
         ht_insert(&r->streams, &h->node);
@@ -323,8 +325,37 @@ static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const
     return 0;
 }
 
+/* Durability asked of create_or_find beside 1 (durable), 0 (in memory) and
+ * -1 (either; a new stream in memory): either, a new stream as
+ * durable_default says (auto-creation). */
+#define WANT_DEFAULT 2
+
+/* A durable stream needs storage; durability is fixed at creation. */
+static int durable_check(const fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
+                         const fx_stream_handle *h, int want, fx_registry_err *err)
+{
+    if (want == WANT_DEFAULT)
+        want = h != NULL ? -1 : r->opts.durable_default;
+    if (h != NULL && want >= 0 && h->durable != (want == 1))
+        return err_set(err, -EEXIST,
+                       "changing stream durability requires removal and recreation: tenant=%.*s "
+                       "namespace=%.*s stream=%.*s current=%s requested=%s",
+                       (int)t.len, (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                       (const char *)s.ptr, h->durable ? "true" : "false",
+                       want == 1 ? "true" : "false");
+    if (h == NULL && want == 1 && !r->opts.durable_storage)
+        return err_set(err, -ENOTSUP,
+                       "stream %.*s/%.*s/%.*s is marked durable but this broker has no durable "
+                       "storage configured",
+                       (int)t.len, (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                       (const char *)s.ptr);
+    return 0;
+}
+
+/* |want|: 1 durable, 0 not, -1 either (a new stream is then not durable). */
 static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
-                          bool create, fx_stream_handle **ph, bool *pcreated, fx_registry_err *err)
+                          bool create, int want, fx_stream_handle **ph, bool *pcreated,
+                          fx_registry_err *err)
 {
     int rv = check_names(t, n, s, err);
     if (rv != 0)
@@ -335,12 +366,13 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
 
     pthread_rwlock_rdlock(&r->lock);
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
-    if (h != NULL && ph != NULL)
+    rv = durable_check(r, t, n, s, h, want, err);
+    if (h != NULL && ph != NULL && rv == 0)
         *ph = fx_stream_handle_ref(h);
     pthread_rwlock_unlock(&r->lock);
-    if (h != NULL) {
+    if (h != NULL || rv != 0) {
         *pcreated = false;
-        return 0;
+        return rv;
     }
     if (!create)
         return err_set(err, FX_ENOSTREAM,
@@ -349,7 +381,11 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
                        (const char *)s.ptr);
     /* Another thread may create it between the locks: insert re-checks. */
     pthread_rwlock_wrlock(&r->lock);
-    rv = insert_locked(r, t, n, key, klen, hash, ph, pcreated, err);
+    rv = durable_check(r, t, n, s, handle_of(ht_find(&r->streams, hash, key, klen)), want, err);
+    if (rv == 0)
+        rv = insert_locked(r, t, n, key, klen, hash,
+                           want == 1 || (want == WANT_DEFAULT && r->opts.durable_default), ph,
+                           pcreated, err);
     pthread_rwlock_unlock(&r->lock);
     return rv;
 }
@@ -357,18 +393,31 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
 int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
                        fx_stream_handle **ph, bool *pcreated, fx_registry_err *err)
 {
+    return fx_registry_create_durable(r, tenant, ns, stream, -1, ph, pcreated, err);
+}
+
+int fx_registry_create_durable(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                               fx_wire_slice stream, int durable, fx_stream_handle **ph,
+                               bool *pcreated, fx_registry_err *err)
+{
     bool created = false;
-    int rv = create_or_find(r, tenant, ns, stream, true, ph, &created, err);
+    int rv = create_or_find(r, tenant, ns, stream, true, durable, ph, &created, err);
     if (pcreated != NULL)
         *pcreated = created;
     return rv;
+}
+
+bool fx_stream_handle_is_durable(const fx_stream_handle *h)
+{
+    return h->durable;
 }
 
 int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err)
 {
     bool created;
-    return create_or_find(r, tenant, ns, stream, r->opts.auto_create, ph, &created, err);
+    return create_or_find(r, tenant, ns, stream, r->opts.auto_create, WANT_DEFAULT, ph, &created,
+                          err);
 }
 
 bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,

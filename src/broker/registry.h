@@ -30,6 +30,8 @@ typedef struct fx_registry_err {
 typedef struct fx_registry_opts {
     bool auto_create;                /* resolve creates unknown streams */
     uint32_t max_streams_per_tenant; /* active streams one tenant may hold; 0 = no limit */
+    bool durable_storage;            /* durable streams may be created (storage configured) */
+    bool durable_default;            /* auto-created streams are durable */
 } fx_registry_opts;
 
 /* Creates an empty registry from |o| in |*pr|. Returns 0 or -ENOMEM / -errno
@@ -55,6 +57,17 @@ int fx_registry_name_check(const char *what, fx_wire_slice name, fx_registry_err
  * reached max_streams_per_tenant (N)"), or -ENOMEM. Any thread. */
 int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
                        fx_stream_handle **ph, bool *pcreated, fx_registry_err *err);
+
+/* As fx_registry_create, with durability: |durable| 1 creates a durable
+ * stream, 0 an in-memory one, -1 either (a new stream is then in memory).
+ * Durability is fixed at creation: asking an existing stream for the other
+ * kind returns -EEXIST ("changing stream durability requires removal and
+ * recreation: ..."), and a durable stream without durable_storage -ENOTSUP
+ * ("stream T/NS/S is marked durable but this broker has no durable storage
+ * configured"). Any thread. */
+int fx_registry_create_durable(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                               fx_wire_slice stream, int durable, fx_stream_handle **ph,
+                               bool *pcreated, fx_registry_err *err);
 
 /* Resolves names to a handle for a publish or subscribe: finds the stream, or
  * creates it when auto-creation is on. Stores a new reference in |*ph| (caller
@@ -99,6 +112,9 @@ bool fx_stream_handle_is_ended(const fx_stream_handle *h);
  * tenant=X namespace=Y stream=Z" in |err|: a cached handle must be checked
  * this way before each use. Any thread. */
 int fx_stream_handle_check(const fx_stream_handle *h, fx_registry_err *err);
+
+/* Whether the stream is durable (fixed at creation). Any thread. */
+bool fx_stream_handle_is_durable(const fx_stream_handle *h);
 
 /* The names (NUL-terminated, valid while a reference is held). */
 const char *fx_stream_handle_tenant(const fx_stream_handle *h);

@@ -113,6 +113,7 @@ int fx_stream_new(fx_stream **ps, const fx_stream_opts *o)
     if (s == NULL)
         return -ENOMEM;
     s->o = *o;
+    s->tail = o->first_offset;
     atomic_init(&s->woken, false);
     fx_queue_waiter_init(&s->waiter, on_waiter_resume, s);
     *ps = s;
