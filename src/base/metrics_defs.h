@@ -119,7 +119,16 @@
     C(storage_recovery_truncated_bytes, "felix_storage_recovery_truncated_bytes_total", "",        \
       "Bytes of torn tails cut when durable logs were opened")                                     \
     C(storage_recovery_repairs, "felix_storage_recovery_repairs_total", "",                        \
-      "Durable logs cut at a damaged record by --repair-durable")
+      "Durable logs cut at a damaged record by --repair-durable")                                  \
+    C(storage_replays, "felix_storage_replays_total", "",                                          \
+      "Subscriptions that started below the ring and read history from disk")                      \
+    C(storage_replay_records, "felix_storage_read_records_total", "",                              \
+      "Records read from durable logs for replays")                                                \
+    C(storage_replay_bytes, "felix_storage_read_bytes_total", "",                                  \
+      "Payload bytes read from durable logs for replays")                                          \
+    C(storage_replay_failures, "felix_storage_replay_failures_total", "",                          \
+      "Replays that failed (retention removed the range, damage, I/O error): the event stream "    \
+      "ends")
 
 /* ---- publish outcomes -------------------------------------------------- */
 #define FX_METRICS_PUBLISH(C, G, H)                                                                \

@@ -293,6 +293,7 @@ struct fxb_sub {
     bool ending;            /* its stream was deleted: finish after the queue */
     bool dur_ready;         /* durable stream: its log answered (durable.c) */
     uint64_t dur_base;      /* then: the log's next offset when it was opened */
+    struct fxb_replay *replay; /* history read from disk first (replay.c), or NULL */
     /* shared */
     atomic_bool fin_req; /* the feeder pushed its last list: FIN after the lane */
     atomic_uint_fast64_t lane_dropped_events;

@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/placement.h"
+#include "broker/replay.h"
 #include "felix/error.h"
 #include "storage/catalog.h"
 #include "storage/dlog.h"
@@ -50,8 +51,9 @@ typedef struct dstream {
 typedef struct fxb_storage {
     struct fxb_durable *d;
     fxb_worker *w;
-    fx_loop *loop;
-    dstream **ds; /* by fx_placement_worker_slot */
+    fx_loop *loop;  /* appends, flushes, retention */
+    fx_loop *rloop; /* replay reads from disk (replay.c): their own queue */
+    dstream **ds;   /* by fx_placement_worker_slot */
     size_t nds;
 } fxb_storage;
 
@@ -65,7 +67,7 @@ struct fxb_durable {
     char error[6144];      /* why the last log failed to open (start-up reports it) */
     fxb_storage *st;       /* one per worker */
     uint32_t nst;
-    bool started;
+    uint32_t nstarted; /* storage threads running (with their replay threads) */
 };
 
 /* A directory whose log is open: one writer per directory, also when a
@@ -424,6 +426,7 @@ static void storage_on_job(fx_loop *l, fx_task *t, void *user)
     for (uint32_t i = 0; i < j->count; i++)
         iov[i] = (fx_dlog_iov){.data = j->payloads[i].ptr, .len = (uint32_t)j->payloads[i].len};
     uint64_t before = fx_dlog_stats_get(s->log)->append_bytes;
+    size_t nsegs = fx_dlog_segment_count(s->log);
     int rv = fx_dlog_append(s->log, iov, j->count, wall_us(), &j->sfirst);
     if (iov != stack)
         free(iov);
@@ -439,12 +442,19 @@ static void storage_on_job(fx_loop *l, fx_task *t, void *user)
     fx_syncpol_appended(&s->pol, j->sfirst + j->count, bytes, now);
     list_push(&s->whead, &s->wtail, j);
     release_acked(s);
+    if (s->retain_due_ns != 0 && fx_dlog_segment_count(s->log) > nsegs)
+        retain(s, now); /* a segment was sealed: the byte bound may be passed now */
     if (fx_syncpol_is_due(&s->pol, now)) {
         /* After the appends already queued here, so one flush covers them all. */
         fx_loop_post(l, &s->flush_task);
     } else if (!fx_timer_is_armed(&s->timer)) {
         arm_timer(s);
     }
+}
+
+static fxb_durable *st_dir_of(const fxb_sub *sub)
+{
+    return sub->w->dur->st->d;
 }
 
 /* A subscription's barrier: the log is open once this ran. */
@@ -456,6 +466,15 @@ static void storage_on_sub(fx_loop *l, fx_task *t, void *user)
     dstream *s = dstream_get(sub->w->dur->st, sub->h);
     sub->reg_rv = s == NULL || s->open_rv != 0 ? FX_ESTORAGE_ERROR : 0;
     sub->dur_base = s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
+    if (sub->reg_rv == 0 && sub->start.kind != FX_START_LATEST) {
+        /* It may start below the ring: a reader of the log, in case. */
+        char dir[sizeof(st_dir_of(sub)->dir) + FX_LOGFMT_DIR_NAME_MAX + 2];
+        snprintf(dir, sizeof(dir), "%s/%s", st_dir_of(sub)->dir, s->dirname);
+        sub->replay = fxb_replay_new(dir, st_dir_of(sub)->o.io, fx_dlog_first_offset(s->log),
+                                     sub->w->dur->st->rloop);
+        if (sub->replay == NULL)
+            sub->reg_rv = -ENOMEM;
+    }
     sub->dur_ready = true;
     fx_task_init(&sub->reg_task, fxb_worker_sub_register, sub);
     fx_loop_post(sub->w->loop, &sub->reg_task); /* keeps the posting reference */
@@ -719,6 +738,9 @@ int fxb_durable_init(fx_broker *b)
         st->w = w;
         if ((rv = fx_loop_new(&st->loop, &lo)) != 0)
             return rv;
+        snprintf(name, sizeof(name), "fx-replay-%u", (unsigned)(i % 100000u));
+        if ((rv = fx_loop_new(&st->rloop, &lo)) != 0)
+            return rv;
         if ((w->dur = calloc(1, sizeof(*w->dur))) == NULL)
             return -ENOMEM;
         w->dur->st = st;
@@ -780,9 +802,11 @@ int fxb_durable_start(fx_broker *b)
     fxb_durable *d = b->dur;
     for (uint32_t i = 0; d != NULL && i < d->nst; i++) {
         int rv = fx_loop_start(d->st[i].loop);
+        if (rv == 0 && (rv = fx_loop_start(d->st[i].rloop)) != 0)
+            fx_loop_stop(d->st[i].loop);
         if (rv != 0)
             return rv;
-        d->started = true;
+        d->nstarted = i + 1;
     }
     return 0;
 }
@@ -793,6 +817,8 @@ typedef struct barrier {
     bool done;
     fx_task task;
 } barrier;
+
+static void barrier_on(fx_loop *l);
 
 static void barrier_cb(fx_loop *l, fx_task *t, void *user)
 {
@@ -805,29 +831,38 @@ static void barrier_cb(fx_loop *l, fx_task *t, void *user)
     pthread_mutex_unlock(&br->mu);
 }
 
+/* Runs what |l| has queued, waiting on this thread. */
+static void barrier_on(fx_loop *l)
+{
+    barrier br = {.done = false};
+    pthread_mutex_init(&br.mu, NULL);
+    pthread_cond_init(&br.cv, NULL);
+    fx_task_init(&br.task, barrier_cb, &br);
+    fx_loop_post(l, &br.task);
+    pthread_mutex_lock(&br.mu);
+    while (!br.done)
+        pthread_cond_wait(&br.cv, &br.mu);
+    pthread_mutex_unlock(&br.mu);
+    pthread_cond_destroy(&br.cv);
+    pthread_mutex_destroy(&br.mu);
+}
+
 void fxb_durable_barrier(fx_broker *b)
 {
     fxb_durable *d = b->dur;
-    for (uint32_t i = 0; d != NULL && d->started && i < d->nst; i++) {
-        barrier br = {.done = false};
-        pthread_mutex_init(&br.mu, NULL);
-        pthread_cond_init(&br.cv, NULL);
-        fx_task_init(&br.task, barrier_cb, &br);
-        fx_loop_post(d->st[i].loop, &br.task);
-        pthread_mutex_lock(&br.mu);
-        while (!br.done)
-            pthread_cond_wait(&br.cv, &br.mu);
-        pthread_mutex_unlock(&br.mu);
-        pthread_cond_destroy(&br.cv);
-        pthread_mutex_destroy(&br.mu);
+    for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
+        barrier_on(d->st[i].rloop);
+        barrier_on(d->st[i].loop);
     }
 }
 
 void fxb_durable_stop(fx_broker *b)
 {
     fxb_durable *d = b->dur;
-    for (uint32_t i = 0; d != NULL && d->started && i < d->nst; i++)
+    for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
+        fx_loop_stop(d->st[i].rloop);
         fx_loop_stop(d->st[i].loop);
+    }
 }
 
 void fxb_durable_free(fx_broker *b)
@@ -841,6 +876,7 @@ void fxb_durable_free(fx_broker *b)
             if (st->ds[k] != NULL)
                 dstream_close(st, st->ds[k]);
         free(st->ds);
+        fx_loop_free(st->rloop);
         fx_loop_free(st->loop);
     }
     free(d->st);

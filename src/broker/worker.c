@@ -12,6 +12,7 @@
 #include "base/placement.h"
 #include "broker/broker_internal.h"
 #include "broker/durable.h"
+#include "broker/replay.h"
 #include "felix/error.h"
 
 /* ---- streams ----------------------------------------------------------------------------- */
@@ -283,12 +284,16 @@ void fxb_worker_sub_register(fx_loop *l, fx_task *t, void *user)
         /* A stream deleted meanwhile must not be created again here. */
         sub->stream = fx_stream_handle_is_active(sub->h) ? fxb_worker_stream(sub->w, sub->h) : NULL;
         sub->reg_rv = fx_stream_handle_is_active(sub->h) ? -ENOMEM : FX_ENOSTREAM;
-        if (sub->stream != NULL) {
+        if (sub->stream != NULL && fxb_replay_prepare(sub, sub->stream)) {
             fx_subscribe_opts so = {
                 .subscription_id = sub->id, .on_wake = fxb_feeder_wake, .user = sub};
             sub->reg_rv = fx_stream_subscribe(sub->stream, &sub->start, &so, &sub->sub,
                                               &sub->backlog, &sub->available);
+            if (sub->reg_rv == 0)
+                fxb_replay_begin(sub, sub->stream); /* history [from, tail) from disk */
         }
+        if (sub->reg_rv != 0)
+            fxb_replay_drop(sub);
         if (sub->reg_rv == 0) {
             sub->registered = true;
             fxb_sub_ref(sub); /* the worker's */
@@ -309,6 +314,7 @@ void fxb_worker_sub_unregister(fx_loop *l, fx_task *t, void *user)
     sub->lane_parked = false;
     fxb_frame_list_free(sub->held);
     sub->held = NULL;
+    fxb_replay_drop(sub);
     fx_backlog_free(&sub->backlog);
     fx_coalescer_deinit(&sub->co);
     if (sub->registered) {
