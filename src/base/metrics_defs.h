@@ -106,6 +106,10 @@
       "Nanoseconds one flush of a durable log took", 10)                                           \
     H(storage_sync_appends, "felix_storage_sync_batch_appends", "",                                \
       "Appends one flush served (group commit fan-in)", 0)                                         \
+    G(storage_segments, "felix_storage_segment_count", "",                                         \
+      "Segment files of the open durable logs")                                                    \
+    G(storage_bytes_on_disk, "felix_storage_bytes_on_disk", "",                                    \
+      "Bytes of the open durable logs' segment and index files")                                   \
     C(storage_errors, "felix_storage_errors_total", "",                                            \
       "Publishes failed by durable storage (\"storage full\" or \"storage error\")")               \
     C(storage_bound_waits, "felix_storage_unsynced_waits_total", "",                               \

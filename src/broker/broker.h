@@ -300,6 +300,10 @@ typedef struct fx_broker_drain_report {
     /* Connections open when the work ended (closed then). */
     uint64_t connections;
     uint64_t publishes_refused; /* answered "broker shutting down" or dropped */
+    /* The flush of every durable stream at the end of the drain: 0, or
+     * FX_ETIMEDOUT / FX_ESTORAGE_ERROR (logged; the logs are flushed again
+     * when the broker stops). */
+    int durable_flush_rv;
 } fx_broker_drain_report;
 
 /* Drains the broker: from the call on, new connections are closed at once,

@@ -269,6 +269,7 @@ static json_t *stream_entry(fx_broker *b, gather *g, fx_stream_handle *h)
         json_t *v = st != NULL ? json_object_get(st, fields[i]) : NULL;
         set_u64(e, fields[i], v != NULL ? (uint64_t)json_integer_value(v) : 0);
     }
+    fxb_durable_describe(b, h, e);
     return e;
 }
 
@@ -678,6 +679,7 @@ int fx_broker_drain(fx_broker *b, uint64_t deadline_ns, fx_broker_drain_report *
     }
     r->connections = k.conns;
     close_all(b);
+    r->durable_flush_rv = fxb_durable_flush_all(b, deadline_ns); /* acked data on disk */
     r->publishes_refused = atomic_load(&b->drain_refused);
     r->elapsed_ns = fx_now_ns() - start;
     return done ? 0 : FX_ETIMEDOUT;

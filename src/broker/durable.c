@@ -31,6 +31,15 @@
 
 typedef struct fxb_durable fxb_durable;
 
+/* What GET /v1/streams shows of a durable stream's log: written by its
+ * storage thread (relaxed atomics), read by the admin thread under
+ * |cat_mu| (the entry leaves the table under it before it is freed). */
+typedef struct dstats {
+    struct dstats *next;
+    uint64_t handle_id;
+    atomic_uint_fast64_t first, next_off, bytes, segments;
+} dstats;
+
 /* The log of one durable stream on its storage thread. */
 typedef struct dstream {
     struct fxb_storage *st;
@@ -38,6 +47,8 @@ typedef struct dstream {
     fx_dlog *log;
     int open_rv;
     char dirname[FX_LOGFMT_DIR_NAME_MAX]; /* claimed while |log| is open */
+    dstats *stats;                        /* listed while |log| is open */
+    uint64_t shown_bytes, shown_segments; /* what the gauges hold of this log */
     atomic_uint_fast64_t first_offset;    /* the log's next offset at open (the ring's start) */
     fx_syncpol pol;
     fxb_job *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
@@ -64,6 +75,7 @@ struct fxb_durable {
     pthread_mutex_t cat_mu; /* the catalogue is shared by the storage threads */
     fx_catalog *cat;
     struct open_dir *open; /* directories with an open log (under |cat_mu|) */
+    dstats *stats;         /* of every open log (under |cat_mu|) */
     char error[6144];      /* why the last log failed to open (start-up reports it) */
     fxb_storage *st;       /* one per worker */
     uint32_t nst;
@@ -182,6 +194,51 @@ static void give_back(fxb_job *j, int rv)
     fx_loop_post(j->w->loop, &j->stask);
 }
 
+/* Publishes the log's offsets and size for GET /v1/streams and the gauges. */
+static void stats_update(dstream *s)
+{
+    uint64_t bytes = s->log != NULL ? fx_dlog_bytes_on_disk(s->log) : 0;
+    uint64_t segs = s->log != NULL ? fx_dlog_segment_count(s->log) : 0;
+    FX_GAUGE_ADD(storage_bytes_on_disk, (int64_t)(bytes - s->shown_bytes));
+    FX_GAUGE_ADD(storage_segments, (int64_t)(segs - s->shown_segments));
+    s->shown_bytes = bytes;
+    s->shown_segments = segs;
+    if (s->stats == NULL || s->log == NULL)
+        return;
+    atomic_store_explicit(&s->stats->first, fx_dlog_first_offset(s->log), memory_order_relaxed);
+    atomic_store_explicit(&s->stats->next_off, fx_dlog_next_offset(s->log), memory_order_relaxed);
+    atomic_store_explicit(&s->stats->bytes, bytes, memory_order_relaxed);
+    atomic_store_explicit(&s->stats->segments, segs, memory_order_relaxed);
+}
+
+static void stats_list(fxb_durable *d, dstream *s)
+{
+    s->stats = calloc(1, sizeof(*s->stats));
+    if (s->stats == NULL)
+        return; /* GET /v1/streams then shows no log figures for it */
+    s->stats->handle_id = fx_stream_handle_id(s->h);
+    pthread_mutex_lock(&d->cat_mu);
+    s->stats->next = d->stats;
+    d->stats = s->stats;
+    pthread_mutex_unlock(&d->cat_mu);
+}
+
+static void stats_unlist(fxb_durable *d, dstream *s)
+{
+    if (s->stats == NULL)
+        return;
+    pthread_mutex_lock(&d->cat_mu);
+    for (dstats **pp = &d->stats; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == s->stats) {
+            *pp = s->stats->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&d->cat_mu);
+    free(s->stats);
+    s->stats = NULL;
+}
+
 /* Hands back the waiting jobs the policy now lets be acknowledged. */
 static void release_acked(dstream *s)
 {
@@ -265,6 +322,7 @@ static void on_timer(fx_loop *l, fx_timer *t, void *user)
             flush_now(s, now);
         if (s->retain_due_ns != 0 && now >= s->retain_due_ns)
             retain(s, now);
+        stats_update(s);
     }
     arm_timer(s);
 }
@@ -383,6 +441,9 @@ static dstream *dstream_get(fxb_storage *st, fx_stream_handle *h)
         s->retain_due_ns = now + RETAIN_EVERY_NS;
         arm_timer(s);
     }
+    if (s->log != NULL)
+        stats_list(st->d, s);
+    stats_update(s);
     st->ds[idx] = s;
     return s;
 }
@@ -403,6 +464,8 @@ static void dstream_close(fxb_storage *st, dstream *s)
             log_storage_error(s, "final flush", rv);
         dir_release(st->d, s->dirname);
     }
+    stats_update(s); /* the gauges drop what this log held */
+    stats_unlist(st->d, s);
     fx_stream_handle_unref(s->h);
     free(s);
 }
@@ -444,6 +507,7 @@ static void storage_on_job(fx_loop *l, fx_task *t, void *user)
     release_acked(s);
     if (s->retain_due_ns != 0 && fx_dlog_segment_count(s->log) > nsegs)
         retain(s, now); /* a segment was sealed: the byte bound may be passed now */
+    stats_update(s);
     if (fx_syncpol_is_due(&s->pol, now)) {
         /* After the appends already queued here, so one flush covers them all. */
         fx_loop_post(l, &s->flush_task);
@@ -497,6 +561,21 @@ static void storage_on_end(fx_loop *l, fx_task *t, void *user)
         dstream_close(st, st->ds[idx]);
         st->ds[idx] = NULL;
     }
+    /* A deleted durable stream leaves the catalogue with its files, so its
+     * data never comes back under that name. */
+    fxb_durable *d = st->d;
+    const char *tn = fx_stream_handle_tenant(m->h), *ns = fx_stream_handle_namespace(m->h),
+               *name = fx_stream_handle_stream(m->h);
+    pthread_mutex_lock(&d->cat_mu);
+    int rv = fx_catalog_remove(d->cat, tn, ns, name);
+    pthread_mutex_unlock(&d->cat_mu);
+    if (rv == 0)
+        FX_LOG_INFO("storage", "deleted the log of %s/%s/%s and its catalogue entry", tn, ns, name);
+    else if (rv != -ENOENT) /* -ENOENT: it never wrote a record */
+        FX_LOG_ERROR("storage",
+                     "cannot delete the log of %s/%s/%s: %s (the next start finishes "
+                     "the deletion)",
+                     tn, ns, name, fx_strerror(rv));
     fx_stream_handle_unref(m->h);
     free(m);
 }
@@ -795,6 +874,139 @@ int fxb_durable_recover(fx_broker *b)
     FX_LOG_INFO("storage", "recovered %zu durable streams in %.3f s", n,
                 (double)(fx_now_ns() - t0) / 1e9);
     return 0;
+}
+
+void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e)
+{
+    bool durable = fx_stream_handle_is_durable(h);
+    json_object_set_new(e, "durable", json_boolean(durable));
+    fxb_durable *d = b->dur;
+    const char *keys[] = {"log_first_offset", "log_next_offset", "bytes_on_disk", "segments"};
+    uint64_t v[4] = {0};
+    bool found = false;
+    if (d != NULL && durable) {
+        pthread_mutex_lock(&d->cat_mu);
+        for (dstats *x = d->stats; x != NULL && !found; x = x->next) {
+            if (x->handle_id != fx_stream_handle_id(h))
+                continue;
+            found = true;
+            v[0] = atomic_load_explicit(&x->first, memory_order_relaxed);
+            v[1] = atomic_load_explicit(&x->next_off, memory_order_relaxed);
+            v[2] = atomic_load_explicit(&x->bytes, memory_order_relaxed);
+            v[3] = atomic_load_explicit(&x->segments, memory_order_relaxed);
+        }
+        pthread_mutex_unlock(&d->cat_mu);
+    }
+    for (size_t i = 0; i < 4; i++)
+        json_object_set_new(e, keys[i], found ? json_integer((json_int_t)v[i]) : json_null());
+}
+
+/* A flush of every log of every storage thread, shared with them (the
+ * waiter may give up at its deadline while they still run). */
+typedef struct flush_all {
+    atomic_int refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t left; /* storage threads still flushing */
+    uint64_t flushed, failed;
+} flush_all;
+
+typedef struct flush_msg {
+    fx_task task;
+    fxb_storage *st;
+    flush_all *fa;
+} flush_msg;
+
+static void flush_all_unref(flush_all *fa)
+{
+    if (atomic_fetch_sub(&fa->refs, 1) != 1)
+        return;
+    pthread_cond_destroy(&fa->cv);
+    pthread_mutex_destroy(&fa->mu);
+    free(fa);
+}
+
+static void storage_on_flush_all(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    flush_msg *m = user;
+    uint64_t ok = 0, bad = 0;
+    for (size_t i = 0; i < m->st->nds; i++) {
+        dstream *s = m->st->ds[i];
+        if (s == NULL || s->log == NULL || fx_dlog_is_failed(s->log) ||
+            fx_dlog_unsynced_bytes(s->log) == 0)
+            continue;
+        flush_now(s, fx_now_ns()); /* through the policy: counted, failures logged */
+        if (fx_dlog_is_failed(s->log))
+            bad++;
+        else
+            ok++;
+    }
+    flush_all *fa = m->fa;
+    pthread_mutex_lock(&fa->mu);
+    fa->flushed += ok;
+    fa->failed += bad;
+    fa->left--;
+    pthread_cond_signal(&fa->cv);
+    pthread_mutex_unlock(&fa->mu);
+    flush_all_unref(fa);
+    free(m);
+}
+
+/* The CLOCK_REALTIME instant of fx_now_ns() instant |deadline_ns|. */
+static struct timespec realtime_of(uint64_t deadline_ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now = fx_now_ns();
+    uint64_t until = (uint64_t)ts.tv_sec * FX_NS_PER_S + (uint64_t)ts.tv_nsec +
+                     (deadline_ns > now ? deadline_ns - now : 0);
+    return (struct timespec){.tv_sec = (time_t)(until / FX_NS_PER_S),
+                             .tv_nsec = (long)(until % FX_NS_PER_S)};
+}
+
+int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
+{
+    fxb_durable *d = b->dur;
+    if (d == NULL || d->nstarted == 0)
+        return 0;
+    flush_all *fa = calloc(1, sizeof(*fa));
+    if (fa == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&fa->mu, NULL);
+    pthread_cond_init(&fa->cv, NULL);
+    atomic_init(&fa->refs, 1);
+    for (uint32_t i = 0; i < d->nstarted; i++) {
+        flush_msg *m = calloc(1, sizeof(*m));
+        if (m == NULL)
+            break; /* those posted still flush; the logs are flushed again at stop */
+        m->st = &d->st[i];
+        m->fa = fa;
+        atomic_fetch_add(&fa->refs, 1);
+        pthread_mutex_lock(&fa->mu);
+        fa->left++;
+        pthread_mutex_unlock(&fa->mu);
+        fx_task_init(&m->task, storage_on_flush_all, m);
+        fx_loop_post(m->st->loop, &m->task);
+    }
+    struct timespec until = realtime_of(deadline_ns);
+    pthread_mutex_lock(&fa->mu);
+    while (fa->left > 0 && pthread_cond_timedwait(&fa->cv, &fa->mu, &until) == 0)
+        ;
+    bool timed_out = fa->left > 0;
+    uint64_t flushed = fa->flushed, failed = fa->failed;
+    pthread_mutex_unlock(&fa->mu);
+    flush_all_unref(fa);
+    if (timed_out)
+        FX_LOG_ERROR("storage",
+                     "drain: the durable logs were not all flushed by the deadline (%" PRIu64
+                     " flushed); they are flushed again when the broker stops",
+                     flushed);
+    else
+        FX_LOG_INFO("storage", "drain: flushed %" PRIu64 " durable streams (%" PRIu64 " failed)",
+                    flushed, failed);
+    return timed_out ? FX_ETIMEDOUT : failed > 0 ? FX_ESTORAGE_ERROR : 0;
 }
 
 int fxb_durable_start(fx_broker *b)

@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "broker/broker_internal.h"
 
 /* Opens the catalogue at |b->o.durable.dir| and creates the storage threads
@@ -25,6 +27,15 @@ int fxb_durable_init(fx_broker *b);
  * fx_broker_durable_error. Main thread, after fxb_durable_init, before the
  * loops start. */
 int fxb_durable_recover(fx_broker *b);
+/* Adds to GET /v1/streams entry |e| of stream |h|: "durable" and, for an
+ * open log, "log_first_offset", "log_next_offset", "bytes_on_disk",
+ * "segments" (null otherwise). Any thread but a storage thread. */
+void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e);
+/* Drain: every storage thread flushes every log it has open; waits until
+ * they are done or |deadline_ns| (fx_now_ns clock). Returns 0,
+ * FX_ETIMEDOUT, FX_ESTORAGE_ERROR (a flush failed; logged), -ENOMEM. Main
+ * thread, loops running. */
+int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns);
 /* Starts the storage threads. Returns 0 or -errno. Main thread. */
 int fxb_durable_start(fx_broker *b);
 /* Runs what every storage thread has queued (a barrier). Main thread, while

@@ -12,6 +12,7 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 
 #include "integ/admin_fixture.h"
 #include "storage/catalog.h"
@@ -614,6 +615,116 @@ static void test_offset_below_retention_gets_the_too_old_cursor_error(void **sta
     rm_tree(root);
 }
 
+/* ---- operations -------------------------------------------------------------------- */
+
+static json_t *stream_of(json_t *root, const char *name)
+{
+    json_t *arr = json_object_get(root, "streams");
+    assert_true(json_is_array(arr));
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *x = json_array_get(arr, i);
+        if (strcmp(json_string_value(json_object_get(x, "stream")), name) == 0)
+            return x;
+    }
+    fail_msg("no stream %s in GET /v1/streams", name);
+    return NULL;
+}
+
+static void test_list_streams_shows_durability_log_offsets_and_bytes_on_disk(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root), FX_FSYNC_NONE);
+    e_start(e);
+    put_stream(e, "d", "{\"durable\": true}", 201, NULL);
+    put_stream(e, "m", "", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    pub_range(c, "d", 0, 3);
+    pub_range(c, "m", 0, 2);
+    json_t *root_j = get_json(e, "/v1/streams");
+    json_t *d = stream_of(root_j, "d"), *m = stream_of(root_j, "m");
+    assert_true(json_is_true(json_object_get(d, "durable")));
+    assert_int_equal(ju(d, "log_first_offset"), 0);
+    assert_int_equal(ju(d, "log_next_offset"), 3);
+    assert_int_equal(ju(d, "segments"), 1);
+    uint64_t bytes = ju(d, "bytes_on_disk");
+    assert_true(bytes >= 32 + 3 * 30); /* segment header and three records, index beside */
+    assert_true(json_is_false(json_object_get(m, "durable")));
+    assert_true(json_is_null(json_object_get(m, "bytes_on_disk")));
+    json_decref(root_j);
+    fx_metrics_snapshot snap;
+    fx_metrics_snapshot_take(&snap);
+    assert_int_equal(snap.g.storage_segments, 1);
+    assert_int_equal(snap.g.storage_bytes_on_disk, (int64_t)bytes);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    rm_tree(root);
+}
+
+static void test_delete_removes_a_durable_stream_its_catalogue_entry_and_files(void **state)
+{
+    (void)state;
+    char root[64] = "", seg[1200];
+    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
+    e_start(e);
+    put_stream(e, "gone", "{\"durable\": true}", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    pub_range(c, "gone", 0, 5);
+    segment0(root, "gone", seg, sizeof(seg));
+    char *slash = strrchr(seg, '/');
+    *slash = '\0'; /* the stream's directory */
+    struct stat sb;
+    assert_int_equal(stat(seg, &sb), 0);
+    http_resp r;
+    http(e, "DELETE", "/v1/streams/" T "/" NS "/gone", &r);
+    assert_int_equal(r.status, 200);
+    uint64_t t0 = fx_now_ns();
+    while (stat(seg, &sb) == 0) { /* its worker ends it, then its storage thread */
+        if (fx_now_ns() - t0 > (uint64_t)HANG_MS * FX_NS_PER_MS)
+            fail_msg("%s still exists after the deletion", seg);
+        sleep_ms(2);
+    }
+    /* Created again, it starts empty: the old data does not come back. */
+    put_stream(e, "gone", "{\"durable\": true}", 201, NULL);
+    fx_start st = {.kind = FX_START_EARLIEST};
+    fx_subscription *s = fix_subscribe(c, "gone", &st);
+    pub_ok(c, "gone", "fresh");
+    expect_event(s, 0, "fresh");
+    fx_unsubscribe(s);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    char text[64];
+    assert_int_equal(read_log(root, "gone", text, sizeof(text)), 1);
+    assert_string_equal(text, "fresh\n");
+    rm_tree(root);
+}
+
+static void test_drain_flushes_every_durable_stream(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root), FX_FSYNC_PERIODIC);
+    e->bo.durable.fsync_interval_ns = 3600ull * FX_NS_PER_S; /* no timer flush in this test */
+    e_start(e);
+    put_stream(e, "a", "{\"durable\": true}", 201, NULL);
+    put_stream(e, "b", "{\"durable\": true}", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_metrics_snapshot m0, m1, m2;
+    fx_metrics_snapshot_take(&m0);
+    pub_range(c, "a", 0, 5);
+    pub_range(c, "b", 0, 5);
+    fx_metrics_snapshot_take(&m1);
+    assert_int_equal(DELTA(m0, m1, storage_syncs), 0); /* acked from the page cache */
+    fx_broker_drain_report rep;
+    assert_int_equal(fx_broker_drain(e->b, fix_deadline_ns(HANG_MS), &rep), 0);
+    assert_int_equal(rep.durable_flush_rv, 0);
+    fx_metrics_snapshot_take(&m2);
+    assert_int_equal(DELTA(m1, m2, storage_syncs), 2); /* one per stream */
+    (void)fx_client_close(c, 1000);
+    e_free(e);
+    rm_tree(root);
+}
+
 /* ---- storage errors -------------------------------------------------------------- */
 
 static void expect_pub_error(fx_client *c, const char *stream, const char *msg, const char *text)
@@ -698,6 +809,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_replay_from_earliest_or_an_offset_below_the_ring_reads_the_log),
     cmocka_unit_test(test_replay_joins_live_under_concurrent_publishing_no_gap_no_duplicate),
     cmocka_unit_test(test_offset_below_retention_gets_the_too_old_cursor_error),
+    cmocka_unit_test(test_list_streams_shows_durability_log_offsets_and_bytes_on_disk),
+    cmocka_unit_test(test_delete_removes_a_durable_stream_its_catalogue_entry_and_files),
+    cmocka_unit_test(test_drain_flushes_every_durable_stream),
     cmocka_unit_test(test_storage_full_fails_the_publish_and_it_never_reaches_a_subscriber),
     cmocka_unit_test(test_failed_flush_fails_the_publish_with_storage_error),
 };
