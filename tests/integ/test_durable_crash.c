@@ -322,10 +322,62 @@ static void test_damaged_log_stops_the_start_unless_repair_durable(void **state)
     (void)nftw(r.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Runs `felix streams create [--durable] t1/default/NAME` against the
+ * daemon's admin endpoint; returns its exit status, its stderr in r->text. */
+static int cli_create(run *r, const char *felix, const char *admin, bool durable, const char *name)
+{
+    char path[64], out[160], err[160];
+    snprintf(path, sizeof(path), "t1/default/%s", name);
+    snprintf(out, sizeof(out), "%s/cli.out", r->dir);
+    snprintf(err, sizeof(err), "%s/cli.err", r->dir);
+    char *argv[] = {(char *)felix,
+                    "streams",
+                    "create",
+                    "--admin",
+                    (char *)admin,
+                    durable ? "--durable" : path,
+                    durable ? path : NULL,
+                    NULL};
+    int st = proc_wait(proc_spawn(argv, out, err, NULL, false), "felix streams create");
+    proc_slurp(err, r->text, sizeof(r->text));
+    if (st == 0)
+        proc_slurp(out, r->text, sizeof(r->text));
+    return st;
+}
+
+static void test_cli_streams_create_durable_makes_the_stream_durable(void **state)
+{
+    (void)state;
+    run r;
+    run_init(&r);
+    char felix[512];
+    proc_binary("felix", felix, sizeof(felix));
+    start(&r);
+    const char *line = strstr(r.text, "felix-broker: admin HTTP on ");
+    assert_non_null(line);
+    unsigned port = 0;
+    const char *p = strstr(line, "(port ");
+    assert_non_null(p);
+    assert_int_equal(sscanf(p, "(port %u)", &port), 1);
+    char admin[32];
+    snprintf(admin, sizeof(admin), "127.0.0.1:%u", port);
+    assert_int_equal(cli_create(&r, felix, admin, true, "viacli"), 0);
+    proc_assert_contains(r.text, "created t1/default/viacli (durable)");
+    assert_int_equal(cli_create(&r, felix, admin, false, "mem"), 0);
+    /* The flag reaches the broker: an in-memory stream cannot become durable. */
+    assert_true(cli_create(&r, felix, admin, true, "mem") != 0);
+    proc_assert_contains(r.text, "changing stream durability requires removal and recreation");
+    assert_int_equal(kill(r.pid, SIGTERM), 0);
+    assert_int_equal(proc_wait(r.pid, "felix-broker"), 0);
+    (void)nftw(r.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(test_kill_9_under_on_commit_loses_no_acknowledged_record,
                               proc_teardown),
     cmocka_unit_test_teardown(test_damaged_log_stops_the_start_unless_repair_durable,
+                              proc_teardown),
+    cmocka_unit_test_teardown(test_cli_streams_create_durable_makes_the_stream_durable,
                               proc_teardown),
 };
 FX_TEST_MAIN(tests)
