@@ -725,6 +725,39 @@ static void test_drain_flushes_every_durable_stream(void **state)
     rm_tree(root);
 }
 
+static void test_two_workers_each_run_their_streams_logs_on_their_storage_thread(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
+    e->bo.workers = 2;
+    e->bo.log_capacity = 4;
+    e_start(e);
+    const char *names[] = {"w0", "w1", "w2", "w3", "w4"};
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    for (int i = 0; i < 5; i++) {
+        put_stream(e, names[i], "{\"durable\": true}", 201, NULL);
+        pub_range(c, names[i], 0, 10 + i);
+    }
+    for (int i = 0; i < 5; i++) { /* history from disk on both workers */
+        fx_start st = {.kind = FX_START_EARLIEST};
+        fx_subscription *s = fix_subscribe(c, names[i], &st);
+        expect_range(s, 0, 10 + i);
+        fx_unsubscribe(s);
+    }
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    fx_admin_free(e->admin);
+    e->admin = NULL;
+    fx_broker_free(e->b);
+    e->b = NULL;
+    for (int i = 0; i < 5; i++) {
+        char text[512];
+        assert_int_equal(read_log(root, names[i], text, sizeof(text)), (uint64_t)(10 + i));
+    }
+    e_free(e);
+    rm_tree(root);
+}
+
 /* ---- storage errors -------------------------------------------------------------- */
 
 static void expect_pub_error(fx_client *c, const char *stream, const char *msg, const char *text)
@@ -812,6 +845,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_list_streams_shows_durability_log_offsets_and_bytes_on_disk),
     cmocka_unit_test(test_delete_removes_a_durable_stream_its_catalogue_entry_and_files),
     cmocka_unit_test(test_drain_flushes_every_durable_stream),
+    cmocka_unit_test(test_two_workers_each_run_their_streams_logs_on_their_storage_thread),
     cmocka_unit_test(test_storage_full_fails_the_publish_and_it_never_reaches_a_subscriber),
     cmocka_unit_test(test_failed_flush_fails_the_publish_with_storage_error),
 };
