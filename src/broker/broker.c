@@ -308,6 +308,35 @@ static void barrier_all(fx_broker *b)
     }
 }
 
+typedef struct pending_count {
+    fxb_worker *w;
+    uint64_t n;
+} pending_count;
+
+static void count_pending(void *arg)
+{
+    pending_count *p = arg;
+    p->n = fxb_durable_pending(p->w);
+}
+
+/* Jobs of durable streams make several trips (worker, storage, worker, and
+ * those held by durable_max_unsynced_bytes go later): run the loops until
+ * none is left, so that none is stranded on a stopped loop. */
+static void settle_durable(fx_broker *b)
+{
+    for (int round = 0; b->dur != NULL && round < 100000; round++) {
+        uint64_t n = 0;
+        for (uint32_t i = 0; i < b->nworkers; i++) {
+            pending_count p = {.w = &b->workers[i]};
+            run_on(b->workers[i].loop, count_pending, &p);
+            n += p.n;
+        }
+        if (n == 0)
+            return;
+        fxb_durable_barrier(b);
+    }
+}
+
 void fx_broker_stop(fx_broker *b)
 {
     if (b == NULL || b->stopped)
@@ -317,6 +346,8 @@ void fx_broker_stop(fx_broker *b)
         for (uint32_t i = 0; i < b->neps; i++)
             run_on(b->eps[i].loop, close_endpoint, &b->eps[i]);
         barrier_all(b);
+        settle_durable(b);
+        barrier_all(b); /* the completions those sent to the connection loops */
         for (uint32_t i = 0; i < b->nio; i++)
             fx_loop_stop(b->io[i]);
         for (uint32_t i = 0; i < b->nworkers; i++)
