@@ -55,6 +55,8 @@ void fx_broker_opts_default(fx_broker_opts *o)
                     .segment_bytes = FX_DLOG_DEFAULT_SEGMENT_BYTES,
                     .index_spacing_bytes = FX_DLOG_DEFAULT_INDEX_SPACING,
                     .max_unsynced_bytes = 64u << 20,
+                    .retention_interval_ns = 60 * FX_NS_PER_S,
+                    .max_records_per_read = 10000,
                     .preallocate = true},
         .frame_read_timeout_ns = 10000 * FX_NS_PER_MS,
     };
@@ -65,6 +67,9 @@ void fx_broker_opts_default(fx_broker_opts *o)
 
 static int check_opts(const fx_broker_opts *o)
 {
+    if (o->durable.dir != NULL && o->durable.dir[0] &&
+        (o->durable.retention_interval_ns == 0 || o->durable.max_records_per_read == 0))
+        return -EINVAL;
     if (o->workers == 0 || o->log_capacity == 0 || o->log_capacity_bytes == 0 ||
         o->subscriber_queue_capacity == 0 || o->pub_queue_depth == 0 ||
         o->pub_inflight_bytes == 0 || o->pub_conn_inflight_bytes == 0 ||

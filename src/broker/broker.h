@@ -80,6 +80,8 @@ typedef struct fx_broker_durable_opts {
     uint64_t max_unsynced_bytes;  /* bytes in storage per stream; 0 = no bound */
     uint64_t retention_bytes;     /* 0 = no bound */
     uint64_t retention_ns;        /* 0 = no bound */
+    uint64_t retention_interval_ns; /* sweep period with a bound set; 60 s */
+    uint32_t max_records_per_read;  /* records per replay page; 10,000 */
     bool preallocate;
     bool verify_all_on_open;
     bool repair_checksum_tail;

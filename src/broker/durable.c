@@ -136,9 +136,6 @@ struct fxb_dworker {
     uint64_t pending;       /* taken, not yet completed */
 };
 
-/* Sweeps retention this often when a bound is set (as the original). */
-#define RETAIN_EVERY_NS (60ull * FX_NS_PER_S)
-
 static fx_ratelimit storage_rl = FX_RATELIMIT_INIT;
 
 static uint64_t wall_us(void)
@@ -309,7 +306,7 @@ static void retain(dstream *s, uint64_t now)
                     r.segments, r.bytes, fx_stream_handle_tenant(s->h),
                     fx_stream_handle_namespace(s->h), fx_stream_handle_stream(s->h),
                     r.first_offset);
-    s->retain_due_ns = now + RETAIN_EVERY_NS;
+    s->retain_due_ns = now + s->st->d->o.retention_interval_ns;
 }
 
 static void on_timer(fx_loop *l, fx_timer *t, void *user)
@@ -438,7 +435,7 @@ static dstream *dstream_get(fxb_storage *st, fx_stream_handle *h)
     uint64_t now = fx_now_ns(); /* the loop's clock; also before it runs (start-up) */
     fx_syncpol_init(&s->pol, &pc, now, next);
     if (s->log != NULL && (s->retain_bytes != 0 || s->retain_ns != 0)) {
-        s->retain_due_ns = now + RETAIN_EVERY_NS;
+        s->retain_due_ns = now + o->retention_interval_ns;
         arm_timer(s);
     }
     if (s->log != NULL)
@@ -534,8 +531,9 @@ static void storage_on_sub(fx_loop *l, fx_task *t, void *user)
         /* It may start below the ring: a reader of the log, in case. */
         char dir[sizeof(st_dir_of(sub)->dir) + FX_LOGFMT_DIR_NAME_MAX + 2];
         snprintf(dir, sizeof(dir), "%s/%s", st_dir_of(sub)->dir, s->dirname);
-        sub->replay = fxb_replay_new(dir, st_dir_of(sub)->o.io, fx_dlog_first_offset(s->log),
-                                     sub->w->dur->st->rloop);
+        sub->replay =
+            fxb_replay_new(dir, st_dir_of(sub)->o.io, fx_dlog_first_offset(s->log),
+                           sub->w->dur->st->rloop, st_dir_of(sub)->o.max_records_per_read);
         if (sub->replay == NULL)
             sub->reg_rv = -ENOMEM;
     }

@@ -29,6 +29,7 @@
 struct fxb_replay {
     fx_loop *rloop;
     fx_sio *io;
+    uint32_t max_records; /* per page */
     char dir[PATH_MAX];
     uint64_t first; /* the log's first offset when the subscription came */
     uint64_t next;  /* the range left: [next, to) */
@@ -52,7 +53,8 @@ struct fxb_replay {
     char err[256];
 };
 
-fxb_replay *fxb_replay_new(const char *dir, fx_sio *io, uint64_t first, fx_loop *rloop)
+fxb_replay *fxb_replay_new(const char *dir, fx_sio *io, uint64_t first, fx_loop *rloop,
+                           uint32_t max_records)
 {
     fxb_replay *r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -61,6 +63,7 @@ fxb_replay *fxb_replay_new(const char *dir, fx_sio *io, uint64_t first, fx_loop 
     r->io = io != NULL ? io : fx_sio_posix();
     r->first = first;
     r->rloop = rloop;
+    r->max_records = max_records > 0 ? max_records : 1;
     r->fd = -1;
     return r;
 }
@@ -244,7 +247,7 @@ typedef struct page_args {
     uint64_t handle_id; /* of the stream */
 } page_args;
 
-/* Reads one page from |r->next|: at most FXB_REPLAY_PAGE_RECORDS records and
+/* Reads one page from |r->next|: at most |r->max_records| records and
  * FXB_REPLAY_PAGE_BYTES payload bytes (always one record), never past |to|. */
 static int read_page(fxb_replay *r, const page_args *a)
 {
@@ -252,13 +255,13 @@ static int read_page(fxb_replay *r, const page_args *a)
     if (!r->open && (rv = seek(r)) != 0)
         return rv;
     fx_buf *buf = NULL;
-    fx_wire_slice *sl = calloc(FXB_REPLAY_PAGE_RECORDS, sizeof(*sl));
+    fx_wire_slice *sl = calloc(r->max_records, sizeof(*sl));
     if (sl == NULL)
         return -ENOMEM;
     uint64_t base = r->next;
     size_t used = 0, cap = 0;
     uint32_t n = 0;
-    while (r->next < r->to && n < FXB_REPLAY_PAGE_RECORDS) {
+    while (r->next < r->to && n < r->max_records) {
         fx_rec_header h;
         fx_rec_status st;
         if ((rv = fx_segwin_record(&r->win, r->pos, r->next, true, false, NULL, &h, &st)) != 0)

@@ -18,14 +18,15 @@
 
 typedef struct fxb_replay fxb_replay;
 
-/* Payload bytes and records of one page (the original's 1 MiB history page
- * and its read cap). */
+/* Payload bytes of one page (the original's 1 MiB history page). */
 #define FXB_REPLAY_PAGE_BYTES (1u << 20)
-#define FXB_REPLAY_PAGE_RECORDS 10000u
 
 /* A reader for the log in directory |dir| through |io|, whose oldest offset
- * is |first| now, to be run on |rloop|. NULL on -ENOMEM. Storage thread. */
-fxb_replay *fxb_replay_new(const char *dir, fx_sio *io, uint64_t first, fx_loop *rloop);
+ * is |first| now, to be run on |rloop|, with pages of at most
+ * |max_records| (durable_max_records_per_read, > 0) records. NULL on
+ * -ENOMEM. Storage thread. */
+fxb_replay *fxb_replay_new(const char *dir, fx_sio *io, uint64_t first, fx_loop *rloop,
+                           uint32_t max_records);
 
 /* Decides, before |sub| registers with its stream |st|, whether it starts
  * below the ring: then its start becomes the tail (the replay covers the

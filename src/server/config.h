@@ -177,6 +177,8 @@ typedef struct fx_config {
     uint64_t durable_max_unsynced_bytes; /* bytes in storage per stream; 0 = no bound */
     uint64_t durable_retention_bytes;    /* 0 = no size bound */
     uint64_t durable_retention_ns;       /* 0 = no age bound */
+    uint64_t durable_retention_interval_ns;
+    uint32_t durable_max_records_per_read;
     bool durable_preallocate;
     bool durable_verify_all_on_open;
     bool durable_repair_checksum_tail;

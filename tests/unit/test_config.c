@@ -651,6 +651,8 @@ static void test_durable_keys_default_and_env_names_of_the_original(void **state
                    "FELIX_DURABLE_RETENTION_SECONDS=3600",
                    "FELIX_DURABLE_MAX_UNSYNCED_BYTES=1MiB",
                    "FELIX_DURABLE_DEFAULT=true",
+                   "FELIX_DURABLE_RETENTION_INTERVAL_SECONDS=5",
+                   "FELIX_DURABLE_MAX_RECORDS_PER_READ=500",
                    NULL};
     assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
     assert_string_equal(f.c.durable_storage_dir, "/var/lib/felix");
@@ -662,6 +664,8 @@ static void test_durable_keys_default_and_env_names_of_the_original(void **state
     assert_int_equal(f.c.durable_retention_ns, 3600 * 1000 * MS);
     assert_int_equal(f.c.durable_max_unsynced_bytes, MiB);
     assert_true(f.c.durable_default);
+    assert_int_equal(f.c.durable_retention_interval_ns, 5 * 1000 * MS);
+    assert_int_equal(f.c.durable_max_records_per_read, 500);
     done(&f);
     const char *sets[] = {"durable_fsync_mode=off"};
     assert_int_equal(load(&f, NULL, NULL, sets, 1), 0);
@@ -680,6 +684,8 @@ static void test_durable_bad_values_are_refused(void **state)
     expect_error("durable_index_spacing_bytes: 0\n", NULL, NULL, 0, sp);
     const char *iv[] = {"durable_fsync_interval_ms", NULL};
     expect_error("durable_fsync_interval_ms: 0\n", NULL, NULL, 0, iv);
+    const char *mr[] = {"durable_max_records_per_read", NULL};
+    expect_error("durable_max_records_per_read: 0\n", NULL, NULL, 0, mr);
     const char *def[] = {"durable_default = true needs durable_storage_dir", NULL};
     expect_error("durable_default: true\n", NULL, NULL, 0, def);
 }
