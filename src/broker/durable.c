@@ -9,9 +9,8 @@
  * budget, so publishers are slowed like at every other checkpoint). A failed
  * append or flush fails its jobs ("storage full" / "storage error"): they
  * never reach the ring. Worker side: the worker loop; storage side: the
- * storage thread, an fx_loop that exists to block on the disk. */
-#include "broker/durable.h"
-
+ * storage thread, an fx_loop that exists to block on the disk. Start-up,
+ * the admin view, the drain flush and shutdown: durable_ops.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -23,71 +22,9 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/placement.h"
+#include "broker/durable_int.h"
 #include "broker/replay.h"
 #include "felix/error.h"
-#include "storage/catalog.h"
-#include "storage/dlog.h"
-#include "storage/syncpol.h"
-
-typedef struct fxb_durable fxb_durable;
-
-/* What GET /v1/streams shows of a durable stream's log: written by its
- * storage thread (relaxed atomics), read by the admin thread under
- * |cat_mu| (the entry leaves the table under it before it is freed). */
-typedef struct dstats {
-    struct dstats *next;
-    uint64_t handle_id;
-    atomic_uint_fast64_t first, next_off, bytes, segments;
-} dstats;
-
-/* The log of one durable stream on its storage thread. */
-typedef struct dstream {
-    struct fxb_storage *st;
-    fx_stream_handle *h; /* reference */
-    fx_dlog *log;
-    int open_rv;
-    char dirname[FX_LOGFMT_DIR_NAME_MAX]; /* claimed while |log| is open */
-    dstats *stats;                        /* listed while |log| is open */
-    uint64_t shown_bytes, shown_segments; /* what the gauges hold of this log */
-    atomic_uint_fast64_t first_offset;    /* the log's next offset at open (the ring's start) */
-    fx_syncpol pol;
-    fxb_job *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
-    fx_task flush_task;     /* on_commit: flush after the appends queued now */
-    fx_timer timer;         /* periodic flush, retention */
-    uint64_t retain_due_ns;
-    uint64_t retain_bytes, retain_ns; /* the catalogue's overrides, else the broker's */
-} dstream;
-
-/* One storage thread: the logs of one worker's durable streams. */
-typedef struct fxb_storage {
-    struct fxb_durable *d;
-    fxb_worker *w;
-    fx_loop *loop;  /* appends, flushes, retention */
-    fx_loop *rloop; /* replay reads from disk (replay.c): their own queue */
-    dstream **ds;   /* by fx_placement_worker_slot */
-    size_t nds;
-} fxb_storage;
-
-struct fxb_durable {
-    fx_broker *b;
-    char dir[4096];
-    fx_broker_durable_opts o;
-    pthread_mutex_t cat_mu; /* the catalogue is shared by the storage threads */
-    fx_catalog *cat;
-    struct open_dir *open; /* directories with an open log (under |cat_mu|) */
-    dstats *stats;         /* of every open log (under |cat_mu|) */
-    char error[6144];      /* why the last log failed to open (start-up reports it) */
-    fxb_storage *st;       /* one per worker */
-    uint32_t nst;
-    uint32_t nstarted; /* storage threads running (with their replay threads) */
-};
-
-/* A directory whose log is open: one writer per directory, also when a
- * deleted stream's log is still being closed as its name is created again. */
-typedef struct open_dir {
-    struct open_dir *next;
-    char name[FX_LOGFMT_DIR_NAME_MAX];
-} open_dir;
 
 /* Claims directory |name| (under |cat_mu|). Returns 0 or -EBUSY. */
 static int dir_claim(fxb_durable *d, const char *name)
@@ -118,27 +55,9 @@ static void dir_release(fxb_durable *d, const char *name)
     pthread_mutex_unlock(&d->cat_mu);
 }
 
-/* Per durable stream on its worker: bytes in storage and the jobs held
- * back by the bound. */
-typedef struct dws {
-    bool known;     /* |base| came back from storage */
-    uint64_t base;  /* the log's next offset at open: the ring starts there */
-    uint64_t bytes; /* of jobs sent to storage and not yet back */
-    fxb_job *hhead, *htail;
-} dws;
-
-/* A worker's side of the stage. */
-struct fxb_dworker {
-    fxb_storage *st;
-    dws **s; /* by slot */
-    size_t ns;
-    fxb_job *rhead, *rtail; /* stored, waiting for ring + fanout */
-    uint64_t pending;       /* taken, not yet completed */
-};
-
 static fx_ratelimit storage_rl = FX_RATELIMIT_INIT;
 
-static uint64_t wall_us(void)
+uint64_t fxb_wall_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -251,7 +170,7 @@ static void fail_waiting(dstream *s, int rv)
         give_back(list_pop(&s->whead, &s->wtail), rv);
 }
 
-static void log_storage_error(const dstream *s, const char *what, int rv)
+void fxb_dstream_log_error(const dstream *s, const char *what, int rv)
 {
     FX_LOG_RATELIMITED(&storage_rl, fx_now_ns(), FX_LOG_ERROR, "storage",
                        "%s failed on stream %s/%s/%s: %s%s%s", what, fx_stream_handle_tenant(s->h),
@@ -261,7 +180,7 @@ static void log_storage_error(const dstream *s, const char *what, int rv)
 }
 
 /* Runs one flush now. */
-static void flush_now(dstream *s, uint64_t now)
+void fxb_dstream_flush(dstream *s, uint64_t now)
 {
     uint64_t covers = s->pol.waiting; /* the appends this flush serves */
     fx_syncpol_begin(&s->pol, now);
@@ -272,7 +191,7 @@ static void flush_now(dstream *s, uint64_t now)
     FX_HIST_OBSERVE(storage_sync_ns, end - now);
     if (rv != 0) {
         FX_COUNTER_INC(storage_sync_failures);
-        log_storage_error(s, "flush", rv);
+        fxb_dstream_log_error(s, "flush", rv);
         fail_waiting(s, rv);
         return;
     }
@@ -294,11 +213,11 @@ static void arm_timer(dstream *s)
 static void retain(dstream *s, uint64_t now)
 {
     fx_dlog_retained r = {0};
-    int rv = fx_dlog_retain(s->log, s->retain_bytes, s->retain_ns / 1000u, wall_us(), &r);
+    int rv = fx_dlog_retain(s->log, s->retain_bytes, s->retain_ns / 1000u, fxb_wall_us(), &r);
     FX_COUNTER_ADD(storage_retention_segments, r.segments);
     FX_COUNTER_ADD(storage_retention_bytes, r.bytes);
     if (rv != 0)
-        log_storage_error(s, "retention sweep", rv);
+        fxb_dstream_log_error(s, "retention sweep", rv);
     else if (r.segments > 0)
         FX_LOG_INFO("storage",
                     "retention deleted %" PRIu64 " segments (%" PRIu64
@@ -316,7 +235,7 @@ static void on_timer(fx_loop *l, fx_timer *t, void *user)
     uint64_t now = fx_loop_now(l);
     if (s->log != NULL && !fx_dlog_is_failed(s->log)) {
         if (fx_syncpol_is_due(&s->pol, now))
-            flush_now(s, now);
+            fxb_dstream_flush(s, now);
         if (s->retain_due_ns != 0 && now >= s->retain_due_ns)
             retain(s, now);
         stats_update(s);
@@ -330,7 +249,7 @@ static void on_flush_task(fx_loop *l, fx_task *t, void *user)
     dstream *s = user;
     uint64_t now = fx_loop_now(l);
     if (s->log != NULL && fx_syncpol_is_due(&s->pol, now))
-        flush_now(s, now);
+        fxb_dstream_flush(s, now);
 }
 
 static int open_log(dstream *s)
@@ -338,7 +257,7 @@ static int open_log(dstream *s)
     fxb_durable *d = s->st->d;
     const char *t = fx_stream_handle_tenant(s->h), *ns = fx_stream_handle_namespace(s->h),
                *name = fx_stream_handle_stream(s->h);
-    fx_catalog_params p = {.created_us = wall_us(),
+    fx_catalog_params p = {.created_us = fxb_wall_us(),
                            .segment_bytes = d->o.segment_bytes,
                            .index_spacing_bytes = d->o.index_spacing_bytes};
     char dir[sizeof(d->dir) + FX_LOGFMT_DIR_NAME_MAX + 2], label[3 * FX_REGISTRY_NAME_MAX + 8];
@@ -374,7 +293,7 @@ static int open_log(dstream *s)
     c.repair = d->o.repair;
     c.io = d->o.io;
     fx_dlog_recovery rep = {0};
-    rv = fx_dlog_open(&s->log, dir, &c, wall_us(), &rep);
+    rv = fx_dlog_open(&s->log, dir, &c, fxb_wall_us(), &rep);
     if (rv != 0) {
         dir_release(d, s->dirname);
         s->dirname[0] = '\0';
@@ -397,7 +316,7 @@ static int open_log(dstream *s)
 }
 
 /* The stream's log on this storage thread, opened on first use. */
-static dstream *dstream_get(fxb_storage *st, fx_stream_handle *h)
+dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
 {
     size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), st->d->nst);
     if (idx >= st->nds) {
@@ -448,7 +367,7 @@ static dstream *dstream_get(fxb_storage *st, fx_stream_handle *h)
 /* Closes |s| with a flush. Its jobs have all come back (the stream's end
  * waits for them, and teardown runs after a barrier that ran every flush);
  * any left are freed unanswered, not acknowledged. */
-static void dstream_close(fxb_storage *st, dstream *s)
+void fxb_dstream_close(fxb_storage *st, dstream *s)
 {
     fxb_job *j;
     while ((j = list_pop(&s->whead, &s->wtail)) != NULL)
@@ -458,7 +377,7 @@ static void dstream_close(fxb_storage *st, dstream *s)
         int rv = fx_dlog_close(s->log, true);
         s->log = NULL;
         if (rv != 0)
-            log_storage_error(s, "final flush", rv);
+            fxb_dstream_log_error(s, "final flush", rv);
         dir_release(st->d, s->dirname);
     }
     stats_update(s); /* the gauges drop what this log held */
@@ -473,7 +392,7 @@ static void storage_on_job(fx_loop *l, fx_task *t, void *user)
     (void)t;
     fxb_job *j = user;
     fxb_storage *st = j->w->dur->st;
-    dstream *s = dstream_get(st, j->h);
+    dstream *s = fxb_dstream_get(st, j->h);
     if (s == NULL || s->open_rv != 0) {
         give_back(j, s == NULL ? -EIO : s->open_rv);
         return;
@@ -487,11 +406,11 @@ static void storage_on_job(fx_loop *l, fx_task *t, void *user)
         iov[i] = (fx_dlog_iov){.data = j->payloads[i].ptr, .len = (uint32_t)j->payloads[i].len};
     uint64_t before = fx_dlog_stats_get(s->log)->append_bytes;
     size_t nsegs = fx_dlog_segment_count(s->log);
-    int rv = fx_dlog_append(s->log, iov, j->count, wall_us(), &j->sfirst);
+    int rv = fx_dlog_append(s->log, iov, j->count, fxb_wall_us(), &j->sfirst);
     if (iov != stack)
         free(iov);
     if (rv != 0) {
-        log_storage_error(s, "append", rv);
+        fxb_dstream_log_error(s, "append", rv);
         give_back(j, rv);
         return;
     }
@@ -524,7 +443,7 @@ static void storage_on_sub(fx_loop *l, fx_task *t, void *user)
     (void)l;
     (void)t;
     fxb_sub *sub = user;
-    dstream *s = dstream_get(sub->w->dur->st, sub->h);
+    dstream *s = fxb_dstream_get(sub->w->dur->st, sub->h);
     sub->reg_rv = s == NULL || s->open_rv != 0 ? FX_ESTORAGE_ERROR : 0;
     sub->dur_base = s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
     if (sub->reg_rv == 0 && sub->start.kind != FX_START_LATEST) {
@@ -556,7 +475,7 @@ static void storage_on_end(fx_loop *l, fx_task *t, void *user)
     fxb_storage *st = m->st;
     size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(m->h), st->d->nst);
     if (idx < st->nds && st->ds[idx] != NULL) {
-        dstream_close(st, st->ds[idx]);
+        fxb_dstream_close(st, st->ds[idx]);
         st->ds[idx] = NULL;
     }
     /* A deleted durable stream leaves the catalogue with its files, so its
@@ -765,338 +684,4 @@ void fxb_durable_worker_deinit(fxb_worker *w)
         fxb_job_free(j);
     free(dw);
     w->dur = NULL;
-}
-
-/* ---- lifecycle ------------------------------------------------------------------------- */
-
-/* Hands the reason of a failed start to the caller's buffer (opts.durable.error). */
-static void report(fx_broker *b, const char *why)
-{
-    if (b->o.durable.error != NULL && b->o.durable.error_len > 0)
-        snprintf(b->o.durable.error, b->o.durable.error_len, "%s", why);
-}
-
-int fxb_durable_init(fx_broker *b)
-{
-    const fx_broker_durable_opts *o = &b->o.durable;
-    if (o->dir == NULL || o->dir[0] == '\0') {
-        b->o.durable.dir = NULL; /* borrowed: not kept */
-        return 0;
-    }
-    fxb_durable *d = calloc(1, sizeof(*d));
-    if (d == NULL)
-        return -ENOMEM;
-    d->b = b;
-    d->o = *o;
-    snprintf(d->dir, sizeof(d->dir), "%s", o->dir);
-    d->o.dir = d->dir;
-    b->o.durable.dir = d->dir;
-    pthread_mutex_init(&d->cat_mu, NULL);
-    b->dur = d;
-    char err[512] = "";
-    int rv = fx_catalog_open(&d->cat, o->io, d->dir, err, sizeof(err));
-    if (rv != 0) {
-        snprintf(d->error, sizeof(d->error), "the catalogue in %s: %s%s%s", d->dir, fx_strerror(rv),
-                 err[0] ? ": " : "", err);
-        report(b, d->error);
-        return rv;
-    }
-    d->nst = b->nworkers;
-    d->st = calloc(d->nst, sizeof(*d->st));
-    if (d->st == NULL)
-        return -ENOMEM;
-    for (uint32_t i = 0; i < b->nworkers; i++) {
-        fxb_worker *w = &b->workers[fx_placement_storage_worker(i, b->nworkers)];
-        fxb_storage *st = &d->st[i];
-        char name[24];
-        snprintf(name, sizeof(name), "fx-storage-%u", (unsigned)(i % 100000u));
-        fx_loop_opts lo = {.name = name, .cpu = -1};
-        st->d = d;
-        st->w = w;
-        if ((rv = fx_loop_new(&st->loop, &lo)) != 0)
-            return rv;
-        snprintf(name, sizeof(name), "fx-replay-%u", (unsigned)(i % 100000u));
-        if ((rv = fx_loop_new(&st->rloop, &lo)) != 0)
-            return rv;
-        if ((w->dur = calloc(1, sizeof(*w->dur))) == NULL)
-            return -ENOMEM;
-        w->dur->st = st;
-    }
-    FX_LOG_INFO("storage",
-                "opening durable stream storage root=%s segment=%" PRIu64 " index_spacing=%" PRIu64
-                " fsync %s retention=%" PRIu64 "B/%" PRIu64 "s",
-                d->dir, o->segment_bytes, o->index_spacing_bytes,
-                fx_fsync_mode_name((fx_fsync_mode)o->fsync_mode), o->retention_bytes,
-                (uint64_t)(o->retention_ns / FX_NS_PER_S));
-    return 0;
-}
-
-/* Opens the log of catalogue entry |e| for its stream |h| at start. */
-static int recover_one(fx_broker *b, fx_stream_handle *h)
-{
-    fxb_worker *w = fxb_worker_for(b, h);
-    dstream *s = dstream_get(w->dur->st, h);
-    if (s == NULL)
-        return -ENOMEM;
-    return s->open_rv;
-}
-
-int fxb_durable_recover(fx_broker *b)
-{
-    fxb_durable *d = b->dur;
-    if (d == NULL)
-        return 0;
-    uint64_t t0 = fx_now_ns();
-    size_t n = fx_catalog_count(d->cat); /* the declarations below find their entries */
-    for (size_t i = 0; i < n; i++) {
-        const fx_catalog_entry *e = fx_catalog_at(d->cat, i);
-        fx_wire_slice t = {(const uint8_t *)e->tenant, strlen(e->tenant)};
-        fx_wire_slice ns = {(const uint8_t *)e->ns, strlen(e->ns)};
-        fx_wire_slice st = {(const uint8_t *)e->stream, strlen(e->stream)};
-        fx_stream_handle *h = NULL;
-        fx_registry_err err = {0};
-        int rv = fx_registry_create_durable(b->reg, t, ns, st, 1, &h, NULL, &err);
-        if (rv != 0) {
-            snprintf(d->error, sizeof(d->error), "stream %s/%s/%s of the catalogue: %s", e->tenant,
-                     e->ns, e->stream, err.msg[0] ? err.msg : fx_strerror(rv));
-            report(b, d->error);
-            return rv;
-        }
-        rv = recover_one(b, h);
-        fx_stream_handle_unref(h);
-        if (rv != 0) {
-            report(b, d->error);
-            return rv;
-        }
-    }
-    FX_LOG_INFO("storage", "recovered %zu durable streams in %.3f s", n,
-                (double)(fx_now_ns() - t0) / 1e9);
-    return 0;
-}
-
-void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e)
-{
-    bool durable = fx_stream_handle_is_durable(h);
-    json_object_set_new(e, "durable", json_boolean(durable));
-    fxb_durable *d = b->dur;
-    const char *keys[] = {"log_first_offset", "log_next_offset", "bytes_on_disk", "segments"};
-    uint64_t v[4] = {0};
-    bool found = false;
-    if (d != NULL && durable) {
-        pthread_mutex_lock(&d->cat_mu);
-        for (dstats *x = d->stats; x != NULL && !found; x = x->next) {
-            if (x->handle_id != fx_stream_handle_id(h))
-                continue;
-            found = true;
-            v[0] = atomic_load_explicit(&x->first, memory_order_relaxed);
-            v[1] = atomic_load_explicit(&x->next_off, memory_order_relaxed);
-            v[2] = atomic_load_explicit(&x->bytes, memory_order_relaxed);
-            v[3] = atomic_load_explicit(&x->segments, memory_order_relaxed);
-        }
-        pthread_mutex_unlock(&d->cat_mu);
-    }
-    for (size_t i = 0; i < 4; i++)
-        json_object_set_new(e, keys[i], found ? json_integer((json_int_t)v[i]) : json_null());
-}
-
-/* A flush of every log of every storage thread, shared with them (the
- * waiter may give up at its deadline while they still run). */
-typedef struct flush_all {
-    atomic_int refs;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint32_t left; /* storage threads still flushing */
-    uint64_t flushed, failed;
-} flush_all;
-
-typedef struct flush_msg {
-    fx_task task;
-    fxb_storage *st;
-    flush_all *fa;
-} flush_msg;
-
-static void flush_all_unref(flush_all *fa)
-{
-    if (atomic_fetch_sub(&fa->refs, 1) != 1)
-        return;
-    pthread_cond_destroy(&fa->cv);
-    pthread_mutex_destroy(&fa->mu);
-    free(fa);
-}
-
-static void storage_on_flush_all(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    flush_msg *m = user;
-    uint64_t ok = 0, bad = 0;
-    for (size_t i = 0; i < m->st->nds; i++) {
-        dstream *s = m->st->ds[i];
-        if (s == NULL || s->log == NULL || fx_dlog_is_failed(s->log) ||
-            fx_dlog_unsynced_bytes(s->log) == 0)
-            continue;
-        flush_now(s, fx_now_ns()); /* through the policy: counted, failures logged */
-        if (fx_dlog_is_failed(s->log))
-            bad++;
-        else
-            ok++;
-    }
-    flush_all *fa = m->fa;
-    pthread_mutex_lock(&fa->mu);
-    fa->flushed += ok;
-    fa->failed += bad;
-    fa->left--;
-    pthread_cond_signal(&fa->cv);
-    pthread_mutex_unlock(&fa->mu);
-    flush_all_unref(fa);
-    free(m);
-}
-
-/* The CLOCK_REALTIME instant of fx_now_ns() instant |deadline_ns|. */
-static struct timespec realtime_of(uint64_t deadline_ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t now = fx_now_ns();
-    uint64_t until = (uint64_t)ts.tv_sec * FX_NS_PER_S + (uint64_t)ts.tv_nsec +
-                     (deadline_ns > now ? deadline_ns - now : 0);
-    return (struct timespec){.tv_sec = (time_t)(until / FX_NS_PER_S),
-                             .tv_nsec = (long)(until % FX_NS_PER_S)};
-}
-
-int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
-{
-    fxb_durable *d = b->dur;
-    if (d == NULL || d->nstarted == 0)
-        return 0;
-    flush_all *fa = calloc(1, sizeof(*fa));
-    if (fa == NULL)
-        return -ENOMEM;
-    pthread_mutex_init(&fa->mu, NULL);
-    pthread_cond_init(&fa->cv, NULL);
-    atomic_init(&fa->refs, 1);
-    for (uint32_t i = 0; i < d->nstarted; i++) {
-        flush_msg *m = calloc(1, sizeof(*m));
-        if (m == NULL)
-            break; /* those posted still flush; the logs are flushed again at stop */
-        m->st = &d->st[i];
-        m->fa = fa;
-        atomic_fetch_add(&fa->refs, 1);
-        pthread_mutex_lock(&fa->mu);
-        fa->left++;
-        pthread_mutex_unlock(&fa->mu);
-        fx_task_init(&m->task, storage_on_flush_all, m);
-        fx_loop_post(m->st->loop, &m->task);
-    }
-    struct timespec until = realtime_of(deadline_ns);
-    pthread_mutex_lock(&fa->mu);
-    while (fa->left > 0 && pthread_cond_timedwait(&fa->cv, &fa->mu, &until) == 0)
-        ;
-    bool timed_out = fa->left > 0;
-    uint64_t flushed = fa->flushed, failed = fa->failed;
-    pthread_mutex_unlock(&fa->mu);
-    flush_all_unref(fa);
-    if (timed_out)
-        FX_LOG_ERROR("storage",
-                     "drain: the durable logs were not all flushed by the deadline (%" PRIu64
-                     " flushed); they are flushed again when the broker stops",
-                     flushed);
-    else
-        FX_LOG_INFO("storage", "drain: flushed %" PRIu64 " durable streams (%" PRIu64 " failed)",
-                    flushed, failed);
-    return timed_out ? FX_ETIMEDOUT : failed > 0 ? FX_ESTORAGE_ERROR : 0;
-}
-
-int fxb_durable_start(fx_broker *b)
-{
-    fxb_durable *d = b->dur;
-    for (uint32_t i = 0; d != NULL && i < d->nst; i++) {
-        int rv = fx_loop_start(d->st[i].loop);
-        if (rv == 0 && (rv = fx_loop_start(d->st[i].rloop)) != 0)
-            fx_loop_stop(d->st[i].loop);
-        if (rv != 0)
-            return rv;
-        d->nstarted = i + 1;
-    }
-    return 0;
-}
-
-typedef struct barrier {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
-    fx_task task;
-} barrier;
-
-static void barrier_on(fx_loop *l);
-
-static void barrier_cb(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    barrier *br = user;
-    pthread_mutex_lock(&br->mu);
-    br->done = true;
-    pthread_cond_signal(&br->cv);
-    pthread_mutex_unlock(&br->mu);
-}
-
-/* Runs what |l| has queued, waiting on this thread. */
-static void barrier_on(fx_loop *l)
-{
-    barrier br = {.done = false};
-    pthread_mutex_init(&br.mu, NULL);
-    pthread_cond_init(&br.cv, NULL);
-    fx_task_init(&br.task, barrier_cb, &br);
-    fx_loop_post(l, &br.task);
-    pthread_mutex_lock(&br.mu);
-    while (!br.done)
-        pthread_cond_wait(&br.cv, &br.mu);
-    pthread_mutex_unlock(&br.mu);
-    pthread_cond_destroy(&br.cv);
-    pthread_mutex_destroy(&br.mu);
-}
-
-void fxb_durable_barrier(fx_broker *b)
-{
-    fxb_durable *d = b->dur;
-    for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
-        barrier_on(d->st[i].rloop);
-        barrier_on(d->st[i].loop);
-    }
-}
-
-void fxb_durable_stop(fx_broker *b)
-{
-    fxb_durable *d = b->dur;
-    for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
-        fx_loop_stop(d->st[i].rloop);
-        fx_loop_stop(d->st[i].loop);
-    }
-}
-
-void fxb_durable_free(fx_broker *b)
-{
-    fxb_durable *d = b->dur;
-    if (d == NULL)
-        return;
-    for (uint32_t i = 0; d->st != NULL && i < d->nst; i++) {
-        fxb_storage *st = &d->st[i];
-        for (size_t k = 0; k < st->nds; k++)
-            if (st->ds[k] != NULL)
-                dstream_close(st, st->ds[k]);
-        free(st->ds);
-        fx_loop_free(st->rloop);
-        fx_loop_free(st->loop);
-    }
-    free(d->st);
-    while (d->open != NULL) {
-        open_dir *o = d->open;
-        d->open = o->next;
-        free(o);
-    }
-    fx_catalog_free(d->cat);
-    pthread_mutex_destroy(&d->cat_mu);
-    free(d);
-    b->dur = NULL;
 }
