@@ -68,7 +68,9 @@ extern "C" {
     X(FX_ESTORAGE_CORRUPT, -1400, "storage corruption detected")                                   \
     X(FX_ESTORAGE_TOO_LARGE, -1401, "record payload exceeds the maximum supported size")           \
     X(FX_ESTORAGE_FAILED, -1402, "storage log stopped after a failed write or flush")              \
-    X(FX_ESTORAGE_CATALOG, -1403, "malformed storage catalogue")
+    X(FX_ESTORAGE_CATALOG, -1403, "malformed storage catalogue")                                   \
+    X(FX_ESTORAGE_FULL, -1404, "storage full")                                                     \
+    X(FX_ESTORAGE_ERROR, -1405, "storage error")
 
 enum fx_error {
 #define FX_ERR_ENUM(name, value, msg) name = (value),

@@ -152,6 +152,48 @@
       "Messages inside the frame lists shed at a full writer lane")                                \
     G(sub_subscriptions, "felix_sub_subscriptions", "", "Subscriptions currently registered")
 
+/* ---- durable storage (docs/durability.md) ----------------------------- */
+#define FX_METRICS_STORAGE(C, G, H)                                                                \
+    C(storage_append_records, "felix_storage_append_records_total", "",                            \
+      "Records appended to durable logs")                                                          \
+    C(storage_append_bytes, "felix_storage_append_bytes_total", "",                                \
+      "Bytes appended to durable logs (record headers included)")                                  \
+    C(storage_syncs, "felix_storage_sync_total", "",                                               \
+      "Completed flushes (fdatasync) of durable logs")                                             \
+    C(storage_sync_failures, "felix_storage_sync_failures_total", "",                              \
+      "Flushes that failed (the log stops taking appends until the broker restarts)")              \
+    H(storage_sync_ns, "felix_storage_sync_duration_ns", "",                                       \
+      "Nanoseconds one flush of a durable log took", 10)                                           \
+    H(storage_sync_appends, "felix_storage_sync_batch_appends", "",                                \
+      "Appends one flush served (group commit fan-in)", 0)                                         \
+    G(storage_segments, "felix_storage_segment_count", "",                                         \
+      "Segment files of the open durable logs")                                                    \
+    G(storage_bytes_on_disk, "felix_storage_bytes_on_disk", "",                                    \
+      "Bytes of the open durable logs' segment and index files")                                   \
+    C(storage_errors, "felix_storage_errors_total", "",                                            \
+      "Publishes failed by durable storage (\"storage full\" or \"storage error\")")               \
+    C(storage_bound_waits, "felix_storage_unsynced_waits_total", "",                               \
+      "Publish jobs that waited because their stream had durable_max_unsynced_bytes in storage")   \
+    C(storage_retention_segments, "felix_storage_retention_segments_deleted_total", "",            \
+      "Sealed segments deleted by retention")                                                      \
+    C(storage_retention_bytes, "felix_storage_retention_bytes_reclaimed_total", "",                \
+      "Bytes of segments deleted by retention")                                                    \
+    C(storage_recovery_truncations, "felix_storage_recovery_truncations_total", "",                \
+      "Torn tails (a partial last record after a crash) cut when durable logs were opened")        \
+    C(storage_recovery_truncated_bytes, "felix_storage_recovery_truncated_bytes_total", "",        \
+      "Bytes of torn tails cut when durable logs were opened")                                     \
+    C(storage_recovery_repairs, "felix_storage_recovery_repairs_total", "",                        \
+      "Durable logs cut at a damaged record by --repair-durable")                                  \
+    C(storage_replays, "felix_storage_replays_total", "",                                          \
+      "Subscriptions that started below the ring and read history from disk")                      \
+    C(storage_replay_records, "felix_storage_read_records_total", "",                              \
+      "Records read from durable logs for replays")                                                \
+    C(storage_replay_bytes, "felix_storage_read_bytes_total", "",                                  \
+      "Payload bytes read from durable logs for replays")                                          \
+    C(storage_replay_failures, "felix_storage_replay_failures_total", "",                          \
+      "Replays that failed (retention removed the range, damage, I/O error): the event stream "    \
+      "ends")
+
 /* ---- publish outcomes -------------------------------------------------- */
 #define FX_METRICS_PUBLISH(C, G, H)                                                                \
     C(publish_accepted, "felix_publish_requests_total", "result=accepted",                         \
@@ -232,6 +274,7 @@
     FX_METRICS_BROKER(C, G, H)                                                                     \
     FX_METRICS_SUB(C, G, H)                                                                        \
     FX_METRICS_PUBLISH(C, G, H)                                                                    \
+    FX_METRICS_STORAGE(C, G, H)                                                                    \
     FX_METRICS_QUIC(C, G, H)                                                                       \
     FX_METRICS_ADMIN(C, G, H)                                                                      \
     FX_METRICS_LIMITS(C, G, H)

@@ -76,3 +76,9 @@ size_t fx_placement_client_loop(uint64_t nth, size_t nloops)
         return 0;
     return (size_t)(nth % nloops);
 }
+
+uint32_t fx_placement_storage_worker(uint32_t storage, uint32_t nworkers)
+{
+    assert(nworkers > 0);
+    return nworkers ? storage % nworkers : 0;
+}

@@ -30,6 +30,12 @@ uint32_t fx_placement_worker_for(uint64_t handle_id, uint32_t nworkers);
 uint64_t fx_placement_worker_slot(uint64_t handle_id, uint32_t nworkers);
 uint64_t fx_placement_stream_at(uint32_t worker, uint64_t slot, uint32_t nworkers);
 
+/* The worker whose durable streams storage thread |storage| (0 .. nworkers
+ * - 1) serves: one storage thread per worker, so a stream's appends, like
+ * its fanout, have one home. Returns storage % nworkers, or 0 if |nworkers|
+ * is 0 (asserted). */
+uint32_t fx_placement_storage_worker(uint32_t storage, uint32_t nworkers);
+
 /* How many worker loops `workers: auto` means on a host with |online_cpus|
  * CPUs: one per CPU but one, at least 1, at most 1024. The CPU left over runs
  * the kernel's UDP path and co-located clients; on the 2-core reference host

@@ -14,7 +14,10 @@
 #include "base/log.h"
 #include "base/placement.h"
 #include "broker/broker_internal.h"
+#include "broker/durable.h"
 #include "felix/error.h"
+#include "storage/dlog.h"
+#include "storage/syncpol.h"
 
 void fx_broker_opts_default(fx_broker_opts *o)
 {
@@ -52,6 +55,14 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .subscriber_flush_max_items = 16,
         .subscriber_flush_max_delay_ns = 0,
         .subscriber_unacked_bytes = 1u << 20,
+        .durable = {.fsync_mode = FX_FSYNC_PERIODIC,
+                    .fsync_interval_ns = FX_SYNCPOL_DEFAULT_INTERVAL_NS,
+                    .segment_bytes = FX_DLOG_DEFAULT_SEGMENT_BYTES,
+                    .index_spacing_bytes = FX_DLOG_DEFAULT_INDEX_SPACING,
+                    .max_unsynced_bytes = 64u << 20,
+                    .retention_interval_ns = 60 * FX_NS_PER_S,
+                    .max_records_per_read = 10000,
+                    .preallocate = true},
         .frame_read_timeout_ns = 10000 * FX_NS_PER_MS,
         .auth_timeout_ns = 10000 * FX_NS_PER_MS,
         .max_connections_per_ip = 256,
@@ -66,6 +77,9 @@ void fx_broker_opts_default(fx_broker_opts *o)
 
 static int check_opts(const fx_broker_opts *o)
 {
+    if (o->durable.dir != NULL && o->durable.dir[0] &&
+        (o->durable.retention_interval_ns == 0 || o->durable.max_records_per_read == 0))
+        return -EINVAL;
     if (o->workers == 0 || o->log_capacity == 0 || o->log_capacity_bytes == 0 ||
         o->subscriber_queue_capacity == 0 || o->pub_queue_depth == 0 ||
         o->pub_inflight_bytes == 0 || o->pub_conn_inflight_bytes == 0 ||
@@ -200,10 +214,15 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
     fx_registry_opts ro = {.auto_create = o->auto_create_streams,
                            .max_streams_per_tenant = o->max_streams_per_tenant,
                            .max_tenants = o->max_tenants,
-                           .tenant_retained_bytes = o->tenant_retained_bytes};
+                           .tenant_retained_bytes = o->tenant_retained_bytes,
+                           .durable_storage = o->durable.dir != NULL && o->durable.dir[0],
+                           .durable_default = o->durable.durable_default};
     b->o.streams = o->streams;
-    if ((rv = fx_registry_new(&b->reg, &ro)) != 0 || (rv = create_streams(b)) != 0 ||
-        (rv = create_loops(b)) != 0 || (rv = create_endpoint(b)) != 0) {
+    /* The catalogue's durable streams come first: a configured stream of the
+     * same name then finds its durable stream. */
+    if ((rv = fx_registry_new(&b->reg, &ro)) != 0 || (rv = create_loops(b)) != 0 ||
+        (rv = fxb_durable_init(b)) != 0 || (rv = fxb_durable_recover(b)) != 0 ||
+        (rv = create_streams(b)) != 0 || (rv = create_endpoint(b)) != 0) {
         b->o.streams = NULL;
         b->stopped = true;
         fx_broker_free(b);
@@ -216,6 +235,9 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
 
 int fx_broker_start(fx_broker *b)
 {
+    int srv = fxb_durable_start(b);
+    if (srv != 0)
+        return srv;
     for (uint32_t i = 0; i < b->nworkers; i++) {
         int rv = fx_loop_start(b->workers[i].loop);
         if (rv != 0)
@@ -306,10 +328,40 @@ static void free_endpoints(fx_broker *b)
 static void barrier_all(fx_broker *b)
 {
     for (int round = 0; round < 3; round++) {
+        fxb_durable_barrier(b); /* appends and flushes hand their jobs back */
         for (uint32_t i = 0; i < b->nworkers; i++)
             run_on(b->workers[i].loop, NULL, NULL);
         for (uint32_t i = 0; i < b->nio; i++)
             run_on(b->io[i], NULL, NULL);
+    }
+}
+
+typedef struct pending_count {
+    fxb_worker *w;
+    uint64_t n;
+} pending_count;
+
+static void count_pending(void *arg)
+{
+    pending_count *p = arg;
+    p->n = fxb_durable_pending(p->w);
+}
+
+/* Jobs of durable streams make several trips (worker, storage, worker, and
+ * those held by durable_max_unsynced_bytes go later): run the loops until
+ * none is left, so that none is stranded on a stopped loop. */
+static void settle_durable(fx_broker *b)
+{
+    for (int round = 0; b->dur != NULL && round < 100000; round++) {
+        uint64_t n = 0;
+        for (uint32_t i = 0; i < b->nworkers; i++) {
+            pending_count p = {.w = &b->workers[i]};
+            run_on(b->workers[i].loop, count_pending, &p);
+            n += p.n;
+        }
+        if (n == 0)
+            return;
+        fxb_durable_barrier(b);
     }
 }
 
@@ -322,10 +374,13 @@ void fx_broker_stop(fx_broker *b)
         for (uint32_t i = 0; i < b->neps; i++)
             run_on(b->eps[i].loop, close_endpoint, &b->eps[i]);
         barrier_all(b);
+        settle_durable(b);
+        barrier_all(b); /* the completions those sent to the connection loops */
         for (uint32_t i = 0; i < b->nio; i++)
             fx_loop_stop(b->io[i]);
         for (uint32_t i = 0; i < b->nworkers; i++)
             fx_loop_stop(b->workers[i].loop);
+        fxb_durable_stop(b);
     }
     free_endpoints(b);
 }
@@ -336,6 +391,7 @@ void fx_broker_free(fx_broker *b)
         return;
     fx_broker_stop(b);
     free_endpoints(b);
+    fxb_durable_free(b); /* closes the logs; before the workers free the stored jobs */
     for (uint32_t i = 0; b->workers != NULL && i < b->nworkers; i++)
         fxb_worker_deinit(&b->workers[i]);
     free(b->workers);

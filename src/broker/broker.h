@@ -73,6 +73,35 @@ typedef enum fx_broker_lane_shard {
     FX_BROKER_LANE_ROUND_ROBIN_PIN,    /* the connection's n-th subscription: n % lanes */
 } fx_broker_lane_shard;
 
+struct fx_sio;
+
+/* Durable storage (docs/durability.md): with |dir| set, streams created
+ * durable keep their messages in a log under it. */
+typedef struct fx_broker_durable_opts {
+    const char *dir;              /* storage root; NULL or "" = no durable streams */
+    bool durable_default;         /* auto-created streams are durable */
+    int fsync_mode;               /* fx_fsync_mode (storage/syncpol.h); periodic */
+    uint64_t fsync_interval_ns;   /* periodic; 250 ms */
+    uint64_t segment_bytes;       /* 256 MiB */
+    uint64_t index_spacing_bytes; /* 4096 */
+    uint64_t max_unsynced_bytes;  /* bytes in storage per stream; 0 = no bound */
+    uint64_t retention_bytes;     /* 0 = no bound */
+    uint64_t retention_ns;        /* 0 = no bound */
+    uint64_t retention_interval_ns; /* sweep period with a bound set; 60 s */
+    uint32_t max_records_per_read;  /* records per replay page; 10,000 */
+    bool preallocate;
+    bool verify_all_on_open;
+    bool repair_checksum_tail;
+    /* At start, cut a damaged log at its first bad record (reported) instead
+     * of refusing to start (felix-broker --repair-durable). */
+    bool repair;
+    /* Filled by a failed fx_broker_new when durable storage was the cause:
+     * the stream, file and byte position (may be NULL; |error_len| bytes). */
+    char *error;
+    size_t error_len;
+    struct fx_sio *io; /* NULL: the real file system; tests inject faults here */
+} fx_broker_durable_opts;
+
 /* Every setting the data plane uses; fx_broker_opts_default() writes the
  * documented defaults (felix-facts.md §4, ARCHITECTURE.md). Sizes in bytes,
  * durations in nanoseconds. Strings are borrowed until fx_broker_new returns,
@@ -186,6 +215,8 @@ typedef struct fx_broker_opts {
      * stream before its writer waits (a flow-blocked subscriber stops here, so
      * it never fills the connection's unacked cap for its neighbours). */
     uint64_t subscriber_unacked_bytes;
+    /* Durable storage; |durable.dir| is borrowed until fx_broker_new returns. */
+    fx_broker_durable_opts durable;
 } fx_broker_opts;
 
 /* Writes the defaults into |o| (workers 1, 127.0.0.1 port 0, QUIC defaults). */
@@ -282,6 +313,18 @@ int fx_broker_list_subscriptions(fx_broker *b, uint64_t timeout_ns, char **pjson
 int fx_broker_create_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             bool *pcreated, fx_registry_err *err);
 
+/* As fx_broker_create_stream, with durability: |durable| 1 makes a new
+ * stream durable (its messages are kept in a log under durable.dir), 0 in
+ * memory, -1 either (a new one in memory). Also -EEXIST: the stream exists
+ * with the other durability ("changing stream durability requires removal
+ * and recreation: ..."); -ENOTSUP: durable without durable.dir ("stream
+ * T/NS/S is marked durable but this broker has no durable storage
+ * configured"). |*pdurable| (may be NULL) tells whether the stream is
+ * durable. */
+int fx_broker_create_stream_durable(fx_broker *b, const char *tenant, const char *ns,
+                                    const char *stream, int durable, bool *pcreated, bool *pdurable,
+                                    fx_registry_err *err);
+
 /* Deletes the stream: publishes and subscribes to it fail from now on
  * ("stream not found" unless auto-creation makes a new one), jobs already
  * queued for it are fanned out, and each of its subscriptions gets its event
@@ -315,6 +358,10 @@ typedef struct fx_broker_drain_report {
      * (the client does not read them), and the replies they held. */
     uint64_t reply_streams_reset;
     uint64_t replies_abandoned;
+    /* The flush of every durable stream at the end of the drain: 0, or
+     * FX_ETIMEDOUT / FX_ESTORAGE_ERROR (logged; the logs are flushed again
+     * when the broker stops). */
+    int durable_flush_rv;
 } fx_broker_drain_report;
 
 /* Drains the broker: from the call on, new connections are closed at once,

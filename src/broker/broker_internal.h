@@ -90,6 +90,7 @@ struct fxb_worker {
     /* stream_idle_expiry sweeps (worker 0 only). */
     fx_task expiry_start;
     fx_timer expiry_timer;
+    struct fxb_dworker *dur; /* durable streams' storage stage (durable.c), or NULL */
 };
 
 /* One server endpoint and the connections it accepted: the broker's only
@@ -134,6 +135,7 @@ struct fx_broker {
     /* Per source address: connections (max_connections_per_ip) and the auth
      * rate (auth_rate_per_ip). Any thread. */
     fxb_peers peers;
+    struct fxb_durable *dur; /* durable storage (durable.c), or NULL without a storage dir */
 };
 
 /* Error text of everything refused during the drain (also the close reason;
@@ -307,6 +309,14 @@ struct fxb_job {
     uint32_t count;
     uint64_t arrived_ns;
     fxb_reply *commit; /* reply completed after append + fanout, or NULL */
+    /* Durable streams (durable.c): the trip through storage. */
+    fx_task stask;   /* worker <-> storage thread */
+    fxb_job *snext;  /* on a held, waiting or ready list */
+    bool stored;     /* back from storage: |srv| says how it went */
+    int srv;         /* 0 or the storage error */
+    uint64_t sfirst; /* offset of its first record in the log */
+    uint64_t sbase;  /* the log's next offset when it was opened */
+    uint64_t sbytes; /* bytes it counts against durable_max_unsynced_bytes */
 };
 
 /* One subscription. Worker fields: its stream's worker; conn fields: the
@@ -344,6 +354,9 @@ struct fxb_sub {
     bool ending;            /* its stream was deleted: finish after the queue */
     bool block_kicked;      /* subscriber_block_timeout closed its connection */
     fx_task block_task;     /* posted to the connection's loop to close it */
+    bool dur_ready;         /* durable stream: its log answered (durable.c) */
+    uint64_t dur_base;      /* then: the log's next offset when it was opened */
+    struct fxb_replay *replay; /* history read from disk first (replay.c), or NULL */
     /* shared */
     atomic_bool fin_req; /* the feeder pushed its last list: FIN after the lane */
     atomic_uint_fast64_t lane_dropped_events;

@@ -18,6 +18,7 @@
 #include "base/metrics.h"
 #include "base/placement.h"
 #include "broker/broker_internal.h"
+#include "broker/durable.h"
 #include "felix/error.h"
 
 /* ---- drain flag and the connection list ------------------------------------- */
@@ -269,6 +270,7 @@ static json_t *stream_entry(fx_broker *b, gather *g, fx_stream_handle *h)
         json_t *v = st != NULL ? json_object_get(st, fields[i]) : NULL;
         set_u64(e, fields[i], v != NULL ? (uint64_t)json_integer_value(v) : 0);
     }
+    fxb_durable_describe(b, h, e);
     return e;
 }
 
@@ -449,6 +451,13 @@ static fx_wire_slice slice_of(const char *s)
 int fx_broker_create_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             bool *pcreated, fx_registry_err *err)
 {
+    return fx_broker_create_stream_durable(b, tenant, ns, stream, -1, pcreated, NULL, err);
+}
+
+int fx_broker_create_stream_durable(fx_broker *b, const char *tenant, const char *ns,
+                                    const char *stream, int durable, bool *pcreated, bool *pdurable,
+                                    fx_registry_err *err)
+{
     if (fxb_is_draining(b)) {
         if (err != NULL) {
             err->code = FX_ESHUTDOWN;
@@ -456,10 +465,15 @@ int fx_broker_create_stream(fx_broker *b, const char *tenant, const char *ns, co
         }
         return FX_ESHUTDOWN;
     }
-    int rv = fx_registry_create(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream), NULL,
-                                pcreated, err);
+    fx_stream_handle *h = NULL;
+    int rv = fx_registry_create_durable(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream),
+                                        durable, &h, pcreated, err);
+    if (pdurable != NULL)
+        *pdurable = h != NULL && fx_stream_handle_is_durable(h);
+    fx_stream_handle_unref(h);
     if (rv == 0 && pcreated != NULL && *pcreated)
-        FX_LOG_INFO("broker", "stream %s/%s/%s created by the admin API", tenant, ns, stream);
+        FX_LOG_INFO("broker", "stream %s/%s/%s created by the admin API%s", tenant, ns, stream,
+                    durable == 1 ? " (durable)" : "");
     return rv;
 }
 
@@ -513,7 +527,7 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
 
 static void work_worker(fxb_worker *w, work *k)
 {
-    k->jobs += fx_queue_depth(&w->jobs) + (w->parked_job != NULL);
+    k->jobs += fx_queue_depth(&w->jobs) + (w->parked_job != NULL) + fxb_durable_pending(w);
     for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
         fx_subscriber_stats st;
         fx_subscriber_get_stats(sub->sub, &st);
@@ -809,6 +823,7 @@ int fx_broker_drain(fx_broker *b, uint64_t deadline_ns, fx_broker_drain_report *
     }
     r->connections = k.conns;
     close_all(b);
+    r->durable_flush_rv = fxb_durable_flush_all(b, deadline_ns); /* acked data on disk */
     r->publishes_refused = atomic_load(&b->drain_refused);
     r->elapsed_ns = fx_now_ns() - start;
     return done ? 0 : FX_ETIMEDOUT;

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/broker_internal.h"
+#include "broker/replay.h"
 #include "felix/error.h"
 
 void fxb_feeder_wake(fx_subscriber *s, void *user)
@@ -30,11 +31,15 @@ static bool pull_cb(void *user, fx_env_item *out)
 {
     feed_pull *p = user;
     fxb_sub *sub = p->sub;
-    if (sub->backlog_pos < sub->backlog.n) {
+    /* A durable stream's history from disk comes first, as backlog pages. */
+    if (sub->backlog_pos < sub->backlog.n ||
+        (!fxb_replay_holds(sub) && sub->backlog_pos < sub->backlog.n)) {
         *out = sub->backlog.items[sub->backlog_pos];
         sub->backlog.items[sub->backlog_pos++].env = NULL; /* ownership moves */
         return true;
     }
+    if (sub->replay != NULL)
+        return false; /* a page is being read (or the replay failed): the live queue waits */
     return fx_subscriber_pull(&p->live, out);
 }
 
@@ -72,7 +77,7 @@ static bool should_wait(fxb_sub *sub, fx_loop *l)
  * seen every list. */
 static void request_fin(fxb_sub *sub)
 {
-    if (sub->held != NULL || sub->backlog_pos < sub->backlog.n ||
+    if (sub->held != NULL || sub->backlog_pos < sub->backlog.n || fxb_replay_pending(sub) ||
         fx_coalescer_has_pending(&sub->co) ||
         atomic_load_explicit(&sub->fin_req, memory_order_relaxed))
         return;

@@ -543,12 +543,14 @@ int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
         fxb_bidi_fail(s, "out of memory for a reply");
         return -1;
     }
-    if (r != NULL && o->ack_on_commit) {
+    /* A durable stream acks only once its append (and flush) is done. */
+    bool commit = o->ack_on_commit || fx_stream_handle_is_durable(h);
+    if (r != NULL && commit) {
         r->deadline_ns = fx_loop_now(s->conn->loop) + o->ack_wait_timeout_ns;
         atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
         j->commit = r;
     }
-    fx_ingress_policy p = fx_ingress_policy_for(acked, o->ack_on_commit, o->pub_ingress_wait);
+    fx_ingress_policy p = fx_ingress_policy_for(acked, commit, o->pub_ingress_wait);
     /* A frame with a body had its bytes reserved at its header: its payload
      * copy never exceeds that body, and the job is charged the reservation
      * alone unless its messages are so small that their slice tables (the

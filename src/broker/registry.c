@@ -116,6 +116,7 @@ struct fx_stream_handle {
     atomic_size_t refs;
     atomic_bool active;
     atomic_bool ended; /* its worker finished the subscribers (after removal) */
+    bool durable;      /* fixed at creation */
     uint64_t id;
     bool auto_created;              /* by a resolve: idle expiry applies */
     atomic_uint_fast64_t last_used; /* fx_stream_handle_touch */
@@ -344,9 +345,10 @@ static void tenant_put(fx_registry *r, tenant_rec *tr)
 }
 
 /* Under the write lock: finds or inserts the stream (|autoc|: by a
- * resolve). |*pcreated| tells which. */
+ * resolve; |durable|: a durable stream). |*pcreated| tells which. */
 static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const char *key,
-                         size_t klen, uint64_t hash, bool autoc, fx_stream_handle **ph,
+                         size_t klen, uint64_t hash, bool autoc, bool durable,
+                         fx_stream_handle **ph,
                          bool *pcreated, fx_registry_err *err)
 {
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
@@ -377,6 +379,7 @@ static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const
         h->id = r->next_id++;
         h->auto_created = autoc;
         h->acct = fx_retained_ref(tr->acct);
+        h->durable = durable;
         h->tenant = tr;
         tr->nstreams++;
         ht_insert(&r->streams, &h->node);
@@ -387,8 +390,37 @@ static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const
     return 0;
 }
 
+/* Durability asked of create_or_find beside 1 (durable), 0 (in memory) and
+ * -1 (either; a new stream in memory): either, a new stream as
+ * durable_default says (auto-creation). */
+#define WANT_DEFAULT 2
+
+/* A durable stream needs storage; durability is fixed at creation. */
+static int durable_check(const fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
+                         const fx_stream_handle *h, int want, fx_registry_err *err)
+{
+    if (want == WANT_DEFAULT)
+        want = h != NULL ? -1 : r->opts.durable_default;
+    if (h != NULL && want >= 0 && h->durable != (want == 1))
+        return err_set(err, -EEXIST,
+                       "changing stream durability requires removal and recreation: tenant=%.*s "
+                       "namespace=%.*s stream=%.*s current=%s requested=%s",
+                       (int)t.len, (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                       (const char *)s.ptr, h->durable ? "true" : "false",
+                       want == 1 ? "true" : "false");
+    if (h == NULL && want == 1 && !r->opts.durable_storage)
+        return err_set(err, -ENOTSUP,
+                       "stream %.*s/%.*s/%.*s is marked durable but this broker has no durable "
+                       "storage configured",
+                       (int)t.len, (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                       (const char *)s.ptr);
+    return 0;
+}
+
+/* |autoc|: by a resolve (auto-creation); |want|: 1 durable, 0 not, -1
+ * either (a new stream is then not durable), WANT_DEFAULT. */
 static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
-                          bool create, bool autoc, fx_stream_handle **ph, bool *pcreated,
+                          bool create, bool autoc, int want, fx_stream_handle **ph, bool *pcreated,
                           fx_registry_err *err)
 {
     int rv = check_names(t, n, s, err);
@@ -400,14 +432,15 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
 
     pthread_rwlock_rdlock(&r->lock);
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
-    if (h != NULL && ph != NULL)
+    rv = durable_check(r, t, n, s, h, want, err);
+    if (h != NULL && ph != NULL && rv == 0)
         *ph = fx_stream_handle_ref(h);
     if (h != NULL && autoc)
         fx_stream_handle_touch(h, fx_now_ns()); /* under the lock: expiry sees it */
     pthread_rwlock_unlock(&r->lock);
-    if (h != NULL) {
+    if (h != NULL || rv != 0) {
         *pcreated = false;
-        return 0;
+        return rv;
     }
     if (!create)
         return err_set(err, FX_ENOSTREAM,
@@ -416,7 +449,11 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
                        (const char *)s.ptr);
     /* Another thread may create it between the locks: insert re-checks. */
     pthread_rwlock_wrlock(&r->lock);
-    rv = insert_locked(r, t, n, key, klen, hash, autoc, ph, pcreated, err);
+    rv = durable_check(r, t, n, s, handle_of(ht_find(&r->streams, hash, key, klen)), want, err);
+    if (rv == 0)
+        rv = insert_locked(r, t, n, key, klen, hash, autoc,
+                           want == 1 || (want == WANT_DEFAULT && r->opts.durable_default), ph,
+                           pcreated, err);
     pthread_rwlock_unlock(&r->lock);
     return rv;
 }
@@ -424,18 +461,31 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
 int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
                        fx_stream_handle **ph, bool *pcreated, fx_registry_err *err)
 {
+    return fx_registry_create_durable(r, tenant, ns, stream, -1, ph, pcreated, err);
+}
+
+int fx_registry_create_durable(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                               fx_wire_slice stream, int durable, fx_stream_handle **ph,
+                               bool *pcreated, fx_registry_err *err)
+{
     bool created = false;
-    int rv = create_or_find(r, tenant, ns, stream, true, false, ph, &created, err);
+    int rv = create_or_find(r, tenant, ns, stream, true, false, durable, ph, &created, err);
     if (pcreated != NULL)
         *pcreated = created;
     return rv;
+}
+
+bool fx_stream_handle_is_durable(const fx_stream_handle *h)
+{
+    return h->durable;
 }
 
 int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err)
 {
     bool created;
-    return create_or_find(r, tenant, ns, stream, r->opts.auto_create, true, ph, &created, err);
+    return create_or_find(r, tenant, ns, stream, r->opts.auto_create, true, WANT_DEFAULT, ph,
+                          &created, err);
 }
 
 /* Under the write lock: unlists |h| and deactivates it (the registry's

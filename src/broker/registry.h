@@ -50,6 +50,8 @@ typedef struct fx_registry_opts {
     uint32_t max_streams_per_tenant; /* active streams one tenant may hold; 0 = no limit */
     uint32_t max_tenants;            /* tenants holding streams at once; 0 = no limit */
     uint64_t tenant_retained_bytes;  /* limit of each tenant's fx_retained; 0 = none */
+    bool durable_storage;            /* durable streams may be created (storage configured) */
+    bool durable_default;            /* auto-created streams are durable */
 } fx_registry_opts;
 
 /* Creates an empty registry from |o| in |*pr|. Returns 0 or -ENOMEM / -errno
@@ -77,6 +79,17 @@ int fx_registry_name_check(const char *what, fx_wire_slice name, fx_registry_err
  * -ENOMEM. A stream made this way never expires by itself. Any thread. */
 int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
                        fx_stream_handle **ph, bool *pcreated, fx_registry_err *err);
+
+/* As fx_registry_create, with durability: |durable| 1 creates a durable
+ * stream, 0 an in-memory one, -1 either (a new stream is then in memory).
+ * Durability is fixed at creation: asking an existing stream for the other
+ * kind returns -EEXIST ("changing stream durability requires removal and
+ * recreation: ..."), and a durable stream without durable_storage -ENOTSUP
+ * ("stream T/NS/S is marked durable but this broker has no durable storage
+ * configured"). Any thread. */
+int fx_registry_create_durable(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                               fx_wire_slice stream, int durable, fx_stream_handle **ph,
+                               bool *pcreated, fx_registry_err *err);
 
 /* Resolves names to a handle for a publish or subscribe: finds the stream, or
  * creates it when auto-creation is on. Stores a new reference in |*ph| (caller
@@ -143,6 +156,8 @@ void fx_stream_handle_touch(fx_stream_handle *h, uint64_t now_ns);
  * reference to |h| is held; take one with fx_retained_ref to keep it). Any
  * thread. */
 fx_retained *fx_stream_handle_retained(const fx_stream_handle *h);
+/* Whether the stream is durable (fixed at creation). Any thread. */
+bool fx_stream_handle_is_durable(const fx_stream_handle *h);
 
 /* The names (NUL-terminated, valid while a reference is held). */
 const char *fx_stream_handle_tenant(const fx_stream_handle *h);

@@ -177,6 +177,7 @@ int fx_stream_new(fx_stream **ps, const fx_stream_opts *o)
         return -ENOMEM;
     s->o = *o;
     fx_retained_ref(s->o.tenant);
+    s->tail = o->first_offset;
     atomic_init(&s->woken, false);
     fx_queue_waiter_init(&s->waiter, on_waiter_resume, s);
     *ps = s;

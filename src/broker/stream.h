@@ -57,6 +57,7 @@ typedef struct fx_stream_opts {
     fx_queue_policy sub_queue_policy; /* checkpoint 5 */
     fx_stream_resume_cb on_resume;    /* required for FX_QUEUE_BLOCK */
     void *user;
+    uint64_t first_offset; /* offset of the first append (a durable log's next offset); 0 */
 } fx_stream_opts;
 
 /* Creates a stream in |*ps|. Returns 0, -EINVAL (a bound is 0, or block

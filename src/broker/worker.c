@@ -11,6 +11,8 @@
 #include "base/metrics.h"
 #include "base/placement.h"
 #include "broker/broker_internal.h"
+#include "broker/durable.h"
+#include "broker/replay.h"
 #include "felix/error.h"
 
 /* ---- streams ----------------------------------------------------------------------------- */
@@ -56,6 +58,7 @@ fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
     }
     if (w->streams[idx] == NULL) {
         const fx_broker_opts *o = &w->b->o;
+        uint64_t first = fx_stream_handle_is_durable(h) ? fxb_durable_first_offset(w, h) : 0;
         fx_stream_opts so = {.handle_id = fx_stream_handle_id(h),
                              .log_capacity = o->log_capacity,
                              .log_capacity_bytes = o->log_capacity_bytes,
@@ -64,7 +67,8 @@ fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
                              .global = &w->b->retained,
                              .tenant = fx_stream_handle_retained(h),
                              .on_resume = on_stream_resume,
-                             .user = w};
+                             .user = w,
+                             .first_offset = first};
         if (fx_stream_new(&w->streams[idx], &so) != 0)
             return NULL;
     }
@@ -153,6 +157,10 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
 static bool job_run(fxb_worker *w, fxb_job *j, uint64_t now)
 {
     fx_stream *st;
+    if (j->stored && j->srv != 0) { /* storage refused it: never in the ring */
+        job_complete(j, j->srv, now);
+        return true;
+    }
     if (!fx_stream_handle_is_active(j->h)) {
         /* Deleted after admission. Its worker ends the stream only after
          * the jobs queued before that (below), so a job that finds the
@@ -173,7 +181,12 @@ static bool job_run(fxb_worker *w, fxb_job *j, uint64_t now)
     }
     fx_stream_handle_touch(j->h, now);
     fx_fanout_result res;
-    int rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
+    int rv = fxb_durable_check_order(st, j);
+    if (rv != 0) {
+        job_complete(j, rv, now);
+        return true;
+    }
+    rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
     if (rv == -EAGAIN) {
         w->parked_job = j;
         w->parked_stream = st;
@@ -200,9 +213,11 @@ void fxb_worker_drain(fx_loop *l, fx_task *t, void *user)
     for (int i = 0; i < FXB_WORKER_BATCH; i++) {
         if (w->parked_job != NULL)
             return; /* the resume task continues */
-        void *item;
-        if (fx_queue_pop(&w->jobs, &item) != 0)
+        void *item = fxb_durable_pop_ready(w); /* stored jobs of durable streams first */
+        if (item == NULL && fx_queue_pop(&w->jobs, &item) != 0)
             return;
+        if (fxb_durable_take(w, item))
+            continue; /* to storage; it comes back through the ready list */
         if (job_run(w, item, now))
             job_done(w);
     }
@@ -334,6 +349,7 @@ void fxb_worker_deinit(fxb_worker *w)
         return;
     if (w->parked_job != NULL)
         fxb_job_free(w->parked_job);
+    fxb_durable_worker_deinit(w);
     fxb_worker_free_ends(w);
     for (size_t i = 0; i < w->nstreams; i++)
         fx_stream_free(w->streams[i]);
@@ -387,16 +403,24 @@ void fxb_worker_sub_register(fx_loop *l, fx_task *t, void *user)
     (void)l;
     (void)t;
     fxb_sub *sub = user;
-    if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
+    bool failed = false;
+    if (!atomic_load_explicit(&sub->closed, memory_order_acquire) &&
+        !fxb_durable_sub_ready(sub, &failed))
+        return; /* its log opens first; the task comes back with this reference */
+    if (!failed && !atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         /* A stream deleted meanwhile must not be created again here. */
         sub->stream = fx_stream_handle_is_active(sub->h) ? fxb_worker_stream(sub->w, sub->h) : NULL;
         sub->reg_rv = fx_stream_handle_is_active(sub->h) ? -ENOMEM : FX_ENOSTREAM;
-        if (sub->stream != NULL) {
+        if (sub->stream != NULL && fxb_replay_prepare(sub, sub->stream)) {
             fx_subscribe_opts so = {
                 .subscription_id = sub->id, .on_wake = fxb_feeder_wake, .user = sub};
             sub->reg_rv = fx_stream_subscribe(sub->stream, &sub->start, &so, &sub->sub,
                                               &sub->backlog, &sub->available);
+            if (sub->reg_rv == 0)
+                fxb_replay_begin(sub, sub->stream); /* history [from, tail) from disk */
         }
+        if (sub->reg_rv != 0)
+            fxb_replay_drop(sub);
         if (sub->reg_rv == 0) {
             sub->registered = true;
             fxb_sub_ref(sub); /* the worker's */
@@ -417,6 +441,7 @@ void fxb_worker_sub_unregister(fx_loop *l, fx_task *t, void *user)
     sub->lane_parked = false;
     fxb_frame_list_free(sub->held);
     sub->held = NULL;
+    fxb_replay_drop(sub);
     fx_backlog_free(&sub->backlog);
     fx_coalescer_deinit(&sub->co);
     if (sub->registered) {
@@ -433,6 +458,7 @@ void fxb_worker_sub_unregister(fx_loop *l, fx_task *t, void *user)
 void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h)
 {
     fx_stream_handle_set_ended(h);
+    fxb_durable_end_stream(w, h);
     for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
         if (sub->h != h || sub->ending)
             continue;
@@ -460,7 +486,8 @@ void fxb_worker_end_task(fx_loop *l, fx_task *t, void *user)
     (void)t;
     fxb_end *e = user;
     fxb_worker *w = e->w;
-    e->target = w->jobs_done + fx_queue_depth(&w->jobs) + (w->parked_job != NULL);
+    e->target =
+        w->jobs_done + fx_queue_depth(&w->jobs) + (w->parked_job != NULL) + fxb_durable_pending(w);
     if (w->jobs_done >= e->target) {
         end_now(e);
         return;

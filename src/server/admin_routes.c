@@ -98,6 +98,21 @@ static void stream_json(fx_admin_resp *r, unsigned status, const char *names[3],
     free(s);
 }
 
+static void created_json(fx_admin_resp *r, unsigned status, const char *names[3], bool created,
+                         bool durable)
+{
+    json_t *j = json_pack("{s:s, s:s, s:s, s:b, s:b}", "tenant", names[0], "namespace", names[1],
+                          "stream", names[2], "created", created, "durable", durable);
+    char *s = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (s == NULL) {
+        error_json(r, 500, "out of memory");
+        return;
+    }
+    fx_admin_resp_set(r, status, FX_ADMIN_JSON, s, strlen(s));
+    free(s);
+}
+
 static unsigned create_status(int rv)
 {
     switch (rv) {
@@ -107,9 +122,49 @@ static unsigned create_status(int rv)
         return 429;
     case FX_ESHUTDOWN:
         return 503;
+    case -EEXIST:
+        return 409;
+    case -ENOTSUP:
+    case -EINVAL:
+        return 400;
     default:
         return 500;
     }
+}
+
+/* The optional body of PUT: {"durable": true|false}. Returns 1, 0, -1 (no
+ * body: either), or -2 with |why| set. */
+static int create_durable(const fx_admin_req *req, const char **why)
+{
+    if (req->body == NULL || req->body_len == 0)
+        return -1;
+    json_error_t jerr;
+    json_t *j = json_loadb(req->body, req->body_len, 0, &jerr);
+    const char *key;
+    json_t *v;
+    int want = -1;
+    *why = "the body must be a JSON object such as {\"durable\": true}";
+    if (!json_is_object(j))
+        goto out;
+    json_object_foreach(j, key, v)
+    {
+        if (strcmp(key, "durable") != 0) {
+            *why = "unknown field in the body: only \"durable\" is accepted";
+            want = -2;
+            goto out;
+        }
+        if (!json_is_boolean(v)) {
+            *why = "\"durable\" must be true or false";
+            want = -2;
+            goto out;
+        }
+        want = json_is_true(v);
+    }
+    json_decref(j);
+    return want;
+out:
+    json_decref(j);
+    return -2;
 }
 
 static void on_create(const fx_admin_req *req, fx_admin_resp *resp, void *user)
@@ -120,11 +175,18 @@ static void on_create(const fx_admin_req *req, fx_admin_resp *resp, void *user)
         error_json(resp, 400, PATH_HELP);
         return;
     }
-    bool created = false;
+    const char *why = NULL;
+    int want = create_durable(req, &why);
+    if (want == -2) {
+        error_json(resp, 400, why);
+        return;
+    }
+    bool created = false, durable = false;
     fx_registry_err err = {0};
-    int rv = fx_broker_create_stream(user, names[0], names[1], names[2], &created, &err);
+    int rv = fx_broker_create_stream_durable(user, names[0], names[1], names[2], want, &created,
+                                             &durable, &err);
     if (rv == 0)
-        stream_json(resp, created ? 201 : 200, names, "created", created);
+        created_json(resp, created ? 201 : 200, names, created, durable);
     else
         error_json(resp, create_status(rv), err.msg[0] ? err.msg : fx_strerror(rv));
 }

@@ -16,6 +16,7 @@
 
 #include "felix/error.h"
 #include "server/config_internal.h"
+#include "storage/syncpol.h"
 
 _Static_assert(sizeof(fx_config_policy) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(fx_config_lane_shard) == sizeof(int), "enum fields are stored as int");
@@ -28,20 +29,38 @@ _Static_assert(sizeof(fx_config_auth_mode) == sizeof(int), "enum fields are stor
 #define FIELD(f) .off = offsetof(fx_config, f), .size = sizeof(((fx_config *)0)->f)
 
 static const struct enum_def policy_enum = {
-    {"block", "drop_new", "drop_old"}, "block, drop_new or drop_old", NULL, NULL};
+    {"block", "drop_new", "drop_old"}, "block, drop_new or drop_old", NULL, NULL, NULL};
 static const struct enum_def lane_shard_enum = {
     {"auto", "subscriber_id_hash", "connection_id_hash", "round_robin_pin"},
     "auto, subscriber_id_hash, connection_id_hash or round_robin_pin",
+    NULL,
     NULL,
     NULL};
 static const struct enum_def sub_stream_enum = {
     {"per_subscriber"},
     "per_subscriber",
     "hashed_pool",
-    "hashed_pool is not supported: use per_subscriber (the original silently fell back to it)"};
-static const struct enum_def log_level_enum = {
-    {"error", "warn", "info", "debug", "trace"}, "error, warn, info, debug or trace", NULL, NULL};
-static const struct enum_def auth_enum = {{"none", "jwt"}, "none or jwt", NULL, NULL};
+    "hashed_pool is not supported: use per_subscriber (the original silently fell back to it)",
+    NULL};
+static const struct enum_def log_level_enum = {{"error", "warn", "info", "debug", "trace"},
+                                               "error, warn, info, debug or trace",
+                                               NULL,
+                                               NULL,
+                                               NULL};
+static const struct enum_def auth_enum = {{"none", "jwt"}, "none or jwt", NULL, NULL, NULL};
+
+/* The original's other spellings: off, on-commit, commit (any case). */
+static int fsync_alias(const char *s)
+{
+    fx_fsync_mode m;
+    if (fx_fsync_mode_parse(s, &m) != 0)
+        return -1;
+    return m == FX_FSYNC_NONE       ? FX_CONFIG_FSYNC_NONE
+           : m == FX_FSYNC_PERIODIC ? FX_CONFIG_FSYNC_PERIODIC
+                                    : FX_CONFIG_FSYNC_ON_COMMIT;
+}
+static const struct enum_def fsync_enum = {
+    {"none", "periodic", "on_commit"}, "none, periodic or on_commit", NULL, NULL, fsync_alias};
 
 /* clang-format off */
 const struct key fx_config_keys[] = {
@@ -319,6 +338,58 @@ const struct key fx_config_keys[] = {
     {.name = "fanout_batch_size", .env = {"FELIX_FANOUT_BATCH"}, .type = T_U32,
      FIELD(fanout_batch_size), .def = "64", .min = 1, .max = 65536,
      .help = "events per frame is min(this, event_batch_max_events); 1 = single-event mode"},
+    /* durable storage */
+    {.name = "durable_storage_dir", .env = {"FELIX_DURABLE_STORAGE_DIR"}, .type = T_STR,
+     .section = "durable storage", FIELD(durable_storage_dir), .def = "",
+     .help = "root of the durable streams' logs and their catalogue; empty = no durable "
+             "streams (docs/durability.md)"},
+    {.name = "durable_default", .env = {"FELIX_DURABLE_DEFAULT"}, .type = T_BOOL,
+     FIELD(durable_default), .def = "false",
+     .help = "streams created by their first publish or subscribe are durable (needs "
+             "durable_storage_dir)"},
+    {.name = "durable_fsync_mode", .env = {"FELIX_DURABLE_FSYNC_MODE"}, .type = T_ENUM,
+     FIELD(durable_fsync_mode), .def = "periodic", .en = &fsync_enum,
+     .help = "none: page cache only; periodic: flush every durable_fsync_interval_ms; "
+             "on_commit: flush before every acknowledgement (one flush serves every waiting "
+             "publish)"},
+    {.name = "durable_fsync_interval_ms", .env = {"FELIX_DURABLE_FSYNC_INTERVAL_MS"},
+     .type = T_DUR, FIELD(durable_fsync_interval_ns), .def = "250ms", .min = MS, .max = HOUR,
+     .help = "flush interval of periodic"},
+    {.name = "durable_segment_bytes", .env = {"FELIX_DURABLE_SEGMENT_BYTES"}, .type = T_SIZE,
+     FIELD(durable_segment_bytes), .def = "256MiB", .min = 60, .max = 64 * GiB,
+     .help = "a log rolls to a new segment file at this size (header included)"},
+    {.name = "durable_index_spacing_bytes", .env = {"FELIX_DURABLE_INDEX_SPACING_BYTES"},
+     .type = T_SIZE, FIELD(durable_index_spacing_bytes), .def = "4KiB", .min = 1, .max = GiB,
+     .help = "log bytes between two sparse index entries"},
+    {.name = "durable_max_unsynced_bytes", .env = {"FELIX_DURABLE_MAX_UNSYNCED_BYTES"},
+     .type = T_SIZE, FIELD(durable_max_unsynced_bytes), .def = "64MiB", .min = 0,
+     .max = 64 * GiB,
+     .help = "publish bytes one durable stream may have in storage (queued, or written and "
+             "not yet flushed); more wait, holding their publish budget; periodic also flushes "
+             "early at this many unflushed bytes; 0 = no bound"},
+    {.name = "durable_retention_bytes", .env = {"FELIX_DURABLE_RETENTION_BYTES"}, .type = T_SIZE,
+     FIELD(durable_retention_bytes), .def = "0", .min = 0, .max = 1024 * TiB,
+     .help = "delete a stream's oldest sealed segments while its log is larger; 0 = no bound"},
+    {.name = "durable_retention_seconds", .env = {"FELIX_DURABLE_RETENTION_SECONDS"},
+     .type = T_DUR, FIELD(durable_retention_ns), .def = "0", .min = 0, .max = 100000 * HOUR,
+     .help = "delete sealed segments whose newest record is older; 0 = no bound"},
+    {.name = "durable_retention_interval_seconds",
+     .env = {"FELIX_DURABLE_RETENTION_INTERVAL_SECONDS"}, .type = T_DUR,
+     FIELD(durable_retention_interval_ns), .def = "60s", .min = SEC, .max = 24 * HOUR,
+     .help = "how often retention sweeps a log when a bound is set (also at each sealed "
+             "segment)"},
+    {.name = "durable_max_records_per_read", .env = {"FELIX_DURABLE_MAX_RECORDS_PER_READ"},
+     .type = T_U32, FIELD(durable_max_records_per_read), .def = "10000", .min = 1,
+     .max = 1u << 20, .help = "records per page when a subscriber replays history from disk"},
+    {.name = "durable_preallocate", .env = {"FELIX_DURABLE_PREALLOCATE"}, .type = T_BOOL,
+     FIELD(durable_preallocate), .def = "true",
+     .help = "reserve durable_segment_bytes when a segment is created"},
+    {.name = "durable_verify_all_on_open", .env = {"FELIX_DURABLE_VERIFY_ALL_ON_OPEN"},
+     .type = T_BOOL, FIELD(durable_verify_all_on_open), .def = "false",
+     .help = "check every record of sealed segments when a log is opened"},
+    {.name = "durable_repair_checksum_tail", .env = {"FELIX_DURABLE_REPAIR_CHECKSUM_TAIL"},
+     .type = T_BOOL, FIELD(durable_repair_checksum_tail), .def = "false",
+     .help = "recovery also cuts a damaged last record of the newest segment"},
     /* shutdown */
     {.name = "control_stream_drain_timeout_ms", .env = {"FELIX_CONTROL_STREAM_DRAIN_TIMEOUT_MS"},
      .type = T_DUR, .section = "shutdown", FIELD(control_stream_drain_timeout_ns), .def = "50ms",
@@ -332,8 +403,6 @@ const struct key fx_config_keys[] = {
              " and the admin API, and auth_mode jwt reads its keys from jwks_file"},
     {.name = "controlplane_sync_interval_ms", .env = {"FELIX_CONTROLPLANE_SYNC_INTERVAL_MS"},
      .type = T_WARN, .help = "Felix-C has no control plane to poll"},
-    {.name = "durable_storage_dir", .env = {"FELIX_DURABLE_STORAGE_DIR"}, .type = T_WARN,
-     .help = "Felix-C has no durable storage; streams are in memory"},
     {.name = "mtu_black_hole_cooldown_ms", .env = {"FELIX_MTU_BLACK_HOLE_COOLDOWN_MS"},
      .type = T_WARN, .help = "a quinn setting; ngtcp2 has no black-hole cooldown knob"},
     {.name = "ack_freq_disable", .env = {"FELIX_ACK_FREQ_DISABLE"}, .type = T_WARN,
@@ -367,7 +436,7 @@ const char fx_config_dev_yaml[] = "# felix-broker --dev (make run): local only\n
 
 const char *const fx_config_prefix_warn[FX_CONFIG_NPREFIX_WARN][2] = {
     {"cache_", "Felix-C has no cache; only the cache_* window keys are read (as QUIC windows)"},
-    {"durable_", "Felix-C has no durable storage"},
+    {"durable_", "not a setting of Felix-C's durable storage (docs/durability.md)"},
 };
 
 int fx_config_key_index(const char *name)
@@ -682,6 +751,9 @@ static int check_rules(fx_config *c, fx_config_diag *d)
                               "(%s is empty)",
                               c->admin_tls_cert_file[0] ? "admin_tls_key_file"
                                                         : "admin_tls_cert_file");
+    if (c->durable_default && !c->durable_storage_dir[0])
+        return fx_config_fail(d, "durable_default = true needs durable_storage_dir: a durable "
+                                 "stream needs somewhere to keep its log");
     if ((rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) ||
         (rv = rule_probe(c, d)))
         return rv;

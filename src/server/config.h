@@ -52,6 +52,13 @@ typedef enum fx_config_auth_mode {
     FX_CONFIG_AUTH_JWT,  /* Ed25519 JWTs verified against jwks_file */
 } fx_config_auth_mode;
 
+/* When a durable stream's log is flushed to the device (docs/durability.md). */
+typedef enum fx_config_fsync_mode {
+    FX_CONFIG_FSYNC_NONE,      /* page cache only: survives a process crash */
+    FX_CONFIG_FSYNC_PERIODIC,  /* every durable_fsync_interval_ms */
+    FX_CONFIG_FSYNC_ON_COMMIT, /* before every acknowledgement (group commit) */
+} fx_config_fsync_mode;
+
 /* Where a value came from. */
 typedef enum fx_config_from {
     FX_CONFIG_FROM_DEFAULT,
@@ -170,6 +177,21 @@ typedef struct fx_config {
     uint64_t event_batch_max_bytes;
     uint64_t event_batch_max_delay_ns;
     uint32_t fanout_batch_size;
+    /* durable storage */
+    char durable_storage_dir[FX_CONFIG_PATH_MAX]; /* "" = no durable streams */
+    bool durable_default;                         /* auto-created streams are durable */
+    fx_config_fsync_mode durable_fsync_mode;
+    uint64_t durable_fsync_interval_ns;
+    uint64_t durable_segment_bytes;
+    uint64_t durable_index_spacing_bytes;
+    uint64_t durable_max_unsynced_bytes; /* bytes in storage per stream; 0 = no bound */
+    uint64_t durable_retention_bytes;    /* 0 = no size bound */
+    uint64_t durable_retention_ns;       /* 0 = no age bound */
+    uint64_t durable_retention_interval_ns;
+    uint32_t durable_max_records_per_read;
+    bool durable_preallocate;
+    bool durable_verify_all_on_open;
+    bool durable_repair_checksum_tail;
     /* shutdown */
     uint64_t control_stream_drain_timeout_ns;
     uint64_t shutdown_drain_timeout_ns;

@@ -42,6 +42,8 @@ struct enum_def {
     const char *expect;   /* "block, drop_new or drop_old" */
     const char *refused;  /* a value the original knows that we refuse, or NULL */
     const char *refused_why;
+    /* Other spellings: returns the value of |s|, or -1. NULL: none. */
+    int (*alias)(const char *s);
 };
 
 struct key {

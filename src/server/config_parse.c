@@ -113,6 +113,8 @@ static uint64_t dur_bare_unit(const char *name)
         return US;
     if (n > 2 && strcmp(name + n - 2, "_s") == 0)
         return SEC;
+    if (n > 8 && strcmp(name + n - 8, "_seconds") == 0)
+        return SEC;
     return 0;
 }
 
@@ -165,6 +167,8 @@ static int parse_enum(const struct enum_def *en, const char *s, int *out, char *
             return 0;
         }
     }
+    if (en->alias != NULL && (*out = en->alias(s)) >= 0)
+        return 0;
     if (en->refused && strcmp(s, en->refused) == 0)
         snprintf(why, n, "%s", en->refused_why);
     else
@@ -758,8 +762,9 @@ static int env_var(fx_config *c, const char *e, const char **set_by, fx_config_d
         if (n == strlen("FELIX_BROKER_CONFIG") && memcmp(e, "FELIX_BROKER_CONFIG", n) == 0)
             return 0;
         if (strncmp(e, "FELIX_CACHE_", 12) == 0 || strncmp(e, "FELIX_DURABLE_", 14) == 0)
-            fx_config_warn(d, "env %.*s is ignored: Felix-C has no %s", (int)n, e,
-                           e[6] == 'C' ? "cache" : "durable storage");
+            fx_config_warn(d, "env %.*s is ignored: %s", (int)n, e,
+                           e[6] == 'C' ? "Felix-C has no cache"
+                                       : "not a setting of Felix-C's durable storage");
         else
             fx_config_warn(d, "env %.*s is not a felix-broker setting; ignored", (int)n, e);
         return 0;

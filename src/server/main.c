@@ -32,6 +32,7 @@
 #include "server/config.h"
 #include "server/pipeline.h"
 #include "server/statedir.h"
+#include "storage/syncpol.h"
 
 extern char **environ;
 
@@ -50,6 +51,7 @@ enum {
 struct opts {
     const char *config;
     bool dev, print, markdown, check;
+    bool repair_durable; /* --repair-durable */
     const char **sets;
     size_t nsets;
 };
@@ -59,7 +61,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: felix-broker [--config FILE | --dev] [--set key=value]...\n"
             "                    [--print-config [--markdown]] [--check-config]\n"
-            "                    [--version] [--help]\n"
+            "                    [--repair-durable] [--version] [--help]\n"
             "\n"
             "  --config FILE    YAML configuration (default: $FELIX_BROKER_CONFIG, else none)\n"
             "  --dev            use the built-in development configuration\n"
@@ -69,6 +71,8 @@ static void usage(FILE *out)
             "                   came from, then exit\n"
             "  --markdown       with --print-config: print the key reference as Markdown\n"
             "  --check-config   validate the configuration; exit 0 if valid, 1 if not\n"
+            "  --repair-durable at start, cut a damaged durable log at its first bad record\n"
+            "                   (what was dropped is logged) instead of refusing to start\n"
             "\n"
             "Precedence: defaults < file < environment < --set. Every key is described in\n"
             "docs/configuration.md.\n"
@@ -81,8 +85,8 @@ static void usage(FILE *out)
             "is delivered within shutdown_drain_timeout_ms; a second signal exits at once.\n"
             "\n"
             "exit status: 0 ok (clean drain), 1 invalid configuration, 2 usage error,\n"
-            "             4 a listener could not start, 5 the drain deadline cut work\n"
-            "             short, 6 a second signal ended the drain\n");
+            "             4 a listener or durable storage could not start, 5 the drain\n"
+            "             deadline cut work short, 6 a second signal ended the drain\n");
 }
 
 /* Returns the value of option |name| at argv[*i] ("--name=v" or "--name v"),
@@ -125,6 +129,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->markdown = true;
         else if (!strcmp(argv[i], "--check-config"))
             o->check = true;
+        else if (!strcmp(argv[i], "--repair-durable"))
+            o->repair_durable = true;
         else if (!strcmp(argv[i], "--version")) {
             printf("felix-broker %s\n", FX_VERSION);
             return 1;
@@ -255,6 +261,26 @@ static fx_broker_lane_shard lane_shard_of(fx_config_lane_shard s)
     }
 }
 
+static void durable_opts_from_config(const fx_config *c, fx_broker_durable_opts *d)
+{
+    d->dir = c->durable_storage_dir[0] ? c->durable_storage_dir : NULL;
+    d->durable_default = c->durable_default;
+    d->fsync_mode = c->durable_fsync_mode == FX_CONFIG_FSYNC_NONE       ? FX_FSYNC_NONE
+                    : c->durable_fsync_mode == FX_CONFIG_FSYNC_PERIODIC ? FX_FSYNC_PERIODIC
+                                                                        : FX_FSYNC_ON_COMMIT;
+    d->fsync_interval_ns = c->durable_fsync_interval_ns;
+    d->segment_bytes = c->durable_segment_bytes;
+    d->index_spacing_bytes = c->durable_index_spacing_bytes;
+    d->max_unsynced_bytes = c->durable_max_unsynced_bytes;
+    d->retention_bytes = c->durable_retention_bytes;
+    d->retention_ns = c->durable_retention_ns;
+    d->retention_interval_ns = c->durable_retention_interval_ns;
+    d->max_records_per_read = c->durable_max_records_per_read;
+    d->preallocate = c->durable_preallocate;
+    d->verify_all_on_open = c->durable_verify_all_on_open;
+    d->repair_checksum_tail = c->durable_repair_checksum_tail;
+}
+
 /* Maps the configuration to the data plane's options. |names| (nstreams
  * entries) receives the pre-created streams and must outlive fx_broker_new. */
 static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *ip, size_t ipcap,
@@ -314,6 +340,7 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->subscriber_max_bytes_per_write = c->subscriber_max_bytes_per_write;
     o->subscriber_flush_max_items = c->subscriber_flush_max_items;
     o->subscriber_flush_max_delay_ns = c->subscriber_flush_max_delay_ns;
+    durable_opts_from_config(c, &o->durable);
     return 0;
 }
 
@@ -390,9 +417,11 @@ static int wait_stop_signal(const sigset_t *set, fx_authn *a, fx_broker *b)
 }
 
 /* Creates and starts the data plane, authenticating with |authn| (NULL:
- * auth_mode none). Returns 0 or EXIT_START. */
-static int start_broker(const fx_config *c, fx_authn *authn, fx_broker **pb)
+ * auth_mode none), repairing damaged durable logs with |repair|. Returns 0
+ * or EXIT_START. */
+static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_broker **pb)
 {
+    char why[4096] = "";
     char ip[FX_CONFIG_ADDR_MAX];
     fx_broker_opts bo;
     fx_broker_stream_name *names = calloc(c->nstreams + 1, sizeof(*names));
@@ -403,8 +432,19 @@ static int start_broker(const fx_config *c, fx_authn *authn, fx_broker **pb)
     }
     if (authn != NULL)
         fx_authn_broker_auth(authn, &bo.auth);
+    bo.durable.repair = repair;
+    bo.durable.error = why;
+    bo.durable.error_len = sizeof(why);
     int rv = fx_broker_new(pb, &bo);
     free(names);
+    if (rv != 0 && why[0]) {
+        fprintf(stderr, "felix-broker: cannot open durable storage in %s: %s%s\n",
+                c->durable_storage_dir, why,
+                rv == FX_ESTORAGE_CORRUPT ? " (felix-broker --repair-durable cuts the log at the "
+                                            "first bad record and reports what it dropped)"
+                                          : "");
+        return EXIT_START;
+    }
     if (rv == 0 && (rv = fx_broker_start(*pb)) != 0) {
         fx_broker_free(*pb);
         *pb = NULL;
@@ -616,7 +656,7 @@ static void notify_systemd(const char *state)
 
 /* Serves the data plane and the admin endpoint until SIGINT/SIGTERM; /ready
  * turns 503 as soon as the signal arrives. Returns 0 or EXIT_START. */
-static int serve(const fx_config *c)
+static int serve(const fx_config *c, bool repair_durable)
 {
     sigset_t set;
     sigemptyset(&set);
@@ -642,7 +682,7 @@ static int serve(const fx_config *c)
     fx_authn *authn = NULL;
     fx_broker *b = NULL;
     int rv = start_authn(c, &authn);
-    if (rv == 0 && (rv = start_broker(c, authn, &b)) != 0)
+    if (rv == 0 && (rv = start_broker(c, authn, repair_durable, &b)) != 0)
         fx_authn_free(authn);
     if (rv != 0)
         return rv;
@@ -716,7 +756,7 @@ static int run(const struct opts *o)
     } else if (o->check) {
         printf("felix-broker: configuration is valid\n");
     } else {
-        status = serve(&c);
+        status = serve(&c, o->repair_durable);
     }
     fx_config_deinit(&c);
     return status;

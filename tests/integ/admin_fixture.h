@@ -90,8 +90,18 @@ typedef struct http_resp {
     char body[65536];
 } http_resp;
 
+static inline void http_body(E *e, const char *method, const char *path, const char *body,
+                             http_resp *r);
+
 /* Sends |method| |path| to the admin endpoint and reads the whole answer. */
 static inline void http(E *e, const char *method, const char *path, http_resp *r)
+{
+    http_body(e, method, path, "", r);
+}
+
+/* The same with request body |body| ("" for none). */
+static inline void http_body(E *e, const char *method, const char *path, const char *body,
+                             http_resp *r)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
@@ -100,11 +110,12 @@ static inline void http(E *e, const char *method, const char *path, http_resp *r
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(fx_admin_port(e->admin))};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    char req[512];
+    char req[1024];
     int n = snprintf(req, sizeof(req),
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                     "Content-Length: 0\r\n\r\n",
-                     method, path);
+                     "Content-Length: %zu\r\n\r\n%s",
+                     method, path, strlen(body), body);
+    assert_true(n > 0 && (size_t)n < sizeof(req));
     assert_int_equal(write(fd, req, (size_t)n), n);
     static char buf[sizeof(r->body) + 4096];
     size_t len = 0;

@@ -649,6 +649,80 @@ static void test_jwks_file_without_jwt_warns(void **state)
     done(&f);
 }
 
+/* ---- durable storage --------------------------------------------------- */
+
+static void test_durable_keys_default_and_env_names_of_the_original(void **state)
+{
+    (void)state;
+    struct fixture f;
+    assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
+    assert_string_equal(f.c.durable_storage_dir, "");
+    assert_int_equal(f.c.durable_fsync_mode, FX_CONFIG_FSYNC_PERIODIC);
+    assert_int_equal(f.c.durable_fsync_interval_ns, 250 * MS);
+    assert_int_equal(f.c.durable_segment_bytes, 256 * MiB);
+    assert_int_equal(f.c.durable_index_spacing_bytes, 4096);
+    assert_false(f.c.durable_default);
+    done(&f);
+    char *env[] = {"FELIX_DURABLE_STORAGE_DIR=/var/lib/felix",
+                   "FELIX_DURABLE_FSYNC_MODE=On-Commit",
+                   "FELIX_DURABLE_FSYNC_INTERVAL_MS=40",
+                   "FELIX_DURABLE_SEGMENT_BYTES=1048576",
+                   "FELIX_DURABLE_INDEX_SPACING_BYTES=512",
+                   "FELIX_DURABLE_RETENTION_BYTES=1GiB",
+                   "FELIX_DURABLE_RETENTION_SECONDS=3600",
+                   "FELIX_DURABLE_MAX_UNSYNCED_BYTES=1MiB",
+                   "FELIX_DURABLE_DEFAULT=true",
+                   "FELIX_DURABLE_RETENTION_INTERVAL_SECONDS=5",
+                   "FELIX_DURABLE_MAX_RECORDS_PER_READ=500",
+                   NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_string_equal(f.c.durable_storage_dir, "/var/lib/felix");
+    assert_int_equal(f.c.durable_fsync_mode, FX_CONFIG_FSYNC_ON_COMMIT);
+    assert_int_equal(f.c.durable_fsync_interval_ns, 40 * MS);
+    assert_int_equal(f.c.durable_segment_bytes, MiB);
+    assert_int_equal(f.c.durable_index_spacing_bytes, 512);
+    assert_int_equal(f.c.durable_retention_bytes, GiB);
+    assert_int_equal(f.c.durable_retention_ns, 3600 * 1000 * MS);
+    assert_int_equal(f.c.durable_max_unsynced_bytes, MiB);
+    assert_true(f.c.durable_default);
+    assert_int_equal(f.c.durable_retention_interval_ns, 5 * 1000 * MS);
+    assert_int_equal(f.c.durable_max_records_per_read, 500);
+    done(&f);
+    const char *sets[] = {"durable_fsync_mode=off"};
+    assert_int_equal(load(&f, NULL, NULL, sets, 1), 0);
+    assert_int_equal(f.c.durable_fsync_mode, FX_CONFIG_FSYNC_NONE);
+    done(&f);
+}
+
+static void test_durable_bad_values_are_refused(void **state)
+{
+    (void)state;
+    const char *mode[] = {"durable_fsync_mode", "none, periodic or on_commit", NULL};
+    expect_error("durable_fsync_mode: sometimes\n", NULL, NULL, 0, mode);
+    const char *seg[] = {"durable_segment_bytes", NULL};
+    expect_error("durable_segment_bytes: 59\n", NULL, NULL, 0, seg);
+    const char *sp[] = {"durable_index_spacing_bytes", NULL};
+    expect_error("durable_index_spacing_bytes: 0\n", NULL, NULL, 0, sp);
+    const char *iv[] = {"durable_fsync_interval_ms", NULL};
+    expect_error("durable_fsync_interval_ms: 0\n", NULL, NULL, 0, iv);
+    const char *mr[] = {"durable_max_records_per_read", NULL};
+    expect_error("durable_max_records_per_read: 0\n", NULL, NULL, 0, mr);
+    const char *def[] = {"durable_default = true needs durable_storage_dir", NULL};
+    expect_error("durable_default: true\n", NULL, NULL, 0, def);
+}
+
+static void test_unknown_durable_key_warns_naming_the_storage(void **state)
+{
+    (void)state;
+    struct fixture f;
+    char *env[] = {"FELIX_DURABLE_ROLLOVER_THRESHOLD_PERCENT=90", NULL};
+    assert_int_equal(load(&f, "durable_max_overshoot_percent: 100\n", env, NULL, 0), 0);
+    assert_true(any_warning_contains(&f.d, "env FELIX_DURABLE_ROLLOVER_THRESHOLD_PERCENT is "
+                                           "ignored: not a setting of Felix-C's durable storage"));
+    assert_true(any_warning_contains(&f.d, "durable_max_overshoot_percent is ignored"));
+    done(&f);
+}
+
 /* docs/configuration.md embeds the registry's tables between two markers;
  * they must equal what fx_config_print_markdown() writes today. */
 static void test_docs_key_table_matches_registry(void **state)
@@ -1018,6 +1092,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_jwt_leeway_rejects_fractions_and_empty_issuer),
     cmocka_unit_test(test_jwks_file_without_jwt_warns),
     cmocka_unit_test(test_docs_key_table_matches_registry),
+    cmocka_unit_test(test_durable_keys_default_and_env_names_of_the_original),
+    cmocka_unit_test(test_durable_bad_values_are_refused),
+    cmocka_unit_test(test_unknown_durable_key_warns_naming_the_storage),
     cmocka_unit_test(test_probe_bind_follows_metrics_bind),
     cmocka_unit_test(test_admin_tls_files_set_together),
     cmocka_unit_test(test_admin_allowed_hosts_loaded),

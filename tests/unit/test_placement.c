@@ -1,11 +1,13 @@
 /* Unit tests for fx_placement: stream -> worker and its inverse, QUIC
  * endpoints -> loops by role for io_threads 0 (shared mode on the workers),
  * 1, 2 and 3, the broker's server endpoint count, and libfelix's client
- * loops. The module links nothing but fx_base. */
+ * loops, and the storage thread of each worker. The module links nothing
+ * but fx_base. */
 /* fx-test-libs: fx_base */
 #include "base/placement.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "fx_test.h"
@@ -143,6 +145,24 @@ static void test_client_loops_default_and_round_robin(void **state)
     assert_int_equal(fx_placement_client_loop(UINT64_MAX, 1), 0);
 }
 
+/* One storage thread per worker: storage thread i serves worker i, so a
+ * stream's appends and its fanout have the same home. */
+static void test_storage_thread_i_serves_worker_i(void **state)
+{
+    (void)state;
+    for (uint32_t n = 1; n <= 8; n++) {
+        bool seen[8] = {false};
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t w = fx_placement_storage_worker(i, n);
+            assert_int_equal(w, i);
+            seen[w] = true;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            assert_true(seen[i]); /* every worker has one */
+    }
+    assert_int_equal(fx_placement_storage_worker(5, 4), 1);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_worker_is_handle_id_mod_workers),
     cmocka_unit_test(test_placement_table_for_io_threads),
@@ -151,5 +171,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_worker_slot_and_its_inverse),
     cmocka_unit_test(test_server_endpoints_leave_the_client_loop),
     cmocka_unit_test(test_client_loops_default_and_round_robin),
+    cmocka_unit_test(test_storage_thread_i_serves_worker_i),
 };
 FX_TEST_MAIN(tests)

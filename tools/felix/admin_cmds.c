@@ -41,16 +41,25 @@ static void http_status_error(const char *cmd, const char *method, const char *u
 
 /* GETs/PUTs/DELETEs |path| on the admin endpoint. Returns 0 with a 2xx
  * answer in |resp| (free its body), or 1 after printing the failure. */
+static int admin_call_body(const char *cmd, const fx_cli_common *c, const char *method,
+                           const char *path, const char *body, fx_cli_http *resp);
+
 static int admin_call(const char *cmd, const fx_cli_common *c, const char *method, const char *path,
                       fx_cli_http *resp)
+{
+    return admin_call_body(cmd, c, method, path, NULL, resp);
+}
+
+static int admin_call_body(const char *cmd, const fx_cli_common *c, const char *method,
+                           const char *path, const char *body, fx_cli_http *resp)
 {
     char url[2048], err[1024];
     if (fx_cli_admin_url(c->admin, path, url, sizeof(url)) != 0) {
         fx_cli_errorf(cmd, "--admin: bad address '%s'", c->admin);
         return 1;
     }
-    if (fx_cli_http_request(method, url, c->admin_token, HTTP_TIMEOUT_MS, resp, err, sizeof(err)) !=
-        0) {
+    if (fx_cli_http_request_body(method, url, c->admin_token, body, HTTP_TIMEOUT_MS, resp, err,
+                                 sizeof(err)) != 0) {
         fx_cli_errorf(cmd, "%s (is felix-broker's admin endpoint at %s? see --admin)", err,
                       c->admin);
         return 1;
@@ -314,7 +323,18 @@ out:
 
 /* ---- felix streams -------------------------------------------------------------- */
 
-static const fx_cli_opt STREAMS_OPTS[] = {FX_CLI_COMMON_OPTS, {0}};
+enum { O_DURABLE = FX_CLI_OPT_FIRST_CMD };
+static const fx_cli_opt STREAMS_OPTS[] = {FX_CLI_COMMON_OPTS, {"durable", false, O_DURABLE}, {0}};
+
+static int streams_opt(void *user, int id, const char *val, char *err, size_t errlen)
+{
+    (void)val;
+    (void)err;
+    (void)errlen;
+    if (id == O_DURABLE)
+        *(bool *)user = true;
+    return 0;
+}
 
 /* Builds "/v1/streams/T/NS/S" with each name URL-escaped. */
 static int stream_route(const fx_cli_path *p, char *out, size_t len)
@@ -372,7 +392,9 @@ int fx_cli_streams(int argc, char **argv)
     fx_cli_common c;
     const char *pos[2];
     int npos = 0;
-    int st = fx_cli_parse("streams", argc, argv, STREAMS_OPTS, &c, NULL, NULL, pos, 2, &npos, NULL);
+    bool durable = false;
+    int st = fx_cli_parse("streams", argc, argv, STREAMS_OPTS, &c, streams_opt, &durable, pos, 2,
+                          &npos, NULL);
     if (st >= 0)
         return st;
     if (npos == 0)
@@ -385,6 +407,8 @@ int fx_cli_streams(int argc, char **argv)
     bool create = strcmp(pos[0], "create") == 0;
     if (!create && strcmp(pos[0], "delete") != 0)
         return fx_cli_usage_error("streams", "unknown action: want ls, create or delete");
+    if (durable && !create)
+        return fx_cli_usage_error("streams", "--durable goes with create");
     fx_cli_path path;
     char err[512], route[3 * 3 * FX_CLI_NAME_MAX + 32];
     if (npos < 2)
@@ -396,9 +420,11 @@ int fx_cli_streams(int argc, char **argv)
         return FX_CLI_EXIT_FAIL;
     }
     fx_cli_http resp;
-    if (admin_call("streams", &c, create ? "PUT" : "DELETE", route, &resp) != 0)
+    if (admin_call_body("streams", &c, create ? "PUT" : "DELETE", route,
+                        durable ? "{\"durable\":true}" : NULL, &resp) != 0)
         return FX_CLI_EXIT_FAIL;
-    printf("%s %s/%s/%s\n", create ? "created" : "deleted", path.tenant, path.ns, path.stream);
+    printf("%s %s/%s/%s%s\n", create ? "created" : "deleted", path.tenant, path.ns, path.stream,
+           durable ? " (durable)" : "");
     fx_cli_buf_free(&resp.body);
     return FX_CLI_EXIT_OK;
 }

@@ -91,5 +91,9 @@ typedef struct fx_cli_http {
  * (connection refused, timeout, body over 16 MiB). Free resp->body. */
 int fx_cli_http_request(const char *method, const char *url, const char *token, int timeout_ms,
                         fx_cli_http *resp, char *err, size_t errlen);
+/* The same with a JSON request |body| (NUL-terminated; NULL: none) for PUT. */
+int fx_cli_http_request_body(const char *method, const char *url, const char *token,
+                             const char *body, int timeout_ms, fx_cli_http *resp, char *err,
+                             size_t errlen);
 
 #endif

@@ -1080,12 +1080,14 @@ static const fx_cli_help HELP[] = {
         "streams",
         "list, create or delete streams through the admin endpoint",
         "felix streams ls\n"
-        "felix streams create TENANT/NS/STREAM\n"
+        "felix streams create [--durable] TENANT/NS/STREAM\n"
         "felix streams delete TENANT/NS/STREAM\n"
         "\n"
         "GET /v1/streams, PUT or DELETE /v1/streams/TENANT/NS/STREAM on the admin\n"
         "endpoint. Off loopback, create and delete need the admin token\n"
-        "(--admin-token-file FILE or FELIX_ADMIN_TOKEN).\n",
+        "(--admin-token-file FILE or FELIX_ADMIN_TOKEN).\n"
+        "  --durable                  create the stream durable: its messages are kept in\n"
+        "                             a log under the broker's durable_storage_dir\n",
         "felix streams create t1/default/orders\n"
         "  felix streams ls",
         true,

@@ -30,8 +30,8 @@ static int http_global_init(void)
     return 0;
 }
 
-static CURLcode http_setup(CURL *h, const char *method, const char *url, int timeout_ms,
-                           fx_cli_http *resp, char *cerr, struct curl_slist *hdrs)
+static CURLcode http_setup(CURL *h, const char *method, const char *url, const char *body,
+                           int timeout_ms, fx_cli_http *resp, char *cerr, struct curl_slist *hdrs)
 {
     CURLcode cc = CURLE_OK;
     if (cc == CURLE_OK)
@@ -51,17 +51,24 @@ static CURLcode http_setup(CURL *h, const char *method, const char *url, int tim
     if (cc == CURLE_OK && strcmp(method, "GET") != 0)
         cc = curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     if (cc == CURLE_OK && strcmp(method, "PUT") == 0) {
-        /* An empty body with Content-Length: 0, so the server does not wait
-         * for one. */
-        cc = curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+        /* Without a body an empty one with Content-Length: 0, so the server
+         * does not wait for one. */
+        cc = curl_easy_setopt(h, CURLOPT_POSTFIELDS, body != NULL ? body : "");
         if (cc == CURLE_OK)
-            cc = curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
+            cc = curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)(body ? strlen(body) : 0));
     }
     return cc;
 }
 
 int fx_cli_http_request(const char *method, const char *url, const char *token, int timeout_ms,
                         fx_cli_http *resp, char *err, size_t errlen)
+{
+    return fx_cli_http_request_body(method, url, token, NULL, timeout_ms, resp, err, errlen);
+}
+
+int fx_cli_http_request_body(const char *method, const char *url, const char *token,
+                             const char *body, int timeout_ms, fx_cli_http *resp, char *err,
+                             size_t errlen)
 {
     *resp = (fx_cli_http){0};
     if (http_global_init() != 0) {
@@ -82,7 +89,15 @@ int fx_cli_http_request(const char *method, const char *url, const char *token, 
         if ((hdrs = curl_slist_append(NULL, auth)) == NULL)
             rv = -ENOMEM;
     }
-    CURLcode cc = rv == 0 ? http_setup(h, method, url, timeout_ms, resp, cerr, hdrs) : CURLE_OK;
+    if (rv == 0 && body != NULL) {
+        struct curl_slist *l = curl_slist_append(hdrs, "Content-Type: application/json");
+        if (l == NULL)
+            rv = -ENOMEM;
+        else
+            hdrs = l;
+    }
+    CURLcode cc =
+        rv == 0 ? http_setup(h, method, url, body, timeout_ms, resp, cerr, hdrs) : CURLE_OK;
     if (rv == 0 && cc == CURLE_OK)
         cc = curl_easy_perform(h);
     if (rv == 0 && cc == CURLE_OK)

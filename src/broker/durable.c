@@ -1,0 +1,687 @@
+/* The storage stage of durable streams (durable.h). The worker hands a job
+ * of a durable stream to its storage thread, which appends it to the log
+ * (offsets assigned), flushes as the fsync policy says (syncpol.h: one flush
+ * serves every append waiting for it) and hands the job back once the policy
+ * lets it be acknowledged; the worker then appends it to the ring, fans it
+ * out and acks, in offset order. Jobs keep their checkpoint-3 permit the
+ * whole way; a stream's bytes in storage are bounded by
+ * durable_max_unsynced_bytes (jobs beyond wait on the worker, holding their
+ * budget, so publishers are slowed like at every other checkpoint). A failed
+ * append or flush fails its jobs ("storage full" / "storage error"): they
+ * never reach the ring. Worker side: the worker loop; storage side: the
+ * storage thread, an fx_loop that exists to block on the disk. Start-up,
+ * the admin view, the drain flush and shutdown: durable_ops.c. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/placement.h"
+#include "broker/durable_int.h"
+#include "broker/replay.h"
+#include "felix/error.h"
+
+/* Claims directory |name| (under |cat_mu|). Returns 0 or -EBUSY. */
+static int dir_claim(fxb_durable *d, const char *name)
+{
+    for (open_dir *o = d->open; o != NULL; o = o->next)
+        if (strcmp(o->name, name) == 0)
+            return -EBUSY;
+    open_dir *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return -ENOMEM;
+    snprintf(o->name, sizeof(o->name), "%s", name);
+    o->next = d->open;
+    d->open = o;
+    return 0;
+}
+
+static void dir_release(fxb_durable *d, const char *name)
+{
+    pthread_mutex_lock(&d->cat_mu);
+    for (open_dir **pp = &d->open; *pp != NULL; pp = &(*pp)->next) {
+        if (strcmp((*pp)->name, name) == 0) {
+            open_dir *o = *pp;
+            *pp = o->next;
+            free(o);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&d->cat_mu);
+}
+
+static fx_ratelimit storage_rl = FX_RATELIMIT_INIT;
+
+uint64_t fxb_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void list_push(fxb_job **head, fxb_job **tail, fxb_job *j)
+{
+    j->snext = NULL;
+    if (*tail != NULL)
+        (*tail)->snext = j;
+    else
+        *head = j;
+    *tail = j;
+}
+
+static fxb_job *list_pop(fxb_job **head, fxb_job **tail)
+{
+    fxb_job *j = *head;
+    if (j != NULL) {
+        *head = j->snext;
+        if (*head == NULL)
+            *tail = NULL;
+        j->snext = NULL;
+    }
+    return j;
+}
+
+/* The error a failed storage call gives its publishes: full disks apart. */
+static int publish_error_of(int rv)
+{
+    return rv == -ENOSPC || rv == -EDQUOT ? FX_ESTORAGE_FULL : FX_ESTORAGE_ERROR;
+}
+
+/* ---- storage thread ------------------------------------------------------------------ */
+
+static void worker_on_stored(fx_loop *l, fx_task *t, void *user);
+static uint64_t s_base_of(const fxb_job *j);
+
+/* Hands |j| back to its worker with |rv|. */
+static void give_back(fxb_job *j, int rv)
+{
+    if (rv != 0) {
+        FX_COUNTER_INC(storage_errors);
+        j->srv = publish_error_of(rv);
+    }
+    j->stored = true;
+    j->sbase = s_base_of(j);
+    fx_task_init(&j->stask, worker_on_stored, j);
+    fx_loop_post(j->w->loop, &j->stask);
+}
+
+/* Publishes the log's offsets and size for GET /v1/streams and the gauges. */
+static void stats_update(dstream *s)
+{
+    uint64_t bytes = s->log != NULL ? fx_dlog_bytes_on_disk(s->log) : 0;
+    uint64_t segs = s->log != NULL ? fx_dlog_segment_count(s->log) : 0;
+    FX_GAUGE_ADD(storage_bytes_on_disk, (int64_t)(bytes - s->shown_bytes));
+    FX_GAUGE_ADD(storage_segments, (int64_t)(segs - s->shown_segments));
+    s->shown_bytes = bytes;
+    s->shown_segments = segs;
+    if (s->stats == NULL || s->log == NULL)
+        return;
+    atomic_store_explicit(&s->stats->first, fx_dlog_first_offset(s->log), memory_order_relaxed);
+    atomic_store_explicit(&s->stats->next_off, fx_dlog_next_offset(s->log), memory_order_relaxed);
+    atomic_store_explicit(&s->stats->bytes, bytes, memory_order_relaxed);
+    atomic_store_explicit(&s->stats->segments, segs, memory_order_relaxed);
+}
+
+static void stats_list(fxb_durable *d, dstream *s)
+{
+    s->stats = calloc(1, sizeof(*s->stats));
+    if (s->stats == NULL)
+        return; /* GET /v1/streams then shows no log figures for it */
+    s->stats->handle_id = fx_stream_handle_id(s->h);
+    pthread_mutex_lock(&d->cat_mu);
+    s->stats->next = d->stats;
+    d->stats = s->stats;
+    pthread_mutex_unlock(&d->cat_mu);
+}
+
+static void stats_unlist(fxb_durable *d, dstream *s)
+{
+    if (s->stats == NULL)
+        return;
+    pthread_mutex_lock(&d->cat_mu);
+    for (dstats **pp = &d->stats; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == s->stats) {
+            *pp = s->stats->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&d->cat_mu);
+    free(s->stats);
+    s->stats = NULL;
+}
+
+/* Hands back the waiting jobs the policy now lets be acknowledged. */
+static void release_acked(dstream *s)
+{
+    uint64_t upto = fx_syncpol_ack_upto(&s->pol);
+    while (s->whead != NULL && s->whead->sfirst + s->whead->count <= upto)
+        give_back(list_pop(&s->whead, &s->wtail), 0);
+}
+
+/* Fails every waiting job (their flush failed: the log stopped). */
+static void fail_waiting(dstream *s, int rv)
+{
+    while (s->whead != NULL)
+        give_back(list_pop(&s->whead, &s->wtail), rv);
+}
+
+void fxb_dstream_log_error(const dstream *s, const char *what, int rv)
+{
+    FX_LOG_RATELIMITED(&storage_rl, fx_now_ns(), FX_LOG_ERROR, "storage",
+                       "%s failed on stream %s/%s/%s: %s%s%s", what, fx_stream_handle_tenant(s->h),
+                       fx_stream_handle_namespace(s->h), fx_stream_handle_stream(s->h),
+                       fx_strerror(rv), s->log != NULL && fx_dlog_last_error(s->log)[0] ? ": " : "",
+                       s->log != NULL ? fx_dlog_last_error(s->log) : "");
+}
+
+/* Runs one flush now. */
+void fxb_dstream_flush(dstream *s, uint64_t now)
+{
+    uint64_t covers = s->pol.waiting; /* the appends this flush serves */
+    fx_syncpol_begin(&s->pol, now);
+    uint64_t durable = 0;
+    int rv = fx_dlog_sync(s->log, &durable);
+    uint64_t end = fx_now_ns();
+    fx_syncpol_end(&s->pol, rv, durable);
+    FX_HIST_OBSERVE(storage_sync_ns, end - now);
+    if (rv != 0) {
+        FX_COUNTER_INC(storage_sync_failures);
+        fxb_dstream_log_error(s, "flush", rv);
+        fail_waiting(s, rv);
+        return;
+    }
+    FX_COUNTER_INC(storage_syncs);
+    FX_HIST_OBSERVE(storage_sync_appends, covers);
+    release_acked(s);
+}
+
+/* Arms the timer for the next periodic flush or retention sweep. */
+static void arm_timer(dstream *s)
+{
+    uint64_t due = fx_syncpol_deadline(&s->pol);
+    if (s->retain_due_ns != 0 && s->retain_due_ns < due)
+        due = s->retain_due_ns;
+    if (due != UINT64_MAX)
+        fx_loop_timer_arm(s->st->loop, &s->timer, due);
+}
+
+static void retain(dstream *s, uint64_t now)
+{
+    fx_dlog_retained r = {0};
+    int rv = fx_dlog_retain(s->log, s->retain_bytes, s->retain_ns / 1000u, fxb_wall_us(), &r);
+    FX_COUNTER_ADD(storage_retention_segments, r.segments);
+    FX_COUNTER_ADD(storage_retention_bytes, r.bytes);
+    if (rv != 0)
+        fxb_dstream_log_error(s, "retention sweep", rv);
+    else if (r.segments > 0)
+        FX_LOG_INFO("storage",
+                    "retention deleted %" PRIu64 " segments (%" PRIu64
+                    " bytes) of %s/%s/%s; it starts at offset %" PRIu64,
+                    r.segments, r.bytes, fx_stream_handle_tenant(s->h),
+                    fx_stream_handle_namespace(s->h), fx_stream_handle_stream(s->h),
+                    r.first_offset);
+    s->retain_due_ns = now + s->st->d->o.retention_interval_ns;
+}
+
+static void on_timer(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    dstream *s = user;
+    uint64_t now = fx_loop_now(l);
+    if (s->log != NULL && !fx_dlog_is_failed(s->log)) {
+        if (fx_syncpol_is_due(&s->pol, now))
+            fxb_dstream_flush(s, now);
+        if (s->retain_due_ns != 0 && now >= s->retain_due_ns)
+            retain(s, now);
+        stats_update(s);
+    }
+    arm_timer(s);
+}
+
+static void on_flush_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    dstream *s = user;
+    uint64_t now = fx_loop_now(l);
+    if (s->log != NULL && fx_syncpol_is_due(&s->pol, now))
+        fxb_dstream_flush(s, now);
+}
+
+static int open_log(dstream *s)
+{
+    fxb_durable *d = s->st->d;
+    const char *t = fx_stream_handle_tenant(s->h), *ns = fx_stream_handle_namespace(s->h),
+               *name = fx_stream_handle_stream(s->h);
+    fx_catalog_params p = {.created_us = fxb_wall_us(),
+                           .segment_bytes = d->o.segment_bytes,
+                           .index_spacing_bytes = d->o.index_spacing_bytes};
+    char dir[sizeof(d->dir) + FX_LOGFMT_DIR_NAME_MAX + 2], label[3 * FX_REGISTRY_NAME_MAX + 8];
+    const fx_catalog_entry *e;
+    bool adopted = false;
+    pthread_mutex_lock(&d->cat_mu);
+    int rv = fx_catalog_declare(d->cat, t, ns, name, &p, &adopted, &e);
+    fx_dlog_config c;
+    fx_dlog_config_default(&c);
+    if (rv == 0) {
+        c.segment_bytes = e->segment_bytes;
+        c.index_spacing_bytes = e->index_spacing_bytes;
+        s->retain_bytes = e->retention_bytes ? e->retention_bytes : d->o.retention_bytes;
+        s->retain_ns =
+            e->retention_seconds ? e->retention_seconds * FX_NS_PER_S : d->o.retention_ns;
+        rv = fx_catalog_dir_path(d->cat, e, dir, sizeof(dir));
+    }
+    if (rv == 0 && (rv = dir_claim(d, e->dir)) == 0)
+        snprintf(s->dirname, sizeof(s->dirname), "%s", e->dir);
+    pthread_mutex_unlock(&d->cat_mu);
+    if (rv == -EBUSY)
+        FX_LOG_WARN("storage",
+                    "the log of %s/%s/%s is still open for a deleted stream of that "
+                    "name; its publishes fail until it is closed",
+                    t, ns, name);
+    if (rv != 0)
+        return rv;
+    snprintf(label, sizeof(label), "%s/%s/%s/0", t, ns, name);
+    c.label = label;
+    c.preallocate = d->o.preallocate;
+    c.verify_all_on_open = d->o.verify_all_on_open;
+    c.repair_checksum_tail = d->o.repair_checksum_tail;
+    c.repair = d->o.repair;
+    c.io = d->o.io;
+    fx_dlog_recovery rep = {0};
+    rv = fx_dlog_open(&s->log, dir, &c, fxb_wall_us(), &rep);
+    if (rv != 0) {
+        dir_release(d, s->dirname);
+        s->dirname[0] = '\0';
+        FX_LOG_ERROR("storage", "cannot open the log of %s: %s%s%s", label, fx_strerror(rv),
+                     rep.message[0] ? ": " : "", rep.message);
+        snprintf(d->error, sizeof(d->error), "stream %s: %s", label,
+                 rep.message[0] ? rep.message : fx_strerror(rv));
+        return rv;
+    }
+    FX_COUNTER_ADD(storage_recovery_truncated_bytes, rep.truncated_bytes);
+    if (rep.truncated_bytes > 0)
+        FX_COUNTER_INC(storage_recovery_truncations);
+    if (rep.repaired)
+        FX_COUNTER_INC(storage_recovery_repairs);
+    if (rep.message[0])
+        FX_LOG_WARN("storage", "%s: %s", label, rep.message);
+    FX_LOG_INFO("storage", "opened the log of %s%s at offset %" PRIu64, label,
+                adopted ? " (adopted an existing directory)" : "", fx_dlog_next_offset(s->log));
+    return 0;
+}
+
+/* The stream's log on this storage thread, opened on first use. */
+dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
+{
+    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), st->d->nst);
+    if (idx >= st->nds) {
+        size_t n = st->nds ? st->nds : 16;
+        while (n <= idx)
+            n *= 2;
+        dstream **p = realloc(st->ds, n * sizeof(*p));
+        if (p == NULL)
+            return NULL;
+        memset(p + st->nds, 0, (n - st->nds) * sizeof(*p));
+        st->ds = p;
+        st->nds = n;
+    }
+    if (st->ds[idx] != NULL)
+        return st->ds[idx];
+    dstream *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->st = st;
+    s->h = fx_stream_handle_ref(h);
+    fx_task_init(&s->flush_task, on_flush_task, s);
+    fx_timer_init(&s->timer, on_timer, s);
+    s->open_rv = open_log(s);
+    if (s->open_rv == -EBUSY) { /* not kept: the next job tries again */
+        fx_stream_handle_unref(s->h);
+        free(s);
+        return NULL;
+    }
+    uint64_t next = s->log != NULL ? fx_dlog_next_offset(s->log) : 0;
+    atomic_init(&s->first_offset, next);
+    const fx_broker_durable_opts *o = &st->d->o;
+    fx_syncpol_config pc = {.mode = (fx_fsync_mode)o->fsync_mode,
+                            .interval_ns = o->fsync_interval_ns,
+                            .max_unsynced_bytes = o->max_unsynced_bytes};
+    uint64_t now = fx_now_ns(); /* the loop's clock; also before it runs (start-up) */
+    fx_syncpol_init(&s->pol, &pc, now, next);
+    if (s->log != NULL && (s->retain_bytes != 0 || s->retain_ns != 0)) {
+        s->retain_due_ns = now + o->retention_interval_ns;
+        arm_timer(s);
+    }
+    if (s->log != NULL)
+        stats_list(st->d, s);
+    stats_update(s);
+    st->ds[idx] = s;
+    return s;
+}
+
+/* Closes |s| with a flush. Its jobs have all come back (the stream's end
+ * waits for them, and teardown runs after a barrier that ran every flush);
+ * any left are freed unanswered, not acknowledged. */
+void fxb_dstream_close(fxb_storage *st, dstream *s)
+{
+    fxb_job *j;
+    while ((j = list_pop(&s->whead, &s->wtail)) != NULL)
+        fxb_job_free(j);
+    fx_loop_timer_cancel(st->loop, &s->timer);
+    if (s->log != NULL) {
+        int rv = fx_dlog_close(s->log, true);
+        s->log = NULL;
+        if (rv != 0)
+            fxb_dstream_log_error(s, "final flush", rv);
+        dir_release(st->d, s->dirname);
+    }
+    stats_update(s); /* the gauges drop what this log held */
+    stats_unlist(st->d, s);
+    fx_stream_handle_unref(s->h);
+    free(s);
+}
+
+/* Appends |j| to its log. */
+static void storage_on_job(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_job *j = user;
+    fxb_storage *st = j->w->dur->st;
+    dstream *s = fxb_dstream_get(st, j->h);
+    if (s == NULL || s->open_rv != 0) {
+        give_back(j, s == NULL ? -EIO : s->open_rv);
+        return;
+    }
+    fx_dlog_iov stack[16], *iov = j->count <= 16 ? stack : malloc(j->count * sizeof(*iov));
+    if (iov == NULL) {
+        give_back(j, -ENOMEM);
+        return;
+    }
+    for (uint32_t i = 0; i < j->count; i++)
+        iov[i] = (fx_dlog_iov){.data = j->payloads[i].ptr, .len = (uint32_t)j->payloads[i].len};
+    uint64_t before = fx_dlog_stats_get(s->log)->append_bytes;
+    size_t nsegs = fx_dlog_segment_count(s->log);
+    int rv = fx_dlog_append(s->log, iov, j->count, fxb_wall_us(), &j->sfirst);
+    if (iov != stack)
+        free(iov);
+    if (rv != 0) {
+        fxb_dstream_log_error(s, "append", rv);
+        give_back(j, rv);
+        return;
+    }
+    uint64_t bytes = fx_dlog_stats_get(s->log)->append_bytes - before;
+    FX_COUNTER_ADD(storage_append_records, j->count);
+    FX_COUNTER_ADD(storage_append_bytes, bytes);
+    uint64_t now = fx_loop_now(l);
+    fx_syncpol_appended(&s->pol, j->sfirst + j->count, bytes, now);
+    list_push(&s->whead, &s->wtail, j);
+    release_acked(s);
+    if (s->retain_due_ns != 0 && fx_dlog_segment_count(s->log) > nsegs)
+        retain(s, now); /* a segment was sealed: the byte bound may be passed now */
+    stats_update(s);
+    if (fx_syncpol_is_due(&s->pol, now)) {
+        /* After the appends already queued here, so one flush covers them all. */
+        fx_loop_post(l, &s->flush_task);
+    } else if (!fx_timer_is_armed(&s->timer)) {
+        arm_timer(s);
+    }
+}
+
+static fxb_durable *st_dir_of(const fxb_sub *sub)
+{
+    return sub->w->dur->st->d;
+}
+
+/* A subscription's barrier: the log is open once this ran. */
+static void storage_on_sub(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_sub *sub = user;
+    dstream *s = fxb_dstream_get(sub->w->dur->st, sub->h);
+    sub->reg_rv = s == NULL || s->open_rv != 0 ? FX_ESTORAGE_ERROR : 0;
+    sub->dur_base = s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
+    if (sub->reg_rv == 0 && sub->start.kind != FX_START_LATEST) {
+        /* It may start below the ring: a reader of the log, in case. */
+        char dir[sizeof(st_dir_of(sub)->dir) + FX_LOGFMT_DIR_NAME_MAX + 2];
+        snprintf(dir, sizeof(dir), "%s/%s", st_dir_of(sub)->dir, s->dirname);
+        sub->replay =
+            fxb_replay_new(dir, st_dir_of(sub)->o.io, fx_dlog_first_offset(s->log),
+                           sub->w->dur->st->rloop, st_dir_of(sub)->o.max_records_per_read);
+        if (sub->replay == NULL)
+            sub->reg_rv = -ENOMEM;
+    }
+    sub->dur_ready = true;
+    fx_task_init(&sub->reg_task, fxb_worker_sub_register, sub);
+    fx_loop_post(sub->w->loop, &sub->reg_task); /* keeps the posting reference */
+}
+
+typedef struct end_msg {
+    fx_task task;
+    fxb_storage *st;
+    fx_stream_handle *h;
+} end_msg;
+
+static void storage_on_end(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    end_msg *m = user;
+    fxb_storage *st = m->st;
+    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(m->h), st->d->nst);
+    if (idx < st->nds && st->ds[idx] != NULL) {
+        fxb_dstream_close(st, st->ds[idx]);
+        st->ds[idx] = NULL;
+    }
+    /* A deleted durable stream leaves the catalogue with its files, so its
+     * data never comes back under that name. */
+    fxb_durable *d = st->d;
+    const char *tn = fx_stream_handle_tenant(m->h), *ns = fx_stream_handle_namespace(m->h),
+               *name = fx_stream_handle_stream(m->h);
+    pthread_mutex_lock(&d->cat_mu);
+    int rv = fx_catalog_remove(d->cat, tn, ns, name);
+    pthread_mutex_unlock(&d->cat_mu);
+    if (rv == 0)
+        FX_LOG_INFO("storage", "deleted the log of %s/%s/%s and its catalogue entry", tn, ns, name);
+    else if (rv != -ENOENT) /* -ENOENT: it never wrote a record */
+        FX_LOG_ERROR("storage",
+                     "cannot delete the log of %s/%s/%s: %s (the next start finishes "
+                     "the deletion)",
+                     tn, ns, name, fx_strerror(rv));
+    fx_stream_handle_unref(m->h);
+    free(m);
+}
+
+/* ---- worker side ----------------------------------------------------------------------- */
+
+static dws *dws_get(struct fxb_dworker *dw, const fx_stream_handle *h, uint32_t nworkers)
+{
+    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), nworkers);
+    if (idx >= dw->ns) {
+        size_t n = dw->ns ? dw->ns : 16;
+        while (n <= idx)
+            n *= 2;
+        dws **p = realloc(dw->s, n * sizeof(*p));
+        if (p == NULL)
+            return NULL;
+        memset(p + dw->ns, 0, (n - dw->ns) * sizeof(*p));
+        dw->s = p;
+        dw->ns = n;
+    }
+    if (dw->s[idx] == NULL)
+        dw->s[idx] = calloc(1, sizeof(*dw->s[idx]));
+    return dw->s[idx];
+}
+
+static void send_to_storage(fxb_worker *w, dws *ws, fxb_job *j)
+{
+    ws->bytes += j->sbytes;
+    fx_task_init(&j->stask, storage_on_job, j);
+    fx_loop_post(w->dur->st->loop, &j->stask);
+}
+
+/* Whether |j| must wait for its stream's bytes in storage to fall. */
+static bool over_bound(const fxb_worker *w, const dws *ws, const fxb_job *j)
+{
+    uint64_t max = w->b->dur->o.max_unsynced_bytes;
+    return max != 0 && ws->bytes > 0 && ws->bytes + j->sbytes > max;
+}
+
+bool fxb_durable_take(fxb_worker *w, fxb_job *j)
+{
+    if (w->dur == NULL || j->stored || !fx_stream_handle_is_durable(j->h))
+        return false;
+    /* A job that job_run would refuse (its stream deleted and ended, or
+     * deleted with no state here) is not written either. */
+    if (!fx_stream_handle_is_active(j->h) &&
+        (fx_stream_handle_is_ended(j->h) || fxb_worker_stream_if_any(w, j->h) == NULL))
+        return false;
+    struct fxb_dworker *dw = w->dur;
+    dw->pending++;
+    j->sbytes = fx_buf_len(j->backing);
+    dws *ws = dws_get(dw, j->h, w->b->nworkers);
+    if (ws == NULL) {
+        j->stored = true;
+        j->srv = -ENOMEM;
+        list_push(&dw->rhead, &dw->rtail, j);
+        return true;
+    }
+    if (ws->hhead != NULL || over_bound(w, ws, j)) {
+        FX_COUNTER_INC(storage_bound_waits);
+        list_push(&ws->hhead, &ws->htail, j);
+        return true;
+    }
+    send_to_storage(w, ws, j);
+    return true;
+}
+
+/* A job came back from storage (worker loop). */
+static void worker_on_stored(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_job *j = user;
+    fxb_worker *w = j->w;
+    struct fxb_dworker *dw = w->dur;
+    dws *ws = dws_get(dw, j->h, w->b->nworkers);
+    if (ws != NULL) {
+        ws->known = true;
+        ws->base = j->sbase;
+        ws->bytes -= j->sbytes;
+        while (ws->hhead != NULL && !over_bound(w, ws, ws->hhead))
+            send_to_storage(w, ws, list_pop(&ws->hhead, &ws->htail));
+    }
+    list_push(&dw->rhead, &dw->rtail, j);
+    fxb_worker_kick(w);
+}
+
+fxb_job *fxb_durable_pop_ready(fxb_worker *w)
+{
+    if (w->dur == NULL)
+        return NULL;
+    fxb_job *j = list_pop(&w->dur->rhead, &w->dur->rtail);
+    if (j != NULL)
+        w->dur->pending--;
+    return j;
+}
+
+uint64_t fxb_durable_pending(const fxb_worker *w)
+{
+    return w->dur != NULL ? w->dur->pending : 0;
+}
+
+uint64_t fxb_durable_first_offset(const fxb_worker *w, const fx_stream_handle *h)
+{
+    if (w->dur == NULL)
+        return 0;
+    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), w->b->nworkers);
+    const dws *ws = idx < w->dur->ns ? w->dur->s[idx] : NULL;
+    return ws != NULL && ws->known ? ws->base : 0;
+}
+
+int fxb_durable_check_order(const fx_stream *st, const fxb_job *j)
+{
+    if (!j->stored || fx_stream_tail(st) == j->sfirst)
+        return 0;
+    FX_COUNTER_INC(storage_errors);
+    FX_LOG_ERROR("storage",
+                 "stream %s/%s/%s: the ring is at offset %" PRIu64
+                 " but the log appended at %" PRIu64 "; publish refused",
+                 fx_stream_handle_tenant(j->h), fx_stream_handle_namespace(j->h),
+                 fx_stream_handle_stream(j->h), fx_stream_tail(st), j->sfirst);
+    return FX_ESTORAGE_ERROR;
+}
+
+static uint64_t s_base_of(const fxb_job *j)
+{
+    const fxb_storage *st = j->w->dur->st;
+    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(j->h), st->d->nst);
+    const dstream *s = idx < st->nds ? st->ds[idx] : NULL; /* storage thread: its own table */
+    return s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
+}
+
+bool fxb_durable_sub_ready(fxb_sub *sub, bool *pfailed)
+{
+    *pfailed = false;
+    if (sub->w->dur == NULL || !fx_stream_handle_is_durable(sub->h))
+        return true;
+    if (sub->dur_ready) {
+        *pfailed = sub->reg_rv != 0;
+        dws *ws = dws_get(sub->w->dur, sub->h, sub->b->nworkers);
+        if (ws == NULL) {
+            sub->reg_rv = -ENOMEM;
+            *pfailed = true;
+        } else if (!*pfailed) {
+            ws->known = true;
+            ws->base = sub->dur_base;
+        }
+        return true;
+    }
+    fx_task_init(&sub->reg_task, storage_on_sub, sub);
+    fx_loop_post(sub->w->dur->st->loop, &sub->reg_task);
+    return false;
+}
+
+void fxb_durable_end_stream(fxb_worker *w, fx_stream_handle *h)
+{
+    if (w->dur == NULL || !fx_stream_handle_is_durable(h))
+        return;
+    end_msg *m = malloc(sizeof(*m));
+    if (m == NULL) {
+        FX_LOG_ERROR("storage",
+                     "out of memory closing the log of stream %" PRIu64
+                     "; it stays open until the broker stops",
+                     fx_stream_handle_id(h));
+        return;
+    }
+    m->st = w->dur->st;
+    m->h = fx_stream_handle_ref(h);
+    fx_task_init(&m->task, storage_on_end, m);
+    fx_loop_post(m->st->loop, &m->task);
+}
+
+void fxb_durable_worker_deinit(fxb_worker *w)
+{
+    struct fxb_dworker *dw = w->dur;
+    if (dw == NULL)
+        return;
+    for (size_t i = 0; i < dw->ns; i++) {
+        if (dw->s[i] == NULL)
+            continue;
+        fxb_job *j;
+        while ((j = list_pop(&dw->s[i]->hhead, &dw->s[i]->htail)) != NULL)
+            fxb_job_free(j);
+        free(dw->s[i]);
+    }
+    free(dw->s);
+    fxb_job *j;
+    while ((j = list_pop(&dw->rhead, &dw->rtail)) != NULL)
+        fxb_job_free(j);
+    free(dw);
+    w->dur = NULL;
+}

@@ -1,0 +1,78 @@
+/* The storage stage of durable streams, between the worker's queue and its
+ * ring: each worker has one storage thread (fx_placement_storage_thread)
+ * that owns the durable logs of that worker's streams and does all their
+ * disk I/O, so no loop ever blocks on write or fdatasync. A job of a durable
+ * stream goes worker -> storage (append: offsets assigned; flush as the
+ * fsync policy says) -> worker (ring + fanout, then the ack), in offset
+ * order. Private to src/broker; thread noted per function. */
+#ifndef FX_BROKER_DURABLE_H
+#define FX_BROKER_DURABLE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "broker/broker_internal.h"
+
+/* Opens the catalogue at |b->o.durable.dir| and creates the storage threads
+ * (not started), one per worker. Nothing when no storage dir is set. Returns
+ * 0, FX_ESTORAGE_CATALOG or -errno (the reason in opts.durable.error). Main
+ * thread, before the workers start. */
+int fxb_durable_init(fx_broker *b);
+/* Start-up recovery: every stream of the catalogue is created (durable) in
+ * the registry and its log opened and validated on this thread (a torn
+ * tail is cut, logged and counted). Returns 0, or the first failure
+ * (FX_ESTORAGE_CORRUPT unless durable.repair, -errno) with the reason in
+ * fx_broker_durable_error. Main thread, after fxb_durable_init, before the
+ * loops start. */
+int fxb_durable_recover(fx_broker *b);
+/* Adds to GET /v1/streams entry |e| of stream |h|: "durable" and, for an
+ * open log, "log_first_offset", "log_next_offset", "bytes_on_disk",
+ * "segments" (null otherwise). Any thread but a storage thread. */
+void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e);
+/* Drain: every storage thread flushes every log it has open; waits until
+ * they are done or |deadline_ns| (fx_now_ns clock). Returns 0,
+ * FX_ETIMEDOUT, FX_ESTORAGE_ERROR (a flush failed; logged), -ENOMEM. Main
+ * thread, loops running. */
+int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns);
+/* Starts the storage threads. Returns 0 or -errno. Main thread. */
+int fxb_durable_start(fx_broker *b);
+/* Runs what every storage thread has queued (a barrier). Main thread, while
+ * they run. */
+void fxb_durable_barrier(fx_broker *b);
+/* Stops the storage threads (after the workers). Main thread. */
+void fxb_durable_stop(fx_broker *b);
+/* Closes every log with a flush and frees the stage and the catalogue. Main
+ * thread, every loop stopped. */
+void fxb_durable_free(fx_broker *b);
+
+/* Worker side (the worker loop of |w|): */
+/* Takes |j| (popped from |w|'s queue) if its stream is durable and it has
+ * not been stored yet: it goes to storage, or waits behind its stream's
+ * durable_max_unsynced_bytes bound. True when taken. */
+bool fxb_durable_take(fxb_worker *w, fxb_job *j);
+/* The oldest stored job ready for ring + fanout, or NULL. */
+fxb_job *fxb_durable_pop_ready(fxb_worker *w);
+/* Jobs taken and not yet completed (held, in storage or ready). */
+uint64_t fxb_durable_pending(const fxb_worker *w);
+/* The offset the ring of durable stream |h| starts at: its log's next
+ * offset when it was opened. Only valid once the stream's storage answered
+ * (a stored job, or fxb_durable_sub_ready). */
+uint64_t fxb_durable_first_offset(const fxb_worker *w, const fx_stream_handle *h);
+/* Checks that stored job |j| continues |st|'s ring at its log offset
+ * (else the ring and the log would disagree: refused, counted). Returns 0
+ * or FX_ESTORAGE_ERROR. */
+int fxb_durable_check_order(const fx_stream *st, const fxb_job *j);
+/* A subscription to a durable stream registers only once the log is open
+ * (the ring starts at its offset): returns true when it may register now;
+ * false when |sub->reg_task| was sent to storage and comes back (the caller
+ * returns, keeping its reference). On an open failure sets |sub->reg_rv|
+ * and returns true with |*pfailed| set. */
+bool fxb_durable_sub_ready(fxb_sub *sub, bool *pfailed);
+/* The stream |h| ended on |w|: its log is closed (flushed) after its jobs. */
+void fxb_durable_end_stream(fxb_worker *w, fx_stream_handle *h);
+/* Frees what |w| holds of the stage (teardown, loops stopped). */
+void fxb_durable_worker_deinit(fxb_worker *w);
+
+#endif

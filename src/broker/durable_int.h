@@ -1,0 +1,111 @@
+/* Private to durable.c (the storage thread and the worker side of the
+ * storage stage) and durable_ops.c (start-up, recovery, the admin view, the
+ * drain flush, shutdown): the stage's state. Thread noted per field. */
+#ifndef FX_BROKER_DURABLE_INT_H
+#define FX_BROKER_DURABLE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "broker/durable.h"
+#include "storage/catalog.h"
+#include "storage/dlog.h"
+#include "storage/format.h"
+#include "storage/syncpol.h"
+
+typedef struct fxb_durable fxb_durable;
+
+/* What GET /v1/streams shows of a durable stream's log: written by its
+ * storage thread (relaxed atomics), read by the admin thread under
+ * |cat_mu| (the entry leaves the table under it before it is freed). */
+typedef struct dstats {
+    struct dstats *next;
+    uint64_t handle_id;
+    atomic_uint_fast64_t first, next_off, bytes, segments;
+} dstats;
+
+/* The log of one durable stream on its storage thread. */
+typedef struct dstream {
+    struct fxb_storage *st;
+    fx_stream_handle *h; /* reference */
+    fx_dlog *log;
+    int open_rv;
+    char dirname[FX_LOGFMT_DIR_NAME_MAX]; /* claimed while |log| is open */
+    dstats *stats;                        /* listed while |log| is open */
+    uint64_t shown_bytes, shown_segments; /* what the gauges hold of this log */
+    atomic_uint_fast64_t first_offset;    /* the log's next offset at open (the ring's start) */
+    fx_syncpol pol;
+    fxb_job *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
+    fx_task flush_task;     /* on_commit: flush after the appends queued now */
+    fx_timer timer;         /* periodic flush, retention */
+    uint64_t retain_due_ns;
+    uint64_t retain_bytes, retain_ns; /* the catalogue's overrides, else the broker's */
+} dstream;
+
+/* One storage thread: the logs of one worker's durable streams. */
+typedef struct fxb_storage {
+    struct fxb_durable *d;
+    fxb_worker *w;
+    fx_loop *loop;  /* appends, flushes, retention */
+    fx_loop *rloop; /* replay reads from disk (replay.c): their own queue */
+    dstream **ds;   /* by fx_placement_worker_slot */
+    size_t nds;
+} fxb_storage;
+
+struct fxb_durable {
+    fx_broker *b;
+    char dir[4096];
+    fx_broker_durable_opts o;
+    pthread_mutex_t cat_mu; /* the catalogue is shared by the storage threads */
+    fx_catalog *cat;
+    struct open_dir *open; /* directories with an open log (under |cat_mu|) */
+    dstats *stats;         /* of every open log (under |cat_mu|) */
+    char error[6144];      /* why the last log failed to open (start-up reports it) */
+    fxb_storage *st;       /* one per worker */
+    uint32_t nst;
+    uint32_t nstarted; /* storage threads running (with their replay threads) */
+};
+
+/* Per durable stream on its worker: bytes in storage and the jobs held
+ * back by the bound. */
+typedef struct dws {
+    bool known;     /* |base| came back from storage */
+    uint64_t base;  /* the log's next offset at open: the ring starts there */
+    uint64_t bytes; /* of jobs sent to storage and not yet back */
+    fxb_job *hhead, *htail;
+} dws;
+
+/* A worker's side of the stage. */
+struct fxb_dworker {
+    fxb_storage *st;
+    dws **s; /* by slot */
+    size_t ns;
+    fxb_job *rhead, *rtail; /* stored, waiting for ring + fanout */
+    uint64_t pending;       /* taken, not yet completed */
+};
+
+/* A directory whose log is open: one writer per directory, also when a
+ * deleted stream's log is still being closed as its name is created again. */
+typedef struct open_dir {
+    struct open_dir *next;
+    char name[FX_LOGFMT_DIR_NAME_MAX];
+} open_dir;
+
+/* Wall clock in microseconds (record timestamps, segment creation). */
+uint64_t fxb_wall_us(void);
+/* The log of |h| on storage thread |st|, opened (declared in the catalogue,
+ * recovered) on first use; NULL on -ENOMEM or while a deleted stream's log
+ * of that name is still open (the next call tries again). Storage thread,
+ * or main before it starts. */
+dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h);
+/* Closes |s| with a flush and frees it. Storage thread (or teardown). */
+void fxb_dstream_close(fxb_storage *st, dstream *s);
+/* Runs one flush of |s| now through its policy (counted; a failure fails
+ * the waiting appends and is logged). Storage thread. */
+void fxb_dstream_flush(dstream *s, uint64_t now);
+/* Logs (rate-limited) that |what| failed on |s|'s stream with |rv|. */
+void fxb_dstream_log_error(const dstream *s, const char *what, int rv);
+
+#endif
