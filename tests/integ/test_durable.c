@@ -303,7 +303,13 @@ static void test_max_unsynced_bytes_keeps_one_job_in_storage_at_a_time(void **st
     e->bo.durable.max_unsynced_bytes = 1; /* any job fills the bound alone */
     e_start(e);
     put_stream(e, "u", "{\"durable\": true}", 201, NULL);
-    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    /* One frame per publish (no merging in libfelix): one job each. */
+    fx_client_opts o;
+    fix_client_opts(&o, e->b, e->server, "t1", "any-token");
+    o.sub_queue_policy = FX_POLICY_BLOCK;
+    o.reconnect = false;
+    o.publish_coalesce = false;
+    fx_client *c = fix_connect(&o);
     fx_subscription *s = subscribe(c, "u");
     fx_metrics_snapshot a, b;
     fx_metrics_snapshot_take(&a);

@@ -510,8 +510,8 @@ static void test_lists_cover_structs_and_names_are_unique(void **state)
     assert_int_equal(count_type(FX_METRIC_HISTOGRAM), nh);
     assert_int_equal(nc + ng + nh, fx_metrics_ndescs);
 
-    bool seen_c[64] = {0}, seen_g[64] = {0}, seen_h[64] = {0};
-    assert_true(nc <= 64 && ng <= 64 && nh <= 64);
+    bool seen_c[256] = {0}, seen_g[256] = {0}, seen_h[256] = {0};
+    assert_true(nc <= 256 && ng <= 256 && nh <= 256);
     for (size_t i = 0; i < fx_metrics_ndescs; i++) {
         const fx_metric_desc *d = &fx_metrics_descs[i];
         check_name_and_label(d);
