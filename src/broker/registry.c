@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "base/log.h"
 #include "base/loop.h"
 #include "base/metrics.h"
@@ -32,17 +34,6 @@ typedef struct htable {
     size_t nbuckets; /* power of two */
     size_t n;
 } htable;
-
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 static int ht_init(htable *t)
 {
@@ -129,11 +120,28 @@ struct fx_stream_handle {
 
 struct fx_registry {
     pthread_rwlock_t lock;
+    uint8_t hash_key[crypto_shorthash_KEYBYTES]; /* random per registry */
     htable streams;
     htable tenants;
     uint64_t next_id;
     fx_registry_opts opts;
 };
+
+/* SipHash-2-4 of the bytes under the registry's random key: names chosen by
+ * clients cannot be made to collide on purpose. */
+static uint64_t hash_bytes(const fx_registry *r, const void *p, size_t n)
+{
+    uint8_t out[crypto_shorthash_BYTES];
+    crypto_shorthash(out, p, n, r->hash_key);
+    uint64_t h;
+    memcpy(&h, out, sizeof(h));
+    return h;
+}
+
+uint64_t fx_registry_hash(const fx_registry *r, const void *p, size_t n)
+{
+    return hash_bytes(r, p, n);
+}
 
 static int err_set(fx_registry_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -234,6 +242,12 @@ int fx_registry_new(fx_registry **pr, const fx_registry_opts *o)
         return -ENOMEM;
     r->opts = *o;
     r->next_id = 1;
+    if (sodium_init() < 0) {
+        FX_LOG_ERROR("broker", "libsodium failed to initialise: no random registry hash key");
+        free(r);
+        return -EIO;
+    }
+    randombytes_buf(r->hash_key, sizeof(r->hash_key));
     int rv = pthread_rwlock_init(&r->lock, NULL);
     if (rv != 0) {
         free(r);
@@ -293,7 +307,7 @@ static fx_stream_handle *handle_of(hnode *e)
 
 static tenant_rec *tenant_find(fx_registry *r, fx_wire_slice t)
 {
-    hnode *e = ht_find(&r->tenants, hash_bytes(t.ptr, t.len), (const char *)t.ptr, t.len);
+    hnode *e = ht_find(&r->tenants, hash_bytes(r, t.ptr, t.len), (const char *)t.ptr, t.len);
     return e ? (tenant_rec *)((char *)e - offsetof(tenant_rec, node)) : NULL;
 }
 
@@ -311,7 +325,7 @@ static tenant_rec *tenant_get(fx_registry *r, fx_wire_slice t)
         return NULL;
     }
     memcpy(tr->name, t.ptr, t.len);
-    tr->node = (hnode){.hash = hash_bytes(t.ptr, t.len), .key = tr->name, .klen = t.len};
+    tr->node = (hnode){.hash = hash_bytes(r, t.ptr, t.len), .key = tr->name, .klen = t.len};
     ht_insert(&r->tenants, &tr->node);
     return tr;
 }
@@ -396,7 +410,7 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
         return rv;
     char key[KEY_MAX];
     size_t klen = make_key(key, t, n, s);
-    uint64_t hash = hash_bytes(key, klen);
+    uint64_t hash = hash_bytes(r, key, klen);
 
     pthread_rwlock_rdlock(&r->lock);
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
@@ -457,7 +471,7 @@ bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
         return false;
     char key[KEY_MAX];
     size_t klen = make_key(key, tenant, ns, stream);
-    uint64_t hash = hash_bytes(key, klen);
+    uint64_t hash = hash_bytes(r, key, klen);
 
     pthread_rwlock_wrlock(&r->lock);
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));

@@ -52,9 +52,15 @@ typedef struct fx_registry_opts {
     uint64_t tenant_retained_bytes;  /* limit of each tenant's fx_retained; 0 = none */
 } fx_registry_opts;
 
-/* Creates an empty registry from |o| in |*pr|. Returns 0 or -ENOMEM / -errno
- * (rwlock). The caller frees it with fx_registry_free(). Any thread. */
+/* Creates an empty registry from |o| in |*pr|, its name hash (SipHash)
+ * keyed with random bytes of its own. Returns 0 or -ENOMEM / -errno (rwlock)
+ * / -EIO (libsodium would not initialise). The caller frees it with
+ * fx_registry_free(). Any thread. */
 int fx_registry_new(fx_registry **pr, const fx_registry_opts *o);
+
+/* The registry's keyed hash of |n| bytes at |p|: the same bytes hash alike
+ * in one registry and (but for chance) differently in another. Any thread. */
+uint64_t fx_registry_hash(const fx_registry *r, const void *p, size_t n);
 
 /* Deactivates every stream, drops the registry's handle references and frees
  * |r|. Handles held elsewhere stay valid (inactive) until unreffed. NULL does

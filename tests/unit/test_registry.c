@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fx_test.h"
@@ -305,6 +306,58 @@ static void test_expire_idle_takes_only_unused_auto_created_streams(void **state
     fx_registry_free(r);
 }
 
+/* Each registry keys its name hash with random bytes of its own: the same
+ * key hashes alike twice in one registry and differently in two (a client
+ * cannot precompute colliding names), and lookups in both stay correct. */
+static void test_hash_is_keyed_per_registry_and_lookups_stay_correct(void **state)
+{
+    (void)state;
+    fx_registry *a = mkreg(true, 0);
+    fx_registry *b = mkreg(true, 0);
+    static const char key[] = "t1\0default\0demo";
+    assert_true(fx_registry_hash(a, key, sizeof(key) - 1) ==
+                fx_registry_hash(a, key, sizeof(key) - 1));
+    assert_true(fx_registry_hash(a, key, sizeof(key) - 1) !=
+                fx_registry_hash(b, key, sizeof(key) - 1));
+    enum { N = 300 };
+    char name[16];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "s%d", i);
+        assert_true(fx_registry_hash(a, name, strlen(name)) !=
+                    fx_registry_hash(b, name, strlen(name)));
+        fx_stream_handle *h = NULL;
+        bool created = false;
+        assert_int_equal(fx_registry_create(a, S("t1"), S("default"), S(name), &h, &created, NULL),
+                         0);
+        assert_true(created);
+        assert_int_equal(fx_stream_handle_id(h), (uint64_t)i + 1);
+        fx_stream_handle_unref(h);
+        /* |b| holds them in the opposite order: other ids, other buckets. */
+        snprintf(name, sizeof(name), "s%d", N - 1 - i);
+        assert_int_equal(fx_registry_create(b, S("t1"), S("default"), S(name), NULL, NULL, NULL),
+                         0);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "s%d", i);
+        fx_stream_handle *ha = NULL, *hb = NULL;
+        assert_int_equal(fx_registry_resolve(a, S("t1"), S("default"), S(name), &ha, NULL), 0);
+        assert_int_equal(fx_registry_resolve(b, S("t1"), S("default"), S(name), &hb, NULL), 0);
+        assert_int_equal(fx_stream_handle_id(ha), (uint64_t)i + 1);
+        assert_int_equal(fx_stream_handle_id(hb), (uint64_t)(N - i));
+        assert_string_equal(fx_stream_handle_stream(ha), name);
+        assert_string_equal(fx_stream_handle_stream(hb), name);
+        fx_stream_handle_unref(ha);
+        fx_stream_handle_unref(hb);
+    }
+    assert_int_equal(fx_registry_count(a), N);
+    assert_int_equal(fx_registry_count(b), N);
+    assert_int_equal(fx_registry_tenant_count(b, S("t1")), N);
+    assert_true(fx_registry_remove(a, S("t1"), S("default"), S("s7")));
+    assert_int_equal(fx_registry_count(a), N - 1);
+    fx_registry_free(a);
+    fx_registry_free(b);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_unknown_stream_with_autocreate_off_is_not_found),
     cmocka_unit_test(test_autocreate_on_first_use_gives_dense_ids_from_one),
@@ -314,5 +367,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_concurrent_resolve_creates_each_stream_once),
     cmocka_unit_test(test_max_tenants_counts_tenants_holding_streams),
     cmocka_unit_test(test_expire_idle_takes_only_unused_auto_created_streams),
+    cmocka_unit_test(test_hash_is_keyed_per_registry_and_lookups_stay_correct),
 };
 FX_TEST_MAIN(tests)
