@@ -24,6 +24,7 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .auto_create_streams = true,
         .max_tenants = 1024,
         .stream_idle_expiry_ns = 3600 * FX_NS_PER_S,
+        .stream_delete_tombstone_ns = 30 * FX_NS_PER_S,
         .log_capacity = 1024,
         .log_capacity_bytes = 64u << 20,
         .retained_bytes_limit = 1ull << 30,
@@ -200,7 +201,8 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
     fx_registry_opts ro = {.auto_create = o->auto_create_streams,
                            .max_streams_per_tenant = o->max_streams_per_tenant,
                            .max_tenants = o->max_tenants,
-                           .tenant_retained_bytes = o->tenant_retained_bytes};
+                           .tenant_retained_bytes = o->tenant_retained_bytes,
+                           .delete_tombstone_ns = o->stream_delete_tombstone_ns};
     b->o.streams = o->streams;
     if ((rv = fx_registry_new(&b->reg, &ro)) != 0 || (rv = create_streams(b)) != 0 ||
         (rv = create_loops(b)) != 0 || (rv = create_endpoint(b)) != 0) {

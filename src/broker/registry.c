@@ -123,6 +123,7 @@ struct fx_registry {
     uint8_t hash_key[crypto_shorthash_KEYBYTES]; /* random per registry */
     htable streams;
     htable tenants;
+    htable tombs; /* tomb: names deleted less than opts.delete_tombstone_ns ago */
     uint64_t next_id;
     fx_registry_opts opts;
 };
@@ -233,6 +234,99 @@ static void tenant_free(tenant_rec *tr)
     free(tr);
 }
 
+/* ---- delete tombstones --------------------------------------------------- */
+
+/* A deleted stream's key, refused to auto-creation until |until_ns|. */
+typedef struct tomb {
+    hnode node;
+    uint64_t until_ns;
+    char key[];
+} tomb;
+
+static tomb *tomb_of(hnode *e)
+{
+    return e ? (tomb *)((char *)e - offsetof(tomb, node)) : NULL;
+}
+
+static void tombs_free(fx_registry *r)
+{
+    for (size_t i = 0; i < r->tombs.nbuckets; i++) {
+        hnode *e = r->tombs.buckets[i];
+        while (e != NULL) {
+            hnode *next = e->next;
+            free(tomb_of(e));
+            e = next;
+        }
+    }
+    free(r->tombs.buckets);
+}
+
+/* Under the write lock: drops the tombstones that ended by |now_ns| (they
+ * number at most the deletions of one tombstone period). */
+static void tombs_prune_locked(fx_registry *r, uint64_t now_ns)
+{
+    for (size_t i = 0; i < r->tombs.nbuckets; i++) {
+        hnode *e = r->tombs.buckets[i];
+        while (e != NULL) {
+            hnode *next = e->next;
+            tomb *tb = tomb_of(e);
+            if (tb->until_ns <= now_ns) {
+                ht_remove(&r->tombs, e);
+                free(tb);
+            }
+            e = next;
+        }
+    }
+}
+
+/* Under the write lock: the stream |key| was deleted at |now_ns|. Without
+ * memory it gets no tombstone (logged): auto-creation may bring it back. */
+static void tomb_add_locked(fx_registry *r, const char *key, size_t klen, uint64_t hash,
+                            uint64_t now_ns)
+{
+    tombs_prune_locked(r, now_ns);
+    tomb *tb = tomb_of(ht_find(&r->tombs, hash, key, klen));
+    if (tb == NULL) {
+        tb = calloc(1, sizeof(*tb) + klen);
+        if (tb == NULL) {
+            FX_LOG_ERROR("broker", "out of memory recording a deleted stream's tombstone: "
+                                   "auto-creation may bring it back at once");
+            return;
+        }
+        memcpy(tb->key, key, klen);
+        tb->node = (hnode){.hash = hash, .key = tb->key, .klen = klen};
+        ht_insert(&r->tombs, &tb->node);
+    }
+    tb->until_ns = now_ns + r->opts.delete_tombstone_ns;
+}
+
+/* Under the write lock, before an insert: an auto-creation (|autoc|) of a
+ * stream deleted less than delete_tombstone_ns ago is refused (FX_ENOSTREAM,
+ * counted); an explicit creation ends the tombstone, as does its end.
+ * Returns 0 or FX_ENOSTREAM. */
+static int tomb_gate_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
+                            const char *key, size_t klen, uint64_t hash, bool autoc,
+                            fx_registry_err *err)
+{
+    tomb *tb = r->tombs.n != 0 ? tomb_of(ht_find(&r->tombs, hash, key, klen)) : NULL;
+    if (tb == NULL)
+        return 0;
+    uint64_t now = fx_now_ns();
+    if (!autoc || tb->until_ns <= now) {
+        ht_remove(&r->tombs, &tb->node);
+        free(tb);
+        return 0;
+    }
+    FX_COUNTER_INC(registry_tombstone_refused);
+    uint64_t secs = (tb->until_ns - now + FX_NS_PER_S - 1) / FX_NS_PER_S;
+    return err_set(err, FX_ENOSTREAM,
+                   "stream not found: tenant=%.*s namespace=%.*s stream=%.*s (deleted recently: "
+                   "not auto-created again for %llu s, stream_delete_tombstone_ms, unless "
+                   "created explicitly)",
+                   (int)t.len, (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                   (const char *)s.ptr, (unsigned long long)secs);
+}
+
 /* ---- lifecycle ----------------------------------------------------------- */
 
 int fx_registry_new(fx_registry **pr, const fx_registry_opts *o)
@@ -257,9 +351,13 @@ int fx_registry_new(fx_registry **pr, const fx_registry_opts *o)
         goto err_lock;
     if (ht_init(&r->tenants) != 0)
         goto err_streams;
+    if (ht_init(&r->tombs) != 0)
+        goto err_tenants;
     *pr = r;
     return 0;
 
+err_tenants:
+    free(r->tenants.buckets);
 err_streams:
     free(r->streams.buckets);
 err_lock:
@@ -292,6 +390,7 @@ void fx_registry_free(fx_registry *r)
             e = next;
         }
     }
+    tombs_free(r);
     free(r->streams.buckets);
     free(r->tenants.buckets);
     pthread_rwlock_destroy(&r->lock);
@@ -430,7 +529,9 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
                        (const char *)s.ptr);
     /* Another thread may create it between the locks: insert re-checks. */
     pthread_rwlock_wrlock(&r->lock);
-    rv = insert_locked(r, t, n, key, klen, hash, autoc, ph, pcreated, err);
+    rv = tomb_gate_locked(r, t, n, s, key, klen, hash, autoc, err);
+    if (rv == 0)
+        rv = insert_locked(r, t, n, key, klen, hash, autoc, ph, pcreated, err);
     pthread_rwlock_unlock(&r->lock);
     return rv;
 }
@@ -477,6 +578,8 @@ bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
     if (h != NULL)
         remove_locked(r, h);
+    if (h != NULL && r->opts.auto_create && r->opts.delete_tombstone_ns != 0)
+        tomb_add_locked(r, key, klen, hash, fx_now_ns());
     pthread_rwlock_unlock(&r->lock);
     fx_stream_handle_unref(h);
     return h != NULL;

@@ -50,6 +50,10 @@ typedef struct fx_registry_opts {
     uint32_t max_streams_per_tenant; /* active streams one tenant may hold; 0 = no limit */
     uint32_t max_tenants;            /* tenants holding streams at once; 0 = no limit */
     uint64_t tenant_retained_bytes;  /* limit of each tenant's fx_retained; 0 = none */
+    /* With auto_create: after fx_registry_remove, a resolve does not create
+     * the same names again for this long (fx_registry_create does, and ends
+     * the wait). 0 = off. */
+    uint64_t delete_tombstone_ns;
 } fx_registry_opts;
 
 /* Creates an empty registry from |o| in |*pr|, its name hash (SipHash)
@@ -87,7 +91,9 @@ int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, f
 /* Resolves names to a handle for a publish or subscribe: finds the stream, or
  * creates it when auto-creation is on. Stores a new reference in |*ph| (caller
  * unrefs). Returns 0, FX_EWIRE_NAME, FX_ENOSTREAM ("stream not found:
- * tenant=X namespace=Y stream=Z", auto-creation off), FX_EFULL (tenant or
+ * tenant=X namespace=Y stream=Z", auto-creation off, or the same followed by
+ * " (deleted recently: not auto-created again for N s, ...)" within
+ * delete_tombstone_ns of its removal), FX_EFULL (tenant or
  * max_tenants limit, auto-creation on) or -ENOMEM. A stream created here is
  * auto-created: fx_registry_expire_idle may remove it. Takes the read lock
  * only when the stream exists. Any thread. */
@@ -95,8 +101,9 @@ int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err);
 
 /* Deletes the stream: it is deactivated (holders see it inactive) and its
- * names become free again (a later create gets a new id). Returns true if
- * the stream existed, false otherwise. Any thread. */
+ * names become free again (a later create gets a new id; with
+ * delete_tombstone_ns a resolve does not auto-create them for that long).
+ * Returns true if the stream existed, false otherwise. Any thread. */
 bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream);
 
