@@ -1,6 +1,8 @@
-/* Stream registry: two chained hash tables under one rwlock, streams keyed by
- * "tenant\0namespace\0stream" and tenants keyed by name (their stream count,
- * for max_streams_per_tenant). A rwlock is enough here: names are resolved
+/* Stream registry: chained hash tables under one rwlock, streams keyed by
+ * "tenant\0namespace\0stream", tenants keyed by name (their stream count,
+ * for max_streams_per_tenant) and the delete tombstones keyed like streams;
+ * SipHash under a key random per registry, so clients cannot pick names that
+ * collide. A rwlock is enough here: names are resolved
  * once per QUIC stream (publish and subscribe then hold the handle), never per
  * message, so the lock is off the data path. Any thread. */
 #include "broker/registry.h"
