@@ -262,6 +262,9 @@
       "publish")                                                                                   \
     C(registry_tenants_refused, "felix_registry_tenants_refused_total", "",                        \
       "Stream creations refused because they would add a tenant beyond max_tenants")               \
+    C(registry_tombstone_refused, "felix_registry_tombstone_refused_total", "",                    \
+      "Auto-creations refused because an admin DELETE removed the stream less than "               \
+      "stream_delete_tombstone_ms ago")                                                            \
     C(sub_block_timeouts, "felix_subscriber_block_timeouts_total", "",                             \
       "Connections closed because one of their subscriptions held a block queue full for longer "  \
       "than subscriber_block_timeout_ms")                                                          \

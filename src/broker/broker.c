@@ -27,6 +27,7 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .auto_create_streams = true,
         .max_tenants = 1024,
         .stream_idle_expiry_ns = 3600 * FX_NS_PER_S,
+        .stream_delete_tombstone_ns = 30 * FX_NS_PER_S,
         .log_capacity = 1024,
         .log_capacity_bytes = 64u << 20,
         .retained_bytes_limit = 1ull << 30,
@@ -216,7 +217,8 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
                            .max_tenants = o->max_tenants,
                            .tenant_retained_bytes = o->tenant_retained_bytes,
                            .durable_storage = o->durable.dir != NULL && o->durable.dir[0],
-                           .durable_default = o->durable.durable_default};
+                           .durable_default = o->durable.durable_default,
+                           .delete_tombstone_ns = o->stream_delete_tombstone_ns};
     b->o.streams = o->streams;
     /* The catalogue's durable streams come first: a configured stream of the
      * same name then finds its durable stream. */

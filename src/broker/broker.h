@@ -145,6 +145,11 @@ typedef struct fx_broker_opts {
      * for this long is removed with what it retains (counted); streams from
      * |streams| or the admin API never expire. 0 = never. */
     uint64_t stream_idle_expiry_ns;
+    /* With auto_create_streams: after fx_broker_delete_stream, a publish or
+     * subscribe does not auto-create the same names again for this long
+     * (refused as a missing stream, counted); fx_broker_create_stream and
+     * |streams| do. 0 = off. */
+    uint64_t stream_delete_tombstone_ns;
     /* stream ring and subscriber queues (checkpoint 5). The ring bounds
      * count payload plus FX_STREAM_MSG_OVERHEAD per message (stream.h). */
     uint32_t log_capacity;

@@ -66,6 +66,21 @@ typedef struct fxb_lane fxb_lane;
 /* Frame lists one feeder turn builds before yielding. */
 #define FXB_FEEDER_BATCH 16
 
+/* A worker's fx_streams by handle id: open addressing with linear probing,
+ * |cap| a power of two (0 before the first stream), at most half full, and
+ * halved when under an eighth full, so its size follows the live streams
+ * however many ids create/delete churn used up. Worker thread (worker.c). */
+typedef struct fxb_stream_slot {
+    uint64_t id; /* 0 = free (handle ids start at 1) */
+    fx_stream *st;
+} fxb_stream_slot;
+
+typedef struct fxb_stream_table {
+    fxb_stream_slot *slots;
+    size_t cap;
+    size_t n;
+} fxb_stream_table;
+
 /* A worker loop: owns its streams, drains its job queue (checkpoint 4),
  * appends and fans out (checkpoint 5) and runs its streams' feeders. */
 struct fxb_worker {
@@ -76,9 +91,8 @@ struct fxb_worker {
     fx_task doorbell;    /* drains |jobs|; coalesced */
     fx_task resume_task; /* a parked fanout may continue */
     /* Worker thread only: */
-    fx_stream **streams; /* by fx_placement_worker_slot */
-    size_t nstreams;
-    fxb_job *parked_job; /* its fanout waits on a full block queue */
+    fxb_stream_table streams; /* its streams' state, by handle id */
+    fxb_job *parked_job;      /* its fanout waits on a full block queue */
     fx_stream *parked_stream;
     fxb_sub *subs;        /* registered subscriptions (wnext / wprev) */
     uint64_t jobs_done;   /* jobs taken from |jobs| and completed */
@@ -516,6 +530,9 @@ void fxb_worker_kick(fxb_worker *w);
 fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h);
 /* The worker's state for |h| if it has any; never creates it. Worker thread. */
 fx_stream *fxb_worker_stream_if_any(fxb_worker *w, const fx_stream_handle *h);
+/* Slots of the worker's stream table: at most eight times the streams it
+ * holds, or 16. Worker thread. */
+size_t fxb_worker_stream_capacity(const fxb_worker *w);
 /* Creates worker |i| of |b| (its loop, not started, and its job queue).
  * Returns 0 or -errno. Main thread. */
 int fxb_worker_init(fx_broker *b, fxb_worker *w, uint32_t i);

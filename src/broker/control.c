@@ -195,8 +195,8 @@ static void streams_part(fx_broker *b, gpart *p, void *arg)
         return;
     fxb_worker *w = &b->workers[p->worker];
     json_t *o = json_object();
-    for (size_t i = 0; o != NULL && i < w->nstreams; i++) {
-        fx_stream *st = w->streams[i];
+    for (size_t i = 0; o != NULL && i < w->streams.cap; i++) {
+        fx_stream *st = w->streams.slots[i].st;
         if (st == NULL)
             continue;
         json_t *e = json_object();
@@ -208,7 +208,7 @@ static void streams_part(fx_broker *b, gpart *p, void *arg)
         set_u64(e, "next_offset", fx_stream_tail(st));
         set_u64(e, "subscribers", fx_stream_subscriber_count(st));
         char key[24];
-        id_key(key, sizeof(key), fx_placement_stream_at((uint32_t)p->worker, i, b->nworkers));
+        id_key(key, sizeof(key), w->streams.slots[i].id);
         json_object_set_new(o, key, e);
     }
     p->j = o;

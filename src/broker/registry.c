@@ -1,6 +1,8 @@
-/* Stream registry: two chained hash tables under one rwlock, streams keyed by
- * "tenant\0namespace\0stream" and tenants keyed by name (their stream count,
- * for max_streams_per_tenant). A rwlock is enough here: names are resolved
+/* Stream registry: chained hash tables under one rwlock, streams keyed by
+ * "tenant\0namespace\0stream", tenants keyed by name (their stream count,
+ * for max_streams_per_tenant) and the delete tombstones keyed like streams;
+ * SipHash under a key random per registry, so clients cannot pick names that
+ * collide. A rwlock is enough here: names are resolved
  * once per QUIC stream (publish and subscribe then hold the handle), never per
  * message, so the lock is off the data path. Any thread. */
 #include "broker/registry.h"
@@ -12,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sodium.h>
 
 #include "base/log.h"
 #include "base/loop.h"
@@ -32,17 +36,6 @@ typedef struct htable {
     size_t nbuckets; /* power of two */
     size_t n;
 } htable;
-
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 static int ht_init(htable *t)
 {
@@ -130,11 +123,29 @@ struct fx_stream_handle {
 
 struct fx_registry {
     pthread_rwlock_t lock;
+    uint8_t hash_key[crypto_shorthash_KEYBYTES]; /* random per registry */
     htable streams;
     htable tenants;
+    htable tombs; /* tomb: names deleted less than opts.delete_tombstone_ns ago */
     uint64_t next_id;
     fx_registry_opts opts;
 };
+
+/* SipHash-2-4 of the bytes under the registry's random key: names chosen by
+ * clients cannot be made to collide on purpose. */
+static uint64_t hash_bytes(const fx_registry *r, const void *p, size_t n)
+{
+    uint8_t out[crypto_shorthash_BYTES];
+    crypto_shorthash(out, p, n, r->hash_key);
+    uint64_t h;
+    memcpy(&h, out, sizeof(h));
+    return h;
+}
+
+uint64_t fx_registry_hash(const fx_registry *r, const void *p, size_t n)
+{
+    return hash_bytes(r, p, n);
+}
 
 static int err_set(fx_registry_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -226,6 +237,99 @@ static void tenant_free(tenant_rec *tr)
     free(tr);
 }
 
+/* ---- delete tombstones --------------------------------------------------- */
+
+/* A deleted stream's key, refused to auto-creation until |until_ns|. */
+typedef struct tomb {
+    hnode node;
+    uint64_t until_ns;
+    char key[];
+} tomb;
+
+static tomb *tomb_of(hnode *e)
+{
+    return e ? (tomb *)((char *)e - offsetof(tomb, node)) : NULL;
+}
+
+static void tombs_free(fx_registry *r)
+{
+    for (size_t i = 0; i < r->tombs.nbuckets; i++) {
+        hnode *e = r->tombs.buckets[i];
+        while (e != NULL) {
+            hnode *next = e->next;
+            free(tomb_of(e));
+            e = next;
+        }
+    }
+    free(r->tombs.buckets);
+}
+
+/* Under the write lock: drops the tombstones that ended by |now_ns| (they
+ * number at most the deletions of one tombstone period). */
+static void tombs_prune_locked(fx_registry *r, uint64_t now_ns)
+{
+    for (size_t i = 0; i < r->tombs.nbuckets; i++) {
+        hnode *e = r->tombs.buckets[i];
+        while (e != NULL) {
+            hnode *next = e->next;
+            tomb *tb = tomb_of(e);
+            if (tb->until_ns <= now_ns) {
+                ht_remove(&r->tombs, e);
+                free(tb);
+            }
+            e = next;
+        }
+    }
+}
+
+/* Under the write lock: the stream |key| was deleted at |now_ns|. Without
+ * memory it gets no tombstone (logged): auto-creation may bring it back. */
+static void tomb_add_locked(fx_registry *r, const char *key, size_t klen, uint64_t hash,
+                            uint64_t now_ns)
+{
+    tombs_prune_locked(r, now_ns);
+    tomb *tb = tomb_of(ht_find(&r->tombs, hash, key, klen));
+    if (tb == NULL) {
+        tb = calloc(1, sizeof(*tb) + klen);
+        if (tb == NULL) {
+            FX_LOG_ERROR("broker", "out of memory recording a deleted stream's tombstone: "
+                                   "auto-creation may bring it back at once");
+            return;
+        }
+        memcpy(tb->key, key, klen);
+        tb->node = (hnode){.hash = hash, .key = tb->key, .klen = klen};
+        ht_insert(&r->tombs, &tb->node);
+    }
+    tb->until_ns = now_ns + r->opts.delete_tombstone_ns;
+}
+
+/* Under the write lock, before an insert: an auto-creation (|autoc|) of a
+ * stream deleted less than delete_tombstone_ns ago is refused (FX_ENOSTREAM,
+ * counted); an explicit creation ends the tombstone, as does its end.
+ * Returns 0 or FX_ENOSTREAM. */
+static int tomb_gate_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
+                            const char *key, size_t klen, uint64_t hash, bool autoc,
+                            fx_registry_err *err)
+{
+    tomb *tb = r->tombs.n != 0 ? tomb_of(ht_find(&r->tombs, hash, key, klen)) : NULL;
+    if (tb == NULL)
+        return 0;
+    uint64_t now = fx_now_ns();
+    if (!autoc || tb->until_ns <= now) {
+        ht_remove(&r->tombs, &tb->node);
+        free(tb);
+        return 0;
+    }
+    FX_COUNTER_INC(registry_tombstone_refused);
+    uint64_t secs = (tb->until_ns - now + FX_NS_PER_S - 1) / FX_NS_PER_S;
+    return err_set(err, FX_ENOSTREAM,
+                   "stream not found: tenant=%.*s namespace=%.*s stream=%.*s (deleted recently: "
+                   "not auto-created again for %llu s, stream_delete_tombstone_ms, unless "
+                   "created explicitly)",
+                   (int)t.len, (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                   (const char *)s.ptr, (unsigned long long)secs);
+}
+
 /* ---- lifecycle ----------------------------------------------------------- */
 
 int fx_registry_new(fx_registry **pr, const fx_registry_opts *o)
@@ -235,6 +339,12 @@ int fx_registry_new(fx_registry **pr, const fx_registry_opts *o)
         return -ENOMEM;
     r->opts = *o;
     r->next_id = 1;
+    if (sodium_init() < 0) {
+        FX_LOG_ERROR("broker", "libsodium failed to initialise: no random registry hash key");
+        free(r);
+        return -EIO;
+    }
+    randombytes_buf(r->hash_key, sizeof(r->hash_key));
     int rv = pthread_rwlock_init(&r->lock, NULL);
     if (rv != 0) {
         free(r);
@@ -244,9 +354,13 @@ int fx_registry_new(fx_registry **pr, const fx_registry_opts *o)
         goto err_lock;
     if (ht_init(&r->tenants) != 0)
         goto err_streams;
+    if (ht_init(&r->tombs) != 0)
+        goto err_tenants;
     *pr = r;
     return 0;
 
+err_tenants:
+    free(r->tenants.buckets);
 err_streams:
     free(r->streams.buckets);
 err_lock:
@@ -279,6 +393,7 @@ void fx_registry_free(fx_registry *r)
             e = next;
         }
     }
+    tombs_free(r);
     free(r->streams.buckets);
     free(r->tenants.buckets);
     pthread_rwlock_destroy(&r->lock);
@@ -294,7 +409,7 @@ static fx_stream_handle *handle_of(hnode *e)
 
 static tenant_rec *tenant_find(fx_registry *r, fx_wire_slice t)
 {
-    hnode *e = ht_find(&r->tenants, hash_bytes(t.ptr, t.len), (const char *)t.ptr, t.len);
+    hnode *e = ht_find(&r->tenants, hash_bytes(r, t.ptr, t.len), (const char *)t.ptr, t.len);
     return e ? (tenant_rec *)((char *)e - offsetof(tenant_rec, node)) : NULL;
 }
 
@@ -312,7 +427,7 @@ static tenant_rec *tenant_get(fx_registry *r, fx_wire_slice t)
         return NULL;
     }
     memcpy(tr->name, t.ptr, t.len);
-    tr->node = (hnode){.hash = hash_bytes(t.ptr, t.len), .key = tr->name, .klen = t.len};
+    tr->node = (hnode){.hash = hash_bytes(r, t.ptr, t.len), .key = tr->name, .klen = t.len};
     ht_insert(&r->tenants, &tr->node);
     return tr;
 }
@@ -428,7 +543,7 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
         return rv;
     char key[KEY_MAX];
     size_t klen = make_key(key, t, n, s);
-    uint64_t hash = hash_bytes(key, klen);
+    uint64_t hash = hash_bytes(r, key, klen);
 
     pthread_rwlock_rdlock(&r->lock);
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
@@ -450,6 +565,8 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
     /* Another thread may create it between the locks: insert re-checks. */
     pthread_rwlock_wrlock(&r->lock);
     rv = durable_check(r, t, n, s, handle_of(ht_find(&r->streams, hash, key, klen)), want, err);
+    if (rv == 0)
+        rv = tomb_gate_locked(r, t, n, s, key, klen, hash, autoc, err);
     if (rv == 0)
         rv = insert_locked(r, t, n, key, klen, hash, autoc,
                            want == 1 || (want == WANT_DEFAULT && r->opts.durable_default), ph,
@@ -507,12 +624,14 @@ bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
         return false;
     char key[KEY_MAX];
     size_t klen = make_key(key, tenant, ns, stream);
-    uint64_t hash = hash_bytes(key, klen);
+    uint64_t hash = hash_bytes(r, key, klen);
 
     pthread_rwlock_wrlock(&r->lock);
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
     if (h != NULL)
         remove_locked(r, h);
+    if (h != NULL && r->opts.auto_create && r->opts.delete_tombstone_ns != 0)
+        tomb_add_locked(r, key, klen, hash, fx_now_ns());
     pthread_rwlock_unlock(&r->lock);
     fx_stream_handle_unref(h);
     return h != NULL;

@@ -52,11 +52,21 @@ typedef struct fx_registry_opts {
     uint64_t tenant_retained_bytes;  /* limit of each tenant's fx_retained; 0 = none */
     bool durable_storage;            /* durable streams may be created (storage configured) */
     bool durable_default;            /* auto-created streams are durable */
+    /* With auto_create: after fx_registry_remove, a resolve does not create
+     * the same names again for this long (fx_registry_create does, and ends
+     * the wait). 0 = off. */
+    uint64_t delete_tombstone_ns;
 } fx_registry_opts;
 
-/* Creates an empty registry from |o| in |*pr|. Returns 0 or -ENOMEM / -errno
- * (rwlock). The caller frees it with fx_registry_free(). Any thread. */
+/* Creates an empty registry from |o| in |*pr|, its name hash (SipHash)
+ * keyed with random bytes of its own. Returns 0 or -ENOMEM / -errno (rwlock)
+ * / -EIO (libsodium would not initialise). The caller frees it with
+ * fx_registry_free(). Any thread. */
 int fx_registry_new(fx_registry **pr, const fx_registry_opts *o);
+
+/* The registry's keyed hash of |n| bytes at |p|: the same bytes hash alike
+ * in one registry and (but for chance) differently in another. Any thread. */
+uint64_t fx_registry_hash(const fx_registry *r, const void *p, size_t n);
 
 /* Deactivates every stream, drops the registry's handle references and frees
  * |r|. Handles held elsewhere stay valid (inactive) until unreffed. NULL does
@@ -94,7 +104,9 @@ int fx_registry_create_durable(fx_registry *r, fx_wire_slice tenant, fx_wire_sli
 /* Resolves names to a handle for a publish or subscribe: finds the stream, or
  * creates it when auto-creation is on. Stores a new reference in |*ph| (caller
  * unrefs). Returns 0, FX_EWIRE_NAME, FX_ENOSTREAM ("stream not found:
- * tenant=X namespace=Y stream=Z", auto-creation off), FX_EFULL (tenant or
+ * tenant=X namespace=Y stream=Z", auto-creation off, or the same followed by
+ * " (deleted recently: not auto-created again for N s, ...)" within
+ * delete_tombstone_ns of its removal), FX_EFULL (tenant or
  * max_tenants limit, auto-creation on) or -ENOMEM. A stream created here is
  * auto-created: fx_registry_expire_idle may remove it. Takes the read lock
  * only when the stream exists. Any thread. */
@@ -102,8 +114,9 @@ int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err);
 
 /* Deletes the stream: it is deactivated (holders see it inactive) and its
- * names become free again (a later create gets a new id). Returns true if
- * the stream existed, false otherwise. Any thread. */
+ * names become free again (a later create gets a new id; with
+ * delete_tombstone_ns a resolve does not auto-create them for that long).
+ * Returns true if the stream existed, false otherwise. Any thread. */
 bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream);
 

@@ -135,7 +135,7 @@ static void where_on_worker(void *arg)
 {
     where_part *p = arg;
     fxb_worker *w = p->w;
-    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(p->h), w->b->nworkers);
+    fx_stream *held = fxb_worker_stream_if_any(w, p->h);
     p->in_slot = true;
     for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
         if (sub->h != p->h || !sub->registered || sub->stream == NULL)
@@ -145,7 +145,7 @@ static void where_on_worker(void *arg)
         p->subs++;
         p->fed += st.dequeued > 0;
         p->appended = fx_stream_tail(sub->stream);
-        p->in_slot = p->in_slot && idx < w->nstreams && w->streams[idx] == sub->stream;
+        p->in_slot = p->in_slot && held == sub->stream;
     }
 }
 

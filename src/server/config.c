@@ -149,6 +149,11 @@ const struct key fx_config_keys[] = {
      .help = "an auto-created stream with no publisher, no subscriber and no publish this long "
              "is removed with its messages (whole seconds); streams created explicitly never "
              "expire; 0 = never"},
+    {.name = "stream_delete_tombstone_ms", .env = {"FELIX_STREAM_DELETE_TOMBSTONE_MS"},
+     .type = T_DUR, FIELD(stream_delete_tombstone_ns), .def = "30s", .min = 0, .max = 24 * HOUR,
+     .help = "after an admin DELETE, a publish or subscribe does not auto-create the same stream "
+             "again for this long (it gets \"stream not found ... (deleted recently ...)\"); an "
+             "explicit create (admin PUT, streams) does; 0 = off"},
     {.name = "max_tenants", .env = {"FELIX_MAX_TENANTS"}, .type = T_U32, FIELD(max_tenants),
      .def = "1024", .min = 0, .max = 1u << 24,
      .help = "tenants holding streams at once (with auth_mode none any name is a tenant); a "

@@ -118,6 +118,8 @@ typedef struct fx_config {
     uint64_t retained_bytes_limit;  /* 0 = no limit */
     uint64_t stream_idle_expiry_ns; /* 0 = never */
     uint32_t max_tenants;           /* 0 = no limit */
+    /* auto-creation refused after an admin DELETE; 0 = off */
+    uint64_t stream_delete_tombstone_ns;
     /* threads */
     uint32_t workers;  /* effective worker loops: core_shards if > 0 */
     bool workers_auto; /* workers came from "auto" (online CPUs) */

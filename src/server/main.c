@@ -304,6 +304,7 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->max_streams_per_tenant = c->max_streams_per_tenant;
     o->max_tenants = c->max_tenants;
     o->stream_idle_expiry_ns = c->stream_idle_expiry_ns;
+    o->stream_delete_tombstone_ns = c->stream_delete_tombstone_ns;
     o->retained_bytes_limit = c->retained_bytes_limit;
     o->tenant_retained_bytes = c->tenant_retained_bytes;
     o->subscriber_block_timeout_ns = c->subscriber_block_timeout_ns;

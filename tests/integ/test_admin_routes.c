@@ -204,10 +204,125 @@ static void test_subscriptions_list_names_slow_subscriber(void **state)
     e_free(e);
 }
 
+/* ---- delete tombstone ------------------------------------------------------------- */
+
+/* A publisher that keeps publishing to one auto-created stream on its own
+ * thread, counting what each publish gave. */
+typedef struct pubber {
+    fx_client *c;
+    pthread_t thread;
+    atomic_bool stop;
+    atomic_uint_fast64_t ok, gone, other;
+    pthread_mutex_t mu;
+    char last_err[512]; /* the last refusal's message */
+} pubber;
+
+static void *pubber_run(void *arg)
+{
+    pubber *p = arg;
+    while (!atomic_load(&p->stop)) {
+        int rv = fx_publish(p->c, NS, "k", "tick", 4, FX_ACK_PER_MESSAGE);
+        if (rv == 0) {
+            atomic_fetch_add(&p->ok, 1);
+        } else if (rv == FX_ENOSTREAM) {
+            pthread_mutex_lock(&p->mu);
+            fx_client_last_error(p->c, p->last_err, sizeof(p->last_err));
+            pthread_mutex_unlock(&p->mu);
+            atomic_fetch_add(&p->gone, 1);
+        } else {
+            atomic_fetch_add(&p->other, 1);
+        }
+        usleep(5000);
+    }
+    return NULL;
+}
+
+/* Waits until |*ctr| passes |from| by |n| (a hang guard, not a timing). */
+static void wait_more(atomic_uint_fast64_t *ctr, uint64_t from, uint64_t n)
+{
+    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    while (atomic_load(ctr) < from + n && fx_now_ns() < deadline)
+        usleep(2000);
+    if (atomic_load(ctr) < from + n)
+        fail_msg("waited for %llu more than %llu, have %llu", (unsigned long long)n,
+                 (unsigned long long)from, (unsigned long long)atomic_load(ctr));
+}
+
+static bool stream_listed(E *e, const char *name)
+{
+    json_t *j = get_json(e, "/v1/streams");
+    bool found = find_stream(j, name) != NULL;
+    json_decref(j);
+    return found;
+}
+
+/* With auto-creation on and a publisher running, an admin DELETE stays
+ * deleted: the publishes after it are refused with "stream deleted
+ * recently" (counted) and the stream is not listed again, until an explicit
+ * PUT creates it (publishes succeed at once), or, after a second DELETE,
+ * until stream_delete_tombstone_ms has passed. A subscribe is refused too. */
+static void test_delete_is_not_undone_by_auto_create_while_publishers_run(void **state)
+{
+    (void)state;
+    enum { TOMB_MS = 1000 };
+    E *e = e_new();
+    e->bo.auto_create_streams = true;
+    e->bo.stream_delete_tombstone_ns = TOMB_MS * FX_NS_PER_MS;
+    e_start(e);
+    pubber p = {.c = e_client(e, FX_POLICY_BLOCK, 0, 0)};
+    assert_int_equal(pthread_mutex_init(&p.mu, NULL), 0);
+    assert_int_equal(pthread_create(&p.thread, NULL, pubber_run, &p), 0);
+    wait_more(&p.ok, 0, 5); /* auto-created by the first publish */
+    assert_true(stream_listed(e, "k"));
+
+    fx_metrics_snapshot m0, m1;
+    fx_metrics_snapshot_take(&m0);
+    expect_status(e, "DELETE", "/v1/streams/t1/default/k", 200, "\"deleted\":true");
+    wait_more(&p.gone, 0, 10);
+    uint64_t ok_then = atomic_load(&p.ok);
+    wait_more(&p.gone, atomic_load(&p.gone), 10); /* it keeps publishing: still refused */
+    assert_int_equal(atomic_load(&p.ok), ok_then);
+    assert_false(stream_listed(e, "k"));
+    pthread_mutex_lock(&p.mu);
+    assert_non_null(strstr(p.last_err, "stream not found: tenant=t1 namespace=default stream=k "
+                                       "(deleted recently: not auto-created again for"));
+    pthread_mutex_unlock(&p.mu);
+    fx_metrics_snapshot_take(&m1);
+    assert_true(m1.c.registry_tombstone_refused - m0.c.registry_tombstone_refused >= 20);
+    fx_client *c2 = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_subscription *s = NULL;
+    assert_int_equal(fx_subscribe(&s, c2, NS, "k", NULL), FX_ENOSTREAM);
+    assert_null(s);
+
+    /* An explicit create ends the tombstone: the publisher gets through. */
+    expect_status(e, "PUT", "/v1/streams/t1/default/k", 201, "\"created\":true");
+    wait_more(&p.ok, atomic_load(&p.ok), 5);
+    assert_true(stream_listed(e, "k"));
+
+    /* Deleted again: refused until the tombstone ends, then auto-created. */
+    expect_status(e, "DELETE", "/v1/streams/t1/default/k", 200, NULL);
+    uint64_t deleted_at = fx_now_ns();
+    wait_more(&p.gone, atomic_load(&p.gone), 5);
+    uint64_t ok_before = atomic_load(&p.ok);
+    wait_more(&p.ok, ok_before, 1);
+    uint64_t back_after = fx_now_ns() - deleted_at;
+    assert_true(back_after >= (TOMB_MS - 100) * FX_NS_PER_MS);
+    assert_true(stream_listed(e, "k"));
+    assert_int_equal(atomic_load(&p.other), 0);
+
+    atomic_store(&p.stop, true);
+    assert_int_equal(pthread_join(p.thread, NULL), 0);
+    pthread_mutex_destroy(&p.mu);
+    assert_int_equal(fx_client_close(c2, HANG_MS), 0);
+    assert_int_equal(fx_client_close(p.c, HANG_MS), 0);
+    e_free(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_streams_create_list_delete),
     cmocka_unit_test(test_delete_finishes_subscribers_event_streams),
     cmocka_unit_test(test_publish_after_delete_gets_stream_not_found),
     cmocka_unit_test(test_subscriptions_list_names_slow_subscriber),
+    cmocka_unit_test(test_delete_is_not_undone_by_auto_create_while_publishers_run),
 };
 FX_TEST_MAIN(tests)

@@ -3,13 +3,16 @@
  * of auto-created streams, concurrent resolution. */
 /* fx-test-libs: fx_broker fx_wire fx_base */
 #include "base/loop.h"
+#include "base/metrics.h"
 #include "broker/registry.h"
 #include "felix/error.h"
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "fx_test.h"
 
@@ -305,6 +308,116 @@ static void test_expire_idle_takes_only_unused_auto_created_streams(void **state
     fx_registry_free(r);
 }
 
+/* Each registry keys its name hash with random bytes of its own: the same
+ * key hashes alike twice in one registry and differently in two (a client
+ * cannot precompute colliding names), and lookups in both stay correct. */
+static void test_hash_is_keyed_per_registry_and_lookups_stay_correct(void **state)
+{
+    (void)state;
+    fx_registry *a = mkreg(true, 0);
+    fx_registry *b = mkreg(true, 0);
+    static const char key[] = "t1\0default\0demo";
+    assert_true(fx_registry_hash(a, key, sizeof(key) - 1) ==
+                fx_registry_hash(a, key, sizeof(key) - 1));
+    assert_true(fx_registry_hash(a, key, sizeof(key) - 1) !=
+                fx_registry_hash(b, key, sizeof(key) - 1));
+    enum { N = 300 };
+    char name[16];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "s%d", i);
+        assert_true(fx_registry_hash(a, name, strlen(name)) !=
+                    fx_registry_hash(b, name, strlen(name)));
+        fx_stream_handle *h = NULL;
+        bool created = false;
+        assert_int_equal(fx_registry_create(a, S("t1"), S("default"), S(name), &h, &created, NULL),
+                         0);
+        assert_true(created);
+        assert_int_equal(fx_stream_handle_id(h), (uint64_t)i + 1);
+        fx_stream_handle_unref(h);
+        /* |b| holds them in the opposite order: other ids, other buckets. */
+        snprintf(name, sizeof(name), "s%d", N - 1 - i);
+        assert_int_equal(fx_registry_create(b, S("t1"), S("default"), S(name), NULL, NULL, NULL),
+                         0);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "s%d", i);
+        fx_stream_handle *ha = NULL, *hb = NULL;
+        assert_int_equal(fx_registry_resolve(a, S("t1"), S("default"), S(name), &ha, NULL), 0);
+        assert_int_equal(fx_registry_resolve(b, S("t1"), S("default"), S(name), &hb, NULL), 0);
+        assert_int_equal(fx_stream_handle_id(ha), (uint64_t)i + 1);
+        assert_int_equal(fx_stream_handle_id(hb), (uint64_t)(N - i));
+        assert_string_equal(fx_stream_handle_stream(ha), name);
+        assert_string_equal(fx_stream_handle_stream(hb), name);
+        fx_stream_handle_unref(ha);
+        fx_stream_handle_unref(hb);
+    }
+    assert_int_equal(fx_registry_count(a), N);
+    assert_int_equal(fx_registry_count(b), N);
+    assert_int_equal(fx_registry_tenant_count(b, S("t1")), N);
+    assert_true(fx_registry_remove(a, S("t1"), S("default"), S("s7")));
+    assert_int_equal(fx_registry_count(a), N - 1);
+    fx_registry_free(a);
+    fx_registry_free(b);
+}
+
+static int resolve_err(fx_registry *r, const char *stream, fx_registry_err *err)
+{
+    fx_stream_handle *h = NULL;
+    int rv = fx_registry_resolve(r, S("t1"), S("default"), S(stream), &h, err);
+    fx_stream_handle_unref(h);
+    return rv;
+}
+
+/* After a removal, a resolve does not auto-create the same names for
+ * delete_tombstone_ns (refused as a missing stream, saying why, counted);
+ * other names still are; an explicit create ends the wait, and so does its
+ * end. */
+static void test_removed_stream_is_not_auto_created_again_until_its_tombstone_ends(void **state)
+{
+    (void)state;
+    fx_registry *r = NULL;
+    fx_registry_opts o = {.auto_create = true, .delete_tombstone_ns = 300 * FX_NS_PER_MS};
+    assert_int_equal(fx_registry_new(&r, &o), 0);
+    fx_registry_err err = {0};
+    fx_metrics_snapshot m0, m1;
+    fx_metrics_snapshot_take(&m0);
+    assert_int_equal(resolve_err(r, "x", &err), 0);
+    assert_true(fx_registry_remove(r, S("t1"), S("default"), S("x")));
+    assert_int_equal(resolve_err(r, "x", &err), FX_ENOSTREAM);
+    assert_int_equal(err.code, FX_ENOSTREAM);
+    assert_string_equal(err.msg, "stream not found: tenant=t1 namespace=default stream=x "
+                                 "(deleted recently: not auto-created again for 1 s, "
+                                 "stream_delete_tombstone_ms, unless created explicitly)");
+    assert_int_equal(fx_registry_count(r), 0);
+    assert_int_equal(resolve_err(r, "y", &err), 0); /* another name is not affected */
+    fx_metrics_snapshot_take(&m1);
+    assert_int_equal(m1.c.registry_tombstone_refused - m0.c.registry_tombstone_refused, 1);
+
+    /* An explicit create ends the tombstone at once. */
+    bool created = false;
+    assert_int_equal(fx_registry_create(r, S("t1"), S("default"), S("x"), NULL, &created, &err), 0);
+    assert_true(created);
+    assert_true(fx_registry_remove(r, S("t1"), S("default"), S("x")));
+    /* Removed again: a new tombstone, which ends by itself. */
+    assert_int_equal(resolve_err(r, "x", &err), FX_ENOSTREAM);
+    uint64_t t0 = fx_now_ns();
+    while (resolve_err(r, "x", &err) == FX_ENOSTREAM) {
+        assert_true(fx_now_ns() - t0 < 5 * FX_NS_PER_S);
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+    }
+    assert_true(fx_now_ns() - t0 >= 200 * FX_NS_PER_MS);
+    assert_int_equal(fx_registry_count(r), 2);
+    assert_true(fx_registry_remove(r, S("t1"), S("default"), S("y")));
+    fx_registry_free(r); /* frees the tombstone of "y" (ASan: no leak) */
+
+    /* 0 = off: a removed stream comes back on the next resolve. */
+    r = mkreg(true, 0);
+    assert_int_equal(resolve_err(r, "x", &err), 0);
+    assert_true(fx_registry_remove(r, S("t1"), S("default"), S("x")));
+    assert_int_equal(resolve_err(r, "x", &err), 0);
+    fx_registry_free(r);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_unknown_stream_with_autocreate_off_is_not_found),
     cmocka_unit_test(test_autocreate_on_first_use_gives_dense_ids_from_one),
@@ -314,5 +427,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_concurrent_resolve_creates_each_stream_once),
     cmocka_unit_test(test_max_tenants_counts_tenants_holding_streams),
     cmocka_unit_test(test_expire_idle_takes_only_unused_auto_created_streams),
+    cmocka_unit_test(test_hash_is_keyed_per_registry_and_lookups_stay_correct),
+    cmocka_unit_test(test_removed_stream_is_not_auto_created_again_until_its_tombstone_ends),
 };
 FX_TEST_MAIN(tests)

@@ -7,6 +7,8 @@
 /* fx-test-libs: fx_broker fx_quic fx_wire fx_base */
 #include "sub_fixture.h"
 
+#include <stdio.h>
+
 #include "base/placement.h"
 #include "broker/registry.h"
 #include "felix/error.h"
@@ -83,9 +85,9 @@ static void drain(wfix *x)
 
 /* ---- the stream table ----------------------------------------------------------- */
 
-/* Worker 1 of 3 keeps stream id k * 3 + 1 at slot k of its table, creates
- * it on first use and finds it again without creating. */
-static void test_streams_live_at_their_placement_slot(void **state)
+/* Worker 1 of 3 (ids k * 3 + 1) creates a stream's state on first use and
+ * finds it again without creating. */
+static void test_streams_created_on_first_use_and_found_again(void **state)
 {
     wfix *x = wfix_new(3, 1);
     fx_stream_handle *h[3];
@@ -104,12 +106,82 @@ static void test_streams_live_at_their_placement_slot(void **state)
         assert_null(fxb_worker_stream_if_any(&x->w, h[i]));
         fx_stream *st = fxb_worker_stream(&x->w, h[i]);
         assert_non_null(st);
-        assert_ptr_equal(x->w.streams[fx_placement_worker_slot(id, 3)], st);
+        assert_int_equal(fx_placement_worker_for(id, 3), 1);
         assert_ptr_equal(fxb_worker_stream_if_any(&x->w, h[i]), st);
         assert_ptr_equal(fxb_worker_stream(&x->w, h[i]), st);
     }
     for (size_t i = 0; i < 3; i++)
         fx_stream_handle_unref(h[i]);
+    wfix_free(x);
+}
+
+/* Deletes stream |name| (the registry's side) and ends it on the worker, as
+ * a deletion's end task does once older jobs completed. */
+static void delete_stream(wfix *x, fx_stream_handle *h, const char *name)
+{
+    assert_true(fx_registry_remove(x->reg, S("t"), S("ns"), S(name)));
+    fxb_worker_end_stream(&x->w, h);
+    assert_null(fxb_worker_stream_if_any(&x->w, h));
+}
+
+/* Handle ids only grow, but the worker's table follows the streams it
+ * holds: 3000 streams created and deleted (4 live at a time) leave it at
+ * its minimum size; 200 live streams grow it, all found, and deleting them
+ * shrinks it back. */
+static void test_stream_table_size_follows_live_streams_under_churn(void **state)
+{
+    wfix *x = wfix_new(3, 1);
+    enum { LIVE = 4, CHURN = 3000, MANY = 200 };
+    fx_stream_handle *live[LIVE] = {0};
+    char names[LIVE][16];
+    char name[16];
+    size_t mine = 0;
+    for (int i = 0; i < CHURN; i++) {
+        snprintf(name, sizeof(name), "c%d", i);
+        fx_stream_handle *h = handle(x, name);
+        if (fx_placement_worker_for(fx_stream_handle_id(h), 3) != 1) {
+            fx_stream_handle_unref(h);
+            continue;
+        }
+        size_t k = mine++ % LIVE;
+        if (live[k] != NULL) {
+            assert_non_null(fxb_worker_stream_if_any(&x->w, live[k]));
+            delete_stream(x, live[k], names[k]);
+            fx_stream_handle_unref(live[k]);
+        }
+        live[k] = h;
+        snprintf(names[k], sizeof(names[k]), "%s", name);
+        assert_non_null(fxb_worker_stream(&x->w, h));
+        assert_true(fxb_worker_stream_capacity(&x->w) <= 16);
+    }
+    assert_true(mine > 900);
+    assert_true(fx_stream_handle_id(live[(mine - 1) % LIVE]) > 2900);
+    for (size_t k = 0; k < LIVE; k++) {
+        delete_stream(x, live[k], names[k]);
+        fx_stream_handle_unref(live[k]);
+    }
+
+    fx_stream_handle *many[MANY];
+    fx_stream *st[MANY];
+    for (int i = 0; i < MANY; i++) {
+        snprintf(name, sizeof(name), "m%d", i);
+        many[i] = handle(x, name);
+        st[i] = fxb_worker_stream(&x->w, many[i]);
+        assert_non_null(st[i]);
+    }
+    size_t cap = fxb_worker_stream_capacity(&x->w);
+    assert_true(cap >= 2 * MANY && cap <= 8 * MANY);
+    for (int i = 0; i < MANY; i++)
+        assert_ptr_equal(fxb_worker_stream_if_any(&x->w, many[i]), st[i]);
+    for (int i = 0; i < MANY; i++) {
+        snprintf(name, sizeof(name), "m%d", i);
+        delete_stream(x, many[i], name);
+        /* The others stay found while entries move. */
+        for (int j = i + 1; j < MANY; j += 17)
+            assert_ptr_equal(fxb_worker_stream_if_any(&x->w, many[j]), st[j]);
+        fx_stream_handle_unref(many[i]);
+    }
+    assert_true(fxb_worker_stream_capacity(&x->w) <= 16);
     wfix_free(x);
 }
 
@@ -200,7 +272,8 @@ static void test_end_of_a_deleted_stream_waits_for_older_jobs(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_streams_live_at_their_placement_slot),
+    cmocka_unit_test(test_streams_created_on_first_use_and_found_again),
+    cmocka_unit_test(test_stream_table_size_follows_live_streams_under_churn),
     cmocka_unit_test(test_jobs_append_in_queue_order),
     cmocka_unit_test(test_job_for_a_deleted_stream_without_state_is_refused),
     cmocka_unit_test(test_end_of_a_deleted_stream_waits_for_older_jobs),
