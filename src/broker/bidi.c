@@ -232,8 +232,8 @@ static bool key_matches(const fxb_bidi *s, const fx_wire_slice parts[3])
 /* The frames of a stream name the same stream again and again: answers from
  * the cache, without copying the names, when the stream is the cached one,
  * still active, and the permission was granted. */
-static bool resolve_cached(fxb_bidi *s, fx_broker_auth_action action,
-                           const fx_wire_slice parts[3], fx_stream_handle **ph)
+static bool resolve_cached(fxb_bidi *s, fx_broker_auth_action action, const fx_wire_slice parts[3],
+                           fx_stream_handle **ph)
 {
     uint8_t bit = (uint8_t)(1u << action);
     if (s->h == NULL || (s->perm_ok & bit) == 0 || !key_matches(s, parts) ||

@@ -249,8 +249,8 @@ typedef struct fxb_merge_part {
 typedef struct fxb_merge {
     fx_stream_handle *h; /* reference; NULL while nothing is merged */
     bool acked;
-    uint32_t nreq;       /* frames merged, each one publish request; nreq parts */
-    size_t bytes;        /* sum of the parts' lengths */
+    uint32_t nreq; /* frames merged, each one publish request; nreq parts */
+    size_t bytes;  /* sum of the parts' lengths */
     size_t payload_bytes;
     fx_permit held; /* the frames' header reservations */
     uint8_t *owned; /* body of the first frame, taken from the decoder (free()), or NULL */

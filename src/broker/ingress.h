@@ -86,10 +86,11 @@ typedef struct fx_ingress_req {
     bool started, waited, cancelled, queued_gauge; /* private */
     bool budget_parked, queue_parked;              /* private */
     int grant_rv;                                  /* private: budget grant result */
-    uint32_t requests; /* publish requests the job carries (1 unless set after init): the
-                          per-request counters count each */
     fx_budget_waiter bw;                           /* private */
     fx_queue_waiter qw;                            /* private */
+    /* Publish requests the job carries (1 unless set after init): the
+     * per-request counters count each. */
+    uint32_t requests;
 } fx_ingress_req;
 
 /* Prepares |r| for |job| (one publish request) of |nbytes| bytes under |policy|. |timeout_ns| is

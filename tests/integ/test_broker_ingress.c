@@ -464,8 +464,8 @@ static void test_merged_acks_answer_each_frame_in_order_around_a_refusal(void **
     fx_metrics_snapshot a, b;
     fx_metrics_snapshot_take(&a);
     fx_buf *fr[6] = {
-        binary_publish(t, "ma", 0, 1, true, 1),    binary_publish(t, "bad/name", 0, 1, true, 2),
-        binary_publish(t, "ma", 1, 1, true, 3),    binary_publish(t, "ma", 2, 1, false, 0),
+        binary_publish(t, "ma", 0, 1, true, 1),        binary_publish(t, "bad/name", 0, 1, true, 2),
+        binary_publish(t, "ma", 1, 1, true, 3),        binary_publish(t, "ma", 2, 1, false, 0),
         binary_publish(t, "bad/name", 0, 1, false, 0), binary_publish(t, "ma", 3, 1, true, 4),
     };
     send_buf(s, frames_join(fr, 6));
@@ -582,9 +582,10 @@ static void test_interleaved_streams_behind_a_park_lose_nothing(void **state)
     fx_metrics_snapshot_take(&a);
     const uint64_t rounds = 1000;
     for (uint64_t i = 0; i < rounds; i++) {
-        fx_buf *fr[4] = {
-            binary_publish(t, "ia", 2 * i, 1, false, 0), binary_publish(t, "ia", 2 * i + 1, 1, false, 0),
-            binary_publish(t, "ib", 2 * i, 1, false, 0), binary_publish(t, "ib", 2 * i + 1, 1, false, 0)};
+        fx_buf *fr[4] = {binary_publish(t, "ia", 2 * i, 1, false, 0),
+                         binary_publish(t, "ia", 2 * i + 1, 1, false, 0),
+                         binary_publish(t, "ib", 2 * i, 1, false, 0),
+                         binary_publish(t, "ib", 2 * i + 1, 1, false, 0)};
         send_buf(s, frames_join(fr, 4));
     }
     run_for(t, 500);
