@@ -24,6 +24,7 @@ void fxb_bidi_unref(fxb_bidi *s)
     if (--s->refs > 0)
         return;
     fx_frame_decoder_deinit(&s->dec);
+    fxb_ingress_bidi_deinit(s);
     fx_stream_handle_unref(s->h);
     const fx_broker_auth *a = &s->conn->b->o.auth;
     if (s->auth_ctx != NULL && a->release != NULL)
@@ -212,6 +213,36 @@ static bool split_names(const fx_wire_slice parts[3], char names[3][FX_REGISTRY_
     return true;
 }
 
+/* True when |parts| are the names of the key "t/ns/stream/" cached in
+ * s->hkey. Sound without looking for '/' in |parts|: the key holds exactly
+ * three, and each part must end at one with the lengths adding up. */
+static bool key_matches(const fxb_bidi *s, const fx_wire_slice parts[3])
+{
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t len = parts[i].len;
+        if (n + len + 1 > s->hkey_len || memcmp(s->hkey + n, parts[i].ptr, len) != 0 ||
+            s->hkey[n + len] != '/')
+            return false;
+        n += len + 1;
+    }
+    return n == s->hkey_len;
+}
+
+/* The frames of a stream name the same stream again and again: answers from
+ * the cache, without copying the names, when the stream is the cached one,
+ * still active, and the permission was granted. */
+static bool resolve_cached(fxb_bidi *s, fx_broker_auth_action action, const fx_wire_slice parts[3],
+                           fx_stream_handle **ph)
+{
+    uint8_t bit = (uint8_t)(1u << action);
+    if (s->h == NULL || (s->perm_ok & bit) == 0 || !key_matches(s, parts) ||
+        !fx_stream_handle_is_active(s->h))
+        return false;
+    *ph = s->h;
+    return true;
+}
+
 int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
                      fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
                      fx_registry_err *err)
@@ -220,6 +251,8 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
     char names[3][FX_REGISTRY_NAME_MAX + 1];
     size_t n;
     fx_wire_slice parts[3] = {tenant, ns, stream};
+    if (resolve_cached(s, action, parts, ph))
+        return 0;
     if (!split_names(parts, names, key, &n))
         return fx_registry_resolve(s->conn->b->reg, tenant, ns, stream, ph, err);
     if (n != s->hkey_len || memcmp(key, s->hkey, n) != 0) {
@@ -451,7 +484,29 @@ static void credit(fxb_bidi *s)
  * header waiting for its bytes, or too many replies not yet written. */
 static bool blocked(const fxb_bidi *s)
 {
-    return s->parked != NULL || s->resv_wait || s->replies_full || s->conn->replies_full;
+    return s->parked != NULL || s->deferred != NULL || s->resv_wait || s->replies_full ||
+           s->conn->replies_full;
+}
+
+/* True when the next frame in |p|[0..|n|) (the decoder is between frames)
+ * arrived whole: header and body. */
+static bool next_is_whole(const uint8_t *p, size_t n)
+{
+    return n >= FX_WIRE_HEADER_LEN && n - FX_WIRE_HEADER_LEN >= fx_be32(p + 8);
+}
+
+/* Frames are merged only while each one arrived whole in the input: before
+ * the decoder takes a byte of one that did not, the merged ones go to
+ * admission (so a park always leaves the unread input at a frame boundary).
+ * Returns false when that parked or failed the stream. */
+static bool merge_ahead_ok(fxb_bidi *s, const uint8_t *p, size_t n)
+{
+    if (s->merge.nreq == 0 || !fx_frame_decoder_at_boundary(&s->dec) || next_is_whole(p, n))
+        return true;
+    if (fxb_ingress_flush(s) != 0)
+        return false;
+    credit(s);
+    return true;
 }
 
 /* Feeds |data| to the decoder until it is used up, the stream stops reading,
@@ -460,6 +515,8 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
 {
     size_t off = 0;
     while (off < len && !s->ended && !blocked(s)) {
+        if (!merge_ahead_ok(s, data + off, len - off))
+            break;
         size_t used = 0;
         fx_frame f;
         fx_wire_err err;
@@ -477,7 +534,8 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
             break;
         }
         if (rv == FX_FRAME_HEADER) {
-            int hv = s->authed ? fxb_ingress_reserve(s, f.hdr.flags, f.hdr.length)
+            bool whole = len - off >= f.hdr.length;
+            int hv = s->authed ? fxb_ingress_reserve(s, f.hdr.flags, f.hdr.length, whole)
                                : preauth_charge(s, f.hdr.length);
             if (hv != 0)
                 break;
@@ -491,8 +549,12 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
         preauth_uncharge(s);
         if (rv != 0)
             break;
-        credit(s);
+        if (s->merge.nreq == 0) /* merged bytes are credited once their job is admitted */
+            credit(s);
     }
+    /* The read's merged frames go as one job; their credit follows (the
+     * caller's) unless it parked. */
+    (void)fxb_ingress_flush(s); /* a park or failure shows in blocked() / s->ended */
     return off;
 }
 
@@ -567,7 +629,11 @@ static void check_fin(fxb_bidi *s)
 
 void fxb_bidi_continue(fxb_bidi *s)
 {
-    if (s->closed || blocked(s))
+    if (s->closed)
+        return;
+    if (s->deferred != NULL)
+        (void)fxb_ingress_run_deferred(s); /* parked again: blocked() says so */
+    if (blocked(s))
         return;
     credit(s);
     while (s->pend_len > s->pend_off && !blocked(s) && !s->ended) {
@@ -660,6 +726,7 @@ void fxb_bidi_close(fxb_bidi *s)
     fxb_ingress_resv_cancel(s);
     if (s->parked != NULL)
         fxb_ingress_cancel_parked(s);
+    fxb_ingress_discard(s);
     fxb_reply_drop_all(s);
     for (fxb_bidi **pp = &c->bidis; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == s) {

@@ -25,6 +25,7 @@
 #include "broker/registry.h"
 #include "broker/stream.h"
 #include "quic/quic.h"
+#include "wire/binary.h"
 #include "wire/frame.h"
 #include "wire/message.h"
 
@@ -246,6 +247,43 @@ struct fxb_reply {
     uint64_t request_id;
 };
 
+/* Merging (ingress.c): the complete binary publish frames of one read for
+ * the same stream and ack kind become one job. Each frame keeps the bytes its
+ * header reserved (summed into |held|) and its own ack slot, queued in
+ * request order when the frame is read. Until the job is made, payloads point
+ * into the read's input (valid while it is fed) or into |owned|, the body the
+ * first frame's decoder had to buffer; the job copies them into one buffer.
+ * The arrays are scratch kept by the stream, so a merge allocates nothing per
+ * frame. Conn loop. */
+typedef struct fxb_merge_part {
+    const uint8_t *p; /* the frame's payload region (its payloads, back to back with their
+                         length prefixes) */
+    size_t len;
+    uint32_t first; /* its first slice in |sl| */
+} fxb_merge_part;
+
+typedef struct fxb_merge {
+    fx_stream_handle *h; /* reference; NULL while nothing is merged */
+    bool acked;
+    uint32_t nreq; /* frames merged, each one publish request; nreq parts */
+    size_t bytes;  /* sum of the parts' lengths */
+    size_t payload_bytes;
+    fx_permit held; /* the frames' header reservations */
+    uint8_t *owned; /* body of the first frame, taken from the decoder (free()), or NULL */
+    size_t owned_len;
+    fxb_merge_part *parts;
+    fx_wire_slice *sl;
+    fxb_reply **acks; /* ack slots of acked frames (nreq of them when |acked|) */
+    uint32_t nsl;
+    uint32_t cap_parts, cap_sl; /* |acks| has cap_parts too */
+} fxb_merge;
+
+/* Bounds of one merged job: frames, messages and payload bytes (the event
+ * frame a subscriber gets for it stays far below any frame limit). */
+#define FXB_MERGE_MAX_FRAMES 64u
+#define FXB_MERGE_MAX_MSGS 1024u
+#define FXB_MERGE_MAX_BYTES (1u << 20)
+
 /* A client-opened bidi stream: auth, then publishes or one subscribe. Conn
  * loop only; refcounted (plain int) because tasks may be pending on it. */
 struct fxb_bidi {
@@ -289,6 +327,11 @@ struct fxb_bidi {
     /* Ingress parking: the job waiting for admission, and input that arrived
      * meanwhile (not credited, so bounded by the receive window). */
     fxb_job *parked;
+    /* Frames of the current read being merged, and a job made behind the
+     * parked one that waits its turn for admission (the stream reads nothing
+     * while one waits). */
+    fxb_merge merge;
+    fxb_job *deferred;
     uint8_t *pend; /* unread input is pend[pend_off, pend_len) */
     size_t pend_off, pend_len, pend_cap;
     fx_task resume_task;
@@ -312,7 +355,8 @@ struct fxb_bidi {
     uint8_t perm_known, perm_ok;
 };
 
-/* A publish job: one batch for one stream, from ingress to its worker. */
+/* A publish job: one batch for one stream, from ingress to its worker: one
+ * publish request, or the requests of one read merged (fxb_merge). */
 struct fxb_job {
     fx_ingress_req req;
     fxb_conn *conn; /* reference (its budget holds the permit) */
@@ -321,8 +365,15 @@ struct fxb_job {
     fx_buf *backing;     /* the payload bytes */
     fx_wire_slice *payloads;
     uint32_t count;
+    uint32_t nreq;        /* publish requests in the job (counters count each) */
+    size_t payload_bytes; /* felix_publish_bytes_total */
     uint64_t arrived_ns;
-    fxb_reply *commit; /* reply completed after append + fanout, or NULL */
+    /* Ack slots of its acked requests, in request order. With |commit| they
+     * are answered after append + fanout and the job holds a reference to
+     * each; else at admission, and the job holds none. */
+    fxb_reply **acks;
+    uint32_t nacks;
+    bool commit;
     /* Durable streams (durable.c): the trip through storage. */
     fx_task stask;   /* worker <-> storage thread */
     fxb_job *snext;  /* on a held, waiting or ready list */
@@ -499,9 +550,10 @@ int fxb_publish_json(fxb_bidi *s, const fx_msg *m);
 /* Sets up |s|'s reservation and admission tasks and timers (at creation). */
 void fxb_ingress_bidi_init(fxb_bidi *s);
 /* Reserves |n| bytes for the frame whose header (|flags|) was just read on
- * |s|. Returns 0 (held: read on), 1 (waiting: stop reading) or -1 (|s|
- * failed). */
-int fxb_ingress_reserve(fxb_bidi *s, uint16_t flags, size_t n);
+ * |s|; |whole|: the body is already in the input being fed, so no frame read
+ * timeout runs. Returns 0 (held: read on), 1 (waiting: stop reading) or -1
+ * (|s| failed). */
+int fxb_ingress_reserve(fxb_bidi *s, uint16_t flags, size_t n, bool whole);
 /* Gives back the reservation of the frame just handled, if no job took it. */
 void fxb_ingress_resv_release(fxb_bidi *s);
 /* Gives back the reservation, or cancels its wait, as the stream goes away. */
@@ -515,8 +567,27 @@ void fxb_bidi_adopt_reservation(fxb_bidi *s, fx_ingress_req *r);
 int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
                        const fx_wire_slice *payloads, uint32_t count, bool acked, bool binary,
                        uint64_t request_id);
+/* Merges the binary publish frame |f| just read on |s| (decoded in |pb|, at
+ * least one payload, stream |h| resolved) into the job of the read's frames;
+ * a frame that cannot join (another stream or ack kind, a full merge) first
+ * sends the merged ones to admission. |pb|'s slices must point into |f|'s
+ * body, which must stay valid until fxb_ingress_flush(). Returns 0 (merged),
+ * 1 (the merge before it parked: this frame waits as |s->deferred|, stop
+ * reading) or -1 (|s| failed). */
+int fxb_ingress_add(fxb_bidi *s, fx_stream_handle *h, const fx_frame *f,
+                    const fx_wire_publish_batch *pb, bool acked, uint64_t request_id);
+/* Sends the merged frames of |s| as one job to admission (nothing merged:
+ * nothing to do). Returns 0 when settled, 1 when parked, -1 when |s| failed. */
+int fxb_ingress_flush(fxb_bidi *s);
+/* The parked job settled: admits the deferred one. Returns 0 or 1 (parked). */
+int fxb_ingress_run_deferred(fxb_bidi *s);
 /* Ends a parked admission because |s| is going away. */
 void fxb_ingress_cancel_parked(fxb_bidi *s);
+/* |s| is going away: drops what is merged and the deferred job (whole
+ * requests never admitted: counted as cancelled). */
+void fxb_ingress_discard(fxb_bidi *s);
+/* Frees |s|'s merge scratch (last reference). */
+void fxb_ingress_bidi_deinit(fxb_bidi *s);
 /* Any thread. */
 void fxb_job_free(fxb_job *j);
 

@@ -543,7 +543,7 @@ static void work_conns(fxb_ep *e, work *k)
         if (c->qc != NULL)
             k->unacked += fx_quic_conn_unacked(c->qc);
         for (fxb_bidi *s = c->bidis; s != NULL; s = s->next) {
-            k->jobs += s->parked != NULL;
+            k->jobs += (s->parked != NULL) + (s->deferred != NULL);
             for (fxb_reply *r = s->rhead; r != NULL; r = r->next)
                 k->replies++;
         }

@@ -88,9 +88,12 @@ typedef struct fx_ingress_req {
     int grant_rv;                                  /* private: budget grant result */
     fx_budget_waiter bw;                           /* private */
     fx_queue_waiter qw;                            /* private */
+    /* Publish requests the job carries (1 unless set after init): the
+     * per-request counters count each. */
+    uint32_t requests;
 } fx_ingress_req;
 
-/* Prepares |r| for |job| of |nbytes| bytes under |policy|. |timeout_ns| is
+/* Prepares |r| for |job| (one publish request) of |nbytes| bytes under |policy|. |timeout_ns| is
  * used by FX_INGRESS_WAIT; |on_resume| (with |user|) is required for WAIT and
  * BACKPRESSURE. */
 void fx_ingress_req_init(fx_ingress_req *r, void *job, size_t nbytes, fx_ingress_policy policy,

@@ -1,7 +1,8 @@
 /* Publish requests on a client bidi stream: a binary 0x0001 / 0x0009 frame
  * or a JSON publish / publish_batch is decoded into payload slices over one
  * refcounted buffer (copied at most once), its stream resolved, and handed
- * to ingress as a job; refusals are answered here. Connection loop. */
+ * to ingress (binary frames of one read for one stream merge into one job);
+ * refusals are answered here. Connection loop. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,27 +49,6 @@ static bool tenant_is(const fxb_bidi *s, fx_wire_slice t)
     return strlen(s->tenant) == t.len && memcmp(s->tenant, t.ptr, t.len) == 0;
 }
 
-static void free_body(void *data, size_t len, void *user)
-{
-    (void)len, (void)user;
-    free(data);
-}
-
-/* The batch's bytes as a buffer the ring can keep: the decoder's own body
- * buffer when the frame arrived in pieces (the common case: a batch spans
- * many datagrams), taken over without a copy; else a copy of the body, which
- * points into the connection's receive data. Returns 0 or -ENOMEM. */
-static int batch_backing(fxb_bidi *s, const fx_frame *f, fx_buf **pb)
-{
-    uint8_t *owned = fx_frame_decoder_take(&s->dec, f);
-    if (owned == NULL)
-        return fx_buf_new_copy(pb, f->body, f->len);
-    int rv = fx_buf_wrap(pb, owned, f->len, free_body, NULL);
-    if (rv != 0)
-        free(owned);
-    return rv;
-}
-
 int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
 {
     bool acked = f->kind == FX_BODY_PUBLISH_BATCH_ACKED;
@@ -81,14 +61,10 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     }
     if (refuse_draining(s, acked, true, rid))
         return 0;
-    fx_buf *backing;
-    if (batch_backing(s, f, &backing) != 0) {
-        fxb_bidi_fail(s, "out of memory for a publish");
-        return -1;
-    }
+    /* Decoded in place: the payloads are copied (or the decoder's buffer
+     * taken) only when the frame's job is made (ingress.c). */
     fx_wire_publish_batch pb;
-    if (fx_publish_batch_decode(f->hdr.flags, fx_buf_data(backing), f->len, &pb, &err) != 0) {
-        fx_buf_unref(backing);
+    if (fx_publish_batch_decode(f->hdr.flags, f->body, f->len, &pb, &err) != 0) {
         if (!acked) {
             fxb_bidi_fail(s, err.msg);
             return -1;
@@ -100,22 +76,19 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     fx_stream_handle *h;
     fx_registry_err rerr;
     if (!tenant_is(s, pb.tenant)) {
-        fx_buf_unref(backing);
         fxb_bidi_error(s, "tenant mismatch", true);
         rv = -1;
     } else if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, pb.tenant, pb.ns, pb.stream, &h,
                                 &rerr) != 0) {
         /* Unacked: nothing to answer (a forbidden one is counted and logged). */
-        fx_buf_unref(backing);
         FX_COUNTER_INC(publish_error);
         if (acked)
             answer_now(s, true, rid, rerr.msg);
     } else if (pb.count == 0) {
-        fx_buf_unref(backing);
         if (acked)
             answer_now(s, true, rid, NULL);
     } else {
-        rv = fxb_ingress_submit(s, h, backing, pb.payloads, pb.count, acked, true, rid);
+        rv = fxb_ingress_add(s, h, f, &pb, acked, rid);
     }
     fx_publish_batch_deinit(&pb);
     return rv;

@@ -300,8 +300,8 @@ void fxb_bidi_flush(fxb_bidi *s)
     /* Input still buffered behind a park (or being fed from that buffer)
      * holds the FIN too: the client's FIN is answered only once every frame
      * it sent before it was handled. */
-    bool idle = s->rhead == NULL && s->parked == NULL && !s->resv_wait && !s->sub_pending &&
-                s->pend_len == s->pend_off;
+    bool idle = s->rhead == NULL && s->parked == NULL && s->deferred == NULL && !s->resv_wait &&
+                !s->sub_pending && s->pend_len == s->pend_off;
     if (!s->closed && !s->fin_sent && c->qc != NULL && idle && (s->ended || s->peer_fin)) {
         s->fin_sent = true;
         fx_quic_stream_shutdown(c->qc, s->sid);

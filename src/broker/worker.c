@@ -207,25 +207,36 @@ static void block_watch(fxb_worker *w, fx_stream *st, uint64_t now)
 
 /* ---- jobs -------------------------------------------------------------------------------- */
 
+/* Answers the commit acks of |j| (|err| NULL: ok) on their stream's loop. */
+static void job_answer_commits(fxb_job *j, const char *err)
+{
+    for (uint32_t i = 0; i < j->nacks; i++) {
+        fxb_reply *r = j->acks[i];
+        fxb_reply_complete(r, err);
+        j->acks[i] = NULL;
+        if (!fx_loop_post(r->loop, &r->task))
+            fxb_reply_unref(r); /* cannot be pending twice: the slot completes once */
+    }
+    j->nacks = 0;
+}
+
 static void job_complete(fxb_job *j, int rv, uint64_t now)
 {
     if (rv == 0) {
-        FX_COUNTER_INC(publish_ok);
-        FX_HIST_OBSERVE(publish_latency_ns, now > j->arrived_ns ? now - j->arrived_ns : 0);
+        FX_COUNTER_ADD(publish_ok, j->nreq);
+        /* The requests merged into one job arrived in the same loop turn. */
+        for (uint32_t i = 0; i < j->nreq; i++)
+            FX_HIST_OBSERVE(publish_latency_ns, now > j->arrived_ns ? now - j->arrived_ns : 0);
     } else {
-        FX_COUNTER_INC(publish_error);
+        FX_COUNTER_ADD(publish_error, j->nreq);
         FX_LOG_WARN("broker", "append to stream %llu failed: %s",
                     (unsigned long long)fx_stream_handle_id(j->h), fx_strerror(rv));
     }
-    fxb_reply *r = j->commit;
-    if (r != NULL) {
+    if (j->commit) {
         char err[128]; /* copied into the reply frame by fxb_reply_complete */
         if (rv != 0)
             snprintf(err, sizeof(err), "publish failed: %s", fx_strerror(rv));
-        fxb_reply_complete(r, rv == 0 ? NULL : err);
-        j->commit = NULL;
-        if (!fx_loop_post(r->loop, &r->task))
-            fxb_reply_unref(r); /* cannot be pending twice: the slot completes once */
+        job_answer_commits(j, rv == 0 ? NULL : err);
     }
     fxb_job_free(j);
 }

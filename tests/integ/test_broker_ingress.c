@@ -15,7 +15,9 @@ static void test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled(
     tstream *s = authed_stream(t, t_connect(t));
     fx_metrics_snapshot a, b;
     fx_metrics_snapshot_take(&a);
-    const uint64_t total = 1000;
+    /* Whole frames of one read share a job, so the pipeline holds more than
+     * a thousand of them: send a burst the size of the stream window. */
+    const uint64_t total = 4000;
     publish_range(t, s, "cf", 0, total - 1);
     send_buf(s, binary_publish(t, "cf", total - 1, 1, true, 7)); /* acked: a reply before FIN */
     assert_true(run_until_arg(t, out_empty, s->tc, 5000));
@@ -61,7 +63,9 @@ static void test_connection_close_counts_every_publish_discarded_behind_a_park(v
     tstream *s = authed_stream(t, pc);
     fx_metrics_snapshot a, b;
     fx_metrics_snapshot_take(&a);
-    const uint64_t total = 1000;
+    /* Whole frames of one read share a job, so the pipeline holds more than
+     * a thousand of them: send a burst the size of the stream window. */
+    const uint64_t total = 4000;
     publish_range(t, s, "cc", 0, total);
     assert_true(run_until_arg(t, out_empty, pc, 5000));
     run_for(t, 300); /* the broker has received the burst; most of it waits */
@@ -147,8 +151,10 @@ static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **st
      * parked fanout, the worker queue); each later one waits its own 300 ms
      * in turn, so the last has timed out well before 1.2 s. */
     const uint64_t n = 8;
-    for (uint64_t i = 0; i < n; i++)
+    for (uint64_t i = 0; i < n; i++) {
         send_buf(s, binary_publish(t, "wt", i, 1, true, i + 1));
+        run_for(t, 5); /* its own datagram: frames of one read would share a job */
+    }
     run_for(t, 1200);
     resume_stream(sub);
     uint64_t ok = 0, timed_out = 0;
@@ -376,6 +382,258 @@ static void test_queued_job_keeps_its_header_bytes_so_the_next_header_waits(void
     t_free(t);
 }
 
+/* ---- frames of one read merged into one job ------------------------------------------ */
+
+/* One buffer holding |n| frames back to back (taken), so they leave in one
+ * datagram and reach the broker in one read. */
+static fx_buf *frames_join(fx_buf **frames, size_t n)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += fx_buf_len(frames[i]);
+    fx_buf *b;
+    assert_int_equal(fx_buf_new(&b, total), 0);
+    uint8_t *p = fx_buf_data_mut(b);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(p, fx_buf_data(frames[i]), fx_buf_len(frames[i]));
+        p += fx_buf_len(frames[i]);
+        fx_buf_unref(frames[i]);
+    }
+    return b;
+}
+
+static uint64_t event_frames(const tstream *sub)
+{
+    return sub->shared_frames + sub->sub_frames;
+}
+
+/* A job is one envelope, which reaches a subscriber as one event frame: five
+ * frames sent in one datagram arrive as one frame of five events, while
+ * frames sent one datagram each arrive one frame each. */
+static void test_whole_frames_of_one_read_share_one_job(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "mj", FX_MSG_START_LATEST, 0);
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *fr[5];
+    for (uint64_t i = 0; i < 5; i++)
+        fr[i] = binary_publish(t, "mj", i, 1, false, 0);
+    send_buf(s, frames_join(fr, 5));
+    wait_events(t, &sub, 1, 5, 5000);
+    assert_int_equal(event_frames(sub), 1);
+    for (uint64_t i = 5; i < 8; i++) {
+        send_buf(s, binary_publish(t, "mj", i, 1, false, 0));
+        wait_events(t, &sub, 1, i + 1, 5000);
+    }
+    assert_int_equal(event_frames(sub), 1 + 3);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, publish_accepted), 8);
+    assert_int_equal(DELTA(a, b, publish_ok), 8);
+    expect_reserved(t, &a, 0);
+    t_free(t);
+}
+
+static void expect_ack_error(T *t, tstream *s, uint64_t rid, const char *want)
+{
+    tframe *f = next_reply(t, s);
+    assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
+    fx_publish_ack ack;
+    assert_int_equal(fx_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+    assert_false(ack.ok);
+    assert_int_equal(ack.request_id, rid);
+    assert_int_equal(ack.message.len, strlen(want));
+    assert_memory_equal(ack.message.ptr, want, strlen(want));
+    tframe_free(f);
+}
+
+/* Acked frames merged into one job are answered one each, in request order,
+ * with a refused frame (a stream name the registry refuses) between them:
+ * it gets its error in its place and neither drops nor reorders its
+ * neighbours, which still share their job. */
+static void test_merged_acks_answer_each_frame_in_order_around_a_refusal(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "ma", FX_MSG_START_LATEST, 0);
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *fr[6] = {
+        binary_publish(t, "ma", 0, 1, true, 1),        binary_publish(t, "bad/name", 0, 1, true, 2),
+        binary_publish(t, "ma", 1, 1, true, 3),        binary_publish(t, "ma", 2, 1, false, 0),
+        binary_publish(t, "bad/name", 0, 1, false, 0), binary_publish(t, "ma", 3, 1, true, 4),
+    };
+    send_buf(s, frames_join(fr, 6));
+    expect_ack(t, s, 1);
+    expect_ack_error(t, s, 2, "invalid stream name: contains '/'");
+    expect_ack(t, s, 3);
+    expect_ack(t, s, 4);
+    assert_null(s->head);
+    wait_events(t, &sub, 1, 4, 5000);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    /* 1 and 3 share a job; the unacked one and 4 (another ack kind each
+     * side of it) have their own. */
+    assert_int_equal(event_frames(sub), 3);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, publish_accepted), 4);
+    assert_int_equal(DELTA(a, b, publish_ok), 4);
+    assert_int_equal(DELTA(a, b, publish_error), 2);
+    expect_reserved(t, &a, 0);
+    t_free(t);
+}
+
+/* A frame cut by the end of a read is not merged with the whole frames
+ * before it: those are admitted at once (delivered while the rest is still
+ * on its way), and it joins the frames of the read that completes it. */
+static void test_frame_finished_by_a_later_read_is_not_merged_into_the_earlier_job(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_1k;
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "ml", FX_MSG_START_LATEST, 0);
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *f2 = binary_publish(t, "ml", 2, 1, false, 0);
+    const size_t cut = FX_WIRE_HEADER_LEN + 300;
+    fx_buf *head;
+    assert_int_equal(fx_buf_new_copy(&head, fx_buf_data(f2), cut), 0);
+    fx_buf *first[3] = {binary_publish(t, "ml", 0, 1, false, 0),
+                        binary_publish(t, "ml", 1, 1, false, 0), head};
+    send_buf(s, frames_join(first, 3));
+    wait_events(t, &sub, 1, 2, 5000);
+    run_for(t, 50);
+    assert_int_equal(sub->events, 2);
+    assert_int_equal(event_frames(sub), 1);
+    expect_reserved(t, &a, body_len(f2)); /* only the cut frame's header holds bytes */
+    fx_buf *tail;
+    assert_int_equal(fx_buf_new_copy(&tail, fx_buf_data(f2) + cut, fx_buf_len(f2) - cut), 0);
+    fx_buf *second[2] = {tail, binary_publish(t, "ml", 3, 1, false, 0)};
+    send_buf(s, frames_join(second, 2));
+    wait_events(t, &sub, 1, 4, 5000);
+    assert_int_equal(event_frames(sub), 2);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, publish_accepted), 4);
+    assert_int_equal(DELTA(a, b, broker_frame_timeouts), 0);
+    expect_reserved(t, &a, 0);
+    fx_buf_unref(f2);
+    t_free(t);
+}
+
+/* With ack_on_commit the acked frames of one read share a job and each is
+ * answered once that job is appended, one ack per request id, in order. */
+static void test_merged_commit_acks_answer_each_frame_after_the_append(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    t->bo.ack_on_commit = true;
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "mc", FX_MSG_START_LATEST, 0);
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_buf *fr[4];
+    for (uint64_t i = 0; i < 4; i++)
+        fr[i] = binary_publish(t, "mc", i, 1, true, 10 + i);
+    send_buf(s, frames_join(fr, 4));
+    for (uint64_t i = 0; i < 4; i++)
+        expect_ack(t, s, 10 + i);
+    assert_null(s->head);
+    wait_events(t, &sub, 1, 4, 5000);
+    assert_int_equal(event_frames(sub), 1);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, publish_ok), 4);
+    assert_int_equal(DELTA(a, b, publish_commit_timeouts), 0);
+    t_free(t);
+}
+
+/* Lossless: merged jobs park at ingress like single ones, and the stream
+ * then reads nothing: behind a stalled subscriber the admitted count stops
+ * growing short of the burst; once the subscriber reads, every message
+ * arrives, in order. */
+static void test_lossless_merged_jobs_park_and_stop_the_stream_reading(void **state)
+{
+    (void)state;
+    T *t = t_new_parking();
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "mp", FX_MSG_START_LATEST, 0);
+    sub->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b, c;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 6000; /* more than the 4 MiB stream window holds */
+    publish_range(t, s, "mp", 0, total);
+    run_for(t, 800);
+    fx_metrics_snapshot_take(&b);
+    run_for(t, 400);
+    fx_metrics_snapshot_take(&c);
+    uint64_t accepted = (uint64_t)DELTA(a, b, publish_accepted);
+    assert_true(accepted < total);
+    assert_int_equal(DELTA(a, c, publish_accepted), accepted); /* stopped */
+    assert_true(DELTA(a, c, ingress_waited) >= 1);
+    resume_stream(sub);
+    wait_events(t, &sub, 1, total, 30000);
+    run_for(t, 50);
+    assert_int_equal(sub->events, total);
+    assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
+    fx_metrics_snapshot_take(&c);
+    assert_int_equal(DELTA(a, c, publish_accepted), total);
+    assert_int_equal(DELTA(a, c, publish_dropped) + DELTA(a, c, ingress_backpressure_cancelled), 0);
+    t_free(t);
+}
+
+/* Two streams interleaved on one request stream, behind a stalled lossless
+ * subscriber: a frame for the other stream that follows a merge which parks
+ * waits its turn (nothing is read meanwhile), and both streams get every
+ * message in order once the subscriber reads. */
+static void test_interleaved_streams_behind_a_park_lose_nothing(void **state)
+{
+    (void)state;
+    T *t = t_new_parking();
+    t_start(t);
+    tconn *sc = t_connect(t);
+    tstream *subs[2] = {subscribe(t, sc, "ia", FX_MSG_START_LATEST, 0),
+                        subscribe(t, sc, "ib", FX_MSG_START_LATEST, 0)};
+    subs[0]->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t rounds = 1000;
+    for (uint64_t i = 0; i < rounds; i++) {
+        fx_buf *fr[4] = {binary_publish(t, "ia", 2 * i, 1, false, 0),
+                         binary_publish(t, "ia", 2 * i + 1, 1, false, 0),
+                         binary_publish(t, "ib", 2 * i, 1, false, 0),
+                         binary_publish(t, "ib", 2 * i + 1, 1, false, 0)};
+        send_buf(s, frames_join(fr, 4));
+    }
+    run_for(t, 500);
+    assert_true(subs[0]->events < 2 * rounds);
+    resume_stream(subs[0]);
+    wait_events(t, subs, 2, 2 * rounds, 30000);
+    run_for(t, 50);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(subs[i]->events, 2 * rounds);
+        assert_int_equal(subs[i]->gaps + subs[i]->dups + subs[i]->bad, 0);
+    }
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, publish_accepted), 4 * rounds);
+    assert_true(DELTA(a, b, ingress_waited) >= 1);
+    assert_int_equal(DELTA(a, b, publish_dropped) + DELTA(a, b, ingress_backpressure_cancelled), 0);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled),
     cmocka_unit_test(test_connection_close_counts_every_publish_discarded_behind_a_park),
@@ -385,6 +643,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_trickling_frame_times_out_and_releases_budget),
     cmocka_unit_test(test_reservation_waits_when_budget_exhausted_then_proceeds),
     cmocka_unit_test(test_queued_job_keeps_its_header_bytes_so_the_next_header_waits),
+    cmocka_unit_test(test_whole_frames_of_one_read_share_one_job),
+    cmocka_unit_test(test_merged_acks_answer_each_frame_in_order_around_a_refusal),
+    cmocka_unit_test(test_frame_finished_by_a_later_read_is_not_merged_into_the_earlier_job),
+    cmocka_unit_test(test_merged_commit_acks_answer_each_frame_after_the_append),
+    cmocka_unit_test(test_lossless_merged_jobs_park_and_stop_the_stream_reading),
+    cmocka_unit_test(test_interleaved_streams_behind_a_park_lose_nothing),
 };
 
 FX_TEST_MAIN(tests)

@@ -367,7 +367,7 @@ static void test_header_reserves_the_announced_bytes(void **state)
     fix *f = fix_new(NULL);
     fxb_bidi *s = resv_bidi(f, 4096, 2048);
     fx_metrics_snapshot a = snap();
-    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000), 0);
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000, false), 0);
     fx_metrics_snapshot b = snap();
     assert_int_equal(s->resv.n, 1000);
     assert_int_equal(fx_budget_in_use(&f->c.budget), 1000);
@@ -390,7 +390,7 @@ static void test_header_waits_for_a_full_budget_then_holds(void **state)
     fx_permit other = {0};
     assert_int_equal(fx_budget_try_acquire(&f->c.budget, 1000, &other), 0);
     fx_metrics_snapshot a = snap();
-    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000), 1);
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000, false), 1);
     assert_true(s->resv_wait);
     assert_int_equal(s->refs, 2); /* for the grant's task */
     fx_metrics_snapshot b = snap();
@@ -413,7 +413,7 @@ static void test_header_larger_than_the_share_fails_the_stream(void **state)
     fix *f = fix_new(NULL);
     fxb_bidi *s = resv_bidi(f, 8192, 1000);
     fx_metrics_snapshot a = snap();
-    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1001), -1);
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1001, false), -1);
     fx_metrics_snapshot b = snap();
     assert_true(s->ended);
     assert_int_equal(b.c.broker_stream_errors - a.c.broker_stream_errors, 1);
@@ -429,7 +429,7 @@ static void test_cancel_while_waiting_takes_nothing(void **state)
     fxb_bidi *s = resv_bidi(f, 1500, 1500);
     fx_permit other = {0};
     assert_int_equal(fx_budget_try_acquire(&f->c.budget, 1000, &other), 0);
-    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000), 1);
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000, false), 1);
     fxb_ingress_resv_cancel(s);
     assert_false(s->resv_wait);
     assert_int_equal(s->refs, 1);
@@ -447,7 +447,7 @@ static void test_job_adopts_the_reservation(void **state)
     fix *f = fix_new(NULL);
     fxb_bidi *s = resv_bidi(f, 4096, 4096);
     fx_metrics_snapshot a = snap();
-    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000), 0);
+    assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000, false), 0);
     fx_loop_timer_cancel(f->loop, &s->frame_timer); /* the body arrived */
     fx_ingress_req r;
     fx_ingress_req_init(&r, NULL, 1000, FX_INGRESS_DROP, 0, NULL, NULL);

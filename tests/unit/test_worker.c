@@ -67,6 +67,7 @@ static void queue_job(wfix *x, fx_stream_handle *h, uint32_t count)
     for (uint32_t i = 0; i < count; i++)
         j->payloads[i] = PAY[i % 2];
     j->count = count;
+    j->nreq = 1;
     j->h = fx_stream_handle_ref(h);
     j->conn = &x->f->c;
     fxb_conn_ref(&x->f->c);
