@@ -724,15 +724,15 @@ static void rates(const fx_bench_cfg *c, fx_bench_result *r)
 
 /* ---- isolation: the victim's link ------------------------------------------------- */
 
-/* Puts client |c|'s link behind the QUIC test hooks (fx_client_test_link):
+/* Puts client |c|'s link behind the QUIC test hooks (fxc_client_test_link):
  * each datagram it receives is held |delay_ns|, and |drop_permille| per
  * thousand of those it sends and receives are dropped (0 and 0 heal it).
  * Returns 0 with the datagrams the drop hook discarded so far in |*dropped|
- * (may be NULL), or fx_client_test_link's error. Main thread. */
+ * (may be NULL), or fxc_client_test_link's error. Main thread. */
 static int set_link(fx_client *c, uint64_t delay_ns, uint32_t drop_permille, uint64_t *dropped)
 {
     fx_quic_stats st;
-    int rv = fx_client_test_link(c, true, delay_ns, drop_permille, &st);
+    int rv = fxc_client_test_link(c, true, delay_ns, drop_permille, &st);
     if (rv == 0 && dropped != NULL)
         *dropped = st.test_dropped;
     return rv;

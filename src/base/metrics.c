@@ -1,6 +1,6 @@
-/* Metrics registry: per-thread shards, snapshots, Prometheus text rendering.
- * Shards live in one list guarded by a mutex that is taken only when a thread
- * gets or parks its shard and when a scrape sums them; updates never lock.
+/* Metrics registry: per-thread cells, snapshots, Prometheus text rendering.
+ * Cells live in one list guarded by a mutex that is taken only when a thread
+ * gets or parks its cell and when a scrape sums them; updates never lock.
  * Any thread. */
 #include "base/metrics.h"
 
@@ -60,92 +60,92 @@ _Static_assert(sizeof(fx_metrics_hists) ==
     _Static_assert((lo_) + FX_HIST_NBUCKETS <= 64, "histogram " #f " bounds overflow 64 bits");
 FX_METRICS_ALL(FX_METRICS_NONE_, FX_METRICS_NONE_, CHECK_LO)
 
-/* ---- shards ------------------------------------------------------------- */
+/* ---- cells ------------------------------------------------------------- */
 
-/* A shard plus its list link. Aligned to a cache line so two threads' shards
- * never share one. |in_use| and |next| are guarded by shards_mu. */
-typedef struct shard_node {
-    fx_metrics_shard s;
-    struct shard_node *next;
+/* A cell plus its list link. Aligned to a cache line so two threads' cells
+ * never share one. |in_use| and |next| are guarded by cells_mu. */
+typedef struct cell_node {
+    fx_metrics_cell s;
+    struct cell_node *next;
     bool in_use;
-} shard_node;
+} cell_node;
 
-#define SHARD_ALIGN 64
+#define CELL_ALIGN 64
 
 fx_metrics_gauges fx_gauges;
-_Thread_local fx_metrics_shard *fx_metrics_tls_shard;
+_Thread_local fx_metrics_cell *fx_metrics_tls_cell;
 
-static pthread_mutex_t shards_mu = PTHREAD_MUTEX_INITIALIZER;
-static shard_node *shards;
-static size_t nshards;
-/* Shared by threads that could not get a shard of their own (out of memory). */
-static shard_node fallback_shard;
+static pthread_mutex_t cells_mu = PTHREAD_MUTEX_INITIALIZER;
+static cell_node *cells;
+static size_t ncells;
+/* Shared by threads that could not get a cell of their own (out of memory). */
+static cell_node fallback_cell;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
 static bool exit_key_ok;
 
-/* Runs when a thread that has a shard exits: parks the shard for reuse. The
+/* Runs when a thread that has a cell exits: parks the cell for reuse. The
  * values stay, so nothing counted is lost; the mutex orders the old owner's
  * writes before the next owner's. */
-static void shard_park(void *p)
+static void cell_park(void *p)
 {
-    shard_node *n = p;
+    cell_node *n = p;
     /* An update from a later destructor of this thread attaches afresh. */
-    fx_metrics_tls_shard = NULL;
-    pthread_mutex_lock(&shards_mu);
+    fx_metrics_tls_cell = NULL;
+    pthread_mutex_lock(&cells_mu);
     n->in_use = false;
-    pthread_mutex_unlock(&shards_mu);
+    pthread_mutex_unlock(&cells_mu);
 }
 
 static void make_exit_key(void)
 {
-    /* Without the key, shards of exited threads are simply not reused. */
-    exit_key_ok = pthread_key_create(&exit_key, shard_park) == 0;
+    /* Without the key, cells of exited threads are simply not reused. */
+    exit_key_ok = pthread_key_create(&exit_key, cell_park) == 0;
 }
 
-/* Returns a parked shard marked in use, or a new one, or NULL on OOM.
- * Caller holds shards_mu. */
-static shard_node *shard_take_locked(void)
+/* Returns a parked cell marked in use, or a new one, or NULL on OOM.
+ * Caller holds cells_mu. */
+static cell_node *cell_take_locked(void)
 {
-    for (shard_node *n = shards; n; n = n->next) {
+    for (cell_node *n = cells; n; n = n->next) {
         if (!n->in_use) {
             n->in_use = true;
             return n;
         }
     }
-    size_t size = (sizeof(shard_node) + SHARD_ALIGN - 1) / SHARD_ALIGN * SHARD_ALIGN;
-    shard_node *n = aligned_alloc(SHARD_ALIGN, size);
+    size_t size = (sizeof(cell_node) + CELL_ALIGN - 1) / CELL_ALIGN * CELL_ALIGN;
+    cell_node *n = aligned_alloc(CELL_ALIGN, size);
     if (!n)
         return NULL;
     memset(n, 0, size);
     n->in_use = true;
-    n->next = shards;
-    shards = n;
-    nshards++;
+    n->next = cells;
+    cells = n;
+    ncells++;
     return n;
 }
 
-fx_metrics_shard *fx_metrics_shard_attach(void)
+fx_metrics_cell *fx_metrics_cell_attach(void)
 {
     pthread_once(&key_once, make_exit_key);
-    pthread_mutex_lock(&shards_mu);
-    shard_node *n = shard_take_locked();
-    pthread_mutex_unlock(&shards_mu);
+    pthread_mutex_lock(&cells_mu);
+    cell_node *n = cell_take_locked();
+    pthread_mutex_unlock(&cells_mu);
     if (!n)
-        return &fallback_shard.s; /* not cached: retry on the next update */
-    /* If this fails the thread's exit goes unnoticed and its shard is never
-     * reused: a bounded leak of one shard, not a wrong count. */
+        return &fallback_cell.s; /* not cached: retry on the next update */
+    /* If this fails the thread's exit goes unnoticed and its cell is never
+     * reused: a bounded leak of one cell, not a wrong count. */
     if (exit_key_ok)
         (void)pthread_setspecific(exit_key, n);
-    fx_metrics_tls_shard = &n->s;
+    fx_metrics_tls_cell = &n->s;
     return &n->s;
 }
 
-size_t fx_metrics_shard_count(void)
+size_t fx_metrics_cell_count(void)
 {
-    pthread_mutex_lock(&shards_mu);
-    size_t n = nshards;
-    pthread_mutex_unlock(&shards_mu);
+    pthread_mutex_lock(&cells_mu);
+    size_t n = ncells;
+    pthread_mutex_unlock(&cells_mu);
     return n;
 }
 
@@ -189,7 +189,7 @@ static void hist_add(fx_hist *dst, const fx_hist *src)
     add_u64(&dst->sum, &src->sum);
 }
 
-static void shard_add(fx_metrics_snapshot *snap, const fx_metrics_shard *s)
+static void cell_add(fx_metrics_snapshot *snap, const fx_metrics_cell *s)
 {
     size_t nc = sizeof(fx_metrics_counters) / sizeof(_Atomic uint64_t);
     for (size_t i = 0; i < nc; i++)
@@ -210,11 +210,11 @@ void fx_metrics_snapshot_take(fx_metrics_snapshot *snap)
     for (size_t i = 0; i < ng; i++)
         atomic_store_explicit(&dg[i], atomic_load_explicit(&g[i], memory_order_relaxed),
                               memory_order_relaxed);
-    pthread_mutex_lock(&shards_mu);
-    for (const shard_node *n = shards; n; n = n->next)
-        shard_add(snap, &n->s);
-    pthread_mutex_unlock(&shards_mu);
-    shard_add(snap, &fallback_shard.s);
+    pthread_mutex_lock(&cells_mu);
+    for (const cell_node *n = cells; n; n = n->next)
+        cell_add(snap, &n->s);
+    pthread_mutex_unlock(&cells_mu);
+    cell_add(snap, &fallback_cell.s);
 }
 
 /* ---- growable text buffer ------------------------------------------------ */

@@ -1,8 +1,8 @@
 /* Process-wide metrics registry: counters, gauges and log-scale histograms
  * declared in metrics_defs.h, rendered in the Prometheus text format 0.0.4.
- * Counters and histograms are sharded per thread: each thread lazily gets its
- * own shard (so a loop's shard is written by that loop only) and increments it
- * with relaxed atomics; a scrape sums the shards. Gauges are one atomic each.
+ * Counters and histograms are kept per thread (one cell each): each thread lazily gets its
+ * own cell (so a loop's cell is written by that loop only) and increments it
+ * with relaxed atomics; a scrape sums the cells. Gauges are one atomic each.
  * Any thread may update any metric; rendering runs on any thread (main).
  * Labels: a metric may carry one fixed "key=value" label given in its list
  * entry; label values registered at run time are not supported yet. */
@@ -22,7 +22,7 @@
  * bound (le="+Inf"). */
 #define FX_HIST_NBUCKETS 24
 
-/* One histogram's per-shard state. |buckets[i]| counts observations v with
+/* One histogram's per-cell state. |buckets[i]| counts observations v with
  * 2^(lo+i-1) < v <= 2^(lo+i) (bucket 0 also takes everything <= 2^lo), and
  * |buckets[FX_HIST_NBUCKETS]| those above 2^(lo+FX_HIST_NBUCKETS-1). Counts
  * are per bucket, not cumulative; the count of observations is their sum. */
@@ -56,10 +56,10 @@ typedef struct fx_metrics_hists {
 enum { FX_METRICS_ALL(FX_METRICS_NONE_, FX_METRICS_NONE_, FX_METRICS_HLO_) };
 
 /* One thread's counters and histograms. */
-typedef struct fx_metrics_shard {
+typedef struct fx_metrics_cell {
     fx_metrics_counters c;
     fx_metrics_hists h;
-} fx_metrics_shard;
+} fx_metrics_cell;
 
 /* A summed, private copy of the whole registry. Its fields are read like the
  * live ones (snap.c.ingress_dropped); nothing else writes them. */
@@ -99,32 +99,32 @@ extern const size_t fx_metrics_ndescs;
 /* The gauges. Update them with the FX_GAUGE_* macros. */
 extern fx_metrics_gauges fx_gauges;
 
-/* Private: the calling thread's shard, NULL until its first update. */
-extern _Thread_local fx_metrics_shard *fx_metrics_tls_shard;
+/* Private: the calling thread's cell, NULL until its first update. */
+extern _Thread_local fx_metrics_cell *fx_metrics_tls_cell;
 
-/* Returns the calling thread's shard, creating or reusing one on first use.
+/* Returns the calling thread's cell, creating or reusing one on first use.
  * Never returns NULL: if memory runs out, the thread shares a static fallback
- * shard (still correct, as every update is an atomic add). When the thread
- * exits its shard is parked, values kept, for the next new thread to reuse, so
- * shards never outnumber threads alive at once. Any thread. */
-fx_metrics_shard *fx_metrics_shard_attach(void);
+ * cell (still correct, as every update is an atomic add). When the thread
+ * exits its cell is parked, values kept, for the next new thread to reuse, so
+ * cells never outnumber threads alive at once. Any thread. */
+fx_metrics_cell *fx_metrics_cell_attach(void);
 
-static inline fx_metrics_shard *fx_metrics_shard_self(void)
+static inline fx_metrics_cell *fx_metrics_cell_self(void)
 {
-    fx_metrics_shard *s = fx_metrics_tls_shard;
-    return s ? s : fx_metrics_shard_attach();
+    fx_metrics_cell *s = fx_metrics_tls_cell;
+    return s ? s : fx_metrics_cell_attach();
 }
 
 /* Adds |v| to histogram |h| whose smallest bound is 2^|lo|. Any thread, but
- * |h| should be in the caller's own shard (FX_HIST_OBSERVE does that). */
+ * |h| should be in the caller's own cell (FX_HIST_OBSERVE does that). */
 void fx_hist_observe(fx_hist *h, unsigned lo, uint64_t v);
 
 /* Returns the bucket index (0..FX_HIST_NBUCKETS) value |v| falls in. */
 unsigned fx_hist_bucket_index(unsigned lo, uint64_t v);
 
-/* Counter updates on the calling thread's shard. |field| names a C() entry. */
+/* Counter updates on the calling thread's cell. |field| names a C() entry. */
 #define FX_COUNTER_ADD(field, n)                                                                   \
-    ((void)atomic_fetch_add_explicit(&fx_metrics_shard_self()->c.field, (uint64_t)(n),             \
+    ((void)atomic_fetch_add_explicit(&fx_metrics_cell_self()->c.field, (uint64_t)(n),              \
                                      memory_order_relaxed))
 #define FX_COUNTER_INC(field) FX_COUNTER_ADD(field, 1)
 
@@ -136,16 +136,16 @@ unsigned fx_hist_bucket_index(unsigned lo, uint64_t v);
 #define FX_GAUGE_SET(field, v)                                                                     \
     atomic_store_explicit(&fx_gauges.field, (int64_t)(v), memory_order_relaxed)
 
-/* Records |v| in histogram |field| (an H() entry) on the calling thread's shard. */
+/* Records |v| in histogram |field| (an H() entry) on the calling thread's cell. */
 #define FX_HIST_OBSERVE(field, v)                                                                  \
-    fx_hist_observe(&fx_metrics_shard_self()->h.field, fx_hist_lo_##field, (uint64_t)(v))
+    fx_hist_observe(&fx_metrics_cell_self()->h.field, fx_hist_lo_##field, (uint64_t)(v))
 
 /* ---- reading and rendering ---------------------------------------------- */
 
-/* Fills |snap| with the sum of every shard's counters and histograms and the
+/* Fills |snap| with the sum of every cell's counters and histograms and the
  * current gauges. Each value is read atomically, the set is not (a scrape
  * racing with updates may see some and not others). Any thread; takes the
- * shard-list mutex. */
+ * cell-list mutex. */
 void fx_metrics_snapshot_take(fx_metrics_snapshot *snap);
 
 /* Renders descriptors |descs[0..n)| with values from |snap| in the Prometheus
@@ -163,9 +163,9 @@ int fx_metrics_render_descs(const fx_metric_desc *descs, size_t n, const fx_metr
  * fx_metrics_render_descs() does. Returns 0 or -ENOMEM. Any thread. */
 int fx_metrics_render(char **pout, size_t *plen);
 
-/* Returns how many shards exist (live and parked). For tests and the admin
+/* Returns how many cells exist (live and parked). For tests and the admin
  * endpoint. Any thread. */
-size_t fx_metrics_shard_count(void);
+size_t fx_metrics_cell_count(void);
 
 /* Writes the reference table of docs/metrics.md as Markdown: one row per
  * exported metric name (series sharing a name are one row listing their label

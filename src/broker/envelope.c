@@ -98,10 +98,10 @@ fx_wire_slice fx_envelope_payload(const fx_envelope *e, uint32_t i)
 
 /* Describes payloads [from, from + n) of |e| as an event batch (borrowing the
  * slice array: nothing to release). */
-static fx_event_batch batch_of(const fx_envelope *e, bool shared, uint64_t sub_id, uint32_t from,
-                               uint32_t n)
+static fx_wire_event_batch batch_of(const fx_envelope *e, bool shared, uint64_t sub_id,
+                                    uint32_t from, uint32_t n)
 {
-    return (fx_event_batch){
+    return (fx_wire_event_batch){
         .shared = shared,
         .has_offsets = true,
         .subscription_id = sub_id,
@@ -111,16 +111,16 @@ static fx_event_batch batch_of(const fx_envelope *e, bool shared, uint64_t sub_i
     };
 }
 
-static int encode(const fx_event_batch *b, fx_buf **pframe)
+static int encode(const fx_wire_event_batch *b, fx_buf **pframe)
 {
-    ssize_t size = fx_event_batch_frame_size(b);
+    ssize_t size = fx_wire_event_batch_frame_size(b);
     if (size < 0)
         return (int)size;
     fx_buf *f;
     int rv = fx_buf_new(&f, (size_t)size);
     if (rv != 0)
         return rv;
-    ssize_t w = fx_event_batch_encode(b, fx_buf_data_mut(f), (size_t)size);
+    ssize_t w = fx_wire_event_batch_encode(b, fx_buf_data_mut(f), (size_t)size);
     if (w != size) {
         fx_buf_unref(f);
         return w < 0 ? (int)w : FX_EINTERNAL;
@@ -131,15 +131,15 @@ static int encode(const fx_event_batch *b, fx_buf **pframe)
 
 size_t fx_envelope_shared_frame_size(const fx_envelope *e)
 {
-    fx_event_batch b = batch_of(e, true, 0, 0, e->count);
-    ssize_t size = fx_event_batch_frame_size(&b);
+    fx_wire_event_batch b = batch_of(e, true, 0, 0, e->count);
+    ssize_t size = fx_wire_event_batch_frame_size(&b);
     return size < 0 ? SIZE_MAX : (size_t)size;
 }
 
 size_t fx_envelope_sub_frame_size(const fx_envelope *e, uint32_t from, uint32_t n)
 {
-    fx_event_batch b = batch_of(e, false, 0, from, n);
-    ssize_t size = fx_event_batch_frame_size(&b);
+    fx_wire_event_batch b = batch_of(e, false, 0, from, n);
+    ssize_t size = fx_wire_event_batch_frame_size(&b);
     return size < 0 ? SIZE_MAX : (size_t)size;
 }
 
@@ -147,7 +147,7 @@ int fx_envelope_shared_frame(fx_envelope *e, fx_buf **pframe)
 {
     fx_buf *f = atomic_load_explicit(&e->shared, memory_order_acquire);
     if (f == NULL) {
-        fx_event_batch b = batch_of(e, true, 0, 0, e->count);
+        fx_wire_event_batch b = batch_of(e, true, 0, 0, e->count);
         int rv = encode(&b, &f);
         if (rv != 0)
             return rv;
@@ -173,7 +173,7 @@ int fx_envelope_sub_frame(fx_envelope *e, uint64_t subscription_id, uint32_t fro
 {
     if (n == 0 || from >= e->count || n > e->count - from)
         return -EINVAL;
-    fx_event_batch b = batch_of(e, false, subscription_id, from, n);
+    fx_wire_event_batch b = batch_of(e, false, subscription_id, from, n);
     int rv = encode(&b, pframe);
     if (rv == 0)
         FX_COUNTER_INC(sub_frame_encodes);

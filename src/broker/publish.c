@@ -55,7 +55,7 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     uint64_t rid = 0;
     fx_wire_ack mode;
     fx_wire_err err;
-    if (acked && fx_publish_acked_prefix_decode(f->body, f->len, &rid, &mode, &err) != 0) {
+    if (acked && fx_wire_publish_acked_prefix_decode(f->body, f->len, &rid, &mode, &err) != 0) {
         fxb_bidi_fail(s, err.msg);
         return -1;
     }
@@ -64,7 +64,7 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     /* Decoded in place: the payloads are copied (or the decoder's buffer
      * taken) only when the frame's job is made (ingress.c). */
     fx_wire_publish_batch pb;
-    if (fx_publish_batch_decode(f->hdr.flags, f->body, f->len, &pb, &err) != 0) {
+    if (fx_wire_publish_batch_decode(f->hdr.flags, f->body, f->len, &pb, &err) != 0) {
         if (!acked) {
             fxb_bidi_fail(s, err.msg);
             return -1;
@@ -90,7 +90,7 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     } else {
         rv = fxb_ingress_add(s, h, f, &pb, acked, rid);
     }
-    fx_publish_batch_deinit(&pb);
+    fx_wire_publish_batch_deinit(&pb);
     return rv;
 }
 

@@ -75,14 +75,14 @@ static int encode_ack(fxb_reply *r, const char *err)
             fx_msg_init_publish_error(&m, r->request_id, err);
         return fxb_msg_frame(&m, &r->frame);
     }
-    fx_publish_ack a = {.ok = err == NULL, .request_id = r->request_id};
+    fx_wire_publish_ack a = {.ok = err == NULL, .request_id = r->request_id};
     if (err != NULL)
         a.message = (fx_wire_slice){(const uint8_t *)err, strlen(err)};
-    size_t n = fx_publish_ack_frame_size(&a);
+    size_t n = fx_wire_publish_ack_frame_size(&a);
     int rv = fx_buf_new(&r->frame, n);
     if (rv != 0)
         return rv;
-    ssize_t w = fx_publish_ack_encode(&a, fx_buf_data_mut(r->frame), n);
+    ssize_t w = fx_wire_publish_ack_encode(&a, fx_buf_data_mut(r->frame), n);
     return w < 0 ? (int)w : 0;
 }
 

@@ -187,8 +187,8 @@ int fx_broker_test_stream_placement(fx_broker *b, const char *tenant, const char
 static void activity_on_worker(void *arg)
 {
     fx_broker_test_worker_activity *a = arg;
-    /* This runs on the worker's thread, so "self" is that loop's shard. */
-    const fx_metrics_counters *c = &fx_metrics_shard_self()->c;
+    /* This runs on the worker's thread, so "self" is that loop's cell. */
+    const fx_metrics_counters *c = &fx_metrics_cell_self()->c;
     a->publish_ok = atomic_load_explicit(&c->publish_ok, memory_order_relaxed);
     a->enqueued = atomic_load_explicit(&c->sub_queue_enqueued, memory_order_relaxed);
     a->dequeued = atomic_load_explicit(&c->sub_queue_dequeued, memory_order_relaxed);

@@ -49,9 +49,9 @@ int fx_broker_test_stream_placement(fx_broker *b, const char *tenant, const char
                                     const char *stream, fx_broker_test_stream_where *out);
 
 /* What one worker loop's own thread has done so far, read on that thread
- * from its metrics shard (per-thread counters: each is bumped by the thread
+ * from its metrics cell (per-thread counters: each is bumped by the thread
  * that did the work, so a difference over a scenario says which loop ran
- * it). Values are cumulative over the thread's shard, which a later thread
+ * it). Values are cumulative over the thread's cell, which a later thread
  * may reuse: compare differences, never absolute values. */
 typedef struct fx_broker_test_worker_activity {
     uint64_t publish_ok; /* publish jobs appended and fanned out here */

@@ -17,14 +17,14 @@
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-uint64_t fx_client_deadline(int timeout_ms)
+uint64_t fxc_client_deadline(int timeout_ms)
 {
     if (timeout_ms < 0)
         return 0;
     return fx_now_ns() + (uint64_t)timeout_ms * FX_NS_PER_MS;
 }
 
-int fx_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns)
+int fxc_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns)
 {
     if (deadline_ns == 0) {
         pthread_cond_wait(cv, &c->mu);
@@ -42,7 +42,7 @@ int fx_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns)
     return rv == ETIMEDOUT ? FX_ETIMEDOUT : 0;
 }
 
-bool fx_client_post(fx_client *c, fx_task *t)
+bool fxc_client_post(fx_client *c, fx_task *t)
 {
     pthread_mutex_lock(&c->mu);
     bool ok = !c->closed;
@@ -52,7 +52,7 @@ bool fx_client_post(fx_client *c, fx_task *t)
     return ok;
 }
 
-int fx_client_cond_init(pthread_cond_t *cv)
+int fxc_client_cond_init(pthread_cond_t *cv)
 {
     pthread_condattr_t a;
     pthread_condattr_init(&a);
@@ -62,7 +62,7 @@ int fx_client_cond_init(pthread_cond_t *cv)
     return -rv;
 }
 
-int fx_client_send_copy(cconn *cc, int64_t sid, const void *p, size_t len, bool fin)
+int fxc_client_send_copy(cconn *cc, int64_t sid, const void *p, size_t len, bool fin)
 {
     if (cc->qc == NULL)
         return FX_ECLOSED;
@@ -75,33 +75,33 @@ int fx_client_send_copy(cconn *cc, int64_t sid, const void *p, size_t len, bool 
     return rv;
 }
 
-int fx_client_send_msg(cconn *cc, int64_t sid, const fx_msg *m, bool fin)
+int fxc_client_send_msg(cconn *cc, int64_t sid, const fx_msg *m, bool fin)
 {
     uint8_t *f = NULL;
     size_t n = 0;
     int rv = fx_msg_encode_frame(m, &f, &n);
     if (rv != 0)
         return rv;
-    rv = fx_client_send_copy(cc, sid, f, n, fin);
+    rv = fxc_client_send_copy(cc, sid, f, n, fin);
     free(f);
     return rv;
 }
 
-int fx_client_send_auth(cconn *cc, int64_t sid)
+int fxc_client_send_auth(cconn *cc, int64_t sid)
 {
     fx_msg m;
     fx_msg_init_auth(&m, cc->c->o.tenant, cc->c->o.token, true, FX_CLIENT_FLAGS);
-    return fx_client_send_msg(cc, sid, &m, false);
+    return fxc_client_send_msg(cc, sid, &m, false);
 }
 
-void fx_client_ref(fx_client *c)
+void fxc_client_ref(fx_client *c)
 {
     atomic_fetch_add(&c->refs, 1);
 }
 
 static void client_free(fx_client *c)
 {
-    fx_pub_deinit(c);
+    fxc_pub_deinit(c);
     for (size_t i = 0; i < c->nconns; i++)
         free(c->conns[i]);
     free(c->conns);
@@ -112,7 +112,7 @@ static void client_free(fx_client *c)
     free(c);
 }
 
-void fx_client_unref(fx_client *c)
+void fxc_client_unref(fx_client *c)
 {
     if (c != NULL && atomic_fetch_sub(&c->refs, 1) == 1)
         client_free(c);
@@ -129,15 +129,15 @@ static void on_handshake_done(fx_quic_conn *qc, void *user)
     cc->backoff_ms = 0; /* a success resets the backoff */
     if (cc->gen > 0)
         atomic_fetch_add(&cc->c->reconnects, 1);
-    fx_pub_conn_ready(cc->c, cc);
-    fx_sub_conn_ready(cc->c, cc);
+    fxc_pub_conn_ready(cc->c, cc);
+    fxc_sub_conn_ready(cc->c, cc);
 }
 
 static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
 {
     cconn *cc = user;
     if ((sid & 0x2) != 0) {
-        fx_evs_open(cc, sid);
+        fxc_evs_open(cc, sid);
         return;
     }
     /* The broker never opens bidi streams towards a client. */
@@ -155,13 +155,13 @@ static void on_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, s
     }
     switch (*(int *)su) {
     case SK_WORKER:
-        fx_pub_on_data(su, data, len, fin);
+        fxc_pub_on_data(su, data, len, fin);
         break;
     case SK_SUBREQ:
-        fx_sub_on_req_data(su, data, len, fin);
+        fxc_sub_on_req_data(su, data, len, fin);
         break;
     case SK_EVENTS:
-        fx_evs_on_data(su, data, len, fin);
+        fxc_evs_on_data(su, data, len, fin);
         break;
     }
 }
@@ -174,13 +174,13 @@ static void on_stream_close(fx_quic_conn *qc, int64_t sid, bool reset, uint64_t 
         return;
     switch (*(int *)su) {
     case SK_WORKER:
-        fx_pub_on_close(su, reset, code);
+        fxc_pub_on_close(su, reset, code);
         break;
     case SK_SUBREQ:
-        fx_sub_on_req_close(su, reset, code);
+        fxc_sub_on_req_close(su, reset, code);
         break;
     case SK_EVENTS:
-        fx_evs_on_close(su, reset, code);
+        fxc_evs_on_close(su, reset, code);
         break;
     }
 }
@@ -189,7 +189,7 @@ static void on_writable(fx_quic_conn *qc, void *user)
 {
     (void)qc;
     cconn *cc = user;
-    fx_pub_conn_ready(cc->c, cc);
+    fxc_pub_conn_ready(cc->c, cc);
 }
 
 static int close_reason(const fx_quic_close_info *info)
@@ -250,8 +250,8 @@ static void retry_fire(fx_loop *l, fx_timer *t, void *user)
         cc->state = CS_CLOSED;
         cc->close_rv = rv;
         snprintf(cc->close_text, sizeof(cc->close_text), "reconnect: %s", fx_strerror(rv));
-        fx_pub_conn_closed(c, cc, rv, cc->close_text, false);
-        fx_sub_conn_closed(c, cc, rv, cc->close_text, false);
+        fxc_pub_conn_closed(c, cc, rv, cc->close_text, false);
+        fxc_sub_conn_closed(c, cc, rv, cc->close_text, false);
     }
 }
 
@@ -274,8 +274,8 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
         FX_LOG_WARN("client", "connection to %s lost (%s): reconnecting", c->o.server,
                     cc->close_text);
     cc->state = retry ? CS_RETRY : CS_CLOSED;
-    fx_pub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
-    fx_sub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
+    fxc_pub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
+    fxc_sub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
     pthread_mutex_lock(&c->mu);
     if (c->connect_rv == 1 && cc == c->conns[0]) {
         c->connect_rv = cc->close_rv;
@@ -296,7 +296,7 @@ static const fx_quic_callbacks CBS = {
 
 /* ---- connections ---------------------------------------------------------------- */
 
-cconn *fx_client_conn(fx_client *c, size_t i)
+cconn *fxc_client_conn(fx_client *c, size_t i)
 {
     cconn *cc = c->conns[i];
     if (cc != NULL)
@@ -317,7 +317,7 @@ cconn *fx_client_conn(fx_client *c, size_t i)
 }
 
 /* Called by publish.c when worker 0 finished its auth during connect. */
-void fx_client_on_first_auth(fx_client *c, int rv, uint16_t flags, const char *text)
+void fxc_client_on_first_auth(fx_client *c, int rv, uint16_t flags, const char *text)
 {
     pthread_mutex_lock(&c->mu);
     if (c->connect_rv == 1) {
@@ -336,17 +336,17 @@ static void connect_task(fx_loop *l, fx_task *t, void *user)
     fx_client *c = user;
     int rv = fx_quic_client_new(&c->ep, c->loop, &c->qo, &CBS, c);
     if (rv == 0) {
-        cconn *cc = fx_client_conn(c, 0);
+        cconn *cc = fxc_client_conn(c, 0);
         rv = cc == NULL ? -ENOMEM : cc->close_rv;
     }
     if (rv != 0)
-        fx_client_on_first_auth(c, rv, 0, fx_strerror(rv));
+        fxc_client_on_first_auth(c, rv, 0, fx_strerror(rv));
 }
 
 static void fin_task(fx_loop *l, fx_task *t, void *user)
 {
     (void)l, (void)t;
-    fx_pub_finish(user);
+    fxc_pub_finish(user);
 }
 
 static void close_task(fx_loop *l, fx_task *t, void *user)
@@ -359,8 +359,8 @@ static void close_task(fx_loop *l, fx_task *t, void *user)
         if (c->conns[i] != NULL)
             fx_loop_timer_cancel(c->loop, &c->conns[i]->retry);
     }
-    fx_pub_shutdown(c);
-    fx_sub_shutdown(c);
+    fxc_pub_shutdown(c);
+    fxc_sub_shutdown(c);
     fx_quic_endpoint_free(c->ep);
     c->ep = NULL;
     pthread_mutex_lock(&c->mu);
@@ -377,23 +377,23 @@ static int resolve(fx_client *c, const char *server)
     char host[256];
     const char *colon = strrchr(server, ':');
     if (colon == NULL || colon == server || colon[1] == '\0')
-        return fx_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port", server);
+        return fxc_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port", server);
     size_t hl = (size_t)(colon - server);
     if (server[0] == '[' && hl >= 2 && server[hl - 1] == ']')
         server++, hl -= 2;
     if (hl >= sizeof(host))
-        return fx_client_set_error(FX_ECONFIG, "option server: host too long");
+        return fxc_client_set_error(FX_ECONFIG, "option server: host too long");
     memcpy(host, server, hl);
     host[hl] = '\0';
     char *end = NULL;
     long port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || port <= 0 || port > 65535)
-        return fx_client_set_error(FX_ECONFIG, "option server: bad port in '%s'", server);
+        return fxc_client_set_error(FX_ECONFIG, "option server: bad port in '%s'", server);
     struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
     int g = getaddrinfo(host, NULL, &hints, &res);
     if (g != 0)
-        return fx_client_set_error(FX_ECONFIG, "option server: cannot resolve '%s': %s", host,
-                                   gai_strerror(g));
+        return fxc_client_set_error(FX_ECONFIG, "option server: cannot resolve '%s': %s", host,
+                                    gai_strerror(g));
     const void *a = res->ai_family == AF_INET6
                         ? (const void *)&((struct sockaddr_in6 *)res->ai_addr)->sin6_addr
                         : (const void *)&((struct sockaddr_in *)res->ai_addr)->sin_addr;
@@ -420,7 +420,7 @@ static int own_strings(fx_client *c)
     fx_client_opts *o = &c->o;
     char host[256];
     if (o->server_name == NULL || o->server_name[0] == '\0') {
-        int rv = fx_client_server_host(o->server, host, sizeof(host));
+        int rv = fxc_client_server_host(o->server, host, sizeof(host));
         if (rv != 0)
             return rv;
         o->server_name = host;
@@ -449,9 +449,9 @@ static int transport_opts(fx_client *c)
 {
     fx_quic_opts_default(&c->qo);
     if (fx_quic_opts_from_env(&c->qo) != 0)
-        return fx_client_set_error(FX_ECONFIG,
-                                   "invalid FELIX_UDP_*/FELIX_*_MTU/FELIX_MAX_UDP_PAYLOAD "
-                                   "variable in the environment");
+        return fxc_client_set_error(FX_ECONFIG,
+                                    "invalid FELIX_UDP_*/FELIX_*_MTU/FELIX_MAX_UDP_PAYLOAD "
+                                    "variable in the environment");
     c->qo.idle_timeout_ns = (uint64_t)c->o.idle_timeout_ms * FX_NS_PER_MS;
     c->qo.keepalive_ns = (uint64_t)c->o.keepalive_ms * FX_NS_PER_MS;
     c->qo.handshake_timeout_ns = (uint64_t)c->o.connect_timeout_ms * FX_NS_PER_MS;
@@ -473,7 +473,7 @@ static int client_new(fx_client **pc, const fx_client_opts *o)
         return -ENOMEM;
     atomic_init(&c->refs, 1);
     atomic_init(&c->next_request_id, 1);
-    int rv = fx_client_opts_check(o, &c->o);
+    int rv = fxc_client_opts_check(o, &c->o);
     if (rv == 0)
         rv = own_strings(c);
     if (rv == 0)
@@ -487,13 +487,13 @@ static int client_new(fx_client **pc, const fx_client_opts *o)
         free(c);
         return rv;
     }
-    fx_client_cond_init(&c->cv);
+    fxc_client_cond_init(&c->cv);
     fx_task_init(&c->connect_task, connect_task, c);
     fx_task_init(&c->close_task, close_task, c);
     fx_task_init(&c->fin_task, fin_task, c);
     rv = fx_budget_init(&c->budget, c->o.publish_inflight_bytes, NULL);
     if (rv == 0)
-        rv = fx_pub_init(c);
+        rv = fxc_pub_init(c);
     if (rv != 0) {
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
@@ -519,18 +519,18 @@ static void client_teardown(fx_client *c)
     fx_loop_post(c->loop, &c->close_task);
     pthread_mutex_lock(&c->mu);
     while (!c->close_done)
-        fx_client_wait(c, &c->cv, 0);
+        fxc_client_wait(c, &c->cv, 0);
     pthread_mutex_unlock(&c->mu);
-    fx_rt_release();
-    fx_client_unref(c);
+    fxc_rt_release();
+    fxc_client_unref(c);
 }
 
 static int wait_connected(fx_client *c)
 {
-    uint64_t deadline = fx_client_deadline(c->o.connect_timeout_ms);
+    uint64_t deadline = fxc_client_deadline(c->o.connect_timeout_ms);
     pthread_mutex_lock(&c->mu);
     while (c->connect_rv == 1) {
-        if (fx_client_wait(c, &c->cv, deadline) == FX_ETIMEDOUT && c->connect_rv == 1) {
+        if (fxc_client_wait(c, &c->cv, deadline) == FX_ETIMEDOUT && c->connect_rv == 1) {
             c->connect_rv = FX_ETIMEDOUT;
             snprintf(c->connect_msg, sizeof(c->connect_msg), "connect to %s timed out after %d ms",
                      c->o.server, c->o.connect_timeout_ms);
@@ -538,7 +538,7 @@ static int wait_connected(fx_client *c)
     }
     int rv = c->connect_rv;
     if (rv != 0) /* the text was written on the loop: copy it to this thread */
-        fx_client_set_error(rv, "%s", c->connect_msg);
+        fxc_client_set_error(rv, "%s", c->connect_msg);
     pthread_mutex_unlock(&c->mu);
     return rv;
 }
@@ -548,15 +548,15 @@ int fx_client_connect(fx_client **pc, const fx_client_opts *o)
     if (pc == NULL)
         return -EINVAL;
     *pc = NULL;
-    if (fx_rt_is_current())
+    if (fxc_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
     fx_client *c = NULL;
     int rv = client_new(&c, o);
     if (rv != 0)
         return rv;
-    rv = fx_rt_acquire(&c->loop);
+    rv = fxc_rt_acquire(&c->loop);
     if (rv != 0) {
-        fx_client_unref(c);
+        fxc_client_unref(c);
         return rv;
     }
     c->connect_rv = 1;
@@ -583,12 +583,12 @@ static int finish_streams(fx_client *c, uint64_t deadline_ns)
     c->fin_left = -1;
     c->fin_rv = 0;
     pthread_mutex_unlock(&c->mu);
-    if (!fx_client_post(c, &c->fin_task))
+    if (!fxc_client_post(c, &c->fin_task))
         return FX_ECLOSED;
     int rv = 0;
     pthread_mutex_lock(&c->mu);
     while (c->fin_left != 0 && rv == 0)
-        rv = fx_client_wait(c, &c->cv, deadline_ns);
+        rv = fxc_client_wait(c, &c->cv, deadline_ns);
     if (c->fin_left == 0)
         rv = c->fin_rv;
     pthread_mutex_unlock(&c->mu);
@@ -599,9 +599,9 @@ int fx_client_close(fx_client *c, int timeout_ms)
 {
     if (c == NULL)
         return 0;
-    if (fx_rt_is_current())
+    if (fxc_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
-    uint64_t deadline = fx_client_deadline(timeout_ms);
+    uint64_t deadline = fxc_client_deadline(timeout_ms);
     atomic_store(&c->pub_closing, true); /* new publishes fail FX_ECLOSED */
     int rv = fx_flush(c, timeout_ms);
     if (rv == 0)

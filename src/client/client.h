@@ -32,24 +32,24 @@
  * them on first use (FELIX_CLIENT_LOOPS of them), and gives out the next one
  * round-robin. Returns 0 and the loop in |*ploop|, or -EINVAL (bad
  * FELIX_CLIENT_LOOPS, error text set), -errno or -ENOMEM. */
-int fx_rt_acquire(fx_loop **ploop);
+int fxc_rt_acquire(fx_loop **ploop);
 /* Drops a reference; the last one stops and frees the loops. Not on one. */
-void fx_rt_release(void);
+void fxc_rt_release(void);
 /* True on any client loop's thread. Any thread. */
-bool fx_rt_is_current(void);
+bool fxc_rt_is_current(void);
 
 /* ---- errors (opts.c) ------------------------------------------------------- */
 
 /* Sets this thread's last error text (printf) and returns |rv|. */
-int fx_client_set_error(int rv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int fxc_client_set_error(int rv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Maps a broker error text to a code (stream not found, forbidden, ...). */
-int fx_client_map_remote(const char *msg);
+int fxc_client_map_remote(const char *msg);
 /* Validates |o| and fills defaults for zero fields into |out|. */
-int fx_client_opts_check(const fx_client_opts *o, fx_client_opts *out);
+int fxc_client_opts_check(const fx_client_opts *o, fx_client_opts *out);
 /* Writes the host part of |server| ("host:port", "[v6]:port", brackets
  * removed) into |host| (|cap| bytes): the default server_name. Returns 0 or
  * FX_ECONFIG with the error text set. */
-int fx_client_server_host(const char *server, char *host, size_t cap);
+int fxc_client_server_host(const char *server, char *host, size_t cap);
 
 /* ---- objects -------------------------------------------------------------- */
 
@@ -90,12 +90,12 @@ struct preq {
     preq *next;           /* pending-table chain (loop) */
     preq *fnext, *fprev;  /* loop: the worker's pending list in send order */
     preq *grp;            /* loop: the next request whose message shares this frame */
-    int rv;        /* mu */
-    bool done;     /* mu */
-    bool answered; /* loop: the broker answered (acked publishes) */
-    bool sent;     /* loop: frame released by QUIC */
-    bool acked;    /* needs an answer */
-    fx_ack_cb cb;  /* async completion, run on the loop */
+    int rv;               /* mu */
+    bool done;            /* mu */
+    bool answered;        /* loop: the broker answered (acked publishes) */
+    bool sent;            /* loop: frame released by QUIC */
+    bool acked;           /* needs an answer */
+    fx_ack_cb cb;         /* async completion, run on the loop */
     void *user;
     char msg[256]; /* mu: broker text on failure */
 };
@@ -103,7 +103,7 @@ struct preq {
 /* One encoded frame on its way: admitted at checkpoint 1 (|permit|), queued
  * at checkpoint 2, sent by the loop. Wrapped in an fx_buf when it is sent
  * (a publish merged into another frame never is); the release (of the
- * fx_buf, or fx_pub_job_put before) frees it and gives the permit back. */
+ * fx_buf, or fxc_pub_job_put before) frees it and gives the permit back. */
 typedef struct pjob {
     fx_client *c;
     fx_permit permit;
@@ -116,8 +116,8 @@ typedef struct pjob {
     uint32_t entries_off; /* binary: offset of the first payload entry */
     uint8_t wack;         /* fx_wire_ack */
     bool merge;           /* a binary batch others may be merged with */
-    cconn *sent_on;    /* loop: the connection QUIC took the frame on, or NULL */
-    uint32_t sent_gen; /* loop: its generation then */
+    cconn *sent_on;       /* loop: the connection QUIC took the frame on, or NULL */
+    uint32_t sent_gen;    /* loop: its generation then */
     fx_buf *buf;
     size_t len;
     uint8_t frame[];
@@ -207,8 +207,8 @@ struct fx_subscription {
 
 /* One received event batch, owned by the subscription queue. */
 typedef struct sbatch {
-    fx_event_batch eb; /* slices point into |body| */
-    size_t credit;     /* frame bytes to grant back when consumed (BLOCK) */
+    fx_wire_event_batch eb; /* slices point into |body| */
+    size_t credit;          /* frame bytes to grant back when consumed (BLOCK) */
     uint8_t body[];
 } sbatch;
 
@@ -278,83 +278,83 @@ struct fx_client {
 };
 
 /* ---- client.c ------------------------------------------------------------- */
-void fx_client_ref(fx_client *c);
-void fx_client_unref(fx_client *c);
+void fxc_client_ref(fx_client *c);
+void fxc_client_unref(fx_client *c);
 /* Opens (lazily) publish connection |i|. Loop. */
-cconn *fx_client_conn(fx_client *c, size_t i);
+cconn *fxc_client_conn(fx_client *c, size_t i);
 /* Sends |len| bytes copied from |p| on |sid| of |cc|. Loop. */
-int fx_client_send_copy(cconn *cc, int64_t sid, const void *p, size_t len, bool fin);
+int fxc_client_send_copy(cconn *cc, int64_t sid, const void *p, size_t len, bool fin);
 /* Encodes |m| as a frame and sends it. Loop. */
-int fx_client_send_msg(cconn *cc, int64_t sid, const fx_msg *m, bool fin);
+int fxc_client_send_msg(cconn *cc, int64_t sid, const fx_msg *m, bool fin);
 /* Sends this client's auth frame on |sid|. Loop. */
-int fx_client_send_auth(cconn *cc, int64_t sid);
+int fxc_client_send_auth(cconn *cc, int64_t sid);
 /* Worker 0's auth finished during connect: |rv| 0 with |flags|, or the
  * failure and its text. Loop. */
-void fx_client_on_first_auth(fx_client *c, int rv, uint16_t flags, const char *text);
+void fxc_client_on_first_auth(fx_client *c, int rv, uint16_t flags, const char *text);
 /* Initializes |cv| on CLOCK_MONOTONIC. Returns 0 or -errno. */
-int fx_client_cond_init(pthread_cond_t *cv);
+int fxc_client_cond_init(pthread_cond_t *cv);
 /* Waits on c->cv (mu held) until |deadline_ns| (0 = forever). Returns 0 or
  * FX_ETIMEDOUT. */
-int fx_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns);
-uint64_t fx_client_deadline(int timeout_ms);
+int fxc_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns);
+uint64_t fxc_client_deadline(int timeout_ms);
 /* Posts |t| to the client loop unless the client is closed (then the loop
  * may be gone). Returns true if posted. User threads. */
-bool fx_client_post(fx_client *c, fx_task *t);
+bool fxc_client_post(fx_client *c, fx_task *t);
 
 /* ---- publish.c ------------------------------------------------------------ */
-int fx_pub_init(fx_client *c);
-void fx_pub_deinit(fx_client *c);
+int fxc_pub_init(fx_client *c);
+void fxc_pub_deinit(fx_client *c);
 /* A publish connection became ready or writable: drain its workers. Loop. */
-void fx_pub_conn_ready(fx_client *c, cconn *cc);
+void fxc_pub_conn_ready(fx_client *c, cconn *cc);
 /* A connection closed: fail what its workers had in flight. When |retry|
  * (a reconnect is scheduled), queued publishes wait for it instead of
  * failing. Loop. */
-void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry);
-void fx_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin);
-void fx_pub_on_close(pworker *w, bool reset, uint64_t code);
+void fxc_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry);
+void fxc_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin);
+void fxc_pub_on_close(pworker *w, bool reset, uint64_t code);
 /* Fails and drains everything (close path). Loop. */
-void fx_pub_shutdown(fx_client *c);
+void fxc_pub_shutdown(fx_client *c);
 /* Starts the close handshake on every live publish stream (fin_task): each
  * FINs after its queue and counts down c->fin_left when the broker FINs back
  * or the stream fails. Loop. */
-void fx_pub_finish(fx_client *c);
+void fxc_pub_finish(fx_client *c);
 
 /* Loop-internal helpers of publish.c used by coalesce.c. */
-pjob *fx_pub_job_alloc(fx_client *c, size_t len);
+pjob *fxc_pub_job_alloc(fx_client *c, size_t len);
 /* Drops the holder's reference on |j| (releases it unless QUIC holds its
  * frame). */
-void fx_pub_job_put(pjob *j);
+void fxc_pub_job_put(pjob *j);
 
 /* ---- coalesce.c ----------------------------------------------------------- */
 /* Natural batching of one worker's queue. Loop. */
 /* Whether |j| may join the frame being built on |w|. */
-bool fx_coalesce_fits(const pworker *w, const pjob *j);
-/* Appends |j| (fx_coalesce_fits, or the group is empty) to the group. */
-void fx_coalesce_add(pworker *w, pjob *j);
+bool fxc_coalesce_fits(const pworker *w, const pjob *j);
+/* Appends |j| (fxc_coalesce_fits, or the group is empty) to the group. */
+void fxc_coalesce_add(pworker *w, pjob *j);
 /* True when nothing more can join the group (bounds reached, |w->next|
  * waiting, or a job that cannot be merged). */
-bool fx_coalesce_full(const pworker *w);
+bool fxc_coalesce_full(const pworker *w);
 /* Takes the group as one frame into |*pj|: its single job as is, or a new
  * merged job carrying every part's budget permit and request (chained by
  * grp); the parts are released. Never fails: without memory for the merge
  * it takes the first job alone and leaves the rest grouped. */
-void fx_coalesce_take(pworker *w, pjob **pj);
+void fxc_coalesce_take(pworker *w, pjob **pj);
 /* Calls |fn| on every job the group and |w->next| hold and empties them. */
-void fx_coalesce_drain(pworker *w, void (*fn)(pjob *j, void *user), void *user);
+void fxc_coalesce_drain(pworker *w, void (*fn)(pjob *j, void *user), void *user);
 
 /* ---- subscribe.c ---------------------------------------------------------- */
-void fx_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin);
-void fx_sub_on_req_close(fx_subscription *s, bool reset, uint64_t code);
-void fx_evs_open(cconn *cc, int64_t sid);
-void fx_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin);
-void fx_evs_on_close(evs *e, bool reset, uint64_t code);
+void fxc_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin);
+void fxc_sub_on_req_close(fx_subscription *s, bool reset, uint64_t code);
+void fxc_evs_open(cconn *cc, int64_t sid);
+void fxc_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin);
+void fxc_evs_on_close(evs *e, bool reset, uint64_t code);
 /* A connection closed: frees its event streams; ends its subscriptions, or
  * when |retry| marks them to subscribe again once it is back. Loop. */
-void fx_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry);
+void fxc_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry);
 /* A (re-established) connection is ready: re-subscribe what it lost. Loop. */
-void fx_sub_conn_ready(fx_client *c, cconn *cc);
+void fxc_sub_conn_ready(fx_client *c, cconn *cc);
 /* Ends every subscription (close path). Loop. */
-void fx_sub_shutdown(fx_client *c);
-void fx_sub_unref(fx_subscription *s);
+void fxc_sub_shutdown(fx_client *c);
+void fxc_sub_unref(fx_subscription *s);
 
 #endif

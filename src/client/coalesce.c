@@ -32,7 +32,7 @@ static size_t bytes_cap(const fx_client *c, const pjob *h)
     return cap < room ? cap : room;
 }
 
-bool fx_coalesce_fits(const pworker *w, const pjob *j)
+bool fxc_coalesce_fits(const pworker *w, const pjob *j)
 {
     const pjob *h = w->ghead;
     if (h == NULL)
@@ -46,7 +46,7 @@ bool fx_coalesce_fits(const pworker *w, const pjob *j)
            memcmp(h->frame + h->names_off, j->frame + j->names_off, names_len(h)) == 0;
 }
 
-void fx_coalesce_add(pworker *w, pjob *j)
+void fxc_coalesce_add(pworker *w, pjob *j)
 {
     j->gnext = NULL;
     if (w->gtail != NULL)
@@ -59,7 +59,7 @@ void fx_coalesce_add(pworker *w, pjob *j)
     w->gbytes += j->merge ? entry_bytes(j) : j->len;
 }
 
-bool fx_coalesce_full(const pworker *w)
+bool fxc_coalesce_full(const pworker *w)
 {
     const pjob *h = w->ghead;
     if (h == NULL)
@@ -128,19 +128,19 @@ static void absorb_parts(pworker *w, pjob *m)
             tail = &j->req->grp;
             j->req = NULL;
         }
-        fx_pub_job_put(j); /* nothing left to give back: frees the part */
+        fxc_pub_job_put(j); /* nothing left to give back: frees the part */
     }
     *tail = NULL;
 }
 
-void fx_coalesce_take(pworker *w, pjob **pj)
+void fxc_coalesce_take(pworker *w, pjob **pj)
 {
     if (w->gjobs == 1) {
         *pj = take_first(w);
         return;
     }
     const pjob *h = w->ghead;
-    pjob *m = fx_pub_job_alloc(w->c, h->entries_off + w->gbytes);
+    pjob *m = fxc_pub_job_alloc(w->c, h->entries_off + w->gbytes);
     if (m != NULL)
         write_merged(w, m);
     if (m == NULL) {
@@ -152,7 +152,7 @@ void fx_coalesce_take(pworker *w, pjob **pj)
     *pj = m;
 }
 
-void fx_coalesce_drain(pworker *w, void (*fn)(pjob *j, void *user), void *user)
+void fxc_coalesce_drain(pworker *w, void (*fn)(pjob *j, void *user), void *user)
 {
     pjob *j = w->ghead;
     group_reset(w);

@@ -15,7 +15,7 @@
 
 static _Thread_local char tls_err[512];
 
-int fx_client_set_error(int rv, const char *fmt, ...)
+int fxc_client_set_error(int rv, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -32,7 +32,7 @@ size_t fx_client_last_error(const fx_client *c, char *buf, size_t len)
     return strlen(tls_err);
 }
 
-int fx_client_map_remote(const char *msg)
+int fxc_client_map_remote(const char *msg)
 {
     if (msg == NULL)
         return FX_EREMOTE;
@@ -83,7 +83,7 @@ void fx_client_opts_init(fx_client_opts *o)
 
 static int bad_env(const char *name, const char *val, const char *want)
 {
-    fx_client_set_error(FX_ECONFIG, "%s: %s, got '%s'", name, want, val);
+    fxc_client_set_error(FX_ECONFIG, "%s: %s, got '%s'", name, want, val);
     FX_LOG_ERROR("client", "%s: %s, got '%s'", name, want, val);
     return FX_ECONFIG;
 }
@@ -217,7 +217,7 @@ int fx_client_opts_from_env(fx_client_opts *o)
 
 static int bad_opt(const char *field, const char *why)
 {
-    return fx_client_set_error(FX_ECONFIG, "option %s: %s", field, why);
+    return fxc_client_set_error(FX_ECONFIG, "option %s: %s", field, why);
 }
 
 /* Copies |o| into |out| field by field up to o->size, so an older caller's
@@ -265,17 +265,17 @@ static void fill_zero_defaults(fx_client_opts *o)
         o->token = d.token;
 }
 
-int fx_client_server_host(const char *server, char *host, size_t cap)
+int fxc_client_server_host(const char *server, char *host, size_t cap)
 {
     const char *colon = server != NULL ? strrchr(server, ':') : NULL;
     if (colon == NULL || colon == server || colon[1] == '\0')
-        return fx_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port",
-                                   server != NULL ? server : "(null)");
+        return fxc_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port",
+                                    server != NULL ? server : "(null)");
     size_t hl = (size_t)(colon - server);
     if (server[0] == '[' && hl >= 2 && server[hl - 1] == ']')
         server++, hl -= 2;
     if (hl == 0 || hl >= cap)
-        return fx_client_set_error(FX_ECONFIG, "option server: host empty or too long");
+        return fxc_client_set_error(FX_ECONFIG, "option server: host empty or too long");
     memcpy(host, server, hl);
     host[hl] = '\0';
     return 0;
@@ -305,7 +305,7 @@ static int check_publish(const fx_client_opts *o)
     return 0;
 }
 
-int fx_client_opts_check(const fx_client_opts *o, fx_client_opts *out)
+int fxc_client_opts_check(const fx_client_opts *o, fx_client_opts *out)
 {
     int rv = opts_copy(o, out);
     if (rv != 0)

@@ -42,7 +42,7 @@ static void req_finish(fx_client *c, preq *r, int rv, const char *msg)
     pthread_mutex_unlock(&c->mu);
     pthread_cond_broadcast(&c->cv); /* after the unlock: see wake_consumer */
     if (r->cb != NULL) {
-        fx_client_set_error(rv, "%s", r->msg);
+        fxc_client_set_error(rv, "%s", r->msg);
         r->cb(r->user, rv);
     }
     if (r->acked)
@@ -198,7 +198,7 @@ static void job_put(pjob *j)
         job_release(j->frame, j->len, j);
 }
 
-void fx_pub_job_put(pjob *j)
+void fxc_pub_job_put(pjob *j)
 {
     job_put(j);
 }
@@ -268,13 +268,13 @@ static void worker_fail(pworker *w, int rv, const char *msg)
         job_fail(w->held, rv, msg);
         w->held = NULL;
     }
-    fx_coalesce_drain(w, job_fail_cb, &(failwhy){.rv = rv, .msg = msg});
+    fxc_coalesce_drain(w, job_fail_cb, &(failwhy){.rv = rv, .msg = msg});
     fx_loop_timer_cancel(w->c->loop, &w->linger);
     void *it;
     while (fx_queue_pop(&w->q, &it) == 0)
         job_fail(it, rv, msg);
     if (w->index == 0)
-        fx_client_on_first_auth(w->c, rv, 0, msg);
+        fxc_client_on_first_auth(w->c, rv, 0, msg);
     fin_done(w, rv);
 }
 
@@ -295,7 +295,7 @@ static void worker_lost(pworker *w, int rv, const char *msg)
 static void worker_open(pworker *w)
 {
     fx_client *c = w->c;
-    cconn *cc = fx_client_conn(c, w->index / c->o.publish_streams_per_conn);
+    cconn *cc = fxc_client_conn(c, w->index / c->o.publish_streams_per_conn);
     if (cc == NULL) {
         worker_fail(w, -ENOMEM, "out of memory");
         return;
@@ -309,7 +309,7 @@ static void worker_open(pworker *w)
     }
     int rv = fx_quic_conn_open_bidi(cc->qc, w, &w->sid);
     if (rv == 0)
-        rv = fx_client_send_auth(cc, w->sid);
+        rv = fxc_client_send_auth(cc, w->sid);
     if (rv != 0) {
         worker_fail(w, rv, fx_strerror(rv));
         return;
@@ -333,8 +333,8 @@ static void send_fin(pworker *w)
  * fx_client_close past its check fails here, counted as lost. */
 static void fail_after_fin(pworker *w)
 {
-    fx_coalesce_drain(w, job_fail_cb,
-                      &(failwhy){.rv = FX_ECLOSED, .msg = "client closed", .count_lost = true});
+    fxc_coalesce_drain(w, job_fail_cb,
+                       &(failwhy){.rv = FX_ECLOSED, .msg = "client closed", .count_lost = true});
     void *it;
     while (fx_queue_pop(&w->q, &it) == 0) {
         pjob *j = it;
@@ -350,14 +350,14 @@ static void fill_group(pworker *w)
     if (w->next != NULL && w->ghead == NULL) {
         pjob *n = w->next;
         w->next = NULL;
-        fx_coalesce_add(w, n);
+        fxc_coalesce_add(w, n);
     }
-    while (!fx_coalesce_full(w)) {
+    while (!fxc_coalesce_full(w)) {
         void *it;
         if (fx_queue_pop(&w->q, &it) != 0)
             return;
-        if (fx_coalesce_fits(w, it))
-            fx_coalesce_add(w, it);
+        if (fxc_coalesce_fits(w, it))
+            fxc_coalesce_add(w, it);
         else
             w->next = it;
     }
@@ -380,7 +380,7 @@ static bool next_frame(pworker *w, pjob **pj)
         bool busy = fx_quic_stream_is_sending(w->conn->qc, w->sid);
         fill_group(w);
         if (w->ghead != NULL) {
-            bool full = fx_coalesce_full(w);
+            bool full = fxc_coalesce_full(w);
             if (busy && !full)
                 return false;
             uint64_t due = w->ghead->enq_ns + (uint64_t)c->o.publish_linger_us * FX_NS_PER_US;
@@ -391,7 +391,7 @@ static bool next_frame(pworker *w, pjob **pj)
                 (fx_timer_is_armed(&w->linger) || fx_loop_timer_arm(c->loop, &w->linger, due) == 0))
                 return false; /* without memory for the timer: send now */
             fx_loop_timer_cancel(c->loop, &w->linger);
-            fx_coalesce_take(w, pj);
+            fxc_coalesce_take(w, pj);
             return true;
         }
     }
@@ -483,7 +483,7 @@ static void linger_fire(fx_loop *l, fx_timer *t, void *user)
     worker_kick(user);
 }
 
-void fx_pub_conn_ready(fx_client *c, cconn *cc)
+void fxc_pub_conn_ready(fx_client *c, cconn *cc)
 {
     for (size_t i = 0; i < c->nworkers; i++) {
         pworker *w = &c->workers[i];
@@ -501,7 +501,7 @@ void fx_pub_conn_ready(fx_client *c, cconn *cc)
     }
 }
 
-void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry)
+void fxc_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry)
 {
     for (size_t i = 0; i < c->nworkers; i++) {
         pworker *w = &c->workers[i];
@@ -514,7 +514,7 @@ void fx_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool 
     }
 }
 
-void fx_pub_finish(fx_client *c)
+void fxc_pub_finish(fx_client *c)
 {
     /* Counted before any FIN goes out, so the count cannot reach zero early. */
     int n = 0;
@@ -537,7 +537,7 @@ void fx_pub_finish(fx_client *c)
     }
 }
 
-void fx_pub_shutdown(fx_client *c)
+void fxc_pub_shutdown(fx_client *c)
 {
     for (size_t i = 0; i < c->nworkers; i++) {
         worker_fail(&c->workers[i], FX_ECLOSED, "client closed");
@@ -563,7 +563,7 @@ static void on_auth_reply(pworker *w, const fx_msg *m)
     }
     w->state = 2;
     if (w->index == 0)
-        fx_client_on_first_auth(w->c, 0, flags, "");
+        fxc_client_on_first_auth(w->c, 0, flags, "");
     worker_send(w);
 }
 
@@ -583,7 +583,7 @@ static void answer(pworker *w, uint64_t id, bool ok, const char *text)
     }
     char msg[256];
     snprintf(msg, sizeof(msg), "publish failed: %s", text);
-    req_finish_all(w->c, r, fx_client_map_remote(text), msg);
+    req_finish_all(w->c, r, fxc_client_map_remote(text), msg);
 }
 
 static void on_json(pworker *w, const fx_msg *m)
@@ -600,7 +600,7 @@ static void on_json(pworker *w, const fx_msg *m)
         /* No request id: every request pending on this stream fails. */
         char msg[256];
         snprintf(msg, sizeof(msg), "publish failed: %s", m->message);
-        worker_fail(w, fx_client_map_remote(m->message), msg);
+        worker_fail(w, fxc_client_map_remote(m->message), msg);
     } else {
         worker_fail(w, FX_EPROTO, "unexpected message on publish stream");
     }
@@ -618,8 +618,8 @@ static void on_frame(pworker *w, const fx_frame *f)
         on_json(w, &m);
         fx_msg_deinit(&m);
     } else if (f->flags_rv == 0 && f->kind == FX_BODY_PUBLISH_ACK && w->state == 2) {
-        fx_publish_ack a;
-        if (fx_publish_ack_decode(f->body, f->len, &a, &err) != 0) {
+        fx_wire_publish_ack a;
+        if (fx_wire_publish_ack_decode(f->body, f->len, &a, &err) != 0) {
             worker_fail(w, FX_EPROTO, err.msg);
             return;
         }
@@ -631,7 +631,7 @@ static void on_frame(pworker *w, const fx_frame *f)
     }
 }
 
-void fx_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin)
+void fxc_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin)
 {
     fx_quic_stream_consume(w->conn->qc, w->sid, len);
     while (len > 0 && w->state != 3) {
@@ -663,7 +663,7 @@ void fx_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin)
     worker_fail(w, FX_ECONNLOST, "publish stream ended by the broker");
 }
 
-void fx_pub_on_close(pworker *w, bool reset, uint64_t code)
+void fxc_pub_on_close(pworker *w, bool reset, uint64_t code)
 {
     (void)code;
     w->sid = -1;
@@ -674,7 +674,7 @@ void fx_pub_on_close(pworker *w, bool reset, uint64_t code)
 
 /* ---- init ----------------------------------------------------------------------- */
 
-int fx_pub_init(fx_client *c)
+int fxc_pub_init(fx_client *c)
 {
     c->nconns = c->o.publish_conn_pool;
     c->nworkers = (size_t)c->o.publish_conn_pool * c->o.publish_streams_per_conn;
@@ -708,7 +708,7 @@ int fx_pub_init(fx_client *c)
     return 0;
 }
 
-void fx_pub_deinit(fx_client *c)
+void fxc_pub_deinit(fx_client *c)
 {
     for (size_t i = 0; i < c->nworkers; i++) {
         fx_queue_deinit(&c->workers[i].q);
@@ -751,13 +751,13 @@ static int encode_binary(fx_client *c, const char *ns, const char *stream, const
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
         b.payloads[i] = (fx_wire_slice){msgs[i].data, msgs[i].len};
-    ssize_t size = fx_publish_batch_frame_size(&b);
+    ssize_t size = fx_wire_publish_batch_frame_size(&b);
     int rv = size < 0 ? (int)size : 0;
     pjob *j = rv == 0 ? job_alloc(c, (size_t)size) : NULL;
     if (rv == 0 && j == NULL)
         rv = -ENOMEM;
     if (rv == 0) {
-        ssize_t w = fx_publish_batch_encode(&b, j->frame, j->len);
+        ssize_t w = fx_wire_publish_batch_encode(&b, j->frame, j->len);
         rv = w < 0 ? (int)w : 0;
     }
     if (b.payloads != b.inline_payloads)
@@ -865,7 +865,7 @@ static int push_job(fx_client *c, pworker *w, pjob *j, bool nowait)
         /* Closing the queue resumes every waiter, so this always ends. */
         pthread_mutex_lock(&c->mu);
         while (!pw.resumed)
-            fx_client_wait(c, &c->cv, 0);
+            fxc_client_wait(c, &c->cv, 0);
         pthread_mutex_unlock(&c->mu);
     }
 }
@@ -881,12 +881,13 @@ static int encode_job(fx_client *c, const char *ns, const char *stream, const fx
     if (rv == 0 && (*pj)->len - FX_WIRE_HEADER_LEN > c->o.max_frame_bytes) {
         size_t len = (*pj)->len;
         job_free(*pj);
-        return fx_client_set_error(FX_ETOOBIG, "publish of %zu bytes exceeds max_frame_bytes", len);
+        return fxc_client_set_error(FX_ETOOBIG, "publish of %zu bytes exceeds max_frame_bytes",
+                                    len);
     }
     return rv;
 }
 
-pjob *fx_pub_job_alloc(fx_client *c, size_t len)
+pjob *fxc_pub_job_alloc(fx_client *c, size_t len)
 {
     return job_alloc(c, len);
 }
@@ -900,8 +901,8 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
     int rv = nowait ? fx_budget_try_acquire(&c->budget, j->len, &j->permit)
                     : fx_budget_acquire_wait(&c->budget, j->len, -1, &j->permit);
     if (rv == FX_ETOOBIG)
-        fx_client_set_error(rv, "publish of %zu bytes exceeds publish_inflight_bytes %zu", j->len,
-                            c->o.publish_inflight_bytes);
+        fxc_client_set_error(rv, "publish of %zu bytes exceeds publish_inflight_bytes %zu", j->len,
+                             c->o.publish_inflight_bytes);
     if (rv != 0) {
         job_free(j);
         return rv;
@@ -920,7 +921,7 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
     if (on_loop)
         fx_loop_post(c->loop, &w->drain);
     else
-        fx_client_post(c, &w->drain); /* closed: the close task drains it */
+        fxc_client_post(c, &w->drain); /* closed: the close task drains it */
     return 0;
 }
 
@@ -933,15 +934,15 @@ static int wait_req(fx_client *c, preq *r)
     pthread_mutex_lock(&c->mu);
     int wrv = 0;
     while (!r->done && wrv == 0)
-        wrv = fx_client_wait(c, &c->cv, r->deadline_ns);
+        wrv = fxc_client_wait(c, &c->cv, r->deadline_ns);
     int rv = r->done ? r->rv : FX_ETIMEDOUT;
     if (!r->done)
-        fx_client_set_error(rv,
-                            "publish not answered within publish_ack_timeout_ms %d: it may or "
-                            "may not have been appended",
-                            c->o.publish_ack_timeout_ms);
+        fxc_client_set_error(rv,
+                             "publish not answered within publish_ack_timeout_ms %d: it may or "
+                             "may not have been appended",
+                             c->o.publish_ack_timeout_ms);
     else if (rv != 0)
-        fx_client_set_error(rv, "%s", r->msg);
+        fxc_client_set_error(rv, "%s", r->msg);
     pthread_mutex_unlock(&c->mu);
     return rv;
 }
@@ -965,19 +966,20 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
         ack > FX_ACK_PER_BATCH)
         return -EINVAL;
     if (n > FX_WIRE_BATCH_MAX_MESSAGES)
-        return fx_client_set_error(-EINVAL, "publish batch of %zu messages exceeds the limit of %u",
-                                   n, FX_WIRE_BATCH_MAX_MESSAGES);
+        return fxc_client_set_error(-EINVAL,
+                                    "publish batch of %zu messages exceeds the limit of %u", n,
+                                    FX_WIRE_BATCH_MAX_MESSAGES);
     bool on_loop = fx_loop_is_current(c->loop);
-    bool on_any_loop = on_loop || fx_rt_is_current();
+    bool on_any_loop = on_loop || fxc_rt_is_current();
     if (on_any_loop && cb == NULL)
         return FX_EWOULDBLOCK_LOOP;
     if (atomic_load(&c->pub_closing))
-        return fx_client_set_error(FX_ECLOSED, "client is closing");
+        return fxc_client_set_error(FX_ECLOSED, "client is closing");
     fx_wire_ack wack = wire_ack(ack);
     pworker *w = pick_worker(c, ns, stream);
     int rv = atomic_load(&w->fail_rv);
     if (rv != 0)
-        return fx_client_set_error(rv, "publish stream unusable: %s", fx_strerror(rv));
+        return fxc_client_set_error(rv, "publish stream unusable: %s", fx_strerror(rv));
     pjob *j = NULL;
     uint64_t id = 0;
     rv = encode_job(c, ns, stream, msgs, n, batch, wack, &j, &id);
@@ -998,7 +1000,7 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
         atomic_init(&r->refs, cb == NULL ? 2 : 1);
         j->req = r;
     }
-    fx_client_ref(c);
+    fxc_client_ref(c);
     rv = admit(c, w, j, on_any_loop, on_loop);
     if (rv != 0) {
         free(r);
@@ -1006,7 +1008,7 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
         rv = wait_req(c, r);
         req_unref(r);
     }
-    fx_client_unref(c);
+    fxc_client_unref(c);
     return rv;
 }
 
@@ -1036,9 +1038,9 @@ int fx_flush(fx_client *c, int timeout_ms)
 {
     if (c == NULL)
         return -EINVAL;
-    if (fx_rt_is_current())
+    if (fxc_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
-    uint64_t deadline = fx_client_deadline(timeout_ms);
+    uint64_t deadline = fxc_client_deadline(timeout_ms);
     int rv = 0;
     pthread_mutex_lock(&c->mu);
     atomic_fetch_add(&c->flushers, 1);
@@ -1048,7 +1050,7 @@ int fx_flush(fx_client *c, int timeout_ms)
             fx_loop_post(c->loop, &c->workers[i].drain);
     }
     while (atomic_load(&c->outstanding) > 0 && !c->closed && rv == 0)
-        rv = fx_client_wait(c, &c->cv, deadline);
+        rv = fxc_client_wait(c, &c->cv, deadline);
     atomic_fetch_sub(&c->flushers, 1);
     if (atomic_load(&c->outstanding) == 0)
         rv = 0;

@@ -28,7 +28,7 @@ static size_t rt_refs;
 /* Compared by address only, never dereferenced outside rt_mu. */
 static _Atomic(fx_loop *) rt_cur[FX_RT_MAX_LOOPS];
 
-bool fx_rt_is_current(void)
+bool fxc_rt_is_current(void)
 {
     fx_loop *cur = fx_loop_current();
     if (cur == NULL)
@@ -57,8 +57,8 @@ static int pool_size(size_t *pn)
     errno = 0;
     unsigned long n = strtoul(v, &end, 10);
     if (errno != 0 || *end != '\0' || n < 1 || n > FX_RT_MAX_LOOPS || v[0] == '-')
-        return fx_client_set_error(-EINVAL, "FELIX_CLIENT_LOOPS='%s': expected an integer 1..%d", v,
-                                   FX_RT_MAX_LOOPS);
+        return fxc_client_set_error(-EINVAL, "FELIX_CLIENT_LOOPS='%s': expected an integer 1..%d",
+                                    v, FX_RT_MAX_LOOPS);
     *pn = n;
     return 0;
 }
@@ -94,7 +94,7 @@ static int loop_start(size_t i)
     return 0;
 }
 
-int fx_rt_acquire(fx_loop **ploop)
+int fxc_rt_acquire(fx_loop **ploop)
 {
     int rv = 0;
     pthread_mutex_lock(&rt_mu);
@@ -116,7 +116,7 @@ int fx_rt_acquire(fx_loop **ploop)
     return rv;
 }
 
-void fx_rt_release(void)
+void fxc_rt_release(void)
 {
     pthread_mutex_lock(&rt_mu);
     if (--rt_refs == 0)

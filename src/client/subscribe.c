@@ -28,13 +28,13 @@ static void batch_free(void *item, void *user)
 {
     (void)user;
     sbatch *b = item;
-    fx_event_batch_deinit(&b->eb);
+    fx_wire_event_batch_deinit(&b->eb);
     fx_blk_free(b);
 }
 
 static void batch_dropped(void *item, void *user)
 {
-    /* fx_sub_unref empties the queue before its deinit, so every call here
+    /* fxc_sub_unref empties the queue before its deinit, so every call here
      * is a real shed by the policy. */
     fx_subscription *s = user;
     sbatch *b = item;
@@ -43,7 +43,7 @@ static void batch_dropped(void *item, void *user)
     batch_free(item, NULL);
 }
 
-void fx_sub_unref(fx_subscription *s)
+void fxc_sub_unref(fx_subscription *s)
 {
     if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1)
         return;
@@ -62,7 +62,7 @@ void fx_sub_unref(fx_subscription *s)
     free(s->ns);
     free(s->stream);
     free(s);
-    fx_client_unref(c);
+    fxc_client_unref(c);
 }
 
 /* Ends |s| with |code| (once): wakes its consumer and a subscribe waiting. */
@@ -136,7 +136,7 @@ static void sub_stop(fx_subscription *s)
      * (or already here, unclaimed): without |s| pending, nobody claims it. */
     if (cc != NULL)
         sweep_orphans(cc);
-    fx_sub_unref(s);
+    fxc_sub_unref(s);
 }
 
 static void stop_task(fx_loop *l, fx_task *t, void *user)
@@ -145,7 +145,7 @@ static void stop_task(fx_loop *l, fx_task *t, void *user)
     sub_stop(user);
 }
 
-void fx_sub_shutdown(fx_client *c)
+void fxc_sub_shutdown(fx_client *c)
 {
     while (c->subs != NULL) {
         fx_subscription *s = c->subs;
@@ -169,7 +169,7 @@ static void sub_lost(fx_subscription *s)
         atomic_fetch_sub(&s->received, s->ev->stalled->eb.count);
 }
 
-void fx_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry)
+void fxc_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry)
 {
     for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
         if (s->conn != cc || s->loop_gone)
@@ -204,7 +204,7 @@ static void resubscribe(fx_subscription *s, const fx_start *start)
     }
 }
 
-void fx_sub_conn_ready(fx_client *c, cconn *cc)
+void fxc_sub_conn_ready(fx_client *c, cconn *cc)
 {
     for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
         if (s->conn == cc && s->resub_need && !s->loop_gone && s->state != SUB_ENDED) {
@@ -216,8 +216,8 @@ void fx_sub_conn_ready(fx_client *c, cconn *cc)
 
 /* ---- delivery ---------------------------------------------------------------------- */
 
-static void make_event(fx_subscription *s, const sbatch *b, const fx_event_batch *eb, uint32_t i,
-                       fx_event *ev)
+static void make_event(fx_subscription *s, const sbatch *b, const fx_wire_event_batch *eb,
+                       uint32_t i, fx_event *ev)
 {
     (void)b;
     *ev = (fx_event){.payload = eb->payloads[i].ptr, .len = eb->payloads[i].len};
@@ -239,7 +239,7 @@ static void make_event(fx_subscription *s, const sbatch *b, const fx_event_batch
 
 /* The broker's batch |eb| was taken (queued, handed to the callback, or
  * shed by the policy): a re-subscription continues after it. */
-static void taken(fx_subscription *s, const fx_event_batch *eb)
+static void taken(fx_subscription *s, const fx_wire_event_batch *eb)
 {
     if (eb->has_offsets) {
         s->rx_have = true;
@@ -247,7 +247,7 @@ static void taken(fx_subscription *s, const fx_event_batch *eb)
     }
 }
 
-static void deliver_cb(fx_subscription *s, const fx_event_batch *eb)
+static void deliver_cb(fx_subscription *s, const fx_wire_event_batch *eb)
 {
     for (uint32_t i = 0; i < eb->count && !s->loop_gone; i++) {
         fx_event ev;
@@ -292,7 +292,7 @@ static size_t frame_credit(evs *e, const fx_frame *f)
 static bool enqueue(evs *e, sbatch *b)
 {
     fx_subscription *s = e->sub;
-    fx_event_batch eb = b->eb; /* |b| may be consumed and freed once pushed */
+    fx_wire_event_batch eb = b->eb; /* |b| may be consumed and freed once pushed */
     int rv = fx_queue_push(&s->q, b);
     if (rv == 0 || (rv == FX_EFULL && s->c->o.sub_queue_policy != FX_POLICY_BLOCK)) {
         taken(s, &eb);
@@ -321,11 +321,11 @@ static bool deliver(evs *e, const fx_frame *f)
 {
     fx_subscription *s = e->sub;
     size_t fbytes = frame_credit(e, f);
-    fx_event_batch eb;
+    fx_wire_event_batch eb;
     fx_wire_err err = {0};
-    int rv = fx_event_batch_decode(f->hdr.flags, f->body, f->len, &eb, &err);
+    int rv = fx_wire_event_batch_decode(f->hdr.flags, f->body, f->len, &eb, &err);
     if (rv == 0 && !eb.shared && eb.subscription_id != atomic_load(&s->id)) {
-        fx_event_batch_deinit(&eb);
+        fx_wire_event_batch_deinit(&eb);
         rv = fx_wire_err_set(&err, FX_EPROTO, "subscription id mismatch");
     }
     if (rv != 0) {
@@ -338,18 +338,18 @@ static bool deliver(evs *e, const fx_frame *f)
     if (s->cb != NULL) {
         taken(s, &eb);
         deliver_cb(s, &eb);
-        fx_event_batch_deinit(&eb);
+        fx_wire_event_batch_deinit(&eb);
         grant(e, fbytes);
         return true;
     }
-    fx_event_batch info = eb; /* counts and offsets, read after the deinit */
+    fx_wire_event_batch info = eb; /* counts and offsets, read after the deinit */
     info.payloads = NULL;
-    fx_event_batch_deinit(&eb);
+    fx_wire_event_batch_deinit(&eb);
     /* From the block cache (base/blk.h): a batch's buffer lives only until
      * its events are read, at thousands of batches a second. */
     sbatch *b = f->len <= SIZE_MAX - sizeof(*b) ? fx_blk_alloc(sizeof(*b) + f->len) : NULL;
-    if (b == NULL || fx_event_batch_decode(f->hdr.flags, memcpy(b->body, f->body, f->len), f->len,
-                                           &b->eb, NULL) != 0) {
+    if (b == NULL || fx_wire_event_batch_decode(f->hdr.flags, memcpy(b->body, f->body, f->len),
+                                                f->len, &b->eb, NULL) != 0) {
         fx_blk_free(b);
         grant(e, fbytes);
         taken(s, &info);
@@ -519,12 +519,12 @@ static void evs_feed(evs *e, const uint8_t *data, size_t len)
         }
     }
     /* The stream ended inside this chunk: the rest is discarded, and its
-     * credit returned like that of every later chunk (fx_evs_on_data). */
+     * credit returned like that of every later chunk (fxc_evs_on_data). */
     if (e->ended)
         grant(e, len);
 }
 
-void fx_evs_open(cconn *cc, int64_t sid)
+void fxc_evs_open(cconn *cc, int64_t sid)
 {
     evs *e = calloc(1, sizeof(*e));
     if (e == NULL) {
@@ -541,7 +541,7 @@ void fx_evs_open(cconn *cc, int64_t sid)
     fx_quic_stream_set_user(cc->qc, sid, e);
 }
 
-void fx_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin)
+void fxc_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin)
 {
     if (e->ended) {
         grant(e, len);
@@ -561,7 +561,7 @@ void fx_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin)
     }
 }
 
-void fx_evs_on_close(evs *e, bool reset, uint64_t code)
+void fxc_evs_on_close(evs *e, bool reset, uint64_t code)
 {
     (void)code;
     if (!reset && e->sub != NULL && !e->ended && (e->stalled != NULL || e->rx_len > 0)) {
@@ -632,7 +632,7 @@ static void on_req_msg(fx_subscription *s, const fx_msg *m)
         char msg[256];
         s->resub_wait = false;
         snprintf(msg, sizeof(msg), "subscribe failed: %s", m->message);
-        sub_end(s, fx_client_map_remote(m->message), msg, 0, 0);
+        sub_end(s, fxc_client_map_remote(m->message), msg, 0, 0);
         break;
     }
     default:
@@ -657,7 +657,7 @@ static void resubscribe_earliest(fx_subscription *s)
     resubscribe(s, &st);
 }
 
-void fx_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin)
+void fxc_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin)
 {
     fx_quic_stream_consume(s->conn->qc, s->req_sid, len);
     while (len > 0) {
@@ -692,7 +692,7 @@ void fx_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, boo
     sweep_orphans(s->conn);
 }
 
-void fx_sub_on_req_close(fx_subscription *s, bool reset, uint64_t code)
+void fxc_sub_on_req_close(fx_subscription *s, bool reset, uint64_t code)
 {
     (void)code;
     s->req_sid = -1;
@@ -711,7 +711,7 @@ static int send_subscribe(fx_subscription *s, cconn *cc, const fx_start *start)
     int rv = fx_quic_conn_open_bidi(cc->qc, s, &s->req_sid);
     if (rv != 0)
         return rv;
-    rv = fx_client_send_auth(cc, s->req_sid);
+    rv = fxc_client_send_auth(cc, s->req_sid);
     if (rv != 0)
         return rv;
     fx_msg m = {
@@ -720,7 +720,7 @@ static int send_subscribe(fx_subscription *s, cconn *cc, const fx_start *start)
                                               FX_MSG_START_OFFSET};
     if (start->kind != FX_START_LATEST)
         m.start = (fx_msg_start){kinds[start->kind], start->offset};
-    return fx_client_send_msg(cc, s->req_sid, &m, true);
+    return fxc_client_send_msg(cc, s->req_sid, &m, true);
 }
 
 static void start_task(void *user)
@@ -740,7 +740,7 @@ static void start_task(void *user)
     cconn *cc = c->conns[0];
     s->conn = cc;
     if (cc->state == CS_CONNECTING || cc->state == CS_RETRY) {
-        s->resub_need = true; /* sent by fx_sub_conn_ready (reconnecting) */
+        s->resub_need = true; /* sent by fxc_sub_conn_ready (reconnecting) */
         return;
     }
     int rv = cc->qc == NULL ? cc->close_rv : send_subscribe(s, cc, &s->start);
@@ -769,7 +769,7 @@ static void on_queue_resume(void *user)
     if (fx_loop_is_current(s->c->loop))
         fx_loop_post(s->c->loop, &s->resume);
     else
-        fx_client_post(s->c, &s->resume);
+        fxc_client_post(s->c, &s->resume);
 }
 
 static void credit_task(fx_loop *l, fx_task *t, void *user)
@@ -833,14 +833,14 @@ static int sub_new(fx_subscription **ps, fx_client *c, const char *ns, const cha
         free(s);
         return rv;
     }
-    fx_client_cond_init(&s->cv);
+    fxc_client_cond_init(&s->cv);
     fx_frame_decoder_init(&s->req_dec, c->o.max_frame_bytes);
     fx_queue_waiter_init(&s->qw, on_queue_resume, s);
     fx_task_init(&s->resume, resume_task, s);
     fx_task_init(&s->credit, credit_task, s);
     fx_task_init(&s->set_cb, set_cb_task, s);
     fx_task_init(&s->stop, stop_task, s);
-    fx_client_ref(c);
+    fxc_client_ref(c);
     *ps = s;
     return 0;
 }
@@ -852,11 +852,11 @@ int fx_subscribe(fx_subscription **ps, fx_client *c, const char *ns, const char 
         (start != NULL && start->kind > FX_START_OFFSET))
         return -EINVAL;
     *ps = NULL;
-    if (fx_rt_is_current())
+    if (fxc_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
     if (start != NULL && start->kind != FX_START_LATEST &&
         (c->server_flags & FX_FLAG_EVENT_OFFSETS) == 0)
-        return fx_client_set_error(FX_ECONFIG, "broker does not support start positions");
+        return fxc_client_set_error(FX_ECONFIG, "broker does not support start positions");
     fx_subscription *s = NULL;
     int rv = sub_new(&s, c, ns, stream, start);
     if (rv != 0)
@@ -867,13 +867,13 @@ int fx_subscribe(fx_subscription **ps, fx_client *c, const char *ns, const char 
     if (rv != 0) {
         atomic_fetch_sub(&s->refs, 1); /* the loop never saw it */
         s->loop_gone = true;
-        fx_sub_unref(s);
+        fxc_sub_unref(s);
         return rv;
     }
-    uint64_t deadline = fx_client_deadline(c->o.connect_timeout_ms);
+    uint64_t deadline = fxc_client_deadline(c->o.connect_timeout_ms);
     pthread_mutex_lock(&c->mu);
     while (s->state == SUB_PENDING && !c->closed && rv == 0)
-        rv = fx_client_wait(c, &c->cv, deadline);
+        rv = fxc_client_wait(c, &c->cv, deadline);
     int st = s->state;
     fx_sub_error err = s->err;
     pthread_mutex_unlock(&c->mu);
@@ -883,12 +883,12 @@ int fx_subscribe(fx_subscription **ps, fx_client *c, const char *ns, const char 
     }
     if (st == SUB_ENDED && (err.code == FX_ECURSOR_TOO_OLD || err.code == FX_ECURSOR_IN_FUTURE)) {
         *ps = s;
-        return fx_client_set_error(err.code, "%s", err.message);
+        return fxc_client_set_error(err.code, "%s", err.message);
     }
     fx_unsubscribe(s);
     if (st == SUB_ENDED)
-        return fx_client_set_error(err.code, "%s", err.message);
-    return fx_client_set_error(rv != 0 ? rv : FX_ECLOSED, "subscribe: no answer");
+        return fxc_client_set_error(err.code, "%s", err.message);
+    return fxc_client_set_error(rv != 0 ? rv : FX_ECLOSED, "subscribe: no answer");
 }
 
 /* Finishes the current batch: its credit goes back to the broker, in
@@ -908,7 +908,7 @@ static void release_cur(fx_subscription *s)
         size_t mine = atomic_fetch_add(&s->credit_bytes, b->credit) + b->credit;
         size_t all = atomic_fetch_add(&c->held_credit, b->credit) + b->credit;
         if (mine >= c->qo.stream_window / 4 || all >= c->qo.conn_window / 4)
-            fx_client_post(c, &s->credit);
+            fxc_client_post(c, &s->credit);
     }
     batch_free(b, NULL);
 }
@@ -932,8 +932,8 @@ static int wait_reason(fx_subscription *s, uint64_t *deadline, int timeout_ms, b
     if (timeout_ms == 0 || *timed_out)
         return FX_ETIMEDOUT;
     if (*deadline == DEADLINE_UNSET)
-        *deadline = fx_client_deadline(timeout_ms);
-    *timed_out = fx_client_wait(c, &s->cv, *deadline) == FX_ETIMEDOUT;
+        *deadline = fxc_client_deadline(timeout_ms);
+    *timed_out = fxc_client_wait(c, &s->cv, *deadline) == FX_ETIMEDOUT;
     return 0;
 }
 
@@ -965,7 +965,7 @@ int fx_subscription_next(fx_subscription *s, fx_event *ev, int timeout_ms)
 {
     if (s == NULL || ev == NULL || atomic_load(&s->cb_set))
         return -EINVAL;
-    if (timeout_ms != 0 && fx_rt_is_current())
+    if (timeout_ms != 0 && fxc_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
     atomic_fetch_add(&s->refs, 1);
     uint64_t deadline = DEADLINE_UNSET;
@@ -981,7 +981,7 @@ int fx_subscription_next(fx_subscription *s, fx_event *ev, int timeout_ms)
         if (rv != 0)
             break;
     }
-    fx_sub_unref(s);
+    fxc_sub_unref(s);
     return rv;
 }
 
@@ -996,7 +996,7 @@ int fx_subscription_set_callback(fx_subscription *s, fx_event_cb cb, void *user)
     s->new_cb_user = user;
     if (s->cur != NULL)
         release_cur(s);
-    return fx_client_post(c, &s->set_cb) ? 0 : FX_ECLOSED;
+    return fxc_client_post(c, &s->set_cb) ? 0 : FX_ECLOSED;
 }
 
 int fx_subscription_stats(fx_subscription *s, fx_sub_stats *st)
@@ -1039,6 +1039,6 @@ void fx_unsubscribe(fx_subscription *s)
     fx_queue_close(&s->q);
     /* Once the client is closed, its close task has ended every
      * subscription on the loop; before that, the stop task does. */
-    fx_client_post(c, &s->stop);
-    fx_sub_unref(s);
+    fxc_client_post(c, &s->stop);
+    fxc_sub_unref(s);
 }

@@ -47,10 +47,10 @@ static void link_on_loop(void *user)
     link_put(k);
 }
 
-int fx_client_test_link(fx_client *c, bool set, uint64_t delay_ns, uint32_t drop_permille,
-                        fx_quic_stats *st)
+int fxc_client_test_link(fx_client *c, bool set, uint64_t delay_ns, uint32_t drop_permille,
+                         fx_quic_stats *st)
 {
-    if (fx_rt_is_current())
+    if (fxc_rt_is_current())
         return FX_EWOULDBLOCK_LOOP;
     link_call *k = calloc(1, sizeof(*k));
     if (k == NULL)

@@ -19,7 +19,7 @@
  * FX_ETIMEDOUT (the loop did not run the call in time); -ENOMEM; the delay
  * hook's error; FX_EWOULDBLOCK_LOOP on a client loop. Any thread but a
  * client loop. */
-int fx_client_test_link(fx_client *c, bool set, uint64_t delay_ns, uint32_t drop_permille,
-                        fx_quic_stats *st);
+int fxc_client_test_link(fx_client *c, bool set, uint64_t delay_ns, uint32_t drop_permille,
+                         fx_quic_stats *st);
 
 #endif

@@ -145,8 +145,8 @@ static uint8_t *put_entries(uint8_t *p, const fx_wire_slice *payloads, uint32_t 
 
 /* ---- publish batch ----------------------------------------------------------------- */
 
-int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *prequest_id,
-                                   fx_wire_ack *pack, fx_wire_err *err)
+int fx_wire_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *prequest_id,
+                                        fx_wire_ack *pack, fx_wire_err *err)
 {
     rd r = {body, len};
     uint8_t mode = 0;
@@ -163,14 +163,14 @@ int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *pr
     return 0;
 }
 
-int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
-                            fx_wire_publish_batch *b, fx_wire_err *err)
+int fx_wire_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
+                                 fx_wire_publish_batch *b, fx_wire_err *err)
 {
     memset(b, 0, sizeof(*b));
     b->payloads = b->inline_payloads;
     rd r = {body, len};
     if (flags == (FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED)) {
-        int rv = fx_publish_acked_prefix_decode(body, len, &b->request_id, &b->ack, err);
+        int rv = fx_wire_publish_acked_prefix_decode(body, len, &b->request_id, &b->ack, err);
         if (rv < 0)
             return rv;
         r.p += 9;
@@ -190,7 +190,7 @@ int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
     return rv;
 }
 
-void fx_publish_batch_deinit(fx_wire_publish_batch *b)
+void fx_wire_publish_batch_deinit(fx_wire_publish_batch *b)
 {
     if (b->payloads && b->payloads != b->inline_payloads)
         free(b->payloads);
@@ -198,7 +198,7 @@ void fx_publish_batch_deinit(fx_wire_publish_batch *b)
     b->count = 0;
 }
 
-uint16_t fx_publish_batch_flags(const fx_wire_publish_batch *b)
+uint16_t fx_wire_publish_batch_flags(const fx_wire_publish_batch *b)
 {
     return b->ack == FX_WIRE_ACK_NONE ? FX_FLAG_PUBLISH_BATCH
                                       : (FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED);
@@ -221,7 +221,7 @@ static ssize_t publish_body_size(const fx_wire_publish_batch *b)
     return (ssize_t)n;
 }
 
-ssize_t fx_publish_batch_frame_size(const fx_wire_publish_batch *b)
+ssize_t fx_wire_publish_batch_frame_size(const fx_wire_publish_batch *b)
 {
     ssize_t n = publish_body_size(b);
     return n < 0 ? n : n + (ssize_t)FX_WIRE_HEADER_LEN;
@@ -235,7 +235,7 @@ static uint8_t *put_name(uint8_t *p, fx_wire_slice s)
     return p + s.len;
 }
 
-ssize_t fx_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, size_t cap)
+ssize_t fx_wire_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, size_t cap)
 {
     ssize_t body = publish_body_size(b);
     if (body < 0)
@@ -247,7 +247,7 @@ ssize_t fx_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, si
     size_t size = FX_WIRE_HEADER_LEN + (size_t)body;
     if (cap < size)
         return -ENOSPC;
-    uint8_t *p = fx_frame_header_put(out, fx_publish_batch_flags(b), (uint32_t)body);
+    uint8_t *p = fx_frame_header_put(out, fx_wire_publish_batch_flags(b), (uint32_t)body);
     if (b->ack != FX_WIRE_ACK_NONE) {
         p = fx_put64(p, b->request_id);
         *p++ = (uint8_t)b->ack;
@@ -261,7 +261,8 @@ ssize_t fx_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, si
 
 /* ---- publish ack ------------------------------------------------------------------- */
 
-int fx_publish_ack_decode(const uint8_t *body, size_t len, fx_publish_ack *a, fx_wire_err *err)
+int fx_wire_publish_ack_decode(const uint8_t *body, size_t len, fx_wire_publish_ack *a,
+                               fx_wire_err *err)
 {
     memset(a, 0, sizeof(*a));
     rd r = {body, len};
@@ -301,12 +302,12 @@ static size_t ack_msg_len(fx_wire_slice s)
     return n;
 }
 
-size_t fx_publish_ack_frame_size(const fx_publish_ack *a)
+size_t fx_wire_publish_ack_frame_size(const fx_wire_publish_ack *a)
 {
     return FX_WIRE_HEADER_LEN + 11 + ack_msg_len(a->message);
 }
 
-ssize_t fx_publish_ack_encode(const fx_publish_ack *a, uint8_t *out, size_t cap)
+ssize_t fx_wire_publish_ack_encode(const fx_wire_publish_ack *a, uint8_t *out, size_t cap)
 {
     size_t mlen = ack_msg_len(a->message);
     size_t size = FX_WIRE_HEADER_LEN + 11 + mlen;
@@ -323,8 +324,8 @@ ssize_t fx_publish_ack_encode(const fx_publish_ack *a, uint8_t *out, size_t cap)
 
 /* ---- event batches ----------------------------------------------------------------- */
 
-int fx_event_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_event_batch *e,
-                          fx_wire_err *err)
+int fx_wire_event_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
+                               fx_wire_event_batch *e, fx_wire_err *err)
 {
     memset(e, 0, sizeof(*e));
     e->payloads = e->inline_payloads;
@@ -345,7 +346,7 @@ int fx_event_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_ev
     return rv;
 }
 
-void fx_event_batch_deinit(fx_event_batch *e)
+void fx_wire_event_batch_deinit(fx_wire_event_batch *e)
 {
     if (e->payloads && e->payloads != e->inline_payloads)
         free(e->payloads);
@@ -353,19 +354,19 @@ void fx_event_batch_deinit(fx_event_batch *e)
     e->count = 0;
 }
 
-uint16_t fx_event_batch_flags(const fx_event_batch *e)
+uint16_t fx_wire_event_batch_flags(const fx_wire_event_batch *e)
 {
     uint16_t f = e->shared ? FX_FLAG_EVENT_BATCH_SHARED : FX_FLAG_EVENT_BATCH;
     return e->has_offsets ? (uint16_t)(f | FX_FLAG_EVENT_OFFSETS) : f;
 }
 
 /* Bytes between the frame header and the count. */
-static size_t event_prefix_len(const fx_event_batch *e)
+static size_t event_prefix_len(const fx_wire_event_batch *e)
 {
     return (e->shared ? 0 : 8) + (e->has_offsets ? 8 : 0);
 }
 
-static ssize_t event_body_size(const fx_event_batch *e)
+static ssize_t event_body_size(const fx_wire_event_batch *e)
 {
     size_t n = event_prefix_len(e);
     if (!entries_size(&n, e->payloads, e->count))
@@ -373,16 +374,16 @@ static ssize_t event_body_size(const fx_event_batch *e)
     return (ssize_t)n;
 }
 
-ssize_t fx_event_batch_frame_size(const fx_event_batch *e)
+ssize_t fx_wire_event_batch_frame_size(const fx_wire_event_batch *e)
 {
     ssize_t n = event_body_size(e);
     return n < 0 ? n : n + (ssize_t)FX_WIRE_HEADER_LEN;
 }
 
 /* Writes header, subscription id / base offset and count; returns the end. */
-static uint8_t *put_event_head(const fx_event_batch *e, uint8_t *p, size_t body)
+static uint8_t *put_event_head(const fx_wire_event_batch *e, uint8_t *p, size_t body)
 {
-    p = fx_frame_header_put(p, fx_event_batch_flags(e), (uint32_t)body);
+    p = fx_frame_header_put(p, fx_wire_event_batch_flags(e), (uint32_t)body);
     if (!e->shared)
         p = fx_put64(p, e->subscription_id);
     if (e->has_offsets)
@@ -390,7 +391,7 @@ static uint8_t *put_event_head(const fx_event_batch *e, uint8_t *p, size_t body)
     return p;
 }
 
-ssize_t fx_event_batch_encode(const fx_event_batch *e, uint8_t *out, size_t cap)
+ssize_t fx_wire_event_batch_encode(const fx_wire_event_batch *e, uint8_t *out, size_t cap)
 {
     ssize_t body = event_body_size(e);
     if (body < 0)
@@ -403,19 +404,19 @@ ssize_t fx_event_batch_encode(const fx_event_batch *e, uint8_t *out, size_t cap)
     return (ssize_t)size;
 }
 
-size_t fx_event_batch_meta_size(const fx_event_batch *e)
+size_t fx_wire_event_batch_meta_size(const fx_wire_event_batch *e)
 {
     return FX_WIRE_HEADER_LEN + event_prefix_len(e) + 4 + 4 * (size_t)e->count;
 }
 
-ssize_t fx_event_batch_encode_iov(const fx_event_batch *e, uint8_t *meta, size_t meta_cap,
-                                  struct iovec *iov, size_t iov_cap, size_t *piovcnt)
+ssize_t fx_wire_event_batch_encode_iov(const fx_wire_event_batch *e, uint8_t *meta, size_t meta_cap,
+                                       struct iovec *iov, size_t iov_cap, size_t *piovcnt)
 {
     ssize_t body = event_body_size(e);
     if (body < 0)
         return body;
     size_t need_iov = e->count ? 2 * (size_t)e->count : 1;
-    if (meta_cap < fx_event_batch_meta_size(e) || iov_cap < need_iov)
+    if (meta_cap < fx_wire_event_batch_meta_size(e) || iov_cap < need_iov)
         return -ENOSPC;
     /* Piece 0 is the head plus the first length prefix; then each payload is
      * followed by the next prefix, so the pieces alternate meta, payload. */

@@ -31,7 +31,7 @@
 
 /* A publish batch, 0x0001 or (|ack| != NONE) 0x0009.
  * Decoded: every slice points into the decoded body; |payloads| points to
- * |inline_payloads| or a heap array: release with fx_publish_batch_deinit().
+ * |inline_payloads| or a heap array: release with fx_wire_publish_batch_deinit().
  * To encode: fill the names, |payloads|/|count|, and for 0x0009 |request_id|
  * and |ack| (PER_MESSAGE or PER_BATCH). */
 typedef struct fx_wire_publish_batch {
@@ -48,8 +48,8 @@ typedef struct fx_wire_publish_batch {
 /* An event batch: per subscriber (0x0002, |shared| false, carries
  * |subscription_id|) or shared (0x0004). |has_offsets| adds 0x0020 and
  * |base_offset|; payload i has offset base_offset + i. Storage as for
- * fx_wire_publish_batch; release a decoded one with fx_event_batch_deinit(). */
-typedef struct fx_event_batch {
+ * fx_wire_publish_batch; release a decoded one with fx_wire_event_batch_deinit(). */
+typedef struct fx_wire_event_batch {
     bool shared;
     bool has_offsets;
     uint64_t subscription_id;
@@ -57,15 +57,15 @@ typedef struct fx_event_batch {
     uint32_t count;
     fx_wire_slice *payloads;
     fx_wire_slice inline_payloads[FX_WIRE_INLINE_PAYLOADS];
-} fx_event_batch;
+} fx_wire_event_batch;
 
 /* A publish ack (0x0010), the broker's reply to 0x0009. |message| is empty
  * for ok; decoded, it points into the body. */
-typedef struct fx_publish_ack {
+typedef struct fx_wire_publish_ack {
     bool ok;
     uint64_t request_id;
     fx_wire_slice message;
-} fx_publish_ack;
+} fx_wire_publish_ack;
 
 /* ---- publish batch ----------------------------------------------------------- */
 
@@ -73,8 +73,8 @@ typedef struct fx_publish_ack {
  * from |body| of |len| bytes: the broker checks it before the rest (a bad
  * prefix is a stream error, a bad batch an error ack). Returns 0,
  * FX_EWIRE_TRUNCATED or FX_EWIRE_ACK_MODE (mode not 1 or 2). */
-int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *prequest_id,
-                                   fx_wire_ack *pack, fx_wire_err *err);
+int fx_wire_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *prequest_id,
+                                        fx_wire_ack *pack, fx_wire_err *err);
 
 /* Decodes the body of a frame with |flags| 0x0001 or 0x0009 into |b|, whose
  * slices then point into |body|. Returns 0 or: FX_EWIRE_KIND (other flags),
@@ -82,74 +82,75 @@ int fx_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *pr
  * FX_EWIRE_COUNT (count above FX_WIRE_BATCH_MAX_MESSAGES, or > remaining/4,
  * both checked before any allocation),
  * FX_EWIRE_TRAILING (bytes after the last payload), -ENOMEM. On error |b|
- * holds nothing to release; on success call fx_publish_batch_deinit(). */
-int fx_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
-                            fx_wire_publish_batch *b, fx_wire_err *err);
+ * holds nothing to release; on success call fx_wire_publish_batch_deinit(). */
+int fx_wire_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
+                                 fx_wire_publish_batch *b, fx_wire_err *err);
 
 /* Frees a heap payload array of a decoded |b| (not the bytes it points to). */
-void fx_publish_batch_deinit(fx_wire_publish_batch *b);
+void fx_wire_publish_batch_deinit(fx_wire_publish_batch *b);
 
 /* Frame flags |b| encodes to: 0x0009 when |b|->ack is not NONE, else 0x0001. */
-uint16_t fx_publish_batch_flags(const fx_wire_publish_batch *b);
+uint16_t fx_wire_publish_batch_flags(const fx_wire_publish_batch *b);
 
 /* Size of |b|'s whole frame (header included), or FX_EWIRE_NAME (a name over
  * 65535 bytes), FX_EWIRE_ACK_MODE, FX_EWIRE_COUNT (more than
  * FX_WIRE_BATCH_MAX_MESSAGES payloads) or FX_EWIRE_TOO_LARGE (body over
  * UINT32_MAX). */
-ssize_t fx_publish_batch_frame_size(const fx_wire_publish_batch *b);
+ssize_t fx_wire_publish_batch_frame_size(const fx_wire_publish_batch *b);
 
 /* Writes |b| as a whole frame to |out| of |cap| bytes. Returns the bytes
- * written, the errors of fx_publish_batch_frame_size(), FX_EWIRE_UTF8 (a name)
+ * written, the errors of fx_wire_publish_batch_frame_size(), FX_EWIRE_UTF8 (a name)
  * or -ENOSPC. */
-ssize_t fx_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, size_t cap);
+ssize_t fx_wire_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, size_t cap);
 
 /* ---- publish ack --------------------------------------------------------------- */
 
 /* Decodes a 0x0010 body. Returns 0 or FX_EWIRE_TRUNCATED, FX_EWIRE_STATUS
  * (status byte not 0 or 1), FX_EWIRE_UTF8 (message), FX_EWIRE_TRAILING. */
-int fx_publish_ack_decode(const uint8_t *body, size_t len, fx_publish_ack *a, fx_wire_err *err);
+int fx_wire_publish_ack_decode(const uint8_t *body, size_t len, fx_wire_publish_ack *a,
+                               fx_wire_err *err);
 
 /* Size of |a|'s whole frame, message cut to FX_WIRE_ACK_MSG_MAX bytes. */
-size_t fx_publish_ack_frame_size(const fx_publish_ack *a);
+size_t fx_wire_publish_ack_frame_size(const fx_wire_publish_ack *a);
 
 /* Writes |a| as a whole frame to |out| of |cap| bytes (message cut at a
  * character boundary to at most FX_WIRE_ACK_MSG_MAX bytes). Returns the bytes
  * written or -ENOSPC. */
-ssize_t fx_publish_ack_encode(const fx_publish_ack *a, uint8_t *out, size_t cap);
+ssize_t fx_wire_publish_ack_encode(const fx_wire_publish_ack *a, uint8_t *out, size_t cap);
 
 /* ---- event batches --------------------------------------------------------------- */
 
 /* Decodes the body of a frame with |flags| 0x0002/0x0004 (| 0x0020) into |e|.
  * Returns 0 or FX_EWIRE_KIND, FX_EWIRE_TRUNCATED, FX_EWIRE_COUNT,
- * FX_EWIRE_TRAILING, -ENOMEM. On success call fx_event_batch_deinit(). */
-int fx_event_batch_decode(uint16_t flags, const uint8_t *body, size_t len, fx_event_batch *e,
-                          fx_wire_err *err);
+ * FX_EWIRE_TRAILING, -ENOMEM. On success call fx_wire_event_batch_deinit(). */
+int fx_wire_event_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
+                               fx_wire_event_batch *e, fx_wire_err *err);
 
 /* Frees a heap payload array of a decoded |e|. */
-void fx_event_batch_deinit(fx_event_batch *e);
+void fx_wire_event_batch_deinit(fx_wire_event_batch *e);
 
 /* Frame flags |e| encodes to (0x0002 or 0x0004, | 0x0020 with offsets). */
-uint16_t fx_event_batch_flags(const fx_event_batch *e);
+uint16_t fx_wire_event_batch_flags(const fx_wire_event_batch *e);
 
 /* Size of |e|'s whole frame, or FX_EWIRE_TOO_LARGE. */
-ssize_t fx_event_batch_frame_size(const fx_event_batch *e);
+ssize_t fx_wire_event_batch_frame_size(const fx_wire_event_batch *e);
 
 /* Writes |e| as a whole frame to |out| of |cap| bytes, gathering the payloads
  * (which may live in separate buffers) into it. Returns the bytes written,
  * FX_EWIRE_TOO_LARGE or -ENOSPC. */
-ssize_t fx_event_batch_encode(const fx_event_batch *e, uint8_t *out, size_t cap);
+ssize_t fx_wire_event_batch_encode(const fx_wire_event_batch *e, uint8_t *out, size_t cap);
 
-/* Bytes fx_event_batch_encode_iov() writes into |meta| for |e|: header,
+/* Bytes fx_wire_event_batch_encode_iov() writes into |meta| for |e|: header,
  * ids/offset, count and the 4-byte length prefixes. */
-size_t fx_event_batch_meta_size(const fx_event_batch *e);
+size_t fx_wire_event_batch_meta_size(const fx_wire_event_batch *e);
 
 /* Vectored encoding without copying payloads: writes every non-payload byte
- * of |e|'s frame into |meta| (|meta_cap| >= fx_event_batch_meta_size()) and
+ * of |e|'s frame into |meta| (|meta_cap| >= fx_wire_event_batch_meta_size()) and
  * fills |iov| (|iov_cap| >= 2 * count, and >= 1) with alternating meta and
  * payload pieces that concatenate to the frame. The iovecs borrow |meta| and
  * the payload bytes. Stores the number of iovecs in |*piovcnt|. Returns the
  * frame size, FX_EWIRE_TOO_LARGE or -ENOSPC. */
-ssize_t fx_event_batch_encode_iov(const fx_event_batch *e, uint8_t *meta, size_t meta_cap,
-                                  struct iovec *iov, size_t iov_cap, size_t *piovcnt);
+ssize_t fx_wire_event_batch_encode_iov(const fx_wire_event_batch *e, uint8_t *meta, size_t meta_cap,
+                                       struct iovec *iov, size_t iov_cap, size_t *piovcnt);
 
 #endif

@@ -492,7 +492,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     /* One reference on the client loop for the whole process, so each run
      * does not start and join a thread (every run drains it before it
      * returns). */
-    FX_FUZZ_CHECK(fx_rt_acquire(&loop) == 0);
+    FX_FUZZ_CHECK(fxc_rt_acquire(&loop) == 0);
     return 0;
 }
 

@@ -53,40 +53,42 @@ static inline void fx_fuzz_publish_batch(uint16_t flags, const uint8_t *body, si
 {
     fx_wire_publish_batch b;
     fx_wire_err err = {0};
-    int rv = fx_publish_batch_decode(flags, body, len, &b, &err);
+    int rv = fx_wire_publish_batch_decode(flags, body, len, &b, &err);
     fx_fuzz_check_err(rv, &err);
     if (rv < 0)
         return;
     FX_FUZZ_CHECK(b.count <= len / 4);
-    ssize_t size = fx_publish_batch_frame_size(&b);
+    ssize_t size = fx_wire_publish_batch_frame_size(&b);
     FX_FUZZ_CHECK(size == (ssize_t)(FX_WIRE_HEADER_LEN + len));
     uint8_t *enc = malloc((size_t)size);
     FX_FUZZ_CHECK(enc);
-    fx_fuzz_check_reencode(enc, fx_publish_batch_encode(&b, enc, (size_t)size), flags, body, len);
+    fx_fuzz_check_reencode(enc, fx_wire_publish_batch_encode(&b, enc, (size_t)size), flags, body,
+                           len);
     free(enc);
-    fx_publish_batch_deinit(&b);
+    fx_wire_publish_batch_deinit(&b);
 }
 
 static inline void fx_fuzz_event_batch(uint16_t flags, const uint8_t *body, size_t len)
 {
-    fx_event_batch e;
+    fx_wire_event_batch e;
     fx_wire_err err = {0};
-    int rv = fx_event_batch_decode(flags, body, len, &e, &err);
+    int rv = fx_wire_event_batch_decode(flags, body, len, &e, &err);
     fx_fuzz_check_err(rv, &err);
     if (rv < 0)
         return;
-    ssize_t size = fx_event_batch_frame_size(&e);
+    ssize_t size = fx_wire_event_batch_frame_size(&e);
     FX_FUZZ_CHECK(size == (ssize_t)(FX_WIRE_HEADER_LEN + len));
     uint8_t *enc = malloc((size_t)size);
     FX_FUZZ_CHECK(enc);
-    fx_fuzz_check_reencode(enc, fx_event_batch_encode(&e, enc, (size_t)size), flags, body, len);
+    fx_fuzz_check_reencode(enc, fx_wire_event_batch_encode(&e, enc, (size_t)size), flags, body,
+                           len);
     /* The vectored form must describe the same bytes. */
-    size_t meta_len = fx_event_batch_meta_size(&e), niov = e.count ? 2 * (size_t)e.count : 1;
+    size_t meta_len = fx_wire_event_batch_meta_size(&e), niov = e.count ? 2 * (size_t)e.count : 1;
     uint8_t *meta = malloc(meta_len);
     struct iovec *iov = malloc(niov * sizeof(*iov));
     FX_FUZZ_CHECK(meta && iov);
     size_t cnt = 0, off = 0;
-    FX_FUZZ_CHECK(fx_event_batch_encode_iov(&e, meta, meta_len, iov, niov, &cnt) == size);
+    FX_FUZZ_CHECK(fx_wire_event_batch_encode_iov(&e, meta, meta_len, iov, niov, &cnt) == size);
     for (size_t i = 0; i < cnt; i++) {
         FX_FUZZ_CHECK(off + iov[i].iov_len <= (size_t)size);
         FX_FUZZ_CHECK(iov[i].iov_len == 0 ||
@@ -97,20 +99,20 @@ static inline void fx_fuzz_event_batch(uint16_t flags, const uint8_t *body, size
     free(iov);
     free(meta);
     free(enc);
-    fx_event_batch_deinit(&e);
+    fx_wire_event_batch_deinit(&e);
 }
 
 static inline void fx_fuzz_publish_ack(const uint8_t *body, size_t len)
 {
-    fx_publish_ack a;
+    fx_wire_publish_ack a;
     fx_wire_err err = {0};
-    int rv = fx_publish_ack_decode(body, len, &a, &err);
+    int rv = fx_wire_publish_ack_decode(body, len, &a, &err);
     fx_fuzz_check_err(rv, &err);
     if (rv < 0 || a.message.len > FX_WIRE_ACK_MSG_MAX)
         return; /* longer messages are cut by the encoder on purpose */
     uint8_t enc[FX_WIRE_HEADER_LEN + 11 + FX_WIRE_ACK_MSG_MAX];
-    fx_fuzz_check_reencode(enc, fx_publish_ack_encode(&a, enc, sizeof(enc)), FX_FLAG_PUBLISH_ACK,
-                           body, len);
+    fx_fuzz_check_reencode(enc, fx_wire_publish_ack_encode(&a, enc, sizeof(enc)),
+                           FX_FLAG_PUBLISH_ACK, body, len);
 }
 
 static inline void fx_fuzz_json(const uint8_t *body, size_t len)

@@ -87,27 +87,30 @@ static int golden_seeds(void)
                                 .count = 1,
                                 .payloads = &hello};
     int rv = golden("fuzz_publish_batch", "publish_batch", 0, f,
-                    fx_publish_batch_encode(&pb, f, sizeof(f)));
+                    fx_wire_publish_batch_encode(&pb, f, sizeof(f)));
     pb.request_id = 7;
     pb.ack = FX_WIRE_ACK_PER_BATCH;
     rv |= golden("fuzz_publish_batch", "publish_batch_acked", 1, f,
-                 fx_publish_batch_encode(&pb, f, sizeof(f)));
-    fx_event_batch eb = {
+                 fx_wire_publish_batch_encode(&pb, f, sizeof(f)));
+    fx_wire_event_batch eb = {
         .shared = true, .has_offsets = true, .base_offset = 5, .count = 2, .payloads = ab};
     rv |= golden("fuzz_event_batch", "shared_offsets", 3, f,
-                 fx_event_batch_encode(&eb, f, sizeof(f)));
+                 fx_wire_event_batch_encode(&eb, f, sizeof(f)));
     eb.has_offsets = false;
-    rv |= golden("fuzz_event_batch", "shared", 2, f, fx_event_batch_encode(&eb, f, sizeof(f)));
+    rv |= golden("fuzz_event_batch", "shared", 2, f, fx_wire_event_batch_encode(&eb, f, sizeof(f)));
     eb.shared = false;
     eb.subscription_id = 42;
-    rv |= golden("fuzz_event_batch", "per_sub", 0, f, fx_event_batch_encode(&eb, f, sizeof(f)));
+    rv |=
+        golden("fuzz_event_batch", "per_sub", 0, f, fx_wire_event_batch_encode(&eb, f, sizeof(f)));
     eb.has_offsets = true;
     rv |= golden("fuzz_event_batch", "per_sub_offsets", 1, f,
-                 fx_event_batch_encode(&eb, f, sizeof(f)));
-    fx_publish_ack ack = {.ok = false, .request_id = 9, .message = str("stream not found")};
-    rv |= golden("fuzz_publish_ack", "ack_error", -1, f, fx_publish_ack_encode(&ack, f, sizeof(f)));
-    ack = (fx_publish_ack){.ok = true, .request_id = 7};
-    rv |= golden("fuzz_publish_ack", "ack_ok", -1, f, fx_publish_ack_encode(&ack, f, sizeof(f)));
+                 fx_wire_event_batch_encode(&eb, f, sizeof(f)));
+    fx_wire_publish_ack ack = {.ok = false, .request_id = 9, .message = str("stream not found")};
+    rv |= golden("fuzz_publish_ack", "ack_error", -1, f,
+                 fx_wire_publish_ack_encode(&ack, f, sizeof(f)));
+    ack = (fx_wire_publish_ack){.ok = true, .request_id = 7};
+    rv |=
+        golden("fuzz_publish_ack", "ack_ok", -1, f, fx_wire_publish_ack_encode(&ack, f, sizeof(f)));
     return rv;
 }
 
@@ -193,12 +196,12 @@ static int publish_frames(seedbuf *f, const char *token)
                                 .count = 1,
                                 .payloads = &p};
     uint8_t buf[256];
-    ssize_t n = fx_publish_batch_encode(&pb, buf, sizeof(buf));
+    ssize_t n = fx_wire_publish_batch_encode(&pb, buf, sizeof(buf));
     if (n > 0)
         put(f, buf, (size_t)n);
     pb.request_id = 9;
     pb.ack = FX_WIRE_ACK_PER_BATCH;
-    ssize_t k = fx_publish_batch_encode(&pb, buf, sizeof(buf));
+    ssize_t k = fx_wire_publish_batch_encode(&pb, buf, sizeof(buf));
     if (k > 0)
         put(f, buf, (size_t)k);
     return rv | (n > 0 && k > 0 ? 0 : -1);
@@ -323,25 +326,25 @@ static int event_frames(seedbuf *f, uint64_t id, uint64_t base)
     fx_msg_init_event_stream_hello(&m, id);
     int rv = msg_frame(f, &m);
     fx_wire_slice ab[3] = {str("a"), str("bc"), str("")};
-    fx_event_batch eb = {.subscription_id = id,
-                         .has_offsets = true,
-                         .base_offset = base,
-                         .count = 3,
-                         .payloads = ab};
+    fx_wire_event_batch eb = {.subscription_id = id,
+                              .has_offsets = true,
+                              .base_offset = base,
+                              .count = 3,
+                              .payloads = ab};
     uint8_t buf[256];
-    ssize_t n = fx_event_batch_encode(&eb, buf, sizeof(buf));
+    ssize_t n = fx_wire_event_batch_encode(&eb, buf, sizeof(buf));
     rv |= n > 0 ? 0 : -1;
     if (n > 0)
         put(f, buf, (size_t)n);
     eb.has_offsets = false;
     eb.count = 1;
-    n = fx_event_batch_encode(&eb, buf, sizeof(buf));
+    n = fx_wire_event_batch_encode(&eb, buf, sizeof(buf));
     rv |= n > 0 ? 0 : -1;
     if (n > 0)
         put(f, buf, (size_t)n);
-    eb = (fx_event_batch){
+    eb = (fx_wire_event_batch){
         .shared = true, .has_offsets = true, .base_offset = base + 7, .count = 2, .payloads = ab};
-    n = fx_event_batch_encode(&eb, buf, sizeof(buf));
+    n = fx_wire_event_batch_encode(&eb, buf, sizeof(buf));
     rv |= n > 0 ? 0 : -1;
     if (n > 0)
         put(f, buf, (size_t)n);

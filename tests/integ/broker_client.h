@@ -160,8 +160,8 @@ static inline void on_event_frame(T *t, tstream *s, const fx_frame *f)
         fx_msg_deinit(&m);
         return;
     }
-    fx_event_batch e;
-    assert_int_equal(fx_event_batch_decode(f->hdr.flags, f->body, f->len, &e, NULL), 0);
+    fx_wire_event_batch e;
+    assert_int_equal(fx_wire_event_batch_decode(f->hdr.flags, f->body, f->len, &e, NULL), 0);
     assert_true(e.has_offsets);
     if (e.shared) {
         s->shared_frames++;
@@ -171,7 +171,7 @@ static inline void on_event_frame(T *t, tstream *s, const fx_frame *f)
     }
     for (uint32_t i = 0; i < e.count; i++)
         check_event(t, s, e.base_offset + i, e.payloads[i]);
-    fx_event_batch_deinit(&e);
+    fx_wire_event_batch_deinit(&e);
 }
 
 static inline void on_reply_frame(tstream *s, const fx_frame *f)
@@ -589,11 +589,11 @@ static inline fx_buf *binary_publish(T *t, const char *stream, uint64_t first, u
                                 .stream = {(const uint8_t *)stream, strlen(stream)},
                                 .count = n,
                                 .payloads = ps};
-    ssize_t sz = fx_publish_batch_frame_size(&pb);
+    ssize_t sz = fx_wire_publish_batch_frame_size(&pb);
     assert_true(sz > 0);
     fx_buf *f;
     assert_int_equal(fx_buf_new(&f, (size_t)sz), 0);
-    assert_int_equal(fx_publish_batch_encode(&pb, fx_buf_data_mut(f), (size_t)sz), sz);
+    assert_int_equal(fx_wire_publish_batch_encode(&pb, fx_buf_data_mut(f), (size_t)sz), sz);
     for (uint32_t i = 0; i < n; i++)
         fx_buf_unref(bufs[i]);
     free(bufs);
@@ -615,8 +615,8 @@ static inline void publish_acked(T *t, tstream *s, const char *stream, uint64_t 
     send_buf(s, binary_publish(t, stream, first, n, true, rid));
     tframe *f = next_reply(t, s);
     assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
-    fx_publish_ack a;
-    assert_int_equal(fx_publish_ack_decode(f->body, f->len, &a, NULL), 0);
+    fx_wire_publish_ack a;
+    assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &a, NULL), 0);
     assert_true(a.ok);
     assert_int_equal(a.request_id, rid);
     tframe_free(f);
@@ -836,8 +836,8 @@ static inline void expect_ack(T *t, tstream *s, uint64_t rid)
 {
     tframe *f = next_reply(t, s);
     assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
-    fx_publish_ack a;
-    assert_int_equal(fx_publish_ack_decode(f->body, f->len, &a, NULL), 0);
+    fx_wire_publish_ack a;
+    assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &a, NULL), 0);
     assert_true(a.ok);
     assert_int_equal(a.request_id, rid);
     tframe_free(f);

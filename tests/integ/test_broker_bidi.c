@@ -82,9 +82,9 @@ static void test_acked_binary_publish_gets_0x0010_with_request_id(void **state)
         send_buf(s, binary_publish(t, "acks", 4 + rid - 100, 1, true, rid));
     for (uint64_t rid = 100; rid < 103; rid++) {
         tframe *f = next_reply(t, s);
-        fx_publish_ack a;
+        fx_wire_publish_ack a;
         assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
-        assert_int_equal(fx_publish_ack_decode(f->body, f->len, &a, NULL), 0);
+        assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &a, NULL), 0);
         assert_true(a.ok);
         assert_int_equal(a.request_id, rid);
         tframe_free(f);
@@ -121,9 +121,9 @@ static void test_unread_replies_stop_reading_instead_of_queueing(void **state)
     resume_stream(s);
     for (uint64_t rid = 1; rid <= N; rid++) {
         tframe *f = next_reply(t, s);
-        fx_publish_ack ack;
+        fx_wire_publish_ack ack;
         assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
-        assert_int_equal(fx_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+        assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
         assert_int_equal(ack.request_id, rid);
         tframe_free(f);
     }
@@ -251,9 +251,9 @@ static void test_unknown_stream_with_autocreate_off_not_found(void **state)
     const char *want = "stream not found: tenant=t1 namespace=default stream=nope";
     send_buf(s, binary_publish(t, "nope", 0, 1, true, 21));
     tframe *f = next_reply(t, s);
-    fx_publish_ack a;
+    fx_wire_publish_ack a;
     assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
-    assert_int_equal(fx_publish_ack_decode(f->body, f->len, &a, NULL), 0);
+    assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &a, NULL), 0);
     assert_false(a.ok);
     assert_int_equal(a.request_id, 21);
     assert_int_equal(a.message.len, strlen(want));

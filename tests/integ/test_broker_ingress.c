@@ -41,8 +41,8 @@ static void test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled(
     assert_int_equal(DELTA(a, b, ingress_backpressure_cancelled), 0);
     tframe *f = next_reply(t, s); /* written before the FIN */
     assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
-    fx_publish_ack ack;
-    assert_int_equal(fx_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+    fx_wire_publish_ack ack;
+    assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
     assert_int_equal(ack.ok, accepted == total);
     assert_int_equal(ack.request_id, 7);
     tframe_free(f);
@@ -160,8 +160,8 @@ static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **st
     uint64_t ok = 0, timed_out = 0;
     for (uint64_t i = 0; i < n; i++) {
         tframe *f = next_reply(t, s);
-        fx_publish_ack ack;
-        assert_int_equal(fx_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+        fx_wire_publish_ack ack;
+        assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
         assert_int_equal(ack.request_id, i + 1);
         if (ack.ok) {
             assert_int_equal(timed_out, 0); /* ok only before the first timeout */
@@ -312,8 +312,8 @@ static uint64_t take_acks(tstream *s, uint64_t *next)
         if (s->head == NULL)
             s->tail = NULL;
         assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
-        fx_publish_ack a;
-        assert_int_equal(fx_publish_ack_decode(f->body, f->len, &a, NULL), 0);
+        fx_wire_publish_ack a;
+        assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &a, NULL), 0);
         assert_true(a.ok);
         assert_int_equal(a.request_id, (*next)++);
         tframe_free(f);
@@ -443,8 +443,8 @@ static void expect_ack_error(T *t, tstream *s, uint64_t rid, const char *want)
 {
     tframe *f = next_reply(t, s);
     assert_int_equal(f->flags, FX_FLAG_PUBLISH_ACK);
-    fx_publish_ack ack;
-    assert_int_equal(fx_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+    fx_wire_publish_ack ack;
+    assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
     assert_false(ack.ok);
     assert_int_equal(ack.request_id, rid);
     assert_int_equal(ack.message.len, strlen(want));

@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth/auth.h"
 #include "integ/fixture.h"
 #include "quic/quic.h"
-#include "auth/auth.h"
 #include "server/authn.h"
 #include "wire/binary.h"
 #include "wire/frame.h"
@@ -963,7 +963,7 @@ static void put_batch(uint8_t *out, size_t cap, size_t *off, const char *stream,
                                .stream = {(const uint8_t *)stream, strlen(stream)},
                                .count = 1,
                                .payloads = &p};
-    ssize_t w = fx_publish_batch_encode(&b, out + *off, cap - *off);
+    ssize_t w = fx_wire_publish_batch_encode(&b, out + *off, cap - *off);
     assert_true(w > 0);
     *off += (size_t)w;
 }

@@ -107,12 +107,12 @@ static fx_subscription *sub_latest(fx_client *c)
 /* The victim's link, through libfelix's test hook (run on the client's loop). */
 static void set_link(fx_client *c, uint64_t delay_ns, uint32_t drop_permille)
 {
-    assert_int_equal(fx_client_test_link(c, true, delay_ns, drop_permille, NULL), 0);
+    assert_int_equal(fxc_client_test_link(c, true, delay_ns, drop_permille, NULL), 0);
 }
 
 static void link_stats(fx_client *c, fx_quic_stats *st)
 {
-    assert_int_equal(fx_client_test_link(c, false, 0, 0, st), 0);
+    assert_int_equal(fxc_client_test_link(c, false, 0, 0, st), 0);
 }
 
 /* ---- payloads ------------------------------------------------------------------ */

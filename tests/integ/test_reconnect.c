@@ -125,7 +125,7 @@ static void stall_worker(E *e, unsigned ms)
 /* The client endpoint's loss hook (libfelix's test hook, run on its loop). */
 static void client_drop(fx_client *c, uint32_t permille)
 {
-    assert_int_equal(fx_client_test_link(c, true, 0, permille, NULL), 0);
+    assert_int_equal(fxc_client_test_link(c, true, 0, permille, NULL), 0);
 }
 
 /* ---- resume ------------------------------------------------------------------------------ */

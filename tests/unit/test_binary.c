@@ -64,12 +64,13 @@ static void test_golden_publish_batch_t1_default_demo_hello(void **state)
                                .stream = str("demo"),
                                .count = 1,
                                .payloads = &hello};
-    assert_int_equal(fx_publish_batch_frame_size(&b), 44);
-    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), 44);
+    assert_int_equal(fx_wire_publish_batch_frame_size(&b), 44);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, sizeof(out)), 44);
     assert_memory_equal(out, want, 44);
 
     fx_wire_publish_batch d;
-    assert_int_equal(fx_publish_batch_decode(0x0001, body_of(want, n, 0x0001), 32, &d, NULL), 0);
+    assert_int_equal(fx_wire_publish_batch_decode(0x0001, body_of(want, n, 0x0001), 32, &d, NULL),
+                     0);
     assert_int_equal(d.ack, FX_WIRE_ACK_NONE);
     assert_slice(d.tenant, "t1");
     assert_slice(d.ns, "default");
@@ -77,7 +78,7 @@ static void test_golden_publish_batch_t1_default_demo_hello(void **state)
     assert_int_equal(d.count, 1);
     assert_slice(d.payloads[0], "hello");
     assert_ptr_equal(d.payloads[0].ptr, want + n - 5); /* references the input */
-    fx_publish_batch_deinit(&d);
+    fx_wire_publish_batch_deinit(&d);
 }
 
 static void test_golden_acked_publish_batch_req7_per_batch(void **state)
@@ -94,18 +95,19 @@ static void test_golden_acked_publish_batch_req7_per_batch(void **state)
                                .stream = str("demo"),
                                .count = 1,
                                .payloads = &hello};
-    assert_int_equal(fx_publish_batch_flags(&b), 0x0009);
-    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), 53);
+    assert_int_equal(fx_wire_publish_batch_flags(&b), 0x0009);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, sizeof(out)), 53);
     assert_memory_equal(out, want, 53);
 
     fx_wire_publish_batch d;
-    assert_int_equal(fx_publish_batch_decode(0x0009, body_of(want, n, 0x0009), 41, &d, NULL), 0);
+    assert_int_equal(fx_wire_publish_batch_decode(0x0009, body_of(want, n, 0x0009), 41, &d, NULL),
+                     0);
     assert_int_equal(d.request_id, 7);
     assert_int_equal(d.ack, FX_WIRE_ACK_PER_BATCH);
     assert_slice(d.stream, "demo");
     assert_int_equal(d.count, 1);
     assert_slice(d.payloads[0], "hello");
-    fx_publish_batch_deinit(&d);
+    fx_wire_publish_batch_deinit(&d);
 }
 
 static void test_golden_shared_event_batch_base5(void **state)
@@ -116,21 +118,21 @@ static void test_golden_shared_event_batch_base5(void **state)
                      want, sizeof(want));
     assert_int_equal(n, 35);
     fx_wire_slice p[2] = {str("a"), str("bc")};
-    fx_event_batch e = {
+    fx_wire_event_batch e = {
         .shared = true, .has_offsets = true, .base_offset = 5, .count = 2, .payloads = p};
-    assert_int_equal(fx_event_batch_frame_size(&e), 35);
-    assert_int_equal(fx_event_batch_encode(&e, out, sizeof(out)), 35);
+    assert_int_equal(fx_wire_event_batch_frame_size(&e), 35);
+    assert_int_equal(fx_wire_event_batch_encode(&e, out, sizeof(out)), 35);
     assert_memory_equal(out, want, 35);
 
-    fx_event_batch d;
-    assert_int_equal(fx_event_batch_decode(0x0024, body_of(want, n, 0x0024), 23, &d, NULL), 0);
+    fx_wire_event_batch d;
+    assert_int_equal(fx_wire_event_batch_decode(0x0024, body_of(want, n, 0x0024), 23, &d, NULL), 0);
     assert_true(d.shared);
     assert_true(d.has_offsets);
     assert_int_equal(d.base_offset, 5);
     assert_int_equal(d.count, 2);
     assert_slice(d.payloads[0], "a");
     assert_slice(d.payloads[1], "bc");
-    fx_event_batch_deinit(&d);
+    fx_wire_event_batch_deinit(&d);
 }
 
 static void test_golden_per_subscriber_event_batch(void **state)
@@ -141,28 +143,28 @@ static void test_golden_per_subscriber_event_batch(void **state)
                      "00000001 78",
                      want, sizeof(want));
     fx_wire_slice x = str("x");
-    fx_event_batch e = {
+    fx_wire_event_batch e = {
         .subscription_id = 42, .has_offsets = true, .base_offset = 10, .count = 1, .payloads = &x};
-    assert_int_equal(fx_event_batch_encode(&e, out, sizeof(out)), n);
+    assert_int_equal(fx_wire_event_batch_encode(&e, out, sizeof(out)), n);
     assert_memory_equal(out, want, n);
-    fx_event_batch d;
-    assert_int_equal(fx_event_batch_decode(0x0022, want + 12, n - 12, &d, NULL), 0);
+    fx_wire_event_batch d;
+    assert_int_equal(fx_wire_event_batch_decode(0x0022, want + 12, n - 12, &d, NULL), 0);
     assert_false(d.shared);
     assert_int_equal(d.subscription_id, 42);
     assert_int_equal(d.base_offset, 10);
     assert_slice(d.payloads[0], "x");
-    fx_event_batch_deinit(&d);
+    fx_wire_event_batch_deinit(&d);
 
     /* 0x0002 without offsets: no base_offset field. */
     e.has_offsets = false;
     n = unhex("464c5831 0001 0002 00000011 000000000000002a 00000001 00000001 78", want,
               sizeof(want));
-    assert_int_equal(fx_event_batch_encode(&e, out, sizeof(out)), n);
+    assert_int_equal(fx_wire_event_batch_encode(&e, out, sizeof(out)), n);
     assert_memory_equal(out, want, n);
-    assert_int_equal(fx_event_batch_decode(0x0002, want + 12, n - 12, &d, NULL), 0);
+    assert_int_equal(fx_wire_event_batch_decode(0x0002, want + 12, n - 12, &d, NULL), 0);
     assert_false(d.has_offsets);
     assert_int_equal(d.base_offset, 0);
-    fx_event_batch_deinit(&d);
+    fx_wire_event_batch_deinit(&d);
 }
 
 static void test_golden_publish_ack_error_req9(void **state)
@@ -171,12 +173,12 @@ static void test_golden_publish_ack_error_req9(void **state)
     size_t n = unhex("464c5831 0001 0010 0000001b 01 0000000000000009 0010 "
                      "73747265616d206e6f7420666f756e64",
                      want, sizeof(want));
-    fx_publish_ack a = {.ok = false, .request_id = 9, .message = str("stream not found")};
-    assert_int_equal(fx_publish_ack_frame_size(&a), n);
-    assert_int_equal(fx_publish_ack_encode(&a, out, sizeof(out)), n);
+    fx_wire_publish_ack a = {.ok = false, .request_id = 9, .message = str("stream not found")};
+    assert_int_equal(fx_wire_publish_ack_frame_size(&a), n);
+    assert_int_equal(fx_wire_publish_ack_encode(&a, out, sizeof(out)), n);
     assert_memory_equal(out, want, n);
-    fx_publish_ack d;
-    assert_int_equal(fx_publish_ack_decode(body_of(want, n, 0x0010), n - 12, &d, NULL), 0);
+    fx_wire_publish_ack d;
+    assert_int_equal(fx_wire_publish_ack_decode(body_of(want, n, 0x0010), n - 12, &d, NULL), 0);
     assert_false(d.ok);
     assert_int_equal(d.request_id, 9);
     assert_slice(d.message, "stream not found");
@@ -186,11 +188,11 @@ static void test_golden_publish_ack_ok_req7(void **state)
 {
     uint8_t want[32], out[32];
     size_t n = unhex("464c5831 0001 0010 0000000b 00 0000000000000007 0000", want, sizeof(want));
-    fx_publish_ack a = {.ok = true, .request_id = 7};
-    assert_int_equal(fx_publish_ack_encode(&a, out, sizeof(out)), n);
+    fx_wire_publish_ack a = {.ok = true, .request_id = 7};
+    assert_int_equal(fx_wire_publish_ack_encode(&a, out, sizeof(out)), n);
     assert_memory_equal(out, want, n);
-    fx_publish_ack d;
-    assert_int_equal(fx_publish_ack_decode(want + 12, n - 12, &d, NULL), 0);
+    fx_wire_publish_ack d;
+    assert_int_equal(fx_wire_publish_ack_decode(want + 12, n - 12, &d, NULL), 0);
     assert_true(d.ok);
     assert_int_equal(d.request_id, 7);
     assert_int_equal(d.message.len, 0);
@@ -215,13 +217,14 @@ static void test_large_batch_roundtrips_through_heap_array(void **state)
                                .stream = str("s"),
                                .count = N,
                                .payloads = p};
-    ssize_t size = fx_publish_batch_frame_size(&b);
+    ssize_t size = fx_wire_publish_batch_frame_size(&b);
     assert_true(size > 0);
     uint8_t *out = malloc((size_t)size);
-    assert_int_equal(fx_publish_batch_encode(&b, out, (size_t)size - 1), -ENOSPC);
-    assert_int_equal(fx_publish_batch_encode(&b, out, (size_t)size), size);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, (size_t)size - 1), -ENOSPC);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, (size_t)size), size);
     fx_wire_publish_batch d;
-    assert_int_equal(fx_publish_batch_decode(0x0009, out + 12, (size_t)size - 12, &d, NULL), 0);
+    assert_int_equal(fx_wire_publish_batch_decode(0x0009, out + 12, (size_t)size - 12, &d, NULL),
+                     0);
     assert_int_equal(d.request_id, 1ull << 40);
     assert_int_equal(d.ack, FX_WIRE_ACK_PER_MESSAGE);
     assert_slice(d.tenant, "tenant-é");
@@ -231,7 +234,7 @@ static void test_large_batch_roundtrips_through_heap_array(void **state)
         assert_int_equal(d.payloads[i].len, p[i].len);
         assert_memory_equal(d.payloads[i].ptr, p[i].ptr, p[i].len);
     }
-    fx_publish_batch_deinit(&d);
+    fx_wire_publish_batch_deinit(&d);
     free(out);
 }
 
@@ -240,21 +243,22 @@ static void test_event_batch_iov_matches_flat_encoding(void **state)
     fx_wire_slice p[5] = {str("alpha"), str(""), str("c"), str("delta-delta"), str("e")};
     for (uint32_t count = 0; count <= 5; count++) {
         for (int shared = 0; shared < 2; shared++) {
-            fx_event_batch e = {.shared = shared,
-                                .has_offsets = count % 2,
-                                .subscription_id = 3,
-                                .base_offset = 1000 + count,
-                                .count = count,
-                                .payloads = p};
+            fx_wire_event_batch e = {.shared = shared,
+                                     .has_offsets = count % 2,
+                                     .subscription_id = 3,
+                                     .base_offset = 1000 + count,
+                                     .count = count,
+                                     .payloads = p};
             uint8_t flat[256], meta[128], joined[256];
             struct iovec iov[10];
             size_t iovcnt = 0;
-            ssize_t n = fx_event_batch_encode(&e, flat, sizeof(flat));
+            ssize_t n = fx_wire_event_batch_encode(&e, flat, sizeof(flat));
             assert_true(n > 0);
-            assert_true(fx_event_batch_meta_size(&e) <= sizeof(meta));
-            assert_int_equal(fx_event_batch_encode_iov(&e, meta, 3, iov, 10, &iovcnt), -ENOSPC);
-            assert_int_equal(fx_event_batch_encode_iov(&e, meta, sizeof(meta), iov, 10, &iovcnt),
-                             n);
+            assert_true(fx_wire_event_batch_meta_size(&e) <= sizeof(meta));
+            assert_int_equal(fx_wire_event_batch_encode_iov(&e, meta, 3, iov, 10, &iovcnt),
+                             -ENOSPC);
+            assert_int_equal(
+                fx_wire_event_batch_encode_iov(&e, meta, sizeof(meta), iov, 10, &iovcnt), n);
             assert_int_equal(iovcnt, count ? 2 * count : 1);
             size_t k = 0;
             for (size_t i = 0; i < iovcnt; i++) {
@@ -274,20 +278,20 @@ static void test_publish_ack_message_truncated_at_char_boundary(void **state)
     char msg[520];
     memset(msg, 'a', 510);
     memcpy(msg + 510, "\xc3\xa9\xe2\x82\xac", 5);
-    fx_publish_ack a = {.ok = false, .request_id = 1, .message = {(const uint8_t *)msg, 515}};
+    fx_wire_publish_ack a = {.ok = false, .request_id = 1, .message = {(const uint8_t *)msg, 515}};
     uint8_t out[600];
-    ssize_t n = fx_publish_ack_encode(&a, out, sizeof(out));
+    ssize_t n = fx_wire_publish_ack_encode(&a, out, sizeof(out));
     assert_int_equal(n, 12 + 11 + 512);
-    fx_publish_ack d;
-    assert_int_equal(fx_publish_ack_decode(out + 12, (size_t)n - 12, &d, NULL), 0);
+    fx_wire_publish_ack d;
+    assert_int_equal(fx_wire_publish_ack_decode(out + 12, (size_t)n - 12, &d, NULL), 0);
     assert_int_equal(d.message.len, 512);
     /* ... and one byte later the cut backs off to before the euro sign. */
     memset(msg, 'a', 511);
     memcpy(msg + 511, "\xe2\x82\xac", 3);
     a.message.len = 514;
-    n = fx_publish_ack_encode(&a, out, sizeof(out));
+    n = fx_wire_publish_ack_encode(&a, out, sizeof(out));
     assert_int_equal(n, 12 + 11 + 511);
-    assert_int_equal(fx_publish_ack_decode(out + 12, (size_t)n - 12, &d, NULL), 0);
+    assert_int_equal(fx_wire_publish_ack_decode(out + 12, (size_t)n - 12, &d, NULL), 0);
     assert_int_equal(fx_be16(out + 12 + 9), 511);
 }
 
@@ -297,15 +301,15 @@ static void test_encoder_rejects_bad_input(void **state)
     static uint8_t longname[70000];
     memset(longname, 'n', sizeof(longname));
     fx_wire_publish_batch b = {.tenant = {longname, 65536}, .ns = str("n"), .stream = str("s")};
-    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_NAME);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_NAME);
     b.tenant = (fx_wire_slice){(const uint8_t *)"\xc0\xaf", 2};
-    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_UTF8);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_UTF8);
     b.tenant = str("t");
     b.ack = (fx_wire_ack)3;
-    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_ACK_MODE);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, sizeof(out)), FX_EWIRE_ACK_MODE);
     b.ack = FX_WIRE_ACK_NONE;
-    assert_int_equal(fx_publish_batch_encode(&b, out, 12), -ENOSPC);
-    assert_int_equal(fx_publish_batch_encode(&b, out, sizeof(out)), 12 + 6 + 3 + 4);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, 12), -ENOSPC);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, sizeof(out)), 12 + 6 + 3 + 4);
 }
 
 /* ---- decoder errors, one code each ------------------------------------------------- */
@@ -317,9 +321,9 @@ static int decode_pub(uint16_t flags, const char *hex)
     size_t n = unhex(hex, body, sizeof(body));
     fx_wire_publish_batch b;
     fx_wire_err err = {0};
-    int rv = fx_publish_batch_decode(flags, body, n, &b, &err);
+    int rv = fx_wire_publish_batch_decode(flags, body, n, &b, &err);
     if (rv == 0) {
-        fx_publish_batch_deinit(&b);
+        fx_wire_publish_batch_deinit(&b);
     } else {
         assert_int_equal(err.code, rv);
         assert_true(strlen(err.msg) > 10);
@@ -343,13 +347,13 @@ static void test_every_prefix_of_a_valid_body_is_rejected(void **state)
     size_t n = unhex("0000000000000007 01 " PUB_T1_BODY, body, sizeof(body));
     for (size_t cut = 0; cut < n; cut++) {
         fx_wire_publish_batch b;
-        int rv = fx_publish_batch_decode(0x0009, body, cut, &b, NULL);
+        int rv = fx_wire_publish_batch_decode(0x0009, body, cut, &b, NULL);
         /* Cut right after the count, count 1 > 0 remaining / 4. */
         assert_true(rv == FX_EWIRE_TRUNCATED || rv == FX_EWIRE_COUNT);
     }
     fx_wire_publish_batch b;
-    assert_int_equal(fx_publish_batch_decode(0x0009, body, n, &b, NULL), 0);
-    fx_publish_batch_deinit(&b);
+    assert_int_equal(fx_wire_publish_batch_decode(0x0009, body, n, &b, NULL), 0);
+    fx_wire_publish_batch_deinit(&b);
 }
 
 static void test_count_larger_than_remaining(void **state)
@@ -359,8 +363,8 @@ static void test_count_larger_than_remaining(void **state)
                      FX_EWIRE_COUNT);
     uint8_t body[16];
     size_t n = unhex("ffffffff 00000000", body, sizeof(body));
-    fx_event_batch e;
-    assert_int_equal(fx_event_batch_decode(0x0004, body, n, &e, NULL), FX_EWIRE_COUNT);
+    fx_wire_event_batch e;
+    assert_int_equal(fx_wire_event_batch_decode(0x0004, body, n, &e, NULL), FX_EWIRE_COUNT);
 }
 
 /* A body of |count| empty payloads for t/n/s, into a new buffer. */
@@ -384,14 +388,14 @@ static void test_publish_batch_over_65536_messages_is_refused(void **state)
     size_t len;
     uint8_t *ok = empty_batch_body(FX_WIRE_BATCH_MAX_MESSAGES, &len);
     fx_wire_publish_batch d;
-    assert_int_equal(fx_publish_batch_decode(0x0001, ok, len, &d, NULL), 0);
+    assert_int_equal(fx_wire_publish_batch_decode(0x0001, ok, len, &d, NULL), 0);
     assert_int_equal(d.count, 65536);
-    fx_publish_batch_deinit(&d);
+    fx_wire_publish_batch_deinit(&d);
     free(ok);
     /* One more: refused on the count alone, whatever follows. */
     uint8_t *big = empty_batch_body(FX_WIRE_BATCH_MAX_MESSAGES + 1, &len);
     fx_wire_err err = {0};
-    assert_int_equal(fx_publish_batch_decode(0x0001, big, len, &d, &err), FX_EWIRE_COUNT);
+    assert_int_equal(fx_wire_publish_batch_decode(0x0001, big, len, &d, &err), FX_EWIRE_COUNT);
     assert_non_null(strstr(err.msg, "65536"));
     free(big);
     /* The encoder will not write one either. */
@@ -402,9 +406,9 @@ static void test_publish_batch_over_65536_messages_is_refused(void **state)
                                .stream = str("s"),
                                .count = FX_WIRE_BATCH_MAX_MESSAGES + 1,
                                .payloads = p};
-    assert_int_equal(fx_publish_batch_frame_size(&b), FX_EWIRE_COUNT);
+    assert_int_equal(fx_wire_publish_batch_frame_size(&b), FX_EWIRE_COUNT);
     b.count = FX_WIRE_BATCH_MAX_MESSAGES;
-    assert_true(fx_publish_batch_frame_size(&b) > 0);
+    assert_true(fx_wire_publish_batch_frame_size(&b) > 0);
     free(p);
 }
 
@@ -420,8 +424,8 @@ static void test_trailing_bytes(void **state)
                      FX_EWIRE_TRAILING);
     uint8_t body[32];
     size_t n = unhex("00 0000000000000001 0000 ff", body, sizeof(body));
-    fx_publish_ack a;
-    assert_int_equal(fx_publish_ack_decode(body, n, &a, NULL), FX_EWIRE_TRAILING);
+    fx_wire_publish_ack a;
+    assert_int_equal(fx_wire_publish_ack_decode(body, n, &a, NULL), FX_EWIRE_TRAILING);
 }
 
 static void test_bad_ack_mode(void **state)
@@ -433,10 +437,10 @@ static void test_bad_ack_mode(void **state)
     uint64_t id;
     fx_wire_ack ack;
     uint8_t prefix[9] = {0, 0, 0, 0, 0, 0, 0, 9, 1};
-    assert_int_equal(fx_publish_acked_prefix_decode(prefix, 9, &id, &ack, NULL), 0);
+    assert_int_equal(fx_wire_publish_acked_prefix_decode(prefix, 9, &id, &ack, NULL), 0);
     assert_int_equal(id, 9);
     assert_int_equal(ack, FX_WIRE_ACK_PER_MESSAGE);
-    assert_int_equal(fx_publish_acked_prefix_decode(prefix, 8, &id, &ack, NULL),
+    assert_int_equal(fx_wire_publish_acked_prefix_decode(prefix, 8, &id, &ack, NULL),
                      FX_EWIRE_TRUNCATED);
 }
 
@@ -444,9 +448,9 @@ static void test_bad_ack_status(void **state)
 {
     uint8_t body[32];
     size_t n = unhex("02 0000000000000001 0000", body, sizeof(body));
-    fx_publish_ack a;
+    fx_wire_publish_ack a;
     fx_wire_err err = {0};
-    assert_int_equal(fx_publish_ack_decode(body, n, &a, &err), FX_EWIRE_STATUS);
+    assert_int_equal(fx_wire_publish_ack_decode(body, n, &a, &err), FX_EWIRE_STATUS);
     assert_int_equal(err.code, FX_EWIRE_STATUS);
 }
 
@@ -454,13 +458,13 @@ static void test_decoders_reject_other_kinds(void **state)
 {
     uint8_t body[8] = {0};
     fx_wire_publish_batch b;
-    fx_event_batch e;
-    assert_int_equal(fx_publish_batch_decode(0x0004, body, 4, &b, NULL), FX_EWIRE_KIND);
-    assert_int_equal(fx_event_batch_decode(0x0001, body, 4, &e, NULL), FX_EWIRE_KIND);
-    assert_int_equal(fx_event_batch_decode(0x0020, body, 4, &e, NULL), FX_EWIRE_KIND);
-    assert_int_equal(fx_event_batch_decode(0x0026, body, 4, &e, NULL), FX_EWIRE_KIND);
+    fx_wire_event_batch e;
+    assert_int_equal(fx_wire_publish_batch_decode(0x0004, body, 4, &b, NULL), FX_EWIRE_KIND);
+    assert_int_equal(fx_wire_event_batch_decode(0x0001, body, 4, &e, NULL), FX_EWIRE_KIND);
+    assert_int_equal(fx_wire_event_batch_decode(0x0020, body, 4, &e, NULL), FX_EWIRE_KIND);
+    assert_int_equal(fx_wire_event_batch_decode(0x0026, body, 4, &e, NULL), FX_EWIRE_KIND);
     /* A valid empty shared batch, for contrast. */
-    assert_int_equal(fx_event_batch_decode(0x0004, body, 4, &e, NULL), 0);
+    assert_int_equal(fx_wire_event_batch_decode(0x0004, body, 4, &e, NULL), 0);
     assert_int_equal(e.count, 0);
 }
 

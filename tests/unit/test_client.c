@@ -38,13 +38,13 @@ typedef struct stub {
     char dir[64];
     pthread_mutex_t mu;
     /* script */
-    bool legacy;           /* answer auth with ok */
-    int hold_acks;         /* answer acked publishes in reverse once this many wait */
-    const char *pub_error; /* answer acked publishes with this error */
-    bool hello_first;      /* open the event stream before `subscribed` */
-    bool cursor_error;     /* answer subscribe with a cursor error */
-    uint64_t sub_id;       /* id to assign */
-    bool no_answer;        /* never answer acked publishes */
+    bool legacy;              /* answer auth with ok */
+    int hold_acks;            /* answer acked publishes in reverse once this many wait */
+    const char *pub_error;    /* answer acked publishes with this error */
+    bool hello_first;         /* open the event stream before `subscribed` */
+    bool cursor_error;        /* answer subscribe with a cursor error */
+    uint64_t sub_id;          /* id to assign */
+    bool no_answer;           /* never answer acked publishes */
     const char *fail_payload; /* answer an acked frame holding this payload with pub_error */
     bool hold_credit;         /* consume nothing until stub_release_credit */
     /* observed (mu) */
@@ -94,11 +94,11 @@ static void smsg(fx_quic_conn *c, int64_t sid, const fx_msg *m, bool fin)
 static void answer_pub(fx_quic_conn *c, int64_t sid, uint64_t id, bool binary)
 {
     if (binary) {
-        fx_publish_ack a = {.ok = S->pub_error == NULL, .request_id = id};
+        fx_wire_publish_ack a = {.ok = S->pub_error == NULL, .request_id = id};
         if (S->pub_error != NULL)
             a.message = (fx_wire_slice){(const uint8_t *)S->pub_error, strlen(S->pub_error)};
         uint8_t f[700];
-        ssize_t n = fx_publish_ack_encode(&a, f, sizeof(f));
+        ssize_t n = fx_wire_publish_ack_encode(&a, f, sizeof(f));
         assert_true(n > 0);
         ssend(c, sid, f, (size_t)n, false);
         return;
@@ -179,7 +179,7 @@ static void on_json(fx_quic_conn *c, int64_t sid, sst *t, const fx_frame *f)
 static bool log_batch(const fx_frame *f)
 {
     fx_wire_publish_batch b;
-    assert_int_equal(fx_publish_batch_decode(f->hdr.flags, f->body, f->len, &b, NULL), 0);
+    assert_int_equal(fx_wire_publish_batch_decode(f->hdr.flags, f->body, f->len, &b, NULL), 0);
     bool bad = false;
     if (S->nframes < 4096)
         S->frame_msgs[S->nframes++] = b.count;
@@ -194,7 +194,7 @@ static bool log_batch(const fx_frame *f)
         bad |= S->fail_payload != NULL && b.payloads[i].len == strlen(S->fail_payload) &&
                memcmp(b.payloads[i].ptr, S->fail_payload, b.payloads[i].len) == 0;
     }
-    fx_publish_batch_deinit(&b);
+    fx_wire_publish_batch_deinit(&b);
     return bad;
 }
 
@@ -214,7 +214,7 @@ static void on_frame(fx_quic_conn *c, int64_t sid, sst *t, const fx_frame *f)
     } else if (f->kind == FX_BODY_PUBLISH_BATCH_ACKED) {
         uint64_t id;
         fx_wire_ack ack;
-        assert_int_equal(fx_publish_acked_prefix_decode(f->body, f->len, &id, &ack, NULL), 0);
+        assert_int_equal(fx_wire_publish_acked_prefix_decode(f->body, f->len, &id, &ack, NULL), 0);
         S->acked_binary++;
         if (S->fail_payload != NULL) {
             const char *keep = S->pub_error;
@@ -368,11 +368,12 @@ static void send_events_task(void *u)
     for (int i = 0; i < e->n; i++) {
         uint64_t off = e->base + (uint64_t)i;
         memcpy(pl, &off, e->size < 8 ? e->size : 8);
-        fx_event_batch b = {.shared = true, .has_offsets = true, .base_offset = off, .count = 1};
+        fx_wire_event_batch b = {
+            .shared = true, .has_offsets = true, .base_offset = off, .count = 1};
         b.payloads = b.inline_payloads;
         b.payloads[0] = (fx_wire_slice){pl, e->size};
         uint8_t *f = malloc(e->size + 64);
-        ssize_t n = fx_event_batch_encode(&b, f, e->size + 64);
+        ssize_t n = fx_wire_event_batch_encode(&b, f, e->size + 64);
         assert_true(n > 0);
         ssend(S->conn, S->uni, f, (size_t)n, false);
         free(f);
@@ -543,7 +544,7 @@ static void test_opts_from_env_rejects_bad_value_naming_it(void **state)
 static void assert_host(const char *server, const char *want)
 {
     char host[64];
-    assert_int_equal(fx_client_server_host(server, host, sizeof(host)), 0);
+    assert_int_equal(fxc_client_server_host(server, host, sizeof(host)), 0);
     assert_string_equal(host, want);
 }
 
@@ -556,8 +557,8 @@ static void test_server_name_defaults_to_the_host_of_server(void **state)
     assert_host("[::1]:5000", "::1");
     assert_host("broker.example.com:7000", "broker.example.com");
     char host[8];
-    assert_int_equal(fx_client_server_host("no-port", host, sizeof(host)), FX_ECONFIG);
-    assert_int_equal(fx_client_server_host("much-too-long-a-name:1", host, sizeof(host)),
+    assert_int_equal(fxc_client_server_host("no-port", host, sizeof(host)), FX_ECONFIG);
+    assert_int_equal(fxc_client_server_host("much-too-long-a-name:1", host, sizeof(host)),
                      FX_ECONFIG);
 
     time_t now = time(NULL);

@@ -76,16 +76,16 @@ static void expect_frame(fx_buf *f, uint16_t flags, uint64_t base, uint32_t coun
     assert_int_equal(fx_be32(p), FX_WIRE_MAGIC);
     assert_int_equal(fx_be16(p + 6), flags);
     assert_int_equal(fx_be32(p + 8), fx_buf_len(f) - FX_WIRE_HEADER_LEN);
-    fx_event_batch e;
-    assert_int_equal(fx_event_batch_decode(flags, p + FX_WIRE_HEADER_LEN,
-                                           fx_buf_len(f) - FX_WIRE_HEADER_LEN, &e, NULL),
+    fx_wire_event_batch e;
+    assert_int_equal(fx_wire_event_batch_decode(flags, p + FX_WIRE_HEADER_LEN,
+                                                fx_buf_len(f) - FX_WIRE_HEADER_LEN, &e, NULL),
                      0);
     assert_true(e.has_offsets);
     assert_int_equal(e.base_offset, base);
     assert_int_equal(e.count, count);
     if (!e.shared)
         assert_int_equal(e.subscription_id, sub_id);
-    fx_event_batch_deinit(&e);
+    fx_wire_event_batch_deinit(&e);
 }
 
 /* ---- shared frame ------------------------------------------------------------ */

@@ -1,4 +1,4 @@
-/* Unit tests for base/metrics: the X-macro lists, per-thread counter shards,
+/* Unit tests for base/metrics: the X-macro lists, per-thread counter cells,
  * gauges, histogram buckets, and the Prometheus text rendering, which is
  * checked by a strict parser of the 0.0.4 exposition format written here.
  * Also runs under ThreadSanitizer (metrics.tsan.*). */
@@ -662,20 +662,20 @@ static void *inc_once(void *arg)
 
 static void test_shards_are_reused_after_thread_exit(void **state)
 {
-    FX_COUNTER_INC(quic_conn_closed); /* the main thread has its shard */
+    FX_COUNTER_INC(quic_conn_closed); /* the main thread has its cell */
     fx_metrics_snapshot *snap = malloc(sizeof(*snap));
     assert_non_null(snap);
     fx_metrics_snapshot_take(snap);
     uint64_t v0 = snap->c.quic_conn_closed;
-    size_t n0 = fx_metrics_shard_count();
+    size_t n0 = fx_metrics_cell_count();
     for (int i = 0; i < 6; i++) {
         pthread_t th;
         assert_int_equal(pthread_create(&th, NULL, inc_once, NULL), 0);
         assert_int_equal(pthread_join(th, NULL), 0);
     }
-    assert_true(fx_metrics_shard_count() <= n0 + 1);
+    assert_true(fx_metrics_cell_count() <= n0 + 1);
     fx_metrics_snapshot_take(snap);
-    assert_int_equal(snap->c.quic_conn_closed - v0, 6); /* parked shards keep their counts */
+    assert_int_equal(snap->c.quic_conn_closed - v0, 6); /* parked cells keep their counts */
     free(snap);
 }
 
@@ -737,7 +737,7 @@ static void test_histogram_observe_puts_values_in_right_buckets(void **state)
     assert_int_equal(fx_hist_bucket_index(0, 3), 2);
     assert_int_equal(fx_hist_bucket_index(40, UINT64_C(1) << 63), FX_HIST_NBUCKETS - 1);
 
-    /* Observing through a shard, then reading the cumulative rendering. */
+    /* Observing through a cell, then reading the cumulative rendering. */
     char *text = render_all();
     parsed *p0 = parse_ok(text);
     free(text);

@@ -71,13 +71,13 @@ static void test_binary_acks_carry_request_id_and_error_text(void **state)
     fxb_reply *bad = fxb_reply_new(s, true, 8);
     fxb_reply_complete(ok, NULL);
     fxb_reply_complete(bad, "publish queue full");
-    fx_publish_ack a;
+    fx_wire_publish_ack a;
     fx_wire_slice b = body_of(ok, FX_FLAG_PUBLISH_ACK);
-    assert_int_equal(fx_publish_ack_decode(b.ptr, b.len, &a, NULL), 0);
+    assert_int_equal(fx_wire_publish_ack_decode(b.ptr, b.len, &a, NULL), 0);
     assert_true(a.ok);
     assert_int_equal(a.request_id, 7);
     b = body_of(bad, FX_FLAG_PUBLISH_ACK);
-    assert_int_equal(fx_publish_ack_decode(b.ptr, b.len, &a, NULL), 0);
+    assert_int_equal(fx_wire_publish_ack_decode(b.ptr, b.len, &a, NULL), 0);
     assert_false(a.ok);
     assert_int_equal(a.request_id, 8);
     assert_int_equal(a.message.len, strlen("publish queue full"));

@@ -80,16 +80,16 @@ static void test_binary_publish_acked(void **state)
                                .stream = vec_slice(&v, "stream"),
                                .count = (uint32_t)n,
                                .payloads = payloads};
-    assert_int_equal(fx_publish_batch_frame_size(&b), v.frame_len);
+    assert_int_equal(fx_wire_publish_batch_frame_size(&b), v.frame_len);
     uint8_t *out = malloc(v.frame_len);
-    assert_int_equal(fx_publish_batch_encode(&b, out, v.frame_len), v.frame_len);
+    assert_int_equal(fx_wire_publish_batch_encode(&b, out, v.frame_len), v.frame_len);
     assert_memory_equal(out, v.frame, v.frame_len);
     free(out);
 
     fx_frame f = decode_frame(&v);
     assert_int_equal(f.kind, FX_BODY_PUBLISH_BATCH_ACKED);
     fx_wire_publish_batch d;
-    assert_int_equal(fx_publish_batch_decode(f.hdr.flags, f.body, f.len, &d, NULL), 0);
+    assert_int_equal(fx_wire_publish_batch_decode(f.hdr.flags, f.body, f.len, &d, NULL), 0);
     assert_int_equal(d.request_id, b.request_id);
     assert_int_equal(d.ack, FX_WIRE_ACK_PER_BATCH);
     assert_slice_eq(d.tenant, b.tenant);
@@ -98,7 +98,7 @@ static void test_binary_publish_acked(void **state)
     assert_int_equal(d.count, n);
     for (size_t i = 0; i < n; i++)
         assert_slice_eq(d.payloads[i], payloads[i]);
-    fx_publish_batch_deinit(&d);
+    fx_wire_publish_batch_deinit(&d);
     free(payloads);
     fx_vec_free(&v);
 }
@@ -112,8 +112,8 @@ static void check_ack_vector(const char *name)
     const char *status = fx_vec_str(&v, "status");
     assert_non_null(status);
     json_t *msg = json_object_get(v.doc, "message");
-    fx_publish_ack a = {.ok = strcmp(status, "ok") == 0,
-                        .request_id = (uint64_t)vec_int(&v, "request_id")};
+    fx_wire_publish_ack a = {.ok = strcmp(status, "ok") == 0,
+                             .request_id = (uint64_t)vec_int(&v, "request_id")};
     if (!a.ok)
         assert_string_equal(status, "error");
     if (json_is_string(msg))
@@ -121,14 +121,14 @@ static void check_ack_vector(const char *name)
     else
         assert_true(json_is_null(msg));
     uint8_t out[1024];
-    assert_int_equal(fx_publish_ack_frame_size(&a), v.frame_len);
-    assert_int_equal(fx_publish_ack_encode(&a, out, sizeof(out)), v.frame_len);
+    assert_int_equal(fx_wire_publish_ack_frame_size(&a), v.frame_len);
+    assert_int_equal(fx_wire_publish_ack_encode(&a, out, sizeof(out)), v.frame_len);
     assert_memory_equal(out, v.frame, v.frame_len);
 
     fx_frame f = decode_frame(&v);
     assert_int_equal(f.kind, FX_BODY_PUBLISH_ACK);
-    fx_publish_ack d;
-    assert_int_equal(fx_publish_ack_decode(f.body, f.len, &d, NULL), 0);
+    fx_wire_publish_ack d;
+    assert_int_equal(fx_wire_publish_ack_decode(f.body, f.len, &d, NULL), 0);
     assert_int_equal(d.ok, a.ok);
     assert_int_equal(d.request_id, a.request_id);
     assert_slice_eq(d.message, a.message);
