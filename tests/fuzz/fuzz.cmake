@@ -70,9 +70,10 @@ fx_fuzz_target(fuzz_jwks_parse ${_fx_auth_fuzz})
 fx_fuzz_target(fuzz_config_yaml SRCS ${_fx_config_srcs} DICT config.dict
     LIBS fx_broker fx_quic fx_wire fx_base PkgConfig::YAML)
 # The admin endpoint's parsers; DNS is stubbed out (--wrap).
-fx_fuzz_target(fuzz_admin_bind SRCS ${CMAKE_SOURCE_DIR}/src/server/admin.c DICT admin.dict
+fx_fuzz_target(fuzz_admin_bind SRCS ${CMAKE_SOURCE_DIR}/src/server/admin.c
+    ${CMAKE_SOURCE_DIR}/src/server/admin_guard.c DICT admin.dict
     LINK -Wl,--wrap=getaddrinfo -Wl,--wrap=freeaddrinfo
-    LIBS fx_quic fx_wire fx_base PkgConfig::MHD)
+    LIBS fx_quic fx_wire fx_base PkgConfig::MHD PkgConfig::NETTLE)
 # fuzz_admin_path.c includes src/server/admin_routes.c itself.
 fx_fuzz_target(fuzz_admin_path DICT admin.dict
     LIBS fx_server fx_broker fx_quic fx_wire fx_base)
@@ -87,7 +88,8 @@ list(FILTER _fx_base_noloop EXCLUDE REGEX "/loop\\.c$")
 fx_fuzz_target(fuzz_bidi_input DICT wire.dict
     SRCS ${_fx_broker_srcs} ${_fx_base_noloop} ${_fx_wire_srcs} ${FX_FUZZ_DIR}/fake_loop.c
          ${FX_FUZZ_DIR}/fake_quic.c
-    LIBS Threads::Threads m PkgConfig::JANSSON PkgConfig::NETTLE)
+    LIBS fx_storage Threads::Threads m PkgConfig::JANSSON PkgConfig::NETTLE PkgConfig::SODIUM
+         ZLIB::ZLIB)
 
 # libfelix's subscriptions through its public API on its real loop thread,
 # over the fake transport (no socket).
