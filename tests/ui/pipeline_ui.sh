@@ -13,8 +13,9 @@ if [ -z "$CHROMIUM" ]; then
   exit 77
 fi
 T=$(mktemp -d /tmp/fxui.XXXXXX)
-BROKER_PID=
+BROKER_PID= BENCH_PID=
 cleanup() {
+  [ -n "$BENCH_PID" ] && kill "$BENCH_PID" 2>/dev/null
   [ -n "$BROKER_PID" ] && kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null
   rm -rf "$T"
 }
@@ -38,18 +39,21 @@ drops() {
 }
 before=$(drops)
 # A stalled subscriber; its writer lane blocks, so its subscriber queue
-# (checkpoint 5, drop_new as shipped) is where the stream sheds.
+# (checkpoint 5, drop_new as shipped) is where the stream sheds. The page is
+# rendered while the load runs. (The load's verdict on its healthy subscriber
+# does not matter here: only the drops.)
 "$B/felix-bench" --server "127.0.0.1:$QUIC" --pin "$PIN" --mode overload --fanout 2 \
-  --min-seconds 2 --max-seconds 10 --quiet >"$T/bench.log" 2>&1 || true
-# (Its verdict on the healthy subscriber does not matter here: only the drops.)
+  --min-seconds 4 --max-seconds 10 --quiet >"$T/bench.log" 2>&1 &
+BENCH_PID=$!
+sleep 1.5
+"$CHROMIUM" --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run \
+  --disable-background-networking --disable-component-update --disable-sync \
+  --user-data-dir="$T/profile" --virtual-time-budget=3000 --dump-dom \
+  "http://127.0.0.1:$ADMIN/ui" >"$T/dom.html" 2>"$T/chromium.log" || true
+wait "$BENCH_PID" || true
 after=$(drops)
 echo "felix_sub_queue_dropped_total: before $before, after $after"
 [ "$after" -gt "$before" ] || { echo "FAIL: the load caused no checkpoint-5 drops"; exit 1; }
-
-"$CHROMIUM" --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run \
-  --disable-background-networking --disable-component-update --disable-sync \
-  --user-data-dir="$T/profile" --virtual-time-budget=5000 --dump-dom \
-  "http://127.0.0.1:$ADMIN/ui" >"$T/dom.html" 2>"$T/chromium.log" || true
 shown=$(sed -n 's/.*id="cp5-drops"[^>]*>\([0-9]*\)<.*/\1/p' "$T/dom.html" | head -1)
 echo "page shows checkpoint-5 drops: ${shown:-nothing}"
 if [ -z "$shown" ]; then
