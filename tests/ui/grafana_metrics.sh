@@ -7,7 +7,7 @@ B=$1 SRC=$2
 T=$(mktemp -d /tmp/fxgraf.XXXXXX)
 BROKER_PID=
 cleanup() {
-  [ -n "$BROKER_PID" ] && kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null
+  if [ -n "$BROKER_PID" ]; then kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null || true; fi
   rm -rf "$T"
 }
 trap cleanup EXIT

@@ -15,8 +15,8 @@ fi
 T=$(mktemp -d /tmp/fxui.XXXXXX)
 BROKER_PID= BENCH_PID=
 cleanup() {
-  [ -n "$BENCH_PID" ] && kill "$BENCH_PID" 2>/dev/null
-  [ -n "$BROKER_PID" ] && kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null
+  if [ -n "$BENCH_PID" ]; then kill "$BENCH_PID" 2>/dev/null || true; fi
+  if [ -n "$BROKER_PID" ]; then kill "$BROKER_PID" 2>/dev/null && wait "$BROKER_PID" 2>/dev/null || true; fi
   rm -rf "$T"
 }
 trap cleanup EXIT
