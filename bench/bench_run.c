@@ -221,14 +221,6 @@ static void client_opts(const fx_bench_cfg *c, fx_client_opts *o, bool stalled)
      * the broker's one-message-per-frame path); felix-bench's main checked
      * them at start, so a bad one cannot fail here. */
     (void)fx_client_opts_from_env(o);
-    /* Overload and isolation measure a stalled subscriber beside healthy
-     * ones that keep up: their publisher sends one frame per message unless
-     * FELIX_PUBLISH_COALESCE says otherwise. Merged frames let one publisher
-     * outrun a healthy subscriber's queue on a small host, and then the
-     * healthy subscribers shed too and the run is no longer that workload. */
-    if ((c->mode == FX_BENCH_OVERLOAD || c->mode == FX_BENCH_ISOLATION) &&
-        getenv("FELIX_PUBLISH_COALESCE") == NULL)
-        o->publish_coalesce = false;
     o->server = c->server;
     o->server_name = "localhost";
     o->pin_sha256 = c->pin;

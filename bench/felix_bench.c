@@ -43,9 +43,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: felix-bench [--mode throughput|latency|overload|idle-subs|isolation]\n"
             "                   [options]\n"
-            "  overload           one stalled subscriber beside healthy ones; the publisher\n"
-            "                     sends one frame per message (FELIX_PUBLISH_COALESCE=1\n"
-            "                     merges) so the healthy subscribers keep up\n"
+
             "  isolation          overload's workload (shedding profile) twice, on fresh\n"
             "                     connections: all F subscribers clean, then subscriber F-1\n"
             "                     (the victim) behind a delayed, lossy link; reports the\n"
