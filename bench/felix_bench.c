@@ -43,7 +43,6 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: felix-bench [--mode throughput|latency|overload|idle-subs|isolation]\n"
             "                   [options]\n"
-
             "  isolation          overload's workload (shedding profile) twice, on fresh\n"
             "                     connections: all F subscribers clean, then subscriber F-1\n"
             "                     (the victim) behind a delayed, lossy link; reports the\n"
