@@ -109,21 +109,19 @@ static int write_list(fxb_conn *c, fxb_sub *sub)
 static bool hold_flush(fxb_conn *c, fxb_sub *sub, bool fin)
 {
     const fx_broker_opts *o = &c->b->o;
-    if (o->subscriber_flush_max_delay_ns == 0 || fin ||
-        fx_queue_depth(&sub->lane) >= o->subscriber_flush_max_items) {
+    size_t depth = fx_queue_depth(&sub->lane);
+    uint64_t now = fx_loop_now(c->loop);
+    /* Nothing queued, a FIN, a full batch, or no delay: write (or idle) now. */
+    if (o->subscriber_flush_max_delay_ns == 0 || fin || depth == 0 ||
+        depth >= o->subscriber_flush_max_items) {
         sub->flush_since = 0;
         return false;
     }
-    uint64_t now = fx_loop_now(c->loop);
     if (sub->flush_since == 0)
         sub->flush_since = now;
     uint64_t due = sub->flush_since + o->subscriber_flush_max_delay_ns;
     if (now >= due) {
         sub->flush_since = 0;
-        return false;
-    }
-    if (fx_queue_depth(&sub->lane) == 0) {
-        sub->flush_since = 0; /* nothing to hold */
         return false;
     }
     if (!fx_timer_is_armed(&c->flush_timer) || c->flush_timer.deadline_ns > due)
