@@ -163,9 +163,14 @@ unsigned fx_hist_bucket_index(unsigned lo, uint64_t v)
 
 void fx_hist_observe(fx_hist *h, unsigned lo, uint64_t v)
 {
+    fx_hist_observe_n(h, lo, v, 1);
+}
+
+void fx_hist_observe_n(fx_hist *h, unsigned lo, uint64_t v, uint64_t n)
+{
     unsigned i = fx_hist_bucket_index(lo, v);
-    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->buckets[i], n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum, v * n, memory_order_relaxed);
 }
 
 /* ---- snapshots ---------------------------------------------------------- */

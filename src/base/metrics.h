@@ -119,6 +119,10 @@ static inline fx_metrics_cell *fx_metrics_cell_self(void)
  * |h| should be in the caller's own cell (FX_HIST_OBSERVE does that). */
 void fx_hist_observe(fx_hist *h, unsigned lo, uint64_t v);
 
+/* Adds |n| observations of the same value |v| to |h| at the cost of one. Any
+ * thread, as fx_hist_observe(). */
+void fx_hist_observe_n(fx_hist *h, unsigned lo, uint64_t v, uint64_t n);
+
 /* Returns the bucket index (0..FX_HIST_NBUCKETS) value |v| falls in. */
 unsigned fx_hist_bucket_index(unsigned lo, uint64_t v);
 
@@ -139,6 +143,11 @@ unsigned fx_hist_bucket_index(unsigned lo, uint64_t v);
 /* Records |v| in histogram |field| (an H() entry) on the calling thread's cell. */
 #define FX_HIST_OBSERVE(field, v)                                                                  \
     fx_hist_observe(&fx_metrics_cell_self()->h.field, fx_hist_lo_##field, (uint64_t)(v))
+
+/* Records |n| observations of |v| in histogram |field|. */
+#define FX_HIST_OBSERVE_N(field, v, n)                                                             \
+    fx_hist_observe_n(&fx_metrics_cell_self()->h.field, fx_hist_lo_##field, (uint64_t)(v),         \
+                      (uint64_t)(n))
 
 /* ---- reading and rendering ---------------------------------------------- */
 

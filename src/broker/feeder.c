@@ -67,8 +67,9 @@ static bool should_wait(fxb_sub *sub, fx_loop *l)
     fx_subscriber_get_stats(sub->sub, &st);
     if (st.depth == 0 || st.queued_items >= max_events(o))
         return false;
-    fx_loop_timer_arm(l, &sub->delay_timer, fx_loop_now(l) + o->event_batch_max_delay_ns);
-    return true;
+    uint64_t due = fx_loop_now(l) + o->event_batch_max_delay_ns;
+    /* Without the timer nothing would end the wait: write now instead. */
+    return fx_loop_timer_arm(l, &sub->delay_timer, due) == 0;
 }
 
 /* A deleted stream's subscription has handed everything to its lane: the

@@ -539,12 +539,27 @@ void fxb_ingress_cancel_parked(fxb_bidi *s)
     /* else the resume task runs later, sees |closed| and settles the job */
 }
 
+/* Whether acks of publishes to |h| wait for the append: ack_on_commit, and a
+ * durable stream always (its append and flush). */
+static bool acks_on_commit(const fx_broker_opts *o, const fx_stream_handle *h)
+{
+    return o->ack_on_commit || fx_stream_handle_is_durable(h);
+}
+
+/* The bytes a job of |count| messages with |payload| bytes is charged when
+ * |resv| (budget NULL: none) is the reservation it adopts: see
+ * fxb_ingress_submit. */
+static size_t job_charge(size_t payload, uint32_t count, const fx_permit *resv)
+{
+    size_t ovh = (size_t)count * FXB_MSG_OVERHEAD;
+    return resv->budget == NULL || ovh > resv->n / 2 ? payload + ovh : payload;
+}
+
 /* Makes |r| an ack of |j|: answered at admission, or with ack_on_commit
  * after the append (the job holds a reference until then). */
 static void job_add_ack(fxb_job *j, fxb_reply *r, const fx_broker_opts *o, uint64_t now)
 {
-    /* A durable stream acks only once its append (and flush) is done. */
-    if (o->ack_on_commit || fx_stream_handle_is_durable(j->h)) {
+    if (acks_on_commit(o, j->h)) {
         r->deadline_ns = now + o->ack_wait_timeout_ns;
         atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
         j->commit = true;
@@ -577,9 +592,7 @@ int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
     }
     if (r != NULL)
         job_add_ack(j, r, o, fx_loop_now(s->conn->loop));
-    /* A durable stream acks only once its append (and flush) is done. */
-    bool commit = o->ack_on_commit || fx_stream_handle_is_durable(h);
-    fx_ingress_policy p = fx_ingress_policy_for(acked, commit, o->pub_ingress_wait);
+    fx_ingress_policy p = fx_ingress_policy_for(acked, acks_on_commit(o, h), o->pub_ingress_wait);
     /* A frame with a body had its bytes reserved at its header: its payload
      * copy never exceeds that body, and the job is charged the reservation
      * alone unless its messages are so small that their slice tables (the
@@ -587,10 +600,7 @@ int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
      * charged payload plus FXB_MSG_OVERHEAD per message (16 MiB of empty
      * messages holds ~200 MiB of tables). A top-up that must wait gives the
      * reservation back first (stage_bytes). */
-    size_t nbytes = fx_buf_len(backing);
-    size_t ovh = (size_t)count * FXB_MSG_OVERHEAD;
-    if (s->resv.budget == NULL || ovh > s->resv.n / 2)
-        nbytes += ovh;
+    size_t nbytes = job_charge(fx_buf_len(backing), count, &s->resv);
     fx_ingress_req_init(&j->req, j, nbytes, p, o->publish_queue_wait_timeout_ns, on_ingress_resume,
                         s);
     /* The frame's bytes were reserved at its header: the job keeps them. */
@@ -748,12 +758,9 @@ static void merge_admission(fxb_bidi *s, fxb_job *j)
 {
     fxb_merge *m = &s->merge;
     const fx_broker_opts *o = &s->conn->b->o;
-    size_t nbytes = fx_buf_len(j->backing);
-    size_t ovh = (size_t)m->nsl * FXB_MSG_OVERHEAD;
-    if (m->held.budget == NULL || ovh > m->held.n / 2)
-        nbytes += ovh;
-    bool commit = o->ack_on_commit || fx_stream_handle_is_durable(j->h);
-    fx_ingress_policy p = fx_ingress_policy_for(m->acked, commit, o->pub_ingress_wait);
+    size_t nbytes = job_charge(fx_buf_len(j->backing), m->nsl, &m->held);
+    fx_ingress_policy p =
+        fx_ingress_policy_for(m->acked, acks_on_commit(o, j->h), o->pub_ingress_wait);
     fx_ingress_req_init(&j->req, j, nbytes, p, o->publish_queue_wait_timeout_ns, on_ingress_resume,
                         s);
     j->req.requests = m->nreq;

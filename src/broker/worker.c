@@ -225,8 +225,8 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
     if (rv == 0) {
         FX_COUNTER_ADD(publish_ok, j->nreq);
         /* The requests merged into one job arrived in the same loop turn. */
-        for (uint32_t i = 0; i < j->nreq; i++)
-            FX_HIST_OBSERVE(publish_latency_ns, now > j->arrived_ns ? now - j->arrived_ns : 0);
+        FX_HIST_OBSERVE_N(publish_latency_ns, now > j->arrived_ns ? now - j->arrived_ns : 0,
+                          j->nreq);
     } else {
         FX_COUNTER_ADD(publish_error, j->nreq);
         FX_LOG_WARN("broker", "append to stream %llu failed: %s",

@@ -124,8 +124,11 @@ static bool hold_flush(fxb_conn *c, fxb_sub *sub, bool fin)
         sub->flush_since = 0;
         return false;
     }
-    if (!fx_timer_is_armed(&c->flush_timer) || c->flush_timer.deadline_ns > due)
-        fx_loop_timer_arm(c->loop, &c->flush_timer, due);
+    if ((!fx_timer_is_armed(&c->flush_timer) || c->flush_timer.deadline_ns > due) &&
+        fx_loop_timer_arm(c->loop, &c->flush_timer, due) != 0) {
+        sub->flush_since = 0; /* no timer would end the hold: send now instead */
+        return false;
+    }
     return true;
 }
 
