@@ -333,15 +333,12 @@ static void send_fin(pworker *w)
  * fx_client_close past its check fails here, counted as lost. */
 static void fail_after_fin(pworker *w)
 {
-    fxc_coalesce_drain(w, job_fail_cb,
-                       &(failwhy){.rv = FX_ECLOSED, .msg = "client closed", .count_lost = true});
+    /* An acked publish gets the error instead of being counted as lost. */
+    failwhy why = {.rv = FX_ECLOSED, .msg = "client closed", .count_lost = true};
+    fxc_coalesce_drain(w, job_fail_cb, &why);
     void *it;
-    while (fx_queue_pop(&w->q, &it) == 0) {
-        pjob *j = it;
-        if (j->req == NULL || !j->req->acked) /* an acked one gets the error instead */
-            atomic_fetch_add(&w->c->pub_lost, 1);
-        job_fail(j, FX_ECLOSED, "client closed");
-    }
+    while (fx_queue_pop(&w->q, &it) == 0)
+        job_fail_cb(it, &why);
 }
 
 /* Pops queued jobs into the group until it is full or the queue empty. */
