@@ -128,6 +128,11 @@ static void pending_fail_all(pworker *w, int rv, const char *msg)
     fx_loop_timer_cancel(w->c->loop, &w->ack_timer);
 }
 
+/* The error text of a publish the broker did not answer in time (the loop's
+ * timer and a waiting caller's own bound say the same). */
+#define FX_PUB_ACK_TIMEOUT_FMT                                                                     \
+    "publish not answered within publish_ack_timeout_ms %d: it may or may not have been appended"
+
 /* The ack timeout: every request whose deadline passed fails with
  * FX_ETIMEDOUT; the broker may still append it (a late answer is logged
  * and ignored). */
@@ -137,10 +142,7 @@ static void ack_timer_fire(fx_loop *l, fx_timer *t, void *user)
     pworker *w = user;
     uint64_t now = fx_loop_now(l);
     char msg[160];
-    snprintf(msg, sizeof(msg),
-             "publish not answered within publish_ack_timeout_ms %d: it may or may not have "
-             "been appended",
-             w->c->o.publish_ack_timeout_ms);
+    snprintf(msg, sizeof(msg), FX_PUB_ACK_TIMEOUT_FMT, w->c->o.publish_ack_timeout_ms);
     while (w->fhead != NULL && w->fhead->deadline_ns <= now) {
         preq *r = pending_take(w, w->fhead->request_id);
         req_finish_all(w->c, r, FX_ETIMEDOUT, msg);
@@ -934,10 +936,7 @@ static int wait_req(fx_client *c, preq *r)
         wrv = fxc_client_wait(c, &c->cv, r->deadline_ns);
     int rv = r->done ? r->rv : FX_ETIMEDOUT;
     if (!r->done)
-        fxc_client_set_error(rv,
-                             "publish not answered within publish_ack_timeout_ms %d: it may or "
-                             "may not have been appended",
-                             c->o.publish_ack_timeout_ms);
+        fxc_client_set_error(rv, FX_PUB_ACK_TIMEOUT_FMT, c->o.publish_ack_timeout_ms);
     else if (rv != 0)
         fxc_client_set_error(rv, "%s", r->msg);
     pthread_mutex_unlock(&c->mu);
