@@ -907,7 +907,8 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
         return rv;
     }
     atomic_fetch_add(&c->outstanding, 1 + (j->req != NULL && j->req->acked));
-    j->enq_ns = fx_now_ns();
+    if (c->o.publish_linger_us > 0) /* only the linger reads it */
+        j->enq_ns = fx_now_ns();
     rv = push_job(c, w, j, nowait);
     if (rv != 0) {
         /* Not queued: undo the counting the release will do. */
