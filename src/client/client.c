@@ -375,18 +375,11 @@ static void close_task(fx_loop *l, fx_task *t, void *user)
 static int resolve(fx_client *c, const char *server)
 {
     char host[256];
-    const char *colon = strrchr(server, ':');
-    if (colon == NULL || colon == server || colon[1] == '\0')
-        return fxc_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port", server);
-    size_t hl = (size_t)(colon - server);
-    if (server[0] == '[' && hl >= 2 && server[hl - 1] == ']')
-        server++, hl -= 2;
-    if (hl >= sizeof(host))
-        return fxc_client_set_error(FX_ECONFIG, "option server: host too long");
-    memcpy(host, server, hl);
-    host[hl] = '\0';
+    int rv = fxc_client_server_host(server, host, sizeof(host));
+    if (rv != 0)
+        return rv;
     char *end = NULL;
-    long port = strtol(colon + 1, &end, 10);
+    long port = strtol(strrchr(server, ':') + 1, &end, 10);
     if (*end != '\0' || port <= 0 || port > 65535)
         return fxc_client_set_error(FX_ECONFIG, "option server: bad port in '%s'", server);
     struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;

@@ -109,7 +109,7 @@ typedef struct pjob {
     fx_permit permit;
     preq *req;            /* NULL for a synchronous unacked publish; a chain (grp) once merged */
     struct pjob *gnext;   /* loop: next job of the frame being built (coalesce.c) */
-    uint64_t enq_ns;      /* admission time (linger) */
+    uint64_t enq_ns;      /* admission time when publish_linger_us > 0, else 0 */
     uint32_t count;       /* messages */
     uint32_t calls;       /* publish calls it carries (more than one once merged) */
     uint32_t names_off;   /* binary: offset of the tenant name */

@@ -141,12 +141,11 @@ void fxc_coalesce_take(pworker *w, pjob **pj)
     }
     const pjob *h = w->ghead;
     pjob *m = fxc_pub_job_alloc(w->c, h->entries_off + w->gbytes);
-    if (m != NULL)
-        write_merged(w, m);
     if (m == NULL) {
         *pj = take_first(w); /* no memory to merge: one at a time */
         return;
     }
+    write_merged(w, m);
     absorb_parts(w, m);
     group_reset(w);
     *pj = m;

@@ -128,6 +128,11 @@ static void pending_fail_all(pworker *w, int rv, const char *msg)
     fx_loop_timer_cancel(w->c->loop, &w->ack_timer);
 }
 
+/* The error text of a publish the broker did not answer in time (the loop's
+ * timer and a waiting caller's own bound say the same). */
+#define FX_PUB_ACK_TIMEOUT_FMT                                                                     \
+    "publish not answered within publish_ack_timeout_ms %d: it may or may not have been appended"
+
 /* The ack timeout: every request whose deadline passed fails with
  * FX_ETIMEDOUT; the broker may still append it (a late answer is logged
  * and ignored). */
@@ -137,10 +142,7 @@ static void ack_timer_fire(fx_loop *l, fx_timer *t, void *user)
     pworker *w = user;
     uint64_t now = fx_loop_now(l);
     char msg[160];
-    snprintf(msg, sizeof(msg),
-             "publish not answered within publish_ack_timeout_ms %d: it may or may not have "
-             "been appended",
-             w->c->o.publish_ack_timeout_ms);
+    snprintf(msg, sizeof(msg), FX_PUB_ACK_TIMEOUT_FMT, w->c->o.publish_ack_timeout_ms);
     while (w->fhead != NULL && w->fhead->deadline_ns <= now) {
         preq *r = pending_take(w, w->fhead->request_id);
         req_finish_all(w->c, r, FX_ETIMEDOUT, msg);
@@ -333,15 +335,12 @@ static void send_fin(pworker *w)
  * fx_client_close past its check fails here, counted as lost. */
 static void fail_after_fin(pworker *w)
 {
-    fxc_coalesce_drain(w, job_fail_cb,
-                       &(failwhy){.rv = FX_ECLOSED, .msg = "client closed", .count_lost = true});
+    /* An acked publish gets the error instead of being counted as lost. */
+    failwhy why = {.rv = FX_ECLOSED, .msg = "client closed", .count_lost = true};
+    fxc_coalesce_drain(w, job_fail_cb, &why);
     void *it;
-    while (fx_queue_pop(&w->q, &it) == 0) {
-        pjob *j = it;
-        if (j->req == NULL || !j->req->acked) /* an acked one gets the error instead */
-            atomic_fetch_add(&w->c->pub_lost, 1);
-        job_fail(j, FX_ECLOSED, "client closed");
-    }
+    while (fx_queue_pop(&w->q, &it) == 0)
+        job_fail_cb(it, &why);
 }
 
 /* Pops queued jobs into the group until it is full or the queue empty. */
@@ -908,7 +907,8 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
         return rv;
     }
     atomic_fetch_add(&c->outstanding, 1 + (j->req != NULL && j->req->acked));
-    j->enq_ns = fx_now_ns();
+    if (c->o.publish_linger_us > 0) /* only the linger reads it */
+        j->enq_ns = fx_now_ns();
     rv = push_job(c, w, j, nowait);
     if (rv != 0) {
         /* Not queued: undo the counting the release will do. */
@@ -937,10 +937,7 @@ static int wait_req(fx_client *c, preq *r)
         wrv = fxc_client_wait(c, &c->cv, r->deadline_ns);
     int rv = r->done ? r->rv : FX_ETIMEDOUT;
     if (!r->done)
-        fxc_client_set_error(rv,
-                             "publish not answered within publish_ack_timeout_ms %d: it may or "
-                             "may not have been appended",
-                             c->o.publish_ack_timeout_ms);
+        fxc_client_set_error(rv, FX_PUB_ACK_TIMEOUT_FMT, c->o.publish_ack_timeout_ms);
     else if (rv != 0)
         fxc_client_set_error(rv, "%s", r->msg);
     pthread_mutex_unlock(&c->mu);

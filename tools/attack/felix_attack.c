@@ -23,7 +23,6 @@
 #define MAX_CONNS 8192
 #define TICK_NS 1000000ull /* 1 ms between rounds of the repeating attacks */
 #define FLAG_UNKNOWN 0x0040
-#define FLAG_PUBLISH_BATCH 0x0001
 
 typedef enum {
     A_BUDGET_HOG,
@@ -128,7 +127,7 @@ static int unit_for(atk *a)
         a->unit = NULL;
         if (fx_buf_new(&a->unit, FX_WIRE_HEADER_LEN) < 0)
             return -ENOMEM;
-        fx_frame_header_put(fx_buf_data_mut(a->unit), FLAG_PUBLISH_BATCH, a->c.announce);
+        fx_frame_header_put(fx_buf_data_mut(a->unit), FX_FLAG_PUBLISH_BATCH, a->c.announce);
         return 0;
     case A_REPLY_FLOOD:
         return frame_buf(&a->unit, FLAG_UNKNOWN, NULL, 0, a->c.frames);

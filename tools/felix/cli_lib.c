@@ -463,8 +463,10 @@ int fx_cli_read_secret(const char *path, const char *what, char *out, size_t cap
     size_t n = fread(out, 1, cap, f);
     bool failed = ferror(f) != 0;
     fclose(f);
-    if (failed)
+    if (failed) {
+        explicit_bzero(out, cap); /* what was read of the secret */
         return seterr(err, errlen, "%s %s: read error", what, path);
+    }
     trim_end(out, &n);
     if (n >= cap) {
         explicit_bzero(out, cap);

@@ -241,8 +241,9 @@ static int out_open(out_file *o, const char *path, mode_t mode, bool exact_mode)
     /* A temporary left by an interrupted run; O_EXCL below refuses anything
      * that takes its place in between. */
     if (unlink(o->tmp) != 0 && errno != ENOENT) {
-        fx_cli_errorf(CMD, "cannot remove the stale %s: %s", o->tmp, strerror(errno));
-        return -errno;
+        int e = errno; /* printing may change errno */
+        fx_cli_errorf(CMD, "cannot remove the stale %s: %s", o->tmp, strerror(e));
+        return -e;
     }
     int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0 || (exact_mode && fchmod(fd, mode) != 0) || (o->f = fdopen(fd, "w")) == NULL) {
