@@ -157,8 +157,13 @@ bool fx_admin_host_allowed(const char *host, const char *bind_host, const char *
 
 /* ---- refusals ------------------------------------------------------------- */
 
-static fx_ratelimit refusal_rl[FX_ADMIN_NREFUSALS] = {FX_RATELIMIT_INIT, FX_RATELIMIT_INIT,
-                                                      FX_RATELIMIT_INIT, FX_RATELIMIT_INIT};
+static fx_ratelimit refusal_rl[FX_ADMIN_NREFUSALS] = {
+    [FX_ADMIN_REFUSED_HOST] = FX_RATELIMIT_INIT,
+    [FX_ADMIN_REFUSED_TOKEN] = FX_RATELIMIT_INIT,
+    [FX_ADMIN_REFUSED_CONN_LIMIT] = FX_RATELIMIT_INIT,
+    [FX_ADMIN_REFUSED_HEADERS] = FX_RATELIMIT_INIT,
+    [FX_ADMIN_REFUSED_BODY] = FX_RATELIMIT_INIT,
+};
 
 static const char *const refusal_names[FX_ADMIN_NREFUSALS] = {
     [FX_ADMIN_REFUSED_HOST] = "host",

@@ -83,11 +83,9 @@ static bool split_path(const char *rest, char *buf, size_t cap, const char *name
 #define PATH_HELP "want /v1/streams/{tenant}/{namespace}/{stream}"
 #define PATH_CAP (3 * 256 + 3)
 
-static void stream_json(fx_admin_resp *r, unsigned status, const char *names[3], const char *what,
-                        bool value)
+/* Answers |status| with |j| (taken; NULL: out of memory). */
+static void answer_json(fx_admin_resp *r, unsigned status, json_t *j)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:b}", "tenant", names[0], "namespace", names[1],
-                          "stream", names[2], what, value);
     char *s = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (s == NULL) {
@@ -98,19 +96,20 @@ static void stream_json(fx_admin_resp *r, unsigned status, const char *names[3],
     free(s);
 }
 
+static void stream_json(fx_admin_resp *r, unsigned status, const char *names[3], const char *what,
+                        bool value)
+{
+    answer_json(r, status,
+                json_pack("{s:s, s:s, s:s, s:b}", "tenant", names[0], "namespace", names[1],
+                          "stream", names[2], what, value));
+}
+
 static void created_json(fx_admin_resp *r, unsigned status, const char *names[3], bool created,
                          bool durable)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:b, s:b}", "tenant", names[0], "namespace", names[1],
-                          "stream", names[2], "created", created, "durable", durable);
-    char *s = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (s == NULL) {
-        error_json(r, 500, "out of memory");
-        return;
-    }
-    fx_admin_resp_set(r, status, FX_ADMIN_JSON, s, strlen(s));
-    free(s);
+    answer_json(r, status,
+                json_pack("{s:s, s:s, s:s, s:b, s:b}", "tenant", names[0], "namespace", names[1],
+                          "stream", names[2], "created", created, "durable", durable));
 }
 
 static unsigned create_status(int rv)
@@ -150,12 +149,10 @@ static int create_durable(const fx_admin_req *req, const char **why)
     {
         if (strcmp(key, "durable") != 0) {
             *why = "unknown field in the body: only \"durable\" is accepted";
-            want = -2;
             goto out;
         }
         if (!json_is_boolean(v)) {
             *why = "\"durable\" must be true or false";
-            want = -2;
             goto out;
         }
         want = json_is_true(v);

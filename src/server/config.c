@@ -573,6 +573,21 @@ static int rule_window(fx_config *c, const char *win, const char *max, const cha
     return 0;
 }
 
+/* Text keys |a| and |b| are set together or not at all: fails naming the
+ * one that is set, its value and where it came from. */
+static int rule_pair(const fx_config *c, const char *a, const char *b, fx_config_diag *d)
+{
+    int ia = kidx(a), ib = kidx(b);
+    const char *va = fx_config_cfield(c, &fx_config_keys[ia]);
+    const char *vb = fx_config_cfield(c, &fx_config_keys[ib]);
+    if (!va[0] == !vb[0])
+        return 0;
+    char set[FX_CONFIG_PATH_MAX + 160];
+    describe(c, va[0] ? ia : ib, set, sizeof(set));
+    return fx_config_fail(d, "%s and %s must be set together (%s is empty; %s)", a, b,
+                          va[0] ? b : a, set);
+}
+
 static int rule_tenants(const fx_config *c, fx_config_diag *d)
 {
     for (size_t i = 0; i < c->nstreams; i++) {
@@ -593,9 +608,13 @@ static int rule_tenants(const fx_config *c, fx_config_diag *d)
             j++;
         tenants += j == i; /* the first stream of its tenant */
     }
-    if (c->max_tenants != 0 && tenants > c->max_tenants)
-        return fx_config_fail(d, "streams lists %u tenants, more than max_tenants (%u)", tenants,
-                              c->max_tenants);
+    if (c->max_tenants != 0 && tenants > c->max_tenants) {
+        char ws[FX_CONFIG_PATH_MAX + 64], wm[FX_CONFIG_PATH_MAX + 64];
+        fx_config_format_where(c, &c->origin[kidx("streams")], ws, sizeof(ws));
+        fx_config_format_where(c, &c->origin[kidx("max_tenants")], wm, sizeof(wm));
+        return fx_config_fail(d, "streams (%s) lists %u tenants, more than max_tenants (%u) (%s)",
+                              ws, tenants, c->max_tenants, wm);
+    }
     return 0;
 }
 
@@ -674,12 +693,15 @@ static int rule_probe(fx_config *c, fx_config_diag *d)
     if (strcmp(c->probe_bind, "auto") == 0) {
         const char *colon = strrchr(c->metrics_bind, ':');
         unsigned long port = strtoul(colon + 1, NULL, 10); /* parse_addr checked it */
-        if (port == 65535)
-            return fx_config_fail(d, "probe_bind auto would use port 65536 (metrics_bind = %s): "
-                                     "set probe_bind",
-                                  c->metrics_bind);
-        snprintf(c->probe_bind, sizeof(c->probe_bind), "%.*s:%lu",
-                 (int)(colon - c->metrics_bind), c->metrics_bind, port ? port + 1 : 0);
+        if (port == 65535) {
+            char dm[FX_CONFIG_PATH_MAX + 160];
+            describe(c, kidx("metrics_bind"), dm, sizeof(dm));
+            fx_config_format_where(c, &c->origin[ip], where, sizeof(where));
+            return fx_config_fail(
+                d, "%s: probe_bind auto would use port 65536 (%s): set probe_bind", where, dm);
+        }
+        snprintf(c->probe_bind, sizeof(c->probe_bind), "%.*s:%lu", (int)(colon - c->metrics_bind),
+                 c->metrics_bind, port ? port + 1 : 0);
         c->origin[ip].note = "auto: metrics_bind's host, port + 1";
         return 0;
     }
@@ -746,19 +768,17 @@ static int check_rules(fx_config *c, fx_config_diag *d)
     if (c->keepalive_interval_ns && c->keepalive_interval_ns >= c->idle_timeout_ns)
         return fail2(c, kidx("keepalive_interval_ms"), "is not below", kidx("idle_timeout_ms"),
                      "keep-alives must come more often than the idle timeout", d);
-    if (!c->tls_cert_file[0] != !c->tls_key_file[0])
+    if ((rv = rule_pair(c, "tls_cert_file", "tls_key_file", d)) ||
+        (rv = rule_pair(c, "admin_tls_cert_file", "admin_tls_key_file", d)))
+        return rv;
+    if (c->durable_default && !c->durable_storage_dir[0]) {
+        char where[FX_CONFIG_PATH_MAX + 64];
+        fx_config_format_where(c, &c->origin[kidx("durable_default")], where, sizeof(where));
         return fx_config_fail(d,
-                              "tls_cert_file and tls_key_file must be set together (%s is empty)",
-                              c->tls_cert_file[0] ? "tls_key_file" : "tls_cert_file");
-    if (!c->admin_tls_cert_file[0] != !c->admin_tls_key_file[0])
-        return fx_config_fail(d,
-                              "admin_tls_cert_file and admin_tls_key_file must be set together "
-                              "(%s is empty)",
-                              c->admin_tls_cert_file[0] ? "admin_tls_key_file"
-                                                        : "admin_tls_cert_file");
-    if (c->durable_default && !c->durable_storage_dir[0])
-        return fx_config_fail(d, "durable_default = true needs durable_storage_dir: a durable "
-                                 "stream needs somewhere to keep its log");
+                              "%s: durable_default = true needs durable_storage_dir: a durable "
+                              "stream needs somewhere to keep its log",
+                              where);
+    }
     if ((rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) ||
         (rv = rule_probe(c, d)))
         return rv;

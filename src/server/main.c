@@ -426,7 +426,11 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_bro
     char ip[FX_CONFIG_ADDR_MAX];
     fx_broker_opts bo;
     fx_broker_stream_name *names = calloc(c->nstreams + 1, sizeof(*names));
-    if (names == NULL || broker_opts_from_config(c, &bo, ip, sizeof(ip), names) != 0) {
+    if (names == NULL) {
+        fprintf(stderr, "felix-broker: out of memory\n");
+        return EXIT_START;
+    }
+    if (broker_opts_from_config(c, &bo, ip, sizeof(ip), names) != 0) {
         fprintf(stderr, "felix-broker: cannot use quic_bind '%s' (want host:port)\n", c->quic_bind);
         free(names);
         return EXIT_START;

@@ -247,6 +247,16 @@ int fx_dlog_close(fx_dlog *log, bool sync)
 
 /* ---- append ------------------------------------------------------------------ */
 
+/* Counts and logs a failed write of the sparse index (error |rv|): the log
+ * goes on, and the next open rebuilds the index. */
+static void index_write_failed(fx_dlog *log, int rv)
+{
+    log->st.index_write_failures++;
+    FX_LOG_WARN("storage",
+                "stream=%s sparse index write failed; the index will be rebuilt on next open: %s",
+                log->label, fx_strerror(rv));
+}
+
 /* Seals the active segment (flush, complete index, drop the preallocation)
  * and creates the next one at the tail. On failure the old segment stays
  * active (sealing it changed nothing a later append cannot continue). */
@@ -258,13 +268,8 @@ static int roll(fx_dlog *log, uint64_t now_us)
     if (rv == 0 && log->ifd >= 0) {
         int irv =
             log->idx_broken ? dl_write_index(log, log->ifd, a) : io->ops->fdatasync(io, log->ifd);
-        if (irv != 0) {
-            log->st.index_write_failures++;
-            FX_LOG_WARN("storage",
-                        "stream=%s sparse index write failed; the index will be "
-                        "rebuilt on next open: %s",
-                        log->label, fx_strerror(irv));
-        }
+        if (irv != 0)
+            index_write_failed(log, irv);
     }
     if (rv == 0)
         rv = io->ops->ftruncate(io, log->fd, a->size);
@@ -332,11 +337,7 @@ static void index_batch(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_
             }
             if (rv != 0 && !log->idx_broken) {
                 log->idx_broken = true;
-                log->st.index_write_failures++;
-                FX_LOG_WARN("storage",
-                            "stream=%s sparse index write failed; the index will be "
-                            "rebuilt on next open: %s",
-                            log->label, fx_strerror(rv));
+                index_write_failed(log, rv);
             }
         }
         pos += sz;

@@ -224,12 +224,32 @@ static int handle_ino(const fx_memio *m, int fd)
     return m->handles[fd];
 }
 
+/* Counts call |op| on handle |fd| and resolves the handle: 0 and *|pin| set to
+ * go on, else the injected error or -EBADF. */
+static int gate_inode(fx_memio *m, fx_memio_op op, int fd, inode **pin)
+{
+    int rv = gate_fd(m, op, fd);
+    if (rv != 0)
+        return rv;
+    int ino = handle_ino(m, fd);
+    if (ino < 0)
+        return -EBADF;
+    *pin = &m->inodes[ino];
+    return 0;
+}
+
+/* The bytes |in| holds: its length or its fallocate reservation. */
+static uint64_t inode_held(const inode *in)
+{
+    return in->cur.len > in->reserved ? in->cur.len : in->reserved;
+}
+
 uint64_t fx_memio_used(const fx_memio *m)
 {
     uint64_t used = 0;
     for (size_t i = 0; i < m->cur.n; i++) {
         const inode *in = &m->inodes[m->cur.v[i].ino];
-        used += in->cur.len > in->reserved ? in->cur.len : in->reserved;
+        used += inode_held(in);
     }
     return used;
 }
@@ -284,17 +304,14 @@ static int m_close(fx_sio *io, int fd)
 static int m_pwrite(fx_sio *io, int fd, const void *buf, size_t n, uint64_t off)
 {
     fx_memio *m = (fx_memio *)io;
-    int rv = gate_fd(m, FX_MEMIO_PWRITE, fd);
+    inode *in = NULL;
+    int rv = gate_inode(m, FX_MEMIO_PWRITE, fd, &in);
     if (rv != 0)
         return rv;
-    int ino = handle_ino(m, fd);
-    if (ino < 0)
-        return -EBADF;
-    inode *in = &m->inodes[ino];
     size_t fit = n;
     if (m->capacity > 0) {
         uint64_t used = fx_memio_used(m);
-        uint64_t held = in->cur.len > in->reserved ? in->cur.len : in->reserved;
+        uint64_t held = inode_held(in);
         uint64_t room = m->capacity > used ? m->capacity - used : 0;
         uint64_t max_end = held + room;
         if (off + n > max_end)
@@ -316,13 +333,11 @@ static int m_pwrite(fx_sio *io, int fd, const void *buf, size_t n, uint64_t off)
 static ssize_t m_pread(fx_sio *io, int fd, void *buf, size_t n, uint64_t off)
 {
     fx_memio *m = (fx_memio *)io;
-    int rv = gate_fd(m, FX_MEMIO_PREAD, fd);
+    inode *in = NULL;
+    int rv = gate_inode(m, FX_MEMIO_PREAD, fd, &in);
     if (rv != 0)
         return rv;
-    int ino = handle_ino(m, fd);
-    if (ino < 0)
-        return -EBADF;
-    const image *im = &m->inodes[ino].cur;
+    const image *im = &in->cur;
     if (off >= im->len)
         return 0;
     size_t k = im->len - (size_t)off < n ? im->len - (size_t)off : n;
@@ -333,27 +348,21 @@ static ssize_t m_pread(fx_sio *io, int fd, void *buf, size_t n, uint64_t off)
 static int m_fdatasync(fx_sio *io, int fd)
 {
     fx_memio *m = (fx_memio *)io;
-    int rv = gate_fd(m, FX_MEMIO_FDATASYNC, fd);
+    inode *in = NULL;
+    int rv = gate_inode(m, FX_MEMIO_FDATASYNC, fd, &in);
     if (rv != 0)
         return rv;
-    int ino = handle_ino(m, fd);
-    if (ino < 0)
-        return -EBADF;
-    inode *in = &m->inodes[ino];
     return image_copy(&in->dur, &in->cur, in->cur.len);
 }
 
 static int m_fallocate(fx_sio *io, int fd, uint64_t len)
 {
     fx_memio *m = (fx_memio *)io;
-    int rv = gate_fd(m, FX_MEMIO_FALLOCATE, fd);
+    inode *in = NULL;
+    int rv = gate_inode(m, FX_MEMIO_FALLOCATE, fd, &in);
     if (rv != 0)
         return rv;
-    int ino = handle_ino(m, fd);
-    if (ino < 0)
-        return -EBADF;
-    inode *in = &m->inodes[ino];
-    uint64_t held = in->cur.len > in->reserved ? in->cur.len : in->reserved;
+    uint64_t held = inode_held(in);
     if (len <= held)
         return 0;
     if (m->capacity > 0 && fx_memio_used(m) + (len - held) > m->capacity)
@@ -365,13 +374,10 @@ static int m_fallocate(fx_sio *io, int fd, uint64_t len)
 static int m_ftruncate(fx_sio *io, int fd, uint64_t len)
 {
     fx_memio *m = (fx_memio *)io;
-    int rv = gate_fd(m, FX_MEMIO_FTRUNCATE, fd);
+    inode *in = NULL;
+    int rv = gate_inode(m, FX_MEMIO_FTRUNCATE, fd, &in);
     if (rv != 0)
         return rv;
-    int ino = handle_ino(m, fd);
-    if (ino < 0)
-        return -EBADF;
-    inode *in = &m->inodes[ino];
     if (image_reserve(&in->cur, (size_t)len) != 0)
         return -ENOMEM;
     if (len > in->cur.len)
