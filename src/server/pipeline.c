@@ -91,13 +91,13 @@ static const char *cp4_policy(const fx_broker_opts *o)
 static json_t *cp3(const fx_broker *b, const fx_metrics_snapshot *m)
 {
     const fx_broker_opts *o = fx_broker_get_opts(b);
-    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:s, s:o, s:o}", "id", "3", "name",
+    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:s, s:o}", "id", "3", "name",
                      "broker publish budget", "unit", "bytes", "bound", jint(o->pub_inflight_bytes),
                      "per_connection_bound", jint(o->pub_conn_inflight_bytes), "held",
                      jint(fx_broker_budget_in_use(b)), "reserved_by_frame_headers",
                      jint((uint64_t)m->g.ingress_reserved_bytes), "policy",
                      "wait: a frame header waits for its bytes and the stream stops reading",
-                     "waits", jint(m->c.ingress_reserve_waited), "drops", jint(0));
+                     "waits", jint(m->c.ingress_reserve_waited)); /* it waits, never sheds */
 }
 
 static json_t *cp4(const fx_broker *b, const fx_metrics_snapshot *m)
