@@ -78,7 +78,8 @@ typedef struct fx_client_opts {
     uint32_t publish_queue_depth;      /* 64 per worker (FELIX_PUBLISH_QUEUE_DEPTH) */
     size_t publish_inflight_bytes;     /* 4 MiB shared (FELIX_PUBLISH_INFLIGHT_BYTES) */
     fx_sharding publish_sharding;      /* hash_stream (FELIX_PUB_SHARDING) */
-    uint32_t event_conn_pool;          /* 8 (FELIX_EVENT_CONN_POOL, alias FELIX_SUB_CONNS) */
+    uint32_t event_conn_pool;          /* 1: subscriptions share the first connection; more is
+                                          refused (FELIX_EVENT_CONN_POOL, FELIX_SUB_CONNS) */
     uint32_t sub_queue_capacity;       /* 256 batches (FELIX_CLIENT_SUB_QUEUE_CAPACITY) */
     fx_policy sub_queue_policy;        /* drop_new (FELIX_CLIENT_SUB_QUEUE_POLICY) */
     uint32_t max_frame_bytes;          /* 16 MiB (FELIX_MAX_FRAME_BYTES) */

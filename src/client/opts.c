@@ -64,7 +64,7 @@ void fx_client_opts_init(fx_client_opts *o)
         .publish_queue_depth = 64,
         .publish_inflight_bytes = 4u << 20,
         .publish_sharding = FX_SHARDING_HASH_STREAM,
-        .event_conn_pool = 8,
+        .event_conn_pool = 1,
         .sub_queue_capacity = 256,
         .sub_queue_policy = FX_POLICY_DROP_NEW,
         .max_frame_bytes = 16u << 20,
@@ -302,6 +302,11 @@ static int check_publish(const fx_client_opts *o)
         return bad_opt("publish_linger_us", "at most 1000000 (1 s)");
     if (o->publish_ack_timeout_ms < 0 || o->publish_ack_timeout_ms > FX_CLIENT_ACK_TIMEOUT_MAX_MS)
         return bad_opt("publish_ack_timeout_ms", "expected 1 .. 86400000 (0: the default)");
+    /* Every subscription shares the client's first connection: a larger
+     * pool would be accepted and not applied. */
+    if (o->event_conn_pool > 1)
+        return bad_opt("event_conn_pool", "more than 1 is not supported: every subscription "
+                                          "shares the client's first connection");
     return 0;
 }
 

@@ -504,7 +504,7 @@ static void test_opts_defaults_match_api_doc(void **state)
     assert_int_equal(o.publish_queue_depth, 64);
     assert_int_equal(o.publish_inflight_bytes, 4u << 20);
     assert_int_equal(o.publish_sharding, FX_SHARDING_HASH_STREAM);
-    assert_int_equal(o.event_conn_pool, 8);
+    assert_int_equal(o.event_conn_pool, 1);
     assert_int_equal(o.sub_queue_capacity, 256);
     assert_int_equal(o.sub_queue_policy, FX_POLICY_DROP_NEW);
     assert_int_equal(o.max_frame_bytes, 16u << 20);
@@ -585,6 +585,24 @@ static void test_server_name_defaults_to_the_host_of_server(void **state)
 
 /* A pin and a CA file would each decide alone: the combination is refused
  * before anything is sent, as is "insecure" with either. */
+/* Subscriptions share the client's first connection; a larger event pool
+ * would be accepted and not applied, so it is refused with the reason. */
+static void test_event_conn_pool_above_one_refused(void **state)
+{
+    (void)state;
+    fx_client_opts o;
+    fx_client_opts_init(&o);
+    o.server = "127.0.0.1:9";
+    o.insecure = true;
+    o.event_conn_pool = 2;
+    fx_client *c = NULL;
+    char msg[256];
+    assert_int_equal(fx_client_connect(&c, &o), FX_ECONFIG);
+    assert_null(c);
+    fx_client_last_error(NULL, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "event_conn_pool"));
+}
+
 static void test_pin_with_ca_or_insecure_refused(void **state)
 {
     static const char pin[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
@@ -1473,6 +1491,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_many_threads_many_streams_coalesce_without_loss),
     cmocka_unit_test(test_opts_from_env_rejects_bad_value_naming_it),
     cmocka_unit_test(test_server_name_defaults_to_the_host_of_server),
+    cmocka_unit_test(test_event_conn_pool_above_one_refused),
     cmocka_unit_test(test_pin_with_ca_or_insecure_refused),
     cmocka_unit_test(test_connect_fails_fast_on_wrong_pin),
     cmocka_unit_test(test_connect_to_nothing_times_out),
