@@ -322,7 +322,8 @@ static int setup(run *R, fx_bench_result *res)
     if (R->subs == NULL || R->readers == NULL || R->names == NULL)
         return set_err(res, -ENOMEM, "setup");
     for (uint32_t k = 0; k < c->streams; k++)
-        snprintf(R->names[k], sizeof(R->names[k]), "bench%u", (unsigned)k);
+        snprintf(R->names[k], sizeof(R->names[k]), "%.20s%u",
+                 c->stream_prefix ? c->stream_prefix : "bench", (unsigned)k);
     int rv = connect_one(R, &R->pub, false, res);
     for (uint32_t i = 0; rv == 0 && i < c->fanout; i++) {
         subscriber *s = &R->subs[i];
@@ -694,8 +695,9 @@ static void collect(run *R, const pubstate *p, fx_bench_result *r)
     double pub_s = (double)(p->t_last_submit - p->t_first_meas) / 1e9;
     r->submit_msgs_per_s = p->t_first_meas && pub_s > 0 ? (double)meas / pub_s : NAN;
     r->delivered_mib = (double)r->t.delivered * (double)c->payload / 1048576.0;
+    double guard_s = c->guard_min_seconds > 0 ? c->guard_min_seconds : FX_BENCH_GUARD_MIN_SECONDS;
     if (c->mode == FX_BENCH_THROUGHPUT && !isnan(r->window_s) &&
-        (r->window_s < FX_BENCH_GUARD_MIN_SECONDS ||
+        (r->window_s < guard_s ||
          (double)r->t.delivered * (double)c->payload <
              (double)c->bufferable * FX_BENCH_GUARD_FACTOR))
         r->t.guard_failed = true;
@@ -985,9 +987,18 @@ static int run_phase(const fx_bench_cfg *c, fx_bench_result *r, bool impair)
     return 0;
 }
 
+int fx_bench_live_run(const fx_bench_cfg *c, fx_bench_result *r)
+{
+    return run_phase(c, r, false);
+}
+
 int fx_bench_run_once(const fx_bench_cfg *c, fx_bench_result *r)
 {
     memset(r, 0, sizeof(*r));
+    if (c->mode == FX_BENCH_FSYNC_PROBE)
+        return fx_bench_probe_run(c, r);
+    if (c->mode == FX_BENCH_REPLAY)
+        return fx_bench_replay_run(c, r);
     if (c->mode == FX_BENCH_IDLE_SUBS)
         return idle_subs_run(c, r);
     if (c->mode == FX_BENCH_ISOLATION)

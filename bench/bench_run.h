@@ -19,6 +19,8 @@ typedef enum fx_bench_mode {
     FX_BENCH_OVERLOAD,
     FX_BENCH_IDLE_SUBS, /* N idle subscriptions: the broker's RSS per subscription */
     FX_BENCH_ISOLATION, /* overload's workload twice: all links clean, then one behind a bad link */
+    FX_BENCH_FSYNC_PROBE, /* no broker: the disk's append + fdatasync rate (bench_probe.c) */
+    FX_BENCH_REPLAY,      /* throughput fanout 1, then a catch-up replay of it (bench_replay.c) */
 } fx_bench_mode;
 
 /* Everything one run needs. Strings are borrowed for the run. */
@@ -59,6 +61,17 @@ typedef struct fx_bench_cfg {
      * per thousand of those it sends and receives are dropped. */
     uint32_t victim_delay_ms;
     uint32_t victim_drop_permille;
+    /* fsync-probe: the directory of the probe files, records appended at
+     * least (whole groups), records per fdatasync. */
+    const char *dir;
+    uint64_t probe_records;
+    uint32_t sync_every;
+    uint64_t probe_file_bytes; /* bytes per probe file (0: FX_BENCH_PROBE_FILE_BYTES) */
+    /* Tests only: the finished run's guard minimum in seconds (0:
+     * FX_BENCH_GUARD_MIN_SECONDS), so a small run can be valid. */
+    double guard_min_seconds;
+    /* Streams are named <stream_prefix><k> (NULL: "bench"). */
+    const char *stream_prefix;
 } fx_bench_cfg;
 
 /* What one run measured. NaN where not measured. */
@@ -109,6 +122,20 @@ typedef struct fx_bench_result {
      * end, the messages it saw reported as skipped (sequence gaps), and the
      * datagrams its link's drop hook discarded. */
     uint64_t victim_expected, victim_received, victim_gaps, victim_link_dropped;
+    /* fsync-probe: msgs_per_s and mb_per_s are records/s and MB/s of the
+     * grouped phase, window_s its length, lat its fdatasync latencies;
+     * single_lat the fdatasync latency of one record at a time. */
+    uint64_t probe_records, probe_syncs;
+    fx_bench_lat single_lat;
+    long fs_magic; /* statfs f_type of the probe directory */
+    /* replay: the throughput phase's figures are in the fields above (live
+     * delivery, one subscriber); the replay from earliest of everything it
+     * published: messages, seconds from the subscribe call to the last
+     * delivery, msg/s, time to the first delivery, records the broker read
+     * from disk for it (felix_storage_read_records_total; UINT64_MAX when
+     * it cannot be read), and live / replay figures compared. */
+    uint64_t replay_msgs, replay_disk_records, replay_gaps, replay_dups, replay_offset_gaps;
+    double replay_s, replay_msgs_per_s, replay_first_ms, replay_vs_live;
 } fx_bench_result;
 
 /* Runs |cfg| once and fills |r|. Returns 0 when the run took place (valid
@@ -124,6 +151,39 @@ int fx_bench_run_once(const fx_bench_cfg *cfg, fx_bench_result *r);
  * window_s and |valid| (no publish failed). Returns 0 or the setup error.
  * Main thread. */
 int fx_bench_acked_run(const fx_bench_cfg *cfg, fx_bench_result *r);
+
+/* The fsync probe (--mode fsync-probe): no broker. In |cfg|->dir,
+ * appends records of |cfg|->payload + 28 bytes (the log's record header)
+ * to files preallocated with fallocate(FALLOC_FL_KEEP_SIZE) (a new file
+ * every probe_file_bytes, the previous one removed, as the log
+ * rolls segments), one pwrite and one fdatasync per |cfg|->sync_every
+ * records, until |cfg|->probe_records are written and min_seconds passed;
+ * then FX_BENCH_PROBE_SINGLE (at most probe_records) appends of one record,
+ * each followed by its own fdatasync. Fills msgs_per_s (records/s),
+ * mb_per_s, window_s, lat (grouped fdatasync), single_lat, probe_records,
+ * probe_syncs, fs_magic and |valid| (false on tmpfs or ramfs, where
+ * fdatasync is a no-op). Removes its files. Returns 0 or -errno (also in
+ * r->error/errmsg). Main thread. */
+int fx_bench_probe_run(const fx_bench_cfg *cfg, fx_bench_result *r);
+
+#define FX_BENCH_PROBE_FILE_BYTES (256ull << 20) /* durable_segment_bytes' default */
+#define FX_BENCH_PROBE_SINGLE 2000u
+#define FX_BENCH_REC_HEADER 28u /* the durable log's record header */
+
+/* Replay (--mode replay): a throughput run of |cfg| (fanout 1, one stream,
+ * a stream of its own named after |cfg|->stream_prefix) whose figures are
+ * live delivery, then a new client subscribes to that stream from earliest
+ * and takes every message published (warm-up included), checking order,
+ * no gap and no duplicate by sequence and by offset. The stream must be
+ * durable (a broker with durable_default) and longer than the ring, so
+ * the replay reads from disk: |valid| is false when it could not, or when
+ * anything was lost, reordered or duplicated. Returns 0 or the setup
+ * error. Main thread. */
+int fx_bench_replay_run(const fx_bench_cfg *cfg, fx_bench_result *r);
+
+/* One throughput-shaped run (bench_run.c): set up, publish, collect. Used
+ * by the replay mode for its live phase. */
+int fx_bench_live_run(const fx_bench_cfg *cfg, fx_bench_result *r);
 
 /* Subscriptions per client in idle-subs mode: under the 1024 concurrent
  * uni streams one connection allows. */

@@ -344,3 +344,18 @@ int fx_bench_local_drops(fx_bench_drops *d)
     free(snap);
     return 0;
 }
+
+int fx_bench_replay_records(const char *admin, bool in_process, uint64_t *v)
+{
+    if (admin != NULL)
+        return fx_bench_scrape_value(admin, "felix_storage_read_records_total", v);
+    if (!in_process)
+        return -ENOTSUP;
+    fx_metrics_snapshot *snap = malloc(sizeof(*snap));
+    if (snap == NULL)
+        return -ENOMEM;
+    fx_metrics_snapshot_take(snap);
+    *v = snap->c.storage_replay_records;
+    free(snap);
+    return 0;
+}

@@ -83,6 +83,12 @@ int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d);
  * -errno, or -EPROTO. */
 int fx_bench_scrape_value(const char *addr, const char *name, uint64_t *v);
 
+/* Records the broker has read from disk for replays
+ * (felix_storage_read_records_total): scraped from |admin| when not NULL,
+ * else from this process's registry when |in_process|. Returns 0, -ENOTSUP
+ * (neither), or the scrape's error. */
+int fx_bench_replay_records(const char *admin, bool in_process, uint64_t *v);
+
 /* Fills |d| from this process's metrics registry (in-process broker).
  * Returns 0 or -ENOMEM. */
 int fx_bench_local_drops(fx_bench_drops *d);

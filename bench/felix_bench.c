@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench_lib.h"
@@ -32,22 +33,41 @@ typedef struct opts {
     bool total_set, warmup_set;
     bool fanout_set, batch_set, acked_set; /* --fanout/--batch; --publishers/--window */
     bool victim_set; /* --victim-delay-ms or --victim-drop-permille given */
+    bool probe_set;  /* --records or --sync-every given */
+    bool mins_set;   /* --min-seconds given */
+    uint64_t seen;   /* bit (option - O_MODE) of every option given */
 } opts;
 
-static const char *const MODE_NAMES[] = {"throughput", "latency", "overload", "idle-subs",
-                                         "isolation"};
-#define NMODES 5
+static const char *const MODE_NAMES[] = {"throughput", "latency",     "overload", "idle-subs",
+                                         "isolation",  "fsync-probe", "replay"};
+#define NMODES 7
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: felix-bench [--mode throughput|latency|overload|idle-subs|isolation]\n"
-            "                   [options]\n"
+            "usage: felix-bench [--mode throughput|latency|overload|idle-subs|isolation|\n"
+            "                    fsync-probe|replay] [options]\n"
             "  isolation          overload's workload (shedding profile) twice, on fresh\n"
             "                     connections: all F subscribers clean, then subscriber F-1\n"
             "                     (the victim) behind a delayed, lossy link; reports the\n"
             "                     other subscribers' msg/s and p99 impaired / clean, and\n"
             "                     what the victim received (needs --fanout >= 2)\n"
+            "  fsync-probe        no broker: appends records of P + 28 bytes (the durable\n"
+            "                     log's record header) to files in --dir preallocated with\n"
+            "                     fallocate(KEEP_SIZE), one fdatasync per --sync-every\n"
+            "                     records: records/s and fdatasync p50/p99; then one record\n"
+            "                     per fdatasync (its p50: an on_commit ack's disk cost)\n"
+            "  replay             throughput, fanout 1, on a stream of its own (live\n"
+            "                     delivery), then a new subscriber from earliest takes the\n"
+            "                     whole history (most of it from disk): msg/s of both,\n"
+            "                     order, gaps and duplicates checked; the stream must be\n"
+            "                     durable (an external broker with durable_default, or --dir)\n"
+            "  --dir DIR          fsync-probe: where the probe files go (needed; removed\n"
+            "                     after); other modes: the in-process broker's durable\n"
+            "                     storage root, every stream durable (durable_default,\n"
+            "                     the other durable settings at their defaults)\n"
+            "  --records N        fsync-probe: records appended at least (default 200000)\n"
+            "  --sync-every K     fsync-probe: records per fdatasync (default 64)\n"
             "  --payload P        bytes per message, >= 16 (default 1024)\n"
             "  --fanout F         subscriber connections, one thread each (default 1)\n"
             "  --batch B          messages per publish call (default 1: fx_publish, one\n"
@@ -58,8 +78,9 @@ static void usage(FILE *out)
             "  --total N          throughput: measured messages at least (default: 128 MiB\n"
             "                     delivered, and the run-length guard's minimum);\n"
             "                     latency: round trips (default 20000)\n"
-            "  --min-seconds S    throughput/overload/isolation: measured seconds at least\n"
-            "                     (default 5; isolation: per phase)\n"
+            "  --min-seconds S    throughput/overload/isolation/replay: measured seconds at\n"
+            "                     least (default 5; isolation: per phase); fsync-probe:\n"
+            "                     the grouped phase lasts at least this long (default 0)\n"
             "  --max-seconds S    hard bound of the publish loop (default 60)\n"
             "  --runs K           repeat K times; the human table ends with medians\n"
             "  --ack              latency: acknowledged publishes (per message);\n"
@@ -138,6 +159,9 @@ enum {
     O_PUBLISHERS,
     O_WINDOW,
     O_RATE,
+    O_DIR,
+    O_RECORDS,
+    O_SYNC_EVERY,
     O_HELP,
 };
 
@@ -173,6 +197,9 @@ static const struct option LONG_OPTS[] = {
     {"publishers", 1, 0, O_PUBLISHERS},
     {"window", 1, 0, O_WINDOW},
     {"rate", 1, 0, O_RATE},
+    {"dir", 1, 0, O_DIR},
+    {"records", 1, 0, O_RECORDS},
+    {"sync-every", 1, 0, O_SYNC_EVERY},
     {"help", 0, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -209,6 +236,12 @@ static int parse_num(opts *o, int c, const char *arg)
         return parse_u64(arg, 0, 65536, &v) ? -1 : (o->c.window = (uint32_t)v, 0);
     case O_RATE:
         return parse_u64(arg, 1, 1000000, &v) ? -1 : (o->c.rate = (uint32_t)v, 0);
+    case O_RECORDS:
+        o->probe_set = true;
+        return parse_u64(arg, 1, 1000000000000ull, &o->c.probe_records);
+    case O_SYNC_EVERY:
+        o->probe_set = true;
+        return parse_u64(arg, 1, 65536, &v) ? -1 : (o->c.sync_every = (uint32_t)v, 0);
     case O_STREAMS:
         return parse_u64(arg, 1, 64, &v) ? -1 : (o->c.streams = (uint32_t)v, 0);
     case O_WARMUP:
@@ -241,6 +274,7 @@ static int parse_num(opts *o, int c, const char *arg)
         return parse_u64(arg, 0, 1000, &v) ? -1 : (o->c.victim_drop_permille = (uint32_t)v, 0);
     case O_MINS:
     case O_MAXS:
+        o->mins_set |= c == O_MINS;
         d = strtod(arg, NULL);
         if (!(d > 0 && d <= 3600))
             return -1;
@@ -251,12 +285,22 @@ static int parse_num(opts *o, int c, const char *arg)
     }
 }
 
+static const char *opt_name(int code)
+{
+    for (const struct option *p = LONG_OPTS; p->name; p++)
+        if (p->val == code)
+            return p->name;
+    return "?";
+}
+
 /* Returns 0, 1 (help printed) or 2 (usage error, reported). */
 static int parse_args(int argc, char **argv, opts *o)
 {
     int c;
     while ((c = getopt_long(argc, argv, "h", LONG_OPTS, NULL)) != -1) {
         int bad = 0;
+        if (c >= O_MODE && c < O_MODE + 64)
+            o->seen |= 1ull << (c - O_MODE);
         switch (c) {
         case O_MODE:
             bad = parse_mode(optarg, &o->c.mode);
@@ -279,6 +323,10 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_ADMIN:
             o->c.admin = optarg;
             break;
+        case O_DIR:
+            bad = optarg[0] == '\0';
+            o->c.dir = optarg;
+            break;
         case O_JSON:
             o->json = true;
             break;
@@ -299,7 +347,7 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         }
         if (bad) {
-            fprintf(stderr, "felix-bench: bad value for %s: '%s' (try --help)\n", argv[optind - 1],
+            fprintf(stderr, "felix-bench: bad value for --%s: '%s' (try --help)\n", opt_name(c),
                     optarg ? optarg : "");
             return 2;
         }
@@ -339,10 +387,91 @@ static uint64_t bufferable_of(const fx_bench_cfg *c)
     return fx_bench_bufferable(&b, c->payload, c->batch, c->fanout);
 }
 
+#define SEEN(o) (1ull << ((o) - O_MODE))
+
+/* The options fsync-probe takes: it runs no broker and publishes nothing. */
+static const uint64_t PROBE_OPTS = SEEN(O_MODE) | SEEN(O_PAYLOAD) | SEEN(O_MINS) | SEEN(O_MAXS) |
+                                   SEEN(O_RUNS) | SEEN(O_JSON) | SEEN(O_LABEL) | SEEN(O_QUIET) |
+                                   SEEN(O_DIR) | SEEN(O_RECORDS) | SEEN(O_SYNC_EVERY);
+
+/* fsync-probe: --dir is a directory, a group fits one probe file, and no
+ * option of the broker modes was given. Returns 0 or 2. */
+static int finish_probe(opts *o)
+{
+    fx_bench_cfg *c = &o->c;
+    uint64_t extra = o->seen & ~PROBE_OPTS;
+    if (extra) {
+        fprintf(stderr, "felix-bench: fsync-probe runs no broker and publishes nothing: --%s "
+                        "does not apply (it takes --dir, --records, --sync-every, --payload, "
+                        "--min-seconds, --max-seconds, --runs, --json, --label, --quiet)\n",
+                opt_name(O_MODE + __builtin_ctzll(extra)));
+        return 2;
+    }
+    if (c->dir == NULL) {
+        fprintf(stderr, "felix-bench: fsync-probe needs --dir DIR (a directory on the disk to "
+                        "measure)\n");
+        return 2;
+    }
+    struct stat st;
+    const char *why = stat(c->dir, &st) != 0 ? strerror(errno)
+                      : !S_ISDIR(st.st_mode) ? "not a directory"
+                                             : NULL;
+    if (why != NULL) {
+        fprintf(stderr, "felix-bench: --dir %s: %s\n", c->dir, why);
+        return 2;
+    }
+    if ((c->payload + FX_BENCH_REC_HEADER) * (uint64_t)c->sync_every > FX_BENCH_PROBE_FILE_BYTES) {
+        fprintf(stderr, "felix-bench: --sync-every %u records of %zu bytes do not fit one "
+                        "%llu MiB probe file\n",
+                c->sync_every, c->payload + FX_BENCH_REC_HEADER,
+                (unsigned long long)(FX_BENCH_PROBE_FILE_BYTES >> 20));
+        return 2;
+    }
+    if (!o->mins_set)
+        c->min_seconds = 0;
+    if (c->max_seconds < c->min_seconds) {
+        fprintf(stderr, "felix-bench: --max-seconds is below --min-seconds\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* replay: one subscriber on one stream that must be durable. Returns 0 or 2. */
+static int finish_replay(opts *o)
+{
+    fx_bench_cfg *c = &o->c;
+    if (c->fanout != 1 || c->streams != 1 || c->callback) {
+        fprintf(stderr, "felix-bench: replay measures one subscriber on one stream with "
+                        "fx_subscription_next: drop --fanout, --streams and --callback\n");
+        return 2;
+    }
+    if (c->server == NULL && c->dir == NULL) {
+        fprintf(stderr, "felix-bench: replay needs a durable stream: --dir DIR (the in-process "
+                        "broker's storage), or --server of a broker with durable_storage_dir "
+                        "and durable_default\n");
+        return 2;
+    }
+    return 0;
+}
+
 /* Fills mode defaults and checks the combination. Returns 0 or 2. */
 static int finish_cfg(opts *o)
 {
     fx_bench_cfg *c = &o->c;
+    if (c->mode == FX_BENCH_FSYNC_PROBE)
+        return finish_probe(o);
+    if (o->probe_set) {
+        fprintf(stderr, "felix-bench: --records and --sync-every need --mode fsync-probe\n");
+        return 2;
+    }
+    if (c->dir != NULL && c->server != NULL) {
+        fprintf(stderr, "felix-bench: --dir configures the in-process broker's durable storage; "
+                        "start an external broker with durable_storage_dir and "
+                        "durable_default instead\n");
+        return 2;
+    }
+    if (c->mode == FX_BENCH_REPLAY && finish_replay(o) != 0)
+        return 2;
     if (!o->warmup_set)
         c->warmup = c->mode == FX_BENCH_LATENCY ? 500 : 2000;
     if (c->mode == FX_BENCH_OVERLOAD && c->fanout < 2) {
@@ -422,7 +551,7 @@ static int finish_cfg(opts *o)
         c->total = peer > min_total ? peer : min_total;
     }
     char why[256];
-    if (c->mode == FX_BENCH_THROUGHPUT &&
+    if ((c->mode == FX_BENCH_THROUGHPUT || c->mode == FX_BENCH_REPLAY) &&
         !fx_bench_guard_ok(c->total, c->min_seconds, c->bufferable, c->payload, c->fanout, why,
                            sizeof(why))) {
         fprintf(stderr, "felix-bench: refusing the run: %s\n", why);
@@ -487,6 +616,10 @@ static int inproc_start(const opts *o, inproc *ip)
     fx_broker_opts_default(&bo);
     bo.quic.state_dir = ip->dir;
     profile(o, &bo);
+    if (o->c.dir != NULL) { /* every stream durable, the durable settings' defaults */
+        bo.durable.dir = o->c.dir;
+        bo.durable.durable_default = true;
+    }
     int rv = fx_broker_new(&ip->b, &bo);
     if (rv == 0 && (rv = fx_broker_start(ip->b)) != 0) {
         fx_broker_free(ip->b);
@@ -578,9 +711,76 @@ static void json_lat(const fx_bench_lat *l)
     jnum("mean_us", l->mean_us, 1);
 }
 
+/* Prints "name":"s", escaping quotes, backslashes and control bytes. */
+static void jstr(const char *name, const char *s)
+{
+    printf("\"%s\":\"", name);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    printf("\",");
+}
+
+static void print_probe_json(const opts *o, const fx_bench_result *r, int run)
+{
+    const fx_bench_cfg *c = &o->c;
+    printf("{\"tool\":\"felix-bench\",\"label\":\"%s\",\"backend\":\"disk\","
+           "\"mode\":\"fsync-probe\",",
+           o->label ? o->label : "");
+    jstr("dir", c->dir);
+    printf("\"fs_magic\":\"0x%lx\",\"payload\":%zu,\"record_bytes\":%zu,\"sync_every\":%u,"
+           "\"records\":%llu,\"syncs\":%llu,\"valid\":%s,",
+           (unsigned long)r->fs_magic, c->payload, c->payload + FX_BENCH_REC_HEADER, c->sync_every,
+           (unsigned long long)r->probe_records, (unsigned long long)r->probe_syncs,
+           r->valid ? "true" : "false");
+    if (!r->valid)
+        jstr("invalid_reason", r->why);
+    printf("\"run\":%d,", run);
+    jnum("window_s", r->window_s, 4);
+    jnum("records_per_s", r->msgs_per_s, 0);
+    jnum("mb_per_s", r->mb_per_s, 2);
+    printf("\"fdatasync_samples\":%zu,", r->lat.n);
+    jnum("fdatasync_p50_us", r->lat.p50_us, 1);
+    jnum("fdatasync_p99_us", r->lat.p99_us, 1);
+    jnum("fdatasync_max_us", r->lat.max_us, 1);
+    printf("\"single_samples\":%zu,", r->single_lat.n);
+    jnum("single_fdatasync_p50_us", r->single_lat.p50_us, 1);
+    jnum("single_fdatasync_p99_us", r->single_lat.p99_us, 1);
+    jnum("single_fdatasync_max_us", r->single_lat.max_us, 1);
+    printf("\"ncpu\":%ld}\n", sysconf(_SC_NPROCESSORS_ONLN));
+    fflush(stdout);
+}
+
+static void print_replay_json(const fx_bench_cfg *c, const fx_bench_result *r)
+{
+    printf("\"replay_msgs\":%llu,\"replay_gaps\":%llu,\"replay_dups\":%llu,"
+           "\"replay_offset_jumps\":%llu,",
+           (unsigned long long)r->replay_msgs, (unsigned long long)r->replay_gaps,
+           (unsigned long long)r->replay_dups, (unsigned long long)r->replay_offset_gaps);
+    if (r->replay_disk_records == UINT64_MAX)
+        printf("\"replay_disk_records\":null,");
+    else
+        printf("\"replay_disk_records\":%llu,", (unsigned long long)r->replay_disk_records);
+    jnum("replay_s", r->replay_s, 4);
+    jnum("replay_first_ms", r->replay_first_ms, 2);
+    jnum("replay_msgs_per_s", r->replay_msgs_per_s, 0);
+    jnum("replay_mb_per_s", r->replay_msgs_per_s * (double)c->payload / 1e6, 2);
+    jnum("replay_vs_live", r->replay_vs_live, 4);
+}
+
 static void print_json(const opts *o, const fx_bench_result *r, int run)
 {
     const fx_bench_cfg *c = &o->c;
+    if (c->mode == FX_BENCH_FSYNC_PROBE) {
+        print_probe_json(o, r, run);
+        return;
+    }
     json_common(o, r, run);
     if (c->mode == FX_BENCH_IDLE_SUBS) {
         printf("\"subs\":%llu,\"sub_clients\":%u,\"rss_idle_kb\":%llu,\"rss_subs_kb\":%llu,",
@@ -662,7 +862,22 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
                (unsigned long long)r->watch_first_kb, (unsigned long long)r->watch_last_kb);
         jnum("rss_watch_spread_pct", r->watch_spread_pct, 2);
     }
+    if (c->mode == FX_BENCH_REPLAY)
+        print_replay_json(c, r);
     json_tail(o, r);
+    fflush(stdout);
+}
+
+static void print_probe_human(const opts *o, const fx_bench_result *r, int run)
+{
+    const fx_bench_cfg *c = &o->c;
+    printf("run %d  fsync-probe  %s  records of %zu bytes, fdatasync every %u: ", run, c->dir,
+           c->payload + FX_BENCH_REC_HEADER, c->sync_every);
+    printf("%.0f records/s (%.1f MB/s) over %.2f s, fdatasync p50 %.1f  p99 %.1f us (%zu); "
+           "one record per fdatasync: p50 %.1f  p99 %.1f us (%zu)%s%s\n",
+           r->msgs_per_s, r->mb_per_s, r->window_s, r->lat.p50_us, r->lat.p99_us, r->lat.n,
+           r->single_lat.p50_us, r->single_lat.p99_us, r->single_lat.n,
+           r->valid ? "" : "  INVALID: ", r->valid ? "" : r->why);
     fflush(stdout);
 }
 
@@ -670,6 +885,10 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
 {
     const fx_bench_cfg *c = &o->c;
     char line[512];
+    if (c->mode == FX_BENCH_FSYNC_PROBE) {
+        print_probe_human(o, r, run);
+        return;
+    }
     printf("run %d  %s  payload %zu  fanout %u  streams %u  ", run, MODE_NAMES[c->mode], c->payload,
            c->fanout, c->streams);
     if (c->mode == FX_BENCH_IDLE_SUBS) {
@@ -731,8 +950,20 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
                            r->t.lost,
                            r->t.dups};
         fx_bench_format_tput(line, sizeof(line), &t);
-        printf("batch %u  %s\n", c->batch, line);
+        printf("batch %u  %s%s\n", c->batch, c->mode == FX_BENCH_REPLAY ? "live: " : "", line);
     }
+    if (c->mode == FX_BENCH_REPLAY && !isnan(r->replay_s))
+        printf("       replay from earliest: %llu messages in %.3f s: %.0f msg/s (%.3f x live), "
+               "first after %.2f ms; %llu read from disk%s; %llu skipped, %llu duplicates, "
+               "%llu offset jumps\n",
+               (unsigned long long)r->replay_msgs, r->replay_s, r->replay_msgs_per_s,
+               r->replay_vs_live, r->replay_first_ms,
+               (unsigned long long)(r->replay_disk_records == UINT64_MAX
+                                        ? 0
+                                        : r->replay_disk_records),
+               r->replay_disk_records == UINT64_MAX ? " (unknown: no --admin)" : "",
+               (unsigned long long)r->replay_gaps, (unsigned long long)r->replay_dups,
+               (unsigned long long)r->replay_offset_gaps);
     if (c->mode == FX_BENCH_OVERLOAD)
         printf("       healthy p99 %.1f us; stalled subscriber: %llu of %llu received, %llu "
                "dropped; broker drops: subscriber queue %llu, lane %llu lists (%llu messages), "
@@ -770,7 +1001,19 @@ static double median_of(const fx_bench_result *rs, int n, size_t off)
 
 static void print_medians(const opts *o, const fx_bench_result *rs, int n)
 {
-    if (o->c.mode == FX_BENCH_IDLE_SUBS)
+    if (o->c.mode == FX_BENCH_FSYNC_PROBE)
+        printf("median of %d: %.0f records/s  fdatasync p50 %.1f  p99 %.1f us; one record per "
+               "fdatasync p50 %.1f us\n",
+               n, median_of(rs, n, offsetof(fx_bench_result, msgs_per_s)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p50_us)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p99_us)),
+               median_of(rs, n, offsetof(fx_bench_result, single_lat.p50_us)));
+    else if (o->c.mode == FX_BENCH_REPLAY)
+        printf("median of %d: live %.0f msg/s, replay %.0f msg/s, replay / live %.3f\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, msgs_per_s)),
+               median_of(rs, n, offsetof(fx_bench_result, replay_msgs_per_s)),
+               median_of(rs, n, offsetof(fx_bench_result, replay_vs_live)));
+    else if (o->c.mode == FX_BENCH_IDLE_SUBS)
         printf("median of %d: %.0f bytes per subscription\n", n,
                median_of(rs, n, offsetof(fx_bench_result, bytes_per_sub)));
     else if (o->c.mode == FX_BENCH_THROUGHPUT && o->c.ack)
@@ -838,7 +1081,9 @@ int main(int argc, char **argv)
                     .ns = "bench",
                     .subs = 10000,
                     .victim_delay_ms = 200,
-                    .victim_drop_permille = 50},
+                    .victim_drop_permille = 50,
+                    .probe_records = 200000,
+                    .sync_every = 64},
               .runs = 1};
     int rv = parse_args(argc, argv, &o);
     if (rv != 0)
@@ -861,7 +1106,7 @@ int main(int argc, char **argv)
         setenv("FELIX_MTU_UPPER_BOUND", v, 1);
     }
     inproc ip = {0};
-    if (o.c.server == NULL) {
+    if (o.c.server == NULL && o.c.mode != FX_BENCH_FSYNC_PROBE) {
         if ((rv = inproc_start(&o, &ip)) != 0) {
             fprintf(stderr, "felix-bench: cannot start the in-process broker: %s\n",
                     fx_strerror(rv));

@@ -7,10 +7,15 @@
 /* fx-test-libs: fx_client fx_broker fx_quic fx_wire fx_base */
 #include "../../bench/bench_acked.c"
 #include "../../bench/bench_lib.c"
+#include "../../bench/bench_probe.c"
+#include "../../bench/bench_replay.c"
 #include "../../bench/bench_run.c"
 #include "../../bench/bench_sys.c"
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
 
 #include "base/log.h"
 #include "broker/broker.h"
@@ -189,18 +194,32 @@ typedef struct tbroker {
 } tbroker;
 
 /* Starts a broker on 127.0.0.1 port 0 with the default (shedding)
- * profile, which felix-bench's overload and isolation modes measure. */
-static void tbroker_start(tbroker *t)
+ * profile, which felix-bench's overload and isolation modes measure; with
+ * |durable_dir|, every stream is durable under it and the profile is the
+ * lossless one (block at checkpoints 5 and 6, pub_ingress_wait). */
+static void tbroker_start_durable(tbroker *t, const char *durable_dir)
 {
     snprintf(t->dir, sizeof(t->dir), "/tmp/fxbenchXXXXXX");
     assert_non_null(mkdtemp(t->dir));
     fx_broker_opts bo;
     fx_broker_opts_default(&bo);
     bo.quic.state_dir = t->dir;
+    bo.durable.dir = durable_dir;
+    bo.durable.durable_default = durable_dir != NULL;
+    if (durable_dir != NULL) { /* felix-bench's lossless profile, as replay measures it */
+        bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
+        bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+        bo.pub_ingress_wait = true;
+    }
     assert_int_equal(fx_broker_new(&t->b, &bo), 0);
     assert_int_equal(fx_broker_start(t->b), 0);
     snprintf(t->addr, sizeof(t->addr), "127.0.0.1:%u", (unsigned)fx_broker_port(t->b));
     snprintf(t->pin, sizeof(t->pin), "%s", fx_broker_fingerprint(t->b));
+}
+
+static void tbroker_start(tbroker *t)
+{
+    tbroker_start_durable(t, NULL);
 }
 
 /* Frees the broker and removes its state directory (flat: key, cert). */
@@ -391,7 +410,301 @@ static void test_latency_rate_paces_round_trips(void **state)
     tbroker_stop(&t);
 }
 
+
+/* ---- fsync-probe and replay ------------------------------------------------------- */
+
+/* A fresh directory on the build tree's disk (FX_BINARY_DIR; else the
+ * working directory), for files whose fdatasync must reach a disk. */
+static void disk_tmpdir(char *out, size_t cap, const char *tag)
+{
+    const char *base = getenv("FX_BINARY_DIR");
+    snprintf(out, cap, "%s/%s-XXXXXX", base ? base : ".", tag);
+    assert_non_null(mkdtemp(out));
+}
+
+static void rm_rf(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static size_t dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static fx_bench_cfg probe_cfg(const char *dir, uint64_t records, uint32_t every)
+{
+    return (fx_bench_cfg){.mode = FX_BENCH_FSYNC_PROBE,
+                          .payload = 1024,
+                          .dir = dir,
+                          .probe_records = records,
+                          .sync_every = every,
+                          .min_seconds = 0,
+                          .max_seconds = 60};
+}
+
+/* 3,000 records, 64 per fdatasync: whole groups (47 of them, 3,008
+ * records), one latency sample per fdatasync, then 2,000 single-record
+ * fdatasyncs; the rate is records over the window; the files are gone. */
+static void test_fsync_probe_counts_groups_and_fdatasync_latencies(void **state)
+{
+    (void)state;
+    char dir[512];
+    disk_tmpdir(dir, sizeof(dir), "fxprobe");
+    fx_bench_cfg c = probe_cfg(dir, 3000, 64);
+    fx_bench_result r;
+    int rv = fx_bench_probe_run(&c, &r);
+    if (rv != 0)
+        fail_msg("probe failed: %s", r.errmsg);
+    print_message("%.0f records/s, fdatasync p50 %.1f us, single p50 %.1f us\n", r.msgs_per_s,
+                  r.lat.p50_us, r.single_lat.p50_us);
+    assert_int_equal(r.probe_records, 3008);
+    assert_int_equal(r.probe_syncs, 47);
+    assert_int_equal(r.lat.n, 47);
+    assert_int_equal(r.single_lat.n, FX_BENCH_PROBE_SINGLE);
+    assert_true(r.lat.p50_us > 0 && r.lat.p50_us <= r.lat.p99_us);
+    assert_true(r.single_lat.p50_us > 0 && r.single_lat.p50_us <= r.single_lat.p99_us);
+    assert_true(r.window_s > 0);
+    assert_true(fabs(r.msgs_per_s - 3008.0 / r.window_s) < 1e-6 * r.msgs_per_s);
+    assert_true(fabs(r.mb_per_s - r.msgs_per_s * 1052.0 / 1e6) < 1e-6 * r.mb_per_s);
+    assert_int_equal(r.valid, !on_memory_fs(r.fs_magic));
+    assert_int_equal(dir_entries(dir), 0);
+    rm_rf(dir);
+}
+
+/* Probe files of 64 KiB hold 62 records of 1,052 bytes: 640 records in
+ * groups of 16 (16,832 bytes, three groups a file) roll over to a new
+ * file every 48 records, and none is left behind. */
+static void test_fsync_probe_rolls_over_to_new_files(void **state)
+{
+    (void)state;
+    char dir[512];
+    disk_tmpdir(dir, sizeof(dir), "fxprobe");
+    fx_bench_cfg c = probe_cfg(dir, 640, 16);
+    c.probe_file_bytes = 64u << 10;
+    fx_bench_result r;
+    int rv = fx_bench_probe_run(&c, &r);
+    if (rv != 0)
+        fail_msg("probe failed: %s", r.errmsg);
+    assert_int_equal(r.probe_syncs, 40);
+    assert_int_equal(r.probe_records, 640);
+    assert_int_equal(r.single_lat.n, 640);
+    assert_int_equal(dir_entries(dir), 0);
+    /* A group larger than a file is refused before anything is written. */
+    c.sync_every = 64;
+    assert_int_equal(fx_bench_probe_run(&c, &r), -EINVAL);
+    assert_non_null(strstr(r.errmsg, "passes the 65536-byte probe file"));
+    rm_rf(dir);
+}
+
+/* On tmpfs fdatasync does nothing: the figures come, marked invalid. */
+static void test_fsync_probe_on_tmpfs_is_invalid(void **state)
+{
+    (void)state;
+    struct statfs sf;
+    if (statfs("/dev/shm", &sf) != 0 || sf.f_type != TMPFS_MAGIC)
+        fx_test_skip("/dev/shm is not a tmpfs here");
+    char dir[64] = "/dev/shm/fxprobe-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    fx_bench_cfg c = probe_cfg(dir, 128, 64);
+    fx_bench_result r;
+    assert_int_equal(fx_bench_probe_run(&c, &r), 0);
+    assert_false(r.valid);
+    assert_non_null(strstr(r.why, "memory file system"));
+    assert_int_equal(r.probe_records, 128);
+    rm_rf(dir);
+}
+
+/* A directory that does not exist: the error names it. */
+static void test_fsync_probe_reports_a_missing_directory(void **state)
+{
+    (void)state;
+    fx_bench_cfg c = probe_cfg("/nonexistent-fxprobe-dir", 128, 64);
+    fx_bench_result r;
+    assert_int_equal(fx_bench_probe_run(&c, &r), -ENOENT);
+    assert_non_null(strstr(r.errmsg, "/nonexistent-fxprobe-dir"));
+}
+
+/* Replay against a broker whose streams are durable: the live phase is
+ * valid, then everything it published (warm-up too) comes back from
+ * earliest, in order, once each, mostly read from disk (the ring holds
+ * 1,024 messages). */
+static void test_replay_mode_reads_the_history_from_disk_in_order(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR);
+    char dir[512];
+    disk_tmpdir(dir, sizeof(dir), "fxreplay");
+    tbroker t;
+    tbroker_start_durable(&t, dir);
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_REPLAY, 1);
+    c.payload = 1024;
+    c.batch = 1;
+    c.warmup = 500;
+    c.total = 5000;
+    c.min_seconds = 0.3;
+    c.guard_min_seconds = 0.2;
+    c.max_seconds = 20;
+    c.lossless = true;
+    fx_bench_result r;
+    run_valid(&c, &r);
+    print_message("live %.0f msg/s, replay %llu in %.3f s: %.0f msg/s, %llu from disk\n",
+                  r.msgs_per_s, (unsigned long long)r.replay_msgs, r.replay_s,
+                  r.replay_msgs_per_s, (unsigned long long)r.replay_disk_records);
+    uint64_t total = c.warmup + r.t.sent_measured;
+    assert_true(r.t.sent_measured >= c.total);
+    assert_int_equal(r.replay_msgs, total);
+    assert_int_equal(r.replay_gaps, 0);
+    assert_int_equal(r.replay_dups, 0);
+    assert_int_equal(r.replay_offset_gaps, 0);
+    assert_true(r.replay_disk_records >= total - 1024 && r.replay_disk_records <= total);
+    assert_true(isfinite(r.replay_msgs_per_s) && r.replay_msgs_per_s > 0);
+    assert_true(fabs(r.replay_msgs_per_s - (double)total / r.replay_s) < 1e-6 * r.replay_msgs_per_s);
+    assert_true(fabs(r.replay_vs_live - r.replay_msgs_per_s / r.msgs_per_s) < 1e-9);
+    assert_true(r.replay_first_ms > 0 && r.replay_first_ms <= r.replay_s * 1000.0);
+    tbroker_stop(&t);
+    rm_rf(dir);
+}
+
+/* The same run on a broker without durable storage: the ring keeps the
+ * newest 1,024 messages only, so the replay is not whole: invalid. */
+static void test_replay_mode_without_durable_storage_is_invalid(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR);
+    tbroker t;
+    tbroker_start(&t);
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_REPLAY, 1);
+    c.payload = 1024;
+    c.batch = 1;
+    c.warmup = 500;
+    c.total = 5000;
+    c.min_seconds = 0.3;
+    c.guard_min_seconds = 0.2;
+    c.max_seconds = 20;
+    c.lossless = true;
+    fx_bench_result r;
+    int rv = fx_bench_run_once(&c, &r);
+    print_message("rv %d (%s), valid %d (%s)\n", rv, r.errmsg, r.valid, r.why);
+    assert_int_equal(rv, 0);
+    assert_false(r.valid);
+    assert_true(r.replay_msgs < c.warmup + r.t.sent_measured);
+    assert_non_null(strstr(r.why, "replay:"));
+    tbroker_stop(&t);
+}
+
+/* ---- felix-bench's command line for the new modes (the built binary) ---------------- */
+
+/* Runs felix-bench with |args| (stdout and stderr into |out|); returns its
+ * exit status. Skips the case when the binary is not built. */
+static int bench_cli(const char *args, char *out, size_t cap)
+{
+    const char *bin = getenv("FX_BINARY_DIR");
+    if (bin == NULL)
+        fx_test_skip("FX_BINARY_DIR is not set (run through ctest)");
+    char exe[400], cmd[2048];
+    snprintf(exe, sizeof(exe), "%s/felix-bench", bin);
+    if (access(exe, X_OK) != 0)
+        fx_test_skip("felix-bench is not built in FX_BINARY_DIR");
+    snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", exe, args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs |args| and expects exit 2 with |text| in the output. */
+static void cli_refused(const char *args, const char *text)
+{
+    char out[4096];
+    int st = bench_cli(args, out, sizeof(out));
+    if (st != 2 || strstr(out, text) == NULL)
+        fail_msg("felix-bench %s: exit %d, output: %s (wanted exit 2 and '%s')", args, st, out,
+                 text);
+}
+
+static void test_cli_fsync_probe_refuses_bad_arguments(void **state)
+{
+    (void)state;
+    cli_refused("--mode fsync-probe", "fsync-probe needs --dir DIR");
+    cli_refused("--mode fsync-probe --dir /nonexistent-fxprobe-dir",
+                "--dir /nonexistent-fxprobe-dir: No such file or directory");
+    cli_refused("--mode fsync-probe --dir /etc/hostname", "not a directory");
+    cli_refused("--mode fsync-probe --dir /tmp --fanout 2", "--fanout does not apply");
+    cli_refused("--mode fsync-probe --dir /tmp --server 127.0.0.1:1 --insecure",
+                "--server does not apply");
+    cli_refused("--mode fsync-probe --dir /tmp --ack", "--ack does not apply");
+    cli_refused("--mode fsync-probe --dir /tmp --sync-every 0", "bad value for --sync-every");
+    cli_refused("--mode fsync-probe --dir /tmp --records 0", "bad value for --records");
+    cli_refused("--mode fsync-probe --dir /tmp --payload 4194304 --sync-every 65536",
+                "do not fit one 256 MiB probe file");
+    cli_refused("--mode fsync-probe --dir /tmp --min-seconds 9 --max-seconds 3",
+                "--max-seconds is below --min-seconds");
+    cli_refused("--mode throughput --records 5", "--records and --sync-every need --mode "
+                                                 "fsync-probe");
+    cli_refused("--mode latency --sync-every 8", "need --mode fsync-probe");
+}
+
+static void test_cli_replay_refuses_bad_arguments(void **state)
+{
+    (void)state;
+    cli_refused("--mode replay", "replay needs a durable stream");
+    cli_refused("--mode replay --dir /tmp --fanout 2", "replay measures one subscriber");
+    cli_refused("--mode replay --dir /tmp --streams 2", "replay measures one subscriber");
+    cli_refused("--mode replay --dir /tmp --callback", "replay measures one subscriber");
+    cli_refused("--mode replay --dir /tmp --ack", "--ack applies to the latency and throughput");
+    cli_refused("--mode replay --server 127.0.0.1:1 --insecure --dir /tmp",
+                "--dir configures the in-process broker");
+    cli_refused("--mode throughput --server 127.0.0.1:1 --insecure --dir /tmp",
+                "--dir configures the in-process broker");
+    cli_refused("--mode replay --dir /tmp --min-seconds 1", "run too short");
+}
+
+/* A small probe through the binary: one JSON line with the figures. */
+static void test_cli_fsync_probe_prints_one_json_line(void **state)
+{
+    (void)state;
+    char dir[512], args[700], out[4096];
+    disk_tmpdir(dir, sizeof(dir), "fxprobe");
+    snprintf(args, sizeof(args), "--mode fsync-probe --dir '%s' --records 100 --sync-every 10 "
+                                 "--json --label p",
+             dir);
+    int st = bench_cli(args, out, sizeof(out));
+    if (st != 0)
+        fail_msg("exit %d: %s", st, out);
+    assert_non_null(strstr(out, "{\"tool\":\"felix-bench\",\"label\":\"p\",\"backend\":\"disk\","
+                                "\"mode\":\"fsync-probe\""));
+    assert_non_null(strstr(out, "\"record_bytes\":1052,\"sync_every\":10,\"records\":100,"
+                                "\"syncs\":10,"));
+    assert_non_null(strstr(out, "\"records_per_s\":"));
+    assert_non_null(strstr(out, "\"single_samples\":100,"));
+    assert_non_null(strstr(out, "\"single_fdatasync_p50_us\":"));
+    assert_null(strchr(strchr(out, '\n') + 1, '{')); /* one line */
+    assert_int_equal(dir_entries(dir), 0);
+    rm_rf(dir);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_fsync_probe_counts_groups_and_fdatasync_latencies),
+    cmocka_unit_test(test_fsync_probe_rolls_over_to_new_files),
+    cmocka_unit_test(test_fsync_probe_on_tmpfs_is_invalid),
+    cmocka_unit_test(test_fsync_probe_reports_a_missing_directory),
+    cmocka_unit_test(test_replay_mode_reads_the_history_from_disk_in_order),
+    cmocka_unit_test(test_replay_mode_without_durable_storage_is_invalid),
+    cmocka_unit_test(test_cli_fsync_probe_refuses_bad_arguments),
+    cmocka_unit_test(test_cli_replay_refuses_bad_arguments),
+    cmocka_unit_test(test_cli_fsync_probe_prints_one_json_line),
     cmocka_unit_test(test_acked_mode_blocking_publishers_report_rate_and_latency),
     cmocka_unit_test(test_acked_mode_async_window_is_valid_and_drains),
     cmocka_unit_test(test_latency_rate_paces_round_trips),
