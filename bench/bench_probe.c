@@ -141,7 +141,7 @@ static int grouped(fsprobe *p, const uint8_t *group, size_t glen)
 {
     const fx_bench_cfg *c = p->cfg;
     fx_bench_result *r = p->r;
-    uint64_t t0 = fx_bench_now_ns(), now = t0, ns;
+    uint64_t t0 = fx_bench_now_ns(), now = t0, ns = 0;
     int rv = next_file(p);
     while (rv == 0) {
         double s = (double)(now - t0) / 1e9;
