@@ -17,8 +17,9 @@
 #   NATS JetStream with TLS (../shared/peers/run-peers.sh nats-js-tls): throughput fanout 1 and
 #     10, and latency with --js-sync (publish -> ack p50)
 # The VERIFY_GIB GiB of segments are made by publishing through a broker (durable periodic,
-# felix-bench throughput fanout 1 with --total of that many 1 KiB messages): the same write path
-# as the other cells, so the log is one a broker wrote.
+# felix-bench throughput fanout 1 with --total of that many 1,052-byte records; a throughput run
+# lasts at least 5 s, so a small VERIFY_GIB gives more): the same write path as the other cells,
+# so the log is one a broker wrote. The table names the size verified.
 #
 # usage: bench/durable.sh
 # env:
@@ -36,8 +37,10 @@
 #   OUTDIR           where JSONL and logs go (default /tmp/felix-durable/<timestamp>)
 #   FX_PORT, FX_ADMIN  the broker's ports on 127.0.0.1 (default 15700, 18700)
 #   QUIET_MAX_S      wait at most this long for a quiet host before each cell (default 10)
-# The cold verify cells drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches): they need
-# root and are reported as "-" otherwise.
+#   COLD             how the cold verify cells empty the page cache: drop (the default as root:
+#                    sync; echo 3 > /proc/sys/vm/drop_caches) or file (the default otherwise: sync,
+#                    then evict only the segment files' pages, dd iflag=nocache count=0, which
+#                    needs no root and leaves the rest of the machine's cache alone)
 # needs: jq; for JetStream: apt-get install -y nats-server libnats-dev (run-peers.sh builds
 # peerbench)
 # Only the PIDs this script starts are signalled.
@@ -53,6 +56,7 @@ LAT_TOTAL=${LAT_TOTAL:-20000}
 VERIFY_GIB=${VERIFY_GIB:-4}
 DIR=${DIR:-/var/tmp/felix-durable-bench}
 PEERS_RUN=${PEERS_RUN:-1}
+if [ -w /proc/sys/vm/drop_caches ]; then COLD=${COLD:-drop}; else COLD=${COLD:-file}; fi
 TS=$(date +%Y%m%dT%H%M%S)
 OUTDIR=${OUTDIR:-/tmp/felix-durable/$TS}
 FX_PORT=${FX_PORT:-15700}
@@ -70,6 +74,7 @@ for v in RUNS SECONDS_PER_RUN REPLAY_SECONDS LAT_TOTAL; do
 done
 [[ $VERIFY_GIB =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "VERIFY_GIB must be a number of GiB, e.g. 4 or 0.25 (got '$VERIFY_GIB')"
 VERIFY_MSGS=$(awk -v g="$VERIFY_GIB" 'BEGIN { printf "%.0f", g * 1073741824 / 1052 }')
+case $COLD in drop|file) ;; *) die "COLD must be drop or file (got '$COLD')" ;; esac
 if [ "$RUNS" -lt 1 ] || [ "$SECONDS_PER_RUN" -lt 1 ] || [ "$REPLAY_SECONDS" -lt 1 ]; then
   die "RUNS, SECONDS_PER_RUN and REPLAY_SECONDS must be at least 1"
 fi
@@ -131,8 +136,8 @@ now_ns() { date +%s%N; }
 # jline LABEL KEY VALUE...: one JSON line of our own into $J.
 jline() {
   local label=$1; shift
-  local args=(--arg label "$label") expr='{label: $label, valid: true'
-  while [ $# -ge 2 ]; do args+=(--argjson "$1" "$2"); expr+=", $1: \$$1"; shift 2; done
+  local args=(--arg lbl "$label") expr='{"label": $lbl, "valid": true'
+  while [ $# -ge 2 ]; do args+=(--argjson "$1" "$2"); expr+=", \"$1\": \$$1"; shift 2; done
   jq -nc "${args[@]}" "$expr}" >>"$J"
 }
 
@@ -166,7 +171,15 @@ for round in $(seq 1 "$RUNS"); do
 done
 
 # ---- felix log verify of VERIFY_GIB GiB of segments ------------------------------------
-drop_caches() { sync && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; }
+drop_caches() {
+  sync
+  if [ "$COLD" = drop ]; then
+    echo 3 >/proc/sys/vm/drop_caches
+  else
+    local f
+    for f in "${SEGS[@]}"; do dd if="$f" iflag=nocache count=0 status=none; done
+  fi
+}
 # timed LABEL BYTES COMMAND...: runs COMMAND, records GB/s of BYTES over its wall time.
 timed() {
   local label=$1 bytes=$2; shift 2
@@ -178,8 +191,6 @@ timed() {
   t1=$(now_ns)
   jline "$label" gb_per_s "$(awk -v b="$bytes" -v ns=$((t1 - t0)) 'BEGIN { printf "%.3f", b / (ns / 1e9) / 1e9 }')"
 }
-CAN_DROP=0
-[ -w /proc/sys/vm/drop_caches ] && CAN_DROP=1
 if [ "$VERIFY_MSGS" -gt 0 ]; then
   log "writing $VERIFY_GIB GiB of segments through the broker"
   start periodic
@@ -197,10 +208,8 @@ if [ "$VERIFY_MSGS" -gt 0 ]; then
     fx_wait_quiet
     cat "${SEGS[@]}" >/dev/null  # warm
     timed verify-warm "$BYTES" "$BUILD/felix" log verify "$SEGDIR"
-    if [ "$CAN_DROP" = 1 ]; then
-      drop_caches; timed verify-cold "$BYTES" "$BUILD/felix" log verify "$SEGDIR"
-      drop_caches; timed cat-cold "$BYTES" sh -c 'cat "$@" >/dev/null' cat "${SEGS[@]}"
-    fi
+    drop_caches; timed verify-cold "$BYTES" "$BUILD/felix" log verify "$SEGDIR"
+    drop_caches; timed cat-cold "$BYTES" sh -c 'cat "$@" >/dev/null' cat "${SEGS[@]}"
   done
   rm -rf "$STORE"
 fi
@@ -274,10 +283,11 @@ DISK_MSGS=$(awk -v m="$DD_MBS" 'BEGIN { if (m == "-") print "-"; else printf "%.
     "$ours" "$base" "$(ratio "$ours" "$base")" ">=" 0.8
   if [ "$VERIFY_MSGS" -gt 0 ]; then
     ours=$(med "$J" verify-warm gb_per_s)
-    row "\`felix log verify\` $VERIFY_GIB GiB, page cache warm, GB/s vs 1 GB/s" "$ours" 1 \
+    GIB=$(awk -v b="${BYTES:-0}" 'BEGIN { printf "%.2f", b / 1073741824 }')
+    row "\`felix log verify\` $GIB GiB, page cache warm, GB/s vs 1 GB/s" "$ours" 1 \
       "$(ratio "$ours" 1)" ">=" 1
     ours=$(med "$J" verify-cold gb_per_s); base=$(med "$J" cat-cold gb_per_s)
-    row "\`felix log verify\` $VERIFY_GIB GiB, cold, GB/s vs cat of the same files, cold$([ "$CAN_DROP" = 1 ] || echo ' (not root: no cold runs)')" \
+    row "\`felix log verify\` $GIB GiB, cold ($COLD), GB/s vs cat of the same files, cold" \
       "$ours" "$base" "$(ratio "$ours" "$base")" ">=" 0.8
   fi
   if [ "$PEERS_RUN" = 1 ]; then

@@ -4,6 +4,7 @@
  * every header, checksum and offset and exits 1 naming the file and byte
  * position of the first damage. Main thread. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -145,6 +146,10 @@ static int do_segment(const log_opts *o, const char *file, bool last, totals *t)
     uint64_t size = 0;
     if (rv == 0)
         rv = io->ops->fsize(io, fd, &size);
+    /* One pass from start to end: let the kernel read further ahead (a
+     * hint; the scan is correct without it). */
+    if (rv == 0)
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     if (rv != 0) {
         fx_cli_errorf(CMD, "%s: %s", file, fx_strerror(rv));
         return rv;
