@@ -195,8 +195,8 @@ int fx_bench_probe_run(const fx_bench_cfg *c, fx_bench_result *r)
     if (rv != 0)
         return rv;
     size_t rlen = c->payload + FX_BENCH_REC_HEADER, glen = rlen * c->sync_every;
-    size_t nsingle = c->probe_records < FX_BENCH_PROBE_SINGLE ? (size_t)c->probe_records
-                                                              : FX_BENCH_PROBE_SINGLE;
+    uint64_t want = c->probe_single ? c->probe_single : FX_BENCH_PROBE_SINGLE;
+    size_t nsingle = (size_t)(c->probe_records < want ? c->probe_records : want);
     fsprobe p = {.cfg = c, .r = r, .fd = -1, .file_bytes = c->probe_file_bytes};
     if (p.file_bytes == 0)
         p.file_bytes = FX_BENCH_PROBE_FILE_BYTES;

@@ -67,6 +67,7 @@ typedef struct fx_bench_cfg {
     uint64_t probe_records;
     uint32_t sync_every;
     uint64_t probe_file_bytes; /* bytes per probe file (0: FX_BENCH_PROBE_FILE_BYTES) */
+    uint32_t probe_single;     /* single-record appends (0: FX_BENCH_PROBE_SINGLE) */
     /* Tests only: the finished run's guard minimum in seconds (0:
      * FX_BENCH_GUARD_MIN_SECONDS), so a small run can be valid. */
     double guard_min_seconds;
@@ -158,7 +159,7 @@ int fx_bench_acked_run(const fx_bench_cfg *cfg, fx_bench_result *r);
  * every probe_file_bytes, the previous one removed, as the log
  * rolls segments), one pwrite and one fdatasync per |cfg|->sync_every
  * records, until |cfg|->probe_records are written and min_seconds passed;
- * then FX_BENCH_PROBE_SINGLE (at most probe_records) appends of one record,
+ * then probe_single (at most probe_records) appends of one record,
  * each followed by its own fdatasync. Fills msgs_per_s (records/s),
  * mb_per_s, window_s, lat (grouped fdatasync), single_lat, probe_records,
  * probe_syncs, fs_magic and |valid| (false on tmpfs or ramfs, where

@@ -453,7 +453,7 @@ static fx_bench_cfg probe_cfg(const char *dir, uint64_t records, uint32_t every)
 }
 
 /* 3,000 records, 64 per fdatasync: whole groups (47 of them, 3,008
- * records), one latency sample per fdatasync, then 2,000 single-record
+ * records), one latency sample per fdatasync, then 300 single-record
  * fdatasyncs; the rate is records over the window; the files are gone. */
 static void test_fsync_probe_counts_groups_and_fdatasync_latencies(void **state)
 {
@@ -461,6 +461,7 @@ static void test_fsync_probe_counts_groups_and_fdatasync_latencies(void **state)
     char dir[512];
     disk_tmpdir(dir, sizeof(dir), "fxprobe");
     fx_bench_cfg c = probe_cfg(dir, 3000, 64);
+    c.probe_single = 300;
     fx_bench_result r;
     int rv = fx_bench_probe_run(&c, &r);
     if (rv != 0)
@@ -470,7 +471,7 @@ static void test_fsync_probe_counts_groups_and_fdatasync_latencies(void **state)
     assert_int_equal(r.probe_records, 3008);
     assert_int_equal(r.probe_syncs, 47);
     assert_int_equal(r.lat.n, 47);
-    assert_int_equal(r.single_lat.n, FX_BENCH_PROBE_SINGLE);
+    assert_int_equal(r.single_lat.n, 300);
     assert_true(r.lat.p50_us > 0 && r.lat.p50_us <= r.lat.p99_us);
     assert_true(r.single_lat.p50_us > 0 && r.single_lat.p50_us <= r.single_lat.p99_us);
     assert_true(r.window_s > 0);
@@ -491,13 +492,14 @@ static void test_fsync_probe_rolls_over_to_new_files(void **state)
     disk_tmpdir(dir, sizeof(dir), "fxprobe");
     fx_bench_cfg c = probe_cfg(dir, 640, 16);
     c.probe_file_bytes = 64u << 10;
+    c.probe_single = 100;
     fx_bench_result r;
     int rv = fx_bench_probe_run(&c, &r);
     if (rv != 0)
         fail_msg("probe failed: %s", r.errmsg);
     assert_int_equal(r.probe_syncs, 40);
     assert_int_equal(r.probe_records, 640);
-    assert_int_equal(r.single_lat.n, 640);
+    assert_int_equal(r.single_lat.n, 100);
     assert_int_equal(dir_entries(dir), 0);
     /* A group larger than a file is refused before anything is written. */
     c.sync_every = 64;
