@@ -201,8 +201,10 @@ int fx_bench_probe_run(const fx_bench_cfg *c, fx_bench_result *r)
     if (p.file_bytes == 0)
         p.file_bytes = FX_BENCH_PROBE_FILE_BYTES;
     if (glen > p.file_bytes) {
-        snprintf(r->errmsg, sizeof(r->errmsg), "fsync-probe: a group of %zu bytes passes the "
-                 "%llu-byte probe file", glen, (unsigned long long)p.file_bytes);
+        snprintf(r->errmsg, sizeof(r->errmsg),
+                 "fsync-probe: a group of %zu bytes passes the "
+                 "%llu-byte probe file",
+                 glen, (unsigned long long)p.file_bytes);
         return r->error = -EINVAL;
     }
     uint8_t *group = malloc(glen);

@@ -44,7 +44,7 @@ static int replay_connect(const fx_bench_cfg *c, fx_client **pc, fx_bench_result
 
 /* What the replay reader counts. */
 typedef struct rcount {
-    fx_bench_acct acct;      /* by the sequence in the payload */
+    fx_bench_acct acct; /* by the sequence in the payload */
     uint64_t next_off, offset_gaps;
     bool have_off;
     uint64_t t_first, t_last;
@@ -65,8 +65,8 @@ static void count_event(rcount *k, const fx_event *ev)
 
 /* Subscribes to |stream| from earliest and takes |total| messages (or
  * stops after REPLAY_SILENT_NS without one). */
-static int take_history(const fx_bench_cfg *c, fx_client *cl, const char *stream,
-                        uint64_t total, rcount *k, uint64_t *t0, fx_bench_result *r)
+static int take_history(const fx_bench_cfg *c, fx_client *cl, const char *stream, uint64_t total,
+                        rcount *k, uint64_t *t0, fx_bench_result *r)
 {
     fx_subscription *s = NULL;
     fx_start from = {.kind = FX_START_EARLIEST};
@@ -80,8 +80,8 @@ static int take_history(const fx_bench_cfg *c, fx_client *cl, const char *stream
                                 "durable? start the broker with durable_default)"
                               : "subscribe from earliest");
     }
-    uint64_t last = fx_bench_now_ns(), deadline = *t0 + (uint64_t)(c->max_seconds * 1e9) +
-                                                  REPLAY_SILENT_NS;
+    uint64_t last = fx_bench_now_ns(),
+             deadline = *t0 + (uint64_t)(c->max_seconds * 1e9) + REPLAY_SILENT_NS;
     while (atomic_load(&k->acct.progress) < total) {
         fx_event ev;
         rv = fx_subscription_next(s, &ev, 100);

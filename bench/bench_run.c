@@ -697,9 +697,8 @@ static void collect(run *R, const pubstate *p, fx_bench_result *r)
     r->delivered_mib = (double)r->t.delivered * (double)c->payload / 1048576.0;
     double guard_s = c->guard_min_seconds > 0 ? c->guard_min_seconds : FX_BENCH_GUARD_MIN_SECONDS;
     if (c->mode == FX_BENCH_THROUGHPUT && !isnan(r->window_s) &&
-        (r->window_s < guard_s ||
-         (double)r->t.delivered * (double)c->payload <
-             (double)c->bufferable * FX_BENCH_GUARD_FACTOR))
+        (r->window_s < guard_s || (double)r->t.delivered * (double)c->payload <
+                                      (double)c->bufferable * FX_BENCH_GUARD_FACTOR))
         r->t.guard_failed = true;
 }
 

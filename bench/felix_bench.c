@@ -387,7 +387,7 @@ static uint64_t bufferable_of(const fx_bench_cfg *c)
     return fx_bench_bufferable(&b, c->payload, c->batch, c->fanout);
 }
 
-#define SEEN(o) (1ull << ((o) - O_MODE))
+#define SEEN(o) (1ull << ((o)-O_MODE))
 
 /* The options fsync-probe takes: it runs no broker and publishes nothing. */
 static const uint64_t PROBE_OPTS = SEEN(O_MODE) | SEEN(O_PAYLOAD) | SEEN(O_MINS) | SEEN(O_MAXS) |
@@ -401,9 +401,10 @@ static int finish_probe(opts *o)
     fx_bench_cfg *c = &o->c;
     uint64_t extra = o->seen & ~PROBE_OPTS;
     if (extra) {
-        fprintf(stderr, "felix-bench: fsync-probe runs no broker and publishes nothing: --%s "
-                        "does not apply (it takes --dir, --records, --sync-every, --payload, "
-                        "--min-seconds, --max-seconds, --runs, --json, --label, --quiet)\n",
+        fprintf(stderr,
+                "felix-bench: fsync-probe runs no broker and publishes nothing: --%s "
+                "does not apply (it takes --dir, --records, --sync-every, --payload, "
+                "--min-seconds, --max-seconds, --runs, --json, --label, --quiet)\n",
                 opt_name(O_MODE + __builtin_ctzll(extra)));
         return 2;
     }
@@ -421,8 +422,9 @@ static int finish_probe(opts *o)
         return 2;
     }
     if ((c->payload + FX_BENCH_REC_HEADER) * (uint64_t)c->sync_every > FX_BENCH_PROBE_FILE_BYTES) {
-        fprintf(stderr, "felix-bench: --sync-every %u records of %zu bytes do not fit one "
-                        "%llu MiB probe file\n",
+        fprintf(stderr,
+                "felix-bench: --sync-every %u records of %zu bytes do not fit one "
+                "%llu MiB probe file\n",
                 c->sync_every, c->payload + FX_BENCH_REC_HEADER,
                 (unsigned long long)(FX_BENCH_PROBE_FILE_BYTES >> 20));
         return 2;
@@ -953,17 +955,16 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
         printf("batch %u  %s%s\n", c->batch, c->mode == FX_BENCH_REPLAY ? "live: " : "", line);
     }
     if (c->mode == FX_BENCH_REPLAY && !isnan(r->replay_s))
-        printf("       replay from earliest: %llu messages in %.3f s: %.0f msg/s (%.3f x live), "
-               "first after %.2f ms; %llu read from disk%s; %llu skipped, %llu duplicates, "
-               "%llu offset jumps\n",
-               (unsigned long long)r->replay_msgs, r->replay_s, r->replay_msgs_per_s,
-               r->replay_vs_live, r->replay_first_ms,
-               (unsigned long long)(r->replay_disk_records == UINT64_MAX
-                                        ? 0
-                                        : r->replay_disk_records),
-               r->replay_disk_records == UINT64_MAX ? " (unknown: no --admin)" : "",
-               (unsigned long long)r->replay_gaps, (unsigned long long)r->replay_dups,
-               (unsigned long long)r->replay_offset_gaps);
+        printf(
+            "       replay from earliest: %llu messages in %.3f s: %.0f msg/s (%.3f x live), "
+            "first after %.2f ms; %llu read from disk%s; %llu skipped, %llu duplicates, "
+            "%llu offset jumps\n",
+            (unsigned long long)r->replay_msgs, r->replay_s, r->replay_msgs_per_s,
+            r->replay_vs_live, r->replay_first_ms,
+            (unsigned long long)(r->replay_disk_records == UINT64_MAX ? 0 : r->replay_disk_records),
+            r->replay_disk_records == UINT64_MAX ? " (unknown: no --admin)" : "",
+            (unsigned long long)r->replay_gaps, (unsigned long long)r->replay_dups,
+            (unsigned long long)r->replay_offset_gaps);
     if (c->mode == FX_BENCH_OVERLOAD)
         printf("       healthy p99 %.1f us; stalled subscriber: %llu of %llu received, %llu "
                "dropped; broker drops: subscriber queue %llu, lane %llu lists (%llu messages), "

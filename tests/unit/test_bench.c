@@ -410,7 +410,6 @@ static void test_latency_rate_paces_round_trips(void **state)
     tbroker_stop(&t);
 }
 
-
 /* ---- fsync-probe and replay ------------------------------------------------------- */
 
 /* A fresh directory on the build tree's disk (FX_BINARY_DIR; else the
@@ -560,8 +559,8 @@ static void test_replay_mode_reads_the_history_from_disk_in_order(void **state)
     fx_bench_result r;
     run_valid(&c, &r);
     print_message("live %.0f msg/s, replay %llu in %.3f s: %.0f msg/s, %llu from disk\n",
-                  r.msgs_per_s, (unsigned long long)r.replay_msgs, r.replay_s,
-                  r.replay_msgs_per_s, (unsigned long long)r.replay_disk_records);
+                  r.msgs_per_s, (unsigned long long)r.replay_msgs, r.replay_s, r.replay_msgs_per_s,
+                  (unsigned long long)r.replay_disk_records);
     uint64_t total = c.warmup + r.t.sent_measured;
     assert_true(r.t.sent_measured >= c.total);
     assert_int_equal(r.replay_msgs, total);
@@ -570,7 +569,8 @@ static void test_replay_mode_reads_the_history_from_disk_in_order(void **state)
     assert_int_equal(r.replay_offset_gaps, 0);
     assert_true(r.replay_disk_records >= total - 1024 && r.replay_disk_records <= total);
     assert_true(isfinite(r.replay_msgs_per_s) && r.replay_msgs_per_s > 0);
-    assert_true(fabs(r.replay_msgs_per_s - (double)total / r.replay_s) < 1e-6 * r.replay_msgs_per_s);
+    assert_true(fabs(r.replay_msgs_per_s - (double)total / r.replay_s) <
+                1e-6 * r.replay_msgs_per_s);
     assert_true(fabs(r.replay_vs_live - r.replay_msgs_per_s / r.msgs_per_s) < 1e-9);
     assert_true(r.replay_first_ms > 0 && r.replay_first_ms <= r.replay_s * 1000.0);
     tbroker_stop(&t);
@@ -679,8 +679,9 @@ static void test_cli_fsync_probe_prints_one_json_line(void **state)
     (void)state;
     char dir[512], args[700], out[4096];
     disk_tmpdir(dir, sizeof(dir), "fxprobe");
-    snprintf(args, sizeof(args), "--mode fsync-probe --dir '%s' --records 100 --sync-every 10 "
-                                 "--json --label p",
+    snprintf(args, sizeof(args),
+             "--mode fsync-probe --dir '%s' --records 100 --sync-every 10 "
+             "--json --label p",
              dir);
     int st = bench_cli(args, out, sizeof(out));
     if (st != 0)

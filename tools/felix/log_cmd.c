@@ -4,8 +4,8 @@
  * every header, checksum and offset and exits 1 naming the file and byte
  * position of the first damage. Main thread. */
 #include <dirent.h>
-#include <fcntl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
