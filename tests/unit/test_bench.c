@@ -642,7 +642,10 @@ static void test_cli_fsync_probe_refuses_bad_arguments(void **state)
     cli_refused("--mode fsync-probe", "fsync-probe needs --dir DIR");
     cli_refused("--mode fsync-probe --dir /nonexistent-fxprobe-dir",
                 "--dir /nonexistent-fxprobe-dir: No such file or directory");
-    cli_refused("--mode fsync-probe --dir /etc/hostname", "not a directory");
+    char file_arg[600];
+    snprintf(file_arg, sizeof(file_arg), "--mode fsync-probe --dir '%s/CMakeCache.txt'",
+             getenv("FX_BINARY_DIR") ? getenv("FX_BINARY_DIR") : ".");
+    cli_refused(file_arg, "not a directory");
     cli_refused("--mode fsync-probe --dir /tmp --fanout 2", "--fanout does not apply");
     cli_refused("--mode fsync-probe --dir /tmp --server 127.0.0.1:1 --insecure",
                 "--server does not apply");
