@@ -10,7 +10,8 @@
 #   fsync probe (felix-bench --mode fsync-probe: 1,052-byte records, fdatasync every 64) and the
 #     disk's sustained write rate (dd bs=1M count=1024 conv=fdatasync in DIR)
 #   acked on_commit, one publisher, 64 in flight (--mode throughput --ack --publishers 1 --window 64)
-#   acked one in flight (--mode latency --ack): in memory, periodic, on_commit
+#   acked one in flight, publish -> ack latency (--mode throughput --ack --publishers 1
+#   --window 1): in memory, periodic, on_commit
 #   catch-up replay from disk vs live delivery (--mode replay, periodic)
 #   felix log verify of VERIFY_GIB GiB of segments: page cache warm, and cold (caches dropped)
 #     beside a plain sequential read (cat) of the same segment files, cold
@@ -26,7 +27,8 @@
 #   RUNS             rounds (default 3; the table shows medians)
 #   SECONDS_PER_RUN  measured seconds of each throughput, acked and probe run (default 30)
 #   REPLAY_SECONDS   live phase of each replay run (default SECONDS_PER_RUN)
-#   LAT_TOTAL        round trips per latency run (default 20000)
+#   LAT_TOTAL        round trips per JetStream latency run (default 20000)
+#   ACK_SECONDS      length of each one-in-flight acked run (default 10)
 #   VERIFY_GIB       GiB of segments for the verify cells (default 4, fractions allowed: 0.25;
 #                    0 skips them)
 #   DIR              storage directory on the disk to measure (default /var/tmp/felix-durable-bench;
@@ -53,6 +55,7 @@ RUNS=${RUNS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-30}
 REPLAY_SECONDS=${REPLAY_SECONDS:-$SECONDS_PER_RUN}
 LAT_TOTAL=${LAT_TOTAL:-20000}
+ACK_SECONDS=${ACK_SECONDS:-10}
 VERIFY_GIB=${VERIFY_GIB:-4}
 DIR=${DIR:-/var/tmp/felix-durable-bench}
 PEERS_RUN=${PEERS_RUN:-1}
@@ -69,7 +72,7 @@ for b in felix-broker felix-bench felix; do
   [ -x "$BUILD/$b" ] || die "$BUILD/$b is missing: build it first (cmake -S $ROOT -B $BUILD" \
     "-DCMAKE_BUILD_TYPE=Release && cmake --build $BUILD --target felix-broker felix-bench felix)"
 done
-for v in RUNS SECONDS_PER_RUN REPLAY_SECONDS LAT_TOTAL; do
+for v in RUNS SECONDS_PER_RUN REPLAY_SECONDS LAT_TOTAL ACK_SECONDS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number (got '${!v}')"
 done
 [[ $VERIFY_GIB =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "VERIFY_GIB must be a number of GiB, e.g. 4 or 0.25 (got '$VERIFY_GIB')"
@@ -164,9 +167,9 @@ for round in $(seq 1 "$RUNS"); do
   probe
   disk
   cell on_commit commit-w64 --mode throughput --ack --publishers 1 --window 64 --min-seconds "$S"
-  cell memory mem-acklat --mode latency --ack --total "$LAT_TOTAL"
-  cell periodic periodic-acklat --mode latency --ack --total "$LAT_TOTAL"
-  cell on_commit commit-acklat --mode latency --ack --total "$LAT_TOTAL"
+  cell memory mem-acklat --mode throughput --ack --publishers 1 --window 1 --min-seconds "$ACK_SECONDS"
+  cell periodic periodic-acklat --mode throughput --ack --publishers 1 --window 1 --min-seconds "$ACK_SECONDS"
+  cell on_commit commit-acklat --mode throughput --ack --publishers 1 --window 1 --min-seconds "$ACK_SECONDS"
   cell periodic replay --mode replay --min-seconds "$REPLAY_SECONDS"
 done
 
