@@ -228,6 +228,19 @@ static void retain(dstream *s, uint64_t now)
     s->retain_due_ns = now + s->st->d->o.retention_interval_ns;
 }
 
+void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uint64_t now)
+{
+    const fx_broker_durable_opts *o = &s->st->d->o;
+    s->retain_bytes = bytes != 0 ? bytes : o->retention_bytes;
+    s->retain_ns = seconds != 0 ? seconds * FX_NS_PER_S : o->retention_ns;
+    s->retain_due_ns = 0;
+    if (s->log != NULL && !fx_dlog_is_failed(s->log) &&
+        (s->retain_bytes != 0 || s->retain_ns != 0))
+        retain(s, now); /* the new bounds apply now; the next sweep one interval on */
+    stats_update(s);
+    arm_timer(s);
+}
+
 static void on_timer(fx_loop *l, fx_timer *t, void *user)
 {
     (void)t;

@@ -105,6 +105,10 @@ void fxb_dstream_close(fxb_storage *st, dstream *s);
 /* Runs one flush of |s| now through its policy (counted; a failure fails
  * the waiting appends and is logged). Storage thread. */
 void fxb_dstream_flush(dstream *s, uint64_t now);
+/* Sets the retention bounds of |s| from the catalogue's overrides |bytes|
+ * and |seconds| (0: the broker's durable_retention_*), sweeps at once with
+ * the new bounds and rearms the sweep timer. Storage thread. */
+void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uint64_t now);
 /* Logs (rate-limited) that |what| failed on |s|'s stream with |rv|. */
 void fxb_dstream_log_error(const dstream *s, const char *what, int rv);
 
