@@ -192,7 +192,10 @@
       "Payload bytes read from durable logs for replays")                                          \
     C(storage_replay_failures, "felix_storage_replay_failures_total", "",                          \
       "Replays that failed (retention removed the range, damage, I/O error): the event stream "    \
-      "ends")
+      "ends")                                                                                      \
+    C(storage_replay_index_seeks, "felix_storage_replay_index_seeks_total", "",                    \
+      "Replays that started reading at a sparse index entry rather than at their segment's "       \
+      "first record")
 
 /* ---- publish outcomes -------------------------------------------------- */
 #define FX_METRICS_PUBLISH(C, G, H)                                                                \
