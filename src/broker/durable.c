@@ -133,6 +133,7 @@ static void stats_list(fxb_durable *d, dstream *s)
     if (s->stats == NULL)
         return; /* GET /v1/streams then shows no log figures for it */
     s->stats->handle_id = fx_stream_handle_id(s->h);
+    s->stats->h = s->h;
     pthread_mutex_lock(&d->cat_mu);
     s->stats->next = d->stats;
     d->stats = s->stats;

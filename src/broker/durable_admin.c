@@ -242,3 +242,41 @@ void fxb_durable_describe_retention(fx_broker *b, const fx_stream_handle *h, jso
     for (size_t i = 0; i < 2; i++)
         json_object_set_new(e, keys[i], v[i] != 0 ? json_integer((json_int_t)v[i]) : json_null());
 }
+
+/* ---- per-stream gauges ---------------------------------------------------------------- */
+
+/* Scrape (admin thread): one row per open log, under |cat_mu| (an entry
+ * leaves the list under it before it is freed). */
+static void on_collect(void *user, fx_mstream_emit_fn emit, void *sink)
+{
+    fxb_durable *d = user;
+    pthread_mutex_lock(&d->cat_mu);
+    for (const dstats *x = d->stats; x != NULL; x = x->next) {
+        fx_mstream_row r = {.tenant = fx_stream_handle_tenant(x->h),
+                            .ns = fx_stream_handle_namespace(x->h),
+                            .stream = fx_stream_handle_stream(x->h)};
+        r.v[FX_MSTREAM_BYTES_ON_DISK] =
+            (int64_t)atomic_load_explicit(&x->bytes, memory_order_relaxed);
+        r.v[FX_MSTREAM_SEGMENTS] =
+            (int64_t)atomic_load_explicit(&x->segments, memory_order_relaxed);
+        r.v[FX_MSTREAM_FIRST_OFFSET] =
+            (int64_t)atomic_load_explicit(&x->first, memory_order_relaxed);
+        r.v[FX_MSTREAM_NEXT_OFFSET] =
+            (int64_t)atomic_load_explicit(&x->next_off, memory_order_relaxed);
+        emit(sink, &r);
+    }
+    pthread_mutex_unlock(&d->cat_mu);
+}
+
+void fxb_durable_metrics_start(fxb_durable *d)
+{
+    d->msrc = (fx_mstream_source){.on_collect = on_collect, .user = d};
+    fx_metrics_stream_source_add(&d->msrc);
+}
+
+void fxb_durable_metrics_stop(fxb_durable *d)
+{
+    if (d->msrc.on_collect != NULL)
+        fx_metrics_stream_source_remove(&d->msrc);
+    d->msrc.on_collect = NULL;
+}

@@ -14,4 +14,13 @@
  * Any thread but a storage thread. */
 void fxb_durable_describe_retention(fx_broker *b, const fx_stream_handle *h, json_t *e);
 
+struct fxb_durable;
+
+/* Registers the per-stream gauges of |d|'s open logs (felix_storage_stream_*,
+ * labelled tenant/namespace/stream: durable streams only) with the metrics
+ * registry; _stop removes them (after it returns no scrape reads |d|). Main
+ * thread: at the stage's init and before it is freed. */
+void fxb_durable_metrics_start(struct fxb_durable *d);
+void fxb_durable_metrics_stop(struct fxb_durable *d);
+
 #endif

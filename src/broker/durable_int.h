@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/metrics.h"
 #include "broker/durable.h"
 #include "storage/catalog.h"
 #include "storage/dlog.h"
@@ -23,6 +24,7 @@ typedef struct fxb_durable fxb_durable;
 typedef struct dstats {
     struct dstats *next;
     uint64_t handle_id;
+    const fx_stream_handle *h; /* its names; the dstream's reference outlives the entry */
     atomic_uint_fast64_t first, next_off, bytes, segments;
 } dstats;
 
@@ -62,6 +64,7 @@ struct fxb_durable {
     fx_catalog *cat;
     struct open_dir *open; /* directories with an open log (under |cat_mu|) */
     dstats *stats;         /* of every open log (under |cat_mu|) */
+    fx_mstream_source msrc; /* the per-stream gauges (durable_admin.c) */
     char error[6144];      /* why the last log failed to open (start-up reports it) */
     fxb_storage *st;       /* one per worker */
     uint32_t nst;

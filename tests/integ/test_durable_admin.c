@@ -2,8 +2,9 @@
  * streams: set at creation (PUT) and changed later (PATCH) through the
  * admin API with their bounds checked, shown by GET /v1/streams, kept in the
  * storage catalogue across a restart, and applied to that stream's log only
- * (its sealed segments go sooner, the others' stay). A real broker, its
- * admin endpoint and libfelix clients in this process (admin_fixture.h). */
+ * (its sealed segments go sooner, the others' stay); and the per-stream
+ * gauges of /metrics (durable streams only). A real broker, its admin
+ * endpoint and libfelix clients in this process (admin_fixture.h). */
 /* fx-test-libs: fx_broker fx_client fx_server fx_storage fx_quic fx_wire fx_base */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
@@ -252,11 +253,69 @@ static void test_override_deletes_sealed_segments_of_that_stream_only(void **sta
     rm_tree(root);
 }
 
+/* ---- per-stream metrics ------------------------------------------------------------- */
+
+/* The value of series |name|{tenant="t1",namespace="default",stream=|stream|}
+ * in GET /metrics, or -1 when there is none. */
+static int64_t metric_of(E *e, const char *name, const char *stream)
+{
+    static http_resp r;
+    http(e, "GET", "/metrics", &r);
+    assert_int_equal(r.status, 200);
+    assert_true(strlen(r.body) < sizeof(r.body) - 1); /* all of it, not cut */
+    assert_non_null(strstr(r.body, "# TYPE felix_storage_stream_next_offset gauge\n"));
+    char key[256];
+    snprintf(key, sizeof(key), "\n%s{tenant=\"" T "\",namespace=\"" NS "\",stream=\"%s\"} ",
+             name, stream);
+    const char *p = strstr(r.body, key);
+    return p != NULL ? strtoll(p + strlen(key), NULL, 10) : -1;
+}
+
+static void test_metrics_show_bytes_on_disk_and_offsets_per_durable_stream_only(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root));
+    e_start(e);
+    call(e, "PUT", "d1", "{\"durable\": true}", 201, NULL);
+    call(e, "PUT", "d2", "{\"durable\": true}", 201, NULL);
+    call(e, "PUT", "mem", "", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    pub_n(c, "d1", 7);
+    pub_n(c, "d2", 3);
+    pub_n(c, "mem", 2);
+    int64_t bytes = listed(e, "d1", "bytes_on_disk");
+    assert_true(bytes > 7 * 28);
+    assert_int_equal(metric_of(e, "felix_storage_stream_bytes_on_disk", "d1"), bytes);
+    assert_int_equal(metric_of(e, "felix_storage_stream_bytes_on_disk", "d2"),
+                     listed(e, "d2", "bytes_on_disk"));
+    assert_int_equal(metric_of(e, "felix_storage_stream_next_offset", "d1"), 7);
+    assert_int_equal(metric_of(e, "felix_storage_stream_first_offset", "d1"), 0);
+    assert_int_equal(metric_of(e, "felix_storage_stream_segments", "d1"), 1);
+    /* A stream in memory has no series. */
+    assert_int_equal(metric_of(e, "felix_storage_stream_bytes_on_disk", "mem"), -1);
+    /* Deleted, its series goes with its log. */
+    http_resp r;
+    http(e, "DELETE", "/v1/streams/" T "/" NS "/d1", &r);
+    assert_int_equal(r.status, 200);
+    uint64_t t0 = fx_now_ns();
+    while (metric_of(e, "felix_storage_stream_bytes_on_disk", "d1") != -1) {
+        if (fx_now_ns() - t0 > (uint64_t)HANG_MS * FX_NS_PER_MS)
+            fail_msg("the series of deleted stream d1 is still exported");
+        sleep_ms(2);
+    }
+    assert_true(metric_of(e, "felix_storage_stream_bytes_on_disk", "d2") > 0);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    rm_tree(root);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_sets_retention_overrides_and_get_shows_them),
     cmocka_unit_test(test_patch_changes_or_drops_overrides_of_an_existing_durable_stream),
     cmocka_unit_test(test_bad_retention_bodies_get_a_clear_400_and_change_nothing),
     cmocka_unit_test(test_overrides_survive_a_restart_through_the_catalogue),
     cmocka_unit_test(test_override_deletes_sealed_segments_of_that_stream_only),
+    cmocka_unit_test(test_metrics_show_bytes_on_disk_and_offsets_per_durable_stream_only),
 };
 FX_TEST_MAIN(tests)
