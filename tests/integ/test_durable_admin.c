@@ -8,10 +8,12 @@
 /* fx-test-libs: fx_broker fx_client fx_server fx_storage fx_quic fx_wire fx_base */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
+#include <stdarg.h>
 #include <ftw.h>
 #include <sys/stat.h>
 
 #include "integ/admin_fixture.h"
+#include "integ/proc.h"
 #include "storage/catalog.h"
 #include "storage/syncpol.h"
 
@@ -253,6 +255,74 @@ static void test_override_deletes_sealed_segments_of_that_stream_only(void **sta
     rm_tree(root);
 }
 
+/* ---- the CLI --------------------------------------------------------------------------- */
+
+typedef struct cli_run {
+    char felix[512], admin[32], out[128], err[128];
+    char text[4096]; /* stdout, then stderr */
+} cli_run;
+
+/* Runs `felix streams --admin ADDR ARGS...` (NULL-terminated); returns its
+ * exit status with its stdout and stderr in |c->text|. */
+static int felix_streams(cli_run *c, ...)
+{
+    char *argv[16] = {c->felix, "streams", "--admin", c->admin};
+    int n = 4;
+    va_list ap;
+    va_start(ap, c);
+    for (char *a; n < 15 && (a = va_arg(ap, char *)) != NULL;)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    int st = proc_wait(proc_spawn(argv, c->out, c->err, NULL, false), "felix streams");
+    size_t k = proc_slurp(c->out, c->text, sizeof(c->text));
+    proc_slurp(c->err, c->text + k, sizeof(c->text) - k);
+    return st;
+}
+
+static void expect_cli(cli_run *c, int st, int want, const char *has)
+{
+    if (st != want || strstr(c->text, has) == NULL)
+        fail_msg("felix streams exited %d (want %d), output lacks '%s':\n%s", st, want, has,
+                 c->text);
+}
+
+static void test_felix_streams_create_and_set_change_the_overrides(void **state)
+{
+    (void)state;
+    cli_run c;
+    proc_binary("felix", c.felix, sizeof(c.felix));
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root));
+    e_start(e);
+    snprintf(c.admin, sizeof(c.admin), "127.0.0.1:%u", (unsigned)fx_admin_port(e->admin));
+    snprintf(c.out, sizeof(c.out), "%s/cli.out", root);
+    snprintf(c.err, sizeof(c.err), "%s/cli.err", root);
+    int st = felix_streams(&c, "create", "--durable", "--retention-bytes", "64K",
+                           "--retention-seconds", "600", T "/" NS "/cli", NULL);
+    expect_cli(&c, st, 0, "created t1/default/cli (durable) (retention bytes=65536 seconds=600)");
+    assert_int_equal(listed(e, "cli", "retention_bytes"), 65536);
+    assert_int_equal(listed(e, "cli", "retention_seconds"), 600);
+    st = felix_streams(&c, "set", "--retention-seconds", "none", T "/" NS "/cli", NULL);
+    expect_cli(&c, st, 0, "changed t1/default/cli (retention bytes=65536 seconds=none)");
+    assert_int_equal(listed(e, "cli", "retention_seconds"), -1);
+    /* Usage errors: nothing is sent. */
+    st = felix_streams(&c, "set", T "/" NS "/cli", NULL);
+    expect_cli(&c, st, 2, "set needs --retention-bytes and/or --retention-seconds");
+    st = felix_streams(&c, "create", "--retention-bytes", "5", T "/" NS "/x", NULL);
+    expect_cli(&c, st, 2, "go with --durable");
+    st = felix_streams(&c, "set", "--retention-bytes", "0", T "/" NS "/cli", NULL);
+    expect_cli(&c, st, 2, "--retention-bytes: expected");
+    st = felix_streams(&c, "delete", "--retention-seconds", "5", T "/" NS "/cli", NULL);
+    expect_cli(&c, st, 2, "go with create or set");
+    assert_int_equal(listed(e, "cli", "retention_bytes"), 65536);
+    /* The broker's refusals come back as failures with its reason. */
+    st = felix_streams(&c, "set", "--retention-bytes", "4096", T "/" NS "/nope", NULL);
+    expect_cli(&c, st, 1, "HTTP 404");
+    e_free(e);
+    rm_tree(root);
+}
+
 /* ---- per-stream metrics ------------------------------------------------------------- */
 
 /* The value of series |name|{tenant="t1",namespace="default",stream=|stream|}
@@ -317,5 +387,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_overrides_survive_a_restart_through_the_catalogue),
     cmocka_unit_test(test_override_deletes_sealed_segments_of_that_stream_only),
     cmocka_unit_test(test_metrics_show_bytes_on_disk_and_offsets_per_durable_stream_only),
+    cmocka_unit_test_teardown(test_felix_streams_create_and_set_change_the_overrides,
+                              proc_teardown),
 };
 FX_TEST_MAIN(tests)
