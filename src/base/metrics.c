@@ -574,8 +574,9 @@ int fx_metrics_print_markdown(FILE *out)
         i += n;
     }
     for (size_t i = 0; i < FX_MSTREAM_N; i++) {
-        fprintf(out, "| `%s` | gauge | `tenant`, `namespace`, `stream` (one series per durable "
-                     "stream) | - | ",
+        fprintf(out,
+                "| `%s` | gauge | `tenant`, `namespace`, `stream` (one series per durable "
+                "stream) | - | ",
                 fx_mstream_descs[i].name);
         md_cell(out, fx_mstream_descs[i].help, strlen(fx_mstream_descs[i].help));
         fputs(" |\n", out);

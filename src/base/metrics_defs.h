@@ -284,13 +284,13 @@
  * number is bounded by the durable streams). Entry shape:
  *   S(id, "name", "help")                    id is the value's index (fx_mstream_id) */
 #define FX_METRICS_STREAMS(S)                                                                      \
-    S(FX_MSTREAM_BYTES_ON_DISK, "felix_storage_stream_bytes_on_disk",                             \
+    S(FX_MSTREAM_BYTES_ON_DISK, "felix_storage_stream_bytes_on_disk",                              \
       "Bytes of a durable stream's segment and index files (logical sizes, preallocation not "     \
       "counted)")                                                                                  \
     S(FX_MSTREAM_SEGMENTS, "felix_storage_stream_segments",                                        \
       "Segment files of a durable stream's log")                                                   \
     S(FX_MSTREAM_FIRST_OFFSET, "felix_storage_stream_first_offset",                                \
-      "Oldest offset still in a durable stream's log (rises as retention deletes segments)")      \
+      "Oldest offset still in a durable stream's log (rises as retention deletes segments)")       \
     S(FX_MSTREAM_NEXT_OFFSET, "felix_storage_stream_next_offset",                                  \
       "Offset the next record appended to a durable stream's log gets")
 

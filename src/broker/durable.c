@@ -235,8 +235,7 @@ void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uin
     s->retain_bytes = bytes != 0 ? bytes : o->retention_bytes;
     s->retain_ns = seconds != 0 ? seconds * FX_NS_PER_S : o->retention_ns;
     s->retain_due_ns = 0;
-    if (s->log != NULL && !fx_dlog_is_failed(s->log) &&
-        (s->retain_bytes != 0 || s->retain_ns != 0))
+    if (s->log != NULL && !fx_dlog_is_failed(s->log) && (s->retain_bytes != 0 || s->retain_ns != 0))
         retain(s, now); /* the new bounds apply now; the next sweep one interval on */
     stats_update(s);
     arm_timer(s);

@@ -211,8 +211,8 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
                     " (0: the broker's setting)",
                     tenant, ns, stream, m->bytes, m->seconds);
     } else if (rv == FX_ETIMEDOUT) {
-        err_set(err, rv, "the storage thread of stream %s/%s/%s did not answer in time", tenant,
-                ns, stream);
+        err_set(err, rv, "the storage thread of stream %s/%s/%s did not answer in time", tenant, ns,
+                stream);
     } else if (rv == FX_ENOSTREAM) {
         err_set(err, rv, "stream not found: tenant=%s namespace=%s stream=%s", tenant, ns, stream);
     } else {

@@ -64,11 +64,13 @@ struct fxb_durable {
     fx_catalog *cat;
     struct open_dir *open; /* directories with an open log (under |cat_mu|) */
     dstats *stats;         /* of every open log (under |cat_mu|) */
-    fx_mstream_source msrc; /* the per-stream gauges (durable_admin.c) */
     char error[6144];      /* why the last log failed to open (start-up reports it) */
     fxb_storage *st;       /* one per worker */
     uint32_t nst;
     uint32_t nstarted; /* storage threads running (with their replay threads) */
+
+    /* The per-stream gauges of the open logs (durable_admin.c). */
+    fx_mstream_source msrc;
 };
 
 /* Per durable stream on its worker: bytes in storage and the jobs held

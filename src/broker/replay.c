@@ -192,8 +192,7 @@ static int seek(fxb_replay *r)
     rv = pick_segment(r, ids, n, &chosen);
     free(ids);
     if (rv != 0 || (rv = seg_open(r, chosen, &base)) != 0)
-        return fail(r, FX_ECURSOR_TOO_OLD, "offset %" PRIu64 " is no longer available",
-                    r->next);
+        return fail(r, FX_ECURSOR_TOO_OLD, "offset %" PRIu64 " is no longer available", r->next);
     /* Skip the records below |next| by their headers. */
     for (uint64_t off = index_seek(r, base); off < r->next;) {
         fx_rec_header h;

@@ -140,8 +140,7 @@ static const char *retention_field(stream_body *sb, const char *key, json_t *v, 
     *pval = 0;
     if (json_is_null(v))
         return NULL;
-    if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-        (uint64_t)json_integer_value(v) > max) {
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || (uint64_t)json_integer_value(v) > max) {
         snprintf(sb->why, sizeof(sb->why),
                  "\"%s\" must be a whole number from 1 to %llu, or null to drop the override", key,
                  (unsigned long long)max);

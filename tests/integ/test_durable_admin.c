@@ -8,8 +8,8 @@
 /* fx-test-libs: fx_broker fx_client fx_server fx_storage fx_quic fx_wire fx_base */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
-#include <stdarg.h>
 #include <ftw.h>
+#include <stdarg.h>
 #include <sys/stat.h>
 
 #include "integ/admin_fixture.h"
@@ -335,8 +335,8 @@ static int64_t metric_of(E *e, const char *name, const char *stream)
     assert_true(strlen(r.body) < sizeof(r.body) - 1); /* all of it, not cut */
     assert_non_null(strstr(r.body, "# TYPE felix_storage_stream_next_offset gauge\n"));
     char key[256];
-    snprintf(key, sizeof(key), "\n%s{tenant=\"" T "\",namespace=\"" NS "\",stream=\"%s\"} ",
-             name, stream);
+    snprintf(key, sizeof(key), "\n%s{tenant=\"" T "\",namespace=\"" NS "\",stream=\"%s\"} ", name,
+             stream);
     const char *p = strstr(r.body, key);
     return p != NULL ? strtoll(p + strlen(key), NULL, 10) : -1;
 }

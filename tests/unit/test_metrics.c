@@ -795,8 +795,7 @@ static void test_stream_sources_render_one_labelled_series_per_stream(void **sta
     assert_int_equal(calls, 1);
     const char *bytes = "felix_storage_stream_bytes_on_disk";
     assert_true(value_of(p, bytes, "namespace=\"default\",stream=\"c\",tenant=\"t1\"") == 4096);
-    assert_true(value_of(p, bytes, "namespace=\"default\",stream=\"a\\\"b\",tenant=\"t1\"") ==
-                10);
+    assert_true(value_of(p, bytes, "namespace=\"default\",stream=\"a\\\"b\",tenant=\"t1\"") == 10);
     assert_true(value_of(p, "felix_storage_stream_next_offset",
                          "namespace=\"default\",stream=\"c\",tenant=\"t1\"") ==
                 10 + FX_MSTREAM_NEXT_OFFSET);

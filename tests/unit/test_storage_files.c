@@ -38,9 +38,13 @@ static void test_list_segments_sorts_ids_and_ignores_other_names(void **state)
     assert_int_equal(fx_memio_new(&m), 0);
     fx_sio *io = fx_memio_sio(m);
     assert_int_equal(fx_sio_mkdirs(io, DIR_), 0);
-    const char *names[] = {"00000000000000000010.log", "00000000000000000002.log",
-                           "00000000000000000002.index", "00000000000000000000.log",
-                           "notes.log", "catalog.json", "7.log.tmp"};
+    const char *names[] = {"00000000000000000010.log",
+                           "00000000000000000002.log",
+                           "00000000000000000002.index",
+                           "00000000000000000000.log",
+                           "notes.log",
+                           "catalog.json",
+                           "7.log.tmp"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         char path[64];
         snprintf(path, sizeof(path), DIR_ "/%s", names[i]);

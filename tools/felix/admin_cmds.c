@@ -489,8 +489,11 @@ static int streams_one(const fx_cli_common *c, const char *action, const char *a
     free(body);
     if (st != 0)
         return FX_CLI_EXIT_FAIL;
-    printf("%s %s/%s/%s%s", create ? "created" : set ? "changed" : "deleted", path.tenant, path.ns,
-           path.stream, a->durable ? " (durable)" : "");
+    printf("%s %s/%s/%s%s",
+           create ? "created"
+           : set  ? "changed"
+                  : "deleted",
+           path.tenant, path.ns, path.stream, a->durable ? " (durable)" : "");
     if (create || set)
         print_retention(&resp);
     putchar('\n');
@@ -504,8 +507,8 @@ int fx_cli_streams(int argc, char **argv)
     const char *pos[2];
     int npos = 0;
     streams_args a = {0};
-    int st = fx_cli_parse("streams", argc, argv, STREAMS_OPTS, &c, streams_opt, &a, pos, 2, &npos,
-                          NULL);
+    int st =
+        fx_cli_parse("streams", argc, argv, STREAMS_OPTS, &c, streams_opt, &a, pos, 2, &npos, NULL);
     if (st >= 0)
         return st;
     if (npos == 0)
