@@ -232,16 +232,22 @@ static unsigned retention_status(int rv)
 }
 
 /* Applies the retention fields of |sb| to the stream. Returns true when it
- * did (|ret| holds the overrides now), false after answering the error. */
+ * did (|ret| holds the overrides now), false after answering the error
+ * (|created|: the PUT created the stream just before, which the answer
+ * says, as the stream stays). */
 static bool apply_retention(fx_admin_resp *resp, fx_broker *b, const char *names[3],
-                            const stream_body *sb, uint64_t ret[2])
+                            const stream_body *sb, bool created, uint64_t ret[2])
 {
     fx_registry_err err = {0};
     int rv = fx_broker_set_stream_retention(b, names[0], names[1], names[2], &sb->ret, sb->durable,
                                             FX_ADMIN_BROKER_TIMEOUT_NS, &ret[0], &ret[1], &err);
     if (rv == 0)
         return true;
-    error_json(resp, retention_status(rv), err.msg[0] ? err.msg : fx_strerror(rv));
+    char msg[sizeof(err.msg) + 96];
+    snprintf(msg, sizeof(msg), "%s%s",
+             created ? "the stream was created without its retention overrides: " : "",
+             err.msg[0] ? err.msg : fx_strerror(rv));
+    error_json(resp, retention_status(rv), msg);
     return false;
 }
 
@@ -271,7 +277,7 @@ static void on_create(const fx_admin_req *req, fx_admin_resp *resp, void *user)
         return;
     }
     uint64_t ret[2] = {0};
-    if (wants_retention(&sb) && !apply_retention(resp, user, names, &sb, ret))
+    if (wants_retention(&sb) && !apply_retention(resp, user, names, &sb, created, ret))
         return;
     stream_answer(resp, created ? 201 : 200, names, created, durable,
                   wants_retention(&sb) ? ret : NULL);
@@ -297,7 +303,7 @@ static void on_patch(const fx_admin_req *req, fx_admin_resp *resp, void *user)
         return;
     }
     uint64_t ret[2] = {0};
-    if (apply_retention(resp, user, names, &sb, ret))
+    if (apply_retention(resp, user, names, &sb, false, ret))
         stream_answer(resp, 200, names, -1, true, ret);
 }
 
