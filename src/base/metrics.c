@@ -406,15 +406,108 @@ int fx_metrics_render_descs(const fx_metric_desc *descs, size_t n, const fx_metr
     return 0;
 }
 
+/* ---- per-stream series ---------------------------------------------------- */
+
+#define MSTREAM_DESC_(id, n, h) [id] = {.name = n, .help = h},
+const fx_mstream_desc fx_mstream_descs[FX_MSTREAM_N] = {FX_METRICS_STREAMS(MSTREAM_DESC_)};
+
+/* The sources, and a scrape in progress, under one mutex: removal waits for
+ * a scrape that may be calling the source. */
+static pthread_mutex_t mstream_mu = PTHREAD_MUTEX_INITIALIZER;
+static fx_mstream_source *mstream_sources;
+
+void fx_metrics_stream_source_add(fx_mstream_source *s)
+{
+    pthread_mutex_lock(&mstream_mu);
+    s->next = mstream_sources;
+    mstream_sources = s;
+    pthread_mutex_unlock(&mstream_mu);
+}
+
+void fx_metrics_stream_source_remove(fx_mstream_source *s)
+{
+    pthread_mutex_lock(&mstream_mu);
+    for (fx_mstream_source **pp = &mstream_sources; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mstream_mu);
+}
+
+/* One text buffer per gauge: a source's rows are split across them. */
+typedef struct mstream_sink {
+    strbuf b[FX_MSTREAM_N];
+} mstream_sink;
+
+static void mstream_label(strbuf *b, const char *key, const char *v, bool comma)
+{
+    if (comma)
+        sb_putc(b, ',');
+    sb_puts(b, key);
+    sb_puts(b, "=\"");
+    sb_escaped(b, v, strlen(v), true);
+    sb_putc(b, '"');
+}
+
+static void mstream_emit(void *user, const fx_mstream_row *row)
+{
+    mstream_sink *k = user;
+    for (size_t i = 0; i < FX_MSTREAM_N; i++) {
+        strbuf *b = &k->b[i];
+        sb_puts(b, fx_mstream_descs[i].name);
+        sb_putc(b, '{');
+        mstream_label(b, "tenant", row->tenant, false);
+        mstream_label(b, "namespace", row->ns, true);
+        mstream_label(b, "stream", row->stream, true);
+        sb_printf(b, "} %" PRId64 "\n", row->v[i]);
+    }
+}
+
+/* Appends every per-stream gauge to |out|. */
+static int render_streams(strbuf *out)
+{
+    mstream_sink k = {0};
+    pthread_mutex_lock(&mstream_mu);
+    for (fx_mstream_source *s = mstream_sources; s != NULL; s = s->next)
+        s->on_collect(s->user, mstream_emit, &k);
+    pthread_mutex_unlock(&mstream_mu);
+    int rv = 0;
+    for (size_t i = 0; i < FX_MSTREAM_N; i++) {
+        fx_metric_desc d = {.type = FX_METRIC_GAUGE,
+                            .name = fx_mstream_descs[i].name,
+                            .help = fx_mstream_descs[i].help};
+        render_header(out, &d);
+        if (k.b[i].err)
+            rv = k.b[i].err;
+        else if (k.b[i].len > 0)
+            sb_puts(out, k.b[i].p);
+        free(k.b[i].p);
+    }
+    return rv != 0 ? rv : out->err;
+}
+
 int fx_metrics_render(char **pout, size_t *plen)
 {
     fx_metrics_snapshot *snap = malloc(sizeof(*snap));
     if (!snap)
         return -ENOMEM;
     fx_metrics_snapshot_take(snap);
-    int rv = fx_metrics_render_descs(fx_metrics_descs, fx_metrics_ndescs, snap, pout, plen);
+    char *text = NULL;
+    size_t len = 0;
+    int rv = fx_metrics_render_descs(fx_metrics_descs, fx_metrics_ndescs, snap, &text, &len);
     free(snap);
-    return rv;
+    if (rv != 0)
+        return rv;
+    strbuf b = {.p = text, .len = len, .cap = len + 1};
+    if ((rv = render_streams(&b)) != 0) {
+        free(b.p);
+        return rv;
+    }
+    *pout = b.p;
+    *plen = b.len;
+    return 0;
 }
 
 /* ---- Markdown reference (docs/metrics.md) -------------------------------- */
@@ -479,6 +572,14 @@ int fx_metrics_print_markdown(FILE *out)
             n++;
         md_row(out, &fx_metrics_descs[i], n);
         i += n;
+    }
+    for (size_t i = 0; i < FX_MSTREAM_N; i++) {
+        fprintf(out,
+                "| `%s` | gauge | `tenant`, `namespace`, `stream` (one series per durable "
+                "stream) | - | ",
+                fx_mstream_descs[i].name);
+        md_cell(out, fx_mstream_descs[i].help, strlen(fx_mstream_descs[i].help));
+        fputs(" |\n", out);
     }
     return ferror(out) ? -EIO : 0;
 }

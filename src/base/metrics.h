@@ -5,7 +5,8 @@
  * with relaxed atomics; a scrape sums the cells. Gauges are one atomic each.
  * Any thread may update any metric; rendering runs on any thread (main).
  * Labels: a metric may carry one fixed "key=value" label given in its list
- * entry; label values registered at run time are not supported yet. */
+ * entry. Per-stream gauges (FX_METRICS_STREAMS) carry tenant, namespace and
+ * stream labels whose values come from registered sources at scrape time. */
 #ifndef FX_METRICS_H
 #define FX_METRICS_H
 
@@ -149,6 +150,46 @@ unsigned fx_hist_bucket_index(unsigned lo, uint64_t v);
     fx_hist_observe_n(&fx_metrics_cell_self()->h.field, fx_hist_lo_##field, (uint64_t)(v),         \
                       (uint64_t)(n))
 
+/* ---- per-stream series ---------------------------------------------------- */
+
+#define FX_MSTREAM_ENUM_(id, name, help) id,
+typedef enum fx_mstream_id { FX_METRICS_STREAMS(FX_MSTREAM_ENUM_) FX_MSTREAM_N } fx_mstream_id;
+
+/* Name and help of each per-stream gauge, by fx_mstream_id. */
+typedef struct fx_mstream_desc {
+    const char *name;
+    const char *help;
+} fx_mstream_desc;
+extern const fx_mstream_desc fx_mstream_descs[FX_MSTREAM_N];
+
+/* One stream's values of every per-stream gauge. */
+typedef struct fx_mstream_row {
+    const char *tenant;
+    const char *ns;
+    const char *stream;
+    int64_t v[FX_MSTREAM_N];
+} fx_mstream_row;
+
+/* Called by a source once per stream it shows; |sink| is the scrape's. */
+typedef void (*fx_mstream_emit_fn)(void *sink, const fx_mstream_row *row);
+
+/* A source of per-stream series, embedded in (and owned by) its provider.
+ * |on_collect| calls |emit| for each of its streams, synchronously (it may
+ * hold its own lock meanwhile; it must not add or remove sources). */
+typedef struct fx_mstream_source {
+    void (*on_collect)(void *user, fx_mstream_emit_fn emit, void *sink);
+    void *user;
+    struct fx_mstream_source *next; /* private */
+} fx_mstream_source;
+
+/* Adds |s| to the sources fx_metrics_render() asks at every scrape. Any
+ * thread. */
+void fx_metrics_stream_source_add(fx_mstream_source *s);
+
+/* Removes |s| (not added: nothing); once it returns, no scrape calls |s|
+ * any more. Any thread but inside |s|'s own callback. */
+void fx_metrics_stream_source_remove(fx_mstream_source *s);
+
 /* ---- reading and rendering ---------------------------------------------- */
 
 /* Fills |snap| with the sum of every cell's counters and histograms and the
@@ -169,7 +210,9 @@ int fx_metrics_render_descs(const fx_metric_desc *descs, size_t n, const fx_metr
                             char **pout, size_t *plen);
 
 /* Takes a snapshot and renders the whole registry (fx_metrics_descs) as
- * fx_metrics_render_descs() does. Returns 0 or -ENOMEM. Any thread. */
+ * fx_metrics_render_descs() does, then every per-stream gauge (HELP and TYPE
+ * always, one series per stream its sources emit). Returns 0 or -ENOMEM.
+ * Any thread. */
 int fx_metrics_render(char **pout, size_t *plen);
 
 /* Returns how many cells exist (live and parked). For tests and the admin

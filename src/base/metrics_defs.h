@@ -192,7 +192,10 @@
       "Payload bytes read from durable logs for replays")                                          \
     C(storage_replay_failures, "felix_storage_replay_failures_total", "",                          \
       "Replays that failed (retention removed the range, damage, I/O error): the event stream "    \
-      "ends")
+      "ends")                                                                                      \
+    C(storage_replay_index_seeks, "felix_storage_replay_index_seeks_total", "",                    \
+      "Replays that started reading at a sparse index entry rather than at their segment's "       \
+      "first record")
 
 /* ---- publish outcomes -------------------------------------------------- */
 #define FX_METRICS_PUBLISH(C, G, H)                                                                \
@@ -273,6 +276,24 @@
       "left and made no progress")
 
 /* Every list, in exposition order. A new subsystem list is added here. */
+/* ---- per-stream series -------------------------------------------------
+ * Gauges labelled tenant, namespace, stream, whose label values are known only
+ * at run time: rendered at each scrape from the sources registered with
+ * fx_metrics_stream_source_add() (the durable storage stage: one series per
+ * durable stream with an open log, none for streams in memory, so their
+ * number is bounded by the durable streams). Entry shape:
+ *   S(id, "name", "help")                    id is the value's index (fx_mstream_id) */
+#define FX_METRICS_STREAMS(S)                                                                      \
+    S(FX_MSTREAM_BYTES_ON_DISK, "felix_storage_stream_bytes_on_disk",                              \
+      "Bytes of a durable stream's segment and index files (logical sizes, preallocation not "     \
+      "counted)")                                                                                  \
+    S(FX_MSTREAM_SEGMENTS, "felix_storage_stream_segments",                                        \
+      "Segment files of a durable stream's log")                                                   \
+    S(FX_MSTREAM_FIRST_OFFSET, "felix_storage_stream_first_offset",                                \
+      "Oldest offset still in a durable stream's log (rises as retention deletes segments)")       \
+    S(FX_MSTREAM_NEXT_OFFSET, "felix_storage_stream_next_offset",                                  \
+      "Offset the next record appended to a durable stream's log gets")
+
 #define FX_METRICS_ALL(C, G, H)                                                                    \
     FX_METRICS_BROKER(C, G, H)                                                                     \
     FX_METRICS_SUB(C, G, H)                                                                        \

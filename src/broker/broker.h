@@ -330,6 +330,39 @@ int fx_broker_create_stream_durable(fx_broker *b, const char *tenant, const char
                                     const char *stream, int durable, bool *pcreated, bool *pdurable,
                                     fx_registry_err *err);
 
+/* Bounds of a per-stream retention override (those of the broker-wide
+ * durable_retention_bytes / durable_retention_seconds). */
+#define FX_BROKER_RETENTION_MAX_BYTES (1024ull << 40)
+#define FX_BROKER_RETENTION_MAX_SECONDS (100000ull * 3600ull)
+
+/* A change of the retention overrides of a durable stream: each of the two
+ * bounds is changed when its |set_| flag is, to a value in 1..MAX, or 0 to
+ * drop the override (the broker's setting applies again). */
+typedef struct fx_broker_retention {
+    bool set_bytes;
+    bool set_seconds;
+    uint64_t bytes;
+    uint64_t seconds;
+} fx_broker_retention;
+
+/* Changes the retention overrides of durable stream |tenant|/|ns|/|stream|
+ * as |r| says: written to the storage catalogue (so they survive a restart)
+ * and applied to the stream's log at once (a retention sweep runs with the
+ * new bounds). |durable| is -1, or what the caller states about the stream's
+ * durability (it is checked, never changed). |*pbytes|, |*pseconds| (may be
+ * NULL) receive the overrides in force afterwards (0: none). Returns 0;
+ * FX_ENOSTREAM; -ERANGE (a bound out of range); -EINVAL (the stream is not
+ * durable); -EEXIST (|durable| contradicts the stream's: the durability flip
+ * text); FX_ESHUTDOWN (draining); FX_ETIMEDOUT (its storage thread did not
+ * answer within |timeout_ns|; the change may still be applied);
+ * FX_ESTORAGE_ERROR, -errno (the log could not be opened, the catalogue not
+ * written: nothing changed). |err| (may be NULL) carries the sentence. Any
+ * thread but a loop. */
+int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char *ns,
+                                   const char *stream, const fx_broker_retention *r, int durable,
+                                   uint64_t timeout_ns, uint64_t *pbytes, uint64_t *pseconds,
+                                   fx_registry_err *err);
+
 /* Deletes the stream: publishes and subscribes to it fail from now on
  * ("stream not found" unless auto-creation makes a new one), jobs already
  * queued for it are fanned out, and each of its subscriptions gets its event

@@ -19,6 +19,7 @@
 #include "base/placement.h"
 #include "broker/broker_internal.h"
 #include "broker/durable.h"
+#include "broker/durable_admin.h"
 #include "felix/error.h"
 
 /* ---- drain flag and the connection list ------------------------------------- */
@@ -271,6 +272,7 @@ static json_t *stream_entry(fx_broker *b, gather *g, fx_stream_handle *h)
         set_u64(e, fields[i], v != NULL ? (uint64_t)json_integer_value(v) : 0);
     }
     fxb_durable_describe(b, h, e);
+    fxb_durable_describe_retention(b, h, e);
     return e;
 }
 

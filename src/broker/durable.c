@@ -133,6 +133,7 @@ static void stats_list(fxb_durable *d, dstream *s)
     if (s->stats == NULL)
         return; /* GET /v1/streams then shows no log figures for it */
     s->stats->handle_id = fx_stream_handle_id(s->h);
+    s->stats->h = s->h;
     pthread_mutex_lock(&d->cat_mu);
     s->stats->next = d->stats;
     d->stats = s->stats;
@@ -226,6 +227,18 @@ static void retain(dstream *s, uint64_t now)
                     fx_stream_handle_namespace(s->h), fx_stream_handle_stream(s->h),
                     r.first_offset);
     s->retain_due_ns = now + s->st->d->o.retention_interval_ns;
+}
+
+void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uint64_t now)
+{
+    const fx_broker_durable_opts *o = &s->st->d->o;
+    s->retain_bytes = bytes != 0 ? bytes : o->retention_bytes;
+    s->retain_ns = seconds != 0 ? seconds * FX_NS_PER_S : o->retention_ns;
+    s->retain_due_ns = 0;
+    if (s->log != NULL && !fx_dlog_is_failed(s->log) && (s->retain_bytes != 0 || s->retain_ns != 0))
+        retain(s, now); /* the new bounds apply now; the next sweep one interval on */
+    stats_update(s);
+    arm_timer(s);
 }
 
 static void on_timer(fx_loop *l, fx_timer *t, void *user)

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/metrics.h"
 #include "broker/durable.h"
 #include "storage/catalog.h"
 #include "storage/dlog.h"
@@ -23,6 +24,7 @@ typedef struct fxb_durable fxb_durable;
 typedef struct dstats {
     struct dstats *next;
     uint64_t handle_id;
+    const fx_stream_handle *h; /* its names; the dstream's reference outlives the entry */
     atomic_uint_fast64_t first, next_off, bytes, segments;
 } dstats;
 
@@ -66,6 +68,9 @@ struct fxb_durable {
     fxb_storage *st;       /* one per worker */
     uint32_t nst;
     uint32_t nstarted; /* storage threads running (with their replay threads) */
+
+    /* The per-stream gauges of the open logs (durable_admin.c). */
+    fx_mstream_source msrc;
 };
 
 /* Per durable stream on its worker: bytes in storage and the jobs held
@@ -105,6 +110,10 @@ void fxb_dstream_close(fxb_storage *st, dstream *s);
 /* Runs one flush of |s| now through its policy (counted; a failure fails
  * the waiting appends and is logged). Storage thread. */
 void fxb_dstream_flush(dstream *s, uint64_t now);
+/* Sets the retention bounds of |s| from the catalogue's overrides |bytes|
+ * and |seconds| (0: the broker's durable_retention_*), sweeps at once with
+ * the new bounds and rearms the sweep timer. Storage thread. */
+void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uint64_t now);
 /* Logs (rate-limited) that |what| failed on |s|'s stream with |rv|. */
 void fxb_dstream_log_error(const dstream *s, const char *what, int rv);
 

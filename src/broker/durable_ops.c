@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/placement.h"
+#include "broker/durable_admin.h"
 #include "broker/durable_int.h"
 #include "felix/error.h"
 
@@ -78,6 +79,7 @@ int fxb_durable_init(fx_broker *b)
                 d->dir, o->segment_bytes, o->index_spacing_bytes,
                 fx_fsync_mode_name((fx_fsync_mode)o->fsync_mode), o->retention_bytes,
                 (uint64_t)(o->retention_ns / FX_NS_PER_S));
+    fxb_durable_metrics_start(d);
     return 0;
 }
 
@@ -330,6 +332,7 @@ void fxb_durable_free(fx_broker *b)
     fxb_durable *d = b->dur;
     if (d == NULL)
         return;
+    fxb_durable_metrics_stop(d);
     for (uint32_t i = 0; d->st != NULL && i < d->nst; i++) {
         fxb_storage *st = &d->st[i];
         for (size_t k = 0; k < st->nds; k++)

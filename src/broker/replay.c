@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "felix/error.h"
+#include "storage/dlog.h"
 #include "storage/format.h"
 #include "storage/scan.h"
 
@@ -101,35 +102,6 @@ static int fail(fxb_replay *r, int rv, const char *fmt, ...)
     return rv;
 }
 
-typedef struct ids {
-    uint64_t *v;
-    size_t n, cap;
-} ids;
-
-static int on_name(void *user, const char *name, bool is_dir)
-{
-    ids *l = user;
-    uint64_t id;
-    if (is_dir || !fx_logfmt_parse_log_name(name, &id))
-        return 0;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 16;
-        uint64_t *v = realloc(l->v, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        l->v = v;
-        l->cap = cap;
-    }
-    l->v[l->n++] = id;
-    return 0;
-}
-
-static int cmp_id(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Opens segment |id| and reads its base offset. -ENOENT if it is gone. */
 static int seg_open(fxb_replay *r, uint64_t id, uint64_t *pbase)
 {
@@ -159,33 +131,70 @@ static int seg_open(fxb_replay *r, uint64_t id, uint64_t *pbase)
     return 0;
 }
 
-/* Opens the segment holding offset |r->next| and moves the cursor to it. */
+/* The segment of |ids| (ascending) that holds offset |r->next|: the last
+ * one whose base is at or below it, found by binary search over their
+ * headers. A segment that cannot be opened was removed by retention (it and
+ * every older one count as below) unless it is the newest (a roll under
+ * way, holding nothing of the range). Returns 0 with |*pid|, or -ENOENT. */
+static int pick_segment(fxb_replay *r, const uint64_t *ids, size_t n, uint64_t *pid)
+{
+    size_t lo = 0, hi = n;
+    bool found = false;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t b = 0;
+        int rv = seg_open(r, ids[mid], &b);
+        if (rv == 0)
+            reader_close(r);
+        if (rv == 0 ? b <= r->next : mid + 1 < n) {
+            if (rv == 0) {
+                *pid = ids[mid];
+                found = true;
+            }
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return found ? 0 : -ENOENT;
+}
+
+/* Moves the cursor of the open segment (base |base|) to the nearest record
+ * at or below |r->next| that its sparse index names, if that record is
+ * there with that offset (the index is a hint), else to its first record.
+ * Returns the offset of the record at the cursor. */
+static uint64_t index_seek(fxb_replay *r, uint64_t base)
+{
+    char path[PATH_MAX + FX_LOGFMT_FILE_NAME_MAX + 2], name[FX_LOGFMT_FILE_NAME_MAX];
+    fx_logfmt_file_name(name, r->seg_id, true);
+    snprintf(path, sizeof(path), "%s/%s", r->dir, name);
+    fx_dlog_pos e = fx_dlog_index_seek(r->io, path, base, r->win.file_len, r->next);
+    fx_rec_header h;
+    fx_rec_status st;
+    if (e.pos == FX_SEG_HEADER_LEN ||
+        fx_segwin_record(&r->win, e.pos, e.offset, true, false, NULL, &h, &st) != 0 ||
+        st != FX_REC_OK)
+        return base;
+    r->pos = e.pos;
+    FX_COUNTER_INC(storage_replay_index_seeks);
+    return e.offset;
+}
+
+/* Opens the segment holding offset |r->next| and moves the cursor to it:
+ * to the sparse index's nearest entry below it, then record by record. */
 static int seek(fxb_replay *r)
 {
-    ids l = {0};
-    int rv = r->io->ops->list(r->io, r->dir, on_name, &l);
-    if (rv != 0) {
-        free(l.v);
+    uint64_t *ids = NULL, chosen = 0, base = 0;
+    size_t n = 0;
+    int rv = fx_dlog_list_segments(r->io, r->dir, &ids, &n);
+    if (rv != 0)
         return fail(r, rv, "cannot list %s", r->dir);
-    }
-    qsort(l.v, l.n, sizeof(*l.v), cmp_id);
-    uint64_t base = 0, chosen = UINT64_MAX;
-    for (size_t i = 0; i < l.n; i++) { /* the last segment that starts at or below next */
-        uint64_t b;
-        if (seg_open(r, l.v[i], &b) != 0)
-            continue; /* gone (retention) or not yet written (a roll under way) */
-        reader_close(r);
-        if (b > r->next)
-            break;
-        base = b;
-        chosen = l.v[i];
-    }
-    free(l.v);
-    if (chosen == UINT64_MAX || (rv = seg_open(r, chosen, &base)) != 0)
-        return fail(r, FX_ECURSOR_TOO_OLD, "offset %" PRIu64 " is no longer available",
-                    r->next);
+    rv = pick_segment(r, ids, n, &chosen);
+    free(ids);
+    if (rv != 0 || (rv = seg_open(r, chosen, &base)) != 0)
+        return fail(r, FX_ECURSOR_TOO_OLD, "offset %" PRIu64 " is no longer available", r->next);
     /* Skip the records below |next| by their headers. */
-    for (uint64_t off = base; off < r->next;) {
+    for (uint64_t off = index_seek(r, base); off < r->next;) {
         fx_rec_header h;
         fx_rec_status st;
         if ((rv = fx_segwin_record(&r->win, r->pos, off, true, false, NULL, &h, &st)) != 0)

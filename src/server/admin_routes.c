@@ -104,14 +104,6 @@ static void stream_json(fx_admin_resp *r, unsigned status, const char *names[3],
                           "stream", names[2], what, value));
 }
 
-static void created_json(fx_admin_resp *r, unsigned status, const char *names[3], bool created,
-                         bool durable)
-{
-    answer_json(r, status,
-                json_pack("{s:s, s:s, s:s, s:b, s:b}", "tenant", names[0], "namespace", names[1],
-                          "stream", names[2], "created", created, "durable", durable));
-}
-
 static unsigned create_status(int rv)
 {
     switch (rv) {
@@ -131,37 +123,132 @@ static unsigned create_status(int rv)
     }
 }
 
-/* The optional body of PUT: {"durable": true|false}. Returns 1, 0, -1 (no
- * body: either), or -2 with |why| set. */
-static int create_durable(const fx_admin_req *req, const char **why)
+/* What a PUT or PATCH body asks: {"durable": bool, "retention_bytes": N|null,
+ * "retention_seconds": N|null}, every field optional. */
+typedef struct stream_body {
+    int durable; /* 1, 0, -1: not given */
+    fx_broker_retention ret;
+    char why[192]; /* a refusal's text */
+} stream_body;
+
+/* Reads retention field |key| = |v|: a whole number in 1..|max|, or null
+ * (drop the override). Returns NULL or why not. */
+static const char *retention_field(stream_body *sb, const char *key, json_t *v, uint64_t max,
+                                   bool *pset, uint64_t *pval)
 {
+    *pset = true;
+    *pval = 0;
+    if (json_is_null(v))
+        return NULL;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || (uint64_t)json_integer_value(v) > max) {
+        snprintf(sb->why, sizeof(sb->why),
+                 "\"%s\" must be a whole number from 1 to %llu, or null to drop the override", key,
+                 (unsigned long long)max);
+        return sb->why;
+    }
+    *pval = (uint64_t)json_integer_value(v);
+    return NULL;
+}
+
+static const char *body_field(stream_body *sb, const char *key, json_t *v)
+{
+    if (strcmp(key, "durable") == 0) {
+        if (!json_is_boolean(v))
+            return "\"durable\" must be true or false";
+        sb->durable = json_is_true(v);
+        return NULL;
+    }
+    if (strcmp(key, "retention_bytes") == 0)
+        return retention_field(sb, key, v, FX_BROKER_RETENTION_MAX_BYTES, &sb->ret.set_bytes,
+                               &sb->ret.bytes);
+    if (strcmp(key, "retention_seconds") == 0)
+        return retention_field(sb, key, v, FX_BROKER_RETENTION_MAX_SECONDS, &sb->ret.set_seconds,
+                               &sb->ret.seconds);
+    return "unknown field in the body: only \"durable\", \"retention_bytes\" and "
+           "\"retention_seconds\" are accepted";
+}
+
+/* Parses the optional body of PUT or PATCH into |sb|. Returns NULL, or why
+ * it is refused (a 400). An empty body asks nothing. */
+static const char *parse_body(const fx_admin_req *req, stream_body *sb)
+{
+    *sb = (stream_body){.durable = -1};
     if (req->body == NULL || req->body_len == 0)
-        return -1;
+        return NULL;
     json_error_t jerr;
     json_t *j = json_loadb(req->body, req->body_len, 0, &jerr);
-    const char *key;
+    const char *key, *why = NULL;
     json_t *v;
-    int want = -1;
-    *why = "the body must be a JSON object such as {\"durable\": true}";
     if (!json_is_object(j))
-        goto out;
-    json_object_foreach(j, key, v)
-    {
-        if (strcmp(key, "durable") != 0) {
-            *why = "unknown field in the body: only \"durable\" is accepted";
-            goto out;
+        why = "the body must be a JSON object such as {\"durable\": true}";
+    else
+        json_object_foreach(j, key, v)
+        {
+            if ((why = body_field(sb, key, v)) != NULL)
+                break;
         }
-        if (!json_is_boolean(v)) {
-            *why = "\"durable\" must be true or false";
-            goto out;
-        }
-        want = json_is_true(v);
+    json_decref(j);
+    return why;
+}
+
+static bool wants_retention(const stream_body *sb)
+{
+    return sb->ret.set_bytes || sb->ret.set_seconds;
+}
+
+/* Answers a stream with its durability and retention overrides. */
+static void stream_answer(fx_admin_resp *r, unsigned status, const char *names[3], int created,
+                          bool durable, const uint64_t ret[2])
+{
+    json_t *j = json_pack("{s:s, s:s, s:s, s:b}", "tenant", names[0], "namespace", names[1],
+                          "stream", names[2], "durable", durable);
+    if (j != NULL && created >= 0)
+        json_object_set_new(j, "created", json_boolean(created));
+    if (j != NULL && ret != NULL) {
+        json_object_set_new(j, "retention_bytes",
+                            ret[0] ? json_integer((json_int_t)ret[0]) : json_null());
+        json_object_set_new(j, "retention_seconds",
+                            ret[1] ? json_integer((json_int_t)ret[1]) : json_null());
     }
-    json_decref(j);
-    return want;
-out:
-    json_decref(j);
-    return -2;
+    answer_json(r, status, j);
+}
+
+static unsigned retention_status(int rv)
+{
+    switch (rv) {
+    case FX_ENOSTREAM:
+        return 404;
+    case -EEXIST:
+        return 409;
+    case -EINVAL:
+    case -ERANGE:
+        return 400;
+    case FX_ESHUTDOWN:
+    case FX_ETIMEDOUT:
+        return 503;
+    default:
+        return 500;
+    }
+}
+
+/* Applies the retention fields of |sb| to the stream. Returns true when it
+ * did (|ret| holds the overrides now), false after answering the error
+ * (|created|: the PUT created the stream just before, which the answer
+ * says, as the stream stays). */
+static bool apply_retention(fx_admin_resp *resp, fx_broker *b, const char *names[3],
+                            const stream_body *sb, bool created, uint64_t ret[2])
+{
+    fx_registry_err err = {0};
+    int rv = fx_broker_set_stream_retention(b, names[0], names[1], names[2], &sb->ret, sb->durable,
+                                            FX_ADMIN_BROKER_TIMEOUT_NS, &ret[0], &ret[1], &err);
+    if (rv == 0)
+        return true;
+    char msg[sizeof(err.msg) + 96];
+    snprintf(msg, sizeof(msg), "%s%s",
+             created ? "the stream was created without its retention overrides: " : "",
+             err.msg[0] ? err.msg : fx_strerror(rv));
+    error_json(resp, retention_status(rv), msg);
+    return false;
 }
 
 static void on_create(const fx_admin_req *req, fx_admin_resp *resp, void *user)
@@ -172,20 +259,52 @@ static void on_create(const fx_admin_req *req, fx_admin_resp *resp, void *user)
         error_json(resp, 400, PATH_HELP);
         return;
     }
-    const char *why = NULL;
-    int want = create_durable(req, &why);
-    if (want == -2) {
+    stream_body sb;
+    const char *why = parse_body(req, &sb);
+    if (why == NULL && wants_retention(&sb) && sb.durable != 1)
+        why = "\"retention_bytes\" and \"retention_seconds\" need \"durable\": true (they are "
+              "retention overrides of a durable stream)";
+    if (why != NULL) {
         error_json(resp, 400, why);
         return;
     }
     bool created = false, durable = false;
     fx_registry_err err = {0};
-    int rv = fx_broker_create_stream_durable(user, names[0], names[1], names[2], want, &created,
-                                             &durable, &err);
-    if (rv == 0)
-        created_json(resp, created ? 201 : 200, names, created, durable);
-    else
+    int rv = fx_broker_create_stream_durable(user, names[0], names[1], names[2], sb.durable,
+                                             &created, &durable, &err);
+    if (rv != 0) {
         error_json(resp, create_status(rv), err.msg[0] ? err.msg : fx_strerror(rv));
+        return;
+    }
+    uint64_t ret[2] = {0};
+    if (wants_retention(&sb) && !apply_retention(resp, user, names, &sb, created, ret))
+        return;
+    stream_answer(resp, created ? 201 : 200, names, created, durable,
+                  wants_retention(&sb) ? ret : NULL);
+}
+
+/* PATCH: changes the retention overrides of an existing durable stream;
+ * "durable", when given, must be what the stream is. */
+static void on_patch(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    char buf[PATH_CAP];
+    const char *names[3];
+    if (!split_path(req->rest, buf, sizeof(buf), names)) {
+        error_json(resp, 400, PATH_HELP);
+        return;
+    }
+    stream_body sb;
+    const char *why = parse_body(req, &sb);
+    if (why == NULL && !wants_retention(&sb))
+        why = "nothing to change: give \"retention_bytes\" and/or \"retention_seconds\" (a "
+              "number, or null to drop the override); durability cannot be changed";
+    if (why != NULL) {
+        error_json(resp, 400, why);
+        return;
+    }
+    uint64_t ret[2] = {0};
+    if (apply_retention(resp, user, names, &sb, false, ret))
+        stream_answer(resp, 200, names, -1, true, ret);
 }
 
 static void on_delete(const fx_admin_req *req, fx_admin_resp *resp, void *user)
@@ -208,6 +327,7 @@ void fx_admin_broker_routes(fx_broker *b, fx_admin_route *out)
 {
     out[0] = (fx_admin_route){"GET", "/v1/streams", on_list_streams, b};
     out[1] = (fx_admin_route){"PUT", "/v1/streams/", on_create, b};
-    out[2] = (fx_admin_route){"DELETE", "/v1/streams/", on_delete, b};
-    out[3] = (fx_admin_route){"GET", "/v1/subscriptions", on_list_subs, b};
+    out[2] = (fx_admin_route){"PATCH", "/v1/streams/", on_patch, b};
+    out[3] = (fx_admin_route){"DELETE", "/v1/streams/", on_delete, b};
+    out[4] = (fx_admin_route){"GET", "/v1/subscriptions", on_list_subs, b};
 }

@@ -1,5 +1,6 @@
 /* The broker's routes on the admin HTTP endpoint: the stream admin API
- * (GET /v1/streams, PUT and DELETE /v1/streams/{tenant}/{namespace}/{stream},
+ * (GET /v1/streams, PUT, PATCH and DELETE
+ * /v1/streams/{tenant}/{namespace}/{stream},
  * GET /v1/subscriptions), JSON in and out. Each handler calls the broker's
  * control functions (broker.h), which ask the loops with a timeout; no
  * handler reads loop-owned state. Handlers run on the endpoint's threads. */
@@ -10,7 +11,7 @@
 #include "server/admin.h"
 
 /* Routes written by fx_admin_broker_routes(). */
-#define FX_ADMIN_BROKER_NROUTES 4u
+#define FX_ADMIN_BROKER_NROUTES 5u
 /* How long a handler waits for the loops before answering 503. */
 #define FX_ADMIN_BROKER_TIMEOUT_NS (2ull * 1000000000ull)
 
@@ -18,8 +19,12 @@
  * fx_admin_opts.routes. |b| must outlive the admin endpoint: free the
  * endpoint (fx_admin_free) before the broker. Answers: 200 with JSON for the
  * lists; PUT 201 (created) or 200 (existed), 400 with {"error": reason} for
- * an invalid name or path, 429 at max_streams_per_tenant, 503 while draining;
- * DELETE 200 or 404; 503 FX_ADMIN_TIMEOUT_BODY when a loop did not answer in
+ * an invalid name, path or body, 409 for a durability flip, 429 at
+ * max_streams_per_tenant, 503 while draining; PUT (with "durable": true) and
+ * PATCH also set the retention overrides "retention_bytes" and
+ * "retention_seconds" of a durable stream (PATCH: 200, 404, 400 for a stream
+ * in memory or a bad bound, 409 for a stated durability that is not the
+ * stream's); DELETE 200 or 404; 503 FX_ADMIN_TIMEOUT_BODY when a loop did not answer in
  * time. Any thread. */
 void fx_admin_broker_routes(fx_broker *b, fx_admin_route *out);
 

@@ -170,4 +170,28 @@ const fx_dlog_stats *fx_dlog_stats_get(const fx_dlog *log);
 /* The message of the last error (corruption detail, failed call); "" if none. */
 const char *fx_dlog_last_error(const fx_dlog *log);
 
+/* ---- reading the files without an open log (replay readers) ----------------- */
+
+/* The ids of the segment files ("<id:020>.log") in directory |dir|, sorted
+ * ascending, into |*pids| (malloc'd, the caller frees; NULL when none) and
+ * |*pn|; other names are ignored. Returns 0 or -errno (-ENOMEM). Any thread:
+ * it only lists the directory. */
+int fx_dlog_list_segments(fx_sio *io, const char *dir, uint64_t **pids, size_t *pn);
+
+/* A record's offset and byte position in its segment file. */
+typedef struct fx_dlog_pos {
+    uint64_t offset;
+    uint64_t pos;
+} fx_dlog_pos;
+
+/* The greatest entry at or below offset |off| in the sparse index file
+ * |index_path| of the segment whose first record is |base| and which holds
+ * |seg_size| bytes, found by binary search with pread. An unusable file
+ * (missing, wrong magic, version or base) or no entry gives (|base|, 32),
+ * the first record; entries that cannot belong to the segment are passed
+ * over. The index is never trusted: the caller checks that the record at
+ * the position has the offset. Any thread. */
+fx_dlog_pos fx_dlog_index_seek(fx_sio *io, const char *index_path, uint64_t base, uint64_t seg_size,
+                               uint64_t off);
+
 #endif

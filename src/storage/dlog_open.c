@@ -6,7 +6,9 @@
  * scans the active segment fully and cuts a torn tail. Damage anywhere else
  * refuses the open, naming stream, directory, file and byte position, unless
  * repair is requested: then the log is cut at the first bad record and what
- * was dropped is reported. Runs inside fx_dlog_open, on the opening thread. */
+ * was dropped is reported. Runs inside fx_dlog_open, on the opening thread.
+ * Also the segment listing and the sparse-index seek that the log's
+ * recovery and the replay readers (src/broker/replay.c) share. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,7 +20,7 @@
 #include "storage/dlog_int.h"
 #include "storage/scan.h"
 
-/* ---- listing ----------------------------------------------------------------- */
+/* ---- listing and index seeks (dlog.h; shared with replay readers) ---------------- */
 
 typedef struct ids {
     uint64_t *v;
@@ -48,6 +50,58 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+int fx_dlog_list_segments(fx_sio *io, const char *dir, uint64_t **pids, size_t *pn)
+{
+    ids l = {0};
+    int rv = io->ops->list(io, dir, collect, &l);
+    if (rv != 0) {
+        free(l.v);
+        return rv;
+    }
+    if (l.n > 1)
+        qsort(l.v, l.n, sizeof(*l.v), cmp_u64);
+    *pids = l.v;
+    *pn = l.n;
+    return 0;
+}
+
+fx_dlog_pos fx_dlog_index_seek(fx_sio *io, const char *index_path, uint64_t base, uint64_t seg_size,
+                               uint64_t off)
+{
+    fx_dlog_pos e = {.offset = base, .pos = FX_SEG_HEADER_LEN};
+    int fd;
+    uint64_t size = 0, ibase = 0;
+    uint8_t b[FX_IDX_HEADER_LEN];
+    if (off < base || io->ops->open(io, index_path, FX_SIO_READ, &fd) != 0)
+        return e;
+    if (io->ops->fsize(io, fd, &size) != 0 || size < FX_IDX_HEADER_LEN ||
+        io->ops->pread(io, fd, b, sizeof(b), 0) != (ssize_t)sizeof(b) ||
+        fx_logfmt_idx_header_decode(b, sizeof(b), &ibase) != 0 || ibase != base)
+        size = 0;
+    /* Binary search for the greatest entry at or below |off| inside the
+     * segment's bytes; an entry that cannot belong to the segment is passed
+     * over (the index is a hint: the caller checks the record it points at). */
+    size_t lo = 0, hi = size > 0 ? (size_t)((size - FX_IDX_HEADER_LEN) / FX_IDX_ENTRY_LEN) : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t o, p;
+        if (io->ops->pread(io, fd, b, FX_IDX_ENTRY_LEN,
+                           FX_IDX_HEADER_LEN + (uint64_t)mid * FX_IDX_ENTRY_LEN) !=
+            FX_IDX_ENTRY_LEN)
+            break;
+        fx_logfmt_idx_entry_decode(b, &o, &p);
+        if (o <= off && p < seg_size) { /* positions ascend with offsets */
+            if (o >= base && p >= FX_SEG_HEADER_LEN)
+                e = (fx_dlog_pos){.offset = o, .pos = p};
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    io->ops->close(io, fd);
+    return e;
 }
 
 /* ---- small steps ------------------------------------------------------------------ */
@@ -542,12 +596,9 @@ int dl_recover(fx_dlog *log, uint64_t now_us, fx_dlog_recovery *rep)
     if (rv != 0)
         return dl_fail(log, rv, "creating %s: %s", log->dir, fx_strerror(rv));
     ids l = {0};
-    if ((rv = log->io->ops->list(log->io, log->dir, collect, &l)) != 0) {
-        free(l.v);
+    if ((rv = fx_dlog_list_segments(log->io, log->dir, &l.v, &l.n)) != 0)
         return dl_fail(log, rv, "listing %s: %s", log->dir, fx_strerror(rv));
-    }
-    if (l.n > 1)
-        qsort(l.v, l.n, sizeof(*l.v), cmp_u64);
+    l.cap = l.n;
     uint64_t size = 0;
     /* A newest segment without a full header is an unfinished rollover. */
     while (l.n > 1 && (rv = file_size(log, l.v[l.n - 1], &size)) == 0 && size < FX_SEG_HEADER_LEN) {

@@ -552,7 +552,12 @@ static void test_render_parses_as_prometheus_text(void **state)
         static const char *tn[] = {"counter", "gauge", "histogram"};
         assert_string_equal(f->type, tn[d->type]);
     }
-    assert_int_equal(p->nf, families);
+    for (size_t i = 0; i < FX_MSTREAM_N; i++) {
+        p_family *f = find_family(p, fx_mstream_descs[i].name);
+        assert_non_null(f);
+        assert_string_equal(f->type, "gauge");
+    }
+    assert_int_equal(p->nf, families + FX_MSTREAM_N);
     assert_true(value_of(p, "felix_broker_ingress_dropped_total", "") >= 3);
     assert_true(value_of(p, "felix_publish_requests_total", "result=\"error\"") >= 1);
     assert_true(value_of(p, "felix_quic_connections_open", "") == -2);
@@ -764,6 +769,46 @@ static void test_histogram_observe_puts_values_in_right_buckets(void **state)
     free(text);
 }
 
+/* ---- per-stream series -------------------------------------------------------- */
+
+static void two_streams(void *user, fx_mstream_emit_fn emit, void *sink)
+{
+    int *calls = user;
+    (*calls)++;
+    fx_mstream_row r = {.tenant = "t1", .ns = "default", .stream = "a\"b"};
+    for (int i = 0; i < FX_MSTREAM_N; i++)
+        r.v[i] = 10 + i;
+    emit(sink, &r);
+    r.stream = "c";
+    r.v[FX_MSTREAM_BYTES_ON_DISK] = 4096;
+    emit(sink, &r);
+}
+
+static void test_stream_sources_render_one_labelled_series_per_stream(void **state)
+{
+    (void)state;
+    int calls = 0;
+    fx_mstream_source src = {.on_collect = two_streams, .user = &calls};
+    fx_metrics_stream_source_add(&src);
+    char *text = render_all();
+    parsed *p = parse_ok(text); /* also: the quote in a label value is escaped */
+    assert_int_equal(calls, 1);
+    const char *bytes = "felix_storage_stream_bytes_on_disk";
+    assert_true(value_of(p, bytes, "namespace=\"default\",stream=\"c\",tenant=\"t1\"") == 4096);
+    assert_true(value_of(p, bytes, "namespace=\"default\",stream=\"a\\\"b\",tenant=\"t1\"") == 10);
+    assert_true(value_of(p, "felix_storage_stream_next_offset",
+                         "namespace=\"default\",stream=\"c\",tenant=\"t1\"") ==
+                10 + FX_MSTREAM_NEXT_OFFSET);
+    free(p);
+    free(text);
+    /* Removed: no longer asked, its series are gone. */
+    fx_metrics_stream_source_remove(&src);
+    text = render_all();
+    assert_int_equal(calls, 1);
+    assert_null(strstr(text, "stream=\"c\""));
+    free(text);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_parser_rejects_malformed_exposition),
     cmocka_unit_test(test_lists_cover_structs_and_names_are_unique),
@@ -773,5 +818,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_shards_are_reused_after_thread_exit),
     cmocka_unit_test(test_gauge_add_sub_and_set),
     cmocka_unit_test(test_histogram_observe_puts_values_in_right_buckets),
+    cmocka_unit_test(test_stream_sources_render_one_labelled_series_per_stream),
 };
 FX_TEST_MAIN(tests)

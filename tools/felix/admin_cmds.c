@@ -323,17 +323,77 @@ out:
 
 /* ---- felix streams -------------------------------------------------------------- */
 
-enum { O_DURABLE = FX_CLI_OPT_FIRST_CMD };
-static const fx_cli_opt STREAMS_OPTS[] = {FX_CLI_COMMON_OPTS, {"durable", false, O_DURABLE}, {0}};
+enum { O_DURABLE = FX_CLI_OPT_FIRST_CMD, O_RET_BYTES, O_RET_SECONDS };
+static const fx_cli_opt STREAMS_OPTS[] = {FX_CLI_COMMON_OPTS,
+                                          {"durable", false, O_DURABLE},
+                                          {"retention-bytes", true, O_RET_BYTES},
+                                          {"retention-seconds", true, O_RET_SECONDS},
+                                          {0}};
+
+/* Bounds of the broker's per-stream retention overrides. */
+#define RET_MAX_BYTES (1024ull << 40)
+#define RET_MAX_SECONDS (100000ull * 3600ull)
+
+typedef struct streams_args {
+    bool durable;
+    bool set_bytes, set_seconds; /* given; value 0 = "none" (drop the override) */
+    uint64_t bytes, seconds;
+} streams_args;
+
+/* Reads a retention bound: "none", or 1..|max| (bytes may end in K, M, G). */
+static int retention_arg(const char *flag, const char *val, uint64_t max, bool size, uint64_t *out,
+                         char *err, size_t errlen)
+{
+    if (strcmp(val, "none") == 0) {
+        *out = 0;
+        return 0;
+    }
+    int rv = size ? fx_cli_parse_size(val, max, out) : fx_cli_parse_u64(val, max, out);
+    if (rv == 0 && *out > 0)
+        return 0;
+    snprintf(err, errlen, "--%s: expected %s1..%llu or none, got '%s'", flag,
+             size ? "a size (K, M, G suffixes) " : "", (unsigned long long)max, val);
+    return -EINVAL;
+}
 
 static int streams_opt(void *user, int id, const char *val, char *err, size_t errlen)
 {
-    (void)val;
-    (void)err;
-    (void)errlen;
-    if (id == O_DURABLE)
-        *(bool *)user = true;
-    return 0;
+    streams_args *a = user;
+    switch (id) {
+    case O_DURABLE:
+        a->durable = true;
+        return 0;
+    case O_RET_BYTES:
+        a->set_bytes = true;
+        return retention_arg("retention-bytes", val, RET_MAX_BYTES, true, &a->bytes, err, errlen);
+    case O_RET_SECONDS:
+        a->set_seconds = true;
+        return retention_arg("retention-seconds", val, RET_MAX_SECONDS, false, &a->seconds, err,
+                             errlen);
+    default:
+        return 0;
+    }
+}
+
+/* The JSON body of create / set: NULL when there is nothing to send. */
+static char *streams_body(const streams_args *a)
+{
+    if (!a->durable && !a->set_bytes && !a->set_seconds)
+        return NULL;
+    json_t *j = json_object();
+    if (j == NULL)
+        return NULL;
+    if (a->durable)
+        json_object_set_new(j, "durable", json_true());
+    if (a->set_bytes)
+        json_object_set_new(j, "retention_bytes",
+                            a->bytes ? json_integer((json_int_t)a->bytes) : json_null());
+    if (a->set_seconds)
+        json_object_set_new(j, "retention_seconds",
+                            a->seconds ? json_integer((json_int_t)a->seconds) : json_null());
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
 }
 
 /* Builds "/v1/streams/T/NS/S" with each name URL-escaped. */
@@ -387,44 +447,94 @@ static int streams_ls(const fx_cli_common *c)
     return FX_CLI_EXIT_OK;
 }
 
-int fx_cli_streams(int argc, char **argv)
+/* Prints " (retention bytes=N seconds=S)" from a PUT/PATCH answer, when it
+ * carries the overrides. */
+static void print_retention(const fx_cli_http *resp)
 {
-    fx_cli_common c;
-    const char *pos[2];
-    int npos = 0;
-    bool durable = false;
-    int st = fx_cli_parse("streams", argc, argv, STREAMS_OPTS, &c, streams_opt, &durable, pos, 2,
-                          &npos, NULL);
-    if (st >= 0)
-        return st;
-    if (npos == 0)
-        return fx_cli_usage_error("streams", "missing action: ls, create or delete");
-    if (strcmp(pos[0], "ls") == 0 || strcmp(pos[0], "list") == 0) {
-        if (npos > 1)
-            return fx_cli_usage_error("streams", "ls takes no stream path");
-        return streams_ls(&c);
+    json_error_t jerr;
+    json_t *j = json_loadb(resp->body.p, resp->body.len, 0, &jerr);
+    json_t *b = json_object_get(j, "retention_bytes"), *s = json_object_get(j, "retention_seconds");
+    if (b != NULL || s != NULL) {
+        char cb[32] = "none", cs[32] = "none";
+        if (json_is_integer(b))
+            snprintf(cb, sizeof(cb), "%lld", (long long)json_integer_value(b));
+        if (json_is_integer(s))
+            snprintf(cs, sizeof(cs), "%lld", (long long)json_integer_value(s));
+        printf(" (retention bytes=%s seconds=%s)", cb, cs);
     }
-    bool create = strcmp(pos[0], "create") == 0;
-    if (!create && strcmp(pos[0], "delete") != 0)
-        return fx_cli_usage_error("streams", "unknown action: want ls, create or delete");
-    if (durable && !create)
-        return fx_cli_usage_error("streams", "--durable goes with create");
+    json_decref(j);
+}
+
+/* create, set or delete of one stream. */
+static int streams_one(const fx_cli_common *c, const char *action, const char *arg,
+                       const streams_args *a)
+{
+    bool create = strcmp(action, "create") == 0, set = strcmp(action, "set") == 0;
     fx_cli_path path;
     char err[512], route[3 * 3 * FX_CLI_NAME_MAX + 32];
-    if (npos < 2)
-        return fx_cli_usage_error("streams", "missing TENANT/NS/STREAM");
-    if (fx_cli_path_parse(pos[1], &path, err, sizeof(err)) != 0)
+    if (fx_cli_path_parse(arg, &path, err, sizeof(err)) != 0)
         return fx_cli_usage_error("streams", err);
     if (stream_route(&path, route, sizeof(route)) != 0) {
         fx_cli_errorf("streams", "out of memory");
         return FX_CLI_EXIT_FAIL;
     }
-    fx_cli_http resp;
-    if (admin_call_body("streams", &c, create ? "PUT" : "DELETE", route,
-                        durable ? "{\"durable\":true}" : NULL, &resp) != 0)
+    char *body = create || set ? streams_body(a) : NULL;
+    if ((create || set) && body == NULL && (a->durable || a->set_bytes || a->set_seconds)) {
+        fx_cli_errorf("streams", "out of memory");
         return FX_CLI_EXIT_FAIL;
-    printf("%s %s/%s/%s%s\n", create ? "created" : "deleted", path.tenant, path.ns, path.stream,
-           durable ? " (durable)" : "");
+    }
+    fx_cli_http resp;
+    const char *method = create ? "PUT" : set ? "PATCH" : "DELETE";
+    int st = admin_call_body("streams", c, method, route, body, &resp);
+    free(body);
+    if (st != 0)
+        return FX_CLI_EXIT_FAIL;
+    printf("%s %s/%s/%s%s",
+           create ? "created"
+           : set  ? "changed"
+                  : "deleted",
+           path.tenant, path.ns, path.stream, a->durable ? " (durable)" : "");
+    if (create || set)
+        print_retention(&resp);
+    putchar('\n');
     fx_cli_buf_free(&resp.body);
     return FX_CLI_EXIT_OK;
+}
+
+int fx_cli_streams(int argc, char **argv)
+{
+    fx_cli_common c;
+    const char *pos[2];
+    int npos = 0;
+    streams_args a = {0};
+    int st =
+        fx_cli_parse("streams", argc, argv, STREAMS_OPTS, &c, streams_opt, &a, pos, 2, &npos, NULL);
+    if (st >= 0)
+        return st;
+    if (npos == 0)
+        return fx_cli_usage_error("streams", "missing action: ls, create, set or delete");
+    bool retention = a.set_bytes || a.set_seconds;
+    if (strcmp(pos[0], "ls") == 0 || strcmp(pos[0], "list") == 0) {
+        if (npos > 1)
+            return fx_cli_usage_error("streams", "ls takes no stream path");
+        if (a.durable || retention)
+            return fx_cli_usage_error("streams", "ls takes no --durable or --retention-*");
+        return streams_ls(&c);
+    }
+    bool create = strcmp(pos[0], "create") == 0, set = strcmp(pos[0], "set") == 0;
+    if (!create && !set && strcmp(pos[0], "delete") != 0)
+        return fx_cli_usage_error("streams", "unknown action: want ls, create, set or delete");
+    if (a.durable && !create)
+        return fx_cli_usage_error("streams", "--durable goes with create");
+    if (create && retention && !a.durable)
+        return fx_cli_usage_error("streams",
+                                  "--retention-bytes and --retention-seconds go with --durable");
+    if (set && !retention)
+        return fx_cli_usage_error("streams",
+                                  "set needs --retention-bytes and/or --retention-seconds");
+    if (!create && !set && retention)
+        return fx_cli_usage_error("streams", "--retention-* go with create or set");
+    if (npos < 2)
+        return fx_cli_usage_error("streams", "missing TENANT/NS/STREAM");
+    return streams_one(&c, pos[0], pos[1], &a);
 }

@@ -1080,17 +1080,26 @@ static const fx_cli_help HELP[] = {
     },
     {
         "streams",
-        "list, create or delete streams through the admin endpoint",
+        "list, create, change or delete streams through the admin endpoint",
         "felix streams ls\n"
-        "felix streams create [--durable] TENANT/NS/STREAM\n"
+        "felix streams create [--durable [--retention-bytes N] [--retention-seconds S]]\n"
+        "                     TENANT/NS/STREAM\n"
+        "felix streams set [--retention-bytes N|none] [--retention-seconds S|none]\n"
+        "                  TENANT/NS/STREAM\n"
         "felix streams delete TENANT/NS/STREAM\n"
         "\n"
-        "GET /v1/streams, PUT or DELETE /v1/streams/TENANT/NS/STREAM on the admin\n"
-        "endpoint. Off loopback, create and delete need the admin token\n"
+        "GET /v1/streams, PUT, PATCH (set) or DELETE /v1/streams/TENANT/NS/STREAM on\n"
+        "the admin endpoint. Off loopback, create, set and delete need the admin token\n"
         "(--admin-token-file FILE or FELIX_ADMIN_TOKEN).\n"
         "  --durable                  create the stream durable: its messages are kept in\n"
-        "                             a log under the broker's durable_storage_dir\n",
-        "felix streams create t1/default/orders\n"
+        "                             a log under the broker's durable_storage_dir\n"
+        "  --retention-bytes N        this durable stream's retention by size (K, M, G\n"
+        "                             suffixes), instead of durable_retention_bytes;\n"
+        "                             set: none drops the override\n"
+        "  --retention-seconds S      its retention by age in seconds, instead of\n"
+        "                             durable_retention_seconds; set: none drops it\n",
+        "felix streams create --durable --retention-bytes 10G t1/default/orders\n"
+        "  felix streams set --retention-seconds 86400 t1/default/orders\n"
         "  felix streams ls",
         true,
     },

@@ -50,7 +50,7 @@ static CURLcode http_setup(CURL *h, const char *method, const char *url, const c
         cc = curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     if (cc == CURLE_OK && strcmp(method, "GET") != 0)
         cc = curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (cc == CURLE_OK && strcmp(method, "PUT") == 0) {
+    if (cc == CURLE_OK && (strcmp(method, "PUT") == 0 || strcmp(method, "PATCH") == 0)) {
         /* Without a body an empty one with Content-Length: 0, so the server
          * does not wait for one. */
         cc = curl_easy_setopt(h, CURLOPT_POSTFIELDS, body != NULL ? body : "");

@@ -1,0 +1,282 @@
+/* Per-stream retention overrides of durable streams (broker.h
+ * fx_broker_set_stream_retention, durable_admin.h): the admin thread checks
+ * the request and hands it to the storage thread that owns the stream's
+ * log, which writes the catalogue (fsync + rename) and applies the new
+ * bounds to the log at once; the admin thread waits for the answer with a
+ * timeout. Also the retention fields of GET /v1/streams. Admin thread and
+ * the storage threads, as each function says. */
+#include "broker/durable_admin.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "broker/durable_int.h"
+#include "felix/error.h"
+
+/* One change, shared by the waiting admin thread and the storage thread
+ * (the waiter may give up at its deadline while the change still runs). */
+typedef struct ret_msg {
+    fx_task task;
+    atomic_int refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    fxb_storage *st;
+    fx_stream_handle *h;
+    fx_broker_retention want;
+    int rv;
+    uint64_t bytes, seconds; /* the overrides afterwards */
+} ret_msg;
+
+static void ret_msg_unref(ret_msg *m)
+{
+    if (atomic_fetch_sub(&m->refs, 1) != 1)
+        return;
+    fx_stream_handle_unref(m->h);
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+/* Writes the new overrides of |s|'s stream to the catalogue. */
+static int catalogue_set(fxb_durable *d, dstream *s, ret_msg *m)
+{
+    const char *t = fx_stream_handle_tenant(s->h), *ns = fx_stream_handle_namespace(s->h),
+               *name = fx_stream_handle_stream(s->h);
+    pthread_mutex_lock(&d->cat_mu);
+    const fx_catalog_entry *e = fx_catalog_find(d->cat, t, ns, name);
+    int rv = -ENOENT;
+    if (e != NULL) {
+        m->bytes = m->want.set_bytes ? m->want.bytes : e->retention_bytes;
+        m->seconds = m->want.set_seconds ? m->want.seconds : e->retention_seconds;
+        rv = fx_catalog_set_retention(d->cat, t, ns, name, m->bytes, m->seconds);
+    }
+    pthread_mutex_unlock(&d->cat_mu);
+    return rv;
+}
+
+static void storage_on_retention(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    ret_msg *m = user;
+    int rv = FX_ENOSTREAM;
+    if (fx_stream_handle_is_active(m->h)) {
+        dstream *s = fxb_dstream_get(m->st, m->h);
+        rv = s == NULL ? FX_ESTORAGE_ERROR : s->open_rv;
+        if (rv == 0 && (rv = catalogue_set(m->st->d, s, m)) == 0)
+            fxb_dstream_set_retention(s, m->bytes, m->seconds, fx_loop_now(l));
+        if (rv != 0 && s != NULL)
+            fxb_dstream_log_error(s, "changing the retention overrides", rv);
+    }
+    pthread_mutex_lock(&m->mu);
+    m->rv = rv;
+    m->done = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    ret_msg_unref(m);
+}
+
+/* ---- admin thread ------------------------------------------------------------------ */
+
+static int err_set(fx_registry_err *err, int rv, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int err_set(fx_registry_err *err, int rv, const char *fmt, ...)
+{
+    if (err != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = rv;
+        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+        va_end(ap);
+    }
+    return rv;
+}
+
+static int check_bounds(const fx_broker_retention *r, fx_registry_err *err)
+{
+    if (r->set_bytes && r->bytes > FX_BROKER_RETENTION_MAX_BYTES)
+        return err_set(err, -ERANGE, "retention_bytes must be at most %llu (1024 TiB)",
+                       (unsigned long long)FX_BROKER_RETENTION_MAX_BYTES);
+    if (r->set_seconds && r->seconds > FX_BROKER_RETENTION_MAX_SECONDS)
+        return err_set(err, -ERANGE, "retention_seconds must be at most %llu (100000 hours)",
+                       (unsigned long long)FX_BROKER_RETENTION_MAX_SECONDS);
+    return 0;
+}
+
+typedef struct find_name {
+    const char *t, *ns, *s;
+    fx_stream_handle *h;
+} find_name;
+
+static void find_cb(fx_stream_handle *h, void *user)
+{
+    find_name *f = user;
+    if (f->h == NULL && fx_stream_handle_is_active(h) &&
+        strcmp(fx_stream_handle_tenant(h), f->t) == 0 &&
+        strcmp(fx_stream_handle_namespace(h), f->ns) == 0 &&
+        strcmp(fx_stream_handle_stream(h), f->s) == 0)
+        f->h = fx_stream_handle_ref(h);
+}
+
+/* Refuses a stream that is not durable, or a stated durability that is not
+ * the stream's. */
+static int check_durable(fx_stream_handle *h, int durable, fx_registry_err *err)
+{
+    bool is = fx_stream_handle_is_durable(h);
+    const char *t = fx_stream_handle_tenant(h), *ns = fx_stream_handle_namespace(h),
+               *s = fx_stream_handle_stream(h);
+    if (durable >= 0 && (durable == 1) != is)
+        return err_set(err, -EEXIST,
+                       "changing stream durability requires removal and recreation: tenant=%s "
+                       "namespace=%s stream=%s current=%s requested=%s",
+                       t, ns, s, is ? "true" : "false", durable == 1 ? "true" : "false");
+    if (!is)
+        return err_set(err, -EINVAL,
+                       "retention overrides apply to durable streams only; stream %s/%s/%s is "
+                       "kept in memory",
+                       t, ns, s);
+    return 0;
+}
+
+static struct timespec realtime_in(uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t until = (uint64_t)ts.tv_sec * FX_NS_PER_S + (uint64_t)ts.tv_nsec + ns;
+    return (struct timespec){.tv_sec = (time_t)(until / FX_NS_PER_S),
+                             .tv_nsec = (long)(until % FX_NS_PER_S)};
+}
+
+/* Runs |m| on its storage thread and waits for it. */
+static int run_on_storage(ret_msg *m, uint64_t timeout_ns)
+{
+    atomic_init(&m->refs, 2);
+    fx_task_init(&m->task, storage_on_retention, m);
+    fx_loop_post(m->st->loop, &m->task);
+    struct timespec until = realtime_in(timeout_ns);
+    pthread_mutex_lock(&m->mu);
+    while (!m->done && pthread_cond_timedwait(&m->cv, &m->mu, &until) == 0)
+        ;
+    int rv = m->done ? m->rv : FX_ETIMEDOUT;
+    pthread_mutex_unlock(&m->mu);
+    return rv;
+}
+
+int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char *ns,
+                                   const char *stream, const fx_broker_retention *r, int durable,
+                                   uint64_t timeout_ns, uint64_t *pbytes, uint64_t *pseconds,
+                                   fx_registry_err *err)
+{
+    int rv = check_bounds(r, err);
+    if (rv != 0)
+        return rv;
+    if (fxb_is_draining(b))
+        return err_set(err, FX_ESHUTDOWN, "%s", FXB_SHUTDOWN_TEXT);
+    find_name f = {.t = tenant, .ns = ns, .s = stream};
+    fx_registry_foreach(b->reg, find_cb, &f);
+    if (f.h == NULL)
+        return err_set(err, FX_ENOSTREAM, "stream not found: tenant=%s namespace=%s stream=%s",
+                       tenant, ns, stream);
+    if ((rv = check_durable(f.h, durable, err)) != 0 || b->dur == NULL) {
+        fx_stream_handle_unref(f.h);
+        return rv != 0 ? rv : err_set(err, -EINVAL, "this broker has no durable storage");
+    }
+    ret_msg *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        fx_stream_handle_unref(f.h);
+        return err_set(err, -ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    m->h = f.h; /* the message's reference */
+    m->st = fxb_worker_for(b, f.h)->dur->st;
+    m->want = *r;
+    rv = run_on_storage(m, timeout_ns);
+    if (rv == 0) {
+        if (pbytes != NULL)
+            *pbytes = m->bytes;
+        if (pseconds != NULL)
+            *pseconds = m->seconds;
+        FX_LOG_INFO("storage",
+                    "retention overrides of %s/%s/%s: bytes=%" PRIu64 " seconds=%" PRIu64
+                    " (0: the broker's setting)",
+                    tenant, ns, stream, m->bytes, m->seconds);
+    } else if (rv == FX_ETIMEDOUT) {
+        err_set(err, rv, "the storage thread of stream %s/%s/%s did not answer in time", tenant, ns,
+                stream);
+    } else if (rv == FX_ENOSTREAM) {
+        err_set(err, rv, "stream not found: tenant=%s namespace=%s stream=%s", tenant, ns, stream);
+    } else {
+        err_set(err, rv, "cannot change the retention of %s/%s/%s: %s", tenant, ns, stream,
+                fx_strerror(rv));
+    }
+    ret_msg_unref(m);
+    return rv;
+}
+
+void fxb_durable_describe_retention(fx_broker *b, const fx_stream_handle *h, json_t *e)
+{
+    uint64_t v[2] = {0};
+    fxb_durable *d = b->dur;
+    if (d != NULL && fx_stream_handle_is_durable(h)) {
+        pthread_mutex_lock(&d->cat_mu);
+        const fx_catalog_entry *ce =
+            fx_catalog_find(d->cat, fx_stream_handle_tenant(h), fx_stream_handle_namespace(h),
+                            fx_stream_handle_stream(h));
+        if (ce != NULL) {
+            v[0] = ce->retention_bytes;
+            v[1] = ce->retention_seconds;
+        }
+        pthread_mutex_unlock(&d->cat_mu);
+    }
+    const char *keys[2] = {"retention_bytes", "retention_seconds"};
+    for (size_t i = 0; i < 2; i++)
+        json_object_set_new(e, keys[i], v[i] != 0 ? json_integer((json_int_t)v[i]) : json_null());
+}
+
+/* ---- per-stream gauges ---------------------------------------------------------------- */
+
+/* Scrape (admin thread): one row per open log, under |cat_mu| (an entry
+ * leaves the list under it before it is freed). */
+static void on_collect(void *user, fx_mstream_emit_fn emit, void *sink)
+{
+    fxb_durable *d = user;
+    pthread_mutex_lock(&d->cat_mu);
+    for (const dstats *x = d->stats; x != NULL; x = x->next) {
+        fx_mstream_row r = {.tenant = fx_stream_handle_tenant(x->h),
+                            .ns = fx_stream_handle_namespace(x->h),
+                            .stream = fx_stream_handle_stream(x->h)};
+        r.v[FX_MSTREAM_BYTES_ON_DISK] =
+            (int64_t)atomic_load_explicit(&x->bytes, memory_order_relaxed);
+        r.v[FX_MSTREAM_SEGMENTS] =
+            (int64_t)atomic_load_explicit(&x->segments, memory_order_relaxed);
+        r.v[FX_MSTREAM_FIRST_OFFSET] =
+            (int64_t)atomic_load_explicit(&x->first, memory_order_relaxed);
+        r.v[FX_MSTREAM_NEXT_OFFSET] =
+            (int64_t)atomic_load_explicit(&x->next_off, memory_order_relaxed);
+        emit(sink, &r);
+    }
+    pthread_mutex_unlock(&d->cat_mu);
+}
+
+void fxb_durable_metrics_start(fxb_durable *d)
+{
+    d->msrc = (fx_mstream_source){.on_collect = on_collect, .user = d};
+    fx_metrics_stream_source_add(&d->msrc);
+}
+
+void fxb_durable_metrics_stop(fxb_durable *d)
+{
+    if (d->msrc.on_collect != NULL)
+        fx_metrics_stream_source_remove(&d->msrc);
+    d->msrc.on_collect = NULL;
+}
