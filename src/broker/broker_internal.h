@@ -412,6 +412,7 @@ struct fxb_sub {
     fx_backlog backlog;
     size_t backlog_pos;
     fx_coalescer co;
+    bool co_history; /* the delivery |co| carries came from the backlog */
     bool registered;
     int reg_rv;
     uint64_t available;
@@ -655,10 +656,12 @@ typedef enum fxb_lane_result {
     FXB_LANE_CLOSED,     /* the subscription closed: the list is freed */
 } fxb_lane_result;
 /* Queues |l| (taken) on |sub|'s own queue under a slot of its lane, applying
- * the lane policy (subscriber_lane_queue_policy) when the lane is full. The
- * feeder goes on after QUEUED or SHED and stops after PARKED or CLOSED.
- * Worker. */
-fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l);
+ * the lane policy (subscriber_lane_queue_policy) when the lane is full. A
+ * |history| list (one holding the subscription's catch-up backlog: the ring
+ * snapshot or pages replayed from disk) is never shed: a full lane parks it
+ * as under block. The feeder goes on after QUEUED or SHED and stops after
+ * PARKED or CLOSED. Worker. */
+fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history);
 /* Gives back one slot of |ln| (a list was sent, or discarded with its closed
  * subscription); resumes parked feeders. Any thread. */
 void fxb_lane_release(fxb_lane *ln);

@@ -25,6 +25,8 @@ void fxb_feeder_wake(fx_subscriber *s, void *user)
 typedef struct feed_pull {
     fxb_sub *sub;
     fx_subscriber_puller live;
+    bool history; /* the list being built holds backlog (catch-up) items */
+    bool last;    /* the last delivery pulled came from the backlog */
 } feed_pull;
 
 static bool pull_cb(void *user, fx_env_item *out)
@@ -36,10 +38,12 @@ static bool pull_cb(void *user, fx_env_item *out)
         (!fxb_replay_holds(sub) && sub->backlog_pos < sub->backlog.n)) {
         *out = sub->backlog.items[sub->backlog_pos];
         sub->backlog.items[sub->backlog_pos++].env = NULL; /* ownership moves */
+        p->history = p->last = true;
         return true;
     }
     if (sub->replay != NULL)
         return false; /* a page is being read (or the replay failed): the live queue waits */
+    p->last = false;
     return fx_subscriber_pull(&p->live, out);
 }
 
@@ -86,10 +90,11 @@ static void request_fin(fxb_sub *sub)
     fxb_conn_kick_writer(sub->conn);
 }
 
-/* Pushes |l| to the lane; false when the feeder must stop (parked or closed). */
-static bool pushed(fxb_sub *sub, fx_frame_list *l)
+/* Pushes |l| to the lane; false when the feeder must stop (parked or closed).
+ * A |history| list waits for room instead of being shed (fxb_lane_push). */
+static bool pushed(fxb_sub *sub, fx_frame_list *l, bool history)
 {
-    fxb_lane_result r = fxb_lane_push(sub, l);
+    fxb_lane_result r = fxb_lane_push(sub, l, history);
     return r == FXB_LANE_QUEUED || r == FXB_LANE_SHED;
 }
 
@@ -106,7 +111,9 @@ static void feed(fxb_sub *sub, fx_loop *l, bool waited)
     if (sub->held != NULL) {
         fx_frame_list *h = sub->held;
         sub->held = NULL;
-        if (!pushed(sub, h))
+        /* A held list was parked, so it is pushed the way it was (blocking):
+         * under a shedding policy only history lists are ever held. */
+        if (!pushed(sub, h, true))
             return;
     }
     if (!waited && !sub->ending && should_wait(sub, l))
@@ -125,7 +132,10 @@ static void feed(fxb_sub *sub, fx_loop *l, bool waited)
         if (fl == NULL)
             return; /* retried at the next wake */
         fl->n = 0;
+        /* The delivery carried from the last list starts this one. */
+        p.history = p.last = sub->co_history && fx_coalescer_has_pending(&sub->co);
         int rv = fx_coalesce_next(&sub->co, pull_cb, &p, &co, fl);
+        sub->co_history = p.last; /* a carried delivery is the last one pulled */
         if (rv != 0)
             FX_LOG_ERROR("broker", "subscription %llu: encoding failed: %s",
                          (unsigned long long)sub->id, fx_strerror(rv));
@@ -135,7 +145,7 @@ static void feed(fxb_sub *sub, fx_loop *l, bool waited)
                 request_fin(sub);
             return;
         }
-        if (!pushed(sub, fl))
+        if (!pushed(sub, fl, p.history))
             return;
     }
     fxb_sub_post(sub, l, &sub->feed_task); /* more may be queued: yield first */

@@ -247,7 +247,7 @@ static fxb_lane_result lane_enqueue(fxb_sub *sub, fx_frame_list *l)
     return FXB_LANE_SHED;
 }
 
-fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l)
+fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history)
 {
     fxb_lane *ln = sub->ln;
     fxb_lane_result r;
@@ -259,7 +259,10 @@ fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l)
                 return r;
             break;
         }
-        switch (sub->b->o.subscriber_lane_queue_policy) {
+        /* History (the ring snapshot or pages read from disk) is pulled at
+         * the subscriber's own pace: a full lane parks its feeder whatever
+         * the policy, which governs live deliveries only. */
+        switch (history ? FX_QUEUE_BLOCK : sub->b->o.subscriber_lane_queue_policy) {
         case FX_QUEUE_DROP_OLD: {
             /* Only this subscription's own oldest queued list may go: its
              * slot passes to |l|. With nothing of its own queued (its

@@ -120,7 +120,55 @@ static void test_replay_seeks_with_the_sparse_index_past_damage_before_its_entry
     rm_tree(root);
 }
 
+/* A catching-up subscriber under the shipped shedding lane policy (drop_new)
+ * slows its own replay instead of losing it: its client reads nothing for a
+ * while (a 4 KiB stream window and a 4-event queue), so its one-list lane
+ * stays full, and the history from disk waits for room. Every record arrives
+ * in order and the lane counts no drop. */
+static void test_replay_on_a_full_shedding_lane_waits_and_loses_nothing(void **state)
+{
+    (void)state;
+    char root[64] = "/tmp/fxdrpXXXXXX", msg[32];
+    assert_non_null(mkdtemp(root));
+    E *e = e_new();
+    e->bo.durable.dir = root;
+    e->bo.durable.fsync_mode = FX_FSYNC_NONE;
+    e->bo.log_capacity = 8;
+    e->bo.subscriber_lane_queue_policy = FX_QUEUE_DROP_NEW;
+    e->bo.subscriber_lane_queue_depth = 1;
+    e->bo.fanout_batch_size = 1; /* one event per list: many pushes */
+    e_start(e);
+    http_resp r;
+    http_body(e, "PUT", "/v1/streams/" T "/" NS "/h", "{\"durable\": true}", &r);
+    assert_int_equal(r.status, 201);
+    fx_client *pub = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    enum { N = 2000 };
+    for (int i = 0; i < N; i++) {
+        snprintf(msg, sizeof(msg), "p%04d", i);
+        assert_int_equal(fx_publish(pub, NS, "h", msg, strlen(msg), FX_ACK_PER_MESSAGE), 0);
+    }
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 4096, 4);
+    fx_start st = {.kind = FX_START_EARLIEST};
+    fx_subscription *s = fix_subscribe(c, "h", &st);
+    usleep(300 * 1000); /* the reader stalls: the lane fills */
+    for (int i = 0; i < N; i++) {
+        snprintf(msg, sizeof(msg), "p%04d", i);
+        expect_event(s, (uint64_t)i, msg);
+    }
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, subscriber_lane_dropped), 0);
+    assert_true(DELTA(a, b, storage_replay_records) >= N - 8);
+    fx_unsubscribe(s);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    assert_int_equal(fx_client_close(pub, HANG_MS), 0);
+    e_free(e);
+    rm_tree(root);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_replay_on_a_full_shedding_lane_waits_and_loses_nothing),
     cmocka_unit_test(test_replay_seeks_with_the_sparse_index_past_damage_before_its_entry),
 };
 FX_TEST_MAIN(tests)

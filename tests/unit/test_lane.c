@@ -135,19 +135,19 @@ static void test_a_list_holds_its_slot_until_the_writer_releases_it(void **state
     fix *f = lanes(1, FX_BROKER_LANE_AUTO, FX_QUEUE_DROP_NEW, 2);
     fxb_sub *sub = fix_sub(f, 1);
     fxb_lane *ln = sub->ln;
-    assert_int_equal(fxb_lane_push(sub, fix_list(1, 0)), FXB_LANE_QUEUED);
-    assert_int_equal(fxb_lane_push(sub, fix_list(1, 1)), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(sub, fix_list(1, 0), false), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(sub, fix_list(1, 1), false), FXB_LANE_QUEUED);
     assert_int_equal(atomic_load(&ln->count), 2);
     fix_drain(f);
     assert_true(f->writer_kicks >= 1);
     void *item;
     assert_int_equal(fx_queue_pop(&sub->lane, &item), 0); /* being written */
     assert_int_equal(atomic_load(&ln->count), 2);
-    assert_int_equal(fxb_lane_push(sub, fix_list(1, 2)), FXB_LANE_SHED);
+    assert_int_equal(fxb_lane_push(sub, fix_list(1, 2), false), FXB_LANE_SHED);
     fxb_frame_list_free(item);
     fxb_lane_release(ln); /* handed to QUIC */
     assert_int_equal(atomic_load(&ln->count), 1);
-    assert_int_equal(fxb_lane_push(sub, fix_list(1, 3)), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(sub, fix_list(1, 3), false), FXB_LANE_QUEUED);
     assert_int_equal(fix_write_one(sub), 1);
     assert_int_equal(fix_write_one(sub), 3);
     assert_int_equal(atomic_load(&ln->count), 0);
@@ -165,10 +165,10 @@ static void test_drop_new_sheds_the_new_list_and_counts_it(void **state)
     fxb_sub *a = fix_sub(f, 1), *b = fix_sub(f, 2); /* one lane, shared */
     fx_metrics_snapshot s0, s1;
     fx_metrics_snapshot_take(&s0);
-    assert_int_equal(fxb_lane_push(a, fix_list(3, 0)), FXB_LANE_QUEUED);
-    assert_int_equal(fxb_lane_push(a, fix_list(3, 3)), FXB_LANE_QUEUED);
-    assert_int_equal(fxb_lane_push(b, fix_list(5, 0)), FXB_LANE_SHED);
-    assert_int_equal(fxb_lane_push(a, fix_list(2, 6)), FXB_LANE_SHED);
+    assert_int_equal(fxb_lane_push(a, fix_list(3, 0), false), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(a, fix_list(3, 3), false), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(b, fix_list(5, 0), false), FXB_LANE_SHED);
+    assert_int_equal(fxb_lane_push(a, fix_list(2, 6), false), FXB_LANE_SHED);
     fx_metrics_snapshot_take(&s1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 2);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped_events), 7);
@@ -191,9 +191,9 @@ static void test_drop_old_evicts_only_the_same_subscriptions_oldest(void **state
     fxb_sub *a = fix_sub(f, 1), *b = fix_sub(f, 2);
     fx_metrics_snapshot s0, s1;
     fx_metrics_snapshot_take(&s0);
-    assert_int_equal(fxb_lane_push(a, fix_list(3, 0)), FXB_LANE_QUEUED);
-    assert_int_equal(fxb_lane_push(b, fix_list(4, 0)), FXB_LANE_QUEUED);
-    assert_int_equal(fxb_lane_push(a, fix_list(1, 3)), FXB_LANE_QUEUED); /* evicts a's 0..2 */
+    assert_int_equal(fxb_lane_push(a, fix_list(3, 0), false), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(b, fix_list(4, 0), false), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(a, fix_list(1, 3), false), FXB_LANE_QUEUED); /* evicts a's 0..2 */
     fx_metrics_snapshot_take(&s1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped_events), 3);
@@ -202,9 +202,9 @@ static void test_drop_old_evicts_only_the_same_subscriptions_oldest(void **state
     assert_int_equal(atomic_load(&a->ln->count), 2);
     /* b's own list is untouched; a neighbour's full lane sheds c's only. */
     assert_int_equal(fix_write_one(b), 0);
-    assert_int_equal(fxb_lane_push(a, fix_list(1, 4)), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(a, fix_list(1, 4), false), FXB_LANE_QUEUED);
     fxb_sub *c = fix_sub(f, 3);
-    assert_int_equal(fxb_lane_push(c, fix_list(6, 0)), FXB_LANE_SHED);
+    assert_int_equal(fxb_lane_push(c, fix_list(6, 0), false), FXB_LANE_SHED);
     fx_metrics_snapshot_take(&s1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 2);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped_events), 9);
@@ -226,9 +226,9 @@ static void test_block_parks_the_feeder_until_a_slot_is_released(void **state)
     fxb_sub *a = fix_sub(f, 1), *b = fix_sub(f, 2);
     fx_metrics_snapshot s0, s1;
     fx_metrics_snapshot_take(&s0);
-    assert_int_equal(fxb_lane_push(a, fix_list(1, 0)), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(a, fix_list(1, 0), false), FXB_LANE_QUEUED);
     fx_frame_list *l = fix_list(1, 0);
-    assert_int_equal(fxb_lane_push(b, l), FXB_LANE_PARKED);
+    assert_int_equal(fxb_lane_push(b, l, false), FXB_LANE_PARKED);
     assert_ptr_equal(b->held, l);
     assert_true(b->lane_parked);
     assert_int_equal(atomic_load(&b->ln->nwaiters), 1);
@@ -242,7 +242,7 @@ static void test_block_parks_the_feeder_until_a_slot_is_released(void **state)
     /* The feeder retries the held list (as feeder.c does) and it goes in. */
     b->held = NULL;
     b->lane_parked = false;
-    assert_int_equal(fxb_lane_push(b, l), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(b, l, false), FXB_LANE_QUEUED);
     fx_metrics_snapshot_take(&s1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 0);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped_events), 0);
@@ -256,6 +256,49 @@ static void test_block_parks_the_feeder_until_a_slot_is_released(void **state)
 
 /* A closed subscription's push is CLOSED: the list is freed, no slot taken,
  * nothing counted as a drop (whatever the policy). */
+/* History (a catch-up backlog from the ring or from disk) is never shed: on a
+ * full drop_new or drop_old lane it parks like block, while live lists of the
+ * same subscription are still shed by the policy. */
+static void test_history_parks_on_a_full_shedding_lane_instead_of_shedding(void **state)
+{
+    fx_queue_policy policies[] = {FX_QUEUE_DROP_NEW, FX_QUEUE_DROP_OLD};
+    for (size_t i = 0; i < 2; i++) {
+        fix *f = lanes(1, FX_BROKER_LANE_AUTO, policies[i], 1);
+        fxb_sub *a = fix_sub(f, 1);
+        fx_metrics_snapshot s0, s1;
+        fx_metrics_snapshot_take(&s0);
+        assert_int_equal(fxb_lane_push(a, fix_list(2, 0), true), FXB_LANE_QUEUED);
+        fx_frame_list *l = fix_list(2, 2);
+        assert_int_equal(fxb_lane_push(a, l, true), FXB_LANE_PARKED);
+        assert_ptr_equal(a->held, l);
+        assert_int_equal(atomic_load(&a->ln->nwaiters), 1);
+        fx_metrics_snapshot_take(&s1);
+        assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 0);
+        assert_int_equal(fix_write_one(a), 0); /* the slot comes back: a resumes */
+        assert_int_equal(atomic_load(&a->ln->nwaiters), 0);
+        assert_true(atomic_load(&a->lane_resumed));
+        fix_drain(f);
+        a->held = NULL;
+        a->lane_parked = false;
+        assert_int_equal(fxb_lane_push(a, l, true), FXB_LANE_QUEUED);
+        /* A live list on the full lane follows the policy: drop_new sheds
+         * it; drop_old evicts the subscription's own oldest queued list
+         * (here the last history list: its catch-up was handed over) for it. */
+        fxb_lane_result r = fxb_lane_push(a, fix_list(1, 4), false);
+        if (policies[i] == FX_QUEUE_DROP_NEW) {
+            assert_int_equal(r, FXB_LANE_SHED);
+            assert_int_equal(fix_write_one(a), 2);
+        } else {
+            assert_int_equal(r, FXB_LANE_QUEUED);
+            assert_int_equal(fix_write_one(a), 4);
+        }
+        fx_metrics_snapshot_take(&s1);
+        assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 1);
+        fix_sub_free(a);
+        fix_free(f);
+    }
+}
+
 static void test_push_after_close_is_closed_and_not_a_drop(void **state)
 {
     fx_queue_policy policies[] = {FX_QUEUE_DROP_NEW, FX_QUEUE_DROP_OLD, FX_QUEUE_BLOCK};
@@ -265,7 +308,7 @@ static void test_push_after_close_is_closed_and_not_a_drop(void **state)
         fx_metrics_snapshot s0, s1;
         fx_metrics_snapshot_take(&s0);
         atomic_store(&a->closed, true);
-        assert_int_equal(fxb_lane_push(a, fix_list(4, 0)), FXB_LANE_CLOSED);
+        assert_int_equal(fxb_lane_push(a, fix_list(4, 0), false), FXB_LANE_CLOSED);
         assert_int_equal(atomic_load(&a->ln->count), 0);
         fx_metrics_snapshot_take(&s1);
         assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 0);
@@ -280,8 +323,8 @@ static void test_unpark_of_a_closed_subscription_is_never_resumed(void **state)
 {
     fix *f = lanes(1, FX_BROKER_LANE_AUTO, FX_QUEUE_BLOCK, 1);
     fxb_sub *a = fix_sub(f, 1), *b = fix_sub(f, 2);
-    assert_int_equal(fxb_lane_push(a, fix_list(1, 0)), FXB_LANE_QUEUED);
-    assert_int_equal(fxb_lane_push(b, fix_list(1, 0)), FXB_LANE_PARKED);
+    assert_int_equal(fxb_lane_push(a, fix_list(1, 0), false), FXB_LANE_QUEUED);
+    assert_int_equal(fxb_lane_push(b, fix_list(1, 0), false), FXB_LANE_PARKED);
     atomic_store(&b->closed, true);
     fxb_lane_unpark(b);
     assert_int_equal(atomic_load(&b->ln->nwaiters), 0);
@@ -308,6 +351,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_drop_new_sheds_the_new_list_and_counts_it),
     cmocka_unit_test(test_drop_old_evicts_only_the_same_subscriptions_oldest),
     cmocka_unit_test(test_block_parks_the_feeder_until_a_slot_is_released),
+    cmocka_unit_test(test_history_parks_on_a_full_shedding_lane_instead_of_shedding),
     cmocka_unit_test(test_push_after_close_is_closed_and_not_a_drop),
     cmocka_unit_test(test_unpark_of_a_closed_subscription_is_never_resumed),
 };
