@@ -365,8 +365,10 @@ int fx_quic_stream_consume(fx_quic_conn *c, int64_t sid, size_t n);
 int fx_quic_stream_shutdown(fx_quic_conn *c, int64_t sid);
 
 /* Abandons |sid| in both directions with |app_code| (RESET_STREAM and
- * STOP_SENDING); queued buffers are released at once. Returns 0 or
- * FX_ENOSTREAM. */
+ * STOP_SENDING). Queued bytes never written into a packet are released at
+ * once; bytes already sent stay referenced until acked or the stream
+ * closes (on_stream_close, or the connection's end), because ngtcp2 may
+ * resend them until then. Returns 0 or FX_ENOSTREAM. */
 int fx_quic_stream_reset(fx_quic_conn *c, int64_t sid, uint64_t app_code);
 
 /* ---- loops and placement ------------------------------------------------ */
