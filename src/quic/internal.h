@@ -70,7 +70,7 @@ typedef struct qstream {
     uint64_t acked_end;            /* every byte before it is acked */
     bool fin_queued, fin_sent, shut_wr;
     bool reset_seen; /* the peer reset its side */
-    bool want_sent;  /* fx_quic_stream_is_sending said yes: tell once all is written */
+    bool want_sent;  /* fx_quic_stream_notify_sent said yes: tell once all is written */
     uint64_t reset_code;
     void *user;
 } qstream;

@@ -387,12 +387,24 @@ int fx_quic_stream_send(fx_quic_conn *c, int64_t sid, fx_buf *buf, size_t off, s
     return 0;
 }
 
-bool fx_quic_stream_is_sending(fx_quic_conn *c, int64_t sid)
+/* The stream of |sid| while it has bytes not yet written, else NULL. */
+static qstream *sending_stream(fx_quic_conn *c, int64_t sid)
 {
     if (c->closing || c->dead)
-        return false;
+        return NULL;
     qstream *s = fx_quic_stream_find(c, sid);
-    if (s == NULL || s->wr == NULL)
+    return s != NULL && s->wr != NULL ? s : NULL;
+}
+
+bool fx_quic_stream_is_sending(fx_quic_conn *c, int64_t sid)
+{
+    return sending_stream(c, sid) != NULL;
+}
+
+bool fx_quic_stream_notify_sent(fx_quic_conn *c, int64_t sid)
+{
+    qstream *s = sending_stream(c, sid);
+    if (s == NULL)
         return false;
     s->want_sent = true;
     return true;

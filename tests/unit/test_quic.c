@@ -614,6 +614,33 @@ static void test_shared_buffer_referenced_per_stream_released_on_ack(void **stat
     h_free(t);
 }
 
+static bool client_all_acked(h *t)
+{
+    return fx_quic_conn_unacked(t->c.conn) == 0;
+}
+
+/* fx_quic_stream_is_sending is a question: no on_writable follows it.
+ * fx_quic_stream_notify_sent asks for exactly one, after the write. */
+static void test_is_sending_only_asks_and_notify_sent_reports_once_written(void **state)
+{
+    h *t = h_connected();
+    t->s.mode = M_SINK;
+    int64_t sid = open_bidi(t);
+    assert_int_equal(fx_quic_stream_send(t->c.conn, sid, t->pat, 0, 1u << 20, false), 0);
+    assert_true(fx_quic_stream_is_sending(t->c.conn, sid)); /* this turn's write is due */
+    assert_true(run_until(t, client_all_acked, 10000));
+    assert_false(fx_quic_stream_is_sending(t->c.conn, sid));
+    assert_int_equal(t->c.writable, 0);
+    assert_false(fx_quic_stream_notify_sent(t->c.conn, sid)); /* nothing left to write */
+    assert_int_equal(fx_quic_stream_send(t->c.conn, sid, t->pat, 0, 1u << 20, false), 0);
+    assert_true(fx_quic_stream_notify_sent(t->c.conn, sid));
+    assert_true(run_until(t, client_all_acked, 10000));
+    run_for(t, 20);
+    assert_int_equal(t->c.writable, 1);
+    assert_false(fx_quic_stream_is_sending(t->c.conn, 4));    /* no such stream */
+    h_free(t);
+}
+
 /* Keeps up to |max_inflight| short echo streams open until |want_streams|
  * have finished. */
 static void streams_tick(h *t)
@@ -1636,6 +1663,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_second_server_on_same_port_refused),
     cmocka_unit_test(test_many_small_sends_arrive_in_order),
     cmocka_unit_test(test_shared_buffer_referenced_per_stream_released_on_ack),
+    cmocka_unit_test(test_is_sending_only_asks_and_notify_sent_reports_once_written),
     cmocka_unit_test(test_thousands_of_streams_open_close_on_one_connection),
     cmocka_unit_test(test_server_uni_streams_open_close_beyond_client_limit),
     cmocka_unit_test(test_wrong_ca_refused),
