@@ -637,7 +637,7 @@ static void test_is_sending_only_asks_and_notify_sent_reports_once_written(void 
     assert_true(run_until(t, client_all_acked, 10000));
     run_for(t, 20);
     assert_int_equal(t->c.writable, 1);
-    assert_false(fx_quic_stream_is_sending(t->c.conn, 4));    /* no such stream */
+    assert_false(fx_quic_stream_is_sending(t->c.conn, 4)); /* no such stream */
     h_free(t);
 }
 
