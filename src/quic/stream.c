@@ -196,6 +196,30 @@ static void free_unsent(fx_quic_conn *c, qchunk *k)
     }
 }
 
+/* Cuts the queue of |s| after the last byte handed to ngtcp2 and frees the
+ * rest (a partly sent chunk keeps only its sent bytes). */
+static void drop_unsent(fx_quic_conn *c, qstream *s)
+{
+    qchunk *keep = NULL, *k = s->head;
+    if (s->wr == NULL)
+        return;
+    for (; k != s->wr; k = k->next)
+        keep = k;
+    if (s->wr_off > 0) {
+        c->unacked -= k->len - s->wr_off;
+        k->end -= k->len - s->wr_off;
+        k->len = s->wr_off;
+        keep = k;
+        k = k->next;
+    }
+    if (keep != NULL)
+        keep->next = NULL;
+    else
+        s->head = NULL;
+    s->tail = keep;
+    free_unsent(c, k);
+}
+
 void fx_quic_stream_stop_writing(fx_quic_conn *c, qstream *s)
 {
     /* ngtcp2 0.12 keeps the STREAM frames it already sent in its
@@ -203,25 +227,7 @@ void fx_quic_stream_stop_writing(fx_quic_conn *c, qstream *s)
      * bytes when they are declared lost, until the stream closes. So only
      * the bytes it never saw go now; the rest wait for their ack or for
      * the stream's close (fx_quic_stream_destroy). */
-    qchunk *keep = NULL, *k = s->head;
-    if (s->wr != NULL) {
-        for (; k != s->wr; k = k->next)
-            keep = k;
-        if (s->wr_off > 0) {
-            /* Partly sent: ngtcp2 knows its first |wr_off| bytes only. */
-            c->unacked -= k->len - s->wr_off;
-            k->end -= k->len - s->wr_off;
-            k->len = s->wr_off;
-            keep = k;
-            k = k->next;
-        }
-        if (keep != NULL)
-            keep->next = NULL;
-        else
-            s->head = NULL;
-        s->tail = keep;
-        free_unsent(c, k);
-    }
+    drop_unsent(c, s);
     s->wr = NULL;
     s->wr_off = 0;
     s->queued_end = s->sent_end;
