@@ -1535,8 +1535,7 @@ static void echo_on(h *t, fx_quic_conn *c, uint64_t len)
     assert_false(st_of(&t->c, g_sid)->bad);
 }
 
-static void
-test_reload_credentials_serves_new_cert_to_new_connections_and_keeps_old_ones(void **state)
+static void test_reload_credentials_serve_new_connections_and_keep_old_ones(void **state)
 {
     h *t = h_new();
     static char cert[128], key[128];
@@ -1622,8 +1621,7 @@ static void test_ipv6_loopback_handshake(void **state)
     h_free(t);
 }
 
-static void
-test_dual_stack_server_serves_ipv4_and_ipv6_clients_from_one_client_endpoint(void **state)
+static void test_dual_stack_server_serves_ipv4_and_ipv6_from_one_client_endpoint(void **state)
 {
     if (!has_ipv6_loopback())
         fx_test_skip("no IPv6 loopback (::1) on this host");
@@ -1695,9 +1693,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_many_connections_open_close),
     cmocka_unit_test(test_credit_not_granted_until_consumed),
     cmocka_unit_test(test_unacked_cap_refuses_then_reports_writable),
-    cmocka_unit_test(test_reload_credentials_serves_new_cert_to_new_connections_and_keeps_old_ones),
+    cmocka_unit_test(test_reload_credentials_serve_new_connections_and_keep_old_ones),
     cmocka_unit_test(test_reload_credentials_with_bad_file_keeps_old_certificate),
     cmocka_unit_test(test_ipv6_loopback_handshake),
-    cmocka_unit_test(test_dual_stack_server_serves_ipv4_and_ipv6_clients_from_one_client_endpoint),
+    cmocka_unit_test(test_dual_stack_server_serves_ipv4_and_ipv6_from_one_client_endpoint),
 };
 FX_TEST_MAIN(tests)
