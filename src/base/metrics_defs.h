@@ -57,6 +57,9 @@
     G(ingress_reserved_bytes, "felix_broker_ingress_reserved_bytes", "",                           \
       "Bytes reserved by frame headers for frames not yet complete and admitted, all "             \
       "connections")                                                                               \
+    G(preauth_held_bytes, "felix_broker_preauth_held_bytes", "",                                   \
+      "Frame bytes held for client streams that have not authenticated, all connections "          \
+      "(at most preauth_max_bytes)")                                                               \
     C(preauth_conn_auth_timeout, "felix_broker_preauth_connections_closed_total",                  \
       "reason=auth_timeout",                                                                       \
       "Connections closed before authenticating: auth_timeout (no stream authenticated within "    \
@@ -76,35 +79,47 @@
       "Client streams refused before authenticating: unauth_streams "                              \
       "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
       " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
-      "auth_rate (auth_rate_per_ip)")                                                              \
+      "auth_rate (auth_rate_per_ip), preauth_max_bytes (pre-auth frame bytes of all "              \
+      "connections)")                                                                              \
     C(preauth_frame_too_large, "felix_broker_preauth_streams_refused_total",                       \
       "reason=frame_too_large",                                                                    \
       "Client streams refused before authenticating: unauth_streams "                              \
       "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
       " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
-      "auth_rate (auth_rate_per_ip)")                                                              \
+      "auth_rate (auth_rate_per_ip), preauth_max_bytes (pre-auth frame bytes of all "              \
+      "connections)")                                                                              \
     C(preauth_bytes, "felix_broker_preauth_streams_refused_total", "reason=preauth_bytes",         \
       "Client streams refused before authenticating: unauth_streams "                              \
       "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
       " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
-      "auth_rate (auth_rate_per_ip)")                                                              \
+      "auth_rate (auth_rate_per_ip), preauth_max_bytes (pre-auth frame bytes of all "              \
+      "connections)")                                                                              \
     C(preauth_protocol_error, "felix_broker_preauth_streams_refused_total",                        \
       "reason=protocol_error",                                                                     \
       "Client streams refused before authenticating: unauth_streams "                              \
       "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
       " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
-      "auth_rate (auth_rate_per_ip)")                                                              \
+      "auth_rate (auth_rate_per_ip), preauth_max_bytes (pre-auth frame bytes of all "              \
+      "connections)")                                                                              \
     C(preauth_stream_auth_timeout, "felix_broker_preauth_streams_refused_total",                   \
       "reason=auth_timeout",                                                                       \
       "Client streams refused before authenticating: unauth_streams "                              \
       "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
       " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
-      "auth_rate (auth_rate_per_ip)")                                                              \
+      "auth_rate (auth_rate_per_ip), preauth_max_bytes (pre-auth frame bytes of all "              \
+      "connections)")                                                                              \
     C(preauth_auth_rate, "felix_broker_preauth_streams_refused_total", "reason=auth_rate",         \
       "Client streams refused before authenticating: unauth_streams "                              \
       "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
       " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
-      "auth_rate (auth_rate_per_ip)")                                                              \
+      "auth_rate (auth_rate_per_ip), preauth_max_bytes (pre-auth frame bytes of all "              \
+      "connections)")                                                                              \
+    C(preauth_max_bytes, "felix_broker_preauth_streams_refused_total", "reason=preauth_max_bytes", \
+      "Client streams refused before authenticating: unauth_streams "                              \
+      "(max_unauth_streams_per_conn), frame_too_large (a frame over 64 KiB), preauth_bytes (the"   \
+      " connection's pre-auth frame bytes), protocol_error, auth_timeout (auth_timeout_ms), "      \
+      "auth_rate (auth_rate_per_ip), preauth_max_bytes (pre-auth frame bytes of all "              \
+      "connections)")                                                                              \
     C(broker_auth_expired, "felix_broker_auth_lapsed_total", "reason=expired",                     \
       "Authenticated streams and subscriptions ended because their credentials lapsed: expired "   \
       "(exp plus leeway passed), key_removed (a key set reload removed the signing key)")          \

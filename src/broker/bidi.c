@@ -58,9 +58,24 @@ static void on_stream_auth_timeout(fx_loop *l, fx_timer *t, void *user)
     fxb_bidi_fail(s, "no auth within auth_timeout_ms");
 }
 
+/* Takes |n| bytes of the process-wide pre-auth allowance; false when that
+ * would pass preauth_max_bytes. */
+static bool preauth_take(fx_broker *b, uint64_t n)
+{
+    uint64_t cap = b->o.preauth_max_bytes;
+    uint_fast64_t cur = atomic_load_explicit(&b->preauth_bytes, memory_order_relaxed);
+    do {
+        if (n > cap || cur > cap - n)
+            return false;
+    } while (!atomic_compare_exchange_weak_explicit(&b->preauth_bytes, &cur, cur + n,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    return true;
+}
+
 /* The frame whose header was just read before auth is held in the decoder,
  * never in the publish byte budget: count it against the connection's small
- * pre-auth allowance instead. Returns 0 or -1 (|s| failed). */
+ * pre-auth allowance and the broker's (preauth_max_bytes) instead. Returns 0
+ * or -1 (|s| failed). */
 static int preauth_charge(fxb_bidi *s, size_t n)
 {
     fxb_conn *c = s->conn;
@@ -70,13 +85,24 @@ static int preauth_charge(fxb_bidi *s, size_t n)
         fxb_bidi_fail(s, "too many pre-auth frame bytes on the connection");
         return -1;
     }
+    if (!preauth_take(c->b, n)) {
+        FX_COUNTER_INC(preauth_max_bytes);
+        preauth_log(s, "unauthenticated streams hold preauth_max_bytes");
+        fxb_bidi_fail(s, "too many pre-auth frame bytes in the broker");
+        return -1;
+    }
     c->preauth_bytes += n;
     s->preauth_charge = n;
+    FX_GAUGE_ADD(preauth_held_bytes, n);
     return 0;
 }
 
 static void preauth_uncharge(fxb_bidi *s)
 {
+    if (s->preauth_charge == 0)
+        return;
+    atomic_fetch_sub_explicit(&s->conn->b->preauth_bytes, s->preauth_charge, memory_order_relaxed);
+    FX_GAUGE_SUB(preauth_held_bytes, s->preauth_charge);
     s->conn->preauth_bytes -= s->preauth_charge;
     s->preauth_charge = 0;
 }

@@ -70,6 +70,7 @@ void fx_broker_opts_default(fx_broker_opts *o)
         .max_unauth_streams_per_conn = 16,
         .auth_failures_per_conn = 3,
         .auth_rate_per_ip = 1000,
+        .preauth_max_bytes = FXB_PREAUTH_MAX_BYTES_DEFAULT,
     };
     fx_quic_opts_default(&o->quic);
 }
@@ -90,7 +91,8 @@ static int check_opts(const fx_broker_opts *o)
         o->ack_wait_timeout_ns == 0 || o->subscriber_unacked_bytes == 0 ||
         o->subscriber_writer_lanes == 0 || o->max_subscriber_writer_lanes == 0 ||
         o->subscriber_lane_shard > FX_BROKER_LANE_ROUND_ROBIN_PIN || o->bind_ip == NULL ||
-        o->max_unauth_streams_per_conn == 0 || o->auth_failures_per_conn == 0)
+        o->max_unauth_streams_per_conn == 0 || o->auth_failures_per_conn == 0 ||
+        o->preauth_max_bytes == 0)
         return -EINVAL;
     return 0;
 }

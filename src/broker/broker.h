@@ -124,12 +124,16 @@ typedef struct fx_broker_opts {
      * that have not authenticated yet (more are reset). After
      * |auth_failures_per_conn| failed verifications the connection is closed;
      * each source address may have |auth_rate_per_ip| tokens verified per
-     * second (0 = no limit); attempts beyond it are refused unverified. */
+     * second (0 = no limit); attempts beyond it are refused unverified.
+     * Unauthenticated streams of all connections together hold at most
+     * |preauth_max_bytes| frame bytes (> 0); a frame header that would pass
+     * it resets its stream. */
     uint64_t auth_timeout_ns;
     uint32_t max_connections_per_ip;
     uint32_t max_unauth_streams_per_conn;
     uint32_t auth_failures_per_conn;
     uint32_t auth_rate_per_ip;
+    uint64_t preauth_max_bytes;
     /* Authentication (all NULL: auth_mode none). |auth.user| must outlive
      * the broker. */
     fx_broker_auth auth;

@@ -57,6 +57,10 @@ typedef struct fxb_lane fxb_lane;
  * Neither is taken from the publish byte budget. */
 #define FXB_PREAUTH_MAX_FRAME (64u * 1024u)
 #define FXB_PREAUTH_CONN_BYTES (4u * FXB_PREAUTH_MAX_FRAME)
+/* preauth_max_bytes by default: twice what one address can hold at the
+ * default max_connections_per_ip (256 x FXB_PREAUTH_CONN_BYTES), so one
+ * address alone cannot keep everyone else from authenticating. */
+#define FXB_PREAUTH_MAX_BYTES_DEFAULT (128ull << 20)
 /* QUIC application code of a connection closed by subscriber_block_timeout. */
 #define FXB_CODE_SLOW_SUBSCRIBER 0x7u
 #define FXB_SLOW_SUBSCRIBER_TEXT "subscriber blocked longer than subscriber_block_timeout_ms"
@@ -150,6 +154,9 @@ struct fx_broker {
     /* Per source address: connections (max_connections_per_ip) and the auth
      * rate (auth_rate_per_ip). Any thread. */
     fxb_peers peers;
+    /* Frame bytes held for unauthenticated streams, all connections
+     * (preauth_max_bytes). Any thread. */
+    atomic_uint_fast64_t preauth_bytes;
     struct fxb_durable *dur; /* durable storage (durable.c), or NULL without a storage dir */
 };
 

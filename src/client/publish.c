@@ -376,7 +376,9 @@ static bool next_frame(pworker *w, pjob **pj)
             return true;
         }
     } else {
-        bool busy = fx_quic_stream_is_sending(w->conn->qc, w->sid);
+        /* While busy, on_writable resumes this worker once the stream's
+         * bytes are written (also after a full group went out meanwhile). */
+        bool busy = fx_quic_stream_notify_sent(w->conn->qc, w->sid);
         fill_group(w);
         if (w->ghead != NULL) {
             bool full = fxc_coalesce_full(w);

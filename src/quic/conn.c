@@ -178,15 +178,13 @@ static int cb_stop_sending(ngtcp2_conn *q, int64_t sid, uint64_t code, void *use
     qstream *s = stream_of(c, sid, stream_user);
     if (s == NULL)
         return 0;
-    /* The peer will not read what we queued: free it now; ngtcp2 answers
-     * with RESET_STREAM itself. */
+    /* ngtcp2 0.12 calls this when we stop reading |sid| before its end
+     * (our fx_quic_stream_reset), not when the peer sends STOP_SENDING:
+     * 0.12 reports that to no one and answers it with RESET_STREAM itself;
+     * write_pkt then learns it from NGTCP2_ERR_STREAM_SHUT_WR. */
     s->reset_seen = true;
     s->reset_code = code;
-    s->shut_wr = true;
-    fx_quic_stream_acked(c, s, UINT64_MAX);
-    s->wr = NULL;
-    s->fin_queued = false;
-    fx_quic_sendq_remove(c, s);
+    fx_quic_stream_stop_writing(c, s);
     return 0;
 }
 
@@ -599,9 +597,10 @@ void fx_quic_conn_destroy(fx_quic_conn *c)
     for (size_t i = 0; i < c->ncids; i++)
         fx_quic_ep_cid_remove(c->ep, &c->cids[i]);
     free(c->cids);
-    fx_quic_streams_destroy_all(c);
     if (c->q != NULL)
         ngtcp2_conn_del(c->q);
+    /* After ngtcp2 let go of the STREAM frames pointing into them. */
+    fx_quic_streams_destroy_all(c);
     uint64_t orphans = blocks_free_all(c);
     if (orphans > 0) {
         c->ep->st.ngtcp2_orphans_freed += orphans;
@@ -878,8 +877,8 @@ static ngtcp2_ssize write_pkt(fx_quic_conn *c, ngtcp2_path_storage *ps, uint8_t 
             continue;
         }
         if (n == NGTCP2_ERR_STREAM_SHUT_WR || n == NGTCP2_ERR_STREAM_NOT_FOUND) {
-            s->shut_wr = true;
-            fx_quic_sendq_remove(c, s);
+            /* The peer's STOP_SENDING: what ngtcp2 never saw can go now. */
+            fx_quic_stream_stop_writing(c, s);
             continue;
         }
         return n;

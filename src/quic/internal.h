@@ -67,9 +67,10 @@ typedef struct qstream {
     size_t wr_off;                 /* bytes of |wr| already handed out */
     uint64_t queued_end;           /* offset after the last queued byte */
     uint64_t sent_end;             /* offset after the last byte handed out */
+    uint64_t acked_end;            /* every byte before it is acked */
     bool fin_queued, fin_sent, shut_wr;
     bool reset_seen; /* the peer reset its side */
-    bool want_sent;  /* fx_quic_stream_is_sending said yes: tell once all is written */
+    bool want_sent;  /* fx_quic_stream_notify_sent said yes: tell once all is written */
     uint64_t reset_code;
     void *user;
 } qstream;
@@ -343,6 +344,11 @@ void fx_quic_stream_destroy(fx_quic_conn *c, qstream *s);
 void fx_quic_streams_destroy_all(fx_quic_conn *c);
 /* Bytes acked up to |end| (exclusive). */
 void fx_quic_stream_acked(fx_quic_conn *c, qstream *s, uint64_t end);
+/* No more bytes of ours go on |s| (our reset, or the peer's STOP_SENDING):
+ * releases the queued bytes ngtcp2 never saw; the ones it sent stay
+ * referenced until acked or the stream closes, since ngtcp2 may resend
+ * them until then. */
+void fx_quic_stream_stop_writing(fx_quic_conn *c, qstream *s);
 /* Fills |v| (|cap| entries) with unsent bytes of |s|, stopping once |want|
  * bytes are covered; returns the count, sets |*pfin| when the vectors end
  * with the stream's FIN. */

@@ -154,7 +154,7 @@ typedef struct fx_quic_callbacks {
                             void *user, void *stream_user);
     /* Unacked send bytes fell back below half the cap after a send was
      * refused with FX_EFULL (one call per refusal episode), or every byte
-     * of a stream fx_quic_stream_is_sending() reported busy was written
+     * of a stream fx_quic_stream_notify_sent() reported busy was written
      * (once per such report, after the write). */
     void (*on_writable)(fx_quic_conn *c, void *user);
     /* The connection ended; |c| is freed when this returns. Streams still
@@ -347,11 +347,17 @@ int fx_quic_stream_send(fx_quic_conn *c, int64_t sid, fx_buf *buf, size_t off, s
 
 /* True while bytes queued on |sid| still wait to be written into packets
  * (flow or congestion control, pacing, a blocked socket, or this turn's
- * write not having run yet); on_writable then runs once all of them have
- * been written, so a sender can hold what comes next meanwhile and send it
- * as one. False for an unknown stream or a closing connection. Loop thread
- * only. */
+ * write not having run yet). False for an unknown stream or a closing
+ * connection. Only asks: no callback follows (see
+ * fx_quic_stream_notify_sent). Loop thread only. */
 bool fx_quic_stream_is_sending(fx_quic_conn *c, int64_t sid);
+
+/* When fx_quic_stream_is_sending(|c|, |sid|) holds, arranges one
+ * on_writable for the moment all of those bytes have been written, so a
+ * sender can hold what comes next meanwhile and send it as one, and
+ * returns true; otherwise returns false and arranges nothing. Loop thread
+ * only. */
+bool fx_quic_stream_notify_sent(fx_quic_conn *c, int64_t sid);
 
 /* Grants the peer |n| more bytes of credit on |sid| and on the connection,
  * for bytes the layer above has consumed. Credit is never given back on
@@ -365,8 +371,10 @@ int fx_quic_stream_consume(fx_quic_conn *c, int64_t sid, size_t n);
 int fx_quic_stream_shutdown(fx_quic_conn *c, int64_t sid);
 
 /* Abandons |sid| in both directions with |app_code| (RESET_STREAM and
- * STOP_SENDING); queued buffers are released at once. Returns 0 or
- * FX_ENOSTREAM. */
+ * STOP_SENDING). Queued bytes never written into a packet are released at
+ * once; bytes already sent stay referenced until acked or the stream
+ * closes (on_stream_close, or the connection's end), because ngtcp2 may
+ * resend them until then. Returns 0 or FX_ENOSTREAM. */
 int fx_quic_stream_reset(fx_quic_conn *c, int64_t sid, uint64_t app_code);
 
 /* ---- loops and placement ------------------------------------------------ */

@@ -1,5 +1,6 @@
 /* Streams of one connection: the id table, send queues of referenced
- * fx_buf slices released on ack (or on reset, close and connection free),
+ * fx_buf slices released on ack (or on stream close and connection free;
+ * a reset releases at once only what ngtcp2 never saw),
  * the round-robin send list, and explicit receive credit. Loop thread only. */
 #include <errno.h>
 #include <stdlib.h>
@@ -148,6 +149,16 @@ bool fx_quic_stream_has_pending(const qstream *s)
 
 /* ---- chunks ------------------------------------------------------------ */
 
+/* A send refused with FX_EFULL hears on_writable once half the cap is free. */
+static void report_room(fx_quic_conn *c)
+{
+    if (c->want_writable && c->unacked <= c->ep->o.unacked_cap / 2 && !c->dead) {
+        c->want_writable = false;
+        if (c->ep->cb.on_writable != NULL)
+            c->ep->cb.on_writable(c, c->user);
+    }
+}
+
 static void release_chunks(fx_quic_conn *c, qstream *s, uint64_t upto, bool all)
 {
     while (s->head != NULL && (all || s->head->end <= upto)) {
@@ -163,16 +174,69 @@ static void release_chunks(fx_quic_conn *c, qstream *s, uint64_t upto, bool all)
     }
     if (s->head == NULL)
         s->tail = NULL;
-    if (c->want_writable && c->unacked <= c->ep->o.unacked_cap / 2 && !c->dead) {
-        c->want_writable = false;
-        if (c->ep->cb.on_writable != NULL)
-            c->ep->cb.on_writable(c, c->user);
-    }
+    report_room(c);
 }
 
 void fx_quic_stream_acked(fx_quic_conn *c, qstream *s, uint64_t end)
 {
+    if (end > s->acked_end)
+        s->acked_end = end;
     release_chunks(c, s, end, false);
+}
+
+/* Frees the chunks from |k| on, none of whose bytes ngtcp2 ever saw. */
+static void free_unsent(fx_quic_conn *c, qchunk *k)
+{
+    while (k != NULL) {
+        qchunk *next = k->next;
+        c->unacked -= k->len;
+        fx_buf_unref(k->buf);
+        free(k);
+        k = next;
+    }
+}
+
+/* Cuts the queue of |s| after the last byte handed to ngtcp2 and frees the
+ * rest (a partly sent chunk keeps only its sent bytes). */
+static void drop_unsent(fx_quic_conn *c, qstream *s)
+{
+    qchunk *keep = NULL, *k = s->head;
+    if (s->wr == NULL)
+        return;
+    for (; k != s->wr; k = k->next)
+        keep = k;
+    if (s->wr_off > 0) {
+        c->unacked -= k->len - s->wr_off;
+        k->end -= k->len - s->wr_off;
+        k->len = s->wr_off;
+        keep = k;
+        k = k->next;
+    }
+    if (keep != NULL)
+        keep->next = NULL;
+    else
+        s->head = NULL;
+    s->tail = keep;
+    free_unsent(c, k);
+}
+
+void fx_quic_stream_stop_writing(fx_quic_conn *c, qstream *s)
+{
+    /* ngtcp2 0.12 keeps the STREAM frames it already sent in its
+     * retransmission buffer after a RESET_STREAM and resends them from our
+     * bytes when they are declared lost, until the stream closes. So only
+     * the bytes it never saw go now; the rest wait for their ack or for
+     * the stream's close (fx_quic_stream_destroy). */
+    drop_unsent(c, s);
+    s->wr = NULL;
+    s->wr_off = 0;
+    s->queued_end = s->sent_end;
+    s->shut_wr = true;
+    s->fin_queued = false;
+    s->want_sent = false;
+    unlist(c, s);
+    /* The shortened chunk may be acked already: no later ack would free it. */
+    release_chunks(c, s, s->acked_end, false);
 }
 
 void fx_quic_stream_destroy(fx_quic_conn *c, qstream *s)
@@ -329,12 +393,24 @@ int fx_quic_stream_send(fx_quic_conn *c, int64_t sid, fx_buf *buf, size_t off, s
     return 0;
 }
 
-bool fx_quic_stream_is_sending(fx_quic_conn *c, int64_t sid)
+/* The stream of |sid| while it has bytes not yet written, else NULL. */
+static qstream *sending_stream(fx_quic_conn *c, int64_t sid)
 {
     if (c->closing || c->dead)
-        return false;
+        return NULL;
     qstream *s = fx_quic_stream_find(c, sid);
-    if (s == NULL || s->wr == NULL)
+    return s != NULL && s->wr != NULL ? s : NULL;
+}
+
+bool fx_quic_stream_is_sending(fx_quic_conn *c, int64_t sid)
+{
+    return sending_stream(c, sid) != NULL;
+}
+
+bool fx_quic_stream_notify_sent(fx_quic_conn *c, int64_t sid)
+{
+    qstream *s = sending_stream(c, sid);
+    if (s == NULL)
         return false;
     s->want_sent = true;
     return true;
@@ -374,13 +450,7 @@ int fx_quic_stream_reset(fx_quic_conn *c, int64_t sid, uint64_t app_code)
     qstream *s = fx_quic_stream_find(c, sid);
     if (s == NULL)
         return FX_ENOSTREAM;
-    /* Nothing more of ours will be sent: drop the references now rather
-     * than when ngtcp2 finally closes the stream. */
-    release_chunks(c, s, 0, true);
-    s->wr = NULL;
-    s->shut_wr = true;
-    s->fin_queued = false;
-    unlist(c, s);
+    fx_quic_stream_stop_writing(c, s);
     ngtcp2_conn_shutdown_stream(c->q, sid, app_code);
     fx_quic_conn_schedule(c);
     return 0;

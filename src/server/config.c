@@ -203,6 +203,10 @@ const struct key fx_config_keys[] = {
      FIELD(auth_rate_per_ip), .def = "1000", .min = 0, .max = 1u << 24,
      .help = "token verifications per second (and burst) one source address may ask for "
              "(auth_mode jwt); more are refused unverified; 0 = no limit"},
+    {.name = "preauth_max_bytes", .env = {"FELIX_PREAUTH_MAX_BYTES"}, .type = T_SIZE,
+     FIELD(preauth_max_bytes), .def = "128MiB", .min = 64 * KiB, .max = 16 * GiB,
+     .help = "frame bytes held for streams that have not authenticated, all connections "
+             "together; a frame header that would pass it resets its stream"},
     {.name = "idle_timeout_ms", .env = {"FELIX_IDLE_TIMEOUT_MS"}, .type = T_DUR,
      FIELD(idle_timeout_ns), .def = "30s", .min = 100 * MS, .max = HOUR,
      .help = "a connection silent this long is closed"},

@@ -135,6 +135,7 @@ typedef struct fx_config {
     uint32_t max_unauth_streams_per_conn; /* streams waiting for auth */
     uint32_t auth_failures_per_conn;      /* failed verifications before the close */
     uint32_t auth_rate_per_ip;            /* verifications per second; 0 = no limit */
+    uint64_t preauth_max_bytes;           /* pre-auth frame bytes, all connections */
     uint64_t idle_timeout_ns;
     uint64_t keepalive_interval_ns; /* 0 = off */
     uint64_t quic_stream_recv_window;

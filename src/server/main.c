@@ -300,6 +300,7 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->max_unauth_streams_per_conn = c->max_unauth_streams_per_conn;
     o->auth_failures_per_conn = c->auth_failures_per_conn;
     o->auth_rate_per_ip = c->auth_rate_per_ip;
+    o->preauth_max_bytes = c->preauth_max_bytes;
     o->auto_create_streams = c->auto_create_streams;
     o->max_streams_per_tenant = c->max_streams_per_tenant;
     o->max_tenants = c->max_tenants;

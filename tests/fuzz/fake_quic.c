@@ -378,6 +378,14 @@ bool fx_quic_stream_is_sending(fx_quic_conn *c, int64_t sid)
     return false;
 }
 
+/* Never sending, so no on_writable is ever arranged. */
+bool fx_quic_stream_notify_sent(fx_quic_conn *c, int64_t sid)
+{
+    (void)c;
+    (void)sid;
+    return false;
+}
+
 const char *fx_quic_conn_alpn(const fx_quic_conn *c)
 {
     (void)c;

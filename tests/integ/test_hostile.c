@@ -699,6 +699,71 @@ static void test_unauthenticated_streams_per_connection_are_capped(void **state)
     h_free(h);
 }
 
+/* Unauthenticated streams of several connections each hold a partial frame
+ * until together they reach preauth_max_bytes: the next pre-auth frame
+ * header, on any connection, resets its stream (counted) while the holders
+ * stay; a client that authenticated before keeps publishing; once holders
+ * go, a new stream can authenticate again. */
+static void test_preauth_bytes_of_all_connections_are_capped(void **state)
+{
+    (void)state;
+    enum { FRAME = 60000, NCONN = 2, PER_CONN = 4, HOLDERS = 5 };
+    H *h = h_new(false);
+    h->e.bo.preauth_max_bytes = HOLDERS * FRAME;
+    h->e.bo.auth_timeout_ns = 60 * FX_NS_PER_S; /* the holders outlive the test */
+    h_start(h);
+    fx_client *legit = legit_client(h, NULL);
+    legit_publish_within(legit, 1000);
+    fx_metrics_snapshot m0 = snap();
+    uint8_t *part = calloc(1, FX_WIRE_HEADER_LEN + 1000);
+    assert_non_null(part);
+    fx_frame_header_put(part, 0, FRAME); /* 60000 bytes announced, 1000 sent */
+    rconn *c[NCONN];
+    rstream *s[NCONN * PER_CONN];
+    for (int i = 0; i < NCONN; i++) {
+        c[i] = h_connect(h, 1);
+        assert_true(c[i]->up);
+        for (int j = 0; j < PER_CONN; j++) {
+            rstream *x = s[i * PER_CONN + j] = open_bidi(c[i]);
+            send_bytes(x, part, FX_WIRE_HEADER_LEN + 1000);
+            run_for(h, 20);
+        }
+    }
+    free(part);
+    run_for(h, 300);
+    for (int i = 0; i < NCONN * PER_CONN; i++) {
+        if (i < HOLDERS)
+            assert_false(s[i]->closed);
+        else
+            assert_true(s[i]->reset);
+    }
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_max_bytes), NCONN * PER_CONN - HOLDERS);
+    assert_int_equal(DELTA(m0, m1, preauth_bytes), 0); /* no connection passed its own cap */
+    assert_int_equal(m1.g.preauth_held_bytes, HOLDERS * FRAME);
+
+    /* Full: even a small auth frame on a new connection is refused... */
+    rconn *late = h_connect(h, 0);
+    rstream *refused = open_bidi(late);
+    send_auth(refused, NULL);
+    assert_true(run_until(h, stream_done, refused, 3000));
+    assert_true(refused->reset);
+    /* ...while the authenticated client goes on publishing. */
+    for (int i = 0; i < 3; i++)
+        legit_publish_within(legit, 1000);
+
+    /* The first connection's holders go with it: room for an auth again. */
+    fx_quic_conn_close(c[0]->qc, 0, "done");
+    assert_true(run_until(h, conn_closed, c[0], 3000));
+    run_for(h, 200);
+    auth_ok(h, open_bidi(late), NULL);
+    fx_metrics_snapshot m2 = snap();
+    assert_int_equal(DELTA(m0, m2, preauth_max_bytes), NCONN * PER_CONN - HOLDERS + 1);
+    assert_int_equal(m2.g.preauth_held_bytes, (HOLDERS - PER_CONN) * FRAME);
+    fix_close(legit);
+    h_free(h);
+}
+
 /* ---- item: auth floods ------------------------------------------------------------------- */
 
 static bool auth_answered(H *h, void *arg)
@@ -1037,6 +1102,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_connection_without_auth_is_closed_at_auth_timeout),
     cmocka_unit_test(test_connections_per_source_address_are_capped),
     cmocka_unit_test(test_unauthenticated_streams_per_connection_are_capped),
+    cmocka_unit_test(test_preauth_bytes_of_all_connections_are_capped),
     cmocka_unit_test(test_failed_auths_close_the_connection),
     cmocka_unit_test(test_auth_attempts_are_rate_limited_per_source_address),
     cmocka_unit_test(test_streams_end_when_their_token_expires),

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "broker/broker.h"
 #include "felix/error.h"
 #include "server/config.h"
 
@@ -234,6 +235,27 @@ static void test_zero_capacity_rejected(void **state)
     const char *sets[] = {"pub_queue_depth=0"};
     const char *want_flag[] = {"flag --set", "pub_queue_depth = \"0\"", NULL};
     expect_error(NULL, NULL, sets, 1, want_flag);
+}
+
+/* The key's default is the broker's own, and less than one pre-auth frame
+ * (64 KiB) would refuse every auth: refused, naming the key. */
+static void test_preauth_max_bytes_default_matches_broker_and_minimum_enforced(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    fx_broker_opts bo;
+    fx_broker_opts_default(&bo);
+    assert_int_equal(c.preauth_max_bytes, 128 * MiB);
+    assert_int_equal(c.preauth_max_bytes, bo.preauth_max_bytes);
+    fx_config_deinit(&c);
+    struct fixture f;
+    const char *ok[] = {"preauth_max_bytes=1MiB"};
+    assert_int_equal(load(&f, NULL, NULL, ok, 1), 0);
+    assert_int_equal(f.c.preauth_max_bytes, MiB);
+    done(&f);
+    const char *bad[] = {"preauth_max_bytes=1KiB"};
+    const char *want[] = {"preauth_max_bytes", NULL};
+    expect_error(NULL, NULL, bad, 1, want);
 }
 
 static void test_negative_value_rejected(void **state)
@@ -1058,6 +1080,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_unknown_key_in_flag_rejected),
     cmocka_unit_test(test_bad_policy_rejected_naming_key_and_source),
     cmocka_unit_test(test_zero_capacity_rejected),
+    cmocka_unit_test(test_preauth_max_bytes_default_matches_broker_and_minimum_enforced),
     cmocka_unit_test(test_negative_value_rejected),
     cmocka_unit_test(test_size_units_parsed),
     cmocka_unit_test(test_size_overflow_rejected),

@@ -614,6 +614,33 @@ static void test_shared_buffer_referenced_per_stream_released_on_ack(void **stat
     h_free(t);
 }
 
+static bool client_all_acked(h *t)
+{
+    return fx_quic_conn_unacked(t->c.conn) == 0;
+}
+
+/* fx_quic_stream_is_sending is a question: no on_writable follows it.
+ * fx_quic_stream_notify_sent asks for exactly one, after the write. */
+static void test_is_sending_only_asks_and_notify_sent_reports_once_written(void **state)
+{
+    h *t = h_connected();
+    t->s.mode = M_SINK;
+    int64_t sid = open_bidi(t);
+    assert_int_equal(fx_quic_stream_send(t->c.conn, sid, t->pat, 0, 1u << 20, false), 0);
+    assert_true(fx_quic_stream_is_sending(t->c.conn, sid)); /* this turn's write is due */
+    assert_true(run_until(t, client_all_acked, 10000));
+    assert_false(fx_quic_stream_is_sending(t->c.conn, sid));
+    assert_int_equal(t->c.writable, 0);
+    assert_false(fx_quic_stream_notify_sent(t->c.conn, sid)); /* nothing left to write */
+    assert_int_equal(fx_quic_stream_send(t->c.conn, sid, t->pat, 0, 1u << 20, false), 0);
+    assert_true(fx_quic_stream_notify_sent(t->c.conn, sid));
+    assert_true(run_until(t, client_all_acked, 10000));
+    run_for(t, 20);
+    assert_int_equal(t->c.writable, 1);
+    assert_false(fx_quic_stream_is_sending(t->c.conn, 4)); /* no such stream */
+    h_free(t);
+}
+
 /* Keeps up to |max_inflight| short echo streams open until |want_streams|
  * have finished. */
 static void streams_tick(h *t)
@@ -962,16 +989,115 @@ static void test_stream_reset_reports_code_and_releases_buffers(void **state)
     run_for(t, 20);
     assert_int_equal(fx_buf_refcount(t->pat), 2);
     assert_int_equal(fx_quic_stream_reset(t->c.conn, sid, 42), 0);
-    assert_int_equal(fx_buf_refcount(t->pat), 1);
-    assert_int_equal(fx_quic_conn_unacked(t->c.conn), 0);
+    /* The bytes never written go at once; those sent, once ngtcp2 is done. */
+    assert_true(fx_quic_conn_unacked(t->c.conn) < 4u << 20);
     g_sid = sid;
     bool ok = false;
     for (int i = 0; i < 500 && !ok; i++) {
         run_for(t, 5);
-        ok = st_of(&t->s, sid)->reset;
+        ok = st_of(&t->s, sid)->reset && fx_buf_refcount(t->pat) == 1;
     }
     assert_true(ok);
     assert_int_equal(st_of(&t->s, sid)->reset_code, 42);
+    assert_int_equal(fx_quic_conn_unacked(t->c.conn), 0);
+    h_free(t);
+}
+
+/* ---- send buffers outlive what ngtcp2 may still read ------------------------ */
+
+/* A wrapped send buffer whose release is observed: |freed| once QUIC dropped
+ * its last reference. The bytes are really freed then, so a later read by
+ * ngtcp2 is a use-after-free that AddressSanitizer reports. */
+typedef struct watched {
+    bool freed;
+} watched;
+
+static void watched_free(void *data, size_t len, void *user)
+{
+    watched *w = user;
+    w->freed = true;
+    free(data);
+}
+
+/* |len| pattern bytes that only QUIC will hold once the caller unrefs. */
+static fx_buf *watched_buf(h *t, watched *w, size_t len)
+{
+    uint8_t *p = malloc(len);
+    assert_non_null(p);
+    memcpy(p, fx_buf_data(t->pat), len);
+    *w = (watched){0};
+    fx_buf *b = NULL;
+    assert_int_equal(fx_buf_wrap(&b, p, len, watched_free, w), 0);
+    return b;
+}
+
+static watched *g_watched;
+
+static bool watched_freed(h *t)
+{
+    return g_watched->freed;
+}
+
+/* The client's bytes go into packets that are all lost, then the client
+ * resets the stream. ngtcp2 0.12 still resends those lost STREAM frames
+ * from the buffer after its RESET_STREAM, so only the bytes it never saw
+ * may go at the reset; the rest go once acked (or the stream closed). */
+static void test_reset_releases_unsent_bytes_at_once_and_sent_ones_once_acked(void **state)
+{
+    h *t = h_connected();
+    t->s.mode = M_SINK;
+    watched w;
+    fx_buf *b = watched_buf(t, &w, 256u << 10);
+    int64_t sid = open_bidi(t);
+    fx_quic_endpoint_set_test_drop(t->cli, 1000);
+    assert_int_equal(fx_quic_stream_send(t->c.conn, sid, b, 0, fx_buf_len(b), false), 0);
+    fx_buf_unref(b); /* QUIC holds the only reference now */
+    run_for(t, 30);
+    assert_int_equal(fx_quic_conn_unacked(t->c.conn), 256u << 10);
+    assert_int_equal(fx_quic_stream_reset(t->c.conn, sid, 42), 0);
+    assert_false(w.freed);
+    uint64_t held = fx_quic_conn_unacked(t->c.conn);
+    assert_true(held > 0 && held < 256u << 10); /* the unsent tail went */
+    fx_quic_endpoint_set_test_drop(t->cli, 0);
+    g_watched = &w;
+    assert_true(run_until(t, watched_freed, 10000)); /* resent, then acked */
+    assert_int_equal(fx_quic_conn_unacked(t->c.conn), 0);
+    h_free(t);
+}
+
+/* The peer asks: the server's bytes to the client are all lost, then the
+ * client resets the stream (RESET_STREAM and STOP_SENDING). ngtcp2 0.12
+ * reports no STOP_SENDING; the server's bytes must stay until acked or its
+ * stream closed. The client now hears everything 300 ms late, so for that
+ * long no ack can release them. */
+static void test_peer_stop_sending_keeps_sent_bytes_until_acked_or_closed(void **state)
+{
+    h *t = h_connected();
+    t->s.mode = M_SINK;
+    int64_t sid = open_bidi(t);
+    echo_back(t->c.conn, sid, fx_buf_data(t->pat), 1, false);
+    bool seen = false;
+    for (int i = 0; i < 500 && !seen; i++) {
+        run_for(t, 2);
+        seen = st_of(&t->s, sid)->got == 1 && fx_quic_conn_unacked(t->c.conn) == 0;
+    }
+    assert_true(seen);
+    t->c.mode = M_SINK;
+    watched w;
+    fx_buf *b = watched_buf(t, &w, 256u << 10);
+    fx_quic_endpoint_set_test_drop(t->cli, 1000);
+    assert_int_equal(fx_quic_stream_send(t->s.conn, sid, b, 0, fx_buf_len(b), false), 0);
+    fx_buf_unref(b);
+    run_for(t, 30);
+    fx_quic_endpoint_set_test_drop(t->cli, 0);
+    assert_int_equal(fx_quic_endpoint_set_test_delay(t->cli, 300 * FX_NS_PER_MS), 0);
+    assert_int_equal(fx_quic_stream_reset(t->c.conn, sid, 43), 0);
+    run_for(t, 150);
+    assert_false(w.freed);
+    assert_true(fx_quic_conn_unacked(t->s.conn) > 0);
+    g_watched = &w;
+    assert_true(run_until(t, watched_freed, 10000));
+    assert_int_equal(fx_quic_conn_unacked(t->s.conn), 0);
     h_free(t);
 }
 
@@ -1409,8 +1535,7 @@ static void echo_on(h *t, fx_quic_conn *c, uint64_t len)
     assert_false(st_of(&t->c, g_sid)->bad);
 }
 
-static void
-test_reload_credentials_serves_new_cert_to_new_connections_and_keeps_old_ones(void **state)
+static void test_reload_credentials_serve_new_connections_and_keep_old_ones(void **state)
 {
     h *t = h_new();
     static char cert[128], key[128];
@@ -1496,8 +1621,7 @@ static void test_ipv6_loopback_handshake(void **state)
     h_free(t);
 }
 
-static void
-test_dual_stack_server_serves_ipv4_and_ipv6_clients_from_one_client_endpoint(void **state)
+static void test_dual_stack_server_serves_ipv4_and_ipv6_from_one_client_endpoint(void **state)
 {
     if (!has_ipv6_loopback())
         fx_test_skip("no IPv6 loopback (::1) on this host");
@@ -1537,6 +1661,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_second_server_on_same_port_refused),
     cmocka_unit_test(test_many_small_sends_arrive_in_order),
     cmocka_unit_test(test_shared_buffer_referenced_per_stream_released_on_ack),
+    cmocka_unit_test(test_is_sending_only_asks_and_notify_sent_reports_once_written),
     cmocka_unit_test(test_thousands_of_streams_open_close_on_one_connection),
     cmocka_unit_test(test_server_uni_streams_open_close_beyond_client_limit),
     cmocka_unit_test(test_wrong_ca_refused),
@@ -1555,6 +1680,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_keepalive_keeps_quiet_connection_open),
     cmocka_unit_test(test_endpoint_free_closes_connections_with_reason),
     cmocka_unit_test(test_stream_reset_reports_code_and_releases_buffers),
+    cmocka_unit_test(test_reset_releases_unsent_bytes_at_once_and_sent_ones_once_acked),
+    cmocka_unit_test(test_peer_stop_sending_keeps_sent_bytes_until_acked_or_closed),
     cmocka_unit_test(test_drain_closes_idle_connection_and_refuses_new_ones),
     cmocka_unit_test(test_drain_waits_for_unacked_bytes_until_deadline),
     cmocka_unit_test(test_loss_hook_5_percent_delivers_in_order),
@@ -1566,9 +1693,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_many_connections_open_close),
     cmocka_unit_test(test_credit_not_granted_until_consumed),
     cmocka_unit_test(test_unacked_cap_refuses_then_reports_writable),
-    cmocka_unit_test(test_reload_credentials_serves_new_cert_to_new_connections_and_keeps_old_ones),
+    cmocka_unit_test(test_reload_credentials_serve_new_connections_and_keep_old_ones),
     cmocka_unit_test(test_reload_credentials_with_bad_file_keeps_old_certificate),
     cmocka_unit_test(test_ipv6_loopback_handshake),
-    cmocka_unit_test(test_dual_stack_server_serves_ipv4_and_ipv6_clients_from_one_client_endpoint),
+    cmocka_unit_test(test_dual_stack_server_serves_ipv4_and_ipv6_from_one_client_endpoint),
 };
 FX_TEST_MAIN(tests)
