@@ -366,6 +366,29 @@ static int heap_reserve(fx_loop *l)
     return 0;
 }
 
+/* The fault hook of fx_loop_test_fail_timer_arms: one relaxed load per arm
+ * of a timer not yet armed when no test set it. */
+static _Atomic(fx_timer_cb) fail_arm_cb;
+static atomic_uint fail_arm_n;
+
+void fx_loop_test_fail_timer_arms(fx_timer_cb cb, unsigned n)
+{
+    atomic_store_explicit(&fail_arm_n, cb != NULL ? n : 0, memory_order_relaxed);
+    atomic_store_explicit(&fail_arm_cb, n != 0 ? cb : NULL, memory_order_release);
+}
+
+static bool arm_fault(const fx_timer *t)
+{
+    if (atomic_load_explicit(&fail_arm_cb, memory_order_acquire) != t->cb || t->cb == NULL)
+        return false;
+    unsigned n = atomic_load_explicit(&fail_arm_n, memory_order_relaxed);
+    while (n > 0 && !atomic_compare_exchange_weak_explicit(&fail_arm_n, &n, n - 1,
+                                                           memory_order_relaxed,
+                                                           memory_order_relaxed))
+        ;
+    return n > 0;
+}
+
 int fx_loop_timer_arm(fx_loop *l, fx_timer *t, uint64_t deadline_ns)
 {
     assert(owner_ok(l));
@@ -383,7 +406,7 @@ int fx_loop_timer_arm(fx_loop *l, fx_timer *t, uint64_t deadline_ns)
             heap_down(l, t->heap_index);
         return 0;
     }
-    if (heap_reserve(l) < 0)
+    if (arm_fault(t) || heap_reserve(l) < 0)
         return -ENOMEM;
     t->deadline_ns = deadline_ns;
     l->heap[l->nheap] = t;

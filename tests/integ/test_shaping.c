@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "broker/test_hooks.h"
 #include "fixture.h"
 
 typedef fix_env E;
@@ -94,6 +95,61 @@ static void test_commit_ack_answers_publish_commit_timeout_while_fanout_parked(v
     while (got < 2001 && fx_subscription_next(s, &ev, HANG_MS) == 0) {
         got++;
     }
+    assert_int_equal(got, 2001);
+    fx_unsubscribe(s);
+    fix_close(pc);
+    fix_close(sc);
+    fix_env_deinit(&e);
+}
+
+/* When the commit timer cannot be armed (out of memory, through the fault
+ * hook) a commit ack that would wait for a commit that does not come is not
+ * left waiting for the long ack_wait_timeout_ms: it is answered at once with
+ * the reason, counted, and the publish itself still reaches the subscriber. */
+static void test_commit_timer_arm_failure_answers_the_commit_ack_at_once(void **state)
+{
+    (void)state;
+    E e;
+    fix_env_init(&e, "shape");
+    fix_lossless(&e.bo);
+    e.bo.ack_on_commit = true;
+    e.bo.ack_wait_timeout_ns = 10ull * HANG_MS * FX_NS_PER_MS; /* never reached here */
+    e.bo.pub_queue_depth = 1024;
+    e.bo.subscriber_queue_capacity = 4;
+    e.bo.subscriber_lane_queue_depth = 2;
+    e.bo.subscriber_unacked_bytes = 16u << 10;
+    e.bo.quic.stream_window = e.bo.quic.max_stream_window = 64u << 10;
+    fix_env_start(&e);
+    fx_client_opts o;
+    copts(&e, &o);
+    o.sub_queue_policy = FX_POLICY_BLOCK;
+    o.sub_queue_capacity = 4;
+    o.stream_window_bytes = 64u << 10;
+    fx_client *sc = fix_connect(&o);
+    fx_subscription *s = fix_subscribe(sc, "noarm", NULL);
+    copts(&e, &o);
+    fx_client *pc = fix_connect(&o);
+    static uint8_t kb[1024];
+    for (int i = 0; i < 2000; i++)
+        assert_int_equal(fx_publish(pc, NS, "noarm", kb, sizeof(kb), FX_ACK_NONE), 0);
+    assert_int_equal(fx_flush(pc, HANG_MS), 0);
+    wait_parked();
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    assert_int_equal(fx_broker_test_fail_timer_arms(FX_BROKER_TEST_TIMER_COMMIT, 1), 0);
+    int rv = fx_publish(pc, NS, "noarm", kb, sizeof(kb), FX_ACK_PER_MESSAGE);
+    char msg[256];
+    fx_client_last_error(NULL, msg, sizeof(msg));
+    assert_int_equal(fx_broker_test_fail_timer_arms(FX_BROKER_TEST_TIMER_COMMIT, 0), 0);
+    assert_int_not_equal(rv, 0);
+    assert_non_null(strstr(msg, "publish commit wait failed: out of memory for its timer"));
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, broker_timer_arm_failures), 1);
+    assert_int_equal(DELTA(a, b, publish_commit_timeouts), 0);
+    uint64_t got = 0;
+    fx_event ev;
+    while (got < 2001 && fx_subscription_next(s, &ev, HANG_MS) == 0)
+        got++;
     assert_int_equal(got, 2001);
     fx_unsubscribe(s);
     fix_close(pc);
@@ -195,6 +251,7 @@ static void test_flush_max_items_one_delivers_a_burst_in_order(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_commit_ack_answers_publish_commit_timeout_while_fanout_parked),
+    cmocka_unit_test(test_commit_timer_arm_failure_answers_the_commit_ack_at_once),
     cmocka_unit_test(test_commit_ack_in_time_is_ok_and_counts_no_timeout),
     cmocka_unit_test(test_flush_delay_holds_a_lone_message_for_the_delay),
     cmocka_unit_test(test_flush_max_items_one_delivers_a_burst_in_order),
