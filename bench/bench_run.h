@@ -12,6 +12,7 @@
 
 #include "bench_lib.h"
 #include "bench_sys.h"
+#include "felix/felix.h"
 
 typedef enum fx_bench_mode {
     FX_BENCH_THROUGHPUT,
@@ -124,6 +125,14 @@ int fx_bench_run_once(const fx_bench_cfg *cfg, fx_bench_result *r);
  * window_s and |valid| (no publish failed). Returns 0 or the setup error.
  * Main thread. */
 int fx_bench_acked_run(const fx_bench_cfg *cfg, fx_bench_result *r);
+
+/* Fills |o| for one felix-bench client of |cfg|: libfelix defaults and
+ * FELIX_* variables (felix-bench's main checked them at start), the broker
+ * address and its certificate check, one publish connection with up to 64
+ * streams, one event connection; a lossless run's or a |stalled|
+ * subscriber's queue blocks, and a |stalled| one has a small stream window.
+ * Every felix-bench client (run engine and acked publishers) is made so. */
+void fx_bench_client_opts(const fx_bench_cfg *cfg, fx_client_opts *o, bool stalled);
 
 /* Subscriptions per client in idle-subs mode: under the 1024 concurrent
  * uni streams one connection allows. */
