@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/grow.h"
+
 /* Tasks run per turn before I/O and timers get their go again. */
 #define INBOX_BATCH 256
 /* Events taken per epoll wait; the rest stay ready (level-triggered). */
@@ -355,14 +357,10 @@ static void heap_down(fx_loop *l, size_t i)
 
 static int heap_reserve(fx_loop *l)
 {
-    if (l->nheap < l->heap_cap)
-        return 0;
-    size_t cap = l->heap_cap ? l->heap_cap * 2 : 16;
-    fx_timer **h = realloc(l->heap, cap * sizeof(*h));
+    fx_timer **h = fx_grow(l->heap, &l->heap_cap, l->nheap + 1, sizeof(*h), 16);
     if (h == NULL)
         return -ENOMEM;
     l->heap = h;
-    l->heap_cap = cap;
     return 0;
 }
 

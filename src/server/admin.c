@@ -23,6 +23,7 @@
 
 #include <microhttpd.h>
 
+#include "base/grow.h"
 #include "base/hostport.h"
 #include "base/log.h"
 #include "base/metrics.h"
@@ -390,18 +391,12 @@ static void body_append(conn_req *r, size_t max_body, const char *data, size_t n
         r->too_big = true; /* keep reading and discarding; 413 at the end */
         return;
     }
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = r->cap ? r->cap : 1024;
-        while (cap < r->len + n + 1)
-            cap *= 2;
-        char *p = realloc(r->body, cap);
-        if (!p) {
-            r->too_big = true;
-            return;
-        }
-        r->body = p;
-        r->cap = cap;
+    char *p = fx_grow(r->body, &r->cap, r->len + n + 1, 1, 1024);
+    if (!p) {
+        r->too_big = true;
+        return;
     }
+    r->body = p;
     memcpy(r->body + r->len, data, n);
     r->len += n;
     r->body[r->len] = '\0';

@@ -17,6 +17,7 @@
 
 #include <yaml.h>
 
+#include "base/grow.h"
 #include "base/hostport.h"
 #include "base/placement.h"
 #include "felix/error.h"
@@ -254,14 +255,10 @@ static int slist_add(struct slist *l, const char *s, size_t len, char *why, size
         snprintf(why, n, "more than %d streams", FX_CONFIG_MAX_STREAMS);
         return -1;
     }
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        fx_config_stream *p = realloc(l->items, cap * sizeof(*p));
-        if (!p)
-            return -ENOMEM;
-        l->items = p;
-        l->cap = cap;
-    }
+    fx_config_stream *p = fx_grow(l->items, &l->cap, l->n + 1, sizeof(*p), 16);
+    if (!p)
+        return -ENOMEM;
+    l->items = p;
     fx_config_stream *st = &l->items[l->n];
     if (parse_stream(s, len, st, why, n) < 0)
         return -1;
