@@ -44,6 +44,7 @@ typedef struct apub {
     uint32_t *free_slots, nfree;
     uint64_t *lat;
     size_t nlat;
+    uint64_t lat_unkept; /* measured answers past ACKED_LAT_CAP: no sample kept */
     uint64_t in_window; /* answers that arrived inside the measured window */
     uint64_t errors;
     int first_err;
@@ -76,6 +77,8 @@ static void account(apub *p, uint64_t t_sent, bool measured, int rv)
         p->in_window++;
     if (measured && p->nlat < ACKED_LAT_CAP)
         p->lat[p->nlat++] = now - t_sent;
+    else if (measured)
+        p->lat_unkept++;
 }
 
 static void on_acked(void *user, int rv)
@@ -207,15 +210,7 @@ static int acked_connect(acked_run *A, fx_bench_result *r)
 {
     const fx_bench_cfg *c = A->cfg;
     fx_client_opts o;
-    fx_client_opts_init(&o);
-    (void)fx_client_opts_from_env(&o); /* checked at start, as in bench_run.c */
-    o.server = c->server;
-    o.server_name = "localhost";
-    o.pin_sha256 = c->pin;
-    o.insecure = c->insecure;
-    o.publish_conn_pool = 1;
-    o.publish_streams_per_conn = c->streams < 64 ? c->streams : 64;
-    o.connect_timeout_ms = 3000;
+    fx_bench_client_opts(c, &o, false);
     int rv = fx_client_connect(&A->cl, &o);
     if (rv != 0) {
         char detail[160];
@@ -249,9 +244,10 @@ static void acked_collect(acked_run *A, fx_bench_result *r)
 {
     const fx_bench_cfg *c = A->cfg;
     size_t n = 0;
-    uint64_t in_window = 0, errors = 0;
+    uint64_t in_window = 0, errors = 0, unkept = 0;
     for (uint32_t i = 0; i < c->publishers; i++) {
         n += A->pubs[i].nlat;
+        unkept += A->pubs[i].lat_unkept;
         in_window += A->pubs[i].in_window;
         errors += A->pubs[i].errors;
     }
@@ -261,13 +257,13 @@ static void acked_collect(acked_run *A, fx_bench_result *r)
         memcpy(all + k, A->pubs[i].lat, A->pubs[i].nlat * sizeof(*all));
         k += A->pubs[i].nlat;
     }
-    fx_bench_lat_summarize(all, all != NULL ? n : 0, &r->lat);
+    fx_bench_lat_summarize(all, all != NULL ? n : 0, unkept, &r->lat);
     free(all);
     r->window_s = (double)(atomic_load(&A->stop_ns) - atomic_load(&A->start_ns)) / 1e9;
     r->msgs_per_s = r->window_s > 0 ? (double)in_window / r->window_s : NAN;
     r->acked = in_window;
     r->pub_errors = errors;
-    r->t.sent_measured = n;
+    r->t.sent_measured = n + unkept;
     r->valid = errors == 0 && in_window > 0 && n > 0;
     for (uint32_t i = 0; i < c->publishers && errors > 0; i++)
         if (A->pubs[i].errors > 0) {

@@ -79,6 +79,8 @@ static void accept_measured(fx_bench_acct *a, uint64_t ts, uint64_t now_ns)
     a->last_meas_ns = now_ns;
     if (a->nlat < a->latcap)
         a->lat[a->nlat++] = now_ns > ts ? now_ns - ts : 0;
+    else if (a->latcap != 0)
+        a->lat_unkept++;
 }
 
 uint64_t fx_bench_acct_on_msg(fx_bench_acct *a, const uint8_t *data, size_t len, uint64_t now_ns)
@@ -136,7 +138,7 @@ double fx_bench_pct_us(const uint64_t *sorted, size_t n, double p)
     return (double)sorted[k - 1] / 1000.0;
 }
 
-void fx_bench_lat_summarize(uint64_t *v, size_t n, fx_bench_lat *out)
+void fx_bench_lat_summarize(uint64_t *v, size_t n, uint64_t unkept, fx_bench_lat *out)
 {
     qsort(v, n, sizeof(*v), cmp_u64);
     double sum = 0;
@@ -150,7 +152,16 @@ void fx_bench_lat_summarize(uint64_t *v, size_t n, fx_bench_lat *out)
         .p999_us = fx_bench_pct_us(v, n, 0.999),
         .max_us = n ? (double)v[n - 1] / 1000.0 : NAN,
         .mean_us = n ? sum / (double)n / 1000.0 : NAN,
+        .unkept = unkept,
     };
+}
+
+int fx_bench_format_samples(char *buf, size_t cap, const fx_bench_lat *l)
+{
+    if (l->unkept == 0)
+        return snprintf(buf, cap, " (%zu samples)", l->n);
+    return snprintf(buf, cap, " (%zu samples, %" PRIu64 " not kept: buffer full)", l->n,
+                    l->unkept);
 }
 
 double fx_bench_median(double *v, size_t n)

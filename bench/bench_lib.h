@@ -51,6 +51,7 @@ typedef struct fx_bench_acct {
     uint64_t last_meas_ns;     /* arrival of the last measured message */
     uint64_t *lat;             /* latency samples (ns), caller-owned, may be NULL */
     size_t nlat, latcap;       /* samples taken, capacity of |lat| */
+    uint64_t lat_unkept;       /* measured messages past |latcap|: no sample kept */
     uint64_t drop_every;       /* test-only: discard every Nth message (0: off) */
     uint64_t seen;             /* messages handed to fx_bench_acct_on_msg */
     _Atomic uint64_t progress; /* in_order + gaps: position reached (credit window) */
@@ -72,14 +73,22 @@ uint64_t fx_bench_acct_on_msg(fx_bench_acct *a, const uint8_t *data, size_t len,
 typedef struct fx_bench_lat {
     size_t n;
     double p50_us, p90_us, p99_us, p999_us, max_us, mean_us; /* NaN when n == 0 */
+    /* Measured messages whose sample was not kept (the sample buffers were
+     * full): the figures above leave them out, so a report shows the count. */
+    uint64_t unkept;
 } fx_bench_lat;
 
 /* Nearest-rank percentile (as peerbench): the ceil(p*n)-th smallest of the
  * ascending |sorted[0..n)|, in microseconds. NaN when n == 0. */
 double fx_bench_pct_us(const uint64_t *sorted, size_t n, double p);
 
-/* Sorts |v[0..n)| (ns) in place and summarises it into |out|. */
-void fx_bench_lat_summarize(uint64_t *v, size_t n, fx_bench_lat *out);
+/* Sorts |v[0..n)| (ns) in place and summarises it into |out|; |unkept|
+ * (samples not in |v| because their buffer was full) goes to out->unkept. */
+void fx_bench_lat_summarize(uint64_t *v, size_t n, uint64_t unkept, fx_bench_lat *out);
+
+/* Formats " (N samples)", or " (N samples, M not kept: buffer full)" when
+ * some were not kept, into |buf|. Returns snprintf's result. */
+int fx_bench_format_samples(char *buf, size_t cap, const fx_bench_lat *l);
 
 /* Median of |v[0..n)| (sorted in place; NaNs are skipped). NaN when empty. */
 double fx_bench_median(double *v, size_t n);

@@ -214,7 +214,7 @@ static void *reader_main(void *arg)
 
 /* ---- setup ---------------------------------------------------------------------- */
 
-static void client_opts(const fx_bench_cfg *c, fx_client_opts *o, bool stalled)
+void fx_bench_client_opts(const fx_bench_cfg *c, fx_client_opts *o, bool stalled)
 {
     fx_client_opts_init(o);
     /* libfelix's FELIX_* variables apply (FELIX_PUBLISH_COALESCE=0 measures
@@ -248,7 +248,7 @@ static int set_err(fx_bench_result *res, int rv, const char *what)
 static int connect_one(run *R, fx_client **pc, bool stalled, fx_bench_result *res)
 {
     fx_client_opts o;
-    client_opts(R->cfg, &o, stalled);
+    fx_bench_client_opts(R->cfg, &o, stalled);
     int rv = fx_client_connect(pc, &o);
     if (rv != 0) {
         char what[128];
@@ -648,14 +648,16 @@ static void collect_latency(run *R, fx_bench_result *r)
         return;
     }
     size_t k = 0;
+    uint64_t unkept = 0;
     for (size_t i = 0; i < R->nreaders; i++) {
         const fx_bench_acct *a = &R->readers[i].acct;
+        unkept += a->lat_unkept;
         if (a->nlat == 0)
             continue; /* |lat| may be NULL */
         memcpy(all + k, a->lat, a->nlat * sizeof(*all));
         k += a->nlat;
     }
-    fx_bench_lat_summarize(all, n, &r->lat);
+    fx_bench_lat_summarize(all, n, unkept, &r->lat);
     free(all);
 }
 

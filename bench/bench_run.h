@@ -12,6 +12,7 @@
 
 #include "bench_lib.h"
 #include "bench_sys.h"
+#include "felix/felix.h"
 
 typedef enum fx_bench_mode {
     FX_BENCH_THROUGHPUT,
@@ -185,6 +186,13 @@ int fx_bench_replay_run(const fx_bench_cfg *cfg, fx_bench_result *r);
 /* One throughput-shaped run (bench_run.c): set up, publish, collect. Used
  * by the replay mode for its live phase. */
 int fx_bench_live_run(const fx_bench_cfg *cfg, fx_bench_result *r);
+/* Fills |o| for one felix-bench client of |cfg|: libfelix defaults and
+ * FELIX_* variables (felix-bench's main checked them at start), the broker
+ * address and its certificate check, one publish connection with up to 64
+ * streams, one event connection; a lossless run's or a |stalled|
+ * subscriber's queue blocks, and a |stalled| one has a small stream window.
+ * Every felix-bench client (run engine and acked publishers) is made so. */
+void fx_bench_client_opts(const fx_bench_cfg *cfg, fx_client_opts *o, bool stalled);
 
 /* Subscriptions per client in idle-subs mode: under the 1024 concurrent
  * uni streams one connection allows. */

@@ -704,7 +704,7 @@ static void json_tail(const opts *o, const fx_bench_result *r)
 
 static void json_lat(const fx_bench_lat *l)
 {
-    printf("\"samples\":%zu,", l->n);
+    printf("\"samples\":%zu,\"samples_unkept\":%llu,", l->n, (unsigned long long)l->unkept);
     jnum("p50_us", l->p50_us, 1);
     jnum("p90_us", l->p90_us, 1);
     jnum("p99_us", l->p99_us, 1);
@@ -886,11 +886,12 @@ static void print_probe_human(const opts *o, const fx_bench_result *r, int run)
 static void print_human(const opts *o, const fx_bench_result *r, int run)
 {
     const fx_bench_cfg *c = &o->c;
-    char line[512];
+    char line[512], samples[96];
     if (c->mode == FX_BENCH_FSYNC_PROBE) {
         print_probe_human(o, r, run);
         return;
     }
+    fx_bench_format_samples(samples, sizeof(samples), &r->lat);
     printf("run %d  %s  payload %zu  fanout %u  streams %u  ", run, MODE_NAMES[c->mode], c->payload,
            c->fanout, c->streams);
     if (c->mode == FX_BENCH_IDLE_SUBS) {
@@ -906,18 +907,18 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
             printf("acked INVALID (%s)\n", r->why);
         else
             printf("acked, %u publisher(s), %s: %.0f msg/s acked  ack latency p50 %.1f  p99 "
-                   "%.1f  p999 %.1f us  (%zu samples)\n",
+                   "%.1f  p999 %.1f us %s\n",
                    c->publishers, c->window ? "async window" : "one at a time", r->msgs_per_s,
-                   r->lat.p50_us, r->lat.p99_us, r->lat.p999_us, r->lat.n);
+                   r->lat.p50_us, r->lat.p99_us, r->lat.p999_us, samples);
         if (c->window)
             printf("       window %u in flight per publisher\n", c->window);
     } else if (c->mode == FX_BENCH_LATENCY) {
         if (!r->valid)
             printf("INVALID (%s)\n", r->why);
         else
-            printf("%s %s  p50 %.1f  p90 %.1f  p99 %.1f  p999 %.1f  max %.1f us  (%zu samples)\n",
+            printf("%s %s  p50 %.1f  p90 %.1f  p99 %.1f  p999 %.1f  max %.1f us %s\n",
                    c->ack ? "acked" : "unacked", c->callback ? "callback" : "next", r->lat.p50_us,
-                   r->lat.p90_us, r->lat.p99_us, r->lat.p999_us, r->lat.max_us, r->lat.n);
+                   r->lat.p90_us, r->lat.p99_us, r->lat.p999_us, r->lat.max_us, samples);
     } else if (c->mode == FX_BENCH_OVERLOAD) {
         printf("healthy: %.0f msg/s  per-sub %.0f msg/s  lost %llu (their client queues "
                "dropped %llu)%s%s\n",
@@ -966,10 +967,10 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
             (unsigned long long)r->replay_gaps, (unsigned long long)r->replay_dups,
             (unsigned long long)r->replay_offset_gaps);
     if (c->mode == FX_BENCH_OVERLOAD)
-        printf("       healthy p99 %.1f us; stalled subscriber: %llu of %llu received, %llu "
+        printf("       healthy p99 %.1f us%s; stalled subscriber: %llu of %llu received, %llu "
                "dropped; broker drops: subscriber queue %llu, lane %llu lists (%llu messages), "
                "ingress %llu\n",
-               r->lat.p99_us, (unsigned long long)r->stalled_received,
+               r->lat.p99_us, samples, (unsigned long long)r->stalled_received,
                (unsigned long long)r->stalled_expected, (unsigned long long)r->stalled_dropped,
                (unsigned long long)r->drops.subscribe_dropped,
                (unsigned long long)r->drops.lane_dropped,

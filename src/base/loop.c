@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/grow.h"
+
 /* Tasks run per turn before I/O and timers get their go again. */
 #define INBOX_BATCH 256
 /* Events taken per epoll wait; the rest stay ready (level-triggered). */
@@ -355,15 +357,34 @@ static void heap_down(fx_loop *l, size_t i)
 
 static int heap_reserve(fx_loop *l)
 {
-    if (l->nheap < l->heap_cap)
-        return 0;
-    size_t cap = l->heap_cap ? l->heap_cap * 2 : 16;
-    fx_timer **h = realloc(l->heap, cap * sizeof(*h));
+    fx_timer **h = fx_grow(l->heap, &l->heap_cap, l->nheap + 1, sizeof(*h), 16);
     if (h == NULL)
         return -ENOMEM;
     l->heap = h;
-    l->heap_cap = cap;
     return 0;
+}
+
+/* The fault hook of fx_loop_test_fail_timer_arms: one relaxed load per arm
+ * of a timer not yet armed when no test set it. */
+static _Atomic(fx_timer_cb) fail_arm_cb;
+static atomic_uint fail_arm_n;
+
+void fx_loop_test_fail_timer_arms(fx_timer_cb cb, unsigned n)
+{
+    atomic_store_explicit(&fail_arm_n, cb != NULL ? n : 0, memory_order_relaxed);
+    atomic_store_explicit(&fail_arm_cb, n != 0 ? cb : NULL, memory_order_release);
+}
+
+static bool arm_fault(const fx_timer *t)
+{
+    if (atomic_load_explicit(&fail_arm_cb, memory_order_acquire) != t->cb || t->cb == NULL)
+        return false;
+    unsigned n = atomic_load_explicit(&fail_arm_n, memory_order_relaxed);
+    while (n > 0 && !atomic_compare_exchange_weak_explicit(&fail_arm_n, &n, n - 1,
+                                                           memory_order_relaxed,
+                                                           memory_order_relaxed))
+        ;
+    return n > 0;
 }
 
 int fx_loop_timer_arm(fx_loop *l, fx_timer *t, uint64_t deadline_ns)
@@ -383,7 +404,7 @@ int fx_loop_timer_arm(fx_loop *l, fx_timer *t, uint64_t deadline_ns)
             heap_down(l, t->heap_index);
         return 0;
     }
-    if (heap_reserve(l) < 0)
+    if (arm_fault(t) || heap_reserve(l) < 0)
         return -ENOMEM;
     t->deadline_ns = deadline_ns;
     l->heap[l->nheap] = t;

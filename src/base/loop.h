@@ -95,6 +95,12 @@ int fx_loop_timer_arm(fx_loop *l, fx_timer *t, uint64_t deadline_ns);
 void fx_loop_timer_cancel(fx_loop *l, fx_timer *t);
 bool fx_timer_is_armed(const fx_timer *t);
 
+/* TEST HOOK. Makes the next |n| arms of a timer not yet armed whose callback
+ * is |cb| fail with -ENOMEM, on any loop, as when the timer heap cannot
+ * grow (re-arming an armed timer never fails). |cb| NULL or |n| 0 clears it.
+ * Only tests call it. Any thread. */
+void fx_loop_test_fail_timer_arms(fx_timer_cb cb, unsigned n);
+
 /* ---- lifecycle --------------------------------------------------------- */
 
 typedef struct fx_loop_opts {

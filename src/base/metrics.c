@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
+
 /* ---- descriptor table ---------------------------------------------------- */
 
 #define DESC_C(f, n, l, h)                                                                         \
@@ -235,16 +237,10 @@ static int sb_reserve(strbuf *b, size_t extra)
 {
     if (b->err)
         return b->err;
-    if (b->len + extra + 1 <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
+    char *p = fx_grow(b->p, &b->cap, b->len + extra + 1, 1, 4096);
     if (!p)
         return b->err = -ENOMEM;
     b->p = p;
-    b->cap = cap;
     return 0;
 }
 

@@ -52,6 +52,9 @@
       "Connections closed at once, reason too many connections (max_connections reached)")         \
     C(broker_frame_timeouts, "felix_broker_frame_timeouts_total", "",                              \
       "Client streams reset because a frame's body did not arrive within frame_read_timeout_ms")   \
+    C(broker_timer_arm_failures, "felix_broker_timer_arm_failures_total", "",                      \
+      "Timers the broker could not arm (out of memory): the commit ack or the publish waiting at " \
+      "admission that needed one was failed at once, a durable flush was run at once")             \
     C(ingress_reserve_waited, "felix_broker_ingress_reserve_waited_total", "",                     \
       "Frame headers whose byte reservation had to wait (the stream stopped reading meanwhile)")   \
     G(ingress_reserved_bytes, "felix_broker_ingress_reserved_bytes", "",                           \

@@ -163,6 +163,10 @@ struct fx_broker {
 /* Error text of everything refused during the drain (also the close reason;
  * the client maps it to FX_ESHUTDOWN's meaning). */
 #define FXB_SHUTDOWN_TEXT "broker shutting down"
+/* A commit ack answered at once because its timer could not be armed. */
+#define FXB_COMMIT_TIMER_TEXT "publish commit wait failed: out of memory for its timer"
+/* A publish failed at admission because its wait timer could not be armed. */
+#define FXB_WAIT_TIMER_TEXT "publish admission wait failed: out of memory for its timer"
 
 /* Kinds of stream user pointers (first field of fxb_bidi and fxb_sub). */
 enum { FXB_KIND_BIDI = 1, FXB_KIND_SUB = 2 };
@@ -546,6 +550,12 @@ void fxb_bidi_end(fxb_bidi *s);
 void fxb_bidi_flush(fxb_bidi *s);
 /* Drops |s|'s queued replies (the stream is gone). */
 void fxb_reply_drop_all(fxb_bidi *s);
+/* The commit timer's callback (|user| is the stream): flushes. Named so
+ * fx_broker_test_fail_timer_arms can aim at it. Conn loop. */
+void fxb_reply_commit_timer_cb(fx_loop *l, fx_timer *t, void *user);
+/* ingress.c: the Wait policy's deadline timer callback (|user| is the stream
+ * holding the parked job). Conn loop. */
+void parked_expired(fx_loop *l, fx_timer *t, void *user);
 
 /* ---- publish.c: publish requests (conn loop) -------------------------------- */
 /* Handles one complete publish frame on |s| (binary 0x0001 / 0x0009 or a

@@ -201,14 +201,30 @@ void fxb_dstream_flush(dstream *s, uint64_t now)
     release_acked(s);
 }
 
-/* Arms the timer for the next periodic flush or retention sweep. */
+static fx_ratelimit timer_rl = FX_RATELIMIT_INIT;
+
+/* Arms the timer for the next periodic flush or retention sweep. When it
+ * cannot be armed (out of memory, counted) what was appended and not yet
+ * flushed is not left for a timer that never fires (under on_commit its
+ * acks wait for that flush): it is flushed now, one flush per append while
+ * it lasts; the next append or flush tries the timer again. */
 static void arm_timer(dstream *s)
 {
     uint64_t due = fx_syncpol_deadline(&s->pol);
     if (s->retain_due_ns != 0 && s->retain_due_ns < due)
         due = s->retain_due_ns;
-    if (due != UINT64_MAX)
-        fx_loop_timer_arm(s->st->loop, &s->timer, due);
+    if (due == UINT64_MAX || fx_loop_timer_arm(s->st->loop, &s->timer, due) == 0)
+        return;
+    bool flush = (s->whead != NULL || s->pol.unsynced_bytes > 0) && s->log != NULL &&
+                 !fx_dlog_is_failed(s->log);
+    FX_COUNTER_INC(broker_timer_arm_failures);
+    FX_LOG_RATELIMITED(&timer_rl, fx_now_ns(), FX_LOG_ERROR, "storage",
+                       "out of memory arming the flush timer of stream %s/%s/%s: %s",
+                       fx_stream_handle_tenant(s->h), fx_stream_handle_namespace(s->h),
+                       fx_stream_handle_stream(s->h),
+                       flush ? "flushing at once" : "nothing to flush");
+    if (flush)
+        fxb_dstream_flush(s, fx_loop_now(s->st->loop));
 }
 
 static void retain(dstream *s, uint64_t now)
@@ -241,7 +257,7 @@ void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uin
     arm_timer(s);
 }
 
-static void on_timer(fx_loop *l, fx_timer *t, void *user)
+void fxb_dstream_on_timer(fx_loop *l, fx_timer *t, void *user)
 {
     (void)t;
     dstream *s = user;
@@ -351,7 +367,7 @@ dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
     s->st = st;
     s->h = fx_stream_handle_ref(h);
     fx_task_init(&s->flush_task, on_flush_task, s);
-    fx_timer_init(&s->timer, on_timer, s);
+    fx_timer_init(&s->timer, fxb_dstream_on_timer, s);
     s->open_rv = open_log(s);
     if (s->open_rv == -EBUSY) { /* not kept: the next job tries again */
         fx_stream_handle_unref(s->h);

@@ -114,6 +114,10 @@ void fxb_dstream_flush(dstream *s, uint64_t now);
  * and |seconds| (0: the broker's durable_retention_*), sweeps at once with
  * the new bounds and rearms the sweep timer. Storage thread. */
 void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uint64_t now);
+/* The stream's timer callback (|user| is the dstream): periodic flush and
+ * retention sweep. Named so fx_broker_test_fail_timer_arms can aim at it.
+ * Storage loop. */
+void fxb_dstream_on_timer(fx_loop *l, fx_timer *t, void *user);
 /* Logs (rate-limited) that |what| failed on |s|'s stream with |rv|. */
 void fxb_dstream_log_error(const dstream *s, const char *what, int rv);
 

@@ -428,6 +428,30 @@ static void answer_acks(fxb_reply **acks, uint32_t n, const char *err)
         fxb_reply_complete(acks[i], err);
 }
 
+static fx_ratelimit wait_timer_rl = FX_RATELIMIT_INIT;
+
+/* A job parked under the Wait policy needs its deadline timer, or nothing
+ * but a resume would ever end the wait. When the timer cannot be armed (out
+ * of memory, counted) the wait ends now: returns false with the job's
+ * admission failed (|j->req.error| says why), unless a resume is already on
+ * its way, which settles the job as usual. */
+static bool wait_timer_set(fxb_bidi *s, const fx_ingress_target *t, fxb_job *j)
+{
+    fx_loop *l = s->conn->loop;
+    if (j->req.policy != FX_INGRESS_WAIT ||
+        fx_loop_timer_arm(l, &s->wait_timer, j->req.deadline_ns) == 0)
+        return true;
+    FX_COUNTER_INC(broker_timer_arm_failures);
+    FX_LOG_RATELIMITED(&wait_timer_rl, fx_loop_now(l), FX_LOG_ERROR, "broker",
+                       "conn %llu: out of memory arming the publish wait timer: %u publishes "
+                       "failed at once",
+                       (unsigned long long)s->conn->id, (unsigned)j->nreq);
+    if (fx_ingress_cancel(t, &j->req) != FX_INGRESS_FAILED)
+        return true;
+    j->req.error = FXB_WAIT_TIMER_TEXT;
+    return false;
+}
+
 /* Runs admission for |j|. Returns 0 when its requests are settled, 1 when
  * parked (|s| stops reading). */
 static int admit(fxb_bidi *s, fxb_job *j)
@@ -447,6 +471,8 @@ static int admit(fxb_bidi *s, fxb_job *j)
         memcpy(acks, j->acks, (size_t)nacks * sizeof(*acks));
     }
     fx_ingress_outcome o = fx_ingress_admit(&t, &j->req, fx_loop_now(s->conn->loop));
+    if (o == FX_INGRESS_PARKED && !wait_timer_set(s, &t, j))
+        o = FX_INGRESS_FAILED;
     switch (o) {
     case FX_INGRESS_ADMITTED: /* |j| belongs to the worker now */
         FX_COUNTER_ADD(publish_accepted, nreq);
@@ -470,8 +496,6 @@ static int admit(fxb_bidi *s, fxb_job *j)
     case FX_INGRESS_PARKED:
         s->parked = j;
         s->refs++; /* the resume task or the timer may still come */
-        if (j->req.policy == FX_INGRESS_WAIT)
-            fx_loop_timer_arm(s->conn->loop, &s->wait_timer, j->req.deadline_ns);
         return 1;
     }
     fxb_bidi_flush(s);

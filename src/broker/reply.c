@@ -229,10 +229,30 @@ void fxb_bidi_end(fxb_bidi *s)
 }
 
 static fx_ratelimit commit_timeout_rl = FX_RATELIMIT_INIT;
+static fx_ratelimit commit_timer_rl = FX_RATELIMIT_INIT;
+
+/* Arms the stream's commit timer for |deadline_ns| unless it fires sooner.
+ * Returns false when it could not be armed (out of memory, counted): then no
+ * timer would ever end the wait of a commit that does not come. */
+static bool commit_timer_set(fxb_bidi *s, uint64_t deadline_ns)
+{
+    fx_loop *l = s->conn->loop;
+    if (fx_timer_is_armed(&s->commit_timer) && s->commit_timer.deadline_ns <= deadline_ns)
+        return true;
+    if (fx_loop_timer_arm(l, &s->commit_timer, deadline_ns) == 0)
+        return true;
+    FX_COUNTER_INC(broker_timer_arm_failures);
+    FX_LOG_RATELIMITED(&commit_timer_rl, fx_loop_now(l), FX_LOG_ERROR, "broker",
+                       "conn %llu stream %lld: out of memory arming the commit timer: "
+                       "commit ack answered \"%s\" at once",
+                       (unsigned long long)s->conn->id, (long long)s->sid, FXB_COMMIT_TIMER_TEXT);
+    return false;
+}
 
 /* A commit ack at the head past its deadline is answered "publish commit
  * timeout" (the append may still happen: docs/semantics.md); one not yet due
- * arms the stream's commit timer. Returns true when the head is done. */
+ * arms the stream's commit timer, or, when that fails, is answered
+ * FXB_COMMIT_TIMER_TEXT at once. Returns true when the head is done. */
 static bool head_done(fxb_bidi *s)
 {
     fxb_reply *r = s->rhead;
@@ -240,18 +260,17 @@ static bool head_done(fxb_bidi *s)
         return true;
     if (r->deadline_ns == 0)
         return false;
-    fx_loop *l = s->conn->loop;
-    uint64_t now = fx_loop_now(l);
-    if (now < r->deadline_ns) {
-        if (!fx_timer_is_armed(&s->commit_timer) || s->commit_timer.deadline_ns > r->deadline_ns)
-            fx_loop_timer_arm(l, &s->commit_timer, r->deadline_ns);
+    uint64_t now = fx_loop_now(s->conn->loop);
+    bool timed_out = now >= r->deadline_ns;
+    if (!timed_out && commit_timer_set(s, r->deadline_ns))
         return false;
-    }
     if (atomic_load_explicit(&r->claimed, memory_order_acquire))
         return false; /* the worker is completing it right now: its task flushes */
-    fxb_reply_complete(r, "publish commit timeout");
+    fxb_reply_complete(r, timed_out ? "publish commit timeout" : FXB_COMMIT_TIMER_TEXT);
     if (!atomic_load_explicit(&r->done, memory_order_acquire))
         return false; /* lost the race after all */
+    if (!timed_out)
+        return true;
     FX_COUNTER_INC(publish_commit_timeouts);
     FX_LOG_RATELIMITED(&commit_timeout_rl, now, FX_LOG_WARN, "broker",
                        "conn %llu stream %lld: request %llu: publish commit timeout",
@@ -260,7 +279,7 @@ static bool head_done(fxb_bidi *s)
     return true;
 }
 
-static void commit_timer_cb(fx_loop *l, fx_timer *t, void *user)
+void fxb_reply_commit_timer_cb(fx_loop *l, fx_timer *t, void *user)
 {
     (void)l;
     (void)t;
@@ -311,5 +330,5 @@ void fxb_bidi_flush(fxb_bidi *s)
 void fxb_reply_bidi_init(fxb_bidi *s)
 {
     fx_task_init(&s->replies_task, replies_resume, s);
-    fx_timer_init(&s->commit_timer, commit_timer_cb, s);
+    fx_timer_init(&s->commit_timer, fxb_reply_commit_timer_cb, s);
 }

@@ -10,6 +10,7 @@
 
 #include "base/metrics.h"
 #include "broker/broker_internal.h"
+#include "broker/durable_int.h"
 #include "broker/test_hooks.h"
 #include "felix/error.h"
 
@@ -54,6 +55,21 @@ static int run_and_wait(fx_loop *l, void (*fn)(void *arg), void *arg)
 static bool running(const fx_broker *b)
 {
     return b != NULL && b->started && !b->stopped;
+}
+
+/* ---- timer faults ---------------------------------------------------------- */
+
+int fx_broker_test_fail_timer_arms(fx_broker_test_timer which, unsigned n)
+{
+    static const fx_timer_cb cbs[] = {
+        [FX_BROKER_TEST_TIMER_COMMIT] = fxb_reply_commit_timer_cb,
+        [FX_BROKER_TEST_TIMER_INGRESS_WAIT] = parked_expired,
+        [FX_BROKER_TEST_TIMER_DURABLE] = fxb_dstream_on_timer,
+    };
+    if ((unsigned)which >= sizeof(cbs) / sizeof(cbs[0]))
+        return -EINVAL;
+    fx_loop_test_fail_timer_arms(cbs[which], n);
+    return 0;
 }
 
 /* ---- connection cuts and stalls ------------------------------------------ */

@@ -27,6 +27,20 @@ int fx_broker_test_cut_connections(fx_broker *b, bool only_subscribers);
  * 0, -EINVAL (no such worker, broker not started) or -ENOMEM. */
 int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms);
 
+/* The broker timers whose arming fx_broker_test_fail_timer_arms can fail. */
+typedef enum fx_broker_test_timer {
+    FX_BROKER_TEST_TIMER_COMMIT = 0,   /* a stream's commit-ack deadline (reply.c) */
+    FX_BROKER_TEST_TIMER_INGRESS_WAIT, /* a parked publish's Wait deadline (ingress.c) */
+    FX_BROKER_TEST_TIMER_DURABLE,      /* a durable log's flush/retention timer */
+} fx_broker_test_timer;
+
+/* TEST HOOK. Makes the next |n| arms of |which| timer (not yet armed), in
+ * every broker of the process, fail as out of memory
+ * (fx_loop_test_fail_timer_arms); |n| 0 clears it. One kind at a time: a
+ * call replaces the previous one. Returns 0 or -EINVAL (no such kind). Any
+ * thread. */
+int fx_broker_test_fail_timer_arms(fx_broker_test_timer which, unsigned n);
+
 /* Where one stream's state lives (fx_broker_test_stream_placement). */
 typedef struct fx_broker_test_stream_where {
     uint64_t handle_id;

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "base/hostport.h"
 #include "base/log.h"
 #include "client/client.h"
 
@@ -374,14 +375,15 @@ static void close_task(fx_loop *l, fx_task *t, void *user)
 /* Splits "host:port" / "[v6]:port" and resolves host to a numeric address. */
 static int resolve(fx_client *c, const char *server)
 {
-    char host[256];
-    int rv = fxc_client_server_host(server, host, sizeof(host));
-    if (rv != 0)
-        return rv;
-    char *end = NULL;
-    long port = strtol(strrchr(server, ':') + 1, &end, 10);
-    if (*end != '\0' || port <= 0 || port > 65535)
-        return fxc_client_set_error(FX_ECONFIG, "option server: bad port in '%s'", server);
+    fx_hostport hp;
+    const char *why;
+    if (fx_hostport_split(server, &hp, &why) != 0)
+        return fxc_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port: %s",
+                                    server != NULL ? server : "(null)", why);
+    if (hp.port == 0)
+        return fxc_client_set_error(FX_ECONFIG, "option server: port 0 in '%s'", server);
+    const char *host = hp.host;
+    long port = hp.port;
     struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
     int g = getaddrinfo(host, NULL, &hints, &res);
     if (g != 0)

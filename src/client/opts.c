@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hostport.h"
 #include "base/log.h"
 #include "client/client.h"
 
@@ -267,17 +268,14 @@ static void fill_zero_defaults(fx_client_opts *o)
 
 int fxc_client_server_host(const char *server, char *host, size_t cap)
 {
-    const char *colon = server != NULL ? strrchr(server, ':') : NULL;
-    if (colon == NULL || colon == server || colon[1] == '\0')
-        return fxc_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port",
-                                    server != NULL ? server : "(null)");
-    size_t hl = (size_t)(colon - server);
-    if (server[0] == '[' && hl >= 2 && server[hl - 1] == ']')
-        server++, hl -= 2;
-    if (hl == 0 || hl >= cap)
-        return fxc_client_set_error(FX_ECONFIG, "option server: host empty or too long");
-    memcpy(host, server, hl);
-    host[hl] = '\0';
+    fx_hostport hp;
+    const char *why;
+    if (fx_hostport_split(server, &hp, &why) != 0)
+        return fxc_client_set_error(FX_ECONFIG, "option server: '%s' is not host:port: %s",
+                                    server != NULL ? server : "(null)", why);
+    if (strlen(hp.host) >= cap)
+        return fxc_client_set_error(FX_ECONFIG, "option server: host too long");
+    strcpy(host, hp.host);
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/blk.h"
+#include "base/grow.h"
 #include "base/log.h"
 #include "client/client.h"
 
@@ -370,10 +371,7 @@ static void rx_append(evs *e, const uint8_t *p, size_t n)
     if (n == 0)
         return;
     if (e->rx_len + n > e->rx_cap) {
-        size_t cap = e->rx_cap ? e->rx_cap : 4096;
-        while (cap < e->rx_len + n)
-            cap *= 2;
-        uint8_t *nb = realloc(e->rx, cap);
+        uint8_t *nb = fx_grow(e->rx, &e->rx_cap, e->rx_len + n, 1, 4096);
         if (nb == NULL) {
             /* Bounded by the receive window we have not extended; failing
              * here means memory is gone: end the subscription loudly. */
@@ -384,7 +382,6 @@ static void rx_append(evs *e, const uint8_t *p, size_t n)
             return;
         }
         e->rx = nb;
-        e->rx_cap = cap;
     }
     memcpy(e->rx + e->rx_len, p, n);
     e->rx_len += n;

@@ -16,47 +16,18 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
+#include "base/fsutil.h"
 #include "felix/error.h"
 #include "quic/internal.h"
 
 /* ---- files ------------------------------------------------------------- */
 
-/* Writes |d| to |path| through "<path>.tmp" and rename(), so a crash never
- * leaves a half-written key behind. The temporary is created with O_EXCL |
- * O_NOFOLLOW: a file or link planted under its name is never written
- * through (a stale one from a crash is removed first, and anything that
- * reappears in between fails the open). */
+/* Writes |d| to |path| with exactly |mode|, atomically (fx_file_write_atomic:
+ * a crash never leaves a half-written key behind, and a file or link
+ * planted under the temporary's name is never written through). */
 int fx_quic_write_file_atomic(const char *path, const gnutls_datum_t *d, mode_t mode)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-        return -ENAMETOOLONG;
-    if (unlink(tmp) < 0 && errno != ENOENT)
-        return -errno;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-    if (fd < 0)
-        return -errno;
-    int rv = 0;
-    /* The mode given to open() is masked by the umask; force it. */
-    if (fchmod(fd, mode) < 0)
-        rv = -errno;
-    size_t done = 0;
-    while (rv == 0 && done < d->size) {
-        ssize_t n = write(fd, d->data + done, d->size - done);
-        if (n < 0 && errno != EINTR)
-            rv = -errno;
-        else if (n > 0)
-            done += (size_t)n;
-    }
-    if (rv == 0 && fsync(fd) < 0)
-        rv = -errno;
-    if (close(fd) < 0 && rv == 0)
-        rv = -errno;
-    if (rv == 0 && rename(tmp, path) < 0)
-        rv = -errno;
-    if (rv < 0)
-        unlink(tmp);
-    return rv;
+    return fx_file_write_atomic(path, d->data, d->size, mode, FX_FILE_EXACT_MODE);
 }
 
 int fx_quic_read_file(const char *path, gnutls_datum_t *out)

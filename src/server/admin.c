@@ -23,6 +23,8 @@
 
 #include <microhttpd.h>
 
+#include "base/grow.h"
+#include "base/hostport.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "felix/error.h"
@@ -107,20 +109,6 @@ __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t cap,
     va_end(ap);
 }
 
-/* Parses the decimal port at |s| (whole string). Returns 0..65535 or -1. */
-static int parse_port(const char *s)
-{
-    if (*s == '\0' || strlen(s) > 5)
-        return -1;
-    int port = 0;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        port = port * 10 + (*s - '0');
-    }
-    return port <= 65535 ? port : -1;
-}
-
 /* Resolves |host| (numeric or a name) into |ss| with |port|. */
 static int resolve_host(const char *host, bool bracketed, int port, struct sockaddr_storage *ss,
                         socklen_t *plen, const char **pwhy)
@@ -166,38 +154,11 @@ static int resolve_host(const char *host, bool bracketed, int port, struct socka
 int fx_admin_parse_bind(const char *s, struct sockaddr_storage *ss, socklen_t *plen, char *err,
                         size_t errcap)
 {
-    char host[256];
-    const char *why = "expected host:port or [ipv6]:port";
-    const char *hs = s, *he, *colon;
-    bool bracketed = s && s[0] == '[';
-    if (!s)
-        goto err;
-    if (bracketed) {
-        hs = s + 1;
-        he = strchr(hs, ']');
-        if (!he || he[1] != ':')
-            goto err;
-        colon = he + 1;
-    } else {
-        colon = strrchr(s, ':');
-        he = colon;
-        if (colon && memchr(s, ':', (size_t)(colon - s))) {
-            why = "IPv6 addresses go in [ ] (e.g. [::1]:8080)";
-            goto err;
-        }
-    }
-    if (!colon || he == hs || (size_t)(he - hs) >= sizeof(host))
-        goto err;
-    int port = parse_port(colon + 1);
-    if (port < 0) {
-        why = "port must be a number from 0 to 65535";
-        goto err;
-    }
-    memcpy(host, hs, (size_t)(he - hs));
-    host[he - hs] = '\0';
-    if (resolve_host(host, bracketed, port, ss, plen, &why) == 0)
+    fx_hostport hp;
+    const char *why;
+    if (fx_hostport_split(s, &hp, &why) == 0 &&
+        resolve_host(hp.host, hp.bracketed, hp.port, ss, plen, &why) == 0)
         return 0;
-err:
     set_err(err, errcap, "admin bind address '%s': %s", s ? s : "(null)", why);
     return FX_ECONFIG;
 }
@@ -430,18 +391,12 @@ static void body_append(conn_req *r, size_t max_body, const char *data, size_t n
         r->too_big = true; /* keep reading and discarding; 413 at the end */
         return;
     }
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = r->cap ? r->cap : 1024;
-        while (cap < r->len + n + 1)
-            cap *= 2;
-        char *p = realloc(r->body, cap);
-        if (!p) {
-            r->too_big = true;
-            return;
-        }
-        r->body = p;
-        r->cap = cap;
+    char *p = fx_grow(r->body, &r->cap, r->len + n + 1, 1, 1024);
+    if (!p) {
+        r->too_big = true;
+        return;
     }
+    r->body = p;
     memcpy(r->body + r->len, data, n);
     r->len += n;
     r->body[r->len] = '\0';
@@ -840,16 +795,11 @@ static int listen_start(listener *l, const char *bind, const daemon_cfg *dc, cha
     return rv;
 }
 
-/* The host part of |bind| ("h:p" or "[v6]:p") into |out|. */
+/* The host part of |bind| ("h:p" or "[v6]:p", parsed already) into |out|. */
 static void bind_host_of(const char *bind, char *out, size_t cap)
 {
-    const char *colon = strrchr(bind, ':');
-    size_t n = colon ? (size_t)(colon - bind) : strlen(bind);
-    if (n >= 2 && bind[0] == '[' && bind[n - 1] == ']') {
-        bind++;
-        n -= 2;
-    }
-    snprintf(out, cap, "%.*s", (int)n, bind);
+    fx_hostport hp;
+    snprintf(out, cap, "%s", fx_hostport_split(bind, &hp, NULL) == 0 ? hp.host : bind);
 }
 
 static int admin_init(fx_admin *a, const fx_admin_opts *o, const struct sockaddr_storage *ss)

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/hostport.h"
 #include "felix/error.h"
 #include "server/config_internal.h"
 #include "storage/syncpol.h"
@@ -643,17 +644,10 @@ static int rule_auth(const fx_config *c, fx_config_diag *d)
 
 bool fx_config_addr_is_loopback(const char *addr)
 {
-    char host[FX_CONFIG_ADDR_MAX];
-    const char *colon = strrchr(addr, ':');
-    size_t n = colon ? (size_t)(colon - addr) : 0;
-    if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']') {
-        addr++;
-        n -= 2;
-    }
-    if (n == 0 || n >= sizeof(host))
+    fx_hostport hp;
+    if (fx_hostport_split(addr, &hp, NULL) != 0)
         return false;
-    memcpy(host, addr, n);
-    host[n] = '\0';
+    const char *host = hp.host;
     struct in_addr a4;
     struct in6_addr a6;
     if (inet_pton(AF_INET, host, &a4) == 1)
@@ -695,8 +689,10 @@ static int rule_probe(fx_config *c, fx_config_diag *d)
     int ip = kidx("probe_bind");
     char why[256], where[FX_CONFIG_PATH_MAX + 64];
     if (strcmp(c->probe_bind, "auto") == 0) {
-        const char *colon = strrchr(c->metrics_bind, ':');
-        unsigned long port = strtoul(colon + 1, NULL, 10); /* parse_addr checked it */
+        fx_hostport hp;
+        if (fx_hostport_split(c->metrics_bind, &hp, NULL) != 0)
+            return fx_config_fail(d, "metrics_bind '%s' is not host:port", c->metrics_bind);
+        unsigned port = hp.port;
         if (port == 65535) {
             char dm[FX_CONFIG_PATH_MAX + 160];
             describe(c, kidx("metrics_bind"), dm, sizeof(dm));
@@ -704,8 +700,8 @@ static int rule_probe(fx_config *c, fx_config_diag *d)
             return fx_config_fail(
                 d, "%s: probe_bind auto would use port 65536 (%s): set probe_bind", where, dm);
         }
-        snprintf(c->probe_bind, sizeof(c->probe_bind), "%.*s:%lu", (int)(colon - c->metrics_bind),
-                 c->metrics_bind, port ? port + 1 : 0);
+        fx_hostport_format(&hp, (uint16_t)(port ? port + 1 : 0), c->probe_bind,
+                           sizeof(c->probe_bind));
         c->origin[ip].note = "auto: metrics_bind's host, port + 1";
         return 0;
     }

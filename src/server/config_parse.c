@@ -17,6 +17,8 @@
 
 #include <yaml.h>
 
+#include "base/grow.h"
+#include "base/hostport.h"
 #include "base/placement.h"
 #include "felix/error.h"
 #include "server/config_internal.h"
@@ -185,41 +187,17 @@ static bool host_char_ok(char ch)
  * name is resolved here: start-up does that when it binds. */
 static int parse_addr(const char *s, char *why, size_t n)
 {
-    const char *colon;
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        char v6[64];
-        struct in6_addr a;
-        size_t len = close ? (size_t)(close - s - 1) : 0;
-        if (!close || close[1] != ':' || len == 0 || len >= sizeof(v6)) {
-            snprintf(why, n, "expected host:port or [ipv6]:port");
-            return -1;
-        }
-        memcpy(v6, s + 1, len);
-        v6[len] = '\0';
-        if (inet_pton(AF_INET6, v6, &a) != 1) {
-            snprintf(why, n, "not an IPv6 address inside [ ]");
-            return -1;
-        }
-        colon = close + 1;
-    } else {
-        colon = strrchr(s, ':');
-        if (!colon || colon == s) {
-            snprintf(why, n, "expected host:port (e.g. 0.0.0.0:5000)");
-            return -1;
-        }
-        for (const char *p = s; p < colon; p++) {
-            if (!host_char_ok(*p)) {
-                snprintf(why, n, "invalid character in host (IPv6 addresses go in [ ])");
-                return -1;
-            }
-        }
-    }
-    uint64_t port;
-    const char *end;
-    if (parse_digits(colon + 1, &port, &end, why, n) < 0 || *end || port > 65535) {
-        snprintf(why, n, "port must be a number from 0 to 65535");
+    fx_hostport hp;
+    const char *w;
+    if (fx_hostport_split(s, &hp, &w) != 0) {
+        snprintf(why, n, "%s", w);
         return -1;
+    }
+    for (const char *p = hp.host; !hp.bracketed && *p; p++) {
+        if (!host_char_ok(*p)) {
+            snprintf(why, n, "invalid character in host (IPv6 addresses go in [ ])");
+            return -1;
+        }
     }
     return 0;
 }
@@ -277,14 +255,10 @@ static int slist_add(struct slist *l, const char *s, size_t len, char *why, size
         snprintf(why, n, "more than %d streams", FX_CONFIG_MAX_STREAMS);
         return -1;
     }
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        fx_config_stream *p = realloc(l->items, cap * sizeof(*p));
-        if (!p)
-            return -ENOMEM;
-        l->items = p;
-        l->cap = cap;
-    }
+    fx_config_stream *p = fx_grow(l->items, &l->cap, l->n + 1, sizeof(*p), 16);
+    if (!p)
+        return -ENOMEM;
+    l->items = p;
     fx_config_stream *st = &l->items[l->n];
     if (parse_stream(s, len, st, why, n) < 0)
         return -1;

@@ -23,6 +23,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "base/hostport.h"
 #include "base/log.h"
 #include "broker/broker.h"
 #include "felix/error.h"
@@ -189,22 +190,11 @@ static fx_queue_policy policy_of(fx_config_policy p)
 /* Splits "host:port" or "[v6]:port" into |ip| and |*port|. Returns 0 or -1. */
 static int split_bind(const char *bind, char *ip, size_t cap, uint16_t *port)
 {
-    const char *colon = strrchr(bind, ':');
-    if (colon == NULL)
+    fx_hostport hp;
+    if (fx_hostport_split(bind, &hp, NULL) != 0 || strlen(hp.host) >= cap)
         return -1;
-    const char *h = bind;
-    size_t n = (size_t)(colon - bind);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-        h++;
-        n -= 2;
-    }
-    char *end;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (n == 0 || n >= cap || *end != '\0' || end == colon + 1 || p > 65535)
-        return -1;
-    memcpy(ip, h, n);
-    ip[n] = '\0';
-    *port = (uint16_t)p;
+    strcpy(ip, hp.host);
+    *port = hp.port;
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fsutil.h"
 #include "felix/error.h"
 
 static int say(int rv, char *why, size_t whylen, const char *fmt, ...)
@@ -28,21 +29,15 @@ static int say(int rv, char *why, size_t whylen, const char *fmt, ...)
 /* mkdir -p |dir|: every missing level gets mode 0700. */
 static int make_dirs(const char *dir, char *why, size_t whylen)
 {
-    char path[4096];
-    int n = snprintf(path, sizeof(path), "%s", dir);
-    if (n <= 0 || (size_t)n >= sizeof(path))
-        return say(-ENAMETOOLONG, why, whylen, "state_dir '%.200s...': path too long", dir);
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0700) != 0 && errno != EEXIST)
-            return say(-errno, why, whylen, "cannot create state_dir '%s': %s at '%s'", dir,
-                       strerror(errno), path);
-        *p = '/';
-    }
-    if (mkdir(path, 0700) != 0 && errno != EEXIST)
-        return say(-errno, why, whylen, "cannot create state_dir '%s': %s", dir, strerror(errno));
+    char at[4096];
+    int rv = fx_mkdirs(dir, 0700, at, sizeof(at));
+    if (rv == -ENAMETOOLONG)
+        return say(rv, why, whylen, "state_dir '%.200s...': path too long", dir);
+    if (rv == -ENOTDIR && strcmp(at, dir) == 0)
+        return say(FX_ECONFIG, why, whylen, "state_dir '%s' is not a directory", dir);
+    if (rv != 0)
+        return say(rv, why, whylen, "cannot create state_dir '%s': %s at '%s'", dir,
+                   strerror(-rv), at);
     return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "base/grow.h"
 #include "base/log.h"
 #include "felix/error.h"
 
@@ -39,14 +40,10 @@ static void entry_clear(fx_catalog_entry *e)
 static int entry_push(fx_catalog *c, const char *t, const char *ns, const char *s,
                       fx_catalog_entry **pe)
 {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 8;
-        fx_catalog_entry *v = realloc(c->v, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        c->v = v;
-        c->cap = cap;
-    }
+    fx_catalog_entry *v = fx_grow(c->v, &c->cap, c->n + 1, sizeof(*v), 8);
+    if (v == NULL)
+        return -ENOMEM;
+    c->v = v;
     fx_catalog_entry *e = &c->v[c->n];
     *e = (fx_catalog_entry){.tenant = strdup(t), .ns = strdup(ns), .stream = strdup(s)};
     if (e->tenant == NULL || e->ns == NULL || e->stream == NULL) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "base/log.h"
 #include "felix/error.h"
 #include "storage/dlog_int.h"
@@ -61,28 +62,20 @@ int dl_fail(fx_dlog *log, int rv, const char *fmt, ...)
 
 int dl_idx_push(dl_seg *s, uint64_t offset, uint64_t pos)
 {
-    if (s->nidx == s->idx_cap) {
-        size_t cap = s->idx_cap ? s->idx_cap * 2 : 16;
-        dl_entry *v = realloc(s->idx, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        s->idx = v;
-        s->idx_cap = cap;
-    }
+    dl_entry *v = fx_grow(s->idx, &s->idx_cap, s->nidx + 1, sizeof(*v), 16);
+    if (v == NULL)
+        return -ENOMEM;
+    s->idx = v;
     s->idx[s->nidx++] = (dl_entry){.offset = offset, .pos = pos};
     return 0;
 }
 
 int dl_seg_push(fx_dlog *log, uint64_t id, uint64_t base, dl_seg **ps)
 {
-    if (log->nsegs == log->segs_cap) {
-        size_t cap = log->segs_cap ? log->segs_cap * 2 : 8;
-        dl_seg *v = realloc(log->segs, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        log->segs = v;
-        log->segs_cap = cap;
-    }
+    dl_seg *v = fx_grow(log->segs, &log->segs_cap, log->nsegs + 1, sizeof(*v), 8);
+    if (v == NULL)
+        return -ENOMEM;
+    log->segs = v;
     dl_seg *s = &log->segs[log->nsegs++];
     *s = (dl_seg){.id = id, .base = base, .next = base, .size = FX_SEG_HEADER_LEN};
     *ps = s;
@@ -510,24 +503,14 @@ static dl_entry seek_file(fx_dlog *log, const dl_seg *s, uint64_t off)
 
 static int page_room(fx_dlog_page *p, size_t len)
 {
-    if (p->n == p->recs_cap) {
-        size_t cap = p->recs_cap ? p->recs_cap * 2 : 64;
-        fx_dlog_record *v = realloc(p->recs, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        p->recs = v;
-        p->recs_cap = cap;
-    }
-    if (p->bytes + len > p->buf_cap) {
-        size_t cap = p->buf_cap ? p->buf_cap : 4096;
-        while (cap < p->bytes + len)
-            cap *= 2;
-        uint8_t *b = realloc(p->buf, cap);
-        if (b == NULL)
-            return -ENOMEM;
-        p->buf = b;
-        p->buf_cap = cap;
-    }
+    fx_dlog_record *v = fx_grow(p->recs, &p->recs_cap, p->n + 1, sizeof(*v), 64);
+    if (v == NULL)
+        return -ENOMEM;
+    p->recs = v;
+    uint8_t *b = fx_grow(p->buf, &p->buf_cap, p->bytes + len, 1, 4096);
+    if (b == NULL)
+        return -ENOMEM;
+    p->buf = b;
     return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "base/log.h"
 #include "felix/error.h"
 #include "storage/dlog_int.h"
@@ -34,14 +35,10 @@ static int collect(void *user, const char *name, bool is_dir)
     uint64_t id;
     if (is_dir || !fx_logfmt_parse_log_name(name, &id))
         return 0;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        uint64_t *v = realloc(l->v, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        l->v = v;
-        l->cap = cap;
-    }
+    uint64_t *v = fx_grow(l->v, &l->cap, l->n + 1, sizeof(*v), 16);
+    if (v == NULL)
+        return -ENOMEM;
+    l->v = v;
     l->v[l->n++] = id;
     return 0;
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
+
 typedef struct image {
     uint8_t *p;
     size_t len;
@@ -57,14 +59,10 @@ static int image_reserve(image *im, size_t len)
 {
     if (len <= im->cap)
         return 0;
-    size_t cap = im->cap ? im->cap : 256;
-    while (cap < len)
-        cap *= 2;
-    uint8_t *p = realloc(im->p, cap);
+    uint8_t *p = fx_grow(im->p, &im->cap, len, 1, 256);
     if (p == NULL)
         return -ENOMEM;
     im->p = p;
-    im->cap = cap;
     return 0;
 }
 
@@ -95,14 +93,10 @@ static int names_put(names *ns, const char *path, int ino)
         ns->v[i].ino = ino;
         return 0;
     }
-    if (ns->n == ns->cap) {
-        size_t cap = ns->cap ? ns->cap * 2 : 16;
-        name *v = realloc(ns->v, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        ns->v = v;
-        ns->cap = cap;
-    }
+    name *v = fx_grow(ns->v, &ns->cap, ns->n + 1, sizeof(*v), 16);
+    if (v == NULL)
+        return -ENOMEM;
+    ns->v = v;
     char *p = strdup(path);
     if (p == NULL)
         return -ENOMEM;
@@ -158,14 +152,10 @@ static bool parent_exists(const fx_memio *m, const char *path)
 
 static int inode_new(fx_memio *m, bool is_dir)
 {
-    if (m->ninodes == m->inodes_cap) {
-        size_t cap = m->inodes_cap ? m->inodes_cap * 2 : 16;
-        inode *v = realloc(m->inodes, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        m->inodes = v;
-        m->inodes_cap = cap;
-    }
+    inode *v = fx_grow(m->inodes, &m->inodes_cap, m->ninodes + 1, sizeof(*v), 16);
+    if (v == NULL)
+        return -ENOMEM;
+    m->inodes = v;
     m->inodes[m->ninodes] = (inode){.is_dir = is_dir};
     return (int)m->ninodes++;
 }

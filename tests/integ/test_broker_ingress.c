@@ -3,6 +3,7 @@
  * to the worker queue under each policy, requests parked or discarded behind
  * a park, and commit acks behind a parked worker. */
 /* fx-test-libs: fx_broker fx_quic fx_wire fx_server fx_base */
+#include "broker/test_hooks.h"
 #include "integ/broker_client.h"
 
 static void test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled(void **state)
@@ -122,18 +123,16 @@ static void test_ingress_drop_with_queue_depth_1_counts_exactly(void **state)
     t_free(t);
 }
 
-/* ack_on_commit = Wait at checkpoint 4: with the stream's worker parked by a
- * stalled block-mode subscriber, acked publishes wait for a queue slot at
- * most publish_queue_wait_timeout and then fail with the documented text.
- * Replies stay in request order: a prefix of ok, then the timeouts. */
-static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **state)
+/* A broker with ack_on_commit whose worker queue (depth 1) and fanout chain
+ * (one slot each) park behind a stalled subscriber of |stream|: publishes
+ * wait at admission under the Wait policy for |wait_ns|. Returns the
+ * publishing stream; |*psub| is the stalled subscription. */
+static tstream *parked_worker_start(T *t, const char *stream, uint64_t wait_ns, tstream **psub)
 {
-    (void)state;
-    T *t = t_new();
     t->size_of = size_4k;
     t->bo.ack_on_commit = true;
     t->bo.pub_queue_depth = 1;
-    t->bo.publish_queue_wait_timeout_ns = 300 * FX_NS_PER_MS;
+    t->bo.publish_queue_wait_timeout_ns = wait_ns;
     t->bo.fanout_batch_size = 1;
     t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
     t->bo.subscriber_queue_capacity = 1;
@@ -142,9 +141,44 @@ static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **st
     t->bo.subscriber_unacked_bytes = 1;
     t->co.stream_window = 1024; /* smaller than one event frame */
     t_start(t);
-    tstream *sub = subscribe(t, t_connect(t), "wt", FX_MSG_START_LATEST, 0);
-    sub->stalled = true;
-    tstream *s = authed_stream(t, t_connect(t));
+    *psub = subscribe(t, t_connect(t), stream, FX_MSG_START_LATEST, 0);
+    (*psub)->stalled = true;
+    return authed_stream(t, t_connect(t));
+}
+
+/* Reads the |n| acks of requests 1..n on |s|: ok ones first, then only
+ * refusals with text |want|. Counts them in |*pok| and |*pfailed|. */
+static void read_acks(T *t, tstream *s, uint64_t n, const char *want, uint64_t *pok,
+                      uint64_t *pfailed)
+{
+    *pok = *pfailed = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        tframe *f = next_reply(t, s);
+        fx_wire_publish_ack ack;
+        assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
+        assert_int_equal(ack.request_id, i + 1);
+        if (ack.ok) {
+            assert_int_equal(*pfailed, 0); /* ok only before the first refusal */
+            (*pok)++;
+        } else {
+            assert_int_equal(ack.message.len, strlen(want));
+            assert_memory_equal(ack.message.ptr, want, strlen(want));
+            (*pfailed)++;
+        }
+        tframe_free(f);
+    }
+}
+
+/* ack_on_commit = Wait at checkpoint 4: with the stream's worker parked by a
+ * stalled block-mode subscriber, acked publishes wait for a queue slot at
+ * most publish_queue_wait_timeout and then fail with the documented text.
+ * Replies stay in request order: a prefix of ok, then the timeouts. */
+static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    tstream *sub;
+    tstream *s = parked_worker_start(t, "wt", 300 * FX_NS_PER_MS, &sub);
     fx_metrics_snapshot a, b;
     fx_metrics_snapshot_take(&a);
     /* The chain absorbs six (writer, lane, held list, subscriber queue, the
@@ -157,23 +191,8 @@ static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **st
     }
     run_for(t, 1200);
     resume_stream(sub);
-    uint64_t ok = 0, timed_out = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        tframe *f = next_reply(t, s);
-        fx_wire_publish_ack ack;
-        assert_int_equal(fx_wire_publish_ack_decode(f->body, f->len, &ack, NULL), 0);
-        assert_int_equal(ack.request_id, i + 1);
-        if (ack.ok) {
-            assert_int_equal(timed_out, 0); /* ok only before the first timeout */
-            ok++;
-        } else {
-            const char *want = "publish enqueue timed out";
-            assert_int_equal(ack.message.len, strlen(want));
-            assert_memory_equal(ack.message.ptr, want, strlen(want));
-            timed_out++;
-        }
-        tframe_free(f);
-    }
+    uint64_t ok, timed_out;
+    read_acks(t, s, n, "publish enqueue timed out", &ok, &timed_out);
     wait_events(t, &sub, 1, ok, 5000);
     run_for(t, 50);
     fx_metrics_snapshot_take(&b);
@@ -182,6 +201,41 @@ static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **st
     assert_int_equal(sub->events, ok);
     assert_int_equal(sub->gaps + sub->dups + sub->bad, 0);
     assert_int_equal(DELTA(a, b, ingress_backpressure_cancelled), timed_out);
+    assert_int_equal(DELTA(a, b, publish_ok), ok);
+    t_free(t);
+}
+
+/* When the Wait deadline timer cannot be armed (out of memory, through the
+ * fault hook) a publish that parks at the full worker queue is not left to
+ * wait for a resume that may never come: it is answered at once with the
+ * reason and counted, long before publish_queue_wait_timeout_ms, and the
+ * publishes admitted before it are delivered. */
+static void test_wait_timer_arm_failure_fails_the_parked_publish_at_once(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    tstream *sub;
+    tstream *s = parked_worker_start(t, "wf", 60ull * FX_NS_PER_S, &sub); /* never reached */
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    assert_int_equal(fx_broker_test_fail_timer_arms(FX_BROKER_TEST_TIMER_INGRESS_WAIT, 1000), 0);
+    const uint64_t n = 8;
+    for (uint64_t i = 0; i < n; i++) {
+        send_buf(s, binary_publish(t, "wf", i, 1, true, i + 1));
+        run_for(t, 5);
+    }
+    run_for(t, 300);
+    assert_int_equal(fx_broker_test_fail_timer_arms(FX_BROKER_TEST_TIMER_INGRESS_WAIT, 0), 0);
+    resume_stream(sub);
+    uint64_t ok, failed;
+    read_acks(t, s, n, "publish admission wait failed: out of memory for its timer", &ok, &failed);
+    wait_events(t, &sub, 1, ok, 5000);
+    run_for(t, 50);
+    fx_metrics_snapshot_take(&b);
+    assert_true(ok >= 1);
+    assert_true(failed >= 1);
+    assert_int_equal(sub->events, ok);
+    assert_int_equal(DELTA(a, b, broker_timer_arm_failures), failed);
     assert_int_equal(DELTA(a, b, publish_ok), ok);
     t_free(t);
 }
@@ -639,6 +693,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_connection_close_counts_every_publish_discarded_behind_a_park),
     cmocka_unit_test(test_ingress_drop_with_queue_depth_1_counts_exactly),
     cmocka_unit_test(test_commit_acks_wait_then_time_out_behind_a_parked_worker),
+    cmocka_unit_test(test_wait_timer_arm_failure_fails_the_parked_publish_at_once),
     cmocka_unit_test(test_header_reserves_budget_before_body),
     cmocka_unit_test(test_trickling_frame_times_out_and_releases_budget),
     cmocka_unit_test(test_reservation_waits_when_budget_exhausted_then_proceeds),

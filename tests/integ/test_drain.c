@@ -58,6 +58,18 @@ static void wait_ready_503(E *e)
     assert_non_null(strstr(r.body, "draining"));
 }
 
+/* /ready turns 503 before fx_broker_drain raises the broker's own flag (the
+ * order felix-broker uses), so a 503 alone does not mean publishes are
+ * refused yet: a test of what the broker refuses waits for the flag. */
+static void wait_broker_draining(E *e)
+{
+    uint64_t deadline = fx_now_ns() + (uint64_t)HANG_MS * FX_NS_PER_MS;
+    while (!fx_broker_is_draining(e->b)) {
+        assert_true(fx_now_ns() < deadline);
+        sleep_ms(1);
+    }
+}
+
 /* A lossless broker with one stalled subscriber (nobody reads it) that has
  * |n| messages of 16 KiB waiting: the drain cannot finish while it stalls. */
 typedef struct stall {
@@ -246,6 +258,7 @@ static void test_late_publish_gets_broker_shutting_down(void **state)
     drainer d = {0};
     drain_start(&d, e, HANG_MS);
     wait_ready_503(e);
+    wait_broker_draining(e);
     char msg[256];
     int rv = fx_publish(st.pc, NS, "st", "late", 4, FX_ACK_PER_MESSAGE);
     assert_int_equal(rv, FX_ESHUTDOWN);

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
+#include "broker/test_hooks.h"
 #include "integ/admin_fixture.h"
 #include "storage/catalog.h"
 #include "storage/dlog.h"
@@ -737,6 +738,50 @@ static void test_drain_flushes_every_durable_stream(void **state)
     rm_tree(root);
 }
 
+/* Waits until storage_syncs has grown by |want| since |a|. */
+static void wait_syncs(const fx_metrics_snapshot *a, int64_t want)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    fx_metrics_snapshot b;
+    for (fx_metrics_snapshot_take(&b); DELTA(*a, b, storage_syncs) < want;
+         fx_metrics_snapshot_take(&b)) {
+        if (fx_now_ns() > deadline)
+            fail_msg("storage_syncs grew by %lld, want %lld",
+                     (long long)DELTA(*a, b, storage_syncs), (long long)want);
+        sleep_ms(2);
+    }
+}
+
+/* When a durable log's flush timer cannot be armed (out of memory, through
+ * the fault hook) what was appended is not left unflushed until the next
+ * interval that no timer would start: it is flushed at once, counted; once
+ * the timer arms again the interval applies as before. */
+static void test_flush_timer_arm_failure_flushes_at_once(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root), FX_FSYNC_PERIODIC);
+    e->bo.durable.fsync_interval_ns = 3600ull * FX_NS_PER_S; /* no timer flush in this test */
+    e_start(e);
+    put_stream(e, "nt", "{\"durable\": true}", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_metrics_snapshot m0, m1;
+    fx_metrics_snapshot_take(&m0);
+    assert_int_equal(fx_broker_test_fail_timer_arms(FX_BROKER_TEST_TIMER_DURABLE, 1), 0);
+    pub_ok(c, "nt", "first");
+    wait_syncs(&m0, 1);
+    assert_int_equal(fx_broker_test_fail_timer_arms(FX_BROKER_TEST_TIMER_DURABLE, 0), 0);
+    pub_ok(c, "nt", "second");
+    sleep_ms(50);
+    fx_metrics_snapshot_take(&m1);
+    assert_int_equal(DELTA(m0, m1, broker_timer_arm_failures), 1);
+    assert_int_equal(DELTA(m0, m1, storage_syncs), 1); /* the second waits for the interval */
+    assert_int_equal(DELTA(m0, m1, storage_append_records), 2);
+    (void)fx_client_close(c, 1000);
+    e_free(e);
+    rm_tree(root);
+}
+
 static void test_two_workers_each_run_their_streams_logs_on_their_storage_thread(void **state)
 {
     (void)state;
@@ -919,6 +964,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_on_commit_acks_follow_the_log_and_offsets_continue_after_restart),
     cmocka_unit_test(test_durable_default_makes_auto_created_streams_durable),
     cmocka_unit_test(test_on_commit_group_commit_serves_several_appends_per_flush),
+    cmocka_unit_test(test_flush_timer_arm_failure_flushes_at_once),
     cmocka_unit_test(test_max_unsynced_bytes_keeps_one_job_in_storage_at_a_time),
     cmocka_unit_test(test_start_recovers_catalogued_streams_and_cuts_a_torn_tail),
     cmocka_unit_test(test_interior_corruption_refuses_start_unless_repair),

@@ -416,6 +416,24 @@ static void block_loop(void *user)
         ;
 }
 
+static void post_gate(void *user)
+{
+    sem_post(user);
+}
+
+/* Returns once every task posted to the loop before the call has run: the
+ * answering callback stores |answer_rv| after the asker already has its
+ * reply, so the HTTP answer alone does not order that store before a read. */
+static void loop_barrier(loop_ctx *c)
+{
+    sem_t done;
+    assert_int_equal(sem_init(&done, 0, 0), 0);
+    assert_int_equal(fx_loop_call(c->loop, post_gate, &done), 0);
+    while (sem_wait(&done) != 0 && errno == EINTR)
+        ;
+    sem_destroy(&done);
+}
+
 static void loop_ctx_init(loop_ctx *c, uint64_t timeout_ns)
 {
     memset(c, 0, sizeof(*c));
@@ -449,6 +467,7 @@ static void test_loop_query_answers(void **state)
     assert_true(http_header(&rep, "Content-Type", ctype, sizeof(ctype)));
     assert_string_equal(ctype, FX_ADMIN_JSON);
     assert_body(&rep, "GET /v1/streams rest= body=");
+    loop_barrier(&c);
     assert_true(atomic_load(&c.ran_on_loop));
     assert_int_equal(atomic_load(&c.answer_rv), 0);
     http_reply_free(&rep);

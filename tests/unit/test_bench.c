@@ -40,7 +40,7 @@ static void test_percentiles_on_known_samples(void **state)
     for (size_t i = 0; i < 1000; i++)
         v[i] = ((i * 617) % 1000 + 1) * 1000;
     fx_bench_lat l;
-    fx_bench_lat_summarize(v, 1000, &l);
+    fx_bench_lat_summarize(v, 1000, 0, &l);
     assert_int_equal(l.n, 1000);
     assert_true(l.p50_us == 500.0);
     assert_true(l.p90_us == 900.0);
@@ -50,16 +50,51 @@ static void test_percentiles_on_known_samples(void **state)
     assert_true(fabs(l.mean_us - 500.5) < 1e-9);
     /* Small sets: ceil(p * n) rank; one sample is every percentile. */
     uint64_t three[] = {30000, 10000, 20000};
-    fx_bench_lat_summarize(three, 3, &l);
+    fx_bench_lat_summarize(three, 3, 0, &l);
     assert_true(l.p50_us == 20.0);
     assert_true(l.p99_us == 30.0);
     uint64_t one[] = {7000};
-    fx_bench_lat_summarize(one, 1, &l);
+    fx_bench_lat_summarize(one, 1, 0, &l);
     assert_true(l.p50_us == 7.0 && l.p999_us == 7.0);
-    fx_bench_lat_summarize(v, 0, &l);
+    fx_bench_lat_summarize(v, 0, 0, &l);
     assert_true(isnan(l.p50_us) && isnan(l.max_us));
     double m[] = {3.0, NAN, 1.0, 2.0};
     assert_true(fx_bench_median(m, 4) == 2.0);
+}
+
+/* Measured messages past the sample buffer are counted, not silently
+ * dropped, and the report shows how many the figures leave out. */
+static void test_latency_samples_past_the_buffer_are_counted_and_reported(void **state)
+{
+    (void)state;
+    uint64_t lat[2];
+    fx_bench_acct a;
+    fx_bench_acct_init(&a, 0, 1, 1, 1, lat, 2);
+    uint8_t p[FX_BENCH_HDR];
+    for (uint64_t seq = 0; seq < 6; seq++) { /* seq 0 is the warm-up */
+        fx_bench_stamp(p, seq, 1000);
+        assert_int_equal(fx_bench_acct_on_msg(&a, p, sizeof(p), 1000 + (seq + 1) * 1000), seq);
+    }
+    assert_int_equal(a.recv_meas, 5);
+    assert_int_equal(a.nlat, 2);
+    assert_int_equal(a.lat_unkept, 3);
+    fx_bench_lat l;
+    fx_bench_lat_summarize(lat, a.nlat, a.lat_unkept, &l);
+    assert_int_equal(l.n, 2);
+    assert_int_equal(l.unkept, 3);
+    char buf[96];
+    fx_bench_format_samples(buf, sizeof(buf), &l);
+    assert_string_equal(buf, " (2 samples, 3 not kept: buffer full)");
+    l.unkept = 0;
+    fx_bench_format_samples(buf, sizeof(buf), &l);
+    assert_string_equal(buf, " (2 samples)");
+    /* No buffer at all (throughput mode): nothing is counted as unkept. */
+    fx_bench_acct t;
+    fx_bench_acct_init(&t, 0, 1, 1, 0, NULL, 0);
+    fx_bench_stamp(p, 0, 1000);
+    fx_bench_acct_on_msg(&t, p, sizeof(p), 2000);
+    assert_int_equal(t.recv_meas, 1);
+    assert_int_equal(t.lat_unkept, 0);
 }
 
 static void test_run_with_loss_is_invalid(void **state)
@@ -721,6 +756,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_acked_mode_async_window_is_valid_and_drains),
     cmocka_unit_test(test_latency_rate_paces_round_trips),
     cmocka_unit_test(test_percentiles_on_known_samples),
+    cmocka_unit_test(test_latency_samples_past_the_buffer_are_counted_and_reported),
     cmocka_unit_test(test_run_with_loss_is_invalid),
     cmocka_unit_test(test_loss_is_counted_per_stream),
     cmocka_unit_test(test_run_length_guard_refuses_short_runs),

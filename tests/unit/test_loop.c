@@ -610,6 +610,37 @@ static void test_timer_cancel_prevents_fire(void **state)
     assert_false(fx_timer_is_armed(&s.victim));
 }
 
+static void fault_a_cb(fx_loop *l, fx_timer *t, void *user) {}
+static void fault_b_cb(fx_loop *l, fx_timer *t, void *user) {}
+
+/* The fault hook fails exactly the next |n| first arms of timers with the
+ * named callback; other timers and re-arms of an armed timer still work. */
+static void test_timer_arm_fault_hook_fails_next_arms_of_one_callback(void **state)
+{
+    fx_loop *l = NULL;
+    assert_int_equal(fx_loop_new(&l, NULL), 0);
+    fx_timer a, b;
+    fx_timer_init(&a, fault_a_cb, NULL);
+    fx_timer_init(&b, fault_b_cb, NULL);
+    uint64_t at = fx_now_ns() + 60 * FX_NS_PER_S;
+    fx_loop_test_fail_timer_arms(fault_a_cb, 2);
+    assert_int_equal(fx_loop_timer_arm(l, &b, at), 0);
+    assert_int_equal(fx_loop_timer_arm(l, &a, at), -ENOMEM);
+    assert_false(fx_timer_is_armed(&a));
+    assert_int_equal(fx_loop_timer_arm(l, &a, at), -ENOMEM);
+    assert_int_equal(fx_loop_timer_arm(l, &a, at), 0);
+    assert_true(fx_timer_is_armed(&a));
+    fx_loop_test_fail_timer_arms(fault_a_cb, 5);
+    assert_int_equal(fx_loop_timer_arm(l, &a, at + 1), 0); /* armed: moved, cannot fail */
+    fx_loop_timer_cancel(l, &a);
+    assert_int_equal(fx_loop_timer_arm(l, &a, at), -ENOMEM);
+    fx_loop_test_fail_timer_arms(NULL, 0);
+    assert_int_equal(fx_loop_timer_arm(l, &a, at), 0);
+    fx_loop_timer_cancel(l, &a);
+    fx_loop_timer_cancel(l, &b);
+    fx_loop_free(l);
+}
+
 typedef struct rearm {
     fx_timer t;
     fx_timer late; /* armed far ahead, then moved earlier */
@@ -903,6 +934,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_timer_cancel_prevents_fire),
     cmocka_unit_test(test_timer_cancel_mid_heap_keeps_order),
     cmocka_unit_test(test_timer_rearm_from_callback),
+    cmocka_unit_test(test_timer_arm_fault_hook_fails_next_arms_of_one_callback),
     cmocka_unit_test(test_submillisecond_timer_fires),
     cmocka_unit_test(test_watch_reports_readable_fd),
     cmocka_unit_test(test_watch_mod_switches_to_writable),

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/hostport.h"
 #include "base/log.h"
 #include "base/loop.h"
 #include "felix/error.h"
@@ -358,17 +359,11 @@ static int parse_kind(const char *s, attack_kind *k)
 
 static int parse_server(const char *s, cfg *c)
 {
-    static char host[64];
-    const char *colon = strrchr(s, ':');
-    if (colon == NULL || (size_t)(colon - s) >= sizeof(host))
+    static fx_hostport hp;
+    if (fx_hostport_split(s, &hp, NULL) != 0 || hp.port == 0)
         return -1;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = '\0';
-    long port = strtol(colon + 1, NULL, 10);
-    if (port <= 0 || port > 65535)
-        return -1;
-    c->host = host;
-    c->port = (uint16_t)port;
+    c->host = hp.host;
+    c->port = hp.port;
     return 0;
 }
 

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
+
 #ifndef FX_VERSION
 #define FX_VERSION "dev"
 #endif
@@ -24,19 +26,12 @@ static int buf_reserve(fx_cli_buf *b, size_t extra)
         b->oom = true;
         return -ENOMEM;
     }
-    size_t need = b->len + extra + 1;
-    if (need <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
+    char *p = fx_grow(b->p, &b->cap, b->len + extra + 1, 1, 64);
     if (p == NULL) {
         b->oom = true;
         return -ENOMEM;
     }
     b->p = p;
-    b->cap = cap;
     return 0;
 }
 
@@ -661,14 +656,10 @@ static const char *label_set(const char *p, const char *end, fx_cli_buf *out)
 static int prom_push(fx_cli_prom *p, const char *name, size_t nlen, const fx_cli_buf *labels,
                      double value)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        fx_cli_sample *v = realloc(p->v, cap * sizeof(*v));
-        if (v == NULL)
-            return -ENOMEM;
-        p->v = v;
-        p->cap = cap;
-    }
+    fx_cli_sample *v = fx_grow(p->v, &p->cap, p->n + 1, sizeof(*v), 64);
+    if (v == NULL)
+        return -ENOMEM;
+    p->v = v;
     fx_cli_sample *s = &p->v[p->n];
     s->name = strndup(name, nlen);
     s->labels = strdup(labels->len ? labels->p : "");

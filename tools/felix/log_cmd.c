@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "base/grow.h"
 #include "cli.h"
 #include "storage/format.h"
 #include "storage/scan.h"
@@ -54,16 +55,13 @@ static int list_segments(const char *dir, uint64_t **pids, size_t *pn)
         uint64_t id;
         if (!fx_logfmt_parse_log_name(e->d_name, &id))
             continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            uint64_t *v = realloc(ids, cap * sizeof(*v));
-            if (v == NULL) {
-                free(ids);
-                closedir(d);
-                return -ENOMEM;
-            }
-            ids = v;
+        uint64_t *v = fx_grow(ids, &cap, n + 1, sizeof(*v), 16);
+        if (v == NULL) {
+            free(ids);
+            closedir(d);
+            return -ENOMEM;
         }
+        ids = v;
         ids[n++] = id;
     }
     closedir(d);

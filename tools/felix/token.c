@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "auth/auth.h"
+#include "base/fsutil.h"
 #include "cli.h"
 
 #define CMD "token"
@@ -221,69 +222,58 @@ static int token_parse(int argc, char **argv, token_args *a)
 
 /* ---- keygen ------------------------------------------------------------------------- */
 
-/* A file keygen writes: first "<path>.tmp", opened with O_EXCL | O_NOFOLLOW
- * (never through a link someone planted) and given its mode with fchmod
- * (the umask cannot widen it and an old file's mode is not inherited), then
- * moved onto |path| once complete, so a key is never half-written. */
+/* A file keygen writes: built in memory, then written with
+ * fx_file_write_atomic (through "<path>.tmp" opened O_EXCL | O_NOFOLLOW,
+ * never through a link someone planted, so a key is never half-written),
+ * with its mode exactly when |exact_mode| (the umask cannot widen it and an
+ * old file's mode is not inherited). */
 typedef struct out_file {
     const char *path;
-    char tmp[4096];
-    FILE *f;
+    mode_t mode;
+    bool exact_mode;
+    char *buf;
+    size_t len;
+    FILE *f; /* open_memstream over |buf| */
 } out_file;
 
 static int out_open(out_file *o, const char *path, mode_t mode, bool exact_mode)
 {
-    *o = (out_file){.path = path};
-    if (snprintf(o->tmp, sizeof(o->tmp), "%s.tmp", path) >= (int)sizeof(o->tmp)) {
-        fx_cli_errorf(CMD, "cannot write %s: path too long", path);
-        return -ENAMETOOLONG;
-    }
-    /* A temporary left by an interrupted run; O_EXCL below refuses anything
-     * that takes its place in between. */
-    if (unlink(o->tmp) != 0 && errno != ENOENT) {
-        int e = errno; /* printing may change errno */
-        fx_cli_errorf(CMD, "cannot remove the stale %s: %s", o->tmp, strerror(e));
-        return -e;
-    }
-    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-    if (fd < 0 || (exact_mode && fchmod(fd, mode) != 0) || (o->f = fdopen(fd, "w")) == NULL) {
-        int e = errno;
-        fx_cli_errorf(CMD, "cannot write %s: %s", o->tmp, strerror(e));
-        if (fd >= 0) {
-            close(fd);
-            unlink(o->tmp);
-        }
-        return -e;
+    *o = (out_file){.path = path, .mode = mode, .exact_mode = exact_mode};
+    o->f = open_memstream(&o->buf, &o->len);
+    if (o->f == NULL) {
+        fx_cli_errorf(CMD, "cannot write %s: %s", path, strerror(errno));
+        return -ENOMEM;
     }
     return 0;
 }
 
-/* Removes what |o| wrote, if anything. */
+/* Forgets what |o| holds (a private key, maybe: wiped). */
 static void out_abort(out_file *o)
 {
     if (o->f != NULL) {
         fclose(o->f);
         o->f = NULL;
-        unlink(o->tmp);
+    }
+    if (o->buf != NULL) {
+        explicit_bzero(o->buf, o->len);
+        free(o->buf);
+        o->buf = NULL;
     }
 }
 
-/* Flushes |o| to disk and moves it onto its path: rename() replaces an
- * existing file with |force|, link() refuses one without. */
+/* Writes |o| onto its path: replacing an existing file with |force|,
+ * refusing one without. */
 static int out_commit(out_file *o, bool force)
 {
-    FILE *f = o->f;
+    int rv = fclose(o->f) == 0 ? 0 : -EIO;
     o->f = NULL;
-    bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) & ok;
-    int rv = ok ? 0 : -EIO;
-    if (rv == 0 && (force ? rename(o->tmp, o->path) : link(o->tmp, o->path)) != 0)
-        rv = -errno;
+    unsigned flags = (o->exact_mode ? FX_FILE_EXACT_MODE : 0) | (force ? 0 : FX_FILE_NO_REPLACE);
+    if (rv == 0)
+        rv = fx_file_write_atomic(o->path, o->buf, o->len, o->mode, flags);
     if (rv != 0)
         fx_cli_errorf(CMD, "cannot write %s: %s%s", o->path, strerror(-rv),
                       rv == -EEXIST ? " (pass --force to replace it)" : "");
-    if (rv != 0 || !force)
-        unlink(o->tmp);
+    out_abort(o);
     return rv;
 }
 
@@ -325,7 +315,7 @@ static int write_both(const token_args *a, const char *kid, const uint8_t pub[FX
     if (out_open(&k, a->out_key, 0600, true) != 0)
         return -1;
     if (write_key(k.f, kid, pub, priv) != 0) {
-        fx_cli_errorf(CMD, "writing %s failed", k.tmp);
+        fx_cli_errorf(CMD, "writing %s failed", k.path);
         out_abort(&k);
         return -1;
     }
@@ -334,7 +324,7 @@ static int write_both(const token_args *a, const char *kid, const uint8_t pub[FX
         return -1;
     }
     if (fx_auth_jwks_write(j.f, kid, pub) != 0) {
-        fx_cli_errorf(CMD, "writing %s failed", j.tmp);
+        fx_cli_errorf(CMD, "writing %s failed", j.path);
         out_abort(&j);
         out_abort(&k);
         return -1;
