@@ -29,6 +29,7 @@ typedef struct fsprobe {
     uint64_t pos;     /* bytes written to it */
     uint64_t *lat;    /* grouped fdatasync latencies, ns */
     size_t nlat, cap; /* taken, allocated */
+    uint64_t unkept;  /* samples past PROBE_LAT_CAP, counted in the summary */
     uint64_t file_bytes;
 } fsprobe;
 
@@ -119,8 +120,10 @@ static int sync_timed(fsprobe *p, uint64_t *ns)
 static int keep_sample(fsprobe *p, uint64_t ns)
 {
     if (p->nlat == p->cap) {
-        if (p->cap >= PROBE_LAT_CAP)
-            return 0; /* enough samples for any percentile we print */
+        if (p->cap >= PROBE_LAT_CAP) {
+            p->unkept++; /* enough samples for any percentile we print */
+            return 0;
+        }
         size_t cap = p->cap ? p->cap * 2 : 4096;
         uint64_t *v = realloc(p->lat, cap * sizeof(*v));
         if (v == NULL) {
@@ -223,8 +226,8 @@ int fx_bench_probe_run(const fx_bench_cfg *c, fx_bench_result *r)
     if (rv != 0)
         goto out;
     uint64_t none = 0; /* qsort takes no NULL array, even an empty one */
-    fx_bench_lat_summarize(p.nlat ? p.lat : &none, p.nlat, &r->lat);
-    fx_bench_lat_summarize(slat, nsingle, &r->single_lat);
+    fx_bench_lat_summarize(p.nlat ? p.lat : &none, p.nlat, p.unkept, &r->lat);
+    fx_bench_lat_summarize(slat, nsingle, 0, &r->single_lat);
     r->run_s = r->window_s;
     if (r->window_s > 0) {
         r->msgs_per_s = (double)r->probe_records / r->window_s;
