@@ -504,6 +504,7 @@ static void append_merged(dstream *s, fxb_job *last, size_t nrecs, uint64_t now)
         give_back_chain(first, rv);
         return;
     }
+    FX_COUNTER_INC(storage_append_writes);
     FX_COUNTER_ADD(storage_append_records, nrecs);
     FX_COUNTER_ADD(storage_append_bytes, fx_dlog_stats_get(s->log)->append_bytes - before);
     while (first != NULL) {
