@@ -398,7 +398,7 @@ void fxb_dstream_close(fxb_storage *st, dstream *s)
 
 /* A merged append takes the jobs queued behind each other up to this many
  * bytes of records (one write; a larger job goes alone). */
-#define MERGE_MAX_BYTES (1u << 20)
+#define MERGE_MAX_BYTES (256u << 10)
 
 /* Bytes of |j|'s records, 28-byte headers included; UINT64_MAX when it
  * cannot share an append (no record, or a payload above the record limit:
