@@ -1,6 +1,7 @@
 /* The storage stage of durable streams (durable.h). The worker hands a job
  * of a durable stream to its storage thread, which appends it to the log
- * (offsets assigned), flushes as the fsync policy says (syncpol.h: one flush
+ * (offsets assigned; jobs of a stream queued behind each other share one
+ * write), flushes as the fsync policy says (syncpol.h: one flush
  * serves every append waiting for it) and hands the job back once the policy
  * lets it be acknowledged; the worker then appends it to the ring, fans it
  * out and acks, in offset order. Jobs keep their checkpoint-3 permit the
@@ -433,8 +434,7 @@ static fxb_job *merge_end(const dstream *s, size_t *precs)
     uint64_t bound = s->pol.cfg.mode == FX_FSYNC_PERIODIC && s->pol.cfg.max_unsynced_bytes > 0
                          ? s->pol.cfg.max_unsynced_bytes
                          : UINT64_MAX;
-    for (fxb_job *n = j->snext; n != NULL && s->pol.unsynced_bytes + bytes < bound;
-         n = n->snext) {
+    for (fxb_job *n = j->snext; n != NULL && s->pol.unsynced_bytes + bytes < bound; n = n->snext) {
         uint64_t b = job_record_bytes(n);
         if (b == UINT64_MAX || b > room || bytes + b > MERGE_MAX_BYTES)
             break;
@@ -495,8 +495,8 @@ static void append_merged(dstream *s, fxb_job *last, size_t nrecs, uint64_t now)
     size_t k = 0;
     for (fxb_job *j = first; j != NULL; j = j->snext)
         for (uint32_t i = 0; i < j->count; i++)
-            s->iov[k++] = (fx_dlog_iov){.data = j->payloads[i].ptr,
-                                        .len = (uint32_t)j->payloads[i].len};
+            s->iov[k++] =
+                (fx_dlog_iov){.data = j->payloads[i].ptr, .len = (uint32_t)j->payloads[i].len};
     uint64_t before = fx_dlog_stats_get(s->log)->append_bytes, off = 0;
     rv = fx_dlog_append(s->log, s->iov, nrecs, fxb_wall_us(), &off);
     if (rv != 0) {

@@ -4,7 +4,8 @@
  * (24-byte header, 16-byte entries), file names `<segment id:020>.log|.index`
  * and stream directory names `<t>_<ns>_<s>_<shard>-<fnv1a64:016x>`. All
  * integers big-endian; checksums CRC-32/IEEE (libdeflate_crc32(), the
- * values of zlib's crc32()). Pure functions; any thread. docs/durability.md describes the layout. */
+ * values of zlib's crc32()). Pure functions; any thread. docs/durability.md
+ * describes the layout. */
 #ifndef FX_STORAGE_FORMAT_H
 #define FX_STORAGE_FORMAT_H
 

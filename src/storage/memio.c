@@ -45,7 +45,7 @@ struct fx_memio {
     size_t nhandles;
     uint64_t calls;
     uint64_t op_calls[FX_MEMIO_NOPS]; /* of each kind, failed ones included */
-    uint64_t crash_at; /* UINT64_MAX: never */
+    uint64_t crash_at;                /* UINT64_MAX: never */
     bool down;
     uint64_t capacity;
     int fail_err[FX_MEMIO_NOPS];
