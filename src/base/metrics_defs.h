@@ -176,6 +176,8 @@
       "Records appended to durable logs")                                                          \
     C(storage_append_bytes, "felix_storage_append_bytes_total", "",                                \
       "Bytes appended to durable logs (record headers included)")                                  \
+    C(storage_append_writes, "felix_storage_append_writes_total", "",                              \
+      "Writes that appended records to durable logs (jobs queued together share one)")             \
     C(storage_syncs, "felix_storage_sync_total", "",                                               \
       "Completed flushes (fdatasync) of durable logs")                                             \
     C(storage_sync_failures, "felix_storage_sync_failures_total", "",                              \

@@ -1,6 +1,7 @@
 /* The storage stage of durable streams (durable.h). The worker hands a job
  * of a durable stream to its storage thread, which appends it to the log
- * (offsets assigned), flushes as the fsync policy says (syncpol.h: one flush
+ * (offsets assigned; jobs of a stream queued behind each other share one
+ * write), flushes as the fsync policy says (syncpol.h: one flush
  * serves every append waiting for it) and hands the job back once the policy
  * lets it be acknowledged; the worker then appends it to the ring, fans it
  * out and acks, in offset order. Jobs keep their checkpoint-3 permit the
@@ -95,6 +96,7 @@ static int publish_error_of(int rv)
 /* ---- storage thread ------------------------------------------------------------------ */
 
 static void worker_on_stored(fx_loop *l, fx_task *t, void *user);
+static void on_append_task(fx_loop *l, fx_task *t, void *user);
 static uint64_t s_base_of(const fxb_job *j);
 
 /* Hands |j| back to its worker with |rv|. */
@@ -277,7 +279,10 @@ static void on_flush_task(fx_loop *l, fx_task *t, void *user)
     (void)t;
     dstream *s = user;
     uint64_t now = fx_loop_now(l);
-    if (s->log != NULL && fx_syncpol_is_due(&s->pol, now))
+    if (s->log == NULL)
+        return;
+    fxb_dstream_append_pending(s, now); /* those queued meanwhile: this flush covers them */
+    if (fx_syncpol_is_due(&s->pol, now))
         fxb_dstream_flush(s, now);
 }
 
@@ -366,6 +371,7 @@ dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
         return NULL;
     s->st = st;
     s->h = fx_stream_handle_ref(h);
+    fx_task_init(&s->append_task, on_append_task, s);
     fx_task_init(&s->flush_task, on_flush_task, s);
     fx_timer_init(&s->timer, fxb_dstream_on_timer, s);
     s->open_rv = open_log(s);
@@ -399,8 +405,11 @@ dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
 void fxb_dstream_close(fxb_storage *st, dstream *s)
 {
     fxb_job *j;
+    while ((j = list_pop(&s->ahead, &s->atail)) != NULL)
+        fxb_job_free(j);
     while ((j = list_pop(&s->whead, &s->wtail)) != NULL)
         fxb_job_free(j);
+    free(s->iov);
     fx_loop_timer_cancel(st->loop, &s->timer);
     if (s->log != NULL) {
         int rv = fx_dlog_close(s->log, true);
@@ -415,50 +424,177 @@ void fxb_dstream_close(fxb_storage *st, dstream *s)
     free(s);
 }
 
-/* Appends |j| to its log. */
-static void storage_on_job(fx_loop *l, fx_task *t, void *user)
+/* ---- appends ---------------------------------------------------------------------------- */
+
+/* A merged append takes the jobs queued behind each other up to this many
+ * bytes of records (one write; a larger job goes alone). */
+#define MERGE_MAX_BYTES (256u << 10)
+
+/* Bytes of |j|'s records, 28-byte headers included; UINT64_MAX when it
+ * cannot share an append (no record, or a payload above the record limit:
+ * it fails alone, as it would have). */
+static uint64_t job_record_bytes(const fxb_job *j)
 {
-    (void)t;
-    fxb_job *j = user;
-    fxb_storage *st = j->w->dur->st;
-    dstream *s = fxb_dstream_get(st, j->h);
-    if (s == NULL || s->open_rv != 0) {
-        give_back(j, s == NULL ? -EIO : s->open_rv);
+    if (j->count == 0)
+        return UINT64_MAX;
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < j->count; i++) {
+        if (j->payloads[i].len > FX_REC_MAX_PAYLOAD)
+            return UINT64_MAX;
+        n += FX_REC_HEADER_LEN + (uint64_t)j->payloads[i].len;
+    }
+    return n;
+}
+
+/* The last job of the next merged append, from the head of |s|'s list: the
+ * first, then the next ones while each still fits in the segment it would
+ * have gone to alone (so rollover is as without merging), within
+ * MERGE_MAX_BYTES and, under periodic with a byte bound, up to the job that
+ * reaches the bound (the flush then runs before the next append). |*precs|:
+ * the records of the jobs taken. */
+static fxb_job *merge_end(const dstream *s, size_t *precs)
+{
+    fxb_job *j = s->ahead;
+    uint64_t bytes = job_record_bytes(j);
+    *precs = j->count;
+    if (bytes == UINT64_MAX)
+        return j;
+    uint64_t room = fx_dlog_room_after(s->log, bytes);
+    uint64_t bound = s->pol.cfg.mode == FX_FSYNC_PERIODIC && s->pol.cfg.max_unsynced_bytes > 0
+                         ? s->pol.cfg.max_unsynced_bytes
+                         : UINT64_MAX;
+    for (fxb_job *n = j->snext; n != NULL && s->pol.unsynced_bytes + bytes < bound; n = n->snext) {
+        uint64_t b = job_record_bytes(n);
+        if (b == UINT64_MAX || b > room || bytes + b > MERGE_MAX_BYTES)
+            break;
+        room -= b;
+        bytes += b;
+        *precs += n->count;
+        j = n;
+    }
+    return j;
+}
+
+/* Unlinks the jobs from the head of |s|'s list to |last|; returns the first. */
+static fxb_job *take_through(dstream *s, fxb_job *last)
+{
+    fxb_job *first = s->ahead;
+    s->ahead = last->snext;
+    if (s->ahead == NULL)
+        s->atail = NULL;
+    last->snext = NULL;
+    return first;
+}
+
+static int iov_reserve(dstream *s, size_t n)
+{
+    if (n <= s->iov_cap)
+        return 0;
+    size_t cap = s->iov_cap ? s->iov_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    fx_dlog_iov *p = realloc(s->iov, cap * sizeof(*p));
+    if (p == NULL)
+        return -ENOMEM;
+    s->iov = p;
+    s->iov_cap = cap;
+    return 0;
+}
+
+/* Gives back the chain from |j| on with |rv|. */
+static void give_back_chain(fxb_job *j, int rv)
+{
+    while (j != NULL) {
+        fxb_job *next = j->snext;
+        give_back(j, rv);
+        j = next;
+    }
+}
+
+/* Appends the jobs from the head of |s|'s list to |last| (|nrecs| records)
+ * as one batch: each job's records get the next offsets in list order. */
+static void append_merged(dstream *s, fxb_job *last, size_t nrecs, uint64_t now)
+{
+    int rv = iov_reserve(s, nrecs);
+    fxb_job *first = take_through(s, last);
+    if (rv != 0) {
+        give_back_chain(first, rv);
         return;
     }
-    fx_dlog_iov stack[16], *iov = j->count <= 16 ? stack : malloc(j->count * sizeof(*iov));
-    if (iov == NULL) {
-        give_back(j, -ENOMEM);
-        return;
-    }
-    for (uint32_t i = 0; i < j->count; i++)
-        iov[i] = (fx_dlog_iov){.data = j->payloads[i].ptr, .len = (uint32_t)j->payloads[i].len};
-    uint64_t before = fx_dlog_stats_get(s->log)->append_bytes;
-    size_t nsegs = fx_dlog_segment_count(s->log);
-    int rv = fx_dlog_append(s->log, iov, j->count, fxb_wall_us(), &j->sfirst);
-    if (iov != stack)
-        free(iov);
+    size_t k = 0;
+    for (fxb_job *j = first; j != NULL; j = j->snext)
+        for (uint32_t i = 0; i < j->count; i++)
+            s->iov[k++] =
+                (fx_dlog_iov){.data = j->payloads[i].ptr, .len = (uint32_t)j->payloads[i].len};
+    uint64_t before = fx_dlog_stats_get(s->log)->append_bytes, off = 0;
+    rv = fx_dlog_append(s->log, s->iov, nrecs, fxb_wall_us(), &off);
     if (rv != 0) {
         fxb_dstream_log_error(s, "append", rv);
-        give_back(j, rv);
+        give_back_chain(first, rv);
         return;
     }
-    uint64_t bytes = fx_dlog_stats_get(s->log)->append_bytes - before;
-    FX_COUNTER_ADD(storage_append_records, j->count);
-    FX_COUNTER_ADD(storage_append_bytes, bytes);
-    uint64_t now = fx_loop_now(l);
-    fx_syncpol_appended(&s->pol, j->sfirst + j->count, bytes, now);
-    list_push(&s->whead, &s->wtail, j);
+    FX_COUNTER_INC(storage_append_writes);
+    FX_COUNTER_ADD(storage_append_records, nrecs);
+    FX_COUNTER_ADD(storage_append_bytes, fx_dlog_stats_get(s->log)->append_bytes - before);
+    while (first != NULL) {
+        fxb_job *j = first;
+        first = j->snext;
+        j->sfirst = off;
+        off += j->count;
+        /* One policy append per job: the flush fan-in counts publishes. */
+        fx_syncpol_appended(&s->pol, off, job_record_bytes(j), now);
+        list_push(&s->whead, &s->wtail, j);
+    }
+}
+
+void fxb_dstream_append_pending(dstream *s, uint64_t now)
+{
+    if (s->ahead == NULL)
+        return;
+    size_t nsegs = fx_dlog_segment_count(s->log);
+    while (s->ahead != NULL) {
+        size_t nrecs;
+        fxb_job *last = merge_end(s, &nrecs);
+        append_merged(s, last, nrecs, now);
+        /* periodic's byte bound is reached: flush before appending more. */
+        if (s->ahead != NULL && s->pol.cfg.mode == FX_FSYNC_PERIODIC &&
+            !fx_dlog_is_failed(s->log) && fx_syncpol_is_due(&s->pol, now))
+            fxb_dstream_flush(s, now);
+    }
     release_acked(s);
     if (s->retain_due_ns != 0 && fx_dlog_segment_count(s->log) > nsegs)
         retain(s, now); /* a segment was sealed: the byte bound may be passed now */
     stats_update(s);
+}
+
+/* Appends what was queued up to now, then flushes if the policy says so. */
+static void on_append_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    dstream *s = user;
+    uint64_t now = fx_loop_now(l);
+    fxb_dstream_append_pending(s, now);
     if (fx_syncpol_is_due(&s->pol, now)) {
-        /* After the appends already queued here, so one flush covers them all. */
+        /* After the jobs queued here meanwhile, so one flush covers them all. */
         fx_loop_post(l, &s->flush_task);
     } else if (!fx_timer_is_armed(&s->timer)) {
         arm_timer(s);
     }
+}
+
+/* Takes |j| for its log: it is appended together with the jobs queued
+ * behind it (one write), after them. */
+static void storage_on_job(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_job *j = user;
+    dstream *s = fxb_dstream_get(j->w->dur->st, j->h);
+    if (s == NULL || s->open_rv != 0) {
+        give_back(j, s == NULL ? -EIO : s->open_rv);
+        return;
+    }
+    list_push(&s->ahead, &s->atail, j);
+    fx_loop_post(l, &s->append_task);
 }
 
 static fxb_durable *st_dir_of(const fxb_sub *sub)

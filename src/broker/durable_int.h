@@ -39,6 +39,10 @@ typedef struct dstream {
     uint64_t shown_bytes, shown_segments; /* what the gauges hold of this log */
     atomic_uint_fast64_t first_offset;    /* the log's next offset at open (the ring's start) */
     fx_syncpol pol;
+    fxb_job *ahead, *atail; /* taken, to be appended together (arrival order) */
+    fx_task append_task;    /* appends them after the jobs queued now */
+    fx_dlog_iov *iov;       /* the records of one merged append (reused) */
+    size_t iov_cap;
     fxb_job *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
     fx_task flush_task;     /* on_commit: flush after the appends queued now */
     fx_timer timer;         /* periodic flush, retention */
@@ -107,6 +111,10 @@ uint64_t fxb_wall_us(void);
 dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h);
 /* Closes |s| with a flush and frees it. Storage thread (or teardown). */
 void fxb_dstream_close(fxb_storage *st, dstream *s);
+/* Appends the jobs |s| has taken and not appended yet, consecutive ones
+ * merged into one fx_dlog_append (one write), and hands back those the
+ * policy lets be acknowledged. Storage thread. */
+void fxb_dstream_append_pending(dstream *s, uint64_t now);
 /* Runs one flush of |s| now through its policy (counted; a failure fails
  * the waiting appends and is logged). Storage thread. */
 void fxb_dstream_flush(dstream *s, uint64_t now);

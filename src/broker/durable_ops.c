@@ -184,6 +184,8 @@ static void storage_on_flush_all(fx_loop *l, fx_task *t, void *user)
     uint64_t ok = 0, bad = 0;
     for (size_t i = 0; i < m->st->nds; i++) {
         dstream *s = m->st->ds[i];
+        if (s != NULL && s->log != NULL)
+            fxb_dstream_append_pending(s, fx_now_ns()); /* the flush covers them too */
         if (s == NULL || s->log == NULL || fx_dlog_is_failed(s->log) ||
             fx_dlog_unsynced_bytes(s->log) == 0)
             continue;

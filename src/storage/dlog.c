@@ -311,29 +311,52 @@ static int encode_batch(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_
     return 0;
 }
 
-/* Adds the index entries of the batch just written at |pos| (memory, then
- * the index file without a flush; a failed write only marks the index for a
- * rewrite at seal). */
+/* Entries of one append written to the index file per pwrite. */
+#define INDEX_WRITE_CHUNK 256
+
+/* Writes in-memory entries [from, a->nidx) of the active segment to its
+ * index file, where they follow each other, in as few pwrites as the chunk
+ * allows (one for every append of a few MiB). */
+static int index_write_entries(fx_dlog *log, const dl_seg *a, size_t from)
+{
+    uint8_t b[INDEX_WRITE_CHUNK * FX_IDX_ENTRY_LEN];
+    while (from < a->nidx) {
+        size_t n = a->nidx - from < INDEX_WRITE_CHUNK ? a->nidx - from : INDEX_WRITE_CHUNK;
+        for (size_t i = 0; i < n; i++)
+            fx_logfmt_idx_entry_encode(b + i * FX_IDX_ENTRY_LEN, a->idx[from + i].offset,
+                                       a->idx[from + i].pos);
+        int rv = log->io->ops->pwrite(log->io, log->ifd, b, n * FX_IDX_ENTRY_LEN,
+                                      FX_IDX_HEADER_LEN + from * FX_IDX_ENTRY_LEN);
+        if (rv != 0)
+            return rv;
+        from += n;
+    }
+    return 0;
+}
+
+/* Adds the index entries of the batch just written at |pos|: in memory,
+ * then to the index file without a flush, all of them in one write (a
+ * failed write only marks the index for a rewrite at seal). */
 static void index_batch(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t first,
                         uint64_t pos)
 {
     dl_seg *a = dl_active(log);
+    size_t before = a->nidx;
+    int rv = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t sz = FX_REC_HEADER_LEN + (uint64_t)recs[i].len;
         if (fx_idx_rule_next(&log->rule, sz)) {
-            int rv = dl_idx_push(a, first + i, pos);
-            if (rv == 0 && log->ifd >= 0 && !log->idx_broken) {
-                uint8_t e[FX_IDX_ENTRY_LEN];
-                fx_logfmt_idx_entry_encode(e, first + i, pos);
-                rv = log->io->ops->pwrite(log->io, log->ifd, e, sizeof(e),
-                                          FX_IDX_HEADER_LEN + (a->nidx - 1) * FX_IDX_ENTRY_LEN);
-            }
-            if (rv != 0 && !log->idx_broken) {
-                log->idx_broken = true;
-                index_write_failed(log, rv);
-            }
+            int prv = dl_idx_push(a, first + i, pos);
+            if (rv == 0)
+                rv = prv;
         }
         pos += sz;
+    }
+    if (rv == 0 && log->ifd >= 0 && !log->idx_broken)
+        rv = index_write_entries(log, a, before);
+    if (rv != 0 && !log->idx_broken) {
+        log->idx_broken = true;
+        index_write_failed(log, rv);
     }
 }
 
@@ -387,6 +410,17 @@ int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_
     if (pfirst != NULL)
         *pfirst = first;
     return 0;
+}
+
+uint64_t fx_dlog_room_after(const fx_dlog *log, uint64_t first_bytes)
+{
+    const dl_seg *a = &log->segs[log->nsegs - 1];
+    uint64_t seg = log->cfg.segment_bytes;
+    /* fx_dlog_append's roll rule: a non-empty segment rolls when the batch
+     * does not fit; the batch then opens the new one. */
+    bool rolls = a->next > a->base && a->size + first_bytes > seg;
+    uint64_t after = (rolls ? FX_SEG_HEADER_LEN : a->size) + first_bytes;
+    return after >= seg ? 0 : seg - after;
 }
 
 int fx_dlog_sync(fx_dlog *log, uint64_t *pdurable)

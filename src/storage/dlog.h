@@ -93,6 +93,13 @@ typedef struct fx_dlog_iov {
 int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
                    uint64_t *pfirst);
 
+/* The bytes of records (28-byte headers included) that can follow an
+ * append of |first_bytes| bytes made now without a rollover before them:
+ * a caller merging consecutive batches into one fx_dlog_append keeps each
+ * in the segment it would have gone to on its own by adding a batch only
+ * while it fits in what is left. 0 when nothing more fits. */
+uint64_t fx_dlog_room_after(const fx_dlog *log, uint64_t first_bytes);
+
 /* Flushes appended records to the device (fdatasync). On success
  * |*pdurable| (may be NULL) is the offset up to which (exclusive) every
  * record is durable; a log with nothing new returns at once. A failed flush

@@ -3,8 +3,9 @@
  * records of a 28-byte header plus payload), sparse index files "FLSI"
  * (24-byte header, 16-byte entries), file names `<segment id:020>.log|.index`
  * and stream directory names `<t>_<ns>_<s>_<shard>-<fnv1a64:016x>`. All
- * integers big-endian; checksums CRC-32/IEEE (zlib crc32()). Pure functions;
- * any thread. docs/durability.md describes the layout. */
+ * integers big-endian; checksums CRC-32/IEEE (libdeflate_crc32(), the
+ * values of zlib's crc32()). Pure functions; any thread. docs/durability.md
+ * describes the layout. */
 #ifndef FX_STORAGE_FORMAT_H
 #define FX_STORAGE_FORMAT_H
 

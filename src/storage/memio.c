@@ -5,6 +5,7 @@
 #include "storage/memio.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,12 +46,17 @@ struct fx_memio {
     int *handles; /* handle -> inode, -1 when free */
     size_t nhandles;
     uint64_t calls;
-    uint64_t crash_at; /* UINT64_MAX: never */
+    uint64_t op_calls[FX_MEMIO_NOPS]; /* of each kind, failed ones included */
+    uint64_t crash_at;                /* UINT64_MAX: never */
     bool down;
     uint64_t capacity;
     int fail_err[FX_MEMIO_NOPS];
     unsigned fail_count[FX_MEMIO_NOPS];
     char fail_suffix[64]; /* injected failures only for paths ending so; "" all */
+    /* fx_memio_hold_next_sync: the only state another thread touches. */
+    pthread_mutex_t hold_mu;
+    pthread_cond_t hold_cv;
+    bool hold_armed, held;
 };
 
 /* ---- images and names ---------------------------------------------------- */
@@ -190,6 +196,8 @@ static int gate_path(fx_memio *m, fx_memio_op op, const char *path)
         return -EIO;
     }
     m->calls++;
+    if (op < FX_MEMIO_NOPS)
+        m->op_calls[op]++;
     if (op < FX_MEMIO_NOPS && m->fail_count[op] > 0 && path_matches(m, path)) {
         m->fail_count[op]--;
         return m->fail_err[op];
@@ -335,6 +343,20 @@ static ssize_t m_pread(fx_sio *io, int fd, void *buf, size_t n, uint64_t off)
     return (ssize_t)k;
 }
 
+/* Waits here while a test holds this sync (fx_memio_hold_next_sync). */
+static void hold_point(fx_memio *m)
+{
+    pthread_mutex_lock(&m->hold_mu);
+    if (m->hold_armed) {
+        m->hold_armed = false;
+        m->held = true;
+        pthread_cond_broadcast(&m->hold_cv);
+        while (m->held)
+            pthread_cond_wait(&m->hold_cv, &m->hold_mu);
+    }
+    pthread_mutex_unlock(&m->hold_mu);
+}
+
 static int m_fdatasync(fx_sio *io, int fd)
 {
     fx_memio *m = (fx_memio *)io;
@@ -342,6 +364,7 @@ static int m_fdatasync(fx_sio *io, int fd)
     int rv = gate_inode(m, FX_MEMIO_FDATASYNC, fd, &in);
     if (rv != 0)
         return rv;
+    hold_point(m);
     return image_copy(&in->dur, &in->cur, in->cur.len);
 }
 
@@ -587,6 +610,8 @@ int fx_memio_new(fx_memio **pm)
         return -ENOMEM;
     m->base.ops = &MEM_OPS;
     m->crash_at = UINT64_MAX;
+    pthread_mutex_init(&m->hold_mu, NULL);
+    pthread_cond_init(&m->hold_cv, NULL);
     *pm = m;
     return 0;
 }
@@ -600,6 +625,8 @@ void fx_memio_free(fx_memio *m)
         free(m->inodes[i].dur.p);
     }
     free(m->inodes);
+    pthread_cond_destroy(&m->hold_cv);
+    pthread_mutex_destroy(&m->hold_mu);
     names_clear(&m->cur);
     names_clear(&m->dur);
     free(m->cur.v);
@@ -642,6 +669,35 @@ bool fx_memio_is_down(const fx_memio *m)
 uint64_t fx_memio_calls(const fx_memio *m)
 {
     return m->calls;
+}
+
+void fx_memio_hold_next_sync(fx_memio *m)
+{
+    pthread_mutex_lock(&m->hold_mu);
+    m->hold_armed = true;
+    pthread_mutex_unlock(&m->hold_mu);
+}
+
+void fx_memio_wait_held(fx_memio *m)
+{
+    pthread_mutex_lock(&m->hold_mu);
+    while (!m->held)
+        pthread_cond_wait(&m->hold_cv, &m->hold_mu);
+    pthread_mutex_unlock(&m->hold_mu);
+}
+
+void fx_memio_release(fx_memio *m)
+{
+    pthread_mutex_lock(&m->hold_mu);
+    m->hold_armed = false;
+    m->held = false;
+    pthread_cond_broadcast(&m->hold_cv);
+    pthread_mutex_unlock(&m->hold_mu);
+}
+
+uint64_t fx_memio_op_calls(const fx_memio *m, fx_memio_op op)
+{
+    return op < FX_MEMIO_NOPS ? m->op_calls[op] : 0;
 }
 
 static uint64_t splitmix(uint64_t *s)

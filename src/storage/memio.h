@@ -7,7 +7,8 @@
  * full, and fx_memio_crash_after() makes the n-th next call and all later
  * ones fail, so a crash can land between any two system calls.
  * Simplification: renaming a directory is durable at once. Paths are used
- * as given (no "..", no symlinks); "/" always exists. One thread at a time. */
+ * as given (no "..", no symlinks); "/" always exists. One thread at a time
+ * (but the hold of a flush below). */
 #ifndef FX_STORAGE_MEMIO_H
 #define FX_STORAGE_MEMIO_H
 
@@ -75,6 +76,16 @@ void fx_memio_crash(fx_memio *m, uint64_t torn_seed);
 
 /* Number of calls made so far (all kinds). */
 uint64_t fx_memio_calls(const fx_memio *m);
+/* Number of calls of kind |op| made so far (those that failed included). */
+uint64_t fx_memio_op_calls(const fx_memio *m, fx_memio_op op);
+
+/* Holding a flush, to test what queues behind one (the only calls another
+ * thread may make while the user runs): the next fdatasync waits, after its
+ * gate and before it takes effect, until fx_memio_release(); wait_held
+ * returns once a sync is waiting. Any thread. */
+void fx_memio_hold_next_sync(fx_memio *m);
+void fx_memio_wait_held(fx_memio *m);
+void fx_memio_release(fx_memio *m);
 
 /* Test helpers acting on both images at once (as if the damage were on the
  * platter): XOR the byte at |off| of file |path| with |mask|; cut the file to

@@ -89,7 +89,7 @@ fx_fuzz_target(fuzz_bidi_input DICT wire.dict
     SRCS ${_fx_broker_srcs} ${_fx_base_noloop} ${_fx_wire_srcs} ${FX_FUZZ_DIR}/fake_loop.c
          ${FX_FUZZ_DIR}/fake_quic.c
     LIBS fx_storage Threads::Threads m PkgConfig::JANSSON PkgConfig::NETTLE PkgConfig::SODIUM
-         ZLIB::ZLIB)
+         PkgConfig::DEFLATE)
 
 # libfelix's subscriptions through its public API on its real loop thread,
 # over the fake transport (no socket).

@@ -296,6 +296,76 @@ static void test_on_commit_group_commit_serves_several_appends_per_flush(void **
     rm_tree(root);
 }
 
+/* Jobs of one stream that queue on its storage thread while it flushes are
+ * appended together, in one write, each at its own offsets: the flush of p0
+ * is held until the jobs of two other connections wait behind it. */
+static void test_jobs_queued_behind_a_flush_share_one_append(void **state)
+{
+    (void)state;
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    char root[64] = "/fxdur";
+    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
+    e->bo.durable.io = fx_memio_sio(m);
+    e->bo.durable.max_unsynced_bytes = 0;
+    e_start(e);
+    put_stream(e, "h", "{\"durable\": true}", 201, NULL);
+    fx_client *c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_subscription *s = subscribe(c[0], "h");
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    acks k = {0};
+    fx_memio_hold_next_sync(m);
+    assert_int_equal(fx_publish_async(c[0], NS, "h", "p0", 2, FX_ACK_PER_MESSAGE, on_ack, &k), 0);
+    fx_memio_wait_held(m); /* p0 is written; its flush waits */
+    assert_int_equal(fx_publish_async(c[1], NS, "h", "p1", 2, FX_ACK_PER_MESSAGE, on_ack, &k), 0);
+    assert_int_equal(fx_publish_async(c[2], NS, "h", "p2", 2, FX_ACK_PER_MESSAGE, on_ack, &k), 0);
+    for (int i = 0; i < 5000; i++) {
+        fx_metrics_snapshot_take(&b);
+        if (DELTA(a, b, publish_accepted) >= 3)
+            break;
+        sleep_ms(1);
+    }
+    assert_int_equal(DELTA(a, b, publish_accepted), 3);
+    /* The worker takes both jobs off its queue and, in the same turn, hands
+     * them to the storage thread, which is held in p0's flush. */
+    for (int i = 0; i < 5000; i++) {
+        fx_metrics_snapshot_take(&b);
+        if (b.g.ingress_queue_depth == a.g.ingress_queue_depth)
+            break;
+        sleep_ms(1);
+    }
+    assert_int_equal(b.g.ingress_queue_depth, a.g.ingress_queue_depth);
+    sleep_ms(20);
+    assert_int_equal(atomic_load(&k.ok), 0); /* on_commit: nothing acked before its flush */
+    fx_memio_release(m);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fx_flush(c[i], HANG_MS), 0);
+    assert_int_equal(atomic_load(&k.ok), 3);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, storage_append_records), 3);
+    assert_int_equal(DELTA(a, b, storage_append_writes), 2); /* p0, then p1 + p2 together */
+    expect_event(s, 0, "p0");
+    char got[2][3] = {{0}};
+    for (int i = 0; i < 2; i++) {
+        fx_event ev; /* its payload lasts until the next call */
+        assert_int_equal(fx_subscription_next(s, &ev, HANG_MS), 0);
+        assert_int_equal(ev.offset, 1 + (uint64_t)i);
+        assert_int_equal(ev.len, 2);
+        memcpy(got[i], ev.payload, 2);
+    }
+    /* p1 and p2, once each, in either order (two connections). */
+    assert_true((strcmp(got[0], "p1") == 0 && strcmp(got[1], "p2") == 0) ||
+                (strcmp(got[0], "p2") == 0 && strcmp(got[1], "p1") == 0));
+    fx_unsubscribe(s);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fx_client_close(c[i], HANG_MS), 0);
+    e_free(e);
+    fx_memio_free(m);
+}
+
 static void test_max_unsynced_bytes_keeps_one_job_in_storage_at_a_time(void **state)
 {
     (void)state;
@@ -965,6 +1035,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_durable_default_makes_auto_created_streams_durable),
     cmocka_unit_test(test_on_commit_group_commit_serves_several_appends_per_flush),
     cmocka_unit_test(test_flush_timer_arm_failure_flushes_at_once),
+    cmocka_unit_test(test_jobs_queued_behind_a_flush_share_one_append),
     cmocka_unit_test(test_max_unsynced_bytes_keeps_one_job_in_storage_at_a_time),
     cmocka_unit_test(test_start_recovers_catalogued_streams_and_cuts_a_torn_tail),
     cmocka_unit_test(test_interior_corruption_refuses_start_unless_repair),

@@ -666,6 +666,72 @@ static void test_damaged_last_record_is_cut_only_with_repair_checksum_tail(void 
     fx_done(&f);
 }
 
+/* One append writes all its index entries with one pwrite (besides the
+ * records' own), and what it writes is what a rebuild from the log writes. */
+static void test_one_append_writes_its_index_entries_in_one_write(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 100);
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    uint64_t before = fx_memio_op_calls(f.m, FX_MEMIO_PWRITE);
+    assert_int_equal(append_batch(f.log, 0, 64, 7), 0);
+    assert_int_equal(fx_memio_op_calls(f.m, FX_MEMIO_PWRITE) - before, 2);
+    assert_int_equal(append_batch(f.log, 64, 64, 8), 0);
+    assert_int_equal(fx_memio_op_calls(f.m, FX_MEMIO_PWRITE) - before, 4);
+    fx_sio *io = fx_memio_sio(f.m);
+    char *written = NULL, *rebuilt = NULL;
+    size_t wlen = 0, rlen = 0;
+    assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &written, &wlen), 0);
+    assert_true(wlen > FX_IDX_HEADER_LEN + 20 * FX_IDX_ENTRY_LEN); /* many entries per batch */
+    fx_dlog_close(f.log, true);
+    f.log = NULL;
+    assert_int_equal(io->ops->unlink(io, IDX0), 0);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &rebuilt, &rlen), 0);
+    assert_int_equal(rlen, wlen);
+    assert_memory_equal(rebuilt, written, wlen);
+    expect_records(f.log, 0, 128);
+    free(written);
+    free(rebuilt);
+    fx_done(&f);
+}
+
+/* Appends |n| records of 10 payload bytes (38 bytes each on disk). */
+static int append_tens(fx_dlog *log, size_t n)
+{
+    fx_dlog_iov iov[8];
+    assert_true(n <= 8);
+    for (size_t i = 0; i < n; i++)
+        iov[i] = (fx_dlog_iov){.data = "0123456789", .len = 10};
+    return fx_dlog_append(log, iov, n, 1, NULL);
+}
+
+/* fx_dlog_room_after predicts the roll rule: what it leaves fits without a
+ * roll, a batch that does not fit an empty segment leaves nothing, and after
+ * a full segment it answers for the new one. */
+static void test_room_after_follows_the_rollover_rule(void **state)
+{
+    fixture f;
+    fx_init(&f, FX_SEG_HEADER_LEN + 3 * 38, 4096); /* room for three records */
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(fx_dlog_room_after(f.log, 38), 2 * 38);
+    assert_int_equal(fx_dlog_room_after(f.log, 500), 0); /* alone in the empty segment */
+    assert_int_equal(append_tens(f.log, 1), 0);
+    assert_int_equal(fx_dlog_room_after(f.log, 38), 38);
+    /* Two records (the first and the room after it) go in without a roll. */
+    assert_int_equal(append_tens(f.log, 2), 0);
+    assert_int_equal(fx_dlog_segment_count(f.log), 1);
+    /* Full: the next batch rolls and opens the new segment. */
+    assert_int_equal(fx_dlog_room_after(f.log, 38), 2 * 38);
+    assert_int_equal(append_tens(f.log, 3), 0);
+    assert_int_equal(fx_dlog_segment_count(f.log), 2);
+    /* Full again: a 1-byte batch would open a third segment and leave the rest. */
+    assert_int_equal(fx_dlog_room_after(f.log, 1), 3 * 38 - 1);
+    fx_done(&f);
+}
+
 static void test_missing_or_garbage_index_is_rebuilt_identically(void **state)
 {
     fixture f;
@@ -928,6 +994,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bit_flip_found_by_a_read_when_open_checks_only_the_tail),
     cmocka_unit_test(test_corruption_before_the_active_tail_refuses_unless_repaired),
     cmocka_unit_test(test_damaged_last_record_is_cut_only_with_repair_checksum_tail),
+    cmocka_unit_test(test_one_append_writes_its_index_entries_in_one_write),
+    cmocka_unit_test(test_room_after_follows_the_rollover_rule),
     cmocka_unit_test(test_missing_or_garbage_index_is_rebuilt_identically),
     cmocka_unit_test(test_sealed_reads_search_the_index_file_and_survive_its_loss),
     cmocka_unit_test(test_index_write_failure_does_not_fail_appends),
