@@ -329,16 +329,10 @@ static void test_jobs_queued_behind_a_flush_share_one_append(void **state)
         sleep_ms(1);
     }
     assert_int_equal(DELTA(a, b, publish_accepted), 3);
-    /* The worker takes both jobs off its queue and, in the same turn, hands
-     * them to the storage thread, which is held in p0's flush. */
-    for (int i = 0; i < 5000; i++) {
-        fx_metrics_snapshot_take(&b);
-        if (b.g.ingress_queue_depth == a.g.ingress_queue_depth)
-            break;
-        sleep_ms(1);
-    }
-    assert_int_equal(b.g.ingress_queue_depth, a.g.ingress_queue_depth);
-    sleep_ms(20);
+    /* The worker hands both jobs to the storage thread, held in p0's flush
+     * (nothing observable marks their arrival there: the gauges count jobs
+     * until they finish). Too short a wait fails the test, never passes it. */
+    sleep_ms(300);
     assert_int_equal(atomic_load(&k.ok), 0); /* on_commit: nothing acked before its flush */
     fx_memio_release(m);
     for (int i = 0; i < 3; i++)
