@@ -22,8 +22,9 @@
 
 /* Tasks run per turn before I/O and timers get their go again. */
 #define INBOX_BATCH 256
-/* Timer-and-inbox passes per turn at most: the tasks of a pass may arm
- * timers due at once, which the next pass fires without waiting. */
+/* Inbox-and-timer passes per turn at most: the timers of a pass may post
+ * tasks, and those tasks arm timers due at once, which the next pass runs
+ * without waiting. */
 #define TURN_PASSES 4
 /* Events taken per epoll wait; the rest stay ready (level-triggered). */
 #define MAX_EVENTS 64
@@ -530,16 +531,20 @@ static int run_turn(fx_loop *l)
     l->now = fx_now_ns();
     if (n > 0)
         dispatch_events(l, n);
-    /* A task often arms a timer for "now" (a connection's write after the
-     * data it queued): fire it in this turn instead of paying a zero-timeout
-     * wait first, which also sends the answer to this turn's input before
-     * the next input is read. Bounded, so timers and tasks that keep
-     * re-arming each other cannot keep the sockets waiting; anything left
-     * runs after the next (non-blocking) wait. */
+    /* Tasks first, then timers: a task often arms a timer for "now" (a
+     * connection's write after the data it queued), and that deadline sorts
+     * before the timers already due (an ACK's delay, a retransmission), so
+     * the data goes out first. Timers and tasks the other posts or arms run
+     * in this turn too, instead of after a zero-timeout wait, which also
+     * answers this turn's input before the next input is read. Bounded (in
+     * passes and in tasks, INBOX_BATCH a turn as before), so timers and
+     * tasks that keep re-arming each other cannot keep the sockets waiting;
+     * anything left runs after the next (non-blocking) wait. */
+    size_t budget = INBOX_BATCH;
     for (int pass = 0;; pass++) {
+        budget -= inbox_drain(l, budget);
         fire_timers(l);
-        inbox_drain(l, INBOX_BATCH);
-        if (pass + 1 >= TURN_PASSES || !timer_due(l))
+        if (pass + 1 >= TURN_PASSES || (!timer_due(l) && (budget == 0 || inbox_is_empty(l))))
             break;
     }
     return 0;
