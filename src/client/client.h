@@ -189,8 +189,8 @@ struct fx_subscription {
      * delivery path; see wake_consumer in subscribe.c). */
     atomic_uint wseq;
     atomic_uint waiting; /* 1: the consumer is in next_batch (checking or asleep) */
-    fx_event_cb cb;             /* loop (set via a task) */
-    atomic_bool cb_set;         /* fx_subscription_set_callback was called */
+    fx_event_cb cb;      /* loop (set via a task) */
+    atomic_bool cb_set;  /* fx_subscription_set_callback was called */
     void *cb_user;
     fx_task set_cb;
     fx_event_cb new_cb;
