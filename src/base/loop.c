@@ -24,6 +24,10 @@
 
 /* Tasks run per turn before I/O and timers get their go again. */
 #define INBOX_BATCH 256
+/* Inbox-and-timer passes per turn at most: the timers of a pass may post
+ * tasks, and those tasks arm timers due at once, which the next pass runs
+ * without waiting. */
+#define TURN_PASSES 4
 /* Events taken per epoll wait; the rest stay ready (level-triggered). */
 #define MAX_EVENTS 64
 
@@ -41,8 +45,10 @@ struct fx_loop {
     _Atomic(fx_task *) head;
     fx_task *tail;
     fx_task sentinel;
-    /* True while a doorbell write is outstanding, i.e. a poster has rung and
-     * the loop has not yet cleared it; see ring_if_needed(). */
+    /* False only while the loop is in (or about to enter) a wait that may
+     * block: the first poster to find it false rings, and no other does. It
+     * is true while the loop is awake, so posts made then cost no doorbell;
+     * see ring_if_needed() and run_turn(). */
     atomic_bool bell;
 
     atomic_bool stop;
@@ -164,15 +170,18 @@ static void ring(fx_loop *l)
     stat_add(&l->wakeups, 1);
 }
 
-/* Coalesced wakeup. The poster enqueues first and then exchanges |bell| to
- * true; the loop exchanges |bell| to false (after consuming the eventfd) and
- * only then drains. If the poster's exchange comes after the loop's clear in
- * |bell|'s modification order, the poster reads false and rings, so the loop
- * wakes again (the eventfd was consumed before the clear, so that write stays
- * pending). If it comes before, the loop's clearing exchange reads a value
- * written by the poster (or by a later poster in the same release sequence),
- * so with acq_rel the enqueue happens-before the drain and the drain sees the
- * task. Either way no task sits in the inbox while the loop sleeps. */
+/* Coalesced wakeup, skipped while the loop is awake. The poster enqueues
+ * first and then exchanges |bell| to true. The loop sets |bell| when it
+ * wakes and, before a wait that may block, exchanges it to false and only
+ * then checks the inbox (waiting without a timeout when it is not empty).
+ * If the poster's exchange comes after the loop's clear in |bell|'s
+ * modification order, it reads false (or true from a later poster that read
+ * false) and a ring is made after the clear, so the wait returns. If it
+ * comes before, the loop's clearing exchange reads a value written by the
+ * poster (or by a later poster in the same release sequence), so with
+ * acq_rel the enqueue happens-before the inbox check, which sees the task.
+ * Either way no task sits in the inbox while the loop sleeps, and a loop that
+ * is busy (running tasks, timers or socket events) is never rung. */
 static void ring_if_needed(fx_loop *l)
 {
     if (!atomic_exchange_explicit(&l->bell, true, memory_order_acq_rel))
@@ -515,22 +524,50 @@ static void dispatch_events(fx_loop *l, int n)
     l->ev_next = 0;
 }
 
+static bool timer_due(const fx_loop *l)
+{
+    return l->nheap > 0 && l->heap[0]->deadline_ns <= l->now;
+}
+
 static int run_turn(fx_loop *l)
 {
     struct timespec ts;
     const struct timespec *tmo = wait_timeout(l, &ts);
+    if (tmo == NULL || tmo->tv_sec != 0 || tmo->tv_nsec != 0) {
+        /* This wait may block: posters must ring from now on. Cleared before
+         * the inbox is checked again; see ring_if_needed(). */
+        atomic_exchange_explicit(&l->bell, false, memory_order_acq_rel);
+        if (!inbox_is_empty(l)) {
+            ts = (struct timespec){0};
+            tmo = &ts;
+        }
+    }
     int n = wait_events(l, tmo);
+    /* Awake: posts made while this turn runs find the inbox checked again
+     * before the next wait, so they need no doorbell. */
+    atomic_store_explicit(&l->bell, true, memory_order_relaxed);
     if (n < 0 && errno != EINTR)
         return -errno;
     stat_bump(&l->turns);
     l->now = fx_now_ns();
     if (n > 0)
         dispatch_events(l, n);
-    fire_timers(l);
-    /* Cleared after the eventfd was read and before draining: see
-     * ring_if_needed() for why this order loses no wakeup. */
-    atomic_exchange_explicit(&l->bell, false, memory_order_acq_rel);
-    inbox_drain(l, INBOX_BATCH);
+    /* Tasks first, then timers: a task often arms a timer for "now" (a
+     * connection's write after the data it queued), and that deadline sorts
+     * before the timers already due (an ACK's delay, a retransmission), so
+     * the data goes out first. Timers and tasks the other posts or arms run
+     * in this turn too, instead of after a zero-timeout wait, which also
+     * answers this turn's input before the next input is read. Bounded (in
+     * passes and in tasks, INBOX_BATCH a turn as before), so timers and
+     * tasks that keep re-arming each other cannot keep the sockets waiting;
+     * anything left runs after the next (non-blocking) wait. */
+    size_t budget = INBOX_BATCH;
+    for (int pass = 0;; pass++) {
+        budget -= inbox_drain(l, budget);
+        fire_timers(l);
+        if (pass + 1 >= TURN_PASSES || (!timer_due(l) && (budget == 0 || inbox_is_empty(l))))
+            break;
+    }
     return 0;
 }
 

@@ -1,7 +1,8 @@
 /* fx_loop: one thread, one epoll set. Owns fd watches, a timer heap with
  * nanosecond deadlines (epoll_pwait2), and an MPSC inbox of tasks that any
  * thread may post to; an eventfd doorbell wakes the loop, and wakeups are
- * coalesced (one write per batch of posts while the loop is awake).
+ * coalesced (at most one write per wait that may block; none while the loop
+ * is awake).
  * Everything registered on a loop is touched only by that loop's thread. */
 #ifndef FX_LOOP_H
 #define FX_LOOP_H
@@ -89,7 +90,9 @@ struct fx_timer {
 
 void fx_timer_init(fx_timer *t, fx_timer_cb cb, void *user);
 /* Arms (or re-arms) |t| to fire at |deadline_ns|; a deadline in the past
- * fires on the next turn. Returns 0 or -ENOMEM. Loop thread only. */
+ * fires once the current socket callback or task has returned and the turn's
+ * socket events have been handled, without a wait in between (armed from a
+ * timer callback: on the next turn). Returns 0 or -ENOMEM. Loop thread only. */
 int fx_loop_timer_arm(fx_loop *l, fx_timer *t, uint64_t deadline_ns);
 /* Disarms |t| if armed. Loop thread only. */
 void fx_loop_timer_cancel(fx_loop *l, fx_timer *t);
@@ -147,7 +150,7 @@ int fx_loop_run_error(const fx_loop *l);
 /* Counters for tests and metrics (relaxed reads; any thread). */
 typedef struct fx_loop_stats {
     uint64_t turns;        /* epoll_pwait2 returns */
-    uint64_t wakeups;      /* doorbell writes actually made */
+    uint64_t wakeups;      /* doorbell writes actually made (none while awake) */
     uint64_t posts;        /* tasks posted */
     uint64_t tasks_run;    /* tasks executed */
     uint64_t timers_fired;

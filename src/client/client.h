@@ -185,10 +185,12 @@ struct fx_subscription {
     fx_task resume;             /* loop: after qw resumed */
     fx_task credit;             /* grants credit released by the consumer */
     atomic_size_t credit_bytes; /* released, not yet granted (see release_cur) */
-    pthread_cond_t cv;          /* consumer wait (with c->mu) */
-    atomic_bool waiting;        /* consumer sleeps on cv */
-    fx_event_cb cb;             /* loop (set via a task) */
-    atomic_bool cb_set;         /* fx_subscription_set_callback was called */
+    /* Consumer wait: a futex word bumped by every wake (no mutex on the
+     * delivery path; see wake_consumer in subscribe.c). */
+    atomic_uint wseq;
+    atomic_uint waiting; /* 1: the consumer is in next_batch (checking or asleep) */
+    fx_event_cb cb;      /* loop (set via a task) */
+    atomic_bool cb_set;  /* fx_subscription_set_callback was called */
     void *cb_user;
     fx_task set_cb;
     fx_event_cb new_cb;

@@ -1028,6 +1028,74 @@ static void test_close_wakes_blocked_next_with_closed(void **state)
     stub_stop();
 }
 
+/* The reader sleeps between deliveries: each event, sent only once it is
+ * asleep, wakes it well inside its 10 s bound. */
+typedef struct sleeper {
+    fx_subscription *s;
+    atomic_int got;
+    int rv;
+    uint64_t max_wait_ns;
+} sleeper;
+
+static void *sleepy_reader(void *u)
+{
+    sleeper *r = u;
+    for (int i = 0; i < 5; i++) {
+        fx_event ev;
+        uint64_t t0 = fx_now_ns();
+        r->rv = fx_subscription_next(r->s, &ev, 10000);
+        uint64_t d = fx_now_ns() - t0;
+        if (d > r->max_wait_ns)
+            r->max_wait_ns = d;
+        if (r->rv != 0)
+            break;
+        uint64_t v;
+        memcpy(&v, ev.payload, 8);
+        if (v != (uint64_t)i) {
+            r->rv = -1000 - i;
+            break;
+        }
+        atomic_fetch_add(&r->got, 1);
+    }
+    return NULL;
+}
+
+static void test_blocked_next_is_woken_by_each_delivery(void **state)
+{
+    fx_client *c = start_default();
+    fx_subscription *s = sub_stub(c);
+    sleeper r = {.s = s, .rv = 1};
+    atomic_init(&r.got, 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, sleepy_reader, &r), 0);
+    for (int i = 0; i < 5; i++) {
+        usleep(30 * 1000); /* the reader is asleep in next() by now */
+        stub_send_events((uint64_t)i, 1, 16);
+        for (int k = 0; k < 3000 && atomic_load(&r.got) <= i; k++)
+            usleep(1000);
+        assert_int_equal(atomic_load(&r.got), i + 1);
+    }
+    pthread_join(th, NULL);
+    assert_int_equal(r.rv, 0);
+    assert_true(r.max_wait_ns < 5 * FX_NS_PER_S);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
+static void test_blocked_next_times_out_at_its_bound(void **state)
+{
+    fx_client *c = start_default();
+    fx_subscription *s = sub_stub(c);
+    fx_event ev;
+    uint64_t t0 = fx_now_ns();
+    assert_int_equal(fx_subscription_next(s, &ev, 150), FX_ETIMEDOUT);
+    uint64_t d = fx_now_ns() - t0;
+    assert_true(d >= 150 * FX_NS_PER_MS);
+    assert_true(d < 5 * FX_NS_PER_S);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
 static void test_cursor_error_is_typed(void **state)
 {
     stub_start();
@@ -1509,6 +1577,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_drop_new_policy_counts_drops),
     cmocka_unit_test(test_callback_runs_on_loop_and_blocking_call_returns_wouldblock),
     cmocka_unit_test(test_close_wakes_blocked_next_with_closed),
+    cmocka_unit_test(test_blocked_next_is_woken_by_each_delivery),
+    cmocka_unit_test(test_blocked_next_times_out_at_its_bound),
     cmocka_unit_test(test_cursor_error_is_typed),
     cmocka_unit_test(test_unsubscribe_frees_and_stub_sees_reset),
 };
