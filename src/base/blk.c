@@ -31,10 +31,10 @@ static klass classes[NCLASS] = {
     {                                                                                              \
         .mu = PTHREAD_MUTEX_INITIALIZER                                                            \
     }
-    K, K, K, K, K, K, K,
+    K, K, K, K, K, K, K, K, K, K, K, K, K,
 #undef K
 };
-_Static_assert(NCLASS == 7, "one initializer per class");
+_Static_assert(NCLASS == 13, "one initializer per class");
 
 static atomic_size_t cached_bytes;
 
@@ -47,7 +47,7 @@ static size_t class_size(unsigned cls)
 static unsigned class_of(size_t total)
 {
     if (total < class_size(0) / 2 || total > class_size(NCLASS - 1))
-        return NO_CLASS; /* small blocks: malloc's own bins do well */
+        return NO_CLASS; /* under 128 bytes: malloc's fast bins do well */
     unsigned c = 0;
     while (class_size(c) < total)
         c++;

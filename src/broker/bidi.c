@@ -279,8 +279,11 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
     fx_wire_slice parts[3] = {tenant, ns, stream};
     if (resolve_cached(s, action, parts, ph))
         return 0;
-    if (!split_names(parts, names, key, &n))
+    if (!split_names(parts, names, key, &n)) {
+        s->names_ok = false; /* resolved past the cache: |ph| is not |h| */
         return fx_registry_resolve(s->conn->b->reg, tenant, ns, stream, ph, err);
+    }
+    s->names_ok = false; /* |h| or its permission may change below */
     if (n != s->hkey_len || memcmp(key, s->hkey, n) != 0) {
         fx_stream_handle_unref(s->h);
         s->h = NULL;

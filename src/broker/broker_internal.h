@@ -364,6 +364,14 @@ struct fxb_bidi {
     char hkey[3 * (FX_REGISTRY_NAME_MAX + 1)];
     size_t hkey_len;
     uint8_t perm_known, perm_ok;
+    /* The names section of the last binary publish whose names were
+     * validated (publish.c), and whether those exact names passed the tenant
+     * check and resolved to |h| with the publish permission: set by the
+     * frame that resolved them, cleared whenever |h|, |hkey| or the cached
+     * names change. Then a frame with the same names only needs |h| to be
+     * still active. */
+    fx_wire_names_cache names;
+    bool names_ok;
 };
 
 /* A publish job: one batch for one stream, from ingress to its worker: one

@@ -111,9 +111,10 @@ static fx_wire_event_batch batch_of(const fx_envelope *e, bool shared, uint64_t 
     };
 }
 
-static int encode(const fx_wire_event_batch *b, fx_buf **pframe)
+/* Encodes |b| into a new buffer of |size| bytes, its frame size (negative:
+ * the error of fx_wire_event_batch_frame_size). */
+static int encode(const fx_wire_event_batch *b, ssize_t size, fx_buf **pframe)
 {
-    ssize_t size = fx_wire_event_batch_frame_size(b);
     if (size < 0)
         return (int)size;
     fx_buf *f;
@@ -129,10 +130,21 @@ static int encode(const fx_wire_event_batch *b, fx_buf **pframe)
     return 0;
 }
 
+/* The shared frame's size from the payload total the envelope keeps (no
+ * walk over its payloads): header, base offset, count, then a 4-byte length
+ * per payload; FX_EWIRE_TOO_LARGE when the body overflows the u32 length, as
+ * fx_wire_event_batch_frame_size() says for the same batch. */
+static ssize_t shared_size(const fx_envelope *e)
+{
+    uint64_t body = 8 + 4 + 4 * (uint64_t)e->count + (uint64_t)e->payload_bytes;
+    if (body > UINT32_MAX)
+        return FX_EWIRE_TOO_LARGE;
+    return (ssize_t)(FX_WIRE_HEADER_LEN + body);
+}
+
 size_t fx_envelope_shared_frame_size(const fx_envelope *e)
 {
-    fx_wire_event_batch b = batch_of(e, true, 0, 0, e->count);
-    ssize_t size = fx_wire_event_batch_frame_size(&b);
+    ssize_t size = shared_size(e);
     return size < 0 ? SIZE_MAX : (size_t)size;
 }
 
@@ -148,7 +160,7 @@ int fx_envelope_shared_frame(fx_envelope *e, fx_buf **pframe)
     fx_buf *f = atomic_load_explicit(&e->shared, memory_order_acquire);
     if (f == NULL) {
         fx_wire_event_batch b = batch_of(e, true, 0, 0, e->count);
-        int rv = encode(&b, &f);
+        int rv = encode(&b, shared_size(e), &f);
         if (rv != 0)
             return rv;
         FX_COUNTER_INC(sub_shared_frame_encodes);
@@ -174,7 +186,7 @@ int fx_envelope_sub_frame(fx_envelope *e, uint64_t subscription_id, uint32_t fro
     if (n == 0 || from >= e->count || n > e->count - from)
         return -EINVAL;
     fx_wire_event_batch b = batch_of(e, false, subscription_id, from, n);
-    int rv = encode(&b, pframe);
+    int rv = encode(&b, fx_wire_event_batch_frame_size(&b), pframe);
     if (rv == 0)
         FX_COUNTER_INC(sub_frame_encodes);
     return rv;

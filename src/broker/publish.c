@@ -64,7 +64,9 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     /* Decoded in place: the payloads are copied (or the decoder's buffer
      * taken) only when the frame's job is made (ingress.c). */
     fx_wire_publish_batch pb;
-    if (fx_wire_publish_batch_decode(f->hdr.flags, f->body, f->len, &pb, &err) != 0) {
+    bool same = false;
+    if (fx_wire_publish_batch_decode_cached(f->hdr.flags, f->body, f->len, &pb, &s->names, &same,
+                                            &err) != 0) {
         if (!acked) {
             fxb_bidi_fail(s, err.msg);
             return -1;
@@ -75,7 +77,15 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     int rv = 0;
     fx_stream_handle *h;
     fx_registry_err rerr;
-    if (!tenant_is(s, pb.tenant)) {
+    if (!same)
+        s->names_ok = false; /* other names: the cache holds them now */
+    if (same && s->names_ok && fx_stream_handle_is_active(s->h)) {
+        /* The names of the frame that passed the tenant check and resolved
+         * |s->h| with the publish permission, byte for byte. */
+        rv = pb.count == 0 ? 0 : fxb_ingress_add(s, s->h, f, &pb, acked, rid);
+        if (pb.count == 0 && acked)
+            answer_now(s, true, rid, NULL);
+    } else if (!tenant_is(s, pb.tenant)) {
         fxb_bidi_error(s, "tenant mismatch", true);
         rv = -1;
     } else if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, pb.tenant, pb.ns, pb.stream, &h,
@@ -84,11 +94,15 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
         FX_COUNTER_INC(publish_error);
         if (acked)
             answer_now(s, true, rid, rerr.msg);
-    } else if (pb.count == 0) {
-        if (acked)
-            answer_now(s, true, rid, NULL);
     } else {
-        rv = fxb_ingress_add(s, h, f, &pb, acked, rid);
+        /* Only the names the cache holds can be vouched for next time. */
+        s->names_ok = h == s->h;
+        if (pb.count == 0) {
+            if (acked)
+                answer_now(s, true, rid, NULL);
+        } else {
+            rv = fxb_ingress_add(s, h, f, &pb, acked, rid);
+        }
     }
     fx_wire_publish_batch_deinit(&pb);
     return rv;

@@ -899,8 +899,12 @@ pjob *fxc_pub_job_alloc(fx_client *c, size_t len)
  * callback must not block, even for another client), |on_loop| on c's own. */
 static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
 {
-    int rv = nowait ? fx_budget_try_acquire(&c->budget, j->len, &j->permit)
-                    : fx_budget_acquire_wait(&c->budget, j->len, -1, &j->permit);
+    /* The non-blocking try first: it refuses while anyone waits (the budget
+     * stays FIFO), and when it succeeds the blocking path's per-call mutex
+     * and condition variable are never built. */
+    int rv = fx_budget_try_acquire(&c->budget, j->len, &j->permit);
+    if (rv == FX_EFULL && !nowait)
+        rv = fx_budget_acquire_wait(&c->budget, j->len, -1, &j->permit);
     if (rv == FX_ETOOBIG)
         fxc_client_set_error(rv, "publish of %zu bytes exceeds publish_inflight_bytes %zu", j->len,
                              c->o.publish_inflight_bytes);

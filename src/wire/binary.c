@@ -163,11 +163,48 @@ int fx_wire_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_
     return 0;
 }
 
-int fx_wire_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
-                                 fx_wire_publish_batch *b, fx_wire_err *err)
+/* The names section at |r| when it is the one |cache| holds: the slices
+ * are set and |r| moves past it. */
+static bool names_from_cache(rd *r, const fx_wire_names_cache *cache, fx_wire_publish_batch *b)
 {
-    memset(b, 0, sizeof(*b));
+    size_t n = cache->len;
+    if (n == 0 || r->left < n || memcmp(r->p, cache->bytes, n) != 0)
+        return false;
+    size_t tl = cache->tenant_len, nl = cache->ns_len;
+    b->tenant = (fx_wire_slice){r->p + 2, tl};
+    b->ns = (fx_wire_slice){r->p + 4 + tl, nl};
+    b->stream = (fx_wire_slice){r->p + 6 + tl + nl, n - 6 - tl - nl};
+    r->p += n;
+    r->left -= n;
+    return true;
+}
+
+static void names_to_cache(const uint8_t *start, const fx_wire_publish_batch *b,
+                           fx_wire_names_cache *cache)
+{
+    size_t n = 6 + b->tenant.len + b->ns.len + b->stream.len;
+    if (n > FX_WIRE_NAMES_CACHE_MAX) {
+        cache->len = 0;
+        return;
+    }
+    memcpy(cache->bytes, start, n);
+    cache->len = (uint16_t)n;
+    cache->tenant_len = (uint16_t)b->tenant.len;
+    cache->ns_len = (uint16_t)b->ns.len;
+}
+
+int fx_wire_publish_batch_decode_cached(uint16_t flags, const uint8_t *body, size_t len,
+                                        fx_wire_publish_batch *b, fx_wire_names_cache *cache,
+                                        bool *psame, fx_wire_err *err)
+{
+    /* Field by field: the inline payload array is written only as used. */
+    b->request_id = 0;
+    b->ack = FX_WIRE_ACK_NONE;
+    b->count = 0;
     b->payloads = b->inline_payloads;
+    b->tenant = b->ns = b->stream = (fx_wire_slice){0};
+    if (psame != NULL)
+        *psame = false;
     rd r = {body, len};
     if (flags == (FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED)) {
         int rv = fx_wire_publish_acked_prefix_decode(body, len, &b->request_id, &b->ack, err);
@@ -179,15 +216,30 @@ int fx_wire_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len
         return fx_wire_err_set(err, FX_EWIRE_KIND, "frame flags 0x%04x are not a publish batch",
                                (unsigned)flags);
     }
-    int rv = rd_name(&r, &b->tenant, "tenant_id", err);
-    if (rv == 0)
-        rv = rd_name(&r, &b->ns, "namespace", err);
-    if (rv == 0)
-        rv = rd_name(&r, &b->stream, "stream", err);
+    int rv = 0;
+    if (cache != NULL && names_from_cache(&r, cache, b)) {
+        if (psame != NULL)
+            *psame = true;
+    } else {
+        const uint8_t *start = r.p;
+        rv = rd_name(&r, &b->tenant, "tenant_id", err);
+        if (rv == 0)
+            rv = rd_name(&r, &b->ns, "namespace", err);
+        if (rv == 0)
+            rv = rd_name(&r, &b->stream, "stream", err);
+        if (rv == 0 && cache != NULL)
+            names_to_cache(start, b, cache);
+    }
     if (rv == 0)
         rv = rd_entries(&r, FX_WIRE_BATCH_MAX_MESSAGES, &b->count, &b->payloads, b->inline_payloads,
                         err);
     return rv;
+}
+
+int fx_wire_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
+                                 fx_wire_publish_batch *b, fx_wire_err *err)
+{
+    return fx_wire_publish_batch_decode_cached(flags, body, len, b, NULL, NULL, err);
 }
 
 void fx_wire_publish_batch_deinit(fx_wire_publish_batch *b)

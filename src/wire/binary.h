@@ -86,6 +86,30 @@ int fx_wire_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_
 int fx_wire_publish_batch_decode(uint16_t flags, const uint8_t *body, size_t len,
                                  fx_wire_publish_batch *b, fx_wire_err *err);
 
+/* The names section (tenant, namespace, stream: three u16-length-prefixed
+ * names) of the last publish batch body fx_wire_publish_batch_decode_cached()
+ * validated, byte for byte. The frames of one publish stream name the same
+ * stream again and again: a body whose names section is these bytes is
+ * valid where the first one was, so it is checked with one comparison
+ * instead of a UTF-8 walk. Caller-embedded; zero-initialized means empty.
+ * Used by one thread at a time. */
+#define FX_WIRE_NAMES_CACHE_MAX 192u
+typedef struct fx_wire_names_cache {
+    uint16_t len;                /* bytes in |bytes|; 0: empty */
+    uint16_t tenant_len, ns_len; /* the first two names' lengths */
+    uint8_t bytes[FX_WIRE_NAMES_CACHE_MAX];
+} fx_wire_names_cache;
+
+/* As fx_wire_publish_batch_decode(), with the same results and errors for
+ * every input, but a names section equal to the one in |cache| is not
+ * validated again; a section that is validated here replaces the cached one
+ * (or empties |cache| when longer than FX_WIRE_NAMES_CACHE_MAX). |*psame|
+ * (may be NULL) is set to whether the body's names are the bytes |cache|
+ * held before the call. */
+int fx_wire_publish_batch_decode_cached(uint16_t flags, const uint8_t *body, size_t len,
+                                        fx_wire_publish_batch *b, fx_wire_names_cache *cache,
+                                        bool *psame, fx_wire_err *err);
+
 /* Frees a heap payload array of a decoded |b| (not the bytes it points to). */
 void fx_wire_publish_batch_deinit(fx_wire_publish_batch *b);
 

@@ -158,8 +158,8 @@ static int fail(fx_frame_decoder *d, int code)
 static void describe(const fx_frame_decoder *d, fx_frame *out)
 {
     out->hdr = d->cur;
-    out->kind = FX_BODY_JSON;
-    out->flags_rv = fx_frame_kind(d->cur.flags, &out->kind, NULL);
+    out->kind = d->cur_kind;
+    out->flags_rv = d->cur_flags_rv;
     out->body = NULL;
     out->len = 0;
     out->buffered = false;
@@ -188,6 +188,8 @@ static int read_header(fx_frame_decoder *d, const uint8_t *p, size_t n, size_t *
     int rv = fx_frame_header_decode(h, d->max_frame, &d->cur, err);
     if (rv < 0)
         return fail(d, rv);
+    d->cur_kind = FX_BODY_JSON;
+    d->cur_flags_rv = fx_frame_kind(d->cur.flags, &d->cur_kind, NULL);
     describe(d, out);
     if (d->cur.length == 0) {
         out->body = p + *used; /* never read: len is 0 */

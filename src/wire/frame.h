@@ -108,11 +108,13 @@ typedef struct fx_frame_decoder {
     int state;
     int err; /* sticky error code once failed */
     uint8_t hdr[FX_WIRE_HEADER_LEN];
-    size_t hdr_have;     /* header bytes gathered so far */
-    fx_frame_header cur; /* header of the frame being read */
-    size_t body_have;    /* body bytes received for |cur| */
-    uint8_t *buf;        /* body buffer when the body spans feeds */
-    bool release;        /* |buf| was handed out; free it on the next call */
+    size_t hdr_have;       /* header bytes gathered so far */
+    fx_frame_header cur;   /* header of the frame being read */
+    fx_body_kind cur_kind; /* its kind and the fx_frame_kind() result, */
+    int cur_flags_rv;      /* worked out once per header */
+    size_t body_have;      /* body bytes received for |cur| */
+    uint8_t *buf;          /* body buffer when the body spans feeds */
+    bool release;          /* |buf| was handed out; free it on the next call */
 } fx_frame_decoder;
 
 /* Prepares |d| to read frames whose body is at most |max_frame_bytes|. */

@@ -334,6 +334,71 @@ static void test_frame_of_max_frame_bytes_plus_1_resets_its_stream_only(void **s
     t_free(t);
 }
 
+/* A bidi stream keeps the names of its last binary publish checked and
+ * resolved; a JSON publish to another stream in between re-points the
+ * stream's resolved handle, so the next binary frame with the first names
+ * (byte for byte the cached ones) must resolve them again and land where
+ * they say, and the frames after it too. */
+static void test_binary_names_resolve_again_after_a_json_publish_elsewhere(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *sa = subscribe(t, c, "na", FX_MSG_START_LATEST, 0);
+    tstream *sb = subscribe(t, c, "nb", FX_MSG_START_LATEST, 0);
+    tstream *s = authed_stream(t, c);
+    publish_acked(t, s, "na", 0, 1, 1);
+    send_json(s, "{\"type\":\"publish\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"stream\":\"nb\",\"payload\":\"aGk=\",\"request_id\":2}");
+    fx_msg m;
+    expect_msg(t, s, FX_MSG_PUBLISH_OK, NULL, &m);
+    assert_int_equal(m.request_id, 2);
+    fx_msg_deinit(&m);
+    publish_acked(t, s, "na", 1, 1, 3);
+    publish_acked(t, s, "na", 2, 2, 4);
+    publish_range(t, s, "na", 4, 3); /* unacked, one read: merged */
+    wait_events(t, &sa, 1, 7, 5000);
+    wait_events(t, &sb, 1, 1, 5000);
+    run_for(t, 100);
+    assert_int_equal(sa->events, 7);
+    assert_int_equal(sa->first_off, 0);
+    assert_int_equal(sa->gaps, 0);
+    assert_int_equal(sa->bad, 0);
+    assert_int_equal(sb->events, 1);
+    t_free(t);
+}
+
+/* Cached names include the tenant: a frame naming another tenant after
+ * frames of the stream's own is refused as before. */
+static void test_binary_frame_of_another_tenant_refused_after_cached_names(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    publish_acked(t, s, "tn", 0, 1, 1);
+    publish_acked(t, s, "tn", 1, 1, 2);
+    fx_wire_slice p = {(const uint8_t *)"x", 1};
+    fx_wire_publish_batch pb = {.tenant = {(const uint8_t *)"t2", 2},
+                                .ns = {(const uint8_t *)"default", 7},
+                                .stream = {(const uint8_t *)"tn", 2},
+                                .count = 1,
+                                .payloads = &p};
+    ssize_t sz = fx_wire_publish_batch_frame_size(&pb);
+    assert_true(sz > 0);
+    fx_buf *f;
+    assert_int_equal(fx_buf_new(&f, (size_t)sz), 0);
+    assert_int_equal(fx_wire_publish_batch_encode(&pb, fx_buf_data_mut(f), (size_t)sz), sz);
+    send_buf(s, f);
+    expect_msg(t, s, FX_MSG_ERROR, "tenant mismatch", NULL);
+    expect_end(t, s);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_auth_ok_with_flags_and_ok_without),
     cmocka_unit_test(test_publish_before_auth_is_refused),
@@ -346,6 +411,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_malformed_json_closes_stream_but_connection_serves_others),
     cmocka_unit_test(test_unknown_stream_with_autocreate_off_not_found),
     cmocka_unit_test(test_frame_of_max_frame_bytes_plus_1_resets_its_stream_only),
+    cmocka_unit_test(test_binary_names_resolve_again_after_a_json_publish_elsewhere),
+    cmocka_unit_test(test_binary_frame_of_another_tenant_refused_after_cached_names),
 };
 
 FX_TEST_MAIN(tests)

@@ -503,6 +503,164 @@ static void test_utf8_validation_is_strict(void **state)
     }
 }
 
+/* The eight-bytes-at-a-time ASCII scan must agree with the byte-wise check
+ * wherever the non-ASCII bytes fall: each strict case, behind and before
+ * ASCII runs of every length around the word size. */
+static void test_utf8_validation_word_path_agrees(void **state)
+{
+    static const struct {
+        const char *s;
+        size_t n;
+        bool ok;
+    } cases[] = {
+        {"\xc3\xa9", 2, true},          {"\xf0\x9f\x98\x80", 4, true}, {"\xed\x9f\xbf", 3, true},
+        {"\xc0\xaf", 2, false},         {"\xed\xa0\x80", 3, false},    {"\x80", 1, false},
+        {"\xf4\x90\x80\x80", 4, false}, {"\xe2\x82", 2, false},        {"\xff", 1, false},
+    };
+    uint8_t buf[64];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (size_t pre = 0; pre <= 17; pre++) {
+            for (size_t post = 0; post <= 9; post++) {
+                memset(buf, 'a', sizeof(buf));
+                memcpy(buf + pre, cases[i].s, cases[i].n);
+                size_t n = pre + cases[i].n + post;
+                /* ASCII around a case never changes its verdict (a truncated
+                 * sequence followed by 'a' has a bad continuation). */
+                if (fx_wire_utf8_valid(buf, n) != cases[i].ok)
+                    fail_msg("case %zu prefix %zu suffix %zu: expected %s", i, pre, post,
+                             cases[i].ok ? "valid" : "invalid");
+            }
+        }
+    }
+    memset(buf, 'a', sizeof(buf));
+    assert_true(fx_wire_utf8_valid(buf, sizeof(buf)));
+    buf[63] = 0x80;
+    assert_false(fx_wire_utf8_valid(buf, sizeof(buf)));
+}
+
+/* Writes an unacked publish batch frame for |ns|/|stream| with one payload;
+ * returns the frame size. */
+static size_t pub_frame(const char *ns, const char *stream, const char *payload, uint8_t *out,
+                        size_t cap)
+{
+    fx_wire_slice p = str(payload);
+    fx_wire_publish_batch b = {
+        .tenant = str("t1"), .ns = str(ns), .stream = str(stream), .count = 1, .payloads = &p};
+    ssize_t n = fx_wire_publish_batch_encode(&b, out, cap);
+    assert_true(n > 0);
+    return (size_t)n;
+}
+
+static void test_names_cache_checks_repeated_names_once(void **state)
+{
+    fx_wire_names_cache cache = {0};
+    uint8_t f1[256], f2[256], f3[256];
+    size_t n1 = pub_frame("default", "demo", "hello", f1, sizeof(f1));
+    size_t n2 = pub_frame("default", "demo", "world!", f2, sizeof(f2));
+    size_t n3 = pub_frame("default", "other", "x", f3, sizeof(f3));
+    fx_wire_publish_batch d;
+    bool same = true;
+
+    /* Empty cache: validated, then cached. */
+    assert_int_equal(
+        fx_wire_publish_batch_decode_cached(0x0001, f1 + 12, n1 - 12, &d, &cache, &same, NULL), 0);
+    assert_false(same);
+    assert_int_equal(cache.len, 6 + 2 + 7 + 4);
+    fx_wire_publish_batch_deinit(&d);
+
+    /* The same names: taken from the cache, slices into the new body. */
+    assert_int_equal(
+        fx_wire_publish_batch_decode_cached(0x0001, f2 + 12, n2 - 12, &d, &cache, &same, NULL), 0);
+    assert_true(same);
+    assert_slice(d.tenant, "t1");
+    assert_slice(d.ns, "default");
+    assert_slice(d.stream, "demo");
+    assert_ptr_equal(d.stream.ptr, f2 + 12 + 2 + 2 + 2 + 7 + 2);
+    assert_int_equal(d.count, 1);
+    assert_slice(d.payloads[0], "world!");
+    fx_wire_publish_batch_deinit(&d);
+
+    /* Other names replace the cached ones. */
+    assert_int_equal(
+        fx_wire_publish_batch_decode_cached(0x0001, f3 + 12, n3 - 12, &d, &cache, &same, NULL), 0);
+    assert_false(same);
+    assert_slice(d.stream, "other");
+    fx_wire_publish_batch_deinit(&d);
+    assert_int_equal(
+        fx_wire_publish_batch_decode_cached(0x0001, f1 + 12, n1 - 12, &d, &cache, &same, NULL), 0);
+    assert_false(same);
+    fx_wire_publish_batch_deinit(&d);
+
+    /* A name that is not UTF-8 is refused even right after valid names of
+     * the same length, and leaves the cache as it was. */
+    uint8_t bad[256];
+    memcpy(bad, f1, n1);
+    bad[12 + 2 + 2 + 2 + 7 + 2] = 0xff; /* first byte of "demo" */
+    fx_wire_err err = {0};
+    assert_int_equal(
+        fx_wire_publish_batch_decode_cached(0x0001, bad + 12, n1 - 12, &d, &cache, &same, &err),
+        FX_EWIRE_UTF8);
+    assert_false(same);
+    assert_string_equal(err.msg, "stream is not valid UTF-8");
+    assert_int_equal(
+        fx_wire_publish_batch_decode_cached(0x0001, f2 + 12, n2 - 12, &d, &cache, &same, NULL), 0);
+    assert_true(same);
+    fx_wire_publish_batch_deinit(&d);
+}
+
+/* Every cut of a body whose names are cached fails exactly as the uncached
+ * decoder fails, with the same code and text. */
+static void test_names_cache_truncation_matches_uncached(void **state)
+{
+    uint8_t f[256];
+    size_t n = pub_frame("default", "demo", "hello", f, sizeof(f));
+    const uint8_t *body = f + 12;
+    size_t len = n - 12;
+    for (size_t cut = 0; cut <= len; cut++) {
+        fx_wire_names_cache cache = {0};
+        fx_wire_publish_batch d;
+        assert_int_equal(
+            fx_wire_publish_batch_decode_cached(0x0001, body, len, &d, &cache, NULL, NULL), 0);
+        fx_wire_publish_batch_deinit(&d);
+        fx_wire_err e1 = {0}, e2 = {0};
+        bool same = false;
+        int r1 = fx_wire_publish_batch_decode(0x0001, body, cut, &d, &e1);
+        if (r1 == 0)
+            fx_wire_publish_batch_deinit(&d);
+        int r2 = fx_wire_publish_batch_decode_cached(0x0001, body, cut, &d, &cache, &same, &e2);
+        if (r2 == 0)
+            fx_wire_publish_batch_deinit(&d);
+        assert_int_equal(r1, r2);
+        assert_int_equal(r1 == 0, cut == len);
+        if (r1 != 0)
+            assert_string_equal(e1.msg, e2.msg);
+        assert_int_equal(same, cut >= 6 + 2 + 7 + 4);
+    }
+}
+
+/* Names longer than the cache holds are validated every time. */
+static void test_names_cache_long_names_are_not_cached(void **state)
+{
+    char ns[FX_WIRE_NAMES_CACHE_MAX + 1];
+    memset(ns, 'n', sizeof(ns) - 1);
+    ns[sizeof(ns) - 1] = '\0';
+    uint8_t f[512];
+    size_t n = pub_frame(ns, "demo", "hello", f, sizeof(f));
+    fx_wire_names_cache cache = {0};
+    for (int i = 0; i < 2; i++) {
+        fx_wire_publish_batch d;
+        bool same = true;
+        assert_int_equal(
+            fx_wire_publish_batch_decode_cached(0x0001, f + 12, n - 12, &d, &cache, &same, NULL),
+            0);
+        assert_false(same);
+        assert_int_equal(cache.len, 0);
+        assert_int_equal(d.ns.len, FX_WIRE_NAMES_CACHE_MAX);
+        assert_slice(d.payloads[0], "hello");
+        fx_wire_publish_batch_deinit(&d);
+    }
+}
+
 static void test_wire_err_set_formats_message(void **state)
 {
     fx_wire_err err = {0};
@@ -533,6 +691,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bad_ack_status),
     cmocka_unit_test(test_decoders_reject_other_kinds),
     cmocka_unit_test(test_utf8_validation_is_strict),
+    cmocka_unit_test(test_utf8_validation_word_path_agrees),
+    cmocka_unit_test(test_names_cache_checks_repeated_names_once),
+    cmocka_unit_test(test_names_cache_truncation_matches_uncached),
+    cmocka_unit_test(test_names_cache_long_names_are_not_cached),
     cmocka_unit_test(test_wire_err_set_formats_message),
 };
 

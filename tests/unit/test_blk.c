@@ -75,6 +75,34 @@ static void test_small_and_huge_blocks_are_not_cached(void **state)
     assert_null(fx_blk_alloc(SIZE_MAX - 4)); /* overflow is refused, not wrapped */
 }
 
+/* A one-message publish frame (1 KiB payload, or 16 bytes) is allocated on
+ * the caller's thread and freed on the client loop: it comes from the cache
+ * too, in the smallest class that holds it with the header. */
+static void test_message_sized_blocks_are_cached(void **state)
+{
+    (void)state;
+    void *k = fx_blk_alloc(1100);
+    assert_non_null(k);
+    memset(k, 2, 1100);
+    fx_blk_free(k);
+    assert_int_equal(fx_blk_cached_bytes(), 2048);
+    void *s = fx_blk_alloc(150);
+    assert_non_null(s);
+    fx_blk_free(s);
+    assert_int_equal(fx_blk_cached_bytes(), 2048 + 256);
+    assert_ptr_equal(fx_blk_alloc(1500), k); /* the same 2 KiB class */
+    assert_ptr_equal(fx_blk_alloc(112), s);  /* 128 with the header: the 256-byte class */
+    void *u = fx_blk_alloc(111);             /* under 128 with the header: malloc */
+    assert_non_null(u);
+    assert_int_equal(fx_blk_cached_bytes(), 0);
+    fx_blk_free(u);
+    assert_int_equal(fx_blk_cached_bytes(), 0);
+    fx_blk_free(k);
+    fx_blk_free(s);
+    assert_int_equal(fx_blk_cached_bytes(), 2048 + 256);
+    fx_blk_trim();
+}
+
 static void test_blocks_are_16_byte_aligned(void **state)
 {
     (void)state;
@@ -137,6 +165,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup(test_freed_block_is_reused_for_the_same_class, setup),
     cmocka_unit_test_setup(test_each_class_and_the_cache_are_bounded_in_bytes, setup),
     cmocka_unit_test_setup(test_small_and_huge_blocks_are_not_cached, setup),
+    cmocka_unit_test_setup(test_message_sized_blocks_are_cached, setup),
     cmocka_unit_test_setup(test_blocks_are_16_byte_aligned, setup),
     cmocka_unit_test_setup(test_blocks_freed_on_another_thread_are_reused_safely, setup),
 };

@@ -90,6 +90,29 @@ static void expect_frame(fx_buf *f, uint16_t flags, uint64_t base, uint32_t coun
 
 /* ---- shared frame ------------------------------------------------------------ */
 
+/* The shared frame's size is worked out from the envelope's payload total:
+ * it must be what the wire encoder writes, for every count and length mix
+ * (empty payloads included). */
+static void test_shared_frame_size_is_the_encoded_size(void **state)
+{
+    const char *msgs[] = {"", "a", "bc", "", "0123456789abcdef0123456789", "x", "", "yz"};
+    for (uint32_t n = 1; n <= 8; n++) {
+        fx_envelope *e = envn(100 + n, msgs, n);
+        fx_wire_slice p[8];
+        for (uint32_t i = 0; i < n; i++)
+            p[i] = S(msgs[i]);
+        fx_wire_event_batch b = {
+            .shared = true, .has_offsets = true, .base_offset = 100 + n, .count = n, .payloads = p};
+        fx_buf *f;
+        assert_int_equal(fx_envelope_shared_frame(e, &f), 0);
+        assert_int_equal(fx_envelope_shared_frame_size(e), fx_buf_len(f));
+        assert_int_equal((ssize_t)fx_buf_len(f), fx_wire_event_batch_frame_size(&b));
+        expect_frame(f, 0x0024, 100 + n, n, 0);
+        fx_buf_unref(f);
+        fx_envelope_unref(e);
+    }
+}
+
 static void test_shared_frame_bytes_match_wire_example(void **state)
 {
     /* felix-facts.md §3: shared+offsets, base 5, ["a","bc"]. */
@@ -407,6 +430,7 @@ static void test_coalesce_sends_oversized_single_payload_alone(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_shared_frame_bytes_match_wire_example),
+    cmocka_unit_test(test_shared_frame_size_is_the_encoded_size),
     cmocka_unit_test(test_two_subscribers_share_one_encoded_frame),
     cmocka_unit_test(test_sub_frame_for_a_range),
     cmocka_unit_test(test_concurrent_first_encodes_agree_on_one_frame),
