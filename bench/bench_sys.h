@@ -68,6 +68,7 @@ typedef struct fx_bench_drops {
     uint64_t lane_dropped;          /* felix_subscriber_lane_dropped_total (checkpoint 6) */
     uint64_t lane_dropped_events;   /* felix_subscriber_lane_dropped_events_total */
     uint64_t ingress_dropped;       /* felix_broker_ingress_dropped_total (checkpoint 4) */
+    uint64_t ingress_dropped_messages; /* felix_broker_ingress_dropped_messages_total */
     uint64_t subscriber_disconnect; /* felix_subscriber_disconnect_total */
     /* and the broker's datagram counters, for the datagram size in use */
     uint64_t datagrams_sent; /* felix_quic_datagrams_sent_total */
@@ -82,6 +83,25 @@ int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d);
  * value of the unlabelled series |name| in |v| (0 when absent). Returns 0,
  * -errno, or -EPROTO. */
 int fx_bench_scrape_value(const char *addr, const char *name, uint64_t *v);
+
+/* One subscription as the broker's GET /v1/subscriptions lists it. */
+typedef struct fx_bench_sub_counter {
+    uint64_t id;            /* in: the subscription id the broker assigned */
+    bool found;             /* out: listed */
+    uint64_t queue_dropped; /* messages shed at its subscriber queue (checkpoint 5) */
+    uint64_t lane_dropped;  /* messages shed at its writer lane (checkpoint 6) */
+    uint64_t held;          /* queue_depth + lane_depth + unacked_bytes: 0 once settled */
+} fx_bench_sub_counter;
+
+/* Fills each of |subs[0..n)| by id from |json|, an answer of GET
+ * /v1/subscriptions ({"subscriptions": [...]}). Returns 0, -ENOENT (one of
+ * them is not listed) or -EPROTO (not that JSON). */
+int fx_bench_sub_counters_parse(const char *json, fx_bench_sub_counter *subs, size_t n);
+
+/* GETs http://|addr|/v1/subscriptions (2 s bound) and parses it as
+ * fx_bench_sub_counters_parse. Returns its result, -errno, or -EPROTO (not
+ * an HTTP 200 answer). */
+int fx_bench_sub_counters(const char *addr, fx_bench_sub_counter *subs, size_t n);
 
 /* Fills |d| from this process's metrics registry (in-process broker).
  * Returns 0 or -ENOMEM. */
