@@ -1,5 +1,5 @@
 /* felix-bench's operating-system helpers (see bench_sys.h): clock, futex,
- * /proc readings, the RSS sampler thread and the /metrics scrape. */
+ * /proc readings, the RSS sampler thread and the admin endpoint reads. */
 #include "bench_sys.h"
 
 #include <arpa/inet.h>

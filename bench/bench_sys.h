@@ -1,6 +1,6 @@
 /* felix-bench's operating-system helpers: the monotonic clock, futex waits,
  * /proc readings of a process (CPU, RSS, context switches), an RSS sampler
- * thread, and a scrape of the broker's admin /metrics endpoint. Each
+ * thread, and reads of the broker's admin endpoint (/metrics, /v1/subscriptions). Each
  * function runs on its caller's thread; the sampler runs on its own. */
 #ifndef FX_BENCH_SYS_H
 #define FX_BENCH_SYS_H
