@@ -25,12 +25,10 @@
 #   conn churn   C one-shot `felix pub` connections to C auto-created streams of 5 tenants
 #   quiescence   nothing runs until every gauge of /metrics reads 0 (streams expire after
 #                stream_idle_expiry_s, so felix_stream_retained_bytes returns to 0 too), at
-#                most 90 s; then the broker's VmRSS is sampled, after its free heap pages
-#                were returned to the kernel (malloc_trim through gdb, see trim_heap;
-#                rss_untrimmed_kb keeps the VmRSS before)
+#                most 90 s; then the broker's VmRSS is sampled
 # Pass: every felix-bench run valid (overload: or invalid only by healthy losses, which
 # are accounted); every subscriber's shedding losses equal its counters; every gauge back
-# to 0 after each cycle; per segment, every (trimmed) RSS sample after the first (warm-up) cycle within
+# to 0 after each cycle; per segment, every RSS sample after the first (warm-up) cycle within
 # 5 % of the second cycle's. Every check is one JSON line in OUTDIR/results.jsonl; the last
 # line of output says PASS or FAIL (exit status 0 or 1). Not part of `make test`.
 #
@@ -59,7 +57,7 @@ while [ $# -gt 0 ]; do
       case ${2:?} in lossless) FIRST=0 ;; shedding) FIRST=1 ;;
         *) echo "soak: --first lossless|shedding" >&2; exit 2 ;; esac
       shift 2 ;;
-    -h|--help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
     *) echo "soak: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -120,17 +118,6 @@ nonzero_gauges() {  # prints "name value" for every gauge sample that is not 0
 
 rss_kb() {
   awk '/^VmRSS/{print $2}' "/proc/$BROKER_PID/status"
-}
-
-# Asks the idle broker's allocator to give its free heap pages back (glibc malloc_trim(0),
-# called through gdb): without it VmRSS keeps the high-water mark of the busiest moment of
-# any cycle (measured: ~1 MB in use and 31 MB held by malloc at quiescence, RSS stepping up
-# 0.8-3.5 MB at a random cycle and staying there), so the RSS check would judge the peak,
-# not leaks; a leak stays resident either way. False (RSS untrimmed) without gdb or ptrace.
-trim_heap() {
-  command -v gdb >/dev/null || return 1
-  timeout 20 gdb -q -batch -p "$BROKER_PID" -ex 'call (int)malloc_trim(0)' 2>/dev/null |
-    grep -q '^\$1 = '
 }
 
 bench_json() {  # label args... : runs felix-bench, prints its JSON line (or nothing)
@@ -237,11 +224,8 @@ quiesce() {  # seg cycle; sets RSS (kB) after the gauges settled
     fail "segment $1 cycle $2: the stalled lossless subscriber was not closed (block timeouts $kicked)"
   fi
   KICKED=$kicked
-  local held trimmed=false
-  held=$(rss_kb)
-  trim_heap && trimmed=true
   RSS=$(rss_kb)
-  record "{\"check\":\"quiescence\",\"segment\":$1,\"cycle\":$2,\"wait_s\":$((SECONDS - t0)),\"gauges_zero\":$ok,\"rss_kb\":$RSS,\"rss_untrimmed_kb\":$held,\"trimmed\":$trimmed,\"block_timeouts\":$(scrape felix_subscriber_block_timeouts_total),\"streams_expired\":$(scrape felix_registry_streams_expired_total)}"
+  record "{\"check\":\"quiescence\",\"segment\":$1,\"cycle\":$2,\"wait_s\":$((SECONDS - t0)),\"gauges_zero\":$ok,\"rss_kb\":$RSS,\"block_timeouts\":$(scrape felix_subscriber_block_timeouts_total),\"streams_expired\":$(scrape felix_registry_streams_expired_total)}"
 }
 
 # ---- segments -------------------------------------------------------------------------------
