@@ -19,7 +19,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "broker/broker.h"       /* in-process broker: fx_broker_list_subscriptions */
+#include "broker/broker.h"     /* in-process broker: fx_broker_list_subscriptions */
 #include "client/test_hooks.h" /* isolation: the victim's link */
 #include "felix/felix.h"
 #include "quic/quic.h"
@@ -678,8 +678,7 @@ static void account_losses(run *R, const probes *a, fx_bench_result *r)
         uint64_t held = 0;
         for (size_t i = 0; rv == 0 && i < R->nreaders; i++)
             held += sc[i].held;
-        if ((rv == 0 && held == 0) || rv == -ENOENT || rv == -EINVAL ||
-            fx_bench_now_ns() >= end)
+        if ((rv == 0 && held == 0) || rv == -ENOENT || rv == -EINVAL || fx_bench_now_ns() >= end)
             break;
         if (rv != 0)
             usleep(100000); /* e.g. 503 from a busy broker: ask again */
@@ -697,7 +696,8 @@ static void account_losses(run *R, const probes *a, fx_bench_result *r)
     bool have = false;
     if (rv == 0 && a->have_drops) {
         have = (c->admin != NULL ? fx_bench_scrape_drops(c->admin, &d)
-                                 : c->in_process ? fx_bench_local_drops(&d) : -EINVAL) == 0;
+                : c->in_process  ? fx_bench_local_drops(&d)
+                                 : -EINVAL) == 0;
         if (!have)
             snprintf(r->loss_why, sizeof(r->loss_why), "cannot read the broker's ingress drops");
     } else if (rv == 0) {

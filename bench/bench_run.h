@@ -48,13 +48,13 @@ typedef struct fx_bench_cfg {
     const char *admin;   /* external broker's admin "host:port", or NULL */
     bool in_process;     /* read drop counters from this process's registry */
     struct fx_broker *broker; /* in-process broker (its subscriptions' counters), or NULL */
-    int broker_pid;      /* external broker's pid (CPU, RSS, wakeups), or 0 */
-    uint64_t drop_every; /* test-only loss: readers discard every Nth message */
-    uint64_t bufferable; /* bytes the configuration can buffer (guard) */
-    bool progress;       /* print a progress line to stderr on long runs */
-    const char *ns;      /* namespace of the benchmark streams */
-    uint64_t subs;       /* idle-subs: subscriptions to open */
-    uint32_t watch_s;    /* overload: VmRSS every second for this long, from 10 s in */
+    int broker_pid;           /* external broker's pid (CPU, RSS, wakeups), or 0 */
+    uint64_t drop_every;      /* test-only loss: readers discard every Nth message */
+    uint64_t bufferable;      /* bytes the configuration can buffer (guard) */
+    bool progress;            /* print a progress line to stderr on long runs */
+    const char *ns;           /* namespace of the benchmark streams */
+    uint64_t subs;            /* idle-subs: subscriptions to open */
+    uint32_t watch_s;         /* overload: VmRSS every second for this long, from 10 s in */
     /* isolation: the victim's (subscriber F-1) link in the impaired phase:
      * each datagram its client receives is held this long, and this many
      * per thousand of those it sends and receives are dropped. */
@@ -94,9 +94,9 @@ typedef struct fx_bench_result {
      * counted. The first FX_BENCH_LOSS_SUBS_MAX subscribers are kept. */
     bool loss_accounted, loss_exact;
     char loss_why[160];
-    uint64_t loss_missed, loss_counted;      /* summed over the subscribers */
-    uint64_t loss_ingress_messages;          /* broker ingress drops during the run (messages) */
-    uint64_t loss_pub_lost;                  /* publisher's client: publishes lost with a connection */
+    uint64_t loss_missed, loss_counted; /* summed over the subscribers */
+    uint64_t loss_ingress_messages;     /* broker ingress drops during the run (messages) */
+    uint64_t loss_pub_lost;             /* publisher's client: publishes lost with a connection */
     uint32_t loss_nsubs;
     fx_bench_loss loss_subs[FX_BENCH_LOSS_SUBS_MAX];
     bool have_drops;

@@ -376,13 +376,15 @@ int fx_bench_sub_counters_parse(const char *json, fx_bench_sub_counter *subs, si
         subs[i].found = false;
     size_t k;
     json_t *e;
-    json_array_foreach(arr, k, e) {
+    json_array_foreach(arr, k, e)
+    {
         json_int_t id = json_integer_value(json_object_get(e, "id"));
         for (size_t i = 0; i < n; i++) {
             if (subs[i].found || (json_int_t)subs[i].id != id)
                 continue;
             subs[i].found = true;
-            subs[i].queue_dropped = (uint64_t)json_integer_value(json_object_get(e, "queue_dropped"));
+            subs[i].queue_dropped =
+                (uint64_t)json_integer_value(json_object_get(e, "queue_dropped"));
             subs[i].lane_dropped = (uint64_t)json_integer_value(json_object_get(e, "lane_dropped"));
             subs[i].held = (uint64_t)json_integer_value(json_object_get(e, "queue_depth")) +
                            (uint64_t)json_integer_value(json_object_get(e, "lane_depth")) +

@@ -64,12 +64,12 @@ uint64_t fx_bench_rss_stop(fx_bench_rss_sampler *s);
 /* Drop counters of the broker, read from its admin endpoint or, for an
  * in-process broker, from the process's metrics registry. */
 typedef struct fx_bench_drops {
-    uint64_t subscribe_dropped;     /* felix_subscribe_dropped_total (checkpoint 5) */
-    uint64_t lane_dropped;          /* felix_subscriber_lane_dropped_total (checkpoint 6) */
-    uint64_t lane_dropped_events;   /* felix_subscriber_lane_dropped_events_total */
-    uint64_t ingress_dropped;       /* felix_broker_ingress_dropped_total (checkpoint 4) */
+    uint64_t subscribe_dropped;        /* felix_subscribe_dropped_total (checkpoint 5) */
+    uint64_t lane_dropped;             /* felix_subscriber_lane_dropped_total (checkpoint 6) */
+    uint64_t lane_dropped_events;      /* felix_subscriber_lane_dropped_events_total */
+    uint64_t ingress_dropped;          /* felix_broker_ingress_dropped_total (checkpoint 4) */
     uint64_t ingress_dropped_messages; /* felix_broker_ingress_dropped_messages_total */
-    uint64_t subscriber_disconnect; /* felix_subscriber_disconnect_total */
+    uint64_t subscriber_disconnect;    /* felix_subscriber_disconnect_total */
     /* and the broker's datagram counters, for the datagram size in use */
     uint64_t datagrams_sent; /* felix_quic_datagrams_sent_total */
     uint64_t bytes_sent;     /* felix_quic_bytes_sent_total */
