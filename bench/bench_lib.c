@@ -297,3 +297,15 @@ int fx_bench_format_tput(char *buf, size_t cap, const fx_bench_tput *r)
                     r->msgs_per_s, r->mb_per_s, r->per_sub_msgs_per_s, r->pub_msgs_per_s,
                     r->window_s);
 }
+
+/* ---- loss accounting ------------------------------------------------------------ */
+
+uint64_t fx_bench_loss_missed(const fx_bench_loss *l)
+{
+    return l->expected > l->received ? l->expected - l->received : 0;
+}
+
+uint64_t fx_bench_loss_counted(const fx_bench_loss *l)
+{
+    return l->client_dropped + l->queue_dropped + l->lane_dropped + l->upstream;
+}

@@ -154,6 +154,31 @@ void fx_bench_totals_add(fx_bench_totals *t, const fx_bench_acct *r);
  * every reader was added. */
 void fx_bench_totals_finish(fx_bench_totals *t);
 
+/* ---- loss accounting (overload) -------------------------------------------- */
+
+/* What one subscriber of an overload run missed, and every counter that
+ * covers it: its client's queue drops, the broker's drops on its own
+ * subscriptions (GET /v1/subscriptions: queue_dropped at checkpoint 5,
+ * lane_dropped at checkpoint 6), and what was lost before any subscriber
+ * queue, which every subscriber misses (the broker's ingress drops in
+ * messages, and publishes the publisher's client lost with a connection).
+ * Every unit is one message. */
+typedef struct fx_bench_loss {
+    uint64_t expected;       /* messages published, warm-up included (it reads every stream) */
+    uint64_t received;       /* distinct ones it got */
+    uint64_t client_dropped; /* fx_sub_stats.dropped over its subscriptions */
+    uint64_t queue_dropped;  /* broker, its subscriptions, checkpoint 5 */
+    uint64_t lane_dropped;   /* broker, its subscriptions, checkpoint 6 */
+    uint64_t upstream;       /* ingress drops (messages) + publisher's lost publishes */
+} fx_bench_loss;
+
+/* expected - received (0 if it got more, which fx_bench_acct counts as
+ * duplicates instead). */
+uint64_t fx_bench_loss_missed(const fx_bench_loss *l);
+
+/* The sum of the counters that cover |l|'s losses. */
+uint64_t fx_bench_loss_counted(const fx_bench_loss *l);
+
 /* One throughput result for the human table. NaN rates print as "-". */
 typedef struct fx_bench_tput {
     bool valid;

@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "broker/broker.h"     /* in-process broker: fx_broker_list_subscriptions */
 #include "client/test_hooks.h" /* isolation: the victim's link */
 #include "felix/felix.h"
 #include "quic/quic.h"
@@ -594,6 +595,8 @@ static void diff_probes(const fx_bench_cfg *c, const probes *a, const probes *b,
             .lane_dropped = b->drops.lane_dropped - a->drops.lane_dropped,
             .lane_dropped_events = b->drops.lane_dropped_events - a->drops.lane_dropped_events,
             .ingress_dropped = b->drops.ingress_dropped - a->drops.ingress_dropped,
+            .ingress_dropped_messages =
+                b->drops.ingress_dropped_messages - a->drops.ingress_dropped_messages,
             .subscriber_disconnect =
                 b->drops.subscriber_disconnect - a->drops.subscriber_disconnect,
         };
@@ -603,30 +606,152 @@ static void diff_probes(const fx_bench_cfg *c, const probes *a, const probes *b,
                                 (double)(b->drops.datagrams_sent - a->drops.datagrams_sent);
 }
 
-/* Drains the stalled subscriber's backlog after the run and counts what it
- * got: everything else was shed on its behalf. */
-static void drain_stalled(run *R, fx_bench_result *r)
+/* Takes what |rd|'s client still holds into its accounting until nothing
+ * came for 300 ms or |end|. Readers delivering by callback are the loop's. */
+static void drain_reader(reader *rd, uint64_t end)
+{
+    fx_event ev;
+    if (rd->cb)
+        return;
+    while (fx_bench_now_ns() < end && fx_subscription_next(rd->sub, &ev, 300) == 0)
+        fx_bench_acct_on_msg(&rd->acct, ev.payload, ev.len, fx_bench_now_ns());
+}
+
+static void drain_all(run *R, uint64_t end)
+{
+    for (size_t i = 0; i < R->nreaders; i++)
+        drain_reader(&R->readers[i], end);
+}
+
+/* The broker's counters on every subscription of the run, by the ids the
+ * broker gave them: from the in-process broker or its admin endpoint.
+ * Returns 0, or the error with the reason in |why|. */
+static int read_sub_counters(run *R, fx_bench_sub_counter *sc, char *why, size_t cap)
+{
+    const fx_bench_cfg *c = R->cfg;
+    for (size_t i = 0; i < R->nreaders; i++) {
+        fx_sub_stats st;
+        int rv = fx_subscription_stats(R->readers[i].sub, &st);
+        if (rv != 0) {
+            snprintf(why, cap, "subscription stats: %s", fx_strerror(rv));
+            return rv;
+        }
+        sc[i].id = st.subscription_id;
+    }
+    int rv;
+    if (c->broker != NULL) {
+        char *json = NULL;
+        rv = fx_broker_list_subscriptions(c->broker, 2000000000ull, &json);
+        if (rv == 0)
+            rv = fx_bench_sub_counters_parse(json, sc, R->nreaders);
+        free(json);
+    } else if (c->admin != NULL) {
+        rv = fx_bench_sub_counters(c->admin, sc, R->nreaders);
+    } else {
+        snprintf(why, cap, "no admin endpoint (--admin) to read the subscriptions' drops from");
+        return -EINVAL;
+    }
+    if (rv != 0)
+        snprintf(why, cap, "GET /v1/subscriptions: %s",
+                 rv == -ENOENT ? "a subscription of the run is not listed" : fx_strerror(rv));
+    return rv;
+}
+
+/* After the run: reads every subscriber's rest, waits (at most 10 s) until
+ * the broker holds nothing more for any of them (queue, lane, unacked
+ * bytes: later drops would be missed), reads again, then
+ * accounts each subscriber's losses against every counter that covers
+ * them (fx_bench_loss) with the broker's ingress drops taken since |a|.
+ * The stalled subscriber's backlog is most of what is read here. */
+static void account_losses(run *R, const probes *a, fx_bench_result *r)
 {
     const fx_bench_cfg *c = R->cfg;
     uint64_t fin = atomic_load(&R->final_total), end = fx_bench_now_ns() + 10000000000ull;
+    fx_bench_sub_counter *sc = calloc(R->nreaders, sizeof(*sc));
+    if (sc == NULL) {
+        snprintf(r->loss_why, sizeof(r->loss_why), "out of memory");
+        return;
+    }
+    int rv;
+    for (;;) {
+        drain_all(R, end);
+        rv = read_sub_counters(R, sc, r->loss_why, sizeof(r->loss_why));
+        uint64_t held = 0;
+        for (size_t i = 0; rv == 0 && i < R->nreaders; i++)
+            held += sc[i].held;
+        if ((rv == 0 && held == 0) || rv == -ENOENT || rv == -EINVAL || fx_bench_now_ns() >= end)
+            break;
+        if (rv != 0)
+            usleep(100000); /* e.g. 503 from a busy broker: ask again */
+    }
+    drain_all(R, fx_bench_now_ns() + 2000000000ull); /* what the last read saw leave */
+    if (rv == 0)
+        rv = read_sub_counters(R, sc, r->loss_why, sizeof(r->loss_why));
+    for (size_t i = 0; rv == 0 && i < R->nreaders; i++)
+        if (sc[i].held != 0) {
+            snprintf(r->loss_why, sizeof(r->loss_why),
+                     "the broker still holds messages for a subscription after 10 s");
+            rv = -EAGAIN;
+        }
+    fx_bench_drops d;
+    bool have = false;
+    if (rv == 0 && a->have_drops) {
+        have = (c->admin != NULL ? fx_bench_scrape_drops(c->admin, &d)
+                : c->in_process  ? fx_bench_local_drops(&d)
+                                 : -EINVAL) == 0;
+        if (!have)
+            snprintf(r->loss_why, sizeof(r->loss_why), "cannot read the broker's ingress drops");
+    } else if (rv == 0) {
+        snprintf(r->loss_why, sizeof(r->loss_why), "no broker counters before the run");
+    }
+    fx_client_stats ps;
+    if (have && fx_client_get_stats(R->pub, &ps) != 0) {
+        have = false;
+        snprintf(r->loss_why, sizeof(r->loss_why), "cannot read the publisher's client stats");
+    }
+    if (have && ps.publishes_lost > 0 && c->batch != 1) {
+        have = false; /* a lost fx_publish_batch call is one publish of |batch| messages? */
+        snprintf(r->loss_why, sizeof(r->loss_why),
+                 "the publisher's connection lost %llu publishes of batches",
+                 (unsigned long long)ps.publishes_lost);
+    }
+    if (have) {
+        r->loss_ingress_messages = d.ingress_dropped_messages - a->drops.ingress_dropped_messages;
+        r->loss_pub_lost = ps.publishes_lost;
+        r->loss_accounted = true;
+        r->loss_exact = true;
+    }
     for (uint32_t i = 0; i < c->fanout; i++) {
         subscriber *s = &R->subs[i];
-        if (!s->stalled)
-            continue;
+        fx_bench_loss l = {.expected = fin,
+                           .upstream = r->loss_ingress_messages + r->loss_pub_lost};
         for (uint32_t k = 0; k < c->streams; k++) {
+            size_t x = (size_t)i * c->streams + k;
             reader *rd = &s->readers[k];
-            fx_event ev;
-            while (fx_bench_now_ns() < end && fx_subscription_next(rd->sub, &ev, 300) == 0)
-                fx_bench_acct_on_msg(&rd->acct, ev.payload, ev.len, fx_bench_now_ns());
             fx_sub_stats st;
             if (fx_subscription_stats(rd->sub, &st) == 0)
-                r->stalled_client_dropped += st.dropped;
-            r->stalled_expected += fx_bench_stream_count(fin, c->batch, c->streams, k);
-            r->stalled_received += rd->acct.in_order;
+                l.client_dropped += st.dropped;
+            l.received += rd->acct.in_order;
+            l.queue_dropped += sc[x].queue_dropped;
+            l.lane_dropped += sc[x].lane_dropped;
+        }
+        if (i < FX_BENCH_LOSS_SUBS_MAX)
+            r->loss_subs[i] = l;
+        r->loss_missed += fx_bench_loss_missed(&l);
+        r->loss_counted += fx_bench_loss_counted(&l);
+        r->loss_exact &= fx_bench_loss_missed(&l) == fx_bench_loss_counted(&l);
+        if (s->stalled) {
+            r->stalled_client_dropped += l.client_dropped;
+            r->stalled_expected += l.expected;
+            r->stalled_received += l.received;
         }
     }
+    r->loss_nsubs = c->fanout < FX_BENCH_LOSS_SUBS_MAX ? c->fanout : FX_BENCH_LOSS_SUBS_MAX;
     r->stalled_dropped =
         r->stalled_expected > r->stalled_received ? r->stalled_expected - r->stalled_received : 0;
+    if (!r->loss_accounted)
+        r->loss_exact = false;
+    free(sc);
 }
 
 static void collect_latency(run *R, fx_bench_result *r)
@@ -971,7 +1096,7 @@ static int run_phase(const fx_bench_cfg *c, fx_bench_result *r, bool impair)
     if (c->broker_pid > 0)
         fx_bench_proc_rss(c->broker_pid, &rss_now, &r->hwm_kb);
     if (c->mode == FX_BENCH_OVERLOAD)
-        drain_stalled(&R, r);
+        account_losses(&R, &a, r);
     if (impair)
         victim_count(&R, r);
     collect(&R, &p, r);

@@ -50,13 +50,14 @@ typedef struct fx_bench_cfg {
     bool insecure;       /* accept any certificate */
     const char *admin;   /* external broker's admin "host:port", or NULL */
     bool in_process;     /* read drop counters from this process's registry */
-    int broker_pid;      /* external broker's pid (CPU, RSS, wakeups), or 0 */
-    uint64_t drop_every; /* test-only loss: readers discard every Nth message */
-    uint64_t bufferable; /* bytes the configuration can buffer (guard) */
-    bool progress;       /* print a progress line to stderr on long runs */
-    const char *ns;      /* namespace of the benchmark streams */
-    uint64_t subs;       /* idle-subs: subscriptions to open */
-    uint32_t watch_s;    /* overload: VmRSS every second for this long, from 10 s in */
+    struct fx_broker *broker; /* in-process broker (its subscriptions' counters), or NULL */
+    int broker_pid;           /* external broker's pid (CPU, RSS, wakeups), or 0 */
+    uint64_t drop_every;      /* test-only loss: readers discard every Nth message */
+    uint64_t bufferable;      /* bytes the configuration can buffer (guard) */
+    bool progress;            /* print a progress line to stderr on long runs */
+    const char *ns;           /* namespace of the benchmark streams */
+    uint64_t subs;            /* idle-subs: subscriptions to open */
+    uint32_t watch_s;         /* overload: VmRSS every second for this long, from 10 s in */
     /* isolation: the victim's (subscriber F-1) link in the impaired phase:
      * each datagram its client receives is held this long, and this many
      * per thousand of those it sends and receives are dropped. */
@@ -75,6 +76,9 @@ typedef struct fx_bench_cfg {
     /* Streams are named <stream_prefix><k> (NULL: "bench"). */
     const char *stream_prefix;
 } fx_bench_cfg;
+
+/* Subscribers whose loss account a result keeps. */
+#define FX_BENCH_LOSS_SUBS_MAX 16u
 
 /* What one run measured. NaN where not measured. */
 typedef struct fx_bench_result {
@@ -98,6 +102,18 @@ typedef struct fx_bench_result {
     /* overload */
     uint64_t healthy_client_dropped; /* dropped by healthy subscribers' client queues */
     uint64_t stalled_expected, stalled_received, stalled_dropped, stalled_client_dropped;
+    /* overload: every subscriber's losses against the counters that cover
+     * them (fx_bench_loss), read once the broker held nothing more for the
+     * run's subscriptions. |loss_accounted| false: the counters could not be
+     * read (|loss_why|); |loss_exact|: each subscriber's missed equals its
+     * counted. The first FX_BENCH_LOSS_SUBS_MAX subscribers are kept. */
+    bool loss_accounted, loss_exact;
+    char loss_why[160];
+    uint64_t loss_missed, loss_counted; /* summed over the subscribers */
+    uint64_t loss_ingress_messages;     /* broker ingress drops during the run (messages) */
+    uint64_t loss_pub_lost;             /* publisher's client: publishes lost with a connection */
+    uint32_t loss_nsubs;
+    fx_bench_loss loss_subs[FX_BENCH_LOSS_SUBS_MAX];
     bool have_drops;
     fx_bench_drops drops; /* broker counters, delta over the run */
     /* External broker: mean UDP payload per datagram it sent during the run

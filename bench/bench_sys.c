@@ -1,5 +1,5 @@
 /* felix-bench's operating-system helpers (see bench_sys.h): clock, futex,
- * /proc readings, the RSS sampler thread and the /metrics scrape. */
+ * /proc readings, the RSS sampler thread and the admin endpoint reads. */
 #include "bench_sys.h"
 
 #include <arpa/inet.h>
@@ -17,6 +17,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "base/metrics.h"
 
@@ -274,16 +276,22 @@ static uint64_t prom_value(const char *body, const char *name)
     return 0;
 }
 
-/* GETs /metrics from |addr| into a new buffer (*|body|, freed by the
- * caller on success). Returns 0, -errno, -ENOMEM or -EPROTO. */
-static int scrape_body(const char *addr, char **body)
+/* GETs |path| from |addr| into a new buffer (*|body|, the whole answer,
+ * headers included, freed by the caller on success). Returns 0, -errno,
+ * -ENOMEM or -EPROTO. */
+static int http_get(const char *addr, const char *path, char **body)
 {
     int fd = http_connect(addr);
     if (fd < 0)
         return fd;
-    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    int rv = write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1) ? 0 : -EIO;
-    size_t cap = 1u << 20;
+    char req[256];
+    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
+    if (rl < 0 || (size_t)rl >= sizeof(req)) {
+        close(fd);
+        return -EINVAL;
+    }
+    int rv = write(fd, req, (size_t)rl) == (ssize_t)rl ? 0 : -EIO;
+    size_t cap = 4u << 20;
     char *buf = rv == 0 ? malloc(cap) : NULL;
     if (rv == 0 && buf == NULL)
         rv = -ENOMEM;
@@ -302,6 +310,12 @@ static int scrape_body(const char *addr, char **body)
     return 0;
 }
 
+/* GETs /metrics from |addr| (see http_get). */
+static int scrape_body(const char *addr, char **body)
+{
+    return http_get(addr, "/metrics", body);
+}
+
 int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d)
 {
     char *buf;
@@ -312,6 +326,7 @@ int fx_bench_scrape_drops(const char *addr, fx_bench_drops *d)
     d->lane_dropped = prom_value(buf, "felix_subscriber_lane_dropped_total");
     d->lane_dropped_events = prom_value(buf, "felix_subscriber_lane_dropped_events_total");
     d->ingress_dropped = prom_value(buf, "felix_broker_ingress_dropped_total");
+    d->ingress_dropped_messages = prom_value(buf, "felix_broker_ingress_dropped_messages_total");
     d->subscriber_disconnect = prom_value(buf, "felix_subscriber_disconnect_total");
     d->datagrams_sent = prom_value(buf, "felix_quic_datagrams_sent_total");
     d->bytes_sent = prom_value(buf, "felix_quic_bytes_sent_total");
@@ -340,6 +355,7 @@ int fx_bench_local_drops(fx_bench_drops *d)
     d->lane_dropped = snap->c.subscriber_lane_dropped;
     d->lane_dropped_events = snap->c.subscriber_lane_dropped_events;
     d->ingress_dropped = snap->c.ingress_dropped;
+    d->ingress_dropped_messages = snap->c.ingress_dropped_messages;
     d->subscriber_disconnect = snap->c.subscriber_disconnect;
     free(snap);
     return 0;
@@ -358,4 +374,52 @@ int fx_bench_replay_records(const char *admin, bool in_process, uint64_t *v)
     *v = snap->c.storage_replay_records;
     free(snap);
     return 0;
+}
+/* ---- /v1/subscriptions ----------------------------------------------------------- */
+
+int fx_bench_sub_counters_parse(const char *json, fx_bench_sub_counter *subs, size_t n)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    json_t *arr = json_object_get(root, "subscriptions");
+    if (!json_is_array(arr)) {
+        json_decref(root);
+        return -EPROTO;
+    }
+    for (size_t i = 0; i < n; i++)
+        subs[i].found = false;
+    size_t k;
+    json_t *e;
+    json_array_foreach(arr, k, e)
+    {
+        json_int_t id = json_integer_value(json_object_get(e, "id"));
+        for (size_t i = 0; i < n; i++) {
+            if (subs[i].found || (json_int_t)subs[i].id != id)
+                continue;
+            subs[i].found = true;
+            subs[i].queue_dropped =
+                (uint64_t)json_integer_value(json_object_get(e, "queue_dropped"));
+            subs[i].lane_dropped = (uint64_t)json_integer_value(json_object_get(e, "lane_dropped"));
+            subs[i].held = (uint64_t)json_integer_value(json_object_get(e, "queue_depth")) +
+                           (uint64_t)json_integer_value(json_object_get(e, "lane_depth")) +
+                           (uint64_t)json_integer_value(json_object_get(e, "unacked_bytes"));
+        }
+    }
+    json_decref(root);
+    for (size_t i = 0; i < n; i++)
+        if (!subs[i].found)
+            return -ENOENT;
+    return 0;
+}
+
+int fx_bench_sub_counters(const char *addr, fx_bench_sub_counter *subs, size_t n)
+{
+    char *buf;
+    int rv = http_get(addr, "/v1/subscriptions", &buf);
+    if (rv != 0)
+        return rv;
+    const char *body = strstr(buf, "\r\n\r\n");
+    rv = body != NULL ? fx_bench_sub_counters_parse(body + 4, subs, n) : -EPROTO;
+    free(buf);
+    return rv;
 }

@@ -1,6 +1,6 @@
 /* felix-bench's operating-system helpers: the monotonic clock, futex waits,
  * /proc readings of a process (CPU, RSS, context switches), an RSS sampler
- * thread, and a scrape of the broker's admin /metrics endpoint. Each
+ * thread, and reads of the broker's admin endpoint (/metrics, /v1/subscriptions). Each
  * function runs on its caller's thread; the sampler runs on its own. */
 #ifndef FX_BENCH_SYS_H
 #define FX_BENCH_SYS_H
@@ -64,11 +64,12 @@ uint64_t fx_bench_rss_stop(fx_bench_rss_sampler *s);
 /* Drop counters of the broker, read from its admin endpoint or, for an
  * in-process broker, from the process's metrics registry. */
 typedef struct fx_bench_drops {
-    uint64_t subscribe_dropped;     /* felix_subscribe_dropped_total (checkpoint 5) */
-    uint64_t lane_dropped;          /* felix_subscriber_lane_dropped_total (checkpoint 6) */
-    uint64_t lane_dropped_events;   /* felix_subscriber_lane_dropped_events_total */
-    uint64_t ingress_dropped;       /* felix_broker_ingress_dropped_total (checkpoint 4) */
-    uint64_t subscriber_disconnect; /* felix_subscriber_disconnect_total */
+    uint64_t subscribe_dropped;        /* felix_subscribe_dropped_total (checkpoint 5) */
+    uint64_t lane_dropped;             /* felix_subscriber_lane_dropped_total (checkpoint 6) */
+    uint64_t lane_dropped_events;      /* felix_subscriber_lane_dropped_events_total */
+    uint64_t ingress_dropped;          /* felix_broker_ingress_dropped_total (checkpoint 4) */
+    uint64_t ingress_dropped_messages; /* felix_broker_ingress_dropped_messages_total */
+    uint64_t subscriber_disconnect;    /* felix_subscriber_disconnect_total */
     /* and the broker's datagram counters, for the datagram size in use */
     uint64_t datagrams_sent; /* felix_quic_datagrams_sent_total */
     uint64_t bytes_sent;     /* felix_quic_bytes_sent_total */
@@ -88,6 +89,24 @@ int fx_bench_scrape_value(const char *addr, const char *name, uint64_t *v);
  * else from this process's registry when |in_process|. Returns 0, -ENOTSUP
  * (neither), or the scrape's error. */
 int fx_bench_replay_records(const char *admin, bool in_process, uint64_t *v);
+/* One subscription as the broker's GET /v1/subscriptions lists it. */
+typedef struct fx_bench_sub_counter {
+    uint64_t id;            /* in: the subscription id the broker assigned */
+    bool found;             /* out: listed */
+    uint64_t queue_dropped; /* messages shed at its subscriber queue (checkpoint 5) */
+    uint64_t lane_dropped;  /* messages shed at its writer lane (checkpoint 6) */
+    uint64_t held;          /* queue_depth + lane_depth + unacked_bytes: 0 once settled */
+} fx_bench_sub_counter;
+
+/* Fills each of |subs[0..n)| by id from |json|, an answer of GET
+ * /v1/subscriptions ({"subscriptions": [...]}). Returns 0, -ENOENT (one of
+ * them is not listed) or -EPROTO (not that JSON). */
+int fx_bench_sub_counters_parse(const char *json, fx_bench_sub_counter *subs, size_t n);
+
+/* GETs http://|addr|/v1/subscriptions (2 s bound) and parses it as
+ * fx_bench_sub_counters_parse. Returns its result, -errno, or -EPROTO (not
+ * an HTTP 200 answer). */
+int fx_bench_sub_counters(const char *addr, fx_bench_sub_counter *subs, size_t n);
 
 /* Fills |d| from this process's metrics registry (in-process broker).
  * Returns 0 or -ENOMEM. */

@@ -774,6 +774,28 @@ static void print_replay_json(const fx_bench_cfg *c, const fx_bench_result *r)
     jnum("replay_msgs_per_s", r->replay_msgs_per_s, 0);
     jnum("replay_mb_per_s", r->replay_msgs_per_s * (double)c->payload / 1e6, 2);
     jnum("replay_vs_live", r->replay_vs_live, 4);
+/* Overload: the loss account of every subscriber (fx_bench_loss) and its
+ * totals; "loss_exact" says each subscriber's missed equals its counted. */
+static void json_loss(const fx_bench_result *r)
+{
+    printf("\"loss_accounted\":%s,\"loss_exact\":%s,", r->loss_accounted ? "true" : "false",
+           r->loss_exact ? "true" : "false");
+    if (!r->loss_accounted)
+        printf("\"loss_why\":\"%s\",", r->loss_why);
+    printf("\"loss_missed\":%llu,\"loss_counted\":%llu,\"loss_ingress_messages\":%llu,"
+           "\"loss_pub_lost\":%llu,\"loss_subs\":[",
+           (unsigned long long)r->loss_missed, (unsigned long long)r->loss_counted,
+           (unsigned long long)r->loss_ingress_messages, (unsigned long long)r->loss_pub_lost);
+    for (uint32_t i = 0; i < r->loss_nsubs; i++) {
+        const fx_bench_loss *l = &r->loss_subs[i];
+        printf("%s{\"expected\":%llu,\"received\":%llu,\"missed\":%llu,\"client_dropped\":%llu,"
+               "\"queue_dropped\":%llu,\"lane_dropped\":%llu,\"upstream\":%llu,\"counted\":%llu}",
+               i ? "," : "", (unsigned long long)l->expected, (unsigned long long)l->received,
+               (unsigned long long)fx_bench_loss_missed(l), (unsigned long long)l->client_dropped,
+               (unsigned long long)l->queue_dropped, (unsigned long long)l->lane_dropped,
+               (unsigned long long)l->upstream, (unsigned long long)fx_bench_loss_counted(l));
+    }
+    printf("],");
 }
 
 static void print_json(const opts *o, const fx_bench_result *r, int run)
@@ -846,15 +868,18 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
                (unsigned long long)r->stalled_expected, (unsigned long long)r->stalled_received,
                (unsigned long long)r->stalled_dropped,
                (unsigned long long)r->stalled_client_dropped);
+        json_loss(r);
     }
     if ((c->mode == FX_BENCH_OVERLOAD || c->mode == FX_BENCH_ISOLATION) && r->have_drops)
         printf("\"broker_subscribe_dropped\":%llu,\"broker_lane_dropped\":%llu,"
                "\"broker_lane_dropped_events\":%llu,"
-               "\"broker_ingress_dropped\":%llu,\"broker_subscriber_disconnect\":%llu,",
+               "\"broker_ingress_dropped\":%llu,\"broker_ingress_dropped_messages\":%llu,"
+               "\"broker_subscriber_disconnect\":%llu,",
                (unsigned long long)r->drops.subscribe_dropped,
                (unsigned long long)r->drops.lane_dropped,
                (unsigned long long)r->drops.lane_dropped_events,
                (unsigned long long)r->drops.ingress_dropped,
+               (unsigned long long)r->drops.ingress_dropped_messages,
                (unsigned long long)r->drops.subscriber_disconnect);
     if (c->watch_s) { /* overload only (finish_cfg) */
         printf("\"rss_watch_s\":%u,\"rss_watch_samples\":%llu,\"rss_watch_min_kb\":%llu,"
@@ -1118,6 +1143,7 @@ int main(int argc, char **argv)
         o.c.pin = ip.pin;
         o.c.insecure = false; /* the pin is known; libfelix takes one way to verify */
         o.c.in_process = true;
+        o.c.broker = ip.b;
     }
     int status = run_all(&o);
     inproc_stop(&ip);

@@ -44,6 +44,7 @@ fx_start_broker() {
                   --set pub_ingress_wait=true)
   [ "${FX_LOSSLESS:-1}" = 1 ] || lossless=()
   rm -rf "$state"
+  : >"$log" # the broker's redirection happens in its child: the fingerprint poll may come first
   "$BUILD/felix-broker" --set quic_bind="127.0.0.1:$FX_PORT" --set metrics_bind="127.0.0.1:$FX_ADMIN" \
     --set state_dir="$state" --set log_level=warn "${lossless[@]}" "$@" >"$log" 2>&1 &
   BROKER_PID=$!

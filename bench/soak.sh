@@ -10,14 +10,24 @@
 #                subscriber_block_timeout_ms, counted), shedding, after them
 #   publishers   lossless: felix-bench --mode throughput (2 subscribers, 2 streams; it
 #                fails on any lost, duplicated or malformed delivery); shedding: felix-bench
-#                --mode overload (3 subscribers, one stalled), whose stalled subscriber's
-#                losses must equal the broker's and its client's drop counters
+#                --mode overload (3 subscribers, one stalled). Its loss check compares, for
+#                EVERY subscriber of the run (the healthy ones shed too when the publisher
+#                outruns them), messages published - distinct messages received with the
+#                sum of the counters that cover exactly that subscriber: its client queue's
+#                drops (fx_sub_stats.dropped), the broker's drops on its own subscriptions
+#                (GET /v1/subscriptions queue_dropped + lane_dropped, read once the broker
+#                holds nothing more for them) and the broker's ingress drops during the run
+#                in messages (felix_broker_ingress_dropped_messages_total; every subscriber
+#                misses those; nothing else publishes meanwhile). Process-wide counters are
+#                not compared: they include other subscribers' drops, and the ingress
+#                publish counter counts frames, which carry many messages each
 #   sub churn    felix-bench --mode idle-subs --subs N (N subscriptions made and closed)
 #   conn churn   C one-shot `felix pub` connections to C auto-created streams of 5 tenants
 #   quiescence   nothing runs until every gauge of /metrics reads 0 (streams expire after
 #                stream_idle_expiry_s, so felix_stream_retained_bytes returns to 0 too), at
 #                most 90 s; then the broker's VmRSS is sampled
-# Pass: every felix-bench run valid; shedding losses equal their counters; every gauge back
+# Pass: every felix-bench run valid (overload: or invalid only by healthy losses, which
+# are accounted); every subscriber's shedding losses equal its counters; every gauge back
 # to 0 after each cycle; per segment, every RSS sample after the first (warm-up) cycle within
 # 5 % of the second cycle's. Every check is one JSON line in OUTDIR/results.jsonl; the last
 # line of output says PASS or FAIL (exit status 0 or 1). Not part of `make test`.
@@ -47,7 +57,7 @@ while [ $# -gt 0 ]; do
       case ${2:?} in lossless) FIRST=0 ;; shedding) FIRST=1 ;;
         *) echo "soak: --first lossless|shedding" >&2; exit 2 ;; esac
       shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
     *) echo "soak: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -156,21 +166,26 @@ publishers_lossless() {  # seg cycle
 }
 
 publishers_shedding() {  # seg cycle
-  local j lost counted
+  local j lost counted exact
   j=$(bench_json "overload-$1-$2" --mode overload --fanout 3 --min-seconds 5 --max-seconds 15)
   if [ -z "$j" ]; then fail "segment $1 cycle $2: felix-bench overload printed nothing"; return; fi
   record "$j"
-  [ "$(jq -r .valid <<<"$j")" = true ] ||
+  # Valid, or invalid only because the healthy subscribers were shed too (the publisher
+  # may outrun them on a loaded host; the shedding profile allows it): their losses are
+  # accounted below like the stalled one's.
+  jq -e '.valid == true or (.lost > 0 and .dups == 0 and .errors == 0
+                            and (.invalid_reason // "" | test("^lost [0-9]+ of [0-9]+ deliveries$")))' \
+    <<<"$j" >/dev/null ||
     fail "segment $1 cycle $2: overload run invalid: $(jq -r '.invalid_reason // "?"' <<<"$j")"
-  # What the stalled subscriber missed was shed somewhere, and counted there: by its
-  # client queue, the broker's subscriber queue or writer lane, or ingress (before the
-  # ring, so every subscriber misses those).
-  lost=$(jq -r '.stalled_dropped // 0' <<<"$j")
-  counted=$(jq -r '(.stalled_client_dropped // 0) + (.broker_subscribe_dropped // 0)
-                   + (.broker_lane_dropped_events // 0) + (.broker_ingress_dropped // 0)' <<<"$j")
-  record "{\"check\":\"shedding_losses_counted\",\"segment\":$1,\"cycle\":$2,\"lost\":$lost,\"counted\":$counted,\"ok\":$([ "$lost" = "$counted" ] && echo true || echo false)}"
-  [ "$lost" = "$counted" ] ||
-    fail "segment $1 cycle $2: stalled subscriber lost $lost messages, counters say $counted"
+  # Every subscriber's losses against the counters that cover exactly them (felix-bench's
+  # loss_subs): its client queue, the broker's drops on its own subscriptions
+  # (/v1/subscriptions queue_dropped + lane_dropped) and the ingress drops in messages.
+  lost=$(jq -r '.loss_missed // "null"' <<<"$j")
+  counted=$(jq -r '.loss_counted // "null"' <<<"$j")
+  exact=$(jq -r '(.loss_accounted == true and .loss_exact == true)' <<<"$j")
+  record "{\"check\":\"shedding_losses_counted\",\"segment\":$1,\"cycle\":$2,\"lost\":$lost,\"counted\":$counted,\"per_subscriber\":$(jq -c '.loss_subs // null' <<<"$j"),\"ok\":$exact}"
+  [ "$exact" = true ] ||
+    fail "segment $1 cycle $2: subscribers lost $lost messages, counters say $counted ($(jq -r '.loss_why // "per subscriber: " + (.loss_subs | map("\(.missed)/\(.counted)") | join(" "))' <<<"$j"))"
 }
 
 sub_churn() {  # seg cycle
@@ -233,8 +248,8 @@ while [ "$SECONDS" -lt "$END" ]; do
       stalled_start "$seg" "$cycle"
       publishers_lossless "$seg" "$cycle"
     else
-      # One after the other: the drop counters the overload run compares are broker-wide,
-      # and the stalled subscriber's own losses would be in them.
+      # One after the other: the ingress drops the overload run counts are broker-wide
+      # (its other counters are per subscription).
       publishers_shedding "$seg" "$cycle"
       stalled_start "$seg" "$cycle"
     fi

@@ -21,6 +21,9 @@
     C(ingress_dropped, "felix_broker_ingress_dropped_total", "",                                   \
       "Unacked publishes shed at a full broker worker queue (a full byte budget never sheds: "     \
       "the frame header waits)")                                                                   \
+    C(ingress_dropped_messages, "felix_broker_ingress_dropped_messages_total", "",                 \
+      "Messages in the unacked publishes shed at a full broker worker queue (a publish batch "     \
+      "frame, or a frame of publishes the client merged, counts each of its messages)")            \
     C(ingress_rejected, "felix_broker_ingress_rejected_total", "",                                 \
       "Publishes refused with an error reply because they could not be admitted")                  \
     C(ingress_queue_full, "felix_broker_ingress_queue_full_total", "",                             \

@@ -483,6 +483,7 @@ static int admit(fxb_bidi *s, fxb_job *j)
         break;
     case FX_INGRESS_DROPPED:
         FX_COUNTER_ADD(publish_dropped, nreq);
+        FX_COUNTER_ADD(ingress_dropped_messages, j->count);
         FX_LOG_RATELIMITED(&ingress_drop_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
                            "ingress full: dropped %u unacked publishes conn=%llu", (unsigned)nreq,
                            (unsigned long long)s->conn->id);

@@ -128,6 +128,49 @@ static void test_ingress_drop_with_queue_depth_1_counts_exactly(void **state)
  * wait at admission under the Wait policy for |wait_ns|. Returns the
  * publishing stream; |*psub| is the stalled subscription. */
 static tstream *parked_worker_start(T *t, const char *stream, uint64_t wait_ns, tstream **psub)
+/* Publish batch frames shed at checkpoint 4: the publish counters count
+ * frames, felix_broker_ingress_dropped_messages_total counts every message
+ * in them, which is what the subscriber misses. */
+static void test_ingress_drop_of_batch_frames_counts_every_message(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    t->bo.pub_queue_depth = 1;
+    t->bo.pub_ingress_wait = false;
+    t->bo.subscriber_queue_policy = FX_QUEUE_BLOCK;
+    t->bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
+    t_start(t);
+    tstream *sub = subscribe(t, t_connect(t), "ib", FX_MSG_START_LATEST, 0);
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t frames = 300, per = 7;
+    for (uint64_t i = 0; i < frames; i++)
+        send_buf(s, binary_publish(t, "ib", i * per, (uint32_t)per, false, 0));
+    t->offsets_renumbered = true;
+    ingress_wait w = {&a, frames};
+    assert_true(run_until_arg(t, ingress_done, &w, 10000));
+    fx_metrics_snapshot_take(&b);
+    uint64_t dropped = (uint64_t)DELTA(a, b, ingress_dropped);
+    uint64_t dropped_msgs = (uint64_t)DELTA(a, b, ingress_dropped_messages);
+    uint64_t accepted = (uint64_t)DELTA(a, b, publish_accepted);
+    assert_true(dropped > 0);
+    assert_int_equal(dropped, (uint64_t)DELTA(a, b, publish_dropped));
+    assert_int_equal(dropped_msgs, dropped * per);
+    wait_events(t, &sub, 1, accepted * per, 5000);
+    run_for(t, 50);
+    /* What the subscriber missed is exactly the messages counted shed. */
+    assert_int_equal(frames * per - sub->events, dropped_msgs);
+    assert_int_equal(sub->dups + sub->bad + sub->gaps, 0);
+    t_free(t);
+}
+
+/* ack_on_commit = Wait at checkpoint 4: with the stream's worker parked by a
+ * stalled block-mode subscriber, acked publishes wait for a queue slot at
+ * most publish_queue_wait_timeout and then fail with the documented text.
+ * Replies stay in request order: a prefix of ok, then the timeouts. */
+static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **state)
 {
     t->size_of = size_4k;
     t->bo.ack_on_commit = true;
@@ -692,6 +735,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_client_fin_on_publish_stream_gets_fin_after_all_frames_handled),
     cmocka_unit_test(test_connection_close_counts_every_publish_discarded_behind_a_park),
     cmocka_unit_test(test_ingress_drop_with_queue_depth_1_counts_exactly),
+    cmocka_unit_test(test_ingress_drop_of_batch_frames_counts_every_message),
     cmocka_unit_test(test_commit_acks_wait_then_time_out_behind_a_parked_worker),
     cmocka_unit_test(test_wait_timer_arm_failure_fails_the_parked_publish_at_once),
     cmocka_unit_test(test_header_reserves_budget_before_body),

@@ -154,6 +154,45 @@ static void test_run_with_loss_is_invalid(void **state)
     assert_false(fx_bench_verdict(&t4, why, sizeof(why)));
 }
 
+static void test_loss_account_sums_every_counter(void **state)
+{
+    (void)state;
+    fx_bench_loss l = {.expected = 1000,
+                       .received = 600,
+                       .client_dropped = 10,
+                       .queue_dropped = 20,
+                       .lane_dropped = 300,
+                       .upstream = 70};
+    assert_int_equal(fx_bench_loss_missed(&l), 400);
+    assert_int_equal(fx_bench_loss_counted(&l), 400);
+    l.lane_dropped = 299;
+    assert_int_equal(fx_bench_loss_counted(&l), 399);
+    l.received = 1001; /* more than published: duplicates, not a negative loss */
+    assert_int_equal(fx_bench_loss_missed(&l), 0);
+}
+
+static void test_subscription_counters_are_read_by_id(void **state)
+{
+    (void)state;
+    const char *json = "{\"subscriptions\":["
+                       "{\"id\":7,\"queue_dropped\":3,\"lane_dropped\":40,\"queue_depth\":1,"
+                       "\"lane_depth\":2,\"unacked_bytes\":0},"
+                       "{\"id\":9,\"queue_dropped\":0,\"lane_dropped\":5,\"queue_depth\":0,"
+                       "\"lane_depth\":0,\"unacked_bytes\":0}]}";
+    fx_bench_sub_counter sc[2] = {{.id = 9}, {.id = 7}};
+    assert_int_equal(fx_bench_sub_counters_parse(json, sc, 2), 0);
+    assert_true(sc[0].found && sc[1].found);
+    assert_int_equal(sc[0].lane_dropped, 5);
+    assert_int_equal(sc[0].held, 0);
+    assert_int_equal(sc[1].queue_dropped, 3);
+    assert_int_equal(sc[1].lane_dropped, 40);
+    assert_int_equal(sc[1].held, 3);
+    fx_bench_sub_counter missing = {.id = 8};
+    assert_int_equal(fx_bench_sub_counters_parse(json, &missing, 1), -ENOENT);
+    assert_int_equal(fx_bench_sub_counters_parse("[1,2]", sc, 2), -EPROTO);
+    assert_int_equal(fx_bench_sub_counters_parse("not json", sc, 2), -EPROTO);
+}
+
 static void test_loss_is_counted_per_stream(void **state)
 {
     (void)state;
@@ -231,8 +270,10 @@ typedef struct tbroker {
 /* Starts a broker on 127.0.0.1 port 0 with the default (shedding)
  * profile, which felix-bench's overload and isolation modes measure; with
  * |durable_dir|, every stream is durable under it and the profile is the
- * lossless one (block at checkpoints 5 and 6, pub_ingress_wait). */
-static void tbroker_start_profile(tbroker *t, const char *durable_dir, bool lossless)
+ * lossless one (block at checkpoints 5 and 6, pub_ingress_wait); then
+ * |tweak| (may be NULL) is applied to its options. */
+static void tbroker_start_profile(tbroker *t, const char *durable_dir, bool lossless,
+                                  void (*tweak)(fx_broker_opts *))
 {
     snprintf(t->dir, sizeof(t->dir), "/tmp/fxbenchXXXXXX");
     assert_non_null(mkdtemp(t->dir));
@@ -246,6 +287,8 @@ static void tbroker_start_profile(tbroker *t, const char *durable_dir, bool loss
         bo.subscriber_lane_queue_policy = FX_QUEUE_BLOCK;
         bo.pub_ingress_wait = true;
     }
+    if (tweak != NULL)
+        tweak(&bo);
     assert_int_equal(fx_broker_new(&t->b, &bo), 0);
     assert_int_equal(fx_broker_start(t->b), 0);
     snprintf(t->addr, sizeof(t->addr), "127.0.0.1:%u", (unsigned)fx_broker_port(t->b));
@@ -254,12 +297,17 @@ static void tbroker_start_profile(tbroker *t, const char *durable_dir, bool loss
 
 static void tbroker_start_durable(tbroker *t, const char *durable_dir)
 {
-    tbroker_start_profile(t, durable_dir, durable_dir != NULL);
+    tbroker_start_profile(t, durable_dir, durable_dir != NULL, NULL);
 }
 
 static void tbroker_start(tbroker *t)
 {
     tbroker_start_durable(t, NULL);
+}
+
+static void tbroker_start_with(tbroker *t, void (*tweak)(fx_broker_opts *))
+{
+    tbroker_start_profile(t, NULL, false, tweak);
 }
 
 /* Frees the broker and removes its state directory (flat: key, cert). */
@@ -347,6 +395,79 @@ static void test_isolation_mode_reports_ratios_and_victim_losses(void **state)
     /* The victim's figures: how much it lost is random (the drop hook). */
     assert_true(r.victim_expected > 0);
     assert_true(r.victim_received + r.victim_gaps <= r.victim_expected);
+    tbroker_stop(&t);
+}
+
+/* Queues small enough that the broker sheds at every checkpoint under one
+ * publisher: its worker queue (ingress), the subscriber queues and lanes,
+ * the healthy subscribers' too. */
+static void tiny_queues(fx_broker_opts *o)
+{
+    o->pub_queue_depth = 1;
+    o->subscriber_queue_capacity = 4;
+    o->subscriber_lane_queue_depth = 2;
+}
+
+/* Overload mode on tiny queues: the broker sheds at ingress (every
+ * subscriber misses those) and for the stalled subscriber, and the healthy
+ * ones may be shed too; each subscriber's loss (published - received)
+ * equals the sum of the counters that cover it: its client queue, the
+ * broker's drops on its own subscriptions and the ingress drops in
+ * messages. */
+static void test_overload_mode_accounts_every_subscribers_losses(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR); /* the broker warns of every drop */
+    tbroker t;
+    tbroker_start_with(&t, tiny_queues);
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_OVERLOAD, 3);
+    c.broker = t.b;
+    c.payload = 1024;
+    c.batch = 1;
+    c.warmup = 256;
+    c.total = 20000;
+    c.min_seconds = 0.5;
+    c.max_seconds = 10;
+    fx_bench_result r;
+    assert_int_equal(fx_bench_run_once(&c, &r), 0);
+    print_message("missed %llu counted %llu (ingress %llu messages in %llu publishes)\n",
+                  (unsigned long long)r.loss_missed, (unsigned long long)r.loss_counted,
+                  (unsigned long long)r.loss_ingress_messages,
+                  (unsigned long long)r.drops.ingress_dropped);
+    if (!r.loss_accounted)
+        fail_msg("not accounted: %s", r.loss_why);
+    assert_int_equal(r.loss_nsubs, 3);
+    uint64_t missed = 0, counted = 0, lane = 0, queue = 0;
+    for (uint32_t i = 0; i < 3; i++) {
+        const fx_bench_loss *l = &r.loss_subs[i];
+        print_message("sub %u: expected %llu received %llu client %llu queue %llu lane %llu "
+                      "upstream %llu\n",
+                      i, (unsigned long long)l->expected, (unsigned long long)l->received,
+                      (unsigned long long)l->client_dropped, (unsigned long long)l->queue_dropped,
+                      (unsigned long long)l->lane_dropped, (unsigned long long)l->upstream);
+        assert_int_equal(l->expected, r.stalled_expected);
+        assert_int_equal(fx_bench_loss_missed(l), fx_bench_loss_counted(l));
+        assert_int_equal(l->upstream, r.loss_ingress_messages);
+        missed += fx_bench_loss_missed(l);
+        counted += fx_bench_loss_counted(l);
+        lane += l->lane_dropped;
+        queue += l->queue_dropped;
+    }
+    assert_true(r.loss_exact);
+    assert_int_equal(r.loss_missed, missed);
+    assert_int_equal(r.loss_counted, counted);
+    /* The stalled subscriber (the last) is shed in the broker. The
+     * process-wide counters, read when the readers ended (before the
+     * stalled one's backlog was read and the broker settled), hold every
+     * subscriber's drops up to then; the ingress one counts publishes
+     * (libfelix merges one-message publishes into frames). */
+    assert_true(r.loss_subs[2].expected > r.loss_subs[2].received);
+    assert_true(r.loss_subs[2].queue_dropped + r.loss_subs[2].lane_dropped > 0);
+    assert_true(r.drops.lane_dropped_events <= lane);
+    assert_true(r.drops.subscribe_dropped <= queue);
+    assert_true(r.drops.ingress_dropped_messages <= r.loss_ingress_messages);
+    assert_true(r.loss_ingress_messages >= r.drops.ingress_dropped);
+    assert_int_equal(r.stalled_dropped, fx_bench_loss_missed(&r.loss_subs[2]));
     tbroker_stop(&t);
 }
 
@@ -625,7 +746,7 @@ static void test_replay_mode_without_durable_storage_is_invalid(void **state)
     fx_log_set_level(FX_LOG_ERROR);
     tbroker t;
     /* Lossless, so the live phase is valid and only the replay is judged. */
-    tbroker_start_profile(&t, NULL, true);
+    tbroker_start_profile(&t, NULL, true, NULL);
     fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_REPLAY, 1);
     c.payload = 1024;
     c.batch = 1;
@@ -758,10 +879,13 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_percentiles_on_known_samples),
     cmocka_unit_test(test_latency_samples_past_the_buffer_are_counted_and_reported),
     cmocka_unit_test(test_run_with_loss_is_invalid),
+    cmocka_unit_test(test_loss_account_sums_every_counter),
+    cmocka_unit_test(test_subscription_counters_are_read_by_id),
     cmocka_unit_test(test_loss_is_counted_per_stream),
     cmocka_unit_test(test_run_length_guard_refuses_short_runs),
     cmocka_unit_test(test_credit_window_never_exceeds_4mib_or_16384_msgs),
     cmocka_unit_test(test_isolation_mode_reports_ratios_and_victim_losses),
     cmocka_unit_test(test_latency_mode_counts_every_readers_wakeups),
+    cmocka_unit_test(test_overload_mode_accounts_every_subscribers_losses),
 };
 FX_TEST_MAIN(tests)
