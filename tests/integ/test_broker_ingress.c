@@ -123,11 +123,6 @@ static void test_ingress_drop_with_queue_depth_1_counts_exactly(void **state)
     t_free(t);
 }
 
-/* A broker with ack_on_commit whose worker queue (depth 1) and fanout chain
- * (one slot each) park behind a stalled subscriber of |stream|: publishes
- * wait at admission under the Wait policy for |wait_ns|. Returns the
- * publishing stream; |*psub| is the stalled subscription. */
-static tstream *parked_worker_start(T *t, const char *stream, uint64_t wait_ns, tstream **psub)
 /* Publish batch frames shed at checkpoint 4: the publish counters count
  * frames, felix_broker_ingress_dropped_messages_total counts every message
  * in them, which is what the subscriber misses. */
@@ -166,11 +161,11 @@ static void test_ingress_drop_of_batch_frames_counts_every_message(void **state)
     t_free(t);
 }
 
-/* ack_on_commit = Wait at checkpoint 4: with the stream's worker parked by a
- * stalled block-mode subscriber, acked publishes wait for a queue slot at
- * most publish_queue_wait_timeout and then fail with the documented text.
- * Replies stay in request order: a prefix of ok, then the timeouts. */
-static void test_commit_acks_wait_then_time_out_behind_a_parked_worker(void **state)
+/* A broker with ack_on_commit whose worker queue (depth 1) and fanout chain
+ * (one slot each) park behind a stalled subscriber of |stream|: publishes
+ * wait at admission under the Wait policy for |wait_ns|. Returns the
+ * publishing stream; |*psub| is the stalled subscription. */
+static tstream *parked_worker_start(T *t, const char *stream, uint64_t wait_ns, tstream **psub)
 {
     t->size_of = size_4k;
     t->bo.ack_on_commit = true;
