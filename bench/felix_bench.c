@@ -774,6 +774,8 @@ static void print_replay_json(const fx_bench_cfg *c, const fx_bench_result *r)
     jnum("replay_msgs_per_s", r->replay_msgs_per_s, 0);
     jnum("replay_mb_per_s", r->replay_msgs_per_s * (double)c->payload / 1e6, 2);
     jnum("replay_vs_live", r->replay_vs_live, 4);
+}
+
 /* Overload: the loss account of every subscriber (fx_bench_loss) and its
  * totals; "loss_exact" says each subscriber's missed equals its counted. */
 static void json_loss(const fx_bench_result *r)
