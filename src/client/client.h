@@ -230,6 +230,10 @@ struct evs {
     bool fin;
     bool ended;
     bool gone;    /* the QUIC stream closed while bytes were still buffered */
+    int end_rv;   /* != 0: once the buffered bytes are delivered the subscription
+                     ends with this (its connection closed without the stream's
+                     FIN), not with EOF; end_text says why */
+    char end_text[320];
     bool drop;    /* orphan: reset and free once the current callback returns */
     size_t early; /* bytes of the frame being decoded already credited */
 };

@@ -176,18 +176,44 @@ static void sub_lost(fx_subscription *s)
         atomic_fetch_sub(&s->received, s->ev->stalled->eb.count);
 }
 
+/* An event stream whose bytes a blocked consumer has not all taken yet
+ * outlives its connection when that closes for good: what arrived is
+ * delivered first (a draining broker closes the connection once its
+ * deliveries are acknowledged by QUIC, so they may still wait here), and
+ * then the subscription ends, with EOF if the stream's FIN had come, else
+ * with the connection's error (set by the caller). */
+static bool evs_outlives_conn(const evs *e)
+{
+    return !e->ended && e->sub != NULL && (e->stalled != NULL || e->rx_len > 0);
+}
+
 void fxc_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry)
 {
     for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
         if (s->conn != cc || s->loop_gone)
             continue;
+        if (!retry && s->ev != NULL && evs_outlives_conn(s->ev)) {
+            evs *e = s->ev;
+            if (!e->fin) {
+                e->end_rv = rv;
+                snprintf(e->end_text, sizeof(e->end_text), "%s", text);
+            }
+            e->gone = e->fin = true; /* no more bytes: the rest is delivered */
+            continue;
+        }
         if (retry && s->state != SUB_ENDED)
             sub_lost(s);
         else
             sub_end(s, rv, text, 0, 0);
     }
-    while (cc->evlist != NULL)
-        evs_free(cc->evlist);
+    for (evs **p = &cc->evlist; *p != NULL;) {
+        evs *e = *p;
+        if (!retry && evs_outlives_conn(e) && e->gone) {
+            p = &e->next;
+            continue;
+        }
+        evs_free(e); /* unlinks |e|: *p is the next one */
+    }
 }
 
 /* Where a re-subscription starts: after the last batch taken, or where the
@@ -442,7 +468,10 @@ static void evs_resume(evs *e)
     free(p);
     if (e->fin && e->rx_len == 0 && e->stalled == NULL && e->sub != NULL && !e->ended) {
         e->ended = true;
-        sub_end(e->sub, FX_EEOF, "event stream ended by the broker", 0, 0);
+        if (e->end_rv != 0)
+            sub_end(e->sub, e->end_rv, e->end_text, 0, 0);
+        else
+            sub_end(e->sub, FX_EEOF, "event stream ended by the broker", 0, 0);
     }
 }
 

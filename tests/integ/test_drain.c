@@ -328,10 +328,51 @@ static void test_drain_closes_a_stalled_connection_after_half_the_deadline(void 
     e_free(e);
 }
 
+/* A drain closes the connection as soon as everything is delivered, that is
+ * in the subscriber's QUIC buffers: a consumer that has not taken it yet (its
+ * queue holds 2 events, the rest waits in the client) still gets every event
+ * after the connection is gone, then the connection's end. */
+static void test_events_received_before_the_drain_close_are_all_delivered(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e_lossless(e);
+    e_start(e);
+    fx_client *sc = e_client(e, FX_POLICY_BLOCK, 4u << 20, 2); /* the window holds all */
+    fx_client *pc = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_subscription *s = subscribe(sc, "kept");
+    static uint8_t pay[16384];
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(fx_publish(pc, NS, "kept", pay, sizeof(pay), FX_ACK_PER_MESSAGE), 0);
+    drainer d = {0};
+    drain_start(&d, e, HANG_MS);
+    drain_join(&d); /* nothing was read: the bytes wait in the subscriber's client */
+    assert_int_equal(d.rv, 0);
+    uint64_t n = 0;
+    fx_event ev;
+    int rv;
+    while ((rv = fx_subscription_next(s, &ev, HANG_MS)) == 0) {
+        assert_int_equal(ev.len, sizeof(pay));
+        n++;
+    }
+    assert_int_equal(n, 64);
+    /* Then the end the connection had: the broker closed it, shutting down. */
+    fx_sub_error se;
+    assert_int_equal(fx_subscription_error(s, &se), 0);
+    assert_int_equal(rv, FX_ECONNLOST);
+    assert_int_equal(se.code, FX_ECONNLOST);
+    assert_non_null(strstr(se.message, "broker shutting down"));
+    fx_unsubscribe(s);
+    fx_client_close(pc, 1000);
+    fx_client_close(sc, 1000);
+    e_free(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_drain_delivers_every_acked_publish_before_exit),
     cmocka_unit_test(test_ready_flips_before_connections_close),
     cmocka_unit_test(test_late_publish_gets_broker_shutting_down),
     cmocka_unit_test(test_drain_closes_a_stalled_connection_after_half_the_deadline),
+    cmocka_unit_test(test_events_received_before_the_drain_close_are_all_delivered),
 };
 FX_TEST_MAIN(tests)
