@@ -16,27 +16,14 @@
 
 #include "broker/test_hooks.h"
 #include "integ/admin_fixture.h"
+#include "integ/durable_fixture.h"
 #include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/memio.h"
 #include "storage/syncpol.h"
 
-#define T "t1"
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void rm_tree(const char *dir)
-{
-    (void)nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* A broker whose durable root is |root| (a fresh temp dir unless set). */
 static E *d_new(char *root, size_t cap, int mode)
@@ -78,17 +65,6 @@ static void pub_ok(fx_client *c, const char *stream, const char *msg)
         fx_client_last_error(c, why, sizeof(why));
         fail_msg("publish %s: %s (%s)", msg, fx_strerror(rv), why);
     }
-}
-
-/* Takes the next event and checks its offset and payload. */
-static void expect_event(fx_subscription *s, uint64_t offset, const char *msg)
-{
-    fx_event ev;
-    assert_int_equal(fx_subscription_next(s, &ev, HANG_MS), 0);
-    assert_true(ev.has_offset);
-    if (ev.offset != offset || ev.len != strlen(msg) || memcmp(ev.payload, msg, ev.len) != 0)
-        fail_msg("event at %llu '%.*s', want %llu '%s'", (unsigned long long)ev.offset, (int)ev.len,
-                 (const char *)ev.payload, (unsigned long long)offset, msg);
 }
 
 /* Reads every record of t1/default/|stream|'s log under |root| into
@@ -163,7 +139,7 @@ static void test_durability_cannot_be_flipped_on_an_existing_stream(void **state
     put_stream(e, "x", "{\"durablee\": true}", 400, "unknown field");
     put_stream(e, "x", "[true]", 400, "JSON object");
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* ---- the append path ------------------------------------------------------------ */
@@ -186,7 +162,7 @@ static void test_on_commit_acks_follow_the_log_and_offsets_continue_after_restar
     }
     for (int i = 0; i < 20; i++) {
         snprintf(msg, sizeof(msg), "m%d", i);
-        expect_event(s, (uint64_t)i, msg);
+        fix_expect_event(s, (uint64_t)i, msg);
     }
     fx_metrics_snapshot_take(&b);
     assert_int_equal(DELTA(a, b, storage_append_records), 20);
@@ -211,11 +187,11 @@ static void test_on_commit_acks_follow_the_log_and_offsets_continue_after_restar
     c = e_client(e, FX_POLICY_BLOCK, 0, 0);
     s = subscribe(c, "orders");
     pub_ok(c, "orders", "after");
-    expect_event(s, 20, "after");
+    fix_expect_event(s, 20, "after");
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 static void test_durable_default_makes_auto_created_streams_durable(void **state)
@@ -239,7 +215,7 @@ static void test_durable_default_makes_auto_created_streams_durable(void **state
     assert_int_equal(read_log(root, "auto", text, sizeof(text)), 2);
     assert_string_equal(text, "one\ntwo\n");
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* Async acked publishes and their results. */
@@ -269,7 +245,7 @@ static void burst(fx_client *c, fx_subscription *s, const char *stream, int n, u
     assert_int_equal(atomic_load(&a.failed), 0);
     for (int i = 0; i < n; i++) {
         snprintf(msg, sizeof(msg), "p%d", i);
-        expect_event(s, first + (uint64_t)i, msg);
+        fix_expect_event(s, first + (uint64_t)i, msg);
     }
 }
 
@@ -293,7 +269,7 @@ static void test_on_commit_group_commit_serves_several_appends_per_flush(void **
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* Jobs of one stream that queue on its storage thread while it flushes are
@@ -341,7 +317,7 @@ static void test_jobs_queued_behind_a_flush_share_one_append(void **state)
     fx_metrics_snapshot_take(&b);
     assert_int_equal(DELTA(a, b, storage_append_records), 3);
     assert_int_equal(DELTA(a, b, storage_append_writes), 2); /* p0, then p1 + p2 together */
-    expect_event(s, 0, "p0");
+    fix_expect_event(s, 0, "p0");
     char got[2][3] = {{0}};
     for (int i = 0; i < 2; i++) {
         fx_event ev; /* its payload lasts until the next call */
@@ -394,7 +370,7 @@ static void test_max_unsynced_bytes_keeps_one_job_in_storage_at_a_time(void **st
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* ---- recovery at start ------------------------------------------------------------ */
@@ -466,14 +442,14 @@ static void test_start_recovers_catalogued_streams_and_cuts_a_torn_tail(void **s
     fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
     fx_subscription *s = subscribe(c, "r");
     pub_ok(c, "r", "m5");
-    expect_event(s, 5, "m5");
+    fix_expect_event(s, 5, "m5");
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
     char text[256];
     assert_int_equal(read_log(root, "r", text, sizeof(text)), 6);
     assert_string_equal(text, "m0\nm1\nm2\nm3\nm4\nm5\n");
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 static void test_interior_corruption_refuses_start_unless_repair(void **state)
@@ -504,11 +480,11 @@ static void test_interior_corruption_refuses_start_unless_repair(void **state)
     fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
     fx_subscription *s = subscribe(c, "r");
     pub_ok(c, "r", "new");
-    expect_event(s, 2, "new"); /* the log was cut at the bad record */
+    fix_expect_event(s, 2, "new"); /* the log was cut at the bad record */
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* ---- replay from disk ------------------------------------------------------------ */
@@ -528,7 +504,7 @@ static void expect_range(fx_subscription *s, int from, int to)
     char msg[32];
     for (int i = from; i < to; i++) {
         snprintf(msg, sizeof(msg), "p%d", i);
-        expect_event(s, (uint64_t)i, msg);
+        fix_expect_event(s, (uint64_t)i, msg);
     }
 }
 
@@ -576,7 +552,7 @@ static void test_replay_from_earliest_or_an_offset_below_the_ring_reads_the_log(
     fx_unsubscribe(s1);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* Publishes "p<i>" for i in [0, n) from its own client, acked, async. */
@@ -654,7 +630,7 @@ static void test_replay_joins_live_under_concurrent_publishing_no_gap_no_duplica
     assert_int_equal(read_log(root, "live", text, sizeof(text)), 3000);
     assert_string_equal(text, got);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 static void test_offset_below_retention_gets_the_too_old_cursor_error(void **state)
@@ -689,7 +665,7 @@ static void test_offset_below_retention_gets_the_too_old_cursor_error(void **sta
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* ---- operations -------------------------------------------------------------------- */
@@ -735,7 +711,7 @@ static void test_list_streams_shows_durability_log_offsets_and_bytes_on_disk(voi
     assert_int_equal(snap.g.storage_bytes_on_disk, (int64_t)bytes);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 static void test_delete_removes_a_durable_stream_its_catalogue_entry_and_files(void **state)
@@ -766,14 +742,14 @@ static void test_delete_removes_a_durable_stream_its_catalogue_entry_and_files(v
     fx_start st = {.kind = FX_START_EARLIEST};
     fx_subscription *s = fix_subscribe(c, "gone", &st);
     pub_ok(c, "gone", "fresh");
-    expect_event(s, 0, "fresh");
+    fix_expect_event(s, 0, "fresh");
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
     char text[64];
     assert_int_equal(read_log(root, "gone", text, sizeof(text)), 1);
     assert_string_equal(text, "fresh\n");
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 static void test_drain_flushes_every_durable_stream(void **state)
@@ -799,7 +775,7 @@ static void test_drain_flushes_every_durable_stream(void **state)
     assert_int_equal(DELTA(m1, m2, storage_syncs), 2); /* one per stream */
     (void)fx_client_close(c, 1000);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* Waits until storage_syncs has grown by |want| since |a|. */
@@ -843,7 +819,7 @@ static void test_flush_timer_arm_failure_flushes_at_once(void **state)
     assert_int_equal(DELTA(m0, m1, storage_append_records), 2);
     (void)fx_client_close(c, 1000);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 static void test_two_workers_each_run_their_streams_logs_on_their_storage_thread(void **state)
@@ -876,7 +852,7 @@ static void test_two_workers_each_run_their_streams_logs_on_their_storage_thread
         assert_int_equal(read_log(root, names[i], text, sizeof(text)), (uint64_t)(10 + i));
     }
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* Stopping the broker with jobs in storage and held by the bound strands
@@ -912,7 +888,7 @@ static void test_stop_with_jobs_in_storage_completes_or_frees_every_job(void **s
     assert_int_equal(n, m2.c.storage_append_records);
     assert_true(n >= (uint64_t)atomic_load(&a.ok));
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* A broker stopped while subscribers catch up from disk frees every page
@@ -947,7 +923,7 @@ static void test_stop_during_replay_frees_every_page(void **state)
     fx_unsubscribe(s2);
     (void)fx_client_close(c, 1000);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* ---- storage errors -------------------------------------------------------------- */
@@ -983,8 +959,8 @@ static void test_storage_full_fails_the_publish_and_it_never_reaches_a_subscribe
     assert_int_equal(DELTA(a, b, storage_append_records), 0);
     /* Space is back: the stream goes on at the next offset, nothing skipped. */
     pub_ok(c, "f", "second");
-    expect_event(s, 0, "first");
-    expect_event(s, 1, "second");
+    fix_expect_event(s, 0, "first");
+    fix_expect_event(s, 1, "second");
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
@@ -1013,7 +989,7 @@ static void test_failed_flush_fails_the_publish_with_storage_error(void **state)
      * fail too, none reaches the subscriber; other streams go on. */
     expect_pub_error(c, "f", "later", "storage error");
     pub_ok(c, "other", "o2");
-    expect_event(s, 0, "first");
+    fix_expect_event(s, 0, "first");
     fx_event ev;
     assert_int_equal(fx_subscription_next(s, &ev, 200), FX_ETIMEDOUT);
     fx_unsubscribe(s);

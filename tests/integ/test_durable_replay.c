@@ -12,23 +12,10 @@
 #include <sys/stat.h>
 
 #include "integ/admin_fixture.h"
+#include "integ/durable_fixture.h"
 #include "storage/catalog.h"
 #include "storage/syncpol.h"
 
-#define T "t1"
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void rm_tree(const char *dir)
-{
-    (void)nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* The path of segment 0 of t1/default/|stream| under |root|. */
 static void segment0(const char *root, const char *stream, char *out, size_t cap)
@@ -54,16 +41,6 @@ static void flip(const char *path, off_t pos)
     b ^= 0x01;
     assert_int_equal(pwrite(fd, &b, 1, pos), 1);
     close(fd);
-}
-
-static void expect_event(fx_subscription *s, uint64_t offset, const char *msg)
-{
-    fx_event ev;
-    assert_int_equal(fx_subscription_next(s, &ev, HANG_MS), 0);
-    assert_true(ev.has_offset);
-    if (ev.offset != offset || ev.len != strlen(msg) || memcmp(ev.payload, msg, ev.len) != 0)
-        fail_msg("event at %llu '%.*s', want %llu '%s'", (unsigned long long)ev.offset, (int)ev.len,
-                 (const char *)ev.payload, (unsigned long long)offset, msg);
 }
 
 static void test_replay_seeks_with_the_sparse_index_past_damage_before_its_entry(void **state)
@@ -96,7 +73,7 @@ static void test_replay_seeks_with_the_sparse_index_past_damage_before_its_entry
     fx_subscription *s = fix_subscribe(c, "h", &st);
     for (int i = 250; i < 300; i++) {
         snprintf(msg, sizeof(msg), "p%03d", i);
-        expect_event(s, (uint64_t)i, msg);
+        fix_expect_event(s, (uint64_t)i, msg);
     }
     fx_unsubscribe(s);
     fx_metrics_snapshot_take(&b);
@@ -117,7 +94,7 @@ static void test_replay_seeks_with_the_sparse_index_past_damage_before_its_entry
     assert_int_equal(DELTA(b, a, storage_replay_failures), 1);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 /* A catching-up subscriber under the shipped shedding lane policy (drop_new)
@@ -155,7 +132,7 @@ static void test_replay_on_a_full_shedding_lane_waits_and_loses_nothing(void **s
     usleep(300 * 1000); /* the reader stalls: the lane fills */
     for (int i = 0; i < N; i++) {
         snprintf(msg, sizeof(msg), "p%04d", i);
-        expect_event(s, (uint64_t)i, msg);
+        fix_expect_event(s, (uint64_t)i, msg);
     }
     fx_metrics_snapshot_take(&b);
     assert_int_equal(DELTA(a, b, subscriber_lane_dropped), 0);
@@ -164,7 +141,7 @@ static void test_replay_on_a_full_shedding_lane_waits_and_loses_nothing(void **s
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     assert_int_equal(fx_client_close(pub, HANG_MS), 0);
     e_free(e);
-    rm_tree(root);
+    fix_rm_tree(root);
 }
 
 static const struct CMUnitTest tests[] = {
