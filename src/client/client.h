@@ -233,7 +233,7 @@ struct evs {
     int end_rv;   /* != 0: once the buffered bytes are delivered the subscription
                      ends with this (its connection closed without the stream's
                      FIN), not with EOF; end_text says why */
-    char end_text[320];
+    char end_text[256]; /* fx_sub_error.message's size */
     bool drop;    /* orphan: reset and free once the current callback returns */
     size_t early; /* bytes of the frame being decoded already credited */
 };
