@@ -456,13 +456,14 @@ static void test_overload_mode_accounts_every_subscribers_losses(void **state)
     assert_true(r.loss_exact);
     assert_int_equal(r.loss_missed, missed);
     assert_int_equal(r.loss_counted, counted);
-    /* The stalled subscriber (the last) is shed in the broker. The
+    /* The stalled subscriber (the last) loses messages: at its own queue or
+     * lane, or before the ring (a loaded host sheds at the worker queue
+     * first; which one is timing), and each term above covers them. The
      * process-wide counters, read when the readers ended (before the
      * stalled one's backlog was read and the broker settled), hold every
      * subscriber's drops up to then; the ingress one counts publishes
      * (libfelix merges one-message publishes into frames). */
     assert_true(r.loss_subs[2].expected > r.loss_subs[2].received);
-    assert_true(r.loss_subs[2].queue_dropped + r.loss_subs[2].lane_dropped > 0);
     assert_true(r.drops.lane_dropped_events <= lane);
     assert_true(r.drops.subscribe_dropped <= queue);
     assert_true(r.drops.ingress_dropped_messages <= r.loss_ingress_messages);
