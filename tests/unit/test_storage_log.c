@@ -46,11 +46,17 @@ static void fx_init(fixture *f, uint64_t segment_bytes, uint64_t spacing)
     f->cfg.label = "t/ns/s/0";
 }
 
+/* Closes the fixture's log (|sync|: flushed first, as a clean stop). */
+static void close_log(fixture *f, bool sync)
+{
+    fx_dlog_close(f->log, sync);
+    f->log = NULL;
+}
+
 static int reopen(fixture *f)
 {
     if (f->log != NULL)
-        fx_dlog_close(f->log, false);
-    f->log = NULL;
+        close_log(f, false);
     return fx_dlog_open(&f->log, DIR_, &f->cfg, 1000, &f->rep);
 }
 
@@ -252,8 +258,7 @@ static void test_rollover_keeps_a_batch_at_the_boundary_whole(void **state)
     assert_int_equal(fx_dlog_segment_count(f.log), 2);
     assert_int_equal(flen(&f, SEG0), 111);
     /* Segment 1 starts at offset 2: its header says so. */
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     int fd;
     fx_sio *io = fx_memio_sio(f.m);
     assert_int_equal(io->ops->open(io, SEG1, FX_SIO_READ, &fd), 0);
@@ -492,8 +497,7 @@ static void test_torn_tail_is_cut_at_every_byte(void **state)
     assert_int_equal(reopen(&f), 0);
     append_n(f.log, 0, 6);
     assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
-    fx_dlog_close(f.log, false);
-    f.log = NULL;
+    close_log(&f, false);
     uint64_t full = flen(&f, SEG0);
     char last[64];
     uint64_t last_len = FX_REC_HEADER_LEN + payload_of(5, last, sizeof(last));
@@ -507,8 +511,7 @@ static void test_torn_tail_is_cut_at_every_byte(void **state)
         /* Put the record back for the next cut. */
         assert_int_equal(append_batch(f.log, 5, 1, 5005), 0);
         assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
-        fx_dlog_close(f.log, false);
-        f.log = NULL;
+        close_log(&f, false);
         assert_int_equal(flen(&f, SEG0), full);
     }
     fx_done(&f);
@@ -520,8 +523,7 @@ static void test_a_zero_filled_tail_is_cut_as_torn(void **state)
     fx_init(&f, 1 << 20, 64);
     assert_int_equal(reopen(&f), 0);
     append_n(f.log, 0, 4);
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     uint64_t len = flen(&f, SEG0);
     /* The file grew by 100 zero bytes that never got their data. */
     fx_sio *io = fx_memio_sio(f.m);
@@ -533,8 +535,7 @@ static void test_a_zero_filled_tail_is_cut_as_torn(void **state)
     assert_int_equal(reopen(&f), 0);
     assert_int_equal(f.rep.truncated_bytes, 100);
     assert_int_equal(fx_dlog_next_offset(f.log), 4);
-    fx_dlog_close(f.log, false);
-    f.log = NULL;
+    close_log(&f, false);
     /* A non-zero byte in such a tail is damage, not a torn write. */
     assert_int_equal(io->ops->open(io, SEG0, FX_SIO_WRITE, &fd), 0);
     assert_int_equal(io->ops->ftruncate(io, fd, len + 100), 0);
@@ -554,8 +555,7 @@ static void test_bit_flip_in_a_sealed_segment_refuses_to_open(void **state)
     append_n(f.log, 0, 30);
     assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
     assert_true(fx_dlog_segment_count(f.log) >= 3);
-    fx_dlog_close(f.log, false);
-    f.log = NULL;
+    close_log(&f, false);
     /* Flip a payload byte of the second record of segment 1. */
     uint64_t pos = FX_SEG_HEADER_LEN;
     fx_sio *io = fx_memio_sio(f.m);
@@ -604,8 +604,7 @@ static void test_bit_flip_found_by_a_read_when_open_checks_only_the_tail(void **
     assert_int_equal(reopen(&f), 0);
     append_n(f.log, 0, 60);
     assert_true(fx_dlog_segment_count(f.log) >= 2);
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     /* Payload of record 0 (before segment 0's last index entry). */
     assert_int_equal(fx_memio_corrupt(f.m, SEG0, FX_SEG_HEADER_LEN + FX_REC_HEADER_LEN, 0x80), 0);
     assert_int_equal(reopen(&f), 0);
@@ -628,8 +627,7 @@ static void test_corruption_before_the_active_tail_refuses_unless_repaired(void 
     fx_init(&f, 1 << 20, 64);
     assert_int_equal(reopen(&f), 0);
     append_n(f.log, 0, 10);
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     /* Damage the header checksum of record 0: records follow, so not a tail. */
     assert_int_equal(fx_memio_corrupt(f.m, SEG0, FX_SEG_HEADER_LEN + 21, 0x01), 0);
     assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
@@ -652,8 +650,7 @@ static void test_damaged_last_record_is_cut_only_with_repair_checksum_tail(void 
     fx_init(&f, 1 << 20, 64);
     assert_int_equal(reopen(&f), 0);
     append_n(f.log, 0, 4);
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     uint64_t len = flen(&f, SEG0);
     assert_int_equal(fx_memio_corrupt(f.m, SEG0, len - 1, 0x01), 0); /* last payload byte */
     assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
@@ -684,8 +681,7 @@ static void test_one_append_writes_its_index_entries_in_one_write(void **state)
     size_t wlen = 0, rlen = 0;
     assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &written, &wlen), 0);
     assert_true(wlen > FX_IDX_HEADER_LEN + 20 * FX_IDX_ENTRY_LEN); /* many entries per batch */
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     assert_int_equal(io->ops->unlink(io, IDX0), 0);
     assert_int_equal(reopen(&f), 0);
     assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &rebuilt, &rlen), 0);
@@ -740,8 +736,7 @@ static void test_missing_or_garbage_index_is_rebuilt_identically(void **state)
     assert_int_equal(reopen(&f), 0);
     append_n(f.log, 0, 80);
     assert_true(fx_dlog_segment_count(f.log) >= 2);
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     char *orig = NULL, *again = NULL;
     size_t olen = 0, alen = 0;
     fx_sio *io = fx_memio_sio(f.m);
@@ -752,8 +747,7 @@ static void test_missing_or_garbage_index_is_rebuilt_identically(void **state)
     assert_int_equal(reopen(&f), 0);
     assert_int_equal(f.rep.index_rebuilds, 1);
     expect_records(f.log, 0, 80);
-    fx_dlog_close(f.log, false);
-    f.log = NULL;
+    close_log(&f, false);
     assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &again, &alen), 0);
     assert_int_equal(alen, olen);
     assert_memory_equal(again, orig, olen);
@@ -763,8 +757,7 @@ static void test_missing_or_garbage_index_is_rebuilt_identically(void **state)
                      0);
     assert_int_equal(reopen(&f), 0);
     assert_int_equal(f.rep.index_rebuilds, 1);
-    fx_dlog_close(f.log, false);
-    f.log = NULL;
+    close_log(&f, false);
     assert_int_equal(fx_sio_read_file(io, IDX0, 1 << 20, &again, &alen), 0);
     assert_memory_equal(again, orig, olen);
     free(again);
@@ -831,8 +824,7 @@ static void test_index_write_failure_does_not_fail_appends(void **state)
     fx_memio_fail_only(f.m, NULL);
     append_n(f.log, 3, 30); /* rolls: the seal rewrites the broken index whole */
     assert_true(fx_dlog_segment_count(f.log) >= 2);
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     assert_int_equal(reopen(&f), 0);
     assert_int_equal(f.rep.index_rebuilds, 0);
     expect_records(f.log, 0, 33);
@@ -846,8 +838,7 @@ static void test_a_missing_middle_segment_refuses_unless_repaired(void **state)
     assert_int_equal(reopen(&f), 0);
     append_n(f.log, 0, 12);
     assert_true(fx_dlog_segment_count(f.log) >= 4);
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     fx_sio *io = fx_memio_sio(f.m);
     assert_int_equal(io->ops->unlink(io, SEG1), 0);
     assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
@@ -874,8 +865,7 @@ static void test_unfinished_rollover_leftovers_are_discarded(void **state)
     assert_int_equal(reopen(&f), 0);
     append_n(f.log, 0, 8);
     size_t segs = fx_dlog_segment_count(f.log);
-    fx_dlog_close(f.log, true);
-    f.log = NULL;
+    close_log(&f, true);
     fx_sio *io = fx_memio_sio(f.m);
     /* A headerless newest segment. */
     char path[64];
@@ -888,8 +878,7 @@ static void test_unfinished_rollover_leftovers_are_discarded(void **state)
     assert_int_equal(f.rep.abandoned_segments, 1);
     assert_int_equal(fx_dlog_segment_count(f.log), segs);
     assert_int_equal(fx_dlog_next_offset(f.log), 8);
-    fx_dlog_close(f.log, false);
-    f.log = NULL;
+    close_log(&f, false);
     /* An empty newest segment whose base does not continue the log. */
     assert_int_equal(io->ops->open(io, path, FX_SIO_CREATE, &fd), 0);
     uint8_t h[FX_SEG_HEADER_LEN];
