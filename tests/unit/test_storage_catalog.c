@@ -167,21 +167,27 @@ static void test_undeclared_directories_are_listed(void **state)
     fx_memio_free(m);
 }
 
-static void test_remove_deletes_the_entry_and_the_files(void **state)
+/* Declares t/n/s in |c| and creates its log's files at |path| (its directory). */
+static void declare_with_log(fx_memio *m, fx_catalog *c, char *path, size_t cap)
 {
-    fx_memio *m;
-    assert_int_equal(fx_memio_new(&m), 0);
-    fx_catalog *c = open_ok(m);
     const fx_catalog_entry *e;
     assert_int_equal(fx_catalog_declare(c, "t", "n", "s", &PARAMS, NULL, &e), 0);
-    char path[256];
-    assert_int_equal(fx_catalog_dir_path(c, e, path, sizeof(path)), 0);
+    assert_int_equal(fx_catalog_dir_path(c, e, path, cap), 0);
     fx_dlog_config cfg;
     fx_dlog_config_default(&cfg);
     cfg.io = fx_memio_sio(m);
     fx_dlog *log;
     assert_int_equal(fx_dlog_open(&log, path, &cfg, 1, NULL), 0);
     fx_dlog_close(log, true);
+}
+
+static void test_remove_deletes_the_entry_and_the_files(void **state)
+{
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    fx_catalog *c = open_ok(m);
+    char path[256];
+    declare_with_log(m, c, path, sizeof(path));
     assert_int_equal(fx_catalog_remove(c, "t", "n", "x"), -ENOENT);
     assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), 0);
     assert_int_equal(fx_catalog_count(c), 0);
@@ -204,16 +210,8 @@ static void test_a_deletion_cut_short_is_finished_at_open(void **state)
     fx_memio *m;
     assert_int_equal(fx_memio_new(&m), 0);
     fx_catalog *c = open_ok(m);
-    const fx_catalog_entry *e;
-    assert_int_equal(fx_catalog_declare(c, "t", "n", "s", &PARAMS, NULL, &e), 0);
     char path[256];
-    assert_int_equal(fx_catalog_dir_path(c, e, path, sizeof(path)), 0);
-    fx_dlog_config cfg;
-    fx_dlog_config_default(&cfg);
-    cfg.io = fx_memio_sio(m);
-    fx_dlog *log;
-    assert_int_equal(fx_dlog_open(&log, path, &cfg, 1, NULL), 0);
-    fx_dlog_close(log, true);
+    declare_with_log(m, c, path, sizeof(path));
     fx_memio_fail_only(m, ".log");
     fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, 1);
     assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
