@@ -39,6 +39,18 @@ static E *d_new(char *root, size_t cap, int mode)
     return e;
 }
 
+/* A broker whose durable root "/fxdur" is in the in-memory I/O layer |*pm|
+ * (free it after the broker). */
+static E *d_new_memio(fx_memio **pm, int mode)
+{
+    static char root[64];
+    snprintf(root, sizeof(root), "/fxdur");
+    assert_int_equal(fx_memio_new(pm), 0);
+    E *e = d_new(root, sizeof(root), mode);
+    e->bo.durable.io = fx_memio_sio(*pm);
+    return e;
+}
+
 static void put_stream(E *e, const char *stream, const char *body, int status, const char *has)
 {
     char path[256];
@@ -279,10 +291,7 @@ static void test_jobs_queued_behind_a_flush_share_one_append(void **state)
 {
     (void)state;
     fx_memio *m;
-    assert_int_equal(fx_memio_new(&m), 0);
-    char root[64] = "/fxdur";
-    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
-    e->bo.durable.io = fx_memio_sio(m);
+    E *e = d_new_memio(&m, FX_FSYNC_ON_COMMIT);
     e->bo.durable.max_unsynced_bytes = 0;
     e_start(e);
     put_stream(e, "h", "{\"durable\": true}", 201, NULL);
@@ -941,10 +950,7 @@ static void test_storage_full_fails_the_publish_and_it_never_reaches_a_subscribe
 {
     (void)state;
     fx_memio *m;
-    assert_int_equal(fx_memio_new(&m), 0);
-    char root[64] = "/fxdur";
-    E *e = d_new(root, sizeof(root), FX_FSYNC_PERIODIC);
-    e->bo.durable.io = fx_memio_sio(m);
+    E *e = d_new_memio(&m, FX_FSYNC_PERIODIC);
     e_start(e);
     put_stream(e, "f", "{\"durable\": true}", 201, NULL);
     fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
@@ -971,10 +977,7 @@ static void test_failed_flush_fails_the_publish_with_storage_error(void **state)
 {
     (void)state;
     fx_memio *m;
-    assert_int_equal(fx_memio_new(&m), 0);
-    char root[64] = "/fxdur";
-    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
-    e->bo.durable.io = fx_memio_sio(m);
+    E *e = d_new_memio(&m, FX_FSYNC_ON_COMMIT);
     e_start(e);
     put_stream(e, "f", "{\"durable\": true}", 201, NULL);
     put_stream(e, "other", "{\"durable\": true}", 201, NULL);
