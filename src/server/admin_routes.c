@@ -104,20 +104,24 @@ static void stream_json(fx_admin_resp *r, unsigned status, const char *names[3],
                           "stream", names[2], what, value));
 }
 
-static unsigned create_status(int rv)
+/* The HTTP status of a broker stream operation's error (create, retention). */
+static unsigned broker_status(int rv)
 {
     switch (rv) {
     case FX_EWIRE_NAME:
+    case -ENOTSUP:
+    case -EINVAL:
+    case -ERANGE:
         return 400;
+    case FX_ENOSTREAM:
+        return 404;
+    case -EEXIST:
+        return 409;
     case FX_EFULL:
         return 429;
     case FX_ESHUTDOWN:
+    case FX_ETIMEDOUT:
         return 503;
-    case -EEXIST:
-        return 409;
-    case -ENOTSUP:
-    case -EINVAL:
-        return 400;
     default:
         return 500;
     }
@@ -213,24 +217,6 @@ static void stream_answer(fx_admin_resp *r, unsigned status, const char *names[3
     answer_json(r, status, j);
 }
 
-static unsigned retention_status(int rv)
-{
-    switch (rv) {
-    case FX_ENOSTREAM:
-        return 404;
-    case -EEXIST:
-        return 409;
-    case -EINVAL:
-    case -ERANGE:
-        return 400;
-    case FX_ESHUTDOWN:
-    case FX_ETIMEDOUT:
-        return 503;
-    default:
-        return 500;
-    }
-}
-
 /* Applies the retention fields of |sb| to the stream. Returns true when it
  * did (|ret| holds the overrides now), false after answering the error
  * (|created|: the PUT created the stream just before, which the answer
@@ -247,7 +233,7 @@ static bool apply_retention(fx_admin_resp *resp, fx_broker *b, const char *names
     snprintf(msg, sizeof(msg), "%s%s",
              created ? "the stream was created without its retention overrides: " : "",
              err.msg[0] ? err.msg : fx_strerror(rv));
-    error_json(resp, retention_status(rv), msg);
+    error_json(resp, broker_status(rv), msg);
     return false;
 }
 
@@ -273,7 +259,7 @@ static void on_create(const fx_admin_req *req, fx_admin_resp *resp, void *user)
     int rv = fx_broker_create_stream_durable(user, names[0], names[1], names[2], sb.durable,
                                              &created, &durable, &err);
     if (rv != 0) {
-        error_json(resp, create_status(rv), err.msg[0] ? err.msg : fx_strerror(rv));
+        error_json(resp, broker_status(rv), err.msg[0] ? err.msg : fx_strerror(rv));
         return;
     }
     uint64_t ret[2] = {0};
