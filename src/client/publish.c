@@ -467,13 +467,18 @@ static void worker_kick(pworker *w)
     }
 }
 
+/* True while |w| holds publishes not yet handed to QUIC. */
+static bool worker_has_work(pworker *w)
+{
+    return w->held != NULL || w->ghead != NULL || w->next != NULL || fx_queue_depth(&w->q) > 0;
+}
+
 static void drain_task(fx_loop *l, fx_task *t, void *user)
 {
     (void)l, (void)t;
     pworker *w = user;
     /* A flush kicks every worker: one never used stays unopened. */
-    if (w->state == 0 && w->held == NULL && w->ghead == NULL && w->next == NULL &&
-        fx_queue_depth(&w->q) == 0)
+    if (w->state == 0 && !worker_has_work(w))
         return;
     worker_kick(w);
 }
@@ -490,8 +495,7 @@ void fxc_pub_conn_ready(fx_client *c, cconn *cc)
         pworker *w = &c->workers[i];
         if (c->conns[i / c->o.publish_streams_per_conn] != cc)
             continue;
-        bool busy =
-            w->held != NULL || w->ghead != NULL || w->next != NULL || fx_queue_depth(&w->q) > 0;
+        bool busy = worker_has_work(w);
         /* The first worker of each connection authenticates even when idle:
          * the broker closes a connection that authenticated nothing within
          * its auth_timeout_ms, which would make an idle pool connection
