@@ -216,15 +216,12 @@ static int parse_args(int argc, char **argv, log_opts *o)
         return fx_cli_usage_error(CMD, "unknown subcommand (inspect or verify)");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        char *end;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             return fx_cli_print_help(CMD);
         } else if (!o->verify && strcmp(a, "--payload") == 0) {
             o->payload = true;
         } else if (!o->verify && strcmp(a, "--limit") == 0 && i + 1 < argc) {
-            errno = 0;
-            o->limit = strtoull(argv[++i], &end, 10);
-            if (errno != 0 || *end != '\0' || argv[i][0] == '-')
+            if (fx_cli_parse_u64(argv[++i], UINT64_MAX, &o->limit) != 0)
                 return fx_cli_usage_error(CMD, "--limit needs a non-negative integer");
         } else if (a[0] == '-') {
             char msg[128];
