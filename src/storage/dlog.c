@@ -290,17 +290,15 @@ static int roll(fx_dlog *log, uint64_t now_us)
     return 0;
 }
 
-/* Encodes the batch into log->enc; returns its length in *plen. */
+/* Encodes the batch (|total| bytes, records with their headers) into
+ * log->enc. Returns 0 or -ENOMEM. */
 static int encode_batch(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t first,
                         uint64_t ts_us, size_t total)
 {
-    if (total > log->enc_cap) {
-        uint8_t *p = realloc(log->enc, total);
-        if (p == NULL)
-            return -ENOMEM;
-        log->enc = p;
-        log->enc_cap = total;
-    }
+    uint8_t *grown = fx_grow(log->enc, &log->enc_cap, total, 1, 64 * 1024);
+    if (grown == NULL)
+        return -ENOMEM;
+    log->enc = grown;
     uint8_t *p = log->enc;
     for (size_t i = 0; i < n; i++) {
         fx_logfmt_rec_header_encode(p, first + i, ts_us, recs[i].data, recs[i].len);
