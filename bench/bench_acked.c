@@ -257,14 +257,15 @@ static void acked_collect(acked_run *A, fx_bench_result *r)
         memcpy(all + k, A->pubs[i].lat, A->pubs[i].nlat * sizeof(*all));
         k += A->pubs[i].nlat;
     }
-    fx_bench_lat_summarize(all, all != NULL ? n : 0, unkept, &r->lat);
+    if (all != NULL)
+        fx_bench_lat_summarize(all, n, unkept, &r->lat);
     free(all);
     r->window_s = (double)(atomic_load(&A->stop_ns) - atomic_load(&A->start_ns)) / 1e9;
     r->msgs_per_s = r->window_s > 0 ? (double)in_window / r->window_s : NAN;
     r->acked = in_window;
     r->pub_errors = errors;
     r->t.sent_measured = n + unkept;
-    r->valid = errors == 0 && in_window > 0 && n > 0;
+    r->valid = all != NULL && errors == 0 && in_window > 0 && n > 0;
     for (uint32_t i = 0; i < c->publishers && errors > 0; i++)
         if (A->pubs[i].errors > 0) {
             snprintf(r->why, sizeof(r->why), "%llu acked publishes failed (first: %.30s: %.90s)",
@@ -272,7 +273,9 @@ static void acked_collect(acked_run *A, fx_bench_result *r)
                      A->pubs[i].err_text);
             break;
         }
-    if (errors == 0 && !r->valid)
+    if (all == NULL)
+        snprintf(r->why, sizeof(r->why), "out of memory for the latency samples");
+    else if (errors == 0 && !r->valid)
         snprintf(r->why, sizeof(r->why), "no acked publish completed in the measured window");
 }
 

@@ -221,8 +221,8 @@ int fx_bench_probe_run(const fx_bench_cfg *c, fx_bench_result *r)
         group[i] = (uint8_t)('a' + i % 26);
     if ((rv = grouped(&p, group, glen)) == 0)
         rv = single(&p, group, rlen, slat, nsingle);
-    int crv = close_file(&p);
-    rv = rv != 0 ? rv : crv;
+    if (rv == 0) /* else the first error stands; out: discards the file */
+        rv = close_file(&p);
     if (rv != 0)
         goto out;
     uint64_t none = 0; /* qsort takes no NULL array, even an empty one */

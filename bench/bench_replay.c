@@ -30,14 +30,7 @@ static int replay_err(fx_bench_result *r, int rv, const char *what)
 static int replay_connect(const fx_bench_cfg *c, fx_client **pc, fx_bench_result *r)
 {
     fx_client_opts o;
-    fx_client_opts_init(&o);
-    (void)fx_client_opts_from_env(&o); /* felix-bench's main checked them at start */
-    o.server = c->server;
-    o.server_name = "localhost";
-    o.pin_sha256 = c->pin;
-    o.insecure = c->insecure;
-    o.connect_timeout_ms = 3000;
-    o.sub_queue_policy = FX_POLICY_BLOCK; /* lossless: the replay paces itself */
+    fx_bench_client_opts(c, &o, false); /* lossless: the replay paces itself */
     int rv = fx_client_connect(pc, &o);
     return rv == 0 ? 0 : replay_err(r, rv, "cannot connect");
 }

@@ -655,6 +655,22 @@ static void jnum(const char *name, double v, int prec)
         printf("\"%s\":%.*f,", name, prec, v);
 }
 
+/* Prints "name":"s", escaping quotes, backslashes and control bytes. */
+static void jstr(const char *name, const char *s)
+{
+    printf("\"%s\":\"", name);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    printf("\",");
+}
+
 static void json_common(const opts *o, const fx_bench_result *r, int run)
 {
     const fx_bench_cfg *c = &o->c;
@@ -670,7 +686,7 @@ static void json_common(const opts *o, const fx_bench_result *r, int run)
            (unsigned long long)r->t.dups, (unsigned long long)r->t.errors,
            r->valid ? "true" : "false");
     if (!r->valid)
-        printf("\"invalid_reason\":\"%s\",", r->why);
+        jstr("invalid_reason", r->why);
     printf("\"broker\":\"%s\",\"broker_mtu\":%u,\"run\":%d,",
            c->in_process ? "in-process" : "external", o->mtu, run);
 }
@@ -713,21 +729,6 @@ static void json_lat(const fx_bench_lat *l)
     jnum("mean_us", l->mean_us, 1);
 }
 
-/* Prints "name":"s", escaping quotes, backslashes and control bytes. */
-static void jstr(const char *name, const char *s)
-{
-    printf("\"%s\":\"", name);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    printf("\",");
-}
 
 static void print_probe_json(const opts *o, const fx_bench_result *r, int run)
 {
@@ -783,7 +784,7 @@ static void json_loss(const fx_bench_result *r)
     printf("\"loss_accounted\":%s,\"loss_exact\":%s,", r->loss_accounted ? "true" : "false",
            r->loss_exact ? "true" : "false");
     if (!r->loss_accounted)
-        printf("\"loss_why\":\"%s\",", r->loss_why);
+        jstr("loss_why", r->loss_why);
     printf("\"loss_missed\":%llu,\"loss_counted\":%llu,\"loss_ingress_messages\":%llu,"
            "\"loss_pub_lost\":%llu,\"loss_subs\":[",
            (unsigned long long)r->loss_missed, (unsigned long long)r->loss_counted,
