@@ -284,7 +284,7 @@ static void sync_cb(fx_loop *l, fx_task *t, void *user)
     pthread_mutex_unlock(&s->mu);
 }
 
-static void run_on(fx_loop *l, void (*fn)(void *), void *arg)
+void fxb_run_on(fx_loop *l, void (*fn)(void *), void *arg)
 {
     sync_call s = {.fn = fn, .arg = arg};
     pthread_mutex_init(&s.mu, NULL);
@@ -334,9 +334,9 @@ static void barrier_all(fx_broker *b)
     for (int round = 0; round < 3; round++) {
         fxb_durable_barrier(b); /* appends and flushes hand their jobs back */
         for (uint32_t i = 0; i < b->nworkers; i++)
-            run_on(b->workers[i].loop, NULL, NULL);
+            fxb_run_on(b->workers[i].loop, NULL, NULL);
         for (uint32_t i = 0; i < b->nio; i++)
-            run_on(b->io[i], NULL, NULL);
+            fxb_run_on(b->io[i], NULL, NULL);
     }
 }
 
@@ -360,7 +360,7 @@ static void settle_durable(fx_broker *b)
         uint64_t n = 0;
         for (uint32_t i = 0; i < b->nworkers; i++) {
             pending_count p = {.w = &b->workers[i]};
-            run_on(b->workers[i].loop, count_pending, &p);
+            fxb_run_on(b->workers[i].loop, count_pending, &p);
             n += p.n;
         }
         if (n == 0)
@@ -376,7 +376,7 @@ void fx_broker_stop(fx_broker *b)
     b->stopped = true;
     if (b->started) {
         for (uint32_t i = 0; i < b->neps; i++)
-            run_on(b->eps[i].loop, close_endpoint, &b->eps[i]);
+            fxb_run_on(b->eps[i].loop, close_endpoint, &b->eps[i]);
         barrier_all(b);
         settle_durable(b);
         barrier_all(b); /* the completions those sent to the connection loops */
@@ -437,7 +437,7 @@ int fx_broker_reload_tls(fx_broker *b)
     for (uint32_t i = 0; i < b->neps && s.rv == 0; i++) {
         s.e = &b->eps[i];
         if (b->started)
-            run_on(s.e->loop, swap_creds, &s);
+            fxb_run_on(s.e->loop, swap_creds, &s);
         else
             swap_creds(&s);
     }

@@ -275,48 +275,12 @@ int fxb_durable_start(fx_broker *b)
     return 0;
 }
 
-typedef struct barrier {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
-    fx_task task;
-} barrier;
-
-static void barrier_on(fx_loop *l);
-
-static void barrier_cb(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    barrier *br = user;
-    pthread_mutex_lock(&br->mu);
-    br->done = true;
-    pthread_cond_signal(&br->cv);
-    pthread_mutex_unlock(&br->mu);
-}
-
-/* Runs what |l| has queued, waiting on this thread. */
-static void barrier_on(fx_loop *l)
-{
-    barrier br = {.done = false};
-    pthread_mutex_init(&br.mu, NULL);
-    pthread_cond_init(&br.cv, NULL);
-    fx_task_init(&br.task, barrier_cb, &br);
-    fx_loop_post(l, &br.task);
-    pthread_mutex_lock(&br.mu);
-    while (!br.done)
-        pthread_cond_wait(&br.cv, &br.mu);
-    pthread_mutex_unlock(&br.mu);
-    pthread_cond_destroy(&br.cv);
-    pthread_mutex_destroy(&br.mu);
-}
-
 void fxb_durable_barrier(fx_broker *b)
 {
     fxb_durable *d = b->dur;
     for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
-        barrier_on(d->st[i].rloop);
-        barrier_on(d->st[i].loop);
+        fxb_run_on(d->st[i].rloop, NULL, NULL); /* what each has queued runs first */
+        fxb_run_on(d->st[i].loop, NULL, NULL);
     }
 }
 
