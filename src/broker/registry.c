@@ -731,7 +731,15 @@ void fx_stream_handle_unref(fx_stream_handle *h)
 
 void fx_stream_handle_touch(fx_stream_handle *h, uint64_t now_ns)
 {
-    atomic_store_explicit(&h->last_used, now_ns, memory_order_relaxed);
+    /* Only auto-created streams expire (auto_created is set before the
+     * handle is published), and expiry counts in seconds: a store at most
+     * every 100 ms keeps this line, which the connection loops share for
+     * |refs|, from moving between cores on every publish job. */
+    if (!h->auto_created)
+        return;
+    uint64_t last = atomic_load_explicit(&h->last_used, memory_order_relaxed);
+    if (now_ns > last && now_ns - last >= 100 * FX_NS_PER_MS)
+        atomic_store_explicit(&h->last_used, now_ns, memory_order_relaxed);
 }
 
 fx_retained *fx_stream_handle_retained(const fx_stream_handle *h)
