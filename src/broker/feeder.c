@@ -33,16 +33,17 @@ static bool pull_cb(void *user, fx_env_item *out)
 {
     feed_pull *p = user;
     fxb_sub *sub = p->sub;
-    /* A durable stream's history from disk comes first, as backlog pages. */
-    if (sub->backlog_pos < sub->backlog.n ||
-        (!fxb_replay_holds(sub) && sub->backlog_pos < sub->backlog.n)) {
+    /* A durable stream's history from disk comes first, as backlog pages:
+     * with the backlog used up, the replay requests its next page (or, done,
+     * hands over the ring's part of the backlog and ends). */
+    if (sub->backlog_pos >= sub->backlog.n && fxb_replay_holds(sub))
+        return false; /* a page is being read (or the replay failed): the live queue waits */
+    if (sub->backlog_pos < sub->backlog.n) {
         *out = sub->backlog.items[sub->backlog_pos];
         sub->backlog.items[sub->backlog_pos++].env = NULL; /* ownership moves */
         p->history = p->last = true;
         return true;
     }
-    if (sub->replay != NULL)
-        return false; /* a page is being read (or the replay failed): the live queue waits */
     p->last = false;
     return fx_subscriber_pull(&p->live, out);
 }
