@@ -25,7 +25,9 @@
 #   conn churn   C one-shot `felix pub` connections to C auto-created streams of 5 tenants
 #   quiescence   nothing runs until every gauge of /metrics reads 0 (streams expire after
 #                stream_idle_expiry_s, so felix_stream_retained_bytes returns to 0 too), at
-#                most 90 s; then the broker's VmRSS is sampled
+#                most 90 s; then, once the broker's idle trim has seen the idle period
+#                (allocator_idle_trim_ms: freed heap goes back to the kernel), its VmRSS
+#                is sampled
 # Pass: every felix-bench run valid (overload: or invalid only by healthy losses, which
 # are accounted); every subscriber's shedding losses equal its counters; every gauge back
 # to 0 after each cycle; per segment, every RSS sample after the first (warm-up) cycle within
@@ -206,8 +208,9 @@ conn_churn() {  # seg cycle
   [ "$bad" = 0 ] || fail "segment $1 cycle $2: $bad of $CONNS one-shot publishes failed"
 }
 
-quiesce() {  # seg cycle; sets RSS (kB) after the gauges settled
-  local t0=$SECONDS left=""
+quiesce() {  # seg cycle; sets RSS (kB) after the gauges settled and the idle trim ran
+  local t0=$SECONDS left="" idle0
+  idle0=$(scrape felix_broker_allocator_idle_periods_total)
   while [ $((SECONDS - t0)) -lt 90 ]; do
     left=$(nonzero_gauges)
     [ -z "$left" ] && break
@@ -224,8 +227,18 @@ quiesce() {  # seg cycle; sets RSS (kB) after the gauges settled
     fail "segment $1 cycle $2: the stalled lossless subscriber was not closed (block timeouts $kicked)"
   fi
   KICKED=$kicked
+  # The broker returns freed heap to the kernel once no datagram has moved for
+  # allocator_idle_trim_ms (2 s), and again within a 250 ms tick whenever more is
+  # freed while idle (the streams expiring): wait for this idle period to be seen,
+  # then for a few ticks.
+  local t1=$SECONDS
+  while [ "$(scrape felix_broker_allocator_idle_periods_total)" -le "$idle0" ] &&
+    [ $((SECONDS - t1)) -lt 30 ]; do
+    sleep 0.5
+  done
+  sleep 1
   RSS=$(rss_kb)
-  record "{\"check\":\"quiescence\",\"segment\":$1,\"cycle\":$2,\"wait_s\":$((SECONDS - t0)),\"gauges_zero\":$ok,\"rss_kb\":$RSS,\"block_timeouts\":$(scrape felix_subscriber_block_timeouts_total),\"streams_expired\":$(scrape felix_registry_streams_expired_total)}"
+  record "{\"check\":\"quiescence\",\"segment\":$1,\"cycle\":$2,\"wait_s\":$((SECONDS - t0)),\"gauges_zero\":$ok,\"rss_kb\":$RSS,\"idle_periods\":$(scrape felix_broker_allocator_idle_periods_total),\"trims\":$(scrape felix_broker_allocator_trims_total),\"trimmed_kb\":$(( $(scrape felix_broker_allocator_trimmed_bytes_total) / 1024 )),\"block_timeouts\":$(scrape felix_subscriber_block_timeouts_total),\"streams_expired\":$(scrape felix_registry_streams_expired_total)}"
 }
 
 # ---- segments -------------------------------------------------------------------------------

@@ -58,6 +58,14 @@
     C(broker_timer_arm_failures, "felix_broker_timer_arm_failures_total", "",                      \
       "Timers the broker could not arm (out of memory): the commit ack or the publish waiting at " \
       "admission that needed one was failed at once, a durable flush was run at once")             \
+    C(broker_allocator_idle_periods, "felix_broker_allocator_idle_periods_total", "",              \
+      "Idle periods (no datagram sent or received for allocator_idle_trim_ms) the broker "         \
+      "looked at to return freed heap to the kernel")                                              \
+    C(broker_allocator_trims, "felix_broker_allocator_trims_total", "",                            \
+      "Times an idle broker returned freed heap to the kernel (malloc_trim): at the start of an "  \
+      "idle period if RSS grew 1 MiB since the last trim, later if the free heap grew 1 MiB")      \
+    C(broker_allocator_trimmed_bytes, "felix_broker_allocator_trimmed_bytes_total", "",            \
+      "Resident bytes the idle trims gave back to the kernel (RSS before minus after)")            \
     C(ingress_reserve_waited, "felix_broker_ingress_reserve_waited_total", "",                     \
       "Frame headers whose byte reservation had to wait (the stream stopped reading meanwhile)")   \
     G(ingress_reserved_bytes, "felix_broker_ingress_reserved_bytes", "",                           \
@@ -259,7 +267,7 @@
 #define FX_ADMIN_REFUSED_HELP                                                                      \
     "Admin HTTP requests and connections refused: host (Host header not this endpoint's), "        \
     "token (bearer token missing or wrong), connection_limit (all or this address's "              \
-    "connections in use), headers_too_large (request line and headers over the per-connection "   \
+    "connections in use), headers_too_large (request line and headers over the per-connection "    \
     "memory), body_too_large (request body over the limit)"
 #define FX_METRICS_ADMIN(C, G, H)                                                                  \
     C(admin_refused_host, "felix_admin_refused_total", "reason=host", FX_ADMIN_REFUSED_HELP)       \

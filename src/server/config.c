@@ -181,6 +181,11 @@ const struct key fx_config_keys[] = {
      FIELD(allocator_retain_bytes), .def = "64MiB", .min = 0, .max = 4 * GiB,
      .help = "freed heap the allocator keeps instead of returning it to the OS, so RSS stays at "
              "its high-water mark under load; 0 = the C library's own trimming"},
+    {.name = "allocator_idle_trim_ms", .env = {"FELIX_ALLOCATOR_IDLE_TRIM_MS"}, .type = T_DUR,
+     FIELD(allocator_idle_trim_ns), .def = "2s", .min = 0, .max = HOUR,
+     .help = "after this long with no datagram sent or received, freed heap goes back to the "
+             "kernel (malloc_trim) if RSS grew 1 MiB since the last trim, and again whenever the "
+             "free heap grows 1 MiB while idle; 0 = never"},
     /* connections and QUIC */
     {.name = "max_connections", .env = {"FELIX_MAX_CONNECTIONS"}, .type = T_U32,
      .section = "connections and QUIC", FIELD(max_connections), .def = "4096", .min = 1,

@@ -128,6 +128,7 @@ typedef struct fx_config {
     /* memory */
     uint64_t memory_limit_bytes;     /* the target in effect (detected when the key is 0) */
     uint64_t allocator_retain_bytes; /* malloc trim threshold; 0 = glibc defaults */
+    uint64_t allocator_idle_trim_ns; /* idle time before malloc_trim; 0 = never */
     /* connections and QUIC */
     uint32_t max_connections;
     uint32_t max_connections_per_ip;      /* 0 = no limit */

@@ -25,12 +25,14 @@
 
 #include "base/hostport.h"
 #include "base/log.h"
+#include "base/loop.h"
 #include "broker/broker.h"
 #include "felix/error.h"
 #include "server/admin.h"
 #include "server/admin_routes.h"
 #include "server/authn.h"
 #include "server/config.h"
+#include "server/memtrim.h"
 #include "server/pipeline.h"
 #include "server/statedir.h"
 #include "storage/syncpol.h"
@@ -395,13 +397,20 @@ static void on_sighup(fx_authn *a, fx_broker *b)
 
 /* Waits for SIGINT or SIGTERM (returned), reloading the certificate and
  * keys on each SIGHUP. |set| holds the three signals, blocked in every
- * thread. */
-static int wait_stop_signal(const sigset_t *set, fx_authn *a, fx_broker *b)
+ * thread. Between signals, every 250 ms, gives freed heap back to the kernel
+ * once the broker has been idle for allocator_idle_trim_ms (memtrim.h). */
+static int wait_stop_signal(const sigset_t *set, fx_authn *a, fx_broker *b, const fx_config *c)
 {
+    fx_memtrim trim;
+    fx_memtrim_init(&trim, c->allocator_idle_trim_ns);
+    const struct timespec tick = {.tv_sec = 0, .tv_nsec = 250 * 1000 * 1000};
     for (;;) {
-        int sig = 0;
-        if (sigwait(set, &sig) != 0)
-            continue;
+        int sig = sigtimedwait(set, NULL, c->allocator_idle_trim_ns ? &tick : NULL);
+        if (sig < 0) {
+            if (errno == EAGAIN)
+                fx_memtrim_tick(&trim, fx_now_ns(), fx_memtrim_broker_activity());
+            continue; /* EINTR, or the tick */
+        }
         if (sig != SIGHUP)
             return sig;
         on_sighup(a, b);
@@ -711,7 +720,7 @@ static int serve(const fx_config *c, bool repair_durable)
     }
     print_banner(c, b, admin);
     notify_systemd("READY=1"); /* both listeners are open */
-    int sig = wait_stop_signal(&set, authn, b);
+    int sig = wait_stop_signal(&set, authn, b, c);
     fx_admin_set_draining(admin, true); /* first: load balancers stop sending */
     notify_systemd("STOPPING=1");
     fprintf(stderr,

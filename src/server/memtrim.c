@@ -1,0 +1,101 @@
+/* The idle trimmer (memtrim.h). */
+#include "server/memtrim.h"
+
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+
+void fx_memtrim_init(fx_memtrim *t, uint64_t idle_ns)
+{
+    *t = (fx_memtrim){.idle_ns = idle_ns};
+}
+
+size_t fx_memtrim_rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "re");
+    if (f == NULL)
+        return 0;
+    unsigned long size = 0, resident = 0;
+    int n = fscanf(f, "%lu %lu", &size, &resident);
+    fclose(f);
+    if (n != 2)
+        return 0;
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+uint64_t fx_memtrim_broker_activity(void)
+{
+    fx_metrics_snapshot *s = malloc(sizeof(*s));
+    if (s == NULL)
+        return 0; /* reads as "no activity", the trimmer then waits for the next tick */
+    fx_metrics_snapshot_take(s);
+    uint64_t v = s->c.quic_datagrams_in + s->c.quic_datagrams_out;
+    free(s);
+    return v;
+}
+
+size_t fx_memtrim_free_bytes(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.fordblks;
+}
+
+static size_t rss_now(const fx_memtrim *t)
+{
+    return t->rss_fn != NULL ? t->rss_fn(t->arg) : fx_memtrim_rss_bytes();
+}
+
+static size_t free_now(const fx_memtrim *t)
+{
+    return t->free_fn != NULL ? t->free_fn(t->arg) : fx_memtrim_free_bytes();
+}
+
+static void trim(fx_memtrim *t)
+{
+    size_t before = rss_now(t);
+    if (t->trim_fn != NULL)
+        t->trim_fn(t->arg);
+    else
+        malloc_trim(0);
+    size_t after = rss_now(t);
+    t->rss_after = after;
+    FX_COUNTER_INC(broker_allocator_trims);
+    if (after < before)
+        FX_COUNTER_ADD(broker_allocator_trimmed_bytes, before - after);
+    FX_LOG_DEBUG("server",
+                 "idle: returned %zu KiB of freed heap to the kernel (RSS %zu -> %zu KiB)",
+                 before > after ? (before - after) >> 10 : 0, before >> 10, after >> 10);
+}
+
+int fx_memtrim_tick(fx_memtrim *t, uint64_t now_ns, uint64_t activity)
+{
+    if (t->idle_ns == 0)
+        return 0;
+    if (!t->started || activity != t->activity) {
+        t->started = true;
+        t->activity = activity;
+        t->changed_ns = now_ns;
+        t->idle = false;
+        return 0;
+    }
+    if (now_ns - t->changed_ns < t->idle_ns)
+        return 0;
+    size_t free_bytes = free_now(t);
+    bool grown;
+    if (!t->idle) { /* the first look at this idle period */
+        t->idle = true;
+        FX_COUNTER_INC(broker_allocator_idle_periods);
+        grown = t->rss_after == 0 || rss_now(t) >= t->rss_after + FX_MEMTRIM_MIN_GROWTH;
+    } else {
+        grown = free_bytes >= t->free_seen + FX_MEMTRIM_MIN_GROWTH;
+    }
+    t->free_seen = free_bytes;
+    if (!grown)
+        return 0;
+    trim(t);
+    return 1;
+}

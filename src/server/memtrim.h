@@ -1,0 +1,65 @@
+/* Returning freed heap to the kernel once the broker goes idle.
+ *
+ * Under load the broker keeps freed heap (allocator_retain_bytes) so that a
+ * burst does not fault its buffers in again and again. That memory is only
+ * worth keeping while traffic flows: after a peak (a stalled lossless
+ * subscriber, a burst of large frames) glibc would otherwise hold the peak's
+ * heap for the rest of the process's life. The idle trimmer watches a
+ * monotonic activity count (datagrams sent and received); once it has not
+ * moved for allocator_idle_trim_ms it calls malloc_trim(0), which gives back
+ * every whole free page of every arena, when one of two things says there is
+ * something to give back: at the start of an idle period, RSS has grown by
+ * FX_MEMTRIM_MIN_GROWTH since the last trim (so a client that publishes every
+ * few seconds does not pay for a trim each time); later in the same idle
+ * period, the free heap has grown by as much since the last look (the broker
+ * frees memory while no datagram moves: a stream expiring, retention, a
+ * stalled subscriber closed). Counted in
+ * felix_broker_allocator_idle_periods_total, felix_broker_allocator_trims_total
+ * and felix_broker_allocator_trimmed_bytes_total.
+ *
+ * One thread drives a trimmer (felix-broker's main thread, between signals). */
+#ifndef FX_SERVER_MEMTRIM_H
+#define FX_SERVER_MEMTRIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Growth (of RSS since the last trim, or of the free heap while idle) below
+ * which the trimmer does not trim. */
+#define FX_MEMTRIM_MIN_GROWTH ((size_t)1 << 20)
+
+typedef struct fx_memtrim {
+    uint64_t idle_ns;    /* 0: never trims */
+    uint64_t activity;   /* the count at the last tick */
+    uint64_t changed_ns; /* when it last moved */
+    bool idle;           /* the current idle period has been looked at */
+    bool started;        /* a first tick has run */
+    size_t rss_after;    /* RSS after the last trim (0: none yet) */
+    size_t free_seen;    /* free heap at the last idle tick */
+    /* Tests only: replace the readings and the trim (NULL: the real ones). */
+    size_t (*rss_fn)(void *arg);
+    size_t (*free_fn)(void *arg);
+    void (*trim_fn)(void *arg);
+    void *arg;
+} fx_memtrim;
+
+/* Sets up |t| to trim after |idle_ns| without activity (0: never). */
+void fx_memtrim_init(fx_memtrim *t, uint64_t idle_ns);
+
+/* Looks at |activity| (any count that moves whenever the broker works) at
+ * time |now_ns|. Returns 1 if it trimmed, 0 if not. */
+int fx_memtrim_tick(fx_memtrim *t, uint64_t now_ns, uint64_t activity);
+
+/* The broker's activity count: UDP datagrams received plus sent, from the
+ * metrics registry. Any thread. */
+uint64_t fx_memtrim_broker_activity(void);
+
+/* The process's resident set in bytes (/proc/self/statm), 0 if unreadable. */
+size_t fx_memtrim_rss_bytes(void);
+
+/* Free bytes the allocator holds in its arenas (mallinfo2's fordblks). Walks
+ * every arena under its lock: for idle moments. */
+size_t fx_memtrim_free_bytes(void);
+
+#endif
