@@ -1,13 +1,14 @@
-/* The raw test client of the broker's integration tests (test_broker_*.c):
- * a real fx_broker (its own loop threads) on 127.0.0.1 port 0, and a small
- * client built from src/quic and src/wire running on the test thread's loop,
- * with helpers to publish, subscribe and wait. Counters are checked as
- * differences of fx_metrics_snapshot_take() around each scenario.
+/* The raw test client of the integration tests that speak QUIC frames
+ * themselves (test_broker_*.c, test_hostile.c, test_drain_replies.c): a real
+ * fx_broker (its own loop threads) on 127.0.0.1 port 0 (fixture.h), and a
+ * small client built from src/quic and src/wire running on the test thread's
+ * loop, from 127.0.0.1 or 127.0.0.2, with helpers to send raw bytes and
+ * frames, publish, subscribe, withhold credit and wait. Counters are checked
+ * as differences of fx_metrics_snapshot_take() around each scenario.
  * Header-only (static inline), included by one test file each. */
 #ifndef FX_TESTS_INTEG_BROKER_CLIENT_H
 #define FX_TESTS_INTEG_BROKER_CLIENT_H
 
-#include <dirent.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,6 +23,7 @@
 #include "base/metrics.h"
 #include "broker/broker.h"
 #include "felix/error.h"
+#include "integ/fixture.h"
 #include "quic/quic.h"
 #include "wire/binary.h"
 #include "wire/frame.h"
@@ -50,11 +52,15 @@ typedef struct tstream {
     tconn *tc;
     int64_t sid;
     bool used, uni, fin, closed, reset;
+    uint64_t code; /* of the reset */
     fx_frame_decoder dec;
     tframe *head, *tail;
+    size_t frames;        /* frames received (a test may zero it) */
+    fx_msg_type last_type; /* of the last JSON reply */
+    char last[256];        /* the last JSON error reply's message, else "" */
+    bool stalled;          /* withholds the broker's credit: its data piles up */
+    size_t held;           /* the bytes received while stalled, not yet given back */
     /* event streams */
-    bool stalled;
-    size_t held;
     bool hello;
     uint64_t sub_id;
     uint64_t events, next_off, gaps, missed, dups, bad;
@@ -67,6 +73,7 @@ struct tconn {
     T *t;
     fx_quic_conn *qc;
     bool up, closed;
+    char close_text[128];
     tstream s[MAX_STREAMS];
     /* outbound queue: sends refused by the unacked cap wait here */
     fx_buf *out[MAX_OUT];
@@ -78,9 +85,10 @@ struct T {
     fx_broker *b;
     fx_broker_opts bo;
     char dir[64];
+    char server[32]; /* "127.0.0.1:<port>", for libfelix clients */
     fx_loop *loop;
     fx_timer poll;
-    fx_quic_endpoint *ep;
+    fx_quic_endpoint *ep[2]; /* from 127.0.0.1; from 127.0.0.2 (made on first use) */
     fx_quic_opts co;
     bool (*pred)(T *);
     void *arg;
@@ -174,8 +182,20 @@ static inline void on_event_frame(T *t, tstream *s, const fx_frame *f)
     fx_wire_event_batch_deinit(&e);
 }
 
+/* Notes the type (and an error's message) of a JSON reply in |s|. */
+static inline void note_reply(tstream *s, const fx_frame *f)
+{
+    fx_msg m;
+    if (f->hdr.flags != 0 || fx_msg_decode(&m, f->body, f->len, NULL) != 0)
+        return;
+    s->last_type = m.type;
+    snprintf(s->last, sizeof(s->last), "%s", m.type == FX_MSG_ERROR ? m.message : "");
+    fx_msg_deinit(&m);
+}
+
 static inline void on_reply_frame(tstream *s, const fx_frame *f)
 {
+    note_reply(s, f);
     tframe *r = calloc(1, sizeof(*r));
     assert_non_null(r);
     r->flags = f->hdr.flags;
@@ -247,6 +267,7 @@ static inline void cb_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *
         off += used;
         if (rv != FX_FRAME_READY)
             continue;
+        s->frames++;
         if (s->uni)
             on_event_frame(s->tc->t, s, &f);
         else
@@ -265,13 +286,13 @@ static inline void cb_stream_close(fx_quic_conn *qc, int64_t sid, bool reset, ui
 {
     (void)qc;
     (void)sid;
-    (void)code;
     (void)user;
     tstream *s = stream_user;
     if (s == NULL)
         return;
     s->closed = true;
     s->reset = reset;
+    s->code = code;
 }
 
 static inline void pump(tconn *c)
@@ -299,10 +320,10 @@ static inline void cb_writable(fx_quic_conn *qc, void *user)
 static inline void cb_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, void *user)
 {
     (void)qc;
-    (void)info;
     tconn *c = user;
     c->closed = true;
     c->qc = NULL;
+    snprintf(c->close_text, sizeof(c->close_text), "%s", info->text);
 }
 
 static const fx_quic_callbacks CBS = {
@@ -357,30 +378,33 @@ static inline void run_for(T *t, uint64_t ms)
     run_until_arg(t, never, NULL, ms);
 }
 
+/* A harness: set t->bo (the broker) and t->co (the client), then t_start. */
 static inline T *t_new(void)
 {
-    fx_log_set_level(FX_LOG_ERROR);
     T *t = calloc(1, sizeof(*t));
     assert_non_null(t);
-    snprintf(t->dir, sizeof(t->dir), "/tmp/fxbrokerXXXXXX");
-    assert_non_null(mkdtemp(t->dir));
-    fx_broker_opts_default(&t->bo);
-    t->bo.quic.state_dir = t->dir;
-    t->bo.quic.udp_send_buffer = t->bo.quic.udp_recv_buffer = 1 << 20;
+    fix_state_dir_new(t->dir, sizeof(t->dir), "broker");
+    fix_broker_opts(&t->bo, t->dir);
     t->bo.event_batch_max_delay_ns = 0;
     fx_quic_opts_default(&t->co);
     t->co.udp_send_buffer = t->co.udp_recv_buffer = 1 << 20;
     return t;
 }
 
-static inline void t_start(T *t)
+/* The client's loop and its endpoint from 127.0.0.1, without a broker (to
+ * reach one elsewhere with t_dial). */
+static inline void t_start_client(T *t)
 {
-    assert_int_equal(fx_broker_new(&t->b, &t->bo), 0);
-    assert_int_equal(fx_broker_start(t->b), 0);
-    assert_int_equal(strlen(fx_broker_fingerprint(t->b)), 64);
     assert_int_equal(fx_loop_new(&t->loop, &(fx_loop_opts){.name = "client", .cpu = -1}), 0);
     fx_timer_init(&t->poll, on_poll, t);
-    assert_int_equal(fx_quic_client_new(&t->ep, t->loop, &t->co, &CBS, t), 0);
+    assert_int_equal(fx_quic_client_new(&t->ep[0], t->loop, &t->co, &CBS, t), 0);
+}
+
+static inline void t_start(T *t)
+{
+    fix_broker_start(&t->b, &t->bo, t->server, sizeof(t->server));
+    assert_int_equal(strlen(fx_broker_fingerprint(t->b)), 64);
+    t_start_client(t);
 }
 
 static inline bool conn_up(T *t)
@@ -389,42 +413,53 @@ static inline bool conn_up(T *t)
     return c->up || c->closed;
 }
 
-static inline tconn *t_connect(T *t)
+static inline fx_quic_endpoint *endpoint_from(T *t, int from)
 {
+    if (from == 1 && t->ep[1] == NULL) {
+        fx_quic_opts o = t->co;
+        o.client_bind_ip = "127.0.0.2";
+        assert_int_equal(fx_quic_client_new(&t->ep[1], t->loop, &o, &CBS, t), 0);
+    }
+    return t->ep[from];
+}
+
+/* A new connection (a slot never used before) from 127.0.0.1 (|from| 0) or
+ * 127.0.0.2 (1) to 127.0.0.1:|port|, pinned to |pin|, its handshake done or
+ * refused (check ->up and ->closed). */
+static inline tconn *t_dial(T *t, int from, uint16_t port, const char *pin)
+{
+    assert_true(from == 0 || from == 1);
     tconn *c = NULL;
     for (int i = 0; i < MAX_CONNS && c == NULL; i++)
-        if (t->conns[i].qc == NULL && !t->conns[i].up)
+        if (t->conns[i].t == NULL)
             c = &t->conns[i];
     assert_non_null(c);
     c->t = t;
-    fx_quic_connect_opts co = {.server_name = "localhost",
-                               .pin_sha256 = fx_broker_fingerprint(t->b)};
-    assert_int_equal(fx_quic_connect(t->ep, "127.0.0.1", fx_broker_port(t->b), &co, c, &c->qc), 0);
+    fx_quic_connect_opts co = {.server_name = "localhost", .pin_sha256 = pin};
+    assert_int_equal(fx_quic_connect(endpoint_from(t, from), "127.0.0.1", port, &co, c, &c->qc),
+                     0);
     assert_true(run_until_arg(t, conn_up, c, 5000));
+    return c;
+}
+
+/* A new connection to the broker from |from| (as t_dial): maybe refused. */
+static inline tconn *t_connect_from(T *t, int from)
+{
+    return t_dial(t, from, fx_broker_port(t->b), fx_broker_fingerprint(t->b));
+}
+
+/* A new connection to the broker from 127.0.0.1, its handshake done. */
+static inline tconn *t_connect(T *t)
+{
+    tconn *c = t_connect_from(t, 0);
     assert_true(c->up);
     return c;
 }
 
-static inline void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static inline void t_free(T *t)
 {
-    fx_quic_endpoint_free(t->ep);
+    fx_quic_endpoint_free(t->ep[0]);
+    fx_quic_endpoint_free(t->ep[1]);
     for (int i = 0; i < MAX_CONNS; i++) {
         tconn *c = &t->conns[i];
         while (c->out_n > 0) {
@@ -447,7 +482,7 @@ static inline void t_free(T *t)
     }
     fx_loop_free(t->loop);
     fx_broker_free(t->b);
-    rm_dir(t->dir);
+    fix_rm_dir(t->dir);
     free(t);
 }
 
@@ -480,15 +515,21 @@ static inline void send_msg(tstream *s, const fx_msg *m)
     free(p);
 }
 
-static inline void send_json(tstream *s, const char *json)
+/* A frame of |flags| with |n| body bytes of |body| (may be NULL: zeros). */
+static inline void send_frame(tstream *s, uint16_t flags, const void *body, size_t n)
 {
-    size_t n = strlen(json);
-    uint8_t *p = malloc(FX_WIRE_HEADER_LEN + n);
+    uint8_t *p = calloc(1, FX_WIRE_HEADER_LEN + n);
     assert_non_null(p);
-    fx_frame_header_put(p, 0, (uint32_t)n);
-    memcpy(p + FX_WIRE_HEADER_LEN, json, n);
+    fx_frame_header_put(p, flags, (uint32_t)n);
+    if (body != NULL && n > 0)
+        memcpy(p + FX_WIRE_HEADER_LEN, body, n);
     send_bytes(s, p, FX_WIRE_HEADER_LEN + n);
     free(p);
+}
+
+static inline void send_json(tstream *s, const char *json)
+{
+    send_frame(s, 0, json, strlen(json));
 }
 
 static inline tstream *open_bidi(tconn *c)
@@ -694,8 +735,6 @@ static inline void resume_stream(tstream *s)
         fx_quic_stream_consume(s->tc->qc, s->sid, s->held);
     s->held = 0;
 }
-
-#define DELTA(a, b, field) ((int64_t)((b).c.field - (a).c.field))
 
 /* ---- delivery ------------------------------------------------------------------------- */
 

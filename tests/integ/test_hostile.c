@@ -1,9 +1,10 @@
 /* Integration tests of the limits that protect a broker from clients that
  * never authenticate or misbehave before (and a few after) authenticating:
- * a real fx_broker on 127.0.0.1 port 0, a small raw QUIC client on the test
- * thread's loop (able to send from 127.0.0.2 as a second source address),
- * and libfelix for the legitimate clients. Counters are checked as
- * differences of fx_metrics_snapshot_take() around each scenario. */
+ * a real fx_broker on 127.0.0.1 port 0, the raw QUIC client of
+ * broker_client.h on the test thread's loop (sending from 127.0.0.2 as a
+ * second source address), and libfelix for the legitimate clients. Counters
+ * are checked as differences of fx_metrics_snapshot_take() around each
+ * scenario. */
 /* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
 #include <fcntl.h>
 #include <signal.h>
@@ -18,200 +19,20 @@
 #include <unistd.h>
 
 #include "auth/auth.h"
-#include "integ/fixture.h"
-#include "quic/quic.h"
+#include "integ/broker_client.h"
 #include "server/authn.h"
-#include "wire/binary.h"
-#include "wire/frame.h"
-#include "wire/message.h"
 
-/* ---- the raw client ---------------------------------------------------------------------- */
-
-#define MAX_STREAMS 64
-#define MAX_CONNS 8
 #define FLAG_UNKNOWN 0x0040
 #define FLAG_PUBLISH_BATCH 0x0001
 
-typedef struct H H;
-typedef struct rconn rconn;
+/* ---- tokens ------------------------------------------------------------------------------ */
 
-typedef struct rstream {
-    rconn *rc;
-    int64_t sid;
-    bool used, uni, fin, closed, reset;
-    uint64_t code; /* of the reset */
-    bool stall;    /* never give the broker credit: its replies pile up */
-    fx_frame_decoder dec;
-    size_t frames;  /* reply frames received */
-    char last[256]; /* the last JSON reply's "type" and "message" */
-    fx_msg_type last_type;
-} rstream;
-
-struct rconn {
-    H *h;
-    fx_quic_conn *qc;
-    bool up, closed;
-    char close_text[128];
-    uint64_t close_code;
-    rstream s[MAX_STREAMS];
-};
-
-struct H {
-    fix_env e;
+/* The broker's token check: key "k1" in a JWKS file in the state dir. */
+typedef struct jwt_keys {
     fx_authn *authn;
     char jwks[160];
     uint8_t pub[FX_AUTH_KEY_BYTES], priv[FX_AUTH_KEY_BYTES];
-    fx_loop *loop;
-    fx_timer poll;
-    fx_quic_opts co;
-    fx_quic_endpoint *ep[2]; /* from 127.0.0.1, from 127.0.0.2 */
-    rconn conns[MAX_CONNS];
-    bool (*pred)(H *, void *);
-    void *arg;
-    uint64_t deadline;
-    bool timed_out;
-};
-
-static rstream *slot_new(rconn *c, int64_t sid, bool uni)
-{
-    for (int i = 0; i < MAX_STREAMS; i++) {
-        rstream *s = &c->s[i];
-        if (s->used)
-            continue;
-        memset(s, 0, sizeof(*s));
-        s->used = true;
-        s->rc = c;
-        s->sid = sid;
-        s->uni = uni;
-        fx_frame_decoder_init(&s->dec, 64u << 20);
-        return s;
-    }
-    fail_msg("out of stream slots");
-    return NULL;
-}
-
-static void on_reply(rstream *s, const fx_frame *f)
-{
-    s->frames++;
-    if (f->hdr.flags != 0)
-        return;
-    fx_msg m;
-    if (fx_msg_decode(&m, f->body, f->len, NULL) != 0)
-        return;
-    s->last_type = m.type;
-    snprintf(s->last, sizeof(s->last), "%s", m.type == FX_MSG_ERROR ? m.message : "");
-    fx_msg_deinit(&m);
-}
-
-static void cb_handshake(fx_quic_conn *qc, void *user)
-{
-    (void)qc;
-    rconn *c = user;
-    c->up = true;
-}
-
-static void cb_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
-{
-    rstream *s = slot_new(user, sid, true);
-    assert_int_equal(fx_quic_stream_set_user(qc, sid, s), 0);
-}
-
-static void cb_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, size_t len, bool fin,
-                           void *user, void *stream_user)
-{
-    (void)user;
-    rstream *s = stream_user;
-    if (s == NULL) {
-        fx_quic_stream_consume(qc, sid, len);
-        return;
-    }
-    size_t off = 0;
-    while (off < len) {
-        size_t used = 0;
-        fx_frame f;
-        int rv = fx_frame_decoder_feed(&s->dec, data + off, len - off, &used, &f, NULL);
-        assert_true(rv >= 0);
-        off += used;
-        if (rv == FX_FRAME_READY)
-            on_reply(s, &f);
-    }
-    if (!s->stall)
-        fx_quic_stream_consume(qc, sid, len);
-    if (fin)
-        s->fin = true;
-}
-
-static void cb_stream_close(fx_quic_conn *qc, int64_t sid, bool reset, uint64_t code, void *user,
-                            void *stream_user)
-{
-    (void)qc, (void)sid, (void)user;
-    rstream *s = stream_user;
-    if (s == NULL)
-        return;
-    s->closed = true;
-    s->reset = reset;
-    s->code = code;
-}
-
-static void cb_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, void *user)
-{
-    (void)qc;
-    rconn *c = user;
-    c->closed = true;
-    c->qc = NULL;
-    c->close_code = info->code;
-    snprintf(c->close_text, sizeof(c->close_text), "%s", info->text);
-}
-
-static const fx_quic_callbacks CBS = {
-    .on_handshake_done = cb_handshake,
-    .on_stream_open = cb_stream_open,
-    .on_stream_data = cb_stream_data,
-    .on_stream_close = cb_stream_close,
-    .on_conn_closed = cb_conn_closed,
-};
-
-/* ---- harness ----------------------------------------------------------------------------- */
-
-static void on_poll(fx_loop *l, fx_timer *tm, void *user)
-{
-    H *h = user;
-    if (h->pred(h, h->arg)) {
-        fx_loop_stop(l);
-        return;
-    }
-    if (fx_loop_now(l) > h->deadline) {
-        h->timed_out = true;
-        fx_loop_stop(l);
-        return;
-    }
-    fx_loop_timer_arm(l, tm, fx_loop_now(l) + FX_NS_PER_MS);
-}
-
-/* Runs the client loop until |pred| holds or |ms| pass; returns whether it
- * held. */
-static bool run_until(H *h, bool (*pred)(H *, void *), void *arg, uint64_t ms)
-{
-    h->pred = pred;
-    h->arg = arg;
-    h->timed_out = false;
-    h->deadline = fx_now_ns() + ms * FX_NS_PER_MS;
-    fx_loop_timer_arm(h->loop, &h->poll, 0);
-    assert_int_equal(fx_loop_run(h->loop), 0);
-    fx_loop_timer_cancel(h->loop, &h->poll);
-    return !h->timed_out;
-}
-
-static bool never(H *h, void *arg)
-{
-    (void)h, (void)arg;
-    return false;
-}
-
-static void run_for(H *h, uint64_t ms)
-{
-    run_until(h, never, NULL, ms);
-}
+} jwt_keys;
 
 static void write_jwks(const char *path, const char *kid, const uint8_t *pub)
 {
@@ -224,162 +45,25 @@ static void write_jwks(const char *path, const char *kid, const uint8_t *pub)
     assert_int_equal(rename(tmp, path), 0);
 }
 
-/* A harness; with |jwt| the broker checks tokens signed by key "k1" (no
- * leeway, so an expiry is enforced to the second). Set h->e.bo, then
- * h_start. */
-static H *h_new(bool jwt)
+/* Makes the broker of |t| (not started) check tokens signed by key "k1" of
+ * |k| (no leeway, so an expiry is enforced to the second). |k| must outlive
+ * the broker: jwt_keys_deinit after t_free. */
+static void jwt_keys_init(jwt_keys *k, T *t)
 {
-    H *h = calloc(1, sizeof(*h));
-    assert_non_null(h);
-    fix_env_init(&h->e, "hostile");
-    if (jwt) {
-        snprintf(h->jwks, sizeof(h->jwks), "%s/jwks.json", h->e.dir);
-        assert_int_equal(fx_auth_keygen(h->pub, h->priv), 0);
-        write_jwks(h->jwks, "k1", h->pub);
-        char why[512];
-        fx_authn_opts ao = {.jwks_file = h->jwks, .leeway_s = 0};
-        if (fx_authn_new(&h->authn, &ao, why, sizeof(why)) != 0)
-            fail_msg("authn: %s", why);
-        fx_authn_broker_auth(h->authn, &h->e.bo.auth);
-    }
-    fx_quic_opts_default(&h->co);
-    h->co.udp_send_buffer = h->co.udp_recv_buffer = 1 << 20;
-    return h;
+    memset(k, 0, sizeof(*k));
+    snprintf(k->jwks, sizeof(k->jwks), "%s/jwks.json", t->dir);
+    assert_int_equal(fx_auth_keygen(k->pub, k->priv), 0);
+    write_jwks(k->jwks, "k1", k->pub);
+    char why[512];
+    fx_authn_opts ao = {.jwks_file = k->jwks, .leeway_s = 0};
+    if (fx_authn_new(&k->authn, &ao, why, sizeof(why)) != 0)
+        fail_msg("authn: %s", why);
+    fx_authn_broker_auth(k->authn, &t->bo.auth);
 }
 
-/* The raw client's loop and endpoints (no broker). */
-static void h_start_client(H *h)
+static void jwt_keys_deinit(jwt_keys *k)
 {
-    assert_int_equal(fx_loop_new(&h->loop, &(fx_loop_opts){.name = "raw", .cpu = -1}), 0);
-    fx_timer_init(&h->poll, on_poll, h);
-    assert_int_equal(fx_quic_client_new(&h->ep[0], h->loop, &h->co, &CBS, h), 0);
-    fx_quic_opts o2 = h->co;
-    o2.client_bind_ip = "127.0.0.2";
-    assert_int_equal(fx_quic_client_new(&h->ep[1], h->loop, &o2, &CBS, h), 0);
-}
-
-static void h_start(H *h)
-{
-    fix_env_start(&h->e);
-    h_start_client(h);
-}
-
-static void h_free(H *h)
-{
-    fx_quic_endpoint_free(h->ep[0]);
-    fx_quic_endpoint_free(h->ep[1]);
-    for (int i = 0; i < MAX_CONNS; i++)
-        for (int j = 0; j < MAX_STREAMS; j++)
-            if (h->conns[i].s[j].used)
-                fx_frame_decoder_deinit(&h->conns[i].s[j].dec);
-    fx_loop_free(h->loop);
-    fix_env_deinit(&h->e);
-    fx_authn_free(h->authn);
-    free(h);
-}
-
-static bool conn_settled(H *h, void *arg)
-{
-    (void)h;
-    rconn *c = arg;
-    return c->up || c->closed;
-}
-
-/* A new raw connection from 127.0.0.1 (|from| 0) or 127.0.0.2 (1), its
- * handshake done (or refused: check ->up). */
-static rconn *h_connect_to(H *h, int from, uint16_t port, const char *pin)
-{
-    rconn *c = NULL;
-    for (int i = 0; i < MAX_CONNS && c == NULL; i++)
-        if (h->conns[i].h == NULL)
-            c = &h->conns[i];
-    assert_non_null(c);
-    c->h = h;
-    fx_quic_connect_opts co = {.server_name = "localhost", .pin_sha256 = pin};
-    assert_int_equal(fx_quic_connect(h->ep[from], "127.0.0.1", port, &co, c, &c->qc), 0);
-    assert_true(run_until(h, conn_settled, c, 5000));
-    return c;
-}
-
-static rconn *h_connect(H *h, int from)
-{
-    return h_connect_to(h, from, fx_broker_port(h->e.b), fx_broker_fingerprint(h->e.b));
-}
-
-static rstream *open_bidi(rconn *c)
-{
-    rstream *s = slot_new(c, -1, false);
-    assert_int_equal(fx_quic_conn_open_bidi(c->qc, s, &s->sid), 0);
-    return s;
-}
-
-static void send_bytes(rstream *s, const void *p, size_t n)
-{
-    fx_buf *b;
-    assert_int_equal(fx_buf_new_copy(&b, p, n), 0);
-    assert_int_equal(fx_quic_stream_send(s->rc->qc, s->sid, b, 0, n, false), 0);
-    fx_buf_unref(b);
-}
-
-/* A frame of |flags| with |n| body bytes of |body| (may be NULL: zeros). */
-static void send_frame(rstream *s, uint16_t flags, const void *body, size_t n)
-{
-    uint8_t *p = calloc(1, FX_WIRE_HEADER_LEN + n);
-    assert_non_null(p);
-    fx_frame_header_put(p, flags, (uint32_t)n);
-    if (body != NULL && n > 0)
-        memcpy(p + FX_WIRE_HEADER_LEN, body, n);
-    send_bytes(s, p, FX_WIRE_HEADER_LEN + n);
-    free(p);
-}
-
-static void send_json(rstream *s, const char *json)
-{
-    send_frame(s, 0, json, strlen(json));
-}
-
-static void send_auth(rstream *s, const char *token)
-{
-    char buf[4096];
-    snprintf(buf, sizeof(buf), "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"%s\"}",
-             token != NULL ? token : "x");
-    send_json(s, buf);
-}
-
-static bool has_frames(H *h, void *arg)
-{
-    (void)h;
-    rstream *s = arg;
-    return s->frames > 0 || s->closed || s->rc->closed;
-}
-
-/* Authenticates |s| (any token with auth_mode none) and checks auth_ok. */
-static void auth_ok(H *h, rstream *s, const char *token)
-{
-    send_auth(s, token);
-    assert_true(run_until(h, has_frames, s, 5000));
-    assert_int_equal(s->last_type, FX_MSG_OK); /* no client_flags: the legacy answer */
-    s->frames = 0;
-}
-
-static bool stream_done(H *h, void *arg)
-{
-    (void)h;
-    rstream *s = arg;
-    return s->closed || s->fin || s->rc->closed;
-}
-
-static bool conn_closed(H *h, void *arg)
-{
-    (void)h;
-    return ((rconn *)arg)->closed;
-}
-
-static fx_metrics_snapshot snap(void)
-{
-    fx_metrics_snapshot m;
-    fx_metrics_snapshot_take(&m);
-    return m;
+    fx_authn_free(k->authn);
 }
 
 static int64_t unix_now(void)
@@ -389,7 +73,7 @@ static int64_t unix_now(void)
 
 /* A token of key k1 for tenant t1 that may publish and subscribe, expiring
  * |exp_in| seconds from now. */
-static char *mint(H *h, int64_t exp_in)
+static char *mint(const jwt_keys *k, int64_t exp_in)
 {
     static const char *const perms[] = {"stream.publish:stream:t1/*/*",
                                         "stream.subscribe:stream:t1/*/*"};
@@ -401,14 +85,58 @@ static char *mint(H *h, int64_t exp_in)
                              .perms = perms,
                              .nperms = 2};
     char *token = NULL;
-    assert_int_equal(fx_auth_mint(h->priv, "k1", &c, &token), 0);
+    assert_int_equal(fx_auth_mint(k->priv, "k1", &c, &token), 0);
     return token;
 }
 
-static fx_client *legit_client(H *h, const char *token)
+/* ---- raw client helpers ------------------------------------------------------------------ */
+
+static void send_auth(tstream *s, const char *token)
+{
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"%s\"}",
+             token != NULL ? token : "x");
+    send_json(s, buf);
+}
+
+/* A reply arrived on the stream (t->arg), or it or its connection ended. */
+static bool has_frames(T *t)
+{
+    tstream *s = t->arg;
+    return s->frames > 0 || s->closed || s->tc->closed;
+}
+
+/* Authenticates |s| (any token with auth_mode none) and checks auth_ok. */
+static void auth_ok(T *t, tstream *s, const char *token)
+{
+    send_auth(s, token);
+    assert_true(run_until_arg(t, has_frames, s, 5000));
+    assert_int_equal(s->last_type, FX_MSG_OK); /* no client_flags: the legacy answer */
+    s->frames = 0;
+}
+
+static bool stream_done(T *t)
+{
+    tstream *s = t->arg;
+    return s->closed || s->fin || s->tc->closed;
+}
+
+static bool conn_closed(T *t)
+{
+    return ((tconn *)t->arg)->closed;
+}
+
+static fx_metrics_snapshot snap(void)
+{
+    fx_metrics_snapshot m;
+    fx_metrics_snapshot_take(&m);
+    return m;
+}
+
+static fx_client *legit_client(T *t, const char *token)
 {
     fx_client_opts o;
-    fix_client_opts(&o, h->e.b, h->e.server, "t1", token != NULL ? token : "x");
+    fix_client_opts(&o, t->b, t->server, "t1", token != NULL ? token : "x");
     return fix_connect(&o);
 }
 
@@ -422,6 +150,7 @@ static void legit_publish_within(fx_client *c, uint64_t ms)
         fail_msg("legitimate publish took %llu ms", (unsigned long long)took);
 }
 
+
 /* ---- item: frames before auth ------------------------------------------------------------ */
 
 /* Headers announcing 16 MiB from streams that never authenticate are refused
@@ -431,35 +160,35 @@ static void legit_publish_within(fx_client *c, uint64_t ms)
 static void test_budget_hog_before_auth_never_holds_the_publish_budget(void **state)
 {
     (void)state;
-    H *h = h_new(false);
-    h->e.bo.auth_timeout_ns = 800 * FX_NS_PER_MS;
-    h_start(h);
+    T *t = t_new();
+    t->bo.auth_timeout_ns = 800 * FX_NS_PER_MS;
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    rstream *hogs[4];
+    tstream *hogs[4];
     for (int i = 0; i < 4; i++) {
-        rconn *c = h_connect(h, 1);
+        tconn *c = t_connect_from(t, 1);
         assert_true(c->up);
         hogs[i] = open_bidi(c);
         uint8_t hdr[FX_WIRE_HEADER_LEN];
         fx_frame_header_put(hdr, FLAG_PUBLISH_BATCH, 16u << 20);
         send_bytes(hogs[i], hdr, sizeof(hdr));
     }
-    rconn *slow = h_connect(h, 1);
-    auth_ok(h, open_bidi(slow), NULL); /* so that only the stream's own deadline applies */
-    rstream *partial = open_bidi(slow);
+    tconn *slow = t_connect_from(t, 1);
+    auth_ok(t, open_bidi(slow), NULL); /* so that only the stream's own deadline applies */
+    tstream *partial = open_bidi(slow);
     uint8_t hdr[FX_WIRE_HEADER_LEN];
     fx_frame_header_put(hdr, 0, 60000); /* within the pre-auth cap, body never sent */
     send_bytes(partial, hdr, sizeof(hdr));
-    run_for(h, 200);
+    run_for(t, 200);
     for (int i = 0; i < 4; i++)
-        assert_true(run_until(h, stream_done, hogs[i], 2000));
+        assert_true(run_until_arg(t, stream_done, hogs[i], 2000));
 
-    fx_client *c = legit_client(h, NULL);
+    fx_client *c = legit_client(t, NULL);
     legit_publish_within(c, 1000);
     fix_close(c);
 
     uint64_t t0 = fx_now_ns();
-    assert_true(run_until(h, stream_done, partial, 5000));
+    assert_true(run_until_arg(t, stream_done, partial, 5000));
     assert_true(partial->reset);
     assert_true(fx_now_ns() - t0 < 3000 * FX_NS_PER_MS); /* auth deadline, not frame_read_timeout */
     fx_metrics_snapshot m1 = snap();
@@ -467,7 +196,7 @@ static void test_budget_hog_before_auth_never_holds_the_publish_budget(void **st
     assert_int_equal(DELTA(m0, m1, ingress_reserve_waited), 0);
     assert_true(DELTA(m0, m1, preauth_stream_auth_timeout) >= 1);
     assert_int_equal(m1.g.ingress_reserved_bytes, 0);
-    h_free(h);
+    t_free(t);
 }
 
 /* ---- item: reply flood ------------------------------------------------------------------- */
@@ -477,22 +206,22 @@ static void test_budget_hog_before_auth_never_holds_the_publish_budget(void **st
 static void test_protocol_error_before_auth_ends_the_stream_after_one_reply(void **state)
 {
     (void)state;
-    H *h = h_new(false);
-    h_start(h);
+    T *t = t_new();
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    rconn *c = h_connect(h, 1);
-    rstream *s = open_bidi(c);
+    tconn *c = t_connect_from(t, 1);
+    tstream *s = open_bidi(c);
     for (int i = 0; i < 200; i++)
         send_frame(s, FLAG_UNKNOWN, NULL, 0);
-    assert_true(run_until(h, stream_done, s, 3000));
-    run_for(h, 300);
+    assert_true(run_until_arg(t, stream_done, s, 3000));
+    run_for(t, 300);
     assert_int_equal(s->frames, 1);
     assert_int_equal(s->last_type, FX_MSG_ERROR);
     assert_string_equal(s->last, "unsupported frame flags");
     assert_true(s->fin);
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, preauth_protocol_error), 1);
-    h_free(h);
+    t_free(t);
 }
 
 /* After auth, unread replies are bounded per connection, not only per
@@ -501,32 +230,32 @@ static void test_protocol_error_before_auth_ends_the_stream_after_one_reply(void
 static void test_connection_reply_queue_is_bounded_across_streams(void **state)
 {
     (void)state;
-    H *h = h_new(false);
-    h->e.bo.quic.unacked_cap = 64 * 1024; /* replies stay queued at the broker */
-    h->co.stream_window = 16 * 1024;
-    h->co.conn_window = 64 * 1024;
-    h_start(h);
+    T *t = t_new();
+    t->bo.quic.unacked_cap = 64 * 1024; /* replies stay queued at the broker */
+    t->co.stream_window = 16 * 1024;
+    t->co.conn_window = 64 * 1024;
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    rconn *c = h_connect(h, 0);
+    tconn *c = t_connect_from(t, 0);
     uint8_t *flood = calloc(1500, FX_WIRE_HEADER_LEN);
     assert_non_null(flood);
     for (int i = 0; i < 1500; i++)
         fx_frame_header_put(flood + i * FX_WIRE_HEADER_LEN, FLAG_UNKNOWN, 0);
-    rstream *s[4];
+    tstream *s[4];
     for (int i = 0; i < 4; i++) { /* all authenticated before any window closes */
         s[i] = open_bidi(c);
-        auth_ok(h, s[i], NULL);
+        auth_ok(t, s[i], NULL);
     }
     for (int i = 0; i < 4; i++) {
-        s[i]->stall = true;
+        s[i]->stalled = true;
         send_bytes(s[i], flood, 1500 * FX_WIRE_HEADER_LEN);
     }
     free(flood);
-    run_for(h, 1500);
+    run_for(t, 1500);
     fx_metrics_snapshot m1 = snap();
     assert_true(DELTA(m0, m1, broker_conn_replies_full) >= 1);
     assert_false(c->closed);
-    h_free(h);
+    t_free(t);
 }
 
 /* ---- item: JSON bomb --------------------------------------------------------------------- */
@@ -536,12 +265,12 @@ static void test_connection_reply_queue_is_bounded_across_streams(void **state)
 static void test_json_element_bomb_is_refused_before_parsing(void **state)
 {
     (void)state;
-    H *h = h_new(false);
-    h_start(h);
+    T *t = t_new();
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    rconn *c = h_connect(h, 0);
-    rstream *ok = open_bidi(c);
-    auth_ok(h, ok, NULL);
+    tconn *c = t_connect_from(t, 0);
+    tstream *ok = open_bidi(c);
+    auth_ok(t, ok, NULL);
     size_t n = 100000;
     size_t cap = 256 + n * 7;
     char *batch = malloc(cap);
@@ -555,11 +284,11 @@ static void test_json_element_bomb_is_refused_before_parsing(void **state)
     len += (size_t)snprintf(batch + len, cap - len, "]}");
     send_frame(ok, 0, batch, len);
     free(batch);
-    assert_true(run_until(h, has_frames, ok, 10000));
+    assert_true(run_until_arg(t, has_frames, ok, 10000));
     assert_int_equal(ok->last_type, FX_MSG_PUBLISH_OK);
 
-    rstream *bomb = open_bidi(c);
-    auth_ok(h, bomb, NULL);
+    tstream *bomb = open_bidi(c);
+    auth_ok(t, bomb, NULL);
     size_t bn = 3u << 20; /* about 1.05 M "{}," */
     char *b = malloc(bn);
     assert_non_null(b);
@@ -572,19 +301,18 @@ static void test_json_element_bomb_is_refused_before_parsing(void **state)
     b[i++] = ']';
     send_frame(bomb, 0, b, i);
     free(b);
-    assert_true(run_until(h, stream_done, bomb, 10000));
+    assert_true(run_until_arg(t, stream_done, bomb, 10000));
     assert_true(bomb->reset);
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, broker_json_too_complex), 1);
-    h_free(h);
+    t_free(t);
 }
 
 /* ---- item: uni streams ------------------------------------------------------------------- */
 
-static bool got_event_stream(H *h, void *arg)
+static bool got_event_stream(T *t)
 {
-    (void)h;
-    rconn *c = arg;
+    tconn *c = t->arg;
     for (int i = 0; i < MAX_STREAMS; i++)
         if (c->s[i].used && c->s[i].uni && c->s[i].frames > 0)
             return true;
@@ -596,18 +324,18 @@ static bool got_event_stream(H *h, void *arg)
 static void test_client_uni_streams_are_not_allowed(void **state)
 {
     (void)state;
-    H *h = h_new(false);
-    h_start(h);
-    rconn *c = h_connect(h, 0);
+    T *t = t_new();
+    t_start(t);
+    tconn *c = t_connect_from(t, 0);
     int64_t sid;
     assert_int_equal(fx_quic_conn_open_uni(c->qc, NULL, &sid), FX_ESTREAMS);
-    rstream *s = open_bidi(c);
-    auth_ok(h, s, NULL);
+    tstream *s = open_bidi(c);
+    auth_ok(t, s, NULL);
     send_json(s, "{\"type\":\"subscribe\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
                  "\"stream\":\"uni\"}");
-    assert_true(run_until(h, got_event_stream, c, 5000));
+    assert_true(run_until_arg(t, got_event_stream, c, 5000));
     assert_false(c->closed);
-    h_free(h);
+    t_free(t);
 }
 
 /* ---- item: idle connections -------------------------------------------------------------- */
@@ -617,23 +345,23 @@ static void test_client_uni_streams_are_not_allowed(void **state)
 static void test_connection_without_auth_is_closed_at_auth_timeout(void **state)
 {
     (void)state;
-    H *h = h_new(false);
-    h->e.bo.auth_timeout_ns = 500 * FX_NS_PER_MS;
-    h_start(h);
+    T *t = t_new();
+    t->bo.auth_timeout_ns = 500 * FX_NS_PER_MS;
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    fx_client *legit = legit_client(h, NULL);
-    rconn *idle = h_connect(h, 1);
+    fx_client *legit = legit_client(t, NULL);
+    tconn *idle = t_connect_from(t, 1);
     assert_true(idle->up);
     uint64_t t0 = fx_now_ns();
-    assert_true(run_until(h, conn_closed, idle, 5000));
+    assert_true(run_until_arg(t, conn_closed, idle, 5000));
     assert_true(fx_now_ns() - t0 < 2000 * FX_NS_PER_MS);
     assert_string_equal(idle->close_text, "auth timeout");
-    run_for(h, 500);
+    run_for(t, 500);
     legit_publish_within(legit, 1000); /* still connected, well past the deadline */
     fix_close(legit);
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, preauth_conn_auth_timeout), 1);
-    h_free(h);
+    t_free(t);
 }
 
 /* max_connections_per_ip counts by source address: 127.0.0.1 is refused
@@ -641,25 +369,25 @@ static void test_connection_without_auth_is_closed_at_auth_timeout(void **state)
 static void test_connections_per_source_address_are_capped(void **state)
 {
     (void)state;
-    H *h = h_new(false);
-    h->e.bo.max_connections_per_ip = 3;
-    h_start(h);
+    T *t = t_new();
+    t->bo.max_connections_per_ip = 3;
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    rconn *c[4];
+    tconn *c[4];
     for (int i = 0; i < 4; i++)
-        c[i] = h_connect(h, 0);
-    run_for(h, 300);
+        c[i] = t_connect_from(t, 0);
+    run_for(t, 300);
     for (int i = 0; i < 3; i++)
         assert_false(c[i]->closed);
     assert_true(c[3]->closed);
     assert_string_equal(c[3]->close_text, "too many connections from this address");
-    rconn *other = h_connect(h, 1);
-    run_for(h, 200);
+    tconn *other = t_connect_from(t, 1);
+    run_for(t, 200);
     assert_true(other->up);
     assert_false(other->closed);
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, preauth_conn_per_ip), 1);
-    h_free(h);
+    t_free(t);
 }
 
 /* Streams that wait for their auth are capped per connection: beyond the
@@ -668,35 +396,35 @@ static void test_connections_per_source_address_are_capped(void **state)
 static void test_unauthenticated_streams_per_connection_are_capped(void **state)
 {
     (void)state;
-    H *h = h_new(false);
-    h->e.bo.max_unauth_streams_per_conn = 4;
-    h_start(h);
+    T *t = t_new();
+    t->bo.max_unauth_streams_per_conn = 4;
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    rconn *c = h_connect(h, 1);
+    tconn *c = t_connect_from(t, 1);
     static const char auth[] = "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"x\"}";
     uint8_t frame[FX_WIRE_HEADER_LEN + sizeof(auth)];
     fx_frame_header_put(frame, 0, (uint32_t)(sizeof(auth) - 1));
     memcpy(frame + FX_WIRE_HEADER_LEN, auth, sizeof(auth) - 1);
-    rstream *s[6];
+    tstream *s[6];
     for (int i = 0; i < 6; i++) {
         s[i] = open_bidi(c);
         send_bytes(s[i], frame, 4); /* a header never finished (yet) */
-        run_for(h, 20);
+        run_for(t, 20);
     }
-    run_for(h, 300);
+    run_for(t, 300);
     for (int i = 0; i < 4; i++)
         assert_false(s[i]->closed);
     assert_true(s[4]->reset && s[5]->reset);
     send_bytes(s[0], frame + 4, FX_WIRE_HEADER_LEN + sizeof(auth) - 1 - 4);
-    assert_true(run_until(h, has_frames, s[0], 3000));
+    assert_true(run_until_arg(t, has_frames, s[0], 3000));
     assert_int_equal(s[0]->last_type, FX_MSG_OK);
-    rstream *n = open_bidi(c);
+    tstream *n = open_bidi(c);
     send_bytes(n, frame, 4);
-    run_for(h, 300);
+    run_for(t, 300);
     assert_false(n->closed);
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, preauth_unauth_streams), 2);
-    h_free(h);
+    t_free(t);
 }
 
 /* Unauthenticated streams of several connections each hold a partial frame
@@ -708,29 +436,29 @@ static void test_preauth_bytes_of_all_connections_are_capped(void **state)
 {
     (void)state;
     enum { FRAME = 60000, NCONN = 2, PER_CONN = 4, HOLDERS = 5 };
-    H *h = h_new(false);
-    h->e.bo.preauth_max_bytes = HOLDERS * FRAME;
-    h->e.bo.auth_timeout_ns = 60 * FX_NS_PER_S; /* the holders outlive the test */
-    h_start(h);
-    fx_client *legit = legit_client(h, NULL);
+    T *t = t_new();
+    t->bo.preauth_max_bytes = HOLDERS * FRAME;
+    t->bo.auth_timeout_ns = 60 * FX_NS_PER_S; /* the holders outlive the test */
+    t_start(t);
+    fx_client *legit = legit_client(t, NULL);
     legit_publish_within(legit, 1000);
     fx_metrics_snapshot m0 = snap();
     uint8_t *part = calloc(1, FX_WIRE_HEADER_LEN + 1000);
     assert_non_null(part);
     fx_frame_header_put(part, 0, FRAME); /* 60000 bytes announced, 1000 sent */
-    rconn *c[NCONN];
-    rstream *s[NCONN * PER_CONN];
+    tconn *c[NCONN];
+    tstream *s[NCONN * PER_CONN];
     for (int i = 0; i < NCONN; i++) {
-        c[i] = h_connect(h, 1);
+        c[i] = t_connect_from(t, 1);
         assert_true(c[i]->up);
         for (int j = 0; j < PER_CONN; j++) {
-            rstream *x = s[i * PER_CONN + j] = open_bidi(c[i]);
+            tstream *x = s[i * PER_CONN + j] = open_bidi(c[i]);
             send_bytes(x, part, FX_WIRE_HEADER_LEN + 1000);
-            run_for(h, 20);
+            run_for(t, 20);
         }
     }
     free(part);
-    run_for(h, 300);
+    run_for(t, 300);
     for (int i = 0; i < NCONN * PER_CONN; i++) {
         if (i < HOLDERS)
             assert_false(s[i]->closed);
@@ -743,10 +471,10 @@ static void test_preauth_bytes_of_all_connections_are_capped(void **state)
     assert_int_equal(m1.g.preauth_held_bytes, HOLDERS * FRAME);
 
     /* Full: even a small auth frame on a new connection is refused... */
-    rconn *late = h_connect(h, 0);
-    rstream *refused = open_bidi(late);
+    tconn *late = t_connect_from(t, 0);
+    tstream *refused = open_bidi(late);
     send_auth(refused, NULL);
-    assert_true(run_until(h, stream_done, refused, 3000));
+    assert_true(run_until_arg(t, stream_done, refused, 3000));
     assert_true(refused->reset);
     /* ...while the authenticated client goes on publishing. */
     for (int i = 0; i < 3; i++)
@@ -754,56 +482,52 @@ static void test_preauth_bytes_of_all_connections_are_capped(void **state)
 
     /* The first connection's holders go with it: room for an auth again. */
     fx_quic_conn_close(c[0]->qc, 0, "done");
-    assert_true(run_until(h, conn_closed, c[0], 3000));
-    run_for(h, 200);
-    auth_ok(h, open_bidi(late), NULL);
+    assert_true(run_until_arg(t, conn_closed, c[0], 3000));
+    run_for(t, 200);
+    auth_ok(t, open_bidi(late), NULL);
     fx_metrics_snapshot m2 = snap();
     assert_int_equal(DELTA(m0, m2, preauth_max_bytes), NCONN * PER_CONN - HOLDERS + 1);
     assert_int_equal(m2.g.preauth_held_bytes, (HOLDERS - PER_CONN) * FRAME);
     fix_close(legit);
-    h_free(h);
+    t_free(t);
 }
 
 /* ---- item: auth floods ------------------------------------------------------------------- */
-
-static bool auth_answered(H *h, void *arg)
-{
-    (void)h;
-    rstream *s = arg;
-    return s->frames > 0 || s->closed || s->rc->closed;
-}
 
 /* auth_failures_per_conn failed verifications close the connection; a
  * repeated auth on an authenticated stream is not a failure. */
 static void test_failed_auths_close_the_connection(void **state)
 {
     (void)state;
-    H *h = h_new(true);
-    h_start(h);
+    T *t = t_new();
+    jwt_keys k;
+    jwt_keys_init(&k, t);
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    char *good = mint(h, 3600);
-    rconn *c = h_connect(h, 1);
-    rstream *a = open_bidi(c);
-    auth_ok(h, a, good);
+    char *good = mint(&k, 3600);
+    tconn *c = t_connect_from(t, 1);
+    tstream *a = open_bidi(c);
+    auth_ok(t, a, good);
     send_auth(a, good); /* repeated: an error, not a failed verification */
-    assert_true(run_until(h, auth_answered, a, 3000));
+    assert_true(run_until_arg(t, has_frames, a, 3000));
     for (int i = 0; i < 2; i++) {
-        rstream *s = open_bidi(c);
+        tstream *s = open_bidi(c);
         send_auth(s, "not.a.token");
-        assert_true(run_until(h, auth_answered, s, 3000));
+        assert_true(run_until_arg(t, has_frames, s, 3000));
         assert_string_equal(s->last, "auth failed");
     }
-    run_for(h, 200);
+    run_for(t, 200);
     assert_false(c->closed);
-    rstream *s = open_bidi(c);
+    tstream *s = open_bidi(c);
     send_auth(s, "not.a.token");
-    assert_true(run_until(h, conn_closed, c, 3000));
+    assert_true(run_until_arg(t, conn_closed, c, 3000));
     assert_string_equal(c->close_text, "too many failed auths");
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, preauth_conn_auth_failures), 1);
     assert_int_equal(DELTA(m0, m1, broker_auth_failed), 3);
     free(good);
-    h_free(h);
+    t_free(t);
+    jwt_keys_deinit(&k);
 }
 
 /* Verifications are rate-limited per source address: past auth_rate_per_ip
@@ -811,17 +535,19 @@ static void test_failed_auths_close_the_connection(void **state)
 static void test_auth_attempts_are_rate_limited_per_source_address(void **state)
 {
     (void)state;
-    H *h = h_new(true);
-    h->e.bo.auth_rate_per_ip = 4;
-    h_start(h);
+    T *t = t_new();
+    jwt_keys k;
+    jwt_keys_init(&k, t);
+    t->bo.auth_rate_per_ip = 4;
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    char *good = mint(h, 3600);
-    rconn *c = h_connect(h, 1);
+    char *good = mint(&k, 3600);
+    tconn *c = t_connect_from(t, 1);
     int ok = 0, limited = 0;
     for (int i = 0; i < 8; i++) {
-        rstream *s = open_bidi(c);
+        tstream *s = open_bidi(c);
         send_auth(s, good);
-        assert_true(run_until(h, auth_answered, s, 3000));
+        assert_true(run_until_arg(t, has_frames, s, 3000));
         if (s->last_type == FX_MSG_OK)
             ok++;
         else if (strcmp(s->last, "auth rate limited") == 0)
@@ -829,28 +555,28 @@ static void test_auth_attempts_are_rate_limited_per_source_address(void **state)
     }
     assert_true(ok >= 4 && ok <= 5); /* the burst, maybe one refill */
     assert_int_equal(ok + limited, 8);
-    rconn *other = h_connect(h, 0);
-    rstream *s = open_bidi(other);
-    auth_ok(h, s, good);
+    tconn *other = t_connect_from(t, 0);
+    tstream *s = open_bidi(other);
+    auth_ok(t, s, good);
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, preauth_auth_rate), limited);
     free(good);
-    h_free(h);
+    t_free(t);
+    jwt_keys_deinit(&k);
 }
 
 /* ---- item: token lifetime ---------------------------------------------------------------- */
 
-static bool sub_lapsed(H *h, void *arg)
+static bool sub_lapsed(T *t)
 {
-    (void)h;
-    rconn *c = arg;
+    tconn *c = t->arg;
     for (int i = 0; i < MAX_STREAMS; i++)
         if (c->s[i].used && c->s[i].uni && c->s[i].closed)
             return true;
     return c->closed;
 }
 
-static rstream *event_stream(rconn *c)
+static tstream *event_stream(tconn *c)
 {
     for (int i = 0; i < MAX_STREAMS; i++)
         if (c->s[i].used && c->s[i].uni)
@@ -863,26 +589,28 @@ static rstream *event_stream(rconn *c)
 static void test_streams_end_when_their_token_expires(void **state)
 {
     (void)state;
-    H *h = h_new(true);
-    h_start(h);
+    T *t = t_new();
+    jwt_keys k;
+    jwt_keys_init(&k, t);
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    char *shortlived = mint(h, 2);
-    char *longlived = mint(h, 3600);
-    rconn *c = h_connect(h, 0);
-    rstream *pub = open_bidi(c);
-    auth_ok(h, pub, shortlived);
-    rstream *sub = open_bidi(c);
-    auth_ok(h, sub, shortlived);
+    char *shortlived = mint(&k, 2);
+    char *longlived = mint(&k, 3600);
+    tconn *c = t_connect_from(t, 0);
+    tstream *pub = open_bidi(c);
+    auth_ok(t, pub, shortlived);
+    tstream *sub = open_bidi(c);
+    auth_ok(t, sub, shortlived);
     send_json(sub, "{\"type\":\"subscribe\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
                    "\"stream\":\"exp\"}");
-    assert_true(run_until(h, got_event_stream, c, 3000));
-    rstream *keep = open_bidi(c);
-    auth_ok(h, keep, longlived);
-    assert_true(run_until(h, stream_done, pub, 6000));
+    assert_true(run_until_arg(t, got_event_stream, c, 3000));
+    tstream *keep = open_bidi(c);
+    auth_ok(t, keep, longlived);
+    assert_true(run_until_arg(t, stream_done, pub, 6000));
     assert_string_equal(pub->last, "token expired");
-    assert_true(run_until(h, sub_lapsed, c, 3000));
+    assert_true(run_until_arg(t, sub_lapsed, c, 3000));
     assert_false(c->closed);
-    rstream *ev = event_stream(c);
+    tstream *ev = event_stream(c);
     assert_true(ev->reset);
     assert_int_equal(ev->code, 0x6); /* not an unsubscribe (0x2) */
     assert_false(keep->fin || keep->closed);
@@ -890,7 +618,8 @@ static void test_streams_end_when_their_token_expires(void **state)
     assert_int_equal(DELTA(m0, m1, broker_auth_expired), 2);
     free(shortlived);
     free(longlived);
-    h_free(h);
+    t_free(t);
+    jwt_keys_deinit(&k);
 }
 
 /* When a reload removes the key that signed a stream's token, the stream
@@ -898,25 +627,28 @@ static void test_streams_end_when_their_token_expires(void **state)
 static void test_streams_end_when_a_reload_removes_their_key(void **state)
 {
     (void)state;
-    H *h = h_new(true);
-    h_start(h);
+    T *t = t_new();
+    jwt_keys k;
+    jwt_keys_init(&k, t);
+    t_start(t);
     fx_metrics_snapshot m0 = snap();
-    char *old = mint(h, 3600);
-    rconn *c = h_connect(h, 0);
-    rstream *s = open_bidi(c);
-    auth_ok(h, s, old);
+    char *old = mint(&k, 3600);
+    tconn *c = t_connect_from(t, 0);
+    tstream *s = open_bidi(c);
+    auth_ok(t, s, old);
     uint8_t pub2[FX_AUTH_KEY_BYTES], priv2[FX_AUTH_KEY_BYTES];
     assert_int_equal(fx_auth_keygen(pub2, priv2), 0);
-    write_jwks(h->jwks, "k2", pub2);
+    write_jwks(k.jwks, "k2", pub2);
     char why[512];
-    assert_int_equal(fx_authn_reload(h->authn, why, sizeof(why)), 0);
-    fx_broker_auth_reloaded(h->e.b);
-    assert_true(run_until(h, stream_done, s, 3000));
+    assert_int_equal(fx_authn_reload(k.authn, why, sizeof(why)), 0);
+    fx_broker_auth_reloaded(t->b);
+    assert_true(run_until_arg(t, stream_done, s, 3000));
     assert_string_equal(s->last, "token key removed");
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, broker_auth_key_removed), 1);
     free(old);
-    h_free(h);
+    t_free(t);
+    jwt_keys_deinit(&k);
 }
 
 /* Reads the whole file |path| into |buf| (NUL-terminated). */
@@ -957,13 +689,15 @@ static void test_sighup_that_removes_a_key_ends_its_streams_in_the_daemon(void *
     snprintf(broker, sizeof(broker), "%s/felix-broker", bin != NULL ? bin : ".");
     if (bin == NULL || access(broker, X_OK) != 0)
         fx_test_skip("felix-broker is not built in FX_BINARY_DIR");
-    H *h = h_new(true);
-    h_start_client(h);
+    T *t = t_new();
+    jwt_keys k;
+    jwt_keys_init(&k, t);
+    t_start_client(t);
     char st[200], jw[200], out[200], err[200];
-    snprintf(st, sizeof(st), "state_dir=%s/state", h->e.dir);
-    snprintf(jw, sizeof(jw), "jwks_file=%s", h->jwks);
-    snprintf(out, sizeof(out), "%s/broker.out", h->e.dir);
-    snprintf(err, sizeof(err), "%s/broker.err", h->e.dir);
+    snprintf(st, sizeof(st), "state_dir=%s/state", t->dir);
+    snprintf(jw, sizeof(jw), "jwks_file=%s", k.jwks);
+    snprintf(out, sizeof(out), "%s/broker.out", t->dir);
+    snprintf(err, sizeof(err), "%s/broker.err", t->dir);
     char *argv[] = {broker,  "--dev",
                     "--set", "quic_bind=127.0.0.1:0",
                     "--set", "metrics_bind=127.0.0.1:0",
@@ -991,15 +725,15 @@ static void test_sighup_that_removes_a_key_ends_its_streams_in_the_daemon(void *
         waitpid(pid, NULL, 0);
         fail_msg("no address in the banner: %s", line);
     }
-    char *token = mint(h, 3600);
-    rconn *c = h_connect_to(h, 0, (uint16_t)port, pin);
-    rstream *s = open_bidi(c);
-    auth_ok(h, s, token);
+    char *token = mint(&k, 3600);
+    tconn *c = t_dial(t, 0, (uint16_t)port, pin);
+    tstream *s = open_bidi(c);
+    auth_ok(t, s, token);
     uint8_t pub2[FX_AUTH_KEY_BYTES], priv2[FX_AUTH_KEY_BYTES];
     assert_int_equal(fx_auth_keygen(pub2, priv2), 0);
-    write_jwks(h->jwks, "k2", pub2);
+    write_jwks(k.jwks, "k2", pub2);
     assert_int_equal(kill(pid, SIGHUP), 0);
-    bool ended = run_until(h, stream_done, s, 5000);
+    bool ended = run_until_arg(t, stream_done, s, 5000);
     kill(pid, SIGTERM);
     int status = 0;
     waitpid(pid, &status, 0);
@@ -1008,7 +742,8 @@ static void test_sighup_that_removes_a_key_ends_its_streams_in_the_daemon(void *
     assert_false(c->closed);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     free(token);
-    h_free(h);
+    t_free(t);
+    jwt_keys_deinit(&k);
 }
 
 /* ---- item: resume after a park ----------------------------------------------------------- */
@@ -1033,13 +768,6 @@ static void put_batch(uint8_t *out, size_t cap, size_t *off, const char *stream,
     *off += (size_t)w;
 }
 
-static bool binary_acked(H *h, void *arg)
-{
-    (void)h;
-    rstream *s = arg;
-    return s->frames > 0 || s->closed || s->rc->closed;
-}
-
 /* Input buffered behind a reservation wait (16 MiB of 1 KiB publish frames,
  * with a connection share that holds one frame, so every header waits for
  * the previous frame's bytes) is fed from the buffer after each wait: the
@@ -1048,16 +776,16 @@ static bool binary_acked(H *h, void *arg)
 static void test_resume_after_a_park_is_linear_in_the_buffered_input(void **state)
 {
     (void)state;
-    H *h = h_new(false);
-    h->e.bo.pub_conn_inflight_bytes = 1500;
-    h->e.bo.quic.stream_window = h->e.bo.quic.max_stream_window = 32u << 20;
-    h->e.bo.quic.conn_window = h->e.bo.quic.max_conn_window = 64u << 20;
-    h->co.unacked_cap = 64u << 20;
-    h_start(h);
-    rconn *c = h_connect(h, 0);
-    rstream *holder = open_bidi(c), *s = open_bidi(c);
-    auth_ok(h, holder, NULL);
-    auth_ok(h, s, NULL);
+    T *t = t_new();
+    t->bo.pub_conn_inflight_bytes = 1500;
+    t->bo.quic.stream_window = t->bo.quic.max_stream_window = 32u << 20;
+    t->bo.quic.conn_window = t->bo.quic.max_conn_window = 64u << 20;
+    t->co.unacked_cap = 64u << 20;
+    t_start(t);
+    tconn *c = t_connect_from(t, 0);
+    tstream *holder = open_bidi(c), *s = open_bidi(c);
+    auth_ok(t, holder, NULL);
+    auth_ok(t, s, NULL);
     size_t cap = 17u << 20, hl = 0, sl = 0;
     uint8_t *hbuf = malloc(256 * 1024), *sbuf = malloc(cap);
     assert_non_null(hbuf);
@@ -1065,7 +793,7 @@ static void test_resume_after_a_park_is_linear_in_the_buffered_input(void **stat
     /* |holder| reserves the connection's share; its body waits. */
     put_batch(hbuf, 256 * 1024, &hl, "hold", 1000, 0);
     send_bytes(holder, hbuf, FX_WIRE_HEADER_LEN);
-    run_for(h, 100);
+    run_for(t, 100);
     /* |s|'s first header waits for bytes; all it sends behind it is kept. */
     size_t small = 0;
     while (sl + 2048 < (16u << 20)) {
@@ -1074,12 +802,12 @@ static void test_resume_after_a_park_is_linear_in_the_buffered_input(void **stat
     }
     put_batch(sbuf, cap, &sl, "park", 1, 99);
     send_bytes(s, sbuf, sl);
-    run_for(h, 2000); /* all of it reaches the broker and waits there */
+    run_for(t, 2000); /* all of it reaches the broker and waits there */
     assert_int_equal(s->frames, 0);
     fx_metrics_snapshot m0 = snap();
     uint64_t t0 = fx_now_ns();
     send_bytes(holder, hbuf + FX_WIRE_HEADER_LEN, hl - FX_WIRE_HEADER_LEN);
-    bool done = run_until(h, binary_acked, s, 30000);
+    bool done = run_until_arg(t, has_frames, s, 30000);
     uint64_t ms = (fx_now_ns() - t0) / FX_NS_PER_MS;
     free(hbuf);
     free(sbuf);
@@ -1090,7 +818,7 @@ static void test_resume_after_a_park_is_linear_in_the_buffered_input(void **stat
     assert_int_equal(s->frames, 1);
     if (ms > 1500) /* about 0.1 s when linear; seconds when quadratic */
         fail_msg("%zu buffered frames took %llu ms", small, (unsigned long long)ms);
-    h_free(h);
+    t_free(t);
 }
 
 static const struct CMUnitTest tests[] = {
