@@ -55,7 +55,7 @@ typedef struct tstream {
     uint64_t code; /* of the reset */
     fx_frame_decoder dec;
     tframe *head, *tail;
-    size_t frames;        /* frames received (a test may zero it) */
+    size_t frames;         /* frames received (a test may zero it) */
     fx_msg_type last_type; /* of the last JSON reply */
     char last[256];        /* the last JSON error reply's message, else "" */
     bool stalled;          /* withholds the broker's credit: its data piles up */
@@ -436,8 +436,7 @@ static inline tconn *t_dial(T *t, int from, uint16_t port, const char *pin)
     assert_non_null(c);
     c->t = t;
     fx_quic_connect_opts co = {.server_name = "localhost", .pin_sha256 = pin};
-    assert_int_equal(fx_quic_connect(endpoint_from(t, from), "127.0.0.1", port, &co, c, &c->qc),
-                     0);
+    assert_int_equal(fx_quic_connect(endpoint_from(t, from), "127.0.0.1", port, &co, c, &c->qc), 0);
     assert_true(run_until_arg(t, conn_up, c, 5000));
     return c;
 }

@@ -150,7 +150,6 @@ static void legit_publish_within(fx_client *c, uint64_t ms)
         fail_msg("legitimate publish took %llu ms", (unsigned long long)took);
 }
 
-
 /* ---- item: frames before auth ------------------------------------------------------------ */
 
 /* Headers announcing 16 MiB from streams that never authenticate are refused
