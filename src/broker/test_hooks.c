@@ -221,6 +221,44 @@ int fx_broker_test_worker_activity_get(fx_broker *b, uint32_t index,
     return rv;
 }
 
+/* ---- per-stream tables ------------------------------------------------------------ */
+
+typedef struct tables_req {
+    fxb_worker *w;
+    fx_broker_test_stream_tables *out;
+} tables_req;
+
+static void tables_on_worker(void *arg)
+{
+    tables_req *r = arg;
+    r->out->streams = fxb_idtable_count(&r->w->streams);
+    r->out->streams_cap = fxb_idtable_capacity(&r->w->streams);
+    if (r->w->dur != NULL) {
+        r->out->durable = fxb_idtable_count(&r->w->dur->s);
+        r->out->durable_cap = fxb_idtable_capacity(&r->w->dur->s);
+    }
+}
+
+static void tables_on_storage(void *arg)
+{
+    tables_req *r = arg;
+    r->out->logs = fxb_idtable_count(&r->w->dur->st->ds);
+    r->out->logs_cap = fxb_idtable_capacity(&r->w->dur->st->ds);
+}
+
+int fx_broker_test_stream_tables_get(fx_broker *b, uint32_t index,
+                                     fx_broker_test_stream_tables *out)
+{
+    if (!running(b) || index >= b->nworkers || out == NULL)
+        return -EINVAL;
+    *out = (fx_broker_test_stream_tables){0};
+    tables_req r = {.w = &b->workers[index], .out = out};
+    int rv = run_and_wait(r.w->loop, tables_on_worker, &r);
+    if (rv == 0 && r.w->dur != NULL)
+        rv = run_and_wait(r.w->dur->st->loop, tables_on_storage, &r);
+    return rv;
+}
+
 /* ---- connection placement --------------------------------------------------------- */
 
 typedef struct conns_req {
