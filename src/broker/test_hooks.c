@@ -122,6 +122,39 @@ int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms)
     return fx_loop_call(b->workers[index].loop, stall_on_loop, (void *)(uintptr_t)ms);
 }
 
+/* The gate a held storage thread waits at. */
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static bool storage_held;
+
+static void hold_on_loop(void *user)
+{
+    (void)user;
+    pthread_mutex_lock(&hold_mu);
+    while (storage_held)
+        pthread_cond_wait(&hold_cv, &hold_mu);
+    pthread_mutex_unlock(&hold_mu);
+}
+
+int fx_broker_test_hold_storage(fx_broker *b, uint32_t index, bool hold)
+{
+    if (!running(b) || index >= b->nworkers || b->workers[index].dur == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&hold_mu);
+    storage_held = hold;
+    pthread_cond_broadcast(&hold_cv);
+    pthread_mutex_unlock(&hold_mu);
+    if (!hold)
+        return 0;
+    int rv = fx_loop_call(b->workers[index].dur->st->loop, hold_on_loop, NULL);
+    if (rv != 0) {
+        pthread_mutex_lock(&hold_mu);
+        storage_held = false;
+        pthread_mutex_unlock(&hold_mu);
+    }
+    return rv;
+}
+
 /* ---- stream placement ------------------------------------------------------ */
 
 typedef struct find_req {

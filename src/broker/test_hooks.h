@@ -27,6 +27,13 @@ int fx_broker_test_cut_connections(fx_broker *b, bool only_subscribers);
  * 0, -EINVAL (no such worker, broker not started) or -ENOMEM. */
 int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms);
 
+/* TEST HOOK. With |hold| true, makes the storage thread of worker |index|
+ * wait (a posted task blocks it) until called again with |hold| false:
+ * jobs sent to it stay there meanwhile. One hold at a time in the process.
+ * Returns 0, -EINVAL (no such worker, no durable storage, broker not
+ * started) or -ENOMEM. Release before stopping the broker. */
+int fx_broker_test_hold_storage(fx_broker *b, uint32_t index, bool hold);
+
 /* The broker timers whose arming fx_broker_test_fail_timer_arms can fail. */
 typedef enum fx_broker_test_timer {
     FX_BROKER_TEST_TIMER_COMMIT = 0,   /* a stream's commit-ack deadline (reply.c) */

@@ -845,6 +845,83 @@ static void test_stream_tables_follow_live_streams_under_churn(void **state)
     fix_rm_tree(root);
 }
 
+/* Waits until |*v| reaches |want| (acks arrive on the clients' loops). */
+static void wait_count(atomic_int *v, int want, const char *what)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    while (atomic_load(v) < want) {
+        if (fx_now_ns() > deadline)
+            fail_msg("%s: %d, want %d", what, atomic_load(v), want);
+        sleep_ms(2);
+    }
+}
+
+/* A durable stream deleted while one of its jobs is in storage (held
+ * there through the test hook) and two more wait behind
+ * durable_max_unsynced_bytes: its end runs once later jobs of another
+ * stream completed; the two waiting are refused at once, the one in
+ * storage when it comes back, and only then is its log closed and deleted
+ * and its state freed. Every publish gets its answer. */
+static void test_end_with_a_job_in_storage_deletes_the_log_after_it_comes_back(void **state)
+{
+    (void)state;
+    char root[64] = "", dir[1200];
+    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
+    e->bo.workers = 1;
+    e->bo.durable.max_unsynced_bytes = 1; /* one job in storage at a time */
+    e_start(e);
+    put_stream(e, "a", "{\"durable\": true}", 201, NULL);
+    put_stream(e, "b", "", 201, NULL);
+    fx_client *c0 = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    pub_ok(c0, "a", "first");
+    segment0(root, "a", dir, sizeof(dir));
+    *strrchr(dir, '/') = '\0'; /* the stream's directory */
+    struct stat sb;
+    assert_int_equal(stat(dir, &sb), 0);
+
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, true), 0);
+    fx_metrics_snapshot m0, m;
+    fx_metrics_snapshot_take(&m0);
+    fx_client *c[3];
+    acks a = {0};
+    for (int i = 0; i < 3; i++) { /* one job each: separate connections */
+        c[i] = e_client(e, FX_POLICY_BLOCK, 0, 0);
+        assert_int_equal(fx_publish_async(c[i], NS, "a", "late", 4, FX_ACK_PER_MESSAGE, on_ack, &a),
+                         0);
+    }
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (fx_metrics_snapshot_take(&m); DELTA(m0, m, storage_bound_waits) < 2;
+         fx_metrics_snapshot_take(&m)) {
+        if (fx_now_ns() > deadline)
+            fail_msg("%lld jobs wait behind the bound, want 2",
+                     (long long)DELTA(m0, m, storage_bound_waits));
+        sleep_ms(2);
+    }
+    delete_stream(e, "a");
+    for (int i = 0; i < 4; i++) /* later jobs complete: the end's turn comes */
+        pub_ok(c0, "b", "tick");
+    wait_count(&a.failed, 2, "publishes refused while one is in storage");
+    assert_int_equal(atomic_load(&a.ok), 0);
+    assert_int_equal(stat(dir, &sb), 0); /* the job in storage still has its log */
+
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, false), 0);
+    wait_count(&a.failed, 3, "publishes answered");
+    assert_int_equal(atomic_load(&a.ok), 0);
+    deadline = fix_deadline_ns(HANG_MS);
+    fx_broker_test_stream_tables t;
+    while (t = tables_of(e, 0), t.durable + t.logs > 0 || stat(dir, &sb) == 0) {
+        if (fx_now_ns() > deadline)
+            fail_msg("after the last job: %zu durable states, %zu logs, directory %s", t.durable,
+                     t.logs, stat(dir, &sb) == 0 ? "still there" : "gone");
+        sleep_ms(2);
+    }
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fx_client_close(c[i], HANG_MS), 0);
+    assert_int_equal(fx_client_close(c0, HANG_MS), 0);
+    e_free(e);
+    fix_rm_tree(root);
+}
+
 static void test_drain_flushes_every_durable_stream(void **state)
 {
     (void)state;
@@ -1102,6 +1179,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_list_streams_shows_durability_log_offsets_and_bytes_on_disk),
     cmocka_unit_test(test_delete_removes_a_durable_stream_its_catalogue_entry_and_files),
     cmocka_unit_test(test_stream_tables_follow_live_streams_under_churn),
+    cmocka_unit_test(test_end_with_a_job_in_storage_deletes_the_log_after_it_comes_back),
     cmocka_unit_test(test_drain_flushes_every_durable_stream),
     cmocka_unit_test(test_two_workers_each_run_their_streams_logs_on_their_storage_thread),
     cmocka_unit_test(test_stop_with_jobs_in_storage_completes_or_frees_every_job),
