@@ -278,6 +278,7 @@ static void on_flush_task(fx_loop *l, fx_task *t, void *user)
     (void)t;
     dstream *s = user;
     uint64_t now = fx_loop_now(l);
+    s->flush_queued = false;
     if (s->log == NULL)
         return;
     fxb_dstream_append_pending(s, now); /* those queued meanwhile: this flush covers them */
@@ -572,6 +573,7 @@ static void on_append_task(fx_loop *l, fx_task *t, void *user)
     if (fx_syncpol_is_due(&s->pol, now)) {
         /* After the jobs queued here meanwhile, so one flush covers them all. */
         fx_loop_post(l, &s->flush_task);
+        s->flush_queued = true;
     } else if (!fx_timer_is_armed(&s->timer)) {
         arm_timer(s);
     }
@@ -631,11 +633,16 @@ typedef struct end_msg {
 
 static void storage_on_end(fx_loop *l, fx_task *t, void *user)
 {
-    (void)l;
     (void)t;
     end_msg *m = user;
     fxb_storage *st = m->st;
     fxb_idslot *e = fxb_idtable_find(&st->ds, fx_stream_handle_id(m->h));
+    if (e != NULL && ((dstream *)e->p)->flush_queued) {
+        /* Its jobs came back before the flush that followed their append
+         * was queued: that flush runs first (it uses the dstream). */
+        fx_loop_post(l, &m->task);
+        return;
+    }
     if (e != NULL) {
         dstream *s = e->p;
         fxb_idtable_remove(&st->ds, e);

@@ -46,6 +46,7 @@ typedef struct dstream {
     size_t iov_cap;
     fxb_job *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
     fx_task flush_task;     /* on_commit: flush after the appends queued now */
+    bool flush_queued;      /* |flush_task| is posted and has not run yet */
     fx_timer timer;         /* periodic flush, retention */
     uint64_t retain_due_ns;
     uint64_t retain_bytes, retain_ns; /* the catalogue's overrides, else the broker's */
