@@ -20,6 +20,7 @@
 #include "base/queue.h"
 #include "broker/broker.h"
 #include "broker/envelope.h"
+#include "broker/idtable.h"
 #include "broker/ingress.h"
 #include "broker/peers.h"
 #include "broker/registry.h"
@@ -71,21 +72,6 @@ typedef struct fxb_lane fxb_lane;
 /* Frame lists one feeder turn builds before yielding. */
 #define FXB_FEEDER_BATCH 16
 
-/* A worker's fx_streams by handle id: open addressing with linear probing,
- * |cap| a power of two (0 before the first stream), at most half full, and
- * halved when under an eighth full, so its size follows the live streams
- * however many ids create/delete churn used up. Worker thread (worker.c). */
-typedef struct fxb_stream_slot {
-    uint64_t id; /* 0 = free (handle ids start at 1) */
-    fx_stream *st;
-} fxb_stream_slot;
-
-typedef struct fxb_stream_table {
-    fxb_stream_slot *slots;
-    size_t cap;
-    size_t n;
-} fxb_stream_table;
-
 /* A worker loop: owns its streams, drains its job queue (checkpoint 4),
  * appends and fans out (checkpoint 5) and runs its streams' feeders. */
 struct fxb_worker {
@@ -96,8 +82,8 @@ struct fxb_worker {
     fx_task doorbell;    /* drains |jobs|; coalesced */
     fx_task resume_task; /* a parked fanout may continue */
     /* Worker thread only: */
-    fxb_stream_table streams; /* its streams' state, by handle id */
-    fxb_job *parked_job;      /* its fanout waits on a full block queue */
+    fxb_idtable streams; /* its streams' state (fx_stream *), by handle id */
+    fxb_job *parked_job; /* its fanout waits on a full block queue */
     fx_stream *parked_stream;
     fxb_sub *subs;        /* registered subscriptions (wnext / wprev) */
     uint64_t jobs_done;   /* jobs taken from |jobs| and completed */

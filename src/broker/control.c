@@ -196,10 +196,9 @@ static void streams_part(fx_broker *b, gpart *p, void *arg)
         return;
     fxb_worker *w = &b->workers[p->worker];
     json_t *o = json_object();
-    for (size_t i = 0; o != NULL && i < w->streams.cap; i++) {
-        fx_stream *st = w->streams.slots[i].st;
-        if (st == NULL)
-            continue;
+    size_t pos = 0;
+    for (fxb_idslot *s; o != NULL && (s = fxb_idtable_next(&w->streams, &pos)) != NULL;) {
+        fx_stream *st = s->p;
         json_t *e = json_object();
         if (e == NULL)
             break;
@@ -209,7 +208,7 @@ static void streams_part(fx_broker *b, gpart *p, void *arg)
         set_u64(e, "next_offset", fx_stream_tail(st));
         set_u64(e, "subscribers", fx_stream_subscriber_count(st));
         char key[24];
-        id_key(key, sizeof(key), w->streams.slots[i].id);
+        id_key(key, sizeof(key), s->id);
         json_object_set_new(o, key, e);
     }
     p->j = o;

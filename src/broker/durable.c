@@ -22,7 +22,6 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "base/placement.h"
 #include "broker/durable_int.h"
 #include "broker/replay.h"
 #include "felix/error.h"
@@ -279,6 +278,7 @@ static void on_flush_task(fx_loop *l, fx_task *t, void *user)
     (void)t;
     dstream *s = user;
     uint64_t now = fx_loop_now(l);
+    s->flush_queued = false;
     if (s->log == NULL)
         return;
     fxb_dstream_append_pending(s, now); /* those queued meanwhile: this flush covers them */
@@ -352,20 +352,13 @@ static int open_log(dstream *s)
 /* The stream's log on this storage thread, opened on first use. */
 dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
 {
-    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), st->d->nst);
-    if (idx >= st->nds) {
-        size_t n = st->nds ? st->nds : 16;
-        while (n <= idx)
-            n *= 2;
-        dstream **p = realloc(st->ds, n * sizeof(*p));
-        if (p == NULL)
-            return NULL;
-        memset(p + st->nds, 0, (n - st->nds) * sizeof(*p));
-        st->ds = p;
-        st->nds = n;
-    }
-    if (st->ds[idx] != NULL)
-        return st->ds[idx];
+    fxb_idslot *e = fxb_idtable_find(&st->ds, fx_stream_handle_id(h));
+    if (e != NULL)
+        return e->p;
+    /* Its end ran here (or comes with nothing to close): a late barrier
+     * must not declare the deleted stream's log again. */
+    if (fx_stream_handle_is_ended(h))
+        return NULL;
     dstream *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return NULL;
@@ -392,10 +385,13 @@ dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
         s->retain_due_ns = now + o->retention_interval_ns;
         arm_timer(s);
     }
+    if (fxb_idtable_insert(&st->ds, fx_stream_handle_id(h), s) != 0) {
+        fxb_dstream_close(st, s); /* not kept: the next job opens it again */
+        return NULL;
+    }
     if (s->log != NULL)
         stats_list(st->d, s);
     stats_update(s);
-    st->ds[idx] = s;
     return s;
 }
 
@@ -577,6 +573,7 @@ static void on_append_task(fx_loop *l, fx_task *t, void *user)
     if (fx_syncpol_is_due(&s->pol, now)) {
         /* After the jobs queued here meanwhile, so one flush covers them all. */
         fx_loop_post(l, &s->flush_task);
+        s->flush_queued = true;
     } else if (!fx_timer_is_armed(&s->timer)) {
         arm_timer(s);
     }
@@ -610,6 +607,8 @@ static void storage_on_sub(fx_loop *l, fx_task *t, void *user)
     fxb_sub *sub = user;
     dstream *s = fxb_dstream_get(sub->w->dur->st, sub->h);
     sub->reg_rv = s == NULL || s->open_rv != 0 ? FX_ESTORAGE_ERROR : 0;
+    if (s == NULL && fx_stream_handle_is_ended(sub->h))
+        sub->reg_rv = FX_ENOSTREAM; /* deleted and ended meanwhile */
     sub->dur_base = s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
     if (sub->reg_rv == 0 && sub->start.kind != FX_START_LATEST) {
         /* It may start below the ring: a reader of the log, in case. */
@@ -634,14 +633,20 @@ typedef struct end_msg {
 
 static void storage_on_end(fx_loop *l, fx_task *t, void *user)
 {
-    (void)l;
     (void)t;
     end_msg *m = user;
     fxb_storage *st = m->st;
-    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(m->h), st->d->nst);
-    if (idx < st->nds && st->ds[idx] != NULL) {
-        fxb_dstream_close(st, st->ds[idx]);
-        st->ds[idx] = NULL;
+    fxb_idslot *e = fxb_idtable_find(&st->ds, fx_stream_handle_id(m->h));
+    if (e != NULL && ((dstream *)e->p)->flush_queued) {
+        /* Its jobs came back before the flush that followed their append
+         * was queued: that flush runs first (it uses the dstream). */
+        fx_loop_post(l, &m->task);
+        return;
+    }
+    if (e != NULL) {
+        dstream *s = e->p;
+        fxb_idtable_remove(&st->ds, e);
+        fxb_dstream_close(st, s);
     }
     /* A deleted durable stream leaves the catalogue with its files, so its
      * data never comes back under that name. */
@@ -664,28 +669,42 @@ static void storage_on_end(fx_loop *l, fx_task *t, void *user)
 
 /* ---- worker side ----------------------------------------------------------------------- */
 
-static dws *dws_get(struct fxb_dworker *dw, const fx_stream_handle *h, uint32_t nworkers)
+static void end_log(fxb_worker *w, fx_stream_handle *h);
+
+/* The state of |h| on this worker, made on first use; NULL on -ENOMEM.
+ * Only for a stream that has not ended here (its end frees the state). */
+static dws *dws_get(struct fxb_dworker *dw, const fx_stream_handle *h)
 {
-    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), nworkers);
-    if (idx >= dw->ns) {
-        size_t n = dw->ns ? dw->ns : 16;
-        while (n <= idx)
-            n *= 2;
-        dws **p = realloc(dw->s, n * sizeof(*p));
-        if (p == NULL)
-            return NULL;
-        memset(p + dw->ns, 0, (n - dw->ns) * sizeof(*p));
-        dw->s = p;
-        dw->ns = n;
+    fxb_idslot *e = fxb_idtable_find(&dw->s, fx_stream_handle_id(h));
+    if (e != NULL)
+        return e->p;
+    dws *ws = calloc(1, sizeof(*ws));
+    if (ws != NULL && fxb_idtable_insert(&dw->s, fx_stream_handle_id(h), ws) != 0) {
+        free(ws);
+        ws = NULL;
     }
-    if (dw->s[idx] == NULL)
-        dw->s[idx] = calloc(1, sizeof(*dw->s[idx]));
-    return dw->s[idx];
+    return ws;
+}
+
+static dws *dws_if_any(const struct fxb_dworker *dw, const fx_stream_handle *h)
+{
+    fxb_idslot *e = fxb_idtable_find(&dw->s, fx_stream_handle_id(h));
+    return e != NULL ? e->p : NULL;
+}
+
+/* Frees the state of |h| (nothing of it in storage, none held). */
+static void dws_drop(struct fxb_dworker *dw, const fx_stream_handle *h)
+{
+    fxb_idslot *e = fxb_idtable_find(&dw->s, fx_stream_handle_id(h));
+    dws *ws = e->p;
+    fxb_idtable_remove(&dw->s, e);
+    free(ws);
 }
 
 static void send_to_storage(fxb_worker *w, dws *ws, fxb_job *j)
 {
     ws->bytes += j->sbytes;
+    ws->inflight++;
     fx_task_init(&j->stask, storage_on_job, j);
     fx_loop_post(w->dur->st->loop, &j->stask);
 }
@@ -709,7 +728,7 @@ bool fxb_durable_take(fxb_worker *w, fxb_job *j)
     struct fxb_dworker *dw = w->dur;
     dw->pending++;
     j->sbytes = fx_buf_len(j->backing);
-    dws *ws = dws_get(dw, j->h, w->b->nworkers);
+    dws *ws = dws_get(dw, j->h);
     if (ws == NULL) {
         j->stored = true;
         j->srv = -ENOMEM;
@@ -733,13 +752,19 @@ static void worker_on_stored(fx_loop *l, fx_task *t, void *user)
     fxb_job *j = user;
     fxb_worker *w = j->w;
     struct fxb_dworker *dw = w->dur;
-    dws *ws = dws_get(dw, j->h, w->b->nworkers);
+    dws *ws = dws_if_any(dw, j->h); /* it was sent with its state, kept until now */
     if (ws != NULL) {
         ws->known = true;
         ws->base = j->sbase;
         ws->bytes -= j->sbytes;
-        while (ws->hhead != NULL && !over_bound(w, ws, ws->hhead))
+        ws->inflight--;
+        while (!ws->ended && ws->hhead != NULL && !over_bound(w, ws, ws->hhead))
             send_to_storage(w, ws, list_pop(&ws->hhead, &ws->htail));
+        if (ws->ended && ws->inflight == 0) {
+            /* The last of a stream that ended meanwhile: now its log may go. */
+            dws_drop(dw, j->h);
+            end_log(w, j->h);
+        }
     }
     list_push(&dw->rhead, &dw->rtail, j);
     fxb_worker_kick(w);
@@ -764,8 +789,7 @@ uint64_t fxb_durable_first_offset(const fxb_worker *w, const fx_stream_handle *h
 {
     if (w->dur == NULL)
         return 0;
-    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(h), w->b->nworkers);
-    const dws *ws = idx < w->dur->ns ? w->dur->s[idx] : NULL;
+    const dws *ws = dws_if_any(w->dur, h);
     return ws != NULL && ws->known ? ws->base : 0;
 }
 
@@ -785,8 +809,8 @@ int fxb_durable_check_order(const fx_stream *st, const fxb_job *j)
 static uint64_t s_base_of(const fxb_job *j)
 {
     const fxb_storage *st = j->w->dur->st;
-    size_t idx = (size_t)fx_placement_worker_slot(fx_stream_handle_id(j->h), st->d->nst);
-    const dstream *s = idx < st->nds ? st->ds[idx] : NULL; /* storage thread: its own table */
+    fxb_idslot *e = fxb_idtable_find(&st->ds, fx_stream_handle_id(j->h)); /* storage thread */
+    const dstream *s = e != NULL ? e->p : NULL;
     return s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
 }
 
@@ -797,7 +821,11 @@ bool fxb_durable_sub_ready(fxb_sub *sub, bool *pfailed)
         return true;
     if (sub->dur_ready) {
         *pfailed = sub->reg_rv != 0;
-        dws *ws = dws_get(sub->w->dur, sub->h, sub->b->nworkers);
+        /* Removed meanwhile: the caller refuses it (no stream); no state is
+         * made here for a stream whose end may have run. */
+        if (!fx_stream_handle_is_active(sub->h))
+            return true;
+        dws *ws = dws_get(sub->w->dur, sub->h);
         if (ws == NULL) {
             sub->reg_rv = -ENOMEM;
             *pfailed = true;
@@ -812,10 +840,9 @@ bool fxb_durable_sub_ready(fxb_sub *sub, bool *pfailed)
     return false;
 }
 
-void fxb_durable_end_stream(fxb_worker *w, fx_stream_handle *h)
+/* Sends the end of |h|'s log to its storage thread (closes and deletes it). */
+static void end_log(fxb_worker *w, fx_stream_handle *h)
 {
-    if (w->dur == NULL || !fx_stream_handle_is_durable(h))
-        return;
     end_msg *m = malloc(sizeof(*m));
     if (m == NULL) {
         FX_LOG_ERROR("storage",
@@ -830,20 +857,52 @@ void fxb_durable_end_stream(fxb_worker *w, fx_stream_handle *h)
     fx_loop_post(m->st->loop, &m->task);
 }
 
+/* Refuses the jobs |ws| holds back by the bound: their stream ended, so
+ * the worker would refuse them anyway (job_run); they need no write. */
+static void refuse_held(fxb_worker *w, dws *ws)
+{
+    if (ws->hhead == NULL)
+        return;
+    for (fxb_job *j; (j = list_pop(&ws->hhead, &ws->htail)) != NULL;) {
+        j->stored = true;
+        j->srv = FX_ENOSTREAM;
+        list_push(&w->dur->rhead, &w->dur->rtail, j);
+    }
+    fxb_worker_kick(w);
+}
+
+void fxb_durable_end_stream(fxb_worker *w, fx_stream_handle *h)
+{
+    if (w->dur == NULL || !fx_stream_handle_is_durable(h))
+        return;
+    dws *ws = dws_if_any(w->dur, h);
+    if (ws != NULL) {
+        refuse_held(w, ws);
+        if (ws->inflight > 0) {
+            /* Its log ends after them, so none reaches storage after the
+             * end (which would open the deleted stream's log again). */
+            ws->ended = true;
+            return;
+        }
+        dws_drop(w->dur, h);
+    }
+    end_log(w, h);
+}
+
 void fxb_durable_worker_deinit(fxb_worker *w)
 {
     struct fxb_dworker *dw = w->dur;
     if (dw == NULL)
         return;
-    for (size_t i = 0; i < dw->ns; i++) {
-        if (dw->s[i] == NULL)
-            continue;
+    size_t pos = 0;
+    for (fxb_idslot *e; (e = fxb_idtable_next(&dw->s, &pos)) != NULL;) {
+        dws *ws = e->p;
         fxb_job *j;
-        while ((j = list_pop(&dw->s[i]->hhead, &dw->s[i]->htail)) != NULL)
+        while ((j = list_pop(&ws->hhead, &ws->htail)) != NULL)
             fxb_job_free(j);
-        free(dw->s[i]);
+        free(ws);
     }
-    free(dw->s);
+    fxb_idtable_deinit(&dw->s);
     fxb_job *j;
     while ((j = list_pop(&dw->rhead, &dw->rtail)) != NULL)
         fxb_job_free(j);

@@ -70,7 +70,9 @@ int fxb_durable_check_order(const fx_stream *st, const fxb_job *j);
  * returns, keeping its reference). On an open failure sets |sub->reg_rv|
  * and returns true with |*pfailed| set. */
 bool fxb_durable_sub_ready(fxb_sub *sub, bool *pfailed);
-/* The stream |h| ended on |w|: its log is closed (flushed) after its jobs. */
+/* The stream |h| ended on |w|: the jobs it still holds back by the bound
+ * are refused (FX_ENOSTREAM), and once none of its jobs is in storage its
+ * state here is freed and its log closed (flushed) and deleted. */
 void fxb_durable_end_stream(fxb_worker *w, fx_stream_handle *h);
 /* Frees what |w| holds of the stage (teardown, loops stopped). */
 void fxb_durable_worker_deinit(fxb_worker *w);

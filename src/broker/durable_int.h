@@ -11,6 +11,7 @@
 
 #include "base/metrics.h"
 #include "broker/durable.h"
+#include "broker/idtable.h"
 #include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
@@ -45,6 +46,7 @@ typedef struct dstream {
     size_t iov_cap;
     fxb_job *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
     fx_task flush_task;     /* on_commit: flush after the appends queued now */
+    bool flush_queued;      /* |flush_task| is posted and has not run yet */
     fx_timer timer;         /* periodic flush, retention */
     uint64_t retain_due_ns;
     uint64_t retain_bytes, retain_ns; /* the catalogue's overrides, else the broker's */
@@ -56,8 +58,7 @@ typedef struct fxb_storage {
     fxb_worker *w;
     fx_loop *loop;  /* appends, flushes, retention */
     fx_loop *rloop; /* replay reads from disk (replay.c): their own queue */
-    dstream **ds;   /* by fx_placement_worker_slot */
-    size_t nds;
+    fxb_idtable ds; /* its open logs (dstream *) by handle id, until their stream ends */
 } fxb_storage;
 
 struct fxb_durable {
@@ -78,19 +79,21 @@ struct fxb_durable {
 };
 
 /* Per durable stream on its worker: bytes in storage and the jobs held
- * back by the bound. */
+ * back by the bound. Made on first use, freed when the stream ends there
+ * with nothing of it in storage (else when the last job comes back). */
 typedef struct dws {
-    bool known;     /* |base| came back from storage */
-    uint64_t base;  /* the log's next offset at open: the ring starts there */
-    uint64_t bytes; /* of jobs sent to storage and not yet back */
+    bool known;        /* |base| came back from storage */
+    bool ended;        /* its stream ended with jobs in storage: the last one back frees it */
+    uint64_t base;     /* the log's next offset at open: the ring starts there */
+    uint64_t bytes;    /* of jobs sent to storage and not yet back */
+    uint64_t inflight; /* jobs sent to storage and not yet back */
     fxb_job *hhead, *htail;
 } dws;
 
 /* A worker's side of the stage. */
 struct fxb_dworker {
     fxb_storage *st;
-    dws **s; /* by slot */
-    size_t ns;
+    fxb_idtable s;          /* dws * by handle id */
     fxb_job *rhead, *rtail; /* stored, waiting for ring + fanout */
     uint64_t pending;       /* taken, not yet completed */
 };
@@ -105,9 +108,10 @@ typedef struct open_dir {
 /* Wall clock in microseconds (record timestamps, segment creation). */
 uint64_t fxb_wall_us(void);
 /* The log of |h| on storage thread |st|, opened (declared in the catalogue,
- * recovered) on first use; NULL on -ENOMEM or while a deleted stream's log
- * of that name is still open (the next call tries again). Storage thread,
- * or main before it starts. */
+ * recovered) on first use; NULL on -ENOMEM, while a deleted stream's log
+ * of that name is still open (the next call tries again), or once |h| has
+ * ended without a log open here (its log was deleted: never opened again).
+ * Storage thread, or main before it starts. */
 dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h);
 /* Closes |s| with a flush and frees it. Storage thread (or teardown). */
 void fxb_dstream_close(fxb_storage *st, dstream *s);

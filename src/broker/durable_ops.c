@@ -182,12 +182,12 @@ static void storage_on_flush_all(fx_loop *l, fx_task *t, void *user)
     (void)t;
     flush_msg *m = user;
     uint64_t ok = 0, bad = 0;
-    for (size_t i = 0; i < m->st->nds; i++) {
-        dstream *s = m->st->ds[i];
-        if (s != NULL && s->log != NULL)
+    size_t pos = 0;
+    for (fxb_idslot *e; (e = fxb_idtable_next(&m->st->ds, &pos)) != NULL;) {
+        dstream *s = e->p;
+        if (s->log != NULL)
             fxb_dstream_append_pending(s, fx_now_ns()); /* the flush covers them too */
-        if (s == NULL || s->log == NULL || fx_dlog_is_failed(s->log) ||
-            fx_dlog_unsynced_bytes(s->log) == 0)
+        if (s->log == NULL || fx_dlog_is_failed(s->log) || fx_dlog_unsynced_bytes(s->log) == 0)
             continue;
         fxb_dstream_flush(s, fx_now_ns()); /* through the policy: counted, failures logged */
         if (fx_dlog_is_failed(s->log))
@@ -301,10 +301,10 @@ void fxb_durable_free(fx_broker *b)
     fxb_durable_metrics_stop(d);
     for (uint32_t i = 0; d->st != NULL && i < d->nst; i++) {
         fxb_storage *st = &d->st[i];
-        for (size_t k = 0; k < st->nds; k++)
-            if (st->ds[k] != NULL)
-                fxb_dstream_close(st, st->ds[k]);
-        free(st->ds);
+        size_t pos = 0;
+        for (fxb_idslot *e; (e = fxb_idtable_next(&st->ds, &pos)) != NULL;)
+            fxb_dstream_close(st, e->p);
+        fxb_idtable_deinit(&st->ds);
         fx_loop_free(st->rloop);
         fx_loop_free(st->loop);
     }

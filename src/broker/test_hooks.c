@@ -122,6 +122,39 @@ int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms)
     return fx_loop_call(b->workers[index].loop, stall_on_loop, (void *)(uintptr_t)ms);
 }
 
+/* The gate a held storage thread waits at. */
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static bool storage_held;
+
+static void hold_on_loop(void *user)
+{
+    (void)user;
+    pthread_mutex_lock(&hold_mu);
+    while (storage_held)
+        pthread_cond_wait(&hold_cv, &hold_mu);
+    pthread_mutex_unlock(&hold_mu);
+}
+
+int fx_broker_test_hold_storage(fx_broker *b, uint32_t index, bool hold)
+{
+    if (!running(b) || index >= b->nworkers || b->workers[index].dur == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&hold_mu);
+    storage_held = hold;
+    pthread_cond_broadcast(&hold_cv);
+    pthread_mutex_unlock(&hold_mu);
+    if (!hold)
+        return 0;
+    int rv = fx_loop_call(b->workers[index].dur->st->loop, hold_on_loop, NULL);
+    if (rv != 0) {
+        pthread_mutex_lock(&hold_mu);
+        storage_held = false;
+        pthread_mutex_unlock(&hold_mu);
+    }
+    return rv;
+}
+
 /* ---- stream placement ------------------------------------------------------ */
 
 typedef struct find_req {
@@ -218,6 +251,44 @@ int fx_broker_test_worker_activity_get(fx_broker *b, uint32_t index,
     *out = (fx_broker_test_worker_activity){0};
     int rv = run_and_wait(b->workers[index].loop, activity_on_worker, out);
     out->pin_error = fx_loop_pin_error(b->workers[index].loop);
+    return rv;
+}
+
+/* ---- per-stream tables ------------------------------------------------------------ */
+
+typedef struct tables_req {
+    fxb_worker *w;
+    fx_broker_test_stream_tables *out;
+} tables_req;
+
+static void tables_on_worker(void *arg)
+{
+    tables_req *r = arg;
+    r->out->streams = fxb_idtable_count(&r->w->streams);
+    r->out->streams_cap = fxb_idtable_capacity(&r->w->streams);
+    if (r->w->dur != NULL) {
+        r->out->durable = fxb_idtable_count(&r->w->dur->s);
+        r->out->durable_cap = fxb_idtable_capacity(&r->w->dur->s);
+    }
+}
+
+static void tables_on_storage(void *arg)
+{
+    tables_req *r = arg;
+    r->out->logs = fxb_idtable_count(&r->w->dur->st->ds);
+    r->out->logs_cap = fxb_idtable_capacity(&r->w->dur->st->ds);
+}
+
+int fx_broker_test_stream_tables_get(fx_broker *b, uint32_t index,
+                                     fx_broker_test_stream_tables *out)
+{
+    if (!running(b) || index >= b->nworkers || out == NULL)
+        return -EINVAL;
+    *out = (fx_broker_test_stream_tables){0};
+    tables_req r = {.w = &b->workers[index], .out = out};
+    int rv = run_and_wait(r.w->loop, tables_on_worker, &r);
+    if (rv == 0 && r.w->dur != NULL)
+        rv = run_and_wait(r.w->dur->st->loop, tables_on_storage, &r);
     return rv;
 }
 

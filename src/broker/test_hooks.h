@@ -27,6 +27,13 @@ int fx_broker_test_cut_connections(fx_broker *b, bool only_subscribers);
  * 0, -EINVAL (no such worker, broker not started) or -ENOMEM. */
 int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms);
 
+/* TEST HOOK. With |hold| true, makes the storage thread of worker |index|
+ * wait (a posted task blocks it) until called again with |hold| false:
+ * jobs sent to it stay there meanwhile. One hold at a time in the process.
+ * Returns 0, -EINVAL (no such worker, no durable storage, broker not
+ * started) or -ENOMEM. Release before stopping the broker. */
+int fx_broker_test_hold_storage(fx_broker *b, uint32_t index, bool hold);
+
 /* The broker timers whose arming fx_broker_test_fail_timer_arms can fail. */
 typedef enum fx_broker_test_timer {
     FX_BROKER_TEST_TIMER_COMMIT = 0,   /* a stream's commit-ack deadline (reply.c) */
@@ -79,6 +86,22 @@ typedef struct fx_broker_test_worker_activity {
  * or -ENOMEM. */
 int fx_broker_test_worker_activity_get(fx_broker *b, uint32_t index,
                                        fx_broker_test_worker_activity *out);
+
+/* The per-stream tables of one worker and its storage thread: entries
+ * held and slots allocated. Each holds the live streams it has state for
+ * and is sized to them, not to the handle ids that create/delete churn used
+ * up. */
+typedef struct fx_broker_test_stream_tables {
+    size_t streams, streams_cap; /* the worker's fx_streams */
+    size_t durable, durable_cap; /* its durable streams' storage-stage state */
+    size_t logs, logs_cap;       /* its storage thread's open logs (0: no durable storage) */
+} fx_broker_test_stream_tables;
+
+/* TEST HOOK. Fills |*out| for worker |index|, each table read by a task on
+ * the loop that owns it (waited for). Returns 0, -EINVAL (no such worker,
+ * broker not started or stopped) or -ENOMEM. */
+int fx_broker_test_stream_tables_get(fx_broker *b, uint32_t index,
+                                     fx_broker_test_stream_tables *out);
 
 /* One open connection and the loop it lives on. */
 typedef struct fx_broker_test_conn_where {

@@ -36,94 +36,15 @@ static void on_stream_resume(fx_stream *s, void *user)
     fx_loop_post(w->loop, &w->resume_task);
 }
 
-/* ---- the stream table (fxb_stream_table) --------------------------------------------------- */
-
-#define STREAM_TABLE_MIN 16u
-
-static size_t stab_home(const fxb_stream_table *t, uint64_t id)
-{
-    uint64_t x = id * 0x9e3779b97f4a7c15ull; /* spreads the ids one worker gets (stride nworkers) */
-    return (size_t)(x ^ (x >> 32)) & (t->cap - 1);
-}
-
-static fxb_stream_slot *stab_find(const fxb_stream_table *t, uint64_t id)
-{
-    if (t->cap == 0)
-        return NULL;
-    for (size_t i = stab_home(t, id);; i = (i + 1) & (t->cap - 1)) {
-        if (t->slots[i].id == id)
-            return &t->slots[i];
-        if (t->slots[i].id == 0)
-            return NULL;
-    }
-}
-
-/* Moves every entry into a table of |cap| slots. Returns 0 or -ENOMEM (|t|
- * unchanged). */
-static int stab_resize(fxb_stream_table *t, size_t cap)
-{
-    fxb_stream_slot *ns = calloc(cap, sizeof(*ns));
-    if (ns == NULL)
-        return -ENOMEM;
-    fxb_stream_table nt = {.slots = ns, .cap = cap, .n = t->n};
-    for (size_t i = 0; i < t->cap; i++) {
-        if (t->slots[i].id == 0)
-            continue;
-        size_t j = stab_home(&nt, t->slots[i].id);
-        while (ns[j].id != 0)
-            j = (j + 1) & (cap - 1);
-        ns[j] = t->slots[i];
-    }
-    free(t->slots);
-    *t = nt;
-    return 0;
-}
-
-/* Adds |st| under |id| (not present). Returns 0 or -ENOMEM. */
-static int stab_insert(fxb_stream_table *t, uint64_t id, fx_stream *st)
-{
-    if ((t->n + 1) * 2 > t->cap) {
-        int rv = stab_resize(t, t->cap ? t->cap * 2 : STREAM_TABLE_MIN);
-        if (rv != 0 && t->n + 1 >= t->cap)
-            return rv; /* a fuller table still works while a slot stays free */
-    }
-    size_t i = stab_home(t, id);
-    while (t->slots[i].id != 0)
-        i = (i + 1) & (t->cap - 1);
-    t->slots[i] = (fxb_stream_slot){.id = id, .st = st};
-    t->n++;
-    return 0;
-}
-
-/* Empties |e| (an entry of |t|), shifting back the entries of its probe run
- * so that lookups need no tombstones, and halves a table under 1/8 full. */
-static void stab_remove(fxb_stream_table *t, fxb_stream_slot *e)
-{
-    size_t mask = t->cap - 1;
-    size_t hole = (size_t)(e - t->slots);
-    for (size_t i = (hole + 1) & mask; t->slots[i].id != 0; i = (i + 1) & mask) {
-        size_t home = stab_home(t, t->slots[i].id);
-        /* The entry at |i| may fill the hole if its home is not in (hole, i]. */
-        if (((i - home) & mask) >= ((i - hole) & mask)) {
-            t->slots[hole] = t->slots[i];
-            hole = i;
-        }
-    }
-    t->slots[hole] = (fxb_stream_slot){0};
-    t->n--;
-    if (t->cap > STREAM_TABLE_MIN && t->n * 8 < t->cap)
-        (void)stab_resize(t, t->cap / 2); /* a failed shrink only keeps memory */
-}
-
 size_t fxb_worker_stream_capacity(const fxb_worker *w)
 {
-    return w->streams.cap;
+    return fxb_idtable_capacity(&w->streams);
 }
 
 fx_stream *fxb_worker_stream_if_any(fxb_worker *w, const fx_stream_handle *h)
 {
-    fxb_stream_slot *e = stab_find(&w->streams, fx_stream_handle_id(h));
-    return e != NULL ? e->st : NULL;
+    fxb_idslot *e = fxb_idtable_find(&w->streams, fx_stream_handle_id(h));
+    return e != NULL ? e->p : NULL;
 }
 
 fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
@@ -144,7 +65,7 @@ fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
                              .first_offset = first};
         if (fx_stream_new(&st, &so) != 0)
             return NULL;
-        if (stab_insert(&w->streams, fx_stream_handle_id(h), st) != 0) {
+        if (fxb_idtable_insert(&w->streams, fx_stream_handle_id(h), st) != 0) {
             fx_stream_free(st);
             return NULL;
         }
@@ -439,9 +360,10 @@ void fxb_worker_deinit(fxb_worker *w)
         fxb_job_free(w->parked_job);
     fxb_durable_worker_deinit(w);
     fxb_worker_free_ends(w);
-    for (size_t i = 0; i < w->streams.cap; i++)
-        fx_stream_free(w->streams.slots[i].st);
-    free(w->streams.slots);
+    size_t pos = 0;
+    for (fxb_idslot *e; (e = fxb_idtable_next(&w->streams, &pos)) != NULL;)
+        fx_stream_free(e->p);
+    fxb_idtable_deinit(&w->streams);
     fx_queue_deinit(&w->jobs);
     fx_loop_timer_cancel(w->loop, &w->block_timer); /* the loop is stopped: allowed */
     fx_loop_timer_cancel(w->loop, &w->expiry_timer);
@@ -477,13 +399,13 @@ static void wlist_remove(fxb_sub *sub)
  * nothing finds it again). */
 static void free_if_deleted(fxb_worker *w, fx_stream_handle *h)
 {
-    fxb_stream_slot *e = stab_find(&w->streams, fx_stream_handle_id(h));
+    fxb_idslot *e = fxb_idtable_find(&w->streams, fx_stream_handle_id(h));
     if (fx_stream_handle_is_active(h) || e == NULL)
         return;
-    fx_stream *st = e->st;
+    fx_stream *st = e->p;
     if (fx_stream_subscriber_count(st) > 0 || fx_stream_is_parked(st) || w->parked_stream == st)
         return;
-    stab_remove(&w->streams, e);
+    fxb_idtable_remove(&w->streams, e);
     fx_stream_free(st);
 }
 

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
+#include "broker/idtable.h"
 #include "broker/test_hooks.h"
 #include "integ/admin_fixture.h"
 #include "integ/durable_fixture.h"
@@ -761,6 +762,166 @@ static void test_delete_removes_a_durable_stream_its_catalogue_entry_and_files(v
     fix_rm_tree(root);
 }
 
+/* Worker |i|'s per-stream tables and its storage thread's. */
+static fx_broker_test_stream_tables tables_of(E *e, uint32_t i)
+{
+    fx_broker_test_stream_tables t;
+    assert_int_equal(fx_broker_test_stream_tables_get(e->b, i, &t), 0);
+    return t;
+}
+
+static void delete_stream(E *e, const char *stream)
+{
+    char path[256];
+    http_resp r;
+    snprintf(path, sizeof(path), "/v1/streams/" T "/" NS "/%s", stream);
+    http(e, "DELETE", path, &r);
+    if (r.status != 200)
+        fail_msg("DELETE %s: %d %s", path, r.status, r.body);
+}
+
+/* Handle ids only grow, but what the workers and storage threads keep per
+ * durable stream follows the live streams: 300 durable streams created,
+ * published to once (every tenth also read back from its log by a
+ * subscriber) and deleted, four live at a time over two workers, leave
+ * every table small while it runs and empty, at its minimum size, once the
+ * last is deleted (ASan: nothing of them leaks). */
+static void test_stream_tables_follow_live_streams_under_churn(void **state)
+{
+    (void)state;
+    enum { LIVE = 4, N = 300, WORKERS = 2 };
+    char root[64] = "", name[32], live[LIVE][32] = {{0}};
+    E *e = d_new(root, sizeof(root), FX_FSYNC_NONE);
+    e->bo.workers = WORKERS;
+    e_start(e);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    for (int i = 0; i < N; i++) {
+        char *slot = live[i % LIVE];
+        if (slot[0] != '\0')
+            delete_stream(e, slot);
+        snprintf(name, sizeof(name), "ch%d", i);
+        put_stream(e, name, "{\"durable\": true}", 201, NULL);
+        pub_ok(c, name, name);
+        if (i % 10 == 0) {
+            fx_start st = {.kind = FX_START_EARLIEST};
+            fx_subscription *s = fix_subscribe(c, name, &st);
+            fix_expect_event(s, 0, name);
+            fx_unsubscribe(s);
+        }
+        snprintf(slot, sizeof(live[0]), "%s", name);
+        for (uint32_t w = 0; w < WORKERS; w++) {
+            fx_broker_test_stream_tables t = tables_of(e, w);
+            /* A few entries at most (a deletion's end may lag): 16 or 32 slots. */
+            if (t.streams_cap > 32 || t.durable_cap > 32 || t.logs_cap > 32)
+                fail_msg("after %d streams worker %u holds %zu/%zu/%zu slots", i + 1, w,
+                         t.streams_cap, t.durable_cap, t.logs_cap);
+        }
+    }
+    /* The live ones are in the tables: what is measured is the real state. */
+    size_t durable = 0, logs = 0;
+    for (uint32_t w = 0; w < WORKERS; w++) {
+        fx_broker_test_stream_tables t = tables_of(e, w);
+        durable += t.durable;
+        logs += t.logs;
+    }
+    assert_true(durable >= LIVE && logs >= LIVE);
+    for (int k = 0; k < LIVE; k++)
+        delete_stream(e, live[k]);
+    /* Each end runs on its worker, then on its storage thread. */
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (uint32_t w = 0; w < WORKERS; w++) {
+        fx_broker_test_stream_tables t;
+        while (t = tables_of(e, w), t.streams + t.durable + t.logs > 0) {
+            if (fx_now_ns() > deadline)
+                fail_msg("worker %u still holds %zu streams, %zu durable states, %zu logs", w,
+                         t.streams, t.durable, t.logs);
+            sleep_ms(2);
+        }
+        assert_true(t.streams_cap <= FXB_IDTABLE_MIN && t.durable_cap <= FXB_IDTABLE_MIN &&
+                    t.logs_cap <= FXB_IDTABLE_MIN);
+    }
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    fix_rm_tree(root);
+}
+
+/* Waits until |*v| reaches |want| (acks arrive on the clients' loops). */
+static void wait_count(atomic_int *v, int want, const char *what)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    while (atomic_load(v) < want) {
+        if (fx_now_ns() > deadline)
+            fail_msg("%s: %d, want %d", what, atomic_load(v), want);
+        sleep_ms(2);
+    }
+}
+
+/* A durable stream deleted while one of its jobs is in storage (held
+ * there through the test hook) and two more wait behind
+ * durable_max_unsynced_bytes: its end runs once later jobs of another
+ * stream completed; the two waiting are refused at once, the one in
+ * storage when it comes back, and only then is its log closed and deleted
+ * and its state freed. Every publish gets its answer. */
+static void test_end_with_a_job_in_storage_deletes_the_log_after_it_comes_back(void **state)
+{
+    (void)state;
+    char root[64] = "", dir[1200];
+    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
+    e->bo.workers = 1;
+    e->bo.durable.max_unsynced_bytes = 1; /* one job in storage at a time */
+    e_start(e);
+    put_stream(e, "a", "{\"durable\": true}", 201, NULL);
+    put_stream(e, "b", "", 201, NULL);
+    fx_client *c0 = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    pub_ok(c0, "a", "first");
+    segment0(root, "a", dir, sizeof(dir));
+    *strrchr(dir, '/') = '\0'; /* the stream's directory */
+    struct stat sb;
+    assert_int_equal(stat(dir, &sb), 0);
+
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, true), 0);
+    fx_metrics_snapshot m0, m;
+    fx_metrics_snapshot_take(&m0);
+    fx_client *c[3];
+    acks a = {0};
+    for (int i = 0; i < 3; i++) { /* one job each: separate connections */
+        c[i] = e_client(e, FX_POLICY_BLOCK, 0, 0);
+        assert_int_equal(fx_publish_async(c[i], NS, "a", "late", 4, FX_ACK_PER_MESSAGE, on_ack, &a),
+                         0);
+    }
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (fx_metrics_snapshot_take(&m); DELTA(m0, m, storage_bound_waits) < 2;
+         fx_metrics_snapshot_take(&m)) {
+        if (fx_now_ns() > deadline)
+            fail_msg("%lld jobs wait behind the bound, want 2",
+                     (long long)DELTA(m0, m, storage_bound_waits));
+        sleep_ms(2);
+    }
+    delete_stream(e, "a");
+    for (int i = 0; i < 4; i++) /* later jobs complete: the end's turn comes */
+        pub_ok(c0, "b", "tick");
+    wait_count(&a.failed, 2, "publishes refused while one is in storage");
+    assert_int_equal(atomic_load(&a.ok), 0);
+    assert_int_equal(stat(dir, &sb), 0); /* the job in storage still has its log */
+
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, false), 0);
+    wait_count(&a.failed, 3, "publishes answered");
+    assert_int_equal(atomic_load(&a.ok), 0);
+    deadline = fix_deadline_ns(HANG_MS);
+    fx_broker_test_stream_tables t;
+    while (t = tables_of(e, 0), t.durable + t.logs > 0 || stat(dir, &sb) == 0) {
+        if (fx_now_ns() > deadline)
+            fail_msg("after the last job: %zu durable states, %zu logs, directory %s", t.durable,
+                     t.logs, stat(dir, &sb) == 0 ? "still there" : "gone");
+        sleep_ms(2);
+    }
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fx_client_close(c[i], HANG_MS), 0);
+    assert_int_equal(fx_client_close(c0, HANG_MS), 0);
+    e_free(e);
+    fix_rm_tree(root);
+}
+
 static void test_drain_flushes_every_durable_stream(void **state)
 {
     (void)state;
@@ -1017,6 +1178,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_offset_below_retention_gets_the_too_old_cursor_error),
     cmocka_unit_test(test_list_streams_shows_durability_log_offsets_and_bytes_on_disk),
     cmocka_unit_test(test_delete_removes_a_durable_stream_its_catalogue_entry_and_files),
+    cmocka_unit_test(test_stream_tables_follow_live_streams_under_churn),
+    cmocka_unit_test(test_end_with_a_job_in_storage_deletes_the_log_after_it_comes_back),
     cmocka_unit_test(test_drain_flushes_every_durable_stream),
     cmocka_unit_test(test_two_workers_each_run_their_streams_logs_on_their_storage_thread),
     cmocka_unit_test(test_stop_with_jobs_in_storage_completes_or_frees_every_job),
