@@ -403,6 +403,7 @@ static int wait_stop_signal(const sigset_t *set, fx_authn *a, fx_broker *b, cons
 {
     fx_memtrim trim;
     fx_memtrim_init(&trim, c->allocator_idle_trim_ns);
+    trim.retain_bytes = c->allocator_retain_bytes > INT_MAX ? INT_MAX : c->allocator_retain_bytes;
     const struct timespec tick = {.tv_sec = 0, .tv_nsec = 250 * 1000 * 1000};
     for (;;) {
         int sig = sigtimedwait(set, NULL, c->allocator_idle_trim_ns ? &tick : NULL);

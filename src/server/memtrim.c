@@ -54,6 +54,14 @@ static size_t free_now(const fx_memtrim *t)
     return t->free_fn != NULL ? t->free_fn(t->arg) : fx_memtrim_free_bytes();
 }
 
+static void set_threshold(const fx_memtrim *t, size_t bytes)
+{
+    if (t->threshold_fn != NULL)
+        t->threshold_fn(t->arg, bytes);
+    else if (mallopt(M_TRIM_THRESHOLD, (int)bytes) != 1)
+        FX_LOG_WARN("server", "the C library refused M_TRIM_THRESHOLD %zu", bytes);
+}
+
 static void trim(fx_memtrim *t)
 {
     size_t before = rss_now(t);
@@ -80,6 +88,10 @@ int fx_memtrim_tick(fx_memtrim *t, uint64_t now_ns, uint64_t activity)
         t->activity = activity;
         t->changed_ns = now_ns;
         t->idle = false;
+        if (t->lowered) { /* traffic again: keep freed heap for it */
+            set_threshold(t, t->retain_bytes);
+            t->lowered = false;
+        }
         return 0;
     }
     if (now_ns - t->changed_ns < t->idle_ns)
@@ -88,6 +100,10 @@ int fx_memtrim_tick(fx_memtrim *t, uint64_t now_ns, uint64_t activity)
     bool grown;
     if (!t->idle) { /* the first look at this idle period */
         t->idle = true;
+        if (t->retain_bytes != 0) {
+            set_threshold(t, FX_MEMTRIM_IDLE_THRESHOLD);
+            t->lowered = true;
+        }
         FX_COUNTER_INC(broker_allocator_idle_periods);
         grown = t->rss_after == 0 || rss_now(t) >= t->rss_after + FX_MEMTRIM_MIN_GROWTH;
     } else {

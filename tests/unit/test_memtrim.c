@@ -14,6 +14,8 @@
 typedef struct fake {
     size_t rss, free_bytes, trims;
     size_t rss_after_trim; /* what RSS reads after a trim */
+    size_t threshold;      /* the last M_TRIM_THRESHOLD set (0: none) */
+    size_t threshold_sets;
 } fake;
 
 static size_t fake_rss(void *arg)
@@ -33,12 +35,20 @@ static void fake_trim(void *arg)
     f->rss = f->rss_after_trim;
 }
 
+static void fake_threshold(void *arg, size_t bytes)
+{
+    fake *f = arg;
+    f->threshold = bytes;
+    f->threshold_sets++;
+}
+
 static void setup_trimmer(fx_memtrim *t, fake *f, uint64_t idle_ms)
 {
     fx_memtrim_init(t, idle_ms * MS);
     t->rss_fn = fake_rss;
     t->free_fn = fake_free;
     t->trim_fn = fake_trim;
+    t->threshold_fn = fake_threshold;
     t->arg = f;
 }
 
@@ -136,6 +146,39 @@ static void test_zero_idle_time_never_trims(void **state)
     assert_int_equal(COUNT(broker_allocator_idle_periods) - periods0, 0);
 }
 
+/* While idle, glibc's own trim threshold; the retained one at the first
+ * datagram; never touched when allocator_retain_bytes is 0. */
+static void test_trim_threshold_is_lowered_while_idle_and_restored_by_traffic(void **state)
+{
+    (void)state;
+    fake f = {.rss = 50 * MiB, .free_bytes = 40 * MiB, .rss_after_trim = 12 * MiB};
+    fx_memtrim t;
+    setup_trimmer(&t, &f, 100);
+    t.retain_bytes = 64 * MiB;
+    fx_memtrim_tick(&t, 0, 1);
+    fx_memtrim_tick(&t, 50 * MS, 1);
+    assert_int_equal(f.threshold_sets, 0); /* not idle yet */
+    fx_memtrim_tick(&t, 100 * MS, 1);
+    assert_int_equal(f.threshold, FX_MEMTRIM_IDLE_THRESHOLD);
+    for (uint64_t ms = 350; ms < 2000; ms += 250)
+        fx_memtrim_tick(&t, ms * MS, 1);
+    assert_int_equal(f.threshold_sets, 1); /* once per idle period */
+    fx_memtrim_tick(&t, 2000 * MS, 2);
+    assert_int_equal(f.threshold, 64 * MiB);
+    fx_memtrim_tick(&t, 2250 * MS, 3);
+    assert_int_equal(f.threshold_sets, 2); /* busy: left alone */
+    fx_memtrim_tick(&t, 2350 * MS, 3);
+    assert_int_equal(f.threshold, FX_MEMTRIM_IDLE_THRESHOLD);
+
+    fake g = {.rss = 50 * MiB, .free_bytes = 40 * MiB, .rss_after_trim = 12 * MiB};
+    setup_trimmer(&t, &g, 100); /* retain_bytes 0: the C library's own policy */
+    fx_memtrim_tick(&t, 0, 1);
+    fx_memtrim_tick(&t, 100 * MS, 1);
+    fx_memtrim_tick(&t, 200 * MS, 2);
+    assert_int_equal(g.threshold_sets, 0);
+    assert_int_equal(g.trims, 1);
+}
+
 static void test_real_readings_are_plausible(void **state)
 {
     (void)state;
@@ -155,6 +198,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_new_idle_period_trims_only_if_rss_grew),
     cmocka_unit_test(test_heap_freed_while_idle_is_trimmed_again),
     cmocka_unit_test(test_zero_idle_time_never_trims),
+    cmocka_unit_test(test_trim_threshold_is_lowered_while_idle_and_restored_by_traffic),
     cmocka_unit_test(test_real_readings_are_plausible),
 };
 
