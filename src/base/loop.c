@@ -99,6 +99,25 @@ uint64_t fx_now_ns(void)
     return (uint64_t)ts.tv_sec * FX_NS_PER_S + (uint64_t)ts.tv_nsec;
 }
 
+int fx_cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    int rv = pthread_condattr_init(&ca);
+    if (rv != 0)
+        return rv;
+    rv = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rv == 0)
+        rv = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rv;
+}
+
+struct timespec fx_timespec_at(uint64_t ns)
+{
+    return (struct timespec){.tv_sec = (time_t)(ns / FX_NS_PER_S),
+                             .tv_nsec = (long)(ns % FX_NS_PER_S)};
+}
+
 /* ---- inbox ------------------------------------------------------------- */
 
 static void inbox_push(fx_loop *l, fx_task *t)
@@ -389,9 +408,8 @@ static bool arm_fault(const fx_timer *t)
     if (atomic_load_explicit(&fail_arm_cb, memory_order_acquire) != t->cb || t->cb == NULL)
         return false;
     unsigned n = atomic_load_explicit(&fail_arm_n, memory_order_relaxed);
-    while (n > 0 && !atomic_compare_exchange_weak_explicit(&fail_arm_n, &n, n - 1,
-                                                           memory_order_relaxed,
-                                                           memory_order_relaxed))
+    while (n > 0 && !atomic_compare_exchange_weak_explicit(
+                        &fail_arm_n, &n, n - 1, memory_order_relaxed, memory_order_relaxed))
         ;
     return n > 0;
 }

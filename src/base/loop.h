@@ -7,6 +7,7 @@
 #ifndef FX_LOOP_H
 #define FX_LOOP_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,6 +19,15 @@ typedef struct fx_loop fx_loop;
 
 /* CLOCK_MONOTONIC in nanoseconds. Any thread. */
 uint64_t fx_now_ns(void);
+
+/* Initialises |cv| with its timed waits on fx_now_ns()'s clock, so a wall
+ * clock step (NTP, an operator) neither ends them early nor stretches them.
+ * Returns 0 or an errno value, as pthread_cond_init. */
+int fx_cond_init_monotonic(pthread_cond_t *cv);
+
+/* The absolute time of fx_now_ns() instant |ns|, for pthread_cond_timedwait
+ * on a condition made by fx_cond_init_monotonic. */
+struct timespec fx_timespec_at(uint64_t ns);
 
 #define FX_NS_PER_US 1000ull
 #define FX_NS_PER_MS 1000000ull
@@ -149,10 +159,10 @@ int fx_loop_run_error(const fx_loop *l);
 
 /* Counters for tests and metrics (relaxed reads; any thread). */
 typedef struct fx_loop_stats {
-    uint64_t turns;        /* epoll_pwait2 returns */
-    uint64_t wakeups;      /* doorbell writes actually made (none while awake) */
-    uint64_t posts;        /* tasks posted */
-    uint64_t tasks_run;    /* tasks executed */
+    uint64_t turns;     /* epoll_pwait2 returns */
+    uint64_t wakeups;   /* doorbell writes actually made (none while awake) */
+    uint64_t posts;     /* tasks posted */
+    uint64_t tasks_run; /* tasks executed */
     uint64_t timers_fired;
 } fx_loop_stats;
 void fx_loop_get_stats(const fx_loop *l, fx_loop_stats *st);

@@ -100,11 +100,10 @@ static gather *gather_new(fx_broker *b, gather_fn fn, void *arg, bool workers, b
     gather *g = calloc(1, sizeof(*g) + n * sizeof(gpart));
     if (g == NULL)
         return NULL;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    (void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* always valid on Linux */
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    if (fx_cond_init_monotonic(&g->cv) != 0) {
+        free(g);
+        return NULL;
+    }
     pthread_mutex_init(&g->mu, NULL);
     atomic_init(&g->refs, 1);
     g->b = b;
@@ -139,9 +138,7 @@ static int gather_run(fx_broker *b, gather_fn fn, void *arg, bool workers, bool 
         atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
         fx_loop_post(l, &p->task);
     }
-    uint64_t end = fx_now_ns() + timeout_ns;
-    struct timespec ts = {.tv_sec = (time_t)(end / FX_NS_PER_S),
-                          .tv_nsec = (long)(end % FX_NS_PER_S)};
+    struct timespec ts = fx_timespec_at(fx_now_ns() + timeout_ns);
     int rv = 0;
     pthread_mutex_lock(&g->mu);
     while (g->pending > 0 && rv == 0)

@@ -147,22 +147,13 @@ static int check_durable(fx_stream_handle *h, int durable, fx_registry_err *err)
     return 0;
 }
 
-static struct timespec realtime_in(uint64_t ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t until = (uint64_t)ts.tv_sec * FX_NS_PER_S + (uint64_t)ts.tv_nsec + ns;
-    return (struct timespec){.tv_sec = (time_t)(until / FX_NS_PER_S),
-                             .tv_nsec = (long)(until % FX_NS_PER_S)};
-}
-
 /* Runs |m| on its storage thread and waits for it. */
 static int run_on_storage(ret_msg *m, uint64_t timeout_ns)
 {
     atomic_init(&m->refs, 2);
     fx_task_init(&m->task, storage_on_retention, m);
     fx_loop_post(m->st->loop, &m->task);
-    struct timespec until = realtime_in(timeout_ns);
+    struct timespec until = fx_timespec_at(fx_now_ns() + timeout_ns);
     pthread_mutex_lock(&m->mu);
     while (!m->done && pthread_cond_timedwait(&m->cv, &m->mu, &until) == 0)
         ;
@@ -196,7 +187,12 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
         return err_set(err, -ENOMEM, "out of memory");
     }
     pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->cv, NULL);
+    if (fx_cond_init_monotonic(&m->cv) != 0) {
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        fx_stream_handle_unref(f.h);
+        return err_set(err, -ENOMEM, "out of memory");
+    }
     m->h = f.h; /* the message's reference */
     m->st = fxb_worker_for(b, f.h)->dur->st;
     m->want = *r;

@@ -206,18 +206,6 @@ static void storage_on_flush_all(fx_loop *l, fx_task *t, void *user)
     free(m);
 }
 
-/* The CLOCK_REALTIME instant of fx_now_ns() instant |deadline_ns|. */
-static struct timespec realtime_of(uint64_t deadline_ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t now = fx_now_ns();
-    uint64_t until = (uint64_t)ts.tv_sec * FX_NS_PER_S + (uint64_t)ts.tv_nsec +
-                     (deadline_ns > now ? deadline_ns - now : 0);
-    return (struct timespec){.tv_sec = (time_t)(until / FX_NS_PER_S),
-                             .tv_nsec = (long)(until % FX_NS_PER_S)};
-}
-
 int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
 {
     fxb_durable *d = b->dur;
@@ -227,7 +215,11 @@ int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
     if (fa == NULL)
         return -ENOMEM;
     pthread_mutex_init(&fa->mu, NULL);
-    pthread_cond_init(&fa->cv, NULL);
+    if (fx_cond_init_monotonic(&fa->cv) != 0) {
+        pthread_mutex_destroy(&fa->mu);
+        free(fa);
+        return -ENOMEM;
+    }
     atomic_init(&fa->refs, 1);
     for (uint32_t i = 0; i < d->nstarted; i++) {
         flush_msg *m = calloc(1, sizeof(*m));
@@ -242,7 +234,7 @@ int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
         fx_task_init(&m->task, storage_on_flush_all, m);
         fx_loop_post(m->st->loop, &m->task);
     }
-    struct timespec until = realtime_of(deadline_ns);
+    struct timespec until = fx_timespec_at(deadline_ns);
     pthread_mutex_lock(&fa->mu);
     while (fa->left > 0 && pthread_cond_timedwait(&fa->cv, &fa->mu, &until) == 0)
         ;

@@ -246,13 +246,7 @@ static int query_new(fx_admin_query **pq, const fx_admin_req *req, fx_admin_quer
         return -ENOMEM;
     if (query_copy_req(q, req) != 0)
         goto err_free_q;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
-        goto err_free_strings;
-    (void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* always valid on Linux */
-    int rv = pthread_cond_init(&q->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rv != 0)
+    if (fx_cond_init_monotonic(&q->cv) != 0)
         goto err_free_strings;
     pthread_mutex_init(&q->mu, NULL);
     atomic_init(&q->refs, 2);
@@ -298,9 +292,7 @@ int fx_admin_query_answer(fx_admin_query *q, unsigned status, const char *conten
 
 static struct timespec deadline_after(uint64_t timeout_ns)
 {
-    uint64_t at = fx_now_ns() + timeout_ns;
-    return (struct timespec){.tv_sec = (time_t)(at / FX_NS_PER_S),
-                             .tv_nsec = (long)(at % FX_NS_PER_S)};
+    return fx_timespec_at(fx_now_ns() + timeout_ns);
 }
 
 int fx_admin_ask_loop(fx_loop *l, const fx_admin_req *req, uint64_t timeout_ns,

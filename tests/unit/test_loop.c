@@ -1022,7 +1022,31 @@ static void test_pin_to_missing_cpu_reports_error(void **state)
     stop_free(l);
 }
 
+/* A condition from fx_cond_init_monotonic times out at an fx_now_ns()
+ * instant: with the wall clock's condition the same timespec (seconds since
+ * boot) lies decades in the past and the wait returns at once. */
+static void test_monotonic_condition_times_out_at_an_fx_now_ns_instant(void **state)
+{
+    (void)state;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv;
+    assert_int_equal(fx_cond_init_monotonic(&cv), 0);
+    uint64_t t0 = fx_now_ns();
+    struct timespec until = fx_timespec_at(t0 + 30 * FX_NS_PER_MS);
+    pthread_mutex_lock(&mu);
+    int rv = 0;
+    while (rv == 0)
+        rv = pthread_cond_timedwait(&cv, &mu, &until);
+    pthread_mutex_unlock(&mu);
+    uint64_t waited = fx_now_ns() - t0;
+    assert_int_equal(rv, ETIMEDOUT);
+    assert_true(waited >= 30 * FX_NS_PER_MS);
+    assert_true(waited < 10 * FX_NS_PER_S);
+    pthread_cond_destroy(&cv);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_monotonic_condition_times_out_at_an_fx_now_ns_instant),
     cmocka_unit_test(test_post_runs_task_on_loop_thread),
     cmocka_unit_test(test_posts_from_many_threads_all_run_once),
     cmocka_unit_test(test_per_producer_order_kept),
