@@ -106,12 +106,17 @@ int fx_memtrim_tick(fx_memtrim *t, uint64_t now_ns, uint64_t activity)
         }
         FX_COUNTER_INC(broker_allocator_idle_periods);
         grown = t->rss_after == 0 || rss_now(t) >= t->rss_after + FX_MEMTRIM_MIN_GROWTH;
+        t->free_seen = free_bytes;
     } else {
-        grown = free_bytes >= t->free_seen + FX_MEMTRIM_MIN_GROWTH;
+        /* Against the free heap at the last trim (or its lowest since), so
+         * that many small frees add up. */
+        grown = free_bytes >= t->free_seen + FX_MEMTRIM_IDLE_GROWTH;
+        if (free_bytes < t->free_seen)
+            t->free_seen = free_bytes;
     }
-    t->free_seen = free_bytes;
     if (!grown)
         return 0;
     trim(t);
+    t->free_seen = free_bytes;
     return 1;
 }

@@ -11,7 +11,8 @@
  * something to give back: at the start of an idle period, RSS has grown by
  * FX_MEMTRIM_MIN_GROWTH since the last trim (so a client that publishes every
  * few seconds does not pay for a trim each time); later in the same idle
- * period, the free heap has grown by as much since the last look (the broker
+ * period, the free heap has grown by FX_MEMTRIM_IDLE_GROWTH since the last
+ * trim or the first look (the broker
  * frees memory while no datagram moves: a stream expiring, retention, a
  * stalled subscriber closed). While idle it also lowers glibc's trim
  * threshold from allocator_retain_bytes to FX_MEMTRIM_IDLE_THRESHOLD, and
@@ -32,9 +33,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Growth (of RSS since the last trim, or of the free heap while idle) below
- * which the trimmer does not trim. */
+/* RSS growth since the last trim below which a new idle period does not
+ * trim. */
 #define FX_MEMTRIM_MIN_GROWTH ((size_t)1 << 20)
+/* Free-heap growth, since the last trim or the first look at the idle period
+ * (or its lowest since), below which a later tick of it does not trim. */
+#define FX_MEMTRIM_IDLE_GROWTH ((size_t)256 << 10)
 /* glibc's trim threshold while idle (its own default). */
 #define FX_MEMTRIM_IDLE_THRESHOLD ((size_t)128 << 10)
 
@@ -45,7 +49,7 @@ typedef struct fx_memtrim {
     bool idle;           /* the current idle period has been looked at */
     bool started;        /* a first tick has run */
     size_t rss_after;    /* RSS after the last trim (0: none yet) */
-    size_t free_seen;    /* free heap at the last idle tick */
+    size_t free_seen;    /* free heap at the last trim or first idle look, or lowest since */
     size_t retain_bytes; /* M_TRIM_THRESHOLD under load (0: not set) */
     bool lowered;        /* the idle threshold is in effect */
     /* Tests only: replace the readings and the trim (NULL: the real ones). */

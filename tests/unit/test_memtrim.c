@@ -127,10 +127,20 @@ static void test_heap_freed_while_idle_is_trimmed_again(void **state)
     f.rss_after_trim = 12 * MiB;
     assert_int_equal(fx_memtrim_tick(&t, 350 * MS, 1), 1);
     assert_int_equal(f.rss, 12 * MiB);
-    /* less than 1 MiB more freed: not worth a walk over the arenas */
-    f.free_bytes = 42 * MiB + MiB - 1;
+    /* less than FX_MEMTRIM_IDLE_GROWTH more freed: not worth a walk over the arenas */
+    f.free_bytes = 42 * MiB + FX_MEMTRIM_IDLE_GROWTH - 4096;
     assert_int_equal(fx_memtrim_tick(&t, 600 * MS, 1), 0);
     assert_int_equal(f.trims, 2);
+    /* small frees add up: counted from the last trim, not from the last tick */
+    f.free_bytes += 4096;
+    assert_int_equal(fx_memtrim_tick(&t, 850 * MS, 1), 1);
+    assert_int_equal(f.trims, 3);
+    /* a dip (something allocated while idle) then a rise from it */
+    f.free_bytes -= 8 * MiB;
+    assert_int_equal(fx_memtrim_tick(&t, 1100 * MS, 1), 0);
+    f.free_bytes += FX_MEMTRIM_IDLE_GROWTH;
+    assert_int_equal(fx_memtrim_tick(&t, 1350 * MS, 1), 1);
+    assert_int_equal(f.trims, 4);
 }
 
 static void test_zero_idle_time_never_trims(void **state)
