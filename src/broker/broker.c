@@ -364,9 +364,14 @@ static void settle_durable(fx_broker *b)
             n += p.n;
         }
         if (n == 0)
-            return;
+            break;
         fxb_durable_barrier(b);
     }
+    /* The last jobs to come back may have sent their stream's end (a
+     * deleted durable stream's log and catalogue entry) to storage, and an
+     * end may queue itself once more behind a flush: let both run. */
+    fxb_durable_barrier(b);
+    fxb_durable_barrier(b);
 }
 
 void fx_broker_stop(fx_broker *b)

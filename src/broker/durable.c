@@ -586,6 +586,16 @@ static void storage_on_job(fx_loop *l, fx_task *t, void *user)
     (void)t;
     fxb_job *j = user;
     dstream *s = fxb_dstream_get(j->w->dur->st, j->h);
+    if (s == NULL && fx_stream_handle_is_ended(j->h)) {
+        /* Deleted before its first job got here: refused as the worker
+         * would refuse it, not a storage failure. */
+        j->stored = true;
+        j->srv = FX_ENOSTREAM;
+        j->sbase = s_base_of(j);
+        fx_task_init(&j->stask, worker_on_stored, j);
+        fx_loop_post(j->w->loop, &j->stask);
+        return;
+    }
     if (s == NULL || s->open_rv != 0) {
         give_back(j, s == NULL ? -EIO : s->open_rv);
         return;

@@ -399,11 +399,12 @@ static void on_sighup(fx_authn *a, fx_broker *b)
  * keys on each SIGHUP. |set| holds the three signals, blocked in every
  * thread. Between signals, every 250 ms, gives freed heap back to the kernel
  * once the broker has been idle for allocator_idle_trim_ms (memtrim.h). */
-static int wait_stop_signal(const sigset_t *set, fx_authn *a, fx_broker *b, const fx_config *c)
+static int wait_stop_signal(const sigset_t *set, fx_authn *a, fx_broker *b, const fx_config *c,
+                            size_t retained)
 {
     fx_memtrim trim;
     fx_memtrim_init(&trim, c->allocator_idle_trim_ns);
-    trim.retain_bytes = c->allocator_retain_bytes > INT_MAX ? INT_MAX : c->allocator_retain_bytes;
+    trim.retain_bytes = retained; /* 0: the threshold was never set, leave it alone */
     const struct timespec tick = {.tv_sec = 0, .tv_nsec = 250 * 1000 * 1000};
     for (;;) {
         int sig = sigtimedwait(set, NULL, c->allocator_idle_trim_ns ? &tick : NULL);
@@ -521,16 +522,19 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
  * every refill costs page faults. With a fixed trim threshold (and a fixed
  * mmap threshold, which glibc otherwise moves) RSS stays at its high-water
  * mark, which the configuration bounds (docs/design.md, "Memory bound"). */
-static void retain_heap(const fx_config *c)
+static size_t retain_heap(const fx_config *c)
 {
     if (c->allocator_retain_bytes == 0)
-        return;
+        return 0;
     size_t retain = c->allocator_retain_bytes > INT_MAX ? INT_MAX : c->allocator_retain_bytes;
     /* Buffers up to 4 MiB come from the heap (and are retained); larger ones
      * (rare: frames near max_frame_bytes) are mapped and unmapped. */
-    if (mallopt(M_TRIM_THRESHOLD, (int)retain) != 1 || mallopt(M_MMAP_THRESHOLD, 4 << 20) != 1)
+    if (mallopt(M_TRIM_THRESHOLD, (int)retain) != 1 || mallopt(M_MMAP_THRESHOLD, 4 << 20) != 1) {
         fprintf(stderr, "felix-broker: warning: the C library refused the allocator settings "
                         "(allocator_retain_bytes); RSS may follow the load\n");
+        return 0;
+    }
+    return retain;
 }
 
 _Static_assert((int)FX_CONFIG_LOG_ERROR == (int)FX_LOG_ERROR &&
@@ -677,7 +681,7 @@ static int serve(const fx_config *c, bool repair_durable)
                     "quic_bind=%s is not loopback and auth_mode is none (allow_unauthenticated: "
                     "true): any client that reaches it may act as any tenant",
                     c->quic_bind);
-    retain_heap(c);
+    size_t retained = retain_heap(c);
     if (c->state_dir[0]) {
         char why[FX_CONFIG_PATH_MAX + 256];
         if (fx_state_dir_prepare(c->state_dir, why, sizeof(why)) != 0) {
@@ -721,7 +725,7 @@ static int serve(const fx_config *c, bool repair_durable)
     }
     print_banner(c, b, admin);
     notify_systemd("READY=1"); /* both listeners are open */
-    int sig = wait_stop_signal(&set, authn, b, c);
+    int sig = wait_stop_signal(&set, authn, b, c, retained);
     fx_admin_set_draining(admin, true); /* first: load balancers stop sending */
     notify_systemd("STOPPING=1");
     fprintf(stderr,

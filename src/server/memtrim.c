@@ -31,7 +31,7 @@ uint64_t fx_memtrim_broker_activity(void)
 {
     fx_metrics_snapshot *s = malloc(sizeof(*s));
     if (s == NULL)
-        return 0; /* reads as "no activity", the trimmer then waits for the next tick */
+        return 0; /* reads as a change: the idle clock restarts, nothing is trimmed */
     fx_metrics_snapshot_take(s);
     uint64_t v = s->c.quic_datagrams_in + s->c.quic_datagrams_out;
     free(s);
@@ -105,15 +105,18 @@ int fx_memtrim_tick(fx_memtrim *t, uint64_t now_ns, uint64_t activity)
             t->lowered = true;
         }
         FX_COUNTER_INC(broker_allocator_idle_periods);
-        grown = t->rss_after == 0 || rss_now(t) >= t->rss_after + FX_MEMTRIM_MIN_GROWTH;
-        t->free_seen = free_bytes;
+        /* RSS grew (a burst touched new pages), or heap was freed since
+         * the last trim, also while datagrams moved (a client closing, a
+         * stalled subscriber kicked): freeing never raises RSS. */
+        grown = t->rss_after == 0 || rss_now(t) >= t->rss_after + FX_MEMTRIM_MIN_GROWTH ||
+                free_bytes >= t->free_seen + FX_MEMTRIM_IDLE_GROWTH;
     } else {
         /* Against the free heap at the last trim (or its lowest since), so
          * that many small frees add up. */
         grown = free_bytes >= t->free_seen + FX_MEMTRIM_IDLE_GROWTH;
-        if (free_bytes < t->free_seen)
-            t->free_seen = free_bytes;
     }
+    if (free_bytes < t->free_seen)
+        t->free_seen = free_bytes;
     if (!grown)
         return 0;
     trim(t);

@@ -9,14 +9,15 @@
  * moved for allocator_idle_trim_ms it calls malloc_trim(0), which gives back
  * every whole free page of every arena, when one of two things says there is
  * something to give back: at the start of an idle period, RSS has grown by
- * FX_MEMTRIM_MIN_GROWTH since the last trim (so a client that publishes every
- * few seconds does not pay for a trim each time); later in the same idle
+ * FX_MEMTRIM_MIN_GROWTH or the free heap by FX_MEMTRIM_IDLE_GROWTH since the
+ * last trim (so a client that publishes every few seconds does not pay for a
+ * trim each time); later in the same idle
  * period, the free heap has grown by FX_MEMTRIM_IDLE_GROWTH since the last
  * trim or the first look (the broker
  * frees memory while no datagram moves: a stream expiring, retention, a
  * stalled subscriber closed). While idle it also lowers glibc's trim
- * threshold from allocator_retain_bytes to FX_MEMTRIM_IDLE_THRESHOLD, and
- * puts it back at the first datagram: malloc_trim madvises free chunks of
+ * threshold from allocator_retain_bytes to FX_MEMTRIM_IDLE_THRESHOLD,  and
+ * puts it back at the first tick that sees a datagram: malloc_trim madvises free chunks of
  * every arena but shrinks the top of the main arena only, and a thread
  * arena's top gives its pages back only when a free into it finds the top
  * over the threshold, so a peak's top stays resident for good under a 64 MiB

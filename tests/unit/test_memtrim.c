@@ -143,6 +143,28 @@ static void test_heap_freed_while_idle_is_trimmed_again(void **state)
     assert_int_equal(f.trims, 4);
 }
 
+/* Heap freed while datagrams moved (a client closing its connection after a
+ * pause) is given back at the next idle period, though RSS did not grow. */
+static void test_heap_freed_under_traffic_is_trimmed_at_the_next_idle_period(void **state)
+{
+    (void)state;
+    fake f = {.rss = 50 * MiB, .free_bytes = 2 * MiB, .rss_after_trim = 50 * MiB};
+    fx_memtrim t;
+    setup_trimmer(&t, &f, 100);
+    fx_memtrim_tick(&t, 0, 1);
+    assert_int_equal(fx_memtrim_tick(&t, 100 * MS, 1), 1); /* at the peak: nothing to give */
+    fx_memtrim_tick(&t, 200 * MS, 2);                      /* traffic; 40 MiB freed meanwhile */
+    f.free_bytes = 42 * MiB;
+    f.rss_after_trim = 12 * MiB;
+    assert_int_equal(fx_memtrim_tick(&t, 250 * MS, 2), 0); /* not idle yet */
+    assert_int_equal(fx_memtrim_tick(&t, 300 * MS, 2), 1);
+    assert_int_equal(f.rss, 12 * MiB);
+    /* the next idle period with the same free heap and RSS: nothing */
+    fx_memtrim_tick(&t, 400 * MS, 3);
+    assert_int_equal(fx_memtrim_tick(&t, 500 * MS, 3), 0);
+    assert_int_equal(f.trims, 2);
+}
+
 static void test_zero_idle_time_never_trims(void **state)
 {
     (void)state;
@@ -207,6 +229,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_activity_restarts_the_idle_clock),
     cmocka_unit_test(test_a_new_idle_period_trims_only_if_rss_grew),
     cmocka_unit_test(test_heap_freed_while_idle_is_trimmed_again),
+    cmocka_unit_test(test_heap_freed_under_traffic_is_trimmed_at_the_next_idle_period),
     cmocka_unit_test(test_zero_idle_time_never_trims),
     cmocka_unit_test(test_trim_threshold_is_lowered_while_idle_and_restored_by_traffic),
     cmocka_unit_test(test_real_readings_are_plausible),
