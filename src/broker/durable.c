@@ -98,17 +98,23 @@ static void worker_on_stored(fx_loop *l, fx_task *t, void *user);
 static void on_append_task(fx_loop *l, fx_task *t, void *user);
 static uint64_t s_base_of(const fxb_job *j);
 
-/* Hands |j| back to its worker with |rv|. */
+/* Hands |j| back to its worker with publish result |srv| as it stands. */
+static void hand_back(fxb_job *j)
+{
+    j->stored = true;
+    j->sbase = s_base_of(j);
+    fx_task_init(&j->stask, worker_on_stored, j);
+    fx_loop_post(j->w->loop, &j->stask);
+}
+
+/* Hands |j| back to its worker with |rv| (a storage failure unless 0). */
 static void give_back(fxb_job *j, int rv)
 {
     if (rv != 0) {
         FX_COUNTER_INC(storage_errors);
         j->srv = publish_error_of(rv);
     }
-    j->stored = true;
-    j->sbase = s_base_of(j);
-    fx_task_init(&j->stask, worker_on_stored, j);
-    fx_loop_post(j->w->loop, &j->stask);
+    hand_back(j);
 }
 
 /* Publishes the log's offsets and size for GET /v1/streams and the gauges. */
@@ -589,11 +595,8 @@ static void storage_on_job(fx_loop *l, fx_task *t, void *user)
     if (s == NULL && fx_stream_handle_is_ended(j->h)) {
         /* Deleted before its first job got here: refused as the worker
          * would refuse it, not a storage failure. */
-        j->stored = true;
         j->srv = FX_ENOSTREAM;
-        j->sbase = s_base_of(j);
-        fx_task_init(&j->stask, worker_on_stored, j);
-        fx_loop_post(j->w->loop, &j->stask);
+        hand_back(j);
         return;
     }
     if (s == NULL || s->open_rv != 0) {

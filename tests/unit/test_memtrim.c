@@ -35,6 +35,12 @@ static void fake_trim(void *arg)
     f->rss = f->rss_after_trim;
 }
 
+/* 50 MiB resident, 40 MiB of it free heap, 12 MiB once trimmed. */
+static fake after_a_peak(void)
+{
+    return (fake){.rss = 50 * MiB, .free_bytes = 40 * MiB, .rss_after_trim = 12 * MiB};
+}
+
 static void fake_threshold(void *arg, size_t bytes)
 {
     fake *f = arg;
@@ -64,7 +70,7 @@ static uint64_t counter(size_t off)
 static void test_trims_once_after_the_idle_time_and_not_before(void **state)
 {
     (void)state;
-    fake f = {.rss = 50 * MiB, .free_bytes = 40 * MiB, .rss_after_trim = 12 * MiB};
+    fake f = after_a_peak();
     fx_memtrim t;
     setup_trimmer(&t, &f, 1000);
     uint64_t trims0 = COUNT(broker_allocator_trims), bytes0 = COUNT(broker_allocator_trimmed_bytes);
@@ -84,7 +90,7 @@ static void test_trims_once_after_the_idle_time_and_not_before(void **state)
 static void test_activity_restarts_the_idle_clock(void **state)
 {
     (void)state;
-    fake f = {.rss = 50 * MiB, .free_bytes = 40 * MiB, .rss_after_trim = 12 * MiB};
+    fake f = after_a_peak();
     fx_memtrim t;
     setup_trimmer(&t, &f, 1000);
     fx_memtrim_tick(&t, 0, 1);
@@ -96,7 +102,7 @@ static void test_activity_restarts_the_idle_clock(void **state)
 static void test_a_new_idle_period_trims_only_if_rss_grew(void **state)
 {
     (void)state;
-    fake f = {.rss = 50 * MiB, .free_bytes = 40 * MiB, .rss_after_trim = 12 * MiB};
+    fake f = after_a_peak();
     fx_memtrim t;
     setup_trimmer(&t, &f, 100);
     fx_memtrim_tick(&t, 0, 1);
@@ -168,7 +174,7 @@ static void test_heap_freed_under_traffic_is_trimmed_at_the_next_idle_period(voi
 static void test_zero_idle_time_never_trims(void **state)
 {
     (void)state;
-    fake f = {.rss = 50 * MiB, .free_bytes = 40 * MiB, .rss_after_trim = 12 * MiB};
+    fake f = after_a_peak();
     fx_memtrim t;
     setup_trimmer(&t, &f, 0);
     uint64_t periods0 = COUNT(broker_allocator_idle_periods);
@@ -183,7 +189,7 @@ static void test_zero_idle_time_never_trims(void **state)
 static void test_trim_threshold_is_lowered_while_idle_and_restored_by_traffic(void **state)
 {
     (void)state;
-    fake f = {.rss = 50 * MiB, .free_bytes = 40 * MiB, .rss_after_trim = 12 * MiB};
+    fake f = after_a_peak();
     fx_memtrim t;
     setup_trimmer(&t, &f, 100);
     t.retain_bytes = 64 * MiB;
@@ -202,7 +208,7 @@ static void test_trim_threshold_is_lowered_while_idle_and_restored_by_traffic(vo
     fx_memtrim_tick(&t, 2350 * MS, 3);
     assert_int_equal(f.threshold, FX_MEMTRIM_IDLE_THRESHOLD);
 
-    fake g = {.rss = 50 * MiB, .free_bytes = 40 * MiB, .rss_after_trim = 12 * MiB};
+    fake g = after_a_peak();
     setup_trimmer(&t, &g, 100); /* retain_bytes 0: the C library's own policy */
     fx_memtrim_tick(&t, 0, 1);
     fx_memtrim_tick(&t, 100 * MS, 1);
