@@ -39,7 +39,10 @@
 # A cycle starts only while time is left, so the run may end up to one cycle (about 45 s)
 # after N minutes.
 # env: BUILD (default <repo>/build/bench), OUTDIR (default /tmp/felix-soak), FX_PORT, FX_ADMIN,
-#      BROKER_ARGS (extra felix-broker arguments).
+#      BROKER_ARGS (extra felix-broker arguments), SOAK_DIAG=1 (each quiescence line also
+#      says what the RSS is made of: [heap], other anonymous and file mappings, and
+#      glibc's heap in use, read with gdb; a sample 5 % above the segment's first keeps
+#      logs/smaps-S-C.txt and logs/metrics-S-C.txt and follows RSS for 10 s).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -120,6 +123,40 @@ nonzero_gauges() {  # prints "name value" for every gauge sample that is not 0
 
 rss_kb() {
   awk '/^VmRSS/{print $2}' "/proc/$BROKER_PID/status"
+}
+
+# SOAK_DIAG=1: what an RSS sample is made of, as extra JSON fields: the resident kB of
+# the main heap ([heap]), of the other anonymous mappings (thread arenas, stacks,
+# ngtcp2 and GnuTLS buffers), of file mappings, and glibc's own count of heap bytes in
+# use and held (malloc_stats, read through gdb: the broker stops for about a second).
+diag_json() {
+  [ "${SOAK_DIAG:-0}" = 1 ] || return 0
+  local smaps ms
+  smaps=$(awk '/^[0-9a-f]+-[0-9a-f]+ /{kind = ($6 == "[heap]") ? "heap" : ($6 == "" ? "anon" : "file")}
+               /^Rss:/{r[kind] += $2}
+               END{printf ",\"heap_kb\":%d,\"anon_kb\":%d,\"file_kb\":%d", r["heap"], r["anon"], r["file"]}' \
+             "/proc/$BROKER_PID/smaps")
+  # malloc_stats prints on the broker's stderr, its log.
+  local log=$OUTDIR/logs/broker-$seg.log off
+  off=$(stat -c %s "$log")
+  gdb -q -batch -p "$BROKER_PID" -ex 'call (void)malloc_stats()' >/dev/null 2>&1 || true
+  sleep 0.2
+  ms=$(tail -c +"$((off + 1))" "$log" |
+       awk '/^Total \(incl. mmap\):/{t=1} t && /system bytes/{sys=$4} t && /in use bytes/{use=$5}
+            /^Arena [0-9]+:/{a++}
+            END{printf ",\"malloc_system_kb\":%d,\"malloc_in_use_kb\":%d,\"arenas\":%d", sys/1024, use/1024, a}')
+  # Above 5% of the segment's first sample: keep the whole picture, and follow RSS
+  # for 10 s to see whether it comes back by itself.
+  local series="" i
+  if [ "${#rss[@]}" -gt 0 ] && [ $(( (RSS - rss[0]) * 100 / rss[0] )) -ge 5 ]; then
+    cp "/proc/$BROKER_PID/smaps" "$OUTDIR/logs/smaps-$seg-$cycle.txt" 2>/dev/null || true
+    curl -sf "http://127.0.0.1:$FX_ADMIN/metrics" >"$OUTDIR/logs/metrics-$seg-$cycle.txt" || true
+    for i in $(seq 1 10); do
+      sleep 1
+      series+="${series:+,}$(rss_kb)"
+    done
+  fi
+  printf '%s%s,"rss_after_kb":[%s]' "$smaps" "$ms" "$series"
 }
 
 bench_json() {  # label args... : runs felix-bench, prints its JSON line (or nothing)
@@ -238,7 +275,7 @@ quiesce() {  # seg cycle; sets RSS (kB) after the gauges settled and the idle tr
   done
   sleep 1
   RSS=$(rss_kb)
-  record "{\"check\":\"quiescence\",\"segment\":$1,\"cycle\":$2,\"wait_s\":$((SECONDS - t0)),\"gauges_zero\":$ok,\"rss_kb\":$RSS,\"idle_periods\":$(scrape felix_broker_allocator_idle_periods_total),\"trims\":$(scrape felix_broker_allocator_trims_total),\"trimmed_kb\":$(( $(scrape felix_broker_allocator_trimmed_bytes_total) / 1024 )),\"block_timeouts\":$(scrape felix_subscriber_block_timeouts_total),\"streams_expired\":$(scrape felix_registry_streams_expired_total)}"
+  record "{\"check\":\"quiescence\",\"segment\":$1,\"cycle\":$2,\"wait_s\":$((SECONDS - t0)),\"gauges_zero\":$ok,\"rss_kb\":$RSS,\"idle_periods\":$(scrape felix_broker_allocator_idle_periods_total),\"trims\":$(scrape felix_broker_allocator_trims_total),\"trimmed_kb\":$(( $(scrape felix_broker_allocator_trimmed_bytes_total) / 1024 )),\"block_timeouts\":$(scrape felix_subscriber_block_timeouts_total),\"streams_expired\":$(scrape felix_registry_streams_expired_total)$(diag_json)}"
 }
 
 # ---- segments -------------------------------------------------------------------------------

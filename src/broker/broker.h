@@ -278,6 +278,12 @@ uint32_t fx_broker_worker_count(const fx_broker *b);
 /* Bytes of the process-wide publish budget (checkpoint 3) held now: frame
  * headers reserved and jobs not yet processed (relaxed read). Any thread. */
 size_t fx_broker_budget_in_use(const fx_broker *b);
+/* Runs |fn(user)| once on each thread the broker runs (workers, io loops,
+ * durable storage and replay loops), each on its own thread, asynchronously.
+ * Returns how many were queued (|fn| runs that many times; a queue that
+ * fails for memory is skipped), or FX_ESHUTDOWN when the broker is not
+ * running. Main thread. */
+int fx_broker_run_on_each_thread(fx_broker *b, void (*fn)(void *user), void *user);
 /* Index of the worker loop the (first) QUIC endpoint runs on, or -1 when it
  * runs on a dedicated io loop (io_threads > 0) or the broker has stopped.
  * Any thread. */

@@ -41,6 +41,9 @@ int fxb_durable_start(fx_broker *b);
 /* Runs what every storage thread has queued (a barrier). Main thread, while
  * they run. */
 void fxb_durable_barrier(fx_broker *b);
+/* Calls |cb(l, user)| with each running storage thread's loop and replay
+ * loop. Main thread, while they run. */
+void fxb_durable_each_loop(fx_broker *b, void (*cb)(fx_loop *l, void *user), void *user);
 /* Stops the storage threads (after the workers). Main thread. */
 void fxb_durable_stop(fx_broker *b);
 /* Closes every log with a flush and frees the stage and the catalogue. Main

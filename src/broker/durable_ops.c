@@ -206,6 +206,15 @@ static void storage_on_flush_all(fx_loop *l, fx_task *t, void *user)
     free(m);
 }
 
+void fxb_durable_each_loop(fx_broker *b, void (*cb)(fx_loop *l, void *user), void *user)
+{
+    fxb_durable *d = b->dur;
+    for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
+        cb(d->st[i].loop, user);
+        cb(d->st[i].rloop, user);
+    }
+}
+
 int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
 {
     fxb_durable *d = b->dur;

@@ -395,6 +395,36 @@ static void on_sighup(fx_authn *a, fx_broker *b)
     }
 }
 
+/* Each broker thread frees a block into its own arena before an idle trim
+ * (memtrim.h): |left| counts the threads that have not yet. Static, not on
+ * the stack: a thread that runs late still finds it. */
+static atomic_int arenas_left;
+
+static void own_arena_on_thread(void *user)
+{
+    (void)user;
+    fx_memtrim_own_arena();
+    atomic_fetch_sub(&arenas_left, 1);
+}
+
+/* Runs fx_memtrim_own_arena on every broker thread and waits (at most 100 ms:
+ * they are idle) until they have; the main thread's own arena too. Skipped
+ * while threads of the last round have not run yet. */
+static void trim_arenas(void *arg)
+{
+    fx_broker *b = arg;
+    fx_memtrim_own_arena();
+    if (atomic_load(&arenas_left) > 0)
+        return;
+    int n = fx_broker_run_on_each_thread(b, own_arena_on_thread, NULL);
+    if (n <= 0)
+        return;
+    atomic_fetch_add(&arenas_left, n);
+    const struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000 * 1000};
+    for (int i = 0; i < 100 && atomic_load(&arenas_left) > 0; i++)
+        nanosleep(&ms, NULL);
+}
+
 /* Waits for SIGINT or SIGTERM (returned), reloading the certificate and
  * keys on each SIGHUP. |set| holds the three signals, blocked in every
  * thread. Between signals, every 250 ms, gives freed heap back to the kernel
@@ -405,6 +435,8 @@ static int wait_stop_signal(const sigset_t *set, fx_authn *a, fx_broker *b, cons
     fx_memtrim trim;
     fx_memtrim_init(&trim, c->allocator_idle_trim_ns);
     trim.retain_bytes = retained; /* 0: the threshold was never set, leave it alone */
+    trim.arenas_fn = trim_arenas;
+    trim.arenas_arg = b;
     const struct timespec tick = {.tv_sec = 0, .tv_nsec = 250 * 1000 * 1000};
     for (;;) {
         int sig = sigtimedwait(set, NULL, c->allocator_idle_trim_ns ? &tick : NULL);

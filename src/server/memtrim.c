@@ -38,6 +38,16 @@ uint64_t fx_memtrim_broker_activity(void)
     return v;
 }
 
+void fx_memtrim_own_arena(void)
+{
+    void *p = malloc(FX_MEMTRIM_NUDGE_BYTES);
+    if (p == NULL)
+        return;
+    /* The block is never used: keep the compiler from removing the pair. */
+    __asm__ volatile("" : : "r"(p) : "memory");
+    free(p);
+}
+
 size_t fx_memtrim_free_bytes(void)
 {
     struct mallinfo2 mi = mallinfo2();
@@ -65,6 +75,8 @@ static void set_threshold(const fx_memtrim *t, size_t bytes)
 static void trim(fx_memtrim *t)
 {
     size_t before = rss_now(t);
+    if (t->arenas_fn != NULL)
+        t->arenas_fn(t->arenas_arg);
     if (t->trim_fn != NULL)
         t->trim_fn(t->arg);
     else

@@ -19,10 +19,14 @@
  * threshold from allocator_retain_bytes to FX_MEMTRIM_IDLE_THRESHOLD,  and
  * puts it back at the first tick that sees a datagram: malloc_trim madvises free chunks of
  * every arena but shrinks the top of the main arena only, and a thread
- * arena's top gives its pages back only when a free into it finds the top
- * over the threshold, so a peak's top stays resident for good under a 64 MiB
- * threshold (measured: 2-4 MB of a 9 MB idle broker, varying cycle to
- * cycle). Counted in
+ * arena's top gives its pages back only when a free of 64 KiB or more into
+ * that arena finds the top over the threshold, so a peak's top stays
+ * resident for good under a 64 MiB threshold (measured: 2-4 MB of a 9 MB
+ * idle broker, varying cycle to cycle). An idle thread may make no such free
+ * (measured: one arena of 2.5 MB resident with 0.24 MB in use after the
+ * trim, 1 soak cycle in 30), so before each trim every broker thread frees
+ * a FX_MEMTRIM_NUDGE_BYTES block into its own arena (fx_memtrim_own_arena,
+ * run there through |arenas_fn|). Counted in
  * felix_broker_allocator_idle_periods_total, felix_broker_allocator_trims_total
  * and felix_broker_allocator_trimmed_bytes_total.
  *
@@ -42,6 +46,12 @@
 #define FX_MEMTRIM_IDLE_GROWTH ((size_t)256 << 10)
 /* glibc's trim threshold while idle (its own default). */
 #define FX_MEMTRIM_IDLE_THRESHOLD ((size_t)128 << 10)
+/* The block each thread frees into its arena before a trim: at least glibc's
+ * 64 KiB (FASTBIN_CONSOLIDATION_THRESHOLD), above which a free checks the
+ * arena's top against the trim threshold, and under the mmap threshold
+ * (128 KiB by default, 4 MiB with allocator_retain_bytes), so that it comes
+ * from the arena. */
+#define FX_MEMTRIM_NUDGE_BYTES ((size_t)96 << 10)
 
 typedef struct fx_memtrim {
     uint64_t idle_ns;    /* 0: never trims */
@@ -53,6 +63,12 @@ typedef struct fx_memtrim {
     size_t free_seen;    /* free heap at the last trim or first idle look, or lowest since */
     size_t retain_bytes; /* M_TRIM_THRESHOLD under load (0: not set) */
     bool lowered;        /* the idle threshold is in effect */
+    /* Before each trim: has every thread that allocates run
+     * fx_memtrim_own_arena on itself, and returns once they have (NULL:
+     * only the calling thread's arenas and the main arena's top are
+     * trimmed). */
+    void (*arenas_fn)(void *arenas_arg);
+    void *arenas_arg;
     /* Tests only: replace the readings and the trim (NULL: the real ones). */
     size_t (*rss_fn)(void *arg);
     size_t (*free_fn)(void *arg);
@@ -74,6 +90,11 @@ uint64_t fx_memtrim_broker_activity(void);
 
 /* The process's resident set in bytes (/proc/self/statm), 0 if unreadable. */
 size_t fx_memtrim_rss_bytes(void);
+
+/* Frees a FX_MEMTRIM_NUDGE_BYTES block into the calling thread's arena, so
+ * that the arena's top goes back to the kernel down to the trim threshold.
+ * Any thread. */
+void fx_memtrim_own_arena(void);
 
 /* Free bytes the allocator holds in its arenas (mallinfo2's fordblks). Walks
  * every arena under its lock: for idle moments. */

@@ -1,30 +1,14 @@
 /* Shared by the durable-stream integration tests (test_durable*.c): the
- * tenant they publish as, removing a durable root, and reading one event
- * with its offset and payload checked. Include after admin_fixture.h (or
- * fixture.h). */
+ * tenant they publish as and reading one event with its offset and payload
+ * checked (fix_rm_dir, in fixture.h, removes a durable root). Include after
+ * admin_fixture.h (or fixture.h). */
 #ifndef FX_TESTS_DURABLE_FIXTURE_H
 #define FX_TESTS_DURABLE_FIXTURE_H
 
-#include <ftw.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define T "t1"
-
-static inline int fix_rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-/* Removes |dir| and everything under it (a durable root holds a tree). */
-static inline void fix_rm_tree(const char *dir)
-{
-    (void)nftw(dir, fix_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* Takes the next event of |s| and checks its offset and payload. */
 static inline void fix_expect_event(fx_subscription *s, uint64_t offset, const char *msg)

@@ -13,6 +13,7 @@
 #define FX_TESTS_INTEG_FIXTURE_H
 
 #include <dirent.h>
+#include <ftw.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,21 +72,20 @@ static inline void fix_state_dir_new(char *dir, size_t cap, const char *tag)
 
 /* Removes |dir| and the plain files in it (a broker state dir holds no
  * subdirectories). A missing directory is not an error. */
+static inline int fix_rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Removes |dir| and everything under it (a daemon's state directory holds
+ * subdirectories); symbolic links are removed, never followed. */
 static inline void fix_rm_dir(const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
+    nftw(dir, fix_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* ---- broker ------------------------------------------------------------------------- */

@@ -152,7 +152,7 @@ static void test_durability_cannot_be_flipped_on_an_existing_stream(void **state
     put_stream(e, "x", "{\"durablee\": true}", 400, "unknown field");
     put_stream(e, "x", "[true]", 400, "JSON object");
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* ---- the append path ------------------------------------------------------------ */
@@ -204,7 +204,7 @@ static void test_on_commit_acks_follow_the_log_and_offsets_continue_after_restar
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static void test_durable_default_makes_auto_created_streams_durable(void **state)
@@ -228,7 +228,7 @@ static void test_durable_default_makes_auto_created_streams_durable(void **state
     assert_int_equal(read_log(root, "auto", text, sizeof(text)), 2);
     assert_string_equal(text, "one\ntwo\n");
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* Async acked publishes and their results. */
@@ -282,7 +282,7 @@ static void test_on_commit_group_commit_serves_several_appends_per_flush(void **
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* Jobs of one stream that queue on its storage thread while it flushes are
@@ -380,7 +380,7 @@ static void test_max_unsynced_bytes_keeps_one_job_in_storage_at_a_time(void **st
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* ---- recovery at start ------------------------------------------------------------ */
@@ -459,7 +459,7 @@ static void test_start_recovers_catalogued_streams_and_cuts_a_torn_tail(void **s
     char text[256];
     assert_int_equal(read_log(root, "r", text, sizeof(text)), 6);
     assert_string_equal(text, "m0\nm1\nm2\nm3\nm4\nm5\n");
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static void test_interior_corruption_refuses_start_unless_repair(void **state)
@@ -494,7 +494,7 @@ static void test_interior_corruption_refuses_start_unless_repair(void **state)
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* ---- replay from disk ------------------------------------------------------------ */
@@ -562,7 +562,7 @@ static void test_replay_from_earliest_or_an_offset_below_the_ring_reads_the_log(
     fx_unsubscribe(s1);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* Publishes "p<i>" for i in [0, n) from its own client, acked, async. */
@@ -640,7 +640,7 @@ static void test_replay_joins_live_under_concurrent_publishing_no_gap_no_duplica
     assert_int_equal(read_log(root, "live", text, sizeof(text)), 3000);
     assert_string_equal(text, got);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static void test_offset_below_retention_gets_the_too_old_cursor_error(void **state)
@@ -675,7 +675,7 @@ static void test_offset_below_retention_gets_the_too_old_cursor_error(void **sta
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* ---- operations -------------------------------------------------------------------- */
@@ -721,7 +721,7 @@ static void test_list_streams_shows_durability_log_offsets_and_bytes_on_disk(voi
     assert_int_equal(snap.g.storage_bytes_on_disk, (int64_t)bytes);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static void test_delete_removes_a_durable_stream_its_catalogue_entry_and_files(void **state)
@@ -759,7 +759,7 @@ static void test_delete_removes_a_durable_stream_its_catalogue_entry_and_files(v
     char text[64];
     assert_int_equal(read_log(root, "gone", text, sizeof(text)), 1);
     assert_string_equal(text, "fresh\n");
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* Worker |i|'s per-stream tables and its storage thread's. */
@@ -842,7 +842,7 @@ static void test_stream_tables_follow_live_streams_under_churn(void **state)
     }
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* Waits until |*v| reaches |want| (acks arrive on the clients' loops). */
@@ -919,7 +919,7 @@ static void test_end_with_a_job_in_storage_deletes_the_log_after_it_comes_back(v
         assert_int_equal(fx_client_close(c[i], HANG_MS), 0);
     assert_int_equal(fx_client_close(c0, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static void test_drain_flushes_every_durable_stream(void **state)
@@ -945,7 +945,7 @@ static void test_drain_flushes_every_durable_stream(void **state)
     assert_int_equal(DELTA(m1, m2, storage_syncs), 2); /* one per stream */
     (void)fx_client_close(c, 1000);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* Waits until storage_syncs has grown by |want| since |a|. */
@@ -989,7 +989,7 @@ static void test_flush_timer_arm_failure_flushes_at_once(void **state)
     assert_int_equal(DELTA(m0, m1, storage_append_records), 2);
     (void)fx_client_close(c, 1000);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static void test_two_workers_each_run_their_streams_logs_on_their_storage_thread(void **state)
@@ -1022,7 +1022,7 @@ static void test_two_workers_each_run_their_streams_logs_on_their_storage_thread
         assert_int_equal(read_log(root, names[i], text, sizeof(text)), (uint64_t)(10 + i));
     }
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* Stopping the broker with jobs in storage and held by the bound strands
@@ -1058,7 +1058,7 @@ static void test_stop_with_jobs_in_storage_completes_or_frees_every_job(void **s
     assert_int_equal(n, m2.c.storage_append_records);
     assert_true(n >= (uint64_t)atomic_load(&a.ok));
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* A broker stopped while subscribers catch up from disk frees every page
@@ -1093,7 +1093,7 @@ static void test_stop_during_replay_frees_every_page(void **state)
     fx_unsubscribe(s2);
     (void)fx_client_close(c, 1000);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* ---- storage errors -------------------------------------------------------------- */

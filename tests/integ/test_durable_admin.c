@@ -105,7 +105,7 @@ static void test_put_sets_retention_overrides_and_get_shows_them(void **state)
     call(e, "PUT", "r", "{\"durable\": true, \"retention_seconds\": 60}", 200,
          "\"retention_bytes\":1048576,\"retention_seconds\":60");
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static void test_patch_changes_or_drops_overrides_of_an_existing_durable_stream(void **state)
@@ -130,7 +130,7 @@ static void test_patch_changes_or_drops_overrides_of_an_existing_durable_stream(
     call(e, "PUT", "r", "{\"durable\": false}", 409, "current=true requested=false");
     assert_int_equal(listed(e, "r", "retention_bytes"), 8192);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static void test_bad_retention_bodies_get_a_clear_400_and_change_nothing(void **state)
@@ -164,7 +164,7 @@ static void test_bad_retention_bodies_get_a_clear_400_and_change_nothing(void **
          "memory");
     call(e, "PATCH", "nope", "{\"retention_bytes\": 4096}", 404, "stream not found");
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* ---- the catalogue ------------------------------------------------------------------ */
@@ -198,7 +198,7 @@ static void test_overrides_survive_a_restart_through_the_catalogue(void **state)
     assert_int_equal(listed(e, "keep", "retention_bytes"), 65536);
     assert_int_equal(listed(e, "keep", "retention_seconds"), 900);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* ---- retention ---------------------------------------------------------------------- */
@@ -239,7 +239,7 @@ static void test_override_deletes_sealed_segments_of_that_stream_only(void **sta
     fx_unsubscribe(s);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* ---- the CLI --------------------------------------------------------------------------- */
@@ -307,7 +307,7 @@ static void test_felix_streams_create_and_set_change_the_overrides(void **state)
     st = felix_streams(&c, "set", "--retention-bytes", "4096", T "/" NS "/nope", NULL);
     expect_cli(&c, st, 1, "HTTP 404");
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* ---- per-stream metrics ------------------------------------------------------------- */
@@ -364,7 +364,7 @@ static void test_metrics_show_bytes_on_disk_and_offsets_per_durable_stream_only(
     assert_true(metric_of(e, "felix_storage_stream_bytes_on_disk", "d2") > 0);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static const struct CMUnitTest tests[] = {

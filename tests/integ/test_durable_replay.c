@@ -94,7 +94,7 @@ static void test_replay_seeks_with_the_sparse_index_past_damage_before_its_entry
     assert_int_equal(DELTA(b, a, storage_replay_failures), 1);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 /* A catching-up subscriber under the shipped shedding lane policy (drop_new)
@@ -141,7 +141,7 @@ static void test_replay_on_a_full_shedding_lane_waits_and_loses_nothing(void **s
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     assert_int_equal(fx_client_close(pub, HANG_MS), 0);
     e_free(e);
-    fix_rm_tree(root);
+    fix_rm_dir(root);
 }
 
 static const struct CMUnitTest tests[] = {

@@ -5,6 +5,9 @@
 /* fx-test-libs: fx_server fx_base */
 #include "fx_test.h"
 
+#include <malloc.h>
+#include <pthread.h>
+
 #include "base/metrics.h"
 #include "server/memtrim.h"
 
@@ -230,6 +233,137 @@ static void test_real_readings_are_plausible(void **state)
     assert_int_equal(fx_memtrim_broker_activity() - a0, 5);
 }
 
+typedef struct arenas_log {
+    fake *f;
+    size_t calls;
+    size_t trims_seen; /* f->trims at the last call */
+} arenas_log;
+
+static void fake_arenas(void *arg)
+{
+    arenas_log *a = arg;
+    a->calls++;
+    a->trims_seen = a->f->trims;
+}
+
+/* The broker's threads free into their own arenas (arenas_fn) before every
+ * trim, and only then. */
+static void test_every_thread_frees_into_its_arena_before_each_trim(void **state)
+{
+    (void)state;
+    fake f = after_a_peak();
+    arenas_log a = {.f = &f};
+    fx_memtrim t;
+    setup_trimmer(&t, &f, 100);
+    t.arenas_fn = fake_arenas;
+    t.arenas_arg = &a;
+    fx_memtrim_tick(&t, 0, 1);
+    assert_int_equal(fx_memtrim_tick(&t, 50 * MS, 1), 0);
+    assert_int_equal(a.calls, 0);
+    assert_int_equal(fx_memtrim_tick(&t, 100 * MS, 1), 1);
+    assert_int_equal(a.calls, 1);
+    assert_int_equal(a.trims_seen, 0); /* before the trim itself */
+    assert_int_equal(fx_memtrim_tick(&t, 350 * MS, 1), 0); /* nothing more freed */
+    assert_int_equal(a.calls, 1);
+    f.free_bytes += 300 << 10;
+    assert_int_equal(fx_memtrim_tick(&t, 600 * MS, 1), 1);
+    assert_int_equal(a.calls, 2);
+    assert_int_equal(a.trims_seen, 1);
+}
+
+/* ---- glibc itself (unsanitised build only) ------------------------------------------ */
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED_MALLOC 1
+#else
+#define SANITIZED_MALLOC 0
+#endif
+
+#if !SANITIZED_MALLOC
+
+typedef struct arena_thread {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int step; /* main: 1 nudge, 2 exit; thread: 10 freed, 11 nudged */
+} arena_thread;
+
+static void arena_step(arena_thread *a, int step)
+{
+    pthread_mutex_lock(&a->mu);
+    a->step = step;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void arena_wait(arena_thread *a, int step)
+{
+    pthread_mutex_lock(&a->mu);
+    while (a->step != step)
+        pthread_cond_wait(&a->cv, &a->mu);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* A thread (its own arena) touches 8 MiB of 32 KiB blocks and frees them
+ * under a 64 MiB trim threshold, so they end up in its arena's top. */
+static void *arena_main(void *arg)
+{
+    arena_thread *a = arg;
+    enum { N = 256 };
+    static void *blocks[N];
+    for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(32 << 10);
+        assert_non_null(blocks[i]);
+        volatile char *p = blocks[i]; /* a store the compiler keeps: every page resident */
+        for (size_t o = 0; o < (32 << 10); o += 4096)
+            p[o] = 1;
+    }
+    for (int i = 0; i < N; i++)
+        free(blocks[i]);
+    arena_step(a, 10);
+    arena_wait(a, 1);
+    fx_memtrim_own_arena();
+    arena_step(a, 11);
+    arena_wait(a, 2);
+    return NULL;
+}
+
+#endif
+
+/* What fx_memtrim_own_arena is for, against the real allocator: with the idle
+ * threshold set, malloc_trim(0) leaves a thread arena's freed top resident,
+ * and a block freed by that thread gives it back. Runs in the unsanitised
+ * build (the sanitizers bring their own allocator). */
+static void test_a_thread_arena_top_goes_back_once_its_thread_frees_a_block(void **state)
+{
+    (void)state;
+#if SANITIZED_MALLOC
+    fx_test_skip("the sanitizers replace the allocator");
+#else
+    assert_int_equal(mallopt(M_TRIM_THRESHOLD, 64 << 20), 1);
+    assert_int_equal(mallopt(M_MMAP_THRESHOLD, 4 << 20), 1);
+    arena_thread a = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    size_t r0 = fx_memtrim_rss_bytes();
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, arena_main, &a), 0);
+    arena_wait(&a, 10);
+    size_t r1 = fx_memtrim_rss_bytes();
+    assert_true(r1 >= r0 + 7 * MiB);
+    /* the idle threshold and a trim from another thread: the top stays */
+    assert_int_equal(mallopt(M_TRIM_THRESHOLD, (int)FX_MEMTRIM_IDLE_THRESHOLD), 1);
+    malloc_trim(0);
+    size_t r2 = fx_memtrim_rss_bytes();
+    assert_true(r2 >= r0 + 7 * MiB);
+    /* the thread frees one block into its arena: the top goes back */
+    arena_step(&a, 1);
+    arena_wait(&a, 11);
+    size_t r3 = fx_memtrim_rss_bytes();
+    arena_step(&a, 2);
+    pthread_join(th, NULL);
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
+    assert_true(r3 + 7 * MiB <= r2);
+#endif
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_trims_once_after_the_idle_time_and_not_before),
     cmocka_unit_test(test_activity_restarts_the_idle_clock),
@@ -239,6 +373,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_zero_idle_time_never_trims),
     cmocka_unit_test(test_trim_threshold_is_lowered_while_idle_and_restored_by_traffic),
     cmocka_unit_test(test_real_readings_are_plausible),
+    cmocka_unit_test(test_every_thread_frees_into_its_arena_before_each_trim),
+    cmocka_unit_test(test_a_thread_arena_top_goes_back_once_its_thread_frees_a_block),
 };
 
 FX_TEST_MAIN(tests)
