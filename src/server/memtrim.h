@@ -23,10 +23,10 @@
  * that arena finds the top over the threshold, so a peak's top stays
  * resident for good under a 64 MiB threshold (measured: 2-4 MB of a 9 MB
  * idle broker, varying cycle to cycle). An idle thread may make no such free
- * (measured: one arena of 2.5 MB resident with 0.24 MB in use after the
- * trim, 1 soak cycle in 30), so before each trim every broker thread frees
- * a FX_MEMTRIM_NUDGE_BYTES block into its own arena (fx_memtrim_own_arena,
- * run there through |arenas_fn|). Counted in
+ * (measured: one arena 2.5 MB resident with 0.24 MB in use after the trim,
+ * 1 cycle of 80 in a 30-minute soak), so before each trim every broker
+ * thread frees a FX_MEMTRIM_NUDGE_BYTES block into its own arena
+ * (fx_memtrim_own_arena, run there through |arenas_fn|). Counted in
  * felix_broker_allocator_idle_periods_total, felix_broker_allocator_trims_total
  * and felix_broker_allocator_trimmed_bytes_total.
  *
