@@ -41,8 +41,9 @@
 # env: BUILD (default <repo>/build/bench), OUTDIR (default /tmp/felix-soak), FX_PORT, FX_ADMIN,
 #      BROKER_ARGS (extra felix-broker arguments), SOAK_DIAG=1 (each quiescence line also
 #      says what the RSS is made of: [heap], other anonymous and file mappings, and
-#      glibc's heap in use, read with gdb; a sample 5 % above the segment's first keeps
-#      logs/smaps-S-C.txt and logs/metrics-S-C.txt and follows RSS for 10 s).
+#      glibc's heap in use, read with gdb; a sample 5 % above the segment's reference keeps
+#      logs/smaps-S-C.txt and logs/metrics-S-C.txt, follows RSS for 10 s, then calls
+#      malloc_trim(0) in the broker through gdb and records the RSS after it).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -144,19 +145,24 @@ diag_json() {
   ms=$(tail -c +"$((off + 1))" "$log" |
        awk '/^Total \(incl. mmap\):/{t=1} t && /system bytes/{sys=$4} t && /in use bytes/{use=$5}
             /^Arena [0-9]+:/{a++}
-            END{printf ",\"malloc_system_kb\":%d,\"malloc_in_use_kb\":%d,\"arenas\":%d", sys/1024, use/1024, a}')
-  # Above 5% of the segment's first sample: keep the whole picture, and follow RSS
-  # for 10 s to see whether it comes back by itself.
-  local series="" i
-  if [ "${#rss[@]}" -gt 0 ] && [ $(( (RSS - rss[0]) * 100 / rss[0] )) -ge 5 ]; then
+            END{if (!t) {printf ",\"malloc_system_kb\":null,\"malloc_in_use_kb\":null,\"arenas\":null"; exit}
+                printf ",\"malloc_system_kb\":%d,\"malloc_in_use_kb\":%d,\"arenas\":%d", sys/1024, use/1024, a}')
+  case $ms in *null*) echo "soak: SOAK_DIAG: gdb could not read the broker's heap (malloc_stats)" >&2 ;; esac
+  # Above 5% of the segment's reference (its second sample, as the RSS check): keep
+  # the whole picture, and follow RSS for 10 s to see whether it comes back by itself.
+  local series="" i ext=""
+  if [ "${#rss[@]}" -ge 2 ] && [ $(( (RSS - rss[1]) * 100 / rss[1] )) -ge 5 ]; then
     cp "/proc/$BROKER_PID/smaps" "$OUTDIR/logs/smaps-$seg-$cycle.txt" 2>/dev/null || true
     curl -sf "http://127.0.0.1:$FX_ADMIN/metrics" >"$OUTDIR/logs/metrics-$seg-$cycle.txt" || true
     for i in $(seq 1 10); do
       sleep 1
       series+="${series:+,}$(rss_kb)"
     done
+    # What a malloc_trim(0) from outside gives back now (the broker's own trims ran).
+    gdb -q -batch -p "$BROKER_PID" -ex 'call (int)malloc_trim(0)' >/dev/null 2>&1 || true
+    ext=",\"rss_after_external_trim_kb\":$(rss_kb)"
   fi
-  printf '%s%s,"rss_after_kb":[%s]' "$smaps" "$ms" "$series"
+  printf '%s%s,"rss_after_kb":[%s]%s' "$smaps" "$ms" "$series" "${ext:-}"
 }
 
 bench_json() {  # label args... : runs felix-bench, prints its JSON line (or nothing)

@@ -64,7 +64,7 @@
     C(broker_allocator_trims, "felix_broker_allocator_trims_total", "",                            \
       "Times an idle broker returned freed heap to the kernel (malloc_trim): at the start of an "  \
       "idle period if RSS grew 1 MiB or the free heap 256 KiB since the last trim, later if the "  \
-      "free heap grew 256 KiB")                                                                    \
+      "free heap grew 256 KiB or RSS 1 MiB")                                                       \
     C(broker_allocator_trimmed_bytes, "felix_broker_allocator_trimmed_bytes_total", "",            \
       "Resident bytes the idle trims gave back to the kernel (RSS before minus after)")            \
     C(ingress_reserve_waited, "felix_broker_ingress_reserve_waited_total", "",                     \

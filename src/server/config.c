@@ -185,7 +185,7 @@ const struct key fx_config_keys[] = {
      FIELD(allocator_idle_trim_ns), .def = "2s", .min = 0, .max = HOUR,
      .help = "after this long with no datagram sent or received, freed heap goes back to the "
              "kernel (malloc_trim) if RSS grew 1 MiB or the free heap 256 KiB since the last trim, and "
-             "again whenever the free heap grows 256 KiB while idle; 0 = never"},
+             "again whenever the free heap grows 256 KiB or RSS 1 MiB while idle; 0 = never"},
     /* connections and QUIC */
     {.name = "max_connections", .env = {"FELIX_MAX_CONNECTIONS"}, .type = T_U32,
      .section = "connections and QUIC", FIELD(max_connections), .def = "4096", .min = 1,

@@ -124,8 +124,11 @@ int fx_memtrim_tick(fx_memtrim *t, uint64_t now_ns, uint64_t activity)
                 free_bytes >= t->free_seen + FX_MEMTRIM_IDLE_GROWTH;
     } else {
         /* Against the free heap at the last trim (or its lowest since), so
-         * that many small frees add up. */
-        grown = free_bytes >= t->free_seen + FX_MEMTRIM_IDLE_GROWTH;
+         * that many small frees add up; or RSS grew since the last trim
+         * while the free heap did not (freed pages touched again and freed
+         * once more). */
+        grown = free_bytes >= t->free_seen + FX_MEMTRIM_IDLE_GROWTH ||
+                (t->rss_after != 0 && rss_now(t) >= t->rss_after + FX_MEMTRIM_MIN_GROWTH);
     }
     if (free_bytes < t->free_seen)
         t->free_seen = free_bytes;

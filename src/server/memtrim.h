@@ -15,7 +15,8 @@
  * period, the free heap has grown by FX_MEMTRIM_IDLE_GROWTH since the last
  * trim or the first look (the broker
  * frees memory while no datagram moves: a stream expiring, retention, a
- * stalled subscriber closed). While idle it also lowers glibc's trim
+ * stalled subscriber closed), or RSS by FX_MEMTRIM_MIN_GROWTH since the last
+ * trim. While idle it also lowers glibc's trim
  * threshold from allocator_retain_bytes to FX_MEMTRIM_IDLE_THRESHOLD,  and
  * puts it back at the first tick that sees a datagram: malloc_trim madvises free chunks of
  * every arena but shrinks the top of the main arena only, and a thread
@@ -64,9 +65,9 @@ typedef struct fx_memtrim {
     size_t retain_bytes; /* M_TRIM_THRESHOLD under load (0: not set) */
     bool lowered;        /* the idle threshold is in effect */
     /* Before each trim: has every thread that allocates run
-     * fx_memtrim_own_arena on itself, and returns once they have (NULL:
-     * only the calling thread's arenas and the main arena's top are
-     * trimmed). */
+     * fx_memtrim_own_arena on itself, and returns once they have or after a
+     * bound (NULL: no thread arena's top is trimmed; malloc_trim still
+     * shrinks the main arena's top and frees pages inside every arena). */
     void (*arenas_fn)(void *arenas_arg);
     void *arenas_arg;
     /* Tests only: replace the readings and the trim (NULL: the real ones). */

@@ -70,8 +70,6 @@ static inline void fix_state_dir_new(char *dir, size_t cap, const char *tag)
     assert_non_null(mkdtemp(dir));
 }
 
-/* Removes |dir| and the plain files in it (a broker state dir holds no
- * subdirectories). A missing directory is not an error. */
 static inline int fix_rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
     (void)st;
@@ -82,7 +80,8 @@ static inline int fix_rm_entry(const char *path, const struct stat *st, int type
 }
 
 /* Removes |dir| and everything under it (a daemon's state directory holds
- * subdirectories); symbolic links are removed, never followed. */
+ * subdirectories); symbolic links are removed, never followed. A missing
+ * directory is not an error. */
 static inline void fix_rm_dir(const char *dir)
 {
     nftw(dir, fix_rm_entry, 16, FTW_DEPTH | FTW_PHYS);

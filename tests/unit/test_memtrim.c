@@ -152,6 +152,29 @@ static void test_heap_freed_while_idle_is_trimmed_again(void **state)
     assert_int_equal(f.trims, 4);
 }
 
+/* Later in an idle period, RSS that grew by FX_MEMTRIM_MIN_GROWTH since the
+ * last trim while the free heap did not (freed pages touched again, then
+ * freed again) is trimmed, once per such growth. */
+static void test_rss_grown_while_idle_is_trimmed_again(void **state)
+{
+    (void)state;
+    fake f = after_a_peak();
+    fx_memtrim t;
+    setup_trimmer(&t, &f, 100);
+    fx_memtrim_tick(&t, 0, 1);
+    assert_int_equal(fx_memtrim_tick(&t, 100 * MS, 1), 1); /* RSS 12 MiB after it */
+    f.rss = 12 * MiB + MiB - 4096;
+    assert_int_equal(fx_memtrim_tick(&t, 350 * MS, 1), 0);
+    f.rss = 13 * MiB;
+    f.rss_after_trim = 12 * MiB + 512 * 1024; /* not all of it goes back */
+    assert_int_equal(fx_memtrim_tick(&t, 600 * MS, 1), 1);
+    assert_int_equal(f.trims, 2);
+    /* counted from that trim's RSS: no trim every tick for what stays */
+    for (uint64_t ms = 850; ms < 3000; ms += 250)
+        assert_int_equal(fx_memtrim_tick(&t, ms * MS, 1), 0);
+    assert_int_equal(f.trims, 2);
+}
+
 /* Heap freed while datagrams moved (a client closing its connection after a
  * pause) is given back at the next idle period, though RSS did not grow. */
 static void test_heap_freed_under_traffic_is_trimmed_at_the_next_idle_period(void **state)
@@ -312,7 +335,8 @@ static void *arena_main(void *arg)
     static void *blocks[N];
     for (int i = 0; i < N; i++) {
         blocks[i] = malloc(32 << 10);
-        assert_non_null(blocks[i]);
+        if (blocks[i] == NULL)
+            abort(); /* not a cmocka assertion: this is not the test's thread */
         volatile char *p = blocks[i]; /* a store the compiler keeps: every page resident */
         for (size_t o = 0; o < (32 << 10); o += 4096)
             p[o] = 1;
@@ -339,6 +363,9 @@ static void test_a_thread_arena_top_goes_back_once_its_thread_frees_a_block(void
 #if SANITIZED_MALLOC
     fx_test_skip("the sanitizers replace the allocator");
 #else
+    /* A thread gets an arena of its own (MALLOC_ARENA_MAX=1 would give it
+     * the main one, whose top malloc_trim does shrink). */
+    assert_int_equal(mallopt(M_ARENA_MAX, 8), 1);
     assert_int_equal(mallopt(M_TRIM_THRESHOLD, 64 << 20), 1);
     assert_int_equal(mallopt(M_MMAP_THRESHOLD, 4 << 20), 1);
     arena_thread a = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -369,6 +396,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_activity_restarts_the_idle_clock),
     cmocka_unit_test(test_a_new_idle_period_trims_only_if_rss_grew),
     cmocka_unit_test(test_heap_freed_while_idle_is_trimmed_again),
+    cmocka_unit_test(test_rss_grown_while_idle_is_trimmed_again),
     cmocka_unit_test(test_heap_freed_under_traffic_is_trimmed_at_the_next_idle_period),
     cmocka_unit_test(test_zero_idle_time_never_trims),
     cmocka_unit_test(test_trim_threshold_is_lowered_while_idle_and_restored_by_traffic),
