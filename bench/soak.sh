@@ -63,7 +63,7 @@ while [ $# -gt 0 ]; do
       case ${2:?} in lossless) FIRST=0 ;; shedding) FIRST=1 ;;
         *) echo "soak: --first lossless|shedding" >&2; exit 2 ;; esac
       shift 2 ;;
-    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
     *) echo "soak: unknown argument $1" >&2; exit 2 ;;
   esac
 done
