@@ -374,32 +374,6 @@ static void settle_durable(fx_broker *b)
     fxb_durable_barrier(b);
 }
 
-typedef struct each_thread {
-    void (*fn)(void *user);
-    void *user;
-    int queued;
-} each_thread;
-
-static void queue_on(fx_loop *l, void *arg)
-{
-    each_thread *e = arg;
-    if (fx_loop_call(l, e->fn, e->user) == 0)
-        e->queued++;
-}
-
-int fx_broker_run_on_each_thread(fx_broker *b, void (*fn)(void *user), void *user)
-{
-    if (b == NULL || !b->started || b->stopped)
-        return FX_ESHUTDOWN;
-    each_thread e = {.fn = fn, .user = user};
-    for (uint32_t i = 0; i < b->nworkers; i++)
-        queue_on(b->workers[i].loop, &e);
-    for (uint32_t i = 0; i < b->nio; i++)
-        queue_on(b->io[i], &e);
-    fxb_durable_each_loop(b, queue_on, &e);
-    return e.queued;
-}
-
 void fx_broker_stop(fx_broker *b)
 {
     if (b == NULL || b->stopped)

@@ -278,12 +278,16 @@ uint32_t fx_broker_worker_count(const fx_broker *b);
 /* Bytes of the process-wide publish budget (checkpoint 3) held now: frame
  * headers reserved and jobs not yet processed (relaxed read). Any thread. */
 size_t fx_broker_budget_in_use(const fx_broker *b);
-/* Runs |fn(user)| once on each thread the broker runs (workers, io loops,
- * durable storage and replay loops), each on its own thread, asynchronously.
- * Returns how many were queued (|fn| runs that many times; a queue that
- * fails for memory is skipped), or FX_ESHUTDOWN when the broker is not
- * running. Main thread. */
-int fx_broker_run_on_each_thread(fx_broker *b, void (*fn)(void *user), void *user);
+/* What fx_broker_run_on_each_loop runs. */
+typedef struct fx_broker_loop_call {
+    void (*fn)(void);
+} fx_broker_loop_call;
+/* Runs |c->fn| once on each thread the broker runs (workers, io loops,
+ * durable storage and replay loops), each on its own thread, and waits up to
+ * |timeout_ns| for all of them. |c| must outlive the broker: a call that
+ * misses the timeout still runs later. Returns 0, FX_ETIMEDOUT,
+ * FX_ESHUTDOWN (not running) or -ENOMEM. Main thread. */
+int fx_broker_run_on_each_loop(fx_broker *b, const fx_broker_loop_call *c, uint64_t timeout_ns);
 /* Index of the worker loop the (first) QUIC endpoint runs on, or -1 when it
  * runs on a dedicated io loop (io_threads > 0) or the broker has stopped.
  * Any thread. */

@@ -43,10 +43,11 @@ typedef struct work {
 typedef struct gather gather;
 
 /* One loop's answer. |worker| is the worker index, or -1 for the connection
- * side of endpoint |epi| on its loop. */
+ * side of endpoint |epi| on its loop (or for any other loop: run_on_each_loop). */
 typedef struct gpart {
     fx_task task;
     gather *g;
+    fx_loop *loop; /* where it runs */
     int worker;
     uint32_t epi;
     json_t *j;
@@ -93,10 +94,9 @@ static void gather_cb(fx_loop *l, fx_task *t, void *user)
     gather_unref(g);
 }
 
-static gather *gather_new(fx_broker *b, gather_fn fn, void *arg, bool workers, bool conns)
+/* A gather of |n| parts, each to be given its loop. */
+static gather *gather_alloc(fx_broker *b, gather_fn fn, void *arg, size_t n)
 {
-    size_t nw = workers ? b->nworkers : 0;
-    size_t n = nw + (conns ? b->neps : 0);
     gather *g = calloc(1, sizeof(*g) + n * sizeof(gpart));
     if (g == NULL)
         return NULL;
@@ -111,32 +111,37 @@ static gather *gather_new(fx_broker *b, gather_fn fn, void *arg, bool workers, b
     g->arg = arg;
     g->nparts = n;
     for (size_t i = 0; i < n; i++) {
-        gpart *p = &g->parts[i];
-        p->g = g;
-        p->worker = i < nw ? (int)i : -1;
-        p->epi = i < nw ? 0 : (uint32_t)(i - nw);
-        fx_task_init(&p->task, gather_cb, p);
+        g->parts[i].g = g;
+        g->parts[i].worker = -1;
+        fx_task_init(&g->parts[i].task, gather_cb, &g->parts[i]);
     }
     return g;
 }
 
-/* Posts |fn| to every worker (|workers|) and/or every endpoint loop (|conns|)
- * and waits up to |timeout_ns| for all answers. Returns 0 with the parts in
- * |*pg| (release with gather_unref), FX_ETIMEDOUT or -ENOMEM. |arg| must stay
- * valid until every task ran: only pass stack memory when a timeout cannot
- * leave a task behind, else NULL. */
-static int gather_run(fx_broker *b, gather_fn fn, void *arg, bool workers, bool conns,
-                      uint64_t timeout_ns, gather **pg)
+static gather *gather_new(fx_broker *b, gather_fn fn, void *arg, bool workers, bool conns)
 {
-    gather *g = gather_new(b, fn, arg, workers, conns);
+    size_t nw = workers ? b->nworkers : 0;
+    gather *g = gather_alloc(b, fn, arg, nw + (conns ? b->neps : 0));
     if (g == NULL)
-        return -ENOMEM;
-    g->pending = g->nparts;
+        return NULL;
     for (size_t i = 0; i < g->nparts; i++) {
         gpart *p = &g->parts[i];
-        fx_loop *l = p->worker >= 0 ? b->workers[p->worker].loop : b->eps[p->epi].loop;
+        p->worker = i < nw ? (int)i : -1;
+        p->epi = i < nw ? 0 : (uint32_t)(i - nw);
+        p->loop = i < nw ? b->workers[i].loop : b->eps[p->epi].loop;
+    }
+    return g;
+}
+
+/* Posts every part of |g| to its loop and waits up to |timeout_ns| for all
+ * answers. Returns 0 with |g| in |*pg| (release with gather_unref) or
+ * FX_ETIMEDOUT (|g| released). */
+static int gather_wait(gather *g, uint64_t timeout_ns, gather **pg)
+{
+    g->pending = g->nparts;
+    for (size_t i = 0; i < g->nparts; i++) {
         atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
-        fx_loop_post(l, &p->task);
+        fx_loop_post(g->parts[i].loop, &g->parts[i].task);
     }
     struct timespec ts = fx_timespec_at(fx_now_ns() + timeout_ns);
     int rv = 0;
@@ -151,6 +156,69 @@ static int gather_run(fx_broker *b, gather_fn fn, void *arg, bool workers, bool 
     }
     *pg = g;
     return 0;
+}
+
+/* Posts |fn| to every worker (|workers|) and/or every endpoint loop (|conns|)
+ * and waits up to |timeout_ns| for all answers. Returns 0 with the parts in
+ * |*pg| (release with gather_unref), FX_ETIMEDOUT or -ENOMEM. |arg| must stay
+ * valid until every task ran: only pass stack memory when a timeout cannot
+ * leave a task behind, else NULL. */
+static int gather_run(fx_broker *b, gather_fn fn, void *arg, bool workers, bool conns,
+                      uint64_t timeout_ns, gather **pg)
+{
+    gather *g = gather_new(b, fn, arg, workers, conns);
+    if (g == NULL)
+        return -ENOMEM;
+    return gather_wait(g, timeout_ns, pg);
+}
+
+/* ---- running on every thread -------------------------------------------------------- */
+
+static void call_part(fx_broker *b, gpart *p, void *arg)
+{
+    (void)b;
+    (void)p;
+    ((const fx_broker_loop_call *)arg)->fn();
+}
+
+/* Calls |cb(l, arg)| with every loop the broker runs. */
+static void each_loop(fx_broker *b, void (*cb)(fx_loop *l, void *arg), void *arg)
+{
+    for (uint32_t i = 0; i < b->nworkers; i++)
+        cb(b->workers[i].loop, arg);
+    for (uint32_t i = 0; i < b->nio; i++)
+        cb(b->io[i], arg);
+    fxb_durable_each_loop(b, cb, arg);
+}
+
+static void count_loop(fx_loop *l, void *arg)
+{
+    (void)l;
+    (*(size_t *)arg)++;
+}
+
+/* Adds a part on |l| to the gather |arg| (sized for every loop). */
+static void add_loop(fx_loop *l, void *arg)
+{
+    gather *g = arg;
+    g->parts[g->nparts++].loop = l;
+}
+
+int fx_broker_run_on_each_loop(fx_broker *b, const fx_broker_loop_call *c, uint64_t timeout_ns)
+{
+    if (b == NULL || !b->started || b->stopped)
+        return FX_ESHUTDOWN;
+    size_t n = 0;
+    each_loop(b, count_loop, &n);
+    gather *g = gather_alloc(b, call_part, (void *)c, n);
+    if (g == NULL)
+        return -ENOMEM;
+    g->nparts = 0;
+    each_loop(b, add_loop, g);
+    int rv = gather_wait(g, timeout_ns, &g);
+    if (rv == 0)
+        gather_unref(g);
+    return rv;
 }
 
 /* ---- JSON helpers ------------------------------------------------------------------ */

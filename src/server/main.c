@@ -395,34 +395,16 @@ static void on_sighup(fx_authn *a, fx_broker *b)
     }
 }
 
-/* Each broker thread frees a block into its own arena before an idle trim
- * (memtrim.h): |left| counts the threads that have not yet. Static, not on
- * the stack: a thread that runs late still finds it. */
-static atomic_int arenas_left;
-
-static void own_arena_on_thread(void *user)
-{
-    (void)user;
-    fx_memtrim_own_arena();
-    atomic_fetch_sub(&arenas_left, 1);
-}
-
-/* Runs fx_memtrim_own_arena on every broker thread and waits (at most 100 ms:
- * they are idle) until they have; the main thread's own arena too. Skipped
- * while threads of the last round have not run yet. */
+/* Before an idle trim (memtrim.h): every broker thread frees a block into its
+ * own arena, and so does this one. At most 100 ms: the threads are idle. */
 static void trim_arenas(void *arg)
 {
-    fx_broker *b = arg;
+    static const fx_broker_loop_call own_arena = {fx_memtrim_own_arena};
     fx_memtrim_own_arena();
-    if (atomic_load(&arenas_left) > 0)
-        return;
-    int n = fx_broker_run_on_each_thread(b, own_arena_on_thread, NULL);
-    if (n <= 0)
-        return;
-    atomic_fetch_add(&arenas_left, n);
-    const struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000 * 1000};
-    for (int i = 0; i < 100 && atomic_load(&arenas_left) > 0; i++)
-        nanosleep(&ms, NULL);
+    int rv = fx_broker_run_on_each_loop(arg, &own_arena, 100 * FX_NS_PER_MS);
+    if (rv != 0 && rv != FX_ESHUTDOWN)
+        FX_LOG_DEBUG("server", "idle: not every broker thread freed into its arena: %s",
+                     fx_strerror(rv));
 }
 
 /* Waits for SIGINT or SIGTERM (returned), reloading the certificate and

@@ -19,6 +19,8 @@
  * loop. Pinning is not placement: if the kernel refuses the CPU affinity the
  * placement is still asserted and a note is printed. */
 /* fx-test-libs: fx_broker fx_client fx_quic fx_wire fx_base */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -354,10 +356,52 @@ static void test_io_threads_spread_connections_over_a_server_group(void **state)
     fix_rm_dir(e.dir);
 }
 
+/* ---- every thread ---------------------------------------------------------------------- */
+
+static pthread_t seen_threads[16];
+static atomic_int seen_n;
+
+static void note_thread(void)
+{
+    int i = atomic_fetch_add(&seen_n, 1);
+    if (i < 16)
+        seen_threads[i] = pthread_self();
+}
+
+/* fx_broker_run_on_each_loop runs its call once on each broker thread (here
+ * 2 workers and 2 io loops), never on the caller's, and refuses once the
+ * broker has stopped. */
+static void test_run_on_each_loop_reaches_every_broker_thread_once(void **state)
+{
+    (void)state;
+    static const fx_broker_loop_call call = {note_thread};
+    env e;
+    fix_state_dir_new(e.dir, sizeof(e.dir), "place");
+    fx_broker_opts o;
+    fx_broker_opts_default(&o);
+    o.quic.state_dir = e.dir;
+    o.workers = WORKERS;
+    o.io_threads = 2;
+    fix_broker_start(&e.b, &o, e.server, sizeof(e.server));
+    atomic_store(&seen_n, 0);
+    assert_int_equal(fx_broker_run_on_each_loop(e.b, &call, 5 * FX_NS_PER_S), 0);
+    assert_int_equal(atomic_load(&seen_n), WORKERS + 2);
+    for (int i = 0; i < WORKERS + 2; i++) {
+        assert_false(pthread_equal(seen_threads[i], pthread_self()));
+        for (int k = 0; k < i; k++)
+            assert_false(pthread_equal(seen_threads[i], seen_threads[k]));
+    }
+    fx_broker_stop(e.b);
+    assert_int_equal(fx_broker_run_on_each_loop(e.b, &call, FX_NS_PER_S), FX_ESHUTDOWN);
+    fx_broker_free(e.b);
+    fix_rm_dir(e.dir);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_core_shards_run_publish_and_feeders_on_the_stream_worker),
     cmocka_unit_test(test_core_shards_place_streams_and_connections_the_same_every_run),
     cmocka_unit_test(test_io_thread_hosts_connections_while_workers_own_streams),
     cmocka_unit_test(test_io_threads_spread_connections_over_a_server_group),
+    cmocka_unit_test(test_run_on_each_loop_reaches_every_broker_thread_once),
 };
 FX_TEST_MAIN(tests)

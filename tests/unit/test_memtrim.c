@@ -61,6 +61,14 @@ static void setup_trimmer(fx_memtrim *t, fake *f, uint64_t idle_ms)
     t->arg = f;
 }
 
+/* A trimmer (100 ms idle) over |f| that has made its first idle trim. */
+static void first_trim(fx_memtrim *t, fake *f)
+{
+    setup_trimmer(t, f, 100);
+    fx_memtrim_tick(t, 0, 1);
+    assert_int_equal(fx_memtrim_tick(t, 100 * MS, 1), 1);
+}
+
 static uint64_t counter(size_t off)
 {
     fx_metrics_snapshot s;
@@ -107,9 +115,7 @@ static void test_a_new_idle_period_trims_only_if_rss_grew(void **state)
     (void)state;
     fake f = after_a_peak();
     fx_memtrim t;
-    setup_trimmer(&t, &f, 100);
-    fx_memtrim_tick(&t, 0, 1);
-    assert_int_equal(fx_memtrim_tick(&t, 100 * MS, 1), 1); /* RSS 12 MiB after it */
+    first_trim(&t, &f); /* RSS 12 MiB after it */
     uint64_t periods0 = COUNT(broker_allocator_idle_periods);
     /* a publish every 2 s that leaves RSS where it was: looked at, not trimmed */
     f.rss = 12 * MiB + MiB - 1;
@@ -128,9 +134,7 @@ static void test_heap_freed_while_idle_is_trimmed_again(void **state)
     (void)state;
     fake f = {.rss = 50 * MiB, .free_bytes = 2 * MiB, .rss_after_trim = 50 * MiB};
     fx_memtrim t;
-    setup_trimmer(&t, &f, 100);
-    fx_memtrim_tick(&t, 0, 1);
-    assert_int_equal(fx_memtrim_tick(&t, 100 * MS, 1), 1); /* first trim: nothing to give */
+    first_trim(&t, &f); /* nothing to give */
     /* a stream expires while no datagram moves: 40 MiB freed, RSS unchanged */
     f.free_bytes = 42 * MiB;
     f.rss_after_trim = 12 * MiB;
@@ -160,9 +164,7 @@ static void test_rss_grown_while_idle_is_trimmed_again(void **state)
     (void)state;
     fake f = after_a_peak();
     fx_memtrim t;
-    setup_trimmer(&t, &f, 100);
-    fx_memtrim_tick(&t, 0, 1);
-    assert_int_equal(fx_memtrim_tick(&t, 100 * MS, 1), 1); /* RSS 12 MiB after it */
+    first_trim(&t, &f); /* RSS 12 MiB after it */
     f.rss = 12 * MiB + MiB - 4096;
     assert_int_equal(fx_memtrim_tick(&t, 350 * MS, 1), 0);
     f.rss = 13 * MiB;
@@ -182,9 +184,7 @@ static void test_heap_freed_under_traffic_is_trimmed_at_the_next_idle_period(voi
     (void)state;
     fake f = {.rss = 50 * MiB, .free_bytes = 2 * MiB, .rss_after_trim = 50 * MiB};
     fx_memtrim t;
-    setup_trimmer(&t, &f, 100);
-    fx_memtrim_tick(&t, 0, 1);
-    assert_int_equal(fx_memtrim_tick(&t, 100 * MS, 1), 1); /* at the peak: nothing to give */
+    first_trim(&t, &f); /* at the peak: nothing to give */
     fx_memtrim_tick(&t, 200 * MS, 2);                      /* traffic; 40 MiB freed meanwhile */
     f.free_bytes = 42 * MiB;
     f.rss_after_trim = 12 * MiB;
