@@ -84,7 +84,13 @@ typedef struct fx_broker_durable_opts {
     uint64_t fsync_interval_ns;   /* periodic; 250 ms */
     uint64_t segment_bytes;       /* 256 MiB */
     uint64_t index_spacing_bytes; /* 4096 */
-    uint64_t max_unsynced_bytes;  /* bytes in storage per stream; 0 = no bound */
+    uint64_t max_unsynced_bytes;  /* bytes in storage per stream; 0 = no bound; 8 MiB */
+    /* Quotas (docs/durability.md, "Quotas"): durable streams per tenant
+     * (256), bytes on disk per tenant (64 GiB) and of the whole broker (0 =
+     * no bound), preallocation counted. 0 = no limit. */
+    uint32_t tenant_streams_max;
+    uint64_t tenant_bytes_max;
+    uint64_t bytes_max;
     uint64_t retention_bytes;     /* 0 = no bound */
     uint64_t retention_ns;        /* 0 = no bound */
     uint64_t retention_interval_ns; /* sweep period with a bound set; 60 s */

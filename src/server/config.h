@@ -92,7 +92,7 @@ typedef struct fx_config {
     /* listeners and security */
     char quic_bind[FX_CONFIG_ADDR_MAX];
     char metrics_bind[FX_CONFIG_ADDR_MAX];
-    char admin_token[FX_CONFIG_ADDR_MAX];   /* bearer token of mutating admin calls; "" = none */
+    char admin_token[FX_CONFIG_ADDR_MAX]; /* bearer token of mutating admin calls; "" = none */
     char admin_allowed_hosts[FX_CONFIG_ADDR_MAX]; /* extra Host names, comma-separated */
     char probe_bind[FX_CONFIG_ADDR_MAX];          /* /live + /ready listener; "" = none */
     char admin_tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = plain HTTP */
@@ -189,6 +189,9 @@ typedef struct fx_config {
     uint64_t durable_segment_bytes;
     uint64_t durable_index_spacing_bytes;
     uint64_t durable_max_unsynced_bytes; /* bytes in storage per stream; 0 = no bound */
+    uint32_t tenant_durable_streams_max; /* 0 = no limit */
+    uint64_t tenant_durable_bytes_max;   /* 0 = no limit */
+    uint64_t durable_bytes_max;          /* 0 = no limit */
     uint64_t durable_retention_bytes;    /* 0 = no size bound */
     uint64_t durable_retention_ns;       /* 0 = no age bound */
     uint64_t durable_retention_interval_ns;
