@@ -407,8 +407,9 @@ static int copy_fields(const struct field *fields, json_t *root, fx_msg *m, stru
  * "[{},{},...]" would cost a gigabyte before any schema check. Elements are
  * counted before parsing as the objects, arrays and commas outside strings
  * (a comma separates two elements or two members): a message is a few dozen
- * fields and at most one list (a batch's payloads), so only a batch of more
- * than about a million payloads would reach this; larger batches go binary. */
+ * fields and at most one list (a batch's payloads, at most
+ * FX_WIRE_BATCH_MAX_MESSAGES once parsed, check_list), so only a document
+ * far past any valid message reaches this. */
 #define MAX_ELEMENTS (1u << 20)
 
 /* Checks depth and element count in one pass. Returns 0, or an FX_EWIRE_*
