@@ -289,6 +289,11 @@ typedef struct fx_config_bound {
     uint64_t ingress;  /* pub_inflight_bytes */
     uint64_t retained; /* allocator_retain_bytes */
     uint64_t rings;    /* pre-created streams x (log_capacity_bytes + max_frame_bytes) */
+    /* With durable_storage_dir: workers x (one append's encoding copy and
+     * iov, max_frame_bytes + 65,536 x 44, and one replay page being read,
+     * max(1 MiB, max_frame_bytes) + durable_max_records_per_read x 16), the
+     * buffers storage and replay threads hold only while they work. */
+    uint64_t durable;
     uint64_t total;
 } fx_config_bound;
 
