@@ -255,12 +255,18 @@ void fx_config_derive_memory(fx_config *c)
 /* The keys of the bound; an explicit one that makes it exceed the target is
  * refused. */
 static const char *const bound_keys[] = {
-    "memory_limit_bytes",      "max_connections",
-    "quic_conn_recv_window",   "quic_conn_recv_window_max",
-    "quic_unacked_send_bytes", "pub_inflight_bytes",
-    "allocator_retain_bytes",  "log_capacity_bytes",
-    "max_frame_bytes",         "streams",
-    "durable_storage_dir",     "durable_max_records_per_read",
+    "memory_limit_bytes",
+    "max_connections",
+    "quic_conn_recv_window",
+    "quic_conn_recv_window_max",
+    "quic_unacked_send_bytes",
+    "pub_inflight_bytes",
+    "allocator_retain_bytes",
+    "log_capacity_bytes",
+    "max_frame_bytes",
+    "streams",
+    "durable_storage_dir",
+    "durable_max_records_per_read",
     "workers",
 };
 
