@@ -204,6 +204,23 @@
       "Bytes of the open durable logs' segment and index files")                                   \
     C(storage_errors, "felix_storage_errors_total", "",                                            \
       "Publishes failed by durable storage (\"storage full\" or \"storage error\")")               \
+    C(storage_quota_bytes, "felix_storage_quota_refused_total", "reason=tenant_bytes",             \
+      "Durable publishes and stream creations refused with \"storage quota exceeded\": "           \
+      "tenant_bytes (tenant_durable_bytes_max), durable_bytes (durable_bytes_max), "               \
+      "tenant_streams "                                                                            \
+      "(tenant_durable_streams_max)")                                                              \
+    C(storage_quota_broker_bytes, "felix_storage_quota_refused_total", "reason=durable_bytes",     \
+      "Durable publishes and stream creations refused with \"storage quota exceeded\": "           \
+      "tenant_bytes (tenant_durable_bytes_max), durable_bytes (durable_bytes_max), "               \
+      "tenant_streams "                                                                            \
+      "(tenant_durable_streams_max)")                                                              \
+    C(storage_quota_streams, "felix_storage_quota_refused_total", "reason=tenant_streams",         \
+      "Durable publishes and stream creations refused with \"storage quota exceeded\": "           \
+      "tenant_bytes (tenant_durable_bytes_max), durable_bytes (durable_bytes_max), "               \
+      "tenant_streams "                                                                            \
+      "(tenant_durable_streams_max)")                                                              \
+    G(storage_charged_bytes, "felix_storage_quota_charged_bytes", "",                              \
+      "Bytes on disk the open durable logs charge to the quotas (preallocation counted)")          \
     C(storage_bound_waits, "felix_storage_unsynced_waits_total", "",                               \
       "Publish jobs that waited because their stream had durable_max_unsynced_bytes in storage")   \
     C(storage_retention_segments, "felix_storage_retention_segments_deleted_total", "",            \
@@ -304,6 +321,9 @@
       "publish")                                                                                   \
     C(registry_tenants_refused, "felix_registry_tenants_refused_total", "",                        \
       "Stream creations refused because they would add a tenant beyond max_tenants")               \
+    C(registry_subscribe_not_created, "felix_registry_subscribe_not_created_total", "",            \
+      "Subscribes to a missing stream refused under durable_default (a subscribe never creates "   \
+      "a durable stream)")                                                                         \
     C(registry_tombstone_refused, "felix_registry_tombstone_refused_total", "",                    \
       "Auto-creations refused because an admin DELETE removed the stream less than "               \
       "stream_delete_tombstone_ms ago")                                                            \

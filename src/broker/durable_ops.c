@@ -39,6 +39,9 @@ int fxb_durable_init(fx_broker *b)
         return -ENOMEM;
     d->b = b;
     d->o = *o;
+    atomic_init(&d->bytes.refs, 1);
+    atomic_init(&d->bytes.bytes, 0);
+    d->bytes.limit = o->bytes_max;
     snprintf(d->dir, sizeof(d->dir), "%s", o->dir);
     d->o.dir = d->dir;
     b->o.durable.dir = d->dir;
@@ -108,7 +111,8 @@ int fxb_durable_recover(fx_broker *b)
         fx_wire_slice st = {(const uint8_t *)e->stream, strlen(e->stream)};
         fx_stream_handle *h = NULL;
         fx_registry_err err = {0};
-        int rv = fx_registry_create_durable(b->reg, t, ns, st, 1, &h, NULL, &err);
+        int rv = fx_registry_create_durable(b->reg, t, ns, st, FX_REGISTRY_DURABLE_ADOPT, &h, NULL,
+                                            &err);
         if (rv != 0) {
             snprintf(d->error, sizeof(d->error), "stream %s/%s/%s of the catalogue: %s", e->tenant,
                      e->ns, e->stream, err.msg[0] ? err.msg : fx_strerror(rv));

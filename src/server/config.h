@@ -186,6 +186,9 @@ typedef struct fx_config {
     uint64_t durable_segment_bytes;
     uint64_t durable_index_spacing_bytes;
     uint64_t durable_max_unsynced_bytes; /* bytes in storage per stream; 0 = no bound */
+    uint32_t tenant_durable_streams_max; /* 0 = no limit */
+    uint64_t tenant_durable_bytes_max;   /* 0 = no limit */
+    uint64_t durable_bytes_max;          /* 0 = no limit */
     uint64_t durable_retention_bytes;    /* 0 = no size bound */
     uint64_t durable_retention_ns;       /* 0 = no age bound */
     uint64_t durable_retention_interval_ns;
@@ -283,6 +286,11 @@ typedef struct fx_config_bound {
     uint64_t ingress;  /* pub_inflight_bytes */
     uint64_t retained; /* allocator_retain_bytes */
     uint64_t rings;    /* pre-created streams x (log_capacity_bytes + max_frame_bytes) */
+    /* With durable_storage_dir: workers x (one append's encoding copy and
+     * iov, max_frame_bytes + 65,536 x 44, and one replay page being read,
+     * max(1 MiB, max_frame_bytes) + durable_max_records_per_read x 16), the
+     * buffers storage and replay threads hold only while they work. */
+    uint64_t durable;
     uint64_t total;
 } fx_config_bound;
 

@@ -309,6 +309,18 @@ static int encode_batch(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_
     return 0;
 }
 
+/* Frees an encoding buffer grown past FX_DLOG_ENC_KEEP_BYTES by the append
+ * just written: the next one allocates what it needs (a log that took one
+ * 16 MiB frame would otherwise hold 16 MiB until it is closed). */
+static void enc_trim(fx_dlog *log)
+{
+    if (log->enc_cap <= FX_DLOG_ENC_KEEP_BYTES)
+        return;
+    free(log->enc);
+    log->enc = NULL;
+    log->enc_cap = 0;
+}
+
 /* Entries of one append written to the index file per pwrite. */
 #define INDEX_WRITE_CHUNK 256
 
@@ -386,7 +398,9 @@ int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_
     if ((rv = encode_batch(log, recs, n, first, ts_us, (size_t)total)) != 0)
         return rv;
     fx_sio *io = log->io;
-    if ((rv = io->ops->pwrite(io, log->fd, log->enc, (size_t)total, a->size)) != 0) {
+    rv = io->ops->pwrite(io, log->fd, log->enc, (size_t)total, a->size);
+    enc_trim(log);
+    if (rv != 0) {
         log->st.append_failures++;
         int trv = io->ops->ftruncate(io, log->fd, a->size);
         if (trv != 0) {
@@ -755,6 +769,34 @@ uint64_t fx_dlog_bytes_on_disk(const fx_dlog *log)
     for (size_t i = 0; i < log->nsegs; i++)
         b += log->segs[i].size + dl_seg_idx_bytes(&log->segs[i]);
     return b;
+}
+
+size_t fx_dlog_buffer_bytes(const fx_dlog *log)
+{
+    const dl_seg *a = &log->segs[log->nsegs - 1];
+    return log->enc_cap + a->idx_cap * sizeof(*a->idx);
+}
+
+/* What preallocation holds of a segment of |size| bytes and not written. */
+static uint64_t reserved(const fx_dlog *log, uint64_t size)
+{
+    return log->cfg.preallocate && size < log->cfg.segment_bytes ? log->cfg.segment_bytes - size
+                                                                 : 0;
+}
+
+uint64_t fx_dlog_disk_bytes(const fx_dlog *log)
+{
+    return fx_dlog_bytes_on_disk(log) + reserved(log, log->segs[log->nsegs - 1].size);
+}
+
+uint64_t fx_dlog_disk_bytes_after(const fx_dlog *log, uint64_t bytes)
+{
+    const dl_seg *a = &log->segs[log->nsegs - 1];
+    /* fx_dlog_append's roll rule; sealing cuts the old segment's reservation. */
+    if (a->next > a->base && a->size + bytes > log->cfg.segment_bytes)
+        return fx_dlog_bytes_on_disk(log) + FX_SEG_HEADER_LEN + FX_IDX_HEADER_LEN + bytes +
+               reserved(log, FX_SEG_HEADER_LEN + bytes);
+    return fx_dlog_bytes_on_disk(log) + bytes + reserved(log, a->size + bytes);
 }
 
 size_t fx_dlog_segment_count(const fx_dlog *log)

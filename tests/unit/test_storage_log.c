@@ -7,6 +7,7 @@
 /* fx-test-libs: fx_storage fx_base */
 #include "felix/error.h"
 #include "storage/dlog.h"
+#include "storage/dlog_int.h"
 #include "storage/format.h"
 #include "storage/memio.h"
 
@@ -961,6 +962,90 @@ static void test_posix_files_round_trip(void **state)
     assert_int_equal(rmdir(tmpl), 0);
 }
 
+/* ---- memory and disk accounting ----------------------------------------------------- */
+
+/* One 16 MiB record to each of a few logs: each log's encoding buffer is
+ * given back after its append, down to what a small append keeps (the
+ * log would otherwise hold 16 MiB until it is closed). */
+static void test_encode_buffer_is_given_back_after_a_16_mib_append(void **state)
+{
+    (void)state;
+    enum { LOGS = 3 };
+    size_t big = 16u << 20;
+    uint8_t *payload = malloc(big);
+    assert_non_null(payload);
+    memset(payload, 'x', big);
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    fx_dlog_config c;
+    fx_dlog_config_default(&c);
+    c.segment_bytes = 64u << 20;
+    c.preallocate = false;
+    c.io = fx_memio_sio(m);
+    fx_dlog *logs[LOGS];
+    for (int i = 0; i < LOGS; i++) {
+        char dir[16];
+        snprintf(dir, sizeof(dir), "/l%d", i);
+        assert_int_equal(fx_dlog_open(&logs[i], dir, &c, 1, NULL), 0);
+        fx_dlog_iov iov = {.data = payload, .len = (uint32_t)big};
+        assert_int_equal(fx_dlog_append(logs[i], &iov, 1, 2, NULL), 0);
+        /* 256 KiB: FX_DLOG_ENC_KEEP_BYTES. */
+        assert_true(logs[i]->enc_cap <= (256u << 10));
+        assert_true(fx_dlog_buffer_bytes(logs[i]) <= (256u << 10) + 4096);
+        /* A small append after it keeps a small buffer and reads back. */
+        fx_dlog_iov small = {.data = "after", .len = 5};
+        assert_int_equal(fx_dlog_append(logs[i], &small, 1, 3, NULL), 0);
+        assert_true(logs[i]->enc_cap > 0 && logs[i]->enc_cap <= (256u << 10));
+    }
+    fx_dlog_page p;
+    fx_dlog_page_init(&p);
+    assert_int_equal(fx_dlog_read(logs[LOGS - 1], 0, 1u << 20, 10, &p), 0);
+    assert_int_equal(p.n, 1); /* the large record alone, whole */
+    assert_int_equal(p.recs[0].len, big);
+    assert_int_equal(fx_dlog_read(logs[LOGS - 1], 1, 1u << 20, 10, &p), 0);
+    assert_int_equal(p.n, 1);
+    assert_memory_equal(p.recs[0].data, "after", 5);
+    fx_dlog_page_deinit(&p);
+    for (int i = 0; i < LOGS; i++)
+        fx_dlog_close(logs[i], false);
+    fx_memio_free(m);
+    free(payload);
+}
+
+/* The quotas' view of a log: its files plus the unwritten preallocation of
+ * the active segment; the prediction of an append matches what the log
+ * takes after it, a rollover (the old segment cut, a new one reserved)
+ * included. */
+static void test_disk_bytes_count_preallocation_and_predict_appends(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_init(&f, 4096, 1 << 20);
+    assert_int_equal(reopen(&f), 0);
+    /* Empty: a header, an index header and the rest of the reservation. */
+    assert_int_equal(fx_dlog_bytes_on_disk(f.log), FX_SEG_HEADER_LEN + FX_IDX_HEADER_LEN);
+    assert_int_equal(fx_dlog_disk_bytes(f.log), 4096 + FX_IDX_HEADER_LEN);
+    for (uint64_t off = 0; off < 200; off++) {
+        char buf[64];
+        size_t len = payload_of(off, buf, sizeof(buf));
+        uint64_t want = fx_dlog_disk_bytes_after(f.log, FX_REC_HEADER_LEN + len);
+        size_t segs = fx_dlog_segment_count(f.log);
+        assert_int_equal(append_batch(f.log, off, 1, 10 + off), 0);
+        /* Index entries come on top (one per segment here: its first). */
+        uint64_t idx = fx_dlog_segment_count(f.log) > segs ? FX_IDX_ENTRY_LEN : 0;
+        if (off == 0)
+            idx = FX_IDX_ENTRY_LEN;
+        assert_int_equal(fx_dlog_disk_bytes(f.log), want + idx);
+    }
+    assert_true(fx_dlog_segment_count(f.log) > 2);
+    /* Without preallocation it is the files alone. */
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    uint64_t files = fx_dlog_bytes_on_disk(f.log);
+    assert_int_equal(fx_dlog_disk_bytes_after(f.log, 100), files + 100);
+    fx_done(&f);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_append_assigns_contiguous_offsets),
     cmocka_unit_test(test_append_rejects_empty_and_oversized_batches),
@@ -992,5 +1077,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_unfinished_rollover_leftovers_are_discarded),
     cmocka_unit_test(test_a_hand_laid_segment_in_the_original_format_is_read),
     cmocka_unit_test(test_posix_files_round_trip),
+    cmocka_unit_test(test_encode_buffer_is_given_back_after_a_16_mib_append),
+    cmocka_unit_test(test_disk_bytes_count_preallocation_and_predict_appends),
 };
 FX_TEST_MAIN(tests)
