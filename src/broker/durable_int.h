@@ -15,6 +15,7 @@
 #include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
+#include "storage/rootlock.h"
 #include "storage/syncpol.h"
 
 typedef struct fxb_durable fxb_durable;
@@ -66,6 +67,7 @@ struct fxb_durable {
     char dir[4096];
     fx_broker_durable_opts o;
     pthread_mutex_t cat_mu; /* the catalogue is shared by the storage threads */
+    fx_rootlock *lock;      /* the root for this broker alone (NULL on a test I/O layer) */
     fx_catalog *cat;
     struct open_dir *open; /* directories with an open log (under |cat_mu|) */
     dstats *stats;         /* of every open log (under |cat_mu|) */
