@@ -162,11 +162,12 @@ static int lock_fd(fx_rootlock *l, int op, const char *what, const char *dir, ch
                    "%s '%s' is in use by a running felix-broker (%s, per %s/%s); stop it first, "
                    "or read a copy of the stream directory",
                    what, dir, holder, l->path, l->file);
+    bool root = strcmp(l->file, FX_ROOTLOCK_FILE) == 0; /* felix log reads a storage root */
     return say(-EBUSY, why, whylen,
-               "%s '%s' is in use by another process (%s, per %s/%s: a running felix-broker, "
-               "or felix log reading it); two brokers on one directory damage each other's "
-               "files: stop the other one or choose another %s",
-               what, dir, holder, l->path, l->file, what);
+               "%s '%s' is in use by another process (%s, per %s/%s: a running felix-broker%s); "
+               "one broker at a time may use it, two would overwrite each other's files: stop "
+               "the other one or choose another %s",
+               what, dir, holder, l->path, l->file, root ? ", or felix log reading it" : "", what);
 }
 
 /* Replaces the lock file's text with this process's PID. Written before
