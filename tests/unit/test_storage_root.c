@@ -228,18 +228,21 @@ static void test_symlinked_stream_dir_is_not_adopted(void **state)
     char err[256];
     assert_int_equal(fx_catalog_open(&cat, NULL, t.root, err, sizeof(err)), 0);
     fx_catalog_params p = {.created_us = 1, .segment_bytes = 4096, .index_spacing_bytes = 512};
-    bool adopted = true;
+    bool adopted = false;
     const fx_catalog_entry *e = NULL;
-    assert_int_equal(fx_catalog_declare(cat, "t1", "default", "orders", &p, &adopted, &e), 0);
+    /* The link is neither adopted nor replaced: the declaration is refused. */
+    assert_int_equal(fx_catalog_declare(cat, "t1", "default", "orders", &p, &adopted, &e),
+                     -ENOTDIR);
     assert_false(adopted);
+    assert_int_equal(fx_catalog_count(cat), 0);
+    fx_catalog_free(cat);
     /* Nor does a log open through it. */
-    assert_int_equal(fx_catalog_dir_path(cat, e, path, sizeof(path)), 0);
+    snprintf(path, sizeof(path), "%s/%s", t.root, name);
     fx_dlog_config c;
     fx_dlog_config_default(&c);
     fx_dlog *log = NULL;
     assert_int_equal(fx_dlog_open(&log, path, &c, 1, NULL), -ENOTDIR);
     assert_false(exists(t.outside, "00000000000000000000.log"));
-    fx_catalog_free(cat);
     expect_victim_intact(&t);
     tmp_deinit(&t);
 }
