@@ -15,6 +15,7 @@
 #include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
+#include "storage/rootlock.h"
 #include "storage/syncpol.h"
 
 typedef struct fxb_durable fxb_durable;
@@ -69,6 +70,7 @@ struct fxb_durable {
     char dir[4096];
     fx_broker_durable_opts o;
     pthread_mutex_t cat_mu; /* the catalogue is shared by the storage threads */
+    fx_rootlock *lock;      /* the root for this broker alone (NULL on a test I/O layer) */
     fx_catalog *cat;
     fx_retention_clock clock; /* time retention's guard against wall clock steps */
     /* Bytes on disk of every open log against durable_bytes_max (the

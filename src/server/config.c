@@ -119,7 +119,8 @@ const struct key fx_config_keys[] = {
      .def = "/var/lib/felix", .min = 1,
      .help = "directory of the generated TLS certificate and key; created mode 0700 at start; "
              "an existing one must belong to the broker's user and not be writable by group or "
-             "others (else the broker refuses to start)"},
+             "others, and one broker at a time uses it (lock file .state.lock); else the broker "
+             "refuses to start"},
     {.name = "log_level", .env = {"FELIX_LOG_LEVEL"}, .type = T_ENUM, FIELD(log_level),
      .def = "info", .en = &log_level_enum, .help = "least severe message logged"},
     /* streams */
@@ -357,7 +358,9 @@ const struct key fx_config_keys[] = {
     {.name = "durable_storage_dir", .env = {"FELIX_DURABLE_STORAGE_DIR"}, .type = T_STR,
      .section = "durable storage", FIELD(durable_storage_dir), .def = "",
      .help = "root of the durable streams' logs and their catalogue; empty = no durable "
-             "streams (docs/durability.md)"},
+             "streams; created mode 0700; an existing one must belong to the broker's user and "
+             "not be writable by group or others, and one broker at a time uses it (lock file "
+             ".lock); else the broker refuses to start (docs/durability.md)"},
     {.name = "durable_default", .env = {"FELIX_DURABLE_DEFAULT"}, .type = T_BOOL,
      FIELD(durable_default), .def = "false",
      .help = "streams created by their first publish are durable (needs durable_storage_dir); "

@@ -679,6 +679,9 @@ static void notify_systemd(const char *state)
         fprintf(stderr, "felix-broker: warning: sd_notify %s: %s\n", state, strerror(-rv));
 }
 
+/* The lock on state_dir (statedir.h), held from serve() until run() returns. */
+static fx_rootlock *state_lock;
+
 /* Serves the data plane and the admin endpoint until SIGINT/SIGTERM; /ready
  * turns 503 as soon as the signal arrives. Returns 0 or EXIT_START. */
 static int serve(const fx_config *c, bool repair_durable)
@@ -698,8 +701,8 @@ static int serve(const fx_config *c, bool repair_durable)
                     c->quic_bind);
     size_t retained = retain_heap(c);
     if (c->state_dir[0]) {
-        char why[FX_CONFIG_PATH_MAX + 256];
-        if (fx_state_dir_prepare(c->state_dir, why, sizeof(why)) != 0) {
+        char why[3 * FX_CONFIG_PATH_MAX + 512];
+        if (fx_state_dir_open(c->state_dir, &state_lock, why, sizeof(why)) != 0) {
             fprintf(stderr, "felix-broker: %s\n", why);
             return EXIT_START;
         }
@@ -782,6 +785,8 @@ static int run(const struct opts *o)
         printf("felix-broker: configuration is valid\n");
     } else {
         status = serve(&c, o->repair_durable);
+        fx_rootlock_free(state_lock);
+        state_lock = NULL;
     }
     fx_config_deinit(&c);
     return status;

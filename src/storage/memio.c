@@ -583,6 +583,37 @@ static int m_stat(fx_sio *io, const char *path, bool *pis_dir)
     return 0;
 }
 
+/* Removes |path| and, for a directory, everything under it, depth first,
+ * through the counted (and failing) unlink and rmdir, as the POSIX layer
+ * does it. */
+static int m_remove_tree(fx_sio *io, const char *path)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate(m, FX_MEMIO_NOPS);
+    if (rv != 0)
+        return rv;
+    int ino = strcmp(path, "/") == 0 ? -1 : lookup(m, path);
+    if (ino < 0)
+        return strcmp(path, "/") == 0 ? -EBUSY : -ENOENT;
+    if (!m->inodes[ino].is_dir)
+        return m_unlink(io, path);
+    size_t n = 0;
+    char **kids = calloc(m->cur.n + 1, sizeof(*kids));
+    if (kids == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < m->cur.n; i++) {
+        if (is_child(m->cur.v[i].path, path) && (kids[n++] = strdup(m->cur.v[i].path)) == NULL)
+            rv = -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (rv == 0 && (rv = m_remove_tree(io, kids[i])) == -ENOENT)
+            rv = 0;
+        free(kids[i]);
+    }
+    free(kids);
+    return rv != 0 ? rv : m_rmdir(io, path);
+}
+
 static const fx_sio_ops MEM_OPS = {
     .open = m_open,
     .close = m_close,
@@ -599,6 +630,7 @@ static const fx_sio_ops MEM_OPS = {
     .sync_dir = m_sync_dir,
     .list = m_list,
     .stat = m_stat,
+    .remove_tree = m_remove_tree,
 };
 
 /* ---- public ------------------------------------------------------------- */
