@@ -114,6 +114,23 @@ static void wait_reconnects(fx_client *c, uint64_t n)
     }
 }
 
+/* Waits until the broker admitted |n| publish requests since |before|
+ * (handed them to their worker). */
+static void wait_accepted(const fx_metrics_snapshot *before, int64_t n)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        fx_metrics_snapshot now;
+        fx_metrics_snapshot_take(&now);
+        if (DELTA(*before, now, publish_accepted) >= n)
+            return;
+        if (fx_now_ns() > deadline)
+            fail_msg("broker admitted %lld publishes, want %lld",
+                     (long long)DELTA(*before, now, publish_accepted), (long long)n);
+        sleep_ms(1);
+    }
+}
+
 /* ---- loop helpers (run a function on a loop) ------------------------------------------ */
 
 /* Blocks the broker's worker 0 for |ms| (a slow worker: requests queue). */
@@ -243,8 +260,10 @@ static void test_inflight_acked_publish_fails_with_reason_on_connection_loss(voi
     ackwait a = {.done = false};
     pthread_mutex_init(&a.mu, NULL);
     pthread_cond_init(&a.cv, NULL);
+    fx_metrics_snapshot m0;
+    fx_metrics_snapshot_take(&m0);
     assert_int_equal(fx_publish_async(c, NS, "p", "x", 1, FX_ACK_PER_MESSAGE, on_ack, &a), 0);
-    sleep_ms(100);
+    wait_accepted(&m0, 1); /* at the stalled worker: in flight, its answer held */
     /* The publish's worker may use a second (lazy) connection: cut them all. */
     assert_true(fx_broker_test_cut_connections(e->b, false) >= 1);
     pthread_mutex_lock(&a.mu);
