@@ -68,8 +68,9 @@ struct fxb_durable {
     fx_broker_durable_opts o;
     pthread_mutex_t cat_mu; /* the catalogue is shared by the storage threads */
     fx_catalog *cat;
-    struct open_dir *open; /* directories with an open log (under |cat_mu|) */
-    dstats *stats;         /* of every open log (under |cat_mu|) */
+    fx_retention_clock clock; /* time retention's guard against wall clock steps */
+    struct open_dir *open;    /* directories with an open log (under |cat_mu|) */
+    dstats *stats;            /* of every open log (under |cat_mu|) */
     char error[6144]; /* why the last log failed to open (under |cat_mu|; start-up reports it) */
     fxb_storage *st;  /* one per worker */
     uint32_t nst;
