@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fx_test.h"
@@ -490,13 +491,16 @@ static void test_reader_in_a_deleted_range_gets_cursor_too_old(void **state)
 
 /* ---- recovery ---------------------------------------------------------------------- */
 
+/* The last record was appended after the last flush (beyond the durable
+ * point): a power cut can leave any prefix of it. */
 static void test_torn_tail_is_cut_at_every_byte(void **state)
 {
     fixture f;
     fx_init(&f, 1 << 20, 64);
     assert_int_equal(reopen(&f), 0);
-    append_n(f.log, 0, 6);
+    append_n(f.log, 0, 5);
     assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    append_n(f.log, 5, 1);
     close_log(&f, false);
     uint64_t full = flen(&f, SEG0);
     char last[64];
@@ -508,9 +512,8 @@ static void test_torn_tail_is_cut_at_every_byte(void **state)
         assert_int_equal(fx_dlog_next_offset(f.log), 5);
         assert_int_equal(flen(&f, SEG0), full - last_len);
         expect_records(f.log, 0, 5);
-        /* Put the record back for the next cut. */
+        /* Put the record back, unflushed, for the next cut. */
         assert_int_equal(append_batch(f.log, 5, 1, 5005), 0);
-        assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
         close_log(&f, false);
         assert_int_equal(flen(&f, SEG0), full);
     }
@@ -536,10 +539,13 @@ static void test_a_zero_filled_tail_is_cut_as_torn(void **state)
     assert_int_equal(f.rep.truncated_bytes, 100);
     assert_int_equal(fx_dlog_next_offset(f.log), 4);
     close_log(&f, false);
-    /* A non-zero byte in such a tail is damage, not a torn write. */
+    /* Without a durable point (a segment of the original's, which writes
+     * the reserved word 0), a non-zero byte in such a tail is damage, not a
+     * torn write. */
     assert_int_equal(io->ops->open(io, SEG0, FX_SIO_WRITE, &fd), 0);
     assert_int_equal(io->ops->ftruncate(io, fd, len + 100), 0);
     assert_int_equal(io->ops->pwrite(io, fd, "x", 1, len + 60), 0);
+    assert_int_equal(io->ops->pwrite(io, fd, "\0\0\0\0", 4, FX_SEG_POINT_POS), 0);
     io->ops->close(io, fd);
     assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
     assert_non_null(strstr(f.rep.message, "record header checksum mismatch"));
@@ -955,7 +961,13 @@ static void test_posix_files_round_trip(void **state)
     close(fd);
     uint8_t want[FX_SEG_HEADER_LEN];
     fx_logfmt_seg_header_encode(want, &(fx_seg_header){.base_offset = 0, .created_us = 42});
-    assert_memory_equal(h, want, sizeof(h));
+    assert_memory_equal(h, want, FX_SEG_POINT_POS);
+    /* Its reserved word holds the durable point: the whole sealed segment. */
+    uint64_t point = 0;
+    assert_true(fx_logfmt_point_decode(fx_be32_get(h + FX_SEG_POINT_POS), &point));
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(point, (uint64_t)sb.st_size);
     fx_dlog_close(log, false);
     assert_int_equal(fx_sio_remove_dir(fx_sio_posix(), dir), 0);
     assert_int_equal(rmdir(tmpl), 0);
