@@ -465,19 +465,35 @@ static bool never_written(fx_dlog *log, int fd, uint64_t size)
  * blocks of an append, never part of one. */
 #define FS_BLOCK 4096u
 
+/* The first block boundary after |lo| from which every byte of |fd| up to
+ * |size| is zero (|size| when the last block is not), read backwards from
+ * the end one block at a time; an unreadable block counts as not zero. */
+static uint64_t zero_blocks_from(fx_dlog *log, int fd, uint64_t lo, uint64_t size)
+{
+    uint64_t b = (size - 1) / FS_BLOCK * FS_BLOCK;
+    uint64_t from = size;
+    while (b > lo && zero_tail(log, fd, b, from)) {
+        from = b;
+        b -= FS_BLOCK;
+    }
+    return from;
+}
+
 /* Without a durable point (a segment of the original's): whether the bad
  * record at sc->end_pos is what a power cut leaves when the file's length
  * reached the disk before its data: zeros from a block boundary inside the
  * record to the end of the file, nothing written after them. */
 static bool zero_blocks_tail(fx_dlog *log, int fd, const fx_scan *sc, uint64_t size)
 {
-    uint64_t b = (sc->end_pos / FS_BLOCK + 1) * FS_BLOCK;
     uint64_t reach = sc->end_pos + FX_REC_HEADER_LEN;
     if (sc->status == FX_REC_CRC)
         reach += sc->bad.len;
     else if (sc->status != FX_REC_HEADER_CRC)
         return false;
-    return b < size && b < reach && zero_tail(log, fd, b, size);
+    if (size <= sc->end_pos)
+        return false;
+    uint64_t from = zero_blocks_from(log, fd, sc->end_pos, size);
+    return from < size && from < reach;
 }
 
 /* Whether the damage the scan stopped at is a torn tail. With a durable

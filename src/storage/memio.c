@@ -12,6 +12,11 @@
 
 #include "base/grow.h"
 
+/* By default a page the file system writes back as a unit, and a sector the
+ * device writes whole or not at all (fx_memio_set_tear_unit). */
+#define TEAR_BLOCK 4096u
+#define TEAR_SECTOR 512u
+
 typedef struct image {
     uint8_t *p;
     size_t len;
@@ -53,6 +58,8 @@ struct fx_memio {
     int fail_err[FX_MEMIO_NOPS];
     unsigned fail_count[FX_MEMIO_NOPS];
     char fail_suffix[64]; /* injected failures only for paths ending so; "" all */
+    size_t tear_block;    /* appended bytes persist per block of this size */
+    size_t tear_sector;   /* overwritten bytes persist per sector of this size */
     /* fx_memio_hold_next_sync: the only state another thread touches. */
     pthread_mutex_t hold_mu;
     pthread_cond_t hold_cv;
@@ -610,6 +617,8 @@ int fx_memio_new(fx_memio **pm)
         return -ENOMEM;
     m->base.ops = &MEM_OPS;
     m->crash_at = UINT64_MAX;
+    m->tear_block = TEAR_BLOCK;
+    m->tear_sector = TEAR_SECTOR;
     pthread_mutex_init(&m->hold_mu, NULL);
     pthread_cond_init(&m->hold_cv, NULL);
     *pm = m;
@@ -708,14 +717,10 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* A page the file system writes back as a unit, and a sector the device
- * writes whole or not at all. */
-#define TEAR_BLOCK 4096u
-#define TEAR_SECTOR 512u
-
 /* What of a file's unsynced contents one power cut leaves (memio.h). */
 typedef struct tear {
     fx_memio_tear model;
+    size_t block, sector;
     uint64_t *seed;
     size_t keep;        /* block |i| of the unsynced range persists if keep > i ... */
     size_t hole;        /* ... but not this one (SIZE_MAX: none); ZERO_BLOCKS */
@@ -761,35 +766,40 @@ static void tear_contents(const inode *in, tear *t, uint8_t *out, size_t len)
     size_t d = in->dur.len, c = in->cur.len;
     size_t over = d < c ? d : c;
     over = over < len ? over : len;
-    for (size_t s = 0; s < over; s += TEAR_SECTOR) {
-        size_t n = over - s < TEAR_SECTOR ? over - s : TEAR_SECTOR;
+    for (size_t s = 0; s < over; s += t->sector) {
+        size_t n = over - s < t->sector ? over - s : t->sector;
         if (memcmp(in->cur.p + s, in->dur.p + s, n) != 0 && (splitmix(t->seed) & 1))
             memcpy(out + s, in->cur.p + s, n);
     }
     size_t app_end = c < len ? c : len;
     if (app_end <= d)
         return;
-    t->first_block = d / TEAR_BLOCK;
-    size_t nblocks = (app_end - 1) / TEAR_BLOCK + 1 - t->first_block;
+    size_t bs = t->block;
+    t->first_block = d / bs;
+    size_t nblocks = (app_end - 1) / bs + 1 - t->first_block;
     t->keep = (size_t)(splitmix(t->seed) % (nblocks + 1));
     t->hole =
         t->keep > 0 && (splitmix(t->seed) & 1) ? (size_t)(splitmix(t->seed) % t->keep) : SIZE_MAX;
-    for (size_t b = t->first_block; b * TEAR_BLOCK < app_end; b++) {
-        size_t from = b * TEAR_BLOCK > d ? b * TEAR_BLOCK : d;
-        size_t to = (b + 1) * TEAR_BLOCK < app_end ? (b + 1) * TEAR_BLOCK : app_end;
+    for (size_t b = t->first_block; b * bs < app_end; b++) {
+        size_t from = b * bs > d ? b * bs : d;
+        size_t to = (b + 1) * bs < app_end ? (b + 1) * bs : app_end;
         if (block_persists(t, b))
             memcpy(out + from, in->cur.p + from, to - from);
     }
 }
 
 /* Replaces the synced image of |in| by what a torn power cut leaves. */
-static int tear_inode(inode *in, fx_memio_tear model, uint64_t *seed)
+static int tear_inode(const fx_memio *m, inode *in, fx_memio_tear model, uint64_t *seed)
 {
     bool changed = in->cur.len != in->dur.len ||
                    (in->dur.len > 0 && memcmp(in->cur.p, in->dur.p, in->dur.len) != 0);
     if (!changed)
         return 0;
-    tear t = {.model = model, .seed = seed, .hole = SIZE_MAX};
+    tear t = {.model = model,
+              .block = m->tear_block,
+              .sector = m->tear_sector,
+              .seed = seed,
+              .hole = SIZE_MAX};
     size_t len = torn_len(in, &t);
     image out = {0};
     int rv = image_reserve(&out, len);
@@ -814,7 +824,7 @@ void fx_memio_crash_torn(fx_memio *m, fx_memio_tear model, uint64_t seed)
         inode *in = &m->inodes[i];
         /* On -ENOMEM the file keeps its synced image: a cut that tore nothing. */
         if (seed != 0 && !in->is_dir)
-            (void)tear_inode(in, model, &s);
+            (void)tear_inode(m, in, model, &s);
         (void)image_copy(&in->cur, &in->dur, in->dur.len);
         in->reserved = 0;
     }
@@ -825,6 +835,12 @@ void fx_memio_crash_torn(fx_memio *m, fx_memio_tear model, uint64_t seed)
         m->handles[h] = -1;
     m->down = false;
     m->crash_at = UINT64_MAX;
+}
+
+void fx_memio_set_tear_unit(fx_memio *m, size_t block, size_t sector)
+{
+    m->tear_block = block > 0 ? block : TEAR_BLOCK;
+    m->tear_sector = sector > 0 ? sector : TEAR_SECTOR;
 }
 
 void fx_memio_crash(fx_memio *m, uint64_t torn_seed)

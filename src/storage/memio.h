@@ -96,6 +96,13 @@ typedef enum fx_memio_tear {
  * never torn: a name is durable after its directory sync only). */
 void fx_memio_crash_torn(fx_memio *m, fx_memio_tear model, uint64_t seed);
 
+/* Sets the units of fx_memio_crash_torn: |block| bytes for appended data
+ * (default 4096), |sector| bytes for overwrites (default 512); 0 restores a
+ * default. Tests whose files are a few KiB scale them down so that one
+ * unsynced stretch spans several blocks, as it does on a disk with larger
+ * files. */
+void fx_memio_set_tear_unit(fx_memio *m, size_t block, size_t sector);
+
 /* fx_memio_crash_torn(m, FX_MEMIO_TEAR_PREFIX, torn_seed): with a zero seed
  * nothing unsynced survives. */
 void fx_memio_crash(fx_memio *m, uint64_t torn_seed);

@@ -216,6 +216,9 @@ static void crash_run(fx_fsync_mode mode, uint64_t max_unsynced, uint64_t seed, 
     c->seed = seed;
     c->rng = seed;
     assert_int_equal(fx_memio_new(&c->m), 0);
+    /* Segments of 1 KiB: tear in blocks of 128 bytes (a few records) and
+     * sectors of 32, so an unsynced stretch spans several blocks. */
+    fx_memio_set_tear_unit(c->m, 128, 32);
     fx_dlog_config_default(&c->cfg);
     c->cfg.segment_bytes = 1024;
     c->cfg.index_spacing_bytes = 128;
