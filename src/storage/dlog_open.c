@@ -3,10 +3,13 @@
  * that does not continue its predecessor), checks every sealed segment (the
  * part after its last index entry, or all of it with verify_all_on_open or
  * when the index is missing or inconsistent, which also rebuilds the index),
- * scans the active segment fully and cuts a torn tail. Damage anywhere else
- * refuses the open, naming stream, directory, file and byte position, unless
- * repair is requested: then the log is cut at the first bad record and what
- * was dropped is reported. Runs inside fx_dlog_open, on the opening thread.
+ * scans the active segment fully and cuts a torn tail: anything that does
+ * not decode after the segment's durable point (format.h), or without one
+ * (the original's segments) a partial last record or zeros a power cut
+ * left. Damage anywhere else, before the point included, refuses the
+ * open, naming stream, directory, file and byte position, unless repair is
+ * requested: then the log is cut at the first bad record and what was
+ * dropped is reported. Runs inside fx_dlog_open, on the opening thread.
  * Also the segment listing and the sparse-index seek that the log's
  * recovery and the replay readers (src/broker/replay.c) share. */
 #include <errno.h>
