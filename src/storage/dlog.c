@@ -211,6 +211,7 @@ void dl_write_point(fx_dlog *log, uint64_t synced_len)
     int rv = log->io->ops->pwrite(log->io, log->fd, b, sizeof(b), FX_SEG_POINT_POS);
     if (rv == 0) {
         log->point = w;
+        log->point_dirty = true;
         return;
     }
     log->st.point_write_failures++;
@@ -262,6 +263,9 @@ int fx_dlog_close(fx_dlog *log, bool sync)
     int rv = 0;
     if (sync && log->fd >= 0)
         rv = fx_dlog_sync(log, NULL);
+    /* A clean close has no next flush for the last point to ride on. */
+    if (sync && rv == 0 && log->fd >= 0 && log->point_dirty && !log->failed)
+        rv = log->io->ops->fdatasync(log->io, log->fd);
     if (log->fd >= 0)
         log->io->ops->close(log->io, log->fd);
     if (log->ifd >= 0)

@@ -60,6 +60,7 @@ struct fx_dlog {
     uint64_t synced_size; /* active segment bytes covered by the last flush */
     uint32_t point;       /* the durable point word last written to the active segment */
     bool point_warned;    /* a failed point write was logged since the open */
+    bool point_dirty;     /* a point word was written since the open: a clean close flushes it */
     bool failed;
     uint8_t *enc;
     size_t enc_cap;
