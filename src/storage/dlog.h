@@ -59,7 +59,7 @@ typedef struct fx_dlog_recovery {
 typedef struct fx_dlog_stats {
     uint64_t append_batches, append_records, append_bytes, append_failures;
     uint64_t syncs, sync_failures;
-    uint64_t rolls, roll_failures, index_write_failures;
+    uint64_t rolls, roll_failures, index_write_failures, point_write_failures;
     uint64_t read_records, read_bytes;
     uint64_t retention_segments_deleted, retention_bytes_reclaimed, retention_failures;
 } fx_dlog_stats;
