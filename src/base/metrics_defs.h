@@ -216,6 +216,17 @@
       "Bytes of torn tails cut when durable logs were opened")                                     \
     C(storage_recovery_repairs, "felix_storage_recovery_repairs_total", "",                        \
       "Durable logs cut at a damaged record by --repair-durable")                                  \
+    G(storage_quarantined_streams, "felix_storage_quarantined_streams", "",                        \
+      "Durable streams whose log is damaged: their publishes and subscribes fail \"storage "       \
+      "damaged\" until it is repaired")                                                            \
+    G(storage_recovering_streams, "felix_storage_recovering_streams", "",                          \
+      "Catalogued durable streams whose log has not been recovered yet since the start")           \
+    C(storage_recovery_waits, "felix_storage_recovery_waits_total", "",                            \
+      "Publishes and subscriptions that found their durable stream still recovering (its log "     \
+      "was opened for them first)")                                                                \
+    C(storage_open_failures, "felix_storage_open_failures_total", "",                              \
+      "Durable log opens that failed other than by damage (ENOSPC, EMFILE, EIO...); tried again "  \
+      "at most once a second")                                                                     \
     C(storage_replays, "felix_storage_replays_total", "",                                          \
       "Subscriptions that started below the ring and read history from disk")                      \
     C(storage_replay_records, "felix_storage_read_records_total", "",                              \

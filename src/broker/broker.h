@@ -78,25 +78,26 @@ struct fx_sio;
 /* Durable storage (docs/durability.md): with |dir| set, streams created
  * durable keep their messages in a log under it. */
 typedef struct fx_broker_durable_opts {
-    const char *dir;              /* storage root; NULL or "" = no durable streams */
-    bool durable_default;         /* auto-created streams are durable */
-    int fsync_mode;               /* fx_fsync_mode (storage/syncpol.h); periodic */
-    uint64_t fsync_interval_ns;   /* periodic; 250 ms */
-    uint64_t segment_bytes;       /* 256 MiB */
-    uint64_t index_spacing_bytes; /* 4096 */
-    uint64_t max_unsynced_bytes;  /* bytes in storage per stream; 0 = no bound */
-    uint64_t retention_bytes;     /* 0 = no bound */
-    uint64_t retention_ns;        /* 0 = no bound */
+    const char *dir;                /* storage root; NULL or "" = no durable streams */
+    bool durable_default;           /* auto-created streams are durable */
+    int fsync_mode;                 /* fx_fsync_mode (storage/syncpol.h); periodic */
+    uint64_t fsync_interval_ns;     /* periodic; 250 ms */
+    uint64_t segment_bytes;         /* 256 MiB */
+    uint64_t index_spacing_bytes;   /* 4096 */
+    uint64_t max_unsynced_bytes;    /* bytes in storage per stream; 0 = no bound */
+    uint64_t retention_bytes;       /* 0 = no bound */
+    uint64_t retention_ns;          /* 0 = no bound */
     uint64_t retention_interval_ns; /* sweep period with a bound set; 60 s */
     uint32_t max_records_per_read;  /* records per replay page; 10,000 */
     bool preallocate;
     bool verify_all_on_open;
     bool repair_checksum_tail;
     /* At start, cut a damaged log at its first bad record (reported) instead
-     * of refusing to start (felix-broker --repair-durable). */
+     * of quarantining its stream (felix-broker --repair-durable). */
     bool repair;
     /* Filled by a failed fx_broker_new when durable storage was the cause:
-     * the stream, file and byte position (may be NULL; |error_len| bytes). */
+     * the catalogue, or a catalogued stream the registry refused (may be
+     * NULL; |error_len| bytes). A damaged log does not fail the start. */
     char *error;
     size_t error_len;
     struct fx_sio *io; /* NULL: the real file system; tests inject faults here */
@@ -238,8 +239,22 @@ void fx_broker_opts_default(fx_broker_opts *o);
  * -ENOMEM. The caller frees with fx_broker_free(). Main thread. */
 int fx_broker_new(fx_broker **pb, const fx_broker_opts *o);
 
-/* Starts the loop threads. Returns 0 or -errno. Main thread. */
+/* Starts the loop threads. The logs of the catalogued durable streams are
+ * then recovered in the background, in parallel on their storage threads:
+ * each stream is served once its own log is open (a publish or subscribe
+ * that comes first waits for that open). Returns 0 or -errno. Main thread. */
 int fx_broker_start(fx_broker *b);
+
+/* How far the start-up recovery of the catalogued durable streams is. */
+typedef struct fx_broker_recovery {
+    uint64_t total;   /* catalogued durable streams at start */
+    uint64_t done;    /* of those, recovered (open, damaged, failed or deleted meanwhile) */
+    uint64_t damaged; /* quarantined: their publishes and subscribes get "storage damaged" */
+    uint64_t failed;  /* their open failed otherwise; tried again at their next use */
+} fx_broker_recovery;
+
+/* Fills |*out| (zeros without durable storage). Any thread. */
+void fx_broker_durable_recovery(const fx_broker *b, fx_broker_recovery *out);
 
 /* Stops serving: frees the endpoint on its loop (every connection closes,
  * every subscription is removed), lets the loops finish the work already
@@ -302,9 +317,9 @@ int fx_broker_endpoint_worker(const fx_broker *b);
 /* Writes {"streams":[{tenant, namespace, stream, id, messages, bytes,
  * first_offset, next_offset, subscribers}, ...]} (ordered by id; a stream no
  * one used yet shows zeros; |bytes| is what the ring charges: payload plus
- * FX_STREAM_MSG_OVERHEAD per message of every batch it holds) as a NUL-terminated string in |*pjson| (caller
- * frees with free()). Returns 0, FX_ETIMEDOUT (a worker did not answer in
- * time) or -ENOMEM. */
+ * FX_STREAM_MSG_OVERHEAD per message of every batch it holds) as a NUL-terminated string in
+ * |*pjson| (caller frees with free()). Returns 0, FX_ETIMEDOUT (a worker did not answer in time) or
+ * -ENOMEM. */
 int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson);
 
 /* The hash the lane choice uses (a 64-bit mixer; the lane is the hash
