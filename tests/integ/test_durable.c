@@ -63,12 +63,6 @@ static void put_stream(E *e, const char *stream, const char *body, int status, c
         fail_msg("PUT %s: body %s lacks '%s'", path, r.body, has);
 }
 
-static void expect_contains(const char *hay, const char *needle)
-{
-    if (strstr(hay, needle) == NULL)
-        fail_msg("'%s' lacks '%s'", hay, needle);
-}
-
 static void pub_ok(fx_client *c, const char *stream, const char *msg)
 {
     int rv = fx_publish(c, NS, stream, msg, strlen(msg), FX_ACK_PER_MESSAGE);
