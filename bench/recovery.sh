@@ -111,10 +111,11 @@ log "filling $STREAMS durable streams with $BYTES each ($COUNT messages of $RECO
 start fill
 fill_one() {
   "$BUILD/felix" pub --server "127.0.0.1:$FX_PORT" --pin "$FP" --ack per_batch --batch 8 \
-    --size "$RECORD" --count "$COUNT" "t1/default/s$1" >/dev/null
+    --size "$RECORD" --count "$COUNT" "t1/default/s$1" >>"$OUTDIR/fill.log" 2>&1 ||
+    { echo "$FX_TAG: filling t1/default/s$1 failed ($OUTDIR/fill.log)" >&2; return 1; }
 }
 export -f fill_one
-export BUILD FX_PORT FP RECORD COUNT
+export BUILD FX_PORT FP RECORD COUNT OUTDIR FX_TAG
 seq 1 "$STREAMS" | xargs -P "$PARALLEL" -I{} bash -c 'fill_one {}'
 fx_stop_broker
 DISK_BYTES=$(find "$DATA" -name '*.log' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
@@ -148,8 +149,8 @@ R1=$(now_ns)
 READY_S=$(secs "$T0" "$T_READY")
 ALL_S=$(secs "$T0" "$T_ALL")
 READ_S=$(secs "$R0" "$R1")
-MBS() { awk -v b="$DISK_BYTES" -v s="$1" 'BEGIN { printf "%.0f", s > 0 ? b / s / 1e6 : 0 }'; }
+MBS() { awk -v b="$DISK_BYTES" -v s="$1" 'BEGIN { printf "%.0f", (s > 0 ? b / s / 1e6 : 0) }'; }
 printf '%s\n' \
   "streams=$STREAMS bytes_per_stream=$BYTES segment_bytes_on_disk=$DISK_BYTES cache=$([ "$(id -u)" = 0 ] && echo dropped || echo evicted-per-file)" \
-  "ready_s=$READY_S available_s=$ALL_S ($(MBS "$ALL_S") MB/s) read_s=$READ_S ($(MBS "$READ_S") MB/s) available/read=$(awk -v a="$ALL_S" -v r="$READ_S" 'BEGIN { printf "%.2f", r > 0 ? a / r : 0 }')" \
+  "ready_s=$READY_S available_s=$ALL_S ($(MBS "$ALL_S") MB/s) read_s=$READ_S ($(MBS "$READ_S") MB/s) available/read=$(awk -v a="$ALL_S" -v r="$READ_S" 'BEGIN { printf "%.2f", (r > 0 ? a / r : 0) }')" \
   "broker: ${LINE:-no recovery line found}" | tee "$OUTDIR/result.txt"
