@@ -210,6 +210,9 @@
       "Sealed segments deleted by retention")                                                      \
     C(storage_retention_bytes, "felix_storage_retention_bytes_reclaimed_total", "",                \
       "Bytes of segments deleted by retention")                                                    \
+    C(storage_retention_clock_held, "felix_storage_retention_clock_held_total", "",                \
+      "Time retention sweeps that did not follow a wall clock stepped ahead of the monotonic "     \
+      "clock")                                                                                     \
     C(storage_recovery_truncations, "felix_storage_recovery_truncations_total", "",                \
       "Torn tails (a partial last record after a crash) cut when durable logs were opened")        \
     C(storage_recovery_truncated_bytes, "felix_storage_recovery_truncated_bytes_total", "",        \

@@ -15,6 +15,7 @@
 #include "base/queue.h"
 #include "broker/registry.h"
 #include "quic/quic.h"
+#include "storage/syncpol.h"
 
 typedef struct fx_broker fx_broker;
 
@@ -80,7 +81,7 @@ struct fx_sio;
 typedef struct fx_broker_durable_opts {
     const char *dir;                /* storage root; NULL or "" = no durable streams */
     bool durable_default;           /* auto-created streams are durable */
-    int fsync_mode;                 /* fx_fsync_mode (storage/syncpol.h); periodic */
+    fx_fsync_mode fsync_mode;       /* periodic */
     uint64_t fsync_interval_ns;     /* periodic; 250 ms */
     uint64_t segment_bytes;         /* 256 MiB */
     uint64_t index_spacing_bytes;   /* 4096 */

@@ -317,10 +317,26 @@ static void arm_timer(dstream *s)
         fxb_dstream_flush(s, fx_loop_now(s->st->loop));
 }
 
+/* How far the wall clock may run ahead of the monotonic clock since start
+ * before time retention stops following it (fx_retention_now_us). */
+#define RETENTION_CLOCK_TOLERANCE_US (60u * 1000000u)
+
 static void retain(dstream *s, uint64_t now)
 {
     fx_dlog_retained r = {0};
-    int rv = fx_dlog_retain(s->log, s->retain_bytes, s->retain_ns / 1000u, fxb_wall_us(), &r);
+    bool held = false;
+    uint64_t now_us = fx_retention_now_us(&s->st->d->clock, fxb_wall_us(), fx_now_ns(),
+                                          RETENTION_CLOCK_TOLERANCE_US, &held);
+    if (held && s->retain_ns != 0) {
+        FX_COUNTER_INC(storage_retention_clock_held);
+        FX_LOG_RATELIMITED(&storage_rl, now, FX_LOG_WARN, "storage",
+                           "the wall clock runs %" PRIu64
+                           " s ahead of the monotonic clock since start: time retention of "
+                           "%s/%s/%s follows the monotonic clock until the next start",
+                           (fxb_wall_us() - now_us) / 1000000u, fx_stream_handle_tenant(s->h),
+                           fx_stream_handle_namespace(s->h), fx_stream_handle_stream(s->h));
+    }
+    int rv = fx_dlog_retain(s->log, s->retain_bytes, s->retain_ns / 1000u, now_us, &r);
     FX_COUNTER_ADD(storage_retention_segments, r.segments);
     FX_COUNTER_ADD(storage_retention_bytes, r.bytes);
     if (rv != 0)
@@ -480,7 +496,7 @@ static void on_opened(dstream *s)
     uint64_t next = fx_dlog_next_offset(s->log);
     atomic_store_explicit(&s->first_offset, next, memory_order_relaxed);
     const fx_broker_durable_opts *o = &s->st->d->o;
-    fx_syncpol_config pc = {.mode = (fx_fsync_mode)o->fsync_mode,
+    fx_syncpol_config pc = {.mode = o->fsync_mode,
                             .interval_ns = o->fsync_interval_ns,
                             .max_unsynced_bytes = o->max_unsynced_bytes};
     uint64_t now = fx_now_ns(); /* the loop's clock */

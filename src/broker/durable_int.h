@@ -89,10 +89,11 @@ struct fxb_durable {
     fx_broker_durable_opts o;
     pthread_mutex_t cat_mu; /* the catalogue is shared by the storage threads */
     fx_catalog *cat;
-    struct open_dir *open; /* directories with an open log (under |cat_mu|) */
-    dstats *stats;         /* of every open log (under |cat_mu|) */
-    char error[6144];      /* why the start failed (main thread, start-up reports it) */
-    fxb_storage *st;       /* one per worker */
+    fx_retention_clock clock; /* time retention's guard against wall clock steps */
+    struct open_dir *open;    /* directories with an open log (under |cat_mu|) */
+    dstats *stats;            /* of every open log (under |cat_mu|) */
+    char error[6144];         /* why the start failed (main thread, start-up reports it) */
+    fxb_storage *st;          /* one per worker */
     uint32_t nst;
     uint32_t nstarted; /* storage threads running (with their replay threads) */
 

@@ -44,6 +44,7 @@ int fxb_durable_init(fx_broker *b)
     b->o.durable.dir = d->dir;
     pthread_mutex_init(&d->cat_mu, NULL);
     fxb_durable_retry_init(d);
+    d->clock = (fx_retention_clock){.wall_us = fxb_wall_us(), .mono_ns = fx_now_ns()};
     b->dur = d;
     char err[512] = "";
     int rv = fx_catalog_open(&d->cat, o->io, d->dir, err, sizeof(err));
@@ -77,9 +78,8 @@ int fxb_durable_init(fx_broker *b)
     FX_LOG_INFO("storage",
                 "opening durable stream storage root=%s segment=%" PRIu64 " index_spacing=%" PRIu64
                 " fsync %s retention=%" PRIu64 "B/%" PRIu64 "s",
-                d->dir, o->segment_bytes, o->index_spacing_bytes,
-                fx_fsync_mode_name((fx_fsync_mode)o->fsync_mode), o->retention_bytes,
-                (uint64_t)(o->retention_ns / FX_NS_PER_S));
+                d->dir, o->segment_bytes, o->index_spacing_bytes, fx_fsync_mode_name(o->fsync_mode),
+                o->retention_bytes, (uint64_t)(o->retention_ns / FX_NS_PER_S));
     fxb_durable_metrics_start(d);
     return 0;
 }

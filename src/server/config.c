@@ -56,10 +56,10 @@ static int fsync_alias(const char *s)
     fx_fsync_mode m;
     if (fx_fsync_mode_parse(s, &m) != 0)
         return -1;
-    return m == FX_FSYNC_NONE       ? FX_CONFIG_FSYNC_NONE
-           : m == FX_FSYNC_PERIODIC ? FX_CONFIG_FSYNC_PERIODIC
-                                    : FX_CONFIG_FSYNC_ON_COMMIT;
+    return (int)m;
 }
+_Static_assert(FX_FSYNC_NONE == 0 && FX_FSYNC_PERIODIC == 1 && FX_FSYNC_ON_COMMIT == 2,
+               "fsync_enum's names are in fx_fsync_mode's order");
 static const struct enum_def fsync_enum = {
     {"none", "periodic", "on_commit"}, "none, periodic or on_commit", NULL, NULL, fsync_alias};
 

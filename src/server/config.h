@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "storage/syncpol.h"
+
 #define FX_CONFIG_PATH_MAX 4096 /* file-name fields, including the NUL */
 #define FX_CONFIG_ADDR_MAX 256  /* host:port fields, including the NUL */
 #define FX_CONFIG_NAME_MAX 256  /* tenant / namespace / stream, including the NUL */
@@ -53,11 +55,6 @@ typedef enum fx_config_auth_mode {
 } fx_config_auth_mode;
 
 /* When a durable stream's log is flushed to the device (docs/durability.md). */
-typedef enum fx_config_fsync_mode {
-    FX_CONFIG_FSYNC_NONE,      /* page cache only: survives a process crash */
-    FX_CONFIG_FSYNC_PERIODIC,  /* every durable_fsync_interval_ms */
-    FX_CONFIG_FSYNC_ON_COMMIT, /* before every acknowledgement (group commit) */
-} fx_config_fsync_mode;
 
 /* Where a value came from. */
 typedef enum fx_config_from {
@@ -92,7 +89,7 @@ typedef struct fx_config {
     /* listeners and security */
     char quic_bind[FX_CONFIG_ADDR_MAX];
     char metrics_bind[FX_CONFIG_ADDR_MAX];
-    char admin_token[FX_CONFIG_ADDR_MAX];   /* bearer token of mutating admin calls; "" = none */
+    char admin_token[FX_CONFIG_ADDR_MAX]; /* bearer token of mutating admin calls; "" = none */
     char admin_allowed_hosts[FX_CONFIG_ADDR_MAX]; /* extra Host names, comma-separated */
     char probe_bind[FX_CONFIG_ADDR_MAX];          /* /live + /ready listener; "" = none */
     char admin_tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = plain HTTP */
@@ -184,7 +181,7 @@ typedef struct fx_config {
     /* durable storage */
     char durable_storage_dir[FX_CONFIG_PATH_MAX]; /* "" = no durable streams */
     bool durable_default;                         /* auto-created streams are durable */
-    fx_config_fsync_mode durable_fsync_mode;
+    fx_fsync_mode durable_fsync_mode;
     uint64_t durable_fsync_interval_ns;
     uint64_t durable_segment_bytes;
     uint64_t durable_index_spacing_bytes;

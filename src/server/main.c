@@ -259,9 +259,7 @@ static void durable_opts_from_config(const fx_config *c, fx_broker_durable_opts 
 {
     d->dir = c->durable_storage_dir[0] ? c->durable_storage_dir : NULL;
     d->durable_default = c->durable_default;
-    d->fsync_mode = c->durable_fsync_mode == FX_CONFIG_FSYNC_NONE       ? FX_FSYNC_NONE
-                    : c->durable_fsync_mode == FX_CONFIG_FSYNC_PERIODIC ? FX_FSYNC_PERIODIC
-                                                                        : FX_FSYNC_ON_COMMIT;
+    d->fsync_mode = c->durable_fsync_mode;
     d->fsync_interval_ns = c->durable_fsync_interval_ns;
     d->segment_bytes = c->durable_segment_bytes;
     d->index_spacing_bytes = c->durable_index_spacing_bytes;

@@ -679,7 +679,7 @@ static void test_durable_keys_default_and_env_names_of_the_original(void **state
     struct fixture f;
     assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
     assert_string_equal(f.c.durable_storage_dir, "");
-    assert_int_equal(f.c.durable_fsync_mode, FX_CONFIG_FSYNC_PERIODIC);
+    assert_int_equal(f.c.durable_fsync_mode, FX_FSYNC_PERIODIC);
     assert_int_equal(f.c.durable_fsync_interval_ns, 250 * MS);
     assert_int_equal(f.c.durable_segment_bytes, 256 * MiB);
     assert_int_equal(f.c.durable_index_spacing_bytes, 4096);
@@ -699,7 +699,7 @@ static void test_durable_keys_default_and_env_names_of_the_original(void **state
                    NULL};
     assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
     assert_string_equal(f.c.durable_storage_dir, "/var/lib/felix");
-    assert_int_equal(f.c.durable_fsync_mode, FX_CONFIG_FSYNC_ON_COMMIT);
+    assert_int_equal(f.c.durable_fsync_mode, FX_FSYNC_ON_COMMIT);
     assert_int_equal(f.c.durable_fsync_interval_ns, 40 * MS);
     assert_int_equal(f.c.durable_segment_bytes, MiB);
     assert_int_equal(f.c.durable_index_spacing_bytes, 512);
@@ -712,7 +712,7 @@ static void test_durable_keys_default_and_env_names_of_the_original(void **state
     done(&f);
     const char *sets[] = {"durable_fsync_mode=off"};
     assert_int_equal(load(&f, NULL, NULL, sets, 1), 0);
-    assert_int_equal(f.c.durable_fsync_mode, FX_CONFIG_FSYNC_NONE);
+    assert_int_equal(f.c.durable_fsync_mode, FX_FSYNC_NONE);
     done(&f);
 }
 
