@@ -4,9 +4,11 @@
  * admin HTTP endpoint (/metrics, /live, /ready) until SIGINT or SIGTERM.
  * SIGTERM/SIGINT drain it (fx_broker_drain): /ready turns 503 first, then the
  * accepted work is finished within shutdown_drain_timeout_ms. Under systemd
- * (Type=notify) it reports READY=1 once both listeners are open and
- * STOPPING=1 when the drain starts.
- * Main thread only. */
+ * (Type=notify) it reports READY=1 once both listeners are open (the
+ * durable streams recover after, each served once its log is open) and
+ * STOPPING=1 when the drain starts. Main thread, but for fx-sd-notify (an
+ * fx_loop under systemd only): it asks for more start time
+ * (EXTEND_TIMEOUT_USEC) until READY=1, then reports the recovery in STATUS=. */
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
@@ -460,11 +462,8 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_bro
     int rv = fx_broker_new(pb, &bo);
     free(names);
     if (rv != 0 && why[0]) {
-        fprintf(stderr, "felix-broker: cannot open durable storage in %s: %s%s\n",
-                c->durable_storage_dir, why,
-                rv == FX_ESTORAGE_CORRUPT ? " (felix-broker --repair-durable cuts the log at the "
-                                            "first bad record and reports what it dropped)"
-                                          : "");
+        fprintf(stderr, "felix-broker: cannot open durable storage in %s: %s\n",
+                c->durable_storage_dir, why);
         return EXIT_START;
     }
     if (rv == 0 && (rv = fx_broker_start(*pb)) != 0) {
@@ -682,17 +681,100 @@ static void notify_systemd(const char *state)
 /* The lock on state_dir (statedir.h), held from serve() until run() returns. */
 static fx_rootlock *state_lock;
 
-/* Serves the data plane and the admin endpoint until SIGINT/SIGTERM; /ready
- * turns 503 as soon as the signal arrives. Returns 0 or EXIT_START. */
-static int serve(const fx_config *c, bool repair_durable)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);                /* reloads TLS and JWKS (wait_stop_signal) */
-    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
+/* ---- start-up notices to systemd ----------------------------------------------------- */
 
+/* Start-up work before READY=1 (state dir, TLS, the catalogue, the
+ * listeners) could outlast systemd's start timeout on a slow machine, so
+ * fx-sd-notify asks for more time every NOTICE_PERIOD_NS until READY=1;
+ * after it, it reports the background recovery of the durable streams in
+ * STATUS= until every one is done. */
+#define NOTICE_PERIOD_NS (5 * FX_NS_PER_S)
+#define NOTICE_EXTEND "EXTEND_TIMEOUT_USEC=30000000" /* six periods: a late tick is no kill */
+
+typedef struct notices {
+    fx_loop *loop;
+    fx_timer timer;
+    atomic_bool ready;      /* READY=1 was sent (main) */
+    _Atomic(fx_broker *) b; /* set before |ready|, freed after the loop stops */
+} notices;
+
+/* Sends STATUS= with the recovery's progress; true once it is complete. */
+static bool notice_recovery(fx_broker *b)
+{
+    fx_broker_recovery r;
+    fx_broker_durable_recovery(b, &r);
+    char st[192];
+    snprintf(st, sizeof(st),
+             "STATUS=serving; recovered %llu of %llu durable streams (%llu damaged, %llu failed "
+             "to open)",
+             (unsigned long long)r.done, (unsigned long long)r.total, (unsigned long long)r.damaged,
+             (unsigned long long)r.failed);
+    notify_systemd(st);
+    return r.done == r.total;
+}
+
+static void notices_on_timer(fx_loop *l, fx_timer *t, void *user)
+{
+    notices *n = user;
+    if (!atomic_load(&n->ready))
+        notify_systemd(NOTICE_EXTEND);
+    else if (notice_recovery(atomic_load(&n->b)))
+        return; /* nothing left to report */
+    if (fx_loop_timer_arm(l, t, fx_loop_now(l) + NOTICE_PERIOD_NS) != 0)
+        fprintf(stderr, "felix-broker: warning: out of memory: no more start-up notices to "
+                        "systemd\n");
+}
+
+static void notices_arm(void *user)
+{
+    notices *n = user;
+    notices_on_timer(n->loop, &n->timer, n);
+}
+
+/* Starts fx-sd-notify under systemd ($NOTIFY_SOCKET set); a failure only
+ * loses the notices (logged). */
+static void notices_start(notices *n)
+{
+    *n = (notices){0};
+    if (getenv("NOTIFY_SOCKET") == NULL)
+        return;
+    fx_loop_opts lo = {.name = "fx-sd-notify", .cpu = -1};
+    fx_timer_init(&n->timer, notices_on_timer, n);
+    int rv = fx_loop_new(&n->loop, &lo);
+    if (rv == 0 && (rv = fx_loop_start(n->loop)) == 0)
+        rv = fx_loop_call(n->loop, notices_arm, n);
+    if (rv != 0) {
+        fprintf(stderr, "felix-broker: warning: no start-up notices to systemd: %s\n",
+                fx_strerror(rv));
+        fx_loop_free(n->loop);
+        n->loop = NULL;
+    }
+}
+
+/* READY=1 (|b| serves from now on), then the recovery's progress. */
+static void notices_ready(notices *n, fx_broker *b)
+{
+    atomic_store(&n->b, b);
+    atomic_store(&n->ready, true);
+    notify_systemd("READY=1"); /* both listeners are open */
+    (void)notice_recovery(b);  /* the first STATUS= at once; fx-sd-notify the next ones */
+}
+
+static void notices_stop(notices *n)
+{
+    if (n->loop == NULL)
+        return;
+    fx_loop_stop(n->loop);
+    fx_loop_free(n->loop);
+    n->loop = NULL;
+}
+
+/* Serves the data plane and the admin endpoint until one of the signals in
+ * |sigs| (blocked) stops it; /ready turns 503 as soon as the signal arrives.
+ * Returns 0 or EXIT_START. */
+static int serve_notified(const fx_config *c, bool repair_durable, notices *n, const sigset_t *sigs)
+{
+    sigset_t set = *sigs;
     fx_log_set_level((fx_log_level)c->log_level);
     if (c->auth_mode == FX_CONFIG_AUTH_NONE && !fx_config_addr_is_loopback(c->quic_bind))
         FX_LOG_WARN("server",
@@ -742,7 +824,7 @@ static int serve(const fx_config *c, bool repair_durable)
         return EXIT_START;
     }
     print_banner(c, b, admin);
-    notify_systemd("READY=1"); /* both listeners are open */
+    notices_ready(n, b);
     int sig = wait_stop_signal(&set, authn, b, c, retained);
     fx_admin_set_draining(admin, true); /* first: load balancers stop sending */
     notify_systemd("STOPPING=1");
@@ -751,10 +833,26 @@ static int serve(const fx_config *c, bool repair_durable)
             "at once)\n",
             sig_name(sig), (unsigned long long)(c->shutdown_drain_timeout_ns / 1000000ull));
     int status = drain(c, b, &set);
+    notices_stop(n);      /* it reads the broker */
     fx_admin_free(admin); /* its routes use the pipeline view and the broker */
     fx_pipeline_free(pipe);
     fx_broker_free(b);
     fx_authn_free(authn); /* after the broker: its streams hold claims */
+    return status;
+}
+
+static int serve(const fx_config *c, bool repair_durable)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);                /* reloads TLS and JWKS (wait_stop_signal) */
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
+    notices n;
+    notices_start(&n);
+    int status = serve_notified(c, repair_durable, &n, &set);
+    notices_stop(&n);
     return status;
 }
 
