@@ -216,6 +216,10 @@
       "Bytes of torn tails cut when durable logs were opened")                                     \
     C(storage_recovery_repairs, "felix_storage_recovery_repairs_total", "",                        \
       "Durable logs cut at a damaged record by --repair-durable")                                  \
+    C(storage_delete_failures, "felix_storage_delete_failures_total", "",                          \
+      "Deletions of a durable stream's files that failed (retried in the background)")             \
+    G(storage_deletions_pending, "felix_storage_deletions_pending", "",                            \
+      "Deleted durable streams whose files are not all removed yet (retried every 30 s)")          \
     C(storage_replays, "felix_storage_replays_total", "",                                          \
       "Subscriptions that started below the ring and read history from disk")                      \
     C(storage_replay_records, "felix_storage_read_records_total", "",                              \

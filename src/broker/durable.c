@@ -300,7 +300,7 @@ static int open_log(dstream *s)
     fx_catalog_params p = {.created_us = fxb_wall_us(),
                            .segment_bytes = d->o.segment_bytes,
                            .index_spacing_bytes = d->o.index_spacing_bytes};
-    char dir[sizeof(d->dir) + FX_LOGFMT_DIR_NAME_MAX + 2], label[3 * FX_REGISTRY_NAME_MAX + 8];
+    char dir[sizeof(d->dir) + FX_CATALOG_DIR_MAX + 2], label[3 * FX_REGISTRY_NAME_MAX + 8];
     const fx_catalog_entry *e;
     bool adopted = false;
     pthread_mutex_lock(&d->cat_mu);
@@ -315,8 +315,14 @@ static int open_log(dstream *s)
             e->retention_seconds ? e->retention_seconds * FX_NS_PER_S : d->o.retention_ns;
         rv = fx_catalog_dir_path(d->cat, e, dir, sizeof(dir));
     }
-    if (rv == 0 && (rv = dir_claim(d, e->dir)) == 0)
+    /* The claim lasts as long as the dstream: a stream of the same names
+     * created meanwhile (after a deletion) waits for this one's end, which
+     * marks the entry deleting before it releases the claim, so the new one
+     * gets an incarnation of its own (catalog.h). */
+    if (rv == 0 && (rv = dir_claim(d, e->dir)) == 0) {
         snprintf(s->dirname, sizeof(s->dirname), "%s", e->dir);
+        s->gen = e->generation;
+    }
     pthread_mutex_unlock(&d->cat_mu);
     if (rv == -EBUSY)
         FX_LOG_WARN("storage",
@@ -335,12 +341,12 @@ static int open_log(dstream *s)
     fx_dlog_recovery rep = {0};
     rv = fx_dlog_open(&s->log, dir, &c, fxb_wall_us(), &rep);
     if (rv != 0) {
-        dir_release(d, s->dirname);
-        s->dirname[0] = '\0';
         FX_LOG_ERROR("storage", "cannot open the log of %s: %s%s%s", label, fx_strerror(rv),
                      rep.message[0] ? ": " : "", rep.message);
+        pthread_mutex_lock(&d->cat_mu);
         snprintf(d->error, sizeof(d->error), "stream %s: %s", label,
                  rep.message[0] ? rep.message : fx_strerror(rv));
+        pthread_mutex_unlock(&d->cat_mu);
         return rv;
     }
     FX_COUNTER_ADD(storage_recovery_truncated_bytes, rep.truncated_bytes);
@@ -418,8 +424,9 @@ void fxb_dstream_close(fxb_storage *st, dstream *s)
         s->log = NULL;
         if (rv != 0)
             fxb_dstream_log_error(s, "final flush", rv);
-        dir_release(st->d, s->dirname);
     }
+    if (s->dirname[0] != '\0')
+        dir_release(st->d, s->dirname);
     stats_update(s); /* the gauges drop what this log held */
     stats_unlist(st->d, s);
     fx_stream_handle_unref(s->h);
@@ -625,7 +632,7 @@ static void storage_on_sub(fx_loop *l, fx_task *t, void *user)
     sub->dur_base = s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
     if (sub->reg_rv == 0 && sub->start.kind != FX_START_LATEST) {
         /* It may start below the ring: a reader of the log, in case. */
-        char dir[sizeof(st_dir_of(sub)->dir) + FX_LOGFMT_DIR_NAME_MAX + 2];
+        char dir[sizeof(st_dir_of(sub)->dir) + FX_CATALOG_DIR_MAX + 2];
         snprintf(dir, sizeof(dir), "%s/%s", st_dir_of(sub)->dir, s->dirname);
         sub->replay =
             fxb_replay_new(dir, st_dir_of(sub)->o.io, fx_dlog_first_offset(s->log),
@@ -644,6 +651,20 @@ typedef struct end_msg {
     fx_stream_handle *h;
 } end_msg;
 
+int (*_Atomic fxb_durable_delete_hook)(const char *path);
+
+/* Removes the directory of the incarnation being deleted, then its entry. */
+static int finish_delete(fxb_durable *d, uint64_t gen, const char *path)
+{
+    int rv = fx_sio_remove_dir(d->o.io != NULL ? d->o.io : fx_sio_posix(), path);
+    if (rv == 0) {
+        pthread_mutex_lock(&d->cat_mu);
+        rv = fx_catalog_end_delete(d->cat, gen);
+        pthread_mutex_unlock(&d->cat_mu);
+    }
+    return rv;
+}
+
 static void storage_on_end(fx_loop *l, fx_task *t, void *user)
 {
     (void)t;
@@ -656,28 +677,96 @@ static void storage_on_end(fx_loop *l, fx_task *t, void *user)
         fx_loop_post(l, &m->task);
         return;
     }
-    if (e != NULL) {
-        dstream *s = e->p;
-        fxb_idtable_remove(&st->ds, e);
-        fxb_dstream_close(st, s);
-    }
     /* A deleted durable stream leaves the catalogue with its files, so its
-     * data never comes back under that name. */
+     * data never comes back under that name. Only the incarnation this
+     * stream declared (a stream that never declared one here has none):
+     * it is marked deleting before the directory claim is released, so a
+     * stream of the same names created meanwhile declares a new one, in its
+     * own directory, and never writes into the files removed below. */
     fxb_durable *d = st->d;
     const char *tn = fx_stream_handle_tenant(m->h), *ns = fx_stream_handle_namespace(m->h),
                *name = fx_stream_handle_stream(m->h);
-    pthread_mutex_lock(&d->cat_mu);
-    int rv = fx_catalog_remove(d->cat, tn, ns, name);
-    pthread_mutex_unlock(&d->cat_mu);
-    if (rv == 0)
+    dstream *s = e != NULL ? e->p : NULL;
+    uint64_t gen = s != NULL && s->dirname[0] != '\0' ? s->gen : 0;
+    char path[sizeof(d->dir) + FX_CATALOG_DIR_MAX + 2];
+    int rv = 0;
+    if (gen != 0) {
+        pthread_mutex_lock(&d->cat_mu);
+        rv = fx_catalog_begin_delete(d->cat, gen);
+        const fx_catalog_entry *ce = fx_catalog_find_generation(d->cat, gen);
+        if (rv == 0 && ce != NULL)
+            rv = fx_catalog_dir_path(d->cat, ce, path, sizeof(path));
+        pthread_mutex_unlock(&d->cat_mu);
+    }
+    if (s != NULL) {
+        fxb_idtable_remove(&st->ds, e);
+        fxb_dstream_close(st, s); /* releases the claim */
+    }
+    int (*hook)(const char *) = atomic_load(&fxb_durable_delete_hook);
+    if (gen != 0 && rv == 0 && hook != NULL)
+        rv = hook(path); /* tests: a deletion held or failing here */
+    if (gen != 0 && rv == 0)
+        rv = finish_delete(d, gen, path);
+    if (gen != 0 && rv == 0)
         FX_LOG_INFO("storage", "deleted the log of %s/%s/%s and its catalogue entry", tn, ns, name);
-    else if (rv != -ENOENT) /* -ENOENT: it never wrote a record */
+    else if (gen != 0) {
+        FX_COUNTER_INC(storage_delete_failures);
         FX_LOG_ERROR("storage",
-                     "cannot delete the log of %s/%s/%s: %s (the next start finishes "
-                     "the deletion)",
-                     tn, ns, name, fx_strerror(rv));
+                     "cannot delete the log of %s/%s/%s (generation %" PRIu64
+                     "): %s; retried in the background, the names are free for a new stream",
+                     tn, ns, name, gen, fx_strerror(rv));
+        pthread_mutex_lock(&d->cat_mu);
+        size_t pending = fx_catalog_pending_deletions(d->cat);
+        pthread_mutex_unlock(&d->cat_mu);
+        FX_GAUGE_SET(storage_deletions_pending, (int64_t)pending);
+        fxb_durable_retry_deletions_soon(d);
+    }
     fx_stream_handle_unref(m->h);
     free(m);
+}
+
+/* ---- deletions retried --------------------------------------------------------------- */
+
+#define RETRY_DELETIONS_NS (30 * FX_NS_PER_S)
+
+static void on_retry_timer(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    fxb_durable *d = user;
+    d->retry_armed = false;
+    size_t left = 0;
+    pthread_mutex_lock(&d->cat_mu);
+    int rv = fx_catalog_retry_deletions(d->cat, &left);
+    pthread_mutex_unlock(&d->cat_mu);
+    if (rv != 0)
+        FX_LOG_WARN("storage", "retrying deletions: writing the catalogue: %s", fx_strerror(rv));
+    FX_GAUGE_SET(storage_deletions_pending, (int64_t)left);
+    if (left > 0 && fx_loop_timer_arm(l, &d->retry_timer, fx_loop_now(l) + RETRY_DELETIONS_NS) == 0)
+        d->retry_armed = true;
+}
+
+static void on_retry_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_durable *d = user;
+    atomic_store(&d->retry_posted, false);
+    if (!d->retry_armed &&
+        fx_loop_timer_arm(l, &d->retry_timer, fx_loop_now(l) + RETRY_DELETIONS_NS) == 0)
+        d->retry_armed = true;
+}
+
+void fxb_durable_retry_deletions_soon(fxb_durable *d)
+{
+    if (d->nstarted == 0 || atomic_exchange(&d->retry_posted, true))
+        return;
+    fx_loop_post(d->st[0].loop, &d->retry_task);
+}
+
+void fxb_durable_retry_init(fxb_durable *d)
+{
+    fx_task_init(&d->retry_task, on_retry_task, d);
+    fx_timer_init(&d->retry_timer, on_retry_timer, d);
+    atomic_init(&d->retry_posted, false);
 }
 
 /* ---- worker side ----------------------------------------------------------------------- */

@@ -35,7 +35,8 @@ typedef struct dstream {
     fx_stream_handle *h; /* reference */
     fx_dlog *log;
     int open_rv;
-    char dirname[FX_LOGFMT_DIR_NAME_MAX]; /* claimed while |log| is open */
+    uint64_t gen;                         /* its catalogue entry's generation (once declared) */
+    char dirname[FX_CATALOG_DIR_MAX];     /* claimed from the declaration to the close */
     dstats *stats;                        /* listed while |log| is open */
     uint64_t shown_bytes, shown_segments; /* what the gauges hold of this log */
     atomic_uint_fast64_t first_offset;    /* the log's next offset at open (the ring's start) */
@@ -69,10 +70,17 @@ struct fxb_durable {
     fx_catalog *cat;
     struct open_dir *open; /* directories with an open log (under |cat_mu|) */
     dstats *stats;         /* of every open log (under |cat_mu|) */
-    char error[6144];      /* why the last log failed to open (start-up reports it) */
-    fxb_storage *st;       /* one per worker */
+    char error[6144]; /* why the last log failed to open (under |cat_mu|; start-up reports it) */
+    fxb_storage *st;  /* one per worker */
     uint32_t nst;
     uint32_t nstarted; /* storage threads running (with their replay threads) */
+
+    /* Deletions the catalogue could not finish are retried on storage
+     * thread 0 (|retry_timer|, armed while any is left). */
+    fx_task retry_task;
+    atomic_bool retry_posted;
+    fx_timer retry_timer;
+    bool retry_armed; /* storage thread 0 */
 
     /* The per-stream gauges of the open logs (durable_admin.c). */
     fx_mstream_source msrc;
@@ -102,7 +110,7 @@ struct fxb_dworker {
  * deleted stream's log is still being closed as its name is created again. */
 typedef struct open_dir {
     struct open_dir *next;
-    char name[FX_LOGFMT_DIR_NAME_MAX];
+    char name[FX_CATALOG_DIR_MAX];
 } open_dir;
 
 /* Wall clock in microseconds (record timestamps, segment creation). */
@@ -130,6 +138,15 @@ void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uin
  * retention sweep. Named so fx_broker_test_fail_timer_arms can aim at it.
  * Storage loop. */
 void fxb_dstream_on_timer(fx_loop *l, fx_timer *t, void *user);
+/* Has storage thread 0 retry the deletions the catalogue could not finish
+ * (every 30 s while any is left). Any thread, once the storage threads run. */
+void fxb_durable_retry_deletions_soon(fxb_durable *d);
+/* Prepares the retry's task and timer. Main thread, at init. */
+void fxb_durable_retry_init(fxb_durable *d);
+/* Test hook (set by fx_broker_test_deletion_hook): called with the
+ * directory of every deleted incarnation before it is removed, on the
+ * storage thread; a non-zero return fails the removal with it. */
+extern int (*_Atomic fxb_durable_delete_hook)(const char *path);
 /* Logs (rate-limited) that |what| failed on |s|'s stream with |rv|. */
 void fxb_dstream_log_error(const dstream *s, const char *what, int rv);
 

@@ -43,6 +43,7 @@ int fxb_durable_init(fx_broker *b)
     d->o.dir = d->dir;
     b->o.durable.dir = d->dir;
     pthread_mutex_init(&d->cat_mu, NULL);
+    fxb_durable_retry_init(d);
     b->dur = d;
     char err[512] = "";
     int rv = fx_catalog_open(&d->cat, o->io, d->dir, err, sizeof(err));
@@ -273,6 +274,10 @@ int fxb_durable_start(fx_broker *b)
             return rv;
         d->nstarted = i + 1;
     }
+    size_t pending = d != NULL ? fx_catalog_pending_deletions(d->cat) : 0;
+    FX_GAUGE_SET(storage_deletions_pending, (int64_t)pending);
+    if (pending > 0)
+        fxb_durable_retry_deletions_soon(d);
     return 0;
 }
 
@@ -300,6 +305,8 @@ void fxb_durable_free(fx_broker *b)
     if (d == NULL)
         return;
     fxb_durable_metrics_stop(d);
+    if (d->retry_armed) /* its loop has stopped */
+        fx_loop_timer_cancel(d->st[0].loop, &d->retry_timer);
     for (uint32_t i = 0; d->st != NULL && i < d->nst; i++) {
         fxb_storage *st = &d->st[i];
         size_t pos = 0;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/metrics.h"
@@ -153,6 +154,62 @@ int fx_broker_test_hold_storage(fx_broker *b, uint32_t index, bool hold)
         pthread_mutex_unlock(&hold_mu);
     }
     return rv;
+}
+
+/* ---- durable deletions ----------------------------------------------------- */
+
+static pthread_mutex_t del_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t del_cv = PTHREAD_COND_INITIALIZER;
+static bool del_hold;
+static unsigned del_waiting, del_nfail;
+static int del_rv;
+
+static int deletion_hook(const char *path)
+{
+    (void)path;
+    pthread_mutex_lock(&del_mu);
+    del_waiting++;
+    pthread_cond_broadcast(&del_cv);
+    while (del_hold)
+        pthread_cond_wait(&del_cv, &del_mu);
+    del_waiting--;
+    int rv = 0;
+    if (del_nfail > 0) {
+        del_nfail--;
+        rv = del_rv;
+    }
+    pthread_mutex_unlock(&del_mu);
+    return rv;
+}
+
+void fx_broker_test_deletions(bool hold, int fail_rv, unsigned nfail)
+{
+    pthread_mutex_lock(&del_mu);
+    del_hold = hold;
+    del_rv = fail_rv;
+    del_nfail = fail_rv != 0 ? nfail : 0;
+    pthread_cond_broadcast(&del_cv);
+    pthread_mutex_unlock(&del_mu);
+    bool on = hold || del_nfail > 0;
+    atomic_store(&fxb_durable_delete_hook, on ? deletion_hook : NULL);
+}
+
+bool fx_broker_test_deletion_held(unsigned timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&del_mu);
+    while (del_waiting == 0 && pthread_cond_timedwait(&del_cv, &del_mu, &until) == 0)
+        ;
+    bool held = del_waiting > 0;
+    pthread_mutex_unlock(&del_mu);
+    return held;
 }
 
 /* ---- stream placement ------------------------------------------------------ */

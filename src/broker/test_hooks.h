@@ -34,6 +34,19 @@ int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms);
  * started) or -ENOMEM. Release before stopping the broker. */
 int fx_broker_test_hold_storage(fx_broker *b, uint32_t index, bool hold);
 
+/* TEST HOOK. Deletions of durable streams' files, in every broker of the
+ * process: after a deleted stream's catalogue entry is marked deleting and
+ * its log closed, and before its directory is removed, the storage thread
+ * waits while |hold| is true (until this is called again with |hold|
+ * false), then fails the next |nfail| removals with |fail_rv| (a negative
+ * errno), as a file system refusing them would. (false, 0, 0) clears it.
+ * Any thread. */
+void fx_broker_test_deletions(bool hold, int fail_rv, unsigned nfail);
+
+/* TEST HOOK. Waits up to |timeout_ms| for a deletion to be held by
+ * fx_broker_test_deletions; true once one is. Any thread. */
+bool fx_broker_test_deletion_held(unsigned timeout_ms);
+
 /* The broker timers whose arming fx_broker_test_fail_timer_arms can fail. */
 typedef enum fx_broker_test_timer {
     FX_BROKER_TEST_TIMER_COMMIT = 0,   /* a stream's commit-ack deadline (reply.c) */

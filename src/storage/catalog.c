@@ -15,9 +15,9 @@
 #include "base/log.h"
 #include "felix/error.h"
 
-/* Largest catalog.json read. */
-#define CATALOG_MAX (64u << 20)
 #define CATALOG_FORMAT 1
+/* At most this many directory names in the refusal of a missing catalogue. */
+#define MISSING_LIST_MAX 8
 
 struct fx_catalog {
     fx_sio *io;
@@ -25,6 +25,7 @@ struct fx_catalog {
     fx_catalog_entry *v;
     size_t n;
     size_t cap;
+    uint64_t next_gen; /* the generation of the next declaration */
 };
 
 /* ---- entries ------------------------------------------------------------------- */
@@ -50,7 +51,6 @@ static int entry_push(fx_catalog *c, const char *t, const char *ns, const char *
         entry_clear(e);
         return -ENOMEM;
     }
-    fx_logfmt_dir_name(e->dir, t, ns, s, 0);
     c->n++;
     *pe = e;
     return 0;
@@ -63,14 +63,38 @@ static void entry_drop(fx_catalog *c, size_t i)
     c->n--;
 }
 
+/* The live entry of the names (entries being deleted are not the stream's). */
 static ssize_t find_index(const fx_catalog *c, const char *t, const char *ns, const char *s)
 {
     for (size_t i = 0; i < c->n; i++) {
         const fx_catalog_entry *e = &c->v[i];
-        if (strcmp(e->tenant, t) == 0 && strcmp(e->ns, ns) == 0 && strcmp(e->stream, s) == 0)
+        if (!e->deleting && strcmp(e->tenant, t) == 0 && strcmp(e->ns, ns) == 0 &&
+            strcmp(e->stream, s) == 0)
             return (ssize_t)i;
     }
     return -1;
+}
+
+static ssize_t find_gen(const fx_catalog *c, uint64_t gen)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->v[i].generation == gen)
+            return (ssize_t)i;
+    return -1;
+}
+
+static bool dir_used(const fx_catalog *c, const char *dir, size_t except)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (i != except && strcmp(c->v[i].dir, dir) == 0)
+            return true;
+    return false;
+}
+
+/* The directory of incarnation |gen| when the original's name is taken. */
+static void suffixed(char *out, const char *base, uint64_t gen)
+{
+    snprintf(out, FX_CATALOG_DIR_MAX, "%s.g%" PRIu64, base, gen);
 }
 
 /* ---- JSON ------------------------------------------------------------------------ */
@@ -88,7 +112,8 @@ static json_t *entry_json(const fx_catalog_entry *e)
 {
     json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:s}", "tenant", e->tenant, "namespace", e->ns,
                           "stream", e->stream, "shard", 0, "dir", e->dir);
-    if (o == NULL || put_u64(o, "created_at_us", e->created_us, false) != 0 ||
+    if (o == NULL || put_u64(o, "generation", e->generation, true) != 0 ||
+        put_u64(o, "created_at_us", e->created_us, false) != 0 ||
         put_u64(o, "segment_bytes", e->segment_bytes, false) != 0 ||
         put_u64(o, "index_spacing_bytes", e->index_spacing_bytes, false) != 0 ||
         put_u64(o, "retention_bytes", e->retention_bytes, true) != 0 ||
@@ -100,13 +125,16 @@ static json_t *entry_json(const fx_catalog_entry *e)
     return o;
 }
 
-/* Writes the catalogue durably. */
+/* Writes the catalogue durably. FX_ESTORAGE_CATALOG when it would be larger
+ * than what fx_catalog_open reads back. */
 static int persist(fx_catalog *c)
 {
     json_t *list = json_array();
     json_t *doc = json_pack("{s:i, s:o}", "format", CATALOG_FORMAT, "streams", list);
-    if (doc == NULL)
+    if (doc == NULL || put_u64(doc, "next_generation", c->next_gen, false) != 0) {
+        json_decref(doc);
         return -ENOMEM;
+    }
     for (size_t i = 0; i < c->n; i++) {
         json_t *e = entry_json(&c->v[i]);
         if (e == NULL || json_array_append_new(list, e) != 0) {
@@ -118,9 +146,13 @@ static int persist(fx_catalog *c)
     json_decref(doc);
     if (text == NULL)
         return -ENOMEM;
+    size_t len = strlen(text);
+    if (len + 1 > FX_CATALOG_MAX_BYTES) {
+        free(text);
+        return FX_ESTORAGE_CATALOG;
+    }
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/%s", c->root, FX_CATALOG_FILE);
-    size_t len = strlen(text);
     text[len] = '\n'; /* json_dumps leaves room for the NUL we overwrite */
     int rv = fx_sio_write_file_atomic(c->io, path, text, len + 1);
     free(text);
@@ -159,18 +191,35 @@ static int parse_entry(fx_catalog *c, json_t *o, size_t i, perr *pe)
     const char *dir = json_string_value(json_object_get(o, "dir"));
     if (!json_is_object(o) || t == NULL || ns == NULL || s == NULL || dir == NULL)
         return bad(pe, i, "needs string fields tenant, namespace, stream and dir");
-    if (find_index(c, t, ns, s) >= 0)
+    json_t *d = json_object_get(o, "deleting");
+    if (d != NULL && !json_is_boolean(d))
+        return bad(pe, i, "deleting must be a boolean");
+    bool deleting = d != NULL && json_is_true(d);
+    if (!deleting && find_index(c, t, ns, s) >= 0)
         return bad(pe, i, "declares its stream a second time");
+    uint64_t gen;
+    if (get_u64(o, "generation", false, &gen) != 0)
+        return bad(pe, i, "generation must be a non-negative integer");
+    if (gen != 0 && find_gen(c, gen) >= 0)
+        return bad(pe, i, "repeats the generation of another entry");
     fx_catalog_entry *e;
     int rv = entry_push(c, t, ns, s, &e);
     if (rv != 0)
         return rv;
-    if (strcmp(e->dir, dir) != 0) {
-        char what[320];
-        snprintf(what, sizeof(what), "directory \"%.100s\" is not the stream's (\"%s\")", dir,
-                 e->dir);
+    e->generation = gen;
+    e->deleting = deleting;
+    char base[FX_LOGFMT_DIR_NAME_MAX], alt[FX_CATALOG_DIR_MAX];
+    fx_logfmt_dir_name(base, t, ns, s, 0);
+    suffixed(alt, base, gen);
+    if (strcmp(dir, base) != 0 && (gen == 0 || strcmp(dir, alt) != 0)) {
+        char what[512];
+        snprintf(what, sizeof(what), "directory \"%.100s\" is not the stream's (\"%s\"%s%s%s)", dir,
+                 base, gen != 0 ? " or \"" : "", gen != 0 ? alt : "", gen != 0 ? "\"" : "");
         return bad(pe, i, what);
     }
+    snprintf(e->dir, sizeof(e->dir), "%s", dir);
+    if (dir_used(c, e->dir, c->n - 1))
+        return bad(pe, i, "names the directory of another entry");
     if (get_u64(o, "created_at_us", true, &e->created_us) != 0 ||
         get_u64(o, "segment_bytes", true, &e->segment_bytes) != 0 ||
         get_u64(o, "index_spacing_bytes", true, &e->index_spacing_bytes) != 0 ||
@@ -179,10 +228,8 @@ static int parse_entry(fx_catalog *c, json_t *o, size_t i, perr *pe)
         return bad(pe, i,
                    "created_at_us, segment_bytes, index_spacing_bytes (and retention_*) "
                    "must be non-negative integers");
-    json_t *d = json_object_get(o, "deleting");
-    if (d != NULL && !json_is_boolean(d))
-        return bad(pe, i, "deleting must be a boolean");
-    e->deleting = d != NULL && json_is_true(d);
+    if (gen >= c->next_gen)
+        c->next_gen = gen + 1;
     return 0;
 }
 
@@ -197,41 +244,79 @@ static int parse(fx_catalog *c, const char *text, size_t len, perr *pe)
     int rv = 0;
     json_t *fmt = json_object_get(doc, "format");
     json_t *list = json_object_get(doc, "streams");
+    uint64_t next = 0;
     if (!json_is_integer(fmt) || json_integer_value(fmt) != CATALOG_FORMAT ||
-        !json_is_array(list)) {
-        snprintf(pe->buf, pe->len, "%s: needs \"format\": %d and a \"streams\" array",
+        !json_is_array(list) || get_u64(doc, "next_generation", false, &next) != 0) {
+        snprintf(pe->buf, pe->len,
+                 "%s: needs \"format\": %d, a \"streams\" array (and a non-negative "
+                 "\"next_generation\")",
                  FX_CATALOG_FILE, CATALOG_FORMAT);
         rv = FX_ESTORAGE_CATALOG;
     }
+    if (next > c->next_gen)
+        c->next_gen = next;
     for (size_t i = 0; rv == 0 && i < json_array_size(list); i++)
         rv = parse_entry(c, json_array_get(list, i), i, pe);
     json_decref(doc);
+    /* Entries written before generations get one now (written with the
+     * next change); their directory is the original's name. */
+    for (size_t i = 0; rv == 0 && i < c->n; i++)
+        if (c->v[i].generation == 0)
+            c->v[i].generation = c->next_gen++;
     return rv;
 }
 
-/* ---- public ---------------------------------------------------------------------- */
+/* ---- a missing catalogue ----------------------------------------------------------- */
 
-static int finish_deletions(fx_catalog *c)
+typedef struct found_dirs {
+    size_t n;
+    char *list; /* "a, b, ..." */
+    size_t len, cap;
+} found_dirs;
+
+static int on_found(void *user, const char *name, bool is_dir)
 {
-    bool changed = false;
-    for (size_t i = 0; i < c->n;) {
-        if (!c->v[i].deleting) {
-            i++;
-            continue;
-        }
-        char path[PATH_MAX];
-        int rv = fx_catalog_dir_path(c, &c->v[i], path, sizeof(path));
-        if (rv == 0)
-            rv = fx_sio_remove_dir(c->io, path);
-        if (rv != 0)
-            return rv;
-        FX_LOG_INFO("storage", "finished deleting durable stream %s/%s/%s", c->v[i].tenant,
-                    c->v[i].ns, c->v[i].stream);
-        entry_drop(c, i);
-        changed = true;
-    }
-    return changed ? persist(c) : 0;
+    found_dirs *f = user;
+    if (!is_dir || name[0] == '.')
+        return 0;
+    if (f->n++ >= MISSING_LIST_MAX)
+        return 0;
+    int k = snprintf(f->list + f->len, f->cap - f->len, "%s%s", f->len ? ", " : "", name);
+    if (k > 0)
+        f->len = (size_t)k + f->len < f->cap ? f->len + (size_t)k : f->cap - 1;
+    return 0;
 }
+
+/* A root without catalog.json: empty (written now), or refused when it holds
+ * stream directories, which the catalogue alone names in full. */
+static int missing_catalogue(fx_catalog *c, perr *pe)
+{
+    char list[1024] = "";
+    found_dirs f = {.list = list, .cap = sizeof(list)};
+    int rv = c->io->ops->list(c->io, c->root, on_found, &f);
+    if (rv != 0) {
+        snprintf(pe->buf, pe->len, "listing %s: %s", c->root, fx_strerror(rv));
+        return rv;
+    }
+    if (f.n == 0) {
+        c->next_gen = 1;
+        rv = persist(c);
+        if (rv != 0)
+            snprintf(pe->buf, pe->len, "writing an empty %s/%s: %s", c->root, FX_CATALOG_FILE,
+                     fx_strerror(rv));
+        return rv;
+    }
+    snprintf(pe->buf, pe->len,
+             "%s/%s is missing but the root holds %zu stream director%s (%s%s): restore "
+             "catalog.json from a backup; or, to start without those streams (each directory "
+             "is adopted again when a stream of its original name is declared), write "
+             "{\"format\": 1, \"streams\": []} to %s/%s",
+             c->root, FX_CATALOG_FILE, f.n, f.n == 1 ? "y" : "ies", list,
+             f.n > MISSING_LIST_MAX ? ", ..." : "", c->root, FX_CATALOG_FILE);
+    return FX_ESTORAGE_CATALOG;
+}
+
+/* ---- public ---------------------------------------------------------------------- */
 
 int fx_catalog_open(fx_catalog **pc, fx_sio *io, const char *root, char *err, size_t errlen)
 {
@@ -241,6 +326,7 @@ int fx_catalog_open(fx_catalog **pc, fx_sio *io, const char *root, char *err, si
         return -ENOMEM;
     }
     c->io = io != NULL ? io : fx_sio_posix();
+    c->next_gen = 1;
     perr pe = {.buf = err, .len = errlen};
     char path[PATH_MAX], *text = NULL;
     size_t len = 0;
@@ -250,19 +336,23 @@ int fx_catalog_open(fx_catalog **pc, fx_sio *io, const char *root, char *err, si
         snprintf(err, errlen, "creating %s: %s", root, fx_strerror(rv));
         goto fail;
     }
-    rv = fx_sio_read_file(c->io, path, CATALOG_MAX, &text, &len);
+    rv = fx_sio_read_file(c->io, path, FX_CATALOG_MAX_BYTES, &text, &len);
     if (rv == 0) {
         rv = parse(c, text, len, &pe);
         free(text);
     } else if (rv == -ENOENT) {
-        rv = 0;
+        rv = missing_catalogue(c, &pe);
     } else {
         snprintf(err, errlen, "reading %s: %s", path, fx_strerror(rv));
     }
-    if (rv == 0 && (rv = finish_deletions(c)) != 0)
-        snprintf(err, errlen, "finishing a deletion under %s: %s", root, fx_strerror(rv));
     if (rv != 0)
         goto fail;
+    size_t left = 0;
+    int werr = fx_catalog_retry_deletions(c, &left);
+    if (werr != 0 || left > 0) /* the streams are served meanwhile; the deletions retried */
+        FX_LOG_WARN("storage", "%zu deletion%s under %s not finished%s%s", left,
+                    left == 1 ? "" : "s", root, werr ? ": writing the catalogue: " : "",
+                    werr ? fx_strerror(werr) : "");
     *pc = c;
     return 0;
 fail:
@@ -298,16 +388,33 @@ const fx_catalog_entry *fx_catalog_find(const fx_catalog *c, const char *tenant,
     return i < 0 ? NULL : &c->v[i];
 }
 
+const fx_catalog_entry *fx_catalog_find_generation(const fx_catalog *c, uint64_t gen)
+{
+    ssize_t i = find_gen(c, gen);
+    return i < 0 ? NULL : &c->v[i];
+}
+
 int fx_catalog_dir_path(const fx_catalog *c, const fx_catalog_entry *e, char *out, size_t cap)
 {
     int n = snprintf(out, cap, "%s/%s", c->root, e->dir);
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
+/* Whether |name| exists under the root (a symlink too: never adopted). */
+static int root_has(fx_catalog *c, const char *name, bool *pexists, bool *pis_dir)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof(path), "%s/%s", c->root, name);
+    if (n < 0 || (size_t)n >= sizeof(path))
+        return -ENAMETOOLONG;
+    int rv = c->io->ops->stat(c->io, path, pis_dir);
+    *pexists = rv == 0;
+    return rv == -ENOENT ? 0 : rv;
+}
+
 int fx_catalog_declare(fx_catalog *c, const char *tenant, const char *ns, const char *stream,
                        const fx_catalog_params *p, bool *padopted, const fx_catalog_entry **pe)
 {
-    bool adopted = false;
     ssize_t i = find_index(c, tenant, ns, stream);
     if (i >= 0) {
         if (padopted != NULL)
@@ -320,28 +427,46 @@ int fx_catalog_declare(fx_catalog *c, const char *tenant, const char *ns, const 
     int rv = entry_push(c, tenant, ns, stream, &e);
     if (rv != 0)
         return rv;
-    for (size_t k = 0; k + 1 < c->n; k++) {
-        if (strcmp(c->v[k].dir, e->dir) == 0) {
-            entry_drop(c, c->n - 1);
-            return FX_ESTORAGE_CATALOG;
-        }
-    }
+    uint64_t next0 = c->next_gen;
+    e->generation = c->next_gen++;
     e->created_us = p->created_us;
     e->segment_bytes = p->segment_bytes;
     e->index_spacing_bytes = p->index_spacing_bytes;
     e->retention_bytes = p->retention_bytes;
     e->retention_seconds = p->retention_seconds;
-    char path[PATH_MAX];
-    bool is_dir = false;
-    if ((rv = fx_catalog_dir_path(c, e, path, sizeof(path))) == 0)
-        adopted = c->io->ops->stat(c->io, path, &is_dir) == 0 && is_dir;
+    bool adopted = false, exists = false, is_dir = false;
+    char base[FX_LOGFMT_DIR_NAME_MAX];
+    fx_logfmt_dir_name(base, tenant, ns, stream, 0);
+    if (!dir_used(c, base, c->n - 1)) {
+        /* The original's name: adopted when a directory is there. */
+        snprintf(e->dir, sizeof(e->dir), "%s", base);
+        rv = root_has(c, base, &exists, &is_dir);
+        adopted = rv == 0 && exists && is_dir;
+        if (rv == 0 && exists && !is_dir)
+            rv = -ENOTDIR; /* a file or a symlink there: never adopted, never replaced */
+    } else {
+        /* Another incarnation (being deleted) or another stream with the same
+         * name holds it: one of our own, never an existing directory. */
+        for (int tries = 0; rv == 0; tries++) {
+            suffixed(e->dir, base, e->generation);
+            if ((rv = root_has(c, e->dir, &exists, &is_dir)) != 0 || !exists)
+                break;
+            if (tries == 64) {
+                rv = -EEXIST;
+                break;
+            }
+            e->generation = c->next_gen++;
+        }
+    }
     if (rv == 0)
         rv = persist(c);
     if (rv != 0) {
         entry_drop(c, c->n - 1);
+        c->next_gen = next0;
         return rv;
     }
-    if (adopted)
+    char path[PATH_MAX];
+    if (adopted && fx_catalog_dir_path(c, e, path, sizeof(path)) == 0)
         FX_LOG_INFO("storage", "durable stream %s/%s/%s adopts the existing directory %s", tenant,
                     ns, stream, path);
     if (padopted != NULL)
@@ -369,23 +494,107 @@ int fx_catalog_set_retention(fx_catalog *c, const char *tenant, const char *ns, 
     return rv;
 }
 
+int fx_catalog_begin_delete(fx_catalog *c, uint64_t gen)
+{
+    ssize_t i = find_gen(c, gen);
+    if (i < 0)
+        return -ENOENT;
+    if (c->v[i].deleting)
+        return 0;
+    c->v[i].deleting = true;
+    int rv = persist(c);
+    if (rv != 0)
+        c->v[i].deleting = false;
+    return rv;
+}
+
+int fx_catalog_end_delete(fx_catalog *c, uint64_t gen)
+{
+    ssize_t i = find_gen(c, gen);
+    if (i < 0)
+        return -ENOENT;
+    if (!c->v[i].deleting)
+        return -EINVAL;
+    bool exists = false, is_dir = false;
+    int rv = root_has(c, c->v[i].dir, &exists, &is_dir);
+    if (rv != 0)
+        return rv;
+    if (exists)
+        return -ENOTEMPTY;
+    fx_catalog_entry keep = c->v[i];
+    memmove(&c->v[i], &c->v[i + 1], (c->n - (size_t)i - 1) * sizeof(c->v[0]));
+    c->n--;
+    if ((rv = persist(c)) != 0) { /* put it back where it was: still deleting */
+        memmove(&c->v[i + 1], &c->v[i], (c->n - (size_t)i) * sizeof(c->v[0]));
+        c->v[i] = keep;
+        c->n++;
+        return rv;
+    }
+    entry_clear(&keep);
+    return 0;
+}
+
 int fx_catalog_remove(fx_catalog *c, const char *tenant, const char *ns, const char *stream)
 {
     ssize_t i = find_index(c, tenant, ns, stream);
     if (i < 0)
         return -ENOENT;
-    c->v[i].deleting = true;
-    int rv = persist(c);
-    if (rv != 0) {
-        c->v[i].deleting = false;
-        return rv;
-    }
+    uint64_t gen = c->v[i].generation;
     char path[PATH_MAX];
-    if ((rv = fx_catalog_dir_path(c, &c->v[i], path, sizeof(path))) != 0 ||
-        (rv = fx_sio_remove_dir(c->io, path)) != 0)
-        return rv;
-    entry_drop(c, (size_t)i);
-    return persist(c);
+    int rv = fx_catalog_dir_path(c, &c->v[i], path, sizeof(path));
+    if (rv == 0)
+        rv = fx_catalog_begin_delete(c, gen);
+    if (rv == 0)
+        rv = fx_sio_remove_dir(c->io, path);
+    return rv != 0 ? rv : fx_catalog_end_delete(c, gen);
+}
+
+size_t fx_catalog_pending_deletions(const fx_catalog *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->n; i++)
+        n += c->v[i].deleting;
+    return n;
+}
+
+int fx_catalog_retry_deletions(fx_catalog *c, size_t *pleft)
+{
+    size_t left = 0;
+    int werr = 0;
+    for (size_t i = 0; i < c->n;) {
+        fx_catalog_entry *e = &c->v[i];
+        if (!e->deleting) {
+            i++;
+            continue;
+        }
+        char path[PATH_MAX];
+        int rv = fx_catalog_dir_path(c, e, path, sizeof(path));
+        if (rv == 0)
+            rv = fx_sio_remove_dir(c->io, path);
+        if (rv != 0) {
+            FX_LOG_WARN("storage",
+                        "cannot finish deleting durable stream %s/%s/%s (generation %" PRIu64
+                        ", %s): %s; tried again later, the stream's names stay usable",
+                        e->tenant, e->ns, e->stream, e->generation, path, fx_strerror(rv));
+            left++;
+            i++;
+            continue;
+        }
+        char label[3 * 256 + 64];
+        snprintf(label, sizeof(label), "%s/%s/%s (generation %" PRIu64 ")", e->tenant, e->ns,
+                 e->stream, e->generation);
+        rv = fx_catalog_end_delete(c, e->generation);
+        if (rv != 0) {
+            werr = rv;
+            left++;
+            i++;
+            continue;
+        }
+        FX_LOG_INFO("storage", "finished deleting durable stream %s", label);
+    }
+    if (pleft != NULL)
+        *pleft = left;
+    return werr;
 }
 
 typedef struct undeclared {
@@ -397,12 +606,10 @@ typedef struct undeclared {
 static int on_root_entry(void *user, const char *name, bool is_dir)
 {
     undeclared *u = user;
-    if (!is_dir)
+    if (!is_dir || name[0] == '.')
         return 0;
-    for (size_t i = 0; i < u->c->n; i++) {
-        if (strcmp(u->c->v[i].dir, name) == 0)
-            return 0;
-    }
+    if (dir_used(u->c, name, SIZE_MAX))
+        return 0;
     return u->cb(u->user, name, true);
 }
 

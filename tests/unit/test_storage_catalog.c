@@ -37,6 +37,8 @@ static fx_catalog *open_ok(fx_memio *m)
     return c;
 }
 
+static void expect_malformed(const char *text, const char *want);
+
 static void write_file(fx_memio *m, const char *path, const char *text)
 {
     fx_sio *io = fx_memio_sio(m);
@@ -119,7 +121,17 @@ static void test_a_directory_written_by_the_original_is_adopted(void **state)
     assert_int_equal(fx_dlog_append(log, &r, 1, 1, NULL), 0);
     assert_int_equal(fx_dlog_close(log, true), 0);
 
-    fx_catalog *c = open_ok(m);
+    /* No catalogue beside a stream directory: refused, naming it. */
+    fx_catalog *c = NULL;
+    char err[512] = "";
+    assert_int_equal(fx_catalog_open(&c, fx_memio_sio(m), ROOT, err, sizeof(err)),
+                     FX_ESTORAGE_CATALOG);
+    assert_null(c);
+    assert_non_null(strstr(err, "catalog.json is missing"));
+    assert_non_null(strstr(err, "acme_default_orders_0-0d3aed4b998d2798"));
+    /* The operator writes an empty one, as the message says. */
+    write_file(m, ROOT "/catalog.json", "{\"format\": 1, \"streams\": []}");
+    c = open_ok(m);
     int n = 0;
     assert_int_equal(fx_catalog_list_undeclared(c, count_any, &n), 0);
     assert_int_equal(n, 1); /* not declared yet */
@@ -215,7 +227,10 @@ static void test_a_deletion_cut_short_is_finished_at_open(void **state)
     fx_memio_fail_only(m, ".log");
     fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, 1);
     assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
-    assert_true(fx_catalog_find(c, "t", "n", "s")->deleting);
+    assert_null(fx_catalog_find(c, "t", "n", "s")); /* no longer the stream's */
+    assert_int_equal(fx_catalog_count(c), 1);
+    assert_true(fx_catalog_at(c, 0)->deleting);
+    assert_int_equal(fx_catalog_pending_deletions(c), 1);
     fx_catalog_free(c);
     fx_memio_fail_only(m, NULL);
     c = open_ok(m);
@@ -225,6 +240,222 @@ static void test_a_deletion_cut_short_is_finished_at_open(void **state)
     assert_int_equal(io->ops->stat(io, path, &is_dir), -ENOENT);
     fx_catalog_free(c);
     fx_memio_free(m);
+}
+
+/* Appends one record |text| to the log in |path| and flushes it (what an
+ * on_commit ack stands for). */
+static void append_synced(fx_memio *m, const char *path, const char *text)
+{
+    fx_dlog_config cfg;
+    fx_dlog_config_default(&cfg);
+    cfg.io = fx_memio_sio(m);
+    fx_dlog *log;
+    assert_int_equal(fx_dlog_open(&log, path, &cfg, 1, NULL), 0);
+    fx_dlog_iov r = {.data = text, .len = strlen(text)};
+    assert_int_equal(fx_dlog_append(log, &r, 1, 1, NULL), 0);
+    assert_int_equal(fx_dlog_sync(log, NULL), 0);
+    assert_int_equal(fx_dlog_close(log, false), 0);
+}
+
+static uint64_t records_in(fx_memio *m, const char *path)
+{
+    fx_dlog_config cfg;
+    fx_dlog_config_default(&cfg);
+    cfg.io = fx_memio_sio(m);
+    fx_dlog *log;
+    assert_int_equal(fx_dlog_open(&log, path, &cfg, 1, NULL), 0);
+    uint64_t n = fx_dlog_next_offset(log) - fx_dlog_first_offset(log);
+    fx_dlog_close(log, false);
+    return n;
+}
+
+/* A deletion that failed part-way leaves its entry marked; the stream
+ * declared again must not inherit it: it gets a new generation and
+ * directory, and its acknowledged records survive the next open, which
+ * finishes the old deletion. */
+static void test_a_stream_declared_again_after_a_failed_deletion_keeps_its_records(void **state)
+{
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    fx_catalog *c = open_ok(m);
+    char old_path[256], path[256];
+    declare_with_log(m, c, old_path, sizeof(old_path));
+    uint64_t old_gen = fx_catalog_find(c, "t", "n", "s")->generation;
+    fx_memio_fail_only(m, ".log");
+    fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, 1);
+    assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
+    fx_memio_fail_only(m, NULL);
+    const fx_catalog_entry *e;
+    bool adopted = true;
+    assert_int_equal(fx_catalog_declare(c, "t", "n", "s", &PARAMS, &adopted, &e), 0);
+    assert_false(e->deleting);
+    assert_false(adopted);
+    assert_true(e->generation > old_gen);
+    assert_int_equal(fx_catalog_dir_path(c, e, path, sizeof(path)), 0);
+    assert_string_not_equal(path, old_path);
+    assert_int_equal(fx_catalog_count(c), 2);
+    append_synced(m, path, "acked");
+    fx_catalog_free(c);
+
+    c = open_ok(m); /* the next start: the old deletion finishes */
+    assert_int_equal(fx_catalog_count(c), 1);
+    assert_int_equal(fx_catalog_pending_deletions(c), 0);
+    e = fx_catalog_find(c, "t", "n", "s");
+    assert_non_null(e);
+    char again[256];
+    assert_int_equal(fx_catalog_dir_path(c, e, again, sizeof(again)), 0);
+    assert_string_equal(again, path);
+    assert_int_equal(records_in(m, path), 1);
+    bool is_dir;
+    fx_sio *io = fx_memio_sio(m);
+    assert_int_equal(io->ops->stat(io, old_path, &is_dir), -ENOENT);
+    fx_catalog_free(c);
+    fx_memio_free(m);
+}
+
+/* Delete and declare again interleaved as two storage threads can: the old
+ * incarnation is marked, a new one declared and written, then the old
+ * directory removed. The removal touches only the old incarnation. */
+static void test_a_deletion_finished_after_a_new_declaration_removes_only_the_old_one(void **state)
+{
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    fx_catalog *c = open_ok(m);
+    char old_path[256], path[256];
+    declare_with_log(m, c, old_path, sizeof(old_path));
+    uint64_t old_gen = fx_catalog_find(c, "t", "n", "s")->generation;
+    assert_int_equal(fx_catalog_begin_delete(c, old_gen), 0);
+    assert_null(fx_catalog_find(c, "t", "n", "s"));
+    const fx_catalog_entry *e;
+    assert_int_equal(fx_catalog_declare(c, "t", "n", "s", &PARAMS, NULL, &e), 0);
+    uint64_t gen = e->generation;
+    assert_int_equal(fx_catalog_dir_path(c, e, path, sizeof(path)), 0);
+    assert_string_not_equal(path, old_path);
+    append_synced(m, path, "acked");
+    /* The entry goes only once its directory is gone. */
+    assert_int_equal(fx_catalog_end_delete(c, old_gen), -ENOTEMPTY);
+    assert_int_equal(fx_catalog_end_delete(c, gen), -EINVAL); /* not marked */
+    assert_int_equal(fx_sio_remove_dir(fx_memio_sio(m), old_path), 0);
+    assert_int_equal(fx_catalog_end_delete(c, old_gen), 0);
+    fx_catalog_free(c);
+    c = open_ok(m);
+    assert_int_equal(fx_catalog_count(c), 1);
+    e = fx_catalog_find(c, "t", "n", "s");
+    assert_non_null(e);
+    assert_int_equal(e->generation, gen);
+    assert_int_equal(records_in(m, path), 1);
+    /* Generations are never reused, also after a restart. */
+    assert_int_equal(fx_catalog_declare(c, "t", "n", "other", &PARAMS, NULL, &e), 0);
+    assert_true(e->generation > gen);
+    fx_catalog_free(c);
+    fx_memio_free(m);
+}
+
+static void test_a_failed_deletion_is_retried_until_it_is_done(void **state)
+{
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    fx_catalog *c = open_ok(m);
+    char path[256];
+    declare_with_log(m, c, path, sizeof(path));
+    fx_memio_fail_only(m, ".log");
+    fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, 2);
+    assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
+    size_t left = 0;
+    assert_int_equal(fx_catalog_retry_deletions(c, &left), 0); /* fails again */
+    assert_int_equal(left, 1);
+    fx_memio_fail_only(m, NULL);
+    assert_int_equal(fx_catalog_retry_deletions(c, &left), 0);
+    assert_int_equal(left, 0);
+    assert_int_equal(fx_catalog_count(c), 0);
+    bool is_dir;
+    fx_sio *io = fx_memio_sio(m);
+    assert_int_equal(io->ops->stat(io, path, &is_dir), -ENOENT);
+    fx_catalog_free(c);
+    fx_memio_free(m);
+}
+
+/* A deletion that cannot finish at open does not stop the open. */
+static void test_a_deletion_failing_at_open_does_not_stop_the_open(void **state)
+{
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    fx_catalog *c = open_ok(m);
+    char path[256];
+    declare_with_log(m, c, path, sizeof(path));
+    fx_memio_fail_only(m, ".log");
+    fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, 2);
+    assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
+    fx_catalog_free(c);
+    c = open_ok(m);
+    assert_int_equal(fx_catalog_pending_deletions(c), 1);
+    assert_int_equal(fx_catalog_declare(c, "t", "n", "s", &PARAMS, NULL, NULL), 0);
+    fx_memio_fail_only(m, NULL);
+    fx_catalog_free(c);
+    fx_memio_free(m);
+}
+
+static void test_a_new_root_gets_an_empty_catalogue_and_losing_it_is_refused(void **state)
+{
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    fx_catalog *c = open_ok(m);
+    fx_sio *io = fx_memio_sio(m);
+    bool is_dir = true;
+    assert_int_equal(io->ops->stat(io, ROOT "/catalog.json", &is_dir), 0);
+    assert_false(is_dir);
+    char path[256];
+    declare_with_log(m, c, path, sizeof(path));
+    fx_catalog_free(c);
+    assert_int_equal(io->ops->unlink(io, ROOT "/catalog.json"), 0);
+    char err[512] = "";
+    assert_int_equal(fx_catalog_open(&c, io, ROOT, err, sizeof(err)), FX_ESTORAGE_CATALOG);
+    assert_non_null(strstr(err, strrchr(path, '/') + 1));
+    fx_memio_free(m);
+}
+
+static void test_generations_and_suffixed_directories_are_checked_at_open(void **state)
+{
+    char dir[FX_LOGFMT_DIR_NAME_MAX], text[1024];
+    fx_logfmt_dir_name(dir, "t", "n", "s", 0);
+    /* A deleting entry and a live one of the same names: accepted. */
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    fx_sio *io = fx_memio_sio(m);
+    assert_int_equal(fx_sio_mkdirs(io, ROOT), 0);
+    snprintf(
+        text, sizeof(text),
+        "{\"format\":1,\"next_generation\":9,\"streams\":["
+        "{\"tenant\":\"t\",\"namespace\":\"n\",\"stream\":\"s\",\"dir\":\"%s\","
+        "\"generation\":3,\"created_at_us\":1,\"segment_bytes\":1,\"index_spacing_bytes\":1,"
+        "\"deleting\":true},"
+        "{\"tenant\":\"t\",\"namespace\":\"n\",\"stream\":\"s\",\"dir\":\"%s.g7\","
+        "\"generation\":7,\"created_at_us\":1,\"segment_bytes\":1,\"index_spacing_bytes\":1}]}",
+        dir, dir);
+    write_file(m, ROOT "/catalog.json", text);
+    fx_catalog *c = open_ok(m);
+    assert_int_equal(fx_catalog_count(c), 1); /* the deletion finished (nothing on disk) */
+    assert_int_equal(fx_catalog_find(c, "t", "n", "s")->generation, 7);
+    const fx_catalog_entry *e;
+    assert_int_equal(fx_catalog_declare(c, "t", "n", "x", &PARAMS, NULL, &e), 0);
+    assert_int_equal(e->generation, 9);
+    fx_catalog_free(c);
+    fx_memio_free(m);
+    /* Two live entries, a suffix of another generation, a repeated one: refused. */
+    snprintf(text, sizeof(text),
+             "{\"format\":1,\"streams\":[{\"tenant\":\"t\",\"namespace\":\"n\",\"stream\":\"s\","
+             "\"dir\":\"%s.g4\",\"generation\":5,\"created_at_us\":1,\"segment_bytes\":1,"
+             "\"index_spacing_bytes\":1}]}",
+             dir);
+    expect_malformed(text, "is not the stream's");
+    snprintf(text, sizeof(text),
+             "{\"format\":1,\"streams\":[{\"tenant\":\"t\",\"namespace\":\"n\",\"stream\":\"s\","
+             "\"dir\":\"%s\",\"generation\":5,\"created_at_us\":1,\"segment_bytes\":1,"
+             "\"index_spacing_bytes\":1,\"deleting\":true},{\"tenant\":\"t\",\"namespace\":\"n\","
+             "\"stream\":\"s\",\"dir\":\"%s.g5\",\"generation\":5,\"created_at_us\":1,"
+             "\"segment_bytes\":1,\"index_spacing_bytes\":1}]}",
+             dir, dir);
+    expect_malformed(text, "repeats the generation");
 }
 
 static void test_retention_overrides_are_kept(void **state)
@@ -350,6 +581,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_undeclared_directories_are_listed),
     cmocka_unit_test(test_remove_deletes_the_entry_and_the_files),
     cmocka_unit_test(test_a_deletion_cut_short_is_finished_at_open),
+    cmocka_unit_test(test_a_stream_declared_again_after_a_failed_deletion_keeps_its_records),
+    cmocka_unit_test(test_a_deletion_finished_after_a_new_declaration_removes_only_the_old_one),
+    cmocka_unit_test(test_a_failed_deletion_is_retried_until_it_is_done),
+    cmocka_unit_test(test_a_deletion_failing_at_open_does_not_stop_the_open),
+    cmocka_unit_test(test_a_new_root_gets_an_empty_catalogue_and_losing_it_is_refused),
+    cmocka_unit_test(test_generations_and_suffixed_directories_are_checked_at_open),
     cmocka_unit_test(test_retention_overrides_are_kept),
     cmocka_unit_test(test_malformed_catalogue_is_refused_with_the_reason),
     cmocka_unit_test(test_crash_at_any_write_leaves_the_old_or_new_catalogue),
