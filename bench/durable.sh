@@ -31,8 +31,10 @@
 #   ACK_SECONDS      length of each one-in-flight acked run (default 10)
 #   VERIFY_GIB       GiB of segments for the verify cells (default 4, fractions allowed: 0.25;
 #                    0 skips them)
-#   DIR              storage directory on the disk to measure (default /var/tmp/felix-durable-bench;
-#                    a tmpfs or ramfs is refused; the script removes only what it creates in it)
+#   DIR              storage directory on the disk to measure (default <repo>/build/durable-bench,
+#                    created mode 0700; a tmpfs or ramfs is refused; the script removes only what
+#                    it creates in it; the broker refuses a storage root another user owns or can
+#                    write, so keep it out of shared places such as /var/tmp)
 #   PEERS_RUN        1 (default): also run NATS JetStream TLS; 0 skips it
 #   BUILD            build directory (default <repo>/build/bench)
 #   PEERS            the peers folder (default <repo>/../shared/peers)
@@ -57,7 +59,7 @@ REPLAY_SECONDS=${REPLAY_SECONDS:-$SECONDS_PER_RUN}
 LAT_TOTAL=${LAT_TOTAL:-20000}
 ACK_SECONDS=${ACK_SECONDS:-10}
 VERIFY_GIB=${VERIFY_GIB:-4}
-DIR=${DIR:-/var/tmp/felix-durable-bench}
+DIR=${DIR:-$ROOT/build/durable-bench}
 PEERS_RUN=${PEERS_RUN:-1}
 if [ -w /proc/sys/vm/drop_caches ]; then COLD=${COLD:-drop}; else COLD=${COLD:-file}; fi
 TS=$(date +%Y%m%dT%H%M%S)
@@ -85,7 +87,8 @@ fi
 [ "$SECONDS_PER_RUN" -ge 5 ] || { echo "durable: SECONDS_PER_RUN below 5 is raised to 5" >&2; SECONDS_PER_RUN=5; }
 [ "$REPLAY_SECONDS" -ge 5 ] || REPLAY_SECONDS=5
 
-mkdir -p "$DIR" "$OUTDIR"
+mkdir -p "$OUTDIR"
+(umask 077 && mkdir -p "$DIR") || die "cannot create $DIR"
 DIR=$(cd "$DIR" && pwd)
 FSTYPE=$(stat -f -c %T "$DIR")
 case $FSTYPE in
@@ -106,7 +109,7 @@ start() {
   local sets=()
   rm -rf "$STORE"
   if [ "$1" != memory ]; then
-    mkdir -p "$STORE"
+    (umask 077 && mkdir -p "$STORE")
     sets=(--set durable_storage_dir="$STORE" --set durable_default=true --set durable_fsync_mode="$1")
   fi
   fx_start_broker "$OUTDIR/broker.log" "$OUTDIR/state" "${sets[@]}"

@@ -70,7 +70,8 @@ extern "C" {
     X(FX_ESTORAGE_FAILED, -1402, "storage log stopped after a failed write or flush")              \
     X(FX_ESTORAGE_CATALOG, -1403, "malformed storage catalogue")                                   \
     X(FX_ESTORAGE_FULL, -1404, "storage full")                                                     \
-    X(FX_ESTORAGE_ERROR, -1405, "storage error")
+    X(FX_ESTORAGE_ERROR, -1405, "storage error")                                                   \
+    X(FX_ESTORAGE_QUOTA, -1406, "storage quota exceeded")
 
 enum fx_error {
 #define FX_ERR_ENUM(name, value, msg) name = (value),

@@ -204,12 +204,32 @@
       "Bytes of the open durable logs' segment and index files")                                   \
     C(storage_errors, "felix_storage_errors_total", "",                                            \
       "Publishes failed by durable storage (\"storage full\" or \"storage error\")")               \
+    C(storage_quota_bytes, "felix_storage_quota_refused_total", "reason=tenant_bytes",             \
+      "Durable publishes and stream creations refused with \"storage quota exceeded\": "           \
+      "tenant_bytes (tenant_durable_bytes_max), durable_bytes (durable_bytes_max), "               \
+      "tenant_streams "                                                                            \
+      "(tenant_durable_streams_max)")                                                              \
+    C(storage_quota_broker_bytes, "felix_storage_quota_refused_total", "reason=durable_bytes",     \
+      "Durable publishes and stream creations refused with \"storage quota exceeded\": "           \
+      "tenant_bytes (tenant_durable_bytes_max), durable_bytes (durable_bytes_max), "               \
+      "tenant_streams "                                                                            \
+      "(tenant_durable_streams_max)")                                                              \
+    C(storage_quota_streams, "felix_storage_quota_refused_total", "reason=tenant_streams",         \
+      "Durable publishes and stream creations refused with \"storage quota exceeded\": "           \
+      "tenant_bytes (tenant_durable_bytes_max), durable_bytes (durable_bytes_max), "               \
+      "tenant_streams "                                                                            \
+      "(tenant_durable_streams_max)")                                                              \
+    G(storage_charged_bytes, "felix_storage_quota_charged_bytes", "",                              \
+      "Bytes on disk the open durable logs charge to the quotas (preallocation counted)")          \
     C(storage_bound_waits, "felix_storage_unsynced_waits_total", "",                               \
       "Publish jobs that waited because their stream had durable_max_unsynced_bytes in storage")   \
     C(storage_retention_segments, "felix_storage_retention_segments_deleted_total", "",            \
       "Sealed segments deleted by retention")                                                      \
     C(storage_retention_bytes, "felix_storage_retention_bytes_reclaimed_total", "",                \
       "Bytes of segments deleted by retention")                                                    \
+    C(storage_retention_clock_held, "felix_storage_retention_clock_held_total", "",                \
+      "Time retention sweeps that did not follow a wall clock stepped ahead of the monotonic "     \
+      "clock")                                                                                     \
     C(storage_recovery_truncations, "felix_storage_recovery_truncations_total", "",                \
       "Torn tails (a partial last record after a crash) cut when durable logs were opened")        \
     C(storage_recovery_truncated_bytes, "felix_storage_recovery_truncated_bytes_total", "",        \
@@ -302,6 +322,9 @@
       "publish")                                                                                   \
     C(registry_tenants_refused, "felix_registry_tenants_refused_total", "",                        \
       "Stream creations refused because they would add a tenant beyond max_tenants")               \
+    C(registry_subscribe_not_created, "felix_registry_subscribe_not_created_total", "",            \
+      "Subscribes to a missing stream refused under durable_default (a subscribe never creates "   \
+      "a durable stream)")                                                                         \
     C(registry_tombstone_refused, "felix_registry_tombstone_refused_total", "",                    \
       "Auto-creations refused because an admin DELETE removed the stream less than "               \
       "stream_delete_tombstone_ms ago")                                                            \

@@ -269,6 +269,18 @@ static bool resolve_cached(fxb_bidi *s, fx_broker_auth_action action, const fx_w
     return true;
 }
 
+/* The registry's resolve for |action|: a subscribe never creates a durable
+ * stream (fx_registry_resolve_subscribe). */
+static int registry_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
+                            fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
+                            fx_registry_err *err)
+{
+    fx_registry *r = s->conn->b->reg;
+    if (action == FX_BROKER_AUTH_SUBSCRIBE)
+        return fx_registry_resolve_subscribe(r, tenant, ns, stream, ph, err);
+    return fx_registry_resolve(r, tenant, ns, stream, ph, err);
+}
+
 int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
                      fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
                      fx_registry_err *err)
@@ -281,7 +293,7 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
         return 0;
     if (!split_names(parts, names, key, &n)) {
         s->names_ok = false; /* resolved past the cache: |ph| is not |h| */
-        return fx_registry_resolve(s->conn->b->reg, tenant, ns, stream, ph, err);
+        return registry_resolve(s, action, tenant, ns, stream, ph, err);
     }
     s->names_ok = false; /* |h| or its permission may change below */
     if (n != s->hkey_len || memcmp(key, s->hkey, n) != 0) {
@@ -299,7 +311,7 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
         return 0;
     }
     fx_stream_handle *h;
-    int rv = fx_registry_resolve(s->conn->b->reg, tenant, ns, stream, &h, err);
+    int rv = registry_resolve(s, action, tenant, ns, stream, &h, err);
     if (rv != 0)
         return rv;
     fx_stream_handle_unref(s->h);

@@ -60,7 +60,9 @@ void fx_broker_opts_default(fx_broker_opts *o)
                     .fsync_interval_ns = FX_SYNCPOL_DEFAULT_INTERVAL_NS,
                     .segment_bytes = FX_DLOG_DEFAULT_SEGMENT_BYTES,
                     .index_spacing_bytes = FX_DLOG_DEFAULT_INDEX_SPACING,
-                    .max_unsynced_bytes = 64u << 20,
+                    .max_unsynced_bytes = 8u << 20,
+                    .tenant_streams_max = 256,
+                    .tenant_bytes_max = 64ull << 30,
                     .retention_interval_ns = 60 * FX_NS_PER_S,
                     .max_records_per_read = 10000,
                     .preallocate = true},
@@ -220,6 +222,8 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
                            .tenant_retained_bytes = o->tenant_retained_bytes,
                            .durable_storage = o->durable.dir != NULL && o->durable.dir[0],
                            .durable_default = o->durable.durable_default,
+                           .tenant_durable_streams_max = o->durable.tenant_streams_max,
+                           .tenant_durable_bytes_max = o->durable.tenant_bytes_max,
                            .delete_tombstone_ns = o->stream_delete_tombstone_ns};
     b->o.streams = o->streams;
     /* The catalogue's durable streams come first: a configured stream of the

@@ -15,6 +15,7 @@
 #include "base/queue.h"
 #include "broker/registry.h"
 #include "quic/quic.h"
+#include "storage/syncpol.h"
 
 typedef struct fx_broker fx_broker;
 
@@ -80,11 +81,17 @@ struct fx_sio;
 typedef struct fx_broker_durable_opts {
     const char *dir;              /* storage root; NULL or "" = no durable streams */
     bool durable_default;         /* auto-created streams are durable */
-    int fsync_mode;               /* fx_fsync_mode (storage/syncpol.h); periodic */
+    fx_fsync_mode fsync_mode;     /* periodic */
     uint64_t fsync_interval_ns;   /* periodic; 250 ms */
     uint64_t segment_bytes;       /* 256 MiB */
     uint64_t index_spacing_bytes; /* 4096 */
-    uint64_t max_unsynced_bytes;  /* bytes in storage per stream; 0 = no bound */
+    uint64_t max_unsynced_bytes;  /* bytes in storage per stream; 0 = no bound; 8 MiB */
+    /* Quotas (docs/durability.md, "Quotas"): durable streams per tenant
+     * (256), bytes on disk per tenant (64 GiB) and of the whole broker (0 =
+     * no bound), preallocation counted. 0 = no limit. */
+    uint32_t tenant_streams_max;
+    uint64_t tenant_bytes_max;
+    uint64_t bytes_max;
     uint64_t retention_bytes;     /* 0 = no bound */
     uint64_t retention_ns;        /* 0 = no bound */
     uint64_t retention_interval_ns; /* sweep period with a bound set; 60 s */
@@ -302,9 +309,9 @@ int fx_broker_endpoint_worker(const fx_broker *b);
 /* Writes {"streams":[{tenant, namespace, stream, id, messages, bytes,
  * first_offset, next_offset, subscribers}, ...]} (ordered by id; a stream no
  * one used yet shows zeros; |bytes| is what the ring charges: payload plus
- * FX_STREAM_MSG_OVERHEAD per message of every batch it holds) as a NUL-terminated string in |*pjson| (caller
- * frees with free()). Returns 0, FX_ETIMEDOUT (a worker did not answer in
- * time) or -ENOMEM. */
+ * FX_STREAM_MSG_OVERHEAD per message of every batch it holds) as a NUL-terminated string in
+ * |*pjson| (caller frees with free()). Returns 0, FX_ETIMEDOUT (a worker did not answer in time) or
+ * -ENOMEM. */
 int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson);
 
 /* The hash the lane choice uses (a 64-bit mixer; the lane is the hash

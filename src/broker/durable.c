@@ -117,9 +117,33 @@ static void give_back(fxb_job *j, int rv)
     hand_back(j);
 }
 
+/* Charges |delta| bytes (may be negative) to account |a| (NULL: none). */
+static void charge(fx_retained *a, int64_t delta)
+{
+    if (a != NULL)
+        atomic_fetch_add_explicit(&a->bytes, delta, memory_order_relaxed);
+}
+
+/* Brings what |s| charges to the quotas to its log's bytes on disk: its
+ * files, and the unwritten part of the active segment's preallocation once
+ * an append passed the quotas with it (so a log opened past a quota, whose
+ * appends are refused, does not make the tenant's other streams fail). */
+static void charge_update(dstream *s)
+{
+    uint64_t disk = s->log == NULL       ? 0
+                    : s->charge_reserved ? fx_dlog_disk_bytes(s->log)
+                                         : fx_dlog_bytes_on_disk(s->log);
+    int64_t delta = (int64_t)(disk - s->charged);
+    charge(fx_stream_handle_durable_bytes(s->h), delta);
+    charge(&s->st->d->bytes, delta);
+    FX_GAUGE_ADD(storage_charged_bytes, delta);
+    s->charged = disk;
+}
+
 /* Publishes the log's offsets and size for GET /v1/streams and the gauges. */
 static void stats_update(dstream *s)
 {
+    charge_update(s);
     uint64_t bytes = s->log != NULL ? fx_dlog_bytes_on_disk(s->log) : 0;
     uint64_t segs = s->log != NULL ? fx_dlog_segment_count(s->log) : 0;
     FX_GAUGE_ADD(storage_bytes_on_disk, (int64_t)(bytes - s->shown_bytes));
@@ -234,10 +258,26 @@ static void arm_timer(dstream *s)
         fxb_dstream_flush(s, fx_loop_now(s->st->loop));
 }
 
+/* How far the wall clock may run ahead of the monotonic clock since start
+ * before time retention stops following it (fx_retention_now_us). */
+#define RETENTION_CLOCK_TOLERANCE_US (60u * 1000000u)
+
 static void retain(dstream *s, uint64_t now)
 {
     fx_dlog_retained r = {0};
-    int rv = fx_dlog_retain(s->log, s->retain_bytes, s->retain_ns / 1000u, fxb_wall_us(), &r);
+    bool held = false;
+    uint64_t now_us = fx_retention_now_us(&s->st->d->clock, fxb_wall_us(), fx_now_ns(),
+                                          RETENTION_CLOCK_TOLERANCE_US, &held);
+    if (held && s->retain_ns != 0) {
+        FX_COUNTER_INC(storage_retention_clock_held);
+        FX_LOG_RATELIMITED(&storage_rl, now, FX_LOG_WARN, "storage",
+                           "the wall clock runs %" PRIu64
+                           " s ahead of the monotonic clock since start: time retention of "
+                           "%s/%s/%s follows the monotonic clock until the next start",
+                           (fxb_wall_us() - now_us) / 1000000u, fx_stream_handle_tenant(s->h),
+                           fx_stream_handle_namespace(s->h), fx_stream_handle_stream(s->h));
+    }
+    int rv = fx_dlog_retain(s->log, s->retain_bytes, s->retain_ns / 1000u, now_us, &r);
     FX_COUNTER_ADD(storage_retention_segments, r.segments);
     FX_COUNTER_ADD(storage_retention_bytes, r.bytes);
     if (rv != 0)
@@ -388,7 +428,7 @@ dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
     uint64_t next = s->log != NULL ? fx_dlog_next_offset(s->log) : 0;
     atomic_init(&s->first_offset, next);
     const fx_broker_durable_opts *o = &st->d->o;
-    fx_syncpol_config pc = {.mode = (fx_fsync_mode)o->fsync_mode,
+    fx_syncpol_config pc = {.mode = o->fsync_mode,
                             .interval_ns = o->fsync_interval_ns,
                             .max_unsynced_bytes = o->max_unsynced_bytes};
     uint64_t now = fx_now_ns(); /* the loop's clock; also before it runs (start-up) */
@@ -495,6 +535,19 @@ static fxb_job *take_through(dstream *s, fxb_job *last)
     return first;
 }
 
+/* Record slots of the iov array a log keeps between appends (16 KiB); a
+ * larger one, grown by one large batch, is freed after its append. */
+#define IOV_KEEP 1024u
+
+static void iov_trim(dstream *s)
+{
+    if (s->iov_cap <= IOV_KEEP)
+        return;
+    free(s->iov);
+    s->iov = NULL;
+    s->iov_cap = 0;
+}
+
 static int iov_reserve(dstream *s, size_t n)
 {
     if (n <= s->iov_cap)
@@ -520,6 +573,83 @@ static void give_back_chain(fxb_job *j, int rv)
     }
 }
 
+static fx_ratelimit quota_rl = FX_RATELIMIT_INIT;
+
+/* Adds |add| bytes to account |a| unless that passes its limit (0: none). */
+static bool charge_within(fx_retained *a, uint64_t add)
+{
+    if (a == NULL || a->limit == 0) {
+        charge(a, (int64_t)add);
+        return true;
+    }
+    int64_t was = atomic_fetch_add_explicit(&a->bytes, (int64_t)add, memory_order_relaxed);
+    if (was + (int64_t)add <= (int64_t)a->limit)
+        return true;
+    charge(a, -(int64_t)add);
+    return false;
+}
+
+/* Charges the bytes on disk an append of |bytes| bytes of records would add
+ * to |s|'s log (a rollover's new reservation included) to its tenant's
+ * quota and the broker's. Returns 0, or FX_ESTORAGE_QUOTA (counted, logged)
+ * when either would pass its limit; an append that adds nothing (it fills
+ * space already reserved) always passes. */
+static int quota_charge(dstream *s, uint64_t bytes)
+{
+    if (bytes == UINT64_MAX)
+        return 0; /* fx_dlog_append refuses it */
+    uint64_t after = fx_dlog_disk_bytes_after(s->log, bytes);
+    uint64_t add = after > s->charged ? after - s->charged : 0;
+    fx_retained *t = fx_stream_handle_durable_bytes(s->h), *b = &s->st->d->bytes;
+    bool tenant_ok = add == 0 || charge_within(t, add);
+    if (tenant_ok && (add == 0 || charge_within(b, add))) {
+        FX_GAUGE_ADD(storage_charged_bytes, (int64_t)add);
+        s->charged += add;
+        s->charge_reserved = true;
+        return 0;
+    }
+    if (tenant_ok) {
+        charge(t, -(int64_t)add);
+        FX_COUNTER_INC(storage_quota_broker_bytes);
+    } else {
+        FX_COUNTER_INC(storage_quota_bytes);
+    }
+    FX_LOG_RATELIMITED(&quota_rl, fx_now_ns(), FX_LOG_WARN, "storage",
+                       "storage quota exceeded: an append of %" PRIu64 " bytes to %s/%s/%s "
+                       "refused (%s %" PRIu64 " bytes)",
+                       bytes, fx_stream_handle_tenant(s->h), fx_stream_handle_namespace(s->h),
+                       fx_stream_handle_stream(s->h),
+                       tenant_ok ? "durable_bytes_max" : "tenant_durable_bytes_max",
+                       tenant_ok ? b->limit : t->limit);
+    return FX_ESTORAGE_QUOTA;
+}
+
+/* Gives back the chain from |j| on refused by a quota (not a storage
+ * failure: storage_errors does not count it). */
+static void refuse_chain(fxb_job *j)
+{
+    while (j != NULL) {
+        fxb_job *next = j->snext;
+        j->srv = FX_ESTORAGE_QUOTA;
+        hand_back(j);
+        j = next;
+    }
+}
+
+/* Bytes of records of the jobs from |first| to the end of its chain;
+ * UINT64_MAX when one cannot be appended (it fails alone). */
+static uint64_t chain_record_bytes(const fxb_job *first)
+{
+    uint64_t n = 0;
+    for (const fxb_job *j = first; j != NULL; j = j->snext) {
+        uint64_t b = job_record_bytes(j);
+        if (b == UINT64_MAX)
+            return UINT64_MAX;
+        n += b;
+    }
+    return n;
+}
+
 /* Appends the jobs from the head of |s|'s list to |last| (|nrecs| records)
  * as one batch: each job's records get the next offsets in list order. */
 static void append_merged(dstream *s, fxb_job *last, size_t nrecs, uint64_t now)
@@ -530,6 +660,10 @@ static void append_merged(dstream *s, fxb_job *last, size_t nrecs, uint64_t now)
         give_back_chain(first, rv);
         return;
     }
+    if (!fx_dlog_is_failed(s->log) && quota_charge(s, chain_record_bytes(first)) != 0) {
+        refuse_chain(first);
+        return;
+    }
     size_t k = 0;
     for (fxb_job *j = first; j != NULL; j = j->snext)
         for (uint32_t i = 0; i < j->count; i++)
@@ -537,6 +671,7 @@ static void append_merged(dstream *s, fxb_job *last, size_t nrecs, uint64_t now)
                 (fx_dlog_iov){.data = j->payloads[i].ptr, .len = (uint32_t)j->payloads[i].len};
     uint64_t before = fx_dlog_stats_get(s->log)->append_bytes, off = 0;
     rv = fx_dlog_append(s->log, s->iov, nrecs, fxb_wall_us(), &off);
+    iov_trim(s);
     if (rv != 0) {
         fxb_dstream_log_error(s, "append", rv);
         give_back_chain(first, rv);

@@ -15,6 +15,7 @@
 #include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
+#include "storage/rootlock.h"
 #include "storage/syncpol.h"
 
 typedef struct fxb_durable fxb_durable;
@@ -39,7 +40,9 @@ typedef struct dstream {
     char dirname[FX_CATALOG_DIR_MAX];     /* claimed from the declaration to the close */
     dstats *stats;                        /* listed while |log| is open */
     uint64_t shown_bytes, shown_segments; /* what the gauges hold of this log */
-    atomic_uint_fast64_t first_offset;    /* the log's next offset at open (the ring's start) */
+    uint64_t charged;     /* bytes on disk charged to its tenant's and the broker's quota */
+    bool charge_reserved; /* |charged| counts the active segment's preallocation */
+    atomic_uint_fast64_t first_offset; /* the log's next offset at open (the ring's start) */
     fx_syncpol pol;
     fxb_job *ahead, *atail; /* taken, to be appended together (arrival order) */
     fx_task append_task;    /* appends them after the jobs queued now */
@@ -67,7 +70,12 @@ struct fxb_durable {
     char dir[4096];
     fx_broker_durable_opts o;
     pthread_mutex_t cat_mu; /* the catalogue is shared by the storage threads */
+    fx_rootlock *lock;      /* the root for this broker alone (NULL on a test I/O layer) */
     fx_catalog *cat;
+    fx_retention_clock clock; /* time retention's guard against wall clock steps */
+    /* Bytes on disk of every open log against durable_bytes_max (the
+     * storage threads charge it with relaxed atomics; |refs| unused). */
+    fx_retained bytes;
     struct open_dir *open; /* directories with an open log (under |cat_mu|) */
     dstats *stats;         /* of every open log (under |cat_mu|) */
     char error[6144]; /* why the last log failed to open (under |cat_mu|; start-up reports it) */

@@ -27,6 +27,25 @@ static void report(fx_broker *b, const char *why)
         snprintf(b->o.durable.error, b->o.durable.error_len, "%s", why);
 }
 
+/* Takes the storage root for this broker alone (rootlock.h: also its owner
+ * and mode) before the catalogue reads or repairs anything in it, and from
+ * then on names the root by its real path, so nothing below it is reached
+ * through a symbolic link. Only on the real file system: an in-memory test
+ * layer has no other process to keep out. */
+static int take_root(fxb_durable *d)
+{
+    if (d->o.io != NULL && d->o.io != fx_sio_posix())
+        return 0;
+    int rv = fx_rootlock_take(&d->lock, d->dir, FX_ROOTLOCK_FILE, "durable_storage_dir", d->error,
+                              sizeof(d->error));
+    if (rv != 0) {
+        report(d->b, d->error);
+        return rv;
+    }
+    snprintf(d->dir, sizeof(d->dir), "%s", fx_rootlock_path(d->lock));
+    return 0;
+}
+
 int fxb_durable_init(fx_broker *b)
 {
     const fx_broker_durable_opts *o = &b->o.durable;
@@ -39,14 +58,21 @@ int fxb_durable_init(fx_broker *b)
         return -ENOMEM;
     d->b = b;
     d->o = *o;
+    atomic_init(&d->bytes.refs, 1);
+    atomic_init(&d->bytes.bytes, 0);
+    d->bytes.limit = o->bytes_max;
     snprintf(d->dir, sizeof(d->dir), "%s", o->dir);
     d->o.dir = d->dir;
     b->o.durable.dir = d->dir;
     pthread_mutex_init(&d->cat_mu, NULL);
     fxb_durable_retry_init(d);
+    d->clock = (fx_retention_clock){.wall_us = fxb_wall_us(), .mono_ns = fx_now_ns()};
     b->dur = d;
     char err[512] = "";
-    int rv = fx_catalog_open(&d->cat, o->io, d->dir, err, sizeof(err));
+    int rv = take_root(d);
+    if (rv != 0)
+        return rv;
+    rv = fx_catalog_open(&d->cat, o->io, d->dir, err, sizeof(err));
     if (rv != 0) {
         snprintf(d->error, sizeof(d->error), "the catalogue in %s: %s%s%s", d->dir, fx_strerror(rv),
                  err[0] ? ": " : "", err);
@@ -77,9 +103,8 @@ int fxb_durable_init(fx_broker *b)
     FX_LOG_INFO("storage",
                 "opening durable stream storage root=%s segment=%" PRIu64 " index_spacing=%" PRIu64
                 " fsync %s retention=%" PRIu64 "B/%" PRIu64 "s",
-                d->dir, o->segment_bytes, o->index_spacing_bytes,
-                fx_fsync_mode_name((fx_fsync_mode)o->fsync_mode), o->retention_bytes,
-                (uint64_t)(o->retention_ns / FX_NS_PER_S));
+                d->dir, o->segment_bytes, o->index_spacing_bytes, fx_fsync_mode_name(o->fsync_mode),
+                o->retention_bytes, (uint64_t)(o->retention_ns / FX_NS_PER_S));
     fxb_durable_metrics_start(d);
     return 0;
 }
@@ -108,7 +133,8 @@ int fxb_durable_recover(fx_broker *b)
         fx_wire_slice st = {(const uint8_t *)e->stream, strlen(e->stream)};
         fx_stream_handle *h = NULL;
         fx_registry_err err = {0};
-        int rv = fx_registry_create_durable(b->reg, t, ns, st, 1, &h, NULL, &err);
+        int rv = fx_registry_create_durable(b->reg, t, ns, st, FX_REGISTRY_DURABLE_ADOPT, &h, NULL,
+                                            &err);
         if (rv != 0) {
             snprintf(d->error, sizeof(d->error), "stream %s/%s/%s of the catalogue: %s", e->tenant,
                      e->ns, e->stream, err.msg[0] ? err.msg : fx_strerror(rv));
@@ -323,6 +349,7 @@ void fxb_durable_free(fx_broker *b)
         free(o);
     }
     fx_catalog_free(d->cat);
+    fx_rootlock_free(d->lock); /* after the last write under the root */
     pthread_mutex_destroy(&d->cat_mu);
     free(d);
     b->dur = NULL;

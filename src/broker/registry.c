@@ -101,7 +101,9 @@ static void ht_remove(htable *t, hnode *e)
 typedef struct tenant_rec {
     hnode node;
     size_t nstreams;
-    fx_retained *acct; /* its streams' rings charge it (one reference) */
+    size_t ndurable;    /* of them durable (tenant_durable_streams_max) */
+    fx_retained *acct;  /* its streams' rings charge it (one reference) */
+    fx_retained *dacct; /* its durable logs charge their bytes on disk to it */
     char name[];
 } tenant_rec;
 
@@ -114,6 +116,7 @@ struct fx_stream_handle {
     bool auto_created;              /* by a resolve: idle expiry applies */
     atomic_uint_fast64_t last_used; /* fx_stream_handle_touch */
     fx_retained *acct;              /* its tenant's account (one reference) */
+    fx_retained *dacct;             /* durable: its tenant's durable-bytes account */
     hnode node;                     /* registry-private, under the lock */
     tenant_rec *tenant;             /* registry-private, under the lock */
     size_t ns_off;                  /* offset of the namespace in |names| */
@@ -234,6 +237,7 @@ void fx_retained_unref(fx_retained *a)
 static void tenant_free(tenant_rec *tr)
 {
     fx_retained_unref(tr->acct);
+    fx_retained_unref(tr->dacct);
     free(tr);
 }
 
@@ -422,8 +426,9 @@ static tenant_rec *tenant_get(fx_registry *r, fx_wire_slice t)
     if (tr == NULL)
         return NULL;
     tr->acct = retained_new(r->opts.tenant_retained_bytes);
-    if (tr->acct == NULL) {
-        free(tr);
+    tr->dacct = retained_new(r->opts.tenant_durable_bytes_max);
+    if (tr->acct == NULL || tr->dacct == NULL) {
+        tenant_free(tr);
         return NULL;
     }
     memcpy(tr->name, t.ptr, t.len);
@@ -461,9 +466,29 @@ static void tenant_put(fx_registry *r, tenant_rec *tr)
 
 /* Under the write lock: finds or inserts the stream (|autoc|: by a
  * resolve; |durable|: a durable stream). |*pcreated| tells which. */
+/* Under the write lock: whether |tr| may take one more durable stream
+ * (|adopt|: found in the catalogue at start, always taken). Returns 0 or
+ * FX_ESTORAGE_QUOTA, counted. */
+static int durable_quota_locked(const fx_registry *r, const tenant_rec *tr, bool adopt,
+                                fx_registry_err *err)
+{
+    uint32_t max = r->opts.tenant_durable_streams_max;
+    if (adopt || max == 0 || tr->ndurable < max)
+        return 0;
+    static fx_ratelimit rl = FX_RATELIMIT_INIT;
+    FX_COUNTER_INC(storage_quota_streams);
+    FX_LOG_RATELIMITED(&rl, fx_now_ns(), FX_LOG_WARN, "storage",
+                       "tenant %s holds tenant_durable_streams_max (%u) durable streams: a new "
+                       "one was refused",
+                       tr->name, max);
+    return err_set(err, FX_ESTORAGE_QUOTA,
+                   "storage quota exceeded: tenant %s holds tenant_durable_streams_max (%u) "
+                   "durable streams: stream not created",
+                   tr->name, max);
+}
+
 static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const char *key,
-                         size_t klen, uint64_t hash, bool autoc, bool durable,
-                         fx_stream_handle **ph,
+                         size_t klen, uint64_t hash, bool autoc, int durable, fx_stream_handle **ph,
                          bool *pcreated, fx_registry_err *err)
 {
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
@@ -486,17 +511,21 @@ static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const
             return err_set(err, FX_EFULL,
                            "tenant %s has reached max_streams_per_tenant (%u): stream not created",
                            tr->name, max);
-        h = handle_new(key, klen, hash, t.len, n.len);
+        int rv =
+            durable ? durable_quota_locked(r, tr, durable == FX_REGISTRY_DURABLE_ADOPT, err) : 0;
+        h = rv == 0 ? handle_new(key, klen, hash, t.len, n.len) : NULL;
         if (h == NULL) {
             tenant_put(r, tr);
-            return err_set(err, -ENOMEM, "out of memory creating a stream");
+            return rv != 0 ? rv : err_set(err, -ENOMEM, "out of memory creating a stream");
         }
         h->id = r->next_id++;
         h->auto_created = autoc;
         h->acct = fx_retained_ref(tr->acct);
-        h->durable = durable;
+        h->durable = durable != 0;
+        h->dacct = durable ? fx_retained_ref(tr->dacct) : NULL;
         h->tenant = tr;
         tr->nstreams++;
+        tr->ndurable += h->durable;
         ht_insert(&r->streams, &h->node);
         *pcreated = true;
     }
@@ -505,16 +534,23 @@ static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const
     return 0;
 }
 
-/* Durability asked of create_or_find beside 1 (durable), 0 (in memory) and
- * -1 (either; a new stream in memory): either, a new stream as
- * durable_default says (auto-creation). */
+/* Durability asked of create_or_find beside 1 (durable), 0 (in memory), -1
+ * (either; a new stream in memory) and FX_REGISTRY_DURABLE_ADOPT: either, a
+ * new stream as durable_default says (auto-creation by a publish); either,
+ * and no new stream under durable_default (a subscribe). */
 #define WANT_DEFAULT 2
+#define WANT_SUBSCRIBE 4
+_Static_assert(FX_REGISTRY_DURABLE_ADOPT != WANT_DEFAULT &&
+                   FX_REGISTRY_DURABLE_ADOPT != WANT_SUBSCRIBE,
+               "durability wishes are distinct");
 
 /* A durable stream needs storage; durability is fixed at creation. */
 static int durable_check(const fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
                          const fx_stream_handle *h, int want, fx_registry_err *err)
 {
-    if (want == WANT_DEFAULT)
+    if (want == FX_REGISTRY_DURABLE_ADOPT)
+        want = 1;
+    if (want == WANT_DEFAULT || want == WANT_SUBSCRIBE)
         want = h != NULL ? -1 : r->opts.durable_default;
     if (h != NULL && want >= 0 && h->durable != (want == 1))
         return err_set(err, -EEXIST,
@@ -532,8 +568,18 @@ static int durable_check(const fx_registry *r, fx_wire_slice t, fx_wire_slice n,
     return 0;
 }
 
+/* What insert_locked makes of |want| for a new stream: 0 in memory, 1
+ * durable, FX_REGISTRY_DURABLE_ADOPT. */
+static int new_durability(const fx_registry *r, int want)
+{
+    if (want == WANT_DEFAULT)
+        return r->opts.durable_default ? 1 : 0;
+    return want == 1 || want == FX_REGISTRY_DURABLE_ADOPT ? want : 0;
+}
+
 /* |autoc|: by a resolve (auto-creation); |want|: 1 durable, 0 not, -1
- * either (a new stream is then not durable), WANT_DEFAULT. */
+ * either (a new stream is then not durable), FX_REGISTRY_DURABLE_ADOPT,
+ * WANT_DEFAULT, WANT_SUBSCRIBE. */
 static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
                           bool create, bool autoc, int want, fx_stream_handle **ph, bool *pcreated,
                           fx_registry_err *err)
@@ -562,15 +608,23 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
                        "stream not found: tenant=%.*s namespace=%.*s stream=%.*s", (int)t.len,
                        (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
                        (const char *)s.ptr);
+    if (want == WANT_SUBSCRIBE && r->opts.durable_default) {
+        FX_COUNTER_INC(registry_subscribe_not_created);
+        return err_set(err, FX_ENOSTREAM,
+                       "stream not found: tenant=%.*s namespace=%.*s stream=%.*s "
+                       "(durable_default: a durable stream is created by its first publish or "
+                       "the admin API, not by a subscribe)",
+                       (int)t.len, (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                       (const char *)s.ptr);
+    }
     /* Another thread may create it between the locks: insert re-checks. */
     pthread_rwlock_wrlock(&r->lock);
     rv = durable_check(r, t, n, s, handle_of(ht_find(&r->streams, hash, key, klen)), want, err);
     if (rv == 0)
         rv = tomb_gate_locked(r, t, n, s, key, klen, hash, autoc, err);
     if (rv == 0)
-        rv = insert_locked(r, t, n, key, klen, hash, autoc,
-                           want == 1 || (want == WANT_DEFAULT && r->opts.durable_default), ph,
-                           pcreated, err);
+        rv = insert_locked(r, t, n, key, klen, hash, autoc, new_durability(r, want), ph, pcreated,
+                           err);
     pthread_rwlock_unlock(&r->lock);
     return rv;
 }
@@ -605,6 +659,14 @@ int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                           &created, err);
 }
 
+int fx_registry_resolve_subscribe(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                                  fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err)
+{
+    bool created;
+    return create_or_find(r, tenant, ns, stream, r->opts.auto_create, true, WANT_SUBSCRIBE, ph,
+                          &created, err);
+}
+
 /* Under the write lock: unlists |h| and deactivates it (the registry's
  * reference is the caller's to drop). */
 static void remove_locked(fx_registry *r, fx_stream_handle *h)
@@ -613,6 +675,7 @@ static void remove_locked(fx_registry *r, fx_stream_handle *h)
     tenant_rec *tr = h->tenant;
     h->tenant = NULL;
     tr->nstreams--;
+    tr->ndurable -= h->durable;
     tenant_put(r, tr);
     atomic_store(&h->active, false);
 }
@@ -725,6 +788,7 @@ void fx_stream_handle_unref(fx_stream_handle *h)
 {
     if (h != NULL && atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) == 1) {
         fx_retained_unref(h->acct);
+        fx_retained_unref(h->dacct);
         free(h);
     }
 }
@@ -745,6 +809,11 @@ void fx_stream_handle_touch(fx_stream_handle *h, uint64_t now_ns)
 fx_retained *fx_stream_handle_retained(const fx_stream_handle *h)
 {
     return h->acct;
+}
+
+fx_retained *fx_stream_handle_durable_bytes(const fx_stream_handle *h)
+{
+    return h->dacct;
 }
 
 uint64_t fx_stream_handle_id(const fx_stream_handle *h)

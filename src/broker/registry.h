@@ -51,7 +51,14 @@ typedef struct fx_registry_opts {
     uint32_t max_tenants;            /* tenants holding streams at once; 0 = no limit */
     uint64_t tenant_retained_bytes;  /* limit of each tenant's fx_retained; 0 = none */
     bool durable_storage;            /* durable streams may be created (storage configured) */
-    bool durable_default;            /* auto-created streams are durable */
+    bool durable_default;            /* auto-created streams are durable (by a publish only) */
+    /* Durable streams one tenant may hold (tenant_durable_streams_max); 0 =
+     * no limit. Streams adopted from the catalogue at start are never
+     * refused by it (FX_REGISTRY_DURABLE_ADOPT) but count. */
+    uint32_t tenant_durable_streams_max;
+    /* The limit of each tenant's durable-bytes account
+     * (fx_stream_handle_durable_bytes, tenant_durable_bytes_max); 0 = none. */
+    uint64_t tenant_durable_bytes_max;
     /* With auto_create: after fx_registry_remove, a resolve does not create
      * the same names again for this long (fx_registry_create does, and ends
      * the wait). 0 = off. */
@@ -90,8 +97,18 @@ int fx_registry_name_check(const char *what, fx_wire_slice name, fx_registry_err
 int fx_registry_create(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns, fx_wire_slice stream,
                        fx_stream_handle **ph, bool *pcreated, fx_registry_err *err);
 
+/* |durable| of fx_registry_create_durable for a stream found in the
+ * durable catalogue at start: durable, and not refused by
+ * tenant_durable_streams_max (its data exists; it still counts). */
+#define FX_REGISTRY_DURABLE_ADOPT 3
+
 /* As fx_registry_create, with durability: |durable| 1 creates a durable
- * stream, 0 an in-memory one, -1 either (a new stream is then in memory).
+ * stream, 0 an in-memory one, -1 either (a new stream is then in memory),
+ * FX_REGISTRY_DURABLE_ADOPT a durable one adopted at start. A new durable
+ * stream (but an adopted one) beyond tenant_durable_streams_max returns
+ * FX_ESTORAGE_QUOTA ("storage quota exceeded: tenant t1 holds
+ * tenant_durable_streams_max (N) durable streams: stream not created"),
+ * counted.
  * Durability is fixed at creation: asking an existing stream for the other
  * kind returns -EEXIST ("changing stream durability requires removal and
  * recreation: ..."), and a durable stream without durable_storage -ENOTSUP
@@ -108,10 +125,22 @@ int fx_registry_create_durable(fx_registry *r, fx_wire_slice tenant, fx_wire_sli
  * " (deleted recently: not auto-created again for N s, ...)" within
  * delete_tombstone_ns of its removal), FX_EFULL (tenant or
  * max_tenants limit, auto-creation on) or -ENOMEM. A stream created here is
- * auto-created: fx_registry_expire_idle may remove it. Takes the read lock
- * only when the stream exists. Any thread. */
+ * auto-created: fx_registry_expire_idle may remove it; with durable_default
+ * it is durable, and beyond tenant_durable_streams_max FX_ESTORAGE_QUOTA is
+ * returned as by fx_registry_create_durable. Takes the read lock only when
+ * the stream exists. Any thread. */
 int fx_registry_resolve(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream, fx_stream_handle **ph, fx_registry_err *err);
+
+/* As fx_registry_resolve, for a subscribe: a subscribe never creates a
+ * durable stream, so with durable_default a missing stream is not created
+ * and FX_ENOSTREAM is returned ("stream not found: tenant=X namespace=Y
+ * stream=Z (durable_default: a durable stream is created by its first
+ * publish or the admin API, not by a subscribe)"), counted. Without
+ * durable_default it is fx_registry_resolve. Any thread. */
+int fx_registry_resolve_subscribe(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                                  fx_wire_slice stream, fx_stream_handle **ph,
+                                  fx_registry_err *err);
 
 /* Deletes the stream: it is deactivated (holders see it inactive) and its
  * names become free again (a later create gets a new id; with
@@ -169,6 +198,11 @@ void fx_stream_handle_touch(fx_stream_handle *h, uint64_t now_ns);
  * reference to |h| is held; take one with fx_retained_ref to keep it). Any
  * thread. */
 fx_retained *fx_stream_handle_retained(const fx_stream_handle *h);
+
+/* The durable-bytes account of |h|'s tenant: its durable logs charge their
+ * bytes on disk to it (durable.c) against tenant_durable_bytes_max. NULL
+ * for a stream in memory. Valid while |h| is. Any thread. */
+fx_retained *fx_stream_handle_durable_bytes(const fx_stream_handle *h);
 /* Whether the stream is durable (fixed at creation). Any thread. */
 bool fx_stream_handle_is_durable(const fx_stream_handle *h);
 

@@ -111,16 +111,45 @@ int fx_broker_test_cut_connections(fx_broker *b, bool only_subscribers)
     return n;
 }
 
+typedef struct stall_req {
+    unsigned ms;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} stall_req;
+
 static void stall_on_loop(void *user)
 {
-    usleep((useconds_t)(uintptr_t)user * 1000u);
+    stall_req *r = user;
+    unsigned ms = r->ms; /* |r| is the caller's: gone once it sees |started| */
+    pthread_mutex_lock(&r->mu);
+    r->started = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    usleep((useconds_t)ms * 1000u);
 }
 
+/* Returns once the worker runs the stall, not when it is posted: a worker
+ * still inside an earlier task (a drain that keeps taking jobs from its
+ * queue) would otherwise run the publishes the caller sends next before it
+ * stalls. */
 int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms)
 {
     if (!running(b) || index >= b->nworkers)
         return -EINVAL;
-    return fx_loop_call(b->workers[index].loop, stall_on_loop, (void *)(uintptr_t)ms);
+    stall_req r = {.ms = ms};
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    int rv = fx_loop_call(b->workers[index].loop, stall_on_loop, &r);
+    if (rv == 0) {
+        pthread_mutex_lock(&r.mu);
+        while (!r.started)
+            pthread_cond_wait(&r.cv, &r.mu);
+        pthread_mutex_unlock(&r.mu);
+    }
+    pthread_cond_destroy(&r.cv);
+    pthread_mutex_destroy(&r.mu);
+    return rv;
 }
 
 /* The gate a held storage thread waits at. */

@@ -23,8 +23,10 @@
 int fx_broker_test_cut_connections(fx_broker *b, bool only_subscribers);
 
 /* TEST HOOK. Makes worker loop |index| sleep |ms| milliseconds (a slow
- * worker: publishes and subscribes for its streams wait). Returns at once;
- * 0, -EINVAL (no such worker, broker not started) or -ENOMEM. */
+ * worker: publishes and subscribes for its streams wait). Returns once the
+ * worker has started sleeping, so whatever the caller sends it next waits
+ * for the end of the stall; 0, -EINVAL (no such worker, broker not started)
+ * or -ENOMEM. */
 int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms);
 
 /* TEST HOOK. With |hold| true, makes the storage thread of worker |index|

@@ -118,6 +118,7 @@ static unsigned broker_status(int rv)
     case -EEXIST:
         return 409;
     case FX_EFULL:
+    case FX_ESTORAGE_QUOTA:
         return 429;
     case FX_ESHUTDOWN:
     case FX_ETIMEDOUT:

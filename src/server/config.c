@@ -56,10 +56,10 @@ static int fsync_alias(const char *s)
     fx_fsync_mode m;
     if (fx_fsync_mode_parse(s, &m) != 0)
         return -1;
-    return m == FX_FSYNC_NONE       ? FX_CONFIG_FSYNC_NONE
-           : m == FX_FSYNC_PERIODIC ? FX_CONFIG_FSYNC_PERIODIC
-                                    : FX_CONFIG_FSYNC_ON_COMMIT;
+    return (int)m;
 }
+_Static_assert(FX_FSYNC_NONE == 0 && FX_FSYNC_PERIODIC == 1 && FX_FSYNC_ON_COMMIT == 2,
+               "fsync_enum's names are in fx_fsync_mode's order");
 static const struct enum_def fsync_enum = {
     {"none", "periodic", "on_commit"}, "none, periodic or on_commit", NULL, NULL, fsync_alias};
 
@@ -127,7 +127,8 @@ const struct key fx_config_keys[] = {
      .def = "/var/lib/felix", .min = 1,
      .help = "directory of the generated TLS certificate and key; created mode 0700 at start; "
              "an existing one must belong to the broker's user and not be writable by group or "
-             "others (else the broker refuses to start)"},
+             "others, and one broker at a time uses it (lock file .state.lock); else the broker "
+             "refuses to start"},
     {.name = "log_level", .env = {"FELIX_LOG_LEVEL"}, .type = T_ENUM, FIELD(log_level),
      .def = "info", .en = &log_level_enum, .help = "least severe message logged"},
     /* streams */
@@ -365,11 +366,13 @@ const struct key fx_config_keys[] = {
     {.name = "durable_storage_dir", .env = {"FELIX_DURABLE_STORAGE_DIR"}, .type = T_STR,
      .section = "durable storage", FIELD(durable_storage_dir), .def = "",
      .help = "root of the durable streams' logs and their catalogue; empty = no durable "
-             "streams (docs/durability.md)"},
+             "streams; created mode 0700; an existing one must belong to the broker's user and "
+             "not be writable by group or others, and one broker at a time uses it (lock file "
+             ".lock); else the broker refuses to start (docs/durability.md)"},
     {.name = "durable_default", .env = {"FELIX_DURABLE_DEFAULT"}, .type = T_BOOL,
      FIELD(durable_default), .def = "false",
-     .help = "streams created by their first publish or subscribe are durable (needs "
-             "durable_storage_dir)"},
+     .help = "streams created by their first publish are durable (needs durable_storage_dir); "
+             "a subscribe to a missing stream is then refused, never creates one"},
     {.name = "durable_fsync_mode", .env = {"FELIX_DURABLE_FSYNC_MODE"}, .type = T_ENUM,
      FIELD(durable_fsync_mode), .def = "periodic", .en = &fsync_enum,
      .help = "none: page cache only; periodic: flush every durable_fsync_interval_ms; "
@@ -385,11 +388,27 @@ const struct key fx_config_keys[] = {
      .type = T_SIZE, FIELD(durable_index_spacing_bytes), .def = "4KiB", .min = 1, .max = GiB,
      .help = "log bytes between two sparse index entries"},
     {.name = "durable_max_unsynced_bytes", .env = {"FELIX_DURABLE_MAX_UNSYNCED_BYTES"},
-     .type = T_SIZE, FIELD(durable_max_unsynced_bytes), .def = "64MiB", .min = 0,
+     .type = T_SIZE, FIELD(durable_max_unsynced_bytes), .def = "8MiB", .min = 0,
      .max = 64 * GiB,
      .help = "publish bytes one durable stream may have in storage (queued, or written and "
              "not yet flushed); more wait, holding their publish budget; periodic also flushes "
-             "early at this many unflushed bytes; 0 = no bound"},
+             "early at this many unflushed bytes; default pub_inflight_bytes / 8, at most "
+             "pub_inflight_bytes; 0 = no bound"},
+    {.name = "tenant_durable_streams_max", .env = {"FELIX_TENANT_DURABLE_STREAMS_MAX"},
+     .type = T_U32, FIELD(tenant_durable_streams_max), .def = "256", .min = 0, .max = 1u << 20,
+     .help = "durable streams one tenant may hold (at most max_streams_per_tenant; the "
+             "default is lowered to it); more are refused \"storage quota exceeded\"; 0 = no "
+             "limit"},
+    {.name = "tenant_durable_bytes_max", .env = {"FELIX_TENANT_DURABLE_BYTES_MAX"},
+     .type = T_SIZE, FIELD(tenant_durable_bytes_max), .def = "64GiB", .min = 0,
+     .max = 1024 * TiB,
+     .help = "bytes on disk of one tenant's durable logs, preallocated segments counted; an "
+             "append past it is refused \"storage quota exceeded\"; at least twice "
+             "durable_segment_bytes; 0 = no limit"},
+    {.name = "durable_bytes_max", .env = {"FELIX_DURABLE_BYTES_MAX"}, .type = T_SIZE,
+     FIELD(durable_bytes_max), .def = "0", .min = 0, .max = 1024 * TiB,
+     .help = "bytes on disk of all durable logs together, counted as tenant_durable_bytes_max; "
+             "at least twice durable_segment_bytes; 0 = no limit but the disk"},
     {.name = "durable_retention_bytes", .env = {"FELIX_DURABLE_RETENTION_BYTES"}, .type = T_SIZE,
      FIELD(durable_retention_bytes), .def = "0", .min = 0, .max = 1024 * TiB,
      .help = "delete a stream's oldest sealed segments while its log is larger; 0 = no bound"},
@@ -774,6 +793,47 @@ static const char *const le_rules[][3] = {
      "a stream's drain is part of the whole shutdown drain"},
 };
 
+/* A byte quota must hold a full segment and the next one's reservation,
+ * or no stream under it could ever roll over. */
+static int rule_quota_bytes(const fx_config *c, const char *key, fx_config_diag *d)
+{
+    int i = kidx(key), is = kidx("durable_segment_bytes");
+    uint64_t v = fx_config_get_u64(c, i), seg = fx_config_get_u64(c, is);
+    if (v == 0 || v / 2 >= seg)
+        return 0;
+    char dv[FX_CONFIG_PATH_MAX + 160], ds[FX_CONFIG_PATH_MAX + 160];
+    describe(c, i, dv, sizeof(dv));
+    describe(c, is, ds, sizeof(ds));
+    return fx_config_fail(d,
+                          "%s is less than twice %s: a log under it could never roll to its "
+                          "next segment (0 turns the bound off)",
+                          dv, ds);
+}
+
+/* The durable quotas and the per-stream share of the publish budget: a
+ * default follows the key it depends on, an explicit value that cannot
+ * work is refused. */
+static int rule_durable(fx_config *c, fx_config_diag *d)
+{
+    int iu = kidx("durable_max_unsynced_bytes"), it = kidx("tenant_durable_streams_max");
+    if (c->origin[iu].from == FX_CONFIG_FROM_DEFAULT) {
+        c->durable_max_unsynced_bytes = c->pub_inflight_bytes / 8;
+        c->origin[iu].note = "pub_inflight_bytes / 8: one durable stream's share of the budget";
+    } else if (c->durable_max_unsynced_bytes > c->pub_inflight_bytes) {
+        return fail2(c, iu, "is larger than", kidx("pub_inflight_bytes"),
+                     "one durable stream's share cannot exceed the whole publish budget", d);
+    }
+    if (c->tenant_durable_streams_max > c->max_streams_per_tenant) {
+        if (c->origin[it].from != FX_CONFIG_FROM_DEFAULT)
+            return fail2(c, it, "is larger than", kidx("max_streams_per_tenant"),
+                         "a tenant's durable streams are among its streams", d);
+        c->tenant_durable_streams_max = c->max_streams_per_tenant;
+        c->origin[it].note = "lowered to max_streams_per_tenant";
+    }
+    int rv = rule_quota_bytes(c, "tenant_durable_bytes_max", d);
+    return rv != 0 ? rv : rule_quota_bytes(c, "durable_bytes_max", d);
+}
+
 static int check_rules(fx_config *c, fx_config_diag *d)
 {
     int rv;
@@ -806,8 +866,8 @@ static int check_rules(fx_config *c, fx_config_diag *d)
                               "stream needs somewhere to keep its log",
                               where);
     }
-    if ((rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) ||
-        (rv = rule_probe(c, d)))
+    if ((rv = rule_durable(c, d)) || (rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)) ||
+        (rv = rule_exposure(c, d)) || (rv = rule_probe(c, d)))
         return rv;
     rule_shards(c, d);
     rule_stream_labels(c, d);

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "storage/syncpol.h"
+
 #define FX_CONFIG_PATH_MAX 4096 /* file-name fields, including the NUL */
 #define FX_CONFIG_ADDR_MAX 256  /* host:port fields, including the NUL */
 #define FX_CONFIG_NAME_MAX 256  /* tenant / namespace / stream, including the NUL */
@@ -53,11 +55,6 @@ typedef enum fx_config_auth_mode {
 } fx_config_auth_mode;
 
 /* When a durable stream's log is flushed to the device (docs/durability.md). */
-typedef enum fx_config_fsync_mode {
-    FX_CONFIG_FSYNC_NONE,      /* page cache only: survives a process crash */
-    FX_CONFIG_FSYNC_PERIODIC,  /* every durable_fsync_interval_ms */
-    FX_CONFIG_FSYNC_ON_COMMIT, /* before every acknowledgement (group commit) */
-} fx_config_fsync_mode;
 
 /* Where a value came from. */
 typedef enum fx_config_from {
@@ -185,11 +182,14 @@ typedef struct fx_config {
     /* durable storage */
     char durable_storage_dir[FX_CONFIG_PATH_MAX]; /* "" = no durable streams */
     bool durable_default;                         /* auto-created streams are durable */
-    fx_config_fsync_mode durable_fsync_mode;
+    fx_fsync_mode durable_fsync_mode;
     uint64_t durable_fsync_interval_ns;
     uint64_t durable_segment_bytes;
     uint64_t durable_index_spacing_bytes;
     uint64_t durable_max_unsynced_bytes; /* bytes in storage per stream; 0 = no bound */
+    uint32_t tenant_durable_streams_max; /* 0 = no limit */
+    uint64_t tenant_durable_bytes_max;   /* 0 = no limit */
+    uint64_t durable_bytes_max;          /* 0 = no limit */
     uint64_t durable_retention_bytes;    /* 0 = no size bound */
     uint64_t durable_retention_ns;       /* 0 = no age bound */
     uint64_t durable_retention_interval_ns;
@@ -287,6 +287,11 @@ typedef struct fx_config_bound {
     uint64_t ingress;  /* pub_inflight_bytes */
     uint64_t retained; /* allocator_retain_bytes */
     uint64_t rings;    /* pre-created streams x (log_capacity_bytes + max_frame_bytes) */
+    /* With durable_storage_dir: workers x (one append's encoding copy and
+     * iov, max_frame_bytes + 65,536 x 44, and one replay page being read,
+     * max(1 MiB, max_frame_bytes) + durable_max_records_per_read x 16), the
+     * buffers storage and replay threads hold only while they work. */
+    uint64_t durable;
     uint64_t total;
 } fx_config_bound;
 

@@ -117,6 +117,18 @@ int fx_config_resolve_memory_target(fx_config *c, uint64_t given, fx_config_diag
 
 /* ---- the bound --------------------------------------------------------- */
 
+/* Per storage thread and its replay thread: the encoding copy and iov of
+ * the append being written (the largest is one frame's batch: records of
+ * 28-byte headers and 16-byte iov entries, at most 65,536 of them) and the
+ * replay page being read with its slices. Both are given back after use
+ * (docs/durability.md, "Memory"). */
+static uint64_t durable_thread_bytes(const fx_config *c)
+{
+    uint64_t page = c->max_frame_bytes > MiB ? c->max_frame_bytes : MiB;
+    return c->max_frame_bytes + 65536ull * (28 + 16) + page +
+           (uint64_t)c->durable_max_records_per_read * 16;
+}
+
 void fx_config_memory_bound(const fx_config *c, fx_config_bound *b)
 {
     b->per_conn = c->quic_conn_recv_window_max + c->quic_unacked_send_bytes;
@@ -124,7 +136,8 @@ void fx_config_memory_bound(const fx_config *c, fx_config_bound *b)
     b->ingress = c->pub_inflight_bytes;
     b->retained = c->allocator_retain_bytes;
     b->rings = (uint64_t)c->nstreams * (c->log_capacity_bytes + c->max_frame_bytes);
-    b->total = b->conns + b->ingress + b->retained + b->rings;
+    b->durable = c->durable_storage_dir[0] ? (uint64_t)c->workers * durable_thread_bytes(c) : 0;
+    b->total = b->conns + b->ingress + b->retained + b->rings + b->durable;
 }
 
 /* "1.5 GiB", "64 MiB", "512 KiB" */
@@ -151,12 +164,19 @@ void fx_config_format_bound(const fx_config *c, char *buf, size_t n)
     fmt_size(c->log_capacity_bytes + c->max_frame_bytes, ring, sizeof(ring));
     fmt_size(c->memory_limit_bytes, lim, sizeof(lim));
     const fx_config_origin *o = fx_config_origin_of(c, "memory_limit_bytes");
+    char dur[96] = "";
+    if (b.durable > 0) {
+        char per[32];
+        fmt_size(b.durable / c->workers, per, sizeof(per));
+        snprintf(dur, sizeof(dur), " + %u storage threads x %s durable buffers",
+                 (unsigned)c->workers, per);
+    }
     snprintf(buf, n,
              "memory bound %s = %u connections x (%s receive window + %s unacked) + %s "
-             "ingress + %s retained heap + %zu streams x %s (streams created later add %s "
+             "ingress + %s retained heap + %zu streams x %s%s (streams created later add %s "
              "each); memory_limit_bytes %s (%s)",
-             total, (unsigned)c->max_connections, win, un, in, ret, c->nstreams, ring, ring, lim,
-             o->note ? o->note : "set");
+             total, (unsigned)c->max_connections, win, un, in, ret, c->nstreams, ring, dur, ring,
+             lim, o->note ? o->note : "set");
 }
 
 /* ---- deriving the defaults --------------------------------------------- */
@@ -204,7 +224,7 @@ void fx_config_derive_memory(fx_config *c)
 {
     fx_config_bound b;
     fx_config_memory_bound(c, &b);
-    uint64_t fixed = b.ingress + b.retained + b.rings;
+    uint64_t fixed = b.ingress + b.retained + b.rings + b.durable;
     if (c->memory_limit_bytes == 0)
         return;
     uint64_t budget = c->memory_limit_bytes > fixed ? c->memory_limit_bytes - fixed : 0;
@@ -235,11 +255,19 @@ void fx_config_derive_memory(fx_config *c)
 /* The keys of the bound; an explicit one that makes it exceed the target is
  * refused. */
 static const char *const bound_keys[] = {
-    "memory_limit_bytes",      "max_connections",
-    "quic_conn_recv_window",   "quic_conn_recv_window_max",
-    "quic_unacked_send_bytes", "pub_inflight_bytes",
-    "allocator_retain_bytes",  "log_capacity_bytes",
-    "max_frame_bytes",         "streams",
+    "memory_limit_bytes",
+    "max_connections",
+    "quic_conn_recv_window",
+    "quic_conn_recv_window_max",
+    "quic_unacked_send_bytes",
+    "pub_inflight_bytes",
+    "allocator_retain_bytes",
+    "log_capacity_bytes",
+    "max_frame_bytes",
+    "streams",
+    "durable_storage_dir",
+    "durable_max_records_per_read",
+    "workers",
 };
 
 int fx_config_check_memory(const fx_config *c, fx_config_diag *d)

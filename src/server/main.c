@@ -259,13 +259,14 @@ static void durable_opts_from_config(const fx_config *c, fx_broker_durable_opts 
 {
     d->dir = c->durable_storage_dir[0] ? c->durable_storage_dir : NULL;
     d->durable_default = c->durable_default;
-    d->fsync_mode = c->durable_fsync_mode == FX_CONFIG_FSYNC_NONE       ? FX_FSYNC_NONE
-                    : c->durable_fsync_mode == FX_CONFIG_FSYNC_PERIODIC ? FX_FSYNC_PERIODIC
-                                                                        : FX_FSYNC_ON_COMMIT;
+    d->fsync_mode = c->durable_fsync_mode;
     d->fsync_interval_ns = c->durable_fsync_interval_ns;
     d->segment_bytes = c->durable_segment_bytes;
     d->index_spacing_bytes = c->durable_index_spacing_bytes;
     d->max_unsynced_bytes = c->durable_max_unsynced_bytes;
+    d->tenant_streams_max = c->tenant_durable_streams_max;
+    d->tenant_bytes_max = c->tenant_durable_bytes_max;
+    d->bytes_max = c->durable_bytes_max;
     d->retention_bytes = c->durable_retention_bytes;
     d->retention_ns = c->durable_retention_ns;
     d->retention_interval_ns = c->durable_retention_interval_ns;
@@ -701,6 +702,9 @@ static void notify_systemd(const char *state)
         fprintf(stderr, "felix-broker: warning: sd_notify %s: %s\n", state, strerror(-rv));
 }
 
+/* The lock on state_dir (statedir.h), held from serve() until run() returns. */
+static fx_rootlock *state_lock;
+
 /* Under --dev without an admin_token, the token kept in state_dir (made at
  * the first start): the endpoint then refuses mutations without it, as it
  * does everywhere, and the banner says where the CLI finds it. |token|
@@ -747,8 +751,8 @@ static int serve(const fx_config *c, bool repair_durable, bool dev)
                     c->quic_bind);
     size_t retained = retain_heap(c);
     if (c->state_dir[0]) {
-        char why[FX_CONFIG_PATH_MAX + 256];
-        if (fx_state_dir_prepare(c->state_dir, why, sizeof(why)) != 0) {
+        char why[3 * FX_CONFIG_PATH_MAX + 512];
+        if (fx_state_dir_open(c->state_dir, &state_lock, why, sizeof(why)) != 0) {
             fprintf(stderr, "felix-broker: %s\n", why);
             return EXIT_START;
         }
@@ -836,6 +840,8 @@ static int run(const struct opts *o)
         printf("felix-broker: configuration is valid\n");
     } else {
         status = serve(&c, o->repair_durable, o->dev);
+        fx_rootlock_free(state_lock);
+        state_lock = NULL;
     }
     fx_config_deinit(&c);
     return status;

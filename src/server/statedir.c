@@ -1,6 +1,6 @@
 /* The state directory check of statedir.h: mkdir -p with mode 0700, then
- * the owner and mode of what is there; and the --dev admin token kept in it.
- * Main thread, at start. */
+ * the owner and mode of what is there, then the lock; and the --dev admin
+ * token kept in it. Main thread, at start. */
 #include "server/statedir.h"
 
 #include <errno.h>
@@ -67,6 +67,14 @@ int fx_state_dir_prepare(const char *dir, char *why, size_t whylen)
                    "could replace the TLS key: run chmod go-w '%s'",
                    dir, (unsigned)(st.st_mode & 07777), dir);
     return 0;
+}
+
+int fx_state_dir_open(const char *dir, fx_rootlock **plock, char *why, size_t whylen)
+{
+    int rv = fx_state_dir_prepare(dir, why, whylen);
+    if (rv != 0)
+        return rv;
+    return fx_rootlock_take(plock, dir, FX_STATE_DIR_LOCK, "state_dir", why, whylen);
 }
 
 /* ---- the --dev admin token -------------------------------------------------- */

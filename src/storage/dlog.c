@@ -139,7 +139,12 @@ static int create_segment_file(fx_dlog *log, const char *path, uint64_t base, ui
     if (rv == 0)
         rv = io->ops->sync_dir(io, log->dir);
     uint8_t h[FX_SEG_HEADER_LEN];
-    fx_logfmt_seg_header_encode(h, &(fx_seg_header){.base_offset = base, .created_us = now_us});
+    /* The header carries the point 32 from the start: it is only believed
+     * when the header decodes, and then those 32 bytes are on the disk. */
+    fx_logfmt_seg_header_encode(
+        h, &(fx_seg_header){.base_offset = base,
+                            .created_us = now_us,
+                            .point = fx_logfmt_point_encode(FX_SEG_HEADER_LEN)});
     if (rv == 0)
         rv = io->ops->pwrite(io, *pfd, h, sizeof(h), 0);
     if (rv == 0)
@@ -182,7 +187,40 @@ int dl_create_segment(fx_dlog *log, uint64_t id, uint64_t base, uint64_t now_us)
     log->rule = (fx_idx_rule){.spacing = log->cfg.index_spacing_bytes};
     log->idx_broken = ifd < 0;
     log->synced_size = FX_SEG_HEADER_LEN;
+    log->point = fx_logfmt_point_encode(FX_SEG_HEADER_LEN);
     return 0;
+}
+
+/* Why the point can never be ahead of the data after a crash: it is written
+ * only after the fdatasync that covered |synced_len| bytes returned, so
+ * whenever the word reaches the disk (at the next flush, at the seal, or
+ * earlier by writeback), those bytes are there already. A torn word fails
+ * its check and reads as no point; a word that reaches the disk late, or
+ * not at all, is an older point, which only treats more of the tail as
+ * unacknowledged. Writing it before the fdatasync of its own bytes would be
+ * wrong: the device may persist the header's sector and not the data. A
+ * point that has to go down (repair cutting below it) is written before the
+ * cut's flush instead (dlog_open.c): a lower point is safe at any time. */
+void dl_write_point(fx_dlog *log, uint64_t synced_len)
+{
+    uint32_t w = fx_logfmt_point_encode(synced_len);
+    if (w == log->point)
+        return;
+    uint8_t b[4];
+    fx_be32_put(b, w);
+    int rv = log->io->ops->pwrite(log->io, log->fd, b, sizeof(b), FX_SEG_POINT_POS);
+    if (rv == 0) {
+        log->point = w;
+        log->point_dirty = true;
+        return;
+    }
+    log->st.point_write_failures++;
+    if (!log->point_warned)
+        FX_LOG_WARN("storage",
+                    "stream=%s writing the durable point failed; recovery will treat more of "
+                    "the tail as unacknowledged: %s",
+                    log->label, fx_strerror(rv));
+    log->point_warned = true;
 }
 
 /* ---- open / close ---------------------------------------------------------- */
@@ -225,6 +263,9 @@ int fx_dlog_close(fx_dlog *log, bool sync)
     int rv = 0;
     if (sync && log->fd >= 0)
         rv = fx_dlog_sync(log, NULL);
+    /* A clean close has no next flush for the last point to ride on. */
+    if (sync && rv == 0 && log->fd >= 0 && log->point_dirty && !log->failed)
+        rv = log->io->ops->fdatasync(log->io, log->fd);
     if (log->fd >= 0)
         log->io->ops->close(log->io, log->fd);
     if (log->ifd >= 0)
@@ -258,6 +299,8 @@ static int roll(fx_dlog *log, uint64_t now_us)
     fx_sio *io = log->io;
     dl_seg *a = dl_active(log);
     int rv = io->ops->fdatasync(io, log->fd);
+    if (rv == 0)
+        dl_write_point(log, a->size); /* made durable by the seal's second flush */
     if (rv == 0 && log->ifd >= 0) {
         int irv =
             log->idx_broken ? dl_write_index(log, log->ifd, a) : io->ops->fdatasync(io, log->ifd);
@@ -307,6 +350,18 @@ static int encode_batch(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_
         p += FX_REC_HEADER_LEN + recs[i].len;
     }
     return 0;
+}
+
+/* Frees an encoding buffer grown past FX_DLOG_ENC_KEEP_BYTES by the append
+ * just written: the next one allocates what it needs (a log that took one
+ * 16 MiB frame would otherwise hold 16 MiB until it is closed). */
+static void enc_trim(fx_dlog *log)
+{
+    if (log->enc_cap <= FX_DLOG_ENC_KEEP_BYTES)
+        return;
+    free(log->enc);
+    log->enc = NULL;
+    log->enc_cap = 0;
 }
 
 /* Entries of one append written to the index file per pwrite. */
@@ -386,7 +441,9 @@ int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_
     if ((rv = encode_batch(log, recs, n, first, ts_us, (size_t)total)) != 0)
         return rv;
     fx_sio *io = log->io;
-    if ((rv = io->ops->pwrite(io, log->fd, log->enc, (size_t)total, a->size)) != 0) {
+    rv = io->ops->pwrite(io, log->fd, log->enc, (size_t)total, a->size);
+    enc_trim(log);
+    if (rv != 0) {
         log->st.append_failures++;
         int trv = io->ops->ftruncate(io, log->fd, a->size);
         if (trv != 0) {
@@ -438,6 +495,7 @@ int fx_dlog_sync(fx_dlog *log, uint64_t *pdurable)
         log->durable = target;
         log->synced_size = size;
         log->st.syncs++;
+        dl_write_point(log, size);
     }
     if (pdurable != NULL)
         *pdurable = log->durable;
@@ -755,6 +813,34 @@ uint64_t fx_dlog_bytes_on_disk(const fx_dlog *log)
     for (size_t i = 0; i < log->nsegs; i++)
         b += log->segs[i].size + dl_seg_idx_bytes(&log->segs[i]);
     return b;
+}
+
+size_t fx_dlog_buffer_bytes(const fx_dlog *log)
+{
+    const dl_seg *a = &log->segs[log->nsegs - 1];
+    return log->enc_cap + a->idx_cap * sizeof(*a->idx);
+}
+
+/* What preallocation holds of a segment of |size| bytes and not written. */
+static uint64_t reserved(const fx_dlog *log, uint64_t size)
+{
+    return log->cfg.preallocate && size < log->cfg.segment_bytes ? log->cfg.segment_bytes - size
+                                                                 : 0;
+}
+
+uint64_t fx_dlog_disk_bytes(const fx_dlog *log)
+{
+    return fx_dlog_bytes_on_disk(log) + reserved(log, log->segs[log->nsegs - 1].size);
+}
+
+uint64_t fx_dlog_disk_bytes_after(const fx_dlog *log, uint64_t bytes)
+{
+    const dl_seg *a = &log->segs[log->nsegs - 1];
+    /* fx_dlog_append's roll rule; sealing cuts the old segment's reservation. */
+    if (a->next > a->base && a->size + bytes > log->cfg.segment_bytes)
+        return fx_dlog_bytes_on_disk(log) + FX_SEG_HEADER_LEN + FX_IDX_HEADER_LEN + bytes +
+               reserved(log, FX_SEG_HEADER_LEN + bytes);
+    return fx_dlog_bytes_on_disk(log) + bytes + reserved(log, a->size + bytes);
 }
 
 size_t fx_dlog_segment_count(const fx_dlog *log)

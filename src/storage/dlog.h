@@ -59,7 +59,7 @@ typedef struct fx_dlog_recovery {
 typedef struct fx_dlog_stats {
     uint64_t append_batches, append_records, append_bytes, append_failures;
     uint64_t syncs, sync_failures;
-    uint64_t rolls, roll_failures, index_write_failures;
+    uint64_t rolls, roll_failures, index_write_failures, point_write_failures;
     uint64_t read_records, read_bytes;
     uint64_t retention_segments_deleted, retention_bytes_reclaimed, retention_failures;
 } fx_dlog_stats;
@@ -162,6 +162,26 @@ int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64
 uint64_t fx_dlog_first_offset(const fx_dlog *log);
 uint64_t fx_dlog_next_offset(const fx_dlog *log);
 uint64_t fx_dlog_durable_offset(const fx_dlog *log);
+
+/* The encoding buffer a log keeps between appends: an append larger than
+ * this encodes into a buffer that is freed once it is written, so one large
+ * append does not pin its size for the log's life. */
+#define FX_DLOG_ENC_KEEP_BYTES (256u << 10)
+
+/* Bytes of memory the log holds for appends between calls: the encoding
+ * buffer (at most FX_DLOG_ENC_KEEP_BYTES after any append) and the active
+ * segment's sparse index (16 bytes per index_spacing_bytes of it). */
+size_t fx_dlog_buffer_bytes(const fx_dlog *log);
+
+/* The bytes the log takes on disk as the quotas count them: its segment and
+ * index files plus, with preallocate, what is reserved and not yet written
+ * of the active segment (segment_bytes in all). */
+uint64_t fx_dlog_disk_bytes(const fx_dlog *log);
+
+/* fx_dlog_disk_bytes after an append made now of |bytes| bytes of records
+ * (28-byte headers included), a rollover before it included; the index
+ * entries it adds are not (at most 16 bytes per index_spacing_bytes). */
+uint64_t fx_dlog_disk_bytes_after(const fx_dlog *log, uint64_t bytes);
 
 /* Bytes of the segment and index files (logical sizes, preallocation not
  * counted), the number of segments, and appended bytes not yet flushed. */

@@ -58,6 +58,9 @@ struct fx_dlog {
     bool idx_broken;      /* an index write failed: rewrite it whole at seal */
     uint64_t durable;     /* offsets below are flushed */
     uint64_t synced_size; /* active segment bytes covered by the last flush */
+    uint32_t point;       /* the durable point word last written to the active segment */
+    bool point_warned;    /* a failed point write was logged since the open */
+    bool point_dirty;     /* a point word was written since the open: a clean close flushes it */
     bool failed;
     uint8_t *enc;
     size_t enc_cap;
@@ -87,6 +90,12 @@ int dl_seg_push(fx_dlog *log, uint64_t id, uint64_t base, dl_seg **ps);
  * and log->ifd and pushes its slot. On failure both files are removed and
  * the log is unchanged. */
 int dl_create_segment(fx_dlog *log, uint64_t id, uint64_t base, uint64_t now_us);
+
+/* Records |synced_len| as the durable point of the active segment (its
+ * header's reserved word) once a completed fdatasync covers that many
+ * bytes; the write rides on the next flush. A failed write is counted and
+ * logged (once per open), never fatal: an older point is safe. */
+void dl_write_point(fx_dlog *log, uint64_t synced_len);
 
 /* Rewrites the whole index file of |s| from its in-memory entries through
  * handle |ifd| (header + entries, cut to length) and flushes it. */

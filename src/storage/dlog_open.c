@@ -3,10 +3,13 @@
  * that does not continue its predecessor), checks every sealed segment (the
  * part after its last index entry, or all of it with verify_all_on_open or
  * when the index is missing or inconsistent, which also rebuilds the index),
- * scans the active segment fully and cuts a torn tail. Damage anywhere else
- * refuses the open, naming stream, directory, file and byte position, unless
- * repair is requested: then the log is cut at the first bad record and what
- * was dropped is reported. Runs inside fx_dlog_open, on the opening thread.
+ * scans the active segment fully and cuts a torn tail: anything that does
+ * not decode after the segment's durable point (format.h), or without one
+ * (the original's segments) a partial last record or zeros a power cut
+ * left. Damage anywhere else, before the point included, refuses the
+ * open, naming stream, directory, file and byte position, unless repair is
+ * requested: then the log is cut at the first bad record and what was
+ * dropped is reported. Runs inside fx_dlog_open, on the opening thread.
  * Also the segment listing and the sparse-index seek that the log's
  * recovery and the replay readers (src/broker/replay.c) share. */
 #include <errno.h>
@@ -386,6 +389,9 @@ static int activate(fx_dlog *log, dl_seg *s)
     }
     if ((rv = log->io->ops->fdatasync(log->io, log->fd)) != 0)
         return dl_fail(log, rv, "flushing %s: %s", path, fx_strerror(rv));
+    /* Everything recovered is on the disk now: that is the durable point. */
+    log->point = 0;
+    dl_write_point(log, s->size);
     store_index(log, s, &log->ifd);
     log->idx_broken = log->ifd < 0;
     log->rule = (fx_idx_rule){.spacing = log->cfg.index_spacing_bytes,
@@ -450,19 +456,103 @@ static bool zero_tail(fx_dlog *log, int fd, uint64_t pos, uint64_t size)
     return true;
 }
 
-/* Applies the verdict of the full scan of the active segment. */
+/* Whether a segment's header never reached the disk: the file is shorter
+ * than a header, or all zeros (its length did, its data did not). Records
+ * are appended only after the header's flush, so such a file holds none. */
+static bool never_written(fx_dlog *log, int fd, uint64_t size)
+{
+    return size < FX_SEG_HEADER_LEN || zero_tail(log, fd, 0, size);
+}
+
+/* The unit a file system writes back (a page): a power cut can zero whole
+ * blocks of an append, never part of one. */
+#define FS_BLOCK 4096u
+
+/* The first block boundary after |lo| from which every byte of |fd| up to
+ * |size| is zero (|size| when the last block is not), read backwards from
+ * the end one block at a time; an unreadable block counts as not zero. */
+static uint64_t zero_blocks_from(fx_dlog *log, int fd, uint64_t lo, uint64_t size)
+{
+    uint64_t b = (size - 1) / FS_BLOCK * FS_BLOCK;
+    uint64_t from = size;
+    while (b > lo && zero_tail(log, fd, b, from)) {
+        from = b;
+        b -= FS_BLOCK;
+    }
+    return from;
+}
+
+/* Without a durable point (a segment of the original's): whether the bad
+ * record at sc->end_pos is what a power cut leaves when the file's length
+ * reached the disk before its data: zeros from a block boundary inside the
+ * record to the end of the file, nothing written after them. */
+static bool zero_blocks_tail(fx_dlog *log, int fd, const fx_scan *sc, uint64_t size)
+{
+    uint64_t reach = sc->end_pos + FX_REC_HEADER_LEN;
+    if (sc->status == FX_REC_CRC)
+        reach += sc->bad.len;
+    else if (sc->status != FX_REC_HEADER_CRC)
+        return false;
+    if (size <= sc->end_pos)
+        return false;
+    uint64_t from = zero_blocks_from(log, fd, sc->end_pos, size);
+    return from < size && from < reach;
+}
+
+/* Whether the damage the scan stopped at is a torn tail. With a durable
+ * point (|point| > 0) anything from the point on is: those bytes were never
+ * covered by a completed flush, so never acknowledged under on_commit.
+ * Without one, a partial last record, or zeros a file system left. */
+static bool tail_is_torn(fx_dlog *log, int fd, uint64_t size, const fx_scan *sc, uint64_t point)
+{
+    if (point > 0)
+        return sc->end_pos >= point;
+    return sc->status == FX_REC_TRUNCATED ||
+           (sc->status == FX_REC_HEADER_CRC && zero_tail(log, fd, sc->end_pos, size)) ||
+           zero_blocks_tail(log, fd, sc, size);
+}
+
+/* Lowers the durable point of segment |fd| to |len| before a repair cuts
+ * below it (a lower point is safe at any time; the cut's flush makes both
+ * durable). */
+static int lower_point(fx_dlog *log, int fd, uint64_t len)
+{
+    uint8_t b[4];
+    fx_be32_put(b, fx_logfmt_point_encode(len));
+    int rv = log->io->ops->pwrite(log->io, fd, b, sizeof(b), FX_SEG_POINT_POS);
+    return rv == 0 ? 0 : dl_fail(log, rv, "writing the durable point: %s", fx_strerror(rv));
+}
+
+/* A segment shorter than its durable point lost flushed bytes: corruption,
+ * or with repair the point comes down to what is left. */
+static int settle_short(fx_dlog *log, uint64_t id, int fd, uint64_t size, const fx_scan *sc,
+                        uint64_t point, fx_dlog_recovery *rep)
+{
+    char what[160];
+    snprintf(what, sizeof(what), "segment ends before its durable point %" PRIu64, point);
+    int rv = corrupt(log, id, size, what);
+    if (!log->cfg.repair)
+        return rv;
+    if ((rv = lower_point(log, fd, size)) != 0 || (rv = cut(log, fd, size)) != 0)
+        return rv;
+    rep->repaired = true;
+    rep->dropped_from = sc->next_offset;
+    return 0;
+}
+
+/* Applies the verdict of the full scan of the active segment, whose header
+ * holds durable point |point| (0: none). */
 static int settle_tail(fx_dlog *log, uint64_t id, int fd, uint64_t size, const fx_scan *sc,
-                       fx_dlog_recovery *rep)
+                       uint64_t point, fx_dlog_recovery *rep)
 {
     if (sc->status == FX_REC_OK)
-        return 0;
-    bool torn = sc->status == FX_REC_TRUNCATED ||
-                (sc->status == FX_REC_HEADER_CRC && zero_tail(log, fd, sc->end_pos, size));
+        return point > size ? settle_short(log, id, fd, size, sc, point, rep) : 0;
+    bool torn = tail_is_torn(log, fd, size, sc, point);
     bool fix = torn || (log->cfg.repair_checksum_tail && tail_repairable(sc, size));
     if (!fix && !log->cfg.repair)
         return corrupt_scan(log, id, sc);
-    int rv = cut(log, fd, sc->end_pos);
-    if (rv != 0)
+    int rv = point > sc->end_pos ? lower_point(log, fd, sc->end_pos) : 0;
+    if (rv != 0 || (rv = cut(log, fd, sc->end_pos)) != 0)
         return rv;
     uint64_t dropped = size - sc->end_pos;
     char file[FX_LOGFMT_FILE_NAME_MAX];
@@ -472,8 +562,8 @@ static int settle_tail(fx_dlog *log, uint64_t id, int fd, uint64_t size, const f
         FX_LOG_WARN(
             "storage",
             "stream=%s repaired a torn tail in the active segment: file=%s position=%" PRIu64
-            " discarded_bytes=%" PRIu64 " cause=%s",
-            log->label, file, sc->end_pos, dropped, fx_logfmt_rec_status_name(sc->status));
+            " discarded_bytes=%" PRIu64 " cause=%s durable_point=%" PRIu64,
+            log->label, file, sc->end_pos, dropped, fx_logfmt_rec_status_name(sc->status), point);
     } else {
         rep->repaired = true;
         rep->dropped_bytes += dropped;
@@ -499,7 +589,7 @@ static int open_active(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, uint64_
         return dl_fail(log, rv, "opening %s: %s", path, fx_strerror(rv));
     if ((rv = io->ops->fsize(io, fd, &size)) != 0)
         goto err_close;
-    if (size < FX_SEG_HEADER_LEN && log->nsegs == 0 && id == 0) {
+    if (log->nsegs == 0 && id == 0 && never_written(log, fd, size)) {
         /* The very first segment never got its header: no record was ever
          * written; start over. */
         io->ops->close(io, fd);
@@ -537,7 +627,10 @@ static int open_active(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, uint64_
     fx_scan sc;
     if ((rv = full_scan(log, fd, s, size, &sc, &log->rule)) != 0)
         goto err_close;
-    if ((rv = settle_tail(log, id, fd, size, &sc, rep)) != 0)
+    uint64_t point = 0;
+    if (!fx_logfmt_point_decode(h.point, &point))
+        point = 0;
+    if ((rv = settle_tail(log, id, fd, size, &sc, point, rep)) != 0)
         goto err_close;
     s->size = sc.end_pos;
     s->next = sc.next_offset;
@@ -546,6 +639,22 @@ static int open_active(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, uint64_
     return activate(log, s);
 err_close:
     io->ops->close(io, fd);
+    return rv;
+}
+
+/* Whether the header of segment |id| never reached the disk (never_written). */
+static int header_unwritten(fx_dlog *log, uint64_t id, bool *punwritten)
+{
+    char path[PATH_MAX];
+    dl_path(log, id, false, path);
+    int fd;
+    uint64_t size = 0;
+    int rv = log->io->ops->open(log->io, path, FX_SIO_READ, &fd);
+    if (rv != 0)
+        return dl_fail(log, rv, "opening %s: %s", path, fx_strerror(rv));
+    if ((rv = log->io->ops->fsize(log->io, fd, &size)) == 0)
+        *punwritten = never_written(log, fd, size);
+    log->io->ops->close(log->io, fd);
     return rv;
 }
 
@@ -596,9 +705,10 @@ int dl_recover(fx_dlog *log, uint64_t now_us, fx_dlog_recovery *rep)
     if ((rv = fx_dlog_list_segments(log->io, log->dir, &l.v, &l.n)) != 0)
         return dl_fail(log, rv, "listing %s: %s", log->dir, fx_strerror(rv));
     l.cap = l.n;
-    uint64_t size = 0;
-    /* A newest segment without a full header is an unfinished rollover. */
-    while (l.n > 1 && (rv = file_size(log, l.v[l.n - 1], &size)) == 0 && size < FX_SEG_HEADER_LEN) {
+    bool unwritten = false;
+    /* A newest segment whose header never reached the disk is an unfinished
+     * rollover. */
+    while (l.n > 1 && (rv = header_unwritten(log, l.v[l.n - 1], &unwritten)) == 0 && unwritten) {
         if ((rv = remove_segment(log, l.v[l.n - 1])) != 0)
             break;
         rep->abandoned_segments++;

@@ -29,7 +29,7 @@ void fx_logfmt_seg_header_encode(uint8_t out[FX_SEG_HEADER_LEN], const fx_seg_he
     fx_be64_put(out + 8, h->base_offset);
     fx_be64_put(out + 16, h->created_us);
     fx_be32_put(out + 24, fx_logfmt_crc(0, out, 24));
-    fx_be32_put(out + 28, 0);
+    fx_be32_put(out + FX_SEG_POINT_POS, h->point);
 }
 
 int fx_logfmt_seg_header_decode(const uint8_t *p, size_t n, fx_seg_header *h, char *why,
@@ -57,9 +57,47 @@ int fx_logfmt_seg_header_decode(const uint8_t *p, size_t n, fx_seg_header *h, ch
     else {
         h->base_offset = fx_be64_get(p + 8);
         h->created_us = fx_be64_get(p + 16);
+        h->point = fx_be32_get(p + FX_SEG_POINT_POS);
         return 0;
     }
     return FX_ESTORAGE_CORRUPT;
+}
+
+/* ---- durable point ------------------------------------------------------ */
+
+#define POINT_MANT_BITS 20
+#define POINT_EXP_MAX 15
+
+/* The check byte of the three value bytes of a point word. */
+static uint8_t point_check(uint32_t w)
+{
+    uint8_t b[3] = {(uint8_t)(w >> 24), (uint8_t)(w >> 16), (uint8_t)(w >> 8)};
+    return (uint8_t)fx_logfmt_crc(0x46445054u /* "FDPT" */, b, sizeof(b));
+}
+
+uint32_t fx_logfmt_point_encode(uint64_t synced_len)
+{
+    unsigned e = 0;
+    uint64_t m = synced_len;
+    while (m >= (1ull << POINT_MANT_BITS) && e < POINT_EXP_MAX) {
+        m >>= 1;
+        e++;
+    }
+    if (m >= (1ull << POINT_MANT_BITS))
+        m = (1ull << POINT_MANT_BITS) - 1; /* beyond 32 GiB: the largest point, still below */
+    uint32_t w = (uint32_t)e << 28 | (uint32_t)m << 8;
+    return w | point_check(w);
+}
+
+bool fx_logfmt_point_decode(uint32_t w, uint64_t *plen)
+{
+    if ((uint8_t)w != point_check(w))
+        return false;
+    uint64_t len = (uint64_t)(w >> 8 & ((1u << POINT_MANT_BITS) - 1)) << (w >> 28);
+    if (len < FX_SEG_HEADER_LEN)
+        return false;
+    *plen = len;
+    return true;
 }
 
 /* ---- records ------------------------------------------------------------ */

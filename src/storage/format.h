@@ -37,17 +37,38 @@ uint32_t fx_logfmt_crc(uint32_t crc, const void *p, size_t n);
 typedef struct fx_seg_header {
     uint64_t base_offset;
     uint64_t created_us;
+    uint32_t point; /* bytes 28..32, the original's reserved word: a durable point or 0 */
 } fx_seg_header;
+
+/* Byte offset of the durable point in a segment file (the reserved word of
+ * the header, written 0 and never read by the original). */
+#define FX_SEG_POINT_POS 28
 
 /* Writes the 32-byte header for |h| into |out|. */
 void fx_logfmt_seg_header_encode(uint8_t out[FX_SEG_HEADER_LEN], const fx_seg_header *h);
 
 /* Decodes |n| bytes at |p| into |*h|, checking in order: length, magic,
- * version, flags, checksum (the reserved word is not checked). Returns 0, or
+ * version, flags, checksum (the reserved word is not checked: it is returned
+ * in h->point as it is). Returns 0, or
  * FX_ESTORAGE_CORRUPT with the reason in |why| (as the original words it:
  * "bad segment magic 0x...", "unsupported segment version N", ...). */
 int fx_logfmt_seg_header_decode(const uint8_t *p, size_t n, fx_seg_header *h, char *why,
                                 size_t whylen);
+
+/* ---- durable point ------------------------------------------------------ */
+
+/* The durable point of a segment: its length up to which every byte was
+ * covered by a completed fdatasync, kept in the header's reserved word. 32
+ * bits: a 4-bit exponent e, a 20-bit mantissa m (the point is m << e: exact
+ * below 1 MiB, rounded down to 20 significant bits above, at most 32 GiB)
+ * and an 8-bit check (a CRC-32 of the other three bytes with a seed of its
+ * own, low byte) so that a damaged word, or the original's 0, reads as no
+ * point. Rounding down only makes the point older, which is safe. */
+uint32_t fx_logfmt_point_encode(uint64_t synced_len);
+
+/* Decodes word |w|: true and |*plen| (at least the header's 32 bytes) for a
+ * point, false for none (0, a failed check, or a length below 32). */
+bool fx_logfmt_point_decode(uint32_t w, uint64_t *plen);
 
 /* ---- records ------------------------------------------------------------ */
 

@@ -12,6 +12,11 @@
 
 #include "base/grow.h"
 
+/* By default a page the file system writes back as a unit, and a sector the
+ * device writes whole or not at all (fx_memio_set_tear_unit). */
+#define TEAR_BLOCK 4096u
+#define TEAR_SECTOR 512u
+
 typedef struct image {
     uint8_t *p;
     size_t len;
@@ -53,6 +58,8 @@ struct fx_memio {
     int fail_err[FX_MEMIO_NOPS];
     unsigned fail_count[FX_MEMIO_NOPS];
     char fail_suffix[64]; /* injected failures only for paths ending so; "" all */
+    size_t tear_block;    /* appended bytes persist per block of this size */
+    size_t tear_sector;   /* overwritten bytes persist per sector of this size */
     /* fx_memio_hold_next_sync: the only state another thread touches. */
     pthread_mutex_t hold_mu;
     pthread_cond_t hold_cv;
@@ -583,6 +590,37 @@ static int m_stat(fx_sio *io, const char *path, bool *pis_dir)
     return 0;
 }
 
+/* Removes |path| and, for a directory, everything under it, depth first,
+ * through the counted (and failing) unlink and rmdir, as the POSIX layer
+ * does it. */
+static int m_remove_tree(fx_sio *io, const char *path)
+{
+    fx_memio *m = (fx_memio *)io;
+    int rv = gate(m, FX_MEMIO_NOPS);
+    if (rv != 0)
+        return rv;
+    int ino = strcmp(path, "/") == 0 ? -1 : lookup(m, path);
+    if (ino < 0)
+        return strcmp(path, "/") == 0 ? -EBUSY : -ENOENT;
+    if (!m->inodes[ino].is_dir)
+        return m_unlink(io, path);
+    size_t n = 0;
+    char **kids = calloc(m->cur.n + 1, sizeof(*kids));
+    if (kids == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < m->cur.n; i++) {
+        if (is_child(m->cur.v[i].path, path) && (kids[n++] = strdup(m->cur.v[i].path)) == NULL)
+            rv = -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (rv == 0 && (rv = m_remove_tree(io, kids[i])) == -ENOENT)
+            rv = 0;
+        free(kids[i]);
+    }
+    free(kids);
+    return rv != 0 ? rv : m_rmdir(io, path);
+}
+
 static const fx_sio_ops MEM_OPS = {
     .open = m_open,
     .close = m_close,
@@ -599,6 +637,7 @@ static const fx_sio_ops MEM_OPS = {
     .sync_dir = m_sync_dir,
     .list = m_list,
     .stat = m_stat,
+    .remove_tree = m_remove_tree,
 };
 
 /* ---- public ------------------------------------------------------------- */
@@ -610,6 +649,8 @@ int fx_memio_new(fx_memio **pm)
         return -ENOMEM;
     m->base.ops = &MEM_OPS;
     m->crash_at = UINT64_MAX;
+    m->tear_block = TEAR_BLOCK;
+    m->tear_sector = TEAR_SECTOR;
     pthread_mutex_init(&m->hold_mu, NULL);
     pthread_cond_init(&m->hold_cv, NULL);
     *pm = m;
@@ -708,24 +749,114 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* The length a file keeps at a power cut: its synced image, plus with a seed
- * a random part of bytes appended since. */
-static size_t kept_len(const inode *in, uint64_t *seed)
+/* What of a file's unsynced contents one power cut leaves (memio.h). */
+typedef struct tear {
+    fx_memio_tear model;
+    size_t block, sector;
+    uint64_t *seed;
+    size_t keep;        /* block |i| of the unsynced range persists if keep > i ... */
+    size_t hole;        /* ... but not this one (SIZE_MAX: none); ZERO_BLOCKS */
+    size_t first_block; /* index of the first block holding appended bytes */
+} tear;
+
+/* The length the file has after the cut: a truncation or an extension not
+ * yet synced reaches the disk or not (the prefix and reorder models also
+ * keep any length in between for an extension). */
+static size_t torn_len(const inode *in, tear *t)
 {
-    if (*seed == 0 || in->cur.len <= in->dur.len ||
-        (in->dur.len > 0 && memcmp(in->cur.p, in->dur.p, in->dur.len) != 0))
-        return in->dur.len;
-    return in->dur.len + (size_t)(splitmix(seed) % (in->cur.len - in->dur.len + 1));
+    size_t d = in->dur.len, c = in->cur.len;
+    if (c < d)
+        return splitmix(t->seed) & 1 ? c : d;
+    if (t->model == FX_MEMIO_TEAR_ZERO_BLOCKS)
+        return c;
+    return d + (size_t)(splitmix(t->seed) % (c - d + 1));
 }
 
-void fx_memio_crash(fx_memio *m, uint64_t torn_seed)
+/* Whether the unsynced appended block |b| (absolute block index) reached the
+ * disk. */
+static bool block_persists(tear *t, size_t b)
 {
-    uint64_t seed = torn_seed;
+    size_t i = b - t->first_block;
+    switch (t->model) {
+    case FX_MEMIO_TEAR_PREFIX:
+        return true; /* the length decides */
+    case FX_MEMIO_TEAR_ZERO_BLOCKS:
+        return i < t->keep && i != t->hole;
+    case FX_MEMIO_TEAR_REORDER:
+        return splitmix(t->seed) & 1;
+    }
+    return false;
+}
+
+/* Builds in |out| (already sized |len|, holding the synced image and zeros
+ * past it) what a power cut leaves of |in|: overwritten bytes below the
+ * synced length persist per sector, appended bytes per block as the model
+ * says; a block that did not persist reads as its old contents (zeros
+ * where the synced image had none, as an unwritten extent reads). */
+static void tear_contents(const inode *in, tear *t, uint8_t *out, size_t len)
+{
+    size_t d = in->dur.len, c = in->cur.len;
+    size_t over = d < c ? d : c;
+    over = over < len ? over : len;
+    for (size_t s = 0; s < over; s += t->sector) {
+        size_t n = over - s < t->sector ? over - s : t->sector;
+        if (memcmp(in->cur.p + s, in->dur.p + s, n) != 0 && (splitmix(t->seed) & 1))
+            memcpy(out + s, in->cur.p + s, n);
+    }
+    size_t app_end = c < len ? c : len;
+    if (app_end <= d)
+        return;
+    size_t bs = t->block;
+    t->first_block = d / bs;
+    size_t nblocks = (app_end - 1) / bs + 1 - t->first_block;
+    t->keep = (size_t)(splitmix(t->seed) % (nblocks + 1));
+    t->hole =
+        t->keep > 0 && (splitmix(t->seed) & 1) ? (size_t)(splitmix(t->seed) % t->keep) : SIZE_MAX;
+    for (size_t b = t->first_block; b * bs < app_end; b++) {
+        size_t from = b * bs > d ? b * bs : d;
+        size_t to = (b + 1) * bs < app_end ? (b + 1) * bs : app_end;
+        if (block_persists(t, b))
+            memcpy(out + from, in->cur.p + from, to - from);
+    }
+}
+
+/* Replaces the synced image of |in| by what a torn power cut leaves. */
+static int tear_inode(const fx_memio *m, inode *in, fx_memio_tear model, uint64_t *seed)
+{
+    bool changed = in->cur.len != in->dur.len ||
+                   (in->dur.len > 0 && memcmp(in->cur.p, in->dur.p, in->dur.len) != 0);
+    if (!changed)
+        return 0;
+    tear t = {.model = model,
+              .block = m->tear_block,
+              .sector = m->tear_sector,
+              .seed = seed,
+              .hole = SIZE_MAX};
+    size_t len = torn_len(in, &t);
+    image out = {0};
+    int rv = image_reserve(&out, len);
+    if (rv != 0)
+        return rv;
+    size_t old = in->dur.len < len ? in->dur.len : len;
+    if (old > 0)
+        memcpy(out.p, in->dur.p, old);
+    if (len > old)
+        memset(out.p + old, 0, len - old);
+    out.len = len;
+    tear_contents(in, &t, out.p, len);
+    free(in->dur.p);
+    in->dur = out;
+    return 0;
+}
+
+void fx_memio_crash_torn(fx_memio *m, fx_memio_tear model, uint64_t seed)
+{
+    uint64_t s = seed;
     for (size_t i = 0; i < m->ninodes; i++) {
         inode *in = &m->inodes[i];
-        size_t keep = kept_len(in, &seed);
-        if (keep > in->dur.len)
-            (void)image_copy(&in->dur, &in->cur, keep); /* on -ENOMEM: the synced image */
+        /* On -ENOMEM the file keeps its synced image: a cut that tore nothing. */
+        if (seed != 0 && !in->is_dir)
+            (void)tear_inode(m, in, model, &s);
         (void)image_copy(&in->cur, &in->dur, in->dur.len);
         in->reserved = 0;
     }
@@ -736,6 +867,17 @@ void fx_memio_crash(fx_memio *m, uint64_t torn_seed)
         m->handles[h] = -1;
     m->down = false;
     m->crash_at = UINT64_MAX;
+}
+
+void fx_memio_set_tear_unit(fx_memio *m, size_t block, size_t sector)
+{
+    m->tear_block = block > 0 ? block : TEAR_BLOCK;
+    m->tear_sector = sector > 0 ? sector : TEAR_SECTOR;
+}
+
+void fx_memio_crash(fx_memio *m, uint64_t torn_seed)
+{
+    fx_memio_crash_torn(m, FX_MEMIO_TEAR_PREFIX, torn_seed);
 }
 
 static inode *path_inode(fx_memio *m, const char *path)

@@ -2,7 +2,8 @@
  * and of the directory tree: what the process sees, and what a completed
  * fdatasync (for file contents) or directory sync (for names) has made
  * durable. fx_memio_crash() is a power cut: everything not yet covered by a
- * completed sync is discarded. Errors can be injected per call kind (EIO,
+ * completed sync is discarded, or torn the ways a real file system tears
+ * it (fx_memio_tear). Errors can be injected per call kind (EIO,
  * ENOSPC, ...), a capacity makes writes fail with ENOSPC once the "disk" is
  * full, and fx_memio_crash_after() makes the n-th next call and all later
  * ones fail, so a crash can land between any two system calls.
@@ -67,11 +68,43 @@ void fx_memio_crash_after(fx_memio *m, uint64_t n);
 /* Whether a crash_after point has been reached. */
 bool fx_memio_is_down(const fx_memio *m);
 
+/* How a power cut tears the bytes written since a file's last fdatasync.
+ * In every model an in-place overwrite below the synced length persists
+ * per 512-byte sector (a sector is written whole or not at all, as devices
+ * guarantee; a page is not), and a truncation or an extension not yet
+ * synced reaches the disk or not. For the appended bytes, in 4 KiB blocks
+ * (pages written back as a unit; a block that does not persist reads as its
+ * old contents, zeros past the synced length, as an unwritten extent does):
+ *   PREFIX       a random prefix of them persists (the length anywhere
+ *                between the synced one and the current one);
+ *   ZERO_BLOCKS  the length is kept (the size update reached the journal
+ *                first, as ext4 and XFS do with preallocated extents); a
+ *                random number of leading blocks persist, the rest read as
+ *                zeros, and one block among those may be zero too;
+ *   REORDER      blocks are written out of order: each persists or not, at
+ *                random, and the length is anywhere in between. */
+typedef enum fx_memio_tear {
+    FX_MEMIO_TEAR_PREFIX,
+    FX_MEMIO_TEAR_ZERO_BLOCKS,
+    FX_MEMIO_TEAR_REORDER,
+} fx_memio_tear;
+
 /* Simulates a power cut: every open handle is gone, every file's contents go
  * back to its last fdatasync image and the directory tree to its last synced
- * state. With |torn_seed| non-zero, a file whose unsynced contents only
- * appended to its synced image keeps a pseudo-random prefix of the appended
- * bytes (a torn write), chosen from the seed. */
+ * state. With |seed| non-zero, the unsynced contents of each file are torn
+ * as |model| says, pseudo-randomly from the seed (directory entries are
+ * never torn: a name is durable after its directory sync only). */
+void fx_memio_crash_torn(fx_memio *m, fx_memio_tear model, uint64_t seed);
+
+/* Sets the units of fx_memio_crash_torn: |block| bytes for appended data
+ * (default 4096), |sector| bytes for overwrites (default 512); 0 restores a
+ * default. Tests whose files are a few KiB scale them down so that one
+ * unsynced stretch spans several blocks, as it does on a disk with larger
+ * files. */
+void fx_memio_set_tear_unit(fx_memio *m, size_t block, size_t sector);
+
+/* fx_memio_crash_torn(m, FX_MEMIO_TEAR_PREFIX, torn_seed): with a zero seed
+ * nothing unsynced survives. */
 void fx_memio_crash(fx_memio *m, uint64_t torn_seed);
 
 /* Number of calls made so far (all kinds). */

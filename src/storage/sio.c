@@ -1,6 +1,9 @@
 /* The POSIX fx_sio (plain system calls on the local file system) and the
  * helpers built on any fx_sio: mkdir -p, whole-file read, atomic replace,
- * directory removal. Stateless; any thread. */
+ * directory removal. Files are created 0600 and directories 0700, and no
+ * call follows a symbolic link where the storage code names a file or a
+ * stream directory (O_NOFOLLOW, lstat, removal through openat/unlinkat
+ * relative to directory fds). Stateless; any thread. */
 #include "storage/sio.h"
 
 #include <dirent.h>
@@ -13,18 +16,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Writes the parent directory of |path| into |out| ("." when none). */
+static void parent_of(const char *path, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL) {
+        snprintf(out, cap, ".");
+    } else if (slash == path) {
+        snprintf(out, cap, "/");
+    } else {
+        snprintf(out, cap, "%.*s", (int)(slash - path), path);
+    }
+}
+
 /* ---- POSIX implementation ---------------------------------------------- */
 
 static int px_open(fx_sio *io, const char *path, fx_sio_mode mode, int *pfd)
 {
-    int flags = O_CLOEXEC;
+    int flags = O_CLOEXEC | O_NOFOLLOW;
     if (mode == FX_SIO_READ)
         flags |= O_RDONLY;
     else if (mode == FX_SIO_WRITE)
         flags |= O_RDWR;
     else
         flags |= O_RDWR | O_CREAT | O_EXCL;
-    int fd = open(path, flags, 0644);
+    int fd = open(path, flags, 0600);
     if (fd < 0)
         return -errno;
     *pfd = fd;
@@ -106,7 +122,7 @@ static int px_unlink(fx_sio *io, const char *path)
 
 static int px_mkdir(fx_sio *io, const char *path)
 {
-    return mkdir(path, 0755) == 0 ? 0 : -errno;
+    return mkdir(path, 0700) == 0 ? 0 : -errno;
 }
 
 static int px_rmdir(fx_sio *io, const char *path)
@@ -124,22 +140,60 @@ static int px_sync_dir(fx_sio *io, const char *path)
     return rv;
 }
 
+static bool is_dot(const char *name)
+{
+    return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+}
+
+/* Whether entry |name| of directory |dfd| is a directory; a symbolic link
+ * never is. -ENOENT when it has gone. */
+static int entry_is_dir(int dfd, const struct dirent *e, bool *pis_dir)
+{
+    if (e->d_type != DT_UNKNOWN) {
+        *pis_dir = e->d_type == DT_DIR;
+        return 0;
+    }
+    struct stat st;
+    if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
+    *pis_dir = S_ISDIR(st.st_mode);
+    return 0;
+}
+
+/* Opens directory |name| of |dfd| (AT_FDCWD: a path) for reading, never
+ * through a symbolic link. */
+static DIR *open_dir_at(int dfd, const char *name)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return d;
+}
+
 static int px_list(fx_sio *io, const char *path, fx_sio_list_cb cb, void *user)
 {
-    DIR *d = opendir(path);
+    DIR *d = open_dir_at(AT_FDCWD, path);
     if (d == NULL)
         return -errno;
     int rv = 0;
     struct dirent *e;
     while (rv == 0 && (errno = 0, e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        if (is_dot(e->d_name))
             continue;
-        bool is_dir = e->d_type == DT_DIR;
-        if (e->d_type == DT_UNKNOWN) {
-            struct stat st;
-            is_dir = fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+        bool is_dir = false;
+        rv = entry_is_dir(dirfd(d), e, &is_dir);
+        if (rv == -ENOENT) {
+            rv = 0; /* gone since readdir */
+            continue;
         }
-        rv = cb(user, e->d_name, is_dir);
+        if (rv == 0)
+            rv = cb(user, e->d_name, is_dir);
     }
     if (rv == 0 && e == NULL && errno != 0)
         rv = -errno;
@@ -150,10 +204,76 @@ static int px_list(fx_sio *io, const char *path, fx_sio_list_cb cb, void *user)
 static int px_stat(fx_sio *io, const char *path, bool *pis_dir)
 {
     struct stat st;
-    if (stat(path, &st) != 0)
+    if (lstat(path, &st) != 0)
         return -errno;
     *pis_dir = S_ISDIR(st.st_mode);
     return 0;
+}
+
+/* Nesting remove_tree goes into before it gives up (-ENOTEMPTY): a stream
+ * directory holds only files, so this bounds the descriptors and the stack
+ * a planted tree could make it use. */
+#define RM_DEPTH_MAX 16
+
+static int rm_entry(int dfd, const char *name, bool is_dir, int depth);
+
+/* Removes every entry of the open directory |d| (closed by the caller). */
+static int rm_children(DIR *d, int depth)
+{
+    int rv = 0;
+    struct dirent *e;
+    while (rv == 0 && (errno = 0, e = readdir(d)) != NULL) {
+        if (is_dot(e->d_name))
+            continue;
+        bool is_dir = false;
+        rv = entry_is_dir(dirfd(d), e, &is_dir);
+        if (rv == 0)
+            rv = rm_entry(dirfd(d), e->d_name, is_dir, depth);
+        if (rv == -ENOENT)
+            rv = 0; /* gone since readdir */
+    }
+    if (rv == 0 && e == NULL && errno != 0)
+        rv = -errno;
+    return rv;
+}
+
+/* Removes entry |name| of directory |dfd|: a directory after its entries,
+ * anything else (a symbolic link included) by unlinking the name itself. */
+static int rm_entry(int dfd, const char *name, bool is_dir, int depth)
+{
+    if (!is_dir)
+        return unlinkat(dfd, name, 0) == 0 ? 0 : -errno;
+    if (depth >= RM_DEPTH_MAX)
+        return -ENOTEMPTY;
+    DIR *d = open_dir_at(dfd, name);
+    if (d == NULL && (errno == ELOOP || errno == ENOTDIR))
+        return unlinkat(dfd, name, 0) == 0 ? 0 : -errno; /* replaced since it was listed */
+    if (d == NULL)
+        return -errno;
+    int rv = rm_children(d, depth + 1);
+    closedir(d);
+    if (rv != 0)
+        return rv;
+    return unlinkat(dfd, name, AT_REMOVEDIR) == 0 ? 0 : -errno;
+}
+
+static int px_remove_tree(fx_sio *io, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *name = slash != NULL ? slash + 1 : path;
+    if (name[0] == '\0' || is_dot(name))
+        return -EINVAL;
+    char parent[PATH_MAX];
+    parent_of(path, parent, sizeof(parent));
+    int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0)
+        return -errno;
+    struct stat st;
+    int rv = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
+    if (rv == 0)
+        rv = rm_entry(pfd, name, S_ISDIR(st.st_mode), 0);
+    close(pfd);
+    return rv;
 }
 
 static const fx_sio_ops POSIX_OPS = {
@@ -172,6 +292,7 @@ static const fx_sio_ops POSIX_OPS = {
     .sync_dir = px_sync_dir,
     .list = px_list,
     .stat = px_stat,
+    .remove_tree = px_remove_tree,
 };
 
 static fx_sio POSIX_SIO = {.ops = &POSIX_OPS};
@@ -182,19 +303,6 @@ fx_sio *fx_sio_posix(void)
 }
 
 /* ---- helpers on any fx_sio ------------------------------------------------ */
-
-/* Writes the parent directory of |path| into |out| ("." when none). */
-static void parent_of(const char *path, char *out, size_t cap)
-{
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL) {
-        snprintf(out, cap, ".");
-    } else if (slash == path) {
-        snprintf(out, cap, "/");
-    } else {
-        snprintf(out, cap, "%.*s", (int)(slash - path), path);
-    }
-}
 
 int fx_sio_mkdirs(fx_sio *io, const char *path)
 {
@@ -280,33 +388,12 @@ int fx_sio_write_file_atomic(fx_sio *io, const char *path, const void *buf, size
     return io->ops->sync_dir(io, dir);
 }
 
-typedef struct rm_ctx {
-    fx_sio *io;
-    const char *dir;
-    int rv;
-} rm_ctx;
-
-static int rm_one(void *user, const char *name, bool is_dir)
-{
-    rm_ctx *c = user;
-    if (is_dir)
-        return -ENOTEMPTY;
-    char p[PATH_MAX];
-    if (snprintf(p, sizeof(p), "%s/%s", c->dir, name) >= (int)sizeof(p))
-        return -ENAMETOOLONG;
-    int rv = c->io->ops->unlink(c->io, p);
-    return rv == -ENOENT ? 0 : rv;
-}
-
 int fx_sio_remove_dir(fx_sio *io, const char *path)
 {
-    rm_ctx c = {.io = io, .dir = path};
-    int rv = io->ops->list(io, path, rm_one, &c);
+    int rv = io->ops->remove_tree(io, path);
     if (rv == -ENOENT)
         return 0;
     if (rv != 0)
-        return rv;
-    if ((rv = io->ops->rmdir(io, path)) != 0 && rv != -ENOENT)
         return rv;
     char parent[PATH_MAX];
     parent_of(path, parent, sizeof(parent));

@@ -124,3 +124,14 @@ uint64_t fx_syncpol_ack_upto(const fx_syncpol *p)
 {
     return p->cfg.mode == FX_FSYNC_ON_COMMIT ? p->durable : p->written;
 }
+
+uint64_t fx_retention_now_us(const fx_retention_clock *anchor, uint64_t wall_us, uint64_t mono_ns,
+                             uint64_t tolerance_us, bool *pheld)
+{
+    uint64_t elapsed_us = mono_ns > anchor->mono_ns ? (mono_ns - anchor->mono_ns) / 1000u : 0;
+    uint64_t limit = anchor->wall_us + elapsed_us + tolerance_us;
+    bool held = wall_us > limit;
+    if (pheld != NULL)
+        *pheld = held;
+    return held ? limit : wall_us;
+}

@@ -98,4 +98,24 @@ void fx_syncpol_end(fx_syncpol *p, int rv, uint64_t durable);
  * on_commit, every written one otherwise. */
 uint64_t fx_syncpol_ack_upto(const fx_syncpol *p);
 
+/* Time retention's clock. Segments are deleted by the timestamps of their
+ * records, written from the wall clock; "now" is the wall clock too, but
+ * never more than |tolerance_us| ahead of the wall clock at |anchor| (taken
+ * at start) plus the monotonic time elapsed since. A forward step of the
+ * wall clock while the broker runs (NTP correcting a machine that booted
+ * without a real-time clock, a restored VM snapshot, an operator's
+ * mistake) then cannot delete segments early: retention follows the
+ * monotonic clock until the next start. A backward step only keeps data
+ * longer. A step made before the start cannot be told from the time the
+ * broker was down. */
+typedef struct fx_retention_clock {
+    uint64_t wall_us; /* the wall clock at the anchor */
+    uint64_t mono_ns; /* the monotonic clock at the anchor */
+} fx_retention_clock;
+
+/* Retention's "now" for |wall_us| and |mono_ns| read together; *pheld (may
+ * be NULL) tells whether the guard held the wall clock back. */
+uint64_t fx_retention_now_us(const fx_retention_clock *anchor, uint64_t wall_us, uint64_t mono_ns,
+                             uint64_t tolerance_us, bool *pheld);
+
 #endif

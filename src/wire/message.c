@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "wire/base64.h"
+#include "wire/binary.h"
 
 /* ==== field table ======================================================== */
 
@@ -233,6 +234,11 @@ static int check_list(struct dec *d, const struct field *f, json_t *v)
     if (!json_is_array(v))
         return bad_type(d, f, "an array of base64 strings");
     size_t n = json_array_size(v);
+    if (n > FX_WIRE_BATCH_MAX_MESSAGES) /* as a binary batch's count */
+        return fx_wire_err_set(d->err, FX_EWIRE_COUNT,
+                               "field '%s' in %s has %zu elements, more than %u (the most one "
+                               "batch carries)",
+                               f->name, d->tname, n, FX_WIRE_BATCH_MAX_MESSAGES);
     for (size_t i = 0; i < n; i++) {
         int rv = check_b64(d, f, json_array_get(v, i), i);
         if (rv < 0)
@@ -401,8 +407,9 @@ static int copy_fields(const struct field *fields, json_t *root, fx_msg *m, stru
  * "[{},{},...]" would cost a gigabyte before any schema check. Elements are
  * counted before parsing as the objects, arrays and commas outside strings
  * (a comma separates two elements or two members): a message is a few dozen
- * fields and at most one list (a batch's payloads), so only a batch of more
- * than about a million payloads would reach this; larger batches go binary. */
+ * fields and at most one list (a batch's payloads, at most
+ * FX_WIRE_BATCH_MAX_MESSAGES once parsed, check_list), so only a document
+ * far past any valid message reaches this. */
 #define MAX_ELEMENTS (1u << 20)
 
 /* Checks depth and element count in one pass. Returns 0, or an FX_EWIRE_*

@@ -27,7 +27,7 @@ file(MAKE_DIRECTORY ${FX_FUZZ_ARTIFACTS})
 # (fixture), from the golden layouts and, when present, the shared vectors
 # read in place.
 add_executable(fx_fuzz_seeds ${FX_FUZZ_DIR}/seeds.c)
-target_link_libraries(fx_fuzz_seeds PRIVATE fx_wire fx_base)
+target_link_libraries(fx_fuzz_seeds PRIVATE fx_storage fx_wire fx_base)
 add_test(NAME fuzz.seeds
     COMMAND fx_fuzz_seeds ${FX_FUZZ_CORPUS} ${FX_SHARED_DIR}/vectors/felix-wire)
 set_tests_properties(fuzz.seeds PROPERTIES LABELS "fuzz" FIXTURES_SETUP fx_fuzz_seeds)
@@ -62,7 +62,7 @@ set(_fx_auth_fuzz SRCS ${_fx_auth_srcs} ${_fx_wire_srcs}
     DEFS FX_AUTH_FUZZ_SKIP_SIGNATURE FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
     LIBS fx_base PkgConfig::JANSSON PkgConfig::NETTLE PkgConfig::HOGWEED DICT auth.dict)
 set(_fx_fuzz_special fuzz_jws_verify fuzz_jwt_claims fuzz_jwks_parse fuzz_config_yaml
-    fuzz_admin_bind fuzz_admin_path fuzz_bidi_input fuzz_client_events)
+    fuzz_admin_bind fuzz_admin_path fuzz_bidi_input fuzz_client_events fuzz_dlog_recover)
 fx_fuzz_target(fuzz_jws_verify ${_fx_auth_fuzz})
 fx_fuzz_target(fuzz_jwt_claims ${_fx_auth_fuzz})
 fx_fuzz_target(fuzz_jwks_parse ${_fx_auth_fuzz})
@@ -77,6 +77,13 @@ fx_fuzz_target(fuzz_admin_bind SRCS ${CMAKE_SOURCE_DIR}/src/server/admin.c
 # fuzz_admin_path.c includes src/server/admin_routes.c itself.
 fx_fuzz_target(fuzz_admin_path DICT admin.dict
     LIBS fx_server fx_broker fx_quic fx_wire fx_base)
+
+# Recovery of a durable log from arbitrary segment and index files, on the
+# in-memory I/O layer (seeds: seeds.c and tests/fuzz/corpus/fuzz_dlog_recover).
+set(_fx_dlog_srcs dlog.c dlog_open.c format.c memio.c scan.c sio.c)
+list(TRANSFORM _fx_dlog_srcs PREPEND ${CMAKE_SOURCE_DIR}/src/storage/)
+fx_fuzz_target(fuzz_dlog_recover SRCS ${_fx_dlog_srcs} DICT storage.dict
+    LIBS fx_base Threads::Threads PkgConfig::DEFLATE)
 
 # The broker's data plane on one thread: every src/broker and src/base file
 # but the real loop, over the fake transport and loops (fake_quic.c,

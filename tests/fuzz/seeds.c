@@ -1,7 +1,9 @@
 /* Writes the seed corpus of the wire fuzz targets at fuzz time: frames built
  * with the encoders from the golden layouts of felix-facts.md §3, plus the
  * shared wire vectors (X.hex) when they exist beside the checkout (they are
- * read in place, never copied into the repository).
+ * read in place, never copied into the repository); and the durable logs of
+ * fuzz_dlog_recover, written by the log itself on the in-memory I/O layer
+ * (the copies in tests/fuzz/corpus/fuzz_dlog_recover were made so).
  * Usage: fx_fuzz_seeds OUT_DIR [VECTORS_DIR]. Single-threaded tool. */
 #include <dirent.h>
 #include <errno.h>
@@ -10,6 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "storage/dlog.h"
+#include "storage/format.h"
+#include "storage/memio.h"
 #include "wire/binary.h"
 #include "wire/message.h"
 
@@ -483,6 +488,122 @@ static int vector_seeds(const char *dir)
     return rv;
 }
 
+/* ---- fuzz_dlog_recover ---------------------------------------------------- */
+
+/* A seed of fuzz_dlog_recover under construction: the options byte, then
+ * (kind, u16be length, bytes) per file. */
+static uint8_t dlog_seed[16384];
+static size_t dlog_len;
+
+/* Appends file |id| (.index with |index|) of |m|'s "/s" to dlog_seed,
+ * cut to |max| bytes. */
+static int dlog_add_file(fx_memio *m, unsigned id, bool index, size_t max)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/s/%020u.%s", id, index ? "index" : "log");
+    char *buf = NULL;
+    size_t len = 0;
+    if (fx_sio_read_file(fx_memio_sio(m), path, 1 << 16, &buf, &len) != 0)
+        return 0; /* no such file */
+    len = len < max ? len : max;
+    if (len > 0xffff || dlog_len + 3 + len > sizeof(dlog_seed)) {
+        free(buf);
+        fprintf(stderr, "fx_fuzz_seeds: %s does not fit a seed\n", path);
+        return -1;
+    }
+    dlog_seed[dlog_len++] = (uint8_t)(id | (index ? 8u : 0u));
+    dlog_seed[dlog_len++] = (uint8_t)(len >> 8);
+    dlog_seed[dlog_len++] = (uint8_t)len;
+    memcpy(dlog_seed + dlog_len, buf, len);
+    dlog_len += len;
+    free(buf);
+    return 0;
+}
+
+/* A log of |n| records in segments of 256 bytes, index entries every 64
+ * bytes (the options byte 0x00), the last |unsynced| records appended after
+ * the last flush; its memio in |*pm|. */
+static int dlog_make(fx_memio **pm, int n, int unsynced)
+{
+    fx_dlog_config c;
+    fx_dlog_config_default(&c);
+    c.segment_bytes = 256;
+    c.index_spacing_bytes = 64;
+    if (fx_memio_new(pm) != 0)
+        return -1;
+    c.io = fx_memio_sio(*pm);
+    fx_dlog *log;
+    if (fx_dlog_open(&log, "/s", &c, 1, NULL) != 0)
+        return -1;
+    int rv = 0;
+    for (int i = 0; i < n && rv == 0; i++) {
+        char p[40];
+        int len = snprintf(p, sizeof(p), "record %d of the seed log", i);
+        fx_dlog_iov iov = {.data = p, .len = (uint32_t)len};
+        rv = fx_dlog_append(log, &iov, 1, 1000 + (uint64_t)i, NULL);
+        if (rv == 0 && i == n - unsynced - 1)
+            rv = fx_dlog_sync(log, NULL);
+    }
+    fx_dlog_close(log, false);
+    return rv;
+}
+
+/* Writes seed |name|: the log of dlog_make(|n|, |unsynced|) with its active
+ * segment |active| cut to |cut| bytes (SIZE_MAX: whole), then |zeros| zero
+ * bytes over its end (the length kept) and, with |no_point|, the durable
+ * point cleared (a segment of the original's). */
+static int dlog_seed_write(const char *name, int unsynced, size_t cut, size_t zeros, bool no_point)
+{
+    fx_memio *m = NULL;
+    int rv = dlog_make(&m, 14, unsynced);
+    dlog_len = 0;
+    dlog_seed[dlog_len++] = 0x00;
+    unsigned active = 0;
+    char path[64];
+    uint64_t flen;
+    while (rv == 0 && (snprintf(path, sizeof(path), "/s/%020u.log", active + 1),
+                       fx_memio_file_len(m, path, &flen) == 0))
+        active++;
+    for (unsigned id = 0; rv == 0 && id <= active; id++) {
+        rv = dlog_add_file(m, id, true, SIZE_MAX);
+        if (rv == 0)
+            rv = dlog_add_file(m, id, false, id == active ? cut : SIZE_MAX);
+    }
+    uint8_t *seg = NULL;
+    size_t seg_len = 0;
+    if (rv == 0) {
+        /* The active segment's file is the seed's last one. */
+        size_t at = 1, last = 0;
+        while (at + 3 <= dlog_len) {
+            size_t l = (size_t)dlog_seed[at + 1] << 8 | dlog_seed[at + 2];
+            last = at;
+            at += 3 + l;
+        }
+        seg = dlog_seed + last + 3;
+        seg_len = (size_t)dlog_seed[last + 1] << 8 | dlog_seed[last + 2];
+    }
+    if (seg != NULL && zeros > 0)
+        memset(seg + (seg_len > zeros ? seg_len - zeros : 0), 0, zeros < seg_len ? zeros : seg_len);
+    if (seg != NULL && no_point && seg_len >= FX_SEG_HEADER_LEN)
+        memset(seg + FX_SEG_POINT_POS, 0, 4);
+    fx_memio_free(m);
+    if (rv != 0) {
+        fprintf(stderr, "fx_fuzz_seeds: building the log of %s failed\n", name);
+        return -1;
+    }
+    return write_seed("fuzz_dlog_recover", name, dlog_seed, 1, dlog_seed + 1, dlog_len - 1);
+}
+
+static int dlog_seeds(void)
+{
+    int rv = dlog_seed_write("clean", 0, SIZE_MAX, 0, false);
+    rv |= dlog_seed_write("torn_tail", 3, 100, 0, false);
+    rv |= dlog_seed_write("zeroed_unsynced_tail", 3, SIZE_MAX, 40, false);
+    rv |= dlog_seed_write("original_zero_tail", 3, SIZE_MAX, 40, true);
+    rv |= dlog_seed_write("damage_before_point", 0, SIZE_MAX, 20, false);
+    return rv;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) {
@@ -495,6 +616,7 @@ int main(int argc, char **argv)
     int rv = golden_seeds();
     rv |= bidi_seeds();
     rv |= client_seeds();
+    rv |= dlog_seeds();
     if (argc == 3)
         rv |= vector_seeds(argv[2]);
     rv |= write_seed("fuzz_frame_decoder", "all_frames", stream_prefix, 2, all, all_len);

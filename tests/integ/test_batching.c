@@ -242,6 +242,23 @@ static void wait_called(cbres *r, int n)
     }
 }
 
+/* Waits until the broker admitted publishes of |n| payload bytes since
+ * |before| (handed them to their worker), however the client framed them. */
+static void wait_admitted_bytes(const fx_metrics_snapshot *before, int64_t n)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        fx_metrics_snapshot now;
+        fx_metrics_snapshot_take(&now);
+        if (DELTA(*before, now, publish_bytes) >= n)
+            return;
+        if (fx_now_ns() > deadline)
+            fail_msg("broker admitted %lld payload bytes, want %lld",
+                     (long long)DELTA(*before, now, publish_bytes), (long long)n);
+        sleep_ms(1);
+    }
+}
+
 /* Merged acked publishes in flight when the connection goes each fail with
  * the reason, once; after the reconnect the next batch succeeds. */
 static void test_merged_publishes_in_flight_fail_each_on_connection_loss(void **state)
@@ -263,12 +280,16 @@ static void test_merged_publishes_in_flight_fail_each_on_connection_loss(void **
     static cbres res;
     memset(&res, 0, sizeof(res));
     cbslot sl[N];
+    fx_metrics_snapshot m0;
+    fx_metrics_snapshot_take(&m0);
     for (int i = 0; i < N; i++) {
         sl[i] = (cbslot){&res, i};
         assert_int_equal(fx_publish_async(c, NS, "rc", "x", 1, FX_ACK_PER_MESSAGE, on_done, &sl[i]),
                          0);
     }
-    sleep_ms(150); /* past the linger: the frame is sent, its answer stalled */
+    /* Past the linger, sent, and held by the stalled worker: all N one-byte
+     * publishes admitted. */
+    wait_admitted_bytes(&m0, N);
     assert_true(fx_broker_test_cut_connections(e->b, false) >= 1);
     wait_called(&res, N);
     for (int i = 0; i < N; i++)

@@ -3,6 +3,8 @@
  * across subscribers and workers, backlog then live, the shared frame, and
  * the subscriber-queue policies with exact drop counts. */
 /* fx-test-libs: fx_broker fx_quic fx_wire fx_server fx_base */
+#include <sys/stat.h>
+
 #include "integ/broker_client.h"
 
 static void test_one_publisher_three_subscribers_in_order(void **state)
@@ -336,6 +338,89 @@ static void test_earliest_joiner_of_a_parked_lossless_fanout_gets_no_duplicate(v
     t_free(t);
 }
 
+typedef struct park_wait {
+    fx_metrics_snapshot *before;
+    uint64_t total;
+    int64_t last_ok;  /* appended at the previous look */
+    uint64_t same_ns; /* since when it stayed there */
+} park_wait;
+
+/* Every publish was admitted, some are still queued at the worker, and the
+ * worker appended nothing for 200 ms: its fanout is parked. (No counter
+ * says so; a worker that can run goes through its queue much faster.) */
+static bool worker_parked(T *t)
+{
+    park_wait *w = t->arg;
+    fx_metrics_snapshot now;
+    fx_metrics_snapshot_take(&now);
+    int64_t ok = DELTA(*w->before, now, publish_ok);
+    uint64_t ns = fx_now_ns();
+    if (ok != w->last_ok || w->same_ns == 0) {
+        w->last_ok = ok;
+        w->same_ns = ns;
+        return false;
+    }
+    return (uint64_t)DELTA(*w->before, now, publish_accepted) == w->total &&
+           now.g.ingress_queue_depth - w->before->g.ingress_queue_depth >= 1 &&
+           ns - w->same_ns >= 200 * FX_NS_PER_MS;
+}
+
+/* The same join on a durable stream whose ring holds 2 messages: the joiner
+ * from earliest is registered at the ring's tail while the fanout is parked
+ * and reads everything before it from the log (a replay), the parked batch
+ * included; the resumed fanout then gives it only what follows. Both
+ * subscribers get offsets 0..total-1 once each. */
+static void test_earliest_joiner_of_a_parked_durable_fanout_replays_without_duplicate(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    static char root[96];
+    snprintf(root, sizeof(root), "%s/durable", t->dir);
+    assert_int_equal(mkdir(root, 0700), 0);
+    t->bo.durable.dir = root;
+    t->bo.durable.durable_default = true;
+    t->bo.durable.segment_bytes = 1 << 20;
+    t->bo.log_capacity = 2;
+    t->size_of = size_1k;
+    t_lossless(t);
+    t->bo.fanout_batch_size = 1;
+    t->bo.subscriber_queue_capacity = 2;
+    t->bo.subscriber_lane_queue_depth = 1;
+    t->bo.subscriber_unacked_bytes = 1;
+    t->co.stream_window = 4096;
+    t_start(t);
+    tstream *stalled = subscribe(t, t_connect(t), "pd", FX_MSG_START_LATEST, 0);
+    stalled->stalled = true;
+    tstream *s = authed_stream(t, t_connect(t));
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    const uint64_t total = 200;
+    publish_range(t, s, "pd", 0, total);
+    park_wait pw = {&a, total, 0, 0};
+    assert_true(run_until_arg(t, worker_parked, &pw, 10000));
+    uint64_t appended = (uint64_t)pw.last_ok;
+    assert_true(appended > 2 && appended < total); /* below the ring: from the log */
+    tstream *late = subscribe(t, t_connect(t), "pd", FX_MSG_START_EARLIEST, 0);
+    wait_events(t, &late, 1, appended, 5000);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, storage_replays), 1);
+    assert_int_equal(DELTA(a, b, publish_ok), appended); /* parked all along */
+    assert_int_equal(late->dups, 0);
+    resume_stream(stalled);
+    tstream *both[2] = {stalled, late};
+    wait_events(t, both, 2, total, 20000);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(both[i]->events, total);
+        assert_int_equal(both[i]->first_off, 0);
+        assert_int_equal(both[i]->next_off, total);
+        assert_int_equal(both[i]->gaps + both[i]->dups + both[i]->bad, 0);
+    }
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, sub_queue_dropped) + DELTA(a, b, subscriber_lane_dropped), 0);
+    assert_int_equal(DELTA(a, b, storage_replay_failures), 0);
+    t_free(t);
+}
+
 /* Publishes |total| in rounds paced by |healthy|, then lets |stalled| read
  * and waits until each message either reached it or was counted as a drop
  * at checkpoint 5 or 6. Returns the drops. */
@@ -443,6 +528,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_lossless_block_mode_loses_nothing_with_stalled_subscriber),
     cmocka_unit_test(test_subscriber_disconnect_removes_it_and_gauges_return_to_zero),
     cmocka_unit_test(test_earliest_joiner_of_a_parked_lossless_fanout_gets_no_duplicate),
+    cmocka_unit_test(test_earliest_joiner_of_a_parked_durable_fanout_replays_without_duplicate),
     cmocka_unit_test(test_checkpoint5_drops_counted_exactly_apart_from_lane_drops),
     cmocka_unit_test(test_lane_drops_are_not_counted_as_checkpoint5_drops),
 };

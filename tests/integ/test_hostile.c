@@ -133,6 +133,63 @@ static fx_metrics_snapshot snap(void)
     return m;
 }
 
+typedef struct count_wait {
+    const fx_metrics_snapshot *before;
+    int64_t n;
+} count_wait;
+
+static bool closes_reached(T *t)
+{
+    count_wait *w = t->arg;
+    fx_metrics_snapshot now = snap();
+    return DELTA(*w->before, now, quic_conn_closed) >= w->n;
+}
+
+/* Waits until |n| QUIC connection ends were counted since |before|: the
+ * broker's end of a connection and the test client's end count one each,
+ * and the broker counts its end once it has let go of the connection
+ * (after on_conn_closed). */
+static void wait_closes(T *t, const fx_metrics_snapshot *before, int64_t n)
+{
+    count_wait w = {before, n};
+    if (!run_until_arg(t, closes_reached, &w, 5000)) {
+        fx_metrics_snapshot now = snap();
+        fail_msg("%lld connection ends counted, want %lld",
+                 (long long)DELTA(*before, now, quic_conn_closed), (long long)n);
+    }
+}
+
+static bool held_reached(T *t)
+{
+    count_wait *w = t->arg;
+    fx_metrics_snapshot now = snap();
+    return now.g.preauth_held_bytes - w->before->g.preauth_held_bytes == w->n;
+}
+
+/* Waits until the pre-auth frame bytes held differ from |before|'s by |n|. */
+static void wait_held(T *t, const fx_metrics_snapshot *before, int64_t n)
+{
+    count_wait w = {before, n};
+    if (!run_until_arg(t, held_reached, &w, 5000)) {
+        fx_metrics_snapshot now = snap();
+        fail_msg("pre-auth bytes held: %lld more, want %lld",
+                 (long long)(now.g.preauth_held_bytes - before->g.preauth_held_bytes),
+                 (long long)n);
+    }
+}
+
+/* Sends the first |n| bytes of a frame announcing a |len|-byte JSON body
+ * (zeros) on |s|: a frame that never completes. */
+static void send_partial(tstream *s, uint32_t len, size_t n)
+{
+    assert_true(n < FX_WIRE_HEADER_LEN + len);
+    uint8_t *p = calloc(1, FX_WIRE_HEADER_LEN + len);
+    assert_non_null(p);
+    fx_frame_header_put(p, 0, len);
+    send_bytes(s, p, n);
+    free(p);
+}
+
 static fx_client *legit_client(T *t, const char *token)
 {
     fx_client_opts o;
@@ -389,14 +446,113 @@ static void test_connections_per_source_address_are_capped(void **state)
     t_free(t);
 }
 
-/* Streams that wait for their auth are capped per connection: beyond the
- * cap a new stream is reset at once; a stream that authenticates gives its
- * place back. */
-static void test_unauthenticated_streams_per_connection_are_capped(void **state)
+/* A connection's place under max_connections_per_ip comes back when it
+ * ends, whichever side ends it: with room for two from 127.0.0.1 and one
+ * held throughout, a connection closed by the client and then one closed by
+ * the broker (auth timeout) each leave room for the next, which is taken
+ * and not refused; the cap still holds afterwards. */
+static void test_closed_connections_give_back_their_place_per_source_address(void **state)
 {
     (void)state;
     T *t = t_new();
-    t->bo.max_unauth_streams_per_conn = 4;
+    t->bo.max_connections_per_ip = 2;
+    t->bo.auth_timeout_ns = 1500 * FX_NS_PER_MS;
+    t_start(t);
+    fx_metrics_snapshot m0 = snap();
+    tconn *kept = t_connect_from(t, 0);
+    auth_ok(t, open_bidi(kept), NULL);
+
+    tconn *by_client = t_connect_from(t, 0);
+    assert_true(by_client->up);
+    fx_quic_conn_close(by_client->qc, 0, "done");
+    wait_closes(t, &m0, 2);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_conn_auth_timeout), 0); /* the client ended it */
+
+    tconn *by_broker = t_connect_from(t, 0);
+    assert_true(run_until_arg(t, conn_closed, by_broker, 5000));
+    assert_string_equal(by_broker->close_text, "auth timeout"); /* not refused per address */
+    wait_closes(t, &m1, 2);
+
+    tconn *next = t_connect_from(t, 0);
+    auth_ok(t, open_bidi(next), NULL);
+    tconn *over = t_connect_from(t, 0);
+    assert_true(run_until_arg(t, conn_closed, over, 5000));
+    assert_string_equal(over->close_text, "too many connections from this address");
+    assert_false(kept->closed || next->closed);
+    fx_metrics_snapshot m2 = snap();
+    assert_int_equal(DELTA(m0, m2, preauth_conn_per_ip), 1);
+    assert_int_equal(DELTA(m0, m2, preauth_conn_auth_timeout), 1);
+    t_free(t);
+}
+
+/* The connection's auth timer closes the whole connection, not only its
+ * streams: a connection whose one stream holds a frame header that never
+ * completes is closed with "auth timeout" at auth_timeout_ms. */
+static void test_connection_whose_stream_never_authenticates_is_closed_at_auth_timeout(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->bo.auth_timeout_ns = 500 * FX_NS_PER_MS;
+    t->bo.frame_read_timeout_ns = 60 * FX_NS_PER_S; /* only the auth timers can act */
+    t_start(t);
+    fx_metrics_snapshot m0 = snap();
+    tconn *c = t_connect_from(t, 1);
+    assert_true(c->up);
+    uint64_t t0 = fx_now_ns();
+    send_partial(open_bidi(c), 100, 4);
+    assert_true(run_until_arg(t, conn_closed, c, 5000));
+    assert_true(fx_now_ns() - t0 < 2000 * FX_NS_PER_MS);
+    assert_string_equal(c->close_text, "auth timeout");
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_conn_auth_timeout), 1);
+    t_free(t);
+}
+
+/* Each stream has its own auth timer: once one stream of a connection
+ * authenticated (the connection's timer is off), another that never
+ * authenticates is reset at auth_timeout_ms (counted once), while the
+ * connection and its authenticated stream stay. */
+static void test_stream_without_auth_on_an_authed_connection_is_reset_at_auth_timeout(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->bo.auth_timeout_ns = 500 * FX_NS_PER_MS;
+    t->bo.frame_read_timeout_ns = 60 * FX_NS_PER_S; /* only the auth timers can act */
+    t_start(t);
+    fx_metrics_snapshot m0 = snap();
+    tconn *c = t_connect_from(t, 1);
+    tstream *authed = open_bidi(c);
+    auth_ok(t, authed, NULL);
+    tstream *idle = open_bidi(c);
+    uint64_t t0 = fx_now_ns();
+    send_partial(idle, 100, 4);
+    assert_true(run_until_arg(t, stream_done, idle, 5000));
+    assert_true(idle->reset);
+    assert_true(fx_now_ns() - t0 < 2000 * FX_NS_PER_MS);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_stream_auth_timeout), 1);
+    assert_int_equal(DELTA(m0, m1, preauth_conn_auth_timeout), 0);
+    assert_false(c->closed || authed->closed);
+    auth_ok(t, open_bidi(c), NULL); /* the connection still takes streams */
+    t_free(t);
+}
+
+static bool both_done(T *t)
+{
+    tstream **s = t->arg;
+    return (s[0]->closed || s[0]->tc->closed) && (s[1]->closed || s[1]->tc->closed);
+}
+
+/* Streams that wait for their auth are capped per connection at |cap|:
+ * beyond it a new stream is reset at once; a stream that authenticates
+ * gives its place back. */
+static void unauth_streams_capped(unsigned cap)
+{
+    enum { MAX = 8 };
+    assert_true(cap + 2 <= MAX);
+    T *t = t_new();
+    t->bo.max_unauth_streams_per_conn = cap;
     t_start(t);
     fx_metrics_snapshot m0 = snap();
     tconn *c = t_connect_from(t, 1);
@@ -404,16 +560,17 @@ static void test_unauthenticated_streams_per_connection_are_capped(void **state)
     uint8_t frame[FX_WIRE_HEADER_LEN + sizeof(auth)];
     fx_frame_header_put(frame, 0, (uint32_t)(sizeof(auth) - 1));
     memcpy(frame + FX_WIRE_HEADER_LEN, auth, sizeof(auth) - 1);
-    tstream *s[6];
-    for (int i = 0; i < 6; i++) {
+    tstream *s[MAX];
+    for (unsigned i = 0; i < cap + 2; i++) {
         s[i] = open_bidi(c);
         send_bytes(s[i], frame, 4); /* a header never finished (yet) */
         run_for(t, 20);
     }
-    run_for(t, 300);
-    for (int i = 0; i < 4; i++)
+    tstream *extra[2] = {s[cap], s[cap + 1]};
+    assert_true(run_until_arg(t, both_done, extra, 3000));
+    assert_true(s[cap]->reset && s[cap + 1]->reset);
+    for (unsigned i = 0; i < cap; i++)
         assert_false(s[i]->closed);
-    assert_true(s[4]->reset && s[5]->reset);
     send_bytes(s[0], frame + 4, FX_WIRE_HEADER_LEN + sizeof(auth) - 1 - 4);
     assert_true(run_until_arg(t, has_frames, s[0], 3000));
     assert_int_equal(s[0]->last_type, FX_MSG_OK);
@@ -424,6 +581,19 @@ static void test_unauthenticated_streams_per_connection_are_capped(void **state)
     fx_metrics_snapshot m1 = snap();
     assert_int_equal(DELTA(m0, m1, preauth_unauth_streams), 2);
     t_free(t);
+}
+
+static void test_unauthenticated_streams_per_connection_are_capped(void **state)
+{
+    (void)state;
+    unauth_streams_capped(4);
+}
+
+/* At a cap of one a second waiting stream is already refused. */
+static void test_unauthenticated_streams_per_connection_are_capped_at_one(void **state)
+{
+    (void)state;
+    unauth_streams_capped(1);
 }
 
 /* Unauthenticated streams of several connections each hold a partial frame
@@ -488,6 +658,51 @@ static void test_preauth_bytes_of_all_connections_are_capped(void **state)
     assert_int_equal(DELTA(m0, m2, preauth_max_bytes), NCONN * PER_CONN - HOLDERS + 1);
     assert_int_equal(m2.g.preauth_held_bytes, (HOLDERS - PER_CONN) * FRAME);
     fix_close(legit);
+    t_free(t);
+}
+
+/* preauth_max_bytes admits held frames up to exactly its bound: with room
+ * for two, the second fills it and the third header is refused (counted)
+ * while both holders stay; a holder the client resets gives its bytes back,
+ * so a new one fits again; when the connection goes nothing stays held. */
+static void test_preauth_bytes_up_to_the_bound_are_held_and_a_reset_gives_them_back(void **state)
+{
+    (void)state;
+    enum { FRAME = 1000 };
+    T *t = t_new();
+    t->bo.preauth_max_bytes = 2 * FRAME;
+    t->bo.auth_timeout_ns = 60 * FX_NS_PER_S; /* the holders outlive the test */
+    t_start(t);
+    fx_metrics_snapshot m0 = snap();
+    tconn *c = t_connect_from(t, 1);
+    assert_true(c->up);
+    tstream *h[2];
+    for (int i = 0; i < 2; i++) {
+        h[i] = open_bidi(c);
+        send_partial(h[i], FRAME, FX_WIRE_HEADER_LEN + 10);
+        wait_held(t, &m0, (int64_t)(i + 1) * FRAME);
+    }
+    tstream *over = open_bidi(c);
+    send_partial(over, FRAME, FX_WIRE_HEADER_LEN + 10);
+    assert_true(run_until_arg(t, stream_done, over, 3000));
+    assert_true(over->reset);
+    fx_metrics_snapshot m1 = snap();
+    assert_int_equal(DELTA(m0, m1, preauth_max_bytes), 1);
+    assert_int_equal(m1.g.preauth_held_bytes - m0.g.preauth_held_bytes, 2 * FRAME);
+    assert_false(h[0]->closed || h[1]->closed);
+
+    assert_int_equal(fx_quic_stream_reset(c->qc, h[0]->sid, 0), 0);
+    wait_held(t, &m0, FRAME);
+    tstream *again = open_bidi(c);
+    send_partial(again, FRAME, FX_WIRE_HEADER_LEN + 10);
+    wait_held(t, &m0, 2 * FRAME);
+    assert_false(again->closed || h[1]->closed);
+    fx_metrics_snapshot m2 = snap();
+    assert_int_equal(DELTA(m0, m2, preauth_max_bytes), 1);
+
+    fx_quic_conn_close(c->qc, 0, "done");
+    wait_held(t, &m0, 0);
+    assert_int_equal(DELTA(m0, m2, preauth_bytes), 0); /* the connection's own cap never hit */
     t_free(t);
 }
 
@@ -828,8 +1043,13 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_client_uni_streams_are_not_allowed),
     cmocka_unit_test(test_connection_without_auth_is_closed_at_auth_timeout),
     cmocka_unit_test(test_connections_per_source_address_are_capped),
+    cmocka_unit_test(test_closed_connections_give_back_their_place_per_source_address),
+    cmocka_unit_test(test_connection_whose_stream_never_authenticates_is_closed_at_auth_timeout),
+    cmocka_unit_test(test_stream_without_auth_on_an_authed_connection_is_reset_at_auth_timeout),
     cmocka_unit_test(test_unauthenticated_streams_per_connection_are_capped),
+    cmocka_unit_test(test_unauthenticated_streams_per_connection_are_capped_at_one),
     cmocka_unit_test(test_preauth_bytes_of_all_connections_are_capped),
+    cmocka_unit_test(test_preauth_bytes_up_to_the_bound_are_held_and_a_reset_gives_them_back),
     cmocka_unit_test(test_failed_auths_close_the_connection),
     cmocka_unit_test(test_auth_attempts_are_rate_limited_per_source_address),
     cmocka_unit_test(test_streams_end_when_their_token_expires),

@@ -2,10 +2,12 @@
  * 127.0.0.1 port 0: the broker cuts a client's connection (its test hook),
  * the client re-establishes it with backoff and resumes each subscription
  * after the last offset it took, or reports the gap when the ring moved on;
- * publishes in flight fail with the reason; close stops a reconnect; an
- * event stream that arrives for an abandoned subscription is reset. Client
- * internals (client/client.h) are read only for counters and to reach the
- * client's loop; timeouts are hang guards, never speed assertions. */
+ * publishes in flight fail with the reason, and one left unanswered fails at
+ * the ack timeout; close stops a reconnect; an event stream that arrives for
+ * an abandoned subscription is reset. Client internals (client/client.h) are
+ * read for counters and to reach the client's loop, and two tests change a
+ * timeout option after connecting; timeouts are hang guards, never speed
+ * assertions. */
 /* fx-test-libs: fx_broker fx_client fx_quic fx_wire fx_base */
 #include <errno.h>
 #include <pthread.h>
@@ -114,6 +116,23 @@ static void wait_reconnects(fx_client *c, uint64_t n)
     }
 }
 
+/* Waits until the broker admitted |n| publish requests since |before|
+ * (handed them to their worker). */
+static void wait_accepted(const fx_metrics_snapshot *before, int64_t n)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        fx_metrics_snapshot now;
+        fx_metrics_snapshot_take(&now);
+        if (DELTA(*before, now, publish_accepted) >= n)
+            return;
+        if (fx_now_ns() > deadline)
+            fail_msg("broker admitted %lld publishes, want %lld",
+                     (long long)DELTA(*before, now, publish_accepted), (long long)n);
+        sleep_ms(1);
+    }
+}
+
 /* ---- loop helpers (run a function on a loop) ------------------------------------------ */
 
 /* Blocks the broker's worker 0 for |ms| (a slow worker: requests queue). */
@@ -214,6 +233,7 @@ typedef struct ackwait {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
+    int calls;
     int rv;
     char msg[256];
 } ackwait;
@@ -222,6 +242,7 @@ static void on_ack(void *user, int rv)
 {
     ackwait *a = user;
     pthread_mutex_lock(&a->mu);
+    a->calls++;
     a->rv = rv;
     fx_client_last_error(NULL, a->msg, sizeof(a->msg));
     a->done = true;
@@ -243,8 +264,10 @@ static void test_inflight_acked_publish_fails_with_reason_on_connection_loss(voi
     ackwait a = {.done = false};
     pthread_mutex_init(&a.mu, NULL);
     pthread_cond_init(&a.cv, NULL);
+    fx_metrics_snapshot m0;
+    fx_metrics_snapshot_take(&m0);
     assert_int_equal(fx_publish_async(c, NS, "p", "x", 1, FX_ACK_PER_MESSAGE, on_ack, &a), 0);
-    sleep_ms(100);
+    wait_accepted(&m0, 1); /* at the stalled worker: in flight, its answer held */
     /* The publish's worker may use a second (lazy) connection: cut them all. */
     assert_true(fx_broker_test_cut_connections(e->b, false) >= 1);
     pthread_mutex_lock(&a.mu);
@@ -257,6 +280,80 @@ static void test_inflight_acked_publish_fails_with_reason_on_connection_loss(voi
     /* The client is not broken: the next publish goes out once it is back. */
     assert_int_equal(fx_publish(c, NS, "p", "y", 1, FX_ACK_PER_MESSAGE), 0);
     assert_true(atomic_load(&c->reconnects) >= 1);
+    pthread_cond_destroy(&a.cv);
+    pthread_mutex_destroy(&a.mu);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+}
+
+/* Waits until |a|'s callback ran once; returns the publish's result. */
+static int ackwait_result(ackwait *a)
+{
+    pthread_mutex_lock(&a->mu);
+    while (!a->done)
+        pthread_cond_wait(&a->cv, &a->mu);
+    int rv = a->rv;
+    pthread_mutex_unlock(&a->mu);
+    return rv;
+}
+
+/* Waits until the broker appended |n| publish requests since |before|. */
+static void wait_appended(const fx_metrics_snapshot *before, int64_t n)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        fx_metrics_snapshot now;
+        fx_metrics_snapshot_take(&now);
+        if (DELTA(*before, now, publish_ok) >= n)
+            return;
+        if (fx_now_ns() > deadline)
+            fail_msg("broker appended %lld publishes, want %lld",
+                     (long long)DELTA(*before, now, publish_ok), (long long)n);
+        sleep_ms(1);
+    }
+}
+
+/* An acked publish the broker leaves unanswered (its worker stalled) fails
+ * with FX_ETIMEDOUT at publish_ack_timeout_ms, while the broker still holds
+ * it, and with the timeout's text; nothing is left to flush. The broker's
+ * late answer gives no second callback, and the connection stays: the next
+ * publish is answered on it. */
+static void test_unanswered_acked_publish_fails_at_the_ack_timeout_once(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.io_threads = 1; /* the endpoint runs apart from the worker we stall */
+    e_start(e);
+    fx_client_opts o;
+    copts(e, &o, 50);
+    o.publish_ack_timeout_ms = 200;
+    fx_client *c = fix_connect(&o);
+    stall_worker(e, 2000);
+    ackwait a = {.done = false};
+    pthread_mutex_init(&a.mu, NULL);
+    pthread_cond_init(&a.cv, NULL);
+    fx_metrics_snapshot m0, m1;
+    fx_metrics_snapshot_take(&m0);
+    uint64_t t0 = fx_now_ns();
+    assert_int_equal(fx_publish_async(c, NS, "t", "x", 1, FX_ACK_PER_MESSAGE, on_ack, &a), 0);
+    assert_int_equal(ackwait_result(&a), FX_ETIMEDOUT);
+    assert_true(fx_now_ns() - t0 >= 200 * FX_NS_PER_MS);
+    fx_metrics_snapshot_take(&m1);
+    assert_int_equal(DELTA(m0, m1, publish_ok), 0); /* not answered: the worker holds it */
+    if (strstr(a.msg, "publish_ack_timeout_ms") == NULL)
+        fail_msg("failure text '%s' does not name the ack timeout", a.msg);
+    assert_int_equal(fx_flush(c, HANG_MS), 0);
+    /* The stall ends, the broker appends and answers late. The next publish
+     * gets a hang guard as its ack timeout (read by this thread when it
+     * publishes and by the client's loop only for requests posted after). */
+    wait_appended(&m0, 1);
+    c->o.publish_ack_timeout_ms = HANG_MS;
+    assert_int_equal(fx_publish(c, NS, "t", "y", 1, FX_ACK_PER_MESSAGE), 0);
+    /* Its answer follows the late one on the same stream: that was read. */
+    pthread_mutex_lock(&a.mu);
+    assert_int_equal(a.calls, 1);
+    pthread_mutex_unlock(&a.mu);
+    assert_int_equal(atomic_load(&c->reconnects), 0);
     pthread_cond_destroy(&a.cv);
     pthread_mutex_destroy(&a.mu);
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
@@ -443,6 +540,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_subscriber_resumes_after_broker_cuts_connection_without_loss),
     cmocka_unit_test(test_subscriber_reports_gap_when_ring_no_longer_holds_offset),
     cmocka_unit_test(test_inflight_acked_publish_fails_with_reason_on_connection_loss),
+    cmocka_unit_test(test_unanswered_acked_publish_fails_at_the_ack_timeout_once),
     cmocka_unit_test(test_publisher_recovers_after_reconnect),
     cmocka_unit_test(test_idle_pool_connections_authenticate_after_a_reconnect),
     cmocka_unit_test(test_close_during_backoff_returns_promptly),

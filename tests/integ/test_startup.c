@@ -4,6 +4,8 @@
  * state_dir that another user could write is refused. Ports are 0 (picked by
  * the kernel); timeouts are hang guards only. */
 /* fx-test-libs: fx_base */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,16 +35,19 @@ static void run_init(run *r)
     snprintf(r->state_set, sizeof(r->state_set), "state_dir=%s", r->state);
 }
 
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+/* Removes the run's directory and everything the broker left in state_dir
+ * (the certificate, the key, the reset key, the lock file). */
 static void run_deinit(run *r)
 {
-    char p[256];
-    const char *files[] = {"out", "err", "state/tls-cert.pem", "state/tls-key.pem"};
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        snprintf(p, sizeof(p), "%s/%s", r->dir, files[i]);
-        unlink(p);
-    }
-    rmdir(r->state);
-    rmdir(r->dir);
+    assert_int_equal(nftw(r->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
 }
 
 /* Starts the broker on ephemeral ports with |extra| --set values (NULL-

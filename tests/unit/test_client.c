@@ -6,6 +6,7 @@
 /* fx-test-libs: fx_client fx_quic fx_wire fx_base */
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -291,6 +292,37 @@ static const fx_quic_callbacks SCB = {.on_conn_new = s_on_conn_new,
                                       .on_stream_close = s_on_stream_close,
                                       .on_conn_closed = s_on_conn_closed};
 
+/* The stub's state directory (certificate, quic-reset.key), kept apart from
+ * |S| so the per-test teardown can still remove it after a failed test
+ * left the stub running. "" when there is none. */
+static char stub_dir[64];
+
+static int rm_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Removes the stub's state directory and everything in it, if any. */
+static void stub_dir_remove(void)
+{
+    if (stub_dir[0] != '\0')
+        nftw(stub_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    stub_dir[0] = '\0';
+}
+
+/* Every case's teardown: cmocka runs it after a failed case too, whose
+ * stub_stop never ran. */
+static int stub_dir_teardown(void **state)
+{
+    (void)state;
+    stub_dir_remove();
+    return 0;
+}
+
 /* Starts the stub server; with |spec| on a certificate generated for it
  * (else the endpoint's own, for localhost and 127.0.0.1). */
 static void stub_start_with(const fx_quic_cert_spec *spec)
@@ -303,6 +335,7 @@ static void stub_start_with(const fx_quic_cert_spec *spec)
     S->uni = -1;
     snprintf(S->dir, sizeof(S->dir), "/tmp/fxcliXXXXXX");
     assert_non_null(mkdtemp(S->dir));
+    snprintf(stub_dir, sizeof(stub_dir), "%s", S->dir);
     assert_int_equal(fx_loop_new(&S->loop, &(fx_loop_opts){.name = "stub", .cpu = -1}), 0);
     fx_quic_opts o;
     fx_quic_opts_default(&o);
@@ -310,7 +343,6 @@ static void stub_start_with(const fx_quic_cert_spec *spec)
     o.udp_send_buffer = o.udp_recv_buffer = 1 << 20;
     char cert[128], key[128];
     if (spec != NULL) {
-        /* The names stub_stop removes. */
         snprintf(cert, sizeof(cert), "%s/tls-cert.pem", S->dir);
         snprintf(key, sizeof(key), "%s/tls-key.pem", S->dir);
         assert_int_equal(fx_quic_cert_generate(cert, key, spec), 0);
@@ -341,12 +373,7 @@ static void stub_stop(void)
     for (int i = 0; i < NS; i++)
         if (S->st[i].used)
             fx_frame_decoder_deinit(&S->st[i].dec);
-    char p[128];
-    snprintf(p, sizeof(p), "%s/tls-cert.pem", S->dir);
-    unlink(p);
-    snprintf(p, sizeof(p), "%s/tls-key.pem", S->dir);
-    unlink(p);
-    rmdir(S->dir);
+    stub_dir_remove();
     pthread_mutex_destroy(&S->mu);
     free(S);
     S = NULL;
@@ -1545,41 +1572,44 @@ static void test_opts_publish_batching_from_env_and_checked(void **state)
     assert_non_null(strstr(msg, "publish_ack_timeout_ms"));
 }
 
+/* A case whose stub directory goes even when it fails. */
+#define CASE(f) cmocka_unit_test_teardown(f, stub_dir_teardown)
+
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_opts_defaults_match_api_doc),
-    cmocka_unit_test(test_opts_publish_batching_from_env_and_checked),
-    cmocka_unit_test(test_publishes_behind_a_busy_stream_merge_in_order),
-    cmocka_unit_test(test_coalesce_off_sends_one_frame_per_publish),
-    cmocka_unit_test(test_merged_frames_stay_within_max_frame_bytes),
-    cmocka_unit_test(test_merged_acked_publishes_each_learn_the_result_refusal_mid_stream),
-    cmocka_unit_test(test_linger_holds_a_lone_publish_for_its_bound_only),
-    cmocka_unit_test(test_close_while_a_batch_is_built_sends_it_once),
-    cmocka_unit_test(test_ack_timeout_fails_unanswered_publish),
-    cmocka_unit_test(test_publish_batch_over_the_message_limit_is_refused),
-    cmocka_unit_test(test_many_threads_many_streams_coalesce_without_loss),
-    cmocka_unit_test(test_opts_from_env_rejects_bad_value_naming_it),
-    cmocka_unit_test(test_server_name_defaults_to_the_host_of_server),
-    cmocka_unit_test(test_event_conn_pool_above_one_refused),
-    cmocka_unit_test(test_pin_with_ca_or_insecure_refused),
-    cmocka_unit_test(test_connect_fails_fast_on_wrong_pin),
-    cmocka_unit_test(test_connect_to_nothing_times_out),
-    cmocka_unit_test(test_legacy_ok_reply_means_flags_7),
-    cmocka_unit_test(test_unacked_publish_sends_binary_batch),
-    cmocka_unit_test(test_publish_larger_than_budget_fails_at_once),
-    cmocka_unit_test(test_acked_publish_pairs_by_request_id_out_of_order),
-    cmocka_unit_test(test_publish_error_surfaces_message),
-    cmocka_unit_test(test_publish_batch_acked_is_one_frame_one_answer),
-    cmocka_unit_test(test_subscribe_receives_events_in_order),
-    cmocka_unit_test(test_subscribe_adopts_server_subscription_id),
-    cmocka_unit_test(test_event_stream_before_subscribed_reply_is_routed),
-    cmocka_unit_test(test_gap_in_offsets_reported),
-    cmocka_unit_test(test_block_policy_withholds_credit),
-    cmocka_unit_test(test_drop_new_policy_counts_drops),
-    cmocka_unit_test(test_callback_runs_on_loop_and_blocking_call_returns_wouldblock),
-    cmocka_unit_test(test_close_wakes_blocked_next_with_closed),
-    cmocka_unit_test(test_blocked_next_is_woken_by_each_delivery),
-    cmocka_unit_test(test_blocked_next_times_out_at_its_bound),
-    cmocka_unit_test(test_cursor_error_is_typed),
-    cmocka_unit_test(test_unsubscribe_frees_and_stub_sees_reset),
+    CASE(test_opts_defaults_match_api_doc),
+    CASE(test_opts_publish_batching_from_env_and_checked),
+    CASE(test_publishes_behind_a_busy_stream_merge_in_order),
+    CASE(test_coalesce_off_sends_one_frame_per_publish),
+    CASE(test_merged_frames_stay_within_max_frame_bytes),
+    CASE(test_merged_acked_publishes_each_learn_the_result_refusal_mid_stream),
+    CASE(test_linger_holds_a_lone_publish_for_its_bound_only),
+    CASE(test_close_while_a_batch_is_built_sends_it_once),
+    CASE(test_ack_timeout_fails_unanswered_publish),
+    CASE(test_publish_batch_over_the_message_limit_is_refused),
+    CASE(test_many_threads_many_streams_coalesce_without_loss),
+    CASE(test_opts_from_env_rejects_bad_value_naming_it),
+    CASE(test_server_name_defaults_to_the_host_of_server),
+    CASE(test_event_conn_pool_above_one_refused),
+    CASE(test_pin_with_ca_or_insecure_refused),
+    CASE(test_connect_fails_fast_on_wrong_pin),
+    CASE(test_connect_to_nothing_times_out),
+    CASE(test_legacy_ok_reply_means_flags_7),
+    CASE(test_unacked_publish_sends_binary_batch),
+    CASE(test_publish_larger_than_budget_fails_at_once),
+    CASE(test_acked_publish_pairs_by_request_id_out_of_order),
+    CASE(test_publish_error_surfaces_message),
+    CASE(test_publish_batch_acked_is_one_frame_one_answer),
+    CASE(test_subscribe_receives_events_in_order),
+    CASE(test_subscribe_adopts_server_subscription_id),
+    CASE(test_event_stream_before_subscribed_reply_is_routed),
+    CASE(test_gap_in_offsets_reported),
+    CASE(test_block_policy_withholds_credit),
+    CASE(test_drop_new_policy_counts_drops),
+    CASE(test_callback_runs_on_loop_and_blocking_call_returns_wouldblock),
+    CASE(test_close_wakes_blocked_next_with_closed),
+    CASE(test_blocked_next_is_woken_by_each_delivery),
+    CASE(test_blocked_next_times_out_at_its_bound),
+    CASE(test_cursor_error_is_typed),
+    CASE(test_unsubscribe_frees_and_stub_sees_reset),
 };
 FX_TEST_MAIN(tests)

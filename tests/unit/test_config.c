@@ -679,7 +679,7 @@ static void test_durable_keys_default_and_env_names_of_the_original(void **state
     struct fixture f;
     assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
     assert_string_equal(f.c.durable_storage_dir, "");
-    assert_int_equal(f.c.durable_fsync_mode, FX_CONFIG_FSYNC_PERIODIC);
+    assert_int_equal(f.c.durable_fsync_mode, FX_FSYNC_PERIODIC);
     assert_int_equal(f.c.durable_fsync_interval_ns, 250 * MS);
     assert_int_equal(f.c.durable_segment_bytes, 256 * MiB);
     assert_int_equal(f.c.durable_index_spacing_bytes, 4096);
@@ -699,7 +699,7 @@ static void test_durable_keys_default_and_env_names_of_the_original(void **state
                    NULL};
     assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
     assert_string_equal(f.c.durable_storage_dir, "/var/lib/felix");
-    assert_int_equal(f.c.durable_fsync_mode, FX_CONFIG_FSYNC_ON_COMMIT);
+    assert_int_equal(f.c.durable_fsync_mode, FX_FSYNC_ON_COMMIT);
     assert_int_equal(f.c.durable_fsync_interval_ns, 40 * MS);
     assert_int_equal(f.c.durable_segment_bytes, MiB);
     assert_int_equal(f.c.durable_index_spacing_bytes, 512);
@@ -712,7 +712,7 @@ static void test_durable_keys_default_and_env_names_of_the_original(void **state
     done(&f);
     const char *sets[] = {"durable_fsync_mode=off"};
     assert_int_equal(load(&f, NULL, NULL, sets, 1), 0);
-    assert_int_equal(f.c.durable_fsync_mode, FX_CONFIG_FSYNC_NONE);
+    assert_int_equal(f.c.durable_fsync_mode, FX_FSYNC_NONE);
     done(&f);
 }
 
@@ -1094,6 +1094,51 @@ static void test_admin_allowed_hosts_loaded(void **state)
     done(&f);
 }
 
+/* The durable quotas: documented defaults, the per-stream share of the
+ * publish budget following pub_inflight_bytes, and values that cannot work
+ * refused naming the keys. */
+static void test_durable_quota_keys_defaults_and_refusals(void **state)
+{
+    (void)state;
+    struct fixture f;
+    assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
+    assert_int_equal(f.c.tenant_durable_streams_max, 256);
+    assert_int_equal(f.c.tenant_durable_bytes_max, 64 * GiB);
+    assert_int_equal(f.c.durable_bytes_max, 0);
+    assert_int_equal(f.c.durable_max_unsynced_bytes, 8 * MiB); /* pub_inflight_bytes / 8 */
+    done(&f);
+    const char *share[] = {"pub_inflight_bytes=128MiB", "max_streams_per_tenant=10"};
+    assert_int_equal(load(&f, NULL, NULL, share, 2), 0);
+    assert_int_equal(f.c.durable_max_unsynced_bytes, 16 * MiB);
+    assert_int_equal(f.c.tenant_durable_streams_max, 10); /* the default is lowered */
+    done(&f);
+    char *env[] = {"FELIX_TENANT_DURABLE_STREAMS_MAX=3", "FELIX_TENANT_DURABLE_BYTES_MAX=1GiB",
+                   "FELIX_DURABLE_BYTES_MAX=2GiB", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_int_equal(f.c.tenant_durable_streams_max, 3);
+    assert_int_equal(f.c.tenant_durable_bytes_max, GiB);
+    assert_int_equal(f.c.durable_bytes_max, 2 * GiB);
+    done(&f);
+
+    const char *big[] = {"durable_max_unsynced_bytes=128MiB"};
+    const char *w1[] = {"durable_max_unsynced_bytes = 128MiB", "pub_inflight_bytes = 64MiB",
+                        "whole publish budget", NULL};
+    expect_error(NULL, NULL, big, 1, w1);
+    const char *small[] = {"tenant_durable_bytes_max=300MiB"};
+    const char *w2[] = {"tenant_durable_bytes_max = 300MiB", "durable_segment_bytes = 256MiB",
+                        "less than twice", NULL};
+    expect_error(NULL, NULL, small, 1, w2);
+    const char *bsmall[] = {"durable_bytes_max=1MiB", "durable_segment_bytes=1MiB"};
+    const char *w3[] = {"durable_bytes_max = 1MiB", "less than twice", NULL};
+    expect_error(NULL, NULL, bsmall, 2, w3);
+    const char *many[] = {"tenant_durable_streams_max=2000"};
+    const char *w4[] = {"tenant_durable_streams_max = 2000", "max_streams_per_tenant = 1024", NULL};
+    expect_error(NULL, NULL, many, 1, w4);
+    const char *neg[] = {"tenant_durable_bytes_max=-5"};
+    const char *w5[] = {"tenant_durable_bytes_max", NULL};
+    expect_error(NULL, NULL, neg, 1, w5);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_defaults_match_documented_values),
     cmocka_unit_test(test_yaml_overrides_default),
@@ -1143,6 +1188,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_docs_key_table_matches_registry),
     cmocka_unit_test(test_durable_keys_default_and_env_names_of_the_original),
     cmocka_unit_test(test_durable_bad_values_are_refused),
+    cmocka_unit_test(test_durable_quota_keys_defaults_and_refusals),
     cmocka_unit_test(test_unknown_durable_key_warns_naming_the_storage),
     cmocka_unit_test(test_probe_bind_follows_metrics_bind),
     cmocka_unit_test(test_admin_tls_files_set_together),

@@ -499,10 +499,10 @@ static void test_element_bound_accepts_large_messages(void **state)
     size_t len;
     char *json = with_list("{\"type\":\"publish_batch\",\"tenant_id\":\"t\",\"namespace\":"
                            "\"n\",\"stream\":\"s\",\"payloads\":",
-                           "\"QQ==\"", 500000, &len);
+                           "\"QQ==\"", 65536, &len); /* the largest batch */
     fx_msg m;
     assert_int_equal(fx_msg_decode(&m, (const uint8_t *)json, len, NULL), 0);
-    assert_int_equal(m.n_payloads, 500000);
+    assert_int_equal(m.n_payloads, 65536);
     fx_msg_deinit(&m);
     free(json);
 
@@ -734,6 +734,38 @@ static void test_encode_refuses_what_decode_rejects(void **state)
     assert_null(out);
 }
 
+/* A JSON publish_batch is capped at FX_WIRE_BATCH_MAX_MESSAGES payloads, as
+ * a binary one is: 65,536 decode, 65,537 are refused with FX_EWIRE_COUNT. */
+static void test_json_batch_above_65536_payloads_is_refused(void **state)
+{
+    (void)state;
+    const char *head = "{\"type\":\"publish_batch\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                       "\"stream\":\"s\",\"payloads\":[";
+    for (size_t n = 65536; n <= 65537; n++) {
+        size_t cap = strlen(head) + 3 * n + 8;
+        char *json = malloc(cap);
+        assert_non_null(json);
+        size_t len = (size_t)snprintf(json, cap, "%s", head);
+        for (size_t i = 0; i < n; i++)
+            len += (size_t)snprintf(json + len, cap - len, i ? ",\"\"" : "\"\"");
+        snprintf(json + len, cap - len, "]}");
+        fx_msg m;
+        fx_wire_err err = {0};
+        int rv = decode_str(&m, json, &err);
+        if (n == 65536) {
+            assert_int_equal(rv, 0);
+            assert_int_equal(m.n_payloads, 65536);
+        } else {
+            assert_int_equal(rv, FX_EWIRE_COUNT);
+            if (strstr(err.msg, "'payloads' in publish_batch has 65537 elements, more than "
+                                "65536") == NULL)
+                fail_msg("error '%s'", err.msg);
+        }
+        fx_msg_deinit(&m);
+        free(json);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_every_type_round_trips_with_all_fields),
     cmocka_unit_test(test_every_type_round_trips_without_optional_fields),
@@ -774,6 +806,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_non_ascii_string_encoded_as_utf8),
     cmocka_unit_test(test_control_characters_escaped_like_serde),
     cmocka_unit_test(test_encode_refuses_what_decode_rejects),
+    cmocka_unit_test(test_json_batch_above_65536_payloads_is_refused),
 };
 
 FX_TEST_MAIN(tests)

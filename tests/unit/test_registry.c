@@ -418,6 +418,97 @@ static void test_removed_stream_is_not_auto_created_again_until_its_tombstone_en
     fx_registry_free(r);
 }
 
+/* ---- durable streams ---------------------------------------------------------------- */
+
+static int create_d(fx_registry *r, const char *tenant, const char *stream, int durable,
+                    fx_registry_err *err)
+{
+    return fx_registry_create_durable(r, S(tenant), S("default"), S(stream), durable, NULL, NULL,
+                                      err);
+}
+
+/* tenant_durable_streams_max refuses a tenant's next durable stream, by the
+ * admin path or a publish's auto-creation, with "storage quota exceeded"
+ * (counted); streams in memory, other tenants and streams adopted from the
+ * catalogue at start are not refused, and a removal frees a place. */
+static void test_durable_streams_per_tenant_are_bounded(void **state)
+{
+    (void)state;
+    fx_registry *r = NULL;
+    fx_registry_opts o = {.auto_create = true,
+                          .durable_storage = true,
+                          .durable_default = true,
+                          .tenant_durable_streams_max = 2};
+    assert_int_equal(fx_registry_new(&r, &o), 0);
+    fx_registry_err err = {0};
+    fx_metrics_snapshot m0, m1;
+    fx_metrics_snapshot_take(&m0);
+    assert_int_equal(create_d(r, "t1", "a", 1, &err), 0);
+    assert_int_equal(resolve_err(r, "b", &err), 0); /* durable by durable_default */
+    assert_int_equal(create_d(r, "t1", "c", 1, &err), FX_ESTORAGE_QUOTA);
+    assert_string_equal(err.msg, "storage quota exceeded: tenant t1 holds "
+                                 "tenant_durable_streams_max (2) durable streams: stream not "
+                                 "created");
+    assert_int_equal(resolve_err(r, "d", &err), FX_ESTORAGE_QUOTA);
+    fx_metrics_snapshot_take(&m1);
+    assert_int_equal(m1.c.storage_quota_streams - m0.c.storage_quota_streams, 2);
+    assert_int_equal(fx_registry_count(r), 2);
+    /* Existing ones are found; memory, another tenant, adoption pass. */
+    assert_int_equal(create_d(r, "t1", "a", 1, &err), 0);
+    assert_int_equal(create_d(r, "t1", "m", 0, &err), 0);
+    assert_int_equal(create_d(r, "t2", "a", 1, &err), 0);
+    assert_int_equal(create_d(r, "t1", "old", FX_REGISTRY_DURABLE_ADOPT, &err), 0);
+    fx_stream_handle *h = NULL;
+    assert_int_equal(fx_registry_resolve(r, S("t1"), S("default"), S("old"), &h, &err), 0);
+    assert_true(fx_stream_handle_is_durable(h));
+    assert_non_null(fx_stream_handle_durable_bytes(h));
+    fx_stream_handle_unref(h);
+    /* Three durable now (one adopted): a removal leaves two, still full. */
+    assert_true(fx_registry_remove(r, S("t1"), S("default"), S("a")));
+    assert_int_equal(create_d(r, "t1", "c", 1, &err), FX_ESTORAGE_QUOTA);
+    assert_true(fx_registry_remove(r, S("t1"), S("default"), S("b")));
+    assert_int_equal(create_d(r, "t1", "c", 1, &err), 0);
+    fx_registry_free(r);
+}
+
+/* Under durable_default a subscribe to a missing stream creates nothing
+ * (not found, counted); a publish's resolve then creates it durable and
+ * the subscribe finds it. Without durable_default a subscribe auto-creates
+ * a stream in memory, as before. */
+static void test_subscribe_never_creates_a_durable_stream(void **state)
+{
+    (void)state;
+    fx_registry *r = NULL;
+    fx_registry_opts o = {.auto_create = true, .durable_storage = true, .durable_default = true};
+    assert_int_equal(fx_registry_new(&r, &o), 0);
+    fx_registry_err err = {0};
+    fx_stream_handle *h = NULL;
+    fx_metrics_snapshot m0, m1;
+    fx_metrics_snapshot_take(&m0);
+    assert_int_equal(fx_registry_resolve_subscribe(r, S("t1"), S("default"), S("s"), &h, &err),
+                     FX_ENOSTREAM);
+    assert_null(h);
+    assert_string_equal(err.msg, "stream not found: tenant=t1 namespace=default stream=s "
+                                 "(durable_default: a durable stream is created by its first "
+                                 "publish or the admin API, not by a subscribe)");
+    assert_int_equal(fx_registry_count(r), 0);
+    fx_metrics_snapshot_take(&m1);
+    assert_int_equal(m1.c.registry_subscribe_not_created - m0.c.registry_subscribe_not_created, 1);
+    assert_int_equal(resolve_err(r, "s", &err), 0);
+    assert_int_equal(fx_registry_resolve_subscribe(r, S("t1"), S("default"), S("s"), &h, &err), 0);
+    assert_true(fx_stream_handle_is_durable(h));
+    fx_stream_handle_unref(h);
+    fx_registry_free(r);
+
+    o.durable_default = false;
+    assert_int_equal(fx_registry_new(&r, &o), 0);
+    assert_int_equal(fx_registry_resolve_subscribe(r, S("t1"), S("default"), S("s"), &h, &err), 0);
+    assert_false(fx_stream_handle_is_durable(h));
+    assert_null(fx_stream_handle_durable_bytes(h));
+    fx_stream_handle_unref(h);
+    fx_registry_free(r);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_unknown_stream_with_autocreate_off_is_not_found),
     cmocka_unit_test(test_autocreate_on_first_use_gives_dense_ids_from_one),
@@ -429,5 +520,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_expire_idle_takes_only_unused_auto_created_streams),
     cmocka_unit_test(test_hash_is_keyed_per_registry_and_lookups_stay_correct),
     cmocka_unit_test(test_removed_stream_is_not_auto_created_again_until_its_tombstone_ends),
+    cmocka_unit_test(test_durable_streams_per_tenant_are_bounded),
+    cmocka_unit_test(test_subscribe_never_creates_a_durable_stream),
 };
 FX_TEST_MAIN(tests)

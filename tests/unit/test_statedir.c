@@ -1,7 +1,8 @@
 /* Unit tests for the state directory check (src/server/statedir.c): missing
  * levels are created 0700, an existing directory must belong to this user
- * and be writable by nobody else, and a file is not a directory; and the
- * --dev admin token file (generated 0600 once, then read and checked). Each case
+ * and be writable by nobody else, a file is not a directory, and one
+ * broker at a time holds it (the lock names the holder's PID); and the --dev
+ * admin token file (generated 0600 once, then read and checked). Each case
  * works in its own mkdtemp directory and removes it. */
 /* fx-test-libs: fx_server fx_base */
 #include <errno.h>
@@ -124,6 +125,33 @@ static void test_uncreatable_dir_reports_errno(void **state)
     assert_contains(why, "cannot create state_dir '/proc/self/fx-no-such/state'");
 }
 
+static void test_second_open_refused_naming_the_holder(void **state)
+{
+    (void)state;
+    char dir[64], why[1024] = "", want[64], p[128];
+    tmp_dir(dir, sizeof(dir));
+    fx_rootlock *a = NULL, *b = NULL, *d = NULL;
+    assert_int_equal(fx_state_dir_open(dir, &a, why, sizeof(why)), 0);
+    assert_int_equal(fx_state_dir_open(dir, &b, why, sizeof(why)), -EBUSY);
+    snprintf(want, sizeof(want), "pid %ld", (long)getpid());
+    assert_contains(why, want);
+    assert_contains(why, "state_dir '");
+    assert_contains(why, dir);
+    /* The durable storage root may be the same directory: its own lock file. */
+    assert_int_equal(
+        fx_rootlock_take(&d, dir, FX_ROOTLOCK_FILE, "durable_storage_dir", why, sizeof(why)), 0);
+    fx_rootlock_free(d);
+    fx_rootlock_free(a); /* released: the next broker opens it */
+    assert_int_equal(fx_state_dir_open(dir, &b, why, sizeof(why)), 0);
+    fx_rootlock_free(b);
+    snprintf(p, sizeof(p), "%s/%s", dir, FX_STATE_DIR_LOCK);
+    assert_int_equal(mode_of(p), 0600);
+    assert_int_equal(unlink(p), 0);
+    snprintf(p, sizeof(p), "%s/%s", dir, FX_ROOTLOCK_FILE);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* ---- the --dev admin token ------------------------------------------------------ */
 
 static void write_file(const char *path, const char *text, mode_t mode)
@@ -238,6 +266,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_foreign_owned_dir_refused),
     cmocka_unit_test(test_file_in_place_of_dir_refused),
     cmocka_unit_test(test_uncreatable_dir_reports_errno),
+    cmocka_unit_test(test_second_open_refused_naming_the_holder),
     cmocka_unit_test(test_admin_token_generated_once_private_then_kept),
     cmocka_unit_test(test_admin_token_file_written_by_hand_is_read_without_its_newline),
     cmocka_unit_test(test_admin_token_file_open_to_others_or_malformed_refused),

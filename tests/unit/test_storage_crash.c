@@ -1,18 +1,24 @@
-/* Crash tests of the durable log on the in-memory I/O layer: a run appends
- * random batches under an fsync policy (flushing when the policy says so,
- * with rollovers and retention sweeps), the I/O layer dies after a random
- * number of system calls (so the crash can land inside an append, a flush, a
- * rollover or a deletion), the power cut keeps only what completed
- * fdatasyncs and directory syncs covered (odd runs also keep a torn part of
- * the unflushed bytes), and the log is reopened. Checked: recovery always
- * opens; every acknowledged record (on_commit) and every flushed one (all
- * policies) is there, in order, exactly once, byte for byte; under periodic
- * the loss stays within one interval (plus one step of the fake clock) and
- * is printed; appends continue at the recovered offset.
- * FX_STORAGE_CRASH_RUNS sets the runs per policy (default 300). */
+/* Crash tests of the durable log and the catalogue on the in-memory I/O
+ * layer: a run appends random batches under an fsync policy (flushing when
+ * the policy says so, with rollovers and retention sweeps), the I/O layer
+ * dies after a random number of system calls (so the crash can land inside
+ * an append, a flush, a rollover or a deletion), the power cut keeps what
+ * completed fdatasyncs and directory syncs covered and tears the rest the
+ * ways a file system does (runs take the tear models in turn: nothing
+ * kept, a random prefix, zero-filled blocks with the length kept, blocks
+ * written out of order; overwrites torn per sector in all of them), and the
+ * log is reopened. Checked: recovery always opens; every acknowledged
+ * record (on_commit) and every flushed one (all policies) is there, in
+ * order, exactly once, byte for byte; under periodic the loss stays within
+ * one interval (plus one step of the fake clock) and is printed; appends
+ * continue at the recovered offset, and after a clean flush and a second
+ * power cut nothing more is cut (a tail the first recovery left in the
+ * file would be). FX_STORAGE_CRASH_RUNS sets the runs per policy (default
+ * 300). */
 /* fx-test-libs: fx_storage fx_base */
 #include "base/log.h"
 #include "felix/error.h"
+#include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/memio.h"
 #include "storage/syncpol.h"
@@ -49,7 +55,13 @@ static size_t gen(uint64_t seed, uint64_t off, uint8_t *out)
     return len;
 }
 
+/* The tear models the runs take in turn; TEAR_NONE keeps nothing unsynced. */
+#define TEAR_NONE 3
+#define NMODELS 4
+static const char *const MODEL_NAMES[NMODELS] = {"prefix", "zero blocks", "reorder", "none"};
+
 typedef struct run_result {
+    bool refused; /* a reopen failed */
     uint64_t written, acked, durable, recovered;
     uint64_t lost_bytes;
     uint64_t lost_age_ns; /* age at the crash of the oldest lost record */
@@ -163,7 +175,39 @@ static void check_log(run_ctx *c, uint64_t end)
     fx_dlog_page_deinit(&p);
 }
 
-static void crash_run(fx_fsync_mode mode, uint64_t max_unsynced, uint64_t seed, run_result *r)
+/* Power cut with model |model| (TEAR_NONE: nothing unsynced kept). */
+static void power_cut(run_ctx *c, int model, uint64_t seed)
+{
+    if (model == TEAR_NONE)
+        fx_memio_crash(c->m, 0);
+    else
+        fx_memio_crash_torn(c->m, (fx_memio_tear)model, seed);
+}
+
+/* After recovery: one more append and a flush, then a power cut that keeps
+ * only what was flushed. The reopen must cut nothing: recovery left no
+ * bytes of a torn tail in the file. */
+static void check_goes_on(run_ctx *c, const fx_syncpol_config *pc)
+{
+    uint64_t next = fx_dlog_next_offset(c->log);
+    fx_syncpol_init(&c->pol, pc, c->now, next);
+    assert_int_equal(step_append(c), 0);
+    assert_int_equal(fx_dlog_sync(c->log, NULL), 0);
+    uint64_t end = fx_dlog_next_offset(c->log);
+    assert_true(end > next);
+    check_log(c, end);
+    fx_dlog_close(c->log, false);
+    c->log = NULL;
+    fx_memio_crash(c->m, 0);
+    fx_dlog_recovery rep;
+    assert_int_equal(fx_dlog_open(&c->log, "/root/s", &c->cfg, c->now / 1000, &rep), 0);
+    assert_int_equal(rep.truncated_bytes, 0);
+    assert_int_equal(fx_dlog_next_offset(c->log), end);
+    check_log(c, end);
+}
+
+static void crash_run(fx_fsync_mode mode, uint64_t max_unsynced, uint64_t seed, int model,
+                      run_result *r)
 {
     fx_log_set_level(FX_LOG_ERROR); /* every run logs its torn tail */
     run_ctx *c = calloc(1, sizeof(*c));
@@ -172,6 +216,9 @@ static void crash_run(fx_fsync_mode mode, uint64_t max_unsynced, uint64_t seed, 
     c->seed = seed;
     c->rng = seed;
     assert_int_equal(fx_memio_new(&c->m), 0);
+    /* Segments of 1 KiB: tear in blocks of 128 bytes (a few records) and
+     * sectors of 32, so an unsynced stretch spans several blocks. */
+    fx_memio_set_tear_unit(c->m, 128, 32);
     fx_dlog_config_default(&c->cfg);
     c->cfg.segment_bytes = 1024;
     c->cfg.index_spacing_bytes = 128;
@@ -186,33 +233,72 @@ static void crash_run(fx_fsync_mode mode, uint64_t max_unsynced, uint64_t seed, 
     uint64_t crash_ns = c->now;
     fx_dlog_close(c->log, false);
     c->log = NULL;
-    fx_memio_crash(c->m, (seed & 1) ? seed : 0);
-    assert_int_equal(open_log(c), 0);
+    power_cut(c, model, seed);
+    if (open_log(c) != 0) {
+        r->refused = true;
+        fx_memio_free(c->m);
+        free(c);
+        return;
+    }
     r->recovered = fx_dlog_next_offset(c->log);
     bool acked_ok = mode != FX_FSYNC_ON_COMMIT || r->recovered >= r->acked;
     if (r->recovered < r->durable || !acked_ok || r->recovered > r->written)
         fprintf(stderr,
-                "seed %" PRIu64 " %s: written %" PRIu64 " acked %" PRIu64 " durable %" PRIu64
+                "seed %" PRIu64 " %s, %s: written %" PRIu64 " acked %" PRIu64 " durable %" PRIu64
                 " recovered %" PRIu64 "\n",
-                seed, fx_fsync_mode_name(mode), r->written, r->acked, r->durable, r->recovered);
+                seed, fx_fsync_mode_name(mode), MODEL_NAMES[model], r->written, r->acked,
+                r->durable, r->recovered);
     assert_true(r->recovered >= r->durable);
-    assert_true(acked_ok); /* under on_commit an ack means flushed */
     assert_true(r->recovered <= r->written);
     check_log(c, r->recovered);
     for (uint64_t o = r->recovered; o < r->written; o++)
         r->lost_bytes += 28 + c->len[o];
     if (r->written > r->recovered)
         r->lost_age_ns = crash_ns - c->t_append[r->recovered];
-    /* The log goes on from where it was recovered. */
-    uint64_t next = r->recovered;
-    fx_syncpol_init(&c->pol, &pc, c->now, next);
-    assert_int_equal(step_append(c), 0);
-    assert_int_equal(fx_dlog_sync(c->log, NULL), 0);
-    assert_true(fx_dlog_next_offset(c->log) > next);
-    check_log(c, fx_dlog_next_offset(c->log));
+    check_goes_on(c, &pc);
     fx_dlog_close(c->log, false);
     fx_memio_free(c->m);
     free(c);
+}
+
+/* Totals of one policy's runs, per tear model. */
+typedef struct tally {
+    uint64_t runs[NMODELS], acked[NMODELS], acked_lost[NMODELS], refused[NMODELS];
+    uint64_t unacked_lost[NMODELS];
+} tally;
+
+/* Run |i| of a policy: its tear model, in turn. */
+static int model_of(int i)
+{
+    return i % NMODELS;
+}
+
+static void tally_add(tally *t, int model, const run_result *r)
+{
+    t->runs[model]++;
+    t->refused[model] += r->refused;
+    if (r->refused)
+        return;
+    t->acked[model] += r->acked;
+    t->acked_lost[model] += r->recovered < r->acked ? r->acked - r->recovered : 0;
+    t->unacked_lost[model] += r->written - r->recovered;
+}
+
+/* Prints one line per model and checks that no reopen was refused. */
+static void tally_check(const char *policy, const tally *t, bool acked_count)
+{
+    for (int k = 0; k < NMODELS; k++) {
+        printf("%s, tear %s: %" PRIu64 " crash runs, %" PRIu64 " refused reopens", policy,
+               MODEL_NAMES[k], t->runs[k], t->refused[k]);
+        if (acked_count)
+            printf(", %" PRIu64 " acknowledged records, %" PRIu64 " lost", t->acked[k],
+                   t->acked_lost[k]);
+        printf(", %" PRIu64 " records lost in all\n", t->unacked_lost[k]);
+    }
+    for (int k = 0; k < NMODELS; k++) {
+        assert_int_equal(t->refused[k], 0);
+        assert_true(t->runs[k] > 0);
+    }
 }
 
 static int runs(void)
@@ -224,28 +310,33 @@ static int runs(void)
 
 static void test_on_commit_loses_no_acknowledged_record_at_any_crash_point(void **state)
 {
-    uint64_t acked_total = 0, lost_unacked = 0, fan_in = 0;
+    uint64_t fan_in = 0;
+    tally t = {0};
     for (int i = 0; i < runs(); i++) {
         run_result r;
-        crash_run(FX_FSYNC_ON_COMMIT, 0, 1000 + (uint64_t)i, &r);
-        assert_true(r.recovered >= r.acked);
-        acked_total += r.acked;
-        lost_unacked += r.written - r.recovered;
+        crash_run(FX_FSYNC_ON_COMMIT, 0, 1000 + (uint64_t)i, model_of(i), &r);
+        tally_add(&t, model_of(i), &r);
         fan_in = r.max_fan_in > fan_in ? r.max_fan_in : fan_in;
     }
-    printf("on_commit: %d crash runs, %" PRIu64 " acknowledged records, 0 lost; %" PRIu64
-           " unacknowledged records lost; up to %" PRIu64 " appends per flush\n",
-           runs(), acked_total, lost_unacked, fan_in);
-    assert_true(acked_total > 0);
+    printf("on_commit: up to %" PRIu64 " appends per flush\n", fan_in);
+    tally_check("on_commit", &t, true);
+    for (int k = 0; k < NMODELS; k++) {
+        assert_int_equal(t.acked_lost[k], 0); /* under on_commit an ack means flushed */
+        assert_true(t.acked[k] > 0);
+    }
     assert_true(fan_in >= 3); /* group commit did serve several appends at once */
 }
 
 static void test_periodic_loss_stays_within_one_interval(void **state)
 {
     uint64_t max_age = 0, max_bytes = 0, max_recs = 0, total_lost = 0;
+    tally t = {0};
     for (int i = 0; i < runs(); i++) {
         run_result r;
-        crash_run(FX_FSYNC_PERIODIC, 0, 5000 + (uint64_t)i, &r);
+        crash_run(FX_FSYNC_PERIODIC, 0, 5000 + (uint64_t)i, model_of(i), &r);
+        tally_add(&t, model_of(i), &r);
+        if (r.refused)
+            continue;
         assert_true(r.lost_age_ns <= INTERVAL_NS + MAX_STEP_NS);
         max_age = r.lost_age_ns > max_age ? r.lost_age_ns : max_age;
         max_bytes = r.lost_bytes > max_bytes ? r.lost_bytes : max_bytes;
@@ -256,6 +347,7 @@ static void test_periodic_loss_stays_within_one_interval(void **state)
            "run %" PRIu64 " records, %" PRIu64 " bytes, oldest lost %.1f ms old\n",
            (unsigned long long)(INTERVAL_NS / MS), runs(), total_lost, max_recs, max_bytes,
            (double)max_age / MS);
+    tally_check("periodic", &t, false);
     assert_true(total_lost > 0); /* the test does exercise loss */
 }
 
@@ -265,9 +357,13 @@ static void test_periodic_loss_stays_within_one_interval(void **state)
 static void test_periodic_loss_stays_within_the_unsynced_byte_bound(void **state)
 {
     uint64_t max_bytes = 0;
+    tally t = {0};
     for (int i = 0; i < runs(); i++) {
         run_result r;
-        crash_run(FX_FSYNC_PERIODIC, 400, 7000 + (uint64_t)i, &r);
+        crash_run(FX_FSYNC_PERIODIC, 400, 7000 + (uint64_t)i, model_of(i), &r);
+        tally_add(&t, model_of(i), &r);
+        if (r.refused)
+            continue;
         assert_true(r.lost_bytes <= 400 + MAX_BATCH_BYTES);
         assert_true(r.lost_age_ns <= INTERVAL_NS + MAX_STEP_NS);
         max_bytes = r.lost_bytes > max_bytes ? r.lost_bytes : max_bytes;
@@ -275,16 +371,20 @@ static void test_periodic_loss_stays_within_the_unsynced_byte_bound(void **state
     printf("periodic (interval %llu ms, max_unsynced_bytes 400): %d crash runs, worst run %" PRIu64
            " bytes lost\n",
            (unsigned long long)(INTERVAL_NS / MS), runs(), max_bytes);
+    tally_check("periodic, max_unsynced_bytes 400", &t, false);
     assert_true(max_bytes > 0);
 }
 
 static void test_none_keeps_a_valid_prefix_and_every_rollover_flush(void **state)
 {
-    for (int i = 0; i < runs() / 2; i++) {
+    tally t = {0};
+    for (int i = 0; i < runs(); i++) {
         run_result r;
-        crash_run(FX_FSYNC_NONE, 0, 9000 + (uint64_t)i, &r);
-        assert_true(r.recovered >= r.durable);
+        crash_run(FX_FSYNC_NONE, 0, 9000 + (uint64_t)i, model_of(i), &r);
+        tally_add(&t, model_of(i), &r);
+        assert_true(r.refused || r.recovered >= r.durable);
     }
+    tally_check("none", &t, false);
 }
 
 /* Reads the whole log; returns 0 or the first error (never crashes). */
@@ -374,11 +474,121 @@ static void test_random_damage_is_refused_or_repaired_never_misread(void **state
     }
 }
 
+/* ---- the catalogue ------------------------------------------------------------ */
+
+#define CAT_ROOT "/cat"
+#define CAT_STREAMS 10
+
+static const fx_catalog_params CAT_PARAMS = {
+    .created_us = 1700000000000000ull,
+    .segment_bytes = 1 << 20,
+    .index_spacing_bytes = 4096,
+};
+
+/* What the changes of one catalogue run asked for and which were answered. */
+typedef struct cat_state {
+    bool declared[CAT_STREAMS];
+    uint64_t retention[CAT_STREAMS];
+} cat_state;
+
+/* Change |k| of a run: streams 0-3 exist beforehand; even changes declare
+ * the next stream, odd ones set a retention override on an existing one
+ * (both rewrite the whole catalogue). Makes the call; returns its result. */
+static int cat_call(fx_catalog *c, int k)
+{
+    char name[16];
+    if (k % 2 == 0) {
+        snprintf(name, sizeof(name), "s%d", 4 + k / 2);
+        return fx_catalog_declare(c, "t", "n", name, &CAT_PARAMS, NULL, NULL);
+    }
+    snprintf(name, sizeof(name), "s%d", (k / 2) % 4);
+    return fx_catalog_set_retention(c, "t", "n", name, 1000 + (uint64_t)k, 0);
+}
+
+/* What change |k| makes of the catalogue |st|. */
+static void cat_apply(int k, cat_state *st)
+{
+    if (k % 2 == 0)
+        st->declared[4 + k / 2] = true;
+    else
+        st->retention[(k / 2) % 4] = 1000 + (uint64_t)k;
+}
+
+/* Checks the reopened catalogue against |acked| (every answered change)
+ * and |asked| (those plus the one in flight at the cut). */
+static void cat_expect(fx_catalog *c, const cat_state *acked, const cat_state *asked)
+{
+    size_t n = 0;
+    for (int i = 0; i < CAT_STREAMS; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "s%d", i);
+        const fx_catalog_entry *e = fx_catalog_find(c, "t", "n", name);
+        if (acked->declared[i])
+            assert_non_null(e);
+        if (!asked->declared[i])
+            assert_null(e);
+        if (e == NULL)
+            continue;
+        n++;
+        assert_true(e->retention_bytes == acked->retention[i] ||
+                    e->retention_bytes == asked->retention[i]);
+    }
+    assert_int_equal(fx_catalog_count(c), n);
+}
+
+/* The catalogue through its public API under power cuts at every call,
+ * torn with every model: it always opens; every change that was answered
+ * is in it and the one in flight is there whole or not at all. A catalogue
+ * written in place (a torn overwrite mixes old and new bytes) or renamed
+ * into place without syncing the directory (an answered change is lost at
+ * the cut) fails here. */
+static void test_catalogue_changes_survive_torn_power_cuts(void **state)
+{
+    fx_log_set_level(FX_LOG_ERROR);
+    for (uint64_t point = 1; point < 110; point++) {
+        for (int model = 0; model < TEAR_NONE; model++) {
+            fx_memio *m;
+            assert_int_equal(fx_memio_new(&m), 0);
+            fx_catalog *c = NULL;
+            char err[256] = "";
+            assert_int_equal(fx_catalog_open(&c, fx_memio_sio(m), CAT_ROOT, err, sizeof(err)), 0);
+            cat_state acked = {0}, asked;
+            for (int i = 0; i < 4; i++) {
+                char name[16];
+                snprintf(name, sizeof(name), "s%d", i);
+                assert_int_equal(fx_catalog_declare(c, "t", "n", name, &CAT_PARAMS, NULL, NULL), 0);
+                acked.declared[i] = true;
+            }
+            asked = acked;
+            fx_memio_crash_after(m, point);
+            for (int k = 0; k < 2 * (CAT_STREAMS - 4); k++) {
+                cat_state want = acked;
+                cat_apply(k, &want);
+                asked = want;
+                if (cat_call(c, k) != 0)
+                    break; /* asked, not answered: in flight at the cut */
+                acked = want;
+            }
+            fx_catalog_free(c);
+            fx_memio_crash_torn(m, (fx_memio_tear)model, point * 7919 + (uint64_t)model);
+            int rv = fx_catalog_open(&c, fx_memio_sio(m), CAT_ROOT, err, sizeof(err));
+            if (rv != 0)
+                fprintf(stderr, "point %" PRIu64 ", tear %s: catalog open: %s\n", point,
+                        MODEL_NAMES[model], err);
+            assert_int_equal(rv, 0);
+            cat_expect(c, &acked, &asked);
+            fx_catalog_free(c);
+            fx_memio_free(m);
+        }
+    }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_on_commit_loses_no_acknowledged_record_at_any_crash_point),
     cmocka_unit_test(test_periodic_loss_stays_within_one_interval),
     cmocka_unit_test(test_periodic_loss_stays_within_the_unsynced_byte_bound),
     cmocka_unit_test(test_none_keeps_a_valid_prefix_and_every_rollover_flush),
     cmocka_unit_test(test_random_damage_is_refused_or_repaired_never_misread),
+    cmocka_unit_test(test_catalogue_changes_survive_torn_power_cuts),
 };
 FX_TEST_MAIN(tests)

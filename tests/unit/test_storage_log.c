@@ -7,6 +7,7 @@
 /* fx-test-libs: fx_storage fx_base */
 #include "felix/error.h"
 #include "storage/dlog.h"
+#include "storage/dlog_int.h"
 #include "storage/format.h"
 #include "storage/memio.h"
 
@@ -16,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fx_test.h"
@@ -448,6 +450,41 @@ static void test_retention_by_bytes_removes_whole_sealed_segments(void **state)
     fx_done(&f);
 }
 
+/* The bound is met exactly: at the log's size nothing goes; one byte below
+ * it, exactly the head segment (not one more). */
+static void test_retention_by_bytes_deletes_no_more_than_the_bound_needs(void **state)
+{
+    fixture f;
+    fx_init(&f, 300, 64);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 60);
+    assert_true(fx_dlog_segment_count(f.log) >= 4);
+    close_log(&f, true);
+    assert_int_equal(reopen(&f), 0);
+    /* Base of segment 1, from its header. */
+    fx_sio *io = fx_memio_sio(f.m);
+    int fd;
+    uint8_t b[FX_SEG_HEADER_LEN];
+    fx_seg_header h;
+    char why[128];
+    assert_int_equal(io->ops->open(io, SEG1, FX_SIO_READ, &fd), 0);
+    assert_int_equal(io->ops->pread(io, fd, b, sizeof(b), 0), sizeof(b));
+    io->ops->close(io, fd);
+    assert_int_equal(fx_logfmt_seg_header_decode(b, sizeof(b), &h, why, sizeof(why)), 0);
+    size_t segs = fx_dlog_segment_count(f.log);
+    uint64_t bytes = fx_dlog_bytes_on_disk(f.log);
+    fx_dlog_retained r;
+    assert_int_equal(fx_dlog_retain(f.log, bytes, 0, 0, &r), 0);
+    assert_int_equal(r.segments, 0);
+    assert_int_equal(fx_dlog_segment_count(f.log), segs);
+    assert_int_equal(fx_dlog_retain(f.log, bytes - 1, 0, 0, &r), 0);
+    assert_int_equal(r.segments, 1);
+    assert_int_equal(r.first_offset, h.base_offset);
+    assert_int_equal(fx_dlog_segment_count(f.log), segs - 1);
+    assert_int_equal(fx_dlog_bytes_on_disk(f.log), bytes - r.bytes);
+    fx_done(&f);
+}
+
 static void test_retention_by_age_uses_the_newest_record(void **state)
 {
     fixture f;
@@ -490,13 +527,16 @@ static void test_reader_in_a_deleted_range_gets_cursor_too_old(void **state)
 
 /* ---- recovery ---------------------------------------------------------------------- */
 
+/* The last record was appended after the last flush (beyond the durable
+ * point): a power cut can leave any prefix of it. */
 static void test_torn_tail_is_cut_at_every_byte(void **state)
 {
     fixture f;
     fx_init(&f, 1 << 20, 64);
     assert_int_equal(reopen(&f), 0);
-    append_n(f.log, 0, 6);
+    append_n(f.log, 0, 5);
     assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    append_n(f.log, 5, 1);
     close_log(&f, false);
     uint64_t full = flen(&f, SEG0);
     char last[64];
@@ -508,9 +548,8 @@ static void test_torn_tail_is_cut_at_every_byte(void **state)
         assert_int_equal(fx_dlog_next_offset(f.log), 5);
         assert_int_equal(flen(&f, SEG0), full - last_len);
         expect_records(f.log, 0, 5);
-        /* Put the record back for the next cut. */
+        /* Put the record back, unflushed, for the next cut. */
         assert_int_equal(append_batch(f.log, 5, 1, 5005), 0);
-        assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
         close_log(&f, false);
         assert_int_equal(flen(&f, SEG0), full);
     }
@@ -536,13 +575,188 @@ static void test_a_zero_filled_tail_is_cut_as_torn(void **state)
     assert_int_equal(f.rep.truncated_bytes, 100);
     assert_int_equal(fx_dlog_next_offset(f.log), 4);
     close_log(&f, false);
-    /* A non-zero byte in such a tail is damage, not a torn write. */
+    /* Without a durable point (a segment of the original's, which writes
+     * the reserved word 0), a non-zero byte in such a tail is damage, not a
+     * torn write. */
     assert_int_equal(io->ops->open(io, SEG0, FX_SIO_WRITE, &fd), 0);
     assert_int_equal(io->ops->ftruncate(io, fd, len + 100), 0);
     assert_int_equal(io->ops->pwrite(io, fd, "x", 1, len + 60), 0);
+    assert_int_equal(io->ops->pwrite(io, fd, "\0\0\0\0", 4, FX_SEG_POINT_POS), 0);
     io->ops->close(io, fd);
     assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
     assert_non_null(strstr(f.rep.message, "record header checksum mismatch"));
+    fx_done(&f);
+}
+
+/* Byte position of record |off| in segment 0 of a log written by append_n. */
+static uint64_t pos_of(uint64_t off)
+{
+    uint64_t pos = FX_SEG_HEADER_LEN;
+    for (uint64_t i = 0; i < off; i++) {
+        char b[64];
+        pos += FX_REC_HEADER_LEN + payload_of(i, b, sizeof(b));
+    }
+    return pos;
+}
+
+/* Appends |n| records of |len| bytes each (record i filled with 'A' + i)
+ * as one batch. */
+static void append_big(fx_dlog *log, size_t n, uint32_t len)
+{
+    static uint8_t bufs[4][20000];
+    fx_dlog_iov iov[4];
+    assert_true(n <= 4 && len <= sizeof(bufs[0]));
+    for (size_t i = 0; i < n; i++) {
+        memset(bufs[i], 'A' + (int)i, len);
+        iov[i] = (fx_dlog_iov){.data = bufs[i], .len = len};
+    }
+    assert_int_equal(fx_dlog_append(log, iov, n, 7000, NULL), 0);
+}
+
+/* Overwrites [from, to) of |path| with zeros and flushes everything: what
+ * the disk holds after a power cut that left those blocks unwritten. */
+static void zero_range(fixture *f, const char *path, uint64_t from, uint64_t to)
+{
+    static const uint8_t zeros[4096];
+    fx_sio *io = fx_memio_sio(f->m);
+    int fd;
+    assert_int_equal(io->ops->open(io, path, FX_SIO_WRITE, &fd), 0);
+    for (uint64_t at = from; at < to;) {
+        size_t k = to - at < sizeof(zeros) ? (size_t)(to - at) : sizeof(zeros);
+        assert_int_equal(io->ops->pwrite(io, fd, zeros, k, at), 0);
+        at += k;
+    }
+    assert_int_equal(io->ops->fdatasync(io, fd), 0);
+    io->ops->close(io, fd);
+}
+
+/* The log reopens at |next| with nothing more to cut, the file ends where
+ * the records do, and appends go on from there. */
+static void expect_clean_from(fixture *f, uint64_t next, uint64_t file_len)
+{
+    assert_int_equal(fx_dlog_next_offset(f->log), next);
+    assert_int_equal(flen(f, SEG0), file_len);
+    assert_int_equal(reopen(f), 0);
+    assert_int_equal(f->rep.truncated_bytes, 0);
+    assert_int_equal(fx_dlog_next_offset(f->log), next);
+    assert_int_equal(append_batch(f->log, next, 1, 9000), 0);
+    assert_int_equal(fx_dlog_sync(f->log, NULL), 0);
+    fx_dlog_page p;
+    fx_dlog_page_init(&p);
+    assert_int_equal(fx_dlog_read(f->log, next, 4096, 10, &p), 0);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(p.recs[0].offset, next);
+    fx_dlog_page_deinit(&p);
+}
+
+/* A large record appended after the last flush whose later blocks stayed
+ * unwritten while the file's length reached the disk (ext4 and XFS with
+ * preallocated extents): zeros from a block boundary inside the record to
+ * the end, a record checksum mismatch at the last record. Cut and counted,
+ * with the durable point and, for a segment of the original's (no point),
+ * by the zero-block rule. */
+static void test_zero_block_inside_the_last_unsynced_append_is_cut(void **state)
+{
+    for (int no_point = 0; no_point < 2; no_point++) {
+        fixture f;
+        fx_init(&f, 1 << 20, 4096);
+        assert_int_equal(reopen(&f), 0);
+        append_n(f.log, 0, 5);
+        assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+        append_big(f.log, 1, 20000);
+        close_log(&f, false);
+        uint64_t start = pos_of(5), len = flen(&f, SEG0);
+        assert_int_equal(len, start + FX_REC_HEADER_LEN + 20000);
+        zero_range(&f, SEG0, 3 * 4096, len); /* the length is kept */
+        if (no_point)
+            zero_range(&f, SEG0, FX_SEG_POINT_POS, FX_SEG_POINT_POS + 4);
+        assert_int_equal(reopen(&f), 0);
+        assert_int_equal(f.rep.truncated_bytes, len - start);
+        assert_false(f.rep.repaired);
+        expect_clean_from(&f, 5, start);
+        fx_done(&f);
+    }
+}
+
+/* Blocks of the last append written out of order: a zero block in the
+ * middle, valid-looking records after it. Everything from the first record
+ * the hole touches is cut (offsets stay contiguous), and counted. */
+static void test_hole_then_valid_record_tail_is_cut(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 4096);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 5);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    for (uint64_t i = 5; i < 400; i += 40)
+        assert_int_equal(append_batch(f.log, i, 40, 6000), 0); /* one unflushed stretch */
+    close_log(&f, false);
+    uint64_t len = flen(&f, SEG0);
+    assert_true(len > 3 * 4096);
+    zero_range(&f, SEG0, 4096, 2 * 4096);
+    uint64_t first_hit = 5;
+    while (pos_of(first_hit + 1) <= 4096)
+        first_hit++;
+    /* A record after the hole still decodes: it is not a zero tail. */
+    fx_sio *io = fx_memio_sio(f.m);
+    int fd;
+    uint64_t after = first_hit;
+    while (pos_of(after) < 2 * 4096)
+        after++;
+    uint8_t hdr[FX_REC_HEADER_LEN];
+    fx_rec_header h;
+    assert_int_equal(io->ops->open(io, SEG0, FX_SIO_READ, &fd), 0);
+    assert_int_equal(io->ops->pread(io, fd, hdr, sizeof(hdr), pos_of(after)), sizeof(hdr));
+    io->ops->close(io, fd);
+    assert_int_equal(fx_logfmt_rec_header_decode(hdr, &h), FX_REC_OK);
+    assert_int_equal(h.offset, after);
+    assert_int_equal(reopen(&f), 0);
+    assert_int_equal(f.rep.truncated_bytes, len - pos_of(first_hit));
+    expect_records(f.log, 0, first_hit);
+    expect_clean_from(&f, first_hit, pos_of(first_hit));
+    fx_done(&f);
+}
+
+/* Damage before the durable point is corruption, whatever it looks like (a
+ * cut inside the last flushed record, zeros over it, a cut at a record
+ * boundary): those records were flushed, so acknowledged under on_commit.
+ * Repair keeps the valid prefix and lowers the point with it. */
+static void test_damage_before_the_durable_point_is_corruption(void **state)
+{
+    fixture f;
+    fx_init(&f, 1 << 20, 4096);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 10);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    close_log(&f, false);
+    uint64_t len = flen(&f, SEG0), last = pos_of(9);
+    char want[256];
+    /* A partial last record. */
+    assert_int_equal(fx_memio_cut(f.m, SEG0, len - 3), 0);
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    snprintf(want, sizeof(want),
+             "corruption detected: truncated (stream=t/ns/s/0, dir=/d, "
+             "file=00000000000000000000.log, position=%llu)",
+             (unsigned long long)last);
+    assert_string_equal(f.rep.message, want);
+    /* Zeros over it, the length kept. */
+    zero_range(&f, SEG0, last, len);
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    assert_non_null(strstr(f.rep.message, "record header checksum mismatch"));
+    /* Cut at a record boundary: every record decodes, the file is short. */
+    assert_int_equal(fx_memio_cut(f.m, SEG0, last), 0);
+    assert_int_equal(reopen(&f), FX_ESTORAGE_CORRUPT);
+    snprintf(want, sizeof(want), "segment ends before its durable point %llu",
+             (unsigned long long)len);
+    assert_non_null(strstr(f.rep.message, want));
+    /* Repair keeps the nine records; the point comes down, so the next
+     * open needs no repair. */
+    f.cfg.repair = true;
+    assert_int_equal(reopen(&f), 0);
+    assert_true(f.rep.repaired);
+    assert_int_equal(f.rep.dropped_from, 9);
+    f.cfg.repair = false;
+    expect_clean_from(&f, 9, last);
     fx_done(&f);
 }
 
@@ -725,6 +939,77 @@ static void test_room_after_follows_the_rollover_rule(void **state)
     assert_int_equal(fx_dlog_segment_count(f.log), 2);
     /* Full again: a 1-byte batch would open a third segment and leave the rest. */
     assert_int_equal(fx_dlog_room_after(f.log, 1), 3 * 38 - 1);
+    fx_done(&f);
+}
+
+/* The offset of the record whose header is at |pos| of |path|. */
+static uint64_t offset_at(fixture *f, const char *path, uint64_t pos)
+{
+    fx_sio *io = fx_memio_sio(f->m);
+    int fd;
+    uint8_t hdr[FX_REC_HEADER_LEN];
+    fx_rec_header h;
+    assert_int_equal(io->ops->open(io, path, FX_SIO_READ, &fd), 0);
+    assert_int_equal(io->ops->pread(io, fd, hdr, sizeof(hdr), pos), sizeof(hdr));
+    io->ops->close(io, fd);
+    assert_int_equal(fx_logfmt_rec_header_decode(hdr, &h), FX_REC_OK);
+    return h.offset;
+}
+
+/* fx_dlog_index_seek on the index files the log wrote: for every offset of
+ * every sealed segment, exactly the greatest entry at or below it. */
+static void test_index_seek_lands_on_the_greatest_entry_at_or_below_every_offset(void **state)
+{
+    fixture f;
+    fx_init(&f, 2000, 100);
+    assert_int_equal(reopen(&f), 0);
+    append_n(f.log, 0, 150);
+    size_t segs = fx_dlog_segment_count(f.log);
+    assert_true(segs >= 3);
+    close_log(&f, true);
+    fx_sio *io = fx_memio_sio(f.m);
+    uint64_t base = 0;
+    for (uint64_t id = 0; id + 1 < segs; id++) {
+        char ipath[64], spath[64];
+        snprintf(ipath, sizeof(ipath), DIR_ "/%020llu.index", (unsigned long long)id);
+        snprintf(spath, sizeof(spath), DIR_ "/%020llu.log", (unsigned long long)id);
+        char *buf = NULL;
+        size_t len = 0;
+        assert_int_equal(fx_sio_read_file(io, ipath, 1 << 20, &buf, &len), 0);
+        size_t n = (len - FX_IDX_HEADER_LEN) / FX_IDX_ENTRY_LEN;
+        assert_true(n >= 3);
+        uint64_t last_off = 0, last_pos = 0, seg_size = flen(&f, spath);
+        fx_logfmt_idx_entry_decode((uint8_t *)buf + FX_IDX_HEADER_LEN + (n - 1) * FX_IDX_ENTRY_LEN,
+                                   &last_off, &last_pos);
+        uint64_t end = last_off + 3; /* records after the last entry too */
+        for (uint64_t off = base; off < end; off++) {
+            uint64_t eo = base, ep = FX_SEG_HEADER_LEN;
+            for (size_t i = 0; i < n; i++) {
+                uint64_t o, p;
+                fx_logfmt_idx_entry_decode(
+                    (uint8_t *)buf + FX_IDX_HEADER_LEN + i * FX_IDX_ENTRY_LEN, &o, &p);
+                if (o <= off) {
+                    eo = o;
+                    ep = p;
+                }
+            }
+            fx_dlog_pos got = fx_dlog_index_seek(io, ipath, base, seg_size, off);
+            assert_int_equal(got.offset, eo);
+            assert_int_equal(got.pos, ep);
+            assert_int_equal(offset_at(&f, spath, got.pos), eo);
+        }
+        free(buf);
+        uint8_t hb[FX_SEG_HEADER_LEN];
+        fx_seg_header h;
+        char why[128];
+        snprintf(spath, sizeof(spath), DIR_ "/%020llu.log", (unsigned long long)id + 1);
+        int fd;
+        assert_int_equal(io->ops->open(io, spath, FX_SIO_READ, &fd), 0);
+        assert_int_equal(io->ops->pread(io, fd, hb, sizeof(hb), 0), sizeof(hb));
+        io->ops->close(io, fd);
+        assert_int_equal(fx_logfmt_seg_header_decode(hb, sizeof(hb), &h, why, sizeof(why)), 0);
+        base = h.base_offset;
+    }
     fx_done(&f);
 }
 
@@ -955,10 +1240,100 @@ static void test_posix_files_round_trip(void **state)
     close(fd);
     uint8_t want[FX_SEG_HEADER_LEN];
     fx_logfmt_seg_header_encode(want, &(fx_seg_header){.base_offset = 0, .created_us = 42});
-    assert_memory_equal(h, want, sizeof(h));
+    assert_memory_equal(h, want, FX_SEG_POINT_POS);
+    /* Its reserved word holds the durable point: the whole sealed segment. */
+    uint64_t point = 0;
+    assert_true(fx_logfmt_point_decode(fx_be32_get(h + FX_SEG_POINT_POS), &point));
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(point, (uint64_t)sb.st_size);
     fx_dlog_close(log, false);
     assert_int_equal(fx_sio_remove_dir(fx_sio_posix(), dir), 0);
     assert_int_equal(rmdir(tmpl), 0);
+}
+
+/* ---- memory and disk accounting ----------------------------------------------------- */
+
+/* One 16 MiB record to each of a few logs: each log's encoding buffer is
+ * given back after its append, down to what a small append keeps (the
+ * log would otherwise hold 16 MiB until it is closed). */
+static void test_encode_buffer_is_given_back_after_a_16_mib_append(void **state)
+{
+    (void)state;
+    enum { LOGS = 3 };
+    size_t big = 16u << 20;
+    uint8_t *payload = malloc(big);
+    assert_non_null(payload);
+    memset(payload, 'x', big);
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    fx_dlog_config c;
+    fx_dlog_config_default(&c);
+    c.segment_bytes = 64u << 20;
+    c.preallocate = false;
+    c.io = fx_memio_sio(m);
+    fx_dlog *logs[LOGS];
+    for (int i = 0; i < LOGS; i++) {
+        char dir[16];
+        snprintf(dir, sizeof(dir), "/l%d", i);
+        assert_int_equal(fx_dlog_open(&logs[i], dir, &c, 1, NULL), 0);
+        fx_dlog_iov iov = {.data = payload, .len = (uint32_t)big};
+        assert_int_equal(fx_dlog_append(logs[i], &iov, 1, 2, NULL), 0);
+        /* 256 KiB: FX_DLOG_ENC_KEEP_BYTES. */
+        assert_true(logs[i]->enc_cap <= (256u << 10));
+        assert_true(fx_dlog_buffer_bytes(logs[i]) <= (256u << 10) + 4096);
+        /* A small append after it keeps a small buffer and reads back. */
+        fx_dlog_iov small = {.data = "after", .len = 5};
+        assert_int_equal(fx_dlog_append(logs[i], &small, 1, 3, NULL), 0);
+        assert_true(logs[i]->enc_cap > 0 && logs[i]->enc_cap <= (256u << 10));
+    }
+    fx_dlog_page p;
+    fx_dlog_page_init(&p);
+    assert_int_equal(fx_dlog_read(logs[LOGS - 1], 0, 1u << 20, 10, &p), 0);
+    assert_int_equal(p.n, 1); /* the large record alone, whole */
+    assert_int_equal(p.recs[0].len, big);
+    assert_int_equal(fx_dlog_read(logs[LOGS - 1], 1, 1u << 20, 10, &p), 0);
+    assert_int_equal(p.n, 1);
+    assert_memory_equal(p.recs[0].data, "after", 5);
+    fx_dlog_page_deinit(&p);
+    for (int i = 0; i < LOGS; i++)
+        fx_dlog_close(logs[i], false);
+    fx_memio_free(m);
+    free(payload);
+}
+
+/* The quotas' view of a log: its files plus the unwritten preallocation of
+ * the active segment; the prediction of an append matches what the log
+ * takes after it, a rollover (the old segment cut, a new one reserved)
+ * included. */
+static void test_disk_bytes_count_preallocation_and_predict_appends(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_init(&f, 4096, 1 << 20);
+    assert_int_equal(reopen(&f), 0);
+    /* Empty: a header, an index header and the rest of the reservation. */
+    assert_int_equal(fx_dlog_bytes_on_disk(f.log), FX_SEG_HEADER_LEN + FX_IDX_HEADER_LEN);
+    assert_int_equal(fx_dlog_disk_bytes(f.log), 4096 + FX_IDX_HEADER_LEN);
+    for (uint64_t off = 0; off < 200; off++) {
+        char buf[64];
+        size_t len = payload_of(off, buf, sizeof(buf));
+        uint64_t want = fx_dlog_disk_bytes_after(f.log, FX_REC_HEADER_LEN + len);
+        size_t segs = fx_dlog_segment_count(f.log);
+        assert_int_equal(append_batch(f.log, off, 1, 10 + off), 0);
+        /* Index entries come on top (one per segment here: its first). */
+        uint64_t idx = fx_dlog_segment_count(f.log) > segs ? FX_IDX_ENTRY_LEN : 0;
+        if (off == 0)
+            idx = FX_IDX_ENTRY_LEN;
+        assert_int_equal(fx_dlog_disk_bytes(f.log), want + idx);
+    }
+    assert_true(fx_dlog_segment_count(f.log) > 2);
+    /* Without preallocation it is the files alone. */
+    f.cfg.preallocate = false;
+    assert_int_equal(reopen(&f), 0);
+    uint64_t files = fx_dlog_bytes_on_disk(f.log);
+    assert_int_equal(fx_dlog_disk_bytes_after(f.log, 100), files + 100);
+    fx_done(&f);
 }
 
 static const struct CMUnitTest tests[] = {
@@ -975,16 +1350,21 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_enospc_fails_the_append_and_recovers_when_space_returns),
     cmocka_unit_test(test_enospc_at_rollover_keeps_the_active_segment),
     cmocka_unit_test(test_retention_by_bytes_removes_whole_sealed_segments),
+    cmocka_unit_test(test_retention_by_bytes_deletes_no_more_than_the_bound_needs),
     cmocka_unit_test(test_retention_by_age_uses_the_newest_record),
     cmocka_unit_test(test_reader_in_a_deleted_range_gets_cursor_too_old),
     cmocka_unit_test(test_torn_tail_is_cut_at_every_byte),
     cmocka_unit_test(test_a_zero_filled_tail_is_cut_as_torn),
+    cmocka_unit_test(test_zero_block_inside_the_last_unsynced_append_is_cut),
+    cmocka_unit_test(test_hole_then_valid_record_tail_is_cut),
+    cmocka_unit_test(test_damage_before_the_durable_point_is_corruption),
     cmocka_unit_test(test_bit_flip_in_a_sealed_segment_refuses_to_open),
     cmocka_unit_test(test_bit_flip_found_by_a_read_when_open_checks_only_the_tail),
     cmocka_unit_test(test_corruption_before_the_active_tail_refuses_unless_repaired),
     cmocka_unit_test(test_damaged_last_record_is_cut_only_with_repair_checksum_tail),
     cmocka_unit_test(test_one_append_writes_its_index_entries_in_one_write),
     cmocka_unit_test(test_room_after_follows_the_rollover_rule),
+    cmocka_unit_test(test_index_seek_lands_on_the_greatest_entry_at_or_below_every_offset),
     cmocka_unit_test(test_missing_or_garbage_index_is_rebuilt_identically),
     cmocka_unit_test(test_sealed_reads_search_the_index_file_and_survive_its_loss),
     cmocka_unit_test(test_index_write_failure_does_not_fail_appends),
@@ -992,5 +1372,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_unfinished_rollover_leftovers_are_discarded),
     cmocka_unit_test(test_a_hand_laid_segment_in_the_original_format_is_read),
     cmocka_unit_test(test_posix_files_round_trip),
+    cmocka_unit_test(test_encode_buffer_is_given_back_after_a_16_mib_append),
+    cmocka_unit_test(test_disk_bytes_count_preallocation_and_predict_appends),
 };
 FX_TEST_MAIN(tests)

@@ -138,6 +138,32 @@ static void test_config_and_mode_names(void **state)
     assert_string_equal(fx_fsync_mode_name(FX_FSYNC_ON_COMMIT), "on_commit");
 }
 
+/* Time retention follows the wall clock, except when it steps ahead of the
+ * monotonic clock since the anchor by more than the tolerance. */
+static void test_retention_clock_holds_back_a_forward_wall_clock_step(void **state)
+{
+    (void)state;
+    const uint64_t S = 1000000u; /* us */
+    fx_retention_clock a = {.wall_us = 1000 * S, .mono_ns = 50ull * 1000000000u};
+    bool held = true;
+    /* 10 s later on both clocks: the wall clock. */
+    assert_int_equal(fx_retention_now_us(&a, 1010 * S, 60ull * 1000000000u, 60 * S, &held),
+                     1010 * S);
+    assert_false(held);
+    /* Within the tolerance ahead: still the wall clock. */
+    assert_int_equal(fx_retention_now_us(&a, 1069 * S, 60ull * 1000000000u, 60 * S, &held),
+                     1069 * S);
+    assert_false(held);
+    /* Two days ahead: held at the anchor + elapsed + tolerance. */
+    assert_int_equal(
+        fx_retention_now_us(&a, 1010 * S + 2 * 86400 * S, 60ull * 1000000000u, 60 * S, &held),
+        1070 * S);
+    assert_true(held);
+    /* A backward step: the wall clock (keeps data longer). */
+    assert_int_equal(fx_retention_now_us(&a, 900 * S, 60ull * 1000000000u, 60 * S, &held), 900 * S);
+    assert_false(held);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_on_commit_acks_only_after_the_flush),
     cmocka_unit_test(test_group_commit_one_flush_serves_every_waiting_append),
@@ -146,5 +172,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_periodic_byte_bound_flushes_early),
     cmocka_unit_test(test_none_never_flushes_and_acks_at_once),
     cmocka_unit_test(test_config_and_mode_names),
+    cmocka_unit_test(test_retention_clock_holds_back_a_forward_wall_clock_step),
 };
 FX_TEST_MAIN(tests)

@@ -2,8 +2,9 @@
  * fxb_worker_init whose loop never runs a thread (sub_fixture.h drains it on
  * the test thread), fed jobs by hand through its queue. Its stream table by
  * the placement slot, jobs appended in queue order and their commit results,
- * a job for a deleted stream, and a deleted stream's end that waits for the
- * jobs queued before it. */
+ * a job for a deleted stream, a job back from storage whose log offset is
+ * not the ring's tail, and a deleted stream's end that waits for the jobs
+ * queued before it. */
 /* fx-test-libs: fx_broker fx_quic fx_wire fx_base */
 #include "sub_fixture.h"
 
@@ -73,6 +74,18 @@ static void queue_job(wfix *x, fx_stream_handle *h, uint32_t count)
     fxb_conn_ref(&x->f->c);
     j->w = &x->w;
     fx_ingress_req_init(&j->req, j, 0, FX_INGRESS_DROP, 0, NULL, NULL);
+    assert_int_equal(fx_queue_push(&x->w.jobs, j), 0);
+}
+
+/* Marks the job queue_job just queued as back from storage, its records
+ * written to the log from offset |sfirst| (the queue holds only it). */
+static void mark_stored(wfix *x, uint64_t sfirst)
+{
+    void *item;
+    assert_int_equal(fx_queue_pop(&x->w.jobs, &item), 0);
+    fxb_job *j = item;
+    j->stored = true;
+    j->sfirst = sfirst;
     assert_int_equal(fx_queue_push(&x->w.jobs, j), 0);
 }
 
@@ -236,6 +249,48 @@ static void test_job_for_a_deleted_stream_without_state_is_refused(void **state)
     wfix_free(x);
 }
 
+/* ---- stored jobs: the log and the ring agree ------------------------------------------- */
+
+/* A job back from storage is appended only where the log put it: its first
+ * log offset must be the ring's tail. One the log wrote one past the tail
+ * (or one before it) is refused as a storage error, counted, and appended
+ * nowhere; the matching one after it is appended at the tail. */
+static void test_stored_job_whose_log_offset_is_not_the_ring_tail_is_refused(void **state)
+{
+    wfix *x = wfix_new(1, 0);
+    fx_stream_handle *h = handle(x, "o");
+    queue_job(x, h, 2);
+    mark_stored(x, 0);
+    drain(x);
+    fx_stream *st = fxb_worker_stream_if_any(&x->w, h);
+    assert_non_null(st);
+    assert_int_equal(fx_stream_tail(st), 2);
+    fx_metrics_snapshot m0, m1;
+    fx_metrics_snapshot_take(&m0);
+    queue_job(x, h, 1);
+    mark_stored(x, 3); /* the log skipped offset 2 */
+    drain(x);
+    queue_job(x, h, 1);
+    mark_stored(x, 1); /* the log wrote offset 1 again */
+    drain(x);
+    fx_metrics_snapshot_take(&m1);
+    assert_int_equal(DELTA(m0, m1, publish_error), 2);
+    assert_int_equal(DELTA(m0, m1, storage_errors), 2);
+    assert_int_equal(DELTA(m0, m1, publish_ok), 0);
+    assert_int_equal(fx_stream_tail(st), 2);
+    queue_job(x, h, 1);
+    mark_stored(x, 2);
+    drain(x);
+    fx_metrics_snapshot_take(&m1);
+    assert_int_equal(DELTA(m0, m1, publish_ok), 1);
+    assert_int_equal(DELTA(m0, m1, storage_errors), 2);
+    assert_int_equal(fx_stream_tail(st), 3);
+    assert_int_equal(x->w.jobs_done, 4);
+    assert_int_equal(atomic_load(&x->f->c.refs), 1);
+    fx_stream_handle_unref(h);
+    wfix_free(x);
+}
+
 /* ---- deleted streams ---------------------------------------------------------------- */
 
 /* A deletion's end waits for the jobs queued before it: those jobs are
@@ -277,6 +332,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_stream_table_size_follows_live_streams_under_churn),
     cmocka_unit_test(test_jobs_append_in_queue_order),
     cmocka_unit_test(test_job_for_a_deleted_stream_without_state_is_refused),
+    cmocka_unit_test(test_stored_job_whose_log_offset_is_not_the_ring_tail_is_refused),
     cmocka_unit_test(test_end_of_a_deleted_stream_waits_for_older_jobs),
 };
 FX_TEST_MAIN(tests)

@@ -1179,7 +1179,7 @@ static const fx_cli_help HELP[] = {
         "inspect prints each segment's header and one line per record (offset, byte\n"
         "position, timestamp, length); verify checks every segment header, record\n"
         "checksum and offset and exits 1 naming the file and byte position of the\n"
-        "first damage.\n"
+        "first damage. Both refuse (exit 1) a storage root a running broker holds.\n"
         "\n"
         "Options:\n"
         "  --limit N                  inspect: at most N records per segment\n"

@@ -2,7 +2,10 @@
  * segment file) in the on-disk format of durable storage without changing
  * anything. inspect prints each segment header and record; verify checks
  * every header, checksum and offset and exits 1 naming the file and byte
- * position of the first damage. Main thread. */
+ * position of the first damage. It holds a shared lock on the storage root
+ * (the directory above the stream's) while it reads, and refuses a root a
+ * running broker holds: a live log's unsynced tail would read as damage.
+ * Main thread. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +20,7 @@
 #include "base/grow.h"
 #include "cli.h"
 #include "storage/format.h"
+#include "storage/rootlock.h"
 #include "storage/scan.h"
 
 #define CMD "log"
@@ -268,17 +272,41 @@ static int run_dir(const log_opts *o, totals *t)
     return status;
 }
 
+/* Takes the shared lock of the storage root above |path| (resolved: a
+ * stream directory, or a segment file in one). */
+static int lock_root(const char *path, bool is_dir, fx_rootlock **pl)
+{
+    char root[PATH_MAX];
+    snprintf(root, sizeof(root), "%s", path);
+    for (int up = is_dir ? 1 : 2; up > 0; up--) {
+        char *slash = strrchr(root, '/');
+        if (slash == NULL)
+            return -EINVAL; /* a resolved path has one */
+        slash[slash == root ? 1 : 0] = '\0';
+    }
+    char why[3 * PATH_MAX];
+    int rv = fx_rootlock_share(pl, root, why, sizeof(why));
+    if (rv != 0)
+        fx_cli_errorf(CMD, "%s", why);
+    return rv;
+}
+
 int fx_cli_log(int argc, char **argv)
 {
     log_opts o = {0};
     int rv = parse_args(argc, argv, &o);
     if (rv >= 0)
         return rv;
+    char real[PATH_MAX];
     struct stat st;
-    if (stat(o.path, &st) != 0) {
+    if (realpath(o.path, real) == NULL || stat(real, &st) != 0) {
         fx_cli_errorf(CMD, "%s: %s", o.path, strerror(errno));
         return FX_CLI_EXIT_FAIL;
     }
+    o.path = real;
+    fx_rootlock *lock = NULL;
+    if (lock_root(real, S_ISDIR(st.st_mode), &lock) != 0)
+        return FX_CLI_EXIT_FAIL;
     totals t = {0};
     double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     int status;
@@ -292,5 +320,6 @@ int fx_cli_log(int argc, char **argv)
                "), %" PRIu64 " bytes verified in %.3f s (%.2f GB/s; CPU %.3f s)\n",
                t.segments, t.records, t.next - t.records, t.next, t.bytes, secs,
                secs > 0 ? (double)t.bytes / secs / 1e9 : 0.0, cpu);
+    fx_rootlock_free(lock);
     return status;
 }
