@@ -598,7 +598,17 @@ static void test_metrics_name_durable_streams_only_with_metrics_stream_labels(vo
     snprintf(data, sizeof(data), "durable_storage_dir=%s/data", w->dir);
     const char *extra[] = {data, "durable_default=true", "durable_fsync_mode=none", NULL};
     start_broker_process_with(w, extra);
-    pub_sub_with_cli(w); /* 3 messages into durable stream t1/default/demo */
+    /* 3 messages; the first publish creates durable stream t1/default/demo. */
+    char *env[] = {w->env_server, w->env_pin, NULL};
+    char out[128], err[128], text[4096];
+    snprintf(out, sizeof(out), "%s/pub.out", w->dir);
+    snprintf(err, sizeof(err), "%s/pub.err", w->dir);
+    char *pub_argv[] = {w->felix,          "pub",   "--ack", "per_message", "--count", "3",
+                        "t1/default/demo", "hello", NULL};
+    if (wait_exit(spawn(pub_argv, out, err, env), HANG_MS, "felix pub") != 0) {
+        slurp(err, text, sizeof(text));
+        fail_msg("felix pub failed: %s", text);
+    }
     static const char series[] = "\nfelix_storage_stream_next_offset{tenant=\"t1\",namespace="
                                  "\"default\",stream=\"demo\"} 3\n";
     char *body = metrics_of(w);
