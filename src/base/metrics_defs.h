@@ -302,9 +302,10 @@
 /* ---- admin HTTP endpoint ----------------------------------------------- */
 #define FX_ADMIN_REFUSED_HELP                                                                      \
     "Admin HTTP requests and connections refused: host (Host header not this endpoint's), "        \
-    "token (bearer token missing or wrong), connection_limit (all or this address's "              \
-    "connections in use), headers_too_large (request line and headers over the per-connection "    \
-    "memory), body_too_large (request body over the limit)"
+    "token (bearer token missing or wrong, or none configured for a mutating call), "              \
+    "connection_limit (all or this address's connections in use), headers_too_large (request "     \
+    "line and headers over the per-connection memory), body_too_large (request body over the "     \
+    "limit)"
 #define FX_METRICS_ADMIN(C, G, H)                                                                  \
     C(admin_refused_host, "felix_admin_refused_total", "reason=host", FX_ADMIN_REFUSED_HELP)       \
     C(admin_refused_token, "felix_admin_refused_total", "reason=token", FX_ADMIN_REFUSED_HELP)     \

@@ -70,7 +70,9 @@ static void usage(FILE *out)
             "\n"
             "  --config FILE    YAML configuration (default: $FELIX_BROKER_CONFIG, else none)\n"
             "  --dev            use the built-in development configuration\n"
-            "                   (QUIC 127.0.0.1:5000, admin 127.0.0.1:8080, ./build/run-state)\n"
+            "                   (QUIC 127.0.0.1:5000, admin 127.0.0.1:8080, ./build/run-state;\n"
+            "                   without admin_token, one is generated into\n"
+            "                   ./build/run-state/admin-token)\n"
             "  --set key=value  override one key; wins over the file and FELIX_* variables\n"
             "  --print-config   print the effective configuration and where each value\n"
             "                   came from, then exit\n"
@@ -494,7 +496,22 @@ static void cli_path(char *out, size_t cap)
         snprintf(out, cap, "felix");
 }
 
-static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin *admin)
+/* Prints |s| single-quoted for a POSIX shell. */
+static void print_shell_quoted(const char *s)
+{
+    putchar('\'');
+    for (; *s != '\0'; s++) {
+        if (*s == '\'')
+            fputs("'\\''", stdout);
+        else
+            putchar(*s);
+    }
+    putchar('\'');
+}
+
+/* |token_file|: the --dev admin token file ("" for none). */
+static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin *admin,
+                         const char *token_file)
 {
     int epw = fx_broker_endpoint_worker(b);
     printf("felix-broker %s: QUIC on %s (UDP port %u), %u worker loop(s), endpoint on %s\n",
@@ -518,6 +535,12 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
     client_host(c->quic_bind, host, sizeof(host));
     printf("  export FELIX_SERVER=%s:%u FELIX_PIN=%s\n", host, (unsigned)fx_broker_port(b),
            fx_broker_fingerprint(b));
+    if (token_file[0]) {
+        /* The path, not the token: the banner may end up in a log. */
+        fputs("  export FELIX_ADMIN_TOKEN=\"$(cat ", stdout);
+        print_shell_quoted(token_file);
+        fputs(")\"\n", stdout);
+    }
     printf("  %s sub t1/default/demo\n", cli);
     printf("  %s pub --ack per_message t1/default/demo hello\n", cli);
     if (c->auth_mode == FX_CONFIG_AUTH_JWT)
@@ -681,6 +704,32 @@ static void notify_systemd(const char *state)
 /* The lock on state_dir (statedir.h), held from serve() until run() returns. */
 static fx_rootlock *state_lock;
 
+/* Under --dev without an admin_token, the token kept in state_dir (made at
+ * the first start): the endpoint then refuses mutations without it, as it
+ * does everywhere, and the banner says where the CLI finds it. |token|
+ * (|cap| bytes) gets the token to use, |file| its file's absolute path ("" when
+ * the configured admin_token applies). Returns 0 or EXIT_START. */
+static int dev_admin_token(const fx_config *c, bool dev, char *token, size_t cap, char *file,
+                           size_t filecap)
+{
+    snprintf(token, cap, "%s", c->admin_token);
+    file[0] = '\0';
+    if (!dev || c->admin_token[0] || !c->state_dir[0])
+        return 0;
+    char why[FX_CONFIG_PATH_MAX + 256], dir[PATH_MAX];
+    bool created = false;
+    if (fx_state_dir_admin_token(c->state_dir, token, cap, &created, why, sizeof(why)) != 0) {
+        fprintf(stderr, "felix-broker: --dev: %s\n", why);
+        return EXIT_START;
+    }
+    if (realpath(c->state_dir, dir) == NULL)
+        snprintf(dir, sizeof(dir), "%s", c->state_dir);
+    snprintf(file, filecap, "%s/%s", dir, FX_STATE_DIR_ADMIN_TOKEN_FILE);
+    FX_LOG_INFO("admin", "--dev: admin token %s %s (mode 0600)",
+                created ? "generated into" : "read from", file);
+    return 0;
+}
+
 /* ---- start-up notices to systemd ----------------------------------------------------- */
 
 /* Start-up work before READY=1 (state dir, TLS, the catalogue, the
@@ -771,8 +820,9 @@ static void notices_stop(notices *n)
 
 /* Serves the data plane and the admin endpoint until one of the signals in
  * |sigs| (blocked) stops it; /ready turns 503 as soon as the signal arrives.
- * Returns 0 or EXIT_START. */
-static int serve_notified(const fx_config *c, bool repair_durable, notices *n, const sigset_t *sigs)
+ * |dev|: started with --dev. Returns 0 or EXIT_START. */
+static int serve_notified(const fx_config *c, bool repair_durable, bool dev, notices *n,
+                          const sigset_t *sigs)
 {
     sigset_t set = *sigs;
     fx_log_set_level((fx_log_level)c->log_level);
@@ -789,6 +839,9 @@ static int serve_notified(const fx_config *c, bool repair_durable, notices *n, c
             return EXIT_START;
         }
     }
+    char token[FX_CONFIG_ADDR_MAX], token_file[PATH_MAX + 32];
+    if (dev_admin_token(c, dev, token, sizeof(token), token_file, sizeof(token_file)) != 0)
+        return EXIT_START;
     fx_authn *authn = NULL;
     fx_broker *b = NULL;
     int rv = start_authn(c, &authn);
@@ -809,7 +862,8 @@ static int serve_notified(const fx_config *c, bool repair_durable, notices *n, c
     fx_admin_broker_routes(b, routes);
     fx_pipeline_routes(pipe, routes + FX_ADMIN_BROKER_NROUTES);
     fx_admin_opts ao = {.bind = c->metrics_bind,
-                        .token = c->admin_token,
+                        .token = token,
+                        .metrics_per_stream = c->metrics_stream_labels,
                         .allowed_hosts = c->admin_allowed_hosts,
                         .probe_bind = c->probe_bind,
                         .tls_cert_file = c->admin_tls_cert_file,
@@ -823,7 +877,8 @@ static int serve_notified(const fx_config *c, bool repair_durable, notices *n, c
         fx_authn_free(authn);
         return EXIT_START;
     }
-    print_banner(c, b, admin);
+    explicit_bzero(token, sizeof(token)); /* the endpoint keeps its copy */
+    print_banner(c, b, admin, token_file);
     notices_ready(n, b);
     int sig = wait_stop_signal(&set, authn, b, c, retained);
     fx_admin_set_draining(admin, true); /* first: load balancers stop sending */
@@ -841,7 +896,7 @@ static int serve_notified(const fx_config *c, bool repair_durable, notices *n, c
     return status;
 }
 
-static int serve(const fx_config *c, bool repair_durable)
+static int serve(const fx_config *c, bool repair_durable, bool dev)
 {
     sigset_t set;
     sigemptyset(&set);
@@ -851,7 +906,7 @@ static int serve(const fx_config *c, bool repair_durable)
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
     notices n;
     notices_start(&n);
-    int status = serve_notified(c, repair_durable, &n, &set);
+    int status = serve_notified(c, repair_durable, dev, &n, &set);
     notices_stop(&n);
     return status;
 }
@@ -882,7 +937,7 @@ static int run(const struct opts *o)
     } else if (o->check) {
         printf("felix-broker: configuration is valid\n");
     } else {
-        status = serve(&c, o->repair_durable);
+        status = serve(&c, o->repair_durable, o->dev);
         fx_rootlock_free(state_lock);
         state_lock = NULL;
     }

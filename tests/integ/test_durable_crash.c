@@ -58,6 +58,10 @@ static void run_init(run *r)
 }
 
 /* Starts the broker and reads its address and certificate pin. */
+/* The admin token of the daemon and of the CLI that calls it (the broker
+ * and felix read the same variable), winning over one this process has. */
+static char *admin_env[] = {"FELIX_ADMIN_TOKEN=durable-crash-admin-token", NULL};
+
 static void start(run *r)
 {
     char *argv[] = {r->broker,
@@ -77,7 +81,7 @@ static void start(run *r)
                     "durable_segment_bytes=65536", /* rollovers under load too */
                     NULL};
     unlink(r->out);
-    r->pid = proc_spawn(argv, r->out, r->err, NULL, false);
+    r->pid = proc_spawn(argv, r->out, r->err, admin_env, false);
     proc_wait_text(r->out, "export FELIX_SERVER=", r->text, sizeof(r->text), r->pid);
     const char *line = strstr(r->text, "export FELIX_SERVER=");
     assert_int_equal(sscanf(line, "export FELIX_SERVER=%63s FELIX_PIN=%79s", r->server, r->pin), 2);
@@ -275,7 +279,7 @@ static int cli_create(run *r, const char *felix, const char *admin, bool durable
                     durable ? "--durable" : path,
                     durable ? path : NULL,
                     NULL};
-    int st = proc_wait(proc_spawn(argv, out, err, NULL, false), "felix streams create");
+    int st = proc_wait(proc_spawn(argv, out, err, admin_env, false), "felix streams create");
     proc_slurp(err, r->text, sizeof(r->text));
     if (st == 0)
         proc_slurp(out, r->text, sizeof(r->text));

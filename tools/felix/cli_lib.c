@@ -929,6 +929,36 @@ int fx_cli_escape_payload(const uint8_t *p, size_t n, fx_cli_buf *out)
     return out->oom ? -ENOMEM : 0;
 }
 
+/* Code points a terminal acts on instead of showing: C1 controls (CSI
+ * among them) and the bidi overrides and isolates that reorder what
+ * follows them on the line. */
+static bool cp_is_hidden(uint32_t cp)
+{
+    return cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) ||
+           (cp >= 0x2066 && cp <= 0x2069);
+}
+
+void fx_cli_cell_clean(char *s)
+{
+    size_t n = strlen(s), r = 0, w = 0;
+    while (r < n) {
+        uint32_t cp = 0;
+        size_t len = utf8_seq((const uint8_t *)s + r, n - r, &cp);
+        if (len == 0 || cp_is_hidden(cp)) {
+            s[w++] = '?';
+            r += len == 0 ? 1 : len;
+        } else if (cp < 0x20) {
+            s[w++] = ' ';
+            r++;
+        } else {
+            memmove(s + w, s + r, len);
+            w += len;
+            r += len;
+        }
+    }
+    s[w] = '\0';
+}
+
 int fx_cli_base64(const uint8_t *p, size_t n, fx_cli_buf *out)
 {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
