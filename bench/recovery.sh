@@ -32,7 +32,7 @@
 #             below it all sit in its active segment, which recovery scans whole)
 #   PREALLOCATE    durable_preallocate (default false: true reserves STREAMS x SEGMENT_BYTES
 #             of disk)
-#   DIR       work directory on the disk to measure (default /var/tmp/felix-recovery-bench; a
+#   DIR       work directory on the disk to measure (default <repo>/build/recovery-bench; a
 #             tmpfs or ramfs is refused; the script removes only DIR/data and DIR/state)
 #   BUILD     build directory (default <repo>/build/bench)
 #   OUTDIR    logs and the result line (default /tmp/felix-recovery/<timestamp>)
@@ -55,7 +55,7 @@ PARALLEL=${PARALLEL:-4}
 POLL_MS=${POLL_MS:-50}
 SEGMENT_BYTES=${SEGMENT_BYTES:-256M}
 PREALLOCATE=${PREALLOCATE:-false}
-DIR=${DIR:-/var/tmp/felix-recovery-bench}
+DIR=${DIR:-$ROOT/build/recovery-bench}
 OUTDIR=${OUTDIR:-/tmp/felix-recovery/$(date -u +%Y%m%dT%H%M%SZ)}
 FX_PORT=${FX_PORT:-15710}
 FX_ADMIN=${FX_ADMIN:-18710}
