@@ -27,10 +27,6 @@ int fxb_durable_init(fx_broker *b);
  * fx_broker_durable_error. Main thread, after fxb_durable_init, before the
  * loops start. */
 int fxb_durable_recover(fx_broker *b);
-/* Adds to GET /v1/streams entry |e| of stream |h|: "durable" and, for an
- * open log, "log_first_offset", "log_next_offset", "bytes_on_disk",
- * "segments" (null otherwise). Any thread but a storage thread. */
-void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e);
 /* Drain: every storage thread flushes every log it has open; waits until
  * they are done or |deadline_ns| (fx_now_ns clock). Returns 0,
  * FX_ETIMEDOUT, FX_ESTORAGE_ERROR (a flush failed; logged), -ENOMEM. Main

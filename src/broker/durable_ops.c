@@ -1,8 +1,7 @@
 /* The storage stage's life and its operator-facing parts (durable.h):
  * opening the catalogue and creating the storage and replay threads,
- * recovering every catalogued stream at start, the durable fields of
- * GET /v1/streams, the flush of every log at the end of a drain, and
- * shutdown. Main thread unless a function says otherwise. */
+ * recovering every catalogued stream at start, the flush of every log at
+ * the end of a drain, and shutdown. Main thread unless a function says otherwise. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -151,31 +150,6 @@ int fxb_durable_recover(fx_broker *b)
     FX_LOG_INFO("storage", "recovered %zu durable streams in %.3f s", n,
                 (double)(fx_now_ns() - t0) / 1e9);
     return 0;
-}
-
-void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e)
-{
-    bool durable = fx_stream_handle_is_durable(h);
-    json_object_set_new(e, "durable", json_boolean(durable));
-    fxb_durable *d = b->dur;
-    const char *keys[] = {"log_first_offset", "log_next_offset", "bytes_on_disk", "segments"};
-    uint64_t v[4] = {0};
-    bool found = false;
-    if (d != NULL && durable) {
-        pthread_mutex_lock(&d->cat_mu);
-        for (dstats *x = d->stats; x != NULL && !found; x = x->next) {
-            if (x->handle_id != fx_stream_handle_id(h))
-                continue;
-            found = true;
-            v[0] = atomic_load_explicit(&x->first, memory_order_relaxed);
-            v[1] = atomic_load_explicit(&x->next_off, memory_order_relaxed);
-            v[2] = atomic_load_explicit(&x->bytes, memory_order_relaxed);
-            v[3] = atomic_load_explicit(&x->segments, memory_order_relaxed);
-        }
-        pthread_mutex_unlock(&d->cat_mu);
-    }
-    for (size_t i = 0; i < 4; i++)
-        json_object_set_new(e, keys[i], found ? json_integer((json_int_t)v[i]) : json_null());
 }
 
 /* A flush of every log of every storage thread, shared with them (the
