@@ -98,10 +98,38 @@ if [ "$1" = configure ]; then
     fi
     if [ -d /run/systemd/system ]; then
         systemctl daemon-reload >/dev/null || true
+        # An upgrade restarts a running broker on the new binary (it drains first).
+        if [ -n "$2" ]; then
+            systemctl try-restart felix-broker.service >/dev/null || true
+        fi
     fi
 fi
 EOF
 chmod 0755 "$work/felix-broker/DEBIAN/postinst"
+cat >"$work/felix-broker/DEBIAN/prerm" <<'EOF'
+#!/bin/sh
+# Stops the broker (it drains) before its files go; an upgrade keeps it
+# running until postinst restarts it on the new binary.
+set -e
+if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
+    systemctl stop felix-broker.service >/dev/null || true
+fi
+EOF
+chmod 0755 "$work/felix-broker/DEBIAN/prerm"
+cat >"$work/felix-broker/DEBIAN/postrm" <<'EOF'
+#!/bin/sh
+# Forgets the unit once removed; purge also drops its enablement state. The
+# state directory (certificate, durable streams) is kept: delete
+# /var/lib/felix by hand once its data is no longer wanted.
+set -e
+if [ -d /run/systemd/system ]; then
+    systemctl daemon-reload >/dev/null || true
+fi
+if [ "$1" = purge ] && command -v deb-systemd-helper >/dev/null 2>&1; then
+    deb-systemd-helper purge felix-broker.service >/dev/null || true
+fi
+EOF
+chmod 0755 "$work/felix-broker/DEBIAN/postrm"
 
 control libfelix0 "$arch" libs "$lib_deps" "Felix-C client library (shared)
  libfelix publishes to and subscribes from a Felix-C broker over QUIC:

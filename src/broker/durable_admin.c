@@ -222,8 +222,11 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
 
 /* ---- GET /v1/streams ---------------------------------------------------------------- */
 
-/* One open log's figures: first offset, next offset, bytes on disk, segments. */
+/* One listed log: where it stands, why (damaged, failed; NULL otherwise),
+ * and its figures (first offset, next offset, bytes on disk, segments). */
 typedef struct vrow {
+    dstate state;
+    char *why;
     uint64_t v[4];
 } vrow;
 
@@ -240,6 +243,7 @@ typedef struct vret {
 struct fxb_durable_view {
     fxb_idtable ids; /* handle id -> vrow * */
     vrow *rows;
+    size_t nrows;
     vret *ret;
     size_t nret;
     char *names;
@@ -255,10 +259,14 @@ static int view_rows(fxb_durable *d, fxb_durable_view *v)
         return 0;
     if ((v->rows = calloc(n, sizeof(*v->rows))) == NULL)
         return -ENOMEM;
+    v->nrows = n;
     vrow *r = v->rows;
     for (const dstats *x = d->stats; x != NULL; x = x->next) {
         if (fxb_idtable_find(&v->ids, x->handle_id) != NULL)
             continue; /* the first listed is the stream's, as a scan found it */
+        r->state = x->state;
+        if (x->why[0] != '\0' && (r->why = strdup(x->why)) == NULL)
+            return -ENOMEM;
         r->v[0] = atomic_load_explicit(&x->first, memory_order_relaxed);
         r->v[1] = atomic_load_explicit(&x->next_off, memory_order_relaxed);
         r->v[2] = atomic_load_explicit(&x->bytes, memory_order_relaxed);
@@ -353,10 +361,21 @@ void fxb_durable_view_free(fxb_durable_view *v)
     if (v == NULL)
         return;
     fxb_idtable_deinit(&v->ids);
+    for (size_t i = 0; i < v->nrows; i++)
+        free(v->rows[i].why);
     free(v->rows);
     free(v->ret);
     free(v->names);
     free(v);
+}
+
+static const char *state_name(dstate st)
+{
+    static const char *names[] = {[DSTATE_RECOVERING] = "recovering",
+                                  [DSTATE_OPEN] = "open",
+                                  [DSTATE_DAMAGED] = "damaged",
+                                  [DSTATE_FAILED] = "failed"};
+    return names[st];
 }
 
 void fxb_durable_describe(const fxb_durable_view *v, const fx_stream_handle *h, json_t *e)
@@ -367,9 +386,15 @@ void fxb_durable_describe(const fxb_durable_view *v, const fx_stream_handle *h, 
     const fxb_idslot *slot =
         v != NULL && durable ? fxb_idtable_find(&v->ids, fx_stream_handle_id(h)) : NULL;
     const vrow *r = slot != NULL ? slot->p : NULL;
+    /* A durable stream not listed has no log open: it opens at its next
+     * publish or subscribe. */
+    const char *state = v == NULL || !durable ? NULL : r != NULL ? state_name(r->state) : "closed";
+    bool open = r != NULL && r->state == DSTATE_OPEN;
     for (size_t i = 0; i < 4; i++)
-        json_object_set_new(e, keys[i],
-                            r != NULL ? json_integer((json_int_t)r->v[i]) : json_null());
+        json_object_set_new(e, keys[i], open ? json_integer((json_int_t)r->v[i]) : json_null());
+    json_object_set_new(e, "durable_state", state != NULL ? json_string(state) : json_null());
+    json_object_set_new(e, "durable_error",
+                        r != NULL && r->why != NULL ? json_string(r->why) : json_null());
 }
 
 void fxb_durable_describe_retention(const fxb_durable_view *v, const fx_stream_handle *h, json_t *e)
@@ -408,12 +433,14 @@ static size_t copy_rows(fxb_durable *d, mrow **prows)
 {
     size_t n = 0;
     for (const dstats *x = d->stats; x != NULL; x = x->next)
-        n++;
+        n += x->state == DSTATE_OPEN; /* the others have no log figures to show */
     *prows = n > 0 ? calloc(n, sizeof(**prows)) : NULL;
     if (n > 0 && *prows == NULL)
         return SIZE_MAX;
     mrow *r = *prows;
-    for (const dstats *x = d->stats; x != NULL; x = x->next, r++) {
+    for (const dstats *x = d->stats; x != NULL; x = x->next) {
+        if (x->state != DSTATE_OPEN)
+            continue;
         r->h = fx_stream_handle_ref((fx_stream_handle *)x->h);
         r->v[FX_MSTREAM_BYTES_ON_DISK] =
             (int64_t)atomic_load_explicit(&x->bytes, memory_order_relaxed);
@@ -423,6 +450,7 @@ static size_t copy_rows(fxb_durable *d, mrow **prows)
             (int64_t)atomic_load_explicit(&x->first, memory_order_relaxed);
         r->v[FX_MSTREAM_NEXT_OFFSET] =
             (int64_t)atomic_load_explicit(&x->next_off, memory_order_relaxed);
+        r++;
     }
     return n;
 }

@@ -23,9 +23,12 @@ int fxb_durable_view_take(fx_broker *b, fxb_durable_view **pv);
 /* Frees |v| (NULL: nothing). */
 void fxb_durable_view_free(fxb_durable_view *v);
 
-/* Adds to GET /v1/streams entry |e| of stream |h|: "durable" and, for an
- * open log in view |v| (may be NULL), "log_first_offset",
- * "log_next_offset", "bytes_on_disk", "segments" (null otherwise). */
+/* Adds to GET /v1/streams entry |e| of stream |h|, from view |v| (may be
+ * NULL): "durable", "durable_state" ("recovering", "open", "damaged",
+ * "failed", "closed"; null when not durable), "durable_error" (damaged,
+ * failed: the reason, with file and position; else null) and, for an open
+ * log, "log_first_offset", "log_next_offset", "bytes_on_disk", "segments"
+ * (null otherwise). */
 void fxb_durable_describe(const fxb_durable_view *v, const fx_stream_handle *h, json_t *e);
 
 /* Adds to GET /v1/streams entry |e| of stream |h| "retention_bytes" and

@@ -6,9 +6,11 @@ man pages and the Debian packages (dpkg-deb -c / -I)."""
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -71,6 +73,9 @@ def test_unit_is_notify_with_state_dir_unprivileged_user_and_hardening(stage):
         "NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
         "PrivateTmp": "yes", "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
         "ExecReload": "/bin/kill -HUP $MAINPID",
+        "SystemCallFilter": "@system-service", "SystemCallErrorNumber": "EPERM",
+        "ProtectProc": "invisible", "ProcSubset": "pid", "PrivateIPC": "yes", "LimitCORE": "0",
+        "RestartPreventExitStatus": "1 2 4",
     }
     for k, v in want.items():
         assert keys.get(k) == [v], "%s=%s, want %s" % (k, keys.get(k), v)
@@ -185,6 +190,13 @@ def test_deb_packages_hold_their_files_and_computed_dependencies(tmp_path):
     assert "libsystemd0" in deb_field(broker, "Depends"), broker
     assert "/etc/felix/broker.yaml" in run(["dpkg-deb", "-I", debs["felix-broker"],
                                             "conffiles"]).stdout
+    # Removal stops the service; an upgrade restarts it; purge forgets it.
+    prerm = run(["dpkg-deb", "-I", debs["felix-broker"], "prerm"]).stdout
+    assert "systemctl stop felix-broker.service" in prerm, prerm
+    postinst = run(["dpkg-deb", "-I", debs["felix-broker"], "postinst"]).stdout
+    assert "systemctl try-restart felix-broker.service" in postinst, postinst
+    postrm = run(["dpkg-deb", "-I", debs["felix-broker"], "postrm"]).stdout
+    assert "deb-systemd-helper purge felix-broker.service" in postrm, postrm
     dev = run(["dpkg-deb", "-I", debs["libfelix-dev"]]).stdout
     assert deb_field(dev, "Depends").startswith("libfelix0 (= "), dev
     py = run(["dpkg-deb", "-I", debs["python3-felix"]]).stdout
@@ -202,3 +214,77 @@ def test_deb_packages_hold_their_files_and_computed_dependencies(tmp_path):
     code = "import felix, felix._lib as l; print(felix.__file__, l.lib._name)"
     out = run(["/usr/bin/python3", "-c", code], env=env, cwd="/").stdout.split()
     assert out == [str(x / "usr/lib/python3/dist-packages/felix/__init__.py"), "libfelix.so.0"]
+
+
+def filter_set(name, seen=None):
+    """The system calls of systemd's filter set |name| (@... sets expanded)."""
+    seen = set() if seen is None else seen
+    out = subprocess.run(["systemd-analyze", "syscall-filter", name], capture_output=True,
+                         text=True, timeout=30).stdout
+    calls = set()
+    for line in out.splitlines()[1:]:
+        word = line.strip()
+        if not word or word.startswith("#"):
+            continue
+        if word.startswith("@"):
+            if word not in seen:
+                seen.add(word)
+                calls |= filter_set(word, seen)
+        else:
+            calls.add(word)
+    return calls
+
+
+def test_broker_system_calls_are_all_in_the_units_filter(tmp_path):
+    """SystemCallFilter= in the unit: every system call felix-broker makes while it
+    starts, serves durable publishes and subscriptions, idles, reloads and drains
+    is in the set the unit allows, so the filter never fails one of them."""
+    if not BIN:
+        pytest.skip("FX_BINARY_DIR is not set (run through ctest)")
+    if shutil.which("strace") is None or shutil.which("systemd-analyze") is None:
+        pytest.skip("strace or systemd-analyze is missing (Debian packages strace, systemd)")
+    keys = unit_keys(open(os.path.join(SRC, "packaging", "felix-broker.service")).read())
+    allowed = set()
+    for spec in keys["SystemCallFilter"]:
+        for word in spec.split():
+            allowed |= filter_set(word) if word.startswith("@") else {word}
+    assert "fdatasync" in allowed and "flock" in allowed, sorted(allowed)
+    trace = tmp_path / "strace.out"
+    wrapper = tmp_path / "traced-broker"
+    wrapper.write_text("#!/bin/sh\nexec strace -f -qq -o %s -- %s \"$@\"\n"
+                       % (trace, os.path.join(BIN, "felix-broker")))
+    wrapper.chmod(0o755)
+    data = tmp_path / "data"
+    b = Broker(str(tmp_path / "state"), exe=str(wrapper),
+               sets=["durable_storage_dir=%s" % data, "durable_default=true",
+                     "durable_fsync_mode=on_commit", "allocator_idle_trim_ms=200"])
+    try:
+        env = dict(os.environ, **b.env())
+        felix = os.path.join(BIN, "felix")
+        run([felix, "pub", "--ack", "per_message", "--count", "20", "t1/default/sc", "x"],
+            env=env, timeout=60)
+        run([felix, "sub", "--from", "earliest", "--count", "20", "t1/default/sc"], env=env,
+            timeout=60)
+        with socket.create_connection(("127.0.0.1", b.admin_port), timeout=5) as c:
+            c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            while c.recv(65536):
+                pass
+        # Signals go to the broker, strace's child (strace would detach on them).
+        with open("/proc/%d/task/%d/children" % (b.proc.pid, b.proc.pid)) as f:
+            broker_pid = int(f.read().split()[0])
+        os.kill(broker_pid, signal.SIGHUP)  # reload
+        time.sleep(1.0)  # idle: the trim runs
+        os.kill(broker_pid, signal.SIGTERM)  # drain
+        b.proc.wait(timeout=60)
+    finally:
+        err = b.stderr()
+        status = b.stop()
+    assert status == 0, err
+    used = set()
+    for line in trace.read_text().splitlines():
+        m = re.match(r"^\d+\s+(?:<\.\.\. )?([a-z0-9_]+)(?:\(| resumed>)", line)
+        if m:
+            used.add(m.group(1))
+    assert {"fdatasync", "flock", "epoll_wait"} & used, sorted(used)
+    missing = sorted(used - allowed)
+    assert not missing, "system calls outside SystemCallFilter=: %s" % missing
