@@ -317,7 +317,8 @@ static int cmp_handle(const void *a, const void *b)
 
 /* One entry of the answer: names from the registry, state from the worker
  * (a stream nobody used yet has no state: zeros). */
-static json_t *stream_entry(fx_broker *b, gather *g, fx_stream_handle *h)
+static json_t *stream_entry(fx_broker *b, gather *g, const fxb_durable_view *dv,
+                            fx_stream_handle *h)
 {
     uint64_t id = fx_stream_handle_id(h);
     json_t *e = json_object();
@@ -335,8 +336,8 @@ static json_t *stream_entry(fx_broker *b, gather *g, fx_stream_handle *h)
         json_t *v = st != NULL ? json_object_get(st, fields[i]) : NULL;
         set_u64(e, fields[i], v != NULL ? (uint64_t)json_integer_value(v) : 0);
     }
-    fxb_durable_describe(b, h, e);
-    fxb_durable_describe_retention(b, h, e);
+    fxb_durable_describe(dv, h, e);
+    fxb_durable_describe_retention(dv, h, e);
     return e;
 }
 
@@ -356,14 +357,16 @@ int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson)
         handles_free(&hs);
         return rv;
     }
-    json_t *arr = json_array();
+    fxb_durable_view *dv = NULL;
+    json_t *arr = fxb_durable_view_take(b, &dv) == 0 ? json_array() : NULL;
     for (size_t i = 0; arr != NULL && i < hs.n; i++) {
-        json_t *e = stream_entry(b, g, hs.h[i]);
+        json_t *e = stream_entry(b, g, dv, hs.h[i]);
         if (e == NULL || json_array_append_new(arr, e) != 0) {
             json_decref(arr);
             arr = NULL;
         }
     }
+    fxb_durable_view_free(dv);
     gather_unref(g);
     handles_free(&hs);
     json_t *root = arr != NULL ? json_pack("{s:o}", "streams", arr) : NULL;

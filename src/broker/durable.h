@@ -29,13 +29,6 @@ int fxb_durable_init(fx_broker *b);
  * opts.durable.error. Main thread, after fxb_durable_init, before the
  * loops start. */
 int fxb_durable_recover(fx_broker *b);
-/* Adds to GET /v1/streams entry |e| of stream |h|: "durable",
- * "durable_state" ("recovering", "open", "damaged", "failed", "closed";
- * null when not durable), "durable_error" (damaged, failed: the reason, with
- * file and position; else null) and, for an open log, "log_first_offset",
- * "log_next_offset", "bytes_on_disk", "segments" (null otherwise). Any
- * thread but a storage thread. */
-void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e);
 /* Drain: every storage thread flushes every log it has open; waits until
  * they are done or |deadline_ns| (fx_now_ns clock). Returns 0,
  * FX_ETIMEDOUT, FX_ESTORAGE_ERROR (a flush failed; logged), -ENOMEM. Main

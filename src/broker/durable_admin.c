@@ -3,8 +3,9 @@
  * the request and hands it to the storage thread that owns the stream's
  * log, which writes the catalogue (fsync + rename) and applies the new
  * bounds to the log at once; the admin thread waits for the answer with a
- * timeout. Also the retention fields of GET /v1/streams. Admin thread and
- * the storage threads, as each function says. */
+ * timeout. Also the durable fields of GET /v1/streams (a view copied under
+ * the catalogue lock once per request) and the per-stream gauges of
+ * /metrics. Admin thread and the storage threads, as each function says. */
 #include "broker/durable_admin.h"
 
 #include <errno.h>
@@ -219,51 +220,266 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
     return rv;
 }
 
-void fxb_durable_describe_retention(fx_broker *b, const fx_stream_handle *h, json_t *e)
+/* ---- GET /v1/streams ---------------------------------------------------------------- */
+
+/* One listed log: where it stands, why (damaged, failed; NULL otherwise),
+ * and its figures (first offset, next offset, bytes on disk, segments). */
+typedef struct vrow {
+    dstate state;
+    char *why;
+    uint64_t v[4];
+} vrow;
+
+/* A live catalogue entry with retention overrides; names point into the
+ * view's |names|. */
+typedef struct vret {
+    const char *t, *ns, *s;
+    uint64_t bytes, seconds;
+} vret;
+
+/* What GET /v1/streams shows of the durable streams, copied in one pass
+ * under |cat_mu| so that the answer is built without it: the open logs'
+ * figures by handle id, and the retention overrides sorted by name. */
+struct fxb_durable_view {
+    fxb_idtable ids; /* handle id -> vrow * */
+    vrow *rows;
+    size_t nrows;
+    vret *ret;
+    size_t nret;
+    char *names;
+};
+
+/* Copies the figures of every open log. Under |cat_mu|. */
+static int view_rows(fxb_durable *d, fxb_durable_view *v)
 {
-    uint64_t v[2] = {0};
-    fxb_durable *d = b->dur;
-    if (d != NULL && fx_stream_handle_is_durable(h)) {
-        pthread_mutex_lock(&d->cat_mu);
-        const fx_catalog_entry *ce =
-            fx_catalog_find(d->cat, fx_stream_handle_tenant(h), fx_stream_handle_namespace(h),
-                            fx_stream_handle_stream(h));
-        if (ce != NULL) {
-            v[0] = ce->retention_bytes;
-            v[1] = ce->retention_seconds;
+    size_t n = 0;
+    for (const dstats *x = d->stats; x != NULL; x = x->next)
+        n++;
+    if (n == 0)
+        return 0;
+    if ((v->rows = calloc(n, sizeof(*v->rows))) == NULL)
+        return -ENOMEM;
+    v->nrows = n;
+    vrow *r = v->rows;
+    for (const dstats *x = d->stats; x != NULL; x = x->next) {
+        if (fxb_idtable_find(&v->ids, x->handle_id) != NULL)
+            continue; /* the first listed is the stream's, as a scan found it */
+        r->state = x->state;
+        if (x->why[0] != '\0' && (r->why = strdup(x->why)) == NULL)
+            return -ENOMEM;
+        r->v[0] = atomic_load_explicit(&x->first, memory_order_relaxed);
+        r->v[1] = atomic_load_explicit(&x->next_off, memory_order_relaxed);
+        r->v[2] = atomic_load_explicit(&x->bytes, memory_order_relaxed);
+        r->v[3] = atomic_load_explicit(&x->segments, memory_order_relaxed);
+        if (fxb_idtable_insert(&v->ids, x->handle_id, r++) != 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static bool has_overrides(const fx_catalog_entry *ce)
+{
+    return !ce->deleting && (ce->retention_bytes != 0 || ce->retention_seconds != 0);
+}
+
+static char *copy_name(char **pp, const char *s)
+{
+    char *out = *pp;
+    size_t n = strlen(s) + 1;
+    memcpy(out, s, n);
+    *pp += n;
+    return out;
+}
+
+/* Copies the live entries that have retention overrides. Under |cat_mu|. */
+static int view_overrides(fxb_durable *d, fxb_durable_view *v)
+{
+    size_t n = 0, bytes = 0;
+    for (size_t i = 0; i < fx_catalog_count(d->cat); i++) {
+        const fx_catalog_entry *ce = fx_catalog_at(d->cat, i);
+        if (has_overrides(ce)) {
+            n++;
+            bytes += strlen(ce->tenant) + strlen(ce->ns) + strlen(ce->stream) + 3;
         }
-        pthread_mutex_unlock(&d->cat_mu);
+    }
+    if (n == 0)
+        return 0;
+    v->ret = calloc(n, sizeof(*v->ret));
+    v->names = malloc(bytes);
+    if (v->ret == NULL || v->names == NULL)
+        return -ENOMEM;
+    char *p = v->names;
+    for (size_t i = 0; i < fx_catalog_count(d->cat); i++) {
+        const fx_catalog_entry *ce = fx_catalog_at(d->cat, i);
+        if (!has_overrides(ce))
+            continue;
+        vret *r = &v->ret[v->nret++];
+        r->t = copy_name(&p, ce->tenant);
+        r->ns = copy_name(&p, ce->ns);
+        r->s = copy_name(&p, ce->stream);
+        r->bytes = ce->retention_bytes;
+        r->seconds = ce->retention_seconds;
+    }
+    return 0;
+}
+
+static int cmp_ret(const void *a, const void *b)
+{
+    const vret *x = a, *y = b;
+    int c = strcmp(x->t, y->t);
+    if (c == 0)
+        c = strcmp(x->ns, y->ns);
+    return c != 0 ? c : strcmp(x->s, y->s);
+}
+
+int fxb_durable_view_take(fx_broker *b, fxb_durable_view **pv)
+{
+    *pv = NULL;
+    fxb_durable *d = b->dur;
+    if (d == NULL)
+        return 0;
+    fxb_durable_view *v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return -ENOMEM;
+    pthread_mutex_lock(&d->cat_mu);
+    int rv = view_rows(d, v);
+    if (rv == 0)
+        rv = view_overrides(d, v);
+    pthread_mutex_unlock(&d->cat_mu);
+    if (rv != 0) {
+        fxb_durable_view_free(v);
+        return rv;
+    }
+    if (v->nret > 1)
+        qsort(v->ret, v->nret, sizeof(*v->ret), cmp_ret);
+    *pv = v;
+    return 0;
+}
+
+void fxb_durable_view_free(fxb_durable_view *v)
+{
+    if (v == NULL)
+        return;
+    fxb_idtable_deinit(&v->ids);
+    for (size_t i = 0; i < v->nrows; i++)
+        free(v->rows[i].why);
+    free(v->rows);
+    free(v->ret);
+    free(v->names);
+    free(v);
+}
+
+static const char *state_name(dstate st)
+{
+    static const char *names[] = {[DSTATE_RECOVERING] = "recovering",
+                                  [DSTATE_OPEN] = "open",
+                                  [DSTATE_DAMAGED] = "damaged",
+                                  [DSTATE_FAILED] = "failed"};
+    return names[st];
+}
+
+void fxb_durable_describe(const fxb_durable_view *v, const fx_stream_handle *h, json_t *e)
+{
+    bool durable = fx_stream_handle_is_durable(h);
+    json_object_set_new(e, "durable", json_boolean(durable));
+    const char *keys[] = {"log_first_offset", "log_next_offset", "bytes_on_disk", "segments"};
+    const fxb_idslot *slot =
+        v != NULL && durable ? fxb_idtable_find(&v->ids, fx_stream_handle_id(h)) : NULL;
+    const vrow *r = slot != NULL ? slot->p : NULL;
+    /* A durable stream not listed has no log open: it opens at its next
+     * publish or subscribe. */
+    const char *state = v == NULL || !durable ? NULL : r != NULL ? state_name(r->state) : "closed";
+    bool open = r != NULL && r->state == DSTATE_OPEN;
+    for (size_t i = 0; i < 4; i++)
+        json_object_set_new(e, keys[i], open ? json_integer((json_int_t)r->v[i]) : json_null());
+    json_object_set_new(e, "durable_state", state != NULL ? json_string(state) : json_null());
+    json_object_set_new(e, "durable_error",
+                        r != NULL && r->why != NULL ? json_string(r->why) : json_null());
+}
+
+void fxb_durable_describe_retention(const fxb_durable_view *v, const fx_stream_handle *h, json_t *e)
+{
+    uint64_t val[2] = {0};
+    if (v != NULL && v->nret > 0 && fx_stream_handle_is_durable(h)) {
+        vret key = {.t = fx_stream_handle_tenant(h),
+                    .ns = fx_stream_handle_namespace(h),
+                    .s = fx_stream_handle_stream(h)};
+        const vret *r = bsearch(&key, v->ret, v->nret, sizeof(*v->ret), cmp_ret);
+        if (r != NULL) {
+            val[0] = r->bytes;
+            val[1] = r->seconds;
+        }
     }
     const char *keys[2] = {"retention_bytes", "retention_seconds"};
     for (size_t i = 0; i < 2; i++)
-        json_object_set_new(e, keys[i], v[i] != 0 ? json_integer((json_int_t)v[i]) : json_null());
+        json_object_set_new(e, keys[i],
+                            val[i] != 0 ? json_integer((json_int_t)val[i]) : json_null());
 }
 
 /* ---- per-stream gauges ---------------------------------------------------------------- */
 
-/* Scrape (admin thread): one row per open log, under |cat_mu| (an entry
- * leaves the list under it before it is freed). */
+/* One row of a scrape, copied under |cat_mu|: a reference keeps the names. */
+typedef struct mrow {
+    fx_stream_handle *h;
+    int64_t v[FX_MSTREAM_N];
+} mrow;
+
+static fx_ratelimit collect_rl = FX_RATELIMIT_INIT;
+
+/* Copies the rows of every open log. Under |cat_mu| (an entry leaves the
+ * list under it before it is freed). Returns the count, or SIZE_MAX when
+ * out of memory. */
+static size_t copy_rows(fxb_durable *d, mrow **prows)
+{
+    size_t n = 0;
+    for (const dstats *x = d->stats; x != NULL; x = x->next)
+        n += x->state == DSTATE_OPEN; /* the others have no log figures to show */
+    *prows = n > 0 ? calloc(n, sizeof(**prows)) : NULL;
+    if (n > 0 && *prows == NULL)
+        return SIZE_MAX;
+    mrow *r = *prows;
+    for (const dstats *x = d->stats; x != NULL; x = x->next) {
+        if (x->state != DSTATE_OPEN)
+            continue;
+        r->h = fx_stream_handle_ref((fx_stream_handle *)x->h);
+        r->v[FX_MSTREAM_BYTES_ON_DISK] =
+            (int64_t)atomic_load_explicit(&x->bytes, memory_order_relaxed);
+        r->v[FX_MSTREAM_SEGMENTS] =
+            (int64_t)atomic_load_explicit(&x->segments, memory_order_relaxed);
+        r->v[FX_MSTREAM_FIRST_OFFSET] =
+            (int64_t)atomic_load_explicit(&x->first, memory_order_relaxed);
+        r->v[FX_MSTREAM_NEXT_OFFSET] =
+            (int64_t)atomic_load_explicit(&x->next_off, memory_order_relaxed);
+        r++;
+    }
+    return n;
+}
+
+/* Scrape (admin thread): the rows are copied under |cat_mu| and emitted
+ * after it is released, so a large scrape never holds up a storage thread
+ * opening or closing a log, and a slow catalogue write never holds up a
+ * scrape for longer than the copy. */
 static void on_collect(void *user, fx_mstream_emit_fn emit, void *sink)
 {
     fxb_durable *d = user;
+    mrow *rows;
     pthread_mutex_lock(&d->cat_mu);
-    for (const dstats *x = d->stats; x != NULL; x = x->next) {
-        if (x->state != DSTATE_OPEN)
-            continue; /* no log figures to show */
-        fx_mstream_row r = {.tenant = fx_stream_handle_tenant(x->h),
-                            .ns = fx_stream_handle_namespace(x->h),
-                            .stream = fx_stream_handle_stream(x->h)};
-        r.v[FX_MSTREAM_BYTES_ON_DISK] =
-            (int64_t)atomic_load_explicit(&x->bytes, memory_order_relaxed);
-        r.v[FX_MSTREAM_SEGMENTS] =
-            (int64_t)atomic_load_explicit(&x->segments, memory_order_relaxed);
-        r.v[FX_MSTREAM_FIRST_OFFSET] =
-            (int64_t)atomic_load_explicit(&x->first, memory_order_relaxed);
-        r.v[FX_MSTREAM_NEXT_OFFSET] =
-            (int64_t)atomic_load_explicit(&x->next_off, memory_order_relaxed);
-        emit(sink, &r);
-    }
+    size_t n = copy_rows(d, &rows);
     pthread_mutex_unlock(&d->cat_mu);
+    if (n == SIZE_MAX) {
+        FX_LOG_RATELIMITED(&collect_rl, fx_now_ns(), FX_LOG_ERROR, "storage",
+                           "out of memory copying the per-stream gauges: this scrape has none");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        fx_mstream_row r = {.tenant = fx_stream_handle_tenant(rows[i].h),
+                            .ns = fx_stream_handle_namespace(rows[i].h),
+                            .stream = fx_stream_handle_stream(rows[i].h)};
+        memcpy(r.v, rows[i].v, sizeof(r.v));
+        emit(sink, &r);
+        fx_stream_handle_unref(rows[i].h);
+    }
+    free(rows);
 }
 
 void fxb_durable_metrics_start(fxb_durable *d)

@@ -1,8 +1,7 @@
 /* The storage stage's life and its operator-facing parts (durable.h):
  * opening the catalogue and creating the storage and replay threads,
- * recovering every catalogued stream at start, the durable fields of
- * GET /v1/streams, the flush of every log at the end of a drain, and
- * shutdown. Main thread unless a function says otherwise. */
+ * recovering every catalogued stream at start, the flush of every log at
+ * the end of a drain, and shutdown. Main thread unless a function says otherwise. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -244,47 +243,6 @@ void fx_broker_durable_recovery(const fx_broker *b, fx_broker_recovery *out)
     out->done = atomic_load_explicit(&d->rec_done, memory_order_acquire);
     out->damaged = atomic_load_explicit(&d->rec_damaged, memory_order_relaxed);
     out->failed = atomic_load_explicit(&d->rec_failed, memory_order_relaxed);
-}
-
-static const char *state_name(dstate st)
-{
-    static const char *names[] = {[DSTATE_RECOVERING] = "recovering",
-                                  [DSTATE_OPEN] = "open",
-                                  [DSTATE_DAMAGED] = "damaged",
-                                  [DSTATE_FAILED] = "failed"};
-    return names[st];
-}
-
-void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e)
-{
-    bool durable = fx_stream_handle_is_durable(h);
-    json_object_set_new(e, "durable", json_boolean(durable));
-    fxb_durable *d = b->dur;
-    const char *keys[] = {"log_first_offset", "log_next_offset", "bytes_on_disk", "segments"};
-    uint64_t v[4] = {0};
-    const char *state = NULL;
-    char why[sizeof(((dstats *)0)->why)] = "";
-    if (d != NULL && durable) {
-        state = "closed"; /* its log opens at its next publish or subscribe */
-        pthread_mutex_lock(&d->cat_mu);
-        for (dstats *x = d->stats; x != NULL; x = x->next) {
-            if (x->handle_id != fx_stream_handle_id(h))
-                continue;
-            state = state_name(x->state);
-            snprintf(why, sizeof(why), "%s", x->why);
-            v[0] = atomic_load_explicit(&x->first, memory_order_relaxed);
-            v[1] = atomic_load_explicit(&x->next_off, memory_order_relaxed);
-            v[2] = atomic_load_explicit(&x->bytes, memory_order_relaxed);
-            v[3] = atomic_load_explicit(&x->segments, memory_order_relaxed);
-            break;
-        }
-        pthread_mutex_unlock(&d->cat_mu);
-    }
-    bool open = state != NULL && strcmp(state, "open") == 0;
-    for (size_t i = 0; i < 4; i++)
-        json_object_set_new(e, keys[i], open ? json_integer((json_int_t)v[i]) : json_null());
-    json_object_set_new(e, "durable_state", state != NULL ? json_string(state) : json_null());
-    json_object_set_new(e, "durable_error", why[0] ? json_string(why) : json_null());
 }
 
 /* A flush of every log of every storage thread, shared with them (the

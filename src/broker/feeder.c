@@ -35,7 +35,7 @@ static bool pull_cb(void *user, fx_env_item *out)
     fxb_sub *sub = p->sub;
     /* A durable stream's history from disk comes first, as backlog pages:
      * with the backlog used up, the replay requests its next page (or, done,
-     * hands over the ring's part of the backlog and ends). */
+     * ends and the live queue follows). */
     if (sub->backlog_pos >= sub->backlog.n && fxb_replay_holds(sub))
         return false; /* a page is being read (or the replay failed): the live queue waits */
     if (sub->backlog_pos < sub->backlog.n) {

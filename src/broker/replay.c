@@ -9,6 +9,7 @@
  * subscription's worker; reader side: the replay thread. */
 #include "broker/replay.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -41,7 +42,6 @@ struct fxb_replay {
     bool dead;     /* unsubscribed meanwhile: freed when the page comes back */
     bool failed;   /* a read failed: nothing more is delivered */
     bool done;     /* the whole range went to the feeder */
-    fx_backlog stash; /* the ring backlog, delivered after the range */
     /* reader cursor (replay thread) */
     bool open;
     int fd;
@@ -85,7 +85,6 @@ static void replay_free(fxb_replay *r)
         return;
     reader_close(r);
     fx_backlog_free(&r->page);
-    fx_backlog_free(&r->stash);
     free(r);
 }
 
@@ -226,8 +225,9 @@ static int advance(fxb_replay *r)
     if ((rv = seg_open(r, id, &base)) != 0)
         return fail(r, FX_ESTORAGE_ERROR, "segment %" PRIu64 " of %s is missing", id, r->dir);
     if (base != r->next)
-        return fail(r, FX_ESTORAGE_CORRUPT, "segment %" PRIu64 " starts at %" PRIu64
-                    ", expected %" PRIu64, id, base, r->next);
+        return fail(r, FX_ESTORAGE_CORRUPT,
+                    "segment %" PRIu64 " starts at %" PRIu64 ", expected %" PRIu64, id, base,
+                    r->next);
     return 0;
 }
 
@@ -324,9 +324,9 @@ static void reader_on_task(fx_loop *l, fx_task *t, void *user)
     (void)t;
     fxb_replay *r = user;
     const fx_broker_opts *o = &r->sub->b->o;
-    uint32_t per = o->fanout_batch_size <= 1 ? 1
+    uint32_t per = o->fanout_batch_size <= 1                          ? 1
                    : o->event_batch_max_events < o->fanout_batch_size ? o->event_batch_max_events
-                                                                       : o->fanout_batch_size;
+                                                                      : o->fanout_batch_size;
     page_args a = {.per = per, .handle_id = fx_stream_handle_id(r->sub->h)};
     r->rv = read_page(r, &a);
     if (r->rv != 0)
@@ -361,7 +361,8 @@ static void worker_on_page(fx_loop *l, fx_task *t, void *user)
     if (r->rv != 0) {
         r->failed = true;
         FX_COUNTER_INC(storage_replay_failures);
-        FX_LOG_WARN("storage", "subscription %llu: replay from disk failed at offset %" PRIu64
+        FX_LOG_WARN("storage",
+                    "subscription %llu: replay from disk failed at offset %" PRIu64
                     ": %s (%s); its event stream ends",
                     (unsigned long long)sub->id, r->next, fx_strerror(r->rv), r->err);
         sub->ending = true; /* finish after what was delivered: no gap follows */
@@ -409,17 +410,13 @@ void fxb_replay_begin(fxb_sub *sub, fx_stream *st)
     fxb_replay *r = sub->replay;
     if (r == NULL)
         return;
-    /* Registered at the tail: a fanout parked meanwhile may have put its
-     * envelope in the backlog; the range ends where the backlog starts and
-     * the backlog follows it. */
+    /* fxb_replay_prepare made the start the tail, and a subscription
+     * registered at the tail gets no backlog: the ring holds nothing at or
+     * past the tail, and one added while a fanout is parked starts after
+     * the parked envelope (fx_fanout_subs_add), which is below the tail.
+     * So the range ends at the tail and the live queue follows it. */
+    assert(sub->backlog.n == 0);
     r->to = fx_stream_tail(st);
-    if (sub->backlog.n > 0) {
-        const fx_env_item *it = &sub->backlog.items[0];
-        r->to = fx_envelope_base_offset(it->env) + it->skip;
-        r->stash = sub->backlog;
-        sub->backlog = (fx_backlog){0};
-        sub->backlog_pos = 0;
-    }
     FX_COUNTER_INC(storage_replays);
     if (r->next >= r->to)
         r->done = true;
@@ -438,13 +435,7 @@ bool fxb_replay_holds(fxb_sub *sub)
         request_page(r, sub);
         return true;
     }
-    /* The range is delivered: the ring backlog, then the live queue. */
-    if (r->stash.n > 0) {
-        fx_backlog_free(&sub->backlog);
-        sub->backlog = r->stash;
-        sub->backlog_pos = 0;
-        r->stash = (fx_backlog){0};
-    }
+    /* The range is delivered: the live queue follows. */
     replay_free(r);
     sub->replay = NULL;
     return false;

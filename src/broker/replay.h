@@ -35,15 +35,15 @@ fxb_replay *fxb_replay_new(const char *dir, fx_sio *io, uint64_t first, fx_loop 
  * reader is dropped. Returns true to register. Worker. */
 bool fxb_replay_prepare(fxb_sub *sub, fx_stream *st);
 
-/* After a successful registration: fixes the range's end at the offset the
- * subscription's first live (or backlog) message has. Worker. */
+/* After a successful registration at the tail (fxb_replay_prepare): fixes
+ * the range's end at the tail, where the subscription's first live message
+ * is (it has no backlog there). Worker. */
 void fxb_replay_begin(fxb_sub *sub, fx_stream *st);
 
 /* For the feeder, once the backlog array is empty: true while the replay
  * holds the live queue back (a page is being read, or the replay failed: then
  * nothing more is delivered and the event stream ends). When it returns
- * false the backlog array may hold the ring's part again: check it first.
- * Worker. */
+ * false the range is delivered and the live queue follows. Worker. */
 bool fxb_replay_holds(fxb_sub *sub);
 
 /* True while history is still to be delivered (the event stream must not

@@ -489,3 +489,51 @@ int fx_broker_test_conn_loops(fx_broker *b, fx_broker_test_conn_where *out, size
         return FX_EINTERNAL;
     return r.n > (size_t)INT32_MAX ? INT32_MAX : (int)r.n;
 }
+
+/* ---- the per-stream gauges' collection ------------------------------------ */
+
+typedef struct collect_probe {
+    fxb_durable *d;
+    size_t rows, held;
+    int rv;
+} collect_probe;
+
+/* Another thread's attempt at the catalogue lock: what a storage thread
+ * opening a log would meet. */
+static void *try_cat_mu(void *arg)
+{
+    collect_probe *p = arg;
+    if (pthread_mutex_trylock(&p->d->cat_mu) == 0) {
+        pthread_mutex_unlock(&p->d->cat_mu);
+        return NULL;
+    }
+    return p; /* held */
+}
+
+static void probe_emit(void *sink, const fx_mstream_row *row)
+{
+    (void)row;
+    collect_probe *p = sink;
+    pthread_t t;
+    void *held = NULL;
+    int rv = pthread_create(&t, NULL, try_cat_mu, p);
+    if (rv != 0) {
+        p->rv = -rv;
+        return;
+    }
+    pthread_join(t, &held);
+    p->rows++;
+    p->held += held != NULL;
+}
+
+int fx_broker_test_collect_storage_rows(fx_broker *b, size_t *prows, size_t *pheld)
+{
+    fxb_durable *d = b->dur;
+    if (d == NULL || d->msrc.on_collect == NULL)
+        return -EINVAL;
+    collect_probe p = {.d = d};
+    d->msrc.on_collect(d->msrc.user, probe_emit, &p);
+    *prows = p.rows;
+    *pheld = p.held;
+    return p.rv;
+}

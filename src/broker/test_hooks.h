@@ -144,4 +144,12 @@ typedef struct fx_broker_test_conn_where {
  * -ENOMEM. */
 int fx_broker_test_conn_loops(fx_broker *b, fx_broker_test_conn_where *out, size_t cap);
 
+/* TEST HOOK. Runs the per-stream /metrics collection of |b|'s durable
+ * storage (felix_storage_stream_*) with an emit that asks, from another
+ * thread, whether the catalogue lock is free while each row is emitted.
+ * |*prows| receives the rows emitted, |*pheld| how many of them were
+ * emitted with the lock held. Returns 0, -EINVAL (no durable storage) or
+ * -errno (a thread could not be started). */
+int fx_broker_test_collect_storage_rows(fx_broker *b, size_t *prows, size_t *pheld);
+
 #endif

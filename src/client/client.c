@@ -450,6 +450,12 @@ static int transport_opts(fx_client *c)
     c->qo.idle_timeout_ns = (uint64_t)c->o.idle_timeout_ms * FX_NS_PER_MS;
     c->qo.keepalive_ns = (uint64_t)c->o.keepalive_ms * FX_NS_PER_MS;
     c->qo.handshake_timeout_ns = (uint64_t)c->o.connect_timeout_ms * FX_NS_PER_MS;
+    /* Broker-opened streams are event streams, one per subscribe request
+     * (subscribe.c send_subscribe grants each): not the transport's 1,024
+     * given back as they end, which let a broker make the client hold
+     * that many partial frames (and grow ngtcp2's per-stream records). */
+    c->qo.max_streams_uni = FXC_UNI_STREAMS_FIRST;
+    c->qo.uni_credit_granted = true;
     if (c->o.stream_window_bytes != 0) {
         c->qo.stream_window = c->o.stream_window_bytes;
         c->qo.max_stream_window = c->o.stream_window_bytes;

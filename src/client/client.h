@@ -12,6 +12,7 @@
 
 #include "base/budget.h"
 #include "base/buf.h"
+#include "base/log.h"
 #include "base/loop.h"
 #include "base/queue.h"
 #include "felix/felix.h"
@@ -25,6 +26,15 @@
 #define FX_PENDING_BUCKETS 64
 #define FX_CLIENT_LINGER_MAX_US 1000000u      /* publish_linger_us bound: 1 s */
 #define FX_CLIENT_ACK_TIMEOUT_MAX_MS 86400000 /* publish_ack_timeout_ms bound: a day */
+/* Bytes of unfinished event frames one connection may hold, credited before
+ * they complete: this many times max_frame_bytes (beyond it the connection
+ * closes with FXC_PARTIAL_CLOSE_CODE). */
+#define FXC_PARTIAL_FACTOR 2u
+#define FXC_PARTIAL_CLOSE_CODE 0x10d
+/* Streams the broker may open before any subscribe; each subscribe request
+ * lets it open one more (its event stream), and a stream that ends gives
+ * nothing back. */
+#define FXC_UNI_STREAMS_FIRST 16u
 
 /* ---- process-wide loops (runtime.c) --------------------------------------- */
 
@@ -74,6 +84,7 @@ struct cconn {
     int close_rv; /* why it closed */
     char close_text[320];
     evs *evlist;         /* every live event stream of this connection */
+    size_t partial;      /* bytes of partial event frames credited early (evs.early summed) */
     uint32_t gen;        /* bumped each time the connection is lost */
     bool was_ready;      /* the current or last QUIC connection got ready */
     uint64_t backoff_ms; /* next reconnect delay; 0 = initial */
@@ -229,13 +240,13 @@ struct evs {
     size_t rx_len, rx_cap;
     bool fin;
     bool ended;
-    bool gone;    /* the QUIC stream closed while bytes were still buffered */
-    int end_rv;   /* != 0: once the buffered bytes are delivered the subscription
-                     ends with this (its connection closed without the stream's
-                     FIN), not with EOF; end_text says why */
+    bool gone;          /* the QUIC stream closed while bytes were still buffered */
+    int end_rv;         /* != 0: once the buffered bytes are delivered the subscription
+                           ends with this (its connection closed without the stream's
+                           FIN), not with EOF; end_text says why */
     char end_text[256]; /* fx_sub_error.message's size */
-    bool drop;    /* orphan: reset and free once the current callback returns */
-    size_t early; /* bytes of the frame being decoded already credited */
+    bool drop;          /* orphan: reset and free once the current callback returns */
+    size_t early;       /* bytes of the frame being decoded already credited */
 };
 
 struct fx_client {
@@ -281,6 +292,7 @@ struct fx_client {
      * the broker acknowledged their bytes: they may be lost. */
     atomic_uint_fast64_t pub_lost;
     atomic_uint_fast64_t reconnects; /* connections re-established */
+    fx_ratelimit late_rl;            /* answers for unknown or timed-out request ids (WARN) */
 };
 
 /* ---- client.c ------------------------------------------------------------- */

@@ -576,9 +576,12 @@ static void answer(pworker *w, uint64_t id, bool ok, const char *text)
 {
     preq *r = pending_take(w, id);
     if (r == NULL) {
-        /* A request that timed out (publish_ack_timeout_ms) is answered late. */
-        FX_LOG_WARN("client", "answer for unknown or timed-out request id %llu",
-                    (unsigned long long)id);
+        /* A request that timed out (publish_ack_timeout_ms) is answered
+         * late; a broker sending such answers in a flood gets one line a
+         * second, with the count of the others. */
+        FX_LOG_RATELIMITED(&w->c->late_rl, fx_now_ns(), FX_LOG_WARN, "client",
+                           "answer for unknown or timed-out request id %llu",
+                           (unsigned long long)id);
         return;
     }
     r->answered = true;

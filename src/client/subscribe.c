@@ -100,6 +100,7 @@ static void evs_free(evs *e)
     }
     if (e->sub != NULL && e->sub->ev == e)
         e->sub->ev = NULL;
+    cc->partial -= e->early;
     if (e->stalled != NULL)
         batch_free(e->stalled, NULL);
     fx_frame_decoder_deinit(&e->dec);
@@ -354,8 +355,38 @@ static void grant(evs *e, size_t n)
 static size_t frame_credit(evs *e, const fx_frame *f)
 {
     size_t n = FX_WIRE_HEADER_LEN + f->len - e->early;
+    e->conn->partial -= e->early;
     e->early = 0;
     return n;
+}
+
+static fx_ratelimit partial_rl = FX_RATELIMIT_INIT;
+
+/* Credits |n| bytes of a partial frame at once (or a frame larger than the
+ * receive window could never complete), within FXC_PARTIAL_FACTOR x
+ * max_frame_bytes per connection: a broker holding more than that in
+ * unfinished frames (its event frames are event_batch_max_bytes, 64 KiB by
+ * default) is making the client buffer without bound, and the connection
+ * is closed with the reason. Returns false then. */
+static bool credit_early(evs *e, size_t n)
+{
+    cconn *cc = e->conn;
+    size_t cap = FXC_PARTIAL_FACTOR * (size_t)cc->c->o.max_frame_bytes;
+    if (cc->partial + n > cap) {
+        char why[128];
+        snprintf(why, sizeof(why),
+                 "the broker left more than %zu bytes of event frames unfinished on one "
+                 "connection",
+                 cap);
+        FX_LOG_RATELIMITED(&partial_rl, fx_now_ns(), FX_LOG_ERROR, "client", "%s: closing it", why);
+        if (cc->qc != NULL)
+            fx_quic_conn_close(cc->qc, FXC_PARTIAL_CLOSE_CODE, why);
+        return false;
+    }
+    grant(e, n);
+    e->early += n;
+    cc->partial += n;
+    return true;
 }
 
 /* Pushes |b| into the queue. Returns false when Block refused it: the
@@ -561,14 +592,13 @@ static void evs_feed(evs *e, const uint8_t *data, size_t len)
         int rv = fx_frame_decoder_feed(&e->dec, data, len, &used, &f, &err);
         data += used;
         len -= used;
-        if (rv >= 0 && rv != FX_FRAME_READY && used > 0) {
-            /* A partial frame is copied into the decoder (bounded by
-             * max_frame_bytes): credit its bytes now, or a frame larger
-             * than the receive window could never complete. Block still
-             * withholds the credit of every complete frame until it is
-             * consumed. */
-            grant(e, used);
-            e->early += used;
+        if (rv >= 0 && rv != FX_FRAME_READY && used > 0 && !credit_early(e, used)) {
+            /* Block still withholds the credit of every complete frame
+             * until it is consumed; a partial one is credited at once,
+             * within the connection's bound, else the connection closes
+             * and the rest is discarded. */
+            e->ended = true;
+            return;
         }
         if (rv < 0) {
             grant(e, used); /* discarded: the window gets them back */
@@ -781,6 +811,10 @@ static int send_subscribe(fx_subscription *s, cconn *cc, const fx_start *start)
     int rv = fx_quic_conn_open_bidi(cc->qc, s, &s->req_sid);
     if (rv != 0)
         return rv;
+    /* The event stream the broker opens for it: the only credit for
+     * broker-opened streams beyond the transport's first few
+     * (client.c transport_opts). */
+    fx_quic_conn_grant_uni(cc->qc, 1);
     rv = fxc_client_send_auth(cc, s->req_sid);
     if (rv != 0)
         return rv;

@@ -97,7 +97,8 @@ static void remote_uni_done(fx_quic_conn *c, int64_t sid, bool reset, uint64_t c
     void *su = s->user;
     ngtcp2_conn_set_stream_user_data(c->q, sid, NULL);
     fx_quic_stream_destroy(c, s);
-    ngtcp2_conn_extend_max_streams_uni(c->q, 1);
+    if (!c->ep->o.uni_credit_granted)
+        ngtcp2_conn_extend_max_streams_uni(c->q, 1);
     if (c->ep->cb.on_stream_close != NULL && !c->dead)
         c->ep->cb.on_stream_close(c, sid, reset, code, c->user, su);
 }
@@ -149,7 +150,7 @@ static int cb_stream_close(ngtcp2_conn *q, uint32_t flags, int64_t sid, uint64_t
     if (!ngtcp2_conn_is_local_stream(q, sid)) {
         if (ngtcp2_is_bidi_stream(sid))
             ngtcp2_conn_extend_max_streams_bidi(q, 1);
-        else
+        else if (!c->ep->o.uni_credit_granted)
             ngtcp2_conn_extend_max_streams_uni(q, 1);
     }
     if (c->ep->cb.on_stream_close != NULL && !c->dead)

@@ -35,8 +35,14 @@ typedef struct fx_quic_opts {
     uint64_t unacked_cap;          /* queued-but-unacked send bytes per conn: 16 MiB */
     uint64_t max_streams_bidi;     /* concurrent peer-opened bidi streams: 1024 */
     uint64_t max_streams_uni;      /* concurrent peer-opened uni streams: 1024 */
-    int udp_send_buffer;           /* SO_SNDBUF: 8 MiB (FELIX_UDP_SEND_BUFFER) */
-    int udp_recv_buffer;           /* SO_RCVBUF: 8 MiB (FELIX_UDP_RECV_BUFFER) */
+    /* false: a peer-opened uni stream that ends gives its credit back (so
+     * |max_streams_uni| bounds the concurrent ones). true: it does not; the
+     * peer may open |max_streams_uni| in all, plus what
+     * fx_quic_conn_grant_uni grants (a client granting one per request
+     * that makes the peer open one). */
+    bool uni_credit_granted;
+    int udp_send_buffer; /* SO_SNDBUF: 8 MiB (FELIX_UDP_SEND_BUFFER) */
+    int udp_recv_buffer; /* SO_RCVBUF: 8 MiB (FELIX_UDP_RECV_BUFFER) */
     /* Datagram sizes. |mtu_upper_bound| is the largest UDP payload we send
      * (FELIX_MTU_UPPER_BOUND, default 1452; at most 65507). When
      * |initial_mtu| (FELIX_INITIAL_MTU, default 1200) is at least the upper
@@ -327,6 +333,10 @@ uint64_t fx_quic_conn_unacked(const fx_quic_conn *c);
  * above answers with an error, it does not wait), FX_ECLOSED, -ENOMEM. */
 int fx_quic_conn_open_bidi(fx_quic_conn *c, void *stream_user, int64_t *psid);
 int fx_quic_conn_open_uni(fx_quic_conn *c, void *stream_user, int64_t *psid);
+
+/* Lets the peer open |n| more unidirectional streams (with
+ * uni_credit_granted, the only way it gets more). Loop thread only. */
+void fx_quic_conn_grant_uni(fx_quic_conn *c, uint64_t n);
 
 /* Attaches |stream_user| to a peer-opened stream (passed to later
  * on_stream_data / on_stream_close). Returns 0 or FX_ENOSTREAM. */

@@ -333,6 +333,12 @@ int fx_quic_conn_open_uni(fx_quic_conn *c, void *stream_user, int64_t *psid)
     return open_stream(c, false, stream_user, psid);
 }
 
+void fx_quic_conn_grant_uni(fx_quic_conn *c, uint64_t n)
+{
+    if (!c->closing && !c->dead)
+        ngtcp2_conn_extend_max_streams_uni(c->q, n);
+}
+
 int fx_quic_stream_set_user(fx_quic_conn *c, int64_t sid, void *stream_user)
 {
     qstream *s = fx_quic_stream_find(c, sid);

@@ -16,6 +16,12 @@
 #include "felix/error.h"
 
 #define CATALOG_FORMAT 1
+/* Largest generation and next_generation read or handed out. JSON
+ * integers stop at INT64_MAX: a file naming a generation near it could not
+ * be written again after the next declaration. Far above what declarations
+ * reach; a declaration keeps room for its retries of a taken directory. */
+#define GENERATION_MAX ((uint64_t)1 << 62)
+#define DECLARE_GENERATIONS 128
 /* At most this many directory names in the refusal of a missing catalogue. */
 #define MISSING_LIST_MAX 8
 
@@ -131,9 +137,10 @@ static int persist(fx_catalog *c)
 {
     json_t *list = json_array();
     json_t *doc = json_pack("{s:i, s:o}", "format", CATALOG_FORMAT, "streams", list);
-    if (doc == NULL || put_u64(doc, "next_generation", c->next_gen, false) != 0) {
+    int rv = doc != NULL ? put_u64(doc, "next_generation", c->next_gen, false) : -ENOMEM;
+    if (rv != 0) {
         json_decref(doc);
-        return -ENOMEM;
+        return rv;
     }
     for (size_t i = 0; i < c->n; i++) {
         json_t *e = entry_json(&c->v[i]);
@@ -154,7 +161,7 @@ static int persist(fx_catalog *c)
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/%s", c->root, FX_CATALOG_FILE);
     text[len] = '\n'; /* json_dumps leaves room for the NUL we overwrite */
-    int rv = fx_sio_write_file_atomic(c->io, path, text, len + 1);
+    rv = fx_sio_write_file_atomic(c->io, path, text, len + 1);
     free(text);
     return rv;
 }
@@ -198,8 +205,8 @@ static int parse_entry(fx_catalog *c, json_t *o, size_t i, perr *pe)
     if (!deleting && find_index(c, t, ns, s) >= 0)
         return bad(pe, i, "declares its stream a second time");
     uint64_t gen;
-    if (get_u64(o, "generation", false, &gen) != 0)
-        return bad(pe, i, "generation must be a non-negative integer");
+    if (get_u64(o, "generation", false, &gen) != 0 || gen > GENERATION_MAX)
+        return bad(pe, i, "generation must be a non-negative integer up to 2^62");
     if (gen != 0 && find_gen(c, gen) >= 0)
         return bad(pe, i, "repeats the generation of another entry");
     fx_catalog_entry *e;
@@ -246,10 +253,11 @@ static int parse(fx_catalog *c, const char *text, size_t len, perr *pe)
     json_t *list = json_object_get(doc, "streams");
     uint64_t next = 0;
     if (!json_is_integer(fmt) || json_integer_value(fmt) != CATALOG_FORMAT ||
-        !json_is_array(list) || get_u64(doc, "next_generation", false, &next) != 0) {
+        !json_is_array(list) || get_u64(doc, "next_generation", false, &next) != 0 ||
+        next > GENERATION_MAX) {
         snprintf(pe->buf, pe->len,
-                 "%s: needs \"format\": %d, a \"streams\" array (and a non-negative "
-                 "\"next_generation\")",
+                 "%s: needs \"format\": %d, a \"streams\" array (and a \"next_generation\" "
+                 "from 0 to 2^62)",
                  FX_CATALOG_FILE, CATALOG_FORMAT);
         rv = FX_ESTORAGE_CATALOG;
     }
@@ -263,6 +271,11 @@ static int parse(fx_catalog *c, const char *text, size_t len, perr *pe)
     for (size_t i = 0; rv == 0 && i < c->n; i++)
         if (c->v[i].generation == 0)
             c->v[i].generation = c->next_gen++;
+    if (rv == 0 && c->next_gen > GENERATION_MAX) {
+        snprintf(pe->buf, pe->len, "%s: the generations given to entries without one pass 2^62",
+                 FX_CATALOG_FILE);
+        rv = FX_ESTORAGE_CATALOG;
+    }
     return rv;
 }
 
@@ -423,6 +436,8 @@ int fx_catalog_declare(fx_catalog *c, const char *tenant, const char *ns, const 
             *pe = &c->v[i];
         return 0;
     }
+    if (c->next_gen > GENERATION_MAX - DECLARE_GENERATIONS)
+        return -EOVERFLOW;
     fx_catalog_entry *e;
     int rv = entry_push(c, tenant, ns, stream, &e);
     if (rv != 0)

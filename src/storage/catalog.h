@@ -71,7 +71,8 @@ typedef struct fx_catalog_params {
  * open). A missing catalog.json in a root without directories is an empty
  * catalogue (written at once, so that a missing file later means a lost
  * one). Returns 0 and |*pc|; FX_ESTORAGE_CATALOG for a malformed file (|err|
- * says which entry and field) or a missing one beside stream directories
+ * says which entry and field; generations and next_generation are at most
+ * 2^62) or a missing one beside stream directories
  * (|err| lists them); -errno. */
 int fx_catalog_open(fx_catalog **pc, fx_sio *io, const char *root, char *err, size_t errlen);
 
@@ -100,7 +101,9 @@ const fx_catalog_entry *fx_catalog_find_generation(const fx_catalog *c, uint64_t
  * already existed under the original's name and is adopted. |*pe| (may be
  * NULL) receives the entry, valid until the next change. Returns 0;
  * FX_ESTORAGE_CATALOG when the catalogue would outgrow
- * FX_CATALOG_MAX_BYTES; -errno (then nothing changed). */
+ * FX_CATALOG_MAX_BYTES; -EOVERFLOW when the generations are used up (a
+ * catalogue read with a next_generation near 2^62); -errno (then nothing
+ * changed). */
 int fx_catalog_declare(fx_catalog *c, const char *tenant, const char *ns, const char *stream,
                        const fx_catalog_params *p, bool *padopted, const fx_catalog_entry **pe);
 

@@ -3,6 +3,7 @@
  * One thread at a time; every call may block on the disk. */
 #include "storage/dlog.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -48,7 +49,9 @@ void dl_path(const fx_dlog *log, uint64_t id, bool index, char *out)
 {
     char name[FX_LOGFMT_FILE_NAME_MAX];
     fx_logfmt_file_name(name, id, index);
-    snprintf(out, PATH_MAX, "%s/%s", log->dir, name);
+    int n = snprintf(out, PATH_MAX, "%s/%s", log->dir, name);
+    assert(n > 0 && n < PATH_MAX); /* fx_dlog_open refused a directory too long for it */
+    (void)n;
 }
 
 int dl_fail(fx_dlog *log, int rv, const char *fmt, ...)
@@ -235,6 +238,14 @@ int fx_dlog_open(fx_dlog **plog, const char *dir, const fx_dlog_config *cfg, uin
     int rv = fx_dlog_config_check(cfg, rep->message, sizeof(rep->message));
     if (rv != 0)
         return rv;
+    /* Every file of the log is |dir|, '/' and a name of bounded length
+     * (dl_path): checked once here, so no path is ever cut short. */
+    if (strlen(dir) + 1 + FX_LOGFMT_FILE_NAME_MAX > PATH_MAX) {
+        snprintf(rep->message, sizeof(rep->message),
+                 "the log directory's path is too long (%zu bytes, at most %d)", strlen(dir),
+                 PATH_MAX - 1 - FX_LOGFMT_FILE_NAME_MAX);
+        return -ENAMETOOLONG;
+    }
     fx_dlog *log = calloc(1, sizeof(*log));
     if (log == NULL || (log->dir = strdup(dir)) == NULL) {
         free(log);

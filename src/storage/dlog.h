@@ -69,7 +69,8 @@ typedef struct fx_dlog_stats {
  * |*rep| (may be NULL) receives what recovery did. Returns 0 and |*plog|, or:
  * FX_ECONFIG (bad |cfg|), FX_ESTORAGE_CORRUPT (damage that is not a torn tail
  * and repair is off; rep->message names stream, directory, file and byte
- * position), -errno. The caller frees |*plog| with fx_dlog_close(). */
+ * position), -ENAMETOOLONG (|dir| leaves no room below PATH_MAX for a file
+ * name), -errno. The caller frees |*plog| with fx_dlog_close(). */
 int fx_dlog_open(fx_dlog **plog, const char *dir, const fx_dlog_config *cfg, uint64_t now_us,
                  fx_dlog_recovery *rep);
 

@@ -516,6 +516,12 @@ int fx_quic_conn_open_uni(fx_quic_conn *c, void *stream_user, int64_t *psid)
     return open_local(c, false, stream_user, psid);
 }
 
+/* The fake transport has no stream limit: nothing to grant. */
+void fx_quic_conn_grant_uni(fx_quic_conn *c, uint64_t n)
+{
+    (void)c, (void)n;
+}
+
 int fx_quic_stream_set_user(fx_quic_conn *c, int64_t sid, void *stream_user)
 {
     fq_stream *s = live(c, sid);

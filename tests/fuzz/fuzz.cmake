@@ -62,7 +62,8 @@ set(_fx_auth_fuzz SRCS ${_fx_auth_srcs} ${_fx_wire_srcs}
     DEFS FX_AUTH_FUZZ_SKIP_SIGNATURE FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
     LIBS fx_base PkgConfig::JANSSON PkgConfig::NETTLE PkgConfig::HOGWEED DICT auth.dict)
 set(_fx_fuzz_special fuzz_jws_verify fuzz_jwt_claims fuzz_jwks_parse fuzz_config_yaml
-    fuzz_admin_bind fuzz_admin_path fuzz_bidi_input fuzz_client_events fuzz_dlog_recover)
+    fuzz_admin_bind fuzz_admin_path fuzz_bidi_input fuzz_client_events fuzz_dlog_recover
+    fuzz_catalog_parse)
 fx_fuzz_target(fuzz_jws_verify ${_fx_auth_fuzz})
 fx_fuzz_target(fuzz_jwt_claims ${_fx_auth_fuzz})
 fx_fuzz_target(fuzz_jwks_parse ${_fx_auth_fuzz})
@@ -84,6 +85,14 @@ set(_fx_dlog_srcs dlog.c dlog_open.c format.c memio.c scan.c sio.c)
 list(TRANSFORM _fx_dlog_srcs PREPEND ${CMAKE_SOURCE_DIR}/src/storage/)
 fx_fuzz_target(fuzz_dlog_recover SRCS ${_fx_dlog_srcs} DICT storage.dict
     LIBS fx_base Threads::Threads PkgConfig::DEFLATE)
+
+# The catalogue of durable streams read from arbitrary catalog.json text in
+# an fx_memio root, then changed and read back (seeds: seeds.c and
+# tests/fuzz/corpus/fuzz_catalog_parse).
+set(_fx_catalog_srcs catalog.c format.c memio.c sio.c)
+list(TRANSFORM _fx_catalog_srcs PREPEND ${CMAKE_SOURCE_DIR}/src/storage/)
+fx_fuzz_target(fuzz_catalog_parse SRCS ${_fx_catalog_srcs} DICT catalog.dict
+    LIBS fx_base Threads::Threads PkgConfig::JANSSON PkgConfig::DEFLATE)
 
 # The broker's data plane on one thread: every src/broker and src/base file
 # but the real loop, over the fake transport and loops (fake_quic.c,

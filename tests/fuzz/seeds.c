@@ -3,7 +3,9 @@
  * shared wire vectors (X.hex) when they exist beside the checkout (they are
  * read in place, never copied into the repository); and the durable logs of
  * fuzz_dlog_recover, written by the log itself on the in-memory I/O layer
- * (the copies in tests/fuzz/corpus/fuzz_dlog_recover were made so).
+ * (the copies in tests/fuzz/corpus/fuzz_dlog_recover were made so); and
+ * the catalogues of fuzz_catalog_parse, written by fx_catalog on it too
+ * (copied likewise into tests/fuzz/corpus/fuzz_catalog_parse).
  * Usage: fx_fuzz_seeds OUT_DIR [VECTORS_DIR]. Single-threaded tool. */
 #include <dirent.h>
 #include <errno.h>
@@ -12,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
 #include "storage/memio.h"
@@ -604,6 +607,89 @@ static int dlog_seeds(void)
     return rv;
 }
 
+/* ---- fuzz_catalog_parse ---------------------------------------------------- */
+
+/* The options byte of fuzz_catalog_parse (see its header). */
+enum {
+    CAT_DIR_A = 1,
+    CAT_DIR_B = 2,
+    CAT_DIR_A_G3 = 4,
+    CAT_NO_FILE = 32,
+    CAT_FAIL_RENAME = 64,
+};
+
+static const fx_catalog_params cat_params = {
+    .created_us = 1700000000000000ull, .segment_bytes = 1 << 20, .index_spacing_bytes = 4096};
+
+/* Writes seed |name|: |opts|, then the catalog.json |c| wrote in |m|. */
+static int cat_seed_write(const char *name, uint8_t opts, fx_memio *m)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rv = fx_sio_read_file(fx_memio_sio(m), "/r/" FX_CATALOG_FILE, 1 << 20, &text, &len);
+    if (rv == 0)
+        rv = write_seed("fuzz_catalog_parse", name, &opts, 1, (const uint8_t *)text, len);
+    else
+        fprintf(stderr, "fx_fuzz_seeds: reading the catalogue of %s failed\n", name);
+    free(text);
+    return rv == 0 ? 0 : -1;
+}
+
+/* Declares t1/default/|stream| in |c|; with |dir|, creates its directory
+ * as its log would. Returns its generation, 0 on failure. */
+static uint64_t cat_declare(fx_catalog *c, fx_memio *m, const char *stream, bool dir)
+{
+    const fx_catalog_entry *e;
+    if (fx_catalog_declare(c, "t1", "default", stream, &cat_params, NULL, &e) != 0)
+        return 0;
+    char path[FX_CATALOG_DIR_MAX + 8];
+    if (dir && (fx_catalog_dir_path(c, e, path, sizeof(path)) != 0 ||
+                fx_sio_mkdirs(fx_memio_sio(m), path) != 0))
+        return 0;
+    return e->generation;
+}
+
+/* Live entries with generations and a retention override; a deletion left
+ * marked (its directory still there); a stream declared again meanwhile
+ * (".g3"); an entry written before generations. */
+static int catalog_seeds(void)
+{
+    fx_memio *m = NULL;
+    fx_catalog *c = NULL;
+    if (fx_memio_new(&m) != 0 || fx_catalog_open(&c, fx_memio_sio(m), "/r", NULL, 0) != 0) {
+        fprintf(stderr, "fx_fuzz_seeds: opening a catalogue on the in-memory layer failed\n");
+        fx_memio_free(m);
+        return -1;
+    }
+    int rv = cat_seed_write("empty", 0, m);
+    rv |= cat_seed_write("missing_beside_a_directory", CAT_NO_FILE | CAT_DIR_A, m);
+    uint64_t a = cat_declare(c, m, "a", true);
+    rv |= a != 0 && cat_declare(c, m, "b", true) != 0 ? 0 : -1;
+    rv |= fx_catalog_set_retention(c, "t1", "default", "b", 4096, 600);
+    rv |= cat_seed_write("generations", CAT_DIR_A | CAT_DIR_B, m);
+    rv |= cat_seed_write("generations_failing_write", CAT_DIR_A | CAT_FAIL_RENAME, m);
+    rv |= fx_catalog_begin_delete(c, a);
+    rv |= cat_seed_write("deleting", CAT_DIR_A | CAT_DIR_B, m);
+    rv |= cat_declare(c, m, "a", true) != 0 ? 0 : -1;
+    rv |= cat_seed_write("suffixed_while_deleting", CAT_DIR_A | CAT_DIR_A_G3 | CAT_DIR_B, m);
+    fx_catalog_free(c);
+    fx_memio_free(m);
+    static const char legacy[] =
+        "{\"format\": 1, \"streams\": [{\"tenant\": \"t1\", \"namespace\": \"default\", "
+        "\"stream\": \"a\", \"shard\": 0, \"dir\": \"t1_default_a_0-305dfd27ad47ed50\", "
+        "\"created_at_us\": 1, \"segment_bytes\": 1048576, \"index_spacing_bytes\": 4096}]}\n";
+    static const char near_bound[] =
+        "{\"format\": 1, \"streams\": [], \"next_generation\": 4611686018427387900}\n";
+    uint8_t opts = CAT_DIR_A;
+    rv |= write_seed("fuzz_catalog_parse", "before_generations", &opts, 1, (const uint8_t *)legacy,
+                     sizeof(legacy) - 1);
+    rv |= write_seed("fuzz_catalog_parse", "generations_near_the_bound", &opts, 1,
+                     (const uint8_t *)near_bound, sizeof(near_bound) - 1);
+    if (rv != 0)
+        fprintf(stderr, "fx_fuzz_seeds: building the catalogue seeds failed\n");
+    return rv;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) {
@@ -617,6 +703,7 @@ int main(int argc, char **argv)
     rv |= bidi_seeds();
     rv |= client_seeds();
     rv |= dlog_seeds();
+    rv |= catalog_seeds();
     if (argc == 3)
         rv |= vector_seeds(argv[2]);
     rv |= write_seed("fuzz_frame_decoder", "all_frames", stream_prefix, 2, all, all_len);

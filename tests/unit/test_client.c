@@ -68,6 +68,9 @@ typedef struct stub {
     char log[8192][16];
     size_t held_bytes[NS]; /* hold_credit: bytes not consumed yet */
     size_t max_body;       /* largest binary publish frame body seen */
+    int bogus_answers;     /* before answering an acked publish, answer this many unknown ids */
+    bool closed_by_peer;   /* the client closed the connection */
+    uint64_t close_code;   /* with this application code */
 } stub;
 
 /* Receive window per stream of the next stub (0: the transport's). */
@@ -116,6 +119,8 @@ static void hold_or_answer(fx_quic_conn *c, int64_t sid, uint64_t id, bool binar
 {
     if (S->no_answer)
         return;
+    for (int i = 0; i < S->bogus_answers; i++)
+        answer_pub(c, sid, id + 100000 + (uint64_t)i, binary);
     if (S->hold_acks == 0) {
         answer_pub(c, sid, id, binary);
         return;
@@ -282,6 +287,10 @@ static void s_on_stream_close(fx_quic_conn *c, int64_t sid, bool reset, uint64_t
 static void s_on_conn_closed(fx_quic_conn *c, const fx_quic_close_info *i, void *user)
 {
     pthread_mutex_lock(&S->mu);
+    if (S->conn == c && i->remote && i->app) {
+        S->closed_by_peer = true;
+        S->close_code = i->code;
+    }
     if (S->conn == c)
         S->conn = NULL;
     pthread_mutex_unlock(&S->mu);
@@ -1572,6 +1581,129 @@ static void test_opts_publish_batching_from_env_and_checked(void **state)
     assert_non_null(strstr(msg, "publish_ack_timeout_ms"));
 }
 
+/* ---- a hostile broker (review N11) ------------------------------------------------ */
+
+/* What the stub's hostile task did: uni streams it could open. */
+typedef struct hostile {
+    int want;         /* streams to open */
+    uint32_t len;     /* each announces a frame of this many body bytes ... */
+    size_t send;      /* ... and sends this many of them */
+    bool fin;         /* and ends each stream */
+    int opened;       /* out */
+    atomic_bool done; /* out */
+} hostile;
+
+static void hostile_task(void *u)
+{
+    hostile *h = u;
+    pthread_mutex_lock(&S->mu);
+    uint8_t *body = calloc(1, h->send + FX_WIRE_HEADER_LEN);
+    fx_frame_header_put(body, 0, h->len); /* JSON: the client waits for a hello */
+    for (int i = 0; i < h->want && S->conn != NULL; i++) {
+        int64_t sid;
+        if (fx_quic_conn_open_uni(S->conn, NULL, &sid) != 0)
+            break;
+        h->opened++;
+        ssend(S->conn, sid, body, FX_WIRE_HEADER_LEN + h->send, h->fin);
+    }
+    free(body);
+    pthread_mutex_unlock(&S->mu);
+    atomic_store(&h->done, true);
+}
+
+static int stub_hostile(int want, uint32_t len, size_t send, bool fin)
+{
+    hostile h = {.want = want, .len = len, .send = send, .fin = fin};
+    atomic_init(&h.done, false);
+    assert_int_equal(fx_loop_call(S->loop, hostile_task, &h), 0);
+    while (!atomic_load(&h.done))
+        usleep(200);
+    return h.opened;
+}
+
+static bool stub_closed_by_client(void)
+{
+    pthread_mutex_lock(&S->mu);
+    bool v = S->closed_by_peer;
+    pthread_mutex_unlock(&S->mu);
+    return v;
+}
+
+/* A broker announcing large frames on several streams and sending most of
+ * their bytes made the client credit (and buffer) every partial byte:
+ * 1,024 streams x max_frame_bytes. Beyond 2 x max_frame_bytes of
+ * unfinished frames on one connection the client now closes it, saying
+ * why. */
+static void test_partial_frames_beyond_twice_max_frame_bytes_close_the_connection(void **state)
+{
+    stub_start();
+    fx_client_opts o;
+    opts(&o);
+    o.max_frame_bytes = 64 << 10; /* the bound: 128 KiB */
+    fx_client *c = connect_stub(&o);
+    /* Within it: two streams of 60 KiB partial frames stay open. */
+    assert_int_equal(stub_hostile(2, 63 << 10, 60 << 10, false), 2);
+    usleep(300 * 1000);
+    assert_false(stub_closed_by_client());
+    /* A third pushes the connection past it. */
+    assert_int_equal(stub_hostile(1, 63 << 10, 60 << 10, false), 1);
+    assert_true(wait_until(stub_closed_by_client, 3000));
+    pthread_mutex_lock(&S->mu);
+    assert_int_equal(S->close_code, FXC_PARTIAL_CLOSE_CODE);
+    pthread_mutex_unlock(&S->mu);
+    fx_client_close(c, 2000); /* the publish connection is gone: its result is not checked */
+    stub_stop();
+}
+
+/* The broker may open a few streams, then one per subscribe request; a
+ * stream that ends gives no credit back (before: 1,024, each returned as
+ * it ended, so opening and finishing streams never stopped). */
+static void test_broker_opened_streams_are_credited_per_subscribe_only(void **state)
+{
+    fx_client *c = start_default();
+    fx_subscription *s = sub_stub(c);
+    stub_send_events(0, 1, 8);
+    expect_events(s, 0, 1); /* the subscribe's credit came, and its stream used it */
+    int first = stub_hostile(40, 4, 0, true);
+    assert_true(first >= (int)FXC_UNI_STREAMS_FIRST - 1 && first <= (int)FXC_UNI_STREAMS_FIRST);
+    usleep(300 * 1000); /* the client has seen them end */
+    assert_int_equal(stub_hostile(5, 4, 0, true), 0);
+    fx_unsubscribe(s);
+    finish(c);
+}
+
+static atomic_int late_lines;
+
+static void count_late(fx_log_level level, const char *line, size_t len, void *user)
+{
+    (void)level, (void)len, (void)user;
+    if (strstr(line, "unknown or timed-out request id") != NULL)
+        atomic_fetch_add(&late_lines, 1);
+}
+
+/* Answers for request ids the client does not know were each a WARN line:
+ * a broker could flood the application's log. One line a second now. */
+static void test_answers_for_unknown_request_ids_log_once_a_second(void **state)
+{
+    stub_start();
+    S->bogus_answers = 200;
+    fx_client_opts o;
+    opts(&o);
+    atomic_store(&late_lines, 0);
+    static const fx_log_sink sink = {.on_line = count_late};
+    fx_log_set_sink(&sink);
+    fx_log_set_level(FX_LOG_WARN); /* the stub quiets the log to errors */
+    fx_client *c = connect_stub(&o);
+    uint64_t t0 = fx_now_ns();
+    assert_int_equal(fx_publish(c, "default", "demo", "x", 1, FX_ACK_PER_MESSAGE), 0);
+    uint64_t secs = (fx_now_ns() - t0) / FX_NS_PER_S;
+    finish(c);
+    fx_log_set_sink(NULL);
+    fx_log_set_level(FX_LOG_ERROR);
+    int lines = atomic_load(&late_lines);
+    assert_true(lines >= 1 && (uint64_t)lines <= secs + 1);
+}
+
 /* A case whose stub directory goes even when it fails. */
 #define CASE(f) cmocka_unit_test_teardown(f, stub_dir_teardown)
 
@@ -1611,5 +1743,8 @@ static const struct CMUnitTest tests[] = {
     CASE(test_blocked_next_times_out_at_its_bound),
     CASE(test_cursor_error_is_typed),
     CASE(test_unsubscribe_frees_and_stub_sees_reset),
+    CASE(test_partial_frames_beyond_twice_max_frame_bytes_close_the_connection),
+    CASE(test_broker_opened_streams_are_credited_per_subscribe_only),
+    CASE(test_answers_for_unknown_request_ids_log_once_a_second),
 };
 FX_TEST_MAIN(tests)

@@ -519,6 +519,45 @@ static void test_malformed_catalogue_is_refused_with_the_reason(void **state)
     expect_malformed(text, "must be non-negative integers");
 }
 
+/* A generation the next declaration would push past what JSON holds made
+ * every later change of the catalogue fail, with a misleading "out of
+ * memory": such a file is refused at open, naming the field, and a
+ * declaration at the bound is refused and changes nothing. */
+static void test_a_generation_too_large_to_write_back_is_refused_at_open(void **state)
+{
+    expect_malformed("{\"format\":1,\"streams\":[],\"next_generation\":9223372036854775807}",
+                     "\"next_generation\" from 0 to 2^62");
+    char text[512];
+    char dir[FX_LOGFMT_DIR_NAME_MAX];
+    fx_logfmt_dir_name(dir, "t", "n", "s", 0);
+    snprintf(text, sizeof(text),
+             "{\"format\":1,\"streams\":[{\"tenant\":\"t\",\"namespace\":\"n\",\"stream\":\"s\","
+             "\"dir\":\"%s\",\"generation\":9223372036854775807,\"created_at_us\":1,"
+             "\"segment_bytes\":1,\"index_spacing_bytes\":1}]}",
+             dir);
+    expect_malformed(text, "generation must be a non-negative integer up to 2^62");
+    fx_memio *m;
+    assert_int_equal(fx_memio_new(&m), 0);
+    assert_int_equal(fx_sio_mkdirs(fx_memio_sio(m), ROOT), 0);
+    write_file(m, ROOT "/catalog.json",
+               "{\"format\":1,\"streams\":[],\"next_generation\":4611686018427387904}");
+    fx_catalog *c = open_ok(m);
+    assert_int_equal(fx_catalog_declare(c, "t", "n", "s", &PARAMS, NULL, NULL), -EOVERFLOW);
+    assert_int_equal(fx_catalog_count(c), 0);
+    fx_catalog_free(c);
+    write_file(m, ROOT "/catalog.json",
+               "{\"format\":1,\"streams\":[],\"next_generation\":4611686018427380000}");
+    c = open_ok(m);
+    const fx_catalog_entry *e;
+    assert_int_equal(fx_catalog_declare(c, "t", "n", "s", &PARAMS, NULL, &e), 0);
+    assert_int_equal(e->generation, 4611686018427380000ull);
+    fx_catalog_free(c);
+    c = open_ok(m);
+    assert_int_equal(fx_catalog_find(c, "t", "n", "s")->generation, 4611686018427380000ull);
+    fx_catalog_free(c);
+    fx_memio_free(m);
+}
+
 /* Declares streams with a crash after a random number of calls; the
  * catalogue read back holds every stream declared before the crash and at
  * most the one being declared. */
@@ -589,6 +628,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_generations_and_suffixed_directories_are_checked_at_open),
     cmocka_unit_test(test_retention_overrides_are_kept),
     cmocka_unit_test(test_malformed_catalogue_is_refused_with_the_reason),
+    cmocka_unit_test(test_a_generation_too_large_to_write_back_is_refused_at_open),
     cmocka_unit_test(test_crash_at_any_write_leaves_the_old_or_new_catalogue),
     cmocka_unit_test(test_posix_catalogue_round_trip),
 };

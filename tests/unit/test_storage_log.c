@@ -1336,6 +1336,36 @@ static void test_disk_bytes_count_preallocation_and_predict_appends(void **state
     fx_done(&f);
 }
 
+/* A directory whose files' paths would pass PATH_MAX is refused at open:
+ * before, every file name was cut short silently, so the segment and its
+ * index could land on one truncated name. One that just fits works. */
+static void test_a_directory_too_long_for_its_file_names_is_refused(void **state)
+{
+    fixture f;
+    fx_init(&f, 4096, 64);
+    char dir[PATH_MAX + 8];
+    size_t fits = PATH_MAX - 1 - FX_LOGFMT_FILE_NAME_MAX;
+    dir[0] = '/';
+    memset(dir + 1, 'd', fits);
+    dir[fits + 1] = '\0';
+    uint64_t calls = fx_memio_calls(f.m);
+    assert_int_equal(fx_dlog_open(&f.log, dir, &f.cfg, 1, &f.rep), -ENAMETOOLONG);
+    assert_non_null(strstr(f.rep.message, "too long"));
+    assert_int_equal(fx_memio_calls(f.m), calls); /* nothing touched */
+    dir[fits] = '\0';
+    assert_int_equal(fx_dlog_open(&f.log, dir, &f.cfg, 1, &f.rep), 0);
+    uint64_t first = 9;
+    fx_dlog_iov iov = {.data = "rec", .len = 3};
+    assert_int_equal(fx_dlog_append(f.log, &iov, 1, 1, &first), 0);
+    assert_int_equal(first, 0);
+    assert_int_equal(fx_dlog_sync(f.log, NULL), 0);
+    close_log(&f, true);
+    assert_int_equal(fx_dlog_open(&f.log, dir, &f.cfg, 2, &f.rep), 0);
+    assert_int_equal(fx_dlog_next_offset(f.log), 1);
+    close_log(&f, false);
+    fx_memio_free(f.m);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_append_assigns_contiguous_offsets),
     cmocka_unit_test(test_append_rejects_empty_and_oversized_batches),
@@ -1374,5 +1404,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_posix_files_round_trip),
     cmocka_unit_test(test_encode_buffer_is_given_back_after_a_16_mib_append),
     cmocka_unit_test(test_disk_bytes_count_preallocation_and_predict_appends),
+    cmocka_unit_test(test_a_directory_too_long_for_its_file_names_is_refused),
 };
 FX_TEST_MAIN(tests)
