@@ -305,11 +305,13 @@ static void flush_start(dstream *s, uint64_t now)
     fx_loop_post(st->sloop, &s->flight.sync_task);
 }
 
-/* Whether a flush of |s| should start now: the policy says so and no
- * completion of an earlier one is still to run. */
+/* Whether a flush of |s| should start now: the policy says so, no
+ * completion of an earlier one is still to run, and the log has not stopped
+ * (a failed flush fails what waits; nothing is flushed again). */
 static bool flush_due(const dstream *s, uint64_t now)
 {
-    return !s->flight.busy && fx_syncpol_is_due(&s->pol, now);
+    return !s->flight.busy && s->log != NULL && !fx_dlog_is_failed(s->log) &&
+           fx_syncpol_is_due(&s->pol, now);
 }
 
 /* The result of the flight's fdatasync, waiting for it (counted) unless
@@ -388,6 +390,10 @@ static fx_ratelimit timer_rl = FX_RATELIMIT_INIT;
  * it lasts; the next append or flush tries the timer again. */
 static void arm_timer(dstream *s)
 {
+    /* A stopped log neither flushes nor sweeps (fxb_dstream_on_timer): a
+     * deadline left in the past would fire the timer on every turn. */
+    if (s->log == NULL || fx_dlog_is_failed(s->log))
+        return;
     uint64_t due = fx_syncpol_deadline(&s->pol);
     if (s->retain_due_ns != 0 && s->retain_due_ns < due)
         due = s->retain_due_ns;

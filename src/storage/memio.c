@@ -70,6 +70,7 @@ struct fx_memio {
     pthread_mutex_t hold_mu;
     pthread_cond_t hold_cv;
     bool hold_armed, held;
+    int held_rv; /* what the held sync returns once released (0: it takes effect) */
 };
 
 /* ---- images and names ---------------------------------------------------- */
@@ -356,9 +357,11 @@ static ssize_t m_pread(fx_sio *io, int fd, void *buf, size_t n, uint64_t off)
     return (ssize_t)k;
 }
 
-/* Waits here while a test holds this sync (fx_memio_hold_next_sync). */
-static void hold_point(fx_memio *m)
+/* Waits here while a test holds this sync (fx_memio_hold_next_sync);
+ * returns the result the release gave it. */
+static int hold_point(fx_memio *m)
 {
+    int rv = 0;
     pthread_mutex_lock(&m->hold_mu);
     if (m->hold_armed) {
         m->hold_armed = false;
@@ -366,8 +369,11 @@ static void hold_point(fx_memio *m)
         pthread_cond_broadcast(&m->hold_cv);
         while (m->held)
             pthread_cond_wait(&m->hold_cv, &m->hold_mu);
+        rv = m->held_rv;
+        m->held_rv = 0;
     }
     pthread_mutex_unlock(&m->hold_mu);
+    return rv;
 }
 
 /* A flush makes durable what was written before it began (a snapshot taken
@@ -390,11 +396,11 @@ static int m_fdatasync(fx_sio *io, int fd)
         free(snap.p);
         return rv;
     }
-    hold_point(m);
+    rv = hold_point(m);
     pthread_mutex_lock(&m->mu);
     if (m->epoch != epoch) {
         rv = -EIO; /* the power was cut meanwhile: this process is gone */
-    } else {
+    } else if (rv == 0) {
         in = &m->inodes[ino]; /* the array may have moved */
         free(in->dur.p);
         in->dur = snap;
@@ -859,6 +865,7 @@ void fx_memio_hold_next_sync(fx_memio *m)
 {
     pthread_mutex_lock(&m->hold_mu);
     m->hold_armed = true;
+    m->held_rv = 0;
     pthread_mutex_unlock(&m->hold_mu);
 }
 
@@ -872,9 +879,15 @@ void fx_memio_wait_held(fx_memio *m)
 
 void fx_memio_release(fx_memio *m)
 {
+    fx_memio_release_failing(m, 0);
+}
+
+void fx_memio_release_failing(fx_memio *m, int neg_errno)
+{
     pthread_mutex_lock(&m->hold_mu);
     m->hold_armed = false;
     m->held = false;
+    m->held_rv = neg_errno;
     pthread_cond_broadcast(&m->hold_cv);
     pthread_mutex_unlock(&m->hold_mu);
 }

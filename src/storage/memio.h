@@ -123,6 +123,10 @@ uint64_t fx_memio_op_calls(const fx_memio *m, fx_memio_op op);
 void fx_memio_hold_next_sync(fx_memio *m);
 void fx_memio_wait_held(fx_memio *m);
 void fx_memio_release(fx_memio *m);
+/* Releases the held sync as fx_memio_release does, but it then fails with
+ * |neg_errno| (such as -EIO) and makes nothing durable, as a device error
+ * found during the flush. */
+void fx_memio_release_failing(fx_memio *m, int neg_errno);
 
 /* Test helpers acting on both images at once (as if the damage were on the
  * platter): XOR the byte at |off| of file |path| with |mask|; cut the file to
