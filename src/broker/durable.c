@@ -10,8 +10,12 @@
  * budget, so publishers are slowed like at every other checkpoint). A failed
  * append or flush fails its jobs ("storage full" / "storage error"): they
  * never reach the ring. Worker side: the worker loop; storage side: the
- * storage thread, an fx_loop that exists to block on the disk. Start-up,
- * the admin view, the drain flush and shutdown: durable_ops.c. */
+ * storage thread, an fx_loop that exists to block on the disk, which owns
+ * the logs (appends, flush begin and completion, retention); the fdatasync
+ * of a flush in flight: the storage thread's sync thread (fx-sync-N, also
+ * an fx_loop), which reads only the flight it was handed (dflight) and
+ * posts the result back, so the storage thread goes on appending meanwhile.
+ * Start-up, the admin view, the drain flush and shutdown: durable_ops.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -893,6 +897,10 @@ void fxb_dstream_append_pending(dstream *s, uint64_t now)
             flush_start(s, now);
     }
     release_acked(s);
+    /* The log stopped (an append could not be cut back): no flush will
+     * cover what waits; a flush in flight fails it when it completes. */
+    if (fx_dlog_is_failed(s->log) && !s->flight.busy)
+        fail_waiting(s, FX_ESTORAGE_FAILED);
     if (s->retain_due_ns != 0 && fx_dlog_segment_count(s->log) > nsegs)
         retain(s, now); /* a segment was sealed: the byte bound may be passed now */
     stats_update(s);

@@ -327,7 +327,8 @@ static void test_jobs_queued_behind_a_flush_share_one_append(void **state)
     assert_int_equal(atomic_load(&k.ok), 3);
     fx_metrics_snapshot_take(&b);
     assert_int_equal(DELTA(a, b, storage_append_records), 3);
-    assert_int_equal(DELTA(a, b, storage_append_writes), 2); /* p0, then p1 + p2 together */
+    assert_int_equal(DELTA(a, b, storage_append_writes), 2);  /* p0, then p1 + p2 together */
+    assert_int_equal(DELTA(a, b, storage_sync_offloaded), 0); /* the storage thread flushed */
     fix_expect_event(s, 0, "p0");
     char got[2][3] = {{0}};
     for (int i = 0; i < 2; i++) {
