@@ -16,8 +16,8 @@ extern "C" {
     X(FX_ECLOSED, -1002, "closed")                                                                 \
     X(FX_ETIMEDOUT, -1003, "timed out")                                                            \
     X(FX_EEOF, -1004, "end of stream")                                                             \
-    X(FX_EWOULDBLOCK_LOOP, -1005, "blocking call made from a callback on the client loop")       \
-    X(FX_ETOOBIG, -1006, "request larger than the whole byte budget")                             \
+    X(FX_EWOULDBLOCK_LOOP, -1005, "blocking call made from a callback on the client loop")         \
+    X(FX_ETOOBIG, -1006, "request larger than the whole byte budget")                              \
     X(FX_ECONFIG, -1007, "invalid configuration")                                                  \
     X(FX_EINTERNAL, -1008, "internal error")                                                       \
     X(FX_ESHUTDOWN, -1009, "broker shutting down")                                                 \
@@ -25,10 +25,10 @@ extern "C" {
     X(FX_ENOTCONN, -1100, "not connected")                                                         \
     X(FX_ECONNLOST, -1101, "connection lost")                                                      \
     X(FX_ETLS, -1102, "TLS handshake failed")                                                      \
-    X(FX_ETLS_UNKNOWN_CA, -1103, "TLS verification failed: unknown certificate authority")        \
-    X(FX_ETLS_PIN, -1104, "TLS verification failed: certificate pin mismatch")                    \
-    X(FX_ETLS_EXPIRED, -1105, "TLS verification failed: certificate expired or not yet valid")    \
-    X(FX_ETLS_NAME, -1106, "TLS verification failed: certificate name mismatch")                  \
+    X(FX_ETLS_UNKNOWN_CA, -1103, "TLS verification failed: unknown certificate authority")         \
+    X(FX_ETLS_PIN, -1104, "TLS verification failed: certificate pin mismatch")                     \
+    X(FX_ETLS_EXPIRED, -1105, "TLS verification failed: certificate expired or not yet valid")     \
+    X(FX_ETLS_NAME, -1106, "TLS verification failed: certificate name mismatch")                   \
     X(FX_EQUIC, -1107, "QUIC protocol error")                                                      \
     X(FX_EIDLE, -1108, "connection idle timeout")                                                  \
     X(FX_ESTREAMS, -1109, "stream limit reached")                                                  \
@@ -42,11 +42,11 @@ extern "C" {
     X(FX_EREMOTE, -1206, "error reported by the broker")                                           \
     X(FX_EOVERLOAD, -1207, "server overloaded")                                                    \
     /* wire codec */                                                                               \
-    X(FX_EWIRE_MAGIC, -1300, "bad frame magic (expected FLX1)")                                   \
+    X(FX_EWIRE_MAGIC, -1300, "bad frame magic (expected FLX1)")                                    \
     X(FX_EWIRE_VERSION, -1301, "unsupported frame version")                                        \
     X(FX_EWIRE_FLAGS, -1302, "unsupported frame flags")                                            \
-    X(FX_EWIRE_FLAGS_ACKED, -1303, "frame flag 0x0008 (acked) without 0x0001 (publish batch)")    \
-    X(FX_EWIRE_FLAGS_OFFSETS, -1304, "frame flag 0x0020 (offsets) without an event batch flag")   \
+    X(FX_EWIRE_FLAGS_ACKED, -1303, "frame flag 0x0008 (acked) without 0x0001 (publish batch)")     \
+    X(FX_EWIRE_FLAGS_OFFSETS, -1304, "frame flag 0x0020 (offsets) without an event batch flag")    \
     X(FX_EWIRE_FLAGS_KINDS, -1305, "frame flags name more than one body kind")                     \
     X(FX_EWIRE_TOO_LARGE, -1306, "frame length exceeds max_frame_bytes")                           \
     X(FX_EWIRE_TRUNCATED, -1307, "frame body truncated")                                           \
@@ -62,8 +62,8 @@ extern "C" {
     X(FX_EWIRE_ACK_MODE, -1317, "invalid ack mode")                                                \
     X(FX_EWIRE_STATUS, -1318, "invalid ack status")                                                \
     X(FX_EWIRE_NAME, -1319, "invalid name")                                                        \
-    X(FX_EWIRE_KIND, -1320, "frame is not of the expected kind")                                  \
-    X(FX_EWIRE_JSON_LIMIT, -1321, "JSON message has more elements than any message holds")          \
+    X(FX_EWIRE_KIND, -1320, "frame is not of the expected kind")                                   \
+    X(FX_EWIRE_JSON_LIMIT, -1321, "JSON message has more elements than any message holds")         \
     /* durable storage */                                                                          \
     X(FX_ESTORAGE_CORRUPT, -1400, "storage corruption detected")                                   \
     X(FX_ESTORAGE_TOO_LARGE, -1401, "record payload exceeds the maximum supported size")           \
@@ -71,7 +71,8 @@ extern "C" {
     X(FX_ESTORAGE_CATALOG, -1403, "malformed storage catalogue")                                   \
     X(FX_ESTORAGE_FULL, -1404, "storage full")                                                     \
     X(FX_ESTORAGE_ERROR, -1405, "storage error")                                                   \
-    X(FX_ESTORAGE_QUOTA, -1406, "storage quota exceeded")
+    X(FX_ESTORAGE_QUOTA, -1406, "storage quota exceeded")                                          \
+    X(FX_ESTORAGE_DAMAGED, -1407, "storage damaged")
 
 enum fx_error {
 #define FX_ERR_ENUM(name, value, msg) name = (value),

@@ -79,6 +79,13 @@ def _env_bool(name: str) -> Optional[bool]:
                               "%s: expected 1 or 0, got '%s'" % (name, v))
 
 
+def _no_nul(b: bytes, what: str) -> bytes:
+    """|b|, or ValueError when it holds a NUL byte (C would end it there)."""
+    if b"\0" in b:
+        raise ValueError("%s contains NUL (\\0), which C strings cannot carry" % what)
+    return b
+
+
 def _last_error() -> str:
     buf = ctypes.create_string_buffer(1024)
     lib.fx_client_last_error(None, buf, len(buf))
@@ -136,12 +143,17 @@ class Client:
     ``pin`` FELIX_PIN (hex SHA-256 of the broker's certificate), ``ca``
     FELIX_CA (PEM trust anchors), ``insecure`` FELIX_INSECURE (accept any
     certificate: development only), ``tenant`` FELIX_TENANT ("t1"),
-    ``token`` FELIX_TOKEN (""), ``server_name`` FELIX_SERVER_NAME
-    ("localhost"), ``connect_timeout`` in seconds FELIX_CONNECT_TIMEOUT_MS
+    ``token`` FELIX_TOKEN (""), ``server_name`` FELIX_SERVER_NAME (unset:
+    the host part of ``server``, which a certificate checked against ``ca``
+    must name; an IP address is matched against the certificate's IP
+    addresses), ``connect_timeout`` in seconds FELIX_CONNECT_TIMEOUT_MS
     (5). libfelix's own FELIX_* tuning variables (FELIX_PUB_CONN_POOL, ...)
     apply too. Further keyword arguments set fx_client_opts fields by name
     (``sub_queue_capacity=1024``, ``sub_queue_policy="block"``,
     ``publish_inflight_bytes=...``).
+
+    Strings may not contain NUL ("\\0"): C would cut them there, so a name
+    would silently mean another stream; they raise ValueError.
 
     Connects in the constructor (raising a felix.Error subclass: TLSError,
     Timeout, AuthError, ...); use it as a context manager, or call close().
@@ -171,24 +183,25 @@ class Client:
             raise _error(rv, "environment")
         keep: List[bytes] = []  # the strings o points to, alive until connect returns
 
-        def s(v: Optional[str]) -> Optional[bytes]:
+        def s(v: Optional[str], what: str) -> Optional[bytes]:
             if v is None:
                 return None
-            b = v.encode("utf-8")
+            b = _no_nul(v.encode("utf-8"), what)
             keep.append(b)
             return b
 
         self.server = server or _env("FELIX_SERVER") or "127.0.0.1:5000"
-        o.server = s(self.server)
-        o.server_name = s(server_name or _env("FELIX_SERVER_NAME") or "localhost")
-        o.pin_sha256 = s(pin if pin is not None else _env("FELIX_PIN"))
-        o.ca_file = s(ca if ca is not None else _env("FELIX_CA"))
+        o.server = s(self.server, "server")
+        # None lets libfelix check the host part of server, as the CLI does.
+        o.server_name = s(server_name or _env("FELIX_SERVER_NAME") or None, "server_name")
+        o.pin_sha256 = s(pin if pin is not None else _env("FELIX_PIN"), "pin")
+        o.ca_file = s(ca if ca is not None else _env("FELIX_CA"), "ca")
         ins = insecure if insecure is not None else _env_bool("FELIX_INSECURE")
         o.insecure = bool(ins)
         self.tenant = tenant or _env("FELIX_TENANT") or _env("FELIX_AUTH_TENANT") or "t1"
-        o.tenant = s(self.tenant)
+        o.tenant = s(self.tenant, "tenant")
         tok = token if token is not None else (_env("FELIX_TOKEN") or _env("FELIX_AUTH_TOKEN"))
-        o.token = s(tok or "")
+        o.token = s(tok or "", "token")
         o.connect_timeout_ms = self._timeout_ms(connect_timeout)
         self._apply_options(o, options)
         self._batch_bytes = max(1, min(1 << 20, o.publish_inflight_bytes // 4,
@@ -283,7 +296,7 @@ class Client:
     def _name(self, s: str) -> bytes:
         b = self._names.get(s)
         if b is None:
-            b = s.encode("utf-8")
+            b = _no_nul(s.encode("utf-8"), "name %r" % (s,))
             if len(self._names) < 4096:
                 self._names[s] = b
         return b

@@ -4,6 +4,7 @@ publish_batch and publish_many, subscribe, resume, gaps, closing, Ctrl-C."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,6 +71,59 @@ def test_wrong_pin_raises_tls_error_with_the_reason(broker):
         felix.Client(server=broker.server, pin="00" * 32, connect_timeout=15)
     assert ei.value.name == "FX_ETLS_PIN"
     assert "pin" in str(ei.value)
+
+
+def _ip_only_certificate(tmp_path):
+    """A self-signed key and certificate naming only IP 127.0.0.1 (no DNS
+    name), made with openssl; skips the test without it."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed")
+    key, cert = str(tmp_path / "ip-key.pem"), str(tmp_path / "ip-cert.pem")
+    subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "2", "-subj", "/CN=felix-test", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return key, cert
+
+
+def test_ca_checks_the_host_of_server_unless_server_name_says_otherwise(start_broker, tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.delenv("FELIX_SERVER_NAME", raising=False)
+    key, cert = _ip_only_certificate(tmp_path)
+    b = start_broker("tls_cert_file=%s" % cert, "tls_key_file=%s" % key)
+    assert b.server.startswith("127.0.0.1:")
+    # The certificate names 127.0.0.1, the host of server: accepted.
+    with felix.Client(server=b.server, ca=cert, connect_timeout=15) as c:
+        c.publish(NS, "named", b"x", ack="per_message")
+    # It does not name localhost: refused when that is the name asked for.
+    with pytest.raises(felix.TLSError):
+        felix.Client(server=b.server, ca=cert, server_name="localhost", connect_timeout=15)
+    monkeypatch.setenv("FELIX_SERVER_NAME", "localhost")
+    with pytest.raises(felix.TLSError):
+        felix.Client(server=b.server, ca=cert, connect_timeout=15)
+    monkeypatch.setenv("FELIX_SERVER_NAME", "127.0.0.1")
+    with felix.Client(server=b.server, ca=cert, connect_timeout=15) as c:
+        c.publish(NS, "named", b"y", ack="per_message")
+
+
+def test_strings_with_nul_are_refused_not_cut(connect, broker):
+    c = connect()
+    calls = [
+        lambda: c.publish(NS, "a\0b", b"x", ack="per_message"),
+        lambda: c.publish("de\0fault", "a", b"x", ack="per_message"),
+        lambda: c.publish_batch(NS, "a\0", [b"x"], ack="per_message"),
+        lambda: c.publish_many(NS, "a\0", [b"x"]),
+        lambda: c.subscribe(NS, "a\0b"),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="NUL"):
+            call()
+    with pytest.raises(ValueError, match="tenant contains NUL"):
+        felix.Client(server=broker.server, pin=broker.pin, tenant="t1\0t2")
+    # Nothing reached stream "a" (the cut name) or any other.
+    with c.subscribe(NS, "a", start="earliest") as sub:
+        assert sub.get(timeout=0.3) is None
 
 
 def test_nothing_listening_raises_timeout(tmp_path):

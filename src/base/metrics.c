@@ -461,12 +461,13 @@ static void mstream_emit(void *user, const fx_mstream_row *row)
     }
 }
 
-/* Appends every per-stream gauge to |out|. */
-static int render_streams(strbuf *out)
+/* Appends every per-stream gauge to |out|: its HELP and TYPE lines, and
+ * with |per_stream| the series of every source. */
+static int render_streams(strbuf *out, bool per_stream)
 {
     mstream_sink k = {0};
     pthread_mutex_lock(&mstream_mu);
-    for (fx_mstream_source *s = mstream_sources; s != NULL; s = s->next)
+    for (fx_mstream_source *s = mstream_sources; per_stream && s != NULL; s = s->next)
         s->on_collect(s->user, mstream_emit, &k);
     pthread_mutex_unlock(&mstream_mu);
     int rv = 0;
@@ -484,7 +485,7 @@ static int render_streams(strbuf *out)
     return rv != 0 ? rv : out->err;
 }
 
-int fx_metrics_render(char **pout, size_t *plen)
+int fx_metrics_render(char **pout, size_t *plen, bool per_stream)
 {
     fx_metrics_snapshot *snap = malloc(sizeof(*snap));
     if (!snap)
@@ -497,7 +498,7 @@ int fx_metrics_render(char **pout, size_t *plen)
     if (rv != 0)
         return rv;
     strbuf b = {.p = text, .len = len, .cap = len + 1};
-    if ((rv = render_streams(&b)) != 0) {
+    if ((rv = render_streams(&b, per_stream)) != 0) {
         free(b.p);
         return rv;
     }
@@ -572,7 +573,7 @@ int fx_metrics_print_markdown(FILE *out)
     for (size_t i = 0; i < FX_MSTREAM_N; i++) {
         fprintf(out,
                 "| `%s` | gauge | `tenant`, `namespace`, `stream` (one series per durable "
-                "stream) | - | ",
+                "stream, with `metrics_stream_labels: true` only) | - | ",
                 fx_mstream_descs[i].name);
         md_cell(out, fx_mstream_descs[i].help, strlen(fx_mstream_descs[i].help));
         fputs(" |\n", out);

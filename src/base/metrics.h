@@ -11,6 +11,7 @@
 #define FX_METRICS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -210,10 +211,11 @@ int fx_metrics_render_descs(const fx_metric_desc *descs, size_t n, const fx_metr
                             char **pout, size_t *plen);
 
 /* Takes a snapshot and renders the whole registry (fx_metrics_descs) as
- * fx_metrics_render_descs() does, then every per-stream gauge (HELP and TYPE
- * always, one series per stream its sources emit). Returns 0 or -ENOMEM.
- * Any thread. */
-int fx_metrics_render(char **pout, size_t *plen);
+ * fx_metrics_render_descs() does, then every per-stream gauge: HELP and TYPE
+ * always, and with |per_stream| one series per stream its sources emit
+ * (labelled with the stream's names). Without |per_stream| the sources are
+ * not asked. Returns 0 or -ENOMEM. Any thread. */
+int fx_metrics_render(char **pout, size_t *plen, bool per_stream);
 
 /* Returns how many cells exist (live and parked). For tests and the admin
  * endpoint. Any thread. */

@@ -245,6 +245,17 @@
       "Bytes of torn tails cut when durable logs were opened")                                     \
     C(storage_recovery_repairs, "felix_storage_recovery_repairs_total", "",                        \
       "Durable logs cut at a damaged record by --repair-durable")                                  \
+    G(storage_quarantined_streams, "felix_storage_quarantined_streams", "",                        \
+      "Durable streams whose log is damaged: their publishes and subscribes fail \"storage "       \
+      "damaged\" until it is repaired")                                                            \
+    G(storage_recovering_streams, "felix_storage_recovering_streams", "",                          \
+      "Catalogued durable streams whose log has not been recovered yet since the start")           \
+    C(storage_recovery_waits, "felix_storage_recovery_waits_total", "",                            \
+      "Publishes and subscriptions that found their durable stream still recovering (its log "     \
+      "was opened for them first)")                                                                \
+    C(storage_open_failures, "felix_storage_open_failures_total", "",                              \
+      "Durable log opens that failed other than by damage (ENOSPC, EMFILE, EIO...); tried again "  \
+      "at most once a second")                                                                     \
     C(storage_delete_failures, "felix_storage_delete_failures_total", "",                          \
       "Deletions of a durable stream's files that failed (retried in the background)")             \
     G(storage_deletions_pending, "felix_storage_deletions_pending", "",                            \
@@ -300,9 +311,10 @@
 /* ---- admin HTTP endpoint ----------------------------------------------- */
 #define FX_ADMIN_REFUSED_HELP                                                                      \
     "Admin HTTP requests and connections refused: host (Host header not this endpoint's), "        \
-    "token (bearer token missing or wrong), connection_limit (all or this address's "              \
-    "connections in use), headers_too_large (request line and headers over the per-connection "    \
-    "memory), body_too_large (request body over the limit)"
+    "token (bearer token missing or wrong, or none configured for a mutating call), "              \
+    "connection_limit (all or this address's connections in use), headers_too_large (request "     \
+    "line and headers over the per-connection memory), body_too_large (request body over the "     \
+    "limit)"
 #define FX_METRICS_ADMIN(C, G, H)                                                                  \
     C(admin_refused_host, "felix_admin_refused_total", "reason=host", FX_ADMIN_REFUSED_HELP)       \
     C(admin_refused_token, "felix_admin_refused_total", "reason=token", FX_ADMIN_REFUSED_HELP)     \

@@ -104,10 +104,11 @@ typedef struct fx_broker_durable_opts {
     bool verify_all_on_open;
     bool repair_checksum_tail;
     /* At start, cut a damaged log at its first bad record (reported) instead
-     * of refusing to start (felix-broker --repair-durable). */
+     * of quarantining its stream (felix-broker --repair-durable). */
     bool repair;
     /* Filled by a failed fx_broker_new when durable storage was the cause:
-     * the stream, file and byte position (may be NULL; |error_len| bytes). */
+     * the catalogue, or a catalogued stream the registry refused (may be
+     * NULL; |error_len| bytes). A damaged log does not fail the start. */
     char *error;
     size_t error_len;
     struct fx_sio *io; /* NULL: the real file system; tests inject faults here */
@@ -249,8 +250,22 @@ void fx_broker_opts_default(fx_broker_opts *o);
  * -ENOMEM. The caller frees with fx_broker_free(). Main thread. */
 int fx_broker_new(fx_broker **pb, const fx_broker_opts *o);
 
-/* Starts the loop threads. Returns 0 or -errno. Main thread. */
+/* Starts the loop threads. The logs of the catalogued durable streams are
+ * then recovered in the background, in parallel on their storage threads:
+ * each stream is served once its own log is open (a publish or subscribe
+ * that comes first waits for that open). Returns 0 or -errno. Main thread. */
 int fx_broker_start(fx_broker *b);
+
+/* How far the start-up recovery of the catalogued durable streams is. */
+typedef struct fx_broker_recovery {
+    uint64_t total;   /* catalogued durable streams at start */
+    uint64_t done;    /* of those, recovered (open, damaged, failed or deleted meanwhile) */
+    uint64_t damaged; /* quarantined: their publishes and subscribes get "storage damaged" */
+    uint64_t failed;  /* their open failed otherwise; tried again at their next use */
+} fx_broker_recovery;
+
+/* Fills |*out| (zeros without durable storage). Any thread. */
+void fx_broker_durable_recovery(const fx_broker *b, fx_broker_recovery *out);
 
 /* Stops serving: frees the endpoint on its loop (every connection closes,
  * every subscription is removed), lets the loops finish the work already

@@ -384,6 +384,7 @@ struct fxb_job {
     fxb_job *snext;  /* on a held, waiting or ready list */
     bool stored;     /* back from storage: |srv| says how it went */
     int srv;         /* 0 or the storage error */
+    char *swhy;      /* NULL or the storage error's detail (owned; "storage damaged") */
     uint64_t sfirst; /* offset of its first record in the log */
     uint64_t sbase;  /* the log's next offset when it was opened */
     uint64_t sbytes; /* bytes it counts against durable_max_unsynced_bytes */
@@ -421,12 +422,13 @@ struct fxb_sub {
     bool registered;
     int reg_rv;
     uint64_t available;
-    fxb_sub *wnext, *wprev; /* on w->subs while registered */
-    bool ending;            /* its stream was deleted: finish after the queue */
-    bool block_kicked;      /* subscriber_block_timeout closed its connection */
-    fx_task block_task;     /* posted to the connection's loop to close it */
-    bool dur_ready;         /* durable stream: its log answered (durable.c) */
-    uint64_t dur_base;      /* then: the log's next offset when it was opened */
+    fxb_sub *wnext, *wprev;    /* on w->subs while registered */
+    bool ending;               /* its stream was deleted: finish after the queue */
+    bool block_kicked;         /* subscriber_block_timeout closed its connection */
+    fx_task block_task;        /* posted to the connection's loop to close it */
+    bool dur_ready;            /* durable stream: its log answered (durable.c) */
+    uint64_t dur_base;         /* then: the log's next offset when it was opened */
+    char *dur_why;             /* NULL or the detail of a storage |reg_rv| (owned) */
     struct fxb_replay *replay; /* history read from disk first (replay.c), or NULL */
     /* shared */
     atomic_bool fin_req; /* the feeder pushed its last list: FIN after the lane */

@@ -90,9 +90,12 @@ static fxb_job *list_pop(fxb_job **head, fxb_job **tail)
     return j;
 }
 
-/* The error a failed storage call gives its publishes: full disks apart. */
+/* The error a failed storage call gives its publishes: full disks and
+ * damaged logs apart. */
 static int publish_error_of(int rv)
 {
+    if (rv == FX_ESTORAGE_DAMAGED)
+        return rv;
     return rv == -ENOSPC || rv == -EDQUOT ? FX_ESTORAGE_FULL : FX_ESTORAGE_ERROR;
 }
 
@@ -162,17 +165,97 @@ static void stats_update(dstream *s)
     atomic_store_explicit(&s->stats->segments, segs, memory_order_relaxed);
 }
 
+static dstats *stats_new(fx_stream_handle *h, dstate state)
+{
+    dstats *x = calloc(1, sizeof(*x));
+    if (x == NULL)
+        return NULL;
+    x->handle_id = fx_stream_handle_id(h);
+    x->h = fx_stream_handle_ref(h);
+    x->state = state;
+    return x;
+}
+
+static void stats_free(dstats *x)
+{
+    fx_stream_handle_unref((fx_stream_handle *)x->h);
+    free(x);
+}
+
+/* Unlinks the entry of handle |id| from |d|'s list (under |cat_mu|). */
+static dstats *stats_unlink(fxb_durable *d, uint64_t id)
+{
+    for (dstats **pp = &d->stats; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->handle_id == id) {
+            dstats *x = *pp;
+            *pp = x->next;
+            return x;
+        }
+    }
+    return NULL;
+}
+
+int fxb_dstats_list_recovering(fxb_durable *d, fx_stream_handle *h)
+{
+    dstats *x = stats_new(h, DSTATE_RECOVERING);
+    if (x == NULL)
+        return -ENOMEM;
+    pthread_mutex_lock(&d->cat_mu);
+    x->next = d->stats;
+    d->stats = x;
+    pthread_mutex_unlock(&d->cat_mu);
+    return 0;
+}
+
+void fxb_dstats_drop_recovering(fxb_durable *d, const fx_stream_handle *h, bool failed)
+{
+    pthread_mutex_lock(&d->cat_mu);
+    dstats *x = stats_unlink(d, fx_stream_handle_id(h));
+    if (x != NULL && x->state != DSTATE_RECOVERING) { /* a dstream's: not ours */
+        x->next = d->stats;
+        d->stats = x;
+        x = NULL;
+    }
+    pthread_mutex_unlock(&d->cat_mu);
+    if (x == NULL)
+        return;
+    stats_free(x);
+    fxb_durable_recovered(d, failed ? DSTATE_FAILED : DSTATE_OPEN);
+}
+
+/* Lists the entry of |s| for GET /v1/streams: the recovering one of its
+ * catalogued stream, else a new one. Without memory it has none (GET
+ * /v1/streams then shows its stream as closed). */
 static void stats_list(fxb_durable *d, dstream *s)
 {
-    s->stats = calloc(1, sizeof(*s->stats));
-    if (s->stats == NULL)
-        return; /* GET /v1/streams then shows no log figures for it */
-    s->stats->handle_id = fx_stream_handle_id(s->h);
-    s->stats->h = s->h;
+    uint64_t id = fx_stream_handle_id(s->h);
     pthread_mutex_lock(&d->cat_mu);
-    s->stats->next = d->stats;
-    d->stats = s->stats;
+    dstats *x = stats_unlink(d, id);
     pthread_mutex_unlock(&d->cat_mu);
+    if (x != NULL && !s->st->in_recovery)
+        FX_COUNTER_INC(storage_recovery_waits); /* opened for a publish or subscribe first */
+    if (x == NULL && (x = stats_new(s->h, DSTATE_FAILED)) == NULL)
+        return;
+    s->stats = x;
+    pthread_mutex_lock(&d->cat_mu);
+    x->next = d->stats;
+    d->stats = x;
+    pthread_mutex_unlock(&d->cat_mu);
+}
+
+/* Sets the state GET /v1/streams shows for |s| (and the reason); the end of
+ * a start-up recovery is counted. */
+static void stats_set_state(fxb_durable *d, dstream *s, dstate state)
+{
+    if (s->stats == NULL)
+        return;
+    pthread_mutex_lock(&d->cat_mu);
+    dstate was = s->stats->state;
+    s->stats->state = state;
+    snprintf(s->stats->why, sizeof(s->stats->why), "%s", state == DSTATE_OPEN ? "" : s->why);
+    pthread_mutex_unlock(&d->cat_mu);
+    if (was == DSTATE_RECOVERING)
+        fxb_durable_recovered(d, state);
 }
 
 static void stats_unlist(fxb_durable *d, dstream *s)
@@ -187,7 +270,7 @@ static void stats_unlist(fxb_durable *d, dstream *s)
         }
     }
     pthread_mutex_unlock(&d->cat_mu);
-    free(s->stats);
+    stats_free(s->stats);
     s->stats = NULL;
 }
 
@@ -489,6 +572,39 @@ static void on_flush_task(fx_loop *l, fx_task *t, void *user)
         flush_start(s, now);
 }
 
+/* What clients of |s| are told about its failed open: the log's |msg|
+ * without the server's directory path ("corruption detected: WHAT (stream=
+ * S, file=F, position=P)"), else the error's name. */
+static void set_why(dstream *s, int rv, const char *msg)
+{
+    const char *dir = strstr(msg, ", dir=");
+    const char *after = dir != NULL ? strstr(dir + 6, ", file=") : NULL;
+    if (after != NULL)
+        snprintf(s->why, sizeof(s->why), "%.*s%s", (int)(dir - msg), msg, after);
+    else
+        snprintf(s->why, sizeof(s->why), "%s", msg[0] ? msg : fx_strerror(rv));
+}
+
+/* Logs and counts a failed open of |s|'s log (|label|): damage quarantines
+ * the stream, anything else is tried again later. */
+static void open_failed(dstream *s, const char *label, int rv, const char *msg)
+{
+    set_why(s, rv, msg);
+    if (rv == FX_ESTORAGE_CORRUPT) {
+        FX_LOG_ERROR("storage",
+                     "the log of %s is damaged: %s; its publishes and subscribes fail with "
+                     "\"storage damaged\" (the other streams are served) until it is repaired "
+                     "(felix log repair on the stopped broker's stream directory, or "
+                     "felix-broker --repair-durable)",
+                     label, msg[0] ? msg : fx_strerror(rv));
+        return;
+    }
+    FX_COUNTER_INC(storage_open_failures);
+    FX_LOG_RATELIMITED(&storage_rl, fx_now_ns(), FX_LOG_ERROR, "storage",
+                       "cannot open the log of %s: %s%s%s (tried again in 1 s at the next use)",
+                       label, fx_strerror(rv), msg[0] ? ": " : "", msg);
+}
+
 static int open_log(dstream *s)
 {
     fxb_durable *d = s->st->d;
@@ -515,8 +631,9 @@ static int open_log(dstream *s)
     /* The claim lasts as long as the dstream: a stream of the same names
      * created meanwhile (after a deletion) waits for this one's end, which
      * marks the entry deleting before it releases the claim, so the new one
-     * gets an incarnation of its own (catalog.h). */
-    if (rv == 0 && (rv = dir_claim(d, e->dir)) == 0) {
+     * gets an incarnation of its own (catalog.h). An open tried again after
+     * a failure keeps the claim it has. */
+    if (rv == 0 && s->dirname[0] == '\0' && (rv = dir_claim(d, e->dir)) == 0) {
         snprintf(s->dirname, sizeof(s->dirname), "%s", e->dir);
         s->gen = e->generation;
     }
@@ -538,13 +655,8 @@ static int open_log(dstream *s)
     fx_dlog_recovery rep = {0};
     rv = fx_dlog_open(&s->log, dir, &c, fxb_wall_us(), &rep);
     if (rv != 0) {
-        FX_LOG_ERROR("storage", "cannot open the log of %s: %s%s%s", label, fx_strerror(rv),
-                     rep.message[0] ? ": " : "", rep.message);
-        pthread_mutex_lock(&d->cat_mu);
-        snprintf(d->error, sizeof(d->error), "stream %s: %s", label,
-                 rep.message[0] ? rep.message : fx_strerror(rv));
-        pthread_mutex_unlock(&d->cat_mu);
-        return rv;
+        open_failed(s, label, rv, rep.message); /* the claim stays: a retry reuses it */
+        return rv == FX_ESTORAGE_CORRUPT ? FX_ESTORAGE_DAMAGED : rv;
     }
     FX_COUNTER_ADD(storage_recovery_truncated_bytes, rep.truncated_bytes);
     if (rep.truncated_bytes > 0)
@@ -558,16 +670,44 @@ static int open_log(dstream *s)
     return 0;
 }
 
-/* The stream's log on this storage thread, opened on first use. */
-dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
+/* Sets up what an open log of |s| needs: its ring start, fsync policy and
+ * retention timer. */
+static void on_opened(dstream *s)
 {
-    fxb_idslot *e = fxb_idtable_find(&st->ds, fx_stream_handle_id(h));
-    if (e != NULL)
-        return e->p;
-    /* Its end ran here (or comes with nothing to close): a late barrier
-     * must not declare the deleted stream's log again. */
-    if (fx_stream_handle_is_ended(h))
-        return NULL;
+    uint64_t next = fx_dlog_next_offset(s->log);
+    atomic_store_explicit(&s->first_offset, next, memory_order_relaxed);
+    const fx_broker_durable_opts *o = &s->st->d->o;
+    fx_syncpol_config pc = {.mode = o->fsync_mode,
+                            .interval_ns = o->fsync_interval_ns,
+                            .max_unsynced_bytes = o->max_unsynced_bytes};
+    uint64_t now = fx_now_ns(); /* the loop's clock */
+    fx_syncpol_init(&s->pol, &pc, now, next);
+    if (s->retain_bytes != 0 || s->retain_ns != 0) {
+        s->retain_due_ns = now + o->retention_interval_ns;
+        arm_timer(s);
+    }
+}
+
+/* Opens the log of |s| (again, after a failure) and says how it stands. */
+static void dstream_open(dstream *s)
+{
+    s->open_rv = open_log(s);
+    if (s->open_rv == 0) {
+        s->why[0] = '\0';
+        on_opened(s);
+        stats_set_state(s->st->d, s, DSTATE_OPEN);
+        stats_update(s);
+    } else if (s->open_rv == FX_ESTORAGE_DAMAGED) {
+        FX_GAUGE_ADD(storage_quarantined_streams, 1);
+        stats_set_state(s->st->d, s, DSTATE_DAMAGED);
+    } else if (s->open_rv != -EBUSY) {
+        s->retry_ns = fx_now_ns() + FXB_OPEN_RETRY_NS;
+        stats_set_state(s->st->d, s, DSTATE_FAILED);
+    }
+}
+
+static dstream *dstream_new(fxb_storage *st, fx_stream_handle *h)
+{
     dstream *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return NULL;
@@ -578,31 +718,42 @@ dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
     fx_task_init(&s->flight.sync_task, on_sync_run, s);
     fx_task_init(&s->flight.done_task, on_flush_done, s);
     fx_timer_init(&s->timer, fxb_dstream_on_timer, s);
-    s->open_rv = open_log(s);
-    if (s->open_rv == -EBUSY) { /* not kept: the next job tries again */
-        fx_stream_handle_unref(s->h);
-        free(s);
-        return NULL;
+    atomic_init(&s->first_offset, 0);
+    stats_list(st->d, s);
+    return s;
+}
+
+/* The stream's log on this storage thread, opened on first use. */
+dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
+{
+    fxb_idslot *e = fxb_idtable_find(&st->ds, fx_stream_handle_id(h));
+    if (e != NULL) {
+        dstream *s = e->p;
+        /* A failed open is not kept for the stream's life (the disk may
+         * have room again, the descriptors may be back): tried again at a
+         * use at most once a second. Damage stays until a repair. */
+        if (s->open_rv != 0 && s->open_rv != FX_ESTORAGE_DAMAGED && fx_now_ns() >= s->retry_ns)
+            dstream_open(s);
+        return s;
     }
-    uint64_t next = s->log != NULL ? fx_dlog_next_offset(s->log) : 0;
-    atomic_init(&s->first_offset, next);
-    const fx_broker_durable_opts *o = &st->d->o;
-    fx_syncpol_config pc = {.mode = o->fsync_mode,
-                            .interval_ns = o->fsync_interval_ns,
-                            .max_unsynced_bytes = o->max_unsynced_bytes};
-    uint64_t now = fx_now_ns(); /* the loop's clock; also before it runs (start-up) */
-    fx_syncpol_init(&s->pol, &pc, now, next);
-    if (s->log != NULL && (s->retain_bytes != 0 || s->retain_ns != 0)) {
-        s->retain_due_ns = now + o->retention_interval_ns;
-        arm_timer(s);
+    /* Its end ran here (or comes with nothing to close): a late barrier
+     * must not declare the deleted stream's log again. */
+    if (fx_stream_handle_is_ended(h))
+        return NULL;
+    dstream *s = dstream_new(st, h);
+    if (s == NULL)
+        return NULL;
+    dstream_open(s);
+    if (s->open_rv == -EBUSY) { /* not kept: the next job tries again */
+        snprintf(s->why, sizeof(s->why), "its log is still open for a deleted stream of that name");
+        stats_set_state(st->d, s, DSTATE_FAILED);
+        fxb_dstream_close(st, s);
+        return NULL;
     }
     if (fxb_idtable_insert(&st->ds, fx_stream_handle_id(h), s) != 0) {
         fxb_dstream_close(st, s); /* not kept: the next job opens it again */
         return NULL;
     }
-    if (s->log != NULL)
-        stats_list(st->d, s);
-    stats_update(s);
     return s;
 }
 
@@ -629,6 +780,8 @@ void fxb_dstream_close(fxb_storage *st, dstream *s)
     }
     if (s->dirname[0] != '\0')
         dir_release(st->d, s->dirname);
+    if (s->open_rv == FX_ESTORAGE_DAMAGED)
+        FX_GAUGE_ADD(storage_quarantined_streams, -1);
     stats_update(s); /* the gauges drop what this log held */
     stats_unlist(st->d, s);
     fx_stream_handle_unref(s->h);
@@ -937,6 +1090,8 @@ static void storage_on_job(fx_loop *l, fx_task *t, void *user)
         return;
     }
     if (s == NULL || s->open_rv != 0) {
+        if (s != NULL && s->open_rv == FX_ESTORAGE_DAMAGED)
+            j->swhy = strdup(s->why); /* NULL: the code's text alone */
         give_back(j, s == NULL ? -EIO : s->open_rv);
         return;
     }
@@ -956,9 +1111,13 @@ static void storage_on_sub(fx_loop *l, fx_task *t, void *user)
     (void)t;
     fxb_sub *sub = user;
     dstream *s = fxb_dstream_get(sub->w->dur->st, sub->h);
-    sub->reg_rv = s == NULL || s->open_rv != 0 ? FX_ESTORAGE_ERROR : 0;
+    sub->reg_rv = s == NULL         ? FX_ESTORAGE_ERROR
+                  : s->open_rv != 0 ? publish_error_of(s->open_rv)
+                                    : 0;
     if (s == NULL && fx_stream_handle_is_ended(sub->h))
         sub->reg_rv = FX_ENOSTREAM; /* deleted and ended meanwhile */
+    if (sub->reg_rv == FX_ESTORAGE_DAMAGED && sub->dur_why == NULL)
+        sub->dur_why = strdup(s->why); /* NULL: the code's text alone */
     sub->dur_base = s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
     if (sub->reg_rv == 0 && sub->start.kind != FX_START_LATEST) {
         /* It may start below the ring: a reader of the log, in case. */

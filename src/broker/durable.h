@@ -20,23 +20,30 @@
  * 0, FX_ESTORAGE_CATALOG or -errno (the reason in opts.durable.error). Main
  * thread, before the workers start. */
 int fxb_durable_init(fx_broker *b);
-/* Start-up recovery: every stream of the catalogue is created (durable) in
- * the registry and its log opened and validated on this thread (a torn
- * tail is cut, logged and counted). Returns 0, or the first failure
- * (FX_ESTORAGE_CORRUPT unless durable.repair, -errno) with the reason in
- * fx_broker_durable_error. Main thread, after fxb_durable_init, before the
+/* Start-up recovery, first part: every stream of the catalogue is created
+ * (durable) in the registry, listed as "recovering" and queued for its
+ * storage thread, which opens and validates its log after
+ * fxb_durable_start (a torn tail is cut, logged and counted; damage
+ * quarantines that stream only). Returns 0, or the first failure (the
+ * registry refused a stream, -ENOMEM) with the reason in
+ * opts.durable.error. Main thread, after fxb_durable_init, before the
  * loops start. */
 int fxb_durable_recover(fx_broker *b);
-/* Adds to GET /v1/streams entry |e| of stream |h|: "durable" and, for an
- * open log, "log_first_offset", "log_next_offset", "bytes_on_disk",
- * "segments" (null otherwise). Any thread but a storage thread. */
+/* Adds to GET /v1/streams entry |e| of stream |h|: "durable",
+ * "durable_state" ("recovering", "open", "damaged", "failed", "closed";
+ * null when not durable), "durable_error" (damaged, failed: the reason, with
+ * file and position; else null) and, for an open log, "log_first_offset",
+ * "log_next_offset", "bytes_on_disk", "segments" (null otherwise). Any
+ * thread but a storage thread. */
 void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e);
 /* Drain: every storage thread flushes every log it has open; waits until
  * they are done or |deadline_ns| (fx_now_ns clock). Returns 0,
  * FX_ETIMEDOUT, FX_ESTORAGE_ERROR (a flush failed; logged), -ENOMEM. Main
  * thread, loops running. */
 int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns);
-/* Starts the storage threads. Returns 0 or -errno. Main thread. */
+/* Starts the storage threads, each then recovering its catalogued logs one
+ * task at a time (tasks queued meanwhile run between two). Returns 0 or
+ * -errno. Main thread. */
 int fxb_durable_start(fx_broker *b);
 /* Runs what every storage thread has queued (a barrier). Main thread, while
  * they run. */

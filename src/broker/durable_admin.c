@@ -248,6 +248,8 @@ static void on_collect(void *user, fx_mstream_emit_fn emit, void *sink)
     fxb_durable *d = user;
     pthread_mutex_lock(&d->cat_mu);
     for (const dstats *x = d->stats; x != NULL; x = x->next) {
+        if (x->state != DSTATE_OPEN)
+            continue; /* no log figures to show */
         fx_mstream_row r = {.tenant = fx_stream_handle_tenant(x->h),
                             .ns = fx_stream_handle_namespace(x->h),
                             .stream = fx_stream_handle_stream(x->h)};

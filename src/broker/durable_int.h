@@ -20,14 +20,26 @@
 
 typedef struct fxb_durable fxb_durable;
 
+/* Where a durable stream's log stands (GET /v1/streams "durable_state"). */
+typedef enum dstate {
+    DSTATE_RECOVERING = 0, /* catalogued at start; its storage thread has not opened it yet */
+    DSTATE_OPEN,           /* open: publishes and subscribes are served */
+    DSTATE_DAMAGED,        /* corruption found at open: quarantined until repaired */
+    DSTATE_FAILED,         /* the last open failed (ENOSPC, EMFILE, EIO...): retried */
+} dstate;
+
 /* What GET /v1/streams shows of a durable stream's log: written by its
- * storage thread (relaxed atomics), read by the admin thread under
- * |cat_mu| (the entry leaves the table under it before it is freed). */
+ * storage thread (relaxed atomics; |state| and |why| under |cat_mu|), read
+ * by the admin thread under |cat_mu| (the entry leaves the list under it
+ * before it is freed). Listed from the start for a catalogued stream (as
+ * recovering), else while its dstream lives. */
 typedef struct dstats {
     struct dstats *next;
     uint64_t handle_id;
-    const fx_stream_handle *h; /* its names; the dstream's reference outlives the entry */
+    const fx_stream_handle *h; /* its names; a reference is held while it is listed */
     atomic_uint_fast64_t first, next_off, bytes, segments;
+    dstate state;
+    char why[512]; /* DAMAGED, FAILED: the reason, naming file and position */
 } dstats;
 
 /* The flush of one log in flight: begun on the storage thread, its
@@ -50,8 +62,10 @@ typedef struct dstream {
     struct fxb_storage *st;
     fx_stream_handle *h; /* reference */
     fx_dlog *log;
-    int open_rv;
-    uint64_t gen;                         /* its catalogue entry's generation (once declared) */
+    int open_rv;       /* of the last open: 0, FX_ESTORAGE_DAMAGED (quarantined) or the failure */
+    uint64_t retry_ns; /* a failed open (not damage) is tried again from then on */
+    char why[512];     /* damaged or failed: what clients are told (no server path) */
+    uint64_t gen;      /* its catalogue entry's generation (once declared) */
     char dirname[FX_CATALOG_DIR_MAX];     /* claimed from the declaration to the close */
     dstats *stats;                        /* listed while |log| is open */
     uint64_t shown_bytes, shown_segments; /* what the gauges hold of this log */
@@ -86,6 +100,13 @@ typedef struct fxb_storage {
     pthread_mutex_t sync_mu; /* a flight's |rv| and |synced| */
     pthread_cond_t sync_cv;  /* signalled when a flight's fdatasync returned */
     fxb_idtable ds;          /* its open logs (dstream *) by handle id, until their stream ends */
+    /* Start-up recovery (durable_ops.c): the catalogued streams whose logs
+     * this thread opens one per task, references; filled on main before
+     * the thread starts, then storage thread only. */
+    fx_stream_handle **rq;
+    size_t rqn, rqi, rqcap;
+    fx_task rtask;
+    bool in_recovery; /* the recovery task is opening a log (not a publish or subscribe) */
 } fxb_storage;
 
 struct fxb_durable {
@@ -101,8 +122,8 @@ struct fxb_durable {
     fx_retained bytes;
     struct open_dir *open; /* directories with an open log (under |cat_mu|) */
     dstats *stats;         /* of every open log (under |cat_mu|) */
-    char error[6144]; /* why the last log failed to open (under |cat_mu|; start-up reports it) */
-    fxb_storage *st;  /* one per worker */
+    char error[6144];      /* why the start failed (main thread, start-up reports it) */
+    fxb_storage *st;       /* one per worker */
     uint32_t nst;
     uint32_t nstarted; /* storage threads running (with their replay threads) */
 
@@ -115,6 +136,13 @@ struct fxb_durable {
 
     /* The per-stream gauges of the open logs (durable_admin.c). */
     fx_mstream_source msrc;
+
+    /* Start-up recovery progress (fx_broker_durable_recovery): written by
+     * the storage threads, read anywhere. */
+    uint64_t rec_total; /* catalogued streams at start (set before the threads start) */
+    uint64_t rec_t0;    /* when the storage threads started on them */
+    atomic_uint_fast64_t rec_done, rec_damaged, rec_failed;
+    atomic_uint_fast64_t rec_logged_ns; /* the last progress line */
 };
 
 /* Per durable stream on its worker: bytes in storage and the jobs held
@@ -144,14 +172,34 @@ typedef struct open_dir {
     char name[FX_CATALOG_DIR_MAX];
 } open_dir;
 
+/* A failed log open (not damage) is tried again this long after. */
+#define FXB_OPEN_RETRY_NS (1000 * FX_NS_PER_MS)
+
 /* Wall clock in microseconds (record timestamps, segment creation). */
 uint64_t fxb_wall_us(void);
 /* The log of |h| on storage thread |st|, opened (declared in the catalogue,
  * recovered) on first use; NULL on -ENOMEM, while a deleted stream's log
  * of that name is still open (the next call tries again), or once |h| has
  * ended without a log open here (its log was deleted: never opened again).
- * Storage thread, or main before it starts. */
+ * A dstream whose open failed is returned with |open_rv| set: damage
+ * (FX_ESTORAGE_DAMAGED) stays until a repair; any other failure is tried
+ * again by a call FXB_OPEN_RETRY_NS or more after it. Storage thread. */
 dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h);
+/* Lists a "recovering" entry for catalogued stream |h| (GET /v1/streams)
+ * that its dstream takes over when it is made. Returns 0 or -ENOMEM. Main
+ * thread, before the storage threads start. */
+int fxb_dstats_list_recovering(fxb_durable *d, fx_stream_handle *h);
+/* Drops the "recovering" entry of |h| if no dstream took it over (its
+ * stream ended before its recovery, or the dstream could not be made:
+ * |failed|), counting its recovery as ended. Storage thread. */
+void fxb_dstats_drop_recovering(fxb_durable *d, const fx_stream_handle *h, bool failed);
+/* The recovery of one catalogued stream ended in |state|: counts it and
+ * logs the progress ("recovered N of M durable streams", at most every two
+ * seconds, and when the last one is done). Storage thread. */
+void fxb_durable_recovered(fxb_durable *d, dstate state);
+/* The test hook run before a recovery opens a log (test_hooks.c holds it);
+ * NULL in the daemon. */
+extern void (*_Atomic fxb_test_on_recover)(const fx_stream_handle *h);
 /* Closes |s| with a flush and frees it. Storage thread (or teardown). */
 void fxb_dstream_close(fxb_storage *st, dstream *s);
 /* Appends the jobs |s| has taken and not appended yet, consecutive ones

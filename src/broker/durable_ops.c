@@ -114,14 +114,27 @@ int fxb_durable_init(fx_broker *b)
     return 0;
 }
 
-/* Opens the log of catalogue entry |e| for its stream |h| at start. */
-static int recover_one(fx_broker *b, fx_stream_handle *h)
+/* ---- start-up recovery ------------------------------------------------------------- */
+
+void (*_Atomic fxb_test_on_recover)(const fx_stream_handle *h) = NULL;
+
+/* Queues the recovery of catalogued stream |h| on its storage thread (the
+ * queue's reference) and lists it as recovering. */
+static int queue_recovery(fx_broker *b, fx_stream_handle *h)
 {
-    fxb_worker *w = fxb_worker_for(b, h);
-    dstream *s = fxb_dstream_get(w->dur->st, h);
-    if (s == NULL)
-        return -ENOMEM;
-    return s->open_rv;
+    fxb_storage *st = fxb_worker_for(b, h)->dur->st;
+    if (st->rqn == st->rqcap) {
+        size_t cap = st->rqcap ? 2 * st->rqcap : 16;
+        fx_stream_handle **q = realloc(st->rq, cap * sizeof(*q));
+        if (q == NULL)
+            return -ENOMEM;
+        st->rq = q;
+        st->rqcap = cap;
+    }
+    int rv = fxb_dstats_list_recovering(b->dur, h);
+    if (rv == 0)
+        st->rq[st->rqn++] = fx_stream_handle_ref(h);
+    return rv;
 }
 
 int fxb_durable_recover(fx_broker *b)
@@ -129,10 +142,12 @@ int fxb_durable_recover(fx_broker *b)
     fxb_durable *d = b->dur;
     if (d == NULL)
         return 0;
-    uint64_t t0 = fx_now_ns();
-    size_t n = fx_catalog_count(d->cat); /* the declarations below find their entries */
-    for (size_t i = 0; i < n; i++) {
+    size_t n = 0; /* the declarations later find their entries */
+    for (size_t i = 0; i < fx_catalog_count(d->cat); i++) {
         const fx_catalog_entry *e = fx_catalog_at(d->cat, i);
+        if (e->deleting) /* not a stream any more: its files go in the background */
+            continue;
+        n++;
         fx_wire_slice t = {(const uint8_t *)e->tenant, strlen(e->tenant)};
         fx_wire_slice ns = {(const uint8_t *)e->ns, strlen(e->ns)};
         fx_wire_slice st = {(const uint8_t *)e->stream, strlen(e->stream)};
@@ -140,22 +155,109 @@ int fxb_durable_recover(fx_broker *b)
         fx_registry_err err = {0};
         int rv = fx_registry_create_durable(b->reg, t, ns, st, FX_REGISTRY_DURABLE_ADOPT, &h, NULL,
                                             &err);
+        if (rv == 0) {
+            rv = queue_recovery(b, h);
+            fx_stream_handle_unref(h);
+            if (rv != 0)
+                snprintf(err.msg, sizeof(err.msg), "%s", fx_strerror(rv));
+        }
         if (rv != 0) {
             snprintf(d->error, sizeof(d->error), "stream %s/%s/%s of the catalogue: %s", e->tenant,
                      e->ns, e->stream, err.msg[0] ? err.msg : fx_strerror(rv));
             report(b, d->error);
             return rv;
         }
-        rv = recover_one(b, h);
-        fx_stream_handle_unref(h);
-        if (rv != 0) {
-            report(b, d->error);
-            return rv;
-        }
     }
-    FX_LOG_INFO("storage", "recovered %zu durable streams in %.3f s", n,
-                (double)(fx_now_ns() - t0) / 1e9);
+    d->rec_total = n;
+    FX_GAUGE_ADD(storage_recovering_streams, (int64_t)n);
     return 0;
+}
+
+void fxb_durable_recovered(fxb_durable *d, dstate state)
+{
+    if (state == DSTATE_DAMAGED)
+        atomic_fetch_add_explicit(&d->rec_damaged, 1, memory_order_relaxed);
+    else if (state == DSTATE_FAILED)
+        atomic_fetch_add_explicit(&d->rec_failed, 1, memory_order_relaxed);
+    FX_GAUGE_ADD(storage_recovering_streams, -1);
+    uint64_t done = atomic_fetch_add_explicit(&d->rec_done, 1, memory_order_acq_rel) + 1;
+    uint64_t now = fx_now_ns(),
+             last = atomic_load_explicit(&d->rec_logged_ns, memory_order_relaxed);
+    double secs = (double)(now - d->rec_t0) / 1e9;
+    if (done == d->rec_total)
+        FX_LOG_INFO("storage",
+                    "recovered %" PRIu64 " of %" PRIu64 " durable streams in %.3f s (%" PRIu64
+                    " damaged, %" PRIu64 " failed to open)",
+                    done, d->rec_total, secs,
+                    (uint64_t)atomic_load_explicit(&d->rec_damaged, memory_order_relaxed),
+                    (uint64_t)atomic_load_explicit(&d->rec_failed, memory_order_relaxed));
+    else if (now - last >= 2 * FX_NS_PER_S &&
+             atomic_compare_exchange_strong_explicit(&d->rec_logged_ns, &last, now,
+                                                     memory_order_relaxed, memory_order_relaxed))
+        FX_LOG_INFO("storage", "recovered %" PRIu64 " of %" PRIu64 " durable streams (%.1f s)",
+                    done, d->rec_total, secs);
+}
+
+/* Opens the next catalogued log of this storage thread, then lets the
+ * tasks queued meanwhile run (a publish or subscribe of a stream not
+ * recovered yet opens its log first) before the next one. */
+static void storage_on_recover(fx_loop *l, fx_task *t, void *user)
+{
+    fxb_storage *st = user;
+    if (st->rqi < st->rqn && !fx_loop_is_stopping(l)) {
+        fx_stream_handle *h = st->rq[st->rqi];
+        st->rq[st->rqi++] = NULL;
+        void (*hook)(const fx_stream_handle *) = fxb_test_on_recover;
+        if (hook != NULL)
+            hook(h);
+        st->in_recovery = true;
+        dstream *s = fxb_dstream_get(st, h);
+        st->in_recovery = false;
+        if (s == NULL) /* ended meanwhile, or no memory or a busy directory (logged) */
+            fxb_dstats_drop_recovering(st->d, h, !fx_stream_handle_is_ended(h));
+        fx_stream_handle_unref(h);
+    }
+    if (st->rqi < st->rqn && !fx_loop_is_stopping(l))
+        fx_loop_post(l, t);
+}
+
+static void recovery_start(fxb_durable *d)
+{
+    d->rec_t0 = fx_now_ns();
+    atomic_store_explicit(&d->rec_logged_ns, d->rec_t0, memory_order_relaxed);
+    if (d->rec_total > 0)
+        FX_LOG_INFO("storage",
+                    "recovering %" PRIu64 " durable streams on %u storage threads; each is "
+                    "served once its log is open",
+                    d->rec_total, (unsigned)d->nstarted);
+    for (uint32_t i = 0; i < d->nstarted; i++) {
+        fxb_storage *st = &d->st[i];
+        if (st->rqn == 0)
+            continue;
+        fx_task_init(&st->rtask, storage_on_recover, st);
+        fx_loop_post(st->loop, &st->rtask);
+    }
+}
+
+void fx_broker_durable_recovery(const fx_broker *b, fx_broker_recovery *out)
+{
+    *out = (fx_broker_recovery){0};
+    const fxb_durable *d = b->dur;
+    if (d == NULL)
+        return;
+    out->total = d->rec_total;
+    out->done = atomic_load_explicit(&d->rec_done, memory_order_acquire);
+    out->damaged = atomic_load_explicit(&d->rec_damaged, memory_order_relaxed);
+    out->failed = atomic_load_explicit(&d->rec_failed, memory_order_relaxed);
+}
+
+static const char *state_name(dstate st)
+{
+    static const char *names[] = {[DSTATE_RECOVERING] = "recovering",
+                                  [DSTATE_OPEN] = "open",
+                                  [DSTATE_DAMAGED] = "damaged",
+                                  [DSTATE_FAILED] = "failed"};
+    return names[st];
 }
 
 void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e)
@@ -165,22 +267,29 @@ void fxb_durable_describe(fx_broker *b, const fx_stream_handle *h, json_t *e)
     fxb_durable *d = b->dur;
     const char *keys[] = {"log_first_offset", "log_next_offset", "bytes_on_disk", "segments"};
     uint64_t v[4] = {0};
-    bool found = false;
+    const char *state = NULL;
+    char why[sizeof(((dstats *)0)->why)] = "";
     if (d != NULL && durable) {
+        state = "closed"; /* its log opens at its next publish or subscribe */
         pthread_mutex_lock(&d->cat_mu);
-        for (dstats *x = d->stats; x != NULL && !found; x = x->next) {
+        for (dstats *x = d->stats; x != NULL; x = x->next) {
             if (x->handle_id != fx_stream_handle_id(h))
                 continue;
-            found = true;
+            state = state_name(x->state);
+            snprintf(why, sizeof(why), "%s", x->why);
             v[0] = atomic_load_explicit(&x->first, memory_order_relaxed);
             v[1] = atomic_load_explicit(&x->next_off, memory_order_relaxed);
             v[2] = atomic_load_explicit(&x->bytes, memory_order_relaxed);
             v[3] = atomic_load_explicit(&x->segments, memory_order_relaxed);
+            break;
         }
         pthread_mutex_unlock(&d->cat_mu);
     }
+    bool open = state != NULL && strcmp(state, "open") == 0;
     for (size_t i = 0; i < 4; i++)
-        json_object_set_new(e, keys[i], found ? json_integer((json_int_t)v[i]) : json_null());
+        json_object_set_new(e, keys[i], open ? json_integer((json_int_t)v[i]) : json_null());
+    json_object_set_new(e, "durable_state", state != NULL ? json_string(state) : json_null());
+    json_object_set_new(e, "durable_error", why[0] ? json_string(why) : json_null());
 }
 
 /* A flush of every log of every storage thread, shared with them (the
@@ -319,6 +428,8 @@ int fxb_durable_start(fx_broker *b)
     FX_GAUGE_SET(storage_deletions_pending, (int64_t)pending);
     if (pending > 0)
         fxb_durable_retry_deletions_soon(d);
+    if (d != NULL)
+        recovery_start(d);
     return 0;
 }
 
@@ -361,6 +472,9 @@ void fxb_durable_free(fx_broker *b)
         for (fxb_idslot *e; (e = fxb_idtable_next(&st->ds, &pos)) != NULL;)
             fxb_dstream_close(st, e->p);
         fxb_idtable_deinit(&st->ds);
+        for (size_t k = st->rqi; k < st->rqn; k++) /* stopped before their recovery */
+            fx_stream_handle_unref(st->rq[k]);
+        free(st->rq);
         fx_loop_free(st->rloop);
         fx_loop_free(st->loop);
         if (st->sloop != NULL) {
@@ -370,6 +484,13 @@ void fxb_durable_free(fx_broker *b)
         }
     }
     free(d->st);
+    while (d->stats != NULL) { /* the recovering entries of streams stopped before it */
+        dstats *x = d->stats;
+        d->stats = x->next;
+        FX_GAUGE_ADD(storage_recovering_streams, -1);
+        fx_stream_handle_unref((fx_stream_handle *)x->h);
+        free(x);
+    }
     while (d->open != NULL) {
         open_dir *o = d->open;
         d->open = o->next;

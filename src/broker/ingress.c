@@ -377,6 +377,7 @@ void fxb_job_free(fxb_job *j)
     for (uint32_t i = 0; j->commit && i < j->nacks; i++)
         fxb_reply_unref(j->acks[i]);
     fxb_conn_unref(j->conn);
+    free(j->swhy);
     free(j);
 }
 

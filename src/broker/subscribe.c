@@ -38,6 +38,7 @@ void fxb_sub_unref(fxb_sub *sub)
     fxb_frame_list_free(sub->cur);
     fx_queue_deinit(&sub->lane); /* remaining lists: released, not drops (closed) */
     fx_stream_handle_unref(sub->h);
+    free(sub->dur_why);
     const fx_broker_auth *a = &sub->b->o.auth;
     if (sub->auth_ctx != NULL && a->release != NULL)
         a->release(a->user, sub->auth_ctx);
@@ -114,14 +115,15 @@ static void reply_task_cb(fx_loop *l, fx_task *t, void *user)
     fxb_bidi *s = sub->bidi;
     sub->bidi = NULL;
     s->sub_pending = false;
-    char text[160];
+    char text[768];
     if (atomic_load_explicit(&sub->closed, memory_order_acquire) || s->closed) {
         fxb_sub_close(sub, true);
     } else if (sub->reg_rv == FX_ECURSOR_TOO_OLD || sub->reg_rv == FX_ECURSOR_IN_FUTURE) {
         reply_cursor_error(s, sub);
         subscribe_failed(s, sub, NULL);
     } else if (sub->reg_rv != 0) {
-        snprintf(text, sizeof(text), "subscribe failed: %s", fx_strerror(sub->reg_rv));
+        snprintf(text, sizeof(text), "subscribe failed: %s%s%s", fx_strerror(sub->reg_rv),
+                 sub->dur_why != NULL ? ": " : "", sub->dur_why != NULL ? sub->dur_why : "");
         subscribe_failed(s, sub, text);
     } else {
         int rv = open_events(sub);

@@ -185,6 +185,47 @@ int fx_broker_test_hold_storage(fx_broker *b, uint32_t index, bool hold)
     return rv;
 }
 
+/* ---- holding a start-up recovery ------------------------------------------ */
+
+static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rec_cv = PTHREAD_COND_INITIALIZER;
+static char rec_stream[256]; /* the stream whose recovery waits */
+static bool rec_hold, rec_waiting;
+
+/* Runs on a storage thread before each recovery opens a log. */
+static void hold_recovery(const fx_stream_handle *h)
+{
+    pthread_mutex_lock(&rec_mu);
+    if (rec_hold && strcmp(fx_stream_handle_stream(h), rec_stream) == 0) {
+        rec_waiting = true;
+        pthread_cond_broadcast(&rec_cv);
+        while (rec_hold)
+            pthread_cond_wait(&rec_cv, &rec_mu);
+        rec_waiting = false;
+    }
+    pthread_mutex_unlock(&rec_mu);
+}
+
+void fx_broker_test_hold_recovery(const char *stream, bool hold)
+{
+    pthread_mutex_lock(&rec_mu);
+    if (hold) {
+        snprintf(rec_stream, sizeof(rec_stream), "%s", stream);
+        fxb_test_on_recover = hold_recovery;
+    }
+    rec_hold = hold;
+    pthread_cond_broadcast(&rec_cv);
+    pthread_mutex_unlock(&rec_mu);
+}
+
+bool fx_broker_test_recovery_is_held(void)
+{
+    pthread_mutex_lock(&rec_mu);
+    bool held = rec_waiting;
+    pthread_mutex_unlock(&rec_mu);
+    return held;
+}
+
 /* ---- durable deletions ----------------------------------------------------- */
 
 static pthread_mutex_t del_mu = PTHREAD_MUTEX_INITIALIZER;

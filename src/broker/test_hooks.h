@@ -36,6 +36,17 @@ int fx_broker_test_stall_worker(fx_broker *b, uint32_t index, unsigned ms);
  * started) or -ENOMEM. Release before stopping the broker. */
 int fx_broker_test_hold_storage(fx_broker *b, uint32_t index, bool hold);
 
+/* TEST HOOK. With |hold| true, the start-up recovery of the catalogued
+ * durable stream named |stream| (any tenant and namespace), in every broker
+ * of the process, waits before opening its log until called again with
+ * |hold| false; its storage thread waits with it (the other storage threads
+ * go on). Set it before fx_broker_start; release before freeing the broker.
+ * Any thread. */
+void fx_broker_test_hold_recovery(const char *stream, bool hold);
+
+/* TEST HOOK. True while a recovery waits in fx_broker_test_hold_recovery.
+ * Any thread. */
+bool fx_broker_test_recovery_is_held(void);
 /* TEST HOOK. Deletions of durable streams' files, in every broker of the
  * process: after a deleted stream's catalogue entry is marked deleting and
  * its log closed, and before its directory is removed, the storage thread

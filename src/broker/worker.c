@@ -154,9 +154,10 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
                     (unsigned long long)fx_stream_handle_id(j->h), fx_strerror(rv));
     }
     if (j->commit) {
-        char err[128]; /* copied into the reply frame by fxb_reply_complete */
+        char err[768]; /* copied into the reply frame by fxb_reply_complete */
         if (rv != 0)
-            snprintf(err, sizeof(err), "publish failed: %s", fx_strerror(rv));
+            snprintf(err, sizeof(err), "publish failed: %s%s%s", fx_strerror(rv),
+                     j->swhy != NULL ? ": " : "", j->swhy != NULL ? j->swhy : "");
         job_answer_commits(j, rv == 0 ? NULL : err);
     }
     fxb_job_free(j);
@@ -221,7 +222,7 @@ void fxb_worker_drain(fx_loop *l, fx_task *t, void *user)
     uint64_t now = fx_loop_now(l);
     for (int i = 0; i < FXB_WORKER_BATCH; i++) {
         if (w->parked_job != NULL)
-            return; /* the resume task continues */
+            return;                            /* the resume task continues */
         void *item = fxb_durable_pop_ready(w); /* stored jobs of durable streams first */
         if (item == NULL && fx_queue_pop(&w->jobs, &item) != 0)
             return;

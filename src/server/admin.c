@@ -49,6 +49,7 @@ struct fx_admin {
     fx_admin_route *routes; /* built-ins first (metrics, live, ready), then the caller's */
     size_t nroutes;
     char *token;              /* "" when none */
+    bool metrics_per_stream;  /* /metrics carries the per-stream gauges */
     char *allowed_hosts;      /* "" when none */
     char bind_host[256];      /* the host part of the bind address */
     char *tls_cert, *tls_key; /* PEM, NULL without TLS */
@@ -335,9 +336,10 @@ int fx_admin_ask_loop(fx_loop *l, const fx_admin_req *req, uint64_t timeout_ns,
 
 static void route_metrics(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 {
+    fx_admin *a = user;
     char *text;
     size_t len;
-    if (fx_metrics_render(&text, &len) != 0) {
+    if (fx_metrics_render(&text, &len, a->metrics_per_stream) != 0) {
         (void)fx_admin_resp_text(resp, 500, "out of memory rendering metrics\n");
         return;
     }
@@ -463,6 +465,12 @@ static bool guard(fx_admin *a, struct MHD_Connection *c, const fx_admin_req *req
     if (fx_admin_authorized(a->remote, a->token, req->method, req->path, auth))
         return true;
     refuse(c, FX_ADMIN_REFUSED_TOKEN, req);
+    if (!*a->token && fx_admin_method_is_mutating(req->method)) {
+        /* No token can make this call pass: say how to configure one. */
+        (void)fx_admin_resp_set(resp, 403, FX_ADMIN_JSON, FX_ADMIN_NO_TOKEN_BODY,
+                                strlen(FX_ADMIN_NO_TOKEN_BODY));
+        return false;
+    }
     x->challenge = true;
     (void)fx_admin_resp_text(resp, 401,
                              *a->token ? "unauthorized: this call needs "
@@ -802,6 +810,7 @@ static int admin_init(fx_admin *a, const fx_admin_opts *o, const struct sockaddr
         return -ENOMEM;
     bind_host_of(o->bind, a->bind_host, sizeof(a->bind_host));
     a->remote = o->treat_as_remote || !fx_quic_addr_is_loopback((const struct sockaddr *)ss);
+    a->metrics_per_stream = o->metrics_per_stream;
     a->max_body = o->max_body ? o->max_body : FX_ADMIN_DEFAULT_MAX_BODY;
     atomic_init(&a->draining, false);
     a->main = (listener){.a = a, .routes = a->routes, .nroutes = a->nroutes, .guarded = true};
@@ -850,11 +859,12 @@ int fx_admin_start(fx_admin **pa, const fx_admin_opts *o, char *err, size_t errc
         fx_admin_free(a);
         return rv;
     }
-    if (a->remote && !*a->token)
+    if (!*a->token)
         FX_LOG_WARN("admin",
-                    "bind=%s is not loopback and no admin token is set: mutating "
-                    "admin calls and /v1 reads will be refused",
-                    o->bind);
+                    "bind=%s: no admin_token is set, so stream create, change and delete "
+                    "calls (PUT, PATCH, DELETE) are refused%s; set admin_token "
+                    "(docs/auth.md)",
+                    o->bind, a->remote ? ", and so are /v1 reads (not loopback)" : "");
     *pa = a;
     return 0;
 }

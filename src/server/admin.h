@@ -35,6 +35,14 @@ typedef struct fx_admin fx_admin;
 #define FX_ADMIN_JSON "application/json"
 /* Body of the 503 sent when a loop did not answer in time. */
 #define FX_ADMIN_TIMEOUT_BODY "timed out asking the broker\n"
+/* Body (JSON) of the 403 sent to a mutating call when no token is
+ * configured: what is refused and how to set and send a token. */
+#define FX_ADMIN_NO_TOKEN_BODY                                                                     \
+    "{\"error\":\"no admin_token is configured, so calls that change state (PUT, PATCH, "          \
+    "DELETE) are refused, on loopback too. Set one on the broker: admin_token in its YAML "        \
+    "configuration, FELIX_ADMIN_TOKEN in its environment, or --set admin_token=...; then send "    \
+    "it as 'Authorization: Bearer <token>' (felix reads FELIX_ADMIN_TOKEN or "                     \
+    "--admin-token-file FILE). See docs/auth.md.\"}\n"
 
 /* One request as a route sees it. Valid only during the route callback
  * (fx_admin_query_req() gives a copy owned by the query). |rest| is the part
@@ -95,9 +103,9 @@ typedef struct fx_admin_opts {
     /* "host:port", "[v6addr]:port"; host may be a name (resolved here, first
      * address wins). Port 0 picks a free port (fx_admin_port()). */
     const char *bind;
-    /* Bearer token of mutating calls (always, when set) and of GET /v1/...
-     * off loopback. NULL or "" = none: mutating calls and /v1 reads are then
-     * refused off loopback, and mutating calls need nothing on loopback.
+    /* Bearer token of mutating calls (always) and of GET /v1/... off
+     * loopback. NULL or "" = none: mutating calls are then refused (403 with
+     * how to set one), on loopback too, and /v1 reads off loopback (401).
      * Copied. */
     const char *token;
     /* Host names, comma-separated, that the Host header may carry besides
@@ -117,6 +125,10 @@ typedef struct fx_admin_opts {
     size_t conn_memory;    /* per-connection memory; 0 = FX_ADMIN_DEFAULT_CONN_MEMORY */
     /* Apply the off-loopback rules even on a loopback address (tests). */
     bool treat_as_remote;
+    /* GET /metrics includes the per-stream gauges (FX_METRICS_STREAMS),
+     * which name every durable stream's tenant, namespace and stream, to
+     * whoever reaches the endpoint (no token). false = left out. */
+    bool metrics_per_stream;
     unsigned max_connections; /* 0 = FX_ADMIN_DEFAULT_MAX_CONNECTIONS */
     unsigned timeout_s;       /* idle connection timeout; 0 = FX_ADMIN_DEFAULT_TIMEOUT_S */
     size_t max_body;          /* request body limit (413 above); 0 = FX_ADMIN_DEFAULT_MAX_BODY */
@@ -169,16 +181,16 @@ void fx_admin_free(fx_admin *a);
 int fx_admin_parse_bind(const char *s, struct sockaddr_storage *ss, socklen_t *plen, char *err,
                         size_t errcap);
 
-/* True if a |method| request for |path| needs the bearer token: a mutating
- * call when a token is set (|token_set|) or the endpoint is off loopback
- * (|remote|); a read of /v1 or /v1/... off loopback. /metrics, /live and
- * /ready never do. */
-bool fx_admin_needs_token(bool remote, bool token_set, const char *method, const char *path);
+/* True if a |method| request for |path| needs the bearer token: every
+ * mutating call, wherever the endpoint listens; a read of /v1 or /v1/...
+ * off loopback (|remote|). Reads of /metrics, /live and /ready never do. */
+bool fx_admin_needs_token(bool remote, const char *method, const char *path);
 
 /* The token rule: true when the request needs no token
  * (fx_admin_needs_token()), or |token| is non-empty and |authorization| (the
  * request's Authorization header, may be NULL) is "Bearer <token>" (scheme
- * case ignored, compared with fx_admin_token_equal()). */
+ * case ignored, compared with fx_admin_token_equal()). So without a token
+ * (NULL or "") every mutating call is refused. */
 bool fx_admin_authorized(bool remote, const char *token, const char *method, const char *path,
                          const char *authorization);
 

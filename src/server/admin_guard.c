@@ -1,6 +1,6 @@
 /* Admin HTTP endpoint: the rules a request passes before a route runs. The
  * Host header check (DNS rebinding), the bearer-token rule for mutating calls
- * and for /v1 reads off loopback, the token comparison (constant time,
+ * (always) and for /v1 reads off loopback, the token comparison (constant time,
  * whatever the lengths), and counting and logging every refusal. Pure
  * functions plus metrics; any thread. */
 #include <arpa/inet.h>
@@ -47,10 +47,13 @@ static bool path_is_api(const char *path)
     return strncmp(path, "/v1", 3) == 0 && (path[3] == '\0' || path[3] == '/');
 }
 
-bool fx_admin_needs_token(bool remote, bool token_set, const char *method, const char *path)
+bool fx_admin_needs_token(bool remote, const char *method, const char *path)
 {
+    /* A mutation needs the token on loopback too: any local process, another
+     * container of the pod or an SSRF that picks the method reaches a
+     * loopback endpoint, and a DELETE removes a durable stream's files. */
     if (fx_admin_method_is_mutating(method))
-        return remote || token_set;
+        return true;
     return remote && path_is_api(path);
 }
 
@@ -58,7 +61,7 @@ bool fx_admin_authorized(bool remote, const char *token, const char *method, con
                          const char *authorization)
 {
     bool token_set = token && *token;
-    if (!fx_admin_needs_token(remote, token_set, method, path))
+    if (!fx_admin_needs_token(remote, method, path))
         return true;
     if (!token_set || !authorization || strncasecmp(authorization, "Bearer ", 7) != 0)
         return false;

@@ -76,8 +76,16 @@ const struct key fx_config_keys[] = {
      .help = "admin HTTP address: /metrics, /live, /ready and the stream admin API"},
     {.name = "admin_token", .env = {"FELIX_ADMIN_TOKEN"}, .type = T_STR, FIELD(admin_token),
      .def = "",
-     .help = "bearer token that mutating admin calls (PUT, DELETE) always need, and GET /v1/... "
-             "when metrics_bind is not loopback; empty = such calls are refused off loopback"},
+     .help = "bearer token that mutating admin calls (PUT, PATCH, DELETE) always need, also on "
+             "loopback, and GET /v1/... when metrics_bind is not loopback; empty = mutating "
+             "calls are refused everywhere and /v1 reads off loopback (--dev: generated once "
+             "into state_dir/admin-token)"},
+    {.name = "metrics_stream_labels", .env = {"FELIX_METRICS_STREAM_LABELS"}, .type = T_BOOL,
+     FIELD(metrics_stream_labels), .def = "false",
+     .help = "GET /metrics carries the per-stream gauges felix_storage_stream_*{tenant,namespace,"
+             "stream}, one series per durable stream; /metrics needs no token, so whoever "
+             "reaches metrics_bind learns every durable stream's name. false = those gauges "
+             "have no series"},
     {.name = "admin_allowed_hosts", .env = {"FELIX_ADMIN_ALLOWED_HOSTS"}, .type = T_STR,
      FIELD(admin_allowed_hosts), .def = "",
      .help = "comma-separated host names the admin Host header may carry besides addresses, "
@@ -740,6 +748,20 @@ static int rule_probe(fx_config *c, fx_config_diag *d)
     return fx_config_fail(d, "%s: probe_bind = \"%.80s\": %s", where, c->probe_bind, why);
 }
 
+/* Stream names in /metrics are the operator's choice; off loopback that
+ * choice publishes them to the network, which deserves a line at start. */
+static void rule_stream_labels(const fx_config *c, fx_config_diag *d)
+{
+    if (!c->metrics_stream_labels || fx_config_addr_is_loopback(c->metrics_bind))
+        return;
+    char where[FX_CONFIG_PATH_MAX + 64];
+    fx_config_format_where(c, &c->origin[kidx("metrics_stream_labels")], where, sizeof(where));
+    fx_config_warn(d,
+                   "%s: metrics_stream_labels = true and metrics_bind %s is not loopback: "
+                   "/metrics (no token) names every durable stream to whoever reaches it",
+                   where, c->metrics_bind);
+}
+
 static void rule_shards(fx_config *c, fx_config_diag *d)
 {
     if (c->core_shards == 0)
@@ -853,6 +875,7 @@ static int check_rules(fx_config *c, fx_config_diag *d)
         (rv = rule_exposure(c, d)) || (rv = rule_probe(c, d)))
         return rv;
     rule_shards(c, d);
+    rule_stream_labels(c, d);
     return fx_config_check_memory(c, d);
 }
 

@@ -90,6 +90,7 @@ typedef struct fx_config {
     char quic_bind[FX_CONFIG_ADDR_MAX];
     char metrics_bind[FX_CONFIG_ADDR_MAX];
     char admin_token[FX_CONFIG_ADDR_MAX]; /* bearer token of mutating admin calls; "" = none */
+    bool metrics_stream_labels;           /* /metrics names durable streams (per-stream gauges) */
     char admin_allowed_hosts[FX_CONFIG_ADDR_MAX]; /* extra Host names, comma-separated */
     char probe_bind[FX_CONFIG_ADDR_MAX];          /* /live + /ready listener; "" = none */
     char admin_tls_cert_file[FX_CONFIG_PATH_MAX]; /* "" = plain HTTP */

@@ -4,9 +4,11 @@
  * admin HTTP endpoint (/metrics, /live, /ready) until SIGINT or SIGTERM.
  * SIGTERM/SIGINT drain it (fx_broker_drain): /ready turns 503 first, then the
  * accepted work is finished within shutdown_drain_timeout_ms. Under systemd
- * (Type=notify) it reports READY=1 once both listeners are open and
- * STOPPING=1 when the drain starts.
- * Main thread only. */
+ * (Type=notify) it reports READY=1 once both listeners are open (the
+ * durable streams recover after, each served once its log is open) and
+ * STOPPING=1 when the drain starts. Main thread, but for fx-sd-notify (an
+ * fx_loop under systemd only): it asks for more start time
+ * (EXTEND_TIMEOUT_USEC) until READY=1, then reports the recovery in STATUS=. */
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
@@ -68,7 +70,9 @@ static void usage(FILE *out)
             "\n"
             "  --config FILE    YAML configuration (default: $FELIX_BROKER_CONFIG, else none)\n"
             "  --dev            use the built-in development configuration\n"
-            "                   (QUIC 127.0.0.1:5000, admin 127.0.0.1:8080, ./build/run-state)\n"
+            "                   (QUIC 127.0.0.1:5000, admin 127.0.0.1:8080, ./build/run-state;\n"
+            "                   without admin_token, one is generated into\n"
+            "                   ./build/run-state/admin-token)\n"
             "  --set key=value  override one key; wins over the file and FELIX_* variables\n"
             "  --print-config   print the effective configuration and where each value\n"
             "                   came from, then exit\n"
@@ -461,11 +465,8 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_bro
     int rv = fx_broker_new(pb, &bo);
     free(names);
     if (rv != 0 && why[0]) {
-        fprintf(stderr, "felix-broker: cannot open durable storage in %s: %s%s\n",
-                c->durable_storage_dir, why,
-                rv == FX_ESTORAGE_CORRUPT ? " (felix-broker --repair-durable cuts the log at the "
-                                            "first bad record and reports what it dropped)"
-                                          : "");
+        fprintf(stderr, "felix-broker: cannot open durable storage in %s: %s\n",
+                c->durable_storage_dir, why);
         return EXIT_START;
     }
     if (rv == 0 && (rv = fx_broker_start(*pb)) != 0) {
@@ -496,7 +497,22 @@ static void cli_path(char *out, size_t cap)
         snprintf(out, cap, "felix");
 }
 
-static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin *admin)
+/* Prints |s| single-quoted for a POSIX shell. */
+static void print_shell_quoted(const char *s)
+{
+    putchar('\'');
+    for (; *s != '\0'; s++) {
+        if (*s == '\'')
+            fputs("'\\''", stdout);
+        else
+            putchar(*s);
+    }
+    putchar('\'');
+}
+
+/* |token_file|: the --dev admin token file ("" for none). */
+static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin *admin,
+                         const char *token_file)
 {
     int epw = fx_broker_endpoint_worker(b);
     printf("felix-broker %s: QUIC on %s (UDP port %u), %u worker loop(s), endpoint on %s\n",
@@ -520,6 +536,12 @@ static void print_banner(const fx_config *c, const fx_broker *b, const fx_admin 
     client_host(c->quic_bind, host, sizeof(host));
     printf("  export FELIX_SERVER=%s:%u FELIX_PIN=%s\n", host, (unsigned)fx_broker_port(b),
            fx_broker_fingerprint(b));
+    if (token_file[0]) {
+        /* The path, not the token: the banner may end up in a log. */
+        fputs("  export FELIX_ADMIN_TOKEN=\"$(cat ", stdout);
+        print_shell_quoted(token_file);
+        fputs(")\"\n", stdout);
+    }
     printf("  %s sub t1/default/demo\n", cli);
     printf("  %s pub --ack per_message t1/default/demo hello\n", cli);
     if (c->auth_mode == FX_CONFIG_AUTH_JWT)
@@ -683,17 +705,127 @@ static void notify_systemd(const char *state)
 /* The lock on state_dir (statedir.h), held from serve() until run() returns. */
 static fx_rootlock *state_lock;
 
-/* Serves the data plane and the admin endpoint until SIGINT/SIGTERM; /ready
- * turns 503 as soon as the signal arrives. Returns 0 or EXIT_START. */
-static int serve(const fx_config *c, bool repair_durable)
+/* Under --dev without an admin_token, the token kept in state_dir (made at
+ * the first start): the endpoint then refuses mutations without it, as it
+ * does everywhere, and the banner says where the CLI finds it. |token|
+ * (|cap| bytes) gets the token to use, |file| its file's absolute path ("" when
+ * the configured admin_token applies). Returns 0 or EXIT_START. */
+static int dev_admin_token(const fx_config *c, bool dev, char *token, size_t cap, char *file,
+                           size_t filecap)
 {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);                /* reloads TLS and JWKS (wait_stop_signal) */
-    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
+    snprintf(token, cap, "%s", c->admin_token);
+    file[0] = '\0';
+    if (!dev || c->admin_token[0] || !c->state_dir[0])
+        return 0;
+    char why[FX_CONFIG_PATH_MAX + 256], dir[PATH_MAX];
+    bool created = false;
+    if (fx_state_dir_admin_token(c->state_dir, token, cap, &created, why, sizeof(why)) != 0) {
+        fprintf(stderr, "felix-broker: --dev: %s\n", why);
+        return EXIT_START;
+    }
+    if (realpath(c->state_dir, dir) == NULL)
+        snprintf(dir, sizeof(dir), "%s", c->state_dir);
+    snprintf(file, filecap, "%s/%s", dir, FX_STATE_DIR_ADMIN_TOKEN_FILE);
+    FX_LOG_INFO("admin", "--dev: admin token %s %s (mode 0600)",
+                created ? "generated into" : "read from", file);
+    return 0;
+}
 
+/* ---- start-up notices to systemd ----------------------------------------------------- */
+
+/* Start-up work before READY=1 (state dir, TLS, the catalogue, the
+ * listeners) could outlast systemd's start timeout on a slow machine, so
+ * fx-sd-notify asks for more time every NOTICE_PERIOD_NS until READY=1;
+ * after it, it reports the background recovery of the durable streams in
+ * STATUS= until every one is done. */
+#define NOTICE_PERIOD_NS (5 * FX_NS_PER_S)
+#define NOTICE_EXTEND "EXTEND_TIMEOUT_USEC=30000000" /* six periods: a late tick is no kill */
+
+typedef struct notices {
+    fx_loop *loop;
+    fx_timer timer;
+    atomic_bool ready;      /* READY=1 was sent (main) */
+    _Atomic(fx_broker *) b; /* set before |ready|, freed after the loop stops */
+} notices;
+
+/* Sends STATUS= with the recovery's progress; true once it is complete. */
+static bool notice_recovery(fx_broker *b)
+{
+    fx_broker_recovery r;
+    fx_broker_durable_recovery(b, &r);
+    char st[192];
+    snprintf(st, sizeof(st),
+             "STATUS=serving; recovered %llu of %llu durable streams (%llu damaged, %llu failed "
+             "to open)",
+             (unsigned long long)r.done, (unsigned long long)r.total, (unsigned long long)r.damaged,
+             (unsigned long long)r.failed);
+    notify_systemd(st);
+    return r.done == r.total;
+}
+
+static void notices_on_timer(fx_loop *l, fx_timer *t, void *user)
+{
+    notices *n = user;
+    if (!atomic_load(&n->ready))
+        notify_systemd(NOTICE_EXTEND);
+    else if (notice_recovery(atomic_load(&n->b)))
+        return; /* nothing left to report */
+    if (fx_loop_timer_arm(l, t, fx_loop_now(l) + NOTICE_PERIOD_NS) != 0)
+        fprintf(stderr, "felix-broker: warning: out of memory: no more start-up notices to "
+                        "systemd\n");
+}
+
+static void notices_arm(void *user)
+{
+    notices *n = user;
+    notices_on_timer(n->loop, &n->timer, n);
+}
+
+/* Starts fx-sd-notify under systemd ($NOTIFY_SOCKET set); a failure only
+ * loses the notices (logged). */
+static void notices_start(notices *n)
+{
+    *n = (notices){0};
+    if (getenv("NOTIFY_SOCKET") == NULL)
+        return;
+    fx_loop_opts lo = {.name = "fx-sd-notify", .cpu = -1};
+    fx_timer_init(&n->timer, notices_on_timer, n);
+    int rv = fx_loop_new(&n->loop, &lo);
+    if (rv == 0 && (rv = fx_loop_start(n->loop)) == 0)
+        rv = fx_loop_call(n->loop, notices_arm, n);
+    if (rv != 0) {
+        fprintf(stderr, "felix-broker: warning: no start-up notices to systemd: %s\n",
+                fx_strerror(rv));
+        fx_loop_free(n->loop);
+        n->loop = NULL;
+    }
+}
+
+/* READY=1 (|b| serves from now on), then the recovery's progress. */
+static void notices_ready(notices *n, fx_broker *b)
+{
+    atomic_store(&n->b, b);
+    atomic_store(&n->ready, true);
+    notify_systemd("READY=1"); /* both listeners are open */
+    (void)notice_recovery(b);  /* the first STATUS= at once; fx-sd-notify the next ones */
+}
+
+static void notices_stop(notices *n)
+{
+    if (n->loop == NULL)
+        return;
+    fx_loop_stop(n->loop);
+    fx_loop_free(n->loop);
+    n->loop = NULL;
+}
+
+/* Serves the data plane and the admin endpoint until one of the signals in
+ * |sigs| (blocked) stops it; /ready turns 503 as soon as the signal arrives.
+ * |dev|: started with --dev. Returns 0 or EXIT_START. */
+static int serve_notified(const fx_config *c, bool repair_durable, bool dev, notices *n,
+                          const sigset_t *sigs)
+{
+    sigset_t set = *sigs;
     fx_log_set_level((fx_log_level)c->log_level);
     if (c->auth_mode == FX_CONFIG_AUTH_NONE && !fx_config_addr_is_loopback(c->quic_bind))
         FX_LOG_WARN("server",
@@ -708,6 +840,9 @@ static int serve(const fx_config *c, bool repair_durable)
             return EXIT_START;
         }
     }
+    char token[FX_CONFIG_ADDR_MAX], token_file[PATH_MAX + 32];
+    if (dev_admin_token(c, dev, token, sizeof(token), token_file, sizeof(token_file)) != 0)
+        return EXIT_START;
     fx_authn *authn = NULL;
     fx_broker *b = NULL;
     int rv = start_authn(c, &authn);
@@ -728,7 +863,8 @@ static int serve(const fx_config *c, bool repair_durable)
     fx_admin_broker_routes(b, routes);
     fx_pipeline_routes(pipe, routes + FX_ADMIN_BROKER_NROUTES);
     fx_admin_opts ao = {.bind = c->metrics_bind,
-                        .token = c->admin_token,
+                        .token = token,
+                        .metrics_per_stream = c->metrics_stream_labels,
                         .allowed_hosts = c->admin_allowed_hosts,
                         .probe_bind = c->probe_bind,
                         .tls_cert_file = c->admin_tls_cert_file,
@@ -742,8 +878,9 @@ static int serve(const fx_config *c, bool repair_durable)
         fx_authn_free(authn);
         return EXIT_START;
     }
-    print_banner(c, b, admin);
-    notify_systemd("READY=1"); /* both listeners are open */
+    explicit_bzero(token, sizeof(token)); /* the endpoint keeps its copy */
+    print_banner(c, b, admin, token_file);
+    notices_ready(n, b);
     int sig = wait_stop_signal(&set, authn, b, c, retained);
     fx_admin_set_draining(admin, true); /* first: load balancers stop sending */
     notify_systemd("STOPPING=1");
@@ -752,10 +889,26 @@ static int serve(const fx_config *c, bool repair_durable)
             "at once)\n",
             sig_name(sig), (unsigned long long)(c->shutdown_drain_timeout_ns / 1000000ull));
     int status = drain(c, b, &set);
+    notices_stop(n);      /* it reads the broker */
     fx_admin_free(admin); /* its routes use the pipeline view and the broker */
     fx_pipeline_free(pipe);
     fx_broker_free(b);
     fx_authn_free(authn); /* after the broker: its streams hold claims */
+    return status;
+}
+
+static int serve(const fx_config *c, bool repair_durable, bool dev)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);                /* reloads TLS and JWKS (wait_stop_signal) */
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
+    notices n;
+    notices_start(&n);
+    int status = serve_notified(c, repair_durable, dev, &n, &set);
+    notices_stop(&n);
     return status;
 }
 
@@ -785,7 +938,7 @@ static int run(const struct opts *o)
     } else if (o->check) {
         printf("felix-broker: configuration is valid\n");
     } else {
-        status = serve(&c, o->repair_durable);
+        status = serve(&c, o->repair_durable, o->dev);
         fx_rootlock_free(state_lock);
         state_lock = NULL;
     }

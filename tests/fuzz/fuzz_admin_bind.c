@@ -83,7 +83,8 @@ static void fuzz_authorization(const char *header)
         CHECK(n >= t && strcmp(header + n - t, token) == 0);
         CHECK(strncasecmp(header, "bearer", 6) == 0);
     }
-    CHECK(!fx_admin_authorized(true, "", "PUT", "/v1/streams/t/n/s", header)); /* no token */
+    CHECK(!fx_admin_authorized(true, "", "PUT", "/v1/streams/t/n/s", header));  /* no token */
+    CHECK(!fx_admin_authorized(false, "", "PUT", "/v1/streams/t/n/s", header)); /* loopback too */
     bool mut = fx_admin_method_is_mutating(header);
     CHECK(mut == !(strcmp(header, "GET") == 0 || strcmp(header, "HEAD") == 0));
 }

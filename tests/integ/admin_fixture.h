@@ -1,9 +1,11 @@
 /* Shared fixture of the admin-route and drain integration tests: an
  * in-process broker (fx_broker, its own loop threads) on 127.0.0.1 port 0
  * with a generated certificate in a temp state dir, the admin endpoint on
- * port 0 serving the broker's routes, libfelix clients pinned by
- * fingerprint (built on fixture.h), and a tiny blocking HTTP/1.1 client. Timeouts are hang guards
- * only. Included by one test file each (functions are static inline). */
+ * port 0 serving the broker's routes with admin token FIX_ADMIN_TOKEN
+ * (mutating calls need one), libfelix clients pinned by fingerprint (built
+ * on fixture.h), and a tiny blocking HTTP/1.1 client that sends that token.
+ * Timeouts are hang guards only. Included by one test file each (functions
+ * are static inline). */
 #ifndef FX_TESTS_INTEG_ADMIN_FIXTURE_H
 #define FX_TESTS_INTEG_ADMIN_FIXTURE_H
 
@@ -23,12 +25,19 @@
 
 /* ---- broker, admin endpoint and clients --------------------------------------- */
 
+/* The admin token of the fixture's endpoint. */
+#define FIX_ADMIN_TOKEN "fixture-admin-token"
+
 typedef struct E {
     fx_broker *b;
     fx_broker_opts bo;
     fx_admin *admin;
     char dir[64];
     char server[32];
+    /* Set before e_start(): the endpoint's token (NULL: none configured) and
+     * whether /metrics carries the per-stream gauges. */
+    const char *token;
+    bool metrics_per_stream;
 } E;
 
 static inline E *e_new(void)
@@ -38,6 +47,7 @@ static inline E *e_new(void)
     fix_state_dir_new(e->dir, sizeof(e->dir), "adm");
     fix_broker_opts(&e->bo, e->dir);
     e->bo.event_batch_max_delay_ns = 0;
+    e->token = FIX_ADMIN_TOKEN;
     return e;
 }
 
@@ -53,8 +63,11 @@ static inline void e_start(E *e)
     fix_broker_start(&e->b, &e->bo, e->server, sizeof(e->server));
     fx_admin_route routes[FX_ADMIN_BROKER_NROUTES];
     fx_admin_broker_routes(e->b, routes);
-    fx_admin_opts ao = {
-        .bind = "127.0.0.1:0", .routes = routes, .nroutes = FX_ADMIN_BROKER_NROUTES};
+    fx_admin_opts ao = {.bind = "127.0.0.1:0",
+                        .token = e->token,
+                        .metrics_per_stream = e->metrics_per_stream,
+                        .routes = routes,
+                        .nroutes = FX_ADMIN_BROKER_NROUTES};
     char err[256];
     assert_int_equal(fx_admin_start(&e->admin, &ao, err, sizeof(err)), 0);
 }
@@ -90,18 +103,26 @@ typedef struct http_resp {
     char body[65536];
 } http_resp;
 
-static inline void http_body(E *e, const char *method, const char *path, const char *body,
-                             http_resp *r);
+static inline void http_auth(E *e, const char *method, const char *path, const char *body,
+                             const char *token, http_resp *r);
 
-/* Sends |method| |path| to the admin endpoint and reads the whole answer. */
+/* Sends |method| |path| to the admin endpoint, with the endpoint's token
+ * when it has one, and reads the whole answer. */
 static inline void http(E *e, const char *method, const char *path, http_resp *r)
 {
-    http_body(e, method, path, "", r);
+    http_auth(e, method, path, "", e->token, r);
 }
 
 /* The same with request body |body| ("" for none). */
 static inline void http_body(E *e, const char *method, const char *path, const char *body,
                              http_resp *r)
+{
+    http_auth(e, method, path, body, e->token, r);
+}
+
+/* The same with bearer token |token| (NULL or "": no Authorization header). */
+static inline void http_auth(E *e, const char *method, const char *path, const char *body,
+                             const char *token, http_resp *r)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
@@ -110,11 +131,13 @@ static inline void http_body(E *e, const char *method, const char *path, const c
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(fx_admin_port(e->admin))};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    char req[1024];
+    char req[1024], auth[256] = "";
+    if (token != NULL && token[0] != '\0')
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", token);
     int n = snprintf(req, sizeof(req),
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                     "Content-Length: %zu\r\n\r\n%s",
-                     method, path, strlen(body), body);
+                     "%sContent-Length: %zu\r\n\r\n%s",
+                     method, path, auth, strlen(body), body);
     assert_true(n > 0 && (size_t)n < sizeof(req));
     assert_int_equal(write(fd, req, (size_t)n), n);
     static char buf[sizeof(r->body) + 4096];

@@ -2,9 +2,11 @@
  * streams: set at creation (PUT) and changed later (PATCH) through the
  * admin API with their bounds checked, shown by GET /v1/streams, kept in the
  * storage catalogue across a restart, and applied to that stream's log only
- * (its sealed segments go sooner, the others' stay); and the per-stream
- * gauges of /metrics (durable streams only). A real broker, its admin
- * endpoint and libfelix clients in this process (admin_fixture.h). */
+ * (its sealed segments go sooner, the others' stay); the admin token every
+ * create, change and delete needs, on loopback too; and the per-stream
+ * gauges of /metrics (durable streams only, when asked for). A real broker,
+ * its admin endpoint and libfelix clients in this process
+ * (admin_fixture.h). */
 /* fx-test-libs: fx_broker fx_client fx_server fx_storage fx_quic fx_wire fx_base */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
@@ -17,7 +19,6 @@
 #include "integ/proc.h"
 #include "storage/catalog.h"
 #include "storage/syncpol.h"
-
 
 /* A broker whose durable root is |root| (a fresh temp dir unless set). */
 static E *d_new(char *root, size_t cap)
@@ -246,7 +247,8 @@ static void test_override_deletes_sealed_segments_of_that_stream_only(void **sta
 
 typedef struct cli_run {
     char felix[512], admin[32], out[128], err[128];
-    char text[4096]; /* stdout, then stderr */
+    char text[4096];   /* stdout, then stderr */
+    const char *token; /* FELIX_ADMIN_TOKEN of the CLI; NULL: set empty */
 } cli_run;
 
 /* Runs `felix streams --admin ADDR ARGS...` (NULL-terminated); returns its
@@ -261,7 +263,10 @@ static int felix_streams(cli_run *c, ...)
         argv[n++] = a;
     va_end(ap);
     argv[n] = NULL;
-    int st = proc_wait(proc_spawn(argv, c->out, c->err, NULL, false), "felix streams");
+    char env_token[128];
+    snprintf(env_token, sizeof(env_token), "FELIX_ADMIN_TOKEN=%s", c->token ? c->token : "");
+    char *env[] = {env_token, NULL}; /* wins over one this process may have */
+    int st = proc_wait(proc_spawn(argv, c->out, c->err, env, false), "felix streams");
     size_t k = proc_slurp(c->out, c->text, sizeof(c->text));
     proc_slurp(c->err, c->text + k, sizeof(c->text) - k);
     return st;
@@ -277,7 +282,7 @@ static void expect_cli(cli_run *c, int st, int want, const char *has)
 static void test_felix_streams_create_and_set_change_the_overrides(void **state)
 {
     (void)state;
-    cli_run c;
+    cli_run c = {.token = FIX_ADMIN_TOKEN};
     proc_binary("felix", c.felix, sizeof(c.felix));
     char root[64] = "";
     E *e = d_new(root, sizeof(root));
@@ -306,6 +311,105 @@ static void test_felix_streams_create_and_set_change_the_overrides(void **state)
     /* The broker's refusals come back as failures with its reason. */
     st = felix_streams(&c, "set", "--retention-bytes", "4096", T "/" NS "/nope", NULL);
     expect_cli(&c, st, 1, "HTTP 404");
+    /* Without the token: refused, with the way to pass it. */
+    c.token = NULL;
+    st = felix_streams(&c, "delete", T "/" NS "/cli", NULL);
+    expect_cli(&c, st, 1, "HTTP 401");
+    expect_cli(&c, st, 1, "set FELIX_ADMIN_TOKEN");
+    assert_int_equal(listed(e, "cli", "retention_bytes"), 65536);
+    e_free(e);
+    fix_rm_dir(root);
+}
+
+/* ---- the admin token ----------------------------------------------------------------- */
+
+/* A durable stream |name| with |n| records, created by its first publish
+ * (durable_default), not through the admin API. */
+static void publish_durable(E *e, const char *name, int n)
+{
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    pub_n(c, name, n);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+}
+
+static void test_mutations_without_a_configured_token_are_refused_on_loopback(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root));
+    e->token = NULL;
+    e->bo.durable.durable_default = true;
+    e_start(e);
+    assert_false(fx_admin_is_remote(e->admin));
+    publish_durable(e, "x", 5);
+    int64_t bytes = listed(e, "x", "bytes_on_disk");
+    assert_true(bytes > 0);
+    /* Create, change and delete: each refused with how to set a token, and a
+     * token the client makes up changes nothing. */
+    const char *const tries[][3] = {
+        {"PUT", "y", "{\"durable\": true}"},
+        {"PATCH", "x", "{\"retention_bytes\": 1}"},
+        {"DELETE", "x", ""},
+    };
+    for (size_t i = 0; i < 3; i++) {
+        for (int with = 0; with < 2; with++) {
+            char path[128];
+            http_resp r;
+            snprintf(path, sizeof(path), "/v1/streams/" T "/" NS "/%s", tries[i][1]);
+            http_auth(e, tries[i][0], path, tries[i][2], with ? "made-up" : NULL, &r);
+            if (r.status != 403 || strstr(r.body, "no admin_token is configured") == NULL ||
+                strstr(r.body, "--set admin_token=") == NULL ||
+                strstr(r.body, "FELIX_ADMIN_TOKEN") == NULL)
+                fail_msg("%s %s: %d %s (want 403 saying how to set a token)", tries[i][0], path,
+                         r.status, r.body);
+        }
+    }
+    /* Reads are served as before, and nothing changed. */
+    json_t *root_j = get_json(e, "/v1/streams");
+    json_t *arr = json_object_get(root_j, "streams");
+    assert_int_equal(json_array_size(arr), 1);
+    json_decref(root_j);
+    assert_int_equal(listed(e, "x", "bytes_on_disk"), bytes);
+    assert_int_equal(listed(e, "x", "retention_bytes"), -1);
+    json_decref(get_json(e, "/v1/subscriptions"));
+    /* The CLI shows the broker's reason. */
+    cli_run c = {.token = "made-up"};
+    proc_binary("felix", c.felix, sizeof(c.felix));
+    snprintf(c.admin, sizeof(c.admin), "127.0.0.1:%u", (unsigned)fx_admin_port(e->admin));
+    snprintf(c.out, sizeof(c.out), "%s/cli.out", root);
+    snprintf(c.err, sizeof(c.err), "%s/cli.err", root);
+    int st = felix_streams(&c, "delete", T "/" NS "/x", NULL);
+    expect_cli(&c, st, 1, "HTTP 403: no admin_token is configured");
+    assert_int_equal(listed(e, "x", "bytes_on_disk"), bytes);
+    e_free(e);
+    fix_rm_dir(root);
+}
+
+static void test_mutations_need_the_token_and_pass_with_it(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root));
+    e->bo.durable.durable_default = true;
+    e_start(e);
+    publish_durable(e, "x", 5);
+    const char *p = "/v1/streams/" T "/" NS "/x";
+    const char *const wrong[] = {NULL, "fixture-admin-toke", "fixture-admin-tokenn"};
+    http_resp r;
+    for (size_t i = 0; i < 3; i++) {
+        http_auth(e, "PUT", "/v1/streams/" T "/" NS "/y", "{\"durable\": true}", wrong[i], &r);
+        assert_int_equal(r.status, 401);
+        http_auth(e, "PATCH", p, "{\"retention_bytes\": 4096}", wrong[i], &r);
+        assert_int_equal(r.status, 401);
+        http_auth(e, "DELETE", p, "", wrong[i], &r);
+        assert_int_equal(r.status, 401);
+    }
+    assert_int_equal(listed(e, "x", "retention_bytes"), -1);
+    call(e, "PUT", "y", "{\"durable\": true}", 201, NULL);
+    call(e, "PATCH", "x", "{\"retention_bytes\": 4096}", 200, "\"retention_bytes\":4096");
+    assert_int_equal(listed(e, "x", "retention_bytes"), 4096);
+    call(e, "DELETE", "x", "", 200, "\"deleted\":true");
+    call(e, "DELETE", "y", "", 200, "\"deleted\":true");
     e_free(e);
     fix_rm_dir(root);
 }
@@ -333,6 +437,7 @@ static void test_metrics_show_bytes_on_disk_and_offsets_per_durable_stream_only(
     (void)state;
     char root[64] = "";
     E *e = d_new(root, sizeof(root));
+    e->metrics_per_stream = true;
     e_start(e);
     call(e, "PUT", "d1", "{\"durable\": true}", 201, NULL);
     call(e, "PUT", "d2", "{\"durable\": true}", 201, NULL);
@@ -367,6 +472,40 @@ static void test_metrics_show_bytes_on_disk_and_offsets_per_durable_stream_only(
     fix_rm_dir(root);
 }
 
+static void test_metrics_name_durable_streams_only_when_opted_in(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root));
+    e->bo.durable.durable_default = true;
+    e_start(e);
+    publish_durable(e, "secret-name", 3);
+    assert_true(listed(e, "secret-name", "bytes_on_disk") > 0);
+    static http_resp r;
+    http(e, "GET", "/metrics", &r);
+    assert_int_equal(r.status, 200);
+    /* Declared, without series: no name of any tenant or stream. */
+    assert_non_null(strstr(r.body, "# TYPE felix_storage_stream_bytes_on_disk gauge\n"));
+    assert_null(strstr(r.body, "secret-name"));
+    assert_null(strstr(r.body, "tenant=\""));
+    assert_int_equal(metric_of(e, "felix_storage_stream_next_offset", "secret-name"), -1);
+    fx_admin_free(e->admin);
+    /* Opted in: the same broker's endpoint names it. */
+    e->metrics_per_stream = true;
+    fx_admin_route routes[FX_ADMIN_BROKER_NROUTES];
+    fx_admin_broker_routes(e->b, routes);
+    fx_admin_opts ao = {.bind = "127.0.0.1:0",
+                        .token = e->token,
+                        .metrics_per_stream = true,
+                        .routes = routes,
+                        .nroutes = FX_ADMIN_BROKER_NROUTES};
+    char err[256];
+    assert_int_equal(fx_admin_start(&e->admin, &ao, err, sizeof(err)), 0);
+    assert_int_equal(metric_of(e, "felix_storage_stream_next_offset", "secret-name"), 3);
+    e_free(e);
+    fix_rm_dir(root);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_sets_retention_overrides_and_get_shows_them),
     cmocka_unit_test(test_patch_changes_or_drops_overrides_of_an_existing_durable_stream),
@@ -376,5 +515,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_metrics_show_bytes_on_disk_and_offsets_per_durable_stream_only),
     cmocka_unit_test_teardown(test_felix_streams_create_and_set_change_the_overrides,
                               proc_teardown),
+    cmocka_unit_test_teardown(test_mutations_without_a_configured_token_are_refused_on_loopback,
+                              proc_teardown),
+    cmocka_unit_test(test_mutations_need_the_token_and_pass_with_it),
+    cmocka_unit_test(test_metrics_name_durable_streams_only_when_opted_in),
 };
 FX_TEST_MAIN(tests)

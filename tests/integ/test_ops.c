@@ -1,7 +1,8 @@
 /* Operator-facing integration tests: libfelix against an in-process broker
  * over IPv6 loopback and a dual-stack bind, and the README walk-through run
  * as a new user would: the felix-broker and felix binaries from
- * $FX_BINARY_DIR as child processes (start, sub, pub, /metrics, SIGTERM).
+ * $FX_BINARY_DIR as child processes (start, sub, pub, /metrics, SIGTERM,
+ * the --dev admin token and `felix streams`, stream names in /metrics).
  * Timeouts are hang guards only; nothing asserts on speed. */
 /* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
 #include <arpa/inet.h>
@@ -10,6 +11,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -305,7 +307,9 @@ static void start_broker_process_with(walk *w, const char *const *extra)
         argv[n++] = (char *)extra[i];
     }
     argv[n] = NULL;
-    w->broker_pid = spawn(argv, w->out, w->err, NULL);
+    /* No admin token from this process's environment: --dev makes its own. */
+    char *env[] = {"FELIX_ADMIN_TOKEN=", NULL};
+    w->broker_pid = spawn(argv, w->out, w->err, env);
     const char *line =
         wait_for_text(w->out, "export FELIX_SERVER=", w->banner, sizeof(w->banner), w->broker_pid);
     char server[64], pin[80];
@@ -477,6 +481,160 @@ static void test_sigterm_with_a_stalled_subscriber_drains_without_it(void **stat
     free(w);
 }
 
+/* ---- the --dev admin token ------------------------------------------------------- */
+
+/* Runs `felix streams ARGS...` (NULL-terminated) against |w|'s broker with
+ * FELIX_ADMIN_TOKEN=|token| ("" for none); its output in |text|. */
+static int felix_streams(walk *w, const char *token, char *text, size_t cap, ...)
+{
+    char admin[32], env_token[160], out[128], err[128];
+    snprintf(admin, sizeof(admin), "127.0.0.1:%u", (unsigned)w->admin_port);
+    snprintf(env_token, sizeof(env_token), "FELIX_ADMIN_TOKEN=%s", token);
+    snprintf(out, sizeof(out), "%s/streams.out", w->dir);
+    snprintf(err, sizeof(err), "%s/streams.err", w->dir);
+    char *argv[16] = {w->felix, "streams", "--admin", admin};
+    int n = 4;
+    va_list ap;
+    va_start(ap, cap);
+    for (char *a; n < 15 && (a = va_arg(ap, char *)) != NULL;)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    char *env[] = {env_token, NULL};
+    int st = wait_exit(spawn(argv, out, err, env), HANG_MS, "felix streams");
+    size_t k = slurp(out, text, cap);
+    slurp(err, text + k, cap - k);
+    return st;
+}
+
+static void stop_broker_process(walk *w)
+{
+    assert_int_equal(kill(w->broker_pid, SIGTERM), 0);
+    assert_int_equal(wait_exit(w->broker_pid, HANG_MS, "felix-broker"), 0);
+}
+
+/* --dev without admin_token keeps a token in its state dir (0600, made at
+ * the first start, the same at the next) and prints how the CLI gets it;
+ * stream changes need it, listing does not. */
+static void test_dev_broker_keeps_an_admin_token_and_the_cli_mutates_with_it(void **state)
+{
+    walk *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    find_binaries(w);
+    fix_state_dir_new(w->dir, sizeof(w->dir), "ops");
+    start_broker_process(w);
+    char file[128], want[256], token[128] = "", text[4096];
+    char *abs = realpath(w->dir, NULL);
+    assert_non_null(abs);
+    snprintf(file, sizeof(file), "%s/state/admin-token", w->dir);
+    snprintf(want, sizeof(want), "  export FELIX_ADMIN_TOKEN=\"$(cat '%s/state/admin-token')\"\n",
+             abs);
+    free(abs);
+    if (strstr(w->banner, want) == NULL)
+        fail_msg("the banner lacks '%s':\n%s", want, w->banner);
+    struct stat st;
+    assert_int_equal(lstat(file, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0600);
+    assert_int_equal(slurp(file, token, sizeof(token)), 65);
+    assert_int_equal(token[64], '\n');
+    token[64] = '\0';
+    assert_int_equal(strspn(token, "0123456789abcdef"), 64);
+
+    /* Without the token a change is refused and says how to pass one. */
+    assert_int_equal(felix_streams(w, "", text, sizeof(text), "create", "t1/default/made", NULL),
+                     1);
+    assert_non_null(strstr(text, "HTTP 401"));
+    assert_non_null(strstr(text, "FELIX_ADMIN_TOKEN"));
+    assert_int_equal(felix_streams(w, token, text, sizeof(text), "create", "t1/default/made", NULL),
+                     0);
+    assert_non_null(strstr(text, "created t1/default/made"));
+    assert_int_equal(felix_streams(w, "", text, sizeof(text), "ls", NULL), 0);
+    assert_non_null(strstr(text, "made"));
+
+    /* The next start keeps the same token. */
+    stop_broker_process(w);
+    start_broker_process(w);
+    assert_non_null(strstr(w->banner, want));
+    char again[128] = "";
+    assert_int_equal(slurp(file, again, sizeof(again)), 65);
+    again[64] = '\0';
+    assert_string_equal(again, token);
+    assert_int_equal(
+        felix_streams(w, token, text, sizeof(text), "create", "t1/default/made2", NULL), 0);
+    stop_broker_process(w);
+
+    /* A token from the configuration wins: no file is read, none printed. */
+    static const char *const extra[] = {"admin_token=from-the-configuration", NULL};
+    start_broker_process_with(w, extra);
+    assert_null(strstr(w->banner, "FELIX_ADMIN_TOKEN"));
+    assert_int_equal(felix_streams(w, token, text, sizeof(text), "create", "t1/default/x", NULL),
+                     1);
+    assert_int_equal(felix_streams(w, "from-the-configuration", text, sizeof(text), "create",
+                                   "t1/default/x", NULL),
+                     0);
+    stop_broker_process(w);
+    fix_rm_dir(w->dir);
+    free(w);
+}
+
+/* ---- per-stream names in /metrics --------------------------------------------------- */
+
+/* The /metrics body of |w|'s broker (malloc'd). */
+static char *metrics_of(walk *w)
+{
+    char *resp = http_get(w->admin_port, "/metrics");
+    assert_true(strncmp(resp, "HTTP/1.", 7) == 0 && strncmp(resp + 8, " 200", 4) == 0);
+    return resp;
+}
+
+static void test_metrics_name_durable_streams_only_with_metrics_stream_labels(void **state)
+{
+    walk *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    find_binaries(w);
+    fix_state_dir_new(w->dir, sizeof(w->dir), "ops");
+    char data[128];
+    snprintf(data, sizeof(data), "durable_storage_dir=%s/data", w->dir);
+    const char *extra[] = {data, "durable_default=true", "durable_fsync_mode=none", NULL};
+    start_broker_process_with(w, extra);
+    /* 3 messages; the first publish creates durable stream t1/default/demo. */
+    char *env[] = {w->env_server, w->env_pin, NULL};
+    char out[128], err[128], text[4096];
+    snprintf(out, sizeof(out), "%s/pub.out", w->dir);
+    snprintf(err, sizeof(err), "%s/pub.err", w->dir);
+    char *pub_argv[] = {w->felix,          "pub",   "--ack", "per_message", "--count", "3",
+                        "t1/default/demo", "hello", NULL};
+    if (wait_exit(spawn(pub_argv, out, err, env), HANG_MS, "felix pub") != 0) {
+        slurp(err, text, sizeof(text));
+        fail_msg("felix pub failed: %s", text);
+    }
+    static const char series[] = "\nfelix_storage_stream_next_offset{tenant=\"t1\",namespace="
+                                 "\"default\",stream=\"demo\"} 3\n";
+    char *body = metrics_of(w);
+    assert_non_null(strstr(body, "\n# TYPE felix_storage_stream_next_offset gauge\n"));
+    if (strstr(body, "stream=\"demo\"") != NULL || strstr(body, "tenant=\"t1\"") != NULL)
+        fail_msg("the default /metrics names the durable stream:\n%s", body);
+    free(body);
+    stop_broker_process(w);
+
+    const char *opted[] = {data, "durable_default=true", "durable_fsync_mode=none",
+                           "metrics_stream_labels=true", NULL};
+    start_broker_process_with(w, opted);
+    /* The log comes back in the background after the start: wait for it. */
+    uint64_t t0 = fx_now_ns();
+    for (body = metrics_of(w); strstr(body, series) == NULL; body = metrics_of(w)) {
+        if (fx_now_ns() - t0 > (uint64_t)HANG_MS * FX_NS_PER_MS)
+            fail_msg("metrics_stream_labels=true: no '%s' in:\n%s", series + 1, body);
+        free(body);
+        sleep_ms(20);
+    }
+    free(body);
+    stop_broker_process(w);
+    fix_rm_dir(w->dir);
+    free(w);
+}
+
 /* Runs `felix pub` once with FELIX_PIN=|pin|; returns its exit status. */
 static int pub_with_pin(walk *w, const char *pin)
 {
@@ -564,6 +722,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(test_cli_walkthrough_pub_sub_metrics_and_sigterm, kill_kids),
     cmocka_unit_test_teardown(test_sighup_reloads_certificate_for_new_cli_connections, kill_kids),
     cmocka_unit_test_teardown(test_sigterm_with_a_stalled_subscriber_drains_without_it, kill_kids),
+    cmocka_unit_test_teardown(test_dev_broker_keeps_an_admin_token_and_the_cli_mutates_with_it,
+                              kill_kids),
+    cmocka_unit_test_teardown(test_metrics_name_durable_streams_only_with_metrics_stream_labels,
+                              kill_kids),
     cmocka_unit_test_teardown(test_bench_matrix_runs_the_script_or_says_where_it_looked, kill_kids),
 };
 FX_TEST_MAIN(tests)

@@ -457,8 +457,8 @@ static void test_loop_query_answers(void **state)
         {.method = "GET", .path = "/v1/streams", .on_request = ask_route, .user = &c},
         {.method = "PUT", .path = "/v1/streams/", .on_request = ask_route, .user = &c},
     };
-    fx_admin *a =
-        start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .routes = routes, .nroutes = 2});
+    fx_admin *a = start_admin(
+        &(fx_admin_opts){.bind = "127.0.0.1:0", .token = "t0ken", .routes = routes, .nroutes = 2});
 
     http_reply rep;
     http_get(fx_admin_port(a), "/v1/streams", &rep);
@@ -472,8 +472,9 @@ static void test_loop_query_answers(void **state)
     assert_int_equal(atomic_load(&c.answer_rv), 0);
     http_reply_free(&rep);
 
-    /* A prefix route gets the rest of the path and the body (loopback: no token). */
-    http_do(AF_INET, fx_admin_port(a), "PUT", "/v1/streams/t1/ns/s", NULL, "{\"a\":1}", &rep);
+    /* A prefix route gets the rest of the path and the body. */
+    http_do(AF_INET, fx_admin_port(a), "PUT", "/v1/streams/t1/ns/s",
+            "Authorization: Bearer t0ken\r\n", "{\"a\":1}", &rep);
     assert_int_equal(rep.status, 200);
     assert_body(&rep, "PUT /v1/streams/t1/ns/s rest=t1/ns/s body={\"a\":1}");
     http_reply_free(&rep);
@@ -558,7 +559,7 @@ static void test_mutating_route_needs_token_off_loopback(void **state)
 {
     /* The pure rule. */
     const char *p = "/v1/streams/t/ns/s";
-    assert_true(fx_admin_authorized(false, NULL, "PUT", p, NULL));
+    assert_false(fx_admin_authorized(false, NULL, "PUT", p, NULL));
     assert_false(fx_admin_authorized(true, NULL, "PUT", p, "Bearer x"));
     assert_false(fx_admin_authorized(true, "", "PUT", p, "Bearer "));
     assert_false(fx_admin_authorized(true, "s3cret", "PUT", p, NULL));
@@ -603,15 +604,22 @@ static void test_mutating_route_needs_token_off_loopback(void **state)
     http_reply_free(&rep);
     fx_admin_free(a);
 
-    /* Off loopback with no token configured: every mutating call is refused. */
+    /* Off loopback with no token configured: every mutating call is refused
+     * (403: no token can pass), and /v1 reads too (401). */
     a = start_admin(&(fx_admin_opts){
         .bind = "127.0.0.1:0", .treat_as_remote = true, .routes = routes, .nroutes = 2});
-    assert_int_equal(put_status(a, "Authorization: Bearer \r\n", &challenge), 401);
+    assert_int_equal(put_status(a, "Authorization: Bearer \r\n", &challenge), 403);
+    assert_false(challenge);
+    http_get(fx_admin_port(a), "/v1/streams", &rep);
+    assert_int_equal(rep.status, 401);
+    http_reply_free(&rep);
     fx_admin_free(a);
 
-    /* On loopback no token is needed. */
-    a = start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .routes = routes, .nroutes = 2});
-    assert_int_equal(put_status(a, NULL, &challenge), 200);
+    /* On loopback a token is needed all the same. */
+    a = start_admin(
+        &(fx_admin_opts){.bind = "127.0.0.1:0", .token = "s3cret", .routes = routes, .nroutes = 2});
+    assert_int_equal(put_status(a, NULL, &challenge), 401);
+    assert_int_equal(put_status(a, "Authorization: Bearer s3cret\r\n", &challenge), 200);
     fx_admin_free(a);
     assert_int_equal(atomic_load(&mutations), 3);
 }
@@ -732,9 +740,11 @@ static void put_route(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 
 static void test_mutation_needs_configured_token_on_loopback(void **state)
 {
-    assert_true(fx_admin_needs_token(false, true, "PUT", "/v1/streams/t/n/s"));
-    assert_false(fx_admin_needs_token(false, false, "PUT", "/v1/streams/t/n/s"));
-    assert_false(fx_admin_needs_token(false, true, "GET", "/v1/streams"));
+    assert_true(fx_admin_needs_token(false, "PUT", "/v1/streams/t/n/s"));
+    assert_true(fx_admin_needs_token(false, "PATCH", "/v1/streams/t/n/s"));
+    assert_true(fx_admin_needs_token(false, "DELETE", "/v1/streams/t/n/s"));
+    assert_false(fx_admin_needs_token(false, "GET", "/v1/streams"));
+    assert_false(fx_admin_needs_token(false, "HEAD", "/v1/streams"));
     fx_admin_route routes[] = {
         {.method = "PUT", .path = "/v1/streams/", .on_request = put_route},
         {.method = "GET", .path = "/v1/streams", .on_request = put_route},
@@ -763,6 +773,58 @@ static void test_mutation_needs_configured_token_on_loopback(void **state)
     assert_int_equal(rep.status, 200);
     http_reply_free(&rep);
     assert_int_equal(atomic_load(&puts_done), 2);
+    fx_admin_free(a);
+}
+
+/* The no-token refusal: 403, JSON, what is refused and how to set a token. */
+static void assert_no_token_refusal(const http_reply *rep)
+{
+    assert_int_equal(rep->status, 403);
+    char v[64];
+    assert_true(http_header(rep, "Content-Type", v, sizeof(v)));
+    assert_string_equal(v, FX_ADMIN_JSON);
+    assert_false(http_header(rep, "WWW-Authenticate", v, sizeof(v)));
+    const char *want[] = {"{\"error\":\"no admin_token is configured", "on loopback too",
+                          "--set admin_token=", "FELIX_ADMIN_TOKEN", "--admin-token-file"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        if (strstr(rep->body, want[i]) == NULL)
+            fail_msg("the refusal lacks '%s': %s", want[i], rep->body);
+    }
+}
+
+static void test_mutations_refused_on_loopback_without_a_configured_token(void **state)
+{
+    assert_false(fx_admin_authorized(false, NULL, "PUT", "/v1/streams/t/n/s", NULL));
+    assert_false(fx_admin_authorized(false, "", "DELETE", "/v1/streams/t/n/s", "Bearer "));
+    assert_true(fx_admin_authorized(false, "", "GET", "/v1/streams", NULL));
+    const char *methods[] = {"PUT", "PATCH", "DELETE"};
+    fx_admin_route routes[] = {
+        {.method = "PUT", .path = "/v1/streams/", .on_request = put_route},
+        {.method = "PATCH", .path = "/v1/streams/", .on_request = put_route},
+        {.method = "DELETE", .path = "/v1/streams/", .on_request = put_route},
+        {.method = "GET", .path = "/v1/streams", .on_request = put_route},
+    };
+    fx_admin *a =
+        start_admin(&(fx_admin_opts){.bind = "127.0.0.1:0", .routes = routes, .nroutes = 4});
+    assert_false(fx_admin_is_remote(a));
+    atomic_store(&puts_done, 0);
+    uint64_t before = refused("token");
+    http_reply rep;
+    for (size_t i = 0; i < 3; i++) {
+        http_do(AF_INET, fx_admin_port(a), methods[i], "/v1/streams/t/n/s", NULL, "{}", &rep);
+        assert_no_token_refusal(&rep);
+        http_reply_free(&rep);
+        /* No token a client sends can stand in for one the broker lacks. */
+        http_do(AF_INET, fx_admin_port(a), methods[i], "/v1/streams/t/n/s",
+                "Authorization: Bearer \r\n", NULL, &rep);
+        assert_no_token_refusal(&rep);
+        http_reply_free(&rep);
+    }
+    http_get(fx_admin_port(a), "/v1/streams", &rep);
+    assert_int_equal(rep.status, 200);
+    http_reply_free(&rep);
+    assert_int_equal(atomic_load(&puts_done), 1); /* the GET only */
+    assert_int_equal(refused("token"), before + 6);
     fx_admin_free(a);
 }
 
@@ -1143,6 +1205,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_loopback_decided_from_bound_address),
     cmocka_unit_test(test_host_header_checked_against_rebinding),
     cmocka_unit_test(test_mutation_needs_configured_token_on_loopback),
+    cmocka_unit_test(test_mutations_refused_on_loopback_without_a_configured_token),
     cmocka_unit_test(test_api_reads_need_token_off_loopback_health_stays_open),
     cmocka_unit_test(test_token_equal_compares_whole_tokens),
     cmocka_unit_test(test_oversized_body_refusal_counted),

@@ -543,6 +543,46 @@ static void test_payload_escaping_of_nonprintable(void **state)
     assert_memory_equal(gen, "123", 3);
 }
 
+/* Cleans a copy of |in| and compares it with |want|. */
+static void expect_clean(const char *in, const char *want)
+{
+    char cell[128];
+    snprintf(cell, sizeof(cell), "%s", in);
+    fx_cli_cell_clean(cell);
+    if (strcmp(cell, want) != 0)
+        fail_msg("cleaned '%s' to '%s', want '%s'", in, cell, want);
+}
+
+static void test_table_cells_replace_controls_c1_and_bidi_overrides(void **state)
+{
+    (void)state;
+    expect_clean("plain-name_1", "plain-name_1");
+    expect_clean("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+                 "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    expect_clean("a\tb\nc\x1b[2Jd", "a b c [2Jd"); /* C0: a space each, as before */
+    expect_clean("x\x7fy", "x?y");                 /* DEL */
+    /* C1 controls, first, CSI and last: one '?' each. */
+    expect_clean("\xc2\x80"
+                 "a\xc2\x9b"
+                 "31mb\xc2\x9f",
+                 "?a?31mb?");
+    /* U+00A0 and U+00FF are text. */
+    expect_clean("\xc2\xa0\xc3\xbf", "\xc2\xa0\xc3\xbf");
+    /* Bidi embeddings and overrides U+202A-U+202E, isolates U+2066-U+2069. */
+    expect_clean("\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad\xe2\x80\xae", "?????");
+    expect_clean("evil\xe2\x80\xaetxt.exe", "evil?txt.exe");
+    expect_clean("\xe2\x81\xa6\xe2\x81\xa7\xe2\x81\xa8\xe2\x81\xa9!", "???"
+                                                                      "?!");
+    /* Their neighbours stay: U+2029 and U+202F, U+2065 and U+206A. */
+    expect_clean("\xe2\x80\xa9\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa",
+                 "\xe2\x80\xa9\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa");
+    /* Not UTF-8 (a lone C1 byte, an overlong form, a cut sequence): '?' a byte. */
+    expect_clean("a\x9b"
+                 "b\xc0\x80"
+                 "c\xe2\x80",
+                 "a?b??c??");
+}
+
 static void test_json_event_line_uses_base64_for_binary(void **state)
 {
     (void)state;
@@ -631,6 +671,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_rate_pacing_schedule),
     cmocka_unit_test(test_prometheus_table_extracts_checkpoint_counters),
     cmocka_unit_test(test_payload_escaping_of_nonprintable),
+    cmocka_unit_test(test_table_cells_replace_controls_c1_and_bidi_overrides),
     cmocka_unit_test(test_json_event_line_uses_base64_for_binary),
     cmocka_unit_test(test_help_text_has_example_for_every_command),
 };

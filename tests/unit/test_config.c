@@ -771,6 +771,31 @@ static void test_unknown_durable_key_warns_naming_the_storage(void **state)
 
 /* docs/configuration.md embeds the registry's tables between two markers;
  * they must equal what fx_config_print_markdown() writes today. */
+static void test_metrics_stream_labels_default_off_validated_and_warned_off_loopback(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
+    assert_false(f.c.metrics_stream_labels);
+    done(&f);
+    const char *on[] = {"metrics_stream_labels=true"};
+    assert_int_equal(load(&f, NULL, NULL, on, 1), 0);
+    assert_true(f.c.metrics_stream_labels);
+    assert_false(any_warning_contains(&f.d, "metrics_stream_labels"));
+    done(&f);
+    char *env[] = {"FELIX_METRICS_STREAM_LABELS=true", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_true(f.c.metrics_stream_labels);
+    done(&f);
+    const char *bad[] = {"metrics_stream_labels=sometimes"};
+    expect_error(NULL, NULL, bad, 1, (const char *const[]){"metrics_stream_labels", NULL});
+    /* Off loopback the names reach the network: said at load. */
+    const char *remote[] = {"metrics_bind=0.0.0.0:8080", "metrics_stream_labels=true"};
+    assert_int_equal(load(&f, NULL, NULL, remote, 2), 0);
+    assert_true(any_warning_contains(&f.d, "metrics_stream_labels = true and metrics_bind "
+                                           "0.0.0.0:8080 is not loopback"));
+    done(&f);
+}
+
 static void test_docs_key_table_matches_registry(void **state)
 {
     const char *root = getenv("FX_SOURCE_DIR");
@@ -1183,6 +1208,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_jwt_defaults_match_auth_module),
     cmocka_unit_test(test_jwt_leeway_rejects_fractions_and_empty_issuer),
     cmocka_unit_test(test_jwks_file_without_jwt_warns),
+    cmocka_unit_test(test_metrics_stream_labels_default_off_validated_and_warned_off_loopback),
     cmocka_unit_test(test_docs_key_table_matches_registry),
     cmocka_unit_test(test_durable_keys_default_and_env_names_of_the_original),
     cmocka_unit_test(test_durable_flush_pipeline_is_on_by_default_and_can_be_switched_off),

@@ -404,14 +404,20 @@ static double value_of(const parsed *p, const char *name, const char *labels)
     return NAN;
 }
 
-static char *render_all(void)
+/* Renders the registry; |per_stream| as fx_metrics_render() takes it. */
+static char *render_with(bool per_stream)
 {
     char *out = NULL;
     size_t len = 0;
-    assert_int_equal(fx_metrics_render(&out, &len), 0);
+    assert_int_equal(fx_metrics_render(&out, &len, per_stream), 0);
     assert_non_null(out);
     assert_int_equal(strlen(out), len);
     return out;
+}
+
+static char *render_all(void)
+{
+    return render_with(true);
 }
 
 /* ---- the parser itself --------------------------------------------------- */
@@ -809,6 +815,32 @@ static void test_stream_sources_render_one_labelled_series_per_stream(void **sta
     free(text);
 }
 
+static void test_stream_sources_not_asked_without_per_stream(void **state)
+{
+    (void)state;
+    int calls = 0;
+    fx_mstream_source src = {.on_collect = two_streams, .user = &calls};
+    fx_metrics_stream_source_add(&src);
+    char *text = render_with(false);
+    parsed *p = parse_ok(text);
+    assert_int_equal(calls, 0);
+    /* The families are declared, with no series and so no names. */
+    for (size_t i = 0; i < FX_MSTREAM_N; i++) {
+        p_family *f = find_family(p, fx_mstream_descs[i].name);
+        assert_non_null(f);
+        assert_string_equal(f->type, "gauge");
+    }
+    assert_null(strstr(text, "tenant=\""));
+    assert_null(strstr(text, "stream=\"c\""));
+    free(p);
+    free(text);
+    text = render_with(true);
+    assert_int_equal(calls, 1);
+    assert_non_null(strstr(text, "stream=\"c\""));
+    free(text);
+    fx_metrics_stream_source_remove(&src);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_parser_rejects_malformed_exposition),
     cmocka_unit_test(test_lists_cover_structs_and_names_are_unique),
@@ -819,5 +851,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_gauge_add_sub_and_set),
     cmocka_unit_test(test_histogram_observe_puts_values_in_right_buckets),
     cmocka_unit_test(test_stream_sources_render_one_labelled_series_per_stream),
+    cmocka_unit_test(test_stream_sources_not_asked_without_per_stream),
 };
 FX_TEST_MAIN(tests)

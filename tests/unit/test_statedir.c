@@ -1,10 +1,13 @@
 /* Unit tests for the state directory check (src/server/statedir.c): missing
  * levels are created 0700, an existing directory must belong to this user
  * and be writable by nobody else, a file is not a directory, and one
- * broker at a time holds it (the lock names the holder's PID). Each case
+ * broker at a time holds it (the lock names the holder's PID); and the --dev
+ * admin token file (generated 0600 once, then read and checked). Each case
  * works in its own mkdtemp directory and removes it. */
 /* fx-test-libs: fx_server fx_base */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -149,6 +152,113 @@ static void test_second_open_refused_naming_the_holder(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* ---- the --dev admin token ------------------------------------------------------ */
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+static void test_admin_token_generated_once_private_then_kept(void **state)
+{
+    (void)state;
+    char dir[64], file[96], why[512] = "", tok[256], again[256];
+    tmp_dir(dir, sizeof(dir));
+    snprintf(file, sizeof(file), "%s/admin-token", dir);
+    bool created = false;
+    mode_t old = umask(0); /* the file's mode must not follow the umask */
+    int rv = fx_state_dir_admin_token(dir, tok, sizeof(tok), &created, why, sizeof(why));
+    umask(old);
+    assert_int_equal(rv, 0);
+    assert_true(created);
+    assert_int_equal(mode_of(file), 0600);
+    assert_int_equal(strlen(tok), FX_STATE_DIR_ADMIN_TOKEN_LEN);
+    assert_int_equal(strspn(tok, "0123456789abcdef"), FX_STATE_DIR_ADMIN_TOKEN_LEN);
+    assert_int_equal(
+        fx_state_dir_admin_token(dir, again, sizeof(again), &created, why, sizeof(why)), 0);
+    assert_false(created);
+    assert_string_equal(again, tok);
+    /* Another directory, another token. */
+    char dir2[64];
+    tmp_dir(dir2, sizeof(dir2));
+    assert_int_equal(fx_state_dir_admin_token(dir2, again, sizeof(again), NULL, why, sizeof(why)),
+                     0);
+    assert_string_not_equal(again, tok);
+    snprintf(file, sizeof(file), "%s/admin-token", dir2);
+    assert_int_equal(unlink(file), 0);
+    assert_int_equal(rmdir(dir2), 0);
+    snprintf(file, sizeof(file), "%s/admin-token", dir);
+    assert_int_equal(unlink(file), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_admin_token_file_written_by_hand_is_read_without_its_newline(void **state)
+{
+    (void)state;
+    char dir[64], file[96], why[512] = "", tok[256];
+    tmp_dir(dir, sizeof(dir));
+    snprintf(file, sizeof(file), "%s/admin-token", dir);
+    write_file(file, "My.Token_~+/=-1\n", 0600);
+    assert_int_equal(fx_state_dir_admin_token(dir, tok, sizeof(tok), NULL, why, sizeof(why)), 0);
+    assert_string_equal(tok, "My.Token_~+/=-1");
+    assert_int_equal(unlink(file), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_admin_token_file_open_to_others_or_malformed_refused(void **state)
+{
+    (void)state;
+    char dir[64], file[96], why[512], tok[16];
+    tmp_dir(dir, sizeof(dir));
+    snprintf(file, sizeof(file), "%s/admin-token", dir);
+    write_file(file, "s3cret\n", 0640);
+    assert_int_equal(fx_state_dir_admin_token(dir, tok, sizeof(tok), NULL, why, sizeof(why)),
+                     FX_ECONFIG);
+    assert_contains(why, "is open to group or others (mode 0640): run chmod 600");
+    const char *bad[] = {"", "\n", "two words\n", "s3cret\n\n", "a\tb", "0123456789abcdef\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        write_file(file, bad[i], 0600);
+        why[0] = '\0';
+        if (fx_state_dir_admin_token(dir, tok, sizeof(tok), NULL, why, sizeof(why)) != FX_ECONFIG)
+            fail_msg("accepted %zu: '%s'", i, bad[i]);
+        assert_contains(why, "does not hold one token (1 to 15 of the characters");
+    }
+    /* A NUL inside is not a token character either. */
+    int fd = open(file, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "ab\0cd\n", 6), 6);
+    close(fd);
+    assert_int_equal(fx_state_dir_admin_token(dir, tok, sizeof(tok), NULL, why, sizeof(why)),
+                     FX_ECONFIG);
+    assert_int_equal(unlink(file), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_admin_token_symlink_refused_and_not_followed(void **state)
+{
+    (void)state;
+    char dir[64], file[96], target[96], why[512] = "", tok[256];
+    tmp_dir(dir, sizeof(dir));
+    snprintf(file, sizeof(file), "%s/admin-token", dir);
+    snprintf(target, sizeof(target), "%s/elsewhere", dir);
+    /* A dangling link: following it would create the target. */
+    assert_int_equal(symlink(target, file), 0);
+    assert_int_equal(fx_state_dir_admin_token(dir, tok, sizeof(tok), NULL, why, sizeof(why)),
+                     FX_ECONFIG);
+    assert_contains(why, "is a symbolic link");
+    assert_int_equal(access(target, F_OK), -1);
+    write_file(target, "s3cret\n", 0600);
+    assert_int_equal(fx_state_dir_admin_token(dir, tok, sizeof(tok), NULL, why, sizeof(why)),
+                     FX_ECONFIG);
+    assert_int_equal(unlink(file), 0);
+    assert_int_equal(unlink(target), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_missing_levels_created_private),
     cmocka_unit_test(test_existing_private_or_readable_dir_accepted),
@@ -157,6 +267,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_file_in_place_of_dir_refused),
     cmocka_unit_test(test_uncreatable_dir_reports_errno),
     cmocka_unit_test(test_second_open_refused_naming_the_holder),
+    cmocka_unit_test(test_admin_token_generated_once_private_then_kept),
+    cmocka_unit_test(test_admin_token_file_written_by_hand_is_read_without_its_newline),
+    cmocka_unit_test(test_admin_token_file_open_to_others_or_malformed_refused),
+    cmocka_unit_test(test_admin_token_symlink_refused_and_not_followed),
 };
 
 FX_TEST_MAIN(tests)

@@ -73,7 +73,8 @@ static bool exists(const char *dir, const char *name)
 {
     char p[PATH_MAX];
     struct stat st;
-    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    int n = snprintf(p, sizeof(p), "%s/%s", dir, name);
+    assert_true(n > 0 && (size_t)n < sizeof(p));
     return lstat(p, &st) == 0;
 }
 

@@ -18,14 +18,27 @@
 
 /* ---- shared ------------------------------------------------------------------ */
 
-/* Prints why a non-2xx answer is a failure, with the body's first line. */
+/* The broker's reason in |body|: the "error" member of a JSON object, else
+ * the first line; at most 200 bytes, cleaned for the terminal, in |out|. */
+static void body_reason(const char *body, size_t len, char *out, size_t cap)
+{
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, 0, &jerr);
+    const char *msg = json_string_value(json_object_get(j, "error"));
+    int n = msg != NULL ? (int)strlen(msg) : (int)strcspn(body, "\r\n");
+    snprintf(out, cap, "%.*s", n > 200 ? 200 : n, msg != NULL ? msg : body);
+    json_decref(j);
+    fx_cli_cell_clean(out);
+}
+
+/* Prints why a non-2xx answer is a failure, with the broker's reason. */
 static void http_status_error(const char *cmd, const char *method, const char *url,
                               const fx_cli_http *resp)
 {
     const char *body = resp->body.p != NULL ? resp->body.p : "";
-    int blen = (int)strcspn(body, "\r\n");
-    if (blen > 200)
-        blen = 200;
+    char reason[208];
+    body_reason(body, resp->body.p != NULL ? resp->body.len : 0, reason, sizeof(reason));
+    int blen = (int)strlen(reason);
     const char *hint = "";
     if (resp->status == 404 && strstr(url, "/v1/streams/") != NULL)
         hint = " (no such stream, or this broker does not serve the stream admin API yet)";
@@ -35,8 +48,8 @@ static void http_status_error(const char *cmd, const char *method, const char *u
         hint = " (pass --admin-token-file FILE or set FELIX_ADMIN_TOKEN)";
     else if (resp->status == 503)
         hint = " (the broker is busy or draining)";
-    fx_cli_errorf(cmd, "%s %s: HTTP %ld%s%.*s%s", method, url, resp->status, blen ? ": " : "", blen,
-                  body, hint);
+    fx_cli_errorf(cmd, "%s %s: HTTP %ld%s%s%s", method, url, resp->status, blen ? ": " : "", reason,
+                  hint);
 }
 
 /* GETs/PUTs/DELETEs |path| on the admin endpoint. Returns 0 with a 2xx
@@ -91,10 +104,9 @@ static void cell_text(const json_t *v, char *out, size_t len)
         snprintf(out, len, "%s", s != NULL ? s : "?");
         free(s);
     }
-    for (char *p = out; *p != '\0'; p++) {
-        if ((unsigned char)*p < 0x20)
-            *p = ' ';
-    }
+    /* Names are the tenants' choice: no terminal controls or bidi overrides
+     * reach the operator's screen. */
+    fx_cli_cell_clean(out);
 }
 
 /* Collects up to MAX_COLS keys of the objects in |rows|, in order of first

@@ -929,6 +929,36 @@ int fx_cli_escape_payload(const uint8_t *p, size_t n, fx_cli_buf *out)
     return out->oom ? -ENOMEM : 0;
 }
 
+/* Code points a terminal acts on instead of showing: C1 controls (CSI
+ * among them) and the bidi overrides and isolates that reorder what
+ * follows them on the line. */
+static bool cp_is_hidden(uint32_t cp)
+{
+    return cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) ||
+           (cp >= 0x2066 && cp <= 0x2069);
+}
+
+void fx_cli_cell_clean(char *s)
+{
+    size_t n = strlen(s), r = 0, w = 0;
+    while (r < n) {
+        uint32_t cp = 0;
+        size_t len = utf8_seq((const uint8_t *)s + r, n - r, &cp);
+        if (len == 0 || cp_is_hidden(cp)) {
+            s[w++] = '?';
+            r += len == 0 ? 1 : len;
+        } else if (cp < 0x20) {
+            s[w++] = ' ';
+            r++;
+        } else {
+            memmove(s + w, s + r, len);
+            w += len;
+            r += len;
+        }
+    }
+    s[w] = '\0';
+}
+
 int fx_cli_base64(const uint8_t *p, size_t n, fx_cli_buf *out)
 {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -1140,21 +1170,29 @@ static const fx_cli_help HELP[] = {
     },
     {
         "log",
-        "print or verify a durable stream's segment files",
+        "print, verify or repair a durable stream's segment files",
         "felix log inspect [--limit N] [--payload] DIR|FILE.log\n"
         "felix log verify DIR|FILE.log\n"
+        "felix log repair [--index-spacing BYTES] DIR\n"
         "\n"
         "Reads a durable stream's directory (<root>/<t>_<ns>_<s>_0-<hash>) or one\n"
-        "segment file without changing it (docs/durability.md has the format).\n"
-        "inspect prints each segment's header and one line per record (offset, byte\n"
-        "position, timestamp, length); verify checks every segment header, record\n"
-        "checksum and offset and exits 1 naming the file and byte position of the\n"
-        "first damage. Both refuse (exit 1) a storage root a running broker holds.\n"
+        "segment file (docs/durability.md has the format). inspect prints each\n"
+        "segment's header and one line per record (offset, byte position, timestamp,\n"
+        "length); verify checks every segment header, record checksum and offset and\n"
+        "exits 1 naming the file and byte position of the first damage; neither\n"
+        "changes anything. repair, on a stopped broker's stream directory, checks\n"
+        "every record and cuts the log at the first bad one, keeping the valid\n"
+        "prefix, and prints what it dropped (bytes, whole segments, the first offset\n"
+        "gone); the broker then serves the stream again from there. All three refuse\n"
+        "(exit 1) a storage root a running broker holds.\n"
         "\n"
         "Options:\n"
         "  --limit N                  inspect: at most N records per segment\n"
-        "  --payload                  inspect: also print up to 64 payload bytes\n",
+        "  --payload                  inspect: also print up to 64 payload bytes\n"
+        "  --index-spacing BYTES      repair: the stream's durable_index_spacing_bytes\n"
+        "                             (4096) for the index entries it rebuilds\n",
         "felix log verify /var/lib/felix/t1_default_orders_0-9feaa7afc295f2ed\n"
+        "  felix log repair /var/lib/felix/t1_default_orders_0-9feaa7afc295f2ed\n"
         "  felix log inspect --limit 10 --payload "
         "/var/lib/felix/t1_default_orders_0-9feaa7afc295f2ed",
         false,

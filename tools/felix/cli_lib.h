@@ -316,6 +316,13 @@ bool fx_cli_utf8_valid(const uint8_t *p, size_t n);
  * invalid UTF-8) as "\xNN". Returns 0 or -ENOMEM. */
 int fx_cli_escape_payload(const uint8_t *p, size_t n, fx_cli_buf *out);
 
+/* Makes the NUL-terminated |s| safe to print in a table cell or on one
+ * line, in place (it never grows): each C0 control (below 0x20) becomes a
+ * space; DEL, C1 controls (U+0080-U+009F, such as U+009B CSI), the bidi
+ * overrides and isolates (U+202A-U+202E, U+2066-U+2069) and bytes that are
+ * not valid UTF-8 each become one '?'. Other UTF-8 text stays as it is. */
+void fx_cli_cell_clean(char *s);
+
 /* Appends standard base64 (with padding) of |p|. Returns 0 or -ENOMEM. */
 int fx_cli_base64(const uint8_t *p, size_t n, fx_cli_buf *out);
 

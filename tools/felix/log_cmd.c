@@ -1,11 +1,13 @@
-/* `felix log inspect|verify DIR`: reads a durable stream's directory (or one
- * segment file) in the on-disk format of durable storage without changing
- * anything. inspect prints each segment header and record; verify checks
- * every header, checksum and offset and exits 1 naming the file and byte
- * position of the first damage. It holds a shared lock on the storage root
- * (the directory above the stream's) while it reads, and refuses a root a
- * running broker holds: a live log's unsynced tail would read as damage.
- * Main thread. */
+/* `felix log inspect|verify|repair DIR`: reads a durable stream's directory
+ * (or one segment file) in the on-disk format of durable storage. inspect
+ * prints each segment header and record; verify checks every header,
+ * checksum and offset and exits 1 naming the file and byte position of the
+ * first damage; neither changes anything. repair (a directory of a stopped
+ * broker) cuts the log at its first bad record, keeping the valid prefix,
+ * and reports what it dropped. Each holds a shared lock on the storage root
+ * (the directory above the stream's) while it works, and refuses a root a
+ * running broker holds: a live log's unsynced tail would read as damage, and
+ * a repair must never cut a log a broker writes. Main thread. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +21,7 @@
 
 #include "base/grow.h"
 #include "cli.h"
+#include "storage/dlog.h"
 #include "storage/format.h"
 #include "storage/rootlock.h"
 #include "storage/scan.h"
@@ -27,7 +30,9 @@
 
 typedef struct log_opts {
     bool verify;
+    bool repair;
     bool payload;
+    uint64_t index_spacing; /* repair: of the rebuilt index entries */
     uint64_t limit;
     const char *path;
 } log_opts;
@@ -210,23 +215,31 @@ static int do_segment(const log_opts *o, const char *file, bool last, totals *t)
 static int parse_args(int argc, char **argv, log_opts *o)
 {
     if (argc < 1)
-        return fx_cli_usage_error(CMD, "missing subcommand (inspect or verify)");
+        return fx_cli_usage_error(CMD, "missing subcommand (inspect, verify or repair)");
     if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0) {
         return fx_cli_print_help(CMD);
     }
+    o->index_spacing = 4096; /* the broker's durable_index_spacing_bytes */
     if (strcmp(argv[0], "verify") == 0)
         o->verify = true;
+    else if (strcmp(argv[0], "repair") == 0)
+        o->repair = true;
     else if (strcmp(argv[0], "inspect") != 0)
-        return fx_cli_usage_error(CMD, "unknown subcommand (inspect or verify)");
+        return fx_cli_usage_error(CMD, "unknown subcommand (inspect, verify or repair)");
+    bool inspect = !o->verify && !o->repair;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             return fx_cli_print_help(CMD);
-        } else if (!o->verify && strcmp(a, "--payload") == 0) {
+        } else if (inspect && strcmp(a, "--payload") == 0) {
             o->payload = true;
-        } else if (!o->verify && strcmp(a, "--limit") == 0 && i + 1 < argc) {
+        } else if (inspect && strcmp(a, "--limit") == 0 && i + 1 < argc) {
             if (fx_cli_parse_u64(argv[++i], UINT64_MAX, &o->limit) != 0)
                 return fx_cli_usage_error(CMD, "--limit needs a non-negative integer");
+        } else if (o->repair && strcmp(a, "--index-spacing") == 0 && i + 1 < argc) {
+            if (fx_cli_parse_u64(argv[++i], UINT32_MAX, &o->index_spacing) != 0 ||
+                o->index_spacing == 0)
+                return fx_cli_usage_error(CMD, "--index-spacing needs a positive integer");
         } else if (a[0] == '-') {
             char msg[128];
             snprintf(msg, sizeof(msg), "unknown option '%.60s'", a);
@@ -291,6 +304,54 @@ static int lock_root(const char *path, bool is_dir, fx_rootlock **pl)
     return rv;
 }
 
+/* ---- repair ------------------------------------------------------------------------- */
+
+static uint64_t wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Opens the log of directory |o->path| with repair on (every record
+ * checked), which cuts it at the first bad record, and says what went. */
+static int run_repair(const log_opts *o)
+{
+    fx_dlog_config c;
+    fx_dlog_config_default(&c);
+    c.index_spacing_bytes = o->index_spacing;
+    c.preallocate = false; /* change nothing but the cut */
+    c.verify_all_on_open = true;
+    c.repair_checksum_tail = true;
+    c.repair = true;
+    fx_dlog_recovery rep = {0};
+    fx_dlog *log = NULL;
+    int rv = fx_dlog_open(&log, o->path, &c, wall_us(), &rep);
+    if (rv != 0) {
+        fx_cli_errorf(CMD, "cannot repair %s: %s%s%s", o->path, fx_strerror(rv),
+                      rep.message[0] ? ": " : "", rep.message);
+        return FX_CLI_EXIT_FAIL;
+    }
+    uint64_t first = fx_dlog_first_offset(log), next = fx_dlog_next_offset(log);
+    rv = fx_dlog_close(log, true);
+    if (rv != 0) {
+        fx_cli_errorf(CMD, "%s: the final flush failed: %s", o->path, fx_strerror(rv));
+        return FX_CLI_EXIT_FAIL;
+    }
+    if (rep.repaired)
+        printf("repaired: dropped %" PRIu64 " bytes (%" PRIu64
+               " whole segments) from offset %" PRIu64 " on; kept offsets %" PRIu64 "..%" PRIu64
+               "\n%s\n",
+               rep.dropped_bytes, rep.dropped_segments, rep.dropped_from, first, next, rep.message);
+    else if (rep.truncated_bytes > 0)
+        printf("repaired: cut a torn tail of %" PRIu64 " bytes; kept offsets %" PRIu64 "..%" PRIu64
+               "\n%s\n",
+               rep.truncated_bytes, first, next, rep.message);
+    else
+        printf("nothing to repair: offsets %" PRIu64 "..%" PRIu64 " intact\n", first, next);
+    return FX_CLI_EXIT_OK;
+}
+
 int fx_cli_log(int argc, char **argv)
 {
     log_opts o = {0};
@@ -307,6 +368,15 @@ int fx_cli_log(int argc, char **argv)
     fx_rootlock *lock = NULL;
     if (lock_root(real, S_ISDIR(st.st_mode), &lock) != 0)
         return FX_CLI_EXIT_FAIL;
+    if (o.repair) {
+        int status = FX_CLI_EXIT_FAIL;
+        if (!S_ISDIR(st.st_mode))
+            fx_cli_errorf(CMD, "%s: repair takes a stream's directory", o.path);
+        else
+            status = run_repair(&o);
+        fx_rootlock_free(lock);
+        return status;
+    }
     totals t = {0};
     double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
     int status;
