@@ -435,6 +435,8 @@ void fxb_dstream_flight_wait(dstream *s, bool answer)
 static void after_flush(dstream *s, uint64_t now)
 {
     fxb_dstream_append_pending(s, now);
+    if (fx_dlog_is_failed(s->log))
+        fail_waiting(s, FX_ESTORAGE_FAILED); /* no flush will cover them */
     if (flush_due(s, now)) {
         fx_loop_post(s->st->loop, &s->flush_task);
         s->flush_queued = true;
