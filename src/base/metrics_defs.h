@@ -198,6 +198,15 @@
       "Nanoseconds one flush of a durable log took", 10)                                           \
     H(storage_sync_appends, "felix_storage_sync_batch_appends", "",                                \
       "Appends one flush served (group commit fan-in)", 0)                                         \
+    C(storage_sync_offloaded, "felix_storage_sync_offloaded_total", "",                            \
+      "Flushes whose fdatasync ran on a sync thread while the storage thread went on appending "   \
+      "(durable_flush_pipeline)")                                                                  \
+    C(storage_append_flush_waits, "felix_storage_append_flush_waits_total", "",                    \
+      "Appends that waited for their log's flush in flight to complete (they needed a new "        \
+      "segment, or periodic's durable_max_unsynced_bytes was reached)")                            \
+    C(storage_flush_blocking_waits, "felix_storage_flush_blocking_waits_total", "",                \
+      "Times a storage thread blocked until a flush in flight completed (the drain's flush, "      \
+      "stop)")                                                                                     \
     G(storage_segments, "felix_storage_segment_count", "",                                         \
       "Segment files of the open durable logs")                                                    \
     G(storage_bytes_on_disk, "felix_storage_bytes_on_disk", "",                                    \

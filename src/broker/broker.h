@@ -86,14 +86,18 @@ typedef struct fx_broker_durable_opts {
     uint64_t segment_bytes;       /* 256 MiB */
     uint64_t index_spacing_bytes; /* 4096 */
     uint64_t max_unsynced_bytes;  /* bytes in storage per stream; 0 = no bound; 8 MiB */
+    /* Run each flush's fdatasync on the storage thread, which then appends
+     * nothing meanwhile (durable_flush_pipeline: false); off by default: a
+     * sync thread runs it while the storage thread goes on appending. */
+    bool flush_inline;
     /* Quotas (docs/durability.md, "Quotas"): durable streams per tenant
      * (256), bytes on disk per tenant (64 GiB) and of the whole broker (0 =
      * no bound), preallocation counted. 0 = no limit. */
     uint32_t tenant_streams_max;
     uint64_t tenant_bytes_max;
     uint64_t bytes_max;
-    uint64_t retention_bytes;     /* 0 = no bound */
-    uint64_t retention_ns;        /* 0 = no bound */
+    uint64_t retention_bytes;       /* 0 = no bound */
+    uint64_t retention_ns;          /* 0 = no bound */
     uint64_t retention_interval_ns; /* sweep period with a bound set; 60 s */
     uint32_t max_records_per_read;  /* records per replay page; 10,000 */
     bool preallocate;

@@ -10,8 +10,12 @@
  * budget, so publishers are slowed like at every other checkpoint). A failed
  * append or flush fails its jobs ("storage full" / "storage error"): they
  * never reach the ring. Worker side: the worker loop; storage side: the
- * storage thread, an fx_loop that exists to block on the disk. Start-up,
- * the admin view, the drain flush and shutdown: durable_ops.c. */
+ * storage thread, an fx_loop that exists to block on the disk, which owns
+ * the logs (appends, flush begin and completion, retention); the fdatasync
+ * of a flush in flight: the storage thread's sync thread (fx-sync-N, also
+ * an fx_loop), which reads only the flight it was handed (dflight) and
+ * posts the result back, so the storage thread goes on appending meanwhile.
+ * Start-up, the admin view, the drain flush and shutdown: durable_ops.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -294,25 +298,176 @@ void fxb_dstream_log_error(const dstream *s, const char *what, int rv)
                        s->log != NULL ? fx_dlog_last_error(s->log) : "");
 }
 
-/* Runs one flush now. */
-void fxb_dstream_flush(dstream *s, uint64_t now)
+/* ---- flushes: begun here, fdatasync on the sync thread, completed here ------------ */
+
+static void arm_timer(dstream *s);
+
+/* Accounts for a flush that ended with |rv| (the log reported |durable|):
+ * hands back the jobs it lets be acknowledged, or fails every waiting one
+ * (a failed flush stops the log for good). */
+static void flush_result(dstream *s, int rv, uint64_t durable, bool answer)
 {
-    uint64_t covers = s->pol.waiting; /* the appends this flush serves */
-    fx_syncpol_begin(&s->pol, now);
-    uint64_t durable = 0;
-    int rv = fx_dlog_sync(s->log, &durable);
-    uint64_t end = fx_now_ns();
     fx_syncpol_end(&s->pol, rv, durable);
-    FX_HIST_OBSERVE(storage_sync_ns, end - now);
+    FX_HIST_OBSERVE(storage_sync_ns, fx_now_ns() - s->flight.start_ns);
     if (rv != 0) {
         FX_COUNTER_INC(storage_sync_failures);
         fxb_dstream_log_error(s, "flush", rv);
-        fail_waiting(s, rv);
+        if (answer)
+            fail_waiting(s, rv);
         return;
     }
     FX_COUNTER_INC(storage_syncs);
-    FX_HIST_OBSERVE(storage_sync_appends, covers);
-    release_acked(s);
+    FX_HIST_OBSERVE(storage_sync_appends, s->flight.covers);
+    if (answer)
+        release_acked(s);
+}
+
+/* Begins a flush of what |s| appended so far. Returns 0, or the error that
+ * ended it at once (already accounted). */
+static int flush_begin(dstream *s, uint64_t now)
+{
+    s->flight.covers = s->pol.waiting; /* the appends this flush serves */
+    s->flight.start_ns = now;
+    fx_syncpol_begin(&s->pol, now);
+    int rv = fx_dlog_sync_begin(s->log, &s->flight.fl);
+    if (rv != 0)
+        flush_result(s, rv, 0, true);
+    return rv;
+}
+
+/* Runs one flush of |s| from begin to completion on the storage thread. */
+static void flush_here(dstream *s, uint64_t now)
+{
+    if (flush_begin(s, now) != 0)
+        return;
+    uint64_t durable = 0;
+    int rv =
+        fx_dlog_sync_complete(s->log, &s->flight.fl, fx_dlog_flush_run(&s->flight.fl), &durable);
+    flush_result(s, rv, durable, true);
+}
+
+/* Sync thread: the fdatasync of the flight of |user| (a dstream), then its
+ * completion back to the storage thread. Nothing else of the dstream is
+ * read here, and nothing at all once |done_task| is posted. */
+static void on_sync_run(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    dstream *s = user;
+    fxb_storage *st = s->st;
+    int rv = fx_dlog_flush_run(&s->flight.fl);
+    pthread_mutex_lock(&st->sync_mu);
+    s->flight.rv = rv;
+    s->flight.synced = true;
+    pthread_cond_broadcast(&st->sync_cv);
+    pthread_mutex_unlock(&st->sync_mu);
+    fx_loop_post(st->loop, &s->flight.done_task);
+}
+
+/* Starts a flush of |s|. Its fdatasync runs on the sync thread while this
+ * thread goes on appending (this and the other logs); the completion hands
+ * back what it covered. On this thread instead with durable_flush_pipeline
+ * off, and while the storage loop stops (the sync loop stops after it). */
+static void flush_start(dstream *s, uint64_t now)
+{
+    fxb_storage *st = s->st;
+    if (st->d->o.flush_inline || fx_loop_is_stopping(st->loop)) {
+        flush_here(s, now);
+        return;
+    }
+    if (flush_begin(s, now) != 0)
+        return;
+    if (s->flight.fl.fd < 0) { /* nothing new to flush: nothing to wait for */
+        uint64_t durable = 0;
+        int rv = fx_dlog_sync_complete(s->log, &s->flight.fl, 0, &durable);
+        flush_result(s, rv, durable, true);
+        return;
+    }
+    pthread_mutex_lock(&st->sync_mu);
+    s->flight.synced = false;
+    pthread_mutex_unlock(&st->sync_mu);
+    s->flight.busy = true;
+    s->flight.finished = false;
+    FX_COUNTER_INC(storage_sync_offloaded);
+    fx_loop_post(st->sloop, &s->flight.sync_task);
+}
+
+/* Whether a flush of |s| should start now: the policy says so, no
+ * completion of an earlier one is still to run, and the log has not stopped
+ * (a failed flush fails what waits; nothing is flushed again). */
+static bool flush_due(const dstream *s, uint64_t now)
+{
+    return !s->flight.busy && s->log != NULL && !fx_dlog_is_failed(s->log) &&
+           fx_syncpol_is_due(&s->pol, now);
+}
+
+/* The result of the flight's fdatasync, waiting for it (counted) unless
+ * it is there. */
+static int flight_rv(dstream *s, bool wait)
+{
+    fxb_storage *st = s->st;
+    pthread_mutex_lock(&st->sync_mu);
+    if (wait && !s->flight.synced)
+        FX_COUNTER_INC(storage_flush_blocking_waits);
+    while (!s->flight.synced)
+        pthread_cond_wait(&st->sync_cv, &st->sync_mu);
+    int rv = s->flight.rv;
+    pthread_mutex_unlock(&st->sync_mu);
+    return rv;
+}
+
+void fxb_dstream_flight_wait(dstream *s, bool answer)
+{
+    if (!s->flight.busy || s->flight.finished)
+        return;
+    int rv = flight_rv(s, true);
+    s->flight.finished = true;
+    if (!answer)
+        s->flight.busy = false; /* teardown: its completion task never runs */
+    uint64_t durable = 0;
+    rv = fx_dlog_sync_complete(s->log, &s->flight.fl, rv, &durable);
+    flush_result(s, rv, durable, answer);
+}
+
+/* After a flush of |s| completed: the appends that waited for it, the next
+ * flush (after the jobs queued here meanwhile, so that it covers them too),
+ * the timer, and the stream's end if it waited. */
+static void after_flush(dstream *s, uint64_t now)
+{
+    fxb_dstream_append_pending(s, now);
+    if (fx_dlog_is_failed(s->log))
+        fail_waiting(s, FX_ESTORAGE_FAILED); /* no flush will cover them */
+    if (flush_due(s, now)) {
+        fx_loop_post(s->st->loop, &s->flush_task);
+        s->flush_queued = true;
+    } else if (!fx_timer_is_armed(&s->timer)) {
+        arm_timer(s);
+    }
+    if (s->parked_end != NULL) {
+        fx_loop_post(s->st->loop, s->parked_end);
+        s->parked_end = NULL;
+    }
+}
+
+/* Storage thread: the flight's fdatasync returned. */
+static void on_flush_done(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    dstream *s = user;
+    s->flight.busy = false;
+    if (!s->flight.finished) {
+        uint64_t durable = 0;
+        int rv = fx_dlog_sync_complete(s->log, &s->flight.fl, flight_rv(s, false), &durable);
+        flush_result(s, rv, durable, true);
+    }
+    s->flight.finished = false;
+    after_flush(s, fx_loop_now(l));
+}
+
+void fxb_dstream_flush(dstream *s, uint64_t now)
+{
+    fxb_dstream_flight_wait(s, true);
+    flush_here(s, now);
 }
 
 static fx_ratelimit timer_rl = FX_RATELIMIT_INIT;
@@ -324,13 +479,17 @@ static fx_ratelimit timer_rl = FX_RATELIMIT_INIT;
  * it lasts; the next append or flush tries the timer again. */
 static void arm_timer(dstream *s)
 {
+    /* A stopped log neither flushes nor sweeps (fxb_dstream_on_timer): a
+     * deadline left in the past would fire the timer on every turn. */
+    if (s->log == NULL || fx_dlog_is_failed(s->log))
+        return;
     uint64_t due = fx_syncpol_deadline(&s->pol);
     if (s->retain_due_ns != 0 && s->retain_due_ns < due)
         due = s->retain_due_ns;
     if (due == UINT64_MAX || fx_loop_timer_arm(s->st->loop, &s->timer, due) == 0)
         return;
     bool flush = (s->whead != NULL || s->pol.unsynced_bytes > 0) && s->log != NULL &&
-                 !fx_dlog_is_failed(s->log);
+                 !fx_dlog_is_failed(s->log) && !s->flight.busy; /* a completion re-arms */
     FX_COUNTER_INC(broker_timer_arm_failures);
     FX_LOG_RATELIMITED(&timer_rl, fx_now_ns(), FX_LOG_ERROR, "storage",
                        "out of memory arming the flush timer of stream %s/%s/%s: %s",
@@ -338,7 +497,7 @@ static void arm_timer(dstream *s)
                        fx_stream_handle_stream(s->h),
                        flush ? "flushing at once" : "nothing to flush");
     if (flush)
-        fxb_dstream_flush(s, fx_loop_now(s->st->loop));
+        flush_start(s, fx_loop_now(s->st->loop));
 }
 
 /* How far the wall clock may run ahead of the monotonic clock since start
@@ -393,8 +552,8 @@ void fxb_dstream_on_timer(fx_loop *l, fx_timer *t, void *user)
     dstream *s = user;
     uint64_t now = fx_loop_now(l);
     if (s->log != NULL && !fx_dlog_is_failed(s->log)) {
-        if (fx_syncpol_is_due(&s->pol, now))
-            fxb_dstream_flush(s, now);
+        if (flush_due(s, now))
+            flush_start(s, now);
         if (s->retain_due_ns != 0 && now >= s->retain_due_ns)
             retain(s, now);
         stats_update(s);
@@ -411,8 +570,8 @@ static void on_flush_task(fx_loop *l, fx_task *t, void *user)
     if (s->log == NULL)
         return;
     fxb_dstream_append_pending(s, now); /* those queued meanwhile: this flush covers them */
-    if (fx_syncpol_is_due(&s->pol, now))
-        fxb_dstream_flush(s, now);
+    if (flush_due(s, now))
+        flush_start(s, now);
 }
 
 /* What clients of |s| are told about its failed open: the log's |msg|
@@ -558,6 +717,8 @@ static dstream *dstream_new(fxb_storage *st, fx_stream_handle *h)
     s->h = fx_stream_handle_ref(h);
     fx_task_init(&s->append_task, on_append_task, s);
     fx_task_init(&s->flush_task, on_flush_task, s);
+    fx_task_init(&s->flight.sync_task, on_sync_run, s);
+    fx_task_init(&s->flight.done_task, on_flush_done, s);
     fx_timer_init(&s->timer, fxb_dstream_on_timer, s);
     atomic_init(&s->first_offset, 0);
     stats_list(st->d, s);
@@ -603,6 +764,9 @@ dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h)
  * any left are freed unanswered, not acknowledged. */
 void fxb_dstream_close(fxb_storage *st, dstream *s)
 {
+    /* Only at teardown can a flight be left (a stream's end waits for it):
+     * its completion task never runs, so nothing is handed back. */
+    fxb_dstream_flight_wait(s, false);
     fxb_job *j;
     while ((j = list_pop(&s->ahead, &s->atail)) != NULL)
         fxb_job_free(j);
@@ -653,12 +817,14 @@ static uint64_t job_record_bytes(const fxb_job *j)
  * have gone to alone (so rollover is as without merging), within
  * MERGE_MAX_BYTES and, under periodic with a byte bound, up to the job that
  * reaches the bound (the flush then runs before the next append). |*precs|:
- * the records of the jobs taken. */
-static fxb_job *merge_end(const dstream *s, size_t *precs)
+ * the records of the jobs taken, |*pbytes| their bytes (UINT64_MAX: the
+ * first cannot be appended). */
+static fxb_job *merge_end(const dstream *s, size_t *precs, uint64_t *pbytes)
 {
     fxb_job *j = s->ahead;
     uint64_t bytes = job_record_bytes(j);
     *precs = j->count;
+    *pbytes = bytes;
     if (bytes == UINT64_MAX)
         return j;
     uint64_t room = fx_dlog_room_after(s->log, bytes);
@@ -674,6 +840,7 @@ static fxb_job *merge_end(const dstream *s, size_t *precs)
         *precs += n->count;
         j = n;
     }
+    *pbytes = bytes;
     return j;
 }
 
@@ -844,6 +1011,26 @@ static void append_merged(dstream *s, fxb_job *last, size_t nrecs, uint64_t now)
     }
 }
 
+/* periodic with durable_max_unsynced_bytes: the bound is reached. */
+static bool bound_reached(const dstream *s)
+{
+    const fx_syncpol *p = &s->pol;
+    return p->cfg.mode == FX_FSYNC_PERIODIC && p->cfg.max_unsynced_bytes > 0 &&
+           p->unsynced_bytes >= p->cfg.max_unsynced_bytes;
+}
+
+/* Whether an append of |bytes| bytes must wait for the flush in flight of
+ * |s| to complete: it needs a rollover (the segment being flushed stays the
+ * active one until then; a roll's seal flushes it anyway), or periodic's
+ * byte bound is reached (a power cut must not lose more than the bound and
+ * one batch). The completion appends it. */
+static bool append_waits(const dstream *s, uint64_t bytes)
+{
+    if (!fx_dlog_is_flushing(s->log))
+        return false;
+    return (bytes != UINT64_MAX && fx_dlog_append_rolls(s->log, bytes)) || bound_reached(s);
+}
+
 void fxb_dstream_append_pending(dstream *s, uint64_t now)
 {
     if (s->ahead == NULL)
@@ -851,14 +1038,24 @@ void fxb_dstream_append_pending(dstream *s, uint64_t now)
     size_t nsegs = fx_dlog_segment_count(s->log);
     while (s->ahead != NULL) {
         size_t nrecs;
-        fxb_job *last = merge_end(s, &nrecs);
+        uint64_t bytes;
+        fxb_job *last = merge_end(s, &nrecs, &bytes);
+        if (append_waits(s, bytes)) {
+            FX_COUNTER_INC(storage_append_flush_waits);
+            break;
+        }
         append_merged(s, last, nrecs, now);
-        /* periodic's byte bound is reached: flush before appending more. */
+        /* periodic's byte bound is reached: flush before appending more
+         * (when that flush is in flight, append_waits holds the rest). */
         if (s->ahead != NULL && s->pol.cfg.mode == FX_FSYNC_PERIODIC &&
-            !fx_dlog_is_failed(s->log) && fx_syncpol_is_due(&s->pol, now))
-            fxb_dstream_flush(s, now);
+            !fx_dlog_is_failed(s->log) && flush_due(s, now))
+            flush_start(s, now);
     }
     release_acked(s);
+    /* The log stopped (an append could not be cut back): no flush will
+     * cover what waits; a flush in flight fails it when it completes. */
+    if (fx_dlog_is_failed(s->log) && !s->flight.busy)
+        fail_waiting(s, FX_ESTORAGE_FAILED);
     if (s->retain_due_ns != 0 && fx_dlog_segment_count(s->log) > nsegs)
         retain(s, now); /* a segment was sealed: the byte bound may be passed now */
     stats_update(s);
@@ -871,7 +1068,7 @@ static void on_append_task(fx_loop *l, fx_task *t, void *user)
     dstream *s = user;
     uint64_t now = fx_loop_now(l);
     fxb_dstream_append_pending(s, now);
-    if (fx_syncpol_is_due(&s->pol, now)) {
+    if (flush_due(s, now)) {
         /* After the jobs queued here meanwhile, so one flush covers them all. */
         fx_loop_post(l, &s->flush_task);
         s->flush_queued = true;
@@ -965,6 +1162,12 @@ static void storage_on_end(fx_loop *l, fx_task *t, void *user)
     end_msg *m = user;
     fxb_storage *st = m->st;
     fxb_idslot *e = fxb_idtable_find(&st->ds, fx_stream_handle_id(m->h));
+    if (e != NULL && ((dstream *)e->p)->flight.busy) {
+        /* A flush is in flight (under none or periodic the jobs came back
+         * before it): its completion uses the dstream and posts the end. */
+        ((dstream *)e->p)->parked_end = &m->task;
+        return;
+    }
     if (e != NULL && ((dstream *)e->p)->flush_queued) {
         /* Its jobs came back before the flush that followed their append
          * was queued: that flush runs first (it uses the dstream). */

@@ -42,6 +42,21 @@ typedef struct dstats {
     char why[512]; /* DAMAGED, FAILED: the reason, naming file and position */
 } dstats;
 
+/* The flush of one log in flight: begun on the storage thread, its
+ * fdatasync run on the storage thread's sync thread, completed back on the
+ * storage thread. Thread per field. */
+typedef struct dflight {
+    fx_dlog_flush fl;  /* storage thread writes it before posting |sync_task|; sync thread reads */
+    int rv;            /* fx_dlog_flush_run's result: sync thread writes, under st->sync_mu */
+    bool synced;       /* |rv| is set (under st->sync_mu) */
+    fx_task sync_task; /* on the sync thread: the fdatasync, then posts |done_task| */
+    fx_task done_task; /* on the storage thread: the completion */
+    bool busy;         /* storage: |sync_task| posted and |done_task| has not run yet */
+    bool finished;     /* storage: completed by a wait before |done_task| ran */
+    uint64_t start_ns; /* storage: when it began */
+    uint64_t covers;   /* storage: the appends it serves */
+} dflight;
+
 /* The log of one durable stream on its storage thread. */
 typedef struct dstream {
     struct fxb_storage *st;
@@ -65,18 +80,26 @@ typedef struct dstream {
     fxb_job *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
     fx_task flush_task;     /* on_commit: flush after the appends queued now */
     bool flush_queued;      /* |flush_task| is posted and has not run yet */
+    dflight flight;         /* the flush in flight, if any (one per log at a time) */
+    fx_task *parked_end;    /* the stream's end, waiting for the flush in flight */
     fx_timer timer;         /* periodic flush, retention */
     uint64_t retain_due_ns;
     uint64_t retain_bytes, retain_ns; /* the catalogue's overrides, else the broker's */
 } dstream;
 
-/* One storage thread: the logs of one worker's durable streams. */
+/* One storage thread: the logs of one worker's durable streams. Its sync
+ * thread runs the fdatasync of their flushes in flight (one per log at a
+ * time, queued in the order they began) and touches nothing else of a log:
+ * the storage thread begins and completes every flush (dflight). */
 typedef struct fxb_storage {
     struct fxb_durable *d;
     fxb_worker *w;
-    fx_loop *loop;  /* appends, flushes, retention */
-    fx_loop *rloop; /* replay reads from disk (replay.c): their own queue */
-    fxb_idtable ds; /* its open logs (dstream *) by handle id, until their stream ends */
+    fx_loop *loop;           /* appends, flushes, retention */
+    fx_loop *rloop;          /* replay reads from disk (replay.c): their own queue */
+    fx_loop *sloop;          /* fx-sync-N: the fdatasync of the flushes in flight */
+    pthread_mutex_t sync_mu; /* a flight's |rv| and |synced| */
+    pthread_cond_t sync_cv;  /* signalled when a flight's fdatasync returned */
+    fxb_idtable ds;          /* its open logs (dstream *) by handle id, until their stream ends */
     /* Start-up recovery (durable_ops.c): the catalogued streams whose logs
      * this thread opens one per task, references; filled on main before
      * the thread starts, then storage thread only. */
@@ -183,9 +206,17 @@ void fxb_dstream_close(fxb_storage *st, dstream *s);
  * merged into one fx_dlog_append (one write), and hands back those the
  * policy lets be acknowledged. Storage thread. */
 void fxb_dstream_append_pending(dstream *s, uint64_t now);
-/* Runs one flush of |s| now through its policy (counted; a failure fails
- * the waiting appends and is logged). Storage thread. */
+/* Runs one flush of |s| now through its policy, on this thread, after
+ * waiting for the flush in flight, if any, to complete (counted; a failure
+ * fails the waiting appends and is logged). The drain's flush. Storage
+ * thread. */
 void fxb_dstream_flush(dstream *s, uint64_t now);
+/* Completes the flush in flight of |s|, if its completion has not run,
+ * waiting on this thread for its fdatasync (counted). With |answer| the jobs
+ * it covered are handed back (acknowledged, or failed with it); without,
+ * nothing is handed back (teardown: the loops have stopped and the jobs are
+ * freed with the log). Storage thread, or teardown once every loop stopped. */
+void fxb_dstream_flight_wait(dstream *s, bool answer);
 /* Sets the retention bounds of |s| from the catalogue's overrides |bytes|
  * and |seconds| (0: the broker's durable_retention_*), sweeps at once with
  * the new bounds and rearms the sweep timer. Storage thread. */

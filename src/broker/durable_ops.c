@@ -1,7 +1,8 @@
 /* The storage stage's life and its operator-facing parts (durable.h):
- * opening the catalogue and creating the storage and replay threads,
+ * opening the catalogue and creating the storage, replay and sync threads,
  * recovering every catalogued stream at start, the flush of every log at
- * the end of a drain, and shutdown. Main thread unless a function says otherwise. */
+ * the end of a drain, and shutdown. Main thread unless a function says
+ * otherwise. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -95,6 +96,11 @@ int fxb_durable_init(fx_broker *b)
         snprintf(name, sizeof(name), "fx-replay-%u", (unsigned)(i % 100000u));
         if ((rv = fx_loop_new(&st->rloop, &lo)) != 0)
             return rv;
+        snprintf(name, sizeof(name), "fx-sync-%u", (unsigned)(i % 100000u));
+        if ((rv = fx_loop_new(&st->sloop, &lo)) != 0)
+            return rv;
+        pthread_mutex_init(&st->sync_mu, NULL);
+        pthread_cond_init(&st->sync_cv, NULL);
         if ((w->dur = calloc(1, sizeof(*w->dur))) == NULL)
             return -ENOMEM;
         w->dur->st = st;
@@ -279,8 +285,12 @@ static void storage_on_flush_all(fx_loop *l, fx_task *t, void *user)
     size_t pos = 0;
     for (fxb_idslot *e; (e = fxb_idtable_next(&m->st->ds, &pos)) != NULL;) {
         dstream *s = e->p;
-        if (s->log != NULL)
-            fxb_dstream_append_pending(s, fx_now_ns()); /* the flush covers them too */
+        if (s->log != NULL) {
+            /* The flush in flight first (its jobs answered), then one here
+             * that covers everything, those queued included. */
+            fxb_dstream_flight_wait(s, true);
+            fxb_dstream_append_pending(s, fx_now_ns());
+        }
         if (s->log == NULL || fx_dlog_is_failed(s->log) || fx_dlog_unsynced_bytes(s->log) == 0)
             continue;
         fxb_dstream_flush(s, fx_now_ns()); /* through the policy: counted, failures logged */
@@ -306,6 +316,7 @@ void fxb_durable_each_loop(fx_broker *b, void (*cb)(fx_loop *l, void *user), voi
     for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
         cb(d->st[i].loop, user);
         cb(d->st[i].rloop, user);
+        cb(d->st[i].sloop, user);
     }
 }
 
@@ -360,9 +371,14 @@ int fxb_durable_start(fx_broker *b)
 {
     fxb_durable *d = b->dur;
     for (uint32_t i = 0; d != NULL && i < d->nst; i++) {
-        int rv = fx_loop_start(d->st[i].loop);
-        if (rv == 0 && (rv = fx_loop_start(d->st[i].rloop)) != 0)
+        /* The sync thread first: a storage thread may post to it at once. */
+        int rv = fx_loop_start(d->st[i].sloop);
+        if (rv == 0 && (rv = fx_loop_start(d->st[i].loop)) != 0)
+            fx_loop_stop(d->st[i].sloop);
+        if (rv == 0 && (rv = fx_loop_start(d->st[i].rloop)) != 0) {
             fx_loop_stop(d->st[i].loop);
+            fx_loop_stop(d->st[i].sloop);
+        }
         if (rv != 0)
             return rv;
         d->nstarted = i + 1;
@@ -382,15 +398,22 @@ void fxb_durable_barrier(fx_broker *b)
     for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
         fxb_run_on(d->st[i].rloop, NULL, NULL); /* what each has queued runs first */
         fxb_run_on(d->st[i].loop, NULL, NULL);
+        /* The flushes in flight end, then their completions run. */
+        fxb_run_on(d->st[i].sloop, NULL, NULL);
+        fxb_run_on(d->st[i].loop, NULL, NULL);
     }
 }
 
 void fxb_durable_stop(fx_broker *b)
 {
     fxb_durable *d = b->dur;
+    /* The sync thread after its storage thread: the flushes that storage
+     * thread began end; a completion posted after it stopped is taken over
+     * by the close of its log (fxb_dstream_close). */
     for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
         fx_loop_stop(d->st[i].rloop);
         fx_loop_stop(d->st[i].loop);
+        fx_loop_stop(d->st[i].sloop);
     }
 }
 
@@ -413,6 +436,11 @@ void fxb_durable_free(fx_broker *b)
         free(st->rq);
         fx_loop_free(st->rloop);
         fx_loop_free(st->loop);
+        if (st->sloop != NULL) {
+            fx_loop_free(st->sloop);
+            pthread_cond_destroy(&st->sync_cv);
+            pthread_mutex_destroy(&st->sync_mu);
+        }
     }
     free(d->st);
     while (d->stats != NULL) { /* the recovering entries of streams stopped before it */

@@ -187,6 +187,7 @@ typedef struct fx_config {
     uint64_t durable_segment_bytes;
     uint64_t durable_index_spacing_bytes;
     uint64_t durable_max_unsynced_bytes; /* bytes in storage per stream; 0 = no bound */
+    bool durable_flush_pipeline;         /* fdatasync off the storage thread */
     uint32_t tenant_durable_streams_max; /* 0 = no limit */
     uint64_t tenant_durable_bytes_max;   /* 0 = no limit */
     uint64_t durable_bytes_max;          /* 0 = no limit */

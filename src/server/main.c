@@ -266,6 +266,7 @@ static void durable_opts_from_config(const fx_config *c, fx_broker_durable_opts 
     d->segment_bytes = c->durable_segment_bytes;
     d->index_spacing_bytes = c->durable_index_spacing_bytes;
     d->max_unsynced_bytes = c->durable_max_unsynced_bytes;
+    d->flush_inline = !c->durable_flush_pipeline;
     d->tenant_streams_max = c->tenant_durable_streams_max;
     d->tenant_bytes_max = c->tenant_durable_bytes_max;
     d->bytes_max = c->durable_bytes_max;

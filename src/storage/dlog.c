@@ -1,6 +1,11 @@
 /* fx_dlog: appending, rolling, flushing, range reads and retention of one
  * stream's durable log (dlog.h). Recovery at open lives in dlog_open.c.
- * One thread at a time; every call may block on the disk. */
+ * Threads: the log belongs to one owner thread, which makes every call; the
+ * only exception is fx_dlog_flush_run, the fdatasync of a flush in flight,
+ * which another thread may run meanwhile: it reads nothing but the
+ * fx_dlog_flush the owner filled before handing it over, and the owner
+ * keeps that segment's handle open and active until it completes the flush.
+ * Every call may block on the disk. */
 #include "storage/dlog.h"
 
 #include <assert.h>
@@ -271,6 +276,8 @@ int fx_dlog_close(fx_dlog *log, bool sync)
 {
     if (log == NULL)
         return 0;
+    /* The flush's thread may still use the handle closed below. */
+    assert(!log->flushing);
     int rv = 0;
     if (sync && log->fd >= 0)
         rv = fx_dlog_sync(log, NULL);
@@ -441,7 +448,9 @@ int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_
         return FX_ESTORAGE_TOO_LARGE;
     dl_seg *a = dl_active(log);
     int rv;
-    if (a->next > a->base && a->size + total > log->cfg.segment_bytes) {
+    if (fx_dlog_append_rolls(log, total)) {
+        if (log->flushing)
+            return -EBUSY; /* the flush in flight holds the active segment */
         if ((rv = roll(log, ts_us)) != 0) {
             log->st.append_failures++;
             return rv;
@@ -489,28 +498,78 @@ uint64_t fx_dlog_room_after(const fx_dlog *log, uint64_t first_bytes)
     return after >= seg ? 0 : seg - after;
 }
 
-int fx_dlog_sync(fx_dlog *log, uint64_t *pdurable)
+bool fx_dlog_append_rolls(const fx_dlog *log, uint64_t bytes)
+{
+    const dl_seg *a = &log->segs[log->nsegs - 1];
+    return a->next > a->base && a->size + bytes > log->cfg.segment_bytes;
+}
+
+bool fx_dlog_is_flushing(const fx_dlog *log)
+{
+    return log->flushing;
+}
+
+int fx_dlog_sync_begin(fx_dlog *log, fx_dlog_flush *f)
 {
     if (log->failed)
         return FX_ESTORAGE_FAILED;
+    if (log->flushing)
+        return -EBUSY;
     dl_seg *a = dl_active(log);
+    *f = (fx_dlog_flush){.io = log->io, .fd = -1, .target = log->durable, .size = log->synced_size};
     if (log->durable < a->next) {
-        uint64_t target = a->next, size = a->size;
-        int rv = log->io->ops->fdatasync(log->io, log->fd);
-        if (rv != 0) {
-            log->failed = true;
-            log->st.sync_failures++;
-            return dl_fail(log, rv, "stream=%s durability sync failed: %s", log->label,
-                           fx_strerror(rv));
-        }
-        log->durable = target;
-        log->synced_size = size;
+        f->fd = log->fd;
+        f->target = a->next;
+        f->size = a->size;
+    }
+    log->flushing = true;
+    return 0;
+}
+
+int fx_dlog_flush_run(const fx_dlog_flush *f)
+{
+    return f->fd < 0 ? 0 : f->io->ops->fdatasync(f->io, f->fd);
+}
+
+/* Why the durable offset and the point come from |f| and not from the log as
+ * it stands: appends made while the fdatasync ran may or may not be on the
+ * device (the call guarantees only what was written before it began), so
+ * the completion claims exactly what the begin fixed. The active segment is
+ * still the one |f| flushed: no rollover happens while a flush is in flight
+ * (fx_dlog_append refuses it). */
+int fx_dlog_sync_complete(fx_dlog *log, const fx_dlog_flush *f, int rv, uint64_t *pdurable)
+{
+    assert(log->flushing);
+    log->flushing = false;
+    if (rv != 0) {
+        log->failed = true;
+        log->st.sync_failures++;
+        return dl_fail(log, rv, "stream=%s durability sync failed: %s", log->label,
+                       fx_strerror(rv));
+    }
+    if (log->failed)
+        return FX_ESTORAGE_FAILED;
+    if (f->fd >= 0) {
+        assert(f->fd == log->fd && f->size <= dl_active(log)->size);
+        if (f->target > log->durable)
+            log->durable = f->target;
+        if (f->size > log->synced_size)
+            log->synced_size = f->size;
         log->st.syncs++;
-        dl_write_point(log, size);
+        dl_write_point(log, f->size);
     }
     if (pdurable != NULL)
         *pdurable = log->durable;
     return 0;
+}
+
+int fx_dlog_sync(fx_dlog *log, uint64_t *pdurable)
+{
+    fx_dlog_flush f;
+    int rv = fx_dlog_sync_begin(log, &f);
+    if (rv != 0)
+        return rv;
+    return fx_dlog_sync_complete(log, &f, fx_dlog_flush_run(&f), pdurable);
 }
 
 /* ---- reads ----------------------------------------------------------------------- */

@@ -4,8 +4,10 @@
  * recovery at open (torn tail cut, interior damage refused or repaired, index
  * rebuilt), bounded range reads, retention by bytes and age in whole sealed
  * segments. No threads and no timers: the caller passes the time, decides
- * when to sync (syncpol.h says when) and runs all of it on one thread (a
- * storage thread, never a loop thread: every call may block on the disk).
+ * when to sync (syncpol.h says when) and runs all of it on one thread, the
+ * owner (a storage thread, never a loop thread: every call may block on the
+ * disk), except the fdatasync of a flush in flight (fx_dlog_flush_run), which
+ * any one other thread may run while the owner goes on appending.
  * All I/O goes through the fx_sio of the configuration. */
 #ifndef FX_STORAGE_DLOG_H
 #define FX_STORAGE_DLOG_H
@@ -75,7 +77,8 @@ int fx_dlog_open(fx_dlog **plog, const char *dir, const fx_dlog_config *cfg, uin
                  fx_dlog_recovery *rep);
 
 /* With |sync|, flushes first (fx_dlog_sync); then closes the files and frees
- * |log|. Returns the sync's result (the log is freed either way). NULL: 0. */
+ * |log|. Returns the sync's result (the log is freed either way). NULL: 0.
+ * Never while a flush is in flight (complete it first: fx_dlog_sync_begin). */
 int fx_dlog_close(fx_dlog *log, bool sync);
 
 /* One record to append. */
@@ -90,7 +93,9 @@ typedef struct fx_dlog_iov {
  * holds a record). Returns 0; -EINVAL (n == 0); FX_ESTORAGE_TOO_LARGE (a
  * payload above 64 MiB); -ENOSPC, -EIO, ...: nothing of the batch is in the
  * log (the file was cut back) and a later append may succeed;
- * FX_ESTORAGE_FAILED: the log stopped earlier (see below). */
+ * FX_ESTORAGE_FAILED: the log stopped earlier (see below); -EBUSY: the
+ * batch needs a rollover and a flush is in flight (nothing written; append
+ * it once the flush completed). */
 int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
                    uint64_t *pfirst);
 
@@ -106,8 +111,62 @@ uint64_t fx_dlog_room_after(const fx_dlog *log, uint64_t first_bytes);
  * record is durable; a log with nothing new returns at once. A failed flush
  * leaves the log stopped (FX_ESTORAGE_FAILED for every later append and
  * sync): the kernel may have dropped the unflushed pages, so only reopening
- * (recovery reads what really is on disk) can tell what survived. */
+ * (recovery reads what really is on disk) can tell what survived. -EBUSY
+ * while a flush begun by fx_dlog_sync_begin is in flight. It is
+ * fx_dlog_sync_begin, fx_dlog_flush_run and fx_dlog_sync_complete in a row. */
 int fx_dlog_sync(fx_dlog *log, uint64_t *pdurable);
+
+/* ---- a flush in flight: the fdatasync on another thread -------------------------
+ * fx_dlog_sync in three steps, so that the owner of the log keeps appending
+ * (pwrite into the page cache) while the fdatasync runs on another thread:
+ *   begin     (owner)      fixes what the flush covers: the records appended so far;
+ *   run       (any thread) the fdatasync of the active segment, nothing else;
+ *   complete  (owner)      with run's result: the covered records become durable and
+ *                          the durable point records the covered length.
+ * One flush in flight per log. While it is, appends go on, but none that needs a
+ * rollover (-EBUSY: the segment being flushed must stay the active one, and its
+ * handle open, until the flush completes; fx_dlog_append_rolls tells beforehand),
+ * and fx_dlog_sync and fx_dlog_close must wait for the completion. Retention and
+ * reads may run (they never touch the active segment's file). A power cut before
+ * complete loses nothing the log ever called durable: what the flush covers counts
+ * only once complete has seen it succeed. */
+
+/* What a flush in flight covers. Filled by fx_dlog_sync_begin; the owner keeps
+ * it until fx_dlog_sync_complete. */
+typedef struct fx_dlog_flush {
+    fx_sio *io;
+    int fd;          /* the handle fx_dlog_flush_run flushes; -1: nothing to flush */
+    uint64_t target; /* offsets below are durable once the flush succeeded */
+    uint64_t size;   /* bytes of the active segment it covers (the durable point) */
+} fx_dlog_flush;
+
+/* Begins a flush of everything appended so far into |*f|. Returns 0 (with
+ * f->fd -1 when nothing is new: run does nothing, complete reports the
+ * durable offset), FX_ESTORAGE_FAILED (the log stopped), -EBUSY (a flush is
+ * in flight). Owner thread. */
+int fx_dlog_sync_begin(fx_dlog *log, fx_dlog_flush *f);
+
+/* The fdatasync of flush |f| (0 at once when f->fd is -1). Returns 0 or
+ * -errno. Any thread, once per begun flush, while the owner goes on with the
+ * log; it touches nothing of the log but the file handle in |f|. */
+int fx_dlog_flush_run(const fx_dlog_flush *f);
+
+/* Ends flush |f| with |rv|, fx_dlog_flush_run's result (the caller must not
+ * invent one: 0 only when the fdatasync returned 0). On success the records
+ * below f->target are durable (|*pdurable|, may be NULL, gets the durable
+ * offset, which never passes f->target while later appends are unflushed)
+ * and the durable point of the active segment is written as f->size. A
+ * failed flush stops the log, as fx_dlog_sync's does, and returns |rv|; a log
+ * stopped meanwhile (a failed append could not be cut back) returns
+ * FX_ESTORAGE_FAILED. Owner thread. */
+int fx_dlog_sync_complete(fx_dlog *log, const fx_dlog_flush *f, int rv, uint64_t *pdurable);
+
+/* Whether a flush is in flight (begun and not completed). */
+bool fx_dlog_is_flushing(const fx_dlog *log);
+
+/* Whether an append of |bytes| bytes of records (28-byte headers included)
+ * made now would roll the active segment first. */
+bool fx_dlog_append_rolls(const fx_dlog *log, uint64_t bytes);
 
 /* One record of a page; |data| points into the page's buffer. */
 typedef struct fx_dlog_record {

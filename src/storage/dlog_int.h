@@ -62,6 +62,7 @@ struct fx_dlog {
     bool point_warned;    /* a failed point write was logged since the open */
     bool point_dirty;     /* a point word was written since the open: a clean close flushes it */
     bool failed;
+    bool flushing; /* a flush is in flight (fx_dlog_sync_begin, not yet completed) */
     uint8_t *enc;
     size_t enc_cap;
     fx_dlog_stats st;

@@ -1,7 +1,11 @@
 /* In-memory fx_sio with a durable and a volatile image of every file and of
  * the name space, error injection and power-cut simulation (see memio.h).
  * Files are "inodes" that live until the fx_memio is freed; names map paths
- * to inodes. Small and linear on purpose: tests hold tens of files. */
+ * to inodes. Small and linear on purpose: tests hold tens of files.
+ * Threads: every call takes |mu| for its whole length (the vtable entries
+ * below are thin wrappers around the m_* bodies, which assume it held), but
+ * fdatasync, which drops it while a test holds the flush, so that a storage
+ * thread can go on appending while another thread's flush is in flight. */
 #include "storage/memio.h"
 
 #include <errno.h>
@@ -60,10 +64,13 @@ struct fx_memio {
     char fail_suffix[64]; /* injected failures only for paths ending so; "" all */
     size_t tear_block;    /* appended bytes persist per block of this size */
     size_t tear_sector;   /* overwritten bytes persist per sector of this size */
-    /* fx_memio_hold_next_sync: the only state another thread touches. */
+    uint64_t epoch;       /* power cuts so far: a flush begun before one has no effect */
+    pthread_mutex_t mu;   /* every field above, and the images */
+    /* fx_memio_hold_next_sync (any thread; never taken with |mu| held). */
     pthread_mutex_t hold_mu;
     pthread_cond_t hold_cv;
     bool hold_armed, held;
+    int held_rv; /* what the held sync returns once released (0: it takes effect) */
 };
 
 /* ---- images and names ---------------------------------------------------- */
@@ -249,7 +256,7 @@ static uint64_t inode_held(const inode *in)
     return in->cur.len > in->reserved ? in->cur.len : in->reserved;
 }
 
-uint64_t fx_memio_used(const fx_memio *m)
+static uint64_t used_of(const fx_memio *m)
 {
     uint64_t used = 0;
     for (size_t i = 0; i < m->cur.n; i++) {
@@ -315,7 +322,7 @@ static int m_pwrite(fx_sio *io, int fd, const void *buf, size_t n, uint64_t off)
         return rv;
     size_t fit = n;
     if (m->capacity > 0) {
-        uint64_t used = fx_memio_used(m);
+        uint64_t used = used_of(m);
         uint64_t held = inode_held(in);
         uint64_t room = m->capacity > used ? m->capacity - used : 0;
         uint64_t max_end = held + room;
@@ -350,9 +357,11 @@ static ssize_t m_pread(fx_sio *io, int fd, void *buf, size_t n, uint64_t off)
     return (ssize_t)k;
 }
 
-/* Waits here while a test holds this sync (fx_memio_hold_next_sync). */
-static void hold_point(fx_memio *m)
+/* Waits here while a test holds this sync (fx_memio_hold_next_sync);
+ * returns the result the release gave it. */
+static int hold_point(fx_memio *m)
 {
+    int rv = 0;
     pthread_mutex_lock(&m->hold_mu);
     if (m->hold_armed) {
         m->hold_armed = false;
@@ -360,19 +369,46 @@ static void hold_point(fx_memio *m)
         pthread_cond_broadcast(&m->hold_cv);
         while (m->held)
             pthread_cond_wait(&m->hold_cv, &m->hold_mu);
+        rv = m->held_rv;
+        m->held_rv = 0;
     }
     pthread_mutex_unlock(&m->hold_mu);
+    return rv;
 }
 
+/* A flush makes durable what was written before it began (a snapshot taken
+ * then), not what is written while it runs: a real fdatasync may also catch
+ * those bytes, but nothing may count on it, and the snapshot lets a test see
+ * a claim that does. |mu| is dropped while a test holds the flush. */
 static int m_fdatasync(fx_sio *io, int fd)
 {
     fx_memio *m = (fx_memio *)io;
     inode *in = NULL;
+    pthread_mutex_lock(&m->mu);
     int rv = gate_inode(m, FX_MEMIO_FDATASYNC, fd, &in);
-    if (rv != 0)
+    image snap = {0};
+    int ino = handle_ino(m, fd);
+    uint64_t epoch = m->epoch;
+    if (rv == 0)
+        rv = image_copy(&snap, &in->cur, in->cur.len);
+    pthread_mutex_unlock(&m->mu);
+    if (rv != 0) {
+        free(snap.p);
         return rv;
-    hold_point(m);
-    return image_copy(&in->dur, &in->cur, in->cur.len);
+    }
+    rv = hold_point(m);
+    pthread_mutex_lock(&m->mu);
+    if (m->epoch != epoch) {
+        rv = -EIO; /* the power was cut meanwhile: this process is gone */
+    } else if (rv == 0) {
+        in = &m->inodes[ino]; /* the array may have moved */
+        free(in->dur.p);
+        in->dur = snap;
+        snap = (image){0};
+    }
+    pthread_mutex_unlock(&m->mu);
+    free(snap.p);
+    return rv;
 }
 
 static int m_fallocate(fx_sio *io, int fd, uint64_t len)
@@ -385,7 +421,7 @@ static int m_fallocate(fx_sio *io, int fd, uint64_t len)
     uint64_t held = inode_held(in);
     if (len <= held)
         return 0;
-    if (m->capacity > 0 && fx_memio_used(m) + (len - held) > m->capacity)
+    if (m->capacity > 0 && used_of(m) + (len - held) > m->capacity)
         return -ENOSPC;
     in->reserved = len;
     return 0;
@@ -540,29 +576,30 @@ static int m_sync_dir(fx_sio *io, const char *path)
     return 0;
 }
 
+/* Takes |mu| for the snapshot only: the callback may call this layer again. */
 static int m_list(fx_sio *io, const char *path, fx_sio_list_cb cb, void *user)
 {
     fx_memio *m = (fx_memio *)io;
+    pthread_mutex_lock(&m->mu);
     int rv = gate(m, FX_MEMIO_NOPS);
-    if (rv != 0)
-        return rv;
-    if (strcmp(path, "/") != 0 && lookup(m, path) < 0)
-        return -ENOENT;
-    /* Snapshot first: the callback may unlink. */
+    if (rv == 0 && strcmp(path, "/") != 0 && lookup(m, path) < 0)
+        rv = -ENOENT;
     size_t n = 0;
-    char **v = calloc(m->cur.n + 1, sizeof(*v));
-    bool *dirs = calloc(m->cur.n + 1, sizeof(*dirs));
-    if (v == NULL || dirs == NULL) {
-        free(v);
-        free(dirs);
-        return -ENOMEM;
+    char **v = NULL;
+    bool *dirs = NULL;
+    if (rv == 0) {
+        v = calloc(m->cur.n + 1, sizeof(*v));
+        dirs = calloc(m->cur.n + 1, sizeof(*dirs));
+        if (v == NULL || dirs == NULL)
+            rv = -ENOMEM;
     }
-    for (size_t i = 0; i < m->cur.n; i++) {
+    for (size_t i = 0; rv == 0 && i < m->cur.n; i++) {
         if (is_child(m->cur.v[i].path, path)) {
             dirs[n] = m->inodes[m->cur.v[i].ino].is_dir;
             v[n++] = strdup(strrchr(m->cur.v[i].path, '/') + 1);
         }
     }
+    pthread_mutex_unlock(&m->mu);
     for (size_t i = 0; i < n; i++) {
         if (rv == 0)
             rv = v[i] != NULL ? cb(user, v[i], dirs[i]) : -ENOMEM;
@@ -621,23 +658,110 @@ static int m_remove_tree(fx_sio *io, const char *path)
     return rv != 0 ? rv : m_rmdir(io, path);
 }
 
+/* ---- the vtable: each call under |mu| ------------------------------------- */
+
+#define LOCKED_AS(type, m, call)                                                                   \
+    do {                                                                                           \
+        pthread_mutex_lock(&(m)->mu);                                                              \
+        type rv_ = (call);                                                                         \
+        pthread_mutex_unlock(&(m)->mu);                                                            \
+        return rv_;                                                                                \
+    } while (0)
+#define LOCKED(m, call) LOCKED_AS(int, m, call)
+
+static int l_open(fx_sio *io, const char *path, fx_sio_mode mode, int *pfd)
+{
+    LOCKED((fx_memio *)io, m_open(io, path, mode, pfd));
+}
+
+static int l_close(fx_sio *io, int fd)
+{
+    LOCKED((fx_memio *)io, m_close(io, fd));
+}
+
+static int l_pwrite(fx_sio *io, int fd, const void *buf, size_t n, uint64_t off)
+{
+    LOCKED((fx_memio *)io, m_pwrite(io, fd, buf, n, off));
+}
+
+static ssize_t l_pread(fx_sio *io, int fd, void *buf, size_t n, uint64_t off)
+{
+    LOCKED_AS(ssize_t, (fx_memio *)io, m_pread(io, fd, buf, n, off));
+}
+
+static int l_fallocate(fx_sio *io, int fd, uint64_t len)
+{
+    LOCKED((fx_memio *)io, m_fallocate(io, fd, len));
+}
+
+static int l_ftruncate(fx_sio *io, int fd, uint64_t len)
+{
+    LOCKED((fx_memio *)io, m_ftruncate(io, fd, len));
+}
+
+static int l_fsize(fx_sio *io, int fd, uint64_t *psize)
+{
+    LOCKED((fx_memio *)io, m_fsize(io, fd, psize));
+}
+
+static int l_rename(fx_sio *io, const char *from, const char *to)
+{
+    LOCKED((fx_memio *)io, m_rename(io, from, to));
+}
+
+static int l_unlink(fx_sio *io, const char *path)
+{
+    LOCKED((fx_memio *)io, m_unlink(io, path));
+}
+
+static int l_mkdir(fx_sio *io, const char *path)
+{
+    LOCKED((fx_memio *)io, m_mkdir(io, path));
+}
+
+static int l_rmdir(fx_sio *io, const char *path)
+{
+    LOCKED((fx_memio *)io, m_rmdir(io, path));
+}
+
+static int l_sync_dir(fx_sio *io, const char *path)
+{
+    LOCKED((fx_memio *)io, m_sync_dir(io, path));
+}
+
+/* m_list takes |mu| itself: its callback may call back into this layer. */
+static int l_list(fx_sio *io, const char *path, fx_sio_list_cb cb, void *user)
+{
+    return m_list(io, path, cb, user);
+}
+
+static int l_stat(fx_sio *io, const char *path, bool *pis_dir)
+{
+    LOCKED((fx_memio *)io, m_stat(io, path, pis_dir));
+}
+
+static int l_remove_tree(fx_sio *io, const char *path)
+{
+    LOCKED((fx_memio *)io, m_remove_tree(io, path));
+}
+
 static const fx_sio_ops MEM_OPS = {
-    .open = m_open,
-    .close = m_close,
-    .pwrite = m_pwrite,
-    .pread = m_pread,
+    .open = l_open,
+    .close = l_close,
+    .pwrite = l_pwrite,
+    .pread = l_pread,
     .fdatasync = m_fdatasync,
-    .fallocate = m_fallocate,
-    .ftruncate = m_ftruncate,
-    .fsize = m_fsize,
-    .rename = m_rename,
-    .unlink = m_unlink,
-    .mkdir = m_mkdir,
-    .rmdir = m_rmdir,
-    .sync_dir = m_sync_dir,
-    .list = m_list,
-    .stat = m_stat,
-    .remove_tree = m_remove_tree,
+    .fallocate = l_fallocate,
+    .ftruncate = l_ftruncate,
+    .fsize = l_fsize,
+    .rename = l_rename,
+    .unlink = l_unlink,
+    .mkdir = l_mkdir,
+    .rmdir = l_rmdir,
+    .sync_dir = l_sync_dir,
+    .list = l_list,
+    .stat = l_stat,
+    .remove_tree = l_remove_tree,
 };
 
 /* ---- public ------------------------------------------------------------- */
@@ -651,6 +775,7 @@ int fx_memio_new(fx_memio **pm)
     m->crash_at = UINT64_MAX;
     m->tear_block = TEAR_BLOCK;
     m->tear_sector = TEAR_SECTOR;
+    pthread_mutex_init(&m->mu, NULL);
     pthread_mutex_init(&m->hold_mu, NULL);
     pthread_cond_init(&m->hold_cv, NULL);
     *pm = m;
@@ -668,6 +793,7 @@ void fx_memio_free(fx_memio *m)
     free(m->inodes);
     pthread_cond_destroy(&m->hold_cv);
     pthread_mutex_destroy(&m->hold_mu);
+    pthread_mutex_destroy(&m->mu);
     names_clear(&m->cur);
     names_clear(&m->dur);
     free(m->cur.v);
@@ -683,39 +809,63 @@ fx_sio *fx_memio_sio(fx_memio *m)
 
 void fx_memio_fail(fx_memio *m, fx_memio_op op, int neg_errno, unsigned count)
 {
+    pthread_mutex_lock(&m->mu);
     m->fail_err[op] = neg_errno;
     m->fail_count[op] = count;
+    pthread_mutex_unlock(&m->mu);
 }
 
 void fx_memio_fail_only(fx_memio *m, const char *suffix)
 {
+    pthread_mutex_lock(&m->mu);
     snprintf(m->fail_suffix, sizeof(m->fail_suffix), "%s", suffix != NULL ? suffix : "");
+    pthread_mutex_unlock(&m->mu);
 }
 
 void fx_memio_set_capacity(fx_memio *m, uint64_t bytes)
 {
+    pthread_mutex_lock(&m->mu);
     m->capacity = bytes;
+    pthread_mutex_unlock(&m->mu);
 }
 
 void fx_memio_crash_after(fx_memio *m, uint64_t n)
 {
+    pthread_mutex_lock(&m->mu);
     m->crash_at = m->calls + n;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The getters read under |mu| (cast away: a lock is not a change). */
+#define GET(m, expr)                                                                               \
+    do {                                                                                           \
+        pthread_mutex_t *mu_ = (pthread_mutex_t *)&(m)->mu;                                        \
+        pthread_mutex_lock(mu_);                                                                   \
+        uint64_t v_ = (uint64_t)(expr);                                                            \
+        pthread_mutex_unlock(mu_);                                                                 \
+        return v_;                                                                                 \
+    } while (0)
+
+uint64_t fx_memio_used(const fx_memio *m)
+{
+    GET(m, used_of(m));
 }
 
 bool fx_memio_is_down(const fx_memio *m)
 {
-    return m->down;
+    GET(m, m->down);
 }
 
 uint64_t fx_memio_calls(const fx_memio *m)
 {
-    return m->calls;
+    GET(m, m->calls);
 }
 
 void fx_memio_hold_next_sync(fx_memio *m)
 {
     pthread_mutex_lock(&m->hold_mu);
     m->hold_armed = true;
+    m->held_rv = 0;
     pthread_mutex_unlock(&m->hold_mu);
 }
 
@@ -729,16 +879,22 @@ void fx_memio_wait_held(fx_memio *m)
 
 void fx_memio_release(fx_memio *m)
 {
+    fx_memio_release_failing(m, 0);
+}
+
+void fx_memio_release_failing(fx_memio *m, int neg_errno)
+{
     pthread_mutex_lock(&m->hold_mu);
     m->hold_armed = false;
     m->held = false;
+    m->held_rv = neg_errno;
     pthread_cond_broadcast(&m->hold_cv);
     pthread_mutex_unlock(&m->hold_mu);
 }
 
 uint64_t fx_memio_op_calls(const fx_memio *m, fx_memio_op op)
 {
-    return op < FX_MEMIO_NOPS ? m->op_calls[op] : 0;
+    GET(m, op < FX_MEMIO_NOPS ? m->op_calls[op] : 0);
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -851,6 +1007,8 @@ static int tear_inode(const fx_memio *m, inode *in, fx_memio_tear model, uint64_
 
 void fx_memio_crash_torn(fx_memio *m, fx_memio_tear model, uint64_t seed)
 {
+    pthread_mutex_lock(&m->mu);
+    m->epoch++;
     uint64_t s = seed;
     for (size_t i = 0; i < m->ninodes; i++) {
         inode *in = &m->inodes[i];
@@ -867,12 +1025,15 @@ void fx_memio_crash_torn(fx_memio *m, fx_memio_tear model, uint64_t seed)
         m->handles[h] = -1;
     m->down = false;
     m->crash_at = UINT64_MAX;
+    pthread_mutex_unlock(&m->mu);
 }
 
 void fx_memio_set_tear_unit(fx_memio *m, size_t block, size_t sector)
 {
+    pthread_mutex_lock(&m->mu);
     m->tear_block = block > 0 ? block : TEAR_BLOCK;
     m->tear_sector = sector > 0 ? sector : TEAR_SECTOR;
+    pthread_mutex_unlock(&m->mu);
 }
 
 void fx_memio_crash(fx_memio *m, uint64_t torn_seed)
@@ -886,7 +1047,7 @@ static inode *path_inode(fx_memio *m, const char *path)
     return ino < 0 || m->inodes[ino].is_dir ? NULL : &m->inodes[ino];
 }
 
-int fx_memio_corrupt(fx_memio *m, const char *path, uint64_t off, uint8_t mask)
+static int corrupt_locked(fx_memio *m, const char *path, uint64_t off, uint8_t mask)
 {
     inode *in = path_inode(m, path);
     if (in == NULL)
@@ -899,7 +1060,7 @@ int fx_memio_corrupt(fx_memio *m, const char *path, uint64_t off, uint8_t mask)
     return 0;
 }
 
-int fx_memio_cut(fx_memio *m, const char *path, uint64_t len)
+static int cut_locked(fx_memio *m, const char *path, uint64_t len)
 {
     inode *in = path_inode(m, path);
     if (in == NULL)
@@ -912,11 +1073,26 @@ int fx_memio_cut(fx_memio *m, const char *path, uint64_t len)
     return 0;
 }
 
-int fx_memio_file_len(fx_memio *m, const char *path, uint64_t *plen)
+static int file_len_locked(fx_memio *m, const char *path, uint64_t *plen)
 {
     inode *in = path_inode(m, path);
     if (in == NULL)
         return -ENOENT;
     *plen = in->cur.len;
     return 0;
+}
+
+int fx_memio_corrupt(fx_memio *m, const char *path, uint64_t off, uint8_t mask)
+{
+    LOCKED(m, corrupt_locked(m, path, off, mask));
+}
+
+int fx_memio_cut(fx_memio *m, const char *path, uint64_t len)
+{
+    LOCKED(m, cut_locked(m, path, len));
+}
+
+int fx_memio_file_len(fx_memio *m, const char *path, uint64_t *plen)
+{
+    LOCKED(m, file_len_locked(m, path, plen));
 }

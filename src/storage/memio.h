@@ -8,8 +8,12 @@
  * full, and fx_memio_crash_after() makes the n-th next call and all later
  * ones fail, so a crash can land between any two system calls.
  * Simplification: renaming a directory is durable at once. Paths are used
- * as given (no "..", no symlinks); "/" always exists. One thread at a time
- * (but the hold of a flush below). */
+ * as given (no "..", no symlinks); "/" always exists. An fdatasync makes
+ * durable what the file held when it began, never what was written while it
+ * ran (a real one may, but nothing may count on it). Any thread: each call
+ * is atomic under one lock, and a flush in flight (held below, or running on
+ * another thread) lets the other calls go on; a power cut while one is in
+ * flight voids it (-EIO). */
 #ifndef FX_STORAGE_MEMIO_H
 #define FX_STORAGE_MEMIO_H
 
@@ -112,13 +116,17 @@ uint64_t fx_memio_calls(const fx_memio *m);
 /* Number of calls of kind |op| made so far (those that failed included). */
 uint64_t fx_memio_op_calls(const fx_memio *m, fx_memio_op op);
 
-/* Holding a flush, to test what queues behind one (the only calls another
- * thread may make while the user runs): the next fdatasync waits, after its
- * gate and before it takes effect, until fx_memio_release(); wait_held
- * returns once a sync is waiting. Any thread. */
+/* Holding a flush, to test what happens while one is in flight: the next
+ * fdatasync waits, after its gate and its snapshot and before it takes
+ * effect, until fx_memio_release(); wait_held returns once a sync is
+ * waiting. Any thread. */
 void fx_memio_hold_next_sync(fx_memio *m);
 void fx_memio_wait_held(fx_memio *m);
 void fx_memio_release(fx_memio *m);
+/* Releases the held sync as fx_memio_release does, but it then fails with
+ * |neg_errno| (such as -EIO) and makes nothing durable, as a device error
+ * found during the flush. */
+void fx_memio_release_failing(fx_memio *m, int neg_errno);
 
 /* Test helpers acting on both images at once (as if the damage were on the
  * platter): XOR the byte at |off| of file |path| with |mask|; cut the file to

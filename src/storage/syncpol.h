@@ -1,7 +1,9 @@
 /* fx_syncpol: when to flush a durable log, and which appends that makes
  * durable or acknowledgeable. Pure policy (no I/O, no clock: the caller
  * passes |now|); the storage thread asks it after every append and at its
- * deadline, runs the flush (fx_dlog_sync) and reports the result.
+ * deadline, begins the flush (fx_dlog_sync_begin: its fdatasync may run on
+ * another thread while appends go on) and reports the result once the
+ * flush completed (fx_dlog_sync_complete).
  *   none      never flushes by itself (the log flushes at rollover and at
  *             close); appends are acknowledged once written to the page
  *             cache: they survive a process crash, not a power cut.
@@ -91,7 +93,8 @@ uint64_t fx_syncpol_deadline(const fx_syncpol *p);
 uint64_t fx_syncpol_begin(fx_syncpol *p, uint64_t now_ns);
 
 /* The running flush ended with |rv| (0 or an error); on success the log
- * reported |durable| (fx_dlog_sync's offset, which covers the target). */
+ * reported |durable| (fx_dlog_sync_complete's offset, which covers the
+ * target and nothing appended after the flush began). */
 void fx_syncpol_end(fx_syncpol *p, int rv, uint64_t durable);
 
 /* Offsets below this may be acknowledged: the durable ones under

@@ -280,13 +280,15 @@ static void test_on_commit_group_commit_serves_several_appends_per_flush(void **
 
 /* Jobs of one stream that queue on its storage thread while it flushes are
  * appended together, in one write, each at its own offsets: the flush of p0
- * is held until the jobs of two other connections wait behind it. */
+ * is held until the jobs of two other connections wait behind it. With
+ * durable_flush_pipeline off (the storage thread runs the fdatasync). */
 static void test_jobs_queued_behind_a_flush_share_one_append(void **state)
 {
     (void)state;
     fx_memio *m;
     E *e = d_new_memio(&m, FX_FSYNC_ON_COMMIT);
     e->bo.durable.max_unsynced_bytes = 0;
+    e->bo.durable.flush_inline = true;
     e_start(e);
     put_stream(e, "h", "{\"durable\": true}", 201, NULL);
     fx_client *c[3];
@@ -319,7 +321,8 @@ static void test_jobs_queued_behind_a_flush_share_one_append(void **state)
     assert_int_equal(atomic_load(&k.ok), 3);
     fx_metrics_snapshot_take(&b);
     assert_int_equal(DELTA(a, b, storage_append_records), 3);
-    assert_int_equal(DELTA(a, b, storage_append_writes), 2); /* p0, then p1 + p2 together */
+    assert_int_equal(DELTA(a, b, storage_append_writes), 2);  /* p0, then p1 + p2 together */
+    assert_int_equal(DELTA(a, b, storage_sync_offloaded), 0); /* the storage thread flushed */
     fix_expect_event(s, 0, "p0");
     char got[2][3] = {{0}};
     for (int i = 0; i < 2; i++) {
@@ -335,6 +338,64 @@ static void test_jobs_queued_behind_a_flush_share_one_append(void **state)
     fx_unsubscribe(s);
     for (int i = 0; i < 3; i++)
         assert_int_equal(fx_client_close(c[i], HANG_MS), 0);
+    e_free(e);
+    fx_memio_free(m);
+}
+
+/* Waits (at most 10 s: only a broken pipeline gets there) until the storage
+ * threads appended |n| records since |a|; the snapshot is left in |*b|. */
+static void wait_appended(const fx_metrics_snapshot *a, fx_metrics_snapshot *b, uint64_t n)
+{
+    for (int i = 0; i < 10000; i++) {
+        fx_metrics_snapshot_take(b);
+        if (DELTA((*a), (*b), storage_append_records) >= (int64_t)n)
+            return;
+        sleep_ms(1);
+    }
+    fail_msg("%llu records appended, want %llu",
+             (unsigned long long)DELTA((*a), (*b), storage_append_records), (unsigned long long)n);
+}
+
+/* The pipelined flush: while p0's fdatasync is held on the sync thread, the
+ * storage thread goes on appending p1 and p2 (it would wait for the flush
+ * otherwise, and the records would stay unappended); none of the three is
+ * acknowledged until a flush covering it completed: p0 by the held one, p1
+ * and p2 together by the next, which starts as the held one completes. */
+static void test_appends_go_on_while_a_flush_is_in_flight_and_acks_wait_for_it(void **state)
+{
+    (void)state;
+    fx_memio *m;
+    E *e = d_new_memio(&m, FX_FSYNC_ON_COMMIT);
+    e->bo.durable.max_unsynced_bytes = 0;
+    e_start(e);
+    put_stream(e, "pl", "{\"durable\": true}", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_subscription *s = subscribe(c, "pl");
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    acks k = {0};
+    fx_memio_hold_next_sync(m);
+    assert_int_equal(fx_publish_async(c, NS, "pl", "p0", 2, FX_ACK_PER_MESSAGE, on_ack, &k), 0);
+    fx_memio_wait_held(m); /* p0 is written; its fdatasync waits on the sync thread */
+    assert_int_equal(fx_publish_async(c, NS, "pl", "p1", 2, FX_ACK_PER_MESSAGE, on_ack, &k), 0);
+    wait_appended(&a, &b, 2);
+    assert_int_equal(fx_publish_async(c, NS, "pl", "p2", 2, FX_ACK_PER_MESSAGE, on_ack, &k), 0);
+    wait_appended(&a, &b, 3);
+    assert_int_equal(DELTA(a, b, storage_syncs), 0);
+    assert_int_equal(DELTA(a, b, storage_sync_offloaded), 1);
+    assert_int_equal(atomic_load(&k.ok) + atomic_load(&k.failed), 0); /* no flush completed */
+    fx_memio_release(m);
+    assert_int_equal(fx_flush(c, HANG_MS), 0);
+    assert_int_equal(atomic_load(&k.ok), 3);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, storage_syncs), 2);
+    /* Fan-in: 1 (p0), then 2 (p1 and p2, appended during the first). */
+    assert_int_equal(b.h.storage_sync_appends.sum - a.h.storage_sync_appends.sum, 3);
+    fix_expect_event(s, 0, "p0");
+    fix_expect_event(s, 1, "p1");
+    fix_expect_event(s, 2, "p2");
+    fx_unsubscribe(s);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
     fx_memio_free(m);
 }
@@ -1174,6 +1235,44 @@ static void test_failed_flush_fails_the_publish_with_storage_error(void **state)
     fx_memio_free(m);
 }
 
+/* A flush in flight that fails stops the log for good: the publish it
+ * covered and the one appended while it ran fail with "storage error",
+ * neither reaches the subscriber, and later publishes fail too. */
+static void test_a_failed_flush_in_flight_fails_the_appends_made_meanwhile(void **state)
+{
+    (void)state;
+    fx_memio *m;
+    E *e = d_new_memio(&m, FX_FSYNC_ON_COMMIT);
+    e->bo.durable.max_unsynced_bytes = 0;
+    e_start(e);
+    put_stream(e, "pf", "{\"durable\": true}", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_subscription *s = subscribe(c, "pf");
+    pub_ok(c, "pf", "first");
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    acks k = {0};
+    fx_memio_hold_next_sync(m);
+    assert_int_equal(fx_publish_async(c, NS, "pf", "p0", 2, FX_ACK_PER_MESSAGE, on_ack, &k), 0);
+    fx_memio_wait_held(m);
+    assert_int_equal(fx_publish_async(c, NS, "pf", "p1", 2, FX_ACK_PER_MESSAGE, on_ack, &k), 0);
+    wait_appended(&a, &b, 2);
+    fx_memio_release_failing(m, -EIO);
+    assert_int_equal(fx_flush(c, HANG_MS), 0);
+    assert_int_equal(atomic_load(&k.ok), 0);
+    assert_int_equal(atomic_load(&k.failed), 2);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, storage_sync_failures), 1);
+    expect_pub_error(c, "pf", "later", "storage error");
+    fix_expect_event(s, 0, "first");
+    fx_event ev;
+    assert_int_equal(fx_subscription_next(s, &ev, 200), FX_ETIMEDOUT);
+    fx_unsubscribe(s);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    fx_memio_free(m);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_durable_without_storage_dir_is_refused_with_the_original_text),
     cmocka_unit_test(test_durability_cannot_be_flipped_on_an_existing_stream),
@@ -1182,6 +1281,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_on_commit_group_commit_serves_several_appends_per_flush),
     cmocka_unit_test(test_flush_timer_arm_failure_flushes_at_once),
     cmocka_unit_test(test_jobs_queued_behind_a_flush_share_one_append),
+    cmocka_unit_test(test_appends_go_on_while_a_flush_is_in_flight_and_acks_wait_for_it),
+    cmocka_unit_test(test_a_failed_flush_in_flight_fails_the_appends_made_meanwhile),
     cmocka_unit_test(test_max_unsynced_bytes_keeps_one_job_in_storage_at_a_time),
     cmocka_unit_test(test_start_recovers_catalogued_streams_and_cuts_a_torn_tail),
     cmocka_unit_test(test_interior_corruption_quarantines_the_stream_unless_repair),
