@@ -10,8 +10,8 @@
 #   fsync probe (felix-bench --mode fsync-probe: 1,052-byte records, fdatasync every 64) and the
 #     disk's sustained write rate (dd bs=1M count=1024 conv=fdatasync in DIR)
 #   acked on_commit, one publisher, 64 in flight (--mode throughput --ack --publishers 1 --window 64),
-#     with the pipelined flush (the default) and with durable_flush_pipeline=false (the fdatasync
-#     on the storage thread, as before the sync thread) in the same rounds
+#     with the fdatasync on the storage thread (the default) and with durable_flush_pipeline=true
+#     (on a sync thread while appends go on) in the same rounds
 #   acked one in flight, publish -> ack latency (--mode throughput --ack --publishers 1
 #   --window 1): in memory, periodic, on_commit
 #   catch-up replay from disk vs live delivery (--mode replay, periodic)
@@ -106,15 +106,15 @@ trap 'cleanup; exit 130' INT TERM
 J=$OUTDIR/felix.jsonl
 log() { echo "# $(date -u +%T) $*" >&2; }
 
-# start MEMORY|none|periodic|on_commit[:inline]: a fresh broker (and an empty store for durable
-# ones); ":inline" sets durable_flush_pipeline=false.
+# start MEMORY|none|periodic|on_commit[:pipeline]: a fresh broker (and an empty store for
+# durable ones); ":pipeline" sets durable_flush_pipeline=true.
 start() {
   local sets=() mode=${1%%:*}
   rm -rf "$STORE"
   if [ "$mode" != memory ]; then
     (umask 077 && mkdir -p "$STORE")
     sets=(--set durable_storage_dir="$STORE" --set durable_default=true --set durable_fsync_mode="$mode")
-    [ "$1" = "$mode:inline" ] && sets+=(--set durable_flush_pipeline=false)
+    [ "$1" = "$mode:pipeline" ] && sets+=(--set durable_flush_pipeline=true)
   fi
   fx_start_broker "$OUTDIR/broker.log" "$OUTDIR/state" "${sets[@]}"
 }
@@ -174,7 +174,7 @@ for round in $(seq 1 "$RUNS"); do
   probe
   disk
   cell on_commit commit-w64 --mode throughput --ack --publishers 1 --window 64 --min-seconds "$S"
-  cell on_commit:inline commit-w64-inline --mode throughput --ack --publishers 1 --window 64 --min-seconds "$S"
+  cell on_commit:pipeline commit-w64-pipeline --mode throughput --ack --publishers 1 --window 64 --min-seconds "$S"
   cell memory mem-acklat --mode throughput --ack --publishers 1 --window 1 --min-seconds "$ACK_SECONDS"
   cell periodic periodic-acklat --mode throughput --ack --publishers 1 --window 1 --min-seconds "$ACK_SECONDS"
   cell on_commit commit-acklat --mode throughput --ack --publishers 1 --window 1 --min-seconds "$ACK_SECONDS"
@@ -285,8 +285,8 @@ DISK_MSGS=$(awk -v m="$DD_MBS" 'BEGIN { if (m == "-") print "-"; else printf "%.
   ours=$(med "$J" commit-w64 msgs_per_s); base=$(med "$J" probe records_per_s)
   row "acked \`on_commit\`, 64 in flight, msg/s vs fsync probe records/s" "$ours" "$base" \
     "$(ratio "$ours" "$base")" ">=" 0.7
-  ours=$(med "$J" commit-w64-inline msgs_per_s)
-  row "the same with \`durable_flush_pipeline: false\` (fdatasync on the storage thread)" \
+  ours=$(med "$J" commit-w64-pipeline msgs_per_s)
+  row "the same with \`durable_flush_pipeline: true\` (fdatasync on a sync thread)" \
     "$ours" "$base" "$(ratio "$ours" "$base")" ">=" 0.7
   ours=$(med "$J" commit-acklat p50_us)
   base=$(sumf "$(med "$J" probe single_fdatasync_p50_us)" "$(med "$J" mem-acklat p50_us)")
@@ -316,7 +316,7 @@ DISK_MSGS=$(awk -v m="$DD_MBS" 'BEGIN { if (m == "-") print "-"; else printf "%.
   fi
   echo
   echo "Also: on_commit 64 in flight ack p50 $(med "$J" commit-w64 p50_us) µs" \
-       "($(med "$J" commit-w64-inline p50_us) µs with durable_flush_pipeline false); acked one in flight" \
+       "($(med "$J" commit-w64-pipeline p50_us) µs with durable_flush_pipeline true); acked one in flight" \
        "p50/p99 µs: memory $(med "$J" mem-acklat p50_us)/$(med "$J" mem-acklat p99_us)," \
        "periodic $(med "$J" periodic-acklat p50_us)/$(med "$J" periodic-acklat p99_us)," \
        "on_commit $(med "$J" commit-acklat p50_us)/$(med "$J" commit-acklat p99_us)."

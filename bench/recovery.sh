@@ -93,7 +93,9 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'; }
 start() {
   fx_start_broker "$OUTDIR/broker-$1.log" "$STATE" --set durable_storage_dir="$DATA" \
     --set durable_default=true --set durable_fsync_mode=none --set log_level=info \
-    --set durable_segment_bytes="$(bytes_of "$SEGMENT_BYTES")" --set durable_preallocate="$PREALLOCATE"
+    --set durable_segment_bytes="$(bytes_of "$SEGMENT_BYTES")" --set durable_preallocate="$PREALLOCATE" \
+    --set max_streams_per_tenant="$((STREAMS > 1024 ? STREAMS : 1024))" \
+    --set tenant_durable_streams_max="$STREAMS"
 }
 
 cold() {

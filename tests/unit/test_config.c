@@ -716,25 +716,25 @@ static void test_durable_keys_default_and_env_names_of_the_original(void **state
     done(&f);
 }
 
-/* The pipelined flush is on unless durable_flush_pipeline says otherwise
+/* The pipelined flush is off unless durable_flush_pipeline says otherwise
  * (file, environment or --set). */
-static void test_durable_flush_pipeline_is_on_by_default_and_can_be_switched_off(void **state)
+static void test_durable_flush_pipeline_is_off_by_default_and_can_be_switched_on(void **state)
 {
     (void)state;
     struct fixture f;
     assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
-    assert_true(f.c.durable_flush_pipeline);
-    done(&f);
-    assert_int_equal(load(&f, "durable_flush_pipeline: false\n", NULL, NULL, 0), 0);
     assert_false(f.c.durable_flush_pipeline);
     done(&f);
-    char *env[] = {"FELIX_DURABLE_FLUSH_PIPELINE=false", NULL};
+    assert_int_equal(load(&f, "durable_flush_pipeline: true\n", NULL, NULL, 0), 0);
+    assert_true(f.c.durable_flush_pipeline);
+    done(&f);
+    char *env[] = {"FELIX_DURABLE_FLUSH_PIPELINE=true", NULL};
     assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
-    assert_false(f.c.durable_flush_pipeline);
-    done(&f);
-    const char *sets[] = {"durable_flush_pipeline=true"};
-    assert_int_equal(load(&f, "durable_flush_pipeline: false\n", NULL, sets, 1), 0);
     assert_true(f.c.durable_flush_pipeline);
+    done(&f);
+    const char *sets[] = {"durable_flush_pipeline=false"};
+    assert_int_equal(load(&f, "durable_flush_pipeline: true\n", NULL, sets, 1), 0);
+    assert_false(f.c.durable_flush_pipeline);
     done(&f);
     const char *bad[] = {"durable_flush_pipeline", NULL};
     expect_error("durable_flush_pipeline: sometimes\n", NULL, NULL, 0, bad);
@@ -1211,7 +1211,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_metrics_stream_labels_default_off_validated_and_warned_off_loopback),
     cmocka_unit_test(test_docs_key_table_matches_registry),
     cmocka_unit_test(test_durable_keys_default_and_env_names_of_the_original),
-    cmocka_unit_test(test_durable_flush_pipeline_is_on_by_default_and_can_be_switched_off),
+    cmocka_unit_test(test_durable_flush_pipeline_is_off_by_default_and_can_be_switched_on),
     cmocka_unit_test(test_durable_bad_values_are_refused),
     cmocka_unit_test(test_durable_quota_keys_defaults_and_refusals),
     cmocka_unit_test(test_unknown_durable_key_warns_naming_the_storage),
