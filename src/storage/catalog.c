@@ -292,11 +292,10 @@ static int on_found(void *user, const char *name, bool is_dir)
     found_dirs *f = user;
     if (!is_dir || name[0] == '.')
         return 0;
-    if (f->n++ >= MISSING_LIST_MAX)
-        return 0;
-    int k = snprintf(f->list + f->len, f->cap - f->len, "%s%s", f->len ? ", " : "", name);
-    if (k > 0)
-        f->len = (size_t)k + f->len < f->cap ? f->len + (size_t)k : f->cap - 1;
+    if (f->n++ < MISSING_LIST_MAX && f->len < f->cap) { /* else counted, not listed */
+        int k = snprintf(f->list + f->len, f->cap - f->len, "%s%s", f->len ? ", " : "", name);
+        f->len = k < 0 ? f->cap : f->len + (size_t)k;
+    }
     return 0;
 }
 

@@ -164,6 +164,24 @@ static inline void fix_client_opts(fx_client_opts *o, fx_broker *b, const char *
     o->connect_timeout_ms = HANG_MS;
 }
 
+/* Fills |o| for a client of a felix-broker process at |server| whose
+ * certificate has SHA-256 |pin| (both borrowed; server name "localhost"),
+ * as tenant t1 (auth none takes any token), connect timeout HANG_MS, no
+ * reconnection (a killed daemon ends the client), blocking subscription
+ * queues (nothing dropped on the client side). */
+static inline void fix_daemon_client_opts(fx_client_opts *o, const char *server, const char *pin)
+{
+    fx_client_opts_init(o);
+    o->server = server;
+    o->server_name = "localhost";
+    o->pin_sha256 = pin;
+    o->tenant = "t1";
+    o->token = "any-token";
+    o->connect_timeout_ms = HANG_MS;
+    o->reconnect = false;
+    o->sub_queue_policy = FX_POLICY_BLOCK;
+}
+
 /* Connects with |o|; fails the test with the library's error text. The
  * caller owns the client (fx_client_close). */
 static inline fx_client *fix_connect(const fx_client_opts *o)

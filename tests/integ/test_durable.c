@@ -73,45 +73,6 @@ static void pub_ok(fx_client *c, const char *stream, const char *msg)
     }
 }
 
-/* Reads every record of t1/default/|stream|'s log under |root| into
- * |out| ("payload\n" each) and returns the log's next offset. */
-static uint64_t read_log(const char *root, const char *stream, char *out, size_t cap)
-{
-    fx_catalog *cat;
-    char err[256], dir[1024];
-    assert_int_equal(fx_catalog_open(&cat, NULL, root, err, sizeof(err)), 0);
-    const fx_catalog_entry *ce = fx_catalog_find(cat, T, NS, stream);
-    assert_non_null(ce);
-    assert_int_equal(fx_catalog_dir_path(cat, ce, dir, sizeof(dir)), 0);
-    fx_catalog_free(cat);
-    fx_dlog_config c;
-    fx_dlog_config_default(&c);
-    c.segment_bytes = 1 << 20;
-    fx_dlog *log;
-    assert_int_equal(fx_dlog_open(&log, dir, &c, 1, NULL), 0);
-    fx_dlog_page pg;
-    fx_dlog_page_init(&pg);
-    size_t len = 0;
-    out[0] = '\0';
-    for (uint64_t from = fx_dlog_first_offset(log);;) {
-        assert_int_equal(fx_dlog_read(log, from, 4096, 64, &pg), 0);
-        if (pg.n == 0)
-            break;
-        for (size_t i = 0; i < pg.n; i++) {
-            assert_int_equal(pg.recs[i].offset, from + i);
-            int n = snprintf(out + len, cap - len, "%.*s\n", (int)pg.recs[i].len,
-                             (const char *)pg.recs[i].data);
-            assert_true(n > 0 && (size_t)n < cap - len);
-            len += (size_t)n;
-        }
-        from = pg.next;
-    }
-    fx_dlog_page_deinit(&pg);
-    uint64_t next = fx_dlog_next_offset(log);
-    fx_dlog_close(log, false);
-    return next;
-}
-
 /* ---- creation and refusals ------------------------------------------------------ */
 
 static void test_durable_without_storage_dir_is_refused_with_the_original_text(void **state)
@@ -182,7 +143,7 @@ static void test_on_commit_acks_follow_the_log_and_offsets_continue_after_restar
     e->b = NULL;
 
     static char text[4096];
-    assert_int_equal(read_log(root, "orders", text, sizeof(text)), 20);
+    assert_int_equal(fix_read_log(root, "orders", text, sizeof(text)), 20);
     assert_string_equal(text, "m0\nm1\nm2\nm3\nm4\nm5\nm6\nm7\nm8\nm9\nm10\nm11\nm12\nm13\n"
                               "m14\nm15\nm16\nm17\nm18\nm19\n");
 
@@ -218,7 +179,7 @@ static void test_durable_default_makes_auto_created_streams_durable(void **state
     fx_broker_free(e->b);
     e->b = NULL;
     char text[256];
-    assert_int_equal(read_log(root, "auto", text, sizeof(text)), 2);
+    assert_int_equal(fix_read_log(root, "auto", text, sizeof(text)), 2);
     assert_string_equal(text, "one\ntwo\n");
     e_free(e);
     fix_rm_dir(root);
@@ -527,7 +488,7 @@ static void test_start_recovers_catalogued_streams_and_cuts_a_torn_tail(void **s
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
     char text[256];
-    assert_int_equal(read_log(root, "r", text, sizeof(text)), 6);
+    assert_int_equal(fix_read_log(root, "r", text, sizeof(text)), 6);
     assert_string_equal(text, "m0\nm1\nm2\nm3\nm4\nm5\n");
     fix_rm_dir(root);
 }
@@ -710,7 +671,7 @@ static void test_replay_joins_live_under_concurrent_publishing_no_gap_no_duplica
     fx_broker_free(e->b);
     e->b = NULL;
     static char text[3000 * 8];
-    assert_int_equal(read_log(root, "live", text, sizeof(text)), 3000);
+    assert_int_equal(fix_read_log(root, "live", text, sizeof(text)), 3000);
     assert_string_equal(text, got);
     e_free(e);
     fix_rm_dir(root);
@@ -830,7 +791,7 @@ static void test_delete_removes_a_durable_stream_its_catalogue_entry_and_files(v
     assert_int_equal(fx_client_close(c, HANG_MS), 0);
     e_free(e);
     char text[64];
-    assert_int_equal(read_log(root, "gone", text, sizeof(text)), 1);
+    assert_int_equal(fix_read_log(root, "gone", text, sizeof(text)), 1);
     assert_string_equal(text, "fresh\n");
     fix_rm_dir(root);
 }
@@ -1092,7 +1053,7 @@ static void test_two_workers_each_run_their_streams_logs_on_their_storage_thread
     e->b = NULL;
     for (int i = 0; i < 5; i++) {
         char text[512];
-        assert_int_equal(read_log(root, names[i], text, sizeof(text)), (uint64_t)(10 + i));
+        assert_int_equal(fix_read_log(root, names[i], text, sizeof(text)), (uint64_t)(10 + i));
     }
     e_free(e);
     fix_rm_dir(root);
@@ -1127,7 +1088,7 @@ static void test_stop_with_jobs_in_storage_completes_or_frees_every_job(void **s
     fx_metrics_snapshot_take(&m2);
     /* Whatever was appended is in the log, and no more than that. */
     char text[300 * 4];
-    uint64_t n = read_log(root, "stop", text, sizeof(text));
+    uint64_t n = fix_read_log(root, "stop", text, sizeof(text));
     assert_int_equal(n, m2.c.storage_append_records);
     assert_true(n >= (uint64_t)atomic_load(&a.ok));
     e_free(e);

@@ -13,11 +13,7 @@
 #include "broker/test_hooks.h"
 #include "integ/admin_fixture.h"
 #include "integ/durable_fixture.h"
-#include "storage/catalog.h"
-#include "storage/dlog.h"
 #include "storage/syncpol.h"
-
-#define NS "default"
 
 static E *d_new(char *root, size_t cap)
 {
@@ -56,47 +52,6 @@ static void pub_acked(fx_client *c, const char *stream, const char *prefix, int 
     }
 }
 
-/* The stopped broker's log of |stream| under |root|, read through the
- * catalogue: every payload, "\n"-terminated, into |out|; returns the count. */
-static uint64_t read_log(const char *root, const char *stream, char *out, size_t cap,
-                         size_t *pentries)
-{
-    fx_catalog *cat;
-    char err[512], dir[1024];
-    if (fx_catalog_open(&cat, NULL, root, err, sizeof(err)) != 0)
-        fail_msg("catalogue: %s", err);
-    *pentries = fx_catalog_count(cat);
-    const fx_catalog_entry *ce = fx_catalog_find(cat, T, NS, stream);
-    assert_non_null(ce);
-    assert_int_equal(fx_catalog_dir_path(cat, ce, dir, sizeof(dir)), 0);
-    fx_catalog_free(cat);
-    fx_dlog_config c;
-    fx_dlog_config_default(&c);
-    c.segment_bytes = 1 << 20;
-    fx_dlog *log;
-    assert_int_equal(fx_dlog_open(&log, dir, &c, 1, NULL), 0);
-    fx_dlog_page pg;
-    fx_dlog_page_init(&pg);
-    size_t len = 0;
-    uint64_t n = 0;
-    out[0] = '\0';
-    for (uint64_t from = fx_dlog_first_offset(log);;) {
-        assert_int_equal(fx_dlog_read(log, from, 4096, 64, &pg), 0);
-        if (pg.n == 0)
-            break;
-        for (size_t i = 0; i < pg.n; i++, n++) {
-            int k = snprintf(out + len, cap - len, "%.*s\n", (int)pg.recs[i].len,
-                             (const char *)pg.recs[i].data);
-            assert_true(k > 0 && (size_t)k < cap - len);
-            len += (size_t)k;
-        }
-        from = pg.next;
-    }
-    fx_dlog_page_deinit(&pg);
-    fx_dlog_close(log, false);
-    return n;
-}
-
 static void stop_broker(E *e)
 {
     fx_admin_free(e->admin);
@@ -130,10 +85,10 @@ static void test_a_stream_created_again_while_its_old_files_go_keeps_its_records
     stop_broker(e); /* after the storage threads ran everything queued */
 
     static char text[4096];
-    size_t entries = 0;
-    assert_int_equal(read_log(root, "x", text, sizeof(text), &entries), 10);
+    assert_int_equal(fix_read_log(root, "x", text, sizeof(text)), 10);
     assert_string_equal(text, NEW10);
-    assert_int_equal(entries, 1); /* the old incarnation's entry went with its files */
+    assert_int_equal(fix_catalog_entries(root),
+                     1); /* the old incarnation's entry went with its files */
 
     e_start(e); /* and the restarted broker serves them */
     c = e_client(e, FX_POLICY_BLOCK, 0, 0);
@@ -192,10 +147,9 @@ static void test_a_failed_deletion_never_takes_the_stream_created_again(void **s
     stop_broker(e);
 
     static char text[4096];
-    size_t entries = 0;
-    assert_int_equal(read_log(root, "x", text, sizeof(text), &entries), 10);
+    assert_int_equal(fix_read_log(root, "x", text, sizeof(text)), 10);
     assert_string_equal(text, NEW10);
-    assert_int_equal(entries, 1);
+    assert_int_equal(fix_catalog_entries(root), 1);
     e_free(e);
     fix_rm_dir(root);
 }

@@ -437,20 +437,8 @@ static void stop(run *r)
 static fx_client *connect_to(run *r)
 {
     fx_client_opts o;
-    fx_client_opts_init(&o);
-    o.server = r->server;
-    o.server_name = "localhost";
-    o.pin_sha256 = r->pin;
-    o.tenant = "t1";
-    o.token = "any-token";
-    o.connect_timeout_ms = PROC_HANG_MS;
-    o.reconnect = false;
-    o.sub_queue_policy = FX_POLICY_BLOCK;
-    fx_client *c = NULL;
-    int rv = fx_client_connect(&c, &o);
-    if (rv != 0)
-        fail_msg("connect to %s: %s", r->server, fx_strerror(rv));
-    return c;
+    fix_daemon_client_opts(&o, r->server, r->pin);
+    return fix_connect(&o);
 }
 
 /* Runs `felix log |sub| |dir|`; returns its exit status, its output in

@@ -16,7 +16,6 @@
 #include "storage/catalog.h"
 #include "storage/syncpol.h"
 
-
 /* The path of segment 0 of t1/default/|stream| under |root|. */
 static void segment0(const char *root, const char *stream, char *out, size_t cap)
 {

@@ -123,18 +123,8 @@ static void expect_refused(run *r, broker_proc *k, bool durable, const char *con
 static void publish(const broker_proc *k, int n)
 {
     fx_client_opts o;
-    fx_client_opts_init(&o);
-    o.server = k->server;
-    o.server_name = "localhost";
-    o.pin_sha256 = k->pin;
-    o.tenant = "t1";
-    o.token = "any-token";
-    o.connect_timeout_ms = PROC_HANG_MS;
-    o.reconnect = false;
-    fx_client *c = NULL;
-    int rv = fx_client_connect(&c, &o);
-    if (rv != 0)
-        fail_msg("connect to %s: %s", k->server, fx_strerror(rv));
+    fix_daemon_client_opts(&o, k->server, k->pin);
+    fx_client *c = fix_connect(&o);
     for (int i = 0; i < n; i++)
         assert_int_equal(fx_publish(c, NS, STREAM, "payload", 7, FX_ACK_PER_MESSAGE), 0);
     assert_int_equal(fx_client_close(c, PROC_HANG_MS), 0);

@@ -193,6 +193,15 @@ static void declare_with_log(fx_memio *m, fx_catalog *c, char *path, size_t cap)
     fx_dlog_close(log, true);
 }
 
+/* Removes t/n/s from |c| with the unlink of its .log files failing |n|
+ * times: the removal fails with EIO and leaves the entry marked. */
+static void remove_failing(fx_memio *m, fx_catalog *c, unsigned n)
+{
+    fx_memio_fail_only(m, ".log");
+    fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, n);
+    assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
+}
+
 static void test_remove_deletes_the_entry_and_the_files(void **state)
 {
     fx_memio *m;
@@ -224,9 +233,7 @@ static void test_a_deletion_cut_short_is_finished_at_open(void **state)
     fx_catalog *c = open_ok(m);
     char path[256];
     declare_with_log(m, c, path, sizeof(path));
-    fx_memio_fail_only(m, ".log");
-    fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, 1);
-    assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
+    remove_failing(m, c, 1);
     assert_null(fx_catalog_find(c, "t", "n", "s")); /* no longer the stream's */
     assert_int_equal(fx_catalog_count(c), 1);
     assert_true(fx_catalog_at(c, 0)->deleting);
@@ -281,9 +288,7 @@ static void test_a_stream_declared_again_after_a_failed_deletion_keeps_its_recor
     char old_path[256], path[256];
     declare_with_log(m, c, old_path, sizeof(old_path));
     uint64_t old_gen = fx_catalog_find(c, "t", "n", "s")->generation;
-    fx_memio_fail_only(m, ".log");
-    fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, 1);
-    assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
+    remove_failing(m, c, 1);
     fx_memio_fail_only(m, NULL);
     const fx_catalog_entry *e;
     bool adopted = true;
@@ -358,9 +363,7 @@ static void test_a_failed_deletion_is_retried_until_it_is_done(void **state)
     fx_catalog *c = open_ok(m);
     char path[256];
     declare_with_log(m, c, path, sizeof(path));
-    fx_memio_fail_only(m, ".log");
-    fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, 2);
-    assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
+    remove_failing(m, c, 2);
     size_t left = 0;
     assert_int_equal(fx_catalog_retry_deletions(c, &left), 0); /* fails again */
     assert_int_equal(left, 1);
@@ -383,9 +386,7 @@ static void test_a_deletion_failing_at_open_does_not_stop_the_open(void **state)
     fx_catalog *c = open_ok(m);
     char path[256];
     declare_with_log(m, c, path, sizeof(path));
-    fx_memio_fail_only(m, ".log");
-    fx_memio_fail(m, FX_MEMIO_UNLINK, -EIO, 2);
-    assert_int_equal(fx_catalog_remove(c, "t", "n", "s"), -EIO);
+    remove_failing(m, c, 2);
     fx_catalog_free(c);
     c = open_ok(m);
     assert_int_equal(fx_catalog_pending_deletions(c), 1);
