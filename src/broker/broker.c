@@ -61,6 +61,7 @@ void fx_broker_opts_default(fx_broker_opts *o)
                     .segment_bytes = FX_DLOG_DEFAULT_SEGMENT_BYTES,
                     .index_spacing_bytes = FX_DLOG_DEFAULT_INDEX_SPACING,
                     .max_unsynced_bytes = 8u << 20,
+                    .flush_inline = true, /* as durable_flush_pipeline's default */
                     .tenant_streams_max = 256,
                     .tenant_bytes_max = 64ull << 30,
                     .retention_interval_ns = 60 * FX_NS_PER_S,

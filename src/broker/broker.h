@@ -87,9 +87,9 @@ typedef struct fx_broker_durable_opts {
     uint64_t index_spacing_bytes; /* 4096 */
     uint64_t max_unsynced_bytes;  /* bytes in storage per stream; 0 = no bound; 8 MiB */
     /* Run each flush's fdatasync on the storage thread, which then appends
-     * nothing meanwhile (durable_flush_pipeline: false, the daemon's
-     * default); false here: a sync thread runs it while the storage thread
-     * goes on appending. */
+     * nothing meanwhile (the default, durable_flush_pipeline: false); false
+     * here: a sync thread runs it while the storage thread goes on
+     * appending. */
     bool flush_inline;
     /* Quotas (docs/durability.md, "Quotas"): durable streams per tenant
      * (256), bytes on disk per tenant (64 GiB) and of the whole broker (0 =

@@ -96,8 +96,9 @@ int fxb_durable_init(fx_broker *b)
         snprintf(name, sizeof(name), "fx-replay-%u", (unsigned)(i % 100000u));
         if ((rv = fx_loop_new(&st->rloop, &lo)) != 0)
             return rv;
+        /* The sync thread only for durable_flush_pipeline (flush_start). */
         snprintf(name, sizeof(name), "fx-sync-%u", (unsigned)(i % 100000u));
-        if ((rv = fx_loop_new(&st->sloop, &lo)) != 0)
+        if (!d->o.flush_inline && (rv = fx_loop_new(&st->sloop, &lo)) != 0)
             return rv;
         pthread_mutex_init(&st->sync_mu, NULL);
         pthread_cond_init(&st->sync_cv, NULL);
@@ -316,7 +317,8 @@ void fxb_durable_each_loop(fx_broker *b, void (*cb)(fx_loop *l, void *user), voi
     for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
         cb(d->st[i].loop, user);
         cb(d->st[i].rloop, user);
-        cb(d->st[i].sloop, user);
+        if (d->st[i].sloop != NULL)
+            cb(d->st[i].sloop, user);
     }
 }
 
@@ -372,12 +374,14 @@ int fxb_durable_start(fx_broker *b)
     fxb_durable *d = b->dur;
     for (uint32_t i = 0; d != NULL && i < d->nst; i++) {
         /* The sync thread first: a storage thread may post to it at once. */
-        int rv = fx_loop_start(d->st[i].sloop);
-        if (rv == 0 && (rv = fx_loop_start(d->st[i].loop)) != 0)
-            fx_loop_stop(d->st[i].sloop);
+        fx_loop *sl = d->st[i].sloop;
+        int rv = sl != NULL ? fx_loop_start(sl) : 0;
+        if (rv == 0 && (rv = fx_loop_start(d->st[i].loop)) != 0 && sl != NULL)
+            fx_loop_stop(sl);
         if (rv == 0 && (rv = fx_loop_start(d->st[i].rloop)) != 0) {
             fx_loop_stop(d->st[i].loop);
-            fx_loop_stop(d->st[i].sloop);
+            if (sl != NULL)
+                fx_loop_stop(sl);
         }
         if (rv != 0)
             return rv;
@@ -398,9 +402,10 @@ void fxb_durable_barrier(fx_broker *b)
     for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
         fxb_run_on(d->st[i].rloop, NULL, NULL); /* what each has queued runs first */
         fxb_run_on(d->st[i].loop, NULL, NULL);
-        /* The flushes in flight end, then their completions run. */
-        fxb_run_on(d->st[i].sloop, NULL, NULL);
-        fxb_run_on(d->st[i].loop, NULL, NULL);
+        if (d->st[i].sloop != NULL) { /* the flushes in flight end, then their completions run */
+            fxb_run_on(d->st[i].sloop, NULL, NULL);
+            fxb_run_on(d->st[i].loop, NULL, NULL);
+        }
     }
 }
 
@@ -413,7 +418,8 @@ void fxb_durable_stop(fx_broker *b)
     for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
         fx_loop_stop(d->st[i].rloop);
         fx_loop_stop(d->st[i].loop);
-        fx_loop_stop(d->st[i].sloop);
+        if (d->st[i].sloop != NULL)
+            fx_loop_stop(d->st[i].sloop);
     }
 }
 

@@ -242,14 +242,14 @@ static void test_on_commit_group_commit_serves_several_appends_per_flush(void **
 /* Jobs of one stream that queue on its storage thread while it flushes are
  * appended together, in one write, each at its own offsets: the flush of p0
  * is held until the jobs of two other connections wait behind it. With
- * durable_flush_pipeline off (the storage thread runs the fdatasync). */
+ * durable_flush_pipeline off, the default (the storage thread runs the
+ * fdatasync). */
 static void test_jobs_queued_behind_a_flush_share_one_append(void **state)
 {
     (void)state;
     fx_memio *m;
     E *e = d_new_memio(&m, FX_FSYNC_ON_COMMIT);
     e->bo.durable.max_unsynced_bytes = 0;
-    e->bo.durable.flush_inline = true;
     e_start(e);
     put_stream(e, "h", "{\"durable\": true}", 201, NULL);
     fx_client *c[3];
@@ -328,6 +328,7 @@ static void test_appends_go_on_while_a_flush_is_in_flight_and_acks_wait_for_it(v
     fx_memio *m;
     E *e = d_new_memio(&m, FX_FSYNC_ON_COMMIT);
     e->bo.durable.max_unsynced_bytes = 0;
+    e->bo.durable.flush_inline = false; /* the pipeline */
     e_start(e);
     put_stream(e, "pl", "{\"durable\": true}", 201, NULL);
     fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
@@ -1205,6 +1206,7 @@ static void test_a_failed_flush_in_flight_fails_the_appends_made_meanwhile(void 
     fx_memio *m;
     E *e = d_new_memio(&m, FX_FSYNC_ON_COMMIT);
     e->bo.durable.max_unsynced_bytes = 0;
+    e->bo.durable.flush_inline = false; /* the pipeline */
     e_start(e);
     put_stream(e, "pf", "{\"durable\": true}", 201, NULL);
     fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
