@@ -2,8 +2,9 @@
  * (level-triggered) holds the caller's fd watches and an eventfd doorbell;
  * timers live in a binary min-heap with nanosecond deadlines waited on with
  * epoll_pwait2; other threads reach the loop through an intrusive lock-free
- * MPSC inbox of fx_task. Only fx_loop_post/call/stop and the stats getters
- * are meant for other threads; everything else runs on the loop's thread. */
+ * MPSC inbox of fx_task. Only fx_loop_post/call/ask/stop and the stats
+ * getters are meant for other threads; everything else runs on the loop's
+ * thread. fx_loop_ask is the one place a thread waits for loops' answers. */
 #include "base/loop.h"
 
 #include <assert.h>
@@ -12,6 +13,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,8 @@
 #include <unistd.h>
 
 #include "base/grow.h"
+#include "base/log.h"
+#include "felix/error.h"
 
 /* Tasks run per turn before I/O and timers get their go again. */
 #define INBOX_BATCH 256
@@ -281,6 +286,186 @@ int fx_loop_call(fx_loop *l, void (*cb)(void *user), void *user)
     c->cb = cb;
     c->user = user;
     fx_loop_post(l, &c->task);
+    return 0;
+}
+
+/* ---- asking loops and waiting ------------------------------------------ */
+
+typedef struct ask ask;
+
+/* One loop's part of an ask: the task posted to it. */
+typedef struct ask_part {
+    fx_task task;
+    ask *a;
+    size_t i;
+    bool done; /* under a->mu */
+} ask_part;
+
+/* An ask, shared by the caller and the tasks it posted. On the heap each
+ * holds a reference and the last to let go frees it, so an answer that comes
+ * after the caller gave up lands in live memory and goes nowhere. On the
+ * caller's stack (fx_loop_ask without a deadline) nobody gives up, and a task
+ * does not touch the ask after its signal. */
+struct ask {
+    atomic_size_t refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t pending; /* parts not answered yet; under mu */
+    bool abandoned; /* the caller gave up; under mu */
+    bool on_heap;
+    fx_loop_ask_fn fn;
+    fx_loop_late_fn on_late;
+    void *data; /* the copy (after the parts), or the caller's block */
+    ask_part *parts;
+};
+
+static fx_ratelimit ask_rl = FX_RATELIMIT_INIT;
+
+static void ask_unref(ask *a)
+{
+    if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (a->abandoned && a->on_late != NULL)
+        a->on_late(a->data);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+static void ask_run(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    ask_part *p = user;
+    ask *a = p->a;
+    bool on_heap = a->on_heap; /* a stack ask may be gone once signalled */
+    a->fn(p->i, a->data);
+    pthread_mutex_lock(&a->mu);
+    p->done = true;
+    a->pending--;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    if (on_heap)
+        ask_unref(a);
+}
+
+static void ask_init(ask *a, ask_part *parts, size_t n, const fx_loop_ask_req *q)
+{
+    pthread_mutex_init(&a->mu, NULL);
+    atomic_init(&a->refs, 1);
+    a->pending = n;
+    a->fn = q->fn;
+    a->on_late = q->on_late;
+    a->parts = parts;
+    for (size_t i = 0; i < n; i++) {
+        parts[i] = (ask_part){.a = a, .i = i};
+        fx_task_init(&parts[i].task, ask_run, &parts[i]);
+    }
+}
+
+/* One allocation: the ask, its parts, then the copy of the caller's block. */
+static int ask_new(ask **pa, size_t n, const fx_loop_ask_req *q)
+{
+    size_t al = _Alignof(max_align_t);
+    if (n > (SIZE_MAX - sizeof(ask) - q->size - al) / sizeof(ask_part))
+        return -ENOMEM;
+    size_t off = (sizeof(ask) + n * sizeof(ask_part) + al - 1) / al * al;
+    ask *a = calloc(1, off + q->size);
+    if (a == NULL)
+        return -ENOMEM;
+    if (fx_cond_init_monotonic(&a->cv) != 0) {
+        free(a);
+        return -ENOMEM;
+    }
+    ask_init(a, (ask_part *)(a + 1), n, q);
+    a->on_heap = true;
+    a->data = q->data;
+    if (q->size > 0) {
+        a->data = (char *)a + off;
+        memcpy(a->data, q->data, q->size);
+    }
+    *pa = a;
+    return 0;
+}
+
+/* Posts every part, then runs inline those whose loop is the caller's. */
+static void ask_post(ask *a, fx_loop *const *loops, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+        if (!fx_loop_is_current(loops[i]))
+            (void)fx_loop_post(loops[i], &a->parts[i].task); /* a fresh task: never pending */
+    }
+    for (size_t i = 0; i < n; i++)
+        if (fx_loop_is_current(loops[i]))
+            ask_run(loops[i], &a->parts[i].task, &a->parts[i]);
+}
+
+/* Waits for every answer until |deadline_ns| (0: none); re-checks after every
+ * wakeup, spurious ones included. On expiry marks |a| abandoned and returns
+ * FX_ETIMEDOUT with the first part not answered in |*pmissing|. */
+static int ask_wait(ask *a, size_t n, uint64_t deadline_ns, size_t *pmissing)
+{
+    struct timespec until = fx_timespec_at(deadline_ns);
+    int rv = 0;
+    pthread_mutex_lock(&a->mu);
+    while (a->pending > 0 && rv == 0)
+        if (deadline_ns == 0)
+            pthread_cond_wait(&a->cv, &a->mu);
+        else if (pthread_cond_timedwait(&a->cv, &a->mu, &until) == ETIMEDOUT && a->pending > 0)
+            rv = FX_ETIMEDOUT;
+    if (rv != 0) {
+        a->abandoned = true;
+        size_t i = 0;
+        while (i < n && a->parts[i].done)
+            i++;
+        *pmissing = i;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return rv;
+}
+
+int fx_loop_ask_all(fx_loop *const *loops, size_t n, const fx_loop_ask_req *q, size_t *pmissing)
+{
+    if (n == 0)
+        return 0;
+    uint64_t deadline = 0;
+    if (q->timeout_ns >= 0)
+        deadline = fx_now_ns() + (uint64_t)q->timeout_ns + 1; /* never 0 */
+    ask *a;
+    int rv = ask_new(&a, n, q);
+    if (rv != 0)
+        return rv;
+    ask_post(a, loops, n);
+    size_t missing = SIZE_MAX;
+    rv = ask_wait(a, n, deadline, &missing);
+    if (rv == 0 && q->size > 0)
+        memcpy(q->data, a->data, q->size); /* every answer is in: nobody else reads it */
+    ask_unref(a);
+    if (pmissing != NULL)
+        *pmissing = missing;
+    if (rv != 0)
+        FX_LOG_RATELIMITED(&ask_rl, fx_now_ns(), FX_LOG_WARN, "loop",
+                           "loop %s (%zu of %zu asked) did not answer within %lld ms",
+                           fx_loop_name(loops[missing]), missing + 1, n,
+                           (long long)(q->timeout_ns / (int64_t)FX_NS_PER_MS));
+    return rv;
+}
+
+int fx_loop_ask(fx_loop *l, const fx_loop_ask_req *q)
+{
+    if (q->timeout_ns >= 0 || q->size > 0)
+        return fx_loop_ask_all(&l, 1, q, NULL);
+    /* Nobody gives up: the ask lives here, and a plain condition will do. */
+    ask a = {0};
+    ask_part p;
+    ask_init(&a, &p, 1, q);
+    pthread_cond_init(&a.cv, NULL);
+    a.data = q->data;
+    ask_post(&a, &l, 1);
+    (void)ask_wait(&a, 1, 0, &(size_t){0});
+    pthread_cond_destroy(&a.cv);
+    pthread_mutex_destroy(&a.mu);
     return 0;
 }
 

@@ -62,6 +62,52 @@ bool fx_loop_post(fx_loop *l, fx_task *t);
  * freed after. Returns 0 or -ENOMEM. Any thread. */
 int fx_loop_call(fx_loop *l, void (*cb)(void *user), void *user);
 
+/* ---- asking loops and waiting for the answer --------------------------- */
+
+/* Runs on an asked loop's thread: |i| is that loop's index in the ask (0
+ * when one loop is asked), |data| the ask's copy of the caller's block. The
+ * loops of one ask run at the same time: each writes only its own part. */
+typedef void (*fx_loop_ask_fn)(size_t i, void *data);
+
+/* Frees what the answers left in |data| once nobody will read it: the caller
+ * gave up before every loop had answered. Runs once, after the last answer,
+ * on the thread that drops the last reference (the caller's or a loop's). */
+typedef void (*fx_loop_late_fn)(void *data);
+
+/* No deadline: wait for every answer (shutdown paths, barriers). */
+#define FX_LOOP_FOREVER (-1)
+
+/* What to ask. The ask keeps its own copy of |size| bytes at |data|, which
+ * the loops read and write; when every loop has answered the copy is
+ * written back to |data|, and whatever it holds (references, allocations)
+ * is the caller's again. When the caller gives up, the copy and what it
+ * holds stay with the ask: |on_late| (may be NULL) frees it after the last
+ * answer, and |data| is left as it was. With |size| 0, |data| is passed as
+ * is and must outlive every answer: only for FX_LOOP_FOREVER or memory that
+ * lives as long as the loops. */
+typedef struct fx_loop_ask_req {
+    fx_loop_ask_fn fn;
+    void *data;
+    size_t size;
+    fx_loop_late_fn on_late;
+    int64_t timeout_ns; /* from the call, on fx_now_ns()'s clock; or FX_LOOP_FOREVER */
+} fx_loop_ask_req;
+
+/* Runs |q->fn(i, copy)| on each |loops[i]|, i < |n|, and waits until every
+ * loop has answered or |q->timeout_ns| has passed. A loop that is the
+ * caller's own runs its part inline, before the wait (a loop never waits
+ * for itself). Returns 0 (answers in |q->data|), FX_ETIMEDOUT (the ask is
+ * abandoned, see fx_loop_ask_req; |*pmissing| (may be NULL) gets the index
+ * of the first loop that did not answer, and a rate-limited warning names
+ * it), or -ENOMEM (nothing was posted). The loops must run until their part
+ * has run (fx_loop_stop runs pending tasks, so stopping them is fine).
+ * Any thread. */
+int fx_loop_ask_all(fx_loop *const *loops, size_t n, const fx_loop_ask_req *q, size_t *pmissing);
+
+/* fx_loop_ask_all on the one loop |l|. With FX_LOOP_FOREVER and |q->size| 0
+ * it needs no memory and never fails. Any thread. */
+int fx_loop_ask(fx_loop *l, const fx_loop_ask_req *q);
+
 /* ---- fd watches -------------------------------------------------------- */
 
 typedef struct fx_watch fx_watch;

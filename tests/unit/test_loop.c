@@ -1,6 +1,8 @@
 /* Unit tests for fx_loop: the MPSC inbox (ordering, coalescing, doorbell
  * economy, exit drain), timers (order, cancel, re-arm, sub-millisecond),
- * fd watches (readiness, unwatch inside callbacks), pinning and stop/free.
+ * fd watches (readiness, unwatch inside callbacks), pinning and stop/free,
+ * and asking loops with a deadline (answers, late answers, gathers, the
+ * caller's own loop, many askers).
  * Also built against fx_base_tsan. Only the main test thread asserts; loop
  * callbacks record what they saw into atomics that the test checks after. */
 /* fx-test-libs: fx_base */
@@ -9,11 +11,14 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "felix/error.h"
 #include "fx_test.h"
 
 /* Hang guard only: a healthy run takes milliseconds. */
@@ -465,6 +470,281 @@ static void test_call_allocates_and_frees(void **state)
         assert_int_equal(fx_loop_call(l, call_cb, &n), 0);
     stop_free(l);
     assert_int_equal(atomic_load(&n), 2 * CALLS);
+}
+
+/* ---- asking loops and waiting ------------------------------------------ */
+
+enum { ASK_LOOPS = 4, ASK_THREADS = 6, ASK_ROUNDS = 200 };
+
+/* The block one ask carries: the loops write their answers into it. */
+typedef struct answer {
+    int value[ASK_LOOPS];
+    bool on_loop[ASK_LOOPS]; /* the part ran on the loop it was asked of */
+    char *heap[ASK_LOOPS];   /* allocated by the part; freed by the asker or on_late */
+    fx_loop *loops[ASK_LOOPS];
+} answer;
+
+static atomic_int ask_allocs, ask_frees, ask_lates;
+
+static void answer_fn(size_t i, void *data)
+{
+    answer *a = data;
+    a->value[i] = 10 * (int)i + 7;
+    a->on_loop[i] = fx_loop_is_current(a->loops[i]);
+    a->heap[i] = malloc(16);
+    if (a->heap[i] != NULL)
+        atomic_fetch_add(&ask_allocs, 1);
+}
+
+static void answer_free(answer *a)
+{
+    for (size_t i = 0; i < ASK_LOOPS; i++) {
+        if (a->heap[i] != NULL)
+            atomic_fetch_add(&ask_frees, 1);
+        free(a->heap[i]);
+        a->heap[i] = NULL;
+    }
+}
+
+static void answer_late(void *data)
+{
+    atomic_fetch_add(&ask_lates, 1);
+    answer_free(data);
+}
+
+static fx_loop_ask_req answer_req(answer *a, int64_t timeout_ns)
+{
+    return (fx_loop_ask_req){.fn = answer_fn,
+                             .data = a,
+                             .size = sizeof(*a),
+                             .on_late = answer_late,
+                             .timeout_ns = timeout_ns};
+}
+
+static void ask_counts_reset(void)
+{
+    atomic_store(&ask_allocs, 0);
+    atomic_store(&ask_frees, 0);
+    atomic_store(&ask_lates, 0);
+}
+
+static void test_ask_runs_on_loop_and_returns_answer(void **state)
+{
+    ask_counts_reset();
+    fx_loop *l = new_started("fx-ask", -1);
+    answer a = {.loops = {l}};
+    fx_loop_ask_req q = answer_req(&a, 5 * (int64_t)FX_NS_PER_S);
+    assert_int_equal(fx_loop_ask(l, &q), 0);
+    assert_int_equal(a.value[0], 7);
+    assert_true(a.on_loop[0]);
+    assert_non_null(a.heap[0]); /* the answer's allocation came back to the asker */
+    answer_free(&a);
+
+    /* No deadline, the caller's block passed as is. */
+    answer b = {.loops = {l}};
+    q = (fx_loop_ask_req){.fn = answer_fn, .data = &b, .timeout_ns = FX_LOOP_FOREVER};
+    assert_int_equal(fx_loop_ask(l, &q), 0);
+    assert_int_equal(b.value[0], 7);
+    assert_true(b.on_loop[0]);
+    answer_free(&b);
+    stop_free(l);
+    assert_int_equal(atomic_load(&ask_lates), 0);
+    assert_int_equal(atomic_load(&ask_allocs), atomic_load(&ask_frees));
+}
+
+static void test_ask_timeout_frees_the_late_answer(void **state)
+{
+    ask_counts_reset();
+    fx_loop *l = new_started("fx-ask-late", -1);
+    blocker b;
+    blocker_init(&b);
+    assert_true(fx_loop_post(l, &b.task));
+    wait_ge(&b.busy, 1);
+
+    answer a = {.loops = {l}};
+    fx_loop_ask_req q = answer_req(&a, 30 * (int64_t)FX_NS_PER_MS);
+    uint64_t t0 = fx_now_ns();
+    size_t missing = 99;
+    assert_int_equal(fx_loop_ask_all(&l, 1, &q, &missing), FX_ETIMEDOUT);
+    assert_true(fx_now_ns() - t0 >= 30 * FX_NS_PER_MS);
+    assert_int_equal(missing, 0);
+    /* The caller's block is untouched: the answer will go elsewhere. */
+    assert_int_equal(a.value[0], 0);
+    assert_null(a.heap[0]);
+    assert_int_equal(atomic_load(&ask_lates), 0);
+
+    /* The late answer lands in the ask's own copy, which on_late frees
+     * (ASan/LSan: no use after free, no leak). */
+    atomic_store(&b.release, true);
+    uint64_t end = fx_now_ns() + HANG_NS;
+    while (atomic_load(&ask_lates) == 0 && fx_now_ns() < end)
+        nap();
+    assert_int_equal(atomic_load(&ask_lates), 1);
+    assert_int_equal(atomic_load(&ask_allocs), 1);
+    assert_int_equal(atomic_load(&ask_frees), 1);
+
+    /* Given up while the loop stops: stopping runs the late part. */
+    blocker_init(&b);
+    assert_true(fx_loop_post(l, &b.task));
+    wait_ge(&b.busy, 1);
+    q.timeout_ns = 0;
+    assert_int_equal(fx_loop_ask(l, &q), FX_ETIMEDOUT);
+    atomic_store(&b.release, true);
+    stop_free(l);
+    assert_false(atomic_load(&b.hung));
+    assert_int_equal(atomic_load(&ask_lates), 2);
+    assert_int_equal(atomic_load(&ask_allocs), atomic_load(&ask_frees));
+}
+
+static void test_ask_all_gathers_every_loop(void **state)
+{
+    ask_counts_reset();
+    fx_loop *loops[ASK_LOOPS];
+    for (size_t i = 0; i < ASK_LOOPS; i++)
+        loops[i] = new_started("fx-gather", -1);
+    answer a;
+    memset(&a, 0, sizeof(a));
+    memcpy(a.loops, loops, sizeof(loops));
+    fx_loop_ask_req q = answer_req(&a, 5 * (int64_t)FX_NS_PER_S);
+    size_t missing = 99;
+    assert_int_equal(fx_loop_ask_all(loops, ASK_LOOPS, &q, &missing), 0);
+    assert_int_equal(missing, SIZE_MAX);
+    for (size_t i = 0; i < ASK_LOOPS; i++) {
+        assert_int_equal(a.value[i], 10 * (int)i + 7);
+        assert_true(a.on_loop[i]);
+    }
+    answer_free(&a);
+
+    /* One loop busy: the ask names it, the others' answers are freed late
+     * with it. */
+    blocker b;
+    blocker_init(&b);
+    assert_true(fx_loop_post(loops[2], &b.task));
+    wait_ge(&b.busy, 1);
+    memset(&a, 0, sizeof(a));
+    memcpy(a.loops, loops, sizeof(loops));
+    q.timeout_ns = 30 * (int64_t)FX_NS_PER_MS;
+    assert_int_equal(fx_loop_ask_all(loops, ASK_LOOPS, &q, &missing), FX_ETIMEDOUT);
+    assert_int_equal(missing, 2);
+    assert_int_equal(a.value[0], 0);
+    atomic_store(&b.release, true);
+    for (size_t i = 0; i < ASK_LOOPS; i++)
+        stop_free(loops[i]);
+    assert_int_equal(atomic_load(&ask_lates), 1);
+    assert_int_equal(atomic_load(&ask_allocs), 2 * ASK_LOOPS);
+    assert_int_equal(atomic_load(&ask_frees), 2 * ASK_LOOPS);
+}
+
+/* What a task on loop 0 saw when it asked its own loop (and loop 1). */
+typedef struct own_ask {
+    fx_loop *loops[2];
+    atomic_int rv_timed, rv_forever, rv_all;
+    atomic_int inline_value; /* the answer was there when the ask returned */
+    atomic_int done;
+} own_ask;
+
+static void own_ask_cb(void *user)
+{
+    own_ask *o = user;
+    answer a = {.loops = {o->loops[0]}};
+    fx_loop_ask_req q = answer_req(&a, 2 * (int64_t)FX_NS_PER_S);
+    atomic_store(&o->rv_timed, fx_loop_ask(o->loops[0], &q));
+    bool ok = a.value[0] == 7 && a.on_loop[0];
+    answer_free(&a);
+
+    answer b = {.loops = {o->loops[0], o->loops[1]}};
+    q = answer_req(&b, 2 * (int64_t)FX_NS_PER_S);
+    atomic_store(&o->rv_all, fx_loop_ask_all(o->loops, 2, &q, NULL));
+    ok = ok && b.value[0] == 7 && b.on_loop[0] && b.value[1] == 17 && b.on_loop[1];
+    answer_free(&b);
+
+    answer c = {.loops = {o->loops[0]}};
+    q = (fx_loop_ask_req){.fn = answer_fn, .data = &c, .timeout_ns = FX_LOOP_FOREVER};
+    atomic_store(&o->rv_forever, fx_loop_ask(o->loops[0], &q));
+    ok = ok && c.value[0] == 7 && c.on_loop[0];
+    answer_free(&c);
+    atomic_store(&o->inline_value, ok);
+    atomic_store(&o->done, 1);
+}
+
+static void test_ask_on_own_loop_runs_inline(void **state)
+{
+    ask_counts_reset();
+    own_ask o = {.loops = {new_started("fx-own", -1), new_started("fx-other", -1)}};
+    atomic_init(&o.rv_timed, 1);
+    atomic_init(&o.rv_forever, 1);
+    atomic_init(&o.rv_all, 1);
+    assert_int_equal(fx_loop_call(o.loops[0], own_ask_cb, &o), 0);
+    wait_ge(&o.done, 1);
+    assert_int_equal(atomic_load(&o.rv_timed), 0);
+    assert_int_equal(atomic_load(&o.rv_all), 0);
+    assert_int_equal(atomic_load(&o.rv_forever), 0);
+    assert_true(atomic_load(&o.inline_value));
+    stop_free(o.loops[0]);
+    stop_free(o.loops[1]);
+    assert_int_equal(atomic_load(&ask_lates), 0);
+    assert_int_equal(atomic_load(&ask_allocs), atomic_load(&ask_frees));
+}
+
+typedef struct asker {
+    pthread_t th;
+    fx_loop **loops;
+    int ok, timed_out, bad;
+} asker;
+
+/* Asks every loop, in turn with a deadline long enough, none, and one that
+ * expires at once (its answers then come late, racing the give-up). */
+static void *asker_main(void *arg)
+{
+    asker *k = arg;
+    for (int r = 0; r < ASK_ROUNDS; r++) {
+        answer a;
+        memset(&a, 0, sizeof(a));
+        memcpy(a.loops, k->loops, sizeof(a.loops));
+        int64_t timeouts[3] = {(int64_t)HANG_NS, FX_LOOP_FOREVER, 0};
+        fx_loop_ask_req q = answer_req(&a, timeouts[r % 3]);
+        int rv = fx_loop_ask_all(k->loops, ASK_LOOPS, &q, NULL);
+        bool right = true;
+        for (size_t i = 0; i < ASK_LOOPS; i++)
+            right = right && a.value[i] == 10 * (int)i + 7 && a.on_loop[i];
+        if (rv == 0 && right)
+            k->ok++;
+        else if (rv == FX_ETIMEDOUT && a.value[0] == 0 && a.heap[0] == NULL)
+            k->timed_out++;
+        else
+            k->bad++;
+        answer_free(&a);
+    }
+    return NULL;
+}
+
+static void test_ask_from_many_threads(void **state)
+{
+    ask_counts_reset();
+    fx_loop *loops[ASK_LOOPS];
+    for (size_t i = 0; i < ASK_LOOPS; i++)
+        loops[i] = new_started("fx-askers", -1);
+    asker k[ASK_THREADS];
+    memset(k, 0, sizeof(k));
+    for (int t = 0; t < ASK_THREADS; t++) {
+        k[t].loops = loops;
+        assert_int_equal(pthread_create(&k[t].th, NULL, asker_main, &k[t]), 0);
+    }
+    int ok = 0, timed_out = 0;
+    for (int t = 0; t < ASK_THREADS; t++) {
+        assert_int_equal(pthread_join(k[t].th, NULL), 0);
+        assert_int_equal(k[t].bad, 0);
+        ok += k[t].ok;
+        timed_out += k[t].timed_out;
+    }
+    for (size_t i = 0; i < ASK_LOOPS; i++)
+        stop_free(loops[i]);
+    assert_int_equal(ok + timed_out, ASK_THREADS * ASK_ROUNDS);
+    assert_true(ok >= ASK_THREADS * (2 * ASK_ROUNDS / 3)); /* every ask that may wait */
+    /* Every ask given up was freed once, with every part's allocation. */
+    assert_int_equal(atomic_load(&ask_lates), timed_out);
+    assert_int_equal(atomic_load(&ask_allocs), ASK_THREADS * ASK_ROUNDS * ASK_LOOPS);
+    assert_int_equal(atomic_load(&ask_frees), atomic_load(&ask_allocs));
 }
 
 /* ---- timers ------------------------------------------------------------ */
@@ -1056,6 +1336,11 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_stop_from_loop_thread_then_free_joins),
     cmocka_unit_test(test_run_on_calling_thread_until_stop),
     cmocka_unit_test(test_call_allocates_and_frees),
+    cmocka_unit_test(test_ask_runs_on_loop_and_returns_answer),
+    cmocka_unit_test(test_ask_timeout_frees_the_late_answer),
+    cmocka_unit_test(test_ask_all_gathers_every_loop),
+    cmocka_unit_test(test_ask_on_own_loop_runs_inline),
+    cmocka_unit_test(test_ask_from_many_threads),
     cmocka_unit_test(test_timers_fire_in_deadline_order),
     cmocka_unit_test(test_timer_cancel_prevents_fire),
     cmocka_unit_test(test_timer_cancel_mid_heap_keeps_order),
