@@ -339,7 +339,8 @@ static void ask_run(fx_loop *l, fx_task *t, void *user)
     ask_part *p = user;
     ask *a = p->a;
     bool on_heap = a->on_heap; /* a stack ask may be gone once signalled */
-    a->fn(p->i, a->data);
+    if (a->fn != NULL)
+        a->fn(p->i, a->data);
     pthread_mutex_lock(&a->mu);
     p->done = true;
     a->pending--;
@@ -467,6 +468,11 @@ int fx_loop_ask(fx_loop *l, const fx_loop_ask_req *q)
     pthread_cond_destroy(&a.cv);
     pthread_mutex_destroy(&a.mu);
     return 0;
+}
+
+void fx_loop_barrier(fx_loop *l)
+{
+    (void)fx_loop_ask(l, &(fx_loop_ask_req){.timeout_ns = FX_LOOP_FOREVER});
 }
 
 /* ---- fd watches -------------------------------------------------------- */

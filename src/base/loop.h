@@ -86,7 +86,7 @@ typedef void (*fx_loop_late_fn)(void *data);
  * is and must outlive every answer: only for FX_LOOP_FOREVER or memory that
  * lives as long as the loops. */
 typedef struct fx_loop_ask_req {
-    fx_loop_ask_fn fn;
+    fx_loop_ask_fn fn; /* NULL: nothing, only wait for the loops to get to it */
     void *data;
     size_t size;
     fx_loop_late_fn on_late;
@@ -107,6 +107,10 @@ int fx_loop_ask_all(fx_loop *const *loops, size_t n, const fx_loop_ask_req *q, s
 /* fx_loop_ask_all on the one loop |l|. With FX_LOOP_FOREVER and |q->size| 0
  * it needs no memory and never fails. Any thread. */
 int fx_loop_ask(fx_loop *l, const fx_loop_ask_req *q);
+
+/* Returns once |l| has run every task posted to it before this call (an ask
+ * of nothing, without a deadline). Never fails. Any thread. */
+void fx_loop_barrier(fx_loop *l);
 
 /* ---- fd watches -------------------------------------------------------- */
 

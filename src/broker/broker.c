@@ -6,7 +6,6 @@
 #include "broker/broker.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,48 +265,19 @@ int fx_broker_start(fx_broker *b)
 
 /* ---- teardown ---------------------------------------------------------------- */
 
-/* Runs a function on a loop and waits for it (main thread, loop running). */
-typedef struct sync_call {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
-    void (*fn)(void *);
-    void *arg;
-    fx_task task;
-} sync_call;
-
-static void sync_cb(fx_loop *l, fx_task *t, void *user)
+/* Runs |fn(0, arg)| on loop |l| and waits for it however long it takes
+ * (main thread, loop running): stop and reload must not go on without it. */
+static void run_on(fx_loop *l, fx_loop_ask_fn fn, void *arg)
 {
-    (void)l;
-    (void)t;
-    sync_call *s = user;
-    if (s->fn != NULL)
-        s->fn(s->arg);
-    pthread_mutex_lock(&s->mu);
-    s->done = true;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-void fxb_run_on(fx_loop *l, void (*fn)(void *), void *arg)
-{
-    sync_call s = {.fn = fn, .arg = arg};
-    pthread_mutex_init(&s.mu, NULL);
-    pthread_cond_init(&s.cv, NULL);
-    fx_task_init(&s.task, sync_cb, &s);
-    fx_loop_post(l, &s.task);
-    pthread_mutex_lock(&s.mu);
-    while (!s.done)
-        pthread_cond_wait(&s.cv, &s.mu);
-    pthread_mutex_unlock(&s.mu);
-    pthread_cond_destroy(&s.cv);
-    pthread_mutex_destroy(&s.mu);
+    /* Without a deadline the ask cannot fail. */
+    (void)fx_loop_ask(l, &(fx_loop_ask_req){.fn = fn, .data = arg, .timeout_ns = FX_LOOP_FOREVER});
 }
 
 /* On an endpoint's loop: closes its connections, and frees it unless it is a
  * group member (the group is freed once every member loop has stopped). */
-static void close_endpoint(void *arg)
+static void close_endpoint(size_t i, void *arg)
 {
+    (void)i;
     fxb_ep *e = arg;
     if (e->member) {
         fx_quic_endpoint_close_all(e->ep);
@@ -339,9 +309,9 @@ static void barrier_all(fx_broker *b)
     for (int round = 0; round < 3; round++) {
         fxb_durable_barrier(b); /* appends and flushes hand their jobs back */
         for (uint32_t i = 0; i < b->nworkers; i++)
-            fxb_run_on(b->workers[i].loop, NULL, NULL);
+            fx_loop_barrier(b->workers[i].loop);
         for (uint32_t i = 0; i < b->nio; i++)
-            fxb_run_on(b->io[i], NULL, NULL);
+            fx_loop_barrier(b->io[i]);
     }
 }
 
@@ -350,8 +320,9 @@ typedef struct pending_count {
     uint64_t n;
 } pending_count;
 
-static void count_pending(void *arg)
+static void count_pending(size_t i, void *arg)
 {
+    (void)i;
     pending_count *p = arg;
     p->n = fxb_durable_pending(p->w);
 }
@@ -365,7 +336,7 @@ static void settle_durable(fx_broker *b)
         uint64_t n = 0;
         for (uint32_t i = 0; i < b->nworkers; i++) {
             pending_count p = {.w = &b->workers[i]};
-            fxb_run_on(b->workers[i].loop, count_pending, &p);
+            run_on(b->workers[i].loop, count_pending, &p);
             n += p.n;
         }
         if (n == 0)
@@ -386,7 +357,7 @@ void fx_broker_stop(fx_broker *b)
     b->stopped = true;
     if (b->started) {
         for (uint32_t i = 0; i < b->neps; i++)
-            fxb_run_on(b->eps[i].loop, close_endpoint, &b->eps[i]);
+            run_on(b->eps[i].loop, close_endpoint, &b->eps[i]);
         barrier_all(b);
         settle_durable(b);
         barrier_all(b); /* the completions those sent to the connection loops */
@@ -426,8 +397,9 @@ typedef struct tls_swap {
     int rv;
 } tls_swap;
 
-static void swap_creds(void *arg)
+static void swap_creds(size_t i, void *arg)
 {
+    (void)i;
     tls_swap *s = arg;
     s->rv = s->e->ep != NULL ? fx_quic_endpoint_set_credentials(s->e->ep, s->cr) : FX_ESHUTDOWN;
 }
@@ -447,9 +419,9 @@ int fx_broker_reload_tls(fx_broker *b)
     for (uint32_t i = 0; i < b->neps && s.rv == 0; i++) {
         s.e = &b->eps[i];
         if (b->started)
-            fxb_run_on(s.e->loop, swap_creds, &s);
+            run_on(s.e->loop, swap_creds, &s);
         else
-            swap_creds(&s);
+            swap_creds(0, &s);
     }
     if (s.rv == 0)
         snprintf(b->fingerprint, sizeof(b->fingerprint), "%s", fx_quic_creds_fingerprint(cr));

@@ -675,9 +675,6 @@ typedef enum fxb_lane_result {
  * as under block. The feeder goes on after QUEUED or SHED and stops after
  * PARKED or CLOSED. Worker. */
 fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history);
-/* Runs |fn|(|arg|) (NULL: nothing) on loop |l| and waits until it has run,
- * after everything |l| had queued before it. Not on |l| itself. */
-void fxb_run_on(fx_loop *l, void (*fn)(void *), void *arg);
 /* Gives back one slot of |ln| (a list was sent, or discarded with its closed
  * subscription); resumes parked feeders. Any thread. */
 void fxb_lane_release(fxb_lane *ln);

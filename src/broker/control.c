@@ -1,14 +1,13 @@
 /* Control plane of the broker: the admin operations (list, create and delete
  * streams, list subscriptions) and the graceful drain. The caller's thread
- * (the admin endpoint's or main) never reads loop-owned state: it posts one
- * task per loop (every worker, plus each endpoint's loop for the connection
- * side), each task answers with a part, and the caller waits for all parts
- * with a timeout. A late part lands in memory the parts' references keep
- * alive and is discarded. Public functions: any thread but a broker loop. */
+ * (the admin endpoint's or main) never reads loop-owned state: it asks every
+ * loop at once with fx_loop_ask_all (every worker, plus each endpoint's loop
+ * for the connection side), each loop answers with a part, and the caller
+ * waits for all parts with a timeout. A late part lands in the ask's own copy
+ * and is discarded. Public functions: any thread but a broker loop. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +44,6 @@ typedef struct gather gather;
 /* One loop's answer. |worker| is the worker index, or -1 for the connection
  * side of endpoint |epi| on its loop (or for any other loop: run_on_each_loop). */
 typedef struct gpart {
-    fx_task task;
-    gather *g;
     fx_loop *loop; /* where it runs */
     int worker;
     uint32_t epi;
@@ -57,11 +54,10 @@ typedef struct gpart {
 /* Fills |p| on its loop. */
 typedef void (*gather_fn)(fx_broker *b, gpart *p, void *arg);
 
+/* What the loops are asked. fx_loop_ask_all gives each loop the ask's own
+ * copy, and copies it back once every part is in; a copy given up on frees
+ * its parts' answers when the last one comes (gather_late). */
 struct gather {
-    atomic_int refs; /* the asker and one per posted task */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t pending;
     fx_broker *b;
     gather_fn fn;
     void *arg; /* read-only for the tasks; owned by the asker, see gather_run */
@@ -69,52 +65,43 @@ struct gather {
     gpart parts[];
 };
 
-static void gather_unref(gather *g)
+static void gather_free(gather *g)
 {
-    if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)
-        return;
     for (size_t i = 0; i < g->nparts; i++)
         json_decref(g->parts[i].j);
-    pthread_cond_destroy(&g->cv);
-    pthread_mutex_destroy(&g->mu);
     free(g);
 }
 
-static void gather_cb(fx_loop *l, fx_task *t, void *user)
+static void gather_late(void *data)
 {
-    (void)l;
-    (void)t;
-    gpart *p = user;
-    gather *g = p->g;
-    g->fn(g->b, p, g->arg);
-    pthread_mutex_lock(&g->mu);
-    g->pending--;
-    pthread_cond_signal(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    gather_unref(g);
+    gather *g = data;
+    for (size_t i = 0; i < g->nparts; i++)
+        json_decref(g->parts[i].j);
+}
+
+static void gather_cb(size_t i, void *data)
+{
+    gather *g = data;
+    g->fn(g->b, &g->parts[i], g->arg);
+}
+
+static size_t gather_size(size_t n)
+{
+    return sizeof(gather) + n * sizeof(gpart);
 }
 
 /* A gather of |n| parts, each to be given its loop. */
 static gather *gather_alloc(fx_broker *b, gather_fn fn, void *arg, size_t n)
 {
-    gather *g = calloc(1, sizeof(*g) + n * sizeof(gpart));
+    gather *g = calloc(1, gather_size(n));
     if (g == NULL)
         return NULL;
-    if (fx_cond_init_monotonic(&g->cv) != 0) {
-        free(g);
-        return NULL;
-    }
-    pthread_mutex_init(&g->mu, NULL);
-    atomic_init(&g->refs, 1);
     g->b = b;
     g->fn = fn;
     g->arg = arg;
     g->nparts = n;
-    for (size_t i = 0; i < n; i++) {
-        g->parts[i].g = g;
+    for (size_t i = 0; i < n; i++)
         g->parts[i].worker = -1;
-        fx_task_init(&g->parts[i].task, gather_cb, &g->parts[i]);
-    }
     return g;
 }
 
@@ -133,34 +120,36 @@ static gather *gather_new(fx_broker *b, gather_fn fn, void *arg, bool workers, b
     return g;
 }
 
-/* Posts every part of |g| to its loop and waits up to |timeout_ns| for all
- * answers. Returns 0 with |g| in |*pg| (release with gather_unref) or
- * FX_ETIMEDOUT (|g| released). */
+/* Asks every part of |g| of its loop and waits up to |timeout_ns| for all
+ * answers. Returns 0 with |g| in |*pg| (release with gather_free), or
+ * FX_ETIMEDOUT / -ENOMEM (|g| released). */
 static int gather_wait(gather *g, uint64_t timeout_ns, gather **pg)
 {
-    g->pending = g->nparts;
-    for (size_t i = 0; i < g->nparts; i++) {
-        atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
-        fx_loop_post(g->parts[i].loop, &g->parts[i].task);
+    fx_loop **loops = malloc((g->nparts + 1) * sizeof(*loops));
+    int rv = -ENOMEM;
+    if (loops != NULL) {
+        for (size_t i = 0; i < g->nparts; i++)
+            loops[i] = g->parts[i].loop;
+        fx_loop_ask_req q = {.fn = gather_cb,
+                             .data = g,
+                             .size = gather_size(g->nparts),
+                             .on_late = gather_late,
+                             .timeout_ns =
+                                 timeout_ns > INT64_MAX ? INT64_MAX : (int64_t)timeout_ns};
+        rv = fx_loop_ask_all(loops, g->nparts, &q, NULL);
+        free(loops);
     }
-    struct timespec ts = fx_timespec_at(fx_now_ns() + timeout_ns);
-    int rv = 0;
-    pthread_mutex_lock(&g->mu);
-    while (g->pending > 0 && rv == 0)
-        if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT && g->pending > 0)
-            rv = FX_ETIMEDOUT;
-    pthread_mutex_unlock(&g->mu);
     if (rv != 0) {
-        gather_unref(g);
+        gather_free(g);
         return rv;
     }
     *pg = g;
     return 0;
 }
 
-/* Posts |fn| to every worker (|workers|) and/or every endpoint loop (|conns|)
+/* Asks |fn| of every worker (|workers|) and/or every endpoint loop (|conns|)
  * and waits up to |timeout_ns| for all answers. Returns 0 with the parts in
- * |*pg| (release with gather_unref), FX_ETIMEDOUT or -ENOMEM. |arg| must stay
+ * |*pg| (release with gather_free), FX_ETIMEDOUT or -ENOMEM. |arg| must stay
  * valid until every task ran: only pass stack memory when a timeout cannot
  * leave a task behind, else NULL. */
 static int gather_run(fx_broker *b, gather_fn fn, void *arg, bool workers, bool conns,
@@ -217,7 +206,7 @@ int fx_broker_run_on_each_loop(fx_broker *b, const fx_broker_loop_call *c, uint6
     each_loop(b, add_loop, g);
     int rv = gather_wait(g, timeout_ns, &g);
     if (rv == 0)
-        gather_unref(g);
+        gather_free(g);
     return rv;
 }
 
@@ -367,7 +356,7 @@ int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson)
         }
     }
     fxb_durable_view_free(dv);
-    gather_unref(g);
+    gather_free(g);
     handles_free(&hs);
     json_t *root = arr != NULL ? json_pack("{s:o}", "streams", arr) : NULL;
     return dump(root, pjson);
@@ -492,7 +481,7 @@ int fx_broker_list_subscriptions(fx_broker *b, uint64_t timeout_ns, char **pjson
     if (oom || v == NULL || arr == NULL) {
         free(v);
         json_decref(arr);
-        gather_unref(g);
+        gather_free(g);
         return -ENOMEM;
     }
     n = 0;
@@ -506,7 +495,7 @@ int fx_broker_list_subscriptions(fx_broker *b, uint64_t timeout_ns, char **pjson
     for (size_t i = 0; i < n; i++)
         json_array_append_new(arr, json_deep_copy(v[i])); /* no object shared across threads */
     free(v);
-    gather_unref(g);
+    gather_free(g);
     return dump(json_pack("{s:o}", "subscriptions", arr), pjson);
 }
 
@@ -645,7 +634,7 @@ static int work_ask(fx_broker *b, bool workers, uint64_t timeout_ns, work *k)
         k->unacked += g->parts[i].w.unacked;
         k->conns += g->parts[i].w.conns;
     }
-    gather_unref(g);
+    gather_free(g);
     return 0;
 }
 
@@ -753,7 +742,7 @@ static void stall_check(fx_broker *b, bool close, uint64_t timeout_ns, fx_broker
         r->stalled_deliveries += g->parts[i].w.deliveries;
         r->stalled_unacked += g->parts[i].w.unacked;
     }
-    gather_unref(g);
+    gather_free(g);
 }
 
 /* ---- replies the clients do not read (control_stream_drain_timeout) ----------------------- */
@@ -792,7 +781,7 @@ static void reset_unread(fx_broker *b, uint64_t timeout_ns, fx_broker_drain_repo
         r->reply_streams_reset += g->parts[i].w.conns;
         r->replies_abandoned += g->parts[i].w.replies;
     }
-    gather_unref(g);
+    gather_free(g);
 }
 
 static void close_conns(fx_broker *b, gpart *p, void *arg)
@@ -853,7 +842,7 @@ static void close_all(fx_broker *b)
 {
     gather *g;
     if (gather_run(b, close_conns, NULL, false, true, FX_NS_PER_S, &g) == 0)
-        gather_unref(g);
+        gather_free(g);
     uint64_t end = fx_now_ns() + FX_NS_PER_S;
     work left = {0};
     while (fx_now_ns() < end) {

@@ -3,7 +3,7 @@
  * the request and hands it to the storage thread that owns the stream's
  * log, which writes the catalogue (fsync + rename) and applies the new
  * bounds to the log at once; the admin thread waits for the answer with a
- * timeout. Also the durable fields of GET /v1/streams (a view copied under
+ * timeout (fx_loop_ask). Also the durable fields of GET /v1/streams (a view copied under
  * the catalogue lock once per request) and the per-stream gauges of
  * /metrics. Admin thread and the storage threads, as each function says. */
 #include "broker/durable_admin.h"
@@ -22,14 +22,10 @@
 #include "broker/durable_int.h"
 #include "felix/error.h"
 
-/* One change, shared by the waiting admin thread and the storage thread
- * (the waiter may give up at its deadline while the change still runs). */
+/* One change, asked of the storage thread with fx_loop_ask (which keeps its
+ * own copy: the waiter may give up at its deadline while the change still
+ * runs). */
 typedef struct ret_msg {
-    fx_task task;
-    atomic_int refs;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
     fxb_storage *st;
     fx_stream_handle *h;
     fx_broker_retention want;
@@ -37,14 +33,11 @@ typedef struct ret_msg {
     uint64_t bytes, seconds; /* the overrides afterwards */
 } ret_msg;
 
-static void ret_msg_unref(ret_msg *m)
+/* The waiter gave up: the ask's copy drops its stream reference. */
+static void ret_msg_late(void *data)
 {
-    if (atomic_fetch_sub(&m->refs, 1) != 1)
-        return;
+    ret_msg *m = data;
     fx_stream_handle_unref(m->h);
-    pthread_cond_destroy(&m->cv);
-    pthread_mutex_destroy(&m->mu);
-    free(m);
 }
 
 /* Writes the new overrides of |s|'s stream to the catalogue. */
@@ -64,25 +57,20 @@ static int catalogue_set(fxb_durable *d, dstream *s, ret_msg *m)
     return rv;
 }
 
-static void storage_on_retention(fx_loop *l, fx_task *t, void *user)
+static void storage_on_retention(size_t i, void *data)
 {
-    (void)t;
-    ret_msg *m = user;
+    (void)i;
+    ret_msg *m = data;
     int rv = FX_ENOSTREAM;
     if (fx_stream_handle_is_active(m->h)) {
         dstream *s = fxb_dstream_get(m->st, m->h);
         rv = s == NULL ? FX_ESTORAGE_ERROR : s->open_rv;
         if (rv == 0 && (rv = catalogue_set(m->st->d, s, m)) == 0)
-            fxb_dstream_set_retention(s, m->bytes, m->seconds, fx_loop_now(l));
+            fxb_dstream_set_retention(s, m->bytes, m->seconds, fx_loop_now(m->st->loop));
         if (rv != 0 && s != NULL)
             fxb_dstream_log_error(s, "changing the retention overrides", rv);
     }
-    pthread_mutex_lock(&m->mu);
     m->rv = rv;
-    m->done = true;
-    pthread_cond_signal(&m->cv);
-    pthread_mutex_unlock(&m->mu);
-    ret_msg_unref(m);
 }
 
 /* ---- admin thread ------------------------------------------------------------------ */
@@ -148,19 +136,20 @@ static int check_durable(fx_stream_handle *h, int durable, fx_registry_err *err)
     return 0;
 }
 
-/* Runs |m| on its storage thread and waits for it. */
+/* Runs |m| on its storage thread and waits for it. Returns its answer, or
+ * FX_ETIMEDOUT / -ENOMEM. On FX_ETIMEDOUT the ask keeps |m|'s stream
+ * reference (ret_msg_late drops it) and |m->h| is cleared. */
 static int run_on_storage(ret_msg *m, uint64_t timeout_ns)
 {
-    atomic_init(&m->refs, 2);
-    fx_task_init(&m->task, storage_on_retention, m);
-    fx_loop_post(m->st->loop, &m->task);
-    struct timespec until = fx_timespec_at(fx_now_ns() + timeout_ns);
-    pthread_mutex_lock(&m->mu);
-    while (!m->done && pthread_cond_timedwait(&m->cv, &m->mu, &until) == 0)
-        ;
-    int rv = m->done ? m->rv : FX_ETIMEDOUT;
-    pthread_mutex_unlock(&m->mu);
-    return rv;
+    fx_loop_ask_req q = {.fn = storage_on_retention,
+                         .data = m,
+                         .size = sizeof(*m),
+                         .on_late = ret_msg_late,
+                         .timeout_ns = timeout_ns > INT64_MAX ? INT64_MAX : (int64_t)timeout_ns};
+    int rv = fx_loop_ask(m->st->loop, &q);
+    if (rv == FX_ETIMEDOUT)
+        m->h = NULL;
+    return rv != 0 ? rv : m->rv;
 }
 
 int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char *ns,
@@ -182,31 +171,19 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
         fx_stream_handle_unref(f.h);
         return rv != 0 ? rv : err_set(err, -EINVAL, "this broker has no durable storage");
     }
-    ret_msg *m = calloc(1, sizeof(*m));
-    if (m == NULL) {
-        fx_stream_handle_unref(f.h);
-        return err_set(err, -ENOMEM, "out of memory");
-    }
-    pthread_mutex_init(&m->mu, NULL);
-    if (fx_cond_init_monotonic(&m->cv) != 0) {
-        pthread_mutex_destroy(&m->mu);
-        free(m);
-        fx_stream_handle_unref(f.h);
-        return err_set(err, -ENOMEM, "out of memory");
-    }
-    m->h = f.h; /* the message's reference */
-    m->st = fxb_worker_for(b, f.h)->dur->st;
-    m->want = *r;
-    rv = run_on_storage(m, timeout_ns);
+    ret_msg m = {.h = f.h, /* the message's reference */
+                 .st = fxb_worker_for(b, f.h)->dur->st,
+                 .want = *r};
+    rv = run_on_storage(&m, timeout_ns);
     if (rv == 0) {
         if (pbytes != NULL)
-            *pbytes = m->bytes;
+            *pbytes = m.bytes;
         if (pseconds != NULL)
-            *pseconds = m->seconds;
+            *pseconds = m.seconds;
         FX_LOG_INFO("storage",
                     "retention overrides of %s/%s/%s: bytes=%" PRIu64 " seconds=%" PRIu64
                     " (0: the broker's setting)",
-                    tenant, ns, stream, m->bytes, m->seconds);
+                    tenant, ns, stream, m.bytes, m.seconds);
     } else if (rv == FX_ETIMEDOUT) {
         err_set(err, rv, "the storage thread of stream %s/%s/%s did not answer in time", tenant, ns,
                 stream);
@@ -216,7 +193,7 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
         err_set(err, rv, "cannot change the retention of %s/%s/%s: %s", tenant, ns, stream,
                 fx_strerror(rv));
     }
-    ret_msg_unref(m);
+    fx_stream_handle_unref(m.h);
     return rv;
 }
 

@@ -252,39 +252,23 @@ void fx_broker_durable_recovery(const fx_broker *b, fx_broker_recovery *out)
     out->failed = atomic_load_explicit(&d->rec_failed, memory_order_relaxed);
 }
 
-/* A flush of every log of every storage thread, shared with them (the
- * waiter may give up at its deadline while they still run). */
+/* A flush of every log of every storage thread, asked of them with
+ * fx_loop_ask_all (which keeps its own copy: the waiter may give up at its
+ * deadline while they still run). Storage thread |i| fills |n[i]|. */
 typedef struct flush_all {
-    atomic_int refs;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint32_t left; /* storage threads still flushing */
-    uint64_t flushed, failed;
+    fxb_storage *st; /* d->st */
+    struct {
+        uint64_t flushed, failed;
+    } n[];
 } flush_all;
 
-typedef struct flush_msg {
-    fx_task task;
-    fxb_storage *st;
-    flush_all *fa;
-} flush_msg;
-
-static void flush_all_unref(flush_all *fa)
+static void storage_on_flush_all(size_t i, void *data)
 {
-    if (atomic_fetch_sub(&fa->refs, 1) != 1)
-        return;
-    pthread_cond_destroy(&fa->cv);
-    pthread_mutex_destroy(&fa->mu);
-    free(fa);
-}
-
-static void storage_on_flush_all(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    flush_msg *m = user;
+    flush_all *fa = data;
+    fxb_storage *st = &fa->st[i];
     uint64_t ok = 0, bad = 0;
     size_t pos = 0;
-    for (fxb_idslot *e; (e = fxb_idtable_next(&m->st->ds, &pos)) != NULL;) {
+    for (fxb_idslot *e; (e = fxb_idtable_next(&st->ds, &pos)) != NULL;) {
         dstream *s = e->p;
         if (s->log != NULL) {
             /* The flush in flight first (its jobs answered), then one here
@@ -300,15 +284,8 @@ static void storage_on_flush_all(fx_loop *l, fx_task *t, void *user)
         else
             ok++;
     }
-    flush_all *fa = m->fa;
-    pthread_mutex_lock(&fa->mu);
-    fa->flushed += ok;
-    fa->failed += bad;
-    fa->left--;
-    pthread_cond_signal(&fa->cv);
-    pthread_mutex_unlock(&fa->mu);
-    flush_all_unref(fa);
-    free(m);
+    fa->n[i].flushed = ok;
+    fa->n[i].failed = bad;
 }
 
 void fxb_durable_each_loop(fx_broker *b, void (*cb)(fx_loop *l, void *user), void *user)
@@ -327,46 +304,39 @@ int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
     fxb_durable *d = b->dur;
     if (d == NULL || d->nstarted == 0)
         return 0;
-    flush_all *fa = calloc(1, sizeof(*fa));
-    if (fa == NULL)
-        return -ENOMEM;
-    pthread_mutex_init(&fa->mu, NULL);
-    if (fx_cond_init_monotonic(&fa->cv) != 0) {
-        pthread_mutex_destroy(&fa->mu);
-        free(fa);
-        return -ENOMEM;
+    size_t n = d->nstarted, size = sizeof(flush_all) + n * sizeof(((flush_all *)0)->n[0]);
+    flush_all *fa = calloc(1, size);
+    fx_loop **loops = calloc(n, sizeof(*loops));
+    int rv = -ENOMEM;
+    size_t missing = 0;
+    if (fa != NULL && loops != NULL) {
+        fa->st = d->st;
+        for (size_t i = 0; i < n; i++)
+            loops[i] = d->st[i].loop;
+        uint64_t now = fx_now_ns();
+        uint64_t left = deadline_ns > now ? deadline_ns - now : 0;
+        fx_loop_ask_req q = {.fn = storage_on_flush_all,
+                             .data = fa,
+                             .size = size,
+                             .timeout_ns = left > INT64_MAX ? INT64_MAX : (int64_t)left};
+        rv = fx_loop_ask_all(loops, n, &q, &missing);
     }
-    atomic_init(&fa->refs, 1);
-    for (uint32_t i = 0; i < d->nstarted; i++) {
-        flush_msg *m = calloc(1, sizeof(*m));
-        if (m == NULL)
-            break; /* those posted still flush; the logs are flushed again at stop */
-        m->st = &d->st[i];
-        m->fa = fa;
-        atomic_fetch_add(&fa->refs, 1);
-        pthread_mutex_lock(&fa->mu);
-        fa->left++;
-        pthread_mutex_unlock(&fa->mu);
-        fx_task_init(&m->task, storage_on_flush_all, m);
-        fx_loop_post(m->st->loop, &m->task);
+    uint64_t flushed = 0, failed = 0;
+    for (size_t i = 0; rv == 0 && i < n; i++) {
+        flushed += fa->n[i].flushed;
+        failed += fa->n[i].failed;
     }
-    struct timespec until = fx_timespec_at(deadline_ns);
-    pthread_mutex_lock(&fa->mu);
-    while (fa->left > 0 && pthread_cond_timedwait(&fa->cv, &fa->mu, &until) == 0)
-        ;
-    bool timed_out = fa->left > 0;
-    uint64_t flushed = fa->flushed, failed = fa->failed;
-    pthread_mutex_unlock(&fa->mu);
-    flush_all_unref(fa);
-    if (timed_out)
+    free(loops);
+    free(fa);
+    if (rv == FX_ETIMEDOUT)
         FX_LOG_ERROR("storage",
-                     "drain: the durable logs were not all flushed by the deadline (%" PRIu64
-                     " flushed); they are flushed again when the broker stops",
-                     flushed);
-    else
+                     "drain: the durable logs were not all flushed by the deadline (storage "
+                     "thread %s had not answered); they are flushed again when the broker stops",
+                     fx_loop_name(d->st[missing].loop));
+    else if (rv == 0)
         FX_LOG_INFO("storage", "drain: flushed %" PRIu64 " durable streams (%" PRIu64 " failed)",
                     flushed, failed);
-    return timed_out ? FX_ETIMEDOUT : failed > 0 ? FX_ESTORAGE_ERROR : 0;
+    return rv != 0 ? rv : failed > 0 ? FX_ESTORAGE_ERROR : 0;
 }
 
 int fxb_durable_start(fx_broker *b)
@@ -400,11 +370,11 @@ void fxb_durable_barrier(fx_broker *b)
 {
     fxb_durable *d = b->dur;
     for (uint32_t i = 0; d != NULL && i < d->nstarted; i++) {
-        fxb_run_on(d->st[i].rloop, NULL, NULL); /* what each has queued runs first */
-        fxb_run_on(d->st[i].loop, NULL, NULL);
+        fx_loop_barrier(d->st[i].rloop); /* what each has queued runs first */
+        fx_loop_barrier(d->st[i].loop);
         if (d->st[i].sloop != NULL) { /* the flushes in flight end, then their completions run */
-            fxb_run_on(d->st[i].sloop, NULL, NULL);
-            fxb_run_on(d->st[i].loop, NULL, NULL);
+            fx_loop_barrier(d->st[i].sloop);
+            fx_loop_barrier(d->st[i].loop);
         }
     }
 }

@@ -1,17 +1,14 @@
 /* Admin HTTP endpoint: libmicrohttpd glue, the built-in routes (/metrics,
- * /live, /ready), the bearer-token rule for mutating calls, and the
- * ask-a-loop helper (a refcounted query posted to an fx_loop and awaited with
- * a timeout). Request handlers run on libmicrohttpd's threads; nothing here
- * touches loop-owned state. */
+ * /live, /ready) and the bearer-token rule for mutating calls. Request
+ * handlers run on libmicrohttpd's threads; nothing here touches loop-owned
+ * state. */
 #include "server/admin.h"
 
 #include <arpa/inet.h>
-#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -162,174 +159,6 @@ int fx_admin_parse_bind(const char *s, struct sockaddr_storage *ss, socklen_t *p
         return 0;
     set_err(err, errcap, "admin bind address '%s': %s", s ? s : "(null)", why);
     return FX_ECONFIG;
-}
-
-/* ---- asking a loop ------------------------------------------------------- */
-
-struct fx_admin_query {
-    fx_task task;
-    atomic_uint refs; /* the asker's and the loop's */
-    fx_admin_query_cb cb;
-    void *user;
-    fx_admin_req req; /* strings point into |strings| */
-    char *strings;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool answered;      /* guarded by mu */
-    bool abandoned;     /* guarded by mu: the asker timed out */
-    fx_admin_resp resp; /* guarded by mu */
-};
-
-static atomic_size_t queries_live;
-static fx_ratelimit timeout_rl = FX_RATELIMIT_INIT;
-
-size_t fx_admin_queries_live(void)
-{
-    return atomic_load_explicit(&queries_live, memory_order_relaxed);
-}
-
-static void query_free(fx_admin_query *q)
-{
-    pthread_cond_destroy(&q->cv);
-    pthread_mutex_destroy(&q->mu);
-    fx_admin_resp_deinit(&q->resp);
-    free(q->strings);
-    free(q);
-    atomic_fetch_sub_explicit(&queries_live, 1, memory_order_relaxed);
-}
-
-static void query_unref(fx_admin_query *q)
-{
-    if (atomic_fetch_sub_explicit(&q->refs, 1, memory_order_acq_rel) == 1)
-        query_free(q);
-}
-
-/* Copies |req| into one allocation: method, path, rest and body, each
- * NUL-terminated. */
-static int query_copy_req(fx_admin_query *q, const fx_admin_req *req)
-{
-    static const fx_admin_req empty = {.method = "", .path = "", .rest = "", .body = ""};
-    if (!req)
-        req = &empty;
-    const char *method = req->method ? req->method : "";
-    const char *path = req->path ? req->path : "";
-    const char *rest = req->rest ? req->rest : "";
-    size_t nm = strlen(method) + 1, np = strlen(path) + 1, nr = strlen(rest) + 1;
-    size_t nb = req->body ? req->body_len : 0;
-    char *p = malloc(nm + np + nr + nb + 1);
-    if (!p)
-        return -ENOMEM;
-    q->strings = p;
-    q->req.method = memcpy(p, method, nm);
-    q->req.path = memcpy(p + nm, path, np);
-    q->req.rest = memcpy(p + nm + np, rest, nr);
-    char *body = p + nm + np + nr;
-    if (nb)
-        memcpy(body, req->body, nb);
-    body[nb] = '\0';
-    q->req.body = body;
-    q->req.body_len = nb;
-    return 0;
-}
-
-static void query_run(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    fx_admin_query *q = user;
-    q->cb(q, q->user); /* may free |q| (it answers and drops the last ref) */
-}
-
-static int query_new(fx_admin_query **pq, const fx_admin_req *req, fx_admin_query_cb cb, void *user)
-{
-    fx_admin_query *q = calloc(1, sizeof(*q));
-    if (!q)
-        return -ENOMEM;
-    if (query_copy_req(q, req) != 0)
-        goto err_free_q;
-    if (fx_cond_init_monotonic(&q->cv) != 0)
-        goto err_free_strings;
-    pthread_mutex_init(&q->mu, NULL);
-    atomic_init(&q->refs, 2);
-    q->cb = cb;
-    q->user = user;
-    fx_task_init(&q->task, query_run, q);
-    atomic_fetch_add_explicit(&queries_live, 1, memory_order_relaxed);
-    *pq = q;
-    return 0;
-err_free_strings:
-    free(q->strings);
-err_free_q:
-    free(q);
-    return -ENOMEM;
-}
-
-const fx_admin_req *fx_admin_query_req(const fx_admin_query *q)
-{
-    return &q->req;
-}
-
-int fx_admin_query_answer(fx_admin_query *q, unsigned status, const char *content_type,
-                          const void *body, size_t len)
-{
-    fx_admin_resp r = {0};
-    int rv = fx_admin_resp_set(&r, status, content_type, body, len);
-    pthread_mutex_lock(&q->mu);
-    assert(!q->answered && "a query is answered exactly once");
-    bool late = q->abandoned;
-    if (!late) {
-        q->resp = r;
-        q->answered = true;
-        pthread_cond_signal(&q->cv);
-    }
-    pthread_mutex_unlock(&q->mu);
-    if (late)
-        fx_admin_resp_deinit(&r);
-    query_unref(q);
-    if (rv != 0)
-        return rv;
-    return late ? FX_ETIMEDOUT : 0;
-}
-
-static struct timespec deadline_after(uint64_t timeout_ns)
-{
-    return fx_timespec_at(fx_now_ns() + timeout_ns);
-}
-
-int fx_admin_ask_loop(fx_loop *l, const fx_admin_req *req, uint64_t timeout_ns,
-                      fx_admin_query_cb cb, void *user, fx_admin_resp *resp)
-{
-    assert(!fx_loop_is_current(l) && "a loop cannot wait for its own answer");
-    fx_admin_query *q;
-    if (query_new(&q, req, cb, user) != 0) {
-        resp_oom(resp);
-        return -ENOMEM;
-    }
-    struct timespec deadline = deadline_after(timeout_ns);
-    (void)fx_loop_post(l, &q->task); /* a fresh task is never already pending */
-    pthread_mutex_lock(&q->mu);
-    while (!q->answered) {
-        if (pthread_cond_timedwait(&q->cv, &q->mu, &deadline) == ETIMEDOUT)
-            break;
-    }
-    bool answered = q->answered;
-    if (answered) {
-        *resp = q->resp;
-        q->resp = (fx_admin_resp){0};
-    } else {
-        q->abandoned = true; /* the loop's answer, when it comes, is discarded */
-    }
-    pthread_mutex_unlock(&q->mu);
-    query_unref(q);
-    if (answered)
-        return 0;
-    FX_LOG_RATELIMITED(&timeout_rl, fx_now_ns(), FX_LOG_WARN, "admin",
-                       "loop=%s did not answer %s %s within %llu ms", fx_loop_name(l),
-                       req && req->method ? req->method : "-", req && req->path ? req->path : "-",
-                       (unsigned long long)(timeout_ns / FX_NS_PER_MS));
-    *resp = (fx_admin_resp){0};
-    (void)fx_admin_resp_text(resp, 503, FX_ADMIN_TIMEOUT_BODY); /* on OOM: a bare 500 */
-    return FX_ETIMEDOUT;
 }
 
 /* ---- built-in routes ----------------------------------------------------- */

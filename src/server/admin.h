@@ -1,8 +1,9 @@
 /* Admin HTTP endpoint of felix-broker (libmicrohttpd): GET /metrics, /live,
  * /ready, plus routes registered by the broker (stream admin API). Requests
  * are served on libmicrohttpd's own threads, never on an fx_loop: a handler
- * that needs loop-owned state asks the loop with fx_admin_ask_loop(), which
- * waits for the answer with a timeout. Started and stopped by main. */
+ * that needs loop-owned state asks the loops with fx_loop_ask() or
+ * fx_loop_ask_all() (base/loop.h; the broker's admin calls do), which wait
+ * for the answers with a timeout. Started and stopped by main. */
 #ifndef FX_SERVER_ADMIN_H
 #define FX_SERVER_ADMIN_H
 
@@ -44,8 +45,8 @@ typedef struct fx_admin fx_admin;
     "it as 'Authorization: Bearer <token>' (felix reads FELIX_ADMIN_TOKEN or "                     \
     "--admin-token-file FILE). See docs/auth.md.\"}\n"
 
-/* One request as a route sees it. Valid only during the route callback
- * (fx_admin_query_req() gives a copy owned by the query). |rest| is the part
+/* One request as a route sees it. Valid only during the route callback: a
+ * loop asked about it must get copies of what it reads. |rest| is the part
  * of |path| after a prefix route's path ("" for exact routes). |body| is
  * NUL-terminated (|body_len| excludes the NUL) and may contain NULs. */
 typedef struct fx_admin_req {
@@ -81,7 +82,7 @@ void fx_admin_resp_deinit(fx_admin_resp *r);
 
 /* Handles one request to a registered route: fills |resp| (initially zero).
  * Runs on a libmicrohttpd thread, possibly several at once: it must not touch
- * loop-owned state (use fx_admin_ask_loop()) and should return within a few
+ * loop-owned state (ask the loop: fx_loop_ask()) and should return within a few
  * seconds, as it holds one of the endpoint's threads meanwhile. */
 typedef void (*fx_admin_route_cb)(const fx_admin_req *req, fx_admin_resp *resp, void *user);
 
@@ -165,7 +166,7 @@ bool fx_admin_is_remote(const fx_admin *a);
 void fx_admin_set_draining(fx_admin *a, bool draining);
 
 /* Stops serving: closes the listening socket and waits for requests in
- * progress (at most their fx_admin_ask_loop() timeout). Idempotent. Main
+ * progress (at most their fx_loop_ask() timeout). Idempotent. Main
  * thread; never from a route callback. */
 void fx_admin_stop(fx_admin *a);
 
@@ -222,45 +223,5 @@ typedef enum fx_admin_refusal {
  * at most once a second per reason) with |peer| (client address, may be
  * NULL) and |detail| (may be NULL). Any thread. */
 void fx_admin_count_refusal(fx_admin_refusal why, const char *peer, const char *detail);
-
-/* ---- asking a loop ------------------------------------------------------- */
-
-/* A question to one fx_loop. Refcounted: the asker and the loop each hold a
- * reference, so an answer that arrives after the asker gave up writes into
- * memory that is still alive and is then discarded. */
-typedef struct fx_admin_query fx_admin_query;
-
-/* Runs on the loop's thread with |q|. It must call fx_admin_query_answer(q,
- * ...) exactly once: before returning, or later from any thread (e.g. after
- * gathering state from other loops); until then the query stays allocated. */
-typedef void (*fx_admin_query_cb)(fx_admin_query *q, void *user);
-
-/* Posts |cb(q, user)| to loop |l| with a copy of |req| (may be NULL) and waits
- * up to |timeout_ns| for the answer, which it moves into |resp|. On timeout
- * |resp| is 503 FX_ADMIN_TIMEOUT_BODY and FX_ETIMEDOUT is returned; the late
- * answer is discarded when it comes. Returns 0, FX_ETIMEDOUT, or -ENOMEM
- * (|resp| then 500; nothing was posted). |user| must stay valid until |cb| has
- * run, which may be after this returns: pass a long-lived object. |l| must
- * keep running until then too (fx_loop_stop() runs pending tasks, so stopping
- * it is fine; freeing it is not). Any thread but |l|'s own (it would wait for
- * itself); in practice a route callback. */
-int fx_admin_ask_loop(fx_loop *l, const fx_admin_req *req, uint64_t timeout_ns,
-                      fx_admin_query_cb cb, void *user, fx_admin_resp *resp);
-
-/* The request the query carries (a copy owned by the query; fields are never
- * NULL). Valid until fx_admin_query_answer(). Any thread. */
-const fx_admin_req *fx_admin_query_req(const fx_admin_query *q);
-
-/* Answers |q| with |status|, |content_type| (static, may be NULL) and a copy
- * of |body| (|len| bytes), then drops the loop's reference: |q| must not be
- * used afterwards. Returns 0 if delivered to the asker, FX_ETIMEDOUT if the
- * asker had already given up (answer discarded), -ENOMEM if the copy failed
- * (the asker gets a 500). Any thread. */
-int fx_admin_query_answer(fx_admin_query *q, unsigned status, const char *content_type,
-                          const void *body, size_t len);
-
-/* Queries allocated and not yet freed, process-wide (tests, leak checks).
- * Any thread. */
-size_t fx_admin_queries_live(void);
 
 #endif

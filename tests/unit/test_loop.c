@@ -890,8 +890,12 @@ static void test_timer_cancel_prevents_fire(void **state)
     assert_false(fx_timer_is_armed(&s.victim));
 }
 
-static void fault_a_cb(fx_loop *l, fx_timer *t, void *user) {}
-static void fault_b_cb(fx_loop *l, fx_timer *t, void *user) {}
+static void fault_a_cb(fx_loop *l, fx_timer *t, void *user)
+{
+}
+static void fault_b_cb(fx_loop *l, fx_timer *t, void *user)
+{
+}
 
 /* The fault hook fails exactly the next |n| first arms of timers with the
  * named callback; other timers and re-arms of an armed timer still work. */
