@@ -299,16 +299,15 @@ void fxb_durable_each_loop(fx_broker *b, void (*cb)(fx_loop *l, void *user), voi
     }
 }
 
-int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
+/* Asks every storage thread of |d| to flush and sums their counts into
+ * |sum| (flushed, failed). Returns 0, FX_ETIMEDOUT at |deadline_ns| (with
+ * the thread that had not answered in |*pmissing|) or -ENOMEM. */
+static int ask_flush(fxb_durable *d, uint64_t deadline_ns, uint64_t sum[2], size_t *pmissing)
 {
-    fxb_durable *d = b->dur;
-    if (d == NULL || d->nstarted == 0)
-        return 0;
     size_t n = d->nstarted, size = sizeof(flush_all) + n * sizeof(((flush_all *)0)->n[0]);
     flush_all *fa = calloc(1, size);
     fx_loop **loops = calloc(n, sizeof(*loops));
     int rv = -ENOMEM;
-    size_t missing = 0;
     if (fa != NULL && loops != NULL) {
         fa->st = d->st;
         for (size_t i = 0; i < n; i++)
@@ -319,15 +318,25 @@ int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
                              .data = fa,
                              .size = size,
                              .timeout_ns = left > INT64_MAX ? INT64_MAX : (int64_t)left};
-        rv = fx_loop_ask_all(loops, n, &q, &missing);
+        rv = fx_loop_ask_all(loops, n, &q, pmissing);
     }
-    uint64_t flushed = 0, failed = 0;
     for (size_t i = 0; rv == 0 && i < n; i++) {
-        flushed += fa->n[i].flushed;
-        failed += fa->n[i].failed;
+        sum[0] += fa->n[i].flushed;
+        sum[1] += fa->n[i].failed;
     }
     free(loops);
     free(fa);
+    return rv;
+}
+
+int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
+{
+    fxb_durable *d = b->dur;
+    if (d == NULL || d->nstarted == 0)
+        return 0;
+    uint64_t sum[2] = {0, 0};
+    size_t missing = 0;
+    int rv = ask_flush(d, deadline_ns, sum, &missing);
     if (rv == FX_ETIMEDOUT)
         FX_LOG_ERROR("storage",
                      "drain: the durable logs were not all flushed by the deadline (storage "
@@ -335,8 +344,8 @@ int fxb_durable_flush_all(fx_broker *b, uint64_t deadline_ns)
                      fx_loop_name(d->st[missing].loop));
     else if (rv == 0)
         FX_LOG_INFO("storage", "drain: flushed %" PRIu64 " durable streams (%" PRIu64 " failed)",
-                    flushed, failed);
-    return rv != 0 ? rv : failed > 0 ? FX_ESTORAGE_ERROR : 0;
+                    sum[0], sum[1]);
+    return rv != 0 ? rv : sum[1] > 0 ? FX_ESTORAGE_ERROR : 0;
 }
 
 int fxb_durable_start(fx_broker *b)

@@ -747,6 +747,37 @@ static void test_ask_from_many_threads(void **state)
     assert_int_equal(atomic_load(&ask_frees), atomic_load(&ask_allocs));
 }
 
+static void *release_later(void *arg)
+{
+    struct timespec ts = {0, 30 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    atomic_store(&((blocker *)arg)->release, true);
+    return NULL;
+}
+
+static void test_barrier_waits_for_what_was_posted_before(void **state)
+{
+    fx_loop *l = new_started("fx-barrier", -1);
+    blocker b;
+    blocker_init(&b);
+    assert_true(fx_loop_post(l, &b.task));
+    wait_ge(&b.busy, 1);
+    static counted tasks[CALLS];
+    for (int i = 0; i < CALLS; i++) {
+        fx_task_init(&tasks[i].task, counted_cb, &tasks[i]);
+        atomic_init(&tasks[i].runs, 0);
+        assert_true(fx_loop_post(l, &tasks[i].task));
+    }
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, release_later, &b), 0);
+    fx_loop_barrier(l); /* the loop is busy for a while yet */
+    for (int i = 0; i < CALLS; i++)
+        assert_int_equal(atomic_load(&tasks[i].runs), 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    stop_free(l);
+    assert_false(atomic_load(&b.hung));
+}
+
 /* ---- timers ------------------------------------------------------------ */
 
 enum { ORDER_TIMERS = 64 };
@@ -1345,6 +1376,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ask_all_gathers_every_loop),
     cmocka_unit_test(test_ask_on_own_loop_runs_inline),
     cmocka_unit_test(test_ask_from_many_threads),
+    cmocka_unit_test(test_barrier_waits_for_what_was_posted_before),
     cmocka_unit_test(test_timers_fire_in_deadline_order),
     cmocka_unit_test(test_timer_cancel_prevents_fire),
     cmocka_unit_test(test_timer_cancel_mid_heap_keeps_order),
