@@ -2,7 +2,8 @@
  * streams: set at creation (PUT) and changed later (PATCH) through the
  * admin API with their bounds checked, shown by GET /v1/streams, kept in the
  * storage catalogue across a restart, and applied to that stream's log only
- * (its sealed segments go sooner, the others' stay); the admin token every
+ * (its sealed segments go sooner, the others' stay), and a change the
+ * storage thread answers too late; the admin token every
  * create, change and delete needs, on loopback too; and the per-stream
  * gauges of /metrics (durable streams only, when asked for). A real broker,
  * its admin endpoint and libfelix clients in this process
@@ -106,6 +107,35 @@ static void test_put_sets_retention_overrides_and_get_shows_them(void **state)
     /* PUT again on the existing stream changes what it names. */
     call(e, "PUT", "r", "{\"durable\": true, \"retention_seconds\": 60}", 200,
          "\"retention_bytes\":1048576,\"retention_seconds\":60");
+    e_free(e);
+    fix_rm_dir(root);
+}
+
+/* The storage thread does not answer in time: the change fails with
+ * FX_ETIMEDOUT and says why, still runs once the thread is free, and its
+ * late answer drops the stream reference it held (ASan: no leak). */
+static void test_retention_change_the_storage_thread_misses_times_out(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root));
+    e->bo.workers = 1;
+    e_start(e);
+    call(e, "PUT", "r", "{\"durable\": true}", 201, NULL);
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, true), 0);
+    fx_broker_retention want = {.set_seconds = true, .seconds = 60};
+    fx_registry_err err = {0};
+    assert_int_equal(fx_broker_set_stream_retention(e->b, T, NS, "r", &want, 1, 50 * FX_NS_PER_MS,
+                                                    NULL, NULL, &err),
+                     FX_ETIMEDOUT);
+    assert_non_null(strstr(err.msg, "did not answer in time"));
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, false), 0);
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    while (listed(e, "r", "retention_seconds") != 60) {
+        if (fx_now_ns() > deadline)
+            fail_msg("the late retention change was not applied");
+        sleep_ms(2);
+    }
     e_free(e);
     fix_rm_dir(root);
 }
@@ -568,6 +598,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_sets_retention_overrides_and_get_shows_them),
     cmocka_unit_test(test_patch_changes_or_drops_overrides_of_an_existing_durable_stream),
     cmocka_unit_test(test_bad_retention_bodies_get_a_clear_400_and_change_nothing),
+    cmocka_unit_test(test_retention_change_the_storage_thread_misses_times_out),
     cmocka_unit_test(test_overrides_survive_a_restart_through_the_catalogue),
     cmocka_unit_test(test_override_deletes_sealed_segments_of_that_stream_only),
     cmocka_unit_test(test_metrics_show_bytes_on_disk_and_offsets_per_durable_stream_only),
