@@ -132,26 +132,40 @@ report() { # where, kind, name
     bad=1
 }
 
+# Each check reads its list(s) first (files before "-"), then spans, and
+# prints "where<TAB>name" for every unknown name.
 # Tests.
-grep -E '	[a-z][a-z0-9_]*\.[a-z0-9_.*]+$' "$tmp/spans" | while IFS='	' read -r at name; do
-    prefix=${name%%.*}
-    grep -qxF "$prefix" "$tmp/prefixes" || continue
-    case ${name#*.} in *_* | *'*'*) ;; *) continue ;; esac
-    re=$(printf '%s' "$name" | sed 's/\./\\./g; s/\*/.*/g')
-    grep -qE "(^|\\.)$re\$" "$tmp/tests" || echo "$at	$name"
-done >"$tmp/bad_tests"
+awk -F'\t' '
+    FILENAME == ARGV[1] { prefix[$0] = 1; next }
+    FILENAME == ARGV[2] { tests[++n] = $0; next }
+    $2 ~ /^[a-z][a-z0-9_]*\.[a-z0-9_.*]+$/ {
+        name = $2
+        p = name; sub(/\..*/, "", p)
+        if (!(p in prefix)) next
+        rest = substr(name, length(p) + 2)
+        if (rest !~ /[_*]/) next
+        re = name; gsub(/\./, "\\.", re); gsub(/\*/, ".*", re)
+        re = "(^|\\.)" re "$"
+        found = 0
+        for (i = 1; i <= n && !found; i++) if (tests[i] ~ re) found = 1
+        if (!found) print $1 "\t" name
+    }' "$tmp/prefixes" "$tmp/tests" "$tmp/spans" >"$tmp/bad_tests"
 # Metrics.
-grep -E '	felix_[a-z0-9_]*' "$tmp/spans" | while IFS='	' read -r at span; do
-    name=$(printf '%s' "$span" | sed 's/^\(felix_[a-z0-9_]*\*\{0,1\}\).*/\1/')
-    case $name in
-    *'*') grep -q "^${name%'*'}" "$tmp/metrics" || echo "$at	$name" ;;
-    *)
-        base=$(printf '%s' "$name" | sed 's/_\(bucket\|sum\|count\)$//')
-        grep -qxF "$name" "$tmp/metrics" || grep -qxF "$base" "$tmp/metrics" ||
-            echo "$at	$name"
-        ;;
-    esac
-done >"$tmp/bad_metrics"
+awk -F'\t' '
+    FILENAME == ARGV[1] { m[$0] = 1; all[++n] = $0; next }
+    $2 ~ /^felix_/ {
+        match($2, /^felix_[a-z0-9_]*\*?/)
+        name = substr($2, 1, RLENGTH)
+        if (name ~ /\*$/) {
+            pre = substr(name, 1, length(name) - 1)
+            found = 0
+            for (i = 1; i <= n && !found; i++) if (index(all[i], pre) == 1) found = 1
+            if (!found) print $1 "\t" name
+            next
+        }
+        base = name; sub(/_(bucket|sum|count)$/, "", base)
+        if (!(name in m) && !(base in m)) print $1 "\t" name
+    }' "$tmp/metrics" "$tmp/spans" >"$tmp/bad_metrics"
 # Keys.
 {
     sed -n 's/^\([^	]*\)	\([a-z][a-z0-9_]*\)\(: \|=\).*/\1	\2/p' "$tmp/spans"
@@ -163,14 +177,15 @@ done >"$tmp/bad_metrics"
             next
         }
         { intable = 0 }' docs/configuration.md
-} | while IFS='	' read -r at key; do
-    grep -qxF "$key" "$tmp/keys" || echo "$at	$key"
-done >"$tmp/bad_keys"
+} | awk -F'\t' 'FILENAME == ARGV[1] { k[$0] = 1; next } !($2 in k)' "$tmp/keys" - >"$tmp/bad_keys"
 # Flags.
-grep -E '^docs/cli\.md:[0-9]+	--[a-z]' "$tmp/spans" | while IFS='	' read -r at span; do
-    flag=$(printf '%s' "$span" | sed 's/^\(--[a-z0-9-]*\).*/\1/')
-    grep -qxF -- "$flag" "$tmp/flags" || echo "$at	$flag"
-done >"$tmp/bad_flags"
+awk -F'\t' '
+    FILENAME == ARGV[1] { f[$0] = 1; next }
+    $1 ~ /^docs\/cli\.md:/ && $2 ~ /^--[a-z]/ {
+        match($2, /^--[a-z0-9-]*/)
+        flag = substr($2, 1, RLENGTH)
+        if (!(flag in f)) print $1 "\t" flag
+    }' "$tmp/flags" "$tmp/spans" >"$tmp/bad_flags"
 
 for kind in tests:test metrics:metric keys:config flags:flag; do
     while IFS='	' read -r at name; do
