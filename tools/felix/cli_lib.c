@@ -1165,7 +1165,8 @@ static const fx_cli_help HELP[] = {
         "  N runs per cell (default 3), against a fresh out-of-process broker per cell\n"
         "  and beside the peers of ../shared/peers; writes DIR/results.jsonl and SVG\n"
         "  charts (bench/matrix.sh; FELIX_BENCH_DIR locates it outside the tree).\n"
-        "docs/performance.md has the workload, the fields and measured figures.\n",
+        "docs/performance.md has the workload and the measured figures;\n"
+        "docs/perf-notes.md (\"What it measures\") every mode and JSON field.\n",
         "felix bench --mode latency --payload 1024 --fanout 10\n"
         "  felix bench --mode throughput --payload 1024 --fanout 1 --runs 3 --json\n"
         "  felix bench matrix --out /tmp/matrix --runs 3",
