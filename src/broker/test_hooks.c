@@ -20,37 +20,22 @@
 typedef struct wait_call {
     void (*fn)(void *arg);
     void *arg;
-    bool done;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
 } wait_call;
 
-static void wait_call_run(void *user)
+static void wait_call_run(size_t i, void *data)
 {
-    wait_call *w = user;
+    (void)i;
+    wait_call *w = data;
     w->fn(w->arg);
-    pthread_mutex_lock(&w->mu);
-    w->done = true;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
 }
 
-/* Runs |fn(arg)| on |l| and returns once it ran: 0, or -ENOMEM (not run). */
+/* Runs |fn(arg)| on |l| and returns once it ran: 0 (an ask without a
+ * deadline cannot fail). */
 static int run_and_wait(fx_loop *l, void (*fn)(void *arg), void *arg)
 {
     wait_call w = {.fn = fn, .arg = arg};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    int rv = fx_loop_call(l, wait_call_run, &w);
-    if (rv == 0) {
-        pthread_mutex_lock(&w.mu);
-        while (!w.done)
-            pthread_cond_wait(&w.cv, &w.mu);
-        pthread_mutex_unlock(&w.mu);
-    }
-    pthread_cond_destroy(&w.cv);
-    pthread_mutex_destroy(&w.mu);
-    return rv;
+    return fx_loop_ask(
+        l, &(fx_loop_ask_req){.fn = wait_call_run, .data = &w, .timeout_ns = FX_LOOP_FOREVER});
 }
 
 static bool running(const fx_broker *b)
