@@ -49,8 +49,7 @@ static char *mint(const uint8_t *key, const char *kid, const char *tid, int64_t 
                   const char *issuer)
 {
     const char *perms[] = {"stream.publish:stream:t1/ns/*"};
-    fx_auth_mint_claims c = {
-        .issuer = issuer, .tid = tid, .exp = exp, .perms = perms, .nperms = 1};
+    fx_auth_mint_claims c = {.issuer = issuer, .tid = tid, .exp = exp, .perms = perms, .nperms = 1};
     char *t = NULL;
     assert_int_equal(fx_auth_mint(key, kid, &c, &t), 0);
     return t;
@@ -125,8 +124,7 @@ static void test_verify_applies_issuer_and_expiry_with_leeway(void **state)
     void *ctx = NULL;
     /* The default issuer is not this authenticator's. */
     char *t = mint(priv, "k1", "t1", 1000, NULL);
-    assert_int_equal(cb.verify(cb.user, "t1", t, strlen(t), 500, &ctx, why, sizeof(why)),
-                     FX_EAUTH);
+    assert_int_equal(cb.verify(cb.user, "t1", t, strlen(t), 500, &ctx, why, sizeof(why)), FX_EAUTH);
     assert_non_null(strstr(why, "wrong issuer"));
     free(t);
     t = mint(priv, "k1", "t1", 1000, "my-issuer");

@@ -68,10 +68,10 @@ static void test_env_overlays_set_variables_and_zero_keeps(void **state)
     assert_int_equal(o.sub_queue_policy, FX_POLICY_DROP_OLD);
     assert_false(o.publish_coalesce);
     assert_int_equal(o.publish_ack_timeout_ms, 1500);
-    const char *names[] = {"FELIX_AUTH_TENANT",          "FELIX_PUB_CONN_POOL",
-                           "FELIX_PUBLISH_QUEUE_DEPTH",  "FELIX_PUBLISH_INFLIGHT_BYTES",
-                           "FELIX_PUB_SHARDING",         "FELIX_CLIENT_SUB_QUEUE_POLICY",
-                           "FELIX_PUBLISH_COALESCE",     "FELIX_PUBLISH_ACK_TIMEOUT_MS"};
+    const char *names[] = {"FELIX_AUTH_TENANT",         "FELIX_PUB_CONN_POOL",
+                           "FELIX_PUBLISH_QUEUE_DEPTH", "FELIX_PUBLISH_INFLIGHT_BYTES",
+                           "FELIX_PUB_SHARDING",        "FELIX_CLIENT_SUB_QUEUE_POLICY",
+                           "FELIX_PUBLISH_COALESCE",    "FELIX_PUBLISH_ACK_TIMEOUT_MS"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         unsetenv(names[i]);
 }
@@ -81,8 +81,8 @@ static void test_env_refusals_name_the_variable_and_keep_the_value(void **state)
     struct {
         const char *name, *value;
     } bad[] = {
-        {"FELIX_PUB_CONN_POOL", "65"},         {"FELIX_PUB_CONN_POOL", "-1"},
-        {"FELIX_PUB_CONN_POOL", "4x"},         {"FELIX_PUB_SHARDING", "random"},
+        {"FELIX_PUB_CONN_POOL", "65"},          {"FELIX_PUB_CONN_POOL", "-1"},
+        {"FELIX_PUB_CONN_POOL", "4x"},          {"FELIX_PUB_SHARDING", "random"},
         {"FELIX_CLIENT_SUB_QUEUE_POLICY", "x"}, {"FELIX_PUBLISH_COALESCE", "maybe"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -185,7 +185,7 @@ static void test_env_layer_applies_felix_variables_and_warns_on_others(void **st
     assert_string_equal(o->name, "FELIX_BROKER_PUB_QUEUE_DEPTH");
     assert_int_equal(d.nwarnings, 2);
     assert_non_null(strstr(d.warnings[0], "FELIX_NOT_A_SETTING") != NULL ? d.warnings[0]
-                                                                        : d.warnings[1]);
+                                                                         : d.warnings[1]);
     char *bad[] = {"FELIX_SUB_QUEUE_POLICY=sometimes", NULL};
     assert_int_equal(fx_config_load_env_layer(&c, bad, &d), FX_ECONFIG);
     assert_non_null(strstr(d.error, "FELIX_SUB_QUEUE_POLICY"));
@@ -204,8 +204,7 @@ static void test_yaml_layer_records_positions_and_names_errors_by_line(void **st
     fx_config c;
     fx_config_defaults(&c);
     fx_config_diag d = {0};
-    assert_int_equal(load_text(&c, "# comment\npub_queue_depth: 32\nstreams:\n  - t/n/s\n", &d),
-                     0);
+    assert_int_equal(load_text(&c, "# comment\npub_queue_depth: 32\nstreams:\n  - t/n/s\n", &d), 0);
     assert_int_equal(c.pub_queue_depth, 32);
     assert_int_equal(c.nstreams, 1);
     const fx_config_origin *o = fx_config_origin_of(&c, "pub_queue_depth");

@@ -56,15 +56,14 @@ static void test_where_names_each_origin(void **state)
     fx_config_format_where(&c, &(fx_config_origin){.from = FX_CONFIG_FROM_DEFAULT}, buf,
                            sizeof(buf));
     assert_string_equal(buf, "default");
-    fx_config_format_where(
-        &c, &(fx_config_origin){.from = FX_CONFIG_FROM_FILE, .line = 3, .col = 7}, buf,
-        sizeof(buf));
+    fx_config_format_where(&c,
+                           &(fx_config_origin){.from = FX_CONFIG_FROM_FILE, .line = 3, .col = 7},
+                           buf, sizeof(buf));
     assert_string_equal(buf, "/etc/felix.yaml:3:7");
     fx_config_format_where(&c, &(fx_config_origin){.from = FX_CONFIG_FROM_ENV, .name = "FELIX_X"},
                            buf, sizeof(buf));
     assert_string_equal(buf, "env FELIX_X");
-    fx_config_format_where(&c, &(fx_config_origin){.from = FX_CONFIG_FROM_FLAG}, buf,
-                           sizeof(buf));
+    fx_config_format_where(&c, &(fx_config_origin){.from = FX_CONFIG_FROM_FLAG}, buf, sizeof(buf));
     assert_string_equal(buf, "flag --set");
     fx_config_deinit(&c);
 }
@@ -205,8 +204,9 @@ static void test_markdown_lists_every_key_in_its_table(void **state)
         else
             assert_true(at < warn);
     }
-    assert_non_null(strstr(s, "| `metrics_bind` (alias `admin_bind`) | `FELIX_BROKER_METRICS_BIND`, "
-                              "`FELIX_METRICS_BIND` (alias) | host:port |"));
+    assert_non_null(strstr(s,
+                           "| `metrics_bind` (alias `admin_bind`) | `FELIX_BROKER_METRICS_BIND`, "
+                           "`FELIX_METRICS_BIND` (alias) | host:port |"));
     assert_non_null(strstr(s, "| `pub_queue_depth` | `FELIX_BROKER_PUB_QUEUE_DEPTH` | integer "
                               "1..1048576 | `64` |"));
     free(s);

@@ -117,8 +117,15 @@ static void test_mint_writes_header_defaults_and_only_set_claims(void **state)
     json_decref(p);
     free(t);
     /* Without a kid, with every optional claim. */
-    c = (fx_auth_mint_claims){.issuer = "me", .audience = "you", .sub = "s", .tid = "t2",
-                              .exp = 9, .nbf = 3, .has_nbf = true, .iat = 4, .has_iat = true};
+    c = (fx_auth_mint_claims){.issuer = "me",
+                              .audience = "you",
+                              .sub = "s",
+                              .tid = "t2",
+                              .exp = 9,
+                              .nbf = 3,
+                              .has_nbf = true,
+                              .iat = 4,
+                              .has_iat = true};
     assert_int_equal(fx_auth_mint(priv, NULL, &c, &t), 0);
     h = part_json(t, 0);
     assert_null(json_object_get(h, "kid"));

@@ -76,8 +76,7 @@ static void fix_deinit(fix *f)
 /* Sends |n| bytes to the server and lets it read them. */
 static void deliver(fix *f, const uint8_t *p, size_t n)
 {
-    assert_int_equal(sendto(f->fd, p, n, 0, (struct sockaddr *)&f->to, sizeof(f->to)),
-                     (ssize_t)n);
+    assert_int_equal(sendto(f->fd, p, n, 0, (struct sockaddr *)&f->to, sizeof(f->to)), (ssize_t)n);
     usleep(10000);
     fx_quic_udp_read(f->srv);
 }

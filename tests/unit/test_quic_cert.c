@@ -78,9 +78,10 @@ static void test_default_certificate_names_localhost_and_loopback(void **state)
 
 static void test_spec_sets_names_address_and_validity(void **state)
 {
-    fx_quic_cert_spec spec = {
-        .not_before = 1000000000, .not_after = 1100000000, .dns_name = "broker.test",
-        .ip_address = "::1"};
+    fx_quic_cert_spec spec = {.not_before = 1000000000,
+                              .not_after = 1100000000,
+                              .dns_name = "broker.test",
+                              .ip_address = "::1"};
     assert_int_equal(fx_quic_cert_generate(cert, key, &spec), 0);
     gnutls_x509_crt_t crt = load_crt(cert);
     assert_true(gnutls_x509_crt_check_hostname(crt, "broker.test"));

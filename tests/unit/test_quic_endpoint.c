@@ -203,8 +203,8 @@ static void test_server_reports_port_and_certificate_fingerprint(void **state)
 /* A 1200-byte QUIC v1 Initial (header only meaningful). */
 static void initial(uint8_t *b)
 {
-    static const uint8_t head[] = {0xC3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8,
-                                   8,    9, 9, 9, 9, 9, 9, 9, 9, 0};
+    static const uint8_t head[] = {0xC3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6,
+                                   7,    8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 0};
     memset(b, 0x5a, 1200);
     memcpy(b, head, sizeof(head));
     size_t rest = 1200 - sizeof(head) - 2;
@@ -219,8 +219,8 @@ static void test_datagrams_a_client_or_draining_server_refuses(void **state)
     fx_quic_endpoint *srv = NULL, *cli = NULL;
     assert_int_equal(fx_quic_server_new(&srv, loop, "127.0.0.1", 0, &o, &CBS, NULL), 0);
     assert_int_equal(fx_quic_client_new(&cli, loop, &o, &CBS, NULL), 0);
-    struct sockaddr_in from = {.sin_family = AF_INET, .sin_port = htons(9),
-                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in from = {
+        .sin_family = AF_INET, .sin_port = htons(9), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     uint8_t b[1200];
     initial(b);
     fx_quic_ep_on_datagram(cli, (struct sockaddr *)&from, sizeof(from), b, sizeof(b));
@@ -229,8 +229,7 @@ static void test_datagrams_a_client_or_draining_server_refuses(void **state)
     assert_int_equal(st.rx_dropped, 1);
     assert_int_equal(st.conns_open, 0);
     /* An unknown version or a packet too short to name a connection. */
-    fx_quic_ep_on_datagram(cli, (struct sockaddr *)&from, sizeof(from), (const uint8_t *)"\x40",
-                           1);
+    fx_quic_ep_on_datagram(cli, (struct sockaddr *)&from, sizeof(from), (const uint8_t *)"\x40", 1);
     fx_quic_endpoint_get_stats(cli, &st);
     assert_int_equal(st.rx_dropped, 2);
     assert_int_equal(fx_quic_endpoint_drain(srv, fx_now_ns() + FX_NS_PER_S), 0);

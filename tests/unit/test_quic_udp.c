@@ -117,9 +117,9 @@ static void send_split(bool gso)
     uint8_t data[2500];
     for (size_t i = 0; i < sizeof(data); i++)
         data[i] = (uint8_t)(i * 7);
-    assert_int_equal(fx_quic_udp_send(ep, (struct sockaddr *)&to, sizeof(to), NULL, data,
-                                      sizeof(data), 1000),
-                     0);
+    assert_int_equal(
+        fx_quic_udp_send(ep, (struct sockaddr *)&to, sizeof(to), NULL, data, sizeof(data), 1000),
+        0);
     size_t want[] = {1000, 1000, 500}, off = 0;
     for (size_t i = 0; i < 3; i++) {
         uint8_t got[4096];

@@ -48,12 +48,11 @@ static void test_take_then_second_take_is_busy_until_free(void **state)
     char dir[128], why[512] = "";
     sub(dir, sizeof(dir), "root");
     fx_rootlock *a = NULL, *b = NULL;
-    assert_int_equal(fx_rootlock_take(&a, dir, FX_ROOTLOCK_FILE, "durable_storage_dir", why,
-                                      sizeof(why)),
-                     0);
-    assert_int_equal(fx_rootlock_take(&b, dir, FX_ROOTLOCK_FILE, "durable_storage_dir", why,
-                                      sizeof(why)),
-                     -EBUSY);
+    assert_int_equal(
+        fx_rootlock_take(&a, dir, FX_ROOTLOCK_FILE, "durable_storage_dir", why, sizeof(why)), 0);
+    assert_int_equal(
+        fx_rootlock_take(&b, dir, FX_ROOTLOCK_FILE, "durable_storage_dir", why, sizeof(why)),
+        -EBUSY);
     assert_null(b);
     char pid[32];
     snprintf(pid, sizeof(pid), "pid %ld", (long)getpid());

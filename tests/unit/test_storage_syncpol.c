@@ -12,8 +12,8 @@
 
 #include "fx_test.h"
 
-static fx_syncpol start(fx_fsync_mode mode, uint64_t interval_ns, uint64_t max_bytes,
-                        uint64_t now, uint64_t next)
+static fx_syncpol start(fx_fsync_mode mode, uint64_t interval_ns, uint64_t max_bytes, uint64_t now,
+                        uint64_t next)
 {
     fx_syncpol p;
     fx_syncpol_config c = {
@@ -156,8 +156,8 @@ static void test_mode_parse_spellings_and_bad_input(void **state)
     static const struct {
         const char *s;
         fx_fsync_mode m;
-    } ok[] = {{"none", FX_FSYNC_NONE},       {"OFF", FX_FSYNC_NONE},
-              {"Periodic", FX_FSYNC_PERIODIC}, {"on_commit", FX_FSYNC_ON_COMMIT},
+    } ok[] = {{"none", FX_FSYNC_NONE},           {"OFF", FX_FSYNC_NONE},
+              {"Periodic", FX_FSYNC_PERIODIC},   {"on_commit", FX_FSYNC_ON_COMMIT},
               {"ON-COMMIT", FX_FSYNC_ON_COMMIT}, {"commit", FX_FSYNC_ON_COMMIT}};
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         fx_fsync_mode m = (fx_fsync_mode)99;

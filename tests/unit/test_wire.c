@@ -20,9 +20,9 @@ static bool ok(const char *s, size_t n)
 static void test_err_set_fills_code_and_formatted_message(void **state)
 {
     fx_wire_err e = {0};
-    assert_int_equal(fx_wire_err_set(&e, FX_EWIRE_FIELD_MISSING, "missing '%s' in %s", "tenant_id",
-                                     "publish"),
-                     FX_EWIRE_FIELD_MISSING);
+    assert_int_equal(
+        fx_wire_err_set(&e, FX_EWIRE_FIELD_MISSING, "missing '%s' in %s", "tenant_id", "publish"),
+        FX_EWIRE_FIELD_MISSING);
     assert_int_equal(e.code, FX_EWIRE_FIELD_MISSING);
     assert_string_equal(e.msg, "missing 'tenant_id' in publish");
 }
@@ -75,7 +75,7 @@ static void test_utf8_refuses_overlongs_surrogates_and_beyond_max(void **state)
 
 static void test_utf8_refuses_truncated_and_stray_bytes(void **state)
 {
-    assert_false(OK("\x80"));             /* stray continuation */
+    assert_false(OK("\x80")); /* stray continuation */
     assert_false(OK("ab\xbf"));
     assert_false(OK("\xc3"));             /* truncated 2-byte */
     assert_false(OK("\xe2\x82"));         /* truncated 3-byte */
