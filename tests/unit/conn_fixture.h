@@ -431,4 +431,42 @@ static inline void cf_publish_json(cf *f, int64_t sid, const char *tenant, const
     cf_write_msg(f, sid, &m);
 }
 
+/* An unacked binary publish (0x0001) of |payload| on |sid|. */
+static inline void cf_publish(cf *f, int64_t sid, const char *tenant, const char *stream,
+                              const char *payload)
+{
+    const char *pl[] = {payload};
+    size_t n;
+    uint8_t *p = cf_publish_frame(tenant, stream, pl, 1, false, 0, &n);
+    cf_write(f, sid, p, n, false);
+    free(p);
+}
+
+/* Subscribes on bidi stream |sid| (authenticated), settles and checks the
+ * answer: subscribed, the request stream finished, and an event stream
+ * opened whose first frame is event_stream_hello with the same id. Returns
+ * the event stream's id. */
+static inline int64_t cf_subscribed(cf *f, int64_t sid, const char *tenant, const char *stream)
+{
+    int64_t before = 0;
+    while (cf_uni(f, (unsigned)before) >= 0)
+        before++;
+    cf_subscribe(f, sid, tenant, stream);
+    cf_settle(f);
+    fx_msg m;
+    assert_true(cf_read_msg(f, sid, &m));
+    if (m.type != FX_MSG_SUBSCRIBED)
+        fail_msg("subscribe answered type %d (%s)", (int)m.type, m.message ? m.message : "");
+    uint64_t id = m.subscription_id;
+    fx_msg_deinit(&m);
+    assert_true(cf_stream(f, sid)->tx_fin);
+    int64_t uni = cf_uni(f, (unsigned)before);
+    assert_true(uni >= 0);
+    assert_true(cf_read_msg(f, uni, &m));
+    assert_int_equal(m.type, FX_MSG_EVENT_STREAM_HELLO);
+    assert_int_equal(m.subscription_id, id);
+    fx_msg_deinit(&m);
+    return uni;
+}
+
 #endif
