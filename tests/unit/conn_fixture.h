@@ -106,6 +106,41 @@ static inline bool cf_run(cf *f)
     return any;
 }
 
+/* Runs the queued tasks of the loops whose name does not start with
+ * |prefix| ("fx-storage" holds back the durable storage stage) until none
+ * is left. Returns whether any ran. */
+static inline bool cf_run_but(cf *f, const char *prefix)
+{
+    (void)f;
+    bool any = false;
+    for (unsigned round = 0; round < 100000; round++) {
+        bool ran = false;
+        for (size_t i = 0; fx_fake_loop_at(i) != NULL; i++) {
+            fx_loop *l = fx_fake_loop_at(i);
+            if (strncmp(fx_loop_name(l), prefix, strlen(prefix)) == 0)
+                continue;
+            for (unsigned n = 0; n < 64 && fx_fake_loop_run_one(l); n++)
+                ran = true;
+        }
+        if (!ran)
+            return any;
+        any = true;
+    }
+    fail_msg("the loops never went quiet");
+    return any;
+}
+
+/* Whether a loop whose name starts with |prefix| has tasks queued. */
+static inline bool cf_has_tasks(const char *prefix)
+{
+    for (size_t i = 0; fx_fake_loop_at(i) != NULL; i++) {
+        fx_loop *l = fx_fake_loop_at(i);
+        if (strncmp(fx_loop_name(l), prefix, strlen(prefix)) == 0 && fx_fake_loop_has_tasks(l))
+            return true;
+    }
+    return false;
+}
+
 /* Fires every timer that is due on any loop. Returns whether one fired. */
 static inline bool cf_fire_due(void)
 {
