@@ -136,8 +136,8 @@ static void test_subscribe_tenant_mismatch(void **state)
     cf_free(f);
 }
 
-/* A subscribe from the earliest position gets what the stream retained
- * first, then new events. */
+/* A subscribe from the earliest position gets what the stream retained at
+ * once (its feeder starts with the answer), then new events. */
 static void test_subscribe_from_earliest(void **state)
 {
     (void)state;
@@ -155,12 +155,13 @@ static void test_subscribe_from_earliest(void **state)
     cf_settle(f);
     cf_expect_msg(f, 0, FX_MSG_SUBSCRIBED, NULL);
     int64_t uni = cf_uni(f, 0);
+    char ev[3][64];
+    assert_int_equal(cf_read_events(f, uni, ev, 3), 1); /* before any new publish */
+    assert_string_equal(ev[0], "old");
     cf_publish(f, 4, "t1", "s", "new");
     cf_settle(f);
-    char ev[3][64];
-    assert_int_equal(cf_read_events(f, uni, ev, 3), 2);
-    assert_string_equal(ev[0], "old");
-    assert_string_equal(ev[1], "new");
+    assert_int_equal(cf_read_events(f, uni, ev, 3), 1);
+    assert_string_equal(ev[0], "new");
     cf_free(f);
 }
 
