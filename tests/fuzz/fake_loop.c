@@ -1,9 +1,11 @@
-/* A single-threaded stand-in for base/loop.c, linked into fuzz targets that
- * drive the broker's data plane without threads: tasks wait in a FIFO per
- * loop until the harness runs them (fx_fake_loop_run_one), timers fire only
- * when the harness advances the shared fake clock, and no fd is ever
- * touched. Same contracts as loop.h (a pending task is not queued twice,
- * it is cleared before its callback, one-shot timers). */
+/* A single-threaded stand-in for base/loop.c, linked into fuzz targets and
+ * unit tests (tests/unit/conn_fixture.h) that drive the broker's data plane
+ * without threads: tasks wait in a FIFO per loop until the harness runs
+ * them (fx_fake_loop_run_one), timers fire only when the harness advances
+ * the shared fake clock, and no fd is ever touched. Same contracts as
+ * loop.h (a pending task is not queued twice, it is cleared before its
+ * callback, one-shot timers). It defines every function of loop.h, so in a
+ * static link base/loop.c is never pulled in. */
 #include "fake_loop.h"
 
 #include <errno.h>

@@ -1,4 +1,5 @@
-/* The harness side of fake_loop.c (a thread-free base/loop.c for fuzzing):
+/* The harness side of fake_loop.c (a thread-free base/loop.c for fuzzing
+ * and the broker's unit tests):
  * one fake clock shared by every loop, and explicit steps. */
 #ifndef FX_FUZZ_FAKE_LOOP_H
 #define FX_FUZZ_FAKE_LOOP_H

@@ -231,8 +231,8 @@ static inline void cf_free(cf *f)
         cf_turn(f);
     }
     cf_settle(f);
-    /* Timers still armed (flush intervals and the like) end with their
-     * objects in fx_broker_free; tasks must all have run. */
+    /* The fake loops check as they are freed that no task is queued and no
+     * timer armed: every test also checks the broker leaves none behind. */
     fx_broker_free(f->b);
     free(f->scratch);
     free(f);
@@ -397,8 +397,8 @@ static inline void cf_expect_ack(cf *f, int64_t sid, uint64_t request_id, const 
     assert_int_equal(a.request_id, request_id);
     if (err == NULL) {
         if (!a.ok)
-            fail_msg("ack %llu: error \"%.*s\"", (unsigned long long)request_id,
-                     (int)a.message.len, (const char *)a.message.ptr);
+            fail_msg("ack %llu: error \"%.*s\"", (unsigned long long)request_id, (int)a.message.len,
+                     (const char *)a.message.ptr);
         return;
     }
     assert_false(a.ok);
@@ -422,8 +422,7 @@ static inline size_t cf_read_events(cf *f, int64_t sid, char out[][64], size_t w
         fx_wire_err err;
         assert_int_equal(fx_wire_event_batch_decode(fr.flags, fr.body, fr.len, &e, &err), 0);
         for (uint32_t i = 0; i < e.count && got < want; i++, got++)
-            snprintf(out[got], 64, "%.*s", (int)e.payloads[i].len,
-                     (const char *)e.payloads[i].ptr);
+            snprintf(out[got], 64, "%.*s", (int)e.payloads[i].len, (const char *)e.payloads[i].ptr);
         fx_wire_event_batch_deinit(&e);
     }
     return got;

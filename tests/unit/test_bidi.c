@@ -5,12 +5,6 @@
 /* fx-test-libs: fx_broker fx_storage fx_wire fx_base */
 #include "unit/conn_fixture.h"
 
-/* A frame header alone: |flags|, announcing |len| body bytes. */
-static void put_header(uint8_t hdr[FX_WIRE_HEADER_LEN], uint16_t flags, uint32_t len)
-{
-    fx_frame_header_put(hdr, flags, len);
-}
-
 /* The stream was reset by the broker with |code|. */
 static void assert_reset(cf *f, int64_t sid, uint64_t code)
 {
@@ -59,10 +53,13 @@ static void test_two_frames_in_one_read(void **state)
     cf *f = cf_new(NULL);
     cf_auth(f, 0, "t1");
     fx_msg a, b;
-    cf_publish_json(f, 0, "t1", "s", "x", 0); /* warm the stream's names */
-    cf_settle(f);
-    a = (fx_msg){.type = FX_MSG_PUBLISH, .tenant_id = "t1", .ns = "default", .stream = "s",
-                 .payload = {(const uint8_t *)"one", 3}, .request_id = 1, .has_request_id = true};
+    a = (fx_msg){.type = FX_MSG_PUBLISH,
+                 .tenant_id = "t1",
+                 .ns = "default",
+                 .stream = "s",
+                 .payload = {(const uint8_t *)"one", 3},
+                 .request_id = 1,
+                 .has_request_id = true};
     b = a;
     b.request_id = 2;
     b.payload = (fx_msg_bytes){(const uint8_t *)"two", 3};
@@ -128,7 +125,7 @@ static void test_preauth_frame_limit(void **state)
     (void)state;
     cf *f = cf_new(NULL);
     uint8_t hdr[FX_WIRE_HEADER_LEN];
-    put_header(hdr, 0, FXB_PREAUTH_MAX_FRAME + 1);
+    fx_frame_header_put(hdr, 0, FXB_PREAUTH_MAX_FRAME + 1);
     cf_write(f, 0, hdr, sizeof(hdr), false);
     cf_settle(f);
     assert_reset(f, 0, FXB_CODE_MALFORMED);
@@ -149,7 +146,7 @@ static void test_preauth_conn_bytes_limit(void **state)
     (void)state;
     cf *f = cf_new(NULL);
     uint8_t hdr[FX_WIRE_HEADER_LEN];
-    put_header(hdr, 0, FXB_PREAUTH_MAX_FRAME);
+    fx_frame_header_put(hdr, 0, FXB_PREAUTH_MAX_FRAME);
     unsigned fit = FXB_PREAUTH_CONN_BYTES / FXB_PREAUTH_MAX_FRAME;
     for (unsigned i = 0; i < fit; i++)
         cf_write(f, 4 * (int64_t)i, hdr, sizeof(hdr), false);
@@ -177,8 +174,7 @@ static void test_malformed_frame_resets(void **state)
     cf *f = cf_new(NULL);
     cf_auth(f, 0, "t1");
     uint8_t bad[FX_WIRE_HEADER_LEN + 2];
-    fx_frame_header_encode(&(fx_frame_header){.magic = 0x12345678, .version = 1, .length = 2},
-                           bad);
+    fx_frame_header_encode(&(fx_frame_header){.magic = 0x12345678, .version = 1, .length = 2}, bad);
     bad[FX_WIRE_HEADER_LEN] = '{';
     bad[FX_WIRE_HEADER_LEN + 1] = '}';
     cf_write(f, 0, bad, sizeof(bad), false);
@@ -249,8 +245,8 @@ static void test_auth_timeout_closes_connection(void **state)
     cf_free(f);
 }
 
-static int refuse_bad(void *user, const char *tenant, const char *token, size_t len,
-                      int64_t now_s, void **pctx, char *why, size_t whylen)
+static int refuse_bad(void *user, const char *tenant, const char *token, size_t len, int64_t now_s,
+                      void **pctx, char *why, size_t whylen)
 {
     (void)user, (void)tenant, (void)len, (void)now_s;
     if (strcmp(token, "bad") == 0) {

@@ -199,8 +199,8 @@ static bool deny_secret(void *user, const void *ctx, fx_broker_auth_action actio
     return strcmp(stream, "secret") != 0;
 }
 
-static int accept_all(void *user, const char *tenant, const char *token, size_t len,
-                      int64_t now_s, void **pctx, char *why, size_t whylen)
+static int accept_all(void *user, const char *tenant, const char *token, size_t len, int64_t now_s,
+                      void **pctx, char *why, size_t whylen)
 {
     (void)user, (void)tenant, (void)token, (void)len, (void)now_s, (void)why, (void)whylen;
     static char claims[] = "claims"; /* the permission check needs claims */
