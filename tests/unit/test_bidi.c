@@ -245,6 +245,25 @@ static void test_auth_timeout_closes_connection(void **state)
     cf_free(f);
 }
 
+/* On a connection that did authenticate, a stream that sends no auth
+ * within auth_timeout is reset (FXB_CODE_MALFORMED); the connection stays. */
+static void test_auth_timeout_resets_idle_stream(void **state)
+{
+    (void)state;
+    cf *f = cf_new(short_auth_timeout);
+    cf_auth(f, 0, "t1");
+    cf_write(f, 4, "F", 1, false); /* a second stream, no auth */
+    cf_settle(f);
+    cf_advance(f, 49 * FX_NS_PER_MS);
+    cf_settle(f);
+    assert_false(cf_stream(f, 4)->reset);
+    cf_advance(f, 2 * FX_NS_PER_MS);
+    cf_settle(f);
+    assert_reset(f, 4, FXB_CODE_MALFORMED);
+    assert_true(cf_is_open(f));
+    cf_free(f);
+}
+
 static int refuse_bad(void *user, const char *tenant, const char *token, size_t len, int64_t now_s,
                       void **pctx, char *why, size_t whylen)
 {
@@ -307,6 +326,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_bad_json_resets),
     cmocka_unit_test(test_fin_inside_frame_resets),
     cmocka_unit_test(test_auth_timeout_closes_connection),
+    cmocka_unit_test(test_auth_timeout_resets_idle_stream),
     cmocka_unit_test(test_auth_failures_close_connection),
     cmocka_unit_test(test_publish_before_auth_refused),
 };
