@@ -129,6 +129,35 @@ bool fx_fake_loop_run_one(fx_loop *l)
     return true;
 }
 
+/* An ask runs on the calling thread: each asked loop first runs what was
+ * queued on it (as the real loop would before the part), then the part, on
+ * |q->data| itself. No loop is ever busy here, so no ask times out. */
+int fx_loop_ask_all(fx_loop *const *loops, size_t n, const fx_loop_ask_req *q, size_t *pmissing)
+{
+    for (size_t i = 0; i < n; i++) {
+        while (fx_fake_loop_run_one(loops[i]))
+            ;
+        fx_loop *prev = cur;
+        cur = loops[i];
+        if (q->fn != NULL)
+            q->fn(i, q->data);
+        cur = prev;
+    }
+    if (pmissing != NULL)
+        *pmissing = SIZE_MAX;
+    return 0;
+}
+
+int fx_loop_ask(fx_loop *l, const fx_loop_ask_req *q)
+{
+    return fx_loop_ask_all(&l, 1, q, NULL);
+}
+
+void fx_loop_barrier(fx_loop *l)
+{
+    (void)fx_loop_ask(l, &(fx_loop_ask_req){.timeout_ns = FX_LOOP_FOREVER});
+}
+
 bool fx_fake_loop_has_tasks(const fx_loop *l)
 {
     return l->head != NULL;
