@@ -17,7 +17,7 @@ static fx_memio *df_mem;          /* the file system of the brokers being built 
 static fx_fsync_mode df_fsync;    /* of the next broker */
 static uint64_t df_fsync_interval; /* periodic; 0 = the default */
 
-static void df_tune(fx_broker_opts *o, fq_config *q)
+static inline void df_tune(fx_broker_opts *o, fq_config *q)
 {
     (void)q;
     o->durable.dir = DF_ROOT;
@@ -52,7 +52,7 @@ static inline cf *df_new(void)
 
 /* Reads t1/default/|stream|'s log (no broker writing it) into |out|
  * ("payload\n" each); returns the log's next offset. */
-static uint64_t df_read_log(const char *stream, char *out, size_t cap)
+static inline uint64_t df_read_log(const char *stream, char *out, size_t cap)
 {
     fx_sio *io = fx_memio_sio(df_mem);
     fx_catalog *cat;
