@@ -15,8 +15,8 @@
 #include <errno.h>
 #include <pthread.h>
 
-static cf *cw_f;                    /* the fixture the waits drive */
-static void (*cw_hook)(cf *f);      /* run once, at the next wait */
+static cf *cw_f;               /* the fixture the waits drive */
+static void (*cw_hook)(cf *f); /* run once, at the next wait */
 static unsigned cw_depth;
 
 /* The waits drive |f| (NULL: only the loops). */
@@ -39,7 +39,7 @@ static bool cw_step(void)
         return false;
     cw_depth++;
     if (cw_hook != NULL) {
-        void (*h)(cf *f) = cw_hook;
+        void (*h)(cf * f) = cw_hook;
         cw_hook = NULL;
         h(cw_f);
     }

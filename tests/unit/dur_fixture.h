@@ -13,8 +13,8 @@
 
 #define DF_ROOT "/fxdur"
 
-static fx_memio *df_mem;          /* the file system of the brokers being built */
-static fx_fsync_mode df_fsync;    /* of the next broker */
+static fx_memio *df_mem;           /* the file system of the brokers being built */
+static fx_fsync_mode df_fsync;     /* of the next broker */
 static uint64_t df_fsync_interval; /* periodic; 0 = the default */
 
 static inline void df_tune(fx_broker_opts *o, fq_config *q)

@@ -74,8 +74,9 @@ static void test_max_connections_refused(void **state)
 
 /* The client closes a connection holding two subscriptions, an
  * authenticated stream and a stream with half a frame: the subscriptions
- * are unregistered (gauges back), a publish to their streams from another
- * connection writes nothing for them, and the broker goes on serving. */
+ * are unregistered (gauges back) and the broker goes on serving the same
+ * streams to a new connection, whose subscription gets only what is
+ * published after it. */
 static void test_close_releases_subscriptions_and_streams(void **state)
 {
     (void)state;
@@ -134,8 +135,8 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-static int verify_any(void *user, const char *tenant, const char *token, size_t len,
-                      int64_t now_s, void **pctx, char *why, size_t whylen)
+static int verify_any(void *user, const char *tenant, const char *token, size_t len, int64_t now_s,
+                      void **pctx, char *why, size_t whylen)
 {
     (void)user, (void)tenant, (void)token, (void)len, (void)now_s, (void)why, (void)whylen;
     *pctx = &exp_at;
@@ -163,10 +164,8 @@ static int64_t expiry_of(void *user, const void *ctx)
 static void expiring(fx_broker_opts *o, fq_config *q)
 {
     (void)q;
-    o->auth = (fx_broker_auth){.verify = verify_any,
-                               .allows = allows_all,
-                               .release = release_none,
-                               .expiry = expiry_of};
+    o->auth = (fx_broker_auth){
+        .verify = verify_any, .allows = allows_all, .release = release_none, .expiry = expiry_of};
     o->auth_rate_per_ip = 1000;
 }
 

@@ -133,9 +133,9 @@ static void test_retention_refusals(void **state)
     assert_int_equal(set_ret(f, "nope", r, -1, NULL, NULL, &err), FX_ENOSTREAM);
     assert_non_null(strstr(err.msg, "stream not found"));
     bool created, durable;
-    assert_int_equal(fx_broker_create_stream_durable(f->b, "t1", "default", "mem", 0, &created,
-                                                     &durable, &err),
-                     0);
+    assert_int_equal(
+        fx_broker_create_stream_durable(f->b, "t1", "default", "mem", 0, &created, &durable, &err),
+        0);
     assert_true(created);
     assert_false(durable);
     assert_int_equal(set_ret(f, "mem", r, -1, NULL, NULL, &err), -EINVAL);

@@ -118,8 +118,7 @@ static void test_flush_all_reports_failed_sync(void **state)
     cf_auth(f, 0, "t1");
     publish_ok(f, 0, "d1", "a", 1);
     fx_memio_fail(df_mem, FX_MEMIO_FDATASYNC, -EIO, 1000);
-    assert_int_equal(fxb_durable_flush_all(f->b, fx_now_ns() + 5 * FX_NS_PER_S),
-                     FX_ESTORAGE_ERROR);
+    assert_int_equal(fxb_durable_flush_all(f->b, fx_now_ns() + 5 * FX_NS_PER_S), FX_ESTORAGE_ERROR);
     fx_memio_fail(df_mem, FX_MEMIO_FDATASYNC, 0, 0);
     o_free(f);
     df_mem_free();

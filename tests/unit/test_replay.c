@@ -12,8 +12,8 @@
 #define ROOT "/fxreplay"
 #define REPLAY "fx-replay"
 
-static fx_memio *mem;   /* the file system of the broker being built */
-static uint32_t ring;   /* log_capacity */
+static fx_memio *mem;     /* the file system of the broker being built */
+static uint32_t ring;     /* log_capacity */
 static uint32_t per_read; /* max_records_per_read; 0 = the default */
 
 static void durable(fx_broker_opts *o, fq_config *q)
