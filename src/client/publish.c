@@ -5,7 +5,6 @@
  * acked; the client loop sends it (sender.c). Any thread. */
 #include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -311,6 +310,8 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
     fxc_client_unref(c);
     return rv;
 }
+
+/* ---- public calls ------------------------------------------------------------------ */
 
 int fx_publish(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
                fx_ack ack)

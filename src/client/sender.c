@@ -1,11 +1,8 @@
-/* libfelix publish sender, on the client loop: each publish worker drains
- * its queue (checkpoint 2) onto its authed QUIC stream, merging what queued
- * up behind a frame still being written (coalesce.c), pairs the broker's
- * answers with requests by request id and fails those not answered within
- * publish_ack_timeout_ms. The budget (checkpoint 1) is released when QUIC
- * acknowledges a frame (the fx_buf release). Loop thread only, but for
- * fxc_pub_init/deinit (client creation and teardown) and the release and
- * request functions other threads call (see client.h). */
+/* libfelix publish sender, on the client loop: drains each worker's queue
+ * (checkpoint 2) onto its authed QUIC stream, merging what queued up behind
+ * a frame still being written (coalesce.c), pairs the broker's answers with
+ * requests and fails those unanswered in time. Loop thread only, but for
+ * fxc_pub_init/deinit and the functions client.h marks "Any thread". */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
