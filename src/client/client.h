@@ -118,16 +118,16 @@ struct preq {
 typedef struct pjob {
     fx_client *c;
     fx_permit permit;
-    preq *req;            /* NULL for a synchronous unacked publish; a chain (grp) once merged */
-    struct pjob *gnext;   /* loop: next job of the frame being built (coalesce.c) */
-    uint64_t enq_ns;      /* admission time when publish_linger_us > 0, else 0 */
-    uint32_t count;       /* messages */
-    uint32_t calls;       /* publish calls it carries (more than one once merged) */
+    preq *req;          /* NULL for a synchronous unacked publish; a chain (grp) once merged */
+    struct pjob *gnext; /* loop: next job of the frame being built (coalesce.c) */
+    uint64_t enq_ns;    /* admission time when publish_linger_us > 0, else 0 */
+    uint32_t count;     /* messages */
+    uint32_t calls;     /* publish calls it carries (more than one once merged) */
     fx_wire_batch_marks marks; /* binary: where its sections start (src/wire's builder) */
     uint8_t wack;              /* fx_wire_ack */
-    bool merge;           /* a binary batch others may be merged with */
-    cconn *sent_on;       /* loop: the connection QUIC took the frame on, or NULL */
-    uint32_t sent_gen;    /* loop: its generation then */
+    bool merge;                /* a binary batch others may be merged with */
+    cconn *sent_on;            /* loop: the connection QUIC took the frame on, or NULL */
+    uint32_t sent_gen;         /* loop: its generation then */
     fx_buf *buf;
     size_t len;
     uint8_t frame[];

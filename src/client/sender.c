@@ -145,7 +145,6 @@ static void ack_timer_fire(fx_loop *l, fx_timer *t, void *user)
 
 /* ---- jobs ----------------------------------------------------------------------- */
 
-
 /* The frame's last reference went (QUIC acknowledged it, its stream died, or
  * it was never sent): give the bytes back and finish an unacked async. */
 static void job_release(void *data, size_t len, void *user)

@@ -716,7 +716,11 @@ static void test_builder_frame_equals_encoder(void **state)
             /* The marks: names section, then count, then the entries. */
             fx_wire_slice names = fx_wire_batch_names(out, m);
             assert_int_equal(names.len, 6 + 2 + 7 + 4);
-            assert_memory_equal(names.ptr, "\x00\x02t1\x00\x07" "default\x00\x04" "demo", names.len);
+            assert_memory_equal(names.ptr,
+                                "\x00\x02t1\x00\x07"
+                                "default\x00\x04"
+                                "demo",
+                                names.len);
             assert_int_equal(fx_wire_batch_entries_len(len, m), 4 * count + payload_bytes);
             assert_int_equal(fx_wire_batch_head_len(m), len - 4 * count - payload_bytes);
             free(want);
@@ -840,10 +844,9 @@ static void test_builder_merging_frames_equals_one_batch(void **state)
         for (int k = 0; k < 3; k++)
             assert_int_equal(fx_wire_batch_append_frame(&bb, parts[k], lens[k], marks[k]), 0);
         assert_int_equal(fx_wire_batch_append_frame(&bb, parts[3], lens[3], marks[3]), -ENOSPC);
-        assert_int_equal(
-            fx_wire_batch_begin_as(&bb, out, fx_wire_batch_head_len(marks[0]) - 1, parts[0],
-                                   marks[0]),
-            -ENOSPC);
+        assert_int_equal(fx_wire_batch_begin_as(&bb, out, fx_wire_batch_head_len(marks[0]) - 1,
+                                                parts[0], marks[0]),
+                         -ENOSPC);
         /* The message limit over the sum of the parts' counts. */
         assert_int_equal(fx_wire_batch_begin_as(&bb, out, cap, parts[0], marks[0]), 0);
         bb.count = FX_WIRE_BATCH_MAX_MESSAGES - 1;

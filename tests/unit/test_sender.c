@@ -294,8 +294,7 @@ static void publish_parked(fx_client *c, call *calls, int n, fx_ack ack)
         char p[8];
         int len = snprintf(p, sizeof(p), "p%d", i);
         calls[i].index = i;
-        assert_int_equal(fx_publish_async(c, "ns", "s", p, (size_t)len, ack, on_ack, &calls[i]),
-                         0);
+        assert_int_equal(fx_publish_async(c, "ns", "s", p, (size_t)len, ack, on_ack, &calls[i]), 0);
     }
     gate_open();
 }
