@@ -118,17 +118,16 @@ struct preq {
 typedef struct pjob {
     fx_client *c;
     fx_permit permit;
-    preq *req;            /* NULL for a synchronous unacked publish; a chain (grp) once merged */
-    struct pjob *gnext;   /* loop: next job of the frame being built (coalesce.c) */
-    uint64_t enq_ns;      /* admission time when publish_linger_us > 0, else 0 */
-    uint32_t count;       /* messages */
-    uint32_t calls;       /* publish calls it carries (more than one once merged) */
-    uint32_t names_off;   /* binary: offset of the tenant name */
-    uint32_t entries_off; /* binary: offset of the first payload entry */
-    uint8_t wack;         /* fx_wire_ack */
-    bool merge;           /* a binary batch others may be merged with */
-    cconn *sent_on;       /* loop: the connection QUIC took the frame on, or NULL */
-    uint32_t sent_gen;    /* loop: its generation then */
+    preq *req;          /* NULL for a synchronous unacked publish; a chain (grp) once merged */
+    struct pjob *gnext; /* loop: next job of the frame being built (coalesce.c) */
+    uint64_t enq_ns;    /* admission time when publish_linger_us > 0, else 0 */
+    uint32_t count;     /* messages */
+    uint32_t calls;     /* publish calls it carries (more than one once merged) */
+    fx_wire_batch_marks marks; /* binary: where its sections start (src/wire's builder) */
+    uint8_t wack;              /* fx_wire_ack */
+    bool merge;                /* a binary batch others may be merged with */
+    cconn *sent_on;            /* loop: the connection QUIC took the frame on, or NULL */
+    uint32_t sent_gen;         /* loop: its generation then */
     fx_buf *buf;
     size_t len;
     uint8_t frame[];
@@ -138,6 +137,16 @@ typedef struct pjob {
  * FIN once the queue is drained; the broker FINs its side only after every
  * frame sent before ours was handled and answered (FIN_SENT -> FIN_DONE). */
 enum { FIN_NONE = 0, FIN_WANT, FIN_SENT, FIN_DONE };
+
+/* The coalescing group of one publish worker (coalesce.c), loop: the jobs
+ * of the next frame, popped from the worker's queue while the previous one
+ * is still being sent (chained by pjob.gnext); |next| is a popped job that
+ * cannot join them and starts the frame after. */
+typedef struct fxc_group {
+    pjob *head, *tail, *next;
+    size_t jobs, msgs, bytes; /* bytes: payload entries (a job that cannot merge: its frame) */
+    size_t max_body;          /* max_frame_bytes: the bound of a merged frame's body */
+} fxc_group;
 
 /* A publish worker: one authed bidi stream, its queue (checkpoint 2). */
 struct pworker {
@@ -157,12 +166,8 @@ struct pworker {
     size_t npending;                   /* loop */
     preq *fhead, *ftail;               /* loop: pending in send order (ack timeout) */
     fx_timer ack_timer;                /* loop: the oldest pending request's deadline */
-    /* Coalescing (coalesce.c), loop: the jobs of the next frame, popped
-     * from |q| while the previous one is still being sent; |next| is a
-     * popped job that cannot join them and starts the frame after. */
-    pjob *ghead, *gtail, *next;
-    size_t gjobs, gmsgs, gbytes;
-    fx_timer linger;
+    fxc_group group;                   /* loop: natural batching (coalesce.c) */
+    fx_timer linger;                   /* loop: publish_linger_us of |group| */
 };
 
 /* A subscription. */
@@ -319,7 +324,19 @@ uint64_t fxc_client_deadline(int timeout_ms);
  * may be gone). Returns true if posted. User threads. */
 bool fxc_client_post(fx_client *c, fx_task *t);
 
-/* ---- publish.c ------------------------------------------------------------ */
+/* The error text of a publish the broker did not answer in time (the loop's
+ * timer and a waiting caller's own bound say the same). */
+#define FX_PUB_ACK_TIMEOUT_FMT                                                                     \
+    "publish not answered within publish_ack_timeout_ms %d: it may or may not have been appended"
+
+/* ---- publish.c (the caller's thread) --------------------------------------- */
+/* A job with a frame of |len| bytes (not written) in one block, or NULL
+ * without memory. Any thread. */
+pjob *fxc_pub_job_alloc(fx_client *c, size_t len);
+/* Frees a job that was never queued. Any thread. */
+void fxc_pub_job_free(pjob *j);
+
+/* ---- sender.c (the client loop) -------------------------------------------- */
 int fxc_pub_init(fx_client *c);
 void fxc_pub_deinit(fx_client *c);
 /* A publish connection became ready or writable: drain its workers. Loop. */
@@ -336,29 +353,38 @@ void fxc_pub_shutdown(fx_client *c);
  * FINs after its queue and counts down c->fin_left when the broker FINs back
  * or the stream fails. Loop. */
 void fxc_pub_finish(fx_client *c);
-
-/* Loop-internal helpers of publish.c used by coalesce.c. */
-pjob *fxc_pub_job_alloc(fx_client *c, size_t len);
 /* Drops the holder's reference on |j| (releases it unless QUIC holds its
- * frame). */
+ * frame: the release gives the permit back and finishes unacked requests).
+ * Any thread for a job never sent; else the loop. */
 void fxc_pub_job_put(pjob *j);
+/* |m| is the merged frame of |parts| (chained by gnext): it takes their
+ * budget permits and their requests (chained by grp, in order) and is
+ * counted as outstanding; the parts are released. Loop. */
+void fxc_pub_job_absorb(pjob *m, pjob *parts);
+/* Drops a reference on |r|; the last frees it. Any thread. */
+void fxc_pub_req_unref(preq *r);
+/* |n| publishes finished: fx_flush wakes when none is left. Any thread. */
+void fxc_pub_outstanding_done(fx_client *c, size_t n);
 
 /* ---- coalesce.c ----------------------------------------------------------- */
 /* Natural batching of one worker's queue. Loop. */
-/* Whether |j| may join the frame being built on |w|. */
-bool fxc_coalesce_fits(const pworker *w, const pjob *j);
+/* Empties |g|; merged frames' bodies stay within |max_body| bytes. */
+void fxc_coalesce_init(fxc_group *g, size_t max_body);
+/* Whether |j| may join the frame being built in |g|. */
+bool fxc_coalesce_fits(const fxc_group *g, const pjob *j);
 /* Appends |j| (fxc_coalesce_fits, or the group is empty) to the group. */
-void fxc_coalesce_add(pworker *w, pjob *j);
-/* True when nothing more can join the group (bounds reached, |w->next|
+void fxc_coalesce_add(fxc_group *g, pjob *j);
+/* True when nothing more can join the group (bounds reached, |g->next|
  * waiting, or a job that cannot be merged). */
-bool fxc_coalesce_full(const pworker *w);
+bool fxc_coalesce_full(const fxc_group *g);
 /* Takes the group as one frame into |*pj|: its single job as is, or a new
- * merged job carrying every part's budget permit and request (chained by
- * grp); the parts are released. Never fails: without memory for the merge
- * it takes the first job alone and leaves the rest grouped. */
-void fxc_coalesce_take(pworker *w, pjob **pj);
-/* Calls |fn| on every job the group and |w->next| hold and empties them. */
-void fxc_coalesce_drain(pworker *w, void (*fn)(pjob *j, void *user), void *user);
+ * merged job (fxc_pub_job_alloc) that takes every part's budget permit and
+ * request (fxc_pub_job_absorb, which releases the parts). Never fails:
+ * without memory for the merge it takes the first job alone and leaves the
+ * rest grouped. */
+void fxc_coalesce_take(fxc_group *g, pjob **pj);
+/* Calls |fn| on every job the group and |g->next| hold and empties them. */
+void fxc_coalesce_drain(fxc_group *g, void (*fn)(pjob *j, void *user), void *user);
 
 /* ---- subscribe.c ---------------------------------------------------------- */
 void fxc_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin);

@@ -1,9 +1,11 @@
 /* libfelix natural batching: while a publish stream's previous frame is
  * still being written, the worker pops the publishes queued behind it into
  * a group (same stream, same ack mode, binary) and sends the group as one
- * batch frame once QUIC has taken the earlier bytes. Each part keeps its
- * budget bytes (moved into the merged frame's permit) and its request
- * (chained, so each publish learns the merged frame's result). Loop only. */
+ * batch frame once QUIC has taken the earlier bytes. The merged frame is
+ * built by src/wire's batch builder; its parts' budget bytes and requests
+ * move into it through fxc_pub_job_absorb (sender.c). Touches only its
+ * fxc_group and the jobs in it. Loop only. */
+#include <assert.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -12,158 +14,134 @@
 /* Payload-entry bytes of |j| (4-byte lengths and payloads). */
 static size_t entry_bytes(const pjob *j)
 {
-    return j->len - j->entries_off;
-}
-
-/* Bytes of the tenant/namespace/stream section of |j|. */
-static size_t names_len(const pjob *j)
-{
-    return j->entries_off - 4 - j->names_off;
+    return fx_wire_batch_entries_len(j->len, j->marks);
 }
 
 /* Most payload-entry bytes a frame merged after |h| may hold: the
  * coalescing bound, and what max_frame_bytes leaves after |h|'s prefix and
  * names. */
-static size_t bytes_cap(const fx_client *c, const pjob *h)
+static size_t bytes_cap(const fxc_group *g, const pjob *h)
 {
     size_t cap = FX_PUBLISH_COALESCE_BYTES;
-    size_t head = h->entries_off - FX_WIRE_HEADER_LEN;
-    size_t room = c->o.max_frame_bytes > head ? c->o.max_frame_bytes - head : 0;
+    size_t room = fx_wire_batch_entries_room(h->marks, g->max_body);
     return cap < room ? cap : room;
 }
 
-bool fxc_coalesce_fits(const pworker *w, const pjob *j)
+void fxc_coalesce_init(fxc_group *g, size_t max_body)
 {
-    const pjob *h = w->ghead;
+    *g = (fxc_group){.max_body = max_body};
+}
+
+bool fxc_coalesce_fits(const fxc_group *g, const pjob *j)
+{
+    const pjob *h = g->head;
     if (h == NULL)
         return true;
-    if (!h->merge || !j->merge || h->wack != j->wack || w->next != NULL)
+    if (!h->merge || !j->merge || h->wack != j->wack || g->next != NULL)
         return false;
-    if (w->gmsgs + j->count > FX_WIRE_BATCH_MAX_MESSAGES ||
-        w->gbytes + entry_bytes(j) > bytes_cap(w->c, h))
+    if (g->msgs + j->count > FX_WIRE_BATCH_MAX_MESSAGES ||
+        g->bytes + entry_bytes(j) > bytes_cap(g, h))
         return false;
-    return names_len(h) == names_len(j) &&
-           memcmp(h->frame + h->names_off, j->frame + j->names_off, names_len(h)) == 0;
+    fx_wire_slice a = fx_wire_batch_names(h->frame, h->marks);
+    fx_wire_slice b = fx_wire_batch_names(j->frame, j->marks);
+    return a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0;
 }
 
-void fxc_coalesce_add(pworker *w, pjob *j)
+void fxc_coalesce_add(fxc_group *g, pjob *j)
 {
     j->gnext = NULL;
-    if (w->gtail != NULL)
-        w->gtail->gnext = j;
+    if (g->tail != NULL)
+        g->tail->gnext = j;
     else
-        w->ghead = j;
-    w->gtail = j;
-    w->gjobs++;
-    w->gmsgs += j->count;
-    w->gbytes += j->merge ? entry_bytes(j) : j->len;
+        g->head = j;
+    g->tail = j;
+    g->jobs++;
+    g->msgs += j->count;
+    g->bytes += j->merge ? entry_bytes(j) : j->len;
 }
 
-bool fxc_coalesce_full(const pworker *w)
+bool fxc_coalesce_full(const fxc_group *g)
 {
-    const pjob *h = w->ghead;
+    const pjob *h = g->head;
     if (h == NULL)
         return false;
-    return !h->merge || w->next != NULL || w->gmsgs >= FX_WIRE_BATCH_MAX_MESSAGES ||
-           w->gbytes >= bytes_cap(w->c, h);
+    return !h->merge || g->next != NULL || g->msgs >= FX_WIRE_BATCH_MAX_MESSAGES ||
+           g->bytes >= bytes_cap(g, h);
 }
 
-static void group_reset(pworker *w)
+static void group_reset(fxc_group *g)
 {
-    w->ghead = w->gtail = NULL;
-    w->gjobs = w->gmsgs = w->gbytes = 0;
+    g->head = g->tail = NULL;
+    g->jobs = g->msgs = g->bytes = 0;
 }
 
 /* Takes the first job out of the group. */
-static pjob *take_first(pworker *w)
+static pjob *take_first(fxc_group *g)
 {
-    pjob *j = w->ghead;
-    w->ghead = j->gnext;
-    if (w->ghead == NULL)
-        w->gtail = NULL;
-    w->gjobs--;
-    w->gmsgs -= j->count;
-    w->gbytes -= j->merge ? entry_bytes(j) : j->len;
+    pjob *j = g->head;
+    g->head = j->gnext;
+    if (g->head == NULL)
+        g->tail = NULL;
+    g->jobs--;
+    g->msgs -= j->count;
+    g->bytes -= j->merge ? entry_bytes(j) : j->len;
     j->gnext = NULL;
     return j;
 }
 
 /* Writes the merged frame of the group into |m|: the first part's header,
  * ack prefix and names, then every part's entries. */
-static void write_merged(const pworker *w, pjob *m)
+static void write_merged(const fxc_group *g, pjob *m)
 {
-    const pjob *h = w->ghead;
-    memcpy(m->frame, h->frame, h->entries_off);
-    fx_put32(m->frame + 8, (uint32_t)(m->len - FX_WIRE_HEADER_LEN));
-    fx_put32(m->frame + h->entries_off - 4, (uint32_t)w->gmsgs);
-    uint8_t *p = m->frame + h->entries_off;
-    for (const pjob *j = h; j != NULL; j = j->gnext) {
-        memcpy(p, j->frame + j->entries_off, entry_bytes(j));
-        p += entry_bytes(j);
-    }
-    m->count = (uint32_t)w->gmsgs;
-    m->calls = (uint32_t)w->gjobs;
-    m->names_off = h->names_off;
-    m->entries_off = h->entries_off;
+    const pjob *h = g->head;
+    fx_wire_batch_builder bb;
+    int rv = fx_wire_batch_begin_as(&bb, m->frame, m->len, h->frame, h->marks);
+    for (const pjob *j = h; j != NULL && rv == 0; j = j->gnext)
+        rv = fx_wire_batch_append_frame(&bb, j->frame, j->len, j->marks);
+    /* fits() kept the parts within the message limit and |m| holds them. */
+    assert(rv == 0 && fx_wire_batch_left(&bb) == 0);
+    ssize_t len = fx_wire_batch_finish(&bb, &m->marks);
+    assert(len == (ssize_t)m->len);
+    (void)rv, (void)len;
+    m->count = (uint32_t)g->msgs;
+    m->calls = (uint32_t)g->jobs;
     m->wack = h->wack;
     m->merge = false;
     m->enq_ns = h->enq_ns;
 }
 
-/* Moves every part's permit and request into |m| and releases the parts. */
-static void absorb_parts(pworker *w, pjob *m)
+void fxc_coalesce_take(fxc_group *g, pjob **pj)
 {
-    fx_client *c = w->c;
-    m->permit = (fx_permit){.budget = w->ghead->permit.budget, .n = 0};
-    preq **tail = &m->req;
-    /* The merged job is counted before its parts are released, so
-     * fx_flush never sees zero in between. */
-    atomic_fetch_add(&c->outstanding, 1);
-    for (pjob *j = w->ghead, *nx; j != NULL; j = nx) {
-        nx = j->gnext;
-        m->permit.n += j->permit.n;
-        j->permit = (fx_permit){0};
-        if (j->req != NULL) {
-            *tail = j->req;
-            tail = &j->req->grp;
-            j->req = NULL;
-        }
-        fxc_pub_job_put(j); /* nothing left to give back: frees the part */
-    }
-    *tail = NULL;
-}
-
-void fxc_coalesce_take(pworker *w, pjob **pj)
-{
-    if (w->gjobs == 1) {
-        *pj = take_first(w);
+    if (g->jobs == 1) {
+        *pj = take_first(g);
         return;
     }
-    const pjob *h = w->ghead;
-    pjob *m = fxc_pub_job_alloc(w->c, h->entries_off + w->gbytes);
+    const pjob *h = g->head;
+    pjob *m = fxc_pub_job_alloc(h->c, fx_wire_batch_head_len(h->marks) + g->bytes);
     if (m == NULL) {
-        *pj = take_first(w); /* no memory to merge: one at a time */
+        *pj = take_first(g); /* no memory to merge: one at a time */
         return;
     }
-    write_merged(w, m);
-    absorb_parts(w, m);
-    group_reset(w);
+    write_merged(g, m);
+    pjob *parts = g->head;
+    group_reset(g);
+    fxc_pub_job_absorb(m, parts);
     *pj = m;
 }
 
-void fxc_coalesce_drain(pworker *w, void (*fn)(pjob *j, void *user), void *user)
+void fxc_coalesce_drain(fxc_group *g, void (*fn)(pjob *j, void *user), void *user)
 {
-    pjob *j = w->ghead;
-    group_reset(w);
+    pjob *j = g->head;
+    group_reset(g);
     while (j != NULL) {
         pjob *nx = j->gnext;
         j->gnext = NULL;
         fn(j, user);
         j = nx;
     }
-    if (w->next != NULL) {
-        pjob *n = w->next;
-        w->next = NULL;
+    if (g->next != NULL) {
+        pjob *n = g->next;
+        g->next = NULL;
         fn(n, user);
     }
 }

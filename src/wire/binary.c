@@ -256,18 +256,34 @@ uint16_t fx_wire_publish_batch_flags(const fx_wire_publish_batch *b)
                                       : (FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED);
 }
 
-/* Size of the body alone, or a negative code. */
-static ssize_t publish_body_size(const fx_wire_publish_batch *b)
+/* Bytes of the body before the names: the acked batch's request id and
+ * ack mode. */
+static size_t publish_prefix_len(const fx_wire_publish_batch *b)
+{
+    return b->ack == FX_WIRE_ACK_NONE ? 0 : 9;
+}
+
+/* Checks |b|'s ack mode and name lengths; returns the bytes of the body
+ * before the payload count, or a negative code. */
+static ssize_t publish_names_end(const fx_wire_publish_batch *b)
 {
     if (b->ack != FX_WIRE_ACK_NONE && b->ack != FX_WIRE_ACK_PER_MESSAGE &&
         b->ack != FX_WIRE_ACK_PER_BATCH)
         return FX_EWIRE_ACK_MODE;
     if (b->tenant.len > UINT16_MAX || b->ns.len > UINT16_MAX || b->stream.len > UINT16_MAX)
         return FX_EWIRE_NAME;
+    return (ssize_t)(publish_prefix_len(b) + 6 + b->tenant.len + b->ns.len + b->stream.len);
+}
+
+/* Size of the body alone, or a negative code. */
+static ssize_t publish_body_size(const fx_wire_publish_batch *b)
+{
+    ssize_t head = publish_names_end(b);
+    if (head < 0)
+        return head;
     if (b->count > FX_WIRE_BATCH_MAX_MESSAGES)
         return FX_EWIRE_COUNT;
-    size_t n = b->ack == FX_WIRE_ACK_NONE ? 0 : 9;
-    n += 6 + b->tenant.len + b->ns.len + b->stream.len;
+    size_t n = (size_t)head;
     if (!entries_size(&n, b->payloads, b->count))
         return FX_EWIRE_TOO_LARGE;
     return (ssize_t)n;
@@ -287,28 +303,123 @@ static uint8_t *put_name(uint8_t *p, fx_wire_slice s)
     return p + s.len;
 }
 
-ssize_t fx_wire_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, size_t cap)
+static bool names_valid(const fx_wire_publish_batch *b)
 {
-    ssize_t body = publish_body_size(b);
-    if (body < 0)
-        return body;
-    if (!fx_wire_utf8_valid(b->tenant.ptr, b->tenant.len) ||
-        !fx_wire_utf8_valid(b->ns.ptr, b->ns.len) ||
-        !fx_wire_utf8_valid(b->stream.ptr, b->stream.len))
-        return FX_EWIRE_UTF8;
-    size_t size = FX_WIRE_HEADER_LEN + (size_t)body;
-    if (cap < size)
-        return -ENOSPC;
-    uint8_t *p = fx_frame_header_put(out, fx_wire_publish_batch_flags(b), (uint32_t)body);
+    return fx_wire_utf8_valid(b->tenant.ptr, b->tenant.len) &&
+           fx_wire_utf8_valid(b->ns.ptr, b->ns.len) &&
+           fx_wire_utf8_valid(b->stream.ptr, b->stream.len);
+}
+
+/* Writes the header (with body length |body|), the acked batch's request id
+ * and ack mode, and the names; returns where the payload count goes. */
+static uint8_t *put_publish_head(uint8_t *p, const fx_wire_publish_batch *b, uint32_t body)
+{
+    p = fx_frame_header_put(p, fx_wire_publish_batch_flags(b), body);
     if (b->ack != FX_WIRE_ACK_NONE) {
         p = fx_put64(p, b->request_id);
         *p++ = (uint8_t)b->ack;
     }
     p = put_name(p, b->tenant);
     p = put_name(p, b->ns);
-    p = put_name(p, b->stream);
+    return put_name(p, b->stream);
+}
+
+ssize_t fx_wire_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, size_t cap)
+{
+    ssize_t body = publish_body_size(b);
+    if (body < 0)
+        return body;
+    if (!names_valid(b))
+        return FX_EWIRE_UTF8;
+    size_t size = FX_WIRE_HEADER_LEN + (size_t)body;
+    if (cap < size)
+        return -ENOSPC;
+    uint8_t *p = put_publish_head(out, b, (uint32_t)body);
     put_entries(p, b->payloads, b->count);
     return (ssize_t)size;
+}
+
+/* ---- publish batch builder ----------------------------------------------------------- */
+
+ssize_t fx_wire_batch_frame_size(const fx_wire_publish_batch *head, size_t count,
+                                 size_t payload_bytes)
+{
+    ssize_t names_end = publish_names_end(head);
+    if (names_end < 0)
+        return names_end;
+    if (count > FX_WIRE_BATCH_MAX_MESSAGES)
+        return FX_EWIRE_COUNT;
+    size_t n = (size_t)names_end;
+    if (!add_size(&n, 4) || !add_size(&n, 4 * count) || !add_size(&n, payload_bytes))
+        return FX_EWIRE_TOO_LARGE;
+    return (ssize_t)(FX_WIRE_HEADER_LEN + n);
+}
+
+int fx_wire_batch_begin(fx_wire_batch_builder *bb, uint8_t *out, size_t cap,
+                        const fx_wire_publish_batch *head)
+{
+    ssize_t names_end = publish_names_end(head);
+    if (names_end < 0)
+        return (int)names_end;
+    if (!names_valid(head))
+        return FX_EWIRE_UTF8;
+    size_t head_len = FX_WIRE_HEADER_LEN + (size_t)names_end + 4;
+    if (cap < head_len)
+        return -ENOSPC;
+    /* The length is written again by finish, once it is known. */
+    uint8_t *p = put_publish_head(out, head, 0);
+    fx_put32(p, 0);
+    *bb = (fx_wire_batch_builder){
+        .out = out,
+        .cap = cap,
+        .len = head_len,
+        .flags = fx_wire_publish_batch_flags(head),
+        .marks = {.names = (uint32_t)(FX_WIRE_HEADER_LEN + publish_prefix_len(head)),
+                  .entries = (uint32_t)head_len},
+    };
+    return 0;
+}
+
+int fx_wire_batch_begin_as(fx_wire_batch_builder *bb, uint8_t *out, size_t cap,
+                           const uint8_t *frame, fx_wire_batch_marks marks)
+{
+    size_t head_len = marks.entries;
+    if (cap < head_len)
+        return -ENOSPC;
+    fx_frame_header h;
+    fx_frame_header_decode(frame, UINT32_MAX, &h, NULL); /* our own frame: valid */
+    memcpy(out, frame, head_len);
+    fx_put32(out + head_len - 4, 0);
+    *bb = (fx_wire_batch_builder){
+        .out = out, .cap = cap, .len = head_len, .flags = h.flags, .marks = marks};
+    return 0;
+}
+
+int fx_wire_batch_append_frame(fx_wire_batch_builder *bb, const uint8_t *frame, size_t len,
+                               fx_wire_batch_marks marks)
+{
+    uint32_t count = fx_be32(frame + marks.entries - 4);
+    size_t n = fx_wire_batch_entries_len(len, marks);
+    if (count > FX_WIRE_BATCH_MAX_MESSAGES - bb->count)
+        return FX_EWIRE_COUNT;
+    if (fx_wire_batch_left(bb) < n)
+        return -ENOSPC;
+    memcpy(bb->out + bb->len, frame + marks.entries, n);
+    bb->len += n;
+    bb->count += count;
+    return 0;
+}
+
+ssize_t fx_wire_batch_finish(fx_wire_batch_builder *bb, fx_wire_batch_marks *pmarks)
+{
+    size_t body = bb->len - FX_WIRE_HEADER_LEN;
+    if (body > UINT32_MAX)
+        return FX_EWIRE_TOO_LARGE;
+    fx_frame_header_put(bb->out, bb->flags, (uint32_t)body);
+    fx_put32(bb->out + bb->marks.entries - 4, bb->count);
+    if (pmarks != NULL)
+        *pmarks = bb->marks;
+    return (ssize_t)bb->len;
 }
 
 /* ---- publish ack ------------------------------------------------------------------- */

@@ -3,13 +3,16 @@
  * subscriber, 0x0004 shared, each optionally with 0x0020 offsets).
  * Decoders check every length against the bytes that remain before using it
  * and reference the input (no copies); encoders write whole frames, header
- * included. Pure functions; any thread. */
+ * included. The publish batch builder owns the batch layout for code that
+ * builds or merges frames entry by entry. Pure functions; any thread. */
 #ifndef FX_WIRE_BINARY_H
 #define FX_WIRE_BINARY_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -126,6 +129,127 @@ ssize_t fx_wire_publish_batch_frame_size(const fx_wire_publish_batch *b);
  * written, the errors of fx_wire_publish_batch_frame_size(), FX_EWIRE_UTF8 (a name)
  * or -ENOSPC. */
 ssize_t fx_wire_publish_batch_encode(const fx_wire_publish_batch *b, uint8_t *out, size_t cap);
+
+/* ---- publish batch builder ------------------------------------------------------ */
+
+/* Where the sections of a publish batch frame start, as the builder that
+ * wrote it recorded them. Kept beside the frame (8 bytes), they let the
+ * functions below compare two frames' streams and move one frame's payload
+ * entries into another without parsing either. Read them only through
+ * those functions. */
+typedef struct fx_wire_batch_marks {
+    uint32_t names;   /* the tenant name's length prefix */
+    uint32_t entries; /* the first payload entry (the u32 count just before) */
+} fx_wire_batch_marks;
+
+/* Builds one publish batch frame in place, as ngtcp2's packet encoder does
+ * (lib/ngtcp2_ppe.h): the builder keeps the offsets of the length field,
+ * the count and the first entry, so its callers call begin, append, left
+ * and finish and never write an offset. Caller-embedded, initialized by
+ * fx_wire_batch_begin() or fx_wire_batch_begin_as(). Pure; any thread. */
+typedef struct fx_wire_batch_builder {
+    uint8_t *out;
+    size_t cap; /* bytes the frame may take (|out| holds at least this many) */
+    size_t len; /* bytes written */
+    uint32_t count;
+    uint16_t flags;
+    fx_wire_batch_marks marks;
+} fx_wire_batch_builder;
+
+/* Size of the whole frame of a batch with |head|'s names, ack mode and
+ * request id (its payloads are not read) carrying |count| payloads of
+ * |payload_bytes| bytes together: what fx_wire_publish_batch_frame_size()
+ * says for the same batch, with the same errors (FX_EWIRE_ACK_MODE,
+ * FX_EWIRE_NAME, FX_EWIRE_COUNT, FX_EWIRE_TOO_LARGE). */
+ssize_t fx_wire_batch_frame_size(const fx_wire_publish_batch *head, size_t count,
+                                 size_t payload_bytes);
+
+/* Starts a frame in |out| (at most |cap| bytes) with |head|'s names, ack
+ * mode and request id (its payloads are not read) and no payload yet.
+ * Returns 0, FX_EWIRE_ACK_MODE, FX_EWIRE_NAME, FX_EWIRE_UTF8 (a name) or
+ * -ENOSPC (|cap| cannot hold the frame without payloads). */
+int fx_wire_batch_begin(fx_wire_batch_builder *bb, uint8_t *out, size_t cap,
+                        const fx_wire_publish_batch *head);
+
+/* Starts a frame in |out| (at most |cap| bytes) that opens as |frame| does
+ * (a frame a builder wrote, with its |marks|): same kind, request id, ack
+ * mode and names, and no payload yet. For merging frames of one stream.
+ * Returns 0 or -ENOSPC. */
+int fx_wire_batch_begin_as(fx_wire_batch_builder *bb, uint8_t *out, size_t cap,
+                           const uint8_t *frame, fx_wire_batch_marks marks);
+
+/* Bytes that may still be appended before the frame reaches its bound
+ * (the |cap| it was begun with). */
+static inline size_t fx_wire_batch_left(const fx_wire_batch_builder *bb)
+{
+    return bb->cap - bb->len;
+}
+
+/* Bytes one payload of |len| bytes adds to a frame: its u32 length, then
+ * the payload. */
+static inline size_t fx_wire_batch_entry_size(size_t len)
+{
+    return 4 + len;
+}
+
+/* Appends one payload of |len| bytes (copied from |p|). Returns 0,
+ * FX_EWIRE_COUNT (the frame holds FX_WIRE_BATCH_MAX_MESSAGES already) or
+ * -ENOSPC (fewer than fx_wire_batch_entry_size(|len|) bytes left). */
+static inline int fx_wire_batch_append(fx_wire_batch_builder *bb, const void *p, size_t len)
+{
+    if (bb->count >= FX_WIRE_BATCH_MAX_MESSAGES)
+        return FX_EWIRE_COUNT;
+    if (len > UINT32_MAX || fx_wire_batch_left(bb) < fx_wire_batch_entry_size(len))
+        return -ENOSPC;
+    uint8_t *q = fx_put32(bb->out + bb->len, (uint32_t)len);
+    if (len)
+        memcpy(q, p, len);
+    bb->len += fx_wire_batch_entry_size(len);
+    bb->count++;
+    return 0;
+}
+
+/* Appends every payload entry of |frame| (|len| bytes, a frame a builder
+ * wrote, with its |marks|), in order. Returns 0, FX_EWIRE_COUNT (the sum
+ * of the counts would pass FX_WIRE_BATCH_MAX_MESSAGES) or -ENOSPC. */
+int fx_wire_batch_append_frame(fx_wire_batch_builder *bb, const uint8_t *frame, size_t len,
+                               fx_wire_batch_marks marks);
+
+/* Ends the frame: writes its body length and payload count, and its marks
+ * to |*pmarks| (may be NULL). Returns the frame's size or
+ * FX_EWIRE_TOO_LARGE (body over UINT32_MAX). */
+ssize_t fx_wire_batch_finish(fx_wire_batch_builder *bb, fx_wire_batch_marks *pmarks);
+
+/* The names section (tenant, namespace and stream, each with its u16
+ * length) of |frame|: two frames whose sections are equal publish to the
+ * same stream. */
+static inline fx_wire_slice fx_wire_batch_names(const uint8_t *frame, fx_wire_batch_marks marks)
+{
+    return (fx_wire_slice){frame + marks.names, marks.entries - 4 - marks.names};
+}
+
+/* Bytes of |frame|'s payload entries (lengths and payloads), |len| being
+ * the frame's size: what fx_wire_batch_append_frame() copies. */
+static inline size_t fx_wire_batch_entries_len(size_t len, fx_wire_batch_marks marks)
+{
+    return len - marks.entries;
+}
+
+/* Bytes of a frame that opens as the one with |marks| before its first
+ * payload entry: a frame begun with fx_wire_batch_begin_as() and given E
+ * entry bytes takes fx_wire_batch_head_len() + E. */
+static inline size_t fx_wire_batch_head_len(fx_wire_batch_marks marks)
+{
+    return marks.entries;
+}
+
+/* Entry bytes a frame that opens as the one with |marks| may carry when its
+ * body may take at most |max_body| bytes (0 when its head alone is over). */
+static inline size_t fx_wire_batch_entries_room(fx_wire_batch_marks marks, size_t max_body)
+{
+    size_t head = marks.entries - FX_WIRE_HEADER_LEN;
+    return max_body > head ? max_body - head : 0;
+}
 
 /* ---- publish ack --------------------------------------------------------------- */
 

@@ -661,6 +661,220 @@ static void test_names_cache_long_names_are_not_cached(void **state)
     }
 }
 
+/* ---- publish batch builder ----------------------------------------------------------- */
+
+/* Encodes |b| with fx_wire_publish_batch_encode() into a fresh buffer. */
+static uint8_t *encoded(const fx_wire_publish_batch *b, size_t *plen)
+{
+    ssize_t size = fx_wire_publish_batch_frame_size(b);
+    assert_true(size > 0);
+    uint8_t *out = malloc((size_t)size);
+    assert_non_null(out);
+    assert_int_equal(fx_wire_publish_batch_encode(b, out, (size_t)size), size);
+    *plen = (size_t)size;
+    return out;
+}
+
+/* Builds |b|'s frame with the builder into |out| (|cap| bytes). */
+static ssize_t built(const fx_wire_publish_batch *b, uint8_t *out, size_t cap,
+                     fx_wire_batch_marks *pmarks)
+{
+    fx_wire_batch_builder bb;
+    int rv = fx_wire_batch_begin(&bb, out, cap, b);
+    for (uint32_t i = 0; i < b->count && rv == 0; i++)
+        rv = fx_wire_batch_append(&bb, b->payloads[i].ptr, b->payloads[i].len);
+    return rv < 0 ? rv : fx_wire_batch_finish(&bb, pmarks);
+}
+
+/* A frame built entry by entry is the encoder's frame, byte for byte, for
+ * both kinds and for none, one and several payloads (one of them empty);
+ * its marks find the names and the entries. */
+static void test_builder_frame_equals_encoder(void **state)
+{
+    fx_wire_slice pl[] = {str("hello"), str(""), str("a third payload")};
+    static const fx_wire_ack acks[] = {FX_WIRE_ACK_NONE, FX_WIRE_ACK_PER_MESSAGE,
+                                       FX_WIRE_ACK_PER_BATCH};
+    for (size_t a = 0; a < 3; a++) {
+        for (uint32_t count = 0; count <= 3; count++) {
+            fx_wire_publish_batch b = {.request_id = 0x0102030405060708ull * (a != 0),
+                                       .ack = acks[a],
+                                       .tenant = str("t1"),
+                                       .ns = str("default"),
+                                       .stream = str("demo"),
+                                       .count = count,
+                                       .payloads = pl};
+            size_t len;
+            uint8_t *want = encoded(&b, &len);
+            size_t payload_bytes = 0;
+            for (uint32_t i = 0; i < count; i++)
+                payload_bytes += pl[i].len;
+            assert_int_equal(fx_wire_batch_frame_size(&b, count, payload_bytes), len);
+            uint8_t out[256];
+            fx_wire_batch_marks m;
+            assert_int_equal(built(&b, out, sizeof(out), &m), len);
+            assert_memory_equal(out, want, len);
+            /* The marks: names section, then count, then the entries. */
+            fx_wire_slice names = fx_wire_batch_names(out, m);
+            assert_int_equal(names.len, 6 + 2 + 7 + 4);
+            assert_memory_equal(names.ptr,
+                                "\x00\x02t1\x00\x07"
+                                "default\x00\x04"
+                                "demo",
+                                names.len);
+            assert_int_equal(fx_wire_batch_entries_len(len, m), 4 * count + payload_bytes);
+            assert_int_equal(fx_wire_batch_head_len(m), len - 4 * count - payload_bytes);
+            free(want);
+        }
+    }
+}
+
+/* left() counts down by each entry to the bound the frame was begun with;
+ * an entry over it, a head over it and a payload past the message limit
+ * are refused without changing the frame; bad heads fail as the encoder's. */
+static void test_builder_left_and_bound(void **state)
+{
+    fx_wire_slice pl[] = {str("0123456789"), str("abc")};
+    fx_wire_publish_batch b = {
+        .tenant = str("t"), .ns = str("n"), .stream = str("s"), .count = 2, .payloads = pl};
+    size_t len;
+    uint8_t *want = encoded(&b, &len);
+    uint8_t out[128];
+    memset(out, 0xee, sizeof(out));
+    fx_wire_batch_builder bb;
+    /* Bound: exactly the frame with both payloads. */
+    assert_int_equal(fx_wire_batch_begin(&bb, out, len, &b), 0);
+    size_t head = FX_WIRE_HEADER_LEN + 6 + 3 + 4;
+    assert_int_equal(fx_wire_batch_left(&bb), len - head);
+    assert_int_equal(fx_wire_batch_append(&bb, pl[0].ptr, pl[0].len), 0);
+    assert_int_equal(fx_wire_batch_left(&bb), len - head - fx_wire_batch_entry_size(10));
+    /* One byte too many for what is left: refused, nothing written. */
+    uint8_t big[8] = {0};
+    assert_int_equal(fx_wire_batch_left(&bb), fx_wire_batch_entry_size(3));
+    assert_int_equal(fx_wire_batch_append(&bb, big, 4), -ENOSPC);
+    assert_int_equal(fx_wire_batch_left(&bb), fx_wire_batch_entry_size(3));
+    assert_int_equal(out[len - 7], 0xee);
+    assert_int_equal(fx_wire_batch_append(&bb, pl[1].ptr, pl[1].len), 0);
+    assert_int_equal(fx_wire_batch_left(&bb), 0);
+    assert_int_equal(fx_wire_batch_append(&bb, big, 0), -ENOSPC);
+    assert_int_equal(fx_wire_batch_finish(&bb, NULL), len);
+    assert_memory_equal(out, want, len);
+    assert_int_equal(out[len], 0xee);
+    /* A bound below the head alone. */
+    assert_int_equal(fx_wire_batch_begin(&bb, out, head - 1, &b), -ENOSPC);
+    /* The message limit. */
+    assert_int_equal(fx_wire_batch_begin(&bb, out, sizeof(out), &b), 0);
+    bb.count = FX_WIRE_BATCH_MAX_MESSAGES;
+    assert_int_equal(fx_wire_batch_append(&bb, big, 0), FX_EWIRE_COUNT);
+    assert_int_equal(fx_wire_batch_frame_size(&b, FX_WIRE_BATCH_MAX_MESSAGES + 1, 0),
+                     FX_EWIRE_COUNT);
+    assert_int_equal(fx_wire_batch_frame_size(&b, 1, UINT32_MAX), FX_EWIRE_TOO_LARGE);
+    /* Bad heads: the encoder's errors. */
+    fx_wire_publish_batch bad = b;
+    bad.ack = (fx_wire_ack)7;
+    assert_int_equal(fx_wire_batch_begin(&bb, out, sizeof(out), &bad), FX_EWIRE_ACK_MODE);
+    assert_int_equal(fx_wire_batch_frame_size(&bad, 0, 0), FX_EWIRE_ACK_MODE);
+    bad = b;
+    bad.stream = (fx_wire_slice){(const uint8_t *)"\xff", 1};
+    assert_int_equal(fx_wire_batch_begin(&bb, out, sizeof(out), &bad), FX_EWIRE_UTF8);
+    assert_int_equal(fx_wire_publish_batch_encode(&bad, out, sizeof(out)), FX_EWIRE_UTF8);
+    bad = b;
+    bad.ns.len = UINT16_MAX + 1u;
+    assert_int_equal(fx_wire_batch_begin(&bb, out, sizeof(out), &bad), FX_EWIRE_NAME);
+    assert_int_equal(fx_wire_batch_frame_size(&bad, 0, 0), FX_EWIRE_NAME);
+    free(want);
+}
+
+/* Merging: a frame begun as the first of N frames and given each one's
+ * entries is the frame of all their messages at once under the first's
+ * request id; a bound or message count too small for a part refuses it. */
+static void test_builder_merging_frames_equals_one_batch(void **state)
+{
+    fx_wire_slice pl[] = {str("m0"), str("m1 longer"), str(""), str("m3"), str("m4 x")};
+    static const uint32_t split[] = {2, 0, 1, 2}; /* messages per part */
+    for (int acked = 0; acked <= 1; acked++) {
+        fx_wire_publish_batch all = {.request_id = 40,
+                                     .ack = acked ? FX_WIRE_ACK_PER_BATCH : FX_WIRE_ACK_NONE,
+                                     .tenant = str("tenant"),
+                                     .ns = str("ns"),
+                                     .stream = str("orders"),
+                                     .count = 5,
+                                     .payloads = pl};
+        uint8_t parts[4][128];
+        size_t lens[4];
+        fx_wire_batch_marks marks[4];
+        size_t entry_bytes = 0;
+        for (uint32_t k = 0, first = 0; k < 4; first += split[k], k++) {
+            fx_wire_publish_batch one = all;
+            one.request_id = all.request_id + k; /* each its own; the merge keeps the first's */
+            one.payloads = pl + first;
+            one.count = split[k];
+            ssize_t n = built(&one, parts[k], sizeof(parts[k]), &marks[k]);
+            assert_true(n > 0);
+            lens[k] = (size_t)n;
+            entry_bytes += fx_wire_batch_entries_len(lens[k], marks[k]);
+        }
+        size_t len;
+        uint8_t *want = encoded(&all, &len);
+        size_t cap = fx_wire_batch_head_len(marks[0]) + entry_bytes;
+        assert_int_equal(cap, len);
+        uint8_t out[256];
+        fx_wire_batch_builder bb;
+        assert_int_equal(fx_wire_batch_begin_as(&bb, out, cap, parts[0], marks[0]), 0);
+        for (int k = 0; k < 4; k++)
+            assert_int_equal(fx_wire_batch_append_frame(&bb, parts[k], lens[k], marks[k]), 0);
+        assert_int_equal(fx_wire_batch_left(&bb), 0);
+        fx_wire_batch_marks m;
+        assert_int_equal(fx_wire_batch_finish(&bb, &m), len);
+        assert_memory_equal(out, want, len);
+        assert_memory_equal(&m, &marks[0], sizeof(m));
+        /* Decoded: the parts' messages in order. */
+        fx_wire_publish_batch d;
+        uint16_t flags = fx_wire_publish_batch_flags(&all);
+        assert_int_equal(fx_wire_publish_batch_decode(flags, body_of(out, len, flags),
+                                                      len - FX_WIRE_HEADER_LEN, &d, NULL),
+                         0);
+        assert_int_equal(d.count, 5);
+        assert_int_equal(d.request_id, acked ? 40 : 0);
+        for (int i = 0; i < 5; i++)
+            assert_memory_equal(d.payloads[i].ptr, pl[i].ptr, pl[i].len);
+        fx_wire_publish_batch_deinit(&d);
+        /* A bound one byte short refuses the last part; the head alone
+         * must fit. */
+        assert_int_equal(fx_wire_batch_begin_as(&bb, out, cap - 1, parts[0], marks[0]), 0);
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(fx_wire_batch_append_frame(&bb, parts[k], lens[k], marks[k]), 0);
+        assert_int_equal(fx_wire_batch_append_frame(&bb, parts[3], lens[3], marks[3]), -ENOSPC);
+        assert_int_equal(fx_wire_batch_begin_as(&bb, out, fx_wire_batch_head_len(marks[0]) - 1,
+                                                parts[0], marks[0]),
+                         -ENOSPC);
+        /* The message limit over the sum of the parts' counts. */
+        assert_int_equal(fx_wire_batch_begin_as(&bb, out, cap, parts[0], marks[0]), 0);
+        bb.count = FX_WIRE_BATCH_MAX_MESSAGES - 1;
+        assert_int_equal(fx_wire_batch_append_frame(&bb, parts[0], lens[0], marks[0]),
+                         FX_EWIRE_COUNT);
+        assert_int_equal(fx_wire_batch_append_frame(&bb, parts[2], lens[2], marks[2]), 0);
+        free(want);
+    }
+}
+
+/* The room a merged frame leaves for entries under a body bound. */
+static void test_builder_entries_room(void **state)
+{
+    fx_wire_publish_batch b = {.ack = FX_WIRE_ACK_PER_MESSAGE,
+                               .request_id = 3,
+                               .tenant = str("t"),
+                               .ns = str("n"),
+                               .stream = str("s")};
+    uint8_t out[64];
+    fx_wire_batch_marks m;
+    ssize_t len = built(&b, out, sizeof(out), &m);
+    size_t body_head = (size_t)len - FX_WIRE_HEADER_LEN; /* 9 + 9 + 4 */
+    assert_int_equal(body_head, 22);
+    assert_int_equal(fx_wire_batch_entries_room(m, 100), 100 - body_head);
+    assert_int_equal(fx_wire_batch_entries_room(m, body_head), 0);
+    assert_int_equal(fx_wire_batch_entries_room(m, body_head - 1), 0);
+}
+
 static void test_wire_err_set_formats_message(void **state)
 {
     fx_wire_err err = {0};
@@ -695,6 +909,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_names_cache_checks_repeated_names_once),
     cmocka_unit_test(test_names_cache_truncation_matches_uncached),
     cmocka_unit_test(test_names_cache_long_names_are_not_cached),
+    cmocka_unit_test(test_builder_frame_equals_encoder),
+    cmocka_unit_test(test_builder_left_and_bound),
+    cmocka_unit_test(test_builder_merging_frames_equals_one_batch),
+    cmocka_unit_test(test_builder_entries_room),
     cmocka_unit_test(test_wire_err_set_formats_message),
 };
 

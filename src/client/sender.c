@@ -1,0 +1,741 @@
+/* libfelix publish sender, on the client loop: drains each worker's queue
+ * (checkpoint 2) onto its authed QUIC stream, merging what queued up behind
+ * a frame still being written (coalesce.c), pairs the broker's answers with
+ * requests and fails those unanswered in time. Loop thread only, but for
+ * fxc_pub_init/deinit and the functions client.h marks "Any thread". */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "client/client.h"
+
+/* ---- requests ------------------------------------------------------------------- */
+
+void fxc_pub_req_unref(preq *r)
+{
+    if (r != NULL && atomic_fetch_sub(&r->refs, 1) == 1)
+        free(r);
+}
+
+void fxc_pub_outstanding_done(fx_client *c, size_t n)
+{
+    if (atomic_fetch_sub(&c->outstanding, n) == n && atomic_load(&c->flushers) > 0) {
+        pthread_mutex_lock(&c->mu);
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+/* Completes |r| with |rv| (and |msg| on failure), runs its callback, and
+ * drops the loop's reference. */
+static void req_finish(fx_client *c, preq *r, int rv, const char *msg)
+{
+    pthread_mutex_lock(&c->mu);
+    r->rv = rv;
+    snprintf(r->msg, sizeof(r->msg), "%s", msg != NULL ? msg : "");
+    r->done = true;
+    pthread_mutex_unlock(&c->mu);
+    pthread_cond_broadcast(&c->cv); /* after the unlock: see wake_consumer */
+    if (r->cb != NULL) {
+        fxc_client_set_error(rv, "%s", r->msg);
+        r->cb(r->user, rv);
+    }
+    if (r->acked)
+        fxc_pub_outstanding_done(c, 1);
+    fxc_pub_req_unref(r);
+}
+
+/* Completes |r| and every request chained behind it (the publishes of one
+ * merged frame) with the same result. */
+static void req_finish_all(fx_client *c, preq *r, int rv, const char *msg)
+{
+    while (r != NULL) {
+        preq *nx = r->grp;
+        r->grp = NULL;
+        req_finish(c, r, rv, msg);
+        r = nx;
+    }
+}
+
+static void ack_timer_arm(pworker *w)
+{
+    if (w->fhead == NULL) {
+        fx_loop_timer_cancel(w->c->loop, &w->ack_timer);
+        return;
+    }
+    if (fx_timer_is_armed(&w->ack_timer) && w->ack_timer.deadline_ns <= w->fhead->deadline_ns)
+        return;
+    int rv = fx_loop_timer_arm(w->c->loop, &w->ack_timer, w->fhead->deadline_ns);
+    if (rv != 0)
+        FX_LOG_ERROR("client", "cannot arm the publish ack timer: %s", fx_strerror(rv));
+}
+
+static void pending_add(pworker *w, preq *r)
+{
+    preq **b = &w->pending[r->request_id % FX_PENDING_BUCKETS];
+    r->next = *b;
+    *b = r;
+    w->npending++;
+    r->fnext = NULL;
+    r->fprev = w->ftail;
+    if (w->ftail != NULL)
+        w->ftail->fnext = r;
+    else
+        w->fhead = r;
+    w->ftail = r;
+    if (w->fhead == r)
+        ack_timer_arm(w);
+}
+
+static void fifo_unlink(pworker *w, preq *r)
+{
+    if (r->fprev != NULL)
+        r->fprev->fnext = r->fnext;
+    else
+        w->fhead = r->fnext;
+    if (r->fnext != NULL)
+        r->fnext->fprev = r->fprev;
+    else
+        w->ftail = r->fprev;
+    r->fnext = r->fprev = NULL;
+}
+
+static preq *pending_take(pworker *w, uint64_t id)
+{
+    for (preq **p = &w->pending[id % FX_PENDING_BUCKETS]; *p != NULL; p = &(*p)->next) {
+        if ((*p)->request_id == id) {
+            preq *r = *p;
+            *p = r->next;
+            w->npending--;
+            fifo_unlink(w, r);
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void pending_fail_all(pworker *w, int rv, const char *msg)
+{
+    while (w->fhead != NULL) {
+        preq *r = pending_take(w, w->fhead->request_id);
+        req_finish_all(w->c, r, rv, msg);
+    }
+    fx_loop_timer_cancel(w->c->loop, &w->ack_timer);
+}
+
+/* The ack timeout: every request whose deadline passed fails with
+ * FX_ETIMEDOUT; the broker may still append it (a late answer is logged
+ * and ignored). */
+static void ack_timer_fire(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    pworker *w = user;
+    uint64_t now = fx_loop_now(l);
+    char msg[160];
+    snprintf(msg, sizeof(msg), FX_PUB_ACK_TIMEOUT_FMT, w->c->o.publish_ack_timeout_ms);
+    while (w->fhead != NULL && w->fhead->deadline_ns <= now) {
+        preq *r = pending_take(w, w->fhead->request_id);
+        req_finish_all(w->c, r, FX_ETIMEDOUT, msg);
+    }
+    ack_timer_arm(w);
+}
+
+/* ---- jobs ----------------------------------------------------------------------- */
+
+/* The frame's last reference went (QUIC acknowledged it, its stream died, or
+ * it was never sent): give the bytes back and finish an unacked async. */
+static void job_release(void *data, size_t len, void *user)
+{
+    (void)data, (void)len;
+    pjob *j = user;
+    fx_client *c = j->c;
+    fx_permit_release(&j->permit);
+    /* Released because its connection was lost, not because QUIC saw the
+     * broker acknowledge it: the broker may never have received it. */
+    cconn *cc = j->sent_on;
+    bool lost = cc != NULL && cc->gen != j->sent_gen;
+    if (lost)
+        atomic_fetch_add(&c->pub_lost, j->calls);
+    if (lost) {
+        req_finish_all(c, j->req, cc->close_rv, cc->close_text);
+    } else {
+        for (preq *r = j->req, *nx; r != NULL; r = nx) {
+            nx = r->grp;
+            r->grp = NULL;
+            req_finish(c, r, r->rv, r->msg);
+        }
+    }
+    fxc_pub_job_free(j);
+    fxc_pub_outstanding_done(c, 1);
+}
+
+/* Makes the job's frame an fx_buf whose release returns the permit. */
+static int job_wrap(pjob *j)
+{
+    return fx_buf_wrap(&j->buf, j->frame, j->len, job_release, j);
+}
+
+/* Drops the holder's reference on |j|: its fx_buf once wrapped for sending
+ * (QUIC may still hold the frame), else |j| is released now. */
+static void job_put(pjob *j)
+{
+    if (j->buf != NULL)
+        fx_buf_unref(j->buf);
+    else
+        job_release(j->frame, j->len, j);
+}
+
+void fxc_pub_job_put(pjob *j)
+{
+    job_put(j);
+}
+
+void fxc_pub_job_absorb(pjob *m, pjob *parts)
+{
+    fx_client *c = m->c;
+    m->permit = (fx_permit){.budget = parts->permit.budget, .n = 0};
+    preq **tail = &m->req;
+    /* The merged job is counted before its parts are released, so
+     * fx_flush never sees zero in between. */
+    atomic_fetch_add(&c->outstanding, 1);
+    for (pjob *j = parts, *nx; j != NULL; j = nx) {
+        nx = j->gnext;
+        m->permit.n += j->permit.n;
+        j->permit = (fx_permit){0};
+        if (j->req != NULL) {
+            *tail = j->req;
+            tail = &j->req->grp;
+            j->req = NULL;
+        }
+        job_put(j); /* nothing left to give back: frees the part */
+    }
+    *tail = NULL;
+}
+
+static void job_drop(void *item, void *user)
+{
+    (void)user;
+    job_put(item);
+}
+
+/* Fails a job that will not be sent. */
+static void job_fail(pjob *j, int rv, const char *msg)
+{
+    preq *r = j->req;
+    if (r != NULL && r->acked) {
+        j->req = NULL;
+        req_finish_all(j->c, r, rv, msg);
+        r = NULL; /* finished: possibly freed */
+    }
+    for (; r != NULL; r = r->grp) { /* unacked: job_release reports it */
+        r->rv = rv;
+        snprintf(r->msg, sizeof(r->msg), "%s", msg);
+    }
+    job_put(j);
+}
+
+typedef struct failwhy {
+    int rv;
+    const char *msg;
+    bool count_lost;
+} failwhy;
+
+static void job_fail_cb(pjob *j, void *user)
+{
+    failwhy *f = user;
+    if (f->count_lost && (j->req == NULL || !j->req->acked))
+        atomic_fetch_add(&j->c->pub_lost, 1);
+    job_fail(j, f->rv, f->msg);
+}
+
+/* ---- workers (loop) -------------------------------------------------------------- */
+
+/* The close handshake of |w| is over: |rv| 0 when the broker finished its
+ * side after handling everything sent before our FIN, else why it was cut
+ * short (fx_client_close then reports it). */
+static void fin_done(pworker *w, int rv)
+{
+    if (w->fin != FIN_WANT && w->fin != FIN_SENT)
+        return;
+    w->fin = FIN_DONE;
+    fx_client *c = w->c;
+    pthread_mutex_lock(&c->mu);
+    if (rv != 0 && c->fin_rv == 0)
+        c->fin_rv = rv;
+    c->fin_left--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void worker_fail(pworker *w, int rv, const char *msg)
+{
+    int zero = 0;
+    atomic_compare_exchange_strong(&w->fail_rv, &zero, rv);
+    w->state = 3;
+    pending_fail_all(w, rv, msg);
+    if (w->held != NULL) {
+        job_fail(w->held, rv, msg);
+        w->held = NULL;
+    }
+    fxc_coalesce_drain(&w->group, job_fail_cb, &(failwhy){.rv = rv, .msg = msg});
+    fx_loop_timer_cancel(w->c->loop, &w->linger);
+    void *it;
+    while (fx_queue_pop(&w->q, &it) == 0)
+        job_fail(it, rv, msg);
+    if (w->index == 0)
+        fxc_client_on_first_auth(w->c, rv, 0, msg);
+    fin_done(w, rv);
+}
+
+/* The connection was lost and a reconnect is scheduled: what the broker
+ * had not answered fails with the reason; queued frames were never sent,
+ * so they wait for the new connection (the worker re-opens and re-authenticates
+ * its stream when it is ready). */
+static void worker_lost(pworker *w, int rv, const char *msg)
+{
+    pending_fail_all(w, rv, msg);
+    fin_done(w, rv); /* what the broker had not handled may be lost */
+    w->sid = -1;
+    w->state = 0;
+    fx_frame_decoder_deinit(&w->dec);
+    fx_frame_decoder_init(&w->dec, w->c->o.max_frame_bytes);
+}
+
+static void worker_open(pworker *w)
+{
+    fx_client *c = w->c;
+    cconn *cc = fxc_client_conn(c, w->index / c->o.publish_streams_per_conn);
+    if (cc == NULL) {
+        worker_fail(w, -ENOMEM, "out of memory");
+        return;
+    }
+    w->conn = cc;
+    if (cc->state == CS_CONNECTING || cc->state == CS_RETRY)
+        return;
+    if (cc->state == CS_CLOSED) {
+        worker_fail(w, cc->close_rv, cc->close_text);
+        return;
+    }
+    int rv = fx_quic_conn_open_bidi(cc->qc, w, &w->sid);
+    if (rv == 0)
+        rv = fxc_client_send_auth(cc, w->sid);
+    if (rv != 0) {
+        worker_fail(w, rv, fx_strerror(rv));
+        return;
+    }
+    w->state = 1;
+}
+
+/* The queue is drained during the close handshake: our FIN follows the
+ * last frame. */
+static void send_fin(pworker *w)
+{
+    int rv = w->conn->qc != NULL ? fx_quic_stream_shutdown(w->conn->qc, w->sid) : FX_ECONNLOST;
+    if (rv != 0) {
+        worker_fail(w, rv, fx_strerror(rv));
+        return;
+    }
+    w->fin = FIN_SENT;
+}
+
+/* After our FIN nothing more can be sent: a publish that raced with
+ * fx_client_close past its check fails here, counted as lost. */
+static void fail_after_fin(pworker *w)
+{
+    /* An acked publish gets the error instead of being counted as lost. */
+    failwhy why = {.rv = FX_ECLOSED, .msg = "client closed", .count_lost = true};
+    fxc_coalesce_drain(&w->group, job_fail_cb, &why);
+    void *it;
+    while (fx_queue_pop(&w->q, &it) == 0)
+        job_fail_cb(it, &why);
+}
+
+/* Pops queued jobs into the group until it is full or the queue empty. */
+static void fill_group(pworker *w)
+{
+    fxc_group *g = &w->group;
+    if (g->next != NULL && g->head == NULL) {
+        pjob *n = g->next;
+        g->next = NULL;
+        fxc_coalesce_add(g, n);
+    }
+    while (!fxc_coalesce_full(g)) {
+        void *it;
+        if (fx_queue_pop(&w->q, &it) != 0)
+            return;
+        if (fxc_coalesce_fits(g, it))
+            fxc_coalesce_add(g, it);
+        else
+            g->next = it;
+    }
+}
+
+/* The next frame to send, into |*pj|: true, or false when there is none
+ * now: the queue is empty (the FIN goes out if wanted), the stream is still
+ * writing the previous frame (on_writable resumes), or the group lingers
+ * (its timer resumes). */
+static bool next_frame(pworker *w, pjob **pj)
+{
+    fx_client *c = w->c;
+    if (!c->o.publish_coalesce) {
+        void *it;
+        if (fx_queue_pop(&w->q, &it) == 0) {
+            *pj = it;
+            return true;
+        }
+    } else {
+        /* While busy, on_writable resumes this worker once the stream's
+         * bytes are written (also after a full group went out meanwhile). */
+        bool busy = fx_quic_stream_notify_sent(w->conn->qc, w->sid);
+        fill_group(w);
+        if (w->group.head != NULL) {
+            bool full = fxc_coalesce_full(&w->group);
+            if (busy && !full)
+                return false;
+            uint64_t due = w->group.head->enq_ns + (uint64_t)c->o.publish_linger_us * FX_NS_PER_US;
+            /* fx_flush and fx_client_close cut a linger short. */
+            bool linger = c->o.publish_linger_us > 0 && w->fin == FIN_NONE &&
+                          atomic_load(&c->flushers) == 0 && !atomic_load(&c->pub_closing);
+            if (!full && linger && fx_loop_now(c->loop) < due &&
+                (fx_timer_is_armed(&w->linger) || fx_loop_timer_arm(c->loop, &w->linger, due) == 0))
+                return false; /* without memory for the timer: send now */
+            fx_loop_timer_cancel(c->loop, &w->linger);
+            fxc_coalesce_take(&w->group, pj);
+            return true;
+        }
+    }
+    if (w->fin == FIN_WANT)
+        send_fin(w);
+    return false;
+}
+
+/* Hands frames to QUIC until none is ready or QUIC refuses. */
+static void worker_send(pworker *w)
+{
+    if (w->fin == FIN_SENT || w->fin == FIN_DONE) {
+        fail_after_fin(w);
+        return;
+    }
+    for (;;) {
+        pjob *j = w->held;
+        w->held = NULL;
+        if (j == NULL && !next_frame(w, &j))
+            return;
+        preq *r = j->req;
+        if (r != NULL && r->acked)
+            pending_add(w, r);
+        /* Wrapped only now: a publish merged into another frame never is. */
+        int rv = j->buf == NULL ? job_wrap(j) : 0;
+        if (rv == 0)
+            rv = fx_quic_stream_send(w->conn->qc, w->sid, j->buf, 0, j->len, false);
+        if (rv == FX_EFULL) {
+            if (r != NULL && r->acked)
+                pending_take(w, r->request_id);
+            w->held = j; /* on_writable resumes */
+            return;
+        }
+        if (r != NULL && r->acked) {
+            j->req = NULL; /* the pending table holds the loop's reference now */
+            if (rv != 0) {
+                pending_take(w, r->request_id);
+                req_finish_all(w->c, r, rv, fx_strerror(rv));
+            }
+        } else if (rv == 0) {
+            j->sent_on = w->conn; /* QUIC holds it: job_release tells lost from acked */
+            j->sent_gen = w->conn->gen;
+        } else {
+            job_fail(j, rv, fx_strerror(rv)); /* async callbacks learn the failure */
+            j = NULL;
+        }
+        if (j != NULL)
+            job_put(j); /* QUIC holds its own reference */
+        if (rv != 0) {
+            worker_fail(w, rv, fx_strerror(rv));
+            return;
+        }
+    }
+}
+
+static void worker_kick(pworker *w)
+{
+    if (w->c->ep == NULL)
+        return;
+    switch (w->state) {
+    case 0:
+        worker_open(w);
+        break;
+    case 2:
+        worker_send(w);
+        break;
+    case 3:
+        worker_fail(w, atomic_load(&w->fail_rv), "publish stream failed");
+        break;
+    default:
+        break;
+    }
+}
+
+/* True while |w| holds publishes not yet handed to QUIC. */
+static bool worker_has_work(pworker *w)
+{
+    return w->held != NULL || w->group.head != NULL || w->group.next != NULL ||
+           fx_queue_depth(&w->q) > 0;
+}
+
+static void drain_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l, (void)t;
+    pworker *w = user;
+    /* A flush kicks every worker: one never used stays unopened. */
+    if (w->state == 0 && !worker_has_work(w))
+        return;
+    worker_kick(w);
+}
+
+static void linger_fire(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l, (void)t;
+    worker_kick(user);
+}
+
+void fxc_pub_conn_ready(fx_client *c, cconn *cc)
+{
+    for (size_t i = 0; i < c->nworkers; i++) {
+        pworker *w = &c->workers[i];
+        if (c->conns[i / c->o.publish_streams_per_conn] != cc)
+            continue;
+        bool busy = worker_has_work(w);
+        /* The first worker of each connection authenticates even when idle:
+         * the broker closes a connection that authenticated nothing within
+         * its auth_timeout_ms, which would make an idle pool connection
+         * reconnect over and over after a loss. */
+        bool first = i % c->o.publish_streams_per_conn == 0;
+        if ((w->state == 0 && (busy || first)) || w->state == 2)
+            worker_kick(w);
+    }
+}
+
+void fxc_pub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry)
+{
+    for (size_t i = 0; i < c->nworkers; i++) {
+        pworker *w = &c->workers[i];
+        if (c->conns[i / c->o.publish_streams_per_conn] != cc || w->state == 3)
+            continue;
+        if (retry)
+            worker_lost(w, rv, text);
+        else
+            worker_fail(w, rv, text);
+    }
+}
+
+void fxc_pub_finish(fx_client *c)
+{
+    /* Counted before any FIN goes out, so the count cannot reach zero early. */
+    int n = 0;
+    for (size_t i = 0; i < c->nworkers; i++) {
+        pworker *w = &c->workers[i];
+        if ((w->state == 1 || w->state == 2) && w->fin == FIN_NONE) {
+            w->fin = FIN_WANT;
+            n++;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    c->fin_left = n;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    /* An authenticating worker FINs once its auth is answered. */
+    for (size_t i = 0; i < c->nworkers; i++) {
+        pworker *w = &c->workers[i];
+        if (w->fin == FIN_WANT && w->state == 2)
+            worker_send(w);
+    }
+}
+
+void fxc_pub_shutdown(fx_client *c)
+{
+    for (size_t i = 0; i < c->nworkers; i++) {
+        worker_fail(&c->workers[i], FX_ECLOSED, "client closed");
+        /* No timer may outlive the client on the shared loop. */
+        fx_loop_timer_cancel(c->loop, &c->workers[i].ack_timer);
+        fx_loop_timer_cancel(c->loop, &c->workers[i].linger);
+    }
+}
+
+/* ---- answers (loop) ------------------------------------------------------------- */
+
+static void on_auth_reply(pworker *w, const fx_msg *m)
+{
+    uint16_t flags;
+    if (m->type == FX_MSG_AUTH_OK) {
+        flags = m->server_flags;
+    } else if (m->type == FX_MSG_OK) {
+        flags = FX_CLIENT_LEGACY_FLAGS;
+    } else {
+        const char *txt = m->type == FX_MSG_ERROR ? m->message : "unexpected reply to auth";
+        worker_fail(w, FX_EAUTH, txt);
+        return;
+    }
+    w->state = 2;
+    if (w->index == 0)
+        fxc_client_on_first_auth(w->c, 0, flags, "");
+    worker_send(w);
+}
+
+static void answer(pworker *w, uint64_t id, bool ok, const char *text)
+{
+    preq *r = pending_take(w, id);
+    if (r == NULL) {
+        /* A request that timed out (publish_ack_timeout_ms) is answered
+         * late; a broker sending such answers in a flood gets one line a
+         * second, with the count of the others. */
+        FX_LOG_RATELIMITED(&w->c->late_rl, fx_now_ns(), FX_LOG_WARN, "client",
+                           "answer for unknown or timed-out request id %llu",
+                           (unsigned long long)id);
+        return;
+    }
+    r->answered = true;
+    if (ok) {
+        req_finish_all(w->c, r, 0, NULL);
+        return;
+    }
+    char msg[256];
+    snprintf(msg, sizeof(msg), "publish failed: %s", text);
+    req_finish_all(w->c, r, fxc_client_map_remote(text), msg);
+}
+
+static void on_json(pworker *w, const fx_msg *m)
+{
+    if (w->state == 1) {
+        on_auth_reply(w, m);
+        return;
+    }
+    if (m->type == FX_MSG_PUBLISH_OK) {
+        answer(w, m->request_id, true, NULL);
+    } else if (m->type == FX_MSG_PUBLISH_ERROR) {
+        answer(w, m->request_id, false, m->message);
+    } else if (m->type == FX_MSG_ERROR) {
+        /* No request id: every request pending on this stream fails. */
+        char msg[256];
+        snprintf(msg, sizeof(msg), "publish failed: %s", m->message);
+        worker_fail(w, fxc_client_map_remote(m->message), msg);
+    } else {
+        worker_fail(w, FX_EPROTO, "unexpected message on publish stream");
+    }
+}
+
+static void on_frame(pworker *w, const fx_frame *f)
+{
+    fx_wire_err err = {0};
+    if (f->flags_rv == 0 && f->kind == FX_BODY_JSON) {
+        fx_msg m;
+        if (fx_msg_decode(&m, f->body, f->len, &err) != 0) {
+            worker_fail(w, FX_EPROTO, err.msg);
+            return;
+        }
+        on_json(w, &m);
+        fx_msg_deinit(&m);
+    } else if (f->flags_rv == 0 && f->kind == FX_BODY_PUBLISH_ACK && w->state == 2) {
+        fx_wire_publish_ack a;
+        if (fx_wire_publish_ack_decode(f->body, f->len, &a, &err) != 0) {
+            worker_fail(w, FX_EPROTO, err.msg);
+            return;
+        }
+        char text[FX_WIRE_ACK_MSG_MAX + 1];
+        snprintf(text, sizeof(text), "%.*s", (int)a.message.len, (const char *)a.message.ptr);
+        answer(w, a.request_id, a.ok, text);
+    } else {
+        worker_fail(w, FX_EPROTO, "unexpected frame on publish stream");
+    }
+}
+
+void fxc_pub_on_data(pworker *w, const uint8_t *data, size_t len, bool fin)
+{
+    fx_quic_stream_consume(w->conn->qc, w->sid, len);
+    while (len > 0 && w->state != 3) {
+        size_t used = 0;
+        fx_frame f;
+        fx_wire_err err = {0};
+        int rv = fx_frame_decoder_feed(&w->dec, data, len, &used, &f, &err);
+        data += used;
+        len -= used;
+        if (rv < 0) {
+            worker_fail(w, FX_EPROTO, err.msg);
+            return;
+        }
+        if (rv == FX_FRAME_READY)
+            on_frame(w, &f);
+    }
+    if (!fin || w->state == 3)
+        return;
+    if (w->fin == FIN_SENT && w->npending == 0) {
+        /* The broker's answer to our FIN: every frame we sent was handled
+         * (admitted, or answered / dropped and counted) and every reply
+         * written. The stream is done; producers see it closed. */
+        int zero = 0;
+        atomic_compare_exchange_strong(&w->fail_rv, &zero, FX_ECLOSED);
+        w->state = 3;
+        fin_done(w, 0);
+        return;
+    }
+    worker_fail(w, FX_ECONNLOST, "publish stream ended by the broker");
+}
+
+void fxc_pub_on_close(pworker *w, bool reset, uint64_t code)
+{
+    (void)code;
+    w->sid = -1;
+    if (w->state != 3)
+        worker_fail(w, FX_ECONNLOST,
+                    reset ? "publish stream reset by the broker" : "publish stream closed");
+}
+
+/* ---- init ----------------------------------------------------------------------- */
+
+int fxc_pub_init(fx_client *c)
+{
+    c->nconns = c->o.publish_conn_pool;
+    c->nworkers = (size_t)c->o.publish_conn_pool * c->o.publish_streams_per_conn;
+    c->conns = calloc(c->nconns, sizeof(*c->conns));
+    c->workers = calloc(c->nworkers, sizeof(*c->workers));
+    if (c->conns == NULL || c->workers == NULL) {
+        free(c->conns);
+        free(c->workers);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < c->nworkers; i++) {
+        pworker *w = &c->workers[i];
+        *w = (pworker){.kind = SK_WORKER, .c = c, .index = i, .sid = -1};
+        fx_queue_opts qo = {
+            .capacity = c->o.publish_queue_depth, .policy = FX_QUEUE_BLOCK, .on_drop = job_drop};
+        int rv = fx_queue_init(&w->q, &qo);
+        if (rv != 0) {
+            for (size_t k = 0; k < i; k++) {
+                fx_queue_deinit(&c->workers[k].q);
+                fx_frame_decoder_deinit(&c->workers[k].dec);
+            }
+            free(c->conns);
+            free(c->workers);
+            return rv;
+        }
+        fx_task_init(&w->drain, drain_task, w);
+        fx_timer_init(&w->ack_timer, ack_timer_fire, w);
+        fx_timer_init(&w->linger, linger_fire, w);
+        fxc_coalesce_init(&w->group, c->o.max_frame_bytes);
+        fx_frame_decoder_init(&w->dec, c->o.max_frame_bytes);
+    }
+    return 0;
+}
+
+void fxc_pub_deinit(fx_client *c)
+{
+    for (size_t i = 0; i < c->nworkers; i++) {
+        fx_queue_deinit(&c->workers[i].q);
+        fx_frame_decoder_deinit(&c->workers[i].dec);
+    }
+    free(c->workers);
+    c->workers = NULL;
+    c->nworkers = 0;
+}
