@@ -5,6 +5,8 @@
  * frames outside the publish budget, a deadline, protocol errors fatal), the
  * permission check and name resolution of every publish and subscribe, and
  * dispatch to publish.c and subscribe.c. Connection loop. */
+#include "broker/bidi.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,7 +16,13 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/admission.h"
+#include "broker/conn.h"
+#include "broker/conn_life.h"
+#include "broker/publish.h"
+#include "broker/reply.h"
+#include "broker/resv.h"
+#include "broker/subscribe.h"
 #include "felix/error.h"
 
 /* ---- references -------------------------------------------------------------------------- */

@@ -13,8 +13,10 @@
 
 #include "base/log.h"
 #include "base/placement.h"
-#include "broker/broker_internal.h"
+#include "broker/conn.h"
 #include "broker/durable.h"
+#include "broker/run_on.h"
+#include "broker/worker.h"
 #include "felix/error.h"
 #include "storage/dlog.h"
 #include "storage/syncpol.h"

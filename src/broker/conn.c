@@ -4,6 +4,8 @@
  * authentication (auth deadline, connections per source address,
  * unauthenticated streams, failed auths) and the lifetime of the credentials
  * its streams hold. Runs on the loop of the connection's endpoint. */
+#include "broker/conn.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,24 +13,12 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/bidi.h"
+#include "broker/conn_life.h"
+#include "broker/reply.h"
+#include "broker/sub.h"
+#include "broker/writer.h"
 #include "felix/error.h"
-
-/* ---- references -------------------------------------------------------------------------- */
-
-void fxb_conn_ref(fxb_conn *c)
-{
-    atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
-}
-
-void fxb_conn_unref(fxb_conn *c)
-{
-    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    fxb_conn_lanes_deinit(c);
-    fx_budget_deinit(&c->budget);
-    free(c);
-}
 
 /* ---- the endpoint's connection list ------------------------------------------------------ */
 

@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "broker/durable_int.h"
+#include "broker/worker.h"
 #include "felix/error.h"
 
 /* One change, shared by the waiting admin thread and the storage thread

@@ -3,6 +3,8 @@
  * refcounted buffer (copied at most once), its stream resolved, and handed
  * to ingress (binary frames of one read for one stream merge into one job);
  * refusals are answered here. Connection loop. */
+#include "broker/publish.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +12,9 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/admission.h"
+#include "broker/bidi.h"
+#include "broker/reply.h"
 #include "felix/error.h"
 #include "wire/binary.h"
 

@@ -3,6 +3,8 @@
  * worker), and a stream with too many unwritten replies stops reading.
  * Connection loop, except fxb_reply_complete (any thread: a worker completes
  * commit acks) and fxb_reply_unref (any thread). */
+#include "broker/reply.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +12,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/bidi.h"
 #include "felix/error.h"
 #include "wire/binary.h"
 

@@ -2,6 +2,8 @@
  * drains its job queue, appends each batch to the stream's ring and hands it
  * to the fanout (parking under block), completes commit acks, registers the
  * subscriptions of its streams and ends deleted streams. Worker loop. */
+#include "broker/worker.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +12,12 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/placement.h"
-#include "broker/broker_internal.h"
 #include "broker/durable.h"
+#include "broker/feeder.h"
+#include "broker/job.h"
 #include "broker/replay.h"
+#include "broker/reply.h"
+#include "broker/sub.h"
 #include "felix/error.h"
 
 /* ---- streams ----------------------------------------------------------------------------- */

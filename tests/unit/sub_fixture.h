@@ -18,6 +18,9 @@
 #include "base/loop.h"
 #include "base/metrics.h"
 #include "broker/broker_internal.h"
+#include "broker/conn_life.h"
+#include "broker/lane.h"
+#include "broker/sub.h"
 
 #define DELTA(a, b, field) ((int64_t)((b).c.field - (a).c.field))
 
