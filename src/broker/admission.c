@@ -12,10 +12,9 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/bidi.h"
+#include "broker/bidi_life.h"
 #include "broker/conn_life.h"
 #include "broker/job.h"
-#include "broker/parked.h"
 #include "broker/reply.h"
 #include "broker/resv.h"
 #include "broker/worker.h"
@@ -61,7 +60,7 @@ static void on_ingress_resume(void *user)
     fx_loop_post(s->conn->loop, &s->resume_task);
 }
 
-static fx_ingress_target target_of(fxb_job *j)
+fx_ingress_target fxb_ingress_job_target(fxb_job *j)
 {
     return (fx_ingress_target){.conn_budget = &j->conn->budget, .queue = &j->w->jobs};
 }
@@ -101,9 +100,9 @@ static bool wait_timer_set(fxb_bidi *s, const fx_ingress_target *t, fxb_job *j)
 
 /* Runs admission for |j|. Returns 0 when its requests are settled, 1 when
  * parked (|s| stops reading). */
-static int admit(fxb_bidi *s, fxb_job *j)
+int fxb_ingress_job_admit(fxb_bidi *s, fxb_job *j)
 {
-    fx_ingress_target t = target_of(j);
+    fx_ingress_target t = fxb_ingress_job_target(j);
     fxb_worker *w = j->w;
     size_t bytes = j->payload_bytes;
     uint32_t nreq = j->nreq;
@@ -152,7 +151,7 @@ static int admit(fxb_bidi *s, fxb_job *j)
 
 /* Settles a parked job after its admission ended (conn loop). Only Wait and
  * Backpressure park: the job's acks, if any, are its commit acks. */
-static void unpark(fxb_bidi *s, fx_ingress_outcome o)
+void fxb_ingress_unpark(fxb_bidi *s, fx_ingress_outcome o)
 {
     fxb_job *j = s->parked;
     s->parked = NULL;
@@ -165,49 +164,12 @@ static void unpark(fxb_bidi *s, fx_ingress_outcome o)
     fxb_bidi_unref(s); /* the park's reference; |s| has at least its own */
 }
 
-void fxb_parked_resume(fx_loop *l, fx_task *t, void *user)
-{
-    (void)t;
-    fxb_bidi *s = user;
-    fxb_job *j = s->parked;
-    if (j == NULL)
-        return;
-    s->parked = NULL;
-    fx_loop_timer_cancel(l, &s->wait_timer);
-    int rv = admit(s, j); /* after close, admit reports FAILED (cancelled) */
-    if (rv == 1) {
-        s->refs--; /* re-parked: admit took a new reference, keep just one */
-        return;
-    }
-    bool closed = s->closed;
-    fxb_bidi_unref(s);
-    if (!closed)
-        fxb_bidi_continue(s);
-}
-
-void fxb_parked_expired(fx_loop *l, fx_timer *tm, void *user)
-{
-    (void)l;
-    (void)tm;
-    fxb_bidi *s = user;
-    if (s->parked == NULL)
-        return;
-    fx_ingress_target t = target_of(s->parked);
-    fx_ingress_outcome o = fx_ingress_cancel(&t, &s->parked->req);
-    if (o != FX_INGRESS_FAILED)
-        return; /* a resume is on its way; admit will report the timeout */
-    s->refs++;
-    unpark(s, o);
-    fxb_bidi_continue(s);
-    fxb_bidi_unref(s);
-}
-
 void fxb_ingress_cancel_parked(fxb_bidi *s)
 {
-    fx_ingress_target t = target_of(s->parked);
+    fx_ingress_target t = fxb_ingress_job_target(s->parked);
     fx_ingress_outcome o = fx_ingress_cancel(&t, &s->parked->req);
     if (o == FX_INGRESS_FAILED)
-        unpark(s, o);
+        fxb_ingress_unpark(s, o);
     /* else the resume task runs later, sees |closed| and settles the job */
 }
 
@@ -281,7 +243,7 @@ int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
         s->deferred = j;
         return 1;
     }
-    return admit(s, j);
+    return fxb_ingress_job_admit(s, j);
 }
 
 /* ---- merging the frames of one read (connection loop) ------------------------------------ */
@@ -314,22 +276,6 @@ static int merge_room(fxb_merge *m, uint32_t nparts, uint32_t nsl)
         m->cap_sl = cap;
     }
     return 0;
-}
-
-/* Empties the merge, giving back what it still holds. */
-static void merge_reset(fxb_bidi *s)
-{
-    fxb_merge *m = &s->merge;
-    if (m->held.budget != NULL) {
-        FX_GAUGE_SUB(ingress_reserved_bytes, (int64_t)m->held.n);
-        fx_permit_release(&m->held);
-    }
-    fx_stream_handle_unref(m->h);
-    m->h = NULL;
-    free(m->owned);
-    m->owned = NULL;
-    m->nreq = m->nsl = 0;
-    m->bytes = m->payload_bytes = 0;
 }
 
 /* A frame that arrived whole in the input joins the merge when it is for the
@@ -453,7 +399,7 @@ static fxb_job *merge_job(fxb_bidi *s)
     if (j == NULL) {
         answer_acks(m->acks, nacks, "out of memory for a publish");
         fxb_bidi_fail(s, "out of memory for a publish");
-        merge_reset(s);
+        fxb_merge_reset(s);
         return NULL;
     }
     j->nreq = m->nreq;
@@ -462,7 +408,7 @@ static fxb_job *merge_job(fxb_bidi *s)
     for (uint32_t i = 0; i < nacks; i++)
         job_add_ack(j, m->acks[i], &s->conn->b->o, now);
     merge_admission(s, j);
-    merge_reset(s);
+    fxb_merge_reset(s);
     return j;
 }
 
@@ -471,7 +417,7 @@ int fxb_ingress_flush(fxb_bidi *s)
     if (s->merge.nreq == 0)
         return 0;
     fxb_job *j = merge_job(s);
-    return j == NULL ? -1 : admit(s, j);
+    return j == NULL ? -1 : fxb_ingress_job_admit(s, j);
 }
 
 int fxb_ingress_add(fxb_bidi *s, fx_stream_handle *h, const fx_frame *f,
@@ -501,13 +447,13 @@ int fxb_ingress_run_deferred(fxb_bidi *s)
     if (j == NULL)
         return 0;
     s->deferred = NULL;
-    return admit(s, j);
+    return fxb_ingress_job_admit(s, j);
 }
 
 void fxb_ingress_discard(fxb_bidi *s)
 {
     uint64_t n = s->merge.nreq;
-    merge_reset(s);
+    fxb_merge_reset(s);
     if (s->deferred != NULL) {
         n += s->deferred->nreq;
         fxb_job_free(s->deferred);
@@ -517,17 +463,3 @@ void fxb_ingress_discard(fxb_bidi *s)
         FX_COUNTER_ADD(ingress_backpressure_cancelled, n);
 }
 
-void fxb_ingress_bidi_deinit(fxb_bidi *s)
-{
-    merge_reset(s);
-    free(s->merge.parts);
-    free(s->merge.sl);
-    free(s->merge.acks);
-}
-
-void fxb_ingress_bidi_init(fxb_bidi *s)
-{
-    fx_task_init(&s->resume_task, fxb_parked_resume, s);
-    fx_timer_init(&s->wait_timer, fxb_parked_expired, s);
-    fxb_ingress_resv_init(s);
-}

@@ -2,14 +2,13 @@
  * jobs made from a bidi stream's frames, merged per read, admitted through
  * the ingress machine (ingress.h) to their worker's queue or parked.
  * Connection loop. Creates struct fxb_job (freed by job.h) and owns
- * fxb_bidi's parked, merge, deferred, resume_task and wait_timer. */
+ * fxb_bidi's parked, merge, deferred (the park's resume and deadline
+ * callbacks, which read on, are in bidi.c: parked.h). */
 #ifndef FX_BROKER_ADMISSION_H
 #define FX_BROKER_ADMISSION_H
 
 #include "broker/broker_internal.h"
 
-/* Sets up |s|'s admission and reservation tasks and timers (at creation). */
-void fxb_ingress_bidi_init(fxb_bidi *s);
 /* Queues a publish of |count| payloads in |backing| (taken) to |h| as a job
  * through admission. Returns 0 when settled, 1 when parked (|s| stops
  * reading), -1 when |s| was failed. */
@@ -35,7 +34,13 @@ void fxb_ingress_cancel_parked(fxb_bidi *s);
 /* |s| is going away: drops what is merged and the deferred job (whole
  * requests never admitted: counted as cancelled). */
 void fxb_ingress_discard(fxb_bidi *s);
-/* Frees |s|'s merge scratch (last reference). */
-void fxb_ingress_bidi_deinit(fxb_bidi *s);
+/* Runs admission for |j| of |s|. Returns 0 when its requests are settled,
+ * 1 when parked (|s| stops reading, holding a reference for the resume). */
+int fxb_ingress_job_admit(fxb_bidi *s, fxb_job *j);
+/* The budgets and the queue |j| is admitted to. */
+fx_ingress_target fxb_ingress_job_target(fxb_job *j);
+/* Settles |s|'s parked job after its admission ended with |o| and drops
+ * the park's reference. */
+void fxb_ingress_unpark(fxb_bidi *s, fx_ingress_outcome o);
 
 #endif

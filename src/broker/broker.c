@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/placement.h"
 #include "broker/conn.h"
+#include "broker/conn_auth.h"
 #include "broker/durable.h"
 #include "broker/run_on.h"
 #include "broker/worker.h"

@@ -17,7 +17,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/placement.h"
-#include "broker/bidi.h"
+#include "broker/bidi_life.h"
 #include "broker/durable.h"
 #include "broker/durable_admin.h"
 #include "broker/worker.h"

@@ -122,7 +122,7 @@ int fx_fanout_run(fx_stream *s, uint64_t now, fx_fanout_result *res)
     return 0;
 }
 
-int fx_stream_resume(fx_stream *s, uint64_t now, fx_fanout_result *res)
+int fx_fanout_resume(fx_stream *s, uint64_t now, fx_fanout_result *res)
 {
     *res = (fx_fanout_result){.base_offset = s->tail};
     if (s->pending == NULL)

@@ -13,8 +13,9 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/admission.h"
-#include "broker/bidi.h"
+#include "broker/bidi_life.h"
 #include "broker/reply.h"
+#include "broker/resolve.h"
 #include "felix/error.h"
 #include "wire/binary.h"
 

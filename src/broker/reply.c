@@ -12,7 +12,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/bidi.h"
+#include "broker/bidi_life.h"
 #include "felix/error.h"
 #include "wire/binary.h"
 
@@ -131,19 +131,6 @@ void fxb_reply_push(fxb_bidi *s, fxb_reply *r)
                            "reading until it reads them",
                            (unsigned long long)c->id, c->nreplies);
     }
-}
-
-/* Reading resumes once the reply queue has drained to the low mark (posted,
- * so a flush inside the input path never re-enters it). */
-static void replies_resume(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    fxb_bidi *s = user;
-    bool closed = s->closed;
-    if (!closed)
-        fxb_bidi_continue(s);
-    fxb_bidi_unref(s); /* the post's reference */
 }
 
 static void post_resume(fxb_bidi *s)
@@ -331,6 +318,5 @@ void fxb_bidi_flush(fxb_bidi *s)
 
 void fxb_reply_bidi_init(fxb_bidi *s)
 {
-    fx_task_init(&s->replies_task, replies_resume, s);
     fx_timer_init(&s->commit_timer, fxb_reply_commit_timer_cb, s);
 }

@@ -9,7 +9,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/bidi.h"
+#include "broker/bidi_life.h"
 #include "felix/error.h"
 
 /* ---- the checkpoint-3 reservation of each frame ------------------------------------ *
@@ -31,7 +31,7 @@ static uint64_t frame_timeout_ns(const fx_broker *b)
 
 /* The bytes of the frame being read are held: count them, start its clock
  * (not for a body already in the input: it cannot trickle). */
-static void resv_held(fxb_bidi *s, bool whole)
+void fxb_ingress_resv_held(fxb_bidi *s, bool whole)
 {
     FX_GAUGE_ADD(ingress_reserved_bytes, (int64_t)s->resv.n);
     if (whole)
@@ -39,16 +39,6 @@ static void resv_held(fxb_bidi *s, bool whole)
     fx_loop *l = s->conn->loop;
     if (fx_loop_timer_arm(l, &s->frame_timer, fx_loop_now(l) + frame_timeout_ns(s->conn->b)) != 0)
         fxb_bidi_fail(s, "out of memory for a frame timer");
-}
-
-/* Gives back the reservation of the frame just handled, if no job took it.
- * Never while a grant may be filling |s->resv| on another thread. */
-void fxb_ingress_resv_release(fxb_bidi *s)
-{
-    if (s->resv_wait || s->resv.budget == NULL)
-        return;
-    FX_GAUGE_SUB(ingress_reserved_bytes, (int64_t)s->resv.n);
-    fx_permit_release(&s->resv);
 }
 
 void fxb_ingress_resv_adopt(fxb_bidi *s, fx_ingress_req *r)
@@ -86,31 +76,12 @@ int fxb_ingress_reserve(fxb_bidi *s, uint16_t flags, size_t n, bool whole)
         s->refs--;
     }
     if (rv == 0) {
-        resv_held(s, whole);
+        fxb_ingress_resv_held(s, whole);
         return s->ended ? -1 : 0;
     }
     fxb_bidi_fail(s, rv == FX_ETOOBIG ? "frame larger than the connection's publish byte share"
                                       : "publish byte budget closed");
     return -1;
-}
-
-static void resv_resume(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    fxb_bidi *s = user;
-    if (s->resv_wait) { /* else fxb_bidi_close cancelled the wait first */
-        s->resv_wait = false;
-        if (s->resv_rv != 0)
-            fxb_bidi_fail(s, "publish byte budget closed");
-        else if (s->ended)
-            fx_permit_release(&s->resv); /* the grant raced the end or close */
-        else
-            resv_held(s, false);
-        if (!s->closed)
-            fxb_bidi_continue(s);
-    }
-    fxb_bidi_unref(s);
 }
 
 static fx_ratelimit frame_timeout_rl = FX_RATELIMIT_INIT;
@@ -131,24 +102,8 @@ static void on_frame_timeout(fx_loop *l, fx_timer *t, void *user)
     fxb_bidi_fail(s, "frame read timed out");
 }
 
-/* Gives back the reservation, or cancels its wait, as the stream goes away. */
-void fxb_ingress_resv_cancel(fxb_bidi *s)
-{
-    fx_loop_timer_cancel(s->conn->loop, &s->frame_timer);
-    if (!s->resv_wait) {
-        fxb_ingress_resv_release(s);
-        return;
-    }
-    if (fx_budget_cancel(&s->conn->budget, &s->resv_w)) { /* nothing held */
-        s->resv_wait = false;
-        s->refs--; /* |resv_task| will not run; the caller still holds |s| */
-    }
-    /* else the grant is on its way: resv_resume releases it */
-}
-
 void fxb_ingress_resv_init(fxb_bidi *s)
 {
-    fx_task_init(&s->resv_task, resv_resume, s);
     fx_timer_init(&s->frame_timer, on_frame_timeout, s);
     s->resv_w.on_granted = on_resv_granted;
     s->resv_w.user = s;

@@ -12,11 +12,12 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/bidi.h"
+#include "broker/bidi_life.h"
 #include "broker/conn_life.h"
 #include "broker/feeder.h"
 #include "broker/lane.h"
 #include "broker/reply.h"
+#include "broker/resolve.h"
 #include "broker/sub.h"
 #include "broker/worker.h"
 #include "felix/error.h"

@@ -22,11 +22,6 @@
 
 /* ---- streams ----------------------------------------------------------------------------- */
 
-fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h)
-{
-    return &b->workers[fx_placement_worker_for(fx_stream_handle_id(h), b->nworkers)];
-}
-
 void fxb_worker_kick(fxb_worker *w)
 {
     fx_loop_post(w->loop, &w->doorbell);
@@ -247,7 +242,7 @@ void fxb_worker_resume(fx_loop *l, fx_task *t, void *user)
         return;
     fx_fanout_result res;
     uint64_t now = fx_loop_now(l);
-    int rv = fx_stream_resume(w->parked_stream, now, &res);
+    int rv = fx_fanout_resume(w->parked_stream, now, &res);
     if (rv == -EAGAIN) {
         block_watch(w, w->parked_stream, now); /* parked again, maybe on another queue */
         return;
@@ -332,7 +327,7 @@ int fxb_worker_init(fx_broker *b, fxb_worker *w, uint32_t i)
     snprintf(name, sizeof(name), "fx-worker-%u", (unsigned)(i % 100000u));
     w->b = b;
     w->index = i;
-    fx_loop_opts lo = {.name = name, .cpu = b->o.pin_workers ? (int)i : -1};
+    fx_loop_opts lo = {.name = name, .cpu = fx_placement_worker_cpu(i, b->o.pin_workers)};
     int rv = fx_loop_new(&w->loop, &lo);
     if (rv != 0)
         return rv;

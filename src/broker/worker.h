@@ -7,10 +7,15 @@
 #ifndef FX_BROKER_WORKER_H
 #define FX_BROKER_WORKER_H
 
+#include "base/placement.h"
 #include "broker/broker_internal.h"
 
-/* The worker that owns |h|. Any thread. */
-fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h);
+/* The worker that owns |h| (fx_placement_worker_for over the broker's
+ * workers). Any thread. */
+static inline fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h)
+{
+    return &b->workers[fx_placement_worker_for(fx_stream_handle_id(h), b->nworkers)];
+}
 /* Rings |w|'s doorbell (jobs were queued). Any thread. */
 void fxb_worker_kick(fxb_worker *w);
 /* The fx_stream of |h| on worker |w|, created on first use. Worker thread.

@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "broker/admission.h"
 #include "broker/bidi.h"
+#include "broker/bidi_life.h"
 #include "broker/conn_life.h"
 #include "broker/reply.h"
 #include "broker/resv.h"
