@@ -462,4 +462,3 @@ void fxb_ingress_discard(fxb_bidi *s)
     if (n > 0)
         FX_COUNTER_ADD(ingress_backpressure_cancelled, n);
 }
-

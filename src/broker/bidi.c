@@ -2,9 +2,11 @@
  * credited once the frame they belong to is handled; a publish parked at
  * ingress withholds credit for everything behind it), auth and tenant
  * binding, the limits of a stream that has not authenticated yet (small
- * frames outside the publish budget, a deadline, protocol errors fatal), the
- * permission check and name resolution of every publish and subscribe, and
- * dispatch to publish.c and subscribe.c. Connection loop. */
+ * frames outside the publish budget, a deadline, protocol errors fatal),
+ * dispatch to publish.c and subscribe.c, and the loop callbacks that resume
+ * reading after a wait (a reservation, an admission park, replies). The
+ * stream's references and reset are in bidi_life.c, the permission check and
+ * name resolution in resolve.c. Connection loop. */
 #include "broker/bidi.h"
 
 #include <errno.h>

@@ -1,10 +1,12 @@
-/* Private state of the broker data plane, shared by its stages: conn.c,
- * bidi.c, reply.c, publish.c, ingress.c and subscribe.c on a connection's
- * loop; worker.c, fanout.c (through stream.h) and feeder.c on a worker;
- * lane.c between them; writer.c back on the connection's loop. Which thread
- * may touch a field is noted per struct; objects reached from two loops are
- * atomically refcounted, and every task posted to another loop holds a
- * reference until its callback runs. */
+/* The shared nouns of the broker data plane: the structs its stages pass
+ * between them (fxb_worker, fx_broker, fxb_conn, fxb_bidi, fxb_reply,
+ * fxb_job, fxb_sub, fxb_lane) and the FXB_ constants. No stage function is
+ * declared here: each stage's header (conn.h, bidi.h, publish.h, admission.h,
+ * worker.h, feeder.h, lane.h, writer.h, ..., see docs/design.md "Broker stage
+ * headers") declares what other stages call, with its thread and the fields
+ * it owns. Which thread may touch a field is noted per struct; objects
+ * reached from two loops are atomically refcounted, and every task posted to
+ * another loop holds a reference until its callback runs. */
 #ifndef FX_BROKER_INTERNAL_H
 #define FX_BROKER_INTERNAL_H
 
@@ -244,7 +246,7 @@ struct fxb_reply {
     uint64_t request_id;
 };
 
-/* Merging (ingress.c): the complete binary publish frames of one read for
+/* Merging (admission.c): the complete binary publish frames of one read for
  * the same stream and ack kind become one job. Each frame keeps the bytes its
  * header reserved (summed into |held|) and its own ack slot, queued in
  * request order when the frame is read. Until the job is made, payloads point
@@ -309,7 +311,7 @@ struct fxb_bidi {
     fx_timer auth_timer;
     /* Checkpoint-3 bytes of the frame being read, reserved from the
      * connection's budget when its header arrived and handed to its publish
-     * job (fxb_bidi_adopt_reservation), else released once it is handled.
+     * job (fxb_ingress_resv_adopt), else released once it is handled.
      * While |resv_wait| the stream reads nothing (its input waits in |pend|,
      * uncredited) until |resv_w| is granted; |resv_task| brings the grant
      * back to this loop. |frame_timer| runs from the reservation to the end

@@ -2,8 +2,9 @@
  * to close (its bidi streams and subscriptions go with it), the endpoint's
  * connection list, the max_connections limit, the limits that hold before
  * authentication (auth deadline, connections per source address,
- * unauthenticated streams, failed auths) and the lifetime of the credentials
- * its streams hold. Runs on the loop of the connection's endpoint. */
+ * unauthenticated streams). Its references and lanes are in conn_life.c,
+ * failed auths and the lifetime of its credentials in conn_auth.c. Runs on
+ * the loop of the connection's endpoint. */
 #include "broker/conn.h"
 
 #include <errno.h>

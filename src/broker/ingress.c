@@ -14,7 +14,6 @@
 #include "base/metrics.h"
 #include "felix/error.h"
 
-
 /* Publish admission (checkpoints 3-4) as a small state machine per request:
  * bytes, then queue, then done. Drop and Fail only ever try (nothing waits);
  * Wait and Backpressure park a budget or queue waiter and are resumed by
@@ -227,4 +226,3 @@ void fx_ingress_finish(fx_ingress_req *r)
         FX_GAUGE_SUB(ingress_queue_depth, 1);
     }
 }
-

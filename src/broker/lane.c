@@ -2,7 +2,7 @@
  * subscriptions; a lane bounds the frame lists its subscriptions have queued
  * or in writing, and a full lane applies the lane policy to a push. Pushes
  * run on the feeders' worker loops, releases on the connection's loop; lanes
- * are created and freed with the connection. */
+ * are created and freed with the connection (conn_life.c). */
 #include "broker/lane.h"
 
 #include <assert.h>
@@ -27,9 +27,6 @@ uint64_t fx_broker_lane_hash(uint64_t key)
     key ^= key >> 31;
     return key;
 }
-
-
-
 
 /* The lane of a new subscription |sub| of |c| (conn loop). */
 fxb_lane *fxb_lane_choose(fxb_conn *c, const fxb_sub *sub)

@@ -67,7 +67,7 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     if (refuse_draining(s, acked, true, rid))
         return 0;
     /* Decoded in place: the payloads are copied (or the decoder's buffer
-     * taken) only when the frame's job is made (ingress.c). */
+     * taken) only when the frame's job is made (admission.c). */
     fx_wire_publish_batch pb;
     bool same = false;
     if (fx_wire_publish_batch_decode_cached(f->hdr.flags, f->body, f->len, &pb, &s->names, &same,

@@ -28,13 +28,13 @@ typedef struct fx_subscriber fx_subscriber;
 #define FX_SUB_QUEUE_INITIAL_CELLS 16
 
 /* Tells the worker that a parked fanout may continue: post to the worker loop
- * and call fx_fanout_resume() there. Runs on the thread that drained the
+ * and call fx_stream_resume() there. Runs on the thread that drained the
  * subscriber queue (normally the worker itself), or inside
  * fx_stream_unsubscribe() when the subscriber it waited on goes away. */
 typedef void (*fx_stream_resume_cb)(fx_stream *s, void *user);
 
 /* Tells a subscriber's feeder that its queue went from empty to non-empty.
- * Runs on the worker, inside fx_stream_publish()/fx_fanout_resume(). */
+ * Runs on the worker, inside fx_stream_publish()/fx_stream_resume(). */
 typedef void (*fx_subscriber_wake_cb)(fx_subscriber *sub, void *user);
 
 /* Bytes a ring charges per retained message on top of its payload: the
@@ -84,7 +84,7 @@ int fx_stream_ring_get(const fx_stream *s, uint64_t offset, fx_wire_slice *out);
 
 /* ---- publish and fanout ---------------------------------------------------- */
 
-/* What one fx_stream_publish()/fx_fanout_resume() call did with the envelope. */
+/* What one fx_stream_publish()/fx_stream_resume() call did with the envelope. */
 typedef struct fx_fanout_result {
     uint64_t base_offset;     /* offset of the batch's first message */
     uint32_t delivered;       /* subscriber queues that took the envelope */
@@ -99,7 +99,7 @@ typedef struct fx_fanout_result {
  * subscriber queue. Returns 0 (fanout complete; |*res| says how it went),
  * -EAGAIN (a block subscriber's queue is full: the batch is appended and the
  * fanout parked; stop taking input until on_resume, then call
- * fx_fanout_resume()), -EBUSY (called while parked: nothing done), -EINVAL
+ * fx_stream_resume()), -EBUSY (called while parked: nothing done), -EINVAL
  * (|count| 0) or -ENOMEM (nothing appended). |now| is the loop's clock. */
 int fx_stream_publish(fx_stream *s, fx_buf *backing, const fx_wire_slice *payloads, uint32_t count,
                       uint64_t now, fx_fanout_result *res);
@@ -109,7 +109,7 @@ int fx_stream_publish(fx_stream *s, fx_buf *backing, const fx_wire_slice *payloa
  * since get it through their backlog instead. Returns 0 (done, or nothing
  * was parked) or -EAGAIN (parked again, or on_resume has not been called
  * yet: still parked, nothing done). */
-int fx_fanout_resume(fx_stream *s, uint64_t now, fx_fanout_result *res);
+int fx_stream_resume(fx_stream *s, uint64_t now, fx_fanout_result *res);
 
 /* True while a fanout is parked. */
 bool fx_stream_is_parked(const fx_stream *s);

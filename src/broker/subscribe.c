@@ -1,8 +1,8 @@
 /* Subscribe requests: the subscribe exchange (connection loop -> the stream's
  * worker registers and snapshots the backlog -> connection loop opens the
- * event stream, writes event_stream_hello and answers subscribed), the
- * subscription's references and its close. Subscribe and unsubscribe travel
- * as tasks, never through a lane. Connection loop (references: any thread). */
+ * event stream, writes event_stream_hello and answers subscribed). The
+ * subscription's references and its close are its life (sub.c). Subscribe
+ * and unsubscribe travel as tasks, never through a lane. Connection loop. */
 #include "broker/subscribe.h"
 
 #include <errno.h>

@@ -242,7 +242,7 @@ void fxb_worker_resume(fx_loop *l, fx_task *t, void *user)
         return;
     fx_fanout_result res;
     uint64_t now = fx_loop_now(l);
-    int rv = fx_fanout_resume(w->parked_stream, now, &res);
+    int rv = fx_stream_resume(w->parked_stream, now, &res);
     if (rv == -EAGAIN) {
         block_watch(w, w->parked_stream, now); /* parked again, maybe on another queue */
         return;

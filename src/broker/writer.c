@@ -2,7 +2,8 @@
  * connection's subscriptions and writes them with continuous pipelining, each
  * subscription while its own unacked bytes are under its cap, so a
  * flow-blocked subscriber holds up its neighbours only by keeping their
- * shared lane full. Connection loop (fxb_conn_kick_writer: any thread). */
+ * shared lane full. Connection loop; it is woken by fxb_conn_kick_writer
+ * (conn_life.c, any thread). */
 #include "broker/writer.h"
 
 #include <errno.h>
@@ -16,7 +17,6 @@
 #include "broker/lane.h"
 #include "broker/sub.h"
 #include "felix/error.h"
-
 
 /* Released by QUIC when the last frame of a list is acknowledged (or the
  * stream or connection is gone): the list's bytes leave the subscription's

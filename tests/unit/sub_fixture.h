@@ -132,7 +132,7 @@ static inline uint64_t fix_write_one(fxb_sub *sub)
     return first;
 }
 
-/* Closes |sub| as subscribe.c's fxb_sub_close does on the lane side and
+/* Closes |sub| as sub.c's fxb_sub_close does on the lane side and
  * frees it. */
 static inline void fix_sub_free(fxb_sub *sub)
 {

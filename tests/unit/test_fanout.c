@@ -169,11 +169,11 @@ static void test_block_parks_then_resumes_where_it_stopped(void **state)
     assert_ptr_equal(s->parked_on, a);
     assert_true(fx_stream_is_parked(s));
     assert_int_equal(b->next, 1);                               /* not offered yet */
-    assert_int_equal(fx_fanout_resume(s, 1000, &res), -EAGAIN); /* not woken yet */
+    assert_int_equal(fx_stream_resume(s, 1000, &res), -EAGAIN); /* not woken yet */
     assert_int_equal(resumes, 0);
     assert_int_equal(pop_base(a), 0);
     assert_int_equal(resumes, 1);
-    assert_int_equal(fx_fanout_resume(s, 1000, &res), 0);
+    assert_int_equal(fx_stream_resume(s, 1000, &res), 0);
     assert_false(fx_stream_is_parked(s));
     assert_int_equal(res.delivered, 2);
     assert_int_equal(pop_base(a), 1);
@@ -194,7 +194,7 @@ static void test_subscriber_added_while_parked_is_not_owed_the_parked_batch(void
     fx_subscriber *late = mksub(s, 9);
     assert_int_equal(late->next, 4);
     assert_int_equal(pop_base(a), 0);
-    assert_int_equal(fx_fanout_resume(s, 1000, &res), 0);
+    assert_int_equal(fx_stream_resume(s, 1000, &res), 0);
     assert_int_equal(res.delivered, 1); /* a only */
     assert_int_equal(fx_queue_depth(&late->q), 0);
     assert_int_equal(pop_base(a), 2);
@@ -220,7 +220,7 @@ static void test_unsubscribing_the_parked_on_subscriber_resumes_the_fanout(void 
     fx_metrics_snapshot_take(&m0);
     fx_stream_unsubscribe(s, a);
     assert_int_equal(resumes, 1);
-    assert_int_equal(fx_fanout_resume(s, 1000, &res), 0);
+    assert_int_equal(fx_stream_resume(s, 1000, &res), 0);
     assert_int_equal(res.delivered, 1);
     assert_int_equal(pop_base(b), 1);
     fx_metrics_snapshot_take(&m1);

@@ -2,7 +2,7 @@
  * counters, Fail and its exact texts, Wait with one deadline over both
  * stages, Backpressure that never sheds, per-connection shares, a top-up wait
  * that holds nothing, and permits released when the worker finishes. Time is
- * a fake |now|. Then the connection side of ingress.c on its own
+ * a fake |now|. Then the reservation (resv.c) on its own
  * (sub_fixture.h, no QUIC): the reservation a frame header takes, its wait
  * for a full budget, its limit, its cancel and its hand-over to the job. */
 /* fx-test-libs: fx_broker fx_wire fx_base */

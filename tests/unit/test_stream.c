@@ -397,12 +397,12 @@ static void test_block_parks_fanout_and_resumes_without_duplicates(void **state)
     assert_int_equal(fx_stream_tail(s), 2);
     assert_int_equal(rl.n, 0);
     /* A resume before the queue woke the stream changes nothing. */
-    assert_int_equal(fx_fanout_resume(s, 2, &res), -EAGAIN);
+    assert_int_equal(fx_stream_resume(s, 2, &res), -EAGAIN);
     assert_int_equal(res.delivered, 0);
 
     expect_pop(b, "m0", 0); /* drains b to its low watermark: resume */
     assert_int_equal(rl.n, 1);
-    assert_int_equal(fx_fanout_resume(s, 2, &res), 0);
+    assert_int_equal(fx_stream_resume(s, 2, &res), 0);
     assert_false(fx_stream_is_parked(s));
     assert_int_equal(res.delivered, 1); /* only b: a is not offered m1 again */
 
@@ -440,7 +440,7 @@ static void test_block_subscriber_added_while_parked_gets_batch_once(void **stat
 
     expect_pop(a, "m0", 0);
     assert_int_equal(rl.n, 1);
-    assert_int_equal(fx_fanout_resume(s, 2, &res), 0);
+    assert_int_equal(fx_stream_resume(s, 2, &res), 0);
     assert_int_equal(res.delivered, 1);
     expect_pop(a, "m1", 1);
     expect_empty(late);
@@ -466,10 +466,10 @@ static void test_unsubscribe_while_parked_resumes_fanout(void **state)
     assert_int_equal(m1.c.sub_queue_dropped - m0.c.sub_queue_dropped, 0);
     assert_int_equal(m1.g.sub_queue_len - m0.g.sub_queue_len, -1);
     /* b is still full: the resumed fanout parks on it. */
-    assert_int_equal(fx_fanout_resume(s, 2, &res), -EAGAIN);
+    assert_int_equal(fx_stream_resume(s, 2, &res), -EAGAIN);
     expect_pop(b, "m0", 0);
     assert_int_equal(rl.n, 2);
-    assert_int_equal(fx_fanout_resume(s, 3, &res), 0);
+    assert_int_equal(fx_stream_resume(s, 3, &res), 0);
     expect_pop(b, "m1", 1);
     fx_stream_free(s);
 }
