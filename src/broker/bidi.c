@@ -488,7 +488,9 @@ static void check_fin(fxb_bidi *s)
         fxb_bidi_fail(s, "stream finished inside a frame");
 }
 
-void fxb_bidi_continue(fxb_bidi *s)
+/* Reads on after a wait ended: the deferred job first, then the input kept
+ * meanwhile, then credit and the FIN check. */
+static void read_on(fxb_bidi *s)
 {
     if (s->closed)
         return;
@@ -600,7 +602,7 @@ void fxb_bidi_close(fxb_bidi *s)
 
 /* ---- resuming the input (loop callbacks) ------------------------------------------------- *
  * Every wait that stops a stream reading ends in a task or timer of the
- * stream's loop that reads on (fxb_bidi_continue): a granted reservation, a
+ * stream's loop that reads on (read_on): a granted reservation, a
  * parked job's resume or deadline, replies drained to the low mark. They
  * live here, beside the input they resume, so the stages below never call
  * back up into it. */
@@ -619,7 +621,7 @@ static void resv_resume(fx_loop *l, fx_task *t, void *user)
         else
             fxb_ingress_resv_held(s, false);
         if (!s->closed)
-            fxb_bidi_continue(s);
+            read_on(s);
     }
     fxb_bidi_unref(s);
 }
@@ -641,7 +643,7 @@ void fxb_parked_resume(fx_loop *l, fx_task *t, void *user)
     bool closed = s->closed;
     fxb_bidi_unref(s);
     if (!closed)
-        fxb_bidi_continue(s);
+        read_on(s);
 }
 
 void fxb_parked_expired(fx_loop *l, fx_timer *tm, void *user)
@@ -657,7 +659,7 @@ void fxb_parked_expired(fx_loop *l, fx_timer *tm, void *user)
         return; /* a resume is on its way; admit will report the timeout */
     s->refs++;
     fxb_ingress_unpark(s, o);
-    fxb_bidi_continue(s);
+    read_on(s);
     fxb_bidi_unref(s);
 }
 
@@ -670,7 +672,7 @@ static void replies_resume(fx_loop *l, fx_task *t, void *user)
     fxb_bidi *s = user;
     bool closed = s->closed;
     if (!closed)
-        fxb_bidi_continue(s);
+        read_on(s);
     fxb_bidi_unref(s); /* the post's reference */
 }
 

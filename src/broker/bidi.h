@@ -15,8 +15,6 @@
 fxb_bidi *fxb_bidi_new(fxb_conn *c, int64_t sid);
 /* Input from QUIC (|fin|: the client finished sending). */
 void fxb_bidi_on_data(fxb_bidi *s, const uint8_t *data, size_t len, bool fin);
-/* Continues reading input after an ingress park ended. */
-void fxb_bidi_continue(fxb_bidi *s);
 /* The QUIC stream is gone (or its connection): discards what waits, drops
  * the replies and the stream's reference. */
 void fxb_bidi_close(fxb_bidi *s);

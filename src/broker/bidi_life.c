@@ -12,29 +12,6 @@
 
 /* ---- references -------------------------------------------------------------------------- */
 
-void fxb_bidi_unref(fxb_bidi *s)
-{
-    if (--s->refs > 0)
-        return;
-    fx_frame_decoder_deinit(&s->dec);
-    fxb_ingress_bidi_deinit(s);
-    fx_stream_handle_unref(s->h);
-    const fx_broker_auth *a = &s->conn->b->o.auth;
-    if (s->auth_ctx != NULL && a->release != NULL)
-        a->release(a->user, s->auth_ctx);
-    free(s->pend);
-    fxb_conn_unref(s->conn);
-    free(s);
-}
-
-void fxb_ingress_bidi_deinit(fxb_bidi *s)
-{
-    fxb_merge_reset(s);
-    free(s->merge.parts);
-    free(s->merge.sl);
-    free(s->merge.acks);
-}
-
 /* Empties the merge, giving back what it still holds. */
 void fxb_merge_reset(fxb_bidi *s)
 {
@@ -49,6 +26,29 @@ void fxb_merge_reset(fxb_bidi *s)
     m->owned = NULL;
     m->nreq = m->nsl = 0;
     m->bytes = m->payload_bytes = 0;
+}
+
+static void merge_free(fxb_bidi *s)
+{
+    fxb_merge_reset(s);
+    free(s->merge.parts);
+    free(s->merge.sl);
+    free(s->merge.acks);
+}
+
+void fxb_bidi_unref(fxb_bidi *s)
+{
+    if (--s->refs > 0)
+        return;
+    fx_frame_decoder_deinit(&s->dec);
+    merge_free(s);
+    fx_stream_handle_unref(s->h);
+    const fx_broker_auth *a = &s->conn->b->o.auth;
+    if (s->auth_ctx != NULL && a->release != NULL)
+        a->release(a->user, s->auth_ctx);
+    free(s->pend);
+    fxb_conn_unref(s->conn);
+    free(s);
 }
 
 /* ---- reset ------------------------------------------------------------------------------- */

@@ -27,7 +27,5 @@ void fxb_ingress_resv_release(fxb_bidi *s);
 void fxb_ingress_resv_cancel(fxb_bidi *s);
 /* Empties |s|'s merge (fxb_merge), giving back what it still holds. */
 void fxb_merge_reset(fxb_bidi *s);
-/* Frees |s|'s merge scratch (last reference). */
-void fxb_ingress_bidi_deinit(fxb_bidi *s);
 
 #endif

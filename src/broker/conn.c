@@ -22,9 +22,10 @@
 #include "broker/writer.h"
 #include "felix/error.h"
 
-/* ---- the endpoint's connection list ------------------------------------------------------ */
+/* ---- the endpoint's connection list ------------------------------------------------------ *
+ * Kept on the endpoint's loop, the connection's own. */
 
-void fxb_conn_list_add(fx_broker *b, fxb_conn *c)
+static void list_add(fx_broker *b, fxb_conn *c)
 {
     fxb_ep *e = &b->eps[c->epi];
     c->cprev = NULL;
@@ -35,7 +36,7 @@ void fxb_conn_list_add(fx_broker *b, fxb_conn *c)
     e->conns_listed++;
 }
 
-void fxb_conn_list_remove(fx_broker *b, fxb_conn *c)
+static void list_remove(fx_broker *b, fxb_conn *c)
 {
     fxb_ep *e = &b->eps[c->epi];
     if (c->cprev != NULL)
@@ -147,7 +148,7 @@ static void on_conn_new(fx_quic_conn *qc, void *user)
     fx_task_init(&c->writer_task, fxb_writer_run, c);
     fx_timer_init(&c->flush_timer, fxb_writer_flush_due, c);
     fx_quic_conn_set_user(qc, c);
-    fxb_conn_list_add(b, c);
+    list_add(b, c);
     if (fxb_is_draining(b)) { /* the drain takes no new connections */
         c->dead = true;
         fx_quic_conn_close(qc, 0, FXB_SHUTDOWN_TEXT);
@@ -260,7 +261,7 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
     fx_quic_conn_set_user(qc, NULL);
     c->dead = true;
     fx_loop_timer_cancel(c->loop, &c->flush_timer);
-    fxb_conn_list_remove(c->b, c);
+    list_remove(c->b, c);
     while (c->subs != NULL)
         fxb_sub_close(c->subs, false);
     while (c->bidis != NULL)

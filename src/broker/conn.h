@@ -10,8 +10,5 @@
 #include "broker/broker_internal.h"
 
 extern const fx_quic_callbacks fxb_quic_callbacks;
-/* The connection's endpoint loop: keeps that endpoint's list. */
-void fxb_conn_list_add(fx_broker *b, fxb_conn *c);
-void fxb_conn_list_remove(fx_broker *b, fxb_conn *c);
 
 #endif

@@ -17,6 +17,8 @@
 static fx_ratelimit auth_failures_rl = FX_RATELIMIT_INIT;
 static fx_ratelimit lapsed_rl = FX_RATELIMIT_INIT;
 
+static void watch_expiry(fxb_conn *c, int64_t exp_s);
+
 /* ---- authenticated or not ---------------------------------------------------------------- */
 
 void fxb_conn_on_authed(fxb_conn *c, fxb_bidi *s)
@@ -26,7 +28,7 @@ void fxb_conn_on_authed(fxb_conn *c, fxb_bidi *s)
         fx_loop_timer_cancel(c->loop, &c->auth_timer);
     }
     fxb_bidi_preauth_release(s);
-    fxb_conn_watch_expiry(c, s->auth_exp_s);
+    watch_expiry(c, s->auth_exp_s);
 }
 
 void fxb_conn_on_auth_failed(fxb_conn *c)
@@ -73,7 +75,8 @@ static void arm_expiry(fxb_conn *c, int64_t exp_s)
     }
 }
 
-void fxb_conn_watch_expiry(fxb_conn *c, int64_t exp_s)
+/* Watches the expiry |exp_s| (Unix seconds) of credentials held on |c|. */
+static void watch_expiry(fxb_conn *c, int64_t exp_s)
 {
     if (exp_s < c->exp_next_s && c->qc != NULL)
         arm_expiry(c, exp_s);

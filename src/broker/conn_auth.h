@@ -13,8 +13,6 @@
 void fxb_conn_on_authed(fxb_conn *c, fxb_bidi *s);
 /* A verification on |c| failed: closes |c| after auth_failures_per_conn. */
 void fxb_conn_on_auth_failed(fxb_conn *c);
-/* Watches the expiry |exp_s| (Unix seconds) of credentials held on |c|. */
-void fxb_conn_watch_expiry(fxb_conn *c, int64_t exp_s);
 /* Timer callback (fxb_conn.exp_timer): ends what holds expired
  * credentials and re-arms at the next expiry. */
 void fxb_conn_on_expiry(fx_loop *l, fx_timer *t, void *user);

@@ -21,10 +21,6 @@ fxb_reply *fxb_reply_new(fxb_bidi *s, bool binary, uint64_t request_id);
 void fxb_reply_complete(fxb_reply *r, const char *err);
 /* Any thread. */
 void fxb_reply_unref(fxb_reply *r);
-/* Appends |r| to |s|'s replies, which are written in request order. */
-void fxb_reply_push(fxb_bidi *s, fxb_reply *r);
-/* Queues a finished reply frame (takes ownership of |frame|) in order. */
-void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame);
 /* Queues a JSON message reply in order. Returns 0 or -ENOMEM. */
 int fxb_bidi_reply_msg(fxb_bidi *s, const fx_msg *m);
 /* Replies error{|text|} and, when |end|, ends the stream after it. */
