@@ -1,0 +1,268 @@
+/* Unit tests for config_parse.c: the value parsers behind every key type
+ * (sizes and durations with their units, bare numbers per key suffix,
+ * bounds, booleans, enums, addresses, workers, stream lists) and the three
+ * layers it reads (YAML text, FELIX_* environment, --set flags): what each
+ * stores, the origin it records and the messages of its refusals. */
+/* fx-test-libs: fx_server fx_wire fx_base */
+#include "felix/error.h"
+#include "server/config.h"
+#include "server/config_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "fx_test.h"
+
+static const struct key *key(const char *name)
+{
+    int i = fx_config_key_index(name);
+    assert_true(i >= 0);
+    return &fx_config_keys[i];
+}
+
+/* Stores |s| into key |name| of |c|; returns the result, reason in |why|. */
+static int store(fx_config *c, const char *name, const char *s, char *why)
+{
+    return fx_config_store_text(c, key(name), s, why, 256);
+}
+
+static uint64_t num(const fx_config *c, const char *name)
+{
+    return fx_config_get_u64(c, fx_config_key_index(name));
+}
+
+static void test_sizes_take_binary_and_decimal_units(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    char why[256];
+    assert_int_equal(store(&c, "max_frame_bytes", "2MiB", why), 0);
+    assert_int_equal(c.max_frame_bytes, 2 * MiB);
+    assert_int_equal(store(&c, "max_frame_bytes", "3 KB", why), 0);
+    assert_int_equal(c.max_frame_bytes, 3000);
+    assert_int_equal(store(&c, "max_frame_bytes", "4096", why), 0); /* bare: bytes */
+    assert_int_equal(c.max_frame_bytes, 4096);
+    assert_int_equal(store(&c, "max_frame_bytes", "5 XB", why), -1);
+    assert_non_null(strstr(why, "unknown unit"));
+    assert_int_equal(store(&c, "max_frame_bytes", "-1", why), -1);
+    assert_non_null(strstr(why, "negative"));
+    assert_int_equal(store(&c, "max_frame_bytes", "MiB", why), -1);
+    assert_non_null(strstr(why, "not a number"));
+    assert_int_equal(store(&c, "max_frame_bytes", "99999999999999999999", why), -1);
+    assert_non_null(strstr(why, "overflow"));
+    assert_int_equal(store(&c, "max_frame_bytes", "20000000TiB", why), -1);
+    assert_non_null(strstr(why, "overflow"));
+    assert_int_equal(c.max_frame_bytes, 4096); /* refusals store nothing */
+    fx_config_deinit(&c);
+}
+
+static void test_bare_durations_take_the_unit_of_the_key_name(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    char why[256];
+    assert_int_equal(store(&c, "idle_timeout_ms", "1500", why), 0);
+    assert_int_equal(num(&c, "idle_timeout_ms"), 1500 * MS);
+    assert_int_equal(store(&c, "idle_timeout_ms", "2m", why), 0);
+    assert_int_equal(num(&c, "idle_timeout_ms"), 120 * SEC);
+    assert_int_equal(store(&c, "stream_idle_expiry_s", "30", why), 0);
+    assert_int_equal(num(&c, "stream_idle_expiry_s"), 30 * SEC);
+    assert_int_equal(store(&c, "subscriber_flush_max_delay_us", "7", why), 0);
+    assert_int_equal(num(&c, "subscriber_flush_max_delay_us"), 7 * US);
+    assert_int_equal(store(&c, "durable_retention_seconds", "2", why), 0);
+    assert_int_equal(num(&c, "durable_retention_seconds"), 2 * SEC);
+    fx_config_deinit(&c);
+}
+
+static void test_numbers_outside_the_key_bounds_are_refused(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    char why[256];
+    assert_int_equal(store(&c, "idle_timeout_ms", "50ms", why), -1);
+    assert_non_null(strstr(why, "out of range (allowed: 100ms to 1h)"));
+    assert_int_equal(store(&c, "pub_queue_depth", "0", why), -1);
+    assert_non_null(strstr(why, "must not be 0"));
+    assert_int_equal(store(&c, "pub_queue_depth", "12x", why), -1);
+    assert_non_null(strstr(why, "not a whole number"));
+    assert_int_equal(store(&c, "pub_queue_depth", "1048576", why), 0);
+    assert_int_equal(store(&c, "pub_queue_depth", "1048577", why), -1);
+    assert_int_equal(c.pub_queue_depth, 1048576);
+    fx_config_deinit(&c);
+}
+
+static void test_bools_enums_and_workers(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    char why[256];
+    const char *yes[] = {"1", "TRUE", "yes", "On"}, *no[] = {"0", "false", "NO", "off"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(store(&c, "ack_on_commit", yes[i], why), 0);
+        assert_true(c.ack_on_commit);
+        assert_int_equal(store(&c, "ack_on_commit", no[i], why), 0);
+        assert_false(c.ack_on_commit);
+    }
+    assert_int_equal(store(&c, "ack_on_commit", "maybe", why), -1);
+    assert_non_null(strstr(why, "not a boolean"));
+    assert_int_equal(store(&c, "subscriber_queue_policy", "drop_old", why), 0);
+    assert_int_equal(c.subscriber_queue_policy, 2);
+    assert_int_equal(store(&c, "subscriber_queue_policy", "Drop_Old", why), -1);
+    assert_non_null(strstr(why, "expected block, drop_new or drop_old"));
+    assert_int_equal(store(&c, "workers", "3", why), 0);
+    assert_int_equal(c.workers, 3);
+    assert_false(c.workers_auto);
+    assert_int_equal(store(&c, "workers", "0", why), -1);
+    assert_non_null(strstr(why, "write auto"));
+    assert_int_equal(store(&c, "workers", "auto", why), 0);
+    assert_true(c.workers_auto);
+    assert_true(c.workers >= 1);
+    fx_config_deinit(&c);
+}
+
+static void test_addresses_strings_and_stream_lists(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    char why[256];
+    assert_int_equal(fx_config_check_addr("127.0.0.1:5000", why, sizeof(why)), 0);
+    assert_int_equal(fx_config_check_addr("[::1]:0", why, sizeof(why)), 0);
+    assert_int_equal(fx_config_check_addr("broker-1.local:80", why, sizeof(why)), 0);
+    assert_int_equal(fx_config_check_addr("::1:5000", why, sizeof(why)), -1);
+    assert_int_equal(fx_config_check_addr("nohost", why, sizeof(why)), -1);
+    assert_int_equal(fx_config_check_addr("a b:1", why, sizeof(why)), -1);
+    assert_int_equal(store(&c, "quic_bind", "0.0.0.0:7000", why), 0);
+    assert_string_equal(c.quic_bind, "0.0.0.0:7000");
+    assert_int_equal(store(&c, "jwt_issuer", "", why), -1);
+    assert_non_null(strstr(why, "must not be empty"));
+    assert_int_equal(store(&c, "streams", "t1/ns/a,t2/ns/b", why), 0);
+    assert_int_equal(c.nstreams, 2);
+    assert_string_equal(c.streams[1].tenant, "t2");
+    assert_string_equal(c.streams[1].stream, "b");
+    assert_int_equal(store(&c, "streams", "t1/ns", why), -1);
+    assert_non_null(strstr(why, "is not tenant/namespace/stream"));
+    assert_int_equal(store(&c, "streams", "t1/n s/a", why), -1);
+    assert_int_equal(store(&c, "streams", "t/n/s,t/n/s", why), -1);
+    assert_non_null(strstr(why, "listed twice"));
+    assert_int_equal(c.nstreams, 2);
+    fx_config_deinit(&c);
+}
+
+static void test_flag_layer_sets_value_origin_and_refuses_unknown_keys(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    fx_config_diag d = {0};
+    assert_int_equal(fx_config_load_flag(&c, "pub_queue_depth=128", &d), 0);
+    assert_int_equal(c.pub_queue_depth, 128);
+    const fx_config_origin *o = fx_config_origin_of(&c, "pub_queue_depth");
+    assert_int_equal(o->from, FX_CONFIG_FROM_FLAG);
+    /* The alias spells the same key. */
+    assert_int_equal(fx_config_load_flag(&c, "admin_bind=127.0.0.1:9000", &d), 0);
+    assert_string_equal(c.metrics_bind, "127.0.0.1:9000");
+    assert_int_equal(fx_config_load_flag(&c, "no_such_key=1", &d), FX_ECONFIG);
+    assert_non_null(strstr(d.error, "unknown key \"no_such_key\""));
+    assert_int_equal(fx_config_load_flag(&c, "pub_queue_depth", &d), FX_ECONFIG);
+    assert_non_null(strstr(d.error, "expected key=value"));
+    assert_int_equal(fx_config_load_flag(&c, "pub_queue_depth=0", &d), FX_ECONFIG);
+    assert_non_null(strstr(d.error, "pub_queue_depth"));
+    assert_int_equal(fx_config_load_flag(&c, "initial_cwnd=10", &d), FX_ECONFIG);
+    assert_non_null(strstr(d.error, "not supported"));
+    fx_config_deinit(&c);
+}
+
+static void test_env_layer_applies_felix_variables_and_warns_on_others(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    fx_config_diag d = {0};
+    char *env[] = {"FELIX_BROKER_PUB_QUEUE_DEPTH=99", "FELIX_NOT_A_SETTING=1", "HOME=/root",
+                   "FELIX_PUMP_COLOCATE=1", NULL};
+    assert_int_equal(fx_config_load_env_layer(&c, env, &d), 0);
+    assert_int_equal(c.pub_queue_depth, 99);
+    const fx_config_origin *o = fx_config_origin_of(&c, "pub_queue_depth");
+    assert_int_equal(o->from, FX_CONFIG_FROM_ENV);
+    assert_string_equal(o->name, "FELIX_BROKER_PUB_QUEUE_DEPTH");
+    assert_int_equal(d.nwarnings, 2);
+    assert_non_null(strstr(d.warnings[0], "FELIX_NOT_A_SETTING") != NULL ? d.warnings[0]
+                                                                         : d.warnings[1]);
+    char *bad[] = {"FELIX_SUB_QUEUE_POLICY=sometimes", NULL};
+    assert_int_equal(fx_config_load_env_layer(&c, bad, &d), FX_ECONFIG);
+    assert_non_null(strstr(d.error, "FELIX_SUB_QUEUE_POLICY"));
+    assert_int_equal(fx_config_load_env_layer(&c, NULL, &d), 0);
+    fx_config_deinit(&c);
+}
+
+static int load_text(fx_config *c, const char *text, fx_config_diag *d)
+{
+    fx_config_src src = {.text = text, .text_name = "t.yaml"};
+    return fx_config_load_file_layer(c, &src, NULL, d);
+}
+
+static void test_yaml_layer_records_positions_and_names_errors_by_line(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    fx_config_diag d = {0};
+    assert_int_equal(load_text(&c, "# comment\npub_queue_depth: 32\nstreams:\n  - t/n/s\n", &d), 0);
+    assert_int_equal(c.pub_queue_depth, 32);
+    assert_int_equal(c.nstreams, 1);
+    const fx_config_origin *o = fx_config_origin_of(&c, "pub_queue_depth");
+    assert_int_equal(o->from, FX_CONFIG_FROM_FILE);
+    assert_int_equal(o->line, 2);
+    assert_int_equal(o->col, 18);
+    fx_config_deinit(&c);
+    struct {
+        const char *text, *want;
+    } bad[] = {
+        {"a: 1\n", "t.yaml:1:1: unknown key \"a\""},
+        {"pub_queue_depth: 1\npub_queue_depth: 2\n", "set twice (first at line 1)"},
+        {"pub_queue_depth: [1, 2]\n", "expected a single value"},
+        {"- 1\n- 2\n", "must be a mapping"},
+        {"pub_queue_depth: 1\n---\npub_queue_depth: 2\n", "more than one YAML document"},
+        {"pub_queue_depth: \"unterminated\n", "YAML syntax error"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fx_config_defaults(&c);
+        memset(&d, 0, sizeof(d));
+        assert_int_equal(load_text(&c, bad[i].text, &d), FX_ECONFIG);
+        if (strstr(d.error, bad[i].want) == NULL)
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", i, d.error, bad[i].want);
+        fx_config_deinit(&c);
+    }
+    /* Keys of features Felix-C lacks warn and load. */
+    fx_config_defaults(&c);
+    memset(&d, 0, sizeof(d));
+    assert_int_equal(load_text(&c, "cache_size: 1\nack_freq_disable: true\n", &d), 0);
+    assert_int_equal(d.nwarnings, 2);
+    fx_config_deinit(&c);
+}
+
+static void test_missing_file_names_the_path(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    fx_config_diag d = {0};
+    fx_config_src src = {0};
+    assert_int_equal(fx_config_load_file_layer(&c, &src, "/nonexistent/felix.yaml", &d),
+                     FX_ECONFIG);
+    assert_non_null(strstr(d.error, "cannot open config file /nonexistent/felix.yaml"));
+    memset(&d, 0, sizeof(d));
+    assert_int_equal(fx_config_load_file_layer(&c, &src, "/tmp", &d), FX_ECONFIG);
+    assert_non_null(strstr(d.error, "not a regular file"));
+    fx_config_deinit(&c);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_sizes_take_binary_and_decimal_units),
+    cmocka_unit_test(test_bare_durations_take_the_unit_of_the_key_name),
+    cmocka_unit_test(test_numbers_outside_the_key_bounds_are_refused),
+    cmocka_unit_test(test_bools_enums_and_workers),
+    cmocka_unit_test(test_addresses_strings_and_stream_lists),
+    cmocka_unit_test(test_flag_layer_sets_value_origin_and_refuses_unknown_keys),
+    cmocka_unit_test(test_env_layer_applies_felix_variables_and_warns_on_others),
+    cmocka_unit_test(test_yaml_layer_records_positions_and_names_errors_by_line),
+    cmocka_unit_test(test_missing_file_names_the_path),
+};
+
+FX_TEST_MAIN(tests)
