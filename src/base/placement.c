@@ -36,6 +36,11 @@ uint32_t fx_placement_auto_workers(long online_cpus)
     return online_cpus > 1025 ? 1024 : (uint32_t)(online_cpus - 1);
 }
 
+int fx_placement_worker_cpu(uint32_t worker, bool pin)
+{
+    return pin ? (int)worker : -1;
+}
+
 int fx_placement_endpoint(fx_endpoint_role role, uint32_t k, uint32_t io_threads, uint32_t nworkers,
                           fx_loop_slot *out)
 {

@@ -15,6 +15,7 @@
 #ifndef FX_BASE_PLACEMENT_H
 #define FX_BASE_PLACEMENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,11 @@ uint32_t fx_placement_storage_worker(uint32_t storage, uint32_t nworkers);
  * beat two in throughput and latency alike (docs/performance.md, "Placement
  * and datagram defaults"). */
 uint32_t fx_placement_auto_workers(long online_cpus);
+
+/* The CPU worker |worker| is pinned to: CPU |worker| when |pin| (the
+ * daemon's core_shards, fx_broker_opts.pin_workers), else -1 (not pinned:
+ * the kernel schedules it). */
+int fx_placement_worker_cpu(uint32_t worker, bool pin);
 
 typedef enum fx_loop_kind {
     FX_LOOP_KIND_IO = 0, /* one of the io_threads loops */

@@ -2,9 +2,13 @@
  * credited once the frame they belong to is handled; a publish parked at
  * ingress withholds credit for everything behind it), auth and tenant
  * binding, the limits of a stream that has not authenticated yet (small
- * frames outside the publish budget, a deadline, protocol errors fatal), the
- * permission check and name resolution of every publish and subscribe, and
- * dispatch to publish.c and subscribe.c. Connection loop. */
+ * frames outside the publish budget, a deadline, protocol errors fatal),
+ * dispatch to publish.c and subscribe.c, and the loop callbacks that resume
+ * reading after a wait (a reservation, an admission park, replies). The
+ * stream's references and reset are in bidi_life.c, the permission check and
+ * name resolution in resolve.c. Connection loop. */
+#include "broker/bidi.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,25 +18,18 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/admission.h"
+#include "broker/bidi_life.h"
+#include "broker/conn_auth.h"
+#include "broker/conn_life.h"
+#include "broker/parked.h"
+#include "broker/publish.h"
+#include "broker/reply.h"
+#include "broker/resv.h"
+#include "broker/subscribe.h"
 #include "felix/error.h"
 
-/* ---- references -------------------------------------------------------------------------- */
-
-void fxb_bidi_unref(fxb_bidi *s)
-{
-    if (--s->refs > 0)
-        return;
-    fx_frame_decoder_deinit(&s->dec);
-    fxb_ingress_bidi_deinit(s);
-    fx_stream_handle_unref(s->h);
-    const fx_broker_auth *a = &s->conn->b->o.auth;
-    if (s->auth_ctx != NULL && a->release != NULL)
-        a->release(a->user, s->auth_ctx);
-    free(s->pend);
-    fxb_conn_unref(s->conn);
-    free(s);
-}
+static void replies_resume(fx_loop *l, fx_task *t, void *user);
 
 /* ---- before authentication -------------------------------------------------------------- */
 
@@ -97,26 +94,6 @@ static int preauth_charge(fxb_bidi *s, size_t n)
     return 0;
 }
 
-static void preauth_uncharge(fxb_bidi *s)
-{
-    if (s->preauth_charge == 0)
-        return;
-    atomic_fetch_sub_explicit(&s->conn->b->preauth_bytes, s->preauth_charge, memory_order_relaxed);
-    FX_GAUGE_SUB(preauth_held_bytes, s->preauth_charge);
-    s->conn->preauth_bytes -= s->preauth_charge;
-    s->preauth_charge = 0;
-}
-
-void fxb_bidi_preauth_release(fxb_bidi *s)
-{
-    preauth_uncharge(s);
-    fx_loop_timer_cancel(s->conn->loop, &s->auth_timer);
-    if (s->unauth_counted) {
-        s->unauth_counted = false;
-        s->conn->unauth_streams--;
-    }
-}
-
 /* A protocol error before auth ends the stream (a client that has not
  * authenticated gets one error reply, not one per frame). */
 static void preauth_protocol_error(fxb_bidi *s, const char *text)
@@ -153,172 +130,15 @@ fxb_bidi *fxb_bidi_new(fxb_conn *c, int64_t sid)
                                        : FXB_PREAUTH_MAX_FRAME);
     fxb_ingress_bidi_init(s);
     fxb_reply_bidi_init(s);
+    fx_task_init(&s->replies_task, replies_resume, s);
     s->next = c->bidis;
     c->bidis = s;
     return s;
 }
 
-void fxb_bidi_fail(fxb_bidi *s, const char *why)
-{
-    if (s->closed)
-        return;
-    FX_COUNTER_INC(broker_stream_errors);
-    FX_LOG_DEBUG("broker", "conn %llu stream %lld reset: %s", (unsigned long long)s->conn->id,
-                 (long long)s->sid, why);
-    s->ended = true;
-    preauth_uncharge(s);
-    fxb_ingress_resv_cancel(s); /* a reset frame will not complete */
-    if (s->conn->qc != NULL)
-        fx_quic_stream_reset(s->conn->qc, s->sid, FXB_CODE_MALFORMED);
-}
-
-/* One cause each, so a flood of one kind never hides the other. */
+/* One cause each, so a flood of one kind never hides the other (forbidden
+ * requests are logged by resolve.c). */
 static fx_ratelimit auth_failed_rl = FX_RATELIMIT_INIT;
-
-static fx_ratelimit forbidden_rl = FX_RATELIMIT_INIT;
-
-/* Asks the authenticator about |action| on the NUL-terminated |names|;
- * always true with auth_mode none (the tenant was checked by the caller). */
-static bool ask_allows(fxb_bidi *s, fx_broker_auth_action action,
-                       char names[3][FX_REGISTRY_NAME_MAX + 1])
-{
-    const fx_broker_auth *a = &s->conn->b->o.auth;
-    if (a->verify == NULL)
-        return true;
-    if (s->auth_ctx == NULL || a->allows == NULL)
-        return false;
-    return a->allows(a->user, s->auth_ctx, action, names[0], names[1], names[2]);
-}
-
-/* The cached answer for |action| on the names in s->hkey, asked once. */
-static bool permits(fxb_bidi *s, fx_broker_auth_action action,
-                    char names[3][FX_REGISTRY_NAME_MAX + 1])
-{
-    uint8_t bit = (uint8_t)(1u << action);
-    if ((s->perm_known & bit) == 0) {
-        if (ask_allows(s, action, names))
-            s->perm_ok |= bit;
-        s->perm_known |= bit;
-    }
-    return (s->perm_ok & bit) != 0;
-}
-
-static int forbid(fxb_bidi *s, fx_broker_auth_action action,
-                  char names[3][FX_REGISTRY_NAME_MAX + 1], fx_registry_err *err)
-{
-    FX_COUNTER_INC(broker_auth_forbidden);
-    FX_LOG_RATELIMITED(&forbidden_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
-                       "conn %llu stream %lld: %s to %s/%s/%s forbidden: the token lacks the "
-                       "permission",
-                       (unsigned long long)s->conn->id, (long long)s->sid,
-                       action == FX_BROKER_AUTH_PUBLISH ? "publish" : "subscribe", names[0],
-                       names[1], names[2]);
-    err->code = FX_EFORBIDDEN;
-    snprintf(err->msg, sizeof(err->msg), "forbidden");
-    return FX_EFORBIDDEN;
-}
-
-/* Splits the names into |names| and the cache key "t/ns/stream/" |key|
- * (|*pn| bytes). Returns false when a name cannot be a stream name (too
- * long, or holding '/' or NUL): the registry then refuses it, uncached. */
-static bool split_names(const fx_wire_slice parts[3], char names[3][FX_REGISTRY_NAME_MAX + 1],
-                        char *key, size_t *pn)
-{
-    size_t n = 0;
-    for (int i = 0; i < 3; i++) {
-        if (parts[i].len > FX_REGISTRY_NAME_MAX || memchr(parts[i].ptr, '/', parts[i].len) ||
-            memchr(parts[i].ptr, '\0', parts[i].len))
-            return false;
-        memcpy(names[i], parts[i].ptr, parts[i].len);
-        names[i][parts[i].len] = '\0';
-        memcpy(key + n, parts[i].ptr, parts[i].len);
-        n += parts[i].len;
-        key[n++] = '/';
-    }
-    *pn = n;
-    return true;
-}
-
-/* True when |parts| are the names of the key "t/ns/stream/" cached in
- * s->hkey. Sound without looking for '/' in |parts|: the key holds exactly
- * three, and each part must end at one with the lengths adding up. */
-static bool key_matches(const fxb_bidi *s, const fx_wire_slice parts[3])
-{
-    size_t n = 0;
-    for (int i = 0; i < 3; i++) {
-        size_t len = parts[i].len;
-        if (n + len + 1 > s->hkey_len || memcmp(s->hkey + n, parts[i].ptr, len) != 0 ||
-            s->hkey[n + len] != '/')
-            return false;
-        n += len + 1;
-    }
-    return n == s->hkey_len;
-}
-
-/* The frames of a stream name the same stream again and again: answers from
- * the cache, without copying the names, when the stream is the cached one,
- * still active, and the permission was granted. */
-static bool resolve_cached(fxb_bidi *s, fx_broker_auth_action action, const fx_wire_slice parts[3],
-                           fx_stream_handle **ph)
-{
-    uint8_t bit = (uint8_t)(1u << action);
-    if (s->h == NULL || (s->perm_ok & bit) == 0 || !key_matches(s, parts) ||
-        !fx_stream_handle_is_active(s->h))
-        return false;
-    *ph = s->h;
-    return true;
-}
-
-/* The registry's resolve for |action|: a subscribe never creates a durable
- * stream (fx_registry_resolve_subscribe). */
-static int registry_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
-                            fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
-                            fx_registry_err *err)
-{
-    fx_registry *r = s->conn->b->reg;
-    if (action == FX_BROKER_AUTH_SUBSCRIBE)
-        return fx_registry_resolve_subscribe(r, tenant, ns, stream, ph, err);
-    return fx_registry_resolve(r, tenant, ns, stream, ph, err);
-}
-
-int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
-                     fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
-                     fx_registry_err *err)
-{
-    char key[sizeof(s->hkey)];
-    char names[3][FX_REGISTRY_NAME_MAX + 1];
-    size_t n;
-    fx_wire_slice parts[3] = {tenant, ns, stream};
-    if (resolve_cached(s, action, parts, ph))
-        return 0;
-    if (!split_names(parts, names, key, &n)) {
-        s->names_ok = false; /* resolved past the cache: |ph| is not |h| */
-        return registry_resolve(s, action, tenant, ns, stream, ph, err);
-    }
-    s->names_ok = false; /* |h| or its permission may change below */
-    if (n != s->hkey_len || memcmp(key, s->hkey, n) != 0) {
-        fx_stream_handle_unref(s->h);
-        s->h = NULL;
-        memcpy(s->hkey, key, n);
-        s->hkey_len = n;
-        s->perm_known = s->perm_ok = 0;
-    }
-    /* Before the registry: a refused client must not auto-create streams. */
-    if (!permits(s, action, names))
-        return forbid(s, action, names, err);
-    if (s->h != NULL && fx_stream_handle_is_active(s->h)) {
-        *ph = s->h;
-        return 0;
-    }
-    fx_stream_handle *h;
-    int rv = registry_resolve(s, action, tenant, ns, stream, &h, err);
-    if (rv != 0)
-        return rv;
-    fx_stream_handle_unref(s->h);
-    s->h = h;
-    *ph = h;
-    return 0;
-}
 
 /* ---- dispatch ---------------------------------------------------------------------------- */
 
@@ -587,7 +407,7 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
         fx_loop_timer_cancel(s->conn->loop, &s->frame_timer);
         rv = on_frame(s, &f);
         fxb_ingress_resv_release(s); /* a frame that made no job (auth, subscribe, error) */
-        preauth_uncharge(s);
+        fxb_bidi_preauth_uncharge(s);
         if (rv != 0)
             break;
         if (s->merge.nreq == 0) /* merged bytes are credited once their job is admitted */
@@ -668,7 +488,9 @@ static void check_fin(fxb_bidi *s)
         fxb_bidi_fail(s, "stream finished inside a frame");
 }
 
-void fxb_bidi_continue(fxb_bidi *s)
+/* Reads on after a wait ended: the deferred job first, then the input kept
+ * meanwhile, then credit and the FIN check. */
+static void read_on(fxb_bidi *s)
 {
     if (s->closed)
         return;
@@ -776,4 +598,88 @@ void fxb_bidi_close(fxb_bidi *s)
         }
     }
     fxb_bidi_unref(s);
+}
+
+/* ---- resuming the input (loop callbacks) ------------------------------------------------- *
+ * Every wait that stops a stream reading ends in a task or timer of the
+ * stream's loop that reads on (read_on): a granted reservation, a
+ * parked job's resume or deadline, replies drained to the low mark. They
+ * live here, beside the input they resume, so the stages below never call
+ * back up into it. */
+
+static void resv_resume(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_bidi *s = user;
+    if (s->resv_wait) { /* else fxb_bidi_close cancelled the wait first */
+        s->resv_wait = false;
+        if (s->resv_rv != 0)
+            fxb_bidi_fail(s, "publish byte budget closed");
+        else if (s->ended)
+            fx_permit_release(&s->resv); /* the grant raced the end or close */
+        else
+            fxb_ingress_resv_held(s, false);
+        if (!s->closed)
+            read_on(s);
+    }
+    fxb_bidi_unref(s);
+}
+
+void fxb_parked_resume(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_bidi *s = user;
+    fxb_job *j = s->parked;
+    if (j == NULL)
+        return;
+    s->parked = NULL;
+    fx_loop_timer_cancel(l, &s->wait_timer);
+    int rv = fxb_ingress_job_admit(s, j); /* after close, admit reports FAILED (cancelled) */
+    if (rv == 1) {
+        s->refs--; /* re-parked: admit took a new reference, keep just one */
+        return;
+    }
+    bool closed = s->closed;
+    fxb_bidi_unref(s);
+    if (!closed)
+        read_on(s);
+}
+
+void fxb_parked_expired(fx_loop *l, fx_timer *tm, void *user)
+{
+    (void)l;
+    (void)tm;
+    fxb_bidi *s = user;
+    if (s->parked == NULL)
+        return;
+    fx_ingress_target t = fxb_ingress_job_target(s->parked);
+    fx_ingress_outcome o = fx_ingress_cancel(&t, &s->parked->req);
+    if (o != FX_INGRESS_FAILED)
+        return; /* a resume is on its way; admit will report the timeout */
+    s->refs++;
+    fxb_ingress_unpark(s, o);
+    read_on(s);
+    fxb_bidi_unref(s);
+}
+
+/* Reading resumes once the reply queue has drained to the low mark (posted,
+ * so a flush inside the input path never re-enters it). */
+static void replies_resume(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_bidi *s = user;
+    bool closed = s->closed;
+    if (!closed)
+        read_on(s);
+    fxb_bidi_unref(s); /* the post's reference */
+}
+
+void fxb_ingress_bidi_init(fxb_bidi *s)
+{
+    fx_task_init(&s->resume_task, fxb_parked_resume, s);
+    fx_timer_init(&s->wait_timer, fxb_parked_expired, s);
+    fx_task_init(&s->resv_task, resv_resume, s);
+    fxb_ingress_resv_init(s);
 }

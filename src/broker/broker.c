@@ -12,8 +12,10 @@
 
 #include "base/log.h"
 #include "base/placement.h"
-#include "broker/broker_internal.h"
+#include "broker/conn.h"
+#include "broker/conn_auth.h"
 #include "broker/durable.h"
+#include "broker/worker.h"
 #include "felix/error.h"
 #include "storage/dlog.h"
 #include "storage/syncpol.h"

@@ -1,10 +1,12 @@
-/* Private state of the broker data plane, shared by its stages: conn.c,
- * bidi.c, reply.c, publish.c, ingress.c and subscribe.c on a connection's
- * loop; worker.c, fanout.c (through stream.h) and feeder.c on a worker;
- * lane.c between them; writer.c back on the connection's loop. Which thread
- * may touch a field is noted per struct; objects reached from two loops are
- * atomically refcounted, and every task posted to another loop holds a
- * reference until its callback runs. */
+/* The shared nouns of the broker data plane: the structs its stages pass
+ * between them (fxb_worker, fx_broker, fxb_conn, fxb_bidi, fxb_reply,
+ * fxb_job, fxb_sub, fxb_lane) and the FXB_ constants. No stage function is
+ * declared here: each stage's header (conn.h, bidi.h, publish.h, admission.h,
+ * worker.h, feeder.h, lane.h, writer.h, ..., see docs/design.md "Broker stage
+ * headers") declares what other stages call, with its thread and the fields
+ * it owns. Which thread may touch a field is noted per struct; objects
+ * reached from two loops are atomically refcounted, and every task posted to
+ * another loop holds a reference until its callback runs. */
 #ifndef FX_BROKER_INTERNAL_H
 #define FX_BROKER_INTERNAL_H
 
@@ -244,7 +246,7 @@ struct fxb_reply {
     uint64_t request_id;
 };
 
-/* Merging (ingress.c): the complete binary publish frames of one read for
+/* Merging (admission.c): the complete binary publish frames of one read for
  * the same stream and ack kind become one job. Each frame keeps the bytes its
  * header reserved (summed into |held|) and its own ack slot, queued in
  * request order when the frame is read. Until the job is made, payloads point
@@ -309,7 +311,7 @@ struct fxb_bidi {
     fx_timer auth_timer;
     /* Checkpoint-3 bytes of the frame being read, reserved from the
      * connection's budget when its header arrived and handed to its publish
-     * job (fxb_bidi_adopt_reservation), else released once it is handled.
+     * job (fxb_ingress_resv_adopt), else released once it is handled.
      * While |resv_wait| the stream reads nothing (its input waits in |pend|,
      * uncredited) until |resv_w| is granted; |resv_task| brings the grant
      * back to this loop. |frame_timer| runs from the reservation to the end
@@ -476,239 +478,13 @@ typedef struct fxb_end {
     struct fxb_end *next;
 } fxb_end;
 
-/* ---- conn.c: connection life (conn loop) ------------------------------------ */
-extern const fx_quic_callbacks fxb_quic_callbacks;
-void fxb_conn_ref(fxb_conn *c);
-void fxb_conn_unref(fxb_conn *c);
-/* The connection's endpoint loop: keeps that endpoint's list. */
-void fxb_conn_list_add(fx_broker *b, fxb_conn *c);
-void fxb_conn_list_remove(fx_broker *b, fxb_conn *c);
-/* Stream |s| of |c| just authenticated: the connection is no longer
- * subject to auth_timeout_ms, and its credentials' expiry is watched. */
-void fxb_conn_on_authed(fxb_conn *c, fxb_bidi *s);
-/* A verification on |c| failed: closes |c| after auth_failures_per_conn. */
-void fxb_conn_on_auth_failed(fxb_conn *c);
-/* Watches the expiry |exp_s| (Unix seconds) of credentials held on |c|. */
-void fxb_conn_watch_expiry(fxb_conn *c, int64_t exp_s);
-/* Task callback of fxb_ep.auth_task: re-checks the credentials of every
- * stream and subscription on the endpoint's connections (key removal). */
-void fxb_conn_auth_recheck(fx_loop *l, fx_task *t, void *user);
+/* True once the drain started (fx_broker_drain sets |draining| once). Any
+ * thread. */
+static inline bool fxb_is_draining(const fx_broker *b)
+{
+    return atomic_load_explicit(&((fx_broker *)b)->draining, memory_order_acquire);
+}
 
-/* ---- bidi.c: client bidi streams, input and credit (conn loop) -------------- */
-/* A new bidi stream |sid| of |c|, listed on |c| (one reference: the QUIC
- * stream's). Returns NULL on -ENOMEM. */
-fxb_bidi *fxb_bidi_new(fxb_conn *c, int64_t sid);
-void fxb_bidi_unref(fxb_bidi *s);
-/* Input from QUIC (|fin|: the client finished sending). */
-void fxb_bidi_on_data(fxb_bidi *s, const uint8_t *data, size_t len, bool fin);
-/* Continues reading input after an ingress park ended. */
-void fxb_bidi_continue(fxb_bidi *s);
-/* Resets the stream for malformed input (counted). */
-void fxb_bidi_fail(fxb_bidi *s, const char *why);
-/* The QUIC stream is gone (or its connection): discards what waits, drops
- * the replies and the stream's reference. */
-void fxb_bidi_close(fxb_bidi *s);
-/* Gives back what |s| holds of its connection's pre-auth allowances. */
-void fxb_bidi_preauth_release(fxb_bidi *s);
-/* Checks that |s|'s credentials permit |action| on the named stream (before
- * anything is created), then resolves the names (both cached per QUIC
- * stream). Returns 0, FX_EFORBIDDEN with |err| "forbidden" (counted and
- * logged, rate-limited), or a registry error with |err| filled. |*ph| is
- * borrowed from the stream's cache. */
-int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
-                     fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
-                     fx_registry_err *err);
-
-/* ---- reply.c: the reply queue of a bidi stream (conn loop) ------------------ */
-/* Sets up |s|'s reply queue (at creation). */
-void fxb_reply_bidi_init(fxb_bidi *s);
-/* Encodes |m| as a whole frame in a new buffer. Returns 0 or an error. */
-int fxb_msg_frame(const fx_msg *m, fx_buf **pframe);
-/* An ack slot queued on |s| in request order, completed later
- * (fxb_reply_complete). Returns NULL on -ENOMEM. */
-fxb_reply *fxb_reply_new(fxb_bidi *s, bool binary, uint64_t request_id);
-/* Fills |r| with its answer (|err| NULL = ok) and marks it done. Any thread;
- * the owner's loop sends it at its next flush. */
-void fxb_reply_complete(fxb_reply *r, const char *err);
-/* Any thread. */
-void fxb_reply_unref(fxb_reply *r);
-/* Appends |r| to |s|'s replies, which are written in request order. */
-void fxb_reply_push(fxb_bidi *s, fxb_reply *r);
-/* Queues a finished reply frame (takes ownership of |frame|) in order. */
-void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame);
-/* Queues a JSON message reply in order. Returns 0 or -ENOMEM. */
-int fxb_bidi_reply_msg(fxb_bidi *s, const fx_msg *m);
-/* Replies error{|text|} and, when |end|, ends the stream after it. */
-void fxb_bidi_error(fxb_bidi *s, const char *text, bool end);
-/* Ends the stream after the queued replies (FIN), ignoring further input. */
-void fxb_bidi_end(fxb_bidi *s);
-/* Sends the done replies at the head of the FIFO. */
-void fxb_bidi_flush(fxb_bidi *s);
-/* Drops |s|'s queued replies (the stream is gone). */
-void fxb_reply_drop_all(fxb_bidi *s);
-/* The commit timer's callback (|user| is the stream): flushes. Named so
- * fx_broker_test_fail_timer_arms can aim at it. Conn loop. */
-void fxb_reply_commit_timer_cb(fx_loop *l, fx_timer *t, void *user);
-/* ingress.c: the Wait policy's deadline timer callback (|user| is the stream
- * holding the parked job). Conn loop. */
-void parked_expired(fx_loop *l, fx_timer *t, void *user);
-
-/* ---- publish.c: publish requests (conn loop) -------------------------------- */
-/* Handles one complete publish frame on |s| (binary 0x0001 / 0x0009 or a
- * decoded JSON publish / publish_batch in |m|). Returns 0 to continue, 1 when
- * the stream is parked at ingress (stop reading), or -1 when |s| was failed. */
-int fxb_publish_binary(fxb_bidi *s, const fx_frame *f);
-int fxb_publish_json(fxb_bidi *s, const fx_msg *m);
-
-/* ---- ingress.c: checkpoints 3 and 4 (conn loop) ----------------------------- */
-/* Sets up |s|'s reservation and admission tasks and timers (at creation). */
-void fxb_ingress_bidi_init(fxb_bidi *s);
-/* Reserves |n| bytes for the frame whose header (|flags|) was just read on
- * |s|; |whole|: the body is already in the input being fed, so no frame read
- * timeout runs. Returns 0 (held: read on), 1 (waiting: stop reading) or -1
- * (|s| failed). */
-int fxb_ingress_reserve(fxb_bidi *s, uint16_t flags, size_t n, bool whole);
-/* Gives back the reservation of the frame just handled, if no job took it. */
-void fxb_ingress_resv_release(fxb_bidi *s);
-/* Gives back the reservation, or cancels its wait, as the stream goes away. */
-void fxb_ingress_resv_cancel(fxb_bidi *s);
-/* Moves the reservation of the frame just read on |s| into |r| (the job's
- * admission). */
-void fxb_bidi_adopt_reservation(fxb_bidi *s, fx_ingress_req *r);
-/* Queues a publish of |count| payloads in |backing| (taken) to |h| as a job
- * through admission. Returns 0 when settled, 1 when parked (|s| stops
- * reading), -1 when |s| was failed. */
-int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
-                       const fx_wire_slice *payloads, uint32_t count, bool acked, bool binary,
-                       uint64_t request_id);
-/* Merges the binary publish frame |f| just read on |s| (decoded in |pb|, at
- * least one payload, stream |h| resolved) into the job of the read's frames;
- * a frame that cannot join (another stream or ack kind, a full merge) first
- * sends the merged ones to admission. |pb|'s slices must point into |f|'s
- * body, which must stay valid until fxb_ingress_flush(). Returns 0 (merged),
- * 1 (the merge before it parked: this frame waits as |s->deferred|, stop
- * reading) or -1 (|s| failed). */
-int fxb_ingress_add(fxb_bidi *s, fx_stream_handle *h, const fx_frame *f,
-                    const fx_wire_publish_batch *pb, bool acked, uint64_t request_id);
-/* Sends the merged frames of |s| as one job to admission (nothing merged:
- * nothing to do). Returns 0 when settled, 1 when parked, -1 when |s| failed. */
-int fxb_ingress_flush(fxb_bidi *s);
-/* The parked job settled: admits the deferred one. Returns 0 or 1 (parked). */
-int fxb_ingress_run_deferred(fxb_bidi *s);
-/* Ends a parked admission because |s| is going away. */
-void fxb_ingress_cancel_parked(fxb_bidi *s);
-/* |s| is going away: drops what is merged and the deferred job (whole
- * requests never admitted: counted as cancelled). */
-void fxb_ingress_discard(fxb_bidi *s);
-/* Frees |s|'s merge scratch (last reference). */
-void fxb_ingress_bidi_deinit(fxb_bidi *s);
-/* Any thread. */
-void fxb_job_free(fxb_job *j);
-
-/* ---- worker.c: the worker loop ---------------------------------------------- */
-/* The worker that owns |h|. Any thread. */
-fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h);
-/* Rings |w|'s doorbell (jobs were queued). Any thread. */
-void fxb_worker_kick(fxb_worker *w);
-/* The fx_stream of |h| on worker |w|, created on first use. Worker thread.
- * Returns NULL on -ENOMEM. */
-fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h);
-/* The worker's state for |h| if it has any; never creates it. Worker thread. */
-fx_stream *fxb_worker_stream_if_any(fxb_worker *w, const fx_stream_handle *h);
-/* Slots of the worker's stream table: at most eight times the streams it
- * holds, or 16. Worker thread. */
-size_t fxb_worker_stream_capacity(const fxb_worker *w);
-/* Creates worker |i| of |b| (its loop, not started, and its job queue).
- * Returns 0 or -errno. Main thread. */
-int fxb_worker_init(fx_broker *b, fxb_worker *w, uint32_t i);
-/* Frees what fxb_worker_init made and the worker's streams (loop stopped). */
-void fxb_worker_deinit(fxb_worker *w);
-/* Task callbacks: drain the job queue; continue a parked fanout. */
-void fxb_worker_drain(fx_loop *l, fx_task *t, void *user);
-void fxb_worker_resume(fx_loop *l, fx_task *t, void *user);
-/* Task callbacks of a subscription (fxb_sub.reg_task / unreg_task): register
- * it with its stream (then answer on the connection's loop) or remove it. */
-void fxb_worker_sub_register(fx_loop *l, fx_task *t, void *user);
-void fxb_worker_sub_unregister(fx_loop *l, fx_task *t, void *user);
-/* The stream of |h| was deleted: its subscriptions on |w| finish their event
- * streams after what is queued (FIN), and the worker's fx_stream is freed
- * once nobody uses it. Worker thread. */
-void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h);
-/* Task callback of a posted fxb_end (fx_broker_delete_stream). */
-void fxb_worker_end_task(fx_loop *l, fx_task *t, void *user);
-/* Ends the deleted streams whose older jobs have all completed. Worker
- * thread; called after each completed job while |w->ends| is set. */
-void fxb_worker_run_due_ends(fxb_worker *w);
-/* Drops the ends still waiting (teardown). */
-void fxb_worker_free_ends(fxb_worker *w);
-
-/* ---- feeder.c: subscription feeders (worker loop) --------------------------- */
-/* on_wake of the subscription's subscriber queue (fx_subscribe_opts). */
-void fxb_feeder_wake(fx_subscriber *s, void *user);
-/* Task (fxb_sub.feed_task) and timer (fxb_sub.delay_timer) callbacks. */
-void fxb_feeder_run(fx_loop *l, fx_task *t, void *user);
-void fxb_feeder_delay(fx_loop *l, fx_timer *t, void *user);
-
-/* ---- lane.c: writer lanes (checkpoint 6) ------------------------------------ */
-/* Creates |c|'s writer lanes from the options (before any subscription).
- * Returns 0 or -errno (-ENOMEM). Conn loop. */
-int fxb_conn_lanes_init(fxb_conn *c);
-/* Frees them (last reference of |c|: no subscription is left). */
-void fxb_conn_lanes_deinit(fxb_conn *c);
-/* The lane of a new subscription |sub| of |c|, by subscriber_lane_shard.
- * Conn loop. */
-fxb_lane *fxb_lane_choose(fxb_conn *c, const fxb_sub *sub);
-/* What a push did with the frame list. */
-typedef enum fxb_lane_result {
-    FXB_LANE_QUEUED = 0, /* on the subscription's queue under a lane slot (drop_old may have
-                            shed an older list of the same subscription for it) */
-    FXB_LANE_SHED,       /* dropped by the lane policy (drop_new, or drop_old with nothing of
-                            its own queued) or for lack of memory: counted and freed */
-    FXB_LANE_PARKED,     /* block lane full: the feeder is parked with the list held in
-                            |sub->held|; the lane resumes it when a slot is released */
-    FXB_LANE_CLOSED,     /* the subscription closed: the list is freed */
-} fxb_lane_result;
-/* Queues |l| (taken) on |sub|'s own queue under a slot of its lane, applying
- * the lane policy (subscriber_lane_queue_policy) when the lane is full. A
- * |history| list (one holding the subscription's catch-up backlog: the ring
- * snapshot or pages replayed from disk) is never shed: a full lane parks it
- * as under block. The feeder goes on after QUEUED or SHED and stops after
- * PARKED or CLOSED. Worker. */
-fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history);
-/* Gives back one slot of |ln| (a list was sent, or discarded with its closed
- * subscription); resumes parked feeders. Any thread. */
-void fxb_lane_release(fxb_lane *ln);
-/* Takes a closed |sub| off its lane's parked list. Any thread. */
-void fxb_lane_unpark(fxb_sub *sub);
-/* on_drop of a subscription's own lane queue (user: the fxb_sub). */
-void fxb_lane_on_leftover(void *item, void *user);
-
-/* ---- writer.c: the connection writer (conn loop) ---------------------------- */
-/* Schedules the writer of |c|. Any thread. */
-void fxb_conn_kick_writer(fxb_conn *c);
-/* Timer callback (fxb_conn.flush_timer): a held flush is due; runs the
- * writer. Connection loop. */
-void fxb_writer_flush_due(fx_loop *l, fx_timer *t, void *user);
-/* Task callback (fxb_conn.writer_task). */
-void fxb_writer_run(fx_loop *l, fx_task *t, void *user);
-
-/* ---- subscribe.c: subscribe requests (conn loop) ---------------------------- */
-/* Handles a decoded subscribe message on |s| (authenticated, tenant checked). */
-void fxb_subscribe(fxb_bidi *s, const fx_msg *m);
-/* Removes |sub| (uni stream gone, write error, connection closed). Conn loop. */
-void fxb_sub_close(fxb_sub *sub, bool reset_stream);
-/* References (any thread). */
-void fxb_sub_ref(fxb_sub *sub);
-void fxb_sub_unref(fxb_sub *sub);
-/* Posts |t| (embedded in |sub|) to |l|, holding a reference until it ran.
- * Any thread. */
-void fxb_sub_post(fxb_sub *sub, fx_loop *l, fx_task *t);
-/* Frees a frame list and its frame references; NULL does nothing. */
-void fxb_frame_list_free(fx_frame_list *l);
-
-/* ---- control.c -------------------------------------------------------------- */
-/* True once the drain started. Any thread. */
-bool fxb_is_draining(const fx_broker *b);
 /* The index in b->eps of the endpoint running on |loop| (a connection's loop
  * is its endpoint's). Any thread. */
 static inline uint32_t fxb_ep_index(const fx_broker *b, const fx_loop *loop)

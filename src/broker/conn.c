@@ -2,8 +2,11 @@
  * to close (its bidi streams and subscriptions go with it), the endpoint's
  * connection list, the max_connections limit, the limits that hold before
  * authentication (auth deadline, connections per source address,
- * unauthenticated streams, failed auths) and the lifetime of the credentials
- * its streams hold. Runs on the loop of the connection's endpoint. */
+ * unauthenticated streams). Its references and lanes are in conn_life.c,
+ * failed auths and the lifetime of its credentials in conn_auth.c. Runs on
+ * the loop of the connection's endpoint. */
+#include "broker/conn.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,28 +14,18 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/bidi.h"
+#include "broker/conn_auth.h"
+#include "broker/conn_life.h"
+#include "broker/reply.h"
+#include "broker/sub.h"
+#include "broker/writer.h"
 #include "felix/error.h"
 
-/* ---- references -------------------------------------------------------------------------- */
+/* ---- the endpoint's connection list ------------------------------------------------------ *
+ * Kept on the endpoint's loop, the connection's own. */
 
-void fxb_conn_ref(fxb_conn *c)
-{
-    atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
-}
-
-void fxb_conn_unref(fxb_conn *c)
-{
-    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    fxb_conn_lanes_deinit(c);
-    fx_budget_deinit(&c->budget);
-    free(c);
-}
-
-/* ---- the endpoint's connection list ------------------------------------------------------ */
-
-void fxb_conn_list_add(fx_broker *b, fxb_conn *c)
+static void list_add(fx_broker *b, fxb_conn *c)
 {
     fxb_ep *e = &b->eps[c->epi];
     c->cprev = NULL;
@@ -43,7 +36,7 @@ void fxb_conn_list_add(fx_broker *b, fxb_conn *c)
     e->conns_listed++;
 }
 
-void fxb_conn_list_remove(fx_broker *b, fxb_conn *c)
+static void list_remove(fx_broker *b, fxb_conn *c)
 {
     fxb_ep *e = &b->eps[c->epi];
     if (c->cprev != NULL)
@@ -80,8 +73,6 @@ static fx_ratelimit conn_refused_rl = FX_RATELIMIT_INIT;
 static fx_ratelimit per_ip_rl = FX_RATELIMIT_INIT;
 static fx_ratelimit auth_timeout_rl = FX_RATELIMIT_INIT;
 static fx_ratelimit unauth_streams_rl = FX_RATELIMIT_INIT;
-static fx_ratelimit auth_failures_rl = FX_RATELIMIT_INIT;
-static fx_ratelimit lapsed_rl = FX_RATELIMIT_INIT;
 
 /* ---- before authentication ----------------------------------------------------------------- */
 
@@ -122,153 +113,6 @@ static bool peer_take(fxb_conn *c)
     return false;
 }
 
-void fxb_conn_on_authed(fxb_conn *c, fxb_bidi *s)
-{
-    if (!c->authed) {
-        c->authed = true;
-        fx_loop_timer_cancel(c->loop, &c->auth_timer);
-    }
-    fxb_bidi_preauth_release(s);
-    fxb_conn_watch_expiry(c, s->auth_exp_s);
-}
-
-void fxb_conn_on_auth_failed(fxb_conn *c)
-{
-    if (++c->auth_failures < c->b->o.auth_failures_per_conn || c->dead || c->qc == NULL)
-        return;
-    char addr[64];
-    fxb_peer_key_str(&c->peer, addr, sizeof(addr));
-    FX_COUNTER_INC(preauth_conn_auth_failures);
-    FX_LOG_RATELIMITED(&auth_failures_rl, fx_loop_now(c->loop), FX_LOG_WARN, "broker",
-                       "conn %llu from %s closed after %u failed auths (auth_failures_per_conn)",
-                       (unsigned long long)c->id, addr, (unsigned)c->auth_failures);
-    c->dead = true;
-    fx_quic_conn_close(c->qc, FXB_CODE_AUTH_FAILED, "too many failed auths");
-}
-
-/* ---- credential lifetime ------------------------------------------------------------------- */
-
-static int64_t unix_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* token times are Unix seconds */
-    return (int64_t)ts.tv_sec;
-}
-
-/* Arms |c|'s expiry timer for the Unix second |exp_s| (the credentials hold
- * through that second). */
-static void arm_expiry(fxb_conn *c, int64_t exp_s)
-{
-    c->exp_next_s = exp_s;
-    if (exp_s == INT64_MAX) {
-        fx_loop_timer_cancel(c->loop, &c->exp_timer);
-        return;
-    }
-    int64_t left = exp_s + 1 - unix_now();
-    uint64_t now = fx_loop_now(c->loop);
-    uint64_t at = left <= 0 ? now : now + (uint64_t)left * FX_NS_PER_S;
-    if (fx_loop_timer_arm(c->loop, &c->exp_timer, at) != 0) {
-        /* Without a timer the lifetime cannot be enforced: close instead. */
-        FX_LOG_ERROR("broker", "conn %llu closed: no memory for its token expiry timer",
-                     (unsigned long long)c->id);
-        c->dead = true;
-        fx_quic_conn_close(c->qc, FXB_CODE_AUTH_EXPIRED, "out of memory");
-    }
-}
-
-void fxb_conn_watch_expiry(fxb_conn *c, int64_t exp_s)
-{
-    if (exp_s < c->exp_next_s && c->qc != NULL)
-        arm_expiry(c, exp_s);
-}
-
-static const char EXPIRED[] = "token expired";
-
-/* Why credentials |ctx| expiring at |exp_s| no longer hold, or NULL. */
-static const char *lapsed(const fx_broker_auth *a, const void *ctx, int64_t exp_s, int64_t now_s,
-                          bool keys)
-{
-    if (ctx == NULL)
-        return NULL;
-    if (now_s > exp_s)
-        return EXPIRED;
-    if (keys && a->key_valid != NULL && !a->key_valid(a->user, ctx))
-        return "token key removed";
-    return NULL;
-}
-
-static void log_lapsed(fxb_conn *c, const char *what, long long id, const char *why)
-{
-    if (why == EXPIRED)
-        FX_COUNTER_INC(broker_auth_expired);
-    else
-        FX_COUNTER_INC(broker_auth_key_removed);
-    FX_LOG_RATELIMITED(&lapsed_rl, fx_loop_now(c->loop), FX_LOG_INFO, "broker",
-                       "conn %llu %s %lld ended: %s", (unsigned long long)c->id, what, id, why);
-}
-
-/* Ends what on |c| holds lapsed credentials (expired or, with |keys|, signed
- * by a removed key), then re-arms the timer at the next expiry. */
-static void sweep(fxb_conn *c, bool keys)
-{
-    const fx_broker_auth *a = &c->b->o.auth;
-    int64_t now_s = unix_now(), next = INT64_MAX;
-    for (fxb_bidi *s = c->bidis; s != NULL; s = s->next) {
-        if (!s->authed || s->ended)
-            continue;
-        const char *why = lapsed(a, s->auth_ctx, s->auth_exp_s, now_s, keys);
-        if (why != NULL) {
-            log_lapsed(c, "stream", (long long)s->sid, why);
-            fxb_bidi_error(s, why, true);
-        } else if (s->auth_ctx != NULL && s->auth_exp_s < next) {
-            next = s->auth_exp_s;
-        }
-    }
-    for (fxb_sub *sub = c->subs, *n; sub != NULL; sub = n) {
-        n = sub->next;
-        const char *why = lapsed(a, sub->auth_ctx, sub->auth_exp_s, now_s, keys);
-        if (why != NULL) {
-            log_lapsed(c, "subscription", (long long)sub->id, why);
-            /* Reset with our own code: the client tells it from an unsubscribe. */
-            bool open = sub->uni_open;
-            int64_t sid = sub->uni_sid;
-            fxb_sub_close(sub, false); /* may free |sub| */
-            if (open)
-                fx_quic_stream_reset(c->qc, sid, FXB_CODE_AUTH_EXPIRED);
-        } else if (sub->auth_ctx != NULL && sub->auth_exp_s < next) {
-            next = sub->auth_exp_s;
-        }
-    }
-    arm_expiry(c, next);
-}
-
-static void on_expiry(fx_loop *l, fx_timer *t, void *user)
-{
-    (void)l;
-    (void)t;
-    fxb_conn *c = user;
-    if (!c->dead && c->qc != NULL)
-        sweep(c, false);
-}
-
-void fxb_conn_auth_recheck(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    fxb_ep *e = user;
-    for (fxb_conn *c = e->conns; c != NULL; c = c->cnext)
-        if (!c->dead && c->qc != NULL)
-            sweep(c, true);
-}
-
-void fx_broker_auth_reloaded(fx_broker *b)
-{
-    if (b->o.auth.key_valid == NULL || !b->started || b->stopped)
-        return;
-    for (uint32_t i = 0; i < b->neps; i++)
-        fx_loop_post(b->eps[i].loop, &b->eps[i].auth_task); /* coalesced if pending */
-}
-
 static void on_conn_new(fx_quic_conn *qc, void *user)
 {
     fx_broker *b = user;
@@ -299,12 +143,12 @@ static void on_conn_new(fx_quic_conn *qc, void *user)
     c->id = atomic_fetch_add(&b->next_conn_id, 1);
     fxb_peer_key_of(fx_quic_conn_remote(qc, NULL), &c->peer);
     fx_timer_init(&c->auth_timer, on_auth_timeout, c);
-    fx_timer_init(&c->exp_timer, on_expiry, c);
+    fx_timer_init(&c->exp_timer, fxb_conn_on_expiry, c);
     c->exp_next_s = INT64_MAX;
     fx_task_init(&c->writer_task, fxb_writer_run, c);
     fx_timer_init(&c->flush_timer, fxb_writer_flush_due, c);
     fx_quic_conn_set_user(qc, c);
-    fxb_conn_list_add(b, c);
+    list_add(b, c);
     if (fxb_is_draining(b)) { /* the drain takes no new connections */
         c->dead = true;
         fx_quic_conn_close(qc, 0, FXB_SHUTDOWN_TEXT);
@@ -417,7 +261,7 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
     fx_quic_conn_set_user(qc, NULL);
     c->dead = true;
     fx_loop_timer_cancel(c->loop, &c->flush_timer);
-    fxb_conn_list_remove(c->b, c);
+    list_remove(c->b, c);
     while (c->subs != NULL)
         fxb_sub_close(c->subs, false);
     while (c->bidis != NULL)

@@ -16,17 +16,11 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/placement.h"
-#include "broker/broker_internal.h"
+#include "broker/bidi_life.h"
 #include "broker/durable.h"
 #include "broker/durable_admin.h"
+#include "broker/worker.h"
 #include "felix/error.h"
-
-/* ---- drain flag and the connection list ------------------------------------- */
-
-bool fxb_is_draining(const fx_broker *b)
-{
-    return atomic_load_explicit(&((fx_broker *)b)->draining, memory_order_acquire);
-}
 
 /* ---- asking every loop ---------------------------------------------------------- */
 

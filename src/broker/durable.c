@@ -27,7 +27,9 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/durable_int.h"
+#include "broker/job.h"
 #include "broker/replay.h"
+#include "broker/worker.h"
 #include "felix/error.h"
 
 /* Claims directory |name| (under |cat_mu|). Returns 0 or -EBUSY. */

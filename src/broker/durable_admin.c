@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "broker/durable_int.h"
+#include "broker/worker.h"
 #include "felix/error.h"
 
 /* One change, asked of the storage thread with fx_loop_ask (which keeps its

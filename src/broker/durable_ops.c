@@ -16,6 +16,7 @@
 #include "base/placement.h"
 #include "broker/durable_admin.h"
 #include "broker/durable_int.h"
+#include "broker/worker.h"
 #include "felix/error.h"
 
 /* ---- lifecycle ------------------------------------------------------------------------- */

@@ -122,18 +122,6 @@ int fx_fanout_run(fx_stream *s, uint64_t now, fx_fanout_result *res)
     return 0;
 }
 
-int fx_stream_resume(fx_stream *s, uint64_t now, fx_fanout_result *res)
-{
-    *res = (fx_fanout_result){.base_offset = s->tail};
-    if (s->pending == NULL)
-        return 0;
-    /* A resume before the queue woke us would park the waiter twice. */
-    if (s->parked_on != NULL && !atomic_load_explicit(&s->woken, memory_order_acquire))
-        return -EAGAIN;
-    s->parked_on = NULL;
-    return fx_fanout_run(s, now, res);
-}
-
 bool fx_stream_is_parked(const fx_stream *s)
 {
     return s->pending != NULL;

@@ -2,6 +2,8 @@
  * dequeues its backlog then its subscriber queue, coalesces envelopes into
  * frame lists of cached shared frames (encoding per-subscriber frames only
  * where it must) and pushes them to its writer lane. Its stream's worker loop. */
+#include "broker/feeder.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +11,10 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/conn_life.h"
+#include "broker/lane.h"
 #include "broker/replay.h"
+#include "broker/sub.h"
 #include "felix/error.h"
 
 void fxb_feeder_wake(fx_subscriber *s, void *user)

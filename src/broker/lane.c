@@ -2,14 +2,17 @@
  * subscriptions; a lane bounds the frame lists its subscriptions have queued
  * or in writing, and a full lane applies the lane policy to a push. Pushes
  * run on the feeders' worker loops, releases on the connection's loop; lanes
- * are created and freed with the connection. */
+ * are created and freed with the connection (conn_life.c). */
+#include "broker/lane.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/conn_life.h"
+#include "broker/sub.h"
 #include "felix/error.h"
 
 /* ---- lanes of a connection --------------------------------------------------------------- */
@@ -23,51 +26,6 @@ uint64_t fx_broker_lane_hash(uint64_t key)
     key *= 0x94d049bb133111ebull;
     key ^= key >> 31;
     return key;
-}
-
-static uint32_t lane_count_of(const fx_broker_opts *o)
-{
-    if (o->subscriber_single_writer_per_conn)
-        return 1;
-    uint32_t n = o->subscriber_writer_lanes;
-    if (o->max_subscriber_writer_lanes != 0 && n > o->max_subscriber_writer_lanes)
-        n = o->max_subscriber_writer_lanes;
-    return n == 0 ? 1 : n;
-}
-
-int fxb_conn_lanes_init(fxb_conn *c)
-{
-    uint32_t n = lane_count_of(&c->b->o);
-    c->lanes = calloc(n, sizeof(*c->lanes));
-    if (c->lanes == NULL)
-        return -ENOMEM;
-    for (uint32_t i = 0; i < n; i++) {
-        fxb_lane *ln = &c->lanes[i];
-        int rv = pthread_mutex_init(&ln->mu, NULL);
-        if (rv != 0) {
-            c->nlanes = i;
-            fxb_conn_lanes_deinit(c);
-            return -rv;
-        }
-        ln->index = i;
-        ln->capacity = c->b->o.subscriber_lane_queue_depth;
-        atomic_init(&ln->count, 0);
-        atomic_init(&ln->nwaiters, 0);
-    }
-    c->nlanes = n;
-    return 0;
-}
-
-void fxb_conn_lanes_deinit(fxb_conn *c)
-{
-    for (uint32_t i = 0; i < c->nlanes; i++) {
-        /* Every subscription released its slots and left the parked list. */
-        assert(atomic_load(&c->lanes[i].count) == 0 && c->lanes[i].whead == NULL);
-        pthread_mutex_destroy(&c->lanes[i].mu);
-    }
-    free(c->lanes);
-    c->lanes = NULL;
-    c->nlanes = 0;
 }
 
 /* The lane of a new subscription |sub| of |c| (conn loop). */

@@ -3,6 +3,8 @@
  * refcounted buffer (copied at most once), its stream resolved, and handed
  * to ingress (binary frames of one read for one stream merge into one job);
  * refusals are answered here. Connection loop. */
+#include "broker/publish.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +12,10 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/admission.h"
+#include "broker/bidi_life.h"
+#include "broker/reply.h"
+#include "broker/resolve.h"
 #include "felix/error.h"
 #include "wire/binary.h"
 
@@ -62,7 +67,7 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
     if (refuse_draining(s, acked, true, rid))
         return 0;
     /* Decoded in place: the payloads are copied (or the decoder's buffer
-     * taken) only when the frame's job is made (ingress.c). */
+     * taken) only when the frame's job is made (admission.c). */
     fx_wire_publish_batch pb;
     bool same = false;
     if (fx_wire_publish_batch_decode_cached(f->hdr.flags, f->body, f->len, &pb, &s->names, &same,

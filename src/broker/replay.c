@@ -20,6 +20,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "broker/sub.h"
 #include "felix/error.h"
 #include "storage/dlog.h"
 #include "storage/format.h"

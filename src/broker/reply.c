@@ -3,6 +3,8 @@
  * worker), and a stream with too many unwritten replies stops reading.
  * Connection loop, except fxb_reply_complete (any thread: a worker completes
  * commit acks) and fxb_reply_unref (any thread). */
+#include "broker/reply.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +12,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/bidi_life.h"
 #include "felix/error.h"
 #include "wire/binary.h"
 
@@ -38,6 +40,8 @@ void fxb_reply_unref(fxb_reply *r)
     free(r);
 }
 
+static void reply_push(fxb_bidi *s, fxb_reply *r);
+
 /* A worker completed a commit ack: send what is now ready (conn loop). */
 static void reply_done_cb(fx_loop *l, fx_task *t, void *user)
 {
@@ -61,7 +65,7 @@ fxb_reply *fxb_reply_new(fxb_bidi *s, bool binary, uint64_t request_id)
     r->request_id = request_id;
     r->loop = s->conn->loop;
     fx_task_init(&r->task, reply_done_cb, r);
-    fxb_reply_push(s, r);
+    reply_push(s, r);
     return r;
 }
 
@@ -108,7 +112,8 @@ void fxb_reply_complete(fxb_reply *r, const char *err)
 
 static fx_ratelimit conn_replies_rl = FX_RATELIMIT_INIT;
 
-void fxb_reply_push(fxb_bidi *s, fxb_reply *r)
+/* Appends |r| to |s|'s replies, which are written in request order. */
+static void reply_push(fxb_bidi *s, fxb_reply *r)
 {
     fxb_conn *c = s->conn;
     r->owner = s;
@@ -129,19 +134,6 @@ void fxb_reply_push(fxb_bidi *s, fxb_reply *r)
                            "reading until it reads them",
                            (unsigned long long)c->id, c->nreplies);
     }
-}
-
-/* Reading resumes once the reply queue has drained to the low mark (posted,
- * so a flush inside the input path never re-enters it). */
-static void replies_resume(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    fxb_bidi *s = user;
-    bool closed = s->closed;
-    if (!closed)
-        fxb_bidi_continue(s);
-    fxb_bidi_unref(s); /* the post's reference */
 }
 
 static void post_resume(fxb_bidi *s)
@@ -186,7 +178,8 @@ void fxb_reply_drop_all(fxb_bidi *s)
     conn_replies_drained(s->conn);
 }
 
-void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame)
+/* Queues a finished reply frame (takes ownership of |frame|) in order. */
+static void reply_frame(fxb_bidi *s, fx_buf *frame)
 {
     fxb_reply *r = calloc(1, sizeof(*r));
     if (r == NULL) {
@@ -197,7 +190,7 @@ void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame)
     atomic_init(&r->refs, 1);
     r->frame = frame;
     atomic_init(&r->done, true);
-    fxb_reply_push(s, r);
+    reply_push(s, r);
     fxb_bidi_flush(s);
 }
 
@@ -210,7 +203,7 @@ int fxb_bidi_reply_msg(fxb_bidi *s, const fx_msg *m)
         fxb_bidi_fail(s, "reply encoding failed");
         return rv;
     }
-    fxb_bidi_reply_frame(s, f);
+    reply_frame(s, f);
     return 0;
 }
 
@@ -329,6 +322,5 @@ void fxb_bidi_flush(fxb_bidi *s)
 
 void fxb_reply_bidi_init(fxb_bidi *s)
 {
-    fx_task_init(&s->replies_task, replies_resume, s);
     fx_timer_init(&s->commit_timer, fxb_reply_commit_timer_cb, s);
 }

@@ -1,8 +1,9 @@
 /* Stream state on its worker loop: the replay ring, start positions and the
  * backlog snapshot, and the append that hands each batch to the fanout
- * (fanout.c). The ring holds envelope references (one per appended batch, the
- * same envelope the subscribers get), trimmed message by message: the oldest
- * entry may be partly trimmed (its |skip|). Loop thread only. */
+ * (fanout.c), or resumes a parked fanout (fx_stream_resume). The ring holds
+ * envelope references (one per appended batch, the same envelope the
+ * subscribers get), trimmed message by message: the oldest entry may be
+ * partly trimmed (its |skip|). Loop thread only. */
 #include "broker/stream.h"
 
 #include <errno.h>
@@ -226,6 +227,18 @@ int fx_stream_publish(fx_stream *s, fx_buf *backing, const fx_wire_slice *payloa
     s->tail += count;
     ring_trim(s);
     s->pending = fx_envelope_ref(e);
+    return fx_fanout_run(s, now, res);
+}
+
+int fx_stream_resume(fx_stream *s, uint64_t now, fx_fanout_result *res)
+{
+    *res = (fx_fanout_result){.base_offset = s->tail};
+    if (s->pending == NULL)
+        return 0;
+    /* A resume before the queue woke us would park the waiter twice. */
+    if (s->parked_on != NULL && !atomic_load_explicit(&s->woken, memory_order_acquire))
+        return -EAGAIN;
+    s->parked_on = NULL;
     return fx_fanout_run(s, now, res);
 }
 

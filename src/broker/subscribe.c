@@ -1,8 +1,10 @@
 /* Subscribe requests: the subscribe exchange (connection loop -> the stream's
  * worker registers and snapshots the backlog -> connection loop opens the
- * event stream, writes event_stream_hello and answers subscribed), the
- * subscription's references and its close. Subscribe and unsubscribe travel
- * as tasks, never through a lane. Connection loop (references: any thread). */
+ * event stream, writes event_stream_hello and answers subscribed). The
+ * subscription's references and its close are its life (sub.c). Subscribe
+ * and unsubscribe travel as tasks, never through a lane. Connection loop. */
+#include "broker/subscribe.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,49 +12,15 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/bidi_life.h"
+#include "broker/conn_life.h"
+#include "broker/feeder.h"
+#include "broker/lane.h"
+#include "broker/reply.h"
+#include "broker/resolve.h"
+#include "broker/sub.h"
+#include "broker/worker.h"
 #include "felix/error.h"
-
-/* ---- references and tasks ---------------------------------------------------------------- */
-
-void fxb_frame_list_free(fx_frame_list *l)
-{
-    if (l == NULL)
-        return;
-    fx_frame_list_clear(l);
-    free(l);
-}
-
-void fxb_sub_ref(fxb_sub *sub)
-{
-    atomic_fetch_add_explicit(&sub->refs, 1, memory_order_relaxed);
-}
-
-void fxb_sub_unref(fxb_sub *sub)
-{
-    if (atomic_fetch_sub_explicit(&sub->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    fxb_frame_list_free(sub->held);
-    if (sub->cur != NULL && sub->cur_charged)
-        fxb_lane_release(sub->ln); /* closing did not run (never listed) */
-    fxb_frame_list_free(sub->cur);
-    fx_queue_deinit(&sub->lane); /* remaining lists: released, not drops (closed) */
-    fx_stream_handle_unref(sub->h);
-    free(sub->dur_why);
-    const fx_broker_auth *a = &sub->b->o.auth;
-    if (sub->auth_ctx != NULL && a->release != NULL)
-        a->release(a->user, sub->auth_ctx);
-    fxb_conn_unref(sub->conn);
-    free(sub);
-}
-
-/* Posts |t| (embedded in |sub|) to |l|, holding a reference until it ran. */
-void fxb_sub_post(fxb_sub *sub, fx_loop *l, fx_task *t)
-{
-    fxb_sub_ref(sub);
-    if (!fx_loop_post(l, t))
-        fxb_sub_unref(sub); /* already pending: that run holds a reference */
-}
 
 /* ---- subscribe exchange ------------------------------------------------------------------ */
 
@@ -242,45 +210,4 @@ void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
     s->refs++;
     sub->bidi = s;
     fxb_sub_post(sub, sub->w->loop, &sub->reg_task);
-}
-
-void fxb_sub_close(fxb_sub *sub, bool reset_stream)
-{
-    if (!sub->listed)
-        return;
-    fxb_conn *c = sub->conn;
-    for (fxb_sub **pp = &c->subs; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == sub) {
-            *pp = sub->next;
-            break;
-        }
-    }
-    sub->listed = false;
-    if (--c->nsubs == 0)
-        FX_GAUGE_SUB(sub_active_connections, 1);
-    FX_GAUGE_SUB(sub_subscriptions, 1);
-    atomic_store_explicit(&sub->closed, true, memory_order_release);
-    if (sub->uni_open && c->qc != NULL) {
-        fx_quic_stream_set_user(c->qc, sub->uni_sid, NULL);
-        if (reset_stream)
-            fx_quic_stream_reset(c->qc, sub->uni_sid, FXB_CODE_UNSUBSCRIBE);
-    }
-    sub->uni_open = false;
-    /* Its lists leave the lane now, so its neighbours get their room back:
-     * a feeder push that raced the close finds the queue closed and gives
-     * its slot back itself, or leaves it to fx_queue_deinit's release. */
-    fx_queue_close(&sub->lane);
-    fxb_lane_unpark(sub);
-    if (sub->cur != NULL && sub->cur_charged)
-        fxb_lane_release(sub->ln);
-    fxb_frame_list_free(sub->cur);
-    sub->cur = NULL;
-    sub->cur_charged = false;
-    void *item;
-    while (fx_queue_pop(&sub->lane, &item) == 0) {
-        fxb_lane_release(sub->ln);
-        fxb_frame_list_free(item);
-    }
-    fxb_sub_post(sub, sub->w->loop, &sub->unreg_task);
-    fxb_sub_unref(sub); /* the connection's */
 }

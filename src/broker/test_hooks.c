@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
 #include "broker/durable_int.h"
+#include "broker/parked.h"
+#include "broker/reply.h"
 #include "broker/test_hooks.h"
+#include "broker/worker.h"
 #include "felix/error.h"
 
 /* ---- running a function on a loop and waiting ---------------------------- */
@@ -49,7 +51,7 @@ int fx_broker_test_fail_timer_arms(fx_broker_test_timer which, unsigned n)
 {
     static const fx_timer_cb cbs[] = {
         [FX_BROKER_TEST_TIMER_COMMIT] = fxb_reply_commit_timer_cb,
-        [FX_BROKER_TEST_TIMER_INGRESS_WAIT] = parked_expired,
+        [FX_BROKER_TEST_TIMER_INGRESS_WAIT] = fxb_parked_expired,
         [FX_BROKER_TEST_TIMER_DURABLE] = fxb_dstream_on_timer,
     };
     if ((unsigned)which >= sizeof(cbs) / sizeof(cbs[0]))

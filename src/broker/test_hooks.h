@@ -63,7 +63,7 @@ bool fx_broker_test_deletion_held(unsigned timeout_ms);
 /* The broker timers whose arming fx_broker_test_fail_timer_arms can fail. */
 typedef enum fx_broker_test_timer {
     FX_BROKER_TEST_TIMER_COMMIT = 0,   /* a stream's commit-ack deadline (reply.c) */
-    FX_BROKER_TEST_TIMER_INGRESS_WAIT, /* a parked publish's Wait deadline (ingress.c) */
+    FX_BROKER_TEST_TIMER_INGRESS_WAIT, /* a parked publish's Wait deadline (fxb_parked_expired) */
     FX_BROKER_TEST_TIMER_DURABLE,      /* a durable log's flush/retention timer */
 } fx_broker_test_timer;
 

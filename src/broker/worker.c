@@ -2,6 +2,8 @@
  * drains its job queue, appends each batch to the stream's ring and hands it
  * to the fanout (parking under block), completes commit acks, registers the
  * subscriptions of its streams and ends deleted streams. Worker loop. */
+#include "broker/worker.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,17 +12,15 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/placement.h"
-#include "broker/broker_internal.h"
 #include "broker/durable.h"
+#include "broker/feeder.h"
+#include "broker/job.h"
 #include "broker/replay.h"
+#include "broker/reply.h"
+#include "broker/sub.h"
 #include "felix/error.h"
 
 /* ---- streams ----------------------------------------------------------------------------- */
-
-fxb_worker *fxb_worker_for(fx_broker *b, const fx_stream_handle *h)
-{
-    return &b->workers[fx_placement_worker_for(fx_stream_handle_id(h), b->nworkers)];
-}
 
 void fxb_worker_kick(fxb_worker *w)
 {
@@ -327,7 +327,7 @@ int fxb_worker_init(fx_broker *b, fxb_worker *w, uint32_t i)
     snprintf(name, sizeof(name), "fx-worker-%u", (unsigned)(i % 100000u));
     w->b = b;
     w->index = i;
-    fx_loop_opts lo = {.name = name, .cpu = b->o.pin_workers ? (int)i : -1};
+    fx_loop_opts lo = {.name = name, .cpu = fx_placement_worker_cpu(i, b->o.pin_workers)};
     int rv = fx_loop_new(&w->loop, &lo);
     if (rv != 0)
         return rv;

@@ -2,7 +2,10 @@
  * connection's subscriptions and writes them with continuous pipelining, each
  * subscription while its own unacked bytes are under its cap, so a
  * flow-blocked subscriber holds up its neighbours only by keeping their
- * shared lane full. Connection loop (fxb_conn_kick_writer: any thread). */
+ * shared lane full. Connection loop; it is woken by fxb_conn_kick_writer
+ * (conn_life.c, any thread). */
+#include "broker/writer.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,15 +13,10 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
-#include "broker/broker_internal.h"
+#include "broker/conn_life.h"
+#include "broker/lane.h"
+#include "broker/sub.h"
 #include "felix/error.h"
-
-void fxb_conn_kick_writer(fxb_conn *c)
-{
-    fxb_conn_ref(c);
-    if (!fx_loop_post(c->loop, &c->writer_task))
-        fxb_conn_unref(c);
-}
 
 /* Released by QUIC when the last frame of a list is acknowledged (or the
  * stream or connection is gone): the list's bytes leave the subscription's

@@ -18,6 +18,9 @@
 #include "base/loop.h"
 #include "base/metrics.h"
 #include "broker/broker_internal.h"
+#include "broker/conn_life.h"
+#include "broker/lane.h"
+#include "broker/sub.h"
 
 #define DELTA(a, b, field) ((int64_t)((b).c.field - (a).c.field))
 
@@ -129,7 +132,7 @@ static inline uint64_t fix_write_one(fxb_sub *sub)
     return first;
 }
 
-/* Closes |sub| as subscribe.c's fxb_sub_close does on the lane side and
+/* Closes |sub| as sub.c's fxb_sub_close does on the lane side and
  * frees it. */
 static inline void fix_sub_free(fxb_sub *sub)
 {

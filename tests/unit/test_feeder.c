@@ -8,7 +8,10 @@
 /* fx-test-libs: fx_broker fx_quic fx_wire fx_base */
 #include "sub_fixture.h"
 
+#include "broker/feeder.h"
+#include "broker/lane.h"
 #include "broker/stream.h"
+#include "broker/sub.h"
 #include "felix/error.h"
 
 static fx_broker_opts want;

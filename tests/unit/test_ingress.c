@@ -2,7 +2,7 @@
  * counters, Fail and its exact texts, Wait with one deadline over both
  * stages, Backpressure that never sheds, per-connection shares, a top-up wait
  * that holds nothing, and permits released when the worker finishes. Time is
- * a fake |now|. Then the connection side of ingress.c on its own
+ * a fake |now|. Then the reservation (resv.c) on its own
  * (sub_fixture.h, no QUIC): the reservation a frame header takes, its wait
  * for a full budget, its limit, its cancel and its hand-over to the job. */
 /* fx-test-libs: fx_broker fx_wire fx_base */
@@ -15,6 +15,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "broker/bidi.h"
+#include "broker/bidi_life.h"
+#include "broker/conn_life.h"
+#include "broker/reply.h"
+#include "broker/resv.h"
 #include "fx_test.h"
 #include "sub_fixture.h"
 
@@ -451,7 +456,7 @@ static void test_job_adopts_the_reservation(void **state)
     fx_loop_timer_cancel(f->loop, &s->frame_timer); /* the body arrived */
     fx_ingress_req r;
     fx_ingress_req_init(&r, NULL, 1000, FX_INGRESS_DROP, 0, NULL, NULL);
-    fxb_bidi_adopt_reservation(s, &r);
+    fxb_ingress_resv_adopt(s, &r);
     fx_metrics_snapshot b = snap();
     assert_null(s->resv.budget);
     assert_int_equal(r.held.n, 1000);

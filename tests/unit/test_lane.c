@@ -5,6 +5,8 @@
  * oldest, block parks the feeder until a slot is released), each with the
  * push result and exact counters. No broker, no QUIC: sub_fixture.h. */
 /* fx-test-libs: fx_broker fx_quic fx_wire fx_base */
+#include "broker/lane.h"
+#include "broker/sub.h"
 #include "sub_fixture.h"
 
 static uint32_t want_lanes;

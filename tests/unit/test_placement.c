@@ -77,6 +77,16 @@ static void test_auto_workers_leave_one_cpu(void **state)
     assert_int_equal(fx_placement_auto_workers(5000), 1024);
 }
 
+/* core_shards pins worker i to CPU i; without it no worker is pinned. */
+static void test_pinned_worker_i_runs_on_cpu_i(void **state)
+{
+    (void)state;
+    assert_int_equal(fx_placement_worker_cpu(0, true), 0);
+    assert_int_equal(fx_placement_worker_cpu(3, true), 3);
+    assert_int_equal(fx_placement_worker_cpu(0, false), -1);
+    assert_int_equal(fx_placement_worker_cpu(3, false), -1);
+}
+
 static void test_no_loops_is_an_error(void **state)
 {
     fx_loop_slot slot;
@@ -167,6 +177,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_worker_is_handle_id_mod_workers),
     cmocka_unit_test(test_placement_table_for_io_threads),
     cmocka_unit_test(test_auto_workers_leave_one_cpu),
+    cmocka_unit_test(test_pinned_worker_i_runs_on_cpu_i),
     cmocka_unit_test(test_no_loops_is_an_error),
     cmocka_unit_test(test_worker_slot_and_its_inverse),
     cmocka_unit_test(test_server_endpoints_leave_the_client_loop),

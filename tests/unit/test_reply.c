@@ -5,6 +5,7 @@
 /* fx-test-libs: fx_broker fx_quic fx_wire fx_base */
 #include "sub_fixture.h"
 
+#include "broker/reply.h"
 #include "wire/binary.h"
 #include "wire/frame.h"
 #include "wire/message.h"

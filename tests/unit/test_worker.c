@@ -11,7 +11,9 @@
 #include <stdio.h>
 
 #include "base/placement.h"
+#include "broker/conn_life.h"
 #include "broker/registry.h"
+#include "broker/worker.h"
 #include "felix/error.h"
 
 typedef struct wfix {

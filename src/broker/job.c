@@ -1,0 +1,24 @@
+/* A publish job's end: what it holds (its admission permit, payload,
+ * stream and connection references, commit acks) is given back. Any thread:
+ * the connection loop frees a job that was never admitted, its worker one
+ * that ran, the storage stage one it failed. */
+#include "broker/job.h"
+
+#include <stdlib.h>
+
+#include "broker/conn_life.h"
+#include "broker/reply.h"
+
+void fxb_job_free(fxb_job *j)
+{
+    if (j == NULL)
+        return;
+    fx_ingress_finish(&j->req);
+    fx_buf_unref(j->backing);
+    fx_stream_handle_unref(j->h);
+    for (uint32_t i = 0; j->commit && i < j->nacks; i++)
+        fxb_reply_unref(j->acks[i]);
+    fxb_conn_unref(j->conn);
+    free(j->swhy);
+    free(j);
+}

@@ -1,0 +1,15 @@
+/* Publish requests (publish.c): binary and JSON publish frames of a bidi
+ * stream, checked, resolved and handed to admission. Connection loop. Owns
+ * fxb_bidi's names and names_ok (the validated names section). */
+#ifndef FX_BROKER_PUBLISH_H
+#define FX_BROKER_PUBLISH_H
+
+#include "broker/broker_internal.h"
+
+/* Handles one complete publish frame on |s| (binary 0x0001 / 0x0009 or a
+ * decoded JSON publish / publish_batch in |m|). Returns 0 to continue, 1 when
+ * the stream is parked at ingress (stop reading), or -1 when |s| was failed. */
+int fxb_publish_binary(fxb_bidi *s, const fx_frame *f);
+int fxb_publish_json(fxb_bidi *s, const fx_msg *m);
+
+#endif

@@ -1,0 +1,158 @@
+/* The permission check and name resolution of a bidi stream's publish and
+ * subscribe requests: the authenticator is asked before the registry (a
+ * refused client never auto-creates a stream), and both answers are cached
+ * per QUIC stream, so the frames of one stream naming the same stream again
+ * and again cost a compare. Connection loop. */
+#include "broker/resolve.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "felix/error.h"
+
+static fx_ratelimit forbidden_rl = FX_RATELIMIT_INIT;
+
+/* Asks the authenticator about |action| on the NUL-terminated |names|;
+ * always true with auth_mode none (the tenant was checked by the caller). */
+static bool ask_allows(fxb_bidi *s, fx_broker_auth_action action,
+                       char names[3][FX_REGISTRY_NAME_MAX + 1])
+{
+    const fx_broker_auth *a = &s->conn->b->o.auth;
+    if (a->verify == NULL)
+        return true;
+    if (s->auth_ctx == NULL || a->allows == NULL)
+        return false;
+    return a->allows(a->user, s->auth_ctx, action, names[0], names[1], names[2]);
+}
+
+/* The cached answer for |action| on the names in s->hkey, asked once. */
+static bool permits(fxb_bidi *s, fx_broker_auth_action action,
+                    char names[3][FX_REGISTRY_NAME_MAX + 1])
+{
+    uint8_t bit = (uint8_t)(1u << action);
+    if ((s->perm_known & bit) == 0) {
+        if (ask_allows(s, action, names))
+            s->perm_ok |= bit;
+        s->perm_known |= bit;
+    }
+    return (s->perm_ok & bit) != 0;
+}
+
+static int forbid(fxb_bidi *s, fx_broker_auth_action action,
+                  char names[3][FX_REGISTRY_NAME_MAX + 1], fx_registry_err *err)
+{
+    FX_COUNTER_INC(broker_auth_forbidden);
+    FX_LOG_RATELIMITED(&forbidden_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld: %s to %s/%s/%s forbidden: the token lacks the "
+                       "permission",
+                       (unsigned long long)s->conn->id, (long long)s->sid,
+                       action == FX_BROKER_AUTH_PUBLISH ? "publish" : "subscribe", names[0],
+                       names[1], names[2]);
+    err->code = FX_EFORBIDDEN;
+    snprintf(err->msg, sizeof(err->msg), "forbidden");
+    return FX_EFORBIDDEN;
+}
+
+/* Splits the names into |names| and the cache key "t/ns/stream/" |key|
+ * (|*pn| bytes). Returns false when a name cannot be a stream name (too
+ * long, or holding '/' or NUL): the registry then refuses it, uncached. */
+static bool split_names(const fx_wire_slice parts[3], char names[3][FX_REGISTRY_NAME_MAX + 1],
+                        char *key, size_t *pn)
+{
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (parts[i].len > FX_REGISTRY_NAME_MAX || memchr(parts[i].ptr, '/', parts[i].len) ||
+            memchr(parts[i].ptr, '\0', parts[i].len))
+            return false;
+        memcpy(names[i], parts[i].ptr, parts[i].len);
+        names[i][parts[i].len] = '\0';
+        memcpy(key + n, parts[i].ptr, parts[i].len);
+        n += parts[i].len;
+        key[n++] = '/';
+    }
+    *pn = n;
+    return true;
+}
+
+/* True when |parts| are the names of the key "t/ns/stream/" cached in
+ * s->hkey. Sound without looking for '/' in |parts|: the key holds exactly
+ * three, and each part must end at one with the lengths adding up. */
+static bool key_matches(const fxb_bidi *s, const fx_wire_slice parts[3])
+{
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t len = parts[i].len;
+        if (n + len + 1 > s->hkey_len || memcmp(s->hkey + n, parts[i].ptr, len) != 0 ||
+            s->hkey[n + len] != '/')
+            return false;
+        n += len + 1;
+    }
+    return n == s->hkey_len;
+}
+
+/* The frames of a stream name the same stream again and again: answers from
+ * the cache, without copying the names, when the stream is the cached one,
+ * still active, and the permission was granted. */
+static bool resolve_cached(fxb_bidi *s, fx_broker_auth_action action, const fx_wire_slice parts[3],
+                           fx_stream_handle **ph)
+{
+    uint8_t bit = (uint8_t)(1u << action);
+    if (s->h == NULL || (s->perm_ok & bit) == 0 || !key_matches(s, parts) ||
+        !fx_stream_handle_is_active(s->h))
+        return false;
+    *ph = s->h;
+    return true;
+}
+
+/* The registry's resolve for |action|: a subscribe never creates a durable
+ * stream (fx_registry_resolve_subscribe). */
+static int registry_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
+                            fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
+                            fx_registry_err *err)
+{
+    fx_registry *r = s->conn->b->reg;
+    if (action == FX_BROKER_AUTH_SUBSCRIBE)
+        return fx_registry_resolve_subscribe(r, tenant, ns, stream, ph, err);
+    return fx_registry_resolve(r, tenant, ns, stream, ph, err);
+}
+
+int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
+                     fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
+                     fx_registry_err *err)
+{
+    char key[sizeof(s->hkey)];
+    char names[3][FX_REGISTRY_NAME_MAX + 1];
+    size_t n;
+    fx_wire_slice parts[3] = {tenant, ns, stream};
+    if (resolve_cached(s, action, parts, ph))
+        return 0;
+    if (!split_names(parts, names, key, &n)) {
+        s->names_ok = false; /* resolved past the cache: |ph| is not |h| */
+        return registry_resolve(s, action, tenant, ns, stream, ph, err);
+    }
+    s->names_ok = false; /* |h| or its permission may change below */
+    if (n != s->hkey_len || memcmp(key, s->hkey, n) != 0) {
+        fx_stream_handle_unref(s->h);
+        s->h = NULL;
+        memcpy(s->hkey, key, n);
+        s->hkey_len = n;
+        s->perm_known = s->perm_ok = 0;
+    }
+    /* Before the registry: a refused client must not auto-create streams. */
+    if (!permits(s, action, names))
+        return forbid(s, action, names, err);
+    if (s->h != NULL && fx_stream_handle_is_active(s->h)) {
+        *ph = s->h;
+        return 0;
+    }
+    fx_stream_handle *h;
+    int rv = registry_resolve(s, action, tenant, ns, stream, &h, err);
+    if (rv != 0)
+        return rv;
+    fx_stream_handle_unref(s->h);
+    s->h = h;
+    *ph = h;
+    return 0;
+}
