@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "base/log.h"
-#include "broker/durable_int.h"
+#include "broker/durable_store.h"
 #include "felix/error.h"
 
 /* One change, shared by the waiting admin thread and the storage thread

@@ -15,7 +15,7 @@
 #include "base/metrics.h"
 #include "base/placement.h"
 #include "broker/durable_admin.h"
-#include "broker/durable_int.h"
+#include "broker/durable_store.h"
 #include "felix/error.h"
 
 /* ---- lifecycle ------------------------------------------------------------------------- */
@@ -172,31 +172,6 @@ int fxb_durable_recover(fx_broker *b)
     d->rec_total = n;
     FX_GAUGE_ADD(storage_recovering_streams, (int64_t)n);
     return 0;
-}
-
-void fxb_durable_recovered(fxb_durable *d, dstate state)
-{
-    if (state == DSTATE_DAMAGED)
-        atomic_fetch_add_explicit(&d->rec_damaged, 1, memory_order_relaxed);
-    else if (state == DSTATE_FAILED)
-        atomic_fetch_add_explicit(&d->rec_failed, 1, memory_order_relaxed);
-    FX_GAUGE_ADD(storage_recovering_streams, -1);
-    uint64_t done = atomic_fetch_add_explicit(&d->rec_done, 1, memory_order_acq_rel) + 1;
-    uint64_t now = fx_now_ns(),
-             last = atomic_load_explicit(&d->rec_logged_ns, memory_order_relaxed);
-    double secs = (double)(now - d->rec_t0) / 1e9;
-    if (done == d->rec_total)
-        FX_LOG_INFO("storage",
-                    "recovered %" PRIu64 " of %" PRIu64 " durable streams in %.3f s (%" PRIu64
-                    " damaged, %" PRIu64 " failed to open)",
-                    done, d->rec_total, secs,
-                    (uint64_t)atomic_load_explicit(&d->rec_damaged, memory_order_relaxed),
-                    (uint64_t)atomic_load_explicit(&d->rec_failed, memory_order_relaxed));
-    else if (now - last >= 2 * FX_NS_PER_S &&
-             atomic_compare_exchange_strong_explicit(&d->rec_logged_ns, &last, now,
-                                                     memory_order_relaxed, memory_order_relaxed))
-        FX_LOG_INFO("storage", "recovered %" PRIu64 " of %" PRIu64 " durable streams (%.1f s)",
-                    done, d->rec_total, secs);
 }
 
 /* Opens the next catalogued log of this storage thread, then lets the
