@@ -107,7 +107,7 @@ bool fxb_durable_route(fxb_worker *w, fxb_job *j, int *prv)
     t->bytes = fx_buf_len(j->backing);
     if (ws->hhead != NULL || over_bound(w, ws, t)) {
         FX_COUNTER_INC(storage_bound_waits);
-        list_push(&ws->hhead, &ws->htail, t);
+        trip_push(&ws->hhead, &ws->htail, t);
         return true;
     }
     send_to_storage(w, ws, t);
@@ -130,14 +130,14 @@ static void worker_on_stored(fx_loop *l, fx_task *task, void *user)
         ws->bytes -= t->bytes;
         ws->inflight--;
         while (!ws->ended && ws->hhead != NULL && !over_bound(w, ws, ws->hhead))
-            send_to_storage(w, ws, list_pop(&ws->hhead, &ws->htail));
+            send_to_storage(w, ws, trip_pop(&ws->hhead, &ws->htail));
         if (ws->ended && ws->inflight == 0) {
             /* The last of a stream that ended meanwhile: now its log may go. */
             dws_drop(dw, j->h);
             end_log(w, j->h);
         }
     }
-    list_push(&dw->rhead, &dw->rtail, t);
+    trip_push(&dw->rhead, &dw->rtail, t);
     fxb_worker_kick(w);
 }
 
@@ -175,7 +175,7 @@ fxb_job *fxb_durable_next_stored(fxb_worker *w, int *prv)
     *prv = 0;
     if (w->dur == NULL)
         return NULL;
-    fxb_stored *t = list_pop(&w->dur->rhead, &w->dur->rtail);
+    fxb_stored *t = trip_pop(&w->dur->rhead, &w->dur->rtail);
     if (t == NULL)
         return NULL;
     w->dur->pending--;
@@ -194,7 +194,7 @@ int fxb_durable_test_stored(fxb_worker *w, fxb_job *j, uint64_t first)
         return -ENOMEM;
     t->first = first;
     w->dur->pending++;
-    list_push(&w->dur->rhead, &w->dur->rtail, t);
+    trip_push(&w->dur->rhead, &w->dur->rtail, t);
     return 0;
 }
 
@@ -210,7 +210,6 @@ uint64_t fxb_durable_first_offset(const fxb_worker *w, const fx_stream_handle *h
     const dws *ws = dws_if_any(w->dur, h);
     return ws != NULL && ws->known ? ws->base : 0;
 }
-
 
 bool fxb_durable_sub_ready(fxb_sub *sub, bool *pfailed)
 {
@@ -261,9 +260,9 @@ static void refuse_held(fxb_worker *w, dws *ws)
 {
     if (ws->hhead == NULL)
         return;
-    for (fxb_stored *t; (t = list_pop(&ws->hhead, &ws->htail)) != NULL;) {
+    for (fxb_stored *t; (t = trip_pop(&ws->hhead, &ws->htail)) != NULL;) {
         t->rv = FX_ENOSTREAM;
-        list_push(&w->dur->rhead, &w->dur->rtail, t);
+        trip_push(&w->dur->rhead, &w->dur->rtail, t);
     }
     fxb_worker_kick(w);
 }
@@ -295,13 +294,13 @@ void fxb_durable_worker_deinit(fxb_worker *w)
     for (fxb_idslot *e; (e = fxb_idtable_next(&dw->s, &pos)) != NULL;) {
         dws *ws = e->p;
         fxb_stored *t;
-        while ((t = list_pop(&ws->hhead, &ws->htail)) != NULL)
+        while ((t = trip_pop(&ws->hhead, &ws->htail)) != NULL)
             fxb_stored_free(t);
         free(ws);
     }
     fxb_idtable_deinit(&dw->s);
     fxb_stored *t;
-    while ((t = list_pop(&dw->rhead, &dw->rtail)) != NULL)
+    while ((t = trip_pop(&dw->rhead, &dw->rtail)) != NULL)
         fxb_stored_free(t);
     free(dw);
     w->dur = NULL;

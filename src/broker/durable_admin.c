@@ -163,14 +163,12 @@ static int run_on_storage(ret_msg *m, uint64_t timeout_ns)
     return rv;
 }
 
-int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char *ns,
-                                   const char *stream, const fx_broker_retention *r, int durable,
-                                   uint64_t timeout_ns, uint64_t *pbytes, uint64_t *pseconds,
-                                   fx_registry_err *err)
+/* The handle of the active stream of those names (a reference) into |*ph|,
+ * checked: not draining, durable as stated, with storage. Returns 0 or the
+ * error (set in |err|). */
+static int find_durable(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                        int durable, fx_stream_handle **ph, fx_registry_err *err)
 {
-    int rv = check_bounds(r, err);
-    if (rv != 0)
-        return rv;
     if (fxb_is_draining(b))
         return err_set(err, FX_ESHUTDOWN, "%s", FXB_SHUTDOWN_TEXT);
     find_name f = {.t = tenant, .ns = ns, .s = stream};
@@ -178,31 +176,21 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
     if (f.h == NULL)
         return err_set(err, FX_ENOSTREAM, "stream not found: tenant=%s namespace=%s stream=%s",
                        tenant, ns, stream);
-    if ((rv = check_durable(f.h, durable, err)) != 0 || b->dur == NULL) {
+    int rv = check_durable(f.h, durable, err);
+    if (rv != 0 || b->dur == NULL) {
         fx_stream_handle_unref(f.h);
         return rv != 0 ? rv : err_set(err, -EINVAL, "this broker has no durable storage");
     }
-    ret_msg *m = calloc(1, sizeof(*m));
-    if (m == NULL) {
-        fx_stream_handle_unref(f.h);
-        return err_set(err, -ENOMEM, "out of memory");
-    }
-    pthread_mutex_init(&m->mu, NULL);
-    if (fx_cond_init_monotonic(&m->cv) != 0) {
-        pthread_mutex_destroy(&m->mu);
-        free(m);
-        fx_stream_handle_unref(f.h);
-        return err_set(err, -ENOMEM, "out of memory");
-    }
-    m->h = f.h; /* the message's reference */
-    m->st = fxb_worker_for(b, f.h)->dur->st;
-    m->want = *r;
-    rv = run_on_storage(m, timeout_ns);
+    *ph = f.h;
+    return 0;
+}
+
+/* Logs the new overrides of |m|, or says in |err| why they were not set
+ * (|rv|). */
+static void retention_result(const ret_msg *m, int rv, const char *tenant, const char *ns,
+                             const char *stream, fx_registry_err *err)
+{
     if (rv == 0) {
-        if (pbytes != NULL)
-            *pbytes = m->bytes;
-        if (pseconds != NULL)
-            *pseconds = m->seconds;
         FX_LOG_INFO("storage",
                     "retention overrides of %s/%s/%s: bytes=%" PRIu64 " seconds=%" PRIu64
                     " (0: the broker's setting)",
@@ -216,6 +204,40 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
         err_set(err, rv, "cannot change the retention of %s/%s/%s: %s", tenant, ns, stream,
                 fx_strerror(rv));
     }
+}
+
+int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char *ns,
+                                   const char *stream, const fx_broker_retention *r, int durable,
+                                   uint64_t timeout_ns, uint64_t *pbytes, uint64_t *pseconds,
+                                   fx_registry_err *err)
+{
+    fx_stream_handle *h = NULL;
+    int rv = check_bounds(r, err);
+    if (rv == 0)
+        rv = find_durable(b, tenant, ns, stream, durable, &h, err);
+    if (rv != 0)
+        return rv;
+    ret_msg *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        fx_stream_handle_unref(h);
+        return err_set(err, -ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    if (fx_cond_init_monotonic(&m->cv) != 0) {
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        fx_stream_handle_unref(h);
+        return err_set(err, -ENOMEM, "out of memory");
+    }
+    m->h = h; /* the message's reference */
+    m->st = fxb_worker_for(b, h)->dur->st;
+    m->want = *r;
+    rv = run_on_storage(m, timeout_ns);
+    if (rv == 0 && pbytes != NULL)
+        *pbytes = m->bytes;
+    if (rv == 0 && pseconds != NULL)
+        *pseconds = m->seconds;
+    retention_result(m, rv, tenant, ns, stream, err);
     ret_msg_unref(m);
     return rv;
 }

@@ -40,7 +40,7 @@ typedef struct fxb_stored {
 } fxb_stored;
 
 /* Queues |t| at the tail of list |*head|..|*tail|. */
-static inline void list_push(fxb_stored **head, fxb_stored **tail, fxb_stored *t)
+static inline void trip_push(fxb_stored **head, fxb_stored **tail, fxb_stored *t)
 {
     t->next = NULL;
     if (*tail != NULL)
@@ -51,7 +51,7 @@ static inline void list_push(fxb_stored **head, fxb_stored **tail, fxb_stored *t
 }
 
 /* Unlinks the head of list |*head|..|*tail|; NULL when it is empty. */
-static inline fxb_stored *list_pop(fxb_stored **head, fxb_stored **tail)
+static inline fxb_stored *trip_pop(fxb_stored **head, fxb_stored **tail)
 {
     fxb_stored *t = *head;
     if (t != NULL) {
@@ -124,15 +124,15 @@ typedef struct dstream {
     atomic_uint_fast64_t first_offset; /* the log's next offset at open (the ring's start) */
     fx_syncpol pol;
     fxb_stored *ahead, *atail; /* taken, to be appended together (arrival order) */
-    fx_task append_task;    /* appends them after the jobs queued now */
-    fx_dlog_iov *iov;       /* the records of one merged append (reused) */
+    fx_task append_task;       /* appends them after the jobs queued now */
+    fx_dlog_iov *iov;          /* the records of one merged append (reused) */
     size_t iov_cap;
     fxb_stored *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
-    fx_task flush_task;     /* on_commit: flush after the appends queued now */
-    bool flush_queued;      /* |flush_task| is posted and has not run yet */
-    dflight flight;         /* the flush in flight, if any (one per log at a time) */
-    fx_task *parked_end;    /* the stream's end, waiting for the flush in flight */
-    fx_timer timer;         /* periodic flush, retention */
+    fx_task flush_task;        /* on_commit: flush after the appends queued now */
+    bool flush_queued;         /* |flush_task| is posted and has not run yet */
+    dflight flight;            /* the flush in flight, if any (one per log at a time) */
+    fx_task *parked_end;       /* the stream's end, waiting for the flush in flight */
+    fx_timer timer;            /* periodic flush, retention */
     uint64_t retain_due_ns;
     uint64_t retain_bytes, retain_ns; /* the catalogue's overrides, else the broker's */
 } dstream;
@@ -210,9 +210,9 @@ typedef struct dws {
 /* A worker's side of the stage. */
 struct fxb_dworker {
     fxb_storage *st;
-    fxb_idtable s;          /* dws * by handle id */
+    fxb_idtable s;             /* dws * by handle id */
     fxb_stored *rhead, *rtail; /* stored, waiting for ring + fanout */
-    uint64_t pending;       /* taken, not yet completed */
+    uint64_t pending;          /* taken, not yet completed */
 };
 
 /* A directory whose log is open: one writer per directory, also when a

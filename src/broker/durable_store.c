@@ -282,14 +282,14 @@ static void release_acked(dstream *s)
 {
     uint64_t upto = fx_syncpol_ack_upto(&s->pol);
     while (s->whead != NULL && s->whead->first + s->whead->job->count <= upto)
-        give_back(list_pop(&s->whead, &s->wtail), 0);
+        give_back(trip_pop(&s->whead, &s->wtail), 0);
 }
 
 /* Fails every waiting job (their flush failed: the log stopped). */
 static void fail_waiting(dstream *s, int rv)
 {
     while (s->whead != NULL)
-        give_back(list_pop(&s->whead, &s->wtail), rv);
+        give_back(trip_pop(&s->whead, &s->wtail), rv);
 }
 
 void fxb_dstream_log_error(const dstream *s, const char *what, int rv)
@@ -790,9 +790,9 @@ void fxb_dstream_close(fxb_storage *st, dstream *s)
      * its completion task never runs, so nothing is handed back. */
     fxb_dstream_flight_wait(s, false);
     fxb_stored *t;
-    while ((t = list_pop(&s->ahead, &s->atail)) != NULL)
+    while ((t = trip_pop(&s->ahead, &s->atail)) != NULL)
         fxb_stored_free(t);
-    while ((t = list_pop(&s->whead, &s->wtail)) != NULL)
+    while ((t = trip_pop(&s->whead, &s->wtail)) != NULL)
         fxb_stored_free(t);
     free(s->iov);
     fx_loop_timer_cancel(st->loop, &s->timer);
@@ -1029,7 +1029,7 @@ static void append_merged(dstream *s, fxb_stored *last, size_t nrecs, uint64_t n
         off += j->job->count;
         /* One policy append per job: the flush fan-in counts publishes. */
         fx_syncpol_appended(&s->pol, off, job_record_bytes(j->job), now);
-        list_push(&s->whead, &s->wtail, j);
+        trip_push(&s->whead, &s->wtail, j);
     }
 }
 
@@ -1120,7 +1120,7 @@ void fxb_store_on_job(fx_loop *l, fx_task *task, void *user)
         give_back(t, s == NULL ? -EIO : s->open_rv);
         return;
     }
-    list_push(&s->ahead, &s->atail, t);
+    trip_push(&s->ahead, &s->atail, t);
     fx_loop_post(l, &s->append_task);
 }
 
@@ -1305,4 +1305,3 @@ void fxb_durable_retry_init(fxb_durable *d)
     fx_timer_init(&d->retry_timer, on_retry_timer, d);
     atomic_init(&d->retry_posted, false);
 }
-
