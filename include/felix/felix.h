@@ -280,9 +280,10 @@ typedef struct fx_client_stats {
     uint64_t publish_budget_bytes;
     uint64_t publish_budget_in_use;
     uint64_t publish_budget_waits;
-    /* Checkpoint 2, the publish worker queues (publish_queue_capacity per
-     * worker): their bound summed over the workers, the publishes queued
-     * now, and the publishes that had to wait for a slot. */
+    /* Checkpoint 2, the publish worker queues (the option
+     * publish_queue_depth per worker): their bound summed over the workers
+     * (publish_queue_capacity), the publishes queued now
+     * (publish_queue_depth), and the publishes that had to wait for a slot. */
     uint64_t publish_queue_capacity;
     uint64_t publish_queue_depth;
     uint64_t publish_queue_waits;

@@ -19,8 +19,9 @@
 /* ---- broker ingress (checkpoints 3 and 4) ------------------------------ */
 #define FX_METRICS_BROKER(C, G, H)                                                                 \
     C(ingress_dropped, "felix_broker_ingress_dropped_total", "",                                   \
-      "Unacked publishes shed at a full broker worker queue (a full byte budget never sheds: "     \
-      "the frame header waits)")                                                                   \
+      "Unacked publishes shed at a full broker worker queue, or at an exhausted byte budget "      \
+      "when a frame of small messages needs bytes beyond its header's reservation (the header "    \
+      "itself waits)")                                                                             \
     C(ingress_dropped_messages, "felix_broker_ingress_dropped_messages_total", "",                 \
       "Messages in the unacked publishes shed at a full broker worker queue (a publish batch "     \
       "frame, or a frame of publishes the client merged, counts each of its messages)")            \

@@ -104,7 +104,9 @@ const struct key fx_config_keys[] = {
      FIELD(admin_tls_key_file), .def = "", .help = "PEM private key of admin_tls_cert_file"},
     {.name = "tls_cert_file", .env = {"FELIX_TLS_CERT_FILE"}, .type = T_STR, FIELD(tls_cert_file),
      .def = "",
-     .help = "PEM certificate chain; empty = a fresh self-signed certificate for localhost"},
+     .help = "PEM certificate chain; empty = a self-signed certificate for DNS:localhost and "
+             "IP:127.0.0.1, generated once into state_dir (tls-cert.pem, tls-key.pem) and "
+             "reused at every start"},
     {.name = "tls_key_file", .env = {"FELIX_TLS_KEY_FILE"}, .type = T_STR, FIELD(tls_key_file),
      .def = "", .help = "PEM private key of tls_cert_file"},
     {.name = "auth_mode", .env = {"FELIX_AUTH_MODE"}, .type = T_ENUM, FIELD(auth_mode),
@@ -125,7 +127,8 @@ const struct key fx_config_keys[] = {
      .help = "clock skew allowed on a token's exp and nbf (whole seconds)"},
     {.name = "state_dir", .env = {"FELIX_STATE_DIR"}, .type = T_STR, FIELD(state_dir),
      .def = "/var/lib/felix", .min = 1,
-     .help = "directory of the generated TLS certificate and key; created mode 0700 at start; "
+     .help = "directory of the generated TLS certificate and key and of the QUIC stateless-reset "
+             "secret (quic-reset.key); created mode 0700 at start; "
              "an existing one must belong to the broker's user and not be writable by group or "
              "others, and one broker at a time uses it (lock file .state.lock); else the broker "
              "refuses to start"},
@@ -280,7 +283,9 @@ const struct key fx_config_keys[] = {
      .help = "ack a publish after append and fanout, not after enqueue"},
     {.name = "publish_queue_wait_timeout_ms", .env = {"FELIX_PUBLISH_QUEUE_WAIT_MS"}, .type = T_DUR,
      FIELD(publish_queue_wait_timeout_ns), .def = "2s", .min = MS, .max = HOUR,
-     .help = "how long an acked publish may wait for budget and queue space"},
+     .help = "how long a publish under the Wait policy (acked with ack_on_commit, or to a "
+             "durable stream) may wait at admission for bytes beyond its frame's reservation "
+             "and for worker queue space; the wait at a frame header has no timeout"},
     {.name = "ack_wait_timeout_ms", .env = {"FELIX_ACK_WAIT_TIMEOUT_MS"}, .type = T_DUR,
      FIELD(ack_wait_timeout_ns), .def = "2s", .min = MS, .max = HOUR,
      .help = "how long a commit ack is awaited"},

@@ -1,9 +1,11 @@
-/* A single-threaded stand-in for base/loop.c, linked into fuzz targets that
- * drive the broker's data plane without threads: tasks wait in a FIFO per
- * loop until the harness runs them (fx_fake_loop_run_one), timers fire only
- * when the harness advances the shared fake clock, and no fd is ever
- * touched. Same contracts as loop.h (a pending task is not queued twice,
- * it is cleared before its callback, one-shot timers). */
+/* A single-threaded stand-in for base/loop.c, linked into fuzz targets and
+ * unit tests (tests/unit/conn_fixture.h) that drive the broker's data plane
+ * without threads: tasks wait in a FIFO per loop until the harness runs
+ * them (fx_fake_loop_run_one), timers fire only when the harness advances
+ * the shared fake clock, and no fd is ever touched. Same contracts as
+ * loop.h (a pending task is not queued twice, it is cleared before its
+ * callback, one-shot timers). It defines every function of loop.h, so in a
+ * static link base/loop.c is never pulled in. */
 #include "fake_loop.h"
 
 #include <errno.h>
@@ -11,11 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fuzz_common.h"
 
 struct fx_loop {
     char name[16];
+    fx_loop *lnext;       /* on |all_loops| */
     fx_task *head, *tail; /* FIFO through fx_task.next */
     fx_timer **timers;    /* armed timers; heap_index is the position here */
     size_t ntimers, cap;
@@ -23,6 +27,9 @@ struct fx_loop {
 
 static uint64_t fake_now = 1000 * FX_NS_PER_S;
 static fx_loop *cur;
+static fx_loop *all_loops; /* every live loop, newest first */
+static fx_timer_cb fail_arm_cb;
+static unsigned fail_arm_n;
 
 uint64_t fx_now_ns(void)
 {
@@ -32,6 +39,29 @@ uint64_t fx_now_ns(void)
 void fx_fake_clock_advance(uint64_t ns)
 {
     fake_now += ns;
+}
+
+/* The real condition variables and absolute times: a timed wait measures
+ * real time, not the fake clock (nothing on the data plane waits). */
+int fx_cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    int rv = pthread_condattr_init(&ca);
+    if (rv != 0)
+        return rv;
+    rv = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rv == 0)
+        rv = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rv;
+}
+
+struct timespec fx_timespec_at(uint64_t ns)
+{
+    (void)ns;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts; /* already due: the fake clock has no real-time meaning */
 }
 
 void fx_task_init(fx_task *t, fx_task_cb cb, void *user)
@@ -104,6 +134,14 @@ bool fx_fake_loop_has_tasks(const fx_loop *l)
     return l->head != NULL;
 }
 
+fx_loop *fx_fake_loop_at(size_t i)
+{
+    fx_loop *l = all_loops;
+    while (l != NULL && i-- > 0)
+        l = l->lnext;
+    return l;
+}
+
 /* ---- timers ------------------------------------------------------------------------------ */
 
 void fx_timer_init(fx_timer *t, fx_timer_cb cb, void *user)
@@ -114,8 +152,18 @@ void fx_timer_init(fx_timer *t, fx_timer_cb cb, void *user)
     t->user = user;
 }
 
+void fx_loop_test_fail_timer_arms(fx_timer_cb cb, unsigned n)
+{
+    fail_arm_cb = n != 0 ? cb : NULL;
+    fail_arm_n = cb != NULL ? n : 0;
+}
+
 int fx_loop_timer_arm(fx_loop *l, fx_timer *t, uint64_t deadline_ns)
 {
+    if (t->heap_index == SIZE_MAX && t->cb != NULL && t->cb == fail_arm_cb && fail_arm_n > 0) {
+        fail_arm_n--;
+        return -ENOMEM;
+    }
     t->deadline_ns = deadline_ns;
     if (t->heap_index != SIZE_MAX) {
         FX_FUZZ_CHECK(t->heap_index < l->ntimers && l->timers[t->heap_index] == t);
@@ -188,6 +236,8 @@ int fx_loop_new(fx_loop **pl, const fx_loop_opts *o)
     if (l == NULL)
         return -ENOMEM;
     snprintf(l->name, sizeof(l->name), "%s", o != NULL && o->name != NULL ? o->name : "fake");
+    l->lnext = all_loops;
+    all_loops = l;
     *pl = l;
     return 0;
 }
@@ -217,6 +267,11 @@ void fx_loop_free(fx_loop *l)
      * loop that is freed (the harness drains first). */
     FX_FUZZ_CHECK(l->ntimers == 0);
     FX_FUZZ_CHECK(l->head == NULL);
+    for (fx_loop **pp = &all_loops; *pp != NULL; pp = &(*pp)->lnext)
+        if (*pp == l) {
+            *pp = l->lnext;
+            break;
+        }
     free(l->timers);
     free(l);
 }

@@ -1,9 +1,11 @@
-/* The harness side of fake_loop.c (a thread-free base/loop.c for fuzzing):
+/* The harness side of fake_loop.c (a thread-free base/loop.c for fuzzing
+ * and the broker's unit tests):
  * one fake clock shared by every loop, and explicit steps. */
 #ifndef FX_FUZZ_FAKE_LOOP_H
 #define FX_FUZZ_FAKE_LOOP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/loop.h"
@@ -13,6 +15,10 @@ void fx_fake_clock_advance(uint64_t ns);
 /* Runs the oldest queued task of |l|. Returns false if none was queued. */
 bool fx_fake_loop_run_one(fx_loop *l);
 bool fx_fake_loop_has_tasks(const fx_loop *l);
+/* The |i|-th live loop (newest first), or NULL past the last: the harness
+ * reaches every loop the code under test made without knowing where it
+ * keeps them. */
+fx_loop *fx_fake_loop_at(size_t i);
 /* Fires the earliest timer of |l| that is due. Returns false if none is. */
 bool fx_fake_loop_fire_one(fx_loop *l);
 /* The earliest deadline armed on |l|, if any. */

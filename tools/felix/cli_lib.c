@@ -1153,16 +1153,20 @@ static const fx_cli_help HELP[] = {
         "run the benchmark harness (felix-bench, built beside felix)",
         "felix bench [felix-bench options]\n"
         "\n"
-        "Runs felix-bench with the same arguments: throughput, latency, overload and\n"
-        "idle-subs modes against an in-process broker or --server ADDR --pin HEX.\n"
+        "Runs felix-bench with the same arguments. Its modes (--mode): throughput,\n"
+        "latency, overload, isolation, idle-subs, fsync-probe and replay, against an\n"
+        "in-process broker or --server ADDR --pin HEX (fsync-probe needs no broker).\n"
         "'felix bench --help' shows this; 'felix-bench --help' lists every option.\n"
         "\n"
         "felix bench matrix --out DIR [--runs N] [--quick] [--peers nats-tls,redis]\n"
+        "                   [--payloads \"16 256 1024 4096\"] [--fanouts \"1 10\"]\n"
+        "                   [--modes \"throughput latency\"]\n"
         "  runs payload {16,256,1024,4096} x fanout {1,10} x {throughput, latency},\n"
         "  N runs per cell (default 3), against a fresh out-of-process broker per cell\n"
         "  and beside the peers of ../shared/peers; writes DIR/results.jsonl and SVG\n"
         "  charts (bench/matrix.sh; FELIX_BENCH_DIR locates it outside the tree).\n"
-        "docs/performance.md has the workload, the fields and measured figures.\n",
+        "docs/performance.md has the workload and the measured figures;\n"
+        "docs/perf-notes.md (\"What it measures\") every mode and JSON field.\n",
         "felix bench --mode latency --payload 1024 --fanout 10\n"
         "  felix bench --mode throughput --payload 1024 --fanout 1 --runs 3 --json\n"
         "  felix bench matrix --out /tmp/matrix --runs 3",
