@@ -381,15 +381,9 @@ struct fxb_job {
     fxb_reply **acks;
     uint32_t nacks;
     bool commit;
-    /* Durable streams (durable.c): the trip through storage. */
-    fx_task stask;   /* worker <-> storage thread */
-    fxb_job *snext;  /* on a held, waiting or ready list */
-    bool stored;     /* back from storage: |srv| says how it went */
-    int srv;         /* 0 or the storage error */
-    char *swhy;      /* NULL or the storage error's detail (owned; "storage damaged") */
-    uint64_t sfirst; /* offset of its first record in the log */
-    uint64_t sbase;  /* the log's next offset when it was opened */
-    uint64_t sbytes; /* bytes it counts against durable_max_unsynced_bytes */
+    /* Durable streams: the storage stage keeps the trip's state apart
+     * (fxb_stored, durable_int.h). */
+    char *swhy; /* NULL or the storage error's detail (owned; "storage damaged") */
 };
 
 /* One subscription. Worker fields: its stream's worker; conn fields: the

@@ -1,10 +1,13 @@
 /* The storage stage of durable streams, between the worker's queue and its
- * ring: each worker has one storage thread (fx_placement_storage_thread)
- * that owns the durable logs of that worker's streams and does all their
- * disk I/O, so no loop ever blocks on write or fdatasync. A job of a durable
- * stream goes worker -> storage (append: offsets assigned; flush as the
- * fsync policy says) -> worker (ring + fanout, then the ack), in offset
- * order. Private to src/broker; thread noted per function. */
+ * ring: each worker has one storage thread (fx_placement_storage_worker
+ * places them) that owns the durable logs of that worker's streams and does
+ * all their disk I/O, so no loop ever blocks on write or fdatasync. A job of
+ * a durable stream goes worker -> storage (append: offsets assigned; flush
+ * as the fsync policy says) -> worker (ring + fanout, then the ack), in
+ * offset order. The worker's drain sees two calls: fxb_durable_route and
+ * fxb_durable_next_stored. Worker side: durable.c; storage thread:
+ * durable_store.c (durable_store.h); life and drain: durable_ops.c; admin:
+ * durable_admin.c. Private to src/broker; thread noted per function. */
 #ifndef FX_BROKER_DURABLE_H
 #define FX_BROKER_DURABLE_H
 
@@ -51,22 +54,25 @@ void fxb_durable_stop(fx_broker *b);
 void fxb_durable_free(fx_broker *b);
 
 /* Worker side (the worker loop of |w|): */
-/* Takes |j| (popped from |w|'s queue) if its stream is durable and it has
- * not been stored yet: it goes to storage, or waits behind its stream's
- * durable_max_unsynced_bytes bound. True when taken. */
-bool fxb_durable_take(fxb_worker *w, fxb_job *j);
-/* The oldest stored job ready for ring + fanout, or NULL. */
-fxb_job *fxb_durable_pop_ready(fxb_worker *w);
+/* Routes |j|, popped from |w|'s queue: a job of a durable stream is taken
+ * (true): it goes to storage, or waits behind its stream's
+ * durable_max_unsynced_bytes bound, and comes back by
+ * fxb_durable_next_stored; the stage owns it meanwhile. Otherwise (false)
+ * the caller runs it now with |*prv|: 0, or -ENOMEM when a durable job
+ * could not be taken (refused, never written). */
+bool fxb_durable_route(fxb_worker *w, fxb_job *j, int *prv);
+/* The next job back from storage, in its stream's offset order, or NULL;
+ * the caller owns it and runs it with |*prv|: 0 to append it to its ring,
+ * else the error it fails with (the storage's, FX_ENOSTREAM, or
+ * FX_ESTORAGE_ERROR when its log offset is not its ring's tail: counted,
+ * logged). The ring of an active stream is made here if it has none. */
+fxb_job *fxb_durable_next_stored(fxb_worker *w, int *prv);
 /* Jobs taken and not yet completed (held, in storage or ready). */
 uint64_t fxb_durable_pending(const fxb_worker *w);
 /* The offset the ring of durable stream |h| starts at: its log's next
  * offset when it was opened. Only valid once the stream's storage answered
  * (a stored job, or fxb_durable_sub_ready). */
 uint64_t fxb_durable_first_offset(const fxb_worker *w, const fx_stream_handle *h);
-/* Checks that stored job |j| continues |st|'s ring at its log offset
- * (else the ring and the log would disagree: refused, counted). Returns 0
- * or FX_ESTORAGE_ERROR. */
-int fxb_durable_check_order(const fx_stream *st, const fxb_job *j);
 /* A subscription to a durable stream registers only once the log is open
  * (the ring starts at its offset): returns true when it may register now;
  * false when |sub->reg_task| was sent to storage and comes back (the caller
@@ -79,5 +85,9 @@ bool fxb_durable_sub_ready(fxb_sub *sub, bool *pfailed);
 void fxb_durable_end_stream(fxb_worker *w, fx_stream_handle *h);
 /* Frees what |w| holds of the stage (teardown, loops stopped). */
 void fxb_durable_worker_deinit(fxb_worker *w);
+/* Tests: queues |j| as back from storage with its records at log offset
+ * |first|, for the next fxb_durable_next_stored (|w| gets a stage with no
+ * storage thread if it has none). Returns 0 or -ENOMEM. */
+int fxb_durable_test_stored(fxb_worker *w, fxb_job *j, uint64_t first);
 
 #endif

@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "base/log.h"
-#include "broker/durable_int.h"
+#include "broker/durable_store.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 
@@ -153,14 +153,11 @@ static int run_on_storage(ret_msg *m, uint64_t timeout_ns)
     return rv != 0 ? rv : m->rv;
 }
 
-int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char *ns,
-                                   const char *stream, const fx_broker_retention *r, int durable,
-                                   uint64_t timeout_ns, uint64_t *pbytes, uint64_t *pseconds,
-                                   fx_registry_err *err)
+/* Finds the active durable stream named (|tenant|, |ns|, |stream|) into
+ * |*ph| (a reference), or says in |err| why there is none. */
+static int find_durable(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                        int durable, fx_stream_handle **ph, fx_registry_err *err)
 {
-    int rv = check_bounds(r, err);
-    if (rv != 0)
-        return rv;
     if (fxb_is_draining(b))
         return err_set(err, FX_ESHUTDOWN, "%s", FXB_SHUTDOWN_TEXT);
     find_name f = {.t = tenant, .ns = ns, .s = stream};
@@ -168,23 +165,25 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
     if (f.h == NULL)
         return err_set(err, FX_ENOSTREAM, "stream not found: tenant=%s namespace=%s stream=%s",
                        tenant, ns, stream);
-    if ((rv = check_durable(f.h, durable, err)) != 0 || b->dur == NULL) {
+    int rv = check_durable(f.h, durable, err);
+    if (rv != 0 || b->dur == NULL) {
         fx_stream_handle_unref(f.h);
         return rv != 0 ? rv : err_set(err, -EINVAL, "this broker has no durable storage");
     }
-    ret_msg m = {.h = f.h, /* the message's reference */
-                 .st = fxb_worker_for(b, f.h)->dur->st,
-                 .want = *r};
-    rv = run_on_storage(&m, timeout_ns);
+    *ph = f.h;
+    return 0;
+}
+
+/* Logs the new overrides of |m|, or says in |err| why they were not set
+ * (|rv|). */
+static void retention_result(const ret_msg *m, int rv, const char *tenant, const char *ns,
+                             const char *stream, fx_registry_err *err)
+{
     if (rv == 0) {
-        if (pbytes != NULL)
-            *pbytes = m.bytes;
-        if (pseconds != NULL)
-            *pseconds = m.seconds;
         FX_LOG_INFO("storage",
                     "retention overrides of %s/%s/%s: bytes=%" PRIu64 " seconds=%" PRIu64
                     " (0: the broker's setting)",
-                    tenant, ns, stream, m.bytes, m.seconds);
+                    tenant, ns, stream, m->bytes, m->seconds);
     } else if (rv == FX_ETIMEDOUT) {
         err_set(err, rv, "the storage thread of stream %s/%s/%s did not answer in time", tenant, ns,
                 stream);
@@ -194,6 +193,28 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
         err_set(err, rv, "cannot change the retention of %s/%s/%s: %s", tenant, ns, stream,
                 fx_strerror(rv));
     }
+}
+
+int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char *ns,
+                                   const char *stream, const fx_broker_retention *r, int durable,
+                                   uint64_t timeout_ns, uint64_t *pbytes, uint64_t *pseconds,
+                                   fx_registry_err *err)
+{
+    fx_stream_handle *h = NULL;
+    int rv = check_bounds(r, err);
+    if (rv == 0)
+        rv = find_durable(b, tenant, ns, stream, durable, &h, err);
+    if (rv != 0)
+        return rv;
+    ret_msg m = {.h = h, /* the message's reference */
+                 .st = fxb_worker_for(b, h)->dur->st,
+                 .want = *r};
+    rv = run_on_storage(&m, timeout_ns);
+    if (rv == 0 && pbytes != NULL)
+        *pbytes = m.bytes;
+    if (rv == 0 && pseconds != NULL)
+        *pseconds = m.seconds;
+    retention_result(&m, rv, tenant, ns, stream, err);
     fx_stream_handle_unref(m.h);
     return rv;
 }

@@ -1,6 +1,9 @@
-/* Private to durable.c (the storage thread and the worker side of the
- * storage stage) and durable_ops.c (start-up, recovery, the admin view, the
- * drain flush, shutdown): the stage's state. Thread noted per field. */
+/* Private to the storage stage: durable_store.c (the storage thread),
+ * durable.c (the worker side), durable_ops.c (start-up, recovery, the drain
+ * flush, shutdown) and durable_admin.c (retention overrides, the admin
+ * view): the stage's state, a job's trip through storage and the test
+ * hooks. The storage thread's functions: durable_store.h. Thread noted per
+ * field. */
 #ifndef FX_BROKER_DURABLE_INT_H
 #define FX_BROKER_DURABLE_INT_H
 
@@ -8,10 +11,12 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "base/metrics.h"
 #include "broker/durable.h"
 #include "broker/idtable.h"
+#include "broker/job.h"
 #include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
@@ -19,6 +24,52 @@
 #include "storage/syncpol.h"
 
 typedef struct fxb_durable fxb_durable;
+
+/* A job's trip through storage: made by the worker side when it takes a job
+ * of a durable stream, sent to the storage thread, handed back to the
+ * worker, and freed there when the job leaves for the ring. The job itself
+ * carries nothing of it. Thread per field. */
+typedef struct fxb_stored {
+    fxb_job *job;            /* owned while on a list */
+    struct fxb_stored *next; /* on a held, appending, waiting or ready list */
+    fx_task task;            /* worker -> storage thread (fxb_store_on_job) */
+    fx_task back;            /* storage thread -> worker: the stored job returns */
+    int rv;                  /* storage: 0 or the storage error the job fails with */
+    uint64_t first;          /* storage: offset of its first record in the log */
+    uint64_t base;           /* storage: the log's next offset when it was opened */
+    uint64_t bytes;          /* worker: what it counts against durable_max_unsynced_bytes */
+} fxb_stored;
+
+/* Queues |t| at the tail of list |*head|..|*tail|. */
+static inline void trip_push(fxb_stored **head, fxb_stored **tail, fxb_stored *t)
+{
+    t->next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = t;
+    else
+        *head = t;
+    *tail = t;
+}
+
+/* Unlinks the head of list |*head|..|*tail|; NULL when it is empty. */
+static inline fxb_stored *trip_pop(fxb_stored **head, fxb_stored **tail)
+{
+    fxb_stored *t = *head;
+    if (t != NULL) {
+        *head = t->next;
+        if (*head == NULL)
+            *tail = NULL;
+        t->next = NULL;
+    }
+    return t;
+}
+
+/* Frees |t| and its job, unanswered (teardown). */
+static inline void fxb_stored_free(fxb_stored *t)
+{
+    fxb_job_free(t->job);
+    free(t);
+}
 
 /* Where a durable stream's log stands (GET /v1/streams "durable_state"). */
 typedef enum dstate {
@@ -73,16 +124,16 @@ typedef struct dstream {
     bool charge_reserved; /* |charged| counts the active segment's preallocation */
     atomic_uint_fast64_t first_offset; /* the log's next offset at open (the ring's start) */
     fx_syncpol pol;
-    fxb_job *ahead, *atail; /* taken, to be appended together (arrival order) */
-    fx_task append_task;    /* appends them after the jobs queued now */
-    fx_dlog_iov *iov;       /* the records of one merged append (reused) */
+    fxb_stored *ahead, *atail; /* taken, to be appended together (arrival order) */
+    fx_task append_task;       /* appends them after the jobs queued now */
+    fx_dlog_iov *iov;          /* the records of one merged append (reused) */
     size_t iov_cap;
-    fxb_job *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
-    fx_task flush_task;     /* on_commit: flush after the appends queued now */
-    bool flush_queued;      /* |flush_task| is posted and has not run yet */
-    dflight flight;         /* the flush in flight, if any (one per log at a time) */
-    fx_task *parked_end;    /* the stream's end, waiting for the flush in flight */
-    fx_timer timer;         /* periodic flush, retention */
+    fxb_stored *whead, *wtail; /* appended, waiting for the policy's ack (offset order) */
+    fx_task flush_task;        /* on_commit: flush after the appends queued now */
+    bool flush_queued;         /* |flush_task| is posted and has not run yet */
+    dflight flight;            /* the flush in flight, if any (one per log at a time) */
+    fx_task *parked_end;       /* the stream's end, waiting for the flush in flight */
+    fx_timer timer;            /* periodic flush, retention */
     uint64_t retain_due_ns;
     uint64_t retain_bytes, retain_ns; /* the catalogue's overrides, else the broker's */
 } dstream;
@@ -154,15 +205,15 @@ typedef struct dws {
     uint64_t base;     /* the log's next offset at open: the ring starts there */
     uint64_t bytes;    /* of jobs sent to storage and not yet back */
     uint64_t inflight; /* jobs sent to storage and not yet back */
-    fxb_job *hhead, *htail;
+    fxb_stored *hhead, *htail;
 } dws;
 
 /* A worker's side of the stage. */
 struct fxb_dworker {
     fxb_storage *st;
-    fxb_idtable s;          /* dws * by handle id */
-    fxb_job *rhead, *rtail; /* stored, waiting for ring + fanout */
-    uint64_t pending;       /* taken, not yet completed */
+    fxb_idtable s;             /* dws * by handle id */
+    fxb_stored *rhead, *rtail; /* stored, waiting for ring + fanout */
+    uint64_t pending;          /* taken, not yet completed */
 };
 
 /* A directory whose log is open: one writer per directory, also when a
@@ -175,66 +226,17 @@ typedef struct open_dir {
 /* A failed log open (not damage) is tried again this long after. */
 #define FXB_OPEN_RETRY_NS (1000 * FX_NS_PER_MS)
 
-/* Wall clock in microseconds (record timestamps, segment creation). */
-uint64_t fxb_wall_us(void);
-/* The log of |h| on storage thread |st|, opened (declared in the catalogue,
- * recovered) on first use; NULL on -ENOMEM, while a deleted stream's log
- * of that name is still open (the next call tries again), or once |h| has
- * ended without a log open here (its log was deleted: never opened again).
- * A dstream whose open failed is returned with |open_rv| set: damage
- * (FX_ESTORAGE_DAMAGED) stays until a repair; any other failure is tried
- * again by a call FXB_OPEN_RETRY_NS or more after it. Storage thread. */
-dstream *fxb_dstream_get(fxb_storage *st, fx_stream_handle *h);
-/* Lists a "recovering" entry for catalogued stream |h| (GET /v1/streams)
- * that its dstream takes over when it is made. Returns 0 or -ENOMEM. Main
- * thread, before the storage threads start. */
-int fxb_dstats_list_recovering(fxb_durable *d, fx_stream_handle *h);
-/* Drops the "recovering" entry of |h| if no dstream took it over (its
- * stream ended before its recovery, or the dstream could not be made:
- * |failed|), counting its recovery as ended. Storage thread. */
-void fxb_dstats_drop_recovering(fxb_durable *d, const fx_stream_handle *h, bool failed);
-/* The recovery of one catalogued stream ended in |state|: counts it and
- * logs the progress ("recovered N of M durable streams", at most every two
- * seconds, and when the last one is done). Storage thread. */
-void fxb_durable_recovered(fxb_durable *d, dstate state);
-/* The test hook run before a recovery opens a log (test_hooks.c holds it);
- * NULL in the daemon. */
+/* ---- test hooks (test_hooks.c sets them) ---- */
+
+/* Run before a recovery opens a log; NULL in the daemon. */
 extern void (*_Atomic fxb_test_on_recover)(const fx_stream_handle *h);
-/* Closes |s| with a flush and frees it. Storage thread (or teardown). */
-void fxb_dstream_close(fxb_storage *st, dstream *s);
-/* Appends the jobs |s| has taken and not appended yet, consecutive ones
- * merged into one fx_dlog_append (one write), and hands back those the
- * policy lets be acknowledged. Storage thread. */
-void fxb_dstream_append_pending(dstream *s, uint64_t now);
-/* Runs one flush of |s| now through its policy, on this thread, after
- * waiting for the flush in flight, if any, to complete (counted; a failure
- * fails the waiting appends and is logged). The drain's flush. Storage
- * thread. */
-void fxb_dstream_flush(dstream *s, uint64_t now);
-/* Completes the flush in flight of |s|, if its completion has not run,
- * waiting on this thread for its fdatasync (counted). With |answer| the jobs
- * it covered are handed back (acknowledged, or failed with it); without,
- * nothing is handed back (teardown: the loops have stopped and the jobs are
- * freed with the log). Storage thread, or teardown once every loop stopped. */
-void fxb_dstream_flight_wait(dstream *s, bool answer);
-/* Sets the retention bounds of |s| from the catalogue's overrides |bytes|
- * and |seconds| (0: the broker's durable_retention_*), sweeps at once with
- * the new bounds and rearms the sweep timer. Storage thread. */
-void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uint64_t now);
+/* Set by fx_broker_test_deletion_hook: called with the directory of every
+ * deleted incarnation before it is removed, on the storage thread; a
+ * non-zero return fails the removal with it. */
+extern int (*_Atomic fxb_durable_delete_hook)(const char *path);
 /* The stream's timer callback (|user| is the dstream): periodic flush and
  * retention sweep. Named so fx_broker_test_fail_timer_arms can aim at it.
  * Storage loop. */
 void fxb_dstream_on_timer(fx_loop *l, fx_timer *t, void *user);
-/* Has storage thread 0 retry the deletions the catalogue could not finish
- * (every 30 s while any is left). Any thread, once the storage threads run. */
-void fxb_durable_retry_deletions_soon(fxb_durable *d);
-/* Prepares the retry's task and timer. Main thread, at init. */
-void fxb_durable_retry_init(fxb_durable *d);
-/* Test hook (set by fx_broker_test_deletion_hook): called with the
- * directory of every deleted incarnation before it is removed, on the
- * storage thread; a non-zero return fails the removal with it. */
-extern int (*_Atomic fxb_durable_delete_hook)(const char *path);
-/* Logs (rate-limited) that |what| failed on |s|'s stream with |rv|. */
-void fxb_dstream_log_error(const dstream *s, const char *what, int rv);
 
 #endif

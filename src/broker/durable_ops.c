@@ -15,7 +15,7 @@
 #include "base/metrics.h"
 #include "base/placement.h"
 #include "broker/durable_admin.h"
-#include "broker/durable_int.h"
+#include "broker/durable_store.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 
@@ -47,16 +47,13 @@ static int take_root(fxb_durable *d)
     return 0;
 }
 
-int fxb_durable_init(fx_broker *b)
+/* Makes |b|'s stage from its options |o| (as yet without catalogue or
+ * storage threads); NULL on -ENOMEM. */
+static fxb_durable *stage_new(fx_broker *b, const fx_broker_durable_opts *o)
 {
-    const fx_broker_durable_opts *o = &b->o.durable;
-    if (o->dir == NULL || o->dir[0] == '\0') {
-        b->o.durable.dir = NULL; /* borrowed: not kept */
-        return 0;
-    }
     fxb_durable *d = calloc(1, sizeof(*d));
     if (d == NULL)
-        return -ENOMEM;
+        return NULL;
     d->b = b;
     d->o = *o;
     atomic_init(&d->bytes.refs, 1);
@@ -68,44 +65,74 @@ int fxb_durable_init(fx_broker *b)
     pthread_mutex_init(&d->cat_mu, NULL);
     fxb_durable_retry_init(d);
     d->clock = (fx_retention_clock){.wall_us = fxb_wall_us(), .mono_ns = fx_now_ns()};
-    b->dur = d;
+    return d;
+}
+
+/* Opens the catalogue in the root; a failure is reported with its reason. */
+static int catalogue_open(fxb_durable *d)
+{
     char err[512] = "";
-    int rv = take_root(d);
-    if (rv != 0)
-        return rv;
-    rv = fx_catalog_open(&d->cat, o->io, d->dir, err, sizeof(err));
+    int rv = fx_catalog_open(&d->cat, d->o.io, d->dir, err, sizeof(err));
     if (rv != 0) {
         snprintf(d->error, sizeof(d->error), "the catalogue in %s: %s%s%s", d->dir, fx_strerror(rv),
                  err[0] ? ": " : "", err);
-        report(b, d->error);
-        return rv;
+        report(d->b, d->error);
     }
+    return rv;
+}
+
+/* Creates storage thread |i| (with its replay and sync threads, not
+ * started) for worker |w|, and |w|'s side of the stage. */
+static int storage_init(fxb_durable *d, uint32_t i, fxb_worker *w)
+{
+    fxb_storage *st = &d->st[i];
+    char name[24];
+    snprintf(name, sizeof(name), "fx-storage-%u", (unsigned)(i % 100000u));
+    fx_loop_opts lo = {.name = name, .cpu = -1};
+    st->d = d;
+    st->w = w;
+    int rv;
+    if ((rv = fx_loop_new(&st->loop, &lo)) != 0)
+        return rv;
+    snprintf(name, sizeof(name), "fx-replay-%u", (unsigned)(i % 100000u));
+    if ((rv = fx_loop_new(&st->rloop, &lo)) != 0)
+        return rv;
+    /* The sync thread only for durable_flush_pipeline (flush_start). */
+    snprintf(name, sizeof(name), "fx-sync-%u", (unsigned)(i % 100000u));
+    if (!d->o.flush_inline && (rv = fx_loop_new(&st->sloop, &lo)) != 0)
+        return rv;
+    pthread_mutex_init(&st->sync_mu, NULL);
+    pthread_cond_init(&st->sync_cv, NULL);
+    if ((w->dur = calloc(1, sizeof(*w->dur))) == NULL)
+        return -ENOMEM;
+    w->dur->st = st;
+    return 0;
+}
+
+int fxb_durable_init(fx_broker *b)
+{
+    const fx_broker_durable_opts *o = &b->o.durable;
+    if (o->dir == NULL || o->dir[0] == '\0') {
+        b->o.durable.dir = NULL; /* borrowed: not kept */
+        return 0;
+    }
+    fxb_durable *d = stage_new(b, o);
+    if (d == NULL)
+        return -ENOMEM;
+    b->dur = d;
+    int rv = take_root(d);
+    if (rv == 0)
+        rv = catalogue_open(d);
+    if (rv != 0)
+        return rv;
     d->nst = b->nworkers;
     d->st = calloc(d->nst, sizeof(*d->st));
     if (d->st == NULL)
         return -ENOMEM;
     for (uint32_t i = 0; i < b->nworkers; i++) {
         fxb_worker *w = &b->workers[fx_placement_storage_worker(i, b->nworkers)];
-        fxb_storage *st = &d->st[i];
-        char name[24];
-        snprintf(name, sizeof(name), "fx-storage-%u", (unsigned)(i % 100000u));
-        fx_loop_opts lo = {.name = name, .cpu = -1};
-        st->d = d;
-        st->w = w;
-        if ((rv = fx_loop_new(&st->loop, &lo)) != 0)
+        if ((rv = storage_init(d, i, w)) != 0)
             return rv;
-        snprintf(name, sizeof(name), "fx-replay-%u", (unsigned)(i % 100000u));
-        if ((rv = fx_loop_new(&st->rloop, &lo)) != 0)
-            return rv;
-        /* The sync thread only for durable_flush_pipeline (flush_start). */
-        snprintf(name, sizeof(name), "fx-sync-%u", (unsigned)(i % 100000u));
-        if (!d->o.flush_inline && (rv = fx_loop_new(&st->sloop, &lo)) != 0)
-            return rv;
-        pthread_mutex_init(&st->sync_mu, NULL);
-        pthread_cond_init(&st->sync_cv, NULL);
-        if ((w->dur = calloc(1, sizeof(*w->dur))) == NULL)
-            return -ENOMEM;
-        w->dur->st = st;
     }
     FX_LOG_INFO("storage",
                 "opening durable stream storage root=%s segment=%" PRIu64 " index_spacing=%" PRIu64
@@ -173,31 +200,6 @@ int fxb_durable_recover(fx_broker *b)
     d->rec_total = n;
     FX_GAUGE_ADD(storage_recovering_streams, (int64_t)n);
     return 0;
-}
-
-void fxb_durable_recovered(fxb_durable *d, dstate state)
-{
-    if (state == DSTATE_DAMAGED)
-        atomic_fetch_add_explicit(&d->rec_damaged, 1, memory_order_relaxed);
-    else if (state == DSTATE_FAILED)
-        atomic_fetch_add_explicit(&d->rec_failed, 1, memory_order_relaxed);
-    FX_GAUGE_ADD(storage_recovering_streams, -1);
-    uint64_t done = atomic_fetch_add_explicit(&d->rec_done, 1, memory_order_acq_rel) + 1;
-    uint64_t now = fx_now_ns(),
-             last = atomic_load_explicit(&d->rec_logged_ns, memory_order_relaxed);
-    double secs = (double)(now - d->rec_t0) / 1e9;
-    if (done == d->rec_total)
-        FX_LOG_INFO("storage",
-                    "recovered %" PRIu64 " of %" PRIu64 " durable streams in %.3f s (%" PRIu64
-                    " damaged, %" PRIu64 " failed to open)",
-                    done, d->rec_total, secs,
-                    (uint64_t)atomic_load_explicit(&d->rec_damaged, memory_order_relaxed),
-                    (uint64_t)atomic_load_explicit(&d->rec_failed, memory_order_relaxed));
-    else if (now - last >= 2 * FX_NS_PER_S &&
-             atomic_compare_exchange_strong_explicit(&d->rec_logged_ns, &last, now,
-                                                     memory_order_relaxed, memory_order_relaxed))
-        FX_LOG_INFO("storage", "recovered %" PRIu64 " of %" PRIu64 " durable streams (%.1f s)",
-                    done, d->rec_total, secs);
 }
 
 /* Opens the next catalogued log of this storage thread, then lets the
@@ -403,33 +405,32 @@ void fxb_durable_stop(fx_broker *b)
     }
 }
 
-void fxb_durable_free(fx_broker *b)
+/* Closes the logs of storage thread |st| with a flush and frees it (its
+ * loops stopped). */
+static void storage_free(fxb_storage *st)
 {
-    fxb_durable *d = b->dur;
-    if (d == NULL)
-        return;
-    fxb_durable_metrics_stop(d);
-    if (d->retry_armed) /* its loop has stopped */
-        fx_loop_timer_cancel(d->st[0].loop, &d->retry_timer);
-    for (uint32_t i = 0; d->st != NULL && i < d->nst; i++) {
-        fxb_storage *st = &d->st[i];
-        size_t pos = 0;
-        for (fxb_idslot *e; (e = fxb_idtable_next(&st->ds, &pos)) != NULL;)
-            fxb_dstream_close(st, e->p);
-        fxb_idtable_deinit(&st->ds);
-        for (size_t k = st->rqi; k < st->rqn; k++) /* stopped before their recovery */
-            fx_stream_handle_unref(st->rq[k]);
-        free(st->rq);
-        fx_loop_free(st->rloop);
-        fx_loop_free(st->loop);
-        if (st->sloop != NULL) {
-            fx_loop_free(st->sloop);
-            pthread_cond_destroy(&st->sync_cv);
-            pthread_mutex_destroy(&st->sync_mu);
-        }
+    size_t pos = 0;
+    for (fxb_idslot *e; (e = fxb_idtable_next(&st->ds, &pos)) != NULL;)
+        fxb_dstream_close(st, e->p);
+    fxb_idtable_deinit(&st->ds);
+    for (size_t k = st->rqi; k < st->rqn; k++) /* stopped before their recovery */
+        fx_stream_handle_unref(st->rq[k]);
+    free(st->rq);
+    fx_loop_free(st->rloop);
+    fx_loop_free(st->loop);
+    if (st->sloop != NULL) {
+        fx_loop_free(st->sloop);
+        pthread_cond_destroy(&st->sync_cv);
+        pthread_mutex_destroy(&st->sync_mu);
     }
-    free(d->st);
-    while (d->stats != NULL) { /* the recovering entries of streams stopped before it */
+}
+
+/* Frees what is left of |d|'s lists once every log is closed: the
+ * recovering entries of streams stopped before their recovery, and the
+ * directory claims. */
+static void lists_free(fxb_durable *d)
+{
+    while (d->stats != NULL) {
         dstats *x = d->stats;
         d->stats = x->next;
         FX_GAUGE_ADD(storage_recovering_streams, -1);
@@ -441,6 +442,20 @@ void fxb_durable_free(fx_broker *b)
         d->open = o->next;
         free(o);
     }
+}
+
+void fxb_durable_free(fx_broker *b)
+{
+    fxb_durable *d = b->dur;
+    if (d == NULL)
+        return;
+    fxb_durable_metrics_stop(d);
+    if (d->retry_armed) /* its loop has stopped */
+        fx_loop_timer_cancel(d->st[0].loop, &d->retry_timer);
+    for (uint32_t i = 0; d->st != NULL && i < d->nst; i++)
+        storage_free(&d->st[i]);
+    free(d->st);
+    lists_free(d);
     fx_catalog_free(d->cat);
     fx_rootlock_free(d->lock); /* after the last write under the root */
     pthread_mutex_destroy(&d->cat_mu);

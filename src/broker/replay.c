@@ -257,6 +257,57 @@ typedef struct page_args {
     uint64_t handle_id; /* of the stream */
 } page_args;
 
+/* A page being read: its buffer (made for its first record), the records'
+ * slices and their payload bytes. */
+typedef struct page_fill {
+    fx_buf *buf;
+    fx_wire_slice *sl;
+    uint32_t n;
+    size_t used;
+} page_fill;
+
+/* The record at |r->pos| has status |st| (not OK): fails the reader. */
+static int bad_record(fxb_replay *r, fx_rec_status st)
+{
+    return fail(r, FX_ESTORAGE_CORRUPT, "%s at position %" PRIu64 " of segment %" PRIu64,
+                fx_logfmt_rec_status_name(st), r->pos, r->seg_id);
+}
+
+/* Adds the record at |r->next| to page |p|, or moves to the next segment
+ * at the end of this one. Returns 0 or the error; sets |*pfull| (nothing
+ * read) when the record would take the page past FXB_REPLAY_PAGE_BYTES. */
+static int page_add(fxb_replay *r, page_fill *p, bool *pfull)
+{
+    fx_rec_header h;
+    fx_rec_status st;
+    int rv;
+    if ((rv = fx_segwin_record(&r->win, r->pos, r->next, true, false, NULL, &h, &st)) != 0)
+        return rv;
+    if (st == FX_REC_TRUNCATED && r->pos >= r->win.file_len)
+        return advance(r);
+    if (st != FX_REC_OK)
+        return bad_record(r, st);
+    if (p->n > 0 && p->used + h.len > FXB_REPLAY_PAGE_BYTES) {
+        *pfull = true;
+        return 0;
+    }
+    if (p->buf == NULL) { /* one buffer per page, sized by its first record */
+        size_t cap = h.len > FXB_REPLAY_PAGE_BYTES ? h.len : FXB_REPLAY_PAGE_BYTES;
+        if ((rv = fx_buf_new(&p->buf, cap)) != 0)
+            return rv;
+    }
+    uint8_t *dst = fx_buf_data_mut(p->buf) + p->used;
+    if ((rv = fx_segwin_record(&r->win, r->pos, r->next, true, true, dst, &h, &st)) != 0)
+        return rv;
+    if (st != FX_REC_OK)
+        return bad_record(r, st);
+    p->sl[p->n++] = (fx_wire_slice){.ptr = dst, .len = h.len};
+    p->used += h.len;
+    r->pos += FX_REC_HEADER_LEN + h.len;
+    r->next++;
+    return 0;
+}
+
 /* Reads one page from |r->next|: at most |r->max_records| records and
  * FXB_REPLAY_PAGE_BYTES payload bytes (always one record), never past |to|. */
 static int read_page(fxb_replay *r, const page_args *a)
@@ -264,56 +315,22 @@ static int read_page(fxb_replay *r, const page_args *a)
     int rv;
     if (!r->open && (rv = seek(r)) != 0)
         return rv;
-    fx_buf *buf = NULL;
-    fx_wire_slice *sl = calloc(r->max_records, sizeof(*sl));
-    if (sl == NULL)
+    page_fill p = {.sl = calloc(r->max_records, sizeof(*p.sl))};
+    if (p.sl == NULL)
         return -ENOMEM;
     uint64_t base = r->next;
-    size_t used = 0, cap = 0;
-    uint32_t n = 0;
-    while (r->next < r->to && n < r->max_records) {
-        fx_rec_header h;
-        fx_rec_status st;
-        if ((rv = fx_segwin_record(&r->win, r->pos, r->next, true, false, NULL, &h, &st)) != 0)
-            goto out;
-        if (st == FX_REC_TRUNCATED && r->pos >= r->win.file_len) {
-            if ((rv = advance(r)) != 0)
-                goto out;
-            continue;
-        }
-        if (st != FX_REC_OK) {
-            rv = fail(r, FX_ESTORAGE_CORRUPT, "%s at position %" PRIu64 " of segment %" PRIu64,
-                      fx_logfmt_rec_status_name(st), r->pos, r->seg_id);
-            goto out;
-        }
-        if (n > 0 && used + h.len > FXB_REPLAY_PAGE_BYTES)
-            break;
-        if (buf == NULL) { /* one buffer per page, sized by its first record */
-            cap = h.len > FXB_REPLAY_PAGE_BYTES ? h.len : FXB_REPLAY_PAGE_BYTES;
-            if ((rv = fx_buf_new(&buf, cap)) != 0)
-                goto out;
-        }
-        uint8_t *dst = fx_buf_data_mut(buf) + used;
-        if ((rv = fx_segwin_record(&r->win, r->pos, r->next, true, true, dst, &h, &st)) != 0)
-            goto out;
-        if (st != FX_REC_OK) {
-            rv = fail(r, FX_ESTORAGE_CORRUPT, "%s at position %" PRIu64 " of segment %" PRIu64,
-                      fx_logfmt_rec_status_name(st), r->pos, r->seg_id);
-            goto out;
-        }
-        sl[n++] = (fx_wire_slice){.ptr = dst, .len = h.len};
-        used += h.len;
-        r->pos += FX_REC_HEADER_LEN + h.len;
-        r->next++;
-    }
-    rv = n > 0 ? build_page(r, buf, sl, n, base, a->per, a->handle_id) : 0;
+    bool full = false;
+    rv = 0;
+    while (rv == 0 && !full && r->next < r->to && p.n < r->max_records)
+        rv = page_add(r, &p, &full);
+    if (rv == 0)
+        rv = p.n > 0 ? build_page(r, p.buf, p.sl, p.n, base, a->per, a->handle_id) : 0;
     if (rv == 0) {
-        FX_COUNTER_ADD(storage_replay_records, n);
-        FX_COUNTER_ADD(storage_replay_bytes, used);
+        FX_COUNTER_ADD(storage_replay_records, p.n);
+        FX_COUNTER_ADD(storage_replay_bytes, p.used);
     }
-out:
-    fx_buf_unref(buf); /* the envelopes hold their references */
-    free(sl);
+    fx_buf_unref(p.buf); /* the envelopes hold their references */
+    free(p.sl);
     return rv;
 }
 

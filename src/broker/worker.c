@@ -1,7 +1,10 @@
 /* The worker stage (checkpoint 4's consumer): a worker loop owns its streams,
  * drains its job queue, appends each batch to the stream's ring and hands it
  * to the fanout (parking under block), completes commit acks, registers the
- * subscriptions of its streams and ends deleted streams. Worker loop. */
+ * subscriptions of its streams and ends deleted streams. It hosts the
+ * durable storage stage's hand-off (durable.h): the drain routes each popped
+ * job through fxb_durable_route and takes stored jobs back, in offset order,
+ * from fxb_durable_next_stored. Worker loop. */
 #include "broker/worker.h"
 
 #include <errno.h>
@@ -163,12 +166,14 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
     fxb_job_free(j);
 }
 
-/* Appends and fans out one job. Returns false when the fanout parked. */
-static bool job_run(fxb_worker *w, fxb_job *j, uint64_t now)
+/* Appends and fans out one job, or completes it with |rv| (not 0: the
+ * storage stage refused it; never in the ring). Returns false when the
+ * fanout parked. */
+static bool job_run(fxb_worker *w, fxb_job *j, int rv, uint64_t now)
 {
     fx_stream *st;
-    if (j->stored && j->srv != 0) { /* storage refused it: never in the ring */
-        job_complete(j, j->srv, now);
+    if (rv != 0) {
+        job_complete(j, rv, now);
         return true;
     }
     if (!fx_stream_handle_is_active(j->h)) {
@@ -191,11 +196,6 @@ static bool job_run(fxb_worker *w, fxb_job *j, uint64_t now)
     }
     fx_stream_handle_touch(j->h, now);
     fx_fanout_result res;
-    int rv = fxb_durable_check_order(st, j);
-    if (rv != 0) {
-        job_complete(j, rv, now);
-        return true;
-    }
     rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
     if (rv == -EAGAIN) {
         w->parked_job = j;
@@ -222,13 +222,18 @@ void fxb_worker_drain(fx_loop *l, fx_task *t, void *user)
     uint64_t now = fx_loop_now(l);
     for (int i = 0; i < FXB_WORKER_BATCH; i++) {
         if (w->parked_job != NULL)
-            return;                            /* the resume task continues */
-        void *item = fxb_durable_pop_ready(w); /* stored jobs of durable streams first */
-        if (item == NULL && fx_queue_pop(&w->jobs, &item) != 0)
-            return;
-        if (fxb_durable_take(w, item))
-            continue; /* to storage; it comes back through the ready list */
-        if (job_run(w, item, now))
+            return; /* the resume task continues */
+        int rv;
+        fxb_job *j = fxb_durable_next_stored(w, &rv); /* stored jobs first, in offset order */
+        if (j == NULL) {
+            void *item;
+            if (fx_queue_pop(&w->jobs, &item) != 0)
+                return;
+            j = item;
+            if (fxb_durable_route(w, j, &rv))
+                continue; /* taken: it comes back by fxb_durable_next_stored */
+        }
+        if (job_run(w, j, rv, now))
             job_done(w);
     }
     fx_loop_post(l, &w->doorbell); /* more may wait: let other tasks run first */

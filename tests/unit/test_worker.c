@@ -12,6 +12,7 @@
 
 #include "base/placement.h"
 #include "broker/conn_life.h"
+#include "broker/durable.h"
 #include "broker/registry.h"
 #include "broker/worker.h"
 #include "felix/error.h"
@@ -79,16 +80,14 @@ static void queue_job(wfix *x, fx_stream_handle *h, uint32_t count)
     assert_int_equal(fx_queue_push(&x->w.jobs, j), 0);
 }
 
-/* Marks the job queue_job just queued as back from storage, its records
- * written to the log from offset |sfirst| (the queue holds only it). */
+/* Moves the job queue_job just queued to the storage stage as back from
+ * storage, its records written to the log from offset |sfirst| (the queue
+ * holds only it). */
 static void mark_stored(wfix *x, uint64_t sfirst)
 {
     void *item;
     assert_int_equal(fx_queue_pop(&x->w.jobs, &item), 0);
-    fxb_job *j = item;
-    j->stored = true;
-    j->sfirst = sfirst;
-    assert_int_equal(fx_queue_push(&x->w.jobs, j), 0);
+    assert_int_equal(fxb_durable_test_stored(&x->w, item, sfirst), 0);
 }
 
 /* Runs the worker's doorbell task and whatever it posts. */
