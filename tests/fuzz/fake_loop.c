@@ -132,8 +132,12 @@ bool fx_fake_loop_run_one(fx_loop *l)
 /* An ask runs on the calling thread: each asked loop first runs what was
  * queued on it (as the real loop would before the part), then the part, on
  * |q->data| itself. No loop is ever busy here, so no ask times out. */
+void (*fx_fake_loop_ask_hook)(void);
+
 int fx_loop_ask_all(fx_loop *const *loops, size_t n, const fx_loop_ask_req *q, size_t *pmissing)
 {
+    if (fx_fake_loop_ask_hook != NULL)
+        fx_fake_loop_ask_hook();
     for (size_t i = 0; i < n; i++) {
         while (fx_fake_loop_run_one(loops[i]))
             ;

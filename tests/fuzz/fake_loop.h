@@ -15,6 +15,10 @@ void fx_fake_clock_advance(uint64_t ns);
 /* Runs the oldest queued task of |l|. Returns false if none was queued. */
 bool fx_fake_loop_run_one(fx_loop *l);
 bool fx_fake_loop_has_tasks(const fx_loop *l);
+/* Called at the start of every fx_loop_ask / fx_loop_ask_all (NULL: none):
+ * a test drives the rest of its world there, as the other threads would
+ * while the caller waits. */
+extern void (*fx_fake_loop_ask_hook)(void);
 /* The |i|-th live loop (newest first), or NULL past the last: the harness
  * reaches every loop the code under test made without knowing where it
  * keeps them. */

@@ -1,31 +1,29 @@
-/* For the unit tests (on conn_fixture.h) of the broker calls that wait for
- * its loops on a condition variable: the admin gathers of control.c, the
- * retention change of durable_admin.c, the flush of durable_ops.c, and
- * fxb_run_on when a started broker stops. On the fake loops nothing would
- * ever answer them, so this file defines pthread_cond_timedwait and
- * pthread_cond_wait for the test executable: a wait unlocks its mutex, runs
- * one settle step of the fixture set with cw_use (tasks, due timers,
- * acknowledgements, transport turns) and locks it again, as a waiter woken
- * by the loop thread would be. A timed wait with nothing left to run moves
- * the fake clock 1 ms (so deadlines on it pass) and reports a timeout.
+/* For the unit tests (on conn_fixture.h) of the broker calls that ask its
+ * loops and wait for the answer (fx_loop_ask / fx_loop_ask_all): the admin
+ * gathers and the drain of control.c, the retention change of
+ * durable_admin.c, the flush of durable_ops.c, a started broker's stop. The
+ * fake loops answer an ask on the calling thread; this file sets their ask
+ * hook so that each ask first runs one settle step of the fixture set with
+ * cw_use (tasks, due timers, acknowledgements, transport turns), as the
+ * other threads would progress while the caller waits. An ask with nothing
+ * left to run moves the fake clock 1 ms, so deadlines on it pass.
  * Included by one test file, after conn_fixture.h. */
 #ifndef FX_TESTS_UNIT_CF_WAITS_H
 #define FX_TESTS_UNIT_CF_WAITS_H
 
-#include <errno.h>
-#include <pthread.h>
-
-static cf *cw_f;               /* the fixture the waits drive */
-static void (*cw_hook)(cf *f); /* run once, at the next wait */
+static cf *cw_f;               /* the fixture the asks drive */
+static void (*cw_hook)(cf *f); /* run once, at the next ask */
 static unsigned cw_depth;
 
-/* The waits drive |f| (NULL: only the loops). */
+/* The asks drive |f| (NULL: only the loops). */
+static void cw_on_ask(void);
 static inline void cw_use(cf *f)
 {
     cw_f = f;
+    fx_fake_loop_ask_hook = cw_on_ask;
 }
 
-/* Runs |hook| once, from inside the next wait of the broker (the caller of
+/* Runs |hook| once, from inside the next ask of the broker (the caller of
  * that broker function is blocked there). */
 static inline void cw_at_next_wait(void (*hook)(cf *f))
 {
@@ -55,30 +53,14 @@ static bool cw_step(void)
     return any;
 }
 
-int pthread_cond_timedwait(pthread_cond_t *restrict cv, pthread_mutex_t *restrict mu,
-                           const struct timespec *restrict at)
+/* The fake loops' ask hook: a broker call that asks its loops (and, like
+ * the drain, may poll them until a deadline) lets the fixture move on by one
+ * step each time; with nothing left to run the fake clock moves 1 ms, so a
+ * deadline on it passes. */
+static void cw_on_ask(void)
 {
-    (void)cv;
-    (void)at;
-    pthread_mutex_unlock(mu);
-    bool any = cw_step();
-    if (!any)
+    if (!cw_step())
         fx_fake_clock_advance(FX_NS_PER_MS);
-    pthread_mutex_lock(mu);
-    return any ? 0 : ETIMEDOUT;
-}
-
-int pthread_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu)
-{
-    (void)cv;
-    static unsigned idle;
-    pthread_mutex_unlock(mu);
-    bool any = cw_step();
-    pthread_mutex_lock(mu);
-    idle = any ? 0 : idle + 1;
-    if (idle > 100000)
-        fail_msg("a wait for a loop that has nothing to run");
-    return 0;
 }
 
 #endif
