@@ -145,7 +145,7 @@ int fxb_durable_init(fx_broker *b)
 
 /* ---- start-up recovery ------------------------------------------------------------- */
 
-void (*_Atomic fxb_test_on_recover)(const fx_stream_handle *h) = NULL;
+void (*_Atomic fxb_test_on_recover)(const fx_stream_handle *h); /* static storage: starts NULL */
 
 /* Queues the recovery of catalogued stream |h| on its storage thread (the
  * queue's reference) and lists it as recovering. */
