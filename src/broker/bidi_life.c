@@ -1,7 +1,7 @@
 /* A bidi stream's life below the stages that work on it (reply, resv,
- * admission, publish, subscribe): its references, its reset, and giving
- * back what it holds: the pre-auth allowance, the frame's reservation (or
- * its wait) and the merge scratch. Connection loop. */
+ * admission, publish, subscribe): its references, its reset, whether all
+ * it read is handled, and giving back what it holds: the pre-auth allowance, the frame's
+ * reservation (or its wait) and the merge scratch. Connection loop. */
 #include "broker/bidi_life.h"
 
 #include <stdlib.h>
@@ -66,6 +66,14 @@ void fxb_bidi_fail(fxb_bidi *s, const char *why)
     fxb_ingress_resv_cancel(s); /* a reset frame will not complete */
     if (s->conn->qc != NULL)
         fx_quic_stream_reset(s->conn->qc, s->sid, FXB_CODE_MALFORMED);
+}
+
+/* ---- what it waits for ------------------------------------------------------------------- */
+
+bool fxb_bidi_is_input_handled(const fxb_bidi *s)
+{
+    return s->admit.parked == NULL && s->admit.deferred == NULL && !s->resv.wait &&
+           !s->sub_pending && s->pend_len == s->pend_off;
 }
 
 /* ---- what it holds ----------------------------------------------------------------------- */

@@ -314,8 +314,7 @@ void fxb_bidi_flush(fxb_bidi *s)
     /* Input still buffered behind a park (or being fed from that buffer)
      * holds the FIN too: the client's FIN is answered only once every frame
      * it sent before it was handled. */
-    bool idle = s->replies.head == NULL && s->admit.parked == NULL && s->admit.deferred == NULL &&
-                !s->resv.wait && !s->sub_pending && s->pend_len == s->pend_off;
+    bool idle = s->replies.head == NULL && fxb_bidi_is_input_handled(s);
     if (!s->closed && !s->fin_sent && c->qc != NULL && idle && (s->ended || s->peer_fin)) {
         s->fin_sent = true;
         fx_quic_stream_shutdown(c->qc, s->sid);
