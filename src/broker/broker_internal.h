@@ -2,13 +2,14 @@
  * between them (fxb_worker, fx_broker, fxb_conn, fxb_bidi, fxb_job, fxb_sub,
  * fxb_lane) and the FXB_ constants. A part a struct embeds is defined in the
  * header of the stage that owns it (fxb_bidi's: resv.h, admission.h,
- * reply.h, resolve.h); those headers stand alone, so this file includes them for the
- * full types. No stage function is declared here: each stage's header (conn.h, bidi.h, publish.h,
- * admission.h, worker.h, feeder.h, lane.h, writer.h, ..., see docs/design.md "Broker stage
- * headers") declares what other stages call, with its thread and the fields
- * it owns. Which thread may touch a field is noted per struct; objects
- * reached from two loops are atomically refcounted, and every task posted to
- * another loop holds a reference until its callback runs. */
+ * reply.h, resolve.h); those headers stand alone, so this file includes
+ * them for the full types. No stage function is declared here: each stage's
+ * header (conn.h, bidi.h, publish.h, admission.h, worker.h, feeder.h,
+ * lane.h, writer.h, ..., see docs/design.md "Broker stage headers") declares
+ * what other stages call, with its thread and the fields it owns. Which
+ * thread may touch a field is noted per struct; objects reached from two
+ * loops are atomically refcounted, and every task posted to another loop
+ * holds a reference until its callback runs. */
 #ifndef FX_BROKER_INTERNAL_H
 #define FX_BROKER_INTERNAL_H
 
