@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/bidi_life.h"
+#include "broker/broker_internal.h"
 #include "broker/conn_life.h"
 #include "broker/job.h"
 #include "broker/reply.h"
@@ -54,10 +55,16 @@ static fxb_job *job_new(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
 
 /* ---- admission of a job (connection loop) ------------------------------------------------ */
 
+void fxb_admit_init(fxb_bidi *s, fx_task_cb on_resume, fx_timer_cb on_expired)
+{
+    fx_task_init(&s->admit.resume_task, on_resume, s);
+    fx_timer_init(&s->admit.wait_timer, on_expired, s);
+}
+
 static void on_ingress_resume(void *user)
 {
     fxb_bidi *s = user;
-    fx_loop_post(s->conn->loop, &s->resume_task);
+    fx_loop_post(s->conn->loop, &s->admit.resume_task);
 }
 
 fx_ingress_target fxb_ingress_job_target(fxb_job *j)
@@ -85,7 +92,7 @@ static bool wait_timer_set(fxb_bidi *s, const fx_ingress_target *t, fxb_job *j)
 {
     fx_loop *l = s->conn->loop;
     if (j->req.policy != FX_INGRESS_WAIT ||
-        fx_loop_timer_arm(l, &s->wait_timer, j->req.deadline_ns) == 0)
+        fx_loop_timer_arm(l, &s->admit.wait_timer, j->req.deadline_ns) == 0)
         return true;
     FX_COUNTER_INC(broker_timer_arm_failures);
     FX_LOG_RATELIMITED(&wait_timer_rl, fx_loop_now(l), FX_LOG_ERROR, "broker",
@@ -98,6 +105,32 @@ static bool wait_timer_set(fxb_bidi *s, const fx_ingress_target *t, fxb_job *j)
     return false;
 }
 
+/* Acks answered at admission are the stream's, not the job's: keeps them
+ * where the worker cannot free them (|one|, or the merge scratch, which has
+ * room). Returns where |j|'s acks are. */
+static fxb_reply **admit_acks(fxb_bidi *s, fxb_job *j, fxb_reply **one)
+{
+    fxb_reply **acks = j->acks;
+    uint32_t nacks = j->nacks;
+    if (!j->commit && nacks > 0) {
+        acks = nacks == 1 ? one : s->admit.merge.acks;
+        memcpy(acks, j->acks, (size_t)nacks * sizeof(*acks));
+    }
+    return acks;
+}
+
+/* Counts, logs and frees |j|, which a full DropNew queue refused. */
+static void job_dropped(fxb_bidi *s, fxb_job *j)
+{
+    uint32_t nreq = j->nreq;
+    FX_COUNTER_ADD(publish_dropped, nreq);
+    FX_COUNTER_ADD(ingress_dropped_messages, j->count);
+    FX_LOG_RATELIMITED(&ingress_drop_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "ingress full: dropped %u unacked publishes conn=%llu", (unsigned)nreq,
+                       (unsigned long long)s->conn->id);
+    fxb_job_free(j);
+}
+
 /* Runs admission for |j|. Returns 0 when its requests are settled, 1 when
  * parked (|s| stops reading). */
 int fxb_ingress_job_admit(fxb_bidi *s, fxb_job *j)
@@ -107,15 +140,9 @@ int fxb_ingress_job_admit(fxb_bidi *s, fxb_job *j)
     size_t bytes = j->payload_bytes;
     uint32_t nreq = j->nreq;
     bool commit = j->commit;
-    /* Acks answered at admission are the stream's, not the job's: keep them
-     * where the worker cannot free them (the merge scratch has room). */
     fxb_reply *one;
-    fxb_reply **acks = j->acks;
+    fxb_reply **acks = admit_acks(s, j, &one);
     uint32_t nacks = j->nacks;
-    if (!commit && nacks > 0) {
-        acks = nacks == 1 ? &one : s->merge.acks;
-        memcpy(acks, j->acks, (size_t)nacks * sizeof(*acks));
-    }
     fx_ingress_outcome o = fx_ingress_admit(&t, &j->req, fx_loop_now(s->conn->loop));
     if (o == FX_INGRESS_PARKED && !wait_timer_set(s, &t, j))
         o = FX_INGRESS_FAILED;
@@ -128,12 +155,7 @@ int fxb_ingress_job_admit(fxb_bidi *s, fxb_job *j)
             answer_acks(acks, nacks, NULL);
         break;
     case FX_INGRESS_DROPPED:
-        FX_COUNTER_ADD(publish_dropped, nreq);
-        FX_COUNTER_ADD(ingress_dropped_messages, j->count);
-        FX_LOG_RATELIMITED(&ingress_drop_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
-                           "ingress full: dropped %u unacked publishes conn=%llu", (unsigned)nreq,
-                           (unsigned long long)s->conn->id);
-        fxb_job_free(j);
+        job_dropped(s, j);
         break;
     case FX_INGRESS_FAILED:
         FX_COUNTER_ADD(publish_error, nreq);
@@ -141,7 +163,7 @@ int fxb_ingress_job_admit(fxb_bidi *s, fxb_job *j)
         fxb_job_free(j);
         break;
     case FX_INGRESS_PARKED:
-        s->parked = j;
+        s->admit.parked = j;
         s->refs++; /* the resume task or the timer may still come */
         return 1;
     }
@@ -153,9 +175,9 @@ int fxb_ingress_job_admit(fxb_bidi *s, fxb_job *j)
  * Backpressure park: the job's acks, if any, are its commit acks. */
 void fxb_ingress_unpark(fxb_bidi *s, fx_ingress_outcome o)
 {
-    fxb_job *j = s->parked;
-    s->parked = NULL;
-    fx_loop_timer_cancel(s->conn->loop, &s->wait_timer);
+    fxb_job *j = s->admit.parked;
+    s->admit.parked = NULL;
+    fx_loop_timer_cancel(s->conn->loop, &s->admit.wait_timer);
     if (o == FX_INGRESS_FAILED) {
         FX_COUNTER_ADD(publish_error, j->nreq);
         answer_acks(j->acks, j->nacks, j->req.error);
@@ -166,8 +188,8 @@ void fxb_ingress_unpark(fxb_bidi *s, fx_ingress_outcome o)
 
 void fxb_ingress_cancel_parked(fxb_bidi *s)
 {
-    fx_ingress_target t = fxb_ingress_job_target(s->parked);
-    fx_ingress_outcome o = fx_ingress_cancel(&t, &s->parked->req);
+    fx_ingress_target t = fxb_ingress_job_target(s->admit.parked);
+    fx_ingress_outcome o = fx_ingress_cancel(&t, &s->admit.parked->req);
     if (o == FX_INGRESS_FAILED)
         fxb_ingress_unpark(s, o);
     /* else the resume task runs later, sees |closed| and settles the job */
@@ -182,7 +204,7 @@ static bool acks_on_commit(const fx_broker_opts *o, const fx_stream_handle *h)
 
 /* The bytes a job of |count| messages with |payload| bytes is charged when
  * |resv| (budget NULL: none) is the reservation it adopts: see
- * fxb_ingress_submit. */
+ * submit_req. */
 static size_t job_charge(size_t payload, uint32_t count, const fx_permit *resv)
 {
     size_t ovh = (size_t)count * FXB_MSG_OVERHEAD;
@@ -201,31 +223,33 @@ static void job_add_ack(fxb_job *j, fxb_reply *r, const fx_broker_opts *o, uint6
     j->acks[j->nacks++] = r;
 }
 
-/* Queues a publish of |count| payloads in |backing| (taken) to |h|. Frames
- * merged before it go first; when they park, this one waits behind them. */
-int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
-                       const fx_wire_slice *payloads, uint32_t count, bool acked, bool binary,
-                       uint64_t request_id)
+/* The job of one publish request, with its ack slot when |acked|. Returns
+ * NULL when |s| failed (out of memory). */
+static fxb_job *submit_job(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
+                           const fx_wire_slice *payloads, uint32_t count, bool acked, bool binary,
+                           uint64_t request_id)
 {
-    const fx_broker_opts *o = &s->conn->b->o;
-    int before = fxb_ingress_flush(s);
-    if (before < 0) {
-        fx_buf_unref(backing);
-        return -1;
-    }
     fxb_job *j = job_new(s, h, backing, payloads, count, acked ? 1 : 0);
     if (j == NULL) {
         fxb_bidi_fail(s, "out of memory for a publish");
-        return -1;
+        return NULL;
     }
     fxb_reply *r = NULL;
     if (acked && (r = fxb_reply_new(s, binary, request_id)) == NULL) {
         fxb_job_free(j);
         fxb_bidi_fail(s, "out of memory for a reply");
-        return -1;
+        return NULL;
     }
     if (r != NULL)
-        job_add_ack(j, r, o, fx_loop_now(s->conn->loop));
+        job_add_ack(j, r, &s->conn->b->o, fx_loop_now(s->conn->loop));
+    return j;
+}
+
+/* Sets up |j|'s admission request: its policy, the bytes it is charged and
+ * the frame's reservation it keeps. */
+static void submit_req(fxb_bidi *s, fxb_job *j, fx_stream_handle *h, bool acked, uint32_t count)
+{
+    const fx_broker_opts *o = &s->conn->b->o;
     fx_ingress_policy p = fx_ingress_policy_for(acked, acks_on_commit(o, h), o->pub_ingress_wait);
     /* A frame with a body had its bytes reserved at its header: its payload
      * copy never exceeds that body, and the job is charged the reservation
@@ -234,13 +258,30 @@ int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
      * charged payload plus FXB_MSG_OVERHEAD per message (16 MiB of empty
      * messages holds ~200 MiB of tables). A top-up that must wait gives the
      * reservation back first (stage_bytes). */
-    size_t nbytes = job_charge(fx_buf_len(backing), count, &s->resv);
+    size_t nbytes = job_charge(fx_buf_len(j->backing), count, &s->resv.permit);
     fx_ingress_req_init(&j->req, j, nbytes, p, o->publish_queue_wait_timeout_ns, on_ingress_resume,
                         s);
     /* The frame's bytes were reserved at its header: the job keeps them. */
     fxb_ingress_resv_adopt(s, &j->req);
+}
+
+/* Queues a publish of |count| payloads in |backing| (taken) to |h|. Frames
+ * merged before it go first; when they park, this one waits behind them. */
+int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
+                       const fx_wire_slice *payloads, uint32_t count, bool acked, bool binary,
+                       uint64_t request_id)
+{
+    int before = fxb_ingress_flush(s);
+    if (before < 0) {
+        fx_buf_unref(backing);
+        return -1;
+    }
+    fxb_job *j = submit_job(s, h, backing, payloads, count, acked, binary, request_id);
+    if (j == NULL)
+        return -1;
+    submit_req(s, j, h, acked, count);
     if (before == 1) {
-        s->deferred = j;
+        s->admit.deferred = j;
         return 1;
     }
     return fxb_ingress_job_admit(s, j);
@@ -291,14 +332,14 @@ static bool merge_fits(const fxb_merge *m, const fx_stream_handle *h, const fx_f
  * connection's budget, so they add up). */
 static void merge_resv(fxb_bidi *s)
 {
-    fxb_merge *m = &s->merge;
-    if (s->resv.budget == NULL)
+    fxb_merge *m = &s->admit.merge;
+    if (s->resv.permit.budget == NULL)
         return;
     if (m->held.budget == NULL)
-        m->held = s->resv;
+        m->held = s->resv.permit;
     else
-        m->held.n += s->resv.n;
-    s->resv = (fx_permit){0};
+        m->held.n += s->resv.permit.n;
+    s->resv.permit = (fx_permit){0};
 }
 
 /* Appends frame |f| (decoded in |pb|) to the merge, with its ack slot queued
@@ -306,7 +347,7 @@ static void merge_resv(fxb_bidi *s)
 static int merge_put(fxb_bidi *s, fx_stream_handle *h, const fx_frame *f,
                      const fx_wire_publish_batch *pb, bool acked, uint64_t request_id)
 {
-    fxb_merge *m = &s->merge;
+    fxb_merge *m = &s->admit.merge;
     if (merge_room(m, m->nreq + 1, m->nsl + pb->count) != 0) {
         fxb_bidi_fail(s, "out of memory for a publish");
         return -1;
@@ -374,7 +415,7 @@ static int merge_backing(fxb_merge *m, fx_buf **pb)
  * frames' reservations (see fxb_ingress_submit for the byte charge). */
 static void merge_admission(fxb_bidi *s, fxb_job *j)
 {
-    fxb_merge *m = &s->merge;
+    fxb_merge *m = &s->admit.merge;
     const fx_broker_opts *o = &s->conn->b->o;
     size_t nbytes = job_charge(fx_buf_len(j->backing), m->nsl, &m->held);
     fx_ingress_policy p =
@@ -390,7 +431,7 @@ static void merge_admission(fxb_bidi *s, fxb_job *j)
  * when memory ran out (|s| failed, the frames' acks answered). */
 static fxb_job *merge_job(fxb_bidi *s)
 {
-    fxb_merge *m = &s->merge;
+    fxb_merge *m = &s->admit.merge;
     uint32_t nacks = m->acked ? m->nreq : 0;
     fx_buf *backing = NULL;
     fxb_job *j = NULL;
@@ -414,7 +455,7 @@ static fxb_job *merge_job(fxb_bidi *s)
 
 int fxb_ingress_flush(fxb_bidi *s)
 {
-    if (s->merge.nreq == 0)
+    if (s->admit.merge.nreq == 0)
         return 0;
     fxb_job *j = merge_job(s);
     return j == NULL ? -1 : fxb_ingress_job_admit(s, j);
@@ -423,7 +464,7 @@ int fxb_ingress_flush(fxb_bidi *s)
 int fxb_ingress_add(fxb_bidi *s, fx_stream_handle *h, const fx_frame *f,
                     const fx_wire_publish_batch *pb, bool acked, uint64_t request_id)
 {
-    fxb_merge *m = &s->merge;
+    fxb_merge *m = &s->admit.merge;
     size_t len = (size_t)(f->body + f->len - pb->payloads[0].ptr);
     if (m->nreq > 0 && !merge_fits(m, h, f, pb->count, len, acked)) {
         int rv = fxb_ingress_flush(s);
@@ -432,8 +473,8 @@ int fxb_ingress_add(fxb_bidi *s, fx_stream_handle *h, const fx_frame *f,
         if (rv == 1) { /* parked: this frame waits behind it, as its own job */
             if (merge_put(s, h, f, pb, acked, request_id) != 0)
                 return -1;
-            s->deferred = merge_job(s);
-            return s->deferred != NULL ? 1 : -1;
+            s->admit.deferred = merge_job(s);
+            return s->admit.deferred != NULL ? 1 : -1;
         }
     }
     return merge_put(s, h, f, pb, acked, request_id);
@@ -441,23 +482,23 @@ int fxb_ingress_add(fxb_bidi *s, fx_stream_handle *h, const fx_frame *f,
 
 int fxb_ingress_run_deferred(fxb_bidi *s)
 {
-    if (s->parked != NULL)
+    if (s->admit.parked != NULL)
         return 1;
-    fxb_job *j = s->deferred;
+    fxb_job *j = s->admit.deferred;
     if (j == NULL)
         return 0;
-    s->deferred = NULL;
+    s->admit.deferred = NULL;
     return fxb_ingress_job_admit(s, j);
 }
 
 void fxb_ingress_discard(fxb_bidi *s)
 {
-    uint64_t n = s->merge.nreq;
+    uint64_t n = s->admit.merge.nreq;
     fxb_merge_reset(s);
-    if (s->deferred != NULL) {
-        n += s->deferred->nreq;
-        fxb_job_free(s->deferred);
-        s->deferred = NULL;
+    if (s->admit.deferred != NULL) {
+        n += s->admit.deferred->nreq;
+        fxb_job_free(s->admit.deferred);
+        s->admit.deferred = NULL;
     }
     if (n > 0)
         FX_COUNTER_ADD(ingress_backpressure_cancelled, n);

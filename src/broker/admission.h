@@ -1,14 +1,82 @@
 /* The connection loop's side of publish admission (admission.c): publish
  * jobs made from a bidi stream's frames, merged per read, admitted through
  * the ingress machine (ingress.h) to their worker's queue or parked.
- * Connection loop. Creates struct fxb_job (freed by job.h) and owns
- * fxb_bidi's parked, merge, deferred (the park's resume and deadline
- * callbacks, which read on, are in bidi.c: parked.h). */
+ * Connection loop. Creates struct fxb_job (freed by job.h) and owns struct
+ * fxb_merge and struct fxb_admit (fxb_bidi.admit; the park's resume and
+ * deadline callbacks, which read on, are in bidi.c: parked.h). Stands alone
+ * (no broker_internal.h): that header embeds fxb_admit. */
 #ifndef FX_BROKER_ADMISSION_H
 #define FX_BROKER_ADMISSION_H
 
-#include "broker/broker_internal.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
+#include "base/budget.h"
+#include "base/buf.h"
+#include "base/loop.h"
+#include "broker/ingress.h"
+#include "broker/stream.h"
+#include "wire/binary.h"
+#include "wire/frame.h"
+
+typedef struct fxb_bidi fxb_bidi;
+typedef struct fxb_job fxb_job;
+typedef struct fxb_reply fxb_reply;
+
+/* Merging (admission.c): the complete binary publish frames of one read for
+ * the same stream and ack kind become one job. Each frame keeps the bytes its
+ * header reserved (summed into |held|) and its own ack slot, queued in
+ * request order when the frame is read. Until the job is made, payloads point
+ * into the read's input (valid while it is fed) or into |owned|, the body the
+ * first frame's decoder had to buffer; the job copies them into one buffer.
+ * The arrays are scratch kept by the stream, so a merge allocates nothing per
+ * frame. Conn loop. */
+typedef struct fxb_merge_part {
+    const uint8_t *p; /* the frame's payload region (its payloads, back to back with their
+                         length prefixes) */
+    size_t len;
+    uint32_t first; /* its first slice in |sl| */
+} fxb_merge_part;
+
+typedef struct fxb_merge {
+    fx_stream_handle *h; /* reference; NULL while nothing is merged */
+    bool acked;
+    uint32_t nreq; /* frames merged, each one publish request; nreq parts */
+    size_t bytes;  /* sum of the parts' lengths */
+    size_t payload_bytes;
+    fx_permit held; /* the frames' header reservations */
+    uint8_t *owned; /* body of the first frame, taken from the decoder (free()), or NULL */
+    size_t owned_len;
+    fxb_merge_part *parts;
+    fx_wire_slice *sl;
+    fxb_reply **acks; /* ack slots of acked frames (nreq of them when |acked|) */
+    uint32_t nsl;
+    uint32_t cap_parts, cap_sl; /* |acks| has cap_parts too */
+} fxb_merge;
+
+/* Bounds of one merged job: frames, messages and payload bytes (the event
+ * frame a subscriber gets for it stays far below any frame limit). */
+#define FXB_MERGE_MAX_FRAMES 64u
+#define FXB_MERGE_MAX_MSGS 1024u
+#define FXB_MERGE_MAX_BYTES (1u << 20)
+
+/* A bidi stream's publish jobs at admission: the job parked there (the
+ * stream reads nothing while it waits), the frames of the current read being
+ * merged, and a job made behind the parked one that waits its turn.
+ * |resume_task| and |wait_timer| run the park's callbacks (parked.h). */
+typedef struct fxb_admit {
+    fxb_job *parked;
+    fxb_merge merge;
+    fxb_job *deferred;
+    fx_task resume_task;
+    fx_timer wait_timer;
+} fxb_admit;
+
+/* Sets up |s|'s admission part (at creation, from fxb_ingress_bidi_init):
+ * |on_resume| runs on the stream's loop when its parked job may go on,
+ * |on_expired| when the Wait policy's deadline passed (|user| is |s|). */
+void fxb_admit_init(fxb_bidi *s, fx_task_cb on_resume, fx_timer_cb on_expired);
 /* Queues a publish of |count| payloads in |backing| (taken) to |h| as a job
  * through admission. Returns 0 when settled, 1 when parked (|s| stops
  * reading), -1 when |s| was failed. */

@@ -129,8 +129,7 @@ fxb_bidi *fxb_bidi_new(fxb_conn *c, int64_t sid)
                                        ? o->max_frame_bytes
                                        : FXB_PREAUTH_MAX_FRAME);
     fxb_ingress_bidi_init(s);
-    fxb_reply_bidi_init(s);
-    fx_task_init(&s->replies_task, replies_resume, s);
+    fxb_reply_bidi_init(s, replies_resume);
     s->next = c->bidis;
     c->bidis = s;
     return s;
@@ -259,34 +258,39 @@ static void hand_credentials(fxb_bidi *s)
     s->auth_ctx = NULL;
 }
 
-/* Returns 0 to go on, 1 when parked, -1 when the stream stops reading. */
-static int on_json(fxb_bidi *s, const fx_frame *f)
+/* Decodes the JSON message of |f| into |m|. Returns false when |s| failed. */
+static bool json_decode(fxb_bidi *s, const fx_frame *f, fx_msg *m)
 {
-    fx_msg m;
     fx_wire_err err;
-    if (fx_msg_decode(&m, f->body, f->len, &err) != 0) {
-        if (err.code == FX_EWIRE_JSON_LIMIT) {
-            FX_COUNTER_INC(broker_json_too_complex);
-            FX_LOG_RATELIMITED(&json_limit_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
-                               "conn %llu stream %lld reset: %s", (unsigned long long)s->conn->id,
-                               (long long)s->sid, err.msg);
-        }
-        fxb_bidi_fail(s, err.msg);
-        return -1;
+    if (fx_msg_decode(m, f->body, f->len, &err) == 0)
+        return true;
+    if (err.code == FX_EWIRE_JSON_LIMIT) {
+        FX_COUNTER_INC(broker_json_too_complex);
+        FX_LOG_RATELIMITED(&json_limit_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                           "conn %llu stream %lld reset: %s", (unsigned long long)s->conn->id,
+                           (long long)s->sid, err.msg);
     }
+    fxb_bidi_fail(s, err.msg);
+    return false;
+}
+
+/* Handles one JSON message. Returns a publish's result (0, 1 parked, -1),
+ * else 0. */
+static int json_dispatch(fxb_bidi *s, const fx_msg *m)
+{
     int rv = 0;
-    switch (m.type) {
+    switch (m->type) {
     case FX_MSG_AUTH:
-        on_auth(s, &m);
+        on_auth(s, m);
         break;
     case FX_MSG_PUBLISH:
     case FX_MSG_PUBLISH_BATCH:
-        if (allowed(s, m.tenant_id, strlen(m.tenant_id)))
-            rv = fxb_publish_json(s, &m);
+        if (allowed(s, m->tenant_id, strlen(m->tenant_id)))
+            rv = fxb_publish_json(s, m);
         break;
     case FX_MSG_SUBSCRIBE:
-        if (allowed(s, m.tenant_id, strlen(m.tenant_id))) {
-            fxb_subscribe(s, &m);
+        if (allowed(s, m->tenant_id, strlen(m->tenant_id))) {
+            fxb_subscribe(s, m);
             hand_credentials(s);
         }
         break;
@@ -294,7 +298,7 @@ static int on_json(fxb_bidi *s, const fx_frame *f)
         fxb_bidi_end(s);
         break;
     default:
-        if (is_server_only(m.type))
+        if (is_server_only(m->type))
             fxb_bidi_error(s, "unexpected message type", true);
         else if (!s->authed)
             preauth_protocol_error(s, "unsupported message type");
@@ -302,6 +306,16 @@ static int on_json(fxb_bidi *s, const fx_frame *f)
             fxb_bidi_error(s, "unsupported message type", false);
         break;
     }
+    return rv;
+}
+
+/* Returns 0 to go on, 1 when parked, -1 when the stream stops reading. */
+static int on_json(fxb_bidi *s, const fx_frame *f)
+{
+    fx_msg m;
+    if (!json_decode(s, f, &m))
+        return -1;
+    int rv = json_dispatch(s, &m);
     fx_msg_deinit(&m);
     return s->ended ? -1 : rv;
 }
@@ -345,8 +359,8 @@ static void credit(fxb_bidi *s)
  * header waiting for its bytes, or too many replies not yet written. */
 static bool blocked(const fxb_bidi *s)
 {
-    return s->parked != NULL || s->deferred != NULL || s->resv_wait || s->replies_full ||
-           s->conn->replies_full;
+    return s->admit.parked != NULL || s->admit.deferred != NULL || s->resv.wait ||
+           s->replies.full || s->conn->replies_full;
 }
 
 /* True when the next frame in |p|[0..|n|) (the decoder is between frames)
@@ -362,12 +376,47 @@ static bool next_is_whole(const uint8_t *p, size_t n)
  * Returns false when that parked or failed the stream. */
 static bool merge_ahead_ok(fxb_bidi *s, const uint8_t *p, size_t n)
 {
-    if (s->merge.nreq == 0 || !fx_frame_decoder_at_boundary(&s->dec) || next_is_whole(p, n))
+    if (s->admit.merge.nreq == 0 || !fx_frame_decoder_at_boundary(&s->dec) || next_is_whole(p, n))
         return true;
     if (fxb_ingress_flush(s) != 0)
         return false;
     credit(s);
     return true;
+}
+
+/* The decoder refused the input (|rv|, |err|): the stream is reset. */
+static void feed_error(fxb_bidi *s, int rv, const fx_wire_err *err)
+{
+    if (!s->authed && rv == FX_EWIRE_TOO_LARGE) {
+        char why[sizeof(err->msg) + 64];
+        snprintf(why, sizeof(why), "%s (the limit before auth)", err->msg);
+        FX_COUNTER_INC(preauth_frame_too_large);
+        preauth_log(s, why);
+    }
+    fxb_bidi_fail(s, err->msg);
+}
+
+/* A frame header was read (|whole|: its body is in the input too): its
+ * bytes are reserved, or before auth charged to the pre-auth allowance.
+ * Returns 0 to read on. */
+static int feed_header(fxb_bidi *s, const fx_frame *f, bool whole)
+{
+    return s->authed ? fxb_ingress_reserve(s, f->hdr.flags, f->hdr.length, whole)
+                     : preauth_charge(s, f->hdr.length);
+}
+
+/* A whole frame was read: handles it, gives back what it held, and credits
+ * its bytes unless they wait in a merge. Returns on_frame's result. */
+static int feed_frame(fxb_bidi *s, const fx_frame *f)
+{
+    fxb_ingress_resv_read(s);
+    int rv = on_frame(s, f);
+    fxb_ingress_resv_release(s); /* a frame that made no job (auth, subscribe, error) */
+    fxb_bidi_preauth_uncharge(s);
+    /* Merged bytes are credited once their job is admitted. */
+    if (rv == 0 && s->admit.merge.nreq == 0)
+        credit(s);
+    return rv;
 }
 
 /* Feeds |data| to the decoder until it is used up, the stream stops reading,
@@ -385,33 +434,16 @@ static size_t feed(fxb_bidi *s, const uint8_t *data, size_t len)
         off += used;
         s->credit_owed += used;
         if (rv < 0) {
-            if (!s->authed && rv == FX_EWIRE_TOO_LARGE) {
-                char why[sizeof(err.msg) + 64];
-                snprintf(why, sizeof(why), "%s (the limit before auth)", err.msg);
-                FX_COUNTER_INC(preauth_frame_too_large);
-                preauth_log(s, why);
-            }
-            fxb_bidi_fail(s, err.msg);
+            feed_error(s, rv, &err);
             break;
         }
         if (rv == FX_FRAME_HEADER) {
-            bool whole = len - off >= f.hdr.length;
-            int hv = s->authed ? fxb_ingress_reserve(s, f.hdr.flags, f.hdr.length, whole)
-                               : preauth_charge(s, f.hdr.length);
-            if (hv != 0)
+            if (feed_header(s, &f, len - off >= f.hdr.length) != 0)
                 break;
             continue;
         }
-        if (rv != FX_FRAME_READY)
-            continue;
-        fx_loop_timer_cancel(s->conn->loop, &s->frame_timer);
-        rv = on_frame(s, &f);
-        fxb_ingress_resv_release(s); /* a frame that made no job (auth, subscribe, error) */
-        fxb_bidi_preauth_uncharge(s);
-        if (rv != 0)
+        if (rv == FX_FRAME_READY && feed_frame(s, &f) != 0)
             break;
-        if (s->merge.nreq == 0) /* merged bytes are credited once their job is admitted */
-            credit(s);
     }
     /* The read's merged frames go as one job; their credit follows (the
      * caller's) unless it parked. */
@@ -494,7 +526,7 @@ static void read_on(fxb_bidi *s)
 {
     if (s->closed)
         return;
-    if (s->deferred != NULL)
+    if (s->admit.deferred != NULL)
         (void)fxb_ingress_run_deferred(s); /* parked again: blocked() says so */
     if (blocked(s))
         return;
@@ -553,10 +585,10 @@ static void count_discarded(fxb_bidi *s)
     uint64_t n = 0;
     pend_compact(s);
     size_t off = 0;
-    if (s->resv_wait) { /* the buffer starts with the body whose header waited */
+    if (s->resv.wait) { /* the buffer starts with the body whose header waited */
         size_t rest = fx_frame_decoder_expected(&s->dec);
         off = rest <= s->pend_len ? rest : s->pend_len;
-        if (rest <= s->pend_len && is_request(s->resv_flags))
+        if (rest <= s->pend_len && is_request(s->resv.flags))
             n++;
     }
     while (s->pend_len - off >= FX_WIRE_HEADER_LEN) {
@@ -584,10 +616,10 @@ void fxb_bidi_close(fxb_bidi *s)
     count_discarded(s);
     s->closed = true;
     s->ended = true;
-    fx_loop_timer_cancel(c->loop, &s->commit_timer);
+    fx_loop_timer_cancel(c->loop, &s->replies.commit_timer);
     fxb_bidi_preauth_release(s);
     fxb_ingress_resv_cancel(s);
-    if (s->parked != NULL)
+    if (s->admit.parked != NULL)
         fxb_ingress_cancel_parked(s);
     fxb_ingress_discard(s);
     fxb_reply_drop_all(s);
@@ -612,17 +644,8 @@ static void resv_resume(fx_loop *l, fx_task *t, void *user)
     (void)l;
     (void)t;
     fxb_bidi *s = user;
-    if (s->resv_wait) { /* else fxb_bidi_close cancelled the wait first */
-        s->resv_wait = false;
-        if (s->resv_rv != 0)
-            fxb_bidi_fail(s, "publish byte budget closed");
-        else if (s->ended)
-            fx_permit_release(&s->resv); /* the grant raced the end or close */
-        else
-            fxb_ingress_resv_held(s, false);
-        if (!s->closed)
-            read_on(s);
-    }
+    if (fxb_ingress_resv_granted(s) && !s->closed)
+        read_on(s);
     fxb_bidi_unref(s);
 }
 
@@ -630,11 +653,11 @@ void fxb_parked_resume(fx_loop *l, fx_task *t, void *user)
 {
     (void)t;
     fxb_bidi *s = user;
-    fxb_job *j = s->parked;
+    fxb_job *j = s->admit.parked;
     if (j == NULL)
         return;
-    s->parked = NULL;
-    fx_loop_timer_cancel(l, &s->wait_timer);
+    s->admit.parked = NULL;
+    fx_loop_timer_cancel(l, &s->admit.wait_timer);
     int rv = fxb_ingress_job_admit(s, j); /* after close, admit reports FAILED (cancelled) */
     if (rv == 1) {
         s->refs--; /* re-parked: admit took a new reference, keep just one */
@@ -651,10 +674,10 @@ void fxb_parked_expired(fx_loop *l, fx_timer *tm, void *user)
     (void)l;
     (void)tm;
     fxb_bidi *s = user;
-    if (s->parked == NULL)
+    if (s->admit.parked == NULL)
         return;
-    fx_ingress_target t = fxb_ingress_job_target(s->parked);
-    fx_ingress_outcome o = fx_ingress_cancel(&t, &s->parked->req);
+    fx_ingress_target t = fxb_ingress_job_target(s->admit.parked);
+    fx_ingress_outcome o = fx_ingress_cancel(&t, &s->admit.parked->req);
     if (o != FX_INGRESS_FAILED)
         return; /* a resume is on its way; admit will report the timeout */
     s->refs++;
@@ -678,8 +701,6 @@ static void replies_resume(fx_loop *l, fx_task *t, void *user)
 
 void fxb_ingress_bidi_init(fxb_bidi *s)
 {
-    fx_task_init(&s->resume_task, fxb_parked_resume, s);
-    fx_timer_init(&s->wait_timer, fxb_parked_expired, s);
-    fx_task_init(&s->resv_task, resv_resume, s);
-    fxb_ingress_resv_init(s);
+    fxb_admit_init(s, fxb_parked_resume, fxb_parked_expired);
+    fxb_ingress_resv_init(s, resv_resume);
 }

@@ -18,8 +18,9 @@ void fxb_bidi_on_data(fxb_bidi *s, const uint8_t *data, size_t len, bool fin);
 /* The QUIC stream is gone (or its connection): discards what waits, drops
  * the replies and the stream's reference. */
 void fxb_bidi_close(fxb_bidi *s);
-/* Sets up the loop callbacks that resume |s|'s reading after a reservation
- * wait or an admission park, and the reservation's own (at creation). */
+/* Sets up |s|'s admission and reservation parts with the loop callbacks
+ * that resume its reading after an admission park or a reservation wait (at
+ * creation). */
 void fxb_ingress_bidi_init(fxb_bidi *s);
 
 #endif

@@ -1,12 +1,15 @@
 /* The shared nouns of the broker data plane: the structs its stages pass
- * between them (fxb_worker, fx_broker, fxb_conn, fxb_bidi, fxb_reply,
- * fxb_job, fxb_sub, fxb_lane) and the FXB_ constants. No stage function is
- * declared here: each stage's header (conn.h, bidi.h, publish.h, admission.h,
- * worker.h, feeder.h, lane.h, writer.h, ..., see docs/design.md "Broker stage
- * headers") declares what other stages call, with its thread and the fields
- * it owns. Which thread may touch a field is noted per struct; objects
- * reached from two loops are atomically refcounted, and every task posted to
- * another loop holds a reference until its callback runs. */
+ * between them (fxb_worker, fx_broker, fxb_conn, fxb_bidi, fxb_job, fxb_sub,
+ * fxb_lane) and the FXB_ constants. A part a struct embeds is defined in the
+ * header of the stage that owns it (fxb_bidi's: resv.h, admission.h,
+ * reply.h, resolve.h); those headers stand alone, so this file includes
+ * them for the full types. No stage function is declared here: each stage's
+ * header (conn.h, bidi.h, publish.h, admission.h, worker.h, feeder.h,
+ * lane.h, writer.h, ..., see docs/design.md "Broker stage headers") declares
+ * what other stages call, with its thread and the fields it owns. Which
+ * thread may touch a field is noted per struct; objects reached from two
+ * loops are atomically refcounted, and every task posted to another loop
+ * holds a reference until its callback runs. */
 #ifndef FX_BROKER_INTERNAL_H
 #define FX_BROKER_INTERNAL_H
 
@@ -20,12 +23,16 @@
 #include "base/buf.h"
 #include "base/loop.h"
 #include "base/queue.h"
+#include "broker/admission.h"
 #include "broker/broker.h"
 #include "broker/envelope.h"
 #include "broker/idtable.h"
 #include "broker/ingress.h"
 #include "broker/peers.h"
 #include "broker/registry.h"
+#include "broker/reply.h"
+#include "broker/resolve.h"
+#include "broker/resv.h"
 #include "broker/stream.h"
 #include "quic/quic.h"
 #include "wire/binary.h"
@@ -229,60 +236,6 @@ struct fxb_conn {
     bool drain_sampled;
 };
 
-/* One queued reply on a bidi stream, in request order. Done replies are sent
- * from the head; a commit ack is completed by its worker through |task|.
- * Refcounted: the stream's FIFO and, for a commit ack, the job. */
-struct fxb_reply {
-    atomic_int refs;
-    fxb_bidi *owner; /* conn loop only; NULL once the stream is gone */
-    fx_loop *loop;
-    fx_task task;
-    fxb_reply *next;
-    atomic_bool done;
-    atomic_bool claimed;  /* the first fxb_reply_complete wins (worker or timeout) */
-    uint64_t deadline_ns; /* a commit ack: answered with a timeout then; else 0 */
-    fx_buf *frame;        /* the encoded reply, once done */
-    bool binary;          /* 0x0010 ack, else JSON publish_ok / publish_error */
-    uint64_t request_id;
-};
-
-/* Merging (admission.c): the complete binary publish frames of one read for
- * the same stream and ack kind become one job. Each frame keeps the bytes its
- * header reserved (summed into |held|) and its own ack slot, queued in
- * request order when the frame is read. Until the job is made, payloads point
- * into the read's input (valid while it is fed) or into |owned|, the body the
- * first frame's decoder had to buffer; the job copies them into one buffer.
- * The arrays are scratch kept by the stream, so a merge allocates nothing per
- * frame. Conn loop. */
-typedef struct fxb_merge_part {
-    const uint8_t *p; /* the frame's payload region (its payloads, back to back with their
-                         length prefixes) */
-    size_t len;
-    uint32_t first; /* its first slice in |sl| */
-} fxb_merge_part;
-
-typedef struct fxb_merge {
-    fx_stream_handle *h; /* reference; NULL while nothing is merged */
-    bool acked;
-    uint32_t nreq; /* frames merged, each one publish request; nreq parts */
-    size_t bytes;  /* sum of the parts' lengths */
-    size_t payload_bytes;
-    fx_permit held; /* the frames' header reservations */
-    uint8_t *owned; /* body of the first frame, taken from the decoder (free()), or NULL */
-    size_t owned_len;
-    fxb_merge_part *parts;
-    fx_wire_slice *sl;
-    fxb_reply **acks; /* ack slots of acked frames (nreq of them when |acked|) */
-    uint32_t nsl;
-    uint32_t cap_parts, cap_sl; /* |acks| has cap_parts too */
-} fxb_merge;
-
-/* Bounds of one merged job: frames, messages and payload bytes (the event
- * frame a subscriber gets for it stays far below any frame limit). */
-#define FXB_MERGE_MAX_FRAMES 64u
-#define FXB_MERGE_MAX_MSGS 1024u
-#define FXB_MERGE_MAX_BYTES (1u << 20)
-
 /* A client-opened bidi stream: auth, then publishes or one subscribe. Conn
  * loop only; refcounted (plain int) because tasks may be pending on it. */
 struct fxb_bidi {
@@ -309,57 +262,14 @@ struct fxb_bidi {
     bool unauth_counted;
     size_t preauth_charge;
     fx_timer auth_timer;
-    /* Checkpoint-3 bytes of the frame being read, reserved from the
-     * connection's budget when its header arrived and handed to its publish
-     * job (fxb_ingress_resv_adopt), else released once it is handled.
-     * While |resv_wait| the stream reads nothing (its input waits in |pend|,
-     * uncredited) until |resv_w| is granted; |resv_task| brings the grant
-     * back to this loop. |frame_timer| runs from the reservation to the end
-     * of the body (frame_read_timeout). */
-    fx_permit resv;
-    bool resv_wait;
-    int resv_rv;         /* grant result, written before |resv_task| is posted */
-    uint16_t resv_flags; /* flags of the frame whose header was read */
-    fx_budget_waiter resv_w;
-    fx_task resv_task;
-    fx_timer frame_timer;
-    /* Ingress parking: the job waiting for admission, and input that arrived
-     * meanwhile (not credited, so bounded by the receive window). */
-    fxb_job *parked;
-    /* Frames of the current read being merged, and a job made behind the
-     * parked one that waits its turn for admission (the stream reads nothing
-     * while one waits). */
-    fxb_merge merge;
-    fxb_job *deferred;
-    uint8_t *pend; /* unread input is pend[pend_off, pend_len) */
+    fxb_resv resv;   /* the frame's checkpoint-3 reservation (resv.h) */
+    fxb_admit admit; /* its parked, merged and deferred publish jobs (admission.h) */
+    /* Input that arrived while the stream waits (not credited, so bounded by
+     * the receive window): pend[pend_off, pend_len). */
+    uint8_t *pend;
     size_t pend_off, pend_len, pend_cap;
-    fx_task resume_task;
-    bool resume_pending;
-    fx_timer wait_timer;
-    fx_timer commit_timer; /* the head commit ack's ack_wait_timeout (reply.c) */
-    /* Replies in request order. At FXB_REPLIES_HIGH queued the stream stops
-     * reading (a client that sends requests but does not read the answers is
-     * slowed, not buffered without bound) until they fall to
-     * FXB_REPLIES_LOW; |replies_task| then resumes reading. */
-    fxb_reply *rhead, *rtail;
-    size_t nreplies;
-    bool replies_full;
-    fx_task replies_task;
-    /* Last resolved stream (names resolved once per QUIC stream) and the
-     * permission answers for those names: bit (1 << action) of |perm_known|
-     * says |perm_ok| holds that action's answer. */
-    fx_stream_handle *h;
-    char hkey[3 * (FX_REGISTRY_NAME_MAX + 1)];
-    size_t hkey_len;
-    uint8_t perm_known, perm_ok;
-    /* The names section of the last binary publish whose names were
-     * validated (publish.c), and whether those exact names passed the tenant
-     * check and resolved to |h| with the publish permission: set by the
-     * frame that resolved them, cleared whenever |h|, |hkey| or the cached
-     * names change. Then a frame with the same names only needs |h| to be
-     * still active. */
-    fx_wire_names_cache names;
-    bool names_ok;
+    fxb_replyq replies;    /* replies in request order and their bounds (reply.h) */
+    fxb_resolved resolved; /* names, stream and permissions of its requests (resolve.h) */
 };
 
 /* A publish job: one batch for one stream, from ingress to its worker: one
@@ -449,14 +359,6 @@ struct fxb_sub {
     void *auth_ctx;
     int64_t auth_exp_s; /* INT64_MAX = never */
 };
-
-/* Bounds of a client stream's reply queue (the original throttles at the
- * same marks). */
-#define FXB_REPLIES_HIGH 1536u
-#define FXB_REPLIES_LOW 1024u
-/* The same bound over all the streams of one connection. */
-#define FXB_CONN_REPLIES_HIGH 4096u
-#define FXB_CONN_REPLIES_LOW 3072u
 
 /* Posted to the deleted stream's worker; holds a handle reference. Jobs
  * queued before the deletion may still be waiting (a publish is acknowledged

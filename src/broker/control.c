@@ -581,8 +581,8 @@ static void work_conns(fxb_ep *e, work *k)
         if (c->qc != NULL)
             k->unacked += fx_quic_conn_unacked(c->qc);
         for (fxb_bidi *s = c->bidis; s != NULL; s = s->next) {
-            k->jobs += (s->parked != NULL) + (s->deferred != NULL);
-            for (fxb_reply *r = s->rhead; r != NULL; r = r->next)
+            k->jobs += (s->admit.parked != NULL) + (s->admit.deferred != NULL);
+            for (fxb_reply *r = s->replies.head; r != NULL; r = r->next)
                 k->replies++;
         }
         for (fxb_sub *sub = c->subs; sub != NULL; sub = sub->next)
@@ -661,7 +661,7 @@ static void conn_progress(fxb_conn *c, uint64_t sig[3], uint64_t *plists, uint64
         lists += fx_queue_depth(&sub->lane) + (sub->cur != NULL);
     }
     for (fxb_bidi *s = c->bidis; s != NULL; s = s->next) {
-        for (fxb_reply *r = s->rhead; r != NULL; r = r->next) {
+        for (fxb_reply *r = s->replies.head; r != NULL; r = r->next) {
             replies++;
             ready += atomic_load_explicit(&r->done, memory_order_acquire);
         }
@@ -739,14 +739,14 @@ static void reset_unread_part(fx_broker *b, gpart *p, void *arg)
         fxb_bidi *next;
         for (fxb_bidi *s = c->bidis; s != NULL; s = next) {
             next = s->next;
-            if (s->closed || (s->rhead == NULL && !fx_quic_stream_is_sending(c->qc, s->sid)))
+            if (s->closed || (s->replies.head == NULL && !fx_quic_stream_is_sending(c->qc, s->sid)))
                 continue;
             p->w.conns++;
-            p->w.replies += s->nreplies;
+            p->w.replies += s->replies.n;
             FX_LOG_RATELIMITED(&reply_drain_rl, fx_now_ns(), FX_LOG_WARN, "broker",
                                "drain: conn %llu stream %lld reset with %zu unwritten "
                                "replies (control_stream_drain_timeout_ms)",
-                               (unsigned long long)c->id, (long long)s->sid, s->nreplies);
+                               (unsigned long long)c->id, (long long)s->sid, s->replies.n);
             fxb_bidi_fail(s, "replies not read within control_stream_drain_timeout_ms");
         }
     }

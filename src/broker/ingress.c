@@ -103,6 +103,42 @@ static fx_ingress_outcome parked(fx_ingress_req *r)
 
 /* ---- stages --------------------------------------------------------------- */
 
+/* Waits for the |need| bytes the budget refused (Wait and Backpressure). */
+static fx_ingress_outcome bytes_wait(const fx_ingress_target *t, fx_ingress_req *r, size_t need)
+{
+    if (r->held.n > 0) {
+        /* Waiting while holding the reservation could deadlock behind a
+         * header that waits for it (the budget is FIFO): wait for it all. */
+        fx_permit_release(&r->held);
+        need = r->nbytes;
+    }
+    r->budget_parked = true; /* set first: on_granted may run before acquire returns */
+    int rv = fx_budget_acquire(t->conn_budget, need, &r->bw, &r->permit);
+    if (rv == -EAGAIN)
+        return parked(r);
+    r->budget_parked = false;
+    if (rv == FX_ETOOBIG)
+        return failed(r, FX_INGRESS_MSG_TOO_BIG);
+    return rv == 0 ? FX_INGRESS_ADMITTED : failed(r, FX_INGRESS_MSG_CLOSED);
+}
+
+/* A full budget (|refused|, the connection's share or the process-wide one)
+ * refused |need| bytes: counted, then the policy decides. */
+static fx_ingress_outcome bytes_full(const fx_ingress_target *t, fx_ingress_req *r,
+                                     const fx_budget *refused, size_t need)
+{
+    bool conn = refused == t->conn_budget;
+    if (conn)
+        FX_COUNTER_INC(ingress_conn_bytes_full);
+    else
+        FX_COUNTER_INC(ingress_bytes_full);
+    if (r->policy == FX_INGRESS_DROP)
+        return dropped(r);
+    if (r->policy == FX_INGRESS_FAIL)
+        return failed(r, conn ? FX_INGRESS_MSG_CONN_BYTES : FX_INGRESS_MSG_BYTES);
+    return bytes_wait(t, r, need);
+}
+
 /* Bytes: returns PARKED/DROPPED/FAILED, or ADMITTED meaning "go on to the
  * queue". Only the bytes beyond an adopted reservation are taken here. */
 static fx_ingress_outcome stage_bytes(const fx_ingress_target *t, fx_ingress_req *r)
@@ -122,29 +158,7 @@ static fx_ingress_outcome stage_bytes(const fx_ingress_target *t, fx_ingress_req
         return r->policy == FX_INGRESS_DROP ? dropped(r) : failed(r, FX_INGRESS_MSG_TOO_BIG);
     if (rv != FX_EFULL)
         return failed(r, FX_INGRESS_MSG_CLOSED);
-    bool conn = refused == t->conn_budget;
-    if (conn)
-        FX_COUNTER_INC(ingress_conn_bytes_full);
-    else
-        FX_COUNTER_INC(ingress_bytes_full);
-    if (r->policy == FX_INGRESS_DROP)
-        return dropped(r);
-    if (r->policy == FX_INGRESS_FAIL)
-        return failed(r, conn ? FX_INGRESS_MSG_CONN_BYTES : FX_INGRESS_MSG_BYTES);
-    if (r->held.n > 0) {
-        /* Waiting while holding the reservation could deadlock behind a
-         * header that waits for it (the budget is FIFO): wait for it all. */
-        fx_permit_release(&r->held);
-        need = r->nbytes;
-    }
-    r->budget_parked = true; /* set first: on_granted may run before acquire returns */
-    rv = fx_budget_acquire(t->conn_budget, need, &r->bw, &r->permit);
-    if (rv == -EAGAIN)
-        return parked(r);
-    r->budget_parked = false;
-    if (rv == FX_ETOOBIG)
-        return failed(r, FX_INGRESS_MSG_TOO_BIG);
-    return rv == 0 ? FX_INGRESS_ADMITTED : failed(r, FX_INGRESS_MSG_CLOSED);
+    return bytes_full(t, r, refused, need);
 }
 
 static fx_ingress_outcome stage_queue(const fx_ingress_target *t, fx_ingress_req *r)

@@ -1,7 +1,7 @@
 /* The loop callbacks of a publish job parked at admission: the admission's
  * resume and the Wait policy's deadline. They live in bidi.c, beside the
- * input they resume. Connection loop. Registered on fxb_bidi.resume_task
- * and wait_timer by fxb_ingress_bidi_init; named so
+ * input they resume. Connection loop. Registered on fxb_bidi.admit's
+ * resume_task and wait_timer by fxb_ingress_bidi_init; named so
  * fx_broker_test_fail_timer_arms can aim at the timer. */
 #ifndef FX_BROKER_PARKED_H
 #define FX_BROKER_PARKED_H

@@ -54,61 +54,103 @@ static bool tenant_is(const fxb_bidi *s, fx_wire_slice t)
     return strlen(s->tenant) == t.len && memcmp(s->tenant, t.ptr, t.len) == 0;
 }
 
-int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
+/* Reads the request id of an acked frame |f|. Returns false when |s| failed. */
+static bool binary_ack_prefix(fxb_bidi *s, const fx_frame *f, uint64_t *prid)
 {
-    bool acked = f->kind == FX_BODY_PUBLISH_BATCH_ACKED;
-    uint64_t rid = 0;
     fx_wire_ack mode;
     fx_wire_err err;
-    if (acked && fx_wire_publish_acked_prefix_decode(f->body, f->len, &rid, &mode, &err) != 0) {
+    if (fx_wire_publish_acked_prefix_decode(f->body, f->len, prid, &mode, &err) == 0)
+        return true;
+    fxb_bidi_fail(s, err.msg);
+    return false;
+}
+
+/* Decodes |f|'s batch into |pb| in place (|*psame|: with the names the cache
+ * holds): the payloads are copied (or the decoder's buffer taken) only when
+ * the frame's job is made (admission.c). Returns false when the batch is
+ * malformed, with the publish's result in |*prv|. */
+static bool binary_decode(fxb_bidi *s, const fx_frame *f, bool acked, uint64_t rid,
+                          fx_wire_publish_batch *pb, bool *psame, int *prv)
+{
+    fx_wire_err err;
+    if (fx_wire_publish_batch_decode_cached(f->hdr.flags, f->body, f->len, pb, &s->resolved.names,
+                                            psame, &err) == 0)
+        return true;
+    if (!acked) {
         fxb_bidi_fail(s, err.msg);
-        return -1;
+        *prv = -1;
+        return false;
     }
-    if (refuse_draining(s, acked, true, rid))
-        return 0;
-    /* Decoded in place: the payloads are copied (or the decoder's buffer
-     * taken) only when the frame's job is made (admission.c). */
-    fx_wire_publish_batch pb;
-    bool same = false;
-    if (fx_wire_publish_batch_decode_cached(f->hdr.flags, f->body, f->len, &pb, &s->names, &same,
-                                            &err) != 0) {
-        if (!acked) {
-            fxb_bidi_fail(s, err.msg);
-            return -1;
-        }
-        answer_now(s, true, rid, "malformed publish batch");
+    answer_now(s, true, rid, "malformed publish batch");
+    *prv = 0;
+    return false;
+}
+
+/* Hands the payloads of |pb| for |h| to admission; an empty batch is only
+ * answered. */
+static int binary_add(fxb_bidi *s, fx_stream_handle *h, const fx_frame *f,
+                      const fx_wire_publish_batch *pb, bool acked, uint64_t rid)
+{
+    if (pb->count == 0) {
+        if (acked)
+            answer_now(s, true, rid, NULL);
         return 0;
     }
-    int rv = 0;
+    return fxb_ingress_add(s, h, f, pb, acked, rid);
+}
+
+/* Resolves the names of |pb| (permission included), then adds it. */
+static int binary_resolve(fxb_bidi *s, const fx_frame *f, const fx_wire_publish_batch *pb,
+                          bool acked, uint64_t rid)
+{
     fx_stream_handle *h;
     fx_registry_err rerr;
-    if (!same)
-        s->names_ok = false; /* other names: the cache holds them now */
-    if (same && s->names_ok && fx_stream_handle_is_active(s->h)) {
-        /* The names of the frame that passed the tenant check and resolved
-         * |s->h| with the publish permission, byte for byte. */
-        rv = pb.count == 0 ? 0 : fxb_ingress_add(s, s->h, f, &pb, acked, rid);
-        if (pb.count == 0 && acked)
-            answer_now(s, true, rid, NULL);
-    } else if (!tenant_is(s, pb.tenant)) {
-        fxb_bidi_error(s, "tenant mismatch", true);
-        rv = -1;
-    } else if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, pb.tenant, pb.ns, pb.stream, &h,
-                                &rerr) != 0) {
+    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, pb->tenant, pb->ns, pb->stream, &h, &rerr) !=
+        0) {
         /* Unacked: nothing to answer (a forbidden one is counted and logged). */
         FX_COUNTER_INC(publish_error);
         if (acked)
             answer_now(s, true, rid, rerr.msg);
-    } else {
-        /* Only the names the cache holds can be vouched for next time. */
-        s->names_ok = h == s->h;
-        if (pb.count == 0) {
-            if (acked)
-                answer_now(s, true, rid, NULL);
-        } else {
-            rv = fxb_ingress_add(s, h, f, &pb, acked, rid);
-        }
+        return 0;
     }
+    /* Only the names the cache holds can be vouched for next time. */
+    s->resolved.names_ok = h == s->resolved.h;
+    return binary_add(s, h, f, pb, acked, rid);
+}
+
+/* Adds the decoded |pb|: straight to the cached stream when its names are
+ * the ones that passed, else after the tenant check and resolution. */
+static int binary_route(fxb_bidi *s, const fx_frame *f, const fx_wire_publish_batch *pb, bool same,
+                        bool acked, uint64_t rid)
+{
+    if (!same)
+        s->resolved.names_ok = false; /* other names: the cache holds them now */
+    if (same && s->resolved.names_ok && fx_stream_handle_is_active(s->resolved.h)) {
+        /* The names of the frame that passed the tenant check and resolved
+         * |s->resolved.h| with the publish permission, byte for byte. */
+        return binary_add(s, s->resolved.h, f, pb, acked, rid);
+    }
+    if (!tenant_is(s, pb->tenant)) {
+        fxb_bidi_error(s, "tenant mismatch", true);
+        return -1;
+    }
+    return binary_resolve(s, f, pb, acked, rid);
+}
+
+int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
+{
+    bool acked = f->kind == FX_BODY_PUBLISH_BATCH_ACKED;
+    uint64_t rid = 0;
+    if (acked && !binary_ack_prefix(s, f, &rid))
+        return -1;
+    if (refuse_draining(s, acked, true, rid))
+        return 0;
+    fx_wire_publish_batch pb;
+    bool same = false;
+    int rv;
+    if (!binary_decode(s, f, acked, rid, &pb, &same, &rv))
+        return rv;
+    rv = binary_route(s, f, &pb, same, acked, rid);
     fx_wire_publish_batch_deinit(&pb);
     return rv;
 }
@@ -138,31 +180,61 @@ static fx_wire_slice str_slice(const char *s)
     return (fx_wire_slice){(const uint8_t *)s, strlen(s)};
 }
 
+/* An acked publish without a request id is answered with an error, and
+ * while the broker drains none is taken. Returns true when |m| was refused. */
+static bool json_refused(fxb_bidi *s, const fx_msg *m, bool acked)
+{
+    if (acked && !m->has_request_id) {
+        fxb_bidi_error(s,
+                       m->type == FX_MSG_PUBLISH ? "missing request_id for acked publish"
+                                                 : "missing request_id for acked publish batch",
+                       false);
+        return true;
+    }
+    return refuse_draining(s, acked, false, m->request_id);
+}
+
+/* Resolves |m|'s stream into |*ph|. Returns false when it was refused
+ * (answered, or an error reply when unacked). */
+static bool json_resolve(fxb_bidi *s, const fx_msg *m, bool acked, fx_stream_handle **ph)
+{
+    fx_registry_err rerr;
+    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, str_slice(m->tenant_id), str_slice(m->ns),
+                         str_slice(m->stream), ph, &rerr) == 0)
+        return true;
+    FX_COUNTER_INC(publish_error);
+    if (acked)
+        answer_now(s, false, m->request_id, rerr.msg);
+    else
+        fxb_bidi_error(s, rerr.msg, false);
+    return false;
+}
+
+/* Copies the |count| payloads of |m| and hands them to admission. */
+static int json_submit(fxb_bidi *s, const fx_msg *m, fx_stream_handle *h, bool acked,
+                       uint32_t count)
+{
+    fx_wire_slice *slices = malloc(count * sizeof(*slices));
+    fx_buf *backing = NULL;
+    if (slices == NULL || json_payloads(m, &backing, slices, count) != 0) {
+        free(slices);
+        fxb_bidi_fail(s, "out of memory for a publish");
+        return -1;
+    }
+    int rv = fxb_ingress_submit(s, h, backing, slices, count, acked, false, m->request_id);
+    free(slices);
+    return rv;
+}
+
 int fxb_publish_json(fxb_bidi *s, const fx_msg *m)
 {
     bool acked = fx_msg_effective_ack(m) != FX_WIRE_ACK_NONE;
-    bool single = m->type == FX_MSG_PUBLISH;
-    if (acked && !m->has_request_id) {
-        fxb_bidi_error(s,
-                       single ? "missing request_id for acked publish"
-                              : "missing request_id for acked publish batch",
-                       false);
-        return 0;
-    }
-    if (refuse_draining(s, acked, false, m->request_id))
+    if (json_refused(s, m, acked))
         return 0;
     fx_stream_handle *h;
-    fx_registry_err rerr;
-    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, str_slice(m->tenant_id), str_slice(m->ns),
-                         str_slice(m->stream), &h, &rerr) != 0) {
-        FX_COUNTER_INC(publish_error);
-        if (acked)
-            answer_now(s, false, m->request_id, rerr.msg);
-        else
-            fxb_bidi_error(s, rerr.msg, false);
+    if (!json_resolve(s, m, acked, &h))
         return 0;
-    }
-    size_t count = single ? 1 : m->n_payloads;
+    size_t count = m->type == FX_MSG_PUBLISH ? 1 : m->n_payloads;
     if (count == 0) {
         if (acked)
             answer_now(s, false, m->request_id, NULL);
@@ -172,15 +244,5 @@ int fxb_publish_json(fxb_bidi *s, const fx_msg *m)
         fxb_bidi_fail(s, "too many payloads");
         return -1;
     }
-    fx_wire_slice *slices = malloc(count * sizeof(*slices));
-    fx_buf *backing = NULL;
-    if (slices == NULL || json_payloads(m, &backing, slices, (uint32_t)count) != 0) {
-        free(slices);
-        fxb_bidi_fail(s, "out of memory for a publish");
-        return -1;
-    }
-    int rv =
-        fxb_ingress_submit(s, h, backing, slices, (uint32_t)count, acked, false, m->request_id);
-    free(slices);
-    return rv;
+    return json_submit(s, m, h, acked, (uint32_t)count);
 }

@@ -1,6 +1,7 @@
 /* Publish requests (publish.c): binary and JSON publish frames of a bidi
- * stream, checked, resolved and handed to admission. Connection loop. Owns
- * fxb_bidi's names and names_ok (the validated names section). */
+ * stream, checked, resolved and handed to admission. Connection loop. Keeps
+ * the validated names section in fxb_bidi.resolved (names, names_ok; the
+ * part is resolve.h's). */
 #ifndef FX_BROKER_PUBLISH_H
 #define FX_BROKER_PUBLISH_H
 

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/bidi_life.h"
+#include "broker/broker_internal.h"
 #include "felix/error.h"
 #include "wire/binary.h"
 
@@ -117,13 +118,13 @@ static void reply_push(fxb_bidi *s, fxb_reply *r)
 {
     fxb_conn *c = s->conn;
     r->owner = s;
-    if (s->rtail != NULL)
-        s->rtail->next = r;
+    if (s->replies.tail != NULL)
+        s->replies.tail->next = r;
     else
-        s->rhead = r;
-    s->rtail = r;
-    if (++s->nreplies >= FXB_REPLIES_HIGH)
-        s->replies_full = true;
+        s->replies.head = r;
+    s->replies.tail = r;
+    if (++s->replies.n >= FXB_REPLIES_HIGH)
+        s->replies.full = true;
     /* The per-stream mark alone lets a client with many streams queue
      * HIGH replies on each: bound the connection too. */
     if (++c->nreplies >= FXB_CONN_REPLIES_HIGH && !c->replies_full) {
@@ -139,7 +140,7 @@ static void reply_push(fxb_bidi *s, fxb_reply *r)
 static void post_resume(fxb_bidi *s)
 {
     s->refs++;
-    if (!fx_loop_post(s->conn->loop, &s->replies_task))
+    if (!fx_loop_post(s->conn->loop, &s->replies.task))
         s->refs--; /* already pending: that run resumes reading */
 }
 
@@ -158,23 +159,23 @@ static void conn_replies_drained(fxb_conn *c)
 static void replies_drained(fxb_bidi *s)
 {
     conn_replies_drained(s->conn);
-    if (!s->replies_full || s->nreplies > FXB_REPLIES_LOW)
+    if (!s->replies.full || s->replies.n > FXB_REPLIES_LOW)
         return;
-    s->replies_full = false;
+    s->replies.full = false;
     post_resume(s);
 }
 
 void fxb_reply_drop_all(fxb_bidi *s)
 {
-    while (s->rhead != NULL) {
-        fxb_reply *r = s->rhead;
-        s->rhead = r->next;
+    while (s->replies.head != NULL) {
+        fxb_reply *r = s->replies.head;
+        s->replies.head = r->next;
         r->owner = NULL;
         fxb_reply_unref(r);
     }
-    s->rtail = NULL;
-    s->conn->nreplies -= s->nreplies;
-    s->nreplies = 0;
+    s->replies.tail = NULL;
+    s->conn->nreplies -= s->replies.n;
+    s->replies.n = 0;
     conn_replies_drained(s->conn);
 }
 
@@ -230,9 +231,10 @@ static fx_ratelimit commit_timer_rl = FX_RATELIMIT_INIT;
 static bool commit_timer_set(fxb_bidi *s, uint64_t deadline_ns)
 {
     fx_loop *l = s->conn->loop;
-    if (fx_timer_is_armed(&s->commit_timer) && s->commit_timer.deadline_ns <= deadline_ns)
+    if (fx_timer_is_armed(&s->replies.commit_timer) &&
+        s->replies.commit_timer.deadline_ns <= deadline_ns)
         return true;
-    if (fx_loop_timer_arm(l, &s->commit_timer, deadline_ns) == 0)
+    if (fx_loop_timer_arm(l, &s->replies.commit_timer, deadline_ns) == 0)
         return true;
     FX_COUNTER_INC(broker_timer_arm_failures);
     FX_LOG_RATELIMITED(&commit_timer_rl, fx_loop_now(l), FX_LOG_ERROR, "broker",
@@ -248,7 +250,7 @@ static bool commit_timer_set(fxb_bidi *s, uint64_t deadline_ns)
  * FXB_COMMIT_TIMER_TEXT at once. Returns true when the head is done. */
 static bool head_done(fxb_bidi *s)
 {
-    fxb_reply *r = s->rhead;
+    fxb_reply *r = s->replies.head;
     if (atomic_load_explicit(&r->done, memory_order_acquire))
         return true;
     if (r->deadline_ns == 0)
@@ -287,8 +289,8 @@ void fxb_reply_commit_timer_cb(fx_loop *l, fx_timer *t, void *user)
 void fxb_bidi_flush(fxb_bidi *s)
 {
     fxb_conn *c = s->conn;
-    while (!s->closed && c->qc != NULL && s->rhead != NULL && head_done(s)) {
-        fxb_reply *r = s->rhead;
+    while (!s->closed && c->qc != NULL && s->replies.head != NULL && head_done(s)) {
+        fxb_reply *r = s->replies.head;
         if (r->frame == NULL) {
             fxb_bidi_fail(s, "a reply could not be encoded");
             return;
@@ -300,10 +302,10 @@ void fxb_bidi_flush(fxb_bidi *s)
         }
         if (rv != 0)
             break; /* the stream is gone: on_stream_close cleans up */
-        s->rhead = r->next;
-        if (s->rhead == NULL)
-            s->rtail = NULL;
-        s->nreplies--;
+        s->replies.head = r->next;
+        if (s->replies.head == NULL)
+            s->replies.tail = NULL;
+        s->replies.n--;
         c->nreplies--;
         r->owner = NULL;
         fxb_reply_unref(r);
@@ -312,15 +314,15 @@ void fxb_bidi_flush(fxb_bidi *s)
     /* Input still buffered behind a park (or being fed from that buffer)
      * holds the FIN too: the client's FIN is answered only once every frame
      * it sent before it was handled. */
-    bool idle = s->rhead == NULL && s->parked == NULL && s->deferred == NULL && !s->resv_wait &&
-                !s->sub_pending && s->pend_len == s->pend_off;
+    bool idle = s->replies.head == NULL && fxb_bidi_is_input_handled(s);
     if (!s->closed && !s->fin_sent && c->qc != NULL && idle && (s->ended || s->peer_fin)) {
         s->fin_sent = true;
         fx_quic_stream_shutdown(c->qc, s->sid);
     }
 }
 
-void fxb_reply_bidi_init(fxb_bidi *s)
+void fxb_reply_bidi_init(fxb_bidi *s, fx_task_cb on_room)
 {
-    fx_timer_init(&s->commit_timer, fxb_reply_commit_timer_cb, s);
+    fx_task_init(&s->replies.task, on_room, s);
+    fx_timer_init(&s->replies.commit_timer, fxb_reply_commit_timer_cb, s);
 }

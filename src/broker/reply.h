@@ -1,16 +1,65 @@
 /* The reply queue of a bidi stream (reply.c): replies in request order,
  * commit acks completed by workers, the reply bounds that stop a stream's
  * reading. Connection loop (fxb_reply_complete and fxb_reply_unref: any
- * thread). Owns struct fxb_reply and fxb_bidi's rhead, rtail, nreplies,
- * replies_full, replies_task and commit_timer (and fxb_conn's nreplies,
- * replies_full). */
+ * thread). Owns struct fxb_reply, struct fxb_replyq (fxb_bidi.replies; its
+ * |task| is the resume callback bidi.c registers) and fxb_conn's nreplies,
+ * replies_full. Stands alone (no broker_internal.h): that header embeds
+ * fxb_replyq. */
 #ifndef FX_BROKER_REPLY_H
 #define FX_BROKER_REPLY_H
 
-#include "broker/broker_internal.h"
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-/* Sets up |s|'s reply queue (at creation). */
-void fxb_reply_bidi_init(fxb_bidi *s);
+#include "base/buf.h"
+#include "base/loop.h"
+#include "wire/message.h"
+
+typedef struct fxb_bidi fxb_bidi;
+typedef struct fxb_reply fxb_reply;
+
+/* One queued reply on a bidi stream, in request order. Done replies are sent
+ * from the head; a commit ack is completed by its worker through |task|.
+ * Refcounted: the stream's FIFO and, for a commit ack, the job. */
+struct fxb_reply {
+    atomic_int refs;
+    fxb_bidi *owner; /* conn loop only; NULL once the stream is gone */
+    fx_loop *loop;
+    fx_task task;
+    fxb_reply *next;
+    atomic_bool done;
+    atomic_bool claimed;  /* the first fxb_reply_complete wins (worker or timeout) */
+    uint64_t deadline_ns; /* a commit ack: answered with a timeout then; else 0 */
+    fx_buf *frame;        /* the encoded reply, once done */
+    bool binary;          /* 0x0010 ack, else JSON publish_ok / publish_error */
+    uint64_t request_id;
+};
+
+/* Bounds of a client stream's reply queue (the original throttles at the
+ * same marks). */
+#define FXB_REPLIES_HIGH 1536u
+#define FXB_REPLIES_LOW 1024u
+/* The same bound over all the streams of one connection. */
+#define FXB_CONN_REPLIES_HIGH 4096u
+#define FXB_CONN_REPLIES_LOW 3072u
+
+/* A bidi stream's replies in request order. At FXB_REPLIES_HIGH queued the
+ * stream stops reading (a client that sends requests but does not read the
+ * answers is slowed, not buffered without bound) until they fall to
+ * FXB_REPLIES_LOW; |task| then resumes reading. */
+typedef struct fxb_replyq {
+    fxb_reply *head, *tail;
+    size_t n;
+    bool full;
+    fx_task task;
+    fx_timer commit_timer; /* the head commit ack's ack_wait_timeout */
+} fxb_replyq;
+
+/* Sets up |s|'s reply queue (at creation); |on_room| runs on the stream's
+ * loop (|user| is |s|) once a full queue fell to FXB_REPLIES_LOW. */
+void fxb_reply_bidi_init(fxb_bidi *s, fx_task_cb on_room);
 /* Encodes |m| as a whole frame in a new buffer. Returns 0 or an error. */
 int fxb_msg_frame(const fx_msg *m, fx_buf **pframe);
 /* An ack slot queued on |s| in request order, completed later

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "broker/broker_internal.h"
 #include "felix/error.h"
 
 static fx_ratelimit forbidden_rl = FX_RATELIMIT_INIT;
@@ -27,17 +28,17 @@ static bool ask_allows(fxb_bidi *s, fx_broker_auth_action action,
     return a->allows(a->user, s->auth_ctx, action, names[0], names[1], names[2]);
 }
 
-/* The cached answer for |action| on the names in s->hkey, asked once. */
+/* The cached answer for |action| on the names in s->resolved.hkey, asked once. */
 static bool permits(fxb_bidi *s, fx_broker_auth_action action,
                     char names[3][FX_REGISTRY_NAME_MAX + 1])
 {
     uint8_t bit = (uint8_t)(1u << action);
-    if ((s->perm_known & bit) == 0) {
+    if ((s->resolved.perm_known & bit) == 0) {
         if (ask_allows(s, action, names))
-            s->perm_ok |= bit;
-        s->perm_known |= bit;
+            s->resolved.perm_ok |= bit;
+        s->resolved.perm_known |= bit;
     }
-    return (s->perm_ok & bit) != 0;
+    return (s->resolved.perm_ok & bit) != 0;
 }
 
 static int forbid(fxb_bidi *s, fx_broker_auth_action action,
@@ -77,19 +78,20 @@ static bool split_names(const fx_wire_slice parts[3], char names[3][FX_REGISTRY_
 }
 
 /* True when |parts| are the names of the key "t/ns/stream/" cached in
- * s->hkey. Sound without looking for '/' in |parts|: the key holds exactly
+ * s->resolved.hkey. Sound without looking for '/' in |parts|: the key holds exactly
  * three, and each part must end at one with the lengths adding up. */
 static bool key_matches(const fxb_bidi *s, const fx_wire_slice parts[3])
 {
     size_t n = 0;
     for (int i = 0; i < 3; i++) {
         size_t len = parts[i].len;
-        if (n + len + 1 > s->hkey_len || memcmp(s->hkey + n, parts[i].ptr, len) != 0 ||
-            s->hkey[n + len] != '/')
+        if (n + len + 1 > s->resolved.hkey_len ||
+            memcmp(s->resolved.hkey + n, parts[i].ptr, len) != 0 ||
+            s->resolved.hkey[n + len] != '/')
             return false;
         n += len + 1;
     }
-    return n == s->hkey_len;
+    return n == s->resolved.hkey_len;
 }
 
 /* The frames of a stream name the same stream again and again: answers from
@@ -99,10 +101,10 @@ static bool resolve_cached(fxb_bidi *s, fx_broker_auth_action action, const fx_w
                            fx_stream_handle **ph)
 {
     uint8_t bit = (uint8_t)(1u << action);
-    if (s->h == NULL || (s->perm_ok & bit) == 0 || !key_matches(s, parts) ||
-        !fx_stream_handle_is_active(s->h))
+    if (s->resolved.h == NULL || (s->resolved.perm_ok & bit) == 0 || !key_matches(s, parts) ||
+        !fx_stream_handle_is_active(s->resolved.h))
         return false;
-    *ph = s->h;
+    *ph = s->resolved.h;
     return true;
 }
 
@@ -122,37 +124,42 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
                      fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
                      fx_registry_err *err)
 {
-    char key[sizeof(s->hkey)];
+    char key[sizeof(s->resolved.hkey)];
     char names[3][FX_REGISTRY_NAME_MAX + 1];
     size_t n;
     fx_wire_slice parts[3] = {tenant, ns, stream};
     if (resolve_cached(s, action, parts, ph))
         return 0;
     if (!split_names(parts, names, key, &n)) {
-        s->names_ok = false; /* resolved past the cache: |ph| is not |h| */
+        s->resolved.names_ok = false; /* resolved past the cache: |ph| is not |h| */
         return registry_resolve(s, action, tenant, ns, stream, ph, err);
     }
-    s->names_ok = false; /* |h| or its permission may change below */
-    if (n != s->hkey_len || memcmp(key, s->hkey, n) != 0) {
-        fx_stream_handle_unref(s->h);
-        s->h = NULL;
-        memcpy(s->hkey, key, n);
-        s->hkey_len = n;
-        s->perm_known = s->perm_ok = 0;
+    s->resolved.names_ok = false; /* |h| or its permission may change below */
+    if (n != s->resolved.hkey_len || memcmp(key, s->resolved.hkey, n) != 0) {
+        fx_stream_handle_unref(s->resolved.h);
+        s->resolved.h = NULL;
+        memcpy(s->resolved.hkey, key, n);
+        s->resolved.hkey_len = n;
+        s->resolved.perm_known = s->resolved.perm_ok = 0;
     }
     /* Before the registry: a refused client must not auto-create streams. */
     if (!permits(s, action, names))
         return forbid(s, action, names, err);
-    if (s->h != NULL && fx_stream_handle_is_active(s->h)) {
-        *ph = s->h;
+    if (s->resolved.h != NULL && fx_stream_handle_is_active(s->resolved.h)) {
+        *ph = s->resolved.h;
         return 0;
     }
     fx_stream_handle *h;
     int rv = registry_resolve(s, action, tenant, ns, stream, &h, err);
     if (rv != 0)
         return rv;
-    fx_stream_handle_unref(s->h);
-    s->h = h;
+    fx_stream_handle_unref(s->resolved.h);
+    s->resolved.h = h;
     *ph = h;
     return 0;
+}
+
+void fxb_resolve_deinit(fxb_bidi *s)
+{
+    fx_stream_handle_unref(s->resolved.h);
 }

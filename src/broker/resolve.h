@@ -1,10 +1,42 @@
 /* The permission check and name resolution of a bidi stream's publish and
  * subscribe requests (resolve.c), cached per QUIC stream. Connection loop.
- * Owns fxb_bidi's h, hkey, hkey_len, perm_known and perm_ok. */
+ * Owns struct fxb_resolved (fxb_bidi.resolved; publish.c keeps its |names|
+ * and sets |names_ok|). Stands alone (no broker_internal.h): that header
+ * embeds fxb_resolved. */
 #ifndef FX_BROKER_RESOLVE_H
 #define FX_BROKER_RESOLVE_H
 
-#include "broker/broker_internal.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "broker/broker.h"
+#include "broker/registry.h"
+#include "broker/stream.h"
+#include "wire/binary.h"
+
+typedef struct fxb_bidi fxb_bidi;
+
+/* A bidi stream's last resolved stream (names resolved once per QUIC
+ * stream) and the permission answers for those names: bit (1 << action) of
+ * |perm_known| says |perm_ok| holds that action's answer. |names| is the
+ * names section of the last binary publish whose names were validated
+ * (publish.c), and |names_ok| whether those exact names passed the tenant
+ * check and resolved to |h| with the publish permission: set by the frame
+ * that resolved them, cleared whenever |h|, |hkey| or the cached names
+ * change. Then a frame with the same names only needs |h| to be still
+ * active. */
+typedef struct fxb_resolved {
+    fx_stream_handle *h;
+    char hkey[3 * (FX_REGISTRY_NAME_MAX + 1)];
+    size_t hkey_len;
+    uint8_t perm_known, perm_ok;
+    fx_wire_names_cache names;
+    bool names_ok;
+} fxb_resolved;
+
+/* Drops what |s|'s cache holds (the stream is freed). */
+void fxb_resolve_deinit(fxb_bidi *s);
 
 /* Checks that |s|'s credentials permit |action| on the named stream (before
  * anything is created), then resolves the names (both cached per QUIC

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/bidi_life.h"
+#include "broker/broker_internal.h"
 #include "felix/error.h"
 
 /* ---- the checkpoint-3 reservation of each frame ------------------------------------ *
@@ -33,28 +34,48 @@ static uint64_t frame_timeout_ns(const fx_broker *b)
  * (not for a body already in the input: it cannot trickle). */
 void fxb_ingress_resv_held(fxb_bidi *s, bool whole)
 {
-    FX_GAUGE_ADD(ingress_reserved_bytes, (int64_t)s->resv.n);
+    FX_GAUGE_ADD(ingress_reserved_bytes, (int64_t)s->resv.permit.n);
     if (whole)
         return;
     fx_loop *l = s->conn->loop;
-    if (fx_loop_timer_arm(l, &s->frame_timer, fx_loop_now(l) + frame_timeout_ns(s->conn->b)) != 0)
+    if (fx_loop_timer_arm(l, &s->resv.frame_timer, fx_loop_now(l) + frame_timeout_ns(s->conn->b)) !=
+        0)
         fxb_bidi_fail(s, "out of memory for a frame timer");
+}
+
+void fxb_ingress_resv_read(fxb_bidi *s)
+{
+    fx_loop_timer_cancel(s->conn->loop, &s->resv.frame_timer);
+}
+
+bool fxb_ingress_resv_granted(fxb_bidi *s)
+{
+    if (!s->resv.wait) /* fxb_bidi_close cancelled the wait first */
+        return false;
+    s->resv.wait = false;
+    if (s->resv.rv != 0)
+        fxb_bidi_fail(s, "publish byte budget closed");
+    else if (s->ended)
+        fx_permit_release(&s->resv.permit); /* the grant raced the end or close */
+    else
+        fxb_ingress_resv_held(s, false);
+    return true;
 }
 
 void fxb_ingress_resv_adopt(fxb_bidi *s, fx_ingress_req *r)
 {
-    if (s->resv.budget == NULL)
+    if (s->resv.permit.budget == NULL)
         return;
-    FX_GAUGE_SUB(ingress_reserved_bytes, (int64_t)s->resv.n);
-    fx_ingress_req_adopt(r, &s->resv);
+    FX_GAUGE_SUB(ingress_reserved_bytes, (int64_t)s->resv.permit.n);
+    fx_ingress_req_adopt(r, &s->resv.permit);
 }
 
 /* Runs on the thread that freed the bytes (a worker) or closed the budget. */
 static void on_resv_granted(void *user, int rv)
 {
     fxb_bidi *s = user;
-    s->resv_rv = rv;
-    fx_loop_post(s->conn->loop, &s->resv_task);
+    s->resv.rv = rv;
+    fx_loop_post(s->conn->loop, &s->resv.task);
 }
 
 /* Reserves |n| bytes for the frame whose header was just read. Returns 0
@@ -62,17 +83,17 @@ static void on_resv_granted(void *user, int rv)
 int fxb_ingress_reserve(fxb_bidi *s, uint16_t flags, size_t n, bool whole)
 {
     fx_budget *b = &s->conn->budget;
-    s->resv_flags = flags;
-    int rv = fx_budget_try_acquire(b, n, &s->resv);
+    s->resv.flags = flags;
+    int rv = fx_budget_try_acquire(b, n, &s->resv.permit);
     if (rv == FX_EFULL) {
-        s->resv_wait = true; /* before acquire: the grant may come at once */
-        s->refs++;           /* for |resv_task| */
-        rv = fx_budget_acquire(b, n, &s->resv_w, &s->resv);
+        s->resv.wait = true; /* before acquire: the grant may come at once */
+        s->refs++;           /* for |resv.task| */
+        rv = fx_budget_acquire(b, n, &s->resv.w, &s->resv.permit);
         if (rv == -EAGAIN) {
             FX_COUNTER_INC(ingress_reserve_waited);
             return 1;
         }
-        s->resv_wait = false;
+        s->resv.wait = false;
         s->refs--;
     }
     if (rv == 0) {
@@ -102,9 +123,10 @@ static void on_frame_timeout(fx_loop *l, fx_timer *t, void *user)
     fxb_bidi_fail(s, "frame read timed out");
 }
 
-void fxb_ingress_resv_init(fxb_bidi *s)
+void fxb_ingress_resv_init(fxb_bidi *s, fx_task_cb on_granted)
 {
-    fx_timer_init(&s->frame_timer, on_frame_timeout, s);
-    s->resv_w.on_granted = on_resv_granted;
-    s->resv_w.user = s;
+    fx_task_init(&s->resv.task, on_granted, s);
+    fx_timer_init(&s->resv.frame_timer, on_frame_timeout, s);
+    s->resv.w.on_granted = on_resv_granted;
+    s->resv.w.user = s;
 }

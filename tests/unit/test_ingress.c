@@ -351,7 +351,7 @@ static fxb_bidi *resv_bidi(fix *f, size_t global, size_t share)
     fxb_conn_ref(&f->c);
     fx_frame_decoder_init(&s->dec, f->b.o.max_frame_bytes);
     fxb_ingress_bidi_init(s);
-    fxb_reply_bidi_init(s);
+    fxb_reply_bidi_init(s, NULL);
     return s;
 }
 
@@ -374,11 +374,11 @@ static void test_header_reserves_the_announced_bytes(void **state)
     fx_metrics_snapshot a = snap();
     assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000, false), 0);
     fx_metrics_snapshot b = snap();
-    assert_int_equal(s->resv.n, 1000);
+    assert_int_equal(s->resv.permit.n, 1000);
     assert_int_equal(fx_budget_in_use(&f->c.budget), 1000);
     assert_int_equal(fx_budget_in_use(&f->b.budget), 1000);
     assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 1000);
-    assert_true(fx_timer_is_armed(&s->frame_timer)); /* frame_read_timeout runs */
+    assert_true(fx_timer_is_armed(&s->resv.frame_timer)); /* frame_read_timeout runs */
     fxb_ingress_resv_release(s);
     b = snap();
     assert_int_equal(fx_budget_in_use(&f->b.budget), 0);
@@ -396,16 +396,16 @@ static void test_header_waits_for_a_full_budget_then_holds(void **state)
     assert_int_equal(fx_budget_try_acquire(&f->c.budget, 1000, &other), 0);
     fx_metrics_snapshot a = snap();
     assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000, false), 1);
-    assert_true(s->resv_wait);
+    assert_true(s->resv.wait);
     assert_int_equal(s->refs, 2); /* for the grant's task */
     fx_metrics_snapshot b = snap();
     assert_int_equal(b.c.ingress_reserve_waited - a.c.ingress_reserve_waited, 1);
     assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 0);
     fx_permit_release(&other);
     fix_drain(f); /* the grant comes back to the connection's loop */
-    assert_false(s->resv_wait);
+    assert_false(s->resv.wait);
     assert_int_equal(s->refs, 1);
-    assert_int_equal(s->resv.n, 1000);
+    assert_int_equal(s->resv.permit.n, 1000);
     b = snap();
     assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 1000);
     resv_free(f, s);
@@ -436,12 +436,12 @@ static void test_cancel_while_waiting_takes_nothing(void **state)
     assert_int_equal(fx_budget_try_acquire(&f->c.budget, 1000, &other), 0);
     assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000, false), 1);
     fxb_ingress_resv_cancel(s);
-    assert_false(s->resv_wait);
+    assert_false(s->resv.wait);
     assert_int_equal(s->refs, 1);
     fx_permit_release(&other);
     fix_drain(f);
     assert_int_equal(fx_budget_in_use(&f->b.budget), 0);
-    assert_int_equal(s->resv.n, 0);
+    assert_int_equal(s->resv.permit.n, 0);
     resv_free(f, s);
 }
 
@@ -453,12 +453,12 @@ static void test_job_adopts_the_reservation(void **state)
     fxb_bidi *s = resv_bidi(f, 4096, 4096);
     fx_metrics_snapshot a = snap();
     assert_int_equal(fxb_ingress_reserve(s, 0x1, 1000, false), 0);
-    fx_loop_timer_cancel(f->loop, &s->frame_timer); /* the body arrived */
+    fx_loop_timer_cancel(f->loop, &s->resv.frame_timer); /* the body arrived */
     fx_ingress_req r;
     fx_ingress_req_init(&r, NULL, 1000, FX_INGRESS_DROP, 0, NULL, NULL);
     fxb_ingress_resv_adopt(s, &r);
     fx_metrics_snapshot b = snap();
-    assert_null(s->resv.budget);
+    assert_null(s->resv.permit.budget);
     assert_int_equal(r.held.n, 1000);
     assert_int_equal(fx_budget_in_use(&f->b.budget), 1000);
     assert_int_equal(b.g.ingress_reserved_bytes - a.g.ingress_reserved_bytes, 0);

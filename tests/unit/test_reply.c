@@ -17,16 +17,16 @@ static fxb_bidi *bidi_new(fix *f)
     s->kind = FXB_KIND_BIDI;
     s->refs = 1;
     s->conn = &f->c;
-    fxb_reply_bidi_init(s);
+    fxb_reply_bidi_init(s, NULL);
     return s;
 }
 
 /* Drops the queued replies, as closing the stream does. */
 static void bidi_free(fxb_bidi *s)
 {
-    while (s->rhead != NULL) {
-        fxb_reply *r = s->rhead;
-        s->rhead = r->next;
+    while (s->replies.head != NULL) {
+        fxb_reply *r = s->replies.head;
+        s->replies.head = r->next;
         r->owner = NULL;
         fxb_reply_unref(r);
     }
@@ -50,16 +50,16 @@ static void test_slots_queue_in_request_order_and_complete_later(void **state)
     fxb_bidi *s = bidi_new(f);
     fxb_reply *r1 = fxb_reply_new(s, true, 11);
     fxb_reply *r2 = fxb_reply_new(s, false, 12);
-    assert_ptr_equal(s->rhead, r1);
+    assert_ptr_equal(s->replies.head, r1);
     assert_ptr_equal(r1->next, r2);
-    assert_ptr_equal(s->rtail, r2);
-    assert_int_equal(s->nreplies, 2);
+    assert_ptr_equal(s->replies.tail, r2);
+    assert_int_equal(s->replies.n, 2);
     assert_ptr_equal(r1->owner, s);
     assert_false(atomic_load(&r1->done));
     fxb_reply_complete(r2, NULL); /* out of order: it still waits behind r1 */
     assert_true(atomic_load(&r2->done));
     assert_false(atomic_load(&r1->done));
-    assert_ptr_equal(s->rhead, r1);
+    assert_ptr_equal(s->replies.head, r1);
     bidi_free(s);
     fix_free(f);
 }
@@ -111,7 +111,7 @@ static void test_json_acks_are_publish_ok_and_publish_error(void **state)
     fix_free(f);
 }
 
-/* FXB_REPLIES_HIGH queued replies stop the stream reading (replies_full);
+/* FXB_REPLIES_HIGH queued replies stop the stream reading (replies.full);
  * one fewer does not. */
 static void test_the_high_mark_stops_reading(void **state)
 {
@@ -119,10 +119,10 @@ static void test_the_high_mark_stops_reading(void **state)
     fxb_bidi *s = bidi_new(f);
     for (unsigned i = 1; i < FXB_REPLIES_HIGH; i++)
         assert_non_null(fxb_reply_new(s, true, i));
-    assert_false(s->replies_full);
+    assert_false(s->replies.full);
     assert_non_null(fxb_reply_new(s, true, FXB_REPLIES_HIGH));
-    assert_true(s->replies_full);
-    assert_int_equal(s->nreplies, FXB_REPLIES_HIGH);
+    assert_true(s->replies.full);
+    assert_int_equal(s->replies.n, FXB_REPLIES_HIGH);
     bidi_free(s);
     fix_free(f);
 }
