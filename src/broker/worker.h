@@ -24,7 +24,7 @@ struct fxb_worker {
     fxb_idtable streams; /* its streams' state (fx_stream *), by handle id */
     fxb_job *parked_job; /* its fanout waits on a full block queue */
     fx_stream *parked_stream;
-    fxb_sub *subs;        /* registered subscriptions (wnext / wprev) */
+    fxb_sub *subs;        /* registered subscriptions (feed.wnext / feed.wprev) */
     uint64_t jobs_done;   /* jobs taken from |jobs| and completed */
     struct fxb_end *ends; /* deleted streams waiting for older jobs (worker.c) */
     /* subscriber_block_timeout: runs while the fanout is parked; |block_seq|
@@ -75,7 +75,7 @@ void fxb_worker_deinit(fxb_worker *w);
 /* Task callbacks: drain the job queue; continue a parked fanout. */
 void fxb_worker_drain(fx_loop *l, fx_task *t, void *user);
 void fxb_worker_resume(fx_loop *l, fx_task *t, void *user);
-/* Task callbacks of a subscription (fxb_sub.reg_task / unreg_task): register
+/* Task callbacks of a subscription (fxb_feeder.reg_task / unreg_task): register
  * it with its stream (then answer on the connection's loop) or remove it. */
 void fxb_worker_sub_register(fx_loop *l, fx_task *t, void *user);
 void fxb_worker_sub_unregister(fx_loop *l, fx_task *t, void *user);
