@@ -137,13 +137,52 @@ static bool hold_flush(fxb_conn *c, fxb_sub *sub, bool fin)
     return true;
 }
 
+/* Takes |sub|'s oldest queued list as the one to write. Returns false when
+ * its lane is empty; then the FIN goes if the feeder asked for it (|fin|,
+ * read before the lane). */
+static bool take_list(fxb_conn *c, fxb_sub *sub, bool fin)
+{
+    void *item;
+    if (fx_queue_pop(&sub->lane.q, &item) != 0) {
+        if (fin && !sub->writer.fin_sent) {
+            sub->writer.fin_sent = true;
+            fx_quic_stream_shutdown(c->qc, sub->writer.uni_sid);
+        }
+        return false;
+    }
+    sub->writer.cur = item;
+    sub->writer.cur_idx = 0;
+    sub->writer.cur_charged = true; /* its lane slot stays taken until sent */
+    return true;
+}
+
+/* Writing |sub|'s list failed with |rv|: FX_EFULL waits for on_writable
+ * (returns false: the connection takes no more), anything else closes the
+ * subscription (returns true: the round goes on). */
+static bool write_failed(fxb_conn *c, fxb_sub *sub, int rv)
+{
+    if (rv == FX_EFULL) {
+        c->want_writable = true;
+        return false;
+    }
+    FX_COUNTER_INC(subscriber_disconnect);
+    FX_LOG_DEBUG("broker", "subscription %llu: write failed: %s", (unsigned long long)sub->id,
+                 fx_strerror(rv));
+    fxb_sub_close(sub, true);
+    return true;
+}
+
 /* Returns false when the connection cannot take more (stop the round). At
  * most subscriber_flush_max_items lists of |sub| go per turn; the writer
- * runs again for the rest (writer_more). */
+ * runs again for the rest (writer_more). Whether to hold the lane back is
+ * decided once, before its first list: asked again after each list, the
+ * depth would have dropped below a full batch and a new hold would start,
+ * so a full batch would go one list per flush_max_delay. */
 static bool write_sub(fxb_conn *c, fxb_sub *sub)
 {
     size_t cap = (size_t)c->b->o.subscriber_unacked_bytes;
     uint32_t budget = c->b->o.subscriber_flush_max_items;
+    bool hold_decided = false;
     while (sub->writer.uni_open && sub->writer.inflight < cap) {
         if (sub->writer.cur == NULL) {
             /* Read the flag before the lane: set after the last push. */
@@ -152,33 +191,16 @@ static bool write_sub(fxb_conn *c, fxb_sub *sub)
                 c->writer_more = true;
                 return true;
             }
-            if (hold_flush(c, sub, fin))
+            if (!hold_decided && hold_flush(c, sub, fin))
                 return true;
+            hold_decided = true;
             budget--;
-            void *item;
-            if (fx_queue_pop(&sub->lane.q, &item) != 0) {
-                if (fin && !sub->writer.fin_sent) {
-                    sub->writer.fin_sent = true;
-                    fx_quic_stream_shutdown(c->qc, sub->writer.uni_sid);
-                }
+            if (!take_list(c, sub, fin))
                 return true;
-            }
-            sub->writer.cur = item;
-            sub->writer.cur_idx = 0;
-            sub->writer.cur_charged = true; /* its lane slot stays taken until sent */
         }
         int rv = write_list(c, sub);
-        if (rv == FX_EFULL) {
-            c->want_writable = true;
-            return false;
-        }
-        if (rv != 0) {
-            FX_COUNTER_INC(subscriber_disconnect);
-            FX_LOG_DEBUG("broker", "subscription %llu: write failed: %s",
-                         (unsigned long long)sub->id, fx_strerror(rv));
-            fxb_sub_close(sub, true);
-            return true;
-        }
+        if (rv != 0)
+            return write_failed(c, sub, rv);
     }
     return true;
 }
