@@ -143,14 +143,13 @@ static bool pushed(fxb_sub *sub, fx_frame_list *l, bool history)
     return r == FXB_LANE_QUEUED || r == FXB_LANE_SHED;
 }
 
-static void feed(fxb_sub *sub, fx_loop *l, bool waited)
+/* A feeder the lane parked goes on only once the lane resumed it, and then
+ * pushes its held list first. Returns false when it must stop. */
+static bool resume_held(fxb_sub *sub)
 {
-    if (atomic_load_explicit(&sub->closed, memory_order_acquire) || !sub->feed.registered ||
-        !atomic_load_explicit(&sub->active, memory_order_acquire))
-        return;
     if (sub->feed.lane_parked) {
         if (!atomic_exchange_explicit(&sub->lane.resumed, false, memory_order_acq_rel))
-            return; /* still parked: the lane's resume will call again */
+            return false; /* still parked: the lane's resume will call again */
         sub->feed.lane_parked = false;
     }
     if (sub->feed.held != NULL) {
@@ -159,31 +158,56 @@ static void feed(fxb_sub *sub, fx_loop *l, bool waited)
         /* A held list was parked, so it is pushed the way it was (blocking):
          * under a shedding policy only history lists are ever held. */
         if (!pushed(sub, h, true))
-            return;
+            return false;
     }
-    if (!waited && !sub->feed.ending && should_wait(sub, l))
-        return;
+    return true;
+}
+
+/* One list is one write: bounded by both the event frame limit and the
+ * writer's per-write cap. */
+static fx_coalesce_opts list_limits(const fxb_sub *sub)
+{
     const fx_broker_opts *o = &sub->b->o;
-    /* One list is one write: bounded by both the event frame limit and the
-     * writer's per-write cap. */
     uint64_t max_bytes = o->event_batch_max_bytes < o->subscriber_max_bytes_per_write
                              ? o->event_batch_max_bytes
                              : o->subscriber_max_bytes_per_write;
-    fx_coalesce_opts co = {
+    return (fx_coalesce_opts){
         .subscription_id = sub->id, .max_events = max_events(o), .max_bytes = (size_t)max_bytes};
+}
+
+/* Builds the next list from |p| (empty when nothing is pulled). Returns
+ * NULL on -ENOMEM. */
+static fx_frame_list *build_list(fxb_sub *sub, feed_pull *p, const fx_coalesce_opts *co)
+{
+    fx_frame_list *fl = malloc(sizeof(*fl));
+    if (fl == NULL)
+        return NULL;
+    fl->n = 0;
+    /* The delivery carried from the last list starts this one. */
+    p->history = p->last = sub->feed.co_history && fx_coalescer_has_pending(&sub->feed.co);
+    int rv = fx_coalesce_next(&sub->feed.co, pull_cb, p, co, fl);
+    sub->feed.co_history = p->last; /* a carried delivery is the last one pulled */
+    if (rv != 0)
+        FX_LOG_ERROR("broker", "subscription %llu: encoding failed: %s",
+                     (unsigned long long)sub->id, fx_strerror(rv));
+    return fl;
+}
+
+static void feed(fxb_sub *sub, fx_loop *l, bool waited)
+{
+    if (atomic_load_explicit(&sub->closed, memory_order_acquire) || !sub->feed.registered ||
+        !atomic_load_explicit(&sub->active, memory_order_acquire))
+        return;
+    if (!resume_held(sub))
+        return;
+    if (!waited && !sub->feed.ending && should_wait(sub, l))
+        return;
+    fx_coalesce_opts co = list_limits(sub);
     feed_pull p = {.sub = sub, .live = {.sub = sub->feed.sub, .now = fx_loop_now(l)}};
     for (int i = 0; i < FXB_FEEDER_BATCH; i++) {
-        fx_frame_list *fl = malloc(sizeof(*fl));
+        fx_frame_list *fl = build_list(sub, &p, &co);
         if (fl == NULL)
             return; /* retried at the next wake */
-        fl->n = 0;
-        /* The delivery carried from the last list starts this one. */
-        p.history = p.last = sub->feed.co_history && fx_coalescer_has_pending(&sub->feed.co);
-        int rv = fx_coalesce_next(&sub->feed.co, pull_cb, &p, &co, fl);
-        sub->feed.co_history = p.last; /* a carried delivery is the last one pulled */
-        if (rv != 0)
-            FX_LOG_ERROR("broker", "subscription %llu: encoding failed: %s",
-                         (unsigned long long)sub->id, fx_strerror(rv));
         if (fl->n == 0) {
             fxb_frame_list_free(fl);
             if (sub->feed.ending)

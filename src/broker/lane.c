@@ -223,6 +223,40 @@ static fxb_lane_result lane_enqueue(fxb_sub *sub, fx_frame_list *l)
     return FXB_LANE_SHED;
 }
 
+/* |sub|'s lane is full: applies the lane policy to |l|. History (the ring
+ * snapshot or pages read from disk) is pulled at the subscriber's own pace:
+ * a full lane parks its feeder whatever the policy, which governs live
+ * deliveries only. Returns QUEUED, SHED or PARKED; CLOSED when |l| is still
+ * the caller's, to retry (room appeared, or the subscription closed). */
+static fxb_lane_result push_full(fxb_sub *sub, fx_frame_list *l, bool history)
+{
+    switch (history ? FX_QUEUE_BLOCK : sub->b->o.subscriber_lane_queue_policy) {
+    case FX_QUEUE_DROP_OLD: {
+        /* Only this subscription's own oldest queued list may go: its
+         * slot passes to |l|. With nothing of its own queued (its
+         * neighbours fill the lane) the oldest of its deliveries is |l|. */
+        void *old;
+        if (fx_queue_pop(&sub->lane.q, &old) != 0) {
+            lane_shed(sub, l);
+            return FXB_LANE_SHED;
+        }
+        lane_shed(sub, old);
+        return lane_enqueue(sub, l);
+    }
+    case FX_QUEUE_DROP_NEW:
+        lane_shed(sub, l);
+        return FXB_LANE_SHED;
+    default:
+        /* Set up before parking: the resume may be posted at once (it
+         * runs on this thread, after we return). */
+        fxb_feeder_hold(sub, l);
+        if (lane_park(sub))
+            return FXB_LANE_PARKED;
+        (void)fxb_feeder_unhold(sub); /* |l|, the caller's again */
+        return FXB_LANE_CLOSED;
+    }
+}
+
 fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history)
 {
     fxb_lane *ln = sub->lane.lane;
@@ -235,36 +269,9 @@ fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history)
                 return r;
             break;
         }
-        /* History (the ring snapshot or pages read from disk) is pulled at
-         * the subscriber's own pace: a full lane parks its feeder whatever
-         * the policy, which governs live deliveries only. */
-        switch (history ? FX_QUEUE_BLOCK : sub->b->o.subscriber_lane_queue_policy) {
-        case FX_QUEUE_DROP_OLD: {
-            /* Only this subscription's own oldest queued list may go: its
-             * slot passes to |l|. With nothing of its own queued (its
-             * neighbours fill the lane) the oldest of its deliveries is |l|. */
-            void *old;
-            if (fx_queue_pop(&sub->lane.q, &old) != 0) {
-                lane_shed(sub, l);
-                return FXB_LANE_SHED;
-            }
-            lane_shed(sub, old);
-            if ((r = lane_enqueue(sub, l)) != FXB_LANE_CLOSED)
-                return r;
-            break;
-        }
-        case FX_QUEUE_DROP_NEW:
-            lane_shed(sub, l);
-            return FXB_LANE_SHED;
-        default:
-            /* Set up before parking: the resume may be posted at once (it
-             * runs on this thread, after we return). */
-            fxb_feeder_hold(sub, l);
-            if (lane_park(sub))
-                return FXB_LANE_PARKED;
-            l = fxb_feeder_unhold(sub);
-            break; /* room appeared, or closed: retry */
-        }
+        if ((r = push_full(sub, l, history)) != FXB_LANE_CLOSED)
+            return r;
+        /* room appeared, or closed: retry */
     }
     fxb_frame_list_free(l); /* closed */
     return FXB_LANE_CLOSED;

@@ -156,41 +156,57 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
     return sub;
 }
 
-void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
+/* Resolves the stream of subscribe |m| on |s| into |*ph| and checks that
+ * the broker is not draining and the connection holds fewer than
+ * max_subscriptions_per_conn. Returns false when refused (answered here). */
+static bool subscribe_admit(fxb_bidi *s, const fx_msg *m, fx_stream_handle **ph)
 {
     fxb_conn *c = s->conn;
-    fx_stream_handle *h;
     fx_registry_err err;
     fx_wire_slice t = {(const uint8_t *)m->tenant_id, strlen(m->tenant_id)};
     fx_wire_slice ns = {(const uint8_t *)m->ns, strlen(m->ns)};
     fx_wire_slice st = {(const uint8_t *)m->stream, strlen(m->stream)};
-    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_SUBSCRIBE, t, ns, st, &h, &err) != 0) {
+    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_SUBSCRIBE, t, ns, st, ph, &err) != 0) {
         FX_COUNTER_INC(subscribe_req_error);
         fxb_bidi_error(s, err.msg, true);
-        return;
+        return false;
     }
     if (fxb_is_draining(c->b)) {
         FX_COUNTER_INC(subscribe_req_error);
         fxb_bidi_error(s, FXB_SHUTDOWN_TEXT, true);
-        return;
+        return false;
     }
     if (c->nsubs >= c->b->o.max_subscriptions_per_conn) {
         FX_COUNTER_INC(subscribe_req_error);
         fxb_bidi_error(s, "max subscriptions per connection exceeded", true);
-        return;
+        return false;
     }
-    fxb_sub *sub = sub_new(s, h);
-    if (sub == NULL) {
-        fxb_bidi_fail(s, "out of memory for a subscription");
-        return;
-    }
-    parse_start(m, &sub->start);
+    return true;
+}
+
+/* Puts |sub| on its connection's list of live subscriptions (counted). */
+static void sub_list_add(fxb_conn *c, fxb_sub *sub)
+{
     sub->next = c->subs;
     c->subs = sub;
     sub->listed = true;
     if (c->nsubs++ == 0)
         FX_GAUGE_ADD(sub_active_connections, 1);
     FX_GAUGE_ADD(sub_subscriptions, 1);
+}
+
+void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
+{
+    fx_stream_handle *h;
+    if (!subscribe_admit(s, m, &h))
+        return;
+    fxb_sub *sub = sub_new(s, h);
+    if (sub == NULL) {
+        fxb_bidi_fail(s, "out of memory for a subscription");
+        return;
+    }
+    parse_start(m, &sub->start);
+    sub_list_add(s->conn, sub);
     /* The stream ends with the reply, which the worker's answer decides. */
     s->ended = true;
     s->sub_pending = true;
