@@ -583,8 +583,8 @@ static void work_worker(fxb_worker *w, work *k)
     for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->feed.wnext) {
         fx_subscriber_stats st;
         fx_subscriber_get_stats(sub->feed.sub, &st);
-        k->deliveries += st.depth + (sub->feed.backlog.n - sub->feed.backlog_pos) + (sub->feed.held != NULL) +
-                         fx_coalescer_has_pending(&sub->feed.co);
+        k->deliveries += st.depth + (sub->feed.backlog.n - sub->feed.backlog_pos) +
+                         (sub->feed.held != NULL) + fx_coalescer_has_pending(&sub->feed.co);
     }
 }
 

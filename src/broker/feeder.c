@@ -127,8 +127,8 @@ static bool should_wait(fxb_sub *sub, fx_loop *l)
  * seen every list. */
 static void request_fin(fxb_sub *sub)
 {
-    if (sub->feed.held != NULL || sub->feed.backlog_pos < sub->feed.backlog.n || fxb_replay_pending(sub) ||
-        fx_coalescer_has_pending(&sub->feed.co) ||
+    if (sub->feed.held != NULL || sub->feed.backlog_pos < sub->feed.backlog.n ||
+        fxb_replay_pending(sub) || fx_coalescer_has_pending(&sub->feed.co) ||
         atomic_load_explicit(&sub->lane.fin_req, memory_order_relaxed))
         return;
     atomic_store_explicit(&sub->lane.fin_req, true, memory_order_release);

@@ -44,10 +44,10 @@ struct fxb_lane {
  * only after the last list; |dropped_events| by the lane's sheds (worker)
  * and read by the control plane. */
 typedef struct fxb_sub_lane {
-    fx_queue q;         /* fx_frame_list* queued on |lane|, oldest first */
-    fxb_lane *lane;     /* its writer lane, on the connection (fixed) */
-    fxb_sub *lwnext;    /* on lane's parked list, under lane->mu */
-    bool lwaiting;      /* on lane's parked list (under lane->mu) */
+    fx_queue q;          /* fx_frame_list* queued on |lane|, oldest first */
+    fxb_lane *lane;      /* its writer lane, on the connection (fixed) */
+    fxb_sub *lwnext;     /* on lane's parked list, under lane->mu */
+    bool lwaiting;       /* on lane's parked list (under lane->mu) */
     atomic_bool resumed; /* the lane woke a parked feeder */
     atomic_bool fin_req; /* the feeder pushed its last list: FIN after the lane */
     atomic_uint_fast64_t dropped_events;
@@ -70,8 +70,8 @@ typedef enum fxb_lane_result {
                             shed an older list of the same subscription for it) */
     FXB_LANE_SHED,       /* dropped by the lane policy (drop_new, or drop_old with nothing of
                             its own queued) or for lack of memory: counted and freed */
-    FXB_LANE_PARKED,     /* block lane full: the feeder is parked with the list held in
-                            the feeder's held list (fxb_feeder_hold); the lane resumes it when a slot is released */
+    FXB_LANE_PARKED,     /* block lane full: the feeder is parked holding the list
+                            (fxb_feeder_hold); the lane resumes it when a slot is released */
     FXB_LANE_CLOSED,     /* the subscription closed: the list is freed */
 } fxb_lane_result;
 /* Queues |l| (taken) on |sub|'s own queue under a slot of its lane, applying

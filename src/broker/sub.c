@@ -11,8 +11,8 @@
 #include "broker/durable.h"
 #include "broker/feeder.h"
 #include "broker/lane.h"
-#include "broker/writer.h"
 #include "broker/worker.h"
+#include "broker/writer.h"
 
 /* ---- references and tasks ---------------------------------------------------------------- */
 

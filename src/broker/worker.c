@@ -426,13 +426,15 @@ void fxb_worker_sub_register(fx_loop *l, fx_task *t, void *user)
         return; /* its log opens first; the task comes back with this reference */
     if (!failed && !atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         /* A stream deleted meanwhile must not be created again here. */
-        sub->feed.stream = fx_stream_handle_is_active(sub->h) ? fxb_worker_stream(sub->w, sub->h) : NULL;
+        sub->feed.stream =
+            fx_stream_handle_is_active(sub->h) ? fxb_worker_stream(sub->w, sub->h) : NULL;
         sub->feed.reg_rv = fx_stream_handle_is_active(sub->h) ? -ENOMEM : FX_ENOSTREAM;
         if (sub->feed.stream != NULL && fxb_replay_prepare(sub, sub->feed.stream)) {
             fx_subscribe_opts so = {
                 .subscription_id = sub->id, .on_wake = fxb_feeder_wake, .user = sub};
-            sub->feed.reg_rv = fx_stream_subscribe(sub->feed.stream, &sub->start, &so, &sub->feed.sub,
-                                              &sub->feed.backlog, &sub->feed.available);
+            sub->feed.reg_rv =
+                fx_stream_subscribe(sub->feed.stream, &sub->start, &so, &sub->feed.sub,
+                                    &sub->feed.backlog, &sub->feed.available);
             if (sub->feed.reg_rv == 0)
                 fxb_replay_begin(sub, sub->feed.stream); /* history [from, tail) from disk */
         }

@@ -73,8 +73,9 @@ static fxb_sub *feeder_sub(fix *f, fx_stream *st, fx_start start)
     fxb_feeder_init(sub); /* the real feed task, not the fixture's count */
     sub->feed.stream = st;
     fx_subscribe_opts so = {.subscription_id = sub->id, .on_wake = fxb_feeder_wake, .user = sub};
-    assert_int_equal(
-        fx_stream_subscribe(st, &start, &so, &sub->feed.sub, &sub->feed.backlog, &sub->feed.available), 0);
+    assert_int_equal(fx_stream_subscribe(st, &start, &so, &sub->feed.sub, &sub->feed.backlog,
+                                         &sub->feed.available),
+                     0);
     sub->feed.registered = true;
     return sub;
 }
