@@ -20,62 +20,65 @@
 #include "storage/dlog.h"
 #include "storage/syncpol.h"
 
+/* The defaults, every one a constant; the QUIC ones are fx_quic_opts_default's. */
+static const fx_broker_opts defaults = {
+    .bind_ip = "127.0.0.1",
+    .workers = 1,
+    .auto_create_streams = true,
+    .max_tenants = 1024,
+    .stream_idle_expiry_ns = 3600 * FX_NS_PER_S,
+    .stream_delete_tombstone_ns = 30 * FX_NS_PER_S,
+    .log_capacity = 1024,
+    .log_capacity_bytes = 64u << 20,
+    .retained_bytes_limit = 1ull << 30,
+    .tenant_retained_bytes = 256ull << 20,
+    .subscriber_queue_capacity = 512,
+    .subscriber_queue_policy = FX_QUEUE_DROP_NEW,
+    .max_subscriptions_per_conn = 4096,
+    .max_frame_bytes = FX_WIRE_DEFAULT_MAX_FRAME,
+    .publish_queue_wait_timeout_ns = 2000 * FX_NS_PER_MS,
+    .pub_queue_depth = 64,
+    .pub_inflight_bytes = 64u << 20,
+    .pub_conn_inflight_bytes = 32u << 20,
+    .event_batch_max_events = 64,
+    .event_batch_max_bytes = 65536,
+    .event_batch_max_delay_ns = 0,
+    .fanout_batch_size = 64,
+    .subscriber_writer_lanes = 4,
+    .max_subscriber_writer_lanes = 8,
+    .subscriber_lane_shard = FX_BROKER_LANE_AUTO,
+    .subscriber_single_writer_per_conn = false,
+    .subscriber_lane_queue_depth = 64,
+    .subscriber_lane_queue_policy = FX_QUEUE_DROP_NEW,
+    .subscriber_max_bytes_per_write = 65536,
+    .ack_wait_timeout_ns = 2 * FX_NS_PER_S,
+    .control_stream_drain_timeout_ns = 50 * FX_NS_PER_MS,
+    .subscriber_flush_max_items = 16,
+    .subscriber_flush_max_delay_ns = 0,
+    .subscriber_unacked_bytes = 1u << 20,
+    .durable = {.fsync_mode = FX_FSYNC_PERIODIC,
+                .fsync_interval_ns = FX_SYNCPOL_DEFAULT_INTERVAL_NS,
+                .segment_bytes = FX_DLOG_DEFAULT_SEGMENT_BYTES,
+                .index_spacing_bytes = FX_DLOG_DEFAULT_INDEX_SPACING,
+                .max_unsynced_bytes = 8u << 20,
+                .flush_inline = true, /* as durable_flush_pipeline's default */
+                .tenant_streams_max = 256,
+                .tenant_bytes_max = 64ull << 30,
+                .retention_interval_ns = 60 * FX_NS_PER_S,
+                .max_records_per_read = 10000,
+                .preallocate = true},
+    .frame_read_timeout_ns = 10000 * FX_NS_PER_MS,
+    .auth_timeout_ns = 10000 * FX_NS_PER_MS,
+    .max_connections_per_ip = 256,
+    .max_unauth_streams_per_conn = 16,
+    .auth_failures_per_conn = 3,
+    .auth_rate_per_ip = 1000,
+    .preauth_max_bytes = FXB_PREAUTH_MAX_BYTES_DEFAULT,
+};
+
 void fx_broker_opts_default(fx_broker_opts *o)
 {
-    *o = (fx_broker_opts){
-        .bind_ip = "127.0.0.1",
-        .workers = 1,
-        .auto_create_streams = true,
-        .max_tenants = 1024,
-        .stream_idle_expiry_ns = 3600 * FX_NS_PER_S,
-        .stream_delete_tombstone_ns = 30 * FX_NS_PER_S,
-        .log_capacity = 1024,
-        .log_capacity_bytes = 64u << 20,
-        .retained_bytes_limit = 1ull << 30,
-        .tenant_retained_bytes = 256ull << 20,
-        .subscriber_queue_capacity = 512,
-        .subscriber_queue_policy = FX_QUEUE_DROP_NEW,
-        .max_subscriptions_per_conn = 4096,
-        .max_frame_bytes = FX_WIRE_DEFAULT_MAX_FRAME,
-        .publish_queue_wait_timeout_ns = 2000 * FX_NS_PER_MS,
-        .pub_queue_depth = 64,
-        .pub_inflight_bytes = 64u << 20,
-        .pub_conn_inflight_bytes = 32u << 20,
-        .event_batch_max_events = 64,
-        .event_batch_max_bytes = 65536,
-        .event_batch_max_delay_ns = 0,
-        .fanout_batch_size = 64,
-        .subscriber_writer_lanes = 4,
-        .max_subscriber_writer_lanes = 8,
-        .subscriber_lane_shard = FX_BROKER_LANE_AUTO,
-        .subscriber_single_writer_per_conn = false,
-        .subscriber_lane_queue_depth = 64,
-        .subscriber_lane_queue_policy = FX_QUEUE_DROP_NEW,
-        .subscriber_max_bytes_per_write = 65536,
-        .ack_wait_timeout_ns = 2 * FX_NS_PER_S,
-        .control_stream_drain_timeout_ns = 50 * FX_NS_PER_MS,
-        .subscriber_flush_max_items = 16,
-        .subscriber_flush_max_delay_ns = 0,
-        .subscriber_unacked_bytes = 1u << 20,
-        .durable = {.fsync_mode = FX_FSYNC_PERIODIC,
-                    .fsync_interval_ns = FX_SYNCPOL_DEFAULT_INTERVAL_NS,
-                    .segment_bytes = FX_DLOG_DEFAULT_SEGMENT_BYTES,
-                    .index_spacing_bytes = FX_DLOG_DEFAULT_INDEX_SPACING,
-                    .max_unsynced_bytes = 8u << 20,
-                    .flush_inline = true, /* as durable_flush_pipeline's default */
-                    .tenant_streams_max = 256,
-                    .tenant_bytes_max = 64ull << 30,
-                    .retention_interval_ns = 60 * FX_NS_PER_S,
-                    .max_records_per_read = 10000,
-                    .preallocate = true},
-        .frame_read_timeout_ns = 10000 * FX_NS_PER_MS,
-        .auth_timeout_ns = 10000 * FX_NS_PER_MS,
-        .max_connections_per_ip = 256,
-        .max_unauth_streams_per_conn = 16,
-        .auth_failures_per_conn = 3,
-        .auth_rate_per_ip = 1000,
-        .preauth_max_bytes = FXB_PREAUTH_MAX_BYTES_DEFAULT,
-    };
+    *o = defaults;
     fx_quic_opts_default(&o->quic);
 }
 
@@ -144,6 +147,50 @@ static int create_loops(fx_broker *b)
     return 0;
 }
 
+/* Places endpoint |k| of the server's by the stated rule (placement.h) and
+ * notes its loop in |loops[k]|. */
+static int place_endpoint(fx_broker *b, uint32_t k, fx_loop **loops)
+{
+    fx_loop_slot slot;
+    int rv = fx_placement_endpoint(FX_ENDPOINT_SERVER, k, b->o.io_threads, b->nworkers, &slot);
+    if (rv != 0)
+        return rv;
+    fxb_ep *e = &b->eps[k];
+    bool worker = slot.kind == FX_LOOP_KIND_WORKER;
+    e->loop = worker ? b->workers[slot.index].loop : b->io[slot.index];
+    e->worker = worker ? (int)slot.index : -1;
+    fx_task_init(&e->auth_task, fxb_conn_auth_recheck, e);
+    loops[k] = e->loop;
+    return 0;
+}
+
+/* Opens the QUIC server on the |n| placed |loops|: alone, or as a group
+ * sharing the port. */
+static int open_server(fx_broker *b, fx_loop **loops, uint32_t n)
+{
+    b->neps = n;
+    if (n == 1)
+        return fx_quic_server_new(&b->eps[0].ep, loops[0], b->o.bind_ip, b->o.port, &b->o.quic,
+                                  &fxb_quic_callbacks, b);
+    int rv = fx_quic_server_group_new(&b->grp, loops, n, b->o.bind_ip, b->o.port, &b->o.quic,
+                                      &fxb_quic_callbacks, b);
+    for (uint32_t k = 0; rv == 0 && k < n; k++) {
+        b->eps[k].ep = fx_quic_server_group_member(b->grp, k);
+        b->eps[k].member = true;
+    }
+    return rv;
+}
+
+/* Notes the bound port and the certificate fingerprint of the first endpoint. */
+static void note_identity(fx_broker *b)
+{
+    b->port = fx_quic_endpoint_port(b->eps[0].ep);
+    const char *fp = fx_quic_endpoint_fingerprint(b->eps[0].ep);
+    size_t len = strnlen(fp, sizeof(b->fingerprint) - 1);
+    memcpy(b->fingerprint, fp, len);
+    b->fingerprint[len] = '\0';
+}
+
 /* The server endpoints, placed by the stated rule (placement.h): one on
  * worker 0 (io_threads 0) or io loop 0 (io_threads 1); with io_threads n >= 2
  * one per io loop but the last (the rule keeps that one for client
@@ -154,40 +201,57 @@ static int create_endpoint(fx_broker *b)
     b->eps = calloc(n, sizeof(*b->eps));
     fx_loop **loops = calloc(n, sizeof(*loops));
     int rv = b->eps == NULL || loops == NULL ? -ENOMEM : 0;
-    for (uint32_t k = 0; rv == 0 && k < n; k++) {
-        fx_loop_slot slot;
-        rv = fx_placement_endpoint(FX_ENDPOINT_SERVER, k, b->o.io_threads, b->nworkers, &slot);
-        if (rv != 0)
-            break;
-        fxb_ep *e = &b->eps[k];
-        bool worker = slot.kind == FX_LOOP_KIND_WORKER;
-        e->loop = worker ? b->workers[slot.index].loop : b->io[slot.index];
-        e->worker = worker ? (int)slot.index : -1;
-        fx_task_init(&e->auth_task, fxb_conn_auth_recheck, e);
-        loops[k] = e->loop;
-    }
-    if (rv == 0) {
-        b->neps = n;
-        if (n == 1) {
-            rv = fx_quic_server_new(&b->eps[0].ep, loops[0], b->o.bind_ip, b->o.port, &b->o.quic,
-                                    &fxb_quic_callbacks, b);
-        } else {
-            rv = fx_quic_server_group_new(&b->grp, loops, n, b->o.bind_ip, b->o.port, &b->o.quic,
-                                          &fxb_quic_callbacks, b);
-            for (uint32_t k = 0; rv == 0 && k < n; k++) {
-                b->eps[k].ep = fx_quic_server_group_member(b->grp, k);
-                b->eps[k].member = true;
-            }
-        }
-    }
+    for (uint32_t k = 0; rv == 0 && k < n; k++)
+        rv = place_endpoint(b, k, loops);
+    if (rv == 0)
+        rv = open_server(b, loops, n);
     free(loops);
     if (rv != 0)
         return rv;
-    b->port = fx_quic_endpoint_port(b->eps[0].ep);
-    const char *fp = fx_quic_endpoint_fingerprint(b->eps[0].ep);
-    size_t len = strnlen(fp, sizeof(b->fingerprint) - 1);
-    memcpy(b->fingerprint, fp, len);
-    b->fingerprint[len] = '\0';
+    note_identity(b);
+    return 0;
+}
+
+/* The process-wide publish budget, the per-address limits and the retained
+ * account. On failure nothing is left to undo. */
+static int init_shared(fx_broker *b, const fx_broker_opts *o)
+{
+    int rv = fx_budget_init(&b->budget, o->pub_inflight_bytes, NULL);
+    if (rv == 0 &&
+        (rv = fxb_peers_init(&b->peers, o->max_connections_per_ip, o->auth_rate_per_ip)) != 0)
+        fx_budget_deinit(&b->budget);
+    if (rv != 0)
+        return rv;
+    atomic_init(&b->retained.refs, 1);
+    atomic_init(&b->retained.bytes, 0);
+    b->retained.limit = o->retained_bytes_limit;
+    return 0;
+}
+
+static fx_registry_opts registry_opts(const fx_broker_opts *o)
+{
+    return (fx_registry_opts){.auto_create = o->auto_create_streams,
+                              .max_streams_per_tenant = o->max_streams_per_tenant,
+                              .max_tenants = o->max_tenants,
+                              .tenant_retained_bytes = o->tenant_retained_bytes,
+                              .durable_storage = o->durable.dir != NULL && o->durable.dir[0],
+                              .durable_default = o->durable.durable_default,
+                              .tenant_durable_streams_max = o->durable.tenant_streams_max,
+                              .tenant_durable_bytes_max = o->durable.tenant_bytes_max,
+                              .delete_tombstone_ns = o->stream_delete_tombstone_ns};
+}
+
+/* The registry, the loops, durable storage and its recovery, the configured
+ * streams and the endpoints, in that order. The catalogue's durable streams
+ * come first: a configured stream of the same name then finds its durable
+ * stream. */
+static int build(fx_broker *b, const fx_registry_opts *ro)
+{
+    int rv;
+    if ((rv = fx_registry_new(&b->reg, ro)) != 0 || (rv = create_loops(b)) != 0 ||
+        (rv = fxb_durable_init(b)) != 0 || (rv = fxb_durable_recover(b)) != 0 ||
+        (rv = create_streams(b)) != 0 || (rv = create_endpoint(b)) != 0)
+        return rv;
     return 0;
 }
 
@@ -207,38 +271,19 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
     b->nworkers = o->workers;
     atomic_init(&b->next_sub_id, 1);
     atomic_init(&b->next_conn_id, 1);
-    rv = fx_budget_init(&b->budget, o->pub_inflight_bytes, NULL);
-    if (rv == 0 &&
-        (rv = fxb_peers_init(&b->peers, o->max_connections_per_ip, o->auth_rate_per_ip)) != 0)
-        fx_budget_deinit(&b->budget);
-    if (rv != 0) {
+    if ((rv = init_shared(b, o)) != 0) {
         free(b);
         return rv;
     }
-    atomic_init(&b->retained.refs, 1);
-    atomic_init(&b->retained.bytes, 0);
-    b->retained.limit = o->retained_bytes_limit;
-    fx_registry_opts ro = {.auto_create = o->auto_create_streams,
-                           .max_streams_per_tenant = o->max_streams_per_tenant,
-                           .max_tenants = o->max_tenants,
-                           .tenant_retained_bytes = o->tenant_retained_bytes,
-                           .durable_storage = o->durable.dir != NULL && o->durable.dir[0],
-                           .durable_default = o->durable.durable_default,
-                           .tenant_durable_streams_max = o->durable.tenant_streams_max,
-                           .tenant_durable_bytes_max = o->durable.tenant_bytes_max,
-                           .delete_tombstone_ns = o->stream_delete_tombstone_ns};
+    fx_registry_opts ro = registry_opts(o);
     b->o.streams = o->streams;
-    /* The catalogue's durable streams come first: a configured stream of the
-     * same name then finds its durable stream. */
-    if ((rv = fx_registry_new(&b->reg, &ro)) != 0 || (rv = create_loops(b)) != 0 ||
-        (rv = fxb_durable_init(b)) != 0 || (rv = fxb_durable_recover(b)) != 0 ||
-        (rv = create_streams(b)) != 0 || (rv = create_endpoint(b)) != 0) {
-        b->o.streams = NULL;
+    rv = build(b, &ro);
+    b->o.streams = NULL;
+    if (rv != 0) {
         b->stopped = true;
         fx_broker_free(b);
         return rv;
     }
-    b->o.streams = NULL;
     *pb = b;
     return 0;
 }

@@ -529,33 +529,19 @@ int fx_broker_create_stream_durable(fx_broker *b, const char *tenant, const char
     return rv;
 }
 
-typedef struct find_name {
-    const char *t, *ns, *s;
-    fx_stream_handle *h;
-} find_name;
-
-static void find_cb(fx_stream_handle *h, void *user)
-{
-    find_name *f = user;
-    if (f->h == NULL && strcmp(fx_stream_handle_tenant(h), f->t) == 0 &&
-        strcmp(fx_stream_handle_namespace(h), f->ns) == 0 &&
-        strcmp(fx_stream_handle_stream(h), f->s) == 0)
-        f->h = fx_stream_handle_ref(h);
-}
-
 int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             fx_registry_err *err)
 {
-    find_name f = {.t = tenant, .ns = ns, .s = stream};
-    fx_registry_foreach(b->reg, find_cb, &f);
+    fx_stream_handle *h =
+        fx_registry_find(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream));
     fxb_end *e = calloc(1, sizeof(*e));
     if (e == NULL) {
-        fx_stream_handle_unref(f.h);
+        fx_stream_handle_unref(h);
         return -ENOMEM;
     }
-    if (f.h == NULL ||
+    if (h == NULL ||
         !fx_registry_remove(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream))) {
-        fx_stream_handle_unref(f.h);
+        fx_stream_handle_unref(h);
         free(e);
         if (err != NULL) {
             err->code = FX_ENOSTREAM;
@@ -567,8 +553,8 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
     }
     /* Inactive from now on: resolves fail, so no new publish or subscribe
      * reaches the worker for it; the worker finishes its subscribers. */
-    e->h = f.h;
-    e->w = fxb_worker_for(b, f.h);
+    e->h = h;
+    e->w = fxb_worker_for(b, h);
     fx_task_init(&e->task, fxb_worker_end_task, e);
     fx_loop_post(e->w->loop, &e->task);
     FX_LOG_INFO("broker", "stream %s/%s/%s deleted by the admin API", tenant, ns, stream);

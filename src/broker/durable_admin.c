@@ -102,19 +102,9 @@ static int check_bounds(const fx_broker_retention *r, fx_registry_err *err)
     return 0;
 }
 
-typedef struct find_name {
-    const char *t, *ns, *s;
-    fx_stream_handle *h;
-} find_name;
-
-static void find_cb(fx_stream_handle *h, void *user)
+static fx_wire_slice slice_of(const char *s)
 {
-    find_name *f = user;
-    if (f->h == NULL && fx_stream_handle_is_active(h) &&
-        strcmp(fx_stream_handle_tenant(h), f->t) == 0 &&
-        strcmp(fx_stream_handle_namespace(h), f->ns) == 0 &&
-        strcmp(fx_stream_handle_stream(h), f->s) == 0)
-        f->h = fx_stream_handle_ref(h);
+    return (fx_wire_slice){(const uint8_t *)s, strlen(s)};
 }
 
 /* Refuses a stream that is not durable, or a stated durability that is not
@@ -160,17 +150,17 @@ static int find_durable(fx_broker *b, const char *tenant, const char *ns, const 
 {
     if (fxb_is_draining(b))
         return err_set(err, FX_ESHUTDOWN, "%s", FXB_SHUTDOWN_TEXT);
-    find_name f = {.t = tenant, .ns = ns, .s = stream};
-    fx_registry_foreach(b->reg, find_cb, &f);
-    if (f.h == NULL)
+    fx_stream_handle *h =
+        fx_registry_find(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream));
+    if (h == NULL)
         return err_set(err, FX_ENOSTREAM, "stream not found: tenant=%s namespace=%s stream=%s",
                        tenant, ns, stream);
-    int rv = check_durable(f.h, durable, err);
+    int rv = check_durable(h, durable, err);
     if (rv != 0 || b->dur == NULL) {
-        fx_stream_handle_unref(f.h);
+        fx_stream_handle_unref(h);
         return rv != 0 ? rv : err_set(err, -EINVAL, "this broker has no durable storage");
     }
-    *ph = f.h;
+    *ph = h;
     return 0;
 }
 

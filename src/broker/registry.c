@@ -464,8 +464,6 @@ static void tenant_put(fx_registry *r, tenant_rec *tr)
     }
 }
 
-/* Under the write lock: finds or inserts the stream (|autoc|: by a
- * resolve; |durable|: a durable stream). |*pcreated| tells which. */
 /* Under the write lock: whether |tr| may take one more durable stream
  * (|adopt|: found in the catalogue at start, always taken). Returns 0 or
  * FX_ESTORAGE_QUOTA, counted. */
@@ -487,6 +485,51 @@ static int durable_quota_locked(const fx_registry *r, const tenant_rec *tr, bool
                    tr->name, max);
 }
 
+/* Under the write lock: the record of tenant |t| into |*ptr|, if the broker
+ * may hold it (max_tenants) and it may hold one more stream
+ * (max_streams_per_tenant). Returns 0, FX_EFULL or -ENOMEM. */
+static int tenant_room_locked(fx_registry *r, fx_wire_slice t, tenant_rec **ptr,
+                              fx_registry_err *err)
+{
+    uint32_t maxt = r->opts.max_tenants;
+    if (maxt != 0 && tenant_find(r, t) == NULL && r->tenants.n >= maxt) {
+        static fx_ratelimit rl = FX_RATELIMIT_INIT;
+        FX_COUNTER_INC(registry_tenants_refused);
+        FX_LOG_RATELIMITED(&rl, fx_now_ns(), FX_LOG_WARN, "broker",
+                           "max_tenants (%u) reached: refused a stream of a new tenant", maxt);
+        return err_set(err, FX_EFULL,
+                       "the broker holds max_tenants (%u) tenants: stream not created", maxt);
+    }
+    tenant_rec *tr = tenant_get(r, t);
+    if (tr == NULL)
+        return err_set(err, -ENOMEM, "out of memory creating a stream");
+    uint32_t max = r->opts.max_streams_per_tenant;
+    if (max != 0 && tr->nstreams >= max)
+        return err_set(err, FX_EFULL,
+                       "tenant %s has reached max_streams_per_tenant (%u): stream not created",
+                       tr->name, max);
+    *ptr = tr;
+    return 0;
+}
+
+/* Under the write lock: gives the new |h| its id and accounts, counts it in
+ * |tr| and lists it. */
+static void attach_locked(fx_registry *r, fx_stream_handle *h, tenant_rec *tr, bool autoc,
+                          int durable)
+{
+    h->id = r->next_id++;
+    h->auto_created = autoc;
+    h->acct = fx_retained_ref(tr->acct);
+    h->durable = durable != 0;
+    h->dacct = durable ? fx_retained_ref(tr->dacct) : NULL;
+    h->tenant = tr;
+    tr->nstreams++;
+    tr->ndurable += h->durable;
+    ht_insert(&r->streams, &h->node);
+}
+
+/* Under the write lock: finds or inserts the stream (|autoc|: by a
+ * resolve; |durable|: a durable stream). |*pcreated| tells which. */
 static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const char *key,
                          size_t klen, uint64_t hash, bool autoc, int durable, fx_stream_handle **ph,
                          bool *pcreated, fx_registry_err *err)
@@ -494,39 +537,17 @@ static int insert_locked(fx_registry *r, fx_wire_slice t, fx_wire_slice n, const
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
     *pcreated = false;
     if (h == NULL) {
-        uint32_t maxt = r->opts.max_tenants;
-        if (maxt != 0 && tenant_find(r, t) == NULL && r->tenants.n >= maxt) {
-            static fx_ratelimit rl = FX_RATELIMIT_INIT;
-            FX_COUNTER_INC(registry_tenants_refused);
-            FX_LOG_RATELIMITED(&rl, fx_now_ns(), FX_LOG_WARN, "broker",
-                               "max_tenants (%u) reached: refused a stream of a new tenant", maxt);
-            return err_set(err, FX_EFULL,
-                           "the broker holds max_tenants (%u) tenants: stream not created", maxt);
-        }
-        tenant_rec *tr = tenant_get(r, t);
-        if (tr == NULL)
-            return err_set(err, -ENOMEM, "out of memory creating a stream");
-        uint32_t max = r->opts.max_streams_per_tenant;
-        if (max != 0 && tr->nstreams >= max)
-            return err_set(err, FX_EFULL,
-                           "tenant %s has reached max_streams_per_tenant (%u): stream not created",
-                           tr->name, max);
-        int rv =
-            durable ? durable_quota_locked(r, tr, durable == FX_REGISTRY_DURABLE_ADOPT, err) : 0;
+        tenant_rec *tr = NULL;
+        int rv = tenant_room_locked(r, t, &tr, err);
+        if (rv != 0)
+            return rv;
+        rv = durable ? durable_quota_locked(r, tr, durable == FX_REGISTRY_DURABLE_ADOPT, err) : 0;
         h = rv == 0 ? handle_new(key, klen, hash, t.len, n.len) : NULL;
         if (h == NULL) {
             tenant_put(r, tr);
             return rv != 0 ? rv : err_set(err, -ENOMEM, "out of memory creating a stream");
         }
-        h->id = r->next_id++;
-        h->auto_created = autoc;
-        h->acct = fx_retained_ref(tr->acct);
-        h->durable = durable != 0;
-        h->dacct = durable ? fx_retained_ref(tr->dacct) : NULL;
-        h->tenant = tr;
-        tr->nstreams++;
-        tr->ndurable += h->durable;
-        ht_insert(&r->streams, &h->node);
+        attach_locked(r, h, tr, autoc, durable);
         *pcreated = true;
     }
     if (ph != NULL)
@@ -577,6 +598,28 @@ static int new_durability(const fx_registry *r, int want)
     return want == 1 || want == FX_REGISTRY_DURABLE_ADOPT ? want : 0;
 }
 
+/* Whether a stream not found may be created: not without |create|, nor by
+ * a subscribe under durable_default. Returns 0 or FX_ENOSTREAM. */
+static int check_create(const fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
+                        bool create, int want, fx_registry_err *err)
+{
+    if (!create)
+        return err_set(err, FX_ENOSTREAM,
+                       "stream not found: tenant=%.*s namespace=%.*s stream=%.*s", (int)t.len,
+                       (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                       (const char *)s.ptr);
+    if (want == WANT_SUBSCRIBE && r->opts.durable_default) {
+        FX_COUNTER_INC(registry_subscribe_not_created);
+        return err_set(err, FX_ENOSTREAM,
+                       "stream not found: tenant=%.*s namespace=%.*s stream=%.*s "
+                       "(durable_default: a durable stream is created by its first publish or "
+                       "the admin API, not by a subscribe)",
+                       (int)t.len, (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
+                       (const char *)s.ptr);
+    }
+    return 0;
+}
+
 /* |autoc|: by a resolve (auto-creation); |want|: 1 durable, 0 not, -1
  * either (a new stream is then not durable), FX_REGISTRY_DURABLE_ADOPT,
  * WANT_DEFAULT, WANT_SUBSCRIBE. */
@@ -603,20 +646,8 @@ static int create_or_find(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_w
         *pcreated = false;
         return rv;
     }
-    if (!create)
-        return err_set(err, FX_ENOSTREAM,
-                       "stream not found: tenant=%.*s namespace=%.*s stream=%.*s", (int)t.len,
-                       (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
-                       (const char *)s.ptr);
-    if (want == WANT_SUBSCRIBE && r->opts.durable_default) {
-        FX_COUNTER_INC(registry_subscribe_not_created);
-        return err_set(err, FX_ENOSTREAM,
-                       "stream not found: tenant=%.*s namespace=%.*s stream=%.*s "
-                       "(durable_default: a durable stream is created by its first publish or "
-                       "the admin API, not by a subscribe)",
-                       (int)t.len, (const char *)t.ptr, (int)n.len, (const char *)n.ptr, (int)s.len,
-                       (const char *)s.ptr);
-    }
+    if ((rv = check_create(r, t, n, s, create, want, err)) != 0)
+        return rv;
     /* Another thread may create it between the locks: insert re-checks. */
     pthread_rwlock_wrlock(&r->lock);
     rv = durable_check(r, t, n, s, handle_of(ht_find(&r->streams, hash, key, klen)), want, err);
@@ -698,6 +729,24 @@ bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
     pthread_rwlock_unlock(&r->lock);
     fx_stream_handle_unref(h);
     return h != NULL;
+}
+
+fx_stream_handle *fx_registry_find(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                                   fx_wire_slice stream)
+{
+    if (check_names(tenant, ns, stream, NULL) != 0)
+        return NULL; /* no stream has such a name */
+    char key[KEY_MAX];
+    size_t klen = make_key(key, tenant, ns, stream);
+    uint64_t hash = hash_bytes(r, key, klen);
+
+    /* Only active streams are listed: removal unlists under the write lock. */
+    pthread_rwlock_rdlock(&r->lock);
+    fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
+    if (h != NULL)
+        fx_stream_handle_ref(h);
+    pthread_rwlock_unlock(&r->lock);
+    return h;
 }
 
 /* Idle: auto-created, only the registry's reference, untouched for |idle_ns|.

@@ -149,6 +149,13 @@ int fx_registry_resolve_subscribe(fx_registry *r, fx_wire_slice tenant, fx_wire_
 bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream);
 
+/* Returns a reference to the active stream named (|tenant|, |ns|, |stream|),
+ * for the caller to drop, or NULL if there is none (never created, removed,
+ * or an invalid name). Creates nothing and does not count as use for idle
+ * expiry. Any thread. */
+fx_stream_handle *fx_registry_find(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                                   fx_wire_slice stream);
+
 /* Removes every auto-created stream that is idle at |now_ns|
  * (CLOCK_MONOTONIC): nobody holds its handle but the registry (no
  * publisher's or subscriber's QUIC stream, no queued job, no subscription)

@@ -431,6 +431,14 @@ static void index_batch(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_
     }
 }
 
+/* The roll rule: a non-empty active segment rolls when a batch of |bytes|
+ * does not fit in it; the batch then opens the new one. */
+static bool batch_rolls(const fx_dlog *log, uint64_t bytes)
+{
+    const dl_seg *a = &log->segs[log->nsegs - 1];
+    return a->next > a->base && a->size + bytes > log->cfg.segment_bytes;
+}
+
 int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
                    uint64_t *pfirst)
 {
@@ -448,7 +456,7 @@ int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_
         return FX_ESTORAGE_TOO_LARGE;
     dl_seg *a = dl_active(log);
     int rv;
-    if (fx_dlog_append_rolls(log, total)) {
+    if (batch_rolls(log, total)) {
         if (log->flushing)
             return -EBUSY; /* the flush in flight holds the active segment */
         if ((rv = roll(log, ts_us)) != 0) {
@@ -491,17 +499,13 @@ uint64_t fx_dlog_room_after(const fx_dlog *log, uint64_t first_bytes)
 {
     const dl_seg *a = &log->segs[log->nsegs - 1];
     uint64_t seg = log->cfg.segment_bytes;
-    /* fx_dlog_append's roll rule: a non-empty segment rolls when the batch
-     * does not fit; the batch then opens the new one. */
-    bool rolls = a->next > a->base && a->size + first_bytes > seg;
-    uint64_t after = (rolls ? FX_SEG_HEADER_LEN : a->size) + first_bytes;
+    uint64_t after = (batch_rolls(log, first_bytes) ? FX_SEG_HEADER_LEN : a->size) + first_bytes;
     return after >= seg ? 0 : seg - after;
 }
 
 bool fx_dlog_append_rolls(const fx_dlog *log, uint64_t bytes)
 {
-    const dl_seg *a = &log->segs[log->nsegs - 1];
-    return a->next > a->base && a->size + bytes > log->cfg.segment_bytes;
+    return batch_rolls(log, bytes);
 }
 
 bool fx_dlog_is_flushing(const fx_dlog *log)
@@ -906,8 +910,8 @@ uint64_t fx_dlog_disk_bytes(const fx_dlog *log)
 uint64_t fx_dlog_disk_bytes_after(const fx_dlog *log, uint64_t bytes)
 {
     const dl_seg *a = &log->segs[log->nsegs - 1];
-    /* fx_dlog_append's roll rule; sealing cuts the old segment's reservation. */
-    if (a->next > a->base && a->size + bytes > log->cfg.segment_bytes)
+    /* Sealing on a roll cuts the old segment's reservation. */
+    if (batch_rolls(log, bytes))
         return fx_dlog_bytes_on_disk(log) + FX_SEG_HEADER_LEN + FX_IDX_HEADER_LEN + bytes +
                reserved(log, FX_SEG_HEADER_LEN + bytes);
     return fx_dlog_bytes_on_disk(log) + bytes + reserved(log, a->size + bytes);

@@ -1,6 +1,6 @@
 /* Unit tests for fx_registry: lookup and auto-creation, name rules, the
- * per-tenant limit and max_tenants, deletion and stale handles, idle expiry
- * of auto-created streams, concurrent resolution. */
+ * per-tenant limit and max_tenants, deletion and stale handles, lookup by
+ * name, idle expiry of auto-created streams, concurrent resolution. */
 /* fx-test-libs: fx_broker fx_wire fx_base */
 #include "base/loop.h"
 #include "base/metrics.h"
@@ -149,6 +149,40 @@ static void test_deleted_stream_handle_inactive(void **state)
     assert_false(fx_stream_handle_is_active(h2));
     fx_stream_handle_unref(h);
     fx_stream_handle_unref(h2);
+}
+
+/* fx_registry_find gives a reference to the active stream of exactly that
+ * name: not another tenant's, not a removed one, and creates nothing. */
+static void test_find_gives_only_the_active_stream_of_that_name(void **state)
+{
+    fx_registry *r = mkreg(true, 0);
+    assert_int_equal(fx_registry_create(r, S("t1"), S("ns"), S("a"), NULL, NULL, NULL), 0);
+    assert_int_equal(fx_registry_create(r, S("t2"), S("ns"), S("b"), NULL, NULL, NULL), 0);
+
+    fx_stream_handle *h = fx_registry_find(r, S("t1"), S("ns"), S("a"));
+    assert_non_null(h);
+    assert_string_equal(fx_stream_handle_tenant(h), "t1");
+    assert_string_equal(fx_stream_handle_namespace(h), "ns");
+    assert_string_equal(fx_stream_handle_stream(h), "a");
+    assert_true(fx_stream_handle_is_active(h));
+
+    assert_null(fx_registry_find(r, S("t1"), S("ns"), S("b"))); /* t2's */
+    assert_null(fx_registry_find(r, S("t2"), S("ns"), S("a")));
+    assert_null(fx_registry_find(r, S("t1"), S("other"), S("a")));
+    assert_null(fx_registry_find(r, S("t1"), S(""), S("a")));
+    assert_int_equal(fx_registry_count(r), 2);
+
+    /* Removed, it is not found; the reference find gave keeps the handle. */
+    assert_true(fx_registry_remove(r, S("t1"), S("ns"), S("a")));
+    assert_null(fx_registry_find(r, S("t1"), S("ns"), S("a")));
+    assert_false(fx_stream_handle_is_active(h));
+    fx_stream_handle_unref(h);
+
+    fx_stream_handle *b = fx_registry_find(r, S("t2"), S("ns"), S("b"));
+    assert_non_null(b);
+    assert_string_equal(fx_stream_handle_tenant(b), "t2");
+    fx_stream_handle_unref(b);
+    fx_registry_free(r);
 }
 
 static void expect_bad(fx_registry *r, fx_wire_slice t, fx_wire_slice n, fx_wire_slice s,
@@ -514,6 +548,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_autocreate_on_first_use_gives_dense_ids_from_one),
     cmocka_unit_test(test_auto_create_respects_max_streams_per_tenant),
     cmocka_unit_test(test_deleted_stream_handle_inactive),
+    cmocka_unit_test(test_find_gives_only_the_active_stream_of_that_name),
     cmocka_unit_test(test_invalid_names_rejected),
     cmocka_unit_test(test_concurrent_resolve_creates_each_stream_once),
     cmocka_unit_test(test_max_tenants_counts_tenants_holding_streams),
