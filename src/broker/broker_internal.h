@@ -1,10 +1,11 @@
 /* The shared nouns of the broker data plane: the structs its stages pass
- * between them (fxb_worker, fx_broker, fxb_conn, fxb_bidi, fxb_job, fxb_sub,
- * fxb_lane) and the FXB_ constants. A part a struct embeds is defined in the
- * header of the stage that owns it (fxb_bidi's: resv.h, admission.h,
- * reply.h, resolve.h); those headers stand alone, so this file includes
- * them for the full types. No stage function is declared here: each stage's
- * header (conn.h, bidi.h, publish.h, admission.h, worker.h, feeder.h,
+ * between them (fx_broker, fxb_conn, fxb_bidi, fxb_job, fxb_sub) and the
+ * FXB_ constants; fxb_worker is worker.h's, fxb_lane lane.h's, fxb_reply
+ * reply.h's. A part a shared struct embeds is defined in the header of the
+ * stage that owns it (fxb_bidi's: resv.h, admission.h, reply.h, resolve.h;
+ * fxb_sub's: feeder.h, lane.h, writer.h, durable.h), and this file includes
+ * those headers for the full types. No stage function is declared here: each
+ * stage's header (conn.h, bidi.h, publish.h, admission.h, worker.h, feeder.h,
  * lane.h, writer.h, ..., see docs/design.md "Broker stage headers") declares
  * what other stages call, with its thread and the fields it owns. Which
  * thread may touch a field is noted per struct; objects reached from two
@@ -47,6 +48,12 @@ typedef struct fxb_job fxb_job;
 typedef struct fxb_reply fxb_reply;
 typedef struct fxb_lane fxb_lane;
 
+/* The stage parts fxb_sub embeds, each defined in its stage's header. */
+#include "broker/durable.h"
+#include "broker/feeder.h"
+#include "broker/lane.h"
+#include "broker/writer.h"
+
 /* Server flags answered to a client that sent client_flags. */
 #define FXB_SERVER_FLAGS 0x3Fu
 /* QUIC application codes we reset streams with. */
@@ -80,32 +87,6 @@ typedef struct fxb_lane fxb_lane;
 #define FXB_WORKER_BATCH 64
 /* Frame lists one feeder turn builds before yielding. */
 #define FXB_FEEDER_BATCH 16
-
-/* A worker loop: owns its streams, drains its job queue (checkpoint 4),
- * appends and fans out (checkpoint 5) and runs its streams' feeders. */
-struct fxb_worker {
-    fx_broker *b;
-    uint32_t index;
-    fx_loop *loop;
-    fx_queue jobs;       /* fxb_job*, policy BLOCK (ingress decides) */
-    fx_task doorbell;    /* drains |jobs|; coalesced */
-    fx_task resume_task; /* a parked fanout may continue */
-    /* Worker thread only: */
-    fxb_idtable streams; /* its streams' state (fx_stream *), by handle id */
-    fxb_job *parked_job; /* its fanout waits on a full block queue */
-    fx_stream *parked_stream;
-    fxb_sub *subs;        /* registered subscriptions (wnext / wprev) */
-    uint64_t jobs_done;   /* jobs taken from |jobs| and completed */
-    struct fxb_end *ends; /* deleted streams waiting for older jobs (worker.c) */
-    /* subscriber_block_timeout: runs while the fanout is parked; |block_seq|
-     * is the park (fx_stream_park_seq) it was armed for. */
-    fx_timer block_timer;
-    uint64_t block_seq;
-    /* stream_idle_expiry sweeps (worker 0 only). */
-    fx_task expiry_start;
-    fx_timer expiry_timer;
-    struct fxb_dworker *dur; /* durable streams' storage stage (durable.c), or NULL */
-};
 
 /* One server endpoint and the connections it accepted: the broker's only
  * endpoint, or one member of its server group (io_threads >= 2). */
@@ -165,23 +146,6 @@ struct fx_broker {
 
 /* Kinds of stream user pointers (first field of fxb_bidi and fxb_sub). */
 enum { FXB_KIND_BIDI = 1, FXB_KIND_SUB = 2 };
-
-/* A writer lane of a connection (checkpoint 6), shared by the subscriptions
- * the lane choice put on it. Each subscription queues its frame lists in its
- * own queue (fxb_sub.lane, so eviction and order stay per subscriber); the
- * lane is the bound over all of them: |count| is charged by a feeder (any
- * worker thread) before it queues a list and released by the connection
- * writer once the list is handed to QUIC, so a flow-blocked subscription's
- * backlog keeps its lane full until it drains. Feeders parked on a full
- * block lane wait in the list under |mu| (slow path only). */
-struct fxb_lane {
-    uint32_t index;
-    size_t capacity;        /* subscriber_lane_queue_depth */
-    atomic_size_t count;    /* frame lists charged: queued or being written */
-    atomic_size_t nwaiters; /* parked feeders (read without |mu|) */
-    pthread_mutex_t mu;
-    fxb_sub *whead, *wtail; /* parked feeders (fxb_sub.lwnext), under |mu| */
-};
 
 /* One client connection. Loop fields: its endpoint loop only; the refcount
  * is atomic because jobs (worker threads) hold the connection's budget. */
@@ -296,8 +260,13 @@ struct fxb_job {
     char *swhy; /* NULL or the storage error's detail (owned; "storage damaged") */
 };
 
-/* One subscription. Worker fields: its stream's worker; conn fields: the
- * connection's loop; the lane queue and |closed| are shared. */
+/* One subscription: its identity and life here, and one part per stage,
+ * each written on its owner's thread only (the atomics of the lane part are
+ * the shared fields): |feed| on its stream's worker loop (feeder.h), |lane|
+ * between the feeder and the writer (lane.h), |writer| on the connection's
+ * loop (writer.h), |dur| by the storage thread of a durable stream
+ * (durable.h). The constructor (sub_new, subscribe.c) fills them before the
+ * subscription is shared; the last reference frees them. */
 struct fxb_sub {
     int kind; /* FXB_KIND_SUB */
     atomic_int refs;
@@ -306,73 +275,25 @@ struct fxb_sub {
     fxb_conn *conn; /* reference */
     uint64_t id;
     fx_stream_handle *h; /* reference */
-    fx_start start;
-    atomic_bool closed; /* unsubscribed: the feeder stops, the writer drops */
-    atomic_bool active; /* the event stream is open: the feeder may run */
-    fx_queue lane;      /* fx_frame_list* it queued on its lane (|ln|), oldest first */
-    fxb_lane *ln;       /* its writer lane, on |conn| (fixed) */
-    fxb_sub *lwnext;    /* on ln's parked list, under ln->mu */
-    bool lwaiting;      /* on ln's parked list (under ln->mu) */
-    /* worker side */
-    fx_task reg_task, unreg_task, feed_task;
-    fx_timer delay_timer;
-    bool lane_parked;
-    atomic_bool lane_resumed; /* the lane woke a parked feeder */
-    fx_frame_list *held;      /* built but refused by a full block lane */
-    fx_stream *stream;
-    fx_subscriber *sub;
-    fx_backlog backlog;
-    size_t backlog_pos;
-    fx_coalescer co;
-    bool co_history; /* the delivery |co| carries came from the backlog */
-    bool registered;
-    int reg_rv;
-    uint64_t available;
-    fxb_sub *wnext, *wprev;    /* on w->subs while registered */
-    bool ending;               /* its stream was deleted: finish after the queue */
-    bool block_kicked;         /* subscriber_block_timeout closed its connection */
-    fx_task block_task;        /* posted to the connection's loop to close it */
-    bool dur_ready;            /* durable stream: its log answered (durable.c) */
-    uint64_t dur_base;         /* then: the log's next offset when it was opened */
-    char *dur_why;             /* NULL or the detail of a storage |reg_rv| (owned) */
-    struct fxb_replay *replay; /* history read from disk first (replay.c), or NULL */
-    /* shared */
-    atomic_bool fin_req; /* the feeder pushed its last list: FIN after the lane */
-    atomic_uint_fast64_t lane_dropped_events;
-    /* conn side */
+    fx_start start;      /* set by the request; the worker's once posted to it */
+    atomic_bool closed;  /* unsubscribed: the feeder stops, the writer drops */
+    atomic_bool active;  /* the event stream is open: the feeder may run */
+    /* The subscribe exchange and the connection's list (connection loop). */
     fx_task reply_task;
     fxb_sub *next;
     fxb_bidi *bidi; /* the subscribe stream, until it got its reply */
-    int64_t uni_sid;
-    bool uni_open;
-    fx_frame_list *cur; /* list being written */
-    size_t cur_idx;
-    bool cur_charged; /* |cur| came from the lane: release its slot once sent */
-    size_t inflight;  /* bytes queued on the uni stream, not yet acked */
-    bool listed;      /* on conn->subs */
-    bool fin_sent;
-    uint64_t delivered;     /* messages written to the event stream */
-    uint64_t last_write_ns; /* 0 = never */
-    uint64_t flush_since;   /* writer: when it first held a short lane back; 0 = not */
-    /* The credentials of the subscribe request (taken over from its stream),
-     * released with the subscription; checked for expiry and key removal. */
+    bool listed;    /* on conn->subs */
+    /* The credentials of the subscribe request (taken over from its stream,
+     * connection loop), released with the subscription; checked for expiry
+     * and key removal. */
     void *auth_ctx;
     int64_t auth_exp_s; /* INT64_MAX = never */
+    fxb_feeder feed;
+    fxb_sub_lane lane;
+    fxb_sub_writer writer;
+    fxb_sub_dur dur;
 };
 
-/* Posted to the deleted stream's worker; holds a handle reference. Jobs
- * queued before the deletion may still be waiting (a publish is acknowledged
- * when admitted unless ack_on_commit), and their events belong to the
- * subscribers: the end waits until the worker has completed as many jobs as
- * were queued or parked when it arrived (the queue is FIFO and a parked job
- * holds the rest back), then the feeders send what is queued and the FIN. */
-typedef struct fxb_end {
-    fx_task task;
-    fxb_worker *w;
-    fx_stream_handle *h;
-    uint64_t target; /* w->jobs_done once every older job has completed */
-    struct fxb_end *next;
-} fxb_end;
 
 /* True once the drain started (fx_broker_drain sets |draining| once). Any
  * thread. */

@@ -113,22 +113,28 @@ static bool peer_take(fxb_conn *c)
     return false;
 }
 
-static void on_conn_new(fx_quic_conn *qc, void *user)
+/* A new connection of |b|: its memory, its share of the publish budget and
+ * its writer lanes. NULL without memory. */
+static fxb_conn *conn_alloc(fx_broker *b)
 {
-    fx_broker *b = user;
     fxb_conn *c = calloc(1, sizeof(*c));
     if (c == NULL || fx_budget_init(&c->budget, b->o.pub_conn_inflight_bytes, &b->budget) != 0) {
         free(c);
-        c = NULL;
+        return NULL;
     }
-    if (c != NULL) {
-        c->b = b;
-        if (fxb_conn_lanes_init(c) != 0) {
-            fx_budget_deinit(&c->budget);
-            free(c);
-            c = NULL;
-        }
+    c->b = b;
+    if (fxb_conn_lanes_init(c) != 0) {
+        fx_budget_deinit(&c->budget);
+        free(c);
+        return NULL;
     }
+    return c;
+}
+
+static void on_conn_new(fx_quic_conn *qc, void *user)
+{
+    fx_broker *b = user;
+    fxb_conn *c = conn_alloc(b);
     if (c == NULL) {
         FX_LOG_ERROR("broker", "no memory for a new connection");
         fx_quic_conn_set_user(qc, NULL);

@@ -130,8 +130,8 @@ static void sweep(fxb_conn *c, bool keys)
         if (why != NULL) {
             log_lapsed(c, "subscription", (long long)sub->id, why);
             /* Reset with our own code: the client tells it from an unsubscribe. */
-            bool open = sub->uni_open;
-            int64_t sid = sub->uni_sid;
+            bool open = sub->writer.uni_open;
+            int64_t sid = sub->writer.uni_sid;
             fxb_sub_close(sub, false); /* may free |sub| */
             if (open)
                 fx_quic_stream_reset(c->qc, sid, FXB_CODE_AUTH_EXPIRED);

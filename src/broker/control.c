@@ -362,9 +362,9 @@ int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson)
 static void subs_worker(fxb_worker *w, gpart *p)
 {
     json_t *o = json_object();
-    for (fxb_sub *sub = w->subs; o != NULL && sub != NULL; sub = sub->wnext) {
+    for (fxb_sub *sub = w->subs; o != NULL && sub != NULL; sub = sub->feed.wnext) {
         fx_subscriber_stats st;
-        fx_subscriber_get_stats(sub->sub, &st);
+        fx_subscriber_get_stats(sub->feed.sub, &st);
         json_t *e = json_object();
         if (e == NULL)
             break;
@@ -393,19 +393,19 @@ static void subs_conns(fx_broker *b, gpart *p)
             set_str(e, "namespace", fx_stream_handle_namespace(sub->h));
             set_str(e, "stream", fx_stream_handle_stream(sub->h));
             set_u64(e, "connection_id", c->id);
-            set_u64(e, "lane", sub->ln->index);
+            set_u64(e, "lane", sub->lane.lane->index);
             set_u64(e, "lanes", c->nlanes);
-            set_u64(e, "lane_depth", fx_queue_depth(&sub->lane));
-            set_u64(e, "lane_len", atomic_load(&sub->ln->count));
-            set_u64(e, "lane_capacity", sub->ln->capacity);
-            set_u64(e, "lane_dropped", atomic_load(&sub->lane_dropped_events));
-            set_u64(e, "unacked_bytes", sub->inflight);
-            set_u64(e, "delivered", sub->delivered);
+            set_u64(e, "lane_depth", fx_queue_depth(&sub->lane.q));
+            set_u64(e, "lane_len", atomic_load(&sub->lane.lane->count));
+            set_u64(e, "lane_capacity", sub->lane.lane->capacity);
+            set_u64(e, "lane_dropped", atomic_load(&sub->lane.dropped_events));
+            set_u64(e, "unacked_bytes", sub->writer.inflight);
+            set_u64(e, "delivered", sub->writer.delivered);
             json_object_set_new(
                 e, "last_delivery_age_ms",
-                sub->last_write_ns == 0
+                sub->writer.last_write_ns == 0
                     ? json_null()
-                    : json_integer((json_int_t)((now - sub->last_write_ns) / FX_NS_PER_MS)));
+                    : json_integer((json_int_t)((now - sub->writer.last_write_ns) / FX_NS_PER_MS)));
             json_array_append_new(arr, e);
         }
     }
@@ -566,11 +566,11 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
 static void work_worker(fxb_worker *w, work *k)
 {
     k->jobs += fx_queue_depth(&w->jobs) + (w->parked_job != NULL) + fxb_durable_pending(w);
-    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
+    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->feed.wnext) {
         fx_subscriber_stats st;
-        fx_subscriber_get_stats(sub->sub, &st);
-        k->deliveries += st.depth + (sub->backlog.n - sub->backlog_pos) + (sub->held != NULL) +
-                         fx_coalescer_has_pending(&sub->co);
+        fx_subscriber_get_stats(sub->feed.sub, &st);
+        k->deliveries += st.depth + (sub->feed.backlog.n - sub->feed.backlog_pos) +
+                         (sub->feed.held != NULL) + fx_coalescer_has_pending(&sub->feed.co);
     }
 }
 
@@ -586,7 +586,7 @@ static void work_conns(fxb_ep *e, work *k)
                 k->replies++;
         }
         for (fxb_sub *sub = c->subs; sub != NULL; sub = sub->next)
-            k->deliveries += fx_queue_depth(&sub->lane) + (sub->cur != NULL);
+            k->deliveries += fx_queue_depth(&sub->lane.q) + (sub->writer.cur != NULL);
     }
 }
 
@@ -657,8 +657,8 @@ static void conn_progress(fxb_conn *c, uint64_t sig[3], uint64_t *plists, uint64
 {
     uint64_t delivered = 0, lists = 0, replies = 0, ready = 0;
     for (fxb_sub *sub = c->subs; sub != NULL; sub = sub->next) {
-        delivered += sub->delivered;
-        lists += fx_queue_depth(&sub->lane) + (sub->cur != NULL);
+        delivered += sub->writer.delivered;
+        lists += fx_queue_depth(&sub->lane.q) + (sub->writer.cur != NULL);
     }
     for (fxb_bidi *s = c->bidis; s != NULL; s = s->next) {
         for (fxb_reply *r = s->replies.head; r != NULL; r = r->next) {

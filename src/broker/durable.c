@@ -212,29 +212,37 @@ uint64_t fxb_durable_first_offset(const fxb_worker *w, const fx_stream_handle *h
     return ws != NULL && ws->known ? ws->base : 0;
 }
 
+void fxb_sub_dur_deinit(fxb_sub_dur *d)
+{
+    free(d->why);
+}
+
 bool fxb_durable_sub_ready(fxb_sub *sub, bool *pfailed)
 {
     *pfailed = false;
     if (sub->w->dur == NULL || !fx_stream_handle_is_durable(sub->h))
         return true;
-    if (sub->dur_ready) {
-        *pfailed = sub->reg_rv != 0;
+    if (sub->dur.ready) {
+        /* The storage thread's answer becomes the worker's. */
+        sub->feed.reg_rv = sub->dur.rv;
+        sub->feed.replay = sub->dur.replay;
+        *pfailed = sub->feed.reg_rv != 0;
         /* Removed meanwhile: the caller refuses it (no stream); no state is
          * made here for a stream whose end may have run. */
         if (!fx_stream_handle_is_active(sub->h))
             return true;
         dws *ws = dws_get(sub->w->dur, sub->h);
         if (ws == NULL) {
-            sub->reg_rv = -ENOMEM;
+            sub->feed.reg_rv = -ENOMEM;
             *pfailed = true;
         } else if (!*pfailed) {
             ws->known = true;
-            ws->base = sub->dur_base;
+            ws->base = sub->dur.base;
         }
         return true;
     }
-    fx_task_init(&sub->reg_task, fxb_store_on_sub, sub);
-    fx_loop_post(sub->w->dur->st->loop, &sub->reg_task);
+    fx_task_init(&sub->dur.task, fxb_store_on_sub, sub);
+    fx_loop_post(sub->w->dur->st->loop, &sub->dur.task);
     return false;
 }
 

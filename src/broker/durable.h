@@ -8,6 +8,10 @@
  * fxb_durable_next_stored. Worker side: durable.c; storage thread:
  * durable_store.c (durable_store.h); life and drain: durable_ops.c; admin:
  * durable_admin.c. Private to src/broker; thread noted per function. */
+/* broker_internal.h embeds fxb_sub_dur in fxb_sub and includes this header
+ * back: it comes first, outside the guard. */
+#include "broker/broker_internal.h"
+
 #ifndef FX_BROKER_DURABLE_H
 #define FX_BROKER_DURABLE_H
 
@@ -16,7 +20,25 @@
 
 #include <jansson.h>
 
-#include "broker/broker_internal.h"
+struct fxb_replay;
+
+/* A subscription's durable part (fxb_sub.dur): the storage thread's answer
+ * about its stream's log. The worker posts |task| to the storage thread,
+ * which writes the rest (fxb_store_on_sub) and then posts the registration
+ * back; from then on the worker only reads it (fxb_durable_sub_ready). */
+typedef struct fxb_sub_dur {
+    fx_task task;  /* the trip to the storage thread */
+    bool ready;    /* its log answered */
+    int rv;        /* the answer: 0, or why the subscription fails */
+    uint64_t base; /* the log's next offset when it was opened */
+    char *why;     /* NULL or the detail of a storage |rv| (owned) */
+    /* A reader of the log for a start below the ring, or NULL; the worker
+     * takes it into fxb_feeder.replay, which owns it. */
+    struct fxb_replay *replay;
+} fxb_sub_dur;
+
+/* Frees what the durable part holds. Any thread, by the last reference. */
+void fxb_sub_dur_deinit(fxb_sub_dur *d);
 
 /* Opens the catalogue at |b->o.durable.dir| and creates the storage threads
  * (not started), one per worker. Nothing when no storage dir is set. Returns

@@ -1136,27 +1136,26 @@ void fxb_store_on_sub(fx_loop *l, fx_task *t, void *user)
     (void)t;
     fxb_sub *sub = user;
     dstream *s = fxb_dstream_get(sub->w->dur->st, sub->h);
-    sub->reg_rv = s == NULL         ? FX_ESTORAGE_ERROR
+    sub->dur.rv = s == NULL         ? FX_ESTORAGE_ERROR
                   : s->open_rv != 0 ? publish_error_of(s->open_rv)
                                     : 0;
     if (s == NULL && fx_stream_handle_is_ended(sub->h))
-        sub->reg_rv = FX_ENOSTREAM; /* deleted and ended meanwhile */
-    if (sub->reg_rv == FX_ESTORAGE_DAMAGED && sub->dur_why == NULL)
-        sub->dur_why = strdup(s->why); /* NULL: the code's text alone */
-    sub->dur_base = s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
-    if (sub->reg_rv == 0 && sub->start.kind != FX_START_LATEST) {
+        sub->dur.rv = FX_ENOSTREAM; /* deleted and ended meanwhile */
+    if (sub->dur.rv == FX_ESTORAGE_DAMAGED && sub->dur.why == NULL)
+        sub->dur.why = strdup(s->why); /* NULL: the code's text alone */
+    sub->dur.base = s != NULL ? atomic_load_explicit(&s->first_offset, memory_order_relaxed) : 0;
+    if (sub->dur.rv == 0 && sub->start.kind != FX_START_LATEST) {
         /* It may start below the ring: a reader of the log, in case. */
         char dir[sizeof(st_dir_of(sub)->dir) + FX_CATALOG_DIR_MAX + 2];
         snprintf(dir, sizeof(dir), "%s/%s", st_dir_of(sub)->dir, s->dirname);
-        sub->replay =
+        sub->dur.replay =
             fxb_replay_new(dir, st_dir_of(sub)->o.io, fx_dlog_first_offset(s->log),
                            sub->w->dur->st->rloop, st_dir_of(sub)->o.max_records_per_read);
-        if (sub->replay == NULL)
-            sub->reg_rv = -ENOMEM;
+        if (sub->dur.replay == NULL)
+            sub->dur.rv = -ENOMEM;
     }
-    sub->dur_ready = true;
-    fx_task_init(&sub->reg_task, fxb_worker_sub_register, sub);
-    fx_loop_post(sub->w->loop, &sub->reg_task); /* keeps the posting reference */
+    sub->dur.ready = true;
+    fx_loop_post(sub->w->loop, &sub->feed.reg_task); /* keeps the posting reference */
 }
 
 int (*_Atomic fxb_durable_delete_hook)(const char *path);

@@ -19,9 +19,10 @@
  * Storage thread. */
 void fxb_store_on_job(fx_loop *l, fx_task *t, void *user);
 /* A subscription's barrier (|user| is the fxb_sub, with the posting
- * reference): the log is open once this ran; sets the sub's |reg_rv|,
- * |dur_base| and replay reader, then posts its |reg_task| back to the
- * worker (fxb_worker_sub_register). Storage thread. */
+ * reference): the log is open once this ran; writes the sub's durable part
+ * (fxb_sub_dur: the answer, the log's base and a replay reader), then posts
+ * its feed.reg_task back to the worker (fxb_worker_sub_register). Storage
+ * thread. */
 void fxb_store_on_sub(fx_loop *l, fx_task *t, void *user);
 
 /* The end of a durable stream, sent by its worker (takes a reference to

@@ -15,14 +15,54 @@
 #include "broker/lane.h"
 #include "broker/replay.h"
 #include "broker/sub.h"
+#include "broker/worker.h"
 #include "felix/error.h"
+
+/* ---- the feeder part ---------------------------------------------------------------------- */
+
+void fxb_feeder_init(fxb_sub *sub)
+{
+    fx_task_init(&sub->feed.feed_task, fxb_feeder_run, sub);
+    fx_timer_init(&sub->feed.delay_timer, fxb_feeder_delay, sub);
+    fx_coalescer_init(&sub->feed.co);
+}
+
+void fxb_feeder_deinit(fxb_feeder *fd)
+{
+    fxb_frame_list_free(fd->held);
+}
+
+/* The lane's push calls these on this worker: a parked feeder keeps its
+ * list until the lane resumes it, and it is set up before the park is
+ * visible because the resume may be posted at once (it runs here, after
+ * the push returns). */
+void fxb_feeder_hold(fxb_sub *sub, fx_frame_list *l)
+{
+    sub->feed.held = l;
+    sub->feed.lane_parked = true;
+}
+
+fx_frame_list *fxb_feeder_unhold(fxb_sub *sub)
+{
+    fx_frame_list *l = sub->feed.held;
+    sub->feed.lane_parked = false;
+    sub->feed.held = NULL;
+    return l;
+}
+
+void fxb_feeder_resume(fxb_sub *sub)
+{
+    fxb_sub_post(sub, sub->w->loop, &sub->feed.feed_task);
+}
+
+/* ---- feeding ----------------------------------------------------------------------------- */
 
 void fxb_feeder_wake(fx_subscriber *s, void *user)
 {
     (void)s;
     fxb_sub *sub = user;
     if (atomic_load_explicit(&sub->active, memory_order_acquire))
-        fxb_sub_post(sub, sub->w->loop, &sub->feed_task);
+        fxb_sub_post(sub, sub->w->loop, &sub->feed.feed_task);
 }
 
 /* Pulls the backlog first, then the live queue. */
@@ -40,11 +80,11 @@ static bool pull_cb(void *user, fx_env_item *out)
     /* A durable stream's history from disk comes first, as backlog pages:
      * with the backlog used up, the replay requests its next page (or, done,
      * ends and the live queue follows). */
-    if (sub->backlog_pos >= sub->backlog.n && fxb_replay_holds(sub))
+    if (sub->feed.backlog_pos >= sub->feed.backlog.n && fxb_replay_holds(sub))
         return false; /* a page is being read (or the replay failed): the live queue waits */
-    if (sub->backlog_pos < sub->backlog.n) {
-        *out = sub->backlog.items[sub->backlog_pos];
-        sub->backlog.items[sub->backlog_pos++].env = NULL; /* ownership moves */
+    if (sub->feed.backlog_pos < sub->feed.backlog.n) {
+        *out = sub->feed.backlog.items[sub->feed.backlog_pos];
+        sub->feed.backlog.items[sub->feed.backlog_pos++].env = NULL; /* ownership moves */
         p->history = p->last = true;
         return true;
     }
@@ -65,20 +105,20 @@ static uint32_t max_events(const fx_broker_opts *o)
 static bool should_wait(fxb_sub *sub, fx_loop *l)
 {
     const fx_broker_opts *o = &sub->b->o;
-    if (fx_timer_is_armed(&sub->delay_timer))
+    if (fx_timer_is_armed(&sub->feed.delay_timer))
         return true;
     if (max_events(o) <= 1 || o->event_batch_max_delay_ns == 0 ||
-        sub->backlog_pos < sub->backlog.n || fx_coalescer_has_pending(&sub->co))
+        sub->feed.backlog_pos < sub->feed.backlog.n || fx_coalescer_has_pending(&sub->feed.co))
         return false;
     /* Wait only while fewer messages than one full write are queued: a full
      * publish batch (or several envelopes adding up to one) goes at once. */
     fx_subscriber_stats st;
-    fx_subscriber_get_stats(sub->sub, &st);
+    fx_subscriber_get_stats(sub->feed.sub, &st);
     if (st.depth == 0 || st.queued_items >= max_events(o))
         return false;
     uint64_t due = fx_loop_now(l) + o->event_batch_max_delay_ns;
     /* Without the timer nothing would end the wait: write now instead. */
-    return fx_loop_timer_arm(l, &sub->delay_timer, due) == 0;
+    return fx_loop_timer_arm(l, &sub->feed.delay_timer, due) == 0;
 }
 
 /* A deleted stream's subscription has handed everything to its lane: the
@@ -87,11 +127,11 @@ static bool should_wait(fxb_sub *sub, fx_loop *l)
  * seen every list. */
 static void request_fin(fxb_sub *sub)
 {
-    if (sub->held != NULL || sub->backlog_pos < sub->backlog.n || fxb_replay_pending(sub) ||
-        fx_coalescer_has_pending(&sub->co) ||
-        atomic_load_explicit(&sub->fin_req, memory_order_relaxed))
+    if (sub->feed.held != NULL || sub->feed.backlog_pos < sub->feed.backlog.n ||
+        fxb_replay_pending(sub) || fx_coalescer_has_pending(&sub->feed.co) ||
+        atomic_load_explicit(&sub->lane.fin_req, memory_order_relaxed))
         return;
-    atomic_store_explicit(&sub->fin_req, true, memory_order_release);
+    atomic_store_explicit(&sub->lane.fin_req, true, memory_order_release);
     fxb_conn_kick_writer(sub->conn);
 }
 
@@ -103,57 +143,81 @@ static bool pushed(fxb_sub *sub, fx_frame_list *l, bool history)
     return r == FXB_LANE_QUEUED || r == FXB_LANE_SHED;
 }
 
-static void feed(fxb_sub *sub, fx_loop *l, bool waited)
+/* A feeder the lane parked goes on only once the lane resumed it, and then
+ * pushes its held list first. Returns false when it must stop. */
+static bool resume_held(fxb_sub *sub)
 {
-    if (atomic_load_explicit(&sub->closed, memory_order_acquire) || !sub->registered ||
-        !atomic_load_explicit(&sub->active, memory_order_acquire))
-        return;
-    if (sub->lane_parked) {
-        if (!atomic_exchange_explicit(&sub->lane_resumed, false, memory_order_acq_rel))
-            return; /* still parked: the lane's resume will call again */
-        sub->lane_parked = false;
+    if (sub->feed.lane_parked) {
+        if (!atomic_exchange_explicit(&sub->lane.resumed, false, memory_order_acq_rel))
+            return false; /* still parked: the lane's resume will call again */
+        sub->feed.lane_parked = false;
     }
-    if (sub->held != NULL) {
-        fx_frame_list *h = sub->held;
-        sub->held = NULL;
+    if (sub->feed.held != NULL) {
+        fx_frame_list *h = sub->feed.held;
+        sub->feed.held = NULL;
         /* A held list was parked, so it is pushed the way it was (blocking):
          * under a shedding policy only history lists are ever held. */
         if (!pushed(sub, h, true))
-            return;
+            return false;
     }
-    if (!waited && !sub->ending && should_wait(sub, l))
-        return;
+    return true;
+}
+
+/* One list is one write: bounded by both the event frame limit and the
+ * writer's per-write cap. */
+static fx_coalesce_opts list_limits(const fxb_sub *sub)
+{
     const fx_broker_opts *o = &sub->b->o;
-    /* One list is one write: bounded by both the event frame limit and the
-     * writer's per-write cap. */
     uint64_t max_bytes = o->event_batch_max_bytes < o->subscriber_max_bytes_per_write
                              ? o->event_batch_max_bytes
                              : o->subscriber_max_bytes_per_write;
-    fx_coalesce_opts co = {
+    return (fx_coalesce_opts){
         .subscription_id = sub->id, .max_events = max_events(o), .max_bytes = (size_t)max_bytes};
-    feed_pull p = {.sub = sub, .live = {.sub = sub->sub, .now = fx_loop_now(l)}};
+}
+
+/* Builds the next list from |p| (empty when nothing is pulled). Returns
+ * NULL on -ENOMEM. */
+static fx_frame_list *build_list(fxb_sub *sub, feed_pull *p, const fx_coalesce_opts *co)
+{
+    fx_frame_list *fl = malloc(sizeof(*fl));
+    if (fl == NULL)
+        return NULL;
+    fl->n = 0;
+    /* The delivery carried from the last list starts this one. */
+    p->history = p->last = sub->feed.co_history && fx_coalescer_has_pending(&sub->feed.co);
+    int rv = fx_coalesce_next(&sub->feed.co, pull_cb, p, co, fl);
+    sub->feed.co_history = p->last; /* a carried delivery is the last one pulled */
+    if (rv != 0)
+        FX_LOG_ERROR("broker", "subscription %llu: encoding failed: %s",
+                     (unsigned long long)sub->id, fx_strerror(rv));
+    return fl;
+}
+
+static void feed(fxb_sub *sub, fx_loop *l, bool waited)
+{
+    if (atomic_load_explicit(&sub->closed, memory_order_acquire) || !sub->feed.registered ||
+        !atomic_load_explicit(&sub->active, memory_order_acquire))
+        return;
+    if (!resume_held(sub))
+        return;
+    if (!waited && !sub->feed.ending && should_wait(sub, l))
+        return;
+    fx_coalesce_opts co = list_limits(sub);
+    feed_pull p = {.sub = sub, .live = {.sub = sub->feed.sub, .now = fx_loop_now(l)}};
     for (int i = 0; i < FXB_FEEDER_BATCH; i++) {
-        fx_frame_list *fl = malloc(sizeof(*fl));
+        fx_frame_list *fl = build_list(sub, &p, &co);
         if (fl == NULL)
             return; /* retried at the next wake */
-        fl->n = 0;
-        /* The delivery carried from the last list starts this one. */
-        p.history = p.last = sub->co_history && fx_coalescer_has_pending(&sub->co);
-        int rv = fx_coalesce_next(&sub->co, pull_cb, &p, &co, fl);
-        sub->co_history = p.last; /* a carried delivery is the last one pulled */
-        if (rv != 0)
-            FX_LOG_ERROR("broker", "subscription %llu: encoding failed: %s",
-                         (unsigned long long)sub->id, fx_strerror(rv));
         if (fl->n == 0) {
             fxb_frame_list_free(fl);
-            if (sub->ending)
+            if (sub->feed.ending)
                 request_fin(sub);
             return;
         }
         if (!pushed(sub, fl, p.history))
             return;
     }
-    fxb_sub_post(sub, l, &sub->feed_task); /* more may be queued: yield first */
+    fxb_sub_post(sub, l, &sub->feed.feed_task); /* more may be queued: yield first */
 }
 
 void fxb_feeder_run(fx_loop *l, fx_task *t, void *user)

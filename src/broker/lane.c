@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/conn_life.h"
+#include "broker/feeder.h"
 #include "broker/sub.h"
 #include "felix/error.h"
 
@@ -46,6 +47,30 @@ fxb_lane *fxb_lane_choose(fxb_conn *c, const fxb_sub *sub)
     return &c->lanes[key % c->nlanes];
 }
 
+int fxb_sub_lane_init(fxb_sub *sub, fxb_conn *c)
+{
+    fxb_sub_lane *sl = &sub->lane;
+    sl->lane = fxb_lane_choose(c, sub);
+    /* The lane policy is applied by fxb_lane_push against the lane's bound; this
+     * queue only keeps the subscription's lists in order. */
+    fx_queue_opts qo = {.capacity = c->b->o.subscriber_lane_queue_depth,
+                        .policy = FX_QUEUE_BLOCK,
+                        .on_drop = fxb_lane_on_leftover,
+                        .user = sub,
+                        .initial_cells = FX_SUB_QUEUE_INITIAL_CELLS};
+    if (fx_queue_init(&sl->q, &qo) != 0)
+        return -ENOMEM;
+    atomic_init(&sl->resumed, false);
+    atomic_init(&sl->fin_req, false);
+    atomic_init(&sl->dropped_events, 0);
+    return 0;
+}
+
+void fxb_sub_lane_deinit(fxb_sub_lane *sl)
+{
+    fx_queue_deinit(&sl->q); /* remaining lists: released, not drops (closed) */
+}
+
 /* ---- slots and parked feeders ------------------------------------------------------------ */
 
 /* Takes one slot of |ln| if it has room. Any thread. */
@@ -58,8 +83,6 @@ static bool lane_reserve(fxb_lane *ln)
     return false;
 }
 
-static void lane_on_resume(fxb_sub *sub);
-
 /* Resumes every feeder parked on |ln|: each retries, and those that find it
  * full again park again. Any thread, no lock held. */
 static void lane_wake(fxb_lane *ln)
@@ -67,16 +90,17 @@ static void lane_wake(fxb_lane *ln)
     pthread_mutex_lock(&ln->mu);
     fxb_sub *list = ln->whead;
     ln->whead = ln->wtail = NULL;
-    for (fxb_sub *p = list; p != NULL; p = p->lwnext) {
-        p->lwaiting = false;
+    for (fxb_sub *p = list; p != NULL; p = p->lane.lwnext) {
+        p->lane.lwaiting = false;
         atomic_fetch_sub(&ln->nwaiters, 1);
     }
     pthread_mutex_unlock(&ln->mu);
     while (list != NULL) {
         fxb_sub *sub = list;
-        list = sub->lwnext;
-        sub->lwnext = NULL;
-        lane_on_resume(sub);
+        list = sub->lane.lwnext;
+        sub->lane.lwnext = NULL;
+        atomic_store_explicit(&sub->lane.resumed, true, memory_order_release);
+        fxb_feeder_resume(sub);
         fxb_sub_unref(sub); /* the parked list's */
     }
 }
@@ -100,7 +124,7 @@ void fxb_lane_release(fxb_lane *ln)
  * meanwhile or the subscription closed (retry; the retry sees it). Worker. */
 static bool lane_park(fxb_sub *sub)
 {
-    fxb_lane *ln = sub->ln;
+    fxb_lane *ln = sub->lane.lane;
     pthread_mutex_lock(&ln->mu);
     atomic_fetch_add(&ln->nwaiters, 1);
     if (atomic_load(&ln->count) < ln->capacity ||
@@ -110,10 +134,10 @@ static bool lane_park(fxb_sub *sub)
         return false;
     }
     fxb_sub_ref(sub); /* the parked list's */
-    sub->lwaiting = true;
-    sub->lwnext = NULL;
+    sub->lane.lwaiting = true;
+    sub->lane.lwnext = NULL;
     if (ln->wtail != NULL)
-        ln->wtail->lwnext = sub;
+        ln->wtail->lane.lwnext = sub;
     else
         ln->whead = sub;
     ln->wtail = sub;
@@ -125,24 +149,24 @@ static bool lane_park(fxb_sub *sub)
  * Any thread. */
 void fxb_lane_unpark(fxb_sub *sub)
 {
-    fxb_lane *ln = sub->ln;
+    fxb_lane *ln = sub->lane.lane;
     bool was = false;
     pthread_mutex_lock(&ln->mu);
-    if (sub->lwaiting) {
+    if (sub->lane.lwaiting) {
         fxb_sub *prev = NULL;
-        for (fxb_sub *p = ln->whead; p != NULL; prev = p, p = p->lwnext) {
+        for (fxb_sub *p = ln->whead; p != NULL; prev = p, p = p->lane.lwnext) {
             if (p != sub)
                 continue;
             if (prev != NULL)
-                prev->lwnext = p->lwnext;
+                prev->lane.lwnext = p->lane.lwnext;
             else
-                ln->whead = p->lwnext;
+                ln->whead = p->lane.lwnext;
             if (ln->wtail == p)
                 ln->wtail = prev;
             break;
         }
-        sub->lwaiting = false;
-        sub->lwnext = NULL;
+        sub->lane.lwaiting = false;
+        sub->lane.lwnext = NULL;
         atomic_fetch_sub(&ln->nwaiters, 1);
         was = true;
     }
@@ -162,9 +186,9 @@ static void lane_shed(fxb_sub *sub, fx_frame_list *l)
         FX_COUNTER_ADD(subscriber_lane_dropped_events, l->events);
         FX_LOG_RATELIMITED(&lane_drop_rl, fx_now_ns(), FX_LOG_WARN, "broker",
                            "writer lane %u of conn %llu full: dropped %u message(s) sub=%llu",
-                           (unsigned)sub->ln->index, (unsigned long long)sub->conn->id,
+                           (unsigned)sub->lane.lane->index, (unsigned long long)sub->conn->id,
                            (unsigned)l->events, (unsigned long long)sub->id);
-        atomic_fetch_add_explicit(&sub->lane_dropped_events, l->events, memory_order_relaxed);
+        atomic_fetch_add_explicit(&sub->lane.dropped_events, l->events, memory_order_relaxed);
     }
     fxb_frame_list_free(l);
 }
@@ -174,14 +198,8 @@ static void lane_shed(fxb_sub *sub, fx_frame_list *l)
 void fxb_lane_on_leftover(void *item, void *user)
 {
     fxb_sub *sub = user;
-    fxb_lane_release(sub->ln);
+    fxb_lane_release(sub->lane.lane);
     fxb_frame_list_free(item);
-}
-
-static void lane_on_resume(fxb_sub *sub)
-{
-    atomic_store_explicit(&sub->lane_resumed, true, memory_order_release);
-    fxb_sub_post(sub, sub->w->loop, &sub->feed_task);
 }
 
 /* ---- push -------------------------------------------------------------------------------- */
@@ -193,21 +211,55 @@ static void lane_on_resume(fxb_sub *sub)
  * refuses only then. Worker. */
 static fxb_lane_result lane_enqueue(fxb_sub *sub, fx_frame_list *l)
 {
-    int rv = fx_queue_push(&sub->lane, l);
+    int rv = fx_queue_push(&sub->lane.q, l);
     if (rv == 0) {
         fxb_conn_kick_writer(sub->conn);
         return FXB_LANE_QUEUED;
     }
-    fxb_lane_release(sub->ln);
+    fxb_lane_release(sub->lane.lane);
     if (rv != -ENOMEM)
         return FXB_LANE_CLOSED;
     lane_shed(sub, l);
     return FXB_LANE_SHED;
 }
 
+/* |sub|'s lane is full: applies the lane policy to |l|. History (the ring
+ * snapshot or pages read from disk) is pulled at the subscriber's own pace:
+ * a full lane parks its feeder whatever the policy, which governs live
+ * deliveries only. Returns QUEUED, SHED or PARKED; CLOSED when |l| is still
+ * the caller's, to retry (room appeared, or the subscription closed). */
+static fxb_lane_result push_full(fxb_sub *sub, fx_frame_list *l, bool history)
+{
+    switch (history ? FX_QUEUE_BLOCK : sub->b->o.subscriber_lane_queue_policy) {
+    case FX_QUEUE_DROP_OLD: {
+        /* Only this subscription's own oldest queued list may go: its
+         * slot passes to |l|. With nothing of its own queued (its
+         * neighbours fill the lane) the oldest of its deliveries is |l|. */
+        void *old;
+        if (fx_queue_pop(&sub->lane.q, &old) != 0) {
+            lane_shed(sub, l);
+            return FXB_LANE_SHED;
+        }
+        lane_shed(sub, old);
+        return lane_enqueue(sub, l);
+    }
+    case FX_QUEUE_DROP_NEW:
+        lane_shed(sub, l);
+        return FXB_LANE_SHED;
+    default:
+        /* Set up before parking: the resume may be posted at once (it
+         * runs on this thread, after we return). */
+        fxb_feeder_hold(sub, l);
+        if (lane_park(sub))
+            return FXB_LANE_PARKED;
+        (void)fxb_feeder_unhold(sub); /* |l|, the caller's again */
+        return FXB_LANE_CLOSED;
+    }
+}
+
 fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history)
 {
-    fxb_lane *ln = sub->ln;
+    fxb_lane *ln = sub->lane.lane;
     fxb_lane_result r;
     for (;;) {
         if (atomic_load_explicit(&sub->closed, memory_order_acquire))
@@ -217,38 +269,9 @@ fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history)
                 return r;
             break;
         }
-        /* History (the ring snapshot or pages read from disk) is pulled at
-         * the subscriber's own pace: a full lane parks its feeder whatever
-         * the policy, which governs live deliveries only. */
-        switch (history ? FX_QUEUE_BLOCK : sub->b->o.subscriber_lane_queue_policy) {
-        case FX_QUEUE_DROP_OLD: {
-            /* Only this subscription's own oldest queued list may go: its
-             * slot passes to |l|. With nothing of its own queued (its
-             * neighbours fill the lane) the oldest of its deliveries is |l|. */
-            void *old;
-            if (fx_queue_pop(&sub->lane, &old) != 0) {
-                lane_shed(sub, l);
-                return FXB_LANE_SHED;
-            }
-            lane_shed(sub, old);
-            if ((r = lane_enqueue(sub, l)) != FXB_LANE_CLOSED)
-                return r;
-            break;
-        }
-        case FX_QUEUE_DROP_NEW:
-            lane_shed(sub, l);
-            return FXB_LANE_SHED;
-        default:
-            /* Set up before parking: the resume may be posted at once (it
-             * runs on this thread, after we return). */
-            sub->held = l;
-            sub->lane_parked = true;
-            if (lane_park(sub))
-                return FXB_LANE_PARKED;
-            sub->lane_parked = false;
-            sub->held = NULL;
-            break; /* room appeared, or closed: retry */
-        }
+        if ((r = push_full(sub, l, history)) != FXB_LANE_CLOSED)
+            return r;
+        /* room appeared, or closed: retry */
     }
     fxb_frame_list_free(l); /* closed */
     return FXB_LANE_CLOSED;

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/sub.h"
+#include "broker/worker.h"
 #include "felix/error.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
@@ -383,39 +384,39 @@ static void worker_on_page(fx_loop *l, fx_task *t, void *user)
                     "subscription %llu: replay from disk failed at offset %" PRIu64
                     ": %s (%s); its event stream ends",
                     (unsigned long long)sub->id, r->next, fx_strerror(r->rv), r->err);
-        sub->ending = true; /* finish after what was delivered: no gap follows */
+        sub->feed.ending = true; /* finish after what was delivered: no gap follows */
     } else {
-        fx_backlog_free(&sub->backlog); /* consumed */
-        sub->backlog = r->page;
-        sub->backlog_pos = 0;
+        fx_backlog_free(&sub->feed.backlog); /* consumed */
+        sub->feed.backlog = r->page;
+        sub->feed.backlog_pos = 0;
         r->page = (fx_backlog){0};
         if (r->next >= r->to) {
             r->done = true;
             reader_close(r); /* the replay thread is done with it */
         }
     }
-    fxb_sub_post(sub, l, &sub->feed_task);
+    fxb_sub_post(sub, l, &sub->feed.feed_task);
     fxb_sub_unref(sub);
 }
 
 bool fxb_replay_prepare(fxb_sub *sub, fx_stream *st)
 {
-    fxb_replay *r = sub->replay;
+    fxb_replay *r = sub->feed.replay;
     if (r == NULL)
         return true;
     uint64_t oldest = fx_stream_oldest(st), tail = fx_stream_tail(st);
     uint64_t from = sub->start.kind == FX_START_EARLIEST ? r->first : sub->start.offset;
     bool below = sub->start.kind != FX_START_LATEST && from < oldest && from <= tail;
     if (below && from < r->first) {
-        sub->reg_rv = FX_ECURSOR_TOO_OLD;
-        sub->available = r->first;
+        sub->feed.reg_rv = FX_ECURSOR_TOO_OLD;
+        sub->feed.available = r->first;
         replay_free(r);
-        sub->replay = NULL;
+        sub->feed.replay = NULL;
         return false;
     }
     if (!below) { /* the ring covers it (or a cursor error follows) */
         replay_free(r);
-        sub->replay = NULL;
+        sub->feed.replay = NULL;
         return true;
     }
     r->next = from;
@@ -425,7 +426,7 @@ bool fxb_replay_prepare(fxb_sub *sub, fx_stream *st)
 
 void fxb_replay_begin(fxb_sub *sub, fx_stream *st)
 {
-    fxb_replay *r = sub->replay;
+    fxb_replay *r = sub->feed.replay;
     if (r == NULL)
         return;
     /* fxb_replay_prepare made the start the tail, and a subscription
@@ -433,7 +434,7 @@ void fxb_replay_begin(fxb_sub *sub, fx_stream *st)
      * past the tail, and one added while a fanout is parked starts after
      * the parked envelope (fx_fanout_subs_add), which is below the tail.
      * So the range ends at the tail and the live queue follows it. */
-    assert(sub->backlog.n == 0);
+    assert(sub->feed.backlog.n == 0);
     r->to = fx_stream_tail(st);
     FX_COUNTER_INC(storage_replays);
     if (r->next >= r->to)
@@ -442,7 +443,7 @@ void fxb_replay_begin(fxb_sub *sub, fx_stream *st)
 
 bool fxb_replay_holds(fxb_sub *sub)
 {
-    fxb_replay *r = sub->replay;
+    fxb_replay *r = sub->feed.replay;
     if (r == NULL)
         return false;
     if (r->failed)
@@ -455,19 +456,19 @@ bool fxb_replay_holds(fxb_sub *sub)
     }
     /* The range is delivered: the live queue follows. */
     replay_free(r);
-    sub->replay = NULL;
+    sub->feed.replay = NULL;
     return false;
 }
 
 bool fxb_replay_pending(const fxb_sub *sub)
 {
-    return sub->replay != NULL && !sub->replay->failed;
+    return sub->feed.replay != NULL && !sub->feed.replay->failed;
 }
 
 void fxb_replay_drop(fxb_sub *sub)
 {
-    fxb_replay *r = sub->replay;
-    sub->replay = NULL;
+    fxb_replay *r = sub->feed.replay;
+    sub->feed.replay = NULL;
     if (r == NULL)
         return;
     if (r->inflight)

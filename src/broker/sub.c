@@ -8,7 +8,11 @@
 
 #include "base/metrics.h"
 #include "broker/conn_life.h"
+#include "broker/durable.h"
+#include "broker/feeder.h"
 #include "broker/lane.h"
+#include "broker/worker.h"
+#include "broker/writer.h"
 
 /* ---- references and tasks ---------------------------------------------------------------- */
 
@@ -29,13 +33,11 @@ void fxb_sub_unref(fxb_sub *sub)
 {
     if (atomic_fetch_sub_explicit(&sub->refs, 1, memory_order_acq_rel) != 1)
         return;
-    fxb_frame_list_free(sub->held);
-    if (sub->cur != NULL && sub->cur_charged)
-        fxb_lane_release(sub->ln); /* closing did not run (never listed) */
-    fxb_frame_list_free(sub->cur);
-    fx_queue_deinit(&sub->lane); /* remaining lists: released, not drops (closed) */
+    fxb_feeder_deinit(&sub->feed);
+    fxb_sub_writer_deinit(sub);
+    fxb_sub_lane_deinit(&sub->lane);
     fx_stream_handle_unref(sub->h);
-    free(sub->dur_why);
+    fxb_sub_dur_deinit(&sub->dur);
     const fx_broker_auth *a = &sub->b->o.auth;
     if (sub->auth_ctx != NULL && a->release != NULL)
         a->release(a->user, sub->auth_ctx);
@@ -69,27 +71,27 @@ void fxb_sub_close(fxb_sub *sub, bool reset_stream)
         FX_GAUGE_SUB(sub_active_connections, 1);
     FX_GAUGE_SUB(sub_subscriptions, 1);
     atomic_store_explicit(&sub->closed, true, memory_order_release);
-    if (sub->uni_open && c->qc != NULL) {
-        fx_quic_stream_set_user(c->qc, sub->uni_sid, NULL);
+    if (sub->writer.uni_open && c->qc != NULL) {
+        fx_quic_stream_set_user(c->qc, sub->writer.uni_sid, NULL);
         if (reset_stream)
-            fx_quic_stream_reset(c->qc, sub->uni_sid, FXB_CODE_UNSUBSCRIBE);
+            fx_quic_stream_reset(c->qc, sub->writer.uni_sid, FXB_CODE_UNSUBSCRIBE);
     }
-    sub->uni_open = false;
+    sub->writer.uni_open = false;
     /* Its lists leave the lane now, so its neighbours get their room back:
      * a feeder push that raced the close finds the queue closed and gives
      * its slot back itself, or leaves it to fx_queue_deinit's release. */
-    fx_queue_close(&sub->lane);
+    fx_queue_close(&sub->lane.q);
     fxb_lane_unpark(sub);
-    if (sub->cur != NULL && sub->cur_charged)
-        fxb_lane_release(sub->ln);
-    fxb_frame_list_free(sub->cur);
-    sub->cur = NULL;
-    sub->cur_charged = false;
+    if (sub->writer.cur != NULL && sub->writer.cur_charged)
+        fxb_lane_release(sub->lane.lane);
+    fxb_frame_list_free(sub->writer.cur);
+    sub->writer.cur = NULL;
+    sub->writer.cur_charged = false;
     void *item;
-    while (fx_queue_pop(&sub->lane, &item) == 0) {
-        fxb_lane_release(sub->ln);
+    while (fx_queue_pop(&sub->lane.q, &item) == 0) {
+        fxb_lane_release(sub->lane.lane);
         fxb_frame_list_free(item);
     }
-    fxb_sub_post(sub, sub->w->loop, &sub->unreg_task);
+    fxb_sub_post(sub, sub->w->loop, &sub->feed.unreg_task);
     fxb_sub_unref(sub); /* the connection's */
 }

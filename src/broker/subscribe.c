@@ -28,8 +28,8 @@ static void reply_cursor_error(fxb_bidi *s, fxb_sub *sub)
 {
     fx_msg m;
     fx_msg_cursor_reason why =
-        sub->reg_rv == FX_ECURSOR_TOO_OLD ? FX_MSG_CURSOR_TOO_OLD : FX_MSG_CURSOR_IN_FUTURE;
-    fx_msg_init_subscribe_cursor_error(&m, why, sub->start.offset, sub->available);
+        sub->feed.reg_rv == FX_ECURSOR_TOO_OLD ? FX_MSG_CURSOR_TOO_OLD : FX_MSG_CURSOR_IN_FUTURE;
+    fx_msg_init_subscribe_cursor_error(&m, why, sub->start.offset, sub->feed.available);
     fxb_bidi_reply_msg(s, &m);
 }
 
@@ -53,15 +53,15 @@ static int open_events(fxb_sub *sub)
     l->frames[0] = f;
     l->iov[0] = (struct iovec){.iov_base = (void *)fx_buf_data(f), .iov_len = fx_buf_len(f)};
     l->bytes = fx_buf_len(f);
-    rv = fx_quic_conn_open_uni(c->qc, sub, &sub->uni_sid);
+    rv = fx_quic_conn_open_uni(c->qc, sub, &sub->writer.uni_sid);
     if (rv != 0) {
         fxb_frame_list_free(l);
         return rv;
     }
-    sub->uni_open = true;
-    sub->cur = l;
-    sub->cur_idx = 0;
-    sub->cur_charged = false; /* the hello takes no lane slot */
+    sub->writer.uni_open = true;
+    sub->writer.cur = l;
+    sub->writer.cur_idx = 0;
+    sub->writer.cur_charged = false; /* the hello takes no lane slot */
     return 0;
 }
 
@@ -86,12 +86,12 @@ static void reply_task_cb(fx_loop *l, fx_task *t, void *user)
     char text[768];
     if (atomic_load_explicit(&sub->closed, memory_order_acquire) || s->closed) {
         fxb_sub_close(sub, true);
-    } else if (sub->reg_rv == FX_ECURSOR_TOO_OLD || sub->reg_rv == FX_ECURSOR_IN_FUTURE) {
+    } else if (sub->feed.reg_rv == FX_ECURSOR_TOO_OLD || sub->feed.reg_rv == FX_ECURSOR_IN_FUTURE) {
         reply_cursor_error(s, sub);
         subscribe_failed(s, sub, NULL);
-    } else if (sub->reg_rv != 0) {
-        snprintf(text, sizeof(text), "subscribe failed: %s%s%s", fx_strerror(sub->reg_rv),
-                 sub->dur_why != NULL ? ": " : "", sub->dur_why != NULL ? sub->dur_why : "");
+    } else if (sub->feed.reg_rv != 0) {
+        snprintf(text, sizeof(text), "subscribe failed: %s%s%s", fx_strerror(sub->feed.reg_rv),
+                 sub->dur.why != NULL ? ": " : "", sub->dur.why != NULL ? sub->dur.why : "");
         subscribe_failed(s, sub, text);
     } else {
         int rv = open_events(sub);
@@ -105,7 +105,7 @@ static void reply_task_cb(fx_loop *l, fx_task *t, void *user)
             fxb_bidi_end(s);
             FX_COUNTER_INC(subscribe_req_ok);
             atomic_store_explicit(&sub->active, true, memory_order_release);
-            fxb_sub_post(sub, sub->w->loop, &sub->feed_task);
+            fxb_sub_post(sub, sub->w->loop, &sub->feed.feed_task);
             fxb_conn_kick_writer(sub->conn);
         }
     }
@@ -136,15 +136,7 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
     if (sub == NULL)
         return NULL;
     sub->id = atomic_fetch_add(&c->b->next_sub_id, 1);
-    sub->ln = fxb_lane_choose(c, sub);
-    /* The lane policy is applied by fxb_lane_push against the lane's bound; this
-     * queue only keeps the subscription's lists in order. */
-    fx_queue_opts qo = {.capacity = c->b->o.subscriber_lane_queue_depth,
-                        .policy = FX_QUEUE_BLOCK,
-                        .on_drop = fxb_lane_on_leftover,
-                        .user = sub,
-                        .initial_cells = FX_SUB_QUEUE_INITIAL_CELLS};
-    if (fx_queue_init(&sub->lane, &qo) != 0) {
+    if (fxb_sub_lane_init(sub, c) != 0) {
         free(sub);
         return NULL;
     }
@@ -152,62 +144,73 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
     atomic_init(&sub->refs, 1);
     atomic_init(&sub->closed, false);
     atomic_init(&sub->active, false);
-    atomic_init(&sub->lane_resumed, false);
-    atomic_init(&sub->fin_req, false);
-    atomic_init(&sub->lane_dropped_events, 0);
     sub->b = c->b;
     sub->w = fxb_worker_for(c->b, h);
     sub->conn = c;
     fxb_conn_ref(c);
     sub->h = fx_stream_handle_ref(h);
-    fx_task_init(&sub->reg_task, fxb_worker_sub_register, sub);
-    fx_task_init(&sub->unreg_task, fxb_worker_sub_unregister, sub);
-    fx_task_init(&sub->feed_task, fxb_feeder_run, sub);
+    fxb_feeder_init(sub);
+    fx_task_init(&sub->feed.reg_task, fxb_worker_sub_register, sub);
+    fx_task_init(&sub->feed.unreg_task, fxb_worker_sub_unregister, sub);
     fx_task_init(&sub->reply_task, reply_task_cb, sub);
-    fx_timer_init(&sub->delay_timer, fxb_feeder_delay, sub);
-    fx_coalescer_init(&sub->co);
     return sub;
 }
 
-void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
+/* Resolves the stream of subscribe |m| on |s| into |*ph| and checks that
+ * the broker is not draining and the connection holds fewer than
+ * max_subscriptions_per_conn. Returns false when refused (answered here). */
+static bool subscribe_admit(fxb_bidi *s, const fx_msg *m, fx_stream_handle **ph)
 {
     fxb_conn *c = s->conn;
-    fx_stream_handle *h;
     fx_registry_err err;
     fx_wire_slice t = {(const uint8_t *)m->tenant_id, strlen(m->tenant_id)};
     fx_wire_slice ns = {(const uint8_t *)m->ns, strlen(m->ns)};
     fx_wire_slice st = {(const uint8_t *)m->stream, strlen(m->stream)};
-    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_SUBSCRIBE, t, ns, st, &h, &err) != 0) {
+    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_SUBSCRIBE, t, ns, st, ph, &err) != 0) {
         FX_COUNTER_INC(subscribe_req_error);
         fxb_bidi_error(s, err.msg, true);
-        return;
+        return false;
     }
     if (fxb_is_draining(c->b)) {
         FX_COUNTER_INC(subscribe_req_error);
         fxb_bidi_error(s, FXB_SHUTDOWN_TEXT, true);
-        return;
+        return false;
     }
     if (c->nsubs >= c->b->o.max_subscriptions_per_conn) {
         FX_COUNTER_INC(subscribe_req_error);
         fxb_bidi_error(s, "max subscriptions per connection exceeded", true);
-        return;
+        return false;
     }
-    fxb_sub *sub = sub_new(s, h);
-    if (sub == NULL) {
-        fxb_bidi_fail(s, "out of memory for a subscription");
-        return;
-    }
-    parse_start(m, &sub->start);
+    return true;
+}
+
+/* Puts |sub| on its connection's list of live subscriptions (counted). */
+static void sub_list_add(fxb_conn *c, fxb_sub *sub)
+{
     sub->next = c->subs;
     c->subs = sub;
     sub->listed = true;
     if (c->nsubs++ == 0)
         FX_GAUGE_ADD(sub_active_connections, 1);
     FX_GAUGE_ADD(sub_subscriptions, 1);
+}
+
+void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
+{
+    fx_stream_handle *h;
+    if (!subscribe_admit(s, m, &h))
+        return;
+    fxb_sub *sub = sub_new(s, h);
+    if (sub == NULL) {
+        fxb_bidi_fail(s, "out of memory for a subscription");
+        return;
+    }
+    parse_start(m, &sub->start);
+    sub_list_add(s->conn, sub);
     /* The stream ends with the reply, which the worker's answer decides. */
     s->ended = true;
     s->sub_pending = true;
     s->refs++;
     sub->bidi = s;
-    fxb_sub_post(sub, sub->w->loop, &sub->reg_task);
+    fxb_sub_post(sub, sub->w->loop, &sub->feed.reg_task);
 }

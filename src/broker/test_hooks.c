@@ -300,15 +300,15 @@ static void where_on_worker(void *arg)
     fxb_worker *w = p->w;
     fx_stream *held = fxb_worker_stream_if_any(w, p->h);
     p->in_slot = true;
-    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
-        if (sub->h != p->h || !sub->registered || sub->stream == NULL)
+    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->feed.wnext) {
+        if (sub->h != p->h || !sub->feed.registered || sub->feed.stream == NULL)
             continue;
         fx_subscriber_stats st;
-        fx_subscriber_get_stats(sub->sub, &st);
+        fx_subscriber_get_stats(sub->feed.sub, &st);
         p->subs++;
         p->fed += st.dequeued > 0;
-        p->appended = fx_stream_tail(sub->stream);
-        p->in_slot = p->in_slot && held == sub->stream;
+        p->appended = fx_stream_tail(sub->feed.stream);
+        p->in_slot = p->in_slot && held == sub->feed.stream;
     }
 }
 

@@ -102,17 +102,17 @@ static void block_expired(fx_loop *l, fx_timer *t, void *user)
         return;
     fx_subscriber *ps = fx_stream_parked_on(st);
     fxb_sub *sub = ps != NULL ? fx_subscriber_user(ps) : NULL;
-    if (sub == NULL || sub->block_kicked)
+    if (sub == NULL || sub->feed.block_kicked)
         return;
-    sub->block_kicked = true;
+    sub->feed.block_kicked = true;
     FX_COUNTER_INC(sub_block_timeouts);
     FX_LOG_RATELIMITED(&block_rl, fx_loop_now(l), FX_LOG_WARN, "broker",
                        "subscription %llu (connection %llu) held its block queue full for more "
                        "than subscriber_block_timeout_ms (%llu): closing its connection",
                        (unsigned long long)sub->id, (unsigned long long)sub->conn->id,
                        (unsigned long long)(w->b->o.subscriber_block_timeout_ns / FX_NS_PER_MS));
-    fx_task_init(&sub->block_task, block_close, sub); /* posted once: |block_kicked| */
-    fxb_sub_post(sub, sub->conn->loop, &sub->block_task);
+    fx_task_init(&sub->feed.block_task, block_close, sub); /* posted once: |block_kicked| */
+    fxb_sub_post(sub, sub->conn->loop, &sub->feed.block_task);
 }
 
 /* The fanout of |st| is parked: (re)arms the timer for a park not seen yet. */
@@ -382,22 +382,22 @@ void fxb_worker_deinit(fxb_worker *w)
 static void wlist_add(fxb_sub *sub)
 {
     fxb_worker *w = sub->w;
-    sub->wprev = NULL;
-    sub->wnext = w->subs;
+    sub->feed.wprev = NULL;
+    sub->feed.wnext = w->subs;
     if (w->subs != NULL)
-        w->subs->wprev = sub;
+        w->subs->feed.wprev = sub;
     w->subs = sub;
 }
 
 static void wlist_remove(fxb_sub *sub)
 {
-    if (sub->wprev != NULL)
-        sub->wprev->wnext = sub->wnext;
+    if (sub->feed.wprev != NULL)
+        sub->feed.wprev->feed.wnext = sub->feed.wnext;
     else
-        sub->w->subs = sub->wnext;
-    if (sub->wnext != NULL)
-        sub->wnext->wprev = sub->wprev;
-    sub->wnext = sub->wprev = NULL;
+        sub->w->subs = sub->feed.wnext;
+    if (sub->feed.wnext != NULL)
+        sub->feed.wnext->feed.wprev = sub->feed.wprev;
+    sub->feed.wnext = sub->feed.wprev = NULL;
 }
 
 /* Frees the worker's state of a deleted stream once no subscriber and no
@@ -426,20 +426,22 @@ void fxb_worker_sub_register(fx_loop *l, fx_task *t, void *user)
         return; /* its log opens first; the task comes back with this reference */
     if (!failed && !atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         /* A stream deleted meanwhile must not be created again here. */
-        sub->stream = fx_stream_handle_is_active(sub->h) ? fxb_worker_stream(sub->w, sub->h) : NULL;
-        sub->reg_rv = fx_stream_handle_is_active(sub->h) ? -ENOMEM : FX_ENOSTREAM;
-        if (sub->stream != NULL && fxb_replay_prepare(sub, sub->stream)) {
+        sub->feed.stream =
+            fx_stream_handle_is_active(sub->h) ? fxb_worker_stream(sub->w, sub->h) : NULL;
+        sub->feed.reg_rv = fx_stream_handle_is_active(sub->h) ? -ENOMEM : FX_ENOSTREAM;
+        if (sub->feed.stream != NULL && fxb_replay_prepare(sub, sub->feed.stream)) {
             fx_subscribe_opts so = {
                 .subscription_id = sub->id, .on_wake = fxb_feeder_wake, .user = sub};
-            sub->reg_rv = fx_stream_subscribe(sub->stream, &sub->start, &so, &sub->sub,
-                                              &sub->backlog, &sub->available);
-            if (sub->reg_rv == 0)
-                fxb_replay_begin(sub, sub->stream); /* history [from, tail) from disk */
+            sub->feed.reg_rv =
+                fx_stream_subscribe(sub->feed.stream, &sub->start, &so, &sub->feed.sub,
+                                    &sub->feed.backlog, &sub->feed.available);
+            if (sub->feed.reg_rv == 0)
+                fxb_replay_begin(sub, sub->feed.stream); /* history [from, tail) from disk */
         }
-        if (sub->reg_rv != 0)
+        if (sub->feed.reg_rv != 0)
             fxb_replay_drop(sub);
-        if (sub->reg_rv == 0) {
-            sub->registered = true;
+        if (sub->feed.reg_rv == 0) {
+            sub->feed.registered = true;
             fxb_sub_ref(sub); /* the worker's */
             wlist_add(sub);
         }
@@ -452,20 +454,20 @@ void fxb_worker_sub_unregister(fx_loop *l, fx_task *t, void *user)
 {
     (void)t;
     fxb_sub *sub = user;
-    fx_loop_timer_cancel(l, &sub->delay_timer);
+    fx_loop_timer_cancel(l, &sub->feed.delay_timer);
     /* The subscription left its lane's parked list when it was closed,
      * before this task was posted: nothing resumes it any more. */
-    sub->lane_parked = false;
-    fxb_frame_list_free(sub->held);
-    sub->held = NULL;
+    sub->feed.lane_parked = false;
+    fxb_frame_list_free(sub->feed.held);
+    sub->feed.held = NULL;
     fxb_replay_drop(sub);
-    fx_backlog_free(&sub->backlog);
-    fx_coalescer_deinit(&sub->co);
-    if (sub->registered) {
-        sub->registered = false;
+    fx_backlog_free(&sub->feed.backlog);
+    fx_coalescer_deinit(&sub->feed.co);
+    if (sub->feed.registered) {
+        sub->feed.registered = false;
         wlist_remove(sub);
-        fx_stream_unsubscribe(sub->stream, sub->sub);
-        sub->sub = NULL;
+        fx_stream_unsubscribe(sub->feed.stream, sub->feed.sub);
+        sub->feed.sub = NULL;
         free_if_deleted(sub->w, sub->h);
         fxb_sub_unref(sub); /* the worker's */
     }
@@ -476,14 +478,14 @@ void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h)
 {
     fx_stream_handle_set_ended(h);
     fxb_durable_end_stream(w, h);
-    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->wnext) {
-        if (sub->h != h || sub->ending)
+    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->feed.wnext) {
+        if (sub->h != h || sub->feed.ending)
             continue;
-        sub->ending = true;
+        sub->feed.ending = true;
         /* The feeder sends what is queued, then asks for the FIN; a
          * subscription whose event stream is not open yet gets it when its
          * feeder first runs. */
-        fxb_sub_post(sub, w->loop, &sub->feed_task);
+        fxb_sub_post(sub, w->loop, &sub->feed.feed_task);
     }
     free_if_deleted(w, h);
 }

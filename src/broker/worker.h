@@ -1,14 +1,55 @@
 /* The worker loop (worker.c): drains its job queue (checkpoint 4's
  * consumer), appends and fans out (checkpoint 5), keeps its streams' state,
  * registers subscriptions and ends deleted streams. Worker loop unless
- * noted. Owns struct fxb_worker and fxb_end, and the worker fields of
- * fxb_sub (reg_task, unreg_task, stream, sub, registered, reg_rv, available,
- * wnext, wprev, ending, block_kicked, block_task). */
+ * noted. Owns struct fxb_worker and fxb_end, and with the feeder the
+ * registration fields of a subscription's feeder part (fxb_feeder in
+ * feeder.h: reg_task, unreg_task, stream, sub, registered, reg_rv,
+ * available, wnext, wprev, ending, block_kicked, block_task). */
 #ifndef FX_BROKER_WORKER_H
 #define FX_BROKER_WORKER_H
 
 #include "base/placement.h"
 #include "broker/broker_internal.h"
+
+/* A worker loop: owns its streams, drains its job queue (checkpoint 4),
+ * appends and fans out (checkpoint 5) and runs its streams' feeders. */
+struct fxb_worker {
+    fx_broker *b;
+    uint32_t index;
+    fx_loop *loop;
+    fx_queue jobs;       /* fxb_job*, policy BLOCK (ingress decides) */
+    fx_task doorbell;    /* drains |jobs|; coalesced */
+    fx_task resume_task; /* a parked fanout may continue */
+    /* Worker thread only: */
+    fxb_idtable streams; /* its streams' state (fx_stream *), by handle id */
+    fxb_job *parked_job; /* its fanout waits on a full block queue */
+    fx_stream *parked_stream;
+    fxb_sub *subs;        /* registered subscriptions (feed.wnext / feed.wprev) */
+    uint64_t jobs_done;   /* jobs taken from |jobs| and completed */
+    struct fxb_end *ends; /* deleted streams waiting for older jobs (worker.c) */
+    /* subscriber_block_timeout: runs while the fanout is parked; |block_seq|
+     * is the park (fx_stream_park_seq) it was armed for. */
+    fx_timer block_timer;
+    uint64_t block_seq;
+    /* stream_idle_expiry sweeps (worker 0 only). */
+    fx_task expiry_start;
+    fx_timer expiry_timer;
+    struct fxb_dworker *dur; /* durable streams' storage stage (durable.c), or NULL */
+};
+
+/* Posted to the deleted stream's worker; holds a handle reference. Jobs
+ * queued before the deletion may still be waiting (a publish is acknowledged
+ * when admitted unless ack_on_commit), and their events belong to the
+ * subscribers: the end waits until the worker has completed as many jobs as
+ * were queued or parked when it arrived (the queue is FIFO and a parked job
+ * holds the rest back), then the feeders send what is queued and the FIN. */
+typedef struct fxb_end {
+    fx_task task;
+    fxb_worker *w;
+    fx_stream_handle *h;
+    uint64_t target; /* w->jobs_done once every older job has completed */
+    struct fxb_end *next;
+} fxb_end;
 
 /* The worker that owns |h| (fx_placement_worker_for over the broker's
  * workers). Any thread. */
@@ -34,7 +75,7 @@ void fxb_worker_deinit(fxb_worker *w);
 /* Task callbacks: drain the job queue; continue a parked fanout. */
 void fxb_worker_drain(fx_loop *l, fx_task *t, void *user);
 void fxb_worker_resume(fx_loop *l, fx_task *t, void *user);
-/* Task callbacks of a subscription (fxb_sub.reg_task / unreg_task): register
+/* Task callbacks of a subscription (fxb_feeder.reg_task / unreg_task): register
  * it with its stream (then answer on the connection's loop) or remove it. */
 void fxb_worker_sub_register(fx_loop *l, fx_task *t, void *user);
 void fxb_worker_sub_unregister(fx_loop *l, fx_task *t, void *user);

@@ -18,6 +18,13 @@
 #include "broker/sub.h"
 #include "felix/error.h"
 
+void fxb_sub_writer_deinit(fxb_sub *sub)
+{
+    if (sub->writer.cur != NULL && sub->writer.cur_charged)
+        fxb_lane_release(sub->lane.lane); /* closing did not run (never listed) */
+    fxb_frame_list_free(sub->writer.cur);
+}
+
 /* Released by QUIC when the last frame of a list is acknowledged (or the
  * stream or connection is gone): the list's bytes leave the subscription's
  * unacked count. Runs on the connection's loop. */
@@ -34,9 +41,9 @@ static void token_free(void *data, size_t len, void *user)
     send_token *tk = user;
     fxb_sub *sub = tk->sub;
     size_t cap = (size_t)sub->b->o.subscriber_unacked_bytes;
-    bool was_full = sub->inflight >= cap;
-    sub->inflight -= tk->bytes;
-    if (was_full && sub->inflight < cap && !atomic_load(&sub->closed) && !sub->conn->dead)
+    bool was_full = sub->writer.inflight >= cap;
+    sub->writer.inflight -= tk->bytes;
+    if (was_full && sub->writer.inflight < cap && !atomic_load(&sub->closed) && !sub->conn->dead)
         fxb_conn_kick_writer(sub->conn);
     fx_buf_unref(tk->frame);
     fxb_sub_unref(sub);
@@ -47,7 +54,7 @@ static void token_free(void *data, size_t len, void *user)
  * for the last frame a wrapper whose release reports the list acknowledged. */
 static int frame_buf(fxb_sub *sub, size_t i, fx_buf **pb)
 {
-    fx_frame_list *l = sub->cur;
+    fx_frame_list *l = sub->writer.cur;
     if (i + 1 < l->n) {
         *pb = fx_buf_ref(l->frames[i]);
         return 0;
@@ -70,9 +77,9 @@ static int frame_buf(fxb_sub *sub, size_t i, fx_buf **pb)
  * connection's unacked cap: wait for on_writable), or another error. */
 static int write_list(fxb_conn *c, fxb_sub *sub)
 {
-    fx_frame_list *l = sub->cur;
-    while (sub->cur_idx < l->n) {
-        size_t i = sub->cur_idx;
+    fx_frame_list *l = sub->writer.cur;
+    while (sub->writer.cur_idx < l->n) {
+        size_t i = sub->writer.cur_idx;
         fx_buf *b;
         int rv = frame_buf(sub, i, &b);
         if (rv != 0)
@@ -82,21 +89,21 @@ static int write_list(fxb_conn *c, fxb_sub *sub)
             off = 0; /* the wrapper starts at the frame */
             /* Counted before the send: a refused send releases the wrapper,
              * whose token subtracts the same bytes again. */
-            sub->inflight += l->bytes;
+            sub->writer.inflight += l->bytes;
         }
-        rv = fx_quic_stream_send(c->qc, sub->uni_sid, b, off, l->iov[i].iov_len, false);
+        rv = fx_quic_stream_send(c->qc, sub->writer.uni_sid, b, off, l->iov[i].iov_len, false);
         fx_buf_unref(b);
         if (rv != 0)
             return rv;
-        sub->cur_idx++;
+        sub->writer.cur_idx++;
     }
-    sub->delivered += l->events;
-    sub->last_write_ns = fx_loop_now(c->loop);
+    sub->writer.delivered += l->events;
+    sub->writer.last_write_ns = fx_loop_now(c->loop);
     fxb_frame_list_free(l);
-    sub->cur = NULL;
-    if (sub->cur_charged) {
-        sub->cur_charged = false;
-        fxb_lane_release(sub->ln); /* handed to QUIC: the lane has room again */
+    sub->writer.cur = NULL;
+    if (sub->writer.cur_charged) {
+        sub->writer.cur_charged = false;
+        fxb_lane_release(sub->lane.lane); /* handed to QUIC: the lane has room again */
     }
     return 0;
 }
@@ -107,71 +114,93 @@ static int write_list(fxb_conn *c, fxb_sub *sub)
 static bool hold_flush(fxb_conn *c, fxb_sub *sub, bool fin)
 {
     const fx_broker_opts *o = &c->b->o;
-    size_t depth = fx_queue_depth(&sub->lane);
+    size_t depth = fx_queue_depth(&sub->lane.q);
     uint64_t now = fx_loop_now(c->loop);
     /* Nothing queued, a FIN, a full batch, or no delay: write (or idle) now. */
     if (o->subscriber_flush_max_delay_ns == 0 || fin || depth == 0 ||
         depth >= o->subscriber_flush_max_items) {
-        sub->flush_since = 0;
+        sub->writer.flush_since = 0;
         return false;
     }
-    if (sub->flush_since == 0)
-        sub->flush_since = now;
-    uint64_t due = sub->flush_since + o->subscriber_flush_max_delay_ns;
+    if (sub->writer.flush_since == 0)
+        sub->writer.flush_since = now;
+    uint64_t due = sub->writer.flush_since + o->subscriber_flush_max_delay_ns;
     if (now >= due) {
-        sub->flush_since = 0;
+        sub->writer.flush_since = 0;
         return false;
     }
     if ((!fx_timer_is_armed(&c->flush_timer) || c->flush_timer.deadline_ns > due) &&
         fx_loop_timer_arm(c->loop, &c->flush_timer, due) != 0) {
-        sub->flush_since = 0; /* no timer would end the hold: send now instead */
+        sub->writer.flush_since = 0; /* no timer would end the hold: send now instead */
         return false;
     }
     return true;
 }
 
+/* Takes |sub|'s oldest queued list as the one to write. Returns false when
+ * its lane is empty; then the FIN goes if the feeder asked for it (|fin|,
+ * read before the lane). */
+static bool take_list(fxb_conn *c, fxb_sub *sub, bool fin)
+{
+    void *item;
+    if (fx_queue_pop(&sub->lane.q, &item) != 0) {
+        if (fin && !sub->writer.fin_sent) {
+            sub->writer.fin_sent = true;
+            fx_quic_stream_shutdown(c->qc, sub->writer.uni_sid);
+        }
+        return false;
+    }
+    sub->writer.cur = item;
+    sub->writer.cur_idx = 0;
+    sub->writer.cur_charged = true; /* its lane slot stays taken until sent */
+    return true;
+}
+
+/* Writing |sub|'s list failed with |rv|: FX_EFULL waits for on_writable
+ * (returns false: the connection takes no more), anything else closes the
+ * subscription (returns true: the round goes on). */
+static bool write_failed(fxb_conn *c, fxb_sub *sub, int rv)
+{
+    if (rv == FX_EFULL) {
+        c->want_writable = true;
+        return false;
+    }
+    FX_COUNTER_INC(subscriber_disconnect);
+    FX_LOG_DEBUG("broker", "subscription %llu: write failed: %s", (unsigned long long)sub->id,
+                 fx_strerror(rv));
+    fxb_sub_close(sub, true);
+    return true;
+}
+
 /* Returns false when the connection cannot take more (stop the round). At
  * most subscriber_flush_max_items lists of |sub| go per turn; the writer
- * runs again for the rest (writer_more). */
+ * runs again for the rest (writer_more). Whether to hold the lane back is
+ * decided once, before its first list: asked again after each list, the
+ * depth would have dropped below a full batch and a new hold would start,
+ * so a full batch would go one list per flush_max_delay. */
 static bool write_sub(fxb_conn *c, fxb_sub *sub)
 {
     size_t cap = (size_t)c->b->o.subscriber_unacked_bytes;
     uint32_t budget = c->b->o.subscriber_flush_max_items;
-    while (sub->uni_open && sub->inflight < cap) {
-        if (sub->cur == NULL) {
+    bool hold_decided = false;
+    while (sub->writer.uni_open && sub->writer.inflight < cap) {
+        if (sub->writer.cur == NULL) {
             /* Read the flag before the lane: set after the last push. */
-            bool fin = atomic_load_explicit(&sub->fin_req, memory_order_acquire);
+            bool fin = atomic_load_explicit(&sub->lane.fin_req, memory_order_acquire);
             if (budget == 0) {
                 c->writer_more = true;
                 return true;
             }
-            if (hold_flush(c, sub, fin))
+            if (!hold_decided && hold_flush(c, sub, fin))
                 return true;
+            hold_decided = true;
             budget--;
-            void *item;
-            if (fx_queue_pop(&sub->lane, &item) != 0) {
-                if (fin && !sub->fin_sent) {
-                    sub->fin_sent = true;
-                    fx_quic_stream_shutdown(c->qc, sub->uni_sid);
-                }
+            if (!take_list(c, sub, fin))
                 return true;
-            }
-            sub->cur = item;
-            sub->cur_idx = 0;
-            sub->cur_charged = true; /* its lane slot stays taken until sent */
         }
         int rv = write_list(c, sub);
-        if (rv == FX_EFULL) {
-            c->want_writable = true;
-            return false;
-        }
-        if (rv != 0) {
-            FX_COUNTER_INC(subscriber_disconnect);
-            FX_LOG_DEBUG("broker", "subscription %llu: write failed: %s",
-                         (unsigned long long)sub->id, fx_strerror(rv));
-            fxb_sub_close(sub, true);
-            return true;
-        }
+        if (rv != 0)
+            return write_failed(c, sub, rv);
     }
     return true;
 }

@@ -1,13 +1,39 @@
 /* The connection writer (QUIC egress, writer.c): writes the frame lists of
- * a connection's subscriptions from their lanes. Connection loop. Owns the
- * writing fields of fxb_sub (cur, cur_idx, cur_charged, inflight, fin_sent,
- * delivered, last_write_ns, flush_since) and fxb_conn's writer_more,
+ * a connection's subscriptions from their lanes. Connection loop. Owns a
+ * subscription's writer part (fxb_sub.writer) and fxb_conn's writer_more,
  * want_writable and flush_timer. Waking it: fxb_conn_kick_writer
  * (conn_life.h). */
+/* broker_internal.h embeds fxb_sub_writer in fxb_sub and includes this
+ * header back: it comes first, outside the guard. */
+#include "broker/broker_internal.h"
+
 #ifndef FX_BROKER_WRITER_H
 #define FX_BROKER_WRITER_H
 
-#include "broker/broker_internal.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A subscription's writer part (fxb_sub.writer): its event stream and the
+ * list being written. Connection loop only: the writer, and the subscribe
+ * exchange that opens the stream and queues the hello (subscribe.c), the
+ * close (sub.c) and the credential check (conn_auth.c). */
+typedef struct fxb_sub_writer {
+    int64_t uni_sid;
+    bool uni_open;
+    fx_frame_list *cur; /* list being written */
+    size_t cur_idx;
+    bool cur_charged; /* |cur| came from the lane: release its slot once sent */
+    size_t inflight;  /* bytes queued on the uni stream, not yet acked */
+    bool fin_sent;
+    uint64_t delivered;     /* messages written to the event stream */
+    uint64_t last_write_ns; /* 0 = never */
+    uint64_t flush_since;   /* when it first held a short lane back; 0 = not */
+} fxb_sub_writer;
+
+/* Frees the list being written, giving back its lane slot if it holds one.
+ * Any thread, by the last reference. */
+void fxb_sub_writer_deinit(fxb_sub *sub);
 
 /* Timer callback (fxb_conn.flush_timer): a held flush is due; runs the
  * writer. Connection loop. */

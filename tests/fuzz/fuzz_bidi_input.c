@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/broker_internal.h"
+#include "broker/worker.h"
 #include "fake_loop.h"
 #include "fake_quic.h"
 #include "fuzz_common.h"

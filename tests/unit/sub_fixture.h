@@ -2,7 +2,8 @@
  * (test_lane.c, test_feeder.c): one fx_broker struct holding options only,
  * one worker and one connection sharing a loop that never runs a thread
  * (fix_drain runs what was posted to it, on the test thread), and
- * subscriptions built the way subscribe.c builds them. The writer and feeder
+ * subscriptions whose lane and feeder parts come from the product's own
+ * constructors (fxb_sub_lane_init, fxb_feeder_init). The writer and feeder
  * tasks a stage posts are counted instead of run, so each stage is tested on
  * its own. Header-only (static inline), included by one test file each. */
 #ifndef FX_TESTS_UNIT_SUB_FIXTURE_H
@@ -19,8 +20,10 @@
 #include "base/metrics.h"
 #include "broker/broker_internal.h"
 #include "broker/conn_life.h"
+#include "broker/feeder.h"
 #include "broker/lane.h"
 #include "broker/sub.h"
+#include "broker/worker.h"
 
 #define DELTA(a, b, field) ((int64_t)((b).c.field - (a).c.field))
 
@@ -80,8 +83,10 @@ static inline void fix_drain(fix *f)
     assert_int_equal(fx_loop_run(f->loop), 0);
 }
 
-/* A subscription |id| of the fixture's connection, on the lane the shard
- * rule gives it, with its own lane queue (as subscribe.c's sub_new). */
+/* A subscription |id| of the fixture's connection: its identity as
+ * subscribe.c's sub_new sets it, then the lane part (the lane the shard
+ * rule gives it, and its own queue) and the feeder part from their
+ * constructors. Its feed task is counted instead of run. */
 static inline fxb_sub *fix_sub(fix *f, uint64_t id)
 {
     fxb_sub *sub = calloc(1, sizeof(*sub));
@@ -91,20 +96,12 @@ static inline fxb_sub *fix_sub(fix *f, uint64_t id)
     atomic_init(&sub->refs, 1);
     atomic_init(&sub->closed, false);
     atomic_init(&sub->active, true);
-    atomic_init(&sub->lane_resumed, false);
-    atomic_init(&sub->fin_req, false);
-    atomic_init(&sub->lane_dropped_events, 0);
     sub->b = &f->b;
     sub->w = &f->w;
     sub->conn = &f->c;
-    sub->ln = fxb_lane_choose(&f->c, sub);
-    fx_queue_opts qo = {.capacity = f->b.o.subscriber_lane_queue_depth,
-                        .policy = FX_QUEUE_BLOCK,
-                        .on_drop = fxb_lane_on_leftover,
-                        .user = sub,
-                        .initial_cells = FX_SUB_QUEUE_INITIAL_CELLS};
-    assert_int_equal(fx_queue_init(&sub->lane, &qo), 0);
-    fx_task_init(&sub->feed_task, fix_on_feed, sub);
+    assert_int_equal(fxb_sub_lane_init(sub, &f->c), 0);
+    fxb_feeder_init(sub);
+    fx_task_init(&sub->feed.feed_task, fix_on_feed, sub);
     return sub;
 }
 
@@ -124,11 +121,11 @@ static inline fx_frame_list *fix_list(uint32_t events, uint64_t first)
 static inline uint64_t fix_write_one(fxb_sub *sub)
 {
     void *item;
-    assert_int_equal(fx_queue_pop(&sub->lane, &item), 0);
+    assert_int_equal(fx_queue_pop(&sub->lane.q, &item), 0);
     fx_frame_list *l = item;
     uint64_t first = l->first_offset;
     fxb_frame_list_free(l);
-    fxb_lane_release(sub->ln);
+    fxb_lane_release(sub->lane.lane);
     return first;
 }
 
@@ -137,15 +134,15 @@ static inline uint64_t fix_write_one(fxb_sub *sub)
 static inline void fix_sub_free(fxb_sub *sub)
 {
     atomic_store(&sub->closed, true);
-    fx_queue_close(&sub->lane);
+    fx_queue_close(&sub->lane.q);
     fxb_lane_unpark(sub);
     void *item;
-    while (fx_queue_pop(&sub->lane, &item) == 0) {
-        fxb_lane_release(sub->ln);
+    while (fx_queue_pop(&sub->lane.q, &item) == 0) {
+        fxb_lane_release(sub->lane.lane);
         fxb_frame_list_free(item);
     }
-    fxb_frame_list_free(sub->held);
-    fx_queue_deinit(&sub->lane);
+    fxb_feeder_deinit(&sub->feed);
+    fxb_sub_lane_deinit(&sub->lane);
     free(sub);
 }
 

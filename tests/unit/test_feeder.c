@@ -70,31 +70,30 @@ static void publish(fx_stream *s, uint32_t n, size_t size)
 static fxb_sub *feeder_sub(fix *f, fx_stream *st, fx_start start)
 {
     fxb_sub *sub = fix_sub(f, 1);
-    fx_task_init(&sub->feed_task, fxb_feeder_run, sub);
-    fx_timer_init(&sub->delay_timer, fxb_feeder_delay, sub);
-    fx_coalescer_init(&sub->co);
-    sub->stream = st;
+    fxb_feeder_init(sub); /* the real feed task, not the fixture's count */
+    sub->feed.stream = st;
     fx_subscribe_opts so = {.subscription_id = sub->id, .on_wake = fxb_feeder_wake, .user = sub};
-    assert_int_equal(
-        fx_stream_subscribe(st, &start, &so, &sub->sub, &sub->backlog, &sub->available), 0);
-    sub->registered = true;
+    assert_int_equal(fx_stream_subscribe(st, &start, &so, &sub->feed.sub, &sub->feed.backlog,
+                                         &sub->feed.available),
+                     0);
+    sub->feed.registered = true;
     return sub;
 }
 
 static void feeder_sub_free(fix *f, fxb_sub *sub)
 {
     fix_drain(f);
-    fx_loop_timer_cancel(f->loop, &sub->delay_timer);
-    fx_backlog_free(&sub->backlog);
-    fx_coalescer_deinit(&sub->co);
-    fx_stream_unsubscribe(sub->stream, sub->sub);
+    fx_loop_timer_cancel(f->loop, &sub->feed.delay_timer);
+    fx_backlog_free(&sub->feed.backlog);
+    fx_coalescer_deinit(&sub->feed.co);
+    fx_stream_unsubscribe(sub->feed.stream, sub->feed.sub);
     fix_sub_free(sub);
 }
 
 /* Runs the feeder once (as a wake would) and what it posts after. */
 static void feed(fix *f, fxb_sub *sub)
 {
-    fxb_sub_post(sub, f->loop, &sub->feed_task);
+    fxb_sub_post(sub, f->loop, &sub->feed.feed_task);
     fix_drain(f);
 }
 
@@ -103,19 +102,19 @@ static void feed(fix *f, fxb_sub *sub)
 static void expect_list(fxb_sub *sub, uint64_t first, uint32_t events)
 {
     void *item;
-    assert_int_equal(fx_queue_pop(&sub->lane, &item), 0);
+    assert_int_equal(fx_queue_pop(&sub->lane.q, &item), 0);
     fx_frame_list *l = item;
     assert_int_equal(l->first_offset, first);
     assert_int_equal(l->events, events);
     assert_int_equal(l->end_offset, first + events);
     assert_true(l->n >= 1);
     fxb_frame_list_free(l);
-    fxb_lane_release(sub->ln);
+    fxb_lane_release(sub->lane.lane);
 }
 
 static void expect_no_list(fxb_sub *sub)
 {
-    assert_int_equal(fx_queue_depth(&sub->lane), 0);
+    assert_int_equal(fx_queue_depth(&sub->lane.q), 0);
 }
 
 /* ---- order and limits ---------------------------------------------------------- */
@@ -131,7 +130,7 @@ static void test_backlog_then_live_in_lists_of_max_events(void **state)
     for (int i = 0; i < 5; i++)
         publish(st, 1, 10);
     fxb_sub *sub = feeder_sub(f, st, (fx_start){.kind = FX_START_EARLIEST});
-    assert_int_equal(sub->backlog.n, 5);
+    assert_int_equal(sub->feed.backlog.n, 5);
     for (int i = 0; i < 3; i++)
         publish(st, 1, 10); /* live: the wake posts the feeder */
     fix_drain(f);
@@ -182,14 +181,14 @@ static void test_list_bytes_bounded_by_the_smaller_write_limit(void **state)
         fix_drain(f);
         uint64_t next = 0, lists = 0;
         void *item;
-        while (fx_queue_pop(&sub->lane, &item) == 0) {
+        while (fx_queue_pop(&sub->lane.q, &item) == 0) {
             fx_frame_list *l = item;
             assert_int_equal(l->first_offset, next);
             assert_true(l->bytes <= 2500);
             next = l->end_offset;
             lists++;
             fxb_frame_list_free(l);
-            fxb_lane_release(sub->ln);
+            fxb_lane_release(sub->lane.lane);
         }
         assert_int_equal(next, 10);
         assert_true(lists >= 4); /* two 1000-byte messages per list at most */
@@ -246,16 +245,16 @@ static void test_parks_on_a_full_block_lane_and_resumes_with_the_held_list(void 
     publish(st, 1, 10);
     publish(st, 1, 10);
     fix_drain(f);
-    assert_true(sub->lane_parked);
-    assert_non_null(sub->held);
-    assert_int_equal(sub->held->first_offset, 1);
+    assert_true(sub->feed.lane_parked);
+    assert_non_null(sub->feed.held);
+    assert_int_equal(sub->feed.held->first_offset, 1);
     for (uint64_t i = 0; i < 3; i++) {
         expect_list(sub, i, 1); /* the release resumes the feeder */
         fix_drain(f);
     }
     expect_no_list(sub);
-    assert_null(sub->held);
-    assert_false(sub->lane_parked);
+    assert_null(sub->feed.held);
+    assert_false(sub->feed.lane_parked);
     feeder_sub_free(f, sub);
     fx_stream_free(st);
     fix_free(f);
@@ -273,14 +272,14 @@ static void test_ending_subscription_requests_fin_after_its_last_list(void **sta
     publish(st, 2, 10);
     fix_drain(f);
     expect_no_list(sub);
-    sub->ending = true;
+    sub->feed.ending = true;
     feed(f, sub);
     expect_no_list(sub); /* inactive: not fed, no FIN either */
-    assert_false(atomic_load(&sub->fin_req));
+    assert_false(atomic_load(&sub->lane.fin_req));
     atomic_store(&sub->active, true);
     feed(f, sub);
     expect_list(sub, 0, 2);
-    assert_true(atomic_load(&sub->fin_req));
+    assert_true(atomic_load(&sub->lane.fin_req));
     feeder_sub_free(f, sub);
     fx_stream_free(st);
     fix_free(f);
@@ -302,15 +301,15 @@ static void test_coalescing_delay_holds_a_partial_batch_until_its_timer(void **s
     publish(st, 1, 10);
     fix_drain(f);
     expect_no_list(sub);
-    assert_true(fx_timer_is_armed(&sub->delay_timer));
-    fx_loop_timer_cancel(f->loop, &sub->delay_timer); /* as the loop does when it fires */
-    fxb_feeder_delay(f->loop, &sub->delay_timer, sub);
+    assert_true(fx_timer_is_armed(&sub->feed.delay_timer));
+    fx_loop_timer_cancel(f->loop, &sub->feed.delay_timer); /* as the loop does when it fires */
+    fxb_feeder_delay(f->loop, &sub->feed.delay_timer, sub);
     fix_drain(f);
     expect_list(sub, 0, 1);
     publish(st, 4, 10); /* a full batch: no wait */
     fix_drain(f);
     expect_list(sub, 1, 4);
-    assert_false(fx_timer_is_armed(&sub->delay_timer));
+    assert_false(fx_timer_is_armed(&sub->feed.delay_timer));
     feeder_sub_free(f, sub);
     fx_stream_free(st);
     fix_free(f);

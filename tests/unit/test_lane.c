@@ -77,8 +77,8 @@ static void expect_subscriber_id_hash(fx_broker_lane_shard shard)
     bool used[4] = {false};
     for (uint64_t id = 1; id <= 32; id++) {
         fxb_sub *sub = fix_sub(f, id);
-        assert_int_equal(sub->ln->index, fx_broker_lane_hash(id) % 4);
-        used[sub->ln->index] = true;
+        assert_int_equal(sub->lane.lane->index, fx_broker_lane_hash(id) % 4);
+        used[sub->lane.lane->index] = true;
         fix_sub_free(sub);
     }
     for (int i = 0; i < 4; i++)
@@ -105,8 +105,8 @@ static void test_connection_id_hash_keeps_a_connection_on_one_lane(void **state)
         f->c.id = conn;
         for (uint64_t id = 1; id <= 6; id++) {
             fxb_sub *sub = fix_sub(f, id * 1000 + conn);
-            assert_int_equal(sub->ln->index, fx_broker_lane_hash(conn) % 4);
-            seen |= 1u << sub->ln->index;
+            assert_int_equal(sub->lane.lane->index, fx_broker_lane_hash(conn) % 4);
+            seen |= 1u << sub->lane.lane->index;
             fix_sub_free(sub);
         }
         fix_free(f);
@@ -120,7 +120,7 @@ static void test_round_robin_pin_takes_lanes_in_turn(void **state)
     fxb_sub *subs[7];
     for (int i = 0; i < 7; i++) {
         subs[i] = fix_sub(f, 100 - (uint64_t)i); /* the ids do not matter */
-        assert_int_equal(subs[i]->ln->index, (uint32_t)i % 3);
+        assert_int_equal(subs[i]->lane.lane->index, (uint32_t)i % 3);
     }
     assert_int_equal(f->c.rr_next, 7);
     for (int i = 0; i < 7; i++)
@@ -136,14 +136,14 @@ static void test_a_list_holds_its_slot_until_the_writer_releases_it(void **state
 {
     fix *f = lanes(1, FX_BROKER_LANE_AUTO, FX_QUEUE_DROP_NEW, 2);
     fxb_sub *sub = fix_sub(f, 1);
-    fxb_lane *ln = sub->ln;
+    fxb_lane *ln = sub->lane.lane;
     assert_int_equal(fxb_lane_push(sub, fix_list(1, 0), false), FXB_LANE_QUEUED);
     assert_int_equal(fxb_lane_push(sub, fix_list(1, 1), false), FXB_LANE_QUEUED);
     assert_int_equal(atomic_load(&ln->count), 2);
     fix_drain(f);
     assert_true(f->writer_kicks >= 1);
     void *item;
-    assert_int_equal(fx_queue_pop(&sub->lane, &item), 0); /* being written */
+    assert_int_equal(fx_queue_pop(&sub->lane.q, &item), 0); /* being written */
     assert_int_equal(atomic_load(&ln->count), 2);
     assert_int_equal(fxb_lane_push(sub, fix_list(1, 2), false), FXB_LANE_SHED);
     fxb_frame_list_free(item);
@@ -174,11 +174,11 @@ static void test_drop_new_sheds_the_new_list_and_counts_it(void **state)
     fx_metrics_snapshot_take(&s1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 2);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped_events), 7);
-    assert_int_equal(atomic_load(&b->lane_dropped_events), 5);
-    assert_int_equal(atomic_load(&a->lane_dropped_events), 2);
+    assert_int_equal(atomic_load(&b->lane.dropped_events), 5);
+    assert_int_equal(atomic_load(&a->lane.dropped_events), 2);
     assert_int_equal(fix_write_one(a), 0);
     assert_int_equal(fix_write_one(a), 3);
-    assert_int_equal(fx_queue_depth(&b->lane), 0);
+    assert_int_equal(fx_queue_depth(&b->lane.q), 0);
     fix_sub_free(a);
     fix_sub_free(b);
     fix_free(f);
@@ -199,9 +199,9 @@ static void test_drop_old_evicts_only_the_same_subscriptions_oldest(void **state
     fx_metrics_snapshot_take(&s1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped_events), 3);
-    assert_int_equal(atomic_load(&a->lane_dropped_events), 3);
-    assert_int_equal(atomic_load(&b->lane_dropped_events), 0);
-    assert_int_equal(atomic_load(&a->ln->count), 2);
+    assert_int_equal(atomic_load(&a->lane.dropped_events), 3);
+    assert_int_equal(atomic_load(&b->lane.dropped_events), 0);
+    assert_int_equal(atomic_load(&a->lane.lane->count), 2);
     /* b's own list is untouched; a neighbour's full lane sheds c's only. */
     assert_int_equal(fix_write_one(b), 0);
     assert_int_equal(fxb_lane_push(a, fix_list(1, 4), false), FXB_LANE_QUEUED);
@@ -210,7 +210,7 @@ static void test_drop_old_evicts_only_the_same_subscriptions_oldest(void **state
     fx_metrics_snapshot_take(&s1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 2);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped_events), 9);
-    assert_int_equal(atomic_load(&c->lane_dropped_events), 6);
+    assert_int_equal(atomic_load(&c->lane.dropped_events), 6);
     assert_int_equal(fix_write_one(a), 3);
     assert_int_equal(fix_write_one(a), 4);
     fix_sub_free(a);
@@ -231,19 +231,19 @@ static void test_block_parks_the_feeder_until_a_slot_is_released(void **state)
     assert_int_equal(fxb_lane_push(a, fix_list(1, 0), false), FXB_LANE_QUEUED);
     fx_frame_list *l = fix_list(1, 0);
     assert_int_equal(fxb_lane_push(b, l, false), FXB_LANE_PARKED);
-    assert_ptr_equal(b->held, l);
-    assert_true(b->lane_parked);
-    assert_int_equal(atomic_load(&b->ln->nwaiters), 1);
+    assert_ptr_equal(b->feed.held, l);
+    assert_true(b->feed.lane_parked);
+    assert_int_equal(atomic_load(&b->lane.lane->nwaiters), 1);
     fix_drain(f);
     int feeds = f->feeds;
     assert_int_equal(fix_write_one(a), 0); /* the slot comes back: b resumes */
-    assert_int_equal(atomic_load(&b->ln->nwaiters), 0);
-    assert_true(atomic_load(&b->lane_resumed));
+    assert_int_equal(atomic_load(&b->lane.lane->nwaiters), 0);
+    assert_true(atomic_load(&b->lane.resumed));
     fix_drain(f);
     assert_int_equal(f->feeds, feeds + 1);
     /* The feeder retries the held list (as feeder.c does) and it goes in. */
-    b->held = NULL;
-    b->lane_parked = false;
+    b->feed.held = NULL;
+    b->feed.lane_parked = false;
     assert_int_equal(fxb_lane_push(b, l, false), FXB_LANE_QUEUED);
     fx_metrics_snapshot_take(&s1);
     assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 0);
@@ -272,16 +272,16 @@ static void test_history_parks_on_a_full_shedding_lane_instead_of_shedding(void 
         assert_int_equal(fxb_lane_push(a, fix_list(2, 0), true), FXB_LANE_QUEUED);
         fx_frame_list *l = fix_list(2, 2);
         assert_int_equal(fxb_lane_push(a, l, true), FXB_LANE_PARKED);
-        assert_ptr_equal(a->held, l);
-        assert_int_equal(atomic_load(&a->ln->nwaiters), 1);
+        assert_ptr_equal(a->feed.held, l);
+        assert_int_equal(atomic_load(&a->lane.lane->nwaiters), 1);
         fx_metrics_snapshot_take(&s1);
         assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 0);
         assert_int_equal(fix_write_one(a), 0); /* the slot comes back: a resumes */
-        assert_int_equal(atomic_load(&a->ln->nwaiters), 0);
-        assert_true(atomic_load(&a->lane_resumed));
+        assert_int_equal(atomic_load(&a->lane.lane->nwaiters), 0);
+        assert_true(atomic_load(&a->lane.resumed));
         fix_drain(f);
-        a->held = NULL;
-        a->lane_parked = false;
+        a->feed.held = NULL;
+        a->feed.lane_parked = false;
         assert_int_equal(fxb_lane_push(a, l, true), FXB_LANE_QUEUED);
         /* A live list on the full lane follows the policy: drop_new sheds
          * it; drop_old evicts the subscription's own oldest queued list
@@ -311,7 +311,7 @@ static void test_push_after_close_is_closed_and_not_a_drop(void **state)
         fx_metrics_snapshot_take(&s0);
         atomic_store(&a->closed, true);
         assert_int_equal(fxb_lane_push(a, fix_list(4, 0), false), FXB_LANE_CLOSED);
-        assert_int_equal(atomic_load(&a->ln->count), 0);
+        assert_int_equal(atomic_load(&a->lane.lane->count), 0);
         fx_metrics_snapshot_take(&s1);
         assert_int_equal(DELTA(s0, s1, subscriber_lane_dropped), 0);
         fix_sub_free(a);
@@ -329,14 +329,14 @@ static void test_unpark_of_a_closed_subscription_is_never_resumed(void **state)
     assert_int_equal(fxb_lane_push(b, fix_list(1, 0), false), FXB_LANE_PARKED);
     atomic_store(&b->closed, true);
     fxb_lane_unpark(b);
-    assert_int_equal(atomic_load(&b->ln->nwaiters), 0);
+    assert_int_equal(atomic_load(&b->lane.lane->nwaiters), 0);
     assert_int_equal(atomic_load(&b->refs), 1); /* the parked list's reference went */
     fix_drain(f);
     int feeds = f->feeds;
     assert_int_equal(fix_write_one(a), 0);
     fix_drain(f);
     assert_int_equal(f->feeds, feeds);
-    assert_false(atomic_load(&b->lane_resumed));
+    assert_false(atomic_load(&b->lane.resumed));
     fix_sub_free(a);
     fix_sub_free(b);
     fix_free(f);
