@@ -60,6 +60,8 @@ typedef struct fxb_merge {
 #define FXB_MERGE_MAX_FRAMES 64u
 #define FXB_MERGE_MAX_MSGS 1024u
 #define FXB_MERGE_MAX_BYTES (1u << 20)
+/* A publish failed at admission because its wait timer could not be armed. */
+#define FXB_WAIT_TIMER_TEXT "publish admission wait failed: out of memory for its timer"
 
 /* A bidi stream's publish jobs at admission: the job parked there (the
  * stream reads nothing while it waits), the frames of the current read being

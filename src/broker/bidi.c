@@ -76,7 +76,7 @@ static bool preauth_take(fx_broker *b, uint64_t n)
 static int preauth_charge(fxb_bidi *s, size_t n)
 {
     fxb_conn *c = s->conn;
-    if (c->preauth_bytes + n > FXB_PREAUTH_CONN_BYTES) {
+    if (c->auth.preauth_bytes + n > FXB_PREAUTH_CONN_BYTES) {
         FX_COUNTER_INC(preauth_bytes);
         preauth_log(s, "the connection's unauthenticated streams hold too many frame bytes");
         fxb_bidi_fail(s, "too many pre-auth frame bytes on the connection");
@@ -88,7 +88,7 @@ static int preauth_charge(fxb_bidi *s, size_t n)
         fxb_bidi_fail(s, "too many pre-auth frame bytes in the broker");
         return -1;
     }
-    c->preauth_bytes += n;
+    c->auth.preauth_bytes += n;
     s->preauth_charge = n;
     FX_GAUGE_ADD(preauth_held_bytes, n);
     return 0;
@@ -123,7 +123,7 @@ fxb_bidi *fxb_bidi_new(fxb_conn *c, int64_t sid)
     s->sid = sid;
     s->auth_exp_s = INT64_MAX;
     s->unauth_counted = true;
-    c->unauth_streams++;
+    c->auth.unauth_streams++;
     /* Until auth only a small frame; then max_frame_bytes (on_auth). */
     fx_frame_decoder_init(&s->dec, o->max_frame_bytes < FXB_PREAUTH_MAX_FRAME
                                        ? o->max_frame_bytes
@@ -198,7 +198,7 @@ static bool verify_token(fxb_bidi *s, const fx_msg *m)
 static bool auth_rate_ok(fxb_bidi *s)
 {
     fxb_conn *c = s->conn;
-    if (fxb_peers_auth_take(&c->b->peers, &c->peer, fx_loop_now(c->loop)))
+    if (fxb_peers_auth_take(&c->b->peers, &c->auth.peer, fx_loop_now(c->loop)))
         return true;
     FX_COUNTER_INC(preauth_auth_rate);
     preauth_log(s, "auth_rate_per_ip exceeded");

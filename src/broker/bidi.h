@@ -10,6 +10,9 @@
 
 #include "broker/broker_internal.h"
 
+/* Server flags answered to a client that sent client_flags. */
+#define FXB_SERVER_FLAGS 0x3Fu
+
 /* A new bidi stream |sid| of |c|, listed on |c| (one reference: the QUIC
  * stream's). Returns NULL on -ENOMEM. */
 fxb_bidi *fxb_bidi_new(fxb_conn *c, int64_t sid);

@@ -84,7 +84,7 @@ void fxb_bidi_preauth_uncharge(fxb_bidi *s)
         return;
     atomic_fetch_sub_explicit(&s->conn->b->preauth_bytes, s->preauth_charge, memory_order_relaxed);
     FX_GAUGE_SUB(preauth_held_bytes, s->preauth_charge);
-    s->conn->preauth_bytes -= s->preauth_charge;
+    s->conn->auth.preauth_bytes -= s->preauth_charge;
     s->preauth_charge = 0;
 }
 
@@ -94,7 +94,7 @@ void fxb_bidi_preauth_release(fxb_bidi *s)
     fx_loop_timer_cancel(s->conn->loop, &s->auth_timer);
     if (s->unauth_counted) {
         s->unauth_counted = false;
-        s->conn->unauth_streams--;
+        s->conn->auth.unauth_streams--;
     }
 }
 

@@ -2,8 +2,9 @@
  * between them (fx_broker, fxb_conn, fxb_bidi, fxb_job, fxb_sub) and the
  * FXB_ constants; fxb_worker is worker.h's, fxb_lane lane.h's, fxb_reply
  * reply.h's. A part a shared struct embeds is defined in the header of the
- * stage that owns it (fxb_bidi's: resv.h, admission.h, reply.h, resolve.h;
- * fxb_sub's: feeder.h, lane.h, writer.h, durable.h), and this file includes
+ * stage that owns it (fxb_conn's: conn_auth.h, writer.h, conn_life.h;
+ * fxb_bidi's: resv.h, admission.h, reply.h, resolve.h; fxb_sub's: feeder.h,
+ * lane.h, writer.h, durable.h), and this file includes
  * those headers for the full types. No stage function is declared here: each
  * stage's header (conn.h, bidi.h, publish.h, admission.h, worker.h, feeder.h,
  * lane.h, writer.h, ..., see docs/design.md "Broker stage headers") declares
@@ -48,14 +49,15 @@ typedef struct fxb_job fxb_job;
 typedef struct fxb_reply fxb_reply;
 typedef struct fxb_lane fxb_lane;
 
-/* The stage parts fxb_sub embeds, each defined in its stage's header. */
+/* The stage parts fxb_conn and fxb_sub embed, each defined in its stage's
+ * header. */
+#include "broker/conn_auth.h"
+#include "broker/conn_life.h"
 #include "broker/durable.h"
 #include "broker/feeder.h"
 #include "broker/lane.h"
 #include "broker/writer.h"
 
-/* Server flags answered to a client that sent client_flags. */
-#define FXB_SERVER_FLAGS 0x3Fu
 /* QUIC application codes we reset streams with. */
 #define FXB_CODE_MALFORMED 0x1u
 #define FXB_CODE_UNSUBSCRIBE 0x2u
@@ -68,25 +70,8 @@ typedef struct fxb_lane fxb_lane;
 #define FXB_CODE_AUTH_TIMEOUT 0x4u
 #define FXB_CODE_AUTH_FAILED 0x5u
 #define FXB_CODE_AUTH_EXPIRED 0x6u
-/* Largest frame a stream may send before it has authenticated (an auth
- * message with a large token fits many times over), and the bytes of such
- * frames all unauthenticated streams of one connection may hold at once.
- * Neither is taken from the publish byte budget. */
-#define FXB_PREAUTH_MAX_FRAME (64u * 1024u)
-#define FXB_PREAUTH_CONN_BYTES (4u * FXB_PREAUTH_MAX_FRAME)
-/* preauth_max_bytes by default: twice what one address can hold at the
- * default max_connections_per_ip (256 x FXB_PREAUTH_CONN_BYTES), so one
- * address alone cannot keep everyone else from authenticating. */
-#define FXB_PREAUTH_MAX_BYTES_DEFAULT (128ull << 20)
 /* QUIC application code of a connection closed by subscriber_block_timeout. */
 #define FXB_CODE_SLOW_SUBSCRIBER 0x7u
-#define FXB_SLOW_SUBSCRIBER_TEXT "subscriber blocked longer than subscriber_block_timeout_ms"
-/* frame_read_timeout when fx_broker_opts leaves it 0. */
-#define FXB_FRAME_READ_TIMEOUT_DEFAULT_NS (10000 * FX_NS_PER_MS)
-/* Jobs one worker turn takes before yielding to other tasks. */
-#define FXB_WORKER_BATCH 64
-/* Frame lists one feeder turn builds before yielding. */
-#define FXB_FEEDER_BATCH 16
 
 /* One server endpoint and the connections it accepted: the broker's only
  * endpoint, or one member of its server group (io_threads >= 2). */
@@ -139,16 +124,14 @@ struct fx_broker {
 /* Error text of everything refused during the drain (also the close reason;
  * the client maps it to FX_ESHUTDOWN's meaning). */
 #define FXB_SHUTDOWN_TEXT "broker shutting down"
-/* A commit ack answered at once because its timer could not be armed. */
-#define FXB_COMMIT_TIMER_TEXT "publish commit wait failed: out of memory for its timer"
-/* A publish failed at admission because its wait timer could not be armed. */
-#define FXB_WAIT_TIMER_TEXT "publish admission wait failed: out of memory for its timer"
 
 /* Kinds of stream user pointers (first field of fxb_bidi and fxb_sub). */
 enum { FXB_KIND_BIDI = 1, FXB_KIND_SUB = 2 };
 
 /* One client connection. Loop fields: its endpoint loop only; the refcount
- * is atomic because jobs (worker threads) hold the connection's budget. */
+ * is atomic because jobs (worker threads) hold the connection's budget. Its
+ * parts: |auth| (conn_auth.h), |writer| (writer.h), |lanes| (conn_life.h),
+ * each set up by its stage's _init. */
 struct fxb_conn {
     atomic_int refs;
     fx_broker *b;
@@ -161,34 +144,11 @@ struct fxb_conn {
     fxb_sub *subs;    /* live subscriptions (list) */
     uint32_t nsubs;
     bool dead;
-    bool counted;       /* holds one of max_connections (b->nconns) */
-    bool want_writable; /* a send hit the unacked cap: wait for on_writable */
-    fx_task writer_task;
-    bool writer_more;        /* a subscription stopped at its flush limit: go on */
-    fx_timer flush_timer;    /* the earliest held flush (flush_max_delay) is due */
+    bool counted;            /* holds one of max_connections (b->nconns) */
     fxb_conn *cnext, *cprev; /* on b->conns */
-    /* Writer lanes: fixed at creation, freed with the last reference (the
-     * subscriptions, which may outlive the loop's use, hold one). */
-    fxb_lane *lanes;
-    uint32_t nlanes;
-    uint64_t rr_next; /* round_robin_pin: subscriptions placed so far */
-    /* Before authentication (conn loop): the peer's address, counted in
-     * b->peers while |peer_counted|; |authed| once any stream authenticated
-     * (else |auth_timer| closes the connection at auth_timeout_ms); failed
-     * verifications; streams not yet authenticated and the pre-auth frame
-     * bytes they hold. */
-    fxb_peer_key peer;
-    bool peer_counted;
-    bool authed;
-    uint32_t auth_failures;
-    uint32_t unauth_streams;
-    size_t preauth_bytes;
-    fx_timer auth_timer;
-    /* Token lifetime: |exp_timer| fires at the earliest expiry (|exp_next_s|,
-     * Unix seconds; INT64_MAX = none) of the credentials its streams and
-     * subscriptions hold. */
-    fx_timer exp_timer;
-    int64_t exp_next_s;
+    fxb_conn_auth auth;      /* pre-auth limits and token lifetime (conn_auth.h) */
+    fxb_conn_writer writer;  /* the writer's wait, wake-up and flush timer (writer.h) */
+    fxb_conn_lanes lanes;    /* its writer lanes (conn_life.h) */
     /* Replies queued on all its bidi streams: at FXB_CONN_REPLIES_HIGH every
      * stream of the connection stops reading until they fall to
      * FXB_CONN_REPLIES_LOW. */
@@ -294,22 +254,11 @@ struct fxb_sub {
     fxb_sub_dur dur;
 };
 
-
 /* True once the drain started (fx_broker_drain sets |draining| once). Any
  * thread. */
 static inline bool fxb_is_draining(const fx_broker *b)
 {
     return atomic_load_explicit(&((fx_broker *)b)->draining, memory_order_acquire);
-}
-
-/* The index in b->eps of the endpoint running on |loop| (a connection's loop
- * is its endpoint's). Any thread. */
-static inline uint32_t fxb_ep_index(const fx_broker *b, const fx_loop *loop)
-{
-    for (uint32_t i = 0; i < b->neps; i++)
-        if (b->eps[i].loop == loop)
-            return i;
-    return 0; /* unreachable: every connection comes from an endpoint */
 }
 
 #endif

@@ -82,10 +82,10 @@ static void on_auth_timeout(fx_loop *l, fx_timer *t, void *user)
 {
     (void)t;
     fxb_conn *c = user;
-    if (c->authed || c->dead || c->qc == NULL)
+    if (c->auth.authed || c->dead || c->qc == NULL)
         return;
     char addr[64];
-    fxb_peer_key_str(&c->peer, addr, sizeof(addr));
+    fxb_peer_key_str(&c->auth.peer, addr, sizeof(addr));
     FX_COUNTER_INC(preauth_conn_auth_timeout);
     FX_LOG_RATELIMITED(&auth_timeout_rl, fx_loop_now(l), FX_LOG_WARN, "broker",
                        "conn %llu from %s closed: no stream authenticated within "
@@ -100,12 +100,12 @@ static void on_auth_timeout(fx_loop *l, fx_timer *t, void *user)
  * (counted, logged) when the address holds max_connections_per_ip. */
 static bool peer_take(fxb_conn *c)
 {
-    if (fxb_peers_conn_take(&c->b->peers, &c->peer, fx_loop_now(c->loop))) {
-        c->peer_counted = true;
+    if (fxb_peers_conn_take(&c->b->peers, &c->auth.peer, fx_loop_now(c->loop))) {
+        c->auth.peer_counted = true;
         return true;
     }
     char addr[64];
-    fxb_peer_key_str(&c->peer, addr, sizeof(addr));
+    fxb_peer_key_str(&c->auth.peer, addr, sizeof(addr));
     FX_COUNTER_INC(preauth_conn_per_ip);
     FX_LOG_RATELIMITED(&per_ip_rl, fx_loop_now(c->loop), FX_LOG_WARN, "broker",
                        "conn %llu refused: %s already holds max_connections_per_ip (%u)",
@@ -147,12 +147,8 @@ static void on_conn_new(fx_quic_conn *qc, void *user)
     c->loop = fx_quic_conn_loop(qc);
     c->epi = fxb_ep_index(b, c->loop);
     c->id = atomic_fetch_add(&b->next_conn_id, 1);
-    fxb_peer_key_of(fx_quic_conn_remote(qc, NULL), &c->peer);
-    fx_timer_init(&c->auth_timer, on_auth_timeout, c);
-    fx_timer_init(&c->exp_timer, fxb_conn_on_expiry, c);
-    c->exp_next_s = INT64_MAX;
-    fx_task_init(&c->writer_task, fxb_writer_run, c);
-    fx_timer_init(&c->flush_timer, fxb_writer_flush_due, c);
+    fxb_conn_auth_init(c, on_auth_timeout);
+    fxb_conn_writer_init(c);
     fx_quic_conn_set_user(qc, c);
     list_add(b, c);
     if (fxb_is_draining(b)) { /* the drain takes no new connections */
@@ -177,7 +173,7 @@ static void on_handshake_done(fx_quic_conn *qc, void *user)
     if (conn_slot_take(c->b)) {
         c->counted = true;
         uint64_t to = c->b->o.auth_timeout_ns;
-        if (to != 0 && fx_loop_timer_arm(c->loop, &c->auth_timer, fx_loop_now(c->loop) + to) != 0) {
+        if (to != 0 && fx_loop_timer_arm(c->loop, &c->auth.timer, fx_loop_now(c->loop) + to) != 0) {
             c->dead = true;
             fx_quic_conn_close(qc, 1, "out of memory");
         }
@@ -200,12 +196,12 @@ static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
         fx_quic_stream_reset(qc, sid, FXB_CODE_MALFORMED);
         return;
     }
-    if (c->unauth_streams >= c->b->o.max_unauth_streams_per_conn) {
+    if (c->auth.unauth_streams >= c->b->o.max_unauth_streams_per_conn) {
         FX_COUNTER_INC(preauth_unauth_streams);
         FX_LOG_RATELIMITED(&unauth_streams_rl, fx_loop_now(c->loop), FX_LOG_WARN, "broker",
                            "conn %llu stream %lld reset: %u streams already wait for auth "
                            "(max_unauth_streams_per_conn)",
-                           (unsigned long long)c->id, (long long)sid, (unsigned)c->unauth_streams);
+                           (unsigned long long)c->id, (long long)sid, (unsigned)c->auth.unauth_streams);
         fx_quic_stream_reset(qc, sid, FXB_CODE_MALFORMED);
         return;
     }
@@ -250,9 +246,9 @@ static void on_writable(fx_quic_conn *qc, void *user)
 {
     (void)qc;
     fxb_conn *c = user;
-    if (c == NULL || c->dead || !c->want_writable)
+    if (c == NULL || c->dead || !c->writer.want_writable)
         return;
-    c->want_writable = false;
+    c->writer.want_writable = false;
     for (fxb_bidi *s = c->bidis; s != NULL; s = s->next)
         fxb_bidi_flush(s);
     fxb_conn_kick_writer(c);
@@ -266,20 +262,17 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
         return;
     fx_quic_conn_set_user(qc, NULL);
     c->dead = true;
-    fx_loop_timer_cancel(c->loop, &c->flush_timer);
+    fxb_conn_writer_deinit(c);
     list_remove(c->b, c);
     while (c->subs != NULL)
         fxb_sub_close(c->subs, false);
     while (c->bidis != NULL)
         fxb_bidi_close(c->bidis);
     c->qc = NULL;
-    fx_loop_timer_cancel(c->loop, &c->auth_timer);
-    fx_loop_timer_cancel(c->loop, &c->exp_timer);
+    fxb_conn_auth_deinit(c);
     fx_budget_close(&c->budget);
     if (c->counted)
         conn_slot_give(c->b);
-    if (c->peer_counted)
-        fxb_peers_conn_give(&c->b->peers, &c->peer, fx_loop_now(c->loop));
     fxb_conn_unref(c);
 }
 

@@ -11,4 +11,14 @@
 
 extern const fx_quic_callbacks fxb_quic_callbacks;
 
+/* The index in b->eps of the endpoint running on |loop| (a connection's loop
+ * is its endpoint's). Any thread. */
+static inline uint32_t fxb_ep_index(const fx_broker *b, const fx_loop *loop)
+{
+    for (uint32_t i = 0; i < b->neps; i++)
+        if (b->eps[i].loop == loop)
+            return i;
+    return 0; /* unreachable: every connection comes from an endpoint */
+}
+
 #endif

@@ -19,13 +19,31 @@ static fx_ratelimit lapsed_rl = FX_RATELIMIT_INIT;
 
 static void watch_expiry(fxb_conn *c, int64_t exp_s);
 
+/* ---- the part ------------------------------------------------------------------------------ */
+
+void fxb_conn_auth_init(fxb_conn *c, fx_timer_cb on_timeout)
+{
+    fxb_peer_key_of(fx_quic_conn_remote(c->qc, NULL), &c->auth.peer);
+    fx_timer_init(&c->auth.timer, on_timeout, c);
+    fx_timer_init(&c->auth.exp_timer, fxb_conn_on_expiry, c);
+    c->auth.exp_next_s = INT64_MAX;
+}
+
+void fxb_conn_auth_deinit(fxb_conn *c)
+{
+    fx_loop_timer_cancel(c->loop, &c->auth.timer);
+    fx_loop_timer_cancel(c->loop, &c->auth.exp_timer);
+    if (c->auth.peer_counted)
+        fxb_peers_conn_give(&c->b->peers, &c->auth.peer, fx_loop_now(c->loop));
+}
+
 /* ---- authenticated or not ---------------------------------------------------------------- */
 
 void fxb_conn_on_authed(fxb_conn *c, fxb_bidi *s)
 {
-    if (!c->authed) {
-        c->authed = true;
-        fx_loop_timer_cancel(c->loop, &c->auth_timer);
+    if (!c->auth.authed) {
+        c->auth.authed = true;
+        fx_loop_timer_cancel(c->loop, &c->auth.timer);
     }
     fxb_bidi_preauth_release(s);
     watch_expiry(c, s->auth_exp_s);
@@ -33,14 +51,14 @@ void fxb_conn_on_authed(fxb_conn *c, fxb_bidi *s)
 
 void fxb_conn_on_auth_failed(fxb_conn *c)
 {
-    if (++c->auth_failures < c->b->o.auth_failures_per_conn || c->dead || c->qc == NULL)
+    if (++c->auth.failures < c->b->o.auth_failures_per_conn || c->dead || c->qc == NULL)
         return;
     char addr[64];
-    fxb_peer_key_str(&c->peer, addr, sizeof(addr));
+    fxb_peer_key_str(&c->auth.peer, addr, sizeof(addr));
     FX_COUNTER_INC(preauth_conn_auth_failures);
     FX_LOG_RATELIMITED(&auth_failures_rl, fx_loop_now(c->loop), FX_LOG_WARN, "broker",
                        "conn %llu from %s closed after %u failed auths (auth_failures_per_conn)",
-                       (unsigned long long)c->id, addr, (unsigned)c->auth_failures);
+                       (unsigned long long)c->id, addr, (unsigned)c->auth.failures);
     c->dead = true;
     fx_quic_conn_close(c->qc, FXB_CODE_AUTH_FAILED, "too many failed auths");
 }
@@ -58,15 +76,15 @@ static int64_t unix_now(void)
  * through that second). */
 static void arm_expiry(fxb_conn *c, int64_t exp_s)
 {
-    c->exp_next_s = exp_s;
+    c->auth.exp_next_s = exp_s;
     if (exp_s == INT64_MAX) {
-        fx_loop_timer_cancel(c->loop, &c->exp_timer);
+        fx_loop_timer_cancel(c->loop, &c->auth.exp_timer);
         return;
     }
     int64_t left = exp_s + 1 - unix_now();
     uint64_t now = fx_loop_now(c->loop);
     uint64_t at = left <= 0 ? now : now + (uint64_t)left * FX_NS_PER_S;
-    if (fx_loop_timer_arm(c->loop, &c->exp_timer, at) != 0) {
+    if (fx_loop_timer_arm(c->loop, &c->auth.exp_timer, at) != 0) {
         /* Without a timer the lifetime cannot be enforced: close instead. */
         FX_LOG_ERROR("broker", "conn %llu closed: no memory for its token expiry timer",
                      (unsigned long long)c->id);
@@ -78,7 +96,7 @@ static void arm_expiry(fxb_conn *c, int64_t exp_s)
 /* Watches the expiry |exp_s| (Unix seconds) of credentials held on |c|. */
 static void watch_expiry(fxb_conn *c, int64_t exp_s)
 {
-    if (exp_s < c->exp_next_s && c->qc != NULL)
+    if (exp_s < c->auth.exp_next_s && c->qc != NULL)
         arm_expiry(c, exp_s);
 }
 

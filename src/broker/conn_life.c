@@ -27,7 +27,7 @@ void fxb_conn_unref(fxb_conn *c)
 void fxb_conn_kick_writer(fxb_conn *c)
 {
     fxb_conn_ref(c);
-    if (!fx_loop_post(c->loop, &c->writer_task))
+    if (!fx_loop_post(c->loop, &c->writer.task))
         fxb_conn_unref(c);
 }
 
@@ -46,14 +46,14 @@ static uint32_t lane_count_of(const fx_broker_opts *o)
 int fxb_conn_lanes_init(fxb_conn *c)
 {
     uint32_t n = lane_count_of(&c->b->o);
-    c->lanes = calloc(n, sizeof(*c->lanes));
-    if (c->lanes == NULL)
+    c->lanes.lane = calloc(n, sizeof(*c->lanes.lane));
+    if (c->lanes.lane == NULL)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++) {
-        fxb_lane *ln = &c->lanes[i];
+        fxb_lane *ln = &c->lanes.lane[i];
         int rv = pthread_mutex_init(&ln->mu, NULL);
         if (rv != 0) {
-            c->nlanes = i;
+            c->lanes.n = i;
             fxb_conn_lanes_deinit(c);
             return -rv;
         }
@@ -62,18 +62,18 @@ int fxb_conn_lanes_init(fxb_conn *c)
         atomic_init(&ln->count, 0);
         atomic_init(&ln->nwaiters, 0);
     }
-    c->nlanes = n;
+    c->lanes.n = n;
     return 0;
 }
 
 void fxb_conn_lanes_deinit(fxb_conn *c)
 {
-    for (uint32_t i = 0; i < c->nlanes; i++) {
+    for (uint32_t i = 0; i < c->lanes.n; i++) {
         /* Every subscription released its slots and left the parked list. */
-        assert(atomic_load(&c->lanes[i].count) == 0 && c->lanes[i].whead == NULL);
-        pthread_mutex_destroy(&c->lanes[i].mu);
+        assert(atomic_load(&c->lanes.lane[i].count) == 0 && c->lanes.lane[i].whead == NULL);
+        pthread_mutex_destroy(&c->lanes.lane[i].mu);
     }
-    free(c->lanes);
-    c->lanes = NULL;
-    c->nlanes = 0;
+    free(c->lanes.lane);
+    c->lanes.lane = NULL;
+    c->lanes.n = 0;
 }

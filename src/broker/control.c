@@ -394,7 +394,7 @@ static void subs_conns(fx_broker *b, gpart *p)
             set_str(e, "stream", fx_stream_handle_stream(sub->h));
             set_u64(e, "connection_id", c->id);
             set_u64(e, "lane", sub->lane.lane->index);
-            set_u64(e, "lanes", c->nlanes);
+            set_u64(e, "lanes", c->lanes.n);
             set_u64(e, "lane_depth", fx_queue_depth(&sub->lane.q));
             set_u64(e, "lane_len", atomic_load(&sub->lane.lane->count));
             set_u64(e, "lane_capacity", sub->lane.lane->capacity);

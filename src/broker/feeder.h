@@ -18,6 +18,9 @@
 
 struct fxb_replay;
 
+/* Frame lists one feeder turn builds before yielding. */
+#define FXB_FEEDER_BATCH 16
+
 /* A subscription's feeder part (fxb_sub.feed). Its stream's worker loop
  * only: the feeder (feeder.c), the worker's registration and stream end
  * (worker.c), the replay's worker side (replay.c) and, through

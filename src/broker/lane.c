@@ -38,13 +38,13 @@ fxb_lane *fxb_lane_choose(fxb_conn *c, const fxb_sub *sub)
         key = fx_broker_lane_hash(c->id);
         break;
     case FX_BROKER_LANE_ROUND_ROBIN_PIN:
-        key = c->rr_next++;
+        key = c->lanes.rr_next++;
         break;
     default: /* auto, subscriber_id_hash */
         key = fx_broker_lane_hash(sub->id);
         break;
     }
-    return &c->lanes[key % c->nlanes];
+    return &c->lanes.lane[key % c->lanes.n];
 }
 
 int fxb_sub_lane_init(fxb_sub *sub, fxb_conn *c)

@@ -297,7 +297,7 @@ void fxb_bidi_flush(fxb_bidi *s)
         }
         int rv = fx_quic_stream_send(c->qc, s->sid, r->frame, 0, fx_buf_len(r->frame), false);
         if (rv == FX_EFULL) {
-            c->want_writable = true;
+            c->writer.want_writable = true;
             return;
         }
         if (rv != 0)

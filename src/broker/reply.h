@@ -44,6 +44,8 @@ struct fxb_reply {
 /* The same bound over all the streams of one connection. */
 #define FXB_CONN_REPLIES_HIGH 4096u
 #define FXB_CONN_REPLIES_LOW 3072u
+/* A commit ack answered at once because its timer could not be armed. */
+#define FXB_COMMIT_TIMER_TEXT "publish commit wait failed: out of memory for its timer"
 
 /* A bidi stream's replies in request order. At FXB_REPLIES_HIGH queued the
  * stream stops reading (a client that sends requests but does not read the

@@ -16,6 +16,9 @@
 
 typedef struct fxb_bidi fxb_bidi;
 
+/* frame_read_timeout when fx_broker_opts leaves it 0. */
+#define FXB_FRAME_READ_TIMEOUT_DEFAULT_NS (10000 * FX_NS_PER_MS)
+
 /* Checkpoint-3 bytes of the frame being read on a bidi stream, reserved
  * from the connection's budget when its header arrived and handed to its
  * publish job (fxb_ingress_resv_adopt), else released once it is handled.

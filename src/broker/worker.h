@@ -11,6 +11,12 @@
 #include "base/placement.h"
 #include "broker/broker_internal.h"
 
+/* Jobs one worker turn takes before yielding to other tasks. */
+#define FXB_WORKER_BATCH 64
+/* Close reason of a connection closed by subscriber_block_timeout
+ * (FXB_CODE_SLOW_SUBSCRIBER). */
+#define FXB_SLOW_SUBSCRIBER_TEXT "subscriber blocked longer than subscriber_block_timeout_ms"
+
 /* A worker loop: owns its streams, drains its job queue (checkpoint 4),
  * appends and fans out (checkpoint 5) and runs its streams' feeders. */
 struct fxb_worker {

@@ -18,6 +18,17 @@
 #include "broker/sub.h"
 #include "felix/error.h"
 
+void fxb_conn_writer_init(fxb_conn *c)
+{
+    fx_task_init(&c->writer.task, fxb_writer_run, c);
+    fx_timer_init(&c->writer.flush_timer, fxb_writer_flush_due, c);
+}
+
+void fxb_conn_writer_deinit(fxb_conn *c)
+{
+    fx_loop_timer_cancel(c->loop, &c->writer.flush_timer);
+}
+
 void fxb_sub_writer_deinit(fxb_sub *sub)
 {
     if (sub->writer.cur != NULL && sub->writer.cur_charged)
@@ -129,8 +140,8 @@ static bool hold_flush(fxb_conn *c, fxb_sub *sub, bool fin)
         sub->writer.flush_since = 0;
         return false;
     }
-    if ((!fx_timer_is_armed(&c->flush_timer) || c->flush_timer.deadline_ns > due) &&
-        fx_loop_timer_arm(c->loop, &c->flush_timer, due) != 0) {
+    if ((!fx_timer_is_armed(&c->writer.flush_timer) || c->writer.flush_timer.deadline_ns > due) &&
+        fx_loop_timer_arm(c->loop, &c->writer.flush_timer, due) != 0) {
         sub->writer.flush_since = 0; /* no timer would end the hold: send now instead */
         return false;
     }
@@ -162,7 +173,7 @@ static bool take_list(fxb_conn *c, fxb_sub *sub, bool fin)
 static bool write_failed(fxb_conn *c, fxb_sub *sub, int rv)
 {
     if (rv == FX_EFULL) {
-        c->want_writable = true;
+        c->writer.want_writable = true;
         return false;
     }
     FX_COUNTER_INC(subscriber_disconnect);
@@ -188,7 +199,7 @@ static bool write_sub(fxb_conn *c, fxb_sub *sub)
             /* Read the flag before the lane: set after the last push. */
             bool fin = atomic_load_explicit(&sub->lane.fin_req, memory_order_acquire);
             if (budget == 0) {
-                c->writer_more = true;
+                c->writer.more = true;
                 return true;
             }
             if (!hold_decided && hold_flush(c, sub, fin))
@@ -210,8 +221,8 @@ void fxb_writer_run(fx_loop *l, fx_task *t, void *user)
     (void)l;
     (void)t;
     fxb_conn *c = user;
-    c->writer_more = false;
-    if (!c->dead && c->qc != NULL && !c->want_writable) {
+    c->writer.more = false;
+    if (!c->dead && c->qc != NULL && !c->writer.want_writable) {
         fxb_sub *next;
         for (fxb_sub *sub = c->subs; sub != NULL; sub = next) {
             next = sub->next;
@@ -219,7 +230,7 @@ void fxb_writer_run(fx_loop *l, fx_task *t, void *user)
                 break;
         }
     }
-    if (c->writer_more && !c->dead && !c->want_writable)
+    if (c->writer.more && !c->dead && !c->writer.want_writable)
         fxb_conn_kick_writer(c); /* after the tasks queued meanwhile */
     fxb_conn_unref(c);
 }

@@ -1,10 +1,10 @@
 /* The connection writer (QUIC egress, writer.c): writes the frame lists of
  * a connection's subscriptions from their lanes. Connection loop. Owns a
- * subscription's writer part (fxb_sub.writer) and fxb_conn's writer_more,
- * want_writable and flush_timer. Waking it: fxb_conn_kick_writer
- * (conn_life.h). */
-/* broker_internal.h embeds fxb_sub_writer in fxb_sub and includes this
- * header back: it comes first, outside the guard. */
+ * subscription's writer part (fxb_sub.writer) and a connection's
+ * (fxb_conn.writer). Waking it: fxb_conn_kick_writer (conn_life.h). */
+/* broker_internal.h embeds fxb_sub_writer in fxb_sub and fxb_conn_writer in
+ * fxb_conn and includes this header back: it comes first, outside the
+ * guard. */
 #include "broker/broker_internal.h"
 
 #ifndef FX_BROKER_WRITER_H
@@ -35,10 +35,25 @@ typedef struct fxb_sub_writer {
  * Any thread, by the last reference. */
 void fxb_sub_writer_deinit(fxb_sub *sub);
 
-/* Timer callback (fxb_conn.flush_timer): a held flush is due; runs the
+/* A connection's writer part (fxb_conn.writer). Connection loop only: the
+ * writer, and the replies (reply.c) and on_writable (conn.c), which wait for
+ * the unacked cap to fall. */
+typedef struct fxb_conn_writer {
+    bool want_writable; /* a send hit the unacked cap: wait for on_writable */
+    fx_task task;
+    bool more;             /* a subscription stopped at its flush limit: go on */
+    fx_timer flush_timer;  /* the earliest held flush (flush_max_delay) is due */
+} fxb_conn_writer;
+
+/* Sets up |c|'s writer part: its task and flush timer (at creation). */
+void fxb_conn_writer_init(fxb_conn *c);
+/* Cancels its flush timer (the connection closed). Connection loop. */
+void fxb_conn_writer_deinit(fxb_conn *c);
+
+/* Timer callback (fxb_conn.writer.flush_timer): a held flush is due; runs the
  * writer. Connection loop. */
 void fxb_writer_flush_due(fx_loop *l, fx_timer *t, void *user);
-/* Task callback (fxb_conn.writer_task). Connection loop. */
+/* Task callback (fxb_conn.writer.task). Connection loop. */
 void fxb_writer_run(fx_loop *l, fx_task *t, void *user);
 
 #endif

@@ -71,7 +71,7 @@ static inline fix *fix_new(void (*tune)(fx_broker_opts *o))
     f->c.loop = f->loop;
     f->c.id = 7;
     atomic_init(&f->c.refs, 1);
-    fx_task_init(&f->c.writer_task, fix_on_writer, f);
+    fx_task_init(&f->c.writer.task, fix_on_writer, f);
     assert_int_equal(fxb_conn_lanes_init(&f->c), 0);
     return f;
 }

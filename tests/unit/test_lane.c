@@ -47,17 +47,17 @@ static void many_lanes(fx_broker_opts *o)
 static void test_lane_count_from_options(void **state)
 {
     fix *f = fix_new(NULL); /* 4 lanes by default */
-    assert_int_equal(f->c.nlanes, 4);
-    for (uint32_t i = 0; i < f->c.nlanes; i++) {
-        assert_int_equal(f->c.lanes[i].index, i);
-        assert_int_equal(f->c.lanes[i].capacity, 64);
+    assert_int_equal(f->c.lanes.n, 4);
+    for (uint32_t i = 0; i < f->c.lanes.n; i++) {
+        assert_int_equal(f->c.lanes.lane[i].index, i);
+        assert_int_equal(f->c.lanes.lane[i].capacity, 64);
     }
     fix_free(f);
     f = fix_new(many_lanes); /* clamped by max_subscriber_writer_lanes */
-    assert_int_equal(f->c.nlanes, 8);
+    assert_int_equal(f->c.lanes.n, 8);
     fix_free(f);
     f = fix_new(single_writer);
-    assert_int_equal(f->c.nlanes, 1);
+    assert_int_equal(f->c.lanes.n, 1);
     fix_free(f);
 }
 
@@ -83,7 +83,7 @@ static void expect_subscriber_id_hash(fx_broker_lane_shard shard)
     }
     for (int i = 0; i < 4; i++)
         assert_true(used[i]); /* consecutive ids spread over every lane */
-    assert_int_equal(f->c.rr_next, 0);
+    assert_int_equal(f->c.lanes.rr_next, 0);
     fix_free(f);
 }
 
@@ -122,7 +122,7 @@ static void test_round_robin_pin_takes_lanes_in_turn(void **state)
         subs[i] = fix_sub(f, 100 - (uint64_t)i); /* the ids do not matter */
         assert_int_equal(subs[i]->lane.lane->index, (uint32_t)i % 3);
     }
-    assert_int_equal(f->c.rr_next, 7);
+    assert_int_equal(f->c.lanes.rr_next, 7);
     for (int i = 0; i < 7; i++)
         fix_sub_free(subs[i]);
     fix_free(f);
