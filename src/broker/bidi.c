@@ -360,7 +360,7 @@ static void credit(fxb_bidi *s)
 static bool blocked(const fxb_bidi *s)
 {
     return s->admit.parked != NULL || s->admit.deferred != NULL || s->resv.wait ||
-           s->replies.full || s->conn->replies_full;
+           s->replies.full || s->conn->replies.full;
 }
 
 /* True when the next frame in |p|[0..|n|) (the decoder is between frames)

@@ -2,7 +2,8 @@
  * between them (fx_broker, fxb_conn, fxb_bidi, fxb_job, fxb_sub) and the
  * FXB_ constants; fxb_worker is worker.h's, fxb_lane lane.h's, fxb_reply
  * reply.h's. A part a shared struct embeds is defined in the header of the
- * stage that owns it (fxb_conn's: conn_auth.h, writer.h, conn_life.h;
+ * stage that owns it (fxb_conn's: conn_auth.h, writer.h, conn_life.h,
+ * reply.h;
  * fxb_bidi's: resv.h, admission.h, reply.h, resolve.h; fxb_sub's: feeder.h,
  * lane.h, writer.h, durable.h), and this file includes
  * those headers for the full types. No stage function is declared here: each
@@ -15,7 +16,6 @@
 #ifndef FX_BROKER_INTERNAL_H
 #define FX_BROKER_INTERNAL_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,11 +24,9 @@
 #include "base/budget.h"
 #include "base/buf.h"
 #include "base/loop.h"
-#include "base/queue.h"
 #include "broker/admission.h"
 #include "broker/broker.h"
 #include "broker/envelope.h"
-#include "broker/idtable.h"
 #include "broker/ingress.h"
 #include "broker/peers.h"
 #include "broker/registry.h"
@@ -131,7 +129,7 @@ enum { FXB_KIND_BIDI = 1, FXB_KIND_SUB = 2 };
 /* One client connection. Loop fields: its endpoint loop only; the refcount
  * is atomic because jobs (worker threads) hold the connection's budget. Its
  * parts: |auth| (conn_auth.h), |writer| (writer.h), |lanes| (conn_life.h),
- * each set up by its stage's _init. */
+ * |replies| (reply.h), each set up by its stage's _init where it has one. */
 struct fxb_conn {
     atomic_int refs;
     fx_broker *b;
@@ -144,16 +142,12 @@ struct fxb_conn {
     fxb_sub *subs;    /* live subscriptions (list) */
     uint32_t nsubs;
     bool dead;
-    bool counted;            /* holds one of max_connections (b->nconns) */
-    fxb_conn *cnext, *cprev; /* on b->conns */
-    fxb_conn_auth auth;      /* pre-auth limits and token lifetime (conn_auth.h) */
-    fxb_conn_writer writer;  /* the writer's wait, wake-up and flush timer (writer.h) */
-    fxb_conn_lanes lanes;    /* its writer lanes (conn_life.h) */
-    /* Replies queued on all its bidi streams: at FXB_CONN_REPLIES_HIGH every
-     * stream of the connection stops reading until they fall to
-     * FXB_CONN_REPLIES_LOW. */
-    size_t nreplies;
-    bool replies_full;
+    bool counted;             /* holds one of max_connections (b->nconns) */
+    fxb_conn *cnext, *cprev;  /* on b->conns */
+    fxb_conn_auth auth;       /* pre-auth limits and token lifetime (conn_auth.h) */
+    fxb_conn_writer writer;   /* the writer's wait, wake-up and flush timer (writer.h) */
+    fxb_conn_lanes lanes;     /* its writer lanes (conn_life.h) */
+    fxb_conn_replies replies; /* replies queued on all its streams (reply.h) */
     /* Drain (control.c): what the connection's progress looked like at the
      * last stall check. */
     uint64_t drain_sig[3];
@@ -179,9 +173,9 @@ struct fxb_bidi {
     bool sub_pending; /* a subscribe is waiting for its worker: hold the FIN */
     size_t credit_owed;
     /* When the claims lapse (Unix seconds; INT64_MAX = never). Before auth:
-     * counted in conn->unauth_streams; |auth_timer| resets the stream at
+     * counted in conn->auth.unauth_streams; |auth_timer| resets the stream at
      * auth_timeout_ms; |preauth_charge| bytes of the frame being read are
-     * counted in conn->preauth_bytes. */
+     * counted in conn->auth.preauth_bytes. */
     int64_t auth_exp_s;
     bool unauth_counted;
     size_t preauth_charge;

@@ -201,7 +201,8 @@ static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
         FX_LOG_RATELIMITED(&unauth_streams_rl, fx_loop_now(c->loop), FX_LOG_WARN, "broker",
                            "conn %llu stream %lld reset: %u streams already wait for auth "
                            "(max_unauth_streams_per_conn)",
-                           (unsigned long long)c->id, (long long)sid, (unsigned)c->auth.unauth_streams);
+                           (unsigned long long)c->id, (long long)sid,
+                           (unsigned)c->auth.unauth_streams);
         fx_quic_stream_reset(qc, sid, FXB_CODE_MALFORMED);
         return;
     }

@@ -2,8 +2,9 @@
  * accept to close, the endpoint's connection list, the limits before
  * authentication (deadline, per address, unauthenticated streams).
  * Connection loop. Owns struct fxb_conn's loop fields and fxb_ep's list
- * (its references and lanes: conn_life.h; its authentication state:
- * conn_auth.h). */
+ * (its references and lanes part: conn_life.h; its auth part, which the
+ * limits before authentication write: conn_auth.h; its writer part:
+ * writer.h; its reply count: reply.h). */
 #ifndef FX_BROKER_CONN_H
 #define FX_BROKER_CONN_H
 

@@ -127,13 +127,13 @@ static void reply_push(fxb_bidi *s, fxb_reply *r)
         s->replies.full = true;
     /* The per-stream mark alone lets a client with many streams queue
      * HIGH replies on each: bound the connection too. */
-    if (++c->nreplies >= FXB_CONN_REPLIES_HIGH && !c->replies_full) {
-        c->replies_full = true;
+    if (++c->replies.n >= FXB_CONN_REPLIES_HIGH && !c->replies.full) {
+        c->replies.full = true;
         FX_COUNTER_INC(broker_conn_replies_full);
         FX_LOG_RATELIMITED(&conn_replies_rl, fx_loop_now(c->loop), FX_LOG_WARN, "broker",
                            "conn %llu: %zu replies unread by the client: its streams stop "
                            "reading until it reads them",
-                           (unsigned long long)c->id, c->nreplies);
+                           (unsigned long long)c->id, c->replies.n);
     }
 }
 
@@ -148,9 +148,9 @@ static void post_resume(fxb_bidi *s)
  * again (each one still blocked by its own mark stays so). */
 static void conn_replies_drained(fxb_conn *c)
 {
-    if (!c->replies_full || c->nreplies > FXB_CONN_REPLIES_LOW)
+    if (!c->replies.full || c->replies.n > FXB_CONN_REPLIES_LOW)
         return;
-    c->replies_full = false;
+    c->replies.full = false;
     for (fxb_bidi *s = c->bidis; s != NULL; s = s->next)
         if (!s->closed)
             post_resume(s);
@@ -174,7 +174,7 @@ void fxb_reply_drop_all(fxb_bidi *s)
         fxb_reply_unref(r);
     }
     s->replies.tail = NULL;
-    s->conn->nreplies -= s->replies.n;
+    s->conn->replies.n -= s->replies.n;
     s->replies.n = 0;
     conn_replies_drained(s->conn);
 }
@@ -306,7 +306,7 @@ void fxb_bidi_flush(fxb_bidi *s)
         if (s->replies.head == NULL)
             s->replies.tail = NULL;
         s->replies.n--;
-        c->nreplies--;
+        c->replies.n--;
         r->owner = NULL;
         fxb_reply_unref(r);
     }

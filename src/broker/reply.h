@@ -2,9 +2,9 @@
  * commit acks completed by workers, the reply bounds that stop a stream's
  * reading. Connection loop (fxb_reply_complete and fxb_reply_unref: any
  * thread). Owns struct fxb_reply, struct fxb_replyq (fxb_bidi.replies; its
- * |task| is the resume callback bidi.c registers) and fxb_conn's nreplies,
- * replies_full. Stands alone (no broker_internal.h): that header embeds
- * fxb_replyq. */
+ * |task| is the resume callback bidi.c registers) and struct
+ * fxb_conn_replies (fxb_conn.replies). Stands alone (no broker_internal.h):
+ * that header embeds fxb_replyq and fxb_conn_replies. */
 #ifndef FX_BROKER_REPLY_H
 #define FX_BROKER_REPLY_H
 
@@ -58,6 +58,15 @@ typedef struct fxb_replyq {
     fx_task task;
     fx_timer commit_timer; /* the head commit ack's ack_wait_timeout */
 } fxb_replyq;
+
+/* A connection's reply count (fxb_conn.replies): the replies queued on all
+ * its bidi streams. At FXB_CONN_REPLIES_HIGH every stream of the connection
+ * stops reading until they fall to FXB_CONN_REPLIES_LOW. Zeroed at
+ * creation; connection loop. */
+typedef struct fxb_conn_replies {
+    size_t n;
+    bool full;
+} fxb_conn_replies;
 
 /* Sets up |s|'s reply queue (at creation); |on_room| runs on the stream's
  * loop (|user| is |s|) once a full queue fell to FXB_REPLIES_LOW. */

@@ -9,7 +9,9 @@
 #define FX_BROKER_WORKER_H
 
 #include "base/placement.h"
+#include "base/queue.h"
 #include "broker/broker_internal.h"
+#include "broker/idtable.h"
 
 /* Jobs one worker turn takes before yielding to other tasks. */
 #define FXB_WORKER_BATCH 64

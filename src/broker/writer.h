@@ -41,8 +41,8 @@ void fxb_sub_writer_deinit(fxb_sub *sub);
 typedef struct fxb_conn_writer {
     bool want_writable; /* a send hit the unacked cap: wait for on_writable */
     fx_task task;
-    bool more;             /* a subscription stopped at its flush limit: go on */
-    fx_timer flush_timer;  /* the earliest held flush (flush_max_delay) is due */
+    bool more;            /* a subscription stopped at its flush limit: go on */
+    fx_timer flush_timer; /* the earliest held flush (flush_max_delay) is due */
 } fxb_conn_writer;
 
 /* Sets up |c|'s writer part: its task and flush timer (at creation). */
