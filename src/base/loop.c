@@ -806,8 +806,13 @@ void fx_loop_stop(fx_loop *l)
     if (fx_loop_is_current(l))
         return; /* the loop checks |stop| before its next wait */
     ring(l);
-    if (atomic_exchange_explicit(&l->joinable, false, memory_order_acq_rel))
+    if (atomic_exchange_explicit(&l->joinable, false, memory_order_acq_rel)) {
         pthread_join(l->thread, NULL);
+        /* The thread has ended, so this request is consumed too: had the
+         * loop stopped itself first, its exit cleared |stop| before this
+         * call set it again. */
+        atomic_store_explicit(&l->stop, false, memory_order_relaxed);
+    }
 }
 
 /* ---- lifecycle --------------------------------------------------------- */

@@ -242,6 +242,10 @@ struct fxb_sub {
      * and key removal. */
     void *auth_ctx;
     int64_t auth_exp_s; /* INT64_MAX = never */
+    /* Frees the stage parts below, set by the constructor (subscribe.c,
+     * which sits above every stage it built them with): the last
+     * fxb_sub_unref, on any thread, calls it without naming those stages. */
+    void (*free_parts)(fxb_sub *sub);
     fxb_feeder feed;
     fxb_sub_lane lane;
     fxb_sub_writer writer;

@@ -8,11 +8,8 @@
 
 #include "base/metrics.h"
 #include "broker/conn_life.h"
-#include "broker/durable.h"
-#include "broker/feeder.h"
 #include "broker/lane.h"
 #include "broker/worker.h"
-#include "broker/writer.h"
 
 /* ---- references and tasks ---------------------------------------------------------------- */
 
@@ -33,11 +30,8 @@ void fxb_sub_unref(fxb_sub *sub)
 {
     if (atomic_fetch_sub_explicit(&sub->refs, 1, memory_order_acq_rel) != 1)
         return;
-    fxb_feeder_deinit(&sub->feed);
-    fxb_sub_writer_deinit(sub);
-    fxb_sub_lane_deinit(&sub->lane);
+    sub->free_parts(sub);
     fx_stream_handle_unref(sub->h);
-    fxb_sub_dur_deinit(&sub->dur);
     const fx_broker_auth *a = &sub->b->o.auth;
     if (sub->auth_ctx != NULL && a->release != NULL)
         a->release(a->user, sub->auth_ctx);

@@ -14,12 +14,14 @@
 #include "base/metrics.h"
 #include "broker/bidi_life.h"
 #include "broker/conn_life.h"
+#include "broker/durable.h"
 #include "broker/feeder.h"
 #include "broker/lane.h"
 #include "broker/reply.h"
 #include "broker/resolve.h"
 #include "broker/sub.h"
 #include "broker/worker.h"
+#include "broker/writer.h"
 #include "felix/error.h"
 
 /* ---- subscribe exchange ------------------------------------------------------------------ */
@@ -129,6 +131,15 @@ static int parse_start(const fx_msg *m, fx_start *st)
     }
 }
 
+/* fxb_sub.free_parts of a subscription built by sub_new. */
+static void sub_free_parts(fxb_sub *sub)
+{
+    fxb_feeder_deinit(&sub->feed);
+    fxb_sub_writer_deinit(sub);
+    fxb_sub_lane_deinit(&sub->lane);
+    fxb_sub_dur_deinit(&sub->dur);
+}
+
 static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
 {
     fxb_conn *c = s->conn;
@@ -141,6 +152,7 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
         return NULL;
     }
     sub->kind = FXB_KIND_SUB;
+    sub->free_parts = sub_free_parts;
     atomic_init(&sub->refs, 1);
     atomic_init(&sub->closed, false);
     atomic_init(&sub->active, false);
