@@ -351,7 +351,7 @@ static void settle(run *x)
 
 static bool bidi_blocked(const fxb_bidi *s)
 {
-    return s->parked != NULL || s->resv_wait || s->replies_full || s->sub_pending;
+    return s->admit.parked != NULL || s->resv.wait || s->replies.full || s->sub_pending;
 }
 
 /* Settled, a bidi stream that is not blocked has credited every byte it
