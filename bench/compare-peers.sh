@@ -21,8 +21,8 @@
 #   PEERS      the peers folder (default <repo>/../shared/peers)
 #   OUTDIR     where JSONL and logs go (default /tmp/felix-compare/<timestamp>)
 #   QUIET_MAX_S  passed to run-peers.sh (default 10: wait at most 10 s for a quiet host)
-# needs: apt-get install -y nats-server libnats-dev redis-server libhiredis-dev mosquitto
-#        libmosquitto-dev jq
+# needs: scripts/deps.sh --peers (nats-server libnats-dev redis-server libhiredis-dev mosquitto
+#        libmosquitto-dev jq)
 # Cells: 1 KiB throughput fanout 1 and 10, each twice: one message per publish call (the
 # peers' shape, felix-bench's default --batch 1) and --batch 64 (64 messages per
 # fx_publish_batch call), both beside NATS TLS, which publishes one message per call; 1 KiB

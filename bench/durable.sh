@@ -47,7 +47,7 @@
 #                    sync; echo 3 > /proc/sys/vm/drop_caches) or file (the default otherwise: sync,
 #                    then evict only the segment files' pages, dd iflag=nocache count=0, which
 #                    needs no root and leaves the rest of the machine's cache alone)
-# needs: jq; for JetStream: apt-get install -y nats-server libnats-dev (run-peers.sh builds
+# needs: jq; for JetStream: nats-server libnats-dev (scripts/deps.sh --peers; run-peers.sh builds
 # peerbench)
 # Only the PIDs this script starts are signalled.
 set -euo pipefail

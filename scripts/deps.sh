@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Felix-C needs to build and test.
 # Safe to run repeatedly: it only calls apt-get when a package is missing.
-# Usage: scripts/deps.sh [--fuzz]   (--fuzz adds clang and libFuzzer's runtime)
+# Usage: scripts/deps.sh [--fuzz | --peers]
+#   --fuzz   adds clang and libFuzzer's runtime
+#   --peers  adds the brokers and client libraries the benchmark scripts compare with
+#            (bench/compare-peers.sh, bench/durable.sh: ../shared/peers/run-peers.sh) and jq
 set -euo pipefail
 
 pkgs=(
@@ -17,9 +20,12 @@ pkgs=(
     help2man dpkg-dev systemd man-db
     python3 python3-pytest python3-setuptools python3-venv python3-pip
 )
-if [ "${1:-}" = "--fuzz" ]; then
-    pkgs+=(clang libclang-rt-14-dev)
-fi
+case "${1:-}" in
+    --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
+    --peers) pkgs+=(nats-server libnats-dev redis-server libhiredis-dev mosquitto libmosquitto-dev jq) ;;
+    "") ;;
+    *) echo "usage: scripts/deps.sh [--fuzz | --peers]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do
