@@ -7,22 +7,20 @@
  * "fx-replay-N") are fake loops too, so a test can hold them back. */
 /* fx-test-libs: fx_broker fx_storage fx_wire fx_base */
 #include "unit/conn_fixture.h"
+#include "unit/dur_fixture.h"
 
 #include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/memio.h"
 
-#define ROOT "/fxdur"
-
-static fx_memio *mem; /* the file system of the broker being built */
 static bool on_commit;
 static uint32_t ring; /* log_capacity; 0 = the default */
 
 static void durable(fx_broker_opts *o, fq_config *q)
 {
     (void)q;
-    o->durable.dir = ROOT;
-    o->durable.io = fx_memio_sio(mem);
+    o->durable.dir = DF_ROOT;
+    o->durable.io = fx_memio_sio(df_mem);
     o->durable.durable_default = true;
     o->durable.fsync_mode = on_commit ? FX_FSYNC_ON_COMMIT : FX_FSYNC_NONE;
     o->durable.segment_bytes = 1 << 20;
@@ -34,7 +32,7 @@ static void durable(fx_broker_opts *o, fq_config *q)
 
 static cf *d_new(bool commit, uint32_t log_capacity)
 {
-    assert_int_equal(fx_memio_new(&mem), 0);
+    assert_int_equal(fx_memio_new(&df_mem), 0);
     on_commit = commit;
     ring = log_capacity;
     return cf_new(durable);
@@ -43,50 +41,8 @@ static cf *d_new(bool commit, uint32_t log_capacity)
 static void d_free(cf *f)
 {
     cf_free(f);
-    fx_memio_free(mem);
-    mem = NULL;
-}
-
-/* Reads t1/default/|stream|'s log (its broker freed or not writing) into
- * |out| ("payload\n" each); returns the log's next offset. */
-static uint64_t read_log(const char *stream, char *out, size_t cap)
-{
-    fx_sio *io = fx_memio_sio(mem);
-    fx_catalog *cat;
-    char err[512], dir[1024];
-    if (fx_catalog_open(&cat, io, ROOT, err, sizeof(err)) != 0)
-        fail_msg("the catalogue: %s", err);
-    const fx_catalog_entry *ce = fx_catalog_find(cat, "t1", "default", stream);
-    assert_non_null(ce);
-    assert_int_equal(fx_catalog_dir_path(cat, ce, dir, sizeof(dir)), 0);
-    fx_catalog_free(cat);
-    fx_dlog_config c;
-    fx_dlog_config_default(&c);
-    c.segment_bytes = 1 << 20;
-    c.preallocate = false;
-    c.io = io;
-    fx_dlog *log;
-    assert_int_equal(fx_dlog_open(&log, dir, &c, 1, NULL), 0);
-    fx_dlog_page pg;
-    fx_dlog_page_init(&pg);
-    size_t len = 0;
-    out[0] = '\0';
-    for (uint64_t from = fx_dlog_first_offset(log);;) {
-        assert_int_equal(fx_dlog_read(log, from, 4096, 64, &pg), 0);
-        if (pg.n == 0)
-            break;
-        for (size_t i = 0; i < pg.n; i++) {
-            int n = snprintf(out + len, cap - len, "%.*s\n", (int)pg.recs[i].len,
-                             (const char *)pg.recs[i].data);
-            assert_true(n > 0 && (size_t)n < cap - len);
-            len += (size_t)n;
-        }
-        from = pg.next;
-    }
-    fx_dlog_page_deinit(&pg);
-    uint64_t next = fx_dlog_next_offset(log);
-    fx_dlog_close(log, false);
-    return next;
+    fx_memio_free(df_mem);
+    df_mem = NULL;
 }
 
 /* Publishes to a durable stream are acked and land in its log, in order. */
@@ -102,10 +58,10 @@ static void test_publish_appended_to_log(void **state)
     cf_expect_msg(f, 0, FX_MSG_PUBLISH_OK, NULL);
     cf_free(f); /* the logs close */
     char log[256];
-    assert_int_equal(read_log("d", log, sizeof(log)), 2);
+    assert_int_equal(df_read_log("d", log, sizeof(log)), 2);
     assert_string_equal(log, "first\nsecond\n");
-    fx_memio_free(mem);
-    mem = NULL;
+    fx_memio_free(df_mem);
+    df_mem = NULL;
 }
 
 /* ack_on_commit with fsync on_commit: no ack while the storage stage has
@@ -129,7 +85,7 @@ static void test_commit_ack_after_append(void **state)
     cf_settle(f);
     cf_expect_ack(f, 0, 5, NULL);
     char log[64];
-    assert_int_equal(read_log("d", log, sizeof(log)), 1);
+    assert_int_equal(df_read_log("d", log, sizeof(log)), 1);
     assert_string_equal(log, "kept\n");
     d_free(f);
 }
@@ -178,7 +134,7 @@ static void test_failed_append_answered(void **state)
     cf_publish_json(f, 0, "t1", "d", "warm", 1); /* the log exists */
     cf_settle(f);
     cf_expect_msg(f, 0, FX_MSG_PUBLISH_OK, NULL);
-    fx_memio_fail(mem, FX_MEMIO_PWRITE, -ENOSPC, 1);
+    fx_memio_fail(df_mem, FX_MEMIO_PWRITE, -ENOSPC, 1);
     cf_publish_json(f, 0, "t1", "d", "lost", 2);
     cf_settle(f);
     fx_msg r;
