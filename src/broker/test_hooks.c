@@ -271,20 +271,6 @@ bool fx_broker_test_deletion_held(unsigned timeout_ms)
 
 /* ---- stream placement ------------------------------------------------------ */
 
-typedef struct find_req {
-    const char *tenant, *ns, *stream;
-    fx_stream_handle *h; /* reference, or NULL */
-} find_req;
-
-static void find_cb(fx_stream_handle *h, void *user)
-{
-    find_req *r = user;
-    if (r->h == NULL && strcmp(fx_stream_handle_tenant(h), r->tenant) == 0 &&
-        strcmp(fx_stream_handle_namespace(h), r->ns) == 0 &&
-        strcmp(fx_stream_handle_stream(h), r->stream) == 0)
-        r->h = fx_stream_handle_ref(h);
-}
-
 /* One worker's part: its registered subscriptions of the stream. */
 typedef struct where_part {
     fxb_worker *w;
@@ -336,12 +322,14 @@ int fx_broker_test_stream_placement(fx_broker *b, const char *tenant, const char
 {
     if (!running(b) || tenant == NULL || ns == NULL || stream == NULL || out == NULL)
         return -EINVAL;
-    find_req r = {.tenant = tenant, .ns = ns, .stream = stream};
-    fx_registry_foreach(b->reg, find_cb, &r);
-    if (r.h == NULL)
+    fx_stream_handle *h =
+        fx_registry_find(b->reg, (fx_wire_slice){(const uint8_t *)tenant, strlen(tenant)},
+                         (fx_wire_slice){(const uint8_t *)ns, strlen(ns)},
+                         (fx_wire_slice){(const uint8_t *)stream, strlen(stream)});
+    if (h == NULL)
         return FX_ENOSTREAM;
-    int rv = stream_where(b, r.h, out);
-    fx_stream_handle_unref(r.h);
+    int rv = stream_where(b, h, out);
+    fx_stream_handle_unref(h);
     return rv;
 }
 
