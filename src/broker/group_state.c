@@ -59,13 +59,13 @@ typedef struct entry {
 } entry;
 _Static_assert(sizeof(entry) <= 40, "a pending entry stays within 40 bytes");
 
-typedef struct member {
+typedef struct gmember {
     bool used;
     uint32_t window;
     uint32_t ack_wait_ms;
     uint32_t held;
     uint64_t turn; /* the pump turn that last served it */
-} member;
+} gmember;
 
 struct fxb_gs {
     fxb_gs_config cfg;
@@ -87,7 +87,7 @@ struct fxb_gs {
     uint32_t *heap;
     uint32_t heap_n;
 
-    member *members;
+    gmember *members;
     uint32_t members_cap, n_members;
 
     /* Timer wheel: |cur| is the current tick (ms). */
@@ -622,7 +622,7 @@ void fxb_gs_set_observer(fxb_gs *g, fxb_gs_observer fn, void *user)
 
 /* ---- members ------------------------------------------------------------------- */
 
-static member *member_at(const fxb_gs *g, uint32_t id)
+static gmember *member_at(const fxb_gs *g, uint32_t id)
 {
     if (id >= g->members_cap || !g->members[id].used)
         return NULL;
@@ -636,7 +636,7 @@ int fxb_gs_member_add(fxb_gs *g, uint32_t window, uint32_t ack_wait_ms, uint32_t
         id++;
     if (id == g->members_cap) {
         uint32_t cap = g->members_cap ? g->members_cap * 2 : 4;
-        member *nm = realloc(g->members, cap * sizeof(*nm));
+        gmember *nm = realloc(g->members, cap * sizeof(*nm));
         if (nm == NULL)
             return -ENOMEM;
         memset(nm + g->members_cap, 0, (cap - g->members_cap) * sizeof(*nm));
@@ -651,7 +651,7 @@ int fxb_gs_member_add(fxb_gs *g, uint32_t window, uint32_t ack_wait_ms, uint32_t
         ack_wait_ms = g->cfg.ack_wait_ms;
     if (ack_wait_ms > g->cfg.max_ack_wait_ms)
         ack_wait_ms = g->cfg.max_ack_wait_ms;
-    g->members[id] = (member){.used = true, .window = window, .ack_wait_ms = ack_wait_ms};
+    g->members[id] = (gmember){.used = true, .window = window, .ack_wait_ms = ack_wait_ms};
     g->n_members++;
     *pid = id;
     return 0;
@@ -660,7 +660,7 @@ int fxb_gs_member_add(fxb_gs *g, uint32_t window, uint32_t ack_wait_ms, uint32_t
 void fxb_gs_member_remove(fxb_gs *g, uint32_t id, uint64_t now_us)
 {
     (void)now_us; /* its records are AVAILABLE at once: no timer to arm */
-    member *m = member_at(g, id);
+    gmember *m = member_at(g, id);
     if (m == NULL)
         return;
     for (uint32_t i = 0; i < g->slab_used && m->held > 0; i++) {
@@ -676,13 +676,13 @@ void fxb_gs_member_remove(fxb_gs *g, uint32_t id, uint64_t now_us)
 
 uint32_t fxb_gs_member_held(const fxb_gs *g, uint32_t id)
 {
-    member *m = member_at(g, id);
+    gmember *m = member_at(g, id);
     return m ? m->held : 0;
 }
 
 uint32_t fxb_gs_member_window(const fxb_gs *g, uint32_t id)
 {
-    member *m = member_at(g, id);
+    gmember *m = member_at(g, id);
     return m ? m->window : 0;
 }
 
@@ -753,7 +753,7 @@ static void evict(fxb_gs *g, uint64_t low)
 
 /* ---- pump: runs ------------------------------------------------------------------ */
 
-static bool has_room(const member *m)
+static bool has_room(const gmember *m)
 {
     return m->used && m->held < m->window;
 }
@@ -764,13 +764,13 @@ static uint32_t pick_member(const fxb_gs *g)
 {
     uint32_t best = NONE;
     for (uint32_t i = 0; i < g->members_cap; i++) {
-        const member *m = &g->members[i];
+        const gmember *m = &g->members[i];
         if (!has_room(m) || m->turn == g->turn)
             continue;
         if (best == NONE)
             best = i;
         else {
-            const member *b = &g->members[best];
+            const gmember *b = &g->members[best];
             if ((uint64_t)m->held * b->window < (uint64_t)b->held * m->window)
                 best = i;
         }
@@ -780,7 +780,7 @@ static uint32_t pick_member(const fxb_gs *g)
 
 static void acquire(fxb_gs *g, entry *e, uint32_t id, uint64_t now_us)
 {
-    member *m = &g->members[id];
+    gmember *m = &g->members[id];
     e->state = ST_ACQUIRED;
     e->aux = id;
     e->attempts++;
@@ -803,7 +803,8 @@ static uint32_t run_redeliver(fxb_gs *g, uint32_t id, uint32_t lim, uint64_t now
         acquire(g, e, id, now_us);
         n++;
     }
-    g->stats.redelivered += n;
+    if (r->attempt > 1)
+        g->stats.redelivered += n;
     return n;
 }
 
@@ -843,7 +844,7 @@ static uint32_t run_first(fxb_gs *g, const fxb_gs_view *v, uint32_t id, uint32_t
 static bool give_run(fxb_gs *g, const fxb_gs_view *v, uint32_t id, uint64_t now_us, fxb_gs_run *r,
                      bool *capped)
 {
-    member *m = &g->members[id];
+    gmember *m = &g->members[id];
     uint32_t lim = m->window - m->held, n;
     if (lim > g->cfg.max_run)
         lim = g->cfg.max_run;
@@ -1255,7 +1256,7 @@ size_t fxb_gs_memory(const fxb_gs *g)
 {
     return sizeof(*g) + (size_t)g->slab_cap * sizeof(entry) +
            (size_t)g->table_cap * sizeof(uint32_t) + (size_t)g->slab_cap * sizeof(uint32_t) +
-           (size_t)g->members_cap * sizeof(member);
+           (size_t)g->members_cap * sizeof(gmember);
 }
 
 /* ---- recovery ------------------------------------------------------------------------ */
