@@ -398,6 +398,58 @@ static void test_in_progress_extends_the_lease_capped_by_max_ack_wait(void **sta
     fxb_gs_free(g);
 }
 
+/* Waits on every level of the wheel (this epoch, the next 511 epochs, the
+ * overflow list) fire at their time, not before, and next_deadline names
+ * each in turn. */
+static void test_far_deadlines_on_every_wheel_level_fire_on_time(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t m = add_member(g, 100);
+    fxb_gs_run r[8];
+    pump(g, 0, 5, T0, r, 8);
+    const uint64_t delay_ms[5] = {3, 900, 10000, 2400000, 3 * 3600000};
+    for (uint64_t o = 0; o < 5; o++)
+        assert_int_equal(fxb_gs_nak(g, m, o, 1, (int64_t)delay_ms[4 - o], T0), FXB_GS_OK);
+    uint64_t now = T0;
+    for (int k = 0; k < 5; k++) {
+        uint64_t due = T0 + delay_ms[k] * MS;
+        assert_int_equal(fxb_gs_next_deadline(g), due);
+        /* Step up to just before it in uneven strides: nothing fires. */
+        while (now + 777 * MS < due) {
+            now += 777 * MS;
+            assert_int_equal(fxb_gs_expire(g, now), 0);
+        }
+        assert_int_equal(fxb_gs_expire(g, due - 1), 0);
+        assert_int_equal(fxb_gs_expire(g, due), 1);
+        assert_int_equal(info(g).available, (uint32_t)k + 1);
+        now = due;
+    }
+    assert_int_equal(fxb_gs_next_deadline(g), UINT64_MAX);
+    assert_int_equal(fxb_gs_stats_of(g)->late[0], 5);
+    fxb_gs_free(g);
+}
+
+/* A clock jump of hours fires everything due, once. */
+static void test_expire_after_a_long_jump_fires_everything_due_once(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t m = add_member(g, 100);
+    fxb_gs_run r[8];
+    pump(g, 0, 4, T0, r, 8);
+    assert_int_equal(fxb_gs_nak(g, m, 0, 1, 3600000, T0), FXB_GS_OK);
+    assert_int_equal(fxb_gs_nak(g, m, 1, 1, 60000, T0), FXB_GS_OK);
+    assert_int_equal(fxb_gs_expire(g, T0 + 5 * 3600000 * MS), 4);
+    assert_int_equal(fxb_gs_expire(g, T0 + 6 * 3600000 * MS), 0);
+    assert_int_equal(info(g).available, 4);
+    assert_int_equal(fxb_gs_stats_of(g)->expired, 2);
+    assert_int_equal(fxb_gs_stats_of(g)->late[FXB_GS_LATE_BUCKETS - 1], 4);
+    fxb_gs_free(g);
+}
+
 /* ---- fencing ---------------------------------------------------------------------- */
 
 static void test_stale_nak_in_progress_term_release_are_refused_and_counted_per_op(void **state)
@@ -774,7 +826,7 @@ typedef struct mrec {
     uint64_t deadline;
 } mrec;
 
-#define MN 4096u /* offsets the model follows */
+#define MN 65536u /* offsets the model follows */
 #define MMEM 4u
 
 typedef struct model {
@@ -935,11 +987,11 @@ static void model_op(model *md)
     } else if (op < 70) {
         md->now += rnd(md, 8) * MS + rnd(md, 1000);
         model_expire(md);
-    } else if (op < 73) {
-        if (md->tail < MN - 64)
+    } else if (op < 75) {
+        if (md->tail < MN - 64 && md->tail < md->floor + 80)
             md->tail += rnd(md, 20);
-        if (rnd(md, 4) == 0 && md->low + 3 < md->tail)
-            md->low += rnd(md, 3);
+        if (rnd(md, 3) == 0 && md->low + 16 < md->tail)
+            md->low += 1 + rnd(md, 12);
     } else {
         model_pump(md);
     }
@@ -988,12 +1040,17 @@ static void test_random_operations_keep_the_invariants_of_a_reference_model(void
         md->rng = seed * 0x9e3779b97f4a7c15ull;
         md->now = T0;
         for (uint32_t step = 0; step < 50000; step++) {
-            if (md->tail >= MN - 64 && md->floor >= md->tail - 8)
-                break; /* the model's offsets are used up */
             model_op(md);
             model_check(md);
         }
-        assert_true(fxb_gs_stats_of(md->g)->delivered > 1000);
+        assert_true(md->tail < MN - 64); /* the model never ran out of offsets */
+        /* Every path was taken. */
+        const fxb_gs_stats *s = fxb_gs_stats_of(md->g);
+        assert_true(s->delivered > 5000 && s->redelivered > 100 && s->acked > 1000);
+        assert_true(s->expired > 100 && s->naked > 100 && s->released > 20);
+        assert_true(s->dead[1] > 10 && s->dead[2] > 2 && s->skipped > 100);
+        assert_true(s->stale[0] > 10 && s->capped > 10 && s->member_full > 10);
+        assert_true(s->parked_overflow > 0);
         fxb_gs_free(md->g);
         free(md);
     }
@@ -1031,6 +1088,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_nak_without_delay_honours_the_backoff),
     cmocka_unit_test(test_delayed_nak_parks_and_overflow_of_max_parked_is_immediate),
     cmocka_unit_test(test_in_progress_extends_the_lease_capped_by_max_ack_wait),
+    cmocka_unit_test(test_far_deadlines_on_every_wheel_level_fire_on_time),
+    cmocka_unit_test(test_expire_after_a_long_jump_fires_everything_due_once),
     cmocka_unit_test(test_stale_nak_in_progress_term_release_are_refused_and_counted_per_op),
     cmocka_unit_test(test_release_does_not_count_the_attempt),
     cmocka_unit_test(test_max_deliver_dead_letter_reported_once_settled_by_done_again_after_failed),
