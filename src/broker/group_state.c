@@ -41,6 +41,7 @@
 #define N_LISTS (LIST_DEAD + 1)
 #define MIN_SLAB 16u
 #define DEFAULT_WINDOW 256u
+#define MAX_DELAY_MS (INT64_C(1) << 40) /* about 35 years: keeps now + delay in range */
 
 enum { ST_FREE = 0, ST_ACQUIRED, ST_AVAILABLE, ST_PARKED, ST_DEAD };
 /* Entry flags; F_LEVEL says which timer counter the entry's list counts in. */
@@ -738,11 +739,13 @@ static void evict(fxb_gs *g, uint64_t low)
     uint64_t n = 0, top = low < g->next ? low : g->next;
     if (g->n_entries > 0)
         n = skip_pending_below(g, top);
-    if (low > g->next) {
+    while (low > g->next) {
         uint64_t k = low - g->next;
-        emit(g, FXB_GS_EV_SKIP, g->next, k > UINT32_MAX ? UINT32_MAX : (uint32_t)k, 0, 0, 0);
+        if (k > UINT32_MAX)
+            k = UINT32_MAX;
+        emit(g, FXB_GS_EV_SKIP, g->next, (uint32_t)k, 0, 0, 0);
         n += k;
-        g->next = low;
+        g->next += k;
     }
     g->stats.skipped += n;
     g->skipped_unreported += n;
@@ -783,7 +786,8 @@ static void acquire(fxb_gs *g, entry *e, uint32_t id, uint64_t now_us)
     gmember *m = &g->members[id];
     e->state = ST_ACQUIRED;
     e->aux = id;
-    e->attempts++;
+    if (e->attempts < UINT16_MAX) /* saturates: only reachable with max_deliver -1 */
+        e->attempts++;
     m->held++;
     g->acquired++;
     wheel_add(g, e, now_us + (uint64_t)m->ack_wait_ms * 1000, now_us);
@@ -795,10 +799,11 @@ static uint32_t run_redeliver(fxb_gs *g, uint32_t id, uint32_t lim, uint64_t now
 {
     entry *e = heap_top(g);
     r->first = e->offset;
-    r->attempt = e->attempts + 1u;
+    uint16_t a0 = e->attempts;
+    r->attempt = a0 < UINT16_MAX ? a0 + 1u : UINT16_MAX;
     uint32_t n = 0;
     while (n < lim && (e = heap_top(g)) != NULL && e->offset == r->first + n &&
-           e->attempts + 1u == r->attempt) {
+           e->attempts == a0) {
         detach(g, e);
         acquire(g, e, id, now_us);
         n++;
@@ -1016,6 +1021,8 @@ fxb_gs_result fxb_gs_nak(fxb_gs *g, uint32_t member, uint64_t offset, uint32_t a
     if (e == NULL)
         return res;
     detach(g, e);
+    if (delay_ms > MAX_DELAY_MS)
+        delay_ms = MAX_DELAY_MS;
     uint64_t delay_us = delay_ms < 0 ? backoff_us(g, e->attempts) : (uint64_t)delay_ms * 1000;
     to_parked(g, e, now_us + delay_us, now_us);
     g->stats.naked++;

@@ -96,15 +96,16 @@ typedef struct fxb_gs_stats {
 typedef struct fxb_gs_info {
     uint64_t floor, next;
     uint32_t acquired, available, parked; /* pending = acquired + available (+ parked) */
-    uint64_t pending_bytes;
+    uint64_t pending_bytes;   /* of every pending record, parked and dead ones included */
     uint32_t members;
     uint64_t capped_since_us; /* 0: not capped (5g) */
-    uint32_t dead_intents;    /* dead letters handed out by fxb_gs_pump, not yet done */
+    uint32_t dead_intents;    /* dead letters reported (or about to be) by fxb_gs_pump, not yet done */
 } fxb_gs_info;
 
 /* One run handed to a member: |count| records from |first|, all at
  * |attempt| (1 = first delivery); |skipped_before| offsets were settled
- * unread (ring eviction, retention) since this member's previous run. */
+ * unread (ring eviction, retention) since the group's previous run (to any
+ * member): each skip is reported once. */
 typedef struct fxb_gs_run {
     uint32_t member;
     uint64_t first;
@@ -169,9 +170,10 @@ size_t fxb_gs_pump(fxb_gs *g, const fxb_gs_view *v, uint64_t now_us, fxb_gs_run 
  * counts as OK, DUPLICATE or INVALID; returns the number settled now and
  * adds the refused (INVALID) count to |*pinvalid| when not NULL. */
 uint32_t fxb_gs_ack(fxb_gs *g, uint64_t first, uint32_t count, uint64_t now_us, uint32_t *pinvalid);
-/* Gives |offset| back, AVAILABLE after |delay_ms| (0 now; FXB_GS_BACKOFF the
- * group's backoff for its attempt; PARKED meanwhile, within max_parked).
- * Only the member |member| holding it at |attempt|. */
+/* Gives |offset| back, AVAILABLE after |delay_ms| (0 now; FXB_GS_BACKOFF, or
+ * any negative value, the group's backoff for its attempt; PARKED meanwhile,
+ * within max_parked). A record with no delivery left goes to the dead
+ * letters at once. Only the member |member| holding it at |attempt|. */
 fxb_gs_result fxb_gs_nak(fxb_gs *g, uint32_t member, uint64_t offset, uint32_t attempt,
                          int64_t delay_ms, uint64_t now_us);
 /* Extends the lease to now + |extend_ms| (0: the member's ack wait), capped by
@@ -191,13 +193,16 @@ void fxb_gs_dead_failed(fxb_gs *g, uint64_t offset);
 /* Earliest lease deadline or not-before time, in us; UINT64_MAX if none. */
 uint64_t fxb_gs_next_deadline(const fxb_gs *g);
 /* Lapses every lease due at |now_us| (AVAILABLE, after the backoff for its
- * attempt if any: PARKED until then) and makes due PARKED records AVAILABLE,
- * observing each lateness (now - deadline). Returns how many changed. */
+ * attempt if any: PARKED until then, within max_parked like a nak) and makes
+ * due PARKED records AVAILABLE, observing each lateness (now - deadline).
+ * Returns how many changed. */
 uint32_t fxb_gs_expire(fxb_gs *g, uint64_t now_us);
 
 /* Moves the group: every pending record is dropped, floor = next = |offset|
- * (members' held counts go to 0; their later ops on old deliveries are
- * STALE, acks below |offset| DUPLICATE). */
+ * (members' held counts go to 0). Later ops on old deliveries follow the
+ * usual rules: DUPLICATE below |offset|, INVALID at or above it until handed
+ * out again; a seek back that hands an offset out again at the same attempt
+ * to the same member cannot tell an old nak from a new one. */
 void fxb_gs_seek(fxb_gs *g, uint64_t offset);
 
 void fxb_gs_get_info(const fxb_gs *g, fxb_gs_info *out);
@@ -234,7 +239,8 @@ void fxb_gs_set_observer(fxb_gs *g, fxb_gs_observer fn, void *user);
 /* Recovery, on a group with no member and nothing pending: sets floor and
  * next (floor <= next), then adds each unsettled offset in [floor, next)
  * with its attempts so far, AVAILABLE at |not_before_us| (0: now; PARKED
- * until then). Offsets in [floor, next) never restored are settled.
+ * until then, even past max_parked). Offsets in [floor, next) never
+ * restored are settled. Restored records count 0 bytes against the byte cap.
  * 0, -EINVAL (out of order or out of range) or -ENOMEM. */
 int fxb_gs_restore(fxb_gs *g, uint64_t floor, uint64_t next);
 int fxb_gs_restore_pending(fxb_gs *g, uint64_t offset, uint32_t attempts, uint64_t not_before_us);
