@@ -498,7 +498,8 @@ static void test_release_does_not_count_the_attempt(void **state)
 
 /* ---- dead letters ------------------------------------------------------------------- */
 
-static void test_max_deliver_dead_letter_reported_once_settled_by_done_again_after_failed(void **state)
+static void
+test_max_deliver_dead_letter_reported_once_settled_by_done_again_after_failed(void **state)
 {
     (void)state;
     fxb_gs_config c = base_cfg();
@@ -706,25 +707,31 @@ static void test_observer_sees_deliver_ack_nak_release_dead_in_order(void **stat
     fxb_gs_set_observer(g, on_event, &l);
     uint32_t m = add_member(g, 100);
     fxb_gs_run r[4];
-    pump(g, 0, 3, T0, r, 4);                  /* DELIVER 0..2 @1 */
-    fxb_gs_ack(g, 0, 1, T0, NULL);            /* ACK 0 */
-    fxb_gs_nak(g, m, 1, 1, 20, T0);           /* NAK 1, not before +20 ms */
-    fxb_gs_release(g, m, 2, 1);               /* RELEASE 2, attempt 0 */
+    pump(g, 0, 3, T0, r, 4);        /* DELIVER 0..2 @1 */
+    fxb_gs_ack(g, 0, 1, T0, NULL);  /* ACK 0 */
+    fxb_gs_nak(g, m, 1, 1, 20, T0); /* NAK 1, not before +20 ms */
+    fxb_gs_release(g, m, 2, 1);     /* RELEASE 2, attempt 0 */
     fxb_gs_expire(g, T0 + 20 * MS);
-    pump(g, 0, 3, T0 + 20 * MS, r, 4);        /* DELIVER 1 @2, DELIVER 2 @1 */
-    fxb_gs_nak(g, m, 1, 2, 0, T0 + 21 * MS);  /* NAK 1 now: exhausted */
+    pump(g, 0, 3, T0 + 20 * MS, r, 4);       /* DELIVER 1 @2, DELIVER 2 @1 */
+    fxb_gs_nak(g, m, 1, 2, 0, T0 + 21 * MS); /* NAK 1 now: exhausted */
     pump(g, 0, 3, T0 + 21 * MS, r, 4);
-    fxb_gs_dead_done(g, 1);                   /* DEAD 1 */
+    fxb_gs_dead_done(g, 1); /* DEAD 1 */
     const fxb_gs_event want[] = {
         {.type = FXB_GS_EV_DELIVER, .first = 0, .count = 3, .attempt = 1},
         {.type = FXB_GS_EV_ACK, .first = 0, .count = 1},
-        {.type = FXB_GS_EV_NAK, .first = 1, .count = 1, .attempt = 1,
+        {.type = FXB_GS_EV_NAK,
+         .first = 1,
+         .count = 1,
+         .attempt = 1,
          .not_before_us = T0 + 20 * MS},
         {.type = FXB_GS_EV_RELEASE, .first = 2, .count = 1, .attempt = 0},
         {.type = FXB_GS_EV_DELIVER, .first = 1, .count = 1, .attempt = 2},
         {.type = FXB_GS_EV_DELIVER, .first = 2, .count = 1, .attempt = 1},
         {.type = FXB_GS_EV_NAK, .first = 1, .count = 1, .attempt = 2},
-        {.type = FXB_GS_EV_DEAD, .first = 1, .count = 1, .attempt = 2,
+        {.type = FXB_GS_EV_DEAD,
+         .first = 1,
+         .count = 1,
+         .attempt = 2,
          .reason = FXB_GS_DEAD_MAX_DELIVER},
     };
     assert_int_equal(l.n, sizeof(want) / sizeof(want[0]));
@@ -793,7 +800,8 @@ static void test_ten_thousand_lapsed_leases_are_each_redelivered_exactly_once(vo
     fxb_gs_free(g);
 }
 
-static void test_memory_stays_within_64_bytes_per_bounded_record_with_ten_thousand_pending(void **state)
+static void
+test_memory_stays_within_64_bytes_per_bounded_record_with_ten_thousand_pending(void **state)
 {
     (void)state;
     uint32_t m;
@@ -1101,7 +1109,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_restore_rebuilds_pending_and_settles_the_rest),
     cmocka_unit_test(test_observer_sees_deliver_ack_nak_release_dead_in_order),
     cmocka_unit_test(test_ten_thousand_lapsed_leases_are_each_redelivered_exactly_once),
-    cmocka_unit_test(test_memory_stays_within_64_bytes_per_bounded_record_with_ten_thousand_pending),
+    cmocka_unit_test(
+        test_memory_stays_within_64_bytes_per_bounded_record_with_ten_thousand_pending),
     cmocka_unit_test(test_random_operations_keep_the_invariants_of_a_reference_model),
     cmocka_unit_test(test_config_check_refuses_out_of_range_values),
 };
