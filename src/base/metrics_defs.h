@@ -356,6 +356,31 @@
       "Connections closed during a drain, from half its deadline on, because they had work "       \
       "left and made no progress")
 
+/* ---- consumer groups (src/broker/group.c) ------------------------------ */
+#define FX_METRICS_GROUP(C, G, H)                                                                  \
+    G(group_groups, "felix_group_groups", "", "Consumer groups the broker holds")                   \
+    G(group_members, "felix_group_members", "", "Members joined to consumer groups")                \
+    C(group_delivered, "felix_group_delivered_total", "",                                          \
+      "Records handed to group members, first deliveries and redeliveries")                        \
+    C(group_redelivered, "felix_group_redelivered_total", "",                                      \
+      "Records handed to group members again (attempt above 1)")                                   \
+    C(group_acked, "felix_group_acked_total", "", "Records settled by a member's ack")             \
+    C(group_stale_ops, "felix_group_stale_total", "",                                              \
+      "nak, in_progress, term and release refused because they named an attempt that is not "      \
+      "the record's current delivery, or a member that does not hold it")                          \
+    C(group_dead_max_deliver, "felix_group_dead_lettered_total", "reason=max_deliver",             \
+      "Records given up on: delivered max_deliver times, or terminated by a member")               \
+    C(group_dead_term, "felix_group_dead_lettered_total", "reason=term",                           \
+      "Records given up on: delivered max_deliver times, or terminated by a member")               \
+    C(group_dead_retried, "felix_group_dead_letter_retries_total", "",                             \
+      "Dead letters the dead-letter stream could not take at once (its worker queue full, no "     \
+      "memory): kept unsettled and tried again")                                                   \
+    C(group_send_failed, "felix_group_send_failed_total", "",                                      \
+      "Runs of records that could not be framed for a member (out of memory): given back, "        \
+      "not counted as attempts")                                                                   \
+    C(group_ops_failed, "felix_group_ops_failed_total", "",                                        \
+      "GROUP_ACKS frames the group's worker could not apply (out of memory)")
+
 /* Every list, in exposition order. A new subsystem list is added here. */
 /* ---- per-stream series -------------------------------------------------
  * Gauges labelled tenant, namespace, stream, whose label values are known only
@@ -382,6 +407,7 @@
     FX_METRICS_STORAGE(C, G, H)                                                                    \
     FX_METRICS_QUIC(C, G, H)                                                                       \
     FX_METRICS_ADMIN(C, G, H)                                                                      \
-    FX_METRICS_LIMITS(C, G, H)
+    FX_METRICS_LIMITS(C, G, H)                                                                     \
+    FX_METRICS_GROUP(C, G, H)
 
 #endif

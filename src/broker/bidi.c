@@ -22,6 +22,7 @@
 #include "broker/bidi_life.h"
 #include "broker/conn_auth.h"
 #include "broker/conn_life.h"
+#include "broker/group_req.h"
 #include "broker/parked.h"
 #include "broker/publish.h"
 #include "broker/reply.h"
@@ -225,7 +226,12 @@ static void on_auth(fxb_bidi *s, const fx_msg *m)
     s->dec.max_frame = s->conn->b->o.max_frame_bytes; /* read between frames: the next header */
     fxb_conn_on_authed(s->conn, s);
     fx_msg r;
-    fx_msg_init_auth_reply(&r, m, FXB_SERVER_FLAGS);
+    /* Felix-C's group frames (0x8000) only to a client that offered them:
+     * the original never sets the bit. */
+    uint16_t flags = FXB_SERVER_FLAGS;
+    if (m->has_client_flags && (m->client_flags & FX_FLAG_FELIXC) != 0)
+        flags |= FX_FLAG_FELIXC;
+    fx_msg_init_auth_reply(&r, m, flags);
     fxb_bidi_reply_msg(s, &r);
 }
 
@@ -294,6 +300,12 @@ static int json_dispatch(fxb_bidi *s, const fx_msg *m)
             hand_credentials(s);
         }
         break;
+    case FX_MSG_GROUP_JOIN:
+        if (allowed(s, m->tenant_id, strlen(m->tenant_id))) {
+            fxb_group_join(s, m);
+            hand_credentials(s);
+        }
+        break;
     case FX_MSG_ERROR:
         fxb_bidi_end(s);
         break;
@@ -340,6 +352,8 @@ static int on_frame(fxb_bidi *s, const fx_frame *f)
             return -1;
         }
         return fxb_publish_binary(s, f);
+    case FX_BODY_FELIXC:
+        return fxb_group_frame(s, f);
     default:
         fxb_bidi_error(s, "unexpected frame kind", true);
         return -1;
@@ -557,6 +571,10 @@ void fxb_bidi_on_data(fxb_bidi *s, const uint8_t *data, size_t len, bool fin)
     if (fin) {
         s->peer_fin = true;
         check_fin(s);
+        if (s->member != NULL) { /* a member finished its join stream: it leaves */
+            fxb_group_join_gone(s);
+            fxb_bidi_end(s);
+        }
     }
     fxb_bidi_flush(s);
 }
@@ -616,6 +634,7 @@ void fxb_bidi_close(fxb_bidi *s)
     count_discarded(s);
     s->closed = true;
     s->ended = true;
+    fxb_group_join_gone(s);
     fx_loop_timer_cancel(c->loop, &s->replies.commit_timer);
     fxb_bidi_preauth_release(s);
     fxb_ingress_resv_cancel(s);

@@ -184,6 +184,13 @@ typedef struct fx_broker_opts {
     uint32_t subscriber_queue_capacity;
     fx_queue_policy subscriber_queue_policy;
     uint32_t max_subscriptions_per_conn;
+    /* consumer groups (group.c): broker-wide defaults a group's own
+     * settings override; 0 keeps the engine's default (group_state.h) */
+    uint32_t group_visibility_timeout_ms; /* a delivery's lease [30,000] */
+    uint32_t group_max_visibility_ms;     /* cap of a lease and its extensions [600,000] */
+    uint32_t group_max_attempts;          /* deliveries before dead-lettering [5] */
+    uint32_t group_max_in_flight;         /* checkpoint 5g, records held unacked [1,000] */
+    uint32_t max_groups_per_stream;       /* [64] */
     /* ingress (checkpoints 3-4) */
     uint32_t max_frame_bytes;
     bool ack_on_commit;
@@ -411,6 +418,55 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
  * deletion is posted, FX_ENOSTREAM (|err| says which) or -ENOMEM. */
 int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             fx_registry_err *err);
+
+/* ---- consumer groups (group_admin.c) ----------------------------------------
+ * Each asks the stream's worker and waits at most |timeout_ns|. Errors:
+ * FX_ENOSTREAM (no such stream, or no such group: |err| says which),
+ * FX_ETIMEDOUT, -ENOMEM, and those listed; |err| (may be NULL) carries the
+ * sentence. Any thread but a broker loop. */
+
+/* Where a group created or moved starts. */
+enum fx_broker_group_start {
+    FX_BROKER_GROUP_START_ALL = 0, /* the oldest record the stream holds */
+    FX_BROKER_GROUP_START_NEW,     /* the next record appended */
+    FX_BROKER_GROUP_START_LAST,    /* the last record appended */
+    FX_BROKER_GROUP_START_OFFSET,  /* |offset| (at most the tail) */
+};
+
+/* Writes {"groups":[...]} (every group of the stream), or one group's object
+ * when |group| is not NULL, into |*pjson| (caller frees): floor, next, tail,
+ * lag, num_pending, num_ack_pending, acquired, available, parked,
+ * pending_bytes, capped_for_ms (null: not capped at 5g), config, members
+ * [{name, subscription_id, held, window, ack_wait_ms}], the counters
+ * (delivered, redelivered, acked, stale{...}, dead_lettered{...}, skipped,
+ * capped, member_full, parked_overflow, ...) and redelivery_lateness (a
+ * cumulative histogram in seconds). */
+int fx_broker_list_groups(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                          const char *group, uint64_t timeout_ns, char **pjson,
+                          fx_registry_err *err);
+/* Creates |group| on the stream at |start| (enum fx_broker_group_start), or
+ * finds it (|*pcreated| false; its position is left alone). Also
+ * FX_EWIRE_NAME (1 to 128 bytes), FX_ECURSOR_IN_FUTURE (offset past the
+ * tail), FX_EFULL (max_groups_per_stream), -ENOTSUP (a durable stream: not
+ * served yet). */
+int fx_broker_create_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                           const char *group, int start, uint64_t offset, uint64_t timeout_ns,
+                           bool *pcreated, fx_registry_err *err);
+/* Moves |group| to |start|: everything pending is dropped, deliveries go on
+ * from there (acks of earlier deliveries below it are duplicates). */
+int fx_broker_seek_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                         const char *group, int start, uint64_t offset, uint64_t timeout_ns,
+                         fx_registry_err *err);
+/* Deletes |group| (|*pexisted| says whether there was one). -EBUSY while
+ * members are joined. */
+int fx_broker_delete_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                           const char *group, uint64_t timeout_ns, bool *pexisted,
+                           fx_registry_err *err);
+/* Writes {"dead_letters":[{offset, attempts, reason}], "forgotten": n} (the
+ * last 10,000 given up on, oldest first) into |*pjson|. */
+int fx_broker_group_dead_letters(fx_broker *b, const char *tenant, const char *ns,
+                                 const char *stream, const char *group, uint64_t timeout_ns,
+                                 char **pjson, fx_registry_err *err);
 
 /* ---- graceful drain (control.c) --------------------------------------------- */
 

@@ -53,6 +53,7 @@ typedef struct fxb_lane fxb_lane;
 #include "broker/conn_life.h"
 #include "broker/durable.h"
 #include "broker/feeder.h"
+#include "broker/group.h"
 #include "broker/lane.h"
 #include "broker/writer.h"
 
@@ -188,6 +189,7 @@ struct fxb_bidi {
     size_t pend_off, pend_len, pend_cap;
     fxb_replyq replies;    /* replies in request order and their bounds (reply.h) */
     fxb_resolved resolved; /* names, stream and permissions of its requests (resolve.h) */
+    fxb_sub *member;       /* a group member's join stream: its member (group_req.c) */
 };
 
 /* A publish job: one batch for one stream, from ingress to its worker: one
@@ -250,6 +252,7 @@ struct fxb_sub {
     fxb_sub_lane lane;
     fxb_sub_writer writer;
     fxb_sub_dur dur;
+    fxb_sub_group grp; /* a consumer-group member's part (group.h) */
 };
 
 /* True once the drain started (fx_broker_drain sets |draining| once). Any

@@ -18,7 +18,8 @@ void fxb_job_free(fxb_job *j)
     fx_stream_handle_unref(j->h);
     for (uint32_t i = 0; j->commit && i < j->nacks; i++)
         fxb_reply_unref(j->acks[i]);
-    fxb_conn_unref(j->conn);
+    if (j->conn != NULL) /* a broker-made job (a dead letter) has none */
+        fxb_conn_unref(j->conn);
     free(j->swhy);
     free(j);
 }

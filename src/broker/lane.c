@@ -47,13 +47,13 @@ fxb_lane *fxb_lane_choose(fxb_conn *c, const fxb_sub *sub)
     return &c->lanes.lane[key % c->lanes.n];
 }
 
-int fxb_sub_lane_init(fxb_sub *sub, fxb_conn *c)
+int fxb_sub_lane_init(fxb_sub *sub, fxb_conn *c, size_t capacity)
 {
     fxb_sub_lane *sl = &sub->lane;
     sl->lane = fxb_lane_choose(c, sub);
     /* The lane policy is applied by fxb_lane_push against the lane's bound; this
      * queue only keeps the subscription's lists in order. */
-    fx_queue_opts qo = {.capacity = c->b->o.subscriber_lane_queue_depth,
+    fx_queue_opts qo = {.capacity = capacity != 0 ? capacity : c->b->o.subscriber_lane_queue_depth,
                         .policy = FX_QUEUE_BLOCK,
                         .on_drop = fxb_lane_on_leftover,
                         .user = sub,
@@ -255,6 +255,18 @@ static fxb_lane_result push_full(fxb_sub *sub, fx_frame_list *l, bool history)
         (void)fxb_feeder_unhold(sub); /* |l|, the caller's again */
         return FXB_LANE_CLOSED;
     }
+}
+
+fxb_lane_result fxb_lane_push_group(fxb_sub *sub, fx_frame_list *l)
+{
+    if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
+        atomic_fetch_add(&sub->lane.lane->count, 1); /* over the bound if need be */
+        fxb_lane_result r = lane_enqueue(sub, l);
+        if (r != FXB_LANE_CLOSED)
+            return r;
+    }
+    fxb_frame_list_free(l);
+    return FXB_LANE_CLOSED;
 }
 
 fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history)

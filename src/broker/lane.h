@@ -54,9 +54,11 @@ typedef struct fxb_sub_lane {
 } fxb_sub_lane;
 
 /* Makes |sub|'s lane part on |c|: its lane, by subscriber_lane_shard
- * (fxb_lane_choose; |sub->id| is set), and its own queue. Returns 0 or
+ * (fxb_lane_choose; |sub->id| is set), and its own queue of |capacity|
+ * lists (0: subscriber_lane_queue_depth, which the lane bounds anyway; a
+ * group member's: its window, which bounds its deliveries). Returns 0 or
  * -ENOMEM. Conn loop, before the subscription is shared. */
-int fxb_sub_lane_init(fxb_sub *sub, fxb_conn *c);
+int fxb_sub_lane_init(fxb_sub *sub, fxb_conn *c, size_t capacity);
 /* Frees the queue; the lists still queued give back their lane slots.
  * Any thread, by the last reference. */
 void fxb_sub_lane_deinit(fxb_sub_lane *sl);
@@ -81,6 +83,13 @@ typedef enum fxb_lane_result {
  * as under block. The feeder goes on after QUEUED or SHED and stops after
  * PARKED or CLOSED. Worker. */
 fxb_lane_result fxb_lane_push(fxb_sub *sub, fx_frame_list *l, bool history);
+/* Queues a consumer group's delivery |l| (taken) on member |sub|'s queue,
+ * charging a slot of its lane even past the lane's bound: group frames are
+ * never shed and never wait here, because the member's window (records held
+ * unacked) already bounds them; they fill the lane for its neighbours like
+ * any list. Returns QUEUED, SHED (no memory: counted, freed; the records
+ * lapse at their ack wait) or CLOSED (freed). Worker. */
+fxb_lane_result fxb_lane_push_group(fxb_sub *sub, fx_frame_list *l);
 /* Gives back one slot of |ln| (a list was sent, or discarded with its closed
  * subscription); resumes parked feeders. Any thread. */
 void fxb_lane_release(fxb_lane *ln);

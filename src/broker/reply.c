@@ -109,6 +109,19 @@ void fxb_reply_complete(fxb_reply *r, const char *err)
     atomic_store_explicit(&r->done, true, memory_order_release);
 }
 
+/* Completes |r| with a frame built by its caller (a group's GROUP_ACKED),
+ * taking |frame|; NULL (out of memory) resets the stream when the reply
+ * reaches the head of its FIFO, as for an ack that could not be encoded. */
+void fxb_reply_complete_frame(fxb_reply *r, fx_buf *frame)
+{
+    if (atomic_exchange_explicit(&r->claimed, true, memory_order_acq_rel)) {
+        fx_buf_unref(frame);
+        return;
+    }
+    r->frame = frame;
+    atomic_store_explicit(&r->done, true, memory_order_release);
+}
+
 /* ---- the queue of a stream --------------------------------------------------------------- */
 
 static fx_ratelimit conn_replies_rl = FX_RATELIMIT_INIT;

@@ -79,6 +79,9 @@ fxb_reply *fxb_reply_new(fxb_bidi *s, bool binary, uint64_t request_id);
 /* Fills |r| with its answer (|err| NULL = ok) and marks it done. Any thread;
  * the owner's loop sends it at its next flush. */
 void fxb_reply_complete(fxb_reply *r, const char *err);
+/* Completes |r| with a frame its caller built (taken; NULL: out of memory,
+ * the stream is reset when it reaches the head). Any thread. */
+void fxb_reply_complete_frame(fxb_reply *r, fx_buf *frame);
 /* Any thread. */
 void fxb_reply_unref(fxb_reply *r);
 /* Queues a JSON message reply in order. Returns 0 or -ENOMEM. */

@@ -35,9 +35,7 @@ static void reply_cursor_error(fxb_bidi *s, fxb_sub *sub)
     fxb_bidi_reply_msg(s, &m);
 }
 
-/* Opens the event stream and queues the hello as the first write of the
- * subscription (the writer sends it before any event). Returns 0 or an error. */
-static int open_events(fxb_sub *sub)
+int fxb_sub_open_events(fxb_sub *sub)
 {
     fxb_conn *c = sub->conn;
     fx_msg m;
@@ -96,7 +94,7 @@ static void reply_task_cb(fx_loop *l, fx_task *t, void *user)
                  sub->dur.why != NULL ? ": " : "", sub->dur.why != NULL ? sub->dur.why : "");
         subscribe_failed(s, sub, text);
     } else {
-        int rv = open_events(sub);
+        int rv = fxb_sub_open_events(sub);
         if (rv != 0) {
             snprintf(text, sizeof(text), "could not open the event stream: %s", fx_strerror(rv));
             subscribe_failed(s, sub, text);
@@ -147,7 +145,7 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
     if (sub == NULL)
         return NULL;
     sub->id = atomic_fetch_add(&c->b->next_sub_id, 1);
-    if (fxb_sub_lane_init(sub, c) != 0) {
+    if (fxb_sub_lane_init(sub, c, 0) != 0) {
         free(sub);
         return NULL;
     }
@@ -196,8 +194,7 @@ static bool subscribe_admit(fxb_bidi *s, const fx_msg *m, fx_stream_handle **ph)
     return true;
 }
 
-/* Puts |sub| on its connection's list of live subscriptions (counted). */
-static void sub_list_add(fxb_conn *c, fxb_sub *sub)
+void fxb_sub_list_add(fxb_conn *c, fxb_sub *sub)
 {
     sub->next = c->subs;
     c->subs = sub;
@@ -218,7 +215,7 @@ void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
         return;
     }
     parse_start(m, &sub->start);
-    sub_list_add(s->conn, sub);
+    fxb_sub_list_add(s->conn, sub);
     /* The stream ends with the reply, which the worker's answer decides. */
     s->ended = true;
     s->sub_pending = true;

@@ -12,5 +12,12 @@
 /* Handles a decoded subscribe message on |s| (authenticated, tenant
  * checked). Conn loop. */
 void fxb_subscribe(fxb_bidi *s, const fx_msg *m);
+/* Opens |sub|'s event stream and queues event_stream_hello as its first
+ * write (the writer sends it before any delivery). Returns 0 or an error.
+ * Conn loop; also for a consumer group's member (group_req.c). */
+int fxb_sub_open_events(fxb_sub *sub);
+/* Puts |sub| on its connection's list of live subscriptions (counted). Conn
+ * loop. */
+void fxb_sub_list_add(fxb_conn *c, fxb_sub *sub);
 
 #endif

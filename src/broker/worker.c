@@ -17,6 +17,7 @@
 #include "base/placement.h"
 #include "broker/durable.h"
 #include "broker/feeder.h"
+#include "broker/group.h"
 #include "broker/job.h"
 #include "broker/replay.h"
 #include "broker/reply.h"
@@ -197,6 +198,8 @@ static bool job_run(fxb_worker *w, fxb_job *j, int rv, uint64_t now)
     fx_stream_handle_touch(j->h, now);
     fx_fanout_result res;
     rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
+    if (rv == 0 || rv == -EAGAIN)
+        fxb_group_on_append(w, j->h); /* appended either way */
     if (rv == -EAGAIN) {
         w->parked_job = j;
         w->parked_stream = st;
@@ -365,6 +368,7 @@ void fxb_worker_deinit(fxb_worker *w)
     if (w->parked_job != NULL)
         fxb_job_free(w->parked_job);
     fxb_durable_worker_deinit(w);
+    fxb_group_worker_deinit(w);
     fxb_worker_free_ends(w);
     size_t pos = 0;
     for (fxb_idslot *e; (e = fxb_idtable_next(&w->streams, &pos)) != NULL;)

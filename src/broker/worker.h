@@ -30,6 +30,7 @@ struct fxb_worker {
     fx_task resume_task; /* a parked fanout may continue */
     /* Worker thread only: */
     fxb_idtable streams; /* its streams' state (fx_stream *), by handle id */
+    fxb_idtable groups;  /* its streams' consumer groups (group.c), by handle id */
     fxb_job *parked_job; /* its fanout waits on a full block queue */
     fx_stream *parked_stream;
     fxb_sub *subs;        /* registered subscriptions (feed.wnext / feed.wprev) */

@@ -165,6 +165,11 @@ typedef struct fx_config {
     fx_config_policy subscriber_queue_policy;
     uint64_t subscriber_block_timeout_ns; /* 0 = never */
     uint32_t max_subscriptions_per_conn;
+    uint32_t group_visibility_timeout_ms;
+    uint32_t group_max_visibility_ms;
+    uint32_t group_max_attempts;
+    uint32_t group_max_in_flight;
+    uint32_t max_groups_per_stream;
     uint32_t subscriber_writer_lanes;
     uint32_t max_subscriber_writer_lanes;
     uint32_t subscriber_lane_queue_depth;

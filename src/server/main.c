@@ -317,6 +317,11 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->subscriber_queue_capacity = c->subscriber_queue_capacity;
     o->subscriber_queue_policy = policy_of(c->subscriber_queue_policy);
     o->max_subscriptions_per_conn = c->max_subscriptions_per_conn;
+    o->group_visibility_timeout_ms = c->group_visibility_timeout_ms;
+    o->group_max_visibility_ms = c->group_max_visibility_ms;
+    o->group_max_attempts = c->group_max_attempts;
+    o->group_max_in_flight = c->group_max_in_flight;
+    o->max_groups_per_stream = c->max_groups_per_stream;
     o->max_frame_bytes = (uint32_t)c->max_frame_bytes;
     o->ack_on_commit = c->ack_on_commit;
     o->ack_wait_timeout_ns = c->ack_wait_timeout_ns;

@@ -96,6 +96,9 @@ struct T {
     bool timed_out;
     tconn conns[MAX_CONNS];
     size_t (*size_of)(uint64_t off);
+    /* Felix-C frames (0x8000) on an event stream: a consumer group's
+     * deliveries (test_group.c); NULL: such a frame fails the test. */
+    void (*on_group_frame)(T *t, tstream *s, const fx_frame *f);
     bool offsets_renumbered; /* publishes were shed: payloads do not match offsets */
 };
 
@@ -166,6 +169,10 @@ static inline void on_event_frame(T *t, tstream *s, const fx_frame *f)
         s->sub_id = m.subscription_id;
         s->hello = true;
         fx_msg_deinit(&m);
+        return;
+    }
+    if ((f->hdr.flags & 0x8000u) != 0 && t->on_group_frame != NULL) {
+        t->on_group_frame(t, s, f);
         return;
     }
     fx_wire_event_batch e;

@@ -99,7 +99,7 @@ static inline fxb_sub *fix_sub(fix *f, uint64_t id)
     sub->b = &f->b;
     sub->w = &f->w;
     sub->conn = &f->c;
-    assert_int_equal(fxb_sub_lane_init(sub, &f->c), 0);
+    assert_int_equal(fxb_sub_lane_init(sub, &f->c, 0), 0);
     fxb_feeder_init(sub);
     fx_task_init(&sub->feed.feed_task, fix_on_feed, sub);
     return sub;

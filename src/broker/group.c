@@ -1,0 +1,764 @@
+/* Consumer groups on the stream's worker loop: a group's engine (group_state.c)
+ * fed with what the stream's ring holds, its members' deliveries built as
+ * GROUP_BATCH frames and pushed on their writer lanes, their operations
+ * applied, and its lease timer. Worker loop, except the inbox (any thread,
+ * under the member's mutex) and the part's init/deinit. */
+#include "broker/group.h"
+#include "broker/group_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "broker/group_state.h"
+#include "broker/job.h"
+#include "broker/lane.h"
+#include "broker/reply.h"
+#include "broker/sub.h"
+#include "broker/worker.h"
+#include "felix/error.h"
+
+/* Runs and dead letters one engine call may hand out, and engine calls
+ * one pump makes before it yields to the loop's other tasks. */
+#define PUMP_RUNS 32
+#define PUMP_DEAD 16
+#define PUMP_TURNS 64
+/* Dead letters a group keeps listed (the original's list mode); older ones
+ * are forgotten, counted. */
+#define DEAD_LIST_MAX 10000
+
+/* ---- a member's part --------------------------------------------------------------------- */
+
+void fxb_sub_group_init(fxb_sub *sub)
+{
+    fxb_sub_group *gp = &sub->grp;
+    gp->is_member = true;
+    gp->mid = FXB_GS_NO_MEMBER;
+    pthread_mutex_init(&gp->mu, NULL);
+    fx_task_init(&gp->ops_task, fxb_group_member_ops, sub);
+}
+
+static void gops_free(struct fxb_gops *o)
+{
+    if (o->reply != NULL)
+        fxb_reply_unref(o->reply);
+    free(o);
+}
+
+void fxb_sub_group_deinit(fxb_sub_group *gp)
+{
+    if (!gp->is_member)
+        return;
+    struct fxb_gops *o = gp->ops_head;
+    while (o != NULL) {
+        struct fxb_gops *next = o->next;
+        gops_free(o);
+        o = next;
+    }
+    gp->ops_head = gp->ops_tail = NULL;
+    pthread_mutex_destroy(&gp->mu);
+}
+
+int fxb_group_queue_ops(fxb_sub *sub, const uint8_t *body, size_t len, struct fxb_reply *reply)
+{
+    struct fxb_gops *o = malloc(sizeof(*o) + len);
+    if (o == NULL)
+        return -ENOMEM;
+    o->next = NULL;
+    o->reply = reply;
+    o->len = len;
+    memcpy(o->body, body, len);
+    fxb_sub_group *gp = &sub->grp;
+    pthread_mutex_lock(&gp->mu);
+    if (gp->ops_tail != NULL)
+        gp->ops_tail->next = o;
+    else
+        gp->ops_head = o;
+    gp->ops_tail = o;
+    pthread_mutex_unlock(&gp->mu);
+    fxb_sub_post(sub, sub->w->loop, &gp->ops_task);
+    return 0;
+}
+
+/* ---- the worker's groups ----------------------------------------------------------------- */
+
+fxb_sgroups *fxb_group_sgroups(fxb_worker *w, const fx_stream_handle *h)
+{
+    fxb_idslot *e = fxb_idtable_find(&w->groups, fx_stream_handle_id(h));
+    return e != NULL ? e->p : NULL;
+}
+
+struct fxb_group *fxb_group_find(fxb_sgroups *sg, const char *name)
+{
+    for (struct fxb_group *g = sg != NULL ? sg->head : NULL; g != NULL; g = g->next)
+        if (strcmp(g->name, name) == 0)
+            return g;
+    return NULL;
+}
+
+static void pump_task_cb(fx_loop *l, fx_task *t, void *user);
+static void timer_cb(fx_loop *l, fx_timer *t, void *user);
+
+static uint64_t start_offset(const fxb_sub_group *gp, const fx_stream *st)
+{
+    uint64_t oldest = fx_stream_oldest(st), tail = fx_stream_tail(st);
+    switch (gp->create) {
+    case FXB_GROUP_CREATE_NEW:
+        return tail;
+    case FXB_GROUP_CREATE_LAST:
+        return tail > oldest ? tail - 1 : tail;
+    case FXB_GROUP_CREATE_OFFSET:
+        return gp->create_offset;
+    default:
+        return oldest;
+    }
+}
+
+/* The group configuration from the broker's defaults. */
+static void group_config(const fx_broker_opts *o, fxb_gs_config *c)
+{
+    fxb_gs_config_default(c);
+    if (o->group_visibility_timeout_ms != 0)
+        c->ack_wait_ms = o->group_visibility_timeout_ms;
+    if (o->group_max_visibility_ms != 0)
+        c->max_ack_wait_ms = o->group_max_visibility_ms;
+    if (c->max_ack_wait_ms < c->ack_wait_ms)
+        c->max_ack_wait_ms = c->ack_wait_ms;
+    if (o->group_max_attempts != 0)
+        c->max_deliver = o->group_max_attempts;
+    if (o->group_max_in_flight != 0) {
+        c->max_ack_pending = o->group_max_in_flight;
+        c->max_parked = o->group_max_in_flight;
+        c->member_window_max = o->group_max_in_flight / 2 > 0 ? o->group_max_in_flight / 2 : 1;
+    }
+}
+
+struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
+                                   uint64_t start, int *prv)
+{
+    fxb_sgroups *sg = fxb_group_sgroups(w, h);
+    uint32_t max = w->b->o.max_groups_per_stream;
+    if (sg != NULL && max != 0 && sg->n >= max) {
+        *prv = FX_EFULL;
+        return NULL;
+    }
+    *prv = -ENOMEM;
+    fxb_gs_config cfg;
+    group_config(&w->b->o, &cfg);
+    struct fxb_group *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return NULL;
+    g->gs = fxb_gs_new(&cfg, start);
+    if (g->gs == NULL) {
+        free(g);
+        return NULL;
+    }
+    if (sg == NULL) {
+        sg = calloc(1, sizeof(*sg));
+        if (sg == NULL || fxb_idtable_insert(&w->groups, fx_stream_handle_id(h), sg) != 0) {
+            free(sg);
+            fxb_gs_free(g->gs);
+            free(g);
+            return NULL;
+        }
+        sg->h = fx_stream_handle_ref(h);
+    }
+    snprintf(g->name, sizeof(g->name), "%s", name);
+    g->w = w;
+    g->sg = sg;
+    fx_timer_init(&g->timer, timer_cb, g);
+    fx_task_init(&g->pump_task, pump_task_cb, g);
+    g->next = sg->head;
+    sg->head = g;
+    sg->n++;
+    FX_GAUGE_ADD(group_groups, 1);
+    return g;
+}
+
+static void group_free(struct fxb_group *g)
+{
+    for (uint32_t i = 0; i < g->members_cap; i++)
+        if (g->members[i] != NULL)
+            fxb_sub_unref(g->members[i]);
+    free(g->members);
+    free(g->dead);
+    if (g->dlq != NULL)
+        fx_stream_handle_unref(g->dlq);
+    fxb_gs_free(g->gs);
+    FX_GAUGE_SUB(group_groups, 1);
+    free(g);
+}
+
+void fxb_group_worker_deinit(fxb_worker *w)
+{
+    size_t pos = 0;
+    for (fxb_idslot *e; (e = fxb_idtable_next(&w->groups, &pos)) != NULL;) {
+        fxb_sgroups *sg = e->p;
+        while (sg->head != NULL) {
+            struct fxb_group *g = sg->head;
+            sg->head = g->next;
+            fx_loop_timer_cancel(w->loop, &g->timer); /* the loop is stopped: allowed */
+            group_free(g);
+        }
+        fx_stream_handle_unref(sg->h);
+        free(sg);
+    }
+    fxb_idtable_deinit(&w->groups);
+}
+
+static int members_put(struct fxb_group *g, uint32_t mid, fxb_sub *sub)
+{
+    if (mid >= g->members_cap) {
+        uint32_t cap = g->members_cap != 0 ? g->members_cap : 4;
+        while (cap <= mid)
+            cap *= 2;
+        fxb_sub **m = realloc(g->members, cap * sizeof(*m));
+        if (m == NULL)
+            return -ENOMEM;
+        memset(m + g->members_cap, 0, (cap - g->members_cap) * sizeof(*m));
+        g->members = m;
+        g->members_cap = cap;
+    }
+    g->members[mid] = sub;
+    return 0;
+}
+
+/* ---- delivery ---------------------------------------------------------------------------- */
+
+static uint32_t ring_len(void *user, uint64_t offset)
+{
+    fx_wire_slice s;
+    return fx_stream_ring_get(user, offset, &s) == 0 ? (uint32_t)s.len : UINT32_MAX;
+}
+
+/* Builds the GROUP_BATCH frame of |r| from the ring into a frame list.
+ * Returns NULL on no memory. */
+static fx_frame_list *build_run(const fx_stream *st, const fxb_gs_run *r)
+{
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < r->count; i++) {
+        fx_wire_slice s;
+        if (fx_stream_ring_get(st, r->first + i, &s) == 0)
+            bytes += s.len;
+    }
+    size_t size = fx_wire_group_batch_frame_size(1, r->count, bytes);
+    fx_buf *f;
+    if (fx_buf_new(&f, size) != 0)
+        return NULL;
+    fx_wire_group_builder gb;
+    ssize_t n = -EINVAL;
+    if (fx_wire_group_batch_begin(&gb, fx_buf_data_mut(f), size) == 0 &&
+        fx_wire_group_batch_run(&gb, r->first, r->attempt, r->skipped_before) == 0) {
+        int rv = 0;
+        for (uint32_t i = 0; i < r->count && rv == 0; i++) {
+            fx_wire_slice s = {0};
+            (void)fx_stream_ring_get(st, r->first + i, &s); /* the engine read below |low| */
+            rv = fx_wire_group_batch_record(&gb, s.ptr, (uint32_t)s.len);
+        }
+        if (rv == 0)
+            n = fx_wire_group_batch_finish(&gb);
+    }
+    fx_frame_list *l = n > 0 ? calloc(1, sizeof(*l)) : NULL;
+    if (l == NULL) {
+        fx_buf_unref(f);
+        return NULL;
+    }
+    l->n = 1;
+    l->frames[0] = f;
+    l->iov[0] = (struct iovec){.iov_base = (void *)fx_buf_data(f), .iov_len = (size_t)n};
+    l->bytes = (size_t)n;
+    l->events = r->count;
+    l->first_offset = r->first;
+    l->end_offset = r->first + r->count;
+    return l;
+}
+
+static void send_run(struct fxb_group *g, const fx_stream *st, const fxb_gs_run *r, uint64_t now_us)
+{
+    fxb_sub *sub = r->member < g->members_cap ? g->members[r->member] : NULL;
+    fx_frame_list *l = sub != NULL ? build_run(st, r) : NULL;
+    if (l == NULL) {
+        /* No memory (or no member): the records go back unprocessed; the
+         * timer or the next change retries. */
+        for (uint32_t i = 0; i < r->count; i++)
+            (void)fxb_gs_release(g->gs, r->member, r->first + i, r->attempt);
+        FX_COUNTER_INC(group_send_failed);
+        return;
+    }
+    (void)now_us;
+    FX_COUNTER_ADD(group_delivered, r->count);
+    if (r->attempt > 1)
+        FX_COUNTER_ADD(group_redelivered, r->count);
+    /* CLOSED: the member is leaving; its unregister makes them available. */
+    (void)fxb_lane_push_group(sub, l);
+}
+
+static void dead_list_add(struct fxb_group *g, const fxb_gs_dead *d)
+{
+    if (g->ndead == g->dead_cap) {
+        if (g->dead_cap >= DEAD_LIST_MAX) {
+            memmove(g->dead, g->dead + 1, (g->ndead - 1) * sizeof(*g->dead));
+            g->ndead--;
+            g->dead_forgotten++;
+        } else {
+            uint32_t cap = g->dead_cap != 0 ? g->dead_cap * 2 : 16;
+            if (cap > DEAD_LIST_MAX)
+                cap = DEAD_LIST_MAX;
+            fxb_dead_entry *n = realloc(g->dead, cap * sizeof(*n));
+            if (n == NULL) {
+                g->dead_forgotten++;
+                return;
+            }
+            g->dead = n;
+            g->dead_cap = cap;
+        }
+    }
+    g->dead[g->ndead++] = (fxb_dead_entry){d->offset, d->attempts, (uint8_t)d->reason};
+}
+
+static fx_ratelimit dead_rl = FX_RATELIMIT_INIT;
+
+static uint64_t wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* The dead-letter record of |d| (docs/groups.md): "FXDL" | u16 version 1 |
+ * u64 source offset | u32 attempts | u8 reason (1 max_deliver, 2 term) |
+ * u64 time (Unix us) | u16 group length, group | payload. */
+static fx_buf *dead_record(const struct fxb_group *g, const fxb_gs_dead *d, fx_wire_slice p)
+{
+    size_t glen = strlen(g->name);
+    size_t n = 4 + 2 + 8 + 4 + 1 + 8 + 2 + glen + p.len;
+    fx_buf *b;
+    if (fx_buf_new(&b, n) != 0)
+        return NULL;
+    uint8_t *o = fx_buf_data_mut(b);
+    memcpy(o, "FXDL", 4);
+    fx_put16(o + 4, 1);
+    fx_put64(o + 6, d->offset);
+    fx_put32(o + 14, d->attempts);
+    o[18] = (uint8_t)d->reason;
+    fx_put64(o + 19, wall_us());
+    fx_put16(o + 27, (uint16_t)glen);
+    memcpy(o + 29, g->name, glen);
+    if (p.len > 0)
+        memcpy(o + 29 + glen, p.ptr, p.len);
+    return b;
+}
+
+/* The dead-letter stream of |g|: `<stream>.<group>.dlq` in the same tenant
+ * and namespace, made on first use (in memory, like its source). */
+static fx_stream_handle *dlq_of(struct fxb_group *g)
+{
+    if (g->dlq != NULL && fx_stream_handle_is_active(g->dlq))
+        return g->dlq;
+    if (g->dlq != NULL)
+        fx_stream_handle_unref(g->dlq);
+    g->dlq = NULL;
+    fx_stream_handle *src = g->sg->h;
+    char name[FX_REGISTRY_NAME_MAX + 1];
+    int n = snprintf(name, sizeof(name), "%s.%s.dlq", fx_stream_handle_stream(src), g->name);
+    if (n < 0 || (size_t)n >= sizeof(name))
+        return NULL;
+    const char *t = fx_stream_handle_tenant(src), *ns = fx_stream_handle_namespace(src);
+    fx_registry_err err;
+    if (fx_registry_create_durable(g->w->b->reg, (fx_wire_slice){(const uint8_t *)t, strlen(t)},
+                                   (fx_wire_slice){(const uint8_t *)ns, strlen(ns)},
+                                   (fx_wire_slice){(const uint8_t *)name, (size_t)n}, 0, &g->dlq,
+                                   NULL, &err) != 0)
+        return NULL;
+    return g->dlq;
+}
+
+/* Appends |d|'s record to the dead-letter stream: a job queued on that
+ * stream's worker like a publish (a broker-made job holds no connection and
+ * no budget permit). Returns 0, or an error: the record stays a dead intent
+ * and is tried again (FX_EFULL: the worker's queue is full). */
+static int dlq_append(struct fxb_group *g, const fx_stream *st, const fxb_gs_dead *d,
+                      uint64_t now_ns)
+{
+    fx_stream_handle *h = dlq_of(g);
+    if (h == NULL)
+        return FX_ENOSTREAM;
+    fx_wire_slice p = {0};
+    (void)fx_stream_ring_get(st, d->offset, &p); /* pending records are in the ring */
+    fx_buf *rec = dead_record(g, d, p);
+    fxb_job *j = rec != NULL ? calloc(1, sizeof(*j) + sizeof(fx_wire_slice)) : NULL;
+    if (j == NULL) {
+        fx_buf_unref(rec);
+        return -ENOMEM;
+    }
+    j->payloads = (fx_wire_slice *)(j + 1);
+    j->payloads[0] = (fx_wire_slice){fx_buf_data(rec), fx_buf_len(rec)};
+    j->count = 1;
+    j->nreq = 1;
+    j->payload_bytes = fx_buf_len(rec);
+    j->backing = rec;
+    j->h = fx_stream_handle_ref(h);
+    j->w = fxb_worker_for(g->w->b, h);
+    j->arrived_ns = now_ns;
+    j->req.job = j;
+    int rv = fx_queue_push(&j->w->jobs, j);
+    if (rv != 0) {
+        fxb_job_free(j);
+        return rv;
+    }
+    fxb_worker_kick(j->w);
+    return 0;
+}
+
+/* A record given up on: appended to the group's dead-letter stream, listed
+ * (the original's dead-letter list) and settled for the group. Returns
+ * false when the dead-letter stream cannot take it now (retried). */
+static bool dead_letter(struct fxb_group *g, const fx_stream *st, const fxb_gs_dead *d,
+                        uint64_t now_ns)
+{
+    int rv = dlq_append(g, st, d, now_ns);
+    if (rv != 0) {
+        fxb_gs_dead_failed(g->gs, d->offset);
+        FX_COUNTER_INC(group_dead_retried);
+        FX_LOG_RATELIMITED(&dead_rl, now_ns, FX_LOG_WARN, "broker",
+                           "group %s: dead letter of offset %llu not written yet: %s", g->name,
+                           (unsigned long long)d->offset, fx_strerror(rv));
+        return false;
+    }
+    dead_list_add(g, d);
+    fxb_gs_dead_done(g->gs, d->offset);
+    if (d->reason == FXB_GS_DEAD_TERM)
+        FX_COUNTER_INC(group_dead_term);
+    else
+        FX_COUNTER_INC(group_dead_max_deliver);
+    FX_LOG_RATELIMITED(&dead_rl, now_ns, FX_LOG_WARN, "broker",
+                       "group %s: offset %llu dead-lettered after %u deliveries (%s)", g->name,
+                       (unsigned long long)d->offset, (unsigned)d->attempts,
+                       d->reason == FXB_GS_DEAD_TERM ? "term" : "max_deliver");
+    return true;
+}
+
+/* How long a dead letter the dead-letter stream could not take waits. */
+#define DLQ_RETRY_NS 10000000ull
+
+static void arm_timer(struct fxb_group *g)
+{
+    uint64_t d = fxb_gs_next_deadline(g->gs);
+    uint64_t at = d == UINT64_MAX ? 0 : (d + 1) * 1000; /* the lease lapses after |d| us */
+    if (g->dlq_retry_ns != 0 && (at == 0 || g->dlq_retry_ns < at))
+        at = g->dlq_retry_ns;
+    if (at == g->timer_at_ns)
+        return;
+    if (g->timer_at_ns != 0)
+        fx_loop_timer_cancel(g->w->loop, &g->timer);
+    g->timer_at_ns = 0;
+    if (at != 0 && fx_loop_timer_arm(g->w->loop, &g->timer, at) == 0)
+        g->timer_at_ns = at;
+    else if (at != 0)
+        fx_loop_post(g->w->loop, &g->pump_task); /* no timer: poll from the loop */
+}
+
+/* Hands out what the group can now. */
+static void pump(struct fxb_group *g)
+{
+    fx_loop *l = g->w->loop;
+    uint64_t now_ns = fx_loop_now(l);
+    uint64_t now_us = now_ns / 1000;
+    fx_stream *st = fxb_worker_stream_if_any(g->w, g->sg->h);
+    if (st == NULL)
+        return;
+    (void)fxb_gs_expire(g->gs, now_us);
+    fxb_gs_view v = {.low = fx_stream_oldest(st),
+                     .tail = fx_stream_tail(st),
+                     .len = ring_len,
+                     .user = st};
+    fxb_gs_run runs[PUMP_RUNS];
+    fxb_gs_dead dead[PUMP_DEAD];
+    bool dead_ok = g->dlq_retry_ns == 0 || now_ns >= g->dlq_retry_ns;
+    g->dlq_retry_ns = 0;
+    for (int turn = 0;; turn++) {
+        if (turn == PUMP_TURNS) {
+            fx_loop_post(l, &g->pump_task); /* more to hand out: yield first */
+            break;
+        }
+        size_t nd = 0;
+        size_t n = fxb_gs_pump(g->gs, &v, now_us, runs, PUMP_RUNS, dead, dead_ok ? PUMP_DEAD : 0,
+                               &nd);
+        for (size_t i = 0; i < n; i++)
+            send_run(g, st, &runs[i], now_us);
+        for (size_t i = 0; i < nd; i++) {
+            if (!dead_letter(g, st, &dead[i], now_ns)) {
+                for (size_t k = i + 1; k < nd; k++)
+                    fxb_gs_dead_failed(g->gs, dead[k].offset);
+                dead_ok = false; /* try again after DLQ_RETRY_NS */
+                g->dlq_retry_ns = now_ns + DLQ_RETRY_NS;
+                break;
+            }
+        }
+        if (n < PUMP_RUNS && (nd < PUMP_DEAD || !dead_ok))
+            break;
+    }
+    arm_timer(g);
+}
+
+static void group_free(struct fxb_group *g);
+
+static void pump_task_cb(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    struct fxb_group *g = user;
+    if (g->deleted)
+        group_free(g);
+    else
+        pump(g);
+}
+
+void fxb_group_pump(struct fxb_group *g)
+{
+    pump(g);
+}
+
+void fxb_group_delete(struct fxb_group *g)
+{
+    fxb_sgroups *sg = g->sg;
+    for (struct fxb_group **pp = &sg->head; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    }
+    sg->n--;
+    fx_loop_timer_cancel(g->w->loop, &g->timer);
+    /* A pump task may be pending: it must not run on freed memory. */
+    g->deleted = true;
+    if (!fx_loop_post(g->w->loop, &g->pump_task))
+        return; /* the pending run frees it */
+}
+
+static void timer_cb(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l;
+    (void)t;
+    struct fxb_group *g = user;
+    g->timer_at_ns = 0;
+    pump(g);
+}
+
+void fxb_group_on_append(fxb_worker *w, fx_stream_handle *h)
+{
+    if (fxb_idtable_count(&w->groups) == 0)
+        return;
+    fxb_sgroups *sg = fxb_group_sgroups(w, h);
+    for (struct fxb_group *g = sg != NULL ? sg->head : NULL; g != NULL; g = g->next)
+        fx_loop_post(w->loop, &g->pump_task); /* after the job: coalesced per turn */
+}
+
+/* ---- members ----------------------------------------------------------------------------- */
+
+/* Joins |sub| to its group (created when the join asks for it). Returns 0
+ * or an error with sub->grp.why set. */
+static int join(fxb_sub *sub)
+{
+    fxb_sub_group *gp = &sub->grp;
+    if (!fx_stream_handle_is_active(sub->h)) {
+        gp->why = "stream deleted";
+        return FX_ENOSTREAM;
+    }
+    fx_stream *st = fxb_worker_stream(sub->w, sub->h);
+    if (st == NULL)
+        return -ENOMEM;
+    struct fxb_group *g = fxb_group_find(fxb_group_sgroups(sub->w, sub->h), gp->group);
+    if (g == NULL) {
+        if (gp->create == FXB_GROUP_NO_CREATE) {
+            gp->why = "consumer group not found (join with create to make it)";
+            return FX_ENOSTREAM;
+        }
+        uint64_t start = start_offset(gp, st);
+        if (start > fx_stream_tail(st)) {
+            gp->why = "the start offset is past the stream's tail";
+            return FX_ECURSOR_IN_FUTURE;
+        }
+        int rv;
+        g = fxb_group_new(sub->w, sub->h, gp->group, start, &rv);
+        if (g == NULL) {
+            if (rv == FX_EFULL)
+                gp->why = "max_groups_per_stream reached";
+            return rv;
+        }
+    }
+    /* The member enters the engine once its event stream is open
+     * (activate): nothing is handed to it before. */
+    gp->g = g;
+    const fxb_gs_config *c = fxb_gs_config_of(g->gs);
+    uint32_t win = gp->window != 0 ? gp->window : 256;
+    gp->granted = win > c->member_window_max ? c->member_window_max : win;
+    uint32_t lease = gp->ack_wait_ms != 0 ? gp->ack_wait_ms : c->ack_wait_ms;
+    gp->lease_ms = lease > c->max_ack_wait_ms ? c->max_ack_wait_ms : lease;
+    return 0;
+}
+
+/* Puts a joined member whose event stream is open into its group's
+ * engine. Returns 0 or -ENOMEM (the member then gets nothing; its leave
+ * cleans up). */
+static int activate(fxb_sub *sub, uint64_t now_us)
+{
+    fxb_sub_group *gp = &sub->grp;
+    struct fxb_group *g = gp->g;
+    uint32_t mid;
+    int rv = fxb_gs_member_add(g->gs, gp->granted, gp->lease_ms, &mid);
+    if (rv != 0)
+        return rv;
+    if (members_put(g, mid, sub) != 0) {
+        fxb_gs_member_remove(g->gs, mid, now_us);
+        return -ENOMEM;
+    }
+    fxb_sub_ref(sub); /* the group's */
+    gp->mid = mid;
+    g->nmembers++;
+    FX_GAUGE_ADD(group_members, 1);
+    return 0;
+}
+
+void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_sub *sub = user;
+    if (!atomic_load_explicit(&sub->closed, memory_order_acquire))
+        sub->grp.join_rv = join(sub);
+    else
+        sub->grp.join_rv = FX_ECLOSED;
+    fxb_sub_post(sub, sub->conn->loop, &sub->reply_task);
+    fxb_sub_unref(sub);
+}
+
+void fxb_group_member_unregister(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_sub *sub = user;
+    fxb_sub_group *gp = &sub->grp;
+    struct fxb_group *g = gp->g;
+    gp->g = NULL;
+    if (g != NULL && gp->mid != FXB_GS_NO_MEMBER) {
+        fxb_gs_member_remove(g->gs, gp->mid, fx_loop_now(l) / 1000);
+        g->members[gp->mid] = NULL;
+        gp->mid = FXB_GS_NO_MEMBER;
+        g->nmembers--;
+        FX_GAUGE_SUB(group_members, 1);
+        pump(g);
+        fxb_sub_unref(sub); /* the group's */
+    }
+    fxb_sub_unref(sub);
+}
+
+/* ---- operations -------------------------------------------------------------------------- */
+
+/* Applies one op; adds a refusal to |ref| (room for |cap|) when refused. */
+static void apply_op(struct fxb_group *g, uint32_t mid, const fx_wire_group_op *op, uint64_t now_us,
+                     fx_wire_group_refusal *ref, uint32_t cap, uint32_t *nref)
+{
+    fxb_gs_result r = FXB_GS_OK;
+    switch (op->kind) {
+    case FX_GROUP_OP_ACK: {
+        uint32_t invalid = 0;
+        uint32_t n = fxb_gs_ack(g->gs, op->first, op->count, now_us, &invalid);
+        FX_COUNTER_ADD(group_acked, n);
+        if (invalid != 0)
+            r = FXB_GS_INVALID;
+        break;
+    }
+    case FX_GROUP_OP_NAK:
+        r = fxb_gs_nak(g->gs, mid, op->first, op->attempt,
+                       op->arg == FX_GROUP_NAK_BACKOFF ? FXB_GS_BACKOFF : (int64_t)op->arg, now_us);
+        break;
+    case FX_GROUP_OP_IN_PROGRESS:
+        r = fxb_gs_in_progress(g->gs, mid, op->first, op->attempt, op->arg, now_us);
+        break;
+    case FX_GROUP_OP_TERM:
+        r = fxb_gs_term(g->gs, mid, op->first, op->attempt, now_us);
+        break;
+    case FX_GROUP_OP_RELEASE:
+        r = fxb_gs_release(g->gs, mid, op->first, op->attempt);
+        break;
+    }
+    if (r == FXB_GS_STALE)
+        FX_COUNTER_INC(group_stale_ops);
+    if ((r == FXB_GS_STALE || r == FXB_GS_INVALID) && *nref < cap)
+        ref[(*nref)++] = (fx_wire_group_refusal){
+            op->first, r == FXB_GS_STALE ? FX_GROUP_WHY_STALE : FX_GROUP_WHY_INVALID};
+}
+
+/* Answers |o|'s request id with GROUP_ACKED. */
+static void answer(struct fxb_group *g, struct fxb_gops *o, uint64_t request_id,
+                   fx_wire_group_refusal *ref, uint32_t nref)
+{
+    fxb_gs_info info;
+    fxb_gs_get_info(g->gs, &info);
+    fx_wire_group_acked a = {
+        .request_id = request_id, .floor = info.floor, .nrefused = nref, .refused = ref};
+    size_t size = fx_wire_group_acked_frame_size(&a);
+    fx_buf *f = NULL;
+    if (fx_buf_new(&f, size) == 0 && fx_wire_group_acked_encode(&a, fx_buf_data_mut(f), size) < 0) {
+        fx_buf_unref(f);
+        f = NULL;
+    }
+    struct fxb_reply *r = o->reply;
+    o->reply = NULL;
+    fxb_reply_complete_frame(r, f);
+    if (!fx_loop_post(r->loop, &r->task))
+        fxb_reply_unref(r);
+}
+
+/* Refusals one GROUP_ACKED reports; more are counted, not listed. */
+#define MAX_REFUSALS 256
+
+static void apply(struct fxb_group *g, uint32_t mid, struct fxb_gops *o, uint64_t now_us)
+{
+    fx_wire_group_acks acks;
+    fx_wire_err err;
+    fx_wire_group_refusal ref[MAX_REFUSALS];
+    uint32_t nref = 0;
+    if (fx_wire_group_acks_decode(o->body, o->len, &acks, &err) != 0) {
+        /* The connection loop decoded it before queuing: only memory. */
+        FX_COUNTER_INC(group_ops_failed);
+        if (o->reply != NULL)
+            answer(g, o, 0, ref, 0);
+        return;
+    }
+    for (uint32_t i = 0; i < acks.nops; i++)
+        apply_op(g, mid, &acks.ops[i], now_us, ref, MAX_REFUSALS, &nref);
+    if (o->reply != NULL)
+        answer(g, o, acks.request_id, ref, nref);
+    fx_wire_group_acks_deinit(&acks);
+}
+
+void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_sub *sub = user;
+    fxb_sub_group *gp = &sub->grp;
+    pthread_mutex_lock(&gp->mu);
+    struct fxb_gops *o = gp->ops_head;
+    gp->ops_head = gp->ops_tail = NULL;
+    pthread_mutex_unlock(&gp->mu);
+    struct fxb_group *g = gp->g;
+    uint64_t now_us = fx_loop_now(l) / 1000;
+    if (g != NULL && gp->mid == FXB_GS_NO_MEMBER &&
+        (atomic_load_explicit(&sub->closed, memory_order_acquire) ||
+         !atomic_load_explicit(&sub->active, memory_order_acquire) || activate(sub, now_us) != 0))
+        g = NULL; /* not in the engine: its operations name nothing it holds */
+    while (o != NULL) {
+        struct fxb_gops *next = o->next;
+        if (g != NULL)
+            apply(g, gp->mid, o, now_us);
+        gops_free(o); /* a reply not answered (left the group) is dropped with its stream */
+        o = next;
+    }
+    if (g != NULL)
+        pump(g);
+    fxb_sub_unref(sub);
+}

@@ -1,0 +1,395 @@
+/* Admin operations on consumer groups (broker.h, "consumer groups"): list and
+ * describe, create, seek, delete and the dead-letter list. Each runs on the
+ * caller's thread, which asks the stream's worker loop (fx_loop_ask) to do
+ * the part that touches the group and waits for it with a deadline; the
+ * answer is JSON built on the worker and handed back. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/group.h"
+#include "broker/group_int.h"
+#include "broker/worker.h"
+#include "felix/error.h"
+
+/* One ask: its arguments, and what the worker answers. */
+typedef struct gask {
+    fx_broker *b;
+    fxb_worker *w;
+    fx_stream_handle *h;
+    const char *group; /* NULL: every group (list) */
+    int start;         /* fx_broker_group_start */
+    uint64_t offset;
+    /* answers */
+    int rv;
+    const char *why; /* static text when rv != 0 */
+    json_t *j;
+    bool created, existed;
+    void (*fn)(struct gask *a); /* the part, on the worker */
+} gask;
+
+static int set_u64(json_t *o, const char *key, uint64_t v)
+{
+    return json_object_set_new(o, key, json_integer((json_int_t)(v > INT64_MAX ? INT64_MAX : v)));
+}
+
+static void late(void *data)
+{
+    gask *a = data;
+    json_decref(a->j);
+    a->j = NULL;
+}
+
+/* Runs the part on the worker, then drops the stream reference the ask
+ * took: the part always runs, even after its asker gave up waiting. */
+static void part_cb(size_t i, void *data)
+{
+    (void)i;
+    gask *a = data;
+    a->fn(a);
+    fx_stream_handle_unref(a->h);
+    a->h = NULL;
+}
+
+/* Resolves the stream and runs |fn| on its worker. Returns 0, FX_ENOSTREAM,
+ * FX_ETIMEDOUT or -ENOMEM; |a->rv| then says what the worker did. */
+static int ask(fx_broker *b, const char *t, const char *ns, const char *s, gask *a,
+               void (*fn)(gask *a), uint64_t timeout_ns, fx_registry_err *err)
+{
+    fx_stream_handle *h =
+        fx_registry_find(b->reg, (fx_wire_slice){(const uint8_t *)t, strlen(t)},
+                         (fx_wire_slice){(const uint8_t *)ns, strlen(ns)},
+                         (fx_wire_slice){(const uint8_t *)s, strlen(s)});
+    if (h == NULL) {
+        if (err != NULL)
+            snprintf(err->msg, sizeof(err->msg),
+                     "stream not found: tenant=%s namespace=%s stream=%s", t, ns, s);
+        return FX_ENOSTREAM;
+    }
+    a->b = b;
+    a->h = h;
+    a->w = fxb_worker_for(b, h);
+    a->fn = fn;
+    fx_loop_ask_req q = {.fn = part_cb,
+                         .data = a,
+                         .size = sizeof(*a),
+                         .on_late = late,
+                         .timeout_ns = timeout_ns > INT64_MAX ? INT64_MAX : (int64_t)timeout_ns};
+    int rv = fx_loop_ask(a->w->loop, &q);
+    if (rv == -ENOMEM)
+        fx_stream_handle_unref(h); /* nothing was posted */
+    if (rv == 0 && a->rv != 0 && err != NULL && a->why != NULL)
+        snprintf(err->msg, sizeof(err->msg), "%s", a->why);
+    return rv != 0 ? rv : a->rv;
+}
+
+/* ---- describe ----------------------------------------------------------------------------- */
+
+static const char *const LATE_BOUNDS[FXB_GS_LATE_BUCKETS] = {
+    "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
+    "0.01",   "0.025",   "0.05",   "0.1",   "0.25",   "+Inf"};
+
+static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_us)
+{
+    fxb_gs_info in;
+    fxb_gs_get_info(g->gs, &in);
+    const fxb_gs_stats *st = fxb_gs_stats_of(g->gs);
+    const fxb_gs_config *c = fxb_gs_config_of(g->gs);
+    json_t *o = json_object();
+    json_object_set_new(o, "group", json_string(g->name));
+    json_object_set_new(o, "durable", json_false());
+    set_u64(o, "floor", in.floor);
+    set_u64(o, "next", in.next);
+    set_u64(o, "tail", tail);
+    set_u64(o, "lag", tail > in.floor ? tail - in.floor : 0);
+    set_u64(o, "num_pending", (tail > in.next ? tail - in.next : 0) + in.available);
+    set_u64(o, "num_ack_pending", (uint64_t)in.acquired + in.available);
+    set_u64(o, "acquired", in.acquired);
+    set_u64(o, "available", in.available);
+    set_u64(o, "parked", in.parked);
+    set_u64(o, "pending_bytes", in.pending_bytes);
+    set_u64(o, "dead_intents", in.dead_intents);
+    if (in.capped_since_us != 0)
+        set_u64(o, "capped_for_ms", now_us > in.capped_since_us ? (now_us - in.capped_since_us) / 1000 : 0);
+    else
+        json_object_set_new(o, "capped_for_ms", json_null());
+    json_t *cfg = json_object();
+    set_u64(cfg, "ack_wait_ms", c->ack_wait_ms);
+    set_u64(cfg, "max_ack_wait_ms", c->max_ack_wait_ms);
+    json_object_set_new(cfg, "max_deliver", json_integer(c->max_deliver));
+    set_u64(cfg, "max_ack_pending", c->max_ack_pending);
+    set_u64(cfg, "max_ack_pending_bytes", c->max_ack_pending_bytes);
+    set_u64(cfg, "max_parked", c->max_parked);
+    set_u64(cfg, "member_window_max", c->member_window_max);
+    json_t *bo = json_array();
+    for (uint32_t i = 0; i < c->n_backoff; i++)
+        json_array_append_new(bo, json_integer(c->backoff_ms[i]));
+    json_object_set_new(cfg, "backoff_ms", bo);
+    json_object_set_new(o, "config", cfg);
+    json_t *ms = json_array();
+    for (uint32_t i = 0; i < g->members_cap; i++) {
+        const fxb_sub *sub = g->members[i];
+        if (sub == NULL)
+            continue;
+        json_t *m = json_object();
+        json_object_set_new(m, "name", json_string(sub->grp.member));
+        set_u64(m, "subscription_id", sub->id);
+        set_u64(m, "held", fxb_gs_member_held(g->gs, i));
+        set_u64(m, "window", fxb_gs_member_window(g->gs, i));
+        set_u64(m, "ack_wait_ms", sub->grp.lease_ms);
+        json_array_append_new(ms, m);
+    }
+    json_object_set_new(o, "members", ms);
+    set_u64(o, "delivered", st->delivered);
+    set_u64(o, "redelivered", st->redelivered);
+    set_u64(o, "acked", st->acked);
+    set_u64(o, "duplicate_acks", st->duplicate_acks);
+    set_u64(o, "naked", st->naked);
+    set_u64(o, "in_progress", st->in_progress);
+    set_u64(o, "released", st->released);
+    set_u64(o, "expired", st->expired);
+    json_t *stale = json_object();
+    set_u64(stale, "nak", st->stale[0]);
+    set_u64(stale, "in_progress", st->stale[1]);
+    set_u64(stale, "term", st->stale[2]);
+    set_u64(stale, "release", st->stale[3]);
+    json_object_set_new(o, "stale", stale);
+    set_u64(o, "invalid", st->invalid);
+    json_t *dead = json_object();
+    set_u64(dead, "max_deliver", st->dead[FXB_GS_DEAD_MAX_DELIVER]);
+    set_u64(dead, "term", st->dead[FXB_GS_DEAD_TERM]);
+    json_object_set_new(o, "dead_lettered", dead);
+    set_u64(o, "dead_letters_listed", g->ndead);
+    set_u64(o, "dead_letters_forgotten", g->dead_forgotten);
+    char dlq[FX_REGISTRY_NAME_MAX + 1];
+    snprintf(dlq, sizeof(dlq), "%s.%s.dlq", fx_stream_handle_stream(g->sg->h), g->name);
+    json_object_set_new(o, "dead_letter_stream", json_string(dlq));
+    set_u64(o, "skipped", st->skipped);
+    set_u64(o, "capped", st->capped);
+    set_u64(o, "member_full", st->member_full);
+    set_u64(o, "parked_overflow", st->parked_overflow);
+    json_t *late_h = json_object();
+    uint64_t cum = 0, n = 0;
+    for (int i = 0; i < FXB_GS_LATE_BUCKETS; i++) {
+        cum += st->late[i];
+        set_u64(late_h, LATE_BOUNDS[i], cum);
+    }
+    n = cum;
+    json_t *late_o = json_object();
+    json_object_set_new(late_o, "buckets", late_h);
+    set_u64(late_o, "count", n);
+    set_u64(late_o, "sum_us", st->late_sum_us);
+    json_object_set_new(o, "redelivery_lateness", late_o);
+    return o;
+}
+
+static void list_part(gask *a)
+{
+    fx_stream *st = fxb_worker_stream_if_any(a->w, a->h);
+    uint64_t tail = st != NULL ? fx_stream_tail(st) : 0;
+    uint64_t now_us = fx_loop_now(a->w->loop) / 1000;
+    fxb_sgroups *sg = fxb_group_sgroups(a->w, a->h);
+    if (a->group != NULL) {
+        struct fxb_group *g = fxb_group_find(sg, a->group);
+        if (g == NULL) {
+            a->rv = FX_ENOSTREAM;
+            a->why = "consumer group not found";
+            return;
+        }
+        a->j = describe(g, tail, now_us);
+        return;
+    }
+    json_t *arr = json_array();
+    for (struct fxb_group *g = sg != NULL ? sg->head : NULL; g != NULL; g = g->next)
+        json_array_append_new(arr, describe(g, tail, now_us));
+    a->j = json_object();
+    json_object_set_new(a->j, "groups", arr);
+}
+
+static int dump(json_t *j, char **pjson)
+{
+    if (j == NULL)
+        return -ENOMEM;
+    char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(j);
+    if (s == NULL)
+        return -ENOMEM;
+    *pjson = s;
+    return 0;
+}
+
+int fx_broker_list_groups(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                          const char *group, uint64_t timeout_ns, char **pjson,
+                          fx_registry_err *err)
+{
+    gask a = {.group = group};
+    int rv = ask(b, tenant, ns, stream, &a, list_part, timeout_ns, err);
+    if (rv != 0) {
+        json_decref(a.j);
+        return rv;
+    }
+    return dump(a.j, pjson);
+}
+
+/* ---- create, seek, delete ------------------------------------------------------------------ */
+
+/* The first offset a start names, on stream |st|. Returns false when it is
+ * past the tail. */
+static bool start_of(const gask *a, const fx_stream *st, uint64_t *out)
+{
+    uint64_t oldest = st != NULL ? fx_stream_oldest(st) : 0;
+    uint64_t tail = st != NULL ? fx_stream_tail(st) : 0;
+    switch (a->start) {
+    case FX_BROKER_GROUP_START_NEW:
+        *out = tail;
+        break;
+    case FX_BROKER_GROUP_START_LAST:
+        *out = tail > oldest ? tail - 1 : tail;
+        break;
+    case FX_BROKER_GROUP_START_OFFSET:
+        *out = a->offset;
+        break;
+    default:
+        *out = oldest;
+        break;
+    }
+    return *out <= tail;
+}
+
+static void create_part(gask *a)
+{
+    if (fx_stream_handle_is_durable(a->h)) {
+        a->rv = -ENOTSUP;
+        a->why = "consumer groups on durable streams are not served yet: use a stream in memory";
+        return;
+    }
+    if (fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group) != NULL)
+        return; /* exists: idempotent */
+    fx_stream *st = fxb_worker_stream(a->w, a->h);
+    uint64_t start;
+    if (st == NULL) {
+        a->rv = -ENOMEM;
+        return;
+    }
+    if (!start_of(a, st, &start)) {
+        a->rv = FX_ECURSOR_IN_FUTURE;
+        a->why = "the start offset is past the stream's tail";
+        return;
+    }
+    int rv;
+    if (fxb_group_new(a->w, a->h, a->group, start, &rv) == NULL) {
+        a->rv = rv;
+        a->why = rv == FX_EFULL ? "max_groups_per_stream reached" : NULL;
+        return;
+    }
+    a->created = true;
+}
+
+int fx_broker_create_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                           const char *group, int start, uint64_t offset, uint64_t timeout_ns,
+                           bool *pcreated, fx_registry_err *err)
+{
+    size_t len = strlen(group);
+    if (len == 0 || len > FXB_GROUP_NAME_MAX) {
+        if (err != NULL)
+            snprintf(err->msg, sizeof(err->msg), "group names must be 1 to 128 bytes");
+        return FX_EWIRE_NAME;
+    }
+    gask a = {.group = group, .start = start, .offset = offset};
+    int rv = ask(b, tenant, ns, stream, &a, create_part, timeout_ns, err);
+    if (pcreated != NULL)
+        *pcreated = a.created;
+    return rv;
+}
+
+static void seek_part(gask *a)
+{
+    struct fxb_group *g = fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group);
+    if (g == NULL) {
+        a->rv = FX_ENOSTREAM;
+        a->why = "consumer group not found";
+        return;
+    }
+    fx_stream *st = fxb_worker_stream_if_any(a->w, a->h);
+    uint64_t to;
+    if (!start_of(a, st, &to)) {
+        a->rv = FX_ECURSOR_IN_FUTURE;
+        a->why = "the offset is past the stream's tail";
+        return;
+    }
+    fxb_gs_seek(g->gs, to);
+    fxb_group_pump(g);
+}
+
+int fx_broker_seek_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                         const char *group, int start, uint64_t offset, uint64_t timeout_ns,
+                         fx_registry_err *err)
+{
+    gask a = {.group = group, .start = start, .offset = offset};
+    return ask(b, tenant, ns, stream, &a, seek_part, timeout_ns, err);
+}
+
+static void delete_part(gask *a)
+{
+    struct fxb_group *g = fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group);
+    if (g == NULL)
+        return;
+    a->existed = true;
+    if (g->nmembers > 0) {
+        a->rv = -EBUSY;
+        a->why = "the consumer group has members joined: they must leave before it is deleted";
+        return;
+    }
+    fxb_group_delete(g);
+}
+
+int fx_broker_delete_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                           const char *group, uint64_t timeout_ns, bool *pexisted,
+                           fx_registry_err *err)
+{
+    gask a = {.group = group};
+    int rv = ask(b, tenant, ns, stream, &a, delete_part, timeout_ns, err);
+    if (pexisted != NULL)
+        *pexisted = a.existed;
+    return rv;
+}
+
+/* ---- dead letters -------------------------------------------------------------------------- */
+
+static void dead_part(gask *a)
+{
+    struct fxb_group *g = fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group);
+    if (g == NULL) {
+        a->rv = FX_ENOSTREAM;
+        a->why = "consumer group not found";
+        return;
+    }
+    json_t *arr = json_array();
+    for (uint32_t k = 0; k < g->ndead; k++) {
+        json_t *e = json_object();
+        set_u64(e, "offset", g->dead[k].offset);
+        set_u64(e, "attempts", g->dead[k].attempts);
+        json_object_set_new(
+            e, "reason",
+            json_string(g->dead[k].reason == FXB_GS_DEAD_TERM ? "term" : "max_deliver"));
+        json_array_append_new(arr, e);
+    }
+    a->j = json_object();
+    json_object_set_new(a->j, "dead_letters", arr);
+    set_u64(a->j, "forgotten", g->dead_forgotten);
+}
+
+int fx_broker_group_dead_letters(fx_broker *b, const char *tenant, const char *ns,
+                                 const char *stream, const char *group, uint64_t timeout_ns,
+                                 char **pjson, fx_registry_err *err)
+{
+    gask a = {.group = group};
+    int rv = ask(b, tenant, ns, stream, &a, dead_part, timeout_ns, err);
+    if (rv != 0) {
+        json_decref(a.j);
+        return rv;
+    }
+    return dump(a.j, pjson);
+}

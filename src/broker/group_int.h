@@ -1,0 +1,65 @@
+/* Consumer groups' private nouns, shared by the group stage (group.c,
+ * worker loop) and its admin operations (group_admin.c, whose parts run on
+ * the same worker loop): a group, the groups of one stream, a dead-letter
+ * entry, and the worker-side calls the admin needs. Worker loop only. */
+#ifndef FX_BROKER_GROUP_INT_H
+#define FX_BROKER_GROUP_INT_H
+
+#include "broker/group.h"
+#include "broker/group_state.h"
+
+/* One GROUP_ACKS frame waiting for the worker (the body copied). */
+struct fxb_gops {
+    struct fxb_gops *next;
+    struct fxb_reply *reply; /* a request id's slot (a reference), or NULL */
+    size_t len;
+    uint8_t body[];
+};
+
+typedef struct fxb_dead_entry {
+    uint64_t offset;
+    uint32_t attempts;
+    uint8_t reason;
+} fxb_dead_entry;
+
+/* The groups of one stream on its worker. */
+typedef struct fxb_sgroups {
+    fx_stream_handle *h; /* reference */
+    struct fxb_group *head;
+    uint32_t n;
+} fxb_sgroups;
+
+struct fxb_group {
+    struct fxb_group *next;
+    fxb_sgroups *sg;
+    fxb_worker *w;
+    char name[FXB_GROUP_NAME_MAX + 1];
+    fxb_gs *gs;
+    fxb_sub **members; /* by engine member id; a reference each */
+    uint32_t members_cap;
+    fx_timer timer;
+    uint64_t timer_at_ns; /* 0: not armed */
+    fx_task pump_task;
+    fxb_dead_entry *dead; /* dead letters, oldest first */
+    uint32_t ndead, dead_cap;
+    uint64_t dead_forgotten;
+    fx_stream_handle *dlq;  /* its dead-letter stream, once used (a reference) */
+    uint64_t dlq_retry_ns;  /* a dead letter waits for room in the stream's worker queue */
+    uint32_t nmembers;      /* members in the engine */
+    bool deleted;           /* removed: its pending pump task frees it */
+};
+
+/* The groups of |h| on |w| (NULL: none). */
+fxb_sgroups *fxb_group_sgroups(fxb_worker *w, const fx_stream_handle *h);
+/* The group |name| of |sg| (NULL: none). */
+struct fxb_group *fxb_group_find(fxb_sgroups *sg, const char *name);
+/* A new group of |h| whose first delivery is |start|; NULL with |*prv|
+ * (-ENOMEM, FX_EFULL at max_groups_per_stream). */
+struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
+                                uint64_t start, int *prv);
+/* Removes and frees |g| (no member joined). */
+void fxb_group_delete(struct fxb_group *g);
+/* Hands out what |g| can now and arms its timer. */
+void fxb_group_pump(struct fxb_group *g);
+
+#endif
