@@ -572,7 +572,7 @@ void fxb_bidi_on_data(fxb_bidi *s, const uint8_t *data, size_t len, bool fin)
         s->peer_fin = true;
         check_fin(s);
         if (s->member != NULL) { /* a member finished its join stream: it leaves */
-            fxb_group_join_gone(s);
+            fxb_group_join_gone(s, true);
             fxb_bidi_end(s);
         }
     }
@@ -634,7 +634,7 @@ void fxb_bidi_close(fxb_bidi *s)
     count_discarded(s);
     s->closed = true;
     s->ended = true;
-    fxb_group_join_gone(s);
+    fxb_group_join_gone(s, false);
     fx_loop_timer_cancel(c->loop, &s->replies.commit_timer);
     fxb_bidi_preauth_release(s);
     fxb_ingress_resv_cancel(s);

@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "broker/conn_life.h"
 #include "broker/group_state.h"
 #include "broker/job.h"
 #include "broker/lane.h"
@@ -39,6 +40,7 @@ void fxb_sub_group_init(fxb_sub *sub)
     gp->mid = FXB_GS_NO_MEMBER;
     pthread_mutex_init(&gp->mu, NULL);
     fx_task_init(&gp->ops_task, fxb_group_member_ops, sub);
+    fx_task_init(&gp->leave_task, fxb_group_member_leave, sub);
 }
 
 static void gops_free(struct fxb_gops *o)
@@ -636,10 +638,10 @@ void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
     fxb_sub_unref(sub);
 }
 
-void fxb_group_member_unregister(fx_loop *l, fx_task *t, void *user)
+/* Takes |sub| out of its group's engine: what it holds becomes available.
+ * Worker. */
+static void member_out(fx_loop *l, fxb_sub *sub)
 {
-    (void)t;
-    fxb_sub *sub = user;
     fxb_sub_group *gp = &sub->grp;
     struct fxb_group *g = gp->g;
     gp->g = NULL;
@@ -652,6 +654,24 @@ void fxb_group_member_unregister(fx_loop *l, fx_task *t, void *user)
         pump(g);
         fxb_sub_unref(sub); /* the group's */
     }
+}
+
+void fxb_group_member_unregister(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_sub *sub = user;
+    member_out(l, sub);
+    fxb_sub_unref(sub);
+}
+
+void fxb_group_member_leave(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_sub *sub = user;
+    member_out(l, sub);
+    /* Its operations queued before the FIN ran first (posted earlier). */
+    atomic_store_explicit(&sub->lane.fin_req, true, memory_order_release);
+    fxb_conn_kick_writer(sub->conn);
     fxb_sub_unref(sub);
 }
 

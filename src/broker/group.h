@@ -60,6 +60,7 @@ typedef struct fxb_sub_group {
     int join_rv;
     const char *why;      /* static text for a refused join */
     fx_task ops_task;
+    fx_task leave_task;
     /* Connection loop: the join stream, which carries its acks and their
      * answers; NULL once it is gone. */
     fxb_bidi *join;
@@ -80,6 +81,10 @@ void fxb_sub_group_deinit(fxb_sub_group *gp);
 void fxb_group_member_register(fx_loop *l, fx_task *t, void *user);
 void fxb_group_member_unregister(fx_loop *l, fx_task *t, void *user);
 void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user);
+/* A member finished its join stream (a graceful leave): it leaves the
+ * engine (what it holds becomes available), then its event stream is
+ * finished after what is queued on it. Worker loop (fxb_sub_group.leave_task). */
+void fxb_group_member_leave(fx_loop *l, fx_task *t, void *user);
 
 /* Queues a member's decoded GROUP_ACKS (|body| is copied) for its worker;
  * |reply| (may be NULL) is the reply slot a request id asked for, completed

@@ -263,12 +263,15 @@ int fxb_group_frame(fxb_bidi *s, const fx_frame *f)
     return 0;
 }
 
-void fxb_group_join_gone(fxb_bidi *s)
+void fxb_group_join_gone(fxb_bidi *s, bool graceful)
 {
     fxb_sub *sub = s->member;
     if (sub == NULL || sub->bidi == s)
         return; /* no member, or its join is still on the worker: the answer sees it */
     s->member = NULL;
     sub->grp.join = NULL;
-    fxb_sub_close(sub, true);
+    if (graceful && !atomic_load_explicit(&sub->closed, memory_order_acquire))
+        fxb_sub_post(sub, sub->w->loop, &sub->grp.leave_task); /* FIN once drained */
+    else
+        fxb_sub_close(sub, true);
 }

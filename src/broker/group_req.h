@@ -15,9 +15,10 @@ void fxb_group_join(fxb_bidi *s, const fx_msg *m);
 /* Handles a Felix-C frame (flags 0x8000) on |s|: a member's GROUP_ACKS.
  * Returns 0 to read on, -1 when the stream stops reading. Conn loop. */
 int fxb_group_frame(fxb_bidi *s, const fx_frame *f);
-/* |s| is closing or its peer finished sending: a member whose join stream
- * it is leaves its group (what it holds becomes available again). Conn
- * loop. */
-void fxb_group_join_gone(fxb_bidi *s);
+/* |s| is closing (|graceful| false: the member's event stream is reset) or
+ * its peer finished sending (true: the event stream is finished after what
+ * is queued): a member whose join stream it is leaves its group, and what
+ * it holds becomes available again. Conn loop. */
+void fxb_group_join_gone(fxb_bidi *s, bool graceful);
 
 #endif
