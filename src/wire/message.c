@@ -27,6 +27,10 @@ enum kind {
     K_ACK,        /* "none" | "per_message" | "per_batch" */
     K_START,      /* "latest" | "earliest" | {"offset": n} */
     K_REASON,     /* "too_old" | "in_future" */
+    K_MEMBER,     /* string of 1..FX_MSG_MEMBER_MAX bytes without NUL */
+    K_U32,        /* 0..UINT32_MAX */
+    K_BOOL,       /* true | false */
+    K_CREATE,     /* "all" | "new" | "last" | {"offset": n} | {"time_us": t} */
 };
 
 enum presence {
@@ -109,6 +113,22 @@ static const struct field f_error[] = {REQ("message", K_STR, message), END};
 static const struct field f_cursor_error[] = {REQ("reason", K_REASON, reason),
                                               REQ("requested", K_U64, requested),
                                               REQ("available", K_U64, available), END};
+static const struct field f_group_join[] = {
+    TRIPLE,
+    REQ("stream", K_NAME, stream),
+    REQ("group", K_NAME, group),
+    OPT("member", K_MEMBER, member, has_member),
+    OPT("window", K_U32, window, has_window),
+    OPT("ack_wait_ms", K_U64, ack_wait_ms, has_ack_wait_ms),
+    {"create", K_CREATE, P_OPT, offsetof(fx_msg, create), NO_HAS},
+    REQUEST_ID,
+    END};
+static const struct field f_group_joined[] = {REQ("subscription_id", K_U64, subscription_id),
+                                              REQ("member", K_MEMBER, member),
+                                              REQ("window", K_U32, window),
+                                              REQ("durable", K_BOOL, durable),
+                                              REQUEST_ID,
+                                              END};
 
 struct schema {
     const char *name;
@@ -134,10 +154,14 @@ static const struct schema schemas[FX_MSG_TYPE_COUNT] = {
     [FX_MSG_OK] = {"ok", f_none},
     [FX_MSG_ERROR] = {"error", f_error},
     [FX_MSG_SUBSCRIBE_CURSOR_ERROR] = {"subscribe_cursor_error", f_cursor_error},
+    [FX_MSG_GROUP_JOIN] = {"group_join", f_group_join},
+    [FX_MSG_GROUP_JOINED] = {"group_joined", f_group_joined},
 };
 
 static const char *const ack_names[] = {"none", "per_message", "per_batch"};
 static const char *const reason_names[] = {"too_old", "in_future"};
+/* create's string values, indexed by fx_msg_create_kind (NONE unused). */
+static const char *const create_names[] = {NULL, "all", "new", "last"};
 
 /* Typed views of a field's storage inside a message. */
 #define AT(m, f, T) ((T *)(void *)((char *)(m) + (f)->off))
@@ -153,6 +177,8 @@ static bool is_present(const fx_msg *m, const struct field *f)
 {
     if (f->kind == K_START)
         return CAT(m, f, fx_msg_start)->kind != FX_MSG_START_NONE;
+    if (f->kind == K_CREATE)
+        return CAT(m, f, fx_msg_create)->kind != FX_MSG_CREATE_NONE;
     if (f->has_off == NO_HAS)
         return true;
     return *(const bool *)(const void *)((const char *)m + f->has_off);
@@ -200,14 +226,18 @@ static int check_string(struct dec *d, const struct field *f, json_t *v)
     if (!json_is_string(v))
         return bad_type(d, f, "a string");
     size_t n = json_string_length(v);
+    bool name = f->kind == K_NAME || f->kind == K_MEMBER;
     if (memchr(json_string_value(v), 0, n)) {
-        int code = f->kind == K_NAME ? FX_EWIRE_NAME : FX_EWIRE_FIELD_TYPE;
+        int code = name ? FX_EWIRE_NAME : FX_EWIRE_FIELD_TYPE;
         return fx_wire_err_set(d->err, code, "field '%s' in %s contains a NUL character", f->name,
                                d->tname);
     }
-    if (f->kind == K_NAME && n == 0)
+    if (name && n == 0)
         return fx_wire_err_set(d->err, FX_EWIRE_NAME, "field '%s' in %s must not be empty", f->name,
                                d->tname);
+    if (f->kind == K_MEMBER && n > FX_MSG_MEMBER_MAX)
+        return fx_wire_err_set(d->err, FX_EWIRE_NAME, "field '%s' in %s is longer than %u bytes",
+                               f->name, d->tname, FX_MSG_MEMBER_MAX);
     d->arena += n + 1;
     return 0;
 }
@@ -278,6 +308,26 @@ static int check_start(struct dec *d, const struct field *f, json_t *v, fx_msg *
     return bad_type(d, f, "\"latest\", \"earliest\" or {\"offset\": n}");
 }
 
+/* create: a string naming where a new group starts, or a one-member object
+ * with an offset or a time in microseconds. */
+static int check_create(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
+{
+    fx_msg_create *c = AT(m, f, fx_msg_create);
+    int i = json_is_string(v) ? lookup(create_names + 1, 3, v) : -1;
+    if (i >= 0) {
+        c->kind = (fx_msg_create_kind)(FX_MSG_CREATE_ALL + i);
+        return 0;
+    }
+    json_t *off = json_is_object(v) ? json_object_get(v, "offset") : NULL;
+    json_t *time = json_is_object(v) ? json_object_get(v, "time_us") : NULL;
+    if ((off || time) && json_object_size(v) == 1) {
+        c->kind = off ? FX_MSG_CREATE_OFFSET : FX_MSG_CREATE_TIME;
+        return get_uint(d, off ? "create.offset" : "create.time_us", off ? off : time,
+                        FX_MSG_INT_MAX, &c->value);
+    }
+    return bad_type(d, f, "\"all\", \"new\", \"last\", {\"offset\": n} or {\"time_us\": t}");
+}
+
 static int check_enum(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
 {
     bool ack = f->kind == K_ACK;
@@ -306,6 +356,7 @@ static int check_value(struct dec *d, const struct field *f, json_t *v, fx_msg *
     switch (f->kind) {
     case K_NAME:
     case K_STR:
+    case K_MEMBER:
         return check_string(d, f, v);
     case K_BYTES:
         return check_b64(d, f, v, 0);
@@ -319,8 +370,19 @@ static int check_value(struct dec *d, const struct field *f, json_t *v, fx_msg *
         if ((rv = get_uint(d, f->name, v, UINT16_MAX, &u)) == 0)
             *AT(m, f, uint16_t) = (uint16_t)u;
         return rv;
+    case K_U32:
+        if ((rv = get_uint(d, f->name, v, UINT32_MAX, &u)) == 0)
+            *AT(m, f, uint32_t) = (uint32_t)u;
+        return rv;
+    case K_BOOL:
+        if (!json_is_boolean(v))
+            return bad_type(d, f, "true or false");
+        *AT(m, f, bool) = json_is_true(v);
+        return 0;
     case K_START:
         return check_start(d, f, v, m);
+    case K_CREATE:
+        return check_create(d, f, v, m);
     default:
         return check_enum(d, f, v, m);
     }
@@ -381,7 +443,7 @@ static int copy_fields(const struct field *fields, json_t *root, fx_msg *m, stru
         if (!v || json_is_null(v))
             continue;
         bool ok = true;
-        if (f->kind == K_NAME || f->kind == K_STR) {
+        if (f->kind == K_NAME || f->kind == K_STR || f->kind == K_MEMBER) {
             *AT(m, f, const char *) = copy_string(a, v);
         } else if (f->kind == K_BYTES) {
             ok = copy_b64(a, v, AT(m, f, fx_msg_bytes));
@@ -585,7 +647,9 @@ static int check_out_string(const struct field *f, const char *s)
 {
     if (!s)
         return FX_EWIRE_FIELD_MISSING;
-    if (f->kind == K_NAME && s[0] == 0)
+    if ((f->kind == K_NAME || f->kind == K_MEMBER) && s[0] == 0)
+        return FX_EWIRE_NAME;
+    if (f->kind == K_MEMBER && strlen(s) > FX_MSG_MEMBER_MAX)
         return FX_EWIRE_NAME;
     if (!fx_wire_utf8_valid((const uint8_t *)s, strlen(s)))
         return FX_EWIRE_UTF8;
@@ -615,9 +679,11 @@ static int check_out_list(const fx_msg *m)
 static int check_out_field(const struct field *f, const fx_msg *m)
 {
     const fx_msg_start *st = CAT(m, f, fx_msg_start);
+    const fx_msg_create *c = CAT(m, f, fx_msg_create);
     switch (f->kind) {
     case K_NAME:
     case K_STR:
+    case K_MEMBER:
         return check_out_string(f, *CAT(m, f, const char *));
     case K_BYTES:
         return check_out_bytes(CAT(m, f, fx_msg_bytes));
@@ -626,7 +692,14 @@ static int check_out_field(const struct field *f, const fx_msg *m)
     case K_U64:
         return *CAT(m, f, uint64_t) > FX_MSG_INT_MAX ? FX_EWIRE_INT_RANGE : 0;
     case K_U16:
+    case K_U32:
+    case K_BOOL:
         return 0;
+    case K_CREATE:
+        if ((unsigned)c->kind > FX_MSG_CREATE_TIME)
+            return FX_EWIRE_ACK_MODE;
+        return c->kind >= FX_MSG_CREATE_OFFSET && c->value > FX_MSG_INT_MAX ? FX_EWIRE_INT_RANGE
+                                                                            : 0;
     case K_ACK:
         return (unsigned)m->ack > FX_WIRE_ACK_PER_BATCH ? FX_EWIRE_ACK_MODE : 0;
     case K_START:
@@ -753,11 +826,23 @@ static void put_start(struct out *o, const fx_msg_start *st)
     }
 }
 
+static void put_create(struct out *o, const fx_msg_create *c)
+{
+    if (c->kind >= FX_MSG_CREATE_OFFSET) {
+        put_str(o, c->kind == FX_MSG_CREATE_OFFSET ? "{\"offset\":" : "{\"time_us\":");
+        put_uint(o, c->value);
+        put(o, "}", 1);
+    } else {
+        put_quoted(o, create_names[c->kind]);
+    }
+}
+
 static void put_value(struct out *o, const struct field *f, const fx_msg *m)
 {
     switch (f->kind) {
     case K_NAME:
     case K_STR:
+    case K_MEMBER:
         put_json_string(o, *CAT(m, f, const char *));
         break;
     case K_BYTES:
@@ -772,8 +857,17 @@ static void put_value(struct out *o, const struct field *f, const fx_msg *m)
     case K_U16:
         put_uint(o, *CAT(m, f, uint16_t));
         break;
+    case K_U32:
+        put_uint(o, *CAT(m, f, uint32_t));
+        break;
+    case K_BOOL:
+        put_str(o, *CAT(m, f, bool) ? "true" : "false");
+        break;
     case K_START:
         put_start(o, CAT(m, f, fx_msg_start));
+        break;
+    case K_CREATE:
+        put_create(o, CAT(m, f, fx_msg_create));
         break;
     case K_ACK:
         put_quoted(o, ack_names[m->ack]);
@@ -902,9 +996,11 @@ static bool list_equal(const fx_msg *a, const fx_msg *b)
 static bool value_equal(const struct field *f, const fx_msg *a, const fx_msg *b)
 {
     const fx_msg_start *sa = CAT(a, f, fx_msg_start), *sb = CAT(b, f, fx_msg_start);
+    const fx_msg_create *ca = CAT(a, f, fx_msg_create), *cb = CAT(b, f, fx_msg_create);
     switch (f->kind) {
     case K_NAME:
     case K_STR:
+    case K_MEMBER:
         return str_equal(*CAT(a, f, const char *), *CAT(b, f, const char *));
     case K_BYTES:
         return bytes_equal(CAT(a, f, fx_msg_bytes), CAT(b, f, fx_msg_bytes));
@@ -914,9 +1010,15 @@ static bool value_equal(const struct field *f, const fx_msg *a, const fx_msg *b)
         return *CAT(a, f, uint64_t) == *CAT(b, f, uint64_t);
     case K_U16:
         return *CAT(a, f, uint16_t) == *CAT(b, f, uint16_t);
+    case K_U32:
+        return *CAT(a, f, uint32_t) == *CAT(b, f, uint32_t);
+    case K_BOOL:
+        return *CAT(a, f, bool) == *CAT(b, f, bool);
     case K_START:
         return sa->kind == sb->kind &&
                (sa->kind != FX_MSG_START_OFFSET || sa->offset == sb->offset);
+    case K_CREATE:
+        return ca->kind == cb->kind && (ca->kind < FX_MSG_CREATE_OFFSET || ca->value == cb->value);
     case K_ACK:
         return a->ack == b->ack;
     default:
@@ -1013,4 +1115,24 @@ void fx_msg_init_subscribe_cursor_error(fx_msg *m, fx_msg_cursor_reason reason, 
     m->reason = reason;
     m->requested = requested;
     m->available = available;
+}
+
+void fx_msg_init_group_join(fx_msg *m, const char *tenant_id, const char *ns, const char *stream,
+                            const char *group)
+{
+    init_type(m, FX_MSG_GROUP_JOIN);
+    m->tenant_id = tenant_id;
+    m->ns = ns;
+    m->stream = stream;
+    m->group = group;
+}
+
+void fx_msg_init_group_joined(fx_msg *m, uint64_t subscription_id, const char *member,
+                              uint32_t window, bool durable)
+{
+    init_type(m, FX_MSG_GROUP_JOINED);
+    m->subscription_id = subscription_id;
+    m->member = member;
+    m->window = window;
+    m->durable = durable;
 }

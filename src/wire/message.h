@@ -33,6 +33,8 @@ typedef enum fx_msg_type {
     FX_MSG_OK,
     FX_MSG_ERROR,
     FX_MSG_SUBSCRIBE_CURSOR_ERROR,
+    FX_MSG_GROUP_JOIN,   /* Felix-C: client -> broker, join a consumer group */
+    FX_MSG_GROUP_JOINED, /* Felix-C: broker -> client, the join's answer */
     FX_MSG_TYPE_COUNT
 } fx_msg_type;
 
@@ -49,6 +51,25 @@ typedef struct fx_msg_start {
     fx_msg_start_kind kind;
     uint64_t offset; /* only for FX_MSG_START_OFFSET */
 } fx_msg_start;
+
+/* group_join.create: where a group that does not exist yet starts. NONE is
+ * the field absent; "all" | "new" | "last" | {"offset": n} | {"time_us": t}. */
+typedef enum fx_msg_create_kind {
+    FX_MSG_CREATE_NONE = 0,
+    FX_MSG_CREATE_ALL,
+    FX_MSG_CREATE_NEW,
+    FX_MSG_CREATE_LAST,
+    FX_MSG_CREATE_OFFSET,
+    FX_MSG_CREATE_TIME,
+} fx_msg_create_kind;
+
+typedef struct fx_msg_create {
+    fx_msg_create_kind kind;
+    uint64_t value; /* the offset (OFFSET) or time_us (TIME); else 0 */
+} fx_msg_create;
+
+/* Longest group member name, in bytes (and at least 1). */
+#define FX_MSG_MEMBER_MAX 128u
 
 typedef enum fx_msg_cursor_reason {
     FX_MSG_CURSOR_TOO_OLD = 0,
@@ -112,6 +133,16 @@ typedef struct fx_msg {
     uint64_t requested;
     uint64_t available;
 
+    const char *group;  /* group_join */
+    const char *member; /* group_join (optional: has_member), group_joined */
+    bool has_member;
+    uint32_t window; /* group_join (optional), group_joined */
+    bool has_window;
+    uint64_t ack_wait_ms; /* group_join */
+    bool has_ack_wait_ms;
+    fx_msg_create create; /* group_join; kind NONE: absent */
+    bool durable;         /* group_joined */
+
     void *arena; /* internal: the decoded allocation, or NULL */
 } fx_msg;
 
@@ -129,15 +160,16 @@ typedef struct fx_msg {
  *   FX_EWIRE_JSON_TYPE      unknown "type"
  *   FX_EWIRE_FIELD_MISSING  required field absent (message names field and type)
  *   FX_EWIRE_FIELD_TYPE     field of the wrong JSON type (null included for a
- *                           required field), a bad start / reason value, or a
- *                           NUL inside token, key or message
+ *                           required field), a bad start / create / reason
+ *                           value, or a NUL inside token, key or message
  *   FX_EWIRE_INT_RANGE      negative, above FX_MSG_INT_MAX (named when the
- *                           layout allows), or above 65535 for client_flags /
- *                           server_flags
+ *                           layout allows), above 65535 for client_flags /
+ *                           server_flags, or above UINT32_MAX for window
  *   FX_EWIRE_ACK_MODE       ack not none / per_message / per_batch
  *   FX_EWIRE_BASE64         payload / value not canonical padded standard base64
- *   FX_EWIRE_NAME           tenant_id, namespace, stream or cache empty, or any
- *                           of them holding a NUL
+ *   FX_EWIRE_NAME           tenant_id, namespace, stream, cache or group empty,
+ *                           or any of them holding a NUL; member empty, over
+ *                           FX_MSG_MEMBER_MAX bytes or holding a NUL
  *   -ENOMEM
  * On failure |m| is left zeroed (fx_msg_deinit is still safe). Any thread. */
 int fx_msg_decode(fx_msg *m, const uint8_t *json, size_t len, fx_wire_err *err);
@@ -151,10 +183,12 @@ void fx_msg_deinit(fx_msg *m);
  *   FX_EWIRE_JSON_TYPE      |m|->type is not a message type
  *   FX_EWIRE_FIELD_MISSING  a required string is NULL, or bytes with p NULL and
  *                           len > 0
- *   FX_EWIRE_NAME           a name (tenant_id, namespace, stream, cache) is empty
+ *   FX_EWIRE_NAME           a name (tenant_id, namespace, stream, cache, group)
+ *                           is empty, or member is empty or over
+ *                           FX_MSG_MEMBER_MAX bytes
  *   FX_EWIRE_UTF8           a string is not valid UTF-8
  *   FX_EWIRE_INT_RANGE      an integer above FX_MSG_INT_MAX
- *   FX_EWIRE_ACK_MODE       ack / start / reason outside its enum
+ *   FX_EWIRE_ACK_MODE       ack / start / create / reason outside its enum
  *   FX_EWIRE_TOO_LARGE      the encoding would not fit a frame (> UINT32_MAX)
  * The encoder refuses exactly what fx_msg_decode would refuse, so every
  * encodable message decodes back to equal fields. Any thread. */
@@ -211,5 +245,15 @@ void fx_msg_init_subscribed(fx_msg *m, uint64_t subscription_id);
 void fx_msg_init_event_stream_hello(fx_msg *m, uint64_t subscription_id);
 void fx_msg_init_subscribe_cursor_error(fx_msg *m, fx_msg_cursor_reason reason, uint64_t requested,
                                         uint64_t available);
+/* group_join for |group| on |stream| with no optional field; set member /
+ * window / ack_wait_ms (with their has_* flags), create and request_id
+ * (has_request_id) afterwards as needed. */
+void fx_msg_init_group_join(fx_msg *m, const char *tenant_id, const char *ns, const char *stream,
+                            const char *group);
+/* group_joined: the member's |subscription_id| (its event stream's hello
+ * names it), |member| name, credit |window| and whether the group is
+ * |durable|; request_id (has_request_id) echoes the join's. */
+void fx_msg_init_group_joined(fx_msg *m, uint64_t subscription_id, const char *member,
+                              uint32_t window, bool durable);
 
 #endif

@@ -98,6 +98,10 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     m->request_id = 9;
     m->has_request_id =
         full || t == FX_MSG_PUBLISH_OK || t == FX_MSG_CACHE_OK || t == FX_MSG_PUBLISH_ERROR;
+    m->group = "workers";
+    m->member = "m-1";
+    m->window = 256;
+    m->durable = true;
     if (!full)
         return;
     m->has_client_flags = true, m->client_flags = 25;
@@ -107,6 +111,10 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     m->has_offset = true, m->offset = 5;
     m->has_base_offset = true, m->base_offset = 6;
     m->has_ttl_ms = true, m->ttl_ms = 1000;
+    m->has_member = true;
+    m->has_window = true;
+    m->has_ack_wait_ms = true, m->ack_wait_ms = 30000;
+    m->create = (fx_msg_create){FX_MSG_CREATE_TIME, 1700000000000000};
 }
 
 /* ---- round trips ---------------------------------------------------------- */
@@ -766,6 +774,208 @@ static void test_json_batch_above_65536_payloads_is_refused(void **state)
     }
 }
 
+/* ---- consumer groups (Felix-C) ------------------------------------------------ */
+
+#define JOIN_HEAD                                                                                  \
+    "{\"type\":\"group_join\",\"tenant_id\":\"t1\",\"namespace\":\"default\",\"stream\":\"demo\"," \
+    "\"group\":\"workers\""
+
+static void test_golden_group_join_and_joined(void **state)
+{
+    fx_msg m;
+    fx_msg_init_group_join(&m, "t1", "default", "demo", "workers");
+    expect_json(&m, JOIN_HEAD "}");
+    expect_round_trip(&m);
+    m.has_member = true, m.member = "host-1";
+    m.has_window = true, m.window = 512;
+    m.has_ack_wait_ms = true, m.ack_wait_ms = 30000;
+    m.create = (fx_msg_create){FX_MSG_CREATE_OFFSET, 42};
+    m.has_request_id = true, m.request_id = 7;
+    expect_json(&m, JOIN_HEAD ",\"member\":\"host-1\",\"window\":512,\"ack_wait_ms\":30000,"
+                              "\"create\":{\"offset\":42},\"request_id\":7}");
+    expect_round_trip(&m);
+    fx_msg_init_group_joined(&m, 9, "host-1", 512, true);
+    expect_json(&m, "{\"type\":\"group_joined\",\"subscription_id\":9,\"member\":\"host-1\","
+                    "\"window\":512,\"durable\":true}");
+    m.durable = false;
+    m.has_request_id = true, m.request_id = 7;
+    expect_json(&m, "{\"type\":\"group_joined\",\"subscription_id\":9,\"member\":\"host-1\","
+                    "\"window\":512,\"durable\":false,\"request_id\":7}");
+    expect_round_trip(&m);
+}
+
+static void test_group_join_create_values_round_trip(void **state)
+{
+    static const struct {
+        const char *json;
+        fx_msg_create_kind kind;
+        uint64_t value;
+    } ok[] = {
+        {"\"all\"", FX_MSG_CREATE_ALL, 0},
+        {"\"new\"", FX_MSG_CREATE_NEW, 0},
+        {"\"last\"", FX_MSG_CREATE_LAST, 0},
+        {"{\"offset\":0}", FX_MSG_CREATE_OFFSET, 0},
+        {"{\"offset\":9223372036854775807}", FX_MSG_CREATE_OFFSET, FX_MSG_INT_MAX},
+        {"{\"time_us\":1700000000000000}", FX_MSG_CREATE_TIME, 1700000000000000},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char json[256];
+        snprintf(json, sizeof(json), JOIN_HEAD ",\"create\":%s}", ok[i].json);
+        fx_msg m;
+        fx_wire_err err = {0};
+        if (decode_str(&m, json, &err) != 0)
+            fail_msg("%s: %s", json, err.msg);
+        assert_int_equal(m.type, FX_MSG_GROUP_JOIN);
+        assert_int_equal(m.create.kind, ok[i].kind);
+        assert_true(m.create.value == ok[i].value);
+        expect_json(&m, json);
+        fx_msg_deinit(&m);
+    }
+    /* Absent and null both mean absent. */
+    fx_msg m;
+    assert_int_equal(decode_str(&m, JOIN_HEAD ",\"create\":null}", NULL), 0);
+    assert_int_equal(m.create.kind, FX_MSG_CREATE_NONE);
+    expect_json(&m, JOIN_HEAD "}");
+    fx_msg_deinit(&m);
+}
+
+static void test_group_join_bad_create_rejected(void **state)
+{
+    static const char *const bad[] = {"\"ALL\"",
+                                      "\"latest\"",
+                                      "\"earliest\"",
+                                      "1",
+                                      "{}",
+                                      "{\"offset\":\"1\"}",
+                                      "[\"all\"]",
+                                      "{\"offset\":1,\"time_us\":2}",
+                                      "{\"position\":1}",
+                                      "{\"time_us\":true}",
+                                      "true"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char json[256];
+        snprintf(json, sizeof(json), JOIN_HEAD ",\"create\":%s}", bad[i]);
+        expect_reject(json, FX_EWIRE_FIELD_TYPE, "create");
+    }
+    expect_reject(JOIN_HEAD ",\"create\":{\"offset\":-1}}", FX_EWIRE_INT_RANGE, "create.offset");
+    expect_reject(JOIN_HEAD ",\"create\":{\"time_us\":9223372036854775808}}", FX_EWIRE_INT_RANGE,
+                  NULL);
+    /* The encoder refuses what the decoder would. */
+    fx_msg m;
+    uint8_t *out = NULL;
+    size_t len = 0;
+    fx_msg_init_group_join(&m, "t", "n", "s", "g");
+    m.create = (fx_msg_create){(fx_msg_create_kind)(FX_MSG_CREATE_TIME + 1), 0};
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_ACK_MODE);
+    m.create = (fx_msg_create){FX_MSG_CREATE_OFFSET, FX_MSG_INT_MAX + 1};
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_INT_RANGE);
+    assert_null(out);
+}
+
+static void test_group_join_missing_required_fields(void **state)
+{
+    expect_reject("{\"type\":\"group_join\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\"}",
+                  FX_EWIRE_FIELD_MISSING, "'group' in group_join");
+    expect_reject("{\"type\":\"group_join\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"group\":\"g\"}",
+                  FX_EWIRE_FIELD_MISSING, "'stream' in group_join");
+    expect_reject("{\"type\":\"group_join\",\"namespace\":\"n\",\"stream\":\"s\",\"group\":\"g\"}",
+                  FX_EWIRE_FIELD_MISSING, "'tenant_id' in group_join");
+    expect_reject("{\"type\":\"group_join\",\"tenant_id\":\"t\",\"stream\":\"s\",\"group\":\"g\"}",
+                  FX_EWIRE_FIELD_MISSING, "'namespace' in group_join");
+    expect_reject("{\"type\":\"group_join\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"group\":null}",
+                  FX_EWIRE_FIELD_TYPE, "'group'");
+    expect_reject("{\"type\":\"group_joined\",\"member\":\"m\",\"window\":1,\"durable\":true}",
+                  FX_EWIRE_FIELD_MISSING, "'subscription_id' in group_joined");
+    expect_reject("{\"type\":\"group_joined\",\"subscription_id\":1,\"window\":1,"
+                  "\"durable\":true}",
+                  FX_EWIRE_FIELD_MISSING, "'member' in group_joined");
+    expect_reject("{\"type\":\"group_joined\",\"subscription_id\":1,\"member\":\"m\","
+                  "\"durable\":true}",
+                  FX_EWIRE_FIELD_MISSING, "'window' in group_joined");
+    expect_reject("{\"type\":\"group_joined\",\"subscription_id\":1,\"member\":\"m\","
+                  "\"window\":1}",
+                  FX_EWIRE_FIELD_MISSING, "'durable' in group_joined");
+    fx_msg m;
+    uint8_t *out = NULL;
+    size_t len = 0;
+    fx_msg_init_group_join(&m, "t", "n", "s", NULL);
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_FIELD_MISSING);
+    fx_msg_init_group_joined(&m, 1, NULL, 1, true);
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_FIELD_MISSING);
+    assert_null(out);
+}
+
+static void test_group_names_and_member_rules(void **state)
+{
+    expect_reject(JOIN_HEAD ",\"member\":\"\"}", FX_EWIRE_NAME, "'member'");
+    expect_reject("{\"type\":\"group_join\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"group\":\"\"}",
+                  FX_EWIRE_NAME, "'group'");
+    expect_reject("{\"type\":\"group_join\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"group\":\"a\\u0000b\"}",
+                  FX_EWIRE_NAME, "'group'");
+    expect_reject(JOIN_HEAD ",\"member\":\"a\\u0000b\"}", FX_EWIRE_NAME, "'member'");
+    expect_reject(JOIN_HEAD ",\"member\":7}", FX_EWIRE_FIELD_TYPE, "'member'");
+    char member[FX_MSG_MEMBER_MAX + 2], json[400];
+    memset(member, 'm', sizeof(member));
+    member[FX_MSG_MEMBER_MAX] = 0;
+    snprintf(json, sizeof(json), JOIN_HEAD ",\"member\":\"%s\"}", member);
+    fx_msg m;
+    assert_int_equal(decode_str(&m, json, NULL), 0);
+    assert_true(m.has_member);
+    assert_int_equal(strlen(m.member), FX_MSG_MEMBER_MAX);
+    fx_msg_deinit(&m);
+    member[FX_MSG_MEMBER_MAX] = 'm', member[FX_MSG_MEMBER_MAX + 1] = 0;
+    snprintf(json, sizeof(json), JOIN_HEAD ",\"member\":\"%s\"}", member);
+    expect_reject(json, FX_EWIRE_NAME, "128");
+    snprintf(json, sizeof(json),
+             "{\"type\":\"group_joined\",\"subscription_id\":1,\"member\":\"%s\",\"window\":1,"
+             "\"durable\":true}",
+             member);
+    expect_reject(json, FX_EWIRE_NAME, "'member'");
+    /* The encoder applies the same rules. */
+    uint8_t *out = NULL;
+    size_t len = 0;
+    fx_msg_init_group_joined(&m, 1, member, 1, true);
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_NAME);
+    fx_msg_init_group_joined(&m, 1, "", 1, true);
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_NAME);
+    fx_msg_init_group_join(&m, "t", "n", "s", "");
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_NAME);
+    assert_null(out);
+}
+
+static void test_group_window_and_durable_types(void **state)
+{
+    expect_reject(JOIN_HEAD ",\"window\":4294967296}", FX_EWIRE_INT_RANGE, "'window'");
+    expect_reject(JOIN_HEAD ",\"window\":-1}", FX_EWIRE_INT_RANGE, "'window'");
+    expect_reject(JOIN_HEAD ",\"window\":\"8\"}", FX_EWIRE_FIELD_TYPE, "'window'");
+    expect_reject(JOIN_HEAD ",\"ack_wait_ms\":1.5}", FX_EWIRE_FIELD_TYPE, "'ack_wait_ms'");
+    expect_reject("{\"type\":\"group_joined\",\"subscription_id\":1,\"member\":\"m\","
+                  "\"window\":1,\"durable\":1}",
+                  FX_EWIRE_FIELD_TYPE, "'durable'");
+    expect_reject("{\"type\":\"group_joined\",\"subscription_id\":1,\"member\":\"m\","
+                  "\"window\":1,\"durable\":null}",
+                  FX_EWIRE_FIELD_TYPE, "'durable'");
+    fx_msg m;
+    assert_int_equal(decode_str(&m, JOIN_HEAD ",\"window\":4294967295}", NULL), 0);
+    assert_true(m.has_window);
+    assert_int_equal(m.window, UINT32_MAX);
+    fx_msg_deinit(&m);
+    assert_int_equal(decode_str(&m,
+                                "{\"type\":\"group_joined\",\"subscription_id\":3,"
+                                "\"member\":\"m\",\"window\":0,\"durable\":false}",
+                                NULL),
+                     0);
+    assert_int_equal(m.subscription_id, 3);
+    assert_string_equal(m.member, "m");
+    assert_false(m.durable);
+    fx_msg_deinit(&m);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_every_type_round_trips_with_all_fields),
     cmocka_unit_test(test_every_type_round_trips_without_optional_fields),
@@ -807,6 +1017,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_control_characters_escaped_like_serde),
     cmocka_unit_test(test_encode_refuses_what_decode_rejects),
     cmocka_unit_test(test_json_batch_above_65536_payloads_is_refused),
+    cmocka_unit_test(test_golden_group_join_and_joined),
+    cmocka_unit_test(test_group_join_create_values_round_trip),
+    cmocka_unit_test(test_group_join_bad_create_rejected),
+    cmocka_unit_test(test_group_join_missing_required_fields),
+    cmocka_unit_test(test_group_names_and_member_rules),
+    cmocka_unit_test(test_group_window_and_durable_types),
 };
 
 FX_TEST_MAIN(tests)
