@@ -579,6 +579,11 @@ static int join(fxb_sub *sub)
             gp->why = "consumer group not found (join with create to make it)";
             return FX_ENOSTREAM;
         }
+        if (gp->create == FXB_GROUP_CREATE_TIME) {
+            gp->why = "creating a group at a time is not served yet (streams in memory keep no "
+                      "record times): use all, new, last or an offset";
+            return -ENOTSUP;
+        }
         uint64_t start = start_offset(gp, st);
         if (start > fx_stream_tail(st)) {
             gp->why = "the start offset is past the stream's tail";

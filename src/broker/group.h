@@ -39,6 +39,7 @@ typedef enum fxb_group_create {
     FXB_GROUP_CREATE_NEW,    /* from the next record appended */
     FXB_GROUP_CREATE_LAST,   /* from the last record appended */
     FXB_GROUP_CREATE_OFFSET, /* from |create_offset| */
+    FXB_GROUP_CREATE_TIME,   /* from the first record at or after |create_offset| (Unix us) */
 } fxb_group_create;
 
 /* A member's group part (fxb_sub.grp). Set by the join (connection loop)

@@ -292,9 +292,12 @@ int fx_broker_create_group(fx_broker *b, const char *tenant, const char *ns, con
                            bool *pcreated, fx_registry_err *err)
 {
     size_t len = strlen(group);
-    if (len == 0 || len > FXB_GROUP_NAME_MAX) {
+    fx_registry_err nerr;
+    if (len == 0 || len > FXB_GROUP_NAME_MAX ||
+        fx_registry_name_check("group", (fx_wire_slice){(const uint8_t *)group, len}, &nerr) != 0) {
         if (err != NULL)
-            snprintf(err->msg, sizeof(err->msg), "group names must be 1 to 128 bytes");
+            snprintf(err->msg, sizeof(err->msg),
+                     "group names must be 1 to 128 bytes of UTF-8 with no '/'");
         return FX_EWIRE_NAME;
     }
     gask a = {.group = group, .start = start, .offset = offset};

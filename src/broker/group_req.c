@@ -63,11 +63,14 @@ static fxb_sub *member_new(fxb_bidi *s, fx_stream_handle *h, uint32_t window)
     return sub;
 }
 
-/* Checks a group or member name: 1..FXB_GROUP_NAME_MAX bytes. */
+/* Checks a group or member name: 1..FXB_GROUP_NAME_MAX bytes, and the rules
+ * of stream names (no '/', no control byte), so the admin API can name it. */
 static bool name_ok(const char *n)
 {
     size_t len = n != NULL ? strlen(n) : 0;
-    return len >= 1 && len <= FXB_GROUP_NAME_MAX;
+    fx_registry_err err;
+    return len >= 1 && len <= FXB_GROUP_NAME_MAX &&
+           fx_registry_name_check("group", (fx_wire_slice){(const uint8_t *)n, len}, &err) == 0;
 }
 
 static void join_refused(fxb_bidi *s, const char *text)
@@ -84,8 +87,8 @@ static fx_stream_handle *join_admit(fxb_bidi *s, const fx_msg *m)
         join_refused(s, "this stream already joined a consumer group");
         return NULL;
     }
-    if (!name_ok(m->group) || (m->member != NULL && !name_ok(m->member))) {
-        join_refused(s, "group and member names must be 1 to 128 bytes");
+    if (!name_ok(m->group) || (m->has_member && !name_ok(m->member))) {
+        join_refused(s, "group and member names must be 1 to 128 bytes of UTF-8 with no '/'");
         return NULL;
     }
     fx_stream_handle *h;
@@ -115,23 +118,24 @@ static fx_stream_handle *join_admit(fxb_bidi *s, const fx_msg *m)
 
 static void set_create(fxb_sub_group *gp, const fx_msg *m)
 {
-    if (!m->has_group_create)
-        return;
-    switch (m->group_create.kind) {
-    case FX_MSG_GROUP_START_ALL:
-        gp->create = FXB_GROUP_CREATE_ALL;
+    switch (m->create.kind) {
+    case FX_MSG_CREATE_NONE:
         break;
-    case FX_MSG_GROUP_START_NEW:
+    case FX_MSG_CREATE_NEW:
         gp->create = FXB_GROUP_CREATE_NEW;
         break;
-    case FX_MSG_GROUP_START_LAST:
+    case FX_MSG_CREATE_LAST:
         gp->create = FXB_GROUP_CREATE_LAST;
         break;
-    case FX_MSG_GROUP_START_OFFSET:
+    case FX_MSG_CREATE_OFFSET:
         gp->create = FXB_GROUP_CREATE_OFFSET;
-        gp->create_offset = m->group_create.value;
+        gp->create_offset = m->create.value;
         break;
-    default: /* a time: from the oldest record until time indexes exist */
+    case FX_MSG_CREATE_TIME:
+        gp->create = FXB_GROUP_CREATE_TIME;
+        gp->create_offset = m->create.value;
+        break;
+    default:
         gp->create = FXB_GROUP_CREATE_ALL;
         break;
     }
@@ -150,7 +154,7 @@ void fxb_group_join(fxb_bidi *s, const fx_msg *m)
     }
     fxb_sub_group *gp = &sub->grp;
     snprintf(gp->group, sizeof(gp->group), "%s", m->group);
-    if (m->member != NULL)
+    if (m->has_member && m->member != NULL)
         snprintf(gp->member, sizeof(gp->member), "%s", m->member);
     else
         snprintf(gp->member, sizeof(gp->member), "m-%llu-%llu", (unsigned long long)s->conn->id,
@@ -200,7 +204,9 @@ static void join_reply_cb(fx_loop *l, fx_task *t, void *user)
             join_failed(s, sub, text);
         } else {
             fx_msg m;
-            fx_msg_init_group_joined(&m, sub->id, gp->member, gp->granted, false, gp->lease_ms);
+            fx_msg_init_group_joined(&m, sub->id, gp->member, gp->granted, false);
+            m.ack_wait_ms = gp->lease_ms;
+            m.has_ack_wait_ms = true;
             fxb_bidi_reply_msg(s, &m);
             FX_COUNTER_INC(subscribe_req_ok);
             gp->join = s;

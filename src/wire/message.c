@@ -127,6 +127,8 @@ static const struct field f_group_joined[] = {REQ("subscription_id", K_U64, subs
                                               REQ("member", K_MEMBER, member),
                                               REQ("window", K_U32, window),
                                               REQ("durable", K_BOOL, durable),
+                                              OPT("ack_wait_ms", K_U64, ack_wait_ms,
+                                                  has_ack_wait_ms),
                                               REQUEST_ID,
                                               END};
 

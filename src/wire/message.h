@@ -138,7 +138,7 @@ typedef struct fx_msg {
     bool has_member;
     uint32_t window; /* group_join (optional), group_joined */
     bool has_window;
-    uint64_t ack_wait_ms; /* group_join */
+    uint64_t ack_wait_ms; /* group_join, group_joined (the member's lease) */
     bool has_ack_wait_ms;
     fx_msg_create create; /* group_join; kind NONE: absent */
     bool durable;         /* group_joined */
