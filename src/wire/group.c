@@ -11,7 +11,7 @@
 #include "wire/group.h"
 
 #define RUN_HDR 24u /* u64 first | u32 attempt | u32 count | u64 skipped_before */
-#define OP_HDR 25u  /* u8 kind | u64 first | u32 count | u32 attempt | u32 arg | u16 len */
+#define OP_HDR 23u  /* u8 kind | u64 first | u32 count | u32 attempt | u32 arg | u16 len */
 
 int fx_wire_group_kind(const uint8_t *body, size_t len, fx_wire_err *err)
 {
