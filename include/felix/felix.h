@@ -300,6 +300,118 @@ int fx_subscription_error(fx_subscription *s, fx_sub_error *e);
  * inside. Must not race with a new call on |s|. NULL ok. */
 void fx_unsubscribe(fx_subscription *s);
 
+
+/* ---- consumer groups ------------------------------------------------------ */
+
+/* One member of a consumer group (competing consumers): the members of a
+ * group share the records of one stream; each record goes to one member at
+ * a time and is redelivered (attempt + 1) when that member naks it, lets
+ * its ack wait pass, or leaves without acking it. Needs a broker that
+ * serves groups (it sets 0x8000 in auth_ok's server_flags). */
+typedef struct fx_group fx_group;
+
+/* Options of fx_group_join. |size| must be sizeof(fx_group_opts)
+ * (fx_group_opts_init sets it). Strings are copied by fx_group_join. */
+typedef struct fx_group_opts {
+    size_t size;
+    const char *ns, *stream; /* the stream the group reads (the client's tenant) */
+    const char *group;       /* the group's name */
+    const char *member;      /* this member's name; NULL: a generated unique name. A member
+                                that joins again under its name gets what it held back */
+    uint32_t window;         /* records this member may hold unacked (0: 256) */
+    int ack_wait_ms;         /* a record not acked this long is redelivered (0: the group's) */
+    /* Non-NULL: create the group if it does not exist, starting at
+     * FX_START_EARLIEST (the broker's "all": every record the stream still
+     * holds), FX_START_LATEST ("new": records appended from now on) or
+     * FX_START_OFFSET ({"offset": n}). NULL: joining a group that does not
+     * exist fails (FX_EREMOTE with the broker's message). */
+    const fx_start *create;
+} fx_group_opts;
+
+/* Zeroes |o| and sets o->size. */
+void fx_group_opts_init(fx_group_opts *o);
+
+/* One record handed to the application. |payload| stays valid until the
+ * next call on the member. */
+typedef struct fx_group_msg {
+    const uint8_t *payload;
+    size_t len;
+    uint64_t offset;
+    uint32_t attempt; /* 1: first delivery; more: redelivered */
+    uint64_t skipped; /* offsets the group settled as skipped just before this one */
+} fx_group_msg;
+
+/* Counters of one member (fx_group_stats). */
+typedef struct fx_member_stats {
+    uint64_t received;   /* records that arrived from the broker */
+    uint64_t delivered;  /* records handed to the application */
+    uint64_t expired;    /* records whose ack wait passed in the client: released, not handed out */
+    uint64_t dropped;    /* records dropped locally when the connection was lost (redelivered) */
+    uint64_t ops_sent;   /* ack/nak/in_progress/term/release ops sent */
+    uint64_t frames_sent; /* GROUP_ACKS frames those ops travelled in */
+    uint64_t refused;    /* ops the broker refused as stale or invalid (seen by fx_group_ack_sync) */
+    uint64_t reconnects; /* times the member joined again after a lost connection */
+} fx_member_stats;
+
+/* Joins |o->group| on |o->ns|/|o->stream| as one member and waits for the
+ * broker's answer (bounded by the client's connect_timeout_ms). Returns 0
+ * and |*pg|; FX_EPROTO (the broker does not serve consumer groups);
+ * FX_ENOSTREAM / FX_EFORBIDDEN / FX_EREMOTE (the broker's message via
+ * fx_client_last_error: no such group without |create|, ...);
+ * FX_ETIMEDOUT; FX_ECLOSED; FX_EWOULDBLOCK_LOOP; -EINVAL; -ENOMEM. On
+ * error |*pg| is NULL. After a lost connection the member joins again
+ * under the same name: records that had arrived but were not taken by
+ * fx_group_next are dropped (the broker redelivers them). */
+int fx_group_join(fx_group **pg, fx_client *c, const fx_group_opts *o);
+
+/* Takes the next record into |m|, waiting up to |timeout_ms| (-1 forever,
+ * 0 no wait). Records come in the order of the broker's deliveries. A
+ * record whose ack wait (its arrival + ack_wait_ms) passed while it waited
+ * in the client is released to the group instead of handed out (counted in
+ * fx_member_stats.expired). Returns 0; FX_ETIMEDOUT; FX_EEOF (the broker
+ * ended the member); FX_ECLOSED (client or member closed); FX_EPROTO;
+ * FX_EWOULDBLOCK_LOOP (on a loop thread with timeout != 0). One consumer
+ * thread per member. */
+int fx_group_next(fx_group *g, fx_group_msg *m, int timeout_ms);
+
+/* Settling records. Each queues one op and returns: ops are sent by the
+ * client's loop, all those queued in one loop turn in one frame, acks of
+ * contiguous offsets as one range. The queue holds at most 4,096 ops (one
+ * frame's worth; a range counts once); a caller finding it full waits until
+ * the loop has sent it (only while the member is joined again after a lost
+ * connection can that take long). Any thread. Each returns 0; FX_ECLOSED;
+ * FX_EFULL (full, on a loop thread: no wait there); -EINVAL; -ENOMEM. */
+/* Acknowledges |offset|: processed, never redelivered. */
+int fx_group_ack(fx_group *g, uint64_t offset);
+/* Gives |offset| (delivery |attempt|) back for redelivery after |delay_ms|
+ * (0: at once; -1: the group's backoff). */
+int fx_group_nak(fx_group *g, uint64_t offset, uint32_t attempt, int delay_ms);
+/* Still working on |offset|: its ack wait starts again. */
+int fx_group_in_progress(fx_group *g, uint64_t offset, uint32_t attempt);
+/* Never redeliver |offset|: settled as failed with |reason| (NULL: none;
+ * at most 256 bytes of UTF-8, longer is -EINVAL). */
+int fx_group_term(fx_group *g, uint64_t offset, uint32_t attempt, const char *reason);
+
+/* Sends the ops queued so far (none is fine) with a request id and waits,
+ * up to |timeout_ms| (-1 forever), for the broker's answer, which comes
+ * once they are durable. Returns 0 (ops the broker refused as stale, i.e.
+ * already redelivered, or invalid, are counted in fx_member_stats.refused);
+ * FX_ETIMEDOUT; FX_ECONNLOST (the connection was lost before the answer:
+ * the ops may not have arrived); FX_EEOF; FX_ECLOSED; FX_EWOULDBLOCK_LOOP.
+ * Any thread. */
+int fx_group_ack_sync(fx_group *g, int timeout_ms);
+
+/* Fills |st| (relaxed reads). Returns 0 or -EINVAL. Any thread. */
+int fx_group_stats(fx_group *g, fx_member_stats *st);
+
+/* Leaves the group: the records that arrived but were not taken by
+ * fx_group_next are released (redelivered to other members at once), the
+ * ops queued are sent, and the member's stream is finished; the broker then
+ * ends the delivery stream. Records taken but not settled wait for their
+ * ack wait. Wakes a caller blocked on |g| with FX_ECLOSED and frees |g|
+ * once no caller is inside. Must not race with a new call on |g|. NULL ok. */
+void fx_group_leave(fx_group *g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -132,6 +132,7 @@ static void on_handshake_done(fx_quic_conn *qc, void *user)
         atomic_fetch_add(&cc->c->reconnects, 1);
     fxc_pub_conn_ready(cc->c, cc);
     fxc_sub_conn_ready(cc->c, cc);
+    fxc_grp_conn_ready(cc->c, cc);
 }
 
 static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
@@ -164,6 +165,9 @@ static void on_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, s
     case SK_EVENTS:
         fxc_evs_on_data(su, data, len, fin);
         break;
+    case SK_GROUP:
+        fxc_grp_on_req_data(su, data, len, fin);
+        break;
     }
 }
 
@@ -183,6 +187,9 @@ static void on_stream_close(fx_quic_conn *qc, int64_t sid, bool reset, uint64_t 
     case SK_EVENTS:
         fxc_evs_on_close(su, reset, code);
         break;
+    case SK_GROUP:
+        fxc_grp_on_req_close(su, reset, code);
+        break;
     }
 }
 
@@ -191,6 +198,7 @@ static void on_writable(fx_quic_conn *qc, void *user)
     (void)qc;
     cconn *cc = user;
     fxc_pub_conn_ready(cc->c, cc);
+    fxc_grp_conn_writable(cc->c, cc);
 }
 
 static int close_reason(const fx_quic_close_info *info)
@@ -253,6 +261,7 @@ static void retry_fire(fx_loop *l, fx_timer *t, void *user)
         snprintf(cc->close_text, sizeof(cc->close_text), "reconnect: %s", fx_strerror(rv));
         fxc_pub_conn_closed(c, cc, rv, cc->close_text, false);
         fxc_sub_conn_closed(c, cc, rv, cc->close_text, false);
+        fxc_grp_conn_closed(c, cc, rv, cc->close_text, false);
     }
 }
 
@@ -277,6 +286,7 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
     cc->state = retry ? CS_RETRY : CS_CLOSED;
     fxc_pub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
     fxc_sub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
+    fxc_grp_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
     pthread_mutex_lock(&c->mu);
     if (c->connect_rv == 1 && cc == c->conns[0]) {
         c->connect_rv = cc->close_rv;
@@ -362,6 +372,7 @@ static void close_task(fx_loop *l, fx_task *t, void *user)
     }
     fxc_pub_shutdown(c);
     fxc_sub_shutdown(c);
+    fxc_grp_shutdown(c);
     fx_quic_endpoint_free(c->ep);
     c->ep = NULL;
     pthread_mutex_lock(&c->mu);

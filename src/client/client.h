@@ -21,7 +21,7 @@
 #include "wire/frame.h"
 #include "wire/message.h"
 
-#define FX_CLIENT_FLAGS 0x3Fu
+#define FX_CLIENT_FLAGS 0x803Fu /* 0x8000: FX_FLAG_FELIXC, consumer groups */
 #define FX_CLIENT_LEGACY_FLAGS 0x07u
 #define FX_PENDING_BUCKETS 64
 #define FX_CLIENT_LINGER_MAX_US 1000000u      /* publish_linger_us bound: 1 s */
@@ -69,7 +69,7 @@ typedef struct preq preq;
 typedef struct evs evs;
 
 /* What a stream_user pointer points at: each such struct starts with it. */
-enum { SK_WORKER = 1, SK_SUBREQ, SK_EVENTS };
+enum { SK_WORKER = 1, SK_SUBREQ, SK_EVENTS, SK_GROUP };
 
 /* CS_RETRY: lost, a reconnect is scheduled (its backoff timer runs). */
 enum { CS_CONNECTING = 0, CS_READY, CS_CLOSED, CS_RETRY };
@@ -239,6 +239,8 @@ struct evs {
     bool hello;
     uint64_t sub_id;
     fx_subscription *sub;
+    fx_group *grp;   /* or the group member it delivers to (group.c) */
+    bool left;       /* its member left: read to the broker's FIN, discarding */
     evs *next;       /* cconn.evlist */
     sbatch *stalled; /* BLOCK: batch the queue refused */
     uint8_t *rx;     /* bytes not decoded yet while stalled or orphaned */
@@ -292,6 +294,7 @@ struct fx_client {
     int fin_left;          /* mu */
     int fin_rv;            /* mu */
     fx_subscription *subs; /* loop */
+    fx_group *groups;      /* loop: consumer-group members (group.c) */
     bool closing;          /* loop: fx_client_close started tearing down */
     /* Unacked publishes QUIC had taken on a connection that was lost before
      * the broker acknowledged their bytes: they may be lost. */
@@ -400,5 +403,66 @@ void fxc_sub_conn_ready(fx_client *c, cconn *cc);
 /* Ends every subscription (close path). Loop. */
 void fxc_sub_shutdown(fx_client *c);
 void fxc_sub_unref(fx_subscription *s);
+/* Attaches the unclaimed event stream |e| to group member |g| and feeds it
+ * what it buffered meanwhile. Loop. */
+void fxc_evs_attach_group(evs *e, fx_group *g);
+
+/* ---- group.c: consumer-group members ---------------------------------------- */
+
+/* The op queue of one member: ack / nak / in_progress / term / release ops
+ * the application made, sent by the loop as one GROUP_ACKS frame per turn.
+ * Acks of contiguous offsets merge into one range op, a newer in_progress
+ * of an offset replaces the queued one, so the queue grows with the records
+ * touched, not the calls; it holds at most |max| ops (FXC_GROUP_OPS_MAX,
+ * one frame's worth). Not locked: the member's users hold c->mu. */
+#define FXC_GROUP_OPS_MAX 4096u
+typedef struct fxc_gop {
+    uint8_t kind; /* fx_group_op_kind */
+    uint64_t first;
+    uint32_t count, attempt, arg;
+    char *reason; /* term: owned copy, or NULL */
+} fxc_gop;
+typedef struct fxc_gops {
+    fxc_gop *ops;
+    size_t n, cap, max;
+} fxc_gops;
+void fxc_gops_init(fxc_gops *q, size_t max);
+/* Frees the ops and their reasons; the queue is empty and reusable. */
+void fxc_gops_clear(fxc_gops *q);
+void fxc_gops_deinit(fxc_gops *q);
+/* Queues one op (merging as above). |reason| is copied. Returns 0,
+ * FX_EFULL (|max| ops queued and it merges with none) or -ENOMEM. */
+int fxc_gops_push(fxc_gops *q, int kind, uint64_t offset, uint32_t attempt, uint32_t arg,
+                  const char *reason);
+/* Encodes the queued ops as one GROUP_ACKS frame with |request_id| (0: no
+ * answer wanted) into a new buffer |*pout| of |*plen| bytes (free()).
+ * Returns 0, -EINVAL (no ops and request id 0), -ENOMEM. */
+int fxc_gops_encode(const fxc_gops *q, uint64_t request_id, uint8_t **pout, size_t *plen);
+
+void fxc_grp_on_req_data(fx_group *g, const uint8_t *data, size_t len, bool fin);
+void fxc_grp_on_req_close(fx_group *g, bool reset, uint64_t code);
+/* A group frame (flags FX_FLAG_FELIXC) arrived on |g|'s event stream; its
+ * credit is already granted. Returns false when the stream must end (|g|
+ * has ended). Loop. */
+bool fxc_grp_on_events(fx_group *g, const fx_frame *f);
+/* |g| reads event stream |e| from now on (NULL: it is gone). Loop. */
+void fxc_grp_set_events(fx_group *g, evs *e);
+/* |g|'s event stream ended: |rv| FX_EEOF (FIN) or the error. Loop. */
+void fxc_grp_on_events_end(fx_group *g, int rv, const char *text);
+/* The live member of |cc| whose broker id is |id| and that has no event
+ * stream yet, or NULL. Loop. */
+fx_group *fxc_grp_find(fx_client *c, cconn *cc, uint64_t id);
+/* True while a join on |cc| waits for its answer. Loop. */
+bool fxc_grp_waiting(fx_client *c, cconn *cc);
+/* The connection closed (|retry|: it will be re-established): members
+ * join again once it is ready, else end. Loop. */
+void fxc_grp_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry);
+void fxc_grp_conn_ready(fx_client *c, cconn *cc);
+/* The connection can take more bytes: send what waited. Loop. */
+void fxc_grp_conn_writable(fx_client *c, cconn *cc);
+/* Ends every member (close path). Loop. */
+void fxc_grp_shutdown(fx_client *c);
+/* Records expired in the client so far (fx_member_stats.expired). Any thread. */
+uint64_t fxc_grp_expired(fx_group *g);
 
 #endif

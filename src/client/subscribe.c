@@ -89,6 +89,21 @@ static void sub_end(fx_subscription *s, int code, const char *msg, uint64_t req,
     sub_wake_all(s);
 }
 
+/* Ends whoever reads |e|: its subscription, or its group member. */
+static void evs_end(evs *e, int code, const char *msg)
+{
+    if (e->sub != NULL)
+        sub_end(e->sub, code, msg, 0, 0);
+    else if (e->grp != NULL)
+        fxc_grp_on_events_end(e->grp, code, msg);
+    e->grp = NULL;
+}
+
+static bool evs_has_reader(const evs *e)
+{
+    return e->sub != NULL || e->grp != NULL;
+}
+
 static void evs_free(evs *e)
 {
     cconn *cc = e->conn;
@@ -100,6 +115,8 @@ static void evs_free(evs *e)
     }
     if (e->sub != NULL && e->sub->ev == e)
         e->sub->ev = NULL;
+    if (e->grp != NULL)
+        fxc_grp_set_events(e->grp, NULL);
     cc->partial -= e->early;
     if (e->stalled != NULL)
         batch_free(e->stalled, NULL);
@@ -478,8 +495,7 @@ static void rx_append(evs *e, const uint8_t *p, size_t n)
              * here means memory is gone: end the subscription loudly. */
             FX_LOG_ERROR("client", "out of memory buffering an event stream");
             e->ended = true;
-            if (e->sub != NULL)
-                sub_end(e->sub, -ENOMEM, "out of memory", 0, 0);
+            evs_end(e, -ENOMEM, "out of memory");
             return;
         }
         e->rx = nb;
@@ -497,12 +513,12 @@ static void evs_resume(evs *e)
     e->rx_len = e->rx_cap = 0;
     evs_feed(e, p, n);
     free(p);
-    if (e->fin && e->rx_len == 0 && e->stalled == NULL && e->sub != NULL && !e->ended) {
+    if (e->fin && e->rx_len == 0 && e->stalled == NULL && evs_has_reader(e) && !e->ended) {
         e->ended = true;
         if (e->end_rv != 0)
-            sub_end(e->sub, e->end_rv, e->end_text, 0, 0);
+            evs_end(e, e->end_rv, e->end_text);
         else
-            sub_end(e->sub, FX_EEOF, "event stream ended by the broker", 0, 0);
+            evs_end(e, FX_EEOF, "event stream ended by the broker");
     }
 }
 
@@ -519,6 +535,13 @@ static void attach(evs *e, fx_subscription *s)
 {
     e->sub = s;
     s->ev = e;
+}
+
+void fxc_evs_attach_group(evs *e, fx_group *g)
+{
+    e->grp = g;
+    fxc_grp_set_events(g, e);
+    evs_resume(e);
 }
 
 /* True while a subscribe on |cc| waits for its answer: an event stream whose
@@ -538,12 +561,12 @@ static bool subscribe_waiting(fx_client *c, cconn *cc)
  * from inside one of those streams' callbacks. */
 static void sweep_orphans(cconn *cc)
 {
-    if (cc->qc == NULL || subscribe_waiting(cc->c, cc))
+    if (cc->qc == NULL || subscribe_waiting(cc->c, cc) || fxc_grp_waiting(cc->c, cc))
         return;
     evs **p = &cc->evlist;
     while (*p != NULL) {
         evs *e = *p;
-        if (e->hello && e->sub == NULL) {
+        if (e->hello && !evs_has_reader(e) && !e->left) {
             evs_drop(e); /* unlinks |e| from *p */
             continue;
         }
@@ -564,9 +587,13 @@ static void on_hello(evs *e, const fx_frame *f)
         e->hello = true;
         e->sub_id = m.subscription_id;
         fx_subscription *s = find_sub(e->conn->c, e->conn, e->sub_id);
+        fx_group *g = s == NULL ? fxc_grp_find(e->conn->c, e->conn, e->sub_id) : NULL;
         if (s != NULL) {
             attach(e, s);
-        } else if (!subscribe_waiting(e->conn->c, e->conn)) {
+        } else if (g != NULL) {
+            fxc_evs_attach_group(e, g);
+        } else if (!subscribe_waiting(e->conn->c, e->conn) &&
+                   !fxc_grp_waiting(e->conn->c, e->conn)) {
             /* Nobody can claim it: reset once this callback returns. */
             FX_LOG_DEBUG("client", "event stream for abandoned subscription %llu: reset",
                          (unsigned long long)e->sub_id);
@@ -582,7 +609,7 @@ static void on_hello(evs *e, const fx_frame *f)
 static void evs_feed(evs *e, const uint8_t *data, size_t len)
 {
     while (len > 0 && !e->ended) {
-        if (e->stalled != NULL || (e->hello && e->sub == NULL)) {
+        if (e->stalled != NULL || (e->hello && !evs_has_reader(e))) {
             rx_append(e, data, len);
             return;
         }
@@ -603,10 +630,15 @@ static void evs_feed(evs *e, const uint8_t *data, size_t len)
         if (rv < 0) {
             grant(e, used); /* discarded: the window gets them back */
             e->ended = true;
-            if (e->sub != NULL)
-                sub_end(e->sub, FX_EPROTO, err.msg, 0, 0);
+            evs_end(e, FX_EPROTO, err.msg);
         } else if (rv == FX_FRAME_READY && !e->hello) {
             on_hello(e, &f);
+        } else if (rv == FX_FRAME_READY && e->grp != NULL) {
+            /* A member's records are bounded by its window, not by
+             * withheld credit: granted as they arrive. */
+            grant(e, frame_credit(e, &f));
+            if (!fxc_grp_on_events(e->grp, &f))
+                e->ended = true;
         } else if (rv == FX_FRAME_READY) {
             if (f.flags_rv != 0 ||
                 (f.kind != FX_BODY_EVENT_BATCH && f.kind != FX_BODY_EVENT_BATCH_SHARED)) {
@@ -654,9 +686,9 @@ void fxc_evs_on_data(evs *e, const uint8_t *data, size_t len, bool fin)
     }
     if (fin) {
         e->fin = true;
-        if (e->rx_len == 0 && e->stalled == NULL && e->sub != NULL && !e->ended) {
+        if (e->rx_len == 0 && e->stalled == NULL && evs_has_reader(e) && !e->ended) {
             e->ended = true;
-            sub_end(e->sub, FX_EEOF, "event stream ended by the broker", 0, 0);
+            evs_end(e, FX_EEOF, "event stream ended by the broker");
         }
     }
 }
@@ -672,10 +704,9 @@ void fxc_evs_on_close(evs *e, bool reset, uint64_t code)
         e->fin = true;
         return;
     }
-    if (e->sub != NULL && !e->ended)
-        sub_end(e->sub, reset ? FX_ECONNLOST : FX_EEOF,
-                reset ? "event stream reset by the broker" : "event stream ended by the broker", 0,
-                0);
+    if (evs_has_reader(e) && !e->ended)
+        evs_end(e, reset ? FX_ECONNLOST : FX_EEOF,
+                reset ? "event stream reset by the broker" : "event stream ended by the broker");
     evs_free(e);
 }
 
