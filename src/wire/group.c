@@ -334,11 +334,12 @@ int fx_wire_group_acks_decode(const uint8_t *body, size_t len, fx_wire_group_ack
     if (rv == 0 && !(p = take(&r, 8)))
         rv = truncated(err, "request_id");
     uint32_t nops = 0;
+    /* No op at all is a sync barrier: only with a request id to answer. */
     if (rv == 0)
-        rv = rd_count(&r, &nops, 1, FX_GROUP_MAX_OPS, OP_MIN, "ops", err);
+        rv = rd_count(&r, &nops, fx_be64(p) != 0 ? 0 : 1, FX_GROUP_MAX_OPS, OP_MIN, "ops", err);
     if (rv < 0)
         return rv;
-    fx_wire_group_op *ops = malloc((size_t)nops * sizeof(*ops));
+    fx_wire_group_op *ops = malloc((size_t)(nops > 0 ? nops : 1) * sizeof(*ops));
     if (!ops)
         return fx_wire_err_set(err, -ENOMEM, "out of memory for %u ops", (unsigned)nops);
     for (uint32_t i = 0; rv == 0 && i < nops; i++)
@@ -369,7 +370,8 @@ size_t fx_wire_group_acks_frame_size(const fx_wire_group_acks *a)
 
 ssize_t fx_wire_group_acks_encode(const fx_wire_group_acks *a, uint8_t *out, size_t cap)
 {
-    if (a->nops == 0 || a->nops > FX_GROUP_MAX_OPS || !a->ops)
+    if ((a->nops == 0 && a->request_id == 0) || a->nops > FX_GROUP_MAX_OPS ||
+        (a->nops > 0 && !a->ops))
         return -EINVAL;
     for (uint32_t i = 0; i < a->nops; i++)
         if (op_check(&a->ops[i], i, NULL) < 0)

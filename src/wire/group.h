@@ -15,7 +15,8 @@
  *       op kind 1 ack (attempt, arg ignored), 2 nak (arg: delay ms,
  *       0xFFFFFFFF the group's backoff), 3 in_progress (arg: extend ms,
  *       0 the member's ack wait), 4 term (reason), 5 release; count >= 1 for
- *       ack, exactly 1 for the others
+ *       ack, exactly 1 for the others; nops 0 only with a request id (a
+ *       sync barrier: answered once every earlier op is applied)
  *   kind 3  GROUP_ACKED  broker -> member, on the join stream, answering a
  *                        GROUP_ACKS with request_id != 0 once its acks are
  *                        durable (journal written; flushed under on_commit)

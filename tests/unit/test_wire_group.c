@@ -553,6 +553,12 @@ static void test_zero_counts_are_refused_but_no_refusal_is_fine(void **state)
     w64(&w, 0);
     w32(&w, 0);
     assert_int_equal(acks_rv(&w), FX_EWIRE_COUNT);
+    /* No op with a request id: a sync barrier, accepted. */
+    w.n = 0;
+    w8(&w, FX_GROUP_FRAME_ACKS);
+    w64(&w, 9);
+    w32(&w, 0);
+    assert_int_equal(acks_rv(&w), 0);
     w.n = 0;
     w8(&w, FX_GROUP_FRAME_ACKED);
     w64(&w, 0);
@@ -820,6 +826,10 @@ static void test_encoders_refuse_what_decoders_refuse(void **state)
     op.reason = (fx_wire_slice){0};
     a.nops = 0;
     assert_int_equal(fx_wire_group_acks_encode(&a, out, sizeof(out)), -EINVAL);
+    a.request_id = 3; /* a sync barrier: no op, answered */
+    assert_int_equal(fx_wire_group_acks_encode(&a, out, sizeof(out)),
+                     (ssize_t)fx_wire_group_acks_frame_size(&a));
+    a.request_id = 0;
     a.nops = FX_GROUP_MAX_OPS + 1;
     assert_int_equal(fx_wire_group_acks_encode(&a, out, sizeof(out)), -EINVAL);
 
