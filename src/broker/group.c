@@ -669,14 +669,19 @@ void fxb_group_member_unregister(fx_loop *l, fx_task *t, void *user)
     fxb_sub_unref(sub);
 }
 
+/* Finishes |sub|'s event stream after the lists queued on it. */
+static void finish_events(fxb_sub *sub)
+{
+    atomic_store_explicit(&sub->lane.fin_req, true, memory_order_release);
+    fxb_conn_kick_writer(sub->conn);
+}
+
 void fxb_group_member_leave(fx_loop *l, fx_task *t, void *user)
 {
     (void)t;
     fxb_sub *sub = user;
-    member_out(l, sub);
-    /* Its operations queued before the FIN ran first (posted earlier). */
-    atomic_store_explicit(&sub->lane.fin_req, true, memory_order_release);
-    fxb_conn_kick_writer(sub->conn);
+    member_out(l, sub); /* its operations queued before the FIN ran first (posted earlier) */
+    finish_events(sub);
     fxb_sub_unref(sub);
 }
 
@@ -709,6 +714,8 @@ static void apply_op(struct fxb_group *g, uint32_t mid, const fx_wire_group_op *
     case FX_GROUP_OP_RELEASE:
         r = fxb_gs_release(g->gs, mid, op->first, op->attempt);
         break;
+    case FX_GROUP_OP_LEAVE:
+        break; /* the caller ends the membership after the frame's other ops */
     }
     if (r == FXB_GS_STALE)
         FX_COUNTER_INC(group_stale_ops);
@@ -741,7 +748,8 @@ static void answer(struct fxb_group *g, struct fxb_gops *o, uint64_t request_id,
 /* Refusals one GROUP_ACKED reports; more are counted, not listed. */
 #define MAX_REFUSALS 256
 
-static void apply(struct fxb_group *g, uint32_t mid, struct fxb_gops *o, uint64_t now_us)
+/* Applies one GROUP_ACKS; returns true when it ends with a leave. */
+static bool apply(struct fxb_group *g, uint32_t mid, struct fxb_gops *o, uint64_t now_us)
 {
     fx_wire_group_acks acks;
     fx_wire_err err;
@@ -752,14 +760,21 @@ static void apply(struct fxb_group *g, uint32_t mid, struct fxb_gops *o, uint64_
         FX_COUNTER_INC(group_ops_failed);
         if (o->reply != NULL)
             answer(g, o, 0, ref, 0);
-        return;
+        return false;
     }
-    for (uint32_t i = 0; i < acks.nops; i++)
+    bool leave = false;
+    for (uint32_t i = 0; i < acks.nops; i++) {
         apply_op(g, mid, &acks.ops[i], now_us, ref, MAX_REFUSALS, &nref);
+        leave = leave || acks.ops[i].kind == FX_GROUP_OP_LEAVE;
+    }
     if (o->reply != NULL)
         answer(g, o, acks.request_id, ref, nref);
     fx_wire_group_acks_deinit(&acks);
+    return leave;
 }
+
+static void member_out(fx_loop *l, fxb_sub *sub);
+static void finish_events(fxb_sub *sub);
 
 void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user)
 {
@@ -778,8 +793,11 @@ void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user)
         g = NULL; /* not in the engine: its operations name nothing it holds */
     while (o != NULL) {
         struct fxb_gops *next = o->next;
-        if (g != NULL)
-            apply(g, gp->mid, o, now_us);
+        if (g != NULL && apply(g, gp->mid, o, now_us)) {
+            member_out(l, sub); /* pumps: what it released goes to the others */
+            finish_events(sub);
+            g = NULL;
+        }
         gops_free(o); /* a reply not answered (left the group) is dropped with its stream */
         o = next;
     }

@@ -128,7 +128,8 @@ fxb_gs_entry *fxb_gsp_entry_new(fxb_gs *g, uint64_t offset, uint32_t bytes)
     }
     fxb_gs_entry *e = &g->slab[idx];
     *e =
-        (fxb_gs_entry){.offset = offset, .tprev = NONE, .tnext = NONE, .aux = NONE, .bytes = bytes};
+        (fxb_gs_entry){.offset = offset, .tprev = NONE, .tnext = NONE, .aux = NONE, .bytes = bytes,
+                       .last = NONE};
     table_put(g, idx);
     g->n_entries++;
     g->pending_bytes += bytes;

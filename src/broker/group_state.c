@@ -370,6 +370,7 @@ static void acquire(fxb_gs *g, fxb_gs_entry *e, uint32_t id, uint64_t now_us)
     fxb_gs_member *m = &g->members[id];
     e->state = ST_ACQUIRED;
     e->aux = id;
+    e->last = id;
     if (e->attempts < UINT16_MAX) /* saturates: only reachable with max_deliver -1 */
         e->attempts++;
     m->held++;
@@ -386,8 +387,9 @@ static uint32_t run_redeliver(fxb_gs *g, uint32_t id, uint32_t lim, uint64_t now
     uint16_t a0 = e->attempts;
     r->attempt = a0 < UINT16_MAX ? a0 + 1u : UINT16_MAX;
     uint32_t n = 0;
+    uint32_t last0 = e->last;
     while (n < lim && (e = fxb_gsp_heap_top(g)) != NULL && e->offset == r->first + n &&
-           e->attempts == a0) {
+           e->attempts == a0 && (n == 0 || e->last == last0)) {
         detach(g, e);
         acquire(g, e, id, now_us);
         n++;
@@ -427,24 +429,41 @@ static uint32_t run_first(fxb_gs *g, const fxb_gs_view *v, uint32_t id, uint32_t
     return n;
 }
 
+/* True if a member other than |id| has room: a redelivery that |id| held
+ * last (it let the lease lapse, gave it back or left) goes to another member
+ * when there is one, so a frozen or failing member does not get the same
+ * record again and again until max_deliver. */
+static bool other_has_room(const fxb_gs *g, uint32_t id)
+{
+    for (uint32_t i = 0; i < g->members_cap; i++)
+        if (i != id && has_room(&g->members[i]))
+            return true;
+    return false;
+}
+
 /* Hands member |id| one run. Returns false when there is nothing it could be
  * given (no redelivery, no first delivery allowed); sets |*capped| when 5g
- * kept first deliveries back. */
+ * kept first deliveries back, |*passed| when only this member was passed
+ * over (the waiting redelivery is for another member). */
 static bool give_run(fxb_gs *g, const fxb_gs_view *v, uint32_t id, uint64_t now_us, fxb_gs_run *r,
-                     bool *capped)
+                     bool *capped, bool *passed)
 {
     fxb_gs_member *m = &g->members[id];
     uint32_t lim = m->window - m->held, n;
     if (lim > g->cfg.max_run)
         lim = g->cfg.max_run;
     *r = (fxb_gs_run){.member = id};
-    if (g->heap_n > 0) {
+    bool pass = g->heap_n > 0 && fxb_gsp_heap_top(g)->last == id && other_has_room(g, id);
+    if (g->heap_n > 0 && !pass) {
         n = run_redeliver(g, id, lim, now_us, r);
     } else {
-        if (g->next >= v->tail)
+        if (g->next >= v->tail) {
+            *passed = pass;
             return false;
+        }
         if (capped_now(g)) {
             *capped = true;
+            *passed = pass;
             return false;
         }
         n = run_first(g, v, id, lim, now_us, r);
@@ -513,7 +532,10 @@ size_t fxb_gs_pump(fxb_gs *g, const fxb_gs_view *v, uint64_t now_us, fxb_gs_run 
         uint32_t id;
         while (n < cap && (id = pick_member(g)) != NONE) {
             g->members[id].turn = g->turn;
-            if (!give_run(g, v, id, now_us, &out[n], &capped)) {
+            bool passed = false;
+            if (!give_run(g, v, id, now_us, &out[n], &capped, &passed)) {
+                if (passed)
+                    continue; /* a redelivery waits for another member */
                 idle = true; /* nothing for anyone */
                 break;
             }

@@ -36,6 +36,7 @@ typedef struct fxb_gs_entry {
     uint32_t tnext; /* next entry, NONE; the free list uses it too */
     uint32_t aux;   /* ACQUIRED: holder member; AVAILABLE: heap position */
     uint32_t bytes;
+    uint32_t last;  /* the member that held it last (NONE: never held) */
     uint16_t attempts;
     uint8_t state;
     uint8_t flags;

@@ -288,7 +288,7 @@ ssize_t fx_wire_group_batch_finish(fx_wire_group_builder *gb)
  * its message. */
 static int op_check(const fx_wire_group_op *op, uint32_t i, fx_wire_err *err)
 {
-    if (op->kind < FX_GROUP_OP_ACK || op->kind > FX_GROUP_OP_RELEASE)
+    if (op->kind < FX_GROUP_OP_ACK || op->kind > FX_GROUP_OP_LEAVE)
         return fx_wire_err_set(err, FX_EWIRE_FIELD_TYPE, "op %u has unknown kind %u", (unsigned)i,
                                (unsigned)op->kind);
     if (op->count == 0 || (op->kind != FX_GROUP_OP_ACK && op->count != 1))

@@ -14,8 +14,10 @@
  *            u16 reason_len | reason (UTF-8)
  *       op kind 1 ack (attempt, arg ignored), 2 nak (arg: delay ms,
  *       0xFFFFFFFF the group's backoff), 3 in_progress (arg: extend ms,
- *       0 the member's ack wait), 4 term (reason), 5 release; count >= 1 for
- *       ack, exactly 1 for the others; nops 0 only with a request id (a
+ *       0 the member's ack wait), 4 term (reason), 5 release, 6 leave (first
+ *       and attempt ignored: after the ops before it, the member gets nothing
+ *       more and what it still holds becomes available; its event stream is
+ *       finished); count >= 1 for ack, exactly 1 for the others; nops 0 only with a request id (a
  *       sync barrier: answered once every earlier op is applied)
  *   kind 3  GROUP_ACKED  broker -> member, on the join stream, answering a
  *                        GROUP_ACKS with request_id != 0 once its acks are
@@ -58,6 +60,7 @@ typedef enum fx_group_op_kind {
     FX_GROUP_OP_IN_PROGRESS = 3,
     FX_GROUP_OP_TERM = 4,
     FX_GROUP_OP_RELEASE = 5,
+    FX_GROUP_OP_LEAVE = 6, /* the member leaves: nothing more is delivered to it */
 } fx_group_op_kind;
 
 #define FX_GROUP_NAK_BACKOFF 0xFFFFFFFFu

@@ -659,10 +659,12 @@ static void test_leave_releases_untaken_records_and_finishes_the_stream(void **s
         usleep(1000);
     pthread_mutex_lock(&S->mu);
     assert_true(S->join_fin);
-    /* ack 0, then release 1 and 7 (its attempt kept); all before the FIN */
-    assert_int_equal(S->nops, 3);
+    /* ack 0, then release 1 and 7 (its attempt kept), then leave; all before
+     * the FIN */
+    assert_int_equal(S->nops, 4);
+    assert_int_equal(S->ops[3].kind, FX_GROUP_OP_LEAVE);
     int rel = 0;
-    for (int i = 0; i < S->nops; i++) {
+    for (int i = 0; i < 3; i++) {
         if (S->ops[i].kind == FX_GROUP_OP_RELEASE) {
             assert_true(S->ops[i].first == 1 || S->ops[i].first == 7);
             assert_int_equal(S->ops[i].attempt, S->ops[i].first == 7 ? 4 : 1);

@@ -643,13 +643,13 @@ static void test_ack_op_rules(void **state)
     assert_int_equal(one_op_rv(FX_GROUP_OP_ACK, 0, 0, NULL, 0), FX_EWIRE_COUNT);
     assert_int_equal(one_op_rv(FX_GROUP_OP_ACK, UINT64_MAX - 9, 10, NULL, 0), FX_EWIRE_COUNT);
     assert_int_equal(one_op_rv(FX_GROUP_OP_ACK, UINT64_MAX - 10, 10, NULL, 0), 0);
-    for (uint8_t k = FX_GROUP_OP_NAK; k <= FX_GROUP_OP_RELEASE; k++) {
+    for (uint8_t k = FX_GROUP_OP_NAK; k <= FX_GROUP_OP_LEAVE; k++) {
         assert_int_equal(one_op_rv(k, 3, 1, NULL, 0), 0);
         assert_int_equal(one_op_rv(k, 3, 2, NULL, 0), FX_EWIRE_COUNT);
         assert_int_equal(one_op_rv(k, 3, 0, NULL, 0), FX_EWIRE_COUNT);
     }
     assert_int_equal(one_op_rv(0, 3, 1, NULL, 0), FX_EWIRE_FIELD_TYPE);
-    assert_int_equal(one_op_rv(6, 3, 1, NULL, 0), FX_EWIRE_FIELD_TYPE);
+    assert_int_equal(one_op_rv(7, 3, 1, NULL, 0), FX_EWIRE_FIELD_TYPE);
     assert_int_equal(one_op_rv(255, 3, 1, NULL, 0), FX_EWIRE_FIELD_TYPE);
     /* A reason belongs to term only. */
     assert_int_equal(one_op_rv(FX_GROUP_OP_NAK, 3, 1, "x", 1), FX_EWIRE_FIELD_TYPE);
@@ -815,7 +815,7 @@ static void test_encoders_refuse_what_decoders_refuse(void **state)
     op.count = 2;
     assert_int_equal(fx_wire_group_acks_encode(&a, out, sizeof(out)), -EINVAL);
     op.count = 1;
-    op.kind = (fx_group_op_kind)6;
+    op.kind = (fx_group_op_kind)7;
     assert_int_equal(fx_wire_group_acks_encode(&a, out, sizeof(out)), -EINVAL);
     op.kind = FX_GROUP_OP_ACK;
     op.count = 0;
