@@ -31,6 +31,8 @@ enum kind {
     K_U32,        /* 0..UINT32_MAX */
     K_BOOL,       /* true | false */
     K_CREATE,     /* "all" | "new" | "last" | {"offset": n} | {"time_us": t} */
+    K_U64_LIST,   /* array of u64 -> offsets / n_offsets */
+    K_RECORDS,    /* array of group records -> records / n_records */
 };
 
 enum presence {
@@ -38,6 +40,8 @@ enum presence {
     P_OPT,      /* missing or null = absent; omitted when absent */
     P_NULL_OPT, /* missing or null = absent; written as null (cache_put.ttl_ms) */
     P_NULL_REQ, /* must be present; null = absent; written as null (cache_value.value) */
+    P_ZERO,     /* missing or null = 0 / false; omitted when 0 / false (group_nack.delay_ms) */
+    P_DEFAULT,  /* missing or null = 0; always written (group_poll.wait_ms) */
 };
 
 #define NO_HAS 0xFFFFu
@@ -61,6 +65,10 @@ struct field {
 #define END                                                                                        \
     {                                                                                              \
         NULL, 0, 0, 0, 0                                                                           \
+    }
+#define ZERO(n, k, mem)                                                                            \
+    {                                                                                              \
+        n, k, P_ZERO, offsetof(fx_msg, mem), NO_HAS                                                \
     }
 #define TRIPLE REQ("tenant_id", K_NAME, tenant_id), REQ("namespace", K_NAME, ns)
 #define REQUEST_ID OPT("request_id", K_U64, request_id, has_request_id)
@@ -132,6 +140,54 @@ static const struct field f_group_joined[] = {REQ("subscription_id", K_U64, subs
                                               REQUEST_ID,
                                               END};
 
+/* The original's group requests: its serde order is the group's scope, the
+ * request's own fields, request_id, then the fields added later (optional). */
+#define GSCOPE                                                                                     \
+    TRIPLE, REQ("stream", K_NAME, stream), REQ("shard", K_U32, shard), REQ("group", K_NAME, group)
+#define REQ_ID REQ("request_id", K_U64, request_id)
+static const struct field f_group_poll[] = {
+    GSCOPE,
+    REQ("max_records", K_U32, max_records),
+    {"wait_ms", K_U64, P_DEFAULT, offsetof(fx_msg, wait_ms), NO_HAS},
+    REQ_ID,
+    OPT("consumer", K_MEMBER, consumer, has_consumer),
+    ZERO("reclaim", K_BOOL, reclaim),
+    ZERO("visibility_ms", K_U64, visibility_ms),
+    END};
+static const struct field f_group_records[] = {REQ("records", K_RECORDS, records), REQ_ID, END};
+static const struct field f_group_offset[] = {GSCOPE, REQ("offset", K_U64, offset), REQ_ID, END};
+static const struct field f_group_nack[] = {GSCOPE,
+                                            REQ("offset", K_U64, offset),
+                                            REQ_ID,
+                                            ZERO("delay_ms", K_U64, delay_ms),
+                                            ZERO("attempts", K_U32, attempts),
+                                            END};
+static const struct field f_group_extend[] = {GSCOPE,
+                                              REQ("offset", K_U64, offset),
+                                              REQ("attempts", K_U32, attempts),
+                                              REQ("extend_ms", K_U64, extend_ms),
+                                              REQ_ID,
+                                              END};
+static const struct field f_group_extended[] = {REQ("visible_ms", K_U64, visible_ms), REQ_ID, END};
+static const struct field f_group_scope[] = {GSCOPE, REQ_ID, END};
+static const struct field f_group_dl_list[] = {REQ("offsets", K_U64_LIST, offsets), REQ_ID, END};
+static const struct field f_group_seek[] = {
+    GSCOPE,
+    {"start", K_START, P_REQ, offsetof(fx_msg, start), NO_HAS},
+    ZERO("if_new", K_BOOL, if_new),
+    REQ_ID,
+    END};
+static const struct field f_group_position[] = {REQ("offset", K_U64, offset),
+                                                REQ("moved", K_BOOL, moved), REQ_ID, END};
+static const struct field f_group_info[] = {OPT("committed", K_U64, committed, has_committed),
+                                            REQ("tail", K_U64, tail),
+                                            REQ("in_flight", K_U64, in_flight),
+                                            REQ("owed", K_U64, owed),
+                                            REQ("dead_letters", K_U64, dead_letters),
+                                            REQ_ID,
+                                            END};
+static const struct field f_group_deleted[] = {REQ("existed", K_BOOL, existed), REQ_ID, END};
+
 struct schema {
     const char *name;
     const struct field *fields;
@@ -158,6 +214,23 @@ static const struct schema schemas[FX_MSG_TYPE_COUNT] = {
     [FX_MSG_SUBSCRIBE_CURSOR_ERROR] = {"subscribe_cursor_error", f_cursor_error},
     [FX_MSG_GROUP_JOIN] = {"group_join", f_group_join},
     [FX_MSG_GROUP_JOINED] = {"group_joined", f_group_joined},
+    [FX_MSG_GROUP_POLL] = {"group_poll", f_group_poll},
+    [FX_MSG_GROUP_RECORDS] = {"group_records", f_group_records},
+    [FX_MSG_GROUP_ACK] = {"group_ack", f_group_offset},
+    [FX_MSG_GROUP_NACK] = {"group_nack", f_group_nack},
+    [FX_MSG_GROUP_EXTEND] = {"group_extend", f_group_extend},
+    [FX_MSG_GROUP_EXTENDED] = {"group_extended", f_group_extended},
+    [FX_MSG_GROUP_DEAD_LETTER] = {"group_dead_letter", f_group_offset},
+    [FX_MSG_GROUP_DEAD_LETTERS] = {"group_dead_letters", f_group_scope},
+    [FX_MSG_GROUP_DEAD_LETTER_LIST] = {"group_dead_letter_list", f_group_dl_list},
+    [FX_MSG_GROUP_DISCARD] = {"group_discard", f_group_offset},
+    [FX_MSG_GROUP_REDRIVE] = {"group_redrive", f_group_offset},
+    [FX_MSG_GROUP_SEEK] = {"group_seek", f_group_seek},
+    [FX_MSG_GROUP_POSITION] = {"group_position", f_group_position},
+    [FX_MSG_GROUP_DESCRIBE] = {"group_describe", f_group_scope},
+    [FX_MSG_GROUP_INFO] = {"group_info", f_group_info},
+    [FX_MSG_GROUP_DELETE] = {"group_delete", f_group_scope},
+    [FX_MSG_GROUP_DELETED] = {"group_deleted", f_group_deleted},
 };
 
 static const char *const ack_names[] = {"none", "per_message", "per_batch"};
@@ -181,6 +254,10 @@ static bool is_present(const fx_msg *m, const struct field *f)
         return CAT(m, f, fx_msg_start)->kind != FX_MSG_START_NONE;
     if (f->kind == K_CREATE)
         return CAT(m, f, fx_msg_create)->kind != FX_MSG_CREATE_NONE;
+    if (f->pres == P_ZERO)
+        return f->kind == K_BOOL  ? *CAT(m, f, bool)
+               : f->kind == K_U32 ? *CAT(m, f, uint32_t) != 0
+                                  : *CAT(m, f, uint64_t) != 0;
     if (f->has_off == NO_HAS)
         return true;
     return *(const bool *)(const void *)((const char *)m + f->has_off);
@@ -349,6 +426,105 @@ static int check_enum(struct dec *d, const struct field *f, json_t *v, fx_msg *m
     return 0;
 }
 
+/* ---- the original's group answers: offsets and records ---- */
+
+/* True if |v| is an integer in 0..|max| (stored in |*pv|); else the error
+ * is for the caller to name. */
+static bool uint_ok(json_t *v, uint64_t max, uint64_t *pv)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
+        return false;
+    *pv = (uint64_t)json_integer_value(v);
+    return true;
+}
+
+static int check_u64_list(struct dec *d, const struct field *f, json_t *v)
+{
+    if (!json_is_array(v))
+        return bad_type(d, f, "an array of integers");
+    size_t n = json_array_size(v);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u;
+        json_t *e = json_array_get(v, i);
+        if (!uint_ok(e, FX_MSG_INT_MAX, &u)) {
+            char name[48];
+            snprintf(name, sizeof(name), "%s[%zu]", f->name, i);
+            return get_uint(d, name, e, FX_MSG_INT_MAX, &u);
+        }
+    }
+    d->list = n * sizeof(uint64_t);
+    return 0;
+}
+
+/* Member |key| of record |i|: an integer in 0..|max|, required or not
+ * (absent or null: not there). The name is formatted only for an error. */
+static int record_uint(struct dec *d, json_t *rec, size_t i, const char *key, uint64_t max,
+                       bool req)
+{
+    json_t *v = json_object_get(rec, key);
+    uint64_t u;
+    if ((!v || json_is_null(v)) && !req)
+        return 0;
+    if (v && uint_ok(v, max, &u))
+        return 0;
+    char name[64];
+    snprintf(name, sizeof(name), "records[%zu].%s", i, key);
+    if (!v)
+        return fx_wire_err_set(d->err, FX_EWIRE_FIELD_MISSING, "missing required field '%s' in %s",
+                               name, d->tname);
+    return get_uint(d, name, v, max, &u);
+}
+
+/* Record |i| of group_records: offset and payload required, attempts,
+ * skipped_before, publisher and timestamp_micros optional. */
+static int check_record(struct dec *d, json_t *rec, size_t i)
+{
+    if (!json_is_object(rec))
+        return fx_wire_err_set(d->err, FX_EWIRE_FIELD_TYPE,
+                               "field 'records[%zu]' in %s must be an object", i, d->tname);
+    int rv = record_uint(d, rec, i, "offset", FX_MSG_INT_MAX, true);
+    if (rv == 0)
+        rv = record_uint(d, rec, i, "attempts", UINT32_MAX, false);
+    if (rv == 0)
+        rv = record_uint(d, rec, i, "skipped_before", FX_MSG_INT_MAX, false);
+    if (rv == 0)
+        rv = record_uint(d, rec, i, "timestamp_micros", FX_MSG_INT_MAX, false);
+    if (rv < 0)
+        return rv;
+    json_t *p = json_object_get(rec, "payload");
+    if (!p)
+        return fx_wire_err_set(d->err, FX_EWIRE_FIELD_MISSING,
+                               "missing required field 'records[%zu].payload' in %s", i, d->tname);
+    if (!json_is_string(p) ||
+        !fx_base64_is_canonical(json_string_value(p), json_string_length(p), FX_BASE64_STD))
+        return fx_wire_err_set(d->err, json_is_string(p) ? FX_EWIRE_BASE64 : FX_EWIRE_FIELD_TYPE,
+                               "field 'records[%zu].payload' in %s is not base64", i, d->tname);
+    d->arena += FX_BASE64_DECODE_ROOM(json_string_length(p));
+    json_t *pub = json_object_get(rec, "publisher");
+    if (!pub || json_is_null(pub))
+        return 0;
+    if (!json_is_string(pub) || memchr(json_string_value(pub), 0, json_string_length(pub)))
+        return fx_wire_err_set(d->err, FX_EWIRE_FIELD_TYPE,
+                               "field 'records[%zu].publisher' in %s must be a string without NUL",
+                               i, d->tname);
+    d->arena += json_string_length(pub) + 1;
+    return 0;
+}
+
+static int check_records(struct dec *d, const struct field *f, json_t *v)
+{
+    if (!json_is_array(v))
+        return bad_type(d, f, "an array of records");
+    size_t n = json_array_size(v);
+    for (size_t i = 0; i < n; i++) {
+        int rv = check_record(d, json_array_get(v, i), i);
+        if (rv < 0)
+            return rv;
+    }
+    d->list = n * sizeof(fx_msg_group_record);
+    return 0;
+}
+
 /* Checks the present, non-null value |v| of |f|; stores scalars in |m| now
  * and counts the arena bytes strings and payloads will need in pass 2. */
 static int check_value(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
@@ -385,6 +561,10 @@ static int check_value(struct dec *d, const struct field *f, json_t *v, fx_msg *
         return check_start(d, f, v, m);
     case K_CREATE:
         return check_create(d, f, v, m);
+    case K_U64_LIST:
+        return check_u64_list(d, f, v);
+    case K_RECORDS:
+        return check_records(d, f, v);
     default:
         return check_enum(d, f, v, m);
     }
@@ -413,7 +593,7 @@ static int check_fields(struct dec *d, const struct field *fields, json_t *root,
 
 struct arena {
     char *p;
-    fx_msg_bytes *list;
+    void *list; /* the one list a message holds, where malloc's alignment applies */
 };
 
 static const char *copy_string(struct arena *a, json_t *v)
@@ -438,6 +618,51 @@ static bool copy_b64(struct arena *a, json_t *v, fx_msg_bytes *out)
     return true;
 }
 
+/* Member |key| of a record pass 1 accepted: 0 when absent or null. */
+static uint64_t record_get(json_t *rec, const char *key, bool *phas)
+{
+    json_t *v = json_object_get(rec, key);
+    bool has = v && json_is_integer(v);
+    if (phas)
+        *phas = has;
+    return has ? (uint64_t)json_integer_value(v) : 0;
+}
+
+static bool copy_record(struct arena *a, json_t *rec, fx_msg_group_record *r)
+{
+    r->offset = record_get(rec, "offset", NULL);
+    r->attempts = (uint32_t)record_get(rec, "attempts", NULL);
+    r->skipped_before = record_get(rec, "skipped_before", NULL);
+    r->timestamp_micros = record_get(rec, "timestamp_micros", &r->has_timestamp_micros);
+    json_t *pub = json_object_get(rec, "publisher");
+    r->publisher = pub && json_is_string(pub) ? copy_string(a, pub) : NULL;
+    return copy_b64(a, json_object_get(rec, "payload"), &r->payload);
+}
+
+/* Fills the list field |f| (payloads, offsets or records) from |v|. */
+static bool copy_list(const struct field *f, json_t *v, fx_msg *m, struct arena *a)
+{
+    size_t n = json_array_size(v);
+    bool ok = true;
+    if (f->kind == K_BYTES_LIST) {
+        fx_msg_bytes *list = a->list;
+        m->n_payloads = n, m->payloads = list;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = copy_b64(a, json_array_get(v, i), &list[i]);
+    } else if (f->kind == K_U64_LIST) {
+        uint64_t *list = a->list;
+        m->n_offsets = n, m->offsets = list;
+        for (size_t i = 0; i < n; i++)
+            list[i] = (uint64_t)json_integer_value(json_array_get(v, i));
+    } else {
+        fx_msg_group_record *list = a->list;
+        m->n_records = n, m->records = list;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = copy_record(a, json_array_get(v, i), &list[i]);
+    }
+    return ok;
+}
+
 static int copy_fields(const struct field *fields, json_t *root, fx_msg *m, struct arena *a)
 {
     for (const struct field *f = fields; f->name; f++) {
@@ -449,11 +674,8 @@ static int copy_fields(const struct field *fields, json_t *root, fx_msg *m, stru
             *AT(m, f, const char *) = copy_string(a, v);
         } else if (f->kind == K_BYTES) {
             ok = copy_b64(a, v, AT(m, f, fx_msg_bytes));
-        } else if (f->kind == K_BYTES_LIST) {
-            m->n_payloads = json_array_size(v);
-            m->payloads = a->list;
-            for (size_t i = 0; ok && i < m->n_payloads; i++)
-                ok = copy_b64(a, json_array_get(v, i), &a->list[i]);
+        } else if (f->kind == K_BYTES_LIST || f->kind == K_U64_LIST || f->kind == K_RECORDS) {
+            ok = copy_list(f, v, m, a);
         }
         if (!ok) /* pass 1 accepted it, so this is our bug, but never trust it */
             return FX_EWIRE_BASE64;
@@ -677,6 +899,35 @@ static int check_out_list(const fx_msg *m)
     return 0;
 }
 
+static int check_out_offsets(const fx_msg *m)
+{
+    if (!m->offsets && m->n_offsets > 0)
+        return FX_EWIRE_FIELD_MISSING;
+    for (size_t i = 0; i < m->n_offsets; i++)
+        if (m->offsets[i] > FX_MSG_INT_MAX)
+            return FX_EWIRE_INT_RANGE;
+    return 0;
+}
+
+static int check_out_records(const fx_msg *m)
+{
+    if (!m->records && m->n_records > 0)
+        return FX_EWIRE_FIELD_MISSING;
+    for (size_t i = 0; i < m->n_records; i++) {
+        const fx_msg_group_record *r = &m->records[i];
+        if (r->offset > FX_MSG_INT_MAX || r->skipped_before > FX_MSG_INT_MAX ||
+            (r->has_timestamp_micros && r->timestamp_micros > FX_MSG_INT_MAX))
+            return FX_EWIRE_INT_RANGE;
+        if (r->publisher &&
+            !fx_wire_utf8_valid((const uint8_t *)r->publisher, strlen(r->publisher)))
+            return FX_EWIRE_UTF8;
+        int rv = check_out_bytes(&r->payload);
+        if (rv < 0)
+            return rv;
+    }
+    return 0;
+}
+
 /* Refuses what fx_msg_decode would refuse, so encode/decode round-trips. */
 static int check_out_field(const struct field *f, const fx_msg *m)
 {
@@ -697,6 +948,10 @@ static int check_out_field(const struct field *f, const fx_msg *m)
     case K_U32:
     case K_BOOL:
         return 0;
+    case K_U64_LIST:
+        return check_out_offsets(m);
+    case K_RECORDS:
+        return check_out_records(m);
     case K_CREATE:
         if ((unsigned)c->kind > FX_MSG_CREATE_TIME)
             return FX_EWIRE_ACK_MODE;
@@ -719,8 +974,12 @@ static int check_out(const fx_msg *m)
     if (!fx_msg_type_name(m->type))
         return FX_EWIRE_JSON_TYPE;
     for (const struct field *f = schemas[m->type].fields; f->name; f++) {
-        if (!is_present(m, f))
+        if (!is_present(m, f)) {
+            /* Only group_seek's start can be required and absent. */
+            if (f->pres == P_REQ)
+                return FX_EWIRE_FIELD_MISSING;
             continue;
+        }
         int rv = check_out_field(f, m);
         if (rv < 0)
             return rv;
@@ -839,6 +1098,53 @@ static void put_create(struct out *o, const fx_msg_create *c)
     }
 }
 
+static void put_offsets(struct out *o, const fx_msg *m)
+{
+    put(o, "[", 1);
+    for (size_t i = 0; i < m->n_offsets; i++) {
+        if (i > 0)
+            put(o, ",", 1);
+        put_uint(o, m->offsets[i]);
+    }
+    put(o, "]", 1);
+}
+
+/* A record as the original writes it: offset, payload, attempts always;
+ * skipped_before unless 0, publisher and timestamp_micros when present. */
+static void put_record(struct out *o, const fx_msg_group_record *r)
+{
+    put_str(o, "{\"offset\":");
+    put_uint(o, r->offset);
+    put_str(o, ",\"payload\":");
+    put_b64(o, &r->payload);
+    put_str(o, ",\"attempts\":");
+    put_uint(o, r->attempts);
+    if (r->skipped_before) {
+        put_str(o, ",\"skipped_before\":");
+        put_uint(o, r->skipped_before);
+    }
+    if (r->publisher) {
+        put_str(o, ",\"publisher\":");
+        put_json_string(o, r->publisher);
+    }
+    if (r->has_timestamp_micros) {
+        put_str(o, ",\"timestamp_micros\":");
+        put_uint(o, r->timestamp_micros);
+    }
+    put(o, "}", 1);
+}
+
+static void put_records(struct out *o, const fx_msg *m)
+{
+    put(o, "[", 1);
+    for (size_t i = 0; i < m->n_records; i++) {
+        if (i > 0)
+            put(o, ",", 1);
+        put_record(o, &m->records[i]);
+    }
+    put(o, "]", 1);
+}
+
 static void put_value(struct out *o, const struct field *f, const fx_msg *m)
 {
     switch (f->kind) {
@@ -871,6 +1177,12 @@ static void put_value(struct out *o, const struct field *f, const fx_msg *m)
     case K_CREATE:
         put_create(o, CAT(m, f, fx_msg_create));
         break;
+    case K_U64_LIST:
+        put_offsets(o, m);
+        break;
+    case K_RECORDS:
+        put_records(o, m);
+        break;
     case K_ACK:
         put_quoted(o, ack_names[m->ack]);
         break;
@@ -886,7 +1198,7 @@ static void put_msg(struct out *o, const fx_msg *m)
     put_quoted(o, schemas[m->type].name);
     for (const struct field *f = schemas[m->type].fields; f->name; f++) {
         bool present = is_present(m, f);
-        if (!present && f->pres == P_OPT)
+        if (!present && (f->pres == P_OPT || f->pres == P_ZERO))
             continue;
         put_str(o, ",\"");
         put_str(o, f->name);
@@ -995,6 +1307,31 @@ static bool list_equal(const fx_msg *a, const fx_msg *b)
     return true;
 }
 
+static bool offsets_equal(const fx_msg *a, const fx_msg *b)
+{
+    return a->n_offsets == b->n_offsets &&
+           (a->n_offsets == 0 || memcmp(a->offsets, b->offsets, a->n_offsets * 8) == 0);
+}
+
+static bool record_equal(const fx_msg_group_record *a, const fx_msg_group_record *b)
+{
+    return a->offset == b->offset && bytes_equal(&a->payload, &b->payload) &&
+           a->attempts == b->attempts && a->skipped_before == b->skipped_before &&
+           str_equal(a->publisher, b->publisher) &&
+           a->has_timestamp_micros == b->has_timestamp_micros &&
+           (!a->has_timestamp_micros || a->timestamp_micros == b->timestamp_micros);
+}
+
+static bool records_equal(const fx_msg *a, const fx_msg *b)
+{
+    if (a->n_records != b->n_records)
+        return false;
+    for (size_t i = 0; i < a->n_records; i++)
+        if (!record_equal(&a->records[i], &b->records[i]))
+            return false;
+    return true;
+}
+
 static bool value_equal(const struct field *f, const fx_msg *a, const fx_msg *b)
 {
     const fx_msg_start *sa = CAT(a, f, fx_msg_start), *sb = CAT(b, f, fx_msg_start);
@@ -1021,6 +1358,10 @@ static bool value_equal(const struct field *f, const fx_msg *a, const fx_msg *b)
                (sa->kind != FX_MSG_START_OFFSET || sa->offset == sb->offset);
     case K_CREATE:
         return ca->kind == cb->kind && (ca->kind < FX_MSG_CREATE_OFFSET || ca->value == cb->value);
+    case K_U64_LIST:
+        return offsets_equal(a, b);
+    case K_RECORDS:
+        return records_equal(a, b);
     case K_ACK:
         return a->ack == b->ack;
     default:

@@ -35,6 +35,25 @@ typedef enum fx_msg_type {
     FX_MSG_SUBSCRIBE_CURSOR_ERROR,
     FX_MSG_GROUP_JOIN,   /* Felix-C: client -> broker, join a consumer group */
     FX_MSG_GROUP_JOINED, /* Felix-C: broker -> client, the join's answer */
+    /* The original's JSON consumer-group requests and their answers
+     * (felix-facts-groups.md §1.3): one exchange per stream. */
+    FX_MSG_GROUP_POLL,
+    FX_MSG_GROUP_RECORDS,
+    FX_MSG_GROUP_ACK,
+    FX_MSG_GROUP_NACK,
+    FX_MSG_GROUP_EXTEND,
+    FX_MSG_GROUP_EXTENDED,
+    FX_MSG_GROUP_DEAD_LETTER,
+    FX_MSG_GROUP_DEAD_LETTERS,
+    FX_MSG_GROUP_DEAD_LETTER_LIST,
+    FX_MSG_GROUP_DISCARD,
+    FX_MSG_GROUP_REDRIVE,
+    FX_MSG_GROUP_SEEK,
+    FX_MSG_GROUP_POSITION,
+    FX_MSG_GROUP_DESCRIBE,
+    FX_MSG_GROUP_INFO,
+    FX_MSG_GROUP_DELETE,
+    FX_MSG_GROUP_DELETED,
     FX_MSG_TYPE_COUNT
 } fx_msg_type;
 
@@ -68,7 +87,8 @@ typedef struct fx_msg_create {
     uint64_t value; /* the offset (OFFSET) or time_us (TIME); else 0 */
 } fx_msg_create;
 
-/* Longest group member name, in bytes (and at least 1). */
+/* Longest group member (and group_poll consumer) name, in bytes (and at
+ * least 1). */
 #define FX_MSG_MEMBER_MAX 128u
 
 typedef enum fx_msg_cursor_reason {
@@ -81,6 +101,18 @@ typedef struct fx_msg_bytes {
     const uint8_t *p;
     size_t len;
 } fx_msg_bytes;
+
+/* One record of group_records. Decoded, |payload| and |publisher| point into
+ * the message's arena. */
+typedef struct fx_msg_group_record {
+    uint64_t offset;
+    fx_msg_bytes payload;
+    uint32_t attempts;         /* this delivery, 1 the first; absent decodes as 0; always written */
+    uint64_t skipped_before;   /* 0 is omitted */
+    const char *publisher;     /* NULL: absent */
+    uint64_t timestamp_micros; /* when has_timestamp_micros */
+    bool has_timestamp_micros;
+} fx_msg_group_record;
 
 /* Largest integer the codec carries: jansson's json_int_t is signed 64-bit, so
  * u64 fields (request ids, offsets, ttl) are limited to 0..2^63-1 both ways. */
@@ -143,6 +175,32 @@ typedef struct fx_msg {
     fx_msg_create create; /* group_join; kind NONE: absent */
     bool durable;         /* group_joined */
 
+    /* The original's group requests: tenant_id, ns, stream, shard and group
+     * name the group; request_id is required in all of them (and their
+     * answers), offset names the record (group_position: the position),
+     * start is group_seek's. */
+    uint32_t shard;
+    uint32_t max_records; /* group_poll */
+    uint64_t wait_ms;     /* group_poll; absent decodes as 0; always written */
+    const char *consumer; /* group_poll (optional: has_consumer), as member */
+    bool has_consumer;
+    bool reclaim;           /* group_poll; false is omitted */
+    uint64_t visibility_ms; /* group_poll; 0 is omitted */
+    uint64_t delay_ms;      /* group_nack; 0 is omitted */
+    uint32_t attempts;      /* group_nack (0 is omitted), group_extend */
+    bool if_new;            /* group_seek; false is omitted */
+    uint64_t extend_ms;     /* group_extend */
+    uint64_t visible_ms;    /* group_extended */
+    bool moved;             /* group_position */
+    bool existed;           /* group_deleted */
+    uint64_t committed;     /* group_info (optional: has_committed) */
+    bool has_committed;
+    uint64_t tail, in_flight, owed, dead_letters; /* group_info */
+    const uint64_t *offsets;                      /* group_dead_letter_list */
+    size_t n_offsets;
+    const fx_msg_group_record *records; /* group_records */
+    size_t n_records;
+
     void *arena; /* internal: the decoded allocation, or NULL */
 } fx_msg;
 
@@ -161,15 +219,18 @@ typedef struct fx_msg {
  *   FX_EWIRE_FIELD_MISSING  required field absent (message names field and type)
  *   FX_EWIRE_FIELD_TYPE     field of the wrong JSON type (null included for a
  *                           required field), a bad start / create / reason
- *                           value, or a NUL inside token, key or message
+ *                           value, or a NUL inside token, key, message or a
+ *                           record's publisher
  *   FX_EWIRE_INT_RANGE      negative, above FX_MSG_INT_MAX (named when the
  *                           layout allows), above 65535 for client_flags /
- *                           server_flags, or above UINT32_MAX for window
+ *                           server_flags, or above UINT32_MAX for window,
+ *                           shard, max_records and attempts
  *   FX_EWIRE_ACK_MODE       ack not none / per_message / per_batch
  *   FX_EWIRE_BASE64         payload / value not canonical padded standard base64
  *   FX_EWIRE_NAME           tenant_id, namespace, stream, cache or group empty,
- *                           or any of them holding a NUL; member empty, over
- *                           FX_MSG_MEMBER_MAX bytes or holding a NUL
+ *                           or any of them holding a NUL; member or consumer
+ *                           empty, over FX_MSG_MEMBER_MAX bytes or holding a
+ *                           NUL
  *   -ENOMEM
  * On failure |m| is left zeroed (fx_msg_deinit is still safe). Any thread. */
 int fx_msg_decode(fx_msg *m, const uint8_t *json, size_t len, fx_wire_err *err);
@@ -181,10 +242,11 @@ void fx_msg_deinit(fx_msg *m);
 
 /* Returns the exact length of the JSON encoding of |m|, or a negative error:
  *   FX_EWIRE_JSON_TYPE      |m|->type is not a message type
- *   FX_EWIRE_FIELD_MISSING  a required string is NULL, or bytes with p NULL and
- *                           len > 0
+ *   FX_EWIRE_FIELD_MISSING  a required string is NULL, group_seek without a
+ *                           start, or bytes / a list with its pointer NULL and
+ *                           a count > 0
  *   FX_EWIRE_NAME           a name (tenant_id, namespace, stream, cache, group)
- *                           is empty, or member is empty or over
+ *                           is empty, or member / consumer is empty or over
  *                           FX_MSG_MEMBER_MAX bytes
  *   FX_EWIRE_UTF8           a string is not valid UTF-8
  *   FX_EWIRE_INT_RANGE      an integer above FX_MSG_INT_MAX

@@ -102,6 +102,30 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     m->member = "m-1";
     m->window = 256;
     m->durable = true;
+    static const uint64_t offsets[] = {3, 9, FX_MSG_INT_MAX};
+    static const fx_msg_group_record records[] = {
+        {.offset = 10, .payload = {(const uint8_t *)"ab", 2}, .attempts = 1},
+        {.offset = 12,
+         .payload = {NULL, 0},
+         .attempts = 3,
+         .skipped_before = 1,
+         .publisher = "p\xc3\xa9",
+         .timestamp_micros = 1700000000000000,
+         .has_timestamp_micros = true},
+    };
+    m->shard = 2;
+    m->max_records = 100;
+    m->wait_ms = full ? 250 : 0;
+    m->attempts = 4;
+    m->extend_ms = 5000;
+    m->visible_ms = 6000;
+    m->offset = 77;
+    m->moved = true;
+    m->tail = 90, m->in_flight = 5, m->owed = 2, m->dead_letters = 1;
+    m->offsets = offsets, m->n_offsets = full ? 3 : 0;
+    m->records = records, m->n_records = full ? 2 : 0;
+    if (t == FX_MSG_GROUP_SEEK)
+        m->start = (fx_msg_start){FX_MSG_START_EARLIEST, 0};
     if (!full)
         return;
     m->has_client_flags = true, m->client_flags = 25;
@@ -115,6 +139,13 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     m->has_window = true;
     m->has_ack_wait_ms = true, m->ack_wait_ms = 30000;
     m->create = (fx_msg_create){FX_MSG_CREATE_TIME, 1700000000000000};
+    m->has_consumer = true, m->consumer = "c-1";
+    m->reclaim = true;
+    m->visibility_ms = 45000;
+    m->delay_ms = 100;
+    m->if_new = true;
+    m->existed = true;
+    m->has_committed = true, m->committed = 80;
 }
 
 /* ---- round trips ---------------------------------------------------------- */
@@ -976,6 +1007,278 @@ static void test_group_window_and_durable_types(void **state)
     fx_msg_deinit(&m);
 }
 
+/* ---- the original's group requests (felix-facts-groups.md §1.3) ------------------- */
+
+#define GSCOPE_JSON                                                                                \
+    "\"tenant_id\":\"t1\",\"namespace\":\"default\",\"stream\":\"demo\",\"shard\":2,"              \
+    "\"group\":\"workers\""
+
+static void gscope(fx_msg *m, fx_msg_type t)
+{
+    memset(m, 0, sizeof(*m));
+    m->type = t;
+    m->tenant_id = "t1";
+    m->ns = "default";
+    m->stream = "demo";
+    m->shard = 2;
+    m->group = "workers";
+    m->request_id = 5;
+}
+
+static void test_golden_group_requests(void **state)
+{
+    fx_msg m;
+    gscope(&m, FX_MSG_GROUP_POLL);
+    m.max_records = 10;
+    expect_json(&m, "{\"type\":\"group_poll\"," GSCOPE_JSON
+                    ",\"max_records\":10,\"wait_ms\":0,\"request_id\":5}");
+    m.wait_ms = 1000;
+    m.has_consumer = true, m.consumer = "host-1";
+    m.reclaim = true;
+    m.visibility_ms = 30000;
+    expect_json(&m, "{\"type\":\"group_poll\"," GSCOPE_JSON
+                    ",\"max_records\":10,\"wait_ms\":1000,\"request_id\":5,"
+                    "\"consumer\":\"host-1\",\"reclaim\":true,\"visibility_ms\":30000}");
+    expect_round_trip(&m);
+    static const struct {
+        fx_msg_type t;
+        const char *name;
+    } with_offset[] = {{FX_MSG_GROUP_ACK, "group_ack"},
+                       {FX_MSG_GROUP_DEAD_LETTER, "group_dead_letter"},
+                       {FX_MSG_GROUP_DISCARD, "group_discard"},
+                       {FX_MSG_GROUP_REDRIVE, "group_redrive"},
+                       {FX_MSG_GROUP_NACK, "group_nack"}};
+    for (size_t i = 0; i < sizeof(with_offset) / sizeof(with_offset[0]); i++) {
+        char want[256];
+        gscope(&m, with_offset[i].t);
+        m.offset = 41;
+        snprintf(want, sizeof(want),
+                 "{\"type\":\"%s\"," GSCOPE_JSON ",\"offset\":41,\"request_id\":5}",
+                 with_offset[i].name);
+        expect_json(&m, want);
+    }
+    m.delay_ms = 250, m.attempts = 3;
+    expect_json(&m, "{\"type\":\"group_nack\"," GSCOPE_JSON
+                    ",\"offset\":41,\"request_id\":5,\"delay_ms\":250,\"attempts\":3}");
+    expect_round_trip(&m);
+    gscope(&m, FX_MSG_GROUP_EXTEND);
+    m.offset = 41, m.attempts = 2, m.extend_ms = 10000;
+    expect_json(&m, "{\"type\":\"group_extend\"," GSCOPE_JSON
+                    ",\"offset\":41,\"attempts\":2,\"extend_ms\":10000,\"request_id\":5}");
+    gscope(&m, FX_MSG_GROUP_SEEK);
+    m.start = (fx_msg_start){FX_MSG_START_OFFSET, 7};
+    expect_json(&m, "{\"type\":\"group_seek\"," GSCOPE_JSON
+                    ",\"start\":{\"offset\":7},\"request_id\":5}");
+    m.if_new = true, m.start.kind = FX_MSG_START_LATEST;
+    expect_json(&m, "{\"type\":\"group_seek\"," GSCOPE_JSON
+                    ",\"start\":\"latest\",\"if_new\":true,\"request_id\":5}");
+    expect_round_trip(&m);
+    static const struct {
+        fx_msg_type t;
+        const char *name;
+    } scope_only[] = {{FX_MSG_GROUP_DEAD_LETTERS, "group_dead_letters"},
+                      {FX_MSG_GROUP_DESCRIBE, "group_describe"},
+                      {FX_MSG_GROUP_DELETE, "group_delete"}};
+    for (size_t i = 0; i < sizeof(scope_only) / sizeof(scope_only[0]); i++) {
+        char want[256];
+        gscope(&m, scope_only[i].t);
+        snprintf(want, sizeof(want), "{\"type\":\"%s\"," GSCOPE_JSON ",\"request_id\":5}",
+                 scope_only[i].name);
+        expect_json(&m, want);
+    }
+}
+
+static void test_golden_group_answers(void **state)
+{
+    static const fx_msg_group_record recs[] = {
+        {.offset = 10, .payload = {(const uint8_t *)"hi", 2}, .attempts = 1},
+        {.offset = 11,
+         .payload = {NULL, 0},
+         .attempts = 2,
+         .skipped_before = 4,
+         .publisher = "svc",
+         .timestamp_micros = 99,
+         .has_timestamp_micros = true},
+    };
+    static const uint64_t dl[] = {3, 8};
+    fx_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = FX_MSG_GROUP_RECORDS, m.request_id = 5;
+    expect_json(&m, "{\"type\":\"group_records\",\"records\":[],\"request_id\":5}");
+    m.records = recs, m.n_records = 2;
+    expect_json(&m, "{\"type\":\"group_records\",\"records\":["
+                    "{\"offset\":10,\"payload\":\"aGk=\",\"attempts\":1},"
+                    "{\"offset\":11,\"payload\":\"\",\"attempts\":2,\"skipped_before\":4,"
+                    "\"publisher\":\"svc\",\"timestamp_micros\":99}],\"request_id\":5}");
+    expect_round_trip(&m);
+    memset(&m, 0, sizeof(m));
+    m.type = FX_MSG_GROUP_DEAD_LETTER_LIST, m.request_id = 5;
+    m.offsets = dl, m.n_offsets = 2;
+    expect_json(&m, "{\"type\":\"group_dead_letter_list\",\"offsets\":[3,8],\"request_id\":5}");
+    expect_round_trip(&m);
+    memset(&m, 0, sizeof(m));
+    m.type = FX_MSG_GROUP_INFO, m.request_id = 5;
+    m.tail = 100, m.in_flight = 3, m.owed = 1, m.dead_letters = 2;
+    expect_json(&m, "{\"type\":\"group_info\",\"tail\":100,\"in_flight\":3,\"owed\":1,"
+                    "\"dead_letters\":2,\"request_id\":5}");
+    m.has_committed = true, m.committed = 90;
+    expect_json(&m, "{\"type\":\"group_info\",\"committed\":90,\"tail\":100,\"in_flight\":3,"
+                    "\"owed\":1,\"dead_letters\":2,\"request_id\":5}");
+    memset(&m, 0, sizeof(m));
+    m.type = FX_MSG_GROUP_POSITION, m.request_id = 5, m.offset = 7;
+    expect_json(&m, "{\"type\":\"group_position\",\"offset\":7,\"moved\":false,\"request_id\":5}");
+    m.type = FX_MSG_GROUP_DELETED, m.existed = true;
+    expect_json(&m, "{\"type\":\"group_deleted\",\"existed\":true,\"request_id\":5}");
+    m.type = FX_MSG_GROUP_EXTENDED, m.visible_ms = 30000;
+    expect_json(&m, "{\"type\":\"group_extended\",\"visible_ms\":30000,\"request_id\":5}");
+}
+
+static void test_group_defaults_decode_as_zero(void **state)
+{
+    fx_msg m;
+    /* wait_ms absent is 0 and is written back; a 0 delay_ms / attempts and
+     * a false reclaim / if_new decode and are left out when written. */
+    assert_int_equal(decode_str(&m,
+                                "{\"type\":\"group_poll\"," GSCOPE_JSON
+                                ",\"max_records\":1,\"request_id\":5,\"reclaim\":false}",
+                                NULL),
+                     0);
+    assert_int_equal(m.wait_ms, 0);
+    assert_false(m.reclaim);
+    assert_false(m.has_consumer);
+    expect_json(&m, "{\"type\":\"group_poll\"," GSCOPE_JSON
+                    ",\"max_records\":1,\"wait_ms\":0,\"request_id\":5}");
+    fx_msg_deinit(&m);
+    assert_int_equal(decode_str(&m,
+                                "{\"type\":\"group_nack\"," GSCOPE_JSON
+                                ",\"offset\":1,\"request_id\":5,\"delay_ms\":0,\"attempts\":null}",
+                                NULL),
+                     0);
+    expect_json(&m, "{\"type\":\"group_nack\"," GSCOPE_JSON ",\"offset\":1,\"request_id\":5}");
+    fx_msg_deinit(&m);
+    /* A record without attempts: 0, "not reported", written as 0. */
+    assert_int_equal(decode_str(&m,
+                                "{\"type\":\"group_records\",\"records\":[{\"offset\":4,"
+                                "\"payload\":\"AP8=\",\"skipped_before\":0,\"publisher\":null}],"
+                                "\"request_id\":5}",
+                                NULL),
+                     0);
+    assert_int_equal(m.n_records, 1);
+    assert_int_equal(m.records[0].offset, 4);
+    assert_int_equal(m.records[0].attempts, 0);
+    assert_int_equal(m.records[0].payload.len, 2);
+    assert_memory_equal(m.records[0].payload.p, "\x00\xff", 2);
+    assert_null(m.records[0].publisher);
+    assert_false(m.records[0].has_timestamp_micros);
+    expect_json(&m, "{\"type\":\"group_records\",\"records\":[{\"offset\":4,"
+                    "\"payload\":\"AP8=\",\"attempts\":0}],\"request_id\":5}");
+    fx_msg_deinit(&m);
+}
+
+static void test_group_requests_missing_required_fields(void **state)
+{
+    expect_reject("{\"type\":\"group_ack\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"group\":\"g\",\"offset\":1,\"request_id\":5}",
+                  FX_EWIRE_FIELD_MISSING, "'shard' in group_ack");
+    expect_reject("{\"type\":\"group_ack\"," GSCOPE_JSON ",\"offset\":1}", FX_EWIRE_FIELD_MISSING,
+                  "'request_id' in group_ack");
+    expect_reject("{\"type\":\"group_ack\"," GSCOPE_JSON ",\"request_id\":1}",
+                  FX_EWIRE_FIELD_MISSING, "'offset' in group_ack");
+    expect_reject("{\"type\":\"group_poll\"," GSCOPE_JSON ",\"request_id\":1}",
+                  FX_EWIRE_FIELD_MISSING, "'max_records' in group_poll");
+    expect_reject("{\"type\":\"group_seek\"," GSCOPE_JSON ",\"request_id\":1}",
+                  FX_EWIRE_FIELD_MISSING, "'start' in group_seek");
+    expect_reject("{\"type\":\"group_extend\"," GSCOPE_JSON ",\"offset\":1,\"attempts\":1,"
+                  "\"request_id\":1}",
+                  FX_EWIRE_FIELD_MISSING, "'extend_ms' in group_extend");
+    expect_reject("{\"type\":\"group_records\",\"request_id\":1}", FX_EWIRE_FIELD_MISSING,
+                  "'records' in group_records");
+    expect_reject("{\"type\":\"group_dead_letter_list\",\"request_id\":1}", FX_EWIRE_FIELD_MISSING,
+                  "'offsets'");
+    expect_reject("{\"type\":\"group_info\",\"tail\":1,\"in_flight\":1,\"owed\":1,"
+                  "\"request_id\":1}",
+                  FX_EWIRE_FIELD_MISSING, "'dead_letters' in group_info");
+    expect_reject("{\"type\":\"group_position\",\"offset\":1,\"request_id\":1}",
+                  FX_EWIRE_FIELD_MISSING, "'moved' in group_position");
+    expect_reject("{\"type\":\"group_records\",\"records\":[{\"payload\":\"\"}],"
+                  "\"request_id\":1}",
+                  FX_EWIRE_FIELD_MISSING, "'records[0].offset'");
+    expect_reject("{\"type\":\"group_records\",\"records\":[{\"offset\":1},{\"offset\":2}],"
+                  "\"request_id\":1}",
+                  FX_EWIRE_FIELD_MISSING, "'records[0].payload'");
+    /* The encoder refuses a group_seek without start. */
+    fx_msg m;
+    uint8_t *out = NULL;
+    size_t len = 0;
+    gscope(&m, FX_MSG_GROUP_SEEK);
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_FIELD_MISSING);
+    gscope(&m, FX_MSG_GROUP_RECORDS);
+    m.n_records = 1;
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_FIELD_MISSING);
+    gscope(&m, FX_MSG_GROUP_DEAD_LETTER_LIST);
+    m.n_offsets = 1;
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_FIELD_MISSING);
+    assert_null(out);
+}
+
+static void test_group_request_values_checked(void **state)
+{
+    expect_reject("{\"type\":\"group_ack\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"shard\":4294967296,\"group\":\"g\",\"offset\":1,"
+                  "\"request_id\":5}",
+                  FX_EWIRE_INT_RANGE, "'shard'");
+    expect_reject("{\"type\":\"group_ack\",\"tenant_id\":\"t\",\"namespace\":\"n\","
+                  "\"stream\":\"s\",\"shard\":0,\"group\":\"\",\"offset\":1,\"request_id\":5}",
+                  FX_EWIRE_NAME, "'group'");
+    expect_reject("{\"type\":\"group_poll\"," GSCOPE_JSON
+                  ",\"max_records\":1,\"request_id\":5,\"consumer\":\"\"}",
+                  FX_EWIRE_NAME, "'consumer'");
+    expect_reject("{\"type\":\"group_poll\"," GSCOPE_JSON
+                  ",\"max_records\":1,\"request_id\":5,\"reclaim\":1}",
+                  FX_EWIRE_FIELD_TYPE, "'reclaim'");
+    expect_reject("{\"type\":\"group_nack\"," GSCOPE_JSON
+                  ",\"offset\":1,\"request_id\":5,\"attempts\":-1}",
+                  FX_EWIRE_INT_RANGE, "'attempts'");
+    expect_reject("{\"type\":\"group_seek\"," GSCOPE_JSON ",\"start\":\"all\",\"request_id\":5}",
+                  FX_EWIRE_FIELD_TYPE, "'start'");
+    expect_reject("{\"type\":\"group_dead_letter_list\",\"offsets\":[1,-2],\"request_id\":5}",
+                  FX_EWIRE_INT_RANGE, "'offsets[1]'");
+    expect_reject("{\"type\":\"group_dead_letter_list\",\"offsets\":[1,\"2\"],\"request_id\":5}",
+                  FX_EWIRE_FIELD_TYPE, "'offsets[1]'");
+    expect_reject("{\"type\":\"group_dead_letter_list\",\"offsets\":{},\"request_id\":5}",
+                  FX_EWIRE_FIELD_TYPE, "'offsets'");
+    expect_reject("{\"type\":\"group_records\",\"records\":[7],\"request_id\":5}",
+                  FX_EWIRE_FIELD_TYPE, "'records[0]'");
+    expect_reject("{\"type\":\"group_records\",\"records\":[{\"offset\":1,\"payload\":\"a\"}],"
+                  "\"request_id\":5}",
+                  FX_EWIRE_BASE64, "'records[0].payload'");
+    expect_reject("{\"type\":\"group_records\",\"records\":[{\"offset\":1,\"payload\":\"\","
+                  "\"attempts\":4294967296}],\"request_id\":5}",
+                  FX_EWIRE_INT_RANGE, "'records[0].attempts'");
+    expect_reject("{\"type\":\"group_records\",\"records\":[{\"offset\":1,\"payload\":\"\","
+                  "\"publisher\":\"a\\u0000\"}],\"request_id\":5}",
+                  FX_EWIRE_FIELD_TYPE, "'records[0].publisher'");
+    expect_reject("{\"type\":\"group_records\",\"records\":[{\"offset\":1,\"payload\":\"\","
+                  "\"timestamp_micros\":true}],\"request_id\":5}",
+                  FX_EWIRE_FIELD_TYPE, "'records[0].timestamp_micros'");
+    /* The encoder refuses the same. */
+    static const uint64_t big[] = {FX_MSG_INT_MAX + 1};
+    fx_msg_group_record bad = {.offset = FX_MSG_INT_MAX + 1};
+    fx_msg m;
+    uint8_t *out = NULL;
+    size_t len = 0;
+    memset(&m, 0, sizeof(m));
+    m.type = FX_MSG_GROUP_DEAD_LETTER_LIST, m.offsets = big, m.n_offsets = 1;
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_INT_RANGE);
+    m.type = FX_MSG_GROUP_RECORDS, m.records = &bad, m.n_records = 1;
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_INT_RANGE);
+    bad.offset = 1, bad.publisher = "\xc3";
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_UTF8);
+    bad.publisher = NULL, bad.payload = (fx_msg_bytes){NULL, 3};
+    assert_int_equal(fx_msg_encode(&m, &out, &len), FX_EWIRE_FIELD_MISSING);
+    assert_null(out);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_every_type_round_trips_with_all_fields),
     cmocka_unit_test(test_every_type_round_trips_without_optional_fields),
@@ -1023,6 +1326,11 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_group_join_missing_required_fields),
     cmocka_unit_test(test_group_names_and_member_rules),
     cmocka_unit_test(test_group_window_and_durable_types),
+    cmocka_unit_test(test_golden_group_requests),
+    cmocka_unit_test(test_golden_group_answers),
+    cmocka_unit_test(test_group_defaults_decode_as_zero),
+    cmocka_unit_test(test_group_requests_missing_required_fields),
+    cmocka_unit_test(test_group_request_values_checked),
 };
 
 FX_TEST_MAIN(tests)
