@@ -179,6 +179,8 @@ const fx_gjournal_intent *fx_gjournal_state_intents(const fx_gjournal_state *s, 
 /* Index (from head) of the first pending offset >= |off|. */
 static size_t lower_bound(const fx_gjournal_state *s, uint64_t off)
 {
+    if (s->n == 0)
+        return 0; /* and s->p may be NULL */
     const fx_gjournal_pending *p = s->p + s->head;
     size_t lo = 0, hi = s->n;
     while (lo < hi) {
