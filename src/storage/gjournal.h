@@ -71,6 +71,10 @@ typedef enum fx_gjournal_status {
                         flags or reserved, a zero count, or a range past 2^64 */
 } fx_gjournal_status;
 
+/* Whether |r| is a record the journal can hold: a known type, and for a
+ * range a count >= 1 that does not pass 2^64. Pure. */
+bool fx_gjournal_rec_is_valid(const fx_gjournal_rec *r);
+
 /* Writes record |r| with sequence number |seq| into |out| (at least
  * FX_GJOURNAL_REC_MAX bytes); returns its length. |r| must be valid (as
  * fx_gjournal_decode_record would accept it). Pure. */

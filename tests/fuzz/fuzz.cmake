@@ -96,7 +96,7 @@ fx_fuzz_target(fuzz_catalog_parse SRCS ${_fx_catalog_srcs} DICT catalog.dict
 
 # The decoders of the consumer-group journal: records and snapshots (seeds:
 # tests/fuzz/corpus/fuzz_gjournal).
-set(_fx_gjournal_srcs gjournal.c format.c sio.c)
+set(_fx_gjournal_srcs gjournal.c gjournal_state.c format.c sio.c)
 list(TRANSFORM _fx_gjournal_srcs PREPEND ${CMAKE_SOURCE_DIR}/src/storage/)
 fx_fuzz_target(fuzz_gjournal SRCS ${_fx_gjournal_srcs} DICT gjournal.dict
     LIBS fx_base Threads::Threads PkgConfig::DEFLATE)

@@ -79,6 +79,7 @@ static void fuzz_records(const uint8_t *p, size_t n)
     uint64_t last = 0;
     while (fx_gjournal_decode_record(p, n, &r, &used) == FX_GJ_REC_OK) {
         FUZZ_CHECK(used >= FX_GJOURNAL_REC_OVERHEAD && used <= FX_GJOURNAL_REC_MAX && used <= n);
+        FUZZ_CHECK(fx_gjournal_rec_is_valid(&r));
         uint8_t again[FX_GJOURNAL_REC_MAX];
         FUZZ_CHECK(fx_gjournal_encode_record(&r, r.seq, again) == used);
         FUZZ_CHECK(memcmp(again, p, used) == 0);
