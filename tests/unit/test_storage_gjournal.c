@@ -8,7 +8,9 @@
  * the power is cut (what no completed sync covered is dropped or torn, the
  * ways memio tears it); the reopened group must hold the state the
  * workload had after some record (the same record for a kill, at least
- * the last flushed one for a power cut) and every flushed ack.
+ * the last flushed one for a power cut) and every flushed ack. In half the
+ * runs the first reopen dies part-way too (its cut, its restart, its
+ * flush) and is crashed again the same way before the reopen checked.
  * FX_GJOURNAL_CRASH_RUNS sets the runs per kind (default 300). */
 /* fx-test-libs: fx_storage fx_base */
 #include "felix/error.h"
@@ -857,7 +859,8 @@ typedef struct tally {
     uint64_t in_compaction; /* of which inside a compaction */
 } tally;
 
-static void crash_run(int kind, uint64_t seed, tally *t)
+/* A new group on a fresh memio, started at offset 1000 and flushed. */
+static crun *crun_new(uint64_t seed)
 {
     crun *c = calloc(1, sizeof(*c));
     assert_non_null(c);
@@ -865,12 +868,13 @@ static void crash_run(int kind, uint64_t seed, tally *t)
     assert_non_null(c->hist);
     c->rng = seed;
     assert_int_equal(fx_memio_new(&c->m), 0);
-    fx_memio_set_tear_unit(c->m, 64, 32);
+    fx_memio_set_tear_unit(c->m, 64, 32); /* files of a few KiB: small blocks */
     fx_gjournal_state s;
     fx_gjournal_state_init(&s);
     fx_gjournal_state_init(&c->model);
     char why[256];
     assert_int_equal(gopen(c->m, &c->j, true, &s, NULL, why), 0);
+    fx_gjournal_state_deinit(&s);
     fx_gjournal_set_limits(c->j, 1500, 40);
     fx_gjournal_rec start = {.type = FX_GJ_SEEK, .offset = 1000};
     put(c->j, &c->model, &start, 1);
@@ -878,18 +882,23 @@ static void crash_run(int kind, uint64_t seed, tally *t)
     c->written = 1;
     assert_int_equal(fx_gjournal_sync(c->j), 0);
     c->synced = 1;
-    fx_memio_crash_after(c->m, 1 + mix(&c->rng) % 900);
-    drive(c);
-    t->died += fx_memio_is_down(c->m);
-    t->in_compaction += c->compacting;
-    fx_gjournal_close(c->j, false);
-    crash(c, kind, seed);
-    fx_gjournal_stats st = {0};
-    int rv = gopen(c->m, &c->j, false, &s, &st, why);
-    if (rv != 0)
-        fprintf(stderr, "seed %" PRIu64 " kind %d: reopen failed: %d %s\n", seed, kind, rv, why);
-    assert_int_equal(rv, 0);
-    uint64_t seq = fx_gjournal_seq(c->j);
+    return c;
+}
+
+static void crun_free(crun *c)
+{
+    for (size_t i = 0; i < MAX_SEQ; i++)
+        fx_gjournal_state_deinit(&c->hist[i]);
+    free(c->hist);
+    fx_gjournal_state_deinit(&c->model);
+    fx_memio_free(c->m);
+    free(c);
+}
+
+/* Checks the reopened state |s| at record |seq| after crash |kind|. */
+static void check_recovered(const crun *c, int kind, uint64_t seed, const fx_gjournal_state *s,
+                            uint64_t seq)
+{
     if (seq < c->synced || seq > c->written || (kind == KILL && seq != c->written))
         fprintf(stderr,
                 "seed %" PRIu64 " kind %d: written %" PRIu64 " synced %" PRIu64
@@ -899,8 +908,35 @@ static void crash_run(int kind, uint64_t seed, tally *t)
     if (kind == KILL)
         assert_int_equal(seq, c->written); /* a kill loses nothing written */
     /* Prefix-consistent: exactly the state after record |seq|. */
-    assert_true(fx_gjournal_state_equal(&s, &c->hist[seq]));
-    check_acks(c, &s, c->synced);
+    assert_true(fx_gjournal_state_equal(s, &c->hist[seq]));
+    check_acks(c, s, c->synced);
+}
+
+static void crash_run(int kind, uint64_t seed, tally *t)
+{
+    crun *c = crun_new(seed);
+    fx_memio_crash_after(c->m, 1 + mix(&c->rng) % 900);
+    drive(c);
+    t->died += fx_memio_is_down(c->m);
+    t->in_compaction += c->compacting;
+    fx_gjournal_close(c->j, false);
+    crash(c, kind, seed);
+    fx_gjournal_state s;
+    fx_gjournal_state_init(&s);
+    fx_gjournal_stats st = {0};
+    char why[256];
+    if (mix(&c->rng) % 2 == 0) { /* half the runs: the recovery itself dies part-way */
+        fx_memio_crash_after(c->m, mix(&c->rng) % 16);
+        if (gopen(c->m, &c->j, false, &s, NULL, why) == 0)
+            fx_gjournal_close(c->j, false);
+        crash(c, kind, seed + 1);
+    }
+    int rv = gopen(c->m, &c->j, false, &s, &st, why);
+    if (rv != 0)
+        fprintf(stderr, "seed %" PRIu64 " kind %d: reopen failed: %d %s\n", seed, kind, rv, why);
+    assert_int_equal(rv, 0);
+    uint64_t seq = fx_gjournal_seq(c->j);
+    check_recovered(c, kind, seed, &s, seq);
     t->runs++;
     t->lost_records += c->written - seq;
     for (size_t a = 0; a < c->nacks && c->acks[a].seq <= c->synced; a++)
@@ -909,12 +945,7 @@ static void crash_run(int kind, uint64_t seed, tally *t)
     t->fallbacks += st.snapshot_fallback;
     check_goes_on(c, &s);
     fx_gjournal_state_deinit(&s);
-    for (size_t i = 0; i < MAX_SEQ; i++)
-        fx_gjournal_state_deinit(&c->hist[i]);
-    free(c->hist);
-    fx_gjournal_state_deinit(&c->model);
-    fx_memio_free(c->m);
-    free(c);
+    crun_free(c);
 }
 
 static int runs(void)
