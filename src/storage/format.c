@@ -207,6 +207,11 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+uint64_t fx_logfmt_fnv1a64(const void *p, size_t n)
+{
+    return fnv(0xcbf29ce484222325ull, p, n);
+}
+
 static uint64_t fnv_str(uint64_t h, const char *s)
 {
     uint8_t len[8];
@@ -223,8 +228,7 @@ uint64_t fx_logfmt_dir_hash(const char *tenant, const char *ns, const char *stre
     return fnv(h, sh, 4);
 }
 
-/* Appends the sanitised |s| at |out| and returns the end. */
-static char *sanitise(char *out, const char *s)
+char *fx_logfmt_sanitise(char *out, const char *s)
 {
     int chars = 0;
     for (const unsigned char *p = (const unsigned char *)s; *p != '\0' && chars < 32;) {
@@ -245,11 +249,11 @@ static char *sanitise(char *out, const char *s)
 void fx_logfmt_dir_name(char *out, const char *tenant, const char *ns, const char *stream,
                         uint32_t shard)
 {
-    char *p = sanitise(out, tenant);
+    char *p = fx_logfmt_sanitise(out, tenant);
     *p++ = '_';
-    p = sanitise(p, ns);
+    p = fx_logfmt_sanitise(p, ns);
     *p++ = '_';
-    p = sanitise(p, stream);
+    p = fx_logfmt_sanitise(p, stream);
     snprintf(p, FX_LOGFMT_DIR_NAME_MAX - (size_t)(p - out), "_%" PRIu32 "-%016" PRIx64, shard,
              fx_logfmt_dir_hash(tenant, ns, stream, shard));
 }

@@ -145,6 +145,15 @@ uint64_t fx_logfmt_dir_hash(const char *tenant, const char *ns, const char *stre
 void fx_logfmt_dir_name(char *out, const char *tenant, const char *ns, const char *stream,
                         uint32_t shard);
 
+/* FNV-1a 64 of the |n| bytes at |p| (offset basis 0xcbf29ce484222325). */
+uint64_t fx_logfmt_fnv1a64(const void *p, size_t n);
+
+/* Writes the sanitised name component |s| at |out| (at most 32 bytes, no
+ * NUL) and returns its end: ASCII letters, digits and '-' are kept, every
+ * other character (a UTF-8 sequence counts as one) becomes '_', cut to 32
+ * characters, "_" when empty. */
+char *fx_logfmt_sanitise(char *out, const char *s);
+
 /* Writes "<id:020>.log" (or ".index") into |out| (FX_LOGFMT_FILE_NAME_MAX). */
 void fx_logfmt_file_name(char *out, uint64_t id, bool index);
 

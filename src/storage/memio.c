@@ -1041,6 +1041,16 @@ void fx_memio_crash(fx_memio *m, uint64_t torn_seed)
     fx_memio_crash_torn(m, FX_MEMIO_TEAR_PREFIX, torn_seed);
 }
 
+void fx_memio_kill(fx_memio *m)
+{
+    pthread_mutex_lock(&m->mu);
+    for (size_t h = 0; h < m->nhandles; h++)
+        m->handles[h] = -1;
+    m->down = false;
+    m->crash_at = UINT64_MAX;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static inode *path_inode(fx_memio *m, const char *path)
 {
     int ino = lookup(m, path);

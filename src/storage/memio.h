@@ -111,6 +111,11 @@ void fx_memio_set_tear_unit(fx_memio *m, size_t block, size_t sector);
  * nothing unsynced survives. */
 void fx_memio_crash(fx_memio *m, uint64_t torn_seed);
 
+/* Simulates the death of the process (kill -9) without a power cut: every
+ * open handle is gone and a crash_after point is cleared, but everything
+ * written stays (it sat in the page cache), synced or not. */
+void fx_memio_kill(fx_memio *m);
+
 /* Number of calls made so far (all kinds). */
 uint64_t fx_memio_calls(const fx_memio *m);
 /* Number of calls of kind |op| made so far (those that failed included). */
