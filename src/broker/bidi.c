@@ -334,7 +334,9 @@ static int on_json(fxb_bidi *s, const fx_frame *f)
 
 static int on_frame(fxb_bidi *s, const fx_frame *f)
 {
-    if (f->flags_rv != 0) {
+    /* Group frames (0x8000) are not served until the group engine negotiates
+     * the bit in auth_ok: they get the answer any unknown flag gets. */
+    if (f->flags_rv != 0 || f->kind == FX_BODY_FELIXC) {
         if (!s->authed) {
             preauth_protocol_error(s, "unsupported frame flags");
             return -1;

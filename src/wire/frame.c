@@ -50,6 +50,10 @@ int fx_frame_header_decode(const uint8_t *p, uint32_t max_frame_bytes, fx_frame_
 
 int fx_frame_check_flags(uint16_t flags, fx_wire_err *err)
 {
+    /* Felix-C's group frames carry their kind in the body, so the bit stands
+     * alone; the original's flags are checked as before. */
+    if (flags == FX_FLAG_FELIXC)
+        return 0;
     if (flags & ~FX_FLAGS_KNOWN)
         return fx_wire_err_set(err, FX_EWIRE_FLAGS, "unsupported frame flags 0x%04x",
                                (unsigned)flags);
@@ -83,6 +87,8 @@ int fx_frame_kind(uint16_t flags, fx_body_kind *pkind, fx_wire_err *err)
         *pkind = FX_BODY_EVENT_BATCH_SHARED;
     else if (flags & FX_FLAG_PUBLISH_ACK)
         *pkind = FX_BODY_PUBLISH_ACK;
+    else if (flags == FX_FLAG_FELIXC)
+        *pkind = FX_BODY_FELIXC;
     else
         *pkind = FX_BODY_JSON;
     return 0;
@@ -103,6 +109,8 @@ const char *fx_body_kind_name(fx_body_kind kind)
         return "shared_event_batch";
     case FX_BODY_PUBLISH_ACK:
         return "publish_ack";
+    case FX_BODY_FELIXC:
+        return "felixc_group";
     }
     return "unknown";
 }

@@ -20,6 +20,7 @@ typedef enum fx_body_kind {
     FX_BODY_EVENT_BATCH,         /* 0x0002, optionally | 0x0020 */
     FX_BODY_EVENT_BATCH_SHARED,  /* 0x0004, optionally | 0x0020 */
     FX_BODY_PUBLISH_ACK,         /* 0x0010 */
+    FX_BODY_FELIXC,              /* 0x8000 alone: a consumer-group frame (wire/group.h) */
 } fx_body_kind;
 
 /* The 12-byte header as on the wire. |length| counts the body only. */
@@ -49,7 +50,9 @@ int fx_frame_header_decode(const uint8_t *p, uint32_t max_frame_bytes, fx_frame_
                            fx_wire_err *err);
 
 /* Checks that |flags| name at most one body kind and only valid modifiers.
- * Returns 0 or, checked in this order: FX_EWIRE_FLAGS (a bit outside 0x3F),
+ * 0x8000 (FX_FLAG_FELIXC) is valid alone and FX_EWIRE_FLAGS with any other
+ * bit. Returns 0 or, checked in this order: FX_EWIRE_FLAGS (a bit outside
+ * 0x3F other than 0x8000 alone),
  * FX_EWIRE_FLAGS_KINDS (two of 0x0001/0x0002/0x0004/0x0010),
  * FX_EWIRE_FLAGS_ACKED (0x0008 without 0x0001), FX_EWIRE_FLAGS_OFFSETS (0x0020
  * without 0x0002 or 0x0004). |err| may be NULL. */

@@ -36,16 +36,19 @@
 
 #include "wire/wire.h"
 
-#define FX_FLAG_FELIXC 0x8000u
+/* FX_FLAG_FELIXC (0x8000) is defined in wire/wire.h beside the other frame
+ * flags: the frame layer accepts it alone, as body kind FX_BODY_FELIXC. */
 
 #define FX_GROUP_FRAME_BATCH 1u
 #define FX_GROUP_FRAME_ACKS 2u
 #define FX_GROUP_FRAME_ACKED 3u
 
-/* Most runs / ops / refusals one frame may carry; more is FX_EWIRE_COUNT. */
+/* Most runs / ops / refusals one frame may carry; more is FX_EWIRE_COUNT
+ * (decoders) or is refused by the encoders. */
 #define FX_GROUP_MAX_RUNS 1024u
 #define FX_GROUP_MAX_OPS 4096u
 #define FX_GROUP_MAX_RECORDS 65536u /* records in one GROUP_BATCH, all runs */
+#define FX_GROUP_MAX_REFUSED 65536u /* refusals in one GROUP_ACKED */
 #define FX_GROUP_REASON_MAX 256u    /* term reason bytes */
 
 typedef enum fx_group_op_kind {
@@ -87,9 +90,12 @@ typedef struct fx_wire_group_batch {
 } fx_wire_group_batch;
 
 /* Decodes a GROUP_BATCH body (kind byte included). 0 or FX_EWIRE_TRUNCATED,
- * FX_EWIRE_COUNT (0 runs, a run of 0 records, over the limits, or counts
- * the bytes cannot hold), FX_EWIRE_TRAILING, FX_EWIRE_KIND (wrong kind),
- * FX_EWIRE_FIELD_TYPE (attempt 0), -ENOMEM. */
+ * FX_EWIRE_COUNT (0 runs, a run of 0 records, over the limits, counts the
+ * bytes cannot hold, or a run whose end first + count
+ * overflows a u64),
+ * FX_EWIRE_TRAILING, FX_EWIRE_KIND (wrong kind), FX_EWIRE_FIELD_TYPE
+ * (attempt 0), -ENOMEM. Nothing is allocated before the whole body has been
+ * checked. On error |b| holds nothing to release; |err| may be NULL. */
 int fx_wire_group_batch_decode(const uint8_t *body, size_t len, fx_wire_group_batch *b,
                                fx_wire_err *err);
 void fx_wire_group_batch_deinit(fx_wire_group_batch *b);
@@ -97,21 +103,25 @@ void fx_wire_group_batch_deinit(fx_wire_group_batch *b);
 /* Encoding a GROUP_BATCH piecewise (the broker writes runs straight from its
  * ring): the frame header and body are written into |out| of |cap| bytes.
  * begin writes the header placeholder, the kind and a run count of 0;
- * run_begin opens a run; record appends one record to the open run; finish
+ * run opens a run; record appends one record to the open run; finish
  * patches the counts and the frame length and returns the frame's size.
- * Each returns FX_ETOOBIG when |cap| cannot hold what is asked (nothing
- * changes then), -EINVAL on misuse (a record with no open run, a run left
- * empty at finish). */
+ * Each returns FX_ETOOBIG when |cap| (or the u32 body length) cannot hold
+ * what is asked, FX_EWIRE_COUNT past FX_GROUP_MAX_RUNS runs or
+ * FX_GROUP_MAX_RECORDS records (or a run whose end first + count would overflow a u64),
+ * -EINVAL on misuse (attempt 0, a record with no open run, a new run or
+ * finish while a run is empty, finish with no run); on any error neither
+ * |gb| nor |out| changes. The caller owns |out|; |gb| borrows it. */
 typedef struct fx_wire_group_builder {
     uint8_t *out;
     size_t cap, len;
     uint32_t nruns;
-    size_t run_at;   /* offset of the open run's header, 0: none */
+    size_t run_at; /* offset of the open run's header, 0: none */
     uint32_t run_count;
     uint32_t records;
 } fx_wire_group_builder;
 
-/* Bytes a GROUP_BATCH frame with these runs and payload bytes takes. */
+/* Bytes a GROUP_BATCH frame (header included) with these runs, records and
+ * payload bytes takes; SIZE_MAX if that does not fit a size_t. */
 size_t fx_wire_group_batch_frame_size(uint32_t nruns, uint32_t nrecords, uint64_t payload_bytes);
 int fx_wire_group_batch_begin(fx_wire_group_builder *gb, uint8_t *out, size_t cap);
 int fx_wire_group_batch_run(fx_wire_group_builder *gb, uint64_t first, uint32_t attempt,
@@ -138,16 +148,19 @@ typedef struct fx_wire_group_acks {
     fx_wire_group_op *ops;
 } fx_wire_group_acks;
 
-/* 0 or FX_EWIRE_TRUNCATED, FX_EWIRE_COUNT (0 ops, over the limit, count 0,
- * count != 1 for a non-ack, first + count overflowing), FX_EWIRE_FIELD_TYPE
- * (unknown op kind, wrong frame kind), FX_EWIRE_UTF8 (reason), FX_EWIRE_TRAILING,
- * -ENOMEM. */
+/* Decodes a GROUP_ACKS body (kind byte included). 0 or FX_EWIRE_TRUNCATED,
+ * FX_EWIRE_COUNT (0 ops, over the limit or more than the bytes hold, count 0,
+ * count != 1 for a non-ack, first + count overflowing a u64, a reason over
+ * FX_GROUP_REASON_MAX), FX_EWIRE_KIND (wrong frame kind), FX_EWIRE_FIELD_TYPE
+ * (unknown op kind, a reason on an op other than term), FX_EWIRE_UTF8
+ * (reason), FX_EWIRE_TRAILING, -ENOMEM. On error |a| holds nothing to
+ * release; |err| may be NULL. */
 int fx_wire_group_acks_decode(const uint8_t *body, size_t len, fx_wire_group_acks *a,
                               fx_wire_err *err);
 void fx_wire_group_acks_deinit(fx_wire_group_acks *a);
 /* Frame size (header included) and whole-frame encoder; the encoder refuses
  * what the decoder would (-EINVAL) and returns FX_ETOOBIG when |cap| is
- * short; else the bytes written. */
+ * short (|out| untouched then); else the bytes written. */
 size_t fx_wire_group_acks_frame_size(const fx_wire_group_acks *a);
 ssize_t fx_wire_group_acks_encode(const fx_wire_group_acks *a, uint8_t *out, size_t cap);
 
@@ -165,6 +178,13 @@ typedef struct fx_wire_group_acked {
     fx_wire_group_refusal *refused; /* heap when decoded (fx_wire_group_acked_deinit) */
 } fx_wire_group_acked;
 
+/* Decodes a GROUP_ACKED body (kind byte included); |refused| is NULL when
+ * |nrefused| is 0. 0 or FX_EWIRE_TRUNCATED, FX_EWIRE_KIND (wrong frame kind),
+ * FX_EWIRE_COUNT (over FX_GROUP_MAX_REFUSED or more than the bytes hold),
+ * FX_EWIRE_FIELD_TYPE (unknown why), FX_EWIRE_TRAILING, -ENOMEM. On error
+ * |a| holds nothing to release; |err| may be NULL. The encoder refuses
+ * what the decoder would (-EINVAL), returns FX_ETOOBIG when |cap| is short
+ * (|out| untouched), else the bytes written. */
 int fx_wire_group_acked_decode(const uint8_t *body, size_t len, fx_wire_group_acked *a,
                                fx_wire_err *err);
 void fx_wire_group_acked_deinit(fx_wire_group_acked *a);

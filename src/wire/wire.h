@@ -24,6 +24,10 @@
 #define FX_FLAG_EVENT_OFFSETS 0x0020u      /* modifier on 0x0002 / 0x0004: base_offset */
 #define FX_FLAGS_KNOWN 0x003Fu
 #define FX_FLAGS_ORIGINAL_V1 0x0007u
+/* Felix-C's consumer-group frames (wire/group.h): valid only alone, never
+ * combined with the flags above; the original never sets it. Not part of
+ * FX_FLAGS_KNOWN, which stays the original's set. */
+#define FX_FLAG_FELIXC 0x8000u
 
 /* Ack modes, as on the wire (u8 in 0x0009, strings in JSON). */
 typedef enum fx_wire_ack {

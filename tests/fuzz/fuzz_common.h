@@ -12,6 +12,7 @@
 
 #include "wire/binary.h"
 #include "wire/frame.h"
+#include "wire/group.h"
 
 #if defined(__has_include)
 #if __has_include("wire/message.h")
@@ -115,6 +116,90 @@ static inline void fx_fuzz_publish_ack(const uint8_t *body, size_t len)
                            FX_FLAG_PUBLISH_ACK, body, len);
 }
 
+/* Felix-C group frames (0x8000): whatever decodes must re-encode to the same
+ * bytes, GROUP_BATCH through the builder. */
+static inline void fx_fuzz_group_batch(const uint8_t *body, size_t len)
+{
+    fx_wire_group_batch b;
+    fx_wire_err err = {0};
+    int rv = fx_wire_group_batch_decode(body, len, &b, &err);
+    fx_fuzz_check_err(rv, &err);
+    if (rv < 0)
+        return;
+    FX_FUZZ_CHECK(b.nruns >= 1 && b.nruns <= FX_GROUP_MAX_RUNS);
+    FX_FUZZ_CHECK(b.nrecords <= FX_GROUP_MAX_RECORDS && b.nrecords <= len / 4);
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < b.nrecords; i++)
+        bytes += b.payloads[i].len;
+    size_t size = fx_wire_group_batch_frame_size(b.nruns, b.nrecords, bytes);
+    FX_FUZZ_CHECK(size == FX_WIRE_HEADER_LEN + len);
+    uint8_t *enc = malloc(size);
+    FX_FUZZ_CHECK(enc);
+    fx_wire_group_builder gb;
+    FX_FUZZ_CHECK(fx_wire_group_batch_begin(&gb, enc, size) == 0);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < b.nruns; i++) {
+        const fx_wire_group_run *r = &b.runs[i];
+        FX_FUZZ_CHECK(fx_wire_group_batch_run(&gb, r->first, r->attempt, r->skipped_before) == 0);
+        for (uint32_t j = 0; j < r->count; j++, k++)
+            FX_FUZZ_CHECK(fx_wire_group_batch_record(&gb, b.payloads[k].ptr,
+                                                     (uint32_t)b.payloads[k].len) == 0);
+    }
+    FX_FUZZ_CHECK(k == b.nrecords);
+    fx_fuzz_check_reencode(enc, fx_wire_group_batch_finish(&gb), FX_FLAG_FELIXC, body, len);
+    free(enc);
+    fx_wire_group_batch_deinit(&b);
+}
+
+static inline void fx_fuzz_group_acks(const uint8_t *body, size_t len)
+{
+    fx_wire_group_acks a;
+    fx_wire_err err = {0};
+    int rv = fx_wire_group_acks_decode(body, len, &a, &err);
+    fx_fuzz_check_err(rv, &err);
+    if (rv < 0)
+        return;
+    size_t size = fx_wire_group_acks_frame_size(&a);
+    FX_FUZZ_CHECK(size == FX_WIRE_HEADER_LEN + len);
+    uint8_t *enc = malloc(size);
+    FX_FUZZ_CHECK(enc);
+    FX_FUZZ_CHECK(fx_wire_group_acks_encode(&a, enc, size - 1) == FX_ETOOBIG);
+    fx_fuzz_check_reencode(enc, fx_wire_group_acks_encode(&a, enc, size), FX_FLAG_FELIXC, body,
+                           len);
+    free(enc);
+    fx_wire_group_acks_deinit(&a);
+}
+
+static inline void fx_fuzz_group_acked(const uint8_t *body, size_t len)
+{
+    fx_wire_group_acked a;
+    fx_wire_err err = {0};
+    int rv = fx_wire_group_acked_decode(body, len, &a, &err);
+    fx_fuzz_check_err(rv, &err);
+    if (rv < 0)
+        return;
+    size_t size = fx_wire_group_acked_frame_size(&a);
+    FX_FUZZ_CHECK(size == FX_WIRE_HEADER_LEN + len);
+    uint8_t *enc = malloc(size);
+    FX_FUZZ_CHECK(enc);
+    fx_fuzz_check_reencode(enc, fx_wire_group_acked_encode(&a, enc, size), FX_FLAG_FELIXC, body,
+                           len);
+    free(enc);
+    fx_wire_group_acked_deinit(&a);
+}
+
+/* A group frame body, decoded as the kind its first byte names; every
+ * decoder also sees every body, so a wrong kind is refused cleanly. */
+static inline void fx_fuzz_group(const uint8_t *body, size_t len)
+{
+    fx_wire_err err = {0};
+    int kind = fx_wire_group_kind(body, len, &err);
+    fx_fuzz_check_err(kind < 0 ? kind : 0, &err);
+    fx_fuzz_group_batch(body, len);
+    fx_fuzz_group_acks(body, len);
+    fx_fuzz_group_acked(body, len);
+}
+
 static inline void fx_fuzz_json(const uint8_t *body, size_t len)
 {
 #ifdef FX_FUZZ_HAVE_MESSAGE
@@ -148,6 +233,9 @@ static inline void fx_fuzz_body(uint16_t flags, const uint8_t *body, size_t len)
         break;
     case FX_BODY_PUBLISH_ACK:
         fx_fuzz_publish_ack(body, len);
+        break;
+    case FX_BODY_FELIXC:
+        fx_fuzz_group(body, len);
         break;
     }
 }

@@ -220,6 +220,7 @@ static void test_every_valid_flag_combination_maps_to_one_kind(void **state)
         {0x0004, FX_BODY_EVENT_BATCH_SHARED},
         {0x0024, FX_BODY_EVENT_BATCH_SHARED},
         {0x0010, FX_BODY_PUBLISH_ACK},
+        {0x8000, FX_BODY_FELIXC},
     };
     size_t valid = 0;
     for (unsigned f = 0; f <= 0xFFFF; f++) {
