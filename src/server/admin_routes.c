@@ -1,5 +1,6 @@
-/* The stream admin API of felix-broker on the admin endpoint: path parsing,
- * the mapping of the broker's results to HTTP statuses, and JSON bodies.
+/* The stream admin API of felix-broker on the admin endpoint (streams and
+ * their consumer groups): path parsing, the mapping of the broker's results
+ * to HTTP statuses, and JSON bodies.
  * Runs on libmicrohttpd's threads; the broker's control functions do the
  * asking of the loops (with a timeout). */
 #include "server/admin_routes.h"
@@ -238,8 +239,344 @@ static bool apply_retention(fx_admin_resp *resp, fx_broker *b, const char *names
     return false;
 }
 
+/* ---- consumer groups ------------------------------------------------------------ */
+
+/* What a path under /v1/streams/{t}/{ns}/{s}/groups names. */
+enum group_target {
+    GT_NONE = 0, /* not a groups path: a stream's, or malformed */
+    GT_LIST,     /* .../groups */
+    GT_ONE,      /* .../groups/{g} */
+    GT_SEEK,     /* .../groups/{g}/seek */
+    GT_DEAD,     /* .../groups/{g}/dead-letters */
+};
+
+#define GROUP_PATH_HELP                                                                            \
+    "want /v1/streams/{tenant}/{namespace}/{stream}/groups[/{group}[/seek|/dead-letters]]"
+/* The three names, "groups", a group name (128 bytes at most, some room
+ * past it so that a long one reaches the broker's refusal) and an action. */
+#define GROUP_PATH_CAP (PATH_CAP + 8 + 512 + 16)
+
+/* A groups path split into its names (copies in |buf|). */
+typedef struct group_path {
+    char buf[GROUP_PATH_CAP];
+    const char *names[3];
+    const char *group; /* NULL for GT_LIST */
+} group_path;
+
+/* Splits |rest| at its slashes into at most |max| parts of |buf|. Returns
+ * the number of parts, or max + 1 when there are more (or |rest| does not
+ * fit). */
+static int split_parts(const char *rest, char *buf, size_t cap, char **parts, int max)
+{
+    size_t n = strlen(rest);
+    if (n >= cap)
+        return max + 1;
+    memcpy(buf, rest, n + 1);
+    int k = 0;
+    for (char *p = buf; k <= max; k++) {
+        if (k == max)
+            return max + 1;
+        parts[k] = p;
+        char *slash = strchr(p, '/');
+        if (slash == NULL)
+            return k + 1;
+        *slash = '\0';
+        p = slash + 1;
+    }
+    return max + 1;
+}
+
+/* Parses |rest| (what follows "/v1/streams/") as a groups path into |gp|.
+ * Returns its target, or GT_NONE when it is not one: fewer than four parts
+ * or a fourth that is not "groups" (a stream's own path), an empty group
+ * name, an unknown action or parts past it. Stream names may hold dots;
+ * names hold no slash (the endpoint unescapes %2F before routing). */
+static enum group_target parse_group_path(const char *rest, group_path *gp)
+{
+    char *parts[6];
+    int n = split_parts(rest, gp->buf, sizeof(gp->buf), parts, 6);
+    if (n < 4 || n > 6 || strcmp(parts[3], "groups") != 0)
+        return GT_NONE;
+    for (int i = 0; i < 3; i++)
+        gp->names[i] = parts[i];
+    gp->group = n > 4 ? parts[4] : NULL;
+    if (n == 4)
+        return GT_LIST;
+    if (gp->group[0] == '\0')
+        return GT_NONE;
+    if (n == 5)
+        return GT_ONE;
+    if (strcmp(parts[5], "seek") == 0)
+        return GT_SEEK;
+    if (strcmp(parts[5], "dead-letters") == 0)
+        return GT_DEAD;
+    return GT_NONE;
+}
+
+/* True when |rest| has a fourth part "groups": the groups handlers take it
+ * (and refuse it with GROUP_PATH_HELP when it is malformed). */
+static bool is_group_path(const char *rest)
+{
+    const char *p = rest;
+    for (int i = 0; i < 3; i++) {
+        p = strchr(p, '/');
+        if (p == NULL)
+            return false;
+        p++;
+    }
+    return strncmp(p, "groups", 6) == 0 && (p[6] == '\0' || p[6] == '/');
+}
+
+/* The HTTP status of a consumer group operation's error. A group asked of a
+ * durable stream (-ENOTSUP) is 409: the request conflicts with the stream
+ * as it is (the same call on a stream in memory succeeds), and a 5xx would
+ * read as a broker fault to clients and alerting. */
+static unsigned group_status(int rv)
+{
+    switch (rv) {
+    case FX_EWIRE_NAME:
+    case -EINVAL:
+        return 400;
+    case FX_ENOSTREAM:
+        return 404;
+    case FX_ECURSOR_IN_FUTURE:
+    case -EBUSY:
+    case -ENOTSUP:
+        return 409;
+    case FX_EFULL:
+        return 429;
+    case FX_ESHUTDOWN:
+    case FX_ETIMEDOUT:
+        return 503;
+    default:
+        return 500;
+    }
+}
+
+/* Answers a failed group operation: the broker's sentence when it gave one. */
+static void group_error(fx_admin_resp *r, int rv, const fx_registry_err *err)
+{
+    if (rv == FX_ETIMEDOUT) {
+        fx_admin_resp_text(r, 503, FX_ADMIN_TIMEOUT_BODY);
+        return;
+    }
+    error_json(r, group_status(rv), err->msg[0] ? err->msg : fx_strerror(rv));
+}
+
+/* Where a PUT or seek body starts the group. */
+typedef struct group_start {
+    int start; /* enum fx_broker_group_start */
+    uint64_t offset;
+    bool given;
+} group_start;
+
+#define START_HELP                                                                                 \
+    "\"start\" must be \"all\", \"new\", \"last\" or {\"offset\": N} (N a whole number from 0)"
+
+/* Reads the value of "start" into |gs|. Returns NULL or why not. */
+static const char *start_value(json_t *v, group_start *gs)
+{
+    static const char *const words[] = {"all", "new", "last"};
+    static const int starts[] = {FX_BROKER_GROUP_START_ALL, FX_BROKER_GROUP_START_NEW,
+                                 FX_BROKER_GROUP_START_LAST};
+    gs->given = true;
+    if (json_is_string(v)) {
+        for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+            if (strcmp(json_string_value(v), words[i]) == 0) {
+                gs->start = starts[i];
+                return NULL;
+            }
+        }
+        return START_HELP;
+    }
+    json_t *off = json_object_get(v, "offset");
+    if (!json_is_object(v) || json_object_size(v) != 1 || !json_is_integer(off) ||
+        json_integer_value(off) < 0)
+        return START_HELP;
+    gs->start = FX_BROKER_GROUP_START_OFFSET;
+    gs->offset = (uint64_t)json_integer_value(off);
+    return NULL;
+}
+
+/* Parses the body of a group PUT or seek, {"start": ...} (optional; an
+ * empty body asks nothing), into |gs|: by default the oldest record.
+ * Returns NULL, or why it is refused (a 400). */
+static const char *parse_start_body(const fx_admin_req *req, group_start *gs)
+{
+    *gs = (group_start){.start = FX_BROKER_GROUP_START_ALL};
+    if (req->body == NULL || req->body_len == 0)
+        return NULL;
+    json_error_t jerr;
+    json_t *j = json_loadb(req->body, req->body_len, 0, &jerr);
+    const char *key, *why = NULL;
+    json_t *v;
+    if (!json_is_object(j))
+        why = "the body must be a JSON object such as {\"start\": \"new\"}";
+    else
+        json_object_foreach(j, key, v)
+        {
+            why = strcmp(key, "start") == 0
+                      ? start_value(v, gs)
+                      : "unknown field in the body: only \"start\" is accepted";
+            if (why != NULL)
+                break;
+        }
+    json_decref(j);
+    return why;
+}
+
+/* {"tenant", "namespace", "stream", "group"} of |gp|, or NULL (no memory). */
+static json_t *group_json(const group_path *gp)
+{
+    return json_pack("{s:s, s:s, s:s, s:s}", "tenant", gp->names[0], "namespace", gp->names[1],
+                     "stream", gp->names[2], "group", gp->group);
+}
+
+/* The start of |gs| as the body spells it. */
+static json_t *start_json(const group_start *gs)
+{
+    switch (gs->start) {
+    case FX_BROKER_GROUP_START_NEW:
+        return json_string("new");
+    case FX_BROKER_GROUP_START_LAST:
+        return json_string("last");
+    case FX_BROKER_GROUP_START_OFFSET:
+        return json_pack("{s:I}", "offset", (json_int_t)gs->offset);
+    default:
+        return json_string("all");
+    }
+}
+
+/* GET of the list, one group or its dead letters: the broker's JSON as is. */
+static void on_group_get(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    group_path gp;
+    enum group_target t = parse_group_path(req->rest, &gp);
+    if (t == GT_NONE || t == GT_SEEK) {
+        error_json(resp, 400, t == GT_SEEK ? "a seek is POST .../groups/{group}/seek with a body"
+                                           : GROUP_PATH_HELP);
+        return;
+    }
+    fx_registry_err err = {0};
+    char *json = NULL;
+    const char **n = gp.names;
+    int rv = t == GT_DEAD ? fx_broker_group_dead_letters(user, n[0], n[1], n[2], gp.group,
+                                                         FX_ADMIN_BROKER_TIMEOUT_NS, &json, &err)
+                          : fx_broker_list_groups(user, n[0], n[1], n[2], gp.group,
+                                                  FX_ADMIN_BROKER_TIMEOUT_NS, &json, &err);
+    if (rv != 0) {
+        group_error(resp, rv, &err);
+        return;
+    }
+    fx_admin_resp_set(resp, 200, FX_ADMIN_JSON, json, strlen(json));
+    free(json);
+}
+
+/* PUT .../groups/{g}: creates the group (201) or finds it (200, its
+ * position left alone). */
+static void on_group_put(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    group_path gp;
+    group_start gs;
+    if (parse_group_path(req->rest, &gp) != GT_ONE) {
+        error_json(resp, 400, GROUP_PATH_HELP);
+        return;
+    }
+    const char *why = parse_start_body(req, &gs);
+    if (why != NULL) {
+        error_json(resp, 400, why);
+        return;
+    }
+    bool created = false;
+    fx_registry_err err = {0};
+    int rv = fx_broker_create_group(user, gp.names[0], gp.names[1], gp.names[2], gp.group,
+                                    gs.start, gs.offset, FX_ADMIN_BROKER_TIMEOUT_NS, &created,
+                                    &err);
+    if (rv != 0) {
+        group_error(resp, rv, &err);
+        return;
+    }
+    json_t *j = group_json(&gp);
+    if (j != NULL)
+        json_object_set_new(j, "created", json_boolean(created));
+    answer_json(resp, created ? 201 : 200, j);
+}
+
+/* POST .../groups/{g}/seek with {"start": ...} (required). */
+static void on_group_post(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    group_path gp;
+    group_start gs;
+    if (parse_group_path(req->rest, &gp) != GT_SEEK) {
+        error_json(resp, 400, "want POST /v1/streams/{tenant}/{namespace}/{stream}/groups/"
+                              "{group}/seek");
+        return;
+    }
+    const char *why = parse_start_body(req, &gs);
+    if (why == NULL && !gs.given)
+        why = "the body must say where to go: {\"start\": \"all\"|\"new\"|\"last\"|"
+              "{\"offset\": N}}";
+    if (why != NULL) {
+        error_json(resp, 400, why);
+        return;
+    }
+    fx_registry_err err = {0};
+    int rv = fx_broker_seek_group(user, gp.names[0], gp.names[1], gp.names[2], gp.group, gs.start,
+                                  gs.offset, FX_ADMIN_BROKER_TIMEOUT_NS, &err);
+    if (rv != 0) {
+        group_error(resp, rv, &err);
+        return;
+    }
+    json_t *j = group_json(&gp);
+    if (j != NULL)
+        json_object_set_new(j, "start", start_json(&gs));
+    answer_json(resp, 200, j);
+}
+
+/* DELETE .../groups/{g}: 200, 404 when there was none, 409 while members
+ * are joined. */
+static void on_group_delete(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    group_path gp;
+    if (parse_group_path(req->rest, &gp) != GT_ONE) {
+        error_json(resp, 400, GROUP_PATH_HELP);
+        return;
+    }
+    bool existed = false;
+    fx_registry_err err = {0};
+    int rv = fx_broker_delete_group(user, gp.names[0], gp.names[1], gp.names[2], gp.group,
+                                    FX_ADMIN_BROKER_TIMEOUT_NS, &existed, &err);
+    if (rv == 0 && !existed) {
+        rv = FX_ENOSTREAM;
+        snprintf(err.msg, sizeof(err.msg), "consumer group not found: %s", gp.group);
+    }
+    if (rv != 0) {
+        group_error(resp, rv, &err);
+        return;
+    }
+    json_t *j = group_json(&gp);
+    if (j != NULL)
+        json_object_set_new(j, "deleted", json_true());
+    answer_json(resp, 200, j);
+}
+
+/* GET of one stream's path: only its groups are served there. */
+static void on_get(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    if (is_group_path(req->rest)) {
+        on_group_get(req, resp, user);
+        return;
+    }
+    error_json(resp, 404, "not found: GET /v1/streams lists the streams; a stream's consumer "
+                          "groups are under /v1/streams/{tenant}/{namespace}/{stream}/groups");
+}
+
 static void on_create(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 {
+    if (is_group_path(req->rest)) {
+        on_group_put(req, resp, user);
+        return;
+    }
     char buf[PATH_CAP];
     const char *names[3];
     if (!split_path(req->rest, buf, sizeof(buf), names)) {
@@ -296,6 +633,10 @@ static void on_patch(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 
 static void on_delete(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 {
+    if (is_group_path(req->rest)) {
+        on_group_delete(req, resp, user);
+        return;
+    }
     char buf[PATH_CAP];
     const char *names[3];
     if (!split_path(req->rest, buf, sizeof(buf), names)) {
@@ -317,4 +658,6 @@ void fx_admin_broker_routes(fx_broker *b, fx_admin_route *out)
     out[2] = (fx_admin_route){"PATCH", "/v1/streams/", on_patch, b};
     out[3] = (fx_admin_route){"DELETE", "/v1/streams/", on_delete, b};
     out[4] = (fx_admin_route){"GET", "/v1/subscriptions", on_list_subs, b};
+    out[5] = (fx_admin_route){"GET", "/v1/streams/", on_get, b};
+    out[6] = (fx_admin_route){"POST", "/v1/streams/", on_group_post, b};
 }

@@ -1,9 +1,12 @@
 /* The broker's routes on the admin HTTP endpoint: the stream admin API
  * (GET /v1/streams, PUT, PATCH and DELETE
  * /v1/streams/{tenant}/{namespace}/{stream},
- * GET /v1/subscriptions), JSON in and out. Each handler calls the broker's
- * control functions (broker.h), which ask the loops with a timeout; no
- * handler reads loop-owned state. Handlers run on the endpoint's threads. */
+ * GET /v1/subscriptions) and the consumer groups of a stream (GET, PUT and
+ * DELETE .../{stream}/groups[/{group}], POST .../groups/{group}/seek,
+ * GET .../groups/{group}/dead-letters), JSON in and out. Each handler calls
+ * the broker's control functions (broker.h), which ask the loops with a
+ * timeout; no handler reads loop-owned state. Handlers run on the
+ * endpoint's threads. */
 #ifndef FX_SERVER_ADMIN_ROUTES_H
 #define FX_SERVER_ADMIN_ROUTES_H
 
@@ -11,7 +14,7 @@
 #include "server/admin.h"
 
 /* Routes written by fx_admin_broker_routes(). */
-#define FX_ADMIN_BROKER_NROUTES 5u
+#define FX_ADMIN_BROKER_NROUTES 7u
 /* How long a handler waits for the loops before answering 503. */
 #define FX_ADMIN_BROKER_TIMEOUT_NS (2ull * 1000000000ull)
 
@@ -25,7 +28,13 @@
  * "retention_seconds" of a durable stream (PATCH: 200, 404, 400 for a stream
  * in memory or a bad bound, 409 for a stated durability that is not the
  * stream's); DELETE 200 or 404; 503 FX_ADMIN_TIMEOUT_BODY when a loop did not answer in
- * time. Any thread. */
+ * time. Consumer groups (body {"start": "all"|"new"|"last"|{"offset": N}},
+ * optional for PUT, required for seek): GET 200 with the broker's JSON, 404
+ * when the stream or group does not exist; PUT 201 (created) or 200
+ * (existed); seek 200; DELETE 200, 404 (none), 409 while members are
+ * joined; 400 for a bad path, name or body, 409 for an offset past the tail
+ * or a durable stream (not served yet), 429 at max_groups_per_stream. Any
+ * thread. */
 void fx_admin_broker_routes(fx_broker *b, fx_admin_route *out);
 
 #endif

@@ -1,6 +1,8 @@
 /* Integration tests of the stream admin API on the admin HTTP endpoint:
  * create, list and delete streams, what a deletion does to subscribers and
- * publishers, and the subscription list naming a slow subscriber. A real
+ * publishers, the subscription list naming a slow subscriber, and the
+ * consumer groups of a stream (create, describe, seek, dead letters,
+ * delete and their refusals). A real
  * broker and libfelix clients in this process (admin_fixture.h). */
 /* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
 #include <pthread.h>
@@ -318,11 +320,125 @@ static void test_delete_is_not_undone_by_auto_create_while_publishers_run(void *
     e_free(e);
 }
 
+/* ---- consumer groups ---------------------------------------------------------------- */
+
+/* Sends |method| |path| with |body| and checks the status and a body part. */
+static void expect_body(E *e, const char *method, const char *path, const char *body, int status,
+                        const char *body_has)
+{
+    http_resp r;
+    http_body(e, method, path, body, &r);
+    if (r.status != status)
+        fail_msg("%s %s %s: %d %s (want %d)", method, path, body, r.status, r.body, status);
+    if (body_has != NULL && strstr(r.body, body_has) == NULL)
+        fail_msg("%s %s: body %s lacks '%s'", method, path, r.body, body_has);
+}
+
+#define G "/v1/streams/t1/default/orders.eu/groups"
+
+static void test_groups_create_describe_seek_dead_letters_delete(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.auto_create_streams = false;
+    e_start(e);
+    expect_status(e, "PUT", "/v1/streams/t1/default/orders.eu", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fx_publish(c, NS, "orders.eu", "xyz", 3, FX_ACK_PER_MESSAGE), 0);
+
+    expect_status(e, "GET", G, 200, "\"groups\":[]");
+    expect_body(e, "PUT", G "/billing", "{\"start\":{\"offset\":1}}", 201, "\"created\":true");
+    expect_body(e, "PUT", G "/billing", "{\"start\":\"new\"}", 200, "\"created\":false");
+    expect_status(e, "PUT", G "/audit", 201, "\"group\":\"audit\"");
+    json_t *j = get_json(e, G "/billing");
+    assert_string_equal(json_string_value(json_object_get(j, "group")), "billing");
+    assert_int_equal(ju(j, "next"), 1); /* where it was created, not moved by the second PUT */
+    assert_int_equal(ju(j, "tail"), 3);
+    assert_int_equal(ju(j, "lag"), 2);
+    assert_int_equal(json_array_size(json_object_get(j, "members")), 0);
+    json_decref(j);
+    j = get_json(e, G);
+    assert_int_equal(json_array_size(json_object_get(j, "groups")), 2);
+    json_decref(j);
+
+    expect_body(e, "POST", G "/billing/seek", "{\"start\":\"new\"}", 200, "\"start\":\"new\"");
+    j = get_json(e, G "/billing");
+    assert_int_equal(ju(j, "next"), 3);
+    assert_int_equal(ju(j, "lag"), 0);
+    json_decref(j);
+    expect_body(e, "POST", G "/billing/seek", "{\"start\":{\"offset\":0}}", 200, NULL);
+    j = get_json(e, G "/billing");
+    assert_int_equal(ju(j, "next"), 0);
+    json_decref(j);
+    j = get_json(e, G "/billing/dead-letters");
+    assert_int_equal(json_array_size(json_object_get(j, "dead_letters")), 0);
+    assert_int_equal(ju(j, "forgotten"), 0);
+    json_decref(j);
+
+    expect_status(e, "DELETE", G "/billing", 200, "\"deleted\":true");
+    expect_status(e, "DELETE", G "/billing", 404, "consumer group not found");
+    expect_status(e, "GET", G "/billing", 404, "consumer group not found");
+    j = get_json(e, G);
+    assert_int_equal(json_array_size(json_object_get(j, "groups")), 1);
+    json_decref(j);
+    /* The stream's own routes are untouched. */
+    j = get_json(e, "/v1/streams");
+    assert_int_equal(ju(find_stream(j, "orders.eu"), "next_offset"), 3);
+    json_decref(j);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+}
+
+static void test_groups_refusals_404_409_400_and_the_token(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.auto_create_streams = false;
+    e_start(e);
+    const char *none = "stream not found: tenant=t1 namespace=default stream=none";
+    expect_status(e, "GET", "/v1/streams/t1/default/none/groups", 404, none);
+    expect_status(e, "PUT", "/v1/streams/t1/default/none/groups/g", 404, none);
+    expect_body(e, "POST", "/v1/streams/t1/default/none/groups/g/seek", "{\"start\":\"all\"}", 404,
+                none);
+    expect_status(e, "GET", "/v1/streams/t1/default/none/groups/g/dead-letters", 404, none);
+    expect_status(e, "DELETE", "/v1/streams/t1/default/none/groups/g", 404, none);
+
+    expect_status(e, "PUT", "/v1/streams/t1/default/orders.eu", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    assert_int_equal(fx_publish(c, NS, "orders.eu", "x", 1, FX_ACK_PER_MESSAGE), 0);
+    /* The tail is 1: offset 1 is the next record, 2 is past it. */
+    expect_body(e, "PUT", G "/g", "{\"start\":{\"offset\":2}}", 409, "past the stream's tail");
+    expect_body(e, "PUT", G "/g", "{\"start\":{\"offset\":1}}", 201, NULL);
+    expect_body(e, "POST", G "/g/seek", "{\"start\":{\"offset\":9}}", 409, "past");
+    expect_status(e, "GET", G "/nope", 404, "consumer group not found");
+    expect_body(e, "POST", G "/nope/seek", "{\"start\":\"all\"}", 404, "consumer group not found");
+    expect_body(e, "PUT", G "/g", "{\"start\":\"oldest\"}", 400, "\\\"start\\\" must be");
+    expect_body(e, "POST", G "/g/seek", "", 400, "must say where to go");
+    expect_status(e, "GET", G "/g/bogus", 400, "want /v1/streams/");
+    /* A stream's GET is not served; the methods of the prefix are. */
+    expect_status(e, "GET", "/v1/streams/t1/default/orders.eu", 404, "/groups");
+    expect_status(e, "PATCH", G "/g", 400, NULL);
+    /* Changes need the admin token (reads do not, on loopback). */
+    http_resp r;
+    http_auth(e, "POST", G "/g/seek", "{\"start\":\"all\"}", NULL, &r);
+    assert_int_equal(r.status, 401);
+    http_auth(e, "DELETE", G "/g", "", NULL, &r);
+    assert_int_equal(r.status, 401);
+    http_auth(e, "GET", G "/g", "", NULL, &r);
+    assert_int_equal(r.status, 200);
+    expect_status(e, "DELETE", G "/g", 200, NULL);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_streams_create_list_delete),
     cmocka_unit_test(test_delete_finishes_subscribers_event_streams),
     cmocka_unit_test(test_publish_after_delete_gets_stream_not_found),
     cmocka_unit_test(test_subscriptions_list_names_slow_subscriber),
     cmocka_unit_test(test_delete_is_not_undone_by_auto_create_while_publishers_run),
+    cmocka_unit_test(test_groups_create_describe_seek_dead_letters_delete),
+    cmocka_unit_test(test_groups_refusals_404_409_400_and_the_token),
 };
 FX_TEST_MAIN(tests)

@@ -630,7 +630,7 @@ static void test_help_text_has_example_for_every_command(void **state)
     size_t n = 0;
     const fx_cli_help *all = fx_cli_help_all(&n);
     assert_true(n >= 4);
-    static const char *const want[] = {"pub", "sub", "stats", "streams"};
+    static const char *const want[] = {"pub", "sub", "stats", "streams", "groups"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         assert_non_null(fx_cli_help_find(want[i]));
     assert_null(fx_cli_help_find("nope"));
@@ -660,6 +660,99 @@ static void test_help_text_has_example_for_every_command(void **state)
     fx_cli_buf_free(&top);
 }
 
+/* ---- consumer groups ------------------------------------------------------------------ */
+
+static void test_group_start_body_names_each_start_and_refuses_others(void **state)
+{
+    (void)state;
+    char body[96], err[256];
+    static const struct {
+        const char *start, *body;
+    } ok[] = {
+        {"all", "{\"start\":\"all\"}"},
+        {"new", "{\"start\":\"new\"}"},
+        {"last", "{\"start\":\"last\"}"},
+        {"0", "{\"start\":{\"offset\":0}}"},
+        {"1200", "{\"start\":{\"offset\":1200}}"},
+        {"9223372036854775807", "{\"start\":{\"offset\":9223372036854775807}}"},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        assert_int_equal(fx_cli_group_start_body(ok[i].start, body, sizeof(body), err, sizeof(err)),
+                         0);
+        assert_string_equal(body, ok[i].body);
+    }
+    static const char *const bad[] = {"",   "ALL",  "earliest", "-1", "1.5",
+                                      "1k", " 12", "9223372036854775808"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        assert_int_equal(fx_cli_group_start_body(bad[i], body, sizeof(body), err, sizeof(err)),
+                         -EINVAL);
+        assert_non_null(strstr(err, "--start: expected all, new, last or an offset"));
+    }
+    /* No room: refused, not cut. */
+    assert_int_equal(fx_cli_group_start_body("1200", body, 10, err, sizeof(err)), -EINVAL);
+}
+
+static void test_group_route_escapes_names_and_appends_the_action(void **state)
+{
+    (void)state;
+    fx_cli_path p;
+    char err[256], route[1024];
+    assert_int_equal(fx_cli_path_parse("t1/default/orders.eu", &p, err, sizeof(err)), 0);
+    assert_int_equal(fx_cli_group_route(&p, NULL, NULL, route, sizeof(route)), 0);
+    assert_string_equal(route, "/v1/streams/t1/default/orders.eu/groups");
+    assert_int_equal(fx_cli_group_route(&p, "billing", NULL, route, sizeof(route)), 0);
+    assert_string_equal(route, "/v1/streams/t1/default/orders.eu/groups/billing");
+    assert_int_equal(fx_cli_group_route(&p, "bill ing?#%", "seek", route, sizeof(route)), 0);
+    assert_string_equal(route, "/v1/streams/t1/default/orders.eu/groups/bill%20ing%3F%23%25/seek");
+    assert_int_equal(fx_cli_group_route(&p, "g~_-.", "dead-letters", route, sizeof(route)), 0);
+    assert_string_equal(route, "/v1/streams/t1/default/orders.eu/groups/g~_-./dead-letters");
+    assert_int_equal(fx_cli_path_parse("t 1/n\xc3\xa9/s", &p, err, sizeof(err)), 0);
+    assert_int_equal(fx_cli_group_route(&p, "g", NULL, route, sizeof(route)), 0);
+    assert_string_equal(route, "/v1/streams/t%201/n%C3%A9/s/groups/g");
+    /* Too small: refused whole. */
+    assert_int_equal(fx_cli_group_route(&p, "g", NULL, route, 20), -EINVAL);
+}
+
+static void test_group_names_are_checked_before_any_call(void **state)
+{
+    (void)state;
+    char err[256], name[FX_CLI_GROUP_MAX + 2];
+    assert_int_equal(fx_cli_group_check("billing", err, sizeof(err)), 0);
+    memset(name, 'g', FX_CLI_GROUP_MAX);
+    name[FX_CLI_GROUP_MAX] = '\0';
+    assert_int_equal(fx_cli_group_check(name, err, sizeof(err)), 0);
+    name[FX_CLI_GROUP_MAX] = 'g';
+    name[FX_CLI_GROUP_MAX + 1] = '\0';
+    assert_int_equal(fx_cli_group_check(name, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "longer than 128 bytes"));
+    assert_int_equal(fx_cli_group_check("", err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "missing GROUP"));
+    assert_int_equal(fx_cli_group_check("a/b", err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "'/'"));
+    assert_int_equal(fx_cli_group_check("a\tb", err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "control byte"));
+}
+
+static void test_groups_help_shows_every_action_and_an_example(void **state)
+{
+    (void)state;
+    const fx_cli_help *h = fx_cli_help_find("groups");
+    assert_non_null(h);
+    fx_cli_buf b = {0};
+    assert_int_equal(fx_cli_help_text(h, &b), 0);
+    static const char *const want[] = {"felix groups ls ",     "felix groups info ",
+                                       "felix groups create ", "felix groups seek ",
+                                       "felix groups delete ", "felix groups dead-letters ",
+                                       "--start all|new|last|OFFSET", "--json",
+                                       "Example:\n  felix groups create --start new"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        if (strstr(b.p, want[i]) == NULL)
+            fail_msg("groups help lacks '%s'", want[i]);
+    }
+    fx_cli_buf_free(&b);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_path_parse_accepts_three_segments_and_rejects_others),
     cmocka_unit_test(test_ack_mode_parse),
@@ -674,5 +767,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_table_cells_replace_controls_c1_and_bidi_overrides),
     cmocka_unit_test(test_json_event_line_uses_base64_for_binary),
     cmocka_unit_test(test_help_text_has_example_for_every_command),
+    cmocka_unit_test(test_group_start_body_names_each_start_and_refuses_others),
+    cmocka_unit_test(test_group_route_escapes_names_and_appends_the_action),
+    cmocka_unit_test(test_group_names_are_checked_before_any_call),
+    cmocka_unit_test(test_groups_help_shows_every_action_and_an_example),
 };
 FX_TEST_MAIN(tests)

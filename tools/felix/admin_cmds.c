@@ -1,7 +1,7 @@
-/* `felix stats` and `felix streams`: read the broker's admin endpoint
- * (GET /metrics, /v1/subscriptions, /v1/streams; PUT and DELETE of
- * /v1/streams/T/NS/S) and print what it says, or exactly why it could not.
- * Main thread. */
+/* `felix stats`, `felix streams` and `felix groups`: read the broker's admin
+ * endpoint (GET /metrics, /v1/subscriptions, /v1/streams; PUT and DELETE of
+ * /v1/streams/T/NS/S; the consumer groups under /v1/streams/T/NS/S/groups)
+ * and print what it says, or exactly why it could not. Main thread. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
@@ -40,7 +40,9 @@ static void http_status_error(const char *cmd, const char *method, const char *u
     body_reason(body, resp->body.p != NULL ? resp->body.len : 0, reason, sizeof(reason));
     int blen = (int)strlen(reason);
     const char *hint = "";
-    if (resp->status == 404 && strstr(url, "/v1/streams/") != NULL)
+    if (resp->status == 404 && strstr(url, "/groups") != NULL)
+        hint = " (no such stream or group, or this broker does not serve consumer groups yet)";
+    else if (resp->status == 404 && strstr(url, "/v1/streams/") != NULL)
         hint = " (no such stream, or this broker does not serve the stream admin API yet)";
     else if (resp->status == 404)
         hint = " (this broker does not serve this route yet)";
@@ -549,4 +551,227 @@ int fx_cli_streams(int argc, char **argv)
     if (npos < 2)
         return fx_cli_usage_error("streams", "missing TENANT/NS/STREAM");
     return streams_one(&c, pos[0], pos[1], &a);
+}
+
+/* ---- felix groups --------------------------------------------------------------- */
+
+enum { O_START = FX_CLI_OPT_FIRST_CMD, O_JSON };
+static const fx_cli_opt GROUPS_OPTS[] = {
+    FX_CLI_COMMON_OPTS, {"start", true, O_START}, {"json", false, O_JSON}, {0}};
+
+typedef struct groups_args {
+    const char *start; /* --start, NULL: not given */
+    bool json;
+} groups_args;
+
+static int groups_opt(void *user, int id, const char *val, char *err, size_t errlen)
+{
+    groups_args *a = user;
+    if (id == O_START)
+        a->start = val;
+    else if (id == O_JSON)
+        a->json = true;
+    (void)err;
+    (void)errlen;
+    return 0;
+}
+
+/* Prints the body of |resp| as the broker sent it (--json), one line. */
+static void print_raw(const fx_cli_http *resp)
+{
+    fputs(resp->body.p != NULL ? resp->body.p : "", stdout);
+    if (resp->body.len == 0 || resp->body.p[resp->body.len - 1] != '\n')
+        putchar('\n');
+}
+
+/* The sum of the integer members of object |o| (dead_lettered by reason). */
+static json_int_t sum_members(const json_t *o)
+{
+    json_int_t n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v)
+    {
+        n += json_is_integer(v) ? json_integer_value(v) : 0;
+    }
+    return n;
+}
+
+/* One row of `groups ls` from a group object of the broker. */
+static json_t *group_row(const json_t *g)
+{
+    static const char *const keep[] = {"group",        "lag",       "num_pending",
+                                       "num_ack_pending", "delivered", "redelivered",
+                                       "acked",        "capped_for_ms"};
+    json_t *row = json_object();
+    if (row == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
+        json_t *v = json_object_get(g, keep[i]);
+        json_object_set(row, keep[i], v != NULL ? v : json_null());
+    }
+    json_object_set_new(row, "members",
+                        json_integer((json_int_t)json_array_size(json_object_get(g, "members"))));
+    json_object_set_new(row, "dead_lettered",
+                        json_integer(sum_members(json_object_get(g, "dead_lettered"))));
+    return row;
+}
+
+static void groups_print_ls(const json_t *root)
+{
+    json_t *groups = json_object_get(root, "groups"), *rows = json_array();
+    size_t i;
+    json_t *g;
+    json_array_foreach(groups, i, g)
+    {
+        json_array_append_new(rows, group_row(g));
+    }
+    if (json_array_size(rows) == 0)
+        printf("no consumer groups\n");
+    else
+        print_table(rows, SIZE_MAX);
+    json_decref(rows);
+}
+
+/* `groups info`: the scalars as "key: value" lines, then the members. */
+static void groups_print_info(const json_t *g)
+{
+    const char *k;
+    json_t *v;
+    char cell[CELL_MAX * 4 + 1];
+    json_object_foreach((json_t *)g, k, v)
+    {
+        if (json_is_array(v) && strcmp(k, "members") == 0)
+            continue;
+        cell_text(v, cell, sizeof(cell));
+        printf("%-24s %s\n", k, cell);
+    }
+    json_t *members = json_object_get(g, "members");
+    printf("\nmembers: %zu\n", json_array_size(members));
+    if (json_array_size(members) > 0)
+        print_table(members, SIZE_MAX);
+}
+
+static void groups_print_dead(const json_t *root)
+{
+    json_t *rows = json_object_get(root, "dead_letters");
+    if (json_array_size(rows) == 0)
+        printf("no dead letters\n");
+    else
+        print_table(rows, SIZE_MAX);
+    json_int_t forgotten = json_integer_value(json_object_get(root, "forgotten"));
+    if (forgotten > 0)
+        printf("and %lld older dead letters no longer listed\n", (long long)forgotten);
+}
+
+/* Prints a GET answer in the human form of |action|, or raw when it does
+ * not have the expected shape. */
+static void groups_print(const char *action, const fx_cli_http *resp)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(resp->body.p, resp->body.len, 0, &jerr);
+    if (!json_is_object(root))
+        print_raw(resp);
+    else if (strcmp(action, "ls") == 0)
+        groups_print_ls(root);
+    else if (strcmp(action, "info") == 0)
+        groups_print_info(root);
+    else
+        groups_print_dead(root);
+    json_decref(root);
+}
+
+/* The line a successful create, seek or delete prints. */
+static void groups_done(const char *action, const fx_cli_path *p, const char *group,
+                        const groups_args *a, const fx_cli_http *resp)
+{
+    if (strcmp(action, "create") == 0) {
+        bool created = resp->status == 201;
+        printf("%s group %s on %s/%s/%s%s\n", created ? "created" : "found existing", group,
+               p->tenant, p->ns, p->stream, created ? "" : " (its position is unchanged)");
+    } else if (strcmp(action, "seek") == 0) {
+        printf("moved group %s on %s/%s/%s to %s\n", group, p->tenant, p->ns, p->stream,
+               a->start);
+    } else {
+        printf("deleted group %s on %s/%s/%s\n", group, p->tenant, p->ns, p->stream);
+    }
+}
+
+/* Runs |action| (checked) on |p| and |group| (NULL for ls). */
+static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_path *p,
+                      const char *group, const groups_args *a)
+{
+    bool create = strcmp(action, "create") == 0, seek = strcmp(action, "seek") == 0;
+    bool del = strcmp(action, "delete") == 0, dead = strcmp(action, "dead-letters") == 0;
+    char route[3 * 3 * FX_CLI_NAME_MAX + 3 * FX_CLI_GROUP_MAX + 64], body[96], err[256];
+    if (fx_cli_group_route(p, group, seek ? "seek" : dead ? "dead-letters" : NULL, route,
+                           sizeof(route)) != 0) {
+        fx_cli_errorf("groups", "out of memory");
+        return FX_CLI_EXIT_FAIL;
+    }
+    if (a->start != NULL && fx_cli_group_start_body(a->start, body, sizeof(body), err,
+                                                    sizeof(err)) != 0)
+        return fx_cli_usage_error("groups", err);
+    const char *method = create ? "PUT" : seek ? "POST" : del ? "DELETE" : "GET";
+    fx_cli_http resp;
+    if (admin_call_body("groups", c, method, route, a->start != NULL ? body : NULL, &resp) != 0)
+        return FX_CLI_EXIT_FAIL;
+    if (a->json)
+        print_raw(&resp);
+    else if (create || seek || del)
+        groups_done(action, p, group, a, &resp);
+    else
+        groups_print(action, &resp);
+    fx_cli_buf_free(&resp.body);
+    return FX_CLI_EXIT_OK;
+}
+
+/* Checks the words and flags of |action|. Returns NULL or the usage error. */
+static const char *groups_usage(const char *action, int npos, const groups_args *a)
+{
+    bool ls = strcmp(action, "ls") == 0 || strcmp(action, "list") == 0;
+    bool known = ls || strcmp(action, "create") == 0 || strcmp(action, "info") == 0 ||
+                 strcmp(action, "seek") == 0 || strcmp(action, "delete") == 0 ||
+                 strcmp(action, "dead-letters") == 0;
+    if (!known)
+        return "unknown action: want ls, info, create, seek, delete or dead-letters";
+    if (npos < 2)
+        return "missing TENANT/NS/STREAM";
+    if (ls && npos > 2)
+        return "ls takes no GROUP (info GROUP describes one)";
+    if (!ls && npos < 3)
+        return "missing GROUP";
+    bool takes_start = strcmp(action, "create") == 0 || strcmp(action, "seek") == 0;
+    if (a->start != NULL && !takes_start)
+        return "--start goes with create or seek";
+    if (a->start == NULL && strcmp(action, "seek") == 0)
+        return "seek needs --start all|new|last|OFFSET";
+    return NULL;
+}
+
+int fx_cli_groups(int argc, char **argv)
+{
+    fx_cli_common c;
+    const char *pos[3];
+    int npos = 0;
+    groups_args a = {0};
+    int st = fx_cli_parse("groups", argc, argv, GROUPS_OPTS, &c, groups_opt, &a, pos, 3, &npos,
+                          NULL);
+    if (st >= 0)
+        return st;
+    if (npos == 0)
+        return fx_cli_usage_error("groups", "missing action: ls, info, create, seek, delete or "
+                                            "dead-letters");
+    const char *why = groups_usage(pos[0], npos, &a);
+    if (why != NULL)
+        return fx_cli_usage_error("groups", why);
+    fx_cli_path path;
+    char err[512];
+    if (fx_cli_path_parse(pos[1], &path, err, sizeof(err)) != 0)
+        return fx_cli_usage_error("groups", err);
+    const char *group = npos > 2 ? pos[2] : NULL;
+    if (group != NULL && fx_cli_group_check(group, err, sizeof(err)) != 0)
+        return fx_cli_usage_error("groups", err);
+    const char *action = strcmp(pos[0], "list") == 0 ? "ls" : pos[0];
+    return groups_run(&c, action, &path, group, &a);
 }

@@ -18,6 +18,7 @@ int fx_cli_pub(int argc, char **argv);
 int fx_cli_sub(int argc, char **argv);
 int fx_cli_stats(int argc, char **argv);
 int fx_cli_streams(int argc, char **argv);
+int fx_cli_groups(int argc, char **argv);
 int fx_cli_token(int argc, char **argv);
 /* `felix bench`: execs felix-bench (built beside felix) with the same arguments. */
 int fx_cli_bench(int argc, char **argv);

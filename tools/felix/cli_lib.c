@@ -547,6 +547,81 @@ int fx_cli_admin_url(const char *admin, const char *suffix, char *out, size_t ou
     return 0;
 }
 
+/* ---- consumer groups (felix groups) --------------------------------------------- */
+
+int fx_cli_group_check(const char *group, char *err, size_t errlen)
+{
+    size_t len = group != NULL ? strlen(group) : 0;
+    if (len == 0)
+        return seterr(err, errlen, "missing GROUP");
+    if (len > FX_CLI_GROUP_MAX)
+        return seterr(err, errlen, "group name longer than %d bytes", FX_CLI_GROUP_MAX);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)group[i];
+        if (ch < 0x20 || ch == 0x7f)
+            return seterr(err, errlen, "group name contains a control byte");
+        if (ch == '/')
+            return seterr(err, errlen, "group name contains '/', which the admin API cannot "
+                                       "address");
+    }
+    return 0;
+}
+
+int fx_cli_group_start_body(const char *start, char *out, size_t len, char *err, size_t errlen)
+{
+    static const char *const words[] = {"all", "new", "last"};
+    int n = -1;
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        if (strcmp(start, words[i]) == 0)
+            n = snprintf(out, len, "{\"start\":\"%s\"}", words[i]);
+    }
+    uint64_t off;
+    if (n < 0 && fx_cli_parse_u64(start, INT64_MAX, &off) == 0)
+        n = snprintf(out, len, "{\"start\":{\"offset\":%llu}}", (unsigned long long)off);
+    if (n < 0)
+        return seterr(err, errlen, "--start: expected all, new, last or an offset, got '%s'",
+                      start);
+    if ((size_t)n >= len)
+        return seterr(err, errlen, "--start: no room for the request body");
+    return 0;
+}
+
+/* Appends "/" and |name| percent-encoded to |b|. */
+static void route_part(fx_cli_buf *b, const char *name)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    fx_cli_buf_add(b, "/", 1);
+    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) {
+        bool plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+                     (*p >= '0' && *p <= '9') || strchr("-._~", *p) != NULL;
+        char esc[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+        if (plain)
+            fx_cli_buf_add(b, p, 1);
+        else
+            fx_cli_buf_add(b, esc, 3);
+    }
+}
+
+int fx_cli_group_route(const fx_cli_path *p, const char *group, const char *action, char *out,
+                       size_t len)
+{
+    fx_cli_buf b = {0};
+    fx_cli_buf_printf(&b, "/v1/streams");
+    route_part(&b, p->tenant);
+    route_part(&b, p->ns);
+    route_part(&b, p->stream);
+    fx_cli_buf_printf(&b, "/groups");
+    if (group != NULL)
+        route_part(&b, group);
+    if (action != NULL)
+        fx_cli_buf_printf(&b, "/%s", action);
+    int rv = !b.oom && b.len < len ? 0 : -EINVAL;
+    if (rv == 0)
+        memcpy(out, b.p, b.len + 1);
+    fx_cli_buf_free(&b);
+    return rv;
+}
+
 /* ---- publish pacing ------------------------------------------------------------- */
 
 void fx_cli_pacer_init(fx_cli_pacer *p, double rate, uint64_t max_burst, uint64_t now_ns)
@@ -1122,6 +1197,32 @@ static const fx_cli_help HELP[] = {
         "felix streams create --durable --retention-bytes 10G t1/default/orders\n"
         "  felix streams set --retention-seconds 86400 t1/default/orders\n"
         "  felix streams ls",
+        true,
+    },
+    {
+        "groups",
+        "list, describe, create, move or delete a stream's consumer groups",
+        "felix groups ls TENANT/NS/STREAM\n"
+        "felix groups info TENANT/NS/STREAM GROUP\n"
+        "felix groups create [--start all|new|last|OFFSET] TENANT/NS/STREAM GROUP\n"
+        "felix groups seek --start all|new|last|OFFSET TENANT/NS/STREAM GROUP\n"
+        "felix groups delete TENANT/NS/STREAM GROUP\n"
+        "felix groups dead-letters TENANT/NS/STREAM GROUP\n"
+        "\n"
+        "GET /v1/streams/TENANT/NS/STREAM/groups[/GROUP], PUT (create), POST .../seek,\n"
+        "DELETE and GET .../dead-letters on the admin endpoint. ls prints one row per\n"
+        "group (lag, pending, members, deliveries, dead letters), info every field of\n"
+        "one group and its members, dead-letters the records given up on. Off\n"
+        "loopback, create, seek and delete need the admin token (--admin-token-file\n"
+        "FILE or FELIX_ADMIN_TOKEN). A group with members joined cannot be deleted.\n"
+        "  --start all|new|last|OFFSET  where the group starts (create; default all, the\n"
+        "                             oldest record the stream holds) or goes to (seek:\n"
+        "                             required; what is pending is dropped)\n"
+        "  --json                     print the broker's JSON answer as is\n",
+        "felix groups create --start new t1/default/orders billing\n"
+        "  felix groups ls t1/default/orders\n"
+        "  felix groups seek --start 1200 t1/default/orders billing\n"
+        "  felix groups dead-letters --json t1/default/orders billing",
         true,
     },
     {

@@ -217,6 +217,29 @@ int fx_cli_common_check(fx_cli_common *c, const fx_cli_path *path, char *err, si
  * kept). Returns 0 or -EINVAL (empty, or longer than |outlen|). */
 int fx_cli_admin_url(const char *admin, const char *suffix, char *out, size_t outlen);
 
+/* ---- consumer groups (felix groups) --------------------------------------------- */
+
+/* Longest consumer group name the broker accepts. */
+#define FX_CLI_GROUP_MAX 128
+
+/* Checks a consumer group name: 1 to FX_CLI_GROUP_MAX bytes, no '/' (the
+ * admin endpoint splits paths at it) and no control bytes. Returns 0 or
+ * -EINVAL with the reason in |err|. */
+int fx_cli_group_check(const char *group, char *err, size_t errlen);
+
+/* Writes the body of a group create or seek for --start |start| ("all",
+ * "new", "last" or a decimal offset) into |out|: {"start":"new"} or
+ * {"start":{"offset":N}}. Returns 0, or -EINVAL with the reason in |err|
+ * (also when |out| is too small). */
+int fx_cli_group_start_body(const char *start, char *out, size_t len, char *err, size_t errlen);
+
+/* Writes the admin path /v1/streams/T/NS/S/groups of |p|, followed by
+ * "/GROUP" when |group| is not NULL and "/ACTION" when |action| is not NULL
+ * (seek, dead-letters), each name percent-encoded (all but A-Z a-z 0-9 - . _
+ * ~), into |out|. Returns 0 or -EINVAL (|out| too small). */
+int fx_cli_group_route(const fx_cli_path *p, const char *group, const char *action, char *out,
+                       size_t len);
+
 /* ---- publish pacing ------------------------------------------------------------- */
 
 /* Paces sends at |rate| per second on an absolute schedule (send k is due

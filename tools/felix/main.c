@@ -1,5 +1,5 @@
 /* felix: the command-line client of Felix-C. Dispatches to the command
- * (pub, sub, stats, streams, token, bench) and answers --help and --version. Main thread;
+ * (pub, sub, stats, streams, groups, token, bench, log) and answers --help and --version. Main thread;
  * libfelix runs its own loop thread while pub and sub are connected. */
 #include <stdio.h>
 #include <string.h>
@@ -18,7 +18,7 @@ typedef struct command {
 static const command COMMANDS[] = {
     {"pub", fx_cli_pub},         {"sub", fx_cli_sub},     {"stats", fx_cli_stats},
     {"streams", fx_cli_streams}, {"token", fx_cli_token}, {"bench", fx_cli_bench},
-    {"log", fx_cli_log},
+    {"groups", fx_cli_groups},   {"log", fx_cli_log},
 };
 
 int main(int argc, char **argv)
