@@ -3,6 +3,7 @@
  * libfelix; each function runs on its caller's thread. */
 #include "bench_lib.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -308,4 +309,111 @@ uint64_t fx_bench_loss_missed(const fx_bench_loss *l)
 uint64_t fx_bench_loss_counted(const fx_bench_loss *l)
 {
     return l->client_dropped + l->queue_dropped + l->lane_dropped + l->upstream;
+}
+
+/* ---- consumer groups ------------------------------------------------------------ */
+
+static const char *const GCELL_NAMES[] = {"backlog", "live", "redelivery"};
+
+int fx_bench_gcell_parse(const char *s, fx_bench_gcell *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, GCELL_NAMES[i]) == 0) {
+            *out = (fx_bench_gcell)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *fx_bench_gcell_name(fx_bench_gcell c)
+{
+    return (unsigned)c < 3 ? GCELL_NAMES[c] : "?";
+}
+
+int fx_bench_gtrack_init(fx_bench_gtrack *t, uint64_t cap)
+{
+    memset(t, 0, sizeof(*t));
+    t->cap = cap;
+    t->deliv = calloc(cap ? cap : 1, sizeof(*t->deliv));
+    t->ackd = calloc(cap ? cap : 1, sizeof(*t->ackd));
+    atomic_init(&t->acked_distinct, 0);
+    if (t->deliv == NULL || t->ackd == NULL) {
+        fx_bench_gtrack_deinit(t);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void fx_bench_gtrack_deinit(fx_bench_gtrack *t)
+{
+    free(t->deliv);
+    free(t->ackd);
+    t->deliv = t->ackd = NULL;
+}
+
+uint64_t fx_bench_gtrack_deliver(fx_bench_gtrack *t, const uint8_t *data, size_t len, uint8_t *prev)
+{
+    uint64_t seq;
+    if (len < FX_BENCH_HDR)
+        return UINT64_MAX;
+    memcpy(&seq, data, sizeof(seq));
+    if (seq >= t->cap)
+        return UINT64_MAX;
+    uint8_t p = atomic_fetch_add_explicit(&t->deliv[seq], 1, memory_order_relaxed);
+    if (p >= 250) /* saturate: a count never wraps to look like one delivery */
+        atomic_store_explicit(&t->deliv[seq], 250, memory_order_relaxed);
+    *prev = p;
+    return seq;
+}
+
+uint64_t fx_bench_gtrack_ack(fx_bench_gtrack *t, uint64_t seq)
+{
+    if (seq >= t->cap || atomic_exchange(&t->ackd[seq], 1))
+        return 0;
+    return atomic_fetch_add(&t->acked_distinct, 1) + 1;
+}
+
+void fx_bench_gtrack_tally(const fx_bench_gtrack *t, uint64_t expect, unsigned once,
+                           const uint64_t *again, fx_bench_gcount *k)
+{
+    k->expected = expect;
+    k->distinct = k->dups = k->extra = k->missing = k->acked = 0;
+    for (uint64_t s = 0; s < expect; s++) {
+        unsigned d = s < t->cap ? atomic_load_explicit(&t->deliv[s], memory_order_relaxed) : 0;
+        k->distinct += d > 0;
+        if (d > once) {
+            k->dups++;
+            k->extra += d - once;
+        }
+        k->missing += again != NULL ? (s >= t->cap || again[s] == 0) : d == 0;
+        k->acked += s < t->cap && atomic_load_explicit(&t->ackd[s], memory_order_relaxed);
+    }
+}
+
+bool fx_bench_group_verdict(const fx_bench_gcount *k, char *why, size_t cap)
+{
+    why[0] = '\0';
+    if (k->missing || k->dups || k->acked < k->expected || k->skipped || k->bad)
+        snprintf(why, cap,
+                 "%" PRIu64 " missing, %" PRIu64 " duplicated (%" PRIu64 " extra deliveries), "
+                 "%" PRIu64 " of %" PRIu64 " acked, %" PRIu64 " skipped, %" PRIu64 " bad",
+                 k->missing, k->dups, k->extra, k->acked, k->expected, k->skipped, k->bad);
+    else if (k->errors || k->ack_errors || k->pub_errors)
+        snprintf(why, cap, "%" PRIu64 " errors, %" PRIu64 " ack errors, %" PRIu64 " publish errors",
+                 k->errors, k->ack_errors, k->pub_errors);
+    else if (k->hit_deadline)
+        snprintf(why, cap, "hit --max-seconds before the last ack");
+    return why[0] == '\0';
+}
+
+double fx_bench_pct_i64_ms(const int64_t *sorted, size_t n, double p)
+{
+    if (n == 0)
+        return NAN;
+    size_t k = (size_t)ceil(p * (double)n);
+    if (k < 1)
+        k = 1;
+    if (k > n)
+        k = n;
+    return (double)sorted[k - 1] / 1e6;
 }

@@ -191,4 +191,79 @@ typedef struct fx_bench_tput {
  * the reason, and no throughput figure. Returns snprintf's result. */
 int fx_bench_format_tput(char *buf, size_t cap, const fx_bench_tput *r);
 
+/* ---- consumer groups (--mode group) ----------------------------------------- */
+
+/* The cells of --mode group, as peerbench's --group-cell. */
+typedef enum fx_bench_gcell {
+    FX_BENCH_GCELL_BACKLOG,    /* publish N, then drain: acked msg/s */
+    FX_BENCH_GCELL_LIVE,       /* publish while consuming: acked msg/s, publish -> delivery */
+    FX_BENCH_GCELL_REDELIVERY, /* A takes M and never acks; B gets them again: lateness */
+} fx_bench_gcell;
+
+/* Parses "backlog", "live" or "redelivery" into |out|. Returns 0 or -1. */
+int fx_bench_gcell_parse(const char *s, fx_bench_gcell *out);
+/* The name of |c| ("?" if out of range). */
+const char *fx_bench_gcell_name(fx_bench_gcell c);
+
+/* Per-sequence tracking of one group run: deliveries (saturating at 250)
+ * and acks of each sequence in [0, cap). Any thread: every field is atomic. */
+typedef struct fx_bench_gtrack {
+    uint64_t cap;
+    _Atomic uint8_t *deliv;
+    _Atomic uint8_t *ackd;
+    _Atomic uint64_t acked_distinct; /* sequences acked at least once */
+} fx_bench_gtrack;
+
+/* Allocates tracking for sequences [0, |cap|) (zeroed pages, so a large cap
+ * costs what is touched). Returns 0 or -ENOMEM. */
+int fx_bench_gtrack_init(fx_bench_gtrack *t, uint64_t cap);
+void fx_bench_gtrack_deinit(fx_bench_gtrack *t);
+
+/* Counts one delivery of the payload |data| (|len| bytes, stamped by
+ * fx_bench_stamp). Returns its sequence and its deliveries before this one
+ * in |*prev|, or UINT64_MAX when it is too short or its sequence is out of
+ * range (a bad delivery). */
+uint64_t fx_bench_gtrack_deliver(fx_bench_gtrack *t, const uint8_t *data, size_t len,
+                                 uint8_t *prev);
+
+/* Counts an ack of |seq| the broker took. Returns the sequences acked so far
+ * when this was the first ack of |seq|, else 0 (a repeated ack or |seq| out
+ * of range). */
+uint64_t fx_bench_gtrack_ack(fx_bench_gtrack *t, uint64_t seq);
+
+/* What a group run adds up to, as peerbench reports it. */
+typedef struct fx_bench_gcount {
+    uint64_t expected;    /* sequences that had to be delivered (and acked) */
+    uint64_t distinct;    /* of those, delivered at least once */
+    uint64_t dups;        /* sequences delivered more than |once| times */
+    uint64_t extra;       /* deliveries past |once|, summed */
+    uint64_t missing;     /* never delivered (redelivery: never delivered again) */
+    uint64_t acked;       /* sequences acked */
+    uint64_t delivered;   /* deliveries, all members */
+    uint64_t redelivered; /* deliveries the broker marked as a redelivery (attempt > 1) */
+    uint64_t skipped;     /* records the broker reported settled unread */
+    uint64_t bad;         /* deliveries too short or out of range */
+    uint64_t errors;      /* take/join errors */
+    uint64_t ack_errors;  /* acks refused or not confirmed */
+    uint64_t pub_errors;  /* publish failures */
+    bool hit_deadline;    /* the run ended at --max-seconds, not at its last ack */
+} fx_bench_gcount;
+
+/* Fills expected, distinct, dups, extra and missing of |k| from |t| over
+ * sequences [0, |expect|): a sequence should be delivered |once| times (1;
+ * the redelivery cell 2). With |again| (redelivery cell; NULL otherwise) a
+ * sequence is missing when again[seq] is 0 (never delivered to B). */
+void fx_bench_gtrack_tally(const fx_bench_gtrack *t, uint64_t expect, unsigned once,
+                           const uint64_t *again, fx_bench_gcount *k);
+
+/* The group verdict: valid only with nothing missing, no duplicate, every
+ * expected sequence acked, nothing skipped, no bad delivery, no error and
+ * the run ended by its last ack. Returns true if valid; else false and the
+ * reason in |why|. */
+bool fx_bench_group_verdict(const fx_bench_gcount *k, char *why, size_t cap);
+
+/* Nearest-rank percentile of the ascending |sorted[0..n)| (signed ns), in
+ * milliseconds. NaN when n == 0. */
+double fx_bench_pct_i64_ms(const int64_t *sorted, size_t n, double p);
+
 #endif

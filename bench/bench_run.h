@@ -22,6 +22,7 @@ typedef enum fx_bench_mode {
     FX_BENCH_ISOLATION, /* overload's workload twice: all links clean, then one behind a bad link */
     FX_BENCH_FSYNC_PROBE, /* no broker: the disk's append + fdatasync rate (bench_probe.c) */
     FX_BENCH_REPLAY,      /* throughput fanout 1, then a catch-up replay of it (bench_replay.c) */
+    FX_BENCH_GROUP,       /* consumer groups: competing consumers with acks (bench_group.c) */
 } fx_bench_mode;
 
 /* Everything one run needs. Strings are borrowed for the run. */
@@ -75,7 +76,19 @@ typedef struct fx_bench_cfg {
     double guard_min_seconds;
     /* Streams are named <stream_prefix><k> (NULL: "bench"). */
     const char *stream_prefix;
+    /* group: the cell, consumers (members, one client and thread each;
+     * the redelivery cell always has A and B), records published before
+     * the consumers start (backlog) or taken by A (redelivery), each
+     * member's window (records it may hold unacked) and its ack wait (ms). */
+    fx_bench_gcell group_cell;
+    uint32_t consumers;
+    uint64_t group_count;
+    uint32_t group_window;
+    uint32_t ack_wait_ms;
 } fx_bench_cfg;
+
+/* Most consumers of a group run. */
+#define FX_BENCH_GROUP_CONSUMERS_MAX 64u
 
 /* Subscribers whose loss account a result keeps. */
 #define FX_BENCH_LOSS_SUBS_MAX 16u
@@ -154,6 +167,17 @@ typedef struct fx_bench_result {
      * it cannot be read), and live / replay figures compared. */
     uint64_t replay_msgs, replay_disk_records, replay_gaps, replay_dups, replay_offset_gaps;
     double replay_s, replay_msgs_per_s, replay_first_ms, replay_vs_live;
+    /* group: the verification counts (peerbench's), msgs_per_s (acked
+     * msg/s), window_s and lat (live: publish -> first delivery) above;
+     * the preload (backlog, redelivery), what the broker held after it,
+     * the live publisher's rate and credit waits, the redelivery lateness
+     * ((B's delivery - A's) - ack wait, ms), what A took, and the acks of
+     * each consumer. */
+    fx_bench_gcount grp;
+    double preload_s, preload_msgs_per_s, group_pub_msgs_per_s;
+    uint64_t stored, taken_by_a;
+    double lateness_p50_ms, lateness_p99_ms, lateness_max_ms, lateness_min_ms;
+    uint64_t per_consumer_acked[FX_BENCH_GROUP_CONSUMERS_MAX];
 } fx_bench_result;
 
 /* Runs |cfg| once and fills |r|. Returns 0 when the run took place (valid
@@ -198,6 +222,34 @@ int fx_bench_probe_run(const fx_bench_cfg *cfg, fx_bench_result *r);
  * anything was lost, reordered or duplicated. Returns 0 or the setup
  * error. Main thread. */
 int fx_bench_replay_run(const fx_bench_cfg *cfg, fx_bench_result *r);
+
+/* Consumer groups (--mode group, bench_group.c), measured as peerbench
+ * --mode group measures the peers: one stream of the run's own, one group,
+ * |cfg|->consumers members, each its own fx_client and thread, taking with
+ * fx_group_next and acking every record with fx_group_ack; every delivery
+ * is checked against the sequence in its payload. Cells (|cfg|->group_cell):
+ * backlog publishes group_count records (one per fx_publish call, or
+ * batches of |cfg|->batch), waits until the broker holds them all, then
+ * starts the consumers: acked msg/s from the first delivery to the last
+ * ack. live: one publisher at most the credit window ahead of what the
+ * group acked, for min_seconds after a warm-up: acked msg/s and publish ->
+ * first delivery. redelivery: member A takes group_count records and
+ * leaves without acking them once member B has joined (records taken and
+ * not settled wait for their ack wait), B gets them again when their
+ * leases lapse: lateness = (B's delivery - A's) - ack_wait_ms.
+ * |valid| is false with anything missing, duplicated, unacked or skipped,
+ * or any error. The broker's stream ring must hold group_count records
+ * (log_capacity, log_capacity_bytes, the retained-bytes limits). Returns 0
+ * or the setup error. Main thread. */
+int fx_bench_group_run(const fx_bench_cfg *cfg, fx_bench_result *r);
+
+/* Prints the group fields of |r| to stdout as JSON members, each followed
+ * by a comma (felix-bench's JSON line frames them). Main thread. */
+void fx_bench_group_json(const fx_bench_cfg *cfg, const fx_bench_result *r);
+
+/* Formats |r| as one human line into |buf| (INVALID and the reason when
+ * not valid). Returns snprintf's result. */
+int fx_bench_group_format(char *buf, size_t cap, const fx_bench_cfg *cfg, const fx_bench_result *r);
 
 /* One throughput-shaped run (bench_run.c): set up, publish, collect. Used
  * by the replay mode for its live phase. */

@@ -423,3 +423,41 @@ int fx_bench_sub_counters(const char *addr, fx_bench_sub_counter *subs, size_t n
     free(buf);
     return rv;
 }
+
+int fx_bench_stream_counts_parse(const char *json, const char *ns, const char *stream,
+                                 fx_bench_stream_info *out)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    json_t *arr = json_object_get(root, "streams");
+    int rv = json_is_array(arr) ? -ENOENT : -EPROTO;
+    size_t k;
+    json_t *e;
+    json_array_foreach(arr, k, e)
+    {
+        const char *n = json_string_value(json_object_get(e, "namespace"));
+        const char *s = json_string_value(json_object_get(e, "stream"));
+        if (n == NULL || s == NULL || strcmp(n, ns) != 0 || strcmp(s, stream) != 0)
+            continue;
+        out->messages = (uint64_t)json_integer_value(json_object_get(e, "messages"));
+        out->first_offset = (uint64_t)json_integer_value(json_object_get(e, "first_offset"));
+        out->next_offset = (uint64_t)json_integer_value(json_object_get(e, "next_offset"));
+        rv = 0;
+        break;
+    }
+    json_decref(root);
+    return rv;
+}
+
+int fx_bench_stream_counts(const char *addr, const char *ns, const char *stream,
+                           fx_bench_stream_info *out)
+{
+    char *buf;
+    int rv = http_get(addr, "/v1/streams", &buf);
+    if (rv != 0)
+        return rv;
+    const char *body = strstr(buf, "\r\n\r\n");
+    rv = body != NULL ? fx_bench_stream_counts_parse(body + 4, ns, stream, out) : -EPROTO;
+    free(buf);
+    return rv;
+}

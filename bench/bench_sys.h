@@ -112,4 +112,21 @@ int fx_bench_sub_counters(const char *addr, fx_bench_sub_counter *subs, size_t n
  * Returns 0 or -ENOMEM. */
 int fx_bench_local_drops(fx_bench_drops *d);
 
+/* What the broker holds of one stream (GET /v1/streams): messages in its
+ * ring, the oldest offset still held and the next offset to be appended. */
+typedef struct fx_bench_stream_info {
+    uint64_t messages, first_offset, next_offset;
+} fx_bench_stream_info;
+
+/* Fills |out| for stream |ns|/|stream| (any tenant) from |json|, an answer
+ * of GET /v1/streams ({"streams": [...]}). Returns 0, -ENOENT (not listed)
+ * or -EPROTO (not that JSON). */
+int fx_bench_stream_counts_parse(const char *json, const char *ns, const char *stream,
+                                 fx_bench_stream_info *out);
+
+/* GETs http://|addr|/v1/streams (2 s bound) and parses it as
+ * fx_bench_stream_counts_parse. Returns its result, -errno or -EPROTO. */
+int fx_bench_stream_counts(const char *addr, const char *ns, const char *stream,
+                           fx_bench_stream_info *out);
+
 #endif

@@ -35,18 +35,20 @@ typedef struct opts {
     bool victim_set; /* --victim-delay-ms or --victim-drop-permille given */
     bool probe_set;  /* --records or --sync-every given */
     bool mins_set;   /* --min-seconds given */
+    bool maxs_set;   /* --max-seconds given */
+    bool window_set; /* --window given (throughput --ack, or group) */
     uint64_t seen;   /* bit (option - O_MODE) of every option given */
 } opts;
 
 static const char *const MODE_NAMES[] = {"throughput", "latency",     "overload", "idle-subs",
-                                         "isolation",  "fsync-probe", "replay"};
-#define NMODES 7
+                                         "isolation",  "fsync-probe", "replay",   "group"};
+#define NMODES 8
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: felix-bench [--mode throughput|latency|overload|idle-subs|isolation|\n"
-            "                    fsync-probe|replay] [options]\n"
+            "                    fsync-probe|replay|group] [options]\n"
             "  isolation          overload's workload (shedding profile) twice, on fresh\n"
             "                     connections: all F subscribers clean, then subscriber F-1\n"
             "                     (the victim) behind a delayed, lossy link; reports the\n"
@@ -62,6 +64,29 @@ static void usage(FILE *out)
             "                     whole history (most of it from disk): msg/s of both,\n"
             "                     order, gaps and duplicates checked; the stream must be\n"
             "                     durable (an external broker with durable_default, or --dir)\n"
+            "  group              consumer groups, cells as ../shared/peers' --mode group:\n"
+            "                     C members (one client and thread each) of one group on a\n"
+            "                     stream of the run's own take with fx_group_next and ack\n"
+            "                     every record with fx_group_ack; every delivery checked by\n"
+            "                     the sequence in its payload (dups, missing, redelivered;\n"
+            "                     any dup or missing record makes the run INVALID)\n"
+            "  --group-cell CELL  group: backlog (default): publish --count records, wait\n"
+            "                     until the broker holds them, then drain: acked msg/s from\n"
+            "                     the first delivery to the last ack; live: one publisher\n"
+            "                     at most the credit window ahead of what the group acked:\n"
+            "                     acked msg/s over --min-seconds, publish -> delivery p50/p99;\n"
+            "                     redelivery: member A takes --count records (default 100)\n"
+            "                     and leaves without acking them, member B gets them again\n"
+            "                     when their ack wait lapses: lateness = (B's delivery -\n"
+            "                     A's) - ack wait, p50/p99\n"
+            "  --consumers C      group: members (default 4; redelivery: always A and B)\n"
+            "  --count N          group backlog: records published first (default 1000000;\n"
+            "                     the broker's stream ring must hold them: log_capacity >= N,\n"
+            "                     log_capacity_bytes >= N x (P + 16), retained-bytes limits\n"
+            "                     off); redelivery: records A takes (default 100)\n"
+            "  --window W         group: records each member may hold unacked (default 256)\n"
+            "  --ack-wait-ms MS   group: each member's ack wait (default 30000; redelivery\n"
+            "                     1000)\n"
             "  --dir DIR          fsync-probe: where the probe files go (needed; removed\n"
             "                     after); other modes: the in-process broker's durable\n"
             "                     storage root, every stream durable (durable_default,\n"
@@ -71,6 +96,7 @@ static void usage(FILE *out)
             "  --payload P        bytes per message, >= 16 (default 1024)\n"
             "  --fanout F         subscriber connections, one thread each (default 1)\n"
             "  --batch B          messages per publish call (default 1: fx_publish, one\n"
+            "                     (group: the backlog's preload)\n"
             "                     message per call as the peers publish; B > 1:\n"
             "                     fx_publish_batch of B messages)\n"
             "  --streams S        spread messages over S streams (default 1)\n"
@@ -91,7 +117,8 @@ static void usage(FILE *out)
             "                     blocking fx_publish at a time; W: fx_publish_async,\n"
             "                     W in flight per thread\n"
             "  --rate R           latency: start at most R round trips per second (a fixed\n"
-            "                     low rate; default: back to back)\n"
+            "                     low rate; default: back to back); group live: publish at\n"
+            "                     most R records per second\n"
             "  --subs N           idle-subs: N subscriptions on one stream, 1000 per client\n"
             "                     (needs --server, --broker-pid and --admin; default 10000)\n"
             "  --rss-watch S      overload: the broker's VmRSS every second for S seconds,\n"
@@ -162,6 +189,10 @@ enum {
     O_DIR,
     O_RECORDS,
     O_SYNC_EVERY,
+    O_GROUP_CELL,
+    O_CONSUMERS,
+    O_COUNT,
+    O_ACK_WAIT,
     O_HELP,
 };
 
@@ -200,6 +231,10 @@ static const struct option LONG_OPTS[] = {
     {"dir", 1, 0, O_DIR},
     {"records", 1, 0, O_RECORDS},
     {"sync-every", 1, 0, O_SYNC_EVERY},
+    {"group-cell", 1, 0, O_GROUP_CELL},
+    {"consumers", 1, 0, O_CONSUMERS},
+    {"count", 1, 0, O_COUNT},
+    {"ack-wait-ms", 1, 0, O_ACK_WAIT},
     {"help", 0, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -231,9 +266,17 @@ static int parse_num(opts *o, int c, const char *arg)
     case O_PUBLISHERS:
         o->acked_set = true;
         return parse_u64(arg, 1, 1024, &v) ? -1 : (o->c.publishers = (uint32_t)v, 0);
-    case O_WINDOW:
-        o->acked_set = true;
+    case O_WINDOW: /* throughput --ack, or group (finish_cfg tells) */
+        o->window_set = true;
         return parse_u64(arg, 0, 65536, &v) ? -1 : (o->c.window = (uint32_t)v, 0);
+    case O_CONSUMERS:
+        return parse_u64(arg, 1, FX_BENCH_GROUP_CONSUMERS_MAX, &v)
+                   ? -1
+                   : (o->c.consumers = (uint32_t)v, 0);
+    case O_COUNT: /* a stream ring holds at most 2^24 records (log_capacity) */
+        return parse_u64(arg, 1, 1u << 24, &o->c.group_count);
+    case O_ACK_WAIT:
+        return parse_u64(arg, 1, 600000, &v) ? -1 : (o->c.ack_wait_ms = (uint32_t)v, 0);
     case O_RATE:
         return parse_u64(arg, 1, 1000000, &v) ? -1 : (o->c.rate = (uint32_t)v, 0);
     case O_RECORDS:
@@ -275,6 +318,7 @@ static int parse_num(opts *o, int c, const char *arg)
     case O_MINS:
     case O_MAXS:
         o->mins_set |= c == O_MINS;
+        o->maxs_set |= c == O_MAXS;
         d = strtod(arg, NULL);
         if (!(d > 0 && d <= 3600))
             return -1;
@@ -304,6 +348,9 @@ static int parse_args(int argc, char **argv, opts *o)
         switch (c) {
         case O_MODE:
             bad = parse_mode(optarg, &o->c.mode);
+            break;
+        case O_GROUP_CELL:
+            bad = fx_bench_gcell_parse(optarg, &o->c.group_cell);
             break;
         case O_ACK:
             o->c.ack = true;
@@ -456,10 +503,94 @@ static int finish_replay(opts *o)
     return 0;
 }
 
+/* The options group mode takes besides the connection and output ones. */
+static const uint64_t GROUP_ONLY =
+    SEEN(O_GROUP_CELL) | SEEN(O_CONSUMERS) | SEEN(O_COUNT) | SEEN(O_ACK_WAIT);
+static const uint64_t GROUP_NOT = SEEN(O_FANOUT) | SEEN(O_STREAMS) | SEEN(O_ACK) | SEEN(O_CB) |
+                                  SEEN(O_PUBLISHERS) | SEEN(O_SUBS) | SEEN(O_WATCH) |
+                                  SEEN(O_VDELAY) | SEEN(O_VDROP) | SEEN(O_DIR) | SEEN(O_DROP) |
+                                  SEEN(O_TOTAL) | SEEN(O_RECORDS) | SEEN(O_SYNC_EVERY);
+
+/* Per-cell option checks of group mode. Returns 0 or 2. */
+static int group_cell_opts(const opts *o)
+{
+    const fx_bench_cfg *c = &o->c;
+    const char *bad = NULL;
+    if (c->group_cell != FX_BENCH_GCELL_BACKLOG && (o->seen & SEEN(O_BATCH)))
+        bad = "--batch (the backlog's preload)";
+    else if (c->group_cell != FX_BENCH_GCELL_LIVE && (o->seen & SEEN(O_RATE)))
+        bad = "--rate (the live publisher)";
+    else if (c->group_cell == FX_BENCH_GCELL_LIVE && (o->seen & SEEN(O_COUNT)))
+        bad = "--count (backlog and redelivery; live runs --min-seconds)";
+    else if (c->group_cell == FX_BENCH_GCELL_REDELIVERY && (o->seen & SEEN(O_CONSUMERS)))
+        bad = "--consumers (redelivery has members A and B)";
+    if (bad != NULL) {
+        fprintf(stderr, "felix-bench: group %s: %s does not apply\n",
+                fx_bench_gcell_name(c->group_cell), bad);
+        return 2;
+    }
+    return 0;
+}
+
+/* group: defaults per cell and the combination. Returns 0 or 2. */
+static int finish_group(opts *o)
+{
+    fx_bench_cfg *c = &o->c;
+    uint64_t extra = o->seen & GROUP_NOT;
+    if (extra) {
+        fprintf(stderr,
+                "felix-bench: group mode: --%s does not apply (it takes --group-cell, "
+                "--consumers, --count, --window, --ack-wait-ms, --payload, --batch, --rate, "
+                "--warmup, --min-seconds, --max-seconds, --runs and the connection options)\n",
+                opt_name(O_MODE + __builtin_ctzll(extra)));
+        return 2;
+    }
+    if (group_cell_opts(o) != 0)
+        return 2;
+    if (!o->window_set)
+        c->window = 256;
+    if (c->window == 0) {
+        fprintf(stderr, "felix-bench: group: --window must be at least 1\n");
+        return 2;
+    }
+    bool redelivery = c->group_cell == FX_BENCH_GCELL_REDELIVERY;
+    c->group_window = c->window;
+    c->window = 0;
+    if (c->group_count == 0)
+        c->group_count = redelivery ? 100 : 1000000;
+    if (c->ack_wait_ms == 0)
+        c->ack_wait_ms = redelivery ? 1000 : 30000;
+    if (c->consumers == 0)
+        c->consumers = 4;
+    if (!o->warmup_set)
+        c->warmup = 2000;
+    if (!o->maxs_set)
+        c->max_seconds = 600;
+    c->fanout = redelivery ? 2 : c->consumers;
+    c->streams = 1;
+    c->lossless = true;
+    uint64_t window = fx_bench_credit_window(c->payload);
+    if (c->batch > window)
+        c->batch = (uint32_t)window;
+    if (c->server && !c->pin && !c->insecure) {
+        fprintf(stderr, "felix-bench: --server needs --pin HEX (the fingerprint felix-broker "
+                        "prints at start) or --insecure\n");
+        return 2;
+    }
+    return 0;
+}
+
 /* Fills mode defaults and checks the combination. Returns 0 or 2. */
 static int finish_cfg(opts *o)
 {
     fx_bench_cfg *c = &o->c;
+    if (c->mode == FX_BENCH_GROUP)
+        return finish_group(o);
+    if (o->seen & GROUP_ONLY) {
+        fprintf(stderr, "felix-bench: --group-cell, --consumers, --count and --ack-wait-ms need "
+                        "--mode group\n");
+        return 2;
+    }
     if (c->mode == FX_BENCH_FSYNC_PROBE)
         return finish_probe(o);
     if (o->probe_set) {
@@ -486,7 +617,7 @@ static int finish_cfg(opts *o)
         return 2;
     }
     bool acked = c->mode == FX_BENCH_THROUGHPUT && c->ack;
-    if (o->acked_set && !acked) {
+    if ((o->acked_set || o->window_set) && !acked) {
         fprintf(stderr, "felix-bench: --publishers and --window need --mode throughput --ack\n");
         return 2;
     }
@@ -609,6 +740,23 @@ static void profile(const opts *o, fx_broker_opts *bo)
     }
 }
 
+/* group: the stream's ring holds the whole backlog (or the live run's
+ * credit window) with room to spare, and no retained-bytes limit evicts it,
+ * as bench/groups.sh starts an external broker. */
+static void group_ring(const fx_bench_cfg *c, fx_broker_opts *bo)
+{
+    uint64_t n = c->group_count + fx_bench_credit_window(c->payload) + 1024;
+    if (n > (1u << 24))
+        n = 1u << 24;
+    if (bo->log_capacity < n)
+        bo->log_capacity = (uint32_t)n;
+    uint64_t bytes = n * (c->payload + 64);
+    if (bo->log_capacity_bytes < bytes)
+        bo->log_capacity_bytes = bytes;
+    bo->retained_bytes_limit = 0;
+    bo->tenant_retained_bytes = 0;
+}
+
 static int inproc_start(const opts *o, inproc *ip)
 {
     snprintf(ip->dir, sizeof(ip->dir), "/tmp/felix-bench-XXXXXX");
@@ -618,6 +766,8 @@ static int inproc_start(const opts *o, inproc *ip)
     fx_broker_opts_default(&bo);
     bo.quic.state_dir = ip->dir;
     profile(o, &bo);
+    if (o->c.mode == FX_BENCH_GROUP)
+        group_ring(&o->c, &bo);
     if (o->c.dir != NULL) { /* every stream durable, the durable settings' defaults */
         bo.durable.dir = o->c.dir;
         bo.durable.durable_default = true;
@@ -809,6 +959,12 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
         return;
     }
     json_common(o, r, run);
+    if (c->mode == FX_BENCH_GROUP) {
+        fx_bench_group_json(c, r);
+        json_tail(o, r);
+        fflush(stdout);
+        return;
+    }
     if (c->mode == FX_BENCH_IDLE_SUBS) {
         printf("\"subs\":%llu,\"sub_clients\":%u,\"rss_idle_kb\":%llu,\"rss_subs_kb\":%llu,",
                (unsigned long long)c->subs, r->sub_clients, (unsigned long long)r->rss_idle_kb,
@@ -917,6 +1073,15 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
     char line[512], samples[96];
     if (c->mode == FX_BENCH_FSYNC_PROBE) {
         print_probe_human(o, r, run);
+        return;
+    }
+    if (c->mode == FX_BENCH_GROUP) {
+        fx_bench_group_format(line, sizeof(line), c, r);
+        printf("run %d  payload %zu  %s\n", run, c->payload, line);
+        if (r->have_server)
+            printf("       broker: peak RSS %.1f MB, CPU %.0f%%\n", (double)r->peak_rss_kb / 1024.0,
+                   100.0 * (r->server_user_s + r->server_sys_s) / r->run_s);
+        fflush(stdout);
         return;
     }
     fx_bench_format_samples(samples, sizeof(samples), &r->lat);
@@ -1043,6 +1208,15 @@ static void print_medians(const opts *o, const fx_bench_result *rs, int n)
                median_of(rs, n, offsetof(fx_bench_result, msgs_per_s)),
                median_of(rs, n, offsetof(fx_bench_result, replay_msgs_per_s)),
                median_of(rs, n, offsetof(fx_bench_result, replay_vs_live)));
+    else if (o->c.mode == FX_BENCH_GROUP && o->c.group_cell == FX_BENCH_GCELL_REDELIVERY)
+        printf("median of %d: lateness p50 %.3f  p99 %.3f ms\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, lateness_p50_ms)),
+               median_of(rs, n, offsetof(fx_bench_result, lateness_p99_ms)));
+    else if (o->c.mode == FX_BENCH_GROUP)
+        printf("median of %d: %.0f acked msg/s  publish -> delivery p50 %.1f  p99 %.1f us\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, msgs_per_s)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p50_us)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p99_us)));
     else if (o->c.mode == FX_BENCH_IDLE_SUBS)
         printf("median of %d: %.0f bytes per subscription\n", n,
                median_of(rs, n, offsetof(fx_bench_result, bytes_per_sub)));

@@ -6,6 +6,7 @@
  * threads and the client library its loops). */
 /* fx-test-libs: fx_client fx_broker fx_quic fx_wire fx_base */
 #include "../../bench/bench_acked.c"
+#include "../../bench/bench_group.c"
 #include "../../bench/bench_lib.c"
 #include "../../bench/bench_probe.c"
 #include "../../bench/bench_replay.c"
@@ -872,6 +873,132 @@ static void test_cli_fsync_probe_prints_one_json_line(void **state)
     rm_rf(dir);
 }
 
+/* ---- group mode: option parsing and the per-sequence verification ------------------- */
+
+static void test_cli_group_refuses_bad_arguments(void **state)
+{
+    (void)state;
+    cli_refused("--mode group --group-cell nope", "bad value for --group-cell: 'nope'");
+    cli_refused("--mode group --consumers 0", "bad value for --consumers");
+    cli_refused("--mode group --consumers 65", "bad value for --consumers");
+    cli_refused("--mode group --count 0", "bad value for --count");
+    cli_refused("--mode group --count 16777217", "bad value for --count");
+    cli_refused("--mode group --ack-wait-ms 0", "bad value for --ack-wait-ms");
+    cli_refused("--mode group --window 0", "--window must be at least 1");
+    cli_refused("--mode group --fanout 2", "group mode: --fanout does not apply");
+    cli_refused("--mode group --streams 2", "group mode: --streams does not apply");
+    cli_refused("--mode group --ack", "group mode: --ack does not apply");
+    cli_refused("--mode group --publishers 2", "group mode: --publishers does not apply");
+    cli_refused("--mode group --total 5", "group mode: --total does not apply");
+    cli_refused("--mode group --group-cell live --count 5", "group live: --count");
+    cli_refused("--mode group --group-cell live --batch 8", "group live: --batch");
+    cli_refused("--mode group --group-cell backlog --rate 5", "group backlog: --rate");
+    cli_refused("--mode group --group-cell redelivery --consumers 3",
+                "group redelivery: --consumers");
+    cli_refused("--mode group --server 127.0.0.1:1", "--server needs --pin HEX");
+    cli_refused("--mode throughput --consumers 2", "need --mode group");
+    cli_refused("--mode latency --group-cell live", "need --mode group");
+    cli_refused("--mode throughput --count 9", "need --mode group");
+    cli_refused("--mode throughput --window 4", "--publishers and --window need --mode "
+                                                "throughput --ack");
+    char out[8192];
+    assert_int_equal(bench_cli("--help", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "fsync-probe|replay|group]"));
+    assert_non_null(strstr(out, "--group-cell CELL"));
+    assert_non_null(strstr(out, "--ack-wait-ms MS"));
+}
+
+/* Delivers sequence |seq| once into |t| (a 32-byte stamped payload). */
+static uint8_t gdeliver(fx_bench_gtrack *t, uint64_t seq)
+{
+    uint8_t msg[32] = {0}, prev = 0xff;
+    fx_bench_stamp(msg, seq, 1);
+    assert_int_equal(fx_bench_gtrack_deliver(t, msg, sizeof(msg), &prev), seq);
+    return prev;
+}
+
+static void test_group_tracking_counts_dups_missing_and_acks(void **state)
+{
+    (void)state;
+    fx_bench_gcell cell;
+    assert_int_equal(fx_bench_gcell_parse("redelivery", &cell), 0);
+    assert_int_equal(cell, FX_BENCH_GCELL_REDELIVERY);
+    assert_int_equal(fx_bench_gcell_parse("Backlog", &cell), -1);
+    assert_string_equal(fx_bench_gcell_name(FX_BENCH_GCELL_LIVE), "live");
+
+    fx_bench_gtrack t;
+    assert_int_equal(fx_bench_gtrack_init(&t, 8), 0);
+    /* 0..5 once, 2 twice more, 6 and 7 never; a short payload and one out of range are bad. */
+    for (uint64_t s = 0; s < 6; s++)
+        assert_int_equal(gdeliver(&t, s), 0);
+    assert_int_equal(gdeliver(&t, 2), 1);
+    assert_int_equal(gdeliver(&t, 2), 2);
+    uint8_t msg[32] = {0}, prev;
+    assert_int_equal(fx_bench_gtrack_deliver(&t, msg, 8, &prev), UINT64_MAX);
+    fx_bench_stamp(msg, 8, 1);
+    assert_int_equal(fx_bench_gtrack_deliver(&t, msg, sizeof(msg), &prev), UINT64_MAX);
+    for (uint64_t s = 0; s < 6; s++)
+        assert_int_equal(fx_bench_gtrack_ack(&t, s), s + 1);
+    assert_int_equal(fx_bench_gtrack_ack(&t, 2), 0); /* a repeated ack counts once */
+    assert_int_equal(fx_bench_gtrack_ack(&t, 99), 0);
+
+    fx_bench_gcount k = {0};
+    fx_bench_gtrack_tally(&t, 8, 1, NULL, &k);
+    assert_int_equal(k.expected, 8);
+    assert_int_equal(k.distinct, 6);
+    assert_int_equal(k.dups, 1);
+    assert_int_equal(k.extra, 2);
+    assert_int_equal(k.missing, 2);
+    assert_int_equal(k.acked, 6);
+    char why[192];
+    assert_false(fx_bench_group_verdict(&k, why, sizeof(why)));
+    assert_non_null(strstr(why, "2 missing, 1 duplicated (2 extra deliveries), 6 of 8 acked"));
+
+    /* Redelivery: two deliveries each are expected; missing means B never got it again. */
+    uint64_t again[8] = {5, 5, 5, 5, 5, 5, 0, 0};
+    fx_bench_gtrack_tally(&t, 6, 2, again, &k);
+    assert_int_equal(k.dups, 1); /* sequence 2: three deliveries */
+    assert_int_equal(k.extra, 1);
+    assert_int_equal(k.missing, 0);
+
+    /* A clean run is valid; an error, a skipped record or the deadline is not. */
+    fx_bench_gcount ok = {.expected = 6, .distinct = 6, .acked = 6};
+    assert_true(fx_bench_group_verdict(&ok, why, sizeof(why)));
+    ok.skipped = 1;
+    assert_false(fx_bench_group_verdict(&ok, why, sizeof(why)));
+    ok.skipped = 0;
+    ok.ack_errors = 1;
+    assert_false(fx_bench_group_verdict(&ok, why, sizeof(why)));
+    assert_non_null(strstr(why, "1 ack errors"));
+    ok.ack_errors = 0;
+    ok.hit_deadline = true;
+    assert_false(fx_bench_group_verdict(&ok, why, sizeof(why)));
+    fx_bench_gtrack_deinit(&t);
+
+    int64_t late[] = {-2000000, 1000000, 3000000, 250000000};
+    assert_true(isnan(fx_bench_pct_i64_ms(late, 0, 0.5)));
+    assert_true(fx_bench_pct_i64_ms(late, 4, 0.5) == 1.0);
+    assert_true(fx_bench_pct_i64_ms(late, 4, 0.99) == 250.0);
+    assert_true(fx_bench_pct_i64_ms(late, 4, 0.0) == -2.0);
+}
+
+static void test_stream_counts_are_read_by_namespace_and_stream(void **state)
+{
+    (void)state;
+    const char *json = "{\"streams\":[{\"tenant\":\"t\",\"namespace\":\"bench\",\"stream\":\"a\","
+                       "\"messages\":3,\"first_offset\":1,\"next_offset\":4},"
+                       "{\"tenant\":\"t\",\"namespace\":\"bench\",\"stream\":\"g1\","
+                       "\"messages\":1000,\"first_offset\":0,\"next_offset\":1000}]}";
+    fx_bench_stream_info sc = {0};
+    assert_int_equal(fx_bench_stream_counts_parse(json, "bench", "g1", &sc), 0);
+    assert_int_equal(sc.messages, 1000);
+    assert_int_equal(sc.first_offset, 0);
+    assert_int_equal(sc.next_offset, 1000);
+    assert_int_equal(fx_bench_stream_counts_parse(json, "other", "g1", &sc), -ENOENT);
+    assert_int_equal(fx_bench_stream_counts_parse("{\"x\":1}", "bench", "g1", &sc), -EPROTO);
+    assert_int_equal(fx_bench_stream_counts_parse("not json", "bench", "g1", &sc), -EPROTO);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_fsync_probe_counts_groups_and_fdatasync_latencies),
     cmocka_unit_test(test_fsync_probe_rolls_over_to_new_files),
@@ -882,6 +1009,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cli_fsync_probe_refuses_bad_arguments),
     cmocka_unit_test(test_cli_replay_refuses_bad_arguments),
     cmocka_unit_test(test_cli_fsync_probe_prints_one_json_line),
+    cmocka_unit_test(test_cli_group_refuses_bad_arguments),
+    cmocka_unit_test(test_group_tracking_counts_dups_missing_and_acks),
+    cmocka_unit_test(test_stream_counts_are_read_by_namespace_and_stream),
     cmocka_unit_test(test_acked_mode_blocking_publishers_report_rate_and_latency),
     cmocka_unit_test(test_acked_mode_async_window_is_valid_and_drains),
     cmocka_unit_test(test_latency_rate_paces_round_trips),
