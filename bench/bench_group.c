@@ -475,7 +475,8 @@ static int setup_stream(grun *G, fx_bench_result *r)
 }
 
 /* Redelivery: member A joins alone and takes every record, acking none
- * (its window is the record count, so it can hold them all). */
+ * (its window is the record count, so it can hold them all), and stays
+ * joined: its leases lapse. */
 static int take_unacked(grun *G, fx_bench_result *r)
 {
     gmember *a = &G->m[G->n];
@@ -518,12 +519,10 @@ static int start_members(grun *G, fx_bench_result *r)
             return gerr(r, rv, "consumer thread");
         G->m[i].started = true;
     }
-    if (rv == 0 && redelivery) {
-        /* A "crashes": it leaves without acking. Records it took wait for
-         * their ack wait (fx_group_leave), and only B is left to get them. */
-        fx_group_leave(G->m[G->n].g);
-        G->m[G->n].g = NULL;
-    }
+    /* Redelivery: A "freezes": it stays joined and never acks, so each record
+     * it took comes back when its lease lapses, to B (a redelivery goes to
+     * another member than the one that let it lapse). A leaving member's
+     * records would come back at once instead. A leaves at the end. */
     return rv;
 }
 

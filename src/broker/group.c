@@ -466,6 +466,8 @@ static void arm_timer(struct fxb_group *g)
 /* Hands out what the group can now. */
 static void pump(struct fxb_group *g)
 {
+    if (g->deleted)
+        return;
     fx_loop *l = g->w->loop;
     uint64_t now_ns = fx_loop_now(l);
     uint64_t now_us = now_ns / 1000;
@@ -513,10 +515,18 @@ static void pump_task_cb(fx_loop *l, fx_task *t, void *user)
     (void)l;
     (void)t;
     struct fxb_group *g = user;
-    if (g->deleted)
-        group_free(g);
-    else
+    if (!g->deleted)
         pump(g);
+    else if (g->joining == 0)
+        group_free(g); /* else the last joiner's unjoin posts this again */
+}
+
+/* A joined member of |g| will not become one (it left, or |g| is deleted). */
+static void unjoin(struct fxb_group *g)
+{
+    g->joining--;
+    if (g->deleted && g->joining == 0)
+        fx_loop_post(g->w->loop, &g->pump_task); /* frees it */
 }
 
 void fxb_group_pump(struct fxb_group *g)
@@ -548,6 +558,34 @@ static void timer_cb(fx_loop *l, fx_timer *t, void *user)
     struct fxb_group *g = user;
     g->timer_at_ns = 0;
     pump(g);
+}
+
+static void member_out(fx_loop *l, fxb_sub *sub);
+static void finish_events(fxb_sub *sub);
+
+void fxb_group_end_stream(fxb_worker *w, fx_stream_handle *h)
+{
+    fxb_idslot *e = fxb_idtable_find(&w->groups, fx_stream_handle_id(h));
+    if (e == NULL)
+        return;
+    fxb_sgroups *sg = e->p;
+    fxb_idtable_remove(&w->groups, e);
+    while (sg->head != NULL) {
+        struct fxb_group *g = sg->head;
+        g->deleted = true; /* no more deliveries; joiners end when they come */
+        for (uint32_t i = 0; i < g->members_cap; i++) {
+            fxb_sub *sub = g->members[i];
+            if (sub == NULL)
+                continue;
+            fxb_sub_ref(sub); /* member_out drops the group's */
+            member_out(w->loop, sub);
+            finish_events(sub);
+            fxb_sub_unref(sub);
+        }
+        fxb_group_delete(g); /* unlinks it from |sg| */
+    }
+    fx_stream_handle_unref(sg->h);
+    free(sg);
 }
 
 void fxb_group_on_append(fxb_worker *w, fx_stream_handle *h)
@@ -600,6 +638,7 @@ static int join(fxb_sub *sub)
     /* The member enters the engine once its event stream is open
      * (activate): nothing is handed to it before. */
     gp->g = g;
+    g->joining++;
     const fxb_gs_config *c = fxb_gs_config_of(g->gs);
     uint32_t win = gp->window != 0 ? gp->window : 256;
     gp->granted = win > c->member_window_max ? c->member_window_max : win;
@@ -650,6 +689,8 @@ static void member_out(fx_loop *l, fxb_sub *sub)
     fxb_sub_group *gp = &sub->grp;
     struct fxb_group *g = gp->g;
     gp->g = NULL;
+    if (g != NULL && gp->mid == FXB_GS_NO_MEMBER)
+        unjoin(g);
     if (g != NULL && gp->mid != FXB_GS_NO_MEMBER) {
         fxb_gs_member_remove(g->gs, gp->mid, fx_loop_now(l) / 1000);
         g->members[gp->mid] = NULL;
@@ -773,8 +814,6 @@ static bool apply(struct fxb_group *g, uint32_t mid, struct fxb_gops *o, uint64_
     return leave;
 }
 
-static void member_out(fx_loop *l, fxb_sub *sub);
-static void finish_events(fxb_sub *sub);
 
 void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user)
 {
@@ -787,10 +826,18 @@ void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user)
     pthread_mutex_unlock(&gp->mu);
     struct fxb_group *g = gp->g;
     uint64_t now_us = fx_loop_now(l) / 1000;
-    if (g != NULL && gp->mid == FXB_GS_NO_MEMBER &&
-        (atomic_load_explicit(&sub->closed, memory_order_acquire) ||
-         !atomic_load_explicit(&sub->active, memory_order_acquire) || activate(sub, now_us) != 0))
-        g = NULL; /* not in the engine: its operations name nothing it holds */
+    if (g != NULL && gp->mid == FXB_GS_NO_MEMBER) {
+        if (atomic_load_explicit(&sub->closed, memory_order_acquire) ||
+            !atomic_load_explicit(&sub->active, memory_order_acquire)) {
+            g = NULL; /* its unregister comes: member_out unjoins it */
+        } else if (g->deleted || activate(sub, now_us) != 0) {
+            unjoin(g); /* deleted meanwhile, or no memory: it gets nothing, its stream ends */
+            gp->g = g = NULL;
+            finish_events(sub);
+        } else {
+            g->joining--; /* a member now */
+        }
+    }
     while (o != NULL) {
         struct fxb_gops *next = o->next;
         if (g != NULL && apply(g, gp->mid, o, now_us)) {

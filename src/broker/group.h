@@ -96,6 +96,9 @@ int fxb_group_queue_ops(fxb_sub *sub, const uint8_t *body, size_t len, struct fx
  * out. Cheap when the worker has no group. Worker loop. */
 void fxb_group_on_append(fxb_worker *w, fx_stream_handle *h);
 
+/* The stream of |h| was deleted: its groups go, and each member's event
+ * stream is finished after what is queued on it. Worker loop. */
+void fxb_group_end_stream(fxb_worker *w, fx_stream_handle *h);
 /* Frees the worker's groups (teardown, loop stopped). */
 void fxb_group_worker_deinit(fxb_worker *w);
 

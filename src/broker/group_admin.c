@@ -340,7 +340,7 @@ static void delete_part(gask *a)
     if (g == NULL)
         return;
     a->existed = true;
-    if (g->nmembers > 0) {
+    if (g->nmembers + g->joining > 0) {
         a->rv = -EBUSY;
         a->why = "the consumer group has members joined: they must leave before it is deleted";
         return;

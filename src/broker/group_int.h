@@ -46,7 +46,8 @@ struct fxb_group {
     fx_stream_handle *dlq;  /* its dead-letter stream, once used (a reference) */
     uint64_t dlq_retry_ns;  /* a dead letter waits for room in the stream's worker queue */
     uint32_t nmembers;      /* members in the engine */
-    bool deleted;           /* removed: its pending pump task frees it */
+    uint32_t joining;       /* members joined whose event stream is not open yet */
+    bool deleted;           /* removed: freed once no member is joining (pump task) */
 };
 
 /* The groups of |h| on |w| (NULL: none). */

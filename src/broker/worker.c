@@ -482,6 +482,7 @@ void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h)
 {
     fx_stream_handle_set_ended(h);
     fxb_durable_end_stream(w, h);
+    fxb_group_end_stream(w, h);
     for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->feed.wnext) {
         if (sub->h != h || sub->feed.ending)
             continue;

@@ -514,7 +514,7 @@ static int snap_frame(const uint8_t *buf, size_t len, size_t *pn, size_t *pnin, 
 int fx_gjournal_decode_snapshot(const uint8_t *buf, size_t len, fx_gjournal_state *s,
                                 uint64_t *pseq, char *why, size_t whylen)
 {
-    size_t n, nin;
+    size_t n = 0, nin = 0; /* set by snap_frame when it returns 0 (GCC cannot tell) */
     int rv = snap_frame(buf, len, &n, &nin, why, whylen);
     if (rv != 0)
         return rv;

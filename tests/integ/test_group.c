@@ -427,7 +427,36 @@ static void test_the_group_bit_is_granted_only_to_a_client_that_offers_it(void *
     t_free(t);
 }
 
+static bool ev_finished(T *t)
+{
+    tstream *s = t->arg;
+    return s->fin || s->closed;
+}
+
+static void test_deleting_the_stream_finishes_every_members_event_stream(void **state)
+{
+    (void)state;
+    T *t = group_t();
+    t_start(t);
+    member a = join(t, t_connect(t), "gone", "g", ",\"create\":\"all\",\"window\":4");
+    member b = join(t, t_connect(t), "gone", "g", ",\"window\":4");
+    tstream *p = authed_stream(t, t_connect(t));
+    publish_range(t, p, "gone", 0, 6);
+    wait_recs(t, 6, 3000);
+    fx_registry_err err;
+    assert_int_equal(fx_broker_delete_stream(t->b, "t1", "default", "gone", &err), 0);
+    assert_true(run_until_arg(t, ev_finished, a.ev, 3000));
+    assert_true(run_until_arg(t, ev_finished, b.ev, 3000));
+    char *js = NULL;
+    assert_int_not_equal(fx_broker_list_groups(t->b, "t1", "default", "gone", "g", 1000000000ull,
+                                               &js, &err),
+                         0); /* gone with its stream */
+    free(js);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_deleting_the_stream_finishes_every_members_event_stream),
         cmocka_unit_test(test_two_members_share_the_stream_and_no_record_goes_to_both),
         cmocka_unit_test(test_a_record_not_acked_comes_back_after_the_ack_wait_with_the_next_attempt),
         cmocka_unit_test(test_nak_now_and_nak_with_a_delay_redeliver_when_asked),
