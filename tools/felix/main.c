@@ -1,6 +1,7 @@
 /* felix: the command-line client of Felix-C. Dispatches to the command
- * (pub, sub, stats, streams, token, bench) and answers --help and --version. Main thread;
- * libfelix runs its own loop thread while pub and sub are connected. */
+ * (pub, sub, consume, stats, streams, token, bench, log) and answers --help
+ * and --version. Main thread; libfelix runs its own loop thread while pub,
+ * sub and consume are connected. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,9 +17,9 @@ typedef struct command {
 } command;
 
 static const command COMMANDS[] = {
-    {"pub", fx_cli_pub},         {"sub", fx_cli_sub},     {"stats", fx_cli_stats},
-    {"streams", fx_cli_streams}, {"token", fx_cli_token}, {"bench", fx_cli_bench},
-    {"log", fx_cli_log},
+    {"pub", fx_cli_pub},         {"sub", fx_cli_sub},         {"stats", fx_cli_stats},
+    {"streams", fx_cli_streams}, {"token", fx_cli_token},     {"bench", fx_cli_bench},
+    {"log", fx_cli_log},         {"consume", fx_cli_consume},
 };
 
 int main(int argc, char **argv)
