@@ -13,7 +13,7 @@ A thin layer over libfelix (the C client library) with ctypes::
 libfelix is loaded from $FELIX_LIBRARY, else by its soname libfelix.so.0.
 """
 
-from .client import SLICE_MS, Client, Event, Subscription
+from .client import SLICE_MS, Client, Event, Group, GroupMessage, Subscription
 from .errors import (
     AuthError,
     Closed,
@@ -40,6 +40,8 @@ __all__ = [
     "Client",
     "Subscription",
     "Event",
+    "Group",
+    "GroupMessage",
     "SLICE_MS",
     "Error",
     "AuthError",

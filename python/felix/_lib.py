@@ -23,6 +23,7 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
+from typing import List
 
 SONAME = "libfelix.so.0"
 
@@ -122,12 +123,58 @@ class ClientStats(Structure):
     _fields_ = [("publishes_lost", c_uint64), ("reconnects", c_uint64)]
 
 
+class GroupOpts(Structure):
+    """fx_group_opts, in header order."""
+
+    _fields_ = [
+        ("size", c_size_t),
+        ("ns", c_char_p),
+        ("stream", c_char_p),
+        ("group", c_char_p),
+        ("member", c_char_p),
+        ("window", c_uint32),
+        ("ack_wait_ms", c_int),
+        ("create", POINTER(Start)),
+    ]
+
+
+class GroupMsg(Structure):
+    _fields_ = [
+        ("payload", POINTER(c_uint8)),
+        ("len", c_size_t),
+        ("offset", c_uint64),
+        ("attempt", c_uint32),
+        ("skipped", c_uint64),
+    ]
+
+
+class MemberStats(Structure):
+    _fields_ = [
+        ("received", c_uint64),
+        ("delivered", c_uint64),
+        ("expired", c_uint64),
+        ("dropped", c_uint64),
+        ("ops_sent", c_uint64),
+        ("frames_sent", c_uint64),
+        ("refused", c_uint64),
+        ("reconnects", c_uint64),
+    ]
+
+
 def room(struct_type: type) -> ctypes.Array:
     """A zeroed buffer for |struct_type| with STRUCT_ROOM bytes of headroom."""
     return ctypes.create_string_buffer(max(STRUCT_ROOM, ctypes.sizeof(struct_type)))
 
 
-def _declare(lib: ctypes.CDLL) -> None:
+# Functions a libfelix from before consumer groups lacks: the package still
+# loads it, and Client.join_group names what is missing.
+_OPTIONAL_PREFIX = "fx_group_"
+missing: List[str] = []
+
+
+def _declare(lib: ctypes.CDLL) -> List[str]:
+    """Sets restype/argtypes of every function used; returns the optional
+    ones |lib| does not export."""
     p = c_void_p
     sigs = {
         "fx_client_opts_init": (None, [p]),
@@ -144,13 +191,28 @@ def _declare(lib: ctypes.CDLL) -> None:
         "fx_subscription_error": (c_int, [p, p]),
         "fx_client_get_stats": (c_int, [p, p]),
         "fx_unsubscribe": (None, [p]),
+        "fx_group_opts_init": (None, [p]),
+        "fx_group_join": (c_int, [POINTER(c_void_p), p, p]),
+        "fx_group_next": (c_int, [p, p, c_int]),
+        "fx_group_ack": (c_int, [p, c_uint64]),
+        "fx_group_nak": (c_int, [p, c_uint64, c_uint32, c_int]),
+        "fx_group_in_progress": (c_int, [p, c_uint64, c_uint32]),
+        "fx_group_term": (c_int, [p, c_uint64, c_uint32, c_char_p]),
+        "fx_group_ack_sync": (c_int, [p, c_int]),
+        "fx_group_stats": (c_int, [p, p]),
+        "fx_group_leave": (None, [p]),
         "fx_strerror": (c_char_p, [c_int]),
         "fx_errname": (c_char_p, [c_int]),
     }
+    absent = []
     for name, (res, args) in sigs.items():
+        if name.startswith(_OPTIONAL_PREFIX) and not hasattr(lib, name):
+            absent.append(name)
+            continue
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+    return absent
 
 
 def load() -> ctypes.CDLL:
@@ -169,7 +231,7 @@ def load() -> ctypes.CDLL:
             else "%s (install libfelix, run ldconfig, or set FELIX_LIBRARY)" % SONAME
         )
         raise OSError("felix: cannot load %s: %s" % (hint, e)) from e
-    _declare(lib)
+    missing[:] = _declare(lib)
     return lib
 
 

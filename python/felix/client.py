@@ -1,4 +1,4 @@
-"""felix.Client and felix.Subscription over libfelix.
+"""felix.Client, felix.Subscription and felix.Group over libfelix.
 
 Threads: every libfelix call runs on the calling Python thread with the GIL
 released (ctypes.CDLL); no Python code ever runs on a libfelix loop thread
@@ -31,10 +31,12 @@ from . import _lib
 from . import errors as _errors
 from ._lib import lib
 
-__all__ = ["Client", "Subscription", "Event", "Bytes", "Start"]
+__all__ = ["Client", "Subscription", "Event", "Group", "GroupMessage", "Bytes", "Start",
+           "Create"]
 
 Bytes = Union[bytes, bytearray, memoryview, str]
 Start = Union[str, int]
+Create = Union[None, str, int]
 
 # How long one fx_subscription_next call may wait: the bound on how late a
 # blocked iteration sees Ctrl-C or a close() from another thread.
@@ -169,6 +171,7 @@ class Client:
         self._c: Optional[int] = None
         self._cp: Optional[ctypes.c_void_p] = None  # the same handle, ready to pass
         self._subs: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
+        self._groups: "weakref.WeakSet[Group]" = weakref.WeakSet()
         self._names: Dict[str, bytes] = {}
         buf = _lib.room(_lib.ClientOpts)
         lib.fx_client_opts_init(buf)
@@ -274,11 +277,13 @@ class Client:
     def close(self, timeout: Optional[float] = 5.0) -> None:
         """Closes the client without losing what was published: queued
         publishes are sent and taken by the broker within |timeout| seconds
-        (None: no limit). Its subscriptions are closed first. Raises Timeout
-        when the deadline cut the close short, or the error that ended a
-        publish stream early. Closing twice does nothing."""
+        (None: no limit). Its subscriptions and group members are closed
+        first. Raises Timeout when the deadline cut the close short, or the
+        error that ended a publish stream early. Closing twice does nothing."""
         for sub in list(self._subs):
             sub.close()
+        for g in list(self._groups):
+            g.close()
         c, self._c, self._cp = self._c, None, None
         if c is None:
             return
@@ -462,6 +467,100 @@ class Client:
         return sub
 
 
+    # ---- consumer groups -----------------------------------------------------------
+
+    def join_group(self, ns: str, stream: str, group: str, member: Optional[str] = None,
+                   window: int = 0, ack_wait: Optional[float] = None,
+                   create: Create = None) -> "Group":
+        """Joins consumer group |group| on |ns|/|stream| as one member and
+        returns the Group once the broker accepted.
+
+        The members of a group share the stream's records: each goes to one
+        member at a time and is redelivered (attempt + 1) when that member
+        naks it, lets its ack wait pass or leaves without settling it.
+        |member| names this member (None: a generated name; joining again
+        under a name gets back what that member held); |window| the records
+        it may hold unsettled (0: 256); |ack_wait| the seconds after which a
+        record not acked is redelivered (None: the group's). |create|
+        creates the group if it does not exist: "all" (every record the
+        stream still holds), "new" (records appended from now on) or an
+        offset (int); None: joining a missing group raises RemoteError.
+        Raises ProtocolError when the broker does not serve consumer
+        groups, StreamNotFound, Forbidden, RemoteError (the broker's
+        message), Timeout, Closed.
+        """
+        if _lib.missing:
+            raise _errors.Error(-38, "ENOSYS",
+                                "this libfelix has no consumer groups (no %s): install a "
+                                "newer libfelix" % ", ".join(_lib.missing))
+        buf = _lib.room(_lib.GroupOpts)
+        lib.fx_group_opts_init(buf)
+        o = _lib.GroupOpts.from_buffer(buf)
+        if o.size < ctypes.sizeof(_lib.GroupOpts) or o.size > len(buf):
+            raise _errors.ConfigError(
+                _errors.FX_ECONFIG, "FX_ECONFIG",
+                "libfelix's fx_group_opts is %d bytes; this felix package expects %d..%d"
+                % (o.size, ctypes.sizeof(_lib.GroupOpts), len(buf)))
+        o.ns, o.stream, o.group = self._name(ns), self._name(stream), self._name(group)
+        o.member = None if member is None else _no_nul(member.encode("utf-8"), "member")
+        if not isinstance(window, int) or isinstance(window, bool) or not 0 <= window < 1 << 32:
+            raise ValueError("window must be an int from 0 to 2**32 - 1, not %r" % (window,))
+        o.window = window
+        o.ack_wait_ms = _ack_wait_ms(ack_wait)
+        st = _group_create(create)
+        if st is not None:
+            o.create = ctypes.pointer(st)
+        h = ctypes.c_void_p()
+        rv = lib.fx_group_join(ctypes.byref(h), self._handle(), buf)
+        if rv != 0:
+            what = "join group %s on %s/%s" % (group, ns, stream)
+            if rv == _errors.FX_EPROTO:
+                what += " (does the broker serve consumer groups?)"
+            raise _error(rv, what)
+        g = Group(self, h, ns, stream, group, member)
+        self._groups.add(g)
+        return g
+
+
+def _ack_wait_ms(ack_wait: Optional[float]) -> int:
+    if ack_wait is None:
+        return 0
+    if isinstance(ack_wait, bool) or not isinstance(ack_wait, (int, float)) or \
+            not 0 < ack_wait <= 2147483.647:
+        raise ValueError("ack_wait must be None or seconds in (0, 2147483.647], not %r"
+                         % (ack_wait,))
+    return max(1, int(ack_wait * 1000))
+
+
+def _group_create(create: Create) -> Optional[_lib.Start]:
+    """fx_group_opts.create for |create|: None, "all", "new" or an offset."""
+    if create is None:
+        return None
+    st = _lib.Start()
+    if create == "all":
+        st.kind = _lib.START_EARLIEST
+    elif create == "new":
+        st.kind = _lib.START_LATEST
+    elif isinstance(create, int) and not isinstance(create, bool) and 0 <= create < 1 << 64:
+        st.kind, st.offset = _lib.START_OFFSET, create
+    elif create == "last":
+        raise ValueError("create='last' cannot be asked for through libfelix yet: "
+                         "use 'all', 'new' or an offset")
+    else:
+        raise ValueError("create must be None, 'all', 'new' or an offset >= 0, not %r"
+                         % (create,))
+    return st
+
+
+def _ms(timeout: Optional[float], what: str) -> int:
+    """|timeout| seconds as libfelix milliseconds (None: -1, no limit)."""
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError("%s must be None or seconds >= 0, not %r" % (what, timeout))
+    return min(2147483647, int(timeout * 1000))
+
+
 def _sub_error(h: Union[int, ctypes.c_void_p]) -> _lib.SubError:
     buf = _lib.room(_lib.SubError)
     lib.fx_subscription_error(h, buf)
@@ -580,3 +679,183 @@ class Subscription:
             if h is not None:
                 lib.fx_unsubscribe(h)
         self.end_reason = self.end_reason or "closed"
+
+
+class GroupMessage:
+    """One record given to a group member.
+
+    ``payload`` (bytes), ``offset`` (int), ``attempt`` (1 on the first
+    delivery, more on a redelivery), ``skipped`` (offsets the group settled
+    as skipped just before this one).
+    """
+
+    __slots__ = ("payload", "offset", "attempt", "skipped")
+
+    def __init__(self, payload: bytes, offset: int, attempt: int, skipped: int) -> None:
+        self.payload = payload
+        self.offset = offset
+        self.attempt = attempt
+        self.skipped = skipped
+
+    def __repr__(self) -> str:
+        return "GroupMessage(offset=%d, attempt=%d, skipped=%d, payload=%r)" % (
+            self.offset, self.attempt, self.skipped, self.payload[:32])
+
+
+class Group:
+    """One member of a consumer group (Client.join_group): iterate it for
+    GroupMessages and settle each with ack(), nak(), in_progress() or
+    term().
+
+    ``for m in group`` blocks for the next record (Ctrl-C works) and ends
+    when the broker ends the member (``end_reason`` says so) or the member
+    is closed; a failure (connection lost without reconnect, protocol
+    error) raises its felix.Error. Settling queues an op that the client's
+    loop sends, those of one loop turn in one frame; ack_sync() waits for
+    the broker's answer that they are durable. Use it as a context manager
+    or call leave() (close() is the same), from any thread: a blocked
+    iteration then ends within SLICE_MS. One consumer thread at a time;
+    other threads may settle (waiting up to SLICE_MS for the consumer's
+    current wait).
+    """
+
+    def __init__(self, client: Client, handle: ctypes.c_void_p, ns: str, stream: str,
+                 group: str, member: Optional[str]) -> None:
+        self._h: Optional[ctypes.c_void_p] = handle
+        self._lock = threading.Lock()
+        self._msg_buf = _lib.room(_lib.GroupMsg)
+        self._msg = _lib.GroupMsg.from_buffer(self._msg_buf)
+        self._msg_ptr = ctypes.c_void_p(ctypes.addressof(self._msg_buf))
+        self.client = client
+        self.ns = ns
+        self.stream = stream
+        self.group = group
+        self.member = member
+        self.end_reason: Optional[str] = None
+
+    def __enter__(self) -> "Group":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.leave()
+
+    def __del__(self) -> None:
+        if getattr(self, "_h", None) is not None:
+            self.leave()
+
+    def __iter__(self) -> "Group":
+        return self
+
+    def __next__(self) -> GroupMessage:
+        while True:
+            m = self._next(SLICE_MS)
+            if m is not None:
+                return m
+            if self._h is None or self.end_reason is not None:
+                raise StopIteration
+
+    def get(self, timeout: Optional[float] = None) -> Optional[GroupMessage]:
+        """The next record, waiting up to |timeout| seconds (None: until one
+        arrives); None if the time passed, the broker ended the member or it
+        was left (see ``end_reason``/``closed``). Raises the error that
+        ended the member otherwise (ConnectionLost, ProtocolError)."""
+        if timeout is None:
+            try:
+                return next(self)
+            except StopIteration:
+                return None
+        left_ms = _ms(timeout, "timeout")
+        while True:
+            ms = min(left_ms, SLICE_MS)
+            m = self._next(ms)
+            left_ms -= ms
+            if m is not None or left_ms <= 0 or self._h is None or self.end_reason is not None:
+                return m
+
+    def _next(self, ms: int) -> Optional[GroupMessage]:
+        """One fx_group_next of at most |ms|: a GroupMessage, or None on
+        timeout, when the broker ended the member (end_reason set) or when
+        left."""
+        with self._lock:
+            h = self._h
+            if h is None or self.end_reason is not None:
+                return None
+            rv = lib.fx_group_next(h, self._msg_ptr, ms)
+            if rv == 0:
+                m = self._msg
+                return GroupMessage(ctypes.string_at(m.payload, m.len), m.offset, m.attempt,
+                                    m.skipped)
+            if rv == _errors.FX_ETIMEDOUT:
+                return None
+            err = _error(rv, "group %s on %s/%s" % (self.group, self.ns, self.stream))
+        if rv in (_errors.FX_EEOF, _errors.FX_ECLOSED):
+            self.end_reason = err.message
+            return None
+        raise err
+
+    def _call(self, what: str, fn: Any, *args: Any) -> None:
+        """|fn|(handle, *args) under the lock, so leave() cannot free the
+        member meanwhile; raises its error (Closed once left)."""
+        with self._lock:
+            h = self._h
+            if h is None:
+                raise _errors.Closed(_errors.FX_ECLOSED, "FX_ECLOSED",
+                                     "%s: group member closed" % what)
+            rv = fn(h, *args)
+            if rv != 0:
+                raise _error(rv, "%s (group %s)" % (what, self.group))
+
+    def ack(self, offset: int) -> None:
+        """Acknowledges |offset|: processed, never redelivered. Queues the op
+        and returns (ack_sync() waits for the broker). Raises Closed."""
+        self._call("ack", lib.fx_group_ack, offset)
+
+    def nak(self, offset: int, attempt: int, delay: Optional[float] = None) -> None:
+        """Gives |offset| (delivery |attempt|) back for redelivery after
+        |delay| seconds (None: the group's backoff; 0: at once)."""
+        ms = -1 if delay is None else _ms(delay, "delay")
+        self._call("nak", lib.fx_group_nak, offset, attempt, ms)
+
+    def in_progress(self, offset: int, attempt: int) -> None:
+        """Still working on |offset|: its ack wait starts again."""
+        self._call("in_progress", lib.fx_group_in_progress, offset, attempt)
+
+    def term(self, offset: int, attempt: int, reason: Optional[str] = None) -> None:
+        """Never redeliver |offset|: settled as failed, with |reason| (at most
+        256 bytes of UTF-8; longer raises ConfigError)."""
+        r = None if reason is None else _no_nul(reason.encode("utf-8"), "reason")
+        self._call("term", lib.fx_group_term, offset, attempt, r)
+
+    def ack_sync(self, timeout: Optional[float] = None) -> None:
+        """Sends the ops queued so far and waits up to |timeout| seconds
+        (None: no limit) for the broker's answer that they are durable. Ops
+        the broker refused as stale or invalid are counted in
+        stats()["refused"]. Raises Timeout, ConnectionLost (the ops may not
+        have arrived), Closed."""
+        self._call("ack_sync", lib.fx_group_ack_sync, _ms(timeout, "timeout"))
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def stats(self) -> Dict[str, int]:
+        """The member's counters: received, delivered, expired, dropped,
+        ops_sent, frames_sent, refused, reconnects."""
+        buf = _lib.room(_lib.MemberStats)
+        self._call("stats", lib.fx_group_stats, buf)
+        st = _lib.MemberStats.from_buffer(buf)
+        return {name: getattr(st, name) for name, _ in _lib.MemberStats._fields_}
+
+    def leave(self) -> None:
+        """Leaves the group: records that arrived but were not taken go back
+        to the group at once, the queued ops are sent; records taken but
+        not settled wait for their ack wait. Leaving twice does nothing."""
+        with self._lock:
+            h, self._h = self._h, None
+            if h is not None:
+                lib.fx_group_leave(h)
+        self.end_reason = self.end_reason or "left"
+
+    def close(self) -> None:
+        """The same as leave()."""
+        self.leave()

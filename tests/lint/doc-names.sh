@@ -100,7 +100,7 @@ grep -o '"felix_[a-z0-9_]*"' src/base/metrics_defs.h | tr -d '"' | sort -u >"$tm
 } | sort -u >"$tmp/keys"
 [ -s "$tmp/keys" ] || { echo "doc-names: found no configuration key" >&2; exit 1; }
 {
-    grep -ho '"[a-z0-9-]*", *\(true\|false\),' tools/felix/*.c tools/felix/*.h
+    grep -ho '"[a-z0-9-]*", *\(true\|false\|FX_CLI_NUM_ARG\),' tools/felix/*.c tools/felix/*.h
     grep -ho '{"[a-z0-9-]*", [01], 0,' bench/felix_bench.c
 } | sed 's/^{\{0,1\}"\([a-z0-9-]*\)".*/--\1/' >"$tmp/flags"
 # Options a command parses itself (felix log): strcmp(a, "--flag").

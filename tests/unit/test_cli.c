@@ -1,7 +1,8 @@
 /* Unit tests of the felix CLI's pure layer (tools/felix/cli_lib.c, compiled
  * in): option and path parsing, the common connection flags, publish
  * pacing, Prometheus parsing into the checkpoint table, payload escaping,
- * JSON event lines and the help texts. No broker, no clock, no network. */
+ * JSON event lines, the options of `felix consume` and the help texts. No
+ * broker, no clock, no network. */
 /* fx-test-libs: fx_client fx_quic fx_wire fx_base */
 #include <errno.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../tools/felix/cli_lib.c"
+#include "../../tools/felix/consume_args.c"
 #include "fx_test.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -622,6 +624,299 @@ static void test_json_event_line_uses_base64_for_binary(void **state)
     fx_cli_buf_free(&b);
 }
 
+/* ---- felix consume options ---------------------------------------------------------- */
+
+/* Parses |argv| as `felix consume` does, without the environment and the
+ * help: options through fx_cli_common_apply and fx_cli_consume_option, the
+ * one positional word into |*pos|, then fx_cli_consume_check. Returns 0 or
+ * -EINVAL with |err|. */
+static int consume_parse(int argc, char **argv, fx_cli_consume_args *a, const char **pos, char *err,
+                         size_t errlen)
+{
+    fx_cli_consume_args_init(a);
+    fake_env = NULL;
+    assert_int_equal(fx_cli_common_init(&a->common, env_lookup, err, errlen), 0);
+    fx_cli_args it = {.argc = argc, .argv = argv};
+    int kind, id = 0;
+    const char *val;
+    *pos = NULL;
+    while ((kind = fx_cli_args_next(&it, FX_CLI_CONSUME_OPTS, &id, &val, err, errlen)) > 0) {
+        if (kind == FX_CLI_ARG_POS) {
+            assert_null(*pos);
+            *pos = val;
+            continue;
+        }
+        int rv = fx_cli_common_apply(&a->common, id, val, err, errlen);
+        if (rv == 0)
+            rv = fx_cli_consume_option(a, id, val, err, errlen);
+        if (rv < 0)
+            return rv;
+    }
+    if (kind < 0)
+        return kind;
+    return fx_cli_consume_check(a, err, errlen);
+}
+
+#define NARGS(v) ((int)(sizeof(v) / sizeof((v)[0])))
+
+static void test_consume_defaults_ack_each_record_and_join_without_create(void **state)
+{
+    (void)state;
+    fx_cli_consume_args a;
+    const char *pos;
+    char err[256] = "";
+    char *argv[] = {"--group", "billing", "t1/default/orders"};
+    assert_int_equal(consume_parse(NARGS(argv), argv, &a, &pos, err, sizeof(err)), 0);
+    assert_string_equal(a.group, "billing");
+    assert_string_equal(pos, "t1/default/orders");
+    assert_int_equal(a.settle, FX_CLI_SETTLE_ACK);
+    assert_null(a.create_text);
+    assert_null(a.member);
+    assert_int_equal(a.window, 0);
+    assert_int_equal(a.ack_wait_ms, 0);
+    assert_int_equal(a.nak_delay_ms, -1);
+    assert_false(a.ack_sync);
+    assert_false(a.json);
+    assert_true(a.count == 0 && a.timeout_ms == 0);
+}
+
+static void test_consume_options_fill_member_window_ack_wait_count_and_sync(void **state)
+{
+    (void)state;
+    fx_cli_consume_args a;
+    const char *pos;
+    char err[256] = "";
+    char *argv[] = {"--group=g1",         "--member",   "m-7",        "--window", "32",
+                    "--ack-wait-ms=1500", "--ack-sync", "--count",    "10",       "--json",
+                    "--timeout-ms",       "2000",       "--insecure", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(argv), argv, &a, &pos, err, sizeof(err)), 0);
+    assert_string_equal(a.group, "g1");
+    assert_string_equal(a.member, "m-7");
+    assert_int_equal(a.window, 32);
+    assert_int_equal(a.ack_wait_ms, 1500);
+    assert_true(a.ack_sync);
+    assert_true(a.json);
+    assert_true(a.count == 10 && a.timeout_ms == 2000);
+    assert_true(a.common.insecure); /* the common flags still apply */
+    assert_string_equal(pos, "t1/ns/s");
+}
+
+static void test_consume_numbers_must_be_positive_and_in_range(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {
+        {"--window", "0"},      {"--window", "4294967296"},      {"--window", "-1"},
+        {"--ack-wait-ms", "0"}, {"--ack-wait-ms", "2147483648"}, {"--count", "0"},
+        {"--count", "ten"},     {"--timeout-ms", "0"},           {"--timeout-ms", "1.5"},
+        {"--window", ""},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fx_cli_consume_args a;
+        const char *pos;
+        char err[256] = "";
+        char *argv[] = {"--group", "g", (char *)bad[i][0], (char *)bad[i][1], "t1/ns/s"};
+        assert_int_equal(consume_parse(NARGS(argv), argv, &a, &pos, err, sizeof(err)), -EINVAL);
+        /* The message names the option that was refused. */
+        assert_non_null(strstr(err, bad[i][0]));
+    }
+    fx_cli_consume_args a;
+    const char *pos;
+    char err[256] = "";
+    char *ok[] = {"--group",       "g",          "--window", "4294967295",
+                  "--ack-wait-ms", "2147483647", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(ok), ok, &a, &pos, err, sizeof(err)), 0);
+    assert_int_equal(a.window, UINT32_MAX);
+    assert_int_equal(a.ack_wait_ms, 2147483647);
+}
+
+static void test_consume_create_maps_all_new_and_offset_and_refuses_last(void **state)
+{
+    (void)state;
+    fx_start st = {.kind = FX_START_OFFSET, .offset = 9};
+    assert_int_equal(fx_cli_parse_group_create("all", &st), 0);
+    assert_int_equal(st.kind, FX_START_EARLIEST);
+    assert_int_equal(fx_cli_parse_group_create("new", &st), 0);
+    assert_int_equal(st.kind, FX_START_LATEST);
+    assert_int_equal(fx_cli_parse_group_create("42", &st), 0);
+    assert_int_equal(st.kind, FX_START_OFFSET);
+    assert_int_equal(st.offset, 42);
+    assert_int_equal(fx_cli_parse_group_create("last", &st), -ENOTSUP);
+    static const char *const bad[] = {"", "ALL", "earliest", "latest", "-1", "1x", "new "};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(fx_cli_parse_group_create(bad[i], &st), -EINVAL);
+    assert_int_equal(st.kind, FX_START_OFFSET); /* unchanged on error */
+    assert_int_equal(st.offset, 42);
+    assert_int_equal(fx_cli_parse_group_create(NULL, &st), -EINVAL);
+
+    fx_cli_consume_args a;
+    const char *pos;
+    char err[256] = "";
+    char *argv[] = {"--group", "g", "--create", "all", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(argv), argv, &a, &pos, err, sizeof(err)), 0);
+    assert_string_equal(a.create_text, "all");
+    assert_int_equal(a.create.kind, FX_START_EARLIEST);
+    char *last[] = {"--group", "g", "--create", "last", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(last), last, &a, &pos, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "--create last"));
+    char *bogus[] = {"--group", "g", "--create=first", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(bogus), bogus, &a, &pos, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "'first'"));
+}
+
+static void test_consume_nak_takes_an_optional_numeric_delay(void **state)
+{
+    (void)state;
+    fx_cli_consume_args a;
+    const char *pos;
+    char err[256] = "";
+    /* No value: the group's backoff, and the path after it stays the path. */
+    char *bare[] = {"--group", "g", "--nak", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(bare), bare, &a, &pos, err, sizeof(err)), 0);
+    assert_int_equal(a.settle, FX_CLI_SETTLE_NAK);
+    assert_int_equal(a.nak_delay_ms, -1);
+    assert_string_equal(pos, "t1/ns/s");
+    /* A number after it is its delay; an option after it is not taken. */
+    char *num[] = {"--nak", "500", "t1/ns/s", "--group", "g"};
+    assert_int_equal(consume_parse(NARGS(num), num, &a, &pos, err, sizeof(err)), 0);
+    assert_int_equal(a.nak_delay_ms, 500);
+    assert_string_equal(pos, "t1/ns/s");
+    char *opt[] = {"t1/ns/s", "--nak", "--group", "g"};
+    assert_int_equal(consume_parse(NARGS(opt), opt, &a, &pos, err, sizeof(err)), 0);
+    assert_int_equal(a.nak_delay_ms, -1);
+    assert_string_equal(a.group, "g");
+    char *zero[] = {"--group", "g", "--nak=0", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(zero), zero, &a, &pos, err, sizeof(err)), 0);
+    assert_int_equal(a.nak_delay_ms, 0);
+    /* At the end of the line: no value. */
+    char *end[] = {"--group", "g", "t1/ns/s", "--nak"};
+    assert_int_equal(consume_parse(NARGS(end), end, &a, &pos, err, sizeof(err)), 0);
+    assert_int_equal(a.nak_delay_ms, -1);
+    /* "--name=value" must be a delay in range. */
+    char *bad[] = {"--group", "g", "--nak=soon", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(bad), bad, &a, &pos, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "--nak"));
+    char *big[] = {"--group", "g", "--nak=2147483648", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(big), big, &a, &pos, err, sizeof(err)), -EINVAL);
+}
+
+static void test_consume_term_keeps_its_reason_up_to_256_bytes(void **state)
+{
+    (void)state;
+    fx_cli_consume_args a;
+    const char *pos;
+    char err[256] = "";
+    char *argv[] = {"--group", "g", "--term", "bad payload", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(argv), argv, &a, &pos, err, sizeof(err)), 0);
+    assert_int_equal(a.settle, FX_CLI_SETTLE_TERM);
+    assert_string_equal(a.term_reason, "bad payload");
+    char *empty[] = {"--group", "g", "--term=", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(empty), empty, &a, &pos, err, sizeof(err)), 0);
+    assert_null(a.term_reason); /* none */
+    char reason[258];
+    memset(reason, 'r', 256);
+    reason[256] = '\0';
+    char *fits[] = {"--group", "g", "--term", reason, "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(fits), fits, &a, &pos, err, sizeof(err)), 0);
+    assert_int_equal(strlen(a.term_reason), 256);
+    reason[256] = 'r';
+    reason[257] = '\0';
+    assert_int_equal(consume_parse(NARGS(fits), fits, &a, &pos, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "256"));
+}
+
+static void test_consume_needs_a_group_and_one_settle_mode(void **state)
+{
+    (void)state;
+    fx_cli_consume_args a;
+    const char *pos;
+    char err[256] = "";
+    char *nogroup[] = {"t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(nogroup), nogroup, &a, &pos, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "--group"));
+    char *both[] = {"--group", "g", "--nak", "--term", "x", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(both), both, &a, &pos, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "--nak"));
+    char *twice[] = {"--group", "g", "--nak", "1", "--nak", "2", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(twice), twice, &a, &pos, err, sizeof(err)), -EINVAL);
+    char *one[] = {"--group", "g", "--nak", "1", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(one), one, &a, &pos, err, sizeof(err)), 0);
+}
+
+static void test_consume_group_and_member_names_refuse_empty_long_and_controls(void **state)
+{
+    (void)state;
+    char longname[300];
+    memset(longname, 'n', 256);
+    longname[256] = '\0';
+    static const char *const opts[] = {"--group", "--member"};
+    const char *bad[] = {"", "a\tb", "a\x7f", longname};
+    for (size_t o = 0; o < 2; o++) {
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            fx_cli_consume_args a;
+            const char *pos;
+            char err[256] = "";
+            char *argv[] = {"--group", "g", (char *)opts[o], (char *)bad[i], "t1/ns/s"};
+            assert_int_equal(consume_parse(NARGS(argv), argv, &a, &pos, err, sizeof(err)), -EINVAL);
+            assert_non_null(strstr(err, opts[o]));
+        }
+    }
+    longname[255] = '\0';
+    fx_cli_consume_args a;
+    const char *pos;
+    char err[256] = "";
+    char *ok[] = {"--group", longname, "--member", "é-1", "t1/ns/s"};
+    assert_int_equal(consume_parse(NARGS(ok), ok, &a, &pos, err, sizeof(err)), 0);
+    assert_string_equal(a.member, "é-1");
+}
+
+static void test_json_group_record_line_has_attempt_and_skipped(void **state)
+{
+    (void)state;
+    fx_cli_buf b = {0};
+    fx_group_msg m = {
+        .payload = (const uint8_t *)"hi \"x\"", .len = 6, .offset = 7, .attempt = 3, .skipped = 0};
+    assert_int_equal(fx_cli_json_group_msg(&m, 1700000000123u, &b), 0);
+    assert_string_equal(b.p, "{\"offset\":7,\"len\":6,\"payload\":\"hi \\\"x\\\"\",\"attempt\":3,"
+                             "\"recv_ms\":1700000000123}\n");
+    fx_cli_buf_reset(&b);
+    static const uint8_t bin[] = {0xff, 0x00};
+    m = (fx_group_msg){.payload = bin, .len = 2, .offset = 12, .attempt = 1, .skipped = 4};
+    assert_int_equal(fx_cli_json_group_msg(&m, 5, &b), 0);
+    assert_string_equal(b.p,
+                        "{\"offset\":12,\"len\":2,\"payload\":\"/wA=\",\"encoding\":\"base64\","
+                        "\"attempt\":1,\"skipped\":4,\"recv_ms\":5}\n");
+    fx_cli_buf_free(&b);
+}
+
+static void test_consume_help_shows_its_options_and_a_group_example(void **state)
+{
+    (void)state;
+    const fx_cli_help *h = fx_cli_help_find("consume");
+    assert_non_null(h);
+    fx_cli_buf b = {0};
+    assert_int_equal(fx_cli_help_text(h, &b), 0);
+    static const char *const want[] = {"--group G",     "--create all|new|OFFSET",
+                                       "--member",      "--window",
+                                       "--ack-wait-ms", "--nak [DELAY_MS]",
+                                       "--term REASON", "--ack-sync",
+                                       "--count",       "--timeout-ms",
+                                       "--json",        "Example:\n  felix consume "};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        if (strstr(b.p, want[i]) == NULL)
+            fail_msg("felix consume --help lacks '%s'", want[i]);
+    }
+    /* Every option the table takes is in the help. */
+    for (const fx_cli_opt *o = FX_CLI_CONSUME_OPTS; o->name != NULL; o++) {
+        char flag[64];
+        snprintf(flag, sizeof(flag), "--%s", o->name);
+        if (strstr(b.p, flag) == NULL)
+            fail_msg("felix consume --help lacks %s", flag);
+    }
+    const char *ex = strstr(b.p, "Example:\n  ");
+    assert_non_null(strstr(ex, "--group "));
+    fx_cli_buf_free(&b);
+}
+
 /* ---- help -------------------------------------------------------------------------- */
 
 static void test_help_text_has_example_for_every_command(void **state)
@@ -630,7 +925,7 @@ static void test_help_text_has_example_for_every_command(void **state)
     size_t n = 0;
     const fx_cli_help *all = fx_cli_help_all(&n);
     assert_true(n >= 4);
-    static const char *const want[] = {"pub", "sub", "stats", "streams", "groups"};
+    static const char *const want[] = {"pub", "sub", "consume", "stats", "streams", "groups"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         assert_non_null(fx_cli_help_find(want[i]));
     assert_null(fx_cli_help_find("nope"));
@@ -766,6 +1061,16 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_payload_escaping_of_nonprintable),
     cmocka_unit_test(test_table_cells_replace_controls_c1_and_bidi_overrides),
     cmocka_unit_test(test_json_event_line_uses_base64_for_binary),
+    cmocka_unit_test(test_consume_defaults_ack_each_record_and_join_without_create),
+    cmocka_unit_test(test_consume_options_fill_member_window_ack_wait_count_and_sync),
+    cmocka_unit_test(test_consume_numbers_must_be_positive_and_in_range),
+    cmocka_unit_test(test_consume_create_maps_all_new_and_offset_and_refuses_last),
+    cmocka_unit_test(test_consume_nak_takes_an_optional_numeric_delay),
+    cmocka_unit_test(test_consume_term_keeps_its_reason_up_to_256_bytes),
+    cmocka_unit_test(test_consume_needs_a_group_and_one_settle_mode),
+    cmocka_unit_test(test_consume_group_and_member_names_refuse_empty_long_and_controls),
+    cmocka_unit_test(test_json_group_record_line_has_attempt_and_skipped),
+    cmocka_unit_test(test_consume_help_shows_its_options_and_a_group_example),
     cmocka_unit_test(test_help_text_has_example_for_every_command),
     cmocka_unit_test(test_group_start_body_names_each_start_and_refuses_others),
     cmocka_unit_test(test_group_route_escapes_names_and_appends_the_action),

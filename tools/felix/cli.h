@@ -16,6 +16,8 @@
  * FX_CLI_EXIT_* status. */
 int fx_cli_pub(int argc, char **argv);
 int fx_cli_sub(int argc, char **argv);
+/* `felix consume --group G`: one member of a consumer group (consume.c). */
+int fx_cli_consume(int argc, char **argv);
 int fx_cli_stats(int argc, char **argv);
 int fx_cli_streams(int argc, char **argv);
 int fx_cli_groups(int argc, char **argv);

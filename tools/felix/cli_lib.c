@@ -112,6 +112,15 @@ static int long_opt(fx_cli_args *a, const char *w, const fx_cli_opt *opts, int *
         return seterr(err, errlen, "unknown option --%.*s", (int)len, name);
     *id = o->id;
     *val = NULL;
+    if (o->has_arg == FX_CLI_NUM_ARG) {
+        uint64_t n;
+        if (eq != NULL)
+            *val = eq + 1;
+        else if (a->i < a->argc && !a->only_positional &&
+                 fx_cli_parse_u64(a->argv[a->i], UINT64_MAX, &n) == 0)
+            *val = a->argv[a->i++];
+        return FX_CLI_ARG_OPT;
+    }
     if (!o->has_arg) {
         if (eq != NULL)
             return seterr(err, errlen, "option --%s takes no value", o->name);
@@ -1077,21 +1086,39 @@ static void json_escape(const uint8_t *p, size_t n, fx_cli_buf *out)
     }
 }
 
+/* Appends "len":L,"payload":"..." and, for a payload that is not UTF-8
+ * (then in base64), "encoding":"base64". */
+static void json_payload(const uint8_t *p, size_t n, fx_cli_buf *out)
+{
+    fx_cli_buf_printf(out, ",\"len\":%zu,\"payload\":\"", n);
+    bool text = fx_cli_utf8_valid(p, n);
+    if (text)
+        json_escape(p, n, out);
+    else
+        fx_cli_base64(p, n, out);
+    fx_cli_buf_printf(out, "\"%s", text ? "" : ",\"encoding\":\"base64\"");
+}
+
 int fx_cli_json_event(const fx_event *ev, uint64_t recv_ms, fx_cli_buf *out)
 {
     if (ev->has_offset)
         fx_cli_buf_printf(out, "{\"offset\":%llu", (unsigned long long)ev->offset);
     else
         fx_cli_buf_printf(out, "{\"offset\":null");
-    fx_cli_buf_printf(out, ",\"len\":%zu,\"payload\":\"", ev->len);
-    bool text = fx_cli_utf8_valid(ev->payload, ev->len);
-    if (text)
-        json_escape(ev->payload, ev->len, out);
-    else
-        fx_cli_base64(ev->payload, ev->len, out);
-    fx_cli_buf_printf(out, "\"%s", text ? "" : ",\"encoding\":\"base64\"");
+    json_payload(ev->payload, ev->len, out);
     if (ev->flags & FX_EVENT_GAP)
         fx_cli_buf_printf(out, ",\"gap\":%llu", (unsigned long long)ev->gap);
+    fx_cli_buf_printf(out, ",\"recv_ms\":%llu}\n", (unsigned long long)recv_ms);
+    return out->oom ? -ENOMEM : 0;
+}
+
+int fx_cli_json_group_msg(const fx_group_msg *m, uint64_t recv_ms, fx_cli_buf *out)
+{
+    fx_cli_buf_printf(out, "{\"offset\":%llu", (unsigned long long)m->offset);
+    json_payload(m->payload, m->len, out);
+    fx_cli_buf_printf(out, ",\"attempt\":%lu", (unsigned long)m->attempt);
+    if (m->skipped != 0)
+        fx_cli_buf_printf(out, ",\"skipped\":%llu", (unsigned long long)m->skipped);
     fx_cli_buf_printf(out, ",\"recv_ms\":%llu}\n", (unsigned long long)recv_ms);
     return out->oom ? -ENOMEM : 0;
 }
@@ -1154,6 +1181,44 @@ static const fx_cli_help HELP[] = {
         "  --timeout-ms T             stop after T ms without a message\n",
         "felix sub --insecure --from earliest --count 10 t1/default/demo\n"
         "  felix sub --pin $PIN --json t1/default/demo | jq .payload",
+        true,
+    },
+    {
+        "consume",
+        "read a stream as one member of a consumer group, settling each record",
+        "felix consume --group G [options] TENANT/NS/STREAM\n"
+        "\n"
+        "Joins consumer group G on the stream and prints each record it is given, as\n"
+        "felix sub prints messages (a redelivered record's attempt and the offsets\n"
+        "skipped before one are in --json; the text form notes skips on standard\n"
+        "error), then acks it once the line is written. Writes \"joined\" to standard\n"
+        "error once a member. Ends after --count records, when the broker ends the\n"
+        "member, after --timeout-ms without a record, or on Ctrl-C (exit 0); then\n"
+        "leaves the group, with a summary on standard error.\n"
+        "\n"
+        "Options:\n"
+        "  --group G                  the group's name (required)\n"
+        "  --create all|new|OFFSET    create the group if absent, at every record the\n"
+        "                             stream holds, new records only, or OFFSET\n"
+        "                             (default: joining a missing group fails)\n"
+        "  --member NAME              this member's name (default: generated); joining\n"
+        "                             again under it gets back what it held\n"
+        "  --window N                 records held unacked at most (default 256)\n"
+        "  --ack-wait-ms T            redeliver a record not acked for T ms (default:\n"
+        "                             the group's)\n"
+        "  --nak [DELAY_MS]           nak each record instead of acking it: redelivered\n"
+        "                             after DELAY_MS (default: the group's backoff)\n"
+        "  --term REASON              term each record instead: never redelivered\n"
+        "  --ack-sync                 before leaving, wait (--connect-timeout-ms) for the\n"
+        "                             broker to make the settlements durable\n"
+        "  --count N                  exit after N records (exit 1 if a timeout or the\n"
+        "                             end of the member comes first)\n"
+        "  --json                     {\"offset\":N,\"len\":L,\"payload\":\"...\",\n"
+        "                             \"attempt\":A,\"skipped\":S,\"recv_ms\":T}\n"
+        "  --timeout-ms T             stop after T ms without a record\n",
+        "felix consume --insecure --group billing --create all --count 10 t1/default/orders\n"
+        "  felix consume --pin $PIN --group billing --nak 500 --count 3 --json "
+        "t1/default/orders",
         true,
     },
     {
@@ -1326,7 +1391,7 @@ static const char COMMON_HELP[] =
     "                             set FELIX_ADMIN_TOKEN; --admin-token TOKEN shows it\n"
     "                             in ps)\n"
     "  --help                     this help\n"
-    "pub and sub need exactly one of --pin, --ca or --insecure.\n";
+    "pub, sub and consume need exactly one of --pin, --ca or --insecure.\n";
 
 const fx_cli_help *fx_cli_help_all(size_t *n)
 {

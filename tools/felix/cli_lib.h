@@ -48,11 +48,17 @@ void fx_cli_buf_free(fx_cli_buf *b);
 
 /* ---- option parsing --------------------------------------------------------- */
 
+/* |has_arg| of an option whose value is optional: "--name=value", or the
+ * next word when that is a decimal number (so a path or an option after it
+ * is never taken), else none (NULL). */
+#define FX_CLI_NUM_ARG 2
+
 /* One long option, "--name" or "--name=value" / "--name value" when
- * |has_arg|. A table ends with a zero entry (name NULL). */
+ * |has_arg| is true (FX_CLI_NUM_ARG: see above). A table ends with a zero
+ * entry (name NULL). */
 typedef struct fx_cli_opt {
     const char *name;
-    bool has_arg;
+    int has_arg; /* false, true or FX_CLI_NUM_ARG */
     int id;
 } fx_cli_opt;
 
@@ -356,6 +362,12 @@ int fx_cli_base64(const uint8_t *p, size_t n, fx_cli_buf *out);
  * |recv_ms| (the client's receive time, Unix milliseconds). Returns 0 or
  * -ENOMEM. */
 int fx_cli_json_event(const fx_event *ev, uint64_t recv_ms, fx_cli_buf *out);
+
+/* Appends one JSON object line (with '\n') for the group record |m|:
+ * {"offset":N,"len":L,"payload":"...","attempt":A,"skipped":S,"recv_ms":T},
+ * the payload as in fx_cli_json_event; "skipped" appears only when not 0.
+ * Returns 0 or -ENOMEM. */
+int fx_cli_json_group_msg(const fx_group_msg *m, uint64_t recv_ms, fx_cli_buf *out);
 
 /* Fills |out| with a generated payload of exactly |size| bytes for message
  * number |seq|: its decimal number, a space, then 'x' up to |size|

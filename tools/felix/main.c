@@ -1,6 +1,7 @@
 /* felix: the command-line client of Felix-C. Dispatches to the command
- * (pub, sub, stats, streams, groups, token, bench, log) and answers --help and --version. Main thread;
- * libfelix runs its own loop thread while pub and sub are connected. */
+ * (pub, sub, consume, stats, streams, groups, token, bench, log) and answers
+ * --help and --version. Main thread; libfelix runs its own loop thread while
+ * pub, sub and consume are connected. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,9 +17,9 @@ typedef struct command {
 } command;
 
 static const command COMMANDS[] = {
-    {"pub", fx_cli_pub},         {"sub", fx_cli_sub},     {"stats", fx_cli_stats},
-    {"streams", fx_cli_streams}, {"token", fx_cli_token}, {"bench", fx_cli_bench},
-    {"groups", fx_cli_groups},   {"log", fx_cli_log},
+    {"pub", fx_cli_pub},         {"sub", fx_cli_sub},       {"consume", fx_cli_consume},
+    {"stats", fx_cli_stats},     {"streams", fx_cli_streams}, {"groups", fx_cli_groups},
+    {"token", fx_cli_token},     {"bench", fx_cli_bench},   {"log", fx_cli_log},
 };
 
 int main(int argc, char **argv)
