@@ -165,18 +165,26 @@ void fxb_group_join(fxb_bidi *s, const fx_msg *m)
     set_create(gp, m);
     fxb_sub_list_add(s->conn, sub);
     s->member = sub;
+    fxb_sub_ref(sub); /* the join stream's, dropped when it lets go (member_let_go) */
     s->sub_pending = true; /* the answer comes from the worker: hold a FIN */
     s->refs++;
     sub->bidi = s;
     fxb_sub_post(sub, sub->w->loop, &sub->feed.reg_task);
 }
 
+/* The join stream |s| lets go of its member. */
+static void member_let_go(fxb_bidi *s, fxb_sub *sub)
+{
+    s->member = NULL;
+    fxb_sub_unref(sub);
+}
+
 static void join_failed(fxb_bidi *s, fxb_sub *sub, const char *text)
 {
     FX_COUNTER_INC(subscribe_req_error);
-    s->member = NULL;
     fxb_bidi_error(s, text, true);
     fxb_sub_close(sub, true);
+    member_let_go(s, sub);
 }
 
 static void join_reply_cb(fx_loop *l, fx_task *t, void *user)
@@ -190,9 +198,9 @@ static void join_reply_cb(fx_loop *l, fx_task *t, void *user)
     s->sub_pending = false;
     char text[512];
     if (atomic_load_explicit(&sub->closed, memory_order_acquire) || s->closed || s->ended) {
-        if (s->member == sub)
-            s->member = NULL;
         fxb_sub_close(sub, true);
+        if (s->member == sub)
+            member_let_go(s, sub);
     } else if (gp->join_rv != 0) {
         snprintf(text, sizeof(text), "group_join failed: %s%s%s", fx_strerror(gp->join_rv),
                  gp->why != NULL ? ": " : "", gp->why != NULL ? gp->why : "");
@@ -274,10 +282,10 @@ void fxb_group_join_gone(fxb_bidi *s, bool graceful)
     fxb_sub *sub = s->member;
     if (sub == NULL || sub->bidi == s)
         return; /* no member, or its join is still on the worker: the answer sees it */
-    s->member = NULL;
     sub->grp.join = NULL;
     if (graceful && !atomic_load_explicit(&sub->closed, memory_order_acquire))
         fxb_sub_post(sub, sub->w->loop, &sub->grp.leave_task); /* FIN once drained */
     else
         fxb_sub_close(sub, true);
+    member_let_go(s, sub);
 }

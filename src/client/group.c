@@ -1019,9 +1019,9 @@ void fx_group_leave(fx_group *g)
         release_rest(g, b);
     /* Last: after its releases, so none of them comes back to this member.
      * Full: the broker sees the FIN (the releases it got may then come back
-     * here once before the member is gone: counted as attempts). */
-    if (joined(g))
-        (void)fxc_gops_push(&g->ops, FX_GROUP_OP_LEAVE, 0, 0, 0, NULL);
+     * here once before the member is gone: counted as attempts). A member
+     * that is not joined never sends it (the loop's leave sees that). */
+    (void)fxc_gops_push(&g->ops, FX_GROUP_OP_LEAVE, 0, 0, 0, NULL);
     g->held_recs = 0;
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&c->mu);
