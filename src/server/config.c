@@ -143,6 +143,10 @@ const struct key fx_config_keys[] = {
      .help = "streams one tenant may hold"},
     {.name = "streams", .env = {"FELIX_STREAMS"}, .type = T_STREAMS, .def = "",
      .help = "streams created at start: tenant/namespace/stream strings"},
+    {.name = "groups", .env = {"FELIX_GROUPS"}, .type = T_GROUPS, .def = "",
+     .help = "consumer groups created at start: tenant/namespace/stream/group strings, each "
+             "optionally ending @all (default), @new, @last or @<offset>; a stream not in "
+             "streams is created in memory"},
     {.name = "log_capacity", .env = {"FELIX_LOG_CAPACITY"}, .type = T_U32, FIELD(log_capacity),
      .def = "1024", .min = 1, .max = 1u << 24, .help = "messages kept per stream for replay"},
     {.name = "log_capacity_bytes", .env = {"FELIX_LOG_CAPACITY_BYTES"}, .type = T_SIZE,
@@ -583,6 +587,9 @@ void fx_config_deinit(fx_config *c)
     free(c->streams);
     c->streams = NULL;
     c->nstreams = 0;
+    free(c->groups);
+    c->groups = NULL;
+    c->ngroups = 0;
 }
 
 /* ---- cross-key rules --------------------------------------------------- */
@@ -681,6 +688,26 @@ static int rule_tenants(const fx_config *c, fx_config_diag *d)
         fx_config_format_where(c, &c->origin[kidx("max_tenants")], wm, sizeof(wm));
         return fx_config_fail(d, "streams (%s) lists %u tenants, more than max_tenants (%u) (%s)",
                               ws, tenants, c->max_tenants, wm);
+    }
+    return 0;
+}
+
+/* A stream can hold max_groups_per_stream groups: more would fail at start. */
+static int rule_groups(const fx_config *c, fx_config_diag *d)
+{
+    for (size_t i = 0; i < c->ngroups; i++) {
+        const fx_config_stream *a = &c->groups[i].s;
+        uint32_t n = 0;
+        for (size_t j = 0; j < c->ngroups; j++) {
+            const fx_config_stream *b = &c->groups[j].s;
+            n += !strcmp(a->tenant, b->tenant) && !strcmp(a->ns, b->ns) &&
+                 !strcmp(a->stream, b->stream);
+        }
+        if (n > c->max_groups_per_stream)
+            return fx_config_fail(
+                d,
+                "groups lists %u groups of stream %s/%s/%s, more than max_groups_per_stream (%u)",
+                n, a->tenant, a->ns, a->stream, c->max_groups_per_stream);
     }
     return 0;
 }
@@ -896,8 +923,8 @@ static int check_rules(fx_config *c, fx_config_diag *d)
                               "stream needs somewhere to keep its log",
                               where);
     }
-    if ((rv = rule_durable(c, d)) || (rv = rule_tenants(c, d)) || (rv = rule_auth(c, d)) ||
-        (rv = rule_exposure(c, d)) || (rv = rule_probe(c, d)))
+    if ((rv = rule_durable(c, d)) || (rv = rule_tenants(c, d)) || (rv = rule_groups(c, d)) ||
+        (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) || (rv = rule_probe(c, d)))
         return rv;
     rule_shards(c, d);
     rule_stream_labels(c, d);

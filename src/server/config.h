@@ -18,6 +18,8 @@
 #define FX_CONFIG_ADDR_MAX 256  /* host:port fields, including the NUL */
 #define FX_CONFIG_NAME_MAX 256  /* tenant / namespace / stream, including the NUL */
 #define FX_CONFIG_MAX_STREAMS 4096
+#define FX_CONFIG_GROUP_MAX 129 /* group name, 1-128 bytes, including the NUL */
+#define FX_CONFIG_MAX_GROUPS 4096
 #define FX_CONFIG_MAX_KEYS 128 /* capacity of the per-key origin table */
 #define FX_CONFIG_MAX_WARNINGS 32
 #define FX_CONFIG_MAX_FILE_BYTES (1024 * 1024)
@@ -82,6 +84,24 @@ typedef struct fx_config_stream {
     char stream[FX_CONFIG_NAME_MAX];
 } fx_config_stream;
 
+/* Where a pre-created group starts (the values of enum
+ * fx_broker_group_start, broker.h). */
+typedef enum fx_config_group_start {
+    FX_CONFIG_GROUP_START_ALL,    /* "@all" (default): the oldest record held */
+    FX_CONFIG_GROUP_START_NEW,    /* "@new": the next record appended */
+    FX_CONFIG_GROUP_START_LAST,   /* "@last": the last record appended */
+    FX_CONFIG_GROUP_START_OFFSET, /* "@<offset>": |offset| */
+} fx_config_group_start;
+
+/* One pre-created consumer group from the `groups:` list,
+ * "tenant/namespace/stream/group[@start]". */
+typedef struct fx_config_group {
+    fx_config_stream s;
+    char group[FX_CONFIG_GROUP_MAX];
+    fx_config_group_start start;
+    uint64_t offset; /* FX_CONFIG_GROUP_START_OFFSET only */
+} fx_config_group;
+
 /* The effective configuration. Sizes are bytes, durations nanoseconds (the
  * unit of fx_loop timers); a duration field drops the key's unit suffix and
  * ends in _ns (key ack_wait_timeout_ms -> field ack_wait_timeout_ns). */
@@ -110,6 +130,8 @@ typedef struct fx_config {
     uint32_t max_streams_per_tenant;
     fx_config_stream *streams; /* owned; freed by fx_config_deinit() */
     size_t nstreams;
+    fx_config_group *groups; /* owned; freed by fx_config_deinit() */
+    size_t ngroups;
     uint32_t log_capacity;
     uint64_t log_capacity_bytes;
     uint64_t tenant_retained_bytes; /* 0 = no limit */
@@ -251,7 +273,7 @@ extern const char fx_config_dev_yaml[];
  * fx_config_deinit() once loaded. Main thread. */
 void fx_config_defaults(fx_config *c);
 
-/* Frees what |c| owns (the streams list). |c| may then be passed to
+/* Frees what |c| owns (the streams and groups lists). |c| may then be passed to
  * fx_config_defaults() again. NULL is ignored. */
 void fx_config_deinit(fx_config *c);
 
@@ -292,7 +314,9 @@ typedef struct fx_config_bound {
     uint64_t conns;    /* max_connections x per_conn */
     uint64_t ingress;  /* pub_inflight_bytes */
     uint64_t retained; /* allocator_retain_bytes */
-    uint64_t rings;    /* pre-created streams x (log_capacity_bytes + max_frame_bytes) */
+    /* pre-created streams (those of streams and those groups name that
+     * streams does not) x (log_capacity_bytes + max_frame_bytes) */
+    uint64_t rings;
     /* With durable_storage_dir: workers x (one append's encoding copy and
      * iov, max_frame_bytes + 65,536 x 44, and one replay page being read,
      * max(1 MiB, max_frame_bytes) + durable_max_records_per_read x 16), the

@@ -33,6 +33,7 @@ enum ktype {
     T_STR,
     T_ADDR,
     T_STREAMS,
+    T_GROUPS,
     T_WARN,   /* a feature Felix-C does not have: warn, load anyway */
     T_REJECT, /* meaningless here: refuse to start */
 };

@@ -129,13 +129,43 @@ static uint64_t durable_thread_bytes(const fx_config *c)
            (uint64_t)c->durable_max_records_per_read * 16;
 }
 
+static bool same_stream(const fx_config_stream *a, const fx_config_stream *b)
+{
+    return !strcmp(a->tenant, b->tenant) && !strcmp(a->ns, b->ns) && !strcmp(a->stream, b->stream);
+}
+
+/* Whether group |i|'s stream is in streams or named by an earlier group. */
+static bool group_stream_counted(const fx_config *c, size_t i)
+{
+    const fx_config_stream *st = &c->groups[i].s;
+    for (size_t j = 0; j < c->nstreams; j++) {
+        if (same_stream(&c->streams[j], st))
+            return true;
+    }
+    for (size_t j = 0; j < i; j++) {
+        if (same_stream(&c->groups[j].s, st))
+            return true;
+    }
+    return false;
+}
+
+/* The streams created at start: those of streams, and those groups name
+ * that streams does not (made in memory before their groups). */
+static size_t prestreams(const fx_config *c)
+{
+    size_t n = c->nstreams;
+    for (size_t i = 0; i < c->ngroups; i++)
+        n += !group_stream_counted(c, i);
+    return n;
+}
+
 void fx_config_memory_bound(const fx_config *c, fx_config_bound *b)
 {
     b->per_conn = c->quic_conn_recv_window_max + c->quic_unacked_send_bytes;
     b->conns = (uint64_t)c->max_connections * b->per_conn;
     b->ingress = c->pub_inflight_bytes;
     b->retained = c->allocator_retain_bytes;
-    b->rings = (uint64_t)c->nstreams * (c->log_capacity_bytes + c->max_frame_bytes);
+    b->rings = (uint64_t)prestreams(c) * (c->log_capacity_bytes + c->max_frame_bytes);
     b->durable = c->durable_storage_dir[0] ? (uint64_t)c->workers * durable_thread_bytes(c) : 0;
     b->total = b->conns + b->ingress + b->retained + b->rings + b->durable;
 }
@@ -175,7 +205,7 @@ void fx_config_format_bound(const fx_config *c, char *buf, size_t n)
              "memory bound %s = %u connections x (%s receive window + %s unacked) + %s "
              "ingress + %s retained heap + %zu streams x %s%s (streams created later add %s "
              "each); memory_limit_bytes %s (%s)",
-             total, (unsigned)c->max_connections, win, un, in, ret, c->nstreams, ring, dur, ring,
+             total, (unsigned)c->max_connections, win, un, in, ret, prestreams(c), ring, dur, ring,
              lim, o->note ? o->note : "set");
 }
 
@@ -265,6 +295,7 @@ static const char *const bound_keys[] = {
     "log_capacity_bytes",
     "max_frame_bytes",
     "streams",
+    "groups",
     "durable_storage_dir",
     "durable_max_records_per_read",
     "workers",

@@ -243,34 +243,139 @@ static int parse_stream(const char *s, size_t len, fx_config_stream *st, char *w
     return 0;
 }
 
-/* A list under construction; |items| is owned until stored in a config. */
+/* Copies group name |s| (|len| bytes) into |dst|: 1-128 bytes, no '/' and
+ * no control character (the broker checks the UTF-8). */
+static int copy_group(char *dst, const char *s, size_t len, char *why, size_t n)
+{
+    if (len == 0 || len >= FX_CONFIG_GROUP_MAX) {
+        snprintf(why, n, "group name \"%.*s\" is %s (allowed: 1 to %d bytes)",
+                 (int)(len > 80 ? 80 : len), s, len ? "too long" : "empty",
+                 FX_CONFIG_GROUP_MAX - 1);
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '/' || (unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
+            snprintf(why, n, "group name \"%.*s\" contains %s", (int)(len > 80 ? 80 : len), s,
+                     s[i] == '/' ? "'/'" : "a control character");
+            return -1;
+        }
+    }
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    return 0;
+}
+
+/* Parses the start suffix |s| (|len| bytes, after the '@') into |g|. */
+static int parse_group_start(const char *s, size_t len, fx_config_group *g, char *why, size_t n)
+{
+    static const char *const names[] = {"all", "new", "last"};
+    char buf[32], reason[64];
+    for (size_t i = 0; i < 3; i++) {
+        if (len == strlen(names[i]) && memcmp(s, names[i], len) == 0) {
+            g->start = (fx_config_group_start)i;
+            return 0;
+        }
+    }
+    const char *end;
+    if (len > 0 && len < sizeof(buf)) {
+        memcpy(buf, s, len);
+        buf[len] = '\0';
+        if (parse_digits(buf, &g->offset, &end, reason, sizeof(reason)) == 0 && *end == '\0') {
+            g->start = FX_CONFIG_GROUP_START_OFFSET;
+            return 0;
+        }
+    }
+    snprintf(why, n, "group start \"@%.*s\" is not @all, @new, @last or @<offset>",
+             (int)(len > 40 ? 40 : len), s);
+    return -1;
+}
+
+/* Parses one "tenant/namespace/stream/group[@start]" item of |len| bytes.
+ * The start follows the last '@', so a group name holding '@' needs one. */
+static int parse_group(const char *s, size_t len, fx_config_group *g, char *why, size_t n)
+{
+    memset(g, 0, sizeof(*g));
+    size_t body = len;
+    while (body > 0 && s[body - 1] != '@')
+        body--;
+    if (body > 0 && parse_group_start(s + body, len - body, g, why, n) < 0)
+        return -1;
+    body = body > 0 ? body - 1 : len;
+    const char *slash = NULL, *from = s; /* the third '/' ends the stream */
+    for (int i = 0; i < 3; i++) {
+        slash = memchr(from, '/', body - (size_t)(from - s));
+        if (!slash)
+            break;
+        from = slash + 1;
+    }
+    if (!slash || parse_stream(s, (size_t)(slash - s), &g->s, why, n) < 0) {
+        snprintf(why, n,
+                 "\"%.*s\" is not tenant/namespace/stream/group[@start] (tenant, namespace and "
+                 "stream each 1-255 of A-Z a-z 0-9 . _ -)",
+                 (int)(len > 80 ? 80 : len), s);
+        return -1;
+    }
+    return copy_group(g->group, slash + 1, body - (size_t)(slash + 1 - s), why, n);
+}
+
+/* A list under construction, of streams or of groups; |items| is owned
+ * until stored in a config. */
 struct slist {
-    fx_config_stream *items;
+    bool groups; /* items are fx_config_group, else fx_config_stream */
+    void *items;
     size_t n, cap;
 };
 
-static int slist_add(struct slist *l, const char *s, size_t len, char *why, size_t n)
+static bool same_stream(const fx_config_stream *a, const fx_config_stream *b)
 {
-    if (l->n == FX_CONFIG_MAX_STREAMS) {
-        snprintf(why, n, "more than %d streams", FX_CONFIG_MAX_STREAMS);
-        return -1;
-    }
-    fx_config_stream *p = fx_grow(l->items, &l->cap, l->n + 1, sizeof(*p), 16);
-    if (!p)
-        return -ENOMEM;
-    l->items = p;
-    fx_config_stream *st = &l->items[l->n];
+    return !strcmp(a->tenant, b->tenant) && !strcmp(a->ns, b->ns) && !strcmp(a->stream, b->stream);
+}
+
+static int slist_add_stream(struct slist *l, const char *s, size_t len, char *why, size_t n)
+{
+    fx_config_stream *items = l->items, *st = &items[l->n];
     if (parse_stream(s, len, st, why, n) < 0)
         return -1;
     for (size_t i = 0; i < l->n; i++) {
-        if (!strcmp(l->items[i].tenant, st->tenant) && !strcmp(l->items[i].ns, st->ns) &&
-            !strcmp(l->items[i].stream, st->stream)) {
+        if (same_stream(&items[i], st)) {
             snprintf(why, n, "stream %s/%s/%s is listed twice", st->tenant, st->ns, st->stream);
             return -1;
         }
     }
-    l->n++;
     return 0;
+}
+
+static int slist_add_group(struct slist *l, const char *s, size_t len, char *why, size_t n)
+{
+    fx_config_group *items = l->items, *g = &items[l->n];
+    if (parse_group(s, len, g, why, n) < 0)
+        return -1;
+    for (size_t i = 0; i < l->n; i++) {
+        if (same_stream(&items[i].s, &g->s) && !strcmp(items[i].group, g->group)) {
+            snprintf(why, n, "group %s/%s/%s/%s is listed twice", g->s.tenant, g->s.ns, g->s.stream,
+                     g->group);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int slist_add(struct slist *l, const char *s, size_t len, char *why, size_t n)
+{
+    size_t max = l->groups ? FX_CONFIG_MAX_GROUPS : FX_CONFIG_MAX_STREAMS;
+    if (l->n == max) {
+        snprintf(why, n, "more than %zu %s", max, l->groups ? "groups" : "streams");
+        return -1;
+    }
+    size_t size = l->groups ? sizeof(fx_config_group) : sizeof(fx_config_stream);
+    void *p = fx_grow(l->items, &l->cap, l->n + 1, size, 16);
+    if (!p)
+        return -ENOMEM;
+    l->items = p;
+    int rv = l->groups ? slist_add_group(l, s, len, why, n) : slist_add_stream(l, s, len, why, n);
+    if (rv == 0)
+        l->n++;
+    return rv;
 }
 
 /* Parses a comma-separated list (environment and --set form). */
@@ -366,9 +471,15 @@ static int store_string(fx_config *c, const struct key *k, const char *s, char *
 
 static void store_streams(fx_config *c, struct slist *l)
 {
-    free(c->streams);
-    c->streams = l->items;
-    c->nstreams = l->n;
+    if (l->groups) {
+        free(c->groups);
+        c->groups = l->items;
+        c->ngroups = l->n;
+    } else {
+        free(c->streams);
+        c->streams = l->items;
+        c->nstreams = l->n;
+    }
     l->items = NULL;
     l->n = l->cap = 0;
 }
@@ -408,6 +519,8 @@ int fx_config_store_text(fx_config *c, const struct key *k, const char *s, char 
     case T_ADDR:
         return store_string(c, k, s, why, n);
     case T_STREAMS:
+    case T_GROUPS:
+        l.groups = k->type == T_GROUPS;
         rv = parse_stream_csv(s, &l, why, n);
         if (rv == 0)
             store_streams(c, &l);
@@ -477,32 +590,34 @@ static void set_file_origin(fx_config_origin *o, const yaml_node_t *nd, const ch
                             .name = alias};
 }
 
+/* The `streams:` or `groups:` sequence |val| of key |i|. */
 static int yaml_streams(fx_config *c, int i, yaml_document_t *doc, yaml_node_t *val,
                         const fx_config_origin *o, fx_config_diag *d)
 {
-    struct slist l = {0};
-    char why[256];
+    struct slist l = {.groups = fx_config_keys[i].type == T_GROUPS};
+    const char *key = fx_config_keys[i].name;
+    const char *shape =
+        l.groups ? "tenant/namespace/stream/group[@start]" : "tenant/namespace/stream";
+    char why[320];
     int rv = 0;
     if (val->type == YAML_SEQUENCE_NODE) {
         for (yaml_node_item_t *it = val->data.sequence.items.start;
              rv == 0 && it < val->data.sequence.items.top; it++) {
             yaml_node_t *item = yaml_document_get_node(doc, *it);
+            size_t line = item->start_mark.line + 1, col = item->start_mark.column + 1;
             if (item->type != YAML_SCALAR_NODE) {
-                rv = fx_config_fail(
-                    d, "%s:%zu:%zu: streams: an item is %s; expected \"tenant/ns/stream\"", c->file,
-                    item->start_mark.line + 1, item->start_mark.column + 1, node_kind(item));
+                rv = fx_config_fail(d, "%s:%zu:%zu: %s: an item is %s; expected \"%s\"", c->file,
+                                    line, col, key, node_kind(item), shape);
                 break;
             }
             rv = slist_add(&l, (const char *)item->data.scalar.value, item->data.scalar.length, why,
                            sizeof(why));
             if (rv == -1)
-                rv = fx_config_fail(d, "%s:%zu:%zu: streams: %s", c->file,
-                                    item->start_mark.line + 1, item->start_mark.column + 1, why);
+                rv = fx_config_fail(d, "%s:%zu:%zu: %s: %s", c->file, line, col, key, why);
         }
     } else if (!(val->type == YAML_SCALAR_NODE && scalar_is_null(val))) {
-        rv = fx_config_fail(
-            d, "%s:%u:%u: streams: expected a sequence of \"tenant/namespace/stream\" strings",
-            c->file, o->line, o->col);
+        rv = fx_config_fail(d, "%s:%u:%u: %s: expected a sequence of \"%s\" strings", c->file,
+                            o->line, o->col, key, shape);
     }
     if (rv == 0) {
         store_streams(c, &l);
@@ -577,7 +692,7 @@ static int yaml_pair(fx_config *c, yaml_document_t *doc, yaml_node_pair_t *pair,
         return apply(c, i, "", &o, d);
     }
     set_file_origin(&o, vn, alias);
-    if (k->type == T_STREAMS)
+    if (k->type == T_STREAMS || k->type == T_GROUPS)
         return yaml_streams(c, i, doc, vn, &o, d);
     return yaml_value(c, i, vn, &o, d);
 }

@@ -95,6 +95,9 @@ void fx_config_format_value(const fx_config *c, int i, char *buf, size_t n)
     case T_STREAMS:
         snprintf(buf, n, "[%zu streams]", c->nstreams);
         break;
+    case T_GROUPS:
+        snprintf(buf, n, "[%zu groups]", c->ngroups);
+        break;
     case T_WARN:
     case T_REJECT:
         buf[0] = '\0';
@@ -110,6 +113,27 @@ static void print_streams(const fx_config *c, FILE *out)
     for (size_t i = 0; i < c->nstreams; i++)
         fprintf(out, "%s%s/%s/%s", i ? ", " : "", c->streams[i].tenant, c->streams[i].ns,
                 c->streams[i].stream);
+    fprintf(out, "]");
+}
+
+/* Groups print quoted: a group name may hold YAML's flow characters. */
+static void print_groups(const fx_config *c, FILE *out)
+{
+    static const char *const starts[] = {"all", "new", "last"};
+    char item[FX_CONFIG_NAME_MAX * 3 + FX_CONFIG_GROUP_MAX + 32], quoted[4 * sizeof(item) + 3];
+    fprintf(out, "groups: [");
+    for (size_t i = 0; i < c->ngroups; i++) {
+        const fx_config_group *g = &c->groups[i];
+        char start[24];
+        if (g->start == FX_CONFIG_GROUP_START_OFFSET)
+            snprintf(start, sizeof(start), "%llu", (unsigned long long)g->offset);
+        else
+            snprintf(start, sizeof(start), "%s", starts[g->start]);
+        snprintf(item, sizeof(item), "%s/%s/%s/%s@%s", g->s.tenant, g->s.ns, g->s.stream, g->group,
+                 start);
+        format_string(item, quoted, sizeof(quoted));
+        fprintf(out, "%s%s", i ? ", " : "", quoted);
+    }
     fprintf(out, "]");
 }
 
@@ -150,6 +174,8 @@ int fx_config_print(const fx_config *c, FILE *out)
             fprintf(out, "\n# --- %s ---\n", k->section);
         if (k->type == T_STREAMS) {
             print_streams(c, out);
+        } else if (k->type == T_GROUPS) {
+            print_groups(c, out);
         } else {
             fx_config_format_value(c, (int)i, val, sizeof(val));
             /* Secrets are never printed: the output goes to terminals and logs. */
@@ -197,6 +223,9 @@ static void md_type(const struct key *k, char *buf, size_t n)
     case T_STREAMS:
         snprintf(buf, n, "list of tenant/namespace/stream");
         break;
+    case T_GROUPS:
+        snprintf(buf, n, "list of tenant/namespace/stream/group[@start]");
+        break;
     case T_WARN:
     case T_REJECT:
         buf[0] = '\0';
@@ -241,7 +270,8 @@ static void md_keys(FILE *out)
         md_type(k, type, sizeof(type));
         md_names(k, out);
         fprintf(out, " | %s | `%s` | %s |\n", type,
-                k->type == T_STREAMS ? "[]" : (k->def[0] ? k->def : "\"\""), k->help);
+                k->type == T_STREAMS || k->type == T_GROUPS ? "[]" : (k->def[0] ? k->def : "\"\""),
+                k->help);
     }
 }
 

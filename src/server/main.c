@@ -36,6 +36,7 @@
 #include "server/config.h"
 #include "server/memtrim.h"
 #include "server/pipeline.h"
+#include "server/pregroups.h"
 #include "server/statedir.h"
 #include "storage/syncpol.h"
 
@@ -486,6 +487,17 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_bro
     return 0;
 }
 
+/* Creates the groups of `groups:` on the started broker |b|. Returns 0 or
+ * EXIT_START, the reason on stderr. */
+static int create_groups(const fx_config *c, fx_broker *b)
+{
+    char why[2048];
+    if (fx_pregroups_create(b, c, FX_ADMIN_BROKER_TIMEOUT_NS, why, sizeof(why)) == 0)
+        return 0;
+    fprintf(stderr, "felix-broker: cannot create the configured groups: %s\n", why);
+    return EXIT_START;
+}
+
 /* The felix CLI built beside this binary, or plain "felix". */
 static void cli_path(char *out, size_t cap)
 {
@@ -855,6 +867,11 @@ static int serve_notified(const fx_config *c, bool repair_durable, bool dev, not
         fx_authn_free(authn);
     if (rv != 0)
         return rv;
+    if (create_groups(c, b) != 0) {
+        fx_broker_free(b);
+        fx_authn_free(authn);
+        return EXIT_START;
+    }
     char err[256];
     fx_admin *admin = NULL;
     fx_pipeline *pipe = NULL;

@@ -1,7 +1,8 @@
 /* felix-broker's start-up as an operator meets it, the binary run as a child
  * process: a setting ngtcp2 cannot apply stops it with the reason and a
- * non-zero exit, a variable of the original's perf runner does not, and a
- * state_dir that another user could write is refused. Ports are 0 (picked by
+ * non-zero exit, a variable of the original's perf runner does not, a
+ * state_dir that another user could write is refused, and a configured
+ * consumer group is created or, refused by the broker, stops the start. Ports are 0 (picked by
  * the kernel); timeouts are hang guards only. */
 /* fx-test-libs: fx_base */
 #define _XOPEN_SOURCE 700
@@ -126,11 +127,36 @@ static void test_group_writable_state_dir_refused_at_start(void **state)
     run_deinit(&r);
 }
 
+/* groups: creates the group once the broker runs (its log says so), and a
+ * group the broker refuses stops the start naming the entry. */
+static void test_configured_group_created_and_refused_one_stops_start(void **state)
+{
+    (void)state;
+    run r;
+    run_init(&r);
+    const char *ok[] = {"groups=t1/default/orders/billing@new", NULL};
+    pid_t pid = start(&r, ok, NULL);
+    proc_wait_text(r.out, "export FELIX_SERVER=", r.text, sizeof(r.text), pid);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    int st = proc_wait(pid, "felix-broker");
+    proc_slurp(r.err, r.text, sizeof(r.text));
+    if (st != 0)
+        fail_msg("felix-broker exited %d after SIGTERM; stderr:\n%s", st, r.text);
+    proc_assert_contains(r.text, "group t1/default/orders/billing created from the configuration");
+    const char *past[] = {"groups=t1/default/orders/billing@5", NULL};
+    expect_refused(&r, past, NULL, EXIT_START,
+                   "cannot create the configured groups: groups entry "
+                   "t1/default/orders/billing: the start offset is past the stream's tail");
+    run_deinit(&r);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(test_initial_cwnd_refused_with_reason_and_nonzero_exit,
                               proc_teardown),
     cmocka_unit_test_teardown(test_disable_timings_env_does_not_stop_start, proc_teardown),
     cmocka_unit_test_teardown(test_group_writable_state_dir_refused_at_start, proc_teardown),
+    cmocka_unit_test_teardown(test_configured_group_created_and_refused_one_stops_start,
+                              proc_teardown),
 };
 
 FX_TEST_MAIN(tests)

@@ -527,6 +527,55 @@ static void test_streams_list_parsed(void **state)
     expect_error("streams: [t/n/s, t/n/s]\n", NULL, NULL, 0, want_dup);
 }
 
+static void test_groups_list_parsed(void **state)
+{
+    struct fixture f;
+    assert_int_equal(
+        load(&f, "groups:\n  - t1/default/orders/billing@new\n  - t1/default/orders/audit\n", NULL,
+             NULL, 0),
+        0);
+    assert_int_equal(f.c.ngroups, 2);
+    assert_string_equal(f.c.groups[0].s.stream, "orders");
+    assert_string_equal(f.c.groups[0].group, "billing");
+    assert_int_equal(f.c.groups[0].start, FX_CONFIG_GROUP_START_NEW);
+    assert_int_equal(f.c.groups[1].start, FX_CONFIG_GROUP_START_ALL);
+    assert_int_equal(fx_config_origin_of(&f.c, "groups")->line, 2);
+    done(&f);
+    /* The environment replaces the file's whole list. */
+    char *env[] = {"FELIX_GROUPS=a/b/c/g1@last,a/b/c/g2@7", NULL};
+    assert_int_equal(load(&f, "groups: [t/n/s/g]\n", env, NULL, 0), 0);
+    assert_int_equal(f.c.ngroups, 2);
+    assert_string_equal(f.c.groups[1].group, "g2");
+    assert_int_equal(f.c.groups[1].offset, 7);
+    assert_int_equal(fx_config_origin_of(&f.c, "groups")->from, FX_CONFIG_FROM_ENV);
+    done(&f);
+    const char *want[] = {":3:5: groups:", "\"t1/orders/eu\" is not tenant/namespace/stream/group",
+                          NULL};
+    expect_error("groups:\n  - t1/orders/eu/g\n  - t1/orders/eu\n", NULL, NULL, 0, want);
+    const char *want_start[] = {":1:10: groups:", "\"@later\" is not @all, @new, @last", NULL};
+    expect_error("groups: [t/n/s/g@later]\n", NULL, NULL, 0, want_start);
+    const char *want_item[] = {":2:5: groups: an item is a mapping", NULL};
+    expect_error("groups:\n  - a: b\n", NULL, NULL, 0, want_item);
+    const char *want_seq[] = {":1:9: groups: expected a sequence", NULL};
+    expect_error("groups: t/n/s/g\n", NULL, NULL, 0, want_seq);
+    const char *want_env[] = {"env FELIX_GROUPS", "group name \"a/b\" contains '/'", NULL};
+    char *bad_env[] = {"FELIX_GROUPS=t/n/s/a/b", NULL};
+    expect_error(NULL, bad_env, NULL, 0, want_env);
+}
+
+static void test_groups_per_stream_rule(void **state)
+{
+    struct fixture f;
+    assert_int_equal(
+        load(&f, "max_groups_per_stream: 2\ngroups: [t/n/s/a, t/n/s/b, t/n/u/c]\n", NULL, NULL, 0),
+        0);
+    done(&f);
+    const char *want[] = {"groups lists 3 groups of stream t/n/s",
+                          "more than max_groups_per_stream (2)", NULL};
+    expect_error("max_groups_per_stream: 2\ngroups: [t/n/s/a, t/n/s/b, t/n/s/c]\n", NULL, NULL, 0,
+                 want);
+}
+
 static void test_retention_keys_defaults_and_tenant_rule(void **state)
 {
     fx_config c;
@@ -1196,6 +1245,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_env_alias_and_canonical_both_set_rejected),
     cmocka_unit_test(test_unknown_felix_env_warns),
     cmocka_unit_test(test_streams_list_parsed),
+    cmocka_unit_test(test_groups_list_parsed),
+    cmocka_unit_test(test_groups_per_stream_rule),
     cmocka_unit_test(test_retention_keys_defaults_and_tenant_rule),
     cmocka_unit_test(test_yaml_syntax_error_reports_line),
     cmocka_unit_test(test_wrong_yaml_type_rejected),

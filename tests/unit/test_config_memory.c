@@ -156,6 +156,26 @@ static void test_bound_sums_its_terms(void **state)
     fx_config_deinit(&c);
 }
 
+/* A group's stream not in streams is made at start: it counts as a ring. */
+static void test_bound_counts_the_streams_groups_make(void **state)
+{
+    (void)state;
+    fx_config c;
+    fx_config_defaults(&c);
+    c.log_capacity_bytes = 2 * MiB;
+    c.max_frame_bytes = 1 * MiB;
+    fx_config_diag d = {0};
+    assert_int_equal(fx_config_load_flag(&c, "streams=a/b/c", &d), 0);
+    assert_int_equal(fx_config_load_flag(&c, "groups=a/b/c/g,a/b/x/g,a/b/x/h,z/b/x/g", &d), 0);
+    fx_config_bound b;
+    fx_config_memory_bound(&c, &b);
+    assert_int_equal(b.rings, 3 * 3 * MiB);
+    char line[512];
+    fx_config_format_bound(&c, line, sizeof(line));
+    assert_non_null(strstr(line, "3 streams x 3 MiB"));
+    fx_config_deinit(&c);
+}
+
 static void test_derivation_shrinks_defaults_to_fit_the_target(void **state)
 {
     fx_config c;
@@ -230,6 +250,7 @@ static const struct CMUnitTest tests[] = {
     T(test_host_memory_without_a_cgroup_limit_is_half_of_ram),
     T(test_target_given_or_explicit),
     T(test_bound_sums_its_terms),
+    T(test_bound_counts_the_streams_groups_make),
     T(test_derivation_shrinks_defaults_to_fit_the_target),
     T(test_derivation_keeps_explicit_settings),
     T(test_check_refuses_explicit_settings_over_the_target),

@@ -148,6 +148,82 @@ static void test_addresses_strings_and_stream_lists(void **state)
     fx_config_deinit(&c);
 }
 
+/* Stores |list| in key groups; expects -1 with |want| in the reason. */
+static void expect_bad_groups(fx_config *c, const char *list, const char *want)
+{
+    char why[256];
+    assert_int_equal(store(c, "groups", list, why), -1);
+    if (!strstr(why, want))
+        fail_msg("groups=%s: \"%s\" lacks \"%s\"", list, why, want);
+}
+
+static void test_group_lists_and_their_starts(void **state)
+{
+    (void)state;
+    fx_config c;
+    fx_config_defaults(&c);
+    char why[256];
+    assert_int_equal(store(&c, "groups",
+                           "t1/default/orders/billing@new,t/n/s/g,t/n/s/h@last,t/n/s/o@42,"
+                           "t/n/s/a@b@all,t/n/s/x@0",
+                           why),
+                     0);
+    assert_int_equal(c.ngroups, 6);
+    assert_string_equal(c.groups[0].s.tenant, "t1");
+    assert_string_equal(c.groups[0].s.ns, "default");
+    assert_string_equal(c.groups[0].s.stream, "orders");
+    assert_string_equal(c.groups[0].group, "billing");
+    assert_int_equal(c.groups[0].start, FX_CONFIG_GROUP_START_NEW);
+    assert_int_equal(c.groups[1].start, FX_CONFIG_GROUP_START_ALL);
+    assert_int_equal(c.groups[2].start, FX_CONFIG_GROUP_START_LAST);
+    assert_int_equal(c.groups[3].start, FX_CONFIG_GROUP_START_OFFSET);
+    assert_int_equal(c.groups[3].offset, 42);
+    assert_string_equal(c.groups[4].group, "a@b"); /* the last '@' starts the start */
+    assert_int_equal(c.groups[4].start, FX_CONFIG_GROUP_START_ALL);
+    assert_int_equal(c.groups[5].offset, 0);
+    char g128[140];
+    memset(g128, 'g', 128);
+    snprintf(g128 + 128, sizeof(g128) - 128, "@new");
+    char ok[160], bad[160];
+    snprintf(ok, sizeof(ok), "t/n/s/%s", g128);
+    assert_int_equal(store(&c, "groups", ok, why), 0);
+    assert_int_equal(strlen(c.groups[0].group), 128);
+    snprintf(bad, sizeof(bad), "t/n/s/g%s", g128);
+    expect_bad_groups(&c, bad, "too long (allowed: 1 to 128 bytes)");
+    expect_bad_groups(&c, "t/n/s", "is not tenant/namespace/stream/group[@start]");
+    expect_bad_groups(&c, "t//s/g", "is not tenant/namespace/stream/group[@start]");
+    expect_bad_groups(&c, "t/n/s/", "is empty");
+    expect_bad_groups(&c, "t/n/s/@new", "is empty");
+    expect_bad_groups(&c, "t/n/s/a/b", "contains '/'");
+    expect_bad_groups(&c, "t/n/s/g@soon", "\"@soon\" is not @all, @new, @last or @<offset>");
+    expect_bad_groups(&c, "t/n/s/g@", "is not @all");
+    expect_bad_groups(&c, "t/n/s/g@-1", "is not @all");
+    expect_bad_groups(&c, "t/n/s/g@99999999999999999999", "is not @all");
+    expect_bad_groups(&c, "t/n/s/g,t/n/s/g@new", "group t/n/s/g is listed twice");
+    assert_int_equal(c.ngroups, 1); /* a failed store keeps the list */
+    fx_config_deinit(&c);
+}
+
+static void test_group_list_bound(void **state)
+{
+    (void)state;
+    fx_config c;
+    fx_config_defaults(&c);
+    size_t cap = (FX_CONFIG_MAX_GROUPS + 1) * 16;
+    char *list = malloc(cap), why[256];
+    assert_non_null(list);
+    size_t o = 0;
+    for (int i = 0; i < FX_CONFIG_MAX_GROUPS; i++)
+        o += (size_t)snprintf(list + o, cap - o, "%st/n/s/g%d", i ? "," : "", i);
+    assert_int_equal(store(&c, "groups", list, why), 0);
+    assert_int_equal(c.ngroups, FX_CONFIG_MAX_GROUPS);
+    snprintf(list + o, cap - o, ",t/n/s/last");
+    assert_int_equal(store(&c, "groups", list, why), -1);
+    assert_string_equal(why, "more than 4096 groups");
+    free(list);
+    fx_config_deinit(&c);
+}
+
 static void test_flag_layer_sets_value_origin_and_refuses_unknown_keys(void **state)
 {
     fx_config c;
@@ -259,6 +335,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_numbers_outside_the_key_bounds_are_refused),
     cmocka_unit_test(test_bools_enums_and_workers),
     cmocka_unit_test(test_addresses_strings_and_stream_lists),
+    cmocka_unit_test(test_group_lists_and_their_starts),
+    cmocka_unit_test(test_group_list_bound),
     cmocka_unit_test(test_flag_layer_sets_value_origin_and_refuses_unknown_keys),
     cmocka_unit_test(test_env_layer_applies_felix_variables_and_warns_on_others),
     cmocka_unit_test(test_yaml_layer_records_positions_and_names_errors_by_line),

@@ -100,6 +100,8 @@ static void test_bools_enums_workers_and_streams(void **state)
     assert_string_equal(value(&c, "workers"), "3");
     set(&c, "streams=a/b/c,d/e/f");
     assert_string_equal(value(&c, "streams"), "[2 streams]");
+    set(&c, "groups=a/b/c/g");
+    assert_string_equal(value(&c, "groups"), "[1 groups]");
     fx_config_deinit(&c);
 }
 
@@ -160,6 +162,7 @@ static void test_print_loads_back_to_the_same_values(void **state)
     set(&a, "pub_queue_depth=5");
     set(&a, "max_frame_bytes=3000");
     set(&a, "streams=t/n/s");
+    set(&a, "groups=t/n/s/g@new,t/n/u/a@b@last,t/n/u/o@9,t/n/u/all");
     set(&a, "state_dir=/tmp/odd dir");
     set(&a, "durable_fsync_mode=on_commit");
     char *s = printed(&a);
@@ -174,6 +177,15 @@ static void test_print_loads_back_to_the_same_values(void **state)
         assert_string_equal(va, vb);
     }
     assert_string_equal(b.streams[0].stream, "s");
+    assert_int_equal(b.ngroups, 4);
+    for (size_t i = 0; i < 4; i++) {
+        assert_string_equal(b.groups[i].s.stream, a.groups[i].s.stream);
+        assert_string_equal(b.groups[i].group, a.groups[i].group);
+        assert_int_equal(b.groups[i].start, a.groups[i].start);
+        assert_int_equal(b.groups[i].offset, a.groups[i].offset);
+    }
+    assert_non_null(strstr(s, "groups: [\"t/n/s/g@new\", \"t/n/u/a@b@last\", \"t/n/u/o@9\", "
+                              "\"t/n/u/all@all\"]  # flag --set"));
     free(s);
     fx_config_deinit(&a);
     fx_config_deinit(&b);
