@@ -190,6 +190,8 @@ typedef struct fx_broker_opts {
     uint32_t group_max_visibility_ms;     /* cap of a lease and its extensions [600,000] */
     uint32_t group_max_attempts;          /* deliveries before dead-lettering [5] */
     uint32_t group_max_in_flight;         /* checkpoint 5g, records held unacked [1,000] */
+    uint32_t group_backoff_ms[8];         /* delays before the k-th redelivery after a lapse */
+    uint32_t group_nbackoff;              /* or a nak without a delay; 0: at once */
     uint32_t max_groups_per_stream;       /* [64] */
     /* ingress (checkpoints 3-4) */
     uint32_t max_frame_bytes;

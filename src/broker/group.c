@@ -129,6 +129,10 @@ static void group_config(const fx_broker_opts *o, fxb_gs_config *c)
         c->max_ack_wait_ms = o->group_max_visibility_ms;
     if (c->max_ack_wait_ms < c->ack_wait_ms)
         c->max_ack_wait_ms = c->ack_wait_ms;
+    if (o->group_nbackoff != 0) {
+        c->n_backoff = o->group_nbackoff > FXB_GS_MAX_BACKOFF ? FXB_GS_MAX_BACKOFF : o->group_nbackoff;
+        memcpy(c->backoff_ms, o->group_backoff_ms, c->n_backoff * sizeof(c->backoff_ms[0]));
+    }
     if (o->group_max_attempts != 0)
         c->max_deliver = o->group_max_attempts;
     if (o->group_max_in_flight != 0) {

@@ -9,6 +9,7 @@
 #include <assert.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +342,11 @@ const struct key fx_config_keys[] = {
      FIELD(group_max_in_flight), .def = "1000", .min = 1, .max = 1000000,
      .help = "consumer groups: records a group may hold delivered and unsettled (checkpoint "
              "5g); delivery pauses for every member at the cap, counted"},
+    {.name = "group_backoff_ms", .env = {"FELIX_GROUP_BACKOFF_MS"}, .type = T_STR,
+     FIELD(group_backoff_ms), .def = "",
+     .help = "consumer groups: delays (ms, comma-separated, at most 8, each up to 43200000) "
+             "before the k-th redelivery after a lapsed lease or a nak without a delay; the "
+             "last repeats; empty: redeliver at once"},
     {.name = "max_groups_per_stream", .env = {"FELIX_MAX_GROUPS_PER_STREAM"}, .type = T_U32,
      FIELD(max_groups_per_stream), .def = "64", .min = 1, .max = 4096,
      .help = "consumer groups one stream may have"},
@@ -891,6 +897,31 @@ static int rule_durable(fx_config *c, fx_config_diag *d)
     return rv != 0 ? rv : rule_quota_bytes(c, "durable_bytes_max", d);
 }
 
+/* group_backoff_ms: "d1,d2,...": up to 8 delays of 0..43200000 ms. */
+static int rule_backoff(fx_config *c, fx_config_diag *d)
+{
+    const char *s = c->group_backoff_ms;
+    c->group_nbackoff = 0;
+    while (*s != '\0') {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (end == s || errno != 0 || v > 43200000ull || (*end != ',' && *end != '\0') ||
+            c->group_nbackoff == 8) {
+            char where[FX_CONFIG_PATH_MAX + 64];
+            fx_config_format_where(c, &c->origin[kidx("group_backoff_ms")], where,
+                                   sizeof(where));
+            return fx_config_fail(d,
+                                  "%s: group_backoff_ms = \"%s\": expected at most 8 delays in "
+                                  "ms (0..43200000) separated by commas, like \"1000,5000,30000\"",
+                                  where, c->group_backoff_ms);
+        }
+        c->group_backoff[c->group_nbackoff++] = (uint32_t)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
 static int check_rules(fx_config *c, fx_config_diag *d)
 {
     int rv;
@@ -924,6 +955,7 @@ static int check_rules(fx_config *c, fx_config_diag *d)
                               where);
     }
     if ((rv = rule_durable(c, d)) || (rv = rule_tenants(c, d)) || (rv = rule_groups(c, d)) ||
+        (rv = rule_backoff(c, d)) ||
         (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) || (rv = rule_probe(c, d)))
         return rv;
     rule_shards(c, d);

@@ -191,6 +191,9 @@ typedef struct fx_config {
     uint32_t group_max_visibility_ms;
     uint32_t group_max_attempts;
     uint32_t group_max_in_flight;
+    char group_backoff_ms[FX_CONFIG_ADDR_MAX]; /* "1000,5000,30000": checked and parsed into: */
+    uint32_t group_backoff[8];
+    uint32_t group_nbackoff;
     uint32_t max_groups_per_stream;
     uint32_t subscriber_writer_lanes;
     uint32_t max_subscriber_writer_lanes;

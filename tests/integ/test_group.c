@@ -427,6 +427,26 @@ static void test_the_group_bit_is_granted_only_to_a_client_that_offers_it(void *
     t_free(t);
 }
 
+static void test_the_backoff_delays_a_redelivery_after_a_lapse(void **state)
+{
+    (void)state;
+    T *t = group_t();
+    t->bo.group_backoff_ms[0] = 400;
+    t->bo.group_nbackoff = 1;
+    t_start(t);
+    member a = join(t, t_connect(t), "bo", "g", ",\"create\":\"all\",\"ack_wait_ms\":100");
+    (void)a;
+    tstream *p = authed_stream(t, t_connect(t));
+    publish_range(t, p, "bo", 0, 1);
+    wait_recs(t, 1, 3000);
+    uint64_t t0 = fx_now_ns();
+    wait_recs(t, 2, 3000);
+    uint64_t ms = (fx_now_ns() - t0) / 1000000;
+    assert_int_equal(recs[1].attempt, 2);
+    assert_true(ms >= 450); /* the 100 ms lease, then the 400 ms backoff */
+    t_free(t);
+}
+
 static bool ev_finished(T *t)
 {
     tstream *s = t->arg;
@@ -457,6 +477,7 @@ static void test_deleting_the_stream_finishes_every_members_event_stream(void **
 
 static const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deleting_the_stream_finishes_every_members_event_stream),
+        cmocka_unit_test(test_the_backoff_delays_a_redelivery_after_a_lapse),
         cmocka_unit_test(test_two_members_share_the_stream_and_no_record_goes_to_both),
         cmocka_unit_test(test_a_record_not_acked_comes_back_after_the_ack_wait_with_the_next_attempt),
         cmocka_unit_test(test_nak_now_and_nak_with_a_delay_redeliver_when_asked),

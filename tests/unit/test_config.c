@@ -576,6 +576,25 @@ static void test_groups_per_stream_rule(void **state)
                  want);
 }
 
+static void test_group_backoff_list_parsed_and_bad_lists_refused(void **state)
+{
+    struct fixture f;
+    assert_int_equal(load(&f, "group_backoff_ms: \"100,2000,0\"\n", NULL, NULL, 0), 0);
+    assert_int_equal(f.c.group_nbackoff, 3);
+    assert_int_equal(f.c.group_backoff[0], 100);
+    assert_int_equal(f.c.group_backoff[1], 2000);
+    assert_int_equal(f.c.group_backoff[2], 0);
+    done(&f);
+    assert_int_equal(load(&f, "", NULL, NULL, 0), 0);
+    assert_int_equal(f.c.group_nbackoff, 0); /* default: at once */
+    done(&f);
+    const char *want[] = {"group_backoff_ms", "at most 8 delays", NULL};
+    expect_error("group_backoff_ms: \"1,2,3,4,5,6,7,8,9\"\n", NULL, NULL, 0, want);
+    expect_error("group_backoff_ms: \"100,,200\"\n", NULL, NULL, 0, want);
+    expect_error("group_backoff_ms: \"100ms\"\n", NULL, NULL, 0, want);
+    expect_error("group_backoff_ms: \"43200001\"\n", NULL, NULL, 0, want);
+}
+
 static void test_retention_keys_defaults_and_tenant_rule(void **state)
 {
     fx_config c;
@@ -1247,6 +1266,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_streams_list_parsed),
     cmocka_unit_test(test_groups_list_parsed),
     cmocka_unit_test(test_groups_per_stream_rule),
+    cmocka_unit_test(test_group_backoff_list_parsed_and_bad_lists_refused),
     cmocka_unit_test(test_retention_keys_defaults_and_tenant_rule),
     cmocka_unit_test(test_yaml_syntax_error_reports_line),
     cmocka_unit_test(test_wrong_yaml_type_rejected),
