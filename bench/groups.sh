@@ -24,8 +24,8 @@
 #               once the broker holds them all: acked msg/s from the first delivery to the last ack
 #   live        one publisher at most the credit window (4 MiB / payload) ahead of what the group
 #               acked: acked msg/s over GROUP_LIVE_S seconds, publish -> delivery p50/p99
-#   redelivery  member A takes 100 records and never acks them (Felix-C: A leaves without acking;
-#               its records wait for their ack wait), member B gets them again; lateness =
+#   redelivery  member A takes 100 records and never acks them (Felix-C: A stays joined and
+#               reads no more; its leases lapse), member B gets them again; lateness =
 #               (B's delivery - A's) - ack wait (GROUP_ACK_WAIT_MS), p50/p99
 #
 # usage: bench/groups.sh [--help]
