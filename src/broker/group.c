@@ -244,29 +244,36 @@ static uint32_t ring_len(void *user, uint64_t offset)
  * Returns NULL on no memory. */
 static fx_frame_list *build_run(const fx_stream *st, const fxb_gs_run *r)
 {
+    fx_wire_slice one[64], *sl = one;
+    if (r->count > 64 && (sl = calloc(r->count, sizeof(*sl))) == NULL)
+        return NULL;
+    /* The engine handed out only what the ring holds (it settles the rest
+     * as skipped first): every record is there. */
+    uint32_t got = fx_stream_ring_read(st, r->first, r->count, sl);
+    for (uint32_t i = got; i < r->count; i++)
+        sl[i] = (fx_wire_slice){0};
     uint64_t bytes = 0;
-    for (uint32_t i = 0; i < r->count; i++) {
-        fx_wire_slice s;
-        if (fx_stream_ring_get(st, r->first + i, &s) == 0)
-            bytes += s.len;
-    }
+    for (uint32_t i = 0; i < r->count; i++)
+        bytes += sl[i].len;
     size_t size = fx_wire_group_batch_frame_size(1, r->count, bytes);
     fx_buf *f;
-    if (fx_buf_new(&f, size) != 0)
+    if (fx_buf_new(&f, size) != 0) {
+        if (sl != one)
+            free(sl);
         return NULL;
+    }
     fx_wire_group_builder gb;
     ssize_t n = -EINVAL;
     if (fx_wire_group_batch_begin(&gb, fx_buf_data_mut(f), size) == 0 &&
         fx_wire_group_batch_run(&gb, r->first, r->attempt, r->skipped_before) == 0) {
         int rv = 0;
-        for (uint32_t i = 0; i < r->count && rv == 0; i++) {
-            fx_wire_slice s = {0};
-            (void)fx_stream_ring_get(st, r->first + i, &s); /* the engine read below |low| */
-            rv = fx_wire_group_batch_record(&gb, s.ptr, (uint32_t)s.len);
-        }
+        for (uint32_t i = 0; i < r->count && rv == 0; i++)
+            rv = fx_wire_group_batch_record(&gb, sl[i].ptr, (uint32_t)sl[i].len);
         if (rv == 0)
             n = fx_wire_group_batch_finish(&gb);
     }
+    if (sl != one)
+        free(sl);
     fx_frame_list *l = n > 0 ? calloc(1, sizeof(*l)) : NULL;
     if (l == NULL) {
         fx_buf_unref(f);

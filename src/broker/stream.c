@@ -144,18 +144,47 @@ size_t fx_stream_ring_bytes(const fx_stream *s)
     return s->bytes;
 }
 
+/* Index of the ring batch holding retained |offset| (oldest <= offset <
+ * tail): the batches are in offset order, so the first whose end is past
+ * |offset| (a binary search: a group reads a backlog of a million
+ * one-message batches at any point). */
+static size_t ring_find(const fx_stream *s, uint64_t offset)
+{
+    size_t lo = 0, hi = s->ring_n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (offset < fx_envelope_end_offset(ring_at(s, mid)->env))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+uint32_t fx_stream_ring_read(const fx_stream *s, uint64_t offset, uint32_t n, fx_wire_slice *out)
+{
+    if (n == 0 || offset < fx_stream_oldest(s) || offset >= s->tail)
+        return 0;
+    uint32_t k = 0;
+    for (size_t i = ring_find(s, offset); i < s->ring_n && k < n; i++) {
+        fx_envelope *e = ring_at(s, i)->env;
+        uint64_t base = fx_envelope_base_offset(e), end = fx_envelope_end_offset(e);
+        for (uint64_t o = offset + k; o < end && k < n; o++)
+            out[k++] = fx_envelope_payload(e, (uint32_t)(o - base));
+    }
+    return k;
+}
+
 int fx_stream_ring_get(const fx_stream *s, uint64_t offset, fx_wire_slice *out)
 {
     if (offset < fx_stream_oldest(s) || offset >= s->tail)
         return -ENOENT;
-    for (size_t i = 0; i < s->ring_n; i++) {
-        fx_envelope *e = ring_at(s, i)->env;
-        if (offset < fx_envelope_end_offset(e)) {
-            *out = fx_envelope_payload(e, (uint32_t)(offset - fx_envelope_base_offset(e)));
-            return 0;
-        }
-    }
-    return -ENOENT;
+    size_t lo = ring_find(s, offset);
+    if (lo == s->ring_n)
+        return -ENOENT;
+    fx_envelope *e = ring_at(s, lo)->env;
+    *out = fx_envelope_payload(e, (uint32_t)(offset - fx_envelope_base_offset(e)));
+    return 0;
 }
 
 /* ---- lifecycle --------------------------------------------------------------------------- */

@@ -81,6 +81,10 @@ size_t fx_stream_ring_bytes(const fx_stream *s);
 /* Retained payload at |offset| into |*out| (borrowed while the ring holds
  * it). Returns 0 or -ENOENT (not retained). */
 int fx_stream_ring_get(const fx_stream *s, uint64_t offset, fx_wire_slice *out);
+/* Up to |n| retained payloads from |offset| on, contiguous, into |out|
+ * (borrowed while the ring holds them). Returns how many (0: |offset| is
+ * not retained). O(log batches + n). */
+uint32_t fx_stream_ring_read(const fx_stream *s, uint64_t offset, uint32_t n, fx_wire_slice *out);
 
 /* ---- publish and fanout ---------------------------------------------------- */
 

@@ -101,6 +101,41 @@ static fx_metrics_snapshot snap(void)
 
 /* ---- ring -------------------------------------------------------------------- */
 
+/* A read across batches of different sizes, from any offset, and the
+ * lookup of every offset of a ring of many batches (a binary search). */
+static void test_ring_read_spans_batches_from_any_offset(void **state)
+{
+    (void)state;
+    fx_stream *s = mkstream(4096, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    static char names[1003][16]; /* the ring borrows payloads published without a backing */
+    char msg[16];
+    fx_wire_slice b3[3] = {S("b0"), S("b1"), S("b2")};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, b3, 3, 1000, &res), 0); /* offsets 0..2 */
+    for (int i = 3; i < 1003; i++) {
+        snprintf(names[i], sizeof(names[i]), "m%d", i);
+        pub1(s, names[i]); /* one batch each: 1000 batches */
+    }
+    fx_wire_slice out[8];
+    assert_int_equal(fx_stream_ring_read(s, 1, 4, out), 4);
+    assert_int_equal(out[0].len, 2);
+    assert_memory_equal(out[0].ptr, "b1", 2);
+    assert_memory_equal(out[1].ptr, "b2", 2);
+    assert_memory_equal(out[2].ptr, "m3", 2);
+    assert_memory_equal(out[3].ptr, "m4", 2);
+    assert_int_equal(fx_stream_ring_read(s, 1000, 8, out), 3); /* up to the tail */
+    assert_memory_equal(out[2].ptr, "m1002", 5);
+    assert_int_equal(fx_stream_ring_read(s, 1003, 8, out), 0);
+    for (uint64_t o = 3; o < 1003; o++) {
+        fx_wire_slice p;
+        snprintf(msg, sizeof(msg), "m%llu", (unsigned long long)o);
+        assert_int_equal(fx_stream_ring_get(s, o, &p), 0);
+        assert_int_equal(p.len, strlen(msg));
+        assert_memory_equal(p.ptr, msg, p.len);
+    }
+    fx_stream_free(s);
+}
+
 static void test_ring_trims_to_capacity(void **state)
 {
     fx_stream *s = mkstream(3, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
@@ -617,6 +652,7 @@ static void test_start_offset_in_future(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ring_trims_to_capacity),
+    cmocka_unit_test(test_ring_read_spans_batches_from_any_offset),
     cmocka_unit_test(test_ring_trims_by_bytes),
     cmocka_unit_test(test_ring_charges_empty_payloads_until_their_batch_goes),
     cmocka_unit_test(test_ring_evicts_for_an_account_over_its_limit),
