@@ -12,8 +12,8 @@
 #   tenant_retained_bytes 0, retained_bytes_limit 0 (no limit evicts the backlog)
 #   group_max_in_flight   GROUP_MAX_IN_FLIGHT (20000: the NATS consumer's MaxAckPending in
 #                         peerbench), when the broker knows the key
-# then, on the same broker, felix-bench --mode throughput fanout 1 (one message per call) for the
-# "live vs fanout-1 subscription" row; then, on a second broker with durable_default (storage
+# then, on a broker of its own with the default ring, felix-bench --mode throughput fanout 1 (one
+# message per call) for the "live vs fanout-1 subscription" row; then, on a second broker with durable_default (storage
 # under DIR, default ring), felix-bench --mode replay of at least GROUP_COUNT records (Felix-C's own
 # catch-up replay of a backlog of the same size, from disk) for the "backlog drain vs catch-up
 # replay" row. The peers: ../shared/peers/run-peers.sh nats-js-tls-group and redis-group, the
@@ -128,6 +128,10 @@ felix group/backlog --mode group --group-cell backlog --consumers "$CONSUMERS" \
 felix group/live --mode group --group-cell live --consumers "$CONSUMERS" --window "$WINDOW" \
   --min-seconds "$GROUP_LIVE_S"
 felix group/redelivery --mode group --group-cell redelivery --ack-wait-ms "$GROUP_ACK_WAIT_MS"
+fx_stop_broker
+# The fanout-1 reference on a broker of its own, with the default ring: the group broker
+# holds the backlogs of every run (GBs of retained records), which slows a subscription.
+fx_start_broker "$OUTDIR/broker-tput.log" "$OUTDIR/state"
 felix tput/f1 --mode throughput --fanout 1 --batch 1
 fx_stop_broker
 
