@@ -289,7 +289,7 @@ static fx_frame_list *build_run(const fx_stream *st, const fxb_gs_run *r)
     return l;
 }
 
-static void send_run(struct fxb_group *g, const fx_stream *st, const fxb_gs_run *r, uint64_t now_us)
+static void send_run(struct fxb_group *g, const fx_stream *st, const fxb_gs_run *r)
 {
     fxb_sub *sub = r->member < g->members_cap ? g->members[r->member] : NULL;
     fx_frame_list *l = sub != NULL ? build_run(st, r) : NULL;
@@ -301,7 +301,6 @@ static void send_run(struct fxb_group *g, const fx_stream *st, const fxb_gs_run 
         FX_COUNTER_INC(group_send_failed);
         return;
     }
-    (void)now_us;
     FX_COUNTER_ADD(group_delivered, r->count);
     if (r->attempt > 1)
         FX_COUNTER_ADD(group_redelivered, r->count);
@@ -503,7 +502,7 @@ static void pump(struct fxb_group *g)
         size_t n = fxb_gs_pump(g->gs, &v, now_us, runs, PUMP_RUNS, dead, dead_ok ? PUMP_DEAD : 0,
                                &nd);
         for (size_t i = 0; i < n; i++)
-            send_run(g, st, &runs[i], now_us);
+            send_run(g, st, &runs[i]);
         for (size_t i = 0; i < nd; i++) {
             if (!dead_letter(g, st, &dead[i], now_ns)) {
                 for (size_t k = i + 1; k < nd; k++)

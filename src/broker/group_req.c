@@ -37,25 +37,11 @@ static void join_reply_cb(fx_loop *l, fx_task *t, void *user);
 static fxb_sub *member_new(fxb_bidi *s, fx_stream_handle *h, uint32_t window)
 {
     fxb_conn *c = s->conn;
-    fxb_sub *sub = calloc(1, sizeof(*sub));
+    /* Its deliveries are bounded by its window: one list per run at most. */
+    fxb_sub *sub = fxb_sub_alloc(c, h, (size_t)(window != 0 ? window : 256) + 1,
+                                 member_free_parts);
     if (sub == NULL)
         return NULL;
-    sub->id = atomic_fetch_add(&c->b->next_sub_id, 1);
-    /* Its deliveries are bounded by its window: one list per run at most. */
-    if (fxb_sub_lane_init(sub, c, (size_t)(window != 0 ? window : 256) + 1) != 0) {
-        free(sub);
-        return NULL;
-    }
-    sub->kind = FXB_KIND_SUB;
-    sub->free_parts = member_free_parts;
-    atomic_init(&sub->refs, 1);
-    atomic_init(&sub->closed, false);
-    atomic_init(&sub->active, false);
-    sub->b = c->b;
-    sub->w = fxb_worker_for(c->b, h);
-    sub->conn = c;
-    fxb_conn_ref(c);
-    sub->h = fx_stream_handle_ref(h);
     fxb_sub_group_init(sub);
     fx_task_init(&sub->feed.reg_task, fxb_group_member_register, sub);
     fx_task_init(&sub->feed.unreg_task, fxb_group_member_unregister, sub);

@@ -138,19 +138,19 @@ static void sub_free_parts(fxb_sub *sub)
     fxb_sub_dur_deinit(&sub->dur);
 }
 
-static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
+fxb_sub *fxb_sub_alloc(fxb_conn *c, fx_stream_handle *h, size_t lane_capacity,
+                       void (*free_parts)(fxb_sub *sub))
 {
-    fxb_conn *c = s->conn;
     fxb_sub *sub = calloc(1, sizeof(*sub));
     if (sub == NULL)
         return NULL;
     sub->id = atomic_fetch_add(&c->b->next_sub_id, 1);
-    if (fxb_sub_lane_init(sub, c, 0) != 0) {
+    if (fxb_sub_lane_init(sub, c, lane_capacity) != 0) {
         free(sub);
         return NULL;
     }
     sub->kind = FXB_KIND_SUB;
-    sub->free_parts = sub_free_parts;
+    sub->free_parts = free_parts;
     atomic_init(&sub->refs, 1);
     atomic_init(&sub->closed, false);
     atomic_init(&sub->active, false);
@@ -159,6 +159,14 @@ static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
     sub->conn = c;
     fxb_conn_ref(c);
     sub->h = fx_stream_handle_ref(h);
+    return sub;
+}
+
+static fxb_sub *sub_new(fxb_bidi *s, fx_stream_handle *h)
+{
+    fxb_sub *sub = fxb_sub_alloc(s->conn, h, 0, sub_free_parts);
+    if (sub == NULL)
+        return NULL;
     fxb_feeder_init(sub);
     fx_task_init(&sub->feed.reg_task, fxb_worker_sub_register, sub);
     fx_task_init(&sub->feed.unreg_task, fxb_worker_sub_unregister, sub);

@@ -12,6 +12,12 @@
 /* Handles a decoded subscribe message on |s| (authenticated, tenant
  * checked). Conn loop. */
 void fxb_subscribe(fxb_bidi *s, const fx_msg *m);
+/* A new subscription of |c| on |h| (one reference, the connection's): its id,
+ * its lane part with a queue of |lane_capacity| lists (0: the lane depth),
+ * its connection and stream references, and |free_parts|, which frees the
+ * stage parts its caller adds. NULL on no memory. Conn loop. */
+fxb_sub *fxb_sub_alloc(fxb_conn *c, fx_stream_handle *h, size_t lane_capacity,
+                       void (*free_parts)(fxb_sub *sub));
 /* Opens |sub|'s event stream and queues event_stream_hello as its first
  * write (the writer sends it before any delivery). Returns 0 or an error.
  * Conn loop; also for a consumer group's member (group_req.c). */
