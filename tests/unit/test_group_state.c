@@ -498,8 +498,7 @@ static void test_release_does_not_count_the_attempt(void **state)
 
 /* ---- dead letters ------------------------------------------------------------------- */
 
-static void
-test_max_deliver_dead_letter_reported_once_settled_by_done_again_after_failed(void **state)
+static void test_max_deliver_dead_letter_reported_once_settled_by_done_again_after_failed(void **state)
 {
     (void)state;
     fxb_gs_config c = base_cfg();
@@ -800,8 +799,7 @@ static void test_ten_thousand_lapsed_leases_are_each_redelivered_exactly_once(vo
     fxb_gs_free(g);
 }
 
-static void
-test_memory_stays_within_64_bytes_per_bounded_record_with_ten_thousand_pending(void **state)
+static void test_memory_stays_within_64_bytes_per_bounded_record_with_ten_thousand_pending(void **state)
 {
     (void)state;
     uint32_t m;
