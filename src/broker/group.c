@@ -278,17 +278,12 @@ static uint32_t ring_len(void *user, uint64_t offset)
     return s->page != NULL ? FXB_GS_LEN_WAIT : UINT32_MAX;
 }
 
-/* Builds the GROUP_BATCH frame of |r| from the ring (and the page) into a
- * frame list. Returns NULL on no memory. */
-static fx_frame_list *build_run(const gsrc *src, const fxb_gs_run *r)
+/* The payloads of |r| into |sl|. The engine handed out only what the ring
+ * or the page holds (it settles what is gone as skipped, and waits for what
+ * is not loaded): every record is there; a run may begin in the page and
+ * go on in the ring. */
+static void run_payloads(const gsrc *src, const fxb_gs_run *r, fx_wire_slice *sl)
 {
-    fx_wire_slice one[64], *sl = one;
-    if (r->count > 64 && (sl = calloc(r->count, sizeof(*sl))) == NULL)
-        return NULL;
-    /* The engine handed out only what the ring or the page holds (it
-     * settles what is gone as skipped, and waits for what is not loaded):
-     * every record is there; a run may begin in the page and go on in the
-     * ring. */
     uint32_t got = 0, k = 1;
     while (got < r->count && k > 0) {
         k = src_read(src, r->first + got, r->count - got, sl + got);
@@ -296,6 +291,16 @@ static fx_frame_list *build_run(const gsrc *src, const fxb_gs_run *r)
     }
     for (uint32_t i = got; i < r->count; i++)
         sl[i] = (fx_wire_slice){0};
+}
+
+/* Builds the GROUP_BATCH frame of |r| from the ring (and the page) into a
+ * frame list. Returns NULL on no memory. */
+static fx_frame_list *build_run(const gsrc *src, const fxb_gs_run *r)
+{
+    fx_wire_slice one[64], *sl = one;
+    if (r->count > 64 && (sl = calloc(r->count, sizeof(*sl))) == NULL)
+        return NULL;
+    run_payloads(src, r, sl);
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < r->count; i++)
         bytes += sl[i].len;

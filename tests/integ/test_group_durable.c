@@ -5,7 +5,8 @@
  * members drain every offset exactly once with its payload; a record nak'd
  * after its page moved on is read again and redelivered at attempt 2; a
  * record terminated there lands in the dead-letter stream with its
- * payload. */
+ * payload; records retention deleted, before the group came or while it
+ * waited, are skipped and said so, never a silent gap. */
 /* fx-test-libs: fx_client fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
 #include "fx_test.h"
 #include "integ/fixture.h"
@@ -19,16 +20,26 @@
 #define PAGE 32
 
 /* A broker with durable storage under its state dir, a ring of RING records
- * and log pages of PAGE records. */
-static void env_start(fix_env *e, char *root, size_t cap)
+ * and log pages of PAGE records; with |retain|, segments of 512 bytes (a
+ * dozen records) of which retention keeps about 1 KiB. */
+static void env_start_with(fix_env *e, char *root, size_t cap, bool retain)
 {
     fix_env_init(e, "grpdur");
     snprintf(root, cap, "%s/durable", e->dir);
     e->bo.durable.dir = root;
     e->bo.durable.fsync_mode = FX_FSYNC_NONE;
     e->bo.durable.max_records_per_read = PAGE;
+    if (retain) {
+        e->bo.durable.segment_bytes = 512;
+        e->bo.durable.retention_bytes = 1024;
+    }
     e->bo.log_capacity = RING;
     fix_env_start(e);
+}
+
+static void env_start(fix_env *e, char *root, size_t cap)
+{
+    env_start_with(e, root, cap, false);
 }
 
 static fx_client *client(fix_env *e)
@@ -54,7 +65,18 @@ static void durable_n(fix_env *e, fx_client *c, const char *stream, uint64_t n)
     }
 }
 
-static fx_group *join(fx_client *c, const char *stream, uint32_t window, bool create)
+/* Checks that |m|'s payload is "rec-<its offset>". */
+static void check_payload(const fx_group_msg *m)
+{
+    char want[32];
+    int len = snprintf(want, sizeof(want), "rec-%llu", (unsigned long long)m->offset);
+    if (m->len != (size_t)len || memcmp(m->payload, want, m->len) != 0)
+        fail_msg("offset %llu carries '%.*s'", (unsigned long long)m->offset, (int)m->len,
+                 (const char *)m->payload);
+}
+
+/* Joins group "g" of |stream|, creating it at |create| (NULL: it exists). */
+static fx_group *join_at(fx_client *c, const char *stream, uint32_t window, const fx_start *create)
 {
     fx_group_opts o;
     fx_group_opts_init(&o);
@@ -62,8 +84,7 @@ static fx_group *join(fx_client *c, const char *stream, uint32_t window, bool cr
     o.stream = stream;
     o.group = "g";
     o.window = window;
-    fx_start all = {.kind = FX_START_EARLIEST};
-    o.create = create ? &all : NULL;
+    o.create = create;
     fx_group *g = NULL;
     int rv = fx_group_join(&g, c, &o);
     if (rv != 0) {
@@ -74,14 +95,39 @@ static fx_group *join(fx_client *c, const char *stream, uint32_t window, bool cr
     return g;
 }
 
-/* Checks that |m|'s payload is "rec-<its offset>". */
-static void check_payload(const fx_group_msg *m)
+static fx_group *join(fx_client *c, const char *stream, uint32_t window, bool create)
 {
-    char want[32];
-    int len = snprintf(want, sizeof(want), "rec-%llu", (unsigned long long)m->offset);
-    if (m->len != (size_t)len || memcmp(m->payload, want, m->len) != 0)
-        fail_msg("offset %llu carries '%.*s'", (unsigned long long)m->offset, (int)m->len,
-                 (const char *)m->payload);
+    fx_start all = {.kind = FX_START_EARLIEST};
+    return join_at(c, stream, window, create ? &all : NULL);
+}
+
+/* Takes and acks what |g| hands out until |end|, checking that each offset
+ * comes once, at attempt 1, with its payload. Returns the first message's
+ * offset and its skipped count in |*pskipped|. */
+static uint64_t drain_to(fx_group *g, uint64_t end, uint64_t *pskipped)
+{
+    uint64_t first = UINT64_MAX, next = 0;
+    uint64_t deadline = fix_deadline_ns(20000);
+    while ((first == UINT64_MAX || next < end) && fx_now_ns() < deadline) {
+        fx_group_msg m;
+        int rv = fx_group_next(g, &m, 20);
+        if (rv == FX_ETIMEDOUT)
+            continue;
+        assert_int_equal(rv, 0);
+        if (first == UINT64_MAX) {
+            first = m.offset;
+            *pskipped = m.skipped;
+        } else {
+            assert_int_equal(m.offset, next); /* one member: in offset order */
+            assert_int_equal(m.skipped, 0);
+        }
+        assert_int_equal(m.attempt, 1);
+        check_payload(&m);
+        assert_int_equal(fx_group_ack(g, m.offset), 0);
+        next = m.offset + 1;
+    }
+    assert_int_equal(next, end);
+    return first;
 }
 
 /* ---- two members drain it ---------------------------------------------------------------- */
@@ -236,10 +282,72 @@ static void test_a_record_terminated_below_the_ring_is_dead_lettered_with_its_pa
     fix_env_deinit(&e);
 }
 
+/* ---- retention outranks a group --------------------------------------------------------- */
+
+static void test_records_retention_deleted_before_the_group_came_are_skipped(void **state)
+{
+    (void)state;
+    fix_env e;
+    char root[128];
+    env_start_with(&e, root, sizeof(root), true);
+    fx_client *c = client(&e);
+    durable_n(&e, c, "ret", ONE_N);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    fx_start at0 = {.kind = FX_START_OFFSET, .offset = 0};
+    fx_group *g = join_at(c, "ret", 8, &at0);
+    uint64_t skipped = 0, first = drain_to(g, ONE_N, &skipped);
+    /* The log lost its head: the group starts at its first offset and says
+     * how many it skipped; everything the log holds comes, once. */
+    assert_true(first > 0 && first < ONE_N - RING);
+    assert_int_equal(skipped, first);
+    fx_metrics_snapshot_take(&after);
+    assert_true(DELTA(before, after, group_log_pages) >= 1);
+    assert_int_equal(DELTA(before, after, group_log_read_errors), 0);
+    fx_group_leave(g);
+    fix_close(c);
+    fix_env_deinit(&e);
+}
+
+static void test_records_retention_deletes_while_a_group_waits_are_skipped_when_read(void **state)
+{
+    (void)state;
+    fix_env e;
+    char root[128];
+    env_start_with(&e, root, sizeof(root), true);
+    fx_client *c = client(&e);
+    durable_n(&e, c, "late", 1);
+    fx_group *g = join(c, "late", 1, true);
+    /* The member takes offset 0 and holds it while the log moves on. */
+    fx_group_msg m;
+    assert_int_equal(fx_group_next(g, &m, 3000), 0);
+    assert_int_equal(m.offset, 0);
+    for (uint64_t i = 1; i < ONE_N; i++) {
+        char p[32];
+        int len = snprintf(p, sizeof(p), "rec-%llu", (unsigned long long)i);
+        assert_int_equal(fx_publish(c, NS, "late", p, (size_t)len, FX_ACK_PER_MESSAGE), 0);
+    }
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    assert_int_equal(fx_group_ack(g, 0), 0);
+    /* Offset 1 was in the log when the group came and is gone now: the read
+     * at 1 finds the log's first offset, what is below it is skipped. */
+    uint64_t skipped = 0, first = drain_to(g, ONE_N, &skipped);
+    assert_true(first > 1 && first < ONE_N - RING);
+    assert_int_equal(skipped, first - 1);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, group_log_read_errors), 0);
+    fx_group_leave(g);
+    fix_close(c);
+    fix_env_deinit(&e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_two_members_drain_a_durable_stream_below_its_ring_exactly_once),
     cmocka_unit_test(test_a_nakd_record_below_the_ring_comes_back_from_the_log_at_attempt_2),
     cmocka_unit_test(test_a_record_terminated_below_the_ring_is_dead_lettered_with_its_payload),
+    cmocka_unit_test(test_records_retention_deleted_before_the_group_came_are_skipped),
+    cmocka_unit_test(test_records_retention_deletes_while_a_group_waits_are_skipped_when_read),
 };
 
 FX_TEST_MAIN(tests)
