@@ -223,6 +223,8 @@ void fxb_group_worker_deinit(fxb_worker *w)
             struct fxb_group *g = sg->head;
             sg->head = g->next;
             fx_loop_timer_cancel(w->loop, &g->timer); /* the loop is stopped: allowed */
+            fxb_gpage_free_stopped(g->page);
+            g->page = NULL;
             group_free(g);
         }
         fx_stream_handle_unref(sg->h);

@@ -168,6 +168,15 @@ void fxb_gpage_free(fxb_gpage *p)
         gpage_destroy(p);
 }
 
+void fxb_gpage_free_stopped(fxb_gpage *p)
+{
+    if (p == NULL)
+        return;
+    if (p->timer_armed)
+        fx_loop_timer_cancel(p->w->loop, &p->timer); /* the loop is stopped: allowed */
+    gpage_destroy(p);
+}
+
 uint64_t fxb_gpage_low(const fxb_gpage *p)
 {
     return p->low;

@@ -37,6 +37,10 @@ fxb_gpage *fxb_gpage_new(fxb_worker *w, const fx_stream_handle *h, fxb_gpage_cb 
                          int *prv);
 /* Frees |p| now, or when its read in flight comes back. Worker loop. */
 void fxb_gpage_free(fxb_gpage *p);
+/* Frees |p| now, a read in flight too: teardown, once the worker's loop
+ * and its replay thread have stopped (an answer posted to the stopped
+ * worker never runs; the loop's free does not touch its tasks). */
+void fxb_gpage_free_stopped(fxb_gpage *p);
 
 /* The first offset and the next offset of |h|'s log as its storage thread
  * last published them. 0; -EAGAIN when its log is listed but not open
