@@ -530,6 +530,8 @@ static void on_page(void *user)
     fx_loop_post(g->w->loop, &g->pump_task);
 }
 
+static fx_ratelimit page_rl = FX_RATELIMIT_INIT;
+
 /* The engine's view of |st| for |g|, with |src| as its user. A durable
  * stream's group reads below the ring from its log: |low| is the log's
  * first offset, retention's (NULL page on no memory: nothing is handed out
@@ -544,8 +546,9 @@ static bool view_of(struct fxb_group *g, fx_stream *st, gsrc *src, fxb_gs_view *
     int rv = 0;
     if (g->page == NULL && (g->page = fxb_gpage_new(g->w, g->sg->h, on_page, g, &rv)) == NULL) {
         FX_COUNTER_INC(group_log_read_errors);
-        FX_LOG_WARN("broker", "group %s: no reader of its durable stream's log: %s", g->name,
-                    fx_strerror(rv));
+        FX_LOG_RATELIMITED(&page_rl, fx_loop_now(g->w->loop), FX_LOG_WARN, "broker",
+                           "group %s: no reader of its durable stream's log: %s", g->name,
+                           fx_strerror(rv));
         return false; /* the next change tries again */
     }
     src->page = g->page;

@@ -171,6 +171,7 @@ static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_u
     set_u64(o, "capped", st->capped);
     set_u64(o, "member_full", st->member_full);
     set_u64(o, "parked_overflow", st->parked_overflow);
+    set_u64(o, "log_waits", st->waits);
     json_t *late_h = json_object();
     uint64_t cum = 0, n = 0;
     for (int i = 0; i < FXB_GS_LATE_BUCKETS; i++) {
