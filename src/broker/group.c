@@ -534,8 +534,9 @@ static fx_ratelimit page_rl = FX_RATELIMIT_INIT;
 
 /* The engine's view of |st| for |g|, with |src| as its user. A durable
  * stream's group reads below the ring from its log: |low| is the log's
- * first offset, retention's (NULL page on no memory: nothing is handed out
- * this time, counted). Returns false when there is no view now. */
+ * first offset, retention's (what the ring still holds stays readable);
+ * with no page (no memory) nothing is handed out this time, counted.
+ * Returns false when there is no view now. */
 static bool view_of(struct fxb_group *g, fx_stream *st, gsrc *src, fxb_gs_view *v)
 {
     *src = (gsrc){.st = st};
@@ -552,8 +553,9 @@ static bool view_of(struct fxb_group *g, fx_stream *st, gsrc *src, fxb_gs_view *
         return false; /* the next change tries again */
     }
     src->page = g->page;
-    uint64_t low = fxb_gpage_low(g->page);
-    v->low = low < v->tail ? low : v->tail;
+    uint64_t low = fxb_gpage_low(g->page); /* <= the ring's oldest but for retention */
+    if (low < v->low)
+        v->low = low;
     return true;
 }
 
@@ -790,7 +792,9 @@ void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
         return;
     if (failed) {
         sub->grp.join_rv = sub->feed.reg_rv;
-        sub->grp.why = "the durable stream's log cannot be opened";
+        sub->grp.why = sub->feed.reg_rv == FX_ENOSTREAM
+                           ? "stream deleted"
+                           : "the durable stream's log cannot be opened";
     } else if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         sub->grp.join_rv = join(sub);
     } else {
