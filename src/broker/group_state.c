@@ -553,7 +553,7 @@ size_t fxb_gs_pump(fxb_gs *g, fxb_gs_view *v, uint64_t now_us, fxb_gs_run *out, 
             if (!give_run(g, v, id, now_us, &out[n], &capped, &passed)) {
                 if (passed)
                     continue; /* a redelivery waits for another member */
-                idle = true;  /* nothing for anyone */
+                idle = true; /* nothing for anyone */
                 break;
             }
             n++;

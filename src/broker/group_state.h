@@ -36,17 +36,17 @@
 #define FXB_GS_LATE_BUCKETS 12
 
 typedef struct fxb_gs_config {
-    uint32_t ack_wait_ms;     /* lease of a delivery [30,000] */
-    uint32_t max_ack_wait_ms; /* cap of an in_progress extension and a join's ack wait [600,000] */
+    uint32_t ack_wait_ms;          /* lease of a delivery [30,000] */
+    uint32_t max_ack_wait_ms;      /* cap of an in_progress extension and a join's ack wait [600,000] */
     uint32_t backoff_ms[FXB_GS_MAX_BACKOFF]; /* delay before the k-th redelivery after a
                                                 lapse or a nak without a delay; last repeats */
-    uint32_t n_backoff;                      /* 0: redeliver at once */
-    int32_t max_deliver;            /* deliveries before dead-lettering [5]; -1 unlimited */
-    uint32_t max_ack_pending;       /* 5g, records [1,000] */
-    uint64_t max_ack_pending_bytes; /* 5g, bytes [64 MiB] */
-    uint32_t max_parked;            /* 5p [= max_ack_pending] */
-    uint32_t member_window_max;     /* largest window a member may ask [max_ack_pending / 2] */
-    uint32_t max_run;               /* most records of one run handed to a member per turn [64] */
+    uint32_t n_backoff;            /* 0: redeliver at once */
+    int32_t max_deliver;           /* deliveries before dead-lettering [5]; -1 unlimited */
+    uint32_t max_ack_pending;      /* 5g, records [1,000] */
+    uint64_t max_ack_pending_bytes;/* 5g, bytes [64 MiB] */
+    uint32_t max_parked;           /* 5p [= max_ack_pending] */
+    uint32_t member_window_max;    /* largest window a member may ask [max_ack_pending / 2] */
+    uint32_t max_run;              /* most records of one run handed to a member per turn [64] */
 } fxb_gs_config;
 
 /* The defaults above; then callers override. */
@@ -66,29 +66,29 @@ typedef enum fxb_gs_reason {
 /* What an operation on one delivery did. */
 typedef enum fxb_gs_result {
     FXB_GS_OK = 0,
-    FXB_GS_DUPLICATE, /* already settled (below the floor, or acked): harmless, counted */
-    FXB_GS_STALE,     /* nak/in_progress/term/release for an attempt that is not the current
-                         delivery's, or by a member that does not hold it: refused, counted */
-    FXB_GS_INVALID,   /* never handed out (>= next): refused */
+    FXB_GS_DUPLICATE,  /* already settled (below the floor, or acked): harmless, counted */
+    FXB_GS_STALE,      /* nak/in_progress/term/release for an attempt that is not the current
+                          delivery's, or by a member that does not hold it: refused, counted */
+    FXB_GS_INVALID,    /* never handed out (>= next): refused */
 } fxb_gs_result;
 
 typedef struct fxb_gs_stats {
-    uint64_t delivered;   /* records handed out, first deliveries and redeliveries */
-    uint64_t redelivered; /* of which attempt > 1 */
+    uint64_t delivered;          /* records handed out, first deliveries and redeliveries */
+    uint64_t redelivered;        /* of which attempt > 1 */
     uint64_t acked;
     uint64_t duplicate_acks;
     uint64_t naked;
     uint64_t in_progress;
     uint64_t released;
-    uint64_t expired;         /* leases lapsed */
-    uint64_t stale[4];        /* refused as stale: [0] nak [1] in_progress [2] term [3] release */
-    uint64_t invalid;         /* ops naming offsets never handed out */
-    uint64_t dead[3];         /* dead-lettered: [1] max_deliver [2] term */
-    uint64_t skipped;         /* settled unread: evicted from the ring / trimmed */
-    uint64_t capped;          /* 5g: a turn that found the cap full with records waiting */
-    uint64_t member_full;     /* 5m: a turn that found a member's window full with work */
-    uint64_t parked_overflow; /* 5p: a delayed nak made immediate */
-    uint64_t waits;           /* runs stopped at a record not loaded (FXB_GS_LEN_WAIT) */
+    uint64_t expired;            /* leases lapsed */
+    uint64_t stale[4];           /* refused as stale: [0] nak [1] in_progress [2] term [3] release */
+    uint64_t invalid;            /* ops naming offsets never handed out */
+    uint64_t dead[3];            /* dead-lettered: [1] max_deliver [2] term */
+    uint64_t skipped;            /* settled unread: evicted from the ring / trimmed */
+    uint64_t capped;             /* 5g: a turn that found the cap full with records waiting */
+    uint64_t member_full;        /* 5m: a turn that found a member's window full with work */
+    uint64_t parked_overflow;    /* 5p: a delayed nak made immediate */
+    uint64_t waits;              /* runs stopped at a record not loaded (FXB_GS_LEN_WAIT) */
     uint64_t late[FXB_GS_LATE_BUCKETS]; /* redelivery lateness histogram */
     uint64_t late_sum_us;
 } fxb_gs_stats;
@@ -97,10 +97,10 @@ typedef struct fxb_gs_stats {
 typedef struct fxb_gs_info {
     uint64_t floor, next;
     uint32_t acquired, available, parked; /* pending = acquired + available (+ parked) */
-    uint64_t pending_bytes; /* of every pending record, parked and dead ones included */
+    uint64_t pending_bytes;   /* of every pending record, parked and dead ones included */
     uint32_t members;
     uint64_t capped_since_us; /* 0: not capped (5g) */
-    uint32_t dead_intents; /* dead letters reported (or about to be) by fxb_gs_pump, not yet done */
+    uint32_t dead_intents;    /* dead letters reported (or about to be) by fxb_gs_pump, not yet done */
 } fxb_gs_info;
 
 /* One run handed to a member: |count| records from |first|, all at
@@ -193,8 +193,7 @@ fxb_gs_result fxb_gs_nak(fxb_gs *g, uint32_t member, uint64_t offset, uint32_t a
 fxb_gs_result fxb_gs_in_progress(fxb_gs *g, uint32_t member, uint64_t offset, uint32_t attempt,
                                  uint32_t extend_ms, uint64_t now_us);
 /* Dead-letters at once (reported by the next fxb_gs_pump as FXB_GS_DEAD_TERM). */
-fxb_gs_result fxb_gs_term(fxb_gs *g, uint32_t member, uint64_t offset, uint32_t attempt,
-                          uint64_t now_us);
+fxb_gs_result fxb_gs_term(fxb_gs *g, uint32_t member, uint64_t offset, uint32_t attempt, uint64_t now_us);
 /* Gives back unprocessed: AVAILABLE at once, the attempt not counted. */
 fxb_gs_result fxb_gs_release(fxb_gs *g, uint32_t member, uint64_t offset, uint32_t attempt);
 
@@ -231,10 +230,10 @@ typedef enum fxb_gs_ev_type {
     FXB_GS_EV_DELIVER = 1, /* [first, first+count) handed out at |attempt| */
     FXB_GS_EV_ACK,         /* [first, first+count) settled by acks */
     FXB_GS_EV_NAK,         /* |first| given back, AVAILABLE at |not_before_us| (0 now) */
-    FXB_GS_EV_RELEASE, /* |first| given back, its attempt not counted (|attempt| = what remains) */
-    FXB_GS_EV_DEAD,    /* |first| dead-lettered (settled), |reason| */
-    FXB_GS_EV_SKIP,    /* [first, first+count) settled unread */
-    FXB_GS_EV_SEEK,    /* everything dropped; floor = next = |first| */
+    FXB_GS_EV_RELEASE,     /* |first| given back, its attempt not counted (|attempt| = what remains) */
+    FXB_GS_EV_DEAD,        /* |first| dead-lettered (settled), |reason| */
+    FXB_GS_EV_SKIP,        /* [first, first+count) settled unread */
+    FXB_GS_EV_SEEK,        /* everything dropped; floor = next = |first| */
 } fxb_gs_ev_type;
 
 typedef struct fxb_gs_event {
