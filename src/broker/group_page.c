@@ -411,10 +411,13 @@ static int read_page(fxb_gpage *p)
     reader_close(p);
     if (rv != 0)
         return rv;
-    /* Keep only what is used (a failed shrink keeps the larger buffer). */
+    /* Keep only what is used (a failed shrink keeps the larger block). */
     uint8_t *nb = realloc(p->nbuf, p->nbytes > 0 ? p->nbytes : 1);
     if (nb != NULL)
         p->nbuf = nb;
+    fx_wire_slice *ns = realloc(p->nsl, (p->nn > 0 ? p->nn : 1) * sizeof(*ns));
+    if (ns != NULL)
+        p->nsl = ns;
     for (uint32_t i = 0; i < p->nn; i++)
         p->nsl[i].ptr = p->nbuf + (uintptr_t)p->nsl[i].ptr;
     return 0;
