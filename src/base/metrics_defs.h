@@ -379,7 +379,13 @@
       "Runs of records that could not be framed for a member (out of memory): given back, "        \
       "not counted as attempts")                                                                   \
     C(group_ops_failed, "felix_group_ops_failed_total", "",                                        \
-      "GROUP_ACKS frames the group's worker could not apply (out of memory)")
+      "GROUP_ACKS frames the group's worker could not apply (out of memory)")                      \
+    C(group_log_pages, "felix_group_log_pages_total", "",                                          \
+      "Pages of records below the ring read from a durable stream's log for a consumer group "      \
+      "(one page per group at a time, on the worker's replay thread)")                             \
+    C(group_log_read_errors, "felix_group_log_read_errors_total", "",                              \
+      "Reads of a consumer group's page from a durable stream's log that failed (I/O error, "       \
+      "corrupt record, no memory): logged, nothing skipped, tried again after 100 ms")
 
 /* Every list, in exposition order. A new subsystem list is added here. */
 /* ---- per-stream series -------------------------------------------------
