@@ -125,7 +125,7 @@ export -f fill_one
 export BUILD FX_PORT FP RECORD COUNT OUTDIR FX_TAG
 seq 1 "$STREAMS" | xargs -P "$PARALLEL" -I{} bash -c 'fill_one {}'
 fx_stop_broker
-DISK_BYTES=$(find "$DATA" -name '*.log' -printf '%s\n' | awk '{ s += $1 } END { printf "%d", s }')
+DISK_BYTES=$(find "$DATA" -name '*.log' -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
 log "$(numfmt --to=iec "$DISK_BYTES") of segment files; emptying the page cache"
 
 read_all() {
