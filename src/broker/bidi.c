@@ -537,8 +537,9 @@ static void check_fin(fxb_bidi *s)
 
 /* A member's join stream the client finished: the member leaves its group
  * once every frame before the FIN was handled (its operations queued ahead
- * of the leave), so none kept unread behind a wait is lost; an ended
- * stream's input is discarded anyway. */
+ * of the leave), so none kept unread behind a wait (checkpoint 5a, the
+ * reply bounds) is lost; until then it keeps what it holds, or until its
+ * connection closes. An ended stream's input is discarded anyway. */
 static void member_fin(fxb_bidi *s)
 {
     if (s->member == NULL || !s->peer_fin)
@@ -550,7 +551,7 @@ static void member_fin(fxb_bidi *s)
 }
 
 /* Reads on after a wait ended: the deferred job first, then the input kept
- * meanwhile, then credit and the FIN check. */
+ * meanwhile, then credit, the FIN check and a member's leave. */
 static void read_on(fxb_bidi *s)
 {
     if (s->closed)
