@@ -380,6 +380,13 @@
       "not counted as attempts")                                                                   \
     C(group_ops_failed, "felix_group_ops_failed_total", "",                                        \
       "GROUP_ACKS frames the group's worker could not apply (out of memory)")                      \
+    C(group_ops_paused, "felix_group_ops_paused_total", "",                                        \
+      "Times a member's join stream stopped reading because its GROUP_ACKS inbox held 256 KiB "    \
+      "its group's worker had not applied yet (checkpoint 5a): QUIC flow control holds the "       \
+      "client until the worker catches up; nothing is dropped")                                    \
+    G(group_ops_queued_bytes, "felix_group_ops_queued_bytes", "",                                  \
+      "Bytes of GROUP_ACKS frames queued for the groups' workers and not yet applied, all "        \
+      "members (each member's inbox holds at most 256 KiB plus one frame)")                        \
     C(group_log_pages, "felix_group_log_pages_total", "",                                          \
       "Pages of records below the ring read from a durable stream's log for a consumer group "      \
       "(one page per group at a time, on the worker's replay thread)")                             \

@@ -370,11 +370,12 @@ static void credit(fxb_bidi *s)
 }
 
 /* True while the stream reads nothing: a publish parked at admission, a
- * header waiting for its bytes, or too many replies not yet written. */
+ * header waiting for its bytes, too many replies not yet written, or a
+ * group member's op inbox full (checkpoint 5a). */
 static bool blocked(const fxb_bidi *s)
 {
     return s->admit.parked != NULL || s->admit.deferred != NULL || s->resv.wait ||
-           s->replies.full || s->conn->replies.full;
+           s->replies.full || s->conn->replies.full || s->member_full;
 }
 
 /* True when the next frame in |p|[0..|n|) (the decoder is between frames)
@@ -534,8 +535,23 @@ static void check_fin(fxb_bidi *s)
         fxb_bidi_fail(s, "stream finished inside a frame");
 }
 
+/* A member's join stream the client finished: the member leaves its group
+ * once every frame before the FIN was handled (its operations queued ahead
+ * of the leave), so none kept unread behind a wait (checkpoint 5a, the
+ * reply bounds) is lost; until then it keeps what it holds, or until its
+ * connection closes. An ended stream's input is discarded anyway. */
+static void member_fin(fxb_bidi *s)
+{
+    if (s->member == NULL || !s->peer_fin)
+        return;
+    if (!s->ended && (blocked(s) || s->pend_len > s->pend_off))
+        return; /* read_on comes back here once the input is handled */
+    fxb_group_join_gone(s, true);
+    fxb_bidi_end(s);
+}
+
 /* Reads on after a wait ended: the deferred job first, then the input kept
- * meanwhile, then credit and the FIN check. */
+ * meanwhile, then credit, the FIN check and a member's leave. */
 static void read_on(fxb_bidi *s)
 {
     if (s->closed)
@@ -557,6 +573,7 @@ static void read_on(fxb_bidi *s)
         credit(s);
         check_fin(s);
     }
+    member_fin(s);
     fxb_bidi_flush(s);
 }
 
@@ -571,10 +588,7 @@ void fxb_bidi_on_data(fxb_bidi *s, const uint8_t *data, size_t len, bool fin)
     if (fin) {
         s->peer_fin = true;
         check_fin(s);
-        if (s->member != NULL) { /* a member finished its join stream: it leaves */
-            fxb_group_join_gone(s, true);
-            fxb_bidi_end(s);
-        }
+        member_fin(s); /* a member finished its join stream: it leaves */
     }
     fxb_bidi_flush(s);
 }

@@ -190,6 +190,9 @@ struct fxb_bidi {
     fxb_replyq replies;    /* replies in request order and their bounds (reply.h) */
     fxb_resolved resolved; /* names, stream and permissions of its requests (resolve.h) */
     fxb_sub *member;       /* a group member's join stream: its member (group_req.c) */
+    /* Its member's op inbox is at its bound (checkpoint 5a): the stream reads
+     * nothing until the worker made room (group_req.c sets and clears it). */
+    bool member_full;
 };
 
 /* A publish job: one batch for one stream, from ingress to its worker: one

@@ -2,7 +2,8 @@
  * fed with what the stream's ring holds, its members' deliveries built as
  * GROUP_BATCH frames and pushed on their writer lanes, their operations
  * applied, and its lease timer. Worker loop, except the inbox (any thread,
- * under the member's mutex) and the part's init/deinit. */
+ * under the member's mutex; bounded, checkpoint 5a) and the part's
+ * init/deinit. */
 #include "broker/group.h"
 #include "broker/group_int.h"
 
@@ -63,7 +64,15 @@ void fxb_sub_group_deinit(fxb_sub_group *gp)
         o = next;
     }
     gp->ops_head = gp->ops_tail = NULL;
+    FX_GAUGE_SUB(group_ops_queued_bytes, gp->ops_bytes);
+    gp->ops_bytes = 0;
     pthread_mutex_destroy(&gp->mu);
+}
+
+/* What one queued frame costs the inbox (FXB_GROUP_OPS_INBOX_BYTES). */
+static size_t gops_charge(const struct fxb_gops *o)
+{
+    return sizeof(*o) + o->len;
 }
 
 int fxb_group_queue_ops(fxb_sub *sub, const uint8_t *body, size_t len, struct fxb_reply *reply)
@@ -76,15 +85,23 @@ int fxb_group_queue_ops(fxb_sub *sub, const uint8_t *body, size_t len, struct fx
     o->len = len;
     memcpy(o->body, body, len);
     fxb_sub_group *gp = &sub->grp;
+    size_t charge = gops_charge(o);
     pthread_mutex_lock(&gp->mu);
     if (gp->ops_tail != NULL)
         gp->ops_tail->next = o;
     else
         gp->ops_head = o;
     gp->ops_tail = o;
+    gp->ops_bytes += charge;
+    /* The flag is set under the lock the worker reads it with, so its
+     * drain below the low mark always sees it and posts |room_task|. */
+    bool full = gp->ops_bytes >= FXB_GROUP_OPS_INBOX_BYTES;
+    if (full)
+        gp->ops_full = true;
     pthread_mutex_unlock(&gp->mu);
+    FX_GAUGE_ADD(group_ops_queued_bytes, charge);
     fxb_sub_post(sub, sub->w->loop, &gp->ops_task);
-    return 0;
+    return full ? FXB_GROUP_OPS_FULL : 0;
 }
 
 /* ---- the worker's groups ----------------------------------------------------------------- */
@@ -937,29 +954,68 @@ static bool apply(struct fxb_group *g, uint32_t mid, struct fxb_gops *o, uint64_
 }
 
 
+/* Takes the member's queued operations, oldest first. Their bytes stay
+ * counted in the inbox until ops_applied gives them back, so the bound
+ * covers the frames being applied too. */
+static struct fxb_gops *ops_take(fxb_sub_group *gp)
+{
+    pthread_mutex_lock(&gp->mu);
+    struct fxb_gops *o = gp->ops_head;
+    gp->ops_head = gp->ops_tail = NULL;
+    pthread_mutex_unlock(&gp->mu);
+    return o;
+}
+
+/* |bytes| of the inbox were applied (or dropped with their member): a join
+ * stream that stopped reading at the bound reads on once the inbox is at
+ * the low mark, told on its connection's loop. */
+static void ops_applied(fxb_sub *sub, size_t bytes)
+{
+    fxb_sub_group *gp = &sub->grp;
+    bool room = false;
+    pthread_mutex_lock(&gp->mu);
+    gp->ops_bytes -= bytes;
+    if (gp->ops_full && gp->ops_bytes <= FXB_GROUP_OPS_INBOX_LOW) {
+        gp->ops_full = false;
+        room = true;
+    }
+    pthread_mutex_unlock(&gp->mu);
+    FX_GAUGE_SUB(group_ops_queued_bytes, bytes);
+    if (room)
+        fxb_sub_post(sub, sub->conn->loop, &gp->room_task);
+}
+
+/* A member whose event stream opened enters its group's engine at its first
+ * operations task. Returns its group, or NULL when it has none (closed,
+ * not active yet, or it could not enter: then its event stream ends). */
+static struct fxb_group *member_enter(fxb_sub *sub, uint64_t now_us)
+{
+    fxb_sub_group *gp = &sub->grp;
+    struct fxb_group *g = gp->g;
+    if (g == NULL || gp->mid != FXB_GS_NO_MEMBER)
+        return g;
+    if (atomic_load_explicit(&sub->closed, memory_order_acquire) ||
+        !atomic_load_explicit(&sub->active, memory_order_acquire))
+        return NULL; /* its unregister comes: member_out unjoins it */
+    if (g->deleted || activate(sub, now_us) != 0) {
+        unjoin(g); /* deleted meanwhile, or no memory: it gets nothing, its stream ends */
+        gp->g = NULL;
+        finish_events(sub);
+        return NULL;
+    }
+    g->joining--; /* a member now */
+    return g;
+}
+
 void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user)
 {
     (void)t;
     fxb_sub *sub = user;
     fxb_sub_group *gp = &sub->grp;
-    pthread_mutex_lock(&gp->mu);
-    struct fxb_gops *o = gp->ops_head;
-    gp->ops_head = gp->ops_tail = NULL;
-    pthread_mutex_unlock(&gp->mu);
-    struct fxb_group *g = gp->g;
+    struct fxb_gops *o = ops_take(gp);
     uint64_t now_us = fx_loop_now(l) / 1000;
-    if (g != NULL && gp->mid == FXB_GS_NO_MEMBER) {
-        if (atomic_load_explicit(&sub->closed, memory_order_acquire) ||
-            !atomic_load_explicit(&sub->active, memory_order_acquire)) {
-            g = NULL; /* its unregister comes: member_out unjoins it */
-        } else if (g->deleted || activate(sub, now_us) != 0) {
-            unjoin(g); /* deleted meanwhile, or no memory: it gets nothing, its stream ends */
-            gp->g = g = NULL;
-            finish_events(sub);
-        } else {
-            g->joining--; /* a member now */
-        }
-    }
+    struct fxb_group *g = member_enter(sub, now_us);
+    size_t bytes = 0;
     while (o != NULL) {
         struct fxb_gops *next = o->next;
         if (g != NULL && apply(g, gp->mid, o, now_us)) {
@@ -967,9 +1023,11 @@ void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user)
             finish_events(sub);
             g = NULL;
         }
+        bytes += gops_charge(o);
         gops_free(o); /* a reply not answered (left the group) is dropped with its stream */
         o = next;
     }
+    ops_applied(sub, bytes);
     if (g != NULL)
         pump(g);
     fxb_sub_unref(sub);

@@ -2,11 +2,11 @@
  * Owns struct fxb_group (one group: its engine, fxb_gs in group_state.h,
  * its members, its lease timer and its pump task), the worker's table of
  * groups by stream, and a member's group part (fxb_sub.grp) except the
- * fields the connection loop keeps (|join|, |reply_task| use). A group
- * belongs to its stream's worker (the placement rule), so every state
- * change, timer and dispatch runs on the loop that appends to the ring,
- * with no lock; members' operations reach it through a small locked inbox
- * per member, posted as a task.
+ * fields the connection loop keeps (|join|, |room_task|, |reply_task|
+ * use). A group belongs to its stream's worker (the placement rule), so
+ * every state change, timer and dispatch runs on the loop that appends to
+ * the ring, with no lock; members' operations reach it through a small
+ * locked inbox per member, bounded (checkpoint 5a), posted as a task.
  *
  * A member is a fxb_sub whose deliveries are built here instead of by a
  * feeder: GROUP_BATCH frames pushed on its writer lane (group frames take a
@@ -28,6 +28,18 @@
 
 /* Longest group and member names (the original's consumer name bound). */
 #define FXB_GROUP_NAME_MAX 128
+
+/* A member's inbox (checkpoint 5a): the bytes of its GROUP_ACKS frames
+ * queued for its worker and not yet applied, each charged its body and its
+ * bookkeeping (struct fxb_gops). Once a frame brings it to the bound, the
+ * join stream stops reading (its input is not credited, so QUIC flow control
+ * holds the client) until the worker has applied it down to the low mark.
+ * Nothing is dropped: the frame that reached the bound is queued, so the
+ * inbox holds at most the bound plus one frame. */
+#define FXB_GROUP_OPS_INBOX_BYTES (256u * 1024u)
+#define FXB_GROUP_OPS_INBOX_LOW (FXB_GROUP_OPS_INBOX_BYTES / 2u)
+/* fxb_group_queue_ops: the frame was queued and the inbox is at its bound. */
+#define FXB_GROUP_OPS_FULL 1
 
 struct fxb_group;
 struct fxb_gops;
@@ -63,11 +75,18 @@ typedef struct fxb_sub_group {
     fx_task ops_task;
     fx_task leave_task;
     /* Connection loop: the join stream, which carries its acks and their
-     * answers; NULL once it is gone. */
+     * answers; NULL once it is gone. |room_task| (set by group_req.c, posted
+     * by the worker) lets it read on once the inbox has room again. */
     fxb_bidi *join;
-    /* Operations from the connection loop, oldest first, under |mu|. */
+    fx_task room_task;
+    /* Operations from the connection loop, oldest first, under |mu|, and
+     * their bytes (FXB_GROUP_OPS_INBOX_BYTES), counted until the worker has
+     * applied them; |ops_full|: the join stream stopped reading at the bound
+     * and waits for |room_task|. */
     pthread_mutex_t mu;
     struct fxb_gops *ops_head, *ops_tail;
+    size_t ops_bytes;
+    bool ops_full;
 } fxb_sub_group;
 
 /* Makes |sub|'s group part (names, asks) and its inbox. Conn loop. */
@@ -89,7 +108,9 @@ void fxb_group_member_leave(fx_loop *l, fx_task *t, void *user);
 
 /* Queues a member's decoded GROUP_ACKS (|body| is copied) for its worker;
  * |reply| (may be NULL) is the reply slot a request id asked for, completed
- * by the worker with a GROUP_ACKED frame. Returns 0 or -ENOMEM. Conn loop. */
+ * by the worker with a GROUP_ACKED frame. Returns 0, FXB_GROUP_OPS_FULL
+ * (queued, and the inbox is at its bound: the caller stops reading the join
+ * stream until |room_task| runs) or -ENOMEM (not queued). Conn loop. */
 int fxb_group_queue_ops(fxb_sub *sub, const uint8_t *body, size_t len, struct fxb_reply *reply);
 
 /* Records were appended to |h|'s stream on worker |w|: its groups hand them

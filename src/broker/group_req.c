@@ -1,7 +1,8 @@
 /* Consumer-group requests on the connection loop: the join exchange (resolve
  * and check here, join on the stream's worker, then open the member's event
  * stream and answer group_joined), the member's GROUP_ACKS frames handed to
- * its worker, and its leave when the join stream ends. */
+ * its worker (its join stream stops reading while their inbox is full,
+ * checkpoint 5a), and its leave when the join stream ends. */
 #include "broker/group_req.h"
 
 #include <errno.h>
@@ -33,6 +34,7 @@ static void member_free_parts(fxb_sub *sub)
 }
 
 static void join_reply_cb(fx_loop *l, fx_task *t, void *user);
+static void ops_room_cb(fx_loop *l, fx_task *t, void *user);
 
 static fxb_sub *member_new(fxb_bidi *s, fx_stream_handle *h, uint32_t window)
 {
@@ -45,6 +47,7 @@ static fxb_sub *member_new(fxb_bidi *s, fx_stream_handle *h, uint32_t window)
     fx_task_init(&sub->feed.reg_task, fxb_group_member_register, sub);
     fx_task_init(&sub->feed.unreg_task, fxb_group_member_unregister, sub);
     fx_task_init(&sub->reply_task, join_reply_cb, sub);
+    fx_task_init(&sub->grp.room_task, ops_room_cb, sub);
     return sub;
 }
 
@@ -210,11 +213,13 @@ static void join_reply_cb(fx_loop *l, fx_task *t, void *user)
 
 /* ---- a member's operations --------------------------------------------------------------- */
 
-int fxb_group_frame(fxb_bidi *s, const fx_frame *f)
+/* Checks a frame on |s| as a member's GROUP_ACKS and reads its request id;
+ * false when it is refused (answered here, the stream ends). */
+static bool ops_check(fxb_bidi *s, const fx_frame *f, uint64_t *prequest_id)
 {
     if (!s->authed) {
         fxb_bidi_error(s, "auth required", true);
-        return -1;
+        return false;
     }
     fxb_sub *sub = s->member;
     if (sub == NULL || sub->grp.join != s ||
@@ -223,21 +228,29 @@ int fxb_group_frame(fxb_bidi *s, const fx_frame *f)
                        sub == NULL ? "group frame on a stream that joined no consumer group"
                                    : "the member has left its consumer group",
                        true);
-        return -1;
+        return false;
     }
     fx_wire_err err;
     int kind = fx_wire_group_kind(f->body, f->len, &err);
     if (kind != FX_GROUP_FRAME_ACKS) {
         fxb_bidi_error(s, kind < 0 ? err.msg : "unexpected group frame kind", true);
-        return -1;
+        return false;
     }
     fx_wire_group_acks a;
     if (fx_wire_group_acks_decode(f->body, f->len, &a, &err) != 0) {
         fxb_bidi_error(s, err.msg, true);
-        return -1;
+        return false;
     }
-    uint64_t request_id = a.request_id;
+    *prequest_id = a.request_id;
     fx_wire_group_acks_deinit(&a);
+    return true;
+}
+
+int fxb_group_frame(fxb_bidi *s, const fx_frame *f)
+{
+    uint64_t request_id;
+    if (!ops_check(s, f, &request_id))
+        return -1;
     fxb_reply *r = NULL;
     if (request_id != 0) {
         r = fxb_reply_new(s, true, request_id);
@@ -247,7 +260,8 @@ int fxb_group_frame(fxb_bidi *s, const fx_frame *f)
         }
         atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); /* the worker's */
     }
-    if (fxb_group_queue_ops(sub, f->body, f->len, r) != 0) {
+    int rv = fxb_group_queue_ops(s->member, f->body, f->len, r);
+    if (rv < 0) {
         if (r != NULL) {
             fxb_reply_complete_frame(r, NULL);
             fxb_reply_unref(r);
@@ -255,7 +269,29 @@ int fxb_group_frame(fxb_bidi *s, const fx_frame *f)
         fxb_bidi_fail(s, "out of memory for group operations");
         return -1;
     }
+    if (rv == FXB_GROUP_OPS_FULL) {
+        /* Checkpoint 5a: the frame is queued, but the stream reads nothing
+         * more (uncredited, so QUIC holds the client) until ops_room_cb. */
+        s->member_full = true;
+        FX_COUNTER_INC(group_ops_paused);
+    }
     return 0;
+}
+
+/* The member's worker applied its inbox down to the low mark after its join
+ * stream stopped reading at the bound: the stream reads on (posted, as
+ * every resume is, so this never re-enters its input). Conn loop. */
+static void ops_room_cb(fx_loop *l, fx_task *t, void *user)
+{
+    (void)l;
+    (void)t;
+    fxb_sub *sub = user;
+    fxb_bidi *s = sub->grp.join; /* NULL once the stream is gone: nothing waits */
+    if (s != NULL && s->member_full) {
+        s->member_full = false;
+        fxb_bidi_post_resume(s);
+    }
+    fxb_sub_unref(sub);
 }
 
 void fxb_group_join_gone(fxb_bidi *s, bool graceful)

@@ -13,7 +13,9 @@
  * loop. */
 void fxb_group_join(fxb_bidi *s, const fx_msg *m);
 /* Handles a Felix-C frame (flags 0x8000) on |s|: a member's GROUP_ACKS.
- * Returns 0 to read on, -1 when the stream stops reading. Conn loop. */
+ * Returns 0 when it was handled (with fxb_bidi.member_full set when the
+ * member's inbox reached its bound: reading waits for the worker), -1 when
+ * the stream stops reading. Conn loop. */
 int fxb_group_frame(fxb_bidi *s, const fx_frame *f);
 /* |s| is closing (|graceful| false: the member's event stream is reset) or
  * its peer finished sending (true: the event stream is finished after what

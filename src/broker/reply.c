@@ -150,7 +150,7 @@ static void reply_push(fxb_bidi *s, fxb_reply *r)
     }
 }
 
-static void post_resume(fxb_bidi *s)
+void fxb_bidi_post_resume(fxb_bidi *s)
 {
     s->refs++;
     if (!fx_loop_post(s->conn->loop, &s->replies.task))
@@ -166,7 +166,7 @@ static void conn_replies_drained(fxb_conn *c)
     c->replies.full = false;
     for (fxb_bidi *s = c->bidis; s != NULL; s = s->next)
         if (!s->closed)
-            post_resume(s);
+            fxb_bidi_post_resume(s);
 }
 
 static void replies_drained(fxb_bidi *s)
@@ -175,7 +175,7 @@ static void replies_drained(fxb_bidi *s)
     if (!s->replies.full || s->replies.n > FXB_REPLIES_LOW)
         return;
     s->replies.full = false;
-    post_resume(s);
+    fxb_bidi_post_resume(s);
 }
 
 void fxb_reply_drop_all(fxb_bidi *s)

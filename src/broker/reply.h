@@ -92,6 +92,10 @@ void fxb_bidi_error(fxb_bidi *s, const char *text, bool end);
 void fxb_bidi_end(fxb_bidi *s);
 /* Sends the done replies at the head of the FIFO. */
 void fxb_bidi_flush(fxb_bidi *s);
+/* Posts |s|'s resume task (|on_room| of fxb_reply_bidi_init): it reads on
+ * at its loop's next turn unless something else still stops it. For a wait
+ * that ends outside the reply queue too (a group member's inbox). */
+void fxb_bidi_post_resume(fxb_bidi *s);
 /* Drops |s|'s queued replies (the stream is gone). */
 void fxb_reply_drop_all(fxb_bidi *s);
 /* The commit timer's callback (|user| is the stream): flushes. Named so
