@@ -90,6 +90,23 @@ static void test_document_lists_checkpoints_in_order(void **state)
     json_decref(j);
 }
 
+static void test_consumer_groups_list_5a_5g_5m_5p_with_the_ack_inbox(void **state)
+{
+    json_t *j = doc_at(SEC_NS);
+    json_t *cg = json_object_get(j, "consumer_groups");
+    json_t *cps = json_object_get(cg, "checkpoints");
+    const char *ids[] = {"5a", "5g", "5m", "5p"};
+    assert_int_equal(json_array_size(cps), 4);
+    for (size_t i = 0; i < 4; i++)
+        assert_string_equal(json_string_value(json_array_get(cps, i)), ids[i]);
+    json_t *inbox = json_object_get(cg, "ack_inbox");
+    assert_int_equal(json_integer_value(json_object_get(inbox, "bound_bytes_per_member")),
+                     256 * 1024);
+    assert_int_equal(json_integer_value(json_object_get(inbox, "queued_bytes")), 0);
+    assert_true(json_is_integer(json_object_get(inbox, "paused")));
+    json_decref(j);
+}
+
 static void test_snapshot_is_kept_for_a_second_then_rebuilt(void **state)
 {
     json_t *j = doc_at(10 * SEC_NS);
@@ -151,6 +168,7 @@ static void test_routes_serve_the_document_and_the_page(void **state)
 #define T(name) cmocka_unit_test_setup_teardown(name, up, down)
 static const struct CMUnitTest tests[] = {
     T(test_document_lists_checkpoints_in_order),
+    T(test_consumer_groups_list_5a_5g_5m_5p_with_the_ack_inbox),
     T(test_snapshot_is_kept_for_a_second_then_rebuilt),
     T(test_top_streams_are_bounded),
     T(test_routes_serve_the_document_and_the_page),
