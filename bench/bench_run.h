@@ -177,6 +177,10 @@ typedef struct fx_bench_result {
     double preload_s, preload_msgs_per_s, group_pub_msgs_per_s;
     uint64_t stored, taken_by_a;
     double lateness_p50_ms, lateness_p99_ms, lateness_max_ms, lateness_min_ms;
+    /* redelivery: the broker's own histogram of the group (timer firing -
+     * lease deadline), bucket upper bounds; NAN without --admin */
+    double broker_late_p50_ms, broker_late_p99_ms;
+    uint64_t broker_late_n;
     uint64_t per_consumer_acked[FX_BENCH_GROUP_CONSUMERS_MAX];
 } fx_bench_result;
 

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -458,6 +459,88 @@ int fx_bench_stream_counts(const char *addr, const char *ns, const char *stream,
         return rv;
     const char *body = strstr(buf, "\r\n\r\n");
     rv = body != NULL ? fx_bench_stream_counts_parse(body + 4, ns, stream, out) : -EPROTO;
+    free(buf);
+    return rv;
+}
+
+/* ---- a group's redelivery lateness ---------------------------------------------------- */
+
+/* The upper bound (ms) of the first bucket whose cumulative count reaches
+ * |q| of |n|. */
+static double bucket_quantile(json_t *buckets, uint64_t n, double q)
+{
+    double best = INFINITY;
+    uint64_t need = (uint64_t)ceil(q * (double)n);
+    const char *key;
+    json_t *v;
+    json_object_foreach(buckets, key, v)
+    {
+        double bound = strcmp(key, "+Inf") == 0 ? INFINITY : strtod(key, NULL) * 1e3;
+        if ((uint64_t)json_integer_value(v) >= need && bound < best)
+            best = bound;
+    }
+    return best;
+}
+
+int fx_bench_group_lateness_parse(const char *json, double *p50_ms, double *p99_ms, uint64_t *count)
+{
+    json_t *root = json_loads(json, 0, NULL);
+    json_t *late = json_object_get(root, "redelivery_lateness");
+    json_t *buckets = json_object_get(late, "buckets");
+    json_t *n = json_object_get(late, "count");
+    int rv = json_is_object(buckets) && json_is_integer(n) ? 0 : -EPROTO;
+    if (rv == 0) {
+        *count = (uint64_t)json_integer_value(n);
+        *p50_ms = bucket_quantile(buckets, *count, 0.50);
+        *p99_ms = bucket_quantile(buckets, *count, 0.99);
+    }
+    json_decref(root);
+    return rv;
+}
+
+/* The tenant of stream (|ns|, |stream|) in GET /v1/streams, into |out|. */
+static int stream_tenant(const char *addr, const char *ns, const char *stream, char *out,
+                         size_t cap)
+{
+    char *buf;
+    int rv = http_get(addr, "/v1/streams", &buf);
+    if (rv != 0)
+        return rv;
+    const char *body = strstr(buf, "\r\n\r\n");
+    json_t *root = body != NULL ? json_loads(body + 4, 0, NULL) : NULL;
+    free(buf);
+    rv = -ENOENT;
+    size_t k;
+    json_t *e;
+    json_array_foreach(json_object_get(root, "streams"), k, e)
+    {
+        const char *t = json_string_value(json_object_get(e, "tenant"));
+        const char *n = json_string_value(json_object_get(e, "namespace"));
+        const char *s = json_string_value(json_object_get(e, "stream"));
+        if (t != NULL && n != NULL && s != NULL && strcmp(n, ns) == 0 && strcmp(s, stream) == 0) {
+            rv = snprintf(out, cap, "%s", t) < (int)cap ? 0 : -ENAMETOOLONG;
+            break;
+        }
+    }
+    json_decref(root);
+    return rv;
+}
+
+int fx_bench_group_lateness(const char *addr, const char *ns, const char *stream, const char *group,
+                            double *p50_ms, double *p99_ms, uint64_t *count)
+{
+    char tenant[128], path[512], *buf;
+    int rv = stream_tenant(addr, ns, stream, tenant, sizeof(tenant));
+    if (rv != 0)
+        return rv;
+    int pl =
+        snprintf(path, sizeof(path), "/v1/streams/%s/%s/%s/groups/%s", tenant, ns, stream, group);
+    if (pl < 0 || (size_t)pl >= sizeof(path))
+        return -ENAMETOOLONG;
+    if ((rv = http_get(addr, path, &buf)) != 0)
+        return rv;
+    const char *body = strstr(buf, "\r\n\r\n");
+    rv = body != NULL ? fx_bench_group_lateness_parse(body + 4, p50_ms, p99_ms, count) : -EPROTO;
     free(buf);
     return rv;
 }

@@ -89,6 +89,18 @@ int fx_bench_scrape_value(const char *addr, const char *name, uint64_t *v);
  * else from this process's registry when |in_process|. Returns 0, -ENOTSUP
  * (neither), or the scrape's error. */
 int fx_bench_replay_records(const char *admin, bool in_process, uint64_t *v);
+/* The broker's own redelivery lateness (timer firing - lease deadline) of
+ * group |group| on (|ns|, |stream|), from the group's histogram in
+ * GET /v1/streams/T/NS/S/groups/G (the tenant found in GET /v1/streams):
+ * p50 and p99 as the upper bound of the bucket that holds them, in ms
+ * (INFINITY past the last finite bound), and the count of redeliveries.
+ * Returns 0, -ENOENT (no such stream or group), -errno or -EPROTO. */
+int fx_bench_group_lateness(const char *addr, const char *ns, const char *stream, const char *group,
+                            double *p50_ms, double *p99_ms, uint64_t *count);
+/* The parse of the group's JSON, for tests. */
+int fx_bench_group_lateness_parse(const char *json, double *p50_ms, double *p99_ms,
+                                  uint64_t *count);
+
 /* One subscription as the broker's GET /v1/subscriptions lists it. */
 typedef struct fx_bench_sub_counter {
     uint64_t id;            /* in: the subscription id the broker assigned */

@@ -26,7 +26,10 @@
 #               acked: acked msg/s over GROUP_LIVE_S seconds, publish -> delivery p50/p99
 #   redelivery  member A takes 100 records and never acks them (Felix-C: A stays joined and
 #               reads no more; its leases lapse), member B gets them again; lateness =
-#               (B's delivery - A's) - ack wait (GROUP_ACK_WAIT_MS), p50/p99
+#               (B's delivery - A's) - ack wait (GROUP_ACK_WAIT_MS), p50/p99, as the clients see it
+#               (under load A's own delivery is late too, which hides as much lateness) and as
+#               the broker's histogram of the group has it (its timer firing - the deadline,
+#               read from GET .../groups/G after the run; bucket upper bounds)
 #
 # usage: bench/groups.sh [--help]
 #   e.g. RUNS=3 bench/groups.sh
@@ -42,6 +45,8 @@
 #   GROUP_MAX_IN_FLIGHT  Felix-C broker: group_max_in_flight (checkpoint 5g; default 20000)
 #   PEERS_RUN          1 (default): also run the peers; 0 skips them
 #   REPLAY             1 (default): also run the catch-up replay row; 0 skips it
+#   LOADED             1 (default): also run the redelivery cell while another group takes
+#                      LOAD_PCT (default 80) % of the live cell's median acked rate; 0 skips it
 #   DIR                the replay broker's storage directory (default <repo>/build/groups-bench,
 #                      created mode 0700; only the store made in it is removed)
 #   BUILD              build directory (default <repo>/build/bench, configured Release if missing)
@@ -75,6 +80,8 @@ WINDOW=${WINDOW:-256}
 GROUP_MAX_IN_FLIGHT=${GROUP_MAX_IN_FLIGHT:-20000}
 PEERS_RUN=${PEERS_RUN:-1}
 REPLAY=${REPLAY:-1}
+LOADED=${LOADED:-1}
+LOAD_PCT=${LOAD_PCT:-80}
 DIR=${DIR:-$ROOT/build/groups-bench}
 TS=$(date +%Y%m%dT%H%M%S)
 OUTDIR=${OUTDIR:-/tmp/felix-groups/$TS}
@@ -84,7 +91,7 @@ export QUIET_MAX_S=${QUIET_MAX_S:-10}
 
 die() { echo "groups: $*" >&2; exit 1; }
 command -v jq >/dev/null || die "needs jq"
-for v in RUNS PAYLOAD CONSUMERS GROUP_COUNT GROUP_LIVE_S GROUP_ACK_WAIT_MS WINDOW GROUP_MAX_IN_FLIGHT; do
+for v in RUNS PAYLOAD CONSUMERS GROUP_COUNT GROUP_LIVE_S GROUP_ACK_WAIT_MS WINDOW GROUP_MAX_IN_FLIGHT LOAD_PCT; do
   [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v must be a whole number >= 1 (got '${!v}')"
 done
 [ "$GROUP_COUNT" -le 16777216 ] || die "GROUP_COUNT is at most 16777216 (a stream ring's log_capacity)"
@@ -128,6 +135,30 @@ felix group/backlog --mode group --group-cell backlog --consumers "$CONSUMERS" \
 felix group/live --mode group --group-cell live --consumers "$CONSUMERS" --window "$WINDOW" \
   --min-seconds "$GROUP_LIVE_S"
 felix group/redelivery --mode group --group-cell redelivery --ack-wait-ms "$GROUP_ACK_WAIT_MS"
+if [ "$LOADED" = 1 ]; then
+  # The same redelivery cell while another group on the broker takes LOAD_PCT % of the live
+  # cell's median acked rate (a publisher capped with --rate, CONSUMERS members acking).
+  live=$(jq -rs '[ .[] | select(.label == "group/live" and .valid == true) | .msgs_per_s ] | sort
+    | if length == 0 then 0 else .[(length - 1) / 2 | floor] end' "$J")
+  rate=$(awk -v l="$live" -v p="$LOAD_PCT" 'BEGIN { printf "%d", l * p / 100 }')
+  if [ "$rate" -gt 0 ]; then
+    load_s=$(( RUNS * (3 * GROUP_ACK_WAIT_MS / 1000 + 20) + 30 ))
+    log "background load: a group at $rate acked msg/s ($LOAD_PCT % of $live) for up to $load_s s"
+    # exec: $! is felix-bench itself, so the kill below stops it (not only a subshell).
+    (exec "$BUILD/felix-bench" --server "127.0.0.1:$FX_PORT" --pin "$FP" --json --quiet \
+      --payload "$PAYLOAD" --runs 1 --label group/load --mode group --group-cell live \
+      --consumers "$CONSUMERS" --window "$WINDOW" --rate "$rate" --min-seconds "$load_s" \
+      --max-seconds "$((load_s + 30))" >>"$OUTDIR/load.jsonl" 2>>"$OUTDIR/load.log") &
+    LOAD_PID=$!
+    sleep 3
+    QUIET_MAX_S=0 felix group/redelivery-loaded --mode group --group-cell redelivery \
+      --ack-wait-ms "$GROUP_ACK_WAIT_MS"
+    kill "$LOAD_PID" 2>/dev/null || true
+    wait "$LOAD_PID" 2>/dev/null || true
+  else
+    log "no valid live run: the loaded redelivery cell is skipped"
+  fi
+fi
 fx_stop_broker
 # The fanout-1 reference on a broker of its own, with the default ring: the group broker
 # holds the backlogs of every run (GBs of retained records), which slows a subscription.
@@ -197,6 +228,11 @@ row() {  # TEXT CELL CONSUMERS FIELD
   row "live, publish -> delivery p99 us" live "$CONSUMERS" p99_us
   row "redelivery lateness p50 ms" redelivery 2 lateness_p50_ms
   row "redelivery lateness p99 ms" redelivery 2 lateness_p99_ms
+  echo "| redelivery lateness p50 / p99 ms, the broker's own histogram (timer - deadline, bucket bounds) | $(med "$J" group/redelivery broker_lateness_p50_ms) / $(med "$J" group/redelivery broker_lateness_p99_ms) | | | | |"
+  if [ "$LOADED" = 1 ]; then
+    echo "| redelivery lateness p50 / p99 ms, another group at $LOAD_PCT % of the live rate: clients | $(med "$J" group/redelivery-loaded lateness_p50_ms) / $(med "$J" group/redelivery-loaded lateness_p99_ms) | | | | |"
+    echo "| the same, the broker's own histogram | $(med "$J" group/redelivery-loaded broker_lateness_p50_ms) / $(med "$J" group/redelivery-loaded broker_lateness_p99_ms) | | | | |"
+  fi
   for c in backlog live redelivery; do
     n=$CONSUMERS; [ $c = redelivery ] && n=2
     echo "| $c: valid runs | $(valid "$J" "group/$c") | $(valid "$P" "$(nats $c "$n")") | $(valid "$P" "$(redis $c "$n")") | | |"

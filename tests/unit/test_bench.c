@@ -999,6 +999,29 @@ static void test_stream_counts_are_read_by_namespace_and_stream(void **state)
     assert_int_equal(fx_bench_stream_counts_parse("not json", "bench", "g1", &sc), -EPROTO);
 }
 
+static void test_group_lateness_quantiles_are_the_bucket_bounds_that_hold_them(void **state)
+{
+    (void)state;
+    /* Cumulative buckets as GET .../groups/G gives them: 100 redeliveries,
+     * 60 within 1 ms, 99 within 2.5 ms, 1 later than 250 ms. */
+    const char *json = "{\"name\":\"g\",\"redelivery_lateness\":{\"buckets\":{"
+                       "\"0.0001\":0,\"0.00025\":0,\"0.0005\":10,\"0.001\":60,"
+                       "\"0.0025\":99,\"0.005\":99,\"0.01\":99,\"0.025\":99,\"0.05\":99,"
+                       "\"0.1\":99,\"0.25\":99,\"+Inf\":100},\"count\":100,\"sum_us\":1}}";
+    double p50 = 0, p99 = 0;
+    uint64_t n = 0;
+    assert_int_equal(fx_bench_group_lateness_parse(json, &p50, &p99, &n), 0);
+    assert_int_equal(n, 100);
+    assert_true(p50 > 0.999 && p50 < 1.001);
+    assert_true(p99 > 2.499 && p99 < 2.501);
+    const char *tail = "{\"redelivery_lateness\":{\"buckets\":{\"0.001\":1,\"+Inf\":10},"
+                       "\"count\":10}}";
+    assert_int_equal(fx_bench_group_lateness_parse(tail, &p50, &p99, &n), 0);
+    assert_true(isinf(p99));
+    assert_int_equal(fx_bench_group_lateness_parse("{\"x\":1}", &p50, &p99, &n), -EPROTO);
+    assert_int_equal(fx_bench_group_lateness_parse("not json", &p50, &p99, &n), -EPROTO);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_fsync_probe_counts_groups_and_fdatasync_latencies),
     cmocka_unit_test(test_fsync_probe_rolls_over_to_new_files),
@@ -1012,6 +1035,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cli_group_refuses_bad_arguments),
     cmocka_unit_test(test_group_tracking_counts_dups_missing_and_acks),
     cmocka_unit_test(test_stream_counts_are_read_by_namespace_and_stream),
+    cmocka_unit_test(test_group_lateness_quantiles_are_the_bucket_bounds_that_hold_them),
     cmocka_unit_test(test_acked_mode_blocking_publishers_report_rate_and_latency),
     cmocka_unit_test(test_acked_mode_async_window_is_valid_and_drains),
     cmocka_unit_test(test_latency_rate_paces_round_trips),
