@@ -10,6 +10,7 @@
  * (dflight) and posts the result back, so this thread goes on appending
  * meanwhile. Storage thread (and teardown, once every loop stopped). */
 #include "broker/durable_store.h"
+#include "broker/group_journal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -472,6 +473,7 @@ void fxb_dstream_flush(dstream *s, uint64_t now)
 {
     fxb_dstream_flight_wait(s, true);
     flush_here(s, now);
+    fxb_gj_store_sync_all(s);
 }
 
 static fx_ratelimit timer_rl = FX_RATELIMIT_INIT;
@@ -556,8 +558,10 @@ void fxb_dstream_on_timer(fx_loop *l, fx_timer *t, void *user)
     dstream *s = user;
     uint64_t now = fx_loop_now(l);
     if (s->log != NULL && !fx_dlog_is_failed(s->log)) {
-        if (flush_due(s, now))
+        if (flush_due(s, now)) {
             flush_start(s, now);
+            fxb_gj_store_sync_all(s); /* periodic: the groups' journals with the log */
+        }
         if (s->retain_due_ns != 0 && now >= s->retain_due_ns)
             retain(s, now);
         stats_update(s);
@@ -722,6 +726,7 @@ static void dstream_open(dstream *s)
         on_opened(s);
         stats_set_state(s->st->d, s, DSTATE_OPEN);
         stats_update(s);
+        fxb_gj_store_recover(s); /* its groups, back to the worker */
     } else if (s->open_rv == FX_ESTORAGE_DAMAGED) {
         FX_GAUGE_ADD(storage_quarantined_streams, 1);
         stats_set_state(s->st->d, s, DSTATE_DAMAGED);
@@ -797,6 +802,7 @@ void fxb_dstream_close(fxb_storage *st, dstream *s)
         fxb_stored_free(t);
     free(s->iov);
     fx_loop_timer_cancel(st->loop, &s->timer);
+    fxb_gj_store_close_all(s);
     if (s->log != NULL) {
         int rv = fx_dlog_close(s->log, true);
         s->log = NULL;

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/conn_life.h"
+#include "broker/group_journal.h"
 #include "broker/group_state.h"
 #include "broker/job.h"
 #include "broker/lane.h"
@@ -142,8 +143,8 @@ static void group_config(const fx_broker_opts *o, fxb_gs_config *c)
     }
 }
 
-struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
-                                   uint64_t start, int *prv)
+struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char *name,
+                                 uint64_t start, int *prv)
 {
     fxb_sgroups *sg = fxb_group_sgroups(w, h);
     uint32_t max = w->b->o.max_groups_per_stream;
@@ -184,8 +185,23 @@ struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *
     return g;
 }
 
+struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
+                                uint64_t start, int *prv)
+{
+    struct fxb_group *g = fxb_group_make(w, h, name, start, prv);
+    if (g == NULL || w->dur == NULL || !fx_stream_handle_is_durable(h))
+        return g;
+    if (fxb_gj_attach_new(g, start) != 0) {
+        *prv = -ENOMEM;
+        fxb_group_delete(g);
+        return NULL;
+    }
+    return g;
+}
+
 static void group_free(struct fxb_group *g)
 {
+    fxb_gj_teardown(g); /* teardown only: a deleted group let go of its journal */
     for (uint32_t i = 0; i < g->members_cap; i++)
         if (g->members[i] != NULL)
             fxb_sub_unref(g->members[i]);
@@ -498,6 +514,8 @@ static void pump(struct fxb_group *g)
             fx_loop_post(l, &g->pump_task); /* more to hand out: yield first */
             break;
         }
+        if (!fxb_gj_room(g))
+            break; /* its journal is behind (counted): storage's report pumps again */
         size_t nd = 0;
         size_t n = fxb_gs_pump(g->gs, &v, now_us, runs, PUMP_RUNS, dead, dead_ok ? PUMP_DEAD : 0,
                                &nd);
@@ -554,6 +572,7 @@ void fxb_group_delete(struct fxb_group *g)
         }
     }
     sg->n--;
+    fxb_gj_detach(g, true); /* its files go */
     fx_loop_timer_cancel(g->w->loop, &g->timer);
     /* A pump task may be pending: it must not run on freed memory. */
     g->deleted = true;
@@ -621,7 +640,15 @@ static int join(fxb_sub *sub)
     fx_stream *st = fxb_worker_stream(sub->w, sub->h);
     if (st == NULL)
         return -ENOMEM;
+    if (sub->dur.ready && sub->dur.rv != 0) {
+        gp->why = "the stream's log is not open";
+        return sub->dur.rv;
+    }
     struct fxb_group *g = fxb_group_find(fxb_group_sgroups(sub->w, sub->h), gp->group);
+    if (g != NULL && fxb_gj_error(g) != NULL) {
+        gp->why = "the group's journal failed (see the group's journal_error)";
+        return FX_ESTORAGE_ERROR;
+    }
     if (g == NULL) {
         if (gp->create == FXB_GROUP_NO_CREATE) {
             gp->why = "consumer group not found (join with create to make it)";
@@ -684,6 +711,8 @@ void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
     (void)l;
     (void)t;
     fxb_sub *sub = user;
+    if (!atomic_load_explicit(&sub->closed, memory_order_acquire) && !fxb_gj_member_ready(sub))
+        return; /* its stream's groups are recovered first; the task comes back */
     if (!atomic_load_explicit(&sub->closed, memory_order_acquire))
         sub->grp.join_rv = join(sub);
     else
@@ -791,6 +820,8 @@ static void answer(struct fxb_group *g, struct fxb_gops *o, uint64_t request_id,
     }
     struct fxb_reply *r = o->reply;
     o->reply = NULL;
+    if (f != NULL && fxb_gj_defer_answer(g, r, f))
+        return; /* durable stream: once the records made so far are written */
     fxb_reply_complete_frame(r, f);
     if (!fx_loop_post(r->loop, &r->task))
         fxb_reply_unref(r);
