@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/conn_life.h"
+#include "broker/durable.h"
 #include "broker/group_journal.h"
 #include "broker/group_state.h"
 #include "broker/job.h"
@@ -131,7 +132,8 @@ static void group_config(const fx_broker_opts *o, fxb_gs_config *c)
     if (c->max_ack_wait_ms < c->ack_wait_ms)
         c->max_ack_wait_ms = c->ack_wait_ms;
     if (o->group_nbackoff != 0) {
-        c->n_backoff = o->group_nbackoff > FXB_GS_MAX_BACKOFF ? FXB_GS_MAX_BACKOFF : o->group_nbackoff;
+        c->n_backoff =
+            o->group_nbackoff > FXB_GS_MAX_BACKOFF ? FXB_GS_MAX_BACKOFF : o->group_nbackoff;
         memcpy(c->backoff_ms, o->group_backoff_ms, c->n_backoff * sizeof(c->backoff_ms[0]));
     }
     if (o->group_max_attempts != 0)
@@ -501,10 +503,8 @@ static void pump(struct fxb_group *g)
     if (st == NULL)
         return;
     (void)fxb_gs_expire(g->gs, now_us);
-    fxb_gs_view v = {.low = fx_stream_oldest(st),
-                     .tail = fx_stream_tail(st),
-                     .len = ring_len,
-                     .user = st};
+    fxb_gs_view v = {
+        .low = fx_stream_oldest(st), .tail = fx_stream_tail(st), .len = ring_len, .user = st};
     fxb_gs_run runs[PUMP_RUNS];
     fxb_gs_dead dead[PUMP_DEAD];
     bool dead_ok = g->dlq_retry_ns == 0 || now_ns >= g->dlq_retry_ns;
@@ -517,8 +517,8 @@ static void pump(struct fxb_group *g)
         if (!fxb_gj_room(g))
             break; /* its journal is behind (counted): storage's report pumps again */
         size_t nd = 0;
-        size_t n = fxb_gs_pump(g->gs, &v, now_us, runs, PUMP_RUNS, dead, dead_ok ? PUMP_DEAD : 0,
-                               &nd);
+        size_t n =
+            fxb_gs_pump(g->gs, &v, now_us, runs, PUMP_RUNS, dead, dead_ok ? PUMP_DEAD : 0, &nd);
         for (size_t i = 0; i < n; i++)
             send_run(g, st, &runs[i]);
         for (size_t i = 0; i < nd; i++) {
@@ -640,10 +640,6 @@ static int join(fxb_sub *sub)
     fx_stream *st = fxb_worker_stream(sub->w, sub->h);
     if (st == NULL)
         return -ENOMEM;
-    if (sub->dur.ready && sub->dur.rv != 0) {
-        gp->why = "the stream's log is not open";
-        return sub->dur.rv;
-    }
     struct fxb_group *g = fxb_group_find(fxb_group_sgroups(sub->w, sub->h), gp->group);
     if (g != NULL && fxb_gj_error(g) != NULL) {
         gp->why = "the group's journal failed (see the group's journal_error)";
@@ -711,12 +707,20 @@ void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
     (void)l;
     (void)t;
     fxb_sub *sub = user;
-    if (!atomic_load_explicit(&sub->closed, memory_order_acquire) && !fxb_gj_member_ready(sub))
-        return; /* its stream's groups are recovered first; the task comes back */
-    if (!atomic_load_explicit(&sub->closed, memory_order_acquire))
+    bool failed = false;
+    /* A durable stream's log opens first, and its groups are recovered
+     * before the task comes back (the storage thread posts them ahead). */
+    if (!atomic_load_explicit(&sub->closed, memory_order_acquire) &&
+        !fxb_durable_sub_ready(sub, &failed))
+        return;
+    if (failed) {
+        sub->grp.join_rv = sub->feed.reg_rv;
+        sub->grp.why = "the stream's log is not open";
+    } else if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         sub->grp.join_rv = join(sub);
-    else
+    } else {
         sub->grp.join_rv = FX_ECLOSED;
+    }
     fxb_sub_post(sub, sub->conn->loop, &sub->reply_task);
     fxb_sub_unref(sub);
 }
@@ -854,7 +858,6 @@ static bool apply(struct fxb_group *g, uint32_t mid, struct fxb_gops *o, uint64_
     fx_wire_group_acks_deinit(&acks);
     return leave;
 }
-
 
 void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user)
 {

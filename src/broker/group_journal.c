@@ -18,7 +18,6 @@
 #include "broker/durable_store.h"
 #include "broker/group_int.h"
 #include "broker/reply.h"
-#include "broker/sub.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 
@@ -851,30 +850,4 @@ static void on_restore(fx_loop *l, fx_task *t, void *user)
     gj->g = g;
     g->gj = gj;
     fxb_gs_set_observer(g->gs, on_event, gj);
-}
-
-/* ---- a member waits for its stream's groups ------------------------------------------------ */
-
-/* Storage thread: the log of the member's stream is open (its groups are
- * recovered and on their way to the worker, ahead of the member). */
-static void on_member_trip(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    fxb_sub *sub = user;
-    dstream *s = fxb_dstream_get(sub->w->dur->st, sub->h);
-    sub->dur.rv = s == NULL ? FX_ESTORAGE_ERROR : s->open_rv != 0 ? s->open_rv : 0;
-    if (s == NULL && fx_stream_handle_is_ended(sub->h))
-        sub->dur.rv = FX_ENOSTREAM;
-    sub->dur.ready = true;
-    fx_loop_post(sub->w->loop, &sub->feed.reg_task); /* keeps the posting reference */
-}
-
-bool fxb_gj_member_ready(fxb_sub *sub)
-{
-    if (sub->w->dur == NULL || !fx_stream_handle_is_durable(sub->h) || sub->dur.ready)
-        return true;
-    fx_task_init(&sub->dur.task, on_member_trip, sub);
-    fx_loop_post(sub->w->dur->st->loop, &sub->dur.task);
-    return false;
 }

@@ -37,7 +37,6 @@
 
 struct fxb_group;
 struct fxb_reply;
-struct fxb_sub;
 struct dstream;
 struct fx_buf;
 typedef struct fxb_gjournal fxb_gjournal;
@@ -85,13 +84,6 @@ const char *fxb_gj_error(const struct fxb_group *g);
 /* Records made, and reported durable. */
 uint64_t fxb_gj_made(const struct fxb_group *g);
 uint64_t fxb_gj_durable(const struct fxb_group *g);
-
-/* A member joining a group of a durable stream waits for its stream's log
- * to be open, so that its groups are recovered first: returns true when it
- * may join now (then sub->dur.rv says whether the log is open); false when
- * the member's register task went to the storage thread and comes back
- * (the caller returns, keeping its reference). Worker. */
-bool fxb_gj_member_ready(struct fxb_sub *sub);
 
 /* ---- storage-thread side ---- */
 
