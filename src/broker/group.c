@@ -509,13 +509,12 @@ static void pump(struct fxb_group *g)
     fxb_gs_dead dead[PUMP_DEAD];
     bool dead_ok = g->dlq_retry_ns == 0 || now_ns >= g->dlq_retry_ns;
     g->dlq_retry_ns = 0;
-    for (int turn = 0;; turn++) {
+    /* A durable stream's journal may be behind (counted): its report pumps again. */
+    for (int turn = 0; fxb_gj_room(g); turn++) {
         if (turn == PUMP_TURNS) {
             fx_loop_post(l, &g->pump_task); /* more to hand out: yield first */
             break;
         }
-        if (!fxb_gj_room(g))
-            break; /* its journal is behind (counted): storage's report pumps again */
         size_t nd = 0;
         size_t n =
             fxb_gs_pump(g->gs, &v, now_us, runs, PUMP_RUNS, dead, dead_ok ? PUMP_DEAD : 0, &nd);
@@ -641,10 +640,6 @@ static int join(fxb_sub *sub)
     if (st == NULL)
         return -ENOMEM;
     struct fxb_group *g = fxb_group_find(fxb_group_sgroups(sub->w, sub->h), gp->group);
-    if (g != NULL && fxb_gj_error(g) != NULL) {
-        gp->why = "the group's journal failed (see the group's journal_error)";
-        return FX_ESTORAGE_ERROR;
-    }
     if (g == NULL) {
         if (gp->create == FXB_GROUP_NO_CREATE) {
             gp->why = "consumer group not found (join with create to make it)";
@@ -702,6 +697,17 @@ static int activate(fxb_sub *sub, uint64_t now_us)
     return 0;
 }
 
+/* Refuses a join to a group whose journal failed (its reason is in the
+ * group's admin object). Returns 0 or FX_ESTORAGE_ERROR. */
+static int journal_refused(fxb_sub *sub)
+{
+    struct fxb_group *g = fxb_group_find(fxb_group_sgroups(sub->w, sub->h), sub->grp.group);
+    if (g == NULL || fxb_gj_error(g) == NULL)
+        return 0;
+    sub->grp.why = "the group's journal failed (see journal_error in the group's admin object)";
+    return FX_ESTORAGE_ERROR;
+}
+
 void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
 {
     (void)l;
@@ -716,10 +722,10 @@ void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
     if (failed) {
         sub->grp.join_rv = sub->feed.reg_rv;
         sub->grp.why = "the stream's log is not open";
-    } else if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
-        sub->grp.join_rv = join(sub);
-    } else {
+    } else if (atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         sub->grp.join_rv = FX_ECLOSED;
+    } else if ((sub->grp.join_rv = journal_refused(sub)) == 0) {
+        sub->grp.join_rv = join(sub);
     }
     fxb_sub_post(sub, sub->conn->loop, &sub->reply_task);
     fxb_sub_unref(sub);

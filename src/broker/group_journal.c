@@ -109,9 +109,9 @@ bool fxb_gj_event_rec(const fxb_gs_event *e, fx_gjournal_rec *out)
 
 int fxb_gj_restore(fxb_gs *gs, const fx_gjournal_state *s)
 {
-    size_t np = 0, ni = 0;
+    size_t np = 0;
+    /* Dead intents name pending records: they come back with them. */
     const fx_gjournal_pending *p = fx_gjournal_state_pending(s, &np);
-    (void)fx_gjournal_state_intents(s, &ni); /* intents name pending records: restored below */
     int rv = fxb_gs_restore(gs, s->floor, s->next);
     for (size_t i = 0; i < np && rv == 0; i++)
         rv = fxb_gs_restore_pending(gs, p[i].offset, p[i].attempts, 0);
@@ -219,6 +219,13 @@ static void on_handoff(fx_loop *l, fx_task *t, void *user)
     gj->handoff_posted = false;
     if (gj->n == 0)
         return;
+    if (gj->werr != NULL) {
+        /* Failed: what the journal holds stays the state of the last
+         * confirmed ack_sync; nothing later is written (counted). */
+        FX_COUNTER_ADD(group_journal_dropped, gj->n);
+        gj->n = 0;
+        return;
+    }
     gj_batch *b = malloc(sizeof(*b));
     if (b == NULL) {
         FX_COUNTER_INC(group_journal_errors);
@@ -361,9 +368,10 @@ bool fxb_gj_defer_answer(struct fxb_group *g, struct fxb_reply *r, struct fx_buf
     fxb_gjournal *gj = g->gj;
     if (gj == NULL || gj->made == gj->seen)
         return false;
-    gj_wait *x = malloc(sizeof(*x));
+    gj_wait *x = gj->werr == NULL ? malloc(sizeof(*x)) : NULL;
     if (x == NULL) {
-        /* Not confirmed: the member's ack_sync times out (counted). */
+        /* Not confirmed (no memory, or the journal failed): the member's
+         * ack_sync times out (counted). */
         fx_buf_unref(frame);
         fxb_reply_unref(r);
         FX_COUNTER_INC(group_ack_sync_dropped);
