@@ -492,6 +492,8 @@ static void arm_timer(dstream *s)
     uint64_t due = fx_syncpol_deadline(&s->pol);
     if (s->retain_due_ns != 0 && s->retain_due_ns < due)
         due = s->retain_due_ns;
+    if (s->gj_sync_due_ns != 0 && s->gj_sync_due_ns < due)
+        due = s->gj_sync_due_ns;
     if (due == UINT64_MAX || fx_loop_timer_arm(s->st->loop, &s->timer, due) == 0)
         return;
     bool flush = (s->whead != NULL || s->pol.unsynced_bytes > 0) && s->log != NULL &&
@@ -552,6 +554,14 @@ void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uin
     arm_timer(s);
 }
 
+void fxb_dstream_journal_dirty(dstream *s, uint64_t now)
+{
+    if (s->gj_sync_due_ns != 0)
+        return; /* the timer has it */
+    s->gj_sync_due_ns = now + s->st->d->o.fsync_interval_ns;
+    arm_timer(s);
+}
+
 void fxb_dstream_on_timer(fx_loop *l, fx_timer *t, void *user)
 {
     (void)t;
@@ -564,6 +574,8 @@ void fxb_dstream_on_timer(fx_loop *l, fx_timer *t, void *user)
         }
         if (s->retain_due_ns != 0 && now >= s->retain_due_ns)
             retain(s, now);
+        if (s->gj_sync_due_ns != 0 && now >= s->gj_sync_due_ns)
+            fxb_gj_store_sync_all(s); /* the groups' journals, also with no log flush due */
         stats_update(s);
     }
     arm_timer(s);

@@ -634,8 +634,11 @@ static int write_batch(fxb_gjournal *gj, const gj_batch *b, const char **pwhat)
     FX_COUNTER_ADD(group_journal_records, b->n);
     gj->dirty = true;
     *pwhat = "flush";
-    if (gj->s->st->d->o.fsync_mode == FX_FSYNC_ON_COMMIT && (rv = sync_one(gj)) != 0)
+    fx_fsync_mode mode = gj->s->st->d->o.fsync_mode;
+    if (mode == FX_FSYNC_ON_COMMIT && (rv = sync_one(gj)) != 0)
         return rv;
+    if (mode == FX_FSYNC_PERIODIC)
+        fxb_dstream_journal_dirty(gj->s, fx_loop_now(gj->sto->loop));
     if (fx_gjournal_should_compact(gj->j))
         compact(gj);
     return atomic_load_explicit(&gj->srv, memory_order_relaxed);
@@ -667,6 +670,7 @@ static void on_batch(fx_loop *l, fx_task *t, void *user)
 
 void fxb_gj_store_sync_all(dstream *s)
 {
+    s->gj_sync_due_ns = 0;
     for (fxb_gjournal *gj = s->gjs; gj != NULL; gj = gj->snext) {
         if (atomic_load_explicit(&gj->srv, memory_order_relaxed) != 0)
             continue;

@@ -319,6 +319,46 @@ static void test_recovery_after_power_cut(void **state)
     df_mem_free();
 }
 
+/* Under periodic a batch is written at once (an answer waiting for it is
+ * released) and flushed by the stream's timer one interval later, even with
+ * nothing of the log to flush: a power cut keeps what that flush covered
+ * and loses what came after. */
+static void test_periodic_flushes_on_the_timer(void **state)
+{
+    (void)state;
+    df_mem_new();
+    df_fsync = FX_FSYNC_PERIODIC;
+    fx_stream_handle *h;
+    cf *f = broker_with("d1", 4, &h);
+    cf_advance(f, 300 * FX_NS_PER_MS); /* the log's records are flushed */
+    uint32_t mid;
+    struct fxb_group *g = make_group(f, h, "g1", &mid);
+    size_t n;
+    (void)pump_one(g->gs, 4, &n);
+    assert_int_equal(fxb_gs_ack(g->gs, 0, 2, 1000, NULL), 2);
+    cf_run(f);
+    assert_int_equal(fxb_gj_durable(g), fxb_gj_made(g)); /* written */
+    cf_advance(f, 300 * FX_NS_PER_MS);                   /* and flushed */
+    cf_run(f);
+    assert_int_equal(fxb_gs_ack(g->gs, 2, 1, 1000, NULL), 1);
+    cf_run(f); /* written, not flushed */
+    fx_memio_crash_after(df_mem, 0);
+    fx_stream_handle_unref(h);
+    cf_free(f);
+    fx_memio_crash(df_mem, 0);
+    f = reopen("d1", &h);
+    g = group_of(f, h, "g1");
+    assert_non_null(g);
+    fxb_gs_info in;
+    fxb_gs_get_info(g->gs, &in);
+    assert_int_equal(in.floor, 2);
+    assert_int_equal(in.next, 4);
+    assert_int_equal(in.available, 2);
+    fx_stream_handle_unref(h);
+    cf_free(f);
+    df_mem_free();
+}
+
 /* At FXB_GJ_MAX_UNWRITTEN records not yet written the group may not hand
  * out (a counted wait); once storage wrote them it may again. */
 static void test_unwritten_bound(void **state)
@@ -378,6 +418,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_restore_mapping),
     cmocka_unit_test(test_ack_sync_waits_for_journal),
     cmocka_unit_test(test_recovery_after_power_cut),
+    cmocka_unit_test(test_periodic_flushes_on_the_timer),
     cmocka_unit_test(test_unwritten_bound),
     cmocka_unit_test(test_delete_removes_files),
 };
