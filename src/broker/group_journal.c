@@ -576,7 +576,11 @@ static void on_open(fx_loop *l, fx_task *t, void *user)
         return;
     }
     if (find_on(s, gj->name) != NULL) {
-        store_fail(gj, -EEXIST, "creating its files", "a group of that name has them open");
+        /* Recovered by this very open (a create before the log was open):
+         * the worker keeps the recovered group (yield_fresh). */
+        snprintf(gj->why, sizeof(gj->why), "a group of that name was recovered from its files");
+        atomic_store_explicit(&gj->srv, -EEXIST, memory_order_release);
+        post_back(gj);
         return;
     }
     char dir[4096 + 64], why[384] = "";
@@ -834,6 +838,22 @@ void fxb_gj_store_recover(dstream *s)
     free(nl.v);
 }
 
+/* A group of that name created here (the admin API, the broker's YAML)
+ * while its stream's log was not open yet, with no member: the files on disk
+ * win, so it goes (its own files were never made: the open found them). */
+static void yield_fresh(fxb_worker *w, const fxb_gjournal *gj)
+{
+    struct fxb_group *old = fxb_group_find(fxb_group_sgroups(w, gj->h), gj->name);
+    if (old == NULL || old->gj == NULL || !old->gj->create || old->nmembers != 0 ||
+        old->joining != 0)
+        return;
+    FX_LOG_INFO("broker",
+                "consumer group %s: created before its stream's log opened; the "
+                "state recovered from its files replaces it",
+                gj->name);
+    fxb_group_delete(old);
+}
+
 /* Worker: a group recovered by the storage thread is made again. */
 static void on_restore(fx_loop *l, fx_task *t, void *user)
 {
@@ -843,9 +863,11 @@ static void on_restore(fx_loop *l, fx_task *t, void *user)
     fxb_worker *w = gj->w;
     int rv = FX_ENOSTREAM;
     struct fxb_group *g = NULL;
-    if (fx_stream_handle_is_active(gj->h) &&
-        fxb_group_find(fxb_group_sgroups(w, gj->h), gj->name) == NULL)
-        g = fxb_group_make(w, gj->h, gj->name, 0, &rv);
+    if (fx_stream_handle_is_active(gj->h)) {
+        yield_fresh(w, gj);
+        if (fxb_group_find(fxb_group_sgroups(w, gj->h), gj->name) == NULL)
+            g = fxb_group_make(w, gj->h, gj->name, 0, &rv);
+    }
     if (g == NULL) {
         FX_COUNTER_INC(group_journal_errors);
         FX_LOG_ERROR("broker", "consumer group %s recovered from disk cannot be made again: %s",

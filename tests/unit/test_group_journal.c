@@ -359,6 +359,42 @@ static void test_periodic_flushes_on_the_timer(void **state)
     df_mem_free();
 }
 
+/* A group created (admin API, YAML) before its stream's log opened on a
+ * broker whose disk has that group: the recovered state replaces it. */
+static void test_create_before_open_yields_to_the_files(void **state)
+{
+    (void)state;
+    df_mem_new();
+    fx_stream_handle *h;
+    cf *f = broker_with("d1", 4, &h);
+    uint32_t mid;
+    struct fxb_group *g = make_group(f, h, "g1", &mid);
+    size_t n;
+    (void)pump_one(g->gs, 4, &n);
+    assert_int_equal(fxb_gs_ack(g->gs, 0, 2, 1000, NULL), 2);
+    cf_run(f);
+    fx_stream_handle_unref(h);
+    cf_free(f);
+    f = df_new(); /* the catalogue names d1; its log is not open */
+    h = fx_registry_find(f->b->reg, sl("t1"), sl("default"), sl("d1"));
+    assert_non_null(h);
+    int rv;
+    assert_non_null(fxb_group_new(fxb_worker_for(f->b, h), h, "g1", 4, &rv));
+    cf_settle(f);
+    g = group_of(f, h, "g1");
+    assert_non_null(g);
+    assert_null(fxb_gj_error(g));
+    fxb_gs_info in;
+    fxb_gs_get_info(g->gs, &in);
+    assert_int_equal(in.floor, 2);
+    assert_int_equal(in.next, 4);
+    assert_int_equal(in.available, 2);
+    assert_true(group_file("d1", "g1", ".jrnl"));
+    fx_stream_handle_unref(h);
+    cf_free(f);
+    df_mem_free();
+}
+
 /* At FXB_GJ_MAX_UNWRITTEN records not yet written the group may not hand
  * out (a counted wait); once storage wrote them it may again. */
 static void test_unwritten_bound(void **state)
@@ -419,6 +455,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ack_sync_waits_for_journal),
     cmocka_unit_test(test_recovery_after_power_cut),
     cmocka_unit_test(test_periodic_flushes_on_the_timer),
+    cmocka_unit_test(test_create_before_open_yields_to_the_files),
     cmocka_unit_test(test_unwritten_bound),
     cmocka_unit_test(test_delete_removes_files),
 };
