@@ -197,6 +197,7 @@ static void emit(fxb_gjournal *gj, const fx_gjournal_rec *r)
     gj->made++;
     if (!gj->handoff_posted) {
         gj->handoff_posted = true;
+        atomic_fetch_add_explicit(&gj->refs, 1, memory_order_relaxed); /* the posted task's */
         fx_loop_post(gj->w->loop, &gj->handoff);
     }
 }
@@ -210,30 +211,23 @@ static void on_event(void *user, const fxb_gs_event *e)
 
 static void on_batch(fx_loop *l, fx_task *t, void *user);
 
-/* Worker: hands the records of this turn to the storage thread. */
-static void on_handoff(fx_loop *l, fx_task *t, void *user)
+/* Hands the buffer to the storage thread as one batch. Returns false when
+ * it could not (no memory: tried again next turn). Worker. */
+static bool hand_over(fxb_gjournal *gj)
 {
-    (void)l;
-    (void)t;
-    fxb_gjournal *gj = user;
-    gj->handoff_posted = false;
     if (gj->n == 0)
-        return;
+        return true;
     if (gj->werr != NULL) {
         /* Failed: what the journal holds stays the state of the last
          * confirmed ack_sync; nothing later is written (counted). */
         FX_COUNTER_ADD(group_journal_dropped, gj->n);
         gj->n = 0;
-        return;
+        return true;
     }
     gj_batch *b = malloc(sizeof(*b));
     if (b == NULL) {
         FX_COUNTER_INC(group_journal_errors);
-        if (!fx_loop_is_stopping(gj->w->loop)) { /* tried again next turn */
-            gj->handoff_posted = true;
-            fx_loop_post(gj->w->loop, &gj->handoff);
-        }
-        return;
+        return false;
     }
     fx_task_init(&b->task, on_batch, b);
     b->gj = gj;
@@ -243,6 +237,26 @@ static void on_handoff(fx_loop *l, fx_task *t, void *user)
     gj->buf = NULL;
     gj->n = gj->cap = 0;
     fx_loop_post(gj->sto->loop, &b->task);
+    return true;
+}
+
+/* Worker: hands the records of this turn over (the posted task holds a
+ * reference). */
+static void on_handoff(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    fxb_gjournal *gj = user;
+    gj->handoff_posted = false;
+    if (!hand_over(gj)) {
+        if (gj->g != NULL && !fx_loop_is_stopping(l)) {
+            gj->handoff_posted = true; /* tried again next turn, with the same reference */
+            fx_loop_post(l, &gj->handoff);
+            return;
+        }
+        FX_COUNTER_ADD(group_journal_dropped, gj->n); /* the group went meanwhile */
+        gj->n = 0;
+    }
+    gj_unref(gj);
 }
 
 /* Answers |x| now (its records are durable). Worker. */
@@ -274,8 +288,10 @@ static void on_back(fx_loop *l, fx_task *t, void *user)
     (void)l;
     (void)t;
     fxb_gjournal *gj = user;
-    atomic_store_explicit(&gj->back_posted, false, memory_order_release);
-    gj->seen = atomic_load_explicit(&gj->durable, memory_order_acquire);
+    /* seq_cst with post_back: either it sees the flag cleared and posts
+     * again, or this load sees its durable point. */
+    atomic_store_explicit(&gj->back_posted, false, memory_order_seq_cst);
+    gj->seen = atomic_load_explicit(&gj->durable, memory_order_seq_cst);
     while (gj->whead != NULL && gj->whead->seq <= gj->seen) {
         gj_wait *x = gj->whead;
         gj->whead = x->next;
@@ -317,8 +333,8 @@ void fxb_gj_detach(struct fxb_group *g, bool remove)
     g->gj = NULL;
     gj->g = NULL;
     drop_waits(gj);
-    if (gj->n > 0 && !remove)
-        on_handoff(gj->w->loop, &gj->handoff, gj); /* what the group did last is kept */
+    if (remove || !hand_over(gj)) /* what the group did last is kept, unless it goes */
+        gj->n = 0;
     gj->remove = remove;
     fx_loop_post(gj->sto->loop, &gj->close_task); /* takes the worker's reference */
 }
@@ -332,6 +348,8 @@ void fxb_gj_teardown(struct fxb_group *g)
     /* Every loop stopped: a reply task posted to a stopped worker never ran,
      * and a journal whose open never linked it was not closed by its log. */
     if (atomic_load_explicit(&gj->back_posted, memory_order_acquire))
+        gj_unref(gj);
+    if (gj->handoff_posted)
         gj_unref(gj);
     if (!gj->store_done) {
         gj->store_done = true;
@@ -428,7 +446,7 @@ static int name_path(const char *dir, const char *name, char *out, size_t cap)
 /* Has the worker look at the journal's progress. Storage thread. */
 static void post_back(fxb_gjournal *gj)
 {
-    if (atomic_exchange_explicit(&gj->back_posted, true, memory_order_acq_rel))
+    if (atomic_exchange_explicit(&gj->back_posted, true, memory_order_seq_cst))
         return;
     atomic_fetch_add_explicit(&gj->refs, 1, memory_order_relaxed); /* the posted task's */
     fx_loop_post(gj->w->loop, &gj->back);
@@ -445,7 +463,8 @@ static void set_failed(fxb_gjournal *gj, int rv, const char *what, const char *d
     FX_COUNTER_INC(group_journal_errors);
     FX_LOG_ERROR("storage",
                  "consumer group %s of %s/%s/%s: its journal failed (%s); the group hands "
-                 "nothing out and confirms no ack_sync until the broker restarts",
+                 "nothing out, confirms no ack_sync and refuses joins (journal_error in its "
+                 "admin object)",
                  gj->name, fx_stream_handle_tenant(gj->h), fx_stream_handle_namespace(gj->h),
                  fx_stream_handle_stream(gj->h), gj->why);
 }
@@ -664,7 +683,7 @@ static void on_batch(fx_loop *l, fx_task *t, void *user)
         if (rv != 0) {
             store_fail(gj, rv, what, NULL);
         } else {
-            atomic_store_explicit(&gj->durable, b->end, memory_order_release);
+            atomic_store_explicit(&gj->durable, b->end, memory_order_seq_cst);
             post_back(gj);
         }
     }

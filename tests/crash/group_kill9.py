@@ -11,8 +11,11 @@ after 2-10 s the broker gets SIGKILL. The ledger:
   - no offset confirmed by a successful ack_sync (acked before it by any
     member) is ever delivered again, in the same cycle or a later one;
   - after the last cycle a broker runs without a kill until the group is
-    drained: every offset is acked by the application, or counted skipped
-    (GroupMessage.skipped; max_deliver is raised so none is dead-lettered).
+    drained: every offset up to the highest delivered is acked by the
+    application, or counted skipped (GroupMessage.skipped; max_deliver is
+    raised so none is dead-lettered).
+
+A publisher adds records during each cycle (acked per message).
 
 Run by hand (not registered with ctest: it takes minutes):
 
@@ -48,12 +51,15 @@ class Ledger:
         self.acked = set()      # acked by the application at least once
         self.skipped = 0
         self.delivered = 0
+        self.published = 0
+        self.max_offset = -1
         self.violations = []
 
     def delivered_one(self, m, cycle):
         with self.mu:
             self.delivered += 1
             self.skipped += m.skipped
+            self.max_offset = max(self.max_offset, m.offset)
             if m.offset in self.confirmed:
                 self.violations.append("cycle %d: offset %d (attempt %d) delivered again after "
                                        "a confirmed ack" % (cycle, m.offset, m.attempt))
@@ -92,7 +98,33 @@ def member(b, ledger, cycle, idx, stop, rng, ack_p=0.9):
     except felix.Error:
         pass  # the broker was killed: what was not confirmed is not
     finally:
+        close(c)
+
+
+def close(c):
+    try:
         c.close()
+    except felix.Error:
+        pass  # its broker was killed
+
+
+def publisher(b, ledger, stop):
+    """Publishes while the cycle lasts (the ring holds what it appends, so
+    the members have work whatever the group reads below it)."""
+    try:
+        c = felix.Client(server=b.server, pin=b.pin, connect_timeout=15, reconnect=False)
+    except felix.Error:
+        return
+    try:
+        while not stop.is_set():
+            c.publish(NS, STREAM, b"live", ack="per_message")
+            with ledger.mu:
+                ledger.published += 1
+            time.sleep(0.002)
+    except felix.Error:
+        pass
+    finally:
+        close(c)
 
 
 def start(state, root):
@@ -113,6 +145,7 @@ def run_cycle(state, root, ledger, cycle, rng, kill_after):
     ts = [threading.Thread(target=member, args=(b, ledger, cycle, i, stop,
                                                 random.Random(rng.random())))
           for i in range(4)]
+    ts.append(threading.Thread(target=publisher, args=(b, ledger, stop)))
     for t in ts:
         t.start()
     time.sleep(kill_after)
@@ -134,6 +167,9 @@ def drain(state, root, ledger):
           for i in range(4)]
     for t in ts:
         t.start()
+    # One more record: its delivery reports the skips since the last run.
+    with felix.Client(server=b.server, pin=b.pin, connect_timeout=15) as c:
+        c.publish(NS, STREAM, b"last", ack="per_message")
     last, idle = -1, 0
     while idle < 20:  # 10 s with no delivery (the ack wait is 5 s)
         time.sleep(0.5)
@@ -175,10 +211,12 @@ def main():
               % (cycle, ledger.delivered, len(ledger.acked), len(ledger.confirmed),
                  len(ledger.violations)), flush=True)
     drain(state, root, ledger)
-    missing = a.records - len(ledger.acked) - ledger.skipped
-    print("seed %d: %d records, acked %d, skipped %d, missing %d, violations %d"
-          % (a.seed, a.records, len(ledger.acked), ledger.skipped, missing,
-             len(ledger.violations)))
+    seen = ledger.max_offset + 1
+    missing = seen - len(ledger.acked) - ledger.skipped
+    print("seed %d: offsets 0..%d (%d published at start, %d acked publishes after), "
+          "acked %d, skipped %d, missing %d, violations %d"
+          % (a.seed, seen - 1, a.records, ledger.published, len(ledger.acked), ledger.skipped,
+             missing, len(ledger.violations)))
     for v in ledger.violations[:50]:
         print(v)
     ok = not ledger.violations and missing <= 0
