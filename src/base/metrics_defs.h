@@ -404,7 +404,13 @@
     C(group_journal_clamped, "felix_group_journal_clamped_total", "",                              \
       "Recovered group states clamped to a log tail that lost records the group had seen")         \
     C(group_journal_torn_cut, "felix_group_journal_torn_tails_total", "",                          \
-      "Torn journal tails cut at recovery (records no flush covered)")
+      "Torn journal tails cut at recovery (records no flush covered)")                             \
+    C(group_log_pages, "felix_group_log_pages_total", "",                                          \
+      "Pages of records below the ring read from a durable stream's log for a consumer group "      \
+      "(one page per group at a time, on the worker's replay thread)")                             \
+    C(group_log_read_errors, "felix_group_log_read_errors_total", "",                              \
+      "Reads of a consumer group's page from a durable stream's log that failed (I/O error, "       \
+      "corrupt record, no memory): logged, nothing skipped, tried again after 100 ms")
 
 /* Every list, in exposition order. A new subsystem list is added here. */
 /* ---- per-stream series -------------------------------------------------

@@ -16,6 +16,7 @@
 #include "broker/conn_life.h"
 #include "broker/durable.h"
 #include "broker/group_journal.h"
+#include "broker/group_page.h"
 #include "broker/group_state.h"
 #include "broker/job.h"
 #include "broker/lane.h"
@@ -106,9 +107,22 @@ struct fxb_group *fxb_group_find(fxb_sgroups *sg, const char *name)
 static void pump_task_cb(fx_loop *l, fx_task *t, void *user);
 static void timer_cb(fx_loop *l, fx_timer *t, void *user);
 
-static uint64_t start_offset(const fxb_sub_group *gp, const fx_stream *st)
+/* The oldest record |h|'s stream holds: the ring's, or a durable stream's
+ * log's first (0 if its log does not say: the first read finds it). */
+static uint64_t oldest_of(fxb_worker *w, fx_stream_handle *h, const fx_stream *st)
 {
-    uint64_t oldest = fx_stream_oldest(st), tail = fx_stream_tail(st);
+    uint64_t first, next;
+    if (!fx_stream_handle_is_durable(h))
+        return fx_stream_oldest(st);
+    if (fxb_gpage_log_span(w, h, &first, &next) != 0)
+        return 0;
+    return first < fx_stream_oldest(st) ? first : fx_stream_oldest(st);
+}
+
+static uint64_t start_offset(const fxb_sub *sub, const fx_stream *st)
+{
+    const fxb_sub_group *gp = &sub->grp;
+    uint64_t oldest = oldest_of(sub->w, sub->h, st), tail = fx_stream_tail(st);
     switch (gp->create) {
     case FXB_GROUP_CREATE_NEW:
         return tail;
@@ -211,6 +225,7 @@ static void group_free(struct fxb_group *g)
     free(g->dead);
     if (g->dlq != NULL)
         fx_stream_handle_unref(g->dlq);
+    fxb_gpage_free(g->page); /* or its read in flight does */
     fxb_gs_free(g->gs);
     FX_GAUGE_SUB(group_groups, 1);
     free(g);
@@ -225,6 +240,8 @@ void fxb_group_worker_deinit(fxb_worker *w)
             struct fxb_group *g = sg->head;
             sg->head = g->next;
             fx_loop_timer_cancel(w->loop, &g->timer); /* the loop is stopped: allowed */
+            fxb_gpage_free_stopped(g->page);
+            g->page = NULL;
             group_free(g);
         }
         fx_stream_handle_unref(sg->h);
@@ -252,24 +269,57 @@ static int members_put(struct fxb_group *g, uint32_t mid, fxb_sub *sub)
 
 /* ---- delivery ---------------------------------------------------------------------------- */
 
-static uint32_t ring_len(void *user, uint64_t offset)
+/* Where a group's payloads are: the stream's ring, and for a durable
+ * stream the page read from its log (records below the ring). */
+typedef struct gsrc {
+    const fx_stream *st;
+    const fxb_gpage *page; /* NULL: a stream in memory */
+} gsrc;
+
+/* Up to |n| payloads from |offset| on, from the ring or the page, into
+ * |out|. Returns how many (0: neither holds |offset|). */
+static uint32_t src_read(const gsrc *s, uint64_t offset, uint32_t n, fx_wire_slice *out)
 {
-    fx_wire_slice s;
-    return fx_stream_ring_get(user, offset, &s) == 0 ? (uint32_t)s.len : UINT32_MAX;
+    uint32_t k = fx_stream_ring_read(s->st, offset, n, out);
+    if (k == 0 && s->page != NULL)
+        k = fxb_gpage_read(s->page, offset, n, out);
+    return k;
 }
 
-/* Builds the GROUP_BATCH frame of |r| from the ring into a frame list.
- * Returns NULL on no memory. */
-static fx_frame_list *build_run(const fx_stream *st, const fxb_gs_run *r)
+static uint32_t ring_len(void *user, uint64_t offset)
+{
+    const gsrc *s = user;
+    fx_wire_slice sl;
+    if (src_read(s, offset, 1, &sl) == 1)
+        return (uint32_t)sl.len;
+    /* A durable stream's record below the ring, not in the page: it waits
+     * for its page (view.want). */
+    return s->page != NULL ? FXB_GS_LEN_WAIT : UINT32_MAX;
+}
+
+/* The payloads of |r| into |sl|. The engine handed out only what the ring
+ * or the page holds (it settles what is gone as skipped, and waits for what
+ * is not loaded): every record is there; a run may begin in the page and
+ * go on in the ring. */
+static void run_payloads(const gsrc *src, const fxb_gs_run *r, fx_wire_slice *sl)
+{
+    uint32_t got = 0, k = 1;
+    while (got < r->count && k > 0) {
+        k = src_read(src, r->first + got, r->count - got, sl + got);
+        got += k;
+    }
+    for (uint32_t i = got; i < r->count; i++)
+        sl[i] = (fx_wire_slice){0};
+}
+
+/* Builds the GROUP_BATCH frame of |r| from the ring (and the page) into a
+ * frame list. Returns NULL on no memory. */
+static fx_frame_list *build_run(const gsrc *src, const fxb_gs_run *r)
 {
     fx_wire_slice one[64], *sl = one;
     if (r->count > 64 && (sl = calloc(r->count, sizeof(*sl))) == NULL)
         return NULL;
-    /* The engine handed out only what the ring holds (it settles the rest
-     * as skipped first): every record is there. */
-    uint32_t got = fx_stream_ring_read(st, r->first, r->count, sl);
-    for (uint32_t i = got; i < r->count; i++)
-        sl[i] = (fx_wire_slice){0};
+    run_payloads(src, r, sl);
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < r->count; i++)
         bytes += sl[i].len;
@@ -307,10 +357,10 @@ static fx_frame_list *build_run(const fx_stream *st, const fxb_gs_run *r)
     return l;
 }
 
-static void send_run(struct fxb_group *g, const fx_stream *st, const fxb_gs_run *r)
+static void send_run(struct fxb_group *g, const gsrc *src, const fxb_gs_run *r)
 {
     fxb_sub *sub = r->member < g->members_cap ? g->members[r->member] : NULL;
-    fx_frame_list *l = sub != NULL ? build_run(st, r) : NULL;
+    fx_frame_list *l = sub != NULL ? build_run(src, r) : NULL;
     if (l == NULL) {
         /* No memory (or no member): the records go back unprocessed; the
          * timer or the next change retries. */
@@ -410,14 +460,14 @@ static fx_stream_handle *dlq_of(struct fxb_group *g)
  * stream's worker like a publish (a broker-made job holds no connection and
  * no budget permit). Returns 0, or an error: the record stays a dead intent
  * and is tried again (FX_EFULL: the worker's queue is full). */
-static int dlq_append(struct fxb_group *g, const fx_stream *st, const fxb_gs_dead *d,
-                      uint64_t now_ns)
+static int dlq_append(struct fxb_group *g, const gsrc *src, const fxb_gs_dead *d, uint64_t now_ns)
 {
     fx_stream_handle *h = dlq_of(g);
     if (h == NULL)
         return FX_ENOSTREAM;
     fx_wire_slice p = {0};
-    (void)fx_stream_ring_get(st, d->offset, &p); /* pending records are in the ring */
+    /* Pending records are in the ring, or loaded (the caller checked). */
+    (void)src_read(src, d->offset, 1, &p);
     fx_buf *rec = dead_record(g, d, p);
     fxb_job *j = rec != NULL ? calloc(1, sizeof(*j) + sizeof(fx_wire_slice)) : NULL;
     if (j == NULL) {
@@ -446,10 +496,9 @@ static int dlq_append(struct fxb_group *g, const fx_stream *st, const fxb_gs_dea
 /* A record given up on: appended to the group's dead-letter stream, listed
  * (the original's dead-letter list) and settled for the group. Returns
  * false when the dead-letter stream cannot take it now (retried). */
-static bool dead_letter(struct fxb_group *g, const fx_stream *st, const fxb_gs_dead *d,
-                        uint64_t now_ns)
+static bool dead_letter(struct fxb_group *g, const gsrc *src, const fxb_gs_dead *d, uint64_t now_ns)
 {
-    int rv = dlq_append(g, st, d, now_ns);
+    int rv = dlq_append(g, src, d, now_ns);
     if (rv != 0) {
         fxb_gs_dead_failed(g->gs, d->offset);
         FX_COUNTER_INC(group_dead_retried);
@@ -491,6 +540,64 @@ static void arm_timer(struct fxb_group *g)
         fx_loop_post(g->w->loop, &g->pump_task); /* no timer: poll from the loop */
 }
 
+/* A page of |g|'s log came back (or its retry is due): pump after it. */
+static void on_page(void *user)
+{
+    struct fxb_group *g = user;
+    fx_loop_post(g->w->loop, &g->pump_task);
+}
+
+static fx_ratelimit page_rl = FX_RATELIMIT_INIT;
+
+/* The engine's view of |st| for |g|, with |src| as its user. A durable
+ * stream's group reads below the ring from its log: |low| is the log's
+ * first offset, retention's (what the ring still holds stays readable);
+ * with no page (no memory) nothing is handed out this time, counted.
+ * Returns false when there is no view now. */
+static bool view_of(struct fxb_group *g, fx_stream *st, gsrc *src, fxb_gs_view *v)
+{
+    *src = (gsrc){.st = st};
+    *v = (fxb_gs_view){.low = fx_stream_oldest(st), .tail = fx_stream_tail(st), .len = ring_len};
+    v->user = src;
+    if (!fx_stream_handle_is_durable(g->sg->h))
+        return true;
+    int rv = 0;
+    if (g->page == NULL && (g->page = fxb_gpage_new(g->w, g->sg->h, on_page, g, &rv)) == NULL) {
+        FX_COUNTER_INC(group_log_read_errors);
+        FX_LOG_RATELIMITED(&page_rl, fx_loop_now(g->w->loop), FX_LOG_WARN, "broker",
+                           "group %s: no reader of its durable stream's log: %s", g->name,
+                           fx_strerror(rv));
+        return false; /* the next change tries again */
+    }
+    src->page = g->page;
+    uint64_t low = fxb_gpage_low(g->page); /* <= the ring's oldest but for retention */
+    if (low < v->low)
+        v->low = low;
+    return true;
+}
+
+/* Dead-letters |dead| (|nd| of them). One whose payload is not loaded goes
+ * back (reported again by a later pump) and is wanted in |*want|; then no
+ * dead letter is taken until the page comes (|*dead_ok|). */
+static void dead_letters(struct fxb_group *g, const gsrc *src, const fxb_gs_dead *dead, size_t nd,
+                         uint64_t now_ns, bool *dead_ok, uint64_t *want)
+{
+    for (size_t i = 0; i < nd; i++) {
+        fx_wire_slice p;
+        bool loaded = src->page == NULL || src_read(src, dead[i].offset, 1, &p) == 1;
+        if (!loaded && dead[i].offset < *want)
+            *want = dead[i].offset;
+        if (!loaded || !dead_letter(g, src, &dead[i], now_ns)) {
+            for (size_t k = i + (loaded ? 1 : 0); k < nd; k++)
+                fxb_gs_dead_failed(g->gs, dead[k].offset);
+            *dead_ok = false; /* try again after DLQ_RETRY_NS, or once loaded */
+            if (loaded)
+                g->dlq_retry_ns = now_ns + DLQ_RETRY_NS;
+            return;
+        }
+    }
+}
+
 /* Hands out what the group can now. */
 static void pump(struct fxb_group *g)
 {
@@ -498,13 +605,13 @@ static void pump(struct fxb_group *g)
         return;
     fx_loop *l = g->w->loop;
     uint64_t now_ns = fx_loop_now(l);
-    uint64_t now_us = now_ns / 1000;
+    uint64_t now_us = now_ns / 1000, want = UINT64_MAX;
     fx_stream *st = fxb_worker_stream_if_any(g->w, g->sg->h);
-    if (st == NULL)
+    gsrc src;
+    fxb_gs_view v;
+    if (st == NULL || !view_of(g, st, &src, &v))
         return;
     (void)fxb_gs_expire(g->gs, now_us);
-    fxb_gs_view v = {
-        .low = fx_stream_oldest(st), .tail = fx_stream_tail(st), .len = ring_len, .user = st};
     fxb_gs_run runs[PUMP_RUNS];
     fxb_gs_dead dead[PUMP_DEAD];
     bool dead_ok = g->dlq_retry_ns == 0 || now_ns >= g->dlq_retry_ns;
@@ -515,23 +622,17 @@ static void pump(struct fxb_group *g)
             fx_loop_post(l, &g->pump_task); /* more to hand out: yield first */
             break;
         }
-        size_t nd = 0;
-        size_t n =
-            fxb_gs_pump(g->gs, &v, now_us, runs, PUMP_RUNS, dead, dead_ok ? PUMP_DEAD : 0, &nd);
+        size_t nd = 0, cap = dead_ok ? PUMP_DEAD : 0;
+        size_t n = fxb_gs_pump(g->gs, &v, now_us, runs, PUMP_RUNS, dead, cap, &nd);
+        want = v.want < want ? v.want : want;
         for (size_t i = 0; i < n; i++)
-            send_run(g, st, &runs[i]);
-        for (size_t i = 0; i < nd; i++) {
-            if (!dead_letter(g, st, &dead[i], now_ns)) {
-                for (size_t k = i + 1; k < nd; k++)
-                    fxb_gs_dead_failed(g->gs, dead[k].offset);
-                dead_ok = false; /* try again after DLQ_RETRY_NS */
-                g->dlq_retry_ns = now_ns + DLQ_RETRY_NS;
-                break;
-            }
-        }
+            send_run(g, &src, &runs[i]);
+        dead_letters(g, &src, dead, nd, now_ns, &dead_ok, &want);
         if (n < PUMP_RUNS && (nd < PUMP_DEAD || !dead_ok))
             break;
     }
+    if (want != UINT64_MAX && g->page != NULL)
+        fxb_gpage_want(g->page, want, fx_stream_oldest(st));
     arm_timer(g);
 }
 
@@ -650,7 +751,7 @@ static int join(fxb_sub *sub)
                       "record times): use all, new, last or an offset";
             return -ENOTSUP;
         }
-        uint64_t start = start_offset(gp, st);
+        uint64_t start = start_offset(sub, st);
         if (start > fx_stream_tail(st)) {
             gp->why = "the start offset is past the stream's tail";
             return FX_ECURSOR_IN_FUTURE;
@@ -714,14 +815,17 @@ void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
     (void)t;
     fxb_sub *sub = user;
     bool failed = false;
-    /* A durable stream's log opens first, and its groups are recovered
-     * before the task comes back (the storage thread posts them ahead). */
+    /* A durable stream's ring starts where its log is: the log opens first
+     * (the storage thread posts this task back with the reference), and its
+     * groups are recovered before (the storage thread posts them ahead). */
     if (!atomic_load_explicit(&sub->closed, memory_order_acquire) &&
         !fxb_durable_sub_ready(sub, &failed))
         return;
     if (failed) {
         sub->grp.join_rv = sub->feed.reg_rv;
-        sub->grp.why = "the stream's log is not open";
+        sub->grp.why = sub->feed.reg_rv == FX_ENOSTREAM
+                           ? "stream deleted"
+                           : "the durable stream's log cannot be opened";
     } else if (atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         sub->grp.join_rv = FX_ECLOSED;
     } else if ((sub->grp.join_rv = journal_refused(sub)) == 0) {

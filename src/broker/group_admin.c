@@ -12,6 +12,7 @@
 #include "broker/group.h"
 #include "broker/group_int.h"
 #include "broker/group_journal.h"
+#include "broker/group_page.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 
@@ -59,10 +60,9 @@ static void part_cb(size_t i, void *data)
 static int ask(fx_broker *b, const char *t, const char *ns, const char *s, gask *a,
                void (*fn)(gask *a), uint64_t timeout_ns, fx_registry_err *err)
 {
-    fx_stream_handle *h =
-        fx_registry_find(b->reg, (fx_wire_slice){(const uint8_t *)t, strlen(t)},
-                         (fx_wire_slice){(const uint8_t *)ns, strlen(ns)},
-                         (fx_wire_slice){(const uint8_t *)s, strlen(s)});
+    fx_stream_handle *h = fx_registry_find(b->reg, (fx_wire_slice){(const uint8_t *)t, strlen(t)},
+                                           (fx_wire_slice){(const uint8_t *)ns, strlen(ns)},
+                                           (fx_wire_slice){(const uint8_t *)s, strlen(s)});
     if (h == NULL) {
         if (err != NULL)
             snprintf(err->msg, sizeof(err->msg),
@@ -88,9 +88,9 @@ static int ask(fx_broker *b, const char *t, const char *ns, const char *s, gask 
 
 /* ---- describe ----------------------------------------------------------------------------- */
 
-static const char *const LATE_BOUNDS[FXB_GS_LATE_BUCKETS] = {
-    "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
-    "0.01",   "0.025",   "0.05",   "0.1",   "0.25",   "+Inf"};
+static const char *const LATE_BOUNDS[FXB_GS_LATE_BUCKETS] = {"0.0001", "0.00025", "0.0005", "0.001",
+                                                             "0.0025", "0.005",   "0.01",   "0.025",
+                                                             "0.05",   "0.1",     "0.25",   "+Inf"};
 
 static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_us)
 {
@@ -100,7 +100,7 @@ static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_u
     const fxb_gs_config *c = fxb_gs_config_of(g->gs);
     json_t *o = json_object();
     json_object_set_new(o, "group", json_string(g->name));
-    json_object_set_new(o, "durable", json_boolean(g->gj != NULL));
+    json_object_set_new(o, "durable", json_boolean(fx_stream_handle_is_durable(g->sg->h)));
     if (g->gj != NULL) {
         set_u64(o, "journal_records_made", fxb_gj_made(g));
         set_u64(o, "journal_records_written", fxb_gj_durable(g));
@@ -119,7 +119,8 @@ static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_u
     set_u64(o, "pending_bytes", in.pending_bytes);
     set_u64(o, "dead_intents", in.dead_intents);
     if (in.capped_since_us != 0)
-        set_u64(o, "capped_for_ms", now_us > in.capped_since_us ? (now_us - in.capped_since_us) / 1000 : 0);
+        set_u64(o, "capped_for_ms",
+                now_us > in.capped_since_us ? (now_us - in.capped_since_us) / 1000 : 0);
     else
         json_object_set_new(o, "capped_for_ms", json_null());
     json_t *cfg = json_object();
@@ -177,6 +178,7 @@ static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_u
     set_u64(o, "capped", st->capped);
     set_u64(o, "member_full", st->member_full);
     set_u64(o, "parked_overflow", st->parked_overflow);
+    set_u64(o, "log_waits", st->waits);
     json_t *late_h = json_object();
     uint64_t cum = 0, n = 0;
     for (int i = 0; i < FXB_GS_LATE_BUCKETS; i++) {
@@ -242,12 +244,39 @@ int fx_broker_list_groups(fx_broker *b, const char *tenant, const char *ns, cons
 
 /* ---- create, seek, delete ------------------------------------------------------------------ */
 
-/* The first offset a start names, on stream |st|. Returns false when it is
- * past the tail. */
-static bool start_of(const gask *a, const fx_stream *st, uint64_t *out)
+/* The oldest offset and the tail of |a|'s stream: its ring's (|st|, may be
+ * NULL), or for a durable stream its log's first offset and, with no ring
+ * on this worker yet, its log's next offset (a log not open: no record yet).
+ * Returns false with |a->rv| when its log is not open now (recovering,
+ * damaged or failed). */
+static bool span_of(gask *a, const fx_stream *st, uint64_t *poldest, uint64_t *ptail)
 {
-    uint64_t oldest = st != NULL ? fx_stream_oldest(st) : 0;
-    uint64_t tail = st != NULL ? fx_stream_tail(st) : 0;
+    *poldest = st != NULL ? fx_stream_oldest(st) : 0;
+    *ptail = st != NULL ? fx_stream_tail(st) : 0;
+    if (!fx_stream_handle_is_durable(a->h))
+        return true;
+    uint64_t first = 0, next = 0;
+    int rv = fxb_gpage_log_span(a->w, a->h, &first, &next);
+    if (rv == -EAGAIN) {
+        a->rv = FX_ESTORAGE_ERROR;
+        a->why = "the durable stream's log is not open (recovering, damaged or failed)";
+        return false;
+    }
+    if (st == NULL)
+        *ptail = next;
+    if (first < *poldest)
+        *poldest = first;
+    return true;
+}
+
+/* The first offset a start names, on stream |st| (NULL: a durable stream
+ * with no ring here yet). Returns false when it is past the tail or the
+ * stream's log is not open (|a->rv| set). */
+static bool start_of(gask *a, const fx_stream *st, uint64_t *out)
+{
+    uint64_t oldest, tail;
+    if (!span_of(a, st, &oldest, &tail))
+        return false;
     switch (a->start) {
     case FX_BROKER_GROUP_START_NEW:
         *out = tail;
@@ -262,29 +291,28 @@ static bool start_of(const gask *a, const fx_stream *st, uint64_t *out)
         *out = oldest;
         break;
     }
+    if (*out > tail) {
+        a->rv = FX_ECURSOR_IN_FUTURE;
+        a->why = "the start offset is past the stream's tail";
+    }
     return *out <= tail;
 }
 
 static void create_part(gask *a)
 {
-    if (fx_stream_handle_is_durable(a->h)) {
-        a->rv = -ENOTSUP;
-        a->why = "consumer groups on durable streams are not served yet: use a stream in memory";
-        return;
-    }
     if (fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group) != NULL)
         return; /* exists: idempotent */
-    fx_stream *st = fxb_worker_stream(a->w, a->h);
+    /* A durable stream's ring starts at its log's offset, which only its
+     * storage answer gives: no ring is made here for one. */
+    bool durable = fx_stream_handle_is_durable(a->h);
+    fx_stream *st = durable ? fxb_worker_stream_if_any(a->w, a->h) : fxb_worker_stream(a->w, a->h);
     uint64_t start;
-    if (st == NULL) {
+    if (st == NULL && !durable) {
         a->rv = -ENOMEM;
         return;
     }
-    if (!start_of(a, st, &start)) {
-        a->rv = FX_ECURSOR_IN_FUTURE;
-        a->why = "the start offset is past the stream's tail";
+    if (!start_of(a, st, &start))
         return;
-    }
     int rv;
     if (fxb_group_new(a->w, a->h, a->group, start, &rv) == NULL) {
         a->rv = rv;
@@ -325,8 +353,8 @@ static void seek_part(gask *a)
     fx_stream *st = fxb_worker_stream_if_any(a->w, a->h);
     uint64_t to;
     if (!start_of(a, st, &to)) {
-        a->rv = FX_ECURSOR_IN_FUTURE;
-        a->why = "the offset is past the stream's tail";
+        if (a->rv == FX_ECURSOR_IN_FUTURE)
+            a->why = "the offset is past the stream's tail";
         return;
     }
     fxb_gs_seek(g->gs, to);

@@ -45,6 +45,7 @@ struct fxb_group {
     uint64_t dead_forgotten;
     fx_stream_handle *dlq;  /* its dead-letter stream, once used (a reference) */
     uint64_t dlq_retry_ns;  /* a dead letter waits for room in the stream's worker queue */
+    struct fxb_gpage *page; /* a durable stream's records below the ring (group_page.h), or NULL */
     uint32_t nmembers;      /* members in the engine */
     uint32_t joining;       /* members joined whose event stream is not open yet */
     bool deleted;           /* removed: freed once no member is joining (pump task) */

@@ -38,8 +38,7 @@ static fxb_sub *member_new(fxb_bidi *s, fx_stream_handle *h, uint32_t window)
 {
     fxb_conn *c = s->conn;
     /* Its deliveries are bounded by its window: one list per run at most. */
-    fxb_sub *sub = fxb_sub_alloc(c, h, (size_t)(window != 0 ? window : 256) + 1,
-                                 member_free_parts);
+    fxb_sub *sub = fxb_sub_alloc(c, h, (size_t)(window != 0 ? window : 256) + 1, member_free_parts);
     if (sub == NULL)
         return NULL;
     fxb_sub_group_init(sub);
@@ -94,11 +93,6 @@ static fx_stream_handle *join_admit(fxb_bidi *s, const fx_msg *m)
         join_refused(s, "max subscriptions per connection exceeded");
         return NULL;
     }
-    if (fx_stream_handle_is_durable(h)) {
-        join_refused(s, "consumer groups on durable streams are not served yet: use a stream "
-                        "in memory");
-        return NULL;
-    }
     return h;
 }
 
@@ -146,12 +140,12 @@ void fxb_group_join(fxb_bidi *s, const fx_msg *m)
         snprintf(gp->member, sizeof(gp->member), "m-%llu-%llu", (unsigned long long)s->conn->id,
                  (unsigned long long)sub->id);
     gp->window = window;
-    gp->ack_wait_ms = m->has_ack_wait_ms && m->ack_wait_ms <= UINT32_MAX ? (uint32_t)m->ack_wait_ms
-                                                                         : 0;
+    gp->ack_wait_ms =
+        m->has_ack_wait_ms && m->ack_wait_ms <= UINT32_MAX ? (uint32_t)m->ack_wait_ms : 0;
     set_create(gp, m);
     fxb_sub_list_add(s->conn, sub);
     s->member = sub;
-    fxb_sub_ref(sub); /* the join stream's, dropped when it lets go (member_let_go) */
+    fxb_sub_ref(sub);      /* the join stream's, dropped when it lets go (member_let_go) */
     s->sub_pending = true; /* the answer comes from the worker: hold a FIN */
     s->refs++;
     sub->bidi = s;
@@ -225,8 +219,9 @@ int fxb_group_frame(fxb_bidi *s, const fx_frame *f)
     fxb_sub *sub = s->member;
     if (sub == NULL || sub->grp.join != s ||
         atomic_load_explicit(&sub->closed, memory_order_acquire)) {
-        fxb_bidi_error(s, sub == NULL ? "group frame on a stream that joined no consumer group"
-                                      : "the member has left its consumer group",
+        fxb_bidi_error(s,
+                       sub == NULL ? "group frame on a stream that joined no consumer group"
+                                   : "the member has left its consumer group",
                        true);
         return -1;
     }

@@ -378,18 +378,34 @@ static void acquire(fxb_gs *g, fxb_gs_entry *e, uint32_t id, uint64_t now_us)
     fxb_gsp_wheel_add(g, e, now_us + (uint64_t)m->ack_wait_ms * 1000, now_us);
 }
 
+/* Whether |offset|'s payload is not loaded now (FXB_GS_LEN_WAIT): then it
+ * is noted in |v->want| and counted. |*plen| gets the length otherwise. */
+static bool waits(fxb_gs *g, fxb_gs_view *v, uint64_t offset, uint32_t *plen)
+{
+    uint32_t len = v->len ? v->len(v->user, offset) : 0;
+    if (len != FXB_GS_LEN_WAIT) {
+        *plen = len;
+        return false;
+    }
+    if (offset < v->want)
+        v->want = offset;
+    g->stats.waits++;
+    return true;
+}
+
 /* A run of redeliveries: the oldest AVAILABLE offset and those right after
- * it at the same attempt. */
-static uint32_t run_redeliver(fxb_gs *g, uint32_t id, uint32_t lim, uint64_t now_us, fxb_gs_run *r)
+ * it at the same attempt, up to the first one not loaded. */
+static uint32_t run_redeliver(fxb_gs *g, fxb_gs_view *v, uint32_t id, uint32_t lim, uint64_t now_us,
+                              fxb_gs_run *r)
 {
     fxb_gs_entry *e = fxb_gsp_heap_top(g);
     r->first = e->offset;
     uint16_t a0 = e->attempts;
     r->attempt = a0 < UINT16_MAX ? a0 + 1u : UINT16_MAX;
-    uint32_t n = 0;
+    uint32_t n = 0, len;
     uint32_t last0 = e->last;
     while (n < lim && (e = fxb_gsp_heap_top(g)) != NULL && e->offset == r->first + n &&
-           e->attempts == a0 && (n == 0 || e->last == last0)) {
+           e->attempts == a0 && (n == 0 || e->last == last0) && !waits(g, v, e->offset, &len)) {
         detach(g, e);
         acquire(g, e, id, now_us);
         n++;
@@ -406,8 +422,8 @@ static bool capped_now(const fxb_gs *g)
 }
 
 /* A run of first deliveries from |next|, within 5g. */
-static uint32_t run_first(fxb_gs *g, const fxb_gs_view *v, uint32_t id, uint32_t lim,
-                          uint64_t now_us, fxb_gs_run *r)
+static uint32_t run_first(fxb_gs *g, fxb_gs_view *v, uint32_t id, uint32_t lim, uint64_t now_us,
+                          fxb_gs_run *r)
 {
     uint32_t busy = g->acquired + g->available + g->dead;
     if (lim > g->cfg.max_ack_pending - busy)
@@ -416,9 +432,9 @@ static uint32_t run_first(fxb_gs *g, const fxb_gs_view *v, uint32_t id, uint32_t
         lim = (uint32_t)(v->tail - g->next);
     r->first = g->next;
     r->attempt = 1;
-    uint32_t n = 0;
-    while (n < lim && g->pending_bytes < g->cfg.max_ack_pending_bytes) {
-        uint32_t len = v->len ? v->len(v->user, g->next) : 0;
+    uint32_t n = 0, len;
+    while (n < lim && g->pending_bytes < g->cfg.max_ack_pending_bytes &&
+           !waits(g, v, g->next, &len)) {
         fxb_gs_entry *e = fxb_gsp_entry_new(g, g->next, len == UINT32_MAX ? 0 : len);
         if (e == NULL)
             break; /* no memory: the offset stays undelivered for a later turn */
@@ -445,27 +461,27 @@ static bool other_has_room(const fxb_gs *g, uint32_t id)
  * given (no redelivery, no first delivery allowed); sets |*capped| when 5g
  * kept first deliveries back, |*passed| when only this member was passed
  * over (the waiting redelivery is for another member). */
-static bool give_run(fxb_gs *g, const fxb_gs_view *v, uint32_t id, uint64_t now_us, fxb_gs_run *r,
+static bool give_run(fxb_gs *g, fxb_gs_view *v, uint32_t id, uint64_t now_us, fxb_gs_run *r,
                      bool *capped, bool *passed)
 {
     fxb_gs_member *m = &g->members[id];
-    uint32_t lim = m->window - m->held, n;
+    uint32_t lim = m->window - m->held, n = 0;
     if (lim > g->cfg.max_run)
         lim = g->cfg.max_run;
     *r = (fxb_gs_run){.member = id};
     bool pass = g->heap_n > 0 && fxb_gsp_heap_top(g)->last == id && other_has_room(g, id);
-    if (g->heap_n > 0 && !pass) {
-        n = run_redeliver(g, id, lim, now_us, r);
-    } else {
-        if (g->next >= v->tail) {
-            *passed = pass;
+    if (g->heap_n > 0 && !pass)
+        n = run_redeliver(g, v, id, lim, now_us, r);
+    if (n == 0) { /* no redelivery for it, or the oldest one is not loaded */
+        /* Passed over when a redelivery waits for others or for its load. */
+        *passed = g->heap_n > 0;
+        if (g->next >= v->tail)
             return false;
-        }
         if (capped_now(g)) {
             *capped = true;
-            *passed = pass;
             return false;
         }
+        *r = (fxb_gs_run){.member = id};
         n = run_first(g, v, id, lim, now_us, r);
     }
     if (n == 0)
@@ -517,9 +533,10 @@ static void count_turn(fxb_gs *g, const fxb_gs_view *v, bool capped, bool out_fu
             g->stats.member_full++;
 }
 
-size_t fxb_gs_pump(fxb_gs *g, const fxb_gs_view *v, uint64_t now_us, fxb_gs_run *out, size_t cap,
+size_t fxb_gs_pump(fxb_gs *g, fxb_gs_view *v, uint64_t now_us, fxb_gs_run *out, size_t cap,
                    fxb_gs_dead *dead, size_t dcap, size_t *ndead)
 {
+    v->want = UINT64_MAX;
     evict(g, v->low);
     size_t nd = report_dead(g, dead, dcap);
     if (ndead != NULL)

@@ -88,6 +88,7 @@ typedef struct fxb_gs_stats {
     uint64_t capped;             /* 5g: a turn that found the cap full with records waiting */
     uint64_t member_full;        /* 5m: a turn that found a member's window full with work */
     uint64_t parked_overflow;    /* 5p: a delayed nak made immediate */
+    uint64_t waits;              /* runs stopped at a record not loaded (FXB_GS_LEN_WAIT) */
     uint64_t late[FXB_GS_LATE_BUCKETS]; /* redelivery lateness histogram */
     uint64_t late_sum_us;
 } fxb_gs_stats;
@@ -123,15 +124,25 @@ typedef struct fxb_gs_dead {
     fxb_gs_reason reason;
 } fxb_gs_dead;
 
+/* fxb_gs_view.len: the record is readable but its payload is not in memory
+ * now (a durable stream's record below its ring, not in the page read from
+ * the log). */
+#define FXB_GS_LEN_WAIT (UINT32_MAX - 1)
+
 /* What the stream can give the group now. |low| is the oldest offset still
  * readable (below it, records are gone: settled as skipped), |tail| the next
  * offset to be appended. len(user, offset) returns the payload length of a
- * readable offset (for the byte cap), or UINT32_MAX if it cannot tell now
- * (the record is then counted as 0 bytes). */
+ * readable offset (for the byte cap), UINT32_MAX if it cannot tell now (the
+ * record is then counted as 0 bytes), or FXB_GS_LEN_WAIT if it is not loaded:
+ * the record is then neither skipped nor handed out (nor its attempt
+ * counted); the run or redelivery stops before it, the wait is counted in
+ * fxb_gs_stats.waits, and fxb_gs_pump sets |want| to the lowest offset
+ * that waited in the call (UINT64_MAX: none), for the caller to load. */
 typedef struct fxb_gs_view {
     uint64_t low, tail;
     uint32_t (*len)(void *user, uint64_t offset);
     void *user;
+    uint64_t want; /* out: the lowest offset that waited, or UINT64_MAX */
 } fxb_gs_view;
 
 typedef struct fxb_gs fxb_gs;
@@ -162,8 +173,9 @@ uint32_t fxb_gs_member_window(const fxb_gs *g, uint32_t id);
  * and up to |dcap| dead letters to |dead| (records whose next delivery would
  * exceed max_deliver), returning the run count in the return value and the
  * dead count in |*ndead|. Call again while it fills |out| (more may be
- * waiting). */
-size_t fxb_gs_pump(fxb_gs *g, const fxb_gs_view *v, uint64_t now_us, fxb_gs_run *out, size_t cap,
+ * waiting). A record the view says is not loaded waits (see fxb_gs_view):
+ * the lowest such offset is in |v->want|. */
+size_t fxb_gs_pump(fxb_gs *g, fxb_gs_view *v, uint64_t now_us, fxb_gs_run *out, size_t cap,
                    fxb_gs_dead *dead, size_t dcap, size_t *ndead);
 
 /* Settles [first, first+count) (from any member, any attempt): each offset

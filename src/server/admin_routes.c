@@ -327,10 +327,10 @@ static bool is_group_path(const char *rest)
     return strncmp(p, "groups", 6) == 0 && (p[6] == '\0' || p[6] == '/');
 }
 
-/* The HTTP status of a consumer group operation's error. A group asked of a
- * durable stream (-ENOTSUP) is 409: the request conflicts with the stream
- * as it is (the same call on a stream in memory succeeds), and a 5xx would
- * read as a broker fault to clients and alerting. */
+/* The HTTP status of a consumer group operation's error. A refusal of the
+ * stream as it is (-ENOTSUP) is 409, not a 5xx, which would read as a
+ * broker fault to clients and alerting; a durable stream whose log is not
+ * open now (FX_ESTORAGE_ERROR: recovering, damaged, failed) is 503. */
 static unsigned group_status(int rv)
 {
     switch (rv) {
@@ -347,6 +347,7 @@ static unsigned group_status(int rv)
         return 429;
     case FX_ESHUTDOWN:
     case FX_ETIMEDOUT:
+    case FX_ESTORAGE_ERROR:
         return 503;
     default:
         return 500;
@@ -453,8 +454,9 @@ static void on_group_get(const fx_admin_req *req, fx_admin_resp *resp, void *use
     group_path gp;
     enum group_target t = parse_group_path(req->rest, &gp);
     if (t == GT_NONE || t == GT_SEEK) {
-        error_json(resp, 400, t == GT_SEEK ? "a seek is POST .../groups/{group}/seek with a body"
-                                           : GROUP_PATH_HELP);
+        error_json(resp, 400,
+                   t == GT_SEEK ? "a seek is POST .../groups/{group}/seek with a body"
+                                : GROUP_PATH_HELP);
         return;
     }
     fx_registry_err err = {0};
@@ -489,9 +491,8 @@ static void on_group_put(const fx_admin_req *req, fx_admin_resp *resp, void *use
     }
     bool created = false;
     fx_registry_err err = {0};
-    int rv = fx_broker_create_group(user, gp.names[0], gp.names[1], gp.names[2], gp.group,
-                                    gs.start, gs.offset, FX_ADMIN_BROKER_TIMEOUT_NS, &created,
-                                    &err);
+    int rv = fx_broker_create_group(user, gp.names[0], gp.names[1], gp.names[2], gp.group, gs.start,
+                                    gs.offset, FX_ADMIN_BROKER_TIMEOUT_NS, &created, &err);
     if (rv != 0) {
         group_error(resp, rv, &err);
         return;
@@ -508,8 +509,9 @@ static void on_group_post(const fx_admin_req *req, fx_admin_resp *resp, void *us
     group_path gp;
     group_start gs;
     if (parse_group_path(req->rest, &gp) != GT_SEEK) {
-        error_json(resp, 400, "want POST /v1/streams/{tenant}/{namespace}/{stream}/groups/"
-                              "{group}/seek");
+        error_json(resp, 400,
+                   "want POST /v1/streams/{tenant}/{namespace}/{stream}/groups/"
+                   "{group}/seek");
         return;
     }
     const char *why = parse_start_body(req, &gs);
@@ -567,8 +569,9 @@ static void on_get(const fx_admin_req *req, fx_admin_resp *resp, void *user)
         on_group_get(req, resp, user);
         return;
     }
-    error_json(resp, 404, "not found: GET /v1/streams lists the streams; a stream's consumer "
-                          "groups are under /v1/streams/{tenant}/{namespace}/{stream}/groups");
+    error_json(resp, 404,
+               "not found: GET /v1/streams lists the streams; a stream's consumer "
+               "groups are under /v1/streams/{tenant}/{namespace}/{stream}/groups");
 }
 
 static void on_create(const fx_admin_req *req, fx_admin_resp *resp, void *user)

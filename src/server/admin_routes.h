@@ -32,8 +32,8 @@
  * optional for PUT, required for seek): GET 200 with the broker's JSON, 404
  * when the stream or group does not exist; PUT 201 (created) or 200
  * (existed); seek 200; DELETE 200, 404 (none), 409 while members are
- * joined; 400 for a bad path, name or body, 409 for an offset past the tail
- * or a durable stream (not served yet), 429 at max_groups_per_stream. Any
+ * joined; 400 for a bad path, name or body, 409 for an offset past the tail,
+ * 429 at max_groups_per_stream. Any
  * thread. */
 void fx_admin_broker_routes(fx_broker *b, fx_admin_route *out);
 

@@ -30,7 +30,7 @@ static int create_one(fx_broker *b, const fx_config_group *g, uint64_t timeout_n
     fx_registry_err err = {0};
     bool created = false;
     /* Finds a stream of streams: or of the durable catalogue, else makes it
-     * in memory; a durable one is then refused by the group call below. */
+     * in memory; a group on a durable one reads its log below the ring. */
     int rv = fx_broker_create_stream(b, g->s.tenant, g->s.ns, g->s.stream, &created, &err);
     if (rv != 0)
         return fail(g, rv, &err, why, n);

@@ -15,8 +15,8 @@
  * stream first when the broker has none of that name (in memory, as a
  * stream of `streams:`), then the group at its start (a group that exists
  * already is left where it is). Each broker call waits at most |timeout_ns|.
- * Returns 0, or at the first entry that fails the broker's error (-ENOTSUP:
- * the stream is durable, whose groups are not served yet; FX_EFULL,
+ * Returns 0, or at the first entry that fails the broker's error
+ * (FX_ESTORAGE_ERROR: a durable stream's log is not open; FX_EFULL,
  * FX_ECURSOR_IN_FUTURE, FX_EWIRE_NAME, FX_ETIMEDOUT, -ENOMEM, ...) with a
  * sentence naming the entry in |why| (|n| bytes). Groups created before the
  * failure stay. Main thread. */

@@ -3,7 +3,7 @@
  * start: the configuration loaded from YAML text, the broker started with
  * the configured streams, then fx_pregroups_create. A group on a stream the
  * configuration does not list gets that stream in memory; a group on a
- * durable stream, or one whose start is past the tail, fails with a
+ * durable stream is created; one whose start is past the tail fails with a
  * sentence naming the entry. */
 /* fx-test-libs: fx_server fx_broker fx_storage fx_quic fx_wire fx_base */
 #include "integ/fixture.h"
@@ -101,7 +101,7 @@ static void test_configured_groups_exist_after_start(void **state)
     gfix_stop(&f);
 }
 
-static void test_group_on_durable_stream_fails_naming_the_entry(void **state)
+static void test_group_on_a_durable_stream_is_created(void **state)
 {
     (void)state;
     gfix f;
@@ -112,10 +112,12 @@ static void test_group_on_durable_stream_fails_naming_the_entry(void **state)
         fx_broker_create_stream_durable(f.b, "t1", "default", "kept", 1, &created, NULL, &err), 0);
     assert_true(created);
     char why[512] = "";
-    assert_int_equal(fx_pregroups_create(f.b, &f.c, WAIT_NS, why, sizeof(why)), -ENOTSUP);
-    if (!strstr(why, "groups entry t1/default/kept/billing: ") ||
-        !strstr(why, "consumer groups on durable streams are not served yet"))
-        fail_msg("unexpected reason: %s", why);
+    assert_int_equal(fx_pregroups_create(f.b, &f.c, WAIT_NS, why, sizeof(why)), 0);
+    json_t *j = group_json(&f, "kept", "billing");
+    assert_non_null(j);
+    assert_true(json_is_true(json_object_get(j, "durable")));
+    assert_int_equal(json_integer_value(json_object_get(j, "next")), 0);
+    json_decref(j);
     gfix_stop(&f);
 }
 
@@ -137,7 +139,7 @@ static void test_start_past_the_tail_fails_naming_the_entry(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_configured_groups_exist_after_start),
-    cmocka_unit_test(test_group_on_durable_stream_fails_naming_the_entry),
+    cmocka_unit_test(test_group_on_a_durable_stream_is_created),
     cmocka_unit_test(test_start_past_the_tail_fails_naming_the_entry),
 };
 

@@ -1079,6 +1079,159 @@ static void test_config_check_refuses_out_of_range_values(void **state)
     assert_int_equal(fxb_gs_config_check(&c, &why), -EINVAL);
 }
 
+/* ---- records not loaded (durable streams below the ring) -------------------- */
+
+/* A view whose payloads are in memory only in [lo, hi): the rest of [low,
+ * tail) is readable but not loaded (FXB_GS_LEN_WAIT). */
+typedef struct loaded {
+    uint64_t lo, hi;
+    uint32_t calls;
+} loaded;
+
+static uint32_t loaded_len(void *user, uint64_t offset)
+{
+    loaded *l = user;
+    l->calls++;
+    return offset >= l->lo && offset < l->hi ? 100 : FXB_GS_LEN_WAIT;
+}
+
+static size_t pump_loaded(fxb_gs *g, loaded *l, uint64_t low, uint64_t tail, uint64_t now,
+                          fxb_gs_run *out, size_t cap, uint64_t *pwant)
+{
+    fxb_gs_view v = {.low = low, .tail = tail, .len = loaded_len, .user = l};
+    size_t nd = 0;
+    fxb_gs_dead d[4];
+    size_t n = fxb_gs_pump(g, &v, now, out, cap, d, 4, &nd);
+    *pwant = v.want;
+    return n;
+}
+
+static void test_a_record_not_loaded_waits_without_being_skipped_and_is_wanted(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t m = add_member(g, 100);
+    loaded l = {.lo = 5, .hi = 5}; /* nothing loaded */
+    fxb_gs_run r[8];
+    uint64_t want = 0;
+    assert_int_equal(pump_loaded(g, &l, 0, 10, T0, r, 8, &want), 0);
+    assert_int_equal(want, 0);
+    assert_int_equal(info(g).next, 0);
+    assert_int_equal(info(g).floor, 0);
+    assert_int_equal(fxb_gs_stats_of(g)->skipped, 0);
+    assert_true(fxb_gs_stats_of(g)->waits >= 1);
+    assert_int_equal(fxb_gs_member_held(g, m), 0);
+    /* [0, 3) loaded: the run stops at 3, which is wanted next. */
+    l = (loaded){.lo = 0, .hi = 3};
+    assert_int_equal(pump_loaded(g, &l, 0, 10, T0, r, 8, &want), 1);
+    assert_int_equal(r[0].first, 0);
+    assert_int_equal(r[0].count, 3);
+    assert_int_equal(r[0].skipped_before, 0);
+    assert_int_equal(want, 3);
+    assert_int_equal(info(g).next, 3);
+    fxb_gs_free(g);
+}
+
+static void test_a_waiting_group_resumes_when_the_records_are_loaded(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    (void)add_member(g, 100);
+    loaded l = {.lo = 8, .hi = 10}; /* only the ring's part */
+    fxb_gs_run r[8];
+    uint64_t want = 0;
+    assert_int_equal(pump_loaded(g, &l, 0, 10, T0, r, 8, &want), 0);
+    assert_int_equal(want, 0);
+    l.lo = 0; /* the page [0, 8) came */
+    assert_int_equal(pump_loaded(g, &l, 0, 10, T0, r, 8, &want), 1);
+    assert_int_equal(r[0].first, 0);
+    assert_int_equal(r[0].count, 10);
+    assert_int_equal(want, UINT64_MAX);
+    assert_int_equal(fxb_gs_ack(g, 0, 10, T0, NULL), 10);
+    assert_int_equal(info(g).floor, 10);
+    assert_int_equal(fxb_gs_stats_of(g)->skipped, 0);
+    fxb_gs_free(g);
+}
+
+static void test_want_is_the_lowest_offset_that_waited(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t m = add_member(g, 100);
+    loaded l = {.lo = 0, .hi = 20};
+    fxb_gs_run r[8];
+    uint64_t want = 0;
+    assert_int_equal(pump_loaded(g, &l, 0, 20, T0, r, 8, &want), 1);
+    assert_int_equal(info(g).next, 20);
+    /* 4 comes back; then only [10, 30) is loaded and the tail moves to 40:
+     * first deliveries [20, 30) go out, the redelivery of 4 and 30 wait. */
+    assert_int_equal(fxb_gs_nak(g, m, 4, 1, 0, T0), FXB_GS_OK);
+    l = (loaded){.lo = 10, .hi = 30};
+    size_t n = pump_loaded(g, &l, 0, 40, T0, r, 8, &want);
+    assert_true(n >= 1);
+    for (size_t i = 0; i < n; i++)
+        assert_true(r[i].first >= 20 && r[i].first + r[i].count <= 30);
+    assert_int_equal(info(g).next, 30);
+    assert_int_equal(want, 4); /* lower than 30, the first delivery that waited too */
+    fxb_gs_free(g);
+}
+
+static void test_a_redelivery_not_loaded_waits_without_counting_an_attempt(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    c.max_deliver = 2;
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t m = add_member(g, 100);
+    loaded l = {.lo = 0, .hi = 4};
+    fxb_gs_run r[8];
+    uint64_t want = 0;
+    assert_int_equal(pump_loaded(g, &l, 0, 4, T0, r, 8, &want), 1);
+    assert_int_equal(fxb_gs_nak(g, m, 2, 1, 0, T0), FXB_GS_OK);
+    l = (loaded){.lo = 3, .hi = 4}; /* 2 left memory */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pump_loaded(g, &l, 0, 4, T0, r, 8, &want), 0);
+        assert_int_equal(want, 2);
+    }
+    assert_int_equal(info(g).available, 1);
+    assert_int_equal(fxb_gs_stats_of(g)->redelivered, 0);
+    assert_int_equal(fxb_gs_stats_of(g)->skipped, 0);
+    /* Loaded again: redelivered at attempt 2 (not 3, not dead-lettered). */
+    l = (loaded){.lo = 0, .hi = 4};
+    size_t nd = 0;
+    fxb_gs_dead d[4];
+    fxb_gs_view v = {.low = 0, .tail = 4, .len = loaded_len, .user = &l};
+    assert_int_equal(fxb_gs_pump(g, &v, T0, r, 8, d, 4, &nd), 1);
+    assert_int_equal(nd, 0);
+    assert_int_equal(r[0].first, 2);
+    assert_int_equal(r[0].count, 1);
+    assert_int_equal(r[0].attempt, 2);
+    assert_int_equal(v.want, UINT64_MAX);
+    fxb_gs_free(g);
+}
+
+static void test_records_below_low_are_still_skipped_when_not_loaded(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    (void)add_member(g, 100);
+    loaded l = {.lo = 6, .hi = 10};
+    fxb_gs_run r[8];
+    uint64_t want = 0;
+    /* Retention moved the log's start to 6: [0, 6) are gone, not waited on. */
+    assert_int_equal(pump_loaded(g, &l, 6, 10, T0, r, 8, &want), 1);
+    assert_int_equal(r[0].first, 6);
+    assert_int_equal(r[0].count, 4);
+    assert_int_equal(r[0].skipped_before, 6);
+    assert_int_equal(want, UINT64_MAX);
+    assert_int_equal(fxb_gs_stats_of(g)->skipped, 6);
+    fxb_gs_free(g);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_first_deliveries_go_out_in_offset_order_as_contiguous_runs),
     cmocka_unit_test(test_a_run_is_capped_at_max_run),
@@ -1111,6 +1264,11 @@ static const struct CMUnitTest tests[] = {
         test_memory_stays_within_64_bytes_per_bounded_record_with_ten_thousand_pending),
     cmocka_unit_test(test_random_operations_keep_the_invariants_of_a_reference_model),
     cmocka_unit_test(test_config_check_refuses_out_of_range_values),
+    cmocka_unit_test(test_a_record_not_loaded_waits_without_being_skipped_and_is_wanted),
+    cmocka_unit_test(test_a_waiting_group_resumes_when_the_records_are_loaded),
+    cmocka_unit_test(test_want_is_the_lowest_offset_that_waited),
+    cmocka_unit_test(test_a_redelivery_not_loaded_waits_without_counting_an_attempt),
+    cmocka_unit_test(test_records_below_low_are_still_skipped_when_not_loaded),
 };
 
 FX_TEST_MAIN(tests)

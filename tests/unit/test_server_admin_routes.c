@@ -397,11 +397,11 @@ static void test_group_refusals_map_to_statuses(void **state)
     expect(PUT, "t1/ns/s/groups/i", NULL, 201, NULL);
 }
 
-static void test_group_on_a_durable_stream_is_409(void **state)
+static void test_group_on_a_durable_stream_is_created(void **state)
 {
     expect(PUT, "t1/ns/d", "{\"durable\":true}", 201, "\"durable\":true");
-    expect(PUT, "t1/ns/d/groups/g", NULL, 409, "durable streams are not served yet");
-    expect(GET, "t1/ns/d/groups", NULL, 200, "\"groups\":[]");
+    expect(PUT, "t1/ns/d/groups/g", NULL, 201, NULL);
+    expect(GET, "t1/ns/d/groups/g", NULL, 200, "\"durable\":true");
 }
 
 static const struct CMUnitTest tests[] = {
@@ -421,7 +421,7 @@ static const struct CMUnitTest tests[] = {
                                     broker_down),
     cmocka_unit_test_setup_teardown(test_group_refusals_map_to_statuses, broker_up_two_groups,
                                     broker_down),
-    cmocka_unit_test_setup_teardown(test_group_on_a_durable_stream_is_409, broker_up_durable,
+    cmocka_unit_test_setup_teardown(test_group_on_a_durable_stream_is_created, broker_up_durable,
                                     broker_down),
 };
 
