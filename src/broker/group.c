@@ -498,6 +498,7 @@ static int dlq_append(struct fxb_group *g, const gsrc *src, const fxb_gs_dead *d
  * false when the dead-letter stream cannot take it now (retried). */
 static bool dead_letter(struct fxb_group *g, const gsrc *src, const fxb_gs_dead *d, uint64_t now_ns)
 {
+    fxb_gj_dead_intent(g, d); /* a durable stream's group: journaled before the write */
     int rv = dlq_append(g, src, d, now_ns);
     if (rv != 0) {
         fxb_gs_dead_failed(g->gs, d->offset);
