@@ -449,6 +449,7 @@ static int dlq_append(struct fxb_group *g, const fx_stream *st, const fxb_gs_dea
 static bool dead_letter(struct fxb_group *g, const fx_stream *st, const fxb_gs_dead *d,
                         uint64_t now_ns)
 {
+    fxb_gj_dead_intent(g, d); /* a durable stream's group: journaled before the write */
     int rv = dlq_append(g, st, d, now_ns);
     if (rv != 0) {
         fxb_gs_dead_failed(g->gs, d->offset);
