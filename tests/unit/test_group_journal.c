@@ -424,6 +424,37 @@ static void test_unwritten_bound(void **state)
     df_mem_free();
 }
 
+/* A term goes through the journal as DEAD_INTENT (before the write to the
+ * dead-letter stream) and DEAD; the next broker has it settled. */
+static void test_dead_letter_journaled(void **state)
+{
+    (void)state;
+    df_mem_new();
+    fx_stream_handle *h;
+    cf *f = broker_with("d1", 2, &h);
+    uint32_t mid;
+    struct fxb_group *g = make_group(f, h, "g1", &mid);
+    size_t n;
+    (void)pump_one(g->gs, 2, &n);
+    uint64_t made = fxb_gj_made(g);
+    assert_int_equal(fxb_gs_term(g->gs, mid, 0, 1, 1000), FXB_GS_OK);
+    fxb_group_pump(g);
+    assert_true(fxb_gj_made(g) >= made + 2); /* DEAD_INTENT, DEAD (and what the pump did) */
+    cf_settle(f);
+    fx_stream_handle_unref(h);
+    cf_free(f);
+    f = reopen("d1", &h);
+    g = group_of(f, h, "g1");
+    assert_non_null(g);
+    fxb_gs_info in;
+    fxb_gs_get_info(g->gs, &in);
+    assert_int_equal(in.floor, 1);
+    assert_int_equal(in.available, 1);
+    fx_stream_handle_unref(h);
+    cf_free(f);
+    df_mem_free();
+}
+
 /* A deleted group's files go; a new broker finds no group. */
 static void test_delete_removes_files(void **state)
 {
@@ -457,6 +488,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_periodic_flushes_on_the_timer),
     cmocka_unit_test(test_create_before_open_yields_to_the_files),
     cmocka_unit_test(test_unwritten_bound),
+    cmocka_unit_test(test_dead_letter_journaled),
     cmocka_unit_test(test_delete_removes_files),
 };
 
