@@ -387,6 +387,31 @@
     G(group_ops_queued_bytes, "felix_group_ops_queued_bytes", "",                                  \
       "Bytes of GROUP_ACKS frames queued for the groups' workers and not yet applied, all "        \
       "members (each member's inbox holds at most 256 KiB plus one frame)")                        \
+    C(group_journal_records, "felix_group_journal_records_total", "",                              \
+      "Records written to the journals of groups on durable streams")                              \
+    C(group_journal_syncs, "felix_group_journal_syncs_total", "",                                  \
+      "fdatasyncs of group journals (on_commit: per batch; periodic: with the log's flush)")       \
+    C(group_journal_compactions, "felix_group_journal_compactions_total", "",                      \
+      "Group journals compacted into a snapshot")                                                  \
+    C(group_journal_waits, "felix_group_journal_waits_total", "",                                  \
+      "Pump turns of a group on a durable stream that handed nothing out because its journal "     \
+      "was 8,192 records behind, or failed")                                                       \
+    C(group_ack_sync_deferred, "felix_group_ack_sync_deferred_total", "",                          \
+      "GROUP_ACKED answers held until the group's journal records made before them were written")  \
+    C(group_ack_sync_dropped, "felix_group_ack_sync_dropped_total", "",                            \
+      "GROUP_ACKED answers never sent because the group's journal failed or the group went")       \
+    C(group_journal_dropped, "felix_group_journal_records_dropped_total", "",                      \
+      "Group journal records not written because the journal had failed or closed")                \
+    C(group_journal_errors, "felix_group_journal_errors_total", "",                                \
+      "Group journal failures (open, write, flush, compaction, out of memory), each logged")       \
+    C(group_journal_recovered, "felix_group_journal_recovered_total", "",                          \
+      "Groups of durable streams recovered from their journal at a log's open")                    \
+    C(group_journal_refused, "felix_group_journal_refused_total", "",                              \
+      "Groups whose files failed to open at recovery: refused, with the file and the reason")      \
+    C(group_journal_clamped, "felix_group_journal_clamped_total", "",                              \
+      "Recovered group states clamped to a log tail that lost records the group had seen")         \
+    C(group_journal_torn_cut, "felix_group_journal_torn_tails_total", "",                          \
+      "Torn journal tails cut at recovery (records no flush covered)")                             \
     C(group_log_pages, "felix_group_log_pages_total", "",                                          \
       "Pages of records below the ring read from a durable stream's log for a consumer group "      \
       "(one page per group at a time, on the worker's replay thread)")                             \

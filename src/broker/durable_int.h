@@ -136,6 +136,8 @@ typedef struct dstream {
     fx_timer timer;            /* periodic flush, retention */
     uint64_t retain_due_ns;
     uint64_t retain_bytes, retain_ns; /* the catalogue's overrides, else the broker's */
+    struct fxb_gjournal *gjs;         /* its groups' journals (group_journal.c) */
+    uint64_t gj_sync_due_ns;          /* periodic: a journal waits for a flush until then */
 } dstream;
 
 /* One storage thread: the logs of one worker's durable streams. Its sync

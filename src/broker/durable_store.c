@@ -10,6 +10,7 @@
  * (dflight) and posts the result back, so this thread goes on appending
  * meanwhile. Storage thread (and teardown, once every loop stopped). */
 #include "broker/durable_store.h"
+#include "broker/group_journal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -472,6 +473,7 @@ void fxb_dstream_flush(dstream *s, uint64_t now)
 {
     fxb_dstream_flight_wait(s, true);
     flush_here(s, now);
+    fxb_gj_store_sync_all(s);
 }
 
 static fx_ratelimit timer_rl = FX_RATELIMIT_INIT;
@@ -490,6 +492,8 @@ static void arm_timer(dstream *s)
     uint64_t due = fx_syncpol_deadline(&s->pol);
     if (s->retain_due_ns != 0 && s->retain_due_ns < due)
         due = s->retain_due_ns;
+    if (s->gj_sync_due_ns != 0 && s->gj_sync_due_ns < due)
+        due = s->gj_sync_due_ns;
     if (due == UINT64_MAX || fx_loop_timer_arm(s->st->loop, &s->timer, due) == 0)
         return;
     bool flush = (s->whead != NULL || s->pol.unsynced_bytes > 0) && s->log != NULL &&
@@ -550,16 +554,28 @@ void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uin
     arm_timer(s);
 }
 
+void fxb_dstream_journal_dirty(dstream *s, uint64_t now)
+{
+    if (s->gj_sync_due_ns != 0)
+        return; /* the timer has it */
+    s->gj_sync_due_ns = now + s->st->d->o.fsync_interval_ns;
+    arm_timer(s);
+}
+
 void fxb_dstream_on_timer(fx_loop *l, fx_timer *t, void *user)
 {
     (void)t;
     dstream *s = user;
     uint64_t now = fx_loop_now(l);
     if (s->log != NULL && !fx_dlog_is_failed(s->log)) {
-        if (flush_due(s, now))
+        if (flush_due(s, now)) {
             flush_start(s, now);
+            fxb_gj_store_sync_all(s); /* periodic: the groups' journals with the log */
+        }
         if (s->retain_due_ns != 0 && now >= s->retain_due_ns)
             retain(s, now);
+        if (s->gj_sync_due_ns != 0 && now >= s->gj_sync_due_ns)
+            fxb_gj_store_sync_all(s); /* the groups' journals, also with no log flush due */
         stats_update(s);
     }
     arm_timer(s);
@@ -722,6 +738,7 @@ static void dstream_open(dstream *s)
         on_opened(s);
         stats_set_state(s->st->d, s, DSTATE_OPEN);
         stats_update(s);
+        fxb_gj_store_recover(s); /* its groups, back to the worker */
     } else if (s->open_rv == FX_ESTORAGE_DAMAGED) {
         FX_GAUGE_ADD(storage_quarantined_streams, 1);
         stats_set_state(s->st->d, s, DSTATE_DAMAGED);
@@ -797,6 +814,7 @@ void fxb_dstream_close(fxb_storage *st, dstream *s)
         fxb_stored_free(t);
     free(s->iov);
     fx_loop_timer_cancel(st->loop, &s->timer);
+    fxb_gj_store_close_all(s);
     if (s->log != NULL) {
         int rv = fx_dlog_close(s->log, true);
         s->log = NULL;

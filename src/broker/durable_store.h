@@ -71,6 +71,10 @@ void fxb_dstream_flight_wait(dstream *s, bool answer);
  * and |seconds| (0: the broker's durable_retention_*), sweeps at once with
  * the new bounds and rearms the sweep timer. Storage thread. */
 void fxb_dstream_set_retention(dstream *s, uint64_t bytes, uint64_t seconds, uint64_t now);
+/* Under periodic, a group journal of |s| appended records that no flush
+ * covers: the stream's timer flushes the journals one interval from now
+ * (if it is not due earlier). Storage thread. */
+void fxb_dstream_journal_dirty(dstream *s, uint64_t now);
 /* Logs (rate-limited) that |what| failed on |s|'s stream with |rv|. */
 void fxb_dstream_log_error(const dstream *s, const char *what, int rv);
 

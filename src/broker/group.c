@@ -16,6 +16,7 @@
 #include "base/metrics.h"
 #include "broker/conn_life.h"
 #include "broker/durable.h"
+#include "broker/group_journal.h"
 #include "broker/group_page.h"
 #include "broker/group_state.h"
 #include "broker/job.h"
@@ -162,7 +163,8 @@ static void group_config(const fx_broker_opts *o, fxb_gs_config *c)
     if (c->max_ack_wait_ms < c->ack_wait_ms)
         c->max_ack_wait_ms = c->ack_wait_ms;
     if (o->group_nbackoff != 0) {
-        c->n_backoff = o->group_nbackoff > FXB_GS_MAX_BACKOFF ? FXB_GS_MAX_BACKOFF : o->group_nbackoff;
+        c->n_backoff =
+            o->group_nbackoff > FXB_GS_MAX_BACKOFF ? FXB_GS_MAX_BACKOFF : o->group_nbackoff;
         memcpy(c->backoff_ms, o->group_backoff_ms, c->n_backoff * sizeof(c->backoff_ms[0]));
     }
     if (o->group_max_attempts != 0)
@@ -174,8 +176,8 @@ static void group_config(const fx_broker_opts *o, fxb_gs_config *c)
     }
 }
 
-struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
-                                   uint64_t start, int *prv)
+struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char *name,
+                                 uint64_t start, int *prv)
 {
     fxb_sgroups *sg = fxb_group_sgroups(w, h);
     uint32_t max = w->b->o.max_groups_per_stream;
@@ -216,8 +218,23 @@ struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *
     return g;
 }
 
+struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
+                                uint64_t start, int *prv)
+{
+    struct fxb_group *g = fxb_group_make(w, h, name, start, prv);
+    if (g == NULL || w->dur == NULL || !fx_stream_handle_is_durable(h))
+        return g;
+    if (fxb_gj_attach_new(g, start) != 0) {
+        *prv = -ENOMEM;
+        fxb_group_delete(g);
+        return NULL;
+    }
+    return g;
+}
+
 static void group_free(struct fxb_group *g)
 {
+    fxb_gj_teardown(g); /* teardown only: a deleted group let go of its journal */
     for (uint32_t i = 0; i < g->members_cap; i++)
         if (g->members[i] != NULL)
             fxb_sub_unref(g->members[i]);
@@ -498,6 +515,7 @@ static int dlq_append(struct fxb_group *g, const gsrc *src, const fxb_gs_dead *d
  * false when the dead-letter stream cannot take it now (retried). */
 static bool dead_letter(struct fxb_group *g, const gsrc *src, const fxb_gs_dead *d, uint64_t now_ns)
 {
+    fxb_gj_dead_intent(g, d); /* a durable stream's group: journaled before the write */
     int rv = dlq_append(g, src, d, now_ns);
     if (rv != 0) {
         fxb_gs_dead_failed(g->gs, d->offset);
@@ -616,7 +634,8 @@ static void pump(struct fxb_group *g)
     fxb_gs_dead dead[PUMP_DEAD];
     bool dead_ok = g->dlq_retry_ns == 0 || now_ns >= g->dlq_retry_ns;
     g->dlq_retry_ns = 0;
-    for (int turn = 0;; turn++) {
+    /* A durable stream's journal may be behind (counted): its report pumps again. */
+    for (int turn = 0; fxb_gj_room(g); turn++) {
         if (turn == PUMP_TURNS) {
             fx_loop_post(l, &g->pump_task); /* more to hand out: yield first */
             break;
@@ -671,6 +690,7 @@ void fxb_group_delete(struct fxb_group *g)
         }
     }
     sg->n--;
+    fxb_gj_detach(g, true); /* its files go */
     fx_loop_timer_cancel(g->w->loop, &g->timer);
     /* A pump task may be pending: it must not run on freed memory. */
     g->deleted = true;
@@ -796,6 +816,17 @@ static int activate(fxb_sub *sub, uint64_t now_us)
     return 0;
 }
 
+/* Refuses a join to a group whose journal failed (its reason is in the
+ * group's admin object). Returns 0 or FX_ESTORAGE_ERROR. */
+static int journal_refused(fxb_sub *sub)
+{
+    struct fxb_group *g = fxb_group_find(fxb_group_sgroups(sub->w, sub->h), sub->grp.group);
+    if (g == NULL || fxb_gj_error(g) == NULL)
+        return 0;
+    sub->grp.why = "the group's journal failed (see journal_error in the group's admin object)";
+    return FX_ESTORAGE_ERROR;
+}
+
 void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
 {
     (void)l;
@@ -803,7 +834,8 @@ void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
     fxb_sub *sub = user;
     bool failed = false;
     /* A durable stream's ring starts where its log is: the log opens first
-     * (the storage thread posts this task back with the reference). */
+     * (the storage thread posts this task back with the reference), and its
+     * groups are recovered before (the storage thread posts them ahead). */
     if (!atomic_load_explicit(&sub->closed, memory_order_acquire) &&
         !fxb_durable_sub_ready(sub, &failed))
         return;
@@ -812,10 +844,10 @@ void fxb_group_member_register(fx_loop *l, fx_task *t, void *user)
         sub->grp.why = sub->feed.reg_rv == FX_ENOSTREAM
                            ? "stream deleted"
                            : "the durable stream's log cannot be opened";
-    } else if (!atomic_load_explicit(&sub->closed, memory_order_acquire)) {
-        sub->grp.join_rv = join(sub);
-    } else {
+    } else if (atomic_load_explicit(&sub->closed, memory_order_acquire)) {
         sub->grp.join_rv = FX_ECLOSED;
+    } else if ((sub->grp.join_rv = journal_refused(sub)) == 0) {
+        sub->grp.join_rv = join(sub);
     }
     fxb_sub_post(sub, sub->conn->loop, &sub->reply_task);
     fxb_sub_unref(sub);
@@ -920,6 +952,8 @@ static void answer(struct fxb_group *g, struct fxb_gops *o, uint64_t request_id,
     }
     struct fxb_reply *r = o->reply;
     o->reply = NULL;
+    if (f != NULL && fxb_gj_defer_answer(g, r, f))
+        return; /* durable stream: once the records made so far are written */
     fxb_reply_complete_frame(r, f);
     if (!fx_loop_post(r->loop, &r->task))
         fxb_reply_unref(r);

@@ -11,6 +11,7 @@
 
 #include "broker/group.h"
 #include "broker/group_int.h"
+#include "broker/group_journal.h"
 #include "broker/group_page.h"
 #include "broker/worker.h"
 #include "felix/error.h"
@@ -100,6 +101,12 @@ static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_u
     json_t *o = json_object();
     json_object_set_new(o, "group", json_string(g->name));
     json_object_set_new(o, "durable", json_boolean(fx_stream_handle_is_durable(g->sg->h)));
+    if (g->gj != NULL) {
+        set_u64(o, "journal_records_made", fxb_gj_made(g));
+        set_u64(o, "journal_records_written", fxb_gj_durable(g));
+        const char *je = fxb_gj_error(g);
+        json_object_set_new(o, "journal_error", je != NULL ? json_string(je) : json_null());
+    }
     set_u64(o, "floor", in.floor);
     set_u64(o, "next", in.next);
     set_u64(o, "tail", tail);

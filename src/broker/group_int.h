@@ -49,6 +49,7 @@ struct fxb_group {
     uint32_t nmembers;      /* members in the engine */
     uint32_t joining;       /* members joined whose event stream is not open yet */
     bool deleted;           /* removed: freed once no member is joining (pump task) */
+    struct fxb_gjournal *gj; /* its journal on a durable stream (group_journal.h), or NULL */
 };
 
 /* The groups of |h| on |w| (NULL: none). */
@@ -56,9 +57,14 @@ fxb_sgroups *fxb_group_sgroups(fxb_worker *w, const fx_stream_handle *h);
 /* The group |name| of |sg| (NULL: none). */
 struct fxb_group *fxb_group_find(fxb_sgroups *sg, const char *name);
 /* A new group of |h| whose first delivery is |start|; NULL with |*prv|
- * (-ENOMEM, FX_EFULL at max_groups_per_stream). */
+ * (-ENOMEM, FX_EFULL at max_groups_per_stream). On a durable stream its
+ * journal's files are made (group_journal.h). */
 struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
                                 uint64_t start, int *prv);
+/* fxb_group_new without a journal: the group a recovered journal rebuilds
+ * (group_journal.c). */
+struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char *name,
+                                 uint64_t start, int *prv);
 /* Removes and frees |g| (no member joined). */
 void fxb_group_delete(struct fxb_group *g);
 /* Hands out what |g| can now and arms its timer. */
