@@ -417,7 +417,26 @@
       "(one page per group at a time, on the worker's replay thread)")                             \
     C(group_log_read_errors, "felix_group_log_read_errors_total", "",                              \
       "Reads of a consumer group's page from a durable stream's log that failed (I/O error, "       \
-      "corrupt record, no memory): logged, nothing skipped, tried again after 100 ms")
+      "corrupt record, no memory): logged, nothing skipped, tried again after 100 ms")             \
+    C(group_skipped, "felix_group_skipped_total", "",                                              \
+      "Records consumer groups settled unread: evicted from a ring before the group settled them " \
+      "(the shedding profile, a ring hold that timed out or yielded, tenant_retained_bytes or "    \
+      "retained_bytes_limit) or trimmed by a durable stream's retention")                          \
+    C(group_hold_waits, "felix_group_hold_waits_total", "",                                        \
+      "Appends to a stream in memory that waited because they would have evicted records a "       \
+      "consumer group had not settled (checkpoint 4g, in the lossless profile: "                   \
+      "subscriber_queue_policy block); the worker takes no input meanwhile")                       \
+    C(group_hold_timeouts, "felix_group_hold_timeouts_total", "",                                  \
+      "Held appends that went ahead after group_hold_timeout_ms: the group settles the records "   \
+      "they evicted as skipped (felix_group_skipped_total), and holds again once caught up")       \
+    C(group_hold_dead_letter_yields, "felix_group_hold_dead_letter_yields_total", "",              \
+      "Appends that did not wait although they evicted records a group had given up on whose "     \
+      "dead letters were not queued yet (the dead-letter stream's worker queue was full, and "     \
+      "waiting could deadlock the worker that queue needs): those records are settled as skipped " \
+      "instead of dead-lettered")                                                                  \
+    G(group_hold_held, "felix_group_hold_held", "",                                                \
+      "Workers whose next append waits for a consumer group now (checkpoint 4g; at most one per "  \
+      "worker)")
 
 /* Every list, in exposition order. A new subsystem list is added here. */
 /* ---- per-stream series -------------------------------------------------

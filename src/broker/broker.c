@@ -36,6 +36,7 @@ static const fx_broker_opts defaults = {
     .subscriber_queue_policy = FX_QUEUE_DROP_NEW,
     .max_subscriptions_per_conn = 4096,
     .max_groups_per_stream = 64,
+    .group_hold_timeout_ns = 60 * FX_NS_PER_S,
     .max_frame_bytes = FX_WIRE_DEFAULT_MAX_FRAME,
     .publish_queue_wait_timeout_ns = 2000 * FX_NS_PER_MS,
     .pub_queue_depth = 64,

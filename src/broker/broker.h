@@ -193,6 +193,12 @@ typedef struct fx_broker_opts {
     uint32_t group_backoff_ms[8];         /* delays before the k-th redelivery after a lapse */
     uint32_t group_nbackoff;              /* or a nak without a delay; 0: at once */
     uint32_t max_groups_per_stream;       /* [64] */
+    /* Checkpoint 4g: in the lossless profile (subscriber_queue_policy
+     * block) an append to a stream in memory that would evict a record a
+     * group has not settled waits (the worker takes no input meanwhile) at
+     * most this long, then goes ahead: the group settles what it evicted as
+     * skipped (counted) and holds again once caught up. 0 = never. [60 s] */
+    uint64_t group_hold_timeout_ns;
     /* ingress (checkpoints 3-4) */
     uint32_t max_frame_bytes;
     bool ack_on_commit;

@@ -616,6 +616,8 @@ static void dead_letters(struct fxb_group *g, const gsrc *src, const fxb_gs_dead
     }
 }
 
+static void after_pump(struct fxb_group *g);
+
 /* Hands out what the group can now. */
 static void pump(struct fxb_group *g)
 {
@@ -652,6 +654,7 @@ static void pump(struct fxb_group *g)
     if (want != UINT64_MAX && g->page != NULL)
         fxb_gpage_want(g->page, want, fx_stream_oldest(st));
     arm_timer(g);
+    after_pump(g);
 }
 
 static void group_free(struct fxb_group *g);
@@ -694,6 +697,7 @@ void fxb_group_delete(struct fxb_group *g)
     fx_loop_timer_cancel(g->w->loop, &g->timer);
     /* A pump task may be pending: it must not run on freed memory. */
     g->deleted = true;
+    fxb_worker_hold_kick(g->w, sg->h); /* 4g: it holds no more */
     if (!fx_loop_post(g->w->loop, &g->pump_task))
         return; /* the pending run frees it */
 }
@@ -1065,4 +1069,71 @@ void fxb_group_member_ops(fx_loop *l, fx_task *t, void *user)
     if (g != NULL)
         pump(g);
     fxb_sub_unref(sub);
+}
+
+/* ---- the ring hold (checkpoint 4g) ------------------------------------------------------- */
+
+bool fxb_group_any(fxb_worker *w, const fx_stream_handle *h)
+{
+    fxb_sgroups *sg = fxb_idtable_count(&w->groups) != 0 ? fxb_group_sgroups(w, h) : NULL;
+    return sg != NULL && sg->head != NULL;
+}
+
+/* |g|'s floor raised to the ring's oldest offset |oldest|, and past the
+ * dead letters waiting to be written below |end| (they do not hold: one may
+ * wait for room in the very queue the hold keeps full); the floor before
+ * that goes to |*pdead| when it moved (else UINT64_MAX). */
+static uint64_t hold_floor_of(const struct fxb_group *g, uint64_t oldest, uint64_t end,
+                              uint64_t *pdead)
+{
+    fxb_gs_info in;
+    fxb_gs_get_info(g->gs, &in);
+    uint64_t f = in.floor > oldest ? in.floor : oldest, past = f;
+    if (in.dead_intents > 0 && in.floor >= oldest && f < end)
+        past = fxb_gs_floor_past_dead(g->gs, end);
+    *pdead = past > f ? f : UINT64_MAX;
+    return past;
+}
+
+uint64_t fxb_group_hold_floor(fxb_worker *w, const fx_stream_handle *h, uint64_t end,
+                              uint64_t *pyield)
+{
+    *pyield = UINT64_MAX;
+    fxb_sgroups *sg = fxb_idtable_count(&w->groups) != 0 ? fxb_group_sgroups(w, h) : NULL;
+    const fx_stream *st = sg != NULL ? fxb_worker_stream_if_any(w, h) : NULL;
+    if (st == NULL)
+        return UINT64_MAX;
+    uint64_t floor = UINT64_MAX, oldest = fx_stream_oldest(st);
+    for (const struct fxb_group *g = sg->head; g != NULL; g = g->next) {
+        uint64_t dead, f = hold_floor_of(g, oldest, end, &dead);
+        if (g->deleted || f < g->hold_lapsed_to)
+            continue;
+        *pyield = dead < *pyield ? dead : *pyield;
+        floor = f < floor ? f : floor;
+    }
+    return floor;
+}
+
+void fxb_group_hold_lapse(fxb_worker *w, const fx_stream_handle *h, uint64_t end, uint64_t tail)
+{
+    fxb_sgroups *sg = fxb_group_sgroups(w, h);
+    const fx_stream *st = sg != NULL ? fxb_worker_stream_if_any(w, h) : NULL;
+    if (st == NULL)
+        return;
+    for (struct fxb_group *g = sg->head; g != NULL; g = g->next) {
+        uint64_t dead, f = hold_floor_of(g, fx_stream_oldest(st), end, &dead);
+        if (f < end && f >= g->hold_lapsed_to)
+            g->hold_lapsed_to = tail;
+    }
+}
+
+/* After a pump: counts what the engine settled as skipped, and lets a held
+ * append check again (the floor may have moved). */
+static void after_pump(struct fxb_group *g)
+{
+    uint64_t skipped = fxb_gs_stats_of(g->gs)->skipped;
+    if (skipped > g->skipped_counted)
+        FX_COUNTER_ADD(group_skipped, skipped - g->skipped_counted);
+    g->skipped_counted = skipped;
+    fxb_worker_hold_kick(g->w, g->sg->h);
 }

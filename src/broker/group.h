@@ -117,6 +117,29 @@ int fxb_group_queue_ops(fxb_sub *sub, const uint8_t *body, size_t len, struct fx
  * out. Cheap when the worker has no group. Worker loop. */
 void fxb_group_on_append(fxb_worker *w, fx_stream_handle *h);
 
+/* True when |h| has a consumer group on |w|. O(1). Worker loop. */
+bool fxb_group_any(fxb_worker *w, const fx_stream_handle *h);
+/* Checkpoint 4g, the ring hold (worker.c), for an append that would evict
+ * the ring's records below |end|: the lowest offset a group of |h| on |w|
+ * has not settled, raised to the ring's oldest (what is gone already is
+ * settled as skipped at the group's next pump); UINT64_MAX when no group
+ * holds. A group's dead letters not yet written do not hold: one waits to
+ * be queued on its dead-letter stream's worker, whose queue may be the one
+ * the hold keeps full, so waiting could deadlock. When such records lie
+ * between a group's floor and |end|, its floor counts past them and the
+ * lowest floor passed so goes to |*pyield| (UINT64_MAX: none): the append
+ * settles them as skipped. A group whose hold lapsed (fxb_group_hold_lapse)
+ * does not hold until it catches up. O(groups of |h|), plus the offsets
+ * below |end| of a group with dead letters waiting. Worker loop. */
+uint64_t fxb_group_hold_floor(fxb_worker *w, const fx_stream_handle *h, uint64_t end,
+                              uint64_t *pyield);
+/* A held append to |h| went ahead at group_hold_timeout_ms, evicting up to
+ * |end|: each group of |h| whose floor is below |end| stops holding until
+ * its floor reaches |tail| (the tail after that append), so a stuck group
+ * makes the stream's appends wait once per turn of the ring, not once per
+ * append. Worker loop. */
+void fxb_group_hold_lapse(fxb_worker *w, const fx_stream_handle *h, uint64_t end, uint64_t tail);
+
 /* The stream of |h| was deleted: its groups go, and each member's event
  * stream is finished after what is queued on it. Worker loop. */
 void fxb_group_end_stream(fxb_worker *w, fx_stream_handle *h);

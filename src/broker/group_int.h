@@ -50,6 +50,11 @@ struct fxb_group {
     uint32_t joining;       /* members joined whose event stream is not open yet */
     bool deleted;           /* removed: freed once no member is joining (pump task) */
     struct fxb_gjournal *gj; /* its journal on a durable stream (group_journal.h), or NULL */
+    /* Checkpoint 4g: an append went ahead at group_hold_timeout_ms past
+     * this group's floor; it does not hold the ring again until its floor
+     * (raised to the ring's oldest) reaches this offset (0: it holds). */
+    uint64_t hold_lapsed_to;
+    uint64_t skipped_counted; /* of the engine's skipped, in felix_group_skipped_total */
 };
 
 /* The groups of |h| on |w| (NULL: none). */

@@ -820,6 +820,18 @@ void fxb_gs_get_info(const fxb_gs *g, fxb_gs_info *out)
     };
 }
 
+uint64_t fxb_gs_floor_past_dead(const fxb_gs *g, uint64_t limit)
+{
+    for (uint64_t o = g->floor; o < limit; o++) {
+        if (o >= g->next)
+            return o; /* never handed out */
+        const fxb_gs_entry *e = fxb_gsp_find(g, o);
+        if (e != NULL && e->state != ST_DEAD)
+            return o;
+    }
+    return limit;
+}
+
 const fxb_gs_stats *fxb_gs_stats_of(const fxb_gs *g)
 {
     return &g->stats;

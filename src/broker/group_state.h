@@ -218,6 +218,11 @@ uint32_t fxb_gs_expire(fxb_gs *g, uint64_t now_us);
 void fxb_gs_seek(fxb_gs *g, uint64_t offset);
 
 void fxb_gs_get_info(const fxb_gs *g, fxb_gs_info *out);
+/* The lowest unsettled offset that is not a dead letter waiting to be
+ * written (reported or to be reported by fxb_gs_pump: it waits for the
+ * caller's fxb_gs_dead_done, not for a member), looked for below |limit|
+ * only: |limit| when there is none below it. O(limit - floor). */
+uint64_t fxb_gs_floor_past_dead(const fxb_gs *g, uint64_t limit);
 const fxb_gs_stats *fxb_gs_stats_of(const fxb_gs *g);
 /* Bytes the group's state takes now (tables, members), for the memory goal. */
 size_t fxb_gs_memory(const fxb_gs *g);

@@ -124,6 +124,50 @@ static void ring_trim(fx_stream *s)
     publish_accounts(s);
 }
 
+/* Payload bytes of |r|'s messages not trimmed yet. */
+static uint64_t ent_payload_bytes(const ring_ent *r)
+{
+    if (r->skip == 0)
+        return fx_envelope_payload_bytes(r->env);
+    uint64_t n = 0;
+    for (uint32_t k = r->skip; k < fx_envelope_count(r->env); k++)
+        n += fx_envelope_payload(r->env, k).len;
+    return n;
+}
+
+static bool over_bounds(const fx_stream *s, uint64_t msgs, uint64_t bytes)
+{
+    return msgs > s->o.log_capacity || bytes > s->o.log_capacity_bytes;
+}
+
+/* ring_trim's bounds walk without trimming: whole batches while the ring
+ * stays over without them, then message by message in the batch where it
+ * stops. */
+uint64_t fx_stream_evict_end(const fx_stream *s, uint32_t count, uint64_t bytes)
+{
+    uint64_t msgs = s->msgs + count, end = fx_stream_oldest(s);
+    uint64_t total = s->bytes + bytes + (uint64_t)count * FX_STREAM_MSG_OVERHEAD;
+    for (size_t i = 0; i < s->ring_n && over_bounds(s, msgs, total); i++) {
+        const ring_ent *r = ring_at(s, i);
+        uint32_t n = fx_envelope_count(r->env) - r->skip;
+        uint64_t all = ent_payload_bytes(r) + (uint64_t)batch_overhead(r->env);
+        if (over_bounds(s, msgs - n, total - all)) {
+            msgs -= n, total -= all, end += n; /* the whole batch goes */
+            continue;
+        }
+        /* Not over once the whole batch is gone: stops within it. */
+        for (uint32_t k = r->skip; over_bounds(s, msgs, total); k++, end++) {
+            total -= fx_envelope_payload(r->env, k).len;
+            msgs--;
+            if (k + 1 == fx_envelope_count(r->env))
+                total -= (uint64_t)batch_overhead(r->env);
+        }
+    }
+    if (over_bounds(s, msgs, total)) /* the new batch itself does not fit */
+        end = s->tail + (count > s->o.log_capacity ? count - s->o.log_capacity : 0);
+    return end;
+}
+
 uint64_t fx_stream_tail(const fx_stream *s)
 {
     return s->tail;

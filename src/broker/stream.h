@@ -74,6 +74,15 @@ void fx_stream_free(fx_stream *s);
 uint64_t fx_stream_tail(const fx_stream *s);
 /* Offset of the oldest retained message (== tail when the ring is empty). */
 uint64_t fx_stream_oldest(const fx_stream *s);
+/* Checkpoint 4g: the oldest offset the ring would keep after appending
+ * |count| messages of |bytes| payload bytes (fx_stream_oldest() when the
+ * append would trim nothing), under log_capacity and log_capacity_bytes as
+ * fx_stream_publish() trims; at least the tail when the batch alone does
+ * not fit. Not counted: the evictions for tenant_retained_bytes and
+ * retained_bytes_limit, which protect the process's memory and evict
+ * whatever a group holds (docs/groups.md, "Ring hold"). Pure; O(batches
+ * trimmed + the messages of the one where the trim stops). */
+uint64_t fx_stream_evict_end(const fx_stream *s, uint32_t count, uint64_t bytes);
 /* Messages retained, and the bytes they charge (payload plus
  * FX_STREAM_MSG_OVERHEAD per message of every batch still held). */
 size_t fx_stream_ring_messages(const fx_stream *s);

@@ -167,16 +167,11 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
     fxb_job_free(j);
 }
 
-/* Appends and fans out one job, or completes it with |rv| (not 0: the
- * storage stage refused it; never in the ring). Returns false when the
- * fanout parked. */
-static bool job_run(fxb_worker *w, fxb_job *j, int rv, uint64_t now)
+/* The stream state |j| appends to, or NULL once |j| is completed (its
+ * stream is gone, or no memory). */
+static fx_stream *job_stream(fxb_worker *w, fxb_job *j, uint64_t now)
 {
     fx_stream *st;
-    if (rv != 0) {
-        job_complete(j, rv, now);
-        return true;
-    }
     if (!fx_stream_handle_is_active(j->h)) {
         /* Deleted after admission. Its worker ends the stream only after
          * the jobs queued before that (below), so a job that finds the
@@ -186,18 +181,23 @@ static bool job_run(fxb_worker *w, fxb_job *j, int rv, uint64_t now)
         st = fxb_worker_stream_if_any(w, j->h);
         if (st == NULL || fx_stream_handle_is_ended(j->h)) {
             job_complete(j, FX_ENOSTREAM, now);
-            return true;
+            return NULL;
         }
     } else {
         st = fxb_worker_stream(w, j->h);
     }
-    if (st == NULL) {
+    if (st == NULL)
         job_complete(j, -ENOMEM, now);
-        return true;
-    }
+    return st;
+}
+
+/* Appends |j| to |st| and fans it out. Returns false when the fanout
+ * parked. */
+static bool job_append(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now)
+{
     fx_stream_handle_touch(j->h, now);
     fx_fanout_result res;
-    rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
+    int rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
     if (rv == 0 || rv == -EAGAIN)
         fxb_group_on_append(w, j->h); /* appended either way */
     if (rv == -EAGAIN) {
@@ -208,6 +208,28 @@ static bool job_run(fxb_worker *w, fxb_job *j, int rv, uint64_t now)
     }
     job_complete(j, rv, now);
     return true;
+}
+
+static bool hold_needed(fxb_worker *w, const fxb_job *j, const fx_stream *st);
+static void hold_begin(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now);
+
+/* Appends and fans out one job, or completes it with |rv| (not 0: the
+ * storage stage refused it; never in the ring). Returns false when the
+ * fanout parked or the append waits for a group (checkpoint 4g). */
+static bool job_run(fxb_worker *w, fxb_job *j, int rv, uint64_t now)
+{
+    if (rv != 0) {
+        job_complete(j, rv, now);
+        return true;
+    }
+    fx_stream *st = job_stream(w, j, now);
+    if (st == NULL)
+        return true;
+    if (hold_needed(w, j, st)) {
+        hold_begin(w, j, st, now);
+        return false;
+    }
+    return job_append(w, j, st, now);
 }
 
 /* Counts a completed job; a deleted stream may have been waiting for it. */
@@ -242,6 +264,8 @@ void fxb_worker_drain(fx_loop *l, fx_task *t, void *user)
     fx_loop_post(l, &w->doorbell); /* more may wait: let other tasks run first */
 }
 
+static void hold_check(fxb_worker *w, uint64_t now);
+
 void fxb_worker_resume(fx_loop *l, fx_task *t, void *user)
 {
     (void)t;
@@ -250,6 +274,10 @@ void fxb_worker_resume(fx_loop *l, fx_task *t, void *user)
         return;
     fx_fanout_result res;
     uint64_t now = fx_loop_now(l);
+    if (w->group_held) {
+        hold_check(w, now);
+        return;
+    }
     int rv = fx_stream_resume(w->parked_stream, now, &res);
     if (rv == -EAGAIN) {
         block_watch(w, w->parked_stream, now); /* parked again, maybe on another queue */
@@ -262,6 +290,107 @@ void fxb_worker_resume(fx_loop *l, fx_task *t, void *user)
     job_complete(j, rv, now);
     job_done(w);
     fx_loop_post(l, &w->doorbell);
+}
+
+/* ---- the ring hold (checkpoint 4g) ------------------------------------------------------- */
+
+static fx_ratelimit hold_rl = FX_RATELIMIT_INIT;
+
+/* Payload bytes of |j| (its backing may hold framing too). */
+static uint64_t job_bytes(const fxb_job *j)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < j->count; i++)
+        n += j->payloads[i].len;
+    return n;
+}
+
+/* Whether |j|'s append to |st| must wait: a stream in memory, the lossless
+ * profile (subscriber_queue_policy block), and the append would evict a
+ * record a group has not settled. An append that goes ahead only because
+ * the group in the way waits for its own dead letter is counted. */
+static bool hold_needed(fxb_worker *w, const fxb_job *j, const fx_stream *st)
+{
+    if (w->b->o.subscriber_queue_policy != FX_QUEUE_BLOCK || fx_stream_handle_is_durable(j->h) ||
+        !fx_stream_handle_is_active(j->h))
+        return false;
+    if (!fxb_group_any(w, j->h))
+        return false;
+    uint64_t yield, end = fx_stream_evict_end(st, j->count, job_bytes(j));
+    uint64_t floor = fxb_group_hold_floor(w, j->h, end, &yield);
+    if (end <= floor && end > yield)
+        FX_COUNTER_INC(group_hold_dead_letter_yields);
+    return end > floor;
+}
+
+/* Holds |j|: the worker takes no more input until hold_check lets it go. */
+static void hold_begin(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now)
+{
+    w->parked_job = j;
+    w->parked_stream = st;
+    w->group_held = true;
+    FX_COUNTER_INC(group_hold_waits);
+    FX_GAUGE_ADD(group_hold_held, 1);
+    uint64_t to = w->b->o.group_hold_timeout_ns;
+    if (to != 0 && fx_loop_timer_arm(w->loop, &w->hold_timer, now + to) != 0)
+        FX_LOG_ERROR("broker",
+                     "out of memory arming group_hold_timeout: the append to stream %llu waits "
+                     "for its consumer groups without it",
+                     (unsigned long long)fx_stream_handle_id(j->h));
+}
+
+/* Lets the held job go: appended (its fanout may park), then the drain goes
+ * on. */
+static void hold_end(fxb_worker *w, uint64_t now)
+{
+    fxb_job *j = w->parked_job;
+    fx_stream *st = w->parked_stream;
+    fx_loop_timer_cancel(w->loop, &w->hold_timer);
+    w->group_held = false;
+    w->parked_job = NULL;
+    w->parked_stream = NULL;
+    FX_GAUGE_SUB(group_hold_held, 1);
+    if (job_append(w, j, st, now)) {
+        job_done(w);
+        fx_loop_post(w->loop, &w->doorbell);
+    }
+}
+
+/* A group of the held job's stream settled something: checks again. */
+static void hold_check(fxb_worker *w, uint64_t now)
+{
+    if (!hold_needed(w, w->parked_job, w->parked_stream))
+        hold_end(w, now);
+}
+
+/* group_hold_timeout passed: the append goes ahead; its groups settle what
+ * it evicts as skipped and do not hold again until they catch up. */
+static void hold_expired(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    fxb_worker *w = user;
+    if (w->parked_job == NULL || !w->group_held)
+        return;
+    fxb_job *j = w->parked_job;
+    fx_stream *st = w->parked_stream;
+    uint64_t end = fx_stream_evict_end(st, j->count, job_bytes(j));
+    fxb_group_hold_lapse(w, j->h, end, fx_stream_tail(st) + j->count);
+    FX_COUNTER_INC(group_hold_timeouts);
+    FX_LOG_RATELIMITED(&hold_rl, fx_loop_now(l), FX_LOG_WARN, "broker",
+                       "an append to stream %s/%s/%s waited group_hold_timeout_ms (%llu) for a "
+                       "consumer group to settle the records it evicts: it goes ahead, the group "
+                       "settles them as skipped (counted) and holds again once caught up",
+                       fx_stream_handle_tenant(j->h), fx_stream_handle_namespace(j->h),
+                       fx_stream_handle_stream(j->h),
+                       (unsigned long long)(w->b->o.group_hold_timeout_ns / FX_NS_PER_MS));
+    hold_end(w, fx_loop_now(l));
+}
+
+void fxb_worker_hold_kick(fxb_worker *w, const fx_stream_handle *h)
+{
+    if (w->group_held && w->parked_job != NULL &&
+        fx_stream_handle_id(w->parked_job->h) == fx_stream_handle_id(h))
+        fx_loop_post(w->loop, &w->resume_task);
 }
 
 /* ---- stream_idle_expiry (worker 0) ------------------------------------------------------- */
@@ -352,6 +481,7 @@ int fxb_worker_init(fx_broker *b, fxb_worker *w, uint32_t i)
     fx_task_init(&w->doorbell, fxb_worker_drain, w);
     fx_task_init(&w->resume_task, fxb_worker_resume, w);
     fx_timer_init(&w->block_timer, block_expired, w);
+    fx_timer_init(&w->hold_timer, hold_expired, w);
     fx_task_init(&w->expiry_start, expiry_start, w);
     fx_timer_init(&w->expiry_timer, expiry_sweep, w);
     /* Worker 0 sweeps for idle auto-created streams; the task runs once the
@@ -367,6 +497,8 @@ void fxb_worker_deinit(fxb_worker *w)
         return;
     if (w->parked_job != NULL)
         fxb_job_free(w->parked_job);
+    if (w->group_held)
+        FX_GAUGE_SUB(group_hold_held, 1);
     fxb_durable_worker_deinit(w);
     fxb_group_worker_deinit(w);
     fxb_worker_free_ends(w);
@@ -376,6 +508,7 @@ void fxb_worker_deinit(fxb_worker *w)
     fxb_idtable_deinit(&w->streams);
     fx_queue_deinit(&w->jobs);
     fx_loop_timer_cancel(w->loop, &w->block_timer); /* the loop is stopped: allowed */
+    fx_loop_timer_cancel(w->loop, &w->hold_timer);
     fx_loop_timer_cancel(w->loop, &w->expiry_timer);
     fx_loop_free(w->loop);
 }
@@ -506,12 +639,13 @@ static void end_now(fxb_end *e)
 
 void fxb_worker_end_task(fx_loop *l, fx_task *t, void *user)
 {
-    (void)l;
     (void)t;
     fxb_end *e = user;
     fxb_worker *w = e->w;
     e->target =
         w->jobs_done + fx_queue_depth(&w->jobs) + (w->parked_job != NULL) + fxb_durable_pending(w);
+    if (w->group_held)
+        fx_loop_post(l, &w->resume_task); /* a deleted stream's append is held no more (4g) */
     if (w->jobs_done >= e->target) {
         end_now(e);
         return;

@@ -40,6 +40,11 @@ struct fxb_worker {
      * is the park (fx_stream_park_seq) it was armed for. */
     fx_timer block_timer;
     uint64_t block_seq;
+    /* Checkpoint 4g, the ring hold: |parked_job| is not appended yet; it
+     * waits for a group of its stream to settle what its append would evict
+     * (not a parked fanout). |hold_timer| is group_hold_timeout. */
+    bool group_held;
+    fx_timer hold_timer;
     /* stream_idle_expiry sweeps (worker 0 only). */
     fx_task expiry_start;
     fx_timer expiry_timer;
@@ -81,7 +86,11 @@ size_t fxb_worker_stream_capacity(const fxb_worker *w);
 int fxb_worker_init(fx_broker *b, fxb_worker *w, uint32_t i);
 /* Frees what fxb_worker_init made and the worker's streams (loop stopped). */
 void fxb_worker_deinit(fxb_worker *w);
-/* Task callbacks: drain the job queue; continue a parked fanout. */
+/* A group of |h| may have settled records (checkpoint 4g): if |w| holds an
+ * append to |h|, it checks again (resume_task). Worker thread. */
+void fxb_worker_hold_kick(fxb_worker *w, const fx_stream_handle *h);
+/* Task callbacks: drain the job queue; continue a parked fanout, or check a
+ * held append again. */
 void fxb_worker_drain(fx_loop *l, fx_task *t, void *user);
 void fxb_worker_resume(fx_loop *l, fx_task *t, void *user);
 /* Task callbacks of a subscription (fxb_feeder.reg_task / unreg_task): register

@@ -350,6 +350,15 @@ const struct key fx_config_keys[] = {
     {.name = "max_groups_per_stream", .env = {"FELIX_MAX_GROUPS_PER_STREAM"}, .type = T_U32,
      FIELD(max_groups_per_stream), .def = "64", .min = 1, .max = 4096,
      .help = "consumer groups one stream may have"},
+    {.name = "group_hold_timeout_ms", .env = {"FELIX_GROUP_HOLD_TIMEOUT_MS"}, .type = T_DUR,
+     FIELD(group_hold_timeout_ns), .def = "60s", .min = 0, .max = HOUR,
+     .help = "consumer groups, with subscriber_queue_policy block: an append to a stream in "
+             "memory that would evict a record a group has not settled waits (its worker takes "
+             "no input) at most this long, then goes ahead and the group settles the evicted "
+             "records as skipped (counted); 0 = never. Not 0 by default, unlike "
+             "subscriber_block_timeout_ms: a group outlives its members, and one left without "
+             "any would stop its stream's publishers for good; 60 s outlasts the default ack "
+             "wait, so a crashed member's records reach another member first"},
     {.name = "subscriber_writer_lanes", .env = {"FELIX_SUB_EGRESS_LANES", "FELIX_SUB_WRITER_LANES"},
      .type = T_U32, FIELD(subscriber_writer_lanes), .def = "4", .min = 1, .max = 1024,
      .help = "writer lanes per connection"},

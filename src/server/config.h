@@ -195,6 +195,7 @@ typedef struct fx_config {
     uint32_t group_backoff[8];
     uint32_t group_nbackoff;
     uint32_t max_groups_per_stream;
+    uint64_t group_hold_timeout_ns; /* 0 = never */
     uint32_t subscriber_writer_lanes;
     uint32_t max_subscriber_writer_lanes;
     uint32_t subscriber_lane_queue_depth;

@@ -325,6 +325,7 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->group_nbackoff = c->group_nbackoff;
     memcpy(o->group_backoff_ms, c->group_backoff, sizeof(o->group_backoff_ms));
     o->max_groups_per_stream = c->max_groups_per_stream;
+    o->group_hold_timeout_ns = c->group_hold_timeout_ns;
     o->max_frame_bytes = (uint32_t)c->max_frame_bytes;
     o->ack_on_commit = c->ack_on_commit;
     o->ack_wait_timeout_ns = c->ack_wait_timeout_ns;

@@ -154,29 +154,44 @@ static json_t *client_side(void)
                      "felix pub --client-stats");
 }
 
-/* The consumer group checkpoints 5a, 5g, 5m and 5p. Their state is per group
- * (the engine's own counters, in GET /v1/streams/T/NS/S/groups), so the
- * view shows the broker-wide felix_group_* counters and says where the rest
- * is. */
+/* Checkpoint 4g, the ring hold: whether it applies (the lossless profile),
+ * its timeout and its counters. */
+static json_t *ring_hold(const fx_broker_opts *o, const fx_metrics_snapshot *m)
+{
+    return json_pack("{s:b, s:o, s:o, s:o, s:o, s:o}", "applies",
+                     o->subscriber_queue_policy == FX_QUEUE_BLOCK, "timeout_ms",
+                     jint(o->group_hold_timeout_ns / FX_NS_PER_MS), "held",
+                     jint((uint64_t)m->g.group_hold_held), "waits", jint(m->c.group_hold_waits),
+                     "timeouts", jint(m->c.group_hold_timeouts), "dead_letter_yields",
+                     jint(m->c.group_hold_dead_letter_yields));
+}
+
+/* The consumer group checkpoints 4g, 5a, 5g, 5m and 5p. Their state is per
+ * group (the engine's own counters, in GET /v1/streams/T/NS/S/groups), so
+ * the view shows the broker-wide felix_group_* counters and says where the
+ * rest is. */
 static json_t *consumer_groups(const fx_broker_opts *o, const fx_metrics_snapshot *m)
 {
     /* 0 leaves the engine's default, 1,000 (broker.h). */
     uint64_t per_group = o->group_max_in_flight != 0 ? o->group_max_in_flight : 1000;
     return json_pack(
-        "{s:[s,s,s,s], s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:o, s:o}, s:o, s:{s:o, s:o, s:o}, "
-        "s:s}",
-        "checkpoints", "5a", "5g", "5m", "5p", "groups", jint((uint64_t)m->g.group_groups),
+        "{s:[s,s,s,s,s], s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:o, s:o}, s:o, s:o, "
+        "s:{s:o, s:o, s:o}, s:o, s:s}",
+        "checkpoints", "4g", "5a", "5g", "5m", "5p", "groups", jint((uint64_t)m->g.group_groups),
         "members", jint((uint64_t)m->g.group_members), "per_group_in_flight_bound", jint(per_group),
         "delivered", jint(m->c.group_delivered), "redelivered", jint(m->c.group_redelivered),
         "acked", jint(m->c.group_acked), "stale", jint(m->c.group_stale_ops), "dead_lettered",
         "max_deliver", jint(m->c.group_dead_max_deliver), "term", jint(m->c.group_dead_term),
-        "failures", jint(m->c.group_dead_retried + m->c.group_send_failed + m->c.group_ops_failed),
-        "ack_inbox", "bound_bytes_per_member", jint(FXB_GROUP_OPS_INBOX_BYTES), "queued_bytes",
-        jint((uint64_t)m->g.group_ops_queued_bytes), "paused", jint(m->c.group_ops_paused), "note",
-        "5a (a member's ack inbox: its stream is not read while full), 5g (a group's records in "
-        "flight), 5m (a member's window) and 5p (delayed naks) shed nothing; 5g, 5m and 5p are "
-        "per group: each group's state is under "
-        "GET /v1/streams/{tenant}/{namespace}/{stream}/groups (felix groups ls)");
+        "skipped", jint(m->c.group_skipped), "failures",
+        jint(m->c.group_dead_retried + m->c.group_send_failed + m->c.group_ops_failed), "ack_inbox",
+        "bound_bytes_per_member", jint(FXB_GROUP_OPS_INBOX_BYTES), "queued_bytes",
+        jint((uint64_t)m->g.group_ops_queued_bytes), "paused", jint(m->c.group_ops_paused),
+        "ring_hold", ring_hold(o, m), "note",
+        "4g (in the lossless profile a stream in memory's ring keeps what a group has not "
+        "settled: the append waits, at most group_hold_timeout_ms), 5a (a member's ack inbox: "
+        "its stream is not read while full), 5g (a group's records in flight), 5m (a member's "
+        "window) and 5p (delayed naks) shed nothing; 5g, 5m and 5p are per group: each group's "
+        "state is under GET /v1/streams/{tenant}/{namespace}/{stream}/groups (felix groups ls)");
 }
 
 /* ---- streams and subscribers ----------------------------------------------------------- */

@@ -595,6 +595,27 @@ static void test_group_backoff_list_parsed_and_bad_lists_refused(void **state)
     expect_error("group_backoff_ms: \"43200001\"\n", NULL, NULL, 0, want);
 }
 
+/* Checkpoint 4g's escape: 60 s by default (a group outlives its members),
+ * 0 = never, at most an hour. */
+static void test_group_hold_timeout_defaults_to_60s_and_0_means_never(void **state)
+{
+    fx_config c;
+    fx_config_defaults(&c);
+    assert_int_equal(c.group_hold_timeout_ns, 60 * SEC);
+    fx_config_deinit(&c);
+    struct fixture f;
+    char *env[] = {"FELIX_GROUP_HOLD_TIMEOUT_MS=0", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_int_equal(f.c.group_hold_timeout_ns, 0);
+    done(&f);
+    const char *set[] = {"group_hold_timeout_ms=250"};
+    assert_int_equal(load(&f, NULL, NULL, set, 1), 0);
+    assert_int_equal(f.c.group_hold_timeout_ns, 250 * MS);
+    done(&f);
+    const char *bad[] = {"group_hold_timeout_ms=2h"};
+    expect_error(NULL, NULL, bad, 1, (const char *const[]){"group_hold_timeout_ms", NULL});
+}
+
 static void test_retention_keys_defaults_and_tenant_rule(void **state)
 {
     fx_config c;
@@ -1268,6 +1289,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_groups_per_stream_rule),
     cmocka_unit_test(test_group_backoff_list_parsed_and_bad_lists_refused),
     cmocka_unit_test(test_retention_keys_defaults_and_tenant_rule),
+    cmocka_unit_test(test_group_hold_timeout_defaults_to_60s_and_0_means_never),
     cmocka_unit_test(test_yaml_syntax_error_reports_line),
     cmocka_unit_test(test_wrong_yaml_type_rejected),
     cmocka_unit_test(test_duplicate_key_rejected),

@@ -557,6 +557,41 @@ static void test_term_dead_letters_with_reason_term(void **state)
     fxb_gs_free(g);
 }
 
+/* Checkpoint 4g: the lowest unsettled offset that is not a dead letter
+ * waiting, past settled offsets and dead ones, looked for below a limit. */
+static void test_floor_past_dead_skips_dead_letters_waiting_and_settled_offsets(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t m = add_member(g, 100);
+    fxb_gs_view v = view(0, 10);
+    fxb_gs_run r[4];
+    fxb_gs_dead d[4];
+    size_t nd;
+    fxb_gs_pump(g, &v, T0, r, 4, d, 4, &nd);             /* 0..9 to m */
+    assert_int_equal(fxb_gs_floor_past_dead(g, 100), 0); /* nothing dead: the floor */
+    assert_int_equal(fxb_gs_term(g, m, 0, 1, T0), FXB_GS_OK);
+    assert_int_equal(fxb_gs_term(g, m, 1, 1, T0), FXB_GS_OK);
+    assert_int_equal(fxb_gs_ack(g, 2, 3, T0, NULL), 3); /* 2..4 settled */
+    assert_int_equal(fxb_gs_term(g, m, 5, 1, T0), FXB_GS_OK);
+    assert_int_equal(info(g).floor, 0);
+    assert_int_equal(fxb_gs_floor_past_dead(g, 100), 6); /* 0, 1 dead; 2..4 acked; 5 dead */
+    assert_int_equal(fxb_gs_floor_past_dead(g, 4), 4);   /* none below the limit */
+    fxb_gs_pump(g, &v, T0, r, 4, d, 4, &nd);             /* reported: still waiting */
+    assert_int_equal(nd, 3);
+    fxb_gs_dead_failed(g, 0);
+    assert_int_equal(fxb_gs_floor_past_dead(g, 100), 6);
+    assert_int_equal(fxb_gs_ack(g, 6, 4, T0, NULL), 4);   /* 6..9 settled */
+    assert_int_equal(fxb_gs_floor_past_dead(g, 100), 10); /* next: never handed out */
+    fxb_gs_dead_done(g, 1);
+    fxb_gs_dead_done(g, 5);
+    fxb_gs_dead_done(g, 0);
+    assert_int_equal(info(g).floor, 10);
+    assert_int_equal(fxb_gs_floor_past_dead(g, 100), 10);
+    fxb_gs_free(g);
+}
+
 static void test_max_deliver_unlimited_never_dead_letters(void **state)
 {
     (void)state;
@@ -1253,6 +1288,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_release_does_not_count_the_attempt),
     cmocka_unit_test(test_max_deliver_dead_letter_reported_once_settled_by_done_again_after_failed),
     cmocka_unit_test(test_term_dead_letters_with_reason_term),
+    cmocka_unit_test(test_floor_past_dead_skips_dead_letters_waiting_and_settled_offsets),
     cmocka_unit_test(test_max_deliver_unlimited_never_dead_letters),
     cmocka_unit_test(test_member_remove_makes_its_records_available),
     cmocka_unit_test(test_ring_eviction_settles_skipped_and_reports_skipped_before_once),

@@ -90,20 +90,28 @@ static void test_document_lists_checkpoints_in_order(void **state)
     json_decref(j);
 }
 
-static void test_consumer_groups_list_5a_5g_5m_5p_with_the_ack_inbox(void **state)
+static void test_consumer_groups_list_4g_5a_5g_5m_5p_with_the_ack_inbox_and_ring_hold(void **state)
 {
     json_t *j = doc_at(SEC_NS);
     json_t *cg = json_object_get(j, "consumer_groups");
     json_t *cps = json_object_get(cg, "checkpoints");
-    const char *ids[] = {"5a", "5g", "5m", "5p"};
-    assert_int_equal(json_array_size(cps), 4);
-    for (size_t i = 0; i < 4; i++)
+    const char *ids[] = {"4g", "5a", "5g", "5m", "5p"};
+    assert_int_equal(json_array_size(cps), 5);
+    for (size_t i = 0; i < 5; i++)
         assert_string_equal(json_string_value(json_array_get(cps, i)), ids[i]);
     json_t *inbox = json_object_get(cg, "ack_inbox");
     assert_int_equal(json_integer_value(json_object_get(inbox, "bound_bytes_per_member")),
                      256 * 1024);
     assert_int_equal(json_integer_value(json_object_get(inbox, "queued_bytes")), 0);
     assert_true(json_is_integer(json_object_get(inbox, "paused")));
+    assert_true(json_is_integer(json_object_get(cg, "skipped")));
+    json_t *hold = json_object_get(cg, "ring_hold");
+    assert_true(json_is_false(json_object_get(hold, "applies"))); /* drop_new: shedding */
+    assert_int_equal(json_integer_value(json_object_get(hold, "timeout_ms")), 60000);
+    assert_int_equal(json_integer_value(json_object_get(hold, "held")), 0);
+    assert_true(json_is_integer(json_object_get(hold, "waits")));
+    assert_true(json_is_integer(json_object_get(hold, "timeouts")));
+    assert_true(json_is_integer(json_object_get(hold, "dead_letter_yields")));
     json_decref(j);
 }
 
@@ -168,7 +176,7 @@ static void test_routes_serve_the_document_and_the_page(void **state)
 #define T(name) cmocka_unit_test_setup_teardown(name, up, down)
 static const struct CMUnitTest tests[] = {
     T(test_document_lists_checkpoints_in_order),
-    T(test_consumer_groups_list_5a_5g_5m_5p_with_the_ack_inbox),
+    T(test_consumer_groups_list_4g_5a_5g_5m_5p_with_the_ack_inbox_and_ring_hold),
     T(test_snapshot_is_kept_for_a_second_then_rebuilt),
     T(test_top_streams_are_bounded),
     T(test_routes_serve_the_document_and_the_page),

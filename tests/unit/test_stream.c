@@ -207,6 +207,61 @@ static void test_ring_charges_empty_payloads_until_their_batch_goes(void **state
     fx_stream_free(s);
 }
 
+/* fx_stream_evict_end predicts where ring_trim leaves the oldest offset:
+ * random batches (1-4 messages of 0-40 bytes, empty ones too) under a
+ * message bound and a byte bound, each checked against the append. */
+static void test_evict_end_is_where_the_append_leaves_the_oldest(void **state)
+{
+    (void)state;
+    static const uint8_t bytes[64];
+    const uint64_t bounds[][2] = {{10, 1u << 20}, {1000, 200 + 6 * OVH}, {7, 90 + 5 * OVH}};
+    uint32_t seed = 12345;
+    for (size_t b = 0; b < 3; b++) {
+        fx_stream *s = mkstream((uint32_t)bounds[b][0], bounds[b][1], 8, FX_QUEUE_DROP_NEW, NULL);
+        assert_int_equal(fx_stream_evict_end(s, 1, 1), 0); /* empty ring: nothing goes */
+        for (int i = 0; i < 2000; i++) {
+            fx_wire_slice p[4];
+            seed = seed * 1103515245u + 12345u;
+            uint32_t count = 1 + (seed >> 16) % 4;
+            uint64_t sum = 0;
+            for (uint32_t k = 0; k < count; k++) {
+                seed = seed * 1103515245u + 12345u;
+                p[k] = (fx_wire_slice){bytes, (seed >> 16) % 41};
+                sum += p[k].len;
+            }
+            uint64_t want = fx_stream_evict_end(s, count, sum), tail = fx_stream_tail(s);
+            assert_true(want >= fx_stream_oldest(s));
+            fx_fanout_result res;
+            assert_int_equal(fx_stream_publish(s, NULL, p, count, 1, &res), 0);
+            if (count <= bounds[b][0] && sum + count * OVH <= bounds[b][1])
+                assert_int_equal(fx_stream_oldest(s), want);
+            else /* the batch alone is over the bounds: at least the old tail */
+                assert_true(want >= tail && fx_stream_oldest(s) >= want);
+        }
+        fx_stream_free(s);
+    }
+}
+
+/* A batch trimmed from its front: the walk goes on inside it, and an append
+ * that fits trims nothing. */
+static void test_evict_end_walks_into_a_partly_trimmed_batch(void **state)
+{
+    (void)state;
+    fx_stream *s = mkstream(5, 1u << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    fx_wire_slice four[] = {S("a"), S("b"), S("c"), S("d")};
+    fx_fanout_result res;
+    assert_int_equal(fx_stream_publish(s, NULL, four, 4, 1, &res), 0); /* 0..3 */
+    assert_int_equal(fx_stream_evict_end(s, 1, 1), 0);                 /* 5 fit */
+    assert_int_equal(fx_stream_evict_end(s, 2, 2), 1);
+    assert_int_equal(fx_stream_publish(s, NULL, four, 3, 1, &res), 0); /* 4..6: 0, 1 go */
+    assert_int_equal(fx_stream_oldest(s), 2);
+    assert_int_equal(fx_stream_evict_end(s, 1, 1), 3);     /* inside the first batch */
+    assert_int_equal(fx_stream_evict_end(s, 3, 3), 5);     /* past it, into the second */
+    assert_int_equal(fx_stream_evict_end(s, 9, 9), 7 + 4); /* the batch alone is over */
+    assert_int_equal(fx_stream_oldest(s), 2);              /* a query trims nothing */
+    fx_stream_free(s);
+}
+
 static void test_ring_evicts_for_an_account_over_its_limit(void **state)
 {
     fx_retained *acct = calloc(1, sizeof(*acct));
@@ -656,6 +711,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ring_trims_by_bytes),
     cmocka_unit_test(test_ring_charges_empty_payloads_until_their_batch_goes),
     cmocka_unit_test(test_ring_evicts_for_an_account_over_its_limit),
+    cmocka_unit_test(test_evict_end_is_where_the_append_leaves_the_oldest),
+    cmocka_unit_test(test_evict_end_walks_into_a_partly_trimmed_batch),
     cmocka_unit_test(test_zero_bounds_rejected),
     cmocka_unit_test(test_zero_subscribers_delivers_zero),
     cmocka_unit_test(test_delivers_in_order_with_offsets),
