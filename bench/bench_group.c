@@ -286,9 +286,9 @@ static int wait_stored(grun *G, uint64_t n, fx_bench_result *r)
             r->stored = UINT64_MAX;
             return 0;
         }
-        r->stored = sc.messages;
-        if (rv == 0 && sc.messages >= n)
-            return 0;
+        r->stored = sc.durable ? sc.next_offset : sc.messages;
+        if (rv == 0 && r->stored >= n)
+            return 0; /* a durable stream's group reads below the ring from its log */
         if (rv == 0 && sc.next_offset >= n) {
             snprintf(r->errmsg, sizeof(r->errmsg),
                      "group: the stream's ring holds %" PRIu64 " of the %" PRIu64

@@ -443,6 +443,7 @@ int fx_bench_stream_counts_parse(const char *json, const char *ns, const char *s
         out->messages = (uint64_t)json_integer_value(json_object_get(e, "messages"));
         out->first_offset = (uint64_t)json_integer_value(json_object_get(e, "first_offset"));
         out->next_offset = (uint64_t)json_integer_value(json_object_get(e, "next_offset"));
+        out->durable = json_is_true(json_object_get(e, "durable"));
         rv = 0;
         break;
     }

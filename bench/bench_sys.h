@@ -127,7 +127,8 @@ int fx_bench_local_drops(fx_bench_drops *d);
 /* What the broker holds of one stream (GET /v1/streams): messages in its
  * ring, the oldest offset still held and the next offset to be appended. */
 typedef struct fx_bench_stream_info {
-    uint64_t messages, first_offset, next_offset;
+    uint64_t messages, first_offset, next_offset; /* of the ring */
+    bool durable; /* a durable stream: its log holds [0, next_offset) past the ring */
 } fx_bench_stream_info;
 
 /* Fills |out| for stream |ns|/|stream| (any tenant) from |json|, an answer

@@ -16,7 +16,8 @@
 # message per call) for the "live vs fanout-1 subscription" row; then, on a second broker with durable_default (storage
 # under DIR, default ring), felix-bench --mode replay of at least GROUP_COUNT records (Felix-C's own
 # catch-up replay of a backlog of the same size, from disk) for the "backlog drain vs catch-up
-# replay" row. The peers: ../shared/peers/run-peers.sh nats-js-tls-group and redis-group, the
+# replay" row, and the same backlog drained by a group on that durable stream (records below the
+# ring read from the log). The peers: ../shared/peers/run-peers.sh nats-js-tls-group and redis-group, the
 # same three cells. Every cell runs RUNS times; the table shows medians of the valid runs and
 # how many runs were valid.
 # Cells:
@@ -174,6 +175,11 @@ if [ "$REPLAY" = 1 ]; then
   fx_start_broker "$OUTDIR/broker-replay.log" "$OUTDIR/state" \
     --set durable_storage_dir="$STORE" --set durable_default=true
   felix replay --mode replay --total "$GROUP_COUNT"
+  # The same backlog drained by a group on a durable stream: the default ring holds the
+  # newest records only, the rest come from the log one page per group (like for like with
+  # the replay above).
+  felix group/backlog-durable --mode group --group-cell backlog --consumers "$CONSUMERS" \
+    --count "$GROUP_COUNT" --window "$WINDOW"
   fx_stop_broker
   rm -rf -- "$STORE"
 fi
@@ -240,6 +246,8 @@ row() {  # TEXT CELL CONSUMERS FIELD
   echo
   echo "| Felix-C against itself | group | reference | group / reference |"
   echo "|---|---:|---:|---:|"
+  a=$(med "$J" group/backlog-durable msgs_per_s); b=$(med "$J" replay replay_msgs_per_s)
+  echo "| backlog drain of a durable stream ($CONSUMERS consumers, records below the ring read from the log) vs catch-up replay of >= $GROUP_COUNT records from disk (goal >= 0.5) | $a | $b | $(ratio "$a" "$b") |"
   a=$(med "$J" group/backlog msgs_per_s); b=$(med "$J" replay replay_msgs_per_s)
   echo "| backlog drain ($CONSUMERS consumers, acked msg/s) vs catch-up replay of >= $GROUP_COUNT records from disk (one subscriber, msg/s; goal >= 0.5) | $a | $b | $(ratio "$a" "$b") |"
   a=$(med "$J" group/live msgs_per_s); b=$(med "$J" tput/f1 msgs_per_s)

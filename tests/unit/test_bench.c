@@ -994,6 +994,13 @@ static void test_stream_counts_are_read_by_namespace_and_stream(void **state)
     assert_int_equal(sc.messages, 1000);
     assert_int_equal(sc.first_offset, 0);
     assert_int_equal(sc.next_offset, 1000);
+    assert_false(sc.durable);
+    const char *dj =
+        "{\"streams\":[{\"tenant\":\"t\",\"namespace\":\"bench\",\"stream\":\"d\","
+        "\"durable\":true,\"messages\":10,\"first_offset\":990,\"next_offset\":1000}]}";
+    assert_int_equal(fx_bench_stream_counts_parse(dj, "bench", "d", &sc), 0);
+    assert_true(sc.durable);
+    assert_int_equal(sc.messages, 10);
     assert_int_equal(fx_bench_stream_counts_parse(json, "other", "g1", &sc), -ENOENT);
     assert_int_equal(fx_bench_stream_counts_parse("{\"x\":1}", "bench", "g1", &sc), -EPROTO);
     assert_int_equal(fx_bench_stream_counts_parse("not json", "bench", "g1", &sc), -EPROTO);
