@@ -21,15 +21,13 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/durable_int.h"
+#include "broker/logcur.h"
 #include "broker/replay.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
 #include "storage/scan.h"
-
-/* Read window of the reader (as the log's own reads). */
-#define GPAGE_WINDOW (64u << 10)
 
 struct fxb_gpage {
     fxb_worker *w;
@@ -60,12 +58,7 @@ struct fxb_gpage {
     fx_wire_slice *nsl;
     uint32_t nn;
     size_t nbytes;
-    char err[256];
-    /* The reader's cursor, for one page (replay thread). */
-    bool open;
-    int fd;
-    uint64_t seg_id, pos;
-    fx_segwin win;
+    fxb_logcur cur; /* the reader's cursor, for one page (replay thread); err: why */
 };
 
 static void worker_on_answer(fx_loop *l, fx_task *t, void *user);
@@ -129,8 +122,8 @@ fxb_gpage *fxb_gpage_new(fxb_worker *w, const fx_stream_handle *h, fxb_gpage_cb 
     p->max_records = d->o.max_records_per_read > 0 ? d->o.max_records_per_read : 1;
     p->cb = cb;
     p->user = user;
-    p->fd = -1;
     log_dir(d, h, p->dir, sizeof(p->dir));
+    fxb_logcur_init(&p->cur, p->io, p->dir);
     uint64_t next;
     if (fxb_gpage_log_span(w, h, &p->low, &next) != 0)
         p->low = 0; /* learnt from the first read */
@@ -199,162 +192,25 @@ static int fail(fxb_gpage *p, int rv, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->err, sizeof(p->err), fmt, ap);
+    vsnprintf(p->cur.err, sizeof(p->cur.err), fmt, ap);
     va_end(ap);
     return rv;
 }
 
-static void reader_close(fxb_gpage *p)
-{
-    if (!p->open)
-        return;
-    fx_segwin_deinit(&p->win);
-    p->io->ops->close(p->io, p->fd);
-    p->fd = -1;
-    p->open = false;
-}
-
-/* Opens segment |id| and reads its base offset. -errno (-ENOENT: gone). */
-static int seg_open(fxb_gpage *p, uint64_t id, uint64_t *pbase)
-{
-    char path[PATH_MAX + FX_LOGFMT_FILE_NAME_MAX + 2], name[FX_LOGFMT_FILE_NAME_MAX];
-    fx_logfmt_file_name(name, id, false);
-    snprintf(path, sizeof(path), "%s/%s", p->dir, name);
-    int rv = p->io->ops->open(p->io, path, FX_SIO_READ, &p->fd);
-    if (rv != 0)
-        return rv;
-    uint8_t hdr[FX_SEG_HEADER_LEN];
-    fx_seg_header h;
-    char why[128];
-    uint64_t size = 0;
-    ssize_t n = p->io->ops->pread(p->io, p->fd, hdr, sizeof(hdr), 0);
-    if (n < 0 || (rv = p->io->ops->fsize(p->io, p->fd, &size)) != 0 ||
-        (rv = fx_logfmt_seg_header_decode(hdr, (size_t)(n < 0 ? 0 : n), &h, why, sizeof(why))) !=
-            0 ||
-        (rv = fx_segwin_init(&p->win, p->io, p->fd, size, GPAGE_WINDOW)) != 0) {
-        p->io->ops->close(p->io, p->fd);
-        p->fd = -1;
-        return n < 0 ? (int)n : rv;
-    }
-    p->open = true;
-    p->seg_id = id;
-    p->pos = FX_SEG_HEADER_LEN;
-    *pbase = h.base_offset;
-    return 0;
-}
-
-/* The last segment of |ids| whose base is at or below |p->from|, by binary
- * search over their headers; one that cannot be opened was removed by
- * retention (it and every older one count as below) unless it is the
- * newest. 0 with |*pid|, or -ENOENT. */
-static int pick_segment(fxb_gpage *p, const uint64_t *ids, size_t n, uint64_t *pid)
-{
-    size_t lo = 0, hi = n;
-    bool found = false;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        uint64_t b = 0;
-        int rv = seg_open(p, ids[mid], &b);
-        if (rv == 0)
-            reader_close(p);
-        if (rv == 0 ? b <= p->from : mid + 1 < n) {
-            if (rv == 0) {
-                *pid = ids[mid];
-                found = true;
-            }
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return found ? 0 : -ENOENT;
-}
-
-/* |p->from| is below every segment: the log's first offset (the base of
- * its oldest segment still there) goes in the answer. */
-static int too_old(fxb_gpage *p, const uint64_t *ids, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint64_t base;
-        if (seg_open(p, ids[i], &base) != 0)
-            continue;
-        reader_close(p);
-        if (base <= p->from)
-            break; /* a segment came meanwhile that holds it: a plain failure */
-        p->first = base;
-        return FX_ECURSOR_TOO_OLD;
-    }
-    return fail(p, FX_ESTORAGE_ERROR, "no segment of %s holds offset %" PRIu64, p->dir, p->from);
-}
-
-/* Moves the open segment's cursor (base |base|) to the index's nearest
- * record at or below |p->from| if it is there, else to its first record;
- * returns the offset of the record at the cursor. */
-static uint64_t index_seek(fxb_gpage *p, uint64_t base)
-{
-    char path[PATH_MAX + FX_LOGFMT_FILE_NAME_MAX + 2], name[FX_LOGFMT_FILE_NAME_MAX];
-    fx_logfmt_file_name(name, p->seg_id, true);
-    snprintf(path, sizeof(path), "%s/%s", p->dir, name);
-    fx_dlog_pos e = fx_dlog_index_seek(p->io, path, base, p->win.file_len, p->from);
-    fx_rec_header h;
-    fx_rec_status st;
-    if (e.pos == FX_SEG_HEADER_LEN ||
-        fx_segwin_record(&p->win, e.pos, e.offset, true, false, NULL, &h, &st) != 0 ||
-        st != FX_REC_OK)
-        return base;
-    p->pos = e.pos;
-    return e.offset;
-}
-
-static int bad_record(fxb_gpage *p, fx_rec_status st)
-{
-    return fail(p, FX_ESTORAGE_CORRUPT, "%s at position %" PRIu64 " of segment %" PRIu64 " of %s",
-                fx_logfmt_rec_status_name(st), p->pos, p->seg_id, p->dir);
-}
-
-/* Opens the segment holding |p->from| and moves the cursor to it. */
+/* Moves the cursor to |p->from|. Below every segment still there, the
+ * answer carries the log's first offset (FX_ECURSOR_TOO_OLD); when no
+ * segment is above it either, it is a plain failure. */
 static int seek(fxb_gpage *p)
 {
-    uint64_t *ids = NULL, chosen = 0, base = 0;
-    size_t n = 0;
-    int rv = fx_dlog_list_segments(p->io, p->dir, &ids, &n);
-    if (rv != 0) {
-        free(ids);
-        return fail(p, rv, "cannot list %s", p->dir);
-    }
-    rv = pick_segment(p, ids, n, &chosen);
-    if (rv != 0)
-        rv = too_old(p, ids, n);
-    free(ids);
-    if (rv != 0)
+    uint64_t first;
+    int rv = fxb_logcur_seek(&p->cur, p->from, &first);
+    if (rv != FX_ECURSOR_TOO_OLD)
         return rv;
-    if ((rv = seg_open(p, chosen, &base)) != 0)
-        return fail(p, rv, "cannot open segment %" PRIu64 " of %s", chosen, p->dir);
-    for (uint64_t off = index_seek(p, base); off < p->from; off++) {
-        fx_rec_header h;
-        fx_rec_status st;
-        if ((rv = fx_segwin_record(&p->win, p->pos, off, true, false, NULL, &h, &st)) != 0)
-            return fail(p, rv, "read failed in %s", p->dir);
-        if (st != FX_REC_OK)
-            return bad_record(p, st);
-        p->pos += FX_REC_HEADER_LEN + h.len;
-    }
-    return 0;
-}
-
-/* At the end of the open segment: the range goes on in the next one. */
-static int advance(fxb_gpage *p, uint64_t next)
-{
-    uint64_t id = p->seg_id + 1, base;
-    reader_close(p);
-    int rv = seg_open(p, id, &base);
-    if (rv != 0)
-        return fail(p, rv, "segment %" PRIu64 " of %s is missing", id, p->dir);
-    if (base != next)
-        return fail(p, FX_ESTORAGE_CORRUPT,
-                    "segment %" PRIu64 " of %s starts at %" PRIu64 ", expected %" PRIu64, id,
-                    p->dir, base, next);
-    return 0;
+    if (first == UINT64_MAX)
+        return fail(p, FX_ESTORAGE_ERROR, "no segment of %s holds offset %" PRIu64, p->dir,
+                    p->from);
+    p->first = first;
+    return rv;
 }
 
 /* Copies the record at the cursor (offset |off|) into the page being made,
@@ -365,12 +221,13 @@ static int page_add(fxb_gpage *p, uint64_t off, size_t *pcap, bool *pfull)
     fx_rec_header h;
     fx_rec_status st;
     int rv;
-    if ((rv = fx_segwin_record(&p->win, p->pos, off, true, false, NULL, &h, &st)) != 0)
+    fxb_logcur *c = &p->cur;
+    if ((rv = fx_segwin_record(&c->win, c->pos, off, true, false, NULL, &h, &st)) != 0)
         return fail(p, rv, "read failed in %s", p->dir);
-    if (st == FX_REC_TRUNCATED && p->pos >= p->win.file_len)
-        return advance(p, off);
+    if (st == FX_REC_TRUNCATED && c->pos >= c->win.file_len)
+        return fxb_logcur_advance(c, off);
     if (st != FX_REC_OK)
-        return bad_record(p, st);
+        return fxb_logcur_bad(c, st);
     if (p->nn > 0 && p->nbytes + h.len > FXB_REPLAY_PAGE_BYTES) {
         *pfull = true;
         return 0;
@@ -382,15 +239,15 @@ static int page_add(fxb_gpage *p, uint64_t off, size_t *pcap, bool *pfull)
         p->nbuf = nb;
         *pcap = p->nbytes + h.len;
     }
-    if ((rv = fx_segwin_record(&p->win, p->pos, off, true, true, p->nbuf + p->nbytes, &h, &st)) !=
+    if ((rv = fx_segwin_record(&c->win, c->pos, off, true, true, p->nbuf + p->nbytes, &h, &st)) !=
         0)
         return fail(p, rv, "read failed in %s", p->dir);
     if (st != FX_REC_OK)
-        return bad_record(p, st);
+        return fxb_logcur_bad(c, st);
     /* Positions for now: the buffer may still move. */
     p->nsl[p->nn++] = (fx_wire_slice){.ptr = (const uint8_t *)(uintptr_t)p->nbytes, .len = h.len};
     p->nbytes += h.len;
-    p->pos += FX_REC_HEADER_LEN + h.len;
+    c->pos += FX_REC_HEADER_LEN + h.len;
     return 0;
 }
 
@@ -408,7 +265,7 @@ static int read_page(fxb_gpage *p)
     bool full = false;
     while (rv == 0 && !full && p->nn < max)
         rv = page_add(p, p->from + p->nn, &cap, &full);
-    reader_close(p);
+    fxb_logcur_close(&p->cur);
     if (rv != 0)
         return rv;
     /* Keep only what is used (a failed shrink keeps the larger block). */
@@ -430,7 +287,7 @@ static void reader_on_task(fx_loop *l, fx_task *t, void *user)
     fxb_gpage *p = user;
     p->nn = 0;
     p->nbytes = 0;
-    p->err[0] = '\0';
+    p->cur.err[0] = '\0';
     p->rv = p->from < p->to ? read_page(p) : 0;
     if (p->rv != 0)
         page_drop(&p->nbuf, &p->nsl, &p->nn);
@@ -450,7 +307,7 @@ static void read_failed(fxb_gpage *p, fx_loop *l)
     FX_LOG_RATELIMITED(&read_rl, now, FX_LOG_WARN, "broker",
                        "consumer group page of %s at offset %" PRIu64
                        " not read: %s (%s); tried again",
-                       p->dir, p->from, fx_strerror(p->rv), p->err);
+                       p->dir, p->from, fx_strerror(p->rv), p->cur.err);
     p->retry_ns = now + FXB_GPAGE_RETRY_NS;
     if (fx_loop_timer_arm(l, &p->timer, p->retry_ns) == 0)
         p->timer_armed = true;

@@ -20,15 +20,13 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "broker/logcur.h"
 #include "broker/sub.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
 #include "storage/scan.h"
-
-/* Read window of the reader (as the log's own reads). */
-#define REPLAY_WINDOW (64u << 10)
 
 struct fxb_replay {
     fx_loop *rloop;
@@ -44,16 +42,10 @@ struct fxb_replay {
     bool dead;     /* unsubscribed meanwhile: freed when the page comes back */
     bool failed;   /* a read failed: nothing more is delivered */
     bool done;     /* the whole range went to the feeder */
-    /* reader cursor (replay thread) */
-    bool open;
-    int fd;
-    uint64_t seg_id;
-    uint64_t pos;
-    fx_segwin win;
+    fxb_logcur cur; /* reader cursor (replay thread); its err says why a read failed */
     /* the last page (written by the reader, taken by the worker) */
     int rv;
     fx_backlog page;
-    char err[256];
 };
 
 fxb_replay *fxb_replay_new(const char *dir, fx_sio *io, uint64_t first, fx_loop *rloop,
@@ -67,171 +59,20 @@ fxb_replay *fxb_replay_new(const char *dir, fx_sio *io, uint64_t first, fx_loop 
     r->first = first;
     r->rloop = rloop;
     r->max_records = max_records > 0 ? max_records : 1;
-    r->fd = -1;
+    fxb_logcur_init(&r->cur, r->io, r->dir);
     return r;
-}
-
-static void reader_close(fxb_replay *r)
-{
-    if (!r->open)
-        return;
-    fx_segwin_deinit(&r->win);
-    r->io->ops->close(r->io, r->fd);
-    r->fd = -1;
-    r->open = false;
 }
 
 static void replay_free(fxb_replay *r)
 {
     if (r == NULL)
         return;
-    reader_close(r);
+    fxb_logcur_close(&r->cur);
     fx_backlog_free(&r->page);
     free(r);
 }
 
 /* ---- reader (replay thread) ----------------------------------------------------- */
-
-static int fail(fxb_replay *r, int rv, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(fxb_replay *r, int rv, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->err, sizeof(r->err), fmt, ap);
-    va_end(ap);
-    return rv;
-}
-
-/* Opens segment |id| and reads its base offset. -ENOENT if it is gone. */
-static int seg_open(fxb_replay *r, uint64_t id, uint64_t *pbase)
-{
-    char path[PATH_MAX + FX_LOGFMT_FILE_NAME_MAX + 2], name[FX_LOGFMT_FILE_NAME_MAX];
-    fx_logfmt_file_name(name, id, false);
-    snprintf(path, sizeof(path), "%s/%s", r->dir, name);
-    int rv = r->io->ops->open(r->io, path, FX_SIO_READ, &r->fd);
-    if (rv != 0)
-        return rv;
-    uint8_t hdr[FX_SEG_HEADER_LEN];
-    fx_seg_header h;
-    char why[128];
-    uint64_t size = 0;
-    ssize_t n = r->io->ops->pread(r->io, r->fd, hdr, sizeof(hdr), 0);
-    if (n < 0 || (rv = r->io->ops->fsize(r->io, r->fd, &size)) != 0 ||
-        (rv = fx_logfmt_seg_header_decode(hdr, (size_t)(n < 0 ? 0 : n), &h, why, sizeof(why))) !=
-            0 ||
-        (rv = fx_segwin_init(&r->win, r->io, r->fd, size, REPLAY_WINDOW)) != 0) {
-        r->io->ops->close(r->io, r->fd);
-        r->fd = -1;
-        return n < 0 ? (int)n : rv;
-    }
-    r->open = true;
-    r->seg_id = id;
-    r->pos = FX_SEG_HEADER_LEN;
-    *pbase = h.base_offset;
-    return 0;
-}
-
-/* The segment of |ids| (ascending) that holds offset |r->next|: the last
- * one whose base is at or below it, found by binary search over their
- * headers. A segment that cannot be opened was removed by retention (it and
- * every older one count as below) unless it is the newest (a roll under
- * way, holding nothing of the range). Returns 0 with |*pid|, or -ENOENT. */
-static int pick_segment(fxb_replay *r, const uint64_t *ids, size_t n, uint64_t *pid)
-{
-    size_t lo = 0, hi = n;
-    bool found = false;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        uint64_t b = 0;
-        int rv = seg_open(r, ids[mid], &b);
-        if (rv == 0)
-            reader_close(r);
-        if (rv == 0 ? b <= r->next : mid + 1 < n) {
-            if (rv == 0) {
-                *pid = ids[mid];
-                found = true;
-            }
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return found ? 0 : -ENOENT;
-}
-
-/* Moves the cursor of the open segment (base |base|) to the nearest record
- * at or below |r->next| that its sparse index names, if that record is
- * there with that offset (the index is a hint), else to its first record.
- * Returns the offset of the record at the cursor. */
-static uint64_t index_seek(fxb_replay *r, uint64_t base)
-{
-    char path[PATH_MAX + FX_LOGFMT_FILE_NAME_MAX + 2], name[FX_LOGFMT_FILE_NAME_MAX];
-    fx_logfmt_file_name(name, r->seg_id, true);
-    snprintf(path, sizeof(path), "%s/%s", r->dir, name);
-    fx_dlog_pos e = fx_dlog_index_seek(r->io, path, base, r->win.file_len, r->next);
-    fx_rec_header h;
-    fx_rec_status st;
-    if (e.pos == FX_SEG_HEADER_LEN ||
-        fx_segwin_record(&r->win, e.pos, e.offset, true, false, NULL, &h, &st) != 0 ||
-        st != FX_REC_OK)
-        return base;
-    r->pos = e.pos;
-    FX_COUNTER_INC(storage_replay_index_seeks);
-    return e.offset;
-}
-
-/* Opens the segment holding offset |r->next| and moves the cursor to it:
- * to the sparse index's nearest entry below it, then record by record. */
-static int seek(fxb_replay *r)
-{
-    uint64_t *ids = NULL, chosen = 0, base = 0;
-    size_t n = 0;
-    int rv = fx_dlog_list_segments(r->io, r->dir, &ids, &n);
-    if (rv != 0)
-        return fail(r, rv, "cannot list %s", r->dir);
-    rv = pick_segment(r, ids, n, &chosen);
-    free(ids);
-    if (rv != 0 || (rv = seg_open(r, chosen, &base)) != 0)
-        return fail(r, FX_ECURSOR_TOO_OLD, "offset %" PRIu64 " is no longer available", r->next);
-    /* Skip the records below |next| by their headers. */
-    for (uint64_t off = index_seek(r, base); off < r->next;) {
-        fx_rec_header h;
-        fx_rec_status st;
-        if ((rv = fx_segwin_record(&r->win, r->pos, off, true, false, NULL, &h, &st)) != 0)
-            return fail(r, rv, "read failed in %s", r->dir);
-        if (st != FX_REC_OK)
-            return fail(r, st == FX_REC_TRUNCATED ? FX_ECURSOR_TOO_OLD : FX_ESTORAGE_CORRUPT,
-                        "%s at position %" PRIu64 " of segment %" PRIu64,
-                        fx_logfmt_rec_status_name(st), r->pos, r->seg_id);
-        r->pos += FX_REC_HEADER_LEN + h.len;
-        off++;
-    }
-    return 0;
-}
-
-/* At the end of the open segment's known bytes: the file grew (the active
- * segment) or the range goes on in the next segment. */
-static int advance(fxb_replay *r)
-{
-    uint64_t size = 0;
-    int rv = r->io->ops->fsize(r->io, r->fd, &size);
-    if (rv != 0)
-        return fail(r, rv, "cannot size segment %" PRIu64, r->seg_id);
-    if (size > r->win.file_len) {
-        r->win.file_len = size;
-        return 0;
-    }
-    uint64_t id = r->seg_id + 1, base;
-    reader_close(r);
-    if ((rv = seg_open(r, id, &base)) != 0)
-        return fail(r, FX_ESTORAGE_ERROR, "segment %" PRIu64 " of %s is missing", id, r->dir);
-    if (base != r->next)
-        return fail(r, FX_ESTORAGE_CORRUPT,
-                    "segment %" PRIu64 " starts at %" PRIu64 ", expected %" PRIu64, id, base,
-                    r->next);
-    return 0;
-}
 
 /* Splits the page's records (payloads in |buf|) into envelopes of at most
  * |per| messages each. */
@@ -267,13 +108,6 @@ typedef struct page_fill {
     size_t used;
 } page_fill;
 
-/* The record at |r->pos| has status |st| (not OK): fails the reader. */
-static int bad_record(fxb_replay *r, fx_rec_status st)
-{
-    return fail(r, FX_ESTORAGE_CORRUPT, "%s at position %" PRIu64 " of segment %" PRIu64,
-                fx_logfmt_rec_status_name(st), r->pos, r->seg_id);
-}
-
 /* Adds the record at |r->next| to page |p|, or moves to the next segment
  * at the end of this one. Returns 0 or the error; sets |*pfull| (nothing
  * read) when the record would take the page past FXB_REPLAY_PAGE_BYTES. */
@@ -282,12 +116,13 @@ static int page_add(fxb_replay *r, page_fill *p, bool *pfull)
     fx_rec_header h;
     fx_rec_status st;
     int rv;
-    if ((rv = fx_segwin_record(&r->win, r->pos, r->next, true, false, NULL, &h, &st)) != 0)
+    fxb_logcur *c = &r->cur;
+    if ((rv = fx_segwin_record(&c->win, c->pos, r->next, true, false, NULL, &h, &st)) != 0)
         return rv;
-    if (st == FX_REC_TRUNCATED && r->pos >= r->win.file_len)
-        return advance(r);
+    if (st == FX_REC_TRUNCATED && c->pos >= c->win.file_len)
+        return fxb_logcur_advance(c, r->next);
     if (st != FX_REC_OK)
-        return bad_record(r, st);
+        return fxb_logcur_bad(c, st);
     if (p->n > 0 && p->used + h.len > FXB_REPLAY_PAGE_BYTES) {
         *pfull = true;
         return 0;
@@ -298,13 +133,13 @@ static int page_add(fxb_replay *r, page_fill *p, bool *pfull)
             return rv;
     }
     uint8_t *dst = fx_buf_data_mut(p->buf) + p->used;
-    if ((rv = fx_segwin_record(&r->win, r->pos, r->next, true, true, dst, &h, &st)) != 0)
+    if ((rv = fx_segwin_record(&c->win, c->pos, r->next, true, true, dst, &h, &st)) != 0)
         return rv;
     if (st != FX_REC_OK)
-        return bad_record(r, st);
+        return fxb_logcur_bad(c, st);
     p->sl[p->n++] = (fx_wire_slice){.ptr = dst, .len = h.len};
     p->used += h.len;
-    r->pos += FX_REC_HEADER_LEN + h.len;
+    c->pos += FX_REC_HEADER_LEN + h.len;
     r->next++;
     return 0;
 }
@@ -314,7 +149,8 @@ static int page_add(fxb_replay *r, page_fill *p, bool *pfull)
 static int read_page(fxb_replay *r, const page_args *a)
 {
     int rv;
-    if (!r->open && (rv = seek(r)) != 0)
+    uint64_t first;
+    if (!r->cur.open && (rv = fxb_logcur_seek(&r->cur, r->next, &first)) != 0)
         return rv;
     page_fill p = {.sl = calloc(r->max_records, sizeof(*p.sl))};
     if (p.sl == NULL)
@@ -383,7 +219,7 @@ static void worker_on_page(fx_loop *l, fx_task *t, void *user)
         FX_LOG_WARN("storage",
                     "subscription %llu: replay from disk failed at offset %" PRIu64
                     ": %s (%s); its event stream ends",
-                    (unsigned long long)sub->id, r->next, fx_strerror(r->rv), r->err);
+                    (unsigned long long)sub->id, r->next, fx_strerror(r->rv), r->cur.err);
         sub->feed.ending = true; /* finish after what was delivered: no gap follows */
     } else {
         fx_backlog_free(&sub->feed.backlog); /* consumed */
@@ -392,7 +228,7 @@ static void worker_on_page(fx_loop *l, fx_task *t, void *user)
         r->page = (fx_backlog){0};
         if (r->next >= r->to) {
             r->done = true;
-            reader_close(r); /* the replay thread is done with it */
+            fxb_logcur_close(&r->cur); /* the replay thread is done with it */
         }
     }
     fxb_sub_post(sub, l, &sub->feed.feed_task);
