@@ -271,8 +271,8 @@
       "Replays that failed (retention removed the range, damage, I/O error): the event stream "    \
       "ends")                                                                                      \
     C(storage_replay_index_seeks, "felix_storage_replay_index_seeks_total", "",                    \
-      "Replays that started reading at a sparse index entry rather than at their segment's "       \
-      "first record")
+      "Replays and group pages that started reading at a sparse index entry rather than at "       \
+      "their segment's first record")
 
 /* ---- publish outcomes -------------------------------------------------- */
 #define FX_METRICS_PUBLISH(C, G, H)                                                                \
