@@ -8,6 +8,7 @@
 /* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
 #include "broker/test_hooks.h"
 #include "integ/broker_client.h"
+#include "unit/group_frames.h"
 #include "wire/group.h"
 
 /* Frames sent, each with a request id and OPS term ops carrying a 256-byte
@@ -40,20 +41,9 @@ static tstream *join(T *t, tconn *c)
  * lists them in order. Returns the frame's size. */
 static size_t send_frame_i(tstream *s, uint32_t i)
 {
-    static uint8_t reason[FX_GROUP_REASON_MAX];
-    memset(reason, 'r', sizeof(reason));
-    fx_wire_group_op ops[OPS];
-    for (uint32_t j = 0; j < OPS; j++)
-        ops[j] = (fx_wire_group_op){.kind = FX_GROUP_OP_TERM,
-                                    .first = (uint64_t)i * OPS + j,
-                                    .count = 1,
-                                    .attempt = 1,
-                                    .reason = {reason, sizeof(reason)}};
-    fx_wire_group_acks a = {.request_id = i + 1, .nops = OPS, .ops = ops};
-    size_t size = fx_wire_group_acks_frame_size(&a);
-    uint8_t *p = malloc(size);
+    size_t size = 0;
+    uint8_t *p = fx_test_term_frame(i, OPS, &size);
     assert_non_null(p);
-    assert_int_equal(fx_wire_group_acks_encode(&a, p, size), (ssize_t)size);
     send_bytes(s, p, size);
     free(p);
     return size;

@@ -8,6 +8,7 @@
  * the frames before it. */
 /* fx-test-libs: fx_broker fx_storage fx_wire fx_base */
 #include "unit/conn_fixture.h"
+#include "unit/group_frames.h"
 
 #include "broker/group.h"
 #include "wire/group.h"
@@ -63,21 +64,8 @@ static void join(cf *f, int64_t sid)
  * answer lists them in order. Returns the frame (free() it). */
 static uint8_t *ops_frame(uint32_t i, size_t *plen)
 {
-    static uint8_t reason[FX_GROUP_REASON_MAX];
-    memset(reason, 'r', sizeof(reason));
-    fx_wire_group_op ops[OPS];
-    for (uint32_t j = 0; j < OPS; j++)
-        ops[j] = (fx_wire_group_op){.kind = FX_GROUP_OP_TERM,
-                                    .first = (uint64_t)i * OPS + j,
-                                    .count = 1,
-                                    .attempt = 1,
-                                    .reason = {reason, sizeof(reason)}};
-    fx_wire_group_acks a = {.request_id = i + 1, .nops = OPS, .ops = ops};
-    size_t n = fx_wire_group_acks_frame_size(&a);
-    uint8_t *p = malloc(n);
+    uint8_t *p = fx_test_term_frame(i, OPS, plen);
     assert_non_null(p);
-    assert_int_equal(fx_wire_group_acks_encode(&a, p, n), (ssize_t)n);
-    *plen = n;
     return p;
 }
 
