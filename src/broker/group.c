@@ -6,6 +6,7 @@
  * init/deinit. */
 #include "broker/group.h"
 #include "broker/group_int.h"
+#include "broker/group_settings.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -177,7 +178,8 @@ static void group_config(const fx_broker_opts *o, fxb_gs_config *c)
 }
 
 struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char *name,
-                                 uint64_t start, int *prv)
+                                 uint64_t start, const fx_broker_group_settings *set, int *prv,
+                                 const char **pwhy)
 {
     fxb_sgroups *sg = fxb_group_sgroups(w, h);
     uint32_t max = w->b->o.max_groups_per_stream;
@@ -185,12 +187,21 @@ struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char 
         *prv = FX_EFULL;
         return NULL;
     }
-    *prv = -ENOMEM;
     fxb_gs_config cfg;
+    const char *why = NULL;
     group_config(&w->b->o, &cfg);
+    if (fxb_gset_apply(set, &cfg, &why) != 0) {
+        *prv = -EINVAL;
+        if (pwhy != NULL)
+            *pwhy = why;
+        return NULL;
+    }
+    *prv = -ENOMEM;
     struct fxb_group *g = calloc(1, sizeof(*g));
     if (g == NULL)
         return NULL;
+    if (set != NULL)
+        g->set = *set;
     g->gs = fxb_gs_new(&cfg, start);
     if (g->gs == NULL) {
         free(g);
@@ -219,9 +230,10 @@ struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char 
 }
 
 struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
-                                uint64_t start, int *prv)
+                                uint64_t start, const fx_broker_group_settings *set, int *prv,
+                                const char **pwhy)
 {
-    struct fxb_group *g = fxb_group_make(w, h, name, start, prv);
+    struct fxb_group *g = fxb_group_make(w, h, name, start, set, prv, pwhy);
     if (g == NULL || w->dur == NULL || !fx_stream_handle_is_durable(h))
         return g;
     if (fxb_gj_attach_new(g, start) != 0) {
@@ -779,7 +791,7 @@ static int join(fxb_sub *sub)
             return FX_ECURSOR_IN_FUTURE;
         }
         int rv;
-        g = fxb_group_new(sub->w, sub->h, gp->group, start, &rv);
+        g = fxb_group_new(sub->w, sub->h, gp->group, start, NULL, &rv, NULL);
         if (g == NULL) {
             if (rv == FX_EFULL)
                 gp->why = "max_groups_per_stream reached";
