@@ -482,7 +482,8 @@ int fx_broker_group_setting_parse(fx_broker_group_settings *s, const char *key,
 /* Writes {"groups":[...]} (every group of the stream), or one group's object
  * when |group| is not NULL, into |*pjson| (caller frees): floor, next, tail,
  * lag, num_pending, num_ack_pending, acquired, available, parked,
- * pending_bytes, capped_for_ms (null: not capped at 5g), config, members
+ * pending_bytes, capped_for_ms (null: not capped at 5g), config (the
+ * effective settings), settings (the group's own, given at create), members
  * [{name, subscription_id, held, window, ack_wait_ms}], the counters
  * (delivered, redelivered, acked, stale{...}, dead_lettered{...}, skipped,
  * capped, member_full, parked_overflow, ...) and redelivery_lateness (a
