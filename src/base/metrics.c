@@ -154,19 +154,18 @@ size_t fx_metrics_cell_count(void)
 
 /* ---- histograms --------------------------------------------------------- */
 
-static const uint64_t LATE_BOUNDS[] = {100,   250,   500,    1000,   2500,  5000,
+static const uint64_t LATE_BOUNDS[] = {100,   250,   500,   1000,   2500,  5000,
                                        10000, 25000, 50000, 100000, 250000};
 static const char *const LATE_LE[] = {"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
                                       "0.01",   "0.025",   "0.05",   "0.1",   "0.25"};
 static const fx_hist_fixed FIXED[] = {
-    [FX_HIST_FIXED_LATENESS - FX_HIST_FIXED_BASE] = {.n = sizeof(LATE_BOUNDS) /
-                                                          sizeof(LATE_BOUNDS[0]),
-                                                     .bounds = LATE_BOUNDS,
-                                                     .le = LATE_LE,
-                                                     .per_unit = 1000000},
+    [FX_HIST_FIXED_LATENESS -
+     FX_HIST_FIXED_BASE] = {.n = sizeof(LATE_BOUNDS) / sizeof(LATE_BOUNDS[0]),
+                            .bounds = LATE_BOUNDS,
+                            .le = LATE_LE,
+                            .per_unit = 1000000},
 };
-_Static_assert(sizeof(LATE_BOUNDS) / sizeof(LATE_BOUNDS[0]) ==
-                   sizeof(LATE_LE) / sizeof(LATE_LE[0]),
+_Static_assert(sizeof(LATE_BOUNDS) / sizeof(LATE_BOUNDS[0]) == sizeof(LATE_LE) / sizeof(LATE_LE[0]),
                "every fixed bound has its exported text");
 _Static_assert(sizeof(LATE_BOUNDS) / sizeof(LATE_BOUNDS[0]) < FX_HIST_NBUCKETS,
                "fixed bounds fit a histogram's buckets");

@@ -449,7 +449,7 @@
       "worker)")                                                                                   \
     H(group_redelivery_lateness, "felix_group_redelivery_lateness_seconds", "",                    \
       "How late consumer groups found their lapsed leases and ended parked waits (now minus the "  \
-      "deadline), per record: the lease timer's slack",                                           \
+      "deadline), per record: the lease timer's slack",                                            \
       FX_HIST_FIXED_LATENESS)
 
 /* Every list, in exposition order. A new subsystem list is added here. */
@@ -480,28 +480,28 @@
  *   S(id, "name", type, "help")     id is the value's index (fx_mgroup_id),
  *                                   type FX_METRIC_GAUGE or FX_METRIC_COUNTER */
 #define FX_METRICS_GROUPS(S)                                                                       \
-    S(FX_MGROUP_PENDING, "felix_consumer_group_pending", FX_METRIC_GAUGE,                         \
-      "Records a consumer group has handed out and not settled, or holds to hand out again "      \
-      "(acquired + available; parked ones apart), counted against max_ack_pending")               \
-    S(FX_MGROUP_PARKED, "felix_consumer_group_parked", FX_METRIC_GAUGE,                           \
-      "Records of a consumer group waiting out a delayed nak or a backoff (max_parked)")          \
-    S(FX_MGROUP_MEMBERS, "felix_consumer_group_members", FX_METRIC_GAUGE,                         \
+    S(FX_MGROUP_PENDING, "felix_consumer_group_pending", FX_METRIC_GAUGE,                          \
+      "Records a consumer group has handed out and not settled, or holds to hand out again "       \
+      "(acquired + available; parked ones apart), counted against max_ack_pending")                \
+    S(FX_MGROUP_PARKED, "felix_consumer_group_parked", FX_METRIC_GAUGE,                            \
+      "Records of a consumer group waiting out a delayed nak or a backoff (max_parked)")           \
+    S(FX_MGROUP_MEMBERS, "felix_consumer_group_members", FX_METRIC_GAUGE,                          \
       "Members joined to a consumer group")                                                        \
-    S(FX_MGROUP_CAPPED, "felix_consumer_group_capped", FX_METRIC_GAUGE,                           \
+    S(FX_MGROUP_CAPPED, "felix_consumer_group_capped", FX_METRIC_GAUGE,                            \
       "1 while a consumer group is at max_ack_pending (checkpoint 5g: no first delivery), else 0") \
-    S(FX_MGROUP_LAG, "felix_consumer_group_lag", FX_METRIC_GAUGE,                                 \
-      "Records of a consumer group's stream not settled yet by the group (tail - floor)")         \
-    S(FX_MGROUP_DELIVERED, "felix_consumer_group_delivered_total", FX_METRIC_COUNTER,             \
-      "Records a consumer group handed to its members, first deliveries and redeliveries")        \
-    S(FX_MGROUP_REDELIVERED, "felix_consumer_group_redelivered_total", FX_METRIC_COUNTER,         \
-      "Records a consumer group handed out again (attempt above 1)")                              \
-    S(FX_MGROUP_ACKED, "felix_consumer_group_acked_total", FX_METRIC_COUNTER,                     \
-      "Records of a consumer group settled by a member's ack")                                    \
-    S(FX_MGROUP_DEAD_LETTERED, "felix_consumer_group_dead_lettered_total", FX_METRIC_COUNTER,     \
-      "Records a consumer group gave up on (max_deliver or a member's term)")                     \
-    S(FX_MGROUP_SKIPPED, "felix_consumer_group_skipped_total", FX_METRIC_COUNTER,                 \
+    S(FX_MGROUP_LAG, "felix_consumer_group_lag", FX_METRIC_GAUGE,                                  \
+      "Records of a consumer group's stream not settled yet by the group (tail - floor)")          \
+    S(FX_MGROUP_DELIVERED, "felix_consumer_group_delivered_total", FX_METRIC_COUNTER,              \
+      "Records a consumer group handed to its members, first deliveries and redeliveries")         \
+    S(FX_MGROUP_REDELIVERED, "felix_consumer_group_redelivered_total", FX_METRIC_COUNTER,          \
+      "Records a consumer group handed out again (attempt above 1)")                               \
+    S(FX_MGROUP_ACKED, "felix_consumer_group_acked_total", FX_METRIC_COUNTER,                      \
+      "Records of a consumer group settled by a member's ack")                                     \
+    S(FX_MGROUP_DEAD_LETTERED, "felix_consumer_group_dead_lettered_total", FX_METRIC_COUNTER,      \
+      "Records a consumer group gave up on (max_deliver or a member's term)")                      \
+    S(FX_MGROUP_SKIPPED, "felix_consumer_group_skipped_total", FX_METRIC_COUNTER,                  \
       "Records a consumer group settled unread (evicted from the ring, or gone with retention)")   \
-    S(FX_MGROUP_STALE, "felix_consumer_group_stale_total", FX_METRIC_COUNTER,                     \
+    S(FX_MGROUP_STALE, "felix_consumer_group_stale_total", FX_METRIC_COUNTER,                      \
       "Naks, extensions, terms and releases a consumer group refused as stale")
 
 #define FX_METRICS_ALL(C, G, H)                                                                    \

@@ -500,8 +500,8 @@ int fx_broker_list_groups(fx_broker *b, const char *tenant, const char *ns, cons
  * key of |set| at another value: |err| names it). */
 int fx_broker_create_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                            const char *group, int start, uint64_t offset,
-                           const fx_broker_group_settings *set, uint64_t timeout_ns,
-                           bool *pcreated, fx_registry_err *err);
+                           const fx_broker_group_settings *set, uint64_t timeout_ns, bool *pcreated,
+                           fx_registry_err *err);
 /* Moves |group| to |start|: everything pending is dropped, deliveries go on
  * from there (acks of earlier deliveries below it are duplicates). */
 int fx_broker_seek_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,

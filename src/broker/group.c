@@ -729,7 +729,7 @@ void fxb_group_delete(struct fxb_group *g)
         }
     }
     sg->n--;
-    fxb_gmetric_remove(g); /* its series go with it */
+    fxb_gmetric_remove(g);  /* its series go with it */
     fxb_gj_detach(g, true); /* its files go */
     fx_loop_timer_cancel(g->w->loop, &g->timer);
     /* A pump task may be pending: it must not run on freed memory. */

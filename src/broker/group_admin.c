@@ -27,7 +27,7 @@ typedef struct gask {
     uint64_t offset;
     fx_broker_group_settings set; /* create: its own settings (a copy: the ask may outlive
                                      its caller) */
-    char whybuf[256]; /* the reason made on the worker, when |why| is NULL */
+    char whybuf[256];             /* the reason made on the worker, when |why| is NULL */
     /* answers */
     int rv;
     const char *why; /* static text when rv != 0 */
@@ -339,8 +339,8 @@ static void create_part(gask *a)
 
 int fx_broker_create_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                            const char *group, int start, uint64_t offset,
-                           const fx_broker_group_settings *set, uint64_t timeout_ns,
-                           bool *pcreated, fx_registry_err *err)
+                           const fx_broker_group_settings *set, uint64_t timeout_ns, bool *pcreated,
+                           fx_registry_err *err)
 {
     size_t len = strlen(group);
     fx_registry_err nerr;

@@ -37,7 +37,8 @@ static void collect(void *user, fx_mgroup_emit_fn emit, void *sink)
     struct fxb_gmset *set = user;
     pthread_mutex_lock(&set->mu);
     for (const struct fxb_gmetric *m = set->head; m != NULL; m = m->next) {
-        fx_mgroup_row r = {.tenant = m->tenant, .ns = m->ns, .stream = m->stream, .group = m->group};
+        fx_mgroup_row r = {
+            .tenant = m->tenant, .ns = m->ns, .stream = m->stream, .group = m->group};
         for (size_t i = 0; i < FX_MGROUP_N; i++)
             r.v[i] = atomic_load_explicit(&m->v[i], memory_order_relaxed);
         emit(sink, &r);

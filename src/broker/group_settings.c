@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MS_MAX 43200000ll            /* 12 h, as the broker-wide keys */
-#define COUNT_MAX 1000000ll          /* as group_max_attempts, group_max_in_flight */
+#define MS_MAX 43200000ll   /* 12 h, as the broker-wide keys */
+#define COUNT_MAX 1000000ll /* as group_max_attempts, group_max_in_flight */
 #define BYTES_MAX (1ll << 40)
 
 typedef struct key_desc {
@@ -155,8 +155,8 @@ bool fxb_gset_differs(const fx_broker_group_settings *s, const fxb_gs_config *c,
     }
     DIFF_U(FX_BROKER_GSET_MAX_ACK_PENDING, "max_ack_pending", c->max_ack_pending,
            s->max_ack_pending)
-    DIFF_U(FX_BROKER_GSET_MAX_ACK_PENDING_BYTES, "max_ack_pending_bytes",
-           c->max_ack_pending_bytes, s->max_ack_pending_bytes)
+    DIFF_U(FX_BROKER_GSET_MAX_ACK_PENDING_BYTES, "max_ack_pending_bytes", c->max_ack_pending_bytes,
+           s->max_ack_pending_bytes)
     DIFF_U(FX_BROKER_GSET_MAX_PARKED, "max_parked", c->max_parked, s->max_parked)
 #undef DIFF_U
     if ((has & FX_BROKER_GSET_BACKOFF) &&
@@ -206,8 +206,7 @@ char *fxb_gset_encode(const fx_broker_group_settings *s, size_t *plen)
     return t;
 }
 
-int fxb_gset_decode(const char *buf, size_t len, fx_broker_group_settings *s, char *why,
-                    size_t wl)
+int fxb_gset_decode(const char *buf, size_t len, fx_broker_group_settings *s, char *why, size_t wl)
 {
     *s = (fx_broker_group_settings){0};
     json_error_t jerr;

@@ -36,7 +36,6 @@ json_t *fxb_gset_json(const fx_broker_group_settings *s);
 char *fxb_gset_encode(const fx_broker_group_settings *s, size_t *plen);
 /* Reads JSON text |buf| (|len| bytes) into |s| with the bounds of
  * fx_broker_group_setting_parse. 0, or -EINVAL with the reason in |why|. */
-int fxb_gset_decode(const char *buf, size_t len, fx_broker_group_settings *s, char *why,
-                    size_t wl);
+int fxb_gset_decode(const char *buf, size_t len, fx_broker_group_settings *s, char *why, size_t wl);
 
 #endif

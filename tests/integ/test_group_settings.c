@@ -142,14 +142,14 @@ static void test_max_deliver_2_dead_letters_a_poison_record_the_default_group_go
     wait_series("felix_consumer_group_dead_lettered_total", "strict", 1);
     json_t *j = get_json(e, G "/strict");
     assert_int_equal(ju(json_object_get(j, "dead_lettered"), "max_deliver"), 1);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "config"), "max_deliver")),
-                     2);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(j, "config"), "max_deliver")), 2);
     assert_int_equal(
         json_integer_value(json_object_get(json_object_get(j, "settings"), "max_deliver")), 2);
     json_decref(j);
     j = get_json(e, G "/lenient");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "config"), "max_deliver")),
-                     5);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(j, "config"), "max_deliver")), 5);
     assert_int_equal(json_object_size(json_object_get(j, "settings")), 0);
     assert_int_equal(ju(json_object_get(j, "dead_lettered"), "max_deliver"), 0);
     json_decref(j);
@@ -158,7 +158,8 @@ static void test_max_deliver_2_dead_letters_a_poison_record_the_default_group_go
     assert_true(gseries("felix_consumer_group_delivered_total", "strict") == 2);
     assert_true(gseries("felix_consumer_group_redelivered_total", "strict") == 1);
     assert_true(gseries("felix_consumer_group_pending", "strict") == 0);
-    assert_true(gseries("felix_consumer_group_lag", "strict") == 0); /* settled by the dead letter */
+    assert_true(gseries("felix_consumer_group_lag", "strict") ==
+                0); /* settled by the dead letter */
     assert_true(gseries("felix_consumer_group_members", "strict") == 1);
     assert_true(gseries("felix_consumer_group_capped", "strict") == 0);
     wait_series("felix_consumer_group_delivered_total", "lenient", 4);
@@ -199,8 +200,8 @@ static void test_a_lapse_moves_the_lateness_histogram(void **state)
     assert_true(metric("felix_group_redelivery_lateness_seconds_bucket{le=\"+Inf\"}") >=
                 before + 1);
     json_t *j = get_json(e, G "/lapse");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "config"), "ack_wait_ms")),
-                     100);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(j, "config"), "ack_wait_ms")), 100);
     json_decref(j);
     /* This endpoint shows no per-stream series: the scrape does not ask the
      * sources, the families are declared. */
@@ -223,7 +224,8 @@ static void test_bad_settings_are_400_and_a_conflicting_recreate_is_409(void **s
     e->bo.auto_create_streams = false;
     e_start(e);
     expect_status(e, "PUT", "/v1/streams/t1/default/jobs", 201, NULL);
-    expect_body(e, "PUT", G "/g", "{\"max_deliverr\":2}", 400, "unknown field \\\"max_deliverr\\\"");
+    expect_body(e, "PUT", G "/g", "{\"max_deliverr\":2}", 400,
+                "unknown field \\\"max_deliverr\\\"");
     expect_body(e, "PUT", G "/g", "{\"max_deliver\":0}", 400, "\\\"max_deliver\\\" must be -1");
     expect_body(e, "PUT", G "/g", "{\"ack_wait_ms\":2000,\"max_ack_wait_ms\":1000}", 400,
                 "max_ack_wait_ms is below ack_wait_ms");
@@ -231,8 +233,8 @@ static void test_bad_settings_are_400_and_a_conflicting_recreate_is_409(void **s
     expect_status(e, "GET", G "/g", 404, "consumer group not found"); /* none was made */
 
     expect_body(e, "PUT", G "/g",
-                "{\"max_deliver\":-1,\"max_ack_pending\":10,\"backoff_ms\":[100,1000,5000]}",
-                201, NULL);
+                "{\"max_deliver\":-1,\"max_ack_pending\":10,\"backoff_ms\":[100,1000,5000]}", 201,
+                NULL);
     expect_body(e, "PUT", G "/g", "{\"max_deliver\":-1,\"backoff_ms\":[100,1000,5000]}", 200,
                 "\"created\":false");
     expect_body(e, "PUT", G "/g", "{\"start\":\"new\"}", 200, "\"created\":false");
@@ -315,12 +317,12 @@ static void test_durable_settings_survive_a_restart_a_damaged_file_refuses(void 
     co.reconnect = false;
     fx_client *c = fix_connect(&co);
     assert_int_equal(fx_publish(c, NS, "jobs", "x", 1, FX_ACK_PER_MESSAGE), 0);
-    fx_broker_group_settings set = {
-        .has = FX_BROKER_GSET_MAX_DELIVER | FX_BROKER_GSET_ACK_WAIT | FX_BROKER_GSET_BACKOFF,
-        .max_deliver = 2,
-        .ack_wait_ms = 1234,
-        .backoff_ms = {10, 20},
-        .n_backoff = 2};
+    fx_broker_group_settings set = {.has = FX_BROKER_GSET_MAX_DELIVER | FX_BROKER_GSET_ACK_WAIT |
+                                           FX_BROKER_GSET_BACKOFF,
+                                    .max_deliver = 2,
+                                    .ack_wait_ms = 1234,
+                                    .backoff_ms = {10, 20},
+                                    .n_backoff = 2};
     bool created = false;
     assert_int_equal(fx_broker_create_group(e.b, "t1", NS, "jobs", "keep", 0, 0, &set,
                                             HANG_MS * 1000000ull, &created, NULL),
@@ -346,9 +348,8 @@ static void test_durable_settings_survive_a_restart_a_damaged_file_refuses(void 
     assert_true(json_is_null(json_object_get(j, "journal_error")));
     json_decref(j);
     j = group_json(&e, "plain");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "config"),
-                                                        "max_deliver")),
-                     5);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(j, "config"), "max_deliver")), 5);
     json_decref(j);
     /* A re-create with other values is refused, with equal ones found. */
     set.max_deliver = 3;

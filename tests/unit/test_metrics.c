@@ -566,8 +566,8 @@ static void test_render_parses_as_prometheus_text(void **state)
     for (size_t i = 0; i < FX_MGROUP_N; i++) {
         p_family *f = find_family(p, fx_mgroup_descs[i].name);
         assert_non_null(f);
-        assert_string_equal(f->type, fx_mgroup_descs[i].type == FX_METRIC_GAUGE ? "gauge"
-                                                                                  : "counter");
+        assert_string_equal(f->type,
+                            fx_mgroup_descs[i].type == FX_METRIC_GAUGE ? "gauge" : "counter");
     }
     assert_int_equal(p->nf, families + FX_MSTREAM_N + FX_MGROUP_N);
     assert_true(value_of(p, "felix_broker_ingress_dropped_total", "") >= 3);
@@ -868,21 +868,22 @@ static void test_fixed_histogram_renders_its_bounds_in_seconds(void **state)
     double s0 = value_of(p, "felix_group_redelivery_lateness_seconds_sum", "");
     free(p);
     free(before);
-    FX_HIST_OBSERVE(group_redelivery_lateness, 200);     /* le 0.00025 */
+    FX_HIST_OBSERVE(group_redelivery_lateness, 200);      /* le 0.00025 */
     FX_HIST_ADD_BUCKET(group_redelivery_lateness, 11, 2); /* above 250 ms */
     FX_HIST_ADD_SUM(group_redelivery_lateness, 1500000);
     char *text = render_all();
     p = parse_ok(text);
     assert_true(value_of(p, "felix_group_redelivery_lateness_seconds_count", "") == c0 + 3);
-    assert_true(value_of(p, "felix_group_redelivery_lateness_seconds_bucket",
-                         "le=\"0.00025\"") == b1 + 1);
+    assert_true(value_of(p, "felix_group_redelivery_lateness_seconds_bucket", "le=\"0.00025\"") ==
+                b1 + 1);
     assert_true(value_of(p, "felix_group_redelivery_lateness_seconds_bucket", "le=\"+Inf\"") ==
                 c0 + 3);
     double s1 = value_of(p, "felix_group_redelivery_lateness_seconds_sum", "");
     assert_true(s1 - s0 > 1.5001 && s1 - s0 < 1.5003);
     /* Twelve buckets: eleven bounds and +Inf. */
     size_t nb = 0;
-    for (const char *q = text; (q = strstr(q, "felix_group_redelivery_lateness_seconds_bucket{")) != NULL; q++)
+    for (const char *q = text;
+         (q = strstr(q, "felix_group_redelivery_lateness_seconds_bucket{")) != NULL; q++)
         nb++;
     assert_int_equal(nb, 12);
     free(p);

@@ -583,11 +583,11 @@ static const fx_cli_opt GROUPS_OPTS[] = {FX_CLI_COMMON_OPTS,
  * the bounds (a 400 names the key); the CLI checks they are numbers. */
 #define GSET_N 7
 static const char *const GSET_KEYS[GSET_N] = {
-    "ack_wait_ms", "max_ack_wait_ms", "max_deliver",  "max_ack_pending",
-    "max_ack_pending_bytes", "max_parked", "backoff_ms"};
+    "ack_wait_ms",           "max_ack_wait_ms", "max_deliver", "max_ack_pending",
+    "max_ack_pending_bytes", "max_parked",      "backoff_ms"};
 static const char *const GSET_FLAGS[GSET_N] = {
-    "ack-wait-ms", "max-ack-wait-ms", "max-deliver", "max-ack-pending",
-    "max-ack-pending-bytes", "max-parked", "backoff"};
+    "ack-wait-ms",           "max-ack-wait-ms", "max-deliver", "max-ack-pending",
+    "max-ack-pending-bytes", "max-parked",      "backoff"};
 #define GSET_MAX_BACKOFF 8
 
 typedef struct groups_args {
