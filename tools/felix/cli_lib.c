@@ -1269,7 +1269,7 @@ static const fx_cli_help HELP[] = {
         "list, describe, create, move or delete a stream's consumer groups",
         "felix groups ls TENANT/NS/STREAM\n"
         "felix groups info TENANT/NS/STREAM GROUP\n"
-        "felix groups create [--start all|new|last|OFFSET] TENANT/NS/STREAM GROUP\n"
+        "felix groups create [--start all|new|last|OFFSET] [SETTINGS] T/NS/STREAM GROUP\n"
         "felix groups seek --start all|new|last|OFFSET TENANT/NS/STREAM GROUP\n"
         "felix groups delete TENANT/NS/STREAM GROUP\n"
         "felix groups dead-letters TENANT/NS/STREAM GROUP\n"
@@ -1283,8 +1283,19 @@ static const fx_cli_help HELP[] = {
         "  --start all|new|last|OFFSET  where the group starts (create; default all, the\n"
         "                             oldest record the stream holds) or goes to (seek:\n"
         "                             required; what is pending is dropped)\n"
-        "  --json                     print the broker's JSON answer as is\n",
+        "  --json                     print the broker's JSON answer as is\n"
+        "SETTINGS (create): the group's own, over the broker's group_* defaults; a\n"
+        "create that finds the group with another value fails (409) naming the key\n"
+        "  --ack-wait-ms N            a delivery's lease (1..43200000)\n"
+        "  --max-ack-wait-ms N        cap of a lease and its extensions (1..43200000)\n"
+        "  --max-deliver N            deliveries before dead-lettering (-1: unlimited)\n"
+        "  --max-ack-pending N        records held unacked (checkpoint 5g, 1..1000000)\n"
+        "  --max-ack-pending-bytes N  bytes held unacked (1..2^40)\n"
+        "  --max-parked N             records waiting out a delayed nak (0..1000000)\n"
+        "  --backoff D1,D2,...        delays in ms before the k-th redelivery (up to 8)\n",
         "felix groups create --start new t1/default/orders billing\n"
+        "  felix groups create --max-deliver 3 --ack-wait-ms 5000 --backoff 100,1000,5000 \\\n"
+        "      t1/default/orders billing\n"
         "  felix groups ls t1/default/orders\n"
         "  felix groups seek --start 1200 t1/default/orders billing\n"
         "  felix groups dead-letters --json t1/default/orders billing",
