@@ -436,7 +436,49 @@
       "instead of dead-lettered")                                                                  \
     G(group_hold_held, "felix_group_hold_held", "",                                                \
       "Workers whose next append waits for a consumer group now (checkpoint 4g; at most one per "  \
-      "worker)")
+      "worker)")                                                                                 \
+    C(group_json_requests, "felix_group_json_requests_total", "",                                  \
+      "JSON group requests (group_poll ... group_delete) run on their group's worker")             \
+    C(group_json_refused_invalid, "felix_group_json_refused_total", "reason=invalid_request",      \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_not_found, "felix_group_json_refused_total", "reason=not_found",          \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_forbidden, "felix_group_json_refused_total", "reason=forbidden",          \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_stale, "felix_group_json_refused_total", "reason=stale_claim",            \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_overloaded, "felix_group_json_refused_total", "reason=overloaded",        \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_internal, "felix_group_json_refused_total", "reason=internal",            \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_unsupported, "felix_group_json_refused_total", "reason=unsupported",      \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_polls_empty, "felix_group_json_polls_empty_total", "",                            \
+      "JSON group_poll answers with no record (nothing came within wait_ms, the "                  \
+      "consumer at its window, the group deleted)")                                                \
+    G(group_json_polls_waiting, "felix_group_json_polls_waiting", "",                              \
+      "JSON group_poll requests waiting for records now, all groups")
 
 /* Every list, in exposition order. A new subsystem list is added here. */
 /* ---- per-stream series -------------------------------------------------
