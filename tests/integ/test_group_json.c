@@ -440,6 +440,67 @@ static void test_requests_not_served_or_not_valid_are_refused_clearly(void **sta
     t_free(t);
 }
 
+/* Polls "dur" until the records [0, |want|) came, in order, each once (held,
+ * not acked), or 5 s passed. */
+static void drain_durable(T *t, tconn *c, uint64_t want)
+{
+    uint64_t next = 0, deadline = fx_now_ns() + 5000000000ull;
+    for (int polls = 1; next < want && fx_now_ns() < deadline; polls++) {
+        if (polls % 60 == 0)
+            c = t_connect(t); /* 64 streams a connection */
+        fx_msg m;
+        poll(t, c, "dur", "g", 16, 200, NULL, &m);
+        for (size_t i = 0; i < m.n_records; i++) {
+            check_rec(&m, i, next, 1);
+            next++;
+        }
+        fx_msg_deinit(&m);
+    }
+    assert_int_equal(next, want);
+}
+
+static void test_a_durable_stream_is_polled_from_its_log_below_the_ring(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    char root[128];
+    snprintf(root, sizeof(root), "%s/durable", t->dir);
+    t->bo.durable.dir = root;
+    t->bo.durable.fsync_mode = FX_FSYNC_NONE;
+    t->bo.durable.max_records_per_read = 8;
+    t->bo.log_capacity = 16;
+    t_start(t);
+    bool created = false, durable = false;
+    fx_registry_err err;
+    assert_int_equal(
+        fx_broker_create_stream_durable(t->b, "t1", "default", "dur", 1, &created, &durable, &err),
+        0);
+    assert_true(durable);
+    tconn *c = t_connect(t);
+    for (uint32_t k = 0; k < 5; k++)
+        publish_acked(t, authed_stream(t, c), "dur", k * 10, 10, 1 + k);
+    tconn *c2 = t_connect(t); /* a new connection: 64 streams each */
+    drain_durable(t, c2, 50); /* 50 records, a ring of 16: most come from the log */
+    tconn *c3 = t_connect(t);
+    fx_msg m;
+    request(t, c3, "{\"type\":\"group_describe\"," SCOPE("dur", "g") "}", FX_MSG_GROUP_INFO, &m);
+    assert_int_equal(m.tail, 50);
+    assert_int_equal(m.in_flight, 50);
+    fx_msg_deinit(&m);
+    for (uint64_t o = 0; o < 50; o += 1) {
+        if (o % 40 == 39)
+            c3 = t_connect(t);
+        ack(t, c3, "dur", "g", o);
+    }
+    tconn *c4 = t_connect(t);
+    request(t, c4, "{\"type\":\"group_describe\"," SCOPE("dur", "g") "}", FX_MSG_GROUP_INFO, &m);
+    assert_int_equal(m.committed, 50);
+    assert_int_equal(m.in_flight, 0);
+    fx_msg_deinit(&m);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_auth_ok_carries_server_features_only_to_a_client_offering_features),
     cmocka_unit_test(test_a_poll_hands_out_records_and_acks_settle_them),
@@ -450,6 +511,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_consumer_dead_letter_is_listed_and_finished),
     cmocka_unit_test(test_describe_seek_and_delete_a_group),
     cmocka_unit_test(test_requests_not_served_or_not_valid_are_refused_clearly),
+    cmocka_unit_test(test_a_durable_stream_is_polled_from_its_log_below_the_ring),
 };
 
 FX_TEST_MAIN(tests)
