@@ -693,7 +693,7 @@ static int copy_identity(json_t *cl, fx_auth_claims *out, char *why, size_t whyl
 /* The actions the original's permission parser knows; a perm naming any
  * other refuses the token, as there. */
 static const char *const known_actions[] = {
-    "stream.publish", "stream.subscribe", "cache.read",    "cache.write",  "tenant.admin",
+    "stream.publish", "stream.subscribe", "cache.read",    "cache.write",   "tenant.admin",
     "tenant.observe", "ns.manage",        "stream.manage", "group.consume", "group.manage",
 };
 

@@ -358,8 +358,8 @@
 
 /* ---- consumer groups (src/broker/group.c) ------------------------------ */
 #define FX_METRICS_GROUP(C, G, H)                                                                  \
-    G(group_groups, "felix_group_groups", "", "Consumer groups the broker holds")                   \
-    G(group_members, "felix_group_members", "", "Members joined to consumer groups")                \
+    G(group_groups, "felix_group_groups", "", "Consumer groups the broker holds")                  \
+    G(group_members, "felix_group_members", "", "Members joined to consumer groups")               \
     C(group_delivered, "felix_group_delivered_total", "",                                          \
       "Records handed to group members, first deliveries and redeliveries")                        \
     C(group_redelivered, "felix_group_redelivered_total", "",                                      \
@@ -413,10 +413,10 @@
     C(group_journal_torn_cut, "felix_group_journal_torn_tails_total", "",                          \
       "Torn journal tails cut at recovery (records no flush covered)")                             \
     C(group_log_pages, "felix_group_log_pages_total", "",                                          \
-      "Pages of records below the ring read from a durable stream's log for a consumer group "      \
+      "Pages of records below the ring read from a durable stream's log for a consumer group "     \
       "(one page per group at a time, on the worker's replay thread)")                             \
     C(group_log_read_errors, "felix_group_log_read_errors_total", "",                              \
-      "Reads of a consumer group's page from a durable stream's log that failed (I/O error, "       \
+      "Reads of a consumer group's page from a durable stream's log that failed (I/O error, "      \
       "corrupt record, no memory): logged, nothing skipped, tried again after 100 ms")             \
     C(group_skipped, "felix_group_skipped_total", "",                                              \
       "Records consumer groups settled unread: evicted from a ring before the group settled them " \
@@ -436,7 +436,7 @@
       "instead of dead-lettered")                                                                  \
     G(group_hold_held, "felix_group_hold_held", "",                                                \
       "Workers whose next append waits for a consumer group now (checkpoint 4g; at most one per "  \
-      "worker)")                                                                                 \
+      "worker)")                                                                                   \
     C(group_json_requests, "felix_group_json_requests_total", "",                                  \
       "JSON group requests (group_poll ... group_delete) run on their group's worker")             \
     C(group_json_refused_invalid, "felix_group_json_refused_total", "reason=invalid_request",      \

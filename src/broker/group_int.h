@@ -55,7 +55,7 @@ struct fxb_group {
      * (raised to the ring's oldest) reaches this offset (0: it holds). */
     uint64_t hold_lapsed_to;
     uint64_t skipped_counted; /* of the engine's skipped, in felix_group_skipped_total */
-    struct fxb_gpoll *poll;   /* its JSON polls' members and waiting polls (group_poll.c), or NULL */
+    struct fxb_gpoll *poll; /* its JSON polls' members and waiting polls (group_poll.c), or NULL */
 };
 
 /* The groups of |h| on |w| (NULL: none). */

@@ -126,8 +126,10 @@ static const char *check(const fxb_bidi *s, const fx_msg *m, char *buf, size_t c
 {
     *pe = FXB_GJ_UNSUPPORTED;
     if (m->type == FX_MSG_GROUP_DISCARD || m->type == FX_MSG_GROUP_REDRIVE) {
-        snprintf(buf, cap, "%s is not served by this broker (it does not advertise "
-                 "FEATURE_GROUP_DEAD_LETTERS)", fx_msg_type_name(m->type));
+        snprintf(buf, cap,
+                 "%s is not served by this broker (it does not advertise "
+                 "FEATURE_GROUP_DEAD_LETTERS)",
+                 fx_msg_type_name(m->type));
         return buf;
     }
     if (m->type == FX_MSG_GROUP_POLL && m->reclaim)
@@ -151,7 +153,7 @@ static const char *check(const fxb_bidi *s, const fx_msg *m, char *buf, size_t c
 static fx_broker_auth_action action_of(fx_msg_type t)
 {
     return t == FX_MSG_GROUP_SEEK || t == FX_MSG_GROUP_DELETE ? FX_BROKER_AUTH_GROUP_MANAGE
-                                                               : FX_BROKER_AUTH_GROUP_CONSUME;
+                                                              : FX_BROKER_AUTH_GROUP_CONSUME;
 }
 
 static fx_wire_slice str_slice(const char *p)
@@ -173,11 +175,11 @@ static fx_stream_handle *resolve(fxb_bidi *s, const fx_msg *m)
         snprintf(text, sizeof(text), "forbidden: %s on %.128s/%.128s/%.128s needs %s",
                  fx_msg_type_name(m->type), m->tenant_id, m->ns, m->stream,
                  action_of(m->type) == FX_BROKER_AUTH_GROUP_MANAGE ? "group.manage"
-                                                                    : "group.consume");
+                                                                   : "group.consume");
     else
         snprintf(text, sizeof(text), "%s", err.msg);
     refuse(s,
-           rv == FX_EFORBIDDEN   ? FXB_GJ_FORBIDDEN
+           rv == FX_EFORBIDDEN  ? FXB_GJ_FORBIDDEN
            : rv == FX_ENOSTREAM ? FXB_GJ_NOT_FOUND
                                 : FXB_GJ_INVALID,
            text);
@@ -201,8 +203,8 @@ static void fill(fxb_gjreq *q, const fxb_bidi *s, const fx_msg *m)
     q->visibility_ms = m->visibility_ms;
     q->delay_ms = m->delay_ms;
     q->extend_ms = m->extend_ms;
-    q->max_records = m->max_records < FXB_GPOLL_MAX_RECORDS ? m->max_records
-                                                            : FXB_GPOLL_MAX_RECORDS;
+    q->max_records =
+        m->max_records < FXB_GPOLL_MAX_RECORDS ? m->max_records : FXB_GPOLL_MAX_RECORDS;
     q->attempts = m->attempts;
     q->if_new = m->if_new;
     q->start = m->start;

@@ -19,20 +19,20 @@
  * served), not FX_FEATURE_GROUP_CONSUMER (reclaim is refused), not
  * FX_FEATURE_ERROR_CODES (only the group answers carry codes). */
 #define FXB_SERVER_FEATURES                                                                        \
-    (FX_FEATURE_CONSUMER_GROUP | FX_FEATURE_GROUP_SKIPPED | FX_FEATURE_GROUP_ADMIN |                \
+    (FX_FEATURE_CONSUMER_GROUP | FX_FEATURE_GROUP_SKIPPED | FX_FEATURE_GROUP_ADMIN |               \
      FX_FEATURE_GROUP_CLAIM_CONTROL)
 
 /* Why a group request is refused: each has its error code and retry class
  * (the original's), and its felix_group_json_refused_total reason. */
 typedef enum fxb_gjerr {
-    FXB_GJ_INVALID = 0,  /* invalid_request, fatal */
-    FXB_GJ_NOT_FOUND,    /* not_found, retry_after */
-    FXB_GJ_FORBIDDEN,    /* forbidden, fatal */
-    FXB_GJ_STALE,        /* stale_claim, retry (an ack or nack never handed out) */
-    FXB_GJ_STALE_FATAL,  /* stale_claim, fatal (a claim that no longer stands) */
-    FXB_GJ_OVERLOADED,   /* overloaded, retry_after (bounds: waiting polls, members) */
-    FXB_GJ_INTERNAL,     /* internal, fatal (no memory, storage) */
-    FXB_GJ_UNSUPPORTED,  /* invalid_request, fatal: a request or option not served */
+    FXB_GJ_INVALID = 0, /* invalid_request, fatal */
+    FXB_GJ_NOT_FOUND,   /* not_found, retry_after */
+    FXB_GJ_FORBIDDEN,   /* forbidden, fatal */
+    FXB_GJ_STALE,       /* stale_claim, retry (an ack or nack never handed out) */
+    FXB_GJ_STALE_FATAL, /* stale_claim, fatal (a claim that no longer stands) */
+    FXB_GJ_OVERLOADED,  /* overloaded, retry_after (bounds: waiting polls, members) */
+    FXB_GJ_INTERNAL,    /* internal, fatal (no memory, storage) */
+    FXB_GJ_UNSUPPORTED, /* invalid_request, fatal: a request or option not served */
 } fxb_gjerr;
 
 /* Fills |m| with the error answer |text| (borrowed) for a client that

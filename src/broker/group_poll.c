@@ -104,8 +104,8 @@ static void answer_ok(fxb_gjreq *q, struct fxb_group *g)
     answer_durable(q, g, &m);
 }
 
-static __attribute__((format(printf, 3, 4))) void refuse(fxb_gjreq *q, fxb_gjerr e,
-                                                         const char *fmt, ...)
+static __attribute__((format(printf, 3, 4))) void refuse(fxb_gjreq *q, fxb_gjerr e, const char *fmt,
+                                                         ...)
 {
     char text[512];
     va_list ap;
@@ -236,9 +236,8 @@ static void pm_open(struct fxb_group *g, struct fxb_gpm *pm)
         return;
     }
     uint64_t w = (uint64_t)fxb_gs_member_held(g->gs, pm->mid) + (q->max_records - q->nrecs);
-    fxb_gs_member_set_lease(g->gs, pm->mid,
-                            q->visibility_ms > UINT32_MAX ? UINT32_MAX
-                                                          : (uint32_t)q->visibility_ms);
+    fxb_gs_member_set_lease(
+        g->gs, pm->mid, q->visibility_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)q->visibility_ms);
     fxb_gs_member_set_window(g->gs, pm->mid, w > UINT32_MAX ? UINT32_MAX : (uint32_t)w);
 }
 
@@ -691,8 +690,7 @@ void fxb_gpoll_run(fx_loop *l, fx_task *t, void *user)
         do_dead_letters(q, g);
         break;
     default: /* the connection loop sends no other type */
-        refuse(q, FXB_GJ_UNSUPPORTED, "%s is not served by this broker",
-               fx_msg_type_name(q->type));
+        refuse(q, FXB_GJ_UNSUPPORTED, "%s is not served by this broker", fx_msg_type_name(q->type));
         break;
     }
 }

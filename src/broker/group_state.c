@@ -288,8 +288,7 @@ void fxb_gs_member_set_lease(fxb_gs *g, uint32_t id, uint32_t ack_wait_ms)
     m->ack_wait_ms = ack_wait_ms > g->cfg.max_ack_wait_ms ? g->cfg.max_ack_wait_ms : ack_wait_ms;
 }
 
-fxb_gs_where fxb_gs_lookup(const fxb_gs *g, uint64_t offset, uint32_t *pmember,
-                           uint32_t *pattempt)
+fxb_gs_where fxb_gs_lookup(const fxb_gs *g, uint64_t offset, uint32_t *pmember, uint32_t *pattempt)
 {
     if (offset >= g->next)
         return FXB_GS_NEVER;

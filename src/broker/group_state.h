@@ -183,8 +183,7 @@ typedef enum fxb_gs_where {
 } fxb_gs_where;
 /* Looks |offset| up; |pmember| and |pattempt| (may be NULL) are set for
  * FXB_GS_HELD (the attempt also for OWED: the deliveries so far). */
-fxb_gs_where fxb_gs_lookup(const fxb_gs *g, uint64_t offset, uint32_t *pmember,
-                           uint32_t *pattempt);
+fxb_gs_where fxb_gs_lookup(const fxb_gs *g, uint64_t offset, uint32_t *pmember, uint32_t *pattempt);
 
 /* One dispatch turn: settles what fell below |v->low| as skipped, then hands
  * out runs to members with room, redeliveries first (AVAILABLE, oldest

@@ -62,8 +62,8 @@ static int forbid(fxb_bidi *s, fx_broker_auth_action action,
     FX_LOG_RATELIMITED(&forbidden_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
                        "conn %llu stream %lld: %s to %s/%s/%s forbidden: the token lacks the "
                        "permission",
-                       (unsigned long long)s->conn->id, (long long)s->sid,
-                       action_name(action), names[0], names[1], names[2]);
+                       (unsigned long long)s->conn->id, (long long)s->sid, action_name(action),
+                       names[0], names[1], names[2]);
     err->code = FX_EFORBIDDEN;
     snprintf(err->msg, sizeof(err->msg), "forbidden");
     return FX_EFORBIDDEN;

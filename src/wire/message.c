@@ -74,10 +74,12 @@ struct field {
 #define REQUEST_ID OPT("request_id", K_U64, request_id, has_request_id)
 
 static const struct field f_auth[] = {
-    REQ("tenant_id", K_NAME, tenant_id), REQ("token", K_STR, token),
+    REQ("tenant_id", K_NAME, tenant_id),
+    REQ("token", K_STR, token),
     OPT("client_flags", K_U16, client_flags, has_client_flags),
     OPT("client_features", K_U32, client_features, has_client_features),
-    OPT("client_features_hi", K_U32, client_features_hi, has_client_features_hi), END};
+    OPT("client_features_hi", K_U32, client_features_hi, has_client_features_hi),
+    END};
 static const struct field f_auth_ok[] = {
     REQ("server_flags", K_U16, server_flags),
     OPT("server_features", K_U32, server_features, has_server_features),

@@ -22,11 +22,12 @@
 #define FX_FEATURE_GROUP_CONSUMER 0x00100000u     /* group_poll consumer + reclaim */
 #define FX_FEATURE_GROUP_SKIPPED 0x00400000u      /* group_records skipped_before */
 #define FX_FEATURE_GROUP_PUBLISHER 0x00800000u
-#define FX_FEATURE_GROUP_ADMIN 0x01000000u         /* group_seek, group_describe, group_delete */
+#define FX_FEATURE_GROUP_ADMIN 0x01000000u /* group_seek, group_describe, group_delete */
 #define FX_FEATURE_RECORD_TIMESTAMPS 0x04000000u
-#define FX_FEATURE_GROUP_CLAIM_CONTROL 0x08000000u /* extend, dead_letter, nack delay/attempts,
-                                                      poll visibility_ms */
-#define FX_FEATURE_EXTENDED 0x80000000u            /* a second word (_hi) follows */
+#define FX_FEATURE_GROUP_CLAIM_CONTROL                                                             \
+    0x08000000u                         /* extend, dead_letter, nack delay/attempts,               \
+                                           poll visibility_ms */
+#define FX_FEATURE_EXTENDED 0x80000000u /* a second word (_hi) follows */
 
 typedef enum fx_msg_type {
     FX_MSG_NONE = 0, /* zeroed struct; never on the wire */

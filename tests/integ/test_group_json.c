@@ -318,12 +318,12 @@ static void test_an_extend_of_a_claim_that_no_longer_stands_is_refused_stale(voi
     assert_int_equal(m.n_records, 0);
     fx_msg_deinit(&m);
     refused(t, c, FEATS,
-            "{\"type\":\"group_extend\"," SCOPE("ex", "g")
-            ",\"offset\":0,\"attempts\":2,\"extend_ms\":1000}",
+            "{\"type\":\"group_extend\"," SCOPE(
+                "ex", "g") ",\"offset\":0,\"attempts\":2,\"extend_ms\":1000}",
             "the claim on offset 0 no longer stands", "stale_claim");
     refused(t, c, FEATS,
-            "{\"type\":\"group_extend\"," SCOPE("ex", "g")
-            ",\"offset\":0,\"attempts\":1,\"extend_ms\":0}",
+            "{\"type\":\"group_extend\"," SCOPE(
+                "ex", "g") ",\"offset\":0,\"attempts\":1,\"extend_ms\":0}",
             "extend_ms must be above 0", "invalid_request");
     t_free(t);
 }
@@ -368,9 +368,10 @@ static void test_describe_seek_and_delete_a_group(void **state)
     assert_int_equal(m.offset, 0);
     assert_true(m.moved);
     fx_msg_deinit(&m);
-    request(t, c,
-            "{\"type\":\"group_seek\"," SCOPE("sk", "s") ",\"start\":{\"offset\":2},\"if_new\":true}",
-            FX_MSG_GROUP_POSITION, &m);
+    request(
+        t, c,
+        "{\"type\":\"group_seek\"," SCOPE("sk", "s") ",\"start\":{\"offset\":2},\"if_new\":true}",
+        FX_MSG_GROUP_POSITION, &m);
     assert_int_equal(m.offset, 0);
     assert_false(m.moved); /* it exists */
     fx_msg_deinit(&m);

@@ -291,8 +291,7 @@ static uint8_t *load_new(const char *name, fx_msg *m, size_t *plen)
     json_decref(doc);
     assert_non_null(frame);
     assert_true(*plen > FX_WIRE_HEADER_LEN);
-    assert_int_equal(fx_msg_decode(m, frame + FX_WIRE_HEADER_LEN, *plen - FX_WIRE_HEADER_LEN,
-                                   NULL),
+    assert_int_equal(fx_msg_decode(m, frame + FX_WIRE_HEADER_LEN, *plen - FX_WIRE_HEADER_LEN, NULL),
                      0);
     return frame;
 }
