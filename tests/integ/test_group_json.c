@@ -7,7 +7,12 @@
  * delete, the refusals of what is not served or not valid, and auth_ok's
  * feature word. */
 /* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
+#include <time.h>
+
 #include "integ/broker_client.h"
+
+#include "auth/auth.h"
+#include "server/authn.h"
 
 /* What a client of the original's groups offers. */
 #define FEATS                                                                                      \
@@ -24,12 +29,15 @@ static T *gj_t(void)
     return t;
 }
 
+/* The token the next streams authenticate with. */
+static const char *token = "any-token";
+
 /* A new stream of |c| authenticated offering |features|. */
 static tstream *fstream(T *t, tconn *c, uint32_t features)
 {
     tstream *s = open_bidi(c);
     fx_msg m;
-    fx_msg_init_auth(&m, "t1", "any-token", true, 63);
+    fx_msg_init_auth(&m, "t1", token, true, 63);
     m.client_features = features;
     m.has_client_features = true;
     send_msg(s, &m);
@@ -502,6 +510,71 @@ static void test_a_durable_stream_is_polled_from_its_log_below_the_ring(void **s
     t_free(t);
 }
 
+/* A JWT for t1 signed with |priv| granting |perms|. */
+static char *mint_t1(const uint8_t *priv, const char *const *perms, size_t n)
+{
+    fx_auth_mint_claims mc = {.sub = "tester",
+                              .tid = "t1",
+                              .iat = (int64_t)time(NULL),
+                              .has_iat = true,
+                              .exp = (int64_t)time(NULL) + 3600,
+                              .perms = perms,
+                              .nperms = n};
+    char *tok = NULL;
+    assert_int_equal(fx_auth_mint(priv, "k1", &mc, &tok), 0);
+    return tok;
+}
+
+static void test_group_requests_need_group_consume_or_group_manage(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->size_of = size_small;
+    uint8_t pub[FX_AUTH_KEY_BYTES], priv[FX_AUTH_KEY_BYTES];
+    assert_int_equal(fx_auth_keygen(pub, priv), 0);
+    char jwks[128];
+    snprintf(jwks, sizeof(jwks), "%s/jwks.json", t->dir);
+    FILE *f = fopen(jwks, "w");
+    assert_non_null(f);
+    assert_int_equal(fx_auth_jwks_write(f, "k1", pub), 0);
+    assert_int_equal(fclose(f), 0);
+    char why[512];
+    fx_authn *an = NULL;
+    fx_authn_opts ao = {.jwks_file = jwks, .leeway_s = 60};
+    if (fx_authn_new(&an, &ao, why, sizeof(why)) != 0)
+        fail_msg("authn: %s", why);
+    fx_authn_broker_auth(an, &t->bo.auth);
+    t_start(t);
+    static const char *const consume[] = {"stream.publish:stream:t1/*/*",
+                                          "group.consume:stream:t1/default/*"};
+    static const char *const publish_only[] = {"stream.publish:stream:t1/*/*"};
+    char *tc = mint_t1(priv, consume, 2), *tp = mint_t1(priv, publish_only, 1);
+    tconn *c = t_connect(t);
+    token = tc;
+    tstream *p = fstream(t, c, 0);
+    publish_acked(t, p, "au", 0, 2, 1);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    fx_msg m;
+    poll(t, c, "au", "g", 5, 0, NULL, &m); /* group.consume */
+    assert_int_equal(m.n_records, 2);
+    fx_msg_deinit(&m);
+    refused(t, c, FEATS, "{\"type\":\"group_seek\"," SCOPE("au", "g") ",\"start\":\"latest\"}",
+            "needs group.manage", "forbidden");
+    refused(t, c, FEATS, "{\"type\":\"group_delete\"," SCOPE("au", "g") "}", "needs group.manage",
+            "forbidden");
+    token = tp;
+    refused(t, c, FEATS, "{\"type\":\"group_describe\"," SCOPE("au", "g") "}",
+            "needs group.consume", "forbidden");
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, group_json_refused_forbidden), 3);
+    token = "any-token";
+    free(tc);
+    free(tp);
+    t_free(t);
+    fx_authn_free(an);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_auth_ok_carries_server_features_only_to_a_client_offering_features),
     cmocka_unit_test(test_a_poll_hands_out_records_and_acks_settle_them),
@@ -513,6 +586,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_describe_seek_and_delete_a_group),
     cmocka_unit_test(test_requests_not_served_or_not_valid_are_refused_clearly),
     cmocka_unit_test(test_a_durable_stream_is_polled_from_its_log_below_the_ring),
+    cmocka_unit_test(test_group_requests_need_group_consume_or_group_manage),
 };
 
 FX_TEST_MAIN(tests)
