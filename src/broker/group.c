@@ -843,8 +843,9 @@ static int join(fxb_sub *sub)
             return FX_ENOSTREAM;
         }
         if (gp->create == FXB_GROUP_CREATE_TIME) {
-            gp->why = "creating a group at a time is not served yet (streams in memory keep no "
-                      "record times): use all, new, last or an offset";
+            gp->why = "a join does not create a group at a time: create it at a time with the "
+                      "admin API ({\"start\": {\"time_ms\": T}}, durable streams only) or "
+                      "join with all, new, last or an offset";
             return -ENOTSUP;
         }
         uint64_t start = start_offset(sub, st);

@@ -401,7 +401,7 @@ static void test_joins_that_cannot_be_served_are_refused_with_the_reason(void **
     memset(longname, 'g', 129);
     longname[129] = '\0';
     join_refused(t, c, "ref", longname, ",\"create\":\"all\"", "names must be 1 to 128 bytes");
-    join_refused(t, c, "ref", "g", ",\"create\":{\"time_us\":1}", "at a time is not served");
+    join_refused(t, c, "ref", "g", ",\"create\":{\"time_us\":1}", "a join does not create a group at a time");
     /* A group frame on a stream that joined nothing. */
     tstream *s = authed_stream(t, c);
     fx_wire_group_op op = {.kind = FX_GROUP_OP_ACK, .first = 0, .count = 1};
