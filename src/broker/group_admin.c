@@ -1,5 +1,5 @@
 /* Admin operations on consumer groups (broker.h, "consumer groups"): list and
- * describe, create, seek, delete and the dead-letter list. Each runs on the
+ * describe, create, seek, delete, the dead-letter list, redrive and discard. Each runs on the
  * caller's thread, which asks the stream's worker loop (fx_loop_ask) to do
  * the part that touches the group and waits for it with a deadline; the
  * answer is JSON built on the worker and handed back. */
@@ -27,6 +27,7 @@ typedef struct gask {
     /* answers */
     int rv;
     const char *why; /* static text when rv != 0 */
+    char whybuf[FXB_GROUP_NAME_MAX + 64]; /* the text instead, when it names an offset (copied back by value) */
     json_t *j;
     bool created, existed;
     void (*fn)(struct gask *a); /* the part, on the worker */
@@ -81,8 +82,8 @@ static int ask(fx_broker *b, const char *t, const char *ns, const char *s, gask 
     int rv = fx_loop_ask(a->w->loop, &q);
     if (rv == -ENOMEM)
         fx_stream_handle_unref(h); /* nothing was posted */
-    if (rv == 0 && a->rv != 0 && err != NULL && a->why != NULL)
-        snprintf(err->msg, sizeof(err->msg), "%s", a->why);
+    if (rv == 0 && a->rv != 0 && err != NULL && (a->why != NULL || a->whybuf[0] != '\0'))
+        snprintf(err->msg, sizeof(err->msg), "%s", a->whybuf[0] != '\0' ? a->whybuf : a->why);
     return rv != 0 ? rv : a->rv;
 }
 
@@ -174,6 +175,7 @@ static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_u
     char dlq[FX_REGISTRY_NAME_MAX + 1];
     snprintf(dlq, sizeof(dlq), "%s.%s.dlq", fx_stream_handle_stream(g->sg->h), g->name);
     json_object_set_new(o, "dead_letter_stream", json_string(dlq));
+    set_u64(o, "redriven", st->redriven);
     set_u64(o, "skipped", st->skipped);
     set_u64(o, "capped", st->capped);
     set_u64(o, "member_full", st->member_full);
@@ -207,12 +209,15 @@ static void list_part(gask *a)
             a->why = "consumer group not found";
             return;
         }
+        fxb_group_dead_prune(g, false);
         a->j = describe(g, tail, now_us);
         return;
     }
     json_t *arr = json_array();
-    for (struct fxb_group *g = sg != NULL ? sg->head : NULL; g != NULL; g = g->next)
+    for (struct fxb_group *g = sg != NULL ? sg->head : NULL; g != NULL; g = g->next) {
+        fxb_group_dead_prune(g, false);
         json_array_append_new(arr, describe(g, tail, now_us));
+    }
     a->j = json_object();
     json_object_set_new(a->j, "groups", arr);
 }
@@ -358,6 +363,7 @@ static void seek_part(gask *a)
         return;
     }
     fxb_gs_seek(g->gs, to);
+    fxb_group_dead_prune(g, true); /* redriven records are dropped with the rest */
     fxb_group_pump(g);
 }
 
@@ -404,6 +410,7 @@ static void dead_part(gask *a)
         a->why = "consumer group not found";
         return;
     }
+    fxb_group_dead_prune(g, false);
     json_t *arr = json_array();
     for (uint32_t k = 0; k < g->ndead; k++) {
         json_t *e = json_object();
@@ -412,6 +419,7 @@ static void dead_part(gask *a)
         json_object_set_new(
             e, "reason",
             json_string(g->dead[k].reason == FXB_GS_DEAD_TERM ? "term" : "max_deliver"));
+        json_object_set_new(e, "redriven", json_boolean(g->dead[k].redriven));
         json_array_append_new(arr, e);
     }
     a->j = json_object();
@@ -430,4 +438,94 @@ int fx_broker_group_dead_letters(fx_broker *b, const char *tenant, const char *n
         return rv;
     }
     return dump(a.j, pjson);
+}
+
+/* ---- redrive and discard ------------------------------------------------------------------- */
+
+/* The dead-letter entry of |a->offset| in |a|'s group, not redriven, in
+ * |*pe|; false with |a->rv| set when there is none (or no group). */
+static bool dead_entry_of(gask *a, struct fxb_group **pg, fxb_dead_entry **pe)
+{
+    struct fxb_group *g = fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group);
+    if (g == NULL) {
+        a->rv = FX_ENOSTREAM;
+        a->why = "consumer group not found";
+        return false;
+    }
+    fxb_group_dead_prune(g, false); /* redriven records acked since go first */
+    fxb_dead_entry *e = fxb_group_dead_find(g, a->offset);
+    if (e == NULL || e->redriven) {
+        a->rv = -ESRCH;
+        snprintf(a->whybuf, sizeof(a->whybuf), "offset %llu is not a dead letter of %s",
+                 (unsigned long long)a->offset, g->name);
+        return false;
+    }
+    *pg = g;
+    *pe = e;
+    return true;
+}
+
+static void redrive_part(gask *a)
+{
+    struct fxb_group *g;
+    fxb_dead_entry *e;
+    if (!dead_entry_of(a, &g, &e))
+        return;
+    /* The record must still be readable: the ring of an in-memory stream,
+     * the log of a durable one (a redriven record below the ring is read
+     * from it, group_page.h). One no longer there is refused, not skipped. */
+    fx_stream *st = fxb_worker_stream_if_any(a->w, a->h);
+    uint64_t oldest = 0, tail = 0;
+    if (!span_of(a, st, &oldest, &tail))
+        return;
+    if ((st == NULL && !fx_stream_handle_is_durable(a->h)) || a->offset < oldest ||
+        a->offset >= tail) {
+        a->rv = FX_ECURSOR_TOO_OLD;
+        snprintf(a->whybuf, sizeof(a->whybuf), "offset %llu is no longer in the stream",
+                 (unsigned long long)a->offset);
+        return;
+    }
+    int rv = fxb_gs_redrive(g->gs, a->offset, fx_loop_now(a->w->loop) / 1000);
+    if (rv == -ENOENT) { /* listed, but owed already (a seek back handed it out again) */
+        a->rv = -ESRCH;
+        snprintf(a->whybuf, sizeof(a->whybuf), "offset %llu is not a dead letter of %s",
+                 (unsigned long long)a->offset, g->name);
+        return;
+    }
+    if (rv != 0) {
+        a->rv = rv;
+        a->why = rv == -ENOSPC ? "the group's pending records are at max_ack_pending + "
+                                 "max_parked: redrive later"
+                               : NULL;
+        return;
+    }
+    e->redriven = true;
+    g->dead_redriven++;
+    fxb_group_pump(g);
+}
+
+int fx_broker_redrive_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            const char *group, uint64_t offset, uint64_t timeout_ns,
+                            fx_registry_err *err)
+{
+    gask a = {.group = group, .offset = offset};
+    return ask(b, tenant, ns, stream, &a, redrive_part, timeout_ns, err);
+}
+
+static void discard_part(gask *a)
+{
+    struct fxb_group *g;
+    fxb_dead_entry *e;
+    if (!dead_entry_of(a, &g, &e))
+        return;
+    fxb_group_dead_remove(g, e);
+    fxb_gj_discard(g, a->offset);
+}
+
+int fx_broker_discard_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            const char *group, uint64_t offset, uint64_t timeout_ns,
+                            fx_registry_err *err)
+{
+    gask a = {.group = group, .offset = offset};
+    return ask(b, tenant, ns, stream, &a, discard_part, timeout_ns, err);
 }
