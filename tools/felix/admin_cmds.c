@@ -555,12 +555,16 @@ int fx_cli_streams(int argc, char **argv)
 
 /* ---- felix groups --------------------------------------------------------------- */
 
-enum { O_START = FX_CLI_OPT_FIRST_CMD, O_JSON };
-static const fx_cli_opt GROUPS_OPTS[] = {
-    FX_CLI_COMMON_OPTS, {"start", true, O_START}, {"json", false, O_JSON}, {0}};
+enum { O_START = FX_CLI_OPT_FIRST_CMD, O_JSON, O_OFFSET };
+static const fx_cli_opt GROUPS_OPTS[] = {FX_CLI_COMMON_OPTS,
+                                         {"start", true, O_START},
+                                         {"json", false, O_JSON},
+                                         {"offset", true, O_OFFSET},
+                                         {0}};
 
 typedef struct groups_args {
-    const char *start; /* --start, NULL: not given */
+    const char *start;  /* --start, NULL: not given */
+    const char *offset; /* --offset (redrive, discard), NULL: not given */
     bool json;
 } groups_args;
 
@@ -569,6 +573,8 @@ static int groups_opt(void *user, int id, const char *val, char *err, size_t err
     groups_args *a = user;
     if (id == O_START)
         a->start = val;
+    else if (id == O_OFFSET)
+        a->offset = val;
     else if (id == O_JSON)
         a->json = true;
     (void)err;
@@ -681,7 +687,7 @@ static void groups_print(const char *action, const fx_cli_http *resp)
     json_decref(root);
 }
 
-/* The line a successful create, seek or delete prints. */
+/* The line a successful create, seek, delete, redrive or discard prints. */
 static void groups_done(const char *action, const fx_cli_path *p, const char *group,
                         const groups_args *a, const fx_cli_http *resp)
 {
@@ -692,6 +698,14 @@ static void groups_done(const char *action, const fx_cli_path *p, const char *gr
     } else if (strcmp(action, "seek") == 0) {
         printf("moved group %s on %s/%s/%s to %s\n", group, p->tenant, p->ns, p->stream,
                a->start);
+    } else if (strcmp(action, "redrive") == 0) {
+        printf("redrove offset %s of group %s on %s/%s/%s: it is delivered again (attempt 1) "
+               "and stays listed until acked\n",
+               a->offset, group, p->tenant, p->ns, p->stream);
+    } else if (strcmp(action, "discard") == 0) {
+        printf("discarded dead letter %s of group %s on %s/%s/%s (the record stays in the "
+               "stream and the dead-letter stream)\n",
+               a->offset, group, p->tenant, p->ns, p->stream);
     } else {
         printf("deleted group %s on %s/%s/%s\n", group, p->tenant, p->ns, p->stream);
     }
@@ -703,22 +717,30 @@ static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_p
 {
     bool create = strcmp(action, "create") == 0, seek = strcmp(action, "seek") == 0;
     bool del = strcmp(action, "delete") == 0, dead = strcmp(action, "dead-letters") == 0;
+    bool redrive = strcmp(action, "redrive") == 0, discard = strcmp(action, "discard") == 0;
     char route[3 * 3 * FX_CLI_NAME_MAX + 3 * FX_CLI_GROUP_MAX + 64], body[96], err[256];
-    if (fx_cli_group_route(p, group, seek ? "seek" : dead ? "dead-letters" : NULL, route,
-                           sizeof(route)) != 0) {
+    const char *verb = seek      ? "seek"
+                       : dead    ? "dead-letters"
+                       : redrive ? "redrive"
+                       : discard ? "discard"
+                                 : NULL;
+    if (fx_cli_group_route(p, group, verb, route, sizeof(route)) != 0) {
         fx_cli_errorf("groups", "out of memory");
         return FX_CLI_EXIT_FAIL;
     }
     if (a->start != NULL && fx_cli_group_start_body(a->start, body, sizeof(body), err,
                                                     sizeof(err)) != 0)
         return fx_cli_usage_error("groups", err);
-    const char *method = create ? "PUT" : seek ? "POST" : del ? "DELETE" : "GET";
+    if (a->offset != NULL) /* checked a whole number by groups_usage */
+        snprintf(body, sizeof(body), "{\"offset\":%s}", a->offset);
+    const char *method = create ? "PUT" : seek || redrive || discard ? "POST" : del ? "DELETE" : "GET";
     fx_cli_http resp;
-    if (admin_call_body("groups", c, method, route, a->start != NULL ? body : NULL, &resp) != 0)
+    if (admin_call_body("groups", c, method, route,
+                        a->start != NULL || a->offset != NULL ? body : NULL, &resp) != 0)
         return FX_CLI_EXIT_FAIL;
     if (a->json)
         print_raw(&resp);
-    else if (create || seek || del)
+    else if (create || seek || del || redrive || discard)
         groups_done(action, p, group, a, &resp);
     else
         groups_print(action, &resp);
@@ -726,15 +748,30 @@ static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_p
     return FX_CLI_EXIT_OK;
 }
 
+/* Whether |s| is a whole number from 0 that fits a JSON integer (digits
+ * only, at most 18 of them). */
+static bool is_offset(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 18)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return true;
+}
+
 /* Checks the words and flags of |action|. Returns NULL or the usage error. */
 static const char *groups_usage(const char *action, int npos, const groups_args *a)
 {
     bool ls = strcmp(action, "ls") == 0 || strcmp(action, "list") == 0;
-    bool known = ls || strcmp(action, "create") == 0 || strcmp(action, "info") == 0 ||
-                 strcmp(action, "seek") == 0 || strcmp(action, "delete") == 0 ||
-                 strcmp(action, "dead-letters") == 0;
+    bool by_offset = strcmp(action, "redrive") == 0 || strcmp(action, "discard") == 0;
+    bool known = ls || by_offset || strcmp(action, "create") == 0 ||
+                 strcmp(action, "info") == 0 || strcmp(action, "seek") == 0 ||
+                 strcmp(action, "delete") == 0 || strcmp(action, "dead-letters") == 0;
     if (!known)
-        return "unknown action: want ls, info, create, seek, delete or dead-letters";
+        return "unknown action: want ls, info, create, seek, delete, dead-letters, redrive or "
+               "discard";
     if (npos < 2)
         return "missing TENANT/NS/STREAM";
     if (ls && npos > 2)
@@ -746,6 +783,12 @@ static const char *groups_usage(const char *action, int npos, const groups_args 
         return "--start goes with create or seek";
     if (a->start == NULL && strcmp(action, "seek") == 0)
         return "seek needs --start all|new|last|OFFSET";
+    if (a->offset != NULL && !by_offset)
+        return "--offset goes with redrive or discard";
+    if (by_offset && a->offset == NULL)
+        return "redrive and discard need --offset N (a dead letter's offset, from dead-letters)";
+    if (by_offset && !is_offset(a->offset))
+        return "--offset must be a whole number from 0";
     return NULL;
 }
 
@@ -760,8 +803,8 @@ int fx_cli_groups(int argc, char **argv)
     if (st >= 0)
         return st;
     if (npos == 0)
-        return fx_cli_usage_error("groups", "missing action: ls, info, create, seek, delete or "
-                                            "dead-letters");
+        return fx_cli_usage_error("groups", "missing action: ls, info, create, seek, delete, "
+                                            "dead-letters, redrive or discard");
     const char *why = groups_usage(pos[0], npos, &a);
     if (why != NULL)
         return fx_cli_usage_error("groups", why);
