@@ -27,7 +27,8 @@ typedef struct gask {
     /* answers */
     int rv;
     const char *why; /* static text when rv != 0 */
-    char whybuf[FXB_GROUP_NAME_MAX + 64]; /* the text instead, when it names an offset (copied back by value) */
+    /* The text instead, when it names an offset (copied back by value). */
+    char whybuf[FXB_GROUP_NAME_MAX + 64];
     json_t *j;
     bool created, existed;
     void (*fn)(struct gask *a); /* the part, on the worker */

@@ -257,7 +257,7 @@ typedef enum fxb_gs_ev_type {
     FXB_GS_EV_DEAD,        /* |first| dead-lettered (settled), |reason| */
     FXB_GS_EV_SKIP,        /* [first, first+count) settled unread */
     FXB_GS_EV_SEEK,        /* everything dropped; floor = next = |first| */
-    FXB_GS_EV_REDRIVE,     /* settled |first| owed again, AVAILABLE, 0 attempts (fxb_gs_redrive) */
+    FXB_GS_EV_REDRIVE,     /* settled |first| owed again: AVAILABLE, 0 attempts */
 } fxb_gs_ev_type;
 
 typedef struct fxb_gs_event {
