@@ -402,7 +402,8 @@ static void dead_list_add(struct fxb_group *g, const fxb_gs_dead *d)
     if (old != NULL) {
         if (old->redriven)
             g->dead_redriven--;
-        *old = (fxb_dead_entry){.offset = d->offset, .attempts = d->attempts, .reason = (uint8_t)d->reason};
+        *old = (fxb_dead_entry){
+            .offset = d->offset, .attempts = d->attempts, .reason = (uint8_t)d->reason};
         return;
     }
     if (g->ndead == g->dead_cap) {
@@ -422,8 +423,8 @@ static void dead_list_add(struct fxb_group *g, const fxb_gs_dead *d)
             g->dead_cap = cap;
         }
     }
-    g->dead[g->ndead++] =
-        (fxb_dead_entry){.offset = d->offset, .attempts = d->attempts, .reason = (uint8_t)d->reason};
+    g->dead[g->ndead++] = (fxb_dead_entry){
+        .offset = d->offset, .attempts = d->attempts, .reason = (uint8_t)d->reason};
 }
 
 fxb_dead_entry *fxb_group_dead_find(struct fxb_group *g, uint64_t offset)

@@ -253,7 +253,7 @@ enum group_target {
 };
 
 #define GROUP_PATH_HELP                                                                            \
-    "want /v1/streams/{tenant}/{namespace}/{stream}/groups[/{group}[/seek|/dead-letters|"       \
+    "want /v1/streams/{tenant}/{namespace}/{stream}/groups[/{group}[/seek|/dead-letters|"          \
     "/redrive|/discard]]"
 /* The three names, "groups", a group name (128 bytes at most, some room
  * past it so that a long one reaches the broker's refusal) and an action. */

@@ -19,8 +19,8 @@
 
 /* Body length of each type (index: type); 0 for unknown types. */
 static const uint8_t BODY_LEN[] = {
-    [FX_GJ_DELIVER] = 16,     [FX_GJ_ACK] = 12,  [FX_GJ_NAK] = 20,  [FX_GJ_RELEASE] = 12,
-    [FX_GJ_DEAD_INTENT] = 13, [FX_GJ_DEAD] = 17, [FX_GJ_SKIP] = 12, [FX_GJ_SEEK] = 8,
+    [FX_GJ_DELIVER] = 16,     [FX_GJ_ACK] = 12,    [FX_GJ_NAK] = 20,  [FX_GJ_RELEASE] = 12,
+    [FX_GJ_DEAD_INTENT] = 13, [FX_GJ_DEAD] = 17,   [FX_GJ_SKIP] = 12, [FX_GJ_SEEK] = 8,
     [FX_GJ_REDRIVE] = 8,      [FX_GJ_DISCARD] = 8,
 };
 #define NTYPES (sizeof(BODY_LEN) / sizeof(BODY_LEN[0]))
@@ -666,8 +666,7 @@ static int snap_dead(const uint8_t *p, fx_gjournal_state *t, char *why, size_t w
                               .attempts = fx_be32_get(p + 16),
                               .reason = p[20],
                               .redriven = p[21] == 1};
-        if (p[21] > 1 ||
-            (e.redriven && find(t, e.offset) == NULL))
+        if (p[21] > 1 || (e.redriven && find(t, e.offset) == NULL))
             rv = fx_gjournal_corrupt(why, whylen,
                                      "dead-letter entry %" PRIu64
                                      " with bad flags, or redriven but not pending",

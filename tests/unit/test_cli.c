@@ -1038,13 +1038,18 @@ static void test_groups_help_shows_every_action_and_an_example(void **state)
     assert_non_null(h);
     fx_cli_buf b = {0};
     assert_int_equal(fx_cli_help_text(h, &b), 0);
-    static const char *const want[] = {"felix groups ls ",     "felix groups info ",
-                                       "felix groups create ", "felix groups seek ",
-                                       "felix groups delete ", "felix groups dead-letters ",
+    static const char *const want[] = {"felix groups ls ",
+                                       "felix groups info ",
+                                       "felix groups create ",
+                                       "felix groups seek ",
+                                       "felix groups delete ",
+                                       "felix groups dead-letters ",
                                        "felix groups redrive --offset N ",
-                                       "felix groups discard --offset N ", "--offset N",
+                                       "felix groups discard --offset N ",
+                                       "--offset N",
                                        "felix groups redrive --offset 1042",
-                                       "--start all|new|last|OFFSET", "--json",
+                                       "--start all|new|last|OFFSET",
+                                       "--json",
                                        "Example:\n  felix groups create --start new"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         if (strstr(b.p, want[i]) == NULL)

@@ -480,22 +480,20 @@ static void test_dead_list_redrive_and_discard_survive_a_reopen(void **state)
     fxb_group_pump(g);
     assert_int_equal(g->ndead, 2);
     fx_registry_err err = {0};
-    assert_int_equal(fx_broker_redrive_group(f->b, "t1", "default", "d1", "g1", 0,
-                                             FX_LOOP_FOREVER, &err),
-                     0);
-    assert_int_equal(fx_broker_redrive_group(f->b, "t1", "default", "d1", "g1", 0,
-                                             FX_LOOP_FOREVER, &err),
-                     -ESRCH);
+    assert_int_equal(
+        fx_broker_redrive_group(f->b, "t1", "default", "d1", "g1", 0, FX_LOOP_FOREVER, &err), 0);
+    assert_int_equal(
+        fx_broker_redrive_group(f->b, "t1", "default", "d1", "g1", 0, FX_LOOP_FOREVER, &err),
+        -ESRCH);
     assert_string_equal(err.msg, "offset 0 is not a dead letter of g1");
-    assert_int_equal(fx_broker_discard_group(f->b, "t1", "default", "d1", "g1", 0,
-                                             FX_LOOP_FOREVER, &err),
-                     -ESRCH); /* redriven: not a dead letter now */
-    assert_int_equal(fx_broker_discard_group(f->b, "t1", "default", "d1", "g1", 1,
-                                             FX_LOOP_FOREVER, &err),
-                     0);
-    assert_int_equal(fx_broker_redrive_group(f->b, "t1", "default", "d1", "g1", 1,
-                                             FX_LOOP_FOREVER, &err),
-                     -ESRCH); /* discarded */
+    assert_int_equal(
+        fx_broker_discard_group(f->b, "t1", "default", "d1", "g1", 0, FX_LOOP_FOREVER, &err),
+        -ESRCH); /* redriven: not a dead letter now */
+    assert_int_equal(
+        fx_broker_discard_group(f->b, "t1", "default", "d1", "g1", 1, FX_LOOP_FOREVER, &err), 0);
+    assert_int_equal(
+        fx_broker_redrive_group(f->b, "t1", "default", "d1", "g1", 1, FX_LOOP_FOREVER, &err),
+        -ESRCH); /* discarded */
     assert_int_equal(g->ndead, 1);
     assert_true(g->dead[0].redriven);
     cf_settle(f);

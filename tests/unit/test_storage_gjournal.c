@@ -208,7 +208,7 @@ static void test_snapshot_round_trip(void **state)
     fx_gjournal_state_dead(&s, &ndl, NULL);
     assert_int_equal(ndl, 1);
     assert_int_equal(len, 4 + 2 + 24 + 4 + n * 21 + 4 + nin * 13 + 8 + 4 + ndl * 22 + 4);
-    assert_int_equal(buf[5], 2); /* version 2: with the dead-letter list */
+    assert_int_equal(buf[5], 2);                     /* version 2: with the dead-letter list */
     assert_int_equal(fx_be32_get(buf), 0x46584753u); /* "FXGS" */
     uint64_t seq = 0;
     char why[128];

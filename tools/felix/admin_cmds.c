@@ -733,7 +733,10 @@ static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_p
         return fx_cli_usage_error("groups", err);
     if (a->offset != NULL) /* checked a whole number by groups_usage */
         snprintf(body, sizeof(body), "{\"offset\":%s}", a->offset);
-    const char *method = create ? "PUT" : seek || redrive || discard ? "POST" : del ? "DELETE" : "GET";
+    const char *method = create                       ? "PUT"
+                         : seek || redrive || discard ? "POST"
+                         : del                        ? "DELETE"
+                                                      : "GET";
     fx_cli_http resp;
     if (admin_call_body("groups", c, method, route,
                         a->start != NULL || a->offset != NULL ? body : NULL, &resp) != 0)
@@ -766,9 +769,9 @@ static const char *groups_usage(const char *action, int npos, const groups_args 
 {
     bool ls = strcmp(action, "ls") == 0 || strcmp(action, "list") == 0;
     bool by_offset = strcmp(action, "redrive") == 0 || strcmp(action, "discard") == 0;
-    bool known = ls || by_offset || strcmp(action, "create") == 0 ||
-                 strcmp(action, "info") == 0 || strcmp(action, "seek") == 0 ||
-                 strcmp(action, "delete") == 0 || strcmp(action, "dead-letters") == 0;
+    bool known = ls || by_offset || strcmp(action, "create") == 0 || strcmp(action, "info") == 0 ||
+                 strcmp(action, "seek") == 0 || strcmp(action, "delete") == 0 ||
+                 strcmp(action, "dead-letters") == 0;
     if (!known)
         return "unknown action: want ls, info, create, seek, delete, dead-letters, redrive or "
                "discard";
