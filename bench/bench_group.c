@@ -652,6 +652,11 @@ static void sum_members(grun *G, fx_bench_result *r, uint64_t *first, uint64_t *
         k->errors += m->errors;
         k->ack_errors += m->ack_errors;
         k->bad += m->bad;
+        fx_member_stats st;
+        if (m->g != NULL && fx_group_stats(m->g, &st) == 0) {
+            k->ack_ops += st.ops_sent;
+            k->ack_frames += st.frames_sent;
+        }
         if (m->errmsg[0])
             fprintf(stderr, "felix-bench: %s\n", m->errmsg);
         if (!m->is_a && m->first_ns && m->first_ns < *first)
@@ -789,6 +794,7 @@ void fx_bench_group_json(const fx_bench_cfg *c, const fx_bench_result *r)
            ",\"ack_errors\":%" PRIu64 ",\"pub_errors\":%" PRIu64 ",\"hit_deadline\":%s,",
            k->missing, k->redelivered, k->expected, k->distinct, k->acked, k->extra, k->delivered,
            k->skipped, k->bad, k->ack_errors, k->pub_errors, k->hit_deadline ? "true" : "false");
+    printf("\"ack_ops\":%" PRIu64 ",\"ack_frames\":%" PRIu64 ",", k->ack_ops, k->ack_frames);
     if (c->group_cell != FX_BENCH_GCELL_LIVE) {
         jnum("preload_s", r->preload_s, 3);
         jnum("preload_msgs_per_s", r->preload_msgs_per_s, 0);

@@ -246,6 +246,8 @@ typedef struct fx_bench_gcount {
     uint64_t errors;      /* take/join errors */
     uint64_t ack_errors;  /* acks refused or not confirmed */
     uint64_t pub_errors;  /* publish failures */
+    uint64_t ack_ops;     /* ack ops the members' clients sent (fx_member_stats.ops_sent) */
+    uint64_t ack_frames;  /* GROUP_ACKS frames they travelled in */
     bool hit_deadline;    /* the run ended at --max-seconds, not at its last ack */
 } fx_bench_gcount;
 

@@ -604,7 +604,7 @@ static bool dead_letter(struct fxb_group *g, const gsrc *src, const fxb_gs_dead 
 
 static void arm_timer(struct fxb_group *g)
 {
-    uint64_t d = fxb_gs_next_deadline(g->gs);
+    uint64_t d = fxb_gs_next_wakeup(g->gs);
     uint64_t at = d == UINT64_MAX ? 0 : (d + 1) * 1000; /* the lease lapses after |d| us */
     if (g->dlq_retry_ns != 0 && (at == 0 || g->dlq_retry_ns < at))
         at = g->dlq_retry_ns;

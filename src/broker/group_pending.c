@@ -406,6 +406,29 @@ uint64_t fxb_gs_next_deadline(const fxb_gs *g)
     return g->n_ovf > 0 ? list_min(g, LIST_OVF) : UINT64_MAX;
 }
 
+/* As fxb_gs_next_deadline, but a level-1 slot answers with the first tick of
+ * its epoch instead of its earliest entry: no scan of a list that holds
+ * every lease of the next seconds (with a 30 s ack wait, all of them). The
+ * timer fires at that epoch's start at the latest, fxb_gs_expire moves the
+ * slot to level 0, and the next call is exact. */
+uint64_t fxb_gs_next_wakeup(const fxb_gs *g)
+{
+    if (g->n_l0 > 0 || g->n_l1 == 0)
+        return fxb_gs_next_deadline(g);
+    uint64_t ep = g->cur >> L0_BITS;
+    uint32_t from = (uint32_t)((ep + 1) % L1_SLOTS);
+    uint32_t s = first_bit(g->bits1, L1_SLOTS, from);
+    if (s == NONE)
+        s = first_bit(g->bits1, L1_SLOTS, 0);
+    assert(s != NONE);
+    /* The epochs on level 1 are ep+1 .. ep+511; slot |s| holds the one
+     * congruent to it. */
+    uint64_t e = ep + 1 + (uint64_t)((s + L1_SLOTS - from) % L1_SLOTS);
+    uint64_t start_us = (e << L0_BITS) * 1000;
+    uint64_t b = g->n_ovf > 0 ? list_min(g, LIST_OVF) : UINT64_MAX;
+    return start_us < b ? start_us : b;
+}
+
 /* The first tick of the epoch |cur| should move to next: the next epoch,
  * or, with only overflow entries, the next epoch that scans them. */
 uint64_t fxb_gsp_next_epoch_start(const fxb_gs *g)

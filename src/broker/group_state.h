@@ -222,6 +222,11 @@ bool fxb_gs_is_settled(const fxb_gs *g, uint64_t offset);
 
 /* Earliest lease deadline or not-before time, in us; UINT64_MAX if none. */
 uint64_t fxb_gs_next_deadline(const fxb_gs *g);
+/* A time at or before fxb_gs_next_deadline, found without scanning a list:
+ * exact within the wheel's current 4.096 s epoch, else the start of the
+ * epoch holding the earliest deadline. For arming a timer on every pump;
+ * UINT64_MAX if nothing is timed. */
+uint64_t fxb_gs_next_wakeup(const fxb_gs *g);
 /* Lapses every lease due at |now_us| (AVAILABLE, after the backoff for its
  * attempt if any: PARKED until then, within max_parked like a nak) and makes
  * due PARKED records AVAILABLE, observing each lateness (now - deadline).

@@ -431,6 +431,38 @@ static void test_far_deadlines_on_every_wheel_level_fire_on_time(void **state)
     fxb_gs_free(g);
 }
 
+/* The timer's wake-up time never passes the earliest deadline, needs no
+ * scan (a level-1 slot answers with its epoch's start), and following it
+ * reaches each deadline exactly in a few steps. */
+static void test_next_wakeup_is_at_or_before_the_deadline_and_reaches_it(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    c.ack_wait_ms = 30000;
+    c.max_ack_wait_ms = 60000;
+    fxb_gs *g = gs_new(&c, 0);
+    (void)add_member(g, 100);
+    fxb_gs_run r[8];
+    pump(g, 0, 50, T0, r, 8);
+    uint64_t due = fxb_gs_next_deadline(g);
+    assert_int_equal(due, T0 + 30000 * MS);
+    uint64_t w = fxb_gs_next_wakeup(g);
+    assert_true(w <= due);
+    assert_true(w + 4096 * MS > due); /* the start of the deadline's epoch */
+    int steps = 0;
+    uint32_t fired = 0;
+    while (fired == 0) {
+        w = fxb_gs_next_wakeup(g);
+        assert_true(w <= fxb_gs_next_deadline(g));
+        fired = fxb_gs_expire(g, w);
+        assert_true(fired == 0 || w == due);
+        assert_true(++steps <= 3);
+    }
+    assert_int_equal(fired, 50);
+    assert_int_equal(fxb_gs_next_wakeup(g), UINT64_MAX);
+    fxb_gs_free(g);
+}
+
 /* A clock jump of hours fires everything due, once. */
 static void test_expire_after_a_long_jump_fires_everything_due_once(void **state)
 {
@@ -1432,6 +1464,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_delayed_nak_parks_and_overflow_of_max_parked_is_immediate),
     cmocka_unit_test(test_in_progress_extends_the_lease_capped_by_max_ack_wait),
     cmocka_unit_test(test_far_deadlines_on_every_wheel_level_fire_on_time),
+    cmocka_unit_test(test_next_wakeup_is_at_or_before_the_deadline_and_reaches_it),
     cmocka_unit_test(test_expire_after_a_long_jump_fires_everything_due_once),
     cmocka_unit_test(test_stale_nak_in_progress_term_release_are_refused_and_counted_per_op),
     cmocka_unit_test(test_release_does_not_count_the_attempt),
