@@ -5,7 +5,8 @@
  * discard drops another entry; a second redrive or a discard of a record
  * that is not (or no longer) a dead letter is refused. On a durable stream
  * the list and a redriven record delivered but not acked come back after a
- * broker restart on the same storage root; on an in-memory stream a
+ * broker restart on the same storage root (a ring of 4 records: the
+ * redriven ones are read from the log); on an in-memory stream a
  * redrive of a record the ring no longer holds is refused. The admin calls
  * are the broker's (fx_broker_redrive_group and friends, what the admin
  * routes call). In-process brokers; timeouts are hang guards only. */
@@ -146,6 +147,7 @@ static void start_on(fix_env *e, const char *root)
     e->bo.durable.fsync_mode = FX_FSYNC_ON_COMMIT;
     e->bo.durable.segment_bytes = 1 << 20;
     e->bo.durable.preallocate = false;
+    e->bo.log_capacity = 4; /* the records below the ring are read from the log */
     fix_env_start(e);
 }
 
@@ -222,8 +224,18 @@ static void test_redrive_and_discard_on_a_durable_stream_survive_a_restart(void 
     fx_client *c = client(&e);
     fx_group *g = join(c, "jobs", false); /* it must exist */
     wait_dead(&e, "jobs", "5r");
-    /* Delivered once before the restart: attempt 2 now, nothing else. */
+    /* Delivered once before the restart: attempt 2 now, nothing else; read
+     * from the log (this broker's ring holds no record). */
     expect_next(g, 5, 2);
+    char *js = NULL;
+    fx_registry_err err = {0};
+    assert_int_equal(fx_broker_list_groups(e.b, "t1", NS, "jobs", "g", 5000000000ull, &js, &err),
+                     0);
+    json_error_t jerr;
+    json_t *j = json_loads(js, 0, &jerr);
+    assert_true(json_integer_value(json_object_get(j, "log_waits")) >= 1);
+    json_decref(j);
+    free(js);
     assert_int_equal(fx_group_ack(g, 5), 0);
     assert_int_equal(fx_group_ack_sync(g, HANG_MS), 0);
     wait_dead(&e, "jobs", "");
