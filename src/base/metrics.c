@@ -59,7 +59,8 @@ _Static_assert(sizeof(fx_metrics_hists) ==
                        sizeof(fx_hist),
                "fx_metrics_hists has padding or fields outside the lists");
 #define CHECK_LO(f, n, l, h, lo_)                                                                  \
-    _Static_assert((lo_) + FX_HIST_NBUCKETS <= 64, "histogram " #f " bounds overflow 64 bits");
+    _Static_assert((lo_) + FX_HIST_NBUCKETS <= 64 || (lo_) >= FX_HIST_FIXED_BASE,                  \
+                   "histogram " #f " bounds overflow 64 bits");
 FX_METRICS_ALL(FX_METRICS_NONE_, FX_METRICS_NONE_, CHECK_LO)
 
 /* ---- cells ------------------------------------------------------------- */
@@ -153,8 +154,38 @@ size_t fx_metrics_cell_count(void)
 
 /* ---- histograms --------------------------------------------------------- */
 
+static const uint64_t LATE_BOUNDS[] = {100,   250,   500,   1000,   2500,  5000,
+                                       10000, 25000, 50000, 100000, 250000};
+static const char *const LATE_LE[] = {"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005",
+                                      "0.01",   "0.025",   "0.05",   "0.1",   "0.25"};
+static const fx_hist_fixed FIXED[] = {
+    [FX_HIST_FIXED_LATENESS -
+     FX_HIST_FIXED_BASE] = {.n = sizeof(LATE_BOUNDS) / sizeof(LATE_BOUNDS[0]),
+                            .bounds = LATE_BOUNDS,
+                            .le = LATE_LE,
+                            .per_unit = 1000000},
+};
+_Static_assert(sizeof(LATE_BOUNDS) / sizeof(LATE_BOUNDS[0]) == sizeof(LATE_LE) / sizeof(LATE_LE[0]),
+               "every fixed bound has its exported text");
+_Static_assert(sizeof(LATE_BOUNDS) / sizeof(LATE_BOUNDS[0]) < FX_HIST_NBUCKETS,
+               "fixed bounds fit a histogram's buckets");
+
+const fx_hist_fixed *fx_hist_fixed_of(unsigned lo)
+{
+    if (lo < FX_HIST_FIXED_BASE || lo - FX_HIST_FIXED_BASE >= sizeof(FIXED) / sizeof(FIXED[0]))
+        return NULL;
+    return &FIXED[lo - FX_HIST_FIXED_BASE];
+}
+
 unsigned fx_hist_bucket_index(unsigned lo, uint64_t v)
 {
+    const fx_hist_fixed *fx = fx_hist_fixed_of(lo);
+    if (fx != NULL) {
+        unsigned i = 0;
+        while (i < fx->n && v > fx->bounds[i])
+            i++;
+        return i;
+    }
     if (v <= (UINT64_C(1) << lo))
         return 0;
     /* ceil(log2(v)) for v >= 2 */
@@ -344,8 +375,34 @@ static void render_series(strbuf *b, const fx_metric_desc *d, const char *suffix
     sb_putc(b, '}');
 }
 
+/* A histogram of fixed bounds: its finite buckets, +Inf (every count
+ * above), and its sum in the exported unit. */
+static void render_hist_fixed(strbuf *b, const fx_metric_desc *d, const fx_hist *h,
+                              const fx_hist_fixed *fx)
+{
+    uint64_t cum = 0;
+    for (unsigned i = 0; i <= FX_HIST_NBUCKETS; i++) {
+        cum += atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
+        if (i >= fx->n && i < FX_HIST_NBUCKETS)
+            continue; /* folded into +Inf */
+        render_series(b, d, "_bucket", i < fx->n ? fx->le[i] : "+Inf");
+        sb_printf(b, " %" PRIu64 "\n", cum);
+    }
+    uint64_t sum = atomic_load_explicit(&h->sum, memory_order_relaxed);
+    render_series(b, d, "_sum", NULL);
+    sb_printf(b, " %" PRIu64 ".%06" PRIu64 "\n", sum / fx->per_unit,
+              (sum % fx->per_unit) * 1000000 / fx->per_unit);
+    render_series(b, d, "_count", NULL);
+    sb_printf(b, " %" PRIu64 "\n", cum);
+}
+
 static void render_hist(strbuf *b, const fx_metric_desc *d, const fx_hist *h)
 {
+    const fx_hist_fixed *fx = fx_hist_fixed_of(d->lo);
+    if (fx != NULL) {
+        render_hist_fixed(b, d, h, fx);
+        return;
+    }
     uint64_t cum = 0;
     char le[32];
     for (unsigned i = 0; i <= FX_HIST_NBUCKETS; i++) {
@@ -485,6 +542,78 @@ static int render_streams(strbuf *out, bool per_stream)
     return rv != 0 ? rv : out->err;
 }
 
+/* ---- per-group series ----------------------------------------------------- */
+
+#define MGROUP_DESC_(id, n, t, h) [id] = {.name = n, .type = t, .help = h},
+const fx_mgroup_desc fx_mgroup_descs[FX_MGROUP_N] = {FX_METRICS_GROUPS(MGROUP_DESC_)};
+
+/* As the per-stream sources: removal waits for a scrape calling the source. */
+static pthread_mutex_t mgroup_mu = PTHREAD_MUTEX_INITIALIZER;
+static fx_mgroup_source *mgroup_sources;
+
+void fx_metrics_group_source_add(fx_mgroup_source *s)
+{
+    pthread_mutex_lock(&mgroup_mu);
+    s->next = mgroup_sources;
+    mgroup_sources = s;
+    pthread_mutex_unlock(&mgroup_mu);
+}
+
+void fx_metrics_group_source_remove(fx_mgroup_source *s)
+{
+    pthread_mutex_lock(&mgroup_mu);
+    for (fx_mgroup_source **pp = &mgroup_sources; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mgroup_mu);
+}
+
+typedef struct mgroup_sink {
+    strbuf b[FX_MGROUP_N];
+} mgroup_sink;
+
+static void mgroup_emit(void *user, const fx_mgroup_row *row)
+{
+    mgroup_sink *k = user;
+    for (size_t i = 0; i < FX_MGROUP_N; i++) {
+        strbuf *b = &k->b[i];
+        sb_puts(b, fx_mgroup_descs[i].name);
+        sb_putc(b, '{');
+        mstream_label(b, "tenant", row->tenant, false);
+        mstream_label(b, "namespace", row->ns, true);
+        mstream_label(b, "stream", row->stream, true);
+        mstream_label(b, "group", row->group, true);
+        sb_printf(b, "} %" PRId64 "\n", row->v[i]);
+    }
+}
+
+/* Appends every per-group series to |out|: HELP and TYPE, and with
+ * |per_stream| the series of every source. */
+static int render_groups(strbuf *out, bool per_stream)
+{
+    mgroup_sink k = {0};
+    pthread_mutex_lock(&mgroup_mu);
+    for (fx_mgroup_source *s = mgroup_sources; per_stream && s != NULL; s = s->next)
+        s->on_collect(s->user, mgroup_emit, &k);
+    pthread_mutex_unlock(&mgroup_mu);
+    int rv = 0;
+    for (size_t i = 0; i < FX_MGROUP_N; i++) {
+        fx_metric_desc d = {.type = fx_mgroup_descs[i].type,
+                            .name = fx_mgroup_descs[i].name,
+                            .help = fx_mgroup_descs[i].help};
+        render_header(out, &d);
+        if (k.b[i].err)
+            rv = k.b[i].err;
+        else if (k.b[i].len > 0)
+            sb_puts(out, k.b[i].p);
+        free(k.b[i].p);
+    }
+    return rv != 0 ? rv : out->err;
+}
+
 int fx_metrics_render(char **pout, size_t *plen, bool per_stream)
 {
     fx_metrics_snapshot *snap = malloc(sizeof(*snap));
@@ -498,7 +627,7 @@ int fx_metrics_render(char **pout, size_t *plen, bool per_stream)
     if (rv != 0)
         return rv;
     strbuf b = {.p = text, .len = len, .cap = len + 1};
-    if ((rv = render_streams(&b, per_stream)) != 0) {
+    if ((rv = render_streams(&b, per_stream)) != 0 || (rv = render_groups(&b, per_stream)) != 0) {
         free(b.p);
         return rv;
     }
@@ -546,7 +675,10 @@ static void md_labels(FILE *out, const fx_metric_desc *d, size_t n)
 static void md_row(FILE *out, const fx_metric_desc *d, size_t n)
 {
     fprintf(out, "| `%s` | %s", d->name, type_name(d->type));
-    if (d->type == FX_METRIC_HISTOGRAM)
+    const fx_hist_fixed *fx = d->type == FX_METRIC_HISTOGRAM ? fx_hist_fixed_of(d->lo) : NULL;
+    if (fx != NULL)
+        fprintf(out, " (le %s .. %s, +Inf)", fx->le[0], fx->le[fx->n - 1]);
+    else if (d->type == FX_METRIC_HISTOGRAM)
         fprintf(out, " (le 2^%u .. 2^%u, +Inf)", d->lo, d->lo + FX_HIST_NBUCKETS - 1);
     fputs(" | ", out);
     md_labels(out, d, n);
@@ -576,6 +708,14 @@ int fx_metrics_print_markdown(FILE *out)
                 "stream, with `metrics_stream_labels: true` only) | - | ",
                 fx_mstream_descs[i].name);
         md_cell(out, fx_mstream_descs[i].help, strlen(fx_mstream_descs[i].help));
+        fputs(" |\n", out);
+    }
+    for (size_t i = 0; i < FX_MGROUP_N; i++) {
+        fprintf(out,
+                "| `%s` | %s | `tenant`, `namespace`, `stream`, `group` (one series per "
+                "consumer group, with `metrics_stream_labels: true` only) | - | ",
+                fx_mgroup_descs[i].name, type_name(fx_mgroup_descs[i].type));
+        md_cell(out, fx_mgroup_descs[i].help, strlen(fx_mgroup_descs[i].help));
         fputs(" |\n", out);
     }
     return ferror(out) ? -EIO : 0;

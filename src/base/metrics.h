@@ -128,6 +128,21 @@ void fx_hist_observe_n(fx_hist *h, unsigned lo, uint64_t v, uint64_t n);
 /* Returns the bucket index (0..FX_HIST_NBUCKETS) value |v| falls in. */
 unsigned fx_hist_bucket_index(unsigned lo, uint64_t v);
 
+/* A histogram's fixed bucket bounds (an H() |lo| of FX_HIST_FIXED_*):
+ * |n| finite bounds, ascending, in the unit observed; |le| the same bounds
+ * as exported (|per_unit| observed units make one exported unit, so the
+ * sum is exported divided by it). Bucket |n| counts values above the last
+ * bound (le="+Inf"). */
+typedef struct fx_hist_fixed {
+    unsigned n;
+    const uint64_t *bounds;
+    const char *const *le;
+    uint64_t per_unit;
+} fx_hist_fixed;
+
+/* The fixed bounds |lo| names, or NULL for a power-of-two histogram. */
+const fx_hist_fixed *fx_hist_fixed_of(unsigned lo);
+
 /* Counter updates on the calling thread's cell. |field| names a C() entry. */
 #define FX_COUNTER_ADD(field, n)                                                                   \
     ((void)atomic_fetch_add_explicit(&fx_metrics_cell_self()->c.field, (uint64_t)(n),              \
@@ -145,6 +160,16 @@ unsigned fx_hist_bucket_index(unsigned lo, uint64_t v);
 /* Records |v| in histogram |field| (an H() entry) on the calling thread's cell. */
 #define FX_HIST_OBSERVE(field, v)                                                                  \
     fx_hist_observe(&fx_metrics_cell_self()->h.field, fx_hist_lo_##field, (uint64_t)(v))
+
+/* Adds |n| observations to bucket |i| of histogram |field| and |sum| to its
+ * sum, for a caller that bucketed them already with the same bounds (a
+ * consumer group engine's lateness buckets, FX_HIST_FIXED_LATENESS). */
+#define FX_HIST_ADD_BUCKET(field, i, n)                                                            \
+    ((void)atomic_fetch_add_explicit(&fx_metrics_cell_self()->h.field.buckets[(i)], (uint64_t)(n), \
+                                     memory_order_relaxed))
+#define FX_HIST_ADD_SUM(field, v)                                                                  \
+    ((void)atomic_fetch_add_explicit(&fx_metrics_cell_self()->h.field.sum, (uint64_t)(v),          \
+                                     memory_order_relaxed))
 
 /* Records |n| observations of |v| in histogram |field|. */
 #define FX_HIST_OBSERVE_N(field, v, n)                                                             \
@@ -191,6 +216,47 @@ void fx_metrics_stream_source_add(fx_mstream_source *s);
  * any more. Any thread but inside |s|'s own callback. */
 void fx_metrics_stream_source_remove(fx_mstream_source *s);
 
+/* ---- per-group series ----------------------------------------------------- */
+
+#define FX_MGROUP_ENUM_(id, name, type, help) id,
+typedef enum fx_mgroup_id { FX_METRICS_GROUPS(FX_MGROUP_ENUM_) FX_MGROUP_N } fx_mgroup_id;
+
+/* Name, type and help of each per-group series, by fx_mgroup_id. */
+typedef struct fx_mgroup_desc {
+    const char *name;
+    fx_metric_type type;
+    const char *help;
+} fx_mgroup_desc;
+extern const fx_mgroup_desc fx_mgroup_descs[FX_MGROUP_N];
+
+/* One consumer group's values of every per-group series. */
+typedef struct fx_mgroup_row {
+    const char *tenant;
+    const char *ns;
+    const char *stream;
+    const char *group;
+    int64_t v[FX_MGROUP_N];
+} fx_mgroup_row;
+
+typedef void (*fx_mgroup_emit_fn)(void *sink, const fx_mgroup_row *row);
+
+/* A source of per-group series, embedded in (and owned by) its provider;
+ * as fx_mstream_source: |on_collect| calls |emit| for each of its groups,
+ * synchronously (it may hold its own lock meanwhile; it must not add or
+ * remove sources). */
+typedef struct fx_mgroup_source {
+    void (*on_collect)(void *user, fx_mgroup_emit_fn emit, void *sink);
+    void *user;
+    struct fx_mgroup_source *next; /* private */
+} fx_mgroup_source;
+
+/* Adds |s| to the sources fx_metrics_render() asks at every scrape with
+ * |per_stream|. Any thread. */
+void fx_metrics_group_source_add(fx_mgroup_source *s);
+/* Removes |s| (not added: nothing); once it returns, no scrape calls |s|
+ * any more. Any thread but inside |s|'s own callback. */
+void fx_metrics_group_source_remove(fx_mgroup_source *s);
+
 /* ---- reading and rendering ---------------------------------------------- */
 
 /* Fills |snap| with the sum of every cell's counters and histograms and the
@@ -211,10 +277,11 @@ int fx_metrics_render_descs(const fx_metric_desc *descs, size_t n, const fx_metr
                             char **pout, size_t *plen);
 
 /* Takes a snapshot and renders the whole registry (fx_metrics_descs) as
- * fx_metrics_render_descs() does, then every per-stream gauge: HELP and TYPE
- * always, and with |per_stream| one series per stream its sources emit
- * (labelled with the stream's names). Without |per_stream| the sources are
- * not asked. Returns 0 or -ENOMEM. Any thread. */
+ * fx_metrics_render_descs() does, then every per-stream gauge and every
+ * per-group series: HELP and TYPE always, and with |per_stream| one series
+ * per stream (group) its sources emit (labelled with the stream's, and the
+ * group's, names). Without |per_stream| the sources are not asked. Returns
+ * 0 or -ENOMEM. Any thread. */
 int fx_metrics_render(char **pout, size_t *plen, bool per_stream);
 
 /* Returns how many cells exist (live and parked). For tests and the admin

@@ -8,13 +8,23 @@
  *   C(field, "name", "label", "help")        counter, name ends in _total
  *   G(field, "name", "label", "help")        gauge (int64, may go down)
  *   H(field, "name", "label", "help", lo)    histogram; finite bucket bounds
- *                                            are 2^lo .. 2^(lo+FX_HIST_NBUCKETS-1)
+ *                                            are 2^lo .. 2^(lo+FX_HIST_NBUCKETS-1),
+ *                                            or a fixed list when |lo| is an
+ *                                            FX_HIST_FIXED_* below
  * "label" is "" or one fixed "key=value" pair. Several entries may share a
  * name (then they must be adjacent, of one type, with one help text, and
  * differ by label value): that is how one labelled metric such as
  * felix_publish_requests_total{result} is declared. */
 #ifndef FX_METRICS_DEFS_H
 #define FX_METRICS_DEFS_H
+
+/* H() |lo| values from FX_HIST_FIXED_BASE name a fixed list of bucket bounds
+ * (fx_hist_fixed_of in metrics.h) instead of powers of two. */
+#define FX_HIST_FIXED_BASE 64
+/* Observed in microseconds, exported in seconds: 100 us, 250 us, 500 us, 1,
+ * 2.5, 5, 10, 25, 50, 100, 250 ms (a consumer group engine's lateness
+ * buckets, group_state.h). */
+#define FX_HIST_FIXED_LATENESS (FX_HIST_FIXED_BASE + 0)
 
 /* ---- broker ingress (checkpoints 3 and 4) ------------------------------ */
 #define FX_METRICS_BROKER(C, G, H)                                                                 \
@@ -436,7 +446,11 @@
       "instead of dead-lettered")                                                                  \
     G(group_hold_held, "felix_group_hold_held", "",                                                \
       "Workers whose next append waits for a consumer group now (checkpoint 4g; at most one per "  \
-      "worker)")
+      "worker)")                                                                                   \
+    H(group_redelivery_lateness, "felix_group_redelivery_lateness_seconds", "",                    \
+      "How late consumer groups found their lapsed leases and ended parked waits (now minus the "  \
+      "deadline), per record: the lease timer's slack",                                            \
+      FX_HIST_FIXED_LATENESS)
 
 /* Every list, in exposition order. A new subsystem list is added here. */
 /* ---- per-stream series -------------------------------------------------
@@ -456,6 +470,39 @@
       "Oldest offset still in a durable stream's log (rises as retention deletes segments)")       \
     S(FX_MSTREAM_NEXT_OFFSET, "felix_storage_stream_next_offset",                                  \
       "Offset the next record appended to a durable stream's log gets")
+
+/* ---- per-group series -------------------------------------------------
+ * Series labelled tenant, namespace, stream, group, rendered at each scrape
+ * from the sources registered with fx_metrics_group_source_add() (each
+ * worker's consumer groups, src/broker/group_metrics.c: at most
+ * max_groups_per_stream per stream), only when /metrics shows the
+ * per-stream series. Entry shape:
+ *   S(id, "name", type, "help")     id is the value's index (fx_mgroup_id),
+ *                                   type FX_METRIC_GAUGE or FX_METRIC_COUNTER */
+#define FX_METRICS_GROUPS(S)                                                                       \
+    S(FX_MGROUP_PENDING, "felix_consumer_group_pending", FX_METRIC_GAUGE,                          \
+      "Records a consumer group has handed out and not settled, or holds to hand out again "       \
+      "(acquired + available; parked ones apart), counted against max_ack_pending")                \
+    S(FX_MGROUP_PARKED, "felix_consumer_group_parked", FX_METRIC_GAUGE,                            \
+      "Records of a consumer group waiting out a delayed nak or a backoff (max_parked)")           \
+    S(FX_MGROUP_MEMBERS, "felix_consumer_group_members", FX_METRIC_GAUGE,                          \
+      "Members joined to a consumer group")                                                        \
+    S(FX_MGROUP_CAPPED, "felix_consumer_group_capped", FX_METRIC_GAUGE,                            \
+      "1 while a consumer group is at max_ack_pending (checkpoint 5g: no first delivery), else 0") \
+    S(FX_MGROUP_LAG, "felix_consumer_group_lag", FX_METRIC_GAUGE,                                  \
+      "Records of a consumer group's stream not settled yet by the group (tail - floor)")          \
+    S(FX_MGROUP_DELIVERED, "felix_consumer_group_delivered_total", FX_METRIC_COUNTER,              \
+      "Records a consumer group handed to its members, first deliveries and redeliveries")         \
+    S(FX_MGROUP_REDELIVERED, "felix_consumer_group_redelivered_total", FX_METRIC_COUNTER,          \
+      "Records a consumer group handed out again (attempt above 1)")                               \
+    S(FX_MGROUP_ACKED, "felix_consumer_group_acked_total", FX_METRIC_COUNTER,                      \
+      "Records of a consumer group settled by a member's ack")                                     \
+    S(FX_MGROUP_DEAD_LETTERED, "felix_consumer_group_dead_lettered_total", FX_METRIC_COUNTER,      \
+      "Records a consumer group gave up on (max_deliver or a member's term)")                      \
+    S(FX_MGROUP_SKIPPED, "felix_consumer_group_skipped_total", FX_METRIC_COUNTER,                  \
+      "Records a consumer group settled unread (evicted from the ring, or gone with retention)")   \
+    S(FX_MGROUP_STALE, "felix_consumer_group_stale_total", FX_METRIC_COUNTER,                      \
+      "Naks, extensions, terms and releases a consumer group refused as stale")
 
 #define FX_METRICS_ALL(C, G, H)                                                                    \
     FX_METRICS_BROKER(C, G, H)                                                                     \

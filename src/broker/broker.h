@@ -441,10 +441,49 @@ enum fx_broker_group_start {
     FX_BROKER_GROUP_START_OFFSET,  /* |offset| (at most the tail) */
 };
 
+/* A group's own settings, given at its create (PUT .../groups/{g}, `felix
+ * groups create`): each key in |has| (FX_BROKER_GSET_* bits) overrides the
+ * broker's default (group_visibility_timeout_ms, ...) for that group only;
+ * the others follow the defaults. Bounds (group_settings.c): ack_wait_ms and
+ * max_ack_wait_ms 1..43,200,000; max_deliver -1 (unlimited) or
+ * 1..1,000,000; max_ack_pending 1..1,000,000; max_ack_pending_bytes
+ * 1..2^40; max_parked 0..1,000,000; backoff_ms up to 8 delays of
+ * 0..43,200,000. A durable stream's group keeps them beside its files. */
+enum {
+    FX_BROKER_GSET_ACK_WAIT = 1u << 0,
+    FX_BROKER_GSET_MAX_ACK_WAIT = 1u << 1,
+    FX_BROKER_GSET_MAX_DELIVER = 1u << 2,
+    FX_BROKER_GSET_MAX_ACK_PENDING = 1u << 3,
+    FX_BROKER_GSET_MAX_ACK_PENDING_BYTES = 1u << 4,
+    FX_BROKER_GSET_MAX_PARKED = 1u << 5,
+    FX_BROKER_GSET_BACKOFF = 1u << 6,
+};
+#define FX_BROKER_GSET_MAX_BACKOFF 8
+
+typedef struct fx_broker_group_settings {
+    uint32_t has; /* FX_BROKER_GSET_* of the keys given */
+    uint32_t ack_wait_ms;
+    uint32_t max_ack_wait_ms;
+    int32_t max_deliver;
+    uint32_t max_ack_pending;
+    uint64_t max_ack_pending_bytes;
+    uint32_t max_parked;
+    uint32_t backoff_ms[FX_BROKER_GSET_MAX_BACKOFF];
+    uint32_t n_backoff;
+} fx_broker_group_settings;
+
+/* Reads |key| with JSON value |v| (a json_t) into |s|, bounds checked.
+ * Returns 0, or -EINVAL with the reason in |why| (an unknown key included:
+ * never ignored). Any thread. */
+struct json_t;
+int fx_broker_group_setting_parse(fx_broker_group_settings *s, const char *key,
+                                  const struct json_t *v, char *why, size_t wl);
+
 /* Writes {"groups":[...]} (every group of the stream), or one group's object
  * when |group| is not NULL, into |*pjson| (caller frees): floor, next, tail,
  * lag, num_pending, num_ack_pending, acquired, available, parked,
- * pending_bytes, capped_for_ms (null: not capped at 5g), config, members
+ * pending_bytes, capped_for_ms (null: not capped at 5g), config (the
+ * effective settings), settings (the group's own, given at create), members
  * [{name, subscription_id, held, window, ack_wait_ms}], the counters
  * (delivered, redelivered, acked, stale{...}, dead_lettered{...}, skipped,
  * capped, member_full, parked_overflow, ...) and redelivery_lateness (a
@@ -452,14 +491,17 @@ enum fx_broker_group_start {
 int fx_broker_list_groups(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                           const char *group, uint64_t timeout_ns, char **pjson,
                           fx_registry_err *err);
-/* Creates |group| on the stream at |start| (enum fx_broker_group_start), or
- * finds it (|*pcreated| false; its position is left alone). Also
- * FX_EWIRE_NAME (1 to 128 bytes), FX_ECURSOR_IN_FUTURE (offset past the
- * tail), FX_EFULL (max_groups_per_stream), -ENOTSUP (a durable stream: not
- * served yet). */
+/* Creates |group| on the stream at |start| (enum fx_broker_group_start)
+ * with its own settings |set| (NULL: the broker's defaults), or finds it
+ * (|*pcreated| false; its position is left alone). Also FX_EWIRE_NAME (1 to
+ * 128 bytes), FX_ECURSOR_IN_FUTURE (offset past the tail), FX_EFULL
+ * (max_groups_per_stream), -EINVAL (settings that do not fit together, such
+ * as max_ack_wait_ms below ack_wait_ms), -EEXIST (the group exists with a
+ * key of |set| at another value: |err| names it). */
 int fx_broker_create_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
-                           const char *group, int start, uint64_t offset, uint64_t timeout_ns,
-                           bool *pcreated, fx_registry_err *err);
+                           const char *group, int start, uint64_t offset,
+                           const fx_broker_group_settings *set, uint64_t timeout_ns, bool *pcreated,
+                           fx_registry_err *err);
 /* Moves |group| to |start|: everything pending is dropped, deliveries go on
  * from there (acks of earlier deliveries below it are duplicates). */
 int fx_broker_seek_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,

@@ -6,6 +6,7 @@
  * init/deinit. */
 #include "broker/group.h"
 #include "broker/group_int.h"
+#include "broker/group_settings.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "broker/conn_life.h"
 #include "broker/durable.h"
 #include "broker/group_journal.h"
+#include "broker/group_metrics.h"
 #include "broker/group_page.h"
 #include "broker/group_state.h"
 #include "broker/job.h"
@@ -177,7 +179,8 @@ static void group_config(const fx_broker_opts *o, fxb_gs_config *c)
 }
 
 struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char *name,
-                                 uint64_t start, int *prv)
+                                 uint64_t start, const fx_broker_group_settings *set, int *prv,
+                                 const char **pwhy)
 {
     fxb_sgroups *sg = fxb_group_sgroups(w, h);
     uint32_t max = w->b->o.max_groups_per_stream;
@@ -185,12 +188,21 @@ struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char 
         *prv = FX_EFULL;
         return NULL;
     }
-    *prv = -ENOMEM;
     fxb_gs_config cfg;
+    const char *why = NULL;
     group_config(&w->b->o, &cfg);
+    if (fxb_gset_apply(set, &cfg, &why) != 0) {
+        *prv = -EINVAL;
+        if (pwhy != NULL)
+            *pwhy = why;
+        return NULL;
+    }
+    *prv = -ENOMEM;
     struct fxb_group *g = calloc(1, sizeof(*g));
     if (g == NULL)
         return NULL;
+    if (set != NULL)
+        g->set = *set;
     g->gs = fxb_gs_new(&cfg, start);
     if (g->gs == NULL) {
         free(g);
@@ -215,13 +227,15 @@ struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char 
     sg->head = g;
     sg->n++;
     FX_GAUGE_ADD(group_groups, 1);
+    fxb_gmetric_add(g);
     return g;
 }
 
 struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
-                                uint64_t start, int *prv)
+                                uint64_t start, const fx_broker_group_settings *set, int *prv,
+                                const char **pwhy)
 {
-    struct fxb_group *g = fxb_group_make(w, h, name, start, prv);
+    struct fxb_group *g = fxb_group_make(w, h, name, start, set, prv, pwhy);
     if (g == NULL || w->dur == NULL || !fx_stream_handle_is_durable(h))
         return g;
     if (fxb_gj_attach_new(g, start) != 0) {
@@ -234,6 +248,7 @@ struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *
 
 static void group_free(struct fxb_group *g)
 {
+    fxb_gmetric_remove(g);
     fxb_gj_teardown(g); /* teardown only: a deleted group let go of its journal */
     for (uint32_t i = 0; i < g->members_cap; i++)
         if (g->members[i] != NULL)
@@ -265,6 +280,7 @@ void fxb_group_worker_deinit(fxb_worker *w)
         free(sg);
     }
     fxb_idtable_deinit(&w->groups);
+    fxb_gmetric_worker_deinit(w);
 }
 
 static int members_put(struct fxb_group *g, uint32_t mid, fxb_sub *sub)
@@ -679,6 +695,24 @@ static void dead_letters(struct fxb_group *g, const gsrc *src, const fxb_gs_dead
 
 static void after_pump(struct fxb_group *g);
 
+/* Adds what the engine's lateness histogram gained since the last call to
+ * felix_group_redelivery_lateness_seconds (same bounds, so bucket by
+ * bucket): the engine is pure and keeps no metrics. */
+_Static_assert(FXB_GS_LATE_BUCKETS == 12,
+               "the engine's lateness buckets are FX_HIST_FIXED_LATENESS's eleven and +Inf");
+static void count_lateness(struct fxb_group *g)
+{
+    const fxb_gs_stats *st = fxb_gs_stats_of(g->gs);
+    for (int i = 0; i < FXB_GS_LATE_BUCKETS; i++) {
+        if (st->late[i] > g->late_counted[i])
+            FX_HIST_ADD_BUCKET(group_redelivery_lateness, i, st->late[i] - g->late_counted[i]);
+        g->late_counted[i] = st->late[i];
+    }
+    if (st->late_sum_us > g->late_sum_counted)
+        FX_HIST_ADD_SUM(group_redelivery_lateness, st->late_sum_us - g->late_sum_counted);
+    g->late_sum_counted = st->late_sum_us;
+}
+
 /* Hands out what the group can now. */
 static void pump(struct fxb_group *g)
 {
@@ -693,6 +727,7 @@ static void pump(struct fxb_group *g)
     if (st == NULL || !view_of(g, st, &src, &v))
         return;
     (void)fxb_gs_expire(g->gs, now_us);
+    count_lateness(g);
     fxb_gs_run runs[PUMP_RUNS];
     fxb_gs_dead dead[PUMP_DEAD];
     bool dead_ok = g->dlq_retry_ns == 0 || now_ns >= g->dlq_retry_ns;
@@ -716,6 +751,7 @@ static void pump(struct fxb_group *g)
         fxb_gpage_want(g->page, want, fx_stream_oldest(st));
     arm_timer(g);
     after_pump(g);
+    fxb_gmetric_publish(g, fx_stream_tail(st));
 }
 
 static void group_free(struct fxb_group *g);
@@ -754,6 +790,7 @@ void fxb_group_delete(struct fxb_group *g)
         }
     }
     sg->n--;
+    fxb_gmetric_remove(g);  /* its series go with it */
     fxb_gj_detach(g, true); /* its files go */
     fx_loop_timer_cancel(g->w->loop, &g->timer);
     /* A pump task may be pending: it must not run on freed memory. */
@@ -840,7 +877,7 @@ static int join(fxb_sub *sub)
             return FX_ECURSOR_IN_FUTURE;
         }
         int rv;
-        g = fxb_group_new(sub->w, sub->h, gp->group, start, &rv);
+        g = fxb_group_new(sub->w, sub->h, gp->group, start, NULL, &rv, NULL);
         if (g == NULL) {
             if (rv == FX_EFULL)
                 gp->why = "max_groups_per_stream reached";

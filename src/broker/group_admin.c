@@ -13,6 +13,7 @@
 #include "broker/group_int.h"
 #include "broker/group_journal.h"
 #include "broker/group_page.h"
+#include "broker/group_settings.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 
@@ -24,11 +25,12 @@ typedef struct gask {
     const char *group; /* NULL: every group (list) */
     int start;         /* fx_broker_group_start */
     uint64_t offset;
+    fx_broker_group_settings set; /* create: its own settings (a copy: the ask may outlive
+                                     its caller) */
+    char whybuf[256];             /* the reason made on the worker, when |why| is NULL */
     /* answers */
     int rv;
     const char *why; /* static text when rv != 0 */
-    /* The text instead, when it names an offset (copied back by value). */
-    char whybuf[FXB_GROUP_NAME_MAX + 64];
     json_t *j;
     bool created, existed;
     void (*fn)(struct gask *a); /* the part, on the worker */
@@ -84,7 +86,7 @@ static int ask(fx_broker *b, const char *t, const char *ns, const char *s, gask 
     if (rv == -ENOMEM)
         fx_stream_handle_unref(h); /* nothing was posted */
     if (rv == 0 && a->rv != 0 && err != NULL && (a->why != NULL || a->whybuf[0] != '\0'))
-        snprintf(err->msg, sizeof(err->msg), "%s", a->whybuf[0] != '\0' ? a->whybuf : a->why);
+        snprintf(err->msg, sizeof(err->msg), "%s", a->why != NULL ? a->why : a->whybuf);
     return rv != 0 ? rv : a->rv;
 }
 
@@ -138,6 +140,7 @@ static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_u
         json_array_append_new(bo, json_integer(c->backoff_ms[i]));
     json_object_set_new(cfg, "backoff_ms", bo);
     json_object_set_new(o, "config", cfg);
+    json_object_set_new(o, "settings", fxb_gset_json(&g->set)); /* its own, over the defaults */
     json_t *ms = json_array();
     for (uint32_t i = 0; i < g->members_cap; i++) {
         const fxb_sub *sub = g->members[i];
@@ -306,8 +309,17 @@ static bool start_of(gask *a, const fx_stream *st, uint64_t *out)
 
 static void create_part(gask *a)
 {
-    if (fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group) != NULL)
-        return; /* exists: idempotent */
+    struct fxb_group *old = fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group);
+    if (old != NULL) {
+        /* Exists: idempotent when every setting asked is the group's. */
+        char diff[192];
+        if (fxb_gset_differs(&a->set, fxb_gs_config_of(old->gs), diff, sizeof(diff))) {
+            a->rv = -EEXIST;
+            snprintf(a->whybuf, sizeof(a->whybuf),
+                     "the consumer group exists with other settings: %s", diff);
+        }
+        return;
+    }
     /* A durable stream's ring starts at its log's offset, which only its
      * storage answer gives: no ring is made here for one. */
     bool durable = fx_stream_handle_is_durable(a->h);
@@ -320,17 +332,19 @@ static void create_part(gask *a)
     if (!start_of(a, st, &start))
         return;
     int rv;
-    if (fxb_group_new(a->w, a->h, a->group, start, &rv) == NULL) {
+    const char *why = NULL;
+    if (fxb_group_new(a->w, a->h, a->group, start, &a->set, &rv, &why) == NULL) {
         a->rv = rv;
-        a->why = rv == FX_EFULL ? "max_groups_per_stream reached" : NULL;
+        a->why = rv == FX_EFULL ? "max_groups_per_stream reached" : rv == -EINVAL ? why : NULL;
         return;
     }
     a->created = true;
 }
 
 int fx_broker_create_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
-                           const char *group, int start, uint64_t offset, uint64_t timeout_ns,
-                           bool *pcreated, fx_registry_err *err)
+                           const char *group, int start, uint64_t offset,
+                           const fx_broker_group_settings *set, uint64_t timeout_ns, bool *pcreated,
+                           fx_registry_err *err)
 {
     size_t len = strlen(group);
     fx_registry_err nerr;
@@ -342,6 +356,8 @@ int fx_broker_create_group(fx_broker *b, const char *tenant, const char *ns, con
         return FX_EWIRE_NAME;
     }
     gask a = {.group = group, .start = start, .offset = offset};
+    if (set != NULL)
+        a.set = *set;
     int rv = ask(b, tenant, ns, stream, &a, create_part, timeout_ns, err);
     if (pcreated != NULL)
         *pcreated = a.created;

@@ -60,21 +60,34 @@ struct fxb_group {
      * (raised to the ring's oldest) reaches this offset (0: it holds). */
     uint64_t hold_lapsed_to;
     uint64_t skipped_counted; /* of the engine's skipped, in felix_group_skipped_total */
+    /* Its own settings, given at its create (the broker's defaults for the
+     * others; group_settings.h). */
+    fx_broker_group_settings set;
+    /* Its /metrics series (group_metrics.h), or NULL (no memory: not shown). */
+    struct fxb_gmetric *gm;
+    /* Of the engine's lateness histogram, what felix_group_redelivery_lateness_seconds has. */
+    uint64_t late_counted[FXB_GS_LATE_BUCKETS];
+    uint64_t late_sum_counted;
 };
 
 /* The groups of |h| on |w| (NULL: none). */
 fxb_sgroups *fxb_group_sgroups(fxb_worker *w, const fx_stream_handle *h);
 /* The group |name| of |sg| (NULL: none). */
 struct fxb_group *fxb_group_find(fxb_sgroups *sg, const char *name);
-/* A new group of |h| whose first delivery is |start|; NULL with |*prv|
- * (-ENOMEM, FX_EFULL at max_groups_per_stream). On a durable stream its
- * journal's files are made (group_journal.h). */
+/* A new group of |h| whose first delivery is |start|, with its own
+ * settings |set| over the broker's defaults (NULL: none; copied); NULL with
+ * |*prv| (-ENOMEM, FX_EFULL at max_groups_per_stream, -EINVAL for settings
+ * that do not fit, the reason in |*pwhy| when not NULL). On a durable
+ * stream its journal's files are made (group_journal.h), its settings with
+ * them. */
 struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *name,
-                                uint64_t start, int *prv);
+                                uint64_t start, const fx_broker_group_settings *set, int *prv,
+                                const char **pwhy);
 /* fxb_group_new without a journal: the group a recovered journal rebuilds
  * (group_journal.c). */
 struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char *name,
-                                 uint64_t start, int *prv);
+                                 uint64_t start, const fx_broker_group_settings *set, int *prv,
+                                 const char **pwhy);
 /* Removes and frees |g| (no member joined). */
 void fxb_group_delete(struct fxb_group *g);
 /* Hands out what |g| can now and arms its timer. */

@@ -5,6 +5,7 @@
  * group files' creation and removal, recovery at a log's open). Thread
  * noted per function and per field. */
 #include "broker/group_journal.h"
+#include "broker/group_settings.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -38,6 +39,9 @@ struct fxb_gjournal {
     char name[FXB_GROUP_NAME_MAX + 1];
     bool create;    /* made by a create: the storage thread makes its files */
     uint64_t start; /* create: its first offset (a SEEK record) */
+    /* The group's own settings: given at create (written to <stem>.settings
+     * when it has any), or read back from that file by recovery. */
+    fx_broker_group_settings set;
     /* Worker: */
     struct fxb_group *g; /* NULL once detached */
     fx_gjournal_rec *buf;
@@ -339,6 +343,7 @@ int fxb_gj_attach_new(struct fxb_group *g, uint64_t start)
         return -ENOMEM;
     gj->create = true;
     gj->start = start;
+    gj->set = g->set;
     gj->g = g;
     g->gj = gj;
     fxb_gs_set_observer(g->gs, on_event, gj);
@@ -473,6 +478,64 @@ static int name_path(const char *dir, const char *name, char *out, size_t cap)
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
+/* <dir>/<stem of |name|>.settings: the group's own settings (JSON), beside
+ * its name; absent when it has none. */
+static int settings_path(const char *dir, const char *name, char *out, size_t cap)
+{
+    char stem[FX_GJOURNAL_STEM_MAX];
+    fx_gjournal_stem(stem, name);
+    int n = snprintf(out, cap, "%s/%s.settings", dir, stem);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+/* Writes the settings file of |gj| in |dir| when its group has its own
+ * settings (once, at create, after the name and before the journal: a
+ * journal that opens had its settings written). 0 or -errno. */
+static int settings_write(fx_sio *io, const fxb_gjournal *gj, const char *dir)
+{
+    if (gj->set.has == 0)
+        return 0;
+    char path[4096 + 64];
+    int rv = settings_path(dir, gj->name, path, sizeof(path));
+    if (rv != 0)
+        return rv;
+    size_t len = 0;
+    char *text = fxb_gset_encode(&gj->set, &len);
+    if (text == NULL)
+        return -ENOMEM;
+    rv = fx_sio_write_file_atomic(io, path, text, len);
+    free(text);
+    return rv;
+}
+
+/* Reads the settings file of |gj| in |dir| into gj->set (none: no file).
+ * 0, or the failure with its reason in |why|. */
+static int settings_read(fx_sio *io, fxb_gjournal *gj, const char *dir, char *why, size_t wl)
+{
+    char path[4096 + 64];
+    char *text = NULL;
+    size_t len = 0;
+    int rv = settings_path(dir, gj->name, path, sizeof(path));
+    if (rv == 0)
+        rv = fx_sio_read_file(io, path, FXB_GSET_TEXT_MAX, &text, &len);
+    if (rv == -ENOENT)
+        return 0; /* the group follows the broker's defaults */
+    char stem[FX_GJOURNAL_STEM_MAX];
+    fx_gjournal_stem(stem, gj->name);
+    if (rv != 0) {
+        snprintf(why, wl, "%s.settings", stem);
+        return rv;
+    }
+    char reason[256];
+    rv = fxb_gset_decode(text, len, &gj->set, reason, sizeof(reason));
+    free(text);
+    if (rv != 0) {
+        snprintf(why, wl, "%s.settings: %s", stem, reason);
+        return FX_ESTORAGE_CORRUPT;
+    }
+    return 0;
+}
+
 /* Has the worker look at the journal's progress. Storage thread. */
 static void post_back(fxb_gjournal *gj)
 {
@@ -546,11 +609,17 @@ static int sync_one(fxb_gjournal *gj)
     return rv;
 }
 
-/* Deletes the files of |gj| in |dir|: the journal's, then its name. */
+/* Deletes the files of |gj| in |dir|: the journal's, its settings, then
+ * its name. */
 static int remove_files(fx_sio *io, const char *dir, const char *name)
 {
     char path[4096 + 64];
     int rv = fx_gjournal_remove(io, dir, name);
+    if (rv == 0 && (rv = settings_path(dir, name, path, sizeof(path))) == 0) {
+        rv = io->ops->unlink(io, path);
+        if (rv == -ENOENT)
+            rv = 0;
+    }
     if (rv == 0 && (rv = name_path(dir, name, path, sizeof(path))) == 0) {
         rv = io->ops->unlink(io, path);
         if (rv == -ENOENT)
@@ -597,6 +666,8 @@ static int create_files(fxb_gjournal *gj, const char *dir, char *why, size_t wl)
         rv = name_path(dir, gj->name, path, sizeof(path));
     if (rv == 0)
         rv = fx_sio_write_file_atomic(io, path, gj->name, strlen(gj->name));
+    if (rv == 0)
+        rv = settings_write(io, gj, dir);
     if (rv == 0)
         rv = fx_gjournal_open(&gj->j, io, dir, gj->name, true, &gj->state, NULL, why, wl);
     if (rv != 0)
@@ -845,7 +916,17 @@ static void recover_one(dstream *s, const char *dir, const char *file)
     free(name);
     if (gj == NULL)
         return;
-    int rv = recover_open(s, gj, dir);
+    char why[384] = "";
+    int rv = settings_read(io_of(s->st), gj, dir, why, sizeof(why));
+    if (rv != 0) {
+        /* Refused like a damaged journal: the group shows the reason and
+         * serves nothing; its files stay for an operator. */
+        FX_COUNTER_INC(group_journal_refused);
+        set_failed(gj, rv, "its settings file is damaged or unreadable", why);
+        gj->set = (fx_broker_group_settings){0};
+    } else {
+        rv = recover_open(s, gj, dir);
+    }
     if (rv == -ENOENT) {
         /* Its create stopped before the journal: the group never was. */
         rv = remove_files(io_of(s->st), dir, gj->name);
@@ -915,7 +996,7 @@ static void on_restore(fx_loop *l, fx_task *t, void *user)
     if (fx_stream_handle_is_active(gj->h)) {
         yield_fresh(w, gj);
         if (fxb_group_find(fxb_group_sgroups(w, gj->h), gj->name) == NULL)
-            g = fxb_group_make(w, gj->h, gj->name, 0, &rv);
+            g = fxb_group_make(w, gj->h, gj->name, 0, &gj->set, &rv, NULL);
     }
     if (g == NULL) {
         FX_COUNTER_INC(group_journal_errors);

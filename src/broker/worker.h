@@ -49,6 +49,7 @@ struct fxb_worker {
     fx_task expiry_start;
     fx_timer expiry_timer;
     struct fxb_dworker *dur; /* durable streams' storage stage (durable.c), or NULL */
+    struct fxb_gmset *gmetrics; /* its groups' /metrics series (group_metrics.c), or NULL */
 };
 
 /* Posted to the deleted stream's worker; holds a handle reference. Jobs

@@ -349,6 +349,7 @@ static unsigned group_status(int rv)
     case FX_ECURSOR_IN_FUTURE:
     case -EBUSY:
     case -ENOTSUP:
+    case -EEXIST:
     case -ESRCH: /* not a dead letter of the group (redrive, discard) */
         return 409;
     case FX_ECURSOR_TOO_OLD: /* a redrive of a record no longer in the stream */
@@ -411,15 +412,20 @@ static const char *start_value(json_t *v, group_start *gs)
 }
 
 /* Parses the body of a group PUT or seek, {"start": ...} (optional; an
- * empty body asks nothing), into |gs|: by default the oldest record.
- * Returns NULL, or why it is refused (a 400). */
-static const char *parse_start_body(const fx_admin_req *req, group_start *gs)
+ * empty body asks nothing), into |gs|: by default the oldest record. With
+ * |set| (a PUT) the group's own settings may come beside it (any other key
+ * is refused, never ignored). Returns NULL, or why it is refused (a 400;
+ * the text in |buf| of |bl| bytes when it is built). */
+static const char *parse_start_body(const fx_admin_req *req, group_start *gs,
+                                    fx_broker_group_settings *set, char *buf, size_t bl)
 {
     *gs = (group_start){.start = FX_BROKER_GROUP_START_ALL};
+    if (set != NULL)
+        *set = (fx_broker_group_settings){0};
     if (req->body == NULL || req->body_len == 0)
         return NULL;
     json_error_t jerr;
-    json_t *j = json_loadb(req->body, req->body_len, 0, &jerr);
+    json_t *j = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
     const char *key, *why = NULL;
     json_t *v;
     if (!json_is_object(j))
@@ -427,9 +433,12 @@ static const char *parse_start_body(const fx_admin_req *req, group_start *gs)
     else
         json_object_foreach(j, key, v)
         {
-            why = strcmp(key, "start") == 0
-                      ? start_value(v, gs)
-                      : "unknown field in the body: only \"start\" is accepted";
+            if (strcmp(key, "start") == 0)
+                why = start_value(v, gs);
+            else if (set == NULL)
+                why = "unknown field in the body: only \"start\" is accepted";
+            else if (fx_broker_group_setting_parse(set, key, v, buf, bl) != 0)
+                why = buf;
             if (why != NULL)
                 break;
         }
@@ -495,11 +504,13 @@ static void on_group_put(const fx_admin_req *req, fx_admin_resp *resp, void *use
 {
     group_path gp;
     group_start gs;
+    fx_broker_group_settings set;
+    char buf[256];
     if (parse_group_path(req->rest, &gp) != GT_ONE) {
         error_json(resp, 400, GROUP_PATH_HELP);
         return;
     }
-    const char *why = parse_start_body(req, &gs);
+    const char *why = parse_start_body(req, &gs, &set, buf, sizeof(buf));
     if (why != NULL) {
         error_json(resp, 400, why);
         return;
@@ -507,7 +518,7 @@ static void on_group_put(const fx_admin_req *req, fx_admin_resp *resp, void *use
     bool created = false;
     fx_registry_err err = {0};
     int rv = fx_broker_create_group(user, gp.names[0], gp.names[1], gp.names[2], gp.group, gs.start,
-                                    gs.offset, FX_ADMIN_BROKER_TIMEOUT_NS, &created, &err);
+                                    gs.offset, &set, FX_ADMIN_BROKER_TIMEOUT_NS, &created, &err);
     if (rv != 0) {
         group_error(resp, rv, &err);
         return;
@@ -587,7 +598,7 @@ static void on_group_post(const fx_admin_req *req, fx_admin_resp *resp, void *us
                    "{group}/seek, /redrive or /discard");
         return;
     }
-    const char *why = parse_start_body(req, &gs);
+    const char *why = parse_start_body(req, &gs, NULL, NULL, 0);
     if (why == NULL && !gs.given)
         why = "the body must say where to go: {\"start\": \"all\"|\"new\"|\"last\"|"
               "{\"offset\": N}}";

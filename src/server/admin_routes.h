@@ -31,7 +31,10 @@
  * time. Consumer groups (body {"start": "all"|"new"|"last"|{"offset": N}},
  * optional for PUT, required for seek): GET 200 with the broker's JSON, 404
  * when the stream or group does not exist; PUT 201 (created) or 200
- * (existed); seek 200; DELETE 200, 404 (none), 409 while members are
+ * (existed with every setting the body gives; the group's own settings,
+ * fx_broker_group_settings, may come beside "start": 400 for an unknown key
+ * or a bad bound, 409 naming the key when it exists with another value);
+ * seek 200; DELETE 200, 404 (none), 409 while members are
  * joined; 400 for a bad path, name or body, 409 for an offset past the tail,
  * 429 at max_groups_per_stream. Any
  * thread. */

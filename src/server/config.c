@@ -84,9 +84,10 @@ const struct key fx_config_keys[] = {
     {.name = "metrics_stream_labels", .env = {"FELIX_METRICS_STREAM_LABELS"}, .type = T_BOOL,
      FIELD(metrics_stream_labels), .def = "false",
      .help = "GET /metrics carries the per-stream gauges felix_storage_stream_*{tenant,namespace,"
-             "stream}, one series per durable stream; /metrics needs no token, so whoever "
-             "reaches metrics_bind learns every durable stream's name. false = those gauges "
-             "have no series"},
+             "stream}, one series per durable stream, and the per-group series "
+             "felix_consumer_group_*{tenant,namespace,stream,group}, one per consumer group; "
+             "/metrics needs no token, so whoever reaches metrics_bind learns every durable "
+             "stream's and group's name. false = those series are not shown"},
     {.name = "admin_allowed_hosts", .env = {"FELIX_ADMIN_ALLOWED_HOSTS"}, .type = T_STR,
      FIELD(admin_allowed_hosts), .def = "",
      .help = "comma-separated host names the admin Host header may carry besides addresses, "
@@ -825,7 +826,8 @@ static void rule_stream_labels(const fx_config *c, fx_config_diag *d)
     fx_config_format_where(c, &c->origin[kidx("metrics_stream_labels")], where, sizeof(where));
     fx_config_warn(d,
                    "%s: metrics_stream_labels = true and metrics_bind %s is not loopback: "
-                   "/metrics (no token) names every durable stream to whoever reaches it",
+                   "/metrics (no token) names every durable stream and consumer group to "
+                   "whoever reaches it",
                    where, c->metrics_bind);
 }
 

@@ -38,7 +38,7 @@ static int create_one(fx_broker *b, const fx_config_group *g, uint64_t timeout_n
         FX_LOG_INFO("server", "stream %s/%s/%s created for groups entry %s", g->s.tenant, g->s.ns,
                     g->s.stream, g->group);
     rv = fx_broker_create_group(b, g->s.tenant, g->s.ns, g->s.stream, g->group, (int)g->start,
-                                g->offset, timeout_ns, &created, &err);
+                                g->offset, NULL, timeout_ns, &created, &err);
     if (rv != 0)
         return fail(g, rv, &err, why, n);
     FX_LOG_INFO("server", "group %s/%s/%s/%s %s from the configuration", g->s.tenant, g->s.ns,

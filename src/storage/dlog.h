@@ -257,6 +257,16 @@ const fx_dlog_stats *fx_dlog_stats_get(const fx_dlog *log);
 /* The message of the last error (corruption detail, failed call); "" if none. */
 const char *fx_dlog_last_error(const fx_dlog *log);
 
+/* The first offset whose record was appended at or after |ts_us| (the
+ * append clock, microseconds since the Unix epoch) into |*poff|: the
+ * segments' newest-record times pick the segment, then a binary search over
+ * its records (one record read per step, O(log n) reads). The log's next
+ * offset when every record is older; its first offset when none is. Times
+ * are the broker's wall clock at append, non-decreasing unless the clock
+ * stepped back (then the answer is one of the offsets around the step).
+ * Returns 0 or fx_dlog_read's errors. Storage thread (dlog_time.c). */
+int fx_dlog_offset_for_time(fx_dlog *log, uint64_t ts_us, uint64_t *poff);
+
 /* ---- reading the files without an open log (replay readers) ----------------- */
 
 /* The ids of the segment files ("<id:020>.log") in directory |dir|, sorted

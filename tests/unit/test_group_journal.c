@@ -228,7 +228,7 @@ static bool group_file(const char *stream, const char *group, const char *suffix
 static struct fxb_group *make_group(cf *f, fx_stream_handle *h, const char *name, uint32_t *pmid)
 {
     int rv = 0;
-    struct fxb_group *g = fxb_group_new(fxb_worker_for(f->b, h), h, name, 0, &rv);
+    struct fxb_group *g = fxb_group_new(fxb_worker_for(f->b, h), h, name, 0, NULL, &rv, NULL);
     assert_non_null(g);
     assert_int_equal(fxb_gs_member_add(g->gs, 16, 0, pmid), 0);
     return g;
@@ -385,7 +385,7 @@ static void test_create_before_open_yields_to_the_files(void **state)
     h = fx_registry_find(f->b->reg, sl("t1"), sl("default"), sl("d1"));
     assert_non_null(h);
     int rv;
-    assert_non_null(fxb_group_new(fxb_worker_for(f->b, h), h, "g1", 4, &rv));
+    assert_non_null(fxb_group_new(fxb_worker_for(f->b, h), h, "g1", 4, NULL, &rv, NULL));
     cf_settle(f);
     g = group_of(f, h, "g1");
     assert_non_null(g);

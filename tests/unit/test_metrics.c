@@ -503,7 +503,7 @@ static void check_offset(const fx_metric_desc *d, bool *seen_c, bool *seen_g, bo
     assert_false(seen[d->off / size]); /* every field exactly once */
     seen[d->off / size] = true;
     if (d->type == FX_METRIC_HISTOGRAM)
-        assert_true(d->lo + FX_HIST_NBUCKETS <= 64);
+        assert_true(d->lo + FX_HIST_NBUCKETS <= 64 || fx_hist_fixed_of(d->lo) != NULL);
 }
 
 static void test_lists_cover_structs_and_names_are_unique(void **state)
@@ -563,7 +563,13 @@ static void test_render_parses_as_prometheus_text(void **state)
         assert_non_null(f);
         assert_string_equal(f->type, "gauge");
     }
-    assert_int_equal(p->nf, families + FX_MSTREAM_N);
+    for (size_t i = 0; i < FX_MGROUP_N; i++) {
+        p_family *f = find_family(p, fx_mgroup_descs[i].name);
+        assert_non_null(f);
+        assert_string_equal(f->type,
+                            fx_mgroup_descs[i].type == FX_METRIC_GAUGE ? "gauge" : "counter");
+    }
+    assert_int_equal(p->nf, families + FX_MSTREAM_N + FX_MGROUP_N);
     assert_true(value_of(p, "felix_broker_ingress_dropped_total", "") >= 3);
     assert_true(value_of(p, "felix_publish_requests_total", "result=\"error\"") >= 1);
     assert_true(value_of(p, "felix_quic_connections_open", "") == -2);
@@ -841,6 +847,89 @@ static void test_stream_sources_not_asked_without_per_stream(void **state)
     fx_metrics_stream_source_remove(&src);
 }
 
+/* ---- fixed-bounds histograms, per-group series ----------------------------------- */
+
+static void test_fixed_histogram_renders_its_bounds_in_seconds(void **state)
+{
+    (void)state;
+    const fx_hist_fixed *fx = fx_hist_fixed_of(fx_hist_lo_group_redelivery_lateness);
+    assert_non_null(fx);
+    assert_int_equal(fx->n, 11);
+    /* The bounds are the engine's (group_state.c): 100 us in the first, 250 ms in the last. */
+    assert_int_equal(fx_hist_bucket_index(FX_HIST_FIXED_LATENESS, 0), 0);
+    assert_int_equal(fx_hist_bucket_index(FX_HIST_FIXED_LATENESS, 100), 0);
+    assert_int_equal(fx_hist_bucket_index(FX_HIST_FIXED_LATENESS, 101), 1);
+    assert_int_equal(fx_hist_bucket_index(FX_HIST_FIXED_LATENESS, 250000), 10);
+    assert_int_equal(fx_hist_bucket_index(FX_HIST_FIXED_LATENESS, 250001), 11);
+    char *before = render_all();
+    parsed *p = parse_ok(before);
+    double c0 = value_of(p, "felix_group_redelivery_lateness_seconds_count", "");
+    double b1 = value_of(p, "felix_group_redelivery_lateness_seconds_bucket", "le=\"0.00025\"");
+    double s0 = value_of(p, "felix_group_redelivery_lateness_seconds_sum", "");
+    free(p);
+    free(before);
+    FX_HIST_OBSERVE(group_redelivery_lateness, 200);      /* le 0.00025 */
+    FX_HIST_ADD_BUCKET(group_redelivery_lateness, 11, 2); /* above 250 ms */
+    FX_HIST_ADD_SUM(group_redelivery_lateness, 1500000);
+    char *text = render_all();
+    p = parse_ok(text);
+    assert_true(value_of(p, "felix_group_redelivery_lateness_seconds_count", "") == c0 + 3);
+    assert_true(value_of(p, "felix_group_redelivery_lateness_seconds_bucket", "le=\"0.00025\"") ==
+                b1 + 1);
+    assert_true(value_of(p, "felix_group_redelivery_lateness_seconds_bucket", "le=\"+Inf\"") ==
+                c0 + 3);
+    double s1 = value_of(p, "felix_group_redelivery_lateness_seconds_sum", "");
+    assert_true(s1 - s0 > 1.5001 && s1 - s0 < 1.5003);
+    /* Twelve buckets: eleven bounds and +Inf. */
+    size_t nb = 0;
+    for (const char *q = text;
+         (q = strstr(q, "felix_group_redelivery_lateness_seconds_bucket{")) != NULL; q++)
+        nb++;
+    assert_int_equal(nb, 12);
+    free(p);
+    free(text);
+}
+
+static void two_groups(void *user, fx_mgroup_emit_fn emit, void *sink)
+{
+    int *calls = user;
+    (*calls)++;
+    fx_mgroup_row r = {.tenant = "t1", .ns = "default", .stream = "s", .group = "g1"};
+    for (int i = 0; i < FX_MGROUP_N; i++)
+        r.v[i] = 20 + i;
+    emit(sink, &r);
+    r.group = "g2";
+    r.v[FX_MGROUP_LAG] = 7;
+    emit(sink, &r);
+}
+
+static void test_group_sources_render_one_labelled_series_per_group(void **state)
+{
+    (void)state;
+    int calls = 0;
+    fx_mgroup_source src = {.on_collect = two_groups, .user = &calls};
+    fx_metrics_group_source_add(&src);
+    char *text = render_with(false);
+    assert_int_equal(calls, 0); /* only with the per-stream series */
+    assert_null(strstr(text, "group=\"g1\""));
+    free(text);
+    text = render_all();
+    parsed *p = parse_ok(text);
+    assert_int_equal(calls, 1);
+    assert_true(value_of(p, "felix_consumer_group_lag",
+                         "group=\"g2\",namespace=\"default\",stream=\"s\",tenant=\"t1\"") == 7);
+    assert_true(value_of(p, "felix_consumer_group_acked_total",
+                         "group=\"g1\",namespace=\"default\",stream=\"s\",tenant=\"t1\"") ==
+                20 + FX_MGROUP_ACKED);
+    free(p);
+    free(text);
+    fx_metrics_group_source_remove(&src);
+    text = render_all();
+    assert_int_equal(calls, 1);
+    assert_null(strstr(text, "group=\"g1\""));
+    free(text);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_parser_rejects_malformed_exposition),
     cmocka_unit_test(test_lists_cover_structs_and_names_are_unique),
@@ -852,5 +941,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_histogram_observe_puts_values_in_right_buckets),
     cmocka_unit_test(test_stream_sources_render_one_labelled_series_per_stream),
     cmocka_unit_test(test_stream_sources_not_asked_without_per_stream),
+    cmocka_unit_test(test_fixed_histogram_renders_its_bounds_in_seconds),
+    cmocka_unit_test(test_group_sources_render_one_labelled_series_per_group),
 };
 FX_TEST_MAIN(tests)

@@ -154,6 +154,43 @@ static void test_append_assigns_contiguous_offsets(void **state)
     fx_done(&f);
 }
 
+/* The first offset appended at or after a time: before the first record,
+ * inside a segment, at a segment's edge and past the tail; the same after a
+ * reopen (sealed segments' times come from the recovery scan) and after
+ * retention removed the oldest segments. Batches share their time. */
+static void expect_times(fx_dlog *log, uint64_t first)
+{
+    uint64_t off = UINT64_MAX;
+    assert_int_equal(fx_dlog_offset_for_time(log, 0, &off), 0);
+    assert_int_equal(off, first);
+    for (uint64_t k = first; k < 300; k += 7) {
+        /* Records 3j, 3j+1, 3j+2 were appended at 5000 + j. */
+        assert_int_equal(fx_dlog_offset_for_time(log, 5000 + k / 3, &off), 0);
+        assert_int_equal(off, k / 3 * 3 < first ? first : k / 3 * 3);
+    }
+    assert_int_equal(fx_dlog_offset_for_time(log, 5000 + 100, &off), 0);
+    assert_int_equal(off, 300);
+}
+
+static void test_offset_for_time_finds_the_first_record_at_or_after_it(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_init(&f, 1024, 128);
+    assert_int_equal(reopen(&f), 0);
+    for (uint64_t j = 0; j < 100; j++)
+        assert_int_equal(append_batch(f.log, 3 * j, 3, 5000 + j), 0);
+    assert_true(fx_dlog_segment_count(f.log) > 4);
+    expect_times(f.log, 0);
+    assert_int_equal(reopen(&f), 0);
+    expect_times(f.log, 0);
+    fx_dlog_retained r;
+    assert_int_equal(fx_dlog_retain(f.log, fx_dlog_bytes_on_disk(f.log) / 2, 0, 0, &r), 0);
+    assert_true(r.segments > 0);
+    expect_times(f.log, fx_dlog_first_offset(f.log));
+    fx_done(&f);
+}
+
 static void test_append_rejects_empty_and_oversized_batches(void **state)
 {
     fixture f;
@@ -1368,6 +1405,7 @@ static void test_a_directory_too_long_for_its_file_names_is_refused(void **state
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_append_assigns_contiguous_offsets),
+    cmocka_unit_test(test_offset_for_time_finds_the_first_record_at_or_after_it),
     cmocka_unit_test(test_append_rejects_empty_and_oversized_batches),
     cmocka_unit_test(test_config_bounds_are_checked),
     cmocka_unit_test(test_reopen_resumes_at_the_next_offset),

@@ -555,31 +555,157 @@ int fx_cli_streams(int argc, char **argv)
 
 /* ---- felix groups --------------------------------------------------------------- */
 
-enum { O_START = FX_CLI_OPT_FIRST_CMD, O_JSON, O_OFFSET };
+enum {
+    O_START = FX_CLI_OPT_FIRST_CMD,
+    O_JSON,
+    /* a group's own settings (create), in the order of GSET_KEYS */
+    O_ACK_WAIT,
+    O_MAX_ACK_WAIT,
+    O_MAX_DELIVER,
+    O_MAX_ACK_PENDING,
+    O_MAX_ACK_PENDING_BYTES,
+    O_MAX_PARKED,
+    O_BACKOFF,
+    O_OFFSET, /* redrive, discard */
+};
 static const fx_cli_opt GROUPS_OPTS[] = {FX_CLI_COMMON_OPTS,
                                          {"start", true, O_START},
                                          {"json", false, O_JSON},
+                                         {"ack-wait-ms", true, O_ACK_WAIT},
+                                         {"max-ack-wait-ms", true, O_MAX_ACK_WAIT},
+                                         {"max-deliver", true, O_MAX_DELIVER},
+                                         {"max-ack-pending", true, O_MAX_ACK_PENDING},
+                                         {"max-ack-pending-bytes", true, O_MAX_ACK_PENDING_BYTES},
+                                         {"max-parked", true, O_MAX_PARKED},
+                                         {"backoff", true, O_BACKOFF},
                                          {"offset", true, O_OFFSET},
                                          {0}};
+
+/* The body keys of the settings flags, by O_ACK_WAIT + i. The broker checks
+ * the bounds (a 400 names the key); the CLI checks they are numbers. */
+#define GSET_N 7
+static const char *const GSET_KEYS[GSET_N] = {
+    "ack_wait_ms",           "max_ack_wait_ms", "max_deliver", "max_ack_pending",
+    "max_ack_pending_bytes", "max_parked",      "backoff_ms"};
+static const char *const GSET_FLAGS[GSET_N] = {
+    "ack-wait-ms",           "max-ack-wait-ms", "max-deliver", "max-ack-pending",
+    "max-ack-pending-bytes", "max-parked",      "backoff"};
+#define GSET_MAX_BACKOFF 8
 
 typedef struct groups_args {
     const char *start;  /* --start, NULL: not given */
     const char *offset; /* --offset (redrive, discard), NULL: not given */
     bool json;
+    bool has[GSET_N]; /* which settings flags were given */
+    int64_t v[GSET_N];
+    uint64_t backoff[GSET_MAX_BACKOFF];
+    size_t nbackoff;
 } groups_args;
+
+/* --backoff D1,D2,...: up to 8 delays in ms. */
+static int backoff_arg(groups_args *a, const char *val, char *err, size_t errlen)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", val);
+    a->nbackoff = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t != NULL;
+         t = strtok_r(NULL, ",", &save)) {
+        if (a->nbackoff == GSET_MAX_BACKOFF ||
+            fx_cli_parse_u64(t, INT32_MAX, &a->backoff[a->nbackoff]) != 0) {
+            snprintf(err, errlen,
+                     "--backoff: expected up to %d delays in ms separated by commas, got '%s'",
+                     GSET_MAX_BACKOFF, val);
+            return -EINVAL;
+        }
+        a->nbackoff++;
+    }
+    return 0;
+}
 
 static int groups_opt(void *user, int id, const char *val, char *err, size_t errlen)
 {
     groups_args *a = user;
-    if (id == O_START)
+    if (id == O_START) {
         a->start = val;
-    else if (id == O_OFFSET)
+    } else if (id == O_OFFSET) {
         a->offset = val;
-    else if (id == O_JSON)
+    } else if (id == O_JSON) {
         a->json = true;
-    (void)err;
-    (void)errlen;
+    } else if (id == O_BACKOFF) {
+        a->has[id - O_ACK_WAIT] = true;
+        return backoff_arg(a, val, err, errlen);
+    } else if (id >= O_ACK_WAIT && id < O_ACK_WAIT + GSET_N) {
+        uint64_t u;
+        size_t k = (size_t)(id - O_ACK_WAIT);
+        bool neg = id == O_MAX_DELIVER && strcmp(val, "-1") == 0;
+        if (!neg && fx_cli_parse_u64(val, INT64_MAX, &u) != 0) {
+            snprintf(err, errlen, "--%s: expected a whole number%s, got '%s'", GSET_FLAGS[k],
+                     id == O_MAX_DELIVER ? " (or -1: unlimited)" : "", val);
+            return -EINVAL;
+        }
+        a->has[k] = true;
+        a->v[k] = neg ? -1 : (int64_t)u;
+    }
     return 0;
+}
+
+/* Whether any settings flag was given. */
+static bool has_settings(const groups_args *a)
+{
+    for (size_t i = 0; i < GSET_N; i++)
+        if (a->has[i])
+            return true;
+    return false;
+}
+
+/* The body of a create or seek: {"start": ...} and the group's settings;
+ * NULL with nothing to send, or on error (|*perr| set: a usage error, or
+ * out of memory). The caller frees it. */
+static char *groups_body(const groups_args *a, char *err, size_t errlen, int *perr)
+{
+    *perr = 0;
+    if (a->offset != NULL) { /* redrive, discard: checked a whole number by groups_usage */
+        json_t *j = json_pack("{s:I}", "offset", (json_int_t)strtoll(a->offset, NULL, 10));
+        char *body = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (body == NULL) {
+            snprintf(err, errlen, "out of memory");
+            *perr = -ENOMEM;
+        }
+        return body;
+    }
+    if (a->start == NULL && !has_settings(a))
+        return NULL;
+    char start[96];
+    json_t *j = NULL;
+    if (a->start != NULL) {
+        if (fx_cli_group_start_body(a->start, start, sizeof(start), err, errlen) != 0) {
+            *perr = -EINVAL;
+            return NULL;
+        }
+        j = json_loads(start, 0, NULL);
+    } else {
+        j = json_object();
+    }
+    for (size_t i = 0; j != NULL && i < GSET_N; i++) {
+        if (!a->has[i])
+            continue;
+        if (i == O_BACKOFF - O_ACK_WAIT) {
+            json_t *arr = json_array();
+            for (size_t k = 0; k < a->nbackoff; k++)
+                json_array_append_new(arr, json_integer((json_int_t)a->backoff[k]));
+            json_object_set_new(j, GSET_KEYS[i], arr);
+        } else {
+            json_object_set_new(j, GSET_KEYS[i], json_integer(a->v[i]));
+        }
+    }
+    char *body = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (body == NULL) {
+        snprintf(err, errlen, "out of memory");
+        *perr = -ENOMEM;
+    }
+    return body;
 }
 
 /* Prints the body of |resp| as the broker sent it (--json), one line. */
@@ -718,7 +844,7 @@ static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_p
     bool create = strcmp(action, "create") == 0, seek = strcmp(action, "seek") == 0;
     bool del = strcmp(action, "delete") == 0, dead = strcmp(action, "dead-letters") == 0;
     bool redrive = strcmp(action, "redrive") == 0, discard = strcmp(action, "discard") == 0;
-    char route[3 * 3 * FX_CLI_NAME_MAX + 3 * FX_CLI_GROUP_MAX + 64], body[96], err[256];
+    char route[3 * 3 * FX_CLI_NAME_MAX + 3 * FX_CLI_GROUP_MAX + 64], err[256];
     const char *verb = seek      ? "seek"
                        : dead    ? "dead-letters"
                        : redrive ? "redrive"
@@ -728,18 +854,22 @@ static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_p
         fx_cli_errorf("groups", "out of memory");
         return FX_CLI_EXIT_FAIL;
     }
-    if (a->start != NULL && fx_cli_group_start_body(a->start, body, sizeof(body), err,
-                                                    sizeof(err)) != 0)
+    int berr;
+    char *body = groups_body(a, err, sizeof(err), &berr);
+    if (berr == -EINVAL)
         return fx_cli_usage_error("groups", err);
-    if (a->offset != NULL) /* checked a whole number by groups_usage */
-        snprintf(body, sizeof(body), "{\"offset\":%s}", a->offset);
+    if (berr != 0) {
+        fx_cli_errorf("groups", "%s", err);
+        return FX_CLI_EXIT_FAIL;
+    }
     const char *method = create                       ? "PUT"
                          : seek || redrive || discard ? "POST"
                          : del                        ? "DELETE"
                                                       : "GET";
     fx_cli_http resp;
-    if (admin_call_body("groups", c, method, route,
-                        a->start != NULL || a->offset != NULL ? body : NULL, &resp) != 0)
+    int rv = admin_call_body("groups", c, method, route, body, &resp);
+    free(body);
+    if (rv != 0)
         return FX_CLI_EXIT_FAIL;
     if (a->json)
         print_raw(&resp);
@@ -769,9 +899,9 @@ static const char *groups_usage(const char *action, int npos, const groups_args 
 {
     bool ls = strcmp(action, "ls") == 0 || strcmp(action, "list") == 0;
     bool by_offset = strcmp(action, "redrive") == 0 || strcmp(action, "discard") == 0;
-    bool known = ls || by_offset || strcmp(action, "create") == 0 || strcmp(action, "info") == 0 ||
-                 strcmp(action, "seek") == 0 || strcmp(action, "delete") == 0 ||
-                 strcmp(action, "dead-letters") == 0;
+    bool known = ls || by_offset || strcmp(action, "create") == 0 ||
+                 strcmp(action, "info") == 0 || strcmp(action, "seek") == 0 ||
+                 strcmp(action, "delete") == 0 || strcmp(action, "dead-letters") == 0;
     if (!known)
         return "unknown action: want ls, info, create, seek, delete, dead-letters, redrive or "
                "discard";
@@ -786,6 +916,9 @@ static const char *groups_usage(const char *action, int npos, const groups_args 
         return "--start goes with create or seek";
     if (a->start == NULL && strcmp(action, "seek") == 0)
         return "seek needs --start all|new|last|OFFSET";
+    if (has_settings(a) && strcmp(action, "create") != 0)
+        return "--ack-wait-ms, --max-ack-wait-ms, --max-deliver, --max-ack-pending, "
+               "--max-ack-pending-bytes, --max-parked and --backoff go with create";
     if (a->offset != NULL && !by_offset)
         return "--offset goes with redrive or discard";
     if (by_offset && a->offset == NULL)
