@@ -899,9 +899,9 @@ static const char *groups_usage(const char *action, int npos, const groups_args 
 {
     bool ls = strcmp(action, "ls") == 0 || strcmp(action, "list") == 0;
     bool by_offset = strcmp(action, "redrive") == 0 || strcmp(action, "discard") == 0;
-    bool known = ls || by_offset || strcmp(action, "create") == 0 ||
-                 strcmp(action, "info") == 0 || strcmp(action, "seek") == 0 ||
-                 strcmp(action, "delete") == 0 || strcmp(action, "dead-letters") == 0;
+    bool known = ls || by_offset || strcmp(action, "create") == 0 || strcmp(action, "info") == 0 ||
+                 strcmp(action, "seek") == 0 || strcmp(action, "delete") == 0 ||
+                 strcmp(action, "dead-letters") == 0;
     if (!known)
         return "unknown action: want ls, info, create, seek, delete, dead-letters, redrive or "
                "discard";
