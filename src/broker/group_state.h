@@ -5,14 +5,15 @@
  * group stage, group.c, calls it); not thread-safe, no locks.
  *
  * Model. Offsets below |floor| are settled (the floor is the lowest
- * unsettled offset; only a redrive, fxb_gs_redrive, moves it back). [floor, next) holds the
- * unsettled offsets ("pending"), each ACQUIRED (held by a member until its
- * deadline), AVAILABLE (waiting to be handed out again, oldest first) or
- * PARKED (a delayed nak, AVAILABLE at its not-before time); everything else
- * in [floor, next) is settled. Offsets >= next were never handed out.
+ * unsettled offset; only a redrive, fxb_gs_redrive, moves it back).
+ * [floor, next) holds the unsettled offsets ("pending"), each ACQUIRED
+ * (held by a member until its deadline), AVAILABLE (waiting to be handed
+ * out again, oldest first) or PARKED (a delayed nak, AVAILABLE at its
+ * not-before time); everything else in [floor, next) is settled. Offsets >= next were never handed out.
  * Memory is O(pending + members): the settled offsets above the floor are
  * implicit, and pending is bounded by max_ack_pending (acquired + available)
- * plus max_parked.
+ * plus max_parked (a redrive, which may pass max_ack_pending, never takes
+ * the pending set past that sum).
  *
  * Checkpoints (docs/design.md): 5g  pending >= max_ack_pending (or its
  * bytes): no first delivery for anyone (redeliveries still go out), counted
