@@ -419,6 +419,19 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
                                    uint64_t timeout_ns, uint64_t *pbytes, uint64_t *pseconds,
                                    fx_registry_err *err);
 
+/* The first offset of durable stream (|tenant|, |ns|, |stream|) appended at
+ * or after |time_ms| (Unix milliseconds) into |*poffset|: the log's tail
+ * when every record is older, its first offset when none is
+ * (fx_dlog_offset_for_time, run on the stream's storage thread). For a
+ * consumer group that starts or seeks at a time. Returns 0; FX_ENOSTREAM;
+ * -ENOTSUP (the stream is kept in memory: its records carry no time);
+ * FX_ESHUTDOWN; FX_ETIMEDOUT; FX_ESTORAGE_ERROR or the log's error (not
+ * open now: recovering, damaged, failed). |err| (may be NULL) carries the
+ * sentence. Any thread but a loop. */
+int fx_broker_stream_offset_for_time(fx_broker *b, const char *tenant, const char *ns,
+                                     const char *stream, uint64_t time_ms, uint64_t timeout_ns,
+                                     uint64_t *poffset, fx_registry_err *err);
+
 /* Deletes the stream: publishes and subscribes to it fail from now on
  * ("stream not found" unless auto-creation makes a new one), jobs already
  * queued for it are fanned out, and each of its subscriptions gets its event

@@ -209,6 +209,82 @@ int fx_broker_set_stream_retention(fx_broker *b, const char *tenant, const char 
     return rv;
 }
 
+/* ---- the offset of a time ------------------------------------------------------------- */
+
+/* One question to the storage thread (fx_loop_ask keeps its own copy). */
+typedef struct time_msg {
+    fxb_storage *st;
+    fx_stream_handle *h;
+    uint64_t ts_us;
+    uint64_t offset;
+    int rv;
+    char why[256];
+} time_msg;
+
+static void time_msg_late(void *data)
+{
+    time_msg *m = data;
+    fx_stream_handle_unref(m->h);
+}
+
+static void storage_on_time(size_t i, void *data)
+{
+    (void)i;
+    time_msg *m = data;
+    int rv = FX_ENOSTREAM;
+    if (fx_stream_handle_is_active(m->h)) {
+        dstream *s = fxb_dstream_get(m->st, m->h);
+        rv = s == NULL || s->log == NULL ? FX_ESTORAGE_ERROR : s->open_rv;
+        if (rv == 0 && (rv = fx_dlog_offset_for_time(s->log, m->ts_us, &m->offset)) != 0)
+            snprintf(m->why, sizeof(m->why), "%s", fx_dlog_last_error(s->log));
+    }
+    m->rv = rv;
+}
+
+int fx_broker_stream_offset_for_time(fx_broker *b, const char *tenant, const char *ns,
+                                     const char *stream, uint64_t time_ms, uint64_t timeout_ns,
+                                     uint64_t *poffset, fx_registry_err *err)
+{
+    if (fxb_is_draining(b))
+        return err_set(err, FX_ESHUTDOWN, "%s", FXB_SHUTDOWN_TEXT);
+    if (time_ms > UINT64_MAX / 1000)
+        return err_set(err, -EINVAL, "time %" PRIu64 " ms is out of range", time_ms);
+    fx_stream_handle *h =
+        fx_registry_find(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream));
+    if (h == NULL)
+        return err_set(err, FX_ENOSTREAM, "stream not found: tenant=%s namespace=%s stream=%s",
+                       tenant, ns, stream);
+    if (!fx_stream_handle_is_durable(h) || b->dur == NULL) {
+        fx_stream_handle_unref(h);
+        return err_set(err, -ENOTSUP,
+                       "a start at a time needs a durable stream: %s/%s/%s is kept in memory, "
+                       "where records carry no time",
+                       tenant, ns, stream);
+    }
+    time_msg m = {.h = h, .st = fxb_worker_for(b, h)->dur->st, .ts_us = time_ms * 1000};
+    fx_loop_ask_req q = {.fn = storage_on_time,
+                         .data = &m,
+                         .size = sizeof(m),
+                         .on_late = time_msg_late,
+                         .timeout_ns = timeout_ns > INT64_MAX ? INT64_MAX : (int64_t)timeout_ns};
+    int rv = fx_loop_ask(m.st->loop, &q);
+    if (rv == FX_ETIMEDOUT) {
+        err_set(err, rv, "the storage thread of stream %s/%s/%s did not answer in time", tenant,
+                ns, stream);
+        return rv; /* the ask's copy keeps the reference */
+    }
+    fx_stream_handle_unref(h);
+    rv = rv != 0 ? rv : m.rv;
+    if (rv == FX_ENOSTREAM)
+        err_set(err, rv, "stream not found: tenant=%s namespace=%s stream=%s", tenant, ns, stream);
+    else if (rv != 0)
+        err_set(err, rv, "cannot find the records of %s/%s/%s at that time: %s%s%s", tenant, ns,
+                stream, fx_strerror(rv), m.why[0] ? ": " : "", m.why);
+    else
+        *poffset = m.offset;
+    return rv;
+}
+
 /* ---- GET /v1/streams ---------------------------------------------------------------- */
 
 /* One listed log: where it stands, why (damaged, failed; NULL otherwise),

@@ -378,13 +378,20 @@ static void group_error(fx_admin_resp *r, int rv, const fx_registry_err *err)
 
 /* Where a PUT or seek body starts the group. */
 typedef struct group_start {
-    int start; /* enum fx_broker_group_start */
+    int start; /* enum fx_broker_group_start, or START_TIME */
     uint64_t offset;
+    uint64_t time_ms; /* START_TIME */
     bool given;
 } group_start;
 
+/* {"time_ms": T}: the first record appended at or after T (Unix ms), found
+ * in the stream's log before the create or seek, which then go to that
+ * offset. */
+#define START_TIME 1000
+
 #define START_HELP                                                                                 \
-    "\"start\" must be \"all\", \"new\", \"last\" or {\"offset\": N} (N a whole number from 0)"
+    "\"start\" must be \"all\", \"new\", \"last\", {\"offset\": N} or {\"time_ms\": T} (N a "  \
+    "whole number from 0, T Unix milliseconds; a time needs a durable stream)"
 
 /* Reads the value of "start" into |gs|. Returns NULL or why not. */
 static const char *start_value(json_t *v, group_start *gs)
@@ -402,13 +409,36 @@ static const char *start_value(json_t *v, group_start *gs)
         }
         return START_HELP;
     }
-    json_t *off = json_object_get(v, "offset");
-    if (!json_is_object(v) || json_object_size(v) != 1 || !json_is_integer(off) ||
-        json_integer_value(off) < 0)
+    json_t *off = json_object_get(v, "offset"), *tm = json_object_get(v, "time_ms");
+    json_t *n = off != NULL ? off : tm;
+    if (!json_is_object(v) || json_object_size(v) != 1 || !json_is_integer(n) ||
+        json_integer_value(n) < 0)
         return START_HELP;
-    gs->start = FX_BROKER_GROUP_START_OFFSET;
-    gs->offset = (uint64_t)json_integer_value(off);
+    gs->start = off != NULL ? FX_BROKER_GROUP_START_OFFSET : START_TIME;
+    if (off != NULL)
+        gs->offset = (uint64_t)json_integer_value(off);
+    else
+        gs->time_ms = (uint64_t)json_integer_value(tm);
     return NULL;
+}
+
+/* A start at a time becomes the offset the stream's log has for it.
+ * Returns 0, or the error answered in |resp|. */
+static int resolve_time(fx_broker *b, const group_path *gp, group_start *gs, fx_admin_resp *resp)
+{
+    if (gs->start != START_TIME)
+        return 0;
+    fx_registry_err err = {0};
+    uint64_t off = 0;
+    int rv = fx_broker_stream_offset_for_time(b, gp->names[0], gp->names[1], gp->names[2],
+                                              gs->time_ms, FX_ADMIN_BROKER_TIMEOUT_NS, &off, &err);
+    if (rv != 0) {
+        group_error(resp, rv, &err);
+        return rv;
+    }
+    gs->start = FX_BROKER_GROUP_START_OFFSET;
+    gs->offset = off;
+    return 0;
 }
 
 /* Parses the body of a group PUT or seek, {"start": ...} (optional; an
@@ -515,6 +545,8 @@ static void on_group_put(const fx_admin_req *req, fx_admin_resp *resp, void *use
         error_json(resp, 400, why);
         return;
     }
+    if (resolve_time(user, &gp, &gs, resp) != 0)
+        return;
     bool created = false;
     fx_registry_err err = {0};
     int rv = fx_broker_create_group(user, gp.names[0], gp.names[1], gp.names[2], gp.group, gs.start,
@@ -601,11 +633,14 @@ static void on_group_post(const fx_admin_req *req, fx_admin_resp *resp, void *us
     const char *why = parse_start_body(req, &gs, NULL, NULL, 0);
     if (why == NULL && !gs.given)
         why = "the body must say where to go: {\"start\": \"all\"|\"new\"|\"last\"|"
-              "{\"offset\": N}}";
+              "{\"offset\": N}|{\"time_ms\": T}}";
     if (why != NULL) {
         error_json(resp, 400, why);
         return;
     }
+    uint64_t time_ms = gs.start == START_TIME ? gs.time_ms : UINT64_MAX;
+    if (resolve_time(user, &gp, &gs, resp) != 0)
+        return;
     fx_registry_err err = {0};
     int rv = fx_broker_seek_group(user, gp.names[0], gp.names[1], gp.names[2], gp.group, gs.start,
                                   gs.offset, FX_ADMIN_BROKER_TIMEOUT_NS, &err);
@@ -616,6 +651,8 @@ static void on_group_post(const fx_admin_req *req, fx_admin_resp *resp, void *us
     json_t *j = group_json(&gp);
     if (j != NULL)
         json_object_set_new(j, "start", start_json(&gs));
+    if (j != NULL && time_ms != UINT64_MAX)
+        json_object_set_new(j, "time_ms", json_integer((json_int_t)time_ms));
     answer_json(resp, 200, j);
 }
 

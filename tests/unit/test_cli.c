@@ -982,7 +982,7 @@ static void test_group_start_body_names_each_start_and_refuses_others(void **sta
         err[0] = '\0';
         assert_int_equal(fx_cli_group_start_body(bad[i], body, sizeof(body), err, sizeof(err)),
                          -EINVAL);
-        assert_non_null(strstr(err, "--start: expected all, new, last or an offset"));
+        assert_non_null(strstr(err, "--start: expected all, new, last, an offset or time:T"));
     }
     /* No room: refused, not cut. */
     assert_int_equal(fx_cli_group_start_body("1200", body, 10, err, sizeof(err)), -EINVAL);
@@ -1048,7 +1048,7 @@ static void test_groups_help_shows_every_action_and_an_example(void **state)
                                        "felix groups discard --offset N ",
                                        "--offset N",
                                        "felix groups redrive --offset 1042",
-                                       "--start all|new|last|OFFSET",
+                                       "--start START",
                                        "--json",
                                        "Example:\n  felix groups create --start new"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {

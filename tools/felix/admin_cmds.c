@@ -822,8 +822,18 @@ static void groups_done(const char *action, const fx_cli_path *p, const char *gr
         printf("%s group %s on %s/%s/%s%s\n", created ? "created" : "found existing", group,
                p->tenant, p->ns, p->stream, created ? "" : " (its position is unchanged)");
     } else if (strcmp(action, "seek") == 0) {
-        printf("moved group %s on %s/%s/%s to %s\n", group, p->tenant, p->ns, p->stream,
-               a->start);
+        /* A time became an offset at the broker: say which. */
+        json_t *root = json_loadb(resp->body.p != NULL ? resp->body.p : "", resp->body.len, 0, NULL);
+        json_t *off = json_object_get(json_object_get(root, "start"), "offset");
+        if (strncmp(a->start, "time:", 5) == 0 && json_is_integer(off))
+            printf("moved group %s on %s/%s/%s to offset %lld (the first record at or after "
+                   "%s)\n",
+                   group, p->tenant, p->ns, p->stream, (long long)json_integer_value(off),
+                   a->start + 5);
+        else
+            printf("moved group %s on %s/%s/%s to %s\n", group, p->tenant, p->ns, p->stream,
+                   a->start);
+        json_decref(root);
     } else if (strcmp(action, "redrive") == 0) {
         printf("redrove offset %s of group %s on %s/%s/%s: it is delivered again (attempt 1) "
                "and stays listed until acked\n",
@@ -915,7 +925,7 @@ static const char *groups_usage(const char *action, int npos, const groups_args 
     if (a->start != NULL && !takes_start)
         return "--start goes with create or seek";
     if (a->start == NULL && strcmp(action, "seek") == 0)
-        return "seek needs --start all|new|last|OFFSET";
+        return "seek needs --start all|new|last|OFFSET|time:T";
     if (has_settings(a) && strcmp(action, "create") != 0)
         return "--ack-wait-ms, --max-ack-wait-ms, --max-deliver, --max-ack-pending, "
                "--max-ack-pending-bytes, --max-parked and --backoff go with create";

@@ -4,11 +4,13 @@
  * broker. Any thread. */
 #include "cli_lib.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/grow.h"
 
@@ -576,8 +578,59 @@ int fx_cli_group_check(const char *group, char *err, size_t errlen)
     return 0;
 }
 
+/* Parses RFC 3339 "2026-12-06T18:00:00Z" (a fraction of a second and a
+ * "+01:00" zone allowed) into Unix milliseconds. 0 or -1. */
+static int parse_rfc3339_ms(const char *s, uint64_t *pms)
+{
+    struct tm tm = {0};
+    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (p == NULL)
+        return -1;
+    uint64_t frac_ms = 0, scale = 100;
+    if (*p == '.') {
+        if (!isdigit((unsigned char)*++p))
+            return -1;
+        for (; isdigit((unsigned char)*p); p++, scale /= 10)
+            frac_ms += (uint64_t)(*p - '0') * scale;
+    }
+    int64_t zone_s = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if ((*p == '+' || *p == '-') && isdigit((unsigned char)p[1]) &&
+               isdigit((unsigned char)p[2]) && p[3] == ':' && isdigit((unsigned char)p[4]) &&
+               isdigit((unsigned char)p[5])) {
+        int64_t hh = (p[1] - '0') * 10 + (p[2] - '0'), mm = (p[4] - '0') * 10 + (p[5] - '0');
+        if (hh > 23 || mm > 59)
+            return -1;
+        zone_s = (*p == '+' ? 1 : -1) * (hh * 3600 + mm * 60);
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (*p != '\0')
+        return -1;
+    int64_t t = (int64_t)timegm(&tm) - zone_s;
+    if (t < 0)
+        return -1;
+    *pms = (uint64_t)t * 1000 + frac_ms;
+    return 0;
+}
+
 int fx_cli_group_start_body(const char *start, char *out, size_t len, char *err, size_t errlen)
 {
+    if (strncmp(start, "time:", 5) == 0) {
+        uint64_t ms;
+        const char *t = start + 5;
+        if (fx_cli_parse_u64(t, INT64_MAX, &ms) != 0 && parse_rfc3339_ms(t, &ms) != 0)
+            return seterr(err, errlen,
+                          "--start: expected time:2026-12-06T18:00:00Z (RFC 3339) or "
+                          "time:<Unix milliseconds>, got '%s'",
+                          start);
+        int n = snprintf(out, len, "{\"start\":{\"time_ms\":%llu}}", (unsigned long long)ms);
+        if (n < 0 || (size_t)n >= len)
+            return seterr(err, errlen, "--start: no room for the request body");
+        return 0;
+    }
     static const char *const words[] = {"all", "new", "last"};
     int n = -1;
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
@@ -588,7 +641,7 @@ int fx_cli_group_start_body(const char *start, char *out, size_t len, char *err,
     if (n < 0 && fx_cli_parse_u64(start, INT64_MAX, &off) == 0)
         n = snprintf(out, len, "{\"start\":{\"offset\":%llu}}", (unsigned long long)off);
     if (n < 0)
-        return seterr(err, errlen, "--start: expected all, new, last or an offset, got '%s'",
+        return seterr(err, errlen, "--start: expected all, new, last, an offset or time:T, got '%s'",
                       start);
     if ((size_t)n >= len)
         return seterr(err, errlen, "--start: no room for the request body");
@@ -1270,8 +1323,8 @@ static const fx_cli_help HELP[] = {
         "discard their dead letters",
         "felix groups ls TENANT/NS/STREAM\n"
         "felix groups info TENANT/NS/STREAM GROUP\n"
-        "felix groups create [--start all|new|last|OFFSET] [SETTINGS] T/NS/STREAM GROUP\n"
-        "felix groups seek --start all|new|last|OFFSET TENANT/NS/STREAM GROUP\n"
+        "felix groups create [--start START] [SETTINGS] T/NS/STREAM GROUP\n"
+        "felix groups seek --start START TENANT/NS/STREAM GROUP\n"
         "felix groups delete TENANT/NS/STREAM GROUP\n"
         "felix groups dead-letters TENANT/NS/STREAM GROUP\n"
         "felix groups redrive --offset N TENANT/NS/STREAM GROUP\n"
@@ -1287,9 +1340,12 @@ static const fx_cli_help HELP[] = {
         "create, seek, delete, redrive and discard need the admin token\n"
         "(--admin-token-file FILE or FELIX_ADMIN_TOKEN). A group with members joined\n"
         "cannot be deleted.\n"
-        "  --start all|new|last|OFFSET  where the group starts (create; default all, the\n"
+        "  --start START              where the group starts (create; default all, the\n"
         "                             oldest record the stream holds) or goes to (seek:\n"
-        "                             required; what is pending is dropped)\n"
+        "                             required; what is pending is dropped): all, new,\n"
+        "                             last, an OFFSET, or time:2026-12-06T18:00:00Z\n"
+        "                             (RFC 3339, or time:<Unix ms>): the first record\n"
+        "                             appended at or after it (durable streams only)\n"
         "  --offset N                 the dead letter to redrive or discard (required)\n"
         "  --json                     print the broker's JSON answer as is\n"
         "SETTINGS (create): the group's own, over the broker's group_* defaults; a\n"
@@ -1306,6 +1362,7 @@ static const fx_cli_help HELP[] = {
         "      t1/default/orders billing\n"
         "  felix groups ls t1/default/orders\n"
         "  felix groups seek --start 1200 t1/default/orders billing\n"
+        "  felix groups seek --start time:2026-12-06T09:00:00Z t1/default/orders billing\n"
         "  felix groups dead-letters --json t1/default/orders billing\n"
         "  felix groups redrive --offset 1042 t1/default/orders billing\n"
         "  felix groups discard --offset 1043 t1/default/orders billing",
