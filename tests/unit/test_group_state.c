@@ -2,7 +2,8 @@
  * offset order as contiguous runs with fair share, the 5g/5m/5p checkpoints,
  * ack/nak/in_progress/term/release with attempt fencing, lease expiry and
  * backoff on the timer wheel, dead letters, ring eviction, seek, restore,
- * the observer's events, memory, and a randomized check against a model. */
+ * the observer's events, memory, redrive, and a randomized check against a
+ * model (redrives included). */
 /* fx-test-libs: fx_broker fx_base */
 #include <errno.h>
 #include <setjmp.h>
@@ -1065,6 +1066,25 @@ static void model_op(model *md)
             md->tail += rnd(md, 20);
         if (rnd(md, 3) == 0 && md->low + 16 < md->tail)
             md->low += 1 + rnd(md, 12);
+    } else if (op < 79) {
+        /* A redrive: only a settled record still readable is owed again,
+         * at 0 attempts, within the pending set's bound. */
+        fxb_gs_info in = info(md->g);
+        const fxb_gs_config *c = fxb_gs_config_of(md->g);
+        int want = x->st != M_SETTLED || o >= in.next ? -ENOENT
+                   : in.acquired + in.available + in.parked + in.dead_intents >=
+                           c->max_ack_pending + c->max_parked
+                       ? -ENOSPC
+                       : 0;
+        if (o < md->low)
+            return;
+        assert_int_equal(fxb_gs_redrive(md->g, o, md->now), want);
+        if (want == 0) {
+            x->st = M_WAIT;
+            x->attempts = 0;
+            if (o < md->floor)
+                md->floor = o;
+        }
     } else {
         model_pump(md);
     }
@@ -1124,6 +1144,9 @@ static void test_random_operations_keep_the_invariants_of_a_reference_model(void
         assert_true(s->dead[1] > 10 && s->dead[2] > 2 && s->skipped > 100);
         assert_true(s->stale[0] > 10 && s->capped > 10 && s->member_full > 10);
         assert_true(s->parked_overflow > 0);
+        if (s->redriven < 20)
+            fail_msg("seed %llu: %llu redrives", (unsigned long long)seed,
+                     (unsigned long long)s->redriven);
         fxb_gs_free(md->g);
         free(md);
     }
