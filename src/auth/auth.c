@@ -693,8 +693,8 @@ static int copy_identity(json_t *cl, fx_auth_claims *out, char *why, size_t whyl
 /* The actions the original's permission parser knows; a perm naming any
  * other refuses the token, as there. */
 static const char *const known_actions[] = {
-    "stream.publish", "stream.subscribe", "cache.read", "cache.write",
-    "tenant.admin",   "tenant.observe",   "ns.manage",
+    "stream.publish", "stream.subscribe", "cache.read",    "cache.write",   "tenant.admin",
+    "tenant.observe", "ns.manage",        "stream.manage", "group.consume", "group.manage",
 };
 
 static bool perm_is_valid(const char *perm)
@@ -869,27 +869,45 @@ static bool glob_match(const char *pat, const resource *r)
     return p == plen;
 }
 
+/* The perm verbs that grant |action|: its own, then the stream action that
+ * implies it (the original: stream.subscribe implies group.consume,
+ * stream.manage implies group.manage); NULL-terminated. */
+static const char *const *verbs_of(fx_auth_action action)
+{
+    static const char *const publish[] = {"stream.publish:", NULL};
+    static const char *const subscribe[] = {"stream.subscribe:", NULL};
+    static const char *const consume[] = {"group.consume:", "stream.subscribe:", NULL};
+    static const char *const manage[] = {"group.manage:", "stream.manage:", NULL};
+    switch (action) {
+    case FX_AUTH_PUBLISH:
+        return publish;
+    case FX_AUTH_SUBSCRIBE:
+        return subscribe;
+    case FX_AUTH_GROUP_CONSUME:
+        return consume;
+    case FX_AUTH_GROUP_MANAGE:
+        return manage;
+    default:
+        return NULL;
+    }
+}
+
 bool fx_auth_allows(const fx_auth_claims *c, fx_auth_action action, const char *tenant,
                     const char *ns, const char *stream)
 {
     if (!c || !c->tid || !tenant || !ns || !stream || strcmp(c->tid, tenant) != 0)
         return false;
-    const char *verb;
-    switch (action) {
-    case FX_AUTH_PUBLISH:
-        verb = "stream.publish:";
-        break;
-    case FX_AUTH_SUBSCRIBE:
-        verb = "stream.subscribe:";
-        break;
-    default:
+    const char *const *verbs = verbs_of(action);
+    if (verbs == NULL)
         return false;
-    }
-    size_t vn = strlen(verb);
     resource r;
     resource_init(&r, tenant, ns, stream);
-    for (size_t i = 0; i < c->nperms; i++)
-        if (strncmp(c->perms[i], verb, vn) == 0 && glob_match(c->perms[i] + vn, &r))
-            return true;
+    for (size_t i = 0; i < c->nperms; i++) {
+        for (const char *const *v = verbs; *v != NULL; v++) {
+            size_t vn = strlen(*v);
+            if (strncmp(c->perms[i], *v, vn) == 0 && glob_match(c->perms[i] + vn, &r))
+                return true;
+        }
+    }
     return false;
 }

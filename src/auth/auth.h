@@ -34,8 +34,10 @@ typedef struct fx_keyset fx_keyset;
 
 /* The actions fx_auth_allows() checks. */
 typedef enum fx_auth_action {
-    FX_AUTH_PUBLISH,   /* perm action "stream.publish" */
-    FX_AUTH_SUBSCRIBE, /* perm action "stream.subscribe" */
+    FX_AUTH_PUBLISH,       /* perm action "stream.publish" */
+    FX_AUTH_SUBSCRIBE,     /* perm action "stream.subscribe" */
+    FX_AUTH_GROUP_CONSUME, /* "group.consume", implied by "stream.subscribe" */
+    FX_AUTH_GROUP_MANAGE,  /* "group.manage", implied by "stream.manage" */
 } fx_auth_action;
 
 /* Why a token was refused; fx_auth_refusal_str() gives the reason text that

@@ -368,8 +368,8 @@
 
 /* ---- consumer groups (src/broker/group.c) ------------------------------ */
 #define FX_METRICS_GROUP(C, G, H)                                                                  \
-    G(group_groups, "felix_group_groups", "", "Consumer groups the broker holds")                   \
-    G(group_members, "felix_group_members", "", "Members joined to consumer groups")                \
+    G(group_groups, "felix_group_groups", "", "Consumer groups the broker holds")                  \
+    G(group_members, "felix_group_members", "", "Members joined to consumer groups")               \
     C(group_delivered, "felix_group_delivered_total", "",                                          \
       "Records handed to group members, first deliveries and redeliveries")                        \
     C(group_redelivered, "felix_group_redelivered_total", "",                                      \
@@ -423,10 +423,10 @@
     C(group_journal_torn_cut, "felix_group_journal_torn_tails_total", "",                          \
       "Torn journal tails cut at recovery (records no flush covered)")                             \
     C(group_log_pages, "felix_group_log_pages_total", "",                                          \
-      "Pages of records below the ring read from a durable stream's log for a consumer group "      \
+      "Pages of records below the ring read from a durable stream's log for a consumer group "     \
       "(one page per group at a time, on the worker's replay thread)")                             \
     C(group_log_read_errors, "felix_group_log_read_errors_total", "",                              \
-      "Reads of a consumer group's page from a durable stream's log that failed (I/O error, "       \
+      "Reads of a consumer group's page from a durable stream's log that failed (I/O error, "      \
       "corrupt record, no memory): logged, nothing skipped, tried again after 100 ms")             \
     C(group_skipped, "felix_group_skipped_total", "",                                              \
       "Records consumer groups settled unread: evicted from a ring before the group settled them " \
@@ -450,7 +450,49 @@
     H(group_redelivery_lateness, "felix_group_redelivery_lateness_seconds", "",                    \
       "How late consumer groups found their lapsed leases and ended parked waits (now minus the "  \
       "deadline), per record: the lease timer's slack",                                            \
-      FX_HIST_FIXED_LATENESS)
+      FX_HIST_FIXED_LATENESS)                                                                      \
+    C(group_json_requests, "felix_group_json_requests_total", "",                                  \
+      "JSON group requests (group_poll ... group_delete) run on their group's worker")             \
+    C(group_json_refused_invalid, "felix_group_json_refused_total", "reason=invalid_request",      \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_not_found, "felix_group_json_refused_total", "reason=not_found",          \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_forbidden, "felix_group_json_refused_total", "reason=forbidden",          \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_stale, "felix_group_json_refused_total", "reason=stale_claim",            \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_overloaded, "felix_group_json_refused_total", "reason=overloaded",        \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_internal, "felix_group_json_refused_total", "reason=internal",            \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_refused_unsupported, "felix_group_json_refused_total", "reason=unsupported",      \
+      "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
+      "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
+      "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
+      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+    C(group_json_polls_empty, "felix_group_json_polls_empty_total", "",                            \
+      "JSON group_poll answers with no record (nothing came within wait_ms, the "                  \
+      "consumer at its window, the group deleted)")                                                \
+    G(group_json_polls_waiting, "felix_group_json_polls_waiting", "",                              \
+      "JSON group_poll requests waiting for records now, all groups")
 
 /* Every list, in exposition order. A new subsystem list is added here. */
 /* ---- per-stream series -------------------------------------------------

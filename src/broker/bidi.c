@@ -22,6 +22,7 @@
 #include "broker/bidi_life.h"
 #include "broker/conn_auth.h"
 #include "broker/conn_life.h"
+#include "broker/group_json.h"
 #include "broker/group_req.h"
 #include "broker/parked.h"
 #include "broker/publish.h"
@@ -232,6 +233,13 @@ static void on_auth(fxb_bidi *s, const fx_msg *m)
     if (m->has_client_flags && (m->client_flags & FX_FLAG_FELIXC) != 0)
         flags |= FX_FLAG_FELIXC;
     fx_msg_init_auth_reply(&r, m, flags);
+    /* The feature word (docs/protocol.md) only to a client that offered
+     * one: any other gets the auth_ok it always got. */
+    s->client_features = m->has_client_features ? m->client_features : 0;
+    if (r.type == FX_MSG_AUTH_OK && m->has_client_features) {
+        r.server_features = FXB_SERVER_FEATURES;
+        r.has_server_features = true;
+    }
     fxb_bidi_reply_msg(s, &r);
 }
 
@@ -308,6 +316,21 @@ static int json_dispatch(fxb_bidi *s, const fx_msg *m)
         break;
     case FX_MSG_ERROR:
         fxb_bidi_end(s);
+        break;
+    case FX_MSG_GROUP_POLL:
+    case FX_MSG_GROUP_ACK:
+    case FX_MSG_GROUP_NACK:
+    case FX_MSG_GROUP_EXTEND:
+    case FX_MSG_GROUP_DEAD_LETTER:
+    case FX_MSG_GROUP_DEAD_LETTERS:
+    case FX_MSG_GROUP_DISCARD:
+    case FX_MSG_GROUP_REDRIVE:
+    case FX_MSG_GROUP_SEEK:
+    case FX_MSG_GROUP_DESCRIBE:
+    case FX_MSG_GROUP_DELETE:
+        /* The original's group requests: one per stream (group_json.c). */
+        if (allowed(s, m->tenant_id, strlen(m->tenant_id)))
+            fxb_group_json(s, m);
         break;
     default:
         if (is_server_only(m->type))

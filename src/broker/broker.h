@@ -28,8 +28,10 @@ typedef struct fx_broker_stream_name {
 
 /* What fx_broker_auth.allows() is asked about. */
 typedef enum fx_broker_auth_action {
-    FX_BROKER_AUTH_PUBLISH,   /* every publish: JSON, binary, acked or not */
-    FX_BROKER_AUTH_SUBSCRIBE, /* every subscribe */
+    FX_BROKER_AUTH_PUBLISH,       /* every publish: JSON, binary, acked or not */
+    FX_BROKER_AUTH_SUBSCRIBE,     /* every subscribe */
+    FX_BROKER_AUTH_GROUP_CONSUME, /* group_poll/ack/nack/extend/dead_letter(s)/describe */
+    FX_BROKER_AUTH_GROUP_MANAGE,  /* group_seek, group_delete */
 } fx_broker_auth_action;
 
 /* Client authentication, plugged in by the daemon (src/server/authn.h
@@ -189,6 +191,7 @@ typedef struct fx_broker_opts {
     uint32_t group_visibility_timeout_ms; /* a delivery's lease [30,000] */
     uint32_t group_max_visibility_ms;     /* cap of a lease and its extensions [600,000] */
     uint32_t group_max_attempts;          /* deliveries before dead-lettering [5] */
+    uint32_t group_max_wait_ms; /* cap of a JSON group_poll's wait_ms [30,000; 0 here: 30,000] */
     uint32_t group_max_in_flight;         /* checkpoint 5g, records held unacked [1,000] */
     uint32_t group_backoff_ms[8];         /* delays before the k-th redelivery after a lapse */
     uint32_t group_nbackoff;              /* or a nak without a delay; 0: at once */

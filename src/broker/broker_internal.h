@@ -165,6 +165,7 @@ struct fxb_bidi {
     fxb_bidi *next;
     fx_frame_decoder dec;
     bool authed;
+    uint32_t client_features; /* auth.client_features (0: none offered) */
     char tenant[FX_REGISTRY_NAME_MAX + 1];
     void *auth_ctx; /* claims from o.auth.verify, released with the stream */
     bool ended;     /* no more input is processed (error, subscribe, reset) */

@@ -20,6 +20,7 @@
 #include "broker/group_journal.h"
 #include "broker/group_metrics.h"
 #include "broker/group_page.h"
+#include "broker/group_poll.h"
 #include "broker/group_state.h"
 #include "broker/job.h"
 #include "broker/lane.h"
@@ -249,6 +250,7 @@ struct fxb_group *fxb_group_new(fxb_worker *w, fx_stream_handle *h, const char *
 static void group_free(struct fxb_group *g)
 {
     fxb_gmetric_remove(g);
+    fxb_gpoll_free(g);
     fxb_gj_teardown(g); /* teardown only: a deleted group let go of its journal */
     for (uint32_t i = 0; i < g->members_cap; i++)
         if (g->members[i] != NULL)
@@ -390,21 +392,55 @@ static fx_frame_list *build_run(const gsrc *src, const fxb_gs_run *r)
     return l;
 }
 
+/* Gives run |r| back from its |taken|-th record on: unprocessed, the
+ * attempts not counted; the timer or the next change retries. */
+static void give_back(struct fxb_group *g, const fxb_gs_run *r, uint32_t taken)
+{
+    for (uint32_t i = taken; i < r->count; i++)
+        (void)fxb_gs_release(g->gs, r->member, r->first + i, r->attempt);
+}
+
+static void count_sent(const fxb_gs_run *r, uint32_t n)
+{
+    FX_COUNTER_ADD(group_delivered, n);
+    if (r->attempt > 1)
+        FX_COUNTER_ADD(group_redelivered, n);
+}
+
+/* A run for a JSON poll member: its payloads go into the waiting poll's
+ * answer (group_poll.c), not on a lane. */
+static void poll_run(struct fxb_group *g, const gsrc *src, const fxb_gs_run *r)
+{
+    fx_wire_slice one[64], *sl = one;
+    int n = -ENOMEM;
+    if (r->count <= 64 || (sl = calloc(r->count, sizeof(*sl))) != NULL) {
+        run_payloads(src, r, sl);
+        n = fxb_gpoll_deliver(g, r, sl);
+    }
+    if (sl != one)
+        free(sl);
+    if (n < 0)
+        FX_COUNTER_INC(group_send_failed);
+    give_back(g, r, n < 0 ? 0 : (uint32_t)n);
+    if (n > 0)
+        count_sent(r, (uint32_t)n);
+}
+
 static void send_run(struct fxb_group *g, const gsrc *src, const fxb_gs_run *r)
 {
+    if (fxb_gpoll_is_member(g, r->member)) {
+        poll_run(g, src, r);
+        return;
+    }
     fxb_sub *sub = r->member < g->members_cap ? g->members[r->member] : NULL;
     fx_frame_list *l = sub != NULL ? build_run(src, r) : NULL;
     if (l == NULL) {
-        /* No memory (or no member): the records go back unprocessed; the
-         * timer or the next change retries. */
-        for (uint32_t i = 0; i < r->count; i++)
-            (void)fxb_gs_release(g->gs, r->member, r->first + i, r->attempt);
+        /* No memory (or no member): the records go back unprocessed. */
+        give_back(g, r, 0);
         FX_COUNTER_INC(group_send_failed);
         return;
     }
-    FX_COUNTER_ADD(group_delivered, r->count);
-    if (r->attempt > 1)
-        FX_COUNTER_ADD(group_redelivered, r->count);
+    count_sent(r, r->count);
     /* CLOSED: the member is leaving; its unregister makes them available. */
     (void)fxb_lane_push_group(sub, l);
 }
@@ -791,6 +827,7 @@ void fxb_group_delete(struct fxb_group *g)
     }
     sg->n--;
     fxb_gmetric_remove(g);  /* its series go with it */
+    fxb_gpoll_group_gone(g); /* its waiting JSON polls are answered empty */
     fxb_gj_detach(g, true); /* its files go */
     fx_loop_timer_cancel(g->w->loop, &g->timer);
     /* A pump task may be pending: it must not run on freed memory. */
@@ -1234,4 +1271,5 @@ static void after_pump(struct fxb_group *g)
         FX_COUNTER_ADD(group_skipped, skipped - g->skipped_counted);
     g->skipped_counted = skipped;
     fxb_worker_hold_kick(g->w, g->sg->h);
+    fxb_gpoll_after_pump(g); /* JSON polls that got records, or whose wait is over */
 }

@@ -253,29 +253,32 @@ int fx_broker_list_groups(fx_broker *b, const char *tenant, const char *ns, cons
 
 /* ---- create, seek, delete ------------------------------------------------------------------ */
 
-/* The oldest offset and the tail of |a|'s stream: its ring's (|st|, may be
- * NULL), or for a durable stream its log's first offset and, with no ring
- * on this worker yet, its log's next offset (a log not open: no record yet).
- * Returns false with |a->rv| when its log is not open now (recovering,
- * damaged or failed). */
-static bool span_of(gask *a, const fx_stream *st, uint64_t *poldest, uint64_t *ptail)
+int fxb_group_span(fxb_worker *w, fx_stream_handle *h, const fx_stream *st, uint64_t *poldest,
+                   uint64_t *ptail)
 {
     *poldest = st != NULL ? fx_stream_oldest(st) : 0;
     *ptail = st != NULL ? fx_stream_tail(st) : 0;
-    if (!fx_stream_handle_is_durable(a->h))
-        return true;
+    if (!fx_stream_handle_is_durable(h))
+        return 0;
     uint64_t first = 0, next = 0;
-    int rv = fxb_gpage_log_span(a->w, a->h, &first, &next);
-    if (rv == -EAGAIN) {
-        a->rv = FX_ESTORAGE_ERROR;
-        a->why = "the durable stream's log is not open (recovering, damaged or failed)";
-        return false;
-    }
+    if (fxb_gpage_log_span(w, h, &first, &next) == -EAGAIN)
+        return FX_ESTORAGE_ERROR;
     if (st == NULL)
         *ptail = next;
     if (first < *poldest)
         *poldest = first;
-    return true;
+    return 0;
+}
+
+/* fxb_group_span for |a|'s stream; false with |a->rv| when its log is not
+ * open now. */
+static bool span_of(gask *a, const fx_stream *st, uint64_t *poldest, uint64_t *ptail)
+{
+    if (fxb_group_span(a->w, a->h, st, poldest, ptail) == 0)
+        return true;
+    a->rv = FX_ESTORAGE_ERROR;
+    a->why = "the durable stream's log is not open (recovering, damaged or failed)";
+    return false;
 }
 
 /* The first offset a start names, on stream |st| (NULL: a durable stream

@@ -68,6 +68,7 @@ struct fxb_group {
     /* Of the engine's lateness histogram, what felix_group_redelivery_lateness_seconds has. */
     uint64_t late_counted[FXB_GS_LATE_BUCKETS];
     uint64_t late_sum_counted;
+    struct fxb_gpoll *poll; /* its JSON polls' members and waiting polls (group_poll.c), or NULL */
 };
 
 /* The groups of |h| on |w| (NULL: none). */
@@ -92,6 +93,12 @@ struct fxb_group *fxb_group_make(fxb_worker *w, fx_stream_handle *h, const char 
 void fxb_group_delete(struct fxb_group *g);
 /* Hands out what |g| can now and arms its timer. */
 void fxb_group_pump(struct fxb_group *g);
+/* The oldest offset and the tail of |h|'s stream on |w|: its ring's (|st|,
+ * may be NULL), or for a durable stream its log's first offset and, with
+ * no ring here yet, its log's next offset. 0, or FX_ESTORAGE_ERROR when its
+ * log is not open now (recovering, damaged or failed). group_admin.c. */
+int fxb_group_span(fxb_worker *w, fx_stream_handle *h, const fx_stream *st, uint64_t *poldest,
+                   uint64_t *ptail);
 
 /* The dead-letter list (group.c; the journal keeps the same list on disk,
  * group_journal.c). The entry of |offset| (NULL: none). */

@@ -284,6 +284,44 @@ uint32_t fxb_gs_member_window(const fxb_gs *g, uint32_t id)
     return m ? m->window : 0;
 }
 
+void fxb_gs_member_set_window(fxb_gs *g, uint32_t id, uint32_t window)
+{
+    fxb_gs_member *m = member_at(g, id);
+    if (m != NULL)
+        m->window = window > g->cfg.member_window_max ? g->cfg.member_window_max : window;
+}
+
+void fxb_gs_member_set_lease(fxb_gs *g, uint32_t id, uint32_t ack_wait_ms)
+{
+    fxb_gs_member *m = member_at(g, id);
+    if (m == NULL)
+        return;
+    if (ack_wait_ms == 0)
+        ack_wait_ms = g->cfg.ack_wait_ms;
+    m->ack_wait_ms = ack_wait_ms > g->cfg.max_ack_wait_ms ? g->cfg.max_ack_wait_ms : ack_wait_ms;
+}
+
+fxb_gs_where fxb_gs_lookup(const fxb_gs *g, uint64_t offset, uint32_t *pmember, uint32_t *pattempt)
+{
+    if (offset >= g->next)
+        return FXB_GS_NEVER;
+    const fxb_gs_entry *e = offset < g->floor ? NULL : fxb_gsp_find(g, offset);
+    if (e == NULL)
+        return FXB_GS_SETTLED;
+    if (pattempt != NULL)
+        *pattempt = e->attempts;
+    switch (e->state) {
+    case ST_ACQUIRED:
+        if (pmember != NULL)
+            *pmember = e->aux;
+        return FXB_GS_HELD;
+    case ST_DEAD:
+        return FXB_GS_DYING;
+    default:
+        return FXB_GS_OWED;
+    }
+}
+
 /* ---- pump: ring eviction ------------------------------------------------------- */
 
 /* Settles the pending entry of |o| (if any) as skipped; true if there was one. */
@@ -542,8 +580,9 @@ static void count_turn(fxb_gs *g, const fxb_gs_view *v, bool capped, bool out_fu
     if (out_full || !work_waiting(g, v))
         return;
     for (uint32_t i = 0; i < g->members_cap; i++)
-        if (g->members[i].used && g->members[i].held >= g->members[i].window)
-            g->stats.member_full++;
+        if (g->members[i].used && g->members[i].window != 0 &&
+            g->members[i].held >= g->members[i].window)
+            g->stats.member_full++; /* a closed window (0) is not full: it takes nothing */
 }
 
 size_t fxb_gs_pump(fxb_gs *g, fxb_gs_view *v, uint64_t now_us, fxb_gs_run *out, size_t cap,

@@ -168,6 +168,26 @@ void fxb_gs_member_remove(fxb_gs *g, uint32_t id, uint64_t now_us);
 uint32_t fxb_gs_member_held(const fxb_gs *g, uint32_t id);
 uint32_t fxb_gs_member_window(const fxb_gs *g, uint32_t id);
 
+/* Sets member |id|'s window (clamped to member_window_max; 0 allowed: it
+ * gets nothing until it is opened again) and its lease for later
+ * deliveries (|ack_wait_ms| 0: the group's ack_wait_ms; clamped to
+ * max_ack_wait_ms). What it holds stays held. A poll member's window is
+ * opened only while a poll waits (group_poll.c). Nothing for an unknown id. */
+void fxb_gs_member_set_window(fxb_gs *g, uint32_t id, uint32_t window);
+void fxb_gs_member_set_lease(fxb_gs *g, uint32_t id, uint32_t ack_wait_ms);
+
+/* Where |offset| stands. */
+typedef enum fxb_gs_where {
+    FXB_GS_NEVER = 0, /* >= next: never handed out */
+    FXB_GS_SETTLED,   /* below the floor, acked, dead-lettered or skipped */
+    FXB_GS_HELD,      /* ACQUIRED: |*pmember| holds it at |*pattempt| */
+    FXB_GS_OWED,      /* AVAILABLE or PARKED: waits for its next delivery */
+    FXB_GS_DYING,     /* a dead letter not written yet */
+} fxb_gs_where;
+/* Looks |offset| up; |pmember| and |pattempt| (may be NULL) are set for
+ * FXB_GS_HELD (the attempt also for OWED: the deliveries so far). */
+fxb_gs_where fxb_gs_lookup(const fxb_gs *g, uint64_t offset, uint32_t *pmember, uint32_t *pattempt);
+
 /* One dispatch turn: settles what fell below |v->low| as skipped, then hands
  * out runs to members with room, redeliveries first (AVAILABLE, oldest
  * first), then first deliveries from |next| up to |v->tail| while 5g allows;

@@ -41,6 +41,20 @@ static bool permits(fxb_bidi *s, fx_broker_auth_action action,
     return (s->resolved.perm_ok & bit) != 0;
 }
 
+static const char *action_name(fx_broker_auth_action action)
+{
+    switch (action) {
+    case FX_BROKER_AUTH_PUBLISH:
+        return "publish";
+    case FX_BROKER_AUTH_GROUP_CONSUME:
+        return "group.consume";
+    case FX_BROKER_AUTH_GROUP_MANAGE:
+        return "group.manage";
+    default:
+        return "subscribe";
+    }
+}
+
 static int forbid(fxb_bidi *s, fx_broker_auth_action action,
                   char names[3][FX_REGISTRY_NAME_MAX + 1], fx_registry_err *err)
 {
@@ -48,9 +62,8 @@ static int forbid(fxb_bidi *s, fx_broker_auth_action action,
     FX_LOG_RATELIMITED(&forbidden_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
                        "conn %llu stream %lld: %s to %s/%s/%s forbidden: the token lacks the "
                        "permission",
-                       (unsigned long long)s->conn->id, (long long)s->sid,
-                       action == FX_BROKER_AUTH_PUBLISH ? "publish" : "subscribe", names[0],
-                       names[1], names[2]);
+                       (unsigned long long)s->conn->id, (long long)s->sid, action_name(action),
+                       names[0], names[1], names[2]);
     err->code = FX_EFORBIDDEN;
     snprintf(err->msg, sizeof(err->msg), "forbidden");
     return FX_EFORBIDDEN;
@@ -109,12 +122,24 @@ static bool resolve_cached(fxb_bidi *s, fx_broker_auth_action action, const fx_w
 }
 
 /* The registry's resolve for |action|: a subscribe never creates a durable
- * stream (fx_registry_resolve_subscribe). */
+ * stream (fx_registry_resolve_subscribe); a group request creates nothing
+ * (the stream must exist: FX_ENOSTREAM otherwise). */
 static int registry_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
                             fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
                             fx_registry_err *err)
 {
     fx_registry *r = s->conn->b->reg;
+    if (action == FX_BROKER_AUTH_GROUP_CONSUME || action == FX_BROKER_AUTH_GROUP_MANAGE) {
+        *ph = fx_registry_find(r, tenant, ns, stream);
+        if (*ph != NULL)
+            return 0;
+        err->code = FX_ENOSTREAM;
+        snprintf(err->msg, sizeof(err->msg), "stream not found: %.*s/%.*s/%.*s",
+                 (int)(tenant.len > 128 ? 128 : tenant.len), (const char *)tenant.ptr,
+                 (int)(ns.len > 128 ? 128 : ns.len), (const char *)ns.ptr,
+                 (int)(stream.len > 128 ? 128 : stream.len), (const char *)stream.ptr);
+        return FX_ENOSTREAM;
+    }
     if (action == FX_BROKER_AUTH_SUBSCRIBE)
         return fx_registry_resolve_subscribe(r, tenant, ns, stream, ph, err);
     return fx_registry_resolve(r, tenant, ns, stream, ph, err);

@@ -93,7 +93,21 @@ static bool allows_cb(void *user, const void *ctx, fx_broker_auth_action action,
                       const char *ns, const char *stream)
 {
     (void)user;
-    fx_auth_action act = action == FX_BROKER_AUTH_PUBLISH ? FX_AUTH_PUBLISH : FX_AUTH_SUBSCRIBE;
+    fx_auth_action act;
+    switch (action) {
+    case FX_BROKER_AUTH_PUBLISH:
+        act = FX_AUTH_PUBLISH;
+        break;
+    case FX_BROKER_AUTH_GROUP_CONSUME:
+        act = FX_AUTH_GROUP_CONSUME;
+        break;
+    case FX_BROKER_AUTH_GROUP_MANAGE:
+        act = FX_AUTH_GROUP_MANAGE;
+        break;
+    default:
+        act = FX_AUTH_SUBSCRIBE;
+        break;
+    }
     return fx_auth_allows(&((const authn_ctx *)ctx)->claims, act, tenant, ns, stream);
 }
 

@@ -336,6 +336,10 @@ const struct key fx_config_keys[] = {
      FIELD(group_max_visibility_ms), .def = "600000", .min = 1, .max = 43200000,
      .help = "consumer groups: the longest ack wait a member may ask for or extend to (raised "
              "to group_visibility_timeout_ms if lower)"},
+    {.name = "group_max_wait_ms", .env = {"FELIX_GROUP_MAX_WAIT_MS"}, .type = T_U32,
+     FIELD(group_max_wait_ms), .def = "30000", .min = 1, .max = 43200000,
+     .help = "consumer groups: the longest a JSON group_poll waits for records (its wait_ms "
+             "is capped here) before it is answered with none"},
     {.name = "group_max_attempts", .env = {"FELIX_GROUP_MAX_ATTEMPTS"}, .type = T_U32,
      FIELD(group_max_attempts), .def = "5", .min = 1, .max = 1000000,
      .help = "consumer groups: deliveries of one record before it is dead-lettered"},

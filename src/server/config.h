@@ -189,6 +189,7 @@ typedef struct fx_config {
     uint32_t max_subscriptions_per_conn;
     uint32_t group_visibility_timeout_ms;
     uint32_t group_max_visibility_ms;
+    uint32_t group_max_wait_ms;
     uint32_t group_max_attempts;
     uint32_t group_max_in_flight;
     char group_backoff_ms[FX_CONFIG_ADDR_MAX]; /* "1000,5000,30000": checked and parsed into: */

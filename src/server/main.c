@@ -322,6 +322,7 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->group_max_visibility_ms = c->group_max_visibility_ms;
     o->group_max_attempts = c->group_max_attempts;
     o->group_max_in_flight = c->group_max_in_flight;
+    o->group_max_wait_ms = c->group_max_wait_ms;
     o->group_nbackoff = c->group_nbackoff;
     memcpy(o->group_backoff_ms, c->group_backoff, sizeof(o->group_backoff_ms));
     o->max_groups_per_stream = c->max_groups_per_stream;

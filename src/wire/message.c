@@ -74,9 +74,16 @@ struct field {
 #define REQUEST_ID OPT("request_id", K_U64, request_id, has_request_id)
 
 static const struct field f_auth[] = {
-    REQ("tenant_id", K_NAME, tenant_id), REQ("token", K_STR, token),
-    OPT("client_flags", K_U16, client_flags, has_client_flags), END};
-static const struct field f_auth_ok[] = {REQ("server_flags", K_U16, server_flags), END};
+    REQ("tenant_id", K_NAME, tenant_id),
+    REQ("token", K_STR, token),
+    OPT("client_flags", K_U16, client_flags, has_client_flags),
+    OPT("client_features", K_U32, client_features, has_client_features),
+    OPT("client_features_hi", K_U32, client_features_hi, has_client_features_hi),
+    END};
+static const struct field f_auth_ok[] = {
+    REQ("server_flags", K_U16, server_flags),
+    OPT("server_features", K_U32, server_features, has_server_features),
+    OPT("server_features_hi", K_U32, server_features_hi, has_server_features_hi), END};
 static const struct field f_publish[] = {
     TRIPLE,     REQ("stream", K_NAME, stream),   REQ("payload", K_BYTES, payload),
     REQUEST_ID, OPT("ack", K_ACK, ack, has_ack), END};
@@ -117,7 +124,9 @@ static const struct field f_request_id[] = {REQ("request_id", K_U64, request_id)
 static const struct field f_publish_error[] = {REQ("request_id", K_U64, request_id),
                                                REQ("message", K_STR, message), END};
 static const struct field f_none[] = {END};
-static const struct field f_error[] = {REQ("message", K_STR, message), END};
+static const struct field f_error[] = {REQ("message", K_STR, message),
+                                       OPT("code", K_STR, code, has_code),
+                                       OPT("retry", K_STR, retry, has_retry), END};
 static const struct field f_cursor_error[] = {REQ("reason", K_REASON, reason),
                                               REQ("requested", K_U64, requested),
                                               REQ("available", K_U64, available), END};

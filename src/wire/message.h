@@ -13,6 +13,22 @@
 
 #include "wire/wire.h"
 
+/* Feature bits of auth.client_features / auth_ok.server_features (the
+ * original's u32 word; felix-facts-groups.md §1.3 and §3.1). A broker
+ * advertises only what it serves; a client offers what it reads. */
+#define FX_FEATURE_CONSUMER_GROUP 0x00000008u     /* group_poll, group_ack, group_nack */
+#define FX_FEATURE_GROUP_DEAD_LETTERS 0x00000010u /* dead_letters, discard, redrive */
+#define FX_FEATURE_ERROR_CODES 0x00000800u        /* error.code / error.retry */
+#define FX_FEATURE_GROUP_CONSUMER 0x00100000u     /* group_poll consumer + reclaim */
+#define FX_FEATURE_GROUP_SKIPPED 0x00400000u      /* group_records skipped_before */
+#define FX_FEATURE_GROUP_PUBLISHER 0x00800000u
+#define FX_FEATURE_GROUP_ADMIN 0x01000000u /* group_seek, group_describe, group_delete */
+#define FX_FEATURE_RECORD_TIMESTAMPS 0x04000000u
+#define FX_FEATURE_GROUP_CLAIM_CONTROL                                                             \
+    0x08000000u                         /* extend, dead_letter, nack delay/attempts,               \
+                                           poll visibility_ms */
+#define FX_FEATURE_EXTENDED 0x80000000u /* a second word (_hi) follows */
+
 typedef enum fx_msg_type {
     FX_MSG_NONE = 0, /* zeroed struct; never on the wire */
     FX_MSG_AUTH,
@@ -149,6 +165,23 @@ typedef struct fx_msg {
     uint16_t client_flags;
     bool has_client_flags;
     uint16_t server_flags;
+    /* Feature negotiation (felix-facts-groups.md §3.1): auth's
+     * client_features / client_features_hi, auth_ok's server_features /
+     * server_features_hi, all optional u32 words (FX_FEATURE_*). */
+    uint32_t client_features;
+    bool has_client_features;
+    uint32_t client_features_hi;
+    bool has_client_features_hi;
+    uint32_t server_features;
+    bool has_server_features;
+    uint32_t server_features_hi;
+    bool has_server_features_hi;
+    /* error: the optional code and retry class ("stale_claim", "retry"),
+     * sent only to clients offering FX_FEATURE_ERROR_CODES. */
+    const char *code;
+    bool has_code;
+    const char *retry;
+    bool has_retry;
 
     uint64_t subscription_id; /* optional in subscribe */
     bool has_subscription_id;

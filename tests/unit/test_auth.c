@@ -878,7 +878,30 @@ static void test_known_answer_vector(void **state)
     fx_auth_keyset_unref(ks);
 }
 
+static void test_group_actions_are_granted_by_their_own_perm_or_the_stream_one(void **state)
+{
+    (void)state;
+    char *sub[] = {"stream.subscribe:stream:t1/default/*"};
+    fx_auth_claims c = claims_with("t1", sub, 1);
+    assert_true(fx_auth_allows(&c, FX_AUTH_GROUP_CONSUME, "t1", "default", "jobs"));
+    assert_false(fx_auth_allows(&c, FX_AUTH_GROUP_MANAGE, "t1", "default", "jobs"));
+    char *gc[] = {"group.consume:stream:t1/default/jobs"};
+    c = claims_with("t1", gc, 1);
+    assert_true(fx_auth_allows(&c, FX_AUTH_GROUP_CONSUME, "t1", "default", "jobs"));
+    assert_false(fx_auth_allows(&c, FX_AUTH_GROUP_CONSUME, "t1", "default", "other"));
+    assert_false(fx_auth_allows(&c, FX_AUTH_SUBSCRIBE, "t1", "default", "jobs"));
+    assert_false(fx_auth_allows(&c, FX_AUTH_GROUP_MANAGE, "t1", "default", "jobs"));
+    char *mg[] = {"stream.manage:stream:t1/*/*", "group.manage:stream:t1/x/y"};
+    c = claims_with("t1", mg, 1);
+    assert_true(fx_auth_allows(&c, FX_AUTH_GROUP_MANAGE, "t1", "default", "jobs"));
+    assert_false(fx_auth_allows(&c, FX_AUTH_GROUP_CONSUME, "t1", "default", "jobs"));
+    c = claims_with("t1", mg + 1, 1);
+    assert_true(fx_auth_allows(&c, FX_AUTH_GROUP_MANAGE, "t1", "x", "y"));
+    assert_false(fx_auth_allows(&c, FX_AUTH_GROUP_MANAGE, "t2", "x", "y"));
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_group_actions_are_granted_by_their_own_perm_or_the_stream_one),
     cmocka_unit_test(test_valid_token_accepted),
     cmocka_unit_test(test_audience_array_accepted),
     cmocka_unit_test(test_wrong_audience_refused),

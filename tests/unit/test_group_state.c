@@ -1322,6 +1322,79 @@ static void test_records_below_low_are_still_skipped_when_not_loaded(void **stat
     fxb_gs_free(g);
 }
 
+/* ---- poll members (group_poll.c): a window opened and shut ---------------- */
+
+static void test_a_closed_window_gets_nothing_and_is_not_counted_full(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t p = add_member(g, 8);
+    fxb_gs_member_set_window(g, p, 0);
+    fxb_gs_run r[4];
+    assert_int_equal(pump(g, 0, 10, T0, r, 4), 0);
+    assert_int_equal(fxb_gs_stats_of(g)->member_full, 0);
+    assert_int_equal(info(g).next, 0);
+    /* Opened for 3: it gets 3, holds them once shut again. */
+    fxb_gs_member_set_window(g, p, 3);
+    assert_int_equal(pump(g, 0, 10, T0, r, 4), 1);
+    assert_int_equal(r[0].count, 3);
+    fxb_gs_member_set_window(g, p, 0);
+    assert_int_equal(fxb_gs_member_held(g, p), 3);
+    assert_int_equal(pump(g, 0, 10, T0, r, 4), 0);
+    /* The window is capped at member_window_max (checkpoint 5m). */
+    fxb_gs_member_set_window(g, p, 5000);
+    assert_int_equal(fxb_gs_member_window(g, p), c.member_window_max);
+    fxb_gs_free(g);
+}
+
+static void test_a_member_lease_set_later_applies_to_its_next_deliveries(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t p = add_member(g, 1);
+    fxb_gs_member_set_lease(g, p, 200);
+    fxb_gs_run r[4];
+    assert_int_equal(pump(g, 0, 10, T0, r, 4), 1);
+    assert_int_equal(fxb_gs_next_deadline(g), T0 + 200 * MS);
+    fxb_gs_member_set_lease(g, p, 999999); /* capped at max_ack_wait_ms */
+    fxb_gs_member_set_window(g, p, 2);
+    assert_int_equal(pump(g, 0, 10, T0, r, 4), 1);
+    fxb_gs_expire(g, T0 + 300 * MS); /* the first lapses, the second holds */
+    assert_int_equal(fxb_gs_next_deadline(g), T0 + c.max_ack_wait_ms * MS);
+    fxb_gs_member_set_lease(g, p, 0); /* 0: the group's */
+    fxb_gs_member_set_window(g, p, 3);
+    assert_true(pump(g, 0, 10, T0 + 300 * MS, r, 4) >= 1);
+    assert_int_equal(r[0].first, 0); /* the lapsed one first, attempt 2 */
+    assert_int_equal(r[0].attempt, 2);
+    fxb_gs_free(g);
+}
+
+static void test_lookup_tells_where_an_offset_stands_and_who_holds_it(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t a = add_member(g, 2), b = add_member(g, 2);
+    fxb_gs_run r[4];
+    pump(g, 0, 10, T0, r, 4);
+    uint32_t m = 99, att = 99;
+    assert_int_equal(fxb_gs_lookup(g, 9, &m, &att), FXB_GS_NEVER);
+    assert_int_equal(fxb_gs_lookup(g, 0, &m, &att), FXB_GS_HELD);
+    assert_true(m == a || m == b);
+    assert_int_equal(att, 1);
+    assert_int_equal(fxb_gs_nak(g, m, 0, 1, 0, T0), FXB_GS_OK);
+    assert_int_equal(fxb_gs_lookup(g, 0, NULL, &att), FXB_GS_OWED);
+    assert_int_equal(att, 1);
+    fxb_gs_ack(g, 1, 1, T0, NULL);
+    assert_int_equal(fxb_gs_lookup(g, 1, NULL, NULL), FXB_GS_SETTLED);
+    assert_int_equal(fxb_gs_lookup(g, 2, &m, &att), FXB_GS_HELD);
+    assert_int_equal(fxb_gs_term(g, m, 2, att, T0), FXB_GS_OK);
+    assert_int_equal(fxb_gs_lookup(g, 2, NULL, NULL), FXB_GS_DYING);
+    fxb_gs_free(g);
+}
+
 /* ---- redrive --------------------------------------------------------------- */
 
 /* Delivers [0, n) to |m| and acks it all: everything settled, floor = n. */
@@ -1510,6 +1583,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_want_is_the_lowest_offset_that_waited),
     cmocka_unit_test(test_a_redelivery_not_loaded_waits_without_counting_an_attempt),
     cmocka_unit_test(test_records_below_low_are_still_skipped_when_not_loaded),
+    cmocka_unit_test(test_a_closed_window_gets_nothing_and_is_not_counted_full),
+    cmocka_unit_test(test_a_member_lease_set_later_applies_to_its_next_deliveries),
+    cmocka_unit_test(test_lookup_tells_where_an_offset_stands_and_who_holds_it),
     cmocka_unit_test(test_redrive_owes_a_settled_record_again_at_attempt_1_before_new_records),
     cmocka_unit_test(test_redriven_record_acked_is_settled_and_the_floor_moves_on),
     cmocka_unit_test(test_redriven_record_that_fails_again_is_dead_again),

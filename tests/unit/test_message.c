@@ -129,6 +129,12 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     if (!full)
         return;
     m->has_client_flags = true, m->client_flags = 25;
+    m->has_client_features = true, m->client_features = 0x80000009u;
+    m->has_client_features_hi = true, m->client_features_hi = 1;
+    m->has_server_features = true, m->server_features = 0x09400008u;
+    m->has_server_features_hi = true, m->server_features_hi = 1;
+    m->has_code = true, m->code = "stale_claim";
+    m->has_retry = true, m->retry = "retry";
     m->has_ack = true, m->ack = FX_WIRE_ACK_PER_BATCH;
     m->has_subscription_id = true;
     m->start = (fx_msg_start){FX_MSG_START_OFFSET, 1234};
@@ -577,7 +583,7 @@ static void test_unknown_fields_ignored(void **state)
     fx_wire_err err = {0};
     assert_int_equal(decode_str(&m,
                                 "{\"extra\":{\"a\":[1,2,{\"b\":null}]},\"type\":\"auth_ok\","
-                                "\"server_flags\":25,\"server_features\":3}",
+                                "\"server_flags\":25,\"publish_window\":3}",
                                 &err),
                      0);
     assert_int_equal(m.type, FX_MSG_AUTH_OK);
@@ -1279,7 +1285,39 @@ static void test_group_request_values_checked(void **state)
     assert_null(out);
 }
 
+static void test_golden_auth_ok_with_server_features_and_error_with_code(void **state)
+{
+    (void)state;
+    fx_msg m;
+    fx_msg_init_auth_ok(&m, 63);
+    m.has_server_features = true;
+    m.server_features = 0x09400008u;
+    uint8_t *p;
+    size_t n;
+    assert_int_equal(fx_msg_encode(&m, &p, &n), 0);
+    const char *want = "{\"type\":\"auth_ok\",\"server_flags\":63,\"server_features\":155189256}";
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(p, want, n);
+    free(p);
+    fx_msg_init_error(&m, "the claim on offset 3 no longer stands");
+    m.has_code = true, m.code = "stale_claim";
+    m.has_retry = true, m.retry = "fatal";
+    assert_int_equal(fx_msg_encode(&m, &p, &n), 0);
+    want = "{\"type\":\"error\",\"message\":\"the claim on offset 3 no longer stands\","
+           "\"code\":\"stale_claim\",\"retry\":\"fatal\"}";
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(p, want, n);
+    free(p);
+    /* A client_features word above a u32 is refused. */
+    const char *big = "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"x\","
+                      "\"client_features\":4294967296}";
+    fx_msg d;
+    assert_int_equal(fx_msg_decode(&d, (const uint8_t *)big, strlen(big), NULL),
+                     FX_EWIRE_INT_RANGE);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_golden_auth_ok_with_server_features_and_error_with_code),
     cmocka_unit_test(test_every_type_round_trips_with_all_fields),
     cmocka_unit_test(test_every_type_round_trips_without_optional_fields),
     cmocka_unit_test(test_decoded_fields_match_input),

@@ -272,6 +272,80 @@ static void test_vector_auth_ok_round_trips(void **state)
     finish(&v, doc, &d);
 }
 
+/* ---- the original's later vectors (vectors/felix-wire-new, JSON only) ---- */
+
+/* Loads felix-wire-new/|name|.json, decodes its frame_hex into |m| (the
+ * caller deinits) and returns the frame (caller frees, |*plen| bytes). */
+static uint8_t *load_new(const char *name, fx_msg *m, size_t *plen)
+{
+    const char *shared = getenv("FX_SHARED_DIR");
+    if (!shared)
+        fx_test_skip("FX_SHARED_DIR not set; the Felix wire vectors are not available");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/vectors/felix-wire-new/%s.json", shared, name);
+    json_error_t je;
+    json_t *doc = json_load_file(path, 0, &je);
+    if (doc == NULL)
+        fx_test_skip("shared wire vectors not found beside the checkout (felix-wire-new)");
+    uint8_t *frame = fx_vec_unhex(json_string_value(json_object_get(doc, "frame_hex")), plen);
+    json_decref(doc);
+    assert_non_null(frame);
+    assert_true(*plen > FX_WIRE_HEADER_LEN);
+    assert_int_equal(fx_msg_decode(m, frame + FX_WIRE_HEADER_LEN, *plen - FX_WIRE_HEADER_LEN, NULL),
+                     0);
+    return frame;
+}
+
+static void expect_same_frame(const fx_msg *m, const uint8_t *frame, size_t len)
+{
+    uint8_t *out = NULL;
+    size_t n = 0;
+    assert_int_equal(fx_msg_encode_frame(m, &out, &n), 0);
+    if (n != len || memcmp(out, frame, len) != 0)
+        fail_msg("encoded %.*s\n   want %.*s", (int)(n - 12), (const char *)out + 12,
+                 (int)(len - 12), (const char *)frame + 12);
+    free(out);
+}
+
+static void test_vector_auth_ok_extended_features_round_trips(void **state)
+{
+    (void)state;
+    fx_msg d, m;
+    size_t len;
+    uint8_t *frame = load_new("auth_ok_extended_features", &d, &len);
+    assert_int_equal(d.type, FX_MSG_AUTH_OK);
+    assert_int_equal(d.server_flags, 25);
+    assert_true(d.has_server_features && d.has_server_features_hi);
+    assert_int_equal(d.server_features, 0x80000001u);
+    assert_int_equal(d.server_features_hi, 1);
+    fx_msg_init_auth_ok(&m, 25);
+    m.has_server_features = true, m.server_features = 0x80000001u;
+    m.has_server_features_hi = true, m.server_features_hi = 1;
+    assert_true(fx_msg_equal(&m, &d));
+    expect_same_frame(&m, frame, len);
+    free(frame);
+    fx_msg_deinit(&d);
+}
+
+static void test_vector_auth_extended_features_round_trips(void **state)
+{
+    (void)state;
+    fx_msg d, m;
+    size_t len;
+    uint8_t *frame = load_new("auth_extended_features", &d, &len);
+    assert_int_equal(d.type, FX_MSG_AUTH);
+    assert_true(d.has_client_features && d.has_client_features_hi);
+    assert_int_equal(d.client_features, 0x80000001u);
+    assert_int_equal(d.client_features_hi, 1);
+    fx_msg_init_auth(&m, "t1", "demo-token", true, 25);
+    m.has_client_features = true, m.client_features = 0x80000001u;
+    m.has_client_features_hi = true, m.client_features_hi = 1;
+    assert_true(fx_msg_equal(&m, &d));
+    expect_same_frame(&m, frame, len);
+    free(frame);
+    fx_msg_deinit(&d);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_vector_publish_round_trips),
     cmocka_unit_test(test_vector_subscribe_round_trips),
@@ -283,6 +357,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_vector_error_round_trips),
     cmocka_unit_test(test_vector_auth_with_capabilities_round_trips),
     cmocka_unit_test(test_vector_auth_ok_round_trips),
+    cmocka_unit_test(test_vector_auth_ok_extended_features_round_trips),
+    cmocka_unit_test(test_vector_auth_extended_features_round_trips),
 };
 
 FX_TEST_MAIN(tests)
