@@ -462,66 +462,84 @@ int fx_broker_group_dead_letters(fx_broker *b, const char *tenant, const char *n
 
 /* ---- redrive and discard ------------------------------------------------------------------- */
 
-/* The dead-letter entry of |a->offset| in |a|'s group, not redriven, in
- * |*pe|; false with |a->rv| set when there is none (or no group). */
-static bool dead_entry_of(gask *a, struct fxb_group **pg, fxb_dead_entry **pe)
+/* The dead-letter entry of |offset| in |g|, not redriven (redriven records
+ * acked since are dropped first), or NULL with the reason in |why|. */
+static fxb_dead_entry *dead_entry_of(struct fxb_group *g, uint64_t offset, char *why, size_t cap)
+{
+    fxb_group_dead_prune(g, false);
+    fxb_dead_entry *e = fxb_group_dead_find(g, offset);
+    if (e == NULL || e->redriven) {
+        snprintf(why, cap, "offset %llu is not a dead letter of %s", (unsigned long long)offset,
+                 g->name);
+        return NULL;
+    }
+    return e;
+}
+
+int fxb_group_redrive(struct fxb_group *g, uint64_t offset, char *why, size_t cap)
+{
+    fxb_dead_entry *e = dead_entry_of(g, offset, why, cap);
+    if (e == NULL)
+        return -ESRCH;
+    /* The record must still be readable: the ring of an in-memory stream,
+     * the log of a durable one (a redriven record below the ring is read
+     * from it, group_page.h). One no longer there is refused, not skipped. */
+    gask a = {.w = g->w, .h = g->sg->h};
+    fx_stream *st = fxb_worker_stream_if_any(a.w, a.h);
+    uint64_t oldest = 0, tail = 0;
+    if (!span_of(&a, st, &oldest, &tail)) {
+        snprintf(why, cap, "%s", a.why != NULL ? a.why : fx_strerror(a.rv));
+        return a.rv;
+    }
+    if ((st == NULL && !fx_stream_handle_is_durable(a.h)) || offset < oldest || offset >= tail) {
+        snprintf(why, cap, "offset %llu is no longer in the stream", (unsigned long long)offset);
+        return FX_ECURSOR_TOO_OLD;
+    }
+    int rv = fxb_gs_redrive(g->gs, offset, fx_loop_now(g->w->loop) / 1000);
+    if (rv == -ENOENT) { /* listed, but owed already (a seek back handed it out again) */
+        snprintf(why, cap, "offset %llu is not a dead letter of %s", (unsigned long long)offset,
+                 g->name);
+        return -ESRCH;
+    }
+    if (rv == -ENOSPC)
+        snprintf(why, cap, "the group's pending records are at max_ack_pending + max_parked: "
+                           "redrive later");
+    else if (rv != 0)
+        snprintf(why, cap, "%s", fx_strerror(rv));
+    if (rv != 0)
+        return rv;
+    e->redriven = true;
+    g->dead_redriven++;
+    fxb_group_pump(g);
+    return 0;
+}
+
+int fxb_group_discard(struct fxb_group *g, uint64_t offset, char *why, size_t cap)
+{
+    fxb_dead_entry *e = dead_entry_of(g, offset, why, cap);
+    if (e == NULL)
+        return -ESRCH;
+    fxb_group_dead_remove(g, e);
+    fxb_gj_discard(g, offset);
+    return 0;
+}
+
+/* The group of |a| for a redrive or discard, or NULL with |a->rv| set. */
+static struct fxb_group *group_of(gask *a)
 {
     struct fxb_group *g = fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group);
     if (g == NULL) {
         a->rv = FX_ENOSTREAM;
         a->why = "consumer group not found";
-        return false;
     }
-    fxb_group_dead_prune(g, false); /* redriven records acked since go first */
-    fxb_dead_entry *e = fxb_group_dead_find(g, a->offset);
-    if (e == NULL || e->redriven) {
-        a->rv = -ESRCH;
-        snprintf(a->whybuf, sizeof(a->whybuf), "offset %llu is not a dead letter of %s",
-                 (unsigned long long)a->offset, g->name);
-        return false;
-    }
-    *pg = g;
-    *pe = e;
-    return true;
+    return g;
 }
 
 static void redrive_part(gask *a)
 {
-    struct fxb_group *g;
-    fxb_dead_entry *e;
-    if (!dead_entry_of(a, &g, &e))
-        return;
-    /* The record must still be readable: the ring of an in-memory stream,
-     * the log of a durable one (a redriven record below the ring is read
-     * from it, group_page.h). One no longer there is refused, not skipped. */
-    fx_stream *st = fxb_worker_stream_if_any(a->w, a->h);
-    uint64_t oldest = 0, tail = 0;
-    if (!span_of(a, st, &oldest, &tail))
-        return;
-    if ((st == NULL && !fx_stream_handle_is_durable(a->h)) || a->offset < oldest ||
-        a->offset >= tail) {
-        a->rv = FX_ECURSOR_TOO_OLD;
-        snprintf(a->whybuf, sizeof(a->whybuf), "offset %llu is no longer in the stream",
-                 (unsigned long long)a->offset);
-        return;
-    }
-    int rv = fxb_gs_redrive(g->gs, a->offset, fx_loop_now(a->w->loop) / 1000);
-    if (rv == -ENOENT) { /* listed, but owed already (a seek back handed it out again) */
-        a->rv = -ESRCH;
-        snprintf(a->whybuf, sizeof(a->whybuf), "offset %llu is not a dead letter of %s",
-                 (unsigned long long)a->offset, g->name);
-        return;
-    }
-    if (rv != 0) {
-        a->rv = rv;
-        a->why = rv == -ENOSPC ? "the group's pending records are at max_ack_pending + "
-                                 "max_parked: redrive later"
-                               : NULL;
-        return;
-    }
-    e->redriven = true;
-    g->dead_redriven++;
-    fxb_group_pump(g);
+    struct fxb_group *g = group_of(a);
+    if (g != NULL)
+        a->rv = fxb_group_redrive(g, a->offset, a->whybuf, sizeof(a->whybuf));
 }
 
 int fx_broker_redrive_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
@@ -534,12 +552,9 @@ int fx_broker_redrive_group(fx_broker *b, const char *tenant, const char *ns, co
 
 static void discard_part(gask *a)
 {
-    struct fxb_group *g;
-    fxb_dead_entry *e;
-    if (!dead_entry_of(a, &g, &e))
-        return;
-    fxb_group_dead_remove(g, e);
-    fxb_gj_discard(g, a->offset);
+    struct fxb_group *g = group_of(a);
+    if (g != NULL)
+        a->rv = fxb_group_discard(g, a->offset, a->whybuf, sizeof(a->whybuf));
 }
 
 int fx_broker_discard_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,

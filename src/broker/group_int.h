@@ -108,6 +108,18 @@ void fxb_group_dead_remove(struct fxb_group *g, fxb_dead_entry *e);
 /* Drops the redriven entries whose record the engine settled since (acked,
  * skipped; |all|: every redriven entry, a seek dropped their records). */
 void fxb_group_dead_prune(struct fxb_group *g, bool all);
+/* Redrives dead letter |offset| of |g| (group_admin.c; docs/groups.md
+ * "Redrive and discard"): its entry is marked redriven and the engine owes
+ * the record again (journaled, then pumped). Returns 0; -ESRCH (not a dead
+ * letter of |g|: not listed, or redriven), FX_ECURSOR_TOO_OLD (the stream no
+ * longer holds it), -ENOSPC (the pending set at its bound), FX_ESTORAGE_ERROR
+ * (a durable stream's log not open) or -ENOMEM, with the reason in |why|
+ * (|cap| bytes). */
+int fxb_group_redrive(struct fxb_group *g, uint64_t offset, char *why, size_t cap);
+/* Discards dead letter |offset| of |g|: its entry goes (journaled); the
+ * record stays in the stream and the dead-letter stream. 0, or -ESRCH with
+ * the reason in |why|. */
+int fxb_group_discard(struct fxb_group *g, uint64_t offset, char *why, size_t cap);
 /* Replaces the list with the |n| entries at |e| (oldest first) and
  * |forgotten| (recovery). 0 or -ENOMEM (the list left empty). */
 int fxb_group_dead_load(struct fxb_group *g, const fxb_dead_entry *e, uint32_t n,
