@@ -502,8 +502,9 @@ int fxb_group_redrive(struct fxb_group *g, uint64_t offset, char *why, size_t ca
         return -ESRCH;
     }
     if (rv == -ENOSPC)
-        snprintf(why, cap, "the group's pending records are at max_ack_pending + max_parked: "
-                           "redrive later");
+        snprintf(why, cap,
+                 "the group's pending records are at max_ack_pending + max_parked: "
+                 "redrive later");
     else if (rv != 0)
         snprintf(why, cap, "%s", fx_strerror(rv));
     if (rv != 0)
