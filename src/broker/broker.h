@@ -528,11 +528,29 @@ int fx_broker_seek_group(fx_broker *b, const char *tenant, const char *ns, const
 int fx_broker_delete_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                            const char *group, uint64_t timeout_ns, bool *pexisted,
                            fx_registry_err *err);
-/* Writes {"dead_letters":[{offset, attempts, reason}], "forgotten": n} (the
- * last 10,000 given up on, oldest first) into |*pjson|. */
+/* Writes {"dead_letters":[{offset, attempts, reason, redriven}],
+ * "forgotten": n} (the last 10,000 given up on, oldest first; a redriven
+ * one is listed until it is acked) into |*pjson|. */
 int fx_broker_group_dead_letters(fx_broker *b, const char *tenant, const char *ns,
                                  const char *stream, const char *group, uint64_t timeout_ns,
                                  char **pjson, fx_registry_err *err);
+/* Redrives dead letter |offset| of |group| (docs/groups.md): its entry is
+ * marked redriven (journaled on a durable stream) and the record is owed
+ * again, its next delivery attempt 1, before new records. Also -ESRCH
+ * (|offset| is not a dead letter of the group: not listed, or redriven
+ * already), FX_ECURSOR_TOO_OLD (the record is no longer in the stream: an
+ * in-memory stream's ring or a durable stream's log dropped it), -ENOSPC
+ * (the group's pending set is at max_ack_pending + max_parked: later). */
+int fx_broker_redrive_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            const char *group, uint64_t offset, uint64_t timeout_ns,
+                            fx_registry_err *err);
+/* Discards dead letter |offset| of |group|: its entry is removed (journaled
+ * on a durable stream); the record stays in the stream and in the
+ * dead-letter stream. Also -ESRCH (not a dead letter of the group: not
+ * listed, or redriven). */
+int fx_broker_discard_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            const char *group, uint64_t offset, uint64_t timeout_ns,
+                            fx_registry_err *err);
 
 /* ---- graceful drain (control.c) --------------------------------------------- */
 

@@ -35,8 +35,8 @@
 #define PUMP_DEAD 16
 #define PUMP_TURNS 64
 /* Dead letters a group keeps listed (the original's list mode); older ones
- * are forgotten, counted. */
-#define DEAD_LIST_MAX 10000
+ * are forgotten, counted. The journal's model keeps the same bound. */
+#define DEAD_LIST_MAX FX_GJOURNAL_DEAD_MAX
 
 /* ---- a member's part --------------------------------------------------------------------- */
 
@@ -445,12 +445,22 @@ static void send_run(struct fxb_group *g, const gsrc *src, const fxb_gs_run *r)
     (void)fxb_lane_push_group(sub, l);
 }
 
+/* Lists |d|: a redriven entry of its offset is dead again (the journal's
+ * model does the same, gjournal.h); else it goes last, the oldest
+ * forgotten (counted) at DEAD_LIST_MAX. */
 static void dead_list_add(struct fxb_group *g, const fxb_gs_dead *d)
 {
+    fxb_dead_entry *old = fxb_group_dead_find(g, d->offset);
+    if (old != NULL) {
+        if (old->redriven)
+            g->dead_redriven--;
+        *old = (fxb_dead_entry){
+            .offset = d->offset, .attempts = d->attempts, .reason = (uint8_t)d->reason};
+        return;
+    }
     if (g->ndead == g->dead_cap) {
         if (g->dead_cap >= DEAD_LIST_MAX) {
-            memmove(g->dead, g->dead + 1, (g->ndead - 1) * sizeof(*g->dead));
-            g->ndead--;
+            fxb_group_dead_remove(g, &g->dead[0]);
             g->dead_forgotten++;
         } else {
             uint32_t cap = g->dead_cap != 0 ? g->dead_cap * 2 : 16;
@@ -465,7 +475,58 @@ static void dead_list_add(struct fxb_group *g, const fxb_gs_dead *d)
             g->dead_cap = cap;
         }
     }
-    g->dead[g->ndead++] = (fxb_dead_entry){d->offset, d->attempts, (uint8_t)d->reason};
+    g->dead[g->ndead++] = (fxb_dead_entry){
+        .offset = d->offset, .attempts = d->attempts, .reason = (uint8_t)d->reason};
+}
+
+fxb_dead_entry *fxb_group_dead_find(struct fxb_group *g, uint64_t offset)
+{
+    for (uint32_t k = 0; k < g->ndead; k++)
+        if (g->dead[k].offset == offset)
+            return &g->dead[k];
+    return NULL;
+}
+
+void fxb_group_dead_remove(struct fxb_group *g, fxb_dead_entry *e)
+{
+    if (e->redriven)
+        g->dead_redriven--;
+    size_t k = (size_t)(e - g->dead);
+    memmove(e, e + 1, (g->ndead - k - 1) * sizeof(*e));
+    g->ndead--;
+}
+
+void fxb_group_dead_prune(struct fxb_group *g, bool all)
+{
+    if (g->dead_redriven == 0)
+        return;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < g->ndead; i++) {
+        const fxb_dead_entry *e = &g->dead[i];
+        if (e->redriven && (all || fxb_gs_is_settled(g->gs, e->offset)))
+            g->dead_redriven--;
+        else
+            g->dead[k++] = *e;
+    }
+    g->ndead = k;
+}
+
+int fxb_group_dead_load(struct fxb_group *g, const fxb_dead_entry *e, uint32_t n,
+                        uint64_t forgotten)
+{
+    free(g->dead);
+    g->dead = NULL;
+    g->ndead = g->dead_cap = g->dead_redriven = 0;
+    g->dead_forgotten = forgotten;
+    if (n == 0)
+        return 0;
+    if (n > DEAD_LIST_MAX || (g->dead = malloc(n * sizeof(*g->dead))) == NULL)
+        return -ENOMEM;
+    memcpy(g->dead, e, n * sizeof(*g->dead));
+    g->ndead = g->dead_cap = n;
+    for (uint32_t k = 0; k < n; k++)
+        g->dead_redriven += e[k].redriven ? 1 : 0;
+    return 0;
 }
 
 static fx_ratelimit dead_rl = FX_RATELIMIT_INIT;

@@ -1,5 +1,5 @@
 /* Admin operations on consumer groups (broker.h, "consumer groups"): list and
- * describe, create, seek, delete and the dead-letter list. Each runs on the
+ * describe, create, seek, delete, the dead-letter list, redrive and discard. Each runs on the
  * caller's thread, which asks the stream's worker loop (fx_loop_ask) to do
  * the part that touches the group and waits for it with a deadline; the
  * answer is JSON built on the worker and handed back. */
@@ -179,6 +179,7 @@ static json_t *describe(const struct fxb_group *g, uint64_t tail, uint64_t now_u
     char dlq[FX_REGISTRY_NAME_MAX + 1];
     snprintf(dlq, sizeof(dlq), "%s.%s.dlq", fx_stream_handle_stream(g->sg->h), g->name);
     json_object_set_new(o, "dead_letter_stream", json_string(dlq));
+    set_u64(o, "redriven", st->redriven);
     set_u64(o, "skipped", st->skipped);
     set_u64(o, "capped", st->capped);
     set_u64(o, "member_full", st->member_full);
@@ -212,12 +213,15 @@ static void list_part(gask *a)
             a->why = "consumer group not found";
             return;
         }
+        fxb_group_dead_prune(g, false);
         a->j = describe(g, tail, now_us);
         return;
     }
     json_t *arr = json_array();
-    for (struct fxb_group *g = sg != NULL ? sg->head : NULL; g != NULL; g = g->next)
+    for (struct fxb_group *g = sg != NULL ? sg->head : NULL; g != NULL; g = g->next) {
+        fxb_group_dead_prune(g, false);
         json_array_append_new(arr, describe(g, tail, now_us));
+    }
     a->j = json_object();
     json_object_set_new(a->j, "groups", arr);
 }
@@ -379,6 +383,7 @@ static void seek_part(gask *a)
         return;
     }
     fxb_gs_seek(g->gs, to);
+    fxb_group_dead_prune(g, true); /* redriven records are dropped with the rest */
     fxb_group_pump(g);
 }
 
@@ -425,6 +430,7 @@ static void dead_part(gask *a)
         a->why = "consumer group not found";
         return;
     }
+    fxb_group_dead_prune(g, false);
     json_t *arr = json_array();
     for (uint32_t k = 0; k < g->ndead; k++) {
         json_t *e = json_object();
@@ -433,6 +439,7 @@ static void dead_part(gask *a)
         json_object_set_new(
             e, "reason",
             json_string(g->dead[k].reason == FXB_GS_DEAD_TERM ? "term" : "max_deliver"));
+        json_object_set_new(e, "redriven", json_boolean(g->dead[k].redriven));
         json_array_append_new(arr, e);
     }
     a->j = json_object();
@@ -451,4 +458,110 @@ int fx_broker_group_dead_letters(fx_broker *b, const char *tenant, const char *n
         return rv;
     }
     return dump(a.j, pjson);
+}
+
+/* ---- redrive and discard ------------------------------------------------------------------- */
+
+/* The dead-letter entry of |offset| in |g|, not redriven (redriven records
+ * acked since are dropped first), or NULL with the reason in |why|. */
+static fxb_dead_entry *dead_entry_of(struct fxb_group *g, uint64_t offset, char *why, size_t cap)
+{
+    fxb_group_dead_prune(g, false);
+    fxb_dead_entry *e = fxb_group_dead_find(g, offset);
+    if (e == NULL || e->redriven) {
+        snprintf(why, cap, "offset %llu is not a dead letter of %s", (unsigned long long)offset,
+                 g->name);
+        return NULL;
+    }
+    return e;
+}
+
+int fxb_group_redrive(struct fxb_group *g, uint64_t offset, char *why, size_t cap)
+{
+    fxb_dead_entry *e = dead_entry_of(g, offset, why, cap);
+    if (e == NULL)
+        return -ESRCH;
+    /* The record must still be readable: the ring of an in-memory stream,
+     * the log of a durable one (a redriven record below the ring is read
+     * from it, group_page.h). One no longer there is refused, not skipped. */
+    gask a = {.w = g->w, .h = g->sg->h};
+    fx_stream *st = fxb_worker_stream_if_any(a.w, a.h);
+    uint64_t oldest = 0, tail = 0;
+    if (!span_of(&a, st, &oldest, &tail)) {
+        snprintf(why, cap, "%s", a.why != NULL ? a.why : fx_strerror(a.rv));
+        return a.rv;
+    }
+    if ((st == NULL && !fx_stream_handle_is_durable(a.h)) || offset < oldest || offset >= tail) {
+        snprintf(why, cap, "offset %llu is no longer in the stream", (unsigned long long)offset);
+        return FX_ECURSOR_TOO_OLD;
+    }
+    int rv = fxb_gs_redrive(g->gs, offset, fx_loop_now(g->w->loop) / 1000);
+    if (rv == -ENOENT) { /* listed, but owed already (a seek back handed it out again) */
+        snprintf(why, cap, "offset %llu is not a dead letter of %s", (unsigned long long)offset,
+                 g->name);
+        return -ESRCH;
+    }
+    if (rv == -ENOSPC)
+        snprintf(why, cap,
+                 "the group's pending records are at max_ack_pending + max_parked: "
+                 "redrive later");
+    else if (rv != 0)
+        snprintf(why, cap, "%s", fx_strerror(rv));
+    if (rv != 0)
+        return rv;
+    e->redriven = true;
+    g->dead_redriven++;
+    fxb_group_pump(g);
+    return 0;
+}
+
+int fxb_group_discard(struct fxb_group *g, uint64_t offset, char *why, size_t cap)
+{
+    fxb_dead_entry *e = dead_entry_of(g, offset, why, cap);
+    if (e == NULL)
+        return -ESRCH;
+    fxb_group_dead_remove(g, e);
+    fxb_gj_discard(g, offset);
+    return 0;
+}
+
+/* The group of |a| for a redrive or discard, or NULL with |a->rv| set. */
+static struct fxb_group *group_of(gask *a)
+{
+    struct fxb_group *g = fxb_group_find(fxb_group_sgroups(a->w, a->h), a->group);
+    if (g == NULL) {
+        a->rv = FX_ENOSTREAM;
+        a->why = "consumer group not found";
+    }
+    return g;
+}
+
+static void redrive_part(gask *a)
+{
+    struct fxb_group *g = group_of(a);
+    if (g != NULL)
+        a->rv = fxb_group_redrive(g, a->offset, a->whybuf, sizeof(a->whybuf));
+}
+
+int fx_broker_redrive_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            const char *group, uint64_t offset, uint64_t timeout_ns,
+                            fx_registry_err *err)
+{
+    gask a = {.group = group, .offset = offset};
+    return ask(b, tenant, ns, stream, &a, redrive_part, timeout_ns, err);
+}
+
+static void discard_part(gask *a)
+{
+    struct fxb_group *g = group_of(a);
+    if (g != NULL)
+        a->rv = fxb_group_discard(g, a->offset, a->whybuf, sizeof(a->whybuf));
+}
+
+int fx_broker_discard_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                            const char *group, uint64_t offset, uint64_t timeout_ns,
+                            fx_registry_err *err)
+{
+    gask a = {.group = group, .offset = offset};
+    return ask(b, tenant, ns, stream, &a, discard_part, timeout_ns, err);
 }

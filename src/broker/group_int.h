@@ -16,10 +16,14 @@ struct fxb_gops {
     uint8_t body[];
 };
 
+/* One entry of a group's dead-letter list: a record dead-lettered, or
+ * redriven (owed again) until it is acked (docs/groups.md). */
 typedef struct fxb_dead_entry {
     uint64_t offset;
+    uint64_t dlq_offset; /* its record in the dead-letter stream (0: not known) */
     uint32_t attempts;
     uint8_t reason;
+    bool redriven;
 } fxb_dead_entry;
 
 /* The groups of one stream on its worker. */
@@ -43,6 +47,7 @@ struct fxb_group {
     fxb_dead_entry *dead; /* dead letters, oldest first */
     uint32_t ndead, dead_cap;
     uint64_t dead_forgotten;
+    uint32_t dead_redriven; /* entries of |dead| redriven */
     fx_stream_handle *dlq;  /* its dead-letter stream, once used (a reference) */
     uint64_t dlq_retry_ns;  /* a dead letter waits for room in the stream's worker queue */
     struct fxb_gpage *page; /* a durable stream's records below the ring (group_page.h), or NULL */
@@ -94,5 +99,30 @@ void fxb_group_pump(struct fxb_group *g);
  * log is not open now (recovering, damaged or failed). group_admin.c. */
 int fxb_group_span(fxb_worker *w, fx_stream_handle *h, const fx_stream *st, uint64_t *poldest,
                    uint64_t *ptail);
+
+/* The dead-letter list (group.c; the journal keeps the same list on disk,
+ * group_journal.c). The entry of |offset| (NULL: none). */
+fxb_dead_entry *fxb_group_dead_find(struct fxb_group *g, uint64_t offset);
+/* Removes |e| from the list. */
+void fxb_group_dead_remove(struct fxb_group *g, fxb_dead_entry *e);
+/* Drops the redriven entries whose record the engine settled since (acked,
+ * skipped; |all|: every redriven entry, a seek dropped their records). */
+void fxb_group_dead_prune(struct fxb_group *g, bool all);
+/* Redrives dead letter |offset| of |g| (group_admin.c; docs/groups.md
+ * "Redrive and discard"): its entry is marked redriven and the engine owes
+ * the record again (journaled, then pumped). Returns 0; -ESRCH (not a dead
+ * letter of |g|: not listed, or redriven), FX_ECURSOR_TOO_OLD (the stream no
+ * longer holds it), -ENOSPC (the pending set at its bound), FX_ESTORAGE_ERROR
+ * (a durable stream's log not open) or -ENOMEM, with the reason in |why|
+ * (|cap| bytes). */
+int fxb_group_redrive(struct fxb_group *g, uint64_t offset, char *why, size_t cap);
+/* Discards dead letter |offset| of |g|: its entry goes (journaled); the
+ * record stays in the stream and the dead-letter stream. 0, or -ESRCH with
+ * the reason in |why|. */
+int fxb_group_discard(struct fxb_group *g, uint64_t offset, char *why, size_t cap);
+/* Replaces the list with the |n| entries at |e| (oldest first) and
+ * |forgotten| (recovery). 0 or -ENOMEM (the list left empty). */
+int fxb_group_dead_load(struct fxb_group *g, const fxb_dead_entry *e, uint32_t n,
+                        uint64_t forgotten);
 
 #endif

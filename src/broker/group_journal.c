@@ -105,6 +105,9 @@ bool fxb_gj_event_rec(const fxb_gs_event *e, fx_gjournal_rec *out)
     case FXB_GS_EV_SEEK:
         out->type = FX_GJ_SEEK, out->count = 0, out->attempt = 0;
         break;
+    case FXB_GS_EV_REDRIVE:
+        out->type = FX_GJ_REDRIVE, out->count = 0, out->attempt = 0;
+        break;
     default:
         return false;
     }
@@ -119,6 +122,25 @@ int fxb_gj_restore(fxb_gs *gs, const fx_gjournal_state *s)
     int rv = fxb_gs_restore(gs, s->floor, s->next);
     for (size_t i = 0; i < np && rv == 0; i++)
         rv = fxb_gs_restore_pending(gs, p[i].offset, p[i].attempts, 0);
+    return rv;
+}
+
+int fxb_gj_restore_dead(struct fxb_group *g, const fx_gjournal_state *s)
+{
+    size_t n = 0;
+    uint64_t forgotten = 0;
+    const fx_gjournal_dead *d = fx_gjournal_state_dead(s, &n, &forgotten);
+    fxb_dead_entry *e = n > 0 ? malloc(n * sizeof(*e)) : NULL;
+    if (n > 0 && e == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        e[i] = (fxb_dead_entry){.offset = d[i].offset,
+                                .dlq_offset = d[i].dlq_offset,
+                                .attempts = d[i].attempts,
+                                .reason = d[i].reason,
+                                .redriven = d[i].redriven};
+    int rv = fxb_group_dead_load(g, e, (uint32_t)n, forgotten);
+    free(e);
     return rv;
 }
 
@@ -383,6 +405,14 @@ void fxb_gj_dead_intent(struct fxb_group *g, const fxb_gs_dead *d)
                          .offset = d->offset,
                          .attempt = d->attempts,
                          .reason = (uint8_t)d->reason};
+    emit(g->gj, &r);
+}
+
+void fxb_gj_discard(struct fxb_group *g, uint64_t offset)
+{
+    if (g->gj == NULL)
+        return;
+    fx_gjournal_rec r = {.type = FX_GJ_DISCARD, .offset = offset};
     emit(g->gj, &r);
 }
 
@@ -980,6 +1010,12 @@ static void on_restore(fx_loop *l, fx_task *t, void *user)
     } else if (fxb_gj_restore(g->gs, &gj->state) != 0) {
         gj->werr = strdup("its recovered state does not fit the group engine");
         FX_COUNTER_INC(group_journal_errors);
+    } else if (fxb_gj_restore_dead(g, &gj->state) != 0) {
+        /* The group goes on; its list starts empty (the journal's stays
+         * right: its entries come back at the next restart). */
+        FX_COUNTER_INC(group_journal_errors);
+        FX_LOG_ERROR("broker", "consumer group %s: no memory for its recovered dead-letter list",
+                     gj->name);
     }
     gj->g = g;
     g->gj = gj;

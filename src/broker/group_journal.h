@@ -47,8 +47,9 @@ typedef struct fxb_gjournal fxb_gjournal;
 
 /* ---- pure parts (tested alone) ---- */
 
-/* The journal record of engine event |e| into |out|. Returns false for an
- * event the journal does not keep (none today). */
+/* The journal record of engine event |e| into |out| (FXB_GS_EV_REDRIVE:
+ * a REDRIVE). Returns false for an event the journal does not keep (none
+ * today). */
 bool fxb_gj_event_rec(const fxb_gs_event *e, fx_gjournal_rec *out);
 /* Rebuilds engine |gs| (new, no member) from recovered state |s| (clamped):
  * floor and next, then every pending record with its attempts, AVAILABLE
@@ -56,6 +57,11 @@ bool fxb_gj_event_rec(const fxb_gs_event *e, fx_gjournal_rec *out);
  * back as pending records, dead-lettered again by the next pump when their
  * deliveries are used up). Returns 0, -EINVAL or -ENOMEM. */
 int fxb_gj_restore(fxb_gs *gs, const fx_gjournal_state *s);
+
+/* Rebuilds |g|'s dead-letter list (group_int.h) from recovered state |s|:
+ * its entries, redriven ones included, and the forgotten count. 0 or
+ * -ENOMEM (the list left empty). Worker loop. */
+int fxb_gj_restore_dead(struct fxb_group *g, const fx_gjournal_state *s);
 
 /* ---- worker side (the stream's worker loop) ---- */
 
@@ -74,6 +80,9 @@ void fxb_gj_teardown(struct fxb_group *g);
 bool fxb_gj_room(struct fxb_group *g);
 /* The dead-letter path of |d| begins (a DEAD_INTENT record). */
 void fxb_gj_dead_intent(struct fxb_group *g, const fxb_gs_dead *d);
+/* |offset|'s dead-letter entry was discarded (a DISCARD record; a redrive
+ * is journaled by the engine's FXB_GS_EV_REDRIVE). */
+void fxb_gj_discard(struct fxb_group *g, uint64_t offset);
 /* Holds GROUP_ACKED |frame| for reply |r| until every record made so far is
  * durable; returns false (the caller answers now) when nothing is waiting.
  * Takes |r| and |frame| when it returns true. */

@@ -160,6 +160,19 @@ static void floor_advance(fxb_gs *g)
         g->floor = g->next;
         return;
     }
+    if (fxb_gsp_find(g, g->floor) != NULL)
+        return;
+    if (g->next - g->floor > 2 * (uint64_t)g->slab_used + 64) {
+        /* A long settled span (a redriven record far below the others
+         * settled): one scan of the slab finds the lowest pending offset
+         * sooner than a walk over the span. */
+        uint64_t low = g->next;
+        for (uint32_t i = 0; i < g->slab_used; i++)
+            if (g->slab[i].state != ST_FREE && g->slab[i].offset < low)
+                low = g->slab[i].offset;
+        g->floor = low;
+        return;
+    }
     while (g->floor < g->next && fxb_gsp_find(g, g->floor) == NULL)
         g->floor++;
 }
@@ -756,6 +769,36 @@ void fxb_gs_dead_failed(fxb_gs *g, uint64_t offset)
     e->flags &= (uint8_t)~F_REPORTED;
     g->dead_out--;
     fxb_gsp_list_push(g, LIST_DEAD, e);
+}
+
+/* ---- redrive ------------------------------------------------------------------------ */
+
+bool fxb_gs_is_settled(const fxb_gs *g, uint64_t offset)
+{
+    return offset < g->next && (offset < g->floor || fxb_gsp_find(g, offset) == NULL);
+}
+
+int fxb_gs_redrive(fxb_gs *g, uint64_t offset, uint64_t now_us)
+{
+    (void)now_us; /* AVAILABLE at once: no timer to arm */
+    if (!fxb_gs_is_settled(g, offset))
+        return -ENOENT;
+    /* The bound the slab grows to (group_pending.c): a redrive never takes
+     * the pending set past it. */
+    if ((uint64_t)g->n_entries >= (uint64_t)g->cfg.max_ack_pending + g->cfg.max_parked)
+        return -ENOSPC;
+    fxb_gs_entry *e = fxb_gsp_entry_new(g, offset, 0);
+    if (e == NULL)
+        return -ENOMEM;
+    e->attempts = 0;
+    e->state = ST_AVAILABLE;
+    g->available++;
+    fxb_gsp_heap_push(g, e);
+    if (offset < g->floor)
+        g->floor = offset;
+    g->stats.redriven++;
+    emit(g, FXB_GS_EV_REDRIVE, offset, 1, 0, 0, 0);
+    return 0;
 }
 
 /* ---- timers ------------------------------------------------------------------------- */

@@ -4,14 +4,16 @@
  * no clock (every call gets |now_us|). Owner: the stream's worker loop (the
  * group stage, group.c, calls it); not thread-safe, no locks.
  *
- * Model. Offsets below |floor| are settled. [floor, next) holds the
- * unsettled offsets ("pending"), each ACQUIRED (held by a member until its
- * deadline), AVAILABLE (waiting to be handed out again, oldest first) or
- * PARKED (a delayed nak, AVAILABLE at its not-before time); everything else
- * in [floor, next) is settled. Offsets >= next were never handed out.
+ * Model. Offsets below |floor| are settled (the floor is the lowest
+ * unsettled offset; only a redrive, fxb_gs_redrive, moves it back).
+ * [floor, next) holds the unsettled offsets ("pending"), each ACQUIRED
+ * (held by a member until its deadline), AVAILABLE (waiting to be handed
+ * out again, oldest first) or PARKED (a delayed nak, AVAILABLE at its
+ * not-before time); everything else in [floor, next) is settled. Offsets >= next were never handed out.
  * Memory is O(pending + members): the settled offsets above the floor are
  * implicit, and pending is bounded by max_ack_pending (acquired + available)
- * plus max_parked.
+ * plus max_parked (a redrive, which may pass max_ack_pending, never takes
+ * the pending set past that sum).
  *
  * Checkpoints (docs/design.md): 5g  pending >= max_ack_pending (or its
  * bytes): no first delivery for anyone (redeliveries still go out), counted
@@ -89,6 +91,7 @@ typedef struct fxb_gs_stats {
     uint64_t member_full;        /* 5m: a turn that found a member's window full with work */
     uint64_t parked_overflow;    /* 5p: a delayed nak made immediate */
     uint64_t waits;              /* runs stopped at a record not loaded (FXB_GS_LEN_WAIT) */
+    uint64_t redriven;           /* settled records owed again by fxb_gs_redrive */
     uint64_t late[FXB_GS_LATE_BUCKETS]; /* redelivery lateness histogram */
     uint64_t late_sum_us;
 } fxb_gs_stats;
@@ -222,6 +225,22 @@ void fxb_gs_dead_done(fxb_gs *g, uint64_t offset);
 /* Its write failed: reported again by a later pump. */
 void fxb_gs_dead_failed(fxb_gs *g, uint64_t offset);
 
+/* Redrive (docs/groups.md): owes settled |offset| (below next; a dead
+ * letter the caller lists) again. It becomes AVAILABLE with no attempt
+ * counted, so its next delivery is attempt 1, and is handed out before new
+ * records like any redelivery; the floor lowers to it when it is below
+ * (nothing else ever moves the floor back). It counts 0 bytes against the
+ * byte cap (its length is not known here) and one record against 5g while
+ * pending. Reported to the observer as FXB_GS_EV_REDRIVE. Memory: the
+ * pending set never passes max_ack_pending + max_parked entries for it.
+ * Returns 0; -ENOENT when |offset| is not settled (pending now, or never
+ * handed out: >= next); -ENOSPC when the pending set is at that bound
+ * (try later); -ENOMEM. */
+int fxb_gs_redrive(fxb_gs *g, uint64_t offset, uint64_t now_us);
+/* Whether |offset| was handed out and is settled now (below next, not
+ * pending). */
+bool fxb_gs_is_settled(const fxb_gs *g, uint64_t offset);
+
 /* Earliest lease deadline or not-before time, in us; UINT64_MAX if none. */
 uint64_t fxb_gs_next_deadline(const fxb_gs *g);
 /* A time at or before fxb_gs_next_deadline, found without scanning a list:
@@ -264,6 +283,7 @@ typedef enum fxb_gs_ev_type {
     FXB_GS_EV_DEAD,        /* |first| dead-lettered (settled), |reason| */
     FXB_GS_EV_SKIP,        /* [first, first+count) settled unread */
     FXB_GS_EV_SEEK,        /* everything dropped; floor = next = |first| */
+    FXB_GS_EV_REDRIVE,     /* settled |first| owed again: AVAILABLE, 0 attempts */
 } fxb_gs_ev_type;
 
 typedef struct fxb_gs_event {

@@ -248,10 +248,13 @@ enum group_target {
     GT_ONE,      /* .../groups/{g} */
     GT_SEEK,     /* .../groups/{g}/seek */
     GT_DEAD,     /* .../groups/{g}/dead-letters */
+    GT_REDRIVE,  /* .../groups/{g}/redrive */
+    GT_DISCARD,  /* .../groups/{g}/discard */
 };
 
 #define GROUP_PATH_HELP                                                                            \
-    "want /v1/streams/{tenant}/{namespace}/{stream}/groups[/{group}[/seek|/dead-letters]]"
+    "want /v1/streams/{tenant}/{namespace}/{stream}/groups[/{group}[/seek|/dead-letters|"          \
+    "/redrive|/discard]]"
 /* The three names, "groups", a group name (128 bytes at most, some room
  * past it so that a long one reaches the broker's refusal) and an action. */
 #define GROUP_PATH_CAP (PATH_CAP + 8 + 512 + 16)
@@ -310,6 +313,10 @@ static enum group_target parse_group_path(const char *rest, group_path *gp)
         return GT_SEEK;
     if (strcmp(parts[5], "dead-letters") == 0)
         return GT_DEAD;
+    if (strcmp(parts[5], "redrive") == 0)
+        return GT_REDRIVE;
+    if (strcmp(parts[5], "discard") == 0)
+        return GT_DISCARD;
     return GT_NONE;
 }
 
@@ -343,8 +350,12 @@ static unsigned group_status(int rv)
     case -EBUSY:
     case -ENOTSUP:
     case -EEXIST:
+    case -ESRCH: /* not a dead letter of the group (redrive, discard) */
         return 409;
+    case FX_ECURSOR_TOO_OLD: /* a redrive of a record no longer in the stream */
+        return 410;
     case FX_EFULL:
+    case -ENOSPC: /* a redrive with the group's pending records at their bound */
         return 429;
     case FX_ESHUTDOWN:
     case FX_ETIMEDOUT:
@@ -492,10 +503,14 @@ static void on_group_get(const fx_admin_req *req, fx_admin_resp *resp, void *use
 {
     group_path gp;
     enum group_target t = parse_group_path(req->rest, &gp);
-    if (t == GT_NONE || t == GT_SEEK) {
+    if (t == GT_NONE || t == GT_SEEK || t == GT_REDRIVE || t == GT_DISCARD) {
         error_json(resp, 400,
-                   t == GT_SEEK ? "a seek is POST .../groups/{group}/seek with a body"
-                                : GROUP_PATH_HELP);
+                   t == GT_SEEK      ? "a seek is POST .../groups/{group}/seek with a body"
+                   : t == GT_NONE    ? GROUP_PATH_HELP
+                   : t == GT_REDRIVE ? "a redrive is POST .../groups/{group}/redrive with a body "
+                                       "{\"offset\": N}"
+                                     : "a discard is POST .../groups/{group}/discard with a body "
+                                       "{\"offset\": N}");
         return;
     }
     fx_registry_err err = {0};
@@ -546,15 +561,73 @@ static void on_group_put(const fx_admin_req *req, fx_admin_resp *resp, void *use
     answer_json(resp, created ? 201 : 200, j);
 }
 
-/* POST .../groups/{g}/seek with {"start": ...} (required). */
+#define OFFSET_HELP "the body must be {\"offset\": N} (N a whole number from 0)"
+
+/* Parses the body of a redrive or discard, {"offset": N} (required, the
+ * only field). Returns NULL or why it is refused (a 400). */
+static const char *parse_offset_body(const fx_admin_req *req, uint64_t *poffset)
+{
+    if (req->body == NULL || req->body_len == 0)
+        return OFFSET_HELP;
+    json_error_t jerr;
+    json_t *j = json_loadb(req->body, req->body_len, 0, &jerr);
+    json_t *off = json_object_get(j, "offset");
+    const char *why = NULL;
+    if (!json_is_object(j) || json_object_size(j) != 1 || !json_is_integer(off) ||
+        json_integer_value(off) < 0)
+        why = OFFSET_HELP;
+    else
+        *poffset = (uint64_t)json_integer_value(off);
+    json_decref(j);
+    return why;
+}
+
+/* POST .../groups/{g}/redrive or /discard with {"offset": N}: 200, 400 (the
+ * body), 404 (no stream or group), 409 (not a dead letter of the group),
+ * 410 (a redrive of a record no longer in the stream), 429 (the group's
+ * pending records at their bound). */
+static void on_group_dead_post(const fx_admin_req *req, fx_admin_resp *resp, void *user,
+                               const group_path *gp, enum group_target t)
+{
+    uint64_t offset = 0;
+    const char *why = parse_offset_body(req, &offset);
+    if (why != NULL) {
+        error_json(resp, 400, why);
+        return;
+    }
+    fx_registry_err err = {0};
+    const char *const *n = gp->names;
+    int rv = t == GT_REDRIVE ? fx_broker_redrive_group(user, n[0], n[1], n[2], gp->group, offset,
+                                                       FX_ADMIN_BROKER_TIMEOUT_NS, &err)
+                             : fx_broker_discard_group(user, n[0], n[1], n[2], gp->group, offset,
+                                                       FX_ADMIN_BROKER_TIMEOUT_NS, &err);
+    if (rv != 0) {
+        group_error(resp, rv, &err);
+        return;
+    }
+    json_t *j = group_json(gp);
+    if (j != NULL) {
+        json_object_set_new(j, "offset", json_integer((json_int_t)offset));
+        json_object_set_new(j, t == GT_REDRIVE ? "redriven" : "discarded", json_true());
+    }
+    answer_json(resp, 200, j);
+}
+
+/* POST .../groups/{g}/seek with {"start": ...} (required), or a redrive or
+ * discard (on_group_dead_post). */
 static void on_group_post(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 {
     group_path gp;
     group_start gs;
-    if (parse_group_path(req->rest, &gp) != GT_SEEK) {
+    enum group_target t = parse_group_path(req->rest, &gp);
+    if (t == GT_REDRIVE || t == GT_DISCARD) {
+        on_group_dead_post(req, resp, user, &gp, t);
+        return;
+    }
+    if (t != GT_SEEK) {
         error_json(resp, 400,
                    "want POST /v1/streams/{tenant}/{namespace}/{stream}/groups/"
-                   "{group}/seek");
+                   "{group}/seek, /redrive or /discard");
         return;
     }
     const char *why = parse_start_body(req, &gs, NULL, NULL, 0);

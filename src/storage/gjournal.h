@@ -49,6 +49,9 @@ typedef enum fx_gjournal_type {
     FX_GJ_DEAD = 6,        /* |offset| dead-lettered at |dlq_offset|: settled */
     FX_GJ_SKIP = 7,        /* [offset, offset+count) settled unread */
     FX_GJ_SEEK = 8,        /* everything dropped; floor = next = |offset| */
+    FX_GJ_REDRIVE = 9,     /* settled |offset| owed again: AVAILABLE, 0 attempts; its
+                              dead-letter entry is marked redriven */
+    FX_GJ_DISCARD = 10,    /* |offset|'s dead-letter entry removed (the record stays) */
 } fx_gjournal_type;
 
 /* One record, decoded. Fields a type does not carry are 0. */
@@ -109,6 +112,20 @@ typedef struct fx_gjournal_intent {
     uint8_t reason;
 } fx_gjournal_intent;
 
+/* Most dead-letter entries a state lists (the group's list, DEAD_LIST_MAX
+ * in group.c); past it the oldest is forgotten, counted. */
+#define FX_GJOURNAL_DEAD_MAX 10000u
+
+/* One entry of the dead-letter list: a record dead-lettered (and not
+ * discarded), or redriven: owed again (pending) until it is acked. */
+typedef struct fx_gjournal_dead {
+    uint64_t offset;
+    uint64_t dlq_offset; /* as the DEAD record says (0: not known) */
+    uint32_t attempts;   /* deliveries when it was dead-lettered */
+    uint8_t reason;      /* 1 max_deliver, 2 term */
+    bool redriven;
+} fx_gjournal_dead;
+
 /* A group's durable state, as the group engine sees it (group_state.h):
  * offsets below |floor| are settled; in [floor, next) those in the pending
  * list are unsettled and every other one is settled; offsets >= next were
@@ -122,6 +139,9 @@ typedef struct fx_gjournal_state {
     size_t head, n, cap;
     fx_gjournal_intent *in; /* sorted by offset */
     size_t nin, incap;
+    fx_gjournal_dead *dl; /* the dead-letter list, oldest first; one entry per offset */
+    size_t ndl, dlcap, nredriven;
+    uint64_t dead_forgotten;
 } fx_gjournal_state;
 
 /* An empty state: floor = next = 0, nothing pending. */
@@ -133,6 +153,10 @@ void fx_gjournal_state_deinit(fx_gjournal_state *s);
 const fx_gjournal_pending *fx_gjournal_state_pending(const fx_gjournal_state *s, size_t *pn);
 /* The dead intents (sorted by offset) and their count in |*pn|. */
 const fx_gjournal_intent *fx_gjournal_state_intents(const fx_gjournal_state *s, size_t *pn);
+/* The dead-letter list (oldest first), its length in |*pn| and the number
+ * of entries forgotten past FX_GJOURNAL_DEAD_MAX in |*pforgotten|. */
+const fx_gjournal_dead *fx_gjournal_state_dead(const fx_gjournal_state *s, size_t *pn,
+                                               uint64_t *pforgotten);
 
 /* Applies record |r| as the group engine made it (the replay rules):
  *   DELIVER  offsets >= next become pending at |attempt|, pending ones in
@@ -143,16 +167,28 @@ const fx_gjournal_intent *fx_gjournal_state_intents(const fx_gjournal_state *s, 
  *   SKIP     settles the range; next = max(next, offset+count);
  *   NAK      a pending offset takes |attempt|, AVAILABLE at not_before_us
  *            (PARKED if > 0); RELEASE: |attempt|, AVAILABLE now;
- *   DEAD_INTENT records the intent of a pending offset; DEAD settles it;
- *   SEEK     drops everything; floor = next = |offset|.
+ *   DEAD_INTENT records the intent of a pending offset; DEAD settles a
+ *            pending offset and lists it (attempts from its intent, else from its pending
+ *            entry): a redriven entry of that offset is dead again, else a
+ *            new entry goes last (the oldest forgotten, counted, past
+ *            FX_GJOURNAL_DEAD_MAX);
+ *   REDRIVE  a settled offset below next becomes pending, AVAILABLE with 0
+ *            attempts (the floor may go down to it); its entry is marked
+ *            redriven;
+ *   DISCARD  removes the offset's entry unless it is redriven;
+ *   SEEK     drops everything pending and the redriven entries; floor =
+ *            next = |offset|.
  * Settling drops the offset's intent and moves the floor to the lowest
- * pending offset (next when none). A NAK, RELEASE or intent of an offset
- * that is not pending changes nothing. Returns 0, -ENOMEM (|s| unchanged),
+ * pending offset (next when none); an ACK or SKIP of a redriven offset
+ * removes its entry. A NAK, RELEASE or intent of an offset that is not
+ * pending, a REDRIVE of one that is not settled and a DISCARD of one not
+ * listed change nothing. Returns 0, -ENOMEM (|s| unchanged),
  * or FX_ESTORAGE_CORRUPT when the pending list would pass
  * FX_GJOURNAL_MAX_PENDING. */
 int fx_gjournal_state_apply(fx_gjournal_state *s, const fx_gjournal_rec *r);
 
-/* Whether |a| and |b| hold the same floor, next, pending list and intents. */
+/* Whether |a| and |b| hold the same floor, next, pending list, intents and
+ * dead-letter list (forgotten count included). */
 bool fx_gjournal_state_equal(const fx_gjournal_state *a, const fx_gjournal_state *b);
 
 /* Makes |dst| (initialised) a copy of |src|. 0 or -ENOMEM (|dst| unchanged). */
@@ -160,12 +196,15 @@ int fx_gjournal_state_copy(fx_gjournal_state *dst, const fx_gjournal_state *src)
 
 /* ---- snapshots ---------------------------------------------------------------- */
 
-/* "FXGS" | u16 version (1) | u64 journal_seq | u64 floor | u64 next |
+/* "FXGS" | u16 version (2) | u64 journal_seq | u64 floor | u64 next |
  * u32 npending | npending x (u64 offset, u32 attempts, u8 state,
  * u64 not_before_us) | u32 nintents x (u64 offset, u32 attempts, u8 reason)
- * | u32 crc32 over everything before it. */
+ * | u64 dead_forgotten | u32 ndead x (u64 offset, u64 dlq_offset,
+ * u32 attempts, u8 reason, u8 flags (1: redriven)) | u32 crc32 over
+ * everything before it. Version 1 (no dead-letter list: it ends after the
+ * intents) is still read, as a state with an empty list. */
 #define FX_GJOURNAL_SNAP_MAGIC 0x46584753u /* "FXGS" */
-#define FX_GJOURNAL_SNAP_VERSION 1
+#define FX_GJOURNAL_SNAP_VERSION 2
 
 /* Encodes |s| as a snapshot covering the journal up to |journal_seq| into a
  * malloc'd buffer (*pbuf, *plen; the caller frees it). 0 or -ENOMEM. */
@@ -176,7 +215,9 @@ int fx_gjournal_encode_snapshot(const fx_gjournal_state *s, uint64_t journal_seq
  * success, unchanged on failure) and its journal sequence into *pseq.
  * Checks the magic, version, length, checksum, the bounds, that pending
  * offsets ascend within [floor, next) with a state that matches their
- * not-before, and that intents ascend and name pending offsets. Returns 0,
+ * not-before, that intents ascend and name pending offsets, and that
+ * dead-letter entries name distinct offsets with flags 0 or 1, a redriven
+ * one a pending offset. Returns 0,
  * FX_ESTORAGE_CORRUPT with a reason in |why| (may be NULL), or -ENOMEM.
  * Pure, any bytes (fuzzed). */
 int fx_gjournal_decode_snapshot(const uint8_t *buf, size_t len, fx_gjournal_state *s,
@@ -199,7 +240,8 @@ typedef struct fx_gjournal_stats {
 
 /* Clamps |s| to a log whose next offset is |log_tail| (a power cut may have
  * lost log records that the group saw): floor = min(floor, tail), next =
- * min(next, tail), pending and intents >= tail dropped. Adds 1 to
+ * min(next, tail), pending, intents and dead-letter entries >= tail dropped
+ * (entries are dropped without counting a clamp). Adds 1 to
  * st->clamped (|st| may be NULL) when anything moved. Never goes below
  * |log_tail|. */
 void fx_gjournal_clamp(fx_gjournal_state *s, uint64_t log_tail, fx_gjournal_stats *st);

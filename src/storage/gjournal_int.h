@@ -8,12 +8,17 @@
 
 #include "storage/gjournal.h"
 
-/* Snapshot layout: the fixed part (header, the two counts, the CRC), one
- * pending entry, one intent; the largest snapshot a state can need. */
-#define SNAP_FIXED (4 + 2 + 8 + 8 + 8 + 4 + 4 + 4)
+/* Snapshot layout: the fixed part (header, the counts, the CRC) of
+ * version 1 and 2, one pending entry, one intent, one dead-letter entry;
+ * the largest snapshot a state can need. */
+#define SNAP_FIXED_V1 (4 + 2 + 8 + 8 + 8 + 4 + 4 + 4)
+#define SNAP_FIXED (SNAP_FIXED_V1 + 8 + 4) /* version 2: the dead-letter list's head */
 #define SNAP_PENDING 21
 #define SNAP_INTENT 13
-#define SNAP_MAX (SNAP_FIXED + (size_t)FX_GJOURNAL_MAX_PENDING * (SNAP_PENDING + SNAP_INTENT))
+#define SNAP_DEAD 22
+#define SNAP_MAX                                                                                   \
+    (SNAP_FIXED + (size_t)FX_GJOURNAL_MAX_PENDING * (SNAP_PENDING + SNAP_INTENT) +                 \
+     (size_t)FX_GJOURNAL_DEAD_MAX * SNAP_DEAD)
 
 /* Writes the reason |fmt| into |why| (|whylen| bytes; NULL or 0: nowhere)
  * and returns FX_ESTORAGE_CORRUPT. */

@@ -19,8 +19,9 @@
 
 /* Body length of each type (index: type); 0 for unknown types. */
 static const uint8_t BODY_LEN[] = {
-    [FX_GJ_DELIVER] = 16,     [FX_GJ_ACK] = 12,  [FX_GJ_NAK] = 20,  [FX_GJ_RELEASE] = 12,
-    [FX_GJ_DEAD_INTENT] = 13, [FX_GJ_DEAD] = 17, [FX_GJ_SKIP] = 12, [FX_GJ_SEEK] = 8,
+    [FX_GJ_DELIVER] = 16,     [FX_GJ_ACK] = 12,    [FX_GJ_NAK] = 20,  [FX_GJ_RELEASE] = 12,
+    [FX_GJ_DEAD_INTENT] = 13, [FX_GJ_DEAD] = 17,   [FX_GJ_SKIP] = 12, [FX_GJ_SEEK] = 8,
+    [FX_GJ_REDRIVE] = 8,      [FX_GJ_DISCARD] = 8,
 };
 #define NTYPES (sizeof(BODY_LEN) / sizeof(BODY_LEN[0]))
 
@@ -62,6 +63,8 @@ static void encode_body(const fx_gjournal_rec *r, uint8_t *b)
         b[16] = r->reason;
         break;
     case FX_GJ_SEEK:
+    case FX_GJ_REDRIVE:
+    case FX_GJ_DISCARD:
         break;
     }
 }
@@ -94,6 +97,8 @@ static void decode_body(const uint8_t *b, fx_gjournal_rec *r)
         r->reason = b[16];
         break;
     case FX_GJ_SEEK:
+    case FX_GJ_REDRIVE:
+    case FX_GJ_DISCARD:
         break;
     }
 }
@@ -154,6 +159,7 @@ void fx_gjournal_state_deinit(fx_gjournal_state *s)
         return;
     free(s->p);
     free(s->in);
+    free(s->dl);
     fx_gjournal_state_init(s);
 }
 
@@ -167,6 +173,15 @@ const fx_gjournal_intent *fx_gjournal_state_intents(const fx_gjournal_state *s, 
 {
     *pn = s->nin;
     return s->in;
+}
+
+const fx_gjournal_dead *fx_gjournal_state_dead(const fx_gjournal_state *s, size_t *pn,
+                                               uint64_t *pforgotten)
+{
+    *pn = s->ndl;
+    if (pforgotten != NULL)
+        *pforgotten = s->dead_forgotten;
+    return s->dl;
 }
 
 /* Index (from head) of the first pending offset >= |off|. */
@@ -226,6 +241,70 @@ static void drop_intents(fx_gjournal_state *s, uint64_t lo, uint64_t hi)
         if (s->in[i].offset < lo || s->in[i].offset >= hi)
             s->in[k++] = s->in[i];
     s->nin = k;
+}
+
+/* ---- the dead-letter list ---- */
+
+/* The index of |off|'s entry, or ndl. */
+static size_t dead_find(const fx_gjournal_state *s, uint64_t off)
+{
+    size_t i = 0;
+    while (i < s->ndl && s->dl[i].offset != off)
+        i++;
+    return i;
+}
+
+static void dead_remove_at(fx_gjournal_state *s, size_t i)
+{
+    if (s->dl[i].redriven)
+        s->nredriven--;
+    memmove(s->dl + i, s->dl + i + 1, (s->ndl - i - 1) * sizeof(*s->dl));
+    s->ndl--;
+}
+
+/* Removes the entries in [lo, hi), only the redriven ones with |redriven|. */
+static void dead_drop(fx_gjournal_state *s, uint64_t lo, uint64_t hi, bool redriven)
+{
+    if (s->ndl == 0 || (redriven && s->nredriven == 0))
+        return;
+    size_t k = 0;
+    for (size_t i = 0; i < s->ndl; i++) {
+        const fx_gjournal_dead *e = &s->dl[i];
+        bool drop = e->offset >= lo && e->offset < hi && (!redriven || e->redriven);
+        if (!drop)
+            s->dl[k++] = *e;
+        else if (e->redriven)
+            s->nredriven--;
+    }
+    s->ndl = k;
+}
+
+/* Lists |v|: a redriven entry of its offset is dead again; else it goes
+ * last, the oldest forgotten at the bound. */
+static int dead_put(fx_gjournal_state *s, const fx_gjournal_dead *v)
+{
+    size_t i = dead_find(s, v->offset);
+    if (i < s->ndl) {
+        if (s->dl[i].redriven)
+            s->nredriven--;
+        s->dl[i] = *v;
+        return 0;
+    }
+    if (s->ndl == FX_GJOURNAL_DEAD_MAX) {
+        dead_remove_at(s, 0);
+        s->dead_forgotten++;
+    }
+    if (s->ndl == s->dlcap) {
+        size_t cap = s->dlcap < 16 ? 16 : 2 * s->dlcap;
+        if (cap > FX_GJOURNAL_DEAD_MAX)
+            cap = FX_GJOURNAL_DEAD_MAX;
+        fx_gjournal_dead *dl = realloc(s->dl, cap * sizeof(*dl));
+        if (dl == NULL)
+            return -ENOMEM;
+        s->dl = dl, s->dlcap = cap;
+    }
+    s->dl[s->ndl++] = *v;
+    return 0;
 }
 
 static void update_floor(fx_gjournal_state *s)
@@ -303,6 +382,47 @@ static void seek(fx_gjournal_state *s, uint64_t offset)
 {
     s->head = s->n = s->nin = 0;
     s->floor = s->next = offset;
+    dead_drop(s, 0, UINT64_MAX, true);
+}
+
+/* DEAD: settles |r->offset| and lists it. */
+static int dead(fx_gjournal_state *s, const fx_gjournal_rec *r)
+{
+    fx_gjournal_dead v = {.offset = r->offset, .dlq_offset = r->dlq_offset, .reason = r->reason};
+    size_t k = 0;
+    while (k < s->nin && s->in[k].offset != r->offset)
+        k++;
+    const fx_gjournal_pending *p = find(s, r->offset);
+    if (p == NULL)
+        return 0; /* the engine dead-letters only pending records */
+    v.attempts = k < s->nin ? s->in[k].attempts : p->attempts;
+    int rv = dead_put(s, &v);
+    if (rv != 0)
+        return rv;
+    settle(s, r->offset, r->offset + 1);
+    return 0;
+}
+
+/* REDRIVE: a settled offset below next is pending again. */
+static int redrive(fx_gjournal_state *s, const fx_gjournal_rec *r)
+{
+    if (r->offset >= s->next || find(s, r->offset) != NULL)
+        return 0;
+    int rv = reserve(s, 1);
+    if (rv != 0)
+        return rv;
+    size_t i = lower_bound(s, r->offset);
+    fx_gjournal_pending *p = s->p + s->head;
+    memmove(p + i + 1, p + i, (s->n - i) * sizeof(*p));
+    p[i] = (fx_gjournal_pending){.offset = r->offset, .state = FX_GJ_AVAILABLE};
+    s->n++;
+    update_floor(s);
+    size_t d = dead_find(s, r->offset);
+    if (d < s->ndl && !s->dl[d].redriven) {
+        s->dl[d].redriven = true;
+        s->nredriven++;
+    }
+    return 0;
 }
 
 int fx_gjournal_state_apply(fx_gjournal_state *s, const fx_gjournal_rec *r)
@@ -311,17 +431,28 @@ int fx_gjournal_state_apply(fx_gjournal_state *s, const fx_gjournal_rec *r)
     switch (r->type) {
     case FX_GJ_DELIVER:
         return deliver(s, r);
-    case FX_GJ_ACK: /* the engine refuses acks of offsets never handed out */
-        settle(s, r->offset, r->offset + r->count < s->next ? r->offset + r->count : s->next);
+    case FX_GJ_ACK: { /* the engine refuses acks of offsets never handed out */
+        uint64_t hi = r->offset + r->count < s->next ? r->offset + r->count : s->next;
+        dead_drop(s, r->offset, hi, true);
+        settle(s, r->offset, hi);
         return 0;
+    }
     case FX_GJ_SKIP:
         if (r->offset + r->count > s->next)
             s->next = r->offset + r->count;
+        dead_drop(s, r->offset, r->offset + r->count, true);
         settle(s, r->offset, r->offset + r->count);
         return 0;
     case FX_GJ_DEAD:
-        settle(s, r->offset, r->offset + 1);
+        return dead(s, r);
+    case FX_GJ_REDRIVE:
+        return redrive(s, r);
+    case FX_GJ_DISCARD: {
+        size_t d = dead_find(s, r->offset);
+        if (d < s->ndl && !s->dl[d].redriven)
+            dead_remove_at(s, d);
         return 0;
+    }
     case FX_GJ_NAK:
         if ((p = find(s, r->offset)) != NULL)
             *p = (fx_gjournal_pending){.offset = r->offset,
@@ -359,6 +490,14 @@ bool fx_gjournal_state_equal(const fx_gjournal_state *a, const fx_gjournal_state
         if (x->offset != y->offset || x->attempts != y->attempts || x->reason != y->reason)
             return false;
     }
+    if (a->ndl != b->ndl || a->dead_forgotten != b->dead_forgotten)
+        return false;
+    for (size_t i = 0; i < a->ndl; i++) {
+        const fx_gjournal_dead *x = &a->dl[i], *y = &b->dl[i];
+        if (x->offset != y->offset || x->dlq_offset != y->dlq_offset ||
+            x->attempts != y->attempts || x->reason != y->reason || x->redriven != y->redriven)
+            return false;
+    }
     return true;
 }
 
@@ -373,6 +512,16 @@ int fx_gjournal_state_copy(fx_gjournal_state *dst, const fx_gjournal_state *src)
         free(t.p);
         return -ENOMEM;
     }
+    if (src->ndl > 0 && (t.dl = malloc(src->ndl * sizeof(*t.dl))) == NULL) {
+        free(t.p);
+        free(t.in);
+        return -ENOMEM;
+    }
+    if (src->ndl > 0)
+        memcpy(t.dl, src->dl, src->ndl * sizeof(*t.dl));
+    t.ndl = t.dlcap = src->ndl;
+    t.nredriven = src->nredriven;
+    t.dead_forgotten = src->dead_forgotten;
     if (src->n > 0)
         memcpy(t.p, src->p + src->head, src->n * sizeof(*t.p));
     if (src->nin > 0)
@@ -386,6 +535,7 @@ int fx_gjournal_state_copy(fx_gjournal_state *dst, const fx_gjournal_state *src)
 
 void fx_gjournal_clamp(fx_gjournal_state *s, uint64_t log_tail, fx_gjournal_stats *st)
 {
+    dead_drop(s, log_tail, UINT64_MAX, false); /* entries of records the log lost */
     if (s->floor <= log_tail && s->next <= log_tail)
         return;
     s->n = lower_bound(s, log_tail);
@@ -405,7 +555,7 @@ void fx_gjournal_clamp(fx_gjournal_state *s, uint64_t log_tail, fx_gjournal_stat
 int fx_gjournal_encode_snapshot(const fx_gjournal_state *s, uint64_t journal_seq, uint8_t **pbuf,
                                 size_t *plen)
 {
-    size_t len = SNAP_FIXED + s->n * SNAP_PENDING + s->nin * SNAP_INTENT;
+    size_t len = SNAP_FIXED + s->n * SNAP_PENDING + s->nin * SNAP_INTENT + s->ndl * SNAP_DEAD;
     uint8_t *b = malloc(len), *p = b;
     if (b == NULL)
         return -ENOMEM;
@@ -429,6 +579,17 @@ int fx_gjournal_encode_snapshot(const fx_gjournal_state *s, uint64_t journal_seq
         fx_be64_put(p, s->in[i].offset);
         fx_be32_put(p + 8, s->in[i].attempts);
         p[12] = s->in[i].reason;
+    }
+    fx_be64_put(p, s->dead_forgotten);
+    fx_be32_put(p + 8, (uint32_t)s->ndl);
+    p += 12;
+    for (size_t i = 0; i < s->ndl; i++, p += SNAP_DEAD) {
+        const fx_gjournal_dead *e = &s->dl[i];
+        fx_be64_put(p, e->offset);
+        fx_be64_put(p + 8, e->dlq_offset);
+        fx_be32_put(p + 16, e->attempts);
+        p[20] = e->reason;
+        p[21] = e->redriven ? 1 : 0;
     }
     fx_be32_put(p, fx_logfmt_crc(0, b, len - 4));
     *pbuf = b, *plen = len;
@@ -485,37 +646,95 @@ static int snap_intents(const uint8_t *p, fx_gjournal_state *t, char *why, size_
     return 0;
 }
 
-/* Checks the framing of a snapshot and reads its counts. */
-static int snap_frame(const uint8_t *buf, size_t len, size_t *pn, size_t *pnin, char *why,
-                      size_t whylen)
+static int cmp_u64(const void *a, const void *b)
 {
-    if (len < SNAP_FIXED)
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Reads and checks the dead-letter entries at |p| into |t| (its pending
+ * list read). */
+static int snap_dead(const uint8_t *p, fx_gjournal_state *t, char *why, size_t whylen)
+{
+    uint64_t *offs = t->ndl > 0 ? malloc(t->ndl * sizeof(*offs)) : NULL;
+    if (t->ndl > 0 && offs == NULL)
+        return -ENOMEM;
+    int rv = 0;
+    for (size_t i = 0; i < t->ndl && rv == 0; i++, p += SNAP_DEAD) {
+        fx_gjournal_dead e = {.offset = fx_be64_get(p),
+                              .dlq_offset = fx_be64_get(p + 8),
+                              .attempts = fx_be32_get(p + 16),
+                              .reason = p[20],
+                              .redriven = p[21] == 1};
+        if (p[21] > 1 || (e.redriven && find(t, e.offset) == NULL))
+            rv = fx_gjournal_corrupt(why, whylen,
+                                     "dead-letter entry %" PRIu64
+                                     " with bad flags, or redriven but not pending",
+                                     e.offset);
+        t->dl[i] = e;
+        offs[i] = e.offset;
+        t->nredriven += e.redriven ? 1 : 0;
+    }
+    if (rv == 0 && t->ndl > 1) {
+        qsort(offs, t->ndl, sizeof(*offs), cmp_u64);
+        for (size_t i = 1; i < t->ndl && rv == 0; i++)
+            if (offs[i] == offs[i - 1])
+                rv = fx_gjournal_corrupt(why, whylen, "dead-letter entry %" PRIu64 " listed twice",
+                                         offs[i]);
+    }
+    free(offs);
+    return rv;
+}
+
+/* Checks the framing of a snapshot and reads its counts (|*pndl|: 0 in a
+ * version 1 snapshot, which has no dead-letter list). */
+static int snap_frame(const uint8_t *buf, size_t len, size_t *pn, size_t *pnin, size_t *pndl,
+                      char *why, size_t whylen)
+{
+    if (len < SNAP_FIXED_V1)
         return fx_gjournal_corrupt(why, whylen, "snapshot of %zu bytes is too short", len);
     if (fx_be32_get(buf) != FX_GJOURNAL_SNAP_MAGIC)
         return fx_gjournal_corrupt(why, whylen, "bad snapshot magic 0x%08" PRIx32,
                                    fx_be32_get(buf));
-    if (buf[4] != 0 || buf[5] != FX_GJOURNAL_SNAP_VERSION)
+    if (buf[4] != 0 || (buf[5] != 1 && buf[5] != FX_GJOURNAL_SNAP_VERSION))
         return fx_gjournal_corrupt(why, whylen, "unsupported snapshot version %u",
                                    buf[4] << 8 | buf[5]);
+    bool v1 = buf[5] == 1;
+    if (!v1 && len < SNAP_FIXED)
+        return fx_gjournal_corrupt(why, whylen, "snapshot of %zu bytes is too short", len);
     if (fx_logfmt_crc(0, buf, len - 4) != fx_be32_get(buf + len - 4))
         return fx_gjournal_corrupt(why, whylen, "snapshot checksum mismatch");
     uint32_t n = fx_be32_get(buf + 30);
     if (n > FX_GJOURNAL_MAX_PENDING || 34 + (size_t)n * SNAP_PENDING + 8 > len)
         return fx_gjournal_corrupt(why, whylen, "snapshot pending count %" PRIu32 " out of range",
                                    n);
-    uint32_t nin = fx_be32_get(buf + 34 + (size_t)n * SNAP_PENDING);
-    if (nin > n || len != SNAP_FIXED + (size_t)n * SNAP_PENDING + (size_t)nin * SNAP_INTENT)
+    uint32_t nin = fx_be32_get(buf + 34 + (size_t)n * SNAP_PENDING), ndl = 0;
+    size_t body = (size_t)n * SNAP_PENDING + (size_t)nin * SNAP_INTENT;
+    if (nin > n || len < SNAP_FIXED_V1 + body)
         return fx_gjournal_corrupt(why, whylen, "snapshot length %zu does not match its counts",
                                    len);
-    *pn = n, *pnin = nin;
+    if (!v1) {
+        if (len < SNAP_FIXED + body)
+            return fx_gjournal_corrupt(why, whylen, "snapshot length %zu does not match its counts",
+                                       len);
+        ndl = fx_be32_get(buf + 38 + body + 8);
+        if (ndl > FX_GJOURNAL_DEAD_MAX)
+            return fx_gjournal_corrupt(why, whylen,
+                                       "snapshot dead-letter count %" PRIu32 " out of range", ndl);
+        body += (size_t)ndl * SNAP_DEAD;
+    }
+    if (len != (v1 ? SNAP_FIXED_V1 : SNAP_FIXED) + body)
+        return fx_gjournal_corrupt(why, whylen, "snapshot length %zu does not match its counts",
+                                   len);
+    *pn = n, *pnin = nin, *pndl = ndl;
     return 0;
 }
 
 int fx_gjournal_decode_snapshot(const uint8_t *buf, size_t len, fx_gjournal_state *s,
                                 uint64_t *pseq, char *why, size_t whylen)
 {
-    size_t n = 0, nin = 0; /* set by snap_frame when it returns 0 (GCC cannot tell) */
-    int rv = snap_frame(buf, len, &n, &nin, why, whylen);
+    size_t n = 0, nin = 0, ndl = 0; /* set by snap_frame when it returns 0 (GCC cannot tell) */
+    int rv = snap_frame(buf, len, &n, &nin, &ndl, why, whylen);
     if (rv != 0)
         return rv;
     fx_gjournal_state t;
@@ -526,15 +745,22 @@ int fx_gjournal_decode_snapshot(const uint8_t *buf, size_t len, fx_gjournal_stat
         return fx_gjournal_corrupt(why, whylen, "snapshot floor %" PRIu64 " above next %" PRIu64,
                                    t.floor, t.next);
     if ((n > 0 && (t.p = malloc(n * sizeof(*t.p))) == NULL) ||
-        (nin > 0 && (t.in = malloc(nin * sizeof(*t.in))) == NULL)) {
+        (nin > 0 && (t.in = malloc(nin * sizeof(*t.in))) == NULL) ||
+        (ndl > 0 && (t.dl = malloc(ndl * sizeof(*t.dl))) == NULL)) {
         fx_gjournal_state_deinit(&t);
         return -ENOMEM;
     }
     t.n = t.cap = n;
     t.nin = t.incap = nin;
+    t.ndl = t.dlcap = ndl;
     rv = snap_pending(buf + 34, &t, why, whylen);
     if (rv == 0)
         rv = snap_intents(buf + 38 + n * SNAP_PENDING, &t, why, whylen);
+    size_t dpos = 38 + n * SNAP_PENDING + nin * SNAP_INTENT;
+    if (rv == 0 && buf[5] != 1) {
+        t.dead_forgotten = fx_be64_get(buf + dpos);
+        rv = snap_dead(buf + dpos + 12, &t, why, whylen);
+    }
     if (rv != 0) {
         fx_gjournal_state_deinit(&t);
         return rv;

@@ -1008,6 +1008,8 @@ static void test_group_route_escapes_names_and_appends_the_action(void **state)
     assert_string_equal(route, "/v1/streams/t1/default/orders.eu/groups/bill%20ing%3F%23%25/seek");
     assert_int_equal(fx_cli_group_route(&p, "g~_-.", "dead-letters", route, sizeof(route)), 0);
     assert_string_equal(route, "/v1/streams/t1/default/orders.eu/groups/g~_-./dead-letters");
+    assert_int_equal(fx_cli_group_route(&p, "g", "redrive", route, sizeof(route)), 0);
+    assert_string_equal(route, "/v1/streams/t1/default/orders.eu/groups/g/redrive");
     assert_int_equal(fx_cli_path_parse("t 1/n\xc3\xa9/s", &p, err, sizeof(err)), 0);
     assert_int_equal(fx_cli_group_route(&p, "g", NULL, route, sizeof(route)), 0);
     assert_string_equal(route, "/v1/streams/t%201/n%C3%A9/s/groups/g");
@@ -1042,10 +1044,19 @@ static void test_groups_help_shows_every_action_and_an_example(void **state)
     assert_non_null(h);
     fx_cli_buf b = {0};
     assert_int_equal(fx_cli_help_text(h, &b), 0);
-    static const char *const want[] = {"felix groups ls ",     "felix groups info ",
-                                       "felix groups create ", "felix groups seek ",
-                                       "felix groups delete ", "felix groups dead-letters ",
-                                       "--start START", "time:2026-12-06T18:00:00Z", "--json",
+    static const char *const want[] = {"felix groups ls ",
+                                       "felix groups info ",
+                                       "felix groups create ",
+                                       "felix groups seek ",
+                                       "felix groups delete ",
+                                       "felix groups dead-letters ",
+                                       "felix groups redrive --offset N ",
+                                       "felix groups discard --offset N ",
+                                       "--offset N",
+                                       "felix groups redrive --offset 1042",
+                                       "--start START",
+                                       "time:2026-12-06T18:00:00Z",
+                                       "--json",
                                        "Example:\n  felix groups create --start new"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         if (strstr(b.p, want[i]) == NULL)

@@ -56,6 +56,12 @@ static void test_event_records(void **state)
     assert_true(fxb_gj_event_rec(&e, &r));
     assert_int_equal(r.type, FX_GJ_SEEK);
     assert_int_equal(r.offset, 40);
+    e = (fxb_gs_event){.type = FXB_GS_EV_REDRIVE, .first = 12, .count = 1};
+    assert_true(fxb_gj_event_rec(&e, &r));
+    assert_int_equal(r.type, FX_GJ_REDRIVE);
+    assert_int_equal(r.offset, 12);
+    assert_int_equal(r.attempt, 0);
+    assert_int_equal(r.count, 0);
     e = (fxb_gs_event){.type = FXB_GS_EV_ACK, .first = 1, .count = 0}; /* not a record */
     assert_false(fxb_gj_event_rec(&e, &r));
 }
@@ -455,6 +461,80 @@ static void test_dead_letter_journaled(void **state)
     df_mem_free();
 }
 
+/* Two terms listed; one redriven (the admin call), one discarded; the next
+ * broker has the list (the redriven entry marked) and the redriven record
+ * owed again at attempt 1; once acked its entry goes. */
+static void test_dead_list_redrive_and_discard_survive_a_reopen(void **state)
+{
+    (void)state;
+    df_mem_new();
+    fx_stream_handle *h;
+    cf *f = broker_with("d1", 3, &h);
+    uint32_t mid;
+    struct fxb_group *g = make_group(f, h, "g1", &mid);
+    size_t n;
+    (void)pump_one(g->gs, 3, &n);
+    assert_int_equal(fxb_gs_term(g->gs, mid, 0, 1, 1000), FXB_GS_OK);
+    assert_int_equal(fxb_gs_term(g->gs, mid, 1, 1, 1000), FXB_GS_OK);
+    assert_int_equal(fxb_gs_ack(g->gs, 2, 1, 1000, NULL), 1);
+    fxb_group_pump(g);
+    assert_int_equal(g->ndead, 2);
+    fx_registry_err err = {0};
+    assert_int_equal(
+        fx_broker_redrive_group(f->b, "t1", "default", "d1", "g1", 0, FX_LOOP_FOREVER, &err), 0);
+    assert_int_equal(
+        fx_broker_redrive_group(f->b, "t1", "default", "d1", "g1", 0, FX_LOOP_FOREVER, &err),
+        -ESRCH);
+    assert_string_equal(err.msg, "offset 0 is not a dead letter of g1");
+    assert_int_equal(
+        fx_broker_discard_group(f->b, "t1", "default", "d1", "g1", 0, FX_LOOP_FOREVER, &err),
+        -ESRCH); /* redriven: not a dead letter now */
+    assert_int_equal(
+        fx_broker_discard_group(f->b, "t1", "default", "d1", "g1", 1, FX_LOOP_FOREVER, &err), 0);
+    assert_int_equal(
+        fx_broker_redrive_group(f->b, "t1", "default", "d1", "g1", 1, FX_LOOP_FOREVER, &err),
+        -ESRCH); /* discarded */
+    assert_int_equal(g->ndead, 1);
+    assert_true(g->dead[0].redriven);
+    cf_settle(f);
+    fx_stream_handle_unref(h);
+    cf_free(f);
+
+    f = reopen("d1", &h);
+    g = group_of(f, h, "g1");
+    assert_non_null(g);
+    assert_int_equal(g->ndead, 1);
+    assert_int_equal(g->dead[0].offset, 0);
+    assert_true(g->dead[0].redriven);
+    assert_int_equal(g->dead[0].reason, FXB_GS_DEAD_TERM);
+    assert_int_equal(g->dead[0].attempts, 1);
+    fxb_gs_info in;
+    fxb_gs_get_info(g->gs, &in);
+    assert_int_equal(in.floor, 0);
+    assert_int_equal(in.next, 3);
+    assert_int_equal(in.available, 1);
+    assert_int_equal(fxb_gs_member_add(g->gs, 16, 0, &mid), 0);
+    fxb_gs_run r = pump_one(g->gs, 3, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(r.first, 0);
+    assert_int_equal(r.attempt, 1);
+    assert_int_equal(fxb_gs_ack(g->gs, 0, 1, 1000, NULL), 1);
+    fxb_group_dead_prune(g, false);
+    assert_int_equal(g->ndead, 0);
+    cf_settle(f);
+    fx_stream_handle_unref(h);
+    cf_free(f);
+
+    /* The ack removed the entry on disk too. */
+    f = reopen("d1", &h);
+    g = group_of(f, h, "g1");
+    assert_non_null(g);
+    assert_int_equal(g->ndead, 0);
+    fx_stream_handle_unref(h);
+    cf_free(f);
+    df_mem_free();
+}
+
 /* A deleted group's files go; a new broker finds no group. */
 static void test_delete_removes_files(void **state)
 {
@@ -489,6 +569,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_create_before_open_yields_to_the_files),
     cmocka_unit_test(test_unwritten_bound),
     cmocka_unit_test(test_dead_letter_journaled),
+    cmocka_unit_test(test_dead_list_redrive_and_discard_survive_a_reopen),
     cmocka_unit_test(test_delete_removes_files),
 };
 

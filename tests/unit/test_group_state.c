@@ -2,7 +2,8 @@
  * offset order as contiguous runs with fair share, the 5g/5m/5p checkpoints,
  * ack/nak/in_progress/term/release with attempt fencing, lease expiry and
  * backoff on the timer wheel, dead letters, ring eviction, seek, restore,
- * the observer's events, memory, and a randomized check against a model. */
+ * the observer's events, memory, redrive, and a randomized check against a
+ * model (redrives included). */
 /* fx-test-libs: fx_broker fx_base */
 #include <errno.h>
 #include <setjmp.h>
@@ -1065,6 +1066,25 @@ static void model_op(model *md)
             md->tail += rnd(md, 20);
         if (rnd(md, 3) == 0 && md->low + 16 < md->tail)
             md->low += 1 + rnd(md, 12);
+    } else if (op < 79) {
+        /* A redrive: only a settled record still readable is owed again,
+         * at 0 attempts, within the pending set's bound. */
+        fxb_gs_info in = info(md->g);
+        const fxb_gs_config *c = fxb_gs_config_of(md->g);
+        int want = x->st != M_SETTLED || o >= in.next ? -ENOENT
+                   : in.acquired + in.available + in.parked + in.dead_intents >=
+                           c->max_ack_pending + c->max_parked
+                       ? -ENOSPC
+                       : 0;
+        if (o < md->low)
+            return;
+        assert_int_equal(fxb_gs_redrive(md->g, o, md->now), want);
+        if (want == 0) {
+            x->st = M_WAIT;
+            x->attempts = 0;
+            if (o < md->floor)
+                md->floor = o;
+        }
     } else {
         model_pump(md);
     }
@@ -1124,6 +1144,9 @@ static void test_random_operations_keep_the_invariants_of_a_reference_model(void
         assert_true(s->dead[1] > 10 && s->dead[2] > 2 && s->skipped > 100);
         assert_true(s->stale[0] > 10 && s->capped > 10 && s->member_full > 10);
         assert_true(s->parked_overflow > 0);
+        if (s->redriven < 20)
+            fail_msg("seed %llu: %llu redrives", (unsigned long long)seed,
+                     (unsigned long long)s->redriven);
         fxb_gs_free(md->g);
         free(md);
     }
@@ -1372,6 +1395,155 @@ static void test_lookup_tells_where_an_offset_stands_and_who_holds_it(void **sta
     fxb_gs_free(g);
 }
 
+/* ---- redrive --------------------------------------------------------------- */
+
+/* Delivers [0, n) to |m| and acks it all: everything settled, floor = n. */
+static void deliver_and_ack(fxb_gs *g, uint64_t n)
+{
+    fxb_gs_run r[8];
+    assert_true(pump(g, 0, n, T0, r, 8) >= 1);
+    assert_int_equal(fxb_gs_ack(g, 0, (uint32_t)n, T0, NULL), n);
+    assert_int_equal(info(g).floor, n);
+}
+
+static void test_redrive_owes_a_settled_record_again_at_attempt_1_before_new_records(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t m = add_member(g, 100);
+    evlog log = {0};
+    fxb_gs_set_observer(g, on_event, &log);
+    deliver_and_ack(g, 5);
+    log.n = 0;
+    assert_int_equal(fxb_gs_redrive(g, 2, T0), 0);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.ev[0].type, FXB_GS_EV_REDRIVE);
+    assert_int_equal(log.ev[0].first, 2);
+    assert_int_equal(log.ev[0].attempt, 0);
+    assert_int_equal(info(g).floor, 2); /* the floor lowers to the redriven record */
+    assert_int_equal(info(g).available, 1);
+    assert_false(fxb_gs_is_settled(g, 2));
+    /* Owed already, or never handed out: not a settled record. */
+    assert_int_equal(fxb_gs_redrive(g, 2, T0), -ENOENT);
+    assert_int_equal(fxb_gs_redrive(g, 5, T0), -ENOENT);
+    fxb_gs_run r[8];
+    size_t n = pump(g, 0, 10, T0, r, 8);
+    assert_int_equal(n, 2);
+    assert_int_equal(r[0].member, m);
+    assert_int_equal(r[0].first, 2);
+    assert_int_equal(r[0].count, 1);
+    assert_int_equal(r[0].attempt, 1);
+    assert_int_equal(r[1].first, 5);
+    assert_int_equal(r[1].count, 5);
+    assert_int_equal(fxb_gs_stats_of(g)->redriven, 1);
+    assert_int_equal(fxb_gs_stats_of(g)->redelivered, 0);
+    fxb_gs_free(g);
+}
+
+static void test_redriven_record_acked_is_settled_and_the_floor_moves_on(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    fxb_gs *g = gs_new(&c, 0);
+    (void)add_member(g, 100);
+    deliver_and_ack(g, 5);
+    assert_int_equal(fxb_gs_redrive(g, 1, T0), 0);
+    fxb_gs_run r[8];
+    assert_int_equal(pump(g, 0, 5, T0, r, 8), 1);
+    assert_int_equal(info(g).floor, 1);
+    assert_int_equal(fxb_gs_ack(g, 1, 1, T0, NULL), 1);
+    assert_true(fxb_gs_is_settled(g, 1));
+    assert_int_equal(info(g).floor, 5);
+    assert_int_equal(info(g).acquired + info(g).available, 0);
+    /* A late ack of it is a duplicate, as for any settled record. */
+    assert_int_equal(fxb_gs_ack(g, 1, 1, T0, NULL), 0);
+    fxb_gs_free(g);
+}
+
+static void test_redriven_record_that_fails_again_is_dead_again(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    c.max_deliver = 2;
+    fxb_gs *g = gs_new(&c, 0);
+    uint32_t m = add_member(g, 100);
+    fxb_gs_view v = view(0, 3);
+    fxb_gs_run r[4];
+    fxb_gs_dead d[4];
+    size_t nd = 0;
+    assert_int_equal(fxb_gs_pump(g, &v, T0, r, 4, d, 4, &nd), 1);
+    assert_int_equal(fxb_gs_ack(g, 0, 1, T0, NULL), 1);
+    assert_int_equal(fxb_gs_ack(g, 2, 1, T0, NULL), 1);
+    assert_int_equal(fxb_gs_term(g, m, 1, 1, T0), FXB_GS_OK);
+    assert_int_equal(fxb_gs_pump(g, &v, T0, r, 4, d, 4, &nd), 0);
+    assert_int_equal(nd, 1);
+    fxb_gs_dead_done(g, 1);
+    assert_true(fxb_gs_is_settled(g, 1));
+    assert_int_equal(info(g).floor, 3);
+    /* Redriven: delivered at attempt 1, then 2, then dead again. */
+    assert_int_equal(fxb_gs_redrive(g, 1, T0), 0);
+    assert_int_equal(fxb_gs_pump(g, &v, T0, r, 4, d, 4, &nd), 1);
+    assert_int_equal(r[0].first, 1);
+    assert_int_equal(r[0].attempt, 1);
+    assert_int_equal(fxb_gs_nak(g, m, 1, 1, 0, T0), FXB_GS_OK);
+    assert_int_equal(fxb_gs_pump(g, &v, T0, r, 4, d, 4, &nd), 1);
+    assert_int_equal(r[0].attempt, 2);
+    assert_int_equal(fxb_gs_nak(g, m, 1, 2, 0, T0), FXB_GS_OK);
+    assert_int_equal(fxb_gs_pump(g, &v, T0, r, 4, d, 4, &nd), 0);
+    assert_int_equal(nd, 1);
+    assert_int_equal(d[0].offset, 1);
+    assert_int_equal(d[0].attempts, 2);
+    assert_int_equal(d[0].reason, FXB_GS_DEAD_MAX_DELIVER);
+    assert_int_equal(info(g).floor, 1); /* a dead intent is unsettled */
+    fxb_gs_dead_done(g, 1);
+    assert_int_equal(info(g).floor, 3);
+    assert_int_equal(fxb_gs_stats_of(g)->dead[FXB_GS_DEAD_TERM], 1);
+    assert_int_equal(fxb_gs_stats_of(g)->dead[FXB_GS_DEAD_MAX_DELIVER], 1);
+    fxb_gs_free(g);
+}
+
+static void test_redrive_far_below_keeps_the_floor_at_the_lowest_unsettled_offset(void **state)
+{
+    (void)state;
+    fxb_gs_config c = base_cfg();
+    c.max_ack_pending = 4;
+    c.max_parked = 1;
+    c.member_window_max = 4;
+    fxb_gs *g = gs_new(&c, 0);
+    (void)add_member(g, 4);
+    fxb_gs_run r[8];
+    /* 100,000 records handed out and acked four at a time. */
+    for (uint64_t o = 0; o < 100000; o += 4) {
+        assert_int_equal(pump(g, 0, o + 4, T0, r, 8), 1);
+        assert_int_equal(fxb_gs_ack(g, o, 4, T0, NULL), 4);
+    }
+    assert_int_equal(fxb_gs_redrive(g, 7, T0), 0);
+    assert_int_equal(fxb_gs_redrive(g, 50000, T0), 0);
+    assert_int_equal(info(g).floor, 7);
+    /* Both redriven records go out first (the window of 4 takes the rest
+     * from 100,000). */
+    assert_int_equal(pump(g, 0, 100010, T0, r, 8), 3);
+    assert_int_equal(r[0].first, 7);
+    assert_int_equal(r[1].first, 50000);
+    assert_int_equal(r[2].first, 100000);
+    assert_int_equal(r[2].count, 2);
+    assert_int_equal(fxb_gs_ack(g, 100000, 2, T0, NULL), 2);
+    assert_int_equal(info(g).floor, 7); /* never above an unsettled offset */
+    assert_int_equal(fxb_gs_ack(g, 7, 1, T0, NULL), 1);
+    assert_int_equal(info(g).floor, 50000);
+    /* 5g counts the redriven records; the pending set's bound refuses a
+     * redrive past max_ack_pending + max_parked. */
+    assert_int_equal(pump(g, 0, 100010, T0, r, 8), 1);
+    assert_int_equal(info(g).acquired, 4);
+    assert_int_equal(fxb_gs_redrive(g, 8, T0), 0);
+    assert_int_equal(info(g).floor, 8);
+    assert_int_equal(fxb_gs_redrive(g, 9, T0), -ENOSPC);
+    assert_int_equal(fxb_gs_ack(g, 50000, 1, T0, NULL), 1);
+    assert_int_equal(info(g).floor, 8);
+    fxb_gs_free(g);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_first_deliveries_go_out_in_offset_order_as_contiguous_runs),
     cmocka_unit_test(test_a_run_is_capped_at_max_run),
@@ -1414,6 +1586,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_closed_window_gets_nothing_and_is_not_counted_full),
     cmocka_unit_test(test_a_member_lease_set_later_applies_to_its_next_deliveries),
     cmocka_unit_test(test_lookup_tells_where_an_offset_stands_and_who_holds_it),
+    cmocka_unit_test(test_redrive_owes_a_settled_record_again_at_attempt_1_before_new_records),
+    cmocka_unit_test(test_redriven_record_acked_is_settled_and_the_floor_moves_on),
+    cmocka_unit_test(test_redriven_record_that_fails_again_is_dead_again),
+    cmocka_unit_test(test_redrive_far_below_keeps_the_floor_at_the_lowest_unsettled_offset),
 };
 
 FX_TEST_MAIN(tests)

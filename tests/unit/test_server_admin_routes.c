@@ -138,7 +138,7 @@ static void test_group_paths_that_are_malformed_are_400_with_the_group_help(void
         assert_non_null(strstr(error_of(&r), GROUP_HELP));
         fx_admin_resp_deinit(&r);
     }
-    /* POST serves only seek; GET of a seek says it is a POST. */
+    /* POST serves only seek, redrive and discard; GET of one says it is a POST. */
     const char *post_bad[] = {"t/ns/s", "t/ns/s/groups", "t/ns/s/groups/g", "t/ns/s/groups/g/x"};
     for (size_t i = 0; i < sizeof(post_bad) / sizeof(post_bad[0]); i++) {
         fx_admin_resp r;
@@ -149,6 +149,12 @@ static void test_group_paths_that_are_malformed_are_400_with_the_group_help(void
     fx_admin_resp r;
     assert_int_equal(call(NULL, GET, "t/ns/s/groups/g/seek", NULL, &r), 400);
     assert_non_null(strstr(error_of(&r), "POST"));
+    fx_admin_resp_deinit(&r);
+    assert_int_equal(call(NULL, GET, "t/ns/s/groups/g/redrive", NULL, &r), 400);
+    assert_non_null(strstr(error_of(&r), "POST .../groups/{group}/redrive"));
+    fx_admin_resp_deinit(&r);
+    assert_int_equal(call(NULL, GET, "t/ns/s/groups/g/discard", NULL, &r), 400);
+    assert_non_null(strstr(error_of(&r), "POST .../groups/{group}/discard"));
     fx_admin_resp_deinit(&r);
 }
 
@@ -198,6 +204,11 @@ static void test_group_start_bodies_that_are_bad_are_400_with_the_reason(void **
         {POST, "t/ns/s/groups/g/seek", "", "must say where to go"},
         {POST, "t/ns/s/groups/g/seek", "{}", "must say where to go"},
         {POST, "t/ns/s/groups/g/seek", "{\"start\":null}", "\"start\" must be"},
+        {POST, "t/ns/s/groups/g/redrive", "", "{\"offset\": N}"},
+        {POST, "t/ns/s/groups/g/redrive", "{\"offset\":-1}", "{\"offset\": N}"},
+        {POST, "t/ns/s/groups/g/redrive", "{\"offset\":1,\"x\":2}", "{\"offset\": N}"},
+        {POST, "t/ns/s/groups/g/discard", "{\"offset\":\"1\"}", "{\"offset\": N}"},
+        {POST, "t/ns/s/groups/g/discard", "[1]", "{\"offset\": N}"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         fx_admin_resp r;
@@ -369,11 +380,17 @@ static void test_group_put_get_seek_dead_letters_delete(void **state)
     expect(POST, "t1/ns/s.a/groups/g1/seek", "{\"start\":{\"offset\":0}}", 200,
            "\"start\":{\"offset\":0}");
     expect(GET, "t1/ns/s.a/groups/g1/dead-letters", NULL, 200, "\"dead_letters\":[]");
+    expect(POST, "t1/ns/s.a/groups/g1/redrive", "{\"offset\":0}", 409,
+           "offset 0 is not a dead letter of g1");
+    expect(POST, "t1/ns/s.a/groups/g1/discard", "{\"offset\":3}", 409,
+           "offset 3 is not a dead letter of g1");
     expect(DELETE, "t1/ns/s.a/groups/g1", NULL, 200, "\"deleted\":true");
     expect(DELETE, "t1/ns/s.a/groups/g1", NULL, 404, "consumer group not found: g1");
     expect(GET, "t1/ns/s.a/groups/g1", NULL, 404, "consumer group not found");
     expect(GET, "t1/ns/s.a/groups/g1/dead-letters", NULL, 404, "consumer group not found");
     expect(POST, "t1/ns/s.a/groups/g1/seek", "{\"start\":\"all\"}", 404, "not found");
+    expect(POST, "t1/ns/s.a/groups/g1/redrive", "{\"offset\":0}", 404, "not found");
+    expect(POST, "t1/ns/s.a/groups/g1/discard", "{\"offset\":0}", 404, "not found");
     /* The stream itself is untouched by its groups' routes. */
     expect(PUT, "t1/ns/s.a", NULL, 200, "\"created\":false");
 }
@@ -387,6 +404,8 @@ static void test_group_calls_on_a_missing_stream_are_404(void **state)
     expect(POST, "t1/ns/none/groups/g/seek", "{\"start\":\"new\"}", 404, want);
     expect(DELETE, "t1/ns/none/groups/g", NULL, 404, want);
     expect(GET, "t1/ns/none/groups/g/dead-letters", NULL, 404, want);
+    expect(POST, "t1/ns/none/groups/g/redrive", "{\"offset\":1}", 404, want);
+    expect(POST, "t1/ns/none/groups/g/discard", "{\"offset\":1}", 404, want);
 }
 
 static void test_group_refusals_map_to_statuses(void **state)

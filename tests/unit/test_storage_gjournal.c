@@ -111,8 +111,10 @@ static void test_record_round_trip_of_each_type(void **state)
         {.type = FX_GJ_DEAD, .offset = 14, .dlq_offset = 0xDEADBEEFull, .reason = 2},
         rec_range(FX_GJ_SKIP, 15, 4, 0),
         {.type = FX_GJ_SEEK, .offset = UINT64_MAX},
+        {.type = FX_GJ_REDRIVE, .offset = 16},
+        {.type = FX_GJ_DISCARD, .offset = 17},
     };
-    static const size_t body[] = {16, 12, 20, 12, 13, 17, 12, 8};
+    static const size_t body[] = {16, 12, 20, 12, 13, 17, 12, 8, 8, 8};
     for (size_t i = 0; i < sizeof(recs) / sizeof(recs[0]); i++) {
         uint8_t b[FX_GJOURNAL_REC_MAX + 8];
         size_t n = fx_gjournal_encode_record(&recs[i], 1000 + i, b);
@@ -175,7 +177,14 @@ static void test_record_decode_refuses_malformed_fields_even_with_a_good_crc(voi
     assert_int_equal(fx_gjournal_decode_record(b, sizeof(b), &d, &used), FX_GJ_REC_BAD);
 }
 
-/* A state with AVAILABLE, PARKED and redelivered records and two intents. */
+/* Re-seals a snapshot of |n| bytes after an edit. */
+static void reseal_snapshot(uint8_t *b, size_t n)
+{
+    fx_be32_put(b + n - 4, fx_logfmt_crc(0, b, n - 4));
+}
+
+/* A state with AVAILABLE, PARKED and redelivered records, two intents and
+ * one dead letter. */
 static void build_state(fx_gjournal_state *s)
 {
     fx_gjournal_state_init(s);
@@ -195,7 +204,11 @@ static void test_snapshot_round_trip(void **state)
     uint8_t *buf;
     size_t len;
     assert_int_equal(fx_gjournal_encode_snapshot(&s, 77, &buf, &len), 0);
-    assert_int_equal(len, 4 + 2 + 24 + 4 + n * 21 + 4 + nin * 13 + 4);
+    size_t ndl;
+    fx_gjournal_state_dead(&s, &ndl, NULL);
+    assert_int_equal(ndl, 1);
+    assert_int_equal(len, 4 + 2 + 24 + 4 + n * 21 + 4 + nin * 13 + 8 + 4 + ndl * 22 + 4);
+    assert_int_equal(buf[5], 2);                     /* version 2: with the dead-letter list */
     assert_int_equal(fx_be32_get(buf), 0x46584753u); /* "FXGS" */
     uint64_t seq = 0;
     char why[128];
@@ -298,6 +311,196 @@ static void test_replay_follows_the_group_engine_rules(void **state)
     r = rec_range(FX_GJ_DELIVER, 40, 0xFFFFFFFFu, 1);
     assert_int_equal(fx_gjournal_state_apply(&s, &r), FX_ESTORAGE_CORRUPT);
     fx_gjournal_state_deinit(&s);
+}
+
+/* ---- the dead-letter list ---------------------------------------------------- */
+
+static void expect_dead(const fx_gjournal_state *s, size_t i, uint64_t off, uint32_t attempts,
+                        uint8_t reason, bool redriven)
+{
+    size_t n;
+    const fx_gjournal_dead *d = fx_gjournal_state_dead(s, &n, NULL);
+    assert_true(i < n);
+    assert_int_equal(d[i].offset, off);
+    assert_int_equal(d[i].attempts, attempts);
+    assert_int_equal(d[i].reason, reason);
+    assert_int_equal(d[i].redriven, redriven);
+}
+
+static size_t dead_count(const fx_gjournal_state *s)
+{
+    size_t n;
+    (void)fx_gjournal_state_dead(s, &n, NULL);
+    return n;
+}
+
+static void apply_all(fx_gjournal_state *s, const fx_gjournal_rec *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(fx_gjournal_state_apply(s, &r[i]), 0);
+}
+
+static void test_dead_list_follows_dead_redrive_ack_discard_and_seek(void **state)
+{
+    fx_gjournal_state s;
+    fx_gjournal_state_init(&s);
+    const fx_gjournal_rec r[] = {
+        {.type = FX_GJ_SEEK, .offset = 10},
+        rec_range(FX_GJ_DELIVER, 10, 6, 3),
+        rec_one(FX_GJ_DEAD_INTENT, 11, 3, 1),
+        {.type = FX_GJ_DEAD, .offset = 11, .dlq_offset = 70, .reason = 1},
+        rec_one(FX_GJ_DEAD_INTENT, 13, 2, 2),
+        {.type = FX_GJ_DEAD, .offset = 13, .dlq_offset = 71, .reason = 2},
+        rec_range(FX_GJ_ACK, 10, 6, 0),
+    };
+    apply_all(&s, r, sizeof(r) / sizeof(r[0]));
+    assert_int_equal(s.floor, 16);
+    assert_int_equal(dead_count(&s), 2);
+    expect_dead(&s, 0, 11, 3, 1, false);
+    expect_dead(&s, 1, 13, 2, 2, false);
+    /* REDRIVE: pending again at 0 attempts below the floor; listed as redriven. */
+    fx_gjournal_rec x = {.type = FX_GJ_REDRIVE, .offset = 11};
+    assert_int_equal(fx_gjournal_state_apply(&s, &x), 0);
+    assert_int_equal(s.floor, 11);
+    expect_pending(&s, 0, 11, 0, FX_GJ_AVAILABLE, 0);
+    expect_dead(&s, 0, 11, 3, 1, true);
+    /* A second redrive, and a discard of a redriven entry, change nothing. */
+    assert_int_equal(fx_gjournal_state_apply(&s, &x), 0);
+    x.type = FX_GJ_DISCARD;
+    assert_int_equal(fx_gjournal_state_apply(&s, &x), 0);
+    assert_int_equal(dead_count(&s), 2);
+    /* Delivered at attempt 1, dead again: the same entry, not redriven. */
+    const fx_gjournal_rec again[] = {
+        rec_range(FX_GJ_DELIVER, 11, 1, 1),
+        rec_one(FX_GJ_DEAD_INTENT, 11, 1, 2),
+        {.type = FX_GJ_DEAD, .offset = 11, .dlq_offset = 72, .reason = 2},
+    };
+    apply_all(&s, again, 3);
+    assert_int_equal(dead_count(&s), 2);
+    expect_dead(&s, 0, 11, 1, 2, false);
+    assert_int_equal(s.floor, 16);
+    /* Redriven again and acked: its entry goes. */
+    const fx_gjournal_rec acked[] = {
+        {.type = FX_GJ_REDRIVE, .offset = 11},
+        rec_range(FX_GJ_DELIVER, 11, 1, 1),
+        rec_range(FX_GJ_ACK, 11, 1, 0),
+    };
+    apply_all(&s, acked, 3);
+    assert_int_equal(dead_count(&s), 1);
+    expect_dead(&s, 0, 13, 2, 2, false);
+    assert_int_equal(s.floor, 16);
+    /* DISCARD removes a dead entry; the record stays settled. */
+    x = (fx_gjournal_rec){.type = FX_GJ_DISCARD, .offset = 13};
+    assert_int_equal(fx_gjournal_state_apply(&s, &x), 0);
+    assert_int_equal(dead_count(&s), 0);
+    assert_int_equal(s.floor, 16);
+    /* A redrive of an offset never handed out, or pending, changes nothing. */
+    x = (fx_gjournal_rec){.type = FX_GJ_REDRIVE, .offset = 16};
+    assert_int_equal(fx_gjournal_state_apply(&s, &x), 0);
+    assert_int_equal(s.floor, 16);
+    /* A seek drops the redriven entries with the pending records, and keeps
+     * the dead ones. */
+    const fx_gjournal_rec sk[] = {
+        rec_range(FX_GJ_DELIVER, 16, 2, 5),
+        rec_one(FX_GJ_DEAD_INTENT, 16, 5, 1),
+        {.type = FX_GJ_DEAD, .offset = 16, .reason = 1},
+        rec_one(FX_GJ_DEAD_INTENT, 17, 5, 1),
+        {.type = FX_GJ_DEAD, .offset = 17, .reason = 1},
+        {.type = FX_GJ_REDRIVE, .offset = 17},
+        {.type = FX_GJ_SEEK, .offset = 30},
+    };
+    apply_all(&s, sk, sizeof(sk) / sizeof(sk[0]));
+    assert_int_equal(dead_count(&s), 1);
+    expect_dead(&s, 0, 16, 5, 1, false);
+    assert_int_equal(s.nredriven, 0);
+    fx_gjournal_state_deinit(&s);
+}
+
+static void test_dead_list_forgets_its_oldest_past_the_bound_and_snapshots_it(void **state)
+{
+    fx_gjournal_state s, d;
+    fx_gjournal_state_init(&s);
+    fx_gjournal_state_init(&d);
+    fx_gjournal_rec r = rec_range(FX_GJ_DELIVER, 0, FX_GJOURNAL_DEAD_MAX + 5, 1);
+    assert_int_equal(fx_gjournal_state_apply(&s, &r), 0);
+    for (uint64_t o = 0; o < FX_GJOURNAL_DEAD_MAX + 5; o++) {
+        r = (fx_gjournal_rec){.type = FX_GJ_DEAD, .offset = o, .dlq_offset = o + 1, .reason = 1};
+        assert_int_equal(fx_gjournal_state_apply(&s, &r), 0);
+    }
+    size_t n;
+    uint64_t forgotten = 0;
+    const fx_gjournal_dead *dl = fx_gjournal_state_dead(&s, &n, &forgotten);
+    assert_int_equal(n, FX_GJOURNAL_DEAD_MAX);
+    assert_int_equal(forgotten, 5);
+    assert_int_equal(dl[0].offset, 5);
+    assert_int_equal(dl[0].dlq_offset, 6);
+    assert_int_equal(dl[0].attempts, 1);
+    r = (fx_gjournal_rec){.type = FX_GJ_REDRIVE, .offset = 9};
+    assert_int_equal(fx_gjournal_state_apply(&s, &r), 0);
+    uint8_t *buf;
+    size_t len;
+    uint64_t seq = 0;
+    char why[128];
+    assert_int_equal(fx_gjournal_encode_snapshot(&s, 5, &buf, &len), 0);
+    assert_int_equal(fx_gjournal_decode_snapshot(buf, len, &d, &seq, why, sizeof(why)), 0);
+    assert_true(fx_gjournal_state_equal(&s, &d));
+    assert_int_equal(d.nredriven, 1);
+    /* Golden bytes of the list's head and its first entry. */
+    size_t at = 4 + 2 + 24 + 4 + 1 * 21 + 4;
+    assert_int_equal(fx_be64_get(buf + at), 5);
+    assert_int_equal(fx_be32_get(buf + at + 8), FX_GJOURNAL_DEAD_MAX);
+    assert_int_equal(fx_be64_get(buf + at + 12), 5);
+    assert_int_equal(fx_be64_get(buf + at + 20), 6);
+    assert_int_equal(fx_be32_get(buf + at + 28), 1);
+    assert_int_equal(buf[at + 32], 1);
+    assert_int_equal(buf[at + 33], 0);
+    assert_int_equal(buf[at + 12 + 4 * 22 + 21], 1); /* offset 9: redriven */
+    /* An entry listed twice, or redriven but not pending, is refused. */
+    fx_be64_put(buf + at + 12 + 22, 5);
+    reseal_snapshot(buf, len);
+    assert_int_equal(fx_gjournal_decode_snapshot(buf, len, &d, &seq, why, sizeof(why)),
+                     FX_ESTORAGE_CORRUPT);
+    assert_non_null(strstr(why, "listed twice"));
+    fx_be64_put(buf + at + 12 + 22, 6);
+    buf[at + 12 + 21] = 1;
+    reseal_snapshot(buf, len);
+    assert_int_equal(fx_gjournal_decode_snapshot(buf, len, &d, &seq, why, sizeof(why)),
+                     FX_ESTORAGE_CORRUPT);
+    free(buf);
+    fx_gjournal_state_deinit(&s);
+    fx_gjournal_state_deinit(&d);
+}
+
+static void test_a_version_1_snapshot_reads_as_a_state_with_no_dead_list(void **state)
+{
+    fx_gjournal_state s, d;
+    build_state(&s);
+    fx_gjournal_state_init(&d);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fx_gjournal_encode_snapshot(&s, 9, &buf, &len), 0);
+    /* The version 1 bytes: the same up to the intents, then the CRC. */
+    size_t n, nin, ndl;
+    fx_gjournal_state_pending(&s, &n);
+    fx_gjournal_state_intents(&s, &nin);
+    fx_gjournal_state_dead(&s, &ndl, NULL);
+    size_t v1 = len - 12 - ndl * 22;
+    buf[5] = 1;
+    reseal_snapshot(buf, v1);
+    uint64_t seq = 0;
+    char why[128];
+    assert_int_equal(fx_gjournal_decode_snapshot(buf, v1, &d, &seq, why, sizeof(why)), 0);
+    assert_int_equal(seq, 9);
+    assert_int_equal(dead_count(&d), 0);
+    assert_int_equal(d.floor, s.floor);
+    assert_int_equal(d.next, s.next);
+    /* A version 1 snapshot with the list's bytes is refused by its length. */
+    reseal_snapshot(buf, len);
+    assert_int_equal(fx_gjournal_decode_snapshot(buf, len, &d, &seq, why, sizeof(why)),
+                     FX_ESTORAGE_CORRUPT);
+    free(buf);
+    fx_gjournal_state_deinit(&s);
+    fx_gjournal_state_deinit(&d);
 }
 
 static void test_clamp_after_a_lost_log_tail_never_goes_to_zero(void **state)
@@ -702,6 +905,7 @@ typedef struct crun {
     uint64_t rng, now;
     uint64_t written, synced;
     bool compacting; /* the I/O died inside a compaction */
+    bool batch_acked; /* the batch being made has an ACK (not in |acks| yet) */
     struct {
         uint64_t seq, first, end; /* acked [first, end) at record seq */
     } acks[MAX_SEQ];
@@ -719,6 +923,15 @@ static bool pick_pending(crun *c, fx_gjournal_pending *out)
     return true;
 }
 
+/* Whether an ack recorded so far covered |off|. */
+static bool acked_ever(const crun *c, uint64_t off)
+{
+    for (size_t a = 0; a < c->nacks; a++)
+        if (off >= c->acks[a].first && off < c->acks[a].end)
+            return true;
+    return false;
+}
+
 /* One record the group engine could write in the model's state. */
 static fx_gjournal_rec gen_rec(crun *c)
 {
@@ -730,8 +943,10 @@ static fx_gjournal_rec gen_rec(crun *c)
         return rec_range(FX_GJ_DELIVER, s->next, n, 1);
     if (k < 40)
         return rec_range(FX_GJ_DELIVER, p.offset, 1, p.attempts + 1);
-    if (k < 65)
+    if (k < 65) {
+        c->batch_acked = true;
         return rec_range(FX_GJ_ACK, p.offset, n, 0);
+    }
     if (k < 72)
         return rec_nak(p.offset, p.attempts, k % 2 ? 0 : c->now + 1000 * n);
     if (k < 77)
@@ -745,6 +960,17 @@ static fx_gjournal_rec gen_rec(crun *c)
                                  .offset = in[0].offset,
                                  .dlq_offset = c->now,
                                  .reason = in[0].reason};
+    size_t ndl;
+    const fx_gjournal_dead *dl = fx_gjournal_state_dead(s, &ndl, NULL);
+    if (k < 94 && ndl > 0) {
+        /* A redrive of a dead letter never acked (check_acks holds acked
+         * offsets settled for good), or a discard. */
+        const fx_gjournal_dead *e = &dl[mix(&c->rng) % ndl];
+        if (k < 92 && !e->redriven && !c->batch_acked && !acked_ever(c, e->offset))
+            return (fx_gjournal_rec){.type = FX_GJ_REDRIVE, .offset = e->offset};
+        if (k >= 92)
+            return (fx_gjournal_rec){.type = FX_GJ_DISCARD, .offset = e->offset};
+    }
     if (k < 97)
         return rec_range(FX_GJ_SKIP, s->floor, n, 0);
     /* Seeks go forward only, so an acked offset is never pending again. */
@@ -759,6 +985,7 @@ static int step_append(crun *c)
     fx_gjournal_state trial;
     fx_gjournal_state_init(&trial);
     assert_int_equal(fx_gjournal_state_copy(&trial, &c->model), 0);
+    c->batch_acked = false;
     for (size_t i = 0; i < n; i++) { /* each record made on the state before it */
         r[i] = gen_rec(c);
         assert_int_equal(fx_gjournal_state_apply(&c->model, &r[i]), 0);
@@ -1000,6 +1227,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_snapshot_round_trip),
     cmocka_unit_test(test_stem_is_the_sanitised_name_and_the_fnv_of_the_raw_name),
     cmocka_unit_test(test_replay_follows_the_group_engine_rules),
+    cmocka_unit_test(test_dead_list_follows_dead_redrive_ack_discard_and_seek),
+    cmocka_unit_test(test_dead_list_forgets_its_oldest_past_the_bound_and_snapshots_it),
+    cmocka_unit_test(test_a_version_1_snapshot_reads_as_a_state_with_no_dead_list),
     cmocka_unit_test(test_clamp_after_a_lost_log_tail_never_goes_to_zero),
     cmocka_unit_test(test_journal_round_trip_through_a_reopen),
     cmocka_unit_test(test_open_without_create_of_a_missing_group_is_enoent),

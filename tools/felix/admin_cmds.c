@@ -566,6 +566,7 @@ enum {
     O_MAX_ACK_PENDING_BYTES,
     O_MAX_PARKED,
     O_BACKOFF,
+    O_OFFSET, /* redrive, discard */
 };
 static const fx_cli_opt GROUPS_OPTS[] = {FX_CLI_COMMON_OPTS,
                                          {"start", true, O_START},
@@ -577,6 +578,7 @@ static const fx_cli_opt GROUPS_OPTS[] = {FX_CLI_COMMON_OPTS,
                                          {"max-ack-pending-bytes", true, O_MAX_ACK_PENDING_BYTES},
                                          {"max-parked", true, O_MAX_PARKED},
                                          {"backoff", true, O_BACKOFF},
+                                         {"offset", true, O_OFFSET},
                                          {0}};
 
 /* The body keys of the settings flags, by O_ACK_WAIT + i. The broker checks
@@ -591,7 +593,8 @@ static const char *const GSET_FLAGS[GSET_N] = {
 #define GSET_MAX_BACKOFF 8
 
 typedef struct groups_args {
-    const char *start; /* --start, NULL: not given */
+    const char *start;  /* --start, NULL: not given */
+    const char *offset; /* --offset (redrive, discard), NULL: not given */
     bool json;
     bool has[GSET_N]; /* which settings flags were given */
     int64_t v[GSET_N];
@@ -624,6 +627,8 @@ static int groups_opt(void *user, int id, const char *val, char *err, size_t err
     groups_args *a = user;
     if (id == O_START) {
         a->start = val;
+    } else if (id == O_OFFSET) {
+        a->offset = val;
     } else if (id == O_JSON) {
         a->json = true;
     } else if (id == O_BACKOFF) {
@@ -659,6 +664,16 @@ static bool has_settings(const groups_args *a)
 static char *groups_body(const groups_args *a, char *err, size_t errlen, int *perr)
 {
     *perr = 0;
+    if (a->offset != NULL) { /* redrive, discard: checked a whole number by groups_usage */
+        json_t *j = json_pack("{s:I}", "offset", (json_int_t)strtoll(a->offset, NULL, 10));
+        char *body = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (body == NULL) {
+            snprintf(err, errlen, "out of memory");
+            *perr = -ENOMEM;
+        }
+        return body;
+    }
     if (a->start == NULL && !has_settings(a))
         return NULL;
     char start[96];
@@ -798,7 +813,7 @@ static void groups_print(const char *action, const fx_cli_http *resp)
     json_decref(root);
 }
 
-/* The line a successful create, seek or delete prints. */
+/* The line a successful create, seek, delete, redrive or discard prints. */
 static void groups_done(const char *action, const fx_cli_path *p, const char *group,
                         const groups_args *a, const fx_cli_http *resp)
 {
@@ -819,6 +834,14 @@ static void groups_done(const char *action, const fx_cli_path *p, const char *gr
             printf("moved group %s on %s/%s/%s to %s\n", group, p->tenant, p->ns, p->stream,
                    a->start);
         json_decref(root);
+    } else if (strcmp(action, "redrive") == 0) {
+        printf("redrove offset %s of group %s on %s/%s/%s: it is delivered again (attempt 1) "
+               "and stays listed until acked\n",
+               a->offset, group, p->tenant, p->ns, p->stream);
+    } else if (strcmp(action, "discard") == 0) {
+        printf("discarded dead letter %s of group %s on %s/%s/%s (the record stays in the "
+               "stream and the dead-letter stream)\n",
+               a->offset, group, p->tenant, p->ns, p->stream);
     } else {
         printf("deleted group %s on %s/%s/%s\n", group, p->tenant, p->ns, p->stream);
     }
@@ -830,9 +853,14 @@ static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_p
 {
     bool create = strcmp(action, "create") == 0, seek = strcmp(action, "seek") == 0;
     bool del = strcmp(action, "delete") == 0, dead = strcmp(action, "dead-letters") == 0;
+    bool redrive = strcmp(action, "redrive") == 0, discard = strcmp(action, "discard") == 0;
     char route[3 * 3 * FX_CLI_NAME_MAX + 3 * FX_CLI_GROUP_MAX + 64], err[256];
-    if (fx_cli_group_route(p, group, seek ? "seek" : dead ? "dead-letters" : NULL, route,
-                           sizeof(route)) != 0) {
+    const char *verb = seek      ? "seek"
+                       : dead    ? "dead-letters"
+                       : redrive ? "redrive"
+                       : discard ? "discard"
+                                 : NULL;
+    if (fx_cli_group_route(p, group, verb, route, sizeof(route)) != 0) {
         fx_cli_errorf("groups", "out of memory");
         return FX_CLI_EXIT_FAIL;
     }
@@ -844,7 +872,10 @@ static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_p
         fx_cli_errorf("groups", "%s", err);
         return FX_CLI_EXIT_FAIL;
     }
-    const char *method = create ? "PUT" : seek ? "POST" : del ? "DELETE" : "GET";
+    const char *method = create                       ? "PUT"
+                         : seek || redrive || discard ? "POST"
+                         : del                        ? "DELETE"
+                                                      : "GET";
     fx_cli_http resp;
     int rv = admin_call_body("groups", c, method, route, body, &resp);
     free(body);
@@ -852,7 +883,7 @@ static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_p
         return FX_CLI_EXIT_FAIL;
     if (a->json)
         print_raw(&resp);
-    else if (create || seek || del)
+    else if (create || seek || del || redrive || discard)
         groups_done(action, p, group, a, &resp);
     else
         groups_print(action, &resp);
@@ -860,15 +891,30 @@ static int groups_run(const fx_cli_common *c, const char *action, const fx_cli_p
     return FX_CLI_EXIT_OK;
 }
 
+/* Whether |s| is a whole number from 0 that fits a JSON integer (digits
+ * only, at most 18 of them). */
+static bool is_offset(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 18)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return true;
+}
+
 /* Checks the words and flags of |action|. Returns NULL or the usage error. */
 static const char *groups_usage(const char *action, int npos, const groups_args *a)
 {
     bool ls = strcmp(action, "ls") == 0 || strcmp(action, "list") == 0;
-    bool known = ls || strcmp(action, "create") == 0 || strcmp(action, "info") == 0 ||
+    bool by_offset = strcmp(action, "redrive") == 0 || strcmp(action, "discard") == 0;
+    bool known = ls || by_offset || strcmp(action, "create") == 0 || strcmp(action, "info") == 0 ||
                  strcmp(action, "seek") == 0 || strcmp(action, "delete") == 0 ||
                  strcmp(action, "dead-letters") == 0;
     if (!known)
-        return "unknown action: want ls, info, create, seek, delete or dead-letters";
+        return "unknown action: want ls, info, create, seek, delete, dead-letters, redrive or "
+               "discard";
     if (npos < 2)
         return "missing TENANT/NS/STREAM";
     if (ls && npos > 2)
@@ -883,6 +929,12 @@ static const char *groups_usage(const char *action, int npos, const groups_args 
     if (has_settings(a) && strcmp(action, "create") != 0)
         return "--ack-wait-ms, --max-ack-wait-ms, --max-deliver, --max-ack-pending, "
                "--max-ack-pending-bytes, --max-parked and --backoff go with create";
+    if (a->offset != NULL && !by_offset)
+        return "--offset goes with redrive or discard";
+    if (by_offset && a->offset == NULL)
+        return "redrive and discard need --offset N (a dead letter's offset, from dead-letters)";
+    if (by_offset && !is_offset(a->offset))
+        return "--offset must be a whole number from 0";
     return NULL;
 }
 
@@ -897,8 +949,8 @@ int fx_cli_groups(int argc, char **argv)
     if (st >= 0)
         return st;
     if (npos == 0)
-        return fx_cli_usage_error("groups", "missing action: ls, info, create, seek, delete or "
-                                            "dead-letters");
+        return fx_cli_usage_error("groups", "missing action: ls, info, create, seek, delete, "
+                                            "dead-letters, redrive or discard");
     const char *why = groups_usage(pos[0], npos, &a);
     if (why != NULL)
         return fx_cli_usage_error("groups", why);

@@ -1319,26 +1319,34 @@ static const fx_cli_help HELP[] = {
     },
     {
         "groups",
-        "list, describe, create, move or delete a stream's consumer groups",
+        "list, describe, create, move or delete a stream's consumer groups; redrive or "
+        "discard their dead letters",
         "felix groups ls TENANT/NS/STREAM\n"
         "felix groups info TENANT/NS/STREAM GROUP\n"
         "felix groups create [--start START] [SETTINGS] T/NS/STREAM GROUP\n"
         "felix groups seek --start START TENANT/NS/STREAM GROUP\n"
         "felix groups delete TENANT/NS/STREAM GROUP\n"
         "felix groups dead-letters TENANT/NS/STREAM GROUP\n"
+        "felix groups redrive --offset N TENANT/NS/STREAM GROUP\n"
+        "felix groups discard --offset N TENANT/NS/STREAM GROUP\n"
         "\n"
         "GET /v1/streams/TENANT/NS/STREAM/groups[/GROUP], PUT (create), POST .../seek,\n"
-        "DELETE and GET .../dead-letters on the admin endpoint. ls prints one row per\n"
-        "group (lag, pending, members, deliveries, dead letters), info every field of\n"
-        "one group and its members, dead-letters the records given up on. Off\n"
-        "loopback, create, seek and delete need the admin token (--admin-token-file\n"
-        "FILE or FELIX_ADMIN_TOKEN). A group with members joined cannot be deleted.\n"
+        "DELETE, GET .../dead-letters and POST .../redrive and .../discard on the admin\n"
+        "endpoint. ls prints one row per group (lag, pending, members, deliveries, dead\n"
+        "letters), info every field of one group and its members, dead-letters the\n"
+        "records given up on. redrive delivers a dead letter again (attempt 1, before\n"
+        "new records; listed as redriven until acked); discard drops it from the list\n"
+        "(the record stays in the stream and the dead-letter stream). Off loopback,\n"
+        "create, seek, delete, redrive and discard need the admin token\n"
+        "(--admin-token-file FILE or FELIX_ADMIN_TOKEN). A group with members joined\n"
+        "cannot be deleted.\n"
         "  --start START              where the group starts (create; default all, the\n"
         "                             oldest record the stream holds) or goes to (seek:\n"
         "                             required; what is pending is dropped): all, new,\n"
         "                             last, an OFFSET, or time:2026-12-06T18:00:00Z\n"
         "                             (RFC 3339, or time:<Unix ms>): the first record\n"
         "                             appended at or after it (durable streams only)\n"
+        "  --offset N                 the dead letter to redrive or discard (required)\n"
         "  --json                     print the broker's JSON answer as is\n"
         "SETTINGS (create): the group's own, over the broker's group_* defaults; a\n"
         "create that finds the group with another value fails (409) naming the key\n"
@@ -1355,7 +1363,9 @@ static const fx_cli_help HELP[] = {
         "  felix groups ls t1/default/orders\n"
         "  felix groups seek --start 1200 t1/default/orders billing\n"
         "  felix groups seek --start time:2026-12-06T09:00:00Z t1/default/orders billing\n"
-        "  felix groups dead-letters --json t1/default/orders billing",
+        "  felix groups dead-letters --json t1/default/orders billing\n"
+        "  felix groups redrive --offset 1042 t1/default/orders billing\n"
+        "  felix groups discard --offset 1043 t1/default/orders billing",
         true,
     },
     {
