@@ -457,37 +457,37 @@
       "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
       "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
       "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
-      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+      "(no memory, a log not open), unsupported (a poll's reclaim)")                             \
     C(group_json_refused_not_found, "felix_group_json_refused_total", "reason=not_found",          \
       "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
       "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
       "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
-      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+      "(no memory, a log not open), unsupported (a poll's reclaim)")                             \
     C(group_json_refused_forbidden, "felix_group_json_refused_total", "reason=forbidden",          \
       "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
       "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
       "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
-      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+      "(no memory, a log not open), unsupported (a poll's reclaim)")                             \
     C(group_json_refused_stale, "felix_group_json_refused_total", "reason=stale_claim",            \
       "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
       "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
       "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
-      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+      "(no memory, a log not open), unsupported (a poll's reclaim)")                             \
     C(group_json_refused_overloaded, "felix_group_json_refused_total", "reason=overloaded",        \
       "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
       "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
       "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
-      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+      "(no memory, a log not open), unsupported (a poll's reclaim)")                             \
     C(group_json_refused_internal, "felix_group_json_refused_total", "reason=internal",            \
       "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
       "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
       "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
-      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+      "(no memory, a log not open), unsupported (a poll's reclaim)")                             \
     C(group_json_refused_unsupported, "felix_group_json_refused_total", "reason=unsupported",      \
       "JSON group requests refused, by reason (docs/protocol.md, JSON consumer groups): "          \
       "invalid_request, not_found, forbidden (no group.consume / group.manage), stale_claim, "     \
       "overloaded (waiting polls, consumer names, max_groups_per_stream, draining), internal "     \
-      "(no memory, a log not open), unsupported (group_discard, group_redrive, reclaim)")          \
+      "(no memory, a log not open), unsupported (a poll's reclaim)")                             \
     C(group_json_polls_empty, "felix_group_json_polls_empty_total", "",                            \
       "JSON group_poll answers with no record (nothing came within wait_ms, the "                  \
       "consumer at its window, the group deleted)")                                                \

@@ -125,13 +125,6 @@ static bool group_name_ok(const char *n)
 static const char *check(const fxb_bidi *s, const fx_msg *m, char *buf, size_t cap, fxb_gjerr *pe)
 {
     *pe = FXB_GJ_UNSUPPORTED;
-    if (m->type == FX_MSG_GROUP_DISCARD || m->type == FX_MSG_GROUP_REDRIVE) {
-        snprintf(buf, cap,
-                 "%s is not served by this broker (it does not advertise "
-                 "FEATURE_GROUP_DEAD_LETTERS)",
-                 fx_msg_type_name(m->type));
-        return buf;
-    }
     if (m->type == FX_MSG_GROUP_POLL && m->reclaim)
         return "reclaim is not served by this broker (it does not advertise "
                "FEATURE_GROUP_CONSUMER): poll without it; held records come back when their "
@@ -152,8 +145,10 @@ static const char *check(const fxb_bidi *s, const fx_msg *m, char *buf, size_t c
 
 static fx_broker_auth_action action_of(fx_msg_type t)
 {
-    return t == FX_MSG_GROUP_SEEK || t == FX_MSG_GROUP_DELETE ? FX_BROKER_AUTH_GROUP_MANAGE
-                                                              : FX_BROKER_AUTH_GROUP_CONSUME;
+    return t == FX_MSG_GROUP_SEEK || t == FX_MSG_GROUP_DELETE || t == FX_MSG_GROUP_REDRIVE ||
+                   t == FX_MSG_GROUP_DISCARD
+               ? FX_BROKER_AUTH_GROUP_MANAGE
+               : FX_BROKER_AUTH_GROUP_CONSUME;
 }
 
 static fx_wire_slice str_slice(const char *p)

@@ -15,12 +15,11 @@
 
 /* The features auth_ok.server_features advertises to a client that offered
  * client_features: exactly what is served (docs/protocol.md). Not
- * FX_FEATURE_GROUP_DEAD_LETTERS (group_discard / group_redrive are not
- * served), not FX_FEATURE_GROUP_CONSUMER (reclaim is refused), not
+ * FX_FEATURE_GROUP_CONSUMER (reclaim is refused), not
  * FX_FEATURE_ERROR_CODES (only the group answers carry codes). */
 #define FXB_SERVER_FEATURES                                                                        \
-    (FX_FEATURE_CONSUMER_GROUP | FX_FEATURE_GROUP_SKIPPED | FX_FEATURE_GROUP_ADMIN |               \
-     FX_FEATURE_GROUP_CLAIM_CONTROL)
+    (FX_FEATURE_CONSUMER_GROUP | FX_FEATURE_GROUP_DEAD_LETTERS | FX_FEATURE_GROUP_SKIPPED |        \
+     FX_FEATURE_GROUP_ADMIN | FX_FEATURE_GROUP_CLAIM_CONTROL)
 
 /* Why a group request is refused: each has its error code and retry class
  * (the original's), and its felix_group_json_refused_total reason. */

@@ -522,6 +522,34 @@ static void do_dead_letter(fxb_gjreq *q, struct fxb_group *g, uint64_t now_us)
     answer_ok(q, g);
 }
 
+/* group_redrive / group_discard: a listed dead letter owed again (its
+ * attempts start over) or forgotten (the record stays in the stream and the
+ * dead-letter stream); anything else is not a dead letter of the group. */
+static void do_redrive_discard(fxb_gjreq *q, struct fxb_group *g)
+{
+    char why[256];
+    bool redrive = q->type == FX_MSG_GROUP_REDRIVE;
+    int rv = redrive ? fxb_group_redrive(g, q->offset, why, sizeof(why))
+                     : fxb_group_discard(g, q->offset, why, sizeof(why));
+    if (rv == 0) {
+        answer_ok(q, g);
+        return;
+    }
+    fxb_gjerr e = rv == -ESRCH || rv == FX_ECURSOR_TOO_OLD ? FXB_GJ_INVALID
+                  : rv == -ENOSPC                          ? FXB_GJ_OVERLOADED
+                                                           : FXB_GJ_INTERNAL;
+    refuse(q, e, "%s", why);
+}
+
+/* Dead letters listed (redriven ones are owed again, not dead). */
+static uint64_t dead_listed(const struct fxb_group *g)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < g->ndead; i++)
+        n += !g->dead[i].redriven;
+    return n;
+}
+
 static void do_describe(fxb_gjreq *q, struct fxb_group *g)
 {
     uint64_t oldest, tail;
@@ -535,7 +563,7 @@ static void do_describe(fxb_gjreq *q, struct fxb_group *g)
                 .tail = tail,
                 .in_flight = in.acquired,
                 .owed = (uint64_t)in.available + in.parked,
-                .dead_letters = g->ndead,
+                .dead_letters = dead_listed(g),
                 .request_id = q->request_id,
                 .has_request_id = true};
     answer(q, &m);
@@ -554,12 +582,16 @@ static void do_dead_letters(fxb_gjreq *q, struct fxb_group *g)
         refuse(q, FXB_GJ_INTERNAL, "out of memory for the dead-letter list");
         return;
     }
+    /* Redriven entries are owed again, not dead: not listed (the
+     * original's list). */
+    size_t n = 0;
     for (uint32_t i = 0; i < g->ndead; i++)
-        offs[i] = g->dead[i].offset;
-    qsort(offs, g->ndead, sizeof(*offs), cmp_u64);
+        if (!g->dead[i].redriven)
+            offs[n++] = g->dead[i].offset;
+    qsort(offs, n, sizeof(*offs), cmp_u64);
     fx_msg m = {.type = FX_MSG_GROUP_DEAD_LETTER_LIST,
                 .offsets = offs,
-                .n_offsets = g->ndead,
+                .n_offsets = n,
                 .request_id = q->request_id,
                 .has_request_id = true};
     answer(q, &m);
@@ -688,6 +720,10 @@ void fxb_gpoll_run(fx_loop *l, fx_task *t, void *user)
         break;
     case FX_MSG_GROUP_DEAD_LETTERS:
         do_dead_letters(q, g);
+        break;
+    case FX_MSG_GROUP_REDRIVE:
+    case FX_MSG_GROUP_DISCARD:
+        do_redrive_discard(q, g);
         break;
     default: /* the connection loop sends no other type */
         refuse(q, FXB_GJ_UNSUPPORTED, "%s is not served by this broker", fx_msg_type_name(q->type));

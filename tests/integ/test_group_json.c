@@ -17,9 +17,9 @@
 /* What a client of the original's groups offers. */
 #define FEATS                                                                                      \
     (FX_FEATURE_CONSUMER_GROUP | FX_FEATURE_GROUP_ADMIN | FX_FEATURE_GROUP_CLAIM_CONTROL |         \
-     FX_FEATURE_GROUP_SKIPPED | FX_FEATURE_ERROR_CODES)
-/* What this broker advertises (group_json.h): 0x0940_0008. */
-#define SERVED 155189256u
+     FX_FEATURE_GROUP_SKIPPED | FX_FEATURE_GROUP_DEAD_LETTERS | FX_FEATURE_ERROR_CODES)
+/* What this broker advertises (group_json.h): 0x0940_0018. */
+#define SERVED 155189272u
 
 static T *gj_t(void)
 {
@@ -151,7 +151,7 @@ static void test_auth_ok_carries_server_features_only_to_a_client_offering_featu
     send_json(s, "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"x\",\"client_flags\":63,"
                  "\"client_features\":2056}");
     tframe *f = next_reply(t, s);
-    const char *want = "{\"type\":\"auth_ok\",\"server_flags\":63,\"server_features\":155189256}";
+    const char *want = "{\"type\":\"auth_ok\",\"server_flags\":63,\"server_features\":155189272}";
     assert_int_equal(f->len, strlen(want));
     assert_memory_equal(f->body, want, f->len);
     tframe_free(f);
@@ -364,6 +364,46 @@ static void test_a_consumer_dead_letter_is_listed_and_finished(void **state)
     t_free(t);
 }
 
+/* group_redrive owes a dead letter again (attempts start over, no longer
+ * listed); group_discard forgets one; neither takes what is not a dead
+ * letter. */
+static void test_a_dead_letter_is_redriven_or_discarded(void **state)
+{
+    (void)state;
+    T *t = gj_t();
+    tconn *c = t_connect(t);
+    publish(t, c, "rd", 0, 3);
+    fx_msg m;
+    poll(t, c, "rd", "g", 3, 0, NULL, &m);
+    assert_int_equal(m.n_records, 3);
+    fx_msg_deinit(&m);
+    op(t, c, "group_dead_letter", "rd", "g", 1, NULL, FX_MSG_CACHE_OK, NULL);
+    op(t, c, "group_dead_letter", "rd", "g", 2, NULL, FX_MSG_CACHE_OK, NULL);
+    ack(t, c, "rd", "g", 0);
+    op(t, c, "group_redrive", "rd", "g", 1, NULL, FX_MSG_CACHE_OK, NULL);
+    refused(t, c, FEATS, "{\"type\":\"group_redrive\"," SCOPE("rd", "g") ",\"offset\":1}",
+            "not a dead letter", "invalid_request"); /* redriven already */
+    refused(t, c, FEATS, "{\"type\":\"group_discard\"," SCOPE("rd", "g") ",\"offset\":1}",
+            "not a dead letter", "invalid_request");
+    request(t, c, "{\"type\":\"group_dead_letters\"," SCOPE("rd", "g") "}",
+            FX_MSG_GROUP_DEAD_LETTER_LIST, &m);
+    assert_int_equal(m.n_offsets, 1); /* 1 is owed again */
+    assert_int_equal(m.offsets[0], 2);
+    fx_msg_deinit(&m);
+    poll(t, c, "rd", "g", 3, 0, NULL, &m);
+    assert_int_equal(m.n_records, 1);
+    check_rec(&m, 0, 1, 1); /* offset 1, attempt 1 again */
+    fx_msg_deinit(&m);
+    ack(t, c, "rd", "g", 1);
+    op(t, c, "group_discard", "rd", "g", 2, NULL, FX_MSG_CACHE_OK, NULL);
+    refused(t, c, FEATS, "{\"type\":\"group_discard\"," SCOPE("rd", "g") ",\"offset\":2}",
+            "not a dead letter", "invalid_request");
+    request(t, c, "{\"type\":\"group_describe\"," SCOPE("rd", "g") "}", FX_MSG_GROUP_INFO, &m);
+    assert_int_equal(m.dead_letters, 0);
+    fx_msg_deinit(&m);
+    t_free(t);
+}
+
 static void test_describe_seek_and_delete_a_group(void **state)
 {
     (void)state;
@@ -421,7 +461,7 @@ static void test_requests_not_served_or_not_valid_are_refused_clearly(void **sta
     fx_metrics_snapshot before, after;
     fx_metrics_snapshot_take(&before);
     refused(t, c, FEATS, "{\"type\":\"group_discard\"," SCOPE("rf", "g") ",\"offset\":0}",
-            "not served", "invalid_request");
+            "not a dead letter", "invalid_request");
     refused(t, c, FEATS,
             "{\"type\":\"group_poll\"," SCOPE("rf", "g") ",\"max_records\":1,\"reclaim\":true}",
             "reclaim is not served", "invalid_request");
@@ -442,8 +482,8 @@ static void test_requests_not_served_or_not_valid_are_refused_clearly(void **sta
             "{\"type\":\"group_ack\"," SCOPE("rf", "g") ",\"offset\":7}", "was not handed out",
             NULL);
     fx_metrics_snapshot_take(&after);
-    assert_int_equal(DELTA(before, after, group_json_refused_unsupported), 2);
-    assert_int_equal(DELTA(before, after, group_json_refused_invalid), 3);
+    assert_int_equal(DELTA(before, after, group_json_refused_unsupported), 1); /* reclaim */
+    assert_int_equal(DELTA(before, after, group_json_refused_invalid), 4);
     assert_int_equal(DELTA(before, after, group_json_refused_not_found), 1);
     assert_int_equal(DELTA(before, after, group_json_refused_stale), 1);
     t_free(t);
@@ -583,6 +623,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_nack_and_a_lapse_redeliver_with_the_next_attempt),
     cmocka_unit_test(test_an_extend_of_a_claim_that_no_longer_stands_is_refused_stale),
     cmocka_unit_test(test_a_consumer_dead_letter_is_listed_and_finished),
+    cmocka_unit_test(test_a_dead_letter_is_redriven_or_discarded),
     cmocka_unit_test(test_describe_seek_and_delete_a_group),
     cmocka_unit_test(test_requests_not_served_or_not_valid_are_refused_clearly),
     cmocka_unit_test(test_a_durable_stream_is_polled_from_its_log_below_the_ring),

@@ -82,8 +82,9 @@ static void test_each_refusal_is_counted_under_its_reason(void **state)
 static void test_the_advertised_features_are_exactly_what_is_served(void **state)
 {
     (void)state;
-    assert_int_equal(FXB_SERVER_FEATURES, 0x09400008u);
-    assert_int_equal(FXB_SERVER_FEATURES & FX_FEATURE_GROUP_DEAD_LETTERS, 0);
+    assert_int_equal(FXB_SERVER_FEATURES, 0x09400018u);
+    assert_int_equal(FXB_SERVER_FEATURES & FX_FEATURE_GROUP_DEAD_LETTERS,
+                     FX_FEATURE_GROUP_DEAD_LETTERS);
     assert_int_equal(FXB_SERVER_FEATURES & FX_FEATURE_GROUP_CONSUMER, 0);
     assert_int_equal(FXB_SERVER_FEATURES & FX_FEATURE_EXTENDED, 0);
     assert_true(fxb_group_json_is_request(FX_MSG_GROUP_POLL));
