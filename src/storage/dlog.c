@@ -269,8 +269,9 @@ int fx_dlog_open(fx_dlog **plog, const char *dir, const fx_dlog_config *cfg, uin
         free(log);
         return rv;
     }
-    if ((rv = dl_recover(log, now_us, rep)) == 0)
-        rv = dl_marks_rebuild(log, now_us, rep);
+    if ((rv = dl_recover(log, now_us, rep)) == 0 &&
+        (rv = dl_marks_rebuild(log, now_us, rep)) != 0)
+        snprintf(rep->message, sizeof(rep->message), "%s", log->err);
     if (rv != 0) {
         if (rep->message[0] == '\0')
             snprintf(rep->message, sizeof(rep->message), "%s", log->err);
