@@ -605,6 +605,17 @@ fx_producers *fx_dlog_producers(fx_dlog *log)
     return log->prod;
 }
 
+bool fx_dlog_batch_is_open(const fx_dlog *log, uint64_t producer_id, uint64_t sequence,
+                           uint32_t *pheld)
+{
+    if (!log->ob.open || log->ob.at != fx_dlog_next_offset(log) ||
+        log->ob.producer_id != producer_id || log->ob.sequence != sequence)
+        return false;
+    if (pheld != NULL)
+        *pheld = log->ob.held;
+    return true;
+}
+
 uint64_t fx_dlog_room_after(const fx_dlog *log, uint64_t first_bytes)
 {
     const dl_seg *a = &log->segs[log->nsegs - 1];
@@ -918,6 +929,11 @@ static bool head_expired(const fx_dlog *log, uint64_t max_bytes, uint64_t max_ag
                          uint64_t now_us)
 {
     const dl_seg *h = &log->segs[0];
+    /* An empty sealed segment (the v2 one rolled before a log's first
+     * marked record) holds nothing and has no age: it goes with any bound,
+     * or it would hold back the segments after it forever. */
+    if (h->next == h->base && (max_bytes > 0 || max_age_us > 0))
+        return true;
     if (max_bytes > 0 && fx_dlog_bytes_on_disk(log) > max_bytes)
         return true;
     return max_age_us > 0 && h->last_ts > 0 && now_us > h->last_ts &&

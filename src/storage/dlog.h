@@ -144,6 +144,14 @@ int fx_dlog_append_marked(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint6
  * marked appends, retention and repair. Owned by the log (owner thread). */
 fx_producers *fx_dlog_producers(fx_dlog *log);
 
+/* Whether batch |sequence| of |producer_id| is open at the tail (only part
+ * of it written, nothing after it), with |*pheld| (may be NULL) its
+ * records so far: only then can fx_dlog_append_marked complete it. A
+ * partial batch that is not open (other records followed it) stays partial
+ * in the producer table. */
+bool fx_dlog_batch_is_open(const fx_dlog *log, uint64_t producer_id, uint64_t sequence,
+                           uint32_t *pheld);
+
 /* The bytes of records (28-byte headers included) that can follow an
  * append of |first_bytes| bytes made now without a rollover before them:
  * a caller merging consecutive batches into one fx_dlog_append keeps each

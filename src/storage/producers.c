@@ -319,26 +319,6 @@ void fx_producers_retire_below(fx_producers *t, uint64_t first_kept, uint64_t no
     }
 }
 
-void fx_producers_truncate(fx_producers *t, uint64_t from)
-{
-    for (prod *p = t->oldest; p != NULL;) {
-        prod *nx = p->next;
-        while (p->n > 0 && cbatch_at(p, p->n - 1u)->first >= from)
-            p->n--;
-        if (p->n > 0) {
-            fx_prod_batch *b = batch_at(p, p->n - 1u);
-            if (b->first + b->held > from) {
-                /* Partly cut: its digest cannot be recomputed here. */
-                b->held = (uint32_t)(from - b->first);
-                b->has_digest = false;
-            }
-        }
-        if (p->n == 0)
-            drop(t, p);
-        p = nx;
-    }
-}
-
 size_t fx_producers_count(const fx_producers *t)
 {
     return t->count;
@@ -576,10 +556,14 @@ int fx_producers_retired_write(fx_producers *t, fx_sio *io, const char *dir, uin
         return -ENOMEM;
     }
     uint32_t n = 0;
-    for (size_t i = 0; i < t->nret; i++, n++, w += RET_ENTRY) {
+    for (size_t i = 0; i < t->nret; i++) {
+        if (now_us >= t->ret[i].at_us && now_us - t->ret[i].at_us >= t->ttl_us)
+            continue; /* past its ttl: the next open would drop it anyway */
         fx_be64_put(w, t->ret[i].id);
         fx_be64_put(w + 8, t->ret[i].last_sequence);
         fx_be64_put(w + 16, t->ret[i].at_us);
+        w += RET_ENTRY;
+        n++;
     }
     for (const prod *p = t->oldest; p != NULL; p = p->next) {
         if (p->n == 0 || cbatch_at(p, p->n - 1u)->first >= first_kept)

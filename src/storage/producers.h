@@ -100,9 +100,6 @@ void fx_producers_retire_below(fx_producers *tab, uint64_t first_kept, uint64_t 
  * writes the retired file first only then). */
 bool fx_producers_would_retire(const fx_producers *tab, uint64_t first_kept);
 
-/* Forgets every batch at or after offset |from| (a repair cut the log). */
-void fx_producers_truncate(fx_producers *tab, uint64_t from);
-
 size_t fx_producers_count(const fx_producers *tab);
 size_t fx_producers_retired_count(const fx_producers *tab);
 fx_producers_stats *fx_producers_stats_get(fx_producers *tab);
@@ -123,8 +120,9 @@ int fx_producers_snapshot_write(fx_producers *tab, fx_sio *io, const char *dir, 
 int fx_producers_snapshot_load(fx_producers *tab, fx_sio *io, const char *dir, uint64_t lo,
                                uint64_t hi, uint64_t *pas_of);
 
-/* Writes the retired producers, plus every producer retire_below(|first_kept|)
- * would retire (stamped |now_us|), to |dir|/producers.retired, flushed
+/* Writes the retired producers still inside the ttl at |now_us|, plus every
+ * producer retire_below(|first_kept|) would retire (stamped |now_us|), to
+ * |dir|/producers.retired, flushed
  * (temporary file, fdatasync, rename, directory sync): called before
  * retention deletes a segment. Returns 0 or -errno (counted). */
 int fx_producers_retired_write(fx_producers *tab, fx_sio *io, const char *dir, uint64_t first_kept,

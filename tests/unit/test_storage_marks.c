@@ -520,6 +520,36 @@ static void test_retention_of_a_producers_last_batch_answers_expired_within_the_
     fx_done(&f);
 }
 
+static void test_age_retention_passes_the_empty_v2_segment_of_the_first_mark(void **state)
+{
+    fixture f;
+    fx_init(&f, 300);
+    assert_int_equal(reopen_at(&f, 1), 0);
+    recs r;
+    make_recs(&r, 0, 1);
+    assert_int_equal(append_whole(f.log, 5, 0, &r, 10, NULL), 0); /* rolls the empty v2 one */
+    for (int i = 0; i < 20; i++) {
+        make_recs(&r, 10 + (uint64_t)i, 1);
+        assert_int_equal(fx_dlog_append(f.log, r.iov, 1, 20 + (uint64_t)i, NULL), 0);
+    }
+    size_t segs = fx_dlog_segment_count(f.log);
+    assert_true(segs > 3);
+    fx_dlog_retained out;
+    /* Everything older than 1 us at 1000 us: every sealed segment goes. */
+    assert_int_equal(fx_dlog_retain(f.log, 0, 1, 1000, &out), 0);
+    assert_int_equal(fx_dlog_segment_count(f.log), 1);
+    assert_int_equal(out.segments, segs - 1);
+    /* Without a bound nothing goes, the empty segment included. */
+    fixture g;
+    fx_init(&g, 300);
+    assert_int_equal(reopen_at(&g, 1), 0);
+    assert_int_equal(append_whole(g.log, 5, 0, &r, 10, NULL), 0);
+    assert_int_equal(fx_dlog_retain(g.log, 0, 0, 1000, &out), 0);
+    assert_int_equal(out.segments, 0);
+    fx_done(&g);
+    fx_done(&f);
+}
+
 static void test_retention_waits_while_the_retired_file_cannot_be_written(void **state)
 {
     fixture f;
@@ -564,19 +594,27 @@ static void test_a_batch_split_across_appends_is_partial_until_complete(void **s
     assert_int_equal(append_part(f.log, 9, 0, &r, 2, 4, 10, NULL), -EINVAL);
     assert_int_equal(append_part(f.log, 9, 0, &r, 1, 2, 10, NULL), 0);
     assert_int_equal(reopen_at(&f, 2), 0); /* the open batch survives a reopen */
+    uint32_t held = 0;
+    assert_true(fx_dlog_batch_is_open(f.log, 9, 0, &held));
+    assert_int_equal(held, 2);
+    assert_false(fx_dlog_batch_is_open(f.log, 9, 1, NULL));
     assert_int_equal(lookup(f.log, 9, 0, 0, 1, &a), FX_PROD_PARTIAL);
     assert_int_equal(a.held, 2);
     assert_int_equal(append_part(f.log, 9, 0, &r, 2, 4, 10, NULL), 0);
     assert_int_equal(lookup(f.log, 9, 0, digest_of(&r, 0, 4, 0), 1, &a), FX_PROD_DUPLICATE);
     assert_int_equal(a.first, first);
     assert_int_equal(a.count, 4);
+    assert_false(fx_dlog_batch_is_open(f.log, 9, 0, NULL));
     /* Complete: no more continuation. */
     assert_int_equal(append_part(f.log, 9, 0, &r, 3, 4, 10, NULL), -EINVAL);
     /* Only while open at the tail: another append closes it. */
     make_recs(&r, 10, 3);
     assert_int_equal(append_part(f.log, 9, 1, &r, 0, 1, 10, NULL), 0);
+    assert_true(fx_dlog_batch_is_open(f.log, 9, 1, NULL));
     assert_int_equal(fx_dlog_append(f.log, r.iov, 1, 10, NULL), 0);
+    assert_false(fx_dlog_batch_is_open(f.log, 9, 1, NULL));
     assert_int_equal(append_part(f.log, 9, 1, &r, 1, 3, 10, NULL), -EINVAL);
+    assert_int_equal(lookup(f.log, 9, 1, 0, 1, NULL), FX_PROD_PARTIAL); /* stays partial */
     fx_done(&f);
 }
 
@@ -805,6 +843,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_producer_is_known_again_after_a_reopen),
     cmocka_unit_test(test_a_damaged_snapshot_is_rebuilt_from_the_log_and_counted),
     cmocka_unit_test(test_retention_of_a_producers_last_batch_answers_expired_within_the_ttl),
+    cmocka_unit_test(test_age_retention_passes_the_empty_v2_segment_of_the_first_mark),
     cmocka_unit_test(test_retention_waits_while_the_retired_file_cannot_be_written),
     cmocka_unit_test(test_a_batch_split_across_appends_is_partial_until_complete),
     cmocka_unit_test(test_a_torn_marked_batch_is_cut_and_the_table_agrees_with_the_log),
