@@ -149,6 +149,21 @@ int dl_marks_rebuild(fx_dlog *log, uint64_t now_us, fx_dlog_recovery *rep)
                     log->label);
     }
     replay r = {.log = log, .rep = rep};
+    uint64_t nid;
+    fx_prod_batch nb;
+    if (snap < log->nsegs && fx_producers_newest(t, &nid, &nb) && nb.held < nb.count &&
+        nb.first + nb.held == as_of) {
+        /* The snapshot's open batch: its rest may continue in the segment
+         * the replay starts with. */
+        r.cur = true;
+        r.id = nid;
+        r.seq = nb.sequence;
+        r.first = nb.first;
+        r.count = nb.count;
+        r.held = nb.held;
+        r.digest = nb.digest;
+        r.last_offset = as_of - 1;
+    }
     for (size_t i = from; rv == 0 && i < log->nsegs; i++) {
         const dl_seg *s = &log->segs[i];
         if (s->version < FX_SEG_VERSION_V3 || s->next == s->base)

@@ -618,6 +618,36 @@ static void test_a_batch_split_across_appends_is_partial_until_complete(void **s
     fx_done(&f);
 }
 
+static void test_the_rest_of_a_batch_may_continue_in_the_next_segment(void **state)
+{
+    fixture f;
+    fx_init(&f, 300);
+    assert_int_equal(reopen_at(&f, 1), 0);
+    recs r;
+    make_recs(&r, 0, 6);
+    assert_int_equal(append_part(f.log, 3, 0, &r, 0, 3, 10, NULL), 0);
+    size_t segs = fx_dlog_segment_count(f.log);
+    /* The rest does not fit: the segment rolls (a snapshot with the batch
+     * open) and the rest opens the next segment with continuations. */
+    assert_int_equal(append_part(f.log, 3, 0, &r, 3, 6, 10, NULL), 0);
+    assert_int_equal(fx_dlog_segment_count(f.log), segs + 1);
+    uint64_t d = digest_of(&r, 0, 6, 0);
+    assert_int_equal(lookup(f.log, 3, 0, d, 1, NULL), FX_PROD_DUPLICATE);
+    for (int with_snapshot = 1; with_snapshot >= 0; with_snapshot--) {
+        if (!with_snapshot) {
+            fx_sio *io = fx_memio_sio(f.m);
+            assert_int_equal(io->ops->unlink(io, SNAP), 0);
+        }
+        assert_int_equal(reopen_at(&f, 2), 0);
+        assert_int_equal(f.rep.producers_from_snapshot, with_snapshot);
+        fx_prod_answer a;
+        assert_int_equal(lookup(f.log, 3, 0, d, 1, &a), FX_PROD_DUPLICATE);
+        assert_int_equal(a.count, 6);
+        assert_int_equal(fx_producers_stats_get(fx_dlog_producers(f.log))->orphan_marks, 0);
+    }
+    fx_done(&f);
+}
+
 /* ---- power cuts ----------------------------------------------------------------------- */
 
 static uint64_t mix(uint64_t *s)
@@ -846,6 +876,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_age_retention_passes_the_empty_v2_segment_of_the_first_mark),
     cmocka_unit_test(test_retention_waits_while_the_retired_file_cannot_be_written),
     cmocka_unit_test(test_a_batch_split_across_appends_is_partial_until_complete),
+    cmocka_unit_test(test_the_rest_of_a_batch_may_continue_in_the_next_segment),
     cmocka_unit_test(test_a_torn_marked_batch_is_cut_and_the_table_agrees_with_the_log),
 };
 FX_TEST_MAIN(tests)
