@@ -202,9 +202,12 @@ fx_rec_status fx_logfmt_rec_header_decode(const uint8_t p[FX_REC_HEADER_LEN], fx
 
 /* ---- producer digests ---------------------------------------------------- */
 
-static uint64_t crc64_table[256];
+/* Slicing-by-8 tables of the reflected polynomial: eight bytes per step,
+ * several times the speed of a byte at a time (a rebuild of the producer
+ * table digests every marked payload it reads). */
+static uint64_t crc64_table[8][256];
 
-/* Built before main (a constructor), so any thread may read it without a
+/* Built before main (a constructor), so any thread may read them without a
  * race. */
 __attribute__((constructor)) static void crc64_init(void)
 {
@@ -212,16 +215,32 @@ __attribute__((constructor)) static void crc64_init(void)
         uint64_t c = i;
         for (int k = 0; k < 8; k++)
             c = c & 1 ? (c >> 1) ^ 0xC96C5795D7870F42ull : c >> 1;
-        crc64_table[i] = c;
+        crc64_table[0][i] = c;
     }
+    for (unsigned i = 0; i < 256; i++)
+        for (int k = 1; k < 8; k++)
+            crc64_table[k][i] =
+                (crc64_table[k - 1][i] >> 8) ^ crc64_table[0][crc64_table[k - 1][i] & 0xff];
 }
 
 uint64_t fx_crc64(uint64_t crc, const void *p, size_t n)
 {
     const uint8_t *b = p;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++)
-        crc = crc64_table[(uint8_t)(crc ^ b[i])] ^ (crc >> 8);
+    for (; n >= 8; n -= 8, b += 8) {
+        /* The next eight bytes, least significant first (the reflected CRC
+         * consumes them in that order whatever the host's byte order). */
+        uint64_t v = (uint64_t)b[0] | (uint64_t)b[1] << 8 | (uint64_t)b[2] << 16 |
+                     (uint64_t)b[3] << 24 | (uint64_t)b[4] << 32 | (uint64_t)b[5] << 40 |
+                     (uint64_t)b[6] << 48 | (uint64_t)b[7] << 56;
+        crc ^= v;
+        crc = crc64_table[7][crc & 0xff] ^ crc64_table[6][(crc >> 8) & 0xff] ^
+              crc64_table[5][(crc >> 16) & 0xff] ^ crc64_table[4][(crc >> 24) & 0xff] ^
+              crc64_table[3][(crc >> 32) & 0xff] ^ crc64_table[2][(crc >> 40) & 0xff] ^
+              crc64_table[1][(crc >> 48) & 0xff] ^ crc64_table[0][crc >> 56];
+    }
+    for (; n > 0; n--, b++)
+        crc = crc64_table[0][(uint8_t)(crc ^ *b)] ^ (crc >> 8);
     return ~crc;
 }
 
