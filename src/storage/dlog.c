@@ -629,6 +629,11 @@ bool fx_dlog_append_rolls(const fx_dlog *log, uint64_t bytes)
     return batch_rolls(log, bytes);
 }
 
+bool fx_dlog_marked_append_rolls(const fx_dlog *log, uint64_t bytes)
+{
+    return log->segs[log->nsegs - 1].version < FX_SEG_VERSION_V3 || batch_rolls(log, bytes);
+}
+
 bool fx_dlog_is_flushing(const fx_dlog *log)
 {
     return log->flushing;

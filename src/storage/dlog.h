@@ -218,8 +218,15 @@ int fx_dlog_sync_complete(fx_dlog *log, const fx_dlog_flush *f, int rv, uint64_t
 bool fx_dlog_is_flushing(const fx_dlog *log);
 
 /* Whether an append of |bytes| bytes of records (28-byte headers included)
- * made now would roll the active segment first. */
+ * made now would roll the active segment first. For a marked append count
+ * FX_REC_TAG_LEN more for a record opening a batch and use
+ * fx_dlog_marked_append_rolls, which also knows the roll of a v2 segment
+ * before the first mark. */
 bool fx_dlog_append_rolls(const fx_dlog *log, uint64_t bytes);
+
+/* fx_dlog_append_rolls for fx_dlog_append_marked: also true while the
+ * active segment is version 2 (it rolls before the first marked record). */
+bool fx_dlog_marked_append_rolls(const fx_dlog *log, uint64_t bytes);
 
 /* One record of a page; |data| points into the page's buffer. */
 typedef struct fx_dlog_record {

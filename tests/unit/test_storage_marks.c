@@ -159,7 +159,10 @@ static void test_a_marked_batch_is_never_written_into_a_v2_segment(void **state)
     assert_int_equal(fx_memio_file_len(f.m, SEG0, &v2_len), 0);
     uint64_t first = 99;
     make_recs(&r, 3, 3);
+    assert_false(fx_dlog_append_rolls(f.log, 200));
+    assert_true(fx_dlog_marked_append_rolls(f.log, 200));
     assert_int_equal(append_whole(f.log, 7, 0, &r, 11, &first), 0);
+    assert_false(fx_dlog_marked_append_rolls(f.log, 200));
     assert_int_equal(first, 3);
     assert_int_equal(fx_dlog_segment_count(f.log), 2);
     assert_int_equal(fx_dlog_stats_get(f.log)->v3_rolls, 1);
