@@ -32,6 +32,7 @@ void fx_dlog_config_default(fx_dlog_config *c)
         .segment_bytes = FX_DLOG_DEFAULT_SEGMENT_BYTES,
         .index_spacing_bytes = FX_DLOG_DEFAULT_INDEX_SPACING,
         .preallocate = true,
+        .producer_ttl_s = FX_PRODUCERS_DEFAULT_TTL_S,
     };
 }
 
@@ -150,7 +151,8 @@ static int create_segment_file(fx_dlog *log, const char *path, uint64_t base, ui
     /* The header carries the point 32 from the start: it is only believed
      * when the header decodes, and then those 32 bytes are on the disk. */
     fx_logfmt_seg_header_encode(
-        h, &(fx_seg_header){.base_offset = base,
+        h, &(fx_seg_header){.version = log->v3 ? FX_SEG_VERSION_V3 : FX_SEG_VERSION,
+                            .base_offset = base,
                             .created_us = now_us,
                             .point = fx_logfmt_point_encode(FX_SEG_HEADER_LEN)});
     if (rv == 0)
@@ -190,6 +192,7 @@ int dl_create_segment(fx_dlog *log, uint64_t id, uint64_t base, uint64_t now_us)
             io->ops->close(io, ifd);
         return rv;
     }
+    s->version = log->v3 ? FX_SEG_VERSION_V3 : FX_SEG_VERSION;
     log->fd = fd;
     log->ifd = ifd;
     log->rule = (fx_idx_rule){.spacing = log->cfg.index_spacing_bytes};
@@ -261,7 +264,15 @@ int fx_dlog_open(fx_dlog **plog, const char *dir, const fx_dlog_config *cfg, uin
     log->io = cfg->io != NULL ? cfg->io : fx_sio_posix();
     log->fd = log->ifd = -1;
     snprintf(log->label, sizeof(log->label), "%s", cfg->label != NULL ? cfg->label : dir);
-    if ((rv = dl_recover(log, now_us, rep)) != 0) {
+    if ((rv = fx_producers_new(&log->prod, cfg->max_producers, cfg->producer_ttl_s)) != 0) {
+        free(log->dir);
+        free(log);
+        return rv;
+    }
+    if ((rv = dl_recover(log, now_us, rep)) == 0 &&
+        (rv = dl_marks_rebuild(log, now_us, rep)) != 0)
+        snprintf(rep->message, sizeof(rep->message), "%s", log->err);
+    if (rv != 0) {
         if (rep->message[0] == '\0')
             snprintf(rep->message, sizeof(rep->message), "%s", log->err);
         fx_dlog_close(log, false);
@@ -292,6 +303,7 @@ int fx_dlog_close(fx_dlog *log, bool sync)
         free(log->segs[i].idx);
     free(log->segs);
     free(log->enc);
+    fx_producers_free(log->prod);
     free(log->dir);
     free(log);
     return rv;
@@ -348,24 +360,45 @@ static int roll(fx_dlog *log, uint64_t now_us)
     if (old_ifd >= 0)
         io->ops->close(io, old_ifd);
     log->st.rolls++;
+    if (log->v3)
+        dl_marks_snapshot(log);
     return 0;
 }
 
-/* Encodes the batch (|total| bytes, records with their headers) into
- * log->enc. Returns 0 or -ENOMEM. */
+/* The mark of record |i| of an append under mark |m| (NULL: none). */
+static uint32_t rec_mark(const fx_dlog_mark *m, size_t i)
+{
+    if (m == NULL)
+        return 0;
+    return m->held == 0 && i == 0 ? FX_REC_MARK_OPEN : FX_REC_MARK_CONT;
+}
+
+/* Bytes of record |i| of an append under mark |m|, header and tag included. */
+static uint64_t rec_bytes(const fx_dlog_iov *recs, const fx_dlog_mark *m, size_t i)
+{
+    return FX_REC_HEADER_LEN + (rec_mark(m, i) == FX_REC_MARK_OPEN ? FX_REC_TAG_LEN : 0) +
+           (uint64_t)recs[i].len;
+}
+
+/* Encodes the batch (|total| bytes, records with their headers and, under
+ * mark |m|, the tag) into log->enc. Returns 0 or -ENOMEM. */
 static int encode_batch(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t first,
-                        uint64_t ts_us, size_t total)
+                        uint64_t ts_us, size_t total, const fx_dlog_mark *m)
 {
     uint8_t *grown = fx_grow(log->enc, &log->enc_cap, total, 1, 64 * 1024);
     if (grown == NULL)
         return -ENOMEM;
     log->enc = grown;
     uint8_t *p = log->enc;
+    fx_rec_tag tag = {0};
+    if (m != NULL)
+        tag = (fx_rec_tag){.producer_id = m->producer_id, .sequence = m->sequence, .len = m->count};
     for (size_t i = 0; i < n; i++) {
-        fx_logfmt_rec_header_encode(p, first + i, ts_us, recs[i].data, recs[i].len);
+        size_t h = fx_logfmt_rec_head_encode(p, first + i, ts_us, rec_mark(m, i), &tag,
+                                             recs[i].data, recs[i].len);
         if (recs[i].len > 0)
-            memcpy(p + FX_REC_HEADER_LEN, recs[i].data, recs[i].len);
-        p += FX_REC_HEADER_LEN + recs[i].len;
+            memcpy(p + h, recs[i].data, recs[i].len);
+        p += h + recs[i].len;
     }
     return 0;
 }
@@ -409,13 +442,13 @@ static int index_write_entries(fx_dlog *log, const dl_seg *a, size_t from)
  * then to the index file without a flush, all of them in one write (a
  * failed write only marks the index for a rewrite at seal). */
 static void index_batch(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t first,
-                        uint64_t pos)
+                        uint64_t pos, const fx_dlog_mark *m)
 {
     dl_seg *a = dl_active(log);
     size_t before = a->nidx;
     int rv = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t sz = FX_REC_HEADER_LEN + (uint64_t)recs[i].len;
+        uint64_t sz = rec_bytes(recs, m, i);
         if (fx_idx_rule_next(&log->rule, sz)) {
             int prv = dl_idx_push(a, first + i, pos);
             if (rv == 0)
@@ -439,8 +472,38 @@ static bool batch_rolls(const fx_dlog *log, uint64_t bytes)
     return a->next > a->base && a->size + bytes > log->cfg.segment_bytes;
 }
 
-int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
-                   uint64_t *pfirst)
+/* Whether batch |m| (held > 0) is the one open at the tail with m->held
+ * records. */
+static bool continues_open_batch(const fx_dlog *log, const fx_dlog_mark *m)
+{
+    return log->ob.open && log->ob.at == fx_dlog_next_offset(log) &&
+           log->ob.producer_id == m->producer_id && log->ob.sequence == m->sequence &&
+           log->ob.count == m->count && log->ob.held == m->held;
+}
+
+/* Before the first marked record: a v2 active segment is rolled, and every
+ * segment from now on is v3. */
+static int go_v3(fx_dlog *log, uint64_t ts_us)
+{
+    log->v3 = true;
+    if (dl_active(log)->version >= FX_SEG_VERSION_V3)
+        return 0;
+    if (log->flushing) {
+        log->v3 = false;
+        return -EBUSY; /* the flush in flight holds the active segment */
+    }
+    int rv = roll(log, ts_us);
+    if (rv != 0) {
+        log->v3 = false;
+        log->st.append_failures++;
+        return rv;
+    }
+    log->st.v3_rolls++;
+    return 0;
+}
+
+static int append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
+                  const fx_dlog_mark *m, uint64_t *pfirst)
 {
     if (log->failed)
         return FX_ESTORAGE_FAILED;
@@ -450,12 +513,14 @@ int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_
     for (size_t i = 0; i < n; i++) {
         if (recs[i].len > FX_REC_MAX_PAYLOAD)
             return FX_ESTORAGE_TOO_LARGE;
-        total += FX_REC_HEADER_LEN + (uint64_t)recs[i].len;
+        total += rec_bytes(recs, m, i);
     }
     if (total > SIZE_MAX / 2)
         return FX_ESTORAGE_TOO_LARGE;
-    dl_seg *a = dl_active(log);
     int rv;
+    if (m != NULL && dl_active(log)->version < FX_SEG_VERSION_V3 && (rv = go_v3(log, ts_us)) != 0)
+        return rv;
+    dl_seg *a = dl_active(log);
     if (batch_rolls(log, total)) {
         if (log->flushing)
             return -EBUSY; /* the flush in flight holds the active segment */
@@ -466,7 +531,7 @@ int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_
         a = dl_active(log);
     }
     uint64_t first = a->next;
-    if ((rv = encode_batch(log, recs, n, first, ts_us, (size_t)total)) != 0)
+    if ((rv = encode_batch(log, recs, n, first, ts_us, (size_t)total, m)) != 0)
         return rv;
     fx_sio *io = log->io;
     rv = io->ops->pwrite(io, log->fd, log->enc, (size_t)total, a->size);
@@ -483,7 +548,7 @@ int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_
         }
         return dl_fail(log, rv, "stream=%s append failed: %s", log->label, fx_strerror(rv));
     }
-    index_batch(log, recs, n, first, a->size);
+    index_batch(log, recs, n, first, a->size, m);
     a->size += total;
     a->next += n;
     a->last_ts = ts_us;
@@ -492,7 +557,63 @@ int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_
     log->st.append_bytes += total;
     if (pfirst != NULL)
         *pfirst = first;
+    log->ob.open = false;
+    if (m != NULL) {
+        uint64_t bfirst = m->held == 0 ? first : log->ob.first;
+        uint32_t held = m->held + (uint32_t)n;
+        log->st.marked_batches++;
+        log->ob.producer_id = m->producer_id;
+        log->ob.sequence = m->sequence;
+        log->ob.count = m->count;
+        log->ob.first = bfirst;
+        log->ob.held = held;
+        log->ob.at = a->next;
+        log->ob.open = held < m->count;
+        /* The records are in the log whatever happens to the table: a failed
+         * note (memory) only costs a lookup answering from older state, and
+         * the next open rebuilds it from the marks. */
+        rv = fx_producers_note(log->prod, m->producer_id, m->sequence, bfirst, m->count, held,
+                               m->digest, true);
+        if (rv != 0)
+            FX_LOG_WARN("storage", "stream=%s producer table update failed: %s", log->label,
+                        fx_strerror(rv));
+    }
     return 0;
+}
+
+int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
+                   uint64_t *pfirst)
+{
+    return append(log, recs, n, ts_us, NULL, pfirst);
+}
+
+int fx_dlog_append_marked(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
+                          const fx_dlog_mark *m, uint64_t *pfirst)
+{
+    if (n == 0 || m->count == 0 || (uint64_t)m->held + n > m->count)
+        return dl_fail(log, -EINVAL, "stream=%s marked append: %zu records do not fit batch of %" PRIu32 " holding %" PRIu32, log->label, n, m->count, m->held);
+    if (m->held > 0 && !continues_open_batch(log, m))
+        return dl_fail(log, -EINVAL,
+                       "stream=%s marked append: batch %" PRIu64 " of producer %" PRIu64
+                       " is not open at the tail with %" PRIu32 " records",
+                       log->label, m->sequence, m->producer_id, m->held);
+    return append(log, recs, n, ts_us, m, pfirst);
+}
+
+fx_producers *fx_dlog_producers(fx_dlog *log)
+{
+    return log->prod;
+}
+
+bool fx_dlog_batch_is_open(const fx_dlog *log, uint64_t producer_id, uint64_t sequence,
+                           uint32_t *pheld)
+{
+    if (!log->ob.open || log->ob.at != fx_dlog_next_offset(log) ||
+        log->ob.producer_id != producer_id || log->ob.sequence != sequence)
+        return false;
+    if (pheld != NULL)
+        *pheld = log->ob.held;
+    return true;
 }
 
 uint64_t fx_dlog_room_after(const fx_dlog *log, uint64_t first_bytes)
@@ -506,6 +627,11 @@ uint64_t fx_dlog_room_after(const fx_dlog *log, uint64_t first_bytes)
 bool fx_dlog_append_rolls(const fx_dlog *log, uint64_t bytes)
 {
     return batch_rolls(log, bytes);
+}
+
+bool fx_dlog_marked_append_rolls(const fx_dlog *log, uint64_t bytes)
+{
+    return log->segs[log->nsegs - 1].version < FX_SEG_VERSION_V3 || batch_rolls(log, bytes);
 }
 
 bool fx_dlog_is_flushing(const fx_dlog *log)
@@ -707,6 +833,7 @@ static int read_seg(fx_dlog *log, const dl_seg *s, int fd, read_req *q, fx_dlog_
     int rv = fx_segwin_init(&w, log->io, fd, s->size, READ_WINDOW);
     if (rv != 0)
         return rv;
+    w.version = s->version;
     uint64_t from = q->from > s->base ? q->from : s->base;
     bool sealed = s != dl_active(log);
     dl_entry e = sealed ? seek_file(log, s, from) : seek(s, from);
@@ -752,7 +879,7 @@ static int read_seg(fx_dlog *log, const dl_seg *s, int fd, read_req *q, fx_dlog_
             p->bytes += h.len;
             p->next = expect + 1;
         }
-        pos += FX_REC_HEADER_LEN + (uint64_t)h.len;
+        pos += fx_rec_step(&h);
         expect++;
     }
     fx_segwin_deinit(&w);
@@ -807,6 +934,11 @@ static bool head_expired(const fx_dlog *log, uint64_t max_bytes, uint64_t max_ag
                          uint64_t now_us)
 {
     const dl_seg *h = &log->segs[0];
+    /* An empty sealed segment (the v2 one rolled before a log's first
+     * marked record) holds nothing and has no age: it goes with any bound,
+     * or it would hold back the segments after it forever. */
+    if (h->next == h->base && (max_bytes > 0 || max_age_us > 0))
+        return true;
     if (max_bytes > 0 && fx_dlog_bytes_on_disk(log) > max_bytes)
         return true;
     return max_age_us > 0 && h->last_ts > 0 && now_us > h->last_ts &&
@@ -840,7 +972,9 @@ int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64
     while (log->nsegs > 1 && head_expired(log, max_bytes, max_age_us, now_us)) {
         dl_seg *h = &log->segs[0];
         uint64_t bytes = h->size + dl_seg_idx_bytes(h);
-        if ((rv = delete_head(log)) != 0) {
+        uint64_t kept = h->next;
+        if ((rv = dl_marks_before_delete(log, kept, now_us)) != 0 ||
+            (rv = delete_head(log)) != 0) {
             log->st.retention_failures++;
             dl_fail(log, rv, "stream=%s retention sweep failed: %s", log->label, fx_strerror(rv));
             break;
@@ -850,6 +984,7 @@ int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64
         log->nsegs--;
         r.segments++;
         r.bytes += bytes;
+        fx_producers_retire_below(log->prod, kept, now_us);
     }
     log->st.retention_segments_deleted += r.segments;
     log->st.retention_bytes_reclaimed += r.bytes;

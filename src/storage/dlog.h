@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "storage/producers.h"
 #include "storage/sio.h"
 
 typedef struct fx_dlog fx_dlog;
@@ -33,10 +34,16 @@ typedef struct fx_dlog_config {
     bool repair;                  /* cut the log at the first bad record anywhere */
     const char *label;            /* "tenant/ns/stream/0" in messages; NULL: the directory */
     fx_sio *io;                   /* NULL: fx_sio_posix() */
+    /* Idempotent producers: how long a producer whose last batch retention
+     * removed stays known (lookups answer "expired"), and the bound of the
+     * producer table (0: FX_PRODUCERS_DEFAULT_MAX). */
+    uint64_t producer_ttl_s;
+    size_t max_producers;
 } fx_dlog_config;
 
 /* Fills |c| with the defaults (256 MiB segments, 4 KiB spacing, preallocate,
- * no verify-all, no repair, POSIX I/O). */
+ * no verify-all, no repair, POSIX I/O, producer ttl 86,400 s, 4,096
+ * producers). */
 void fx_dlog_config_default(fx_dlog_config *c);
 
 /* Checks the bounds of |c|. Returns 0, or FX_ECONFIG with the reason in
@@ -52,6 +59,13 @@ typedef struct fx_dlog_recovery {
     uint64_t dropped_bytes;      /* repair: bytes removed (that segment's rest + later ones) */
     uint64_t dropped_segments;   /* repair: whole later segments removed */
     uint64_t dropped_from;       /* repair: first offset no longer in the log */
+    /* The producer table: whether it came from the `producers` snapshot
+     * (plus the segments after it), was rebuilt from every v3 segment (the
+     * snapshot missing, damaged or out of range), or nothing was read (no
+     * v3 segment: a log written before marks is not rescanned). */
+    bool producers_from_snapshot;
+    bool producers_rebuilt;
+    uint64_t producer_marks_read; /* marked records read to rebuild it */
     /* On failure the error ("corruption detected: ... (stream=..., file=...,
      * position=...)"); after a repair or a cut tail what was removed; else "". */
     char message[512];
@@ -64,6 +78,7 @@ typedef struct fx_dlog_stats {
     uint64_t rolls, roll_failures, index_write_failures, point_write_failures;
     uint64_t read_records, read_bytes;
     uint64_t retention_segments_deleted, retention_bytes_reclaimed, retention_failures;
+    uint64_t marked_batches, v3_rolls; /* marked appends; v2 segments rolled before a mark */
 } fx_dlog_stats;
 
 /* Opens (creating if needed) the log in directory |dir| with |cfg| and
@@ -98,6 +113,44 @@ typedef struct fx_dlog_iov {
  * it once the flush completed). */
 int fx_dlog_append(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
                    uint64_t *pfirst);
+
+/* A producer mark for an append (format v3, format.h): the append's records
+ * are records [held, held + n) of batch |sequence| of |producer_id|, which
+ * holds |count| records in all. held 0 opens the batch: its first record
+ * gets bit 31 and the tag, the others bit 30; held > 0 continues a batch
+ * still open at the tail (its records so far are the last ones of the log):
+ * all get bit 30. |digest| is the chained digest (fx_producer_digest_step)
+ * of the batch's records [0, held + n): the producer table keeps it. */
+typedef struct fx_dlog_mark {
+    uint64_t producer_id;
+    uint64_t sequence;
+    uint32_t count;
+    uint32_t held;
+    uint64_t digest;
+} fx_dlog_mark;
+
+/* fx_dlog_append with producer mark |m| (see fx_dlog_mark), and the
+ * producer table updated (fx_dlog_producers). The first marked append of a
+ * log whose active segment is version 2 rolls it first (a marked batch is
+ * never written into a v2 segment); every segment made from then on is
+ * version 3 (logs that never take a mark stay v2, byte for byte). Errors as
+ * fx_dlog_append, and -EINVAL: n == 0, count 0, held + n > count, or held
+ * > 0 and that batch is not the one open at the tail with |held| records
+ * (another append came in between, or it is complete). */
+int fx_dlog_append_marked(fx_dlog *log, const fx_dlog_iov *recs, size_t n, uint64_t ts_us,
+                          const fx_dlog_mark *m, uint64_t *pfirst);
+
+/* The producer table of the log, rebuilt at open and kept in step with
+ * marked appends, retention and repair. Owned by the log (owner thread). */
+fx_producers *fx_dlog_producers(fx_dlog *log);
+
+/* Whether batch |sequence| of |producer_id| is open at the tail (only part
+ * of it written, nothing after it), with |*pheld| (may be NULL) its
+ * records so far: only then can fx_dlog_append_marked complete it. A
+ * partial batch that is not open (other records followed it) stays partial
+ * in the producer table. */
+bool fx_dlog_batch_is_open(const fx_dlog *log, uint64_t producer_id, uint64_t sequence,
+                           uint32_t *pheld);
 
 /* The bytes of records (28-byte headers included) that can follow an
  * append of |first_bytes| bytes made now without a rollover before them:
@@ -165,8 +218,15 @@ int fx_dlog_sync_complete(fx_dlog *log, const fx_dlog_flush *f, int rv, uint64_t
 bool fx_dlog_is_flushing(const fx_dlog *log);
 
 /* Whether an append of |bytes| bytes of records (28-byte headers included)
- * made now would roll the active segment first. */
+ * made now would roll the active segment first. For a marked append count
+ * FX_REC_TAG_LEN more for a record opening a batch and use
+ * fx_dlog_marked_append_rolls, which also knows the roll of a v2 segment
+ * before the first mark. */
 bool fx_dlog_append_rolls(const fx_dlog *log, uint64_t bytes);
+
+/* fx_dlog_append_rolls for fx_dlog_append_marked: also true while the
+ * active segment is version 2 (it rolls before the first marked record). */
+bool fx_dlog_marked_append_rolls(const fx_dlog *log, uint64_t bytes);
 
 /* One record of a page; |data| points into the page's buffer. */
 typedef struct fx_dlog_record {

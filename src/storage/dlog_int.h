@@ -22,6 +22,7 @@ typedef struct dl_seg {
     uint64_t next;    /* offset after its last record */
     uint64_t size;    /* logical file size: header plus records */
     uint64_t last_ts; /* timestamp of its newest record; 0 when empty */
+    uint16_t version; /* its header's: FX_SEG_VERSION or FX_SEG_VERSION_V3 */
     dl_entry *idx;    /* active segment: its sparse index, in memory */
     size_t nidx;
     size_t idx_cap;
@@ -65,6 +66,15 @@ struct fx_dlog {
     bool flushing; /* a flush is in flight (fx_dlog_sync_begin, not yet completed) */
     uint8_t *enc;
     size_t enc_cap;
+    bool v3;            /* new segments are written version 3 (a mark was ever written) */
+    fx_producers *prod; /* the producer table (producers.h) */
+    /* The producer batch open at the tail: its records so far are the last
+     * ones of the log (|at| is the log's next offset after them). */
+    struct {
+        bool open;
+        uint64_t producer_id, sequence, first, at;
+        uint32_t count, held;
+    } ob;
     fx_dlog_stats st;
     char err[512];
 };
@@ -104,5 +114,16 @@ int dl_write_index(fx_dlog *log, int ifd, const dl_seg *s);
 
 /* Recovery (dlog_open.c): fills the segment list and opens the active one. */
 int dl_recover(fx_dlog *log, uint64_t now_us, fx_dlog_recovery *rep);
+
+/* Producer marks (dlog_marks.c). Rebuilds log->prod (and log->ob) at open
+ * from the retired file, the snapshot and the marks of the v3 segments. */
+int dl_marks_rebuild(fx_dlog *log, uint64_t now_us, fx_dlog_recovery *rep);
+
+/* Writes the snapshot as of the active segment's base (after a roll). */
+void dl_marks_snapshot(fx_dlog *log);
+
+/* Before retention deletes the head segment: writes the retired file if a
+ * producer's last batch is in it. Returns 0 or -errno (do not delete). */
+int dl_marks_before_delete(fx_dlog *log, uint64_t first_kept, uint64_t now_us);
 
 #endif

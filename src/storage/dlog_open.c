@@ -183,7 +183,7 @@ typedef struct rebuild {
 static int on_record(void *user, uint64_t pos, const fx_rec_header *h)
 {
     rebuild *r = user;
-    if (!fx_idx_rule_next(&r->rule, FX_REC_HEADER_LEN + (uint64_t)h->len))
+    if (!fx_idx_rule_next(&r->rule, fx_rec_step(h)))
         return 0;
     if (r->check_only) {
         r->emitted++;
@@ -200,6 +200,7 @@ static int full_scan(fx_dlog *log, int fd, dl_seg *s, uint64_t file_len, fx_scan
     int rv = fx_segwin_init(&w, log->io, fd, file_len, FX_SEGWIN_DEFAULT);
     if (rv != 0)
         return rv;
+    w.version = s->version;
     s->nidx = 0;
     rebuild r = {.seg = s, .rule = {.spacing = log->cfg.index_spacing_bytes}};
     rv = fx_seg_scan(&w, FX_SEG_HEADER_LEN, s->base, on_record, &r, sc);
@@ -246,6 +247,7 @@ static bool tail_matches_index(fx_dlog *log, int fd, dl_seg *s, uint64_t size)
     fx_segwin w;
     if (fx_segwin_init(&w, log->io, fd, size, FX_SEGWIN_DEFAULT) != 0)
         return false;
+    w.version = s->version;
     dl_entry last = s->idx[s->nidx - 1];
     rebuild r = {.seg = s, .rule = {.spacing = log->cfg.index_spacing_bytes}, .check_only = true};
     fx_scan sc;
@@ -323,6 +325,7 @@ static int check_sealed(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, bool *
     dl_seg *s;
     if ((rv = dl_seg_push(log, id, h.base_offset, &s)) != 0)
         goto out;
+    s->version = h.version;
     s->size = size;
     if (!log->cfg.verify_all_on_open && load_index(log, s, size) &&
         tail_matches_index(log, fd, s, size)) {
@@ -356,13 +359,15 @@ static bool tail_repairable(const fx_scan *sc, uint64_t size)
     uint64_t pos = sc->end_pos;
     switch (sc->status) {
     case FX_REC_HEADER_CRC:
+    case FX_REC_FLAGS:
+    case FX_REC_MARK_IN_V2:
         return pos + FX_REC_HEADER_LEN >= size;
     case FX_REC_CRC:
     case FX_REC_OUT_OF_ORDER:
         /* The record reaches the end of the file: it is the last one. */
-        return pos + FX_REC_HEADER_LEN + (uint64_t)sc->bad.len >= size;
+        return pos + fx_rec_step(&sc->bad) >= size;
     case FX_REC_TOO_LARGE:
-        return pos + FX_REC_HEADER_LEN + (uint64_t)sc->bad.len > size;
+        return pos + fx_rec_step(&sc->bad) > size;
     default:
         return false;
     }
@@ -490,7 +495,7 @@ static bool zero_blocks_tail(fx_dlog *log, int fd, const fx_scan *sc, uint64_t s
 {
     uint64_t reach = sc->end_pos + FX_REC_HEADER_LEN;
     if (sc->status == FX_REC_CRC)
-        reach += sc->bad.len;
+        reach = sc->end_pos + fx_rec_step(&sc->bad);
     else if (sc->status != FX_REC_HEADER_CRC)
         return false;
     if (size <= sc->end_pos)
@@ -624,6 +629,7 @@ static int open_active(fx_dlog *log, uint64_t id, fx_dlog_recovery *rep, uint64_
     dl_seg *s;
     if ((rv = dl_seg_push(log, id, h.base_offset, &s)) != 0)
         goto err_close;
+    s->version = h.version;
     fx_scan sc;
     if ((rv = full_scan(log, fd, s, size, &sc, &log->rule)) != 0)
         goto err_close;
@@ -734,6 +740,16 @@ int dl_recover(fx_dlog *log, uint64_t now_us, fx_dlog_recovery *rep)
     if (rv == 0 && n > 0)
         rv = open_active(log, l.v[n - 1], rep, now_us);
     free(l.v);
+    if (rv == 0 && rep->repaired) {
+        /* The producers snapshot may describe batches the repair removed:
+         * gone, durably, before anything new is appended. */
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/%s", log->dir, FX_PRODUCERS_SNAPSHOT_NAME);
+        rv = log->io->ops->unlink(log->io, path);
+        rv = rv == 0 ? log->io->ops->sync_dir(log->io, log->dir) : rv == -ENOENT ? 0 : rv;
+        if (rv != 0)
+            dl_fail(log, rv, "removing %s: %s", path, fx_strerror(rv));
+    }
     if (rv == 0)
         report(log, rep);
     return rv;

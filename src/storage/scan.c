@@ -23,7 +23,8 @@ int fx_segwin_init(fx_segwin *w, fx_sio *io, int fd, uint64_t file_len, size_t c
 {
     if (cap < 4096)
         cap = 4096;
-    *w = (fx_segwin){.io = io, .fd = fd, .file_len = file_len, .cap = cap};
+    *w = (fx_segwin){
+        .io = io, .fd = fd, .file_len = file_len, .cap = cap, .version = FX_SEG_VERSION};
     w->buf = malloc(cap);
     return w->buf != NULL ? 0 : -ENOMEM;
 }
@@ -102,14 +103,28 @@ int fx_segwin_record(fx_segwin *w, uint64_t pos, uint64_t expect, bool check, bo
     memcpy(hdr, p, sizeof(hdr));
     if ((*st = fx_logfmt_rec_header_decode(hdr, h)) != FX_REC_OK)
         return 0;
-    if (w->file_len - pos - FX_REC_HEADER_LEN < h->len) {
+    if (h->mark != 0 && w->version < FX_SEG_VERSION_V3) {
+        *st = FX_REC_MARK_IN_V2;
+        return 0;
+    }
+    uint64_t body = fx_rec_body_pos(h);
+    if (w->file_len - pos - FX_REC_HEADER_LEN < body - FX_REC_HEADER_LEN + h->len) {
         *st = FX_REC_TRUNCATED;
         return 0;
+    }
+    uint8_t tag[FX_REC_TAG_LEN];
+    if (h->mark == FX_REC_MARK_OPEN) {
+        if ((rv = win_get(w, pos + FX_REC_HEADER_LEN, FX_REC_TAG_LEN, &p)) != 0)
+            return rv;
+        memcpy(tag, p, sizeof(tag));
+        fx_logfmt_tag_decode(tag, &h->tag);
     }
     if (verify || dst != NULL) {
         /* The header checksum (verified) is the CRC of bytes 0..20: go on from it. */
         uint32_t crc = scan_crc(h->header_crc, hdr + 20, 4);
-        if ((rv = win_payload(w, pos + FX_REC_HEADER_LEN, h->len, dst, &crc)) != 0)
+        if (h->mark == FX_REC_MARK_OPEN)
+            crc = scan_crc(crc, tag, sizeof(tag));
+        if ((rv = win_payload(w, pos + body, h->len, dst, &crc)) != 0)
             return rv;
         if (crc != h->checksum) {
             *st = FX_REC_CRC;
@@ -137,7 +152,7 @@ int fx_seg_scan(fx_segwin *w, uint64_t pos, uint64_t offset, fx_scan_cb cb, void
         }
         if (cb != NULL && (rv = cb(user, pos, &h)) != 0)
             return rv;
-        pos += FX_REC_HEADER_LEN + (uint64_t)h.len;
+        pos += fx_rec_step(&h);
         offset++;
         out->end_pos = pos;
         out->next_offset = offset;

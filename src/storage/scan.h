@@ -25,6 +25,10 @@ typedef struct fx_segwin {
     size_t cap;
     uint64_t off; /* file position of buf[0] */
     size_t len;   /* valid bytes in buf */
+    /* The segment's version (its header's): FX_SEG_VERSION (what init sets)
+     * refuses producer marks (FX_REC_MARK_IN_V2), FX_SEG_VERSION_V3 reads
+     * them. A reader that decoded the header sets it. */
+    uint16_t version;
 } fx_segwin;
 
 /* Prepares |w| to read the first |file_len| bytes of |fd| through |io| with a
@@ -32,7 +36,9 @@ typedef struct fx_segwin {
 int fx_segwin_init(fx_segwin *w, fx_sio *io, int fd, uint64_t file_len, size_t cap);
 void fx_segwin_deinit(fx_segwin *w);
 
-/* Reads and checks the record at |pos|. Its header goes to |*h| and the
+/* Reads and checks the record at |pos| (a record opening a producer batch:
+ * its tag too, into h->tag; the next record is at pos + fx_rec_step(h)).
+ * Its header goes to |*h| and the
  * outcome to |*st|; the offset check uses |expect| (skipped when |check| is
  * false). With |verify| false the payload is neither read nor checked (only
  * the header checksum is); with |dst| non-NULL the payload is copied there

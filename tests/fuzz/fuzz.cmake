@@ -81,7 +81,7 @@ fx_fuzz_target(fuzz_admin_path DICT admin.dict
 
 # Recovery of a durable log from arbitrary segment and index files, on the
 # in-memory I/O layer (seeds: seeds.c and tests/fuzz/corpus/fuzz_dlog_recover).
-set(_fx_dlog_srcs dlog.c dlog_open.c format.c memio.c scan.c sio.c)
+set(_fx_dlog_srcs dlog.c dlog_marks.c dlog_open.c format.c memio.c producers.c scan.c sio.c)
 list(TRANSFORM _fx_dlog_srcs PREPEND ${CMAKE_SOURCE_DIR}/src/storage/)
 fx_fuzz_target(fuzz_dlog_recover SRCS ${_fx_dlog_srcs} DICT storage.dict
     LIBS fx_base Threads::Threads PkgConfig::DEFLATE)

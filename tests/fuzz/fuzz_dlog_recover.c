@@ -1,13 +1,17 @@
 /* libFuzzer target: recovery of a durable log from arbitrary segment and
- * index files. The input is an options byte, then files: a kind byte (low
- * three bits the segment id, 0x08 for its .index instead of its .log), a
+ * index files (segment versions 2 and 3, producer marks in the records)
+ * and producer files. The input is an options byte, then files: a kind byte
+ * (low three bits the segment id, 0x08 for its .index instead of its .log;
+ * 0x10 the `producers` snapshot, 0x20 `producers.retired` instead), a
  * big-endian u16 length and that many bytes (cut short at the input's end).
  * They are written into an fx_memio directory and the log opened without
  * repair, then with repair. Checked: opening either succeeds or refuses with
  * FX_ESTORAGE_CORRUPT naming a file and a position (repair refuses only a
  * damaged first header); an open log reads back as contiguous offsets (with
  * repair and verify_all_on_open every record reads); appends continue at
- * the tail and read back; a second open of what recovery left cuts nothing
+ * the tail and read back, and so does a marked batch, which the producer
+ * table then answers as a duplicate, also after the second open (rebuilt
+ * from the marks); a second open of what recovery left cuts nothing
  * more (recovery is idempotent). tests/fuzz/seeds.c writes the seeds.
  * Single-threaded. */
 #include <errno.h>
@@ -21,7 +25,9 @@
 #include "base/log.h"
 #include "felix/error.h"
 #include "storage/dlog.h"
+#include "storage/format.h"
 #include "storage/memio.h"
+#include "storage/producers.h"
 
 #define FUZZ_CHECK(cond)                                                                           \
     do {                                                                                           \
@@ -48,7 +54,12 @@ static bool lay_files(fx_memio *m, const uint8_t *p, size_t n)
         p += 3, n -= 3;
         len = len < n ? len : n;
         char path[64];
-        snprintf(path, sizeof(path), DIR_ "/%020u.%s", kind & 7u, kind & 8u ? "index" : "log");
+        if (kind & 0x10u)
+            snprintf(path, sizeof(path), DIR_ "/" FX_PRODUCERS_SNAPSHOT_NAME);
+        else if (kind & 0x20u)
+            snprintf(path, sizeof(path), DIR_ "/" FX_PRODUCERS_RETIRED_NAME);
+        else
+            snprintf(path, sizeof(path), DIR_ "/%020u.%s", kind & 7u, kind & 8u ? "index" : "log");
         (void)io->ops->unlink(io, path); /* a later file of the same name replaces it */
         int fd;
         if (io->ops->open(io, path, FX_SIO_CREATE, &fd) != 0)
@@ -106,13 +117,43 @@ static void append_one(fx_dlog *log)
     fx_dlog_page_deinit(&pg);
 }
 
+/* A producer (one the input cannot know) whose batch this target appends. */
+#define FUZZ_PRODUCER 0xF0220000F0220000ull
+
+/* Appends a marked batch of two records for FUZZ_PRODUCER at the sequence
+ * the table expects (0 when unknown) and checks the table's answer. Returns
+ * the sequence, or UINT64_MAX when nothing was appended. */
+static uint64_t append_marked(fx_dlog *log)
+{
+    fx_producers *t = fx_dlog_producers(log);
+    fx_prod_batch b;
+    uint64_t seq = fx_producers_last(t, FUZZ_PRODUCER, &b) ? b.sequence + 1 : 0;
+    static const char r0[] = "mark", r1[] = "ed";
+    fx_dlog_iov iov[2] = {{.data = r0, .len = sizeof(r0)}, {.data = r1, .len = sizeof(r1)}};
+    uint64_t d = fx_producer_digest_step(fx_producer_digest_step(0, r0, sizeof(r0)), r1, sizeof(r1));
+    fx_prod_answer a;
+    fx_producers_lookup(t, FUZZ_PRODUCER, seq, d, 1, &a);
+    FUZZ_CHECK(a.verdict == FX_PROD_NEXT);
+    fx_dlog_mark m = {
+        .producer_id = FUZZ_PRODUCER, .sequence = seq, .count = 2, .held = 0, .digest = d};
+    uint64_t first = 0, next = fx_dlog_next_offset(log);
+    int rv = fx_dlog_append_marked(log, iov, 2, 1, &m, &first);
+    if (rv == -ENOMEM)
+        return UINT64_MAX;
+    FUZZ_CHECK(rv == 0);
+    FUZZ_CHECK(first == next);
+    fx_producers_lookup(t, FUZZ_PRODUCER, seq, d, 1, &a);
+    FUZZ_CHECK(a.verdict == FX_PROD_DUPLICATE && a.first == first && a.count == 2);
+    return seq;
+}
+
 /* A refusal names the file and the position; with repair only a damaged
  * header of the first segment is refused (the log's start is unknown). */
 static void check_refusal(int rv, const fx_dlog_recovery *rep, bool repair)
 {
     if (rv == -ENOMEM)
         return;
-    if (rv != FX_ESTORAGE_CORRUPT)
+    if (rv != FX_ESTORAGE_CORRUPT || strstr(rep->message, "file=") == NULL)
         fprintf(stderr, "open: %d %s\n", rv, rep->message);
     FUZZ_CHECK(rv == FX_ESTORAGE_CORRUPT);
     FUZZ_CHECK(strstr(rep->message, "file=") != NULL);
@@ -133,6 +174,8 @@ static void open_and_use(const fx_dlog_config *cfg)
     int rrv = read_all(log);
     FUZZ_CHECK(rrv == 0 || rrv == -ENOMEM || (!cfg->repair && rrv == FX_ESTORAGE_CORRUPT));
     append_one(log);
+    uint64_t seq = append_marked(log);
+    append_one(log);
     uint64_t next = fx_dlog_next_offset(log);
     FUZZ_CHECK(fx_dlog_close(log, true) == 0);
     rv = fx_dlog_open(&log, DIR_, cfg, 2, &rep);
@@ -143,6 +186,11 @@ static void open_and_use(const fx_dlog_config *cfg)
     FUZZ_CHECK(rv == 0);
     FUZZ_CHECK(rep.truncated_bytes == 0 && !rep.repaired);
     FUZZ_CHECK(fx_dlog_next_offset(log) == next);
+    if (seq != UINT64_MAX) {
+        fx_prod_answer a;
+        fx_producers_lookup(fx_dlog_producers(log), FUZZ_PRODUCER, seq, 0, 1, &a);
+        FUZZ_CHECK(a.verdict == FX_PROD_REUSED && a.count == 2);
+    }
     fx_dlog_close(log, false);
 }
 

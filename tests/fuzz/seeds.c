@@ -523,6 +523,31 @@ static int dlog_add_file(fx_memio *m, unsigned id, bool index, size_t max)
     return 0;
 }
 
+/* Appends the `producers` snapshot of |m|'s "/s" to dlog_seed (kind 0x10). */
+static int dlog_add_snapshot(fx_memio *m)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rv = fx_sio_read_file(fx_memio_sio(m), "/s/" FX_PRODUCERS_SNAPSHOT_NAME, 0xffff, &buf,
+                              &len);
+    if (rv == 0 && dlog_len + 3 + len <= sizeof(dlog_seed)) {
+        dlog_seed[dlog_len++] = 0x10;
+        dlog_seed[dlog_len++] = (uint8_t)(len >> 8);
+        dlog_seed[dlog_len++] = (uint8_t)len;
+        memcpy(dlog_seed + dlog_len, buf, len);
+        dlog_len += len;
+    } else if (rv == 0) {
+        rv = -1;
+    }
+    free(buf);
+    return rv;
+}
+
+/* Whether dlog_make writes each record as a one-record producer batch
+ * (producer 7, sequence = record number): format v3 segments after an empty
+ * v2 one, and a `producers` snapshot. */
+static bool dlog_marked;
+
 /* A log of |n| records in segments of 256 bytes, index entries every 64
  * bytes (the options byte 0x00), the last |unsynced| records appended after
  * the last flush; its memio in |*pm|. */
@@ -543,7 +568,12 @@ static int dlog_make(fx_memio **pm, int n, int unsynced)
         char p[40];
         int len = snprintf(p, sizeof(p), "record %d of the seed log", i);
         fx_dlog_iov iov = {.data = p, .len = (uint32_t)len};
-        rv = fx_dlog_append(log, &iov, 1, 1000 + (uint64_t)i, NULL);
+        fx_dlog_mark m = {.producer_id = 7,
+                          .sequence = (uint64_t)i,
+                          .count = 1,
+                          .digest = fx_producer_digest_step(0, p, (uint32_t)len)};
+        rv = dlog_marked ? fx_dlog_append_marked(log, &iov, 1, 1000 + (uint64_t)i, &m, NULL)
+                         : fx_dlog_append(log, &iov, 1, 1000 + (uint64_t)i, NULL);
         if (rv == 0 && i == n - unsynced - 1)
             rv = fx_dlog_sync(log, NULL);
     }
@@ -567,6 +597,8 @@ static int dlog_seed_write(const char *name, int unsynced, size_t cut, size_t ze
     while (rv == 0 && (snprintf(path, sizeof(path), "/s/%020u.log", active + 1),
                        fx_memio_file_len(m, path, &flen) == 0))
         active++;
+    if (rv == 0 && dlog_marked)
+        rv = dlog_add_snapshot(m);
     for (unsigned id = 0; rv == 0 && id <= active; id++) {
         rv = dlog_add_file(m, id, true, SIZE_MAX);
         if (rv == 0)
@@ -604,6 +636,10 @@ static int dlog_seeds(void)
     rv |= dlog_seed_write("zeroed_unsynced_tail", 3, SIZE_MAX, 40, false);
     rv |= dlog_seed_write("original_zero_tail", 3, SIZE_MAX, 40, true);
     rv |= dlog_seed_write("damage_before_point", 0, SIZE_MAX, 20, false);
+    dlog_marked = true;
+    rv |= dlog_seed_write("marked_clean", 0, SIZE_MAX, 0, false);
+    rv |= dlog_seed_write("marked_torn_tail", 3, 100, 0, false);
+    dlog_marked = false;
     return rv;
 }
 

@@ -51,6 +51,34 @@ static void make_log(tool_dir *t)
     assert_int_equal(fx_dlog_close(log, true), 0);
 }
 
+/* A log with producer marks: 3 unmarked records (segment 0, v2), then
+ * batch 0 of producer 42 (3 records), batch 1 (1 record) and an unmarked
+ * record (offset 7, position 196) in segment 1 (v3), then the first record
+ * of batch 2 (of 2) open at the tail. */
+static void make_marked_log(tool_dir *t)
+{
+    make_log(t);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->dir);
+    assert_int_equal(system(cmd), 0);
+    fx_dlog_config c;
+    fx_dlog_config_default(&c);
+    c.preallocate = false;
+    fx_dlog *log;
+    assert_int_equal(fx_dlog_open(&log, t->dir, &c, 1, NULL), 0);
+    fx_dlog_iov r[3] = {{"abc", 3}, {"def", 3}, {"ghi", 3}};
+    assert_int_equal(fx_dlog_append(log, r, 3, 10, NULL), 0);
+    fx_dlog_mark m = {.producer_id = 42, .sequence = 0, .count = 3};
+    assert_int_equal(fx_dlog_append_marked(log, r, 3, 11, &m, NULL), 0);
+    m = (fx_dlog_mark){.producer_id = 42, .sequence = 1, .count = 1};
+    assert_int_equal(fx_dlog_append_marked(log, r, 1, 12, &m, NULL), 0);
+    fx_dlog_iov x = {"xyz", 3};
+    assert_int_equal(fx_dlog_append(log, &x, 1, 12, NULL), 0);
+    m = (fx_dlog_mark){.producer_id = 42, .sequence = 2, .count = 2};
+    assert_int_equal(fx_dlog_append_marked(log, r, 1, 13, &m, NULL), 0);
+    assert_int_equal(fx_dlog_close(log, true), 0);
+}
+
 static void drop_log(tool_dir *t)
 {
     char cmd[300];
@@ -147,10 +175,66 @@ static void test_inspect_prints_headers_and_records(void **state)
     drop_log(&t);
 }
 
+/* Rewrites the length word of the unmarked-size record at |pos| of |path|
+ * (payload |body|, 3 bytes) to |word|, with matching checksums. */
+static void set_len_word(const char *path, long pos, uint32_t word, const char *body)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    uint8_t b[28];
+    assert_int_equal(fseek(f, pos, SEEK_SET), 0);
+    assert_int_equal(fread(b, 1, 28, f), 28);
+    fx_be32_put(b, word);
+    fx_be32_put(b + 20, fx_logfmt_crc(0, b, 20));
+    fx_be32_put(b + 24, fx_logfmt_rec_checksum(b, body, 3));
+    assert_int_equal(fseek(f, pos, SEEK_SET), 0);
+    assert_int_equal(fwrite(b, 1, 28, f), 28);
+    fclose(f);
+}
+
+static void test_inspect_shows_producer_marks_and_verify_checks_them(void **state)
+{
+    tool_dir t;
+    make_marked_log(&t);
+    char out[16384], args[512], seg[256];
+    snprintf(args, sizeof(args), "log inspect --payload %s", t.dir);
+    assert_int_equal(run(&t, args, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "00000000000000000000.log: base_offset=0 created_us=1"));
+    assert_non_null(strstr(out, "version=2"));
+    assert_non_null(strstr(out, "00000000000000000001.log: base_offset=3"));
+    assert_non_null(strstr(out, "version=3"));
+    /* The opening record: 28 + 20 tag + 3; its payload read past the tag. */
+    assert_non_null(strstr(out, "  offset=3 pos=32 ts_us=11 len=3 producer=42 sequence=0 "
+                                "batch_len=3 payload=\"abc\""));
+    assert_non_null(strstr(out, "  offset=4 pos=83 ts_us=11 len=3 batch_cont payload=\"def\""));
+    assert_non_null(strstr(out, "producer=42 sequence=2 batch_len=2"));
+    snprintf(args, sizeof(args), "log verify %s", t.dir);
+    assert_int_equal(run(&t, args, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "producer marks: 3 batches, 5 marked records, 1 batches partial "
+                                "(the last one open at the tail"));
+    /* A continuation with no batch open: the unmarked record at offset 7
+     * rewritten with bit 30. */
+    snprintf(seg, sizeof(seg), "%s/00000000000000000001.log", t.dir);
+    set_len_word(seg, 196, 0x40000003u, "xyz");
+    assert_int_equal(run(&t, args, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "producer mark continues no open batch (offset 7)"));
+    assert_non_null(strstr(out, "position=196"));
+    set_len_word(seg, 196, 3, "xyz");
+    assert_int_equal(run(&t, args, out, sizeof(out)), 0);
+    /* A mark in a v2 segment: offset 1 of segment 0. */
+    snprintf(seg, sizeof(seg), "%s/00000000000000000000.log", t.dir);
+    set_len_word(seg, 32 + 31, 0x40000003u, "def");
+    assert_int_equal(run(&t, args, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "producer mark in a version 2 segment"));
+    assert_non_null(strstr(out, "position=63"));
+    drop_log(&t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_verify_passes_a_sound_log),
     cmocka_unit_test(test_verify_names_file_and_position_of_a_flipped_bit),
     cmocka_unit_test(test_verify_reports_a_torn_tail),
     cmocka_unit_test(test_inspect_prints_headers_and_records),
+    cmocka_unit_test(test_inspect_shows_producer_marks_and_verify_checks_them),
 };
 FX_TEST_MAIN(tests)

@@ -1,8 +1,10 @@
 /* `felix log inspect|verify|repair DIR`: reads a durable stream's directory
- * (or one segment file) in the on-disk format of durable storage. inspect
- * prints each segment header and record; verify checks every header,
- * checksum and offset and exits 1 naming the file and byte position of the
- * first damage; neither changes anything. repair (a directory of a stopped
+ * (or one segment file) in the on-disk format of durable storage (segment
+ * versions 2 and 3). inspect prints each segment header and record, with
+ * its producer mark; verify checks every header, checksum, offset and
+ * producer mark (a continuation follows an open batch, a batch holds no
+ * more records than its tag says) and exits 1 naming the file and byte
+ * position of the first damage; neither changes anything. repair (a directory of a stopped
  * broker) cuts the log at its first bad record, keeping the valid prefix,
  * and reports what it dropped. Each holds a shared lock on the storage root
  * (the directory above the stream's) while it works, and refuses a root a
@@ -41,6 +43,11 @@ typedef struct totals {
     uint64_t segments, records, bytes, payload;
     uint64_t next; /* expected base of the next segment */
     bool have_next;
+    /* Producer marks: batches opened, marked records, batches left partial;
+     * the batch being read (it may continue into the next segment). */
+    uint64_t batches, marked, partial;
+    bool in_batch;
+    uint32_t batch_len, batch_held;
 } totals;
 
 /* ---- listing --------------------------------------------------------------------- */
@@ -87,6 +94,9 @@ typedef struct inspect_ctx {
     const log_opts *o;
     int fd;
     uint64_t shown;
+    totals *t;
+    char bad[160]; /* a mark that breaks the batch rules; "" if none */
+    uint64_t bad_pos;
 } inspect_ctx;
 
 static void print_escaped(const uint8_t *p, size_t n)
@@ -99,19 +109,62 @@ static void print_escaped(const uint8_t *p, size_t n)
     }
 }
 
+/* Checks the producer mark of the record of |h| against the batch being
+ * read; returns 1 (with c->bad) when it breaks the rules. A batch cut short
+ * by the next opening or an unmarked record is partial, which the format
+ * allows (a torn batch is completed only while open at the tail). */
+static int check_mark(inspect_ctx *c, uint64_t pos, const fx_rec_header *h)
+{
+    totals *t = c->t;
+    if (h->mark == 0 || h->mark == FX_REC_MARK_OPEN) {
+        if (t->in_batch && t->batch_held < t->batch_len)
+            t->partial++;
+        t->in_batch = false;
+    }
+    if (h->mark == FX_REC_MARK_OPEN) {
+        if (h->tag.len == 0) {
+            snprintf(c->bad, sizeof(c->bad), "producer batch of 0 records (offset %" PRIu64 ")",
+                     h->offset);
+            c->bad_pos = pos;
+            return 1;
+        }
+        t->batches++;
+        t->in_batch = true;
+        t->batch_len = h->tag.len;
+        t->batch_held = 0;
+    } else if (h->mark == FX_REC_MARK_CONT && (!t->in_batch || t->batch_held >= t->batch_len)) {
+        snprintf(c->bad, sizeof(c->bad),
+                 "producer mark continues no open batch (offset %" PRIu64 ")", h->offset);
+        c->bad_pos = pos;
+        return 1;
+    }
+    if (h->mark != 0) {
+        t->marked++;
+        t->batch_held++;
+    }
+    return 0;
+}
+
 static int on_record(void *user, uint64_t pos, const fx_rec_header *h)
 {
     inspect_ctx *c = user;
-    if (c->o->limit > 0 && c->shown >= c->o->limit)
+    if (check_mark(c, pos, h) != 0)
+        return 1;
+    if (c->o->verify || (c->o->limit > 0 && c->shown >= c->o->limit))
         return 0;
     c->shown++;
     printf("  offset=%" PRIu64 " pos=%" PRIu64 " ts_us=%" PRIu64 " len=%" PRIu32, h->offset, pos,
            h->ts_us, h->len);
+    if (h->mark == FX_REC_MARK_OPEN)
+        printf(" producer=%" PRIu64 " sequence=%" PRIu64 " batch_len=%" PRIu32, h->tag.producer_id,
+               h->tag.sequence, h->tag.len);
+    else if (h->mark == FX_REC_MARK_CONT)
+        printf(" batch_cont");
     if (c->o->payload && h->len > 0) {
         uint8_t b[64];
         size_t k = h->len < sizeof(b) ? h->len : sizeof(b);
         fx_sio *io = fx_sio_posix();
-        ssize_t r = io->ops->pread(io, c->fd, b, k, pos + FX_REC_HEADER_LEN);
+        ssize_t r = io->ops->pread(io, c->fd, b, k, pos + fx_rec_body_pos(h));
         if (r > 0) {
             printf(" payload=\"");
             print_escaped(b, (size_t)r);
@@ -179,17 +232,22 @@ static int do_segment(const log_opts *o, const char *file, bool last, totals *t)
         return 1;
     }
     if (!o->verify)
-        printf("%s: base_offset=%" PRIu64 " created_us=%" PRIu64 " bytes=%" PRIu64 "\n", file,
-               h.base_offset, h.created_us, size);
+        printf("%s: base_offset=%" PRIu64 " created_us=%" PRIu64 " bytes=%" PRIu64
+               " version=%u\n",
+               file, h.base_offset, h.created_us, size, (unsigned)h.version);
     fx_segwin w;
     fx_scan sc;
-    inspect_ctx ic = {.o = o, .fd = fd};
+    inspect_ctx ic = {.o = o, .fd = fd, .t = t};
     if ((rv = fx_segwin_init(&w, io, fd, size, FX_SEGWIN_DEFAULT)) == 0) {
-        rv = fx_seg_scan(&w, FX_SEG_HEADER_LEN, h.base_offset, o->verify ? NULL : on_record, &ic,
-                         &sc);
+        w.version = h.version;
+        rv = fx_seg_scan(&w, FX_SEG_HEADER_LEN, h.base_offset, on_record, &ic, &sc);
         fx_segwin_deinit(&w);
     }
     io->ops->close(io, fd);
+    if (rv == 1 && ic.bad[0] != '\0') {
+        report_damage(file, ic.bad_pos, ic.bad, false);
+        return 1;
+    }
     if (rv != 0) {
         fx_cli_errorf(CMD, "%s: %s", file, fx_strerror(rv));
         return rv;
@@ -385,11 +443,20 @@ int fx_cli_log(int argc, char **argv)
     else
         status = do_segment(&o, o.path, true, &t) == 0 ? FX_CLI_EXIT_OK : FX_CLI_EXIT_FAIL;
     double secs = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
-    if (status == FX_CLI_EXIT_OK && o.verify)
+    if (status == FX_CLI_EXIT_OK && o.verify) {
         printf("ok: %" PRIu64 " segments, %" PRIu64 " records (offsets %" PRIu64 "..%" PRIu64
                "), %" PRIu64 " bytes verified in %.3f s (%.2f GB/s; CPU %.3f s)\n",
                t.segments, t.records, t.next - t.records, t.next, t.bytes, secs,
                secs > 0 ? (double)t.bytes / secs / 1e9 : 0.0, cpu);
+        if (t.batches > 0)
+            printf("producer marks: %" PRIu64 " batches, %" PRIu64 " marked records, %" PRIu64
+                   " batches partial (%s)\n",
+                   t.batches, t.marked,
+                   t.partial + (t.in_batch && t.batch_held < t.batch_len ? 1 : 0),
+                   t.in_batch && t.batch_held < t.batch_len
+                       ? "the last one open at the tail: its re-send completes it"
+                       : "none open at the tail");
+    }
     fx_rootlock_free(lock);
     return status;
 }
