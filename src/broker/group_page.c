@@ -247,7 +247,7 @@ static int page_add(fxb_gpage *p, uint64_t off, size_t *pcap, bool *pfull)
     /* Positions for now: the buffer may still move. */
     p->nsl[p->nn++] = (fx_wire_slice){.ptr = (const uint8_t *)(uintptr_t)p->nbytes, .len = h.len};
     p->nbytes += h.len;
-    c->pos += FX_REC_HEADER_LEN + h.len;
+    c->pos += fx_rec_step(&h);
     return 0;
 }
 

@@ -69,6 +69,7 @@ static int seg_open(fxb_logcur *c, uint64_t id, uint64_t *pbase)
         c->fd = -1;
         return n < 0 ? (int)n : rv;
     }
+    c->win.version = h.version; /* a v3 segment may hold producer marks */
     c->open = true;
     c->seg_id = id;
     c->pos = FX_SEG_HEADER_LEN;
@@ -154,7 +155,7 @@ static int skip_to(fxb_logcur *c, uint64_t off, uint64_t target)
             return fail(c, FX_ECURSOR_TOO_OLD, "offset %" PRIu64 " is no longer available", target);
         if (st != FX_REC_OK)
             return fxb_logcur_bad(c, st);
-        c->pos += FX_REC_HEADER_LEN + h.len;
+        c->pos += fx_rec_step(&h);
     }
     return 0;
 }

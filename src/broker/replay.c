@@ -139,7 +139,7 @@ static int page_add(fxb_replay *r, page_fill *p, bool *pfull)
         return fxb_logcur_bad(c, st);
     p->sl[p->n++] = (fx_wire_slice){.ptr = dst, .len = h.len};
     p->used += h.len;
-    c->pos += FX_REC_HEADER_LEN + h.len;
+    c->pos += fx_rec_step(&h);
     r->next++;
     return 0;
 }
