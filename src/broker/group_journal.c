@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "base/metrics.h"
@@ -114,15 +115,27 @@ bool fxb_gj_event_rec(const fxb_gs_event *e, fx_gjournal_rec *out)
     return fx_gjournal_rec_is_valid(out);
 }
 
-int fxb_gj_restore(fxb_gs *gs, const fx_gjournal_state *s)
+int fxb_gj_restore(fxb_gs *gs, const fx_gjournal_state *s, uint64_t now_us, uint64_t wall_us)
 {
     size_t np = 0;
     /* Dead intents name pending records: they come back with them. */
     const fx_gjournal_pending *p = fx_gjournal_state_pending(s, &np);
     int rv = fxb_gs_restore(gs, s->floor, s->next);
-    for (size_t i = 0; i < np && rv == 0; i++)
-        rv = fxb_gs_restore_pending(gs, p[i].offset, p[i].attempts, 0);
+    for (size_t i = 0; i < np && rv == 0; i++) {
+        /* A parked record waits out what is left of its delay (its time is
+         * the wall clock's; a journal of an older build kept the process's
+         * monotonic clock, which reads as long past). */
+        uint64_t nb = p[i].not_before_us > wall_us ? now_us + (p[i].not_before_us - wall_us) : 0;
+        rv = fxb_gs_restore_pending(gs, p[i].offset, p[i].attempts, nb);
+    }
     return rv;
+}
+
+uint64_t fxb_gj_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 int fxb_gj_restore_dead(struct fxb_group *g, const fx_gjournal_state *s)
@@ -231,8 +244,16 @@ static void emit(fxb_gjournal *gj, const fx_gjournal_rec *r)
 static void on_event(void *user, const fxb_gs_event *e)
 {
     fx_gjournal_rec r;
-    if (fxb_gj_event_rec(e, &r))
-        emit(user, &r);
+    if (!fxb_gj_event_rec(e, &r))
+        return;
+    if (r.not_before_us != 0) {
+        /* The engine's times are the loop's monotonic clock, which a restart
+         * resets: the journal keeps the wall clock's. */
+        fxb_gjournal *gj = user;
+        uint64_t now_us = fx_loop_now(gj->w->loop) / 1000, wall = fxb_gj_wall_us();
+        r.not_before_us = r.not_before_us > now_us ? wall + (r.not_before_us - now_us) : wall;
+    }
+    emit(user, &r);
 }
 
 static void on_batch(fx_loop *l, fx_task *t, void *user);
@@ -1007,7 +1028,8 @@ static void on_restore(fx_loop *l, fx_task *t, void *user)
     }
     if (atomic_load_explicit(&gj->srv, memory_order_acquire) != 0) {
         gj->werr = strdup(gj->why); /* refused: counted and logged by the recovery */
-    } else if (fxb_gj_restore(g->gs, &gj->state) != 0) {
+    } else if (fxb_gj_restore(g->gs, &gj->state, fx_loop_now(w->loop) / 1000, fxb_gj_wall_us()) !=
+               0) {
         gj->werr = strdup("its recovered state does not fit the group engine");
         FX_COUNTER_INC(group_journal_errors);
     } else if (fxb_gj_restore_dead(g, &gj->state) != 0) {

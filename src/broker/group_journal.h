@@ -53,10 +53,15 @@ typedef struct fxb_gjournal fxb_gjournal;
 bool fxb_gj_event_rec(const fxb_gs_event *e, fx_gjournal_rec *out);
 /* Rebuilds engine |gs| (new, no member) from recovered state |s| (clamped):
  * floor and next, then every pending record with its attempts, AVAILABLE
- * now (not-before times were the old process's clock; dead intents come
- * back as pending records, dead-lettered again by the next pump when their
- * deliveries are used up). Returns 0, -EINVAL or -ENOMEM. */
-int fxb_gj_restore(fxb_gs *gs, const fx_gjournal_state *s);
+ * now, or PARKED for what is left of its delay: the journal keeps a delayed
+ * nak's not-before time on the wall clock (|wall_us| now), the engine on
+ * the loop's (|now_us| now). Dead intents come back as pending records,
+ * dead-lettered again by the next pump when their deliveries are used up.
+ * Returns 0, -EINVAL or -ENOMEM. */
+int fxb_gj_restore(fxb_gs *gs, const fx_gjournal_state *s, uint64_t now_us, uint64_t wall_us);
+/* The wall clock (CLOCK_REALTIME) in microseconds: the clock of a journal's
+ * not-before times. */
+uint64_t fxb_gj_wall_us(void);
 
 /* Rebuilds |g|'s dead-letter list (group_int.h) from recovered state |s|:
  * its entries, redriven ones included, and the forgotten count. 0 or

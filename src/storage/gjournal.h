@@ -61,7 +61,7 @@ typedef struct fx_gjournal_rec {
     uint64_t offset;        /* first offset of a range, or the offset */
     uint32_t count;         /* DELIVER, ACK, SKIP: >= 1 */
     uint32_t attempt;       /* DELIVER, NAK, RELEASE; DEAD_INTENT: attempts so far */
-    uint64_t not_before_us; /* NAK: 0 = AVAILABLE now, else PARKED until then */
+    uint64_t not_before_us; /* NAK: 0 = AVAILABLE now, else PARKED until then (wall clock, us) */
     uint64_t dlq_offset;    /* DEAD */
     uint8_t reason;         /* DEAD_INTENT, DEAD */
 } fx_gjournal_rec;

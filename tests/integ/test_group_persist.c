@@ -142,8 +142,54 @@ static void test_a_group_survives_a_restart_and_confirmed_acks_are_not_delivered
     fix_rm_dir(root);
 }
 
+/* A delayed nak waits out the rest of its delay across a restart (the
+ * journal keeps its time on the wall clock), not redelivered at once. */
+static void test_a_delayed_nak_waits_out_its_delay_across_a_restart(void **state)
+{
+    (void)state;
+    char root[64] = "/tmp/fxgnakXXXXXX";
+    assert_non_null(mkdtemp(root));
+    fix_env e;
+    fix_env_init(&e, "gnak");
+    start_on(&e, root);
+    fx_client *c = client(&e);
+    assert_int_equal(fx_publish(c, NS, "naks", "r0", 2, FX_ACK_PER_MESSAGE), 0);
+    fx_group *g = join(c, "naks", "g", true);
+    assert_non_null(g);
+    fx_group_msg m;
+    assert_int_equal(fx_group_next(g, &m, HANG_MS), 0);
+    assert_int_equal(m.offset, 0);
+    uint64_t t_nak = fx_now_ns();
+    assert_int_equal(fx_group_nak(g, 0, m.attempt, 2500), 0);
+    assert_int_equal(fx_group_ack_sync(g, HANG_MS), 0); /* the nak is journaled */
+    fx_broker_free(e.b);
+    e.b = NULL;
+    fx_group_leave(g);
+    fix_close(c);
+    fix_env_deinit(&e);
+
+    fix_env_init(&e, "gnak");
+    start_on(&e, root);
+    c = client(&e);
+    g = join(c, "naks", "g", false);
+    assert_non_null(g);
+    assert_int_equal(fx_group_next(g, &m, HANG_MS), 0);
+    uint64_t waited_ms = (fx_now_ns() - t_nak) / 1000000;
+    if (waited_ms < 2400)
+        fail_msg("redelivered %llu ms after a nak of 2500 ms", (unsigned long long)waited_ms);
+    assert_int_equal(m.offset, 0);
+    assert_int_equal(m.attempt, 2);
+    assert_int_equal(fx_group_ack(g, 0), 0);
+    assert_int_equal(fx_group_ack_sync(g, HANG_MS), 0);
+    fx_group_leave(g);
+    fix_close(c);
+    fix_env_deinit(&e);
+    fix_rm_dir(root);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_group_survives_a_restart_and_confirmed_acks_are_not_delivered_again),
+    cmocka_unit_test(test_a_delayed_nak_waits_out_its_delay_across_a_restart),
 };
 
 FX_TEST_MAIN(tests)

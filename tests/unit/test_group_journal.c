@@ -87,8 +87,10 @@ static fxb_gs_run pump_one(fxb_gs *gs, uint64_t tail, size_t *pn)
 }
 
 /* A state with [0, 3) acked, 3 and 5 delivered twice, 4 acked, 6 parked by
- * a nak: recovery makes 3, 5, 6 available with their attempts; the next
- * delivery is a redelivery at attempt + 1, and new records follow from 7. */
+ * a nak whose (wall clock) time is past, 7 parked 2 s beyond the wall clock
+ * at restore: recovery makes 3, 5, 6 available with their attempts and
+ * keeps 7 parked for its 2 s left, on the loop's clock; the next delivery
+ * is a redelivery at attempt + 1, and new records follow from 8. */
 static void test_restore_mapping(void **state)
 {
     (void)state;
@@ -101,6 +103,9 @@ static void test_restore_mapping(void **state)
         {.type = FX_GJ_DELIVER, .offset = 3, .count = 1, .attempt = 2},
         {.type = FX_GJ_DELIVER, .offset = 5, .count = 1, .attempt = 2},
         {.type = FX_GJ_NAK, .offset = 6, .attempt = 1, .not_before_us = 123456789},
+        /* Parked until 2 s after the wall clock below: it waits out the rest. */
+        {.type = FX_GJ_DELIVER, .offset = 7, .count = 1, .attempt = 1},
+        {.type = FX_GJ_NAK, .offset = 7, .attempt = 1, .not_before_us = 5000000000 + 2000000},
     };
     for (size_t i = 0; i < sizeof(recs) / sizeof(recs[0]); i++)
         assert_int_equal(fx_gjournal_state_apply(&s, &recs[i]), 0);
@@ -108,13 +113,15 @@ static void test_restore_mapping(void **state)
     fxb_gs_config_default(&c);
     fxb_gs *gs = fxb_gs_new(&c, 0);
     assert_non_null(gs);
-    assert_int_equal(fxb_gj_restore(gs, &s), 0);
+    /* The loop's clock at 1,000 s, the wall clock at 5,000 s. */
+    assert_int_equal(fxb_gj_restore(gs, &s, 1000000000, 5000000000), 0);
     fxb_gs_info in;
     fxb_gs_get_info(gs, &in);
     assert_int_equal(in.floor, 3);
-    assert_int_equal(in.next, 7);
-    assert_int_equal(in.available, 3); /* the parked one too: the old clock means nothing */
-    assert_int_equal(in.parked, 0);
+    assert_int_equal(in.next, 8);
+    assert_int_equal(in.available, 3); /* 6 too: its wall time is long past */
+    assert_int_equal(in.parked, 1);    /* 7: 2 s of its delay left */
+    assert_int_equal(fxb_gs_next_deadline(gs), 1000000000 + 2000000);
     uint32_t mid;
     assert_int_equal(fxb_gs_member_add(gs, 16, 0, &mid), 0);
     size_t n;
