@@ -317,23 +317,12 @@ static int json_dispatch(fxb_bidi *s, const fx_msg *m)
     case FX_MSG_ERROR:
         fxb_bidi_end(s);
         break;
-    case FX_MSG_GROUP_POLL:
-    case FX_MSG_GROUP_ACK:
-    case FX_MSG_GROUP_NACK:
-    case FX_MSG_GROUP_EXTEND:
-    case FX_MSG_GROUP_DEAD_LETTER:
-    case FX_MSG_GROUP_DEAD_LETTERS:
-    case FX_MSG_GROUP_DISCARD:
-    case FX_MSG_GROUP_REDRIVE:
-    case FX_MSG_GROUP_SEEK:
-    case FX_MSG_GROUP_DESCRIBE:
-    case FX_MSG_GROUP_DELETE:
-        /* The original's group requests: one per stream (group_json.c). */
-        if (allowed(s, m->tenant_id, strlen(m->tenant_id)))
-            fxb_group_json(s, m);
-        break;
     default:
-        if (is_server_only(m->type))
+        if (fxb_group_json_is_request(m->type)) {
+            /* The original's group requests: one per stream (group_json.c). */
+            if (allowed(s, m->tenant_id, strlen(m->tenant_id)))
+                fxb_group_json(s, m);
+        } else if (is_server_only(m->type))
             fxb_bidi_error(s, "unexpected message type", true);
         else if (!s->authed)
             preauth_protocol_error(s, "unsupported message type");

@@ -28,6 +28,7 @@
 #include "base/metrics.h"
 #include "broker/broker.h"
 #include "felix/felix.h"
+#include "storage/syncpol.h"
 
 /* Hang guard (milliseconds) of connects, closes, reads and waits. */
 #ifndef HANG_MS
@@ -132,6 +133,17 @@ static inline void fix_env_init(fix_env *e, const char *tag)
     fix_state_dir_new(e->dir, sizeof(e->dir), tag);
     fix_broker_opts(&e->bo, e->dir);
     e->bo.event_batch_max_delay_ns = 0;
+}
+
+/* Broker options |bo| for durable streams under |root|: every stream
+ * durable, on_commit, 1 MiB segments, no preallocation. */
+static inline void fix_durable_opts(fx_broker_opts *bo, const char *root)
+{
+    bo->durable.dir = root;
+    bo->durable.durable_default = true;
+    bo->durable.fsync_mode = FX_FSYNC_ON_COMMIT;
+    bo->durable.segment_bytes = 1 << 20;
+    bo->durable.preallocate = false;
 }
 
 static inline void fix_env_start(fix_env *e)

@@ -52,11 +52,7 @@ static fx_group *join(fx_client *c, const char *stream, const char *group, bool 
 
 static void start_on(fix_env *e, const char *root)
 {
-    e->bo.durable.dir = root;
-    e->bo.durable.durable_default = true;
-    e->bo.durable.fsync_mode = FX_FSYNC_ON_COMMIT;
-    e->bo.durable.segment_bytes = 1 << 20;
-    e->bo.durable.preallocate = false;
+    fix_durable_opts(&e->bo, root);
     fix_env_start(e);
 }
 

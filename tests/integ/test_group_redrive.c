@@ -142,11 +142,7 @@ static int discard(fix_env *e, const char *stream, uint64_t offset, fx_registry_
 
 static void start_on(fix_env *e, const char *root)
 {
-    e->bo.durable.dir = root;
-    e->bo.durable.durable_default = true;
-    e->bo.durable.fsync_mode = FX_FSYNC_ON_COMMIT;
-    e->bo.durable.segment_bytes = 1 << 20;
-    e->bo.durable.preallocate = false;
+    fix_durable_opts(&e->bo, root);
     e->bo.log_capacity = 4; /* the records below the ring are read from the log */
     fix_env_start(e);
 }

@@ -264,11 +264,7 @@ static void test_bad_settings_are_400_and_a_conflicting_recreate_is_409(void **s
 
 static void start_on(fix_env *e, const char *root)
 {
-    e->bo.durable.dir = root;
-    e->bo.durable.durable_default = true;
-    e->bo.durable.fsync_mode = FX_FSYNC_ON_COMMIT;
-    e->bo.durable.segment_bytes = 1 << 20;
-    e->bo.durable.preallocate = false;
+    fix_durable_opts(&e->bo, root);
     fix_env_start(e);
 }
 
@@ -410,10 +406,7 @@ static void test_a_group_starts_at_the_first_record_at_or_after_a_time(void **st
     char root[64] = "/tmp/fxgtimeXXXXXX";
     assert_non_null(mkdtemp(root));
     E *e = e_new();
-    e->bo.durable.dir = root;
-    e->bo.durable.durable_default = true;
-    e->bo.durable.fsync_mode = FX_FSYNC_ON_COMMIT;
-    e->bo.durable.preallocate = false;
+    fix_durable_opts(&e->bo, root);
     e_start(e);
     fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
     publish_n(c, 5);
