@@ -540,14 +540,20 @@ int fx_broker_group_dead_letters(fx_broker *b, const char *tenant, const char *n
  * (|offset| is not a dead letter of the group: not listed, or redriven
  * already), FX_ECURSOR_TOO_OLD (the record is no longer in the stream: an
  * in-memory stream's ring or a durable stream's log dropped it), -ENOSPC
- * (the group's pending set is at max_ack_pending + max_parked: later). */
+ * (the group's pending set is at max_ack_pending + max_parked: later). On
+ * a durable stream it returns once the group's journal wrote the change
+ * (flushed as the stream's fsync policy asks), so an answered redrive or
+ * discard survives a crash; FX_ETIMEDOUT when it did not in |timeout_ns|
+ * (the change stands and will be written), FX_ESTORAGE_ERROR when the
+ * journal failed. */
 int fx_broker_redrive_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             const char *group, uint64_t offset, uint64_t timeout_ns,
                             fx_registry_err *err);
 /* Discards dead letter |offset| of |group|: its entry is removed (journaled
  * on a durable stream); the record stays in the stream and in the
  * dead-letter stream. Also -ESRCH (not a dead letter of the group: not
- * listed, or redriven). */
+ * listed, or redriven). On a durable stream it returns once journaled, as
+ * fx_broker_redrive_group. */
 int fx_broker_discard_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             const char *group, uint64_t offset, uint64_t timeout_ns,
                             fx_registry_err *err);

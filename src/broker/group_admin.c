@@ -4,6 +4,7 @@
  * the part that touches the group and waits for it with a deadline; the
  * answer is JSON built on the worker and handed back. */
 #include <errno.h>
+#include <unistd.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "broker/group_journal.h"
 #include "broker/group_page.h"
 #include "broker/group_settings.h"
+#include "base/loop.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 
@@ -33,6 +35,8 @@ typedef struct gask {
     const char *why; /* static text when rv != 0 */
     json_t *j;
     bool created, existed;
+    uint64_t made, durable; /* the group's journal records: made, and written as its policy asks */
+    const char *jerr;       /* the journal's failure, or NULL */
     void (*fn)(struct gask *a); /* the part, on the worker */
 } gask;
 
@@ -541,14 +545,64 @@ static void redrive_part(gask *a)
     struct fxb_group *g = group_of(a);
     if (g != NULL)
         a->rv = fxb_group_redrive(g, a->offset, a->whybuf, sizeof(a->whybuf));
+    if (g != NULL && a->rv == 0)
+        a->made = fxb_gj_made(g);
+}
+
+static void journal_part(gask *a)
+{
+    struct fxb_group *g = group_of(a);
+    if (g != NULL) {
+        a->durable = fxb_gj_durable(g);
+        a->jerr = fxb_gj_error(g);
+    }
+}
+
+/* Waits until the journal of a durable stream's group wrote its first
+ * |made| records (flushed as the stream's policy asks), so that a redrive
+ * or discard answered ok survives a crash. A group in memory has none. */
+static int wait_journal(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                        const char *group, uint64_t made, uint64_t timeout_ns,
+                        fx_registry_err *err)
+{
+    uint64_t deadline = fx_now_ns() + timeout_ns;
+    for (;;) {
+        gask q = {.group = group};
+        uint64_t now = fx_now_ns();
+        int rv = ask(b, tenant, ns, stream, &q, journal_part,
+                     deadline > now ? deadline - now : 0, err);
+        if (rv != 0)
+            return rv;
+        if (q.jerr != NULL) {
+            if (err != NULL)
+                snprintf(err->msg, sizeof(err->msg), "the group's journal failed: %s", q.jerr);
+            return FX_ESTORAGE_ERROR;
+        }
+        if (q.durable >= made)
+            return 0;
+        if (fx_now_ns() >= deadline) {
+            if (err != NULL)
+                snprintf(err->msg, sizeof(err->msg),
+                         "the group's journal did not write the change in time (it is applied "
+                         "and will be written)");
+            return FX_ETIMEDOUT;
+        }
+        usleep(1000);
+    }
 }
 
 int fx_broker_redrive_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             const char *group, uint64_t offset, uint64_t timeout_ns,
                             fx_registry_err *err)
 {
+    uint64_t t0 = fx_now_ns();
     gask a = {.group = group, .offset = offset};
-    return ask(b, tenant, ns, stream, &a, redrive_part, timeout_ns, err);
+    int rv = ask(b, tenant, ns, stream, &a, redrive_part, timeout_ns, err);
+    uint64_t spent = fx_now_ns() - t0;
+    if (rv == 0 && a.made != 0)
+        rv = wait_journal(b, tenant, ns, stream, group, a.made,
+                          timeout_ns > spent ? timeout_ns - spent : 0, err);
+    return rv;
 }
 
 static void discard_part(gask *a)
@@ -556,12 +610,20 @@ static void discard_part(gask *a)
     struct fxb_group *g = group_of(a);
     if (g != NULL)
         a->rv = fxb_group_discard(g, a->offset, a->whybuf, sizeof(a->whybuf));
+    if (g != NULL && a->rv == 0)
+        a->made = fxb_gj_made(g);
 }
 
 int fx_broker_discard_group(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             const char *group, uint64_t offset, uint64_t timeout_ns,
                             fx_registry_err *err)
 {
+    uint64_t t0 = fx_now_ns();
     gask a = {.group = group, .offset = offset};
-    return ask(b, tenant, ns, stream, &a, discard_part, timeout_ns, err);
+    int rv = ask(b, tenant, ns, stream, &a, discard_part, timeout_ns, err);
+    uint64_t spent = fx_now_ns() - t0;
+    if (rv == 0 && a.made != 0)
+        rv = wait_journal(b, tenant, ns, stream, group, a.made,
+                          timeout_ns > spent ? timeout_ns - spent : 0, err);
+    return rv;
 }
