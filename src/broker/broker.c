@@ -404,6 +404,7 @@ void fx_broker_stop(fx_broker *b)
     if (b == NULL || b->stopped)
         return;
     b->stopped = true;
+    fxb_durable_stopping(b);
     if (b->started) {
         for (uint32_t i = 0; i < b->neps; i++)
             run_on(b->eps[i].loop, close_endpoint, &b->eps[i]);

@@ -71,6 +71,10 @@ void fxb_durable_barrier(fx_broker *b);
 void fxb_durable_each_loop(fx_broker *b, void (*cb)(fx_loop *l, void *user), void *user);
 /* Stops the storage threads (after the workers). Main thread. */
 void fxb_durable_stop(fx_broker *b);
+/* The broker begins to stop: the storage threads start no further
+ * start-up recovery and recover no consumer group (durable_int.h). Before
+ * the last fxb_durable_barrier that precedes stopping the workers. */
+void fxb_durable_stopping(fx_broker *b);
 /* Closes every log with a flush and frees the stage and the catalogue. Main
  * thread, every loop stopped. */
 void fxb_durable_free(fx_broker *b);

@@ -196,6 +196,12 @@ struct fxb_durable {
     uint64_t rec_t0;    /* when the storage threads started on them */
     atomic_uint_fast64_t rec_done, rec_damaged, rec_failed;
     atomic_uint_fast64_t rec_logged_ns; /* the last progress line */
+
+    /* The broker is stopping (fxb_durable_stopping): no start-up recovery
+     * begins and no consumer group is recovered from then on, so nothing is
+     * sent to a worker loop after it stopped (a group's restore task would
+     * never run). Set by the stopping thread, read by the storage threads. */
+    atomic_bool stopping;
 };
 
 /* Per durable stream on its worker: bytes in storage and the jobs held

@@ -208,7 +208,9 @@ int fxb_durable_recover(fx_broker *b)
 static void storage_on_recover(fx_loop *l, fx_task *t, void *user)
 {
     fxb_storage *st = user;
-    if (st->rqi < st->rqn && !fx_loop_is_stopping(l)) {
+    bool go = !fx_loop_is_stopping(l) &&
+              !atomic_load_explicit(&st->d->stopping, memory_order_acquire);
+    if (st->rqi < st->rqn && go) {
         fx_stream_handle *h = st->rq[st->rqi];
         st->rq[st->rqi++] = NULL;
         void (*hook)(const fx_stream_handle *) = fxb_test_on_recover;
@@ -221,7 +223,7 @@ static void storage_on_recover(fx_loop *l, fx_task *t, void *user)
             fxb_dstats_drop_recovering(st->d, h, !fx_stream_handle_is_ended(h));
         fx_stream_handle_unref(h);
     }
-    if (st->rqi < st->rqn && !fx_loop_is_stopping(l))
+    if (st->rqi < st->rqn && go)
         fx_loop_post(l, t);
 }
 
@@ -389,6 +391,12 @@ void fxb_durable_barrier(fx_broker *b)
             fx_loop_barrier(d->st[i].loop);
         }
     }
+}
+
+void fxb_durable_stopping(fx_broker *b)
+{
+    if (b->dur != NULL)
+        atomic_store_explicit(&b->dur->stopping, true, memory_order_release);
 }
 
 void fxb_durable_stop(fx_broker *b)

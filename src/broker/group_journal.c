@@ -972,6 +972,10 @@ void fxb_gj_store_recover(dstream *s)
     fx_sio *io = io_of(s->st);
     char dir[4096 + 64];
     bool is_dir = false;
+    /* Stopping: a restore sent now might reach a worker already stopped,
+     * and never run; the files stay for the next start. */
+    if (atomic_load_explicit(&s->st->d->stopping, memory_order_acquire))
+        return;
     if (s->st->w == NULL || groups_dir(s, dir, sizeof(dir)) != 0 ||
         io->ops->stat(io, dir, &is_dir) != 0 || !is_dir)
         return; /* no group was ever made */
