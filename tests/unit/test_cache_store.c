@@ -464,6 +464,123 @@ static void test_random_ops_match_a_reference(void **state)
     fxb_cache_store_free(s);
 }
 
+/* Random sizes (some past the limits), random scopes (some unknown), TTLs
+ * and a bound that keeps evicting, with two tenants capped: the bytes add
+ * up everywhere after every op, never pass a bound, and a hit is the last
+ * value put (an entry the reference holds may have been evicted: a miss). */
+static void test_random_ops_under_pressure_keep_every_bound_and_sum(void **state)
+{
+    (void)state;
+    const uint64_t max = 40 * (8 + 200 + FXB_CACHE_ENTRY_OVERHEAD);
+    fxb_cache_tenant tn[2] = {{.max_bytes = (int64_t)(max / 3)}, {.max_bytes = 0}};
+    fxb_cache_store *s = mk(max, 300, 12);
+    uint32_t sc[RS];
+    sc[0] = scope(s, "t1", "a", &tn[0]);
+    sc[1] = scope(s, "t1", "b", &tn[0]);
+    sc[2] = scope(s, "t2", "a", &tn[1]);
+    enum { K = 30 };
+    static struct {
+        bool live;
+        uint64_t expires;
+        size_t len;
+        unsigned char fill;
+    } ref[RS][K];
+    memset(ref, 0, sizeof(ref));
+    static unsigned char v[400], key[20];
+    uint64_t x = 88172645463325252ull, now = 0, hits = 0;
+    for (int op = 0; op < 30000; op++) {
+        now += rnd(&x) % 2 * MS;
+        int c = (int)(rnd(&x) % RS), k = (int)(rnd(&x) % K);
+        /* Key: k's bytes padded to its tracked length, or to a random one (past
+         * 12 sometimes). */
+        size_t klen = rnd(&x) % 4 == 0 ? 2 + rnd(&x) % 13 : 2 + (size_t)(k % 11);
+        memset(key, 'p', sizeof(key));
+        key[0] = (unsigned char)k;
+        key[1] = (unsigned char)klen;
+        uint32_t id = rnd(&x) % 50 == 0 ? 3 + (uint32_t)(rnd(&x) % 5) : sc[c];
+        switch (rnd(&x) % 4) {
+        case 0:
+        case 1: {
+            size_t vlen = rnd(&x) % 10 == 0 ? rnd(&x) % 400 : rnd(&x) % 200;
+            unsigned char fill = (unsigned char)rnd(&x);
+            memset(v, fill, vlen);
+            fxb_cache_put_opts o = {.ttl_ms = rnd(&x) % 3 == 0 ? 1 + rnd(&x) % 30 : 0};
+            int rv = fxb_cache_put(s, id, key, klen, v, vlen, &o, now, NULL);
+            if (id != sc[c]) {
+                assert_int_equal(rv, -EINVAL);
+                break;
+            }
+            if (klen > 12) {
+                assert_int_equal(rv, FXB_CACHE_KEY_TOO_LONG);
+            } else if (vlen > 300) {
+                assert_int_equal(rv, FXB_CACHE_VALUE_TOO_LARGE);
+            } else if (rv == FXB_CACHE_OK) {
+                if (klen == 2 + (size_t)(k % 11)) { /* one key length per k is tracked */
+                    ref[c][k].live = true;
+                    ref[c][k].len = vlen;
+                    ref[c][k].fill = fill;
+                    ref[c][k].expires = o.ttl_ms ? now + o.ttl_ms * MS : 0;
+                }
+            } else {
+                assert_int_equal(rv, FXB_CACHE_TENANT_OVER_CAP);
+                assert_int_equal(c < 2, 1);
+            }
+            break;
+        }
+        case 2:
+            if (rnd(&x) % 2) {
+                fxb_cache_sweep(s, now, rnd(&x) % 8);
+                break;
+            }
+            (void)fxb_cache_delete(s, id, key, klen, now);
+            if (klen == 2 + (size_t)(k % 11) && id == sc[c])
+                ref[c][k].live = false;
+            break;
+        default: {
+            const void *p = NULL;
+            size_t n = 0;
+            int rv = fxb_cache_get(s, id, key, klen, now, &p, &n, NULL);
+            if (id != sc[c] || klen != 2 + (size_t)(k % 11))
+                break;
+            bool live = ref[c][k].live && !(ref[c][k].expires && now >= ref[c][k].expires);
+            if (!live) {
+                assert_int_equal(rv, FXB_CACHE_MISS);
+                break;
+            }
+            if (rv == FXB_CACHE_MISS) { /* evicted */
+                ref[c][k].live = false;
+                break;
+            }
+            hits++;
+            assert_int_equal(n, ref[c][k].len);
+            for (size_t i = 0; i < n; i++)
+                assert_int_equal(((const unsigned char *)p)[i], ref[c][k].fill);
+        }
+        }
+        fxb_cache_stats st = stats(s);
+        uint64_t e[RS], b[RS];
+        for (int i = 0; i < RS; i++)
+            fxb_cache_scope_usage(s, sc[i], &e[i], &b[i]);
+        assert_true(st.bytes <= max);
+        assert_int_equal(st.bytes, b[0] + b[1] + b[2]);
+        assert_int_equal(st.entries, e[0] + e[1] + e[2]);
+        assert_int_equal(tn[0].bytes, b[0] + b[1]);
+        assert_int_equal(tn[0].entries, e[0] + e[1]);
+        assert_int_equal(tn[1].bytes, b[2]);
+        assert_true(tn[0].bytes <= tn[0].max_bytes);
+    }
+    fxb_cache_stats st = stats(s);
+    assert_true(st.evictions > 0);
+    assert_true(st.refused[FXB_CACHE_TENANT_OVER_CAP - FXB_CACHE_REFUSAL_FIRST] > 0);
+    assert_true(st.expired_swept > 0);
+    print_message("tracked hits %llu, evictions %llu\n", (unsigned long long)hits,
+                  (unsigned long long)st.evictions);
+    assert_true(hits > 100);
+    fxb_cache_store_free(s);
+    assert_int_equal(tn[0].bytes, 0);
+    assert_int_equal(tn[1].entries, 0);
+}
+
 static void test_a_kib_entry_costs_under_1_3_kib_at_100k_entries(void **state)
 {
     (void)state;
@@ -503,6 +620,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_oversize_values_and_keys_are_refused_and_counted),
     cmocka_unit_test(test_if_absent_lets_exactly_one_of_two_win_and_if_version_checks),
     cmocka_unit_test(test_random_ops_match_a_reference),
+    cmocka_unit_test(test_random_ops_under_pressure_keep_every_bound_and_sum),
     cmocka_unit_test(test_a_kib_entry_costs_under_1_3_kib_at_100k_entries),
 };
 FX_TEST_MAIN(tests)
