@@ -3,8 +3,8 @@
  *
  * Layout. Each entry is one allocation: a 40-byte header, then the key,
  * then the value. An open-addressed table of entry pointers (linear
- * probing, backward-shift deletion, grown by doubling before it passes half
- * full) finds an entry by (cache, key); the entry keeps 32 bits of its hash
+ * probing, backward-shift deletion, doubled before it passes half full,
+ * halved under an eighth) finds an entry by (cache, key); the entry keeps 32 bits of its hash
  * so probes and rehashes compare without touching the key. Entries with a
  * TTL also sit in a min-heap of pointers ordered by expiry (the entry keeps
  * its heap position), which the sweep pops and next_deadline peeks.
@@ -302,16 +302,9 @@ static void table_del(fxb_cache_store *s, uint32_t hole)
     s->count--;
 }
 
-/* Room for |need| entries at most half full. 0 or -ENOMEM (unchanged). */
-static int table_reserve(fxb_cache_store *s, uint32_t need)
+/* Moves every entry into a table of |cap| slots. 0 or -ENOMEM (unchanged). */
+static int rehash(fxb_cache_store *s, uint32_t cap)
 {
-    if (need <= s->table_cap / 2)
-        return 0;
-    if (need > UINT32_MAX / 4)
-        return -ENOMEM;
-    uint32_t cap = s->table_cap ? s->table_cap : TABLE_MIN;
-    while (need > cap / 2)
-        cap *= 2;
     entry **t = calloc(cap, sizeof(*t));
     if (t == NULL)
         return -ENOMEM;
@@ -326,6 +319,38 @@ static int table_reserve(fxb_cache_store *s, uint32_t need)
     free(old);
     s->hand &= cap - 1;
     return 0;
+}
+
+/* Room for |need| entries at most half full. 0 or -ENOMEM (unchanged). */
+static int table_reserve(fxb_cache_store *s, uint32_t need)
+{
+    if (need <= s->table_cap / 2)
+        return 0;
+    if (need > UINT32_MAX / 4)
+        return -ENOMEM;
+    uint32_t cap = s->table_cap ? s->table_cap : TABLE_MIN;
+    while (need > cap / 2)
+        cap *= 2;
+    return rehash(s, cap);
+}
+
+/* After a removal: the table is halved under an eighth full and the heap
+ * under a quarter, so memory follows the live entries after a burst (the
+ * gaps to the growth points keep churn at one size from resizing). A
+ * failed allocation keeps the larger array, which is still correct. Either
+ * keeps room for one more entry, which a put reserved before it dropped an
+ * old or expired entry. */
+static void shrink(fxb_cache_store *s)
+{
+    if (s->table_cap > TABLE_MIN && s->count < s->table_cap / 8)
+        (void)rehash(s, s->table_cap / 2);
+    if (s->heap_cap > TABLE_MIN && s->heap_n < s->heap_cap / 4) {
+        entry **h = realloc(s->heap, (size_t)(s->heap_cap / 2) * sizeof(*h));
+        if (h != NULL) {
+            s->heap = h;
+            s->heap_cap /= 2;
+        }
+    }
 }
 
 /* ---- entries ---------------------------------------------------------------------- */
@@ -364,6 +389,7 @@ static void drop_at(fxb_cache_store *s, uint32_t pos, enum why why)
         break;
     }
     free(e);
+    shrink(s);
 }
 
 static bool expired(const entry *e, uint64_t now_us)

@@ -16,11 +16,14 @@
 
 /* What one entry costs on top of its key and value bytes, in the store's
  * accounting: the entry's header (40 bytes), its share of the index (an
- * 8-byte slot in a table kept between a quarter and half full: at most 32),
- * its place in the expiry heap (an 8-byte slot in an array grown by
- * doubling: at most 16, charged whether or not it has a TTL, so an entry's
- * cost never changes) and the allocator's header and rounding (16). A
- * 1 KiB value under a 16-byte key thus counts 1144 bytes. */
+ * 8-byte slot in a table between a quarter and half full as it grows: at
+ * most 32), its place in the expiry heap (an 8-byte slot in an array grown
+ * by doubling: at most 16, charged whether or not it has a TTL, so an
+ * entry's cost never changes) and the allocator's header and rounding
+ * (16). A 1 KiB value under a 16-byte key thus counts 1144 bytes. After
+ * removals the arrays shrink only under an eighth (table) or a quarter
+ * (heap) full, so they may hold up to twice their share until then; the
+ * stats report them as allocated (index_bytes). */
 #define FXB_CACHE_ENTRY_OVERHEAD 104u
 
 /* Keys are at most this long whatever |max_key_bytes| says (klen is 16 bits). */

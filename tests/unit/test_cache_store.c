@@ -581,7 +581,7 @@ static void test_random_ops_under_pressure_keep_every_bound_and_sum(void **state
     assert_int_equal(tn[1].entries, 0);
 }
 
-static void test_a_kib_entry_costs_under_1_3_kib_at_100k_entries(void **state)
+static void test_kib_entries_cost_under_1_3_kib_and_the_index_shrinks_after(void **state)
 {
     (void)state;
     enum { N = 100000 };
@@ -606,6 +606,16 @@ static void test_a_kib_entry_costs_under_1_3_kib_at_100k_entries(void **state)
     print_message("bytes per 1 KiB entry: %.1f accounted, index %.1f\n", per, index);
     assert_true(per <= 1.3 * 1024);
     assert_true(index <= 32 + 16);
+    /* Deleting (or expiring) them gives the index back. */
+    for (int i = 0; i < N; i += 2) {
+        size_t klen = (size_t)snprintf(key, sizeof(key), "key:%010d", i);
+        assert_int_equal(fxb_cache_delete(s, a, key, klen, 0), FXB_CACHE_OK);
+    }
+    assert_int_equal(fxb_cache_sweep(s, 60000 * MS, SIZE_MAX), N / 2);
+    st = stats(s);
+    assert_int_equal(st.entries, 0);
+    assert_int_equal(st.bytes, 0);
+    assert_true(st.index_bytes <= 2 * 16 * sizeof(void *) + 256);
     free(v);
     fxb_cache_store_free(s);
 }
@@ -621,6 +631,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_if_absent_lets_exactly_one_of_two_win_and_if_version_checks),
     cmocka_unit_test(test_random_ops_match_a_reference),
     cmocka_unit_test(test_random_ops_under_pressure_keep_every_bound_and_sum),
-    cmocka_unit_test(test_a_kib_entry_costs_under_1_3_kib_at_100k_entries),
+    cmocka_unit_test(test_kib_entries_cost_under_1_3_kib_and_the_index_shrinks_after),
 };
 FX_TEST_MAIN(tests)
