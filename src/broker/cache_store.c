@@ -94,38 +94,68 @@ const char *fxb_cache_status_text(fxb_cache_status s)
 
 /* ---- hashing ------------------------------------------------------------------ */
 
-static uint64_t mix(uint64_t x)
+static uint64_t load_le(const unsigned char *p, size_t n)
 {
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    x ^= x >> 32;
-    x *= 0xd6e8feb86659fd93ull;
-    x ^= x >> 32;
-    return x;
-}
-
-/* Seeded, so keys chosen by clients do not land on chosen slots unless the
- * seed is known; not a cryptographic PRF. */
-static uint64_t hash_bytes(uint64_t seed, const unsigned char *p, size_t n)
-{
-    uint64_t h = mix(seed ^ (n * 0x9e3779b97f4a7c15ull));
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = mix(h ^ w) + 0x9e3779b97f4a7c15ull;
-        p += 8;
-        n -= 8;
-    }
     uint64_t w = 0;
     for (size_t i = 0; i < n; i++)
         w |= (uint64_t)p[i] << (8 * i);
-    return mix(h ^ w ^ ((uint64_t)n << 56));
+    return w;
+}
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                   \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = ROTL(v1, 13);                                                                         \
+        v1 ^= v0;                                                                                  \
+        v0 = ROTL(v0, 32);                                                                         \
+        v2 += v3;                                                                                  \
+        v3 = ROTL(v3, 16);                                                                         \
+        v3 ^= v2;                                                                                  \
+        v0 += v3;                                                                                  \
+        v3 = ROTL(v3, 21);                                                                         \
+        v3 ^= v0;                                                                                  \
+        v2 += v1;                                                                                  \
+        v1 = ROTL(v1, 17);                                                                         \
+        v1 ^= v2;                                                                                  \
+        v2 = ROTL(v2, 32);                                                                         \
+    } while (0)
+
+/* SipHash-2-4: keys come from clients, and with linear probing a client
+ * that could choose colliding keys would make every probe of the cache
+ * walk a long chain; a secret key makes that guesswork. */
+uint64_t fxb_cache_hash(const uint64_t k[2], const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint64_t v0 = 0x736f6d6570736575ull ^ k[0], v1 = 0x646f72616e646f6dull ^ k[1];
+    uint64_t v2 = 0x6c7967656e657261ull ^ k[0], v3 = 0x7465646279746573ull ^ k[1];
+    uint64_t b = (uint64_t)n << 56;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t m = load_le(p, 8);
+        v3 ^= m;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= m;
+    }
+    b |= load_le(p, n);
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
 }
 
 static uint32_t key_hash(const fxb_cache_store *s, uint32_t sc, const void *key, size_t klen)
 {
-    return (uint32_t)hash_bytes(s->lim.hash_seed ^ ((uint64_t)sc * 0xff51afd7ed558ccdull), key,
-                                klen);
+    /* The cache id changes the key, so one key in two caches lands apart. */
+    const uint64_t k[2] = {s->lim.hash_key[0] ^ ((uint64_t)sc * 0x9e3779b97f4a7c15ull),
+                           s->lim.hash_key[1]};
+    return (uint32_t)fxb_cache_hash(k, key, klen);
 }
 
 static uint64_t cost_of(size_t klen, size_t vlen)
@@ -476,7 +506,7 @@ int fxb_cache_scope_open(fxb_cache_store *s, const char *tenant, const char *ns,
     memcpy(name, tenant, tl + 1);
     memcpy(name + tl + 1, ns, nl + 1);
     memcpy(name + tl + nl + 2, cache, cl + 1);
-    uint64_t h = hash_bytes(s->lim.hash_seed, (const unsigned char *)name, len);
+    uint64_t h = fxb_cache_hash(s->lim.hash_key, name, len);
     /* Caches per worker are few next to entries, and a request names its
      * cache once: a scan comparing hashes first is enough for now. */
     for (uint32_t i = 0; i < s->nscopes; i++) {

@@ -67,7 +67,7 @@ typedef struct fxb_cache_limits {
     uint64_t max_bytes;       /* this store's share of cache_max_bytes; > 0 */
     uint32_t max_value_bytes; /* cache_max_value_bytes; 0 = up to max_bytes */
     uint32_t max_key_bytes;   /* 1..FXB_CACHE_KEY_MAX; 0 = FXB_CACHE_KEY_MAX */
-    uint64_t hash_seed;       /* random per process: keys come from clients */
+    uint64_t hash_key[2];     /* random per process: keys come from clients */
 } fxb_cache_limits;
 
 /* Counters, single writer (the owning loop). */
@@ -142,6 +142,10 @@ size_t fxb_cache_sweep(fxb_cache_store *s, uint64_t now_us, size_t budget);
 /* The earliest expiry of any entry (for the caller's timer), or UINT64_MAX
  * when no entry has a TTL. */
 uint64_t fxb_cache_next_deadline(const fxb_cache_store *s);
+
+/* The store's key hash: SipHash-2-4 of |n| bytes at |data| under the
+ * 128-bit key |k| (k[0] from key bytes 0-7, little-endian). Any thread. */
+uint64_t fxb_cache_hash(const uint64_t k[2], const void *data, size_t n);
 
 /* Copies the counters into |*out|. */
 void fxb_cache_stats_get(const fxb_cache_store *s, fxb_cache_stats *out);

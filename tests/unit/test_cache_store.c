@@ -25,7 +25,7 @@ static fxb_cache_store *mk(uint64_t max_bytes, uint32_t max_value, uint32_t max_
     fxb_cache_limits lim = {.max_bytes = max_bytes,
                             .max_value_bytes = max_value,
                             .max_key_bytes = max_key,
-                            .hash_seed = 0x1234567u};
+                            .hash_key = {0x1234567u, 0x89abcdefu}};
     fxb_cache_store *s = NULL;
     assert_int_equal(fxb_cache_store_new(&s, &lim), 0);
     return s;
@@ -620,6 +620,18 @@ static void test_kib_entries_cost_under_1_3_kib_and_the_index_shrinks_after(void
     fxb_cache_store_free(s);
 }
 
+static void test_the_key_hash_is_siphash_2_4(void **state)
+{
+    (void)state;
+    /* The reference vectors: key 00..0f, messages 00..(n-1). */
+    const uint64_t k[2] = {0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
+    unsigned char m[16];
+    for (int i = 0; i < 16; i++)
+        m[i] = (unsigned char)i;
+    assert_int_equal(fxb_cache_hash(k, m, 0), 0x726fdb47dd0e0e31ull);
+    assert_int_equal(fxb_cache_hash(k, m, 15), 0xa129ca6149be45e5ull);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_get_delete_and_scopes_are_apart),
     cmocka_unit_test(test_overwrite_replaces_value_expiry_and_bumps_the_version),
@@ -632,5 +644,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_random_ops_match_a_reference),
     cmocka_unit_test(test_random_ops_under_pressure_keep_every_bound_and_sum),
     cmocka_unit_test(test_kib_entries_cost_under_1_3_kib_and_the_index_shrinks_after),
+    cmocka_unit_test(test_the_key_hash_is_siphash_2_4),
 };
 FX_TEST_MAIN(tests)
