@@ -388,7 +388,7 @@ static void shrink(fxb_cache_store *s)
 enum why { WHY_DELETE, WHY_REPLACE, WHY_EXPIRED_READ, WHY_EXPIRED_SWEPT, WHY_EVICTED };
 
 /* Unlinks the entry at table position |pos|, releases its bytes (store,
- * cache, tenant) and frees it; counts it by |why|. */
+ * cache, tenant but for WHY_REPLACE) and frees it; counts it by |why|. */
 static void drop_at(fxb_cache_store *s, uint32_t pos, enum why why)
 {
     entry *e = s->table[pos];
@@ -401,7 +401,10 @@ static void drop_at(fxb_cache_store *s, uint32_t pos, enum why why)
     sc->bytes -= c;
     s->st.entries--;
     s->st.bytes -= c;
-    tenant_add(sc->acct, -(int64_t)c, -1);
+    /* A replaced entry's bytes stay charged: the put charged only the
+     * difference, and releasing them for a moment would let another
+     * worker's put pass the tenant's cap. */
+    tenant_add(sc->acct, why == WHY_REPLACE ? 0 : -(int64_t)c, -1);
     switch (why) {
     case WHY_DELETE:
         s->st.deletes++;
@@ -595,10 +598,9 @@ int fxb_cache_put(fxb_cache_store *s, uint32_t sc, const void *key, size_t klen,
     if (vlen)
         memcpy(e->data + klen, value, vlen);
     if (old != NULL) {
-        /* drop_at releases the old cost from the tenant; it was charged
-         * only the growth, so put back what the new entry costs beyond. */
         drop_at(s, pos, WHY_REPLACE);
-        tenant_add(scp->acct, (int64_t)cost - (grow > 0 ? grow : 0), 0);
+        if (grow < 0)
+            tenant_add(scp->acct, grow, 0);
     }
     while (s->st.bytes + cost > s->lim.max_bytes)
         evict_one(s);

@@ -117,7 +117,8 @@ typedef struct fxb_cache_put_opts {
  * (CLOCK) other entries to fit the byte bound. Returns FXB_CACHE_OK, a
  * condition failure (EXISTS, VERSION_CHANGED; counted in cond_failed), a
  * refusal (KEY_TOO_LONG, VALUE_TOO_LARGE, LARGER_THAN_STORE,
- * TENANT_OVER_CAP; counted in refused[]), or -ENOMEM (nothing changed).
+ * TENANT_OVER_CAP; counted in refused[]), -EINVAL (no cache |scope|) or
+ * -ENOMEM (nothing stored).
  * An empty key or value is fine; |key|/|value| may be NULL when empty. */
 int fxb_cache_put(fxb_cache_store *s, uint32_t scope, const void *key, size_t klen,
                   const void *value, size_t vlen, const fxb_cache_put_opts *opts, uint64_t now_us,

@@ -5,6 +5,7 @@
  * a plain reference, and the store's own bytes per 1 KiB entry. */
 /* fx-test-libs: fx_broker fx_wire fx_base */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -620,6 +621,68 @@ static void test_kib_entries_cost_under_1_3_kib_and_the_index_shrinks_after(void
     fxb_cache_store_free(s);
 }
 
+/* Two workers' stores share one tenant account from two threads: the cap
+ * is never passed, even by overwrites that shrink and grow, and the
+ * account ends equal to what the stores hold. */
+typedef struct racer {
+    fxb_cache_tenant *acct;
+    fxb_cache_store *s; /* made and freed on the test's thread: no cmocka asserts in threads */
+    uint32_t sc;
+    int seed;
+    uint64_t over; /* times the account was seen over its cap */
+    uint64_t stored, refused;
+} racer;
+
+static void *race(void *arg)
+{
+    racer *r = arg;
+    fxb_cache_store *s = r->s;
+    uint32_t sc = r->sc;
+    uint64_t x = 0x9e3779b97f4a7c15ull + (uint64_t)r->seed;
+    static const unsigned char v[64];
+    for (int i = 0; i < 20000; i++) {
+        char key[8];
+        size_t klen = (size_t)snprintf(key, sizeof(key), "k%d", (int)(rnd(&x) % 32));
+        int rv = rnd(&x) % 4 == 0 ? fxb_cache_delete(s, sc, key, klen, 0)
+                                  : fxb_cache_put(s, sc, key, klen, v, rnd(&x) % 64, NULL, 0, NULL);
+        if (rv == FXB_CACHE_TENANT_OVER_CAP)
+            r->refused++;
+        else if (rv == FXB_CACHE_OK)
+            r->stored++;
+        if (atomic_load(&r->acct->bytes) > r->acct->max_bytes)
+            r->over++;
+    }
+    return NULL;
+}
+
+static void test_two_threads_share_a_tenant_cap_without_passing_it(void **state)
+{
+    (void)state;
+    fxb_cache_tenant acct = {.max_bytes = 20 * (3 + 32 + FXB_CACHE_ENTRY_OVERHEAD)};
+    racer r[2] = {{.acct = &acct, .seed = 0}, {.acct = &acct, .seed = 1}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        r[i].s = mk(1 << 20, 0, 0);
+        r[i].sc = scope(r[i].s, "t1", i ? "b" : "a", &acct);
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, race, &r[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    assert_int_equal(r[0].over + r[1].over, 0);
+    fxb_cache_stats a, b;
+    fxb_cache_stats_get(r[0].s, &a);
+    fxb_cache_stats_get(r[1].s, &b);
+    assert_int_equal(atomic_load(&acct.bytes), a.bytes + b.bytes);
+    assert_int_equal(atomic_load(&acct.entries), a.entries + b.entries);
+    for (int i = 0; i < 2; i++)
+        fxb_cache_store_free(r[i].s);
+    assert_true(r[0].refused + r[1].refused > 0);
+    assert_true(r[0].stored > 0 && r[1].stored > 0);
+    assert_int_equal(atomic_load(&acct.bytes), 0);
+    assert_int_equal(atomic_load(&acct.entries), 0);
+}
+
 static void test_the_key_hash_is_siphash_2_4(void **state)
 {
     (void)state;
@@ -644,6 +707,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_random_ops_match_a_reference),
     cmocka_unit_test(test_random_ops_under_pressure_keep_every_bound_and_sum),
     cmocka_unit_test(test_kib_entries_cost_under_1_3_kib_and_the_index_shrinks_after),
+    cmocka_unit_test(test_two_threads_share_a_tenant_cap_without_passing_it),
     cmocka_unit_test(test_the_key_hash_is_siphash_2_4),
 };
 FX_TEST_MAIN(tests)
