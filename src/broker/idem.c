@@ -56,13 +56,18 @@ static uint64_t digest_of(const fxb_job *j)
 
 bool fxb_idem_check(fxb_worker *w, fxb_job *j, uint64_t now)
 {
-    (void)now; /* retired producers (ttl) exist only on durable streams */
     fxb_job_idem *x = &j->idem;
+    (void)now;
     x->digest = digest_of(j);
-    fx_producers *tab = table_of(w, j->h, false);
+    /* The worker's tables retire nobody (no retention of a log): no clock. */
+    return fxb_idem_decide(table_of(w, j->h, false), x, 0);
+}
+
+bool fxb_idem_decide(const fx_producers *tab, fxb_job_idem *x, uint64_t now_us)
+{
     fx_prod_answer a = {.verdict = FX_PROD_UNKNOWN};
     if (tab != NULL)
-        fx_producers_lookup(tab, x->producer_id, x->sequence, x->digest, 0, &a);
+        fx_producers_lookup(tab, x->producer_id, x->sequence, x->digest, now_us, &a);
     else if (x->sequence == 0)
         a.verdict = FX_PROD_NEXT;
     x->verdict = (uint8_t)a.verdict;

@@ -20,6 +20,7 @@ typedef struct fxb_job fxb_job;
 typedef struct fxb_worker fxb_worker;
 typedef struct fx_stream fx_stream;
 typedef struct fx_stream_handle fx_stream_handle;
+typedef struct fx_producers fx_producers;
 
 /* The idempotent part of a publish job: set on the connection loop
  * (publish.c, admission.c) before the job is queued, then the worker's. */
@@ -39,6 +40,13 @@ typedef struct fxb_job_idem {
  * (duplicate or a refusal, counted, |j->idem| says which): the caller
  * completes |j| with 0 and fxb_idem_answer answers. */
 bool fxb_idem_check(fxb_worker *w, fxb_job *j, uint64_t now);
+/* The rules of facts §2.3 for |x| (its producer, sequence and digest set)
+ * against |tab| (NULL: an empty table) at |now_us| (retired producers'
+ * ttl; the worker's tables have none): true for the next batch; else false
+ * with |x->verdict| (FX_PROD_DUPLICATE with |x->first|, GAP with
+ * |x->expected|, EXPIRED, UNKNOWN or REUSED), counted. Pure but for the
+ * counters. Any thread. */
+bool fxb_idem_decide(const fx_producers *tab, fxb_job_idem *x, uint64_t now_us);
 /* |j|'s batch was appended at |first|: the table notes it. */
 void fxb_idem_appended(fxb_worker *w, fxb_job *j, uint64_t first);
 /* Answers |j|'s ack (its one commit ack): |rv| 0 with the verdict's
