@@ -46,7 +46,7 @@ static fx_producers *table_of(fxb_worker *w, const fx_stream_handle *h, bool mak
     return tab;
 }
 
-static uint64_t digest_of(const fxb_job *j)
+uint64_t fxb_idem_digest(const fxb_job *j)
 {
     uint64_t d = 0;
     for (uint32_t i = 0; i < j->count; i++)
@@ -58,7 +58,7 @@ bool fxb_idem_check(fxb_worker *w, fxb_job *j, uint64_t now)
 {
     fxb_job_idem *x = &j->idem;
     (void)now;
-    x->digest = digest_of(j);
+    x->digest = fxb_idem_digest(j);
     /* The worker's tables retire nobody (no retention of a log): no clock. */
     return fxb_idem_decide(table_of(w, j->h, false), x, 0);
 }

@@ -4,10 +4,14 @@
  * tables of the worker's in-memory streams (storage/producers.h, one per
  * stream, made on the first idempotent batch, freed with the stream) and
  * the answers (publish_ok with the batch's first offset and duplicate, or
- * publish_refused). Durable streams are refused before admission
- * (publish.c): their marks would have to go through fx_dlog_append_marked
- * on the storage thread, which is not wired yet (docs/semantics.md).
- * Worker thread unless noted. Owns struct fxb_job_idem (fxb_job.idem) and
+ * publish_refused). Durable streams: the check runs on the stream's
+ * storage thread against the log's own producer table (fx_dlog_producers,
+ * rebuilt from the format v3 marks at open) right before the batch's
+ * fx_dlog_append_marked (durable_store.c), so it is ordered with the
+ * appends and agrees with the log after a restart by construction (no
+ * second table to seed); the job comes back to the worker decided, and the
+ * worker appends to the ring only a batch the log took. Worker thread
+ * unless noted. Owns struct fxb_job_idem (fxb_job.idem) and
  * the worker's |idem| table. Stands alone (broker_internal.h embeds
  * fxb_job_idem). */
 #ifndef FX_BROKER_IDEM_H
@@ -15,6 +19,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "storage/producers.h"
 
 typedef struct fxb_job fxb_job;
 typedef struct fxb_worker fxb_worker;
@@ -47,6 +53,9 @@ bool fxb_idem_check(fxb_worker *w, fxb_job *j, uint64_t now);
  * |x->expected|, EXPIRED, UNKNOWN or REUSED), counted. Pure but for the
  * counters. Any thread. */
 bool fxb_idem_decide(const fx_producers *tab, fxb_job_idem *x, uint64_t now_us);
+/* The chained digest of |j|'s payloads (fx_producer_digest_step). Any
+ * thread that holds |j|. */
+uint64_t fxb_idem_digest(const fxb_job *j);
 /* |j|'s batch was appended at |first|: the table notes it. */
 void fxb_idem_appended(fxb_worker *w, fxb_job *j, uint64_t first);
 /* Answers |j|'s ack (its one commit ack): |rv| 0 with the verdict's

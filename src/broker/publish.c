@@ -164,11 +164,6 @@ static int copy_payloads(const fx_wire_slice *src, uint32_t count, fx_buf **pb,
 static int idem_submit(fxb_bidi *s, fx_stream_handle *h, const fx_wire_slice *src, uint32_t count,
                        uint64_t rid, uint64_t producer_id, uint64_t sequence)
 {
-    if (fx_stream_handle_is_durable(h)) {
-        FX_COUNTER_INC(publish_error);
-        answer_now(s, false, rid, FXB_IDEM_DURABLE_TEXT);
-        return 0;
-    }
     if (count == 0) {
         FX_COUNTER_INC(publish_error);
         answer_now(s, false, rid, "an idempotent batch needs at least one payload");

@@ -20,9 +20,4 @@ int fxb_publish_idempotent_json(fxb_bidi *s, const fx_msg *m);
  * random bits but the top one, idem.h) on the stream. */
 void fxb_producer_init(fxb_bidi *s, const fx_msg *m);
 
-/* Refusal of an idempotent batch for a durable stream (not served yet:
- * docs/semantics.md). */
-#define FXB_IDEM_DURABLE_TEXT                                                                      \
-    "idempotent publish is not served on durable streams yet: publish without it"
-
 #endif

@@ -18,6 +18,7 @@
 #include "broker/durable.h"
 #include "broker/feeder.h"
 #include "broker/group.h"
+#include "broker/idem.h"
 #include "broker/job.h"
 #include "broker/replay.h"
 #include "broker/reply.h"
@@ -201,14 +202,17 @@ static bool job_append(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now)
     fx_stream_handle_touch(j->h, now);
     /* An idempotent batch is checked right before its append (idem.c): a
      * duplicate or a refusal is answered without one. */
-    if (j->idem.on && !fxb_idem_check(w, j, now)) {
+    bool durable = fx_stream_handle_is_durable(j->h);
+    /* A durable stream's batch was checked on its storage thread against
+     * the log's producer table (the marks) and comes back decided. */
+    if (j->idem.on && (durable ? j->idem.verdict != FX_PROD_NEXT : !fxb_idem_check(w, j, now))) {
         job_complete(j, 0, now);
         return true;
     }
     fx_fanout_result res;
     uint64_t first = fx_stream_tail(st);
     int rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
-    if ((rv == 0 || rv == -EAGAIN) && j->idem.on)
+    if ((rv == 0 || rv == -EAGAIN) && j->idem.on && !durable)
         fxb_idem_appended(w, j, first);
     if (rv == 0 || rv == -EAGAIN)
         fxb_group_on_append(w, j->h); /* appended either way */

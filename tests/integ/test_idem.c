@@ -4,8 +4,9 @@
  * lands right after the original), a gap, a reused sequence (with and
  * without FEATURE_SEQUENCE_REUSED), a sequence older than the window, an
  * unknown producer, 4,097 producers on one stream (the oldest forgotten),
- * the binary 0x0109 batch and its flag rules, auth's advertisement, and the
- * refusal on a durable stream. */
+ * the binary 0x0109 batch and its flag rules, auth's advertisement, and a
+ * durable stream whose producers are known again after a restart (the
+ * check against the log's marks). */
 /* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
 #include "integ/broker_client.h"
 
@@ -291,12 +292,69 @@ static void test_the_binary_idempotent_batch(void **state)
     t_free(t);
 }
 
+/* A broker whose durable root is |root| (outside its state dir, so it
+ * outlives it), with t1/default/dur durable. */
+static T *durable_broker(const char *root)
+{
+    T *t = t_new();
+    t->size_of = size_small;
+    t->bo.durable.dir = root;
+    t->bo.durable.fsync_mode = FX_FSYNC_ON_COMMIT;
+    t_start(t);
+    bool created = false, durable = false;
+    fx_registry_err err;
+    assert_int_equal(
+        fx_broker_create_stream_durable(t->b, "t1", "default", "dur", 1, &created, &durable, &err),
+        0);
+    assert_true(durable);
+    return t;
+}
+
+static void test_a_durable_stream_knows_its_producers_after_a_restart(void **state)
+{
+    (void)state;
+    char root[256];
+    fix_state_dir_new(root, sizeof(root), "idem-durable");
+    const uint64_t pid = 4242;
+    T *t = durable_broker(root);
+    tconn *c = t_connect(t);
+    tstream *s = istream(t, c);
+    send_idem(s, "dur", pid, 0, "a");
+    expect_ok(t, s, 0, 0, false);
+    send_idem_n(s, "dur", pid, 1, "bb", 2);
+    expect_ok(t, s, 1, 1, false);
+    send_idem_n(s, "dur", pid, 1, "bb", 2); /* answered from the log's table */
+    expect_ok(t, s, 1, 1, true);
+    send_idem(s, "dur", pid, 3, "gap");
+    expect_refused(t, s, FX_MSG_REFUSAL_SEQUENCE_GAP, "sequence gap: expected 2", NULL);
+    t_free(t);
+
+    /* A new broker over the same log: the producer is known from the marks. */
+    t = durable_broker(root);
+    c = t_connect(t);
+    s = istream(t, c);
+    send_idem_n(s, "dur", pid, 1, "bb", 2);
+    expect_ok(t, s, 1, 1, true);
+    send_idem(s, "dur", pid, 0, "a");
+    expect_ok(t, s, 0, 0, true);
+    send_idem(s, "dur", pid, 1, "other");
+    expect_refused(t, s, FX_MSG_REFUSAL_SEQUENCE_REUSED, "different payloads", NULL);
+    /* Nothing was appended twice: the next batch lands at 3. */
+    send_idem(s, "dur", pid, 2, "c");
+    expect_ok(t, s, 2, 3, false);
+    send_idem(s, "dur", 99, 5, "x");
+    expect_refused(t, s, FX_MSG_REFUSAL_UNKNOWN_PRODUCER, "unknown producer 99", NULL);
+    t_free(t);
+    fix_rm_dir(root);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_resent_batch_is_answered_from_the_window),
     cmocka_unit_test(test_gap_reused_unknown_and_expired_are_refused),
     cmocka_unit_test(test_old_clients_get_the_original_answers),
     cmocka_unit_test(test_the_oldest_of_4097_producers_is_forgotten),
     cmocka_unit_test(test_the_binary_idempotent_batch),
+    cmocka_unit_test(test_a_durable_stream_knows_its_producers_after_a_restart),
 };
 
 FX_TEST_MAIN(tests)
