@@ -1012,6 +1012,31 @@ static uint64_t chain_record_bytes(const fxb_stored *first)
     return n;
 }
 
+/* A re-send |t| of a batch only partly in the log (a torn marked batch):
+ * when that batch is still open at the log's tail, has as many records as
+ * |t| and the ones held are |t|'s first ones (same digest), |t| is cut to
+ * the missing records, appended as the rest of the batch (facts §2.3);
+ * anything else is another batch under the sequence. */
+static bool idem_completes(dstream *s, fxb_stored *t)
+{
+    fxb_job *j = t->job;
+    fxb_job_idem *x = &j->idem;
+    uint32_t held = 0;
+    if (x->count != j->count || x->held == 0 || x->held >= j->count ||
+        !fx_dlog_batch_is_open(s->log, x->producer_id, x->sequence, &held) || held != x->held)
+        return false;
+    uint64_t d = 0;
+    for (uint32_t i = 0; i < held; i++)
+        d = fx_producer_digest_step(d, j->payloads[i].ptr, (uint32_t)j->payloads[i].len);
+    if (d != x->held_digest)
+        return false;
+    j->payloads += held;
+    j->count -= held;
+    x->completing = true;
+    x->verdict = FX_PROD_NEXT;
+    return true;
+}
+
 /* An idempotent batch |t| (alone) is checked against the log's producer
  * table right before its append, on this thread, which appends the
  * stream's batches in order (idem.h). Returns true when it is to be
@@ -1023,8 +1048,14 @@ static bool idem_next(dstream *s, fxb_stored *t)
     fxb_job_idem *x = &t->job->idem;
     x->digest = fxb_idem_digest(t->job);
     if (fx_dlog_is_failed(s->log) ||
-        fxb_idem_decide(fx_dlog_producers(s->log), x, fxb_wall_us()))
+        fxb_idem_decide(fx_dlog_producers(s->log), x, fxb_wall_us(), true))
         return true; /* a failed log refuses the append below */
+    if (x->verdict == FX_PROD_PARTIAL) {
+        if (idem_completes(s, t))
+            return true;
+        x->verdict = FX_PROD_REUSED;
+        FX_COUNTER_INC(idem_reused);
+    }
     if (x->verdict == FX_PROD_DUPLICATE) {
         t->first = x->first;
         trip_push(&s->whead, &s->wtail, t);
@@ -1049,6 +1080,8 @@ static void append_merged(dstream *s, fxb_stored *last, size_t nrecs, uint64_t n
     const fxb_job_idem *idem = first->job->idem.on ? &first->job->idem : NULL;
     if (idem != NULL && !idem_next(s, first))
         return;
+    if (idem != NULL)
+        nrecs = first->job->count; /* a completed batch's held records are not appended again */
     if (!fx_dlog_is_failed(s->log) && quota_charge(s, chain_record_bytes(first)) != 0) {
         refuse_chain(first);
         return;
@@ -1062,12 +1095,12 @@ static void append_merged(dstream *s, fxb_stored *last, size_t nrecs, uint64_t n
     if (idem != NULL) {
         fx_dlog_mark mk = {.producer_id = idem->producer_id,
                            .sequence = idem->sequence,
-                           .count = (uint32_t)nrecs,
-                           .held = 0,
+                           .count = idem->completing ? idem->count : (uint32_t)nrecs,
+                           .held = idem->completing ? idem->held : 0,
                            .digest = idem->digest};
         rv = fx_dlog_append_marked(s->log, s->iov, nrecs, fxb_wall_us(), &mk, &off);
-        if (rv == 0)
-            first->job->idem.first = off;
+        if (rv == 0 && !idem->completing)
+            first->job->idem.first = off; /* completing: the batch's first, from the table */
     } else {
         rv = fx_dlog_append(s->log, s->iov, nrecs, fxb_wall_us(), &off);
     }

@@ -60,10 +60,10 @@ bool fxb_idem_check(fxb_worker *w, fxb_job *j, uint64_t now)
     (void)now;
     x->digest = fxb_idem_digest(j);
     /* The worker's tables retire nobody (no retention of a log): no clock. */
-    return fxb_idem_decide(table_of(w, j->h, false), x, 0);
+    return fxb_idem_decide(table_of(w, j->h, false), x, 0, false);
 }
 
-bool fxb_idem_decide(const fx_producers *tab, fxb_job_idem *x, uint64_t now_us)
+bool fxb_idem_decide(const fx_producers *tab, fxb_job_idem *x, uint64_t now_us, bool partial_ok)
 {
     fx_prod_answer a = {.verdict = FX_PROD_UNKNOWN};
     if (tab != NULL)
@@ -88,8 +88,18 @@ bool fxb_idem_decide(const fx_producers *tab, fxb_job_idem *x, uint64_t now_us)
     case FX_PROD_UNKNOWN:
         FX_COUNTER_INC(idem_unknown);
         break;
+    case FX_PROD_PARTIAL:
+        if (partial_ok) {
+            x->first = a.first;
+            x->held = a.held;
+            x->count = a.count;
+            x->held_digest = a.digest;
+            break;
+        }
+        x->verdict = FX_PROD_REUSED; /* the caller cannot complete it: another batch */
+        FX_COUNTER_INC(idem_reused);
+        break;
     case FX_PROD_REUSED:
-    case FX_PROD_PARTIAL: /* an in-memory append is whole: never partial here */
     default:
         x->verdict = FX_PROD_REUSED;
         FX_COUNTER_INC(idem_reused);

@@ -38,6 +38,12 @@ typedef struct fxb_job_idem {
     uint64_t digest;   /* of the job's payloads (fxb_idem_check) */
     uint64_t first;    /* the batch's first offset: appended, or the original's */
     uint64_t expected; /* sequence_gap: the next expected sequence */
+    /* FX_PROD_PARTIAL (durable only: a torn marked batch): the records of
+     * the batch the log holds and their digest; |completing| once the
+     * storage thread appends the rest (the job then carries only those). */
+    uint32_t held, count;
+    uint64_t held_digest;
+    bool completing;
 } fxb_job_idem;
 
 /* Checks |j| (an idempotent job for |h|) against its stream's table.
@@ -50,9 +56,11 @@ bool fxb_idem_check(fxb_worker *w, fxb_job *j, uint64_t now);
  * against |tab| (NULL: an empty table) at |now_us| (retired producers'
  * ttl; the worker's tables have none): true for the next batch; else false
  * with |x->verdict| (FX_PROD_DUPLICATE with |x->first|, GAP with
- * |x->expected|, EXPIRED, UNKNOWN or REUSED), counted. Pure but for the
- * counters. Any thread. */
-bool fxb_idem_decide(const fx_producers *tab, fxb_job_idem *x, uint64_t now_us);
+ * |x->expected|, EXPIRED, UNKNOWN or REUSED), counted; FX_PROD_PARTIAL
+ * (with |x->first|, |held|, |count|, |held_digest|; not counted: the
+ * caller completes the batch or counts it reused) only when |partial_ok|,
+ * else it is REUSED. Pure but for the counters. Any thread. */
+bool fxb_idem_decide(const fx_producers *tab, fxb_job_idem *x, uint64_t now_us, bool partial_ok);
 /* The chained digest of |j|'s payloads (fx_producer_digest_step). Any
  * thread that holds |j|. */
 uint64_t fxb_idem_digest(const fxb_job *j);

@@ -10,6 +10,10 @@
 /* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
 #include "integ/broker_client.h"
 
+#include "storage/catalog.h"
+#include "storage/dlog.h"
+#include "storage/format.h"
+
 /* What an idempotent client of ours offers. */
 #define IFEATS (FX_FEATURE_IDEMPOTENT_PRODUCER | FX_FEATURE_SEQUENCE_REUSED | FX_FEATURE_EXTENDED)
 
@@ -348,6 +352,79 @@ static void test_a_durable_stream_knows_its_producers_after_a_restart(void **sta
     fix_rm_dir(root);
 }
 
+/* Writes the first record "x1" of a 3-record batch |seq| of |pid| into
+ * t1/default/dur's log under |root| (its broker stopped): the torn batch a
+ * power cut in the middle of a marked append leaves. */
+static void tear_batch(const char *root, uint64_t pid, uint64_t seq)
+{
+    fx_catalog *cat;
+    char err[512], dir[1024];
+    if (fx_catalog_open(&cat, NULL, root, err, sizeof(err)) != 0)
+        fail_msg("the catalogue under %s: %s", root, err);
+    const fx_catalog_entry *ce = fx_catalog_find(cat, "t1", "default", "dur");
+    assert_non_null(ce);
+    assert_int_equal(fx_catalog_dir_path(cat, ce, dir, sizeof(dir)), 0);
+    fx_catalog_free(cat);
+    fx_dlog_config c;
+    fx_dlog_config_default(&c);
+    fx_dlog *log;
+    assert_int_equal(fx_dlog_open(&log, dir, &c, 1, NULL), 0);
+    fx_dlog_iov rec = {"x1", 2};
+    fx_dlog_mark mk = {.producer_id = pid,
+                       .sequence = seq,
+                       .count = 3,
+                       .held = 0,
+                       .digest = fx_producer_digest_step(0, "x1", 2)};
+    uint64_t off = 0;
+    assert_int_equal(fx_dlog_append_marked(log, &rec, 1, 2, &mk, &off), 0);
+    assert_int_equal(off, 1);
+    assert_int_equal(fx_dlog_close(log, true), 0);
+}
+
+static void test_a_torn_durable_batch_is_completed_by_its_resend(void **state)
+{
+    (void)state;
+    char root[256];
+    fix_state_dir_new(root, sizeof(root), "idem-torn");
+    const uint64_t pid = 77;
+    T *t = durable_broker(root);
+    tconn *c = t_connect(t);
+    tstream *s = istream(t, c);
+    send_idem(s, "dur", pid, 0, "a");
+    expect_ok(t, s, 0, 0, false);
+    t_free(t);
+    tear_batch(root, pid, 1);
+
+    t = durable_broker(root);
+    c = t_connect(t);
+    s = istream(t, c);
+    /* Another first record under the sequence is another batch. */
+    static const fx_msg_bytes other[] = {{(const uint8_t *)"y1", 2},
+                                         {(const uint8_t *)"x2", 2},
+                                         {(const uint8_t *)"x3", 2}};
+    static const fx_msg_bytes whole[] = {{(const uint8_t *)"x1", 2},
+                                         {(const uint8_t *)"x2", 2},
+                                         {(const uint8_t *)"x3", 2}};
+    fx_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = FX_MSG_PUBLISH_IDEMPOTENT;
+    m.tenant_id = "t1", m.ns = "default", m.stream = "dur";
+    m.payloads = other, m.n_payloads = 3;
+    m.request_id = 101, m.producer_id = pid, m.sequence = 1;
+    send_msg(s, &m);
+    expect_refused(t, s, FX_MSG_REFUSAL_SEQUENCE_REUSED, "different payloads", NULL);
+    /* The re-send completes it: the batch's first offset, its rest appended. */
+    m.payloads = whole;
+    send_msg(s, &m);
+    expect_ok(t, s, 1, 1, false);
+    send_msg(s, &m);
+    expect_ok(t, s, 1, 1, true);
+    send_idem(s, "dur", pid, 2, "c");
+    expect_ok(t, s, 2, 4, false);
+    t_free(t);
+    fix_rm_dir(root);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_resent_batch_is_answered_from_the_window),
     cmocka_unit_test(test_gap_reused_unknown_and_expired_are_refused),
@@ -355,6 +432,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_the_oldest_of_4097_producers_is_forgotten),
     cmocka_unit_test(test_the_binary_idempotent_batch),
     cmocka_unit_test(test_a_durable_stream_knows_its_producers_after_a_restart),
+    cmocka_unit_test(test_a_torn_durable_batch_is_completed_by_its_resend),
 };
 
 FX_TEST_MAIN(tests)

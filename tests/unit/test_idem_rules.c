@@ -25,18 +25,18 @@ static void note(fx_producers *tab, uint64_t pid, uint64_t seq, uint64_t first, 
 static void test_a_new_producer_starts_at_zero_and_nothing_else(void **state)
 {
     fxb_job_idem x = job(7, 0, 11);
-    assert_true(fxb_idem_decide(NULL, &x, 0));
+    assert_true(fxb_idem_decide(NULL, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_NEXT);
     x = job(7, 1, 11);
-    assert_false(fxb_idem_decide(NULL, &x, 0));
+    assert_false(fxb_idem_decide(NULL, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_UNKNOWN);
     fx_producers *tab;
     assert_int_equal(fx_producers_new(&tab, 0, FX_PRODUCERS_DEFAULT_TTL_S), 0);
     note(tab, 9, 0, 0, 1, 5);
     x = job(7, 0, 11);
-    assert_true(fxb_idem_decide(tab, &x, 0));
+    assert_true(fxb_idem_decide(tab, &x, 0, false));
     x = job(7, 3, 11);
-    assert_false(fxb_idem_decide(tab, &x, 0));
+    assert_false(fxb_idem_decide(tab, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_UNKNOWN);
     fx_producers_free(tab);
 }
@@ -48,20 +48,20 @@ static void test_next_duplicate_reused_and_gap(void **state)
     note(tab, 7, 0, 10, 2, 100);
     note(tab, 7, 1, 12, 3, 200);
     fxb_job_idem x = job(7, 2, 300);
-    assert_true(fxb_idem_decide(tab, &x, 0));
+    assert_true(fxb_idem_decide(tab, &x, 0, false));
     x = job(7, 1, 200);
-    assert_false(fxb_idem_decide(tab, &x, 0));
+    assert_false(fxb_idem_decide(tab, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_DUPLICATE);
     assert_int_equal(x.first, 12);
     x = job(7, 0, 100);
-    assert_false(fxb_idem_decide(tab, &x, 0));
+    assert_false(fxb_idem_decide(tab, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_DUPLICATE);
     assert_int_equal(x.first, 10);
     x = job(7, 1, 999);
-    assert_false(fxb_idem_decide(tab, &x, 0));
+    assert_false(fxb_idem_decide(tab, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_REUSED);
     x = job(7, 5, 1);
-    assert_false(fxb_idem_decide(tab, &x, 0));
+    assert_false(fxb_idem_decide(tab, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_GAP);
     assert_int_equal(x.expected, 2);
     fx_producers_free(tab);
@@ -74,10 +74,10 @@ static void test_a_sequence_older_than_the_window_is_expired(void **state)
     for (uint64_t q = 0; q < FX_PRODUCERS_WINDOW + 1; q++)
         note(tab, 7, q, q, 1, q + 1);
     fxb_job_idem x = job(7, 0, 1);
-    assert_false(fxb_idem_decide(tab, &x, 0));
+    assert_false(fxb_idem_decide(tab, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_EXPIRED);
     x = job(7, 1, 2);
-    assert_false(fxb_idem_decide(tab, &x, 0));
+    assert_false(fxb_idem_decide(tab, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_DUPLICATE);
     assert_int_equal(x.first, 1);
     fx_producers_free(tab);
@@ -92,10 +92,10 @@ static void test_the_oldest_producer_beyond_4096_is_forgotten(void **state)
     assert_int_equal(fx_producers_count(tab), FX_PRODUCERS_DEFAULT_MAX);
     assert_int_equal(fx_producers_stats_get(tab)->forgotten, 1);
     fxb_job_idem x = job(1000, 1, 1);
-    assert_false(fxb_idem_decide(tab, &x, 0));
+    assert_false(fxb_idem_decide(tab, &x, 0, false));
     assert_int_equal(x.verdict, FX_PROD_UNKNOWN);
     x = job(1001, 1, 1);
-    assert_true(fxb_idem_decide(tab, &x, 0));
+    assert_true(fxb_idem_decide(tab, &x, 0, false));
     fx_producers_free(tab);
 }
 
