@@ -148,7 +148,9 @@ static void job_answer_commits(fxb_job *j, const char *err)
 
 static void job_complete(fxb_job *j, int rv, uint64_t now)
 {
-    if (rv == 0) {
+    if (rv == 0 && j->idem.on && j->idem.verdict != FX_PROD_NEXT) {
+        /* Not appended: a duplicate or a refusal, counted by idem.c. */
+    } else if (rv == 0) {
         FX_COUNTER_ADD(publish_ok, j->nreq);
         /* The requests merged into one job arrived in the same loop turn. */
         FX_HIST_OBSERVE_N(publish_latency_ns, now > j->arrived_ns ? now - j->arrived_ns : 0,
@@ -201,10 +203,10 @@ static bool job_append(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now)
 {
     fx_stream_handle_touch(j->h, now);
     /* An idempotent batch is checked right before its append (idem.c): a
-     * duplicate or a refusal is answered without one. */
+     * duplicate or a refusal is answered without one. A durable stream's
+     * was checked on its storage thread against the log's producer table
+     * (the marks) and comes back decided. */
     bool durable = fx_stream_handle_is_durable(j->h);
-    /* A durable stream's batch was checked on its storage thread against
-     * the log's producer table (the marks) and comes back decided. */
     if (j->idem.on && (durable ? j->idem.verdict != FX_PROD_NEXT : !fxb_idem_check(w, j, now))) {
         job_complete(j, 0, now);
         return true;
