@@ -285,6 +285,9 @@
       "their segment's first record")
 
 /* ---- publish outcomes -------------------------------------------------- */
+#define FX_IDEM_HELP                                                                               \
+    "Idempotent batches not appended, by reason: duplicate (answered from the window), "           \
+    "sequence_gap, sequence_expired, sequence_reused, unknown_producer"
 #define FX_METRICS_PUBLISH(C, G, H)                                                                \
     C(publish_accepted, "felix_publish_requests_total", "result=accepted",                         \
       "Publish requests by result: accepted (admitted), ok (appended), dropped (shed), error "     \
@@ -303,7 +306,19 @@
       "may still be appended)")                                                                    \
     C(publish_bytes, "felix_publish_bytes_total", "", "Payload bytes of admitted publishes")       \
     H(publish_latency_ns, "felix_publish_latency_ns", "",                                          \
-      "Nanoseconds from a publish frame's arrival at the broker to its append", 10)
+      "Nanoseconds from a publish frame's arrival at the broker to its append", 10) \
+    C(idem_producers_init, "felix_idempotent_producers_initialized_total", "",                    \
+      "producer_init requests answered with a new producer id")                                    \
+    C(idem_duplicate, "felix_idempotent_batches_total", "result=duplicate", FX_IDEM_HELP)          \
+    C(idem_gap, "felix_idempotent_batches_total", "result=sequence_gap", FX_IDEM_HELP)             \
+    C(idem_expired, "felix_idempotent_batches_total", "result=sequence_expired", FX_IDEM_HELP)     \
+    C(idem_reused, "felix_idempotent_batches_total", "result=sequence_reused", FX_IDEM_HELP)       \
+    C(idem_unknown, "felix_idempotent_batches_total", "result=unknown_producer", FX_IDEM_HELP)     \
+    C(idem_forgotten, "felix_idempotent_producers_forgotten_total", "",                           \
+      "Producers an in-memory stream's table forgot (4,096 per stream: the one whose newest "      \
+      "batch is oldest)")                                                                          \
+    G(idem_producers, "felix_idempotent_producers", "",                                            \
+      "Producers the in-memory streams' tables hold (all streams)")
 
 /* ---- QUIC transport ---------------------------------------------------- */
 #define FX_METRICS_QUIC(C, G, H)                                                                   \

@@ -250,7 +250,10 @@ static fxb_job *submit_job(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
 static void submit_req(fxb_bidi *s, fxb_job *j, fx_stream_handle *h, bool acked, uint32_t count)
 {
     const fx_broker_opts *o = &s->conn->b->o;
-    fx_ingress_policy p = fx_ingress_policy_for(acked, acks_on_commit(o, h), o->pub_ingress_wait);
+    /* An idempotent batch's ack is a commit ack whatever ack_on_commit
+     * says: it waits for room like one. */
+    fx_ingress_policy p =
+        fx_ingress_policy_for(acked, j->idem.on || acks_on_commit(o, h), o->pub_ingress_wait);
     /* A frame with a body had its bytes reserved at its header: its payload
      * copy never exceeds that body, and the job is charged the reservation
      * alone unless its messages are so small that their slice tables (the
@@ -280,6 +283,41 @@ int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
     if (j == NULL)
         return -1;
     submit_req(s, j, h, acked, count);
+    if (before == 1) {
+        s->admit.deferred = j;
+        return 1;
+    }
+    return fxb_ingress_job_admit(s, j);
+}
+
+int fxb_ingress_submit_idem(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
+                            const fx_wire_slice *payloads, uint32_t count, uint64_t request_id,
+                            const fxb_job_idem *idem)
+{
+    int before = fxb_ingress_flush(s);
+    if (before < 0) {
+        fx_buf_unref(backing);
+        return -1;
+    }
+    fxb_job *j = job_new(s, h, backing, payloads, count, 1);
+    if (j == NULL) {
+        fxb_bidi_fail(s, "out of memory for a publish");
+        return -1;
+    }
+    fxb_reply *r = fxb_reply_new(s, false, request_id);
+    if (r == NULL) {
+        fxb_job_free(j);
+        fxb_bidi_fail(s, "out of memory for a reply");
+        return -1;
+    }
+    /* Always a commit ack: the answer depends on the worker's check. */
+    r->deadline_ns = fx_loop_now(s->conn->loop) + s->conn->b->o.ack_wait_timeout_ns;
+    atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+    j->commit = true;
+    j->acks[j->nacks++] = r;
+    j->idem = *idem;
+    j->idem.on = true;
+    submit_req(s, j, h, true, count); /* after |idem|: its policy is a commit ack's */
     if (before == 1) {
         s->admit.deferred = j;
         return 1;

@@ -15,6 +15,7 @@
 #include "base/budget.h"
 #include "base/buf.h"
 #include "base/loop.h"
+#include "broker/idem.h"
 #include "broker/ingress.h"
 #include "broker/stream.h"
 #include "wire/binary.h"
@@ -85,6 +86,12 @@ void fxb_admit_init(fxb_bidi *s, fx_task_cb on_resume, fx_timer_cb on_expired);
 int fxb_ingress_submit(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
                        const fx_wire_slice *payloads, uint32_t count, bool acked, bool binary,
                        uint64_t request_id);
+/* As fxb_ingress_submit for an idempotent producer's acked batch (|idem|,
+ * copied into the job): never merged, its ack a JSON commit ack answered by
+ * the worker after the check (idem.c), whatever ack_on_commit says. */
+int fxb_ingress_submit_idem(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
+                            const fx_wire_slice *payloads, uint32_t count, uint64_t request_id,
+                            const fxb_job_idem *idem);
 /* Merges the binary publish frame |f| just read on |s| (decoded in |pb|, at
  * least one payload, stream |h| resolved) into the job of the read's frames;
  * a frame that cannot join (another stream or ack kind, a full merge) first

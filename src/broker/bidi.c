@@ -155,6 +155,8 @@ static bool is_server_only(fx_msg_type t)
     case FX_MSG_CACHE_OK:
     case FX_MSG_PUBLISH_OK:
     case FX_MSG_PUBLISH_ERROR:
+    case FX_MSG_PRODUCER_INIT_OK:
+    case FX_MSG_PUBLISH_REFUSED:
     case FX_MSG_OK:
     case FX_MSG_SUBSCRIBE_CURSOR_ERROR:
         return true;
@@ -232,13 +234,25 @@ static void on_auth(fxb_bidi *s, const fx_msg *m)
     uint16_t flags = FXB_SERVER_FLAGS;
     if (m->has_client_flags && (m->client_flags & FX_FLAG_FELIXC) != 0)
         flags |= FX_FLAG_FELIXC;
+    /* The idempotent batch flag likewise only to a client that offered it
+     * (any other gets the server_flags it always got). */
+    if (m->has_client_flags && (m->client_flags & FX_FLAG_PUBLISH_IDEMPOTENT) != 0)
+        flags |= FX_FLAG_PUBLISH_IDEMPOTENT;
     fx_msg_init_auth_reply(&r, m, flags);
     /* The feature word (docs/protocol.md) only to a client that offered
      * one: any other gets the auth_ok it always got. */
     s->client_features = m->has_client_features ? m->client_features : 0;
+    s->client_features_hi = m->has_client_features_hi ? m->client_features_hi : 0;
     if (r.type == FX_MSG_AUTH_OK && m->has_client_features) {
         r.server_features = FXB_SERVER_FEATURES;
         r.has_server_features = true;
+        /* Felix-C's bits of the second word only to a client that set the
+         * marker (the original sends its hi word the same way). */
+        if ((m->client_features & FX_FEATURE_EXTENDED) != 0) {
+            r.server_features |= FX_FEATURE_EXTENDED;
+            r.server_features_hi = FXB_SERVER_FEATURES_HI;
+            r.has_server_features_hi = true;
+        }
     }
     fxb_bidi_reply_msg(s, &r);
 }
@@ -301,6 +315,16 @@ static int json_dispatch(fxb_bidi *s, const fx_msg *m)
     case FX_MSG_PUBLISH_BATCH:
         if (allowed(s, m->tenant_id, strlen(m->tenant_id)))
             rv = fxb_publish_json(s, m);
+        break;
+    case FX_MSG_PUBLISH_IDEMPOTENT:
+        if (allowed(s, m->tenant_id, strlen(m->tenant_id)))
+            rv = fxb_publish_idempotent_json(s, m);
+        break;
+    case FX_MSG_PRODUCER_INIT:
+        if (!s->authed)
+            fxb_bidi_error(s, "auth required", true);
+        else
+            fxb_producer_init(s, m);
         break;
     case FX_MSG_SUBSCRIBE:
         if (allowed(s, m->tenant_id, strlen(m->tenant_id))) {

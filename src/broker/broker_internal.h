@@ -27,6 +27,7 @@
 #include "broker/admission.h"
 #include "broker/broker.h"
 #include "broker/envelope.h"
+#include "broker/idem.h"
 #include "broker/ingress.h"
 #include "broker/peers.h"
 #include "broker/registry.h"
@@ -166,6 +167,7 @@ struct fxb_bidi {
     fx_frame_decoder dec;
     bool authed;
     uint32_t client_features; /* auth.client_features (0: none offered) */
+    uint32_t client_features_hi; /* auth.client_features_hi (0: none offered) */
     char tenant[FX_REGISTRY_NAME_MAX + 1];
     void *auth_ctx; /* claims from o.auth.verify, released with the stream */
     bool ended;     /* no more input is processed (error, subscribe, reset) */
@@ -218,6 +220,7 @@ struct fxb_job {
     /* Durable streams: the storage stage keeps the trip's state apart
      * (fxb_stored, durable_int.h). */
     char *swhy; /* NULL or the storage error's detail (owned; "storage damaged") */
+    fxb_job_idem idem; /* an idempotent producer's batch (idem.h); |on| false otherwise */
 };
 
 /* One subscription: its identity and life here, and one part per stage,

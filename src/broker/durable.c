@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/durable_store.h"
+#include "broker/idem.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 
@@ -181,7 +182,10 @@ fxb_job *fxb_durable_next_stored(fxb_worker *w, int *prv)
         return NULL;
     w->dur->pending--;
     fxb_job *j = t->job;
-    *prv = t->rv != 0 ? t->rv : check_order(w, t);
+    /* An idempotent batch the storage thread did not append (a duplicate,
+     * a refusal) has no place in the ring to check. */
+    bool kept_out = j->idem.on && j->idem.verdict != FX_PROD_NEXT;
+    *prv = t->rv != 0 ? t->rv : kept_out ? 0 : check_order(w, t);
     free(t);
     return j;
 }

@@ -22,6 +22,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "broker/idem.h"
 #include "broker/replay.h"
 #include "broker/worker.h"
 #include "felix/error.h"
@@ -866,15 +867,15 @@ static fxb_stored *merge_end(const dstream *s, size_t *precs, uint64_t *pbytes)
     uint64_t bytes = job_record_bytes(j->job);
     *precs = j->job->count;
     *pbytes = bytes;
-    if (bytes == UINT64_MAX)
-        return j;
+    if (bytes == UINT64_MAX || j->job->idem.on)
+        return j; /* an idempotent batch is checked and appended alone (append_idem) */
     uint64_t room = fx_dlog_room_after(s->log, bytes);
     uint64_t bound = s->pol.cfg.mode == FX_FSYNC_PERIODIC && s->pol.cfg.max_unsynced_bytes > 0
                          ? s->pol.cfg.max_unsynced_bytes
                          : UINT64_MAX;
     for (fxb_stored *n = j->next; n != NULL && s->pol.unsynced_bytes + bytes < bound; n = n->next) {
         uint64_t b = job_record_bytes(n->job);
-        if (b == UINT64_MAX || b > room || bytes + b > MERGE_MAX_BYTES)
+        if (b == UINT64_MAX || b > room || bytes + b > MERGE_MAX_BYTES || n->job->idem.on)
             break;
         room -= b;
         bytes += b;
@@ -1011,8 +1012,63 @@ static uint64_t chain_record_bytes(const fxb_stored *first)
     return n;
 }
 
+/* A re-send |t| of a batch only partly in the log (a torn marked batch):
+ * when that batch is still open at the log's tail, has as many records as
+ * |t| and the ones held are |t|'s first ones (same digest), |t| is cut to
+ * the missing records, appended as the rest of the batch (facts §2.3);
+ * anything else is another batch under the sequence. */
+static bool idem_completes(dstream *s, fxb_stored *t)
+{
+    fxb_job *j = t->job;
+    fxb_job_idem *x = &j->idem;
+    uint32_t held = 0;
+    if (x->count != j->count || x->held == 0 || x->held >= j->count ||
+        !fx_dlog_batch_is_open(s->log, x->producer_id, x->sequence, &held) || held != x->held)
+        return false;
+    uint64_t d = 0;
+    for (uint32_t i = 0; i < held; i++)
+        d = fx_producer_digest_step(d, j->payloads[i].ptr, (uint32_t)j->payloads[i].len);
+    if (d != x->held_digest)
+        return false;
+    j->payloads += held;
+    j->count -= held;
+    x->completing = true;
+    x->verdict = FX_PROD_NEXT;
+    return true;
+}
+
+/* An idempotent batch |t| (alone) is checked against the log's producer
+ * table right before its append, on this thread, which appends the
+ * stream's batches in order (idem.h). Returns true when it is to be
+ * appended (with its mark); else it was settled: a duplicate waits like an
+ * appended job for the flush that covers the original (answered with the
+ * original's offset), a refusal goes back at once. */
+static bool idem_next(dstream *s, fxb_stored *t)
+{
+    fxb_job_idem *x = &t->job->idem;
+    x->digest = fxb_idem_digest(t->job);
+    if (fx_dlog_is_failed(s->log) ||
+        fxb_idem_decide(fx_dlog_producers(s->log), x, fxb_wall_us(), true))
+        return true; /* a failed log refuses the append below */
+    if (x->verdict == FX_PROD_PARTIAL) {
+        if (idem_completes(s, t))
+            return true;
+        x->verdict = FX_PROD_REUSED;
+        FX_COUNTER_INC(idem_reused);
+    }
+    if (x->verdict == FX_PROD_DUPLICATE) {
+        t->first = x->first;
+        trip_push(&s->whead, &s->wtail, t);
+    } else {
+        hand_back(t);
+    }
+    return false;
+}
+
 /* Appends the jobs from the head of |s|'s list to |last| (|nrecs| records)
- * as one batch: each job's records get the next offsets in list order. */
+ * as one batch: each job's records get the next offsets in list order. An
+ * idempotent batch comes alone (merge_end) and is appended with its
+ * producer mark (format v3) when the check lets it. */
 static void append_merged(dstream *s, fxb_stored *last, size_t nrecs, uint64_t now)
 {
     int rv = iov_reserve(s, nrecs);
@@ -1021,6 +1077,11 @@ static void append_merged(dstream *s, fxb_stored *last, size_t nrecs, uint64_t n
         give_back_chain(first, rv);
         return;
     }
+    const fxb_job_idem *idem = first->job->idem.on ? &first->job->idem : NULL;
+    if (idem != NULL && !idem_next(s, first))
+        return;
+    if (idem != NULL)
+        nrecs = first->job->count; /* a completed batch's held records are not appended again */
     if (!fx_dlog_is_failed(s->log) && quota_charge(s, chain_record_bytes(first)) != 0) {
         refuse_chain(first);
         return;
@@ -1031,7 +1092,18 @@ static void append_merged(dstream *s, fxb_stored *last, size_t nrecs, uint64_t n
             s->iov[k++] = (fx_dlog_iov){.data = t->job->payloads[i].ptr,
                                         .len = (uint32_t)t->job->payloads[i].len};
     uint64_t before = fx_dlog_stats_get(s->log)->append_bytes, off = 0;
-    rv = fx_dlog_append(s->log, s->iov, nrecs, fxb_wall_us(), &off);
+    if (idem != NULL) {
+        fx_dlog_mark mk = {.producer_id = idem->producer_id,
+                           .sequence = idem->sequence,
+                           .count = idem->completing ? idem->count : (uint32_t)nrecs,
+                           .held = idem->completing ? idem->held : 0,
+                           .digest = idem->digest};
+        rv = fx_dlog_append_marked(s->log, s->iov, nrecs, fxb_wall_us(), &mk, &off);
+        if (rv == 0 && !idem->completing)
+            first->job->idem.first = off; /* completing: the batch's first, from the table */
+    } else {
+        rv = fx_dlog_append(s->log, s->iov, nrecs, fxb_wall_us(), &off);
+    }
     iov_trim(s);
     if (rv != 0) {
         fxb_dstream_log_error(s, "append", rv);

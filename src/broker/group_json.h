@@ -19,7 +19,11 @@
  * FX_FEATURE_ERROR_CODES (only the group answers carry codes). */
 #define FXB_SERVER_FEATURES                                                                        \
     (FX_FEATURE_CONSUMER_GROUP | FX_FEATURE_GROUP_DEAD_LETTERS | FX_FEATURE_GROUP_SKIPPED |        \
-     FX_FEATURE_GROUP_ADMIN | FX_FEATURE_GROUP_CLAIM_CONTROL)
+     FX_FEATURE_GROUP_ADMIN | FX_FEATURE_GROUP_CLAIM_CONTROL | FX_FEATURE_IDEMPOTENT_PRODUCER |    \
+     FX_FEATURE_SEQUENCE_REUSED)
+/* The second word, to a client that offered FX_FEATURE_EXTENDED: Felix-C's
+ * publish_ok offset + duplicate for idempotent batches. */
+#define FXB_SERVER_FEATURES_HI FX_FEATURE_HI_PUBLISH_OFFSETS
 
 /* Why a group request is refused: each has its error code and retry class
  * (the original's), and its felix_group_json_refused_total reason. */

@@ -137,8 +137,92 @@ static int binary_route(fxb_bidi *s, const fx_frame *f, const fx_wire_publish_ba
     return binary_resolve(s, f, pb, acked, rid);
 }
 
+/* Copies |count| payloads |src| into one buffer |*pb| (|slices| point
+ * there). */
+static int copy_payloads(const fx_wire_slice *src, uint32_t count, fx_buf **pb,
+                         fx_wire_slice *slices)
+{
+    size_t total = 0;
+    for (uint32_t i = 0; i < count; i++)
+        total += src[i].len;
+    int rv = fx_buf_new(pb, total);
+    if (rv != 0)
+        return rv;
+    uint8_t *p = fx_buf_data_mut(*pb);
+    for (uint32_t i = 0; i < count; i++) {
+        if (src[i].len > 0)
+            memcpy(p, src[i].ptr, src[i].len);
+        slices[i] = (fx_wire_slice){p, src[i].len};
+        p += src[i].len;
+    }
+    return 0;
+}
+
+/* Hands an idempotent batch of |count| payloads |src| for |h| to admission
+ * (answers are JSON, for the binary frame too: facts §2.2). An empty batch
+ * is refused: it has nothing to digest or append. */
+static int idem_submit(fxb_bidi *s, fx_stream_handle *h, const fx_wire_slice *src, uint32_t count,
+                       uint64_t rid, uint64_t producer_id, uint64_t sequence)
+{
+    if (count == 0) {
+        FX_COUNTER_INC(publish_error);
+        answer_now(s, false, rid, "an idempotent batch needs at least one payload");
+        return 0;
+    }
+    fx_wire_slice *slices = malloc((size_t)count * sizeof(*slices));
+    fx_buf *backing = NULL;
+    if (slices == NULL || copy_payloads(src, count, &backing, slices) != 0) {
+        free(slices);
+        fxb_bidi_fail(s, "out of memory for a publish");
+        return -1;
+    }
+    fxb_job_idem x = {.features = s->client_features,
+                      .features_hi = s->client_features_hi,
+                      .producer_id = producer_id,
+                      .sequence = sequence};
+    int rv = fxb_ingress_submit_idem(s, h, backing, slices, count, rid, &x);
+    free(slices);
+    return rv;
+}
+
+/* A binary 0x0109 batch: decoded, its names checked and resolved every
+ * time (not merged, not through the names cache), then handed over. */
+static int binary_idem(fxb_bidi *s, const fx_frame *f)
+{
+    uint64_t rid, pid, seq;
+    fx_wire_err err;
+    if (fx_wire_publish_idem_prefix_decode(f->body, f->len, &rid, &pid, &seq, &err) != 0) {
+        fxb_bidi_fail(s, err.msg);
+        return -1;
+    }
+    if (refuse_draining(s, true, false, rid))
+        return 0;
+    fx_wire_publish_batch pb;
+    if (fx_wire_publish_batch_decode(f->hdr.flags, f->body, f->len, &pb, &err) != 0) {
+        answer_now(s, false, rid, "malformed publish batch");
+        return 0;
+    }
+    int rv = 0;
+    fx_stream_handle *h;
+    fx_registry_err rerr;
+    if (!tenant_is(s, pb.tenant)) {
+        fxb_bidi_error(s, "tenant mismatch", true);
+        rv = -1;
+    } else if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, pb.tenant, pb.ns, pb.stream, &h,
+                                &rerr) != 0) {
+        FX_COUNTER_INC(publish_error);
+        answer_now(s, false, rid, rerr.msg);
+    } else {
+        rv = idem_submit(s, h, pb.payloads, pb.count, rid, pid, seq);
+    }
+    fx_wire_publish_batch_deinit(&pb);
+    return rv;
+}
+
 int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
 {
+    if ((f->hdr.flags & FX_FLAG_PUBLISH_IDEMPOTENT) != 0)
+        return binary_idem(s, f);
     bool acked = f->kind == FX_BODY_PUBLISH_BATCH_ACKED;
     uint64_t rid = 0;
     if (acked && !binary_ack_prefix(s, f, &rid))
@@ -224,6 +308,39 @@ static int json_submit(fxb_bidi *s, const fx_msg *m, fx_stream_handle *h, bool a
     int rv = fxb_ingress_submit(s, h, backing, slices, count, acked, false, m->request_id);
     free(slices);
     return rv;
+}
+
+int fxb_publish_idempotent_json(fxb_bidi *s, const fx_msg *m)
+{
+    if (refuse_draining(s, true, false, m->request_id))
+        return 0;
+    fx_stream_handle *h;
+    if (!json_resolve(s, m, true, &h))
+        return 0;
+    if (m->n_payloads > UINT32_MAX) {
+        fxb_bidi_fail(s, "too many payloads");
+        return -1;
+    }
+    uint32_t count = (uint32_t)m->n_payloads;
+    fx_wire_slice *src = malloc(((size_t)count + 1) * sizeof(*src));
+    if (src == NULL) {
+        fxb_bidi_fail(s, "out of memory for a publish");
+        return -1;
+    }
+    for (uint32_t i = 0; i < count; i++)
+        src[i] = (fx_wire_slice){m->payloads[i].p, m->payloads[i].len};
+    int rv = idem_submit(s, h, src, count, m->request_id, m->producer_id, m->sequence);
+    free(src);
+    return rv;
+}
+
+void fxb_producer_init(fxb_bidi *s, const fx_msg *m)
+{
+    fx_msg r;
+    fx_msg_init_producer_init_ok(&r, m->request_id, fxb_idem_new_producer_id());
+    FX_COUNTER_INC(idem_producers_init);
+    if (fxb_bidi_reply_msg(s, &r) != 0)
+        fxb_bidi_fail(s, "out of memory for a reply");
 }
 
 int fxb_publish_json(fxb_bidi *s, const fx_msg *m)

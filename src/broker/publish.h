@@ -12,5 +12,12 @@
  * the stream is parked at ingress (stop reading), or -1 when |s| was failed. */
 int fxb_publish_binary(fxb_bidi *s, const fx_frame *f);
 int fxb_publish_json(fxb_bidi *s, const fx_msg *m);
+/* An idempotent producer's batch (JSON publish_idempotent in |m|): always
+ * acked, answered by the stream's worker after its check (idem.h). Same
+ * results. */
+int fxb_publish_idempotent_json(fxb_bidi *s, const fx_msg *m);
+/* producer_init: answered producer_init_ok with a new producer id (64
+ * random bits but the top one, idem.h) on the stream. */
+void fxb_producer_init(fxb_bidi *s, const fx_msg *m);
 
 #endif

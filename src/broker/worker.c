@@ -18,6 +18,7 @@
 #include "broker/durable.h"
 #include "broker/feeder.h"
 #include "broker/group.h"
+#include "broker/idem.h"
 #include "broker/job.h"
 #include "broker/replay.h"
 #include "broker/reply.h"
@@ -147,7 +148,9 @@ static void job_answer_commits(fxb_job *j, const char *err)
 
 static void job_complete(fxb_job *j, int rv, uint64_t now)
 {
-    if (rv == 0) {
+    if (rv == 0 && j->idem.on && j->idem.verdict != FX_PROD_NEXT) {
+        /* Not appended: a duplicate or a refusal, counted by idem.c. */
+    } else if (rv == 0) {
         FX_COUNTER_ADD(publish_ok, j->nreq);
         /* The requests merged into one job arrived in the same loop turn. */
         FX_HIST_OBSERVE_N(publish_latency_ns, now > j->arrived_ns ? now - j->arrived_ns : 0,
@@ -162,7 +165,10 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
         if (rv != 0)
             snprintf(err, sizeof(err), "publish failed: %s%s%s", fx_strerror(rv),
                      j->swhy != NULL ? ": " : "", j->swhy != NULL ? j->swhy : "");
-        job_answer_commits(j, rv == 0 ? NULL : err);
+        if (j->idem.on)
+            fxb_idem_answer(j, rv, err);
+        else
+            job_answer_commits(j, rv == 0 ? NULL : err);
     }
     fxb_job_free(j);
 }
@@ -196,8 +202,20 @@ static fx_stream *job_stream(fxb_worker *w, fxb_job *j, uint64_t now)
 static bool job_append(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now)
 {
     fx_stream_handle_touch(j->h, now);
+    /* An idempotent batch is checked right before its append (idem.c): a
+     * duplicate or a refusal is answered without one. A durable stream's
+     * was checked on its storage thread against the log's producer table
+     * (the marks) and comes back decided. */
+    bool durable = fx_stream_handle_is_durable(j->h);
+    if (j->idem.on && (durable ? j->idem.verdict != FX_PROD_NEXT : !fxb_idem_check(w, j, now))) {
+        job_complete(j, 0, now);
+        return true;
+    }
     fx_fanout_result res;
+    uint64_t first = fx_stream_tail(st);
     int rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
+    if ((rv == 0 || rv == -EAGAIN) && j->idem.on && !durable)
+        fxb_idem_appended(w, j, first);
     if (rv == 0 || rv == -EAGAIN)
         fxb_group_on_append(w, j->h); /* appended either way */
     if (rv == -EAGAIN) {
@@ -502,6 +520,7 @@ void fxb_worker_deinit(fxb_worker *w)
     fxb_durable_worker_deinit(w);
     fxb_group_worker_deinit(w);
     fxb_worker_free_ends(w);
+    fxb_idem_free_all(w);
     size_t pos = 0;
     for (fxb_idslot *e; (e = fxb_idtable_next(&w->streams, &pos)) != NULL;)
         fx_stream_free(e->p);
@@ -616,6 +635,7 @@ void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h)
     fx_stream_handle_set_ended(h);
     fxb_durable_end_stream(w, h);
     fxb_group_end_stream(w, h);
+    fxb_idem_stream_gone(w, h);
     for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->feed.wnext) {
         if (sub->h != h || sub->feed.ending)
             continue;

@@ -31,6 +31,7 @@ struct fxb_worker {
     /* Worker thread only: */
     fxb_idtable streams; /* its streams' state (fx_stream *), by handle id */
     fxb_idtable groups;  /* its streams' consumer groups (group.c), by handle id */
+    fxb_idtable idem;    /* its in-memory streams' producer tables (idem.c), by handle id */
     fxb_job *parked_job; /* its fanout waits on a full block queue */
     fx_stream *parked_stream;
     fxb_sub *subs;        /* registered subscriptions (feed.wnext / feed.wprev) */

@@ -163,6 +163,25 @@ int fx_wire_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_
     return 0;
 }
 
+int fx_wire_publish_idem_prefix_decode(const uint8_t *body, size_t len, uint64_t *prequest_id,
+                                       uint64_t *pproducer_id, uint64_t *psequence,
+                                       fx_wire_err *err)
+{
+    fx_wire_ack ack;
+    int rv = fx_wire_publish_acked_prefix_decode(body, len, prequest_id, &ack, err);
+    if (rv < 0)
+        return rv;
+    if (ack != FX_WIRE_ACK_PER_BATCH)
+        return fx_wire_err_set(err, FX_EWIRE_ACK_MODE,
+                               "invalid ack mode %u in an idempotent batch (expected 2 per_batch)",
+                               (unsigned)ack);
+    rd r = {body + 9, len - 9};
+    rv = rd_u64(&r, pproducer_id, "producer_id", err);
+    if (rv == 0)
+        rv = rd_u64(&r, psequence, "sequence", err);
+    return rv;
+}
+
 /* The names section at |r| when it is the one |cache| holds: the slices
  * are set and |r| moves past it. */
 static bool names_from_cache(rd *r, const fx_wire_names_cache *cache, fx_wire_publish_batch *b)
@@ -200,6 +219,8 @@ int fx_wire_publish_batch_decode_cached(uint16_t flags, const uint8_t *body, siz
     /* Field by field: the inline payload array is written only as used. */
     b->request_id = 0;
     b->ack = FX_WIRE_ACK_NONE;
+    b->idempotent = false;
+    b->producer_id = b->sequence = 0;
     b->count = 0;
     b->payloads = b->inline_payloads;
     b->tenant = b->ns = b->stream = (fx_wire_slice){0};
@@ -212,6 +233,16 @@ int fx_wire_publish_batch_decode_cached(uint16_t flags, const uint8_t *body, siz
             return rv;
         r.p += 9;
         r.left -= 9;
+    } else if (flags == (FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED |
+                         FX_FLAG_PUBLISH_IDEMPOTENT)) {
+        int rv = fx_wire_publish_idem_prefix_decode(body, len, &b->request_id, &b->producer_id,
+                                                    &b->sequence, err);
+        if (rv < 0)
+            return rv;
+        b->ack = FX_WIRE_ACK_PER_BATCH;
+        b->idempotent = true;
+        r.p += FX_WIRE_IDEMPOTENT_PREFIX_LEN;
+        r.left -= FX_WIRE_IDEMPOTENT_PREFIX_LEN;
     } else if (flags != FX_FLAG_PUBLISH_BATCH) {
         return fx_wire_err_set(err, FX_EWIRE_KIND, "frame flags 0x%04x are not a publish batch",
                                (unsigned)flags);
@@ -252,6 +283,8 @@ void fx_wire_publish_batch_deinit(fx_wire_publish_batch *b)
 
 uint16_t fx_wire_publish_batch_flags(const fx_wire_publish_batch *b)
 {
+    if (b->idempotent)
+        return FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED | FX_FLAG_PUBLISH_IDEMPOTENT;
     return b->ack == FX_WIRE_ACK_NONE ? FX_FLAG_PUBLISH_BATCH
                                       : (FX_FLAG_PUBLISH_BATCH | FX_FLAG_PUBLISH_ACKED);
 }
@@ -260,6 +293,8 @@ uint16_t fx_wire_publish_batch_flags(const fx_wire_publish_batch *b)
  * ack mode. */
 static size_t publish_prefix_len(const fx_wire_publish_batch *b)
 {
+    if (b->idempotent)
+        return FX_WIRE_IDEMPOTENT_PREFIX_LEN;
     return b->ack == FX_WIRE_ACK_NONE ? 0 : 9;
 }
 
@@ -269,6 +304,8 @@ static ssize_t publish_names_end(const fx_wire_publish_batch *b)
 {
     if (b->ack != FX_WIRE_ACK_NONE && b->ack != FX_WIRE_ACK_PER_MESSAGE &&
         b->ack != FX_WIRE_ACK_PER_BATCH)
+        return FX_EWIRE_ACK_MODE;
+    if (b->idempotent && b->ack != FX_WIRE_ACK_PER_BATCH)
         return FX_EWIRE_ACK_MODE;
     if (b->tenant.len > UINT16_MAX || b->ns.len > UINT16_MAX || b->stream.len > UINT16_MAX)
         return FX_EWIRE_NAME;
@@ -318,6 +355,10 @@ static uint8_t *put_publish_head(uint8_t *p, const fx_wire_publish_batch *b, uin
     if (b->ack != FX_WIRE_ACK_NONE) {
         p = fx_put64(p, b->request_id);
         *p++ = (uint8_t)b->ack;
+        if (b->idempotent) {
+            p = fx_put64(p, b->producer_id);
+            p = fx_put64(p, b->sequence);
+        }
     }
     p = put_name(p, b->tenant);
     p = put_name(p, b->ns);

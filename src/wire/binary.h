@@ -40,6 +40,11 @@
 typedef struct fx_wire_publish_batch {
     uint64_t request_id;
     fx_wire_ack ack; /* NONE for 0x0001 */
+    /* 0x0109, an idempotent producer's batch (ack PER_BATCH): the 25-byte
+     * prefix u64 request_id, u8 ack mode 2, u64 producer_id, u64 sequence. */
+    bool idempotent;
+    uint64_t producer_id;
+    uint64_t sequence;
     fx_wire_slice tenant;
     fx_wire_slice ns;
     fx_wire_slice stream;
@@ -79,7 +84,15 @@ typedef struct fx_wire_publish_ack {
 int fx_wire_publish_acked_prefix_decode(const uint8_t *body, size_t len, uint64_t *prequest_id,
                                         fx_wire_ack *pack, fx_wire_err *err);
 
-/* Decodes the body of a frame with |flags| 0x0001 or 0x0009 into |b|, whose
+/* Reads the 25-byte prefix of an idempotent batch body (0x0109): the acked
+ * prefix (ack mode must be 2, else FX_EWIRE_ACK_MODE), u64 producer_id, u64
+ * sequence. Returns 0, FX_EWIRE_TRUNCATED or FX_EWIRE_ACK_MODE. */
+#define FX_WIRE_IDEMPOTENT_PREFIX_LEN 25u
+int fx_wire_publish_idem_prefix_decode(const uint8_t *body, size_t len, uint64_t *prequest_id,
+                                       uint64_t *pproducer_id, uint64_t *psequence,
+                                       fx_wire_err *err);
+
+/* Decodes the body of a frame with |flags| 0x0001, 0x0009 or 0x0109 into |b|, whose
  * slices then point into |body|. Returns 0 or: FX_EWIRE_KIND (other flags),
  * FX_EWIRE_TRUNCATED, FX_EWIRE_ACK_MODE, FX_EWIRE_UTF8 (a name),
  * FX_EWIRE_COUNT (count above FX_WIRE_BATCH_MAX_MESSAGES, or > remaining/4,
@@ -116,7 +129,8 @@ int fx_wire_publish_batch_decode_cached(uint16_t flags, const uint8_t *body, siz
 /* Frees a heap payload array of a decoded |b| (not the bytes it points to). */
 void fx_wire_publish_batch_deinit(fx_wire_publish_batch *b);
 
-/* Frame flags |b| encodes to: 0x0009 when |b|->ack is not NONE, else 0x0001. */
+/* Frame flags |b| encodes to: 0x0109 when |b|->idempotent, 0x0009 when
+ * |b|->ack is not NONE, else 0x0001. */
 uint16_t fx_wire_publish_batch_flags(const fx_wire_publish_batch *b);
 
 /* Size of |b|'s whole frame (header included), or FX_EWIRE_NAME (a name over

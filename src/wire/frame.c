@@ -65,6 +65,10 @@ int fx_frame_check_flags(uint16_t flags, fx_wire_err *err)
         return fx_wire_err_set(err, FX_EWIRE_FLAGS_ACKED,
                                "frame flags 0x%04x: 0x0008 (acked) without 0x0001 (publish batch)",
                                (unsigned)flags);
+    if ((flags & FX_FLAG_PUBLISH_IDEMPOTENT) && !(flags & FX_FLAG_PUBLISH_ACKED))
+        return fx_wire_err_set(err, FX_EWIRE_FLAGS,
+                               "frame flags 0x%04x: 0x0100 (idempotent) without 0x0008 (acked)",
+                               (unsigned)flags);
     if ((flags & FX_FLAG_EVENT_OFFSETS) &&
         !(flags & (FX_FLAG_EVENT_BATCH | FX_FLAG_EVENT_BATCH_SHARED)))
         return fx_wire_err_set(err, FX_EWIRE_FLAGS_OFFSETS,

@@ -33,6 +33,7 @@ enum kind {
     K_CREATE,     /* "all" | "new" | "last" | {"offset": n} | {"time_us": t} */
     K_U64_LIST,   /* array of u64 -> offsets / n_offsets */
     K_RECORDS,    /* array of group records -> records / n_records */
+    K_REFUSAL,    /* publish_refused.reason: a string or {"sequence_gap":{"expected":n}} */
 };
 
 enum presence {
@@ -196,6 +197,24 @@ static const struct field f_group_info[] = {OPT("committed", K_U64, committed, h
                                             REQ_ID,
                                             END};
 static const struct field f_group_deleted[] = {REQ("existed", K_BOOL, existed), REQ_ID, END};
+/* Idempotent producers (felix-facts-groups.md §2.2); publish_ok's offset is
+ * the original's optional field, duplicate Felix-C's. */
+static const struct field f_publish_ok[] = {REQ_ID, OPT("offset", K_U64, offset, has_offset),
+                                            ZERO("duplicate", K_BOOL, duplicate), END};
+static const struct field f_producer_init_ok[] = {REQ_ID, REQ("producer_id", K_U64, producer_id),
+                                                  END};
+static const struct field f_publish_idempotent[] = {TRIPLE,
+                                                    REQ("stream", K_NAME, stream),
+                                                    REQ("payloads", K_BYTES_LIST, payloads),
+                                                    REQ_ID,
+                                                    REQ("producer_id", K_U64, producer_id),
+                                                    REQ("sequence", K_U64, sequence),
+                                                    END};
+static const struct field f_publish_refused[] = {
+    REQ_ID,
+    {"reason", K_REFUSAL, P_REQ, offsetof(fx_msg, refusal), NO_HAS},
+    REQ("message", K_STR, message),
+    END};
 
 struct schema {
     const char *name;
@@ -216,7 +235,7 @@ static const struct schema schemas[FX_MSG_TYPE_COUNT] = {
     [FX_MSG_CACHE_GET] = {"cache_get", f_cache_get},
     [FX_MSG_CACHE_VALUE] = {"cache_value", f_cache_value},
     [FX_MSG_CACHE_OK] = {"cache_ok", f_request_id},
-    [FX_MSG_PUBLISH_OK] = {"publish_ok", f_request_id},
+    [FX_MSG_PUBLISH_OK] = {"publish_ok", f_publish_ok},
     [FX_MSG_PUBLISH_ERROR] = {"publish_error", f_publish_error},
     [FX_MSG_OK] = {"ok", f_none},
     [FX_MSG_ERROR] = {"error", f_error},
@@ -240,12 +259,20 @@ static const struct schema schemas[FX_MSG_TYPE_COUNT] = {
     [FX_MSG_GROUP_INFO] = {"group_info", f_group_info},
     [FX_MSG_GROUP_DELETE] = {"group_delete", f_group_scope},
     [FX_MSG_GROUP_DELETED] = {"group_deleted", f_group_deleted},
+    [FX_MSG_PRODUCER_INIT] = {"producer_init", f_request_id},
+    [FX_MSG_PRODUCER_INIT_OK] = {"producer_init_ok", f_producer_init_ok},
+    [FX_MSG_PUBLISH_IDEMPOTENT] = {"publish_idempotent", f_publish_idempotent},
+    [FX_MSG_PUBLISH_REFUSED] = {"publish_refused", f_publish_refused},
 };
 
 static const char *const ack_names[] = {"none", "per_message", "per_batch"};
 static const char *const reason_names[] = {"too_old", "in_future"};
 /* create's string values, indexed by fx_msg_create_kind (NONE unused). */
 static const char *const create_names[] = {NULL, "all", "new", "last"};
+/* publish_refused's string reasons, indexed by fx_msg_refusal_kind (GAP is
+ * the object form). */
+static const char *const refusal_names[] = {"sequence_gap", "unknown_producer",
+                                            "sequence_expired", "sequence_reused"};
 
 /* Typed views of a field's storage inside a message. */
 #define AT(m, f, T) ((T *)(void *)((char *)(m) + (f)->off))
@@ -416,6 +443,27 @@ static int check_create(struct dec *d, const struct field *f, json_t *v, fx_msg 
     return bad_type(d, f, "\"all\", \"new\", \"last\", {\"offset\": n} or {\"time_us\": t}");
 }
 
+/* publish_refused.reason: a string naming the refusal, or the one-member
+ * object {"sequence_gap": {"expected": n}}. */
+static int check_refusal(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
+{
+    fx_msg_refusal *r = AT(m, f, fx_msg_refusal);
+    int i = json_is_string(v) ? lookup(refusal_names + 1, 3, v) : -1;
+    if (i >= 0) {
+        r->kind = (fx_msg_refusal_kind)(FX_MSG_REFUSAL_UNKNOWN_PRODUCER + i);
+        return 0;
+    }
+    json_t *gap = json_is_object(v) ? json_object_get(v, "sequence_gap") : NULL;
+    json_t *exp = json_is_object(gap) ? json_object_get(gap, "expected") : NULL;
+    if (exp != NULL && json_object_size(v) == 1 && json_object_size(gap) == 1) {
+        r->kind = FX_MSG_REFUSAL_SEQUENCE_GAP;
+        return get_uint(d, "reason.sequence_gap.expected", exp, FX_MSG_INT_MAX, &r->expected);
+    }
+    return bad_type(d, f,
+                    "\"unknown_producer\", \"sequence_expired\", \"sequence_reused\" or "
+                    "{\"sequence_gap\": {\"expected\": n}}");
+}
+
 static int check_enum(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
 {
     bool ack = f->kind == K_ACK;
@@ -570,6 +618,8 @@ static int check_value(struct dec *d, const struct field *f, json_t *v, fx_msg *
         return check_start(d, f, v, m);
     case K_CREATE:
         return check_create(d, f, v, m);
+    case K_REFUSAL:
+        return check_refusal(d, f, v, m);
     case K_U64_LIST:
         return check_u64_list(d, f, v);
     case K_RECORDS:
@@ -961,6 +1011,14 @@ static int check_out_field(const struct field *f, const fx_msg *m)
         return check_out_offsets(m);
     case K_RECORDS:
         return check_out_records(m);
+    case K_REFUSAL: {
+        const fx_msg_refusal *r = CAT(m, f, fx_msg_refusal);
+        if ((unsigned)r->kind > FX_MSG_REFUSAL_SEQUENCE_REUSED)
+            return FX_EWIRE_ACK_MODE;
+        return r->kind == FX_MSG_REFUSAL_SEQUENCE_GAP && r->expected > FX_MSG_INT_MAX
+                   ? FX_EWIRE_INT_RANGE
+                   : 0;
+    }
     case K_CREATE:
         if ((unsigned)c->kind > FX_MSG_CREATE_TIME)
             return FX_EWIRE_ACK_MODE;
@@ -1107,6 +1165,17 @@ static void put_create(struct out *o, const fx_msg_create *c)
     }
 }
 
+static void put_refusal(struct out *o, const fx_msg_refusal *r)
+{
+    if (r->kind == FX_MSG_REFUSAL_SEQUENCE_GAP) {
+        put_str(o, "{\"sequence_gap\":{\"expected\":");
+        put_uint(o, r->expected);
+        put(o, "}}", 2);
+    } else {
+        put_quoted(o, refusal_names[r->kind]);
+    }
+}
+
 static void put_offsets(struct out *o, const fx_msg *m)
 {
     put(o, "[", 1);
@@ -1185,6 +1254,9 @@ static void put_value(struct out *o, const struct field *f, const fx_msg *m)
         break;
     case K_CREATE:
         put_create(o, CAT(m, f, fx_msg_create));
+        break;
+    case K_REFUSAL:
+        put_refusal(o, CAT(m, f, fx_msg_refusal));
         break;
     case K_U64_LIST:
         put_offsets(o, m);
@@ -1367,6 +1439,11 @@ static bool value_equal(const struct field *f, const fx_msg *a, const fx_msg *b)
                (sa->kind != FX_MSG_START_OFFSET || sa->offset == sb->offset);
     case K_CREATE:
         return ca->kind == cb->kind && (ca->kind < FX_MSG_CREATE_OFFSET || ca->value == cb->value);
+    case K_REFUSAL: {
+        const fx_msg_refusal *ra = CAT(a, f, fx_msg_refusal), *rb = CAT(b, f, fx_msg_refusal);
+        return ra->kind == rb->kind &&
+               (ra->kind != FX_MSG_REFUSAL_SEQUENCE_GAP || ra->expected == rb->expected);
+    }
     case K_U64_LIST:
         return offsets_equal(a, b);
     case K_RECORDS:
@@ -1439,6 +1516,22 @@ void fx_msg_init_publish_ok(fx_msg *m, uint64_t request_id)
 {
     init_type(m, FX_MSG_PUBLISH_OK);
     m->request_id = request_id;
+}
+
+void fx_msg_init_producer_init_ok(fx_msg *m, uint64_t request_id, uint64_t producer_id)
+{
+    init_type(m, FX_MSG_PRODUCER_INIT_OK);
+    m->request_id = request_id;
+    m->producer_id = producer_id;
+}
+
+void fx_msg_init_publish_refused(fx_msg *m, uint64_t request_id, fx_msg_refusal refusal,
+                                 const char *message)
+{
+    init_type(m, FX_MSG_PUBLISH_REFUSED);
+    m->request_id = request_id;
+    m->refusal = refusal;
+    m->message = message;
 }
 
 void fx_msg_init_publish_error(fx_msg *m, uint64_t request_id, const char *message)

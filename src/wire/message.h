@@ -17,17 +17,23 @@
  * original's u32 word; felix-facts-groups.md §1.3 and §3.1). A broker
  * advertises only what it serves; a client offers what it reads. */
 #define FX_FEATURE_CONSUMER_GROUP 0x00000008u     /* group_poll, group_ack, group_nack */
+#define FX_FEATURE_IDEMPOTENT_PRODUCER 0x00000200u /* producer_init, publish_idempotent, 0x0100 */
 #define FX_FEATURE_GROUP_DEAD_LETTERS 0x00000010u /* dead_letters, discard, redrive */
 #define FX_FEATURE_ERROR_CODES 0x00000800u        /* error.code / error.retry */
 #define FX_FEATURE_GROUP_CONSUMER 0x00100000u     /* group_poll consumer + reclaim */
 #define FX_FEATURE_GROUP_SKIPPED 0x00400000u      /* group_records skipped_before */
 #define FX_FEATURE_GROUP_PUBLISHER 0x00800000u
 #define FX_FEATURE_GROUP_ADMIN 0x01000000u /* group_seek, group_describe, group_delete */
+#define FX_FEATURE_SEQUENCE_REUSED 0x00004000u /* publish_refused "sequence_reused" */
 #define FX_FEATURE_RECORD_TIMESTAMPS 0x04000000u
 #define FX_FEATURE_GROUP_CLAIM_CONTROL                                                             \
     0x08000000u                         /* extend, dead_letter, nack delay/attempts,               \
                                            poll visibility_ms */
 #define FX_FEATURE_EXTENDED 0x80000000u /* a second word (_hi) follows */
+/* Felix-C's own bits of the second word (client_features_hi, offered with
+ * FX_FEATURE_EXTENDED set in the first): taken from the top so the
+ * original's (from 0x1 up) never meet them. */
+#define FX_FEATURE_HI_PUBLISH_OFFSETS 0x40000000u /* publish_ok offset + duplicate (idempotent) */
 
 typedef enum fx_msg_type {
     FX_MSG_NONE = 0, /* zeroed struct; never on the wire */
@@ -70,6 +76,11 @@ typedef enum fx_msg_type {
     FX_MSG_GROUP_INFO,
     FX_MSG_GROUP_DELETE,
     FX_MSG_GROUP_DELETED,
+    /* The original's idempotent producer (felix-facts-groups.md §2.2). */
+    FX_MSG_PRODUCER_INIT,
+    FX_MSG_PRODUCER_INIT_OK,
+    FX_MSG_PUBLISH_IDEMPOTENT,
+    FX_MSG_PUBLISH_REFUSED,
     FX_MSG_TYPE_COUNT
 } fx_msg_type;
 
@@ -102,6 +113,20 @@ typedef struct fx_msg_create {
     fx_msg_create_kind kind;
     uint64_t value; /* the offset (OFFSET) or time_us (TIME); else 0 */
 } fx_msg_create;
+
+/* publish_refused.reason: "unknown_producer" | "sequence_expired" |
+ * "sequence_reused" | {"sequence_gap": {"expected": n}}. */
+typedef enum fx_msg_refusal_kind {
+    FX_MSG_REFUSAL_SEQUENCE_GAP = 0,
+    FX_MSG_REFUSAL_UNKNOWN_PRODUCER,
+    FX_MSG_REFUSAL_SEQUENCE_EXPIRED,
+    FX_MSG_REFUSAL_SEQUENCE_REUSED,
+} fx_msg_refusal_kind;
+
+typedef struct fx_msg_refusal {
+    fx_msg_refusal_kind kind;
+    uint64_t expected; /* SEQUENCE_GAP only */
+} fx_msg_refusal;
 
 /* Longest group member (and group_poll consumer) name, in bytes (and at
  * least 1). */
@@ -234,6 +259,17 @@ typedef struct fx_msg {
     const fx_msg_group_record *records; /* group_records */
     size_t n_records;
 
+    /* Idempotent producers: producer_init_ok and publish_idempotent carry
+     * producer_id (the codec's u64 range: the broker picks 63 random bits),
+     * publish_idempotent the batch's sequence; publish_refused the reason
+     * (with message); publish_ok the batch's first offset (has_offset) and
+     * duplicate (false is omitted), both Felix-C additions sent only to
+     * clients offering FX_FEATURE_HI_PUBLISH_OFFSETS. */
+    uint64_t producer_id;
+    uint64_t sequence;
+    fx_msg_refusal refusal;
+    bool duplicate;
+
     void *arena; /* internal: the decoded allocation, or NULL */
 } fx_msg;
 
@@ -340,6 +376,10 @@ void fx_msg_init_subscribed(fx_msg *m, uint64_t subscription_id);
 void fx_msg_init_event_stream_hello(fx_msg *m, uint64_t subscription_id);
 void fx_msg_init_subscribe_cursor_error(fx_msg *m, fx_msg_cursor_reason reason, uint64_t requested,
                                         uint64_t available);
+void fx_msg_init_producer_init_ok(fx_msg *m, uint64_t request_id, uint64_t producer_id);
+/* publish_refused{|request_id|, |refusal|, |message|}. */
+void fx_msg_init_publish_refused(fx_msg *m, uint64_t request_id, fx_msg_refusal refusal,
+                                 const char *message);
 /* group_join for |group| on |stream| with no optional field; set member /
  * window / ack_wait_ms (with their has_* flags), create and request_id
  * (has_request_id) afterwards as needed. */

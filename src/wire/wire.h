@@ -22,7 +22,11 @@
 #define FX_FLAG_PUBLISH_ACKED 0x0008u      /* modifier on 0x0001: request_id + ack mode */
 #define FX_FLAG_PUBLISH_ACK 0x0010u        /* binary publish ack */
 #define FX_FLAG_EVENT_OFFSETS 0x0020u      /* modifier on 0x0002 / 0x0004: base_offset */
-#define FX_FLAGS_KNOWN 0x003Fu
+/* Modifier on 0x0009: an idempotent producer's batch (u64 producer_id, u64
+ * sequence after the acked prefix, whose ack mode must be 2). 0x0100
+ * without 0x0008 is refused. */
+#define FX_FLAG_PUBLISH_IDEMPOTENT 0x0100u
+#define FX_FLAGS_KNOWN 0x013Fu
 #define FX_FLAGS_ORIGINAL_V1 0x0007u
 /* Felix-C's consumer-group frames (wire/group.h): valid only alone, never
  * combined with the flags above; the original never sets it. Not part of

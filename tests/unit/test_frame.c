@@ -215,6 +215,7 @@ static void test_every_valid_flag_combination_maps_to_one_kind(void **state)
         {0x0000, FX_BODY_JSON},
         {0x0001, FX_BODY_PUBLISH_BATCH},
         {0x0009, FX_BODY_PUBLISH_BATCH_ACKED},
+        {0x0109, FX_BODY_PUBLISH_BATCH_ACKED}, /* idempotent */
         {0x0002, FX_BODY_EVENT_BATCH},
         {0x0022, FX_BODY_EVENT_BATCH},
         {0x0004, FX_BODY_EVENT_BATCH_SHARED},

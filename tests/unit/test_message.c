@@ -152,6 +152,9 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     m->if_new = true;
     m->existed = true;
     m->has_committed = true, m->committed = 80;
+    m->producer_id = 1ull << 62, m->sequence = 64;
+    m->refusal = (fx_msg_refusal){FX_MSG_REFUSAL_SEQUENCE_GAP, 12};
+    m->duplicate = true;
 }
 
 /* ---- round trips ---------------------------------------------------------- */
