@@ -243,20 +243,9 @@ int fxb_publish_binary(fxb_bidi *s, const fx_frame *f)
 static int json_payloads(const fx_msg *m, fx_buf **pb, fx_wire_slice *slices, uint32_t count)
 {
     const fx_msg_bytes *src = m->type == FX_MSG_PUBLISH ? &m->payload : m->payloads;
-    size_t total = 0;
-    for (uint32_t i = 0; i < count; i++)
-        total += src[i].len;
-    int rv = fx_buf_new(pb, total);
-    if (rv != 0)
-        return rv;
-    uint8_t *p = fx_buf_data_mut(*pb);
-    for (uint32_t i = 0; i < count; i++) {
-        if (src[i].len > 0)
-            memcpy(p, src[i].p, src[i].len);
-        slices[i] = (fx_wire_slice){p, src[i].len};
-        p += src[i].len;
-    }
-    return 0;
+    for (uint32_t i = 0; i < count; i++) /* where they are now; copied below, in place */
+        slices[i] = (fx_wire_slice){src[i].p, src[i].len};
+    return copy_payloads(slices, count, pb, slices);
 }
 
 static fx_wire_slice str_slice(const char *s)
