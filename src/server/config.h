@@ -190,6 +190,10 @@ typedef struct fx_config {
     uint32_t group_visibility_timeout_ms;
     uint32_t group_max_visibility_ms;
     uint32_t group_max_wait_ms;
+    uint64_t cache_max_bytes;
+    uint64_t cache_tenant_max_bytes;
+    uint64_t cache_max_value_bytes;
+    uint32_t cache_max_key_bytes;
     uint32_t group_max_attempts;
     uint32_t group_max_in_flight;
     char group_backoff_ms[FX_CONFIG_ADDR_MAX]; /* "1000,5000,30000": checked and parsed into: */
