@@ -16,6 +16,7 @@
 #include <strings.h>
 
 #include "base/hostport.h"
+#include "base/placement.h"
 #include "felix/error.h"
 #include "server/config_internal.h"
 #include "storage/syncpol.h"
@@ -422,7 +423,9 @@ const struct key fx_config_keys[] = {
              "never evicted for; 0 = no cap"},
     {.name = "cache_max_value_bytes", .env = {"FELIX_CACHE_MAX_VALUE_BYTES"}, .type = T_SIZE,
      FIELD(cache_max_value_bytes), .def = "1MiB", .min = 1, .max = GiB,
-     .help = "the largest cache value a put may store; a larger one is refused"},
+     .help = "the largest cache value a put may store; a larger one is refused. The largest "
+             "entry (this + cache_max_key_bytes + 104) must fit one worker's share of "
+             "cache_max_bytes: the default is lowered to fit, an explicit value is refused"},
     {.name = "cache_max_key_bytes", .env = {"FELIX_CACHE_MAX_KEY_BYTES"}, .type = T_U32,
      FIELD(cache_max_key_bytes), .def = "1024", .min = 1, .max = 65535,
      .help = "the longest cache key a put may store; a longer one is refused"},
@@ -928,6 +931,33 @@ static int rule_durable(fx_config *c, fx_config_diag *d)
     return rv != 0 ? rv : rule_quota_bytes(c, "durable_bytes_max", d);
 }
 
+/* The largest cache entry (cache_max_value_bytes + cache_max_key_bytes +
+ * the entry overhead, 104) must fit one worker's share of cache_max_bytes,
+ * or no put of that size could ever be stored: a default value bound is
+ * lowered to fit, an explicit one is refused. After rule_shards (workers). */
+static int rule_caches(fx_config *c, fx_config_diag *d)
+{
+    uint64_t share = fx_placement_worker_share(c->cache_max_bytes, c->workers);
+    uint64_t fixed = (uint64_t)c->cache_max_key_bytes + 104;
+    if (c->cache_max_value_bytes + fixed <= share)
+        return 0;
+    int iv = kidx("cache_max_value_bytes");
+    if (c->origin[iv].from == FX_CONFIG_FROM_DEFAULT && share > fixed) {
+        c->cache_max_value_bytes = share - fixed;
+        c->origin[iv].note = "lowered to fit one worker's share of cache_max_bytes";
+        return 0;
+    }
+    char dv[FX_CONFIG_PATH_MAX + 160], db[FX_CONFIG_PATH_MAX + 160];
+    describe(c, iv, dv, sizeof(dv));
+    describe(c, kidx("cache_max_bytes"), db, sizeof(db));
+    return fx_config_fail(d,
+                          "%s plus cache_max_key_bytes (%u) and 104 bytes of overhead does not "
+                          "fit one worker's share of %s (%llu bytes over %u workers): a put that "
+                          "large could never be stored",
+                          dv, (unsigned)c->cache_max_key_bytes, db, (unsigned long long)share,
+                          (unsigned)c->workers);
+}
+
 /* group_backoff_ms: "d1,d2,...": up to 8 delays of 0..43200000 ms. */
 static int rule_backoff(fx_config *c, fx_config_diag *d)
 {
@@ -989,6 +1019,8 @@ static int check_rules(fx_config *c, fx_config_diag *d)
         (rv = rule_probe(c, d)))
         return rv;
     rule_shards(c, d);
+    if ((rv = rule_caches(c, d)))
+        return rv;
     rule_stream_labels(c, d);
     return fx_config_check_memory(c, d);
 }
