@@ -331,6 +331,7 @@ typedef struct fx_config_bound {
      * max(1 MiB, max_frame_bytes) + durable_max_records_per_read x 16), the
      * buffers storage and replay threads hold only while they work. */
     uint64_t durable;
+    uint64_t caches; /* cache_max_bytes: the in-memory caches' entries */
     uint64_t total;
 } fx_config_bound;
 

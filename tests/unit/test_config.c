@@ -1005,7 +1005,7 @@ static void assert_bound_fits(const fx_config *c)
     fx_config_bound b;
     fx_config_memory_bound(c, &b);
     assert_true(b.total <= c->memory_limit_bytes);
-    assert_int_equal(b.total, b.conns + b.ingress + b.retained + b.rings);
+    assert_int_equal(b.total, b.conns + b.ingress + b.retained + b.rings + b.caches);
 }
 
 static void test_memory_defaults_kept_on_large_host(void **state)
@@ -1024,22 +1024,23 @@ static void test_memory_defaults_kept_on_large_host(void **state)
 static void test_memory_defaults_derived_from_target(void **state)
 {
     struct fixture f;
-    /* 8 GiB - 128 MiB (ingress + retained heap) for connections: 256 of
-     * them at 64 + 16 MiB do not fit, so the window ceiling drops to the
-     * power of two that does (31.5 MiB a connection - 16 MiB unacked ->
-     * 8 MiB), and max_connections is what then fits: 7.875 GiB / 24 MiB. */
+    /* 8 GiB - 192 MiB (ingress + retained heap + caches) for connections:
+     * 256 of them at 64 + 16 MiB do not fit, so the window ceiling drops to
+     * the power of two that does (31.25 MiB a connection - 16 MiB unacked ->
+     * 8 MiB), and max_connections is what then fits: 7.8125 GiB / 24 MiB. */
     assert_int_equal(load_target(&f, 8 * GiB, NULL, 0), 0);
     assert_int_equal(f.c.quic_conn_recv_window_max, 8 * MiB);
     assert_int_equal(f.c.quic_conn_recv_window, 8 * MiB);
     assert_int_equal(f.c.quic_unacked_send_bytes, 16 * MiB);
-    assert_int_equal(f.c.max_connections, (8 * GiB - 128 * MiB) / (24 * MiB));
+    assert_int_equal(f.c.max_connections, (8 * GiB - 192 * MiB) / (24 * MiB));
     assert_string_equal(fx_config_origin_of(&f.c, "max_connections")->note,
                         "derived from memory_limit_bytes");
     assert_int_equal(fx_config_origin_of(&f.c, "max_connections")->from, FX_CONFIG_FROM_DEFAULT);
     assert_bound_fits(&f.c);
     char line[512];
     fx_config_format_bound(&f.c, line, sizeof(line));
-    assert_contains(line, "336 connections x (8 MiB receive window + 16 MiB unacked)");
+    assert_contains(line, "333 connections x (8 MiB receive window + 16 MiB unacked)");
+    assert_contains(line, "+ 64 MiB caches +");
     assert_contains(line, "given by the caller");
     done(&f);
 }
