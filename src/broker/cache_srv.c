@@ -235,6 +235,7 @@ static void complete(creq *q, const fx_msg *m)
     fx_buf *f = NULL;
     if (fxb_msg_frame(m, &f) != 0)
         f = NULL; /* the stream is reset when the slot reaches the head */
+    publish(q->w->cache); /* before the answer: a client that reads it sees the counts */
     fxb_reply *r = q->reply;
     q->reply = NULL;
     fxb_reply_complete_frame(r, f);
@@ -324,7 +325,6 @@ static void run(fx_loop *l, fx_task *t, void *user)
         FX_COUNTER_INC(cache_requests_get);
         run_get(q, st, scope, now_us);
     }
-    publish(w->cache);
     free(q);
 }
 

@@ -2,8 +2,9 @@
  * (cache_srv.c, felix-facts-durable-cache.md B2), spoken to in raw frames:
  * the original's vectors byte for byte (a put without request_id answered
  * ok and the stream ended, a get answered with the vector's cache_value),
- * a miss, TTL expiry on read and by the sweep, an oversize value refused, a
- * cross-tenant and a permission refusal, many requests in flight answered
+ * a miss, TTL expiry on read and by the sweep, an oversize value refused,
+ * eviction under the byte bound and the tenant cap, a cross-tenant and a
+ * permission refusal, many requests in flight answered
  * by request_id in order, and a cache scope not found without auto-create. */
 /* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
 #include <time.h>
@@ -252,6 +253,59 @@ static void test_an_unknown_cache_without_auto_create_is_not_found(void **state)
     t_free(t);
 }
 
+/* Puts |n| values of 750 bytes under keys k0.. (856 accounted bytes each)
+ * on |s| and expects |ok| of them stored, the rest refused with |why|. */
+static void put_750s(T *t, tstream *s, int n, int ok, const char *why)
+{
+    char *j = malloc(2048);
+    assert_non_null(j);
+    for (int i = 0; i < n; i++) {
+        int w =
+            snprintf(j, 2048, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"k%d\",\"value\":\"", i);
+        for (int k = 0; k < 250; k++, w += 4)
+            memcpy(j + w, "QUFB", 4);
+        snprintf(j + w, 2048 - (size_t)w, "\",\"request_id\":%d,\"ttl_ms\":null}", i);
+        send_json(s, j);
+    }
+    for (int i = 0; i < n; i++) {
+        fx_msg m;
+        expect_msg(t, s, i < ok ? FX_MSG_CACHE_OK : FX_MSG_ERROR, i < ok ? NULL : why, &m);
+        fx_msg_deinit(&m);
+    }
+    free(j);
+}
+
+static void test_the_byte_bound_evicts_and_the_tenant_cap_refuses(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->bo.workers = 1;
+    t->bo.cache_max_bytes = 4096; /* four entries of 856 bytes */
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    put_750s(t, s, 6, 6, NULL);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_evictions), 2);
+    assert_int_equal(after.g.cache_entries - before.g.cache_entries, 4);
+    assert_int_equal(after.g.cache_bytes - before.g.cache_bytes, 4 * 856);
+    t_free(t);
+
+    t = t_new();
+    t->bo.cache_tenant_max_bytes = 2000; /* two entries */
+    t_start(t);
+    c = t_connect(t);
+    s = authed_stream(t, c);
+    fx_metrics_snapshot_take(&before);
+    put_750s(t, s, 3, 2, "cache put refused: tenant over its cache byte cap");
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_refused_tenant_over_cap), 1);
+    assert_int_equal(DELTA(before, after, cache_evictions), 0);
+    t_free(t);
+}
+
 static char *mint_t1(const uint8_t *priv, const char *const *perms, size_t n)
 {
     fx_auth_mint_claims mc = {.sub = "tester",
@@ -339,6 +393,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_another_tenants_cache_is_refused_and_ends_the_stream),
     cmocka_unit_test(test_many_requests_in_flight_are_answered_by_request_id),
     cmocka_unit_test(test_an_unknown_cache_without_auto_create_is_not_found),
+    cmocka_unit_test(test_the_byte_bound_evicts_and_the_tenant_cap_refuses),
     cmocka_unit_test(test_cache_read_and_cache_write_are_checked_on_the_cache),
 };
 
