@@ -822,9 +822,10 @@ typedef struct resource {
     size_t total;
 } resource;
 
-static void resource_init(resource *r, const char *tenant, const char *ns, const char *stream)
+static void resource_init(resource *r, const char *kind, const char *tenant, const char *ns,
+                          const char *stream)
 {
-    const char *p[6] = {"stream:", tenant, "/", ns, "/", stream};
+    const char *p[6] = {kind, tenant, "/", ns, "/", stream};
     r->total = 0;
     for (int i = 0; i < 6; i++) {
         r->piece[i] = p[i];
@@ -878,6 +879,8 @@ static const char *const *verbs_of(fx_auth_action action)
     static const char *const subscribe[] = {"stream.subscribe:", NULL};
     static const char *const consume[] = {"group.consume:", "stream.subscribe:", NULL};
     static const char *const manage[] = {"group.manage:", "stream.manage:", NULL};
+    static const char *const cread[] = {"cache.read:", NULL};
+    static const char *const cwrite[] = {"cache.write:", NULL};
     switch (action) {
     case FX_AUTH_PUBLISH:
         return publish;
@@ -887,6 +890,10 @@ static const char *const *verbs_of(fx_auth_action action)
         return consume;
     case FX_AUTH_GROUP_MANAGE:
         return manage;
+    case FX_AUTH_CACHE_READ:
+        return cread;
+    case FX_AUTH_CACHE_WRITE:
+        return cwrite;
     default:
         return NULL;
     }
@@ -901,7 +908,8 @@ bool fx_auth_allows(const fx_auth_claims *c, fx_auth_action action, const char *
     if (verbs == NULL)
         return false;
     resource r;
-    resource_init(&r, tenant, ns, stream);
+    bool cache = action == FX_AUTH_CACHE_READ || action == FX_AUTH_CACHE_WRITE;
+    resource_init(&r, cache ? "cache:" : "stream:", tenant, ns, stream);
     for (size_t i = 0; i < c->nperms; i++) {
         for (const char *const *v = verbs; *v != NULL; v++) {
             size_t vn = strlen(*v);

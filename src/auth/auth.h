@@ -38,6 +38,8 @@ typedef enum fx_auth_action {
     FX_AUTH_SUBSCRIBE,     /* perm action "stream.subscribe" */
     FX_AUTH_GROUP_CONSUME, /* "group.consume", implied by "stream.subscribe" */
     FX_AUTH_GROUP_MANAGE,  /* "group.manage", implied by "stream.manage" */
+    FX_AUTH_CACHE_READ,    /* "cache.read" on "cache:<tenant>/<ns>/<cache>" */
+    FX_AUTH_CACHE_WRITE,   /* "cache.write" on "cache:<tenant>/<ns>/<cache>" */
 } fx_auth_action;
 
 /* Why a token was refused; fx_auth_refusal_str() gives the reason text that
@@ -223,7 +225,9 @@ int fx_auth_check_tenant(const fx_auth_claims *c, const char *tenant, char *why,
  * "stream.subscribe:...") has a pattern matching the resource
  * "stream:<tenant>/<ns>/<stream>", where each '*' matches any run of bytes
  * (empty included, '/' included: a pattern "stream:t1/" plus a star covers
- * every stream of t1) and every other byte matches itself, case-sensitively. False for NULL
+ * every stream of t1) and every other byte matches itself, case-sensitively.
+ * The cache actions match "cache.read:" / "cache.write:" perms against
+ * "cache:<tenant>/<ns>/<cache>" (|stream| names the cache). False for NULL
  * arguments. Allocates nothing. Any thread. */
 bool fx_auth_allows(const fx_auth_claims *c, fx_auth_action action, const char *tenant,
                     const char *ns, const char *stream);

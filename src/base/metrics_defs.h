@@ -509,6 +509,70 @@
     G(group_json_polls_waiting, "felix_group_json_polls_waiting", "",                              \
       "JSON group_poll requests waiting for records now, all groups")
 
+/* ---- caches (cache_srv.c, docs/cache.md) ------------------------------ */
+#define FX_METRICS_CACHE(C, G, H)                                                                  \
+    C(cache_requests_get, "felix_cache_requests_total", "op=get",                                  \
+      "Cache requests run on their cache's worker, by op: get, put")                               \
+    C(cache_requests_put, "felix_cache_requests_total", "op=put",                                  \
+      "Cache requests run on their cache's worker, by op: get, put")                               \
+    C(cache_hits, "felix_cache_hits_total", "", "cache_get answers with a value")                  \
+    C(cache_misses, "felix_cache_misses_total", "",                                                \
+      "cache_get answers with null (no entry, or an expired one)")                                 \
+    C(cache_expired_read, "felix_cache_expirations_total", "how=read",                             \
+      "Cache entries freed because their TTL passed, by how: read (a get, put or delete "          \
+      "met it), swept (the worker's sweep timer, without a read)")                                 \
+    C(cache_expired_swept, "felix_cache_expirations_total", "how=swept",                           \
+      "Cache entries freed because their TTL passed, by how: read (a get, put or delete "          \
+      "met it), swept (the worker's sweep timer, without a read)")                                 \
+    C(cache_evictions, "felix_cache_evictions_total", "",                                          \
+      "Cache entries evicted (CLOCK) to fit a put under the worker's share of "                    \
+      "cache_max_bytes")                                                                           \
+    C(cache_refused_forbidden, "felix_cache_refused_total", "reason=forbidden",                    \
+      "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
+      "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
+      "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+    C(cache_refused_not_found, "felix_cache_refused_total", "reason=not_found",                    \
+      "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
+      "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
+      "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+    C(cache_refused_key_too_long, "felix_cache_refused_total", "reason=key_too_long",              \
+      "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
+      "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
+      "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+    C(cache_refused_value_too_large, "felix_cache_refused_total", "reason=value_too_large",        \
+      "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
+      "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
+      "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+    C(cache_refused_larger_than_store, "felix_cache_refused_total", "reason=larger_than_store",    \
+      "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
+      "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
+      "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+    C(cache_refused_tenant_over_cap, "felix_cache_refused_total", "reason=tenant_over_cap",        \
+      "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
+      "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
+      "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+    C(cache_refused_shutting_down, "felix_cache_refused_total", "reason=shutting_down",            \
+      "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
+      "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
+      "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+    C(cache_refused_internal, "felix_cache_refused_total", "reason=internal",                      \
+      "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
+      "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
+      "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+    G(cache_entries, "felix_cache_entries", "",                                                    \
+      "Cache entries held now (live, or expired and not yet freed), all workers")                  \
+    G(cache_bytes, "felix_cache_bytes", "",                                                        \
+      "Accounted bytes of the cache entries held now (key + value + 104 each), all "               \
+      "workers")
+
 /* Every list, in exposition order. A new subsystem list is added here. */
 /* ---- per-stream series -------------------------------------------------
  * Gauges labelled tenant, namespace, stream, whose label values are known only
@@ -569,6 +633,7 @@
     FX_METRICS_QUIC(C, G, H)                                                                       \
     FX_METRICS_ADMIN(C, G, H)                                                                      \
     FX_METRICS_LIMITS(C, G, H)                                                                     \
-    FX_METRICS_GROUP(C, G, H)
+    FX_METRICS_GROUP(C, G, H)                                                                      \
+    FX_METRICS_CACHE(C, G, H)
 
 #endif

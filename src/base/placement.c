@@ -82,6 +82,13 @@ size_t fx_placement_client_loop(uint64_t nth, size_t nloops)
     return (size_t)(nth % nloops);
 }
 
+uint64_t fx_placement_worker_share(uint64_t total, uint32_t nworkers)
+{
+    assert(nworkers > 0);
+    uint64_t share = nworkers ? total / nworkers : total;
+    return share > 0 ? share : 1;
+}
+
 uint32_t fx_placement_storage_worker(uint32_t storage, uint32_t nworkers)
 {
     assert(nworkers > 0);

@@ -37,6 +37,12 @@ uint64_t fx_placement_stream_at(uint32_t worker, uint64_t slot, uint32_t nworker
  * is 0 (asserted). */
 uint32_t fx_placement_storage_worker(uint32_t storage, uint32_t nworkers);
 
+/* A worker's share of a process-wide bound |total| split evenly over
+ * |nworkers| (> 0) workers (cache_max_bytes over the workers' cache
+ * stores): total / nworkers, at least 1; |total| if |nworkers| is 0
+ * (asserted). */
+uint64_t fx_placement_worker_share(uint64_t total, uint32_t nworkers);
+
 /* How many worker loops `workers: auto` means on a host with |online_cpus|
  * CPUs: one per CPU but one, at least 1, at most 1024. The CPU left over runs
  * the kernel's UDP path and co-located clients; on the 2-core reference host

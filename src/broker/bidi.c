@@ -20,6 +20,7 @@
 #include "base/metrics.h"
 #include "broker/admission.h"
 #include "broker/bidi_life.h"
+#include "broker/cache_srv.h"
 #include "broker/conn_auth.h"
 #include "broker/conn_life.h"
 #include "broker/group_json.h"
@@ -342,7 +343,11 @@ static int json_dispatch(fxb_bidi *s, const fx_msg *m)
         fxb_bidi_end(s);
         break;
     default:
-        if (fxb_group_json_is_request(m->type)) {
+        if (fxb_cache_is_request(m->type)) {
+            /* The original's cache requests, many in flight (cache_srv.c). */
+            if (allowed(s, m->tenant_id, strlen(m->tenant_id)))
+                fxb_cache_json(s, m);
+        } else if (fxb_group_json_is_request(m->type)) {
             /* The original's group requests: one per stream (group_json.c). */
             if (allowed(s, m->tenant_id, strlen(m->tenant_id)))
                 fxb_group_json(s, m);

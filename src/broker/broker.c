@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/placement.h"
+#include "broker/cache_srv.h"
 #include "broker/conn.h"
 #include "broker/conn_auth.h"
 #include "broker/durable.h"
@@ -125,6 +126,9 @@ static int create_streams(fx_broker *b)
 
 static int create_loops(fx_broker *b)
 {
+    int crv = fxb_caches_init(b);
+    if (crv != 0)
+        return crv;
     b->workers = calloc(b->nworkers, sizeof(*b->workers));
     if (b->workers == NULL)
         return -ENOMEM;
@@ -430,6 +434,7 @@ void fx_broker_free(fx_broker *b)
     for (uint32_t i = 0; b->workers != NULL && i < b->nworkers; i++)
         fxb_worker_deinit(&b->workers[i]);
     free(b->workers);
+    fxb_caches_deinit(b); /* after the stores, which release their tenants' bytes */
     for (uint32_t i = 0; i < b->nio; i++)
         fx_loop_free(b->io[i]);
     free(b->io);

@@ -32,6 +32,8 @@ typedef enum fx_broker_auth_action {
     FX_BROKER_AUTH_SUBSCRIBE,     /* every subscribe */
     FX_BROKER_AUTH_GROUP_CONSUME, /* group_poll/ack/nack/extend/dead_letter(s)/describe */
     FX_BROKER_AUTH_GROUP_MANAGE,  /* group_seek, group_delete */
+    FX_BROKER_AUTH_CACHE_READ,    /* cache_get, on the cache's names (tenant, ns, cache) */
+    FX_BROKER_AUTH_CACHE_WRITE,   /* cache_put, on the cache's names */
 } fx_broker_auth_action;
 
 /* Client authentication, plugged in by the daemon (src/server/authn.h
@@ -196,6 +198,14 @@ typedef struct fx_broker_opts {
     uint32_t group_backoff_ms[8];         /* delays before the k-th redelivery after a lapse */
     uint32_t group_nbackoff;              /* or a nak without a delay; 0: at once */
     uint32_t max_groups_per_stream;       /* [64] */
+    /* caches (cache_srv.c, docs/cache.md): cache_max_bytes is split evenly
+     * over the workers' stores; 0 here = 64 MiB. A tenant's caches together
+     * hold at most cache_tenant_max_bytes (0 = no cap). Values and keys
+     * longer than the last two are refused (0 here = 1 MiB, 1024). */
+    uint64_t cache_max_bytes;
+    uint64_t cache_tenant_max_bytes;
+    uint32_t cache_max_value_bytes;
+    uint32_t cache_max_key_bytes;
     /* Checkpoint 4g: in the lossless profile (subscriber_queue_policy
      * block) an append to a stream in memory that would evict a record a
      * group has not settled waits (the worker takes no input meanwhile) at

@@ -119,6 +119,8 @@ struct fx_broker {
      * (preauth_max_bytes). Any thread. */
     atomic_uint_fast64_t preauth_bytes;
     struct fxb_durable *dur; /* durable storage (durable.c), or NULL without a storage dir */
+    /* The tenant accounts of the caches (cache_srv.c). */
+    struct fxb_caches *caches;
 };
 
 /* Error text of everything refused during the drain (also the close reason;
@@ -174,6 +176,9 @@ struct fxb_bidi {
     bool closed;    /* QUIC stream gone */
     bool peer_fin;  /* the client finished sending */
     bool fin_sent;
+    /* |tenant|'s cache byte account (cache_srv.c), found at its first cache
+     * request; the broker's, never freed before it. */
+    struct fxb_cache_tenant *cache_acct;
     bool sub_pending; /* a subscribe is waiting for its worker: hold the FIN */
     size_t credit_owed;
     /* When the claims lapse (Unix seconds; INT64_MAX = never). Before auth:

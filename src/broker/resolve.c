@@ -50,6 +50,10 @@ static const char *action_name(fx_broker_auth_action action)
         return "group.consume";
     case FX_BROKER_AUTH_GROUP_MANAGE:
         return "group.manage";
+    case FX_BROKER_AUTH_CACHE_READ:
+        return "cache.read";
+    case FX_BROKER_AUTH_CACHE_WRITE:
+        return "cache.write";
     default:
         return "subscribe";
     }
@@ -187,4 +191,22 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
 void fxb_resolve_deinit(fxb_bidi *s)
 {
     fx_stream_handle_unref(s->resolved.h);
+}
+
+bool fxb_bidi_cache_allows(fxb_bidi *s, fx_broker_auth_action action, const char *tenant,
+                           const char *ns, const char *cache)
+{
+    const fx_broker_auth *a = &s->conn->b->o.auth;
+    if (a->verify == NULL)
+        return true;
+    if (s->auth_ctx != NULL && a->allows != NULL &&
+        a->allows(a->user, s->auth_ctx, action, tenant, ns, cache))
+        return true;
+    FX_COUNTER_INC(broker_auth_forbidden);
+    FX_LOG_RATELIMITED(&forbidden_rl, fx_loop_now(s->conn->loop), FX_LOG_WARN, "broker",
+                       "conn %llu stream %lld: %s on cache %.128s/%.128s/%.128s forbidden: the "
+                       "token lacks the permission",
+                       (unsigned long long)s->conn->id, (long long)s->sid, action_name(action),
+                       tenant, ns, cache);
+    return false;
 }

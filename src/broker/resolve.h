@@ -47,4 +47,13 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
                      fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
                      fx_registry_err *err);
 
+/* Whether |s|'s credentials permit the cache |action| (cache.read or
+ * cache.write) on cache |tenant|/|ns|/|cache| (NUL-terminated): always with
+ * auth_mode none. Asked for each request, not cached (the stream's cache
+ * above holds stream names). A refusal is counted
+ * (felix_broker_auth_refused_total{reason=forbidden}) and logged,
+ * rate-limited. */
+bool fxb_bidi_cache_allows(fxb_bidi *s, fx_broker_auth_action action, const char *tenant,
+                           const char *ns, const char *cache);
+
 #endif

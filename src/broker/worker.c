@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/placement.h"
+#include "broker/cache_srv.h"
 #include "broker/durable.h"
 #include "broker/feeder.h"
 #include "broker/group.h"
@@ -496,6 +497,12 @@ int fxb_worker_init(fx_broker *b, fxb_worker *w, uint32_t i)
         w->loop = NULL;
         return rv;
     }
+    if ((rv = fxb_cache_worker_init(w)) != 0) {
+        fx_queue_deinit(&w->jobs);
+        fx_loop_free(w->loop);
+        w->loop = NULL;
+        return rv;
+    }
     fx_task_init(&w->doorbell, fxb_worker_drain, w);
     fx_task_init(&w->resume_task, fxb_worker_resume, w);
     fx_timer_init(&w->block_timer, block_expired, w);
@@ -519,6 +526,7 @@ void fxb_worker_deinit(fxb_worker *w)
         FX_GAUGE_SUB(group_hold_held, 1);
     fxb_durable_worker_deinit(w);
     fxb_group_worker_deinit(w);
+    fxb_cache_worker_deinit(w);
     fxb_worker_free_ends(w);
     fxb_idem_free_all(w);
     size_t pos = 0;

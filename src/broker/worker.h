@@ -51,6 +51,8 @@ struct fxb_worker {
     fx_timer expiry_timer;
     struct fxb_dworker *dur; /* durable streams' storage stage (durable.c), or NULL */
     struct fxb_gmset *gmetrics; /* its groups' /metrics series (group_metrics.c), or NULL */
+    /* Its caches' store and sweep timer (cache_srv.c). */
+    struct fxb_wcache *cache;
 };
 
 /* Posted to the deleted stream's worker; holds a handle reference. Jobs

@@ -104,6 +104,12 @@ static bool allows_cb(void *user, const void *ctx, fx_broker_auth_action action,
     case FX_BROKER_AUTH_GROUP_MANAGE:
         act = FX_AUTH_GROUP_MANAGE;
         break;
+    case FX_BROKER_AUTH_CACHE_READ:
+        act = FX_AUTH_CACHE_READ;
+        break;
+    case FX_BROKER_AUTH_CACHE_WRITE:
+        act = FX_AUTH_CACHE_WRITE;
+        break;
     default:
         act = FX_AUTH_SUBSCRIBE;
         break;

@@ -16,6 +16,7 @@
 #include <strings.h>
 
 #include "base/hostport.h"
+#include "base/placement.h"
 #include "felix/error.h"
 #include "server/config_internal.h"
 #include "storage/syncpol.h"
@@ -410,6 +411,24 @@ const struct key fx_config_keys[] = {
     {.name = "fanout_batch_size", .env = {"FELIX_FANOUT_BATCH"}, .type = T_U32,
      FIELD(fanout_batch_size), .def = "64", .min = 1, .max = 65536,
      .help = "events per frame is min(this, event_batch_max_events); 1 = single-event mode"},
+    /* caches */
+    {.name = "cache_max_bytes", .env = {"FELIX_CACHE_MAX_BYTES"}, .type = T_SIZE,
+     .section = "caches", FIELD(cache_max_bytes), .def = "64MiB", .min = MiB, .max = 64 * TiB,
+     .help = "bytes the in-memory caches hold, all tenants (key + value + 104 per entry), split "
+             "evenly over the workers; a put over a worker's share evicts its least recently "
+             "used entries (CLOCK)"},
+    {.name = "cache_tenant_max_bytes", .env = {"FELIX_CACHE_TENANT_MAX_BYTES"}, .type = T_SIZE,
+     FIELD(cache_tenant_max_bytes), .def = "0", .min = 0, .max = 64 * TiB,
+     .help = "bytes one tenant's caches hold at most, all workers; a put past it is refused, "
+             "never evicted for; 0 = no cap"},
+    {.name = "cache_max_value_bytes", .env = {"FELIX_CACHE_MAX_VALUE_BYTES"}, .type = T_SIZE,
+     FIELD(cache_max_value_bytes), .def = "1MiB", .min = 1, .max = GiB,
+     .help = "the largest cache value a put may store; a larger one is refused. The largest "
+             "entry (this + cache_max_key_bytes + 104) must fit one worker's share of "
+             "cache_max_bytes: the default is lowered to fit, an explicit value is refused"},
+    {.name = "cache_max_key_bytes", .env = {"FELIX_CACHE_MAX_KEY_BYTES"}, .type = T_U32,
+     FIELD(cache_max_key_bytes), .def = "1024", .min = 1, .max = 65535,
+     .help = "the longest cache key a put may store; a longer one is refused"},
     /* durable storage */
     {.name = "durable_storage_dir", .env = {"FELIX_DURABLE_STORAGE_DIR"}, .type = T_STR,
      .section = "durable storage", FIELD(durable_storage_dir), .def = "",
@@ -912,6 +931,33 @@ static int rule_durable(fx_config *c, fx_config_diag *d)
     return rv != 0 ? rv : rule_quota_bytes(c, "durable_bytes_max", d);
 }
 
+/* The largest cache entry (cache_max_value_bytes + cache_max_key_bytes +
+ * the entry overhead, 104) must fit one worker's share of cache_max_bytes,
+ * or no put of that size could ever be stored: a default value bound is
+ * lowered to fit, an explicit one is refused. After rule_shards (workers). */
+static int rule_caches(fx_config *c, fx_config_diag *d)
+{
+    uint64_t share = fx_placement_worker_share(c->cache_max_bytes, c->workers);
+    uint64_t fixed = (uint64_t)c->cache_max_key_bytes + 104;
+    if (c->cache_max_value_bytes + fixed <= share)
+        return 0;
+    int iv = kidx("cache_max_value_bytes");
+    if (c->origin[iv].from == FX_CONFIG_FROM_DEFAULT && share > fixed) {
+        c->cache_max_value_bytes = share - fixed;
+        c->origin[iv].note = "lowered to fit one worker's share of cache_max_bytes";
+        return 0;
+    }
+    char dv[FX_CONFIG_PATH_MAX + 160], db[FX_CONFIG_PATH_MAX + 160];
+    describe(c, iv, dv, sizeof(dv));
+    describe(c, kidx("cache_max_bytes"), db, sizeof(db));
+    return fx_config_fail(d,
+                          "%s plus cache_max_key_bytes (%u) and 104 bytes of overhead does not "
+                          "fit one worker's share of %s (%llu bytes over %u workers): a put that "
+                          "large could never be stored",
+                          dv, (unsigned)c->cache_max_key_bytes, db, (unsigned long long)share,
+                          (unsigned)c->workers);
+}
+
 /* group_backoff_ms: "d1,d2,...": up to 8 delays of 0..43200000 ms. */
 static int rule_backoff(fx_config *c, fx_config_diag *d)
 {
@@ -924,8 +970,7 @@ static int rule_backoff(fx_config *c, fx_config_diag *d)
         if (end == s || errno != 0 || v > 43200000ull || (*end != ',' && *end != '\0') ||
             c->group_nbackoff == 8) {
             char where[FX_CONFIG_PATH_MAX + 64];
-            fx_config_format_where(c, &c->origin[kidx("group_backoff_ms")], where,
-                                   sizeof(where));
+            fx_config_format_where(c, &c->origin[kidx("group_backoff_ms")], where, sizeof(where));
             return fx_config_fail(d,
                                   "%s: group_backoff_ms = \"%s\": expected at most 8 delays in "
                                   "ms (0..43200000) separated by commas, like \"1000,5000,30000\"",
@@ -970,10 +1015,12 @@ static int check_rules(fx_config *c, fx_config_diag *d)
                               where);
     }
     if ((rv = rule_durable(c, d)) || (rv = rule_tenants(c, d)) || (rv = rule_groups(c, d)) ||
-        (rv = rule_backoff(c, d)) ||
-        (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) || (rv = rule_probe(c, d)))
+        (rv = rule_backoff(c, d)) || (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) ||
+        (rv = rule_probe(c, d)))
         return rv;
     rule_shards(c, d);
+    if ((rv = rule_caches(c, d)))
+        return rv;
     rule_stream_labels(c, d);
     return fx_config_check_memory(c, d);
 }

@@ -190,6 +190,10 @@ typedef struct fx_config {
     uint32_t group_visibility_timeout_ms;
     uint32_t group_max_visibility_ms;
     uint32_t group_max_wait_ms;
+    uint64_t cache_max_bytes;
+    uint64_t cache_tenant_max_bytes;
+    uint64_t cache_max_value_bytes;
+    uint32_t cache_max_key_bytes;
     uint32_t group_max_attempts;
     uint32_t group_max_in_flight;
     char group_backoff_ms[FX_CONFIG_ADDR_MAX]; /* "1000,5000,30000": checked and parsed into: */
@@ -327,6 +331,7 @@ typedef struct fx_config_bound {
      * max(1 MiB, max_frame_bytes) + durable_max_records_per_read x 16), the
      * buffers storage and replay threads hold only while they work. */
     uint64_t durable;
+    uint64_t caches; /* cache_max_bytes: the in-memory caches' entries */
     uint64_t total;
 } fx_config_bound;
 

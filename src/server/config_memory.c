@@ -167,7 +167,8 @@ void fx_config_memory_bound(const fx_config *c, fx_config_bound *b)
     b->retained = c->allocator_retain_bytes;
     b->rings = (uint64_t)prestreams(c) * (c->log_capacity_bytes + c->max_frame_bytes);
     b->durable = c->durable_storage_dir[0] ? (uint64_t)c->workers * durable_thread_bytes(c) : 0;
-    b->total = b->conns + b->ingress + b->retained + b->rings + b->durable;
+    b->caches = c->cache_max_bytes;
+    b->total = b->conns + b->ingress + b->retained + b->rings + b->durable + b->caches;
 }
 
 /* "1.5 GiB", "64 MiB", "512 KiB" */
@@ -185,7 +186,7 @@ void fx_config_format_bound(const fx_config *c, char *buf, size_t n)
 {
     fx_config_bound b;
     fx_config_memory_bound(c, &b);
-    char total[32], win[32], un[32], in[32], ret[32], ring[32], lim[32];
+    char total[32], win[32], un[32], in[32], ret[32], ring[32], lim[32], cache[32];
     fmt_size(b.total, total, sizeof(total));
     fmt_size(c->quic_conn_recv_window_max, win, sizeof(win));
     fmt_size(c->quic_unacked_send_bytes, un, sizeof(un));
@@ -193,6 +194,7 @@ void fx_config_format_bound(const fx_config *c, char *buf, size_t n)
     fmt_size(b.retained, ret, sizeof(ret));
     fmt_size(c->log_capacity_bytes + c->max_frame_bytes, ring, sizeof(ring));
     fmt_size(c->memory_limit_bytes, lim, sizeof(lim));
+    fmt_size(b.caches, cache, sizeof(cache));
     const fx_config_origin *o = fx_config_origin_of(c, "memory_limit_bytes");
     char dur[96] = "";
     if (b.durable > 0) {
@@ -203,10 +205,10 @@ void fx_config_format_bound(const fx_config *c, char *buf, size_t n)
     }
     snprintf(buf, n,
              "memory bound %s = %u connections x (%s receive window + %s unacked) + %s "
-             "ingress + %s retained heap + %zu streams x %s%s (streams created later add %s "
-             "each); memory_limit_bytes %s (%s)",
-             total, (unsigned)c->max_connections, win, un, in, ret, prestreams(c), ring, dur, ring,
-             lim, o->note ? o->note : "set");
+             "ingress + %s retained heap + %s caches + %zu streams x %s%s (streams created later "
+             "add %s each); memory_limit_bytes %s (%s)",
+             total, (unsigned)c->max_connections, win, un, in, ret, cache, prestreams(c), ring, dur,
+             ring, lim, o->note ? o->note : "set");
 }
 
 /* ---- deriving the defaults --------------------------------------------- */
@@ -254,7 +256,7 @@ void fx_config_derive_memory(fx_config *c)
 {
     fx_config_bound b;
     fx_config_memory_bound(c, &b);
-    uint64_t fixed = b.ingress + b.retained + b.rings + b.durable;
+    uint64_t fixed = b.ingress + b.retained + b.rings + b.durable + b.caches;
     if (c->memory_limit_bytes == 0)
         return;
     uint64_t budget = c->memory_limit_bytes > fixed ? c->memory_limit_bytes - fixed : 0;
@@ -299,6 +301,7 @@ static const char *const bound_keys[] = {
     "durable_storage_dir",
     "durable_max_records_per_read",
     "workers",
+    "cache_max_bytes",
 };
 
 int fx_config_check_memory(const fx_config *c, fx_config_diag *d)

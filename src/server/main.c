@@ -323,6 +323,10 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     o->group_max_attempts = c->group_max_attempts;
     o->group_max_in_flight = c->group_max_in_flight;
     o->group_max_wait_ms = c->group_max_wait_ms;
+    o->cache_max_bytes = c->cache_max_bytes;
+    o->cache_tenant_max_bytes = c->cache_tenant_max_bytes;
+    o->cache_max_value_bytes = (uint32_t)c->cache_max_value_bytes; /* at most 1 GiB */
+    o->cache_max_key_bytes = c->cache_max_key_bytes;
     o->group_nbackoff = c->group_nbackoff;
     memcpy(o->group_backoff_ms, c->group_backoff, sizeof(o->group_backoff_ms));
     o->max_groups_per_stream = c->max_groups_per_stream;

@@ -900,7 +900,27 @@ static void test_group_actions_are_granted_by_their_own_perm_or_the_stream_one(v
     assert_false(fx_auth_allows(&c, FX_AUTH_GROUP_MANAGE, "t2", "x", "y"));
 }
 
+static void test_cache_actions_match_cache_resources_only(void **state)
+{
+    (void)state;
+    char *rw[] = {"cache.read:cache:t1/*/*", "cache.write:cache:t1/default/primary"};
+    fx_auth_claims c = claims_with("t1", rw, 2);
+    assert_true(fx_auth_allows(&c, FX_AUTH_CACHE_READ, "t1", "default", "primary"));
+    assert_true(fx_auth_allows(&c, FX_AUTH_CACHE_READ, "t1", "ns", "other"));
+    assert_true(fx_auth_allows(&c, FX_AUTH_CACHE_WRITE, "t1", "default", "primary"));
+    assert_false(fx_auth_allows(&c, FX_AUTH_CACHE_WRITE, "t1", "default", "other"));
+    assert_false(fx_auth_allows(&c, FX_AUTH_CACHE_READ, "t2", "default", "primary"));
+    /* A cache perm names no stream, and a stream perm no cache. */
+    assert_false(fx_auth_allows(&c, FX_AUTH_SUBSCRIBE, "t1", "default", "primary"));
+    char *st[] = {"stream.publish:stream:t1/*/*", "stream.subscribe:*",
+                  "cache.read:stream:t1/*/*"};
+    c = claims_with("t1", st, 3);
+    assert_false(fx_auth_allows(&c, FX_AUTH_CACHE_WRITE, "t1", "default", "primary"));
+    assert_false(fx_auth_allows(&c, FX_AUTH_CACHE_READ, "t1", "default", "primary"));
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_cache_actions_match_cache_resources_only),
     cmocka_unit_test(test_group_actions_are_granted_by_their_own_perm_or_the_stream_one),
     cmocka_unit_test(test_valid_token_accepted),
     cmocka_unit_test(test_audience_array_accepted),

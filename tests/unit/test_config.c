@@ -1005,7 +1005,7 @@ static void assert_bound_fits(const fx_config *c)
     fx_config_bound b;
     fx_config_memory_bound(c, &b);
     assert_true(b.total <= c->memory_limit_bytes);
-    assert_int_equal(b.total, b.conns + b.ingress + b.retained + b.rings);
+    assert_int_equal(b.total, b.conns + b.ingress + b.retained + b.rings + b.caches);
 }
 
 static void test_memory_defaults_kept_on_large_host(void **state)
@@ -1024,22 +1024,23 @@ static void test_memory_defaults_kept_on_large_host(void **state)
 static void test_memory_defaults_derived_from_target(void **state)
 {
     struct fixture f;
-    /* 8 GiB - 128 MiB (ingress + retained heap) for connections: 256 of
-     * them at 64 + 16 MiB do not fit, so the window ceiling drops to the
-     * power of two that does (31.5 MiB a connection - 16 MiB unacked ->
-     * 8 MiB), and max_connections is what then fits: 7.875 GiB / 24 MiB. */
+    /* 8 GiB - 192 MiB (ingress + retained heap + caches) for connections:
+     * 256 of them at 64 + 16 MiB do not fit, so the window ceiling drops to
+     * the power of two that does (31.25 MiB a connection - 16 MiB unacked ->
+     * 8 MiB), and max_connections is what then fits: 7.8125 GiB / 24 MiB. */
     assert_int_equal(load_target(&f, 8 * GiB, NULL, 0), 0);
     assert_int_equal(f.c.quic_conn_recv_window_max, 8 * MiB);
     assert_int_equal(f.c.quic_conn_recv_window, 8 * MiB);
     assert_int_equal(f.c.quic_unacked_send_bytes, 16 * MiB);
-    assert_int_equal(f.c.max_connections, (8 * GiB - 128 * MiB) / (24 * MiB));
+    assert_int_equal(f.c.max_connections, (8 * GiB - 192 * MiB) / (24 * MiB));
     assert_string_equal(fx_config_origin_of(&f.c, "max_connections")->note,
                         "derived from memory_limit_bytes");
     assert_int_equal(fx_config_origin_of(&f.c, "max_connections")->from, FX_CONFIG_FROM_DEFAULT);
     assert_bound_fits(&f.c);
     char line[512];
     fx_config_format_bound(&f.c, line, sizeof(line));
-    assert_contains(line, "336 connections x (8 MiB receive window + 16 MiB unacked)");
+    assert_contains(line, "333 connections x (8 MiB receive window + 16 MiB unacked)");
+    assert_contains(line, "+ 64 MiB caches +");
     assert_contains(line, "given by the caller");
     done(&f);
 }
@@ -1210,6 +1211,44 @@ static void test_admin_allowed_hosts_loaded(void **state)
 /* The durable quotas: documented defaults, the per-stream share of the
  * publish budget following pub_inflight_bytes, and values that cannot work
  * refused naming the keys. */
+static void test_cache_keys_defaults_and_refusals(void **state)
+{
+    (void)state;
+    struct fixture f;
+    assert_int_equal(load(&f, NULL, NULL, NULL, 0), 0);
+    assert_int_equal(f.c.cache_max_bytes, 64 * MiB);
+    assert_int_equal(f.c.cache_tenant_max_bytes, 0);
+    assert_int_equal(f.c.cache_max_value_bytes, MiB);
+    assert_int_equal(f.c.cache_max_key_bytes, 1024);
+    done(&f);
+    char *env[] = {"FELIX_CACHE_MAX_BYTES=1GiB", "FELIX_CACHE_TENANT_MAX_BYTES=256MiB",
+                   "FELIX_CACHE_MAX_VALUE_BYTES=4MiB", "FELIX_CACHE_MAX_KEY_BYTES=200", NULL};
+    assert_int_equal(load(&f, NULL, env, NULL, 0), 0);
+    assert_int_equal(f.c.cache_max_bytes, GiB);
+    assert_int_equal(f.c.cache_tenant_max_bytes, 256 * MiB);
+    assert_int_equal(f.c.cache_max_value_bytes, 4 * MiB);
+    assert_int_equal(f.c.cache_max_key_bytes, 200);
+    done(&f);
+    /* A default value bound follows a small share; an explicit one is refused. */
+    const char *small[] = {"cache_max_bytes=1MiB", "workers=2"};
+    assert_int_equal(load(&f, NULL, NULL, small, 2), 0);
+    assert_int_equal(f.c.cache_max_value_bytes, MiB / 2 - 1024 - 104);
+    done(&f);
+    const char *big[] = {"cache_max_bytes=1MiB", "workers=2", "cache_max_value_bytes=1MiB"};
+    const char *w1[] = {"cache_max_value_bytes = 1MiB", "cache_max_bytes = 1MiB",
+                        "could never be stored", NULL};
+    expect_error(NULL, NULL, big, 3, w1);
+    const char *tiny[] = {"cache_max_bytes=512KiB"};
+    const char *w2[] = {"cache_max_bytes", NULL};
+    expect_error(NULL, NULL, tiny, 1, w2);
+    const char *key[] = {"cache_max_key_bytes=65536"};
+    const char *w3[] = {"cache_max_key_bytes", NULL};
+    expect_error(NULL, NULL, key, 1, w3);
+    const char *zero[] = {"cache_max_value_bytes=0"};
+    const char *w4[] = {"cache_max_value_bytes", NULL};
+    expect_error(NULL, NULL, zero, 1, w4);
+}
+
 static void test_durable_quota_keys_defaults_and_refusals(void **state)
 {
     (void)state;
@@ -1307,6 +1346,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_durable_flush_pipeline_is_off_by_default_and_can_be_switched_on),
     cmocka_unit_test(test_durable_bad_values_are_refused),
     cmocka_unit_test(test_durable_quota_keys_defaults_and_refusals),
+    cmocka_unit_test(test_cache_keys_defaults_and_refusals),
     cmocka_unit_test(test_unknown_durable_key_warns_naming_the_storage),
     cmocka_unit_test(test_probe_bind_follows_metrics_bind),
     cmocka_unit_test(test_admin_tls_files_set_together),

@@ -130,6 +130,7 @@ static void test_bound_sums_its_terms(void **state)
     c.allocator_retain_bytes = 3 * MiB;
     c.log_capacity_bytes = 2 * MiB;
     c.max_frame_bytes = 1 * MiB;
+    c.cache_max_bytes = 0; /* its own term, checked below */
     fx_config_diag d = {0};
     assert_int_equal(fx_config_load_flag(&c, "streams=a/b/c,a/b/d", &d), 0);
     fx_config_bound b;
@@ -148,6 +149,12 @@ static void test_bound_sums_its_terms(void **state)
     fx_config_memory_bound(&c, &b);
     assert_int_equal(b.durable, 2 * (1 * MiB + 65536ull * 44 + 1 * MiB + 100 * 16));
     assert_int_equal(b.total, 66 * MiB + b.durable);
+    /* The caches count cache_max_bytes. */
+    c.cache_max_bytes = 5 * MiB;
+    fx_config_memory_bound(&c, &b);
+    assert_int_equal(b.caches, 5 * MiB);
+    assert_int_equal(b.total, 71 * MiB + b.durable);
+    c.cache_max_bytes = 0;
     char line[512];
     fx_config_format_bound(&c, line, sizeof(line));
     assert_non_null(strstr(line, "10 connections x (4 MiB receive window + 1 MiB unacked)"));

@@ -1,0 +1,445 @@
+/* The original's cache_put / cache_get (felix-facts-durable-cache.md B2):
+ * the connection loop checks the request (auth and tenant in bidi.c, then
+ * cache.read / cache.write and the registration here) and posts it, with a
+ * reply slot, to the cache's worker (the hash of tenant/namespace/cache,
+ * fx_placement_worker_for); the worker runs it on its fxb_cache_store and
+ * completes the slot with cache_ok / ok / cache_value / error. Replies go
+ * out in request order (reply.c), so many requests may be in flight on one
+ * stream, each answered with its request_id. Connection loop, except the
+ * worker parts (run, sweep, publish: the cache's worker loop). */
+#include "broker/cache_srv.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "base/log.h"
+#include "base/metrics.h"
+#include "base/placement.h"
+#include "broker/bidi_life.h"
+#include "broker/cache_store.h"
+#include "broker/reply.h"
+#include "broker/resolve.h"
+#include "broker/worker.h"
+
+/* ---- tenants (any thread) ---------------------------------------------------------------- */
+
+/* One tenant's byte account, for the broker's life. */
+typedef struct ctenant {
+    fxb_cache_tenant acct;
+    struct ctenant *next;
+    char name[];
+} ctenant;
+
+/* fx_broker.caches. |tenants| grows under |mu| (looked up once per client
+ * stream, fxb_bidi.cache_acct) and is freed at teardown. */
+struct fxb_caches {
+    pthread_mutex_t mu;
+    ctenant *tenants;
+    uint64_t hash_key[2]; /* placement and the stores' index: random per process */
+};
+
+int fxb_caches_init(fx_broker *b)
+{
+    struct fxb_caches *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&c->mu, NULL);
+    if (getrandom(c->hash_key, sizeof(c->hash_key), 0) != (ssize_t)sizeof(c->hash_key)) {
+        /* Not fatal: only the spread of hostile keys depends on it. */
+        FX_LOG_WARN("broker", "cache: getrandom failed (%s); the cache hash key is fixed",
+                    strerror(errno));
+        c->hash_key[0] = 0x736f6d6570736575ull;
+        c->hash_key[1] = 0x646f72616e646f6dull;
+    }
+    b->caches = c;
+    return 0;
+}
+
+void fxb_caches_deinit(fx_broker *b)
+{
+    struct fxb_caches *c = b->caches;
+    if (c == NULL)
+        return;
+    for (ctenant *t = c->tenants, *next; t != NULL; t = next) {
+        next = t->next;
+        free(t);
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    b->caches = NULL;
+}
+
+/* The account of |tenant|, made on first use; NULL on -ENOMEM. Any thread. */
+static fxb_cache_tenant *tenant_acct(fx_broker *b, const char *tenant)
+{
+    struct fxb_caches *c = b->caches;
+    pthread_mutex_lock(&c->mu);
+    ctenant *t = c->tenants;
+    while (t != NULL && strcmp(t->name, tenant) != 0)
+        t = t->next;
+    if (t == NULL) {
+        size_t n = strlen(tenant) + 1;
+        t = calloc(1, sizeof(*t) + n);
+        if (t != NULL) {
+            memcpy(t->name, tenant, n);
+            t->acct.max_bytes = (int64_t)b->o.cache_tenant_max_bytes;
+            t->next = c->tenants;
+            c->tenants = t;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return t != NULL ? &t->acct : NULL;
+}
+
+/* ---- a worker's store (worker loop; init and deinit: main thread) ----------------------- */
+
+/* fxb_worker.cache. */
+struct fxb_wcache {
+    fxb_cache_store *store;
+    fx_timer sweep_timer;
+    uint64_t sweep_at_us; /* what |sweep_timer| is armed for, when armed */
+    fxb_cache_stats seen; /* the counters already added to the registry */
+};
+
+static void sweep_cb(fx_loop *l, fx_timer *t, void *user);
+
+int fxb_cache_worker_init(fxb_worker *w)
+{
+    const fx_broker_opts *o = &w->b->o;
+    uint64_t total = o->cache_max_bytes != 0 ? o->cache_max_bytes : FXB_CACHE_DEFAULT_MAX_BYTES;
+    fxb_cache_limits lim = {
+        .max_bytes = fx_placement_worker_share(total, w->b->nworkers),
+        .max_value_bytes = o->cache_max_value_bytes != 0 ? o->cache_max_value_bytes
+                                                         : FXB_CACHE_DEFAULT_MAX_VALUE_BYTES,
+        .max_key_bytes =
+            o->cache_max_key_bytes != 0 ? o->cache_max_key_bytes : FXB_CACHE_DEFAULT_MAX_KEY_BYTES,
+    };
+    memcpy(lim.hash_key, w->b->caches->hash_key, sizeof(lim.hash_key));
+    struct fxb_wcache *wc = calloc(1, sizeof(*wc));
+    if (wc == NULL)
+        return -ENOMEM;
+    int rv = fxb_cache_store_new(&wc->store, &lim);
+    if (rv != 0) {
+        free(wc);
+        return rv;
+    }
+    fx_timer_init(&wc->sweep_timer, sweep_cb, w);
+    w->cache = wc;
+    return 0;
+}
+
+/* Adds what the store counted since the last call to the registry. */
+static void publish(struct fxb_wcache *wc)
+{
+    fxb_cache_stats st;
+    fxb_cache_stats_get(wc->store, &st);
+    fxb_cache_stats *o = &wc->seen;
+    FX_COUNTER_ADD(cache_hits, st.hits - o->hits);
+    FX_COUNTER_ADD(cache_misses, st.misses - o->misses);
+    FX_COUNTER_ADD(cache_expired_read, st.expired_read - o->expired_read);
+    FX_COUNTER_ADD(cache_expired_swept, st.expired_swept - o->expired_swept);
+    FX_COUNTER_ADD(cache_evictions, st.evictions - o->evictions);
+    const uint64_t *r = st.refused, *p = o->refused;
+    FX_COUNTER_ADD(cache_refused_key_too_long,
+                   r[FXB_CACHE_KEY_TOO_LONG - FXB_CACHE_REFUSAL_FIRST] -
+                       p[FXB_CACHE_KEY_TOO_LONG - FXB_CACHE_REFUSAL_FIRST]);
+    FX_COUNTER_ADD(cache_refused_value_too_large,
+                   r[FXB_CACHE_VALUE_TOO_LARGE - FXB_CACHE_REFUSAL_FIRST] -
+                       p[FXB_CACHE_VALUE_TOO_LARGE - FXB_CACHE_REFUSAL_FIRST]);
+    FX_COUNTER_ADD(cache_refused_larger_than_store,
+                   r[FXB_CACHE_LARGER_THAN_STORE - FXB_CACHE_REFUSAL_FIRST] -
+                       p[FXB_CACHE_LARGER_THAN_STORE - FXB_CACHE_REFUSAL_FIRST]);
+    FX_COUNTER_ADD(cache_refused_tenant_over_cap,
+                   r[FXB_CACHE_TENANT_OVER_CAP - FXB_CACHE_REFUSAL_FIRST] -
+                       p[FXB_CACHE_TENANT_OVER_CAP - FXB_CACHE_REFUSAL_FIRST]);
+    FX_GAUGE_ADD(cache_entries, (int64_t)st.entries - (int64_t)o->entries);
+    FX_GAUGE_ADD(cache_bytes, (int64_t)st.bytes - (int64_t)o->bytes);
+    *o = st;
+}
+
+void fxb_cache_worker_deinit(fxb_worker *w)
+{
+    struct fxb_wcache *wc = w->cache;
+    if (wc == NULL)
+        return;
+    fx_loop_timer_cancel(w->loop, &wc->sweep_timer); /* the loop is stopped: allowed */
+    FX_GAUGE_SUB(cache_entries, (int64_t)wc->seen.entries);
+    FX_GAUGE_SUB(cache_bytes, (int64_t)wc->seen.bytes);
+    fxb_cache_store_free(wc->store);
+    free(wc);
+    w->cache = NULL;
+}
+
+static fx_ratelimit arm_rl = FX_RATELIMIT_INIT;
+
+/* Arms the sweep timer for the store's earliest expiry when it is not
+ * armed for that or earlier. If it cannot be armed, expired entries wait
+ * for a read or the next put (logged, rate-limited). */
+static void arm_sweep(fxb_worker *w, uint64_t now_us)
+{
+    struct fxb_wcache *wc = w->cache;
+    uint64_t d = fxb_cache_next_deadline(wc->store);
+    if (d == UINT64_MAX)
+        return;
+    if (fx_timer_is_armed(&wc->sweep_timer) && wc->sweep_at_us <= d)
+        return;
+    uint64_t at_ns = d > UINT64_MAX / 1000 ? UINT64_MAX : d * 1000;
+    if (fx_loop_timer_arm(w->loop, &wc->sweep_timer, at_ns) != 0) {
+        FX_LOG_RATELIMITED(&arm_rl, now_us * 1000, FX_LOG_WARN, "broker",
+                           "worker %u: cache sweep timer not armed (out of memory); expired "
+                           "entries are freed when read until the next put arms it",
+                           (unsigned)w->index);
+        return;
+    }
+    wc->sweep_at_us = d;
+}
+
+static void sweep_cb(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    fxb_worker *w = user;
+    uint64_t now_us = fx_loop_now(l) / 1000;
+    (void)fxb_cache_sweep(w->cache->store, now_us, FXB_CACHE_SWEEP_BUDGET); /* counted in stats */
+    publish(w->cache);
+    arm_sweep(w, now_us); /* more due: armed for now, i.e. the next turn */
+}
+
+/* ---- a request on the worker ------------------------------------------------------------- */
+
+/* One cache request on its way to (and on) its worker: made on the
+ * connection loop, posted once, then the worker's, which answers and frees
+ * it. The names, key and value follow the struct in one allocation. */
+typedef struct creq {
+    fx_task task;
+    fxb_worker *w;
+    fxb_reply *reply; /* the worker's reference */
+    fxb_cache_tenant *acct;
+    fx_msg_type type;
+    bool has_request_id;
+    bool has_ttl_ms;
+    uint64_t request_id;
+    uint64_t ttl_ms;
+    const char *tenant, *ns, *cache, *key;
+    size_t klen;
+    const uint8_t *value;
+    size_t vlen;
+    char data[];
+} creq;
+
+static void complete(creq *q, const fx_msg *m)
+{
+    fx_buf *f = NULL;
+    if (fxb_msg_frame(m, &f) != 0)
+        f = NULL; /* the stream is reset when the slot reaches the head */
+    publish(q->w->cache); /* before the answer: a client that reads it sees the counts */
+    fxb_reply *r = q->reply;
+    q->reply = NULL;
+    fxb_reply_complete_frame(r, f);
+    /* The connection loop flushes, then drops the worker's reference
+     * (reply_done_cb); a post already pending flushes it too. */
+    if (!fx_loop_post(r->loop, &r->task))
+        fxb_reply_unref(r);
+}
+
+static void answer_error(creq *q, const char *text)
+{
+    fx_msg m;
+    fx_msg_init_error(&m, text);
+    complete(q, &m);
+}
+
+static void run_put(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_us)
+{
+    int rv;
+    if (q->has_ttl_ms && q->ttl_ms == 0) {
+        /* The original: ttl_ms 0 is expired at once, so the key reads as
+         * absent from now on; the store has no such entry (0 = no expiry):
+         * the put replaces the entry with nothing. */
+        rv = fxb_cache_delete(st, scope, q->key, q->klen, now_us);
+        rv = rv >= 0 ? FXB_CACHE_OK : rv;
+    } else {
+        fxb_cache_put_opts po = {.ttl_ms = q->has_ttl_ms ? q->ttl_ms : 0};
+        rv = fxb_cache_put(st, scope, q->key, q->klen, q->value, q->vlen, &po, now_us, NULL);
+    }
+    if (rv == -ENOMEM) {
+        FX_COUNTER_INC(cache_refused_internal);
+        answer_error(q, "cache put failed: out of memory");
+        return;
+    }
+    if (rv != FXB_CACHE_OK) {
+        char text[160];
+        snprintf(text, sizeof(text), "cache put refused: %s", fxb_cache_status_text(rv));
+        answer_error(q, text);
+        return;
+    }
+    fx_msg m;
+    fx_msg_init_ok(&m);
+    if (q->has_request_id) {
+        m.type = FX_MSG_CACHE_OK;
+        m.request_id = q->request_id;
+        m.has_request_id = true;
+    }
+    complete(q, &m);
+}
+
+static void run_get(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_us)
+{
+    const void *v = NULL;
+    size_t vlen = 0;
+    int rv = fxb_cache_get(st, scope, q->key, q->klen, now_us, &v, &vlen, NULL);
+    fx_msg m;
+    fx_msg_init_ok(&m);
+    m.type = FX_MSG_CACHE_VALUE;
+    m.tenant_id = q->tenant;
+    m.ns = q->ns;
+    m.cache = q->cache;
+    m.key = q->key;
+    m.has_value = rv == FXB_CACHE_HIT;
+    if (m.has_value)
+        m.value = (fx_msg_bytes){v, vlen};
+    m.request_id = q->request_id;
+    m.has_request_id = q->has_request_id;
+    complete(q, &m); /* encoded before the store is called again */
+}
+
+static void run(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    creq *q = user;
+    fxb_worker *w = q->w;
+    fxb_cache_store *st = w->cache->store;
+    uint64_t now_us = fx_loop_now(l) / 1000;
+    uint32_t scope;
+    if (fxb_cache_scope_open(st, q->tenant, q->ns, q->cache, q->acct, &scope) != 0) {
+        FX_COUNTER_INC(cache_refused_internal);
+        answer_error(q, "cache request failed: out of memory");
+    } else if (q->type == FX_MSG_CACHE_PUT) {
+        FX_COUNTER_INC(cache_requests_put);
+        run_put(q, st, scope, now_us);
+        arm_sweep(w, now_us);
+    } else {
+        FX_COUNTER_INC(cache_requests_get);
+        run_get(q, st, scope, now_us);
+    }
+    free(q);
+}
+
+/* ---- the connection loop ----------------------------------------------------------------- */
+
+bool fxb_cache_is_request(fx_msg_type t)
+{
+    return t == FX_MSG_CACHE_PUT || t == FX_MSG_CACHE_GET;
+}
+
+/* The worker of cache |tenant|/|ns|/|cache|: the placement rule on the
+ * hash of the three names. */
+static fxb_worker *worker_of(fx_broker *b, const char *tenant, const char *ns, const char *cache)
+{
+    size_t lt = strlen(tenant), ln = strlen(ns), lc = strlen(cache);
+    char buf[3 * 256];
+    uint64_t h;
+    if (lt + ln + lc + 2 <= sizeof(buf)) {
+        memcpy(buf, tenant, lt);
+        buf[lt] = '\0';
+        memcpy(buf + lt + 1, ns, ln);
+        buf[lt + 1 + ln] = '\0';
+        memcpy(buf + lt + ln + 2, cache, lc);
+        h = fxb_cache_hash(b->caches->hash_key, buf, lt + ln + 2 + lc);
+    } else {
+        uint64_t k[2] = {fxb_cache_hash(b->caches->hash_key, tenant, lt),
+                         fxb_cache_hash(b->caches->hash_key, ns, ln)};
+        h = fxb_cache_hash(k, cache, lc);
+    }
+    return &b->workers[fx_placement_worker_for(h, b->nworkers)];
+}
+
+/* Refuses |m| with |text|: the stream goes on only when it had a request_id
+ * (the original's rule for a missing cache). */
+static void refuse(fxb_bidi *s, const fx_msg *m, const char *text)
+{
+    fxb_bidi_error(s, text, !m->has_request_id);
+}
+
+static creq *make_req(const fx_msg *m)
+{
+    size_t lt = strlen(m->tenant_id) + 1, ln = strlen(m->ns) + 1, lc = strlen(m->cache) + 1;
+    size_t lk = strlen(m->key) + 1;
+    size_t lv = m->type == FX_MSG_CACHE_PUT ? m->value.len : 0;
+    creq *q = malloc(sizeof(*q) + lt + ln + lc + lk + lv);
+    if (q == NULL)
+        return NULL;
+    memset(q, 0, sizeof(*q));
+    char *p = q->data;
+    q->tenant = memcpy(p, m->tenant_id, lt);
+    p += lt;
+    q->ns = memcpy(p, m->ns, ln);
+    p += ln;
+    q->cache = memcpy(p, m->cache, lc);
+    p += lc;
+    q->key = memcpy(p, m->key, lk);
+    q->klen = lk - 1;
+    p += lk;
+    if (lv > 0)
+        q->value = memcpy(p, m->value.p, lv);
+    q->vlen = lv;
+    q->type = m->type;
+    q->request_id = m->request_id;
+    q->has_request_id = m->has_request_id;
+    q->ttl_ms = m->ttl_ms;
+    q->has_ttl_ms = m->has_ttl_ms;
+    return q;
+}
+
+void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
+{
+    fx_broker *b = s->conn->b;
+    bool put = m->type == FX_MSG_CACHE_PUT;
+    if (!fxb_bidi_cache_allows(s, put ? FX_BROKER_AUTH_CACHE_WRITE : FX_BROKER_AUTH_CACHE_READ,
+                               m->tenant_id, m->ns, m->cache)) {
+        /* The original ends the stream on a refused permission, request_id or not. */
+        FX_COUNTER_INC(cache_refused_forbidden);
+        fxb_bidi_error(s, "forbidden", true);
+        return;
+    }
+    if (!b->o.auto_create_streams) {
+        /* Caches are auto-created like streams; nothing declares one yet. */
+        char text[64 + 3 * 128];
+        snprintf(text, sizeof(text), "cache scope not found: %.128s/%.128s/%.128s", m->tenant_id,
+                 m->ns, m->cache);
+        FX_COUNTER_INC(cache_refused_not_found);
+        refuse(s, m, text);
+        return;
+    }
+    if (fxb_is_draining(b)) {
+        FX_COUNTER_INC(cache_refused_shutting_down);
+        refuse(s, m, FXB_SHUTDOWN_TEXT);
+        return;
+    }
+    if (s->cache_acct == NULL && (s->cache_acct = tenant_acct(b, s->tenant)) == NULL) {
+        FX_COUNTER_INC(cache_refused_internal);
+        fxb_bidi_fail(s, "out of memory for a cache tenant");
+        return;
+    }
+    creq *q = make_req(m);
+    fxb_reply *r = q != NULL ? fxb_reply_new(s, false, m->request_id) : NULL;
+    if (r == NULL) {
+        free(q);
+        FX_COUNTER_INC(cache_refused_internal);
+        fxb_bidi_fail(s, "out of memory for a cache request");
+        return;
+    }
+    atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); /* the worker's */
+    q->reply = r;
+    q->acct = s->cache_acct;
+    q->w = worker_of(b, m->tenant_id, m->ns, m->cache);
+    fx_task_init(&q->task, run, q);
+    (void)fx_loop_post(q->w->loop, &q->task); /* a new task: never pending already */
+    /* The original: a put without request_id is answered `ok` and ends the
+     * stream; a get without one ends it after its cache_value. */
+    if (!m->has_request_id)
+        fxb_bidi_end(s);
+}

@@ -1,0 +1,46 @@
+/* The original's cache requests on a client bidi stream (cache_srv.c,
+ * felix-facts-durable-cache.md B2): cache_put and cache_get, checked and
+ * authorised on the connection loop (auth, tenant, cache.read /
+ * cache.write, the cache's registration), then run on the cache's worker
+ * against that worker's fxb_cache_store and answered through a reply slot
+ * (reply.h) in request order. Owns struct fxb_caches (fx_broker.caches:
+ * the tenants' byte accounts, shared by every worker's store) and struct
+ * fxb_wcache (fxb_worker.cache: a worker's store, its sweep timer and the
+ * counters it has published). docs/cache.md. Connection loop unless noted. */
+#ifndef FX_BROKER_CACHE_SRV_H
+#define FX_BROKER_CACHE_SRV_H
+
+#include <stdbool.h>
+
+#include "broker/broker_internal.h"
+#include "wire/message.h"
+
+/* The broker's defaults for fx_broker_opts fields left 0. */
+#define FXB_CACHE_DEFAULT_MAX_BYTES (64ull << 20)
+#define FXB_CACHE_DEFAULT_MAX_VALUE_BYTES (1u << 20)
+#define FXB_CACHE_DEFAULT_MAX_KEY_BYTES 1024u
+/* Expired entries one sweep turn frees at most; more wait for the next turn. */
+#define FXB_CACHE_SWEEP_BUDGET 1024u
+
+/* Creates b->caches (the tenant accounts and the placement hash key).
+ * 0 or -ENOMEM. Main thread, before the workers. */
+int fxb_caches_init(fx_broker *b);
+/* Frees b->caches; after every worker's store is gone. Main thread. */
+void fxb_caches_deinit(fx_broker *b);
+
+/* Creates |w|'s store (its share of cache_max_bytes) and sweep timer.
+ * 0, -EINVAL or -ENOMEM. Main thread, in fxb_worker_init. */
+int fxb_cache_worker_init(fxb_worker *w);
+/* Frees |w|'s store (its loop stopped). Main thread. */
+void fxb_cache_worker_deinit(fxb_worker *w);
+
+/* True for cache_put and cache_get. */
+bool fxb_cache_is_request(fx_msg_type t);
+
+/* Handles the decoded cache request |m| on |s| (authenticated, tenant
+ * checked by the caller): refused here, or handed to the cache's worker.
+ * The stream goes on after the answer when the request had a request_id
+ * (except after a put without one: `ok`, then the end). */
+void fxb_cache_json(fxb_bidi *s, const fx_msg *m);
+
+#endif

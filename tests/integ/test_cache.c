@@ -1,0 +1,400 @@
+/* Integration tests of the original's cache requests on a real broker
+ * (cache_srv.c, felix-facts-durable-cache.md B2), spoken to in raw frames:
+ * the original's vectors byte for byte (a put without request_id answered
+ * ok and the stream ended, a get answered with the vector's cache_value),
+ * a miss, TTL expiry on read and by the sweep, an oversize value refused,
+ * eviction under the byte bound and the tenant cap, a cross-tenant and a
+ * permission refusal, many requests in flight answered
+ * by request_id in order, and a cache scope not found without auto-create. */
+/* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
+#include <time.h>
+
+#include "integ/broker_client.h"
+#include "wire_vectors.h"
+
+#include "auth/auth.h"
+#include "server/authn.h"
+
+static T *ct(uint32_t workers, bool auto_create)
+{
+    T *t = t_new();
+    t->bo.workers = workers;
+    t->bo.auto_create_streams = auto_create;
+    t_start(t);
+    return t;
+}
+
+/* Expects the next reply on |s| to be exactly the JSON |want|. */
+static void expect_json(T *t, tstream *s, const char *want)
+{
+    tframe *f = next_reply(t, s);
+    assert_int_equal(f->flags, 0);
+    if (f->len != strlen(want) || memcmp(f->body, want, f->len) != 0)
+        fail_msg("want %s, got %.*s", want, (int)f->len, (char *)f->body);
+    tframe_free(f);
+}
+
+#define SCOPE "\"tenant_id\":\"t1\",\"namespace\":\"default\",\"cache\":\"primary\""
+
+static void test_the_original_vectors_put_then_get_byte_for_byte(void **state)
+{
+    (void)state;
+    fx_vector put, get, val;
+    fx_vec_load(&put, "cache_put");
+    fx_vec_load(&get, "cache_get");
+    fx_vec_load(&val, "cache_value");
+    T *t = ct(2, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    send_bytes(s, put.frame, put.frame_len);
+    expect_json(t, s, "{\"type\":\"ok\"}"); /* no request_id: ok, then the end */
+    expect_end(t, s);
+    s = authed_stream(t, c);
+    send_bytes(s, get.frame, get.frame_len);
+    tframe *f = next_reply(t, s);
+    /* The whole frame: the header as the vector's, then its payload. */
+    assert_int_equal(f->flags, 0);
+    assert_int_equal(FX_WIRE_HEADER_LEN + f->len, val.frame_len);
+    assert_memory_equal(f->body, val.frame + FX_WIRE_HEADER_LEN, f->len);
+    tframe_free(f);
+    expect_end(t, s); /* a get without request_id ends the stream too */
+    t_free(t);
+    fx_vec_free(&put);
+    fx_vec_free(&get);
+    fx_vec_free(&val);
+}
+
+static void test_a_miss_is_a_null_value_and_the_stream_goes_on(void **state)
+{
+    (void)state;
+    T *t = ct(1, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"nope\",\"request_id\":3}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"nope\",\"value\":null,"
+                "\"request_id\":3}");
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                 "\"request_id\":4,\"ttl_ms\":null}");
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":4}");
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":5}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                "\"request_id\":5}");
+    assert_false(s->fin || s->closed);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_misses), 1);
+    assert_int_equal(DELTA(before, after, cache_hits), 1);
+    assert_int_equal(DELTA(before, after, cache_requests_put), 1);
+    assert_int_equal(DELTA(before, after, cache_requests_get), 2);
+    t_free(t);
+}
+
+static void test_an_entry_expires_at_its_ttl_read_or_swept(void **state)
+{
+    (void)state;
+    T *t = ct(1, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    /* The conformance case: ttl 100, there at once, gone after 150 ms. */
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"a\",\"value\":\"dmFsdWU=\","
+                 "\"request_id\":1,\"ttl_ms\":100}");
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":1}");
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"a\",\"request_id\":2}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"a\",\"value\":\"dmFsdWU=\","
+                "\"request_id\":2}");
+    run_for(t, 150);
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"a\",\"request_id\":3}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"a\",\"value\":null,"
+                "\"request_id\":3}");
+    /* ttl_ms 0: expired at once. */
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"z\",\"value\":\"dmFsdWU=\","
+                 "\"request_id\":4,\"ttl_ms\":0}");
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":4}");
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"z\",\"request_id\":5}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"z\",\"value\":null,"
+                "\"request_id\":5}");
+    /* Never read: the sweep frees it. */
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"b\",\"value\":\"dmFsdWU=\","
+                 "\"request_id\":6,\"ttl_ms\":50}");
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":6}");
+    run_for(t, 200);
+    fx_metrics_snapshot_take(&after);
+    /* "a" was swept at 100 ms or freed by the read at 150 ms; "b" only swept. */
+    assert_int_equal(
+        DELTA(before, after, cache_expired_read) + DELTA(before, after, cache_expired_swept), 2);
+    assert_true(DELTA(before, after, cache_expired_swept) >= 1);
+    assert_int_equal(after.g.cache_entries, before.g.cache_entries);
+    assert_int_equal(after.g.cache_bytes, before.g.cache_bytes);
+    t_free(t);
+}
+
+static void test_an_oversize_value_or_key_is_refused_and_the_stream_goes_on(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->bo.cache_max_value_bytes = 4;
+    t->bo.cache_max_key_bytes = 3;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"k\",\"value\":\"YWJjZGU=\","
+                 "\"request_id\":1,\"ttl_ms\":null}"); /* 5 bytes */
+    expect_msg(t, s, FX_MSG_ERROR, "cache put refused: value too large", NULL);
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"long\",\"value\":\"YQ==\","
+                 "\"request_id\":2,\"ttl_ms\":null}");
+    expect_msg(t, s, FX_MSG_ERROR, "cache put refused: key too long", NULL);
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"k\",\"value\":\"YWJjZA==\","
+                 "\"request_id\":3,\"ttl_ms\":null}"); /* 4 bytes: fits */
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":3}");
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_refused_value_too_large), 1);
+    assert_int_equal(DELTA(before, after, cache_refused_key_too_long), 1);
+    t_free(t);
+}
+
+static void test_another_tenants_cache_is_refused_and_ends_the_stream(void **state)
+{
+    (void)state;
+    T *t = ct(1, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    send_json(s, "{\"type\":\"cache_put\",\"tenant_id\":\"t2\",\"namespace\":\"default\","
+                 "\"cache\":\"primary\",\"key\":\"k\",\"value\":\"YQ==\",\"request_id\":1,"
+                 "\"ttl_ms\":null}");
+    expect_msg(t, s, FX_MSG_ERROR, "tenant mismatch", NULL);
+    expect_end(t, s);
+    /* t2's key is not there for t2 either: nothing was stored. */
+    s = open_bidi(c);
+    auth(t, s, "t2");
+    send_json(s, "{\"type\":\"cache_get\",\"tenant_id\":\"t2\",\"namespace\":\"default\","
+                 "\"cache\":\"primary\",\"key\":\"k\",\"request_id\":2}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\",\"tenant_id\":\"t2\",\"namespace\":\"default\","
+                "\"cache\":\"primary\",\"key\":\"k\",\"value\":null,\"request_id\":2}");
+    t_free(t);
+}
+
+/* Each put on its own cache (spread over the workers), then the gets: the
+ * answers come in request order, each with its request_id. */
+static void test_many_requests_in_flight_are_answered_by_request_id(void **state)
+{
+    (void)state;
+    T *t = ct(2, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    enum { N = 64 };
+    char j[256];
+    for (int i = 0; i < N; i++) {
+        snprintf(j, sizeof(j),
+                 "{\"type\":\"cache_put\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"c%d\",\"key\":\"k\",\"value\":\"YQ==\",\"request_id\":%d,"
+                 "\"ttl_ms\":null}",
+                 i, 1000 + i);
+        send_json(s, j);
+    }
+    for (int i = 0; i < N; i++) {
+        snprintf(j, sizeof(j),
+                 "{\"type\":\"cache_get\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"c%d\",\"key\":\"k\",\"request_id\":%d}",
+                 i, 2000 + i);
+        send_json(s, j);
+    }
+    for (int i = 0; i < N; i++) {
+        fx_msg m;
+        expect_msg(t, s, FX_MSG_CACHE_OK, NULL, &m);
+        assert_int_equal(m.request_id, 1000 + i);
+        fx_msg_deinit(&m);
+    }
+    for (int i = 0; i < N; i++) {
+        fx_msg m;
+        expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, &m);
+        assert_int_equal(m.request_id, 2000 + i);
+        assert_true(m.has_value);
+        char want[16];
+        snprintf(want, sizeof(want), "c%d", i);
+        assert_string_equal(m.cache, want);
+        assert_int_equal(m.value.len, 1);
+        assert_int_equal(m.value.p[0], 'a');
+        fx_msg_deinit(&m);
+    }
+    assert_false(s->fin || s->closed);
+    t_free(t);
+}
+
+static void test_an_unknown_cache_without_auto_create_is_not_found(void **state)
+{
+    (void)state;
+    T *t = ct(1, false);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                 "\"request_id\":1,\"ttl_ms\":null}");
+    expect_json(t, s,
+                "{\"type\":\"error\",\"message\":\"cache scope not found: "
+                "t1/default/primary\"}");
+    /* With a request_id the stream goes on; without, it ends. */
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\"}");
+    expect_msg(t, s, FX_MSG_ERROR, "cache scope not found: t1/default/primary", NULL);
+    expect_end(t, s);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_refused_not_found), 2);
+    t_free(t);
+}
+
+/* Puts |n| values of 750 bytes under keys k0.. (856 accounted bytes each)
+ * on |s| and expects |ok| of them stored, the rest refused with |why|. */
+static void put_750s(T *t, tstream *s, int n, int ok, const char *why)
+{
+    char *j = malloc(2048);
+    assert_non_null(j);
+    for (int i = 0; i < n; i++) {
+        int w =
+            snprintf(j, 2048, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"k%d\",\"value\":\"", i);
+        for (int k = 0; k < 250; k++, w += 4)
+            memcpy(j + w, "QUFB", 4);
+        snprintf(j + w, 2048 - (size_t)w, "\",\"request_id\":%d,\"ttl_ms\":null}", i);
+        send_json(s, j);
+    }
+    for (int i = 0; i < n; i++) {
+        fx_msg m;
+        expect_msg(t, s, i < ok ? FX_MSG_CACHE_OK : FX_MSG_ERROR, i < ok ? NULL : why, &m);
+        fx_msg_deinit(&m);
+    }
+    free(j);
+}
+
+static void test_the_byte_bound_evicts_and_the_tenant_cap_refuses(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->bo.workers = 1;
+    t->bo.cache_max_bytes = 4096; /* four entries of 856 bytes */
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    put_750s(t, s, 6, 6, NULL);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_evictions), 2);
+    assert_int_equal(after.g.cache_entries - before.g.cache_entries, 4);
+    assert_int_equal(after.g.cache_bytes - before.g.cache_bytes, 4 * 856);
+    t_free(t);
+
+    t = t_new();
+    t->bo.cache_tenant_max_bytes = 2000; /* two entries */
+    t_start(t);
+    c = t_connect(t);
+    s = authed_stream(t, c);
+    fx_metrics_snapshot_take(&before);
+    put_750s(t, s, 3, 2, "cache put refused: tenant over its cache byte cap");
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_refused_tenant_over_cap), 1);
+    assert_int_equal(DELTA(before, after, cache_evictions), 0);
+    t_free(t);
+}
+
+static char *mint_t1(const uint8_t *priv, const char *const *perms, size_t n)
+{
+    fx_auth_mint_claims mc = {.sub = "tester",
+                              .tid = "t1",
+                              .iat = (int64_t)time(NULL),
+                              .has_iat = true,
+                              .exp = (int64_t)time(NULL) + 3600,
+                              .perms = perms,
+                              .nperms = n};
+    char *tok = NULL;
+    assert_int_equal(fx_auth_mint(priv, "k1", &mc, &tok), 0);
+    return tok;
+}
+
+static tstream *token_stream(T *t, tconn *c, const char *token)
+{
+    tstream *s = open_bidi(c);
+    fx_msg m;
+    fx_msg_init_auth(&m, "t1", token, true, 63);
+    send_msg(s, &m);
+    expect_msg(t, s, FX_MSG_AUTH_OK, NULL, NULL);
+    return s;
+}
+
+static void test_cache_read_and_cache_write_are_checked_on_the_cache(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    uint8_t pub[FX_AUTH_KEY_BYTES], priv[FX_AUTH_KEY_BYTES];
+    assert_int_equal(fx_auth_keygen(pub, priv), 0);
+    char jwks[128];
+    snprintf(jwks, sizeof(jwks), "%s/jwks.json", t->dir);
+    FILE *f = fopen(jwks, "w");
+    assert_non_null(f);
+    assert_int_equal(fx_auth_jwks_write(f, "k1", pub), 0);
+    assert_int_equal(fclose(f), 0);
+    char why[512];
+    fx_authn *an = NULL;
+    fx_authn_opts ao = {.jwks_file = jwks, .leeway_s = 60};
+    if (fx_authn_new(&an, &ao, why, sizeof(why)) != 0)
+        fail_msg("authn: %s", why);
+    fx_authn_broker_auth(an, &t->bo.auth);
+    t_start(t);
+    static const char *const rw[] = {"cache.read:cache:t1/default/*",
+                                     "cache.write:cache:t1/default/primary"};
+    static const char *const ro[] = {"cache.read:cache:t1/*/*",
+                                     "stream.publish:stream:t1/default/primary"};
+    char *trw = mint_t1(priv, rw, 2), *tro = mint_t1(priv, ro, 2);
+    tconn *c = t_connect(t);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    tstream *s = token_stream(t, c, trw);
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                 "\"request_id\":1,\"ttl_ms\":null}");
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":1}");
+    /* cache.write on primary only: another cache is forbidden, the stream ends. */
+    send_json(s, "{\"type\":\"cache_put\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k\",\"value\":\"YQ==\",\"request_id\":2,"
+                 "\"ttl_ms\":null}");
+    expect_msg(t, s, FX_MSG_ERROR, "forbidden", NULL);
+    expect_end(t, s);
+    /* A stream permission on the same names grants no cache write. */
+    s = token_stream(t, c, tro);
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":3}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                "\"request_id\":3}");
+    send_json(s, "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                 "\"request_id\":4,\"ttl_ms\":null}");
+    expect_msg(t, s, FX_MSG_ERROR, "forbidden", NULL);
+    expect_end(t, s);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_refused_forbidden), 2);
+    free(trw);
+    free(tro);
+    t_free(t);
+    fx_authn_free(an);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_the_original_vectors_put_then_get_byte_for_byte),
+    cmocka_unit_test(test_a_miss_is_a_null_value_and_the_stream_goes_on),
+    cmocka_unit_test(test_an_entry_expires_at_its_ttl_read_or_swept),
+    cmocka_unit_test(test_an_oversize_value_or_key_is_refused_and_the_stream_goes_on),
+    cmocka_unit_test(test_another_tenants_cache_is_refused_and_ends_the_stream),
+    cmocka_unit_test(test_many_requests_in_flight_are_answered_by_request_id),
+    cmocka_unit_test(test_an_unknown_cache_without_auto_create_is_not_found),
+    cmocka_unit_test(test_the_byte_bound_evicts_and_the_tenant_cap_refuses),
+    cmocka_unit_test(test_cache_read_and_cache_write_are_checked_on_the_cache),
+};
+
+FX_TEST_MAIN(tests)
