@@ -531,42 +531,56 @@
       "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
       "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
-      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
+      "too_many_caches (4,096 caches on one worker)")                                              \
     C(cache_refused_not_found, "felix_cache_refused_total", "reason=not_found",                    \
       "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
       "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
-      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
+      "too_many_caches (4,096 caches on one worker)")                                              \
     C(cache_refused_key_too_long, "felix_cache_refused_total", "reason=key_too_long",              \
       "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
       "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
-      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
+      "too_many_caches (4,096 caches on one worker)")                                              \
     C(cache_refused_value_too_large, "felix_cache_refused_total", "reason=value_too_large",        \
       "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
       "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
-      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
+      "too_many_caches (4,096 caches on one worker)")                                              \
     C(cache_refused_larger_than_store, "felix_cache_refused_total", "reason=larger_than_store",    \
       "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
       "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
-      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
+      "too_many_caches (4,096 caches on one worker)")                                              \
     C(cache_refused_tenant_over_cap, "felix_cache_refused_total", "reason=tenant_over_cap",        \
       "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
       "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
-      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
+      "too_many_caches (4,096 caches on one worker)")                                              \
     C(cache_refused_shutting_down, "felix_cache_refused_total", "reason=shutting_down",            \
       "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
       "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
-      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
+      "too_many_caches (4,096 caches on one worker)")                                              \
     C(cache_refused_internal, "felix_cache_refused_total", "reason=internal",                      \
       "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
       "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
-      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory)")             \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
+      "too_many_caches (4,096 caches on one worker)")                                              \
+    C(cache_refused_too_many_caches, "felix_cache_refused_total", "reason=too_many_caches",        \
+      "Cache requests refused, by reason (docs/cache.md): forbidden (no cache.read / "             \
+      "cache.write), not_found (cache scope not found), key_too_long, value_too_large, "           \
+      "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
+      "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
+      "too_many_caches (4,096 caches on one worker)")                                              \
     G(cache_entries, "felix_cache_entries", "",                                                    \
       "Cache entries held now (live, or expired and not yet freed), all workers")                  \
     G(cache_bytes, "felix_cache_bytes", "",                                                        \

@@ -314,7 +314,11 @@ static void run(fx_loop *l, fx_task *t, void *user)
     fxb_cache_store *st = w->cache->store;
     uint64_t now_us = fx_loop_now(l) / 1000;
     uint32_t scope;
-    if (fxb_cache_scope_open(st, q->tenant, q->ns, q->cache, q->acct, &scope) != 0) {
+    int rv = fxb_cache_scope_open(st, q->tenant, q->ns, q->cache, q->acct, &scope);
+    if (rv == FX_EFULL) {
+        FX_COUNTER_INC(cache_refused_too_many_caches);
+        answer_error(q, "cache request refused: this broker worker holds 4096 caches already");
+    } else if (rv != 0) {
         FX_COUNTER_INC(cache_refused_internal);
         answer_error(q, "cache request failed: out of memory");
     } else if (q->type == FX_MSG_CACHE_PUT) {

@@ -16,6 +16,7 @@
  * links per entry, no writes to neighbours on the read path), and the hand
  * needs no structure of its own: it walks the index. */
 #include "broker/cache_store.h"
+#include "felix/error.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -519,6 +520,10 @@ int fxb_cache_scope_open(fxb_cache_store *s, const char *tenant, const char *ns,
             *pid = i;
             return 0;
         }
+    }
+    if (s->nscopes >= FXB_CACHE_MAX_SCOPES) {
+        free(name);
+        return FX_EFULL;
     }
     if (s->nscopes == s->scopes_cap) {
         uint32_t cap = s->scopes_cap ? s->scopes_cap * 2 : 4;

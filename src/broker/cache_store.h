@@ -95,11 +95,17 @@ int fxb_cache_store_new(fxb_cache_store **pstore, const fxb_cache_limits *limits
 /* Frees every entry (releasing their tenants' bytes) and the store. NULL ok. */
 void fxb_cache_store_free(fxb_cache_store *s);
 
+/* Caches one store holds at most: the names clients may make are bounded
+ * (a request naming one more is refused), and so is the scan that finds
+ * one. */
+#define FXB_CACHE_MAX_SCOPES 4096u
+
 /* Finds or creates the cache (tenant, ns, cache) (NUL-terminated names)
  * and puts its id in |*pid|; later calls name it by id. |acct| is the
  * tenant's account (NULL: no cap, not counted); a found cache keeps the
  * account it was created with. Ids are stable for the store's life
- * (caches are not removed yet). 0 or -ENOMEM. */
+ * (caches are not removed yet). 0, FX_EFULL (FXB_CACHE_MAX_SCOPES caches
+ * already) or -ENOMEM. */
 int fxb_cache_scope_open(fxb_cache_store *s, const char *tenant, const char *ns, const char *cache,
                          fxb_cache_tenant *acct, uint32_t *pid);
 

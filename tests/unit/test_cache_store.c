@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "broker/cache_store.h"
+#include "felix/error.h"
 #include "fx_test.h"
 
 #define MS 1000ull
@@ -101,6 +102,24 @@ static void test_put_get_delete_and_scopes_are_apart(void **state)
     fxb_cache_scope_usage(s, b, &n, &bytes);
     assert_int_equal(n, 1);
     assert_int_equal(bytes, 3 + FXB_CACHE_ENTRY_OVERHEAD);
+    fxb_cache_store_free(s);
+}
+
+/* The caches a store makes are bounded: one more name past the bound is
+ * refused (FX_EFULL), the ones it holds still open. */
+static void test_cache_names_are_bounded(void **state)
+{
+    (void)state;
+    fxb_cache_store *s = mk(1 << 20, 1024, 64);
+    char name[32];
+    for (uint32_t i = 0; i < FXB_CACHE_MAX_SCOPES; i++) {
+        snprintf(name, sizeof(name), "c%u", (unsigned)i);
+        (void)scope(s, "t1", name, NULL);
+    }
+    uint32_t id = 99;
+    assert_int_equal(fxb_cache_scope_open(s, "t1", "default", "one-more", NULL, &id), FX_EFULL);
+    assert_int_equal(fxb_cache_scope_open(s, "t1", "default", "c7", NULL, &id), 0);
+    assert_int_equal(id, 7);
     fxb_cache_store_free(s);
 }
 
@@ -697,6 +716,7 @@ static void test_the_key_hash_is_siphash_2_4(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_get_delete_and_scopes_are_apart),
+    cmocka_unit_test(test_cache_names_are_bounded),
     cmocka_unit_test(test_overwrite_replaces_value_expiry_and_bumps_the_version),
     cmocka_unit_test(test_an_expired_entry_is_a_miss_and_freed_on_read),
     cmocka_unit_test(test_sweep_frees_expired_entries_without_reads),
