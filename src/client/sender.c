@@ -457,6 +457,11 @@ static bool send_kept(pworker *w)
         int rv = fx_quic_stream_send(w->conn->qc, w->sid, j->buf, 0, j->len, false);
         if (rv == FX_EFULL)
             return false;
+        /* The connection is closing (its close callback has not run yet):
+         * with reconnect on, worker_lost rewinds and the frames go again on
+         * the next connection. */
+        if (rv == FX_ECLOSED && w->c->o.reconnect && w->fin == FIN_NONE)
+            return false;
         if (rv != 0) {
             worker_fail(w, rv, fx_strerror(rv));
             return false;
