@@ -321,6 +321,15 @@ typedef struct fx_client_stats {
     uint64_t publish_queue_capacity;
     uint64_t publish_queue_depth;
     uint64_t publish_queue_waits;
+    /* Idempotent producer (opts.idempotent): producer_init answered (one
+     * per publish stream, and one after each refusal), batch frames re-sent
+     * after a lost connection, and publishes the broker answered as
+     * duplicates (already appended: not written again) or refused
+     * (FX_EREFUSED). */
+    uint64_t producer_inits;
+    uint64_t idempotent_resent;
+    uint64_t idempotent_duplicates;
+    uint64_t idempotent_refused;
 } fx_client_stats;
 
 /* Fills |st| (relaxed reads). Returns 0 or -EINVAL. Any thread. */

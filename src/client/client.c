@@ -652,6 +652,11 @@ int fx_client_get_stats(fx_client *c, fx_client_stats *st)
         st->publish_queue_capacity += q.capacity;
         st->publish_queue_depth += q.depth;
         st->publish_queue_waits += q.parks;
+        const fxc_idem *id = &c->workers[i].idem;
+        st->producer_inits += atomic_load_explicit(&id->inits, memory_order_relaxed);
+        st->idempotent_resent += atomic_load_explicit(&id->resent, memory_order_relaxed);
+        st->idempotent_duplicates += atomic_load_explicit(&id->duplicates, memory_order_relaxed);
+        st->idempotent_refused += atomic_load_explicit(&id->refused, memory_order_relaxed);
     }
     return 0;
 }

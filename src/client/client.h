@@ -181,6 +181,8 @@ typedef struct fxc_idem {
     uint16_t auth_flags;  /* auth_ok's server_flags, reported once the producer is known */
     atomic_uint_fast64_t inits;  /* producer_init answered (read by tests, any thread) */
     atomic_uint_fast64_t resent; /* frames re-sent after a lost connection (same) */
+    atomic_uint_fast64_t duplicates; /* publishes answered duplicate (same) */
+    atomic_uint_fast64_t refused;    /* publishes refused by the check (same) */
 } fxc_idem;
 
 /* A publish worker: one authed bidi stream, its queue (checkpoint 2). */

@@ -781,6 +781,11 @@ static void answer(pworker *w, uint64_t id, bool ok, const char *text, const fx_
 static void answer_idem(pworker *w, const fx_msg *m, bool ok)
 {
     pjob *k = fxc_idem_take(&w->idem, m->request_id);
+    uint32_t calls = k != NULL ? k->calls : 1;
+    if (ok && m->duplicate)
+        atomic_fetch_add(&w->idem.duplicates, calls);
+    else if (m->type == FX_MSG_PUBLISH_REFUSED)
+        atomic_fetch_add(&w->idem.refused, calls);
     answer(w, m->request_id, ok, m->message != NULL ? m->message : "", m);
     bool reinit = !ok && k != NULL && k->pid == w->idem.pid && w->idem.pid != 0 &&
                   w->idem.init_rid == 0 && w->state == 2;

@@ -181,6 +181,11 @@ static void test_batch_in_flight_at_a_cut_is_resent_and_answered_duplicate(void 
     assert_true(d.res.has_offset);
     assert_true(d.res.duplicate);
     assert_int_equal(d.res.offset, 1);
+    fx_client_stats cs;
+    assert_int_equal(fx_client_get_stats(c, &cs), 0);
+    assert_true(cs.idempotent_resent >= 1);
+    assert_int_equal(cs.idempotent_duplicates, 1);
+    assert_int_equal(cs.idempotent_refused, 0);
     assert_true(atomic_load(&c->reconnects) >= 1);
     uint64_t resent = 0;
     for (size_t i = 0; i < c->nworkers; i++)
@@ -244,6 +249,9 @@ static void test_restarted_broker_forgets_producer_of_a_stream_in_memory(void **
     fx_client_last_error(NULL, msg, sizeof(msg));
     if (strstr(msg, "unknown_producer") == NULL)
         fail_msg("refusal text '%s' does not name the reason", msg);
+    fx_client_stats cs;
+    assert_int_equal(fx_client_get_stats(c, &cs), 0);
+    assert_int_equal(cs.idempotent_refused, 1);
     /* A new producer: the next publish goes in, at the new stream's 0. */
     fx_publish_result r;
     assert_int_equal(fx_publish_ex(c, NS, "m", "c", 1, FX_ACK_PER_MESSAGE, &r), 0);

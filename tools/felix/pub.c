@@ -303,6 +303,13 @@ static void pub_client_stats(fx_client *c)
         (unsigned long long)st.publish_budget_waits, (unsigned long long)st.publish_queue_depth,
         (unsigned long long)st.publish_queue_capacity, (unsigned long long)st.publish_queue_waits,
         (unsigned long long)st.reconnects, (unsigned long long)st.publishes_lost);
+    if (st.producer_inits > 0)
+        fprintf(stderr,
+                "felix pub: idempotent producer: %llu producer inits, %llu batches re-sent, "
+                "%llu publishes answered duplicate, %llu refused\n",
+                (unsigned long long)st.producer_inits, (unsigned long long)st.idempotent_resent,
+                (unsigned long long)st.idempotent_duplicates,
+                (unsigned long long)st.idempotent_refused);
 }
 
 /* Waits for what was sent, closes the client. Returns 0 or the error. */
