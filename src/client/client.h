@@ -109,11 +109,11 @@ struct preq {
     fx_ack_cb cb;         /* async completion, run on the loop */
     fx_publish_cb rcb;    /* or the completion that gets the result (fx_publish_async_ex) */
     void *user;
-    uint32_t count;   /* messages of this publish (their offsets follow the first's) */
-    bool has_offset;  /* mu: the broker reported |offset| (idempotent batches) */
-    bool duplicate;   /* mu: answered from the broker's window, not appended again */
-    uint64_t offset;  /* mu: this publish's first message's offset */
-    char msg[256]; /* mu: broker text on failure */
+    uint32_t count;  /* messages of this publish (their offsets follow the first's) */
+    bool has_offset; /* mu: the broker reported |offset| (idempotent batches) */
+    bool duplicate;  /* mu: answered from the broker's window, not appended again */
+    uint64_t offset; /* mu: this publish's first message's offset */
+    char msg[256];   /* mu: broker text on failure */
 };
 
 /* One encoded frame on its way: admitted at checkpoint 1 (|permit|), queued
@@ -173,12 +173,12 @@ typedef struct fxc_seq {
  * (|khead|..|ktail|, send order); after a lost connection the kept frames
  * are re-sent, the same bytes, from |resend| on, before anything newer. */
 typedef struct fxc_idem {
-    uint64_t pid;         /* producer id; 0: none (producer_init needed) */
-    uint64_t init_rid;    /* the pending producer_init's request id, or 0 */
-    fxc_seq *seqs;        /* next sequence per stream of |pid| */
-    pjob *khead, *ktail;  /* frames sent and not answered (their fx_buf ref is the list's) */
-    pjob *resend;         /* next kept frame to (re-)send, or NULL */
-    uint16_t auth_flags;  /* auth_ok's server_flags, reported once the producer is known */
+    uint64_t pid;                /* producer id; 0: none (producer_init needed) */
+    uint64_t init_rid;           /* the pending producer_init's request id, or 0 */
+    fxc_seq *seqs;               /* next sequence per stream of |pid| */
+    pjob *khead, *ktail;         /* frames sent and not answered (their fx_buf ref is the list's) */
+    pjob *resend;                /* next kept frame to (re-)send, or NULL */
+    uint16_t auth_flags;         /* auth_ok's server_flags, reported once the producer is known */
     atomic_uint_fast64_t inits;  /* producer_init answered (read by tests, any thread) */
     atomic_uint_fast64_t resent; /* frames re-sent after a lost connection (same) */
     atomic_uint_fast64_t duplicates; /* publishes answered duplicate (same) */
@@ -190,15 +190,15 @@ struct pworker {
     int kind; /* SK_WORKER */
     fx_client *c;
     size_t index;
-    cconn *conn;                       /* loop */
-    int64_t sid;                       /* loop; -1 when not open */
-    int state; /* loop: 0 idle, 1 authing, 2 ready, 3 failed, 4 producer_init (idem.c) */
-    atomic_int fail_rv;                /* 0, or why the worker is dead (read by producers) */
-    pjob *held;                        /* loop: popped job refused by QUIC (FX_EFULL) */
-    int fin;                           /* loop: close handshake, FIN_* */
-    fx_queue q;                        /* items: pjob* */
-    fx_task drain;                     /* posted by producers */
-    fx_frame_decoder dec;              /* loop: replies */
+    cconn *conn;          /* loop */
+    int64_t sid;          /* loop; -1 when not open */
+    int state;            /* loop: 0 idle, 1 authing, 2 ready, 3 failed, 4 producer_init (idem.c) */
+    atomic_int fail_rv;   /* 0, or why the worker is dead (read by producers) */
+    pjob *held;           /* loop: popped job refused by QUIC (FX_EFULL) */
+    int fin;              /* loop: close handshake, FIN_* */
+    fx_queue q;           /* items: pjob* */
+    fx_task drain;        /* posted by producers */
+    fx_frame_decoder dec; /* loop: replies */
     preq *pending[FX_PENDING_BUCKETS]; /* loop: by request id */
     size_t npending;                   /* loop */
     preq *fhead, *ftail;               /* loop: pending in send order (ack timeout) */

@@ -832,7 +832,8 @@ static void on_frame(pworker *w, const fx_frame *f)
         }
         on_json(w, &m);
         fx_msg_deinit(&m);
-    } else if (f->flags_rv == 0 && f->kind == FX_BODY_PUBLISH_ACK && (w->state == 2 || w->state == 4)) {
+    } else if (f->flags_rv == 0 && f->kind == FX_BODY_PUBLISH_ACK &&
+               (w->state == 2 || w->state == 4)) {
         fx_wire_publish_ack a;
         if (fx_wire_publish_ack_decode(f->body, f->len, &a, &err) != 0) {
             worker_fail(w, FX_EPROTO, err.msg);

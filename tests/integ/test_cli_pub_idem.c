@@ -40,14 +40,13 @@ static pid_t broker_start(cli *t, const char *bind, const char *tag)
     snprintf(ename, sizeof(ename), "broker-%s.err", tag);
     path_in(t, oname, out, sizeof(out));
     path_in(t, ename, err, sizeof(err));
-    char *argv[] = {t->broker, "--dev",   "--set", quic,   "--set",
-                    "metrics_bind=127.0.0.1:0", "--set", state, "--set",
-                    durable,   "--set",   "durable_default=true", NULL};
+    char *argv[] = {t->broker, "--dev", "--set", quic,    "--set", "metrics_bind=127.0.0.1:0",
+                    "--set",   state,   "--set", durable, "--set", "durable_default=true",
+                    NULL};
     pid_t pid = proc_spawn(argv, out, err, NULL, false);
     proc_wait_text(out, "export FELIX_SERVER=", t->text, sizeof(t->text), pid);
     const char *line = strstr(t->text, "export FELIX_SERVER=");
-    assert_int_equal(sscanf(line, "export FELIX_SERVER=%63s FELIX_PIN=%79s", t->server, t->pin),
-                     2);
+    assert_int_equal(sscanf(line, "export FELIX_SERVER=%63s FELIX_PIN=%79s", t->server, t->pin), 2);
     return pid;
 }
 
@@ -69,9 +68,9 @@ static void test_idempotent_pub_counts_each_message_once_through_a_broker_kill(v
     path_in(&t, "pub.err", err, sizeof(err));
     char count[16];
     snprintf(count, sizeof(count), "%d", N);
-    char *pub[] = {t.felix,  "pub",   "--server",     server, "--pin",  pin,
-                   "--idempotent",    "--size",       "16",   "--count", count,
-                   "--rate", "400",   "t1/default/orders",   NULL};
+    char *pub[] = {t.felix,  "pub", "--server", server, "--pin",  pin,   "--idempotent",
+                   "--size", "16",  "--count",  count,  "--rate", "400", "t1/default/orders",
+                   NULL};
     /* One publish connection: after a broker kill, the close handshake of
      * an idle pool connection's stream (authenticated after the reconnect)
      * is not answered by the new broker and fx_client_close waits out its
@@ -96,8 +95,9 @@ static void test_idempotent_pub_counts_each_message_once_through_a_broker_kill(v
     /* The stream holds every payload once. */
     path_in(&t, "sub.out", out, sizeof(out));
     path_in(&t, "sub.err", err, sizeof(err));
-    char *sub[] = {t.felix,    "sub",       "--server",      server, "--pin", pin, "--from",
-                   "earliest", "--timeout-ms", "1500",       "t1/default/orders", NULL};
+    char *sub[] = {
+        t.felix,        "sub",  "--server",          server, "--pin", pin, "--from", "earliest",
+        "--timeout-ms", "1500", "t1/default/orders", NULL};
     proc_wait(proc_spawn(sub, out, err, NULL, false), "felix sub");
     proc_slurp(out, t.text, sizeof(t.text));
     static bool seen[N];
