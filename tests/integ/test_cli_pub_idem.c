@@ -71,10 +71,11 @@ static void test_idempotent_pub_counts_each_message_once_through_a_broker_kill(v
     char *pub[] = {t.felix,  "pub", "--server", server, "--pin",  pin,   "--idempotent",
                    "--size", "16",  "--count",  count,  "--rate", "400", "t1/default/orders",
                    NULL};
-    /* One publish connection: after a broker kill, the close handshake of
-     * an idle pool connection's stream (authenticated after the reconnect)
-     * is not answered by the new broker and fx_client_close waits out its
-     * deadline, with or without --idempotent: a known issue of its own. */
+    /* One publish connection: with the default pool, connection 0 stays
+     * idle while another carries the publishes, so nothing it sends after
+     * the kill draws the new broker's stateless reset; it still looks alive
+     * at close, whose handshake then waits for idle_timeout_ms (30 s), with
+     * or without --idempotent. */
     char *env[] = {"FELIX_PUB_CONN_POOL=1", NULL};
     pid_t p = proc_spawn(pub, out, err, env, false);
     usleep(600 * 1000);
