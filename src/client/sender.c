@@ -778,15 +778,15 @@ static void answer(pworker *w, uint64_t id, bool ok, const char *text, const fx_
 /* The answer to an idempotent frame: its kept bytes are released after its
  * publishes finish. A refusal or an error (the broker did not take the
  * sequence) makes a new producer, unless one is already being made. */
-static void answer_idem(pworker *w, const fx_msg *m, bool ok)
+static void answer_idem(pworker *w, uint64_t rid, bool ok, const char *text, const fx_msg *m)
 {
-    pjob *k = fxc_idem_take(&w->idem, m->request_id);
+    pjob *k = fxc_idem_take(&w->idem, rid);
     uint32_t calls = k != NULL ? k->calls : 1;
-    if (ok && m->duplicate)
+    if (ok && m != NULL && m->duplicate)
         atomic_fetch_add(&w->idem.duplicates, calls);
-    else if (m->type == FX_MSG_PUBLISH_REFUSED)
+    else if (m != NULL && m->type == FX_MSG_PUBLISH_REFUSED)
         atomic_fetch_add(&w->idem.refused, calls);
-    answer(w, m->request_id, ok, m->message != NULL ? m->message : "", m);
+    answer(w, rid, ok, text != NULL ? text : "", m);
     bool reinit = !ok && k != NULL && k->pid == w->idem.pid && w->idem.pid != 0 &&
                   w->idem.init_rid == 0 && w->state == 2;
     if (k != NULL)
@@ -806,7 +806,7 @@ static void on_json(pworker *w, const fx_msg *m)
         on_producer_init_ok(w, m);
     } else if (idem && (m->type == FX_MSG_PUBLISH_OK || m->type == FX_MSG_PUBLISH_ERROR ||
                         m->type == FX_MSG_PUBLISH_REFUSED)) {
-        answer_idem(w, m, m->type == FX_MSG_PUBLISH_OK);
+        answer_idem(w, m->request_id, m->type == FX_MSG_PUBLISH_OK, m->message, m);
     } else if (m->type == FX_MSG_PUBLISH_OK) {
         answer(w, m->request_id, true, NULL, m);
     } else if (m->type == FX_MSG_PUBLISH_ERROR) {
@@ -841,7 +841,10 @@ static void on_frame(pworker *w, const fx_frame *f)
         }
         char text[FX_WIRE_ACK_MSG_MAX + 1];
         snprintf(text, sizeof(text), "%.*s", (int)a.message.len, (const char *)a.message.ptr);
-        answer(w, a.request_id, a.ok, text, NULL);
+        if (w->c->o.idempotent) /* a binary ack of an idempotent frame (e.g. draining) */
+            answer_idem(w, a.request_id, a.ok, text, NULL);
+        else
+            answer(w, a.request_id, a.ok, text, NULL);
     } else {
         worker_fail(w, FX_EPROTO, "unexpected frame on publish stream");
     }
