@@ -4,13 +4,20 @@
  * the same port and state; pub reconnects, re-sends what was unanswered,
  * and its summary counts every message acked once; the stream holds each
  * payload exactly once. Ports are 0 / the first run's; timeouts are hang
- * guards only. */
+ * guards only (the publish ack timeout is raised above the client's idle
+ * timeout, so a publish in doubt waits for the reconnect). */
 /* fx-test-libs: fx_base */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+/* A hang guard above the client's idle timeout (30 s): when the restarted
+ * broker comes up after the client's retransmissions backed off, or their
+ * packets are too small to draw a stateless reset, the loss is seen only
+ * at the idle timeout; the client then reconnects and re-sends. */
+#define PROC_HANG_MS 60000
 
 #include "integ/proc.h"
 
@@ -76,7 +83,7 @@ static void test_idempotent_pub_counts_each_message_once_through_a_broker_kill(v
      * the kill draws the new broker's stateless reset; it still looks alive
      * at close, whose handshake then waits for idle_timeout_ms (30 s), with
      * or without --idempotent. */
-    char *env[] = {"FELIX_PUB_CONN_POOL=1", NULL};
+    char *env[] = {"FELIX_PUB_CONN_POOL=1", "FELIX_PUBLISH_ACK_TIMEOUT_MS=50000", NULL};
     pid_t p = proc_spawn(pub, out, err, env, false);
     usleep(600 * 1000);
     assert_int_equal(kill(b, SIGKILL), 0);
