@@ -105,6 +105,13 @@ typedef struct fx_client_opts {
     /* An acked publish not answered this long after the call fails with
      * FX_ETIMEDOUT: the message may or may not have been appended. */
     int publish_ack_timeout_ms; /* 30000 (FELIX_PUBLISH_ACK_TIMEOUT_MS) */
+    /* Idempotent producer (docs/client.md "Idempotent publish"): every acked
+     * publish goes as an idempotent batch under a producer id and a per-stream
+     * sequence; a batch in doubt after a lost connection is re-sent with the
+     * same bytes under the same sequence, so it is appended at most once.
+     * Needs a broker advertising FEATURE_IDEMPOTENT_PRODUCER (else connect
+     * fails with FX_EPROTO). */
+    bool idempotent; /* false (FELIX_IDEMPOTENT) */
 } fx_client_opts;
 
 /* Payload-entry bytes (4-byte length + payload per message) one merged
@@ -198,6 +205,33 @@ int fx_publish_batch(fx_client *c, const char *ns, const char *stream, const fx_
 int fx_publish_async(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
                      fx_ack ack, fx_ack_cb cb, void *user);
 
+/* What the broker answered an acked publish, for fx_publish_ex and
+ * fx_publish_async_ex. |has_offset| only for an idempotent client (the
+ * broker reports offsets of idempotent batches only): |offset| is the
+ * message's own offset. |duplicate|: the broker had already appended this
+ * publish (a re-send after a lost answer) and answered from its window
+ * without appending it again; |offset| is then the original's. */
+typedef struct fx_publish_result {
+    uint64_t offset;
+    bool has_offset;
+    bool duplicate;
+} fx_publish_result;
+
+/* As fx_publish; on success (0) |*res| (if not NULL) holds the broker's
+ * answer. FX_EREFUSED: the idempotent check refused the batch (the reason
+ * via fx_client_last_error: sequence_gap, unknown_producer, ...): not
+ * appended by this attempt. */
+int fx_publish_ex(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
+                  fx_ack ack, fx_publish_result *res);
+
+/* Completion of an fx_publish_async_ex: |rv| as fx_ack_cb's, |res| the
+ * answer (valid during the call; zeroed when rv != 0). */
+typedef void (*fx_publish_cb)(void *user, int rv, const fx_publish_result *res);
+
+/* As fx_publish_async with a completion that also gets the result. */
+int fx_publish_async_ex(fx_client *c, const char *ns, const char *stream, const void *data,
+                        size_t len, fx_ack ack, fx_publish_cb cb, void *user);
+
 /* Waits until every publish in flight is acknowledged by QUIC and, if
  * acked, answered (publishes made meanwhile by other threads count too).
  * Returns 0, FX_ETIMEDOUT, FX_ECLOSED, FX_EWOULDBLOCK_LOOP. */
@@ -287,6 +321,15 @@ typedef struct fx_client_stats {
     uint64_t publish_queue_capacity;
     uint64_t publish_queue_depth;
     uint64_t publish_queue_waits;
+    /* Idempotent producer (opts.idempotent): producer_init answered (one
+     * per publish stream, and one after each refusal), batch frames re-sent
+     * after a lost connection, and publishes the broker answered as
+     * duplicates (already appended: not written again) or refused
+     * (FX_EREFUSED). */
+    uint64_t producer_inits;
+    uint64_t idempotent_resent;
+    uint64_t idempotent_duplicates;
+    uint64_t idempotent_refused;
 } fx_client_stats;
 
 /* Fills |st| (relaxed reads). Returns 0 or -EINVAL. Any thread. */

@@ -74,6 +74,10 @@ class ClientOpts(Structure):
         ("reconnect_initial_ms", c_int),
         ("reconnect_max_ms", c_int),
         ("stream_window_bytes", c_uint32),
+        ("publish_coalesce", c_bool),
+        ("publish_linger_us", c_uint32),
+        ("publish_ack_timeout_ms", c_int),
+        ("idempotent", c_bool),
     ]
 
 

@@ -152,7 +152,9 @@ class Client:
     (5). libfelix's own FELIX_* tuning variables (FELIX_PUB_CONN_POOL, ...)
     apply too. Further keyword arguments set fx_client_opts fields by name
     (``sub_queue_capacity=1024``, ``sub_queue_policy="block"``,
-    ``publish_inflight_bytes=...``).
+    ``publish_inflight_bytes=...``; ``idempotent=True``: every acked publish
+    is written at most once, re-sent after a lost connection under the same
+    sequence; docs/client.md "Idempotent publish").
 
     Strings may not contain NUL ("\\0"): C would cut them there, so a name
     would silently mean another stream; they raise ValueError.

@@ -39,6 +39,7 @@ FX_ECURSOR_IN_FUTURE = -1204
 FX_EPROTO = -1205
 FX_EREMOTE = -1206
 FX_EOVERLOAD = -1207
+FX_EREFUSED = -1208
 FX_EWIRE_FIRST = -1399  # the wire codec's FX_EWIRE_* are -1300..-1399
 FX_EWIRE_LAST = -1300
 
@@ -109,6 +110,11 @@ class RemoteError(Error):
     """The broker reported another error; its message says which."""
 
 
+class Refused(Error):
+    """The idempotent check refused the publish (``idempotent=True``); the
+    message names the reason (sequence_gap, unknown_producer, ...)."""
+
+
 class CursorError(Error):
     """A subscription's start offset is outside the stream's replay window.
 
@@ -154,6 +160,7 @@ _BY_CODE: Dict[int, Type[Error]] = {
     FX_ESHUTDOWN: ShuttingDown,
     FX_EPROTO: ProtocolError,
     FX_EREMOTE: RemoteError,
+    FX_EREFUSED: Refused,
     FX_ECURSOR_TOO_OLD: CursorTooOld,
     FX_ECURSOR_IN_FUTURE: CursorInFuture,
 }

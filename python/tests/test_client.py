@@ -47,6 +47,16 @@ def test_publish_acked_then_subscribe_earliest_reads_it_back(connect):
                                                          (2, b"m2", 0)]
 
 
+def test_idempotent_client_publishes_acked_batches_once(connect):
+    c = connect(idempotent=True)
+    for i in range(3):
+        c.publish(NS, "idem", b"m%d" % i, ack="per_message")
+    c.publish_batch(NS, "idem", [b"m3", b"m4"], ack="per_batch")
+    with c.subscribe(NS, "idem", start="earliest") as sub:
+        evs = read(sub, 5)
+    assert [(e.offset, e.payload) for e in evs] == [(i, b"m%d" % i) for i in range(5)]
+
+
 def test_client_defaults_come_from_the_cli_environment(broker, monkeypatch):
     monkeypatch.setenv("FELIX_SERVER", broker.server)
     monkeypatch.setenv("FELIX_PIN", broker.pin)

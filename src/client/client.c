@@ -91,7 +91,18 @@ int fxc_client_send_msg(cconn *cc, int64_t sid, const fx_msg *m, bool fin)
 int fxc_client_send_auth(cconn *cc, int64_t sid)
 {
     fx_msg m;
-    fx_msg_init_auth(&m, cc->c->o.tenant, cc->c->o.token, true, FX_CLIENT_FLAGS);
+    bool idem = cc->c->o.idempotent;
+    fx_msg_init_auth(&m, cc->c->o.tenant, cc->c->o.token, true,
+                     FX_CLIENT_FLAGS | (idem ? FX_FLAG_PUBLISH_IDEMPOTENT : 0));
+    if (idem) {
+        /* The idempotent producer's bits: producer_init and 0x0109 served,
+         * sequence_reused reported, publish_ok with offset and duplicate. */
+        m.client_features =
+            FX_FEATURE_IDEMPOTENT_PRODUCER | FX_FEATURE_SEQUENCE_REUSED | FX_FEATURE_EXTENDED;
+        m.has_client_features = true;
+        m.client_features_hi = FX_FEATURE_HI_PUBLISH_OFFSETS;
+        m.has_client_features_hi = true;
+    }
     return fxc_client_send_msg(cc, sid, &m, false);
 }
 
@@ -641,6 +652,11 @@ int fx_client_get_stats(fx_client *c, fx_client_stats *st)
         st->publish_queue_capacity += q.capacity;
         st->publish_queue_depth += q.depth;
         st->publish_queue_waits += q.parks;
+        const fxc_idem *id = &c->workers[i].idem;
+        st->producer_inits += atomic_load_explicit(&id->inits, memory_order_relaxed);
+        st->idempotent_resent += atomic_load_explicit(&id->resent, memory_order_relaxed);
+        st->idempotent_duplicates += atomic_load_explicit(&id->duplicates, memory_order_relaxed);
+        st->idempotent_refused += atomic_load_explicit(&id->refused, memory_order_relaxed);
     }
     return 0;
 }

@@ -107,8 +107,13 @@ struct preq {
     bool sent;            /* loop: frame released by QUIC */
     bool acked;           /* needs an answer */
     fx_ack_cb cb;         /* async completion, run on the loop */
+    fx_publish_cb rcb;    /* or the completion that gets the result (fx_publish_async_ex) */
     void *user;
-    char msg[256]; /* mu: broker text on failure */
+    uint32_t count;  /* messages of this publish (their offsets follow the first's) */
+    bool has_offset; /* mu: the broker reported |offset| (idempotent batches) */
+    bool duplicate;  /* mu: answered from the broker's window, not appended again */
+    uint64_t offset; /* mu: this publish's first message's offset */
+    char msg[256];   /* mu: broker text on failure */
 };
 
 /* One encoded frame on its way: admitted at checkpoint 1 (|permit|), queued
@@ -126,6 +131,10 @@ typedef struct pjob {
     fx_wire_batch_marks marks; /* binary: where its sections start (src/wire's builder) */
     uint8_t wack;              /* fx_wire_ack */
     bool merge;                /* a binary batch others may be merged with */
+    bool idem;                 /* an idempotent batch (0x0109): frozen at its first send */
+    uint64_t rid;              /* loop, idem: its request id (the frame's) */
+    uint64_t pid;              /* loop, idem: the producer it was frozen under */
+    struct pjob *knext;        /* loop, idem: next kept frame of the worker, in send order */
     cconn *sent_on;            /* loop: the connection QUIC took the frame on, or NULL */
     uint32_t sent_gen;         /* loop: its generation then */
     fx_buf *buf;
@@ -148,26 +157,55 @@ typedef struct fxc_group {
     size_t max_body;          /* max_frame_bytes: the bound of a merged frame's body */
 } fxc_group;
 
+/* Sequence of one stream under the worker's producer (idem.c). */
+typedef struct fxc_seq {
+    struct fxc_seq *next;
+    uint64_t next_seq;
+    size_t klen;
+    uint8_t key[]; /* the frame's names section: tenant, namespace, stream */
+} fxc_seq;
+
+/* The idempotent producer of one publish worker (opts.idempotent), loop.
+ * Each worker is its own producer: its stream carries its batches in order,
+ * so its per-stream sequences reach the broker in order. Every idempotent
+ * frame is frozen at its first send (producer id and sequence written into
+ * its bytes) and kept, with its budget bytes, until the broker answers it
+ * (|khead|..|ktail|, send order); after a lost connection the kept frames
+ * are re-sent, the same bytes, from |resend| on, before anything newer. */
+typedef struct fxc_idem {
+    uint64_t pid;                /* producer id; 0: none (producer_init needed) */
+    uint64_t init_rid;           /* the pending producer_init's request id, or 0 */
+    fxc_seq *seqs;               /* next sequence per stream of |pid| */
+    pjob *khead, *ktail;         /* frames sent and not answered (their fx_buf ref is the list's) */
+    pjob *resend;                /* next kept frame to (re-)send, or NULL */
+    uint16_t auth_flags;         /* auth_ok's server_flags, reported once the producer is known */
+    atomic_uint_fast64_t inits;  /* producer_init answered (read by tests, any thread) */
+    atomic_uint_fast64_t resent; /* frames re-sent after a lost connection (same) */
+    atomic_uint_fast64_t duplicates; /* publishes answered duplicate (same) */
+    atomic_uint_fast64_t refused;    /* publishes refused by the check (same) */
+} fxc_idem;
+
 /* A publish worker: one authed bidi stream, its queue (checkpoint 2). */
 struct pworker {
     int kind; /* SK_WORKER */
     fx_client *c;
     size_t index;
-    cconn *conn;                       /* loop */
-    int64_t sid;                       /* loop; -1 when not open */
-    int state;                         /* loop: 0 idle, 1 authing, 2 ready, 3 failed */
-    atomic_int fail_rv;                /* 0, or why the worker is dead (read by producers) */
-    pjob *held;                        /* loop: popped job refused by QUIC (FX_EFULL) */
-    int fin;                           /* loop: close handshake, FIN_* */
-    fx_queue q;                        /* items: pjob* */
-    fx_task drain;                     /* posted by producers */
-    fx_frame_decoder dec;              /* loop: replies */
+    cconn *conn;          /* loop */
+    int64_t sid;          /* loop; -1 when not open */
+    int state;            /* loop: 0 idle, 1 authing, 2 ready, 3 failed, 4 producer_init (idem.c) */
+    atomic_int fail_rv;   /* 0, or why the worker is dead (read by producers) */
+    pjob *held;           /* loop: popped job refused by QUIC (FX_EFULL) */
+    int fin;              /* loop: close handshake, FIN_* */
+    fx_queue q;           /* items: pjob* */
+    fx_task drain;        /* posted by producers */
+    fx_frame_decoder dec; /* loop: replies */
     preq *pending[FX_PENDING_BUCKETS]; /* loop: by request id */
     size_t npending;                   /* loop */
     preq *fhead, *ftail;               /* loop: pending in send order (ack timeout) */
     fx_timer ack_timer;                /* loop: the oldest pending request's deadline */
     fxc_group group;                   /* loop: natural batching (coalesce.c) */
     fx_timer linger;                   /* loop: publish_linger_us of |group| */
+    fxc_idem idem;                     /* loop: the idempotent producer (idem.c) */
 };
 
 /* A subscription. */
@@ -388,6 +426,31 @@ bool fxc_coalesce_full(const fxc_group *g);
 void fxc_coalesce_take(fxc_group *g, pjob **pj);
 /* Calls |fn| on every job the group and |g->next| hold and empties them. */
 void fxc_coalesce_drain(fxc_group *g, void (*fn)(pjob *j, void *user), void *user);
+
+/* ---- idem.c: the idempotent producer's bookkeeping ----------------------- */
+/* Offset of producer_id / sequence in a 0x0109 frame (header, request id,
+ * ack mode). */
+#define FXC_IDEM_PID_AT (FX_WIRE_HEADER_LEN + 9u)
+#define FXC_IDEM_SEQ_AT (FX_WIRE_HEADER_LEN + 17u)
+/* Freezes |j| (an idempotent frame, never sent) under |id|'s producer: the
+ * next sequence of its stream and the producer id written into its bytes,
+ * appended to the kept list (taking the caller's fx_buf reference, which
+ * must exist) and made the next to send if none is. Returns 0 or -ENOMEM
+ * (nothing changed). */
+int fxc_idem_freeze(fxc_idem *id, pjob *j);
+/* Takes the kept frame answered under request id |rid| off the list (NULL
+ * if none); the caller drops its fx_buf reference. */
+pjob *fxc_idem_take(fxc_idem *id, uint64_t rid);
+/* A new producer: forgets the id and every stream's sequence. Kept frames
+ * stay (they are answered under the old id). */
+void fxc_idem_reset(fxc_idem *id);
+/* After a lost connection: every kept frame is to be sent again. */
+void fxc_idem_rewind(fxc_idem *id);
+/* Takes every kept frame off the list into a chain (knext) for the caller
+ * to release, and forgets the producer. */
+pjob *fxc_idem_clear(fxc_idem *id);
+/* Reads the request id of a 0x0109 frame. */
+uint64_t fxc_idem_frame_rid(const pjob *j);
 
 /* ---- subscribe.c ---------------------------------------------------------- */
 void fxc_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin);

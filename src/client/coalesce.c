@@ -107,6 +107,7 @@ static void write_merged(const fxc_group *g, pjob *m)
     m->calls = (uint32_t)g->jobs;
     m->wack = h->wack;
     m->merge = false;
+    m->idem = h->idem; /* every part is (same ack mode): frozen as one batch at its send */
     m->enq_ns = h->enq_ns;
 }
 

@@ -156,7 +156,7 @@ static void env_str(const char *name, const char **field)
 }
 
 /* The publish batching and ack-timeout variables. FELIX_PUBLISH_LINGER_US
- * takes 0 (no linger) too; FELIX_PUBLISH_COALESCE is a boolean. */
+ * takes 0 (no linger) too; FELIX_PUBLISH_COALESCE and FELIX_IDEMPOTENT are booleans. */
 static int env_publish(fx_client_opts *o)
 {
     const char *v = getenv("FELIX_PUBLISH_COALESCE");
@@ -167,6 +167,15 @@ static int env_publish(fx_client_opts *o)
             o->publish_coalesce = false;
         else
             return bad_env("FELIX_PUBLISH_COALESCE", v, "expected 1/true/on or 0/false/off");
+    }
+    v = getenv("FELIX_IDEMPOTENT");
+    if (v != NULL && *v != '\0') {
+        if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0 || strcmp(v, "on") == 0)
+            o->idempotent = true;
+        else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 || strcmp(v, "off") == 0)
+            o->idempotent = false;
+        else
+            return bad_env("FELIX_IDEMPOTENT", v, "expected 1/true/on or 0/false/off");
     }
     v = getenv("FELIX_PUBLISH_LINGER_US");
     if (v != NULL && strcmp(v, "0") == 0)

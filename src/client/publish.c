@@ -44,11 +44,18 @@ void fxc_pub_job_free(pjob *j)
     job_free(j);
 }
 
+/* An idempotent client's acked batch is encoded as 0x0109 (ack mode 2)
+ * with producer id and sequence 0: the loop writes both when it freezes the
+ * frame at its first send (idem.c). */
 static int encode_binary(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs,
                          size_t n, fx_wire_ack ack, uint64_t id, pjob **pj)
 {
+    bool idem = c->o.idempotent && ack != FX_WIRE_ACK_NONE;
+    if (idem)
+        ack = FX_WIRE_ACK_PER_BATCH;
     fx_wire_publish_batch head = {.request_id = id,
                                   .ack = ack,
+                                  .idempotent = idem,
                                   .tenant = {(const uint8_t *)c->o.tenant, strlen(c->o.tenant)},
                                   .ns = {(const uint8_t *)ns, strlen(ns)},
                                   .stream = {(const uint8_t *)stream, strlen(stream)}};
@@ -73,6 +80,7 @@ static int encode_binary(fx_client *c, const char *ns, const char *stream, const
     j->count = (uint32_t)n;
     j->wack = (uint8_t)ack;
     j->merge = true;
+    j->idem = idem;
     *pj = j;
     return 0;
 }
@@ -177,7 +185,8 @@ static int encode_job(fx_client *c, const char *ns, const char *stream, const fx
 {
     uint64_t id = wack != FX_WIRE_ACK_NONE ? atomic_fetch_add(&c->next_request_id, 1) : 0;
     *pid = id;
-    bool binary = wack == FX_WIRE_ACK_NONE || (c->server_flags & FX_FLAG_PUBLISH_ACKED) != 0;
+    bool binary = wack == FX_WIRE_ACK_NONE || (c->server_flags & FX_FLAG_PUBLISH_ACKED) != 0 ||
+                  c->o.idempotent; /* connect made sure the broker serves 0x0109 */
     int rv = binary ? encode_binary(c, ns, stream, msgs, n, wack, id, pj)
                     : encode_json(c, ns, stream, msgs, n, batch, wack, id, pj);
     if (rv == 0 && (*pj)->len - FX_WIRE_HEADER_LEN > c->o.max_frame_bytes) {
@@ -231,7 +240,7 @@ static int admit(fx_client *c, pworker *w, pjob *j, bool nowait, bool on_loop)
  * timer fails a request the broker has not answered by then, and this
  * bound covers one still queued (behind a reconnect, say), which the loop
  * finishes later. */
-static int wait_req(fx_client *c, preq *r)
+static int wait_req(fx_client *c, preq *r, fx_publish_result *res)
 {
     pthread_mutex_lock(&c->mu);
     int wrv = 0;
@@ -242,6 +251,9 @@ static int wait_req(fx_client *c, preq *r)
         fxc_client_set_error(rv, FX_PUB_ACK_TIMEOUT_FMT, c->o.publish_ack_timeout_ms);
     else if (rv != 0)
         fxc_client_set_error(rv, "%s", r->msg);
+    if (res != NULL && rv == 0)
+        *res = (fx_publish_result){
+            .offset = r->offset, .has_offset = r->has_offset, .duplicate = r->duplicate};
     pthread_mutex_unlock(&c->mu);
     return rv;
 }
@@ -258,9 +270,19 @@ static fx_wire_ack wire_ack(fx_ack a)
     }
 }
 
+/* How a publish call completes: |cb| or |rcb| (async), else |res| (sync,
+ * may be NULL). */
+typedef struct pubdone {
+    fx_ack_cb cb;
+    fx_publish_cb rcb;
+    void *user;
+    fx_publish_result *res;
+} pubdone;
+
 static int publish_common(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs,
-                          size_t n, bool batch, fx_ack ack, fx_ack_cb cb, void *user)
+                          size_t n, bool batch, fx_ack ack, const pubdone *d)
 {
+    bool async = d->cb != NULL || d->rcb != NULL;
     if (c == NULL || ns == NULL || stream == NULL || (n > 0 && msgs == NULL) ||
         ack > FX_ACK_PER_BATCH)
         return -EINVAL;
@@ -270,7 +292,7 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
                                     FX_WIRE_BATCH_MAX_MESSAGES);
     bool on_loop = fx_loop_is_current(c->loop);
     bool on_any_loop = on_loop || fxc_rt_is_current();
-    if (on_any_loop && cb == NULL)
+    if (on_any_loop && !async)
         return FX_EWOULDBLOCK_LOOP;
     if (atomic_load(&c->pub_closing))
         return fxc_client_set_error(FX_ECLOSED, "client is closing");
@@ -285,7 +307,7 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
     if (rv != 0)
         return rv;
     preq *r = NULL;
-    if (wack != FX_WIRE_ACK_NONE || cb != NULL) {
+    if (wack != FX_WIRE_ACK_NONE || async) {
         r = calloc(1, sizeof(*r));
         if (r == NULL) {
             job_free(j);
@@ -294,17 +316,19 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
         r->request_id = id;
         r->acked = wack != FX_WIRE_ACK_NONE;
         r->deadline_ns = fx_now_ns() + (uint64_t)c->o.publish_ack_timeout_ms * FX_NS_PER_MS;
-        r->cb = cb;
-        r->user = user;
-        atomic_init(&r->refs, cb == NULL ? 2 : 1);
+        r->cb = d->cb;
+        r->rcb = d->rcb;
+        r->user = d->user;
+        r->count = (uint32_t)n;
+        atomic_init(&r->refs, async ? 1 : 2);
         j->req = r;
     }
     fxc_client_ref(c);
     rv = admit(c, w, j, on_any_loop, on_loop);
     if (rv != 0) {
         free(r);
-    } else if (r != NULL && cb == NULL) {
-        rv = wait_req(c, r);
+    } else if (r != NULL && !async) {
+        rv = wait_req(c, r, d->res);
         fxc_pub_req_unref(r);
     }
     fxc_client_unref(c);
@@ -317,13 +341,22 @@ int fx_publish(fx_client *c, const char *ns, const char *stream, const void *dat
                fx_ack ack)
 {
     fx_iov one = {data, len};
-    return publish_common(c, ns, stream, &one, 1, false, ack, NULL, NULL);
+    return publish_common(c, ns, stream, &one, 1, false, ack, &(pubdone){0});
+}
+
+int fx_publish_ex(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
+                  fx_ack ack, fx_publish_result *res)
+{
+    fx_iov one = {data, len};
+    if (res != NULL)
+        *res = (fx_publish_result){0};
+    return publish_common(c, ns, stream, &one, 1, false, ack, &(pubdone){.res = res});
 }
 
 int fx_publish_batch(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs, size_t n,
                      fx_ack ack)
 {
-    return publish_common(c, ns, stream, msgs, n, true, ack, NULL, NULL);
+    return publish_common(c, ns, stream, msgs, n, true, ack, &(pubdone){0});
 }
 
 int fx_publish_async(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
@@ -332,7 +365,16 @@ int fx_publish_async(fx_client *c, const char *ns, const char *stream, const voi
     if (cb == NULL)
         return -EINVAL;
     fx_iov one = {data, len};
-    return publish_common(c, ns, stream, &one, 1, false, ack, cb, user);
+    return publish_common(c, ns, stream, &one, 1, false, ack, &(pubdone){.cb = cb, .user = user});
+}
+
+int fx_publish_async_ex(fx_client *c, const char *ns, const char *stream, const void *data,
+                        size_t len, fx_ack ack, fx_publish_cb cb, void *user)
+{
+    if (cb == NULL)
+        return -EINVAL;
+    fx_iov one = {data, len};
+    return publish_common(c, ns, stream, &one, 1, false, ack, &(pubdone){.rcb = cb, .user = user});
 }
 
 int fx_flush(fx_client *c, int timeout_ms)

@@ -42,6 +42,13 @@ static void req_finish(fx_client *c, preq *r, int rv, const char *msg)
     if (r->cb != NULL) {
         fxc_client_set_error(rv, "%s", r->msg);
         r->cb(r->user, rv);
+    } else if (r->rcb != NULL) {
+        fxc_client_set_error(rv, "%s", r->msg);
+        fx_publish_result res = {0};
+        if (rv == 0)
+            res = (fx_publish_result){
+                .offset = r->offset, .has_offset = r->has_offset, .duplicate = r->duplicate};
+        r->rcb(r->user, rv, &res);
     }
     if (r->acked)
         fxc_pub_outstanding_done(c, 1);
@@ -270,12 +277,26 @@ static void fin_done(pworker *w, int rv)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Drops the kept frames of |w|'s producer (their requests are finished
+ * or failed already): the release gives their budget bytes back. */
+static void kept_release(pworker *w)
+{
+    pjob *k = fxc_idem_clear(&w->idem);
+    while (k != NULL) {
+        pjob *nx = k->knext;
+        k->knext = NULL;
+        fx_buf_unref(k->buf);
+        k = nx;
+    }
+}
+
 static void worker_fail(pworker *w, int rv, const char *msg)
 {
     int zero = 0;
     atomic_compare_exchange_strong(&w->fail_rv, &zero, rv);
     w->state = 3;
     pending_fail_all(w, rv, msg);
+    kept_release(w);
     if (w->held != NULL) {
         job_fail(w->held, rv, msg);
         w->held = NULL;
@@ -296,7 +317,19 @@ static void worker_fail(pworker *w, int rv, const char *msg)
  * its stream when it is ready). */
 static void worker_lost(pworker *w, int rv, const char *msg)
 {
-    pending_fail_all(w, rv, msg);
+    if (w->c->o.idempotent) {
+        /* Idempotent: what the broker had not answered stays pending (its
+         * ack timeout still runs) and its frames go again, the same bytes
+         * under the same sequence, before anything newer. A producer_init
+         * in flight is asked again. */
+        fxc_idem *id = &w->idem;
+        fxc_idem_rewind(id);
+        for (pjob *k = id->khead; k != NULL; k = k->knext)
+            id->resent++;
+        id->init_rid = 0;
+    } else {
+        pending_fail_all(w, rv, msg);
+    }
     fin_done(w, rv); /* what the broker had not handled may be lost */
     w->sid = -1;
     w->state = 0;
@@ -412,6 +445,50 @@ static bool next_frame(pworker *w, pjob **pj)
     return false;
 }
 
+/* Sends the kept idempotent frames from the resend cursor on (the frame
+ * just frozen, or after a reconnect every unanswered one). Returns true when
+ * none is left to send; false when QUIC is full (on_writable resumes) or
+ * the worker failed. */
+static bool send_kept(pworker *w)
+{
+    fxc_idem *id = &w->idem;
+    while (id->resend != NULL) {
+        pjob *j = id->resend;
+        int rv = fx_quic_stream_send(w->conn->qc, w->sid, j->buf, 0, j->len, false);
+        if (rv == FX_EFULL)
+            return false;
+        /* The connection is closing (its close callback has not run yet):
+         * with reconnect on, worker_lost rewinds and the frames go again on
+         * the next connection. */
+        if (rv == FX_ECLOSED && w->c->o.reconnect && w->fin == FIN_NONE)
+            return false;
+        if (rv != 0) {
+            worker_fail(w, rv, fx_strerror(rv));
+            return false;
+        }
+        id->resend = j->knext;
+    }
+    return true;
+}
+
+/* Freezes the new idempotent frame |j| (idem.c) and makes it pending: from
+ * now on its bytes, producer id and sequence never change, and only
+ * send_kept sends them. */
+static void freeze(pworker *w, pjob *j)
+{
+    preq *r = j->req;
+    int rv = job_wrap(j);
+    if (rv == 0)
+        rv = fxc_idem_freeze(&w->idem, j);
+    if (rv != 0) {
+        job_fail(j, rv, "out of memory freezing an idempotent batch");
+        return;
+    }
+    j->req = NULL; /* the pending table holds the loop's reference now */
+    if (r != NULL)
+        pending_add(w, r);
+}
+
 /* Hands frames to QUIC until none is ready or QUIC refuses. */
 static void worker_send(pworker *w)
 {
@@ -420,10 +497,16 @@ static void worker_send(pworker *w)
         return;
     }
     for (;;) {
+        if (!send_kept(w))
+            return;
         pjob *j = w->held;
         w->held = NULL;
         if (j == NULL && !next_frame(w, &j))
             return;
+        if (j->idem) {
+            freeze(w, j);
+            continue;
+        }
         preq *r = j->req;
         if (r != NULL && r->acked)
             pending_add(w, r);
@@ -482,7 +565,7 @@ static void worker_kick(pworker *w)
 static bool worker_has_work(pworker *w)
 {
     return w->held != NULL || w->group.head != NULL || w->group.next != NULL ||
-           fx_queue_depth(&w->q) > 0;
+           w->idem.resend != NULL || fx_queue_depth(&w->q) > 0;
 }
 
 static void drain_task(fx_loop *l, fx_task *t, void *user)
@@ -537,7 +620,7 @@ void fxc_pub_finish(fx_client *c)
     int n = 0;
     for (size_t i = 0; i < c->nworkers; i++) {
         pworker *w = &c->workers[i];
-        if ((w->state == 1 || w->state == 2) && w->fin == FIN_NONE) {
+        if ((w->state == 1 || w->state == 2 || w->state == 4) && w->fin == FIN_NONE) {
             w->fin = FIN_WANT;
             n++;
         }
@@ -566,6 +649,51 @@ void fxc_pub_shutdown(fx_client *c)
 
 /* ---- answers (loop) ------------------------------------------------------------- */
 
+/* The stream is authenticated (and its producer known): send. */
+static void ready(pworker *w, uint16_t flags)
+{
+    w->state = 2;
+    if (w->index == 0)
+        fxc_client_on_first_auth(w->c, 0, flags, "");
+    worker_send(w);
+}
+
+/* Asks the broker for a new producer id (state 4 until it answers): after
+ * auth, and after a refusal (sequences restart at 0). Frames frozen under
+ * the old id are answered under it first (the stream keeps order). */
+static void producer_init(pworker *w)
+{
+    fx_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = FX_MSG_PRODUCER_INIT;
+    m.request_id = atomic_fetch_add(&w->c->next_request_id, 1);
+    m.has_request_id = true;
+    fxc_idem_reset(&w->idem);
+    int rv = fxc_client_send_msg(w->conn, w->sid, &m, false);
+    if (rv != 0) {
+        worker_fail(w, rv, fx_strerror(rv));
+        return;
+    }
+    w->idem.init_rid = m.request_id;
+    w->state = 4;
+}
+
+static void on_producer_init_ok(pworker *w, const fx_msg *m)
+{
+    if (w->idem.init_rid == 0 || m->request_id != w->idem.init_rid) {
+        worker_fail(w, FX_EPROTO, "producer_init_ok for a request not made");
+        return;
+    }
+    if (m->producer_id == 0) {
+        worker_fail(w, FX_EPROTO, "producer_init_ok with producer_id 0");
+        return;
+    }
+    w->idem.pid = m->producer_id;
+    w->idem.init_rid = 0;
+    w->idem.inits++;
+    ready(w, w->idem.auth_flags);
+}
+
 static void on_auth_reply(pworker *w, const fx_msg *m)
 {
     uint16_t flags;
@@ -578,13 +706,39 @@ static void on_auth_reply(pworker *w, const fx_msg *m)
         worker_fail(w, FX_EAUTH, txt);
         return;
     }
-    w->state = 2;
-    if (w->index == 0)
-        fxc_client_on_first_auth(w->c, 0, flags, "");
-    worker_send(w);
+    if (w->c->o.idempotent) {
+        uint32_t f = m->type == FX_MSG_AUTH_OK && m->has_server_features ? m->server_features : 0;
+        if ((f & FX_FEATURE_IDEMPOTENT_PRODUCER) == 0 ||
+            (flags & FX_FLAG_PUBLISH_IDEMPOTENT) == 0) {
+            worker_fail(w, FX_EPROTO,
+                        "option idempotent: the broker does not serve idempotent producers "
+                        "(FEATURE_IDEMPOTENT_PRODUCER 0x0200 and flag 0x0100 not in auth_ok)");
+            return;
+        }
+        w->idem.auth_flags = flags;
+        if (w->idem.pid == 0) {
+            producer_init(w);
+            return;
+        }
+    }
+    ready(w, flags);
 }
 
-static void answer(pworker *w, uint64_t id, bool ok, const char *text)
+/* Sets the offsets of the publishes of one answered frame: they follow
+ * |base| in the order they were merged. */
+static void set_offsets(fx_client *c, preq *r, uint64_t base, bool duplicate)
+{
+    pthread_mutex_lock(&c->mu);
+    for (; r != NULL; r = r->grp) {
+        r->offset = base;
+        r->has_offset = true;
+        r->duplicate = duplicate;
+        base += r->count;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void answer(pworker *w, uint64_t id, bool ok, const char *text, const fx_msg *m)
 {
     preq *r = pending_take(w, id);
     if (r == NULL) {
@@ -598,12 +752,47 @@ static void answer(pworker *w, uint64_t id, bool ok, const char *text)
     }
     r->answered = true;
     if (ok) {
+        if (m != NULL && m->has_offset)
+            set_offsets(w->c, r, m->offset, m->duplicate);
         req_finish_all(w->c, r, 0, NULL);
         return;
     }
     char msg[256];
+    if (m != NULL && m->type == FX_MSG_PUBLISH_REFUSED) {
+        static const char *const reasons[] = {
+            [FX_MSG_REFUSAL_SEQUENCE_GAP] = "sequence_gap",
+            [FX_MSG_REFUSAL_UNKNOWN_PRODUCER] = "unknown_producer",
+            [FX_MSG_REFUSAL_SEQUENCE_EXPIRED] = "sequence_expired",
+            [FX_MSG_REFUSAL_SEQUENCE_REUSED] = "sequence_reused",
+        };
+        unsigned k = (unsigned)m->refusal.kind;
+        snprintf(msg, sizeof(msg), "publish refused: %s: %s",
+                 k < sizeof(reasons) / sizeof(reasons[0]) ? reasons[k] : "unknown reason", text);
+        req_finish_all(w->c, r, FX_EREFUSED, msg);
+        return;
+    }
     snprintf(msg, sizeof(msg), "publish failed: %s", text);
     req_finish_all(w->c, r, fxc_client_map_remote(text), msg);
+}
+
+/* The answer to an idempotent frame: its kept bytes are released after its
+ * publishes finish. A refusal or an error (the broker did not take the
+ * sequence) makes a new producer, unless one is already being made. */
+static void answer_idem(pworker *w, uint64_t rid, bool ok, const char *text, const fx_msg *m)
+{
+    pjob *k = fxc_idem_take(&w->idem, rid);
+    uint32_t calls = k != NULL ? k->calls : 1;
+    if (ok && m != NULL && m->duplicate)
+        atomic_fetch_add(&w->idem.duplicates, calls);
+    else if (m != NULL && m->type == FX_MSG_PUBLISH_REFUSED)
+        atomic_fetch_add(&w->idem.refused, calls);
+    answer(w, rid, ok, text != NULL ? text : "", m);
+    bool reinit = !ok && k != NULL && k->pid == w->idem.pid && w->idem.pid != 0 &&
+                  w->idem.init_rid == 0 && w->state == 2;
+    if (k != NULL)
+        fx_buf_unref(k->buf);
+    if (reinit)
+        producer_init(w);
 }
 
 static void on_json(pworker *w, const fx_msg *m)
@@ -612,10 +801,16 @@ static void on_json(pworker *w, const fx_msg *m)
         on_auth_reply(w, m);
         return;
     }
-    if (m->type == FX_MSG_PUBLISH_OK) {
-        answer(w, m->request_id, true, NULL);
+    bool idem = w->c->o.idempotent;
+    if (m->type == FX_MSG_PRODUCER_INIT_OK && idem) {
+        on_producer_init_ok(w, m);
+    } else if (idem && (m->type == FX_MSG_PUBLISH_OK || m->type == FX_MSG_PUBLISH_ERROR ||
+                        m->type == FX_MSG_PUBLISH_REFUSED)) {
+        answer_idem(w, m->request_id, m->type == FX_MSG_PUBLISH_OK, m->message, m);
+    } else if (m->type == FX_MSG_PUBLISH_OK) {
+        answer(w, m->request_id, true, NULL, m);
     } else if (m->type == FX_MSG_PUBLISH_ERROR) {
-        answer(w, m->request_id, false, m->message);
+        answer(w, m->request_id, false, m->message, m);
     } else if (m->type == FX_MSG_ERROR) {
         /* No request id: every request pending on this stream fails. */
         char msg[256];
@@ -637,7 +832,8 @@ static void on_frame(pworker *w, const fx_frame *f)
         }
         on_json(w, &m);
         fx_msg_deinit(&m);
-    } else if (f->flags_rv == 0 && f->kind == FX_BODY_PUBLISH_ACK && w->state == 2) {
+    } else if (f->flags_rv == 0 && f->kind == FX_BODY_PUBLISH_ACK &&
+               (w->state == 2 || w->state == 4)) {
         fx_wire_publish_ack a;
         if (fx_wire_publish_ack_decode(f->body, f->len, &a, &err) != 0) {
             worker_fail(w, FX_EPROTO, err.msg);
@@ -645,7 +841,10 @@ static void on_frame(pworker *w, const fx_frame *f)
         }
         char text[FX_WIRE_ACK_MSG_MAX + 1];
         snprintf(text, sizeof(text), "%.*s", (int)a.message.len, (const char *)a.message.ptr);
-        answer(w, a.request_id, a.ok, text);
+        if (w->c->o.idempotent) /* a binary ack of an idempotent frame (e.g. draining) */
+            answer_idem(w, a.request_id, a.ok, text, NULL);
+        else
+            answer(w, a.request_id, a.ok, text, NULL);
     } else {
         worker_fail(w, FX_EPROTO, "unexpected frame on publish stream");
     }
@@ -734,6 +933,7 @@ void fxc_pub_deinit(fx_client *c)
     for (size_t i = 0; i < c->nworkers; i++) {
         fx_queue_deinit(&c->workers[i].q);
         fx_frame_decoder_deinit(&c->workers[i].dec);
+        kept_release(&c->workers[i]);
     }
     free(c->workers);
     c->workers = NULL;

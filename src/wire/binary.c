@@ -167,7 +167,7 @@ int fx_wire_publish_idem_prefix_decode(const uint8_t *body, size_t len, uint64_t
                                        uint64_t *pproducer_id, uint64_t *psequence,
                                        fx_wire_err *err)
 {
-    fx_wire_ack ack;
+    fx_wire_ack ack = FX_WIRE_ACK_NONE; /* set on success; GCC -O2 cannot tell */
     int rv = fx_wire_publish_acked_prefix_decode(body, len, prequest_id, &ack, err);
     if (rv < 0)
         return rv;

@@ -57,9 +57,12 @@ static void test_env_overlays_set_variables_and_zero_keeps(void **state)
     setenv("FELIX_CLIENT_SUB_QUEUE_POLICY", "drop_old", 1);
     setenv("FELIX_PUBLISH_COALESCE", "off", 1);
     setenv("FELIX_PUBLISH_ACK_TIMEOUT_MS", "1500", 1);
+    setenv("FELIX_IDEMPOTENT", "1", 1);
     fx_client_opts o;
     fx_client_opts_init(&o);
+    assert_false(o.idempotent);
     assert_int_equal(fx_client_opts_from_env(&o), 0);
+    assert_true(o.idempotent);
     assert_string_equal(o.tenant, "acme");
     assert_int_equal(o.publish_conn_pool, 8);
     assert_int_equal(o.publish_queue_depth, 64);
@@ -71,7 +74,8 @@ static void test_env_overlays_set_variables_and_zero_keeps(void **state)
     const char *names[] = {"FELIX_AUTH_TENANT",         "FELIX_PUB_CONN_POOL",
                            "FELIX_PUBLISH_QUEUE_DEPTH", "FELIX_PUBLISH_INFLIGHT_BYTES",
                            "FELIX_PUB_SHARDING",        "FELIX_CLIENT_SUB_QUEUE_POLICY",
-                           "FELIX_PUBLISH_COALESCE",    "FELIX_PUBLISH_ACK_TIMEOUT_MS"};
+                           "FELIX_PUBLISH_COALESCE",    "FELIX_PUBLISH_ACK_TIMEOUT_MS",
+                           "FELIX_IDEMPOTENT"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         unsetenv(names[i]);
 }
@@ -84,6 +88,7 @@ static void test_env_refusals_name_the_variable_and_keep_the_value(void **state)
         {"FELIX_PUB_CONN_POOL", "65"},          {"FELIX_PUB_CONN_POOL", "-1"},
         {"FELIX_PUB_CONN_POOL", "4x"},          {"FELIX_PUB_SHARDING", "random"},
         {"FELIX_CLIENT_SUB_QUEUE_POLICY", "x"}, {"FELIX_PUBLISH_COALESCE", "maybe"},
+        {"FELIX_IDEMPOTENT", "yes please"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         setenv(bad[i].name, bad[i].value, 1);

@@ -1207,8 +1207,13 @@ static const fx_cli_help HELP[] = {
         "                             instead of MESSAGE\n"
         "  --batch K                  send K messages per batch frame (default 1)\n"
         "  --client-stats             at the end, print the client's own checkpoints 1\n"
-        "                             (publish byte budget) and 2 (publish queues)\n",
+        "                             (publish byte budget) and 2 (publish queues)\n"
+        "  --idempotent               idempotent producer (implies --ack per_batch): a\n"
+        "                             publish whose answer a lost connection or a broker\n"
+        "                             restart cut off is re-sent and written once, so\n"
+        "                             \"acked\" counts each message once\n",
         "felix pub --insecure --ack per_message --count 10 t1/default/demo hello\n"
+        "  seq 1 100000 | felix pub --pin $PIN --idempotent t1/default/orders -\n"
         "  seq 1 100 | felix pub --pin $PIN t1/default/demo -\n"
         "  felix pub --insecure --size 1K --count 100000 --batch 64 --rate 50000 t1/default/demo",
         true,

@@ -147,6 +147,7 @@ typedef struct fx_cli_common {
     bool token_flag, admin_token_flag; /* --token / --admin-token given */
     char token_buf[FX_CLI_SECRET_MAX + 1];
     char admin_token_buf[FX_CLI_SECRET_MAX + 1];
+    bool idempotent; /* `felix pub --idempotent` (fx_client_opts.idempotent) */
 } fx_cli_common;
 
 /* Option ids of the common flags; command-specific ids start at

@@ -205,6 +205,8 @@ int fx_cli_connect(const char *cmd, const fx_cli_common *c, bool sub_block, fx_c
     o.pin_sha256 = c->pin;
     o.insecure = c->insecure;
     o.connect_timeout_ms = c->timeout_ms;
+    if (c->idempotent)
+        o.idempotent = true;
     if (c->insecure)
         fx_cli_errorf(cmd, "warning: --insecure: the broker's certificate is not verified, so "
                            "anyone on the network path can read and change this traffic; use "

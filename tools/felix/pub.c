@@ -18,7 +18,7 @@
 /* Error lines printed before the rest are only counted. */
 #define ERRORS_SHOWN 5
 
-enum { O_ACK = FX_CLI_OPT_FIRST_CMD, O_COUNT, O_RATE, O_SIZE, O_BATCH, O_CLIENT_STATS };
+enum { O_ACK = FX_CLI_OPT_FIRST_CMD, O_COUNT, O_RATE, O_SIZE, O_BATCH, O_CLIENT_STATS, O_IDEM };
 
 static const fx_cli_opt PUB_OPTS[] = {
     FX_CLI_COMMON_OPTS,
@@ -28,6 +28,7 @@ static const fx_cli_opt PUB_OPTS[] = {
     {"size", true, O_SIZE},
     {"batch", true, O_BATCH},
     {"client-stats", false, O_CLIENT_STATS},
+    {"idempotent", false, O_IDEM},
     {0},
 };
 
@@ -35,6 +36,7 @@ typedef struct pub_args {
     fx_cli_common common;
     fx_cli_path path;
     fx_ack ack;
+    bool ack_set;   /* --ack given */
     uint64_t count; /* 0: not given */
     double rate;    /* 0: unpaced */
     uint64_t size;  /* 0: not given */
@@ -67,8 +69,10 @@ static int pub_option(void *user, int id, const char *val, char *err, size_t err
     pub_args *a = user;
     switch (id) {
     case O_ACK:
-        if (fx_cli_parse_ack(val, &a->ack) == 0)
+        if (fx_cli_parse_ack(val, &a->ack) == 0) {
+            a->ack_set = true;
             return 0;
+        }
         snprintf(err, errlen, "--ack: expected none, per_message or per_batch, got '%s'", val);
         return -EINVAL;
     case O_COUNT:
@@ -93,6 +97,9 @@ static int pub_option(void *user, int id, const char *val, char *err, size_t err
         return -EINVAL;
     case O_CLIENT_STATS:
         a->client_stats = true;
+        return 0;
+    case O_IDEM:
+        a->common.idempotent = true;
         return 0;
     default:
         return 0;
@@ -127,6 +134,11 @@ static int pub_parse(int argc, char **argv, pub_args *a)
         return fx_cli_usage_error(CMD, "MESSAGE larger than 16 MiB");
     if (a->count == 0 && !a->from_stdin)
         a->count = 1;
+    /* Idempotence is a property of acked publishes: it implies an answer. */
+    if (a->common.idempotent && !a->ack_set)
+        a->ack = FX_ACK_PER_BATCH;
+    else if (a->common.idempotent && a->ack == FX_ACK_NONE)
+        return fx_cli_usage_error(CMD, "--idempotent needs an acked publish: drop --ack none");
     if (fx_cli_common_check(&a->common, &a->path, err, sizeof(err)) != 0)
         return fx_cli_usage_error(CMD, err);
     return -1;
@@ -199,10 +211,13 @@ static int next_message(pub_run *r, const void **data, size_t *len)
 
 /* ---- sending ---------------------------------------------------------------------- */
 
-/* Errors after which further publishes cannot succeed. */
+/* Errors after which further publishes cannot succeed. A refusal of the
+ * idempotent check (--idempotent: e.g. unknown_producer after an in-memory
+ * broker restart) fails that publish only: the client makes a new producer. */
 static bool is_fatal(int rv)
 {
-    return rv != FX_EOVERLOAD && rv != FX_EREMOTE && rv != FX_ETOOBIG && rv != FX_ESHUTDOWN;
+    return rv != FX_EOVERLOAD && rv != FX_EREMOTE && rv != FX_ETOOBIG && rv != FX_ESHUTDOWN &&
+           rv != FX_EREFUSED;
 }
 
 static void send_batch(pub_run *r)
@@ -288,6 +303,13 @@ static void pub_client_stats(fx_client *c)
         (unsigned long long)st.publish_budget_waits, (unsigned long long)st.publish_queue_depth,
         (unsigned long long)st.publish_queue_capacity, (unsigned long long)st.publish_queue_waits,
         (unsigned long long)st.reconnects, (unsigned long long)st.publishes_lost);
+    if (st.producer_inits > 0)
+        fprintf(stderr,
+                "felix pub: idempotent producer: %llu producer inits, %llu batches re-sent, "
+                "%llu publishes answered duplicate, %llu refused\n",
+                (unsigned long long)st.producer_inits, (unsigned long long)st.idempotent_resent,
+                (unsigned long long)st.idempotent_duplicates,
+                (unsigned long long)st.idempotent_refused);
 }
 
 /* Waits for what was sent, closes the client. Returns 0 or the error. */
