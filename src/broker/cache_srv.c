@@ -109,6 +109,8 @@ static void sweep_cb(fx_loop *l, fx_timer *t, void *user);
 
 int fxb_cache_worker_init(fxb_worker *w)
 {
+    if (w->b->caches == NULL)
+        return 0; /* a broker without the cache stage (a bare test broker): no store */
     const fx_broker_opts *o = &w->b->o;
     uint64_t total = o->cache_max_bytes != 0 ? o->cache_max_bytes : FXB_CACHE_DEFAULT_MAX_BYTES;
     fxb_cache_limits lim = {
@@ -311,6 +313,12 @@ static void run(fx_loop *l, fx_task *t, void *user)
     (void)t;
     creq *q = user;
     fxb_worker *w = q->w;
+    if (w->cache == NULL) {
+        FX_COUNTER_INC(cache_refused_internal);
+        answer_error(q, "cache request failed: this worker serves no cache");
+        free(q);
+        return;
+    }
     fxb_cache_store *st = w->cache->store;
     uint64_t now_us = fx_loop_now(l) / 1000;
     uint32_t scope;
