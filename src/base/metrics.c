@@ -464,30 +464,33 @@ int fx_metrics_render_descs(const fx_metric_desc *descs, size_t n, const fx_metr
 #define MSTREAM_DESC_(id, n, h) [id] = {.name = n, .help = h},
 const fx_mstream_desc fx_mstream_descs[FX_MSTREAM_N] = {FX_METRICS_STREAMS(MSTREAM_DESC_)};
 
-/* The sources, and a scrape in progress, under one mutex: removal waits for
- * a scrape that may be calling the source. */
-static pthread_mutex_t mstream_mu = PTHREAD_MUTEX_INITIALIZER;
-static fx_mstream_source *mstream_sources;
-
-void fx_metrics_stream_source_add(fx_mstream_source *s)
-{
-    pthread_mutex_lock(&mstream_mu);
-    s->next = mstream_sources;
-    mstream_sources = s;
-    pthread_mutex_unlock(&mstream_mu);
-}
-
-void fx_metrics_stream_source_remove(fx_mstream_source *s)
-{
-    pthread_mutex_lock(&mstream_mu);
-    for (fx_mstream_source **pp = &mstream_sources; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
+/* A list of labelled-series sources of type T (with a |next| link), and a
+ * scrape in progress, under one mutex |mu|: removal waits for a scrape that
+ * may be calling the source. Defines |add| and |remove|. */
+#define SOURCE_LIST(T, mu, head, add, remove)                                                      \
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;                                         \
+    static T *head;                                                                                \
+    void add(T *s)                                                                                 \
+    {                                                                                              \
+        pthread_mutex_lock(&mu);                                                                   \
+        s->next = head;                                                                            \
+        head = s;                                                                                  \
+        pthread_mutex_unlock(&mu);                                                                 \
+    }                                                                                              \
+    void remove(T *s)                                                                              \
+    {                                                                                              \
+        pthread_mutex_lock(&mu);                                                                   \
+        for (T **pp = &head; *pp != NULL; pp = &(*pp)->next) {                                     \
+            if (*pp == s) {                                                                        \
+                *pp = s->next;                                                                     \
+                break;                                                                             \
+            }                                                                                      \
+        }                                                                                          \
+        pthread_mutex_unlock(&mu);                                                                 \
     }
-    pthread_mutex_unlock(&mstream_mu);
-}
+
+SOURCE_LIST(fx_mstream_source, mstream_mu, mstream_sources, fx_metrics_stream_source_add,
+            fx_metrics_stream_source_remove)
 
 /* One text buffer per gauge: a source's rows are split across them. */
 typedef struct mstream_sink {
@@ -547,29 +550,8 @@ static int render_streams(strbuf *out, bool per_stream)
 #define MGROUP_DESC_(id, n, t, h) [id] = {.name = n, .type = t, .help = h},
 const fx_mgroup_desc fx_mgroup_descs[FX_MGROUP_N] = {FX_METRICS_GROUPS(MGROUP_DESC_)};
 
-/* As the per-stream sources: removal waits for a scrape calling the source. */
-static pthread_mutex_t mgroup_mu = PTHREAD_MUTEX_INITIALIZER;
-static fx_mgroup_source *mgroup_sources;
-
-void fx_metrics_group_source_add(fx_mgroup_source *s)
-{
-    pthread_mutex_lock(&mgroup_mu);
-    s->next = mgroup_sources;
-    mgroup_sources = s;
-    pthread_mutex_unlock(&mgroup_mu);
-}
-
-void fx_metrics_group_source_remove(fx_mgroup_source *s)
-{
-    pthread_mutex_lock(&mgroup_mu);
-    for (fx_mgroup_source **pp = &mgroup_sources; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&mgroup_mu);
-}
+SOURCE_LIST(fx_mgroup_source, mgroup_mu, mgroup_sources, fx_metrics_group_source_add,
+            fx_metrics_group_source_remove)
 
 typedef struct mgroup_sink {
     strbuf b[FX_MGROUP_N];
