@@ -222,6 +222,8 @@ void fx_bench_client_opts(const fx_bench_cfg *c, fx_client_opts *o, bool stalled
      * the broker's one-message-per-frame path); felix-bench's main checked
      * them at start, so a bad one cannot fail here. */
     (void)fx_client_opts_from_env(o);
+    if (c->idempotent)
+        o->idempotent = true;
     o->server = c->server;
     o->server_name = "localhost";
     o->pin_sha256 = c->pin;

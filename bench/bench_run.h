@@ -45,6 +45,7 @@ typedef struct fx_bench_cfg {
                           * thread; W: fx_publish_async, W in flight per thread */
     uint32_t rate;       /* latency: round trips started per second at most (0: back to back) */
     bool callback;       /* deliver by callback instead of fx_subscription_next */
+    bool idempotent;     /* fx_client_opts.idempotent (also FELIX_IDEMPOTENT=1) */
     bool lossless;       /* client Block queues (the broker's profile is the caller's) */
     const char *server;  /* "127.0.0.1:port" */
     const char *pin;     /* hex SHA-256 of the broker's certificate, or NULL */

@@ -128,6 +128,8 @@ static void usage(FILE *out)
             "  --victim-drop-permille N   isolation: and drops N per thousand of the\n"
             "                     datagrams it sends and receives (default 50)\n"
             "  --callback         deliver by callback on the client loop\n"
+            "  --idempotent       an idempotent client (fx_client_opts.idempotent): every\n"
+            "                     acked publish carries a producer sequence\n"
             "  --server ADDR      external broker host:port (default: in-process broker)\n"
             "  --pin HEX          external broker's certificate SHA-256 (or --insecure)\n"
             "  --admin ADDR       external broker's admin host:port (drop counters)\n"
@@ -167,6 +169,7 @@ enum {
     O_RUNS,
     O_ACK,
     O_CB,
+    O_IDEM,
     O_SERVER,
     O_PIN,
     O_INSECURE,
@@ -209,6 +212,7 @@ static const struct option LONG_OPTS[] = {
     {"runs", 1, 0, O_RUNS},
     {"ack", 0, 0, O_ACK},
     {"callback", 0, 0, O_CB},
+    {"idempotent", 0, 0, O_IDEM},
     {"server", 1, 0, O_SERVER},
     {"pin", 1, 0, O_PIN},
     {"insecure", 0, 0, O_INSECURE},
@@ -357,6 +361,9 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_CB:
             o->c.callback = true;
+            break;
+        case O_IDEM:
+            o->c.idempotent = true;
             break;
         case O_SERVER:
             o->c.server = optarg;
@@ -976,9 +983,10 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
         return;
     }
     if (c->mode == FX_BENCH_THROUGHPUT && c->ack) {
-        printf("\"ack\":true,\"publishers\":%u,\"window\":%u,\"acked\":%llu,"
-               "\"pub_errors\":%llu,",
-               c->publishers, c->window, (unsigned long long)r->acked,
+        printf("\"ack\":true,\"idempotent\":%s,\"publishers\":%u,\"window\":%u,"
+               "\"acked\":%llu,\"pub_errors\":%llu,",
+               c->idempotent ? "true" : "false", c->publishers, c->window,
+               (unsigned long long)r->acked,
                (unsigned long long)r->pub_errors);
         jnum("window_s", r->window_s, 4);
         jnum("msgs_per_s", r->msgs_per_s, 0);
@@ -1302,6 +1310,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "felix-bench: %s\n", why);
         return 2;
     }
+    if (env.idempotent) /* FELIX_IDEMPOTENT=1: reported as --idempotent */
+        o.c.idempotent = true;
     if (o.mtu) { /* libfelix reads the transport variables when a client starts */
         char v[16];
         snprintf(v, sizeof(v), "%u", o.mtu);
