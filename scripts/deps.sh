@@ -12,7 +12,7 @@ pkgs=(
     libngtcp2-dev libngtcp2-crypto-gnutls-dev
     libgnutls28-dev nettle-dev
     libjansson-dev libyaml-dev libmicrohttpd-dev libcurl4-gnutls-dev
-    libcmocka-dev libdeflate-dev libsodium-dev
+    libcmocka-dev libdeflate-dev liblzma-dev libsodium-dev
     chromium curl
     libsystemd-dev
     # libfelix's packaging and the Python package: man pages, .deb files with
