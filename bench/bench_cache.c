@@ -580,12 +580,19 @@ int fx_bench_cache_run(const fx_bench_cfg *c, fx_bench_result *r)
         if (rv == 0) {
             R.op = c->cache_op;
             conns_reset(&R);
+            fx_bench_rss_sampler rss = {0};
+            if (c->broker_pid > 0 && fx_bench_rss_start(&rss, c->broker_pid, 200) != 0)
+                fprintf(stderr, "felix-bench: cannot start the RSS sampler; no peak_rss_kb\n");
             cprobe_take(c, &a);
             rv = start_slots(&R, r);
             if (rv == 0)
                 cache_measure(&R);
             bool drained = cache_drain(&R);
             cprobe_take(c, &b);
+            r->peak_rss_kb = fx_bench_rss_stop(&rss);
+            uint64_t rss_now;
+            if (c->broker_pid > 0)
+                fx_bench_proc_rss(c->broker_pid, &rss_now, &r->hwm_kb);
             if (rv == 0)
                 cache_collect(&R, r, drained);
             cprobe_diff(c, &a, &b, r);
