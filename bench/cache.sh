@@ -45,7 +45,7 @@
 #   CONNECTIONS        felix-bench --connections (default: felix-bench's)
 #   FILL_KEYS          entries of the memory cell (default 1000000; 0 skips the cell)
 #   PUBSUB             1 (default): the pub/sub cell; 0 skips it
-#   PUBSUB_S           its measured seconds (default 10)
+#   PUBSUB_S           its measured seconds (default 10; at least 5, felix-bench's run-length guard)
 #   REDIS_TLS, REDIS_PLAIN  1 (default): run that Redis; 0 skips it
 #   CACHE_MAX_BYTES    felix-broker cache_max_bytes (default 4294967296: the fill must fit one
 #                      worker's share: cache_max_bytes / workers)
@@ -96,6 +96,7 @@ die() { echo "cache: $*" >&2; exit 1; }
 for v in RUNS PAYLOAD CLIENTS PIPELINE PIPE_CLIENTS KEYS CACHE_S PUBSUB_S CACHE_MAX_BYTES MEMORY_LIMIT_BYTES; do
   [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || die "$v must be a whole number >= 1 (got '${!v}')"
 done
+[ "$PUBSUB_S" -ge 5 ] || die "PUBSUB_S must be at least 5 (felix-bench refuses shorter throughput runs)"
 [[ $FILL_KEYS =~ ^[0-9]+$ ]] || die "FILL_KEYS must be a whole number (got '$FILL_KEYS')"
 [ -z "$CONNECTIONS" ] || [[ $CONNECTIONS =~ ^[0-9]+$ ]] || die "CONNECTIONS must be a whole number"
 [ "$KEYS" -le 999999999999 ] && [ "$FILL_KEYS" -le 999999999999 ] || die "at most 12-digit keys"
@@ -346,7 +347,9 @@ row() {  # TEXT LABEL FIELD GOAL [PRECISION]
     echo "| memory per entry at $FILL_KEYS entries of $PAYLOAD B, RSS growth / entries, bytes | $(num "$a") | $(num "$b") | | $(ratio "$a" "$b") | <= 1.3 KiB (1331 B) |"
   fi
   echo
-  for l in "get/c$CLIENTS" "set/c$CLIENTS" get/c1 "get/c$PIPE_CLIENTS-p$PIPELINE" memory/fill; do
+  cells=("get/c$CLIENTS" "set/c$CLIENTS" get/c1 "get/c$PIPE_CLIENTS-p$PIPELINE")
+  [ "$FILL_KEYS" -eq 0 ] || cells+=(memory/fill)
+  for l in "${cells[@]}"; do
     echo "valid runs $l: Felix-C $(valid "$J" "$l"), Redis TLS $(valid "$R" "$l" redis-tls), Redis plain $(valid "$R" "$l" redis-plain)"
   done
   if [ "$PUBSUB" = 1 ]; then
