@@ -202,7 +202,7 @@ redis_cell() {
   local label=$1 backend=$2 test=$3 c=$4 p=$5 probe n rps p50 p99 t0 t1
   fx_wait_quiet
   log "$backend $label"
-  probe=$(( c * p * 400 )); [ "$probe" -ge 20000 ] || probe=20000
+  probe=$(( c * p * 200 )); [ "$probe" -ge 20000 ] || probe=20000; [ "$probe" -le 200000 ] || probe=200000
   read -r rps _ _ < <(rb -t "$test" -d "$PAYLOAD" -c "$c" -P "$p" -r "$KEYS" -n "$probe") || true
   n=$(awk -v r="${rps:-0}" -v s="$CACHE_S" 'BEGIN { n = int(r * s); if (n < 10000) n = 10000; print n }')
   t0=$(date +%s.%N)
