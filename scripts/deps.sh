@@ -4,7 +4,8 @@
 # Usage: scripts/deps.sh [--fuzz | --peers]
 #   --fuzz   adds clang and libFuzzer's runtime
 #   --peers  adds the brokers and client libraries the benchmark scripts compare with
-#            (bench/compare-peers.sh, bench/durable.sh: ../shared/peers/run-peers.sh) and jq
+#            (bench/compare-peers.sh, bench/durable.sh: ../shared/peers/run-peers.sh; bench/cache.sh:
+#            redis-server with TLS, redis-benchmark and redis-cli from redis-tools, openssl) and jq
 set -euo pipefail
 
 pkgs=(
@@ -22,7 +23,8 @@ pkgs=(
 )
 case "${1:-}" in
     --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
-    --peers) pkgs+=(nats-server libnats-dev redis-server libhiredis-dev mosquitto libmosquitto-dev jq) ;;
+    --peers) pkgs+=(nats-server libnats-dev redis-server redis-tools libhiredis-dev mosquitto
+                    libmosquitto-dev jq openssl) ;;
     "") ;;
     *) echo "usage: scripts/deps.sh [--fuzz | --peers]" >&2; exit 2 ;;
 esac
