@@ -274,7 +274,7 @@ static bool head_done(fxb_bidi *s)
         return false;
     if (atomic_load_explicit(&r->claimed, memory_order_acquire))
         return false; /* the worker is completing it right now: its task flushes */
-    fxb_reply_complete(r, timed_out ? "publish commit timeout" : FXB_COMMIT_TIMER_TEXT);
+    fxb_reply_complete(r, timed_out ? FX_MSG_COMMIT_TIMEOUT_TEXT : FXB_COMMIT_TIMER_TEXT);
     if (!atomic_load_explicit(&r->done, memory_order_acquire))
         return false; /* lost the race after all */
     if (!timed_out)

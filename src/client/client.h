@@ -193,6 +193,7 @@ typedef struct fxc_idem {
     uint16_t auth_flags;         /* auth_ok's server_flags, reported once the producer is known */
     atomic_uint_fast64_t inits;  /* producer_init answered (read by tests, any thread) */
     atomic_uint_fast64_t resent; /* frames re-sent after a lost connection (same) */
+    atomic_uint_fast64_t commit_resent; /* frames re-sent after "publish commit timeout" */
     atomic_uint_fast64_t duplicates; /* publishes answered duplicate (same) */
     atomic_uint_fast64_t refused;    /* publishes refused by the check (same) */
 } fxc_idem;
@@ -456,6 +457,12 @@ int fxc_idem_freeze(fxc_idem *id, pjob *j);
 /* Takes the kept frame answered under request id |rid| off the list (NULL
  * if none); the caller drops its fx_buf reference. */
 pjob *fxc_idem_take(fxc_idem *id, uint64_t rid);
+/* Puts |j| (taken by fxc_idem_take, its fx_buf reference still held)
+ * back at the tail of the kept list, to be sent again, the same bytes
+ * under the same sequence: after "publish commit timeout" (the broker
+ * appended it and did not see it flushed in time), a re-send is answered
+ * once the flush covers it, as a duplicate. */
+void fxc_idem_requeue(fxc_idem *id, pjob *j);
 /* A new producer: forgets the id and every stream's sequence. Kept frames
  * stay (they are answered under the old id). */
 void fxc_idem_reset(fxc_idem *id);

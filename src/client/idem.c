@@ -100,6 +100,18 @@ pjob *fxc_idem_take(fxc_idem *id, uint64_t rid)
     return NULL;
 }
 
+void fxc_idem_requeue(fxc_idem *id, pjob *j)
+{
+    j->knext = NULL;
+    if (id->ktail != NULL)
+        id->ktail->knext = j;
+    else
+        id->khead = j;
+    id->ktail = j;
+    if (id->resend == NULL)
+        id->resend = j;
+}
+
 void fxc_idem_reset(fxc_idem *id)
 {
     id->pid = 0;

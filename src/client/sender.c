@@ -110,6 +110,14 @@ static void fifo_unlink(pworker *w, preq *r)
     r->fnext = r->fprev = NULL;
 }
 
+static bool pending_has(const pworker *w, uint64_t id)
+{
+    for (const preq *r = w->pending[id % FX_PENDING_BUCKETS]; r != NULL; r = r->next)
+        if (r->request_id == id)
+            return true;
+    return false;
+}
+
 static preq *pending_take(pworker *w, uint64_t id)
 {
     for (preq **p = &w->pending[id % FX_PENDING_BUCKETS]; *p != NULL; p = &(*p)->next) {
@@ -781,6 +789,19 @@ static void answer(pworker *w, uint64_t id, bool ok, const char *text, const fx_
 static void answer_idem(pworker *w, uint64_t rid, bool ok, const char *text, const fx_msg *m)
 {
     pjob *k = fxc_idem_take(&w->idem, rid);
+    if (!ok && k != NULL && text != NULL && strcmp(text, FX_MSG_COMMIT_TIMEOUT_TEXT) == 0 &&
+        k->pid == w->idem.pid && pending_has(w, rid)) {
+        /* The broker appended the batch and did not see it flushed within
+         * its ack_wait_timeout_ms: the outcome is not known yet. The same
+         * bytes under the same sequence go again (never a new sequence for
+         * a batch in doubt); the re-send is answered once the flush covers
+         * the original, as a duplicate, or the request's own
+         * publish_ack_timeout_ms ends the wait. */
+        atomic_fetch_add(&w->idem.commit_resent, 1);
+        fxc_idem_requeue(&w->idem, k);
+        worker_send(w);
+        return;
+    }
     uint32_t calls = k != NULL ? k->calls : 1;
     if (ok && m != NULL && m->duplicate)
         atomic_fetch_add(&w->idem.duplicates, calls);

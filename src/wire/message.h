@@ -391,4 +391,9 @@ void fx_msg_init_group_join(fx_msg *m, const char *tenant_id, const char *ns, co
 void fx_msg_init_group_joined(fx_msg *m, uint64_t subscription_id, const char *member,
                               uint32_t window, bool durable);
 
+/* The answer to an acked publish the broker appended and did not see
+ * flushed within ack_wait_timeout_ms: its outcome is not known yet (an
+ * idempotent client re-sends the same batch; libfelix does). */
+#define FX_MSG_COMMIT_TIMEOUT_TEXT "publish commit timeout"
+
 #endif

@@ -193,6 +193,10 @@ static int broker_start(void)
                     "--set", store,
                     "--set", "durable_default=true",
                     "--set", "durable_fsync_mode=on_commit",
+                    /* The reader at the end must see every record: the
+                     * subscriber queues block instead of shedding. */
+                    "--set", "subscriber_queue_policy=block",
+                    "--set", "subscriber_lane_queue_policy=block",
                     "--set", "log_level=warn",
                     NULL};
     posix_spawn_file_actions_t fa;
@@ -252,6 +256,7 @@ static int client_new(fx_client **out, bool idempotent)
     o.insecure = true; /* a restarted broker may present another certificate */
     o.tenant = "t1";
     o.idempotent = idempotent;
+    o.sub_queue_policy = FX_POLICY_BLOCK; /* the reader misses nothing */
     o.reconnect = true;
     o.reconnect_initial_ms = 50;
     o.reconnect_max_ms = 500;

@@ -292,6 +292,60 @@ static void test_durable_stream_keeps_the_producer_across_a_broker_restart(void 
     fix_rm_dir(root);
 }
 
+/* A batch the broker answers "publish commit timeout" (its storage thread
+ * held past ack_wait_timeout_ms) is in doubt: the client re-sends the same
+ * bytes under the same sequence, which is answered once the original is
+ * flushed, as a duplicate; the publish succeeds and the stream holds it
+ * once. */
+static void test_a_commit_timeout_is_resent_and_answered_once_flushed(void **state)
+{
+    (void)state;
+    char root[256];
+    fix_state_dir_new(root, sizeof(root), "ict");
+    E *e = e_new();
+    fix_durable_opts(&e->bo, root);
+    e->bo.workers = 1; /* one storage thread: the one held */
+    e->bo.ack_wait_timeout_ns = 100 * FX_NS_PER_MS;
+    fix_env_start(e);
+    fx_client *c = e_client(e);
+    assert_int_equal(fx_publish(c, NS, "ct", "a", 1, FX_ACK_PER_MESSAGE), 0);
+    fx_metrics_snapshot m0, m1;
+    fx_metrics_snapshot_take(&m0);
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, true), 0);
+    done d = {.done = false};
+    pthread_mutex_init(&d.mu, NULL);
+    pthread_cond_init(&d.cv, NULL);
+    assert_int_equal(fx_publish_async_ex(c, NS, "ct", "b", 1, FX_ACK_PER_MESSAGE, on_done, &d), 0);
+    /* Held well past the broker's 100 ms: at least one commit timeout. */
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        fx_metrics_snapshot_take(&m1);
+        if (DELTA(m0, m1, publish_commit_timeouts) >= 1)
+            break;
+        if (fx_now_ns() > deadline)
+            fail_msg("no publish commit timeout");
+        sleep_ms(5);
+    }
+    sleep_ms(150);
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, false), 0);
+    done_wait(&d);
+    if (d.rv != 0)
+        fail_msg("publish failed: %s (%s)", fx_errname(d.rv), d.msg);
+    assert_true(d.res.has_offset);
+    assert_int_equal(d.res.offset, 1);
+    uint64_t resent = 0;
+    for (size_t i = 0; i < c->nworkers; i++)
+        resent += atomic_load(&c->workers[i].idem.commit_resent);
+    assert_true(resent >= 1);
+    static const char *const want[] = {"a", "b"};
+    expect_stream(c, "ct", want, 2);
+    pthread_cond_destroy(&d.cv);
+    pthread_mutex_destroy(&d.mu);
+    fix_close(c);
+    e_free(e);
+    fix_rm_dir(root);
+}
+
 /* Completions of many async publishes: counted by result. */
 typedef struct tally {
     pthread_mutex_t mu;
@@ -372,6 +426,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_durable_stream_keeps_the_producer_across_a_broker_restart),
     cmocka_unit_test(test_idempotent_publishes_report_their_offsets),
     cmocka_unit_test(test_batch_in_flight_at_a_cut_is_resent_and_answered_duplicate),
+    cmocka_unit_test(test_a_commit_timeout_is_resent_and_answered_once_flushed),
 };
 
 FX_TEST_MAIN(tests)
