@@ -60,6 +60,7 @@ struct creq {
     creq *qnext, *qprev;  /* loop: the send queue */
     creq *tnext, *tprev;  /* loop: the timeout list, until completed */
     int op;
+    bool versioned;       /* a get that needs the entry's version */
     bool queued;          /* loop: in the send queue */
     bool on_stream;       /* loop: in a stream FIFO */
     bool in_tlist;        /* loop: in the timeout list */
@@ -334,6 +335,21 @@ static void take_pending(fxc_cache *cm)
     }
 }
 
+/* What |r| needs that the broker's auth_ok did not advertise (known once a
+ * cache stream's auth was answered; before, the request goes and an older
+ * broker ends the stream), or NULL. */
+static const char *unserved(const fxc_cache *cm, const creq *r)
+{
+    if (!cm->have_features)
+        return NULL;
+    if (r->op == CQ_DEL && (cm->server_features & FX_FEATURE_CACHE_DELETE) == 0)
+        return "cache deletes (no FEATURE_CACHE_DELETE)";
+    if ((r->op == CQ_PUT_IF || r->versioned) &&
+        (cm->server_features & FX_FEATURE_CACHE_CONDITIONAL) == 0)
+        return "conditional cache writes (no FEATURE_CACHE_CONDITIONAL)";
+    return NULL;
+}
+
 /* Sends queued requests while the connection is ready and QUIC takes them. */
 static void pump(fxc_cache *cm)
 {
@@ -350,6 +366,13 @@ static void pump(fxc_cache *cm)
     while (cm->qh != NULL) {
         creq *r = cm->qh;
         int rv = 0;
+        const char *missing = unserved(cm, r);
+        if (missing != NULL) {
+            char text[TEXT_MAX];
+            snprintf(text, sizeof(text), "the broker does not serve %s", missing);
+            finish_unsent(cm, r, FX_EPROTO, text);
+            continue;
+        }
         cstream *s = pick(cm, cc, &rv);
         if (s == NULL) {
             if (rv == FX_EFULL)
@@ -430,6 +453,9 @@ static bool pairs(const creq *r, const fx_msg *m, char *text, size_t cap)
     case FX_MSG_CACHE_VALUE:
         type_ok = r->op == CQ_GET || r->op == CQ_DEL;
         break;
+    case FX_MSG_CACHE_CONDITION_RESULT:
+        type_ok = r->op == CQ_PUT_IF;
+        break;
     default:
         break;
     }
@@ -438,8 +464,9 @@ static bool pairs(const creq *r, const fx_msg *m, char *text, size_t cap)
                  fx_msg_type_name(m->type), r->rid);
         return false;
     }
-    /* cache_ok's request_id is required (no has_ flag); cache_value's optional. */
-    bool has_id = m->type == FX_MSG_CACHE_OK || m->has_request_id;
+    /* cache_ok's and cache_condition_result's request_id is required (no
+     * has_ flag); cache_value's optional. */
+    bool has_id = m->type != FX_MSG_CACHE_VALUE || m->has_request_id;
     if (!has_id || m->request_id != r->rid) {
         snprintf(text, cap,
                  "cache answer out of order: request id %" PRIu64 " where %" PRIu64
@@ -507,9 +534,13 @@ static bool on_answer(cstream *s, const fx_msg *m)
         if (m->has_value) {
             res.value = m->value.p != NULL ? m->value.p : (const void *)"";
             res.len = m->value.len;
+            res.version = m->has_version ? m->version : 0;
         } else {
             rv = FX_ENOTFOUND;
         }
+    } else if (m->type == FX_MSG_CACHE_CONDITION_RESULT) {
+        res.applied = m->applied;
+        res.version = m->has_version ? m->version : 0;
     }
     answer_head(s, rv, rv == FX_ENOTFOUND ? "not found" : NULL, &res);
     return true;
@@ -821,8 +852,10 @@ static void sync_done(creq *r, int rv, const cres *res)
     pthread_mutex_unlock(&cm->mu);
 }
 
-/* Runs |m| as a request and fills |w|. */
-static int run(fx_client *c, fx_msg *m, int op, swait *w, fx_cache_cb cb, void *user)
+/* Runs |m| as a request (|versioned|: a get that needs the version): waits
+ * and fills |w|, or with |w| NULL queues it for |cb|. */
+static int run_v(fx_client *c, fx_msg *m, int op, bool versioned, swait *w, fx_cache_cb cb,
+                 void *user)
 {
     bool on_loop = fxc_rt_is_current();
     if (w != NULL && on_loop)
@@ -831,6 +864,7 @@ static int run(fx_client *c, fx_msg *m, int op, swait *w, fx_cache_cb cb, void *
     if (r == NULL)
         return -ENOMEM;
     r->op = op;
+    r->versioned = versioned;
     int rv = encode(c, m, r);
     if (rv != 0) {
         free(r->frame);
@@ -871,6 +905,11 @@ static int run(fx_client *c, fx_msg *m, int op, swait *w, fx_cache_cb cb, void *
         pthread_cond_destroy(&w->cv);
     fxc_client_unref(c);
     return rv;
+}
+
+static int run(fx_client *c, fx_msg *m, int op, swait *w, fx_cache_cb cb, void *user)
+{
+    return run_v(c, m, op, false, w, cb, user);
 }
 
 /* ---- public calls ---------------------------------------------------------------------- */
@@ -980,43 +1019,103 @@ int fx_cache_get_async(fx_client *c, const char *ns, const char *cache, const ch
     return get_common(c, ns, cache, key, NULL, cb, user);
 }
 
-/* ---- not yet served: deletes and conditional writes ----------------------------------- */
+/* ---- deletes and conditional writes ---------------------------------------------------- */
 
-static int unsupported(fx_client *c, const char *what)
+static int del_common(fx_client *c, const char *ns, const char *cache, const char *key, swait *w,
+                      fx_cache_cb cb, void *user)
 {
     if (c == NULL)
         return -EINVAL;
-    return fxc_client_set_error(FX_EPROTO, "%s: not supported by this client build", what);
+    int rv = check_names(ns, cache, key);
+    if (rv != 0)
+        return rv;
+    fx_msg m;
+    init_msg(&m, FX_MSG_CACHE_DELETE, c, ns, cache, key);
+    return run(c, &m, CQ_DEL, w, cb, user);
 }
 
 int fx_cache_delete(fx_client *c, const char *ns, const char *cache, const char *key,
                     bool *existed)
 {
-    (void)ns, (void)cache, (void)key;
     if (existed != NULL)
         *existed = false;
-    return unsupported(c, "cache delete");
+    swait w = {.alloc = true};
+    int rv = del_common(c, ns, cache, key, &w, NULL, NULL);
+    free(w.out); /* the removed value: not wanted here */
+    if (rv == FX_ENOTFOUND)
+        return 0;
+    if (rv == 0 && existed != NULL)
+        *existed = true;
+    return rv;
 }
 
 int fx_cache_delete_async(fx_client *c, const char *ns, const char *cache, const char *key,
                           fx_cache_cb cb, void *user)
 {
-    (void)ns, (void)cache, (void)key, (void)cb, (void)user;
-    return unsupported(c, "cache delete");
+    if (cb == NULL)
+        return -EINVAL;
+    return del_common(c, ns, cache, key, NULL, cb, user);
 }
 
 int fx_cache_put_if(fx_client *c, const char *ns, const char *cache, const char *key,
                     const void *value, size_t len, uint64_t ttl_ms, bool if_absent,
                     uint64_t if_version, bool *applied, uint64_t *version)
 {
-    (void)ns, (void)cache, (void)key, (void)value, (void)len, (void)ttl_ms, (void)if_absent,
-        (void)if_version, (void)applied, (void)version;
-    return unsupported(c, "conditional cache put");
+    if (applied != NULL)
+        *applied = false;
+    if (version != NULL)
+        *version = 0;
+    if (if_absent == (if_version != 0))
+        return fxc_client_set_error(-EINVAL, "conditional put: set exactly one of if_absent "
+                                             "and if_version");
+    if (if_version > FX_MSG_INT_MAX)
+        return -EINVAL;
+    fx_msg m;
+    int rv = put_msg(c, &m, ns, cache, key, value, len, ttl_ms);
+    if (rv != 0)
+        return rv;
+    m.type = FX_MSG_CACHE_PUT_IF;
+    m.condition = if_absent ? (fx_msg_condition){.kind = FX_MSG_CONDITION_ABSENT}
+                            : (fx_msg_condition){.kind = FX_MSG_CONDITION_VERSION,
+                                                 .version = if_version};
+    swait w = {0};
+    rv = run(c, &m, CQ_PUT_IF, &w, NULL, NULL);
+    if (rv == 0) {
+        if (applied != NULL)
+            *applied = w.applied;
+        if (version != NULL)
+            *version = w.version;
+    }
+    return rv;
 }
 
 int fx_cache_get_versioned(fx_client *c, const char *ns, const char *cache, const char *key,
                            void **value, size_t *len, uint64_t *version)
 {
-    (void)ns, (void)cache, (void)key, (void)value, (void)len, (void)version;
-    return unsupported(c, "versioned cache get");
+    if (c == NULL || value == NULL || len == NULL)
+        return -EINVAL;
+    *value = NULL;
+    *len = 0;
+    if (version != NULL)
+        *version = 0;
+    int rv = check_names(ns, cache, key);
+    if (rv != 0)
+        return rv;
+    fx_msg m;
+    init_msg(&m, FX_MSG_CACHE_GET, c, ns, cache, key);
+    swait w = {.alloc = true};
+    rv = run_v(c, &m, CQ_GET, true, &w, NULL, NULL);
+    if (rv == 0 && w.version == 0) {
+        free(w.out);
+        return fxc_client_set_error(FX_EPROTO, "the broker sent no version with the value");
+    }
+    if (rv != 0) {
+        free(w.out);
+        return rv;
+    }
+    *value = w.out;
+    *len = w.len;
+    if (version != NULL)
+        *version = w.version;
+    return 0;
 }

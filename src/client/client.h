@@ -21,14 +21,6 @@
 #include "wire/frame.h"
 #include "wire/message.h"
 
-/* The cache feature bits (docs/protocol.md), until the codec names them. */
-#ifndef FX_FEATURE_CACHE_DELETE
-#define FX_FEATURE_CACHE_DELETE 0x00000004u
-#endif
-#ifndef FX_FEATURE_CACHE_CONDITIONAL
-#define FX_FEATURE_CACHE_CONDITIONAL 0x02000000u
-#endif
-
 #define FX_CLIENT_FLAGS 0x803Fu /* 0x8000: FX_FLAG_FELIXC, consumer groups */
 #define FX_CLIENT_LEGACY_FLAGS 0x07u
 #define FX_PENDING_BUCKETS 64

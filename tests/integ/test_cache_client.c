@@ -450,6 +450,126 @@ static void test_a_gone_broker_times_requests_out(void **state)
     e_free(e);
 }
 
+/* ---- deletes and conditional puts ---------------------------------------------------- */
+
+/* Skips the case when the broker does not serve |rv|'s request yet. */
+static void skip_unserved(int rv)
+{
+    if (rv == FX_EPROTO)
+        fx_test_skip("the broker does not serve cache deletes / conditional writes");
+}
+
+static void test_delete_says_whether_a_live_entry_was_removed(void **state)
+{
+    (void)state;
+    E *e = started();
+    fx_client *c = e_client(e);
+    put_ok(c, "d", "k", "v", 0); /* the cache streams' auth_ok is known from here on */
+    bool existed = false;
+    int rv = fx_cache_delete(c, NS, "d", "k", &existed);
+    if (rv == FX_EPROTO) {
+        fix_close(c);
+        e_free(e);
+        skip_unserved(rv);
+    }
+    assert_int_equal(rv, 0);
+    assert_true(existed);
+    char buf[8];
+    size_t n;
+    assert_int_equal(fx_cache_get(c, NS, "d", "k", buf, sizeof(buf), &n), FX_ENOTFOUND);
+    assert_int_equal(fx_cache_delete(c, NS, "d", "k", &existed), 0);
+    assert_false(existed);
+    assert_int_equal(fx_cache_delete(c, NS, "d", "never", NULL), 0);
+    /* An expired entry is not live: nothing removed. */
+    put_ok(c, "d", "short", "v", 30);
+    sleep_ms(150);
+    assert_int_equal(fx_cache_delete(c, NS, "d", "short", &existed), 0);
+    assert_false(existed);
+    fix_close(c);
+    e_free(e);
+}
+
+typedef struct race {
+    fx_client *c;
+    pthread_barrier_t *go;
+    const char *key;
+    bool applied;
+    uint64_t version;
+    int rv;
+} race;
+
+static void *race_put(void *p)
+{
+    race *r = p;
+    pthread_barrier_wait(r->go);
+    r->rv = fx_cache_put_if(r->c, NS, "cond", r->key, "mine", 4, 0, true, 0, &r->applied,
+                            &r->version);
+    return NULL;
+}
+
+static void test_two_clients_put_if_absent_on_one_key_exactly_one_applies(void **state)
+{
+    (void)state;
+    E *e = started();
+    fx_client *a = e_client(e), *b = e_client(e);
+    put_ok(a, "cond", "warm", "v", 0);
+    put_ok(b, "cond", "warm", "v", 0);
+    bool applied = false;
+    uint64_t v = 0;
+    int rv = fx_cache_put_if(a, NS, "cond", "probe", "x", 1, 0, true, 0, &applied, &v);
+    if (rv == FX_EPROTO) {
+        fix_close(a);
+        fix_close(b);
+        e_free(e);
+        skip_unserved(rv);
+    }
+    assert_int_equal(rv, 0);
+    assert_true(applied);
+    assert_true(v > 0);
+    for (int round = 0; round < 20; round++) {
+        char key[32];
+        snprintf(key, sizeof(key), "race-%d", round);
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, 2);
+        race ra = {.c = a, .go = &go, .key = key}, rb = {.c = b, .go = &go, .key = key};
+        pthread_t ta, tb;
+        assert_int_equal(pthread_create(&ta, NULL, race_put, &ra), 0);
+        assert_int_equal(pthread_create(&tb, NULL, race_put, &rb), 0);
+        pthread_join(ta, NULL);
+        pthread_join(tb, NULL);
+        pthread_barrier_destroy(&go);
+        assert_int_equal(ra.rv, 0);
+        assert_int_equal(rb.rv, 0);
+        assert_true(ra.applied != rb.applied); /* exactly one */
+        /* The loser is told the winner's version. */
+        assert_int_equal(ra.version, rb.version);
+    }
+    /* if_version: a put on the current version applies, on an old one not. */
+    void *val = NULL;
+    size_t n = 0;
+    uint64_t cur = 0;
+    assert_int_equal(fx_cache_get_versioned(a, NS, "cond", "probe", &val, &n, &cur), 0);
+    free(val);
+    assert_int_equal(cur, v);
+    uint64_t v2 = 0;
+    assert_int_equal(fx_cache_put_if(a, NS, "cond", "probe", "y", 1, 0, false, cur, &applied,
+                                     &v2),
+                     0);
+    assert_true(applied);
+    assert_true(v2 > cur);
+    assert_int_equal(fx_cache_put_if(b, NS, "cond", "probe", "z", 1, 0, false, cur, &applied,
+                                     &v),
+                     0);
+    assert_false(applied);
+    assert_int_equal(v, v2);
+    get_eq(b, "cond", "probe", "y");
+    assert_int_equal(fx_cache_put_if(a, NS, "cond", "probe", "y", 1, 0, true, 5, NULL, NULL),
+                     -EINVAL);
+    fix_close(a);
+    fix_close(b);
+    e_free(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_then_get_round_trip_and_a_miss),
     cmocka_unit_test(test_a_small_buffer_is_too_big_with_the_length_and_get_alloc_copies),
@@ -461,6 +581,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_eight_threads_put_and_get_concurrently),
     cmocka_unit_test(test_a_full_inflight_bound_makes_callers_wait),
     cmocka_unit_test(test_a_gone_broker_times_requests_out),
+    cmocka_unit_test(test_delete_says_whether_a_live_entry_was_removed),
+    cmocka_unit_test(test_two_clients_put_if_absent_on_one_key_exactly_one_applies),
 };
 
 FX_TEST_MAIN(tests)
