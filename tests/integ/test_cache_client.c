@@ -49,8 +49,7 @@ static E *started(void)
     return e;
 }
 
-static void put_ok(fx_client *c, const char *cache, const char *key, const char *v,
-                   uint64_t ttl)
+static void put_ok(fx_client *c, const char *cache, const char *key, const char *v, uint64_t ttl)
 {
     int rv = fx_cache_put(c, NS, cache, key, v, strlen(v), ttl);
     if (rv != 0) {
@@ -91,8 +90,7 @@ static void test_put_then_get_round_trip_and_a_miss(void **state)
     assert_int_equal(n, 0);
     /* Another cache, another namespace: other scopes. */
     assert_int_equal(fx_cache_get(c, NS, "other", "k1", buf, sizeof(buf), &n), FX_ENOTFOUND);
-    assert_int_equal(fx_cache_get(c, "ns2", "primary", "k1", buf, sizeof(buf), &n),
-                     FX_ENOTFOUND);
+    assert_int_equal(fx_cache_get(c, "ns2", "primary", "k1", buf, sizeof(buf), &n), FX_ENOTFOUND);
     fix_close(c);
     e_free(e);
 }
@@ -133,13 +131,17 @@ static void test_an_entry_with_a_ttl_is_gone_after_it(void **state)
     (void)state;
     E *e = started();
     fx_client *c = e_client(e);
-    put_ok(c, "ttl", "short", "v", 50);
     put_ok(c, "ttl", "long", "w", 60000);
     put_ok(c, "ttl", "none", "x", 0);
-    get_eq(c, "ttl", "short", "v");
-    sleep_ms(200);
+    uint64_t t0 = fx_now_ns();
+    put_ok(c, "ttl", "short", "v", 50);
     char buf[8];
     size_t n;
+    int rv = fx_cache_get(c, NS, "ttl", "short", buf, sizeof(buf), &n);
+    /* A hit, unless a slow run (TSan) took the 50 ms already. */
+    if (rv != 0)
+        assert_true(rv == FX_ENOTFOUND && fx_now_ns() - t0 >= 50 * FX_NS_PER_MS);
+    sleep_ms(200);
     assert_int_equal(fx_cache_get(c, NS, "ttl", "short", buf, sizeof(buf), &n), FX_ENOTFOUND);
     get_eq(c, "ttl", "long", "w");
     get_eq(c, "ttl", "none", "x");
@@ -218,9 +220,8 @@ static void test_a_thousand_async_gets_in_flight_get_their_own_values(void **sta
         snprintf(key, sizeof(key), "key-%d", i);
         snprintf(val, sizeof(val), "value-%d", i);
         ones[i] = (one){.m = &pm, .i = i};
-        assert_int_equal(fx_cache_put_async(c, NS, "many", key, val, strlen(val), 0, put_cb,
-                                            &ones[i]),
-                         0);
+        assert_int_equal(
+            fx_cache_put_async(c, NS, "many", key, val, strlen(val), 0, put_cb, &ones[i]), 0);
     }
     wait_many(&pm, MANY);
     assert_int_equal(pm.done, MANY);
@@ -284,8 +285,8 @@ static int a_verify(void *user, const char *tenant, const char *token, size_t le
     return 0;
 }
 
-static bool a_allows(void *user, const void *ctx, fx_broker_auth_action action,
-                     const char *tenant, const char *ns, const char *name)
+static bool a_allows(void *user, const void *ctx, fx_broker_auth_action action, const char *tenant,
+                     const char *ns, const char *name)
 {
     (void)user, (void)ctx, (void)tenant, (void)ns;
     if (action == FX_BROKER_AUTH_CACHE_READ || action == FX_BROKER_AUTH_CACHE_WRITE)
@@ -310,8 +311,7 @@ static void test_a_forbidden_cache_fails_that_request_and_the_client_goes_on(voi
     size_t n;
     for (int round = 0; round < 3; round++) {
         assert_int_equal(fx_cache_put(c, NS, "secret", "k", "v", 1, 0), FX_EFORBIDDEN);
-        assert_int_equal(fx_cache_get(c, NS, "secret", "k", buf, sizeof(buf), &n),
-                         FX_EFORBIDDEN);
+        assert_int_equal(fx_cache_get(c, NS, "secret", "k", buf, sizeof(buf), &n), FX_EFORBIDDEN);
         /* The broker ended that stream; the next request goes on another. */
         get_eq(c, "open", "k", "v");
     }
@@ -366,8 +366,8 @@ static void *hammer(void *p)
             continue;
         }
         size_t n = 0;
-        if (fx_cache_get(a->c, NS, "hammer", key, buf, sizeof(buf), &n) != 0 ||
-            n != strlen(val) || memcmp(buf, val, n) != 0)
+        if (fx_cache_get(a->c, NS, "hammer", key, buf, sizeof(buf), &n) != 0 || n != strlen(val) ||
+            memcmp(buf, val, n) != 0)
             a->failures++; /* only this thread writes its keys */
     }
     return NULL;
@@ -412,8 +412,7 @@ static void test_a_full_inflight_bound_makes_callers_wait(void **state)
         char val[32];
         snprintf(val, sizeof(val), "value-%d", i);
         ones[i] = (one){.m = &m, .i = i};
-        assert_int_equal(fx_cache_put_async(c, NS, "b", "k", val, strlen(val), 0, put_cb,
-                                            &ones[i]),
+        assert_int_equal(fx_cache_put_async(c, NS, "b", "k", val, strlen(val), 0, put_cb, &ones[i]),
                          0);
     }
     wait_many(&m, 200);
@@ -502,8 +501,8 @@ static void *race_put(void *p)
 {
     race *r = p;
     pthread_barrier_wait(r->go);
-    r->rv = fx_cache_put_if(r->c, NS, "cond", r->key, "mine", 4, 0, true, 0, &r->applied,
-                            &r->version);
+    r->rv =
+        fx_cache_put_if(r->c, NS, "cond", r->key, "mine", 4, 0, true, 0, &r->applied, &r->version);
     return NULL;
 }
 
@@ -552,13 +551,11 @@ static void test_two_clients_put_if_absent_on_one_key_exactly_one_applies(void *
     free(val);
     assert_int_equal(cur, v);
     uint64_t v2 = 0;
-    assert_int_equal(fx_cache_put_if(a, NS, "cond", "probe", "y", 1, 0, false, cur, &applied,
-                                     &v2),
+    assert_int_equal(fx_cache_put_if(a, NS, "cond", "probe", "y", 1, 0, false, cur, &applied, &v2),
                      0);
     assert_true(applied);
     assert_true(v2 > cur);
-    assert_int_equal(fx_cache_put_if(b, NS, "cond", "probe", "z", 1, 0, false, cur, &applied,
-                                     &v),
+    assert_int_equal(fx_cache_put_if(b, NS, "cond", "probe", "z", 1, 0, false, cur, &applied, &v),
                      0);
     assert_false(applied);
     assert_int_equal(v, v2);

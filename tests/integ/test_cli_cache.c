@@ -35,13 +35,13 @@ static void start(cli *t)
     snprintf(state, sizeof(state), "state_dir=%s/state", t->dir);
     path_in(t, "broker.out", out, sizeof(out));
     path_in(t, "broker.err", err, sizeof(err));
-    char *argv[] = {t->broker, "--dev", "--set", "quic_bind=127.0.0.1:0", "--set",
-                    "metrics_bind=127.0.0.1:0", "--set", state, NULL};
+    char *argv[] = {
+        t->broker, "--dev", "--set", "quic_bind=127.0.0.1:0", "--set", "metrics_bind=127.0.0.1:0",
+        "--set",   state,   NULL};
     t->b = proc_spawn(argv, out, err, NULL, false);
     proc_wait_text(out, "export FELIX_SERVER=", t->text, sizeof(t->text), t->b);
     const char *line = strstr(t->text, "export FELIX_SERVER=");
-    assert_int_equal(sscanf(line, "export FELIX_SERVER=%63s FELIX_PIN=%79s", t->server, t->pin),
-                     2);
+    assert_int_equal(sscanf(line, "export FELIX_SERVER=%63s FELIX_PIN=%79s", t->server, t->pin), 2);
 }
 
 static void stop(cli *t)
@@ -159,6 +159,31 @@ static void test_cli_cache_get_of_a_missing_or_expired_key_exits_1(void **state)
     stop(&t);
 }
 
+static void test_cli_cache_del_prints_deleted_then_not_found(void **state)
+{
+    (void)state;
+    cli t;
+    start(&t);
+    char out[128], err[128];
+    path_in(&t, "o", out, sizeof(out));
+    path_in(&t, "e", err, sizeof(err));
+    const char *put[] = {"put", "default/sessions", "gone-soon", "v", NULL};
+    assert_int_equal(felix_cache(&t, NULL, out, err, put), 0);
+    const char *del[] = {"del", "default/sessions", "gone-soon", NULL};
+    if (felix_cache(&t, NULL, out, err, del) != 0) {
+        proc_slurp(err, t.text, sizeof(t.text));
+        fail_msg("felix cache del failed: %s", t.text);
+    }
+    proc_slurp(out, t.text, sizeof(t.text));
+    assert_string_equal(t.text, "deleted\n");
+    assert_int_equal(felix_cache(&t, NULL, out, err, del), 1);
+    proc_slurp(out, t.text, sizeof(t.text));
+    assert_string_equal(t.text, "not found\n");
+    const char *get[] = {"get", "default/sessions", "gone-soon", NULL};
+    assert_int_equal(felix_cache(&t, NULL, out, err, get), 1);
+    stop(&t);
+}
+
 static void test_cli_cache_usage_errors_exit_2_and_help_shows_an_example(void **state)
 {
     (void)state;
@@ -192,6 +217,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_teardown(test_cli_cache_put_from_stdin_is_binary_safe, proc_teardown),
     cmocka_unit_test_teardown(test_cli_cache_get_of_a_missing_or_expired_key_exits_1,
                               proc_teardown),
+    cmocka_unit_test_teardown(test_cli_cache_del_prints_deleted_then_not_found, proc_teardown),
     cmocka_unit_test_teardown(test_cli_cache_usage_errors_exit_2_and_help_shows_an_example,
                               proc_teardown),
 };

@@ -27,7 +27,7 @@ static const fx_cli_opt CACHE_OPTS[] = {
 
 typedef struct cache_args {
     fx_cli_common common;
-    const char *op; /* put, get, del */
+    const char *op;   /* put, get, del */
     fx_cli_path path; /* stream: the cache's name */
     const char *key;
     const char *value; /* put; NULL with '-' */
