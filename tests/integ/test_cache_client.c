@@ -42,6 +42,16 @@ static fx_client *e_client(E *e)
     return fix_connect(&o);
 }
 
+/* A broker whose endpoint runs apart from the workers (a stalled worker
+ * does not stall the connections). */
+static E *started_io(void)
+{
+    E *e = e_new();
+    e->bo.io_threads = 1;
+    fix_env_start(e);
+    return e;
+}
+
 static E *started(void)
 {
     E *e = e_new();
@@ -449,6 +459,91 @@ static void test_a_gone_broker_times_requests_out(void **state)
     e_free(e);
 }
 
+/* ---- stalls and cuts ---------------------------------------------------------------- */
+
+typedef struct slot {
+    pthread_mutex_t mu;
+    bool done;
+    int rv;
+} slot;
+
+static void slot_cb(void *user, int rv, const void *value, size_t len)
+{
+    (void)value, (void)len;
+    slot *s = user;
+    pthread_mutex_lock(&s->mu);
+    s->rv = rv;
+    s->done = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int slot_wait(slot *s)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool done = s->done;
+        int rv = s->rv;
+        pthread_mutex_unlock(&s->mu);
+        if (done)
+            return rv;
+        if (fx_now_ns() > deadline)
+            fail_msg("async cache request never completed");
+        sleep_ms(5);
+    }
+}
+
+/* A broker that does not answer in time: the request fails FX_ETIMEDOUT,
+ * its late answer is dropped (counted), and the next request on the same
+ * client is answered and paired right. */
+static void test_an_unanswered_request_times_out_and_its_late_answer_is_dropped(void **state)
+{
+    (void)state;
+    E *e = started_io();
+    fx_client_opts o;
+    fix_client_opts(&o, e->b, e->server, "t1", "any-token");
+    o.cache_timeout_ms = 200;
+    o.cache_streams = 1; /* the late answer arrives on the stream of the next request */
+    fx_client *c = fix_connect(&o);
+    put_ok(c, "slow", "k", "v", 0);
+    for (uint32_t w = 0; w < e->bo.workers; w++)
+        assert_int_equal(fx_broker_test_stall_worker(e->b, w, 600), 0);
+    char buf[8];
+    size_t n;
+    assert_int_equal(fx_cache_get(c, NS, "slow", "k", buf, sizeof(buf), &n), FX_ETIMEDOUT);
+    sleep_ms(800); /* the stall ends, the broker answers */
+    get_eq(c, "slow", "k", "v");
+    fxc_cache_counters k;
+    fxc_cache_get_counters(c, &k);
+    assert_int_equal(k.timeouts, 1);
+    assert_int_equal(k.late, 1);
+    assert_int_equal(k.streams_ended, 0);
+    fix_close(c);
+    e_free(e);
+}
+
+/* A cut connection fails the request in flight with FX_ECONNLOST; the next
+ * goes on the re-established connection. */
+static void test_a_cut_connection_fails_the_request_in_flight_and_later_ones_reconnect(void **state)
+{
+    (void)state;
+    E *e = started_io();
+    fx_client *c = e_client(e);
+    put_ok(c, "cut", "k", "v", 0);
+    for (uint32_t w = 0; w < e->bo.workers; w++)
+        assert_int_equal(fx_broker_test_stall_worker(e->b, w, 500), 0);
+    slot s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    assert_int_equal(fx_cache_get_async(c, NS, "cut", "k", slot_cb, &s), 0);
+    sleep_ms(100); /* sent, waiting for the stalled worker */
+    assert_true(fx_broker_test_cut_connections(e->b, false) >= 1);
+    assert_int_equal(slot_wait(&s), FX_ECONNLOST);
+    put_ok(c, "cut", "k", "w", 0); /* waits for the reconnect */
+    get_eq(c, "cut", "k", "w");
+    assert_true(atomic_load(&c->reconnects) >= 1);
+    fix_close(c);
+    e_free(e);
+}
+
 /* ---- deletes and conditional puts ---------------------------------------------------- */
 
 /* Skips the case when the broker does not serve |rv|'s request yet. */
@@ -578,6 +673,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_eight_threads_put_and_get_concurrently),
     cmocka_unit_test(test_a_full_inflight_bound_makes_callers_wait),
     cmocka_unit_test(test_a_gone_broker_times_requests_out),
+    cmocka_unit_test(test_an_unanswered_request_times_out_and_its_late_answer_is_dropped),
+    cmocka_unit_test(test_a_cut_connection_fails_the_request_in_flight_and_later_ones_reconnect),
     cmocka_unit_test(test_delete_says_whether_a_live_entry_was_removed),
     cmocka_unit_test(test_two_clients_put_if_absent_on_one_key_exactly_one_applies),
 };
