@@ -544,6 +544,76 @@ static void test_a_cut_connection_fails_the_request_in_flight_and_later_ones_rec
     e_free(e);
 }
 
+/* From a callback (the client's loop): a blocking call is refused, an async
+ * one is taken; the broker's text of a failed request is readable there. */
+typedef struct inner {
+    fx_client *c;
+    pthread_mutex_t mu;
+    int phase; /* 0 waiting, 1 outer ran, 2 inner ran */
+    int sync_rv, async_rv, inner_rv;
+    char text[256];
+} inner;
+
+static void inner_cb(void *user, int rv, const void *value, size_t len)
+{
+    (void)value, (void)len;
+    inner *x = user;
+    pthread_mutex_lock(&x->mu);
+    x->inner_rv = rv;
+    x->phase = 2;
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void outer_cb(void *user, int rv, const void *value, size_t len)
+{
+    (void)value, (void)len;
+    inner *x = user;
+    char text[256];
+    fx_client_last_error(NULL, text, sizeof(text));
+    char buf[8];
+    size_t n;
+    int srv = fx_cache_get(x->c, NS, "lim", "a", buf, sizeof(buf), &n);
+    int arv = fx_cache_get_async(x->c, NS, "lim", "a", inner_cb, x);
+    pthread_mutex_lock(&x->mu);
+    snprintf(x->text, sizeof(x->text), "%s", rv == FX_EREMOTE ? text : "(not refused)");
+    x->sync_rv = srv;
+    x->async_rv = arv;
+    if (x->phase == 0)
+        x->phase = 1;
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void test_a_callback_may_queue_requests_but_not_block(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.cache_max_value_bytes = 16;
+    fix_env_start(e);
+    fx_client *c = e_client(e);
+    put_ok(c, "lim", "a", "small", 0);
+    inner x = {.c = c, .mu = PTHREAD_MUTEX_INITIALIZER};
+    char big[64];
+    memset(big, 'x', sizeof(big));
+    assert_int_equal(fx_cache_put_async(c, NS, "lim", "b", big, sizeof(big), 0, outer_cb, &x), 0);
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        pthread_mutex_lock(&x.mu);
+        int phase = x.phase;
+        pthread_mutex_unlock(&x.mu);
+        if (phase == 2)
+            break;
+        if (fx_now_ns() > deadline)
+            fail_msg("callbacks did not run (phase %d)", phase);
+        sleep_ms(5);
+    }
+    assert_int_equal(x.sync_rv, FX_EWOULDBLOCK_LOOP);
+    assert_int_equal(x.async_rv, 0);
+    assert_int_equal(x.inner_rv, 0);
+    assert_non_null(strstr(x.text, "value too large"));
+    fix_close(c);
+    e_free(e);
+}
+
 /* ---- deletes and conditional puts ---------------------------------------------------- */
 
 /* Skips the case when the broker does not serve |rv|'s request yet. */
@@ -675,6 +745,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_gone_broker_times_requests_out),
     cmocka_unit_test(test_an_unanswered_request_times_out_and_its_late_answer_is_dropped),
     cmocka_unit_test(test_a_cut_connection_fails_the_request_in_flight_and_later_ones_reconnect),
+    cmocka_unit_test(test_a_callback_may_queue_requests_but_not_block),
     cmocka_unit_test(test_delete_says_whether_a_live_entry_was_removed),
     cmocka_unit_test(test_two_clients_put_if_absent_on_one_key_exactly_one_applies),
 };
