@@ -117,9 +117,9 @@ typedef struct fx_client_opts {
      * the requests in flight on the whole client (a caller finding them all
      * taken waits, see fx_cache_put); and how long one request waits for its
      * answer before it fails with FX_ETIMEDOUT. */
-    uint32_t cache_streams;     /* 4 (FELIX_CACHE_STREAMS) */
-    uint32_t cache_inflight;    /* 4096 (FELIX_CACHE_INFLIGHT) */
-    int cache_timeout_ms;       /* 5000 (FELIX_CACHE_TIMEOUT_MS) */
+    uint32_t cache_streams;  /* 4 (FELIX_CACHE_STREAMS) */
+    uint32_t cache_inflight; /* 4096 (FELIX_CACHE_INFLIGHT) */
+    int cache_timeout_ms;    /* 5000 (FELIX_CACHE_TIMEOUT_MS) */
 } fx_client_opts;
 
 /* Payload-entry bytes (4-byte length + payload per message) one merged

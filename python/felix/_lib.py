@@ -78,6 +78,9 @@ class ClientOpts(Structure):
         ("publish_linger_us", c_uint32),
         ("publish_ack_timeout_ms", c_int),
         ("idempotent", c_bool),
+        ("cache_streams", c_uint32),
+        ("cache_inflight", c_uint32),
+        ("cache_timeout_ms", c_int),
     ]
 
 
@@ -170,9 +173,10 @@ def room(struct_type: type) -> ctypes.Array:
     return ctypes.create_string_buffer(max(STRUCT_ROOM, ctypes.sizeof(struct_type)))
 
 
-# Functions a libfelix from before consumer groups lacks: the package still
-# loads it, and Client.join_group names what is missing.
-_OPTIONAL_PREFIX = "fx_group_"
+# Functions a libfelix from before consumer groups (or the cache) lacks: the
+# package still loads it, and Client.join_group / Client.cache_* name what is
+# missing.
+_OPTIONAL_PREFIX = ("fx_group_", "fx_cache_")
 missing: List[str] = []
 
 
@@ -205,6 +209,10 @@ def _declare(lib: ctypes.CDLL) -> List[str]:
         "fx_group_ack_sync": (c_int, [p, c_int]),
         "fx_group_stats": (c_int, [p, p]),
         "fx_group_leave": (None, [p]),
+        "fx_cache_put": (c_int, [p, c_char_p, c_char_p, c_char_p, c_char_p, c_size_t, c_uint64]),
+        "fx_cache_get": (c_int, [p, c_char_p, c_char_p, c_char_p, p, c_size_t,
+                                 POINTER(c_size_t)]),
+        "fx_cache_delete": (c_int, [p, c_char_p, c_char_p, c_char_p, POINTER(c_bool)]),
         "fx_strerror": (c_char_p, [c_int]),
         "fx_errname": (c_char_p, [c_int]),
     }

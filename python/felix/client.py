@@ -432,6 +432,63 @@ class Client:
         st = _lib.ClientStats.from_buffer(buf)
         return {name: getattr(st, name) for name, _ in _lib.ClientStats._fields_}
 
+    # ---- cache ------------------------------------------------------------------
+
+    def _cache_names(self, ns: str, cache: str, key: str) -> tuple:
+        absent = [n for n in _lib.missing if n.startswith("fx_cache_")]
+        if absent:
+            raise _errors.Error(-38, "ENOSYS",
+                                "this libfelix has no cache calls (no %s): install a newer "
+                                "libfelix" % ", ".join(absent))
+        return self._name(ns), self._name(cache), _no_nul(key.encode("utf-8"), "key")
+
+    def cache_put(self, ns: str, cache: str, key: str, value: Bytes,
+                  ttl_ms: Optional[int] = None) -> None:
+        """Stores |value| (bytes; a str as UTF-8) under |key| of |ns|/|cache|
+        of the client's tenant, replacing any entry; returns once the broker
+        answered. |ttl_ms|: the entry expires that many milliseconds after the
+        put (None: never). Raises Forbidden, RemoteError (the broker's
+        message, e.g. "cache put refused: value too large"), TooBig, Timeout,
+        ConnectionLost, Closed; ConfigError (-EINVAL) for an empty name or key.
+        """
+        if ttl_ms is not None and (not isinstance(ttl_ms, int) or ttl_ms <= 0):
+            raise ValueError("ttl_ms must be a positive int or None, not %r" % (ttl_ms,))
+        nsb, cb, kb = self._cache_names(ns, cache, key)
+        b = _as_bytes(value)
+        rv = lib.fx_cache_put(self._handle(), nsb, cb, kb, b, len(b), ttl_ms or 0)
+        if rv != 0:
+            raise _error(rv, "cache_put")
+
+    def cache_get(self, ns: str, cache: str, key: str) -> Optional[bytes]:
+        """The value of |key| in |ns|/|cache|, or None when it has no live
+        entry (never written, deleted or expired). Raises as cache_put."""
+        nsb, cb, kb = self._cache_names(ns, cache, key)
+        c = self._handle()
+        n = ctypes.c_size_t(0)
+        cap = 4096
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            rv = lib.fx_cache_get(c, nsb, cb, kb, buf, cap, ctypes.byref(n))
+            if rv == 0:
+                return buf.raw[:n.value]
+            if rv == _errors.FX_ENOTFOUND:
+                return None
+            if rv == _errors.FX_ETOOBIG and n.value > cap:
+                cap = n.value  # the value grew between two reads: ask again
+                continue
+            raise _error(rv, "cache_get")
+
+    def cache_delete(self, ns: str, cache: str, key: str) -> bool:
+        """Removes |key| of |ns|/|cache|; True if a live entry was removed.
+        Raises ProtocolError when the broker does not serve deletes, else as
+        cache_put."""
+        nsb, cb, kb = self._cache_names(ns, cache, key)
+        existed = ctypes.c_bool(False)
+        rv = lib.fx_cache_delete(self._handle(), nsb, cb, kb, ctypes.byref(existed))
+        if rv != 0:
+            raise _error(rv, "cache_delete")
+        return bool(existed.value)
+
     # ---- subscribe --------------------------------------------------------------
 
     def subscribe(self, ns: str, stream: str, start: Start = "latest") -> "Subscription":
@@ -491,10 +548,11 @@ class Client:
         groups, StreamNotFound, Forbidden, RemoteError (the broker's
         message), Timeout, Closed.
         """
-        if _lib.missing:
+        absent = [n for n in _lib.missing if n.startswith("fx_group_")]
+        if absent:
             raise _errors.Error(-38, "ENOSYS",
                                 "this libfelix has no consumer groups (no %s): install a "
-                                "newer libfelix" % ", ".join(_lib.missing))
+                                "newer libfelix" % ", ".join(absent))
         buf = _lib.room(_lib.GroupOpts)
         lib.fx_group_opts_init(buf)
         o = _lib.GroupOpts.from_buffer(buf)

@@ -116,6 +116,11 @@ class Refused(Error):
     message names the reason (sequence_gap, unknown_producer, ...)."""
 
 
+class NotFound(Error):
+    """A cache key has no live entry (libfelix's FX_ENOTFOUND); the cache_*
+    methods answer None / False instead of raising it."""
+
+
 class CursorError(Error):
     """A subscription's start offset is outside the stream's replay window.
 
@@ -162,6 +167,7 @@ _BY_CODE: Dict[int, Type[Error]] = {
     FX_EPROTO: ProtocolError,
     FX_EREMOTE: RemoteError,
     FX_EREFUSED: Refused,
+    FX_ENOTFOUND: NotFound,
     FX_ECURSOR_TOO_OLD: CursorTooOld,
     FX_ECURSOR_IN_FUTURE: CursorInFuture,
 }

@@ -512,9 +512,15 @@
 /* ---- caches (cache_srv.c, docs/cache.md) ------------------------------ */
 #define FX_METRICS_CACHE(C, G, H)                                                                  \
     C(cache_requests_get, "felix_cache_requests_total", "op=get",                                  \
-      "Cache requests run on their cache's worker, by op: get, put")                               \
+      "Cache requests run on their cache's worker, by op: get, put, delete, put_if, delete_if")    \
     C(cache_requests_put, "felix_cache_requests_total", "op=put",                                  \
-      "Cache requests run on their cache's worker, by op: get, put")                               \
+      "Cache requests run on their cache's worker, by op: get, put, delete, put_if, delete_if")    \
+    C(cache_requests_delete, "felix_cache_requests_total", "op=delete",                            \
+      "Cache requests run on their cache's worker, by op: get, put, delete, put_if, delete_if")    \
+    C(cache_requests_put_if, "felix_cache_requests_total", "op=put_if",                            \
+      "Cache requests run on their cache's worker, by op: get, put, delete, put_if, delete_if")    \
+    C(cache_requests_delete_if, "felix_cache_requests_total", "op=delete_if",                      \
+      "Cache requests run on their cache's worker, by op: get, put, delete, put_if, delete_if")    \
     C(cache_hits, "felix_cache_hits_total", "", "cache_get answers with a value")                  \
     C(cache_misses, "felix_cache_misses_total", "",                                                \
       "cache_get answers with null (no entry, or an expired one)")                                 \
@@ -524,6 +530,12 @@
     C(cache_expired_swept, "felix_cache_expirations_total", "how=swept",                           \
       "Cache entries freed because their TTL passed, by how: read (a get, put or delete "          \
       "met it), swept (the worker's sweep timer, without a read)")                                 \
+    C(cache_deletes, "felix_cache_deletes_total", "",                                              \
+      "Cache entries removed by cache_delete or an applied cache_delete_if")                       \
+    C(cache_condition_refused, "felix_cache_condition_refused_total", "",                          \
+      "cache_put_if / cache_delete_if not applied because their condition did not hold")           \
+    C(cache_dropped, "felix_cache_dropped_total", "",                                              \
+      "Cache entries freed with their cache (the admin API's DELETE of a declared cache)")         \
     C(cache_evictions, "felix_cache_evictions_total", "",                                          \
       "Cache entries evicted (CLOCK) to fit a put under the worker's share of "                    \
       "cache_max_bytes")                                                                           \

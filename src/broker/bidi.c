@@ -154,6 +154,7 @@ static bool is_server_only(fx_msg_type t)
     case FX_MSG_EVENT_BATCH:
     case FX_MSG_CACHE_VALUE:
     case FX_MSG_CACHE_OK:
+    case FX_MSG_CACHE_CONDITION_RESULT:
     case FX_MSG_PUBLISH_OK:
     case FX_MSG_PUBLISH_ERROR:
     case FX_MSG_PRODUCER_INIT_OK:

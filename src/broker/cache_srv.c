@@ -145,6 +145,9 @@ static void publish(struct fxb_wcache *wc)
     FX_COUNTER_ADD(cache_expired_read, st.expired_read - o->expired_read);
     FX_COUNTER_ADD(cache_expired_swept, st.expired_swept - o->expired_swept);
     FX_COUNTER_ADD(cache_evictions, st.evictions - o->evictions);
+    FX_COUNTER_ADD(cache_deletes, st.deletes - o->deletes);
+    FX_COUNTER_ADD(cache_condition_refused, st.cond_failed - o->cond_failed);
+    FX_COUNTER_ADD(cache_dropped, st.dropped - o->dropped);
     const uint64_t *r = st.refused, *p = o->refused;
     FX_COUNTER_ADD(cache_refused_key_too_long,
                    r[FXB_CACHE_KEY_TOO_LONG - FXB_CACHE_REFUSAL_FIRST] -
@@ -223,8 +226,11 @@ typedef struct creq {
     fx_msg_type type;
     bool has_request_id;
     bool has_ttl_ms;
+    bool conditional; /* the client offered FX_FEATURE_CACHE_CONDITIONAL */
     uint64_t request_id;
     uint64_t ttl_ms;
+    fx_msg_condition condition; /* cache_put_if */
+    uint64_t version;           /* cache_delete_if */
     const char *tenant, *ns, *cache, *key;
     size_t klen;
     const uint8_t *value;
@@ -254,6 +260,21 @@ static void answer_error(creq *q, const char *text)
     complete(q, &m);
 }
 
+/* Answers a put or put_if the store did not take for a limit: the
+ * original's error text, the request's place in the stream's order
+ * pairing it with its request_id. */
+static void answer_put_refused(creq *q, int rv)
+{
+    if (rv == -ENOMEM) {
+        FX_COUNTER_INC(cache_refused_internal);
+        answer_error(q, "cache put failed: out of memory");
+        return;
+    }
+    char text[160];
+    snprintf(text, sizeof(text), "cache put refused: %s", fxb_cache_status_text(rv));
+    answer_error(q, text);
+}
+
 static void run_put(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_us)
 {
     int rv;
@@ -267,15 +288,8 @@ static void run_put(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_u
         fxb_cache_put_opts po = {.ttl_ms = q->has_ttl_ms ? q->ttl_ms : 0};
         rv = fxb_cache_put(st, scope, q->key, q->klen, q->value, q->vlen, &po, now_us, NULL);
     }
-    if (rv == -ENOMEM) {
-        FX_COUNTER_INC(cache_refused_internal);
-        answer_error(q, "cache put failed: out of memory");
-        return;
-    }
     if (rv != FXB_CACHE_OK) {
-        char text[160];
-        snprintf(text, sizeof(text), "cache put refused: %s", fxb_cache_status_text(rv));
-        answer_error(q, text);
+        answer_put_refused(q, rv);
         return;
     }
     fx_msg m;
@@ -288,11 +302,12 @@ static void run_put(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_u
     complete(q, &m);
 }
 
-static void run_get(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_us)
+/* Answers cache_value for |q|'s key: |found| with |v|/|vlen| and its
+ * |version| (written only to a client that offered
+ * FX_FEATURE_CACHE_CONDITIONAL: any other gets the original's bytes), else
+ * null. */
+static void answer_value(creq *q, bool found, const void *v, size_t vlen, uint64_t version)
 {
-    const void *v = NULL;
-    size_t vlen = 0;
-    int rv = fxb_cache_get(st, scope, q->key, q->klen, now_us, &v, &vlen, NULL);
     fx_msg m;
     fx_msg_init_ok(&m);
     m.type = FX_MSG_CACHE_VALUE;
@@ -300,12 +315,86 @@ static void run_get(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_u
     m.ns = q->ns;
     m.cache = q->cache;
     m.key = q->key;
-    m.has_value = rv == FXB_CACHE_HIT;
-    if (m.has_value)
+    m.has_value = found;
+    if (found)
         m.value = (fx_msg_bytes){v, vlen};
+    m.has_version = found && q->conditional;
+    m.version = version;
     m.request_id = q->request_id;
     m.has_request_id = q->has_request_id;
     complete(q, &m); /* encoded before the store is called again */
+}
+
+static void run_get(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_us)
+{
+    const void *v = NULL;
+    size_t vlen = 0;
+    uint64_t version = 0;
+    int rv = fxb_cache_get(st, scope, q->key, q->klen, now_us, &v, &vlen, &version);
+    answer_value(q, rv == FXB_CACHE_HIT, v, vlen, version);
+}
+
+/* cache_delete: cache_value with the value removed, or null when the key
+ * had no live entry (not an error). */
+static void run_delete(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_us)
+{
+    const void *v = NULL;
+    size_t vlen = 0;
+    uint64_t version = 0;
+    int rv = fxb_cache_remove(st, scope, q->key, q->klen, NULL, now_us, &v, &vlen, &version);
+    answer_value(q, rv == FXB_CACHE_OK, v, vlen, version);
+}
+
+/* cache_condition_result{|applied|, version (0: omitted), request_id}. */
+static void answer_condition(creq *q, bool applied, uint64_t version)
+{
+    fx_msg m;
+    fx_msg_init_ok(&m);
+    m.type = FX_MSG_CACHE_CONDITION_RESULT;
+    m.applied = applied;
+    m.has_version = version != 0;
+    m.version = version;
+    m.request_id = q->request_id;
+    complete(q, &m);
+}
+
+/* cache_put_if: stored only if the condition holds (the store checks it
+ * and stores in one step on this loop, so of two racing if_absent puts
+ * exactly one applies). Refused by a limit: the error a put gets. */
+static void run_put_if(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_us)
+{
+    fxb_cache_put_opts po = {
+        .ttl_ms = q->has_ttl_ms ? q->ttl_ms : 0,
+        .if_absent = q->condition.kind == FX_MSG_CONDITION_ABSENT,
+        .if_version = q->condition.kind == FX_MSG_CONDITION_VERSION,
+        .version = q->condition.version,
+    };
+    uint64_t version = 0;
+    int rv = fxb_cache_put(st, scope, q->key, q->klen, q->value, q->vlen, &po, now_us, &version);
+    if (rv == FXB_CACHE_EXISTS || rv == FXB_CACHE_VERSION_CHANGED) {
+        answer_condition(q, false, version); /* counted in cond_failed */
+        return;
+    }
+    if (rv != FXB_CACHE_OK) {
+        answer_put_refused(q, rv);
+        return;
+    }
+    if (q->has_ttl_ms && q->ttl_ms == 0) {
+        /* As a plain put: ttl_ms 0 is expired at once. The write happened
+         * (it took its version); the entry reads as absent from now on. */
+        (void)fxb_cache_delete(st, scope, q->key, q->klen, now_us); /* it is there: OK */
+    }
+    answer_condition(q, true, version);
+}
+
+/* cache_delete_if: removed only if the live entry has the version. */
+static void run_delete_if(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_us)
+{
+    fxb_cache_remove_opts ro = {.if_version = true, .version = q->version};
+    uint64_t version = 0;
+    int rv = fxb_cache_remove(st, scope, q->key, q->klen, &ro, now_us, NULL, NULL, &version);
+    /* Applied: no version (the entry is gone); refused: the current one. */
+    answer_condition(q, rv == FXB_CACHE_OK, rv == FXB_CACHE_OK ? 0 : version);
 }
 
 static void run(fx_loop *l, fx_task *t, void *user)
@@ -329,13 +418,31 @@ static void run(fx_loop *l, fx_task *t, void *user)
     } else if (rv != 0) {
         FX_COUNTER_INC(cache_refused_internal);
         answer_error(q, "cache request failed: out of memory");
-    } else if (q->type == FX_MSG_CACHE_PUT) {
-        FX_COUNTER_INC(cache_requests_put);
-        run_put(q, st, scope, now_us);
-        arm_sweep(w, now_us);
     } else {
-        FX_COUNTER_INC(cache_requests_get);
-        run_get(q, st, scope, now_us);
+        switch (q->type) {
+        case FX_MSG_CACHE_PUT:
+            FX_COUNTER_INC(cache_requests_put);
+            run_put(q, st, scope, now_us);
+            arm_sweep(w, now_us);
+            break;
+        case FX_MSG_CACHE_PUT_IF:
+            FX_COUNTER_INC(cache_requests_put_if);
+            run_put_if(q, st, scope, now_us);
+            arm_sweep(w, now_us);
+            break;
+        case FX_MSG_CACHE_DELETE:
+            FX_COUNTER_INC(cache_requests_delete);
+            run_delete(q, st, scope, now_us);
+            break;
+        case FX_MSG_CACHE_DELETE_IF:
+            FX_COUNTER_INC(cache_requests_delete_if);
+            run_delete_if(q, st, scope, now_us);
+            break;
+        default:
+            FX_COUNTER_INC(cache_requests_get);
+            run_get(q, st, scope, now_us);
+            break;
+        }
     }
     free(q);
 }
@@ -344,7 +451,14 @@ static void run(fx_loop *l, fx_task *t, void *user)
 
 bool fxb_cache_is_request(fx_msg_type t)
 {
-    return t == FX_MSG_CACHE_PUT || t == FX_MSG_CACHE_GET;
+    return t == FX_MSG_CACHE_PUT || t == FX_MSG_CACHE_GET || t == FX_MSG_CACHE_DELETE ||
+           t == FX_MSG_CACHE_PUT_IF || t == FX_MSG_CACHE_DELETE_IF;
+}
+
+/* Whether |t| writes (cache.write) rather than reads (cache.read). */
+static bool is_write(fx_msg_type t)
+{
+    return t != FX_MSG_CACHE_GET;
 }
 
 /* The worker of cache |tenant|/|ns|/|cache|: the placement rule on the
@@ -369,18 +483,26 @@ static fxb_worker *worker_of(fx_broker *b, const char *tenant, const char *ns, c
     return &b->workers[fx_placement_worker_for(h, b->nworkers)];
 }
 
+/* Whether |m| carries a request_id: optional in put / get / delete,
+ * required (so the decoder sets no has_ flag) in put_if / delete_if. */
+static bool has_request_id(const fx_msg *m)
+{
+    return m->has_request_id || m->type == FX_MSG_CACHE_PUT_IF || m->type == FX_MSG_CACHE_DELETE_IF;
+}
+
 /* Refuses |m| with |text|: the stream goes on only when it had a request_id
  * (the original's rule for a missing cache). */
 static void refuse(fxb_bidi *s, const fx_msg *m, const char *text)
 {
-    fxb_bidi_error(s, text, !m->has_request_id);
+    fxb_bidi_error(s, text, !has_request_id(m));
 }
 
-static creq *make_req(const fx_msg *m)
+static creq *make_req(const fx_msg *m, uint32_t client_features)
 {
     size_t lt = strlen(m->tenant_id) + 1, ln = strlen(m->ns) + 1, lc = strlen(m->cache) + 1;
     size_t lk = strlen(m->key) + 1;
-    size_t lv = m->type == FX_MSG_CACHE_PUT ? m->value.len : 0;
+    bool has_value = m->type == FX_MSG_CACHE_PUT || m->type == FX_MSG_CACHE_PUT_IF;
+    size_t lv = has_value ? m->value.len : 0;
     creq *q = malloc(sizeof(*q) + lt + ln + lc + lk + lv);
     if (q == NULL)
         return NULL;
@@ -400,16 +522,19 @@ static creq *make_req(const fx_msg *m)
     q->vlen = lv;
     q->type = m->type;
     q->request_id = m->request_id;
-    q->has_request_id = m->has_request_id;
+    q->has_request_id = has_request_id(m);
     q->ttl_ms = m->ttl_ms;
     q->has_ttl_ms = m->has_ttl_ms;
+    q->condition = m->condition;
+    q->version = m->version;
+    q->conditional = (client_features & FX_FEATURE_CACHE_CONDITIONAL) != 0;
     return q;
 }
 
 void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
 {
     fx_broker *b = s->conn->b;
-    bool put = m->type == FX_MSG_CACHE_PUT;
+    bool put = is_write(m->type);
     if (!fxb_bidi_cache_allows(s, put ? FX_BROKER_AUTH_CACHE_WRITE : FX_BROKER_AUTH_CACHE_READ,
                                m->tenant_id, m->ns, m->cache)) {
         /* The original ends the stream on a refused permission, request_id or not. */
@@ -436,7 +561,7 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
         fxb_bidi_fail(s, "out of memory for a cache tenant");
         return;
     }
-    creq *q = make_req(m);
+    creq *q = make_req(m, s->client_features);
     fxb_reply *r = q != NULL ? fxb_reply_new(s, false, m->request_id) : NULL;
     if (r == NULL) {
         free(q);
@@ -451,7 +576,8 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
     fx_task_init(&q->task, run, q);
     (void)fx_loop_post(q->w->loop, &q->task); /* a new task: never pending already */
     /* The original: a put without request_id is answered `ok` and ends the
-     * stream; a get without one ends it after its cache_value. */
-    if (!m->has_request_id)
+     * stream; a get (or delete) without one ends it after its cache_value.
+     * put_if and delete_if always have one. */
+    if (!has_request_id(m))
         fxb_bidi_end(s);
 }

@@ -1,5 +1,6 @@
 /* The original's cache requests on a client bidi stream (cache_srv.c,
- * felix-facts-durable-cache.md B2): cache_put and cache_get, checked and
+ * felix-facts-durable-cache.md B2): cache_put and cache_get, and the
+ * original's later cache_delete, cache_put_if and cache_delete_if, checked and
  * authorised on the connection loop (auth, tenant, cache.read /
  * cache.write, the cache's registration), then run on the cache's worker
  * against that worker's fxb_cache_store and answered through a reply slot
@@ -34,7 +35,8 @@ int fxb_cache_worker_init(fxb_worker *w);
 /* Frees |w|'s store (its loop stopped). Main thread. */
 void fxb_cache_worker_deinit(fxb_worker *w);
 
-/* True for cache_put and cache_get. */
+/* True for cache_put, cache_get, cache_delete, cache_put_if and
+ * cache_delete_if. */
 bool fxb_cache_is_request(fx_msg_type t);
 
 /* Handles the decoded cache request |m| on |s| (authenticated, tenant

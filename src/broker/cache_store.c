@@ -63,6 +63,7 @@ struct fxb_cache_store {
     uint32_t heap_n, heap_cap;
     scope *scopes;
     uint32_t nscopes, scopes_cap;
+    entry *grave; /* the last removed entry, whose value a remove lent out */
     fxb_cache_stats st;
 };
 
@@ -386,11 +387,19 @@ static void shrink(fxb_cache_store *s)
 
 /* ---- entries ---------------------------------------------------------------------- */
 
-enum why { WHY_DELETE, WHY_REPLACE, WHY_EXPIRED_READ, WHY_EXPIRED_SWEPT, WHY_EVICTED };
+enum why { WHY_DELETE, WHY_REPLACE, WHY_EXPIRED_READ, WHY_EXPIRED_SWEPT, WHY_EVICTED, WHY_DROPPED };
+
+/* Frees the entry a remove lent out: its value was valid until this call. */
+static void bury(fxb_cache_store *s)
+{
+    free(s->grave);
+    s->grave = NULL;
+}
 
 /* Unlinks the entry at table position |pos|, releases its bytes (store,
- * cache, tenant but for WHY_REPLACE) and frees it; counts it by |why|. */
-static void drop_at(fxb_cache_store *s, uint32_t pos, enum why why)
+ * cache, tenant but for WHY_REPLACE) and counts it by |why|; the caller
+ * frees it. */
+static entry *unlink_at(fxb_cache_store *s, uint32_t pos, enum why why)
 {
     entry *e = s->table[pos];
     table_del(s, pos);
@@ -419,10 +428,19 @@ static void drop_at(fxb_cache_store *s, uint32_t pos, enum why why)
     case WHY_EVICTED:
         s->st.evictions++;
         break;
+    case WHY_DROPPED:
+        s->st.dropped++;
+        break;
     case WHY_REPLACE:
         break;
     }
-    free(e);
+    return e;
+}
+
+/* unlink_at, then frees the entry. */
+static void drop_at(fxb_cache_store *s, uint32_t pos, enum why why)
+{
+    free(unlink_at(s, pos, why));
     shrink(s);
 }
 
@@ -484,6 +502,7 @@ void fxb_cache_store_free(fxb_cache_store *s)
 {
     if (s == NULL)
         return;
+    bury(s);
     for (uint32_t i = 0; i < s->table_cap; i++) {
         entry *e = s->table[i];
         if (e == NULL)
@@ -546,6 +565,7 @@ int fxb_cache_put(fxb_cache_store *s, uint32_t sc, const void *key, size_t klen,
     static const fxb_cache_put_opts plain = {0};
     if (opts == NULL)
         opts = &plain;
+    bury(s);
     if (sc >= s->nscopes)
         return -EINVAL;
     fxb_cache_status refuse = FXB_CACHE_OK;
@@ -571,6 +591,8 @@ int fxb_cache_put(fxb_cache_store *s, uint32_t sc, const void *key, size_t klen,
     if ((opts->if_absent && old != NULL) ||
         (opts->if_version && (old == NULL || old->version != opts->version))) {
         s->st.cond_failed++;
+        if (pversion)
+            *pversion = old != NULL ? old->version : 0;
         return old != NULL && opts->if_absent ? FXB_CACHE_EXISTS : FXB_CACHE_VERSION_CHANGED;
     }
     scope *scp = &s->scopes[sc];
@@ -627,6 +649,7 @@ int fxb_cache_get(fxb_cache_store *s, uint32_t sc, const void *key, size_t klen,
                   const void **pvalue, size_t *pvlen, uint64_t *pversion)
 {
     uint32_t pos = NONE;
+    bury(s);
     if (sc < s->nscopes && klen <= FXB_CACHE_KEY_MAX)
         pos = find_live(s, key_hash(s, sc, key, klen), sc, key, klen, now_us);
     if (pos == NONE) {
@@ -647,18 +670,87 @@ int fxb_cache_get(fxb_cache_store *s, uint32_t sc, const void *key, size_t klen,
 
 int fxb_cache_delete(fxb_cache_store *s, uint32_t sc, const void *key, size_t klen, uint64_t now_us)
 {
+    return fxb_cache_remove(s, sc, key, klen, NULL, now_us, NULL, NULL, NULL);
+}
+
+int fxb_cache_remove(fxb_cache_store *s, uint32_t sc, const void *key, size_t klen,
+                     const fxb_cache_remove_opts *opts, uint64_t now_us, const void **pvalue,
+                     size_t *pvlen, uint64_t *pversion)
+{
     uint32_t pos = NONE;
+    bury(s);
     if (sc < s->nscopes && klen <= FXB_CACHE_KEY_MAX)
         pos = find_live(s, key_hash(s, sc, key, klen), sc, key, klen, now_us);
-    if (pos == NONE)
+    entry *e = pos == NONE ? NULL : s->table[pos];
+    if (opts != NULL && opts->if_version && (e == NULL || e->version != opts->version)) {
+        s->st.cond_failed++;
+        if (pversion)
+            *pversion = e != NULL ? e->version : 0;
+        return FXB_CACHE_VERSION_CHANGED;
+    }
+    if (e == NULL) {
+        if (pversion)
+            *pversion = 0;
         return FXB_CACHE_MISS;
-    drop_at(s, pos, WHY_DELETE);
+    }
+    s->grave = unlink_at(s, pos, WHY_DELETE);
+    shrink(s);
+    if (pvalue)
+        *pvalue = e->data + e->klen;
+    if (pvlen)
+        *pvlen = e->vlen;
+    if (pversion)
+        *pversion = e->version;
     return FXB_CACHE_OK;
+}
+
+uint64_t fxb_cache_scope_clear(fxb_cache_store *s, uint32_t sc)
+{
+    bury(s);
+    if (sc >= s->nscopes || s->scopes[sc].entries == 0)
+        return 0;
+    uint64_t n = 0;
+    /* Backward-shift deletion may move a later entry into the slot just
+     * emptied, so a slot is looked at again until it holds another cache's
+     * entry or nothing; an entry shifted from past the end into an earlier
+     * slot is caught by a second pass. */
+    for (int pass = 0; pass < 2 && s->scopes[sc].entries > 0; pass++) {
+        for (uint32_t i = 0; i < s->table_cap;) {
+            entry *e = s->table[i];
+            if (e != NULL && e->scope == sc) {
+                free(unlink_at(s, i, WHY_DROPPED));
+                n++;
+            } else {
+                i++;
+            }
+        }
+    }
+    shrink(s);
+    return n;
+}
+
+uint32_t fxb_cache_scope_count(const fxb_cache_store *s)
+{
+    return s->nscopes;
+}
+
+bool fxb_cache_scope_names(const fxb_cache_store *s, uint32_t id, const char **ptenant,
+                           const char **pns, const char **pcache)
+{
+    if (id >= s->nscopes)
+        return false;
+    const char *t = s->scopes[id].name;
+    const char *n = t + strlen(t) + 1;
+    *ptenant = t;
+    *pns = n;
+    *pcache = n + strlen(n) + 1;
+    return true;
 }
 
 size_t fxb_cache_sweep(fxb_cache_store *s, uint64_t now_us, size_t budget)
 {
     size_t n = 0;
+    bury(s);
     while (n < budget && s->heap_n > 0 && s->heap[0]->expires_us <= now_us) {
         drop_at(s, pos_of(s, s->heap[0]), WHY_EXPIRED_SWEPT);
         n++;

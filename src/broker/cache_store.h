@@ -77,12 +77,13 @@ typedef struct fxb_cache_stats {
     uint64_t index_bytes; /* the index, heap and scope arrays as allocated */
     uint64_t puts;        /* puts stored */
     uint64_t deletes;     /* deletes that removed an entry */
+    uint64_t dropped;     /* entries freed with their cache (fxb_cache_scope_clear) */
     uint64_t hits;
     uint64_t misses;
     uint64_t expired_read;                /* expired entries freed by a get, put or delete */
     uint64_t expired_swept;               /* expired entries freed by fxb_cache_sweep */
     uint64_t evictions;                   /* entries evicted to fit the byte bound */
-    uint64_t cond_failed;                 /* if_absent / if_version puts not applied */
+    uint64_t cond_failed;                 /* if_absent / if_version puts and removes not applied */
     uint64_t refused[FXB_CACHE_REFUSALS]; /* by status - FXB_CACHE_REFUSAL_FIRST */
 } fxb_cache_stats;
 
@@ -124,7 +125,8 @@ typedef struct fxb_cache_put_opts {
  * condition failure (EXISTS, VERSION_CHANGED; counted in cond_failed), a
  * refusal (KEY_TOO_LONG, VALUE_TOO_LARGE, LARGER_THAN_STORE,
  * TENANT_OVER_CAP; counted in refused[]), -EINVAL (no cache |scope|) or
- * -ENOMEM (nothing stored).
+ * -ENOMEM (nothing stored). On a condition failure |*pversion| is the
+ * key's current version, 0 when it has no live entry (versions start at 1).
  * An empty key or value is fine; |key|/|value| may be NULL when empty. */
 int fxb_cache_put(fxb_cache_store *s, uint32_t scope, const void *key, size_t klen,
                   const void *value, size_t vlen, const fxb_cache_put_opts *opts, uint64_t now_us,
@@ -141,6 +143,37 @@ int fxb_cache_get(fxb_cache_store *s, uint32_t scope, const void *key, size_t kl
  * removed, FXB_CACHE_MISS otherwise (an expired one is freed and counted). */
 int fxb_cache_delete(fxb_cache_store *s, uint32_t scope, const void *key, size_t klen,
                      uint64_t now_us);
+
+/* Remove options. */
+typedef struct fxb_cache_remove_opts {
+    bool if_version; /* remove only if the live entry has |version| */
+    uint64_t version;
+} fxb_cache_remove_opts;
+
+/* fxb_cache_delete that hands back what it removed: on FXB_CACHE_OK
+ * |*pvalue| / |*pvlen| are the removed value's bytes (borrowed: valid until
+ * the next call on the store, which keeps the one entry until then) and
+ * |*pversion| its version. With |opts|->if_version, an entry of another
+ * version, or none, is left and the result is FXB_CACHE_VERSION_CHANGED
+ * (counted in cond_failed) with |*pversion| the current version, 0 when
+ * none. Otherwise FXB_CACHE_MISS (|*pversion| 0). Out-params and |opts|
+ * may be NULL. */
+int fxb_cache_remove(fxb_cache_store *s, uint32_t scope, const void *key, size_t klen,
+                     const fxb_cache_remove_opts *opts, uint64_t now_us, const void **pvalue,
+                     size_t *pvlen, uint64_t *pversion);
+
+/* Frees every entry of cache |scope| (a cache dropped by the admin API):
+ * counted in |dropped| (and |deletes| is not), released from the store,
+ * the cache and its tenant. The cache id stays valid (empty) and keeps
+ * its version counter, so versions are never reused. Returns how many
+ * entries it freed. */
+uint64_t fxb_cache_scope_clear(fxb_cache_store *s, uint32_t scope);
+
+/* The number of caches the store has opened (ids 0..n-1), and cache |id|'s
+ * names (borrowed, valid for the store's life); false if no such id. */
+uint32_t fxb_cache_scope_count(const fxb_cache_store *s);
+bool fxb_cache_scope_names(const fxb_cache_store *s, uint32_t id, const char **ptenant,
+                           const char **pns, const char **pcache);
 
 /* Frees up to |budget| entries whose expiry is <= |now_us|, earliest
  * first, without any read (expired_swept). Returns how many it freed. */

@@ -20,7 +20,7 @@
 #define FXB_SERVER_FEATURES                                                                        \
     (FX_FEATURE_CONSUMER_GROUP | FX_FEATURE_GROUP_DEAD_LETTERS | FX_FEATURE_GROUP_SKIPPED |        \
      FX_FEATURE_GROUP_ADMIN | FX_FEATURE_GROUP_CLAIM_CONTROL | FX_FEATURE_IDEMPOTENT_PRODUCER |    \
-     FX_FEATURE_SEQUENCE_REUSED)
+     FX_FEATURE_SEQUENCE_REUSED | FX_FEATURE_CACHE_DELETE | FX_FEATURE_CACHE_CONDITIONAL)
 /* The second word, to a client that offered FX_FEATURE_EXTENDED: Felix-C's
  * publish_ok offset + duplicate for idempotent batches. */
 #define FXB_SERVER_FEATURES_HI FX_FEATURE_HI_PUBLISH_OFFSETS

@@ -47,8 +47,8 @@ enum { CQ_PUT = 1, CQ_GET, CQ_DEL, CQ_PUT_IF };
 typedef struct cres {
     const void *value; /* a get's value, a delete's removed value; NULL: none */
     size_t len;
-    bool applied;      /* put_if */
-    uint64_t version;  /* get (conditional broker) and put_if; 0: none */
+    bool applied;     /* put_if */
+    uint64_t version; /* get (conditional broker) and put_if; 0: none */
 } cres;
 
 typedef struct creq creq;
@@ -56,20 +56,21 @@ typedef void (*creq_fn)(creq *r, int rv, const cres *res);
 
 /* One request. Loop-owned once taken from the pending list. */
 struct creq {
-    creq *next;           /* pending list (mu), or the stream FIFO (loop) */
-    creq *qnext, *qprev;  /* loop: the send queue */
-    creq *tnext, *tprev;  /* loop: the timeout list, until completed */
+    creq *next;          /* pending list (mu), or the stream FIFO (loop) */
+    creq *qnext, *qprev; /* loop: the send queue */
+    creq *tnext, *tprev; /* loop: the timeout list, until completed */
     int op;
-    bool queued;          /* loop: in the send queue */
-    bool on_stream;       /* loop: in a stream FIFO */
-    bool in_tlist;        /* loop: in the timeout list */
-    bool done;            /* loop: completed (its completion ran) */
+    bool versioned; /* a get that needs the entry's version */
+    bool queued;    /* loop: in the send queue */
+    bool on_stream; /* loop: in a stream FIFO */
+    bool in_tlist;  /* loop: in the timeout list */
+    bool done;      /* loop: completed (its completion ran) */
     uint64_t rid;
     uint64_t deadline_ns;
-    creq_fn fn;           /* completion, on the loop */
-    fx_cache_cb cb;       /* the async caller's callback (fn = pub_done) */
+    creq_fn fn;     /* completion, on the loop */
+    fx_cache_cb cb; /* the async caller's callback (fn = pub_done) */
     void *user;
-    uint8_t *frame;       /* the encoded request until QUIC took it */
+    uint8_t *frame; /* the encoded request until QUIC took it */
     size_t len;
 };
 
@@ -77,9 +78,9 @@ struct creq {
 typedef struct cstream {
     int kind; /* SK_CACHE: its stream user pointer */
     fxc_cache *cm;
-    int64_t sid;  /* -1: not open */
-    bool authed;  /* the broker answered our auth */
-    bool ending;  /* the broker will end it (an error that ends the stream): no new requests */
+    int64_t sid; /* -1: not open */
+    bool authed; /* the broker answered our auth */
+    bool ending; /* the broker will end it (an error that ends the stream): no new requests */
     fx_frame_decoder dec;
     creq *head, *tail; /* sent, in send order */
 } cstream;
@@ -102,8 +103,7 @@ struct fxc_cache {
     uint32_t server_features; /* from the last cache stream's auth_ok */
     bool have_features;
     /* counters (loop writes, any thread reads) */
-    atomic_uint_fast64_t requests, answered, errors, timeouts, late, streams_opened,
-        streams_ended;
+    atomic_uint_fast64_t requests, answered, errors, timeouts, late, streams_opened, streams_ended;
 };
 
 static void pump(fxc_cache *cm);
@@ -334,6 +334,26 @@ static void take_pending(fxc_cache *cm)
     }
 }
 
+/* What |r| needs that the broker's auth_ok did not advertise (known once a
+ * cache stream's auth was answered: until then such a request waits, so an
+ * older broker never sees a message it would end the stream for), or NULL. */
+static bool needs_feature(const creq *r)
+{
+    return r->op == CQ_DEL || r->op == CQ_PUT_IF || r->versioned;
+}
+
+static const char *unserved(const fxc_cache *cm, const creq *r)
+{
+    if (!cm->have_features)
+        return NULL;
+    if (r->op == CQ_DEL && (cm->server_features & FX_FEATURE_CACHE_DELETE) == 0)
+        return "cache deletes (no FEATURE_CACHE_DELETE)";
+    if ((r->op == CQ_PUT_IF || r->versioned) &&
+        (cm->server_features & FX_FEATURE_CACHE_CONDITIONAL) == 0)
+        return "conditional cache writes (no FEATURE_CACHE_CONDITIONAL)";
+    return NULL;
+}
+
 /* Sends queued requests while the connection is ready and QUIC takes them. */
 static void pump(fxc_cache *cm)
 {
@@ -350,7 +370,16 @@ static void pump(fxc_cache *cm)
     while (cm->qh != NULL) {
         creq *r = cm->qh;
         int rv = 0;
+        const char *missing = unserved(cm, r);
+        if (missing != NULL) {
+            char text[TEXT_MAX];
+            snprintf(text, sizeof(text), "the broker does not serve %s", missing);
+            finish_unsent(cm, r, FX_EPROTO, text);
+            continue;
+        }
         cstream *s = pick(cm, cc, &rv);
+        if (s != NULL && needs_feature(r) && !cm->have_features)
+            break; /* the auth sent on |s| answers first; then this pumps again */
         if (s == NULL) {
             if (rv == FX_EFULL)
                 break; /* on_writable pumps again */
@@ -410,7 +439,16 @@ static void on_auth_answer(cstream *s, const fx_msg *m)
         snprintf(text, sizeof(text), "cache stream auth refused: %s",
                  m->message != NULL ? m->message : "");
         int code = fxc_client_map_remote(m->message);
-        stream_end(s, code == FX_EREMOTE ? FX_EAUTH : code, text, true);
+        code = code == FX_EREMOTE ? FX_EAUTH : code;
+        stream_end(s, code, text, true);
+        /* Requests waiting to learn the broker's features would wait for
+         * the next stream's auth, refused the same way. */
+        fxc_cache *cm = s->cm;
+        for (creq *r = cm->qh, *nx; r != NULL && !cm->have_features; r = nx) {
+            nx = r->qnext;
+            if (needs_feature(r))
+                finish_unsent(cm, r, code, text);
+        }
         return;
     }
     snprintf(text, sizeof(text), "unexpected %s answering a cache stream's auth",
@@ -430,6 +468,9 @@ static bool pairs(const creq *r, const fx_msg *m, char *text, size_t cap)
     case FX_MSG_CACHE_VALUE:
         type_ok = r->op == CQ_GET || r->op == CQ_DEL;
         break;
+    case FX_MSG_CACHE_CONDITION_RESULT:
+        type_ok = r->op == CQ_PUT_IF;
+        break;
     default:
         break;
     }
@@ -438,12 +479,12 @@ static bool pairs(const creq *r, const fx_msg *m, char *text, size_t cap)
                  fx_msg_type_name(m->type), r->rid);
         return false;
     }
-    /* cache_ok's request_id is required (no has_ flag); cache_value's optional. */
-    bool has_id = m->type == FX_MSG_CACHE_OK || m->has_request_id;
+    /* cache_ok's and cache_condition_result's request_id is required (no
+     * has_ flag); cache_value's optional. */
+    bool has_id = m->type != FX_MSG_CACHE_VALUE || m->has_request_id;
     if (!has_id || m->request_id != r->rid) {
         snprintf(text, cap,
-                 "cache answer out of order: request id %" PRIu64 " where %" PRIu64
-                 " was next",
+                 "cache answer out of order: request id %" PRIu64 " where %" PRIu64 " was next",
                  has_id ? m->request_id : 0, r->rid);
         return false;
     }
@@ -507,9 +548,13 @@ static bool on_answer(cstream *s, const fx_msg *m)
         if (m->has_value) {
             res.value = m->value.p != NULL ? m->value.p : (const void *)"";
             res.len = m->value.len;
+            res.version = m->has_version ? m->version : 0;
         } else {
             rv = FX_ENOTFOUND;
         }
+    } else if (m->type == FX_MSG_CACHE_CONDITION_RESULT) {
+        res.applied = m->applied;
+        res.version = m->has_version ? m->version : 0;
     }
     answer_head(s, rv, rv == FX_ENOTFOUND ? "not found" : NULL, &res);
     return true;
@@ -593,6 +638,7 @@ void fxc_cache_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bo
     (void)rv;
     char t[TEXT_MAX];
     snprintf(t, sizeof(t), "connection lost with the cache request in flight: %s", text);
+    cm->have_features = false; /* the next connection's broker says again */
     for (size_t i = 0; i < cm->nstreams; i++) {
         cstream *s = &cm->streams[i];
         s->sid = -1; /* went with the connection */
@@ -709,12 +755,12 @@ static int encode(fx_client *c, fx_msg *m, creq *r)
     if (rv == -ENOMEM)
         return rv;
     if (rv == FX_EWIRE_TOO_LARGE || (rv == 0 && r->len - FX_WIRE_HEADER_LEN > c->o.max_frame_bytes))
-        return fxc_client_set_error(FX_ETOOBIG, "cache request of %zu bytes exceeds "
-                                                "max_frame_bytes %u",
+        return fxc_client_set_error(FX_ETOOBIG,
+                                    "cache request of %zu bytes exceeds "
+                                    "max_frame_bytes %u",
                                     r->len, c->o.max_frame_bytes);
     if (rv != 0)
-        return fxc_client_set_error(-EINVAL, "cache request not encodable: %s",
-                                    fx_strerror(rv));
+        return fxc_client_set_error(-EINVAL, "cache request not encodable: %s", fx_strerror(rv));
     return 0;
 }
 
@@ -775,10 +821,10 @@ typedef struct swait {
     bool done;
     int rv;
     char text[TEXT_MAX];
-    bool alloc;   /* copy into a new buffer, else into |buf| */
+    bool alloc; /* copy into a new buffer, else into |buf| */
     void *buf;
     size_t cap;
-    void *out;    /* alloc: the copy */
+    void *out; /* alloc: the copy */
     size_t len;
     bool found;
     bool applied;
@@ -821,8 +867,10 @@ static void sync_done(creq *r, int rv, const cres *res)
     pthread_mutex_unlock(&cm->mu);
 }
 
-/* Runs |m| as a request and fills |w|. */
-static int run(fx_client *c, fx_msg *m, int op, swait *w, fx_cache_cb cb, void *user)
+/* Runs |m| as a request (|versioned|: a get that needs the version): waits
+ * and fills |w|, or with |w| NULL queues it for |cb|. */
+static int run_v(fx_client *c, fx_msg *m, int op, bool versioned, swait *w, fx_cache_cb cb,
+                 void *user)
 {
     bool on_loop = fxc_rt_is_current();
     if (w != NULL && on_loop)
@@ -831,6 +879,7 @@ static int run(fx_client *c, fx_msg *m, int op, swait *w, fx_cache_cb cb, void *
     if (r == NULL)
         return -ENOMEM;
     r->op = op;
+    r->versioned = versioned;
     int rv = encode(c, m, r);
     if (rv != 0) {
         free(r->frame);
@@ -873,10 +922,15 @@ static int run(fx_client *c, fx_msg *m, int op, swait *w, fx_cache_cb cb, void *
     return rv;
 }
 
+static int run(fx_client *c, fx_msg *m, int op, swait *w, fx_cache_cb cb, void *user)
+{
+    return run_v(c, m, op, false, w, cb, user);
+}
+
 /* ---- public calls ---------------------------------------------------------------------- */
 
-static void init_msg(fx_msg *m, fx_msg_type type, fx_client *c, const char *ns,
-                     const char *cache, const char *key)
+static void init_msg(fx_msg *m, fx_msg_type type, fx_client *c, const char *ns, const char *cache,
+                     const char *key)
 {
     *m = (fx_msg){.type = type, .tenant_id = c->o.tenant, .ns = ns, .cache = cache, .key = key};
 }
@@ -894,8 +948,9 @@ static int put_msg(fx_client *c, fx_msg *m, const char *ns, const char *cache, c
     /* base64 makes 4 bytes of 3: a value that cannot fit a frame is refused
      * before it is encoded. */
     if (len / 3 * 4 > c->o.max_frame_bytes)
-        return fxc_client_set_error(FX_ETOOBIG, "cache value of %zu bytes exceeds what "
-                                                "max_frame_bytes %u carries",
+        return fxc_client_set_error(FX_ETOOBIG,
+                                    "cache value of %zu bytes exceeds what "
+                                    "max_frame_bytes %u carries",
                                     len, c->o.max_frame_bytes);
     init_msg(m, FX_MSG_CACHE_PUT, c, ns, cache, key);
     m->value = (fx_msg_bytes){value, len};
@@ -980,43 +1035,102 @@ int fx_cache_get_async(fx_client *c, const char *ns, const char *cache, const ch
     return get_common(c, ns, cache, key, NULL, cb, user);
 }
 
-/* ---- not yet served: deletes and conditional writes ----------------------------------- */
+/* ---- deletes and conditional writes ---------------------------------------------------- */
 
-static int unsupported(fx_client *c, const char *what)
+static int del_common(fx_client *c, const char *ns, const char *cache, const char *key, swait *w,
+                      fx_cache_cb cb, void *user)
 {
     if (c == NULL)
         return -EINVAL;
-    return fxc_client_set_error(FX_EPROTO, "%s: not supported by this client build", what);
+    int rv = check_names(ns, cache, key);
+    if (rv != 0)
+        return rv;
+    fx_msg m;
+    init_msg(&m, FX_MSG_CACHE_DELETE, c, ns, cache, key);
+    return run(c, &m, CQ_DEL, w, cb, user);
 }
 
-int fx_cache_delete(fx_client *c, const char *ns, const char *cache, const char *key,
-                    bool *existed)
+int fx_cache_delete(fx_client *c, const char *ns, const char *cache, const char *key, bool *existed)
 {
-    (void)ns, (void)cache, (void)key;
     if (existed != NULL)
         *existed = false;
-    return unsupported(c, "cache delete");
+    swait w = {.alloc = true};
+    int rv = del_common(c, ns, cache, key, &w, NULL, NULL);
+    free(w.out); /* the removed value: not wanted here */
+    if (rv == FX_ENOTFOUND)
+        return 0;
+    if (rv == 0 && existed != NULL)
+        *existed = true;
+    return rv;
 }
 
 int fx_cache_delete_async(fx_client *c, const char *ns, const char *cache, const char *key,
                           fx_cache_cb cb, void *user)
 {
-    (void)ns, (void)cache, (void)key, (void)cb, (void)user;
-    return unsupported(c, "cache delete");
+    if (cb == NULL)
+        return -EINVAL;
+    return del_common(c, ns, cache, key, NULL, cb, user);
 }
 
 int fx_cache_put_if(fx_client *c, const char *ns, const char *cache, const char *key,
                     const void *value, size_t len, uint64_t ttl_ms, bool if_absent,
                     uint64_t if_version, bool *applied, uint64_t *version)
 {
-    (void)ns, (void)cache, (void)key, (void)value, (void)len, (void)ttl_ms, (void)if_absent,
-        (void)if_version, (void)applied, (void)version;
-    return unsupported(c, "conditional cache put");
+    if (applied != NULL)
+        *applied = false;
+    if (version != NULL)
+        *version = 0;
+    if (if_absent == (if_version != 0))
+        return fxc_client_set_error(-EINVAL, "conditional put: set exactly one of if_absent "
+                                             "and if_version");
+    if (if_version > FX_MSG_INT_MAX)
+        return -EINVAL;
+    fx_msg m;
+    int rv = put_msg(c, &m, ns, cache, key, value, len, ttl_ms);
+    if (rv != 0)
+        return rv;
+    m.type = FX_MSG_CACHE_PUT_IF;
+    m.condition = if_absent
+                      ? (fx_msg_condition){.kind = FX_MSG_CONDITION_ABSENT}
+                      : (fx_msg_condition){.kind = FX_MSG_CONDITION_VERSION, .version = if_version};
+    swait w = {0};
+    rv = run(c, &m, CQ_PUT_IF, &w, NULL, NULL);
+    if (rv == 0) {
+        if (applied != NULL)
+            *applied = w.applied;
+        if (version != NULL)
+            *version = w.version;
+    }
+    return rv;
 }
 
 int fx_cache_get_versioned(fx_client *c, const char *ns, const char *cache, const char *key,
                            void **value, size_t *len, uint64_t *version)
 {
-    (void)ns, (void)cache, (void)key, (void)value, (void)len, (void)version;
-    return unsupported(c, "versioned cache get");
+    if (c == NULL || value == NULL || len == NULL)
+        return -EINVAL;
+    *value = NULL;
+    *len = 0;
+    if (version != NULL)
+        *version = 0;
+    int rv = check_names(ns, cache, key);
+    if (rv != 0)
+        return rv;
+    fx_msg m;
+    init_msg(&m, FX_MSG_CACHE_GET, c, ns, cache, key);
+    swait w = {.alloc = true};
+    rv = run_v(c, &m, CQ_GET, true, &w, NULL, NULL);
+    if (rv == 0 && w.version == 0) {
+        free(w.out);
+        return fxc_client_set_error(FX_EPROTO, "the broker sent no version with the value");
+    }
+    if (rv != 0) {
+        free(w.out);
+        return rv;
+    }
+    *value = w.out;
+    *len = w.len;
+    if (version != NULL)
+        *version = w.version;
+    return 0;
 }

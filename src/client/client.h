@@ -21,20 +21,12 @@
 #include "wire/frame.h"
 #include "wire/message.h"
 
-/* The cache feature bits (docs/protocol.md), until the codec names them. */
-#ifndef FX_FEATURE_CACHE_DELETE
-#define FX_FEATURE_CACHE_DELETE 0x00000004u
-#endif
-#ifndef FX_FEATURE_CACHE_CONDITIONAL
-#define FX_FEATURE_CACHE_CONDITIONAL 0x02000000u
-#endif
-
 #define FX_CLIENT_FLAGS 0x803Fu /* 0x8000: FX_FLAG_FELIXC, consumer groups */
 #define FX_CLIENT_LEGACY_FLAGS 0x07u
 #define FX_PENDING_BUCKETS 64
-#define FX_CLIENT_LINGER_MAX_US 1000000u      /* publish_linger_us bound: 1 s */
-#define FX_CLIENT_ACK_TIMEOUT_MAX_MS 86400000 /* publish_ack_timeout_ms bound: a day */
-#define FX_CLIENT_CACHE_STREAMS_MAX 64u          /* cache_streams bound */
+#define FX_CLIENT_LINGER_MAX_US 1000000u        /* publish_linger_us bound: 1 s */
+#define FX_CLIENT_ACK_TIMEOUT_MAX_MS 86400000   /* publish_ack_timeout_ms bound: a day */
+#define FX_CLIENT_CACHE_STREAMS_MAX 64u         /* cache_streams bound */
 #define FX_CLIENT_CACHE_INFLIGHT_MAX (1u << 20) /* cache_inflight bound */
 /* Bytes of unfinished event frames one connection may hold, credited before
  * they complete: this many times max_frame_bytes (beyond it the connection

@@ -34,6 +34,7 @@ enum kind {
     K_U64_LIST,   /* array of u64 -> offsets / n_offsets */
     K_RECORDS,    /* array of group records -> records / n_records */
     K_REFUSAL,    /* publish_refused.reason: a string or {"sequence_gap":{"expected":n}} */
+    K_CONDITION,  /* cache_put_if.condition: "absent" | {"version": n} */
 };
 
 enum presence {
@@ -119,8 +120,32 @@ static const struct field f_cache_value[] = {
     REQ("cache", K_NAME, cache),
     REQ("key", K_STR, key),
     {"value", K_BYTES, P_NULL_REQ, offsetof(fx_msg, value), offsetof(fx_msg, has_value)},
+    OPT("version", K_U64, version, has_version),
     REQUEST_ID,
     END};
+/* The original's later cache requests (felix-facts-groups.md §3.2): delete
+ * (request_id optional, as put / get), the conditional writes and their
+ * answer (request_id required). */
+static const struct field f_cache_delete[] = {TRIPLE, REQ("cache", K_NAME, cache),
+                                              REQ("key", K_STR, key), REQUEST_ID, END};
+static const struct field f_cache_put_if[] = {
+    TRIPLE,
+    REQ("cache", K_NAME, cache),
+    REQ("key", K_STR, key),
+    REQ("value", K_BYTES, value),
+    {"ttl_ms", K_U64, P_NULL_OPT, offsetof(fx_msg, ttl_ms), offsetof(fx_msg, has_ttl_ms)},
+    {"condition", K_CONDITION, P_REQ, offsetof(fx_msg, condition), NO_HAS},
+    REQ("request_id", K_U64, request_id),
+    END};
+static const struct field f_cache_delete_if[] = {TRIPLE,
+                                                 REQ("cache", K_NAME, cache),
+                                                 REQ("key", K_STR, key),
+                                                 REQ("version", K_U64, version),
+                                                 REQ("request_id", K_U64, request_id),
+                                                 END};
+static const struct field f_cache_condition_result[] = {
+    REQ("applied", K_BOOL, applied), OPT("version", K_U64, version, has_version),
+    REQ("request_id", K_U64, request_id), END};
 static const struct field f_request_id[] = {REQ("request_id", K_U64, request_id), END};
 static const struct field f_publish_error[] = {REQ("request_id", K_U64, request_id),
                                                REQ("message", K_STR, message), END};
@@ -263,6 +288,10 @@ static const struct schema schemas[FX_MSG_TYPE_COUNT] = {
     [FX_MSG_PRODUCER_INIT_OK] = {"producer_init_ok", f_producer_init_ok},
     [FX_MSG_PUBLISH_IDEMPOTENT] = {"publish_idempotent", f_publish_idempotent},
     [FX_MSG_PUBLISH_REFUSED] = {"publish_refused", f_publish_refused},
+    [FX_MSG_CACHE_DELETE] = {"cache_delete", f_cache_delete},
+    [FX_MSG_CACHE_PUT_IF] = {"cache_put_if", f_cache_put_if},
+    [FX_MSG_CACHE_DELETE_IF] = {"cache_delete_if", f_cache_delete_if},
+    [FX_MSG_CACHE_CONDITION_RESULT] = {"cache_condition_result", f_cache_condition_result},
 };
 
 static const char *const ack_names[] = {"none", "per_message", "per_batch"};
@@ -443,6 +472,23 @@ static int check_create(struct dec *d, const struct field *f, json_t *v, fx_msg 
     return bad_type(d, f, "\"all\", \"new\", \"last\", {\"offset\": n} or {\"time_us\": t}");
 }
 
+/* cache_put_if.condition: the string "absent" or the one-member object
+ * {"version": n}. */
+static int check_condition(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
+{
+    fx_msg_condition *c = AT(m, f, fx_msg_condition);
+    if (json_is_string(v) && str_is(v, "absent")) {
+        c->kind = FX_MSG_CONDITION_ABSENT;
+        return 0;
+    }
+    json_t *ver = json_is_object(v) ? json_object_get(v, "version") : NULL;
+    if (ver && json_object_size(v) == 1) {
+        c->kind = FX_MSG_CONDITION_VERSION;
+        return get_uint(d, "condition.version", ver, FX_MSG_INT_MAX, &c->version);
+    }
+    return bad_type(d, f, "\"absent\" or {\"version\": n}");
+}
+
 /* publish_refused.reason: a string naming the refusal, or the one-member
  * object {"sequence_gap": {"expected": n}}. */
 static int check_refusal(struct dec *d, const struct field *f, json_t *v, fx_msg *m)
@@ -620,6 +666,8 @@ static int check_value(struct dec *d, const struct field *f, json_t *v, fx_msg *
         return check_create(d, f, v, m);
     case K_REFUSAL:
         return check_refusal(d, f, v, m);
+    case K_CONDITION:
+        return check_condition(d, f, v, m);
     case K_U64_LIST:
         return check_u64_list(d, f, v);
     case K_RECORDS:
@@ -1019,6 +1067,14 @@ static int check_out_field(const struct field *f, const fx_msg *m)
                    ? FX_EWIRE_INT_RANGE
                    : 0;
     }
+    case K_CONDITION: {
+        const fx_msg_condition *cd = CAT(m, f, fx_msg_condition);
+        if (cd->kind != FX_MSG_CONDITION_ABSENT && cd->kind != FX_MSG_CONDITION_VERSION)
+            return FX_EWIRE_ACK_MODE;
+        return cd->kind == FX_MSG_CONDITION_VERSION && cd->version > FX_MSG_INT_MAX
+                   ? FX_EWIRE_INT_RANGE
+                   : 0;
+    }
     case K_CREATE:
         if ((unsigned)c->kind > FX_MSG_CREATE_TIME)
             return FX_EWIRE_ACK_MODE;
@@ -1165,6 +1221,17 @@ static void put_create(struct out *o, const fx_msg_create *c)
     }
 }
 
+static void put_condition(struct out *o, const fx_msg_condition *c)
+{
+    if (c->kind == FX_MSG_CONDITION_VERSION) {
+        put_str(o, "{\"version\":");
+        put_uint(o, c->version);
+        put(o, "}", 1);
+    } else {
+        put_quoted(o, "absent");
+    }
+}
+
 static void put_refusal(struct out *o, const fx_msg_refusal *r)
 {
     if (r->kind == FX_MSG_REFUSAL_SEQUENCE_GAP) {
@@ -1257,6 +1324,9 @@ static void put_value(struct out *o, const struct field *f, const fx_msg *m)
         break;
     case K_REFUSAL:
         put_refusal(o, CAT(m, f, fx_msg_refusal));
+        break;
+    case K_CONDITION:
+        put_condition(o, CAT(m, f, fx_msg_condition));
         break;
     case K_U64_LIST:
         put_offsets(o, m);
@@ -1439,6 +1509,12 @@ static bool value_equal(const struct field *f, const fx_msg *a, const fx_msg *b)
                (sa->kind != FX_MSG_START_OFFSET || sa->offset == sb->offset);
     case K_CREATE:
         return ca->kind == cb->kind && (ca->kind < FX_MSG_CREATE_OFFSET || ca->value == cb->value);
+    case K_CONDITION: {
+        const fx_msg_condition *da = CAT(a, f, fx_msg_condition),
+                               *db = CAT(b, f, fx_msg_condition);
+        return da->kind == db->kind &&
+               (da->kind != FX_MSG_CONDITION_VERSION || da->version == db->version);
+    }
     case K_REFUSAL: {
         const fx_msg_refusal *ra = CAT(a, f, fx_msg_refusal), *rb = CAT(b, f, fx_msg_refusal);
         return ra->kind == rb->kind &&

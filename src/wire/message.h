@@ -16,6 +16,7 @@
 /* Feature bits of auth.client_features / auth_ok.server_features (the
  * original's u32 word; felix-facts-groups.md §1.3 and §3.1). A broker
  * advertises only what it serves; a client offers what it reads. */
+#define FX_FEATURE_CACHE_DELETE 0x00000004u       /* cache_delete */
 #define FX_FEATURE_CONSUMER_GROUP 0x00000008u     /* group_poll, group_ack, group_nack */
 #define FX_FEATURE_IDEMPOTENT_PRODUCER 0x00000200u /* producer_init, publish_idempotent, 0x0100 */
 #define FX_FEATURE_GROUP_DEAD_LETTERS 0x00000010u /* dead_letters, discard, redrive */
@@ -24,6 +25,9 @@
 #define FX_FEATURE_GROUP_SKIPPED 0x00400000u      /* group_records skipped_before */
 #define FX_FEATURE_GROUP_PUBLISHER 0x00800000u
 #define FX_FEATURE_GROUP_ADMIN 0x01000000u /* group_seek, group_describe, group_delete */
+/* cache_put_if, cache_delete_if, cache_condition_result; cache_value.version
+ * is written only to a client that offered this bit. */
+#define FX_FEATURE_CACHE_CONDITIONAL 0x02000000u
 #define FX_FEATURE_SEQUENCE_REUSED 0x00004000u /* publish_refused "sequence_reused" */
 #define FX_FEATURE_RECORD_TIMESTAMPS 0x04000000u
 #define FX_FEATURE_GROUP_CLAIM_CONTROL                                                             \
@@ -81,6 +85,11 @@ typedef enum fx_msg_type {
     FX_MSG_PRODUCER_INIT_OK,
     FX_MSG_PUBLISH_IDEMPOTENT,
     FX_MSG_PUBLISH_REFUSED,
+    /* The original's later cache requests (felix-facts-groups.md §3.2). */
+    FX_MSG_CACHE_DELETE,
+    FX_MSG_CACHE_PUT_IF,
+    FX_MSG_CACHE_DELETE_IF,
+    FX_MSG_CACHE_CONDITION_RESULT,
     FX_MSG_TYPE_COUNT
 } fx_msg_type;
 
@@ -127,6 +136,20 @@ typedef struct fx_msg_refusal {
     fx_msg_refusal_kind kind;
     uint64_t expected; /* SEQUENCE_GAP only */
 } fx_msg_refusal;
+
+/* cache_put_if.condition: "absent" (the key has no live entry) or
+ * {"version": n} (the key's live entry has exactly version n). NONE is the
+ * zeroed value; never on the wire (the field is required). */
+typedef enum fx_msg_condition_kind {
+    FX_MSG_CONDITION_NONE = 0,
+    FX_MSG_CONDITION_ABSENT,
+    FX_MSG_CONDITION_VERSION,
+} fx_msg_condition_kind;
+
+typedef struct fx_msg_condition {
+    fx_msg_condition_kind kind;
+    uint64_t version; /* only for FX_MSG_CONDITION_VERSION */
+} fx_msg_condition;
 
 /* Longest group member (and group_poll consumer) name, in bytes (and at
  * least 1). */
@@ -270,6 +293,14 @@ typedef struct fx_msg {
     fx_msg_refusal refusal;
     bool duplicate;
 
+    /* Cache versions: cache_put_if's condition; cache_delete_if's version
+     * (required); cache_value's and cache_condition_result's version
+     * (optional: has_version); cache_condition_result's applied. */
+    fx_msg_condition condition;
+    uint64_t version;
+    bool has_version;
+    bool applied;
+
     void *arena; /* internal: the decoded allocation, or NULL */
 } fx_msg;
 
@@ -287,8 +318,8 @@ typedef struct fx_msg {
  *   FX_EWIRE_JSON_TYPE      unknown "type"
  *   FX_EWIRE_FIELD_MISSING  required field absent (message names field and type)
  *   FX_EWIRE_FIELD_TYPE     field of the wrong JSON type (null included for a
- *                           required field), a bad start / create / reason
- *                           value, or a NUL inside token, key, message or a
+ *                           required field), a bad start / create / reason /
+ *                           condition value, or a NUL inside token, key, message or a
  *                           record's publisher
  *   FX_EWIRE_INT_RANGE      negative, above FX_MSG_INT_MAX (named when the
  *                           layout allows), above 65535 for client_flags /
@@ -319,7 +350,8 @@ void fx_msg_deinit(fx_msg *m);
  *                           FX_MSG_MEMBER_MAX bytes
  *   FX_EWIRE_UTF8           a string is not valid UTF-8
  *   FX_EWIRE_INT_RANGE      an integer above FX_MSG_INT_MAX
- *   FX_EWIRE_ACK_MODE       ack / start / create / reason outside its enum
+ *   FX_EWIRE_ACK_MODE       ack / start / create / reason outside its enum,
+ *                           or a condition of kind NONE
  *   FX_EWIRE_TOO_LARGE      the encoding would not fit a frame (> UINT32_MAX)
  * The encoder refuses exactly what fx_msg_decode would refuse, so every
  * encodable message decodes back to equal fields. Any thread. */

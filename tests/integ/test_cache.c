@@ -5,7 +5,10 @@
  * a miss, TTL expiry on read and by the sweep, an oversize value refused,
  * eviction under the byte bound and the tenant cap, a cross-tenant and a
  * permission refusal, many requests in flight answered
- * by request_id in order, and a cache scope not found without auto-create. */
+ * by request_id in order, and a cache scope not found without auto-create;
+ * the later cache_delete, cache_put_if / cache_delete_if (versions, the
+ * if_absent race) and cache_value's version to a client offering
+ * FEATURE_CACHE_CONDITIONAL only. */
 /* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
 #include <time.h>
 
@@ -385,6 +388,234 @@ static void test_cache_read_and_cache_write_are_checked_on_the_cache(void **stat
     fx_authn_free(an);
 }
 
+/* A stream authenticated as t1 offering |features| (auth.client_features). */
+static tstream *features_stream(T *t, tconn *c, uint32_t features)
+{
+    tstream *s = open_bidi(c);
+    fx_msg m;
+    fx_msg_init_auth(&m, "t1", "any-token", true, 63);
+    m.has_client_features = true;
+    m.client_features = features;
+    send_msg(s, &m);
+    fx_msg r;
+    expect_msg(t, s, FX_MSG_AUTH_OK, NULL, &r);
+    assert_true(r.has_server_features);
+    assert_int_equal(r.server_features & (FX_FEATURE_CACHE_DELETE | FX_FEATURE_CACHE_CONDITIONAL),
+                     FX_FEATURE_CACHE_DELETE | FX_FEATURE_CACHE_CONDITIONAL);
+    fx_msg_deinit(&r);
+    return s;
+}
+
+#define PUT_K(v, id)                                                                               \
+    "{\"type\":\"cache_put\"," SCOPE ",\"key\":\"k\",\"value\":\"" v "\",\"request_id\":" #id      \
+    ",\"ttl_ms\":null}"
+
+static void test_a_delete_answers_the_removed_value_or_null(void **state)
+{
+    (void)state;
+    T *t = ct(1, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    send_json(s, PUT_K("YQ==", 1));
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":1}");
+    /* Present: the removed value (no version: this client offered no bits). */
+    send_json(s, "{\"type\":\"cache_delete\"," SCOPE ",\"key\":\"k\",\"request_id\":2}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                "\"request_id\":2}");
+    /* Gone: a get misses, a second delete answers null; the stream goes on. */
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":3}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":null,"
+                "\"request_id\":3}");
+    send_json(s, "{\"type\":\"cache_delete\"," SCOPE ",\"key\":\"k\",\"request_id\":4}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":null,"
+                "\"request_id\":4}");
+    assert_false(s->fin || s->closed);
+    /* Without request_id: the answer, then the end of the stream. */
+    send_json(s, "{\"type\":\"cache_delete\"," SCOPE ",\"key\":\"k\"}");
+    expect_json(t, s, "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":null}");
+    expect_end(t, s);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_requests_delete), 3);
+    assert_int_equal(DELTA(before, after, cache_deletes), 1);
+    assert_int_equal(after.g.cache_entries, before.g.cache_entries);
+    t_free(t);
+}
+
+static void test_of_two_if_absent_puts_exactly_one_is_applied(void **state)
+{
+    (void)state;
+    T *t = ct(2, true);
+    tconn *c1 = t_connect(t), *c2 = t_connect(t);
+    tstream *a = features_stream(t, c1, FX_FEATURE_CACHE_CONDITIONAL);
+    tstream *b = features_stream(t, c2, FX_FEATURE_CACHE_CONDITIONAL);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    /* Both sent before either is answered. */
+    send_json(a, "{\"type\":\"cache_put_if\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                 "\"ttl_ms\":null,\"condition\":\"absent\",\"request_id\":1}");
+    send_json(b, "{\"type\":\"cache_put_if\"," SCOPE ",\"key\":\"k\",\"value\":\"Yg==\","
+                 "\"ttl_ms\":null,\"condition\":\"absent\",\"request_id\":1}");
+    fx_msg ra, rb;
+    expect_msg(t, a, FX_MSG_CACHE_CONDITION_RESULT, NULL, &ra);
+    expect_msg(t, b, FX_MSG_CACHE_CONDITION_RESULT, NULL, &rb);
+    assert_true(ra.applied != rb.applied);
+    const fx_msg *won = ra.applied ? &ra : &rb, *lost = ra.applied ? &rb : &ra;
+    /* The loser learns the winner's version. */
+    assert_true(won->has_version);
+    assert_true(lost->has_version);
+    assert_int_equal(lost->version, won->version);
+    fx_msg_deinit(&ra);
+    fx_msg_deinit(&rb);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_requests_put_if), 2);
+    assert_int_equal(DELTA(before, after, cache_condition_refused), 1);
+    t_free(t);
+}
+
+static void test_put_if_and_delete_if_check_the_version(void **state)
+{
+    (void)state;
+    T *t = ct(1, true);
+    tconn *c = t_connect(t);
+    tstream *s = features_stream(t, c, FX_FEATURE_CACHE_CONDITIONAL);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    /* Absent key: a version condition is refused without a version. */
+    send_json(s, "{\"type\":\"cache_put_if\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                 "\"ttl_ms\":null,\"condition\":{\"version\":1},\"request_id\":1}");
+    expect_json(t, s, "{\"type\":\"cache_condition_result\",\"applied\":false,\"request_id\":1}");
+    send_json(s, PUT_K("YQ==", 2));
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":2}");
+    /* The get reports the version to this client. */
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":3}");
+    fx_msg g;
+    expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, &g);
+    assert_true(g.has_version);
+    uint64_t v = g.version;
+    fx_msg_deinit(&g);
+    char j[512], want[256];
+    /* The wrong version: refused with the current one. */
+    snprintf(j, sizeof(j),
+             "{\"type\":\"cache_put_if\"," SCOPE ",\"key\":\"k\",\"value\":\"Yg==\","
+             "\"ttl_ms\":null,\"condition\":{\"version\":%llu},\"request_id\":4}",
+             (unsigned long long)(v + 1));
+    send_json(s, j);
+    snprintf(want, sizeof(want),
+             "{\"type\":\"cache_condition_result\",\"applied\":false,\"version\":%llu,"
+             "\"request_id\":4}",
+             (unsigned long long)v);
+    expect_json(t, s, want);
+    /* The right version: applied, with a new version. */
+    snprintf(j, sizeof(j),
+             "{\"type\":\"cache_put_if\"," SCOPE ",\"key\":\"k\",\"value\":\"Yg==\","
+             "\"ttl_ms\":null,\"condition\":{\"version\":%llu},\"request_id\":5}",
+             (unsigned long long)v);
+    send_json(s, j);
+    fx_msg r;
+    expect_msg(t, s, FX_MSG_CACHE_CONDITION_RESULT, NULL, &r);
+    assert_true(r.applied);
+    assert_true(r.has_version);
+    assert_true(r.version > v);
+    uint64_t v2 = r.version;
+    fx_msg_deinit(&r);
+    /* if_absent on a present key: refused with its version. */
+    send_json(s, "{\"type\":\"cache_put_if\"," SCOPE ",\"key\":\"k\",\"value\":\"Yw==\","
+                 "\"ttl_ms\":null,\"condition\":\"absent\",\"request_id\":6}");
+    snprintf(want, sizeof(want),
+             "{\"type\":\"cache_condition_result\",\"applied\":false,\"version\":%llu,"
+             "\"request_id\":6}",
+             (unsigned long long)v2);
+    expect_json(t, s, want);
+    /* delete_if: the old version is refused, the current one applied (no version). */
+    snprintf(j, sizeof(j),
+             "{\"type\":\"cache_delete_if\"," SCOPE ",\"key\":\"k\",\"version\":%llu,"
+             "\"request_id\":7}",
+             (unsigned long long)v);
+    send_json(s, j);
+    snprintf(want, sizeof(want),
+             "{\"type\":\"cache_condition_result\",\"applied\":false,\"version\":%llu,"
+             "\"request_id\":7}",
+             (unsigned long long)v2);
+    expect_json(t, s, want);
+    snprintf(j, sizeof(j),
+             "{\"type\":\"cache_delete_if\"," SCOPE ",\"key\":\"k\",\"version\":%llu,"
+             "\"request_id\":8}",
+             (unsigned long long)v2);
+    send_json(s, j);
+    expect_json(t, s, "{\"type\":\"cache_condition_result\",\"applied\":true,\"request_id\":8}");
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":9}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":null,"
+                "\"request_id\":9}");
+    /* A put_if over a limit gets the error a put gets; the stream goes on. */
+    assert_false(s->fin || s->closed);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_condition_refused), 4);
+    assert_int_equal(DELTA(before, after, cache_requests_put_if), 4);
+    assert_int_equal(DELTA(before, after, cache_requests_delete_if), 2);
+    assert_int_equal(DELTA(before, after, cache_deletes), 1);
+    t_free(t);
+}
+
+static void test_a_put_if_over_a_limit_is_refused_as_a_put(void **state)
+{
+    (void)state;
+    T *t = t_new();
+    t->bo.cache_max_value_bytes = 4;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = features_stream(t, c, FX_FEATURE_CACHE_CONDITIONAL);
+    send_json(s, "{\"type\":\"cache_put_if\"," SCOPE ",\"key\":\"k\",\"value\":\"YWJjZGU=\","
+                 "\"ttl_ms\":null,\"condition\":\"absent\",\"request_id\":1}");
+    expect_msg(t, s, FX_MSG_ERROR, "cache put refused: value too large", NULL);
+    send_json(s, "{\"type\":\"cache_put_if\"," SCOPE ",\"key\":\"k\",\"value\":\"YWJjZA==\","
+                 "\"ttl_ms\":null,\"condition\":\"absent\",\"request_id\":2}");
+    fx_msg r;
+    expect_msg(t, s, FX_MSG_CACHE_CONDITION_RESULT, NULL, &r);
+    assert_true(r.applied);
+    assert_int_equal(r.request_id, 2);
+    fx_msg_deinit(&r);
+    t_free(t);
+}
+
+static void test_cache_value_carries_the_version_only_to_a_client_offering_it(void **state)
+{
+    (void)state;
+    T *t = ct(1, true);
+    tconn *c = t_connect(t);
+    tstream *plain = features_stream(t, c, FX_FEATURE_CONSUMER_GROUP);
+    tstream *cond = features_stream(t, c, FX_FEATURE_CACHE_CONDITIONAL);
+    tstream *old = authed_stream(t, c);
+    send_json(plain, PUT_K("YQ==", 1));
+    expect_json(t, plain, "{\"type\":\"cache_ok\",\"request_id\":1}");
+    const char *orig = "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                       "\"request_id\":2}";
+    send_json(plain, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":2}");
+    expect_json(t, plain, orig);
+    send_json(old, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":2}");
+    expect_json(t, old, orig);
+    send_json(cond, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":2}");
+    expect_json(t, cond,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                "\"version\":1,\"request_id\":2}");
+    /* A miss carries none, to anyone. */
+    send_json(cond, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"x\",\"request_id\":3}");
+    expect_json(t, cond,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"x\",\"value\":null,"
+                "\"request_id\":3}");
+    /* The delete's answer carries the removed entry's version. */
+    send_json(cond, "{\"type\":\"cache_delete\"," SCOPE ",\"key\":\"k\",\"request_id\":4}");
+    expect_json(t, cond,
+                "{\"type\":\"cache_value\"," SCOPE ",\"key\":\"k\",\"value\":\"YQ==\","
+                "\"version\":1,\"request_id\":4}");
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_the_original_vectors_put_then_get_byte_for_byte),
     cmocka_unit_test(test_a_miss_is_a_null_value_and_the_stream_goes_on),
@@ -395,6 +626,11 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_an_unknown_cache_without_auto_create_is_not_found),
     cmocka_unit_test(test_the_byte_bound_evicts_and_the_tenant_cap_refuses),
     cmocka_unit_test(test_cache_read_and_cache_write_are_checked_on_the_cache),
+    cmocka_unit_test(test_a_delete_answers_the_removed_value_or_null),
+    cmocka_unit_test(test_of_two_if_absent_puts_exactly_one_is_applied),
+    cmocka_unit_test(test_put_if_and_delete_if_check_the_version),
+    cmocka_unit_test(test_a_put_if_over_a_limit_is_refused_as_a_put),
+    cmocka_unit_test(test_cache_value_carries_the_version_only_to_a_client_offering_it),
 };
 
 FX_TEST_MAIN(tests)

@@ -42,6 +42,16 @@ static fx_client *e_client(E *e)
     return fix_connect(&o);
 }
 
+/* A broker whose endpoint runs apart from the workers (a stalled worker
+ * does not stall the connections). */
+static E *started_io(void)
+{
+    E *e = e_new();
+    e->bo.io_threads = 1;
+    fix_env_start(e);
+    return e;
+}
+
 static E *started(void)
 {
     E *e = e_new();
@@ -49,8 +59,7 @@ static E *started(void)
     return e;
 }
 
-static void put_ok(fx_client *c, const char *cache, const char *key, const char *v,
-                   uint64_t ttl)
+static void put_ok(fx_client *c, const char *cache, const char *key, const char *v, uint64_t ttl)
 {
     int rv = fx_cache_put(c, NS, cache, key, v, strlen(v), ttl);
     if (rv != 0) {
@@ -91,8 +100,7 @@ static void test_put_then_get_round_trip_and_a_miss(void **state)
     assert_int_equal(n, 0);
     /* Another cache, another namespace: other scopes. */
     assert_int_equal(fx_cache_get(c, NS, "other", "k1", buf, sizeof(buf), &n), FX_ENOTFOUND);
-    assert_int_equal(fx_cache_get(c, "ns2", "primary", "k1", buf, sizeof(buf), &n),
-                     FX_ENOTFOUND);
+    assert_int_equal(fx_cache_get(c, "ns2", "primary", "k1", buf, sizeof(buf), &n), FX_ENOTFOUND);
     fix_close(c);
     e_free(e);
 }
@@ -133,13 +141,17 @@ static void test_an_entry_with_a_ttl_is_gone_after_it(void **state)
     (void)state;
     E *e = started();
     fx_client *c = e_client(e);
-    put_ok(c, "ttl", "short", "v", 50);
     put_ok(c, "ttl", "long", "w", 60000);
     put_ok(c, "ttl", "none", "x", 0);
-    get_eq(c, "ttl", "short", "v");
-    sleep_ms(200);
+    uint64_t t0 = fx_now_ns();
+    put_ok(c, "ttl", "short", "v", 50);
     char buf[8];
     size_t n;
+    int rv = fx_cache_get(c, NS, "ttl", "short", buf, sizeof(buf), &n);
+    /* A hit, unless a slow run (TSan) took the 50 ms already. */
+    if (rv != 0)
+        assert_true(rv == FX_ENOTFOUND && fx_now_ns() - t0 >= 50 * FX_NS_PER_MS);
+    sleep_ms(200);
     assert_int_equal(fx_cache_get(c, NS, "ttl", "short", buf, sizeof(buf), &n), FX_ENOTFOUND);
     get_eq(c, "ttl", "long", "w");
     get_eq(c, "ttl", "none", "x");
@@ -218,9 +230,8 @@ static void test_a_thousand_async_gets_in_flight_get_their_own_values(void **sta
         snprintf(key, sizeof(key), "key-%d", i);
         snprintf(val, sizeof(val), "value-%d", i);
         ones[i] = (one){.m = &pm, .i = i};
-        assert_int_equal(fx_cache_put_async(c, NS, "many", key, val, strlen(val), 0, put_cb,
-                                            &ones[i]),
-                         0);
+        assert_int_equal(
+            fx_cache_put_async(c, NS, "many", key, val, strlen(val), 0, put_cb, &ones[i]), 0);
     }
     wait_many(&pm, MANY);
     assert_int_equal(pm.done, MANY);
@@ -284,8 +295,8 @@ static int a_verify(void *user, const char *tenant, const char *token, size_t le
     return 0;
 }
 
-static bool a_allows(void *user, const void *ctx, fx_broker_auth_action action,
-                     const char *tenant, const char *ns, const char *name)
+static bool a_allows(void *user, const void *ctx, fx_broker_auth_action action, const char *tenant,
+                     const char *ns, const char *name)
 {
     (void)user, (void)ctx, (void)tenant, (void)ns;
     if (action == FX_BROKER_AUTH_CACHE_READ || action == FX_BROKER_AUTH_CACHE_WRITE)
@@ -310,8 +321,7 @@ static void test_a_forbidden_cache_fails_that_request_and_the_client_goes_on(voi
     size_t n;
     for (int round = 0; round < 3; round++) {
         assert_int_equal(fx_cache_put(c, NS, "secret", "k", "v", 1, 0), FX_EFORBIDDEN);
-        assert_int_equal(fx_cache_get(c, NS, "secret", "k", buf, sizeof(buf), &n),
-                         FX_EFORBIDDEN);
+        assert_int_equal(fx_cache_get(c, NS, "secret", "k", buf, sizeof(buf), &n), FX_EFORBIDDEN);
         /* The broker ended that stream; the next request goes on another. */
         get_eq(c, "open", "k", "v");
     }
@@ -366,8 +376,8 @@ static void *hammer(void *p)
             continue;
         }
         size_t n = 0;
-        if (fx_cache_get(a->c, NS, "hammer", key, buf, sizeof(buf), &n) != 0 ||
-            n != strlen(val) || memcmp(buf, val, n) != 0)
+        if (fx_cache_get(a->c, NS, "hammer", key, buf, sizeof(buf), &n) != 0 || n != strlen(val) ||
+            memcmp(buf, val, n) != 0)
             a->failures++; /* only this thread writes its keys */
     }
     return NULL;
@@ -412,8 +422,7 @@ static void test_a_full_inflight_bound_makes_callers_wait(void **state)
         char val[32];
         snprintf(val, sizeof(val), "value-%d", i);
         ones[i] = (one){.m = &m, .i = i};
-        assert_int_equal(fx_cache_put_async(c, NS, "b", "k", val, strlen(val), 0, put_cb,
-                                            &ones[i]),
+        assert_int_equal(fx_cache_put_async(c, NS, "b", "k", val, strlen(val), 0, put_cb, &ones[i]),
                          0);
     }
     wait_many(&m, 200);
@@ -450,6 +459,279 @@ static void test_a_gone_broker_times_requests_out(void **state)
     e_free(e);
 }
 
+/* ---- stalls and cuts ---------------------------------------------------------------- */
+
+typedef struct slot {
+    pthread_mutex_t mu;
+    bool done;
+    int rv;
+} slot;
+
+static void slot_cb(void *user, int rv, const void *value, size_t len)
+{
+    (void)value, (void)len;
+    slot *s = user;
+    pthread_mutex_lock(&s->mu);
+    s->rv = rv;
+    s->done = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int slot_wait(slot *s)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool done = s->done;
+        int rv = s->rv;
+        pthread_mutex_unlock(&s->mu);
+        if (done)
+            return rv;
+        if (fx_now_ns() > deadline)
+            fail_msg("async cache request never completed");
+        sleep_ms(5);
+    }
+}
+
+/* A broker that does not answer in time: the request fails FX_ETIMEDOUT,
+ * its late answer is dropped (counted), and the next request on the same
+ * client is answered and paired right. */
+static void test_an_unanswered_request_times_out_and_its_late_answer_is_dropped(void **state)
+{
+    (void)state;
+    E *e = started_io();
+    fx_client_opts o;
+    fix_client_opts(&o, e->b, e->server, "t1", "any-token");
+    o.cache_timeout_ms = 200;
+    o.cache_streams = 1; /* the late answer arrives on the stream of the next request */
+    fx_client *c = fix_connect(&o);
+    put_ok(c, "slow", "k", "v", 0);
+    for (uint32_t w = 0; w < e->bo.workers; w++)
+        assert_int_equal(fx_broker_test_stall_worker(e->b, w, 600), 0);
+    char buf[8];
+    size_t n;
+    assert_int_equal(fx_cache_get(c, NS, "slow", "k", buf, sizeof(buf), &n), FX_ETIMEDOUT);
+    sleep_ms(800); /* the stall ends, the broker answers */
+    get_eq(c, "slow", "k", "v");
+    fxc_cache_counters k;
+    fxc_cache_get_counters(c, &k);
+    assert_int_equal(k.timeouts, 1);
+    assert_int_equal(k.late, 1);
+    assert_int_equal(k.streams_ended, 0);
+    fix_close(c);
+    e_free(e);
+}
+
+/* A cut connection fails the request in flight with FX_ECONNLOST; the next
+ * goes on the re-established connection. */
+static void test_a_cut_connection_fails_the_request_in_flight_and_later_ones_reconnect(void **state)
+{
+    (void)state;
+    E *e = started_io();
+    fx_client *c = e_client(e);
+    put_ok(c, "cut", "k", "v", 0);
+    for (uint32_t w = 0; w < e->bo.workers; w++)
+        assert_int_equal(fx_broker_test_stall_worker(e->b, w, 500), 0);
+    slot s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    assert_int_equal(fx_cache_get_async(c, NS, "cut", "k", slot_cb, &s), 0);
+    sleep_ms(100); /* sent, waiting for the stalled worker */
+    assert_true(fx_broker_test_cut_connections(e->b, false) >= 1);
+    assert_int_equal(slot_wait(&s), FX_ECONNLOST);
+    put_ok(c, "cut", "k", "w", 0); /* waits for the reconnect */
+    get_eq(c, "cut", "k", "w");
+    assert_true(atomic_load(&c->reconnects) >= 1);
+    fix_close(c);
+    e_free(e);
+}
+
+/* From a callback (the client's loop): a blocking call is refused, an async
+ * one is taken; the broker's text of a failed request is readable there. */
+typedef struct inner {
+    fx_client *c;
+    pthread_mutex_t mu;
+    int phase; /* 0 waiting, 1 outer ran, 2 inner ran */
+    int sync_rv, async_rv, inner_rv;
+    char text[256];
+} inner;
+
+static void inner_cb(void *user, int rv, const void *value, size_t len)
+{
+    (void)value, (void)len;
+    inner *x = user;
+    pthread_mutex_lock(&x->mu);
+    x->inner_rv = rv;
+    x->phase = 2;
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void outer_cb(void *user, int rv, const void *value, size_t len)
+{
+    (void)value, (void)len;
+    inner *x = user;
+    char text[256];
+    fx_client_last_error(NULL, text, sizeof(text));
+    char buf[8];
+    size_t n;
+    int srv = fx_cache_get(x->c, NS, "lim", "a", buf, sizeof(buf), &n);
+    int arv = fx_cache_get_async(x->c, NS, "lim", "a", inner_cb, x);
+    pthread_mutex_lock(&x->mu);
+    snprintf(x->text, sizeof(x->text), "%s", rv == FX_EREMOTE ? text : "(not refused)");
+    x->sync_rv = srv;
+    x->async_rv = arv;
+    if (x->phase == 0)
+        x->phase = 1;
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void test_a_callback_may_queue_requests_but_not_block(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.cache_max_value_bytes = 16;
+    fix_env_start(e);
+    fx_client *c = e_client(e);
+    put_ok(c, "lim", "a", "small", 0);
+    inner x = {.c = c, .mu = PTHREAD_MUTEX_INITIALIZER};
+    char big[64];
+    memset(big, 'x', sizeof(big));
+    assert_int_equal(fx_cache_put_async(c, NS, "lim", "b", big, sizeof(big), 0, outer_cb, &x), 0);
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    for (;;) {
+        pthread_mutex_lock(&x.mu);
+        int phase = x.phase;
+        pthread_mutex_unlock(&x.mu);
+        if (phase == 2)
+            break;
+        if (fx_now_ns() > deadline)
+            fail_msg("callbacks did not run (phase %d)", phase);
+        sleep_ms(5);
+    }
+    assert_int_equal(x.sync_rv, FX_EWOULDBLOCK_LOOP);
+    assert_int_equal(x.async_rv, 0);
+    assert_int_equal(x.inner_rv, 0);
+    assert_non_null(strstr(x.text, "value too large"));
+    fix_close(c);
+    e_free(e);
+}
+
+/* ---- deletes and conditional puts ---------------------------------------------------- */
+
+/* Skips the case when the broker does not serve |rv|'s request yet. */
+static void skip_unserved(int rv)
+{
+    if (rv == FX_EPROTO)
+        fx_test_skip("the broker does not serve cache deletes / conditional writes");
+}
+
+static void test_delete_says_whether_a_live_entry_was_removed(void **state)
+{
+    (void)state;
+    E *e = started();
+    fx_client *c = e_client(e);
+    put_ok(c, "d", "k", "v", 0); /* the cache streams' auth_ok is known from here on */
+    bool existed = false;
+    int rv = fx_cache_delete(c, NS, "d", "k", &existed);
+    if (rv == FX_EPROTO) {
+        fix_close(c);
+        e_free(e);
+        skip_unserved(rv);
+    }
+    assert_int_equal(rv, 0);
+    assert_true(existed);
+    char buf[8];
+    size_t n;
+    assert_int_equal(fx_cache_get(c, NS, "d", "k", buf, sizeof(buf), &n), FX_ENOTFOUND);
+    assert_int_equal(fx_cache_delete(c, NS, "d", "k", &existed), 0);
+    assert_false(existed);
+    assert_int_equal(fx_cache_delete(c, NS, "d", "never", NULL), 0);
+    /* An expired entry is not live: nothing removed. */
+    put_ok(c, "d", "short", "v", 30);
+    sleep_ms(150);
+    assert_int_equal(fx_cache_delete(c, NS, "d", "short", &existed), 0);
+    assert_false(existed);
+    fix_close(c);
+    e_free(e);
+}
+
+typedef struct race {
+    fx_client *c;
+    pthread_barrier_t *go;
+    const char *key;
+    bool applied;
+    uint64_t version;
+    int rv;
+} race;
+
+static void *race_put(void *p)
+{
+    race *r = p;
+    pthread_barrier_wait(r->go);
+    r->rv =
+        fx_cache_put_if(r->c, NS, "cond", r->key, "mine", 4, 0, true, 0, &r->applied, &r->version);
+    return NULL;
+}
+
+static void test_two_clients_put_if_absent_on_one_key_exactly_one_applies(void **state)
+{
+    (void)state;
+    E *e = started();
+    fx_client *a = e_client(e), *b = e_client(e);
+    put_ok(a, "cond", "warm", "v", 0);
+    put_ok(b, "cond", "warm", "v", 0);
+    bool applied = false;
+    uint64_t v = 0;
+    int rv = fx_cache_put_if(a, NS, "cond", "probe", "x", 1, 0, true, 0, &applied, &v);
+    if (rv == FX_EPROTO) {
+        fix_close(a);
+        fix_close(b);
+        e_free(e);
+        skip_unserved(rv);
+    }
+    assert_int_equal(rv, 0);
+    assert_true(applied);
+    assert_true(v > 0);
+    for (int round = 0; round < 20; round++) {
+        char key[32];
+        snprintf(key, sizeof(key), "race-%d", round);
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, 2);
+        race ra = {.c = a, .go = &go, .key = key}, rb = {.c = b, .go = &go, .key = key};
+        pthread_t ta, tb;
+        assert_int_equal(pthread_create(&ta, NULL, race_put, &ra), 0);
+        assert_int_equal(pthread_create(&tb, NULL, race_put, &rb), 0);
+        pthread_join(ta, NULL);
+        pthread_join(tb, NULL);
+        pthread_barrier_destroy(&go);
+        assert_int_equal(ra.rv, 0);
+        assert_int_equal(rb.rv, 0);
+        assert_true(ra.applied != rb.applied); /* exactly one */
+        /* The loser is told the winner's version. */
+        assert_int_equal(ra.version, rb.version);
+    }
+    /* if_version: a put on the current version applies, on an old one not. */
+    void *val = NULL;
+    size_t n = 0;
+    uint64_t cur = 0;
+    assert_int_equal(fx_cache_get_versioned(a, NS, "cond", "probe", &val, &n, &cur), 0);
+    free(val);
+    assert_int_equal(cur, v);
+    uint64_t v2 = 0;
+    assert_int_equal(fx_cache_put_if(a, NS, "cond", "probe", "y", 1, 0, false, cur, &applied, &v2),
+                     0);
+    assert_true(applied);
+    assert_true(v2 > cur);
+    assert_int_equal(fx_cache_put_if(b, NS, "cond", "probe", "z", 1, 0, false, cur, &applied, &v),
+                     0);
+    assert_false(applied);
+    assert_int_equal(v, v2);
+    get_eq(b, "cond", "probe", "y");
+    assert_int_equal(fx_cache_put_if(a, NS, "cond", "probe", "y", 1, 0, true, 5, NULL, NULL),
+                     -EINVAL);
+    fix_close(a);
+    fix_close(b);
+    e_free(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_then_get_round_trip_and_a_miss),
     cmocka_unit_test(test_a_small_buffer_is_too_big_with_the_length_and_get_alloc_copies),
@@ -461,6 +743,11 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_eight_threads_put_and_get_concurrently),
     cmocka_unit_test(test_a_full_inflight_bound_makes_callers_wait),
     cmocka_unit_test(test_a_gone_broker_times_requests_out),
+    cmocka_unit_test(test_an_unanswered_request_times_out_and_its_late_answer_is_dropped),
+    cmocka_unit_test(test_a_cut_connection_fails_the_request_in_flight_and_later_ones_reconnect),
+    cmocka_unit_test(test_a_callback_may_queue_requests_but_not_block),
+    cmocka_unit_test(test_delete_says_whether_a_live_entry_was_removed),
+    cmocka_unit_test(test_two_clients_put_if_absent_on_one_key_exactly_one_applies),
 };
 
 FX_TEST_MAIN(tests)

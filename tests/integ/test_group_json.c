@@ -19,7 +19,7 @@
     (FX_FEATURE_CONSUMER_GROUP | FX_FEATURE_GROUP_ADMIN | FX_FEATURE_GROUP_CLAIM_CONTROL |         \
      FX_FEATURE_GROUP_SKIPPED | FX_FEATURE_GROUP_DEAD_LETTERS | FX_FEATURE_ERROR_CODES)
 /* What this broker advertises (group_json.h): 0x0940_4218. */
-#define SERVED 155206168u
+#define SERVED 188760604u
 
 static T *gj_t(void)
 {
@@ -151,7 +151,7 @@ static void test_auth_ok_carries_server_features_only_to_a_client_offering_featu
     send_json(s, "{\"type\":\"auth\",\"tenant_id\":\"t1\",\"token\":\"x\",\"client_flags\":63,"
                  "\"client_features\":2056}");
     tframe *f = next_reply(t, s);
-    const char *want = "{\"type\":\"auth_ok\",\"server_flags\":63,\"server_features\":155206168}";
+    const char *want = "{\"type\":\"auth_ok\",\"server_flags\":63,\"server_features\":188760604}";
     assert_int_equal(f->len, strlen(want));
     assert_memory_equal(f->body, want, f->len);
     tframe_free(f);

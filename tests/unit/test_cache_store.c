@@ -1,7 +1,8 @@
 /* Unit tests for fxb_cache_store: put/get/delete, overwrite, TTL expiry on
  * read and by the sweep (exact counts, no reads), CLOCK eviction under the
  * byte bound with its counters and victims, the per-tenant cap shared by
- * two stores, refusals by limit, conditional puts, a randomized run against
+ * two stores, refusals by limit, conditional puts and removes (the versions
+ * they report), a cache cleared, a randomized run against
  * a plain reference, and the store's own bytes per 1 KiB entry. */
 /* fx-test-libs: fx_broker fx_wire fx_base */
 #include <errno.h>
@@ -714,6 +715,119 @@ static void test_the_key_hash_is_siphash_2_4(void **state)
     assert_int_equal(fxb_cache_hash(k, m, 15), 0xa129ca6149be45e5ull);
 }
 
+static void test_remove_hands_back_the_value_and_its_version(void **state)
+{
+    (void)state;
+    fxb_cache_tenant acct = {.max_bytes = 0};
+    fxb_cache_store *s = mk(1 << 20, 0, 0);
+    uint32_t a = scope(s, "t1", "primary", &acct);
+    uint64_t v1 = 0, ver = 99;
+    assert_int_equal(fxb_cache_put(s, a, "k", 1, "one", 3, NULL, 0, &v1), FXB_CACHE_OK);
+    const void *p = NULL;
+    size_t n = 0;
+    assert_int_equal(fxb_cache_remove(s, a, "k", 1, NULL, 0, &p, &n, &ver), FXB_CACHE_OK);
+    assert_int_equal(n, 3);
+    assert_memory_equal(p, "one", 3);
+    assert_int_equal(ver, v1);
+    fxb_cache_stats st = stats(s);
+    assert_int_equal(st.deletes, 1);
+    assert_int_equal(st.entries, 0);
+    assert_int_equal(st.bytes, 0);
+    assert_int_equal(atomic_load(&acct.bytes), 0);
+    assert_int_equal(atomic_load(&acct.entries), 0);
+    /* Gone: a second remove misses, with version 0. */
+    assert_int_equal(fxb_cache_remove(s, a, "k", 1, NULL, 0, &p, &n, &ver), FXB_CACHE_MISS);
+    assert_int_equal(ver, 0);
+    /* A new write of the key takes the next version: never reused. */
+    uint64_t v2 = 0;
+    assert_int_equal(fxb_cache_put(s, a, "k", 1, "two", 3, NULL, 0, &v2), FXB_CACHE_OK);
+    assert_true(v2 > v1);
+    /* if_version: another version is left, counted, and the current one told. */
+    fxb_cache_remove_opts ro = {.if_version = true, .version = v1};
+    assert_int_equal(fxb_cache_remove(s, a, "k", 1, &ro, 0, NULL, NULL, &ver),
+                     FXB_CACHE_VERSION_CHANGED);
+    assert_int_equal(ver, v2);
+    assert_string_equal(get(s, a, "k", 0), "two");
+    ro.version = v2;
+    assert_int_equal(fxb_cache_remove(s, a, "k", 1, &ro, 0, NULL, NULL, NULL), FXB_CACHE_OK);
+    assert_null(get(s, a, "k", 0));
+    /* if_version on no entry: refused, version 0. */
+    assert_int_equal(fxb_cache_remove(s, a, "k", 1, &ro, 0, NULL, NULL, &ver),
+                     FXB_CACHE_VERSION_CHANGED);
+    assert_int_equal(ver, 0);
+    st = stats(s);
+    assert_int_equal(st.cond_failed, 2);
+    assert_int_equal(st.deletes, 2);
+    /* An expired entry is not removed but freed as expired: a miss. */
+    assert_int_equal(put(s, a, "e", "v", 10, 0), FXB_CACHE_OK);
+    assert_int_equal(fxb_cache_remove(s, a, "e", 1, NULL, 20 * MS, &p, &n, &ver), FXB_CACHE_MISS);
+    assert_int_equal(stats(s).expired_read, 1);
+    fxb_cache_store_free(s);
+}
+
+static void test_a_refused_conditional_put_tells_the_current_version(void **state)
+{
+    (void)state;
+    fxb_cache_store *s = mk(1 << 20, 0, 0);
+    uint32_t a = scope(s, "t1", "primary", NULL);
+    uint64_t v = 0, cur = 99;
+    fxb_cache_put_opts ia = {.if_absent = true};
+    assert_int_equal(fxb_cache_put(s, a, "k", 1, "x", 1, &ia, 0, &v), FXB_CACHE_OK);
+    assert_int_equal(fxb_cache_put(s, a, "k", 1, "y", 1, &ia, 0, &cur), FXB_CACHE_EXISTS);
+    assert_int_equal(cur, v);
+    fxb_cache_put_opts iv = {.if_version = true, .version = v + 7};
+    assert_int_equal(fxb_cache_put(s, a, "k", 1, "y", 1, &iv, 0, &cur), FXB_CACHE_VERSION_CHANGED);
+    assert_int_equal(cur, v);
+    assert_int_equal(fxb_cache_put(s, a, "none", 4, "y", 1, &iv, 0, &cur),
+                     FXB_CACHE_VERSION_CHANGED);
+    assert_int_equal(cur, 0);
+    fxb_cache_store_free(s);
+}
+
+static void test_clearing_a_cache_frees_only_its_entries(void **state)
+{
+    (void)state;
+    fxb_cache_tenant acct = {.max_bytes = 0};
+    fxb_cache_store *s = mk(1 << 22, 0, 0);
+    uint32_t a = scope(s, "t1", "a", &acct), b = scope(s, "t1", "b", &acct);
+    char k[16];
+    for (int i = 0; i < 500; i++) {
+        snprintf(k, sizeof(k), "k%d", i);
+        assert_int_equal(put(s, a, k, "va", i % 3 ? 0 : 1000, 0), FXB_CACHE_OK);
+        assert_int_equal(put(s, b, k, "vb", 0, 0), FXB_CACHE_OK);
+    }
+    uint64_t vlast = 0;
+    assert_int_equal(fxb_cache_put(s, a, "last", 4, "v", 1, NULL, 0, &vlast), FXB_CACHE_OK);
+    assert_int_equal(fxb_cache_scope_clear(s, a), 501);
+    uint64_t e, by;
+    fxb_cache_scope_usage(s, a, &e, &by);
+    assert_int_equal(e, 0);
+    assert_int_equal(by, 0);
+    fxb_cache_stats st = stats(s);
+    assert_int_equal(st.dropped, 501);
+    assert_int_equal(st.entries, 500);
+    assert_int_equal(atomic_load(&acct.entries), 500);
+    assert_int_equal(fxb_cache_next_deadline(s), UINT64_MAX);
+    for (int i = 0; i < 500; i++) {
+        snprintf(k, sizeof(k), "k%d", i);
+        assert_null(get(s, a, k, 0));
+        assert_string_equal(get(s, b, k, 0), "vb");
+    }
+    /* The cache stays usable and its versions go on. */
+    uint64_t v = 0;
+    assert_int_equal(fxb_cache_put(s, a, "last", 4, "v", 1, NULL, 0, &v), FXB_CACHE_OK);
+    assert_true(v > vlast);
+    assert_int_equal(fxb_cache_scope_count(s), 2);
+    const char *tn, *ns, *cn;
+    assert_true(fxb_cache_scope_names(s, b, &tn, &ns, &cn));
+    assert_string_equal(tn, "t1");
+    assert_string_equal(ns, "default");
+    assert_string_equal(cn, "b");
+    assert_false(fxb_cache_scope_names(s, 2, &tn, &ns, &cn));
+    fxb_cache_store_free(s);
+    assert_int_equal(atomic_load(&acct.bytes), 0);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_get_delete_and_scopes_are_apart),
     cmocka_unit_test(test_cache_names_are_bounded),
@@ -729,5 +843,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_kib_entries_cost_under_1_3_kib_and_the_index_shrinks_after),
     cmocka_unit_test(test_two_threads_share_a_tenant_cap_without_passing_it),
     cmocka_unit_test(test_the_key_hash_is_siphash_2_4),
+    cmocka_unit_test(test_remove_hands_back_the_value_and_its_version),
+    cmocka_unit_test(test_a_refused_conditional_put_tells_the_current_version),
+    cmocka_unit_test(test_clearing_a_cache_frees_only_its_entries),
 };
 FX_TEST_MAIN(tests)

@@ -82,7 +82,7 @@ static void test_each_refusal_is_counted_under_its_reason(void **state)
 static void test_the_advertised_features_are_exactly_what_is_served(void **state)
 {
     (void)state;
-    assert_int_equal(FXB_SERVER_FEATURES, 0x09404218u);
+    assert_int_equal(FXB_SERVER_FEATURES, 0x0B40421Cu);
     assert_int_equal(FXB_SERVER_FEATURES & FX_FEATURE_GROUP_DEAD_LETTERS,
                      FX_FEATURE_GROUP_DEAD_LETTERS);
     assert_int_equal(FXB_SERVER_FEATURES & FX_FEATURE_GROUP_CONSUMER, 0);

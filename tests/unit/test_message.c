@@ -126,6 +126,10 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     m->records = records, m->n_records = full ? 2 : 0;
     if (t == FX_MSG_GROUP_SEEK)
         m->start = (fx_msg_start){FX_MSG_START_EARLIEST, 0};
+    m->condition = full ? (fx_msg_condition){FX_MSG_CONDITION_VERSION, 3}
+                        : (fx_msg_condition){FX_MSG_CONDITION_ABSENT, 0};
+    m->version = 11;
+    m->applied = full;
     if (!full)
         return;
     m->has_client_flags = true, m->client_flags = 25;
@@ -155,6 +159,7 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     m->producer_id = 1ull << 62, m->sequence = 64;
     m->refusal = (fx_msg_refusal){FX_MSG_REFUSAL_SEQUENCE_GAP, 12};
     m->duplicate = true;
+    m->has_version = true;
 }
 
 /* ---- round trips ---------------------------------------------------------- */

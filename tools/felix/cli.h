@@ -26,6 +26,8 @@ int fx_cli_token(int argc, char **argv);
 int fx_cli_bench(int argc, char **argv);
 /* `felix log inspect|verify DIR`: reads durable storage files (log_cmd.c). */
 int fx_cli_log(int argc, char **argv);
+/* `felix cache put|get|del`: one cache request (cache_cmd.c). */
+int fx_cli_cache(int argc, char **argv);
 
 /* Prints "felix CMD: <message>" as one line on stderr. */
 void fx_cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1374,6 +1374,31 @@ static const fx_cli_help HELP[] = {
         true,
     },
     {
+        "cache",
+        "put, get or delete a key of the broker's cache",
+        "felix cache put [--ttl-ms N] [options] NS/CACHE KEY VALUE|-\n"
+        "felix cache get [options] NS/CACHE KEY\n"
+        "felix cache del [options] NS/CACHE KEY\n"
+        "\n"
+        "One request to the broker's key-value cache (docs/cache.md), scoped by the\n"
+        "tenant, NS, CACHE and KEY; TENANT/NS/CACHE is accepted too (TENANT must\n"
+        "equal --tenant when both are given). put stores VALUE, or with '-' all of\n"
+        "standard input (binary-safe, at most 16 MiB; the broker's\n"
+        "cache_max_value_bytes, 1 MiB by default, may refuse less), replacing any\n"
+        "entry. get writes the value as is to standard output (no newline added);\n"
+        "a missing or expired key exits 1 with one line on standard error. del\n"
+        "removes the key and prints 'deleted' (exit 0) or 'not found' (exit 1).\n"
+        "\n"
+        "Options:\n"
+        "  --ttl-ms N                 put: the entry expires N ms after the broker\n"
+        "                             stored it (default: never)\n",
+        "felix cache put --ttl-ms 60000 default/sessions user-42 '{\"cart\":3}'\n"
+        "  felix cache get default/sessions user-42\n"
+        "  felix cache del default/sessions user-42\n"
+        "  tar c notes | felix cache put default/blobs notes.tar -",
+        true,
+    },
+    {
         "token",
         "make a development Ed25519 key pair and JWTs for auth_mode jwt",
         "felix token keygen --out-jwks FILE --out-key FILE [--kid K] [--force]\n"
@@ -1474,7 +1499,7 @@ static const char COMMON_HELP[] =
     "                             set FELIX_ADMIN_TOKEN; --admin-token TOKEN shows it\n"
     "                             in ps)\n"
     "  --help                     this help\n"
-    "pub, sub and consume need exactly one of --pin, --ca or --insecure.\n";
+    "pub, sub, consume and cache need exactly one of --pin, --ca or --insecure.\n";
 
 const fx_cli_help *fx_cli_help_all(size_t *n)
 {
