@@ -548,9 +548,16 @@ static void finish(fx_etcd *e, req *r, CURLcode cc)
     if (rv == FX_EREMOTE) {
         e->st.err_remote++;
         if (resp.grpc_code == 14 || status == 503) {
-            e->st.err_no_leader++;
-            failover(e, r->endpoint, "no leader");
-            if (r->retry_safe && retry(e, r)) {
+            /* etcd refuses a request on a member without a leader before it
+             * proposes anything (the hasleader check), so any op may go to
+             * the next endpoint. */
+            bool no_leader = resp.message != NULL && strstr(resp.message, "no leader") != NULL;
+            if (no_leader)
+                e->st.err_no_leader++;
+            failover(e, r->endpoint, no_leader ? "no leader" : "unavailable");
+            /* "request timed out" (also code 14) may follow a proposal: only
+             * safe ops go again then. */
+            if ((no_leader || r->retry_safe) && retry(e, r)) {
                 fx_etcd_resp_clear(&resp);
                 return;
             }

@@ -204,11 +204,14 @@ void fx_etcd_free(fx_etcd *e);
  * later with the answer. Or returns FX_EFULL (max_in_flight reached; counted)
  * or -ENOMEM, and |cb| never runs. The op, txn and their bytes are copied.
  *
- * Retries: a request that could not connect is tried on the next endpoint
- * (it never reached etcd); a timeout or "no leader" is retried there only for
- * reads, keepalive, timetolive and revoke. A put, delete, txn or grant that
- * timed out answers FX_ETIMEDOUT: etcd may have applied it, so the caller
- * reads back before it tries again. Loop thread only. */
+ * Retries: a request that could not connect, or that a member without a
+ * leader refused ("no leader": refused before anything was proposed), is
+ * sent to the next endpoint, each endpoint once. Another 503 (etcd's own
+ * "request timed out"), a timeout or a cut
+ * connection is retried there only for reads, keepalive, timetolive and
+ * revoke: a put, delete, txn or grant that timed out answers FX_ETIMEDOUT,
+ * since etcd may have applied it, so the caller reads back before it tries
+ * again. Loop thread only. */
 int fx_etcd_range(fx_etcd *e, const fx_etcd_op *op, fx_etcd_cb cb, void *user);
 int fx_etcd_put(fx_etcd *e, const fx_etcd_op *op, fx_etcd_cb cb, void *user);
 int fx_etcd_delete(fx_etcd *e, const fx_etcd_op *op, fx_etcd_cb cb, void *user);
@@ -281,7 +284,7 @@ typedef struct fx_etcd_stats {
     uint64_t err_timeout;   /* per-request timeout */
     uint64_t err_tls;
     uint64_t err_remote;    /* etcd answered an error */
-    uint64_t err_no_leader; /* of which "no leader" (503, code 14) */
+    uint64_t err_no_leader; /* of which "no leader" (code 14) */
     uint64_t err_proto;     /* an answer that could not be decoded */
     uint64_t err_too_big;   /* an answer over max_response_bytes */
     uint64_t refused_full;  /* submissions refused by max_in_flight */
