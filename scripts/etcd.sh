@@ -4,7 +4,11 @@
 # Usage:
 #   scripts/etcd.sh start DIR [CLIENT_PORT PEER_PORT]   (free ports are picked when absent)
 #   scripts/etcd.sh stop DIR
-# `start` returns once etcd answers /health; DIR/endpoint then holds its client URL,
+#   scripts/etcd.sh certs DIR    (a throwaway CA, a server certificate for 127.0.0.1 and a
+#                                 client certificate, for FX_ETCD_TLS_DIR=DIR; needs openssl)
+# With FX_ETCD_TLS_DIR set (a directory holding ca.pem, server.pem, server.key,
+# client.pem and client.key), clients speak https and must show a certificate the CA
+# signed. `start` returns once etcd answers /health; DIR/endpoint then holds its client URL,
 # DIR/pid its PID and DIR/etcd.log its log. It exits 1 with the reason when etcd
 # cannot start (the binary is missing: scripts/deps.sh installs etcd-server).
 set -euo pipefail
@@ -12,7 +16,7 @@ set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-    echo "usage: scripts/etcd.sh start|stop DIR [CLIENT_PORT PEER_PORT]" >&2
+    echo "usage: scripts/etcd.sh start|stop|certs DIR [CLIENT_PORT PEER_PORT]" >&2
     exit 2
 fi
 
@@ -21,6 +25,21 @@ free_port() {
 }
 
 case "$cmd" in
+certs)
+    command -v openssl >/dev/null || { echo "etcd.sh: certs needs openssl" >&2; exit 1; }
+    mkdir -p "$dir"
+    cd "$dir"
+    key=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
+    openssl req -x509 "${key[@]}" -keyout ca.key -out ca.pem -days 2 -subj /CN=fx-etcd-test-ca \
+        2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' >server.ext
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
+    for who in server client; do
+        openssl req "${key[@]}" -keyout "$who.key" -out "$who.csr" -subj "/CN=fx-$who" 2>/dev/null
+        openssl x509 -req -in "$who.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile "$who.ext" -out "$who.pem" 2>/dev/null
+    done
+    ;;
 start)
     bin=${FX_ETCD_BIN:-$(command -v etcd || true)}
     if [ -z "$bin" ] || [ ! -x "$bin" ]; then
@@ -30,7 +49,17 @@ start)
     mkdir -p "$dir"
     cport=${3:-$(free_port)}
     pport=${4:-$(free_port)}
-    url="http://127.0.0.1:$cport"
+    tls=()
+    check=()
+    scheme=http
+    if [ -n "${FX_ETCD_TLS_DIR:-}" ]; then
+        t=$FX_ETCD_TLS_DIR
+        scheme=https
+        tls=(--cert-file "$t/server.pem" --key-file "$t/server.key" --trusted-ca-file "$t/ca.pem"
+             --client-cert-auth)
+        check=(--cacert "$t/ca.pem" --cert "$t/client.pem" --key "$t/client.key")
+    fi
+    url="$scheme://127.0.0.1:$cport"
     # A few quick elections and a short progress-notify interval keep tests fast;
     # compaction by revision keeps the history bounded as the docs ask.
     "$bin" --name fx --data-dir "$dir/data" \
@@ -40,7 +69,7 @@ start)
         --initial-cluster "fx=http://127.0.0.1:$pport" \
         --auto-compaction-mode revision --auto-compaction-retention 10000 \
         --experimental-watch-progress-notify-interval 5s \
-        --logger zap --log-outputs stderr >"$dir/etcd.log" 2>&1 &
+        "${tls[@]}" --logger zap --log-outputs stderr >"$dir/etcd.log" 2>&1 &
     pid=$!
     echo "$pid" >"$dir/pid"
     echo "$url" >"$dir/endpoint"
@@ -50,7 +79,7 @@ start)
             tail -n 5 "$dir/etcd.log" >&2
             exit 1
         fi
-        if curl -fsS -m 1 "$url/health" 2>/dev/null | grep -q '"health":"true"'; then
+        if curl -fsS -m 1 "${check[@]}" "$url/health" 2>/dev/null | grep -q '"health":"true"'; then
             echo "$url"
             exit 0
         fi

@@ -315,8 +315,12 @@ static int start_req(fx_etcd *e, req *r)
         curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
         curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
     }
-    if (e->ca != NULL)
+    if (e->ca != NULL) {
+        /* Trust that CA alone: not also the system's directory, which is
+         * also slow to load on every handshake. */
         curl_easy_setopt(c, CURLOPT_CAINFO, e->ca);
+        curl_easy_setopt(c, CURLOPT_CAPATH, NULL);
+    }
     if (e->cert != NULL)
         curl_easy_setopt(c, CURLOPT_SSLCERT, e->cert);
     if (e->key != NULL)
@@ -717,14 +721,20 @@ int fx_etcd_txn(fx_etcd *e, const fx_etcd_txn_req *t, fx_etcd_cb cb, void *user)
 static char *lease_body(int64_t id, int64_t ttl, bool keys)
 {
     char b[128];
-    int n = snprintf(b, sizeof(b), "{");
-    if (ttl != 0)
-        n += snprintf(b + n, sizeof(b) - (size_t)n, "\"TTL\":\"%" PRId64 "\"", ttl);
-    if (id != 0)
-        n += snprintf(b + n, sizeof(b) - (size_t)n, "%s\"ID\":\"%" PRId64 "\"", ttl ? "," : "", id);
+    size_t n = 0;
+    const char *sep = "";
+    b[n++] = '{';
+    if (ttl != 0) {
+        n += (size_t)snprintf(b + n, sizeof(b) - n, "\"TTL\":\"%" PRId64 "\"", ttl);
+        sep = ",";
+    }
+    if (id != 0) {
+        n += (size_t)snprintf(b + n, sizeof(b) - n, "%s\"ID\":\"%" PRId64 "\"", sep, id);
+        sep = ",";
+    }
     if (keys)
-        n += snprintf(b + n, sizeof(b) - (size_t)n, ",\"keys\":true");
-    snprintf(b + n, sizeof(b) - (size_t)n, "}");
+        n += (size_t)snprintf(b + n, sizeof(b) - n, "%s\"keys\":true", sep);
+    snprintf(b + n, sizeof(b) - n, "}");
     return strdup(b);
 }
 
