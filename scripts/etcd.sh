@@ -3,7 +3,9 @@
 # ports, its data under DIR, revision auto-compaction on, stopped by its PID.
 # Usage:
 #   scripts/etcd.sh start DIR [CLIENT_PORT PEER_PORT]   (free ports are picked when absent)
-#   scripts/etcd.sh stop DIR
+#   scripts/etcd.sh stop DIR     (stops it and removes its data)
+#   scripts/etcd.sh halt DIR     (stops it and keeps its data: `start DIR` then brings the
+#                                 same member back on the same ports, as after a crash)
 #   scripts/etcd.sh certs DIR    (a throwaway CA, a server certificate for 127.0.0.1 and a
 #                                 client certificate, for FX_ETCD_TLS_DIR=DIR; needs openssl)
 # With FX_ETCD_TLS_DIR set (a directory holding ca.pem, server.pem, server.key,
@@ -16,7 +18,7 @@ set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-    echo "usage: scripts/etcd.sh start|stop|certs DIR [CLIENT_PORT PEER_PORT]" >&2
+    echo "usage: scripts/etcd.sh start|stop|halt|certs DIR [CLIENT_PORT PEER_PORT]" >&2
     exit 2
 fi
 
@@ -47,8 +49,13 @@ start)
         exit 1
     fi
     mkdir -p "$dir"
-    cport=${3:-$(free_port)}
-    pport=${4:-$(free_port)}
+    if [ -z "${3:-}" ] && [ -d "$dir/data" ] && [ -f "$dir/ports" ]; then
+        read -r cport pport <"$dir/ports" # after halt: the same member on its ports
+    else
+        cport=${3:-$(free_port)}
+        pport=${4:-$(free_port)}
+    fi
+    echo "$cport $pport" >"$dir/ports"
     tls=()
     check=()
     scheme=http
@@ -89,7 +96,7 @@ start)
     kill "$pid" 2>/dev/null || true
     exit 1
     ;;
-stop)
+stop | halt)
     [ -f "$dir/pid" ] || exit 0
     pid=$(cat "$dir/pid")
     if kill "$pid" 2>/dev/null; then
@@ -100,7 +107,7 @@ stop)
         kill -9 "$pid" 2>/dev/null || true
     fi
     rm -f "$dir/pid"
-    rm -rf "$dir/data"
+    [ "$cmd" = halt ] || rm -rf "$dir/data"
     ;;
 *)
     echo "usage: scripts/etcd.sh start|stop DIR [CLIENT_PORT PEER_PORT]" >&2

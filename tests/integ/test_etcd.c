@@ -622,6 +622,57 @@ static void test_auth_token_is_fetched_and_used(void **state)
     run_for(50);
 }
 
+static void etcd_cmd(const char *what)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "bash %s %s %s >/dev/null 2>%s/err", C.script, what, C.dir, C.dir);
+    if (system(cmd) != 0)
+        fail_msg("etcd.sh %s failed (see %s/err)", what, C.dir);
+}
+
+/* etcd goes away and comes back (same member, same data): requests fail
+ * meanwhile with "not connected", the watch says its stream ended, keeps
+ * trying, and goes on after the last revision it delivered: nothing lost,
+ * nothing twice. */
+static void test_watch_and_requests_survive_an_etcd_restart(void **state)
+{
+    C.e = client(NULL, 0, NULL);
+    res r = put(C.e, "/r/a", "1", 0);
+    assert_int_equal(r.rv, 0);
+    wlog g = {.ordered = true, .want = 1};
+    fx_etcd_watch_opts o = {.key = "/r/", .prefix = true, .start_revision = r.rev};
+    fx_etcd_watch *w = NULL;
+    assert_int_equal(fx_etcd_watch_start(C.e, &o, &wcbs, &g, &w), 0);
+    wait_for(&g.done, 5000, "the first event");
+    etcd_cmd("halt");
+    res down = get(C.e, "/r/a");
+    assert_int_equal(down.rv, FX_ENOTCONN);
+    run_for(300); /* the watch notices and retries with a backoff */
+    assert_true(g.restarts >= 1);
+    etcd_cmd("start");
+    g.want = 2;
+    g.done = false;
+    /* The watch may still be in its backoff: the put must not race it out. */
+    res b = {0};
+    uint64_t t0 = fx_now_ns();
+    do {
+        b = put(C.e, "/r/b", "2", 0);
+        if (b.rv != 0)
+            run_for(200);
+    } while (b.rv != 0 && fx_now_ns() - t0 < 10 * FX_NS_PER_S);
+    assert_int_equal(b.rv, 0);
+    wait_for(&g.done, 10000, "an event after the restart");
+    assert_string_equal(g.text, "P /r/a=1;P /r/b=2;");
+    assert_true(g.ordered);
+    assert_string_equal(get(C.e, "/r/a").value, "1");
+    fx_etcd_stats st;
+    fx_etcd_get_stats(C.e, &st);
+    assert_true(st.watch_restarts >= 1);
+    assert_true(st.err_connect >= 1);
+    fx_etcd_watch_stop(w);
+    run_for(50);
+}
+
 static void test_tls_with_client_certificates(void **state)
 {
     char ca[256], cert[256], key[256];
@@ -672,6 +723,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_dead_first_endpoint_still_works, etcd_up, etcd_down),
     cmocka_unit_test_setup_teardown(test_in_flight_cap_refuses_and_counts, etcd_up, etcd_down),
     cmocka_unit_test_setup_teardown(test_auth_token_is_fetched_and_used, etcd_up, etcd_down),
+    cmocka_unit_test_setup_teardown(test_watch_and_requests_survive_an_etcd_restart, etcd_up,
+                                    etcd_down),
     cmocka_unit_test_setup_teardown(test_tls_with_client_certificates, etcd_up_tls, etcd_down),
 };
 
