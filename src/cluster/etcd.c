@@ -75,6 +75,7 @@ struct fx_etcd_watch {
     int64_t next_rev;
     req *r; /* the current stream, or NULL between two */
     fx_timer restart;
+    fx_timer idle; /* idle_timeout_ms: the stream brought nothing for that long */
     uint32_t backoff_ms;
     fx_etcd_lines lines;
     bool stopped;
@@ -370,6 +371,7 @@ static void on_kick(fx_loop *l, fx_timer *t, void *user)
             w->r = NULL;
         }
         fx_loop_timer_cancel(e->loop, &w->restart);
+        fx_loop_timer_cancel(e->loop, &w->idle);
         if (w->prev != NULL)
             w->prev->next = w->next;
         else
@@ -764,6 +766,35 @@ int fx_etcd_lease_timetolive(fx_etcd *e, int64_t id, bool keys, fx_etcd_cb cb, v
 
 /* ---- watch --------------------------------------------------------------- */
 
+/* (Re)starts the silence deadline of |w|'s stream, when it has one. */
+static void arm_idle(fx_etcd_watch *w)
+{
+    if (w->o.idle_timeout_ms == 0 || !w->o.progress_notify)
+        return;
+    if (fx_loop_timer_arm(w->e->loop, &w->idle,
+                          fx_now_ns() + (uint64_t)w->o.idle_timeout_ms * FX_NS_PER_MS) != 0)
+        FX_LOG_ERROR("etcd", "cannot arm a watch's idle deadline: a silent stream goes unnoticed");
+}
+
+static void on_watch_idle(fx_loop *l, fx_timer *t, void *user)
+{
+    fx_etcd_watch *w = user;
+    fx_etcd *e = w->e;
+    req *r = w->r;
+    if (w->stopped || r == NULL)
+        return;
+    if (r->on != &e->active) {
+        arm_idle(w); /* not sent yet (waiting for a token): not silent */
+        return;
+    }
+    /* From the loop, not inside libcurl: the stream can leave it here. */
+    curl_multi_remove_handle(e->multi, r->h);
+    list_del(&e->active, r);
+    e->st.err_timeout++;
+    failover(e, r->endpoint, "watch silent");
+    watch_ended(e, r, FX_ETIMEDOUT, 0, "no event and no progress notification");
+}
+
 /* Cuts the current stream from inside its write callback. */
 static int watch_cut(fx_etcd_watch *w, int rv, int code, const char *msg)
 {
@@ -782,6 +813,7 @@ static int on_watch_line(const char *line, size_t len, void *user)
     fx_etcd *e = w->e;
     if (w->stopped)
         return 1;
+    arm_idle(w);
     fx_etcd_watch_msg m;
     int rv = fx_etcd_decode_watch_msg(line, len, &m);
     if (rv != 0) {
@@ -869,6 +901,7 @@ static int watch_send(fx_etcd_watch *w)
     w->restart_now = false;
     w->lines.len = 0;
     queue_req(w->e, r);
+    arm_idle(w);
     return 0;
 }
 
@@ -889,6 +922,7 @@ static void watch_ended(fx_etcd *e, req *r, int rv, int code, const char *msg)
 {
     fx_etcd_watch *w = r->watch;
     w->r = NULL;
+    fx_loop_timer_cancel(e->loop, &w->idle);
     bool now = w->restart_now;
     char *m = msg ? strdup(msg) : NULL;
     req_free(r);
@@ -960,6 +994,7 @@ int fx_etcd_watch_start(fx_etcd *e, const fx_etcd_watch_opts *o, const fx_etcd_w
     w->next_rev = o->start_revision;
     w->backoff_ms = WATCH_BACKOFF_MIN_MS;
     fx_timer_init(&w->restart, on_watch_restart, w);
+    fx_timer_init(&w->idle, on_watch_idle, w);
     fx_etcd_lines_init(&w->lines, e->max_response);
     if (watch_send(w) != 0)
         goto err;
@@ -1083,6 +1118,7 @@ void fx_etcd_free(fx_etcd *e)
     for (fx_etcd_watch *w = e->watches, *nw; w != NULL; w = nw) {
         nw = w->next;
         fx_loop_timer_cancel(e->loop, &w->restart);
+        fx_loop_timer_cancel(e->loop, &w->idle);
         fx_etcd_lines_deinit(&w->lines);
         free(w->key);
         free(w->range_end);

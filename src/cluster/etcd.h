@@ -245,6 +245,14 @@ typedef struct fx_etcd_watch_opts {
     int64_t start_revision;
     bool prev_kv;
     bool progress_notify;
+    /* With |progress_notify|: a stream that brings nothing (no event, no
+     * progress notification) for this long is taken as dead, cut, and
+     * restarted on the next endpoint. Set it to 3 x the etcd's
+     * --experimental-watch-progress-notify-interval (etcd sends a
+     * notification only after two quiet intervals; its default interval is
+     * 10 min). 0: never; a watch without progress_notify is quiet when
+     * nothing changes, so it has no such deadline. */
+    uint32_t idle_timeout_ms;
 } fx_etcd_watch_opts;
 
 typedef struct fx_etcd_watch_cbs {

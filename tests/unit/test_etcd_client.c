@@ -404,6 +404,55 @@ static void test_watch_resumes_after_the_last_revision(void **state)
     fake_free(f);
 }
 
+static bool quiet_watch(fake *f, int i, char *out, size_t cap)
+{
+    snprintf(out, cap,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+             "{\"result\":{" HDR ",\"created\":true}}\n");
+    return true; /* then nothing: a member that stopped talking */
+}
+
+static bool live_watch(fake *f, int i, char *out, size_t cap)
+{
+    snprintf(out, cap,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+             "{\"result\":{" HDR ",\"created\":true}}\n"
+             "{\"result\":{" HDR ",\"events\":[{\"kv\":{\"key\":\"Zm9v\",\"create_revision\":"
+             "\"8\",\"mod_revision\":\"8\",\"version\":\"1\",\"value\":\"YQ==\"}}]}}\n");
+    return true;
+}
+
+static void test_silent_watch_stream_moves_to_the_next_endpoint(void **state)
+{
+    fake *quiet = fake_new(quiet_watch), *live = fake_new(live_watch);
+    fx_etcd *e = client(quiet->url, live->url, NULL);
+    wlog g = {{0}, 0, 0, false};
+    fx_etcd_watch_cbs cbs = {.on_events = on_events, .on_restart = on_restart};
+    fx_etcd_watch_opts o = {.key = "foo", .start_revision = 5, .progress_notify = true,
+                            .idle_timeout_ms = 300};
+    fx_etcd_watch *w = NULL;
+    uint64_t t0 = fx_now_ns();
+    assert_int_equal(fx_etcd_watch_start(e, &o, &cbs, &g, &w), 0);
+    wait_for(&g.done, 5000);
+    assert_true(fx_now_ns() - t0 >= 300 * FX_NS_PER_MS);
+    assert_string_equal(g.text, "P8;");
+    assert_int_equal(g.restarts, 1);
+    assert_int_equal(g.last_restart_rv, FX_ETIMEDOUT);
+    assert_int_equal(quiet->n, 1);
+    assert_int_equal(live->n, 1);
+    /* Nothing was delivered from the silent one: the same start revision. */
+    assert_string_equal(live->body[0], "{\"create_request\":{\"key\":\"Zm9v\",\"start_revision\":"
+                                       "\"5\",\"progress_notify\":true}}");
+    fx_etcd_stats st;
+    fx_etcd_get_stats(e, &st);
+    assert_int_equal(st.failovers, 1);
+    assert_int_equal(st.err_timeout, 1);
+    fx_etcd_watch_stop(w);
+    fx_etcd_free(e);
+    fake_free(quiet);
+    fake_free(live);
+}
+
 /* Auth: tokens "t1" then "t2"; t1 is refused as invalid once used. */
 static int auths;
 
@@ -480,6 +529,8 @@ static const struct CMUnitTest tests[] = {
                                     setup, teardown),
     cmocka_unit_test_setup_teardown(test_timeouts_retry_reads_but_not_writes, setup, teardown),
     cmocka_unit_test_setup_teardown(test_watch_resumes_after_the_last_revision, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_silent_watch_stream_moves_to_the_next_endpoint, setup,
+                                    teardown),
     cmocka_unit_test_setup_teardown(test_invalid_token_is_renewed_once, setup, teardown),
     cmocka_unit_test_setup_teardown(test_options_are_checked, setup, teardown),
 };
