@@ -42,6 +42,7 @@ struct req {
     bool too_big;
     bool auth_retried;
     unsigned tries; /* sends so far */
+    unsigned token_gen; /* the token it was sent with */
     size_t endpoint;
     CURL *h;
     struct curl_slist *hdrs;
@@ -98,6 +99,7 @@ struct fx_etcd {
     size_t max_in_flight, max_response;
     char *ca, *cert, *key, *user, *password;
     char *token;
+    unsigned token_gen; /* bumped with each new token */
     bool authing;
     req_list pending; /* to start at the next kick */
     req_list waiting; /* for a token */
@@ -291,6 +293,7 @@ static int start_req(fx_etcd *e, req *r)
         char auth[512];
         /* The gateway takes the bare token, no "Bearer". */
         snprintf(auth, sizeof(auth), "Authorization: %s", e->token);
+        r->token_gen = e->token_gen;
         h = curl_slist_append(r->hdrs = h, auth);
     }
     if (h == NULL)
@@ -479,10 +482,14 @@ static void deliver(fx_etcd *e, req *r, fx_etcd_resp *resp)
 /* A request libcurl finished with |cc|. */
 static void finish(fx_etcd *e, req *r, CURLcode cc)
 {
-    long status = 0;
+    long status = 0, sent = 0;
     curl_off_t connect_us = 0;
     curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(r->h, CURLINFO_CONNECT_TIME_T, &connect_us);
+    curl_easy_getinfo(r->h, CURLINFO_REQUEST_SIZE, &sent);
+    /* Timed out before a connection was made and before a byte of the
+     * request went out: it cannot have reached etcd. */
+    bool unsent_timeout = cc == CURLE_OPERATION_TIMEDOUT && connect_us == 0 && sent == 0;
     const char *ep = e->endpoints[r->endpoint];
     if (r->watch != NULL) {
         fx_etcd_watch *w = r->watch;
@@ -492,7 +499,7 @@ static void finish(fx_etcd *e, req *r, CURLcode cc)
             rv = w->end_rv;
             code = w->end_code;
             msg = w->end_msg;
-        } else if (is_connect_error(cc)) {
+        } else if (is_connect_error(cc) || unsent_timeout) {
             e->st.err_connect++;
             failover(e, r->endpoint, "connect");
             rv = FX_ENOTCONN;
@@ -519,7 +526,7 @@ static void finish(fx_etcd *e, req *r, CURLcode cc)
         fail_req(e, r, FX_ETOOBIG, "answer larger than max_response_bytes");
         return;
     }
-    if (is_connect_error(cc) || (cc == CURLE_OPERATION_TIMEDOUT && connect_us == 0)) {
+    if (is_connect_error(cc) || unsent_timeout) {
         /* Never reached etcd: safe to send anywhere else. */
         e->st.err_connect++;
         failover(e, r->endpoint, curl_easy_strerror(cc));
@@ -574,8 +581,12 @@ static void finish(fx_etcd *e, req *r, CURLcode cc)
              * this once more. */
             r->auth_retried = true;
             r->tries = 0;
-            free(e->token);
-            e->token = NULL;
+            if (r->token_gen == e->token_gen) {
+                /* Not if a newer token came meanwhile (several requests
+                 * sent with the old one all come back refused). */
+                free(e->token);
+                e->token = NULL;
+            }
             fx_etcd_resp_clear(&resp);
             e->st.retries++;
             queue_req(e, r);
@@ -617,6 +628,7 @@ static void auth_done(fx_etcd *e, const fx_etcd_resp *resp, void *user)
     if (resp->rv == 0) {
         free(e->token);
         e->token = strdup(resp->token);
+        e->token_gen++;
         e->st.auth++;
         for (req *r = w.head, *nr; r != NULL; r = nr) {
             nr = r->next;
@@ -924,13 +936,14 @@ static void watch_ended(fx_etcd *e, req *r, int rv, int code, const char *msg)
     w->r = NULL;
     fx_loop_timer_cancel(e->loop, &w->idle);
     bool now = w->restart_now;
+    bool stale_token = code == 16 && r->token_gen == e->token_gen;
     char *m = msg ? strdup(msg) : NULL;
     req_free(r);
     if (w->stopped) {
         free(m);
         return; /* freed by the next kick */
     }
-    if (code == 16 && e->user != NULL) {
+    if (stale_token && e->user != NULL) {
         free(e->token);
         e->token = NULL;
     }
