@@ -161,7 +161,9 @@ static void on_sock(fx_loop *l, fx_watch *w, uint32_t events)
         flags |= CURL_CSELECT_ERR;
     int running = 0;
     /* |s| may be freed inside (CURL_POLL_REMOVE): not touched after. */
-    curl_multi_socket_action(e->multi, s->fd, flags, &running);
+    CURLMcode mc = curl_multi_socket_action(e->multi, s->fd, flags, &running);
+    if (mc != CURLM_OK)
+        FX_LOG_ERROR("etcd", "libcurl socket action: %s", curl_multi_strerror(mc));
     process_done(e);
 }
 
@@ -211,7 +213,9 @@ static void on_curl_timer(fx_loop *l, fx_timer *t, void *user)
 {
     fx_etcd *e = user;
     int running = 0;
-    curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    CURLMcode mc = curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    if (mc != CURLM_OK)
+        FX_LOG_ERROR("etcd", "libcurl timeout action: %s", curl_multi_strerror(mc));
     process_done(e);
 }
 
@@ -899,7 +903,7 @@ static int watch_send(fx_etcd_watch *w)
     fx_etcd_watch_opts o = w->o;
     if (w->next_rev > 0)
         o.start_revision = w->next_rev;
-    req *r = req_new(w->e, FX_ETCD_KIND_RANGE, "/v3/watch", fx_etcd_encode_watch_create(&o), NULL,
+    req *r = req_new(w->e, FX_ETCD_KIND_WATCH, "/v3/watch", fx_etcd_encode_watch_create(&o), NULL,
                      NULL);
     if (r == NULL)
         return -ENOMEM;
@@ -925,7 +929,8 @@ static void on_watch_restart(fx_loop *l, fx_timer *t, void *user)
     int rv = watch_send(w);
     if (rv != 0) {
         FX_LOG_ERROR("etcd", "cannot restart a watch: %s; trying again", fx_strerror(rv));
-        fx_loop_timer_arm(l, t, fx_now_ns() + WATCH_BACKOFF_MAX_MS * FX_NS_PER_MS);
+        if (fx_loop_timer_arm(l, t, fx_now_ns() + WATCH_BACKOFF_MAX_MS * FX_NS_PER_MS) != 0)
+            FX_LOG_ERROR("etcd", "cannot arm a watch restart: the watch stays down");
     }
 }
 

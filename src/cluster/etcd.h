@@ -145,6 +145,7 @@ typedef enum fx_etcd_kind {
     FX_ETCD_KIND_LEASE_REVOKE,
     FX_ETCD_KIND_LEASE_TTL,
     FX_ETCD_KIND_AUTH,
+    FX_ETCD_KIND_WATCH, /* a watch stream (counted in the stats; never an answer) */
     FX_ETCD_KIND_COUNT_
 } fx_etcd_kind;
 
@@ -155,7 +156,7 @@ struct fx_etcd_resp {
     fx_etcd_kind kind;
     /* 0, or: FX_EREMOTE (etcd answered an error: |http_status|, |grpc_code|,
      * |message|), FX_ETIMEDOUT, FX_ENOTCONN (no endpoint could be reached),
-     * FX_ETLS, FX_ETOOBIG (answer over max_response_bytes), FX_EPROTO (an
+     * FX_ECONNLOST (the connection broke after the request went out), FX_ETLS, FX_ETOOBIG (answer over max_response_bytes), FX_EPROTO (an
      * answer that is not what etcd sends), FX_EAUTH (authentication refused),
      * FX_ECLOSED (the client was freed), -ENOMEM. */
     int rv;

@@ -539,6 +539,7 @@ static int decode_body(fx_etcd_kind kind, const json_t *o, fx_etcd_resp *r)
         r->token = strdup(t);
         return r->token == NULL ? -ENOMEM : 0;
     }
+    case FX_ETCD_KIND_WATCH: /* streams go through fx_etcd_decode_watch_msg */
     case FX_ETCD_KIND_COUNT_:
         break;
     }

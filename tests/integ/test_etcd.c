@@ -477,6 +477,8 @@ static void test_watch_sees_puts_and_deletes_in_order(void **state)
     fx_etcd_stats st;
     fx_etcd_get_stats(C.e, &st);
     assert_int_equal(st.watch_events, 5);
+    assert_int_equal(st.requests[FX_ETCD_KIND_WATCH], 1);
+    assert_int_equal(st.requests[FX_ETCD_KIND_PUT], 5);
 }
 
 static void test_watch_after_compaction_reports_and_restarts(void **state)
