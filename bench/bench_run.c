@@ -1133,6 +1133,8 @@ int fx_bench_run_once(const fx_bench_cfg *c, fx_bench_result *r)
         return fx_bench_replay_run(c, r);
     if (c->mode == FX_BENCH_GROUP)
         return fx_bench_group_run(c, r);
+    if (c->mode == FX_BENCH_CACHE)
+        return fx_bench_cache_run(c, r);
     if (c->mode == FX_BENCH_IDLE_SUBS)
         return idle_subs_run(c, r);
     if (c->mode == FX_BENCH_ISOLATION)

@@ -23,7 +23,15 @@ typedef enum fx_bench_mode {
     FX_BENCH_FSYNC_PROBE, /* no broker: the disk's append + fdatasync rate (bench_probe.c) */
     FX_BENCH_REPLAY,      /* throughput fanout 1, then a catch-up replay of it (bench_replay.c) */
     FX_BENCH_GROUP,       /* consumer groups: competing consumers with acks (bench_group.c) */
+    FX_BENCH_CACHE,       /* cache gets/puts, closed-loop clients (bench_cache.c) */
 } fx_bench_mode;
+
+/* --mode cache --op: what the clients send. */
+typedef enum fx_bench_cache_op {
+    FX_BENCH_CACHE_GET,  /* gets of keys filled first */
+    FX_BENCH_CACHE_SET,  /* puts */
+    FX_BENCH_CACHE_FILL, /* puts of K distinct keys once: the broker's RSS per entry */
+} fx_bench_cache_op;
 
 /* Everything one run needs. Strings are borrowed for the run. */
 typedef struct fx_bench_cfg {
@@ -86,6 +94,15 @@ typedef struct fx_bench_cfg {
     uint64_t group_count;
     uint32_t group_window;
     uint32_t ack_wait_ms;
+    /* cache: the op, closed-loop clients, requests in flight per client,
+     * the fx_clients (connections) they share (client i on i mod N), and
+     * the keys "key:%012u" in [0, keys) (get/set: drawn at random; fill:
+     * each once). */
+    fx_bench_cache_op cache_op;
+    uint32_t clients;
+    uint32_t pipeline;
+    uint32_t connections;
+    uint64_t keys;
 } fx_bench_cfg;
 
 /* Most consumers of a group run. */
@@ -183,6 +200,17 @@ typedef struct fx_bench_result {
     double broker_late_p50_ms, broker_late_p99_ms;
     uint64_t broker_late_n;
     uint64_t per_consumer_acked[FX_BENCH_GROUP_CONSUMERS_MAX];
+    /* cache: msgs_per_s is ops/s (answers inside the measured window),
+     * lat request -> answer, t.errors the failed requests; the answers in
+     * the window, gets that missed or answered a value of another length
+     * (each makes the run invalid), requests re-sent by the main thread
+     * after FX_EFULL, connections used, the fill's seconds (fill op, and a
+     * get run's preparation); fill op: rss_idle_kb / rss_subs_kb are the
+     * broker's VmRSS before and after, their difference per key, and the
+     * broker's felix_cache_entries after (UINT64_MAX: no --admin). */
+    uint64_t cache_ops, cache_misses, cache_bad_len, cache_full_retries, cache_entries;
+    uint32_t connections;
+    double fill_s, rss_per_entry_bytes;
 } fx_bench_result;
 
 /* Runs |cfg| once and fills |r|. Returns 0 when the run took place (valid
@@ -255,6 +283,28 @@ void fx_bench_group_json(const fx_bench_cfg *cfg, const fx_bench_result *r);
 /* Formats |r| as one human line into |buf| (INVALID and the reason when
  * not valid). Returns snprintf's result. */
 int fx_bench_group_format(char *buf, size_t cap, const fx_bench_cfg *cfg, const fx_bench_result *r);
+
+/* Cache (--mode cache, bench_cache.c), shaped like redis-benchmark -t
+ * get|set -d P -c C -P pipeline -r keys: cfg->clients closed-loop clients
+ * over cfg->connections fx_clients, each client with cfg->pipeline requests
+ * in flight (fx_cache_get_async / fx_cache_put_async of payload bytes, no
+ * TTL, in cache "bench" of namespace cfg->ns) and its next request sent
+ * from the previous one's callback; keys drawn at random in [0, keys). A
+ * get run first puts every key (not measured). After cfg->warmup answers,
+ * min_seconds are measured: ops/s and request -> answer latency. The fill
+ * op puts each of the keys once into a cache of its own (the broker's
+ * VmRSS before and after: needs cfg->broker_pid). Returns 0 (valid or not)
+ * or the setup error. Main thread. */
+int fx_bench_cache_run(const fx_bench_cfg *cfg, fx_bench_result *r);
+/* Prints the cache fields of |r| as JSON members, each followed by a comma;
+ * |jnum| prints one number (null for NaN). Main thread. */
+void fx_bench_cache_json(const fx_bench_cfg *cfg, const fx_bench_result *r,
+                         void (*jnum)(const char *, double, int));
+/* Formats |r| as one human line into |buf|. Returns snprintf's result. */
+int fx_bench_cache_format(char *buf, size_t cap, const fx_bench_cfg *cfg, const fx_bench_result *r);
+/* The op's name, and its parse (0 or -1). */
+const char *fx_bench_cache_op_name(fx_bench_cache_op op);
+int fx_bench_cache_op_parse(const char *s, fx_bench_cache_op *op);
 
 /* One throughput-shaped run (bench_run.c): set up, publish, collect. Used
  * by the replay mode for its live phase. */

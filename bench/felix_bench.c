@@ -37,18 +37,24 @@ typedef struct opts {
     bool mins_set;   /* --min-seconds given */
     bool maxs_set;   /* --max-seconds given */
     bool window_set; /* --window given (throughput --ack, or group) */
+    bool conns_set;  /* --connections given */
     uint64_t seen;   /* bit (option - O_MODE) of every option given */
 } opts;
 
 static const char *const MODE_NAMES[] = {"throughput", "latency",     "overload", "idle-subs",
-                                         "isolation",  "fsync-probe", "replay",   "group"};
-#define NMODES 8
+                                         "isolation",  "fsync-probe", "replay",   "group",
+                                         "cache"};
+#define NMODES 9
+
+/* cache: --connections default: one per client, at most this many (each
+ * fx_client is a QUIC connection with its own loop thread). */
+#define CACHE_CONNECTIONS_DEFAULT_MAX 8u
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: felix-bench [--mode throughput|latency|overload|idle-subs|isolation|\n"
-            "                    fsync-probe|replay|group] [options]\n"
+            "                    fsync-probe|replay|group|cache] [options]\n"
             "  isolation          overload's workload (shedding profile) twice, on fresh\n"
             "                     connections: all F subscribers clean, then subscriber F-1\n"
             "                     (the victim) behind a delayed, lossy link; reports the\n"
@@ -87,6 +93,25 @@ static void usage(FILE *out)
             "  --window W         group: records each member may hold unacked (default 256)\n"
             "  --ack-wait-ms MS   group: each member's ack wait (default 30000; redelivery\n"
             "                     1000)\n"
+            "  cache              the broker's key-value cache, like redis-benchmark -t get|set\n"
+            "                     -d P -c C -P N -r K: C closed-loop clients, each with N\n"
+            "                     requests in flight, the next sent from the previous one's\n"
+            "                     answer; keys \"key:%%012u\" drawn at random in [0, K) (a\n"
+            "                     get run puts every key first, not measured); ops/s\n"
+            "                     (answers in the measured window) and request -> answer\n"
+            "                     p50/p99; any failed request, miss or value of another\n"
+            "                     length makes the run INVALID\n"
+            "  --op get|set|fill  cache: gets (default), puts of P-byte values without TTL,\n"
+            "                     or fill: put K distinct keys once into a new cache and\n"
+            "                     report the broker's RSS growth per entry (needs --server\n"
+            "                     and --broker-pid; --admin also checks none was evicted)\n"
+            "  --clients C        cache: closed-loop clients (default 50)\n"
+            "  --pipeline N       cache: requests in flight per client (default 1)\n"
+            "  --connections N    cache: fx_clients (QUIC connections) the clients share,\n"
+            "                     client i on connection i mod N (default C, at most 8)\n"
+            "  --keys K           cache: key space (default 10000)\n"
+            "                     e.g. felix-bench --mode cache --op get --clients 50\n"
+            "                          --pipeline 16 --payload 1024 --min-seconds 10\n"
             "  --dir DIR          fsync-probe: where the probe files go (needed; removed\n"
             "                     after); other modes: the in-process broker's durable\n"
             "                     storage root, every stream durable (durable_default,\n"
@@ -196,6 +221,11 @@ enum {
     O_CONSUMERS,
     O_COUNT,
     O_ACK_WAIT,
+    O_OP,
+    O_CLIENTS,
+    O_PIPELINE,
+    O_CONNECTIONS,
+    O_KEYS,
     O_HELP,
 };
 
@@ -239,6 +269,11 @@ static const struct option LONG_OPTS[] = {
     {"consumers", 1, 0, O_CONSUMERS},
     {"count", 1, 0, O_COUNT},
     {"ack-wait-ms", 1, 0, O_ACK_WAIT},
+    {"op", 1, 0, O_OP},
+    {"clients", 1, 0, O_CLIENTS},
+    {"pipeline", 1, 0, O_PIPELINE},
+    {"connections", 1, 0, O_CONNECTIONS},
+    {"keys", 1, 0, O_KEYS},
     {"help", 0, 0, O_HELP},
     {0, 0, 0, 0},
 };
@@ -281,6 +316,15 @@ static int parse_num(opts *o, int c, const char *arg)
         return parse_u64(arg, 1, 1u << 24, &o->c.group_count);
     case O_ACK_WAIT:
         return parse_u64(arg, 1, 600000, &v) ? -1 : (o->c.ack_wait_ms = (uint32_t)v, 0);
+    case O_CLIENTS:
+        return parse_u64(arg, 1, 10000, &v) ? -1 : (o->c.clients = (uint32_t)v, 0);
+    case O_PIPELINE:
+        return parse_u64(arg, 1, 1024, &v) ? -1 : (o->c.pipeline = (uint32_t)v, 0);
+    case O_CONNECTIONS:
+        o->conns_set = true;
+        return parse_u64(arg, 1, 256, &v) ? -1 : (o->c.connections = (uint32_t)v, 0);
+    case O_KEYS:
+        return parse_u64(arg, 1, 100000000, &o->c.keys);
     case O_RATE:
         return parse_u64(arg, 1, 1000000, &v) ? -1 : (o->c.rate = (uint32_t)v, 0);
     case O_RECORDS:
@@ -355,6 +399,9 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_GROUP_CELL:
             bad = fx_bench_gcell_parse(optarg, &o->c.group_cell);
+            break;
+        case O_OP:
+            bad = fx_bench_cache_op_parse(optarg, &o->c.cache_op);
             break;
         case O_ACK:
             o->c.ack = true;
@@ -587,10 +634,85 @@ static int finish_group(opts *o)
     return 0;
 }
 
+/* The options only cache mode takes, and those it does not. */
+static const uint64_t CACHE_ONLY =
+    SEEN(O_OP) | SEEN(O_CLIENTS) | SEEN(O_PIPELINE) | SEEN(O_CONNECTIONS) | SEEN(O_KEYS);
+static const uint64_t CACHE_NOT =
+    SEEN(O_FANOUT) | SEEN(O_BATCH) | SEEN(O_STREAMS) | SEEN(O_TOTAL) | SEEN(O_ACK) | SEEN(O_CB) |
+    SEEN(O_PUBLISHERS) | SEEN(O_WINDOW) | SEEN(O_RATE) | SEEN(O_SUBS) | SEEN(O_WATCH) |
+    SEEN(O_VDELAY) | SEEN(O_VDROP) | SEEN(O_DIR) | SEEN(O_DROP) | SEEN(O_RECORDS) |
+    SEEN(O_SYNC_EVERY) | SEEN(O_GROUP_CELL) | SEEN(O_CONSUMERS) | SEEN(O_COUNT) |
+    SEEN(O_ACK_WAIT) | SEEN(O_IDEM);
+
+/* cache: defaults and the combination. Returns 0 or 2. */
+static int finish_cache(opts *o)
+{
+    fx_bench_cfg *c = &o->c;
+    uint64_t extra = o->seen & CACHE_NOT;
+    if (extra) {
+        fprintf(stderr,
+                "felix-bench: cache mode: --%s does not apply (it takes --op, --clients, "
+                "--pipeline, --connections, --keys, --payload, --warmup, --min-seconds, "
+                "--max-seconds, --runs and the connection options)\n",
+                opt_name(O_MODE + __builtin_ctzll(extra)));
+        return 2;
+    }
+    bool fill = c->cache_op == FX_BENCH_CACHE_FILL;
+    if (fill && (o->seen & (SEEN(O_PIPELINE) | SEEN(O_MINS) | SEEN(O_WARMUP)))) {
+        fprintf(stderr, "felix-bench: cache fill puts each key once with --clients requests in "
+                        "flight: --pipeline, --min-seconds and --warmup do not apply\n");
+        return 2;
+    }
+    if (fill && (c->server == NULL || c->broker_pid == 0)) {
+        fprintf(stderr, "felix-bench: cache fill measures an external broker's RSS: it needs "
+                        "--server and --broker-pid (and --admin to check nothing was "
+                        "evicted)\n");
+        return 2;
+    }
+    if (c->clients == 0)
+        c->clients = 50;
+    if (c->pipeline == 0)
+        c->pipeline = 1;
+    if (c->keys == 0)
+        c->keys = 10000;
+    if (!o->conns_set)
+        c->connections =
+            c->clients < CACHE_CONNECTIONS_DEFAULT_MAX ? c->clients : CACHE_CONNECTIONS_DEFAULT_MAX;
+    if (c->connections > c->clients) {
+        fprintf(stderr, "felix-bench: cache: --connections %u is more than --clients %u\n",
+                c->connections, c->clients);
+        return 2;
+    }
+    if (!o->warmup_set)
+        c->warmup = fill ? 0 : 2000;
+    if (fill && !o->maxs_set)
+        c->max_seconds = 600;
+    if (c->max_seconds < c->min_seconds) {
+        fprintf(stderr, "felix-bench: --max-seconds is below --min-seconds\n");
+        return 2;
+    }
+    c->fanout = 0;
+    c->streams = 0;
+    c->batch = 0;
+    if (c->server && !c->pin && !c->insecure) {
+        fprintf(stderr, "felix-bench: --server needs --pin HEX (the fingerprint felix-broker "
+                        "prints at start) or --insecure\n");
+        return 2;
+    }
+    return 0;
+}
+
 /* Fills mode defaults and checks the combination. Returns 0 or 2. */
 static int finish_cfg(opts *o)
 {
     fx_bench_cfg *c = &o->c;
+    if (c->mode == FX_BENCH_CACHE)
+        return finish_cache(o);
+    if (o->seen & CACHE_ONLY) {
+        fprintf(stderr, "felix-bench: --op, --clients, --pipeline, --connections and --keys "
+                        "need --mode cache\n");
+        return 2;
+    }
     if (c->mode == FX_BENCH_GROUP)
         return finish_group(o);
     if (o->seen & GROUP_ONLY) {
@@ -966,6 +1088,13 @@ static void print_json(const opts *o, const fx_bench_result *r, int run)
         return;
     }
     json_common(o, r, run);
+    if (c->mode == FX_BENCH_CACHE) {
+        fx_bench_cache_json(c, r, jnum);
+        json_lat(&r->lat); /* request -> answer (none for fill) */
+        json_tail(o, r);
+        fflush(stdout);
+        return;
+    }
     if (c->mode == FX_BENCH_GROUP) {
         fx_bench_group_json(c, r);
         json_tail(o, r);
@@ -1081,6 +1210,15 @@ static void print_human(const opts *o, const fx_bench_result *r, int run)
     char line[512], samples[96];
     if (c->mode == FX_BENCH_FSYNC_PROBE) {
         print_probe_human(o, r, run);
+        return;
+    }
+    if (c->mode == FX_BENCH_CACHE) {
+        fx_bench_cache_format(line, sizeof(line), c, r);
+        printf("run %d  payload %zu  %s\n", run, c->payload, line);
+        if (r->have_server)
+            printf("       broker: peak RSS %.1f MB, CPU %.0f%%\n", (double)r->peak_rss_kb / 1024.0,
+                   100.0 * (r->server_user_s + r->server_sys_s) / r->run_s);
+        fflush(stdout);
         return;
     }
     if (c->mode == FX_BENCH_GROUP) {
@@ -1216,6 +1354,14 @@ static void print_medians(const opts *o, const fx_bench_result *rs, int n)
                median_of(rs, n, offsetof(fx_bench_result, msgs_per_s)),
                median_of(rs, n, offsetof(fx_bench_result, replay_msgs_per_s)),
                median_of(rs, n, offsetof(fx_bench_result, replay_vs_live)));
+    else if (o->c.mode == FX_BENCH_CACHE && o->c.cache_op == FX_BENCH_CACHE_FILL)
+        printf("median of %d: %.0f bytes per entry\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, rss_per_entry_bytes)));
+    else if (o->c.mode == FX_BENCH_CACHE)
+        printf("median of %d: %.0f ops/s  p50 %.1f  p99 %.1f us\n", n,
+               median_of(rs, n, offsetof(fx_bench_result, msgs_per_s)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p50_us)),
+               median_of(rs, n, offsetof(fx_bench_result, lat.p99_us)));
     else if (o->c.mode == FX_BENCH_GROUP && o->c.group_cell == FX_BENCH_GCELL_REDELIVERY)
         printf("median of %d: lateness p50 %.3f  p99 %.3f ms\n", n,
                median_of(rs, n, offsetof(fx_bench_result, lateness_p50_ms)),

@@ -4,7 +4,8 @@
 # Usage: scripts/deps.sh [--fuzz | --peers]
 #   --fuzz   adds clang and libFuzzer's runtime
 #   --peers  adds the brokers and client libraries the benchmark scripts compare with
-#            (bench/compare-peers.sh, bench/durable.sh: ../shared/peers/run-peers.sh) and jq
+#            (bench/compare-peers.sh, bench/durable.sh: ../shared/peers/run-peers.sh; bench/cache.sh:
+#            redis-server with TLS, redis-benchmark and redis-cli from redis-tools, openssl) and jq
 set -euo pipefail
 
 pkgs=(
@@ -12,7 +13,7 @@ pkgs=(
     libngtcp2-dev libngtcp2-crypto-gnutls-dev
     libgnutls28-dev nettle-dev
     libjansson-dev libyaml-dev libmicrohttpd-dev libcurl4-gnutls-dev
-    libcmocka-dev libdeflate-dev libsodium-dev
+    libcmocka-dev libdeflate-dev liblzma-dev libsodium-dev
     chromium curl
     libsystemd-dev
     # libfelix's packaging and the Python package: man pages, .deb files with
@@ -20,12 +21,14 @@ pkgs=(
     help2man dpkg-dev systemd man-db
     python3 python3-pytest python3-setuptools python3-venv python3-pip
     # the cluster's coordination store: tests/integ/test_etcd.c and scripts/etcd.sh run a
-    # real single-member etcd (etcd-client gives etcdctl for looking at it by hand)
-    etcd-server etcd-client
+    # real single-member etcd (etcd-client gives etcdctl for looking at it by hand; openssl
+    # makes the certificates of the TLS case)
+    etcd-server etcd-client openssl
 )
 case "${1:-}" in
     --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
-    --peers) pkgs+=(nats-server libnats-dev redis-server libhiredis-dev mosquitto libmosquitto-dev jq) ;;
+    --peers) pkgs+=(nats-server libnats-dev redis-server redis-tools libhiredis-dev mosquitto
+                    libmosquitto-dev jq openssl) ;;
     "") ;;
     *) echo "usage: scripts/deps.sh [--fuzz | --peers]" >&2; exit 2 ;;
 esac

@@ -112,6 +112,14 @@ typedef struct fx_client_opts {
      * Needs a broker advertising FEATURE_IDEMPOTENT_PRODUCER (else connect
      * fails with FX_EPROTO). */
     bool idempotent; /* false (FELIX_IDEMPOTENT) */
+    /* Cache requests (fx_cache_*): the bidirectional streams of the first
+     * connection they share, many requests in flight on each (at most 64);
+     * the requests in flight on the whole client (a caller finding them all
+     * taken waits, see fx_cache_put); and how long one request waits for its
+     * answer before it fails with FX_ETIMEDOUT. */
+    uint32_t cache_streams;     /* 4 (FELIX_CACHE_STREAMS) */
+    uint32_t cache_inflight;    /* 4096 (FELIX_CACHE_INFLIGHT) */
+    int cache_timeout_ms;       /* 5000 (FELIX_CACHE_TIMEOUT_MS) */
 } fx_client_opts;
 
 /* Payload-entry bytes (4-byte length + payload per message) one merged
@@ -343,6 +351,93 @@ int fx_subscription_error(fx_subscription *s, fx_sub_error *e);
  * inside. Must not race with a new call on |s|. NULL ok. */
 void fx_unsubscribe(fx_subscription *s);
 
+
+/* ---- cache ---------------------------------------------------------------- */
+
+/* The broker's key-value cache (docs/cache.md), scoped (client's tenant,
+ * |ns|, |cache|, |key|), on the client's first connection: requests travel
+ * on a pool of cache_streams bidirectional streams, many in flight on each,
+ * paired with their answers by request id. |ns|, |cache| and |key| must be
+ * non-empty UTF-8 (else -EINVAL, nothing sent). An error answer fails only
+ * its own request: the client, and the other requests, go on.
+ *
+ * Waiting: at most cache_inflight requests are in flight on a client; a
+ * blocking call, or an async call made off the client's loop, finding them
+ * all taken waits for a slot (bounded by cache_timeout_ms: FX_ETIMEDOUT);
+ * an async call made on the loop (from a callback) returns FX_EFULL instead.
+ * Every request is answered or failed within cache_timeout_ms of being sent
+ * (FX_ETIMEDOUT: a put may or may not have been applied).
+ *
+ * Errors common to every fx_cache_* call: -EINVAL (bad argument, a name not
+ * UTF-8 or empty); FX_ETOOBIG (a put's value larger than max_frame_bytes can
+ * carry); FX_EFORBIDDEN (no cache.read / cache.write on the cache); FX_EREMOTE
+ * (any other error answer, "cache scope not found: T/NS/C" and "cache put
+ * refused: value too large" among them: the broker's text via
+ * fx_client_last_error); FX_ESHUTDOWN (the broker drains); FX_ETIMEDOUT;
+ * FX_ECONNLOST (the connection was lost with the request in flight: a put may
+ * or may not have been applied; later requests go on the new connection when
+ * opts.reconnect); FX_ECLOSED (client closing); FX_EPROTO (an answer that
+ * does not pair with the request); FX_EWOULDBLOCK_LOOP (a blocking call made
+ * in a callback); -ENOMEM. */
+
+/* Stores |len| bytes of |value| (copied) under |key|, replacing any entry.
+ * |ttl_ms| 0: no expiry; else the entry expires |ttl_ms| after the broker
+ * applied the put. Waits for the broker's answer. Returns 0 or an error. */
+int fx_cache_put(fx_client *c, const char *ns, const char *cache, const char *key,
+                 const void *value, size_t len, uint64_t ttl_ms);
+
+/* Reads |key|: copies the value into |buf| (|cap| bytes) and sets |*len| to
+ * its length. Returns 0; FX_ENOTFOUND on a miss or an expired entry (*len
+ * 0); FX_ETOOBIG when |cap| is smaller than the value (*len is its length,
+ * nothing copied); or an error. |buf| may be NULL when |cap| is 0. */
+int fx_cache_get(fx_client *c, const char *ns, const char *cache, const char *key, void *buf,
+                 size_t cap, size_t *len);
+
+/* As fx_cache_get, into a buffer it allocates: |*value| (release with
+ * free(); one byte at least, so never NULL on success) and |*len|. Returns
+ * 0; FX_ENOTFOUND on a miss (*value NULL); or an error. */
+int fx_cache_get_alloc(fx_client *c, const char *ns, const char *cache, const char *key,
+                       void **value, size_t *len);
+
+/* Removes |key|. |*existed| (may be NULL): whether a live entry was removed.
+ * Returns 0 (found or not) or an error; FX_EPROTO when the broker does not
+ * serve deletes (no FEATURE_CACHE_DELETE in its auth_ok). */
+int fx_cache_delete(fx_client *c, const char *ns, const char *cache, const char *key,
+                    bool *existed);
+
+/* Completion of an async cache request: runs once, on the client's loop
+ * (must not block). |rv| 0, FX_ENOTFOUND or an error (the broker's text via
+ * fx_client_last_error inside the callback). |value|/|len| are valid only
+ * during the call: a get's value; a delete's removed value or NULL (nothing
+ * removed, rv FX_ENOTFOUND); a put's NULL, 0. */
+typedef void (*fx_cache_cb)(void *user, int rv, const void *value, size_t len);
+
+/* Async variants: return 0 once the request is queued (|cb| then runs
+ * exactly once), or an error (|cb| never runs), FX_EFULL among them (on the
+ * loop with cache_inflight requests in flight). */
+int fx_cache_put_async(fx_client *c, const char *ns, const char *cache, const char *key,
+                       const void *value, size_t len, uint64_t ttl_ms, fx_cache_cb cb, void *user);
+int fx_cache_get_async(fx_client *c, const char *ns, const char *cache, const char *key,
+                       fx_cache_cb cb, void *user);
+int fx_cache_delete_async(fx_client *c, const char *ns, const char *cache, const char *key,
+                          fx_cache_cb cb, void *user);
+
+/* Conditional put: stores as fx_cache_put only if |if_absent| (no live
+ * entry has |key|) or, with |if_version| != 0, if the live entry has
+ * exactly that version (set exactly one of them, else -EINVAL). Returns 0
+ * whether or not it applied: |*applied| (may be NULL) says which, and
+ * |*version| (may be NULL) is the version written when applied, else the
+ * key's current version (0: no live entry). FX_EPROTO when the broker does
+ * not serve conditional writes (no FEATURE_CACHE_CONDITIONAL). */
+int fx_cache_put_if(fx_client *c, const char *ns, const char *cache, const char *key,
+                    const void *value, size_t len, uint64_t ttl_ms, bool if_absent,
+                    uint64_t if_version, bool *applied, uint64_t *version);
+
+/* As fx_cache_get_alloc, also returning the entry's version (every write of
+ * a key gets a new one; use it with fx_cache_put_if). FX_EPROTO when the
+ * broker does not serve conditional writes. */
+int fx_cache_get_versioned(fx_client *c, const char *ns, const char *cache, const char *key,
+                           void **value, size_t *len, uint64_t *version);
 
 /* ---- consumer groups ------------------------------------------------------ */
 

@@ -604,7 +604,9 @@
     S(FX_MSTREAM_FIRST_OFFSET, "felix_storage_stream_first_offset",                                \
       "Oldest offset still in a durable stream's log (rises as retention deletes segments)")       \
     S(FX_MSTREAM_NEXT_OFFSET, "felix_storage_stream_next_offset",                                  \
-      "Offset the next record appended to a durable stream's log gets")
+      "Offset the next record appended to a durable stream's log gets")                            \
+    S(FX_MSTREAM_PRODUCERS, "felix_storage_stream_producers",                                      \
+      "Idempotent producers a durable stream's log knows (its producer table)")
 
 /* ---- per-group series -------------------------------------------------
  * Series labelled tenant, namespace, stream, group, rendered at each scrape

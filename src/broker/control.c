@@ -19,6 +19,7 @@
 #include "broker/bidi_life.h"
 #include "broker/durable.h"
 #include "broker/durable_admin.h"
+#include "broker/idem.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 
@@ -255,6 +256,7 @@ static void streams_part(fx_broker *b, gpart *p, void *arg)
         set_u64(e, "first_offset", fx_stream_oldest(st));
         set_u64(e, "next_offset", fx_stream_tail(st));
         set_u64(e, "subscribers", fx_stream_subscriber_count(st));
+        set_u64(e, "producers", fxb_idem_producers(w, s->id));
         char key[24];
         id_key(key, sizeof(key), s->id);
         json_object_set_new(o, key, e);
@@ -314,7 +316,8 @@ static json_t *stream_entry(fx_broker *b, gather *g, const fxb_durable_view *dv,
     char key[24];
     id_key(key, sizeof(key), id);
     json_t *st = json_object_get(g->parts[fx_placement_worker_for(id, b->nworkers)].j, key);
-    const char *fields[] = {"messages", "bytes", "first_offset", "next_offset", "subscribers"};
+    const char *fields[] = {"messages", "bytes",       "first_offset",
+                            "next_offset", "subscribers", "producers"};
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         json_t *v = st != NULL ? json_object_get(st, fields[i]) : NULL;
         set_u64(e, fields[i], v != NULL ? (uint64_t)json_integer_value(v) : 0);

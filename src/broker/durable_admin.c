@@ -292,7 +292,7 @@ int fx_broker_stream_offset_for_time(fx_broker *b, const char *tenant, const cha
 typedef struct vrow {
     dstate state;
     char *why;
-    uint64_t v[4];
+    uint64_t v[5];
 } vrow;
 
 /* A live catalogue entry with retention overrides; names point into the
@@ -336,6 +336,7 @@ static int view_rows(fxb_durable *d, fxb_durable_view *v)
         r->v[1] = atomic_load_explicit(&x->next_off, memory_order_relaxed);
         r->v[2] = atomic_load_explicit(&x->bytes, memory_order_relaxed);
         r->v[3] = atomic_load_explicit(&x->segments, memory_order_relaxed);
+        r->v[4] = atomic_load_explicit(&x->producers, memory_order_relaxed);
         if (fxb_idtable_insert(&v->ids, x->handle_id, r++) != 0)
             return -ENOMEM;
     }
@@ -447,7 +448,8 @@ void fxb_durable_describe(const fxb_durable_view *v, const fx_stream_handle *h, 
 {
     bool durable = fx_stream_handle_is_durable(h);
     json_object_set_new(e, "durable", json_boolean(durable));
-    const char *keys[] = {"log_first_offset", "log_next_offset", "bytes_on_disk", "segments"};
+    const char *keys[] = {"log_first_offset", "log_next_offset", "bytes_on_disk", "segments",
+                          "producers"};
     const fxb_idslot *slot =
         v != NULL && durable ? fxb_idtable_find(&v->ids, fx_stream_handle_id(h)) : NULL;
     const vrow *r = slot != NULL ? slot->p : NULL;
@@ -457,6 +459,10 @@ void fxb_durable_describe(const fxb_durable_view *v, const fx_stream_handle *h, 
     bool open = r != NULL && r->state == DSTATE_OPEN;
     for (size_t i = 0; i < 4; i++)
         json_object_set_new(e, keys[i], open ? json_integer((json_int_t)r->v[i]) : json_null());
+    /* A durable stream's producers are in its log's table (the worker's
+     * figure, set before, is that of a stream in memory). */
+    if (durable)
+        json_object_set_new(e, keys[4], open ? json_integer((json_int_t)r->v[4]) : json_null());
     json_object_set_new(e, "durable_state", state != NULL ? json_string(state) : json_null());
     json_object_set_new(e, "durable_error",
                         r != NULL && r->why != NULL ? json_string(r->why) : json_null());
@@ -515,6 +521,8 @@ static size_t copy_rows(fxb_durable *d, mrow **prows)
             (int64_t)atomic_load_explicit(&x->first, memory_order_relaxed);
         r->v[FX_MSTREAM_NEXT_OFFSET] =
             (int64_t)atomic_load_explicit(&x->next_off, memory_order_relaxed);
+        r->v[FX_MSTREAM_PRODUCERS] =
+            (int64_t)atomic_load_explicit(&x->producers, memory_order_relaxed);
         r++;
     }
     return n;

@@ -89,6 +89,7 @@ typedef struct dstats {
     uint64_t handle_id;
     const fx_stream_handle *h; /* its names; a reference is held while it is listed */
     atomic_uint_fast64_t first, next_off, bytes, segments;
+    atomic_uint_fast64_t producers; /* in the log's producer table */
     dstate state;
     char why[512]; /* DAMAGED, FAILED: the reason, naming file and position */
 } dstats;

@@ -144,6 +144,8 @@ static void stats_update(dstream *s)
     atomic_store_explicit(&s->stats->next_off, fx_dlog_next_offset(s->log), memory_order_relaxed);
     atomic_store_explicit(&s->stats->bytes, bytes, memory_order_relaxed);
     atomic_store_explicit(&s->stats->segments, segs, memory_order_relaxed);
+    atomic_store_explicit(&s->stats->producers, fx_producers_count(fx_dlog_producers(s->log)),
+                          memory_order_relaxed);
 }
 
 static dstats *stats_new(fx_stream_handle *h, dstate state)

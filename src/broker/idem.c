@@ -206,10 +206,10 @@ void fxb_idem_answer(fxb_job *j, int rv, const char *err)
     j->nacks = 0;
 }
 
-uint64_t fxb_idem_producers(fxb_worker *w, const fx_stream_handle *h)
+uint64_t fxb_idem_producers(fxb_worker *w, uint64_t stream_id)
 {
-    fx_producers *tab = table_of(w, h, false);
-    return tab != NULL ? fx_producers_count(tab) : 0;
+    fxb_idslot *e = fxb_idtable_find(&w->idem, stream_id);
+    return e != NULL ? fx_producers_count(e->p) : 0;
 }
 
 void fxb_idem_stream_gone(fxb_worker *w, const fx_stream_handle *h)

@@ -73,8 +73,10 @@ void fxb_idem_answer(fxb_job *j, int rv, const char *err);
 void fxb_idem_stream_gone(fxb_worker *w, const fx_stream_handle *h);
 /* Frees every table of |w| (teardown, loops stopped). */
 void fxb_idem_free_all(fxb_worker *w);
-/* Producers in |h|'s table on |w| (0: none). Worker thread. */
-uint64_t fxb_idem_producers(fxb_worker *w, const fx_stream_handle *h);
+/* Producers in the table of the stream whose handle id is |stream_id| on
+ * |w| (0: none; a durable stream's are in its log's table instead). Worker
+ * thread (GET /v1/streams asks it there). */
+uint64_t fxb_idem_producers(fxb_worker *w, uint64_t stream_id);
 /* A new producer id: 63 random bits (the JSON codec carries u64 up to
  * 2^63-1), never 0. Any thread. */
 uint64_t fxb_idem_new_producer_id(void);

@@ -27,8 +27,13 @@ uint64_t fxc_client_deadline(int timeout_ms)
 
 int fxc_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns)
 {
+    return fxc_client_wait_on(&c->mu, cv, deadline_ns);
+}
+
+int fxc_client_wait_on(pthread_mutex_t *mu, pthread_cond_t *cv, uint64_t deadline_ns)
+{
     if (deadline_ns == 0) {
-        pthread_cond_wait(cv, &c->mu);
+        pthread_cond_wait(cv, mu);
         return 0;
     }
     uint64_t now = fx_now_ns();
@@ -39,7 +44,7 @@ int fxc_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns)
     uint64_t abs = (uint64_t)ts.tv_sec * FX_NS_PER_S + (uint64_t)ts.tv_nsec + (deadline_ns - now);
     ts.tv_sec = (time_t)(abs / FX_NS_PER_S);
     ts.tv_nsec = (long)(abs % FX_NS_PER_S);
-    int rv = pthread_cond_timedwait(cv, &c->mu, &ts);
+    int rv = pthread_cond_timedwait(cv, mu, &ts);
     return rv == ETIMEDOUT ? FX_ETIMEDOUT : 0;
 }
 
@@ -94,10 +99,14 @@ int fxc_client_send_auth(cconn *cc, int64_t sid)
     bool idem = cc->c->o.idempotent;
     fx_msg_init_auth(&m, cc->c->o.tenant, cc->c->o.token, true,
                      FX_CLIENT_FLAGS | (idem ? FX_FLAG_PUBLISH_IDEMPOTENT : 0));
+    /* The cache bits (wire-cache): cache_delete is used, and cache_value
+     * may carry the entry's version (conditional writes). */
+    m.client_features = FX_FEATURE_CACHE_DELETE | FX_FEATURE_CACHE_CONDITIONAL;
+    m.has_client_features = true;
     if (idem) {
         /* The idempotent producer's bits: producer_init and 0x0109 served,
          * sequence_reused reported, publish_ok with offset and duplicate. */
-        m.client_features =
+        m.client_features |=
             FX_FEATURE_IDEMPOTENT_PRODUCER | FX_FEATURE_SEQUENCE_REUSED | FX_FEATURE_EXTENDED;
         m.has_client_features = true;
         m.client_features_hi = FX_FEATURE_HI_PUBLISH_OFFSETS;
@@ -114,6 +123,7 @@ void fxc_client_ref(fx_client *c)
 static void client_free(fx_client *c)
 {
     fxc_pub_deinit(c);
+    fxc_cache_deinit(c);
     for (size_t i = 0; i < c->nconns; i++)
         free(c->conns[i]);
     free(c->conns);
@@ -144,6 +154,7 @@ static void on_handshake_done(fx_quic_conn *qc, void *user)
     fxc_pub_conn_ready(cc->c, cc);
     fxc_sub_conn_ready(cc->c, cc);
     fxc_grp_conn_ready(cc->c, cc);
+    fxc_cache_conn_ready(cc->c, cc);
 }
 
 static void on_stream_open(fx_quic_conn *qc, int64_t sid, void *user)
@@ -179,6 +190,9 @@ static void on_stream_data(fx_quic_conn *qc, int64_t sid, const uint8_t *data, s
     case SK_GROUP:
         fxc_grp_on_req_data(su, data, len, fin);
         break;
+    case SK_CACHE:
+        fxc_cache_on_data(su, data, len, fin);
+        break;
     }
 }
 
@@ -201,6 +215,9 @@ static void on_stream_close(fx_quic_conn *qc, int64_t sid, bool reset, uint64_t 
     case SK_GROUP:
         fxc_grp_on_req_close(su, reset, code);
         break;
+    case SK_CACHE:
+        fxc_cache_on_close(su, reset, code);
+        break;
     }
 }
 
@@ -210,6 +227,7 @@ static void on_writable(fx_quic_conn *qc, void *user)
     cconn *cc = user;
     fxc_pub_conn_ready(cc->c, cc);
     fxc_grp_conn_writable(cc->c, cc);
+    fxc_cache_conn_ready(cc->c, cc);
 }
 
 static int close_reason(const fx_quic_close_info *info)
@@ -273,6 +291,7 @@ static void retry_fire(fx_loop *l, fx_timer *t, void *user)
         fxc_pub_conn_closed(c, cc, rv, cc->close_text, false);
         fxc_sub_conn_closed(c, cc, rv, cc->close_text, false);
         fxc_grp_conn_closed(c, cc, rv, cc->close_text, false);
+        fxc_cache_conn_closed(c, cc, rv, cc->close_text, false);
     }
 }
 
@@ -298,6 +317,7 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
     fxc_pub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
     fxc_sub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
     fxc_grp_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
+    fxc_cache_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
     pthread_mutex_lock(&c->mu);
     if (c->connect_rv == 1 && cc == c->conns[0]) {
         c->connect_rv = cc->close_rv;
@@ -384,6 +404,7 @@ static void close_task(fx_loop *l, fx_task *t, void *user)
     fxc_pub_shutdown(c);
     fxc_sub_shutdown(c);
     fxc_grp_shutdown(c);
+    fxc_cache_shutdown(c);
     fx_quic_endpoint_free(c->ep);
     c->ep = NULL;
     pthread_mutex_lock(&c->mu);
@@ -517,6 +538,8 @@ static int client_new(fx_client **pc, const fx_client_opts *o)
     rv = fx_budget_init(&c->budget, c->o.publish_inflight_bytes, NULL);
     if (rv == 0)
         rv = fxc_pub_init(c);
+    if (rv == 0 && (rv = fxc_cache_init(c)) != 0)
+        fxc_pub_deinit(c);
     if (rv != 0) {
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);

@@ -21,11 +21,21 @@
 #include "wire/frame.h"
 #include "wire/message.h"
 
+/* The cache feature bits (docs/protocol.md), until the codec names them. */
+#ifndef FX_FEATURE_CACHE_DELETE
+#define FX_FEATURE_CACHE_DELETE 0x00000004u
+#endif
+#ifndef FX_FEATURE_CACHE_CONDITIONAL
+#define FX_FEATURE_CACHE_CONDITIONAL 0x02000000u
+#endif
+
 #define FX_CLIENT_FLAGS 0x803Fu /* 0x8000: FX_FLAG_FELIXC, consumer groups */
 #define FX_CLIENT_LEGACY_FLAGS 0x07u
 #define FX_PENDING_BUCKETS 64
 #define FX_CLIENT_LINGER_MAX_US 1000000u      /* publish_linger_us bound: 1 s */
 #define FX_CLIENT_ACK_TIMEOUT_MAX_MS 86400000 /* publish_ack_timeout_ms bound: a day */
+#define FX_CLIENT_CACHE_STREAMS_MAX 64u          /* cache_streams bound */
+#define FX_CLIENT_CACHE_INFLIGHT_MAX (1u << 20) /* cache_inflight bound */
 /* Bytes of unfinished event frames one connection may hold, credited before
  * they complete: this many times max_frame_bytes (beyond it the connection
  * closes with FXC_PARTIAL_CLOSE_CODE). */
@@ -67,9 +77,11 @@ typedef struct cconn cconn;
 typedef struct pworker pworker;
 typedef struct preq preq;
 typedef struct evs evs;
+typedef struct fxc_cache fxc_cache;
+typedef struct cstream cstream;
 
 /* What a stream_user pointer points at: each such struct starts with it. */
-enum { SK_WORKER = 1, SK_SUBREQ, SK_EVENTS, SK_GROUP };
+enum { SK_WORKER = 1, SK_SUBREQ, SK_EVENTS, SK_GROUP, SK_CACHE };
 
 /* CS_RETRY: lost, a reconnect is scheduled (its backoff timer runs). */
 enum { CS_CONNECTING = 0, CS_READY, CS_CLOSED, CS_RETRY };
@@ -339,6 +351,7 @@ struct fx_client {
     atomic_uint_fast64_t pub_lost;
     atomic_uint_fast64_t reconnects; /* connections re-established */
     fx_ratelimit late_rl;            /* answers for unknown or timed-out request ids (WARN) */
+    fxc_cache *cache;                /* cache requests (cache.c) */
 };
 
 /* ---- client.c ------------------------------------------------------------- */
@@ -360,6 +373,8 @@ int fxc_client_cond_init(pthread_cond_t *cv);
 /* Waits on c->cv (mu held) until |deadline_ns| (0 = forever). Returns 0 or
  * FX_ETIMEDOUT. */
 int fxc_client_wait(fx_client *c, pthread_cond_t *cv, uint64_t deadline_ns);
+/* The same on |mu| (held). */
+int fxc_client_wait_on(pthread_mutex_t *mu, pthread_cond_t *cv, uint64_t deadline_ns);
 uint64_t fxc_client_deadline(int timeout_ms);
 /* Posts |t| to the client loop unless the client is closed (then the loop
  * may be gone). Returns true if posted. User threads. */
@@ -527,5 +542,33 @@ void fxc_grp_conn_writable(fx_client *c, cconn *cc);
 void fxc_grp_shutdown(fx_client *c);
 /* Records expired in the client so far (fx_member_stats.expired). Any thread. */
 uint64_t fxc_grp_expired(fx_group *g);
+
+/* ---- cache.c: cache requests on a pool of streams of the first connection ---- */
+
+/* Counters of a client's cache requests (tests, diagnostics). */
+typedef struct fxc_cache_counters {
+    uint64_t requests;       /* submitted */
+    uint64_t answered;       /* completed with 0 or FX_ENOTFOUND */
+    uint64_t errors;         /* completed with an error (timeouts included) */
+    uint64_t timeouts;       /* not answered within cache_timeout_ms */
+    uint64_t late;           /* answers to requests that had timed out, dropped */
+    uint64_t streams_opened; /* cache streams opened (reopened after an end included) */
+    uint64_t streams_ended;  /* cache streams ended (by the broker, an error, a lost connection) */
+} fxc_cache_counters;
+
+/* Creates / frees the client's cache state (client_new / client_free). */
+int fxc_cache_init(fx_client *c);
+void fxc_cache_deinit(fx_client *c);
+/* QUIC events of a cache stream, and of the connection. Loop. */
+void fxc_cache_on_data(cstream *s, const uint8_t *data, size_t len, bool fin);
+void fxc_cache_on_close(cstream *s, bool reset, uint64_t code);
+/* Ready (handshake done) or writable again: send what waits. */
+void fxc_cache_conn_ready(fx_client *c, cconn *cc);
+/* Lost: requests in flight fail; unsent ones wait when |retry|, else fail. */
+void fxc_cache_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry);
+/* Fails every request (FX_ECLOSED) and refuses new ones (close path). Loop. */
+void fxc_cache_shutdown(fx_client *c);
+/* Relaxed reads. Any thread. */
+void fxc_cache_get_counters(fx_client *c, fxc_cache_counters *out);
 
 #endif

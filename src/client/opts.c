@@ -77,6 +77,9 @@ void fx_client_opts_init(fx_client_opts *o)
         .reconnect_max_ms = 5000,
         .publish_coalesce = true,
         .publish_ack_timeout_ms = 30000,
+        .cache_streams = 4,
+        .cache_inflight = 4096,
+        .cache_timeout_ms = 5000,
     };
 }
 
@@ -189,6 +192,20 @@ static int env_publish(fx_client_opts *o)
     return rv;
 }
 
+/* The cache request variables (fx_cache_*). */
+static int env_cache(fx_client_opts *o)
+{
+    int rv = env_u32("FELIX_CACHE_STREAMS", FX_CLIENT_CACHE_STREAMS_MAX, &o->cache_streams);
+    if (rv == 0)
+        rv = env_u32("FELIX_CACHE_INFLIGHT", FX_CLIENT_CACHE_INFLIGHT_MAX, &o->cache_inflight);
+    uint32_t ms = 0;
+    if (rv == 0)
+        rv = env_u32("FELIX_CACHE_TIMEOUT_MS", FX_CLIENT_ACK_TIMEOUT_MAX_MS, &ms);
+    if (rv == 0 && ms != 0)
+        o->cache_timeout_ms = (int)ms;
+    return rv;
+}
+
 int fx_client_opts_from_env(fx_client_opts *o)
 {
     int rv = 0;
@@ -220,6 +237,8 @@ int fx_client_opts_from_env(fx_client_opts *o)
         rv = env_u32("FELIX_MAX_FRAME_BYTES", UINT32_MAX, &o->max_frame_bytes);
     if (rv == 0)
         rv = env_publish(o);
+    if (rv == 0)
+        rv = env_cache(o);
     return rv;
 }
 
@@ -266,6 +285,9 @@ static void fill_zero_defaults(fx_client_opts *o)
     DEF(reconnect_initial_ms);
     DEF(reconnect_max_ms);
     DEF(publish_ack_timeout_ms);
+    DEF(cache_streams);
+    DEF(cache_inflight);
+    DEF(cache_timeout_ms);
 #undef DEF
     if (o->server == NULL)
         o->server = d.server;
@@ -309,6 +331,12 @@ static int check_publish(const fx_client_opts *o)
         return bad_opt("publish_linger_us", "at most 1000000 (1 s)");
     if (o->publish_ack_timeout_ms < 0 || o->publish_ack_timeout_ms > FX_CLIENT_ACK_TIMEOUT_MAX_MS)
         return bad_opt("publish_ack_timeout_ms", "expected 1 .. 86400000 (0: the default)");
+    if (o->cache_streams > FX_CLIENT_CACHE_STREAMS_MAX)
+        return bad_opt("cache_streams", "at most 64");
+    if (o->cache_inflight > FX_CLIENT_CACHE_INFLIGHT_MAX)
+        return bad_opt("cache_inflight", "at most 1048576");
+    if (o->cache_timeout_ms < 0 || o->cache_timeout_ms > FX_CLIENT_ACK_TIMEOUT_MAX_MS)
+        return bad_opt("cache_timeout_ms", "expected 1 .. 86400000 (0: the default)");
     /* Every subscription shares the client's first connection: a larger
      * pool would be accepted and not applied. */
     if (o->event_conn_pool > 1)

@@ -10,6 +10,8 @@
 /* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
 #include "integ/broker_client.h"
 
+#include <jansson.h>
+
 #include "storage/catalog.h"
 #include "storage/dlog.h"
 #include "storage/format.h"
@@ -120,6 +122,29 @@ static void expect_refused(T *t, tstream *s, fx_msg_refusal_kind kind, const cha
         fx_msg_deinit(&r);
 }
 
+/* The `producers` of t1/default/|stream| in GET /v1/streams (-1: null,
+ * -2: no such stream). */
+static long long listed_producers(T *t, const char *stream)
+{
+    char *js = NULL;
+    assert_int_equal(fx_broker_list_streams(t->b, 10 * FX_NS_PER_S, &js), 0);
+    json_t *root = json_loads(js, 0, NULL);
+    free(js);
+    assert_non_null(root);
+    json_t *v;
+    size_t i;
+    long long n = -2;
+    json_array_foreach(json_object_get(root, "streams"), i, v)
+    {
+        if (strcmp(json_string_value(json_object_get(v, "stream")), stream) == 0) {
+            json_t *p = json_object_get(v, "producers");
+            n = json_is_integer(p) ? (long long)json_integer_value(p) : -1;
+        }
+    }
+    json_decref(root);
+    return n;
+}
+
 static void test_a_resent_batch_is_answered_from_the_window(void **state)
 {
     (void)state;
@@ -145,6 +170,7 @@ static void test_a_resent_batch_is_answered_from_the_window(void **state)
     assert_true(other != pid);
     send_idem(s, "idem1", other, 0, "z");
     expect_ok(t, s, 0, 4, false);
+    assert_int_equal(listed_producers(t, "idem1"), 2); /* GET /v1/streams */
     t_free(t);
 }
 
@@ -348,6 +374,7 @@ static void test_a_durable_stream_knows_its_producers_after_a_restart(void **sta
     expect_ok(t, s, 2, 3, false);
     send_idem(s, "dur", 99, 5, "x");
     expect_refused(t, s, FX_MSG_REFUSAL_UNKNOWN_PRODUCER, "unknown producer 99", NULL);
+    assert_int_equal(listed_producers(t, "dur"), 1); /* the log's table, in GET /v1/streams */
     t_free(t);
     fix_rm_dir(root);
 }

@@ -6,6 +6,7 @@
  * threads and the client library its loops). */
 /* fx-test-libs: fx_client fx_broker fx_quic fx_wire fx_base */
 #include "../../bench/bench_acked.c"
+#include "../../bench/bench_cache.c"
 #include "../../bench/bench_group.c"
 #include "../../bench/bench_lib.c"
 #include "../../bench/bench_probe.c"
@@ -901,11 +902,141 @@ static void test_cli_group_refuses_bad_arguments(void **state)
     cli_refused("--mode throughput --count 9", "need --mode group");
     cli_refused("--mode throughput --window 4", "--publishers and --window need --mode "
                                                 "throughput --ack");
-    char out[8192];
+    char out[16384]; /* the whole --help: a pipe closed early kills felix-bench */
     assert_int_equal(bench_cli("--help", out, sizeof(out)), 0);
-    assert_non_null(strstr(out, "fsync-probe|replay|group]"));
+    assert_non_null(strstr(out, "fsync-probe|replay|group|cache]"));
     assert_non_null(strstr(out, "--group-cell CELL"));
     assert_non_null(strstr(out, "--ack-wait-ms MS"));
+}
+
+/* ---- cache mode: option parsing, a small run, its JSON line ---------------------------- */
+
+static void test_cli_cache_refuses_bad_arguments(void **state)
+{
+    (void)state;
+    cli_refused("--mode cache --op nope", "bad value for --op: 'nope'");
+    cli_refused("--mode cache --clients 0", "bad value for --clients");
+    cli_refused("--mode cache --pipeline 0", "bad value for --pipeline");
+    cli_refused("--mode cache --pipeline 1025", "bad value for --pipeline");
+    cli_refused("--mode cache --connections 0", "bad value for --connections");
+    cli_refused("--mode cache --keys 0", "bad value for --keys");
+    cli_refused("--mode cache --fanout 2", "cache mode: --fanout does not apply");
+    cli_refused("--mode cache --ack", "cache mode: --ack does not apply");
+    cli_refused("--mode cache --total 5", "cache mode: --total does not apply");
+    cli_refused("--mode cache --streams 2", "cache mode: --streams does not apply");
+    cli_refused("--mode cache --group-cell live", "cache mode: --group-cell does not apply");
+    cli_refused("--mode cache --clients 2 --connections 3",
+                "--connections 3 is more than --clients 2");
+    cli_refused("--mode cache --op fill", "cache fill measures an external broker's RSS");
+    cli_refused("--mode cache --op fill --server 127.0.0.1:1 --insecure",
+                "cache fill measures an external broker's RSS");
+    cli_refused("--mode cache --op fill --server 127.0.0.1:1 --insecure --broker-pid 1 "
+                "--pipeline 4",
+                "--pipeline, --min-seconds and --warmup do not apply");
+    cli_refused("--mode cache --op fill --server 127.0.0.1:1 --insecure --broker-pid 1 "
+                "--min-seconds 3",
+                "--pipeline, --min-seconds and --warmup do not apply");
+    cli_refused("--mode cache --server 127.0.0.1:1", "--server needs --pin HEX");
+    cli_refused("--mode cache --min-seconds 9 --max-seconds 3",
+                "--max-seconds is below --min-seconds");
+    cli_refused("--mode throughput --clients 5", "need --mode cache");
+    cli_refused("--mode latency --op get", "need --mode cache");
+    cli_refused("--mode group --keys 5", "need --mode cache");
+    char out[16384];
+    assert_int_equal(bench_cli("--help", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "--op get|set|fill"));
+    assert_non_null(strstr(out, "--connections N"));
+    assert_non_null(strstr(out, "key:%012u"));
+}
+
+/* A small get run (and a set run) against an in-process broker: every
+ * request answered, with its value, and the figures filled. */
+static void test_cache_mode_get_and_set_runs_are_valid(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR);
+    tbroker t;
+    tbroker_start(&t);
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_CACHE, 0);
+    c.cache_op = FX_BENCH_CACHE_GET;
+    c.payload = 100;
+    c.clients = 5;
+    c.pipeline = 4;
+    c.connections = 2;
+    c.keys = 300;
+    c.warmup = 50;
+    c.min_seconds = 0.5;
+    c.max_seconds = 20;
+    fx_bench_result r;
+    run_valid(&c, &r);
+    assert_int_equal(r.connections, 2);
+    assert_int_equal(r.t.errors, 0);
+    assert_int_equal(r.cache_misses, 0);
+    assert_int_equal(r.cache_bad_len, 0);
+    assert_true(r.cache_ops > 0 && r.msgs_per_s > 0);
+    assert_true(r.lat.n > 0 && r.lat.p50_us > 0 && r.lat.p50_us <= r.lat.p99_us);
+    assert_true(r.fill_s > 0);
+    c.cache_op = FX_BENCH_CACHE_SET;
+    c.pipeline = 1;
+    run_valid(&c, &r);
+    assert_true(r.cache_ops > 0 && r.lat.n > 0);
+    assert_true(isnan(r.fill_s));
+    tbroker_stop(&t);
+}
+
+/* A cache too small for the keys: the fill evicts, the gets miss, and
+ * the run is invalid and says why. */
+static void small_cache(fx_broker_opts *bo)
+{
+    bo->cache_max_bytes = 64u << 10;
+    bo->cache_max_value_bytes = 4096;
+}
+
+static void test_cache_mode_misses_make_the_run_invalid(void **state)
+{
+    (void)state;
+    fx_log_set_level(FX_LOG_ERROR);
+    tbroker t;
+    tbroker_start_with(&t, small_cache);
+    fx_bench_cfg c = inproc_cfg(&t, FX_BENCH_CACHE, 0);
+    c.cache_op = FX_BENCH_CACHE_GET;
+    c.payload = 100;
+    c.clients = 2;
+    c.pipeline = 2;
+    c.connections = 1;
+    c.keys = 2000; /* 2000 x (100 + 16 + 104) bytes: over 64 KiB */
+    c.warmup = 10;
+    c.min_seconds = 0.3;
+    c.max_seconds = 20;
+    fx_bench_result r;
+    assert_int_equal(fx_bench_cache_run(&c, &r), 0);
+    print_message("valid %d (%s)\n", r.valid, r.why);
+    assert_false(r.valid);
+    assert_true(r.cache_misses > 0);
+    assert_non_null(strstr(r.why, "gets missed"));
+    tbroker_stop(&t);
+}
+
+/* The binary against its in-process broker: one JSON line with the cache
+ * fields. */
+static void test_cli_cache_prints_one_json_line(void **state)
+{
+    (void)state;
+    char out[8192];
+    int st = bench_cli("--mode cache --op get --clients 3 --pipeline 2 --keys 100 --payload 64 "
+                       "--warmup 20 --min-seconds 0.5 --json --label c",
+                       out, sizeof(out));
+    if (st != 0)
+        fail_msg("exit %d: %s", st, out);
+    assert_non_null(strstr(out, "{\"tool\":\"felix-bench\",\"label\":\"c\""));
+    assert_non_null(strstr(out, "\"mode\":\"cache\""));
+    assert_non_null(strstr(out, "\"op\":\"get\",\"clients\":3,\"pipeline\":2,"
+                                "\"connections\":3,\"keys\":100,"));
+    assert_non_null(strstr(out, "\"errors\":0,\"valid\":true,"));
+    assert_non_null(strstr(out, "\"ops_per_s\":"));
+    assert_non_null(strstr(out, "\"p50_us\":"));
+    assert_non_null(strstr(out, "\"p99_us\":"));
+    assert_null(strchr(strchr(out, '\n') + 1, '{')); /* one line */
 }
 
 /* Delivers sequence |seq| once into |t| (a 32-byte stamped payload). */
@@ -1040,6 +1171,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cli_replay_refuses_bad_arguments),
     cmocka_unit_test(test_cli_fsync_probe_prints_one_json_line),
     cmocka_unit_test(test_cli_group_refuses_bad_arguments),
+    cmocka_unit_test(test_cli_cache_refuses_bad_arguments),
+    cmocka_unit_test(test_cache_mode_get_and_set_runs_are_valid),
+    cmocka_unit_test(test_cache_mode_misses_make_the_run_invalid),
+    cmocka_unit_test(test_cli_cache_prints_one_json_line),
     cmocka_unit_test(test_group_tracking_counts_dups_missing_and_acks),
     cmocka_unit_test(test_stream_counts_are_read_by_namespace_and_stream),
     cmocka_unit_test(test_group_lateness_quantiles_are_the_bucket_bounds_that_hold_them),
