@@ -20,6 +20,10 @@ pkgs=(
     # computed dependencies, the unit check, the Python tests and pip install
     help2man dpkg-dev systemd man-db
     python3 python3-pytest python3-setuptools python3-venv python3-pip
+    # the cluster's coordination store: tests/integ/test_etcd.c and scripts/etcd.sh run a
+    # real single-member etcd (etcd-client gives etcdctl for looking at it by hand; openssl
+    # makes the certificates of the TLS case)
+    etcd-server etcd-client openssl
 )
 case "${1:-}" in
     --fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
