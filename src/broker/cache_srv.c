@@ -10,6 +10,7 @@
 #include "broker/cache_srv.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include "broker/reply.h"
 #include "broker/resolve.h"
 #include "broker/worker.h"
+#include "felix/error.h"
 
 /* ---- tenants (any thread) ---------------------------------------------------------------- */
 
@@ -34,13 +36,153 @@ typedef struct ctenant {
     char name[];
 } ctenant;
 
+/* One declared cache: its names "tenant\0ns\0cache\0" (|len| bytes). */
+typedef struct cdecl {
+    struct cdecl *next;
+    uint64_t hash;
+    size_t len;
+    char name[];
+} cdecl;
+
+#define DECL_BUCKETS 1024u
+
 /* fx_broker.caches. |tenants| grows under |mu| (looked up once per client
- * stream, fxb_bidi.cache_acct) and is freed at teardown. */
+ * stream, fxb_bidi.cache_acct) and is freed at teardown; the declared
+ * caches (|decl|, chained by hash) change under |mu| too, and a request is
+ * checked against them (under |mu|) only when auto_create_streams is off. */
 struct fxb_caches {
     pthread_mutex_t mu;
     ctenant *tenants;
     uint64_t hash_key[2]; /* placement and the stores' index: random per process */
+    cdecl *decl[DECL_BUCKETS];
+    size_t ndecl;
 };
+
+/* Writes "tenant\0ns\0cache\0" into |buf| (|cap| bytes); its length, or 0
+ * when it does not fit. */
+static size_t decl_name(char *buf, size_t cap, const char *tenant, const char *ns,
+                        const char *cache)
+{
+    size_t lt = strlen(tenant) + 1, ln = strlen(ns) + 1, lc = strlen(cache) + 1;
+    if (lt + ln + lc > cap)
+        return 0;
+    memcpy(buf, tenant, lt);
+    memcpy(buf + lt, ns, ln);
+    memcpy(buf + lt + ln, cache, lc);
+    return lt + ln + lc;
+}
+
+/* The link pointing at the declaration of |name| (|len| bytes, hash |h|),
+ * or at the NULL ending its chain. Under |c|->mu. */
+static cdecl **decl_find(struct fxb_caches *c, const char *name, size_t len, uint64_t h)
+{
+    cdecl **pp = &c->decl[h % DECL_BUCKETS];
+    while (*pp != NULL &&
+           !((*pp)->hash == h && (*pp)->len == len && !memcmp((*pp)->name, name, len)))
+        pp = &(*pp)->next;
+    return pp;
+}
+
+#define DECL_NAME_CAP (3 * (FX_REGISTRY_NAME_MAX + 1))
+
+static int check_cache_names(const char *tenant, const char *ns, const char *cache,
+                             fx_registry_err *err)
+{
+    const char *names[3] = {tenant, ns, cache}, *what[3] = {"tenant", "namespace", "cache"};
+    for (int i = 0; i < 3; i++) {
+        int rv = fx_registry_name_check(
+            what[i], (fx_wire_slice){(const uint8_t *)names[i], strlen(names[i])}, err);
+        if (rv != 0)
+            return rv;
+    }
+    return 0;
+}
+
+int fxb_cache_declare(fx_broker *b, const char *tenant, const char *ns, const char *cache,
+                      bool *pcreated, fx_registry_err *err)
+{
+    struct fxb_caches *c = b->caches;
+    if (pcreated)
+        *pcreated = false;
+    int rv = check_cache_names(tenant, ns, cache, err);
+    if (rv != 0)
+        return rv;
+    char buf[DECL_NAME_CAP];
+    size_t len = decl_name(buf, sizeof(buf), tenant, ns, cache);
+    uint64_t h = fxb_cache_hash(c->hash_key, buf, len);
+    pthread_mutex_lock(&c->mu);
+    cdecl **pp = decl_find(c, buf, len, h);
+    if (*pp == NULL) {
+        cdecl *d = c->ndecl < FXB_CACHE_MAX_DECLARED ? malloc(sizeof(*d) + len) : NULL;
+        if (d == NULL) {
+            rv = c->ndecl < FXB_CACHE_MAX_DECLARED ? -ENOMEM : FX_EFULL;
+        } else {
+            d->next = NULL;
+            d->hash = h;
+            d->len = len;
+            memcpy(d->name, buf, len);
+            *pp = d;
+            c->ndecl++;
+            if (pcreated)
+                *pcreated = true;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rv == FX_EFULL && err != NULL)
+        snprintf(err->msg, sizeof(err->msg), "%u caches are declared already",
+                 FXB_CACHE_MAX_DECLARED);
+    return rv;
+}
+
+bool fxb_cache_undeclare(fx_broker *b, const char *tenant, const char *ns, const char *cache)
+{
+    struct fxb_caches *c = b->caches;
+    char buf[DECL_NAME_CAP];
+    size_t len = decl_name(buf, sizeof(buf), tenant, ns, cache);
+    if (len == 0)
+        return false;
+    uint64_t h = fxb_cache_hash(c->hash_key, buf, len);
+    pthread_mutex_lock(&c->mu);
+    cdecl **pp = decl_find(c, buf, len, h), *d = *pp;
+    if (d != NULL) {
+        *pp = d->next;
+        c->ndecl--;
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(d);
+    return d != NULL;
+}
+
+/* Whether the cache is declared. Any thread. */
+static bool is_declared(fx_broker *b, const char *tenant, const char *ns, const char *cache)
+{
+    struct fxb_caches *c = b->caches;
+    char buf[DECL_NAME_CAP];
+    size_t len = decl_name(buf, sizeof(buf), tenant, ns, cache);
+    if (len == 0)
+        return false;
+    uint64_t h = fxb_cache_hash(c->hash_key, buf, len);
+    pthread_mutex_lock(&c->mu);
+    bool found = *decl_find(c, buf, len, h) != NULL;
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+void fxb_cache_declared_foreach(fx_broker *b,
+                                void (*fn)(const char *tenant, const char *ns, const char *cache,
+                                           void *arg),
+                                void *arg)
+{
+    struct fxb_caches *c = b->caches;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < DECL_BUCKETS; i++) {
+        for (cdecl *d = c->decl[i]; d != NULL; d = d->next) {
+            const char *t = d->name, *n = t + strlen(t) + 1;
+            fn(t, n, n + strlen(n) + 1, arg);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
 
 int fxb_caches_init(fx_broker *b)
 {
@@ -56,6 +198,17 @@ int fxb_caches_init(fx_broker *b)
         c->hash_key[1] = 0x646f72616e646f6dull;
     }
     b->caches = c;
+    for (size_t i = 0; i < b->o.ncaches; i++) {
+        const fx_broker_stream_name *n = &b->o.caches[i];
+        fx_registry_err err = {0};
+        int rv = fxb_cache_declare(b, n->tenant, n->ns, n->stream, NULL, &err);
+        if (rv != 0) {
+            FX_LOG_ERROR("broker", "cache %s/%s/%s: %s", n->tenant, n->ns, n->stream,
+                         err.msg[0] ? err.msg : fx_strerror(rv));
+            fxb_caches_deinit(b);
+            return rv;
+        }
+    }
     return 0;
 }
 
@@ -67,6 +220,12 @@ void fxb_caches_deinit(fx_broker *b)
     for (ctenant *t = c->tenants, *next; t != NULL; t = next) {
         next = t->next;
         free(t);
+    }
+    for (size_t i = 0; i < DECL_BUCKETS; i++) {
+        for (cdecl *d = c->decl[i], *next; d != NULL; d = next) {
+            next = d->next;
+            free(d);
+        }
     }
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -211,6 +370,40 @@ static void sweep_cb(fx_loop *l, fx_timer *t, void *user)
     (void)fxb_cache_sweep(w->cache->store, now_us, FXB_CACHE_SWEEP_BUDGET); /* counted in stats */
     publish(w->cache);
     arm_sweep(w, now_us); /* more due: armed for now, i.e. the next turn */
+}
+
+/* ---- the admin API's asks (worker loop) -------------------------------------------------- */
+
+int64_t fxb_cache_worker_drop(fxb_worker *w, const char *tenant, const char *ns, const char *cache)
+{
+    uint32_t id;
+    if (w->cache == NULL || fxb_cache_scope_find(w->cache->store, tenant, ns, cache, &id) != 0)
+        return -1;
+    uint64_t n = fxb_cache_scope_clear(w->cache->store, id);
+    publish(w->cache);
+    return (int64_t)n;
+}
+
+json_t *fxb_cache_worker_list(fxb_worker *w)
+{
+    json_t *arr = json_array();
+    if (arr == NULL || w->cache == NULL)
+        return arr;
+    fxb_cache_store *st = w->cache->store;
+    uint32_t n = fxb_cache_scope_count(st);
+    for (uint32_t i = 0; i < n; i++) {
+        const char *t, *ns, *c;
+        uint64_t entries, bytes;
+        (void)fxb_cache_scope_names(st, i, &t, &ns, &c);
+        fxb_cache_scope_usage(st, i, &entries, &bytes);
+        json_t *e = json_pack("{s:s, s:s, s:s, s:I, s:I}", "tenant", t, "namespace", ns, "cache", c,
+                              "entries", (json_int_t)entries, "bytes", (json_int_t)bytes);
+        if (e == NULL || json_array_append_new(arr, e) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
 }
 
 /* ---- a request on the worker ------------------------------------------------------------- */
@@ -461,9 +654,7 @@ static bool is_write(fx_msg_type t)
     return t != FX_MSG_CACHE_GET;
 }
 
-/* The worker of cache |tenant|/|ns|/|cache|: the placement rule on the
- * hash of the three names. */
-static fxb_worker *worker_of(fx_broker *b, const char *tenant, const char *ns, const char *cache)
+fxb_worker *fxb_cache_worker_of(fx_broker *b, const char *tenant, const char *ns, const char *cache)
 {
     size_t lt = strlen(tenant), ln = strlen(ns), lc = strlen(cache);
     char buf[3 * 256];
@@ -542,8 +733,9 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
         fxb_bidi_error(s, "forbidden", true);
         return;
     }
-    if (!b->o.auto_create_streams) {
-        /* Caches are auto-created like streams; nothing declares one yet. */
+    if (!b->o.auto_create_streams && !is_declared(b, m->tenant_id, m->ns, m->cache)) {
+        /* Caches are auto-created like streams, or declared (the YAML's
+         * caches, the admin API). */
         char text[64 + 3 * 128];
         snprintf(text, sizeof(text), "cache scope not found: %.128s/%.128s/%.128s", m->tenant_id,
                  m->ns, m->cache);
@@ -572,7 +764,7 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
     atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); /* the worker's */
     q->reply = r;
     q->acct = s->cache_acct;
-    q->w = worker_of(b, m->tenant_id, m->ns, m->cache);
+    q->w = fxb_cache_worker_of(b, m->tenant_id, m->ns, m->cache);
     fx_task_init(&q->task, run, q);
     (void)fx_loop_post(q->w->loop, &q->task); /* a new task: never pending already */
     /* The original: a put without request_id is answered `ok` and ends the

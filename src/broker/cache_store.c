@@ -518,6 +518,20 @@ void fxb_cache_store_free(fxb_cache_store *s)
     free(s);
 }
 
+int fxb_cache_scope_find(const fxb_cache_store *s, const char *tenant, const char *ns,
+                         const char *cache, uint32_t *pid)
+{
+    for (uint32_t i = 0; i < s->nscopes; i++) {
+        const char *t, *n, *c;
+        (void)fxb_cache_scope_names(s, i, &t, &n, &c);
+        if (!strcmp(t, tenant) && !strcmp(n, ns) && !strcmp(c, cache)) {
+            *pid = i;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
 int fxb_cache_scope_open(fxb_cache_store *s, const char *tenant, const char *ns, const char *cache,
                          fxb_cache_tenant *acct, uint32_t *pid)
 {

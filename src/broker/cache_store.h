@@ -110,6 +110,11 @@ void fxb_cache_store_free(fxb_cache_store *s);
 int fxb_cache_scope_open(fxb_cache_store *s, const char *tenant, const char *ns, const char *cache,
                          fxb_cache_tenant *acct, uint32_t *pid);
 
+/* Finds the cache (tenant, ns, cache) without creating it: 0 with its id
+ * in |*pid|, or -ENOENT. */
+int fxb_cache_scope_find(const fxb_cache_store *s, const char *tenant, const char *ns,
+                         const char *cache, uint32_t *pid);
+
 /* Put options. */
 typedef struct fxb_cache_put_opts {
     uint64_t ttl_ms; /* 0 = no expiry */

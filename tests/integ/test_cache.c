@@ -616,6 +616,84 @@ static void test_cache_value_carries_the_version_only_to_a_client_offering_it(vo
     t_free(t);
 }
 
+static void test_a_declared_cache_is_served_without_auto_create(void **state)
+{
+    (void)state;
+    static const fx_broker_stream_name decl[] = {{"t1", "default", "primary"}};
+    T *t = t_new();
+    t->bo.workers = 2;
+    t->bo.auto_create_streams = false;
+    t->bo.caches = decl;
+    t->bo.ncaches = 1;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    /* Declared in the options (the YAML's caches): served. */
+    send_json(s, PUT_K("YQ==", 1));
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":1}");
+    /* Another cache is not declared: refused, the stream goes on. */
+    send_json(s, "{\"type\":\"cache_get\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k\",\"request_id\":2}");
+    expect_json(t, s,
+                "{\"type\":\"error\",\"message\":\"cache scope not found: t1/default/other\"}");
+    /* Declared through the admin API's call: served from now on. */
+    bool created = false;
+    fx_registry_err err = {0};
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "default", "other", &created, &err), 0);
+    assert_true(created);
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "default", "other", &created, &err), 0);
+    assert_false(created);
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "", "x", &created, &err), FX_EWIRE_NAME);
+    assert_non_null(strstr(err.msg, "namespace"));
+    send_json(s, "{\"type\":\"cache_put\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k\",\"value\":\"Yg==\",\"request_id\":3,"
+                 "\"ttl_ms\":null}");
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":3}");
+    send_json(s, "{\"type\":\"cache_put\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k2\",\"value\":\"Yg==\",\"request_id\":4,"
+                 "\"ttl_ms\":null}");
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":4}");
+    /* GET /v1/caches: both, with their figures; a declared unused one too. */
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "ns2", "idle", NULL, &err), 0);
+    char *json = NULL;
+    assert_int_equal(fx_broker_list_caches(t->b, 2000000000ull, &json), 0);
+    const char *want = "{\"caches\":["
+                       "{\"tenant\":\"t1\",\"namespace\":\"default\",\"cache\":\"other\","
+                       "\"declared\":true,\"entries\":2,\"bytes\":213},"
+                       "{\"tenant\":\"t1\",\"namespace\":\"default\",\"cache\":\"primary\","
+                       "\"declared\":true,\"entries\":1,\"bytes\":106},"
+                       "{\"tenant\":\"t1\",\"namespace\":\"ns2\",\"cache\":\"idle\","
+                       "\"declared\":true,\"entries\":0,\"bytes\":0}]}";
+    if (strcmp(json, want) != 0)
+        fail_msg("got %s", json);
+    free(json);
+    /* Dropped: the declaration goes and the entries are freed, counted. */
+    uint64_t n = 99;
+    assert_int_equal(fx_broker_drop_cache(t->b, "t1", "default", "other", 2000000000ull, &n, &err),
+                     0);
+    assert_int_equal(n, 2);
+    assert_int_equal(fx_broker_drop_cache(t->b, "t1", "default", "nope", 2000000000ull, &n, &err),
+                     -ENOENT);
+    send_json(s, "{\"type\":\"cache_get\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k\",\"request_id\":5}");
+    expect_json(t, s,
+                "{\"type\":\"error\",\"message\":\"cache scope not found: t1/default/other\"}");
+    /* Declared again: empty. */
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "default", "other", NULL, &err), 0);
+    send_json(s, "{\"type\":\"cache_get\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k\",\"request_id\":6}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                "\"cache\":\"other\",\"key\":\"k\",\"value\":null,\"request_id\":6}");
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_dropped), 2);
+    assert_int_equal(DELTA(before, after, cache_refused_not_found), 2);
+    assert_int_equal(after.g.cache_entries - before.g.cache_entries, 1);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_the_original_vectors_put_then_get_byte_for_byte),
     cmocka_unit_test(test_a_miss_is_a_null_value_and_the_stream_goes_on),
@@ -631,6 +709,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_if_and_delete_if_check_the_version),
     cmocka_unit_test(test_a_put_if_over_a_limit_is_refused_as_a_put),
     cmocka_unit_test(test_cache_value_carries_the_version_only_to_a_client_offering_it),
+    cmocka_unit_test(test_a_declared_cache_is_served_without_auto_create),
 };
 
 FX_TEST_MAIN(tests)
