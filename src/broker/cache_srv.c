@@ -53,7 +53,8 @@ typedef struct cdecl {
 struct fxb_caches {
     pthread_mutex_t mu;
     ctenant *tenants;
-    uint64_t hash_key[2]; /* placement and the stores' index: random per process */
+    fx_mtenant_source source; /* the per-tenant series, read from the accounts */
+    uint64_t hash_key[2];     /* placement and the stores' index: random per process */
     cdecl *decl[DECL_BUCKETS];
     size_t ndecl;
 };
@@ -184,6 +185,25 @@ void fxb_cache_declared_foreach(fx_broker *b,
     pthread_mutex_unlock(&c->mu);
 }
 
+/* A scrape (the metrics thread): one row per tenant account. */
+static void collect_tenants(void *user, fx_mtenant_emit_fn emit, void *sink)
+{
+    struct fxb_caches *c = user;
+    pthread_mutex_lock(&c->mu);
+    for (ctenant *t = c->tenants; t != NULL; t = t->next) {
+        fx_mtenant_row row = {.tenant = t->name};
+        row.v[FX_MTENANT_CACHE_ENTRIES] =
+            atomic_load_explicit(&t->acct.entries, memory_order_relaxed);
+        row.v[FX_MTENANT_CACHE_BYTES] = atomic_load_explicit(&t->acct.bytes, memory_order_relaxed);
+        row.v[FX_MTENANT_CACHE_HITS] =
+            (int64_t)atomic_load_explicit(&t->acct.hits, memory_order_relaxed);
+        row.v[FX_MTENANT_CACHE_MISSES] =
+            (int64_t)atomic_load_explicit(&t->acct.misses, memory_order_relaxed);
+        emit(sink, &row);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 int fxb_caches_init(fx_broker *b)
 {
     struct fxb_caches *c = calloc(1, sizeof(*c));
@@ -198,6 +218,8 @@ int fxb_caches_init(fx_broker *b)
         c->hash_key[1] = 0x646f72616e646f6dull;
     }
     b->caches = c;
+    c->source = (fx_mtenant_source){.on_collect = collect_tenants, .user = c};
+    fx_metrics_tenant_source_add(&c->source);
     for (size_t i = 0; i < b->o.ncaches; i++) {
         const fx_broker_stream_name *n = &b->o.caches[i];
         fx_registry_err err = {0};
@@ -217,6 +239,7 @@ void fxb_caches_deinit(fx_broker *b)
     struct fxb_caches *c = b->caches;
     if (c == NULL)
         return;
+    fx_metrics_tenant_source_remove(&c->source); /* no scrape reads the accounts after */
     for (ctenant *t = c->tenants, *next; t != NULL; t = next) {
         next = t->next;
         free(t);
@@ -424,6 +447,7 @@ typedef struct creq {
     uint64_t ttl_ms;
     fx_msg_condition condition; /* cache_put_if */
     uint64_t version;           /* cache_delete_if */
+    uint64_t arrived_ns;        /* at the worker (fx_now_ns), for the latency histogram */
     const char *tenant, *ns, *cache, *key;
     size_t klen;
     const uint8_t *value;
@@ -440,6 +464,20 @@ static void complete(creq *q, const fx_msg *m)
     fxb_reply *r = q->reply;
     q->reply = NULL;
     fxb_reply_complete_frame(r, f);
+    /* Arrival at the worker to the slot's completion (docs/metrics.md). */
+    uint64_t now = fx_now_ns(), d = now > q->arrived_ns ? now - q->arrived_ns : 0;
+    switch (q->type) {
+    case FX_MSG_CACHE_GET:
+        FX_HIST_OBSERVE(cache_latency_get_ns, d);
+        break;
+    case FX_MSG_CACHE_PUT:
+    case FX_MSG_CACHE_PUT_IF:
+        FX_HIST_OBSERVE(cache_latency_put_ns, d);
+        break;
+    default:
+        FX_HIST_OBSERVE(cache_latency_delete_ns, d);
+        break;
+    }
     /* The connection loop flushes, then drops the worker's reference
      * (reply_done_cb); a post already pending flushes it too. */
     if (!fx_loop_post(r->loop, &r->task))
@@ -595,6 +633,7 @@ static void run(fx_loop *l, fx_task *t, void *user)
     (void)t;
     creq *q = user;
     fxb_worker *w = q->w;
+    q->arrived_ns = fx_now_ns();
     if (w->cache == NULL) {
         FX_COUNTER_INC(cache_refused_internal);
         answer_error(q, "cache request failed: this worker serves no cache");

@@ -38,6 +38,8 @@
 typedef struct fxb_cache_tenant {
     _Atomic int64_t bytes;   /* accounted bytes of its entries, all workers */
     _Atomic int64_t entries; /* its entries, all workers */
+    _Atomic uint64_t hits;   /* its gets answered with a value, all workers */
+    _Atomic uint64_t misses; /* its gets answered null, all workers */
     int64_t max_bytes;       /* set before the first put; 0 = unbounded */
 } fxb_cache_tenant;
 

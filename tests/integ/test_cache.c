@@ -694,6 +694,59 @@ static void test_a_declared_cache_is_served_without_auto_create(void **state)
     t_free(t);
 }
 
+static uint64_t hist_count(const fx_hist *h)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i <= FX_HIST_NBUCKETS; i++)
+        n += atomic_load(&h->buckets[i]);
+    return n;
+}
+
+static void test_per_tenant_series_and_the_latency_histogram(void **state)
+{
+    (void)state;
+    T *t = ct(2, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    send_json(s, PUT_K("YQ==", 1));
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":1}");
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":2}");
+    expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, NULL);
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"x\",\"request_id\":3}");
+    expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, NULL);
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"y\",\"request_id\":4}");
+    expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, NULL);
+    send_json(s, "{\"type\":\"cache_delete\"," SCOPE ",\"key\":\"y\",\"request_id\":5}");
+    expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, NULL);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(
+        hist_count(&after.h.cache_latency_get_ns) - hist_count(&before.h.cache_latency_get_ns), 3);
+    assert_int_equal(
+        hist_count(&after.h.cache_latency_put_ns) - hist_count(&before.h.cache_latency_put_ns), 1);
+    assert_int_equal(hist_count(&after.h.cache_latency_delete_ns) -
+                         hist_count(&before.h.cache_latency_delete_ns),
+                     1);
+    /* The per-tenant series: only with the per-stream labels on. */
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(fx_metrics_render(&text, &len, true), 0);
+    const char *want[] = {"felix_cache_tenant_entries{tenant=\"t1\"} 1\n",
+                          "felix_cache_tenant_bytes{tenant=\"t1\"} 106\n",
+                          "felix_cache_tenant_hits_total{tenant=\"t1\"} 1\n",
+                          "felix_cache_tenant_misses_total{tenant=\"t1\"} 2\n"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (strstr(text, want[i]) == NULL)
+            fail_msg("/metrics lacks %s", want[i]);
+    free(text);
+    assert_int_equal(fx_metrics_render(&text, &len, false), 0);
+    assert_null(strstr(text, "felix_cache_tenant_entries{"));
+    assert_non_null(strstr(text, "# TYPE felix_cache_tenant_entries gauge"));
+    free(text);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_the_original_vectors_put_then_get_byte_for_byte),
     cmocka_unit_test(test_a_miss_is_a_null_value_and_the_stream_goes_on),
@@ -710,6 +763,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_put_if_over_a_limit_is_refused_as_a_put),
     cmocka_unit_test(test_cache_value_carries_the_version_only_to_a_client_offering_it),
     cmocka_unit_test(test_a_declared_cache_is_served_without_auto_create),
+    cmocka_unit_test(test_per_tenant_series_and_the_latency_histogram),
 };
 
 FX_TEST_MAIN(tests)
