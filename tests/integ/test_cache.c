@@ -10,6 +10,7 @@
  * if_absent race) and cache_value's version to a client offering
  * FEATURE_CACHE_CONDITIONAL only. */
 /* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
+#include <pthread.h>
 #include <time.h>
 
 #include "integ/broker_client.h"
@@ -747,6 +748,72 @@ static void test_per_tenant_series_and_the_latency_histogram(void **state)
     t_free(t);
 }
 
+typedef struct drainer {
+    fx_broker *b;
+    fx_broker_drain_report r;
+    int rv;
+} drainer;
+
+static void *drain_thread(void *arg)
+{
+    drainer *d = arg;
+    d->rv = fx_broker_drain(d->b, fx_now_ns() + 5ull * 1000000000ull, &d->r);
+    return NULL;
+}
+
+/* A drain started with cache requests in flight answers every accepted
+ * one (each request holds its reply slot from its acceptance, which the
+ * drain waits for) before the connection closes; requests that arrive
+ * after it began are refused "broker shutting down", never lost. */
+static void test_a_drain_answers_the_cache_requests_in_flight(void **state)
+{
+    (void)state;
+    T *t = ct(2, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    enum { N = 200 };
+    char j[256];
+    for (int i = 0; i < N; i++) {
+        snprintf(j, sizeof(j),
+                 "{\"type\":\"cache_put\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"c%d\",\"key\":\"k\",\"value\":\"YQ==\",\"request_id\":%d,"
+                 "\"ttl_ms\":null}",
+                 i % 8, i);
+        send_json(s, j);
+    }
+    /* The first answer: the broker is reading the stream. */
+    fx_msg m;
+    expect_msg(t, s, FX_MSG_CACHE_OK, NULL, &m);
+    assert_int_equal(m.request_id, 0);
+    fx_msg_deinit(&m);
+    drainer d = {.b = t->b};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, drain_thread, &d), 0);
+    int ok = 1, refused = 0;
+    for (int i = 1; i < N; i++) {
+        tframe *f = next_reply(t, s);
+        assert_int_equal(fx_msg_decode(&m, f->body, f->len, NULL), 0);
+        tframe_free(f);
+        if (m.type == FX_MSG_CACHE_OK) {
+            /* In request order: no accepted put is answered after a refusal. */
+            assert_int_equal(refused, 0);
+            assert_int_equal(m.request_id, i);
+            ok++;
+        } else {
+            assert_int_equal(m.type, FX_MSG_ERROR);
+            assert_string_equal(m.message, "broker shutting down");
+            refused++;
+        }
+        fx_msg_deinit(&m);
+    }
+    assert_int_equal(ok + refused, N);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(d.rv, 0);
+    assert_false(d.r.timed_out);
+    assert_int_equal(d.r.replies_pending, 0);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_the_original_vectors_put_then_get_byte_for_byte),
     cmocka_unit_test(test_a_miss_is_a_null_value_and_the_stream_goes_on),
@@ -764,6 +831,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cache_value_carries_the_version_only_to_a_client_offering_it),
     cmocka_unit_test(test_a_declared_cache_is_served_without_auto_create),
     cmocka_unit_test(test_per_tenant_series_and_the_latency_histogram),
+    cmocka_unit_test(test_a_drain_answers_the_cache_requests_in_flight),
 };
 
 FX_TEST_MAIN(tests)
