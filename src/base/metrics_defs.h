@@ -531,7 +531,7 @@
       "Cache entries freed because their TTL passed, by how: read (a get, put or delete "          \
       "met it), swept (the worker's sweep timer, without a read)")                                 \
     C(cache_deletes, "felix_cache_deletes_total", "",                                              \
-      "Cache entries removed by cache_delete or an applied cache_delete_if")                       \
+      "Cache entries removed by cache_delete, an applied cache_delete_if or a put with ttl_ms 0")  \
     C(cache_condition_refused, "felix_cache_condition_refused_total", "",                          \
       "cache_put_if / cache_delete_if not applied because their condition did not hold")           \
     C(cache_dropped, "felix_cache_dropped_total", "",                                              \

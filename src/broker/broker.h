@@ -371,14 +371,15 @@ int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson);
 /* Declares the cache |tenant|/|ns|/|cache|, served from now on even with
  * auto_create_streams off; |*pcreated| (may be NULL) tells whether it was
  * not declared before. Returns 0, FX_EWIRE_NAME (|err| says which name),
- * FX_EFULL (FXB_CACHE_MAX_DECLARED caches declared already) or -ENOMEM.
- * Any thread. */
+ * FX_EFULL (FXB_CACHE_MAX_DECLARED caches declared already), -ENOTSUP (a
+ * broker without the cache stage) or -ENOMEM. Any thread. */
 int fx_broker_declare_cache(fx_broker *b, const char *tenant, const char *ns, const char *cache,
                             bool *pcreated, fx_registry_err *err);
 
 /* Drops the cache's declaration and frees its entries on its worker
  * (counted in felix_cache_dropped_total), |*pentries| (may be NULL) of
  * them. Returns 0, -ENOENT (neither declared nor ever used), FX_EWIRE_NAME,
+ * -ENOTSUP (a broker without the cache stage),
  * FX_ETIMEDOUT (the worker did not answer in time: the declaration is gone,
  * the entries are freed when it gets there) or -ENOMEM. A request already
  * on its way to the worker may still be served after. Any thread but a

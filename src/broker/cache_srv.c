@@ -105,6 +105,8 @@ int fxb_cache_declare(fx_broker *b, const char *tenant, const char *ns, const ch
     struct fxb_caches *c = b->caches;
     if (pcreated)
         *pcreated = false;
+    if (c == NULL)
+        return -ENOTSUP; /* a broker without the cache stage */
     int rv = check_cache_names(tenant, ns, cache, err);
     if (rv != 0)
         return rv;
@@ -138,6 +140,8 @@ int fxb_cache_declare(fx_broker *b, const char *tenant, const char *ns, const ch
 bool fxb_cache_undeclare(fx_broker *b, const char *tenant, const char *ns, const char *cache)
 {
     struct fxb_caches *c = b->caches;
+    if (c == NULL)
+        return false;
     char buf[DECL_NAME_CAP];
     size_t len = decl_name(buf, sizeof(buf), tenant, ns, cache);
     if (len == 0)
@@ -175,6 +179,8 @@ void fxb_cache_declared_foreach(fx_broker *b,
                                 void *arg)
 {
     struct fxb_caches *c = b->caches;
+    if (c == NULL)
+        return;
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < DECL_BUCKETS; i++) {
         for (cdecl *d = c->decl[i]; d != NULL; d = d->next) {

@@ -390,6 +390,8 @@ int fx_broker_drop_cache(fx_broker *b, const char *tenant, const char *ns, const
         if (rv != 0)
             return rv;
     }
+    if (b->caches == NULL)
+        return -ENOTSUP; /* a broker without the cache stage */
     bool declared = fxb_cache_undeclare(b, tenant, ns, cache);
     fxb_worker *w = fxb_cache_worker_of(b, tenant, ns, cache);
     /* The worker reads the names when it gets the ask, which may be after
