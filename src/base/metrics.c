@@ -596,6 +596,54 @@ static int render_groups(strbuf *out, bool per_stream)
     return rv != 0 ? rv : out->err;
 }
 
+/* ---- per-tenant series ----------------------------------------------------- */
+
+#define MTENANT_DESC_(id, n, t, h) [id] = {.name = n, .type = t, .help = h},
+const fx_mtenant_desc fx_mtenant_descs[FX_MTENANT_N] = {FX_METRICS_TENANTS(MTENANT_DESC_)};
+
+SOURCE_LIST(fx_mtenant_source, mtenant_mu, mtenant_sources, fx_metrics_tenant_source_add,
+            fx_metrics_tenant_source_remove)
+
+typedef struct mtenant_sink {
+    strbuf b[FX_MTENANT_N];
+} mtenant_sink;
+
+static void mtenant_emit(void *user, const fx_mtenant_row *row)
+{
+    mtenant_sink *k = user;
+    for (size_t i = 0; i < FX_MTENANT_N; i++) {
+        strbuf *b = &k->b[i];
+        sb_puts(b, fx_mtenant_descs[i].name);
+        sb_putc(b, '{');
+        mstream_label(b, "tenant", row->tenant, false);
+        sb_printf(b, "} %" PRId64 "\n", row->v[i]);
+    }
+}
+
+/* Appends every per-tenant series to |out|: HELP and TYPE, and with
+ * |per_stream| the series of every source. */
+static int render_tenants(strbuf *out, bool per_stream)
+{
+    mtenant_sink k = {0};
+    pthread_mutex_lock(&mtenant_mu);
+    for (fx_mtenant_source *s = mtenant_sources; per_stream && s != NULL; s = s->next)
+        s->on_collect(s->user, mtenant_emit, &k);
+    pthread_mutex_unlock(&mtenant_mu);
+    int rv = 0;
+    for (size_t i = 0; i < FX_MTENANT_N; i++) {
+        fx_metric_desc d = {.type = fx_mtenant_descs[i].type,
+                            .name = fx_mtenant_descs[i].name,
+                            .help = fx_mtenant_descs[i].help};
+        render_header(out, &d);
+        if (k.b[i].err)
+            rv = k.b[i].err;
+        else if (k.b[i].len > 0)
+            sb_puts(out, k.b[i].p);
+        free(k.b[i].p);
+    }
+    return rv != 0 ? rv : out->err;
+}
+
 int fx_metrics_render(char **pout, size_t *plen, bool per_stream)
 {
     fx_metrics_snapshot *snap = malloc(sizeof(*snap));
@@ -609,7 +657,8 @@ int fx_metrics_render(char **pout, size_t *plen, bool per_stream)
     if (rv != 0)
         return rv;
     strbuf b = {.p = text, .len = len, .cap = len + 1};
-    if ((rv = render_streams(&b, per_stream)) != 0 || (rv = render_groups(&b, per_stream)) != 0) {
+    if ((rv = render_streams(&b, per_stream)) != 0 || (rv = render_groups(&b, per_stream)) != 0 ||
+        (rv = render_tenants(&b, per_stream)) != 0) {
         free(b.p);
         return rv;
     }
@@ -698,6 +747,14 @@ int fx_metrics_print_markdown(FILE *out)
                 "consumer group, with `metrics_stream_labels: true` only) | - | ",
                 fx_mgroup_descs[i].name, type_name(fx_mgroup_descs[i].type));
         md_cell(out, fx_mgroup_descs[i].help, strlen(fx_mgroup_descs[i].help));
+        fputs(" |\n", out);
+    }
+    for (size_t i = 0; i < FX_MTENANT_N; i++) {
+        fprintf(out,
+                "| `%s` | %s | `tenant` (one series per tenant that used a cache, with "
+                "`metrics_stream_labels: true` only) | - | ",
+                fx_mtenant_descs[i].name, type_name(fx_mtenant_descs[i].type));
+        md_cell(out, fx_mtenant_descs[i].help, strlen(fx_mtenant_descs[i].help));
         fputs(" |\n", out);
     }
     return ferror(out) ? -EIO : 0;

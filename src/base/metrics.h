@@ -257,6 +257,41 @@ void fx_metrics_group_source_add(fx_mgroup_source *s);
  * any more. Any thread but inside |s|'s own callback. */
 void fx_metrics_group_source_remove(fx_mgroup_source *s);
 
+/* ---- per-tenant series ----------------------------------------------------- */
+
+#define FX_MTENANT_ENUM_(id, name, type, help) id,
+typedef enum fx_mtenant_id { FX_METRICS_TENANTS(FX_MTENANT_ENUM_) FX_MTENANT_N } fx_mtenant_id;
+
+/* Name, type and help of each per-tenant series, by fx_mtenant_id. */
+typedef struct fx_mtenant_desc {
+    const char *name;
+    fx_metric_type type;
+    const char *help;
+} fx_mtenant_desc;
+extern const fx_mtenant_desc fx_mtenant_descs[FX_MTENANT_N];
+
+/* One tenant's values of every per-tenant series. */
+typedef struct fx_mtenant_row {
+    const char *tenant;
+    int64_t v[FX_MTENANT_N];
+} fx_mtenant_row;
+
+typedef void (*fx_mtenant_emit_fn)(void *sink, const fx_mtenant_row *row);
+
+/* A source of per-tenant series, as fx_mgroup_source. */
+typedef struct fx_mtenant_source {
+    void (*on_collect)(void *user, fx_mtenant_emit_fn emit, void *sink);
+    void *user;
+    struct fx_mtenant_source *next; /* private */
+} fx_mtenant_source;
+
+/* Adds |s| to the sources fx_metrics_render() asks at every scrape with
+ * |per_stream|. Any thread. */
+void fx_metrics_tenant_source_add(fx_mtenant_source *s);
+/* Removes |s| (not added: nothing); once it returns, no scrape calls |s|
+ * any more. Any thread but inside |s|'s own callback. */
+void fx_metrics_tenant_source_remove(fx_mtenant_source *s);
+
 /* ---- reading and rendering ---------------------------------------------- */
 
 /* Fills |snap| with the sum of every cell's counters and histograms and the

@@ -531,7 +531,7 @@
       "Cache entries freed because their TTL passed, by how: read (a get, put or delete "          \
       "met it), swept (the worker's sweep timer, without a read)")                                 \
     C(cache_deletes, "felix_cache_deletes_total", "",                                              \
-      "Cache entries removed by cache_delete or an applied cache_delete_if")                       \
+      "Cache entries removed by cache_delete, an applied cache_delete_if or a put with ttl_ms 0")  \
     C(cache_condition_refused, "felix_cache_condition_refused_total", "",                          \
       "cache_put_if / cache_delete_if not applied because their condition did not hold")           \
     C(cache_dropped, "felix_cache_dropped_total", "",                                              \
@@ -593,6 +593,18 @@
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
       "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
       "too_many_caches (4,096 caches on one worker)")                                              \
+    H(cache_latency_get_ns, "felix_cache_op_latency_ns", "op=get",                                 \
+      "Nanoseconds from a cache request's arrival at its cache's worker to its answer's reply "    \
+      "slot completed, by op: get, put (put and put_if), delete (delete and delete_if)",           \
+      10)                                                                                          \
+    H(cache_latency_put_ns, "felix_cache_op_latency_ns", "op=put",                                 \
+      "Nanoseconds from a cache request's arrival at its cache's worker to its answer's reply "    \
+      "slot completed, by op: get, put (put and put_if), delete (delete and delete_if)",           \
+      10)                                                                                          \
+    H(cache_latency_delete_ns, "felix_cache_op_latency_ns", "op=delete",                           \
+      "Nanoseconds from a cache request's arrival at its cache's worker to its answer's reply "    \
+      "slot completed, by op: get, put (put and put_if), delete (delete and delete_if)",           \
+      10)                                                                                          \
     G(cache_entries, "felix_cache_entries", "",                                                    \
       "Cache entries held now (live, or expired and not yet freed), all workers")                  \
     G(cache_bytes, "felix_cache_bytes", "",                                                        \
@@ -652,6 +664,25 @@
       "Records a consumer group settled unread (evicted from the ring, or gone with retention)")   \
     S(FX_MGROUP_STALE, "felix_consumer_group_stale_total", FX_METRIC_COUNTER,                      \
       "Naks, extensions, terms and releases a consumer group refused as stale")
+
+/* ---- per-tenant cache series -------------------------------------------
+ * Series labelled tenant, rendered at each scrape from the sources
+ * registered with fx_metrics_tenant_source_add() (the broker's cache
+ * tenant accounts, src/broker/cache_srv.c: one per tenant that used a
+ * cache, which nothing bounds when tokens are not checked), only when
+ * /metrics shows the per-stream series. Entry shape:
+ *   S(id, "name", type, "help")     id is the value's index (fx_mtenant_id),
+ *                                   type FX_METRIC_GAUGE or FX_METRIC_COUNTER */
+#define FX_METRICS_TENANTS(S)                                                                      \
+    S(FX_MTENANT_CACHE_ENTRIES, "felix_cache_tenant_entries", FX_METRIC_GAUGE,                     \
+      "Cache entries a tenant holds now (live, or expired and not yet freed), all workers")        \
+    S(FX_MTENANT_CACHE_BYTES, "felix_cache_tenant_bytes", FX_METRIC_GAUGE,                         \
+      "Accounted bytes of a tenant's cache entries now (key + value + 104 each), all workers; "    \
+      "what cache_tenant_max_bytes bounds")                                                        \
+    S(FX_MTENANT_CACHE_HITS, "felix_cache_tenant_hits_total", FX_METRIC_COUNTER,                   \
+      "A tenant's cache_get answers with a value")                                                 \
+    S(FX_MTENANT_CACHE_MISSES, "felix_cache_tenant_misses_total", FX_METRIC_COUNTER,               \
+      "A tenant's cache_get answers with null (no entry, or an expired one)")
 
 #define FX_METRICS_ALL(C, G, H)                                                                    \
     FX_METRICS_BROKER(C, G, H)                                                                     \

@@ -285,6 +285,8 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
     b->o.streams = o->streams;
     rv = build(b, &ro);
     b->o.streams = NULL;
+    b->o.caches = NULL; /* borrowed: declared by fxb_caches_init in build */
+    b->o.ncaches = 0;
     if (rv != 0) {
         b->stopped = true;
         fx_broker_free(b);

@@ -159,6 +159,12 @@ typedef struct fx_broker_opts {
     uint32_t max_streams_per_tenant;
     const fx_broker_stream_name *streams; /* pre-created; |nstreams| of them */
     size_t nstreams;
+    /* Declared caches (docs/cache.md "Declared caches"): with
+     * auto_create_streams off, only these and those declared through the
+     * admin API are served; borrowed during fx_broker_new. The names of
+     * fx_broker_stream_name: |stream| is the cache's name. */
+    const fx_broker_stream_name *caches;
+    size_t ncaches;
     /* Tenants holding streams at once; a stream of one more is refused
      * (counted). 0 = no limit. */
     uint32_t max_tenants;
@@ -361,6 +367,33 @@ int fx_broker_endpoint_worker(const fx_broker *b);
  * |*pjson| (caller frees with free()). Returns 0, FX_ETIMEDOUT (a worker did not answer in time) or
  * -ENOMEM. */
 int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson);
+
+/* Declares the cache |tenant|/|ns|/|cache|, served from now on even with
+ * auto_create_streams off; |*pcreated| (may be NULL) tells whether it was
+ * not declared before. Returns 0, FX_EWIRE_NAME (|err| says which name),
+ * FX_EFULL (FXB_CACHE_MAX_DECLARED caches declared already), -ENOTSUP (a
+ * broker without the cache stage) or -ENOMEM. Any thread. */
+int fx_broker_declare_cache(fx_broker *b, const char *tenant, const char *ns, const char *cache,
+                            bool *pcreated, fx_registry_err *err);
+
+/* Drops the cache's declaration and frees its entries on its worker
+ * (counted in felix_cache_dropped_total), |*pentries| (may be NULL) of
+ * them. Returns 0, -ENOENT (neither declared nor ever used), FX_EWIRE_NAME,
+ * -ENOTSUP (a broker without the cache stage),
+ * FX_ETIMEDOUT (the worker did not answer in time: the declaration is gone,
+ * the entries are freed when it gets there) or -ENOMEM. A request already
+ * on its way to the worker may still be served after. Any thread but a
+ * broker loop. */
+int fx_broker_drop_cache(fx_broker *b, const char *tenant, const char *ns, const char *cache,
+                         uint64_t timeout_ns, uint64_t *pentries, fx_registry_err *err);
+
+/* Writes {"caches":[{tenant, namespace, cache, declared, entries, bytes},
+ * ...]} (sorted by names): every cache a worker holds (used since start,
+ * declared or auto-created) and every declared one, with its live and
+ * not yet swept entries and their accounted bytes (key + value + 104
+ * each), gathered from the workers like fx_broker_list_streams. Returns 0,
+ * FX_ETIMEDOUT or -ENOMEM. Any thread but a broker loop. */
+int fx_broker_list_caches(fx_broker *b, uint64_t timeout_ns, char **pjson);
 
 /* The hash the lane choice uses (a 64-bit mixer; the lane is the hash
  * modulo the connection's lane count). Pure; any thread. */

@@ -10,6 +10,7 @@
 #include "broker/cache_srv.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include "broker/reply.h"
 #include "broker/resolve.h"
 #include "broker/worker.h"
+#include "felix/error.h"
 
 /* ---- tenants (any thread) ---------------------------------------------------------------- */
 
@@ -34,13 +36,179 @@ typedef struct ctenant {
     char name[];
 } ctenant;
 
+/* One declared cache: its names "tenant\0ns\0cache\0" (|len| bytes). */
+typedef struct cdecl {
+    struct cdecl *next;
+    uint64_t hash;
+    size_t len;
+    char name[];
+} cdecl;
+
+#define DECL_BUCKETS 1024u
+
 /* fx_broker.caches. |tenants| grows under |mu| (looked up once per client
- * stream, fxb_bidi.cache_acct) and is freed at teardown. */
+ * stream, fxb_bidi.cache_acct) and is freed at teardown; the declared
+ * caches (|decl|, chained by hash) change under |mu| too, and a request is
+ * checked against them (under |mu|) only when auto_create_streams is off. */
 struct fxb_caches {
     pthread_mutex_t mu;
     ctenant *tenants;
-    uint64_t hash_key[2]; /* placement and the stores' index: random per process */
+    fx_mtenant_source source; /* the per-tenant series, read from the accounts */
+    uint64_t hash_key[2];     /* placement and the stores' index: random per process */
+    cdecl *decl[DECL_BUCKETS];
+    size_t ndecl;
 };
+
+/* Writes "tenant\0ns\0cache\0" into |buf| (|cap| bytes); its length, or 0
+ * when it does not fit. */
+static size_t decl_name(char *buf, size_t cap, const char *tenant, const char *ns,
+                        const char *cache)
+{
+    size_t lt = strlen(tenant) + 1, ln = strlen(ns) + 1, lc = strlen(cache) + 1;
+    if (lt + ln + lc > cap)
+        return 0;
+    memcpy(buf, tenant, lt);
+    memcpy(buf + lt, ns, ln);
+    memcpy(buf + lt + ln, cache, lc);
+    return lt + ln + lc;
+}
+
+/* The link pointing at the declaration of |name| (|len| bytes, hash |h|),
+ * or at the NULL ending its chain. Under |c|->mu. */
+static cdecl **decl_find(struct fxb_caches *c, const char *name, size_t len, uint64_t h)
+{
+    cdecl **pp = &c->decl[h % DECL_BUCKETS];
+    while (*pp != NULL &&
+           !((*pp)->hash == h && (*pp)->len == len && !memcmp((*pp)->name, name, len)))
+        pp = &(*pp)->next;
+    return pp;
+}
+
+#define DECL_NAME_CAP (3 * (FX_REGISTRY_NAME_MAX + 1))
+
+static int check_cache_names(const char *tenant, const char *ns, const char *cache,
+                             fx_registry_err *err)
+{
+    const char *names[3] = {tenant, ns, cache}, *what[3] = {"tenant", "namespace", "cache"};
+    for (int i = 0; i < 3; i++) {
+        int rv = fx_registry_name_check(
+            what[i], (fx_wire_slice){(const uint8_t *)names[i], strlen(names[i])}, err);
+        if (rv != 0)
+            return rv;
+    }
+    return 0;
+}
+
+int fxb_cache_declare(fx_broker *b, const char *tenant, const char *ns, const char *cache,
+                      bool *pcreated, fx_registry_err *err)
+{
+    struct fxb_caches *c = b->caches;
+    if (pcreated)
+        *pcreated = false;
+    if (c == NULL)
+        return -ENOTSUP; /* a broker without the cache stage */
+    int rv = check_cache_names(tenant, ns, cache, err);
+    if (rv != 0)
+        return rv;
+    char buf[DECL_NAME_CAP];
+    size_t len = decl_name(buf, sizeof(buf), tenant, ns, cache);
+    uint64_t h = fxb_cache_hash(c->hash_key, buf, len);
+    pthread_mutex_lock(&c->mu);
+    cdecl **pp = decl_find(c, buf, len, h);
+    if (*pp == NULL) {
+        cdecl *d = c->ndecl < FXB_CACHE_MAX_DECLARED ? malloc(sizeof(*d) + len) : NULL;
+        if (d == NULL) {
+            rv = c->ndecl < FXB_CACHE_MAX_DECLARED ? -ENOMEM : FX_EFULL;
+        } else {
+            d->next = NULL;
+            d->hash = h;
+            d->len = len;
+            memcpy(d->name, buf, len);
+            *pp = d;
+            c->ndecl++;
+            if (pcreated)
+                *pcreated = true;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rv == FX_EFULL && err != NULL)
+        snprintf(err->msg, sizeof(err->msg), "%u caches are declared already",
+                 FXB_CACHE_MAX_DECLARED);
+    return rv;
+}
+
+bool fxb_cache_undeclare(fx_broker *b, const char *tenant, const char *ns, const char *cache)
+{
+    struct fxb_caches *c = b->caches;
+    if (c == NULL)
+        return false;
+    char buf[DECL_NAME_CAP];
+    size_t len = decl_name(buf, sizeof(buf), tenant, ns, cache);
+    if (len == 0)
+        return false;
+    uint64_t h = fxb_cache_hash(c->hash_key, buf, len);
+    pthread_mutex_lock(&c->mu);
+    cdecl **pp = decl_find(c, buf, len, h), *d = *pp;
+    if (d != NULL) {
+        *pp = d->next;
+        c->ndecl--;
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(d);
+    return d != NULL;
+}
+
+/* Whether the cache is declared. Any thread. */
+static bool is_declared(fx_broker *b, const char *tenant, const char *ns, const char *cache)
+{
+    struct fxb_caches *c = b->caches;
+    char buf[DECL_NAME_CAP];
+    size_t len = decl_name(buf, sizeof(buf), tenant, ns, cache);
+    if (len == 0)
+        return false;
+    uint64_t h = fxb_cache_hash(c->hash_key, buf, len);
+    pthread_mutex_lock(&c->mu);
+    bool found = *decl_find(c, buf, len, h) != NULL;
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+void fxb_cache_declared_foreach(fx_broker *b,
+                                void (*fn)(const char *tenant, const char *ns, const char *cache,
+                                           void *arg),
+                                void *arg)
+{
+    struct fxb_caches *c = b->caches;
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < DECL_BUCKETS; i++) {
+        for (cdecl *d = c->decl[i]; d != NULL; d = d->next) {
+            const char *t = d->name, *n = t + strlen(t) + 1;
+            fn(t, n, n + strlen(n) + 1, arg);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A scrape (the metrics thread): one row per tenant account. */
+static void collect_tenants(void *user, fx_mtenant_emit_fn emit, void *sink)
+{
+    struct fxb_caches *c = user;
+    pthread_mutex_lock(&c->mu);
+    for (ctenant *t = c->tenants; t != NULL; t = t->next) {
+        fx_mtenant_row row = {.tenant = t->name};
+        row.v[FX_MTENANT_CACHE_ENTRIES] =
+            atomic_load_explicit(&t->acct.entries, memory_order_relaxed);
+        row.v[FX_MTENANT_CACHE_BYTES] = atomic_load_explicit(&t->acct.bytes, memory_order_relaxed);
+        row.v[FX_MTENANT_CACHE_HITS] =
+            (int64_t)atomic_load_explicit(&t->acct.hits, memory_order_relaxed);
+        row.v[FX_MTENANT_CACHE_MISSES] =
+            (int64_t)atomic_load_explicit(&t->acct.misses, memory_order_relaxed);
+        emit(sink, &row);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
 
 int fxb_caches_init(fx_broker *b)
 {
@@ -56,6 +224,19 @@ int fxb_caches_init(fx_broker *b)
         c->hash_key[1] = 0x646f72616e646f6dull;
     }
     b->caches = c;
+    c->source = (fx_mtenant_source){.on_collect = collect_tenants, .user = c};
+    fx_metrics_tenant_source_add(&c->source);
+    for (size_t i = 0; i < b->o.ncaches; i++) {
+        const fx_broker_stream_name *n = &b->o.caches[i];
+        fx_registry_err err = {0};
+        int rv = fxb_cache_declare(b, n->tenant, n->ns, n->stream, NULL, &err);
+        if (rv != 0) {
+            FX_LOG_ERROR("broker", "cache %s/%s/%s: %s", n->tenant, n->ns, n->stream,
+                         err.msg[0] ? err.msg : fx_strerror(rv));
+            fxb_caches_deinit(b);
+            return rv;
+        }
+    }
     return 0;
 }
 
@@ -64,9 +245,16 @@ void fxb_caches_deinit(fx_broker *b)
     struct fxb_caches *c = b->caches;
     if (c == NULL)
         return;
+    fx_metrics_tenant_source_remove(&c->source); /* no scrape reads the accounts after */
     for (ctenant *t = c->tenants, *next; t != NULL; t = next) {
         next = t->next;
         free(t);
+    }
+    for (size_t i = 0; i < DECL_BUCKETS; i++) {
+        for (cdecl *d = c->decl[i], *next; d != NULL; d = next) {
+            next = d->next;
+            free(d);
+        }
     }
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -213,6 +401,40 @@ static void sweep_cb(fx_loop *l, fx_timer *t, void *user)
     arm_sweep(w, now_us); /* more due: armed for now, i.e. the next turn */
 }
 
+/* ---- the admin API's asks (worker loop) -------------------------------------------------- */
+
+int64_t fxb_cache_worker_drop(fxb_worker *w, const char *tenant, const char *ns, const char *cache)
+{
+    uint32_t id;
+    if (w->cache == NULL || fxb_cache_scope_find(w->cache->store, tenant, ns, cache, &id) != 0)
+        return -1;
+    uint64_t n = fxb_cache_scope_clear(w->cache->store, id);
+    publish(w->cache);
+    return (int64_t)n;
+}
+
+json_t *fxb_cache_worker_list(fxb_worker *w)
+{
+    json_t *arr = json_array();
+    if (arr == NULL || w->cache == NULL)
+        return arr;
+    fxb_cache_store *st = w->cache->store;
+    uint32_t n = fxb_cache_scope_count(st);
+    for (uint32_t i = 0; i < n; i++) {
+        const char *t, *ns, *c;
+        uint64_t entries, bytes;
+        (void)fxb_cache_scope_names(st, i, &t, &ns, &c);
+        fxb_cache_scope_usage(st, i, &entries, &bytes);
+        json_t *e = json_pack("{s:s, s:s, s:s, s:I, s:I}", "tenant", t, "namespace", ns, "cache", c,
+                              "entries", (json_int_t)entries, "bytes", (json_int_t)bytes);
+        if (e == NULL || json_array_append_new(arr, e) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
 /* ---- a request on the worker ------------------------------------------------------------- */
 
 /* One cache request on its way to (and on) its worker: made on the
@@ -231,6 +453,7 @@ typedef struct creq {
     uint64_t ttl_ms;
     fx_msg_condition condition; /* cache_put_if */
     uint64_t version;           /* cache_delete_if */
+    uint64_t arrived_ns;        /* at the worker (fx_now_ns), for the latency histogram */
     const char *tenant, *ns, *cache, *key;
     size_t klen;
     const uint8_t *value;
@@ -247,6 +470,20 @@ static void complete(creq *q, const fx_msg *m)
     fxb_reply *r = q->reply;
     q->reply = NULL;
     fxb_reply_complete_frame(r, f);
+    /* Arrival at the worker to the slot's completion (docs/metrics.md). */
+    uint64_t now = fx_now_ns(), d = now > q->arrived_ns ? now - q->arrived_ns : 0;
+    switch (q->type) {
+    case FX_MSG_CACHE_GET:
+        FX_HIST_OBSERVE(cache_latency_get_ns, d);
+        break;
+    case FX_MSG_CACHE_PUT:
+    case FX_MSG_CACHE_PUT_IF:
+        FX_HIST_OBSERVE(cache_latency_put_ns, d);
+        break;
+    default:
+        FX_HIST_OBSERVE(cache_latency_delete_ns, d);
+        break;
+    }
     /* The connection loop flushes, then drops the worker's reference
      * (reply_done_cb); a post already pending flushes it too. */
     if (!fx_loop_post(r->loop, &r->task))
@@ -402,6 +639,7 @@ static void run(fx_loop *l, fx_task *t, void *user)
     (void)t;
     creq *q = user;
     fxb_worker *w = q->w;
+    q->arrived_ns = fx_now_ns();
     if (w->cache == NULL) {
         FX_COUNTER_INC(cache_refused_internal);
         answer_error(q, "cache request failed: this worker serves no cache");
@@ -461,9 +699,7 @@ static bool is_write(fx_msg_type t)
     return t != FX_MSG_CACHE_GET;
 }
 
-/* The worker of cache |tenant|/|ns|/|cache|: the placement rule on the
- * hash of the three names. */
-static fxb_worker *worker_of(fx_broker *b, const char *tenant, const char *ns, const char *cache)
+fxb_worker *fxb_cache_worker_of(fx_broker *b, const char *tenant, const char *ns, const char *cache)
 {
     size_t lt = strlen(tenant), ln = strlen(ns), lc = strlen(cache);
     char buf[3 * 256];
@@ -542,8 +778,9 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
         fxb_bidi_error(s, "forbidden", true);
         return;
     }
-    if (!b->o.auto_create_streams) {
-        /* Caches are auto-created like streams; nothing declares one yet. */
+    if (!b->o.auto_create_streams && !is_declared(b, m->tenant_id, m->ns, m->cache)) {
+        /* Caches are auto-created like streams, or declared (the YAML's
+         * caches, the admin API). */
         char text[64 + 3 * 128];
         snprintf(text, sizeof(text), "cache scope not found: %.128s/%.128s/%.128s", m->tenant_id,
                  m->ns, m->cache);
@@ -572,7 +809,7 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
     atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); /* the worker's */
     q->reply = r;
     q->acct = s->cache_acct;
-    q->w = worker_of(b, m->tenant_id, m->ns, m->cache);
+    q->w = fxb_cache_worker_of(b, m->tenant_id, m->ns, m->cache);
     fx_task_init(&q->task, run, q);
     (void)fx_loop_post(q->w->loop, &q->task); /* a new task: never pending already */
     /* The original: a put without request_id is answered `ok` and ends the

@@ -23,8 +23,13 @@
 /* Expired entries one sweep turn frees at most; more wait for the next turn. */
 #define FXB_CACHE_SWEEP_BUDGET 1024u
 
-/* Creates b->caches (the tenant accounts and the placement hash key).
- * 0 or -ENOMEM. Main thread, before the workers. */
+/* Caches one broker declares at most (the YAML's caches and the admin
+ * API's PUT together); one more is refused. */
+#define FXB_CACHE_MAX_DECLARED 65536u
+
+/* Creates b->caches (the tenant accounts, the placement hash key and the
+ * declared caches of b->o.caches). 0, FX_EWIRE_NAME, FX_EFULL or -ENOMEM
+ * (logged). Main thread, before the workers. */
 int fxb_caches_init(fx_broker *b);
 /* Frees b->caches; after every worker's store is gone. Main thread. */
 void fxb_caches_deinit(fx_broker *b);
@@ -34,6 +39,30 @@ void fxb_caches_deinit(fx_broker *b);
 int fxb_cache_worker_init(fxb_worker *w);
 /* Frees |w|'s store (its loop stopped). Main thread. */
 void fxb_cache_worker_deinit(fxb_worker *w);
+
+/* Declares / undeclares a cache (fx_broker_declare_cache). undeclare
+ * returns whether it was declared. Any thread. */
+int fxb_cache_declare(fx_broker *b, const char *tenant, const char *ns, const char *cache,
+                      bool *pcreated, fx_registry_err *err);
+bool fxb_cache_undeclare(fx_broker *b, const char *tenant, const char *ns, const char *cache);
+/* Calls |fn| with each declared cache's names, under the lock (|fn| must
+ * not call back into the caches). Any thread. */
+void fxb_cache_declared_foreach(fx_broker *b,
+                                void (*fn)(const char *tenant, const char *ns, const char *cache,
+                                           void *arg),
+                                void *arg);
+
+/* The worker of cache |tenant|/|ns|/|cache| (the placement rule). Any
+ * thread. */
+fxb_worker *fxb_cache_worker_of(fx_broker *b, const char *tenant, const char *ns,
+                                const char *cache);
+
+/* On |w|'s loop: frees every entry of the cache (publishing the counts).
+ * Returns how many, or -1 when |w| never held the cache. */
+int64_t fxb_cache_worker_drop(fxb_worker *w, const char *tenant, const char *ns, const char *cache);
+/* On |w|'s loop: a JSON array of {tenant, namespace, cache, entries,
+ * bytes} for every cache |w| holds; NULL on -ENOMEM. */
+struct json_t *fxb_cache_worker_list(fxb_worker *w);
 
 /* True for cache_put, cache_get, cache_delete, cache_put_if and
  * cache_delete_if. */

@@ -518,6 +518,20 @@ void fxb_cache_store_free(fxb_cache_store *s)
     free(s);
 }
 
+int fxb_cache_scope_find(const fxb_cache_store *s, const char *tenant, const char *ns,
+                         const char *cache, uint32_t *pid)
+{
+    for (uint32_t i = 0; i < s->nscopes; i++) {
+        const char *t, *n, *c;
+        (void)fxb_cache_scope_names(s, i, &t, &n, &c);
+        if (!strcmp(t, tenant) && !strcmp(n, ns) && !strcmp(c, cache)) {
+            *pid = i;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
 int fxb_cache_scope_open(fxb_cache_store *s, const char *tenant, const char *ns, const char *cache,
                          fxb_cache_tenant *acct, uint32_t *pid)
 {
@@ -652,13 +666,18 @@ int fxb_cache_get(fxb_cache_store *s, uint32_t sc, const void *key, size_t klen,
     bury(s);
     if (sc < s->nscopes && klen <= FXB_CACHE_KEY_MAX)
         pos = find_live(s, key_hash(s, sc, key, klen), sc, key, klen, now_us);
+    fxb_cache_tenant *acct = sc < s->nscopes ? s->scopes[sc].acct : NULL;
     if (pos == NONE) {
         s->st.misses++;
+        if (acct != NULL)
+            atomic_fetch_add_explicit(&acct->misses, 1, memory_order_relaxed);
         return FXB_CACHE_MISS;
     }
     entry *e = s->table[pos];
     e->ref = 1;
     s->st.hits++;
+    if (acct != NULL)
+        atomic_fetch_add_explicit(&acct->hits, 1, memory_order_relaxed);
     if (pvalue)
         *pvalue = e->data + e->klen;
     if (pvlen)

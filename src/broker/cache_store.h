@@ -38,6 +38,8 @@
 typedef struct fxb_cache_tenant {
     _Atomic int64_t bytes;   /* accounted bytes of its entries, all workers */
     _Atomic int64_t entries; /* its entries, all workers */
+    _Atomic uint64_t hits;   /* its gets answered with a value, all workers */
+    _Atomic uint64_t misses; /* its gets answered null, all workers */
     int64_t max_bytes;       /* set before the first put; 0 = unbounded */
 } fxb_cache_tenant;
 
@@ -109,6 +111,11 @@ void fxb_cache_store_free(fxb_cache_store *s);
  * already) or -ENOMEM. */
 int fxb_cache_scope_open(fxb_cache_store *s, const char *tenant, const char *ns, const char *cache,
                          fxb_cache_tenant *acct, uint32_t *pid);
+
+/* Finds the cache (tenant, ns, cache) without creating it: 0 with its id
+ * in |*pid|, or -ENOENT. */
+int fxb_cache_scope_find(const fxb_cache_store *s, const char *tenant, const char *ns,
+                         const char *cache, uint32_t *pid);
 
 /* Put options. */
 typedef struct fxb_cache_put_opts {

@@ -17,6 +17,7 @@
 #include "base/metrics.h"
 #include "base/placement.h"
 #include "broker/bidi_life.h"
+#include "broker/cache_srv.h"
 #include "broker/durable.h"
 #include "broker/durable_admin.h"
 #include "broker/idem.h"
@@ -356,6 +357,170 @@ int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson)
     gather_free(g);
     handles_free(&hs);
     json_t *root = arr != NULL ? json_pack("{s:o}", "streams", arr) : NULL;
+    return dump(root, pjson);
+}
+
+/* ---- caches: PUT / DELETE /v1/tenants/{t}/namespaces/{ns}/caches/{c}, GET /v1/caches -------- */
+
+int fx_broker_declare_cache(fx_broker *b, const char *tenant, const char *ns, const char *cache,
+                            bool *pcreated, fx_registry_err *err)
+{
+    return fxb_cache_declare(b, tenant, ns, cache, pcreated, err);
+}
+
+/* What the cache's worker is asked to drop. */
+typedef struct drop_arg {
+    const char *tenant, *ns, *cache;
+} drop_arg;
+
+/* Worker side: frees the cache's entries; its count, or -1 (never held). */
+static void drop_part(fx_broker *b, gpart *p, void *arg)
+{
+    const drop_arg *d = arg;
+    int64_t n = fxb_cache_worker_drop(&b->workers[p->worker], d->tenant, d->ns, d->cache);
+    p->j = json_integer(n);
+}
+
+int fx_broker_drop_cache(fx_broker *b, const char *tenant, const char *ns, const char *cache,
+                         uint64_t timeout_ns, uint64_t *pentries, fx_registry_err *err)
+{
+    if (pentries)
+        *pentries = 0;
+    const char *names[3] = {tenant, ns, cache}, *what[3] = {"tenant", "namespace", "cache"};
+    for (int i = 0; i < 3; i++) {
+        int rv = fx_registry_name_check(
+            what[i], (fx_wire_slice){(const uint8_t *)names[i], strlen(names[i])}, err);
+        if (rv != 0)
+            return rv;
+    }
+    if (b->caches == NULL)
+        return -ENOTSUP; /* a broker without the cache stage */
+    bool declared = fxb_cache_undeclare(b, tenant, ns, cache);
+    fxb_worker *w = fxb_cache_worker_of(b, tenant, ns, cache);
+    /* The worker reads the names when it gets the ask, which may be after
+     * a timeout returned: they are copied into an allocation of their own
+     * (freed once the answer is in; left to the worker's late read on a
+     * timeout, a small loss on a rare path). */
+    size_t lt = strlen(tenant) + 1, ln = strlen(ns) + 1, lc = strlen(cache) + 1;
+    gather *g = gather_alloc(b, drop_part, NULL, 1);
+    char *copy = g != NULL ? malloc(sizeof(drop_arg) + lt + ln + lc) : NULL;
+    if (copy == NULL) {
+        free(g);
+        return -ENOMEM;
+    }
+    drop_arg *d = (drop_arg *)(void *)copy;
+    char *p = copy + sizeof(drop_arg);
+    d->tenant = memcpy(p, tenant, lt);
+    d->ns = memcpy(p + lt, ns, ln);
+    d->cache = memcpy(p + lt + ln, cache, lc);
+    g->arg = d;
+    g->parts[0].worker = (int)(w - b->workers);
+    g->parts[0].loop = w->loop;
+    int rv = gather_wait(g, timeout_ns, &g);
+    if (rv != 0) {
+        if (rv != FX_ETIMEDOUT)
+            free(copy);
+        return rv;
+    }
+    int64_t n = json_integer_value(g->parts[0].j);
+    gather_free(g);
+    free(copy);
+    if (n < 0 && !declared) {
+        if (err != NULL)
+            snprintf(err->msg, sizeof(err->msg), "cache %s/%s/%s not found", tenant, ns, cache);
+        return -ENOENT;
+    }
+    if (pentries)
+        *pentries = n > 0 ? (uint64_t)n : 0;
+    return 0;
+}
+
+/* Worker side: the caches it holds. */
+static void caches_part(fx_broker *b, gpart *p, void *arg)
+{
+    (void)arg;
+    p->j = fxb_cache_worker_list(&b->workers[p->worker]);
+}
+
+static void declared_entry(const char *tenant, const char *ns, const char *cache, void *arg)
+{
+    json_t *all = arg;
+    char key[3 * (FX_REGISTRY_NAME_MAX + 1)];
+    snprintf(key, sizeof(key), "%s/%s/%s", tenant, ns, cache);
+    json_t *e = json_object_get(all, key);
+    if (e != NULL) {
+        json_object_set_new(e, "declared", json_true());
+        return;
+    }
+    e = json_pack("{s:s, s:s, s:s, s:b, s:i, s:i}", "tenant", tenant, "namespace", ns, "cache",
+                  cache, "declared", 1, "entries", 0, "bytes", 0);
+    if (e != NULL)
+        json_object_set_new(all, key, e);
+}
+
+static int cmp_cache(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int fx_broker_list_caches(fx_broker *b, uint64_t timeout_ns, char **pjson)
+{
+    gather *g;
+    int rv = gather_run(b, caches_part, NULL, true, false, timeout_ns, &g);
+    if (rv != 0)
+        return rv;
+    /* Keyed by "tenant/ns/cache" (a cache lives on one worker), then the
+     * declared ones no worker has used yet. */
+    json_t *all = json_object();
+    for (size_t i = 0; all != NULL && i < g->nparts; i++) {
+        if (g->parts[i].j == NULL) {
+            json_decref(all);
+            all = NULL;
+            break;
+        }
+        size_t k;
+        json_t *e;
+        json_array_foreach(g->parts[i].j, k, e)
+        {
+            char key[3 * (FX_REGISTRY_NAME_MAX + 1)];
+            snprintf(key, sizeof(key), "%s/%s/%s", json_string_value(json_object_get(e, "tenant")),
+                     json_string_value(json_object_get(e, "namespace")),
+                     json_string_value(json_object_get(e, "cache")));
+            json_object_set_new(e, "declared", json_false());
+            json_object_set(all, key, e);
+        }
+    }
+    gather_free(g);
+    if (all != NULL)
+        fxb_cache_declared_foreach(b, declared_entry, all);
+    size_t n = all != NULL ? json_object_size(all) : 0;
+    const char **keys = all != NULL ? malloc((n + 1) * sizeof(*keys)) : NULL;
+    json_t *arr = keys != NULL ? json_array() : NULL;
+    if (arr != NULL) {
+        size_t i = 0;
+        const char *key;
+        json_t *v;
+        json_object_foreach(all, key, v) keys[i++] = key;
+        if (n > 1)
+            qsort(keys, n, sizeof(*keys), cmp_cache);
+        for (i = 0; i < n; i++) {
+            json_t *e = json_object_get(all, keys[i]);
+            /* The order of the fields: names, declared, then the figures. */
+            json_t *o = json_pack(
+                "{s:O, s:O, s:O, s:O, s:O, s:O}", "tenant", json_object_get(e, "tenant"),
+                "namespace", json_object_get(e, "namespace"), "cache", json_object_get(e, "cache"),
+                "declared", json_object_get(e, "declared"), "entries",
+                json_object_get(e, "entries"), "bytes", json_object_get(e, "bytes"));
+            if (o == NULL || json_array_append_new(arr, o) != 0) {
+                json_decref(arr);
+                arr = NULL;
+                break;
+            }
+        }
+    }
+    free(keys);
+    json_decref(all);
+    json_t *root = arr != NULL ? json_pack("{s:o}", "caches", arr) : NULL;
     return dump(root, pjson);
 }
 

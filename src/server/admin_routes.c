@@ -775,6 +775,99 @@ static void on_delete(const fx_admin_req *req, fx_admin_resp *resp, void *user)
         error_json(resp, rv == FX_ENOSTREAM ? 404 : 500, err.msg[0] ? err.msg : fx_strerror(rv));
 }
 
+/* ---- caches -------------------------------------------------------------------------------- */
+
+static void on_list_caches(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    (void)req;
+    char *json = NULL;
+    int rv = fx_broker_list_caches(user, FX_ADMIN_BROKER_TIMEOUT_NS, &json);
+    list_answer(resp, rv, json);
+}
+
+#define CACHE_PATH_HELP "want /v1/tenants/{tenant}/namespaces/{namespace}/caches/{cache}"
+
+/* Splits "{t}/namespaces/{ns}/caches/{c}" (|rest|, what follows
+ * "/v1/tenants/") into |names| (copies in |buf|). Empty names pass: the
+ * broker refuses them with its reason. */
+static bool split_cache_path(const char *rest, char *buf, size_t cap, const char *names[3])
+{
+    size_t n = strlen(rest);
+    if (n >= cap)
+        return false;
+    memcpy(buf, rest, n + 1);
+    char *ns = strstr(buf, "/namespaces/");
+    if (ns == NULL)
+        return false;
+    *ns = '\0';
+    ns += strlen("/namespaces/");
+    char *c = strstr(ns, "/caches/");
+    if (c == NULL)
+        return false;
+    *c = '\0';
+    c += strlen("/caches/");
+    names[0] = buf, names[1] = ns, names[2] = c;
+    return strchr(buf, '/') == NULL && strchr(ns, '/') == NULL && strchr(c, '/') == NULL;
+}
+
+static void cache_json(fx_admin_resp *r, unsigned status, const char *names[3], json_t *extra)
+{
+    json_t *j =
+        json_pack("{s:s, s:s, s:s}", "tenant", names[0], "namespace", names[1], "cache", names[2]);
+    if (j != NULL && extra != NULL && json_object_update(j, extra) != 0) {
+        json_decref(j);
+        j = NULL;
+    }
+    json_decref(extra);
+    answer_json(r, status, j);
+}
+
+/* PUT: declares the cache (201), or finds it declared (200). */
+static void on_cache_put(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    char buf[3 * 256 + 32];
+    const char *names[3];
+    if (!split_cache_path(req->rest, buf, sizeof(buf), names)) {
+        error_json(resp, 400, CACHE_PATH_HELP);
+        return;
+    }
+    bool created = false;
+    fx_registry_err err = {0};
+    int rv = fx_broker_declare_cache(user, names[0], names[1], names[2], &created, &err);
+    if (rv != 0) {
+        error_json(resp, broker_status(rv), err.msg[0] ? err.msg : fx_strerror(rv));
+        return;
+    }
+    cache_json(resp, created ? 201 : 200, names, json_pack("{s:b}", "created", created));
+}
+
+/* DELETE: drops the declaration and frees the entries (200 with how
+ * many), 404 when the cache was neither declared nor used. */
+static void on_cache_delete(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    char buf[3 * 256 + 32];
+    const char *names[3];
+    if (!split_cache_path(req->rest, buf, sizeof(buf), names)) {
+        error_json(resp, 400, CACHE_PATH_HELP);
+        return;
+    }
+    uint64_t entries = 0;
+    fx_registry_err err = {0};
+    int rv = fx_broker_drop_cache(user, names[0], names[1], names[2], FX_ADMIN_BROKER_TIMEOUT_NS,
+                                  &entries, &err);
+    if (rv == FX_ETIMEDOUT) {
+        fx_admin_resp_text(resp, 503, FX_ADMIN_TIMEOUT_BODY);
+        return;
+    }
+    if (rv != 0) {
+        error_json(resp, rv == -ENOENT ? 404 : broker_status(rv),
+                   err.msg[0] ? err.msg : fx_strerror(rv));
+        return;
+    }
+    cache_json(resp, 200, names,
+               json_pack("{s:b, s:I}", "deleted", 1, "entries", (json_int_t)entries));
+}
+
 void fx_admin_broker_routes(fx_broker *b, fx_admin_route *out)
 {
     out[0] = (fx_admin_route){"GET", "/v1/streams", on_list_streams, b};
@@ -784,4 +877,7 @@ void fx_admin_broker_routes(fx_broker *b, fx_admin_route *out)
     out[4] = (fx_admin_route){"GET", "/v1/subscriptions", on_list_subs, b};
     out[5] = (fx_admin_route){"GET", "/v1/streams/", on_get, b};
     out[6] = (fx_admin_route){"POST", "/v1/streams/", on_group_post, b};
+    out[7] = (fx_admin_route){"GET", "/v1/caches", on_list_caches, b};
+    out[8] = (fx_admin_route){"PUT", "/v1/tenants/", on_cache_put, b};
+    out[9] = (fx_admin_route){"DELETE", "/v1/tenants/", on_cache_delete, b};
 }

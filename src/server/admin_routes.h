@@ -1,7 +1,9 @@
 /* The broker's routes on the admin HTTP endpoint: the stream admin API
  * (GET /v1/streams, PUT, PATCH and DELETE
  * /v1/streams/{tenant}/{namespace}/{stream},
- * GET /v1/subscriptions) and the consumer groups of a stream (GET, PUT and
+ * GET /v1/subscriptions), the declared caches (GET /v1/caches, PUT and
+ * DELETE /v1/tenants/{tenant}/namespaces/{namespace}/caches/{cache}) and
+ * the consumer groups of a stream (GET, PUT and
  * DELETE .../{stream}/groups[/{group}], POST .../groups/{group}/seek,
  * GET .../groups/{group}/dead-letters), JSON in and out. Each handler calls
  * the broker's control functions (broker.h), which ask the loops with a
@@ -14,7 +16,7 @@
 #include "server/admin.h"
 
 /* Routes written by fx_admin_broker_routes(). */
-#define FX_ADMIN_BROKER_NROUTES 7u
+#define FX_ADMIN_BROKER_NROUTES 10u
 /* How long a handler waits for the loops before answering 503. */
 #define FX_ADMIN_BROKER_TIMEOUT_NS (2ull * 1000000000ull)
 
@@ -36,7 +38,10 @@
  * or a bad bound, 409 naming the key when it exists with another value);
  * seek 200; DELETE 200, 404 (none), 409 while members are
  * joined; 400 for a bad path, name or body, 409 for an offset past the tail,
- * 429 at max_groups_per_stream. Any
+ * 429 at max_groups_per_stream. Caches: GET /v1/caches 200 with
+ * {"caches":[...]}; PUT 201 (declared) or 200 (was), 400 for a bad path or
+ * name, 429 at FXB_CACHE_MAX_DECLARED; DELETE 200 {..., "deleted": true,
+ * "entries": n}, 404 when neither declared nor used. Any
  * thread. */
 void fx_admin_broker_routes(fx_broker *b, fx_admin_route *out);
 

@@ -429,6 +429,10 @@ const struct key fx_config_keys[] = {
     {.name = "cache_max_key_bytes", .env = {"FELIX_CACHE_MAX_KEY_BYTES"}, .type = T_U32,
      FIELD(cache_max_key_bytes), .def = "1024", .min = 1, .max = 65535,
      .help = "the longest cache key a put may store; a longer one is refused"},
+    {.name = "caches", .env = {"FELIX_CACHES"}, .type = T_CACHES, .def = "",
+     .help = "caches declared at start: tenant/namespace/cache strings; with "
+             "auto_create_streams off only declared caches are served (others: cache scope not "
+             "found), and the admin API declares more"},
     /* durable storage */
     {.name = "durable_storage_dir", .env = {"FELIX_DURABLE_STORAGE_DIR"}, .type = T_STR,
      .section = "durable storage", FIELD(durable_storage_dir), .def = "",
@@ -629,6 +633,9 @@ void fx_config_deinit(fx_config *c)
     free(c->groups);
     c->groups = NULL;
     c->ngroups = 0;
+    free(c->caches);
+    c->caches = NULL;
+    c->ncaches = 0;
 }
 
 /* ---- cross-key rules --------------------------------------------------- */

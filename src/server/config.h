@@ -20,6 +20,8 @@
 #define FX_CONFIG_MAX_STREAMS 4096
 #define FX_CONFIG_GROUP_MAX 129 /* group name, 1-128 bytes, including the NUL */
 #define FX_CONFIG_MAX_GROUPS 4096
+/* Most caches the `caches:` list declares. */
+#define FX_CONFIG_MAX_CACHES 4096
 #define FX_CONFIG_MAX_KEYS 128 /* capacity of the per-key origin table */
 #define FX_CONFIG_MAX_WARNINGS 32
 #define FX_CONFIG_MAX_FILE_BYTES (1024 * 1024)
@@ -132,6 +134,9 @@ typedef struct fx_config {
     size_t nstreams;
     fx_config_group *groups; /* owned; freed by fx_config_deinit() */
     size_t ngroups;
+    /* caches declared at start: |stream| holds the cache's name */
+    fx_config_stream *caches; /* owned; freed by fx_config_deinit() */
+    size_t ncaches;
     uint32_t log_capacity;
     uint64_t log_capacity_bytes;
     uint64_t tenant_retained_bytes; /* 0 = no limit */

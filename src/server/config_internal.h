@@ -34,6 +34,7 @@ enum ktype {
     T_ADDR,
     T_STREAMS,
     T_GROUPS,
+    T_CACHES, /* tenant/namespace/cache strings, stored as fx_config_stream */
     T_WARN,   /* a feature Felix-C does not have: warn, load anyway */
     T_REJECT, /* meaningless here: refuse to start */
 };

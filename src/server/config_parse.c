@@ -227,20 +227,26 @@ static int copy_name(char *dst, const char *s, size_t len)
     return 0;
 }
 
-/* Parses one "tenant/namespace/stream" item of |len| bytes. */
-static int parse_stream(const char *s, size_t len, fx_config_stream *st, char *why, size_t n)
+/* Parses one "tenant/namespace/|what|" item of |len| bytes. */
+static int parse_triple(const char *s, size_t len, fx_config_stream *st, const char *what,
+                        char *why, size_t n)
 {
     const char *a = memchr(s, '/', len);
     const char *b = a ? memchr(a + 1, '/', len - (size_t)(a + 1 - s)) : NULL;
     if (!b || copy_name(st->tenant, s, (size_t)(a - s)) < 0 ||
         copy_name(st->ns, a + 1, (size_t)(b - a - 1)) < 0 ||
         copy_name(st->stream, b + 1, len - (size_t)(b + 1 - s)) < 0) {
-        snprintf(why, n,
-                 "\"%.*s\" is not tenant/namespace/stream (each 1-255 of A-Z a-z 0-9 . _ -)",
-                 (int)(len > 80 ? 80 : len), s);
+        snprintf(why, n, "\"%.*s\" is not tenant/namespace/%s (each 1-255 of A-Z a-z 0-9 . _ -)",
+                 (int)(len > 80 ? 80 : len), s, what);
         return -1;
     }
     return 0;
+}
+
+/* Parses one "tenant/namespace/stream" item of |len| bytes. */
+static int parse_stream(const char *s, size_t len, fx_config_stream *st, char *why, size_t n)
+{
+    return parse_triple(s, len, st, "stream", why, n);
 }
 
 /* Copies group name |s| (|len| bytes) into |dst|: 1-128 bytes, no '/' and
@@ -322,6 +328,7 @@ static int parse_group(const char *s, size_t len, fx_config_group *g, char *why,
  * until stored in a config. */
 struct slist {
     bool groups; /* items are fx_config_group, else fx_config_stream */
+    bool caches; /* items are caches (fx_config_stream) */
     void *items;
     size_t n, cap;
 };
@@ -334,11 +341,12 @@ static bool same_stream(const fx_config_stream *a, const fx_config_stream *b)
 static int slist_add_stream(struct slist *l, const char *s, size_t len, char *why, size_t n)
 {
     fx_config_stream *items = l->items, *st = &items[l->n];
-    if (parse_stream(s, len, st, why, n) < 0)
+    const char *what = l->caches ? "cache" : "stream";
+    if (parse_triple(s, len, st, what, why, n) < 0)
         return -1;
     for (size_t i = 0; i < l->n; i++) {
         if (same_stream(&items[i], st)) {
-            snprintf(why, n, "stream %s/%s/%s is listed twice", st->tenant, st->ns, st->stream);
+            snprintf(why, n, "%s %s/%s/%s is listed twice", what, st->tenant, st->ns, st->stream);
             return -1;
         }
     }
@@ -362,9 +370,14 @@ static int slist_add_group(struct slist *l, const char *s, size_t len, char *why
 
 static int slist_add(struct slist *l, const char *s, size_t len, char *why, size_t n)
 {
-    size_t max = l->groups ? FX_CONFIG_MAX_GROUPS : FX_CONFIG_MAX_STREAMS;
+    size_t max = l->groups   ? FX_CONFIG_MAX_GROUPS
+                 : l->caches ? FX_CONFIG_MAX_CACHES
+                             : FX_CONFIG_MAX_STREAMS;
     if (l->n == max) {
-        snprintf(why, n, "more than %zu %s", max, l->groups ? "groups" : "streams");
+        snprintf(why, n, "more than %zu %s", max,
+                 l->groups   ? "groups"
+                 : l->caches ? "caches"
+                             : "streams");
         return -1;
     }
     size_t size = l->groups ? sizeof(fx_config_group) : sizeof(fx_config_stream);
@@ -471,7 +484,11 @@ static int store_string(fx_config *c, const struct key *k, const char *s, char *
 
 static void store_streams(fx_config *c, struct slist *l)
 {
-    if (l->groups) {
+    if (l->caches) {
+        free(c->caches);
+        c->caches = l->items;
+        c->ncaches = l->n;
+    } else if (l->groups) {
         free(c->groups);
         c->groups = l->items;
         c->ngroups = l->n;
@@ -520,7 +537,9 @@ int fx_config_store_text(fx_config *c, const struct key *k, const char *s, char 
         return store_string(c, k, s, why, n);
     case T_STREAMS:
     case T_GROUPS:
+    case T_CACHES:
         l.groups = k->type == T_GROUPS;
+        l.caches = k->type == T_CACHES;
         rv = parse_stream_csv(s, &l, why, n);
         if (rv == 0)
             store_streams(c, &l);
@@ -594,10 +613,12 @@ static void set_file_origin(fx_config_origin *o, const yaml_node_t *nd, const ch
 static int yaml_streams(fx_config *c, int i, yaml_document_t *doc, yaml_node_t *val,
                         const fx_config_origin *o, fx_config_diag *d)
 {
-    struct slist l = {.groups = fx_config_keys[i].type == T_GROUPS};
+    struct slist l = {.groups = fx_config_keys[i].type == T_GROUPS,
+                      .caches = fx_config_keys[i].type == T_CACHES};
     const char *key = fx_config_keys[i].name;
-    const char *shape =
-        l.groups ? "tenant/namespace/stream/group[@start]" : "tenant/namespace/stream";
+    const char *shape = l.groups   ? "tenant/namespace/stream/group[@start]"
+                        : l.caches ? "tenant/namespace/cache"
+                                   : "tenant/namespace/stream";
     char why[320];
     int rv = 0;
     if (val->type == YAML_SEQUENCE_NODE) {
@@ -692,7 +713,7 @@ static int yaml_pair(fx_config *c, yaml_document_t *doc, yaml_node_pair_t *pair,
         return apply(c, i, "", &o, d);
     }
     set_file_origin(&o, vn, alias);
-    if (k->type == T_STREAMS || k->type == T_GROUPS)
+    if (k->type == T_STREAMS || k->type == T_GROUPS || k->type == T_CACHES)
         return yaml_streams(c, i, doc, vn, &o, d);
     return yaml_value(c, i, vn, &o, d);
 }

@@ -98,6 +98,9 @@ void fx_config_format_value(const fx_config *c, int i, char *buf, size_t n)
     case T_GROUPS:
         snprintf(buf, n, "[%zu groups]", c->ngroups);
         break;
+    case T_CACHES:
+        snprintf(buf, n, "[%zu caches]", c->ncaches);
+        break;
     case T_WARN:
     case T_REJECT:
         buf[0] = '\0';
@@ -113,6 +116,15 @@ static void print_streams(const fx_config *c, FILE *out)
     for (size_t i = 0; i < c->nstreams; i++)
         fprintf(out, "%s%s/%s/%s", i ? ", " : "", c->streams[i].tenant, c->streams[i].ns,
                 c->streams[i].stream);
+    fprintf(out, "]");
+}
+
+static void print_caches(const fx_config *c, FILE *out)
+{
+    fprintf(out, "caches: [");
+    for (size_t i = 0; i < c->ncaches; i++)
+        fprintf(out, "%s%s/%s/%s", i ? ", " : "", c->caches[i].tenant, c->caches[i].ns,
+                c->caches[i].stream);
     fprintf(out, "]");
 }
 
@@ -176,6 +188,8 @@ int fx_config_print(const fx_config *c, FILE *out)
             print_streams(c, out);
         } else if (k->type == T_GROUPS) {
             print_groups(c, out);
+        } else if (k->type == T_CACHES) {
+            print_caches(c, out);
         } else {
             fx_config_format_value(c, (int)i, val, sizeof(val));
             /* Secrets are never printed: the output goes to terminals and logs. */
@@ -226,6 +240,9 @@ static void md_type(const struct key *k, char *buf, size_t n)
     case T_GROUPS:
         snprintf(buf, n, "list of tenant/namespace/stream/group[@start]");
         break;
+    case T_CACHES:
+        snprintf(buf, n, "list of tenant/namespace/cache");
+        break;
     case T_WARN:
     case T_REJECT:
         buf[0] = '\0';
@@ -270,7 +287,9 @@ static void md_keys(FILE *out)
         md_type(k, type, sizeof(type));
         md_names(k, out);
         fprintf(out, " | %s | `%s` | %s |\n", type,
-                k->type == T_STREAMS || k->type == T_GROUPS ? "[]" : (k->def[0] ? k->def : "\"\""),
+                k->type == T_STREAMS || k->type == T_GROUPS || k->type == T_CACHES
+                    ? "[]"
+                    : (k->def[0] ? k->def : "\"\""),
                 k->help);
     }
 }

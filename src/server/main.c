@@ -280,8 +280,9 @@ static void durable_opts_from_config(const fx_config *c, fx_broker_durable_opts 
     d->repair_checksum_tail = c->durable_repair_checksum_tail;
 }
 
-/* Maps the configuration to the data plane's options. |names| (nstreams
- * entries) receives the pre-created streams and must outlive fx_broker_new. */
+/* Maps the configuration to the data plane's options. |names| (nstreams +
+ * ncaches entries) receives the pre-created streams, then the declared
+ * caches, and must outlive fx_broker_new. */
 static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *ip, size_t ipcap,
                                    fx_broker_stream_name *names)
 {
@@ -313,6 +314,12 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
             (fx_broker_stream_name){c->streams[i].tenant, c->streams[i].ns, c->streams[i].stream};
     o->streams = names;
     o->nstreams = c->nstreams;
+    /* The declared caches follow the streams in |names|. */
+    for (size_t i = 0; i < c->ncaches; i++)
+        names[c->nstreams + i] =
+            (fx_broker_stream_name){c->caches[i].tenant, c->caches[i].ns, c->caches[i].stream};
+    o->caches = names + c->nstreams;
+    o->ncaches = c->ncaches;
     o->log_capacity = c->log_capacity;
     o->log_capacity_bytes = c->log_capacity_bytes;
     o->subscriber_queue_capacity = c->subscriber_queue_capacity;
@@ -461,7 +468,7 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_bro
     char why[4096] = "";
     char ip[FX_CONFIG_ADDR_MAX];
     fx_broker_opts bo;
-    fx_broker_stream_name *names = calloc(c->nstreams + 1, sizeof(*names));
+    fx_broker_stream_name *names = calloc(c->nstreams + c->ncaches + 1, sizeof(*names));
     if (names == NULL) {
         fprintf(stderr, "felix-broker: out of memory\n");
         return EXIT_START;

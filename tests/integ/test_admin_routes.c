@@ -2,7 +2,8 @@
  * create, list and delete streams, what a deletion does to subscribers and
  * publishers, the subscription list naming a slow subscriber, and the
  * consumer groups of a stream (create, describe, seek, dead letters,
- * delete and their refusals). A real
+ * delete and their refusals), and the declared caches (PUT, GET
+ * /v1/caches, DELETE). A real
  * broker and libfelix clients in this process (admin_fixture.h). */
 /* fx-test-libs: fx_broker fx_client fx_server fx_quic fx_wire fx_base */
 #include <pthread.h>
@@ -432,8 +433,52 @@ static void test_groups_refusals_404_409_400_and_the_token(void **state)
     e_free(e);
 }
 
+#define CACHE_PATH "/v1/tenants/t1/namespaces/default/caches/"
+
+static void test_caches_declare_list_delete(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e->bo.auto_create_streams = false;
+    e_start(e);
+    expect_status(e, "PUT", CACHE_PATH "sessions", 201, "\"created\":true");
+    expect_status(e, "PUT", CACHE_PATH "sessions", 200, "\"created\":false");
+    expect_status(e, "PUT", CACHE_PATH "b", 201,
+                  "{\"tenant\":\"t1\",\"namespace\":\"default\",\"cache\":\"b\"");
+    expect_status(e, "PUT", "/v1/tenants/t1/namespaces/default/caches", 400,
+                  "want /v1/tenants/{tenant}/namespaces/{namespace}/caches/{cache}");
+    expect_status(e, "PUT", "/v1/tenants/t1/namespaces/default/caches/a/b", 400, "want");
+    expect_status(e, "PUT", "/v1/tenants/t1/caches/a", 400, "want");
+    expect_status(e, "PUT", "/v1/tenants/t1/namespaces//caches/a", 400,
+                  "invalid namespace name: empty");
+    json_t *j = get_json(e, "/v1/caches");
+    json_t *arr = json_object_get(j, "caches");
+    assert_int_equal(json_array_size(arr), 2);
+    json_t *b = json_array_get(arr, 0), *ss = json_array_get(arr, 1);
+    assert_string_equal(json_string_value(json_object_get(b, "cache")), "b");
+    assert_string_equal(json_string_value(json_object_get(ss, "cache")), "sessions");
+    assert_string_equal(json_string_value(json_object_get(ss, "tenant")), "t1");
+    assert_string_equal(json_string_value(json_object_get(ss, "namespace")), "default");
+    assert_true(json_is_true(json_object_get(ss, "declared")));
+    assert_int_equal(ju(ss, "entries"), 0);
+    assert_int_equal(ju(ss, "bytes"), 0);
+    json_decref(j);
+    expect_status(e, "DELETE", CACHE_PATH "sessions", 200, "\"deleted\":true,\"entries\":0");
+    expect_status(e, "DELETE", CACHE_PATH "sessions", 404, "cache t1/default/sessions not found");
+    expect_status(e, "GET", "/v1/tenants/t1/namespaces/default/caches/b", 405, NULL);
+    j = get_json(e, "/v1/caches");
+    assert_int_equal(json_array_size(json_object_get(j, "caches")), 1);
+    json_decref(j);
+    /* Mutations need the admin token. */
+    http_resp r;
+    http_auth(e, "PUT", CACHE_PATH "c", "", "wrong", &r);
+    assert_int_equal(r.status, 401);
+    e_free(e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_streams_create_list_delete),
+    cmocka_unit_test(test_caches_declare_list_delete),
     cmocka_unit_test(test_delete_finishes_subscribers_event_streams),
     cmocka_unit_test(test_publish_after_delete_gets_stream_not_found),
     cmocka_unit_test(test_subscriptions_list_names_slow_subscriber),

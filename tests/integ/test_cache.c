@@ -10,6 +10,7 @@
  * if_absent race) and cache_value's version to a client offering
  * FEATURE_CACHE_CONDITIONAL only. */
 /* fx-test-libs: fx_broker fx_storage fx_quic fx_wire fx_server fx_base */
+#include <pthread.h>
 #include <time.h>
 
 #include "integ/broker_client.h"
@@ -616,6 +617,203 @@ static void test_cache_value_carries_the_version_only_to_a_client_offering_it(vo
     t_free(t);
 }
 
+static void test_a_declared_cache_is_served_without_auto_create(void **state)
+{
+    (void)state;
+    static const fx_broker_stream_name decl[] = {{"t1", "default", "primary"}};
+    T *t = t_new();
+    t->bo.workers = 2;
+    t->bo.auto_create_streams = false;
+    t->bo.caches = decl;
+    t->bo.ncaches = 1;
+    t_start(t);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    /* Declared in the options (the YAML's caches): served. */
+    send_json(s, PUT_K("YQ==", 1));
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":1}");
+    /* Another cache is not declared: refused, the stream goes on. */
+    send_json(s, "{\"type\":\"cache_get\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k\",\"request_id\":2}");
+    expect_json(t, s,
+                "{\"type\":\"error\",\"message\":\"cache scope not found: t1/default/other\"}");
+    /* Declared through the admin API's call: served from now on. */
+    bool created = false;
+    fx_registry_err err = {0};
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "default", "other", &created, &err), 0);
+    assert_true(created);
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "default", "other", &created, &err), 0);
+    assert_false(created);
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "", "x", &created, &err), FX_EWIRE_NAME);
+    assert_non_null(strstr(err.msg, "namespace"));
+    send_json(s, "{\"type\":\"cache_put\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k\",\"value\":\"Yg==\",\"request_id\":3,"
+                 "\"ttl_ms\":null}");
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":3}");
+    send_json(s, "{\"type\":\"cache_put\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k2\",\"value\":\"Yg==\",\"request_id\":4,"
+                 "\"ttl_ms\":null}");
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":4}");
+    /* GET /v1/caches: both, with their figures; a declared unused one too. */
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "ns2", "idle", NULL, &err), 0);
+    char *json = NULL;
+    assert_int_equal(fx_broker_list_caches(t->b, 2000000000ull, &json), 0);
+    const char *want = "{\"caches\":["
+                       "{\"tenant\":\"t1\",\"namespace\":\"default\",\"cache\":\"other\","
+                       "\"declared\":true,\"entries\":2,\"bytes\":213},"
+                       "{\"tenant\":\"t1\",\"namespace\":\"default\",\"cache\":\"primary\","
+                       "\"declared\":true,\"entries\":1,\"bytes\":106},"
+                       "{\"tenant\":\"t1\",\"namespace\":\"ns2\",\"cache\":\"idle\","
+                       "\"declared\":true,\"entries\":0,\"bytes\":0}]}";
+    if (strcmp(json, want) != 0)
+        fail_msg("got %s", json);
+    free(json);
+    /* Dropped: the declaration goes and the entries are freed, counted. */
+    uint64_t n = 99;
+    assert_int_equal(fx_broker_drop_cache(t->b, "t1", "default", "other", 2000000000ull, &n, &err),
+                     0);
+    assert_int_equal(n, 2);
+    assert_int_equal(fx_broker_drop_cache(t->b, "t1", "default", "nope", 2000000000ull, &n, &err),
+                     -ENOENT);
+    send_json(s, "{\"type\":\"cache_get\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k\",\"request_id\":5}");
+    expect_json(t, s,
+                "{\"type\":\"error\",\"message\":\"cache scope not found: t1/default/other\"}");
+    /* Declared again: empty. */
+    assert_int_equal(fx_broker_declare_cache(t->b, "t1", "default", "other", NULL, &err), 0);
+    send_json(s, "{\"type\":\"cache_get\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"other\",\"key\":\"k\",\"request_id\":6}");
+    expect_json(t, s,
+                "{\"type\":\"cache_value\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                "\"cache\":\"other\",\"key\":\"k\",\"value\":null,\"request_id\":6}");
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(DELTA(before, after, cache_dropped), 2);
+    assert_int_equal(DELTA(before, after, cache_refused_not_found), 2);
+    assert_int_equal(after.g.cache_entries - before.g.cache_entries, 1);
+    t_free(t);
+}
+
+static uint64_t hist_count(const fx_hist *h)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i <= FX_HIST_NBUCKETS; i++)
+        n += atomic_load(&h->buckets[i]);
+    return n;
+}
+
+static void test_per_tenant_series_and_the_latency_histogram(void **state)
+{
+    (void)state;
+    T *t = ct(2, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    fx_metrics_snapshot before, after;
+    fx_metrics_snapshot_take(&before);
+    send_json(s, PUT_K("YQ==", 1));
+    expect_json(t, s, "{\"type\":\"cache_ok\",\"request_id\":1}");
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"k\",\"request_id\":2}");
+    expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, NULL);
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"x\",\"request_id\":3}");
+    expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, NULL);
+    send_json(s, "{\"type\":\"cache_get\"," SCOPE ",\"key\":\"y\",\"request_id\":4}");
+    expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, NULL);
+    send_json(s, "{\"type\":\"cache_delete\"," SCOPE ",\"key\":\"y\",\"request_id\":5}");
+    expect_msg(t, s, FX_MSG_CACHE_VALUE, NULL, NULL);
+    fx_metrics_snapshot_take(&after);
+    assert_int_equal(
+        hist_count(&after.h.cache_latency_get_ns) - hist_count(&before.h.cache_latency_get_ns), 3);
+    assert_int_equal(
+        hist_count(&after.h.cache_latency_put_ns) - hist_count(&before.h.cache_latency_put_ns), 1);
+    assert_int_equal(hist_count(&after.h.cache_latency_delete_ns) -
+                         hist_count(&before.h.cache_latency_delete_ns),
+                     1);
+    /* The per-tenant series: only with the per-stream labels on. */
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(fx_metrics_render(&text, &len, true), 0);
+    const char *want[] = {"felix_cache_tenant_entries{tenant=\"t1\"} 1\n",
+                          "felix_cache_tenant_bytes{tenant=\"t1\"} 106\n",
+                          "felix_cache_tenant_hits_total{tenant=\"t1\"} 1\n",
+                          "felix_cache_tenant_misses_total{tenant=\"t1\"} 2\n"};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (strstr(text, want[i]) == NULL)
+            fail_msg("/metrics lacks %s", want[i]);
+    free(text);
+    assert_int_equal(fx_metrics_render(&text, &len, false), 0);
+    assert_null(strstr(text, "felix_cache_tenant_entries{"));
+    assert_non_null(strstr(text, "# TYPE felix_cache_tenant_entries gauge"));
+    free(text);
+    t_free(t);
+}
+
+typedef struct drainer {
+    fx_broker *b;
+    fx_broker_drain_report r;
+    int rv;
+} drainer;
+
+static void *drain_thread(void *arg)
+{
+    drainer *d = arg;
+    d->rv = fx_broker_drain(d->b, fx_now_ns() + 5ull * 1000000000ull, &d->r);
+    return NULL;
+}
+
+/* A drain started with cache requests in flight answers every accepted
+ * one (each request holds its reply slot from its acceptance, which the
+ * drain waits for) before the connection closes; requests that arrive
+ * after it began are refused "broker shutting down", never lost. */
+static void test_a_drain_answers_the_cache_requests_in_flight(void **state)
+{
+    (void)state;
+    T *t = ct(2, true);
+    tconn *c = t_connect(t);
+    tstream *s = authed_stream(t, c);
+    enum { N = 200 };
+    char j[256];
+    for (int i = 0; i < N; i++) {
+        snprintf(j, sizeof(j),
+                 "{\"type\":\"cache_put\",\"tenant_id\":\"t1\",\"namespace\":\"default\","
+                 "\"cache\":\"c%d\",\"key\":\"k\",\"value\":\"YQ==\",\"request_id\":%d,"
+                 "\"ttl_ms\":null}",
+                 i % 8, i);
+        send_json(s, j);
+    }
+    /* The first answer: the broker is reading the stream. */
+    fx_msg m;
+    expect_msg(t, s, FX_MSG_CACHE_OK, NULL, &m);
+    assert_int_equal(m.request_id, 0);
+    fx_msg_deinit(&m);
+    drainer d = {.b = t->b};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, drain_thread, &d), 0);
+    int ok = 1, refused = 0;
+    for (int i = 1; i < N; i++) {
+        tframe *f = next_reply(t, s);
+        assert_int_equal(fx_msg_decode(&m, f->body, f->len, NULL), 0);
+        tframe_free(f);
+        if (m.type == FX_MSG_CACHE_OK) {
+            /* In request order: no accepted put is answered after a refusal. */
+            assert_int_equal(refused, 0);
+            assert_int_equal(m.request_id, i);
+            ok++;
+        } else {
+            assert_int_equal(m.type, FX_MSG_ERROR);
+            assert_string_equal(m.message, "broker shutting down");
+            refused++;
+        }
+        fx_msg_deinit(&m);
+    }
+    assert_int_equal(ok + refused, N);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(d.rv, 0);
+    assert_false(d.r.timed_out);
+    assert_int_equal(d.r.replies_pending, 0);
+    t_free(t);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_the_original_vectors_put_then_get_byte_for_byte),
     cmocka_unit_test(test_a_miss_is_a_null_value_and_the_stream_goes_on),
@@ -631,6 +829,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_if_and_delete_if_check_the_version),
     cmocka_unit_test(test_a_put_if_over_a_limit_is_refused_as_a_put),
     cmocka_unit_test(test_cache_value_carries_the_version_only_to_a_client_offering_it),
+    cmocka_unit_test(test_a_declared_cache_is_served_without_auto_create),
+    cmocka_unit_test(test_per_tenant_series_and_the_latency_histogram),
+    cmocka_unit_test(test_a_drain_answers_the_cache_requests_in_flight),
 };
 
 FX_TEST_MAIN(tests)

@@ -329,6 +329,59 @@ static void test_missing_file_names_the_path(void **state)
     fx_config_deinit(&c);
 }
 
+static void test_cache_lists_declare_caches_and_refuse_bad_items(void **state)
+{
+    (void)state;
+    fx_config c;
+    fx_config_defaults(&c);
+    char why[256];
+    assert_int_equal(c.ncaches, 0);
+    assert_int_equal(store(&c, "caches", "t1/default/sessions,t2/ns/c.1", why), 0);
+    assert_int_equal(c.ncaches, 2);
+    assert_string_equal(c.caches[0].tenant, "t1");
+    assert_string_equal(c.caches[0].ns, "default");
+    assert_string_equal(c.caches[0].stream, "sessions");
+    assert_string_equal(c.caches[1].stream, "c.1");
+    assert_int_equal(store(&c, "caches", "t1/ns", why), -1);
+    assert_non_null(strstr(why, "is not tenant/namespace/cache"));
+    assert_int_equal(store(&c, "caches", "t1/ns/a/b", why), -1);
+    assert_int_equal(store(&c, "caches", "t/n/c,t/n/c", why), -1);
+    assert_non_null(strstr(why, "cache t/n/c is listed twice"));
+    assert_int_equal(c.ncaches, 2); /* unchanged by the refusals */
+    /* Streams and caches are apart. */
+    assert_int_equal(c.nstreams, 0);
+    fx_config_deinit(&c);
+    assert_null(c.caches);
+
+    fx_config_diag d = {0};
+    fx_config_defaults(&c);
+    assert_int_equal(
+        load_text(&c, "auto_create_streams: false\ncaches:\n  - t1/default/a\n  - t1/default/b\n",
+                  &d),
+        0);
+    assert_int_equal(c.ncaches, 2);
+    assert_string_equal(c.caches[1].stream, "b");
+    fx_config_deinit(&c);
+    struct {
+        const char *text, *want;
+    } bad[] = {
+        {"caches:\n  - t1/default\n", "t.yaml:2:5: caches: \"t1/default\" is not "
+                                      "tenant/namespace/cache"},
+        {"caches: t1/default/a\n", "caches: expected a sequence of \"tenant/namespace/cache\""},
+        {"caches:\n  - [a]\n", "caches: an item is"},
+        {"caches:\n  - t/n/c\n  - t/n/c\n", "listed twice"},
+        {"cachez:\n  - t/n/c\n", "unknown key \"cachez\""},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        fx_config_defaults(&c);
+        memset(&d, 0, sizeof(d));
+        assert_int_equal(load_text(&c, bad[i].text, &d), FX_ECONFIG);
+        if (strstr(d.error, bad[i].want) == NULL)
+            fail_msg("case %zu: \"%s\" lacks \"%s\"", i, d.error, bad[i].want);
+        fx_config_deinit(&c);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_sizes_take_binary_and_decimal_units),
     cmocka_unit_test(test_bare_durations_take_the_unit_of_the_key_name),
@@ -341,6 +394,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_env_layer_applies_felix_variables_and_warns_on_others),
     cmocka_unit_test(test_yaml_layer_records_positions_and_names_errors_by_line),
     cmocka_unit_test(test_missing_file_names_the_path),
+    cmocka_unit_test(test_cache_lists_declare_caches_and_refuse_bad_items),
 };
 
 FX_TEST_MAIN(tests)

@@ -569,7 +569,13 @@ static void test_render_parses_as_prometheus_text(void **state)
         assert_string_equal(f->type,
                             fx_mgroup_descs[i].type == FX_METRIC_GAUGE ? "gauge" : "counter");
     }
-    assert_int_equal(p->nf, families + FX_MSTREAM_N + FX_MGROUP_N);
+    for (size_t i = 0; i < FX_MTENANT_N; i++) {
+        p_family *f = find_family(p, fx_mtenant_descs[i].name);
+        assert_non_null(f);
+        assert_string_equal(f->type,
+                            fx_mtenant_descs[i].type == FX_METRIC_GAUGE ? "gauge" : "counter");
+    }
+    assert_int_equal(p->nf, families + FX_MSTREAM_N + FX_MGROUP_N + FX_MTENANT_N);
     assert_true(value_of(p, "felix_broker_ingress_dropped_total", "") >= 3);
     assert_true(value_of(p, "felix_publish_requests_total", "result=\"error\"") >= 1);
     assert_true(value_of(p, "felix_quic_connections_open", "") == -2);

@@ -55,13 +55,11 @@ static void test_route_table_names_methods_paths_and_the_broker(void **state)
     fx_broker *fake = (fx_broker *)&fake;
     fx_admin_route r[FX_ADMIN_BROKER_NROUTES];
     fx_admin_broker_routes(fake, r);
-    const char *want[][2] = {{"GET", "/v1/streams"},
-                             {"PUT", "/v1/streams/"},
-                             {"PATCH", "/v1/streams/"},
-                             {"DELETE", "/v1/streams/"},
-                             {"GET", "/v1/subscriptions"},
-                             {"GET", "/v1/streams/"},
-                             {"POST", "/v1/streams/"}};
+    const char *want[][2] = {{"GET", "/v1/streams"},       {"PUT", "/v1/streams/"},
+                             {"PATCH", "/v1/streams/"},    {"DELETE", "/v1/streams/"},
+                             {"GET", "/v1/subscriptions"}, {"GET", "/v1/streams/"},
+                             {"POST", "/v1/streams/"},     {"GET", "/v1/caches"},
+                             {"PUT", "/v1/tenants/"},      {"DELETE", "/v1/tenants/"}};
     for (size_t i = 0; i < FX_ADMIN_BROKER_NROUTES; i++) {
         assert_string_equal(r[i].method, want[i][0]);
         assert_string_equal(r[i].path, want[i][1]);
