@@ -6,6 +6,9 @@
 #   acked-w64        in memory: one publisher, 64 acked publishes in flight (fx_publish_async),
 #                    a plain client and an idempotent one (--idempotent): acked msg/s and the
 #                    ack latency (call to answer) p50/p99
+#   commit-w64       the in-memory cell on a broker with ack_on_commit: a plain acked publish is
+#                    then answered after its append on the worker, as an idempotent one always
+#                    is (without it a plain one is answered once admitted, before the worker)
 #   durable-w64      the same on a durable on_commit stream
 #   unacked          in memory: throughput fanout 1 of a plain client, unacked; with OLD set,
 #                    the same cell on the build OLD too (a build from before idempotent publish:
@@ -82,7 +85,9 @@ run() {
   local build=$1 policy=$2 label=$3 sets=(); shift 3
   BUILD=$build
   rm -rf "$STORE"
-  if [ "$policy" != memory ]; then
+  if [ "$policy" = memory-commit ]; then
+    sets=(--set ack_on_commit=true)
+  elif [ "$policy" != memory ]; then
     (umask 077 && mkdir -p "$STORE")
     sets=(--set durable_storage_dir="$STORE" --set durable_default=true --set durable_fsync_mode="$policy")
   fi
@@ -100,6 +105,8 @@ for r in $(seq 1 "$RUNS"); do
   log "round $r of $RUNS"
   run "$NEW" memory acked-w64-plain "${W64[@]}"
   run "$NEW" memory acked-w64-idem "${W64[@]}" --idempotent
+  run "$NEW" memory-commit commit-w64-plain "${W64[@]}"
+  run "$NEW" memory-commit commit-w64-idem "${W64[@]}" --idempotent
   run "$NEW" on_commit durable-w64-plain "${W64[@]}"
   run "$NEW" on_commit durable-w64-idem "${W64[@]}" --idempotent
   run "$NEW" memory unacked-new --mode throughput --fanout 1 --min-seconds "$S"
@@ -175,6 +182,8 @@ PO=$(median "${OPEN_PLAIN[@]}") IO=$(median "${OPEN_IDEM[@]}")
   row acked-w64-plain acked-w64-idem msgs_per_s "in memory, acked, 64 in flight, msgs/s (A plain, B idempotent)"
   row acked-w64-plain acked-w64-idem p50_us "in memory, acked, 64 in flight, ack p50 us"
   row acked-w64-plain acked-w64-idem p99_us "in memory, acked, 64 in flight, ack p99 us"
+  row commit-w64-plain commit-w64-idem msgs_per_s "in memory, ack_on_commit, acked, 64 in flight, msgs/s"
+  row commit-w64-plain commit-w64-idem p50_us "in memory, ack_on_commit, acked, 64 in flight, ack p50 us"
   row durable-w64-plain durable-w64-idem msgs_per_s "durable on_commit, acked, 64 in flight, msgs/s"
   row durable-w64-plain durable-w64-idem p50_us "durable on_commit, acked, 64 in flight, ack p50 us"
   [ -z "$OLD" ] || row unacked-old unacked-new msgs_per_s "in memory, unacked, fanout 1, deliveries/s (A $OLD, B this build)"
