@@ -840,14 +840,15 @@ void fxb_dstream_close(fxb_storage *st, dstream *s)
  * bytes of records (one write; a larger job goes alone). */
 #define MERGE_MAX_BYTES (256u << 10)
 
-/* Bytes of |j|'s records, 28-byte headers included; UINT64_MAX when it
+/* Bytes of |j|'s records, 28-byte headers included, and the 20-byte
+ * producer tag of an idempotent batch's first record; UINT64_MAX when it
  * cannot share an append (no record, or a payload above the record limit:
  * it fails alone, as it would have). */
 static uint64_t job_record_bytes(const fxb_job *j)
 {
     if (j->count == 0)
         return UINT64_MAX;
-    uint64_t n = 0;
+    uint64_t n = j->idem.on ? FX_REC_TAG_LEN : 0;
     for (uint32_t i = 0; i < j->count; i++) {
         if (j->payloads[i].len > FX_REC_MAX_PAYLOAD)
             return UINT64_MAX;
