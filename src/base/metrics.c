@@ -461,6 +461,23 @@ int fx_metrics_render_descs(const fx_metric_desc *descs, size_t n, const fx_metr
 
 /* ---- per-stream series ---------------------------------------------------- */
 
+/* Writes the HELP and TYPE lines of |n| labelled families |d| to |out|, each
+ * followed by the rows gathered in |bufs[i]| (freed here). Returns 0 or the
+ * first error of a buffer or of |out|. */
+static int flush_families(strbuf *out, const fx_metric_desc *d, strbuf *bufs, size_t n)
+{
+    int rv = 0;
+    for (size_t i = 0; i < n; i++) {
+        render_header(out, &d[i]);
+        if (bufs[i].err)
+            rv = bufs[i].err;
+        else if (bufs[i].len > 0)
+            sb_puts(out, bufs[i].p);
+        free(bufs[i].p);
+    }
+    return rv != 0 ? rv : out->err;
+}
+
 #define MSTREAM_DESC_(id, n, h) [id] = {.name = n, .help = h},
 const fx_mstream_desc fx_mstream_descs[FX_MSTREAM_N] = {FX_METRICS_STREAMS(MSTREAM_DESC_)};
 
@@ -530,19 +547,12 @@ static int render_streams(strbuf *out, bool per_stream)
     for (fx_mstream_source *s = mstream_sources; per_stream && s != NULL; s = s->next)
         s->on_collect(s->user, mstream_emit, &k);
     pthread_mutex_unlock(&mstream_mu);
-    int rv = 0;
-    for (size_t i = 0; i < FX_MSTREAM_N; i++) {
-        fx_metric_desc d = {.type = FX_METRIC_GAUGE,
-                            .name = fx_mstream_descs[i].name,
-                            .help = fx_mstream_descs[i].help};
-        render_header(out, &d);
-        if (k.b[i].err)
-            rv = k.b[i].err;
-        else if (k.b[i].len > 0)
-            sb_puts(out, k.b[i].p);
-        free(k.b[i].p);
-    }
-    return rv != 0 ? rv : out->err;
+    fx_metric_desc d[FX_MSTREAM_N];
+    for (size_t i = 0; i < FX_MSTREAM_N; i++)
+        d[i] = (fx_metric_desc){.type = FX_METRIC_GAUGE,
+                                .name = fx_mstream_descs[i].name,
+                                .help = fx_mstream_descs[i].help};
+    return flush_families(out, d, k.b, FX_MSTREAM_N);
 }
 
 /* ---- per-group series ----------------------------------------------------- */
@@ -581,19 +591,12 @@ static int render_groups(strbuf *out, bool per_stream)
     for (fx_mgroup_source *s = mgroup_sources; per_stream && s != NULL; s = s->next)
         s->on_collect(s->user, mgroup_emit, &k);
     pthread_mutex_unlock(&mgroup_mu);
-    int rv = 0;
-    for (size_t i = 0; i < FX_MGROUP_N; i++) {
-        fx_metric_desc d = {.type = fx_mgroup_descs[i].type,
-                            .name = fx_mgroup_descs[i].name,
-                            .help = fx_mgroup_descs[i].help};
-        render_header(out, &d);
-        if (k.b[i].err)
-            rv = k.b[i].err;
-        else if (k.b[i].len > 0)
-            sb_puts(out, k.b[i].p);
-        free(k.b[i].p);
-    }
-    return rv != 0 ? rv : out->err;
+    fx_metric_desc d[FX_MGROUP_N];
+    for (size_t i = 0; i < FX_MGROUP_N; i++)
+        d[i] = (fx_metric_desc){.type = fx_mgroup_descs[i].type,
+                                .name = fx_mgroup_descs[i].name,
+                                .help = fx_mgroup_descs[i].help};
+    return flush_families(out, d, k.b, FX_MGROUP_N);
 }
 
 /* ---- per-tenant series ----------------------------------------------------- */
@@ -629,19 +632,12 @@ static int render_tenants(strbuf *out, bool per_stream)
     for (fx_mtenant_source *s = mtenant_sources; per_stream && s != NULL; s = s->next)
         s->on_collect(s->user, mtenant_emit, &k);
     pthread_mutex_unlock(&mtenant_mu);
-    int rv = 0;
-    for (size_t i = 0; i < FX_MTENANT_N; i++) {
-        fx_metric_desc d = {.type = fx_mtenant_descs[i].type,
-                            .name = fx_mtenant_descs[i].name,
-                            .help = fx_mtenant_descs[i].help};
-        render_header(out, &d);
-        if (k.b[i].err)
-            rv = k.b[i].err;
-        else if (k.b[i].len > 0)
-            sb_puts(out, k.b[i].p);
-        free(k.b[i].p);
-    }
-    return rv != 0 ? rv : out->err;
+    fx_metric_desc d[FX_MTENANT_N];
+    for (size_t i = 0; i < FX_MTENANT_N; i++)
+        d[i] = (fx_metric_desc){.type = fx_mtenant_descs[i].type,
+                                .name = fx_mtenant_descs[i].name,
+                                .help = fx_mtenant_descs[i].help};
+    return flush_families(out, d, k.b, FX_MTENANT_N);
 }
 
 int fx_metrics_render(char **pout, size_t *plen, bool per_stream)
