@@ -246,10 +246,54 @@ static void test_a_periodic_put_is_answered_at_once(void **state)
     held_put(FX_FSYNC_PERIODIC, true);
 }
 
+/* ---- durable_bytes_max ------------------------------------------------------------ */
+
+static void test_durable_bytes_max_refuses_writes_once_the_logs_reach_it(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
+    e->bo.durable.bytes_max = 16 << 10; /* the cache log's bytes on disk count */
+    e_start(e);
+    put_cache(e, "q", "{\"durable\": true}", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    static char val[1024];
+    memset(val, 'x', sizeof(val) - 1);
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    int i, rv = 0;
+    char key[16];
+    for (i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        if ((rv = fx_cache_put(c, NS, "q", key, val, strlen(val), 0)) != 0)
+            break;
+    }
+    assert_int_equal(rv, FX_EREMOTE);
+    assert_true(i >= 10 && i <= 20); /* about 16 KiB of 1 KiB records */
+    char msg[256];
+    fx_client_last_error(c, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "storage quota exceeded (durable_bytes_max)"));
+    get_eq(c, "q", key, NULL); /* refused before it applied */
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, storage_quota_broker_bytes), 1);
+    /* Dropped: its bytes are given back and writes go on (in memory now). */
+    http_resp r;
+    http_body(e, "DELETE", CPATH "q", "", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, true), 0); /* the drop has run */
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, false), 0);
+    put_cache(e, "q", "{\"durable\": true}", 201, NULL);
+    put_ok(c, "q", "again", "1", 0);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    fix_rm_dir(root);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_durable_without_storage_dir_is_refused),
     cmocka_unit_test(test_puts_and_deletes_survive_a_restart_and_expired_entries_stay_gone),
     cmocka_unit_test(test_an_on_commit_put_is_answered_only_after_its_flush),
     cmocka_unit_test(test_a_periodic_put_is_answered_at_once),
+    cmocka_unit_test(test_durable_bytes_max_refuses_writes_once_the_logs_reach_it),
 };
 FX_TEST_MAIN(tests)
