@@ -225,20 +225,17 @@
     C(storage_errors, "felix_storage_errors_total", "",                                            \
       "Publishes failed by durable storage (\"storage full\" or \"storage error\")")               \
     C(storage_quota_bytes, "felix_storage_quota_refused_total", "reason=tenant_bytes",             \
-      "Durable publishes and stream creations refused with \"storage quota exceeded\": "           \
-      "tenant_bytes (tenant_durable_bytes_max), durable_bytes (durable_bytes_max), "               \
-      "tenant_streams "                                                                            \
-      "(tenant_durable_streams_max)")                                                              \
+      "Durable publishes, stream creations and durable cache writes refused with \"storage "      \
+      "quota exceeded\": tenant_bytes (tenant_durable_bytes_max), durable_bytes "                  \
+      "(durable_bytes_max), tenant_streams (tenant_durable_streams_max)")                          \
     C(storage_quota_broker_bytes, "felix_storage_quota_refused_total", "reason=durable_bytes",     \
-      "Durable publishes and stream creations refused with \"storage quota exceeded\": "           \
-      "tenant_bytes (tenant_durable_bytes_max), durable_bytes (durable_bytes_max), "               \
-      "tenant_streams "                                                                            \
-      "(tenant_durable_streams_max)")                                                              \
+      "Durable publishes, stream creations and durable cache writes refused with \"storage "      \
+      "quota exceeded\": tenant_bytes (tenant_durable_bytes_max), durable_bytes "                  \
+      "(durable_bytes_max), tenant_streams (tenant_durable_streams_max)")                          \
     C(storage_quota_streams, "felix_storage_quota_refused_total", "reason=tenant_streams",         \
-      "Durable publishes and stream creations refused with \"storage quota exceeded\": "           \
-      "tenant_bytes (tenant_durable_bytes_max), durable_bytes (durable_bytes_max), "               \
-      "tenant_streams "                                                                            \
-      "(tenant_durable_streams_max)")                                                              \
+      "Durable publishes, stream creations and durable cache writes refused with \"storage "      \
+      "quota exceeded\": tenant_bytes (tenant_durable_bytes_max), durable_bytes "                  \
+      "(durable_bytes_max), tenant_streams (tenant_durable_streams_max)")                          \
     G(storage_charged_bytes, "felix_storage_quota_charged_bytes", "",                              \
       "Bytes on disk the open durable logs charge to the quotas (preallocation counted)")          \
     C(storage_bound_waits, "felix_storage_unsynced_waits_total", "",                               \
@@ -536,6 +533,14 @@
       "cache_put_if / cache_delete_if not applied because their condition did not hold")           \
     C(cache_dropped, "felix_cache_dropped_total", "",                                              \
       "Cache entries freed with their cache (the admin API's DELETE of a declared cache)")         \
+    C(cache_durable_records, "felix_cache_durable_records_total", "",                              \
+      "Records appended to durable caches' logs (a put or delete of a durable cache)")             \
+    C(cache_durable_rebuilt, "felix_cache_durable_rebuilt_records_total", "",                      \
+      "Records of durable caches' logs read back into the stores at start")                        \
+    C(cache_durable_errors, "felix_cache_durable_errors_total", "",                                \
+      "Durable cache log failures: an open, append or flush that failed (an on_commit write is "   \
+      "then answered with an error), a directory not made or not removed, a record read back "     \
+      "that is not a cache record")                                                                \
     C(cache_evictions, "felix_cache_evictions_total", "",                                          \
       "Cache entries evicted (CLOCK) to fit a put under the worker's share of "                    \
       "cache_max_bytes")                                                                           \

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "base/placement.h"
+#include "broker/cache_dur.h"
 #include "broker/cache_srv.h"
 #include "broker/conn.h"
 #include "broker/conn_auth.h"
@@ -256,7 +257,8 @@ static int build(fx_broker *b, const fx_registry_opts *ro)
     int rv;
     if ((rv = fx_registry_new(&b->reg, ro)) != 0 || (rv = create_loops(b)) != 0 ||
         (rv = fxb_durable_init(b)) != 0 || (rv = fxb_durable_recover(b)) != 0 ||
-        (rv = create_streams(b)) != 0 || (rv = create_endpoint(b)) != 0)
+        (rv = fxb_dcache_recover(b)) != 0 || (rv = create_streams(b)) != 0 ||
+        (rv = create_endpoint(b)) != 0)
         return rv;
     return 0;
 }
@@ -286,6 +288,7 @@ int fx_broker_new(fx_broker **pb, const fx_broker_opts *o)
     rv = build(b, &ro);
     b->o.streams = NULL;
     b->o.caches = NULL; /* borrowed: declared by fxb_caches_init in build */
+    b->o.caches_durable = NULL;
     b->o.ncaches = 0;
     if (rv != 0) {
         b->stopped = true;
@@ -416,6 +419,13 @@ void fx_broker_stop(fx_broker *b)
             run_on(b->eps[i].loop, close_endpoint, &b->eps[i]);
         barrier_all(b);
         settle_durable(b);
+        if (b->dur != NULL) {
+            /* The durable caches' records the workers sent (the loops do
+             * not run their queues once stopped), then the flushes those
+             * queued behind them (cache_dur.c). */
+            fxb_durable_barrier(b);
+            fxb_durable_barrier(b);
+        }
         barrier_all(b); /* the completions those sent to the connection loops */
         for (uint32_t i = 0; i < b->nio; i++)
             fx_loop_stop(b->io[i]);
@@ -432,7 +442,8 @@ void fx_broker_free(fx_broker *b)
         return;
     fx_broker_stop(b);
     free_endpoints(b);
-    fxb_durable_free(b); /* closes the logs; before the workers free the stored jobs */
+    fxb_cache_durable_close(b); /* the durable caches' logs, while the root is held */
+    fxb_durable_free(b);        /* closes the logs; before the workers free the stored jobs */
     for (uint32_t i = 0; b->workers != NULL && i < b->nworkers; i++)
         fxb_worker_deinit(&b->workers[i]);
     free(b->workers);

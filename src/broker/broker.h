@@ -165,6 +165,9 @@ typedef struct fx_broker_opts {
      * fx_broker_stream_name: |stream| is the cache's name. */
     const fx_broker_stream_name *caches;
     size_t ncaches;
+    /* NULL, or |ncaches| flags: caches[i] is durable (its writes go to a
+     * log under durable.dir, docs/cache.md "Durable caches"). */
+    const bool *caches_durable;
     /* Tenants holding streams at once; a stream of one more is refused
      * (counted). 0 = no limit. */
     uint32_t max_tenants;
@@ -199,11 +202,11 @@ typedef struct fx_broker_opts {
     uint32_t group_visibility_timeout_ms; /* a delivery's lease [30,000] */
     uint32_t group_max_visibility_ms;     /* cap of a lease and its extensions [600,000] */
     uint32_t group_max_attempts;          /* deliveries before dead-lettering [5] */
-    uint32_t group_max_wait_ms; /* cap of a JSON group_poll's wait_ms [30,000; 0 here: 30,000] */
-    uint32_t group_max_in_flight;         /* checkpoint 5g, records held unacked [1,000] */
-    uint32_t group_backoff_ms[8];         /* delays before the k-th redelivery after a lapse */
-    uint32_t group_nbackoff;              /* or a nak without a delay; 0: at once */
-    uint32_t max_groups_per_stream;       /* [64] */
+    uint32_t group_max_wait_ms;   /* cap of a JSON group_poll's wait_ms [30,000; 0 here: 30,000] */
+    uint32_t group_max_in_flight; /* checkpoint 5g, records held unacked [1,000] */
+    uint32_t group_backoff_ms[8]; /* delays before the k-th redelivery after a lapse */
+    uint32_t group_nbackoff;      /* or a nak without a delay; 0: at once */
+    uint32_t max_groups_per_stream; /* [64] */
     /* caches (cache_srv.c, docs/cache.md): cache_max_bytes is split evenly
      * over the workers' stores; 0 here = 64 MiB. A tenant's caches together
      * hold at most cache_tenant_max_bytes (0 = no cap). Values and keys
@@ -375,6 +378,16 @@ int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson);
  * broker without the cache stage) or -ENOMEM. Any thread. */
 int fx_broker_declare_cache(fx_broker *b, const char *tenant, const char *ns, const char *cache,
                             bool *pcreated, fx_registry_err *err);
+/* fx_broker_declare_cache asking for durability: |durable| 1 durable (its
+ * puts and deletes kept in a log under durable_storage_dir/caches and
+ * rebuilt at start; -ENOTSUP without durable_storage_dir,
+ * FX_ESTORAGE_ERROR when its directory cannot be made), 0 in memory, -1
+ * either (a cache declared already keeps what it is). A declared cache
+ * asked to be the other is -EEXIST. |*pdurable| (may be NULL) tells what
+ * the declaration is. Any thread. */
+int fx_broker_declare_cache_durable(fx_broker *b, const char *tenant, const char *ns,
+                                    const char *cache, int durable, bool *pcreated, bool *pdurable,
+                                    fx_registry_err *err);
 
 /* Drops the cache's declaration and frees its entries on its worker
  * (counted in felix_cache_dropped_total), |*pentries| (may be NULL) of

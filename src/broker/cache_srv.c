@@ -21,6 +21,7 @@
 #include "base/metrics.h"
 #include "base/placement.h"
 #include "broker/bidi_life.h"
+#include "broker/cache_dur.h"
 #include "broker/cache_store.h"
 #include "broker/reply.h"
 #include "broker/resolve.h"
@@ -40,6 +41,7 @@ typedef struct ctenant {
 typedef struct cdecl {
     struct cdecl *next;
     uint64_t hash;
+    bool durable; /* its writes go to a log (cache_dur.c) */
     size_t len;
     char name[];
 } cdecl;
@@ -57,6 +59,10 @@ struct fxb_caches {
     uint64_t hash_key[2];     /* placement and the stores' index: random per process */
     cdecl *decl[DECL_BUCKETS];
     size_t ndecl;
+    /* Bumped by every durable declaration made or dropped (0: none ever,
+     * and the workers skip the durable check); a worker that sees it
+     * change checks its in-memory caches' declarations again. */
+    atomic_uint durable_gen;
 };
 
 /* Writes "tenant\0ns\0cache\0" into |buf| (|cap| bytes); its length, or 0
@@ -100,34 +106,71 @@ static int check_cache_names(const char *tenant, const char *ns, const char *cac
 }
 
 int fxb_cache_declare(fx_broker *b, const char *tenant, const char *ns, const char *cache,
-                      bool *pcreated, fx_registry_err *err)
+                      int durable, bool *pcreated, bool *pdurable, fx_registry_err *err)
 {
     struct fxb_caches *c = b->caches;
     if (pcreated)
         *pcreated = false;
+    if (pdurable)
+        *pdurable = false;
     if (c == NULL)
         return -ENOTSUP; /* a broker without the cache stage */
     int rv = check_cache_names(tenant, ns, cache, err);
     if (rv != 0)
         return rv;
+    if (durable == 1 && (b->o.durable.dir == NULL || b->o.durable.dir[0] == '\0')) {
+        if (err != NULL)
+            snprintf(err->msg, sizeof(err->msg),
+                     "cache %s/%s/%s is marked durable but this broker has no durable storage "
+                     "configured (durable_storage_dir)",
+                     tenant, ns, cache);
+        return -ENOTSUP;
+    }
+    /* Its directory first (the root is held once b->dur exists; at
+     * construction fxb_dcache_recover makes it): a declaration that
+     * survives a restart has its names on disk. Not under |mu|: I/O. */
+    if (durable == 1 && b->dur != NULL) {
+        char why[sizeof(err->msg)];
+        if (fxb_dcache_make_dir(b, tenant, ns, cache, why, sizeof(why)) != 0) {
+            if (err != NULL)
+                snprintf(err->msg, sizeof(err->msg), "%s", why);
+            return FX_ESTORAGE_ERROR;
+        }
+    }
     char buf[DECL_NAME_CAP];
     size_t len = decl_name(buf, sizeof(buf), tenant, ns, cache);
     uint64_t h = fxb_cache_hash(c->hash_key, buf, len);
     pthread_mutex_lock(&c->mu);
     cdecl **pp = decl_find(c, buf, len, h);
-    if (*pp == NULL) {
+    if (*pp != NULL && durable != -1 && (*pp)->durable != (durable == 1)) {
+        rv = -EEXIST;
+        if (err != NULL)
+            snprintf(err->msg, sizeof(err->msg),
+                     "changing cache durability requires removal and recreation: tenant=%s "
+                     "namespace=%s cache=%s current=%s requested=%s",
+                     tenant, ns, cache, (*pp)->durable ? "true" : "false",
+                     durable == 1 ? "true" : "false");
+    } else if (*pp != NULL) {
+        if (pdurable)
+            *pdurable = (*pp)->durable;
+    } else {
         cdecl *d = c->ndecl < FXB_CACHE_MAX_DECLARED ? malloc(sizeof(*d) + len) : NULL;
         if (d == NULL) {
             rv = c->ndecl < FXB_CACHE_MAX_DECLARED ? -ENOMEM : FX_EFULL;
         } else {
             d->next = NULL;
             d->hash = h;
+            d->durable = durable == 1;
             d->len = len;
             memcpy(d->name, buf, len);
             *pp = d;
             c->ndecl++;
             if (pcreated)
                 *pcreated = true;
+            if (pdurable)
+                *pdurable = d->durable;
+            if (d->durable)
+                atomic_fetch_add_explicit(&c->durable_gen, 1, memory_order_release);
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -152,30 +195,38 @@ bool fxb_cache_undeclare(fx_broker *b, const char *tenant, const char *ns, const
     if (d != NULL) {
         *pp = d->next;
         c->ndecl--;
+        if (d->durable)
+            atomic_fetch_add_explicit(&c->durable_gen, 1, memory_order_release);
     }
     pthread_mutex_unlock(&c->mu);
     free(d);
     return d != NULL;
 }
 
-/* Whether the cache is declared. Any thread. */
-static bool is_declared(fx_broker *b, const char *tenant, const char *ns, const char *cache)
+/* Whether the cache is declared (|*pdurable|, may be NULL: as durable).
+ * Any thread. */
+static bool is_declared(fx_broker *b, const char *tenant, const char *ns, const char *cache,
+                        bool *pdurable)
 {
     struct fxb_caches *c = b->caches;
     char buf[DECL_NAME_CAP];
+    if (pdurable)
+        *pdurable = false;
     size_t len = decl_name(buf, sizeof(buf), tenant, ns, cache);
     if (len == 0)
         return false;
     uint64_t h = fxb_cache_hash(c->hash_key, buf, len);
     pthread_mutex_lock(&c->mu);
-    bool found = *decl_find(c, buf, len, h) != NULL;
+    const cdecl *d = *decl_find(c, buf, len, h);
+    if (d != NULL && pdurable)
+        *pdurable = d->durable;
     pthread_mutex_unlock(&c->mu);
-    return found;
+    return d != NULL;
 }
 
 void fxb_cache_declared_foreach(fx_broker *b,
                                 void (*fn)(const char *tenant, const char *ns, const char *cache,
-                                           void *arg),
+                                           bool durable, void *arg),
                                 void *arg)
 {
     struct fxb_caches *c = b->caches;
@@ -185,7 +236,7 @@ void fxb_cache_declared_foreach(fx_broker *b,
     for (size_t i = 0; i < DECL_BUCKETS; i++) {
         for (cdecl *d = c->decl[i]; d != NULL; d = d->next) {
             const char *t = d->name, *n = t + strlen(t) + 1;
-            fn(t, n, n + strlen(n) + 1, arg);
+            fn(t, n, n + strlen(n) + 1, d->durable, arg);
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -229,7 +280,9 @@ int fxb_caches_init(fx_broker *b)
     for (size_t i = 0; i < b->o.ncaches; i++) {
         const fx_broker_stream_name *n = &b->o.caches[i];
         fx_registry_err err = {0};
-        int rv = fxb_cache_declare(b, n->tenant, n->ns, n->stream, NULL, &err);
+        bool durable = b->o.caches_durable != NULL && b->o.caches_durable[i];
+        int rv =
+            fxb_cache_declare(b, n->tenant, n->ns, n->stream, durable ? 1 : 0, NULL, NULL, &err);
         if (rv != 0) {
             FX_LOG_ERROR("broker", "cache %s/%s/%s: %s", n->tenant, n->ns, n->stream,
                          err.msg[0] ? err.msg : fx_strerror(rv));
@@ -261,8 +314,7 @@ void fxb_caches_deinit(fx_broker *b)
     b->caches = NULL;
 }
 
-/* The account of |tenant|, made on first use; NULL on -ENOMEM. Any thread. */
-static fxb_cache_tenant *tenant_acct(fx_broker *b, const char *tenant)
+struct fxb_cache_tenant *fxb_cache_tenant_acct(fx_broker *b, const char *tenant)
 {
     struct fxb_caches *c = b->caches;
     pthread_mutex_lock(&c->mu);
@@ -291,6 +343,14 @@ struct fxb_wcache {
     fx_timer sweep_timer;
     uint64_t sweep_at_us; /* what |sweep_timer| is armed for, when armed */
     fxb_cache_stats seen; /* the counters already added to the registry */
+    /* The durable parts of its caches, by cache id (cache_dur.h), and
+     * whether each id was checked against the declarations: 0 not yet, 1
+     * in memory, 2 durable (|dur| set). |dgen| is the caches' durable_gen
+     * seen when they were checked. */
+    fxb_dcache **dur;
+    uint8_t *dchk;
+    uint32_t dcap;
+    unsigned dgen;
 };
 
 static void sweep_cb(fx_loop *l, fx_timer *t, void *user);
@@ -360,11 +420,95 @@ void fxb_cache_worker_deinit(fxb_worker *w)
     if (wc == NULL)
         return;
     fx_loop_timer_cancel(w->loop, &wc->sweep_timer); /* the loop is stopped: allowed */
+    for (uint32_t i = 0; i < wc->dcap; i++)
+        fxb_dcache_free(wc->dur[i]); /* closed by fxb_cache_durable_close */
+    free(wc->dur);
+    free(wc->dchk);
     FX_GAUGE_SUB(cache_entries, (int64_t)wc->seen.entries);
     FX_GAUGE_SUB(cache_bytes, (int64_t)wc->seen.bytes);
     fxb_cache_store_free(wc->store);
     free(wc);
     w->cache = NULL;
+}
+
+fxb_cache_store *fxb_cache_worker_store(fxb_worker *w)
+{
+    return w->cache != NULL ? w->cache->store : NULL;
+}
+
+/* Makes room for cache id |scope| in |wc|'s durable arrays. 0 or -ENOMEM. */
+static int dur_reserve(struct fxb_wcache *wc, uint32_t scope)
+{
+    if (scope < wc->dcap)
+        return 0;
+    uint32_t cap = wc->dcap ? wc->dcap : 16;
+    while (cap <= scope)
+        cap *= 2;
+    fxb_dcache **dur = realloc(wc->dur, cap * sizeof(*dur));
+    if (dur == NULL)
+        return -ENOMEM;
+    wc->dur = dur;
+    uint8_t *chk = realloc(wc->dchk, cap);
+    if (chk == NULL)
+        return -ENOMEM;
+    wc->dchk = chk;
+    memset(wc->dur + wc->dcap, 0, (cap - wc->dcap) * sizeof(*dur));
+    memset(wc->dchk + wc->dcap, 0, cap - wc->dcap);
+    wc->dcap = cap;
+    return 0;
+}
+
+int fxb_cache_worker_set_durable(fxb_worker *w, uint32_t scope, fxb_dcache *dc)
+{
+    struct fxb_wcache *wc = w->cache;
+    int rv = dur_reserve(wc, scope);
+    if (rv != 0)
+        return rv;
+    wc->dur[scope] = dc;
+    wc->dchk[scope] = 2;
+    return 0;
+}
+
+void fxb_cache_durable_close(fx_broker *b)
+{
+    for (uint32_t i = 0; b->workers != NULL && i < b->nworkers; i++) {
+        struct fxb_wcache *wc = b->workers[i].cache;
+        for (uint32_t k = 0; wc != NULL && k < wc->dcap; k++)
+            fxb_dcache_close(wc->dur[k]);
+    }
+}
+
+/* The durable part of cache |scope| (named by |tenant|/|ns|/|cache|) on
+ * |w| into |*pdc|: NULL for a cache in memory. Checked against the
+ * declarations on first use and after a durable declaration changed.
+ * 0 or -ENOMEM. Worker loop. */
+static int dur_of(fxb_worker *w, uint32_t scope, const char *tenant, const char *ns,
+                  const char *cache, fxb_dcache **pdc)
+{
+    struct fxb_wcache *wc = w->cache;
+    *pdc = NULL;
+    unsigned gen = atomic_load_explicit(&w->b->caches->durable_gen, memory_order_acquire);
+    if (gen == 0 && wc->dcap == 0)
+        return 0; /* no durable cache was ever declared */
+    if (gen != wc->dgen) {
+        for (uint32_t i = 0; i < wc->dcap; i++)
+            if (wc->dchk[i] == 1)
+                wc->dchk[i] = 0;
+        wc->dgen = gen;
+    }
+    if (scope < wc->dcap && wc->dchk[scope] != 0) {
+        *pdc = wc->dur[scope];
+        return 0;
+    }
+    if (dur_reserve(wc, scope) != 0)
+        return -ENOMEM;
+    bool durable = false;
+    (void)is_declared(w->b, tenant, ns, cache, &durable);
+    if (durable && (*pdc = fxb_dcache_new(w, tenant, ns, cache)) == NULL)
+        return -ENOMEM;
+    wc->dur[scope] = *pdc;
+    wc->dchk[scope] = durable ? 2 : 1;
+    return 0;
 }
 
 static fx_ratelimit arm_rl = FX_RATELIMIT_INIT;
@@ -406,9 +550,24 @@ static void sweep_cb(fx_loop *l, fx_timer *t, void *user)
 int64_t fxb_cache_worker_drop(fxb_worker *w, const char *tenant, const char *ns, const char *cache)
 {
     uint32_t id;
-    if (w->cache == NULL || fxb_cache_scope_find(w->cache->store, tenant, ns, cache, &id) != 0)
+    if (w->cache == NULL)
         return -1;
+    if (fxb_cache_scope_find(w->cache->store, tenant, ns, cache, &id) != 0) {
+        /* Not used since start: a durable cache declared and never written
+         * still has its directory, which its storage thread removes. */
+        fxb_dcache *dc = fxb_dcache_new(w, tenant, ns, cache);
+        if (dc != NULL)
+            fxb_dcache_drop(dc);
+        return -1;
+    }
     uint64_t n = fxb_cache_scope_clear(w->cache->store, id);
+    struct fxb_wcache *wc = w->cache;
+    if (id < wc->dcap) {
+        if (wc->dur[id] != NULL)
+            fxb_dcache_drop(wc->dur[id]); /* its storage thread deletes the log */
+        wc->dur[id] = NULL;
+        wc->dchk[id] = 0;
+    }
     publish(w->cache);
     return (int64_t)n;
 }
@@ -454,6 +613,9 @@ typedef struct creq {
     fx_msg_condition condition; /* cache_put_if */
     uint64_t version;           /* cache_delete_if */
     uint64_t arrived_ns;        /* at the worker (fx_now_ns), for the latency histogram */
+    fxb_dcache *dc;             /* a durable cache's part, or NULL */
+    fxb_dcache_wr *spare;       /* a durable cache's write: its record, made before the store ran */
+    fxb_dcache_wr *wr; /* |spare| once the write applied: sent to the log with the answer */
     const char *tenant, *ns, *cache, *key;
     size_t klen;
     const uint8_t *value;
@@ -465,11 +627,24 @@ static void complete(creq *q, const fx_msg *m)
 {
     fx_buf *f = NULL;
     if (fxb_msg_frame(m, &f) != 0)
-        f = NULL; /* the stream is reset when the slot reaches the head */
+        f = NULL;         /* the stream is reset when the slot reaches the head */
     publish(q->w->cache); /* before the answer: a client that reads it sees the counts */
     fxb_reply *r = q->reply;
     q->reply = NULL;
-    fxb_reply_complete_frame(r, f);
+    if (q->wr != NULL) {
+        /* A durable cache's write: to its log, behind every earlier one;
+         * under on_commit answered by the storage thread after the flush. */
+        fxb_dcache_wr *wr = q->wr;
+        q->wr = NULL;
+        if (fxb_dcache_waits(q->dc)) {
+            fxb_dcache_write(q->dc, wr, r, f);
+            r = NULL;
+        } else {
+            fxb_dcache_write(q->dc, wr, NULL, NULL);
+        }
+    }
+    if (r != NULL)
+        fxb_reply_complete_frame(r, f);
     /* Arrival at the worker to the slot's completion (docs/metrics.md). */
     uint64_t now = fx_now_ns(), d = now > q->arrived_ns ? now - q->arrived_ns : 0;
     switch (q->type) {
@@ -486,7 +661,7 @@ static void complete(creq *q, const fx_msg *m)
     }
     /* The connection loop flushes, then drops the worker's reference
      * (reply_done_cb); a post already pending flushes it too. */
-    if (!fx_loop_post(r->loop, &r->task))
+    if (r != NULL && !fx_loop_post(r->loop, &r->task))
         fxb_reply_unref(r);
 }
 
@@ -512,6 +687,23 @@ static void answer_put_refused(creq *q, int rv)
     answer_error(q, text);
 }
 
+/* A write of |q| applied to a durable cache: its record (|op|, expiring
+ * |ttl_ms| from now on the wall clock, 0 never) goes to the log with the
+ * answer. Nothing for a cache in memory. */
+static void log_write(creq *q, uint8_t op, uint64_t ttl_ms)
+{
+    if (q->spare == NULL)
+        return;
+    uint64_t exp = 0;
+    if (op == FXB_DCACHE_OP_PUT && ttl_ms != 0) {
+        uint64_t now = fxb_dcache_wall_ms();
+        exp = ttl_ms > UINT64_MAX - now ? UINT64_MAX : now + ttl_ms;
+    }
+    fxb_dcache_wr_set(q->spare, op, exp);
+    q->wr = q->spare;
+    q->spare = NULL;
+}
+
 static void run_put(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_us)
 {
     int rv;
@@ -521,9 +713,13 @@ static void run_put(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_u
          * the put replaces the entry with nothing. */
         rv = fxb_cache_delete(st, scope, q->key, q->klen, now_us);
         rv = rv >= 0 ? FXB_CACHE_OK : rv;
+        if (rv == FXB_CACHE_OK)
+            log_write(q, FXB_DCACHE_OP_DELETE, 0);
     } else {
         fxb_cache_put_opts po = {.ttl_ms = q->has_ttl_ms ? q->ttl_ms : 0};
         rv = fxb_cache_put(st, scope, q->key, q->klen, q->value, q->vlen, &po, now_us, NULL);
+        if (rv == FXB_CACHE_OK)
+            log_write(q, FXB_DCACHE_OP_PUT, po.ttl_ms);
     }
     if (rv != FXB_CACHE_OK) {
         answer_put_refused(q, rv);
@@ -579,6 +775,9 @@ static void run_delete(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t no
     size_t vlen = 0;
     uint64_t version = 0;
     int rv = fxb_cache_remove(st, scope, q->key, q->klen, NULL, now_us, &v, &vlen, &version);
+    /* Logged even when nothing live was there: an entry evicted from the
+     * store (evictions are not logged) must not come back at start. */
+    log_write(q, FXB_DCACHE_OP_DELETE, 0);
     answer_value(q, rv == FXB_CACHE_OK, v, vlen, version);
 }
 
@@ -620,6 +819,9 @@ static void run_put_if(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t no
         /* As a plain put: ttl_ms 0 is expired at once. The write happened
          * (it took its version); the entry reads as absent from now on. */
         (void)fxb_cache_delete(st, scope, q->key, q->klen, now_us); /* it is there: OK */
+        log_write(q, FXB_DCACHE_OP_DELETE, 0);
+    } else {
+        log_write(q, FXB_DCACHE_OP_PUT, po.ttl_ms);
     }
     answer_condition(q, true, version);
 }
@@ -630,6 +832,8 @@ static void run_delete_if(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t
     fxb_cache_remove_opts ro = {.if_version = true, .version = q->version};
     uint64_t version = 0;
     int rv = fxb_cache_remove(st, scope, q->key, q->klen, &ro, now_us, NULL, NULL, &version);
+    if (rv == FXB_CACHE_OK)
+        log_write(q, FXB_DCACHE_OP_DELETE, 0);
     /* Applied: no version (the entry is gone); refused: the current one. */
     answer_condition(q, rv == FXB_CACHE_OK, rv == FXB_CACHE_OK ? 0 : version);
 }
@@ -650,7 +854,21 @@ static void run(fx_loop *l, fx_task *t, void *user)
     uint64_t now_us = fx_loop_now(l) / 1000;
     uint32_t scope;
     int rv = fxb_cache_scope_open(st, q->tenant, q->ns, q->cache, q->acct, &scope);
-    if (rv == FX_EFULL) {
+    if (rv == 0 && q->type != FX_MSG_CACHE_GET) {
+        /* A write to a durable cache: its record is made before the store
+         * runs, so a write that applies always reaches the log. */
+        rv = dur_of(w, scope, q->tenant, q->ns, q->cache, &q->dc);
+        if (rv == 0 && q->dc != NULL && fxb_dcache_over_quota(q->dc))
+            rv = FX_ESTORAGE_QUOTA;
+        else if (rv == 0 && q->dc != NULL &&
+                 (q->spare = fxb_dcache_wr_new(FXB_DCACHE_OP_PUT, 0, q->key, q->klen, q->value,
+                                               q->vlen)) == NULL)
+            rv = -ENOMEM;
+    }
+    if (rv == FX_ESTORAGE_QUOTA) {
+        FX_COUNTER_INC(storage_quota_broker_bytes);
+        answer_error(q, "cache write refused: storage quota exceeded (durable_bytes_max)");
+    } else if (rv == FX_EFULL) {
         FX_COUNTER_INC(cache_refused_too_many_caches);
         answer_error(q, "cache request refused: this broker worker holds 4096 caches already");
     } else if (rv != 0) {
@@ -682,6 +900,7 @@ static void run(fx_loop *l, fx_task *t, void *user)
             break;
         }
     }
+    fxb_dcache_wr_free(q->spare); /* a durable write that did not apply */
     free(q);
 }
 
@@ -778,7 +997,7 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
         fxb_bidi_error(s, "forbidden", true);
         return;
     }
-    if (!b->o.auto_create_streams && !is_declared(b, m->tenant_id, m->ns, m->cache)) {
+    if (!b->o.auto_create_streams && !is_declared(b, m->tenant_id, m->ns, m->cache, NULL)) {
         /* Caches are auto-created like streams, or declared (the YAML's
          * caches, the admin API). */
         char text[64 + 3 * 128];
@@ -793,7 +1012,7 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
         refuse(s, m, FXB_SHUTDOWN_TEXT);
         return;
     }
-    if (s->cache_acct == NULL && (s->cache_acct = tenant_acct(b, s->tenant)) == NULL) {
+    if (s->cache_acct == NULL && (s->cache_acct = fxb_cache_tenant_acct(b, s->tenant)) == NULL) {
         FX_COUNTER_INC(cache_refused_internal);
         fxb_bidi_fail(s, "out of memory for a cache tenant");
         return;

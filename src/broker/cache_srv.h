@@ -40,17 +40,37 @@ int fxb_cache_worker_init(fxb_worker *w);
 /* Frees |w|'s store (its loop stopped). Main thread. */
 void fxb_cache_worker_deinit(fxb_worker *w);
 
-/* Declares / undeclares a cache (fx_broker_declare_cache). undeclare
- * returns whether it was declared. Any thread. */
+/* Declares / undeclares a cache (fx_broker_declare_cache). |durable|: 1
+ * durable (its writes go to a log, cache_dur.h; -ENOTSUP without
+ * durable_storage_dir, FX_ESTORAGE_ERROR when its directory cannot be
+ * made), 0 in memory, -1 either (a declared cache keeps what it is); a
+ * declared cache asked to be the other is -EEXIST. |*pdurable| (may be
+ * NULL): what the declaration is. undeclare returns whether it was
+ * declared. Any thread. */
 int fxb_cache_declare(fx_broker *b, const char *tenant, const char *ns, const char *cache,
-                      bool *pcreated, fx_registry_err *err);
+                      int durable, bool *pcreated, bool *pdurable, fx_registry_err *err);
 bool fxb_cache_undeclare(fx_broker *b, const char *tenant, const char *ns, const char *cache);
 /* Calls |fn| with each declared cache's names, under the lock (|fn| must
  * not call back into the caches). Any thread. */
 void fxb_cache_declared_foreach(fx_broker *b,
                                 void (*fn)(const char *tenant, const char *ns, const char *cache,
-                                           void *arg),
+                                           bool durable, void *arg),
                                 void *arg);
+
+/* The byte account of |tenant|, made on first use; NULL on -ENOMEM. Any
+ * thread. */
+struct fxb_cache_tenant *fxb_cache_tenant_acct(fx_broker *b, const char *tenant);
+
+/* |w|'s store (NULL without the cache stage). Its worker loop, or main
+ * before the loops start. */
+struct fxb_cache_store *fxb_cache_worker_store(fxb_worker *w);
+/* Records |dc| as the durable part of cache id |scope| of |w|. 0 or
+ * -ENOMEM. Main thread, at start (fxb_dcache_recover). */
+struct fxb_dcache;
+int fxb_cache_worker_set_durable(fxb_worker *w, uint32_t scope, struct fxb_dcache *dc);
+/* Closes every durable cache's log with a flush. Main thread, the loops
+ * stopped, before fxb_durable_free (which lets the root go). */
+void fxb_cache_durable_close(fx_broker *b);
 
 /* The worker of cache |tenant|/|ns|/|cache| (the placement rule). Any
  * thread. */

@@ -317,7 +317,7 @@ static json_t *stream_entry(fx_broker *b, gather *g, const fxb_durable_view *dv,
     char key[24];
     id_key(key, sizeof(key), id);
     json_t *st = json_object_get(g->parts[fx_placement_worker_for(id, b->nworkers)].j, key);
-    const char *fields[] = {"messages", "bytes",       "first_offset",
+    const char *fields[] = {"messages",    "bytes",       "first_offset",
                             "next_offset", "subscribers", "producers"};
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         json_t *v = st != NULL ? json_object_get(st, fields[i]) : NULL;
@@ -365,7 +365,14 @@ int fx_broker_list_streams(fx_broker *b, uint64_t timeout_ns, char **pjson)
 int fx_broker_declare_cache(fx_broker *b, const char *tenant, const char *ns, const char *cache,
                             bool *pcreated, fx_registry_err *err)
 {
-    return fxb_cache_declare(b, tenant, ns, cache, pcreated, err);
+    return fxb_cache_declare(b, tenant, ns, cache, -1, pcreated, NULL, err);
+}
+
+int fx_broker_declare_cache_durable(fx_broker *b, const char *tenant, const char *ns,
+                                    const char *cache, int durable, bool *pcreated, bool *pdurable,
+                                    fx_registry_err *err)
+{
+    return fxb_cache_declare(b, tenant, ns, cache, durable, pcreated, pdurable, err);
 }
 
 /* What the cache's worker is asked to drop. */
@@ -442,8 +449,10 @@ static void caches_part(fx_broker *b, gpart *p, void *arg)
     p->j = fxb_cache_worker_list(&b->workers[p->worker]);
 }
 
-static void declared_entry(const char *tenant, const char *ns, const char *cache, void *arg)
+static void declared_entry(const char *tenant, const char *ns, const char *cache, bool durable,
+                           void *arg)
 {
+    (void)durable; /* not listed yet (docs/cache.md, "Durable caches") */
     json_t *all = arg;
     char key[3 * (FX_REGISTRY_NAME_MAX + 1)];
     snprintf(key, sizeof(key), "%s/%s/%s", tenant, ns, cache);

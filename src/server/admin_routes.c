@@ -390,7 +390,7 @@ typedef struct group_start {
 #define START_TIME 1000
 
 #define START_HELP                                                                                 \
-    "\"start\" must be \"all\", \"new\", \"last\", {\"offset\": N} or {\"time_ms\": T} (N a "  \
+    "\"start\" must be \"all\", \"new\", \"last\", {\"offset\": N} or {\"time_ms\": T} (N a "      \
     "whole number from 0, T Unix milliseconds; a time needs a durable stream)"
 
 /* Reads the value of "start" into |gs|. Returns NULL or why not. */
@@ -822,7 +822,38 @@ static void cache_json(fx_admin_resp *r, unsigned status, const char *names[3], 
     answer_json(r, status, j);
 }
 
-/* PUT: declares the cache (201), or finds it declared (200). */
+/* The optional body of a cache PUT: {"durable": bool}. Returns NULL, or
+ * why it is refused (a 400); |*pdurable| 1, 0, or -1 (not given). */
+static const char *cache_body(const fx_admin_req *req, int *pdurable)
+{
+    *pdurable = -1;
+    if (req->body == NULL || req->body_len == 0)
+        return NULL;
+    json_error_t jerr;
+    json_t *j = json_loadb(req->body, req->body_len, 0, &jerr);
+    const char *key, *why = NULL;
+    json_t *v;
+    if (!json_is_object(j))
+        why = "the body must be a JSON object such as {\"durable\": true}";
+    else
+        json_object_foreach(j, key, v)
+        {
+            if (strcmp(key, "durable") != 0) {
+                why = "unknown field in the body: only \"durable\" is accepted";
+                break;
+            }
+            if (!json_is_boolean(v)) {
+                why = "\"durable\" must be true or false";
+                break;
+            }
+            *pdurable = json_is_true(v);
+        }
+    json_decref(j);
+    return why;
+}
+
+/* PUT: declares the cache (201), or finds it declared (200); the body may
+ * ask for a durable cache. */
 static void on_cache_put(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 {
     char buf[3 * 256 + 32];
@@ -831,14 +862,22 @@ static void on_cache_put(const fx_admin_req *req, fx_admin_resp *resp, void *use
         error_json(resp, 400, CACHE_PATH_HELP);
         return;
     }
-    bool created = false;
+    int want = -1;
+    const char *why = cache_body(req, &want);
+    if (why != NULL) {
+        error_json(resp, 400, why);
+        return;
+    }
+    bool created = false, durable = false;
     fx_registry_err err = {0};
-    int rv = fx_broker_declare_cache(user, names[0], names[1], names[2], &created, &err);
+    int rv = fx_broker_declare_cache_durable(user, names[0], names[1], names[2], want, &created,
+                                             &durable, &err);
     if (rv != 0) {
         error_json(resp, broker_status(rv), err.msg[0] ? err.msg : fx_strerror(rv));
         return;
     }
-    cache_json(resp, created ? 201 : 200, names, json_pack("{s:b}", "created", created));
+    cache_json(resp, created ? 201 : 200, names,
+               json_pack("{s:b, s:b}", "created", created, "durable", durable));
 }
 
 /* DELETE: drops the declaration and frees the entries (200 with how

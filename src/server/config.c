@@ -7,9 +7,9 @@
 
 #include <arpa/inet.h>
 #include <assert.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -430,9 +430,10 @@ const struct key fx_config_keys[] = {
      FIELD(cache_max_key_bytes), .def = "1024", .min = 1, .max = 65535,
      .help = "the longest cache key a put may store; a longer one is refused"},
     {.name = "caches", .env = {"FELIX_CACHES"}, .type = T_CACHES, .def = "",
-     .help = "caches declared at start: tenant/namespace/cache strings; with "
-             "auto_create_streams off only declared caches are served (others: cache scope not "
-             "found), and the admin API declares more"},
+     .help = "caches declared at start: tenant/namespace/cache strings, "
+             "tenant/namespace/cache@durable for a durable cache (needs durable_storage_dir); "
+             "with auto_create_streams off only declared caches are served (others: cache scope "
+             "not found), and the admin API declares more"},
     /* durable storage */
     {.name = "durable_storage_dir", .env = {"FELIX_DURABLE_STORAGE_DIR"}, .type = T_STR,
      .section = "durable storage", FIELD(durable_storage_dir), .def = "",
@@ -1020,6 +1021,16 @@ static int check_rules(fx_config *c, fx_config_diag *d)
                               "%s: durable_default = true needs durable_storage_dir: a durable "
                               "stream needs somewhere to keep its log",
                               where);
+    }
+    for (size_t i = 0; i < c->ncaches && !c->durable_storage_dir[0]; i++) {
+        if (!c->caches[i].durable)
+            continue;
+        char where[FX_CONFIG_PATH_MAX + 64];
+        fx_config_format_where(c, &c->origin[kidx("caches")], where, sizeof(where));
+        return fx_config_fail(d,
+                              "%s: cache %s/%s/%s@durable needs durable_storage_dir: a durable "
+                              "cache needs somewhere to keep its log",
+                              where, c->caches[i].tenant, c->caches[i].ns, c->caches[i].stream);
     }
     if ((rv = rule_durable(c, d)) || (rv = rule_tenants(c, d)) || (rv = rule_groups(c, d)) ||
         (rv = rule_backoff(c, d)) || (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) ||

@@ -84,6 +84,7 @@ typedef struct fx_config_stream {
     char tenant[FX_CONFIG_NAME_MAX];
     char ns[FX_CONFIG_NAME_MAX];
     char stream[FX_CONFIG_NAME_MAX];
+    bool durable; /* caches only: "tenant/namespace/cache@durable" */
 } fx_config_stream;
 
 /* Where a pre-created group starts (the values of enum

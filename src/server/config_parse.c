@@ -342,6 +342,19 @@ static int slist_add_stream(struct slist *l, const char *s, size_t len, char *wh
 {
     fx_config_stream *items = l->items, *st = &items[l->n];
     const char *what = l->caches ? "cache" : "stream";
+    const char *at = l->caches ? memchr(s, '@', len) : NULL;
+    st->durable = false;
+    if (at != NULL) {
+        /* "tenant/namespace/cache@durable": its writes go to a log. */
+        size_t rest = len - (size_t)(at + 1 - s);
+        if (rest != strlen("durable") || memcmp(at + 1, "durable", rest) != 0) {
+            snprintf(why, n, "\"%.*s\": the only option after '@' is durable",
+                     (int)(len > 80 ? 80 : len), s);
+            return -1;
+        }
+        st->durable = true;
+        len = (size_t)(at - s);
+    }
     if (parse_triple(s, len, st, what, why, n) < 0)
         return -1;
     for (size_t i = 0; i < l->n; i++) {

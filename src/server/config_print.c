@@ -123,8 +123,8 @@ static void print_caches(const fx_config *c, FILE *out)
 {
     fprintf(out, "caches: [");
     for (size_t i = 0; i < c->ncaches; i++)
-        fprintf(out, "%s%s/%s/%s", i ? ", " : "", c->caches[i].tenant, c->caches[i].ns,
-                c->caches[i].stream);
+        fprintf(out, "%s%s/%s/%s%s", i ? ", " : "", c->caches[i].tenant, c->caches[i].ns,
+                c->caches[i].stream, c->caches[i].durable ? "@durable" : "");
     fprintf(out, "]");
 }
 

@@ -281,8 +281,9 @@ static void durable_opts_from_config(const fx_config *c, fx_broker_durable_opts 
 }
 
 /* Maps the configuration to the data plane's options. |names| (nstreams +
- * ncaches entries) receives the pre-created streams, then the declared
- * caches, and must outlive fx_broker_new. */
+ * ncaches + 1 entries, then ncaches bytes) receives the pre-created streams,
+ * then the declared caches, then the caches' durability flags, and must
+ * outlive fx_broker_new. */
 static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *ip, size_t ipcap,
                                    fx_broker_stream_name *names)
 {
@@ -318,6 +319,12 @@ static int broker_opts_from_config(const fx_config *c, fx_broker_opts *o, char *
     for (size_t i = 0; i < c->ncaches; i++)
         names[c->nstreams + i] =
             (fx_broker_stream_name){c->caches[i].tenant, c->caches[i].ns, c->caches[i].stream};
+    /* Their durability follows the names: |names| has room for |ncaches|
+     * flags after its last entry (start_broker). */
+    bool *durable = (bool *)(void *)(names + c->nstreams + c->ncaches + 1);
+    for (size_t i = 0; i < c->ncaches; i++)
+        durable[i] = c->caches[i].durable;
+    o->caches_durable = durable;
     o->caches = names + c->nstreams;
     o->ncaches = c->ncaches;
     o->log_capacity = c->log_capacity;
@@ -468,7 +475,9 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_bro
     char why[4096] = "";
     char ip[FX_CONFIG_ADDR_MAX];
     fx_broker_opts bo;
-    fx_broker_stream_name *names = calloc(c->nstreams + c->ncaches + 1, sizeof(*names));
+    /* The names, then one durability flag per cache (broker_opts_from_config). */
+    fx_broker_stream_name *names =
+        calloc(1, (c->nstreams + c->ncaches + 1) * sizeof(*names) + c->ncaches + 1);
     if (names == NULL) {
         fprintf(stderr, "felix-broker: out of memory\n");
         return EXIT_START;

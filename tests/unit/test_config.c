@@ -844,6 +844,8 @@ static void test_durable_bad_values_are_refused(void **state)
     expect_error("durable_max_records_per_read: 0\n", NULL, NULL, 0, mr);
     const char *def[] = {"durable_default = true needs durable_storage_dir", NULL};
     expect_error("durable_default: true\n", NULL, NULL, 0, def);
+    const char *dc[] = {"cache t1/default/s@durable needs durable_storage_dir", NULL};
+    expect_error("caches:\n  - t1/default/m\n  - t1/default/s@durable\n", NULL, NULL, 0, dc);
 }
 
 static void test_unknown_durable_key_warns_naming_the_storage(void **state)

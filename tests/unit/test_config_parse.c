@@ -348,6 +348,17 @@ static void test_cache_lists_declare_caches_and_refuse_bad_items(void **state)
     assert_int_equal(store(&c, "caches", "t/n/c,t/n/c", why), -1);
     assert_non_null(strstr(why, "cache t/n/c is listed twice"));
     assert_int_equal(c.ncaches, 2); /* unchanged by the refusals */
+    assert_false(c.caches[0].durable);
+    /* "@durable" declares a durable cache; nothing else may follow '@'. */
+    assert_int_equal(store(&c, "caches", "t1/default/s@durable,t1/default/m", why), 0);
+    assert_int_equal(c.ncaches, 2);
+    assert_string_equal(c.caches[0].stream, "s");
+    assert_true(c.caches[0].durable);
+    assert_false(c.caches[1].durable);
+    assert_int_equal(store(&c, "caches", "t1/default/s@durabl", why), -1);
+    assert_non_null(strstr(why, "the only option after '@' is durable"));
+    assert_int_equal(store(&c, "caches", "t1/default/s@durable,t1/default/s", why), -1);
+    assert_non_null(strstr(why, "listed twice"));
     /* Streams and caches are apart. */
     assert_int_equal(c.nstreams, 0);
     fx_config_deinit(&c);

@@ -1,0 +1,299 @@
+/* Integration tests of durable caches (src/broker/cache_dur.c,
+ * docs/cache.md "Durable caches"): declaring one (admin API; refused
+ * without durable_storage_dir, durability not flipped), puts and deletes
+ * that survive a restart on the same root with the declaration, an
+ * expired entry that stays gone, a dropped cache whose log goes, and on_commit puts answered only
+ * after their flush (the storage thread held) while periodic ones are answered at once. The
+ * record's bytes: tests/unit/test_cache_dur.c. A real broker, its admin endpoint and libfelix
+ * clients in this process (admin_fixture.h). The kill -9 case is in test_cache_durable_crash.c. */
+/* fx-test-libs: fx_broker fx_client fx_server fx_storage fx_quic fx_wire fx_base */
+#define _XOPEN_SOURCE 700
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "broker/test_hooks.h"
+#include "integ/admin_fixture.h"
+#include "integ/durable_fixture.h"
+#include "storage/dlog.h"
+#include "storage/format.h"
+#include "storage/syncpol.h"
+
+#define CPATH "/v1/tenants/" T "/namespaces/" NS "/caches/"
+
+static E *d_new(char *root, size_t cap, int mode)
+{
+    E *e = e_new();
+    if (root[0] == '\0') {
+        snprintf(root, cap, "/tmp/fxdcXXXXXX");
+        assert_non_null(mkdtemp(root));
+    }
+    e->bo.workers = 1;
+    e->bo.durable.dir = root;
+    e->bo.durable.fsync_mode = mode;
+    e->bo.durable.segment_bytes = 1 << 20;
+    e->bo.durable.preallocate = false;
+    return e;
+}
+
+static void put_cache(E *e, const char *cache, const char *body, int status, const char *has)
+{
+    char path[256];
+    http_resp r;
+    snprintf(path, sizeof(path), CPATH "%s", cache);
+    http_body(e, "PUT", path, body, &r);
+    if (r.status != status)
+        fail_msg("PUT %s %s: %d %s (want %d)", path, body, r.status, r.body, status);
+    if (has != NULL && strstr(r.body, has) == NULL)
+        fail_msg("PUT %s: body %s lacks '%s'", path, r.body, has);
+}
+
+static void put_ok(fx_client *c, const char *cache, const char *key, const char *v, uint64_t ttl)
+{
+    int rv = fx_cache_put(c, NS, cache, key, v, strlen(v), ttl);
+    if (rv != 0) {
+        char msg[256];
+        fx_client_last_error(c, msg, sizeof(msg));
+        fail_msg("put %s/%s: %s (%s)", cache, key, fx_strerror(rv), msg);
+    }
+}
+
+/* Checks |key|'s value: |want|, or a miss when NULL. */
+static void get_eq(fx_client *c, const char *cache, const char *key, const char *want)
+{
+    char buf[256];
+    size_t n = 0;
+    int rv = fx_cache_get(c, NS, cache, key, buf, sizeof(buf), &n);
+    if (want == NULL) {
+        if (rv != FX_ENOTFOUND)
+            fail_msg("get %s/%s: %s '%.*s', want a miss", cache, key, fx_strerror(rv), (int)n, buf);
+        return;
+    }
+    if (rv != 0) {
+        char msg[256];
+        fx_client_last_error(c, msg, sizeof(msg));
+        fail_msg("get %s/%s: %s (%s), want '%s'", cache, key, fx_strerror(rv), msg, want);
+    }
+    if (n != strlen(want) || memcmp(buf, want, n) != 0)
+        fail_msg("get %s/%s: '%.*s', want '%s'", cache, key, (int)n, buf, want);
+}
+
+static void stop(E *e)
+{
+    fx_admin_free(e->admin);
+    e->admin = NULL;
+    fx_broker_free(e->b);
+    e->b = NULL;
+}
+
+/* ---- declaring ------------------------------------------------------------------- */
+
+static void test_durable_without_storage_dir_is_refused(void **state)
+{
+    (void)state;
+    E *e = e_new();
+    e_start(e);
+    put_cache(e, "s", "{\"durable\": true}", 400,
+              "cache t1/default/s is marked durable but this broker has no durable storage "
+              "configured (durable_storage_dir)");
+    put_cache(e, "s", "{\"durable\": 1}", 400, "must be true or false");
+    put_cache(e, "s", "{\"ttl\": 1}", 400, "unknown field");
+    put_cache(e, "s", "", 201, "\"durable\":false");
+    put_cache(e, "s", "{\"durable\": false}", 200, "\"created\":false");
+    e_free(e);
+}
+
+/* ---- a restart --------------------------------------------------------------------- */
+
+static void test_puts_and_deletes_survive_a_restart_and_expired_entries_stay_gone(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
+    e->bo.auto_create_streams = false; /* served only while declared: the declaration survives */
+    e_start(e);
+    put_cache(e, "sess", "{\"durable\": true}", 201, "\"durable\":true");
+    put_cache(e, "sess", "{\"durable\": true}", 200, "\"created\":false");
+    put_cache(e, "sess", "", 200, "\"durable\":true");
+    put_cache(e, "sess", "{\"durable\": false}", 409,
+              "changing cache durability requires removal and recreation: tenant=t1 "
+              "namespace=default cache=sess current=true requested=false");
+    put_cache(e, "mem", "", 201, "\"durable\":false");
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    put_ok(c, "sess", "k1", "v1", 0);
+    put_ok(c, "sess", "k2", "v2", 0);
+    put_ok(c, "sess", "k1", "v1b", 0); /* last write wins */
+    bool existed = false;
+    assert_int_equal(fx_cache_delete(c, NS, "sess", "k2", &existed), 0);
+    assert_true(existed);
+    put_ok(c, "sess", "short", "gone", 300); /* expires before the restart */
+    put_ok(c, "sess", "long", "kept", 600000);
+    put_ok(c, "sess", "zero", "z", 0);
+    assert_int_equal(fx_cache_delete(c, NS, "sess", "zero", &existed), 0);
+    put_ok(c, "mem", "m", "memory only", 0);
+    get_eq(c, "sess", "k1", "v1b");
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, cache_durable_records), 8); /* 6 puts, 2 deletes; none of mem */
+    assert_int_equal(DELTA(a, b, cache_durable_errors), 0);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    usleep(400 * 1000); /* "short" expires meanwhile */
+    stop(e);
+
+    /* The log holds the records in the original's payload. */
+    char dir[256], name[FX_LOGFMT_DIR_NAME_MAX];
+    fx_logfmt_dir_name(name, T, NS, "sess", 0);
+    snprintf(dir, sizeof(dir), "%s/caches/%s", root, name);
+    struct stat sb;
+    assert_int_equal(stat(dir, &sb), 0);
+    char file[320];
+    snprintf(file, sizeof(file), "%s/cache.json", dir);
+    assert_int_equal(stat(file, &sb), 0);
+
+    fx_metrics_snapshot_take(&a);
+    e_start(e);
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, cache_durable_rebuilt), 8);
+    put_cache(e, "sess", "", 200, "\"durable\":true"); /* declared again from its directory */
+    c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    get_eq(c, "sess", "k1", "v1b");
+    get_eq(c, "sess", "k2", NULL);
+    get_eq(c, "sess", "short", NULL); /* expired by the wall clock: not resurrected */
+    get_eq(c, "sess", "long", "kept");
+    get_eq(c, "sess", "zero", NULL);
+    /* "mem" was declared in memory: neither its entries nor its declaration remain. */
+    char buf[16];
+    size_t n;
+    assert_int_equal(fx_cache_get(c, NS, "mem", "m", buf, sizeof(buf), &n), FX_EREMOTE);
+    put_ok(c, "sess", "after", "restart", 0);
+
+    /* Dropped: the log goes, and a restart does not bring it back. */
+    http_resp r;
+    http_body(e, "DELETE", CPATH "sess", "", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    stop(e);
+    assert_int_equal(stat(dir, &sb), -1);
+    e_start(e);
+    c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    assert_int_equal(fx_cache_get(c, NS, "sess", "k1", buf, sizeof(buf), &n), FX_EREMOTE);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    fix_rm_dir(root);
+}
+
+/* ---- on_commit waits for the flush ------------------------------------------------ */
+
+typedef struct slot {
+    atomic_int done;
+    atomic_int rv;
+} slot;
+
+static void put_cb(void *user, int rv, const void *value, size_t len)
+{
+    (void)value, (void)len;
+    slot *s = user;
+    atomic_store(&s->rv, rv);
+    atomic_store(&s->done, 1);
+}
+
+static void wait_done(slot *s)
+{
+    for (int i = 0; i < HANG_MS && !atomic_load(&s->done); i++)
+        usleep(1000);
+    assert_int_equal(atomic_load(&s->done), 1);
+}
+
+static void held_put(int mode, bool answered_while_held)
+{
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root), mode);
+    e_start(e);
+    put_cache(e, "c", "{\"durable\": true}", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    put_ok(c, "c", "first", "1", 0); /* the log is open */
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, true), 0);
+    static slot s;
+    atomic_store(&s.done, 0);
+    assert_int_equal(fx_cache_put_async(c, NS, "c", "k", "v", 1, 0, put_cb, &s), 0);
+    if (answered_while_held) {
+        wait_done(&s);
+    } else {
+        usleep(300 * 1000);
+        assert_int_equal(atomic_load(&s.done), 0); /* its flush has not run */
+    }
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, false), 0);
+    wait_done(&s);
+    assert_int_equal(atomic_load(&s.rv), 0);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    fix_rm_dir(root);
+}
+
+static void test_an_on_commit_put_is_answered_only_after_its_flush(void **state)
+{
+    (void)state;
+    held_put(FX_FSYNC_ON_COMMIT, false);
+}
+
+static void test_a_periodic_put_is_answered_at_once(void **state)
+{
+    (void)state;
+    held_put(FX_FSYNC_PERIODIC, true);
+}
+
+/* ---- durable_bytes_max ------------------------------------------------------------ */
+
+static void test_durable_bytes_max_refuses_writes_once_the_logs_reach_it(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
+    e->bo.durable.bytes_max = 16 << 10; /* the cache log's bytes on disk count */
+    e_start(e);
+    put_cache(e, "q", "{\"durable\": true}", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    static char val[1024];
+    memset(val, 'x', sizeof(val) - 1);
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    int i, rv = 0;
+    char key[16];
+    for (i = 0; i < 100; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        if ((rv = fx_cache_put(c, NS, "q", key, val, strlen(val), 0)) != 0)
+            break;
+    }
+    assert_int_equal(rv, FX_EREMOTE);
+    assert_true(i >= 10 && i <= 20); /* about 16 KiB of 1 KiB records */
+    char msg[256];
+    fx_client_last_error(c, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "storage quota exceeded (durable_bytes_max)"));
+    get_eq(c, "q", key, NULL); /* refused before it applied */
+    fx_metrics_snapshot_take(&b);
+    assert_int_equal(DELTA(a, b, storage_quota_broker_bytes), 1);
+    /* Dropped: its bytes are given back and writes go on (in memory now). */
+    http_resp r;
+    http_body(e, "DELETE", CPATH "q", "", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, true), 0); /* the drop has run */
+    assert_int_equal(fx_broker_test_hold_storage(e->b, 0, false), 0);
+    put_cache(e, "q", "{\"durable\": true}", 201, NULL);
+    put_ok(c, "q", "again", "1", 0);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    fix_rm_dir(root);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_durable_without_storage_dir_is_refused),
+    cmocka_unit_test(test_puts_and_deletes_survive_a_restart_and_expired_entries_stay_gone),
+    cmocka_unit_test(test_an_on_commit_put_is_answered_only_after_its_flush),
+    cmocka_unit_test(test_a_periodic_put_is_answered_at_once),
+    cmocka_unit_test(test_durable_bytes_max_refuses_writes_once_the_logs_reach_it),
+};
+FX_TEST_MAIN(tests)
