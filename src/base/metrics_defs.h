@@ -598,6 +598,12 @@
       "larger_than_store (an entry over the worker's share of cache_max_bytes), "                  \
       "tenant_over_cap (cache_tenant_max_bytes), shutting_down, internal (no memory), "            \
       "too_many_caches (4,096 caches on one worker)")                                              \
+    C(cache_binary_requests, "felix_cache_binary_requests_total", "",                              \
+      "Binary cache requests (CACHE_REQUEST frames, docs/protocol.md) decoded on a stream and "    \
+      "handed to the cache checks")                                                                \
+    C(cache_binary_refused, "felix_cache_binary_refused_total", "",                                \
+      "Binary cache frames refused before the cache checks: not negotiated "                       \
+      "(FX_FEATURE_HI_CACHE_BINARY) or malformed (the stream is reset)")                           \
     H(cache_latency_get_ns, "felix_cache_op_latency_ns", "op=get",                                 \
       "Nanoseconds from a cache request's arrival at its cache's worker to its answer's reply "    \
       "slot completed, by op: get, put (put and put_if), delete (delete and delete_if)",           \

@@ -31,6 +31,7 @@
 #include "broker/resv.h"
 #include "broker/subscribe.h"
 #include "felix/error.h"
+#include "wire/cache_bin.h"
 
 static void replies_resume(fx_loop *l, fx_task *t, void *user);
 
@@ -395,6 +396,10 @@ static int on_frame(fxb_bidi *s, const fx_frame *f)
         }
         return fxb_publish_binary(s, f);
     case FX_BODY_FELIXC:
+        /* Kinds 4 and 5 are the binary cache frames (cache_srv.c), the
+         * others a group member's (group_req.c). */
+        if (fx_wire_cache_bin_is(f->body, f->len))
+            return fxb_cache_binary(s, f);
         return fxb_group_frame(s, f);
     default:
         fxb_bidi_error(s, "unexpected frame kind", true);

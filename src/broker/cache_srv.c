@@ -27,6 +27,7 @@
 #include "broker/resolve.h"
 #include "broker/worker.h"
 #include "felix/error.h"
+#include "wire/cache_bin.h"
 
 /* ---- tenants (any thread) ---------------------------------------------------------------- */
 
@@ -608,6 +609,7 @@ typedef struct creq {
     bool has_request_id;
     bool has_ttl_ms;
     bool conditional; /* the client offered FX_FEATURE_CACHE_CONDITIONAL */
+    bool binary;      /* a CACHE_REQUEST frame: answered with CACHE_ANSWER */
     uint64_t request_id;
     uint64_t ttl_ms;
     fx_msg_condition condition; /* cache_put_if */
@@ -623,11 +625,47 @@ typedef struct creq {
     char data[];
 } creq;
 
+/* A CACHE_ANSWER frame in a new buffer, or NULL without memory. */
+static fx_buf *bin_answer(const fx_wire_cache_ans *a)
+{
+    size_t n = fx_wire_cache_ans_frame_size(a);
+    fx_buf *f = NULL;
+    if (n == 0 || fx_buf_new(&f, n) != 0)
+        return NULL;
+    if (fx_wire_cache_ans_encode(a, fx_buf_data_mut(f), n) < 0) {
+        fx_buf_unref(f);
+        return NULL;
+    }
+    return f;
+}
+
+/* The binary form of the JSON answer |m| to |q| (the worker builds one
+ * fx_msg either way, so only the encoding differs): error -> status 2 with
+ * its text, cache_value with a value -> 0 and the value, cache_value null
+ * -> 1, cache_ok / ok -> 0. NULL without memory. */
+static fx_buf *bin_frame_of(const creq *q, const fx_msg *m)
+{
+    fx_wire_cache_ans a = {.status = FX_CACHE_BIN_OK, .request_id = q->request_id};
+    if (m->type == FX_MSG_ERROR) {
+        a.status = FX_CACHE_BIN_ERROR;
+        size_t n = strlen(m->message);
+        a.text = (fx_wire_slice){(const uint8_t *)m->message,
+                                 n < FX_CACHE_BIN_NAME_MAX ? n : FX_CACHE_BIN_NAME_MAX};
+    } else if (m->type == FX_MSG_CACHE_VALUE && !m->has_value) {
+        a.status = FX_CACHE_BIN_MISS;
+    } else if (m->type == FX_MSG_CACHE_VALUE) {
+        a.value = (fx_wire_slice){m->value.p, m->value.len};
+    }
+    return bin_answer(&a);
+}
+
 static void complete(creq *q, const fx_msg *m)
 {
     fx_buf *f = NULL;
-    if (fxb_msg_frame(m, &f) != 0)
-        f = NULL;         /* the stream is reset when the slot reaches the head */
+    if (q->binary)
+        f = bin_frame_of(q, m); /* NULL: reset at the head, as below */
+    else if (fxb_msg_frame(m, &f) != 0)
+        f = NULL; /* the stream is reset when the slot reaches the head */
     publish(q->w->cache); /* before the answer: a client that reads it sees the counts */
     fxb_reply *r = q->reply;
     q->reply = NULL;
@@ -952,6 +990,24 @@ static void refuse(fxb_bidi *s, const fx_msg *m, const char *text)
     fxb_bidi_error(s, text, !has_request_id(m));
 }
 
+/* Answers the binary request |request_id| with status 2 and |text|, in
+ * order; the stream goes on. */
+static void refuse_binary(fxb_bidi *s, uint64_t request_id, const char *text)
+{
+    size_t n = strlen(text);
+    fx_wire_cache_ans a = {
+        .status = FX_CACHE_BIN_ERROR,
+        .request_id = request_id,
+        .text = {(const uint8_t *)text, n < FX_CACHE_BIN_NAME_MAX ? n : FX_CACHE_BIN_NAME_MAX},
+    };
+    fx_buf *f = bin_answer(&a);
+    if (f == NULL) {
+        fxb_bidi_fail(s, "out of memory for a cache answer");
+        return;
+    }
+    fxb_bidi_reply_frame(s, f);
+}
+
 static creq *make_req(const fx_msg *m, uint32_t client_features)
 {
     size_t lt = strlen(m->tenant_id) + 1, ln = strlen(m->ns) + 1, lc = strlen(m->cache) + 1;
@@ -986,7 +1042,12 @@ static creq *make_req(const fx_msg *m, uint32_t client_features)
     return q;
 }
 
-void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
+/* Checks |m| and posts it to its worker: the JSON requests and, |binary|,
+ * the binary ones (decoded into an fx_msg by fxb_cache_binary), whose
+ * refusals are status 2 answers; the stream ends after `forbidden` either
+ * way, and goes on after the others (a binary request always has a
+ * request_id). */
+static void submit(fxb_bidi *s, const fx_msg *m, bool binary)
 {
     fx_broker *b = s->conn->b;
     bool put = is_write(m->type);
@@ -994,7 +1055,12 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
                                m->tenant_id, m->ns, m->cache)) {
         /* The original ends the stream on a refused permission, request_id or not. */
         FX_COUNTER_INC(cache_refused_forbidden);
-        fxb_bidi_error(s, "forbidden", true);
+        if (binary) {
+            refuse_binary(s, m->request_id, "forbidden");
+            fxb_bidi_end(s);
+        } else {
+            fxb_bidi_error(s, "forbidden", true);
+        }
         return;
     }
     if (!b->o.auto_create_streams && !is_declared(b, m->tenant_id, m->ns, m->cache, NULL)) {
@@ -1004,12 +1070,18 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
         snprintf(text, sizeof(text), "cache scope not found: %.128s/%.128s/%.128s", m->tenant_id,
                  m->ns, m->cache);
         FX_COUNTER_INC(cache_refused_not_found);
-        refuse(s, m, text);
+        if (binary)
+            refuse_binary(s, m->request_id, text);
+        else
+            refuse(s, m, text);
         return;
     }
     if (fxb_is_draining(b)) {
         FX_COUNTER_INC(cache_refused_shutting_down);
-        refuse(s, m, FXB_SHUTDOWN_TEXT);
+        if (binary)
+            refuse_binary(s, m->request_id, FXB_SHUTDOWN_TEXT);
+        else
+            refuse(s, m, FXB_SHUTDOWN_TEXT);
         return;
     }
     if (s->cache_acct == NULL && (s->cache_acct = fxb_cache_tenant_acct(b, s->tenant)) == NULL) {
@@ -1027,6 +1099,7 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
     }
     atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); /* the worker's */
     q->reply = r;
+    q->binary = binary;
     q->acct = s->cache_acct;
     q->w = fxb_cache_worker_of(b, m->tenant_id, m->ns, m->cache);
     fx_task_init(&q->task, run, q);
@@ -1036,4 +1109,78 @@ void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
      * put_if and delete_if always have one. */
     if (!has_request_id(m))
         fxb_bidi_end(s);
+}
+
+void fxb_cache_json(fxb_bidi *s, const fx_msg *m)
+{
+    submit(s, m, false);
+}
+
+/* Most bytes of "ns\0cache\0key\0" kept on the stack; longer names take a
+ * heap copy. */
+#define BIN_NAMES_STACK 1024u
+
+int fxb_cache_binary(fxb_bidi *s, const fx_frame *f)
+{
+    if (!s->authed) {
+        fxb_bidi_error(s, "auth required", true);
+        return -1;
+    }
+    if ((s->client_features & FX_FEATURE_EXTENDED) == 0 ||
+        (s->client_features_hi & FX_FEATURE_HI_CACHE_BINARY) == 0) {
+        /* Not negotiated: the same answer as any unknown frame flag. */
+        FX_COUNTER_INC(cache_binary_refused);
+        fxb_bidi_error(s, "unsupported frame flags", false);
+        return 0;
+    }
+    fx_wire_cache_req req;
+    fx_wire_err err;
+    if (fx_wire_cache_req_decode(f->body, f->len, &req, &err) != 0) {
+        FX_COUNTER_INC(cache_binary_refused);
+        fxb_bidi_fail(s, err.msg);
+        return -1;
+    }
+    /* The names as C strings (the decoder refused a NUL in them); the value
+     * stays in the frame and is copied once, into the worker's request. */
+    size_t n = req.ns.len + req.cache.len + req.key.len + 3;
+    char stack[BIN_NAMES_STACK];
+    char *names = n <= sizeof(stack) ? stack : malloc(n);
+    if (names == NULL) {
+        FX_COUNTER_INC(cache_refused_internal);
+        fxb_bidi_fail(s, "out of memory for a cache request");
+        return -1;
+    }
+    char *p = names;
+    const fx_wire_slice parts[3] = {req.ns, req.cache, req.key};
+    const char *cs[3];
+    for (int i = 0; i < 3; i++) {
+        cs[i] = p;
+        if (parts[i].len)
+            memcpy(p, parts[i].ptr, parts[i].len);
+        p[parts[i].len] = '\0';
+        p += parts[i].len + 1;
+    }
+    fx_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = req.op == FX_CACHE_BIN_GET   ? FX_MSG_CACHE_GET
+             : req.op == FX_CACHE_BIN_PUT ? FX_MSG_CACHE_PUT
+                                          : FX_MSG_CACHE_DELETE;
+    m.tenant_id = s->tenant;
+    m.ns = cs[0];
+    m.cache = cs[1];
+    m.key = cs[2];
+    m.request_id = req.request_id;
+    m.has_request_id = true;
+    if (req.op == FX_CACHE_BIN_PUT) {
+        m.value = (fx_msg_bytes){req.value.ptr != NULL ? req.value.ptr : (const uint8_t *)"",
+                                 req.value.len};
+        /* ttl_ms 0 is "no expiry" here; in JSON an absent ttl_ms is. */
+        m.ttl_ms = req.ttl_ms;
+        m.has_ttl_ms = req.ttl_ms != 0;
+    }
+    FX_COUNTER_INC(cache_binary_requests);
+    submit(s, &m, true);
+    if (names != stack)
+        free(names);
+    return s->ended ? -1 : 0;
 }

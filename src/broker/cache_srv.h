@@ -14,6 +14,7 @@
 #include <stdbool.h>
 
 #include "broker/broker_internal.h"
+#include "wire/frame.h"
 #include "wire/message.h"
 
 /* The broker's defaults for fx_broker_opts fields left 0. */
@@ -93,5 +94,15 @@ bool fxb_cache_is_request(fx_msg_type t);
  * The stream goes on after the answer when the request had a request_id
  * (except after a put without one: `ok`, then the end). */
 void fxb_cache_json(fxb_bidi *s, const fx_msg *m);
+
+/* Handles a binary cache request (wire/cache_bin.h: a Felix-C frame of kind
+ * 4) on |s|: the checks, worker path and reply slot of fxb_cache_json(), the
+ * tenant the stream's; answered with a CACHE_ANSWER frame in request order
+ * (an error, refusals included, is status 2; the stream ends after
+ * `forbidden` as for JSON, and goes on after the others). A
+ * stream whose client did not negotiate FX_FEATURE_HI_CACHE_BINARY gets
+ * "unsupported frame flags", as for any unknown flag. Returns 0 to go on,
+ * -1 when the stream stops reading. Connection loop. */
+int fxb_cache_binary(fxb_bidi *s, const fx_frame *f);
 
 #endif

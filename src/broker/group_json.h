@@ -23,7 +23,7 @@
      FX_FEATURE_SEQUENCE_REUSED | FX_FEATURE_CACHE_DELETE | FX_FEATURE_CACHE_CONDITIONAL)
 /* The second word, to a client that offered FX_FEATURE_EXTENDED: Felix-C's
  * publish_ok offset + duplicate for idempotent batches. */
-#define FXB_SERVER_FEATURES_HI FX_FEATURE_HI_PUBLISH_OFFSETS
+#define FXB_SERVER_FEATURES_HI (FX_FEATURE_HI_PUBLISH_OFFSETS | FX_FEATURE_HI_CACHE_BINARY)
 
 /* Why a group request is refused: each has its error code and retry class
  * (the original's), and its felix_group_json_refused_total reason. */

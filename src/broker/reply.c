@@ -208,6 +208,11 @@ static void reply_frame(fxb_bidi *s, fx_buf *frame)
     fxb_bidi_flush(s);
 }
 
+void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame)
+{
+    reply_frame(s, frame);
+}
+
 int fxb_bidi_reply_msg(fxb_bidi *s, const fx_msg *m)
 {
     fx_buf *f;

@@ -86,6 +86,9 @@ void fxb_reply_complete_frame(fxb_reply *r, fx_buf *frame);
 void fxb_reply_unref(fxb_reply *r);
 /* Queues a JSON message reply in order. Returns 0 or -ENOMEM. */
 int fxb_bidi_reply_msg(fxb_bidi *s, const fx_msg *m);
+/* Queues a reply frame its caller built (takes ownership of |frame|) in
+ * request order and flushes. Connection loop. */
+void fxb_bidi_reply_frame(fxb_bidi *s, fx_buf *frame);
 /* Replies error{|text|} and, when |end|, ends the stream after it. */
 void fxb_bidi_error(fxb_bidi *s, const char *text, bool end);
 /* Ends the stream after the queued replies (FIN), ignoring further input. */

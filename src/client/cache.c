@@ -27,7 +27,13 @@
  * after `forbidden`, `auth required` and `tenant mismatch`) the requests
  * still in flight on it fail and later ones go on a new stream. A lost
  * connection fails the requests in flight (FX_ECONNLOST); the ones not yet
- * sent wait for the reconnect (opts.reconnect), within their timeout. */
+ * sent wait for the reconnect (opts.reconnect), within their timeout.
+ *
+ * Once a cache stream's auth_ok advertised FX_FEATURE_HI_CACHE_BINARY
+ * (|binary_ok|), get, put and delete are encoded as binary CACHE_REQUEST
+ * frames (wire/cache_bin.h; conditional requests and versioned gets stay
+ * JSON); their CACHE_ANSWERs pair with the FIFO's head like the JSON
+ * answers. Requests encoded before that are JSON: a stream may carry both. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -36,6 +42,7 @@
 
 #include "base/log.h"
 #include "client/client.h"
+#include "wire/cache_bin.h"
 #include "wire/wire.h"
 
 #define CACHE_RESET_CODE 0x10e /* our side of a cache stream we abandon */
@@ -64,6 +71,7 @@ struct creq {
     bool queued;    /* loop: in the send queue */
     bool on_stream; /* loop: in a stream FIFO */
     bool in_tlist;  /* loop: in the timeout list */
+    bool binary;    /* encoded as a CACHE_REQUEST frame */
     bool done;      /* loop: completed (its completion ran) */
     uint64_t rid;
     uint64_t deadline_ns;
@@ -101,9 +109,12 @@ struct fxc_cache {
     cstream *streams;
     size_t nstreams, rr;
     uint32_t server_features; /* from the last cache stream's auth_ok */
+    uint32_t server_features_hi;
     bool have_features;
+    atomic_bool binary_ok; /* loop writes, submitters read: the broker serves binary frames */
     /* counters (loop writes, any thread reads) */
     atomic_uint_fast64_t requests, answered, errors, timeouts, late, streams_opened, streams_ended;
+    atomic_uint_fast64_t binary;
 };
 
 static void pump(fxc_cache *cm);
@@ -339,7 +350,7 @@ static void take_pending(fxc_cache *cm)
  * older broker never sees a message it would end the stream for), or NULL. */
 static bool needs_feature(const creq *r)
 {
-    return r->op == CQ_DEL || r->op == CQ_PUT_IF || r->versioned;
+    return r->op == CQ_DEL || r->op == CQ_PUT_IF || r->versioned || r->binary;
 }
 
 static const char *unserved(const fxc_cache *cm, const creq *r)
@@ -351,6 +362,8 @@ static const char *unserved(const fxc_cache *cm, const creq *r)
     if ((r->op == CQ_PUT_IF || r->versioned) &&
         (cm->server_features & FX_FEATURE_CACHE_CONDITIONAL) == 0)
         return "conditional cache writes (no FEATURE_CACHE_CONDITIONAL)";
+    if (r->binary && (cm->server_features_hi & FX_FEATURE_HI_CACHE_BINARY) == 0)
+        return "binary cache frames (encoded for the broker before a reconnect)";
     return NULL;
 }
 
@@ -402,6 +415,8 @@ static void pump(fxc_cache *cm)
         free(r->frame);
         r->frame = NULL;
         r->on_stream = true;
+        if (r->binary)
+            atomic_fetch_add_explicit(&cm->binary, 1, memory_order_relaxed);
         if (s->tail != NULL)
             s->tail->next = r;
         else
@@ -432,6 +447,11 @@ static void on_auth_answer(cstream *s, const fx_msg *m)
         s->authed = true;
         s->cm->have_features = true;
         s->cm->server_features = m->has_server_features ? m->server_features : 0;
+        s->cm->server_features_hi = m->has_server_features_hi ? m->server_features_hi : 0;
+        atomic_store_explicit(&s->cm->binary_ok,
+                              (s->cm->server_features & FX_FEATURE_EXTENDED) != 0 &&
+                                  (s->cm->server_features_hi & FX_FEATURE_HI_CACHE_BINARY) != 0,
+                              memory_order_relaxed);
         return;
     }
     char text[TEXT_MAX];
@@ -513,6 +533,58 @@ static void answer_head(cstream *s, int rv, const char *text, const cres *res)
     creq_free(cm, r);
 }
 
+/* Fails |s|'s head with the broker's error |msg| (a JSON error or a binary
+ * answer's status 2, after which the broker ends the stream alike). */
+static void answer_error(cstream *s, const char *msg)
+{
+    char text[TEXT_MAX];
+    int code = fxc_client_map_remote(msg);
+    if (code == FX_EAUTH && strstr(msg, "auth required") == NULL)
+        code = FX_EREMOTE; /* "auth" inside another text is not an auth refusal */
+    if (ends_stream(code, msg))
+        s->ending = true; /* the broker ends it: nothing new goes on it */
+    snprintf(text, sizeof(text), "cache request failed: %s", msg);
+    answer_head(s, code, text, NULL);
+}
+
+/* Handles one CACHE_ANSWER (|body| of a Felix-C frame of kind 5). Returns
+ * false when the stream was ended. */
+static bool on_binary_answer(cstream *s, const uint8_t *body, size_t len)
+{
+    char text[TEXT_MAX];
+    fx_wire_cache_ans a;
+    fx_wire_err err = {0};
+    if (fx_wire_cache_ans_decode(body, len, &a, &err) != 0) {
+        snprintf(text, sizeof(text), "malformed cache answer: %s", err.msg);
+        stream_end(s, FX_EPROTO, text, true);
+        return false;
+    }
+    creq *r = s->head;
+    if (!s->authed || r == NULL || !r->binary || a.request_id != r->rid) {
+        snprintf(text, sizeof(text), "binary cache answer for request %" PRIu64 " where %s",
+                 a.request_id, r == NULL ? "none was in flight" : "another was next");
+        stream_end(s, FX_EPROTO, text, true);
+        return false;
+    }
+    if (a.status == FX_CACHE_BIN_ERROR) {
+        char msg[257]; /* the broker's texts are short; a longer one is cut */
+        snprintf(msg, sizeof(msg), "%.*s", (int)(a.text.len < 256 ? a.text.len : 256),
+                 (const char *)a.text.ptr);
+        answer_error(s, msg);
+        return true;
+    }
+    cres res = {0};
+    int rv = 0;
+    if (a.status == FX_CACHE_BIN_MISS) {
+        rv = FX_ENOTFOUND;
+    } else if (r->op != CQ_PUT) {
+        res.value = a.value.ptr != NULL ? a.value.ptr : (const void *)"";
+        res.len = a.value.len;
+    }
+    answer_head(s, rv, rv == FX_ENOTFOUND ? "not found" : NULL, &res);
+    return true;
+}
+
 /* Handles one answer. Returns false when the stream was ended. */
 static bool on_answer(cstream *s, const fx_msg *m)
 {
@@ -528,14 +600,7 @@ static bool on_answer(cstream *s, const fx_msg *m)
         return false;
     }
     if (m->type == FX_MSG_ERROR) {
-        const char *msg = m->message != NULL ? m->message : "";
-        int code = fxc_client_map_remote(msg);
-        if (code == FX_EAUTH && strstr(msg, "auth required") == NULL)
-            code = FX_EREMOTE; /* "auth" inside another text is not an auth refusal */
-        if (ends_stream(code, msg))
-            s->ending = true; /* the broker ends it: nothing new goes on it */
-        snprintf(text, sizeof(text), "cache request failed: %s", msg);
-        answer_head(s, code, text, NULL);
+        answer_error(s, m->message != NULL ? m->message : "");
         return true;
     }
     if (!pairs(s->head, m, text, sizeof(text))) {
@@ -562,6 +627,9 @@ static bool on_answer(cstream *s, const fx_msg *m)
 
 static bool on_frame(cstream *s, const fx_frame *f)
 {
+    if (f->flags_rv == 0 && f->kind == FX_BODY_FELIXC && f->len > 0 &&
+        f->body[0] == FX_CACHE_BIN_FRAME_ANSWER)
+        return on_binary_answer(s, f->body, f->len);
     if (f->flags_rv != 0 || f->kind != FX_BODY_JSON) {
         stream_end(s, FX_EPROTO, "unexpected binary frame on a cache stream", true);
         return false;
@@ -639,6 +707,7 @@ void fxc_cache_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bo
     char t[TEXT_MAX];
     snprintf(t, sizeof(t), "connection lost with the cache request in flight: %s", text);
     cm->have_features = false; /* the next connection's broker says again */
+    atomic_store_explicit(&cm->binary_ok, false, memory_order_relaxed);
     for (size_t i = 0; i < cm->nstreams; i++) {
         cstream *s = &cm->streams[i];
         s->sid = -1; /* went with the connection */
@@ -728,6 +797,7 @@ void fxc_cache_get_counters(fx_client *c, fxc_cache_counters *out)
     out->late = atomic_load_explicit(&cm->late, memory_order_relaxed);
     out->streams_opened = atomic_load_explicit(&cm->streams_opened, memory_order_relaxed);
     out->streams_ended = atomic_load_explicit(&cm->streams_ended, memory_order_relaxed);
+    out->binary = atomic_load_explicit(&cm->binary, memory_order_relaxed);
 }
 
 /* ---- submitting (any thread) --------------------------------------------------------- */
@@ -745,12 +815,50 @@ static int check_names(const char *ns, const char *cache, const char *key)
     return 0;
 }
 
-/* Encodes |m| (its request id set here) into |r|. */
+/* Encodes |m|, a get, put or delete, as a CACHE_REQUEST frame into |r|. */
+static int encode_binary(fx_client *c, const fx_msg *m, creq *r)
+{
+    fx_wire_cache_req q = {
+        .op = r->op == CQ_GET   ? FX_CACHE_BIN_GET
+              : r->op == CQ_PUT ? FX_CACHE_BIN_PUT
+                                : FX_CACHE_BIN_DELETE,
+        .request_id = r->rid,
+        .ns = {(const uint8_t *)m->ns, strlen(m->ns)},
+        .cache = {(const uint8_t *)m->cache, strlen(m->cache)},
+        .key = {(const uint8_t *)m->key, strlen(m->key)},
+    };
+    if (r->op == CQ_PUT) {
+        q.ttl_ms = m->ttl_ms; /* 0: no expiry, as put_msg() made it */
+        q.value = (fx_wire_slice){m->value.p, m->value.len};
+    }
+    size_t n = fx_wire_cache_req_frame_size(&q);
+    if (n == 0 || n - FX_WIRE_HEADER_LEN > c->o.max_frame_bytes)
+        return fxc_client_set_error(FX_ETOOBIG,
+                                    "cache request exceeds max_frame_bytes %u (or a name "
+                                    "exceeds 65535 bytes)",
+                                    c->o.max_frame_bytes);
+    r->frame = malloc(n);
+    if (r->frame == NULL)
+        return -ENOMEM;
+    ssize_t w = fx_wire_cache_req_encode(&q, r->frame, n);
+    if (w < 0)
+        return fxc_client_set_error(-EINVAL, "cache request not encodable: %s",
+                                    fx_strerror((int)w));
+    r->len = n;
+    r->binary = true;
+    return 0;
+}
+
+/* Encodes |m| (its request id set here) into |r|: binary when the broker
+ * serves it (get, put and delete; a versioned get stays JSON). */
 static int encode(fx_client *c, fx_msg *m, creq *r)
 {
     r->rid = atomic_fetch_add(&c->next_request_id, 1);
     m->request_id = r->rid;
     m->has_request_id = true;
+    if ((r->op == CQ_GET || r->op == CQ_PUT || r->op == CQ_DEL) && !r->versioned &&
+        atomic_load_explicit(&c->cache->binary_ok, memory_order_relaxed))
+        return encode_binary(c, m, r);
     int rv = fx_msg_encode_frame(m, &r->frame, &r->len);
     if (rv == -ENOMEM)
         return rv;

@@ -103,14 +103,16 @@ int fxc_client_send_auth(cconn *cc, int64_t sid)
      * may carry the entry's version (conditional writes). */
     m.client_features = FX_FEATURE_CACHE_DELETE | FX_FEATURE_CACHE_CONDITIONAL;
     m.has_client_features = true;
+    /* Binary cache get / put / delete (cache.c) where the broker serves
+     * them: a bit of the second word. */
+    m.client_features |= FX_FEATURE_EXTENDED;
+    m.client_features_hi = FX_FEATURE_HI_CACHE_BINARY;
+    m.has_client_features_hi = true;
     if (idem) {
         /* The idempotent producer's bits: producer_init and 0x0109 served,
          * sequence_reused reported, publish_ok with offset and duplicate. */
-        m.client_features |=
-            FX_FEATURE_IDEMPOTENT_PRODUCER | FX_FEATURE_SEQUENCE_REUSED | FX_FEATURE_EXTENDED;
-        m.has_client_features = true;
-        m.client_features_hi = FX_FEATURE_HI_PUBLISH_OFFSETS;
-        m.has_client_features_hi = true;
+        m.client_features |= FX_FEATURE_IDEMPOTENT_PRODUCER | FX_FEATURE_SEQUENCE_REUSED;
+        m.client_features_hi |= FX_FEATURE_HI_PUBLISH_OFFSETS;
     }
     return fxc_client_send_msg(cc, sid, &m, false);
 }

@@ -553,6 +553,7 @@ typedef struct fxc_cache_counters {
     uint64_t late;           /* answers to requests that had timed out, dropped */
     uint64_t streams_opened; /* cache streams opened (reopened after an end included) */
     uint64_t streams_ended;  /* cache streams ended (by the broker, an error, a lost connection) */
+    uint64_t binary;         /* requests sent as binary frames (FX_FEATURE_HI_CACHE_BINARY) */
 } fxc_cache_counters;
 
 /* Creates / frees the client's cache state (client_new / client_free). */

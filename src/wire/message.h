@@ -38,6 +38,9 @@
  * FX_FEATURE_EXTENDED set in the first): taken from the top so the
  * original's (from 0x1 up) never meet them. */
 #define FX_FEATURE_HI_PUBLISH_OFFSETS 0x40000000u /* publish_ok offset + duplicate (idempotent) */
+/* Binary cache get / put / delete (wire/cache_bin.h): Felix-C frames of kind 4
+ * (request) and 5 (answer) on a cache stream. */
+#define FX_FEATURE_HI_CACHE_BINARY 0x20000000u
 
 typedef enum fx_msg_type {
     FX_MSG_NONE = 0, /* zeroed struct; never on the wire */

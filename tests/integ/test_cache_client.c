@@ -333,6 +333,41 @@ static void test_a_forbidden_cache_fails_that_request_and_the_client_goes_on(voi
     e_free(e);
 }
 
+/* Once a cache stream's auth_ok advertised FX_FEATURE_HI_CACHE_BINARY, get,
+ * put and delete travel as binary frames (the first requests, sent before
+ * it, as JSON); conditional requests stay JSON. */
+static void test_get_put_delete_go_binary_once_the_broker_offers_it(void **state)
+{
+    (void)state;
+    E *e = started();
+    fx_client *c = e_client(e);
+    put_ok(c, "primary", "k0", "first", 0); /* learns the broker's features */
+    fxc_cache_counters k0;
+    fxc_cache_get_counters(c, &k0);
+    uint8_t val[200];
+    for (size_t i = 0; i < sizeof(val); i++)
+        val[i] = (uint8_t)(i * 11); /* with NULs */
+    assert_int_equal(fx_cache_put(c, NS, "primary", "b", val, sizeof(val), 60000), 0);
+    uint8_t buf[256];
+    size_t n = 0;
+    assert_int_equal(fx_cache_get(c, NS, "primary", "b", buf, sizeof(buf), &n), 0);
+    assert_int_equal(n, sizeof(val));
+    assert_memory_equal(buf, val, n);
+    get_eq(c, "primary", "k0", "first");
+    bool existed = false;
+    assert_int_equal(fx_cache_delete(c, NS, "primary", "b", &existed), 0);
+    assert_true(existed);
+    assert_int_equal(fx_cache_delete(c, NS, "primary", "b", &existed), 0);
+    assert_false(existed);
+    assert_int_equal(fx_cache_get(c, NS, "primary", "b", buf, sizeof(buf), &n), FX_ENOTFOUND);
+    fxc_cache_counters k;
+    fxc_cache_get_counters(c, &k);
+    assert_int_equal(k.binary - k0.binary, 6);
+    assert_int_equal(k.errors, 0);
+    fix_close(c);
+    e_free(e);
+}
+
 static void test_bad_names_are_refused_locally(void **state)
 {
     (void)state;
@@ -739,6 +774,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_thousand_async_gets_in_flight_get_their_own_values),
     cmocka_unit_test(test_a_refused_value_fails_that_request_only),
     cmocka_unit_test(test_a_forbidden_cache_fails_that_request_and_the_client_goes_on),
+    cmocka_unit_test(test_get_put_delete_go_binary_once_the_broker_offers_it),
     cmocka_unit_test(test_bad_names_are_refused_locally),
     cmocka_unit_test(test_eight_threads_put_and_get_concurrently),
     cmocka_unit_test(test_a_full_inflight_bound_makes_callers_wait),
