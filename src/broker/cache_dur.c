@@ -97,6 +97,7 @@ struct fxb_dcache {
     fx_timer timer;   /* periodic: the flush one interval after an unflushed append */
     uint64_t charged; /* its log's bytes on disk charged to durable_bytes_max's account */
     fx_task drop_task;
+    char *damaged;                   /* quarantined at start: why (fxb_dcache_damaged) */
     char label[3 * 256 + 4];         /* "tenant/ns/cache" */
     const char *tenant, *ns, *cache; /* in |names| */
     char names[3 * 256 + 4];
@@ -462,7 +463,36 @@ void fxb_dcache_free(fxb_dcache *dc)
 {
     if (dc != NULL && dc->log != NULL)
         (void)fx_dlog_close(dc->log, true); /* not closed first (a failed start): flushed here */
+    if (dc != NULL)
+        free(dc->damaged);
     free(dc);
+}
+
+const char *fxb_dcache_damaged(const fxb_dcache *dc)
+{
+    return dc != NULL ? dc->damaged : NULL;
+}
+
+/* The log of |dc| (cache |scope| on |w|) could not be opened or read back at
+ * start (|why|): one damaged cache does not stop the broker. The cache is
+ * quarantined: its log closed and left as it is, every request to it
+ * answered with the reason, counted. 0, or -ENOMEM (the start then fails). */
+static int quarantine(fxb_worker *w, uint32_t scope, fxb_dcache *dc, const char *why)
+{
+    if (dc->log != NULL) {
+        (void)fx_dlog_close(dc->log, false);
+        dc->log = NULL;
+    }
+    if ((dc->damaged = strdup(why)) == NULL)
+        return -ENOMEM;
+    int rv = fxb_cache_worker_set_durable(w, scope, dc);
+    if (rv != 0)
+        return rv;
+    FX_COUNTER_INC(cache_durable_errors);
+    FX_LOG_ERROR("storage", "%s; the cache is quarantined (its requests are refused), the rest "
+                 "of the broker is served: repair it with felix log repair on a stopped broker",
+                 why);
+    return 0;
 }
 
 /* ---- directories and the start ---------------------------------------------------------- */
@@ -548,8 +578,16 @@ static int rebuild_one(fx_broker *b, const char *name)
     fxb_dcache *dc = rv == 0 ? fxb_dcache_new(w, t, ns, c) : NULL;
     if (rv == 0 && dc == NULL)
         rv = -ENOMEM;
-    if (rv == 0)
-        rv = ensure_open(dc);
+    if (rv == 0 && (rv = ensure_open(dc)) != 0 && rv != -ENOMEM) {
+        snprintf(why, sizeof(why),
+                 "durable cache %s/%s/%s (%s/caches/%s): opening its log failed: %s", t, ns, c,
+                 d->dir, name, fx_strerror(rv));
+        rv = quarantine(w, scope, dc, why);
+        if (rv != 0)
+            fxb_dcache_free(dc);
+        json_decref(j);
+        return rv;
+    }
     if (rv != 0) {
         snprintf(why, sizeof(why), "durable cache %s/%s/%s (%s/caches/%s): %s", t, ns, c, d->dir,
                  name, err.msg[0] ? err.msg : fx_strerror(rv));
@@ -578,10 +616,21 @@ static int rebuild_one(fx_broker *b, const char *name)
         from = pg.next;
     }
     fx_dlog_page_deinit(&pg);
-    if (rv != 0) {
+    if (rv != 0 && rv != -ENOMEM) {
         snprintf(why, sizeof(why), "durable cache %s/%s/%s: reading its log back failed: %s%s%s", t,
                  ns, c, fx_strerror(rv), fx_dlog_last_error(dc->log)[0] ? ": " : "",
                  fx_dlog_last_error(dc->log));
+        /* What was read before the damage is not served. */
+        (void)fxb_cache_scope_clear(st, scope);
+        rv = quarantine(w, scope, dc, why);
+        if (rv != 0)
+            fxb_dcache_free(dc);
+        json_decref(j);
+        return rv;
+    }
+    if (rv != 0) {
+        snprintf(why, sizeof(why), "durable cache %s/%s/%s: reading its log back failed: %s", t, ns,
+                 c, fx_strerror(rv));
         fxb_dcache_close(dc);
         fxb_dcache_free(dc);
         json_decref(j);

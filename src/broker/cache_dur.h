@@ -72,6 +72,11 @@ fxb_dcache *fxb_dcache_new(fxb_worker *w, const char *tenant, const char *ns, co
 /* Whether a write to |dc| is answered only after the flush that covers it
  * (durable_fsync_mode on_commit). Any thread. */
 bool fxb_dcache_waits(const fxb_dcache *dc);
+/* Why |dc| is quarantined (its log was damaged when the broker started: the
+ * cache answers every request with an error naming it, the rest of the
+ * broker is served; `felix log repair` or --repair-durable cuts the log),
+ * or NULL. Worker loop. */
+const char *fxb_dcache_damaged(const fxb_dcache *dc);
 
 /* Whether the broker's durable bytes (the logs of durable streams and
  * caches) are at or past durable_bytes_max: a write to a durable cache is

@@ -892,18 +892,27 @@ static void run(fx_loop *l, fx_task *t, void *user)
     uint64_t now_us = fx_loop_now(l) / 1000;
     uint32_t scope;
     int rv = fxb_cache_scope_open(st, q->tenant, q->ns, q->cache, q->acct, &scope);
-    if (rv == 0 && q->type != FX_MSG_CACHE_GET) {
+    if (rv == 0)
+        rv = dur_of(w, scope, q->tenant, q->ns, q->cache, &q->dc);
+    const char *damaged = rv == 0 ? fxb_dcache_damaged(q->dc) : NULL;
+    if (rv == 0 && damaged == NULL && q->type != FX_MSG_CACHE_GET) {
         /* A write to a durable cache: its record is made before the store
          * runs, so a write that applies always reaches the log. */
-        rv = dur_of(w, scope, q->tenant, q->ns, q->cache, &q->dc);
-        if (rv == 0 && q->dc != NULL && fxb_dcache_over_quota(q->dc))
+        if (q->dc != NULL && fxb_dcache_over_quota(q->dc))
             rv = FX_ESTORAGE_QUOTA;
         else if (rv == 0 && q->dc != NULL &&
                  (q->spare = fxb_dcache_wr_new(FXB_DCACHE_OP_PUT, 0, q->key, q->klen, q->value,
                                                q->vlen)) == NULL)
             rv = -ENOMEM;
     }
-    if (rv == FX_ESTORAGE_QUOTA) {
+    if (damaged != NULL) {
+        /* Quarantined at start (cache_dur.c): nothing served from a log that
+         * could not be read back whole. */
+        char text[1200];
+        snprintf(text, sizeof(text), "cache storage damaged: %s", damaged);
+        FX_COUNTER_INC(cache_refused_internal);
+        answer_error(q, text);
+    } else if (rv == FX_ESTORAGE_QUOTA) {
         FX_COUNTER_INC(storage_quota_broker_bytes);
         answer_error(q, "cache write refused: storage quota exceeded (durable_bytes_max)");
     } else if (rv == FX_EFULL) {

@@ -10,6 +10,7 @@
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -234,6 +235,72 @@ static void held_put(int mode, bool answered_while_held)
     fix_rm_dir(root);
 }
 
+/* Flips one byte inside the first record of the first segment file under
+ * |dir| (a record before the durable point: damage, not a torn tail). */
+static void damage_first_segment(const char *dir)
+{
+    DIR *dp = opendir(dir);
+    assert_non_null(dp);
+    char file[512] = "";
+    for (struct dirent *de; (de = readdir(dp)) != NULL;) {
+        size_t n = strlen(de->d_name);
+        if (n > 4 && strcmp(de->d_name + n - 4, ".log") == 0 &&
+            (file[0] == '\0' || strcmp(de->d_name, strrchr(file, '/') + 1) < 0))
+            snprintf(file, sizeof(file), "%s/%s", dir, de->d_name);
+    }
+    closedir(dp);
+    assert_true(file[0] != '\0');
+    int fd = open(file, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b = 0;
+    off_t at = FX_SEG_HEADER_LEN + 28 + 4; /* inside the first record's payload */
+    assert_int_equal(pread(fd, &b, 1, at), 1);
+    b ^= 0x5a;
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+}
+
+/* A durable cache whose log is damaged does not stop the broker: it is
+ * quarantined (every request to it answered "cache storage damaged",
+ * naming the log), and the other caches are served. */
+static void test_a_damaged_cache_log_quarantines_its_cache_and_the_broker_serves_the_rest(void **state)
+{
+    (void)state;
+    char root[64] = "";
+    E *e = d_new(root, sizeof(root), FX_FSYNC_ON_COMMIT);
+    e_start(e);
+    put_cache(e, "bad", "{\"durable\": true}", 201, NULL);
+    put_cache(e, "good", "{\"durable\": true}", 201, NULL);
+    fx_client *c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    put_ok(c, "bad", "k", "lost to the damage", 0);
+    put_ok(c, "bad", "k2", "v2", 0);
+    put_ok(c, "good", "k", "kept", 0);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    stop(e);
+    char dir[256], name[FX_LOGFMT_DIR_NAME_MAX];
+    fx_logfmt_dir_name(name, T, NS, "bad", 0);
+    snprintf(dir, sizeof(dir), "%s/caches/%s", root, name);
+    damage_first_segment(dir);
+
+    fx_metrics_snapshot a, b;
+    fx_metrics_snapshot_take(&a);
+    e_start(e); /* starts: one damaged cache does not stop the broker */
+    c = e_client(e, FX_POLICY_BLOCK, 0, 0);
+    get_eq(c, "good", "k", "kept");
+    char buf[64], msg[512];
+    size_t n = 0;
+    assert_int_equal(fx_cache_get(c, NS, "bad", "k2", buf, sizeof(buf), &n), FX_EREMOTE);
+    fx_client_last_error(c, msg, sizeof(msg));
+    if (strstr(msg, "cache storage damaged") == NULL || strstr(msg, "bad") == NULL)
+        fail_msg("the damaged cache answered: %s", msg);
+    assert_int_equal(fx_cache_put(c, NS, "bad", "k3", "x", 1, 0), FX_EREMOTE);
+    fx_metrics_snapshot_take(&b);
+    assert_true(DELTA(a, b, cache_durable_errors) >= 1);
+    assert_int_equal(fx_client_close(c, HANG_MS), 0);
+    e_free(e);
+    fix_rm_dir(root);
+}
+
 static void test_an_on_commit_put_is_answered_only_after_its_flush(void **state)
 {
     (void)state;
@@ -292,6 +359,7 @@ static void test_durable_bytes_max_refuses_writes_once_the_logs_reach_it(void **
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_durable_without_storage_dir_is_refused),
     cmocka_unit_test(test_puts_and_deletes_survive_a_restart_and_expired_entries_stay_gone),
+    cmocka_unit_test(test_a_damaged_cache_log_quarantines_its_cache_and_the_broker_serves_the_rest),
     cmocka_unit_test(test_an_on_commit_put_is_answered_only_after_its_flush),
     cmocka_unit_test(test_a_periodic_put_is_answered_at_once),
     cmocka_unit_test(test_durable_bytes_max_refuses_writes_once_the_logs_reach_it),
