@@ -651,6 +651,7 @@ typedef struct racer {
     int seed;
     uint64_t over; /* times the account was seen over its cap */
     uint64_t stored, refused;
+    pthread_barrier_t *go; /* both start together */
 } racer;
 
 static void *race(void *arg)
@@ -660,6 +661,7 @@ static void *race(void *arg)
     uint32_t sc = r->sc;
     uint64_t x = 0x9e3779b97f4a7c15ull + (uint64_t)r->seed;
     static const unsigned char v[64];
+    pthread_barrier_wait(r->go);
     for (int i = 0; i < 20000; i++) {
         char key[8];
         size_t klen = (size_t)snprintf(key, sizeof(key), "k%d", (int)(rnd(&x) % 32));
@@ -679,7 +681,9 @@ static void test_two_threads_share_a_tenant_cap_without_passing_it(void **state)
 {
     (void)state;
     fxb_cache_tenant acct = {.max_bytes = 20 * (3 + 32 + FXB_CACHE_ENTRY_OVERHEAD)};
-    racer r[2] = {{.acct = &acct, .seed = 0}, {.acct = &acct, .seed = 1}};
+    pthread_barrier_t go;
+    assert_int_equal(pthread_barrier_init(&go, NULL, 2), 0);
+    racer r[2] = {{.acct = &acct, .seed = 0, .go = &go}, {.acct = &acct, .seed = 1, .go = &go}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
         r[i].s = mk(1 << 20, 0, 0);
@@ -697,8 +701,12 @@ static void test_two_threads_share_a_tenant_cap_without_passing_it(void **state)
     assert_int_equal(atomic_load(&acct.entries), a.entries + b.entries);
     for (int i = 0; i < 2; i++)
         fxb_cache_store_free(r[i].s);
+    pthread_barrier_destroy(&go);
+    /* The cap was reached (refusals) and writes went in; which thread got
+     * how many is the scheduler's business (one may run alone on a loaded
+     * host), so only the sum is asserted. */
     assert_true(r[0].refused + r[1].refused > 0);
-    assert_true(r[0].stored > 0 && r[1].stored > 0);
+    assert_true(r[0].stored + r[1].stored > 0);
     assert_int_equal(atomic_load(&acct.bytes), 0);
     assert_int_equal(atomic_load(&acct.entries), 0);
 }
