@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "integ/proc.h"
+#include "integ/proc_broker.h"
 
 #include "felix/felix.h"
 
@@ -77,27 +77,12 @@ static void start(run *r)
                     NULL};
     unlink(r->out);
     r->pid = proc_spawn(argv, r->out, r->err, env, false);
-    proc_wait_text(r->out, "export FELIX_SERVER=", r->text, sizeof(r->text), r->pid);
-    const char *line = strstr(r->text, "export FELIX_SERVER=");
-    assert_int_equal(sscanf(line, "export FELIX_SERVER=%63s FELIX_PIN=%79s", r->server, r->pin), 2);
+    proc_broker_address(r->out, r->text, sizeof(r->text), r->pid, r->server, r->pin);
 }
 
 static fx_client *connect_to(run *r)
 {
-    fx_client_opts o;
-    fx_client_opts_init(&o);
-    o.server = r->server;
-    o.server_name = "localhost";
-    o.pin_sha256 = r->pin;
-    o.tenant = "t1";
-    o.token = "any-token";
-    o.connect_timeout_ms = PROC_HANG_MS;
-    o.reconnect = false;
-    fx_client *c = NULL;
-    int rv = fx_client_connect(&c, &o);
-    if (rv != 0)
-        fail_msg("connect to %s: %s", r->server, fx_strerror(rv));
-    return c;
+    return proc_broker_connect(r->server, r->pin, FX_POLICY_DEFAULT);
 }
 
 /* ---- the client ------------------------------------------------------------------ */
