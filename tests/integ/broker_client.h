@@ -587,6 +587,16 @@ static inline void expect_msg(T *t, tstream *s, fx_msg_type type, const char *me
         fx_msg_deinit(&m);
 }
 
+/* Expects the next reply on |s| to be exactly the JSON |want|, byte for byte. */
+static inline void expect_json(T *t, tstream *s, const char *want)
+{
+    tframe *f = next_reply(t, s);
+    assert_int_equal(f->flags, 0);
+    if (f->len != strlen(want) || memcmp(f->body, want, f->len) != 0)
+        fail_msg("want %s, got %.*s", want, (int)f->len, (char *)f->body);
+    tframe_free(f);
+}
+
 static inline bool stream_finished(T *t)
 {
     tstream *s = t->arg;

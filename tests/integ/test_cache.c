@@ -28,16 +28,6 @@ static T *ct(uint32_t workers, bool auto_create)
     return t;
 }
 
-/* Expects the next reply on |s| to be exactly the JSON |want|. */
-static void expect_json(T *t, tstream *s, const char *want)
-{
-    tframe *f = next_reply(t, s);
-    assert_int_equal(f->flags, 0);
-    if (f->len != strlen(want) || memcmp(f->body, want, f->len) != 0)
-        fail_msg("want %s, got %.*s", want, (int)f->len, (char *)f->body);
-    tframe_free(f);
-}
-
 #define SCOPE "\"tenant_id\":\"t1\",\"namespace\":\"default\",\"cache\":\"primary\""
 
 static void test_the_original_vectors_put_then_get_byte_for_byte(void **state)

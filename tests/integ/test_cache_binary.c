@@ -78,15 +78,6 @@ static void expect_ans(T *t, tstream *s, uint8_t status, uint64_t rid, const cha
     tframe_free(f);
 }
 
-static void expect_json(T *t, tstream *s, const char *want)
-{
-    tframe *f = next_reply(t, s);
-    assert_int_equal(f->flags, 0);
-    if (f->len != strlen(want) || memcmp(f->body, want, f->len) != 0)
-        fail_msg("want %s, got %.*s", want, (int)f->len, (char *)f->body);
-    tframe_free(f);
-}
-
 #define SCOPE "\"tenant_id\":\"t1\",\"namespace\":\"default\",\"cache\":\"primary\""
 
 static void test_put_get_delete_in_binary_mixed_with_json_in_request_order(void **state)
