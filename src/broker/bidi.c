@@ -162,6 +162,7 @@ static bool is_server_only(fx_msg_type t)
     case FX_MSG_PUBLISH_REFUSED:
     case FX_MSG_OK:
     case FX_MSG_SUBSCRIBE_CURSOR_ERROR:
+    case FX_MSG_NOT_LEADER:
         return true;
     default:
         return false;

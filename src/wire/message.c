@@ -241,6 +241,12 @@ static const struct field f_publish_refused[] = {
     REQ("message", K_STR, message),
     END};
 
+/* The original's subscribe redirect: node_id, addr (absent when the owner's
+ * address is unknown), generation, in its declaration order. */
+static const struct field f_not_leader[] = {REQ("node_id", K_STR, node_id),
+                                            OPT("addr", K_STR, addr, has_addr),
+                                            REQ("generation", K_U64, generation), END};
+
 struct schema {
     const char *name;
     const struct field *fields;
@@ -292,6 +298,7 @@ static const struct schema schemas[FX_MSG_TYPE_COUNT] = {
     [FX_MSG_CACHE_PUT_IF] = {"cache_put_if", f_cache_put_if},
     [FX_MSG_CACHE_DELETE_IF] = {"cache_delete_if", f_cache_delete_if},
     [FX_MSG_CACHE_CONDITION_RESULT] = {"cache_condition_result", f_cache_condition_result},
+    [FX_MSG_NOT_LEADER] = {"not_leader", f_not_leader},
 };
 
 static const char *const ack_names[] = {"none", "per_message", "per_batch"};
@@ -1656,4 +1663,34 @@ void fx_msg_init_group_joined(fx_msg *m, uint64_t subscription_id, const char *m
     m->member = member;
     m->window = window;
     m->durable = durable;
+}
+
+void fx_msg_init_not_leader(fx_msg *m, const char *node_id, const char *addr, uint64_t generation)
+{
+    init_type(m, FX_MSG_NOT_LEADER);
+    m->node_id = node_id;
+    m->addr = addr;
+    m->has_addr = addr != NULL;
+    m->generation = generation;
+}
+
+void fx_msg_init_redirect_reply(fx_msg *m, uint32_t client_features, const char *tenant_id,
+                                const char *ns, const char *stream, const char *node_id,
+                                const char *addr, uint64_t generation, char *text, size_t cap)
+{
+    if ((client_features & FX_FEATURE_REDIRECT) != 0) {
+        fx_msg_init_not_leader(m, node_id, addr, generation);
+        return;
+    }
+    /* A client that cannot follow a redirect still learns who serves the
+     * stream (the original's text), and with error codes that it is a
+     * redirect rather than a refusal. */
+    snprintf(text, cap, "stream %s/%s/%s is served by %s", tenant_id, ns, stream, node_id);
+    fx_msg_init_error(m, text);
+    if ((client_features & FX_FEATURE_ERROR_CODES) != 0) {
+        m->code = FX_MSG_CODE_NOT_LEADER;
+        m->has_code = true;
+        m->retry = FX_MSG_RETRY_REDIRECT;
+        m->has_retry = true;
+    }
 }

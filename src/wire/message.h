@@ -16,6 +16,13 @@
 /* Feature bits of auth.client_features / auth_ok.server_features (the
  * original's u32 word; felix-facts-groups.md §1.3 and §3.1). A broker
  * advertises only what it serves; a client offers what it reads. */
+/* The original's cluster bits (design/cluster.md §8.1 "Routing and wire"):
+ * a cluster broker advertises all four, a standalone broker none. */
+#define FX_FEATURE_TOPOLOGY 0x00000001u     /* topology request */
+#define FX_FEATURE_REDIRECT 0x00000002u     /* a subscribe may be answered not_leader */
+#define FX_FEATURE_SHARD_MOVED 0x00001000u  /* shard_moved ends a moved subscription */
+#define FX_FEATURE_SHARD_OWNERS 0x00040000u /* shard_owners request */
+
 #define FX_FEATURE_CACHE_DELETE 0x00000004u       /* cache_delete */
 #define FX_FEATURE_CONSUMER_GROUP 0x00000008u     /* group_poll, group_ack, group_nack */
 #define FX_FEATURE_IDEMPOTENT_PRODUCER 0x00000200u /* producer_init, publish_idempotent, 0x0100 */
@@ -93,6 +100,10 @@ typedef enum fx_msg_type {
     FX_MSG_CACHE_PUT_IF,
     FX_MSG_CACHE_DELETE_IF,
     FX_MSG_CACHE_CONDITION_RESULT,
+    /* The original's subscribe redirect (design/cluster.md §8.1): broker ->
+     * client, instead of subscribed, to a client offering
+     * FX_FEATURE_REDIRECT; the broker then finishes the stream. */
+    FX_MSG_NOT_LEADER,
     FX_MSG_TYPE_COUNT
 } fx_msg_type;
 
@@ -304,6 +315,15 @@ typedef struct fx_msg {
     bool has_version;
     bool applied;
 
+    /* not_leader: the owner's node_id, its addr ("host:port"; has_addr
+     * false when the owner's address is unknown) and the stream's ownership
+     * generation (epoch). The original's generation is a u64; this codec
+     * carries 0..FX_MSG_INT_MAX like every integer. */
+    const char *node_id;
+    const char *addr;
+    bool has_addr;
+    uint64_t generation;
+
     void *arena; /* internal: the decoded allocation, or NULL */
 } fx_msg;
 
@@ -425,6 +445,28 @@ void fx_msg_init_group_join(fx_msg *m, const char *tenant_id, const char *ns, co
  * |durable|; request_id (has_request_id) echoes the join's. */
 void fx_msg_init_group_joined(fx_msg *m, uint64_t subscription_id, const char *member,
                               uint32_t window, bool durable);
+
+/* not_leader{|node_id|, |addr|, |generation|}; |addr| NULL leaves the field
+ * absent (the owner's address is unknown). */
+void fx_msg_init_not_leader(fx_msg *m, const char *node_id, const char *addr, uint64_t generation);
+
+/* error.code / error.retry of a refused subscribe whose stream another
+ * broker owns (the original's code 6 not_leader, retry class redirect). */
+#define FX_MSG_CODE_NOT_LEADER "not_leader"
+#define FX_MSG_RETRY_REDIRECT "redirect"
+
+/* The answer to a subscribe for |tenant_id|/|ns|/|stream| owned by another
+ * broker, chosen by the subscriber's auth.client_features |client_features|:
+ *   FX_FEATURE_REDIRECT offered: not_leader{|node_id|, |addr|, |generation|}
+ *     (|addr| NULL: absent);
+ *   else error "stream T/NS/S is served by NODE", plus code not_leader and
+ *     retry redirect if FX_FEATURE_ERROR_CODES was offered.
+ * The error text is written into |text| (|cap| bytes, truncated if short).
+ * Strings are borrowed (|text| included): they must outlive the encode
+ * call. Any thread. */
+void fx_msg_init_redirect_reply(fx_msg *m, uint32_t client_features, const char *tenant_id,
+                                const char *ns, const char *stream, const char *node_id,
+                                const char *addr, uint64_t generation, char *text, size_t cap);
 
 /* The answer to an acked publish the broker appended and did not see
  * flushed within ack_wait_timeout_ms: its outcome is not known yet (an

@@ -130,6 +130,8 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
                         : (fx_msg_condition){FX_MSG_CONDITION_ABSENT, 0};
     m->version = 11;
     m->applied = full;
+    m->node_id = "n2";
+    m->generation = 7;
     if (!full)
         return;
     m->has_client_flags = true, m->client_flags = 25;
@@ -160,6 +162,7 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     m->refusal = (fx_msg_refusal){FX_MSG_REFUSAL_SEQUENCE_GAP, 12};
     m->duplicate = true;
     m->has_version = true;
+    m->has_addr = true, m->addr = "127.0.0.1:5001";
 }
 
 /* ---- round trips ---------------------------------------------------------- */

@@ -1,0 +1,153 @@
+/* Tests of the original's subscribe redirect on the wire (design/cluster.md
+ * §8.1 "Routing and wire", docs/protocol.md "Redirects"): not_leader
+ * (src/wire/message.c) with and without addr, byte for byte against the
+ * project's vectors (tests/vectors/felix-c-redirect), and the error a client
+ * without FEATURE_REDIRECT gets instead (fx_msg_init_redirect_reply). */
+/* fx-test-libs: fx_wire fx_base */
+#include "fx_test.h"
+
+#include <stdlib.h>
+
+#include "felix/error.h"
+#include "wire/message.h"
+
+/* Reads tests/vectors/felix-c-redirect/|name| as its bytes without the
+ * final newline. */
+static uint8_t *load_vector(const char *name, size_t *plen)
+{
+    const char *root = getenv("FX_SOURCE_DIR");
+    if (!root)
+        fx_test_skip("FX_SOURCE_DIR not set (run through ctest)");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tests/vectors/felix-c-redirect/%s", root, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    uint8_t *out = malloc(4096);
+    assert_non_null(out);
+    size_t n = fread(out, 1, 4096, f);
+    while (n > 0 && out[n - 1] == '\n')
+        n--;
+    fclose(f);
+    *plen = n;
+    return out;
+}
+
+/* |m| encodes to the vector |name| byte for byte, and the vector decodes
+ * back to fields equal to |m|'s and re-encodes to the same bytes. */
+static void expect_vector(const fx_msg *m, const char *name)
+{
+    size_t len;
+    uint8_t *want = load_vector(name, &len);
+    uint8_t *got;
+    size_t glen;
+    assert_int_equal(fx_msg_encode(m, &got, &glen), 0);
+    if (glen != len || memcmp(got, want, len) != 0)
+        fail_msg("%s: got %.*s", name, (int)glen, (const char *)got);
+    fx_msg d;
+    assert_int_equal(fx_msg_decode(&d, want, len, NULL), 0);
+    assert_true(fx_msg_equal(m, &d));
+    uint8_t *again;
+    size_t alen;
+    assert_int_equal(fx_msg_encode(&d, &again, &alen), 0);
+    assert_int_equal(alen, len);
+    assert_memory_equal(again, want, len);
+    free(again);
+    fx_msg_deinit(&d);
+    free(got);
+    free(want);
+}
+
+static int decode_str(fx_msg *m, const char *json)
+{
+    return fx_msg_decode(m, (const uint8_t *)json, strlen(json), NULL);
+}
+
+static void test_not_leader_matches_the_vectors(void **state)
+{
+    fx_msg m;
+    fx_msg_init_not_leader(&m, "n2", "127.0.0.1:5001", 7);
+    expect_vector(&m, "not_leader.json");
+    fx_msg_init_not_leader(&m, "n2", NULL, 7);
+    expect_vector(&m, "not_leader_no_addr.json");
+}
+
+static void test_not_leader_decodes_its_fields(void **state)
+{
+    fx_msg m;
+    /* Field order does not matter to the decoder; null addr is absent. */
+    assert_int_equal(decode_str(&m, "{\"generation\":9223372036854775807,\"addr\":null,"
+                                    "\"node_id\":\"broker-b\",\"type\":\"not_leader\"}"),
+                     0);
+    assert_int_equal(m.type, FX_MSG_NOT_LEADER);
+    assert_string_equal(m.node_id, "broker-b");
+    assert_false(m.has_addr);
+    assert_int_equal(m.generation, FX_MSG_INT_MAX);
+    fx_msg_deinit(&m);
+    assert_int_equal(decode_str(&m, "{\"type\":\"not_leader\",\"node_id\":\"b\","
+                                    "\"addr\":\"10.0.0.5:5000\",\"generation\":0}"),
+                     0);
+    assert_true(m.has_addr);
+    assert_string_equal(m.addr, "10.0.0.5:5000");
+    fx_msg_deinit(&m);
+}
+
+static void test_bad_not_leaders_are_refused(void **state)
+{
+    fx_msg m;
+    assert_int_equal(decode_str(&m, "{\"type\":\"not_leader\",\"node_id\":\"n2\"}"),
+                     FX_EWIRE_FIELD_MISSING);
+    assert_int_equal(decode_str(&m, "{\"type\":\"not_leader\",\"generation\":1}"),
+                     FX_EWIRE_FIELD_MISSING);
+    assert_int_equal(decode_str(&m, "{\"type\":\"not_leader\",\"node_id\":\"n2\","
+                                    "\"generation\":-1}"),
+                     FX_EWIRE_INT_RANGE);
+    assert_int_equal(decode_str(&m, "{\"type\":\"not_leader\",\"node_id\":2,\"generation\":1}"),
+                     FX_EWIRE_FIELD_TYPE);
+    assert_int_equal(decode_str(&m, "{\"type\":\"not_leader\",\"node_id\":\"n2\",\"addr\":5,"
+                                    "\"generation\":1}"),
+                     FX_EWIRE_FIELD_TYPE);
+    /* The encoder refuses what the decoder would. */
+    fx_msg_init_not_leader(&m, NULL, "a:1", 1);
+    assert_int_equal(fx_msg_encoded_len(&m), FX_EWIRE_FIELD_MISSING);
+    fx_msg_init_not_leader(&m, "n2", "a:1", FX_MSG_INT_MAX + 1);
+    assert_int_equal(fx_msg_encoded_len(&m), FX_EWIRE_INT_RANGE);
+}
+
+static void test_redirect_reply_follows_the_features(void **state)
+{
+    char text[256];
+    fx_msg m;
+    fx_msg_init_redirect_reply(&m, FX_FEATURE_REDIRECT, "t1", "default", "demo", "n2",
+                               "127.0.0.1:5001", 7, text, sizeof(text));
+    expect_vector(&m, "not_leader.json");
+    /* The original's clients offer client_features 3. */
+    fx_msg_init_redirect_reply(&m, FX_FEATURE_TOPOLOGY | FX_FEATURE_REDIRECT, "t1", "default",
+                               "demo", "n2", NULL, 7, text, sizeof(text));
+    expect_vector(&m, "not_leader_no_addr.json");
+    fx_msg_init_redirect_reply(&m, 0, "t1", "default", "demo", "n2", "127.0.0.1:5001", 7, text,
+                               sizeof(text));
+    expect_vector(&m, "not_leader_error.json");
+    fx_msg_init_redirect_reply(&m, FX_FEATURE_ERROR_CODES, "t1", "default", "demo", "n2",
+                               "127.0.0.1:5001", 7, text, sizeof(text));
+    expect_vector(&m, "not_leader_error_codes.json");
+}
+
+static void test_feature_bits_are_the_originals(void **state)
+{
+    assert_int_equal(FX_FEATURE_TOPOLOGY, 0x1);
+    assert_int_equal(FX_FEATURE_REDIRECT, 0x2);
+    assert_int_equal(FX_FEATURE_SHARD_MOVED, 0x1000);
+    assert_int_equal(FX_FEATURE_SHARD_OWNERS, 0x40000);
+    assert_string_equal(fx_msg_type_name(FX_MSG_NOT_LEADER), "not_leader");
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_not_leader_matches_the_vectors),
+    cmocka_unit_test(test_not_leader_decodes_its_fields),
+    cmocka_unit_test(test_bad_not_leaders_are_refused),
+    cmocka_unit_test(test_redirect_reply_follows_the_features),
+    cmocka_unit_test(test_feature_bits_are_the_originals),
+};
+
+FX_TEST_MAIN(tests)
