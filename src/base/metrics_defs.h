@@ -695,6 +695,57 @@
     S(FX_MTENANT_CACHE_MISSES, "felix_cache_tenant_misses_total", FX_METRIC_COUNTER,               \
       "A tenant's cache_get answers with null (no entry, or an expired one)")
 
+/* ---- cluster membership and ownership (src/cluster/cluster.c, docs/cluster.md) ---- */
+#define FX_METRICS_CLUSTER(C, G, H)                                                                \
+    C(cluster_renewals_ok, "felix_cluster_lease_renewals_total", "result=ok",                      \
+      "Lease keep-alives sent to etcd, by result: ok, failed (no answer or an error: the broker "  \
+      "serves until its deadline), lost (the lease is gone: every owned stream is released)")      \
+    C(cluster_renewals_failed, "felix_cluster_lease_renewals_total", "result=failed",              \
+      "Lease keep-alives sent to etcd, by result: ok, failed (no answer or an error: the broker "  \
+      "serves until its deadline), lost (the lease is gone: every owned stream is released)")      \
+    C(cluster_renewals_lost, "felix_cluster_lease_renewals_total", "result=lost",                  \
+      "Lease keep-alives sent to etcd, by result: ok, failed (no answer or an error: the broker "  \
+      "serves until its deadline), lost (the lease is gone: every owned stream is released)")      \
+    G(cluster_suspended, "felix_cluster_suspended", "",                                            \
+      "1 while the broker is past its lease deadline or not registered: it admits and appends "    \
+      "nothing and /ready answers 503")                                                            \
+    G(cluster_owned_streams, "felix_cluster_owned_streams", "",                                    \
+      "Streams this broker owns now")                                                              \
+    C(cluster_claims_won, "felix_cluster_claims_total", "result=won",                              \
+      "Ownership claims (one etcd transaction each), by result: won, lost (another node owns the " \
+      "stream), refused (a durable stream pinned to another node), error (etcd did not answer)")   \
+    C(cluster_claims_lost, "felix_cluster_claims_total", "result=lost",                            \
+      "Ownership claims (one etcd transaction each), by result: won, lost (another node owns the " \
+      "stream), refused (a durable stream pinned to another node), error (etcd did not answer)")   \
+    C(cluster_claims_refused, "felix_cluster_claims_total", "result=refused",                      \
+      "Ownership claims (one etcd transaction each), by result: won, lost (another node owns the " \
+      "stream), refused (a durable stream pinned to another node), error (etcd did not answer)")   \
+    C(cluster_claims_error, "felix_cluster_claims_total", "result=error",                          \
+      "Ownership claims (one etcd transaction each), by result: won, lost (another node owns the " \
+      "stream), refused (a durable stream pinned to another node), error (etcd did not answer)")   \
+    C(cluster_releases, "felix_cluster_releases_total", "",                                        \
+      "Streams this broker stopped owning without handing them off (its lease was lost or the "    \
+      "owner key vanished): their subscribers were ended")                                         \
+    C(cluster_routes_remote, "felix_cluster_remote_routes_total", "",                              \
+      "Publishes and subscribes for a stream another node owns or is the candidate of")            \
+    C(cluster_redirects, "felix_cluster_redirects_total", "",                                      \
+      "Subscribes answered not_leader (the client offered FEATURE_REDIRECT)")                      \
+    C(cluster_refused, "felix_cluster_refused_total", "",                                          \
+      "Publishes and subscribes refused because another node owns the stream (clients without "    \
+      "FEATURE_REDIRECT, and every publish: forwarding is not built) or no owner could be named")  \
+    C(cluster_suspended_refused, "felix_cluster_suspended_refused_total", "",                      \
+      "Publishes refused at admission or before the append because the broker was suspended "      \
+      "(past its lease deadline)")                                                                 \
+    C(cluster_late_appends, "felix_cluster_late_appends_total", "",                                \
+      "Appends found past the lease deadline right after they were made (the residual of the "     \
+      "deadline rule: the check before the append passed)")                                        \
+    C(cluster_watch_restarts, "felix_cluster_watch_restarts_total", "reason=stream",               \
+      "Restarts of the watch of the cluster's keys, by reason: stream (it ended or failed), "      \
+      "compacted (etcd compacted past it: the keys were listed again)")                            \
+    C(cluster_watch_compacted, "felix_cluster_watch_restarts_total", "reason=compacted",           \
+      "Restarts of the watch of the cluster's keys, by reason: stream (it ended or failed), "      \
+      "compacted (etcd compacted past it: the keys were listed again)")
+
 #define FX_METRICS_ALL(C, G, H)                                                                    \
     FX_METRICS_BROKER(C, G, H)                                                                     \
     FX_METRICS_SUB(C, G, H)                                                                        \
@@ -704,6 +755,7 @@
     FX_METRICS_ADMIN(C, G, H)                                                                      \
     FX_METRICS_LIMITS(C, G, H)                                                                     \
     FX_METRICS_GROUP(C, G, H)                                                                      \
-    FX_METRICS_CACHE(C, G, H)
+    FX_METRICS_CACHE(C, G, H)                                                                      \
+    FX_METRICS_CLUSTER(C, G, H)
 
 #endif

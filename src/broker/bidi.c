@@ -249,6 +249,8 @@ static void on_auth(fxb_bidi *s, const fx_msg *m)
     s->client_features_hi = m->has_client_features_hi ? m->client_features_hi : 0;
     if (r.type == FX_MSG_AUTH_OK && m->has_client_features) {
         r.server_features = FXB_SERVER_FEATURES;
+        if (s->conn->b->o.cluster != NULL)
+            r.server_features |= FX_FEATURE_REDIRECT; /* subscribes may be redirected */
         r.has_server_features = true;
         /* Felix-C's bits of the second word only to a client that set the
          * marker (the original sends its hi word the same way). */

@@ -123,7 +123,12 @@ typedef struct fx_broker_durable_opts {
  * documented defaults (felix-facts.md §4, ARCHITECTURE.md). Sizes in bytes,
  * durations in nanoseconds. Strings are borrowed until fx_broker_new returns,
  * except |quic.*| strings, which must outlive the broker. */
+struct fx_cluster;
+
 typedef struct fx_broker_opts {
+    /* Cluster membership and stream ownership (src/cluster/cluster.h), or
+     * NULL for a standalone broker. Borrowed: it outlives the broker. */
+    struct fx_cluster *cluster;
     const char *bind_ip; /* numeric; "127.0.0.1" */
     uint16_t port;       /* 0 picks one (fx_broker_port) */
     fx_quic_opts quic;   /* transport settings (windows, unacked cap, TLS files) */
@@ -498,6 +503,13 @@ int fx_broker_stream_offset_for_time(fx_broker *b, const char *tenant, const cha
  * deletion is posted, FX_ENOSTREAM (|err| says which) or -ENOMEM. */
 int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             fx_registry_err *err);
+
+/* A cluster node stopped owning in-memory stream |tenant|/|ns|/|stream|:
+ * removes it as fx_broker_delete_stream does (its subscribers' event
+ * streams are finished, its ring dropped) but without the tombstone, so a
+ * later claim makes it again at its new epoch. A durable stream stays (its
+ * log is pinned to this node). Returns 0 or -ENOMEM. Any thread. */
+int fx_broker_release_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream);
 
 /* ---- consumer groups (group_admin.c) ----------------------------------------
  * Each asks the stream's worker and waits at most |timeout_ns|. Errors:

@@ -706,8 +706,28 @@ int fx_broker_create_stream_durable(fx_broker *b, const char *tenant, const char
     return rv;
 }
 
+static int remove_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                         fx_registry_err *err, bool release);
+
 int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             fx_registry_err *err)
+{
+    return remove_stream(b, tenant, ns, stream, err, false);
+}
+
+int fx_broker_release_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream)
+{
+    fx_stream_handle *h =
+        fx_registry_find(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream));
+    bool durable = h != NULL && fx_stream_handle_is_durable(h);
+    fx_stream_handle_unref(h);
+    if (h == NULL || durable)
+        return 0; /* nothing here, or a durable stream: its log stays (pinned here) */
+    return remove_stream(b, tenant, ns, stream, NULL, true);
+}
+
+static int remove_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                         fx_registry_err *err, bool release)
 {
     fx_stream_handle *h =
         fx_registry_find(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream));
@@ -716,8 +736,12 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
         fx_stream_handle_unref(h);
         return -ENOMEM;
     }
-    if (h == NULL ||
-        !fx_registry_remove(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream))) {
+    bool removed = h != NULL &&
+                   (release ? fx_registry_release(b->reg, slice_of(tenant), slice_of(ns),
+                                                  slice_of(stream))
+                            : fx_registry_remove(b->reg, slice_of(tenant), slice_of(ns),
+                                                 slice_of(stream)));
+    if (!removed) {
         fx_stream_handle_unref(h);
         free(e);
         if (err != NULL) {
@@ -734,7 +758,9 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
     e->w = fxb_worker_for(b, h);
     fx_task_init(&e->task, fxb_worker_end_task, e);
     fx_loop_post(e->w->loop, &e->task);
-    FX_LOG_INFO("broker", "stream %s/%s/%s deleted by the admin API", tenant, ns, stream);
+    FX_LOG_INFO("broker", "stream %s/%s/%s %s", tenant, ns, stream,
+                release ? "released: this node owns it no more (its subscribers are ended)"
+                        : "deleted by the admin API");
     return 0;
 }
 

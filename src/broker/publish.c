@@ -16,6 +16,7 @@
 #include "broker/bidi_life.h"
 #include "broker/reply.h"
 #include "broker/resolve.h"
+#include "cluster/cluster.h"
 #include "felix/error.h"
 #include "wire/binary.h"
 
@@ -32,17 +33,25 @@ static void answer_now(fxb_bidi *s, bool binary, uint64_t request_id, const char
 }
 
 /* While the broker drains it takes no new publish: an acked one is answered
- * "broker shutting down", an unacked one is dropped; both are counted.
- * Returns true when the publish was refused. */
+ * "broker shutting down", an unacked one is dropped; both are counted. A
+ * cluster node past its lease deadline (suspended) refuses the same way
+ * with FX_ENOTSERVING's text. Returns true when the publish was refused. */
 static bool refuse_draining(fxb_bidi *s, bool acked, bool binary, uint64_t request_id)
 {
     fx_broker *b = s->conn->b;
-    if (!fxb_is_draining(b))
+    const char *why;
+    if (fxb_is_draining(b)) {
+        atomic_fetch_add_explicit(&b->drain_refused, 1, memory_order_relaxed);
+        why = FXB_SHUTDOWN_TEXT;
+    } else if (b->o.cluster != NULL && !fx_cluster_serving(b->o.cluster)) {
+        FX_COUNTER_INC(cluster_suspended_refused);
+        why = fx_strerror(FX_ENOTSERVING);
+    } else {
         return false;
-    atomic_fetch_add_explicit(&b->drain_refused, 1, memory_order_relaxed);
+    }
     if (acked) {
         FX_COUNTER_INC(publish_error);
-        answer_now(s, binary, request_id, FXB_SHUTDOWN_TEXT);
+        answer_now(s, binary, request_id, why);
     } else {
         FX_COUNTER_INC(publish_dropped);
     }

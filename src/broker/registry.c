@@ -711,8 +711,23 @@ static void remove_locked(fx_registry *r, fx_stream_handle *h)
     atomic_store(&h->active, false);
 }
 
+static bool registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                            fx_wire_slice stream, bool with_tomb);
+
 bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream)
+{
+    return registry_remove(r, tenant, ns, stream, true);
+}
+
+bool fx_registry_release(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                         fx_wire_slice stream)
+{
+    return registry_remove(r, tenant, ns, stream, false);
+}
+
+static bool registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                            fx_wire_slice stream, bool with_tomb)
 {
     if (check_names(tenant, ns, stream, NULL) != 0)
         return false;
@@ -724,7 +739,7 @@ bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
     fx_stream_handle *h = handle_of(ht_find(&r->streams, hash, key, klen));
     if (h != NULL)
         remove_locked(r, h);
-    if (h != NULL && r->opts.auto_create && r->opts.delete_tombstone_ns != 0)
+    if (with_tomb && h != NULL && r->opts.auto_create && r->opts.delete_tombstone_ns != 0)
         tomb_add_locked(r, key, klen, hash, fx_now_ns());
     pthread_rwlock_unlock(&r->lock);
     fx_stream_handle_unref(h);

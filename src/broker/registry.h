@@ -148,6 +148,10 @@ int fx_registry_resolve_subscribe(fx_registry *r, fx_wire_slice tenant, fx_wire_
  * Returns true if the stream existed, false otherwise. Any thread. */
 bool fx_registry_remove(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
                         fx_wire_slice stream);
+/* As fx_registry_remove without the tombstone: the names may be created
+ * again at once (a cluster node that stopped owning the stream). */
+bool fx_registry_release(fx_registry *r, fx_wire_slice tenant, fx_wire_slice ns,
+                         fx_wire_slice stream);
 
 /* Returns a reference to the active stream named (|tenant|, |ns|, |stream|),
  * for the caller to drop, or NULL if there is none (never created, removed,

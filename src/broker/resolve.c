@@ -6,11 +6,13 @@
 #include "broker/resolve.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/broker_internal.h"
+#include "cluster/cluster.h"
 #include "felix/error.h"
 
 static fx_ratelimit forbidden_rl = FX_RATELIMIT_INIT;
@@ -149,6 +151,44 @@ static int registry_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_s
     return fx_registry_resolve(r, tenant, ns, stream, ph, err);
 }
 
+static fx_wire_slice slice_str(const char *s)
+{
+    return (fx_wire_slice){(const uint8_t *)s, strlen(s)};
+}
+
+/* In a cluster: whether this node serves the stream named |names|; else
+ * fills |err| (and s->resolved.route). */
+static int cluster_route(fxb_bidi *s, char names[3][FX_REGISTRY_NAME_MAX + 1],
+                         fx_registry_err *err)
+{
+    fx_broker *b = s->conn->b;
+    if (b->o.cluster == NULL)
+        return 0;
+    if (s->resolved.route == NULL && (s->resolved.route = malloc(sizeof(fx_cluster_route))) == NULL) {
+        err->code = -ENOMEM;
+        snprintf(err->msg, sizeof(err->msg), "out of memory");
+        return -ENOMEM;
+    }
+    fx_cluster_route *r = s->resolved.route;
+    fx_stream_handle *h = fx_registry_find(b->reg, slice_str(names[0]), slice_str(names[1]),
+                                           slice_str(names[2]));
+    bool durable = h != NULL && fx_stream_handle_is_durable(h);
+    fx_stream_handle_unref(h);
+    fx_cluster_route_stream(b->o.cluster, names[0], names[1], names[2], durable, r);
+    if (r->kind == FX_CLUSTER_LOCAL)
+        return 0;
+    FX_COUNTER_INC(cluster_refused);
+    if (r->kind == FX_CLUSTER_REMOTE) {
+        err->code = FX_EREMOTE;
+        snprintf(err->msg, sizeof(err->msg), "stream %s/%s/%s is served by %s", names[0], names[1],
+                 names[2], r->node_id);
+        return FX_EREMOTE;
+    }
+    err->code = FX_EOVERLOAD;
+    snprintf(err->msg, sizeof(err->msg), "%s", r->why);
+    return FX_EOVERLOAD;
+}
+
 int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
                      fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
                      fx_registry_err *err)
@@ -161,6 +201,15 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
         return 0;
     if (!split_names(parts, names, key, &n)) {
         s->resolved.names_ok = false; /* resolved past the cache: |ph| is not |h| */
+        if (s->conn->b->o.cluster != NULL) {
+            /* Such names never resolve (the registry refuses them too), and
+             * a cluster could not place them. */
+            err->code = FX_EWIRE_NAME;
+            snprintf(err->msg, sizeof(err->msg),
+                     "invalid stream name: longer than %u bytes or holding '/' or NUL",
+                     FX_REGISTRY_NAME_MAX);
+            return FX_EWIRE_NAME;
+        }
         return registry_resolve(s, action, tenant, ns, stream, ph, err);
     }
     s->resolved.names_ok = false; /* |h| or its permission may change below */
@@ -179,7 +228,9 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
         return 0;
     }
     fx_stream_handle *h;
-    int rv = registry_resolve(s, action, tenant, ns, stream, &h, err);
+    int rv = cluster_route(s, names, err);
+    if (rv == 0)
+        rv = registry_resolve(s, action, tenant, ns, stream, &h, err);
     if (rv != 0)
         return rv;
     fx_stream_handle_unref(s->resolved.h);
@@ -190,6 +241,8 @@ int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice te
 
 void fxb_resolve_deinit(fxb_bidi *s)
 {
+    free(s->resolved.route);
+    s->resolved.route = NULL;
     fx_stream_handle_unref(s->resolved.h);
 }
 

@@ -33,6 +33,9 @@ typedef struct fxb_resolved {
     uint8_t perm_known, perm_ok;
     fx_wire_names_cache names;
     bool names_ok;
+    /* In a cluster: where the last resolve that was refused because this
+     * node does not own the stream found it (allocated on first use). */
+    struct fx_cluster_route *route;
 } fxb_resolved;
 
 /* Drops what |s|'s cache holds (the stream is freed). */
@@ -40,9 +43,12 @@ void fxb_resolve_deinit(fxb_bidi *s);
 
 /* Checks that |s|'s credentials permit |action| on the named stream (before
  * anything is created), then resolves the names (both cached per QUIC
- * stream). Returns 0, FX_EFORBIDDEN with |err| "forbidden" (counted and
- * logged, rate-limited), or a registry error with |err| filled. |*ph| is
- * borrowed from the stream's cache. */
+ * stream). In a cluster the stream must be owned here (claimed first when
+ * this node is its candidate): else FX_EREMOTE with |err| "stream T/NS/S is
+ * served by NODE" and s->resolved.route naming the owner, or FX_EOVERLOAD
+ * with why no owner can be named (retryable). Returns 0, FX_EFORBIDDEN with
+ * |err| "forbidden" (counted and logged, rate-limited), or a registry error
+ * with |err| filled. |*ph| is borrowed from the stream's cache. */
 int fxb_bidi_resolve(fxb_bidi *s, fx_broker_auth_action action, fx_wire_slice tenant,
                      fx_wire_slice ns, fx_wire_slice stream, fx_stream_handle **ph,
                      fx_registry_err *err);

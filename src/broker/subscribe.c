@@ -22,6 +22,7 @@
 #include "broker/sub.h"
 #include "broker/worker.h"
 #include "broker/writer.h"
+#include "cluster/cluster.h"
 #include "felix/error.h"
 
 /* ---- subscribe exchange ------------------------------------------------------------------ */
@@ -184,8 +185,24 @@ static bool subscribe_admit(fxb_bidi *s, const fx_msg *m, fx_stream_handle **ph)
     fx_wire_slice t = {(const uint8_t *)m->tenant_id, strlen(m->tenant_id)};
     fx_wire_slice ns = {(const uint8_t *)m->ns, strlen(m->ns)};
     fx_wire_slice st = {(const uint8_t *)m->stream, strlen(m->stream)};
-    if (fxb_bidi_resolve(s, FX_BROKER_AUTH_SUBSCRIBE, t, ns, st, ph, &err) != 0) {
+    int rv = fxb_bidi_resolve(s, FX_BROKER_AUTH_SUBSCRIBE, t, ns, st, ph, &err);
+    if (rv != 0) {
         FX_COUNTER_INC(subscribe_req_error);
+        const fx_cluster_route *r = s->resolved.route;
+        if (rv == FX_EREMOTE && r != NULL && r->kind == FX_CLUSTER_REMOTE) {
+            /* Another node owns the stream (or is its candidate): not_leader
+             * to a client that follows redirects, else the error naming it. */
+            fx_msg reply;
+            char text[1024];
+            fx_msg_init_redirect_reply(&reply, s->client_features, m->tenant_id, m->ns, m->stream,
+                                       r->node_id, r->addr[0] ? r->addr : NULL, r->epoch, text,
+                                       sizeof(text));
+            if (reply.type == FX_MSG_NOT_LEADER)
+                FX_COUNTER_INC(cluster_redirects);
+            if (fxb_bidi_reply_msg(s, &reply) == 0)
+                fxb_bidi_end(s);
+            return false;
+        }
         fxb_bidi_error(s, err.msg, true);
         return false;
     }

@@ -24,6 +24,7 @@
 #include "broker/replay.h"
 #include "broker/reply.h"
 #include "broker/sub.h"
+#include "cluster/cluster.h"
 #include "felix/error.h"
 
 /* ---- streams ----------------------------------------------------------------------------- */
@@ -58,7 +59,14 @@ fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
     fx_stream *st = fxb_worker_stream_if_any(w, h);
     if (st == NULL) {
         const fx_broker_opts *o = &w->b->o;
-        uint64_t first = fx_stream_handle_is_durable(h) ? fxb_durable_first_offset(w, h) : 0;
+        /* In a cluster an in-memory stream numbers its messages from
+         * epoch << 40, so offsets never repeat across owners. */
+        uint64_t first = fx_stream_handle_is_durable(h) ? fxb_durable_first_offset(w, h)
+                         : o->cluster != NULL
+                             ? fx_cluster_first_offset(o->cluster, fx_stream_handle_tenant(h),
+                                                       fx_stream_handle_namespace(h),
+                                                       fx_stream_handle_stream(h))
+                             : 0;
         fx_stream_opts so = {.handle_id = fx_stream_handle_id(h),
                              .log_capacity = o->log_capacity,
                              .log_capacity_bytes = o->log_capacity_bytes,
@@ -212,9 +220,19 @@ static bool job_append(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now)
         job_complete(j, 0, now);
         return true;
     }
+    /* The deadline rule's second check, right before the append (a durable
+     * stream is pinned to this node: no other can own it). */
+    fx_cluster *cl = w->b->o.cluster;
+    if (cl != NULL && !durable && !fx_cluster_serving(cl)) {
+        FX_COUNTER_INC(cluster_suspended_refused);
+        job_complete(j, FX_ENOTSERVING, now);
+        return true;
+    }
     fx_fanout_result res;
     uint64_t first = fx_stream_tail(st);
     int rv = fx_stream_publish(st, j->backing, j->payloads, j->count, now, &res);
+    if (cl != NULL && !durable && (rv == 0 || rv == -EAGAIN) && !fx_cluster_serving(cl))
+        fx_cluster_count_late_append(cl); /* the residual: counted, never silent */
     if ((rv == 0 || rv == -EAGAIN) && j->idem.on && !durable)
         fxb_idem_appended(w, j, first);
     if (rv == 0 || rv == -EAGAIN)

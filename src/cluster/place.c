@@ -263,13 +263,16 @@ static bool set(json_t *o, const char *k, json_t *v)
 
 char *fx_place_node_encode(const fx_place_node_info *n, size_t *plen)
 {
-    if (n == NULL || !str_ok(n->addr, sizeof n->addr) || !str_ok(n->internal, sizeof n->internal) ||
+    if (n == NULL || !str_ok(n->addr, sizeof n->addr) ||
+        strnlen(n->internal, sizeof n->internal) == sizeof n->internal ||
         strnlen(n->server_name, sizeof n->server_name) == sizeof n->server_name ||
         strnlen(n->admin, sizeof n->admin) == sizeof n->admin || n->weight == 0 ||
         n->weight > FX_PLACE_WEIGHT_MAX)
         return NULL;
     json_t *o = json_object();
-    bool ok = set(o, "addr", json_string(n->addr)) && set(o, "internal", json_string(n->internal));
+    bool ok = set(o, "addr", json_string(n->addr));
+    if (ok && n->internal[0] != 0)
+        ok = set(o, "internal", json_string(n->internal));
     if (ok && n->server_name[0] != 0)
         ok = set(o, "server_name", json_string(n->server_name));
     ok = ok && set(o, "weight", json_integer(n->weight)) &&
@@ -393,7 +396,7 @@ int fx_place_node_decode(const char *json, size_t len, fx_place_node_info *out, 
         return rv;
     memset(out, 0, sizeof *out);
     if ((rv = get_addr(&d, o, "addr", true, out->addr, sizeof out->addr)) == 0 &&
-        (rv = get_addr(&d, o, "internal", true, out->internal, sizeof out->internal)) == 0 &&
+        (rv = get_addr(&d, o, "internal", false, out->internal, sizeof out->internal)) == 0 &&
         (rv = get_str(&d, o, "server_name", false, out->server_name, sizeof out->server_name)) ==
             0 &&
         (rv = get_u32(&d, o, "weight", false, FX_PLACE_WEIGHT_DEFAULT, 1, FX_PLACE_WEIGHT_MAX,

@@ -82,7 +82,7 @@ int fx_place_key_parse(const char *key, size_t len, const char *cluster, fx_plac
  *  "weight":100,"features":3,"admin":"127.0.0.1:8080"}. */
 typedef struct fx_place_node_info {
     char addr[FX_PLACE_ADDR_MAX + 1];     /* clients dial this host:port (required) */
-    char internal[FX_PLACE_ADDR_MAX + 1]; /* the broker-to-broker listener (required) */
+    char internal[FX_PLACE_ADDR_MAX + 1]; /* the broker-to-broker listener ("": none yet) */
     char server_name[FX_PLACE_NAME_MAX + 1]; /* TLS name of |addr| ("": the host of |addr|) */
     uint32_t weight;                      /* 1..FX_PLACE_WEIGHT_MAX (absent: 100) */
     uint32_t features;                    /* auth_ok.server_features bits (absent: 0) */
@@ -108,8 +108,8 @@ typedef struct fx_place_pin {
 
 /* Encoders: compact JSON with the keys in the order shown above, no spaces,
  * the same bytes for the same struct (the claim transaction compares the
- * pin's value byte for byte). fx_place_node_encode leaves out "server_name"
- * and "admin" when empty. Return a malloc'd NUL-terminated string the caller
+ * pin's value byte for byte). fx_place_node_encode leaves out "internal",
+ * "server_name" and "admin" when empty. Return a malloc'd NUL-terminated string the caller
  * frees, or NULL when a field is out of range (an empty or unterminated
  * string, weight 0 or above the maximum, epoch 0 or above the maximum, an
  * unknown kind) or on out-of-memory; |*plen| (may be NULL) gets the length. */

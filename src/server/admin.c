@@ -53,6 +53,8 @@ struct fx_admin {
     bool remote;
     size_t max_body;
     atomic_bool draining;
+    bool (*ready)(void *user, char *why, size_t cap);
+    void *ready_user;
 };
 
 /* ---- responses ----------------------------------------------------------- */
@@ -184,8 +186,11 @@ static void route_live(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 static void route_ready(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 {
     fx_admin *a = user;
+    char why[512];
     if (atomic_load_explicit(&a->draining, memory_order_relaxed))
         (void)fx_admin_resp_text(resp, 503, "draining");
+    else if (a->ready != NULL && !a->ready(a->ready_user, why, sizeof(why)))
+        (void)fx_admin_resp_text(resp, 503, why);
     else
         (void)fx_admin_resp_text(resp, 200, "ok");
 }
@@ -642,6 +647,8 @@ static int admin_init(fx_admin *a, const fx_admin_opts *o, const struct sockaddr
     a->metrics_per_stream = o->metrics_per_stream;
     a->max_body = o->max_body ? o->max_body : FX_ADMIN_DEFAULT_MAX_BODY;
     atomic_init(&a->draining, false);
+    a->ready = o->ready;
+    a->ready_user = o->ready_user;
     a->main = (listener){.a = a, .routes = a->routes, .nroutes = a->nroutes, .guarded = true};
     a->probe = (listener){.a = a, .routes = a->routes + 1, .nroutes = 2}; /* live, ready */
     return 0;

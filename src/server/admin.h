@@ -124,6 +124,11 @@ typedef struct fx_admin_opts {
     const char *tls_key_file;
     unsigned per_ip_limit; /* connections per client address; 0 = FX_ADMIN_DEFAULT_PER_IP */
     size_t conn_memory;    /* per-connection memory; 0 = FX_ADMIN_DEFAULT_CONN_MEMORY */
+    /* Asked by GET /ready besides draining: false answers 503 with |why|
+     * (a cluster node that is suspended or not registered yet). NULL: none.
+     * Runs on a libmicrohttpd thread. */
+    bool (*ready)(void *user, char *why, size_t cap);
+    void *ready_user;
     /* Apply the off-loopback rules even on a loopback address (tests). */
     bool treat_as_remote;
     /* GET /metrics includes the per-stream gauges (FX_METRICS_STREAMS),

@@ -510,6 +510,47 @@ const struct key fx_config_keys[] = {
     {.name = "durable_repair_checksum_tail", .env = {"FELIX_DURABLE_REPAIR_CHECKSUM_TAIL"},
      .type = T_BOOL, FIELD(durable_repair_checksum_tail), .def = "false",
      .help = "recovery also cuts a damaged last record of the newest segment"},
+    /* cluster */
+    {.name = "cluster_etcd_endpoints", .env = {"FELIX_CLUSTER_ETCD_ENDPOINTS"}, .type = T_STR,
+     .section = "cluster", FIELD(cluster_etcd_endpoints), .def = "",
+     .help = "comma-separated etcd client URLs (http:// or https://) of the cluster this broker "
+             "joins; empty = a standalone broker (every other cluster_ key is then unused)"},
+    {.name = "cluster_name", .env = {"FELIX_CLUSTER_NAME"}, .type = T_STR, FIELD(cluster_name),
+     .def = "felix", .min = 1,
+     .help = "the cluster's name: its keys live under /felix/<cluster_name>/ in etcd"},
+    {.name = "cluster_node_id", .env = {"FELIX_CLUSTER_NODE_ID"}, .type = T_STR,
+     FIELD(cluster_node_id), .def = "",
+     .help = "this broker's id in the cluster, unique, at most 64 bytes (required with "
+             "cluster_etcd_endpoints)"},
+    {.name = "cluster_advertise", .env = {"FELIX_CLUSTER_ADVERTISE"}, .type = T_STR,
+     FIELD(cluster_advertise), .def = "",
+     .help = "host:port clients dial to reach this broker, sent to them in redirects (required "
+             "with cluster_etcd_endpoints)"},
+    {.name = "cluster_lease_ttl_s", .env = {"FELIX_CLUSTER_LEASE_TTL_S"}, .type = T_U32,
+     FIELD(cluster_lease_ttl_s), .def = "5", .min = 2, .max = 3600,
+     .help = "seconds of this broker's etcd lease: when it dies its streams move after about "
+             "this long; kept alive every third of it"},
+    {.name = "cluster_deadline_margin_ms", .env = {"FELIX_CLUSTER_DEADLINE_MARGIN_MS"},
+     .type = T_DUR, FIELD(cluster_deadline_margin_ns), .def = "1000ms", .min = 0, .max = HOUR,
+     .help = "the broker stops serving its streams this long before its lease could expire in "
+             "etcd (clock drift and the check-to-append span); below 2/3 of the TTL"},
+    {.name = "cluster_weight", .env = {"FELIX_CLUSTER_WEIGHT"}, .type = T_U32,
+     FIELD(cluster_weight), .def = "100", .min = 1, .max = 10000,
+     .help = "placement weight: a node of weight 200 is given twice the streams of one of 100"},
+    {.name = "cluster_etcd_ca_file", .env = {"FELIX_CLUSTER_ETCD_CA_FILE"}, .type = T_STR,
+     FIELD(cluster_etcd_ca_file), .def = "",
+     .help = "PEM CA bundle that signs etcd's certificate (https endpoints); empty = the system's"},
+    {.name = "cluster_etcd_cert_file", .env = {"FELIX_CLUSTER_ETCD_CERT_FILE"}, .type = T_STR,
+     FIELD(cluster_etcd_cert_file), .def = "",
+     .help = "PEM client certificate shown to etcd; empty = none"},
+    {.name = "cluster_etcd_key_file", .env = {"FELIX_CLUSTER_ETCD_KEY_FILE"}, .type = T_STR,
+     FIELD(cluster_etcd_key_file), .def = "", .help = "PEM key of cluster_etcd_cert_file"},
+    {.name = "cluster_etcd_user", .env = {"FELIX_CLUSTER_ETCD_USER"}, .type = T_STR,
+     FIELD(cluster_etcd_user), .def = "",
+     .help = "etcd user (etcd auth enabled); needs cluster_etcd_password_file"},
+    {.name = "cluster_etcd_password_file", .env = {"FELIX_CLUSTER_ETCD_PASSWORD_FILE"},
+     .type = T_STR, FIELD(cluster_etcd_password_file), .def = "",
+     .help = "file holding the etcd user's password (first line)"},
     /* shutdown */
     {.name = "control_stream_drain_timeout_ms", .env = {"FELIX_CONTROL_STREAM_DRAIN_TIMEOUT_MS"},
      .type = T_DUR, .section = "shutdown", FIELD(control_stream_drain_timeout_ns), .def = "50ms",
@@ -990,6 +1031,30 @@ static int rule_backoff(fx_config *c, fx_config_diag *d)
     return 0;
 }
 
+/* With cluster_etcd_endpoints: an id and an address for redirects, and a
+ * margin that one late keep-alive cannot cross. */
+static int rule_cluster(fx_config *c, fx_config_diag *d)
+{
+    if (!c->cluster_etcd_endpoints[0])
+        return 0;
+    if (!c->cluster_node_id[0] || strlen(c->cluster_node_id) > 64)
+        return fx_config_fail(d, "cluster_etcd_endpoints is set: cluster_node_id must name this "
+                                 "broker (1 to 64 bytes, unique in the cluster)");
+    if (!c->cluster_advertise[0])
+        return fx_config_fail(d, "cluster_etcd_endpoints is set: cluster_advertise must give the "
+                                 "host:port clients dial to reach this broker");
+    char why[256];
+    if (fx_config_check_addr(c->cluster_advertise, why, sizeof(why)) != 0)
+        return fx_config_fail(d, "cluster_advertise = \"%s\": %s", c->cluster_advertise, why);
+    if (c->cluster_deadline_margin_ns * 3 >= (uint64_t)c->cluster_lease_ttl_s * 2 * SEC)
+        return fail2(c, kidx("cluster_deadline_margin_ms"), "is not below 2/3 of",
+                     kidx("cluster_lease_ttl_s"),
+                     "one late keep-alive would suspend a healthy broker", d);
+    if ((c->cluster_etcd_user[0] != 0) != (c->cluster_etcd_password_file[0] != 0))
+        return fx_config_fail(d, "cluster_etcd_user and cluster_etcd_password_file go together");
+    return rule_pair(c, "cluster_etcd_cert_file", "cluster_etcd_key_file", d);
+}
+
 static int check_rules(fx_config *c, fx_config_diag *d)
 {
     int rv;
@@ -1034,7 +1099,7 @@ static int check_rules(fx_config *c, fx_config_diag *d)
     }
     if ((rv = rule_durable(c, d)) || (rv = rule_tenants(c, d)) || (rv = rule_groups(c, d)) ||
         (rv = rule_backoff(c, d)) || (rv = rule_auth(c, d)) || (rv = rule_exposure(c, d)) ||
-        (rv = rule_probe(c, d)))
+        (rv = rule_probe(c, d)) || (rv = rule_cluster(c, d)))
         return rv;
     rule_shards(c, d);
     if ((rv = rule_caches(c, d)))

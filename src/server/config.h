@@ -22,7 +22,7 @@
 #define FX_CONFIG_MAX_GROUPS 4096
 /* Most caches the `caches:` list declares. */
 #define FX_CONFIG_MAX_CACHES 4096
-#define FX_CONFIG_MAX_KEYS 128 /* capacity of the per-key origin table */
+#define FX_CONFIG_MAX_KEYS 200 /* capacity of the per-key origin table */
 #define FX_CONFIG_MAX_WARNINGS 32
 #define FX_CONFIG_MAX_FILE_BYTES (1024 * 1024)
 
@@ -223,6 +223,19 @@ typedef struct fx_config {
     uint32_t fanout_batch_size;
     /* durable storage */
     char durable_storage_dir[FX_CONFIG_PATH_MAX]; /* "" = no durable streams */
+    /* cluster (docs/cluster.md): "" endpoints = a standalone broker */
+    char cluster_etcd_endpoints[FX_CONFIG_PATH_MAX];
+    char cluster_name[FX_CONFIG_ADDR_MAX];
+    char cluster_node_id[FX_CONFIG_ADDR_MAX];
+    char cluster_advertise[FX_CONFIG_ADDR_MAX];
+    uint32_t cluster_lease_ttl_s;
+    uint64_t cluster_deadline_margin_ns;
+    uint32_t cluster_weight;
+    char cluster_etcd_ca_file[FX_CONFIG_PATH_MAX];
+    char cluster_etcd_cert_file[FX_CONFIG_PATH_MAX];
+    char cluster_etcd_key_file[FX_CONFIG_PATH_MAX];
+    char cluster_etcd_user[FX_CONFIG_ADDR_MAX];
+    char cluster_etcd_password_file[FX_CONFIG_PATH_MAX];
     bool durable_default;                         /* auto-created streams are durable */
     fx_fsync_mode durable_fsync_mode;
     uint64_t durable_fsync_interval_ns;

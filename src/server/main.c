@@ -33,6 +33,7 @@
 #include "server/admin.h"
 #include "server/admin_routes.h"
 #include "server/authn.h"
+#include "server/cluster_node.h"
 #include "server/config.h"
 #include "server/memtrim.h"
 #include "server/pipeline.h"
@@ -470,7 +471,8 @@ static int wait_stop_signal(const sigset_t *set, fx_authn *a, fx_broker *b, cons
 /* Creates and starts the data plane, authenticating with |authn| (NULL:
  * auth_mode none), repairing damaged durable logs with |repair|. Returns 0
  * or EXIT_START. */
-static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_broker **pb)
+static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_cluster_node *cn,
+                        fx_broker **pb)
 {
     char why[4096] = "";
     char ip[FX_CONFIG_ADDR_MAX];
@@ -489,6 +491,7 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_bro
     }
     if (authn != NULL)
         fx_authn_broker_auth(authn, &bo.auth);
+    bo.cluster = fx_cluster_node_cluster(cn);
     bo.durable.repair = repair;
     bo.durable.error = why;
     bo.durable.error_len = sizeof(why);
@@ -886,13 +889,25 @@ static int serve_notified(const fx_config *c, bool repair_durable, bool dev, not
         return EXIT_START;
     fx_authn *authn = NULL;
     fx_broker *b = NULL;
+    fx_cluster_node *cn = NULL;
+    char cwhy[512] = "";
     int rv = start_authn(c, &authn);
-    if (rv == 0 && (rv = start_broker(c, authn, repair_durable, &b)) != 0)
+    if (rv == 0 && fx_cluster_node_start(c, &cn, cwhy, sizeof(cwhy)) != 0) {
+        fprintf(stderr, "felix-broker: cannot join the cluster: %s\n", cwhy);
         fx_authn_free(authn);
+        return EXIT_START;
+    }
+    if (rv == 0 && (rv = start_broker(c, authn, repair_durable, cn, &b)) != 0) {
+        fx_cluster_node_free(cn);
+        fx_authn_free(authn);
+    }
     if (rv != 0)
         return rv;
+    fx_cluster_node_attach(cn, b);
     if (create_groups(c, b) != 0) {
+        fx_cluster_node_detach(cn);
         fx_broker_free(b);
+        fx_cluster_node_free(cn);
         fx_authn_free(authn);
         return EXIT_START;
     }
@@ -901,13 +916,17 @@ static int serve_notified(const fx_config *c, bool repair_durable, bool dev, not
     fx_pipeline *pipe = NULL;
     if (fx_pipeline_new(&pipe, b) != 0) {
         fprintf(stderr, "felix-broker: out of memory\n");
+        fx_cluster_node_detach(cn);
         fx_broker_free(b);
+        fx_cluster_node_free(cn);
         fx_authn_free(authn);
         return EXIT_START;
     }
-    fx_admin_route routes[FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES];
+    fx_admin_route routes[FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES + 1];
     fx_admin_broker_routes(b, routes);
     fx_pipeline_routes(pipe, routes + FX_ADMIN_BROKER_NROUTES);
+    routes[FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES] = (fx_admin_route){
+        .method = "GET", .path = "/v1/cluster", .on_request = fx_cluster_node_route, .user = cn};
     fx_admin_opts ao = {.bind = c->metrics_bind,
                         .token = token,
                         .metrics_per_stream = c->metrics_stream_labels,
@@ -916,11 +935,14 @@ static int serve_notified(const fx_config *c, bool repair_durable, bool dev, not
                         .tls_cert_file = c->admin_tls_cert_file,
                         .tls_key_file = c->admin_tls_key_file,
                         .routes = routes,
-                        .nroutes = FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES};
+                        .nroutes = FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES + 1};
+    fx_cluster_node_admin_opts(cn, &ao);
     if (fx_admin_start(&admin, &ao, err, sizeof(err)) != 0) {
         fprintf(stderr, "felix-broker: %s\n", err);
         fx_pipeline_free(pipe);
+        fx_cluster_node_detach(cn);
         fx_broker_free(b);
+        fx_cluster_node_free(cn);
         fx_authn_free(authn);
         return EXIT_START;
     }
@@ -938,8 +960,10 @@ static int serve_notified(const fx_config *c, bool repair_durable, bool dev, not
     notices_stop(n);      /* it reads the broker */
     fx_admin_free(admin); /* its routes use the pipeline view and the broker */
     fx_pipeline_free(pipe);
+    fx_cluster_node_detach(cn);
     fx_broker_free(b);
-    fx_authn_free(authn); /* after the broker: its streams hold claims */
+    fx_cluster_node_free(cn); /* revokes the lease: the others claim at once */
+    fx_authn_free(authn);     /* after the broker: its streams hold claims */
     return status;
 }
 

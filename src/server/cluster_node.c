@@ -1,0 +1,160 @@
+/* The cluster_ configuration keys made into an fx_cluster, its release hook
+ * aimed at the broker, and its admin surface (cluster_node.h). */
+#include "server/cluster_node.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "cluster/cluster.h"
+#include "felix/error.h"
+
+#define MAX_ENDPOINTS 16
+
+struct fx_cluster_node {
+    fx_cluster *cl;
+    _Atomic(fx_broker *) b; /* NULL before attach and after detach */
+};
+
+static void on_release(const char *tenant, const char *ns, const char *stream, void *user)
+{
+    fx_cluster_node *n = user;
+    fx_broker *b = atomic_load(&n->b);
+    if (b != NULL && fx_broker_release_stream(b, tenant, ns, stream) != 0)
+        FX_LOG_ERROR("cluster", "out of memory releasing %s/%s/%s: its subscribers stay until "
+                     "the stream is deleted",
+                     tenant, ns, stream);
+}
+
+/* The first line of |path| into |out|. */
+static int read_secret(const char *path, char *out, size_t cap, char *why, size_t wcap)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(why, wcap, "cluster_etcd_password_file %s: %s", path, strerror(errno));
+        return FX_ECONFIG;
+    }
+    if (fgets(out, (int)cap, f) == NULL)
+        out[0] = '\0';
+    fclose(f);
+    out[strcspn(out, "\r\n")] = '\0';
+    return 0;
+}
+
+int fx_cluster_node_start(const fx_config *c, fx_cluster_node **pn, char *why, size_t cap)
+{
+    *pn = NULL;
+    if (!c->cluster_etcd_endpoints[0])
+        return 0;
+    char eps[FX_CONFIG_PATH_MAX];
+    snprintf(eps, sizeof(eps), "%s", c->cluster_etcd_endpoints);
+    const char *list[MAX_ENDPOINTS];
+    size_t n = 0;
+    for (char *save = NULL, *tok = strtok_r(eps, ", ", &save); tok != NULL;
+         tok = strtok_r(NULL, ", ", &save)) {
+        if (n == MAX_ENDPOINTS) {
+            snprintf(why, cap, "cluster_etcd_endpoints: at most %d endpoints", MAX_ENDPOINTS);
+            return FX_ECONFIG;
+        }
+        list[n++] = tok;
+    }
+    char password[512] = "";
+    if (c->cluster_etcd_password_file[0] &&
+        read_secret(c->cluster_etcd_password_file, password, sizeof(password), why, cap) != 0)
+        return FX_ECONFIG;
+    fx_cluster_node *node = calloc(1, sizeof(*node));
+    if (node == NULL)
+        return -ENOMEM;
+    fx_cluster_opts o = {
+        .endpoints = list,
+        .n_endpoints = n,
+        .name = c->cluster_name,
+        .node_id = c->cluster_node_id,
+        .advertise = c->cluster_advertise,
+        .admin = c->metrics_bind,
+        .weight = c->cluster_weight,
+        .lease_ttl_s = c->cluster_lease_ttl_s,
+        .margin_ms = (uint32_t)(c->cluster_deadline_margin_ns / 1000000ull),
+        .etcd_ca_file = c->cluster_etcd_ca_file[0] ? c->cluster_etcd_ca_file : NULL,
+        .etcd_cert_file = c->cluster_etcd_cert_file[0] ? c->cluster_etcd_cert_file : NULL,
+        .etcd_key_file = c->cluster_etcd_key_file[0] ? c->cluster_etcd_key_file : NULL,
+        .etcd_user = c->cluster_etcd_user[0] ? c->cluster_etcd_user : NULL,
+        .etcd_password = c->cluster_etcd_user[0] ? password : NULL,
+        .on_release = on_release,
+        .user = node,
+    };
+    int rv = fx_cluster_new(&node->cl, &o, why, cap);
+    explicit_bzero(password, sizeof(password));
+    if (rv == 0 && (rv = fx_cluster_start(node->cl)) != 0)
+        snprintf(why, cap, "cannot start the cluster thread: %s", fx_strerror(rv));
+    if (rv != 0) {
+        if (rv == -ENOMEM)
+            snprintf(why, cap, "out of memory");
+        fx_cluster_free(node->cl);
+        free(node);
+        return rv;
+    }
+    *pn = node;
+    return 0;
+}
+
+struct fx_cluster *fx_cluster_node_cluster(fx_cluster_node *n)
+{
+    return n != NULL ? n->cl : NULL;
+}
+
+void fx_cluster_node_attach(fx_cluster_node *n, fx_broker *b)
+{
+    if (n != NULL)
+        atomic_store(&n->b, b);
+}
+
+void fx_cluster_node_detach(fx_cluster_node *n)
+{
+    if (n != NULL)
+        atomic_store(&n->b, NULL);
+}
+
+static bool ready(void *user, char *why, size_t cap)
+{
+    fx_cluster_node *n = user;
+    return fx_cluster_ready(n->cl, why, cap);
+}
+
+void fx_cluster_node_admin_opts(fx_cluster_node *n, fx_admin_opts *ao)
+{
+    if (n == NULL)
+        return;
+    ao->ready = ready;
+    ao->ready_user = n;
+}
+
+void fx_cluster_node_route(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    (void)req;
+    fx_cluster_node *n = user;
+    if (n == NULL) {
+        (void)fx_admin_resp_text(resp, 404,
+                                 "this broker is standalone (cluster_etcd_endpoints is empty)");
+        return;
+    }
+    char *json = fx_cluster_status_json(n->cl);
+    if (json == NULL) {
+        (void)fx_admin_resp_text(resp, 500, "out of memory");
+        return;
+    }
+    (void)fx_admin_resp_set(resp, 200, FX_ADMIN_JSON, json, strlen(json));
+    free(json);
+}
+
+void fx_cluster_node_free(fx_cluster_node *n)
+{
+    if (n == NULL)
+        return;
+    atomic_store(&n->b, NULL);
+    fx_cluster_free(n->cl);
+    free(n);
+}
