@@ -17,9 +17,8 @@
 /* ---- key names ---------------------------------------------------------- */
 
 static const char *const kind_names[] = {
-    [FX_PLACE_NODES] = "nodes",     [FX_PLACE_LOAD] = "load",
-    [FX_PLACE_OWNERS] = "owners",   [FX_PLACE_EPOCHS] = "epochs",
-    [FX_PLACE_DURABLE] = "durable", [FX_PLACE_HANDOFF] = "handoff",
+    [FX_PLACE_NODES] = "nodes",   [FX_PLACE_LOAD] = "load",       [FX_PLACE_OWNERS] = "owners",
+    [FX_PLACE_EPOCHS] = "epochs", [FX_PLACE_DURABLE] = "durable", [FX_PLACE_HANDOFF] = "handoff",
 };
 #define N_KINDS (sizeof kind_names / sizeof kind_names[0])
 
@@ -263,10 +262,14 @@ static bool set(json_t *o, const char *k, json_t *v)
 
 char *fx_place_node_encode(const fx_place_node_info *n, size_t *plen)
 {
-    if (n == NULL || !str_ok(n->addr, sizeof n->addr) ||
+    /* Refuse what the decoder would refuse, so a value written is one every
+     * broker reads. */
+    if (n == NULL || !str_ok(n->addr, sizeof n->addr) || !addr_ok(n->addr) ||
         strnlen(n->internal, sizeof n->internal) == sizeof n->internal ||
+        (n->internal[0] != 0 && !addr_ok(n->internal)) ||
         strnlen(n->server_name, sizeof n->server_name) == sizeof n->server_name ||
-        strnlen(n->admin, sizeof n->admin) == sizeof n->admin || n->weight == 0 ||
+        strnlen(n->admin, sizeof n->admin) == sizeof n->admin ||
+        (n->admin[0] != 0 && !addr_ok(n->admin)) || n->weight == 0 ||
         n->weight > FX_PLACE_WEIGHT_MAX)
         return NULL;
     json_t *o = json_object();
@@ -312,7 +315,8 @@ typedef struct dctx {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static int why(dctx *d, const char *fmt, ...)
+static int
+why(dctx *d, const char *fmt, ...)
 {
     if (d->errcap > 0) {
         va_list ap;

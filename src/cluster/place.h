@@ -15,9 +15,9 @@
 
 /* ---- key names ---------------------------------------------------------- */
 
-#define FX_PLACE_NAME_MAX 255u   /* a tenant, namespace or stream name (bytes) */
-#define FX_PLACE_ID_MAX 64u      /* a node id or a cluster name (bytes) */
-#define FX_PLACE_KEY_MAX 2560u   /* the longest key, NUL included */
+#define FX_PLACE_NAME_MAX 255u /* a tenant, namespace or stream name (bytes) */
+#define FX_PLACE_ID_MAX 64u    /* a node id or a cluster name (bytes) */
+#define FX_PLACE_KEY_MAX 2560u /* the longest key, NUL included */
 
 typedef enum fx_place_key_kind {
     FX_PLACE_NODES,   /* nodes/<id>               lease of <id>, fx_place_node_info */
@@ -81,12 +81,12 @@ int fx_place_key_parse(const char *key, size_t len, const char *cluster, fx_plac
  * {"addr":"127.0.0.1:5000","internal":"127.0.0.1:5100","server_name":"localhost",
  *  "weight":100,"features":3,"admin":"127.0.0.1:8080"}. */
 typedef struct fx_place_node_info {
-    char addr[FX_PLACE_ADDR_MAX + 1];     /* clients dial this host:port (required) */
-    char internal[FX_PLACE_ADDR_MAX + 1]; /* the broker-to-broker listener ("": none yet) */
+    char addr[FX_PLACE_ADDR_MAX + 1];        /* clients dial this host:port (required) */
+    char internal[FX_PLACE_ADDR_MAX + 1];    /* the broker-to-broker listener ("": none yet) */
     char server_name[FX_PLACE_NAME_MAX + 1]; /* TLS name of |addr| ("": the host of |addr|) */
-    uint32_t weight;                      /* 1..FX_PLACE_WEIGHT_MAX (absent: 100) */
-    uint32_t features;                    /* auth_ok.server_features bits (absent: 0) */
-    char admin[FX_PLACE_ADDR_MAX + 1];    /* admin endpoint host:port ("": none) */
+    uint32_t weight;                         /* 1..FX_PLACE_WEIGHT_MAX (absent: 100) */
+    uint32_t features;                       /* auth_ok.server_features bits (absent: 0) */
+    char admin[FX_PLACE_ADDR_MAX + 1];       /* admin endpoint host:port ("": none) */
 } fx_place_node_info;
 
 typedef enum fx_place_owner_kind {
@@ -109,9 +109,11 @@ typedef struct fx_place_pin {
 /* Encoders: compact JSON with the keys in the order shown above, no spaces,
  * the same bytes for the same struct (the claim transaction compares the
  * pin's value byte for byte). fx_place_node_encode leaves out "internal",
- * "server_name" and "admin" when empty. Return a malloc'd NUL-terminated string the caller
- * frees, or NULL when a field is out of range (an empty or unterminated
- * string, weight 0 or above the maximum, epoch 0 or above the maximum, an
+ * "server_name" and "admin" when empty. Return a malloc'd NUL-terminated
+ * string the caller frees, or NULL when a field is one the decoder would
+ * refuse (an empty or unterminated string, a string that is not UTF-8, an
+ * address that is not host:port, weight 0 or above the maximum, epoch 0 or
+ * above the maximum, an
  * unknown kind) or on out-of-memory; |*plen| (may be NULL) gets the length. */
 char *fx_place_node_encode(const fx_place_node_info *n, size_t *plen);
 char *fx_place_owner_encode(const fx_place_owner *o, size_t *plen);

@@ -63,7 +63,7 @@ set(_fx_auth_fuzz SRCS ${_fx_auth_srcs} ${_fx_wire_srcs}
     LIBS fx_base PkgConfig::JANSSON PkgConfig::NETTLE PkgConfig::HOGWEED DICT auth.dict)
 set(_fx_fuzz_special fuzz_jws_verify fuzz_jwt_claims fuzz_jwks_parse fuzz_config_yaml
     fuzz_admin_bind fuzz_admin_path fuzz_bidi_input fuzz_client_events fuzz_dlog_recover
-    fuzz_catalog_parse fuzz_gjournal fuzz_etcd_codec)
+    fuzz_catalog_parse fuzz_gjournal fuzz_etcd_codec fuzz_place)
 fx_fuzz_target(fuzz_jws_verify ${_fx_auth_fuzz})
 fx_fuzz_target(fuzz_jwt_claims ${_fx_auth_fuzz})
 fx_fuzz_target(fuzz_jwks_parse ${_fx_auth_fuzz})
@@ -105,6 +105,11 @@ fx_fuzz_target(fuzz_gjournal SRCS ${_fx_gjournal_srcs} DICT gjournal.dict
 # tests/fuzz/corpus/fuzz_etcd_codec, the gateway's recorded answers).
 fx_fuzz_target(fuzz_etcd_codec SRCS ${CMAKE_SOURCE_DIR}/src/cluster/etcd_codec.c ${_fx_wire_srcs}
     DICT etcd.dict LIBS fx_base PkgConfig::JANSSON PkgConfig::NETTLE)
+
+# The cluster's placement: key parsing, the node/owner/pin value decoders and
+# the rendezvous order (seeds: tests/fuzz/corpus/fuzz_place).
+fx_fuzz_target(fuzz_place SRCS ${CMAKE_SOURCE_DIR}/src/cluster/place.c DICT place.dict
+    LIBS fx_base PkgConfig::JANSSON)
 
 # The broker's data plane on one thread: every src/broker and src/base file
 # but the real loop, over the fake transport and loops (fake_quic.c,

@@ -75,14 +75,10 @@ static void test_key_refuses_bad_arguments(void **state)
     assert_int_equal(fx_place_key(k, sizeof k, "", FX_PLACE_OWNERS, "t", "n", "s"), -EINVAL);
     assert_int_equal(fx_place_key(k, sizeof k, NULL, FX_PLACE_NODES, "n1", NULL, NULL), -EINVAL);
     assert_int_equal(fx_place_key(k, sizeof k, "c", FX_PLACE_NODES, "n1", "x", NULL), -EINVAL);
-    assert_int_equal(fx_place_key(k, sizeof k, "c", FX_PLACE_NODES, long_id, NULL, NULL),
-                     -EINVAL);
-    assert_int_equal(fx_place_key(k, sizeof k, long_id, FX_PLACE_NODES, "n1", NULL, NULL),
-                     -EINVAL);
-    assert_int_equal(fx_place_key(k, sizeof k, "c", FX_PLACE_OWNERS, "t", "n", long_name),
-                     -EINVAL);
-    assert_int_equal(fx_place_key(k, sizeof k, "c", (fx_place_key_kind)6, "t", "n", "s"),
-                     -EINVAL);
+    assert_int_equal(fx_place_key(k, sizeof k, "c", FX_PLACE_NODES, long_id, NULL, NULL), -EINVAL);
+    assert_int_equal(fx_place_key(k, sizeof k, long_id, FX_PLACE_NODES, "n1", NULL, NULL), -EINVAL);
+    assert_int_equal(fx_place_key(k, sizeof k, "c", FX_PLACE_OWNERS, "t", "n", long_name), -EINVAL);
+    assert_int_equal(fx_place_key(k, sizeof k, "c", (fx_place_key_kind)6, "t", "n", "s"), -EINVAL);
     assert_int_equal(fx_place_prefix(k, sizeof k, "c", (fx_place_key_kind)-1), -EINVAL);
     /* Too small a buffer: refused, and left an empty string. */
     assert_int_equal(fx_place_key(k, 10, "c", FX_PLACE_NODES, "n1", NULL, NULL), -ENAMETOOLONG);
@@ -159,14 +155,14 @@ static void test_key_parse_refuses_what_the_encoder_never_writes(void **state)
         "/felix/c/Owners/t/ns/s",
         "/felix/c2/owners/t/ns/s",
         "/felix/co/owners/t/ns/s",
-        "/felix/c/owners/t/ns/%2f",  /* lower-case hex */
-        "/felix/c/owners/t/ns/%41",  /* 'A' encoded */
-        "/felix/c/owners/t/ns/%2E",  /* '.' encoded */
-        "/felix/c/owners/t/ns/%00",  /* NUL */
-        "/felix/c/owners/t/ns/%2",   /* short escape */
-        "/felix/c/owners/t/ns/%",    /* short escape */
-        "/felix/c/owners/t/ns/%G0",  /* not hex */
-        "/felix/c/owners/t/ns/a b",  /* a byte that must be encoded */
+        "/felix/c/owners/t/ns/%2f", /* lower-case hex */
+        "/felix/c/owners/t/ns/%41", /* 'A' encoded */
+        "/felix/c/owners/t/ns/%2E", /* '.' encoded */
+        "/felix/c/owners/t/ns/%00", /* NUL */
+        "/felix/c/owners/t/ns/%2",  /* short escape */
+        "/felix/c/owners/t/ns/%",   /* short escape */
+        "/felix/c/owners/t/ns/%G0", /* not hex */
+        "/felix/c/owners/t/ns/a b", /* a byte that must be encoded */
         "/felix/c/owners/t/ns/\xc3\xa9",
         "felix/c/owners/t/ns/s",
         "//felix/c/owners/t/ns/s",
@@ -214,18 +210,21 @@ static const char node_json[] =
 
 static void test_values_encode_to_exact_bytes(void **state)
 {
-    fx_place_node_info n = {.addr = "127.0.0.1:5000", .internal = "127.0.0.1:5100",
-                            .server_name = "localhost", .weight = 100, .features = 3,
+    fx_place_node_info n = {.addr = "127.0.0.1:5000",
+                            .internal = "127.0.0.1:5100",
+                            .server_name = "localhost",
+                            .weight = 100,
+                            .features = 3,
                             .admin = "127.0.0.1:8080"};
     EXPECT_ENC(fx_place_node_encode, &n, node_json);
     fx_place_node_info bare = {.addr = "[::1]:5000", .internal = "h:1", .weight = 10000};
     EXPECT_ENC(fx_place_node_encode, &bare,
-                "{\"addr\":\"[::1]:5000\",\"internal\":\"h:1\",\"weight\":10000,\"features\":0}");
+               "{\"addr\":\"[::1]:5000\",\"internal\":\"h:1\",\"weight\":10000,\"features\":0}");
     fx_place_owner o = {.node = "n1", .epoch = 7, .kind = FX_PLACE_MEM};
     EXPECT_ENC(fx_place_owner_encode, &o, "{\"node\":\"n1\",\"epoch\":7,\"kind\":\"mem\"}");
     fx_place_owner d = {.node = "n/é", .epoch = FX_PLACE_EPOCH_MAX, .kind = FX_PLACE_DUR};
     EXPECT_ENC(fx_place_owner_encode, &d,
-                "{\"node\":\"n/é\",\"epoch\":16777215,\"kind\":\"durable\"}");
+               "{\"node\":\"n/é\",\"epoch\":16777215,\"kind\":\"durable\"}");
     fx_place_pin p = {.node = "n1"};
     EXPECT_ENC(fx_place_pin_encode, &p, "{\"node\":\"n1\"}");
     char *nolen = fx_place_pin_encode(&p, NULL); /* |plen| may be NULL */
@@ -240,6 +239,15 @@ static void test_values_encode_to_exact_bytes(void **state)
     assert_null(fx_place_node_encode(&w0, NULL));
     assert_null(fx_place_node_encode(&w1, NULL));
     assert_null(fx_place_node_encode(&e0, NULL));
+    fx_place_node_info a0 = n, a1 = n, a2 = n, u8 = n;
+    strcpy(a0.addr, "no-port");
+    strcpy(a1.internal, "h:0");
+    strcpy(a2.admin, "::1:80");
+    strcpy(u8.server_name, "\xff");
+    assert_null(fx_place_node_encode(&a0, NULL));
+    assert_null(fx_place_node_encode(&a1, NULL));
+    assert_null(fx_place_node_encode(&a2, NULL));
+    assert_null(fx_place_node_encode(&u8, NULL));
     fx_place_owner oe = o, ok = o, on = o;
     oe.epoch = 0;
     ok.kind = (fx_place_owner_kind)2;
@@ -356,8 +364,10 @@ static void test_owner_and_pin_values_refuse_each_bad_field(void **state)
          "node: must be 1 to 64 bytes"},
         {"{\"node\":true,\"epoch\":1,\"kind\":\"mem\"}", "node: must be a string"},
         {"{\"node\":\"n1\",\"kind\":\"mem\"}", "epoch: missing"},
-        {"{\"node\":\"n1\",\"epoch\":0,\"kind\":\"mem\"}", "epoch: must be an integer from 1 to 16777215"},
-        {"{\"node\":\"n1\",\"epoch\":16777216,\"kind\":\"mem\"}", "epoch: must be an integer from 1"},
+        {"{\"node\":\"n1\",\"epoch\":0,\"kind\":\"mem\"}",
+         "epoch: must be an integer from 1 to 16777215"},
+        {"{\"node\":\"n1\",\"epoch\":16777216,\"kind\":\"mem\"}",
+         "epoch: must be an integer from 1"},
         {"{\"node\":\"n1\",\"epoch\":\"7\",\"kind\":\"mem\"}", "epoch: must be an integer"},
         {"{\"node\":\"n1\",\"epoch\":1}", "kind: missing"},
         {"{\"node\":\"n1\",\"epoch\":1,\"kind\":\"disk\"}", "kind: must be \"mem\" or \"durable\""},
@@ -487,7 +497,7 @@ static void test_cap_is_ceil_of_factor_times_average(void **state)
     assert_int_equal(fx_place_cap(99, 3, 1.25), 42);
     assert_int_equal(fx_place_cap(9999, 3, 1.25), 4167);
     assert_int_equal(fx_place_cap(9, 10, 1.0), 1);
-    assert_int_equal(fx_place_cap(9, 10, 0.5), 1);  /* below 1 counts as 1 */
+    assert_int_equal(fx_place_cap(9, 10, 0.5), 1); /* below 1 counts as 1 */
     assert_int_equal(fx_place_cap(9, 10, NAN), 1);
     assert_int_equal(fx_place_cap(5, 0, 1.25), 0);
     assert_int_equal(fx_place_cap(1000, 1, 2.0), 2002);
@@ -585,7 +595,7 @@ static void test_concurrent_pickers_respect_the_cap_by_refusing(void **state)
     for (size_t w = 0; w < 2; w++) {
         for (size_t t = 0; t < 3; t++) {
             const size_t n = ns[t];
-            size_t owned[3] = {0}; /* the truth: each node knows its own */
+            size_t owned[3] = {0};    /* the truth: each node knows its own */
             fx_place_node view[3][3]; /* each picker's view, refreshed now and then */
             for (int p = 0; p < 3; p++)
                 for (int j = 0; j < 3; j++)
@@ -595,7 +605,7 @@ static void test_concurrent_pickers_respect_the_cap_by_refusing(void **state)
             for (size_t i = 0; i < n; i++) {
                 rng = rng * 6364136223846793005ull + 1442695040888963407ull;
                 int p = (int)((rng >> 33) % 3); /* the node the client asked */
-                if ((rng >> 40) % 16 == 0)     /* the watch lags */
+                if ((rng >> 40) % 16 == 0)      /* the watch lags */
                     for (int j = 0; j < 3; j++)
                         view[p][j].owned = owned[j];
                 char k[FX_PLACE_KEY_MAX];
