@@ -43,6 +43,7 @@ extern "C" {
     X(FX_EOVERLOAD, -1207, "server overloaded")                                                    \
     X(FX_EREFUSED, -1208, "publish refused by the idempotent producer check")                      \
     X(FX_ENOTFOUND, -1209, "not found")                                                            \
+    X(FX_EREDIRECT, -1210, "subscribe redirect not followed")                                      \
     /* wire codec */                                                                               \
     X(FX_EWIRE_MAGIC, -1300, "bad frame magic (expected FLX1)")                                    \
     X(FX_EWIRE_VERSION, -1301, "unsupported frame version")                                        \

@@ -338,6 +338,13 @@ typedef struct fx_client_stats {
     uint64_t idempotent_resent;
     uint64_t idempotent_duplicates;
     uint64_t idempotent_refused;
+    /* Redirects (docs/client.md "Redirects"): not_leader answers followed
+     * to the broker they named, those not followed (the subscribe failed
+     * with FX_EREDIRECT), and subscribes sent to a cached owner that
+     * answered not_leader (the route had moved). */
+    uint64_t redirects;
+    uint64_t redirects_refused;
+    uint64_t route_misses;
 } fx_client_stats;
 
 /* Fills |st| (relaxed reads). Returns 0 or -EINVAL. Any thread. */
