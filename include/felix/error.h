@@ -43,7 +43,8 @@ extern "C" {
     X(FX_EOVERLOAD, -1207, "server overloaded")                                                    \
     X(FX_EREFUSED, -1208, "publish refused by the idempotent producer check")                      \
     X(FX_ENOTFOUND, -1209, "not found")                                                            \
-    X(FX_ENOTSERVING, -1230, "stream owner unavailable: the broker is past its cluster lease "     \
+    X(FX_EREDIRECT, -1210, "subscribe redirect not followed")                                      \
+    X(FX_ENOTSERVING, -1211, "stream owner unavailable: the broker is past its cluster lease "     \
                              "deadline")                                                           \
     /* wire codec */                                                                               \
     X(FX_EWIRE_MAGIC, -1300, "bad frame magic (expected FLX1)")                                    \

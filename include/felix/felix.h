@@ -66,8 +66,11 @@ typedef struct fx_start {
  * verifies the broker. */
 typedef struct fx_client_opts {
     size_t size;
-    const char *server;                /* "host:port", "[v6]:port"; "127.0.0.1:5000" */
-    const char *server_name;           /* certificate name and SNI; NULL: server's host */
+    /* "host:port", "[v6]:port"; "127.0.0.1:5000". A seed list
+     * "host:port,host:port" (at most 16) is tried in order by
+     * fx_client_connect: the first to answer auth is the client's server. */
+    const char *server;
+    const char *server_name; /* certificate name and SNI; NULL: the server's host */
     const char *ca_file;               /* PEM trust anchors, or NULL */
     const char *pin_sha256;            /* hex SHA-256 of the server certificate DER, or NULL */
     bool insecure;                     /* accept any certificate (development only) */
@@ -142,7 +145,9 @@ int fx_client_opts_from_env(fx_client_opts *o);
 
 /* Checks |o|, resolves the server (a name is resolved on the caller's
  * thread), completes one QUIC handshake and authenticates one control
- * stream, all within o->connect_timeout_ms. The process-wide transport
+ * stream, all within o->connect_timeout_ms (with a seed list, each address
+ * in turn within its own connect_timeout_ms; on failure of all, the last
+ * one's code and a text naming each). The process-wide transport
  * variables the broker also reads (FELIX_LOOPBACK_MTU, FELIX_INITIAL_MTU,
  * FELIX_MTU_UPPER_BOUND, FELIX_MAX_UDP_PAYLOAD, FELIX_UDP_SEND_BUFFER,
  * FELIX_UDP_RECV_BUFFER, FELIX_CONN_STATS_MS) apply to the client's sockets
@@ -288,8 +293,14 @@ typedef struct fx_sub_error {
  * |*ps|; FX_ECURSOR_TOO_OLD / FX_ECURSOR_IN_FUTURE (then |*ps| is still set,
  * read the detail with fx_subscription_error, release with fx_unsubscribe);
  * FX_ENOSTREAM / FX_EFORBIDDEN / FX_EREMOTE (message via
+ * fx_client_last_error); FX_EREDIRECT (a cluster broker's not_leader was
+ * not followed: more than 3 hops, a broker asked twice, a generation older
+ * than one seen for the stream, no numeric address; the reason via
  * fx_client_last_error); FX_ETIMEDOUT; FX_ECLOSED; FX_EWOULDBLOCK_LOOP;
- * -ENOMEM. On the other errors |*ps| is NULL. */
+ * -ENOMEM. On the other errors |*ps| is NULL. A not_leader answer is
+ * followed inside the call: the subscription then lives on a connection
+ * to the broker it named (docs/client.md "Redirects"), and later
+ * subscribes to the stream go there first. */
 int fx_subscribe(fx_subscription **ps, fx_client *c, const char *ns, const char *stream,
                  const fx_start *start);
 
@@ -338,6 +349,13 @@ typedef struct fx_client_stats {
     uint64_t idempotent_resent;
     uint64_t idempotent_duplicates;
     uint64_t idempotent_refused;
+    /* Redirects (docs/client.md "Redirects"): not_leader answers followed
+     * to the broker they named, those not followed (the subscribe failed
+     * with FX_EREDIRECT), and subscribes sent to a cached owner that
+     * answered not_leader (the route had moved). */
+    uint64_t redirects;
+    uint64_t redirects_refused;
+    uint64_t route_misses;
 } fx_client_stats;
 
 /* Fills |st| (relaxed reads). Returns 0 or -EINVAL. Any thread. */

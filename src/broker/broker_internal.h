@@ -274,4 +274,10 @@ static inline bool fxb_is_draining(const fx_broker *b)
     return atomic_load_explicit(&((fx_broker *)b)->draining, memory_order_acquire);
 }
 
+/* TEST HOOK (test_hooks.c, fx_broker_test_redirect_subscribe), asked by
+ * fxb_subscribe once the stream of subscribe |m| on |s| is resolved: true
+ * when a redirect set for it answered it (not_leader or error) and ended
+ * the stream. With none set it costs one atomic load. Connection loop. */
+bool fxb_test_subscribe_redirected(fxb_bidi *s, const fx_msg *m);
+
 #endif

@@ -232,7 +232,7 @@ void fxb_sub_list_add(fxb_conn *c, fxb_sub *sub)
 void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
 {
     fx_stream_handle *h;
-    if (!subscribe_admit(s, m, &h))
+    if (!subscribe_admit(s, m, &h) || fxb_test_subscribe_redirected(s, m))
         return;
     fxb_sub *sub = sub_new(s, h);
     if (sub == NULL) {

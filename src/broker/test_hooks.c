@@ -4,12 +4,16 @@
  * and never reads loop-owned data itself. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/metrics.h"
+#include "broker/bidi_life.h"
 #include "broker/durable_int.h"
 #include "broker/parked.h"
 #include "broker/reply.h"
@@ -511,4 +515,96 @@ int fx_broker_test_collect_storage_rows(fx_broker *b, size_t *prows, size_t *phe
     *prows = p.rows;
     *pheld = p.held;
     return p.rv;
+}
+
+/* ---- subscribe redirects ------------------------------------------------------ */
+
+/* One fx_broker_test_redirect_subscribe entry. The list is read on the
+ * connection loops under redir_mu: a test hook, so a lock is fine there,
+ * and only taken once an entry exists (redir_count). */
+typedef struct redir {
+    struct redir *next;
+    const fx_broker *b;
+    char stream[512]; /* "tenant/ns/stream" */
+    char node_id[128];
+    char addr[128];
+    bool has_addr;
+    uint64_t generation;
+} redir;
+
+static pthread_mutex_t redir_mu = PTHREAD_MUTEX_INITIALIZER;
+static redir *redirs;
+static atomic_uint redir_count;
+
+int fx_broker_test_redirect_subscribe(fx_broker *b, const char *stream, const char *node_id,
+                                      const char *addr, uint64_t generation)
+{
+    if (b == NULL || stream == NULL || strlen(stream) >= sizeof(((redir *)0)->stream) ||
+        (node_id != NULL && strlen(node_id) >= sizeof(((redir *)0)->node_id)) ||
+        (addr != NULL && strlen(addr) >= sizeof(((redir *)0)->addr)))
+        return -EINVAL;
+    int rv = 0;
+    pthread_mutex_lock(&redir_mu);
+    redir **p = &redirs;
+    while (*p != NULL && ((*p)->b != b || strcmp((*p)->stream, stream) != 0))
+        p = &(*p)->next;
+    redir *r = *p;
+    if (node_id == NULL) {
+        if (r != NULL) {
+            *p = r->next;
+            free(r);
+            atomic_fetch_sub(&redir_count, 1);
+        }
+    } else {
+        if (r == NULL && (r = calloc(1, sizeof(*r))) != NULL) {
+            r->b = b;
+            snprintf(r->stream, sizeof(r->stream), "%s", stream);
+            r->next = redirs;
+            redirs = r;
+            atomic_fetch_add(&redir_count, 1);
+        }
+        if (r == NULL) {
+            rv = -ENOMEM;
+        } else {
+            snprintf(r->node_id, sizeof(r->node_id), "%s", node_id);
+            snprintf(r->addr, sizeof(r->addr), "%s", addr != NULL ? addr : "");
+            r->has_addr = addr != NULL;
+            r->generation = generation;
+        }
+    }
+    pthread_mutex_unlock(&redir_mu);
+    return rv;
+}
+
+bool fxb_test_subscribe_redirected(fxb_bidi *s, const fx_msg *m)
+{
+    if (atomic_load(&redir_count) == 0)
+        return false;
+    char name[512];
+    snprintf(name, sizeof(name), "%s/%s/%s", m->tenant_id, m->ns, m->stream);
+    /* The reply borrows its strings: copy the entry's under the lock. */
+    redir r;
+    bool found = false;
+    pthread_mutex_lock(&redir_mu);
+    for (const redir *e = redirs; e != NULL; e = e->next) {
+        if (e->b == s->conn->b && strcmp(e->stream, name) == 0) {
+            r = *e;
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&redir_mu);
+    if (!found)
+        return false;
+    fx_msg reply;
+    char text[768];
+    fx_msg_init_redirect_reply(&reply, s->client_features, m->tenant_id, m->ns, m->stream,
+                               r.node_id, r.has_addr ? r.addr : NULL, r.generation, text,
+                               sizeof(text));
+    FX_COUNTER_INC(subscribe_req_error);
+    if (fxb_bidi_reply_msg(s, &reply) == 0)
+        fxb_bidi_end(s);
+    else
+        fxb_bidi_fail(s, "out of memory for a not_leader answer");
+    return true;
 }

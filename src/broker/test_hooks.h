@@ -152,4 +152,16 @@ int fx_broker_test_conn_loops(fx_broker *b, fx_broker_test_conn_where *out, size
  * -errno (a thread could not be started). */
 int fx_broker_test_collect_storage_rows(fx_broker *b, size_t *prows, size_t *pheld);
 
+/* TEST HOOK. Makes |b| answer subscribes to |stream| ("tenant/ns/stream")
+ * as a cluster broker that does not own it would (docs/protocol.md
+ * "Redirects"): not_leader{|node_id|, |addr| (NULL: absent), |generation|}
+ * to a client that offered FEATURE_REDIRECT, else error "stream T/NS/S is
+ * served by NODE" (code not_leader, retry redirect to FEATURE_ERROR_CODES
+ * clients); then the subscribe stream ends. A later call for the same
+ * broker and stream replaces the entry; |node_id| NULL removes it. Entries
+ * live until removed (remove them before freeing |b|). Returns 0, -EINVAL
+ * or -ENOMEM. Any thread (the strings are copied). */
+int fx_broker_test_redirect_subscribe(fx_broker *b, const char *stream, const char *node_id,
+                                      const char *addr, uint64_t generation);
+
 #endif

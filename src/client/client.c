@@ -103,6 +103,9 @@ int fxc_client_send_auth(cconn *cc, int64_t sid)
      * may carry the entry's version (conditional writes). */
     m.client_features = FX_FEATURE_CACHE_DELETE | FX_FEATURE_CACHE_CONDITIONAL;
     m.has_client_features = true;
+    /* A cluster broker may answer a subscribe not_leader, which route.c
+     * follows; a standalone broker never does. */
+    m.client_features |= FX_FEATURE_REDIRECT;
     /* Binary cache get / put / delete (cache.c) where the broker serves
      * them: a bit of the second word. */
     m.client_features |= FX_FEATURE_EXTENDED;
@@ -129,6 +132,10 @@ static void client_free(fx_client *c)
     for (size_t i = 0; i < c->nconns; i++)
         free(c->conns[i]);
     free(c->conns);
+    for (size_t i = 0; i < c->npeers; i++)
+        free(c->peers[i]);
+    free(c->peers);
+    fxc_route_free(c);
     fx_budget_deinit(&c->budget);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
@@ -151,7 +158,7 @@ static void on_handshake_done(fx_quic_conn *qc, void *user)
     cc->state = CS_READY;
     cc->was_ready = true;
     cc->backoff_ms = 0; /* a success resets the backoff */
-    if (cc->gen > 0)
+    if (cc->gen > 0 && !cc->peer)
         atomic_fetch_add(&cc->c->reconnects, 1);
     fxc_pub_conn_ready(cc->c, cc);
     fxc_sub_conn_ready(cc->c, cc);
@@ -278,7 +285,7 @@ static void retry_fire(fx_loop *l, fx_timer *t, void *user)
     fx_client *c = cc->c;
     if (c->closing || c->ep == NULL || cc->state != CS_RETRY)
         return;
-    int rv = fx_quic_connect(c->ep, c->ip, c->port, &c->qco, cc, &cc->qc);
+    int rv = fx_quic_connect(c->ep, cc->ip, cc->port, &c->qco, cc, &cc->qc);
     if (rv == 0) {
         cc->state = CS_CONNECTING;
         return;
@@ -308,6 +315,15 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
     snprintf(cc->close_text, sizeof(cc->close_text), "%s%s%s", fx_strerror(cc->close_rv),
              info->text[0] ? ": " : "", info->text);
     bool retry = want_retry(c, cc->close_rv);
+    if (cc->peer) {
+        /* A redirect's broker is not called again: its subscriptions go
+         * back to the server (subscribe.c), which names the owner anew
+         * (|retry| tells them to). */
+        FX_LOG_WARN("client", "connection to %s lost (%s)", cc->key, cc->close_text);
+        cc->state = CS_CLOSED;
+        fxc_sub_conn_closed(c, cc, cc->close_rv, cc->close_text, retry);
+        return;
+    }
     if (retry && schedule_retry(c, cc) != 0) {
         FX_LOG_ERROR("client", "no memory to schedule a reconnect");
         retry = false;
@@ -340,23 +356,80 @@ static const fx_quic_callbacks CBS = {
 
 /* ---- connections ---------------------------------------------------------------- */
 
-cconn *fxc_client_conn(fx_client *c, size_t i)
+/* Connects |cc| (new, or closed for good) to its address. */
+static void conn_start(fx_client *c, cconn *cc)
 {
-    cconn *cc = c->conns[i];
-    if (cc != NULL)
-        return cc;
-    cc = calloc(1, sizeof(*cc));
-    if (cc == NULL)
-        return NULL;
-    cc->c = c;
-    fx_timer_init(&cc->retry, retry_fire, cc);
-    int rv = fx_quic_connect(c->ep, c->ip, c->port, &c->qco, cc, &cc->qc);
+    cc->state = CS_CONNECTING;
+    cc->was_ready = false;
+    int rv = fx_quic_connect(c->ep, cc->ip, cc->port, &c->qco, cc, &cc->qc);
     if (rv != 0) {
+        cc->qc = NULL;
         cc->state = CS_CLOSED;
         cc->close_rv = rv;
         snprintf(cc->close_text, sizeof(cc->close_text), "connect: %s", fx_strerror(rv));
     }
-    c->conns[i] = cc;
+}
+
+static cconn *conn_new(fx_client *c, const char *ip, uint16_t port)
+{
+    cconn *cc = calloc(1, sizeof(*cc));
+    if (cc == NULL)
+        return NULL;
+    cc->c = c;
+    snprintf(cc->ip, sizeof(cc->ip), "%s", ip);
+    cc->port = port;
+    fxc_route_key(ip, port, cc->key);
+    fx_timer_init(&cc->retry, retry_fire, cc);
+    conn_start(c, cc);
+    return cc;
+}
+
+cconn *fxc_client_conn(fx_client *c, size_t i)
+{
+    if (c->conns[i] == NULL)
+        c->conns[i] = conn_new(c, c->ip, c->port);
+    return c->conns[i];
+}
+
+cconn *fxc_client_peer(fx_client *c, const char *ip, uint16_t port, int *prv)
+{
+    char key[FXC_ADDR_MAX];
+    fxc_route_key(ip, port, key);
+    if (strcmp(key, c->conns[0]->key) == 0)
+        return c->conns[0];
+    for (size_t i = 0; i < c->npeers; i++) {
+        cconn *cc = c->peers[i];
+        if (strcmp(cc->key, key) != 0)
+            continue;
+        if (cc->state == CS_CLOSED && c->ep != NULL)
+            conn_start(c, cc);
+        if (cc->state == CS_CLOSED) {
+            *prv = cc->close_rv;
+            return NULL;
+        }
+        return cc;
+    }
+    if (c->npeers >= FXC_PEERS_MAX) {
+        *prv = FX_EREDIRECT;
+        return NULL;
+    }
+    cconn **np = realloc(c->peers, (c->npeers + 1) * sizeof(*np));
+    if (np == NULL) {
+        *prv = -ENOMEM;
+        return NULL;
+    }
+    c->peers = np;
+    cconn *cc = conn_new(c, ip, port);
+    if (cc == NULL) {
+        *prv = -ENOMEM;
+        return NULL;
+    }
+    cc->peer = true;
+    c->peers[c->npeers++] = cc;
+    if (cc->state == CS_CLOSED) {
+        *prv = cc->close_rv;
+        return NULL;
+    }
     return cc;
 }
 
@@ -403,6 +476,8 @@ static void close_task(fx_loop *l, fx_task *t, void *user)
         if (c->conns[i] != NULL)
             fx_loop_timer_cancel(c->loop, &c->conns[i]->retry);
     }
+    for (size_t i = 0; i < c->npeers; i++)
+        fx_loop_timer_cancel(c->loop, &c->peers[i]->retry);
     fxc_pub_shutdown(c);
     fxc_sub_shutdown(c);
     fxc_grp_shutdown(c);
@@ -591,13 +666,9 @@ static int wait_connected(fx_client *c)
     return rv;
 }
 
-int fx_client_connect(fx_client **pc, const fx_client_opts *o)
+/* Connects to the one server |o->server|. */
+static int connect_one(fx_client **pc, const fx_client_opts *o)
 {
-    if (pc == NULL)
-        return -EINVAL;
-    *pc = NULL;
-    if (fxc_rt_is_current())
-        return FX_EWOULDBLOCK_LOOP;
     fx_client *c = NULL;
     int rv = client_new(&c, o);
     if (rv != 0)
@@ -616,6 +687,87 @@ int fx_client_connect(fx_client **pc, const fx_client_opts *o)
     }
     *pc = c;
     return 0;
+}
+
+#define SEEDS_MAX 16
+
+/* A seed list "host:port,host:port": each is tried in turn, with its own
+ * connect_timeout_ms, until one completes the handshake and answers auth.
+ * A list that is not all host:port is FX_ECONFIG before any is tried; a
+ * failure of every seed returns the last one's code, the text naming each. */
+static int connect_seeds(fx_client **pc, const fx_client_opts *o)
+{
+    char *list = strdup(o->server);
+    if (list == NULL)
+        return -ENOMEM;
+    char *seeds[SEEDS_MAX];
+    size_t n = 0;
+    int rv = 0;
+    for (char *save = NULL, *p = strtok_r(list, ",", &save); p != NULL;
+         p = strtok_r(NULL, ",", &save)) {
+        while (*p == ' ')
+            p++;
+        for (char *e = p + strlen(p); e > p && e[-1] == ' ';)
+            *--e = '\0';
+        fx_hostport hp;
+        const char *why = NULL;
+        if (n == SEEDS_MAX) {
+            rv = fxc_client_set_error(FX_ECONFIG, "option server: more than %d addresses",
+                                      SEEDS_MAX);
+            break;
+        }
+        int sr = fx_hostport_split(p, &hp, &why);
+        if (sr == 0 && hp.port == 0)
+            why = "port 0";
+        if (sr != 0 || hp.port == 0) {
+            rv = fxc_client_set_error(FX_ECONFIG,
+                                      "option server: '%s' in the list '%s' is not host:port: %s",
+                                      p, o->server, why);
+            break;
+        }
+        seeds[n++] = p;
+    }
+    /* "a,,b" and a trailing comma leave strtok_r nothing to say. */
+    if (rv == 0 && (strstr(o->server, ",,") != NULL || o->server[0] == ',' ||
+                    o->server[strlen(o->server) - 1] == ','))
+        rv = fxc_client_set_error(FX_ECONFIG, "option server: empty address in the list '%s'",
+                                  o->server);
+    char text[1024] = "";
+    size_t tl = 0;
+    for (size_t i = 0; rv == 0 && i < n; i++) {
+        fx_client_opts one = *o;
+        one.server = seeds[i];
+        int r = connect_one(pc, &one);
+        if (r == 0)
+            break;
+        char msg[384];
+        fx_client_last_error(NULL, msg, sizeof(msg));
+        FX_LOG_WARN("client", "server %s of the list: %s", seeds[i], msg);
+        if (r == FX_ECONFIG || r == FX_EWOULDBLOCK_LOOP || r == -ENOMEM) {
+            rv = r; /* every seed would fail the same: the text is set */
+            break;
+        }
+        int w =
+            snprintf(text + tl, sizeof(text) - tl, "%s%s: %s", i > 0 ? "; " : "", seeds[i], msg);
+        if (w > 0)
+            tl = (size_t)w < sizeof(text) - tl ? tl + (size_t)w : sizeof(text) - 1;
+        if (i + 1 == n)
+            rv = fxc_client_set_error(r, "no server of the list answered: %s", text);
+    }
+    free(list);
+    return rv;
+}
+
+int fx_client_connect(fx_client **pc, const fx_client_opts *o)
+{
+    if (pc == NULL)
+        return -EINVAL;
+    *pc = NULL;
+    if (fxc_rt_is_current())
+        return FX_EWOULDBLOCK_LOOP;
+    if (o != NULL && o->server != NULL && strchr(o->server, ',') != NULL)
+        return connect_seeds(pc, o);
+    return connect_one(pc, o);
 }
 
 /* The close handshake: every live publish stream FINs after its queue, and
@@ -665,7 +817,10 @@ int fx_client_get_stats(fx_client *c, fx_client_stats *st)
     if (c == NULL || st == NULL)
         return -EINVAL;
     *st = (fx_client_stats){.publishes_lost = atomic_load(&c->pub_lost),
-                            .reconnects = atomic_load(&c->reconnects)};
+                            .reconnects = atomic_load(&c->reconnects),
+                            .redirects = atomic_load(&c->redirects),
+                            .redirects_refused = atomic_load(&c->redirects_refused),
+                            .route_misses = atomic_load(&c->route_misses)};
     fx_budget_stats b;
     fx_budget_get_stats(&c->budget, &b);
     st->publish_budget_bytes = b.capacity;

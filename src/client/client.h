@@ -37,6 +37,13 @@
  * lets it open one more (its event stream), and a stream that ends gives
  * nothing back. */
 #define FXC_UNI_STREAMS_FIRST 16u
+/* Redirects (route.c): not_leader answers one subscribe attempt follows at
+ * most, brokers a client connects to beyond its seed, routes it keeps, and
+ * the room of one "ip:port" (an IPv6 literal in brackets). */
+#define FXC_REDIRECT_HOPS 3u
+#define FXC_PEERS_MAX 64u
+#define FXC_ROUTES_MAX 1024u
+#define FXC_ADDR_MAX 72u
 
 /* ---- process-wide loops (runtime.c) --------------------------------------- */
 
@@ -84,6 +91,14 @@ enum { CS_CONNECTING = 0, CS_READY, CS_CLOSED, CS_RETRY };
 struct cconn {
     fx_client *c;
     fx_quic_conn *qc; /* NULL once closed */
+    /* The broker's numeric address: the server's for the pool, a
+     * redirect's for a peer. A peer carries only subscriptions, is never
+     * re-established in place (its subscriptions go back to conns[0]) and
+     * is connected again by the next redirect naming it. */
+    char ip[64];
+    uint16_t port;
+    bool peer;
+    char key[FXC_ADDR_MAX]; /* "ip:port" / "[ip]:port": who it is in visited lists */
     int state;
     int close_rv; /* why it closed */
     char close_text[320];
@@ -232,6 +247,13 @@ struct fx_subscription {
     bool rx_have;        /* loop: |rx_next| is known */
     uint64_t rx_next;    /* loop: offset after the last batch taken from the broker */
     bool parked;         /* loop: |qw| is parked on the queue */
+    /* Redirects of the current attempt (route.c), loop: not_leader answers
+     * followed, and the brokers asked so far ("ip:port", the first one
+     * included), none of which is asked twice. */
+    uint32_t hops;
+    uint32_t nvisited;
+    cconn *redirect; /* loop: where the not_leader just read sends it (on_req_msg) */
+    char visited[FXC_REDIRECT_HOPS + 1][FXC_ADDR_MAX];
     /* state (mu) */
     int state; /* 0 pending, 1 live, 2 ended */
     fx_sub_error err;
@@ -345,6 +367,15 @@ struct fx_client {
     atomic_uint_fast64_t reconnects; /* connections re-established */
     fx_ratelimit late_rl;            /* answers for unknown or timed-out request ids (WARN) */
     fxc_cache *cache;                /* cache requests (cache.c) */
+    /* Redirects (route.c), loop: connections to brokers a not_leader named
+     * (peers), and the route cache, stream -> (owner, generation). */
+    cconn **peers;
+    size_t npeers;
+    struct fxc_route *routes; /* most recently used first */
+    size_t nroutes;
+    atomic_uint_fast64_t redirects;         /* not_leader answers followed */
+    atomic_uint_fast64_t redirects_refused; /* not followed: FX_EREDIRECT */
+    atomic_uint_fast64_t route_misses;      /* a cached owner answered not_leader */
 };
 
 /* ---- client.c ------------------------------------------------------------- */
@@ -465,6 +496,39 @@ void fxc_idem_rewind(fxc_idem *id);
 pjob *fxc_idem_clear(fxc_idem *id);
 /* Reads the request id of a 0x0109 frame. */
 uint64_t fxc_idem_frame_rid(const pjob *j);
+
+/* Opens a connection to the broker at |ip|:|port| (numeric) with the
+ * client's TLS options, server name and credentials, or returns the one the
+ * client has: conns[0] when it is the server's address, else a peer (one
+ * closed for good is connected again in place). Returns it, or NULL with
+ * |*prv| (-ENOMEM; FX_EREDIRECT beyond FXC_PEERS_MAX peers; the connect
+ * error). Loop. */
+cconn *fxc_client_peer(fx_client *c, const char *ip, uint16_t port, int *prv);
+
+/* ---- route.c: following not_leader --------------------------------------- */
+/* Writes the canonical key of |ip|:|port| into |key| (FXC_ADDR_MAX). */
+void fxc_route_key(const char *ip, uint16_t port, char *key);
+/* Splits a not_leader addr ("host:port", "[v6]:port") whose host is a
+ * numeric address into |ip| (64 bytes) and |*pport|. Returns 0 or
+ * FX_EREDIRECT (a name: resolving it would block the loop; port 0). */
+int fxc_route_parse_addr(const char *addr, char *ip, uint16_t *pport);
+/* The connection a new subscribe of |s| goes to, set as s->conn: its
+ * stream's cached owner's, else (or when that cannot be opened) conns[0].
+ * Starts the subscription's attempt there. */
+cconn *fxc_route_first(fx_subscription *s);
+/* Starts a new attempt of |s| at its current connection (after a loss). */
+void fxc_route_attempt(fx_subscription *s);
+/* |s|'s subscribe was answered not_leader |m|: checks it may be followed
+ * (an address, a generation not older than the cached one, under
+ * FXC_REDIRECT_HOPS hops, a broker not asked yet in this attempt), learns
+ * the route and returns the owner's connection. Else NULL with |*prv|
+ * (FX_EREDIRECT, counted; or as fxc_client_peer) and the reason in |why|
+ * (|cap| bytes). Loop. */
+cconn *fxc_route_follow(fx_subscription *s, const fx_msg *m, int *prv, char *why, size_t cap);
+/* Forgets the cached owner of |ns|/|stream| (its connection was lost). */
+void fxc_route_forget(fx_client *c, const char *ns, const char *stream);
+/* Frees the route cache (client_free). */
+void fxc_route_free(fx_client *c);
 
 /* ---- subscribe.c ---------------------------------------------------------- */
 void fxc_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin);

@@ -192,6 +192,13 @@ static void sub_lost(fx_subscription *s)
     s->resub_wait = false;
     if (s->ev != NULL && s->ev->stalled != NULL)
         atomic_fetch_sub(&s->received, s->ev->stalled->eb.count);
+    if (s->conn->peer) {
+        /* The owner a redirect named is gone: the server names the owner
+         * anew (route.c), so the route is forgotten. */
+        fxc_route_forget(s->c, s->ns, s->stream);
+        s->conn = s->c->conns[0];
+    }
+    fxc_route_attempt(s);
 }
 
 /* An event stream whose bytes a blocked consumer has not all taken yet
@@ -207,9 +214,19 @@ static bool evs_outlives_conn(const evs *e)
 
 void fxc_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool retry)
 {
+    bool home = false; /* subscriptions of a lost peer went back to conns[0] */
     for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
         if (s->conn != cc || s->loop_gone)
             continue;
+        if (cc->peer && !cc->was_ready && s->state != SUB_ENDED) {
+            /* The broker a redirect named never answered: asking the
+             * server again would name it again. */
+            char msg[sizeof(s->err.message)];
+            snprintf(msg, sizeof(msg), "subscribe redirected to %s: %s", cc->key, text);
+            s->resub_wait = false;
+            sub_end(s, rv, msg, 0, 0);
+            continue;
+        }
         if (!retry && s->ev != NULL && evs_outlives_conn(s->ev)) {
             evs *e = s->ev;
             if (!e->fin) {
@@ -219,10 +236,12 @@ void fxc_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool
             e->gone = e->fin = true; /* no more bytes: the rest is delivered */
             continue;
         }
-        if (retry && s->state != SUB_ENDED)
+        if (retry && s->state != SUB_ENDED) {
             sub_lost(s);
-        else
+            home = home || cc->peer;
+        } else {
             sub_end(s, rv, text, 0, 0);
+        }
     }
     for (evs **p = &cc->evlist; *p != NULL;) {
         evs *e = *p;
@@ -232,6 +251,8 @@ void fxc_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool
         }
         evs_free(e); /* unlinks |e|: *p is the next one */
     }
+    if (home && c->conns[0]->state == CS_READY)
+        fxc_sub_conn_ready(c, c->conns[0]);
 }
 
 /* Where a re-subscription starts: after the last batch taken, or where the
@@ -759,6 +780,18 @@ static void on_req_msg(fx_subscription *s, const fx_msg *m)
                 m->available);
         break;
     }
+    case FX_MSG_NOT_LEADER: {
+        char why[192];
+        int rv = 0;
+        s->redirect = fxc_route_follow(s, m, &rv, why, sizeof(why));
+        if (s->redirect == NULL) {
+            char msg[256];
+            s->resub_wait = false;
+            snprintf(msg, sizeof(msg), "subscribe failed: %s", why);
+            sub_end(s, rv, msg, 0, 0);
+        }
+        break;
+    }
     case FX_MSG_ERROR: {
         char msg[256];
         s->resub_wait = false;
@@ -788,6 +821,36 @@ static void resubscribe_earliest(fx_subscription *s)
     resubscribe(s, &st);
 }
 
+/* The subscribe was answered not_leader and route.c allowed it: the
+ * request stream is dropped (the broker finishes it) and the subscribe
+ * goes to the owner's connection, now or once it is ready. */
+static void redirect(fx_subscription *s)
+{
+    cconn *old = s->conn, *cc = s->redirect;
+    s->redirect = NULL;
+    if (old->qc != NULL && s->req_sid >= 0)
+        fx_quic_stream_set_user(old->qc, s->req_sid, NULL);
+    s->req_sid = -1;
+    s->authed = false;
+    fx_frame_decoder_deinit(&s->req_dec);
+    fx_frame_decoder_init(&s->req_dec, s->c->o.max_frame_bytes);
+    s->conn = cc;
+    sweep_orphans(old);
+    if (cc->state != CS_READY) {
+        s->resub_need = true; /* sent by fxc_sub_conn_ready */
+        return;
+    }
+    fx_start st = resume_start(s);
+    s->resub_need = false;
+    int rv = send_subscribe(s, cc, &st);
+    if (rv != 0) {
+        char msg[sizeof(s->err.message)];
+        snprintf(msg, sizeof(msg), "subscribe at %s (redirect): %s", cc->key, fx_strerror(rv));
+        s->resub_wait = false;
+        sub_end(s, rv, msg, 0, 0);
+    }
+}
+
 void fxc_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bool fin)
 {
     fx_quic_stream_consume(s->conn->qc, s->req_sid, len);
@@ -812,6 +875,10 @@ void fxc_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bo
             fx_msg_deinit(&m);
             if (s->resub_earliest) {
                 resubscribe_earliest(s);
+                return;
+            }
+            if (s->redirect != NULL) {
+                redirect(s);
                 return;
             }
         }
@@ -871,9 +938,9 @@ static void start_task(void *user)
     if (c->subs != NULL)
         c->subs->lprev = s;
     c->subs = s;
-    /* One event connection for now: the primary one (documented). */
-    cconn *cc = c->conns[0];
-    s->conn = cc;
+    /* One event connection for now: the primary one (documented), or the
+     * owner the route cache names (route.c). */
+    cconn *cc = fxc_route_first(s);
     if (cc->state == CS_CONNECTING || cc->state == CS_RETRY) {
         s->resub_need = true; /* sent by fxc_sub_conn_ready (reconnecting) */
         return;
