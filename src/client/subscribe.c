@@ -836,13 +836,13 @@ static void redirect(fx_subscription *s)
     fx_frame_decoder_init(&s->req_dec, s->c->o.max_frame_bytes);
     s->conn = cc;
     sweep_orphans(old);
-    if (cc->state != CS_READY) {
+    if (cc->state == CS_CONNECTING || cc->state == CS_RETRY) {
         s->resub_need = true; /* sent by fxc_sub_conn_ready */
         return;
     }
     fx_start st = resume_start(s);
     s->resub_need = false;
-    int rv = send_subscribe(s, cc, &st);
+    int rv = cc->qc == NULL ? cc->close_rv : send_subscribe(s, cc, &st);
     if (rv != 0) {
         char msg[sizeof(s->err.message)];
         snprintf(msg, sizeof(msg), "subscribe at %s (redirect): %s", cc->key, fx_strerror(rv));

@@ -367,6 +367,10 @@ static void test_the_seed_list_skips_a_dead_first_address(void **state)
         o.server = bad[i];
         assert_int_equal(fx_client_connect(&c, &o), FX_ECONFIG);
     }
+    /* So is a bad option, whatever the list. */
+    o.server = list;
+    o.tenant = "";
+    assert_int_equal(fx_client_connect(&c, &o), FX_ECONFIG);
     close(fd);
     r_free(r);
 }
