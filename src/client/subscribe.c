@@ -218,9 +218,11 @@ void fxc_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool
     for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
         if (s->conn != cc || s->loop_gone)
             continue;
-        if (cc->peer && !cc->was_ready && s->state != SUB_ENDED) {
-            /* The broker a redirect named never answered: asking the
-             * server again would name it again. */
+        if (cc->peer && !cc->was_ready && s->state == SUB_PENDING) {
+            /* The broker a redirect named never answered this subscribe:
+             * asking the server again would name it again, so the call
+             * fails. A live subscription goes back to the server below
+             * (the handshake timeout paces it). */
             char msg[sizeof(s->err.message)];
             snprintf(msg, sizeof(msg), "subscribe redirected to %s: %s", cc->key, text);
             s->resub_wait = false;
