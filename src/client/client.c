@@ -697,12 +697,17 @@ static int connect_one(fx_client **pc, const fx_client_opts *o)
  * failure of every seed returns the last one's code, the text naming each. */
 static int connect_seeds(fx_client **pc, const fx_client_opts *o)
 {
+    /* The options once, the caller's |size| honoured; a seed's own failures
+     * (its name not resolving included) then move on to the next. */
+    fx_client_opts full;
+    int rv = fxc_client_opts_check(o, &full);
+    if (rv != 0)
+        return rv;
     char *list = strdup(o->server);
     if (list == NULL)
         return -ENOMEM;
     char *seeds[SEEDS_MAX];
     size_t n = 0;
-    int rv = 0;
     for (char *save = NULL, *p = strtok_r(list, ",", &save); p != NULL;
          p = strtok_r(NULL, ",", &save)) {
         while (*p == ' ')
@@ -735,7 +740,7 @@ static int connect_seeds(fx_client **pc, const fx_client_opts *o)
     char text[1024] = "";
     size_t tl = 0;
     for (size_t i = 0; rv == 0 && i < n; i++) {
-        fx_client_opts one = *o;
+        fx_client_opts one = full;
         one.server = seeds[i];
         int r = connect_one(pc, &one);
         if (r == 0)
@@ -743,7 +748,7 @@ static int connect_seeds(fx_client **pc, const fx_client_opts *o)
         char msg[384];
         fx_client_last_error(NULL, msg, sizeof(msg));
         FX_LOG_WARN("client", "server %s of the list: %s", seeds[i], msg);
-        if (r == FX_ECONFIG || r == FX_EWOULDBLOCK_LOOP || r == -ENOMEM) {
+        if (r == FX_EWOULDBLOCK_LOOP || r == -ENOMEM) {
             rv = r; /* every seed would fail the same: the text is set */
             break;
         }

@@ -218,9 +218,11 @@ void fxc_sub_conn_closed(fx_client *c, cconn *cc, int rv, const char *text, bool
     for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
         if (s->conn != cc || s->loop_gone)
             continue;
-        if (cc->peer && !cc->was_ready && s->state != SUB_ENDED) {
-            /* The broker a redirect named never answered: asking the
-             * server again would name it again. */
+        if (cc->peer && !cc->was_ready && s->state == SUB_PENDING) {
+            /* The broker a redirect named never answered this subscribe:
+             * asking the server again would name it again, so the call
+             * fails. A live subscription goes back to the server below
+             * (the handshake timeout paces it). */
             char msg[sizeof(s->err.message)];
             snprintf(msg, sizeof(msg), "subscribe redirected to %s: %s", cc->key, text);
             s->resub_wait = false;
@@ -836,13 +838,13 @@ static void redirect(fx_subscription *s)
     fx_frame_decoder_init(&s->req_dec, s->c->o.max_frame_bytes);
     s->conn = cc;
     sweep_orphans(old);
-    if (cc->state != CS_READY) {
+    if (cc->state == CS_CONNECTING || cc->state == CS_RETRY) {
         s->resub_need = true; /* sent by fxc_sub_conn_ready */
         return;
     }
     fx_start st = resume_start(s);
     s->resub_need = false;
-    int rv = send_subscribe(s, cc, &st);
+    int rv = cc->qc == NULL ? cc->close_rv : send_subscribe(s, cc, &st);
     if (rv != 0) {
         char msg[sizeof(s->err.message)];
         snprintf(msg, sizeof(msg), "subscribe at %s (redirect): %s", cc->key, fx_strerror(rv));

@@ -115,6 +115,19 @@ static void expect_delivery(fx_client *pub, fx_subscription *s, const char *stre
     assert_memory_equal(ev.payload, p, (size_t)n);
 }
 
+/* A bound UDP socket that never answers: a dead broker address. */
+static int dead_socket(char *addr, size_t cap)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    return fd;
+}
+
 /* ---- libfelix follows ---------------------------------------------------------------- */
 
 static void test_a_subscribe_redirected_to_the_owner_receives_what_is_published_there(void **state)
@@ -255,6 +268,30 @@ static void test_a_subscription_whose_owner_connection_is_lost_asks_the_server_a
     r_free(r);
 }
 
+static void test_a_redirect_to_a_broker_that_never_answers_fails_the_subscribe(void **state)
+{
+    R *r = r_new(1);
+    char dead[32], name[64];
+    int fd = dead_socket(dead, sizeof(dead));
+    snprintf(name, sizeof(name), "t1/" NS "/r7");
+    assert_int_equal(fx_broker_test_redirect_subscribe(r->e[0].b, name, "n9", dead, 3), 0);
+    fx_client_opts o;
+    fix_client_opts(&o, r->e[0].b, r->e[0].server, "t1", "tok");
+    o.connect_timeout_ms = 500; /* the handshake's bound and fx_subscribe's */
+    fx_client *c = fix_connect(&o);
+    fx_subscription *s = NULL;
+    int rv = fx_subscribe(&s, c, NS, "r7", NULL);
+    assert_true(rv < 0);
+    assert_null(s);
+    assert_int_equal(stats(c).redirects, 1);
+    /* The client goes on. */
+    s = fix_subscribe(c, "plain", NULL);
+    fx_unsubscribe(s);
+    fix_close(c);
+    close(fd);
+    r_free(r);
+}
+
 /* ---- the bytes, to clients with and without the bit --------------------------------------- */
 
 static void auth_features(T *t, tstream *s, uint32_t features)
@@ -325,19 +362,6 @@ static void test_not_leader_bytes_and_the_error_a_client_without_the_bit_gets(vo
 
 /* ---- seed list ---------------------------------------------------------------------- */
 
-/* A bound UDP socket that never answers: a dead broker address. */
-static int dead_socket(char *addr, size_t cap)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    socklen_t len = sizeof(sa);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    snprintf(addr, cap, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
-    return fd;
-}
-
 static void test_the_seed_list_skips_a_dead_first_address(void **state)
 {
     R *r = r_new(1);
@@ -367,6 +391,10 @@ static void test_the_seed_list_skips_a_dead_first_address(void **state)
         o.server = bad[i];
         assert_int_equal(fx_client_connect(&c, &o), FX_ECONFIG);
     }
+    /* So is a bad option, whatever the list. */
+    o.server = list;
+    o.tenant = "";
+    assert_int_equal(fx_client_connect(&c, &o), FX_ECONFIG);
     close(fd);
     r_free(r);
 }
@@ -377,6 +405,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_fourth_redirect_is_over_the_hop_limit),
     cmocka_unit_test(test_an_older_generation_is_not_followed_and_a_newer_one_is),
     cmocka_unit_test(test_a_subscription_whose_owner_connection_is_lost_asks_the_server_again),
+    cmocka_unit_test(test_a_redirect_to_a_broker_that_never_answers_fails_the_subscribe),
     cmocka_unit_test(test_not_leader_bytes_and_the_error_a_client_without_the_bit_gets),
     cmocka_unit_test(test_the_seed_list_skips_a_dead_first_address),
 };
