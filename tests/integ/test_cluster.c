@@ -1,0 +1,540 @@
+/* Three felix-broker processes in one cluster on a real etcd
+ * (scripts/etcd.sh, free loopback ports; docs/cluster.md): every stream is
+ * served by exactly one node and the others name it (publish errors,
+ * not_leader that libfelix follows); kill -9 of an owner moves its stream to
+ * a live node at a higher epoch within the lease TTL; an owner stopped
+ * (SIGSTOP) past its TTL acknowledges nothing once it runs again, and a new
+ * owner has claimed meanwhile; etcd stopped past the deadline suspends the
+ * brokers (/ready 503, publishes refused) and they serve again once it is
+ * back. Lease TTL 2 s with a 500 ms margin. A case whose etcd cannot start
+ * fails with the reason. */
+/* fx-test-libs: fx_client fx_cluster fx_quic fx_wire fx_base */
+#define _XOPEN_SOURCE 700
+#include <arpa/inet.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "integ/proc_broker.h"
+
+#include "felix/felix.h"
+
+#define NS "default"
+#define NB 3
+#define TTL_S 2
+
+typedef struct node {
+    pid_t pid;
+    uint16_t quic, admin;
+    char id[8];
+    char server[64];
+    char out[160], err[160];
+} node;
+
+typedef struct cluster {
+    char dir[64];
+    char script[512];
+    char url[128];
+    char broker[512];
+    char cert[160], key[160];
+    char pin[80];
+    node n[NB];
+} cluster;
+
+static cluster *C;
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static uint16_t free_port(int type)
+{
+    int fd = socket(AF_INET, type, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void etcd_cmd(const char *verb)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "bash %s %s %s/etcd >%s/etcd.url 2>%s/etcd.err", C->script, verb,
+             C->dir, C->dir, C->dir);
+    if (system(cmd) != 0) {
+        char path[160], why[512] = "";
+        snprintf(path, sizeof(path), "%s/etcd.err", C->dir);
+        proc_slurp(path, why, sizeof(why));
+        /* Not a skip: scripts/deps.sh installs etcd. */
+        fail_msg("etcd.sh %s failed: %s", verb, why[0] ? why : "(no reason given)");
+    }
+}
+
+static void node_start(int i)
+{
+    node *n = &C->n[i];
+    char quic[64], admin[64], adv[64], eps[200], id[40], state[120], cert[200], key[200];
+    snprintf(quic, sizeof(quic), "quic_bind=127.0.0.1:%u", n->quic);
+    snprintf(admin, sizeof(admin), "metrics_bind=127.0.0.1:%u", n->admin);
+    snprintf(adv, sizeof(adv), "cluster_advertise=127.0.0.1:%u", n->quic);
+    snprintf(eps, sizeof(eps), "cluster_etcd_endpoints=%s", C->url);
+    snprintf(id, sizeof(id), "cluster_node_id=%s", n->id);
+    snprintf(state, sizeof(state), "state_dir=%s/s%d", C->dir, i);
+    snprintf(cert, sizeof(cert), "tls_cert_file=%s", C->cert);
+    snprintf(key, sizeof(key), "tls_key_file=%s", C->key);
+    char *argv[] = {C->broker, "--set", quic, "--set", admin, "--set", "probe_bind=", "--set",
+                    state, "--set", eps, "--set", id, "--set", adv, "--set",
+                    "cluster_lease_ttl_s=2", "--set", "cluster_deadline_margin_ms=500",
+                    i > 0 || C->cert[0] ? "--set" : NULL, cert, "--set", key, NULL};
+    static char *env[] = {"FELIX_LOG_LEVEL=info", NULL};
+    unlink(n->out);
+    n->pid = proc_spawn(argv, n->out, n->err, env, false);
+    char text[16384], pin[80];
+    proc_broker_address(n->out, text, sizeof(text), n->pid, n->server, pin);
+    if (C->pin[0] == '\0')
+        snprintf(C->pin, sizeof(C->pin), "%s", pin);
+    assert_string_equal(pin, C->pin); /* one certificate for the whole cluster */
+}
+
+/* ---- admin: GET /v1/cluster ------------------------------------------------------------- */
+
+typedef struct body {
+    char *p;
+    size_t n;
+} body;
+
+static size_t on_body(char *p, size_t sz, size_t nm, void *user)
+{
+    body *b = user;
+    char *q = realloc(b->p, b->n + sz * nm + 1);
+    assert_non_null(q);
+    memcpy(q + b->n, p, sz * nm);
+    b->n += sz * nm;
+    q[b->n] = '\0';
+    b->p = q;
+    return sz * nm;
+}
+
+/* GET http://127.0.0.1:|port||path|: the status, the body in |*out| (malloc'd). */
+static long http_get(uint16_t port, const char *path, char **out)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", port, path);
+    CURL *h = curl_easy_init();
+    assert_non_null(h);
+    body b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    long status = 0;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(h);
+    *out = b.p;
+    return status;
+}
+
+static json_t *cluster_view(int i)
+{
+    char *text = NULL;
+    assert_int_equal(http_get(C->n[i].admin, "/v1/cluster", &text), 200);
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    if (j == NULL)
+        fail_msg("GET /v1/cluster of %s: not JSON: %s", C->n[i].id, text);
+    free(text);
+    return j;
+}
+
+/* The owner and epoch of |stream| in node |i|'s view (-1: not placed). */
+static int owner_in_view(int i, const char *stream, uint64_t *pepoch)
+{
+    json_t *j = cluster_view(i);
+    int who = -1;
+    size_t k;
+    json_t *s;
+    json_array_foreach(json_object_get(j, "streams"), k, s)
+    {
+        if (strcmp(json_string_value(json_object_get(s, "stream")), stream) != 0)
+            continue;
+        const char *nid = json_string_value(json_object_get(s, "node"));
+        for (int n = 0; n < NB; n++)
+            if (strcmp(nid, C->n[n].id) == 0)
+                who = n;
+        if (pepoch != NULL)
+            *pepoch = (uint64_t)json_integer_value(json_object_get(s, "epoch"));
+    }
+    json_decref(j);
+    return who;
+}
+
+static int64_t counter(int i, const char *name)
+{
+    json_t *j = cluster_view(i);
+    int64_t v = json_integer_value(json_object_get(json_object_get(j, "counters"), name));
+    json_decref(j);
+    return v;
+}
+
+/* ---- clients ------------------------------------------------------------------------- */
+
+static fx_client *connect_to(int i, bool reconnect)
+{
+    fx_client_opts o;
+    fx_client_opts_init(&o);
+    o.server = C->n[i].server;
+    o.server_name = "localhost";
+    o.pin_sha256 = C->pin;
+    o.tenant = "t1";
+    o.token = "any-token";
+    o.connect_timeout_ms = PROC_HANG_MS;
+    o.reconnect = reconnect;
+    fx_client *c = NULL;
+    int rv = fx_client_connect(&c, &o);
+    if (rv != 0)
+        fail_msg("connect to %s: %s", C->n[i].server, fx_strerror(rv));
+    return c;
+}
+
+/* Publishes |payload| acked to |stream| through node |i|: 0, or the
+ * error with its text in |msg|. */
+static int publish_at(fx_client *c, const char *stream, const char *payload, char *msg, size_t cap)
+{
+    int rv = fx_publish(c, NS, stream, payload, strlen(payload), FX_ACK_PER_MESSAGE);
+    if (rv != 0)
+        fx_client_last_error(c, msg, cap);
+    return rv;
+}
+
+/* The node named in "... is served by nX". */
+static int named_owner(const char *msg)
+{
+    const char *p = strstr(msg, "is served by ");
+    if (p == NULL)
+        return -1;
+    p += strlen("is served by ");
+    for (int n = 0; n < NB; n++)
+        if (strncmp(p, C->n[n].id, strlen(C->n[n].id)) == 0)
+            return n;
+    return -1;
+}
+
+/* ---- setup ------------------------------------------------------------------------------ */
+
+static int cluster_setup(void **state)
+{
+    (void)state;
+    C = calloc(1, sizeof(*C));
+    assert_non_null(C);
+    const char *src = getenv("FX_SOURCE_DIR");
+    if (src == NULL)
+        fx_test_skip("FX_SOURCE_DIR is not set (run through ctest)");
+    snprintf(C->script, sizeof(C->script), "%s/scripts/etcd.sh", src);
+    snprintf(C->dir, sizeof(C->dir), "/tmp/fxclusterXXXXXX");
+    assert_non_null(mkdtemp(C->dir));
+    proc_binary("felix-broker", C->broker, sizeof(C->broker));
+    etcd_cmd("start");
+    char path[160];
+    snprintf(path, sizeof(path), "%s/etcd/endpoint", C->dir);
+    proc_slurp(path, C->url, sizeof(C->url));
+    C->url[strcspn(C->url, "\n")] = '\0';
+    char dir[sizeof(C->dir)];
+    memcpy(dir, C->dir, sizeof(dir));
+    for (int i = 0; i < NB; i++) {
+        node *n = &C->n[i];
+        snprintf(n->id, sizeof(n->id), "n%c", (char)('1' + i));
+        n->quic = free_port(SOCK_DGRAM);
+        n->admin = free_port(SOCK_STREAM);
+        snprintf(n->out, sizeof(n->out), "%s/b%d.out", dir, i);
+        snprintf(n->err, sizeof(n->err), "%s/b%d.err", dir, i);
+        node_start(i);
+        if (i == 0) {
+            /* The others serve the first one's certificate: one pin. */
+            snprintf(C->cert, sizeof(C->cert), "%s/s0/tls-cert.pem", dir);
+            snprintf(C->key, sizeof(C->key), "%s/s0/tls-key.pem", dir);
+        }
+    }
+    /* Every node sees all three before a case starts. */
+    uint64_t until = proc_now_ms() + PROC_HANG_MS;
+    for (int i = 0; i < NB; i++) {
+        for (;;) {
+            json_t *j = cluster_view(i);
+            size_t nn = json_array_size(json_object_get(j, "nodes"));
+            bool serving = json_is_true(json_object_get(j, "serving"));
+            json_decref(j);
+            if (nn == NB && serving)
+                break;
+            if (proc_now_ms() > until)
+                fail_msg("node %s does not see the cluster", C->n[i].id);
+            usleep(50 * 1000);
+        }
+    }
+    return 0;
+}
+
+static int cluster_teardown(void **state)
+{
+    for (int i = 0; i < NB; i++)
+        if (C->n[i].pid > 0) {
+            kill(C->n[i].pid, SIGCONT);
+            kill(C->n[i].pid, SIGKILL);
+            waitpid(C->n[i].pid, NULL, 0);
+            proc_track(C->n[i].pid, false);
+        }
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "bash %s stop %s/etcd >/dev/null 2>&1", C->script, C->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "etcd.sh stop failed\n");
+    nftw(C->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(C);
+    C = NULL;
+    return proc_teardown(state);
+}
+
+/* Places |stream| by publishing through node |via| (then through the node
+ * named): the owner's index. */
+static int place(fx_client *const cl[NB], int via, const char *stream)
+{
+    char msg[512];
+    for (int hop = 0; hop < 3; hop++) {
+        int rv = publish_at(cl[via], stream, "hello", msg, sizeof(msg));
+        if (rv == 0)
+            return via;
+        int to = named_owner(msg);
+        if (to < 0)
+            fail_msg("publish %s through %s: %s (%s)", stream, C->n[via].id, fx_strerror(rv), msg);
+        via = to;
+    }
+    fail_msg("publish %s: more than 3 hops", stream);
+    return -1;
+}
+
+/* ---- cases ------------------------------------------------------------------------------ */
+
+static void test_every_stream_has_one_owner_that_every_node_names(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int owner[30], per[NB] = {0};
+    char name[32];
+    for (int s = 0; s < 30; s++) {
+        snprintf(name, sizeof(name), "p%d", s);
+        owner[s] = place(cl, s % NB, name);
+        per[owner[s]]++;
+        /* The other two refuse it naming the owner. */
+        for (int i = 0; i < NB; i++) {
+            if (i == owner[s])
+                continue;
+            char msg[512];
+            assert_int_not_equal(publish_at(cl[i], name, "x", msg, sizeof(msg)), 0);
+            assert_int_equal(named_owner(msg), owner[s]);
+        }
+    }
+    /* Every view agrees, at epoch 1. */
+    for (int s = 0; s < 30; s++) {
+        snprintf(name, sizeof(name), "p%d", s);
+        for (int i = 0; i < NB; i++) {
+            uint64_t epoch = 0;
+            assert_int_equal(owner_in_view(i, name, &epoch), owner[s]);
+            assert_int_equal(epoch, 1);
+        }
+    }
+    /* Bounded loads: nobody holds more than ceil(1.25 x 30 / 3) = 13. */
+    for (int i = 0; i < NB; i++)
+        assert_true(per[i] <= 13);
+    /* One claim per placement, cluster-wide. */
+    int64_t won = 0;
+    for (int i = 0; i < NB; i++)
+        won += counter(i, "claims_won");
+    assert_int_equal(won, 30);
+    for (int i = 0; i < NB; i++)
+        (void)fx_client_close(cl[i], PROC_HANG_MS);
+}
+
+static void test_a_subscriber_through_a_non_owner_is_redirected_and_receives(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int o = place(cl, 0, "r1");
+    int other = (o + 1) % NB;
+    fx_subscription *s = NULL;
+    assert_int_equal(fx_subscribe(&s, cl[other], NS, "r1", NULL), 0);
+    fx_client_stats st;
+    assert_int_equal(fx_client_get_stats(cl[other], &st), 0);
+    assert_int_equal(st.redirects, 1);
+    char msg[256];
+    assert_int_equal(publish_at(cl[o], "r1", "through-the-owner", msg, sizeof(msg)), 0);
+    fx_event ev;
+    assert_int_equal(fx_subscription_next(s, &ev, PROC_HANG_MS), 0);
+    assert_int_equal(ev.len, strlen("through-the-owner"));
+    /* In-memory offsets carry the epoch in their high bits. */
+    assert_true(ev.has_offset);
+    assert_int_equal(ev.offset >> 40, 1);
+    fx_unsubscribe(s);
+    for (int i = 0; i < NB; i++)
+        (void)fx_client_close(cl[i], PROC_HANG_MS);
+}
+
+static void test_kill_9_of_an_owner_moves_its_stream_within_the_ttl_at_a_higher_epoch(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int o = place(cl, 0, "k1");
+    uint64_t epoch = 0;
+    assert_int_equal(owner_in_view((o + 1) % NB, "k1", &epoch), o);
+    assert_int_equal(epoch, 1);
+    (void)fx_client_close(cl[o], 0);
+    cl[o] = NULL;
+    uint64_t t0 = proc_now_ms();
+    kill(C->n[o].pid, SIGKILL);
+    waitpid(C->n[o].pid, NULL, 0);
+    proc_track(C->n[o].pid, false);
+    C->n[o].pid = 0;
+    /* Publish through a live node until a live node owns the stream. */
+    int live = (o + 1) % NB, owner = -1;
+    char msg[512];
+    while (owner < 0) {
+        int rv = publish_at(cl[live], "k1", "after", msg, sizeof(msg));
+        int named = rv == 0 ? live : named_owner(msg);
+        if (rv == 0)
+            owner = live;
+        else if (named >= 0 && named != o)
+            live = named;
+        if (proc_now_ms() - t0 > (TTL_S + 3) * 1000ull)
+            fail_msg("stream k1 not re-placed %llu ms after its owner died: %s",
+                     (unsigned long long)(proc_now_ms() - t0), msg);
+        if (owner < 0)
+            usleep(20 * 1000);
+    }
+    uint64_t moved_ms = proc_now_ms() - t0;
+    print_message("k1 served again by %s %llu ms after the kill of %s\n", C->n[owner].id,
+                  (unsigned long long)moved_ms, C->n[o].id);
+    assert_true(moved_ms <= (TTL_S + 1) * 1000ull);
+    assert_int_equal(owner_in_view(owner, "k1", &epoch), owner);
+    assert_int_equal(epoch, 2);
+    /* A new subscriber there reads the new epoch's offsets. */
+    fx_subscription *s = NULL;
+    fx_start from = {.kind = FX_START_EARLIEST};
+    assert_int_equal(fx_subscribe(&s, cl[owner], NS, "k1", &from), 0);
+    fx_event ev;
+    assert_int_equal(fx_subscription_next(s, &ev, PROC_HANG_MS), 0);
+    assert_int_equal(ev.offset, 2ull << 40);
+    fx_unsubscribe(s);
+    for (int i = 0; i < NB; i++)
+        (void)fx_client_close(cl[i], PROC_HANG_MS);
+}
+
+static void test_an_owner_stopped_past_its_ttl_acks_nothing_after_a_new_claim(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int o = place(cl, 0, "z1");
+    int other = (o + 1) % NB;
+    kill(C->n[o].pid, SIGSTOP);
+    /* Past its TTL the stream is claimed anew through a live node. */
+    usleep((TTL_S * 1000 + 1500) * 1000);
+    char msg[512];
+    int owner = place(cl, other, "z1");
+    assert_int_not_equal(owner, o);
+    uint64_t epoch = 0;
+    assert_int_equal(owner_in_view(owner, "z1", &epoch), owner);
+    assert_int_equal(epoch, 2);
+    /* The old owner runs again: it is past its deadline, so it acks no
+     * publish of the stream (refused as suspended, or naming the new owner
+     * once its watch caught up). */
+    kill(C->n[o].pid, SIGCONT);
+    for (int k = 0; k < 20; k++) {
+        int rv = publish_at(cl[o], "z1", "stale", msg, sizeof(msg));
+        if (rv == 0)
+            fail_msg("the stopped owner acked a publish after the new claim (try %d)", k);
+        assert_true(strstr(msg, "is served by") != NULL ||
+                    strstr(msg, "stream owner unavailable") != NULL);
+        usleep(50 * 1000);
+    }
+    /* It found its lease gone and released the stream; what it appended
+     * past its deadline is counted (nothing here: it was stopped idle). */
+    assert_true(counter(o, "leases_lost") + counter(o, "suspensions") >= 1);
+    assert_true(counter(o, "releases") >= 1);
+    assert_int_equal(counter(o, "late_appends"), 0);
+    assert_int_equal(owner_in_view(o, "z1", NULL), owner);
+    for (int i = 0; i < NB; i++)
+        (void)fx_client_close(cl[i], PROC_HANG_MS);
+}
+
+static void test_etcd_stopped_past_the_deadline_suspends_the_brokers_until_it_returns(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int o = place(cl, 0, "e1");
+    char *text = NULL;
+    assert_int_equal(http_get(C->n[o].admin, "/ready", &text), 200);
+    free(text);
+    etcd_cmd("halt");
+    usleep((TTL_S * 1000 + 500) * 1000);
+    /* Past the deadline: /ready 503 saying why, publishes refused. */
+    assert_int_equal(http_get(C->n[o].admin, "/ready", &text), 503);
+    assert_non_null(strstr(text, "suspended"));
+    free(text);
+    char msg[512];
+    assert_int_not_equal(publish_at(cl[o], "e1", "while-suspended", msg, sizeof(msg)), 0);
+    assert_non_null(strstr(msg, "stream owner unavailable"));
+    etcd_cmd("start");
+    /* Back: every node serves again (same lease, or a new registration),
+     * and the stream is served by one node. */
+    uint64_t until = proc_now_ms() + PROC_HANG_MS;
+    for (int i = 0; i < NB; i++) {
+        for (;;) {
+            long st = http_get(C->n[i].admin, "/ready", &text);
+            free(text);
+            if (st == 200)
+                break;
+            if (proc_now_ms() > until)
+                fail_msg("node %s did not serve again after etcd returned", C->n[i].id);
+            usleep(100 * 1000);
+        }
+    }
+    int owner = place(cl, o, "e1");
+    assert_true(owner >= 0);
+    for (int i = 0; i < NB; i++)
+        (void)fx_client_close(cl[i], PROC_HANG_MS);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test_setup_teardown(test_every_stream_has_one_owner_that_every_node_names,
+                                    cluster_setup, cluster_teardown),
+    cmocka_unit_test_setup_teardown(test_a_subscriber_through_a_non_owner_is_redirected_and_receives,
+                                    cluster_setup, cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_kill_9_of_an_owner_moves_its_stream_within_the_ttl_at_a_higher_epoch, cluster_setup,
+        cluster_teardown),
+    cmocka_unit_test_setup_teardown(test_an_owner_stopped_past_its_ttl_acks_nothing_after_a_new_claim,
+                                    cluster_setup, cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_etcd_stopped_past_the_deadline_suspends_the_brokers_until_it_returns, cluster_setup,
+        cluster_teardown),
+};
+FX_TEST_MAIN(tests)
