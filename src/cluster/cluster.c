@@ -1013,7 +1013,10 @@ void fx_cluster_route_stream(fx_cluster *c, const char *tenant, const char *ns, 
                 fx_loop_post(c->loop, &c->claim_task);
                 asked = true;
             } else {
-                route_remote(c, out, c->nodes[pick].id, 0);
+                /* Unclaimed: the candidate will claim the next epoch, so
+                 * a redirect names that generation (a client never follows
+                 * one older than it has seen). */
+                route_remote(c, out, c->nodes[pick].id, (uint64_t)o->epoch_version + 1);
                 FX_COUNTER_INC(cluster_routes_remote);
                 break;
             }

@@ -81,7 +81,8 @@ typedef enum fx_cluster_route_kind {
 
 typedef struct fx_cluster_route {
     fx_cluster_route_kind kind;
-    uint64_t epoch; /* ownership generation; 0 when not claimed yet */
+    uint64_t epoch; /* ownership generation; REMOTE to a candidate that has not
+                     * claimed yet: the epoch its claim will take */
     char node_id[FX_CLUSTER_ID_MAX + 1];
     char addr[FX_CLUSTER_ADDR_MAX + 1];
     char why[400];
