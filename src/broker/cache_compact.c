@@ -194,13 +194,6 @@ bool fxb_ccomp_running(const fxb_ccomp *c)
     return c->running;
 }
 
-size_t fxb_ccomp_memory(const fxb_ccomp *c)
-{
-    return sizeof(*c) + c->cap * sizeof(kent *) + c->n * (sizeof(kent) + 16) + c->key_bytes +
-           c->pg.buf_cap + c->pg.recs_cap * sizeof(fx_dlog_record) +
-           c->iov_cap * sizeof(fx_dlog_iov);
-}
-
 void fxb_ccomp_stats_get(const fxb_ccomp *c, fxb_ccomp_stats *out)
 {
     *out = c->st;

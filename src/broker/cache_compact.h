@@ -51,8 +51,6 @@ uint64_t fxb_ccomp_live_bytes(const fxb_ccomp *c);
 bool fxb_ccomp_is_broken(const fxb_ccomp *c);
 /* Whether a compaction is under way (fxb_ccomp_step until it is not). */
 bool fxb_ccomp_running(const fxb_ccomp *c);
-/* The memory the index holds, in bytes. */
-size_t fxb_ccomp_memory(const fxb_ccomp *c);
 /* Copies the sums into |*out|. */
 void fxb_ccomp_stats_get(const fxb_ccomp *c, fxb_ccomp_stats *out);
 

@@ -364,8 +364,7 @@ static void on_compact(fx_loop *l, fx_timer *t, void *user)
         log_failed(dc, "a compaction", rv); /* abandoned: its copies are duplicates, harmless */
     if (dc->log == NULL)
         return;
-    if (b.reclaimed != a.reclaimed)
-        charge_update(dc);
+    charge_update(dc); /* the copies added bytes, the deleted segments gave some back */
     if (b.runs != a.runs)
         FX_LOG_INFO("storage",
                     "cache %s: compaction done: its log holds %" PRIu64 " bytes (%" PRIu64
