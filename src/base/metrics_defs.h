@@ -541,6 +541,15 @@
       "Durable cache log failures: an open, append or flush that failed (an on_commit write is "   \
       "then answered with an error), a directory not made or not removed, a record read back "     \
       "that is not a cache record")                                                                \
+    C(cache_durable_compactions, "felix_cache_durable_compactions_total", "",                      \
+      "Compactions of durable caches' logs finished (live records of the oldest sealed segments "  \
+      "copied to the tail, those segments deleted)")                                               \
+    C(cache_durable_compaction_copied, "felix_cache_durable_compaction_copied_bytes_total", "",    \
+      "Record bytes (28-byte headers included) compaction copied to the tail of durable caches' "  \
+      "logs")                                                                                      \
+    C(cache_durable_compaction_reclaimed,                                                          \
+      "felix_cache_durable_compaction_reclaimed_bytes_total", "",                                  \
+      "Bytes of segment and index files compaction deleted from durable caches' logs")             \
     C(cache_evictions, "felix_cache_evictions_total", "",                                          \
       "Cache entries evicted (CLOCK) to fit a put under the worker's share of "                    \
       "cache_max_bytes")                                                                           \

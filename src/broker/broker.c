@@ -70,6 +70,7 @@ static const fx_broker_opts defaults = {
                 .tenant_bytes_max = 64ull << 30,
                 .retention_interval_ns = 60 * FX_NS_PER_S,
                 .max_records_per_read = 10000,
+                .compaction_bytes_per_sec = 64u << 20,
                 .preallocate = true},
     .frame_read_timeout_ns = 10000 * FX_NS_PER_MS,
     .auth_timeout_ns = 10000 * FX_NS_PER_MS,

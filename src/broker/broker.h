@@ -105,6 +105,9 @@ typedef struct fx_broker_durable_opts {
     uint64_t retention_ns;          /* 0 = no bound */
     uint64_t retention_interval_ns; /* sweep period with a bound set; 60 s */
     uint32_t max_records_per_read;  /* records per replay page; 10,000 */
+    /* Bytes a second each durable cache's log compaction may read
+     * (storage_compaction_bytes_per_sec); 0 = no compaction; 64 MiB. */
+    uint64_t compaction_bytes_per_sec;
     bool preallocate;
     bool verify_all_on_open;
     bool repair_checksum_tail;

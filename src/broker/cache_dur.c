@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "base/metrics.h"
+#include "broker/cache_compact.h"
 #include "broker/cache_srv.h"
 #include "broker/cache_store.h"
 #include "broker/durable_store.h"
@@ -40,13 +41,14 @@ static uint64_t get_le(const uint8_t *p, int n)
     return v;
 }
 
-size_t fxb_dcache_rec_encode(uint8_t *out, uint8_t op, uint64_t expires_ms, const void *key,
-                             uint32_t klen, const void *value, size_t vlen)
+size_t fxb_dcache_rec_encode(uint8_t *out, uint8_t op, uint64_t expires_ms, uint64_t version,
+                             const void *key, uint32_t klen, const void *value, size_t vlen)
 {
     out[0] = FXB_DCACHE_REC_VERSION;
     out[1] = op;
     put_le(out + 2, expires_ms, 8);
     put_le(out + 10, klen, 4);
+    put_le(out + 14, version, 8);
     if (klen > 0)
         memcpy(out + FXB_DCACHE_REC_HEADER, key, klen);
     if (vlen > 0)
@@ -56,18 +58,23 @@ size_t fxb_dcache_rec_encode(uint8_t *out, uint8_t op, uint64_t expires_ms, cons
 
 int fxb_dcache_rec_decode(const uint8_t *p, size_t n, fxb_dcache_rec *r)
 {
-    if (n < FXB_DCACHE_REC_HEADER || p[0] != FXB_DCACHE_REC_VERSION ||
+    if (n < FXB_DCACHE_REC_HEADER_V1 || (p[0] != 1 && p[0] != 2) ||
         (p[1] != FXB_DCACHE_OP_PUT && p[1] != FXB_DCACHE_OP_DELETE))
         return -EINVAL;
-    uint64_t klen = get_le(p + 10, 4);
-    if (klen > n - FXB_DCACHE_REC_HEADER)
+    size_t hdr = p[0] == 2 ? FXB_DCACHE_REC_HEADER : FXB_DCACHE_REC_HEADER_V1;
+    if (n < hdr)
         return -EINVAL;
+    uint64_t klen = get_le(p + 10, 4);
+    if (klen > n - hdr)
+        return -EINVAL;
+    r->format = p[0];
     r->op = p[1];
     r->expires_ms = get_le(p + 2, 8);
-    r->key = p + FXB_DCACHE_REC_HEADER;
+    r->version = p[0] == 2 ? get_le(p + 14, 8) : 0;
+    r->key = p + hdr;
     r->klen = (uint32_t)klen;
     r->value = r->key + klen;
-    r->vlen = n - FXB_DCACHE_REC_HEADER - (size_t)klen;
+    r->vlen = n - hdr - (size_t)klen;
     return 0;
 }
 
@@ -95,6 +102,10 @@ struct fxb_dcache {
     fx_task flush_task;           /* the flush after the records queued now */
     bool flush_queued;
     fx_timer timer;   /* periodic: the flush one interval after an unflushed append */
+    fxb_ccomp *comp;  /* the index of its log's newest records, and its compaction */
+    fx_timer ctimer;  /* the next paced step of a compaction */
+    fx_task ctask;    /* a check for a compaction after the start read the log back */
+    bool comp_warned; /* a broken index was logged */
     uint64_t charged; /* its log's bytes on disk charged to durable_bytes_max's account */
     fx_task drop_task;
     char *damaged;                   /* quarantined at start: why (fxb_dcache_damaged) */
@@ -109,6 +120,8 @@ static fx_ratelimit err_rl = FX_RATELIMIT_INIT;
 static void on_flush(fx_loop *l, fx_task *t, void *user);
 static void on_timer(fx_loop *l, fx_timer *t, void *user);
 static void on_drop(fx_loop *l, fx_task *t, void *user);
+static void on_compact(fx_loop *l, fx_timer *t, void *user);
+static void on_check(fx_loop *l, fx_task *t, void *user);
 static void charge_update(fxb_dcache *dc);
 
 /* Writes "<root>/caches/<dir name>" into |out|; false when it does not fit. */
@@ -144,7 +157,13 @@ fxb_dcache *fxb_dcache_new(fxb_worker *w, const char *tenant, const char *ns, co
     dc->ns = memcpy(dc->names + lt, ns, ln);
     dc->cache = memcpy(dc->names + lt + ln, cache, lc);
     dc->st = w->dur->st;
+    if (fxb_ccomp_new(&dc->comp) != 0) {
+        free(dc);
+        return NULL;
+    }
     fx_task_init(&dc->flush_task, on_flush, dc);
+    fx_task_init(&dc->ctask, on_check, dc);
+    fx_timer_init(&dc->ctimer, on_compact, dc);
     fx_task_init(&dc->drop_task, on_drop, dc);
     fx_timer_init(&dc->timer, on_timer, dc);
     return dc;
@@ -164,17 +183,18 @@ fxb_dcache_wr *fxb_dcache_wr_new(uint8_t op, uint64_t expires_ms, const void *ke
     if (wr == NULL)
         return NULL;
     memset(wr, 0, sizeof(*wr));
-    wr->len = fxb_dcache_rec_encode(wr->rec, op, expires_ms, key, (uint32_t)klen, value, vlen);
+    wr->len = fxb_dcache_rec_encode(wr->rec, op, expires_ms, 0, key, (uint32_t)klen, value, vlen);
     return wr;
 }
 
-void fxb_dcache_wr_set(fxb_dcache_wr *wr, uint8_t op, uint64_t expires_ms)
+void fxb_dcache_wr_set(fxb_dcache_wr *wr, uint8_t op, uint64_t expires_ms, uint64_t version)
 {
     uint8_t key_len[4];
     memcpy(key_len, wr->rec + 10, 4);
     uint32_t klen = (uint32_t)get_le(key_len, 4);
     wr->rec[1] = op;
     put_le(wr->rec + 2, expires_ms, 8);
+    put_le(wr->rec + 14, version, 8);
     if (op == FXB_DCACHE_OP_DELETE)
         wr->len = FXB_DCACHE_REC_HEADER + klen; /* a delete carries no value */
 }
@@ -218,6 +238,10 @@ static int ensure_open(fxb_dcache *dc)
     fx_dlog_config_default(&c);
     if (o->segment_bytes != 0)
         c.segment_bytes = o->segment_bytes;
+    /* Compaction works in whole sealed segments: smaller ones keep a
+     * cache's log near its live size (and reserve less when preallocated). */
+    if (c.segment_bytes > FXB_DCACHE_SEGMENT_MAX)
+        c.segment_bytes = FXB_DCACHE_SEGMENT_MAX;
     if (o->index_spacing_bytes != 0)
         c.index_spacing_bytes = o->index_spacing_bytes;
     c.preallocate = o->preallocate;
@@ -277,8 +301,90 @@ static void log_failed(fxb_dcache *dc, const char *what, int rv)
     if (dc->log != NULL && fx_dlog_is_failed(dc->log)) {
         (void)fx_dlog_close(dc->log, false);
         dc->log = NULL;
+        fxb_ccomp_disable(dc->comp); /* the reopened log may have lost what its index holds */
         charge_update(dc);
     }
+}
+
+/* Notes the record |p| (|n| bytes) at offset |off| of |dc|'s log in its
+ * compaction index; without memory for it the log is no longer compacted
+ * (logged once, counted). Storage thread (main thread at start). */
+static void note(fxb_dcache *dc, uint64_t off, const uint8_t *p, size_t n)
+{
+    if (fxb_ccomp_note(dc->comp, off, p, n) != 0 && !dc->comp_warned) {
+        dc->comp_warned = true;
+        FX_COUNTER_INC(cache_durable_errors);
+        FX_LOG_ERROR("storage",
+                     "cache %s: no memory for its log's compaction index: the log is not "
+                     "compacted until the next start",
+                     dc->label);
+    }
+}
+
+/* The bytes a second compaction may read (0: none). */
+static uint64_t comp_rate(const fxb_dcache *dc)
+{
+    return dc->st->d->o.compaction_bytes_per_sec;
+}
+
+/* Begins a compaction of |dc|'s log if one is due (cache_compact.h says
+ * when) and arms its first step. Storage thread. */
+static void compact_check(fxb_dcache *dc, fx_loop *l)
+{
+    if (dc->log == NULL || comp_rate(dc) == 0 || fx_timer_is_armed(&dc->ctimer))
+        return;
+    if (!fxb_ccomp_running(dc->comp) && !fxb_ccomp_begin(dc->comp, dc->log))
+        return;
+    if (fx_loop_timer_arm(l, &dc->ctimer, fx_loop_now(l)) != 0)
+        log_failed(dc, "arming a compaction step", -ENOMEM); /* tried again at the next write */
+}
+
+/* One paced step of a compaction: at most a quarter second's worth of
+ * storage_compaction_bytes_per_sec (64 KiB to 1 MiB), the next one armed
+ * as long after as the bytes read take at that rate. Storage thread. */
+static void on_compact(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    fxb_dcache *dc = user;
+    uint64_t rate = comp_rate(dc);
+    if (dc->log == NULL || rate == 0)
+        return;
+    uint64_t budget = rate / 4;
+    budget = budget < (64u << 10) ? (64u << 10) : budget > (1u << 20) ? (1u << 20) : budget;
+    fxb_ccomp_stats a, b;
+    fxb_ccomp_stats_get(dc->comp, &a);
+    uint64_t before = fx_dlog_bytes_on_disk(dc->log);
+    size_t read = 0;
+    int rv = fxb_ccomp_step(dc->comp, dc->log, fxb_dcache_wall_ms(), fxb_wall_us(), budget, &read);
+    fxb_ccomp_stats_get(dc->comp, &b);
+    FX_COUNTER_ADD(cache_durable_compaction_copied, b.copied - a.copied);
+    FX_COUNTER_ADD(cache_durable_compaction_reclaimed, b.reclaimed - a.reclaimed);
+    FX_COUNTER_ADD(cache_durable_compactions, b.runs - a.runs);
+    if (rv != 0)
+        log_failed(dc, "a compaction", rv); /* abandoned: its copies are duplicates, harmless */
+    if (dc->log == NULL)
+        return;
+    charge_update(dc); /* the copies added bytes, the deleted segments gave some back */
+    if (b.runs != a.runs)
+        FX_LOG_INFO("storage",
+                    "cache %s: compaction done: its log holds %" PRIu64 " bytes (%" PRIu64
+                    " live) after %" PRIu64 " before its last segment went",
+                    dc->label, fx_dlog_bytes_on_disk(dc->log), fxb_ccomp_live_bytes(dc->comp),
+                    before);
+    if (!fxb_ccomp_running(dc->comp)) {
+        compact_check(dc, l);
+        return;
+    }
+    uint64_t wait = (uint64_t)read * 1000000000u / rate;
+    if (fx_loop_timer_arm(l, &dc->ctimer, fx_loop_now(l) + wait) != 0)
+        log_failed(dc, "arming a compaction step", -ENOMEM); /* resumed by the next write */
+}
+
+/* After the start read the log back: a compaction may be due already. */
+static void on_check(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    compact_check(user, l);
 }
 
 /* Completes |r| with |f| and has its connection loop send it, dropping
@@ -319,9 +425,12 @@ static void on_write(fx_loop *l, fx_task *t, void *user)
     int rv = ensure_open(dc);
     if (rv == 0) {
         fx_dlog_iov iov = {wr->rec, (uint32_t)wr->len};
-        rv = fx_dlog_append(dc->log, &iov, 1, fxb_wall_us(), NULL);
+        uint64_t off = 0;
+        rv = fx_dlog_append(dc->log, &iov, 1, fxb_wall_us(), &off);
         if (rv != 0)
             log_failed(dc, "an append", rv);
+        else
+            note(dc, off, wr->rec, wr->len);
     }
     if (rv != 0) {
         wr_answer(wr, rv); /* a periodic / none write was answered already: only counted */
@@ -329,6 +438,7 @@ static void on_write(fx_loop *l, fx_task *t, void *user)
     }
     FX_COUNTER_INC(cache_durable_records);
     charge_update(dc);
+    compact_check(dc, l);
     if (wr->r != NULL) {
         wr->next = NULL;
         if (dc->wtail != NULL)
@@ -404,6 +514,7 @@ static void on_drop(fx_loop *l, fx_task *t, void *user)
     }
     flush_now(dc); /* answers nothing new: every waiting write has its flush queued */
     fx_loop_timer_cancel(l, &dc->timer);
+    fx_loop_timer_cancel(l, &dc->ctimer);
     if (dc->log != NULL)
         (void)fx_dlog_close(dc->log, false);
     dc->log = NULL;
@@ -412,6 +523,7 @@ static void on_drop(fx_loop *l, fx_task *t, void *user)
     fx_sio *io = o->io != NULL ? o->io : fx_sio_posix();
     bool is_dir = false;
     if (io->ops->stat(io, dc->dir, &is_dir) != 0) {
+        fxb_ccomp_free(dc->comp);
         free(dc); /* an in-memory cache, or one never written: nothing on disk */
         return;
     }
@@ -425,6 +537,7 @@ static void on_drop(fx_loop *l, fx_task *t, void *user)
     } else {
         FX_LOG_INFO("storage", "cache %s dropped: its log %s removed", dc->label, dc->dir);
     }
+    fxb_ccomp_free(dc->comp);
     free(dc);
 }
 
@@ -438,6 +551,7 @@ void fxb_dcache_close(fxb_dcache *dc)
     if (dc == NULL)
         return;
     fx_loop_timer_cancel(dc->st->loop, &dc->timer); /* the loop is stopped: allowed */
+    fx_loop_timer_cancel(dc->st->loop, &dc->ctimer);
     if (dc->log != NULL) {
         int rv = fx_dlog_close(dc->log, true);
         if (rv != 0) {
@@ -463,8 +577,10 @@ void fxb_dcache_free(fxb_dcache *dc)
 {
     if (dc != NULL && dc->log != NULL)
         (void)fx_dlog_close(dc->log, true); /* not closed first (a failed start): flushed here */
-    if (dc != NULL)
+    if (dc != NULL) {
         free(dc->damaged);
+        fxb_ccomp_free(dc->comp);
+    }
     free(dc);
 }
 
@@ -523,12 +639,16 @@ static void report(fx_broker *b, const char *why)
 }
 
 /* Applies record |r| to cache |scope| of |st| at wall time |wall_ms| and
- * monotonic |now_us|. Counts into |*pskipped| a put already expired. */
+ * monotonic |now_us|, a put keeping the version its record carries (a
+ * version 1 record's put gets one at the end of the rebuild). Counts into
+ * |*pskipped| a put already expired. */
 static void apply(fxb_cache_store *st, uint32_t scope, const fxb_dcache_rec *r, uint64_t wall_ms,
                   uint64_t now_us, uint64_t *pskipped, uint64_t *prefused)
 {
     if (r->op == FXB_DCACHE_OP_PUT && (r->expires_ms == 0 || r->expires_ms > wall_ms)) {
-        fxb_cache_put_opts po = {.ttl_ms = r->expires_ms != 0 ? r->expires_ms - wall_ms : 0};
+        fxb_cache_put_opts po = {.ttl_ms = r->expires_ms != 0 ? r->expires_ms - wall_ms : 0,
+                                 .restore = true,
+                                 .restore_version = r->version};
         int rv = fxb_cache_put(st, scope, r->key, r->klen, r->value, r->vlen, &po, now_us, NULL);
         if (rv != FXB_CACHE_OK)
             (*prefused)++; /* counted by reason in the store's refusals */
@@ -611,6 +731,7 @@ static int rebuild_one(fx_broker *b, const char *name)
                 continue;
             }
             apply(st, scope, &r, wall_ms, now_us, &skipped, &refused);
+            note(dc, pg.recs[i].offset, pg.recs[i].data, pg.recs[i].len);
         }
         nrec += pg.n;
         from = pg.next;
@@ -638,11 +759,14 @@ static int rebuild_one(fx_broker *b, const char *name)
         return rv;
     }
     FX_COUNTER_ADD(cache_durable_rebuilt, nrec);
+    /* Versions go on past the largest the log holds (a delete's record
+     * carries the cache's last): none is given twice across a restart. */
+    uint64_t numbered = fxb_cache_scope_restore_done(st, scope, fxb_ccomp_max_version(dc->comp));
     if (bad > 0) {
         FX_COUNTER_ADD(cache_durable_errors, bad);
         FX_LOG_ERROR("storage",
                      "durable cache %s/%s/%s: %" PRIu64 " records are not cache records "
-                     "(version 1): skipped",
+                     "(version 1 or 2): skipped",
                      t, ns, c, bad);
     }
     uint64_t entries = 0, bytes = 0;
@@ -650,9 +774,13 @@ static int rebuild_one(fx_broker *b, const char *name)
     FX_LOG_INFO("storage",
                 "durable cache %s/%s/%s: %" PRIu64 " records read back, %" PRIu64
                 " entries live (%" PRIu64 " bytes), %" PRIu64 " expired puts skipped, %" PRIu64
-                " refused by a bound",
-                t, ns, c, nrec, entries, bytes, skipped, refused);
+                " refused by a bound, %" PRIu64 " given new versions (version 1 records), "
+                "versions go on from %" PRIu64,
+                t, ns, c, nrec, entries, bytes, skipped, refused, numbered,
+                fxb_cache_scope_version(st, scope));
     rv = fxb_cache_worker_set_durable(w, scope, dc);
+    if (rv == 0)
+        (void)fx_loop_post(dc->st->loop, &dc->ctask); /* a new task: never pending already */
     if (rv != 0) {
         fxb_dcache_close(dc);
         fxb_dcache_free(dc);

@@ -22,31 +22,41 @@
 typedef struct fxb_dcache fxb_dcache;
 
 /* The original's cache record payload (felix-facts-groups.md 1.7),
- * little-endian as the original writes it: u8 version (1), u8 op (0 put,
- * 1 delete), u64 expires_at_millis (wall clock, 0 never), u32 key_len, the
- * key, then the value (the rest of the record). */
-#define FXB_DCACHE_REC_VERSION 1u
+ * little-endian as the original writes it: u8 version, u8 op (0 put,
+ * 1 delete), u64 expires_at_millis (wall clock, 0 never), u32 key_len,
+ * version 2 only: u64 version, then the key, then the value (the rest of
+ * the record). Felix-C writes version 2: a put carries its entry's
+ * version, a delete the cache's last version (so a restart never gives a
+ * version twice); version 1 records (written before, or by the original)
+ * are read, their puts getting new versions at start. */
+#define FXB_DCACHE_REC_VERSION 2u
 #define FXB_DCACHE_OP_PUT 0u
 #define FXB_DCACHE_OP_DELETE 1u
-#define FXB_DCACHE_REC_HEADER 14u
+#define FXB_DCACHE_REC_HEADER 22u
+#define FXB_DCACHE_REC_HEADER_V1 14u
 
 /* A decoded record; |key| and |value| point into the payload. */
 typedef struct fxb_dcache_rec {
+    uint8_t format; /* 1 or 2 */
     uint8_t op;
     uint64_t expires_ms; /* 0: never */
+    uint64_t version;    /* version 2; 0 for a version 1 record (unknown) */
     const uint8_t *key;
     uint32_t klen;
     const uint8_t *value;
     size_t vlen;
 } fxb_dcache_rec;
 
-/* Writes the record into |out| (FXB_DCACHE_REC_HEADER + klen + vlen bytes)
- * and returns its length. Any thread. */
-size_t fxb_dcache_rec_encode(uint8_t *out, uint8_t op, uint64_t expires_ms, const void *key,
-                             uint32_t klen, const void *value, size_t vlen);
-/* Decodes |n| bytes at |p|: 0, or -EINVAL (too short, another version, an
- * unknown op, a key_len past the end). Any thread. */
+/* Writes the version 2 record into |out| (FXB_DCACHE_REC_HEADER + klen +
+ * vlen bytes) and returns its length. Any thread. */
+size_t fxb_dcache_rec_encode(uint8_t *out, uint8_t op, uint64_t expires_ms, uint64_t version,
+                             const void *key, uint32_t klen, const void *value, size_t vlen);
+/* Decodes |n| bytes at |p| (version 1 or 2): 0, or -EINVAL (too short,
+ * another version, an unknown op, a key_len past the end). Any thread. */
 int fxb_dcache_rec_decode(const uint8_t *p, size_t n, fxb_dcache_rec *r);
+
+/* A cache's log rolls at durable_segment_bytes or this, the smaller. */
+#define FXB_DCACHE_SEGMENT_MAX (16u << 20)
 
 /* The wall clock in milliseconds (expires_at_millis). Any thread. */
 uint64_t fxb_dcache_wall_ms(void);
@@ -59,8 +69,10 @@ typedef struct fxb_dcache_wr fxb_dcache_wr;
 fxb_dcache_wr *fxb_dcache_wr_new(uint8_t op, uint64_t expires_ms, const void *key, size_t klen,
                                  const void *value, size_t vlen);
 
-/* Sets |wr|'s op and expiry (a delete drops the value). Worker loop. */
-void fxb_dcache_wr_set(fxb_dcache_wr *wr, uint8_t op, uint64_t expires_ms);
+/* Sets |wr|'s op, expiry and version (a put: the entry's; a delete: the
+ * cache's last, fxb_cache_scope_version); a delete drops the value.
+ * Worker loop. */
+void fxb_dcache_wr_set(fxb_dcache_wr *wr, uint8_t op, uint64_t expires_ms, uint64_t version);
 /* Frees a record that was not sent. NULL ok. Worker loop. */
 void fxb_dcache_wr_free(fxb_dcache_wr *wr);
 

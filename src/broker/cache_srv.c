@@ -355,6 +355,7 @@ struct fxb_wcache {
 };
 
 static void sweep_cb(fx_loop *l, fx_timer *t, void *user);
+static void on_dropped(void *user, uint32_t scope, const void *key, size_t klen, bool evicted);
 
 int fxb_cache_worker_init(fxb_worker *w)
 {
@@ -379,6 +380,7 @@ int fxb_cache_worker_init(fxb_worker *w)
         return rv;
     }
     fx_timer_init(&wc->sweep_timer, sweep_cb, w);
+    fxb_cache_store_on_dropped(wc->store, on_dropped, w);
     w->cache = wc;
     return 0;
 }
@@ -513,6 +515,32 @@ static int dur_of(fxb_worker *w, uint32_t scope, const char *tenant, const char 
 }
 
 static fx_ratelimit arm_rl = FX_RATELIMIT_INIT;
+static fx_ratelimit dropped_rl = FX_RATELIMIT_INIT;
+
+/* The store freed an entry nobody removed (evicted for the byte bound, or
+ * expired): a durable cache logs a delete for it, so the entry does not
+ * come back at the next start and compaction sees it dead. Worker loop
+ * (main thread while the start rebuilds: a cache not yet marked durable
+ * is skipped, its log already being what is read). */
+static void on_dropped(void *user, uint32_t scope, const void *key, size_t klen, bool evicted)
+{
+    fxb_worker *w = user;
+    struct fxb_wcache *wc = w->cache;
+    if (wc == NULL || scope >= wc->dcap || wc->dchk[scope] != 2 || wc->dur[scope] == NULL ||
+        fxb_dcache_damaged(wc->dur[scope]) != NULL)
+        return;
+    fxb_dcache_wr *wr = fxb_dcache_wr_new(FXB_DCACHE_OP_DELETE, 0, key, klen, NULL, 0);
+    if (wr == NULL) {
+        FX_COUNTER_INC(cache_durable_errors);
+        FX_LOG_RATELIMITED(&dropped_rl, fx_now_ns(), FX_LOG_WARN, "broker",
+                           "worker %u: no memory to log the delete of an %s durable cache entry: "
+                           "it comes back at the next start",
+                           (unsigned)w->index, evicted ? "evicted" : "expired");
+        return;
+    }
+    fxb_dcache_wr_set(wr, FXB_DCACHE_OP_DELETE, 0, fxb_cache_scope_version(wc->store, scope));
+    fxb_dcache_write(wc->dur[scope], wr, NULL, NULL);
+}
 
 /* Arms the sweep timer for the store's earliest expiry when it is not
  * armed for that or earlier. If it cannot be armed, expired entries wait
@@ -726,9 +754,11 @@ static void answer_put_refused(creq *q, int rv)
 }
 
 /* A write of |q| applied to a durable cache: its record (|op|, expiring
- * |ttl_ms| from now on the wall clock, 0 never) goes to the log with the
- * answer. Nothing for a cache in memory. */
-static void log_write(creq *q, uint8_t op, uint64_t ttl_ms)
+ * |ttl_ms| from now on the wall clock, 0 never; a put with its entry's
+ * |version|, a delete with the cache's last, read here from |st|) goes to
+ * the log with the answer. Nothing for a cache in memory. */
+static void log_write(creq *q, fxb_cache_store *st, uint32_t scope, uint8_t op, uint64_t ttl_ms,
+                      uint64_t version)
 {
     if (q->spare == NULL)
         return;
@@ -737,7 +767,9 @@ static void log_write(creq *q, uint8_t op, uint64_t ttl_ms)
         uint64_t now = fxb_dcache_wall_ms();
         exp = ttl_ms > UINT64_MAX - now ? UINT64_MAX : now + ttl_ms;
     }
-    fxb_dcache_wr_set(q->spare, op, exp);
+    if (op == FXB_DCACHE_OP_DELETE)
+        version = fxb_cache_scope_version(st, scope);
+    fxb_dcache_wr_set(q->spare, op, exp, version);
     q->wr = q->spare;
     q->spare = NULL;
 }
@@ -752,12 +784,13 @@ static void run_put(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t now_u
         rv = fxb_cache_delete(st, scope, q->key, q->klen, now_us);
         rv = rv >= 0 ? FXB_CACHE_OK : rv;
         if (rv == FXB_CACHE_OK)
-            log_write(q, FXB_DCACHE_OP_DELETE, 0);
+            log_write(q, st, scope, FXB_DCACHE_OP_DELETE, 0, 0);
     } else {
         fxb_cache_put_opts po = {.ttl_ms = q->has_ttl_ms ? q->ttl_ms : 0};
-        rv = fxb_cache_put(st, scope, q->key, q->klen, q->value, q->vlen, &po, now_us, NULL);
+        uint64_t version = 0;
+        rv = fxb_cache_put(st, scope, q->key, q->klen, q->value, q->vlen, &po, now_us, &version);
         if (rv == FXB_CACHE_OK)
-            log_write(q, FXB_DCACHE_OP_PUT, po.ttl_ms);
+            log_write(q, st, scope, FXB_DCACHE_OP_PUT, po.ttl_ms, version);
     }
     if (rv != FXB_CACHE_OK) {
         answer_put_refused(q, rv);
@@ -815,7 +848,7 @@ static void run_delete(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t no
     int rv = fxb_cache_remove(st, scope, q->key, q->klen, NULL, now_us, &v, &vlen, &version);
     /* Logged even when nothing live was there: an entry evicted from the
      * store (evictions are not logged) must not come back at start. */
-    log_write(q, FXB_DCACHE_OP_DELETE, 0);
+    log_write(q, st, scope, FXB_DCACHE_OP_DELETE, 0, 0);
     answer_value(q, rv == FXB_CACHE_OK, v, vlen, version);
 }
 
@@ -857,9 +890,9 @@ static void run_put_if(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t no
         /* As a plain put: ttl_ms 0 is expired at once. The write happened
          * (it took its version); the entry reads as absent from now on. */
         (void)fxb_cache_delete(st, scope, q->key, q->klen, now_us); /* it is there: OK */
-        log_write(q, FXB_DCACHE_OP_DELETE, 0);
+        log_write(q, st, scope, FXB_DCACHE_OP_DELETE, 0, 0);
     } else {
-        log_write(q, FXB_DCACHE_OP_PUT, po.ttl_ms);
+        log_write(q, st, scope, FXB_DCACHE_OP_PUT, po.ttl_ms, version);
     }
     answer_condition(q, true, version);
 }
@@ -871,7 +904,7 @@ static void run_delete_if(creq *q, fxb_cache_store *st, uint32_t scope, uint64_t
     uint64_t version = 0;
     int rv = fxb_cache_remove(st, scope, q->key, q->klen, &ro, now_us, NULL, NULL, &version);
     if (rv == FXB_CACHE_OK)
-        log_write(q, FXB_DCACHE_OP_DELETE, 0);
+        log_write(q, st, scope, FXB_DCACHE_OP_DELETE, 0, 0);
     /* Applied: no version (the entry is gone); refused: the current one. */
     answer_condition(q, rv == FXB_CACHE_OK, rv == FXB_CACHE_OK ? 0 : version);
 }

@@ -64,6 +64,8 @@ struct fxb_cache_store {
     scope *scopes;
     uint32_t nscopes, scopes_cap;
     entry *grave; /* the last removed entry, whose value a remove lent out */
+    fxb_cache_dropped_cb on_dropped;
+    void *dropped_user;
     fxb_cache_stats st;
 };
 
@@ -434,6 +436,10 @@ static entry *unlink_at(fxb_cache_store *s, uint32_t pos, enum why why)
     case WHY_REPLACE:
         break;
     }
+    /* Freed without being asked: a durable cache logs a delete for it. */
+    if (s->on_dropped != NULL &&
+        (why == WHY_EXPIRED_READ || why == WHY_EXPIRED_SWEPT || why == WHY_EVICTED))
+        s->on_dropped(s->dropped_user, e->scope, e->data, e->klen, why == WHY_EVICTED);
     return e;
 }
 
@@ -626,8 +632,16 @@ int fxb_cache_put(fxb_cache_store *s, uint32_t sc, const void *key, size_t klen,
         uint64_t d = opts->ttl_ms > UINT64_MAX / 1000 ? UINT64_MAX : opts->ttl_ms * 1000;
         exp = d > UINT64_MAX - now_us ? UINT64_MAX : now_us + d;
     }
+    uint64_t version;
+    if (opts->restore) {
+        version = opts->restore_version; /* 0: numbered by fxb_cache_scope_restore_done */
+        if (version > scp->next_version)
+            scp->next_version = version;
+    } else {
+        version = ++scp->next_version;
+    }
     *e = (entry){.expires_us = exp,
-                 .version = ++scp->next_version,
+                 .version = version,
                  .hash = h,
                  .heap_pos = NONE,
                  .scope = sc,
@@ -764,6 +778,35 @@ bool fxb_cache_scope_names(const fxb_cache_store *s, uint32_t id, const char **p
     *pns = n;
     *pcache = n + strlen(n) + 1;
     return true;
+}
+
+uint64_t fxb_cache_scope_version(const fxb_cache_store *s, uint32_t sc)
+{
+    return sc < s->nscopes ? s->scopes[sc].next_version : 0;
+}
+
+uint64_t fxb_cache_scope_restore_done(fxb_cache_store *s, uint32_t sc, uint64_t floor)
+{
+    if (sc >= s->nscopes)
+        return 0;
+    scope *scp = &s->scopes[sc];
+    if (floor > scp->next_version)
+        scp->next_version = floor;
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < s->table_cap; i++) {
+        entry *e = s->table[i];
+        if (e != NULL && e->scope == sc && e->version == 0) {
+            e->version = ++scp->next_version;
+            n++;
+        }
+    }
+    return n;
+}
+
+void fxb_cache_store_on_dropped(fxb_cache_store *s, fxb_cache_dropped_cb cb, void *user)
+{
+    s->on_dropped = cb;
+    s->dropped_user = user;
 }
 
 size_t fxb_cache_sweep(fxb_cache_store *s, uint64_t now_us, size_t budget)

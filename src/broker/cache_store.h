@@ -123,6 +123,12 @@ typedef struct fxb_cache_put_opts {
     bool if_absent;  /* store only if no live entry has the key */
     bool if_version; /* store only if the live entry has |version| */
     uint64_t version;
+    /* Rebuilding a durable cache: the entry takes this version (read from
+     * its log record) instead of the next one, and the cache's counter
+     * moves past it. With |restore| and 0, the version is unknown (a
+     * version 1 record): fxb_cache_scope_restore_done gives it one. */
+    bool restore;
+    uint64_t restore_version;
 } fxb_cache_put_opts;
 
 /* Stores a copy of |key|/|value| in cache |scope| (|opts| NULL: plain put
@@ -175,6 +181,26 @@ int fxb_cache_remove(fxb_cache_store *s, uint32_t scope, const void *key, size_t
  * its version counter, so versions are never reused. Returns how many
  * entries it freed. */
 uint64_t fxb_cache_scope_clear(fxb_cache_store *s, uint32_t scope);
+
+/* The last version cache |scope| gave (0: none yet): a durable cache's
+ * delete records carry it, so a restart never gives a version again. */
+uint64_t fxb_cache_scope_version(const fxb_cache_store *s, uint32_t scope);
+
+/* Ends the rebuild of cache |scope|: its counter moves to at least
+ * |floor| (the largest version its log holds), then each of its entries
+ * restored with an unknown version (0) gets the next one. Returns how
+ * many it numbered. O(entries of the store) when some have none. */
+uint64_t fxb_cache_scope_restore_done(fxb_cache_store *s, uint32_t scope, uint64_t floor);
+
+/* Called when the store frees an entry it was not asked to remove: one
+ * evicted for the byte bound or expired (a get, put, delete or the sweep
+ * found it past its TTL), with its cache, key and |evicted| (false:
+ * expired). A durable cache logs a delete for it so its log matches the
+ * store. */
+typedef void (*fxb_cache_dropped_cb)(void *user, uint32_t scope, const void *key, size_t klen,
+                                     bool evicted);
+/* Sets (or clears, |cb| NULL) the callback. */
+void fxb_cache_store_on_dropped(fxb_cache_store *s, fxb_cache_dropped_cb cb, void *user);
 
 /* The number of caches the store has opened (ids 0..n-1), and cache |id|'s
  * names (borrowed, valid for the store's life); false if no such id. */

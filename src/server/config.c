@@ -501,6 +501,12 @@ const struct key fx_config_keys[] = {
     {.name = "durable_max_records_per_read", .env = {"FELIX_DURABLE_MAX_RECORDS_PER_READ"},
      .type = T_U32, FIELD(durable_max_records_per_read), .def = "10000", .min = 1,
      .max = 1u << 20, .help = "records per page when a subscriber replays history from disk"},
+    {.name = "storage_compaction_bytes_per_sec", .env = {"FELIX_STORAGE_COMPACTION_BYTES_PER_SEC"},
+     .type = T_SIZE, FIELD(storage_compaction_bytes_per_sec), .def = "64MiB", .min = 0,
+     .max = 64 * GiB,
+     .help = "log bytes a second the compaction of each durable cache's log may read (it copies "
+             "the live records of its oldest sealed segments to the tail, then deletes them, once "
+             "more than half the log is dead; docs/cache.md); 0 = no compaction"},
     {.name = "durable_preallocate", .env = {"FELIX_DURABLE_PREALLOCATE"}, .type = T_BOOL,
      FIELD(durable_preallocate), .def = "true",
      .help = "reserve durable_segment_bytes when a segment is created"},

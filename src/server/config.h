@@ -250,6 +250,7 @@ typedef struct fx_config {
     uint64_t durable_retention_ns;       /* 0 = no age bound */
     uint64_t durable_retention_interval_ns;
     uint32_t durable_max_records_per_read;
+    uint64_t storage_compaction_bytes_per_sec; /* 0 = no compaction of durable caches' logs */
     bool durable_preallocate;
     bool durable_verify_all_on_open;
     bool durable_repair_checksum_tail;

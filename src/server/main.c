@@ -276,6 +276,7 @@ static void durable_opts_from_config(const fx_config *c, fx_broker_durable_opts 
     d->retention_ns = c->durable_retention_ns;
     d->retention_interval_ns = c->durable_retention_interval_ns;
     d->max_records_per_read = c->durable_max_records_per_read;
+    d->compaction_bytes_per_sec = c->storage_compaction_bytes_per_sec;
     d->preallocate = c->durable_preallocate;
     d->verify_all_on_open = c->durable_verify_all_on_open;
     d->repair_checksum_tail = c->durable_repair_checksum_tail;

@@ -964,12 +964,15 @@ static int delete_head(fx_dlog *log)
     return rv;
 }
 
-int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64_t now_us,
-                   fx_dlog_retained *out)
+/* Deletes head segments while |below| (non-zero) lies past all of the
+ * head's records, or else while head_expired says so. */
+static int retain(fx_dlog *log, uint64_t below, uint64_t max_bytes, uint64_t max_age_us,
+                  uint64_t now_us, fx_dlog_retained *out)
 {
     fx_dlog_retained r = {0};
     int rv = 0;
-    while (log->nsegs > 1 && head_expired(log, max_bytes, max_age_us, now_us)) {
+    while (log->nsegs > 1 && (below != 0 ? log->segs[0].next <= below
+                                         : head_expired(log, max_bytes, max_age_us, now_us))) {
         dl_seg *h = &log->segs[0];
         uint64_t bytes = h->size + dl_seg_idx_bytes(h);
         uint64_t kept = h->next;
@@ -989,7 +992,7 @@ int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64
     log->st.retention_segments_deleted += r.segments;
     log->st.retention_bytes_reclaimed += r.bytes;
     r.first_offset = log->segs[0].base;
-    if (r.segments > 0)
+    if (r.segments > 0 && below == 0)
         FX_LOG_INFO("storage",
                     "stream=%s retention deleted segments=%" PRIu64 " bytes=%" PRIu64
                     " first_offset=%" PRIu64,
@@ -997,6 +1000,37 @@ int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64
     if (out != NULL)
         *out = r;
     return rv;
+}
+
+int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64_t now_us,
+                   fx_dlog_retained *out)
+{
+    return retain(log, 0, max_bytes, max_age_us, now_us, out);
+}
+
+int fx_dlog_retain_below(fx_dlog *log, uint64_t offset, uint64_t now_us, fx_dlog_retained *out)
+{
+    if (offset == 0) {
+        if (out != NULL)
+            *out = (fx_dlog_retained){.first_offset = log->segs[0].base};
+        return 0;
+    }
+    return retain(log, offset, 0, 0, now_us, out);
+}
+
+bool fx_dlog_segment_at(const fx_dlog *log, size_t i, uint64_t *pbase, uint64_t *pnext,
+                        uint64_t *pbytes)
+{
+    if (i >= log->nsegs)
+        return false;
+    const dl_seg *g = &log->segs[i];
+    if (pbase)
+        *pbase = g->base;
+    if (pnext)
+        *pnext = g->next;
+    if (pbytes)
+        *pbytes = g->size + dl_seg_idx_bytes(g);
+    return true;
 }
 
 /* ---- accessors ------------------------------------------------------------------------ */

@@ -277,6 +277,20 @@ typedef struct fx_dlog_retained {
 int fx_dlog_retain(fx_dlog *log, uint64_t max_bytes, uint64_t max_age_us, uint64_t now_us,
                    fx_dlog_retained *out);
 
+/* Deletes whole sealed segments from the head, oldest first, while the
+ * head's records all lie below |offset| (a cache log's compaction copied
+ * what lives in them to the tail and flushed it). Never deletes the active
+ * segment. |*out| may be NULL. Returns 0 or -errno (what was deleted before
+ * the error stays deleted and counted). */
+int fx_dlog_retain_below(fx_dlog *log, uint64_t offset, uint64_t now_us, fx_dlog_retained *out);
+
+/* Segment |i| of the log (0 the oldest, fx_dlog_segment_count - 1 the
+ * active one): the offset of its first record, the offset after its last
+ * and its bytes on disk (segment and index files, preallocation not
+ * counted). False when there is no such segment. Outputs may be NULL. */
+bool fx_dlog_segment_at(const fx_dlog *log, size_t i, uint64_t *pbase, uint64_t *pnext,
+                        uint64_t *pbytes);
+
 /* The oldest offset still in the log; the offset the next append gets; the
  * offset below which everything is durable. */
 uint64_t fx_dlog_first_offset(const fx_dlog *log);

@@ -3,7 +3,9 @@
  * byte bound with its counters and victims, the per-tenant cap shared by
  * two stores, refusals by limit, conditional puts and removes (the versions
  * they report), a cache cleared, a randomized run against
- * a plain reference, and the store's own bytes per 1 KiB entry. */
+ * a plain reference, the store's own bytes per 1 KiB entry, versions
+ * restored by a durable cache's rebuild and the callback for entries freed
+ * unasked (evicted, expired). */
 /* fx-test-libs: fx_broker fx_wire fx_base */
 #include <errno.h>
 #include <pthread.h>
@@ -836,6 +838,88 @@ static void test_clearing_a_cache_frees_only_its_entries(void **state)
     assert_int_equal(atomic_load(&acct.bytes), 0);
 }
 
+static uint64_t version_of(fxb_cache_store *s, uint32_t sc, const char *k)
+{
+    uint64_t v = 0;
+    assert_int_equal(fxb_cache_get(s, sc, k, strlen(k), 0, NULL, NULL, &v), FXB_CACHE_HIT);
+    return v;
+}
+
+static void test_restored_versions_are_kept_and_later_ones_go_past_them(void **state)
+{
+    (void)state;
+    fxb_cache_store *s = mk(1 << 20, 0, 0);
+    uint32_t a = scope(s, "t", "a", NULL);
+    fxb_cache_put_opts r = {.restore = true, .restore_version = 40};
+    assert_int_equal(fxb_cache_put(s, a, "x", 1, "1", 1, &r, 0, NULL), FXB_CACHE_OK);
+    r.restore_version = 7; /* an older record of another key, read later */
+    assert_int_equal(fxb_cache_put(s, a, "y", 1, "2", 1, &r, 0, NULL), FXB_CACHE_OK);
+    r.restore_version = 0; /* a version 1 record: unknown */
+    assert_int_equal(fxb_cache_put(s, a, "z", 1, "3", 1, &r, 0, NULL), FXB_CACHE_OK);
+    assert_int_equal(fxb_cache_scope_version(s, a), 40);
+    /* A delete's record carried 55: nothing below or at it is given again. */
+    assert_int_equal(fxb_cache_scope_restore_done(s, a, 55), 1);
+    assert_int_equal(version_of(s, a, "x"), 40);
+    assert_int_equal(version_of(s, a, "y"), 7);
+    assert_int_equal(version_of(s, a, "z"), 56);
+    uint64_t v = 0;
+    assert_int_equal(fxb_cache_put(s, a, "w", 1, "4", 1, NULL, 0, &v), FXB_CACHE_OK);
+    assert_int_equal(v, 57);
+    assert_int_equal(fxb_cache_scope_version(s, a), 57);
+    /* A conditional put with the version read before the restart applies. */
+    fxb_cache_put_opts c = {.if_version = true, .version = 40};
+    assert_int_equal(fxb_cache_put(s, a, "x", 1, "5", 1, &c, 0, &v), FXB_CACHE_OK);
+    assert_int_equal(v, 58);
+    fxb_cache_store_free(s);
+}
+
+typedef struct dropped_log {
+    int evicted, expired;
+    char last[16];
+} dropped_log;
+
+static void on_dropped(void *user, uint32_t sc, const void *key, size_t klen, bool evicted)
+{
+    (void)sc;
+    dropped_log *d = user;
+    if (evicted)
+        d->evicted++;
+    else
+        d->expired++;
+    snprintf(d->last, sizeof(d->last), "%.*s", (int)klen, (const char *)key);
+}
+
+static void test_entries_freed_unasked_are_reported_and_deletes_are_not(void **state)
+{
+    (void)state;
+    fxb_cache_store *s = mk(4 * (FXB_CACHE_ENTRY_OVERHEAD + 2), 0, 0);
+    dropped_log d = {0};
+    fxb_cache_store_on_dropped(s, on_dropped, &d);
+    uint32_t a = scope(s, "t", "a", NULL);
+    assert_int_equal(put(s, a, "k1", "", 0, 0), FXB_CACHE_OK);
+    assert_int_equal(put(s, a, "k2", "", 5, 0), FXB_CACHE_OK);
+    assert_int_equal(fxb_cache_delete(s, a, "k1", 2, 0), FXB_CACHE_OK);
+    assert_int_equal(put(s, a, "k1", "", 0, 0), FXB_CACHE_OK); /* a replace: not reported */
+    assert_int_equal(d.evicted + d.expired, 0);
+    assert_null(get(s, a, "k2", 6 * MS)); /* expired on read */
+    assert_int_equal(d.expired, 1);
+    assert_string_equal(d.last, "k2");
+    for (int i = 0; i < 6; i++) {
+        char k[3] = {'e', (char)('0' + i), 0};
+        assert_int_equal(put(s, a, k, "", 0, 7 * MS), FXB_CACHE_OK);
+    }
+    assert_int_equal((uint64_t)d.evicted, stats(s).evictions);
+    assert_true(d.evicted >= 3);
+    assert_int_equal(put(s, a, "s", "", 1, 7 * MS), FXB_CACHE_OK);
+    assert_int_equal(fxb_cache_sweep(s, 9 * MS, 10), 1);
+    assert_int_equal(d.expired, 2);
+    assert_string_equal(d.last, "s");
+    (void)fxb_cache_scope_clear(s, a); /* a cache dropped: its log goes whole */
+    assert_int_equal(d.expired, 2);
+    assert_int_equal((uint64_t)d.evicted, stats(s).evictions);
+    fxb_cache_store_free(s);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_put_get_delete_and_scopes_are_apart),
     cmocka_unit_test(test_cache_names_are_bounded),
@@ -854,5 +938,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_remove_hands_back_the_value_and_its_version),
     cmocka_unit_test(test_a_refused_conditional_put_tells_the_current_version),
     cmocka_unit_test(test_clearing_a_cache_frees_only_its_entries),
+    cmocka_unit_test(test_restored_versions_are_kept_and_later_ones_go_past_them),
+    cmocka_unit_test(test_entries_freed_unasked_are_reported_and_deletes_are_not),
 };
 FX_TEST_MAIN(tests)

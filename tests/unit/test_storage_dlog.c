@@ -294,6 +294,35 @@ static void test_retention_by_bytes_and_age_spares_the_active_segment(void **sta
     done(&f);
 }
 
+static void test_retain_below_deletes_only_sealed_segments_wholly_below_the_offset(void **state)
+{
+    fixture f;
+    open_log(&f, FX_SEG_HEADER_LEN + 2 * REC(100));
+    /* Segments [0,1], [2,3], [4,5], [6]. */
+    for (uint64_t i = 0; i < 7; i++)
+        assert_int_equal(put(&f, i, 100, 100 + i), 0);
+    assert_int_equal(fx_dlog_segment_count(f.log), 4);
+    uint64_t base = 0, next = 0, bytes = 0;
+    assert_true(fx_dlog_segment_at(f.log, 1, &base, &next, &bytes));
+    assert_int_equal(base, 2);
+    assert_int_equal(next, 4);
+    assert_true(bytes >= FX_SEG_HEADER_LEN + 2 * REC(100));
+    assert_false(fx_dlog_segment_at(f.log, 4, NULL, NULL, NULL));
+    fx_dlog_retained r;
+    /* Offset 3 is inside [2,3]: only [0,1] lies wholly below. */
+    assert_int_equal(fx_dlog_retain_below(f.log, 3, 200, &r), 0);
+    assert_int_equal(r.segments, 1);
+    assert_int_equal(r.first_offset, 2);
+    assert_int_equal(fx_dlog_retain_below(f.log, 0, 200, &r), 0);
+    assert_int_equal(r.segments, 0);
+    /* Past everything: the sealed ones go, the active one stays. */
+    assert_int_equal(fx_dlog_retain_below(f.log, 100, 200, &r), 0);
+    assert_int_equal(r.segments, 2);
+    assert_int_equal(fx_dlog_first_offset(f.log), 6);
+    assert_int_equal(fx_dlog_segment_count(f.log), 1);
+    done(&f);
+}
+
 static void test_close_with_sync_makes_everything_durable(void **state)
 {
     fixture f;
@@ -319,6 +348,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_failed_write_leaves_nothing_and_the_offset_is_reused),
     cmocka_unit_test(test_empty_and_oversized_appends_are_refused),
     cmocka_unit_test(test_retention_by_bytes_and_age_spares_the_active_segment),
+    cmocka_unit_test(test_retain_below_deletes_only_sealed_segments_wholly_below_the_offset),
     cmocka_unit_test(test_close_with_sync_makes_everything_durable),
 };
 
