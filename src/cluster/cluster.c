@@ -82,6 +82,7 @@ struct fx_cluster {
     owner *claims;                 /* mu: queue of claims to run */
     fx_task claim_task;
     char status_why[160];          /* mu: why not ready */
+    fx_etcd_stats etcd_stats;      /* mu: a copy taken on the cluster thread */
 
     /* membership (cluster thread; atomics read anywhere) */
     _Atomic uint64_t deadline_ns; /* CLOCK_BOOTTIME; 0: not serving */
@@ -331,11 +332,23 @@ static void on_keepalive(fx_etcd *e, const fx_etcd_resp *r, void *user)
     arm_ka(c, period);
 }
 
+/* Copies the etcd client's counters for readers on other threads. Cluster
+ * thread. */
+static void copy_etcd_stats(fx_cluster *c)
+{
+    fx_etcd_stats st;
+    fx_etcd_get_stats(c->etcd, &st);
+    pthread_mutex_lock(&c->mu);
+    c->etcd_stats = st;
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void ka_fire(fx_loop *l, fx_timer *t, void *user)
 {
     (void)l;
     (void)t;
     fx_cluster *c = user;
+    copy_etcd_stats(c);
     if (c->stopping || !atomic_load(&c->registered) || c->ka_in_flight)
         return;
     c->ka_sent_ns = boottime_ns();
@@ -667,6 +680,7 @@ static void on_claimed(fx_etcd *e, const fx_etcd_resp *r, void *user)
     claim_ctx *cx = user;
     fx_cluster *c = cx->c;
     owner *o = cx->o;
+    copy_etcd_stats(c);
     if (r->rv != 0) {
         atomic_fetch_add(&c->claims_error, 1);
         FX_COUNTER_INC(cluster_claims_error);
@@ -1090,6 +1104,22 @@ char *fx_cluster_status_json(fx_cluster *c)
                                       json_pack("{s:s,s:s,s:s,s:s,s:I}", "tenant", o->t,
                                                 "namespace", o->ns, "stream", o->s, "node",
                                                 o->node, "epoch", (json_int_t)o->epoch));
+    const fx_etcd_stats *es = &c->etcd_stats;
+    json_t *etcd = json_pack(
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "range",
+        (json_int_t)es->requests[FX_ETCD_KIND_RANGE], "put", (json_int_t)es->requests[FX_ETCD_KIND_PUT],
+        "delete", (json_int_t)es->requests[FX_ETCD_KIND_DELETE], "txn",
+        (json_int_t)es->requests[FX_ETCD_KIND_TXN], "lease_grant",
+        (json_int_t)es->requests[FX_ETCD_KIND_LEASE_GRANT], "keepalive",
+        (json_int_t)es->requests[FX_ETCD_KIND_LEASE_KEEPALIVE], "watch",
+        (json_int_t)es->requests[FX_ETCD_KIND_WATCH], "errors",
+        (json_int_t)(es->err_connect + es->err_timeout + es->err_tls + es->err_remote +
+                     es->err_proto + es->err_too_big),
+        "no_leader", (json_int_t)es->err_no_leader, "failovers", (json_int_t)es->failovers,
+        "latency_count", (json_int_t)es->latency_count, "latency_ns_sum",
+        (json_int_t)es->latency_ns_sum);
+    if (etcd != NULL)
+        json_object_set_new(root, "etcd_requests", etcd);
     json_object_set_new(root, "streams_placed", json_integer((json_int_t)c->n_owned_total));
     json_object_set_new(root, "streams_here", json_integer((json_int_t)c->n_owned_here));
     pthread_mutex_unlock(&c->mu);

@@ -684,6 +684,82 @@ static void test_kill_9_resumes_the_subscriber_at_the_new_owner_after_a_gap(void
     assert_true(p95 <= (uint64_t)(TTL_S + 2) * 1000);
 }
 
+/* ---- placement under concurrent claims ------------------------------------------------ */
+
+typedef struct placer {
+    int via; /* the node this placer publishes through first */
+    int n;   /* streams */
+    int fails;
+    pthread_t thr;
+} placer;
+
+static void *placer_main(void *arg)
+{
+    placer *pl = arg;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    char name[32], msg[512];
+    for (int s = 0; s < pl->n; s++) {
+        snprintf(name, sizeof(name), "c%d", s);
+        int via = pl->via, hop = 0;
+        for (; hop < 3; hop++) {
+            int rv = publish_at(cl[via], name, "x", msg, sizeof(msg));
+            if (rv == 0)
+                break;
+            int to = named_owner(msg);
+            if (to < 0) /* a concurrent claim: try again */
+                to = via;
+            via = to;
+        }
+        if (hop == 3)
+            pl->fails++;
+    }
+    for (int i = 0; i < NB; i++)
+        (void)fx_client_close(cl[i], PROC_HANG_MS);
+    return NULL;
+}
+
+static void test_streams_placed_by_three_nodes_at_once_stay_within_the_bounded_load(void **state)
+{
+    (void)state;
+    const char *env = getenv("FX_CLUSTER_STREAMS");
+    int n = env != NULL && atoi(env) > 0 ? atoi(env) : 300;
+    placer pl[NB];
+    uint64_t t0 = proc_now_ms();
+    for (int i = 0; i < NB; i++) {
+        pl[i] = (placer){.via = i, .n = n};
+        assert_int_equal(pthread_create(&pl[i].thr, NULL, placer_main, &pl[i]), 0);
+    }
+    for (int i = 0; i < NB; i++) {
+        pthread_join(pl[i].thr, NULL);
+        assert_int_equal(pl[i].fails, 0);
+    }
+    uint64_t took = proc_now_ms() - t0;
+    /* Every node's view: N streams placed, each node within the cap. */
+    int64_t cap = (125 * (int64_t)n + 300 - 1) / 300; /* ceil(1.25 x N / 3) */
+    int64_t per[NB] = {0}, won = 0, lost = 0, txns = 0;
+    for (int i = 0; i < NB; i++) {
+        json_t *j = cluster_view(i);
+        assert_int_equal(json_integer_value(json_object_get(j, "streams_placed")), n);
+        per[i] = json_integer_value(json_object_get(j, "streams_here"));
+        json_t *cn = json_object_get(j, "counters");
+        won += json_integer_value(json_object_get(cn, "claims_won"));
+        lost += json_integer_value(json_object_get(cn, "claims_lost"));
+        txns += json_integer_value(json_object_get(json_object_get(j, "etcd_requests"), "txn"));
+        json_decref(j);
+    }
+    print_message("%d streams placed by 3 nodes at once in %llu ms: %lld / %lld / %lld per node "
+                  "(cap %lld); claims won %lld, lost %lld; claim and registration txns %lld\n",
+                  n, (unsigned long long)took, (long long)per[0], (long long)per[1],
+                  (long long)per[2], (long long)cap, (long long)won, (long long)lost,
+                  (long long)txns);
+    assert_int_equal(per[0] + per[1] + per[2], n);
+    for (int i = 0; i < NB; i++)
+        assert_true(per[i] <= cap);
+    assert_int_equal(won, n); /* one winning transaction per placement */
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_every_stream_has_one_owner_that_every_node_names,
                                     cluster_setup, cluster_teardown),
@@ -699,5 +775,8 @@ static const struct CMUnitTest tests[] = {
         cluster_teardown),
     cmocka_unit_test_setup_teardown(test_kill_9_resumes_the_subscriber_at_the_new_owner_after_a_gap,
                                     cluster_setup, cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_streams_placed_by_three_nodes_at_once_stay_within_the_bounded_load, cluster_setup,
+        cluster_teardown),
 };
 FX_TEST_MAIN(tests)
