@@ -8,6 +8,9 @@
 #   scripts/cluster.sh start DIR [N]   (N brokers, default 3, at most 9)
 #   scripts/cluster.sh stop DIR        (SIGTERM to each broker by its PID, SIGKILL after
 #                                       10 s; stops etcd; removes the data under DIR)
+#   scripts/cluster.sh run [N]         (`make run-cluster`: start in a temporary directory,
+#                                       print the commands to try, stop and remove it all
+#                                       on Ctrl-C)
 # The broker binary is $FELIX_BROKER, else build/release/felix-broker of this tree.
 # Extra broker settings: FX_CLUSTER_SET="key=value key=value" (passed as --set each).
 # `start` returns once every broker's /ready answers 200. Under DIR it leaves:
@@ -24,8 +27,41 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:-}
 dir=${2:-}
+if [ "$cmd" = run ]; then
+    # `make run-cluster`: this script again, start then stop, on a directory of its own.
+    n=${2:-3}
+    dir=$(mktemp -d /tmp/felix-cluster.XXXXXX)
+    trap 'echo; echo "cluster.sh: stopping the brokers and etcd"; "$here/cluster.sh" stop "$dir"; rm -rf "$dir"; exit 0' INT TERM
+    "$here/cluster.sh" start "$dir" "$n" || { rm -rf "$dir"; exit 1; }
+    broker=${FELIX_BROKER:-$here/../build/release/felix-broker}
+    bin=$(cd "$(dirname "$broker")" && pwd)
+    path=""
+    [ -x "$bin/felix" ] && path="  export PATH=$bin:\$PATH    # the felix CLI built beside the broker"$'\n'
+    cat <<EOT
+
+A cluster of $n brokers (n1..n$n) and an etcd, all on loopback, data and logs in $dir.
+In another terminal:
+  . $dir/cluster.env    # FELIX_SERVER (every node), FELIX_PIN, FELIX_ADMIN (n1), NI_SERVER, NI_ADMIN, NI_PID
+$path  felix cluster status                 # the nodes, their leases, which stream is where
+  felix pub --ack per_message t1/default/demo hello
+      # n1 serves the stream, or refuses: "stream t1/default/demo is served by nX"
+      # (a publish is not forwarded yet): publish to the owner it names
+  felix pub --server \$N2_SERVER --ack per_message t1/default/demo hello
+      # here the owner named was n2 (use the NI_SERVER of yours)
+  felix sub --server \$N3_SERVER t1/default/demo
+      # through a node that is not the owner: libfelix follows its redirect to the owner
+  felix cluster status --admin \$N3_ADMIN   # every node names the same owner
+  kill -9 \$N2_PID                       # the owner dies: after its lease TTL (5 s) it leaves the
+                                          # nodes, and the next publish or subscribe places its streams
+                                          # on a live node at epoch 2 (cluster status shows it)
+Logs: $dir/nI.log and $dir/etcd/etcd.log. Ctrl-C stops the brokers and etcd and removes $dir.
+EOT
+    while :; do
+        sleep 1
+    done
+fi
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-    echo "usage: scripts/cluster.sh start DIR [N] | stop DIR" >&2
+    echo "usage: scripts/cluster.sh start DIR [N] | stop DIR | run [N]" >&2
     exit 2
 fi
 
@@ -171,7 +207,7 @@ stop)
     stop_all
     ;;
 *)
-    echo "usage: scripts/cluster.sh start DIR [N] | stop DIR" >&2
+    echo "usage: scripts/cluster.sh start DIR [N] | stop DIR | run [N]" >&2
     exit 2
     ;;
 esac
