@@ -48,9 +48,9 @@ $path  felix cluster status                 # the nodes, their leases, which str
       # (a publish is not forwarded yet): publish to the owner it names
   felix pub --server \$N2_SERVER --ack per_message t1/default/demo hello
       # here the owner named was n2 (use the NI_SERVER of yours)
-  felix sub --server \$N3_SERVER t1/default/demo
+  felix sub --server \$N${n}_SERVER t1/default/demo
       # through a node that is not the owner: libfelix follows its redirect to the owner
-  felix cluster status --admin \$N3_ADMIN   # every node names the same owner
+  felix cluster status --admin \$N${n}_ADMIN   # every node names the same owner
   kill -9 \$N2_PID                       # the owner dies: after its lease TTL (5 s) it leaves the
                                           # nodes, and the next publish or subscribe places its streams
                                           # on a live node at epoch 2 (cluster status shows it)
