@@ -1383,8 +1383,9 @@ static const fx_cli_help HELP[] = {
         "incarnation and deadline; every node it sees (id, QUIC address,\n"
         "incarnation, lease, weight, streams owned, admin address, sorted by id);\n"
         "which node owns each placed stream and at which epoch (sorted by\n"
-        "TENANT/NS/STREAM); and its claim, lease and watch counters. Any node\n"
-        "answers for the whole cluster. A standalone broker answers 404 (exit 1).\n"
+        "TENANT/NS/STREAM); its claim, lease and watch counters and its etcd\n"
+        "requests. Any node answers for the whole cluster. A standalone broker\n"
+        "answers 404 (exit 1).\n"
         "  --json                     print the broker's JSON answer as is\n",
         "felix cluster status --admin 127.0.0.1:8080\n"
         "  . /tmp/felix-cluster/cluster.env && felix cluster status --json | jq .streams",

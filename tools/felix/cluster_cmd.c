@@ -1,8 +1,8 @@
 /* `felix cluster status`: one broker's view of its cluster from the admin
  * endpoint (GET /v1/cluster, docs/cluster.md): the nodes with their
  * addresses, incarnations, leases and streams, whether this node serves and
- * why not, its deadline and counters, and which node owns which stream.
- * Main thread. */
+ * why not, its deadline, counters and etcd requests, and which node owns
+ * which stream. Main thread. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -149,6 +149,22 @@ static int print_streams(const json_t *root)
     return 0;
 }
 
+/* The integer members of object |key| of |root| as "name value" lines under
+ * |title| (nothing when absent: an older broker). */
+static void print_counts(const json_t *root, const char *key, const char *title)
+{
+    json_t *o = json_object_get(root, key);
+    if (json_object_size(o) == 0)
+        return;
+    printf("\n%s:\n", title);
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        printf("  %-16s %lld\n", k, (long long)json_integer_value(v));
+    }
+}
+
 /* The human form of a GET /v1/cluster answer. */
 static int print_status(const json_t *root)
 {
@@ -168,16 +184,14 @@ static int print_status(const json_t *root)
            (long long)json_integer_value(json_object_get(root, "deadline_in_ms")));
     if (print_nodes(root) != 0 || print_streams(root) != 0)
         return -ENOMEM;
-    json_t *counters = json_object_get(root, "counters");
-    if (json_object_size(counters) > 0) {
-        printf("\ncounters:\n");
-        const char *k;
-        json_t *v;
-        json_object_foreach(counters, k, v)
-        {
-            printf("  %-16s %lld\n", k, (long long)json_integer_value(v));
-        }
-    }
+    print_counts(root, "counters", "counters");
+    print_counts(root, "etcd_requests", "etcd requests");
+    json_t *etcd = json_object_get(root, "etcd_requests");
+    json_int_t n = json_integer_value(json_object_get(etcd, "latency_count"));
+    if (n > 0)
+        printf("  %-16s %.3f ms\n", "mean latency",
+               (double)json_integer_value(json_object_get(etcd, "latency_ns_sum")) / (double)n /
+                   1e6);
     return 0;
 }
 
