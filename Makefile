@@ -14,7 +14,7 @@ DEB_DIR := build/deb
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all deps build test run fuzz format clean install deb
+.PHONY: all deps build test run run-cluster fuzz format clean install deb
 
 all: build
 
@@ -34,6 +34,11 @@ test: deps build
 
 run: build
 	@scripts/run.sh $(REL_DIR) $(ARGS)
+
+# A local etcd and three brokers in a temporary directory (scripts/cluster.sh
+# run; CLUSTER_NODES=N for another count), the commands to try, Ctrl-C stops all.
+run-cluster: build
+	@FELIX_BROKER=$(REL_DIR)/felix-broker scripts/cluster.sh run $(CLUSTER_NODES)
 
 # libfelix (.so, .a, headers, felix.pc), the binaries, man pages, the systemd
 # unit, the example configuration and the Python package, under

@@ -925,7 +925,7 @@ static void test_help_text_has_example_for_every_command(void **state)
     size_t n = 0;
     const fx_cli_help *all = fx_cli_help_all(&n);
     assert_true(n >= 4);
-    static const char *const want[] = {"pub", "sub", "consume", "stats", "streams", "groups"};
+    static const char *const want[] = {"pub", "sub", "consume", "stats", "streams", "groups", "cluster"};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         assert_non_null(fx_cli_help_find(want[i]));
     assert_null(fx_cli_help_find("nope"));

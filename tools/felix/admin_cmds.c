@@ -1,7 +1,8 @@
 /* `felix stats`, `felix streams` and `felix groups`: read the broker's admin
  * endpoint (GET /metrics, /v1/subscriptions, /v1/streams; PUT and DELETE of
  * /v1/streams/T/NS/S; the consumer groups under /v1/streams/T/NS/S/groups)
- * and print what it says, or exactly why it could not. Main thread. */
+ * and print what it says, or exactly why it could not; the admin call and the
+ * JSON table are shared with `felix cluster` (cluster_cmd.c). Main thread. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
@@ -40,7 +41,9 @@ static void http_status_error(const char *cmd, const char *method, const char *u
     body_reason(body, resp->body.p != NULL ? resp->body.len : 0, reason, sizeof(reason));
     int blen = (int)strlen(reason);
     const char *hint = "";
-    if (resp->status == 404 && strstr(url, "/groups") != NULL)
+    if (resp->status == 404 && strstr(url, "/v1/cluster") != NULL)
+        hint = ""; /* the broker's sentence says it: a standalone broker */
+    else if (resp->status == 404 && strstr(url, "/groups") != NULL)
         hint = " (no such stream or group, or this broker does not serve consumer groups yet)";
     else if (resp->status == 404 && strstr(url, "/v1/streams/") != NULL)
         hint = " (no such stream, or this broker does not serve the stream admin API yet)";
@@ -85,6 +88,12 @@ static int admin_call_body(const char *cmd, const fx_cli_common *c, const char *
         return 1;
     }
     return 0;
+}
+
+int fx_cli_admin_call(const char *cmd, const fx_cli_common *c, const char *method, const char *path,
+                      fx_cli_http *resp)
+{
+    return admin_call_body(cmd, c, method, path, NULL, resp);
 }
 
 /* ---- generic JSON tables ------------------------------------------------------- */
@@ -157,6 +166,11 @@ static void print_table(const json_t *rows, size_t limit)
             printf("%-*s%s", width[j], cell, j + 1 < ncols ? "  " : "\n");
         }
     }
+}
+
+void fx_cli_print_table(const struct json_t *rows, size_t limit)
+{
+    print_table(rows, limit);
 }
 
 /* Returns the array of objects in |root| (the root itself, or its member

@@ -29,6 +29,9 @@ int fx_cli_log(int argc, char **argv);
 /* `felix cache put|get|del`: one cache request (cache_cmd.c). */
 int fx_cli_cache(int argc, char **argv);
 
+/* `felix cluster status`: GET /v1/cluster (cluster_cmd.c). */
+int fx_cli_cluster(int argc, char **argv);
+
 /* Prints "felix CMD: <message>" as one line on stderr. */
 void fx_cli_errorf(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -100,5 +103,19 @@ int fx_cli_http_request(const char *method, const char *url, const char *token, 
 int fx_cli_http_request_body(const char *method, const char *url, const char *token,
                              const char *body, int timeout_ms, fx_cli_http *resp, char *err,
                              size_t errlen);
+
+/* Sends |method| to |path| (such as "/v1/cluster") on the admin endpoint of
+ * |c| (--admin, FELIX_ADMIN; the admin token when set). Returns 0 with a 2xx
+ * answer in |resp| (free resp->body), or 1 after printing for |cmd| why it
+ * failed: the transport error, or the HTTP status with the broker's reason
+ * (admin_cmds.c). */
+int fx_cli_admin_call(const char *cmd, const fx_cli_common *c, const char *method, const char *path,
+                      fx_cli_http *resp);
+
+struct json_t;
+/* Prints the first |limit| objects of the JSON array |rows| as an aligned
+ * table, one column per key in order of first appearance (at most 12), each
+ * cell at most 40 bytes and cleaned for the terminal (admin_cmds.c). */
+void fx_cli_print_table(const struct json_t *rows, size_t limit);
 
 #endif

@@ -1374,6 +1374,24 @@ static const fx_cli_help HELP[] = {
         true,
     },
     {
+        "cluster",
+        "show a cluster broker's view: nodes, leases, which stream is where",
+        "felix cluster status [--json] [--admin HOST:PORT]\n"
+        "\n"
+        "GET /v1/cluster on the admin endpoint of one broker of a cluster\n"
+        "(docs/cluster.md): whether that node serves (and why not), its lease, TTL,\n"
+        "incarnation and deadline; every node it sees (id, QUIC address,\n"
+        "incarnation, lease, weight, streams owned, admin address, sorted by id);\n"
+        "which node owns each placed stream and at which epoch (sorted by\n"
+        "TENANT/NS/STREAM); its claim, lease and watch counters and its etcd\n"
+        "requests. Any node answers for the whole cluster. A standalone broker\n"
+        "answers 404 (exit 1).\n"
+        "  --json                     print the broker's JSON answer as is\n",
+        "felix cluster status --admin 127.0.0.1:8080\n"
+        "  . /tmp/felix-cluster/cluster.env && felix cluster status --json | jq .streams",
+        true,
+    },
+    {
         "cache",
         "put, get or delete a key of the broker's cache",
         "felix cache put [--ttl-ms N] [options] NS/CACHE KEY VALUE|-\n"

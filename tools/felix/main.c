@@ -1,5 +1,5 @@
 /* felix: the command-line client of Felix-C. Dispatches to the command
- * (pub, sub, consume, stats, streams, groups, token, bench, log, cache) and answers
+ * (pub, sub, consume, stats, streams, groups, token, bench, log, cache, cluster) and answers
  * --help and --version. Main thread; libfelix runs its own loop thread while
  * pub, sub and consume are connected. */
 #include <stdio.h>
@@ -20,7 +20,7 @@ static const command COMMANDS[] = {
     {"pub", fx_cli_pub},         {"sub", fx_cli_sub},       {"consume", fx_cli_consume},
     {"stats", fx_cli_stats},     {"streams", fx_cli_streams}, {"groups", fx_cli_groups},
     {"token", fx_cli_token},     {"bench", fx_cli_bench},   {"log", fx_cli_log},
-    {"cache", fx_cli_cache},
+    {"cache", fx_cli_cache},     {"cluster", fx_cli_cluster},
 };
 
 int main(int argc, char **argv)
