@@ -740,8 +740,18 @@
     C(cluster_redirects, "felix_cluster_redirects_total", "",                                      \
       "Subscribes answered not_leader (the client offered FEATURE_REDIRECT)")                      \
     C(cluster_refused, "felix_cluster_refused_total", "",                                          \
-      "Publishes and subscribes refused because another node owns the stream (clients without "    \
-      "FEATURE_REDIRECT, and every publish: forwarding is not built) or no owner could be named")  \
+      "Publishes and subscribes this node did not serve because another node owns the stream "     \
+      "(forwarded, redirected or refused: see the other cluster counters) or no owner could be "   \
+      "named")                                                                                     \
+    C(cluster_forwards, "felix_cluster_forwards_total", "",                                        \
+      "Publish requests forwarded to the node that owns their stream (cluster_forward)")           \
+    C(cluster_forwarded_messages, "felix_cluster_forwarded_messages_total", "",                    \
+      "Messages in the forwarded publish requests, handed to the owner")                           \
+    C(cluster_forward_failed, "felix_cluster_forward_failed_total", "",                            \
+      "Forwarded publish requests that failed (the owner unreachable or refusing): acked ones "    \
+      "were answered with the error")                                                              \
+    C(cluster_forward_refused, "felix_cluster_forward_refused_total", "",                          \
+      "Publish requests refused because the forwarding queue held its byte bound (64 MiB)")        \
     C(cluster_suspended_refused, "felix_cluster_suspended_refused_total", "",                      \
       "Publishes refused at admission or before the append because the broker was suspended "      \
       "(past its lease deadline)")                                                                 \

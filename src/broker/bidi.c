@@ -229,6 +229,11 @@ static void on_auth(fxb_bidi *s, const fx_msg *m)
     if (s->conn->b->o.auth.verify != NULL && (!auth_rate_ok(s) || !verify_token(s, m)))
         return;
     memcpy(s->tenant, m->tenant_id, n + 1);
+    if (atomic_load_explicit(&s->conn->b->forwarder, memory_order_acquire) != NULL &&
+        (s->fwd_token = strdup(m->token != NULL ? m->token : "")) == NULL) {
+        fxb_bidi_fail(s, "out of memory for the stream's token");
+        return;
+    }
     s->authed = true;
     s->dec.max_frame = s->conn->b->o.max_frame_bytes; /* read between frames: the next header */
     fxb_conn_on_authed(s->conn, s);

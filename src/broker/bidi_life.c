@@ -5,6 +5,7 @@
 #include "broker/bidi_life.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "base/metrics.h"
@@ -48,6 +49,10 @@ void fxb_bidi_unref(fxb_bidi *s)
     if (s->auth_ctx != NULL && a->release != NULL)
         a->release(a->user, s->auth_ctx);
     free(s->pend);
+    if (s->fwd_token != NULL) {
+        explicit_bzero(s->fwd_token, strlen(s->fwd_token));
+        free(s->fwd_token);
+    }
     fxb_conn_unref(s->conn);
     free(s);
 }

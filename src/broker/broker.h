@@ -514,6 +514,12 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
  * log is pinned to this node). Returns 0 or -ENOMEM. Any thread. */
 int fx_broker_release_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream);
 
+struct fx_forwarder;
+/* From now on a publish to a stream another node owns is forwarded through
+ * |f| (src/cluster/forward.h) instead of refused (NULL: refused again).
+ * Borrowed: it outlives the broker's serving. Any thread. */
+void fx_broker_set_forwarder(fx_broker *b, struct fx_forwarder *f);
+
 /* ---- consumer groups (group_admin.c) ----------------------------------------
  * Each asks the stream's worker and waits at most |timeout_ns|. Errors:
  * FX_ENOSTREAM (no such stream, or no such group: |err| says which),

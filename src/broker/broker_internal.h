@@ -121,6 +121,9 @@ struct fx_broker {
     struct fxb_durable *dur; /* durable storage (durable.c), or NULL without a storage dir */
     /* The tenant accounts of the caches (cache_srv.c). */
     struct fxb_caches *caches;
+    /* Forwards publishes for streams other nodes own (fx_broker_set_forwarder),
+     * or NULL. */
+    _Atomic(struct fx_forwarder *) forwarder;
 };
 
 /* Error text of everything refused during the drain (also the close reason;
@@ -171,6 +174,9 @@ struct fxb_bidi {
     uint32_t client_features; /* auth.client_features (0: none offered) */
     uint32_t client_features_hi; /* auth.client_features_hi (0: none offered) */
     char tenant[FX_REGISTRY_NAME_MAX + 1];
+    /* In a cluster that forwards publishes: the token this stream
+     * authenticated with (the owner verifies it again), else NULL. */
+    char *fwd_token;
     void *auth_ctx; /* claims from o.auth.verify, released with the stream */
     bool ended;     /* no more input is processed (error, subscribe, reset) */
     bool closed;    /* QUIC stream gone */

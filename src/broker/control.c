@@ -726,6 +726,11 @@ int fx_broker_release_stream(fx_broker *b, const char *tenant, const char *ns, c
     return remove_stream(b, tenant, ns, stream, NULL, true);
 }
 
+void fx_broker_set_forwarder(fx_broker *b, struct fx_forwarder *f)
+{
+    atomic_store_explicit(&b->forwarder, f, memory_order_release);
+}
+
 static int remove_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                          fx_registry_err *err, bool release)
 {

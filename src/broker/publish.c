@@ -17,6 +17,7 @@
 #include "broker/reply.h"
 #include "broker/resolve.h"
 #include "cluster/cluster.h"
+#include "cluster/forward.h"
 #include "felix/error.h"
 #include "wire/binary.h"
 
@@ -52,6 +53,77 @@ static bool refuse_draining(fxb_bidi *s, bool acked, bool binary, uint64_t reque
     if (acked) {
         FX_COUNTER_INC(publish_error);
         answer_now(s, binary, request_id, why);
+    } else {
+        FX_COUNTER_INC(publish_dropped);
+    }
+    return true;
+}
+
+/* ---- forwarding (cluster) ------------------------------------------------------------------ */
+
+/* The owner answered a forwarded acked publish (a client's loop thread):
+ * its reply slot is completed with that answer. */
+static void forwarded_acked(void *user, int rv, const char *why)
+{
+    fxb_reply *r = user;
+    fxb_reply_complete(r, rv == 0 ? NULL : why);
+    if (!fx_loop_post(r->loop, &r->task))
+        fxb_reply_unref(r);
+}
+
+static void forwarded_unacked(void *user, int rv, const char *why)
+{
+    (void)user;
+    (void)why;
+    if (rv != 0)
+        FX_COUNTER_INC(publish_dropped); /* the owner could not be reached: counted */
+}
+
+/* A publish whose stream another node owns (or is the candidate of) is
+ * forwarded to it when this broker forwards (fx_broker_set_forwarder): the
+ * owner verifies the publisher's token again and answers; an acked
+ * publish's reply keeps its place in this stream's reply order. Returns
+ * false when it cannot be forwarded (then the caller refuses it). */
+static bool forward(fxb_bidi *s, fx_wire_slice ns, fx_wire_slice stream,
+                    const fx_wire_slice *payloads, uint32_t count, bool acked, bool binary,
+                    uint64_t rid)
+{
+    fx_forwarder *f = atomic_load_explicit(&s->conn->b->forwarder, memory_order_acquire);
+    const fx_cluster_route *route = s->resolved.route;
+    if (f == NULL || route == NULL || route->kind != FX_CLUSTER_REMOTE || route->addr[0] == '\0' ||
+        s->fwd_token == NULL || ns.len > FX_REGISTRY_NAME_MAX || stream.len > FX_REGISTRY_NAME_MAX)
+        return false;
+    char nsz[FX_REGISTRY_NAME_MAX + 1], sz[FX_REGISTRY_NAME_MAX + 1];
+    memcpy(nsz, ns.ptr, ns.len);
+    nsz[ns.len] = '\0';
+    memcpy(sz, stream.ptr, stream.len);
+    sz[stream.len] = '\0';
+    fx_forward_iov *iov = malloc((count ? count : 1) * sizeof(*iov));
+    fxb_reply *r = NULL;
+    if (iov == NULL || (acked && (r = fxb_reply_new(s, binary, rid)) == NULL)) {
+        free(iov);
+        fxb_bidi_fail(s, "out of memory for a forwarded publish");
+        return true;
+    }
+    for (uint32_t i = 0; i < count; i++)
+        iov[i] = (fx_forward_iov){.data = payloads[i].ptr, .len = payloads[i].len};
+    if (r != NULL)
+        atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); /* the forward's */
+    int rv = fx_forward_publish(f, route->addr, s->tenant, s->fwd_token, nsz, sz, iov, count, acked,
+                                acked ? forwarded_acked : forwarded_unacked, r);
+    free(iov);
+    if (rv == 0) {
+        FX_COUNTER_INC(cluster_forwards);
+        return true;
+    }
+    FX_COUNTER_INC(publish_error);
+    if (r != NULL) {
+        fxb_reply_complete(r, rv == FX_EFULL
+                                  ? "overloaded: the queue of publishes forwarded to the "
+                                    "stream's owner is full; retry"
+                                  : "out of memory forwarding a publish");
+        fxb_reply_unref(r); /* the forward's reference: it never ran */
+        fxb_bidi_flush(s);
     } else {
         FX_COUNTER_INC(publish_dropped);
     }
@@ -116,6 +188,9 @@ static int binary_resolve(fxb_bidi *s, const fx_frame *f, const fx_wire_publish_
     fx_registry_err rerr;
     if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, pb->tenant, pb->ns, pb->stream, &h, &rerr) !=
         0) {
+        if (rerr.code == FX_EREMOTE &&
+            forward(s, pb->ns, pb->stream, pb->payloads, pb->count, acked, true, rid))
+            return 0;
         /* Unacked: nothing to answer (a forbidden one is counted and logged). */
         FX_COUNTER_INC(publish_error);
         if (acked)
@@ -276,14 +351,35 @@ static bool json_refused(fxb_bidi *s, const fx_msg *m, bool acked)
     return refuse_draining(s, acked, false, m->request_id);
 }
 
+/* Forwards JSON publish |m| (forward()). */
+static bool json_forward(fxb_bidi *s, const fx_msg *m, bool acked)
+{
+    size_t count = m->type == FX_MSG_PUBLISH ? 1 : m->n_payloads;
+    if (count > UINT32_MAX)
+        return false;
+    const fx_msg_bytes *src = m->type == FX_MSG_PUBLISH ? &m->payload : m->payloads;
+    fx_wire_slice *sl = malloc((count ? count : 1) * sizeof(*sl));
+    if (sl == NULL)
+        return false;
+    for (size_t i = 0; i < count; i++)
+        sl[i] = (fx_wire_slice){src[i].p, src[i].len};
+    bool done = forward(s, str_slice(m->ns), str_slice(m->stream), sl, (uint32_t)count, acked,
+                        false, m->request_id);
+    free(sl);
+    return done;
+}
+
 /* Resolves |m|'s stream into |*ph|. Returns false when it was refused
- * (answered, or an error reply when unacked). */
-static bool json_resolve(fxb_bidi *s, const fx_msg *m, bool acked, fx_stream_handle **ph)
+ * (answered, or an error reply when unacked) or, with |fwd|, forwarded to
+ * the node that owns it. */
+static bool json_resolve(fxb_bidi *s, const fx_msg *m, bool acked, fx_stream_handle **ph, bool fwd)
 {
     fx_registry_err rerr;
     if (fxb_bidi_resolve(s, FX_BROKER_AUTH_PUBLISH, str_slice(m->tenant_id), str_slice(m->ns),
                          str_slice(m->stream), ph, &rerr) == 0)
         return true;
+    if (fwd && rerr.code == FX_EREMOTE && json_forward(s, m, acked))
+        return false;
     FX_COUNTER_INC(publish_error);
     if (acked)
         answer_now(s, false, m->request_id, rerr.msg);
@@ -313,7 +409,7 @@ int fxb_publish_idempotent_json(fxb_bidi *s, const fx_msg *m)
     if (refuse_draining(s, true, false, m->request_id))
         return 0;
     fx_stream_handle *h;
-    if (!json_resolve(s, m, true, &h))
+    if (!json_resolve(s, m, true, &h, false)) /* never forwarded: refused naming the owner */
         return 0;
     if (m->n_payloads > UINT32_MAX) {
         fxb_bidi_fail(s, "too many payloads");
@@ -347,7 +443,7 @@ int fxb_publish_json(fxb_bidi *s, const fx_msg *m)
     if (json_refused(s, m, acked))
         return 0;
     fx_stream_handle *h;
-    if (!json_resolve(s, m, acked, &h))
+    if (!json_resolve(s, m, acked, &h, true))
         return 0;
     size_t count = m->type == FX_MSG_PUBLISH ? 1 : m->n_payloads;
     if (count == 0) {

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "cluster/cluster.h"
+#include "cluster/forward.h"
 #include "felix/error.h"
 
 #define MAX_ENDPOINTS 16
@@ -17,6 +18,8 @@
 struct fx_cluster_node {
     fx_cluster *cl;
     _Atomic(fx_broker *) b; /* NULL before attach and after detach */
+    bool forward;           /* cluster_forward */
+    fx_forwarder *fwd;      /* made at attach (it needs the broker's certificate) */
 };
 
 static void on_release(const char *tenant, const char *ns, const char *stream, void *user)
@@ -68,6 +71,7 @@ int fx_cluster_node_start(const fx_config *c, fx_cluster_node **pn, char *why, s
     fx_cluster_node *node = calloc(1, sizeof(*node));
     if (node == NULL)
         return -ENOMEM;
+    node->forward = c->cluster_forward;
     fx_cluster_opts o = {
         .endpoints = list,
         .n_endpoints = n,
@@ -108,14 +112,31 @@ struct fx_cluster *fx_cluster_node_cluster(fx_cluster_node *n)
 
 void fx_cluster_node_attach(fx_cluster_node *n, fx_broker *b)
 {
-    if (n != NULL)
-        atomic_store(&n->b, b);
+    if (n == NULL)
+        return;
+    atomic_store(&n->b, b);
+    if (!n->forward)
+        return;
+    /* The owners serve the certificate this broker serves (one per cluster):
+     * its pin verifies them. */
+    fx_forward_opts fo = {.pin_sha256 = fx_broker_fingerprint(b)};
+    int rv = fx_forwarder_new(&n->fwd, &fo);
+    if (rv != 0) {
+        FX_LOG_ERROR("cluster", "cannot make the publish forwarder (%s): publishes for streams "
+                     "other nodes own are refused naming the owner",
+                     fx_strerror(rv));
+        return;
+    }
+    fx_broker_set_forwarder(b, n->fwd);
 }
 
 void fx_cluster_node_detach(fx_cluster_node *n)
 {
-    if (n != NULL)
-        atomic_store(&n->b, NULL);
+    if (n == NULL)
+        return;
+    fx_broker *b = atomic_exchange(&n->b, NULL);
+    if (b != NULL)
+        fx_broker_set_forwarder(b, NULL);
 }
 
 static bool ready(void *user, char *why, size_t cap)
@@ -155,6 +176,7 @@ void fx_cluster_node_free(fx_cluster_node *n)
     if (n == NULL)
         return;
     atomic_store(&n->b, NULL);
+    fx_forwarder_free(n->fwd); /* after the broker: no stream can forward any more */
     fx_cluster_free(n->cl);
     free(n);
 }

@@ -540,6 +540,11 @@ const struct key fx_config_keys[] = {
      .type = T_DUR, FIELD(cluster_deadline_margin_ns), .def = "1000ms", .min = 0, .max = HOUR,
      .help = "the broker stops serving its streams this long before its lease could expire in "
              "etcd (clock drift and the check-to-append span); below 2/3 of the TTL"},
+    {.name = "cluster_forward", .env = {"FELIX_CLUSTER_FORWARD"}, .type = T_BOOL,
+     FIELD(cluster_forward), .def = "true",
+     .help = "a publish for a stream another node owns is forwarded to it (as the publisher, whose "
+             "token the owner verifies again; the nodes must serve one certificate); false = it "
+             "is refused naming the owner"},
     {.name = "cluster_weight", .env = {"FELIX_CLUSTER_WEIGHT"}, .type = T_U32,
      FIELD(cluster_weight), .def = "100", .min = 1, .max = 10000,
      .help = "placement weight: a node of weight 200 is given twice the streams of one of 100"},

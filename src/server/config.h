@@ -231,6 +231,7 @@ typedef struct fx_config {
     uint32_t cluster_lease_ttl_s;
     uint64_t cluster_deadline_margin_ns;
     uint32_t cluster_weight;
+    bool cluster_forward;
     char cluster_etcd_ca_file[FX_CONFIG_PATH_MAX];
     char cluster_etcd_cert_file[FX_CONFIG_PATH_MAX];
     char cluster_etcd_key_file[FX_CONFIG_PATH_MAX];
