@@ -213,7 +213,12 @@ static fwd_client *client_for(fx_forwarder *f, const fwd_item *it, int *prv, cha
      * a forward waiting on it fails then and the next goes to the new owner. */
     o.idle_timeout_ms = 1500;
     o.keepalive_ms = 500;
-    o.reconnect = false;
+    /* A connection that idled out while unused (its owner paused, then
+     * back) is made again in the background, so the next forward finds it
+     * up; one whose owner is gone for good keeps trying until the LRU
+     * closes the client (forwards go to the new owner's address). */
+    o.reconnect = true;
+    o.reconnect_max_ms = 1000;
     o.publish_ack_timeout_ms = 10000;
     o.publish_conn_pool = 1; /* one connection: the owner sees one publisher, in order */
     fwd_client *fc = calloc(1, sizeof(*fc));
