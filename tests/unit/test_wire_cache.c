@@ -12,52 +12,10 @@
 #include "felix/error.h"
 #include "wire/message.h"
 
-/* Reads tests/vectors/felix-c-cache/|name| as its bytes without the final
- * newline. */
-static uint8_t *load_vector(const char *name, size_t *plen)
-{
-    const char *root = getenv("FX_SOURCE_DIR");
-    if (!root)
-        fx_test_skip("FX_SOURCE_DIR not set (run through ctest)");
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/tests/vectors/felix-c-cache/%s", root, name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    uint8_t *out = malloc(4096);
-    assert_non_null(out);
-    size_t n = fread(out, 1, 4096, f);
-    while (n > 0 && out[n - 1] == '\n')
-        n--;
-    fclose(f);
-    *plen = n;
-    return out;
-}
+#include "own_vectors.h"
 
-/* |m| encodes to the vector |name| byte for byte, and the vector decodes
- * back to fields equal to |m|'s and re-encodes to the same bytes. */
-static void expect_vector(const fx_msg *m, const char *name)
-{
-    size_t len;
-    uint8_t *want = load_vector(name, &len);
-    uint8_t *got;
-    size_t glen;
-    assert_int_equal(fx_msg_encode(m, &got, &glen), 0);
-    if (glen != len || memcmp(got, want, len) != 0)
-        fail_msg("%s: got %.*s", name, (int)glen, (const char *)got);
-    fx_msg d;
-    assert_int_equal(fx_msg_decode(&d, want, len, NULL), 0);
-    assert_true(fx_msg_equal(m, &d));
-    uint8_t *again;
-    size_t alen;
-    assert_int_equal(fx_msg_encode(&d, &again, &alen), 0);
-    assert_int_equal(alen, len);
-    assert_memory_equal(again, want, len);
-    free(again);
-    fx_msg_deinit(&d);
-    free(got);
-    free(want);
-}
+/* Its vectors: tests/vectors/felix-c-cache (own_vectors.h). */
+#define expect_vector(m, name) own_vector_expect((m), "felix-c-cache", (name))
 
 static void scope(fx_msg *m, fx_msg_type t)
 {
