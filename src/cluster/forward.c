@@ -23,6 +23,7 @@ typedef struct fwd_item {
     fx_iov *iov;
     size_t n, bytes;
     bool acked;
+    bool retried; /* sent again once already, on a fresh client */
     fx_forward_cb cb;
     void *user;
     char blob[]; /* strings, the iov array, then the payloads */
@@ -69,7 +70,10 @@ struct fx_forwarder {
 /* One forward's completion, counted down by its messages' answers. */
 typedef struct fwd_done {
     atomic_size_t left;
+    atomic_size_t ok; /* messages the owner took */
     atomic_int rv;
+    fwd_item *it;   /* owned: sent again when the reused connection was found gone */
+    bool may_retry; /* the client was reused (its connection may have died idle) */
     fx_forward_cb cb;
     void *user;
     fwd_client *fc;
@@ -83,17 +87,31 @@ static bool conn_gone(int rv)
            rv == FX_ESHUTDOWN || rv == FX_ETLS || rv == FX_EQUIC;
 }
 
-static void done_one(fwd_done *d, int rv)
+static void requeue(fx_forwarder *f, fwd_item *it);
+
+static void done_one(fwd_done *d, int rv, bool msg)
 {
     if (rv != 0) {
         int zero = 0;
         atomic_compare_exchange_strong(&d->rv, &zero, rv);
         if (conn_gone(rv))
             atomic_store(&d->fc->dead, true);
+    } else if (msg) {
+        atomic_fetch_add(&d->ok, 1);
     }
     if (atomic_fetch_sub(&d->left, 1) != 1)
         return;
     int r = atomic_load(&d->rv);
+    if (r != 0 && conn_gone(r) && d->may_retry && atomic_load(&d->ok) == 0) {
+        /* A reused connection had died while idle (its owner paused or
+         * restarted): nothing was taken, so the forward goes again, once,
+         * on a fresh client. */
+        d->it->retried = true;
+        requeue(d->f, d->it);
+        free(d);
+        return;
+    }
+    free(d->it);
     char why[256];
     if (r != 0) {
         atomic_fetch_add(&d->f->failed, 1);
@@ -107,7 +125,7 @@ static void done_one(fwd_done *d, int rv)
 
 static void on_ack(void *user, int rv)
 {
-    done_one(user, rv);
+    done_one(user, rv, true);
 }
 
 int fx_forwarder_new(fx_forwarder **pf, const fx_forward_opts *o)
@@ -213,12 +231,9 @@ static fwd_client *client_for(fx_forwarder *f, const fwd_item *it, int *prv, cha
      * a forward waiting on it fails then and the next goes to the new owner. */
     o.idle_timeout_ms = 1500;
     o.keepalive_ms = 500;
-    /* A connection that idled out while unused (its owner paused, then
-     * back) is made again in the background, so the next forward finds it
-     * up; one whose owner is gone for good keeps trying until the LRU
-     * closes the client (forwards go to the new owner's address). */
-    o.reconnect = true;
-    o.reconnect_max_ms = 1000;
+    /* No reconnect: a forward must not wait for an owner that may be gone
+     * for good (run_item retries once on a fresh client instead). */
+    o.reconnect = false;
     o.publish_ack_timeout_ms = 10000;
     o.publish_conn_pool = 1; /* one connection: the owner sees one publisher, in order */
     fwd_client *fc = calloc(1, sizeof(*fc));
@@ -259,22 +274,29 @@ static fwd_client *client_for(fx_forwarder *f, const fwd_item *it, int *prv, cha
     return fc;
 }
 
+/* Sends |it| (taken: freed once answered). */
 static void run_item(fx_forwarder *f, fwd_item *it)
 {
     int rv = 0;
     char why[320];
+    uint64_t connects = atomic_load(&f->connects);
     fwd_client *fc = client_for(f, it, &rv, why, sizeof(why));
     if (fc == NULL) {
         atomic_fetch_add(&f->failed, 1);
         FX_COUNTER_INC(cluster_forward_failed);
         it->cb(it->user, rv, why);
+        free(it);
         return;
     }
     fwd_done *d = calloc(1, sizeof(*d));
     if (d == NULL) {
         it->cb(it->user, -ENOMEM, "out of memory forwarding to the stream's owner");
+        free(it);
         return;
     }
+    d->it = it;
+    d->may_retry = !it->retried && atomic_load(&f->connects) == connects; /* reused */
+    atomic_init(&d->ok, 0);
     atomic_init(&d->left, it->n + 1); /* + 1: held until every message is handed over */
     atomic_init(&d->rv, 0);
     d->cb = it->cb;
@@ -286,10 +308,10 @@ static void run_item(fx_forwarder *f, fwd_item *it)
         rv = fx_publish_async(fc->c, it->ns, it->stream, it->iov[i].data, it->iov[i].len,
                               it->acked ? FX_ACK_PER_MESSAGE : FX_ACK_NONE, on_ack, d);
         if (rv != 0)
-            done_one(d, rv); /* not sent: its callback never runs */
+            done_one(d, rv, true); /* not sent: its callback never runs */
     }
     FX_COUNTER_ADD(cluster_forwarded_messages, it->n);
-    done_one(d, 0);
+    done_one(d, 0, false); /* |it| may be freed from here on */
 }
 
 static void *forwarder_main(void *arg)
@@ -312,10 +334,10 @@ static void *forwarder_main(void *arg)
             break;
         if (stop) {
             it->cb(it->user, FX_ECLOSED, "the broker is stopping: the forward was not sent");
+            free(it);
         } else {
             run_item(f, it);
         }
-        free(it);
     }
     while (f->clients != NULL) {
         fwd_client *fc = f->clients;
@@ -323,6 +345,26 @@ static void *forwarder_main(void *arg)
         client_free(f, fc);
     }
     return NULL;
+}
+
+/* Puts |it| back at the head of the queue (a retry keeps its place). Any
+ * thread. */
+static void requeue(fx_forwarder *f, fwd_item *it)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->stop) { /* the thread may have left its loop: answer here */
+        pthread_mutex_unlock(&f->mu);
+        it->cb(it->user, FX_ECLOSED, "the broker is stopping: the forward was not sent");
+        free(it);
+        return;
+    }
+    it->next = f->head;
+    f->head = it;
+    if (f->tail == NULL)
+        f->tail = it;
+    f->queued_bytes += it->bytes;
+    pthread_mutex_unlock(&f->mu);
+    pthread_cond_signal(&f->cv);
 }
 
 static int start_thread(fx_forwarder *f)
@@ -370,6 +412,7 @@ int fx_forward_publish(fx_forwarder *f, const char *addr, const char *tenant, co
     it->n = n;
     it->bytes = bytes + n * 16;
     it->acked = acked;
+    it->retried = false;
     it->cb = cb;
     it->user = user;
     it->next = NULL;

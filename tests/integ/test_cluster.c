@@ -796,16 +796,20 @@ static void test_kill_9_resumes_the_subscriber_at_the_new_owner_after_a_gap(void
     for (int cy = 0; cy < cycles; cy++) {
         char stream[32];
         snprintf(stream, sizeof(stream), "f%d", cy);
-        pubber p = {.stream = stream};
-        atomic_init(&p.dead, -1);
+        /* On the heap: a failing case leaves its thread running. */
+        pubber *pp = calloc(1, sizeof(*pp));
+        assert_non_null(pp);
+        pubber *const p_ = pp;
+        p_->stream = stream;
+        atomic_init(&p_->dead, -1);
         for (int i = 0; i < NB; i++)
-            p.cl[i] = connect_to(i, false);
-        int o = place(p.cl, cy % NB, stream);
+            p_->cl[i] = connect_to(i, false);
+        int o = place(p_->cl, cy % NB, stream);
         int seed = (o + 1) % NB;
         fx_client *sc = connect_to(seed, true);
         fx_subscription *s = NULL;
         assert_int_equal(fx_subscribe(&s, sc, NS, stream, NULL), 0);
-        assert_int_equal(pthread_create(&p.thr, NULL, pub_main, &p), 0);
+        assert_int_equal(pthread_create(&p_->thr, NULL, pub_main, p_), 0);
         /* Live traffic through the owner first. */
         fx_event ev;
         uint64_t last = 0, events = 0;
@@ -817,7 +821,7 @@ static void test_kill_9_resumes_the_subscriber_at_the_new_owner_after_a_gap(void
         }
         fx_sub_stats before;
         assert_int_equal(fx_subscription_stats(s, &before), 0);
-        atomic_store(&p.dead, o);
+        atomic_store(&p_->dead, o);
         uint64_t t0 = proc_now_ms();
         kill(C->n[o].pid, SIGKILL);
         waitpid(C->n[o].pid, NULL, 0);
@@ -848,17 +852,18 @@ static void test_kill_9_resumes_the_subscriber_at_the_new_owner_after_a_gap(void
         fx_sub_stats after;
         assert_int_equal(fx_subscription_stats(s, &after), 0);
         assert_true(after.gaps > before.gaps); /* the owner change is reported */
-        atomic_store(&p.stop, true);
-        pthread_join(p.thr, NULL);
+        atomic_store(&p_->stop, true);
+        pthread_join(p_->thr, NULL);
         print_message("cycle %d: %s killed, first delivery at the new owner after %llu ms "
                       "(acked %llu, refused %llu)\n",
                       cy, C->n[o].id, (unsigned long long)took[cy],
-                      (unsigned long long)atomic_load(&p.acked),
-                      (unsigned long long)atomic_load(&p.refused));
+                      (unsigned long long)atomic_load(&p_->acked),
+                      (unsigned long long)atomic_load(&p_->refused));
         fx_unsubscribe(s);
         (void)fx_client_close(sc, PROC_HANG_MS);
         for (int i = 0; i < NB; i++)
-            (void)fx_client_close(p.cl[i], i == o ? 0 : PROC_HANG_MS);
+            (void)fx_client_close(p_->cl[i], i == o ? 0 : PROC_HANG_MS);
+        free(pp);
         node_start(o); /* the same node again: a new incarnation */
         wait_serving(o);
     }
