@@ -255,9 +255,13 @@ static fwd_client *client_for(fx_forwarder *f, const fwd_item *it, int *prv, cha
         atomic_fetch_add(&f->connect_errors, 1);
         snprintf(why, cap, "cannot forward to the stream's owner at %s: %s", it->addr,
                  text[0] ? text : fx_strerror(rv));
-        snprintf(slot->addr, sizeof(slot->addr), "%s", it->addr);
-        slot->until_ns = fx_now_ns() + FAILED_HOLD_NS;
-        slot->rv = rv;
+        /* An owner that refused this publisher's token answered: it is
+         * reachable, and other publishers' forwards to it must go on. */
+        if (rv != FX_EAUTH) {
+            snprintf(slot->addr, sizeof(slot->addr), "%s", it->addr);
+            slot->until_ns = fx_now_ns() + FAILED_HOLD_NS;
+            slot->rv = rv;
+        }
         free(fc->addr);
         free(fc->tenant);
         free(fc->token);
@@ -290,6 +294,8 @@ static void run_item(fx_forwarder *f, fwd_item *it)
     }
     fwd_done *d = calloc(1, sizeof(*d));
     if (d == NULL) {
+        atomic_fetch_add(&f->failed, 1);
+        FX_COUNTER_INC(cluster_forward_failed);
         it->cb(it->user, -ENOMEM, "out of memory forwarding to the stream's owner");
         free(it);
         return;
@@ -333,6 +339,8 @@ static void *forwarder_main(void *arg)
         if (it == NULL && stop)
             break;
         if (stop) {
+            atomic_fetch_add(&f->failed, 1); /* answered with an error: counted as failed */
+            FX_COUNTER_INC(cluster_forward_failed);
             it->cb(it->user, FX_ECLOSED, "the broker is stopping: the forward was not sent");
             free(it);
         } else {
