@@ -70,7 +70,8 @@ struct fx_forwarder {
 /* One forward's completion, counted down by its messages' answers. */
 typedef struct fwd_done {
     atomic_size_t left;
-    atomic_size_t ok; /* messages the owner took */
+    atomic_size_t ok;   /* messages the owner took */
+    atomic_size_t sent; /* messages handed to the client (their callbacks run) */
     atomic_int rv;
     fwd_item *it;   /* owned: sent again when the reused connection was found gone */
     bool may_retry; /* the client was reused (its connection may have died idle) */
@@ -102,10 +103,12 @@ static void done_one(fwd_done *d, int rv, bool msg)
     if (atomic_fetch_sub(&d->left, 1) != 1)
         return;
     int r = atomic_load(&d->rv);
-    if (r != 0 && conn_gone(r) && d->may_retry && atomic_load(&d->ok) == 0) {
+    if (r != 0 && conn_gone(r) && d->may_retry && atomic_load(&d->sent) == 0) {
         /* A reused connection had died while idle (its owner paused or
-         * restarted): nothing was taken, so the forward goes again, once,
-         * on a fresh client. */
+         * restarted): the client refused every message at once, so none
+         * can have reached the owner, and the forward goes again, once, on
+         * a fresh client. (A message the client took may have been
+         * appended: it is never sent twice.) */
         d->it->retried = true;
         requeue(d->f, d->it);
         free(d);
@@ -303,6 +306,7 @@ static void run_item(fx_forwarder *f, fwd_item *it)
     d->it = it;
     d->may_retry = !it->retried && atomic_load(&f->connects) == connects; /* reused */
     atomic_init(&d->ok, 0);
+    atomic_init(&d->sent, 0);
     atomic_init(&d->left, it->n + 1); /* + 1: held until every message is handed over */
     atomic_init(&d->rv, 0);
     d->cb = it->cb;
@@ -315,6 +319,8 @@ static void run_item(fx_forwarder *f, fwd_item *it)
                               it->acked ? FX_ACK_PER_MESSAGE : FX_ACK_NONE, on_ack, d);
         if (rv != 0)
             done_one(d, rv, true); /* not sent: its callback never runs */
+        else
+            atomic_fetch_add(&d->sent, 1);
     }
     FX_COUNTER_ADD(cluster_forwarded_messages, it->n);
     done_one(d, 0, false); /* |it| may be freed from here on */

@@ -871,7 +871,11 @@ static void test_kill_9_resumes_the_subscriber_at_the_new_owner_after_a_gap(void
     uint64_t p50 = took[cycles / 2], p95 = took[(cycles * 95 + 99) / 100 - 1];
     print_message("failover over %d kill -9 cycles at TTL %d s: p50 %llu ms, p95 %llu ms\n", cycles,
                   TTL_S, (unsigned long long)p50, (unsigned long long)p95);
-    assert_true(p50 <= (uint64_t)(TTL_S + 1) * 1000);
+    /* The goals (docs/cluster.md): p50 <= TTL + 1 s needs enough cycles to
+     * be a median (with 2, "p50" is the slower of the two); p95 <= TTL + 2 s
+     * bounds every cycle. */
+    if (cycles >= 10)
+        assert_true(p50 <= (uint64_t)(TTL_S + 1) * 1000);
     assert_true(p95 <= (uint64_t)(TTL_S + 2) * 1000);
 }
 
