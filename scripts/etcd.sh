@@ -8,6 +8,9 @@
 #                                 same member back on the same ports, as after a crash)
 #   scripts/etcd.sh certs DIR    (a throwaway CA, a server certificate for 127.0.0.1 and a
 #                                 client certificate, for FX_ETCD_TLS_DIR=DIR; needs openssl)
+#   scripts/etcd.sh start3 DIR   (three members, DIR/m1..m3 each with its pid, data and log;
+#                                 DIR/endpoint then holds the three client URLs comma-separated;
+#                                 `stop DIR` stops them all; plain http)
 # With FX_ETCD_TLS_DIR set (a directory holding ca.pem, server.pem, server.key,
 # client.pem and client.key), clients speak https and must show a certificate the CA
 # signed. `start` returns once etcd answers /health; DIR/endpoint then holds its client URL,
@@ -18,7 +21,7 @@ set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
-    echo "usage: scripts/etcd.sh start|stop|halt|certs DIR [CLIENT_PORT PEER_PORT]" >&2
+    echo "usage: scripts/etcd.sh start|start3|stop|halt|certs DIR [CLIENT_PORT PEER_PORT]" >&2
     exit 2
 fi
 
@@ -96,7 +99,68 @@ start)
     kill "$pid" 2>/dev/null || true
     exit 1
     ;;
+start3)
+    bin=${FX_ETCD_BIN:-$(command -v etcd || true)}
+    if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+        echo "etcd.sh: no etcd binary on PATH: scripts/deps.sh installs etcd-server" >&2
+        exit 1
+    fi
+    mkdir -p "$dir"
+    initial="" urls=""
+    declare -a cports pports
+    for i in 1 2 3; do
+        cports[$i]=$(free_port)
+        pports[$i]=$(free_port)
+        initial="$initial${initial:+,}m$i=http://127.0.0.1:${pports[$i]}"
+        urls="$urls${urls:+,}http://127.0.0.1:${cports[$i]}"
+    done
+    for i in 1 2 3; do
+        m=$dir/m$i
+        mkdir -p "$m"
+        url="http://127.0.0.1:${cports[$i]}"
+        "$bin" --name "m$i" --data-dir "$m/data" \
+            --listen-client-urls "$url" --advertise-client-urls "$url" \
+            --listen-peer-urls "http://127.0.0.1:${pports[$i]}" \
+            --initial-advertise-peer-urls "http://127.0.0.1:${pports[$i]}" \
+            --initial-cluster "$initial" --initial-cluster-state new \
+            --heartbeat-interval 50 --election-timeout 500 \
+            --auto-compaction-mode revision --auto-compaction-retention 10000 \
+            --logger zap --log-outputs stderr >"$m/etcd.log" 2>&1 &
+        echo $! >"$m/pid"
+    done
+    echo "$urls" >"$dir/endpoint"
+    for _ in $(seq 1 150); do
+        ok=0
+        for i in 1 2 3; do
+            if curl -fsS -m 1 "http://127.0.0.1:${cports[$i]}/health" 2>/dev/null |
+                grep -q '"health":"true"'; then
+                ok=$((ok + 1))
+            fi
+        done
+        if [ "$ok" = 3 ]; then
+            echo "$urls"
+            exit 0
+        fi
+        sleep 0.1
+    done
+    echo "etcd.sh: the three members did not all answer /health within 15 s; see $dir/m*/etcd.log" >&2
+    for i in 1 2 3; do kill "$(cat "$dir/m$i/pid")" 2>/dev/null || true; done
+    exit 1
+    ;;
 stop | halt)
+    for m in "$dir"/m[123]; do
+        [ -f "$m/pid" ] || continue
+        pid=$(cat "$m/pid")
+        kill -CONT "$pid" 2>/dev/null || true
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -9 "$pid" 2>/dev/null || true
+        rm -f "$m/pid"
+        [ "$cmd" = halt ] || rm -rf "$m/data"
+    done
     [ -f "$dir/pid" ] || exit 0
     pid=$(cat "$dir/pid")
     if kill "$pid" 2>/dev/null; then
@@ -110,7 +174,7 @@ stop | halt)
     [ "$cmd" = halt ] || rm -rf "$dir/data"
     ;;
 *)
-    echo "usage: scripts/etcd.sh start|stop DIR [CLIENT_PORT PEER_PORT]" >&2
+    echo "usage: scripts/etcd.sh start|start3|stop|halt|certs DIR [CLIENT_PORT PEER_PORT]" >&2
     exit 2
     ;;
 esac

@@ -36,8 +36,10 @@
  * failover case (FX_CLUSTER_CYCLES, default 2): the measurement of
  * docs/cluster.md runs 20 cycles at TTL 5 and at TTL 2. */
 static int TTL_S = 2;
-/* cluster_forward of the brokers the next setup starts. */
+/* cluster_forward of the brokers the next setup starts, and its etcd's
+ * members (1, or 3: scripts/etcd.sh start3). */
 static bool FORWARD = true;
+static int MEMBERS = 1;
 
 typedef struct node {
     pid_t pid;
@@ -50,7 +52,7 @@ typedef struct node {
 typedef struct cluster {
     char dir[64];
     char script[512];
-    char url[128];
+    char url[256];
     char broker[512];
     char cert[160], key[160];
     char pin[80];
@@ -94,7 +96,7 @@ static void etcd_cmd(const char *verb)
 static void node_start(int i)
 {
     node *n = &C->n[i];
-    char quic[64], admin[64], adv[64], eps[200], id[40], state[120], cert[200], key[200];
+    char quic[64], admin[64], adv[64], eps[320], id[40], state[120], cert[200], key[200];
     snprintf(quic, sizeof(quic), "quic_bind=127.0.0.1:%u", n->quic);
     snprintf(admin, sizeof(admin), "metrics_bind=127.0.0.1:%u", n->admin);
     snprintf(adv, sizeof(adv), "cluster_advertise=127.0.0.1:%u", n->quic);
@@ -268,7 +270,7 @@ static int cluster_setup(void **state)
     snprintf(C->dir, sizeof(C->dir), "/tmp/fxclusterXXXXXX");
     assert_non_null(mkdtemp(C->dir));
     proc_binary("felix-broker", C->broker, sizeof(C->broker));
-    etcd_cmd("start");
+    etcd_cmd(MEMBERS == 3 ? "start3" : "start");
     char path[160];
     snprintf(path, sizeof(path), "%s/etcd/endpoint", C->dir);
     proc_slurp(path, C->url, sizeof(C->url));
@@ -987,6 +989,62 @@ static void test_without_forwarding_a_publish_to_a_non_owner_is_refused_naming_i
     }
 }
 
+static int cluster_setup_etcd3(void **state)
+{
+    MEMBERS = 3;
+    int rv = cluster_setup(state);
+    MEMBERS = 1;
+    return rv;
+}
+
+/* The PID of etcd member |m| (1..3). */
+static pid_t member_pid(int m)
+{
+    char path[160], text[32];
+    snprintf(path, sizeof(path), "%s/etcd/m%d/pid", C->dir, m);
+    proc_slurp(path, text, sizeof(text));
+    pid_t pid = (pid_t)atoi(text);
+    assert_true(pid > 0);
+    return pid;
+}
+
+static void test_two_of_three_etcd_members_stopped_suspend_the_brokers(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int o = place(cl, 0, "q3");
+    pid_t m2 = member_pid(2), m3 = member_pid(3);
+    kill(m2, SIGSTOP);
+    kill(m3, SIGSTOP);
+    /* No quorum, no leader: the brokers serve until their deadline... */
+    char msg[512], *text = NULL;
+    assert_int_equal(publish_at(cl[o], "q3", "before-the-deadline", msg, sizeof(msg)), 0);
+    usleep(((uint64_t)TTL_S * 1000 + 500) * 1000);
+    /* ...then suspend, and say so. */
+    for (int i = 0; i < NB; i++) {
+        assert_int_equal(http_get(C->n[i].admin, "/ready", &text), 503);
+        assert_non_null(strstr(text, "suspended"));
+        free(text);
+    }
+    assert_int_not_equal(publish_at(cl[o], "q3", "past-the-deadline", msg, sizeof(msg)), 0);
+    assert_non_null(strstr(msg, "stream owner unavailable"));
+    kill(m2, SIGCONT);
+    kill(m3, SIGCONT);
+    /* A leader again: every node serves again and the stream is served. */
+    for (int i = 0; i < NB; i++)
+        wait_serving(i);
+    uint64_t until = proc_now_ms() + PROC_HANG_MS;
+    while (publish_at(cl[o], "q3", "after", msg, sizeof(msg)) != 0) {
+        if (proc_now_ms() > until)
+            fail_msg("q3 not served after the members came back: %s", msg);
+        usleep(100 * 1000);
+    }
+    for (int i = 0; i < NB; i++)
+        (void)fx_client_close(cl[i], PROC_HANG_MS);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(
         test_every_stream_has_one_owner_and_publishes_through_any_node_reach_it, cluster_setup,
@@ -994,6 +1052,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(
         test_without_forwarding_a_publish_to_a_non_owner_is_refused_naming_it,
         cluster_setup_no_forward, cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_two_of_three_etcd_members_stopped_suspend_the_brokers, cluster_setup_etcd3,
+        cluster_teardown),
     cmocka_unit_test_setup_teardown(test_a_subscriber_through_a_non_owner_is_redirected_and_receives,
                                     cluster_setup, cluster_teardown),
     cmocka_unit_test_setup_teardown(
