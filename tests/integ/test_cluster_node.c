@@ -234,10 +234,64 @@ static void test_a_lease_revoked_behind_a_nodes_back_releases_its_streams(void *
     json_decref(v);
 }
 
+/* Two nodes claim one stream at the same moment: durable, so each claims
+ * it whoever the candidate is (the pin decides), which makes a real race. */
+typedef struct racer {
+    int node;
+    const char *name;
+    pthread_barrier_t *start;
+    fx_cluster_route r;
+    pthread_t thr;
+} racer;
+
+static void *race_main(void *arg)
+{
+    racer *x = arg;
+    pthread_barrier_wait(x->start);
+    fx_cluster_route_stream(E.c[x->node], "t1", "ns", x->name, true, &x->r);
+    return NULL;
+}
+
+static void test_two_nodes_racing_to_claim_one_stream_exactly_one_wins_every_time(void **state)
+{
+    (void)state;
+    int wins[2] = {0, 0};
+    for (int s = 0; s < 40; s++) {
+        char name[16];
+        snprintf(name, sizeof(name), "race%d", s);
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, 2);
+        racer x[2];
+        for (int i = 0; i < 2; i++) {
+            x[i] = (racer){.node = i, .name = name, .start = &start};
+            assert_int_equal(pthread_create(&x[i].thr, NULL, race_main, &x[i]), 0);
+        }
+        for (int i = 0; i < 2; i++)
+            pthread_join(x[i].thr, NULL);
+        pthread_barrier_destroy(&start);
+        int local = (x[0].r.kind == FX_CLUSTER_LOCAL) + (x[1].r.kind == FX_CLUSTER_LOCAL);
+        if (local != 1)
+            fail_msg("%s: %d winners (n1: %d %s, n2: %d %s)", name, local, x[0].r.kind,
+                     x[0].r.why, x[1].r.kind, x[1].r.why);
+        int w = x[0].r.kind == FX_CLUSTER_LOCAL ? 0 : 1;
+        wins[w]++;
+        /* The loser names the winner, or says the stream is pinned to it. */
+        const fx_cluster_route *l = &x[1 - w].r;
+        char winner[8];
+        snprintf(winner, sizeof(winner), "n%d", w + 1);
+        assert_true((l->kind == FX_CLUSTER_REMOTE && strcmp(l->node_id, winner) == 0) ||
+                    (l->kind == FX_CLUSTER_UNAVAILABLE && strstr(l->why, winner) != NULL));
+    }
+    print_message("40 races: n1 won %d, n2 won %d\n", wins[0], wins[1]);
+    assert_int_equal(counter(E.c[0], "claims_won") + counter(E.c[1], "claims_won"), 40);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_routes_asked_from_many_threads_name_one_owner_per_stream,
                                     up, down),
     cmocka_unit_test_setup_teardown(test_a_lease_revoked_behind_a_nodes_back_releases_its_streams,
                                     up, down),
+    cmocka_unit_test_setup_teardown(
+        test_two_nodes_racing_to_claim_one_stream_exactly_one_wins_every_time, up, down),
 };
 FX_TEST_MAIN(tests)
