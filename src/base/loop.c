@@ -916,6 +916,9 @@ void fx_loop_free(fx_loop *l)
     /* A loop stopped from its own thread leaves the thread to be joined. */
     if (atomic_exchange_explicit(&l->joinable, false, memory_order_acq_rel))
         pthread_join(l->thread, NULL);
+    if (l->nheap != 0 || l->nwatches != 0) /* a bug of the loop's owner: say whose */
+        fprintf(stderr, "fx_loop_free: loop %s freed with %zu timers and %zu watches\n",
+                l->name[0] ? l->name : "(unnamed)", l->nheap, l->nwatches);
     assert(l->nheap == 0 && l->nwatches == 0);
     sem_destroy(&l->started);
     close(l->evfd);

@@ -860,6 +860,9 @@ static void notices_stop(notices *n)
     if (n->loop == NULL)
         return;
     fx_loop_stop(n->loop);
+    /* A stop before the notices ran out leaves the timer armed; the loop
+     * has stopped, so this thread may cancel it. */
+    fx_loop_timer_cancel(n->loop, &n->timer);
     fx_loop_free(n->loop);
     n->loop = NULL;
 }
