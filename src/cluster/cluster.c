@@ -89,7 +89,7 @@ struct fx_cluster {
     atomic_bool registered;
     _Atomic int64_t lease;
     _Atomic int64_t incarnation;
-    uint32_t ttl_s;          /* as granted */
+    _Atomic uint32_t ttl_s;  /* as granted (read by fx_cluster_status_json) */
     uint64_t ka_sent_ns;     /* the keep-alive in flight: its send time */
     bool ka_in_flight;
     fx_timer ka_timer, reg_timer, list_timer;
