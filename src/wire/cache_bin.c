@@ -8,49 +8,33 @@
 #include <string.h>
 
 #include "wire/frame.h"
+#include "wire/reader.h"
 
 #define REQ_HEAD 10u /* kind, op, request_id */
 #define ANS_HEAD 10u /* kind, status, request_id */
 
 /* ---- bounds-checked reader --------------------------------------------------------- */
 
-typedef struct rd {
-    const uint8_t *p;
-    size_t left;
-} rd;
-
-static const uint8_t *take(rd *r, size_t n)
-{
-    if (r->left < n)
-        return NULL;
-    const uint8_t *p = r->p;
-    r->p += n;
-    r->left -= n;
-    return p;
-}
 
 static int truncated(fx_wire_err *err, const char *what)
 {
-    return fx_wire_err_set(err, FX_EWIRE_TRUNCATED, "cache frame truncated in %s", what);
+    return fx_rd_truncated(err, "cache", what);
 }
 
-static int trailing(const rd *r, fx_wire_err *err)
+static int trailing(const fx_rd *r, fx_wire_err *err)
 {
-    if (r->left == 0)
-        return 0;
-    return fx_wire_err_set(err, FX_EWIRE_TRAILING, "%zu trailing bytes after the cache frame",
-                           r->left);
+    return fx_rd_trailing(r, err, "cache");
 }
 
 /* Reads a u16 length and that many bytes (valid UTF-8, no NUL; not empty
  * when |name|, as the JSON codec wants a namespace and a cache) into |s|. */
-static int rd_str(rd *r, fx_wire_slice *s, bool name, const char *what, fx_wire_err *err)
+static int rd_str(fx_rd *r, fx_wire_slice *s, bool name, const char *what, fx_wire_err *err)
 {
-    const uint8_t *p = take(r, 2);
+    const uint8_t *p = fx_rd_take(r, 2);
     if (!p)
         return truncated(err, what);
     size_t n = fx_be16(p);
-    const uint8_t *q = take(r, n);
+    const uint8_t *q = fx_rd_take(r, n);
     if (!q)
         return truncated(err, what);
     if (!fx_wire_utf8_valid(q, n))
@@ -82,15 +66,15 @@ bool fx_wire_cache_bin_is(const uint8_t *body, size_t len)
 int fx_wire_cache_req_decode(const uint8_t *body, size_t len, fx_wire_cache_req *req,
                              fx_wire_err *err)
 {
-    rd r = {body, len};
+    fx_rd r = {body, len};
     memset(req, 0, sizeof(*req));
-    const uint8_t *p = take(&r, 1);
+    const uint8_t *p = fx_rd_take(&r, 1);
     if (!p)
         return truncated(err, "the frame kind");
     if (p[0] != FX_CACHE_BIN_FRAME_REQUEST)
         return fx_wire_err_set(err, FX_EWIRE_KIND, "cache frame kind %u where %u was expected",
                                (unsigned)p[0], FX_CACHE_BIN_FRAME_REQUEST);
-    p = take(&r, REQ_HEAD - 1);
+    p = fx_rd_take(&r, REQ_HEAD - 1);
     if (!p)
         return truncated(err, "the request head");
     req->op = p[0];
@@ -104,7 +88,7 @@ int fx_wire_cache_req_decode(const uint8_t *body, size_t len, fx_wire_cache_req 
         return rv;
     if (req->op != FX_CACHE_BIN_PUT)
         return trailing(&r, err);
-    p = take(&r, 8);
+    p = fx_rd_take(&r, 8);
     if (!p)
         return truncated(err, "ttl_ms");
     req->ttl_ms = fx_be64(p);
@@ -156,15 +140,15 @@ ssize_t fx_wire_cache_req_encode(const fx_wire_cache_req *req, uint8_t *out, siz
 int fx_wire_cache_ans_decode(const uint8_t *body, size_t len, fx_wire_cache_ans *ans,
                              fx_wire_err *err)
 {
-    rd r = {body, len};
+    fx_rd r = {body, len};
     memset(ans, 0, sizeof(*ans));
-    const uint8_t *p = take(&r, 1);
+    const uint8_t *p = fx_rd_take(&r, 1);
     if (!p)
         return truncated(err, "the frame kind");
     if (p[0] != FX_CACHE_BIN_FRAME_ANSWER)
         return fx_wire_err_set(err, FX_EWIRE_KIND, "cache frame kind %u where %u was expected",
                                (unsigned)p[0], FX_CACHE_BIN_FRAME_ANSWER);
-    p = take(&r, ANS_HEAD - 1);
+    p = fx_rd_take(&r, ANS_HEAD - 1);
     if (!p)
         return truncated(err, "the answer head");
     ans->status = p[0];

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "wire/frame.h"
+#include "wire/reader.h"
 
 /* Fixed sizes of the pieces of the three bodies. */
 #define BATCH_HEAD 5u  /* kind, nruns */
@@ -21,38 +22,21 @@
 
 /* ---- bounds-checked reader --------------------------------------------------------- */
 
-typedef struct rd {
-    const uint8_t *p;
-    size_t left;
-} rd;
-
-static const uint8_t *take(rd *r, size_t n)
-{
-    if (r->left < n)
-        return NULL;
-    const uint8_t *p = r->p;
-    r->p += n;
-    r->left -= n;
-    return p;
-}
 
 static int truncated(fx_wire_err *err, const char *what)
 {
-    return fx_wire_err_set(err, FX_EWIRE_TRUNCATED, "group frame truncated in %s", what);
+    return fx_rd_truncated(err, "group", what);
 }
 
-static int trailing(const rd *r, fx_wire_err *err)
+static int trailing(const fx_rd *r, fx_wire_err *err)
 {
-    if (r->left == 0)
-        return 0;
-    return fx_wire_err_set(err, FX_EWIRE_TRAILING, "%zu trailing bytes after the group frame",
-                           r->left);
+    return fx_rd_trailing(r, err, "group");
 }
 
 /* Reads the kind byte and checks it is |want|. */
-static int rd_kind(rd *r, unsigned want, fx_wire_err *err)
+static int rd_kind(fx_rd *r, unsigned want, fx_wire_err *err)
 {
-    const uint8_t *p = take(r, 1);
+    const uint8_t *p = fx_rd_take(r, 1);
     if (!p)
         return truncated(err, "the frame kind");
     if (p[0] != want)
@@ -81,10 +65,10 @@ static int check_count(uint32_t n, uint32_t min, uint32_t max, size_t left, size
 }
 
 /* Reads a u32 item count and checks it as check_count() does. */
-static int rd_count(rd *r, uint32_t *pn, uint32_t min, uint32_t max, size_t item_size,
+static int rd_count(fx_rd *r, uint32_t *pn, uint32_t min, uint32_t max, size_t item_size,
                     const char *what, fx_wire_err *err)
 {
-    const uint8_t *p = take(r, 4);
+    const uint8_t *p = fx_rd_take(r, 4);
     if (!p)
         return truncated(err, what);
     *pn = fx_be32(p);
@@ -113,10 +97,10 @@ int fx_wire_group_kind(const uint8_t *body, size_t len, fx_wire_err *err)
 /* Reads one run header into |run| (checked) and its records; |payloads| is
  * NULL on the first pass, which only validates and counts. |*precords|
  * counts the records of all runs so far. */
-static int rd_run(rd *r, uint32_t i, fx_wire_group_run *run, fx_wire_slice *payloads,
+static int rd_run(fx_rd *r, uint32_t i, fx_wire_group_run *run, fx_wire_slice *payloads,
                   uint32_t *precords, fx_wire_err *err)
 {
-    const uint8_t *p = take(r, RUN_HEAD);
+    const uint8_t *p = fx_rd_take(r, RUN_HEAD);
     if (!p)
         return truncated(err, "a run header");
     run->first = fx_be64(p);
@@ -132,8 +116,8 @@ static int rd_run(rd *r, uint32_t i, fx_wire_group_run *run, fx_wire_slice *payl
     if (!range_fits(run->first, run->count))
         return fx_wire_err_set(err, FX_EWIRE_COUNT, "run %u passes the last offset", (unsigned)i);
     for (uint32_t k = 0; k < run->count; k++) {
-        const uint8_t *lp = take(r, 4);
-        const uint8_t *data = lp ? take(r, fx_be32(lp)) : NULL;
+        const uint8_t *lp = fx_rd_take(r, 4);
+        const uint8_t *data = lp ? fx_rd_take(r, fx_be32(lp)) : NULL;
         if (!data)
             return truncated(err, "a record");
         if (payloads)
@@ -146,7 +130,7 @@ static int rd_run(rd *r, uint32_t i, fx_wire_group_run *run, fx_wire_slice *payl
 /* Walks the whole body; fills |b|'s arrays when they are allocated. */
 static int rd_batch(const uint8_t *body, size_t len, fx_wire_group_batch *b, fx_wire_err *err)
 {
-    rd r = {body, len};
+    fx_rd r = {body, len};
     int rv = rd_kind(&r, FX_GROUP_FRAME_BATCH, err);
     if (rv == 0)
         rv = rd_count(&r, &b->nruns, 1, FX_GROUP_MAX_RUNS, RUN_HEAD + RECORD_MIN, "runs", err);
@@ -307,9 +291,9 @@ static int op_check(const fx_wire_group_op *op, uint32_t i, fx_wire_err *err)
     return 0;
 }
 
-static int rd_op(rd *r, uint32_t i, fx_wire_group_op *op, fx_wire_err *err)
+static int rd_op(fx_rd *r, uint32_t i, fx_wire_group_op *op, fx_wire_err *err)
 {
-    const uint8_t *p = take(r, OP_MIN);
+    const uint8_t *p = fx_rd_take(r, OP_MIN);
     if (!p)
         return truncated(err, "an op");
     op->kind = (fx_group_op_kind)p[0];
@@ -318,7 +302,7 @@ static int rd_op(rd *r, uint32_t i, fx_wire_group_op *op, fx_wire_err *err)
     op->attempt = fx_be32(p + 13);
     op->arg = fx_be32(p + 17);
     op->reason.len = fx_be16(p + 21);
-    op->reason.ptr = take(r, op->reason.len);
+    op->reason.ptr = fx_rd_take(r, op->reason.len);
     if (!op->reason.ptr)
         return truncated(err, "an op's reason");
     return op_check(op, i, err);
@@ -328,10 +312,10 @@ int fx_wire_group_acks_decode(const uint8_t *body, size_t len, fx_wire_group_ack
                               fx_wire_err *err)
 {
     memset(a, 0, sizeof(*a));
-    rd r = {body, len};
+    fx_rd r = {body, len};
     int rv = rd_kind(&r, FX_GROUP_FRAME_ACKS, err);
     const uint8_t *p = NULL;
-    if (rv == 0 && !(p = take(&r, 8)))
+    if (rv == 0 && !(p = fx_rd_take(&r, 8)))
         rv = truncated(err, "request_id");
     uint32_t nops = 0;
     /* No op at all is a sync barrier: only with a request id to answer. */
@@ -409,10 +393,10 @@ int fx_wire_group_acked_decode(const uint8_t *body, size_t len, fx_wire_group_ac
                                fx_wire_err *err)
 {
     memset(a, 0, sizeof(*a));
-    rd r = {body, len};
+    fx_rd r = {body, len};
     int rv = rd_kind(&r, FX_GROUP_FRAME_ACKED, err);
     const uint8_t *p = NULL;
-    if (rv == 0 && !(p = take(&r, 16)))
+    if (rv == 0 && !(p = fx_rd_take(&r, 16)))
         rv = truncated(err, "request_id and floor");
     uint32_t n = 0;
     if (rv == 0)
@@ -423,7 +407,7 @@ int fx_wire_group_acked_decode(const uint8_t *body, size_t len, fx_wire_group_ac
     if (n > 0 && !(refused = malloc((size_t)n * sizeof(*refused))))
         return fx_wire_err_set(err, -ENOMEM, "out of memory for %u refusals", (unsigned)n);
     for (uint32_t i = 0; rv == 0 && i < n; i++) {
-        const uint8_t *q = take(&r, REFUSAL); /* cannot fail: n <= left / 9 */
+        const uint8_t *q = fx_rd_take(&r, REFUSAL); /* cannot fail: n <= left / 9 */
         refused[i] = (fx_wire_group_refusal){fx_be64(q), (fx_group_why)q[8]};
         if (!why_valid(q[8]))
             rv = fx_wire_err_set(err, FX_EWIRE_FIELD_TYPE, "refusal %u has unknown why %u",
