@@ -138,6 +138,17 @@ static int dead_socket(char *addr, size_t cap)
     return fd;
 }
 
+/* Frees |f| (answering what it still held), then checks that each of the
+ * |n| completions |d| ran exactly once, and releases them. */
+static void free_and_check(fx_forwarder *f, done *d, int n)
+{
+    fx_forwarder_free(f);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(done_calls(&d[i]), 1);
+        done_deinit(&d[i]);
+    }
+}
+
 /* ---- forwards that reach the owner ------------------------------------------------------ */
 
 static void test_an_acked_forward_is_answered_once_appended_and_read_in_order(void **state)
@@ -214,11 +225,7 @@ static void test_an_unacked_forward_reaches_the_owner(void **state)
     expect_event(s, "u1");
     expect_event(s, "u2");
     assert_int_equal(fwd_stats(f).failed, 0);
-    fx_forwarder_free(f);
-    for (int i = 0; i < 3; i++) {
-        assert_int_equal(done_calls(&d[i]), 1);
-        done_deinit(&d[i]);
-    }
+    free_and_check(f, d, 3);
     fx_unsubscribe(s);
     fix_close(c);
     fix_env_deinit(&e);
@@ -391,11 +398,7 @@ static void test_the_owner_refuses_a_forward_with_a_bad_token_and_takes_a_good_o
     fx_forward_stats st = fwd_stats(f);
     assert_int_equal(st.failed, 2);
     assert_int_equal(st.connects, 2);
-    fx_forwarder_free(f);
-    for (int i = 0; i < 3; i++) {
-        assert_int_equal(done_calls(&d[i]), 1);
-        done_deinit(&d[i]);
-    }
+    free_and_check(f, d, 3);
     fx_unsubscribe(s);
     fix_close(c);
     free(good);
@@ -437,11 +440,7 @@ static void test_more_publishers_than_max_clients_close_the_least_recently_used(
     assert_int_equal(st.clients, 2);
     assert_int_equal(st.connects, 5); /* ta tb tc ta tb; tc was still pooled */
     assert_int_equal(st.failed, 0);
-    fx_forwarder_free(f);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(done_calls(&d[i]), 1);
-        done_deinit(&d[i]);
-    }
+    free_and_check(f, d, N);
     fx_unsubscribe(s);
     fix_close(c);
     fix_env_deinit(&e);
