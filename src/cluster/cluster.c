@@ -61,6 +61,7 @@ typedef struct node {
     fx_place_node_info info;
     int64_t create_rev; /* incarnation */
     int64_t lease;
+    size_t owned; /* owner entries naming it (kept by owner_set) */
 } node;
 
 struct fx_cluster {
@@ -154,13 +155,20 @@ static owner *owner_get(fx_cluster *c, const char *t, const char *ns, const char
     return o;
 }
 
-/* Sets |o|'s owner (|nodeid| NULL: none). Keeps the counts. mu. */
+static node *node_find(fx_cluster *c, const char *id);
+
+/* Sets |o|'s owner (|nodeid| NULL: none). Keeps the counts: all, this
+ * node's, and each known node's (placement reads them on every claim
+ * decision, so they are kept, not counted). mu. */
 static void owner_set(fx_cluster *c, owner *o, const char *nodeid, uint64_t epoch, int64_t rev)
 {
     if (o->state == OW_OWNED) {
         c->n_owned_total--;
         if (strcmp(o->node, c->node_id) == 0)
             c->n_owned_here--;
+        node *was = node_find(c, o->node);
+        if (was != NULL && was->owned > 0)
+            was->owned--;
     }
     if (nodeid == NULL) {
         o->state = OW_NONE;
@@ -177,6 +185,9 @@ static void owner_set(fx_cluster *c, owner *o, const char *nodeid, uint64_t epoc
     c->n_owned_total++;
     if (strcmp(o->node, c->node_id) == 0)
         c->n_owned_here++;
+    node *now = node_find(c, o->node);
+    if (now != NULL)
+        now->owned++;
     FX_GAUGE_SET(cluster_owned_streams, (int64_t)c->n_owned_here);
 }
 
@@ -188,6 +199,8 @@ static node *node_find(fx_cluster *c, const char *id)
     return NULL;
 }
 
+/* Counts the owner entries naming |id| (a node that joins the table: its
+ * count is kept from then on). mu. */
 static size_t owned_by(fx_cluster *c, const char *id)
 {
     size_t n = 0;
@@ -511,6 +524,7 @@ static void apply_key(fx_cluster *c, const fx_etcd_kv *kv, bool deleted)
             n = &c->nodes[c->nnodes++];
             memset(n, 0, sizeof(*n));
             snprintf(n->id, sizeof(n->id), "%.*s", (int)FX_PLACE_ID_MAX, p.a);
+            n->owned = owned_by(c, n->id);
             FX_LOG_INFO("cluster", "node %s (%s) is in the cluster", p.a, info.addr);
         }
         n->info = info;
@@ -1002,7 +1016,7 @@ void fx_cluster_route_stream(fx_cluster *c, const char *tenant, const char *ns, 
             fx_place_node pn[MAX_NODES];
             for (size_t i = 0; i < c->nnodes; i++)
                 pn[i] = (fx_place_node){.id = c->nodes[i].id, .weight = c->nodes[i].info.weight,
-                                        .owned = owned_by(c, c->nodes[i].id), .up = true};
+                                        .owned = c->nodes[i].owned, .up = true};
             char key[3 * (FX_PLACE_NAME_MAX + 1)];
             int kl = fx_place_stream_key(key, sizeof(key), tenant, ns, stream);
             ssize_t pick = kl < 0 ? -1
@@ -1090,7 +1104,7 @@ char *fx_cluster_status_json(fx_cluster *c)
         json_t *jn = json_pack("{s:s,s:s,s:I,s:I,s:I}", "node_id", n->id, "addr", n->info.addr,
                                "weight", (json_int_t)n->info.weight, "incarnation",
                                (json_int_t)n->create_rev, "streams",
-                               (json_int_t)owned_by(c, n->id));
+                               (json_int_t)n->owned);
         if (jn != NULL && n->info.admin[0] != '\0')
             json_object_set_new(jn, "admin", json_string(n->info.admin));
         if (jn != NULL)
