@@ -163,6 +163,7 @@ static bool is_server_only(fx_msg_type t)
     case FX_MSG_OK:
     case FX_MSG_SUBSCRIBE_CURSOR_ERROR:
     case FX_MSG_NOT_LEADER:
+    case FX_MSG_SHARD_MOVED:
         return true;
     default:
         return false;
@@ -255,7 +256,8 @@ static void on_auth(fxb_bidi *s, const fx_msg *m)
     if (r.type == FX_MSG_AUTH_OK && m->has_client_features) {
         r.server_features = FXB_SERVER_FEATURES;
         if (s->conn->b->o.cluster != NULL)
-            r.server_features |= FX_FEATURE_REDIRECT; /* subscribes may be redirected */
+            /* subscribes may be redirected, and moved streams end with shard_moved */
+            r.server_features |= FX_FEATURE_REDIRECT | FX_FEATURE_SHARD_MOVED;
         r.has_server_features = true;
         /* Felix-C's bits of the second word only to a client that set the
          * marker (the original sends its hi word the same way). */

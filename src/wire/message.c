@@ -99,6 +99,13 @@ static const struct field f_subscribe[] = {
     {"start", K_START, P_OPT, offsetof(fx_msg, start), NO_HAS},
     END};
 static const struct field f_sub_id[] = {REQ("subscription_id", K_U64, subscription_id), END};
+/* subscribed: a cluster broker adds the serving epoch of an in-memory
+ * stream and, after a graceful handoff, the previous epoch's end. */
+static const struct field f_subscribed[] = {REQ("subscription_id", K_U64, subscription_id),
+                                            OPT("epoch", K_U64, epoch, has_epoch),
+                                            OPT("prev_epoch_end", K_U64, prev_epoch_end,
+                                                has_prev_epoch_end),
+                                            END};
 static const struct field f_event[] = {TRIPLE, REQ("stream", K_NAME, stream),
                                        REQ("payload", K_BYTES, payload),
                                        OPT("offset", K_U64, offset, has_offset), END};
@@ -258,7 +265,7 @@ static const struct schema schemas[FX_MSG_TYPE_COUNT] = {
     [FX_MSG_PUBLISH] = {"publish", f_publish},
     [FX_MSG_PUBLISH_BATCH] = {"publish_batch", f_publish_batch},
     [FX_MSG_SUBSCRIBE] = {"subscribe", f_subscribe},
-    [FX_MSG_SUBSCRIBED] = {"subscribed", f_sub_id},
+    [FX_MSG_SUBSCRIBED] = {"subscribed", f_subscribed},
     [FX_MSG_EVENT_STREAM_HELLO] = {"event_stream_hello", f_sub_id},
     [FX_MSG_EVENT] = {"event", f_event},
     [FX_MSG_EVENT_BATCH] = {"event_batch", f_event_batch},
@@ -299,6 +306,7 @@ static const struct schema schemas[FX_MSG_TYPE_COUNT] = {
     [FX_MSG_CACHE_DELETE_IF] = {"cache_delete_if", f_cache_delete_if},
     [FX_MSG_CACHE_CONDITION_RESULT] = {"cache_condition_result", f_cache_condition_result},
     [FX_MSG_NOT_LEADER] = {"not_leader", f_not_leader},
+    [FX_MSG_SHARD_MOVED] = {"shard_moved", f_not_leader},
 };
 
 static const char *const ack_names[] = {"none", "per_message", "per_batch"};
@@ -1672,6 +1680,24 @@ void fx_msg_init_not_leader(fx_msg *m, const char *node_id, const char *addr, ui
     m->addr = addr;
     m->has_addr = addr != NULL;
     m->generation = generation;
+}
+
+void fx_msg_init_shard_moved(fx_msg *m, const char *node_id, const char *addr, uint64_t generation)
+{
+    fx_msg_init_not_leader(m, node_id, addr, generation);
+    m->type = FX_MSG_SHARD_MOVED;
+}
+
+void fx_msg_init_moved_reply(fx_msg *m, uint32_t client_features, const char *tenant_id,
+                             const char *ns, const char *stream, const char *node_id,
+                             const char *addr, uint64_t generation, char *text, size_t cap)
+{
+    if ((client_features & FX_FEATURE_SHARD_MOVED) != 0) {
+        fx_msg_init_shard_moved(m, node_id, addr, generation);
+        return;
+    }
+    snprintf(text, cap, "stream %s/%s/%s moved to %s", tenant_id, ns, stream, node_id);
+    fx_msg_init_error(m, text);
 }
 
 void fx_msg_init_redirect_reply(fx_msg *m, uint32_t client_features, const char *tenant_id,

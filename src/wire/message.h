@@ -104,6 +104,12 @@ typedef enum fx_msg_type {
      * client, instead of subscribed, to a client offering
      * FX_FEATURE_REDIRECT; the broker then finishes the stream. */
     FX_MSG_NOT_LEADER,
+    /* The original's shard_moved (felix-facts-groups.md §3.5): broker ->
+     * client, the last frame of an event stream whose stream moved to
+     * another node (a graceful handoff, docs/cluster.md "Moves"), sent only
+     * to a client offering FX_FEATURE_SHARD_MOVED; the broker then finishes
+     * the event stream. Fields as not_leader's. */
+    FX_MSG_SHARD_MOVED,
     FX_MSG_TYPE_COUNT
 } fx_msg_type;
 
@@ -323,6 +329,15 @@ typedef struct fx_msg {
     const char *addr;
     bool has_addr;
     uint64_t generation;
+    /* subscribed, from a cluster broker serving an in-memory stream: the
+     * serving |epoch| (its offsets are epoch << 40 | seq) and, after a
+     * graceful handoff, |prev_epoch_end|: the offset one past the last
+     * message of the previous epoch. Both optional (standalone brokers send
+     * neither). */
+    uint64_t epoch;
+    bool has_epoch;
+    uint64_t prev_epoch_end;
+    bool has_prev_epoch_end;
 
     void *arena; /* internal: the decoded allocation, or NULL */
 } fx_msg;
@@ -449,6 +464,19 @@ void fx_msg_init_group_joined(fx_msg *m, uint64_t subscription_id, const char *m
 /* not_leader{|node_id|, |addr|, |generation|}; |addr| NULL leaves the field
  * absent (the owner's address is unknown). */
 void fx_msg_init_not_leader(fx_msg *m, const char *node_id, const char *addr, uint64_t generation);
+
+/* shard_moved{|node_id|, |addr|, |generation|}; |addr| NULL leaves the
+ * field absent. */
+void fx_msg_init_shard_moved(fx_msg *m, const char *node_id, const char *addr, uint64_t generation);
+
+/* The last frame of an event stream whose stream |tenant_id|/|ns|/|stream|
+ * moved to |node_id| at |generation|, chosen by the subscriber's
+ * client_features: shard_moved to a client offering FX_FEATURE_SHARD_MOVED,
+ * else error "stream T/NS/S moved to NODE" (written into |text|, |cap|
+ * bytes). Strings are borrowed. Any thread. */
+void fx_msg_init_moved_reply(fx_msg *m, uint32_t client_features, const char *tenant_id,
+                             const char *ns, const char *stream, const char *node_id,
+                             const char *addr, uint64_t generation, char *text, size_t cap);
 
 /* error.code / error.retry of a refused subscribe whose stream another
  * broker owns (the original's code 6 not_leader, retry class redirect). */

@@ -163,6 +163,8 @@ static void sample(fx_msg *m, fx_msg_type t, bool full)
     m->duplicate = true;
     m->has_version = true;
     m->has_addr = true, m->addr = "127.0.0.1:5001";
+    m->has_epoch = true, m->epoch = 8;
+    m->has_prev_epoch_end = true, m->prev_epoch_end = (7ull << 40) | 1234;
 }
 
 /* ---- round trips ---------------------------------------------------------- */

@@ -100,12 +100,61 @@ static void test_feature_bits_are_the_originals(void **state)
     assert_string_equal(fx_msg_type_name(FX_MSG_NOT_LEADER), "not_leader");
 }
 
+static void test_shard_moved_and_its_error_match_the_vectors(void **state)
+{
+    char text[256];
+    fx_msg m;
+    fx_msg_init_moved_reply(&m, FX_FEATURE_SHARD_MOVED | FX_FEATURE_REDIRECT, "t1", "default",
+                            "demo", "n2", "127.0.0.1:5001", 8, text, sizeof(text));
+    assert_int_equal(m.type, FX_MSG_SHARD_MOVED);
+    expect_vector(&m, "shard_moved.json");
+    /* A client that did not offer 0x1000 learns where it went, as text. */
+    fx_msg_init_moved_reply(&m, FX_FEATURE_REDIRECT | FX_FEATURE_ERROR_CODES, "t1", "default",
+                            "demo", "n2", "127.0.0.1:5001", 8, text, sizeof(text));
+    expect_vector(&m, "shard_moved_error.json");
+    assert_string_equal(fx_msg_type_name(FX_MSG_SHARD_MOVED), "shard_moved");
+    assert_int_equal(decode_str(&m, "{\"type\":\"shard_moved\",\"node_id\":\"n3\","
+                                    "\"generation\":2}"),
+                     0);
+    assert_int_equal(m.type, FX_MSG_SHARD_MOVED);
+    assert_false(m.has_addr);
+    assert_int_equal(m.generation, 2);
+    fx_msg_deinit(&m);
+    assert_int_equal(decode_str(&m, "{\"type\":\"shard_moved\",\"node_id\":\"n3\"}"),
+                     FX_EWIRE_FIELD_MISSING);
+}
+
+static void test_subscribed_carries_the_epoch_and_the_previous_epochs_end(void **state)
+{
+    fx_msg m;
+    fx_msg_init_subscribed(&m, 42);
+    m.has_epoch = true, m.epoch = 8;
+    m.has_prev_epoch_end = true, m.prev_epoch_end = (7ull << 40) | 1234;
+    expect_vector(&m, "subscribed_epoch.json");
+    /* Absent fields are omitted: a standalone broker's bytes are unchanged. */
+    fx_msg_init_subscribed(&m, 42);
+    uint8_t *out;
+    size_t len;
+    assert_int_equal(fx_msg_encode(&m, &out, &len), 0);
+    assert_int_equal(len, strlen("{\"type\":\"subscribed\",\"subscription_id\":42}"));
+    assert_memory_equal(out, "{\"type\":\"subscribed\",\"subscription_id\":42}", len);
+    free(out);
+    assert_int_equal(decode_str(&m, "{\"type\":\"subscribed\",\"subscription_id\":1,"
+                                    "\"epoch\":3}"),
+                     0);
+    assert_true(m.has_epoch);
+    assert_false(m.has_prev_epoch_end);
+    fx_msg_deinit(&m);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_not_leader_matches_the_vectors),
     cmocka_unit_test(test_not_leader_decodes_its_fields),
     cmocka_unit_test(test_bad_not_leaders_are_refused),
     cmocka_unit_test(test_redirect_reply_follows_the_features),
     cmocka_unit_test(test_feature_bits_are_the_originals),
+    cmocka_unit_test(test_shard_moved_and_its_error_match_the_vectors),
+    cmocka_unit_test(test_subscribed_carries_the_epoch_and_the_previous_epochs_end),
 };
 
 FX_TEST_MAIN(tests)
