@@ -306,6 +306,17 @@ char *fx_place_pin_encode(const fx_place_pin *p, size_t *plen)
     return dump(o, set(o, "node", json_string(p->node)), plen);
 }
 
+char *fx_place_handoff_encode(const fx_place_handoff *h, size_t *plen)
+{
+    if (h == NULL || !str_ok(h->to, sizeof h->to) || h->epoch == 0 ||
+        h->epoch > FX_PLACE_EPOCH_MAX || h->final_tail > (uint64_t)INT64_MAX)
+        return NULL;
+    json_t *o = json_object();
+    bool ok = set(o, "to", json_string(h->to)) && set(o, "epoch", json_integer(h->epoch)) &&
+              set(o, "final_tail", json_integer((json_int_t)h->final_tail));
+    return dump(o, ok, plen);
+}
+
 /* Decoding: |why| formats the refusal into the caller's buffer. */
 typedef struct dctx {
     char *err;
@@ -446,6 +457,29 @@ int fx_place_pin_decode(const char *json, size_t len, fx_place_pin *out, char *e
         return rv;
     memset(out, 0, sizeof *out);
     rv = get_str(&d, o, "node", true, out->node, sizeof out->node);
+    json_decref(o);
+    return rv;
+}
+
+int fx_place_handoff_decode(const char *json, size_t len, fx_place_handoff *out, char *err,
+                            size_t errcap)
+{
+    dctx d = {err, errcap};
+    json_t *o = NULL;
+    int rv = load(&d, json, len, &o);
+    if (rv != 0)
+        return rv;
+    memset(out, 0, sizeof *out);
+    if ((rv = get_str(&d, o, "to", true, out->to, sizeof out->to)) == 0 &&
+        (rv = get_u32(&d, o, "epoch", true, 0, 1, FX_PLACE_EPOCH_MAX, &out->epoch)) == 0) {
+        json_t *v = json_object_get(o, "final_tail");
+        if (v == NULL)
+            rv = why(&d, "final_tail: missing");
+        else if (!json_is_integer(v) || json_integer_value(v) < 0)
+            rv = why(&d, "final_tail: must be an integer from 0 to 2^63-1");
+        else
+            out->final_tail = (uint64_t)json_integer_value(v);
+    }
     json_decref(o);
     return rv;
 }
@@ -630,4 +664,37 @@ ssize_t fx_place_pick(const fx_place_node *nodes, size_t n, const void *key, siz
             least = order[i];
     }
     return (ssize_t)least;
+}
+
+ssize_t fx_place_plan_moves(const fx_place_node *nodes, size_t n, size_t self,
+                            const void *const *keys, const size_t *klens, size_t nstreams,
+                            size_t placed, double factor, ssize_t *to)
+{
+    if (n > FX_PLACE_MAX_NODES || self >= n || !nodes[self].up)
+        return -EINVAL;
+    size_t owned[FX_PLACE_MAX_NODES], order[FX_PLACE_MAX_NODES], n_up = 0;
+    for (size_t i = 0; i < n; i++) {
+        owned[i] = nodes[i].owned;
+        n_up += nodes[i].up;
+    }
+    size_t cap = fx_place_cap(placed > 0 ? placed - 1 : 0, n_up, factor);
+    ssize_t moves = 0;
+    for (size_t k = 0; k < nstreams; k++) {
+        to[k] = -1;
+        ssize_t m = fx_place_order(nodes, n, keys[k], klens[k], order);
+        if (m < 0)
+            return m;
+        /* Only the nodes before this one in the stream's order: a move
+         * goes up the order, never down, so no plan ever undoes another. */
+        for (ssize_t i = 0; i < m && order[i] != self; i++) {
+            if (owned[order[i]] < cap) {
+                to[k] = (ssize_t)order[i];
+                owned[order[i]]++;
+                owned[self] -= owned[self] > 0;
+                moves++;
+                break;
+            }
+        }
+    }
+    return moves;
 }

@@ -106,6 +106,17 @@ typedef struct fx_place_pin {
     char node[FX_PLACE_ID_MAX + 1];
 } fx_place_pin;
 
+/* The value of handoff/<t>/<ns>/<s>, written by a graceful move under the
+ * source's lease: {"to":"n2","epoch":7,"final_tail":7696581395666}. |epoch|
+ * is the source's (the destination claims epoch + 1), |final_tail| the
+ * offset one past the last message of that epoch (the next claim's
+ * prev_epoch_end). */
+typedef struct fx_place_handoff {
+    char to[FX_PLACE_ID_MAX + 1];
+    uint32_t epoch;      /* 1..FX_PLACE_EPOCH_MAX */
+    uint64_t final_tail; /* 0..2^63-1 */
+} fx_place_handoff;
+
 /* Encoders: compact JSON with the keys in the order shown above, no spaces,
  * the same bytes for the same struct (the claim transaction compares the
  * pin's value byte for byte). fx_place_node_encode leaves out "internal",
@@ -118,6 +129,7 @@ typedef struct fx_place_pin {
 char *fx_place_node_encode(const fx_place_node_info *n, size_t *plen);
 char *fx_place_owner_encode(const fx_place_owner *o, size_t *plen);
 char *fx_place_pin_encode(const fx_place_pin *p, size_t *plen);
+char *fx_place_handoff_encode(const fx_place_handoff *h, size_t *plen);
 
 /* Decoders of the |len| bytes at |json| into |*out|, strict: a JSON object,
  * each known field of its type and range (addresses checked by
@@ -132,6 +144,8 @@ int fx_place_node_decode(const char *json, size_t len, fx_place_node_info *out, 
 int fx_place_owner_decode(const char *json, size_t len, fx_place_owner *out, char *err,
                           size_t errcap);
 int fx_place_pin_decode(const char *json, size_t len, fx_place_pin *out, char *err, size_t errcap);
+int fx_place_handoff_decode(const char *json, size_t len, fx_place_handoff *out, char *err,
+                            size_t errcap);
 
 /* ---- weighted rendezvous hashing with bounded loads ---------------------- */
 
@@ -185,5 +199,23 @@ size_t fx_place_cap(size_t placed, size_t n_up, double factor);
  * |nodes|, -1 when no node is up, or fx_place_order's -EINVAL. */
 ssize_t fx_place_pick(const fx_place_node *nodes, size_t n, const void *key, size_t klen,
                       size_t placed, double factor);
+
+/* ---- rebalance: the moves one node plans ----------------------------------- */
+
+/* Plans the moves of the streams node |self| owns (|keys|[i], |klens|[i],
+ * i < |nstreams|, the stream keys of fx_place_stream_key, taken in that
+ * order): a stream moves to the first node before |self| in its
+ * fx_place_order whose |owned| count, counting the moves already planned,
+ * is below the cap fx_place_cap(|placed| - 1, nodes up, |factor|) (the cap
+ * of |placed| streams already placed); a stream whose order reaches |self|
+ * first stays. Moves only go up a stream's order, so a planned stream is
+ * never planned back (no ping-pong), and never to a node at its cap.
+ * Writes into |to|[i] the index in |nodes| of the destination, or -1 for
+ * a stream that stays. |nodes|[|self|] must be up. Returns how many move,
+ * or -EINVAL (|self| out of range or down, or fx_place_order's). Pure:
+ * the counts in |nodes| are not changed. */
+ssize_t fx_place_plan_moves(const fx_place_node *nodes, size_t n, size_t self,
+                            const void *const *keys, const size_t *klens, size_t nstreams,
+                            size_t placed, double factor, ssize_t *to);
 
 #endif

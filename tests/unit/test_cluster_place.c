@@ -656,6 +656,99 @@ static void test_concurrent_pickers_respect_the_cap_by_refusing(void **state)
     }
 }
 
+static void test_handoff_value_round_trips_and_refuses_bad_fields(void **state)
+{
+    (void)state;
+    fx_place_handoff h = {.to = "n2", .epoch = 7, .final_tail = (7ull << 40) | 1234};
+    EXPECT_ENC(fx_place_handoff_encode, &h,
+               "{\"to\":\"n2\",\"epoch\":7,\"final_tail\":7696581395666}");
+    fx_place_handoff d;
+    char err[FX_PLACE_ERR_MAX];
+    const char *j = "{\"final_tail\":5,\"to\":\"n3\",\"epoch\":1,\"later\":true}";
+    assert_int_equal(fx_place_handoff_decode(j, strlen(j), &d, err, sizeof err), 0);
+    assert_string_equal(d.to, "n3");
+    assert_int_equal(d.epoch, 1);
+    assert_int_equal(d.final_tail, 5);
+    const char *bad[] = {"{\"to\":\"n3\",\"epoch\":1}", "{\"to\":\"n3\",\"epoch\":0,\"final_tail\":1}",
+                         "{\"epoch\":1,\"final_tail\":1}",
+                         "{\"to\":\"n3\",\"epoch\":1,\"final_tail\":-1}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(fx_place_handoff_decode(bad[i], strlen(bad[i]), &d, err, sizeof err),
+                         FX_EPROTO);
+    fx_place_handoff z = {.to = "", .epoch = 1};
+    assert_null(fx_place_handoff_encode(&z, NULL));
+}
+
+/* The plan of one node's moves: each stream goes to the first node before
+ * this one in its order that is under the cap, counting planned moves. */
+static void test_rebalance_plan_moves_up_the_order_within_the_cap(void **state)
+{
+    (void)state;
+    enum { N = 60 };
+    char keys[N][FX_PLACE_KEY_MAX];
+    const void *kp[N];
+    size_t kl[N];
+    for (size_t i = 0; i < N; i++) {
+        kl[i] = stream_key(keys[i], sizeof keys[i], i);
+        kp[i] = keys[i];
+    }
+    /* n1 owns all 60 (the others joined later). */
+    fx_place_node nodes[3] = {{"n1", 100, N, true}, {"n2", 100, 0, true}, {"n3", 100, 0, true}};
+    ssize_t to[N], again[N];
+    ssize_t moves = fx_place_plan_moves(nodes, 3, 0, kp, kl, N, N, 1.25, to);
+    assert_true(moves > 0);
+    size_t cap = fx_place_cap(N - 1, 3, 1.25), got[3] = {N, 0, 0};
+    for (size_t i = 0; i < N; i++) {
+        size_t order[3];
+        assert_int_equal(fx_place_order(nodes, 3, kp[i], kl[i], order), 3);
+        if (to[i] < 0) {
+            /* It stays: every node before n1 in its order was full. */
+            for (size_t k = 0; order[k] != 0; k++)
+                assert_true(got[order[k]] >= cap);
+            continue;
+        }
+        assert_true(to[i] != 0);
+        /* up the order: the destination comes before n1 */
+        size_t pos_to = 0, pos_self = 0;
+        for (size_t k = 0; k < 3; k++) {
+            pos_to = order[k] == (size_t)to[i] ? k : pos_to;
+            pos_self = order[k] == 0 ? k : pos_self;
+        }
+        assert_true(pos_to < pos_self);
+        got[to[i]]++;
+        got[0]--;
+    }
+    assert_true(got[1] <= cap && got[2] <= cap);
+    /* Plain HRW would give n2 and n3 about a third each: the plan moves
+     * about two thirds. */
+    assert_true(got[1] + got[2] == (size_t)moves);
+    assert_true(moves >= N / 2 && moves <= N);
+    /* Deterministic, and no ping-pong: after the moves neither n2 nor n3
+     * plans any of its new streams back to n1 (n1 comes after them). */
+    assert_int_equal(fx_place_plan_moves(nodes, 3, 0, kp, kl, N, N, 1.25, again), moves);
+    assert_memory_equal(again, to, sizeof to);
+    fx_place_node after[3] = {{"n1", 100, got[0], true}, {"n2", 100, got[1], true},
+                              {"n3", 100, got[2], true}};
+    for (size_t self = 1; self < 3; self++) {
+        const void *mine[N];
+        size_t ml[N], nm = 0;
+        for (size_t i = 0; i < N; i++)
+            if (to[i] == (ssize_t)self) {
+                mine[nm] = kp[i];
+                ml[nm++] = kl[i];
+            }
+        ssize_t back[N];
+        assert_true(fx_place_plan_moves(after, 3, self, mine, ml, nm, N, 1.25, back) >= 0);
+        for (size_t i = 0; i < nm; i++)
+            assert_true(back[i] != 0);
+    }
+    /* A node at its cap takes nothing; a down node nothing either. */
+    size_t cap2 = fx_place_cap(N - 1, 2, 1.25); /* two nodes up */
+    fx_place_node full[3] = {{"n1", 100, N, true}, {"n2", 100, cap2, true}, {"n3", 100, 0, false}};
+    assert_int_equal(fx_place_plan_moves(full, 3, 0, kp, kl, N, N, 1.25, to), 0);
+    assert_int_equal(fx_place_plan_moves(full, 3, 2, kp, kl, N, N, 1.25, to), -EINVAL);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_keys_are_named_under_the_cluster),
     cmocka_unit_test(test_components_are_percent_encoded),
@@ -674,6 +767,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_pick_falls_back_to_the_least_loaded_when_all_are_full),
     cmocka_unit_test(test_fourth_node_takes_a_quarter_with_plain_hrw),
     cmocka_unit_test(test_concurrent_pickers_respect_the_cap_by_refusing),
+    cmocka_unit_test(test_handoff_value_round_trips_and_refuses_bad_fields),
+    cmocka_unit_test(test_rebalance_plan_moves_up_the_order_within_the_cap),
 };
 
 FX_TEST_MAIN(tests)
