@@ -46,6 +46,7 @@ extern "C" {
     X(FX_EREDIRECT, -1210, "subscribe redirect not followed")                                      \
     X(FX_ENOTSERVING, -1211, "stream owner unavailable: the broker is past its cluster lease "     \
                              "deadline")                                                           \
+    X(FX_EMOVING, -1212, "stream moving to another node: the publish was not appended; retry")   \
     /* wire codec */                                                                               \
     X(FX_EWIRE_MAGIC, -1300, "bad frame magic (expected FLX1)")                                    \
     X(FX_EWIRE_VERSION, -1301, "unsupported frame version")                                        \

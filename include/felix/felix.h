@@ -278,6 +278,7 @@ typedef struct fx_sub_stats {
     uint64_t queue_depth;     /* batches queued now */
     uint64_t reconnects; /* times this subscription was re-established after a lost connection */
     uint64_t subscription_id; /* assigned by the broker */
+    uint64_t owner_changes;   /* epoch changes seen (a cluster stream moved or failed over) */
 } fx_sub_stats;
 
 /* Why a subscription ended or failed (fx_subscription_error). */

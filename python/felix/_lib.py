@@ -114,6 +114,7 @@ class SubStats(Structure):
         ("queue_depth", c_uint64),
         ("reconnects", c_uint64),
         ("subscription_id", c_uint64),
+        ("owner_changes", c_uint64),
     ]
 
 

@@ -720,7 +720,7 @@ class Subscription:
     def stats(self) -> Dict[str, int]:
         """The subscription's counters: received, delivered, dropped,
         dropped_batches, gaps, missed, queue_depth, reconnects,
-        subscription_id."""
+        subscription_id, owner_changes."""
         with self._lock:
             if self._h is None:
                 raise _errors.Closed(_errors.FX_ECLOSED, "FX_ECLOSED", "subscription closed")

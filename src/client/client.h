@@ -41,6 +41,14 @@
  * most, brokers a client connects to beyond its seed, routes it keeps, and
  * the room of one "ip:port" (an IPv6 literal in brackets). */
 #define FXC_REDIRECT_HOPS 3u
+/* Previous-epoch ends a subscription remembers (moves in quick succession). */
+#define FXC_EPOCH_ENDS 4
+/* In-memory offsets of a cluster stream: the owner's epoch above these bits. */
+#define FXC_EPOCH_SHIFT 40
+/* A move's destination asked again while its view names the old owner:
+ * at most this many times, this far apart (2 s: its watch is behind). */
+#define FXC_MOVE_TRIES 40
+#define FXC_MOVE_RETRY_MS 50
 #define FXC_PEERS_MAX 64u
 #define FXC_ROUTES_MAX 1024u
 #define FXC_ADDR_MAX 72u
@@ -253,6 +261,13 @@ struct fx_subscription {
     uint32_t hops;
     uint32_t nvisited;
     cconn *redirect; /* loop: where the not_leader just read sends it (on_req_msg) */
+    /* A shard_moved being followed (loop): the generation it named, and
+     * the re-subscribes sent again to its node while that node's view
+     * still named the old owner (a not_leader older than |move_gen|). */
+    uint64_t move_gen;
+    uint32_t move_tries;
+    bool move_retry;
+    fx_timer move_timer;
     char visited[FXC_REDIRECT_HOPS + 1][FXC_ADDR_MAX];
     /* state (mu) */
     int state; /* 0 pending, 1 live, 2 ended */
@@ -285,7 +300,14 @@ struct fx_subscription {
     uint64_t last_off;
     /* stats */
     atomic_uint_fast64_t received, delivered, dropped, dropped_batches, gaps, missed;
-    atomic_uint_fast64_t reconnects;
+    atomic_uint_fast64_t reconnects, owner_changes;
+    /* The previous epochs' ends learned from subscribed (a graceful move's
+     * prev_epoch_end), the last FXC_EPOCH_ENDS, under the client's mu:
+     * written by the loop, read by make_event on an epoch change. */
+    struct {
+        uint64_t epoch, prev_end;
+    } ends[FXC_EPOCH_ENDS];
+    uint32_t nends;
 };
 
 /* One received event batch, owned by the subscription queue. */

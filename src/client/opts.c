@@ -43,6 +43,10 @@ int fxc_client_map_remote(const char *msg)
         return FX_EFORBIDDEN;
     if (strstr(msg, "broker shutting down") != NULL)
         return FX_ESHUTDOWN;
+    /* A cluster stream frozen for a move: not appended, retry (at the new
+     * owner once it is named). */
+    if (strstr(msg, "not appended") != NULL || strstr(msg, "is moving to") != NULL)
+        return FX_EMOVING;
     if (strstr(msg, "overloaded") != NULL || strstr(msg, "queue full") != NULL)
         return FX_EOVERLOAD;
     if (strstr(msg, "auth") != NULL)

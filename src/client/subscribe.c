@@ -27,6 +27,8 @@ enum { SUB_PENDING = 0, SUB_LIVE, SUB_ENDED };
 static void evs_feed(evs *e, const uint8_t *data, size_t len);
 static void sweep_orphans(cconn *cc);
 static int send_subscribe(fx_subscription *s, cconn *cc, const fx_start *start);
+static void redirect(fx_subscription *s);
+static void move_retry_arm(fx_subscription *s);
 
 /* ---- lifetime --------------------------------------------------------------------- */
 
@@ -142,6 +144,7 @@ static void sub_stop(fx_subscription *s)
     if (s->loop_gone)
         return;
     s->loop_gone = true;
+    fx_loop_timer_cancel(s->c->loop, &s->move_timer);
     cconn *cc = s->conn;
     if (cc != NULL && cc->qc != NULL && s->req_sid >= 0) {
         fx_quic_stream_set_user(cc->qc, s->req_sid, NULL);
@@ -290,6 +293,38 @@ void fxc_sub_conn_ready(fx_client *c, cconn *cc)
 
 /* ---- delivery ---------------------------------------------------------------------- */
 
+/* The end of epoch |epoch| - 1 a subscribed of epoch |epoch| named
+ * (prev_epoch_end): true with it in |*pend|. Any thread (takes mu). */
+static bool prev_end_of(fx_subscription *s, uint64_t epoch, uint64_t *pend)
+{
+    bool found = false;
+    pthread_mutex_lock(&s->c->mu);
+    for (uint32_t i = 0; i < s->nends && i < FXC_EPOCH_ENDS && !found; i++) {
+        if (s->ends[i].epoch == epoch) {
+            *pend = s->ends[i].prev_end;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&s->c->mu);
+    return found;
+}
+
+/* The messages missed between the last offset delivered and |off|, the
+ * first of another epoch (a cluster stream changed owner, docs/client.md):
+ * exact when the new owner's subscribed named the old epoch's end
+ * (prev_epoch_end, a graceful move), 0 when nothing was missed; else
+ * |*exact| false and the raw offset distance, flagged as today. */
+static uint64_t epoch_gap(fx_subscription *s, uint64_t off, bool *exact)
+{
+    uint64_t e = off >> FXC_EPOCH_SHIFT, pend;
+    *exact = false;
+    if (!prev_end_of(s, e, &pend) || pend >> FXC_EPOCH_SHIFT != s->last_off >> FXC_EPOCH_SHIFT ||
+        pend < s->last_off + 1)
+        return off - s->last_off - 1;
+    *exact = true;
+    return (pend - (s->last_off + 1)) + (off - (e << FXC_EPOCH_SHIFT));
+}
+
 static void make_event(fx_subscription *s, const sbatch *b, const fx_wire_event_batch *eb,
                        uint32_t i, fx_event *ev)
 {
@@ -300,10 +335,18 @@ static void make_event(fx_subscription *s, const sbatch *b, const fx_wire_event_
         ev->offset = off;
         ev->has_offset = true;
         if (s->have_last && off > s->last_off + 1) {
-            ev->flags |= FX_EVENT_GAP;
-            ev->gap = off - s->last_off - 1;
-            atomic_fetch_add(&s->gaps, 1);
-            atomic_fetch_add(&s->missed, ev->gap);
+            uint64_t gap = off - s->last_off - 1;
+            if (off >> FXC_EPOCH_SHIFT != s->last_off >> FXC_EPOCH_SHIFT) {
+                bool exact;
+                atomic_fetch_add(&s->owner_changes, 1);
+                gap = epoch_gap(s, off, &exact);
+            }
+            if (gap > 0) {
+                ev->flags |= FX_EVENT_GAP;
+                ev->gap = gap;
+                atomic_fetch_add(&s->gaps, 1);
+                atomic_fetch_add(&s->missed, ev->gap);
+            }
         }
         s->have_last = true;
         s->last_off = off;
@@ -548,7 +591,11 @@ static void evs_resume(evs *e)
 static fx_subscription *find_sub(fx_client *c, cconn *cc, uint64_t id)
 {
     for (fx_subscription *s = c->subs; s != NULL; s = s->lnext) {
-        if (s->conn == cc && s->state == SUB_LIVE && s->ev == NULL && atomic_load(&s->id) == id)
+        /* A re-subscription's id is its previous broker's until its
+         * subscribed arrives (which claims its stream): ids of two brokers
+         * may be equal, so it is never matched by id here. */
+        if (s->conn == cc && s->state == SUB_LIVE && s->ev == NULL && !s->resub_wait &&
+            atomic_load(&s->id) == id)
             return s;
     }
     return NULL;
@@ -629,6 +676,62 @@ static void on_hello(evs *e, const fx_frame *f)
     fx_msg_deinit(&m);
 }
 
+/* The stream of |s| moved to another broker (shard_moved, the last frame
+ * of its event stream, after every event the old owner owed it): the
+ * subscription subscribes again at the named owner from its last offset +
+ * 1, through the route cache and its generation rule (route.c). */
+static void moved(evs *e, const fx_msg *m)
+{
+    fx_subscription *s = e->sub;
+    /* This event stream ends here: the broker finishes it; nobody reads it
+     * and no sweep resets it (left), it is freed when it closes. */
+    e->ended = true;
+    e->left = true;
+    e->sub = NULL;
+    s->ev = NULL;
+    fxc_route_attempt(s);
+    char why[192];
+    int rv = 0;
+    cconn *cc = fxc_route_follow(s, m, &rv, why, sizeof(why));
+    if (cc == NULL) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "stream moved, not followed: %s", why);
+        sub_end(s, rv, msg, 0, 0);
+        return;
+    }
+    FX_LOG_DEBUG("client", "%s/%s moved to %s (generation %llu): subscribing there", s->ns,
+                 s->stream, m->node_id, (unsigned long long)m->generation);
+    s->resub_wait = true; /* its subscribed (or too_old) belongs to a re-subscribe */
+    s->move_gen = m->generation;
+    s->move_tries = 0;
+    s->redirect = cc;
+    redirect(s);
+}
+
+/* A JSON frame after the hello ends an event stream: shard_moved (follow
+ * it) or an error (the subscription ends with it). */
+static void on_last_frame(evs *e, const fx_frame *f)
+{
+    fx_msg m;
+    fx_wire_err err = {0};
+    if (fx_msg_decode(&m, f->body, f->len, &err) != 0) {
+        e->ended = true;
+        sub_end(e->sub, FX_EPROTO, err.msg, 0, 0);
+        return;
+    }
+    if (m.type == FX_MSG_SHARD_MOVED) {
+        moved(e, &m);
+    } else {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "event stream ended: %s",
+                 m.type == FX_MSG_ERROR ? m.message : "unexpected message on event stream");
+        e->ended = true;
+        sub_end(e->sub, m.type == FX_MSG_ERROR ? fxc_client_map_remote(m.message) : FX_EPROTO,
+                msg, 0, 0);
+    }
+    fx_msg_deinit(&m);
+}
+
 static void evs_feed(evs *e, const uint8_t *data, size_t len)
 {
     while (len > 0 && !e->ended) {
@@ -662,6 +765,9 @@ static void evs_feed(evs *e, const uint8_t *data, size_t len)
             grant(e, frame_credit(e, &f));
             if (!fxc_grp_on_events(e->grp, &f))
                 e->ended = true;
+        } else if (rv == FX_FRAME_READY && f.flags_rv == 0 && f.kind == FX_BODY_JSON) {
+            grant(e, frame_credit(e, &f));
+            on_last_frame(e, &f);
         } else if (rv == FX_FRAME_READY) {
             if (f.flags_rv != 0 ||
                 (f.kind != FX_BODY_EVENT_BATCH && f.kind != FX_BODY_EVENT_BATCH_SHARED)) {
@@ -749,11 +855,20 @@ static void on_req_msg(fx_subscription *s, const fx_msg *m)
             s->resub_wait = false;
             atomic_fetch_add(&s->reconnects, 1);
         }
+        s->move_gen = 0;
+        s->move_tries = 0;
         atomic_store(&s->id, m->subscription_id);
         fx_client *c = s->c;
         pthread_mutex_lock(&c->mu);
         if (s->state == SUB_PENDING)
             s->state = SUB_LIVE;
+        if (m->has_epoch && m->has_prev_epoch_end) {
+            /* A graceful move's exact end of the previous epoch: the first
+             * event of this one is a gap only by what was not seen. */
+            s->ends[s->nends % FXC_EPOCH_ENDS].epoch = m->epoch;
+            s->ends[s->nends % FXC_EPOCH_ENDS].prev_end = m->prev_epoch_end;
+            s->nends++;
+        }
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
         for (evs *e = s->conn->evlist; e != NULL; e = e->next) {
@@ -783,6 +898,13 @@ static void on_req_msg(fx_subscription *s, const fx_msg *m)
         break;
     }
     case FX_MSG_NOT_LEADER: {
+        if (s->resub_wait && m->generation < s->move_gen && s->move_tries < FXC_MOVE_TRIES) {
+            /* The node a shard_moved named has not seen the handoff yet
+             * (its watch is behind): it still names the old owner. Asked
+             * again shortly (fxc_sub_on_req_data). */
+            s->move_retry = true;
+            break;
+        }
         char why[192];
         int rv = 0;
         s->redirect = fxc_route_follow(s, m, &rv, why, sizeof(why));
@@ -820,6 +942,37 @@ static void resubscribe_earliest(fx_subscription *s)
     fx_frame_decoder_deinit(&s->req_dec);
     fx_frame_decoder_init(&s->req_dec, s->c->o.max_frame_bytes);
     fx_start st = {.kind = FX_START_EARLIEST};
+    resubscribe(s, &st);
+}
+
+/* The destination of a move answered not_leader naming the old owner: its
+ * request stream is dropped (the broker finishes it) and the subscribe goes
+ * to it again in FXC_MOVE_RETRY_MS. */
+static void move_retry_arm(fx_subscription *s)
+{
+    cconn *cc = s->conn;
+    s->move_retry = false;
+    s->move_tries++;
+    if (cc->qc != NULL && s->req_sid >= 0)
+        fx_quic_stream_set_user(cc->qc, s->req_sid, NULL);
+    s->req_sid = -1;
+    s->authed = false;
+    fx_frame_decoder_deinit(&s->req_dec);
+    fx_frame_decoder_init(&s->req_dec, s->c->o.max_frame_bytes);
+    if (fx_loop_timer_arm(s->c->loop, &s->move_timer,
+                          fx_now_ns() + FXC_MOVE_RETRY_MS * FX_NS_PER_MS) != 0) {
+        s->resub_wait = false;
+        sub_end(s, FX_EREDIRECT, "stream moved: its new owner does not serve it yet", 0, 0);
+    }
+}
+
+static void move_retry_fire(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)l, (void)t;
+    fx_subscription *s = user;
+    if (s->loop_gone || s->state == SUB_ENDED || s->conn->qc == NULL)
+        return;
+    fx_start st = resume_start(s);
     resubscribe(s, &st);
 }
 
@@ -877,6 +1030,10 @@ void fxc_sub_on_req_data(fx_subscription *s, const uint8_t *data, size_t len, bo
             fx_msg_deinit(&m);
             if (s->resub_earliest) {
                 resubscribe_earliest(s);
+                return;
+            }
+            if (s->move_retry) {
+                move_retry_arm(s);
                 return;
             }
             if (s->redirect != NULL) {
@@ -1044,6 +1201,7 @@ static int sub_new(fx_subscription **ps, fx_client *c, const char *ns, const cha
     fx_task_init(&s->resume, resume_task, s);
     fx_task_init(&s->credit, credit_task, s);
     fx_task_init(&s->set_cb, set_cb_task, s);
+    fx_timer_init(&s->move_timer, move_retry_fire, s);
     fx_task_init(&s->stop, stop_task, s);
     fxc_client_ref(c);
     *ps = s;
@@ -1223,6 +1381,7 @@ int fx_subscription_stats(fx_subscription *s, fx_sub_stats *st)
         .gaps = atomic_load(&s->gaps),
         .missed = atomic_load(&s->missed),
         .reconnects = atomic_load(&s->reconnects),
+        .owner_changes = atomic_load(&s->owner_changes),
         .queue_depth = fx_queue_depth(&s->q),
         .subscription_id = atomic_load(&s->id),
     };
