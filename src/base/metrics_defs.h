@@ -763,7 +763,25 @@
       "compacted (etcd compacted past it: the keys were listed again)")                            \
     C(cluster_watch_compacted, "felix_cluster_watch_restarts_total", "reason=compacted",           \
       "Restarts of the watch of the cluster's keys, by reason: stream (it ended or failed), "      \
-      "compacted (etcd compacted past it: the keys were listed again)")
+      "compacted (etcd compacted past it: the keys were listed again)")                            \
+    C(cluster_moves_started, "felix_cluster_moves_total", "result=started",                        \
+      "Graceful moves of in-memory streams this node owned (docs/cluster.md \"Moves\"), by "       \
+      "result: started, done (the handoff is in etcd), failed (the stream stayed, or was "         \
+      "released when its ownership was lost)")                                                     \
+    C(cluster_moves_done, "felix_cluster_moves_total", "result=done",                              \
+      "Graceful moves of in-memory streams this node owned (docs/cluster.md \"Moves\"), by "       \
+      "result: started, done (the handoff is in etcd), failed (the stream stayed, or was "         \
+      "released when its ownership was lost)")                                                     \
+    C(cluster_moves_failed, "felix_cluster_moves_total", "result=failed",                          \
+      "Graceful moves of in-memory streams this node owned (docs/cluster.md \"Moves\"), by "       \
+      "result: started, done (the handoff is in etcd), failed (the stream stayed, or was "         \
+      "released when its ownership was lost)")                                                     \
+    C(cluster_handoff_claims, "felix_cluster_handoff_claims_total", "",                            \
+      "Claims of this node that took a stream over from a graceful handoff (its subscribers "      \
+      "learn the previous epoch's exact end)")                                                     \
+    C(cluster_moving_refused, "felix_cluster_moving_refused_total", "",                            \
+      "Publishes refused (not appended, retryable) because their stream was moving to another "    \
+      "node")
 
 #define FX_METRICS_ALL(C, G, H)                                                                    \
     FX_METRICS_BROKER(C, G, H)                                                                     \

@@ -7,6 +7,7 @@
 #include "broker/admission.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@
 #include "broker/reply.h"
 #include "broker/resv.h"
 #include "broker/worker.h"
+#include "cluster/cluster.h"
 #include "felix/error.h"
 
 /* ---- publish jobs ------------------------------------------------------------------------ */
@@ -50,6 +52,12 @@ static fxb_job *job_new(fxb_bidi *s, fx_stream_handle *h, fx_buf *backing,
     fxb_conn_ref(s->conn);
     j->w = fxb_worker_for(s->conn->b, h);
     j->arrived_ns = fx_loop_now(s->conn->loop);
+    /* A cluster's in-memory stream may move: a move waits for the jobs
+     * counted here before it reads the tail (fx_broker_freeze_stream). */
+    if (s->conn->b->o.cluster != NULL && !fx_stream_handle_is_durable(h)) {
+        j->counted = true;
+        fx_stream_handle_jobs_add(h, 1);
+    }
     return j;
 }
 
@@ -143,6 +151,20 @@ int fxb_ingress_job_admit(fxb_bidi *s, fxb_job *j)
     fxb_reply *one;
     fxb_reply **acks = admit_acks(s, j, &one);
     uint32_t nacks = j->nacks;
+    if (j->counted && fx_stream_handle_moving(j->h) != FX_HANDLE_SERVING) {
+        /* Its stream is moving (counted first, then read: a move that set
+         * the state before sees this job, or this job sees the state):
+         * refused before any ack, not appended, retryable. */
+        if (s->conn->b->o.cluster != NULL)
+            fx_cluster_count_moving_refused(s->conn->b->o.cluster);
+        FX_COUNTER_ADD(publish_error, nreq);
+        char err[160];
+        snprintf(err, sizeof(err), "publish failed: %s", fx_strerror(FX_EMOVING));
+        answer_acks(acks, nacks, err);
+        fxb_job_free(j);
+        fxb_bidi_flush(s);
+        return 0;
+    }
     fx_ingress_outcome o = fx_ingress_admit(&t, &j->req, fx_loop_now(s->conn->loop));
     if (o == FX_INGRESS_PARKED && !wait_timer_set(s, &t, j))
         o = FX_INGRESS_FAILED;

@@ -514,6 +514,26 @@ int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, co
  * log is pinned to this node). Returns 0 or -ENOMEM. Any thread. */
 int fx_broker_release_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream);
 
+/* Cluster moves (docs/cluster.md "Moves"). fx_broker_freeze_stream freezes
+ * in-memory stream |tenant|/|ns|/|stream|: its worker appends nothing more
+ * (publishes are answered FX_EMOVING, not appended) and, once every publish
+ * appended before is in the ring, calls |done|(|arg|, 0, tail) on the
+ * worker's thread with the offset one past its last message. A stream this
+ * broker does not hold calls done(arg, 0, first) at once, |first| the base
+ * of its epoch (nothing was appended); a durable one done(arg, FX_ENOSTREAM,
+ * 0). fx_broker_unfreeze_stream ends a freeze (the move failed).
+ * fx_broker_move_stream removes the stream as fx_broker_release_stream does
+ * after its subscribers got what was queued for them and then a last frame
+ * naming the new owner: shard_moved {|node_id|, |addr| (NULL: absent),
+ * |generation|} to clients that offered FX_FEATURE_SHARD_MOVED, an error
+ * "stream T/NS/S moved to N" to others. Returns 0 or -ENOMEM. Any thread. */
+void fx_broker_freeze_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                             void (*done)(void *arg, int rv, uint64_t tail), void *arg);
+void fx_broker_unfreeze_stream(fx_broker *b, const char *tenant, const char *ns,
+                               const char *stream);
+int fx_broker_move_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                          const char *node_id, const char *addr, uint64_t generation);
+
 struct fx_forwarder;
 /* From now on a publish to a stream another node owns is forwarded through
  * |f| (src/cluster/forward.h) instead of refused (NULL: refused again).

@@ -228,6 +228,7 @@ struct fxb_job {
     fxb_reply **acks;
     uint32_t nacks;
     bool commit;
+    bool counted; /* in its handle's jobs in flight (a cluster's in-memory stream) */
     /* Durable streams: the storage stage keeps the trip's state apart
      * (fxb_stored, durable_int.h). */
     char *swhy; /* NULL or the storage error's detail (owned; "storage damaged") */
@@ -250,6 +251,7 @@ struct fxb_sub {
     uint64_t id;
     fx_stream_handle *h; /* reference */
     fx_start start;      /* set by the request; the worker's once posted to it */
+    uint32_t client_features; /* its subscribe stream's auth.client_features */
     atomic_bool closed;  /* unsubscribed: the feeder stops, the writer drops */
     atomic_bool active;  /* the event stream is open: the feeder may run */
     /* The subscribe exchange and the connection's list (connection loop). */

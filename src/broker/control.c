@@ -22,6 +22,7 @@
 #include "broker/durable_admin.h"
 #include "broker/idem.h"
 #include "broker/worker.h"
+#include "cluster/cluster.h"
 #include "felix/error.h"
 
 /* ---- asking every loop ---------------------------------------------------------- */
@@ -706,13 +707,18 @@ int fx_broker_create_stream_durable(fx_broker *b, const char *tenant, const char
     return rv;
 }
 
+typedef struct moved_to {
+    const char *node_id, *addr;
+    uint64_t generation;
+} moved_to;
+
 static int remove_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
-                         fx_registry_err *err, bool release);
+                         fx_registry_err *err, bool release, const moved_to *mv);
 
 int fx_broker_delete_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
                             fx_registry_err *err)
 {
-    return remove_stream(b, tenant, ns, stream, err, false);
+    return remove_stream(b, tenant, ns, stream, err, false, NULL);
 }
 
 int fx_broker_release_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream)
@@ -723,7 +729,123 @@ int fx_broker_release_stream(fx_broker *b, const char *tenant, const char *ns, c
     fx_stream_handle_unref(h);
     if (h == NULL || durable)
         return 0; /* nothing here, or a durable stream: its log stays (pinned here) */
-    return remove_stream(b, tenant, ns, stream, NULL, true);
+    return remove_stream(b, tenant, ns, stream, NULL, true, NULL);
+}
+
+/* ---- cluster moves ----------------------------------------------------------------------- */
+
+typedef struct freeze_ctx {
+    fx_task task;
+    fx_timer timer;
+    uint32_t waits;
+    fxb_worker *w;
+    fx_stream_handle *h;
+    void (*done)(void *arg, int rv, uint64_t tail);
+    void *arg;
+} freeze_ctx;
+
+/* The base offset of |h|'s epoch: what its tail is before any append. */
+static uint64_t epoch_base(fx_broker *b, fx_stream_handle *h)
+{
+    return b->o.cluster != NULL
+               ? fx_cluster_first_offset(b->o.cluster, fx_stream_handle_tenant(h),
+                                         fx_stream_handle_namespace(h), fx_stream_handle_stream(h))
+               : 0;
+}
+
+#define FREEZE_POLL_NS 1000000ull /* 1 ms */
+#define FREEZE_WAITS 3000u          /* 3 s: then the move fails */
+
+/* On the stream's worker: once every publish job admitted before the
+ * freeze is done (appended: its ack may have gone at admission already),
+ * the tail is exact, and any later job was refused at admission. */
+static void freeze_check(fx_loop *l, freeze_ctx *f)
+{
+    if (fx_stream_handle_jobs(f->h) > 0 && f->waits < FREEZE_WAITS) {
+        f->waits++;
+        if (fx_loop_timer_arm(l, &f->timer, fx_loop_now(l) + FREEZE_POLL_NS) == 0)
+            return;
+    }
+    if (fx_stream_handle_jobs(f->h) > 0) {
+        fx_stream_handle_set_moving(f->h, FX_HANDLE_SERVING);
+        f->done(f->arg, FX_ETIMEDOUT, 0);
+    } else {
+        fx_stream_handle_set_moving(f->h, FX_HANDLE_FROZEN);
+        fx_stream *st = fxb_worker_stream_if_any(f->w, f->h);
+        f->done(f->arg, 0, st != NULL ? fx_stream_tail(st) : epoch_base(f->w->b, f->h));
+    }
+    fx_stream_handle_unref(f->h);
+    free(f);
+}
+
+static void freeze_task(fx_loop *l, fx_task *t, void *user)
+{
+    (void)t;
+    freeze_check(l, user);
+}
+
+static void freeze_timer(fx_loop *l, fx_timer *t, void *user)
+{
+    (void)t;
+    freeze_check(l, user);
+}
+
+void fx_broker_freeze_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                             void (*done)(void *arg, int rv, uint64_t tail), void *arg)
+{
+    fx_stream_handle *h =
+        fx_registry_find(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream));
+    if (h == NULL) {
+        /* Never published to here: nothing to freeze, its tail is its base. */
+        done(arg, 0,
+             b->o.cluster != NULL ? fx_cluster_first_offset(b->o.cluster, tenant, ns, stream) : 0);
+        return;
+    }
+    if (fx_stream_handle_is_durable(h)) {
+        fx_stream_handle_unref(h);
+        done(arg, FX_ENOSTREAM, 0);
+        return;
+    }
+    freeze_ctx *f = calloc(1, sizeof(*f));
+    if (f == NULL) {
+        fx_stream_handle_unref(h);
+        done(arg, -ENOMEM, 0);
+        return;
+    }
+    /* Set before the task is posted: every job the worker runs after the
+     * task sees it. */
+    fx_stream_handle_set_moving(h, FX_HANDLE_MOVING);
+    f->w = fxb_worker_for(b, h);
+    fx_timer_init(&f->timer, freeze_timer, f);
+    f->h = h;
+    f->done = done;
+    f->arg = arg;
+    fx_task_init(&f->task, freeze_task, f);
+    fx_loop_post(f->w->loop, &f->task);
+}
+
+void fx_broker_unfreeze_stream(fx_broker *b, const char *tenant, const char *ns,
+                               const char *stream)
+{
+    fx_stream_handle *h =
+        fx_registry_find(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream));
+    if (h != NULL)
+        fx_stream_handle_set_moving(h, FX_HANDLE_SERVING);
+    fx_stream_handle_unref(h);
+}
+
+int fx_broker_move_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
+                          const char *node_id, const char *addr, uint64_t generation)
+{
+    fx_stream_handle *h =
+        fx_registry_find(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream));
+    bool durable = h != NULL && fx_stream_handle_is_durable(h);
+    fx_stream_handle_unref(h);
+    if (h == NULL || durable)
+        return 0;
+    moved_to mv = {.node_id = node_id, .addr = addr, .generation = generation};
+    int rv = remove_stream(b, tenant, ns, stream, NULL, true, &mv);
+    return rv == FX_ENOSTREAM ? 0 : rv;
 }
 
 void fx_broker_set_forwarder(fx_broker *b, struct fx_forwarder *f)
@@ -732,7 +854,7 @@ void fx_broker_set_forwarder(fx_broker *b, struct fx_forwarder *f)
 }
 
 static int remove_stream(fx_broker *b, const char *tenant, const char *ns, const char *stream,
-                         fx_registry_err *err, bool release)
+                         fx_registry_err *err, bool release, const moved_to *mv)
 {
     fx_stream_handle *h =
         fx_registry_find(b->reg, slice_of(tenant), slice_of(ns), slice_of(stream));
@@ -761,11 +883,17 @@ static int remove_stream(fx_broker *b, const char *tenant, const char *ns, const
      * reaches the worker for it; the worker finishes its subscribers. */
     e->h = h;
     e->w = fxb_worker_for(b, h);
+    if (mv != NULL) {
+        e->moved = true;
+        snprintf(e->moved_to, sizeof(e->moved_to), "%s", mv->node_id);
+        snprintf(e->moved_addr, sizeof(e->moved_addr), "%s", mv->addr != NULL ? mv->addr : "");
+        e->moved_gen = mv->generation;
+    }
     fx_task_init(&e->task, fxb_worker_end_task, e);
     fx_loop_post(e->w->loop, &e->task);
-    FX_LOG_INFO("broker", "stream %s/%s/%s %s", tenant, ns, stream,
-                release ? "released: this node owns it no more (its subscribers are ended)"
-                        : "deleted by the admin API");
+    FX_LOG_INFO("broker", "stream %s/%s/%s %s%s", tenant, ns, stream,
+                mv != NULL ? "moved to " : release ? "released: this node owns it no more (its subscribers are ended)"
+                        : "deleted by the admin API", mv != NULL ? mv->node_id : "");
     return 0;
 }
 

@@ -30,6 +30,7 @@ void fxb_feeder_init(fxb_sub *sub)
 void fxb_feeder_deinit(fxb_feeder *fd)
 {
     fxb_frame_list_free(fd->held);
+    fx_buf_unref(fd->end_frame);
 }
 
 /* The lane's push calls these on this worker: a parked feeder keeps its
@@ -208,6 +209,24 @@ static void feed(fxb_sub *sub, fx_loop *l, bool waited)
         fx_frame_list *fl = build_list(sub, &p, &co);
         if (fl == NULL)
             return; /* retried at the next wake */
+        if (fl->n == 0 && sub->feed.ending && sub->feed.end_frame != NULL &&
+            !sub->feed.end_pushed && !fx_coalescer_has_pending(&sub->feed.co) &&
+            sub->feed.backlog_pos >= sub->feed.backlog.n && !fxb_replay_pending(sub)) {
+            /* A moved stream: its last frame after everything it was owed
+             * (pushed like history: it waits for room, never shed). */
+            fx_buf *f = sub->feed.end_frame;
+            sub->feed.end_frame = NULL;
+            sub->feed.end_pushed = true;
+            fl->n = 1;
+            fl->frames[0] = f;
+            fl->iov[0] = (struct iovec){.iov_base = (void *)fx_buf_data(f), .iov_len = fx_buf_len(f)};
+            fl->bytes = fx_buf_len(f);
+            fl->events = 0;
+            fl->first_offset = fl->end_offset = 0;
+            if (!pushed(sub, fl, true))
+                return;
+            continue;
+        }
         if (fl->n == 0) {
             fxb_frame_list_free(fl);
             if (sub->feed.ending)

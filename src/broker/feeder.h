@@ -41,6 +41,10 @@ typedef struct fxb_feeder {
     uint64_t available;
     fxb_sub *wnext, *wprev;    /* on w->subs while registered */
     bool ending;               /* its stream was deleted: finish after the queue */
+    /* A moved stream's last frame (shard_moved or error), pushed after the
+     * queue and before the FIN; |end_pushed| once it is in the lane. */
+    fx_buf *end_frame;
+    bool end_pushed;
     bool block_kicked;         /* subscriber_block_timeout closed its connection */
     fx_task block_task;        /* posted to the connection's loop to close it */
     struct fxb_replay *replay; /* history read from disk first (replay.c), or NULL */

@@ -15,6 +15,8 @@ void fxb_job_free(fxb_job *j)
         return;
     fx_ingress_finish(&j->req);
     fx_buf_unref(j->backing);
+    if (j->counted)
+        fx_stream_handle_jobs_add(j->h, -1);
     fx_stream_handle_unref(j->h);
     for (uint32_t i = 0; j->commit && i < j->nacks; i++)
         fxb_reply_unref(j->acks[i]);

@@ -111,6 +111,8 @@ struct fx_stream_handle {
     atomic_size_t refs;
     atomic_bool active;
     atomic_bool ended; /* its worker finished the subscribers (after removal) */
+    atomic_int moving;            /* FX_HANDLE_* of a cluster move */
+    atomic_int_fast64_t jobs;     /* publish jobs in flight (cluster, in-memory) */
     bool durable;      /* fixed at creation */
     uint64_t id;
     bool auto_created;              /* by a resolve: idle expiry applies */
@@ -898,6 +900,29 @@ void fx_stream_handle_set_ended(fx_stream_handle *h)
 bool fx_stream_handle_is_ended(const fx_stream_handle *h)
 {
     return atomic_load_explicit(&h->ended, memory_order_acquire);
+}
+
+/* The moving state and the jobs count pair up as in Dekker's algorithm (a
+ * job counts itself then reads the state; a move sets the state then reads
+ * the count): sequentially consistent, so one of them sees the other. */
+void fx_stream_handle_set_moving(fx_stream_handle *h, int state)
+{
+    atomic_store(&h->moving, state);
+}
+
+int fx_stream_handle_moving(const fx_stream_handle *h)
+{
+    return atomic_load(&((fx_stream_handle *)h)->moving);
+}
+
+void fx_stream_handle_jobs_add(fx_stream_handle *h, int64_t delta)
+{
+    atomic_fetch_add(&h->jobs, delta);
+}
+
+int64_t fx_stream_handle_jobs(const fx_stream_handle *h)
+{
+    return atomic_load(&((fx_stream_handle *)h)->jobs);
 }
 
 int fx_stream_handle_check(const fx_stream_handle *h, fx_registry_err *err)

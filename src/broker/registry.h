@@ -197,6 +197,18 @@ bool fx_stream_handle_is_active(const fx_stream_handle *h);
  * later one is refused. Set: the worker; read: any thread. */
 void fx_stream_handle_set_ended(fx_stream_handle *h);
 bool fx_stream_handle_is_ended(const fx_stream_handle *h);
+/* A cluster move (fx_broker_freeze_stream): FX_HANDLE_MOVING refuses new
+ * publishes at admission; FX_HANDLE_FROZEN, set once the jobs admitted
+ * before are appended and the tail read, makes the worker refuse any
+ * append. Any thread. */
+enum { FX_HANDLE_SERVING = 0, FX_HANDLE_MOVING = 1, FX_HANDLE_FROZEN = 2 };
+void fx_stream_handle_set_moving(fx_stream_handle *h, int state);
+int fx_stream_handle_moving(const fx_stream_handle *h);
+/* The publish jobs of |h| made and not freed yet (counted for a cluster's
+ * in-memory streams: a move waits for them before it reads the tail).
+ * Any thread. */
+void fx_stream_handle_jobs_add(fx_stream_handle *h, int64_t delta);
+int64_t fx_stream_handle_jobs(const fx_stream_handle *h);
 /* Returns 0 if |h| is active, else FX_ENOSTREAM with "stream handle inactive:
  * tenant=X namespace=Y stream=Z" in |err|: a cached handle must be checked
  * this way before each use. Any thread. */

@@ -102,6 +102,15 @@ static void reply_task_cb(fx_loop *l, fx_task *t, void *user)
         } else {
             fx_msg m;
             fx_msg_init_subscribed(&m, sub->id);
+            fx_cluster *cl = sub->b->o.cluster;
+            if (cl != NULL && !fx_stream_handle_is_durable(sub->h)) {
+                /* A cluster's in-memory stream: its serving epoch, and the
+                 * previous epoch's end after a graceful handoff. */
+                m.has_epoch = fx_cluster_stream_epoch(
+                    cl, fx_stream_handle_tenant(sub->h), fx_stream_handle_namespace(sub->h),
+                    fx_stream_handle_stream(sub->h), &m.epoch, &m.prev_epoch_end,
+                    &m.has_prev_epoch_end);
+            }
             fxb_bidi_reply_msg(s, &m);
             fxb_bidi_end(s);
             FX_COUNTER_INC(subscribe_req_ok);
@@ -240,6 +249,7 @@ void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
         return;
     }
     parse_start(m, &sub->start);
+    sub->client_features = s->client_features;
     fxb_sub_list_add(s->conn, sub);
     /* The stream ends with the reply, which the worker's answer decides. */
     s->ended = true;

@@ -166,8 +166,9 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
                           j->nreq);
     } else {
         FX_COUNTER_ADD(publish_error, j->nreq);
-        FX_LOG_WARN("broker", "append to stream %llu failed: %s",
-                    (unsigned long long)fx_stream_handle_id(j->h), fx_strerror(rv));
+        if (rv != FX_EMOVING) /* a move's refusals are counted, and expected */
+            FX_LOG_WARN("broker", "append to stream %llu failed: %s",
+                        (unsigned long long)fx_stream_handle_id(j->h), fx_strerror(rv));
     }
     if (j->commit) {
         char err[768]; /* copied into the reply frame by fxb_reply_complete */
@@ -226,6 +227,15 @@ static bool job_append(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now)
     if (cl != NULL && !durable && !fx_cluster_serving(cl)) {
         FX_COUNTER_INC(cluster_suspended_refused);
         job_complete(j, FX_ENOTSERVING, now);
+        return true;
+    }
+    /* Frozen for a move: its tail was read on this worker once every job
+     * admitted before the move was appended (admission refuses the later
+     * ones), so none should come; one that did is refused, not appended
+     * after the tail. */
+    if (cl != NULL && !durable && fx_stream_handle_moving(j->h) == FX_HANDLE_FROZEN) {
+        fx_cluster_count_moving_refused(cl);
+        job_complete(j, FX_EMOVING, now);
         return true;
     }
     fx_fanout_result res;
@@ -676,8 +686,30 @@ void fxb_worker_end_stream(fxb_worker *w, fx_stream_handle *h)
 
 /* ---- deleted streams --------------------------------------------------------------------- */
 
+/* A moved stream: each subscriber's last frame names the new owner
+ * (shard_moved, or an error for a client without the feature), before the
+ * FIN fxb_worker_end_stream asks for. */
+static void set_moved_frames(fxb_worker *w, const fxb_end *e)
+{
+    fx_stream_handle *h = e->h;
+    for (fxb_sub *sub = w->subs; sub != NULL; sub = sub->feed.wnext) {
+        if (sub->h != h || sub->feed.ending || sub->feed.end_frame != NULL)
+            continue;
+        fx_msg m;
+        char text[1024];
+        fx_msg_init_moved_reply(&m, sub->client_features, fx_stream_handle_tenant(h),
+                                fx_stream_handle_namespace(h), fx_stream_handle_stream(h),
+                                e->moved_to, e->moved_addr[0] ? e->moved_addr : NULL,
+                                e->moved_gen, text, sizeof(text));
+        if (fxb_msg_frame(&m, &sub->feed.end_frame) != 0)
+            sub->feed.end_frame = NULL; /* no memory: the FIN alone ends it */
+    }
+}
+
 static void end_now(fxb_end *e)
 {
+    if (e->moved)
+        set_moved_frames(e->w, e);
     fxb_worker_end_stream(e->w, e->h);
     fx_stream_handle_unref(e->h);
     free(e);

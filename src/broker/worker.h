@@ -66,6 +66,11 @@ typedef struct fxb_end {
     fxb_worker *w;
     fx_stream_handle *h;
     uint64_t target; /* w->jobs_done once every older job has completed */
+    /* A cluster move: the subscribers' last frame names the new owner. */
+    bool moved;
+    char moved_to[65];
+    char moved_addr[129];
+    uint64_t moved_gen;
     struct fxb_end *next;
 } fxb_end;
 

@@ -38,6 +38,11 @@ typedef struct fx_cluster fx_cluster;
 /* Offsets of an in-memory stream: the epoch in the bits above these. */
 #define FX_CLUSTER_EPOCH_SHIFT 40
 
+/* The broker froze a stream for a move (fx_cluster_opts.freeze): |rv| 0 and
+ * |tail| the offset one past its last message, or |rv| < 0 (not moved).
+ * Any thread, once. */
+typedef void (*fx_cluster_frozen_cb)(void *arg, int rv, uint64_t tail);
+
 typedef struct fx_cluster_opts {
     const char *const *endpoints; /* etcd client URLs */
     size_t n_endpoints;
@@ -58,6 +63,22 @@ typedef struct fx_cluster_opts {
      * (its lease was lost): the broker ends the stream's subscribers and
      * drops its ring, so a later claim starts at the new epoch. */
     void (*on_release)(const char *tenant, const char *ns, const char *stream, void *user);
+    /* Moves (docs/cluster.md "Moves"), all called on the cluster thread.
+     * |freeze|: stop appending to in-memory stream |tenant|/|ns|/|stream|
+     * (publishes are refused, retryable, from now on, also those already
+     * admitted) and call |done(arg, 0, tail)| once the exact tail is known
+     * (or done(arg, rv, 0) when it cannot move), from any thread.
+     * |unfreeze|: the move failed, serve it again. |moved|: the handoff is
+     * in etcd: end the stream's subscribers, after what they were owed,
+     * with shard_moved naming |node_id| at |addr| and |generation|, and drop
+     * the stream. NULL hooks: moves are refused. */
+    void (*freeze)(const char *tenant, const char *ns, const char *stream,
+                   fx_cluster_frozen_cb done, void *arg, void *user);
+    void (*unfreeze)(const char *tenant, const char *ns, const char *stream, void *user);
+    void (*moved)(const char *tenant, const char *ns, const char *stream, const char *node_id,
+                  const char *addr, uint64_t generation, void *user);
+    uint32_t move_rate;     /* cluster_move_rate: moves started per second (0: no moves) */
+    bool rebalance_on_join; /* cluster_rebalance_on_join */
     void *user;
 } fx_cluster_opts;
 
@@ -112,6 +133,29 @@ bool fx_cluster_ready(const fx_cluster *c, char *why, size_t cap);
 /* The cluster as this node sees it, as JSON (GET /v1/cluster): a malloc'd
  * string, or NULL for out of memory. Any thread. */
 char *fx_cluster_status_json(fx_cluster *c);
+/* The serving epoch of in-memory stream |tenant|/|ns|/|stream| this node
+ * owns in |*epoch|, and in |*prev_end| (|*has_prev| true) the offset one
+ * past the last message of the previous epoch when this node's claim took
+ * it over from a graceful handoff. Returns false when not owned here. Any
+ * thread. */
+bool fx_cluster_stream_epoch(fx_cluster *c, const char *tenant, const char *ns, const char *stream,
+                             uint64_t *epoch, uint64_t *prev_end, bool *has_prev);
+/* Moves in-memory stream |tenant|/|ns|/|stream|, owned here, to node |to|
+ * by a graceful handoff: queued, started at most move_rate per second
+ * (jittered). Returns 0 once queued, or FX_ECONFIG (moves are off),
+ * FX_ENOSTREAM (not owned here, durable, or already moving), FX_ENOTFOUND
+ * (|to| is not a live node, or is this node), -ENOMEM; |why| says which.
+ * Any thread. */
+int fx_cluster_move(fx_cluster *c, const char *tenant, const char *ns, const char *stream,
+                    const char *to, char *why, size_t cap);
+/* Plans (fx_place_plan_moves) the moves of the in-memory streams this node
+ * owns and, unless |dry_run|, queues them (fx_cluster_move). |*pjson| gets
+ * a malloc'd {"node":..,"dry_run":..,"planned":N,"moves":[{"stream":
+ * "t/ns/s","to":"n3"}]}. Returns 0, FX_ECONFIG (moves are off and not
+ * |dry_run|) or -ENOMEM. Any thread. */
+int fx_cluster_rebalance(fx_cluster *c, bool dry_run, char **pjson);
+/* Counts a publish refused because its stream is moving. Any thread. */
+void fx_cluster_count_moving_refused(fx_cluster *c);
 /* This node's id. Any thread. */
 const char *fx_cluster_node_id(const fx_cluster *c);
 

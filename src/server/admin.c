@@ -375,6 +375,20 @@ static enum MHD_Result send_resp(struct MHD_Connection *c, fx_admin_resp *resp,
     return ok;
 }
 
+const char *fx_admin_req_arg(const fx_admin_req *req, const char *name)
+{
+    if (req->conn == NULL)
+        return NULL;
+    const char *v = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+    /* "?dry_run" alone: MHD answers NULL for a key without '=', so ask
+     * whether the key is there at all. */
+    if (v == NULL &&
+        MHD_lookup_connection_value_n(req->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), NULL,
+                                      NULL) == MHD_YES)
+        return "";
+    return v;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
                                  const char *method, const char *version, const char *upload,
                                  size_t *upload_size, void **con_cls)
@@ -398,7 +412,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
                         .path = url,
                         .rest = "",
                         .body = r->body ? r->body : "",
-                        .body_len = r->len};
+                        .body_len = r->len,
+                        .conn = c};
     fx_admin_resp resp = {0};
     reply_extra x = {.allow = ""};
     if (r->too_big) {

@@ -55,7 +55,12 @@ typedef struct fx_admin_req {
     const char *rest;
     const char *body;
     size_t body_len;
+    void *conn; /* internal: the HTTP connection (fx_admin_req_arg) */
 } fx_admin_req;
+
+/* The value of query argument |name| of |req| ("1" for ?dry_run=1, "" for
+ * ?dry_run), or NULL when absent. Valid during the route callback. */
+const char *fx_admin_req_arg(const fx_admin_req *req, const char *name);
 
 /* An answer. |content_type| is a static string (NULL means FX_ADMIN_TEXT);
  * |body| is malloc'd and owned by the response (NULL when |len| is 0).

@@ -32,6 +32,40 @@ static void on_release(const char *tenant, const char *ns, const char *stream, v
                      tenant, ns, stream);
 }
 
+/* Moves (cluster thread): the broker freezes, ends and unfreezes. Without a
+ * broker attached (starting or stopping) a freeze fails. */
+static void on_freeze(const char *tenant, const char *ns, const char *stream,
+                      fx_cluster_frozen_cb done, void *arg, void *user)
+{
+    fx_cluster_node *n = user;
+    fx_broker *b = atomic_load(&n->b);
+    if (b == NULL) {
+        done(arg, FX_ESHUTDOWN, 0);
+        return;
+    }
+    fx_broker_freeze_stream(b, tenant, ns, stream, done, arg);
+}
+
+static void on_unfreeze(const char *tenant, const char *ns, const char *stream, void *user)
+{
+    fx_cluster_node *n = user;
+    fx_broker *b = atomic_load(&n->b);
+    if (b != NULL)
+        fx_broker_unfreeze_stream(b, tenant, ns, stream);
+}
+
+static void on_moved(const char *tenant, const char *ns, const char *stream, const char *node_id,
+                     const char *addr, uint64_t generation, void *user)
+{
+    fx_cluster_node *n = user;
+    fx_broker *b = atomic_load(&n->b);
+    if (b != NULL &&
+        fx_broker_move_stream(b, tenant, ns, stream, node_id, addr, generation) != 0)
+        FX_LOG_ERROR("cluster", "out of memory ending moved stream %s/%s/%s: its subscribers "
+                     "stay until the stream is deleted",
+                     tenant, ns, stream);
+}
+
 /* The first line of |path| into |out|. */
 static int read_secret(const char *path, char *out, size_t cap, char *why, size_t wcap)
 {
@@ -88,6 +122,11 @@ int fx_cluster_node_start(const fx_config *c, fx_cluster_node **pn, char *why, s
         .etcd_user = c->cluster_etcd_user[0] ? c->cluster_etcd_user : NULL,
         .etcd_password = c->cluster_etcd_user[0] ? password : NULL,
         .on_release = on_release,
+        .freeze = on_freeze,
+        .unfreeze = on_unfreeze,
+        .moved = on_moved,
+        .move_rate = c->cluster_move_rate,
+        .rebalance_on_join = c->cluster_rebalance_on_join,
         .user = node,
     };
     int rv = fx_cluster_new(&node->cl, &o, why, cap);
@@ -165,6 +204,30 @@ void fx_cluster_node_route(const fx_admin_req *req, fx_admin_resp *resp, void *u
     char *json = fx_cluster_status_json(n->cl);
     if (json == NULL) {
         (void)fx_admin_resp_text(resp, 500, "out of memory");
+        return;
+    }
+    (void)fx_admin_resp_set(resp, 200, FX_ADMIN_JSON, json, strlen(json));
+    free(json);
+}
+
+void fx_cluster_node_rebalance_route(const fx_admin_req *req, fx_admin_resp *resp, void *user)
+{
+    fx_cluster_node *n = user;
+    if (n == NULL) {
+        (void)fx_admin_resp_text(resp, 404,
+                                 "this broker is standalone (cluster_etcd_endpoints is empty)");
+        return;
+    }
+    const char *d = fx_admin_req_arg(req, "dry_run");
+    bool dry = d != NULL && strcmp(d, "0") != 0 && strcmp(d, "false") != 0;
+    char *json = NULL;
+    int rv = fx_cluster_rebalance(n->cl, dry, &json);
+    if (rv == FX_ECONFIG) {
+        (void)fx_admin_resp_text(resp, 409, "moves are off on this node (cluster_move_rate = 0)");
+        return;
+    }
+    if (rv != 0) {
+        (void)fx_admin_resp_text(resp, 500, fx_strerror(rv));
         return;
     }
     (void)fx_admin_resp_set(resp, 200, FX_ADMIN_JSON, json, strlen(json));

@@ -27,6 +27,11 @@ void fx_cluster_node_admin_opts(fx_cluster_node *n, fx_admin_opts *ao);
 /* GET /v1/cluster: this node's view of the cluster as JSON (404 on a
  * standalone broker). |user| is the fx_cluster_node (may be NULL). */
 void fx_cluster_node_route(const fx_admin_req *req, fx_admin_resp *resp, void *user);
+/* POST /v1/cluster/rebalance[?dry_run=1]: plans the moves of this node's
+ * in-memory streams (fx_cluster_rebalance) and, unless a dry run, starts
+ * them; answers {"node","dry_run","planned","moves":[{"stream","to"}]}.
+ * 404 standalone, 409 when moves are off. |user| is the fx_cluster_node. */
+void fx_cluster_node_rebalance_route(const fx_admin_req *req, fx_admin_resp *resp, void *user);
 /* Detaches the broker first (call before fx_broker_free), then. */
 void fx_cluster_node_detach(fx_cluster_node *n);
 /* Revokes the lease (the other nodes may claim this node's streams at once)

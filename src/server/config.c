@@ -548,6 +548,14 @@ const struct key fx_config_keys[] = {
     {.name = "cluster_weight", .env = {"FELIX_CLUSTER_WEIGHT"}, .type = T_U32,
      FIELD(cluster_weight), .def = "100", .min = 1, .max = 10000,
      .help = "placement weight: a node of weight 200 is given twice the streams of one of 100"},
+    {.name = "cluster_move_rate", .env = {"FELIX_CLUSTER_MOVE_RATE"}, .type = T_U32,
+     FIELD(cluster_move_rate), .def = "50", .min = 0, .max = 100000,
+     .help = "graceful moves of in-memory streams (rebalance, a node joining) this node starts a "
+             "second at most, each gap jittered by +-50%; 0 = no moves"},
+    {.name = "cluster_rebalance_on_join", .env = {"FELIX_CLUSTER_REBALANCE_ON_JOIN"},
+     .type = T_BOOL, FIELD(cluster_rebalance_on_join), .def = "true",
+     .help = "when a node joins, every node plans and runs a rebalance 1 to 3 s later (moves of "
+             "its in-memory streams to nodes placement prefers; cluster_move_rate bounds them)"},
     {.name = "cluster_etcd_ca_file", .env = {"FELIX_CLUSTER_ETCD_CA_FILE"}, .type = T_STR,
      FIELD(cluster_etcd_ca_file), .def = "",
      .help = "PEM CA bundle that signs etcd's certificate (https endpoints); empty = the system's"},

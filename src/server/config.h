@@ -232,6 +232,8 @@ typedef struct fx_config {
     uint64_t cluster_deadline_margin_ns;
     uint32_t cluster_weight;
     bool cluster_forward;
+    uint32_t cluster_move_rate;     /* graceful moves started a second (0: none) */
+    bool cluster_rebalance_on_join; /* a node joining makes every node rebalance */
     char cluster_etcd_ca_file[FX_CONFIG_PATH_MAX];
     char cluster_etcd_cert_file[FX_CONFIG_PATH_MAX];
     char cluster_etcd_key_file[FX_CONFIG_PATH_MAX];

@@ -926,11 +926,16 @@ static int serve_notified(const fx_config *c, bool repair_durable, bool dev, not
         fx_authn_free(authn);
         return EXIT_START;
     }
-    fx_admin_route routes[FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES + 1];
+    fx_admin_route routes[FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES + 2];
     fx_admin_broker_routes(b, routes);
     fx_pipeline_routes(pipe, routes + FX_ADMIN_BROKER_NROUTES);
     routes[FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES] = (fx_admin_route){
         .method = "GET", .path = "/v1/cluster", .on_request = fx_cluster_node_route, .user = cn};
+    routes[FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES + 1] =
+        (fx_admin_route){.method = "POST",
+                         .path = "/v1/cluster/rebalance",
+                         .on_request = fx_cluster_node_rebalance_route,
+                         .user = cn};
     fx_admin_opts ao = {.bind = c->metrics_bind,
                         .token = token,
                         .metrics_per_stream = c->metrics_stream_labels,
@@ -939,7 +944,7 @@ static int serve_notified(const fx_config *c, bool repair_durable, bool dev, not
                         .tls_cert_file = c->admin_tls_cert_file,
                         .tls_key_file = c->admin_tls_key_file,
                         .routes = routes,
-                        .nroutes = FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES + 1};
+                        .nroutes = FX_ADMIN_BROKER_NROUTES + FX_PIPELINE_NROUTES + 2};
     fx_cluster_node_admin_opts(cn, &ao);
     if (fx_admin_start(&admin, &ao, err, sizeof(err)) != 0) {
         fprintf(stderr, "felix-broker: %s\n", err);

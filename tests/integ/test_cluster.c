@@ -40,6 +40,11 @@ static int TTL_S = 2;
  * members (1, or 3: scripts/etcd.sh start3). */
 static bool FORWARD = true;
 static int MEMBERS = 1;
+/* cluster_rebalance_on_join of the brokers the next setup starts; they all
+ * get an admin token (POST /v1/cluster/rebalance needs it). */
+static bool REBALANCE_ON_JOIN = true;
+#define ADMIN_TOKEN "cluster-test-admin-token"
+
 
 typedef struct node {
     pid_t pid;
@@ -105,13 +110,16 @@ static void node_start(int i)
     snprintf(state, sizeof(state), "state_dir=%s/s%d", C->dir, i);
     snprintf(cert, sizeof(cert), "tls_cert_file=%s", C->cert);
     snprintf(key, sizeof(key), "tls_key_file=%s", C->key);
-    char ttl[48], margin[64], fwd[32];
+    char ttl[48], margin[64], fwd[32], join[48];
     snprintf(fwd, sizeof(fwd), "cluster_forward=%s", FORWARD ? "true" : "false");
     snprintf(ttl, sizeof(ttl), "cluster_lease_ttl_s=%d", TTL_S);
     snprintf(margin, sizeof(margin), "cluster_deadline_margin_ms=%d", TTL_S > 2 ? 1000 : 500);
+    snprintf(join, sizeof(join), "cluster_rebalance_on_join=%s",
+             REBALANCE_ON_JOIN ? "true" : "false");
     char *argv[] = {C->broker, "--set", quic, "--set", admin, "--set", "probe_bind=", "--set",
                     state, "--set", eps, "--set", id, "--set", adv, "--set",
                     ttl, "--set", margin, "--set", fwd, "--set", "log_capacity=65536",
+                    "--set", join, "--set", "admin_token=" ADMIN_TOKEN,
                     i > 0 || C->cert[0] ? "--set" : NULL, cert, "--set", key, NULL};
     static char *env[] = {"FELIX_LOG_LEVEL=info", NULL};
     unlink(n->out);
@@ -1045,6 +1053,408 @@ static void test_two_of_three_etcd_members_stopped_suspend_the_brokers(void **st
         (void)fx_client_close(cl[i], PROC_HANG_MS);
 }
 
+/* ---- graceful moves ---------------------------------------------------------------- */
+
+/* POST http://127.0.0.1:|port||path| with the admin token: the status, the
+ * body in |*out| (malloc'd). */
+static long http_post(uint16_t port, const char *path, char **out)
+{
+    char url[160];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", port, path);
+    CURL *h = curl_easy_init();
+    assert_non_null(h);
+    body b = {0};
+    struct curl_slist *hdr = curl_slist_append(NULL, "Authorization: Bearer " ADMIN_TOKEN);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    long status = 0;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    *out = b.p;
+    return status;
+}
+
+static void node_stop(int i)
+{
+    kill(C->n[i].pid, SIGTERM);
+    int st = 0;
+    waitpid(C->n[i].pid, &st, 0);
+    proc_track(C->n[i].pid, false);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    C->n[i].pid = 0;
+}
+
+/* Waits until node |i| sees |n| nodes. */
+static void wait_nodes(int i, size_t n)
+{
+    uint64_t until = proc_now_ms() + PROC_HANG_MS + (uint64_t)TTL_S * 1000;
+    for (;;) {
+        json_t *j = cluster_view(i);
+        size_t nn = json_array_size(json_object_get(j, "nodes"));
+        json_decref(j);
+        if (nn == n)
+            return;
+        if (proc_now_ms() > until)
+            fail_msg("node %s sees %zu nodes, not %zu", C->n[i].id, nn, n);
+        usleep(50 * 1000);
+    }
+}
+
+#define MV_MAX 12
+#define MV_SEQ 100000
+
+/* One stream under a move: an acked publisher that retries only refusals
+ * that say the publish was not appended, and what it saw. */
+typedef struct mover {
+    char stream[16];
+    fx_client *pub;
+    atomic_bool stop;
+    atomic_uint_fast64_t next; /* the sequence number of the next publish */
+    _Atomic uint8_t acked[MV_SEQ]; /* 1: acked, 2: outcome unknown */
+    _Atomic uint8_t tries[MV_SEQ]; /* refusals retried */
+    char refusal[8][200];          /* the last refusals, by seq % 8 */
+    atomic_uint_fast64_t retried, unknown;
+    char last_err[256];
+    pthread_t thr;
+    fx_subscription *sub;
+    pthread_t rthr;   /* reader_main */
+    char failed[256]; /* the reader's finding ("": none) */
+} mover;
+
+/* A refusal that says the publish was not appended: moving, a claim or a
+ * placement under way, not served here. */
+static bool not_appended(const char *msg)
+{
+    return strstr(msg, "not appended") != NULL || strstr(msg, "is moving to") != NULL ||
+           strstr(msg, "is served by") != NULL || strstr(msg, "owner unavailable") != NULL;
+}
+
+static void *mover_main(void *arg)
+{
+    mover *m = arg;
+    char payload[48], msg[512];
+    for (uint64_t seq = 0; !atomic_load(&m->stop) && seq < MV_SEQ; seq++) {
+        snprintf(payload, sizeof(payload), "%s-%llu", m->stream, (unsigned long long)seq);
+        for (int tries = 0;; tries++) {
+            int rv = publish_at(m->pub, m->stream, payload, msg, sizeof(msg));
+            if (rv == 0) {
+                m->acked[seq] = 1;
+                break;
+            }
+            if (not_appended(msg) && tries < 200) {
+                atomic_fetch_add(&m->retried, 1);
+                m->tries[seq]++;
+                snprintf(m->refusal[seq % 8], sizeof(m->refusal[0]), "%.190s", msg);
+                usleep(10 * 1000);
+                continue;
+            }
+            m->acked[seq] = 2;
+            atomic_fetch_add(&m->unknown, 1);
+            snprintf(m->last_err, sizeof(m->last_err), "%s (%.200s)", fx_strerror(rv), msg);
+            break;
+        }
+        atomic_store(&m->next, seq + 1);
+        usleep(3 * 1000);
+    }
+    return NULL;
+}
+
+/* Reads |m|'s subscription while it publishes (its queue would shed
+ * otherwise) and after, until every acked payload arrived or |m|->failed:
+ * each exactly once, in order, with no gap reported. A thread: failures go
+ * to |m|->failed for the main thread to report. */
+static void *reader_main(void *arg)
+{
+    mover *m = arg;
+    fx_subscription *s = m->sub;
+    uint64_t last_seq = 0, last_off = 0, until = 0;
+    bool any = false;
+    fx_event ev;
+    for (;;) {
+        if (atomic_load(&m->stop)) {
+            /* Publishing ended: read until the last acked one came. */
+            uint64_t end = atomic_load(&m->next), last_acked = 0;
+            bool want = false;
+            for (uint64_t q = 0; q < end; q++)
+                if (m->acked[q] == 1) {
+                    last_acked = q;
+                    want = true;
+                }
+            if (!want || (any && last_seq >= last_acked))
+                break;
+            if (until == 0)
+                until = proc_now_ms() + PROC_HANG_MS;
+            if (proc_now_ms() > until) {
+                snprintf(m->failed, sizeof(m->failed),
+                         "acked seq %llu never arrived (the last was %llu at offset %llx)",
+                         (unsigned long long)last_acked, (unsigned long long)last_seq,
+                         (unsigned long long)last_off);
+                break;
+            }
+        }
+        int rv = fx_subscription_next(s, &ev, 100);
+        if (rv == FX_ETIMEDOUT)
+            continue;
+        if (rv != 0) {
+            fx_sub_error e;
+            fx_subscription_error(s, &e);
+            snprintf(m->failed, sizeof(m->failed), "the subscription ended: %s (%.150s)",
+                     fx_strerror(rv), e.message);
+            break;
+        }
+        char p[64];
+        snprintf(p, sizeof(p), "%.*s", (int)(ev.len < 63 ? ev.len : 63), (const char *)ev.payload);
+        if (strcmp(p, "hello") == 0)
+            continue;
+        const char *dash = strrchr(p, '-');
+        uint64_t seq = dash != NULL ? strtoull(dash + 1, NULL, 10) : MV_SEQ;
+        if (seq >= MV_SEQ || (any && seq <= last_seq)) {
+            snprintf(m->failed, sizeof(m->failed),
+                     "'%s' (offset %llx) after seq %llu (duplicate or reorder)", p,
+                     (unsigned long long)ev.offset, (unsigned long long)last_seq);
+            break;
+        }
+        /* Every acked payload between the last one and this one came
+         * (the publisher marks it acked before it publishes the next). */
+        for (uint64_t q = any ? last_seq + 1 : 0; q < seq && !m->failed[0]; q++)
+            if (m->acked[q] == 1)
+                snprintf(m->failed, sizeof(m->failed),
+                         "acked seq %llu never arrived (next was %llu at offset %llx after %llx)",
+                         (unsigned long long)q, (unsigned long long)seq,
+                         (unsigned long long)ev.offset, (unsigned long long)last_off);
+        if (!m->failed[0] && (ev.flags & FX_EVENT_GAP))
+            snprintf(m->failed, sizeof(m->failed),
+                     "a gap of %llu reported before seq %llu (offset %llx after %llx)",
+                     (unsigned long long)ev.gap, (unsigned long long)seq,
+                     (unsigned long long)ev.offset, (unsigned long long)last_off);
+        if (m->failed[0])
+            break;
+        last_seq = seq;
+        last_off = ev.offset;
+        any = true;
+    }
+    return NULL;
+}
+
+/* Node |i|'s moves started, done and failed, from one view (0 when down). */
+static void moves_of(int i, int64_t *started, int64_t *done, int64_t *failed)
+{
+    *started = *done = *failed = 0;
+    if (C->n[i].pid <= 0)
+        return;
+    json_t *j = cluster_view(i);
+    json_t *k = json_object_get(j, "counters");
+    *started = json_integer_value(json_object_get(k, "moves_started"));
+    *done = json_integer_value(json_object_get(k, "moves_done"));
+    *failed = json_integer_value(json_object_get(k, "moves_failed"));
+    json_decref(j);
+}
+
+/* Publishes and subscribes to |n| streams owned as they are, runs |act|
+ * (the trigger of the moves) while they publish, waits for the moves to
+ * end, and checks every stream. Returns the streams whose owner changed. */
+static int run_moves(int n, int via, void (*act)(void), int64_t *pdone)
+{
+    mover *mv[MV_MAX];
+    fx_subscription *subs[MV_MAX];
+    fx_client *sc = connect_to(via, false);
+    int owner0[MV_MAX];
+    for (int k = 0; k < n; k++) {
+        mv[k] = calloc(1, sizeof(*mv[k]));
+        assert_non_null(mv[k]);
+        snprintf(mv[k]->stream, sizeof(mv[k]->stream), "mv%d", k);
+        owner0[k] = owner_in_view(via, mv[k]->stream, NULL);
+        fx_start from = {.kind = FX_START_EARLIEST};
+        assert_int_equal(fx_subscribe(&subs[k], sc, NS, mv[k]->stream, &from), 0);
+        mv[k]->sub = subs[k];
+        assert_int_equal(pthread_create(&mv[k]->rthr, NULL, reader_main, mv[k]), 0);
+        /* Through a running node that does not own it (forwarded). */
+        int pn = -1;
+        for (int d = 1; d < NB && pn < 0; d++)
+            if (C->n[(owner0[k] + d) % NB].pid > 0)
+                pn = (owner0[k] + d) % NB;
+        assert_true(pn >= 0);
+        mv[k]->pub = connect_to(pn, false);
+        assert_int_equal(pthread_create(&mv[k]->thr, NULL, mover_main, mv[k]), 0);
+    }
+    usleep(300 * 1000);
+    int64_t started0 = 0, ended0 = 0, done0 = 0;
+    for (int i = 0; i < NB; i++) {
+        int64_t st, dn, fl;
+        moves_of(i, &st, &dn, &fl);
+        started0 += st;
+        ended0 += dn + fl;
+        done0 += dn;
+    }
+    act();
+    /* The moves run (rate-limited and jittered) and end. */
+    uint64_t until = proc_now_ms() + PROC_HANG_MS + 6000;
+    int64_t started, ended, done;
+    for (;;) {
+        started = ended = done = 0;
+        for (int i = 0; i < NB; i++) {
+            int64_t st, dn, fl;
+            moves_of(i, &st, &dn, &fl);
+            started += st;
+            done += dn;
+            ended += dn + fl;
+        }
+        if (started > started0 && ended - ended0 == started - started0)
+            break;
+        if (proc_now_ms() > until)
+            fail_msg("moves started %lld, ended %lld", (long long)(started - started0),
+                     (long long)(ended - ended0));
+        usleep(100 * 1000);
+    }
+    usleep(500 * 1000); /* publishes at the new owners too */
+    int changed = 0;
+    for (int k = 0; k < n; k++) {
+        atomic_store(&mv[k]->stop, true);
+        pthread_join(mv[k]->thr, NULL);
+    }
+    for (int k = 0; k < n; k++) {
+        pthread_join(mv[k]->rthr, NULL);
+        if (mv[k]->failed[0]) {
+            for (uint64_t q = 0; q < atomic_load(&mv[k]->next); q++)
+                if (mv[k]->tries[q])
+                    print_message("%s seq %llu: %u refusals, the last: %s\n", mv[k]->stream,
+                                  (unsigned long long)q, (unsigned)mv[k]->tries[q],
+                                  mv[k]->refusal[q % 8]);
+            fail_msg("%s: %s", mv[k]->stream, mv[k]->failed);
+        }
+        fx_sub_stats sst;
+        assert_int_equal(fx_subscription_stats(subs[k], &sst), 0);
+        assert_int_equal(sst.gaps, 0);
+        assert_int_equal(sst.dropped, 0);
+        uint64_t oc = sst.owner_changes;
+        int o = owner_in_view(via, mv[k]->stream, NULL);
+        print_message("%s: %s -> %s, %llu published (%llu refusals retried, %llu unknown%s%s), "
+                      "%llu owner changes\n",
+                      mv[k]->stream, C->n[owner0[k]].id, o >= 0 ? C->n[o].id : "-",
+                      (unsigned long long)atomic_load(&mv[k]->next),
+                      (unsigned long long)atomic_load(&mv[k]->retried),
+                      (unsigned long long)atomic_load(&mv[k]->unknown),
+                      mv[k]->last_err[0] ? ": " : "", mv[k]->last_err, (unsigned long long)oc);
+        assert_int_equal(atomic_load(&mv[k]->unknown), 0);
+        changed += o != owner0[k];
+        if (o != owner0[k])
+            assert_true(oc >= 1);
+        fx_unsubscribe(subs[k]);
+        (void)fx_client_close(mv[k]->pub, PROC_HANG_MS);
+        free(mv[k]);
+    }
+    (void)fx_client_close(sc, PROC_HANG_MS);
+    *pdone = done - done0;
+    return changed;
+}
+
+static void rebalance_n1(void)
+{
+    char *text = NULL;
+    long st = http_post(C->n[0].admin, "/v1/cluster/rebalance", &text);
+    if (st != 200)
+        fail_msg("POST /v1/cluster/rebalance: %ld %s", st, text ? text : "");
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    assert_non_null(j);
+    print_message("rebalance: %s\n", text);
+    assert_true(json_integer_value(json_object_get(j, "planned")) > 0);
+    assert_int_equal(json_array_size(json_object_get(j, "moves")),
+                     (size_t)json_integer_value(json_object_get(j, "planned")));
+    json_decref(j);
+    free(text);
+}
+
+static int cluster_setup_no_join(void **state)
+{
+    REBALANCE_ON_JOIN = false;
+    int rv = cluster_setup(state);
+    REBALANCE_ON_JOIN = true;
+    return rv;
+}
+
+static void test_a_rebalance_while_publishing_moves_streams_with_gap_0_no_duplicate_no_reorder(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    /* n1 alone places the streams; n2 and n3 come back without a
+     * rebalance (cluster_rebalance_on_join false): n1 owns them all. */
+    node_stop(1);
+    node_stop(2);
+    wait_nodes(0, 1);
+    fx_client *c0 = connect_to(0, false);
+    fx_client *cl[NB] = {c0, c0, c0};
+    for (int k = 0; k < N; k++) {
+        char name[16];
+        snprintf(name, sizeof(name), "mv%d", k);
+        assert_int_equal(place(cl, 0, name), 0);
+    }
+    (void)fx_client_close(c0, PROC_HANG_MS);
+    for (int i = 1; i < NB; i++) {
+        node_start(i);
+        wait_serving(i);
+    }
+    wait_nodes(0, NB);
+    /* A dry run plans without moving. */
+    char *text = NULL;
+    assert_int_equal(http_post(C->n[0].admin, "/v1/cluster/rebalance?dry_run=1", &text), 200);
+    assert_non_null(strstr(text, "\"dry_run\":true"));
+    free(text);
+    assert_int_equal(counter(0, "moves_started"), 0);
+    int64_t done = 0;
+    int changed = run_moves(N, 0, rebalance_n1, &done);
+    print_message("%d of %d streams moved (%lld moves done)\n", changed, N, (long long)done);
+    assert_true(done > 0);
+    assert_true(changed > 0);
+    assert_true(counter(1, "handoff_claims") + counter(2, "handoff_claims") >= done);
+}
+
+static void start_n3(void)
+{
+    node_start(2);
+    wait_serving(2);
+    /* The others rebalance 1 to 3 s after they saw it join. */
+    usleep(3300 * 1000);
+}
+
+static void test_a_node_joining_takes_streams_by_graceful_moves_with_gap_0(void **state)
+{
+    (void)state;
+    enum { N = 9 };
+    node_stop(2);
+    wait_nodes(0, 2);
+    wait_nodes(1, 2);
+    fx_client *cl[NB];
+    cl[0] = connect_to(0, false);
+    cl[1] = connect_to(1, false);
+    cl[2] = cl[0];
+    for (int k = 0; k < N; k++) {
+        char name[16];
+        snprintf(name, sizeof(name), "mv%d", k);
+        (void)place(cl, k % 2, name);
+    }
+    (void)fx_client_close(cl[0], PROC_HANG_MS);
+    (void)fx_client_close(cl[1], PROC_HANG_MS);
+    int64_t done = 0;
+    int changed = run_moves(N, 0, start_n3, &done);
+    int on_n3 = 0;
+    for (int k = 0; k < N; k++) {
+        char name[16];
+        snprintf(name, sizeof(name), "mv%d", k);
+        on_n3 += owner_in_view(2, name, NULL) == 2;
+    }
+    print_message("%d of %d streams moved, %d now on n3 (%lld moves done)\n", changed, N, on_n3,
+                  (long long)done);
+    assert_true(on_n3 > 0);
+    assert_true(done >= on_n3);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(
         test_every_stream_has_one_owner_and_publishes_through_any_node_reach_it, cluster_setup,
@@ -1069,6 +1479,12 @@ static const struct CMUnitTest tests[] = {
                                     cluster_setup, cluster_teardown),
     cmocka_unit_test_setup_teardown(
         test_streams_placed_by_three_nodes_at_once_stay_within_the_bounded_load, cluster_setup,
+        cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_a_rebalance_while_publishing_moves_streams_with_gap_0_no_duplicate_no_reorder,
+        cluster_setup_no_join, cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_a_node_joining_takes_streams_by_graceful_moves_with_gap_0, cluster_setup,
         cluster_teardown),
 };
 FX_TEST_MAIN(tests)
