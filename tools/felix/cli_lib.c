@@ -1375,8 +1375,9 @@ static const fx_cli_help HELP[] = {
     },
     {
         "cluster",
-        "show a cluster broker's view: nodes, leases, which stream is where",
+        "show a cluster broker's view, or rebalance its streams by graceful moves",
         "felix cluster status [--json] [--admin HOST:PORT]\n"
+        "felix cluster rebalance [--dry-run] [--all] [--json] [--admin HOST:PORT]\n"
         "\n"
         "GET /v1/cluster on the admin endpoint of one broker of a cluster\n"
         "(docs/cluster.md): whether that node serves (and why not), its lease, TTL,\n"
@@ -1386,8 +1387,17 @@ static const fx_cli_help HELP[] = {
         "TENANT/NS/STREAM); its claim, lease and watch counters and its etcd\n"
         "requests. Any node answers for the whole cluster. A standalone broker\n"
         "answers 404 (exit 1).\n"
-        "  --json                     print the broker's JSON answer as is\n",
+        "  --json                     print the broker's JSON answer as is\n"
+        "\n"
+        "rebalance: POST /v1/cluster/rebalance on the node of --admin (it needs the\n"
+        "admin token): it plans moves of its in-memory streams to the nodes placement\n"
+        "now prefers (never to one at its bounded-load cap) and starts them, at most\n"
+        "cluster_move_rate a second; each move is a graceful handoff (gap 0 for\n"
+        "subscribers). Prints each planned move, STREAM -> NODE.\n"
+        "  --dry-run                  plan only: nothing moves\n"
+        "  --all                      every node GET /v1/cluster lists (its admin address)\n",
         "felix cluster status --admin 127.0.0.1:8080\n"
+        "  felix cluster rebalance --all --dry-run --admin 127.0.0.1:8080\n"
         "  . /tmp/felix-cluster/cluster.env && felix cluster status --json | jq .streams",
         true,
     },

@@ -2,7 +2,8 @@
  * endpoint (GET /v1/cluster, docs/cluster.md): the nodes with their
  * addresses, incarnations, leases and streams, whether this node serves and
  * why not, its deadline, counters and etcd requests, and which node owns
- * which stream. Main thread. */
+ * which stream. `felix cluster rebalance`: POST /v1/cluster/rebalance on one
+ * node or every node (--all), printing the moves each plans. Main thread. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -12,11 +13,17 @@
 
 #include "cli.h"
 
-enum { O_JSON = FX_CLI_OPT_FIRST_CMD };
-static const fx_cli_opt CLUSTER_OPTS[] = {FX_CLI_COMMON_OPTS, {"json", false, O_JSON}, {0}};
+enum { O_JSON = FX_CLI_OPT_FIRST_CMD, O_DRY_RUN, O_ALL };
+static const fx_cli_opt CLUSTER_OPTS[] = {FX_CLI_COMMON_OPTS,
+                                          {"json", false, O_JSON},
+                                          {"dry-run", false, O_DRY_RUN},
+                                          {"all", false, O_ALL},
+                                          {0}};
 
 typedef struct cluster_args {
     bool json;
+    bool dry_run; /* rebalance: plan only */
+    bool all;     /* rebalance: every node GET /v1/cluster lists */
 } cluster_args;
 
 static int cluster_opt(void *user, int id, const char *val, char *err, size_t errlen)
@@ -25,6 +32,10 @@ static int cluster_opt(void *user, int id, const char *val, char *err, size_t er
     cluster_args *a = user;
     if (id == O_JSON)
         a->json = true;
+    else if (id == O_DRY_RUN)
+        a->dry_run = true;
+    else if (id == O_ALL)
+        a->all = true;
     return 0;
 }
 
@@ -221,6 +232,95 @@ static int cluster_status(const fx_cli_common *c, const cluster_args *a)
     return st;
 }
 
+/* POST /v1/cluster/rebalance on the admin endpoint of |c| and prints its
+ * plan. Returns an exit status. */
+static int rebalance_one(const fx_cli_common *c, const cluster_args *a)
+{
+    fx_cli_http resp;
+    const char *path = a->dry_run ? "/v1/cluster/rebalance?dry_run=1" : "/v1/cluster/rebalance";
+    if (fx_cli_admin_call("cluster", c, "POST", path, &resp) != 0)
+        return FX_CLI_EXIT_FAIL;
+    int st = FX_CLI_EXIT_OK;
+    json_error_t jerr;
+    json_t *root = a->json ? NULL : json_loadb(resp.body.p, resp.body.len, 0, &jerr);
+    if (a->json) {
+        fputs(resp.body.p != NULL ? resp.body.p : "", stdout);
+        if (resp.body.len == 0 || resp.body.p[resp.body.len - 1] != '\n')
+            putchar('\n');
+    } else if (!json_is_object(root)) {
+        fx_cli_errorf("cluster", "POST %s: not a JSON object: %s", path, jerr.text);
+        st = FX_CLI_EXIT_FAIL;
+    } else {
+        char node[FX_CLI_NAME_MAX + 1];
+        snprintf(node, sizeof(node), "%s", str_of(root, "node_id")[0] ? str_of(root, "node_id")
+                                                                       : str_of(root, "node"));
+        fx_cli_cell_clean(node);
+        printf("%s: %lld move%s %s\n", node,
+               (long long)json_integer_value(json_object_get(root, "planned")),
+               json_integer_value(json_object_get(root, "planned")) == 1 ? "" : "s",
+               a->dry_run ? "planned (dry run: nothing moves)" : "started");
+        size_t i;
+        json_t *m;
+        json_array_foreach(json_object_get(root, "moves"), i, m)
+        {
+            char stream[3 * FX_CLI_NAME_MAX + 3], to[FX_CLI_NAME_MAX + 1];
+            snprintf(stream, sizeof(stream), "%s", str_of(m, "stream"));
+            snprintf(to, sizeof(to), "%s", str_of(m, "to"));
+            fx_cli_cell_clean(stream);
+            fx_cli_cell_clean(to);
+            printf("  %s -> %s\n", stream, to);
+        }
+    }
+    json_decref(root);
+    fx_cli_buf_free(&resp.body);
+    return st;
+}
+
+/* `felix cluster rebalance`: on the node of --admin, or with --all on every
+ * node its GET /v1/cluster lists with an admin address. */
+static int cluster_rebalance(const fx_cli_common *c, const cluster_args *a)
+{
+    if (!a->all)
+        return rebalance_one(c, a);
+    fx_cli_http resp;
+    if (fx_cli_admin_call("cluster", c, "GET", "/v1/cluster", &resp) != 0)
+        return FX_CLI_EXIT_FAIL;
+    json_error_t jerr;
+    json_t *root = json_loadb(resp.body.p, resp.body.len, 0, &jerr);
+    fx_cli_buf_free(&resp.body);
+    if (!json_is_object(root)) {
+        fx_cli_errorf("cluster", "GET /v1/cluster: not a JSON object: %s", jerr.text);
+        json_decref(root);
+        return FX_CLI_EXIT_FAIL;
+    }
+    json_t *nodes = sorted(json_object_get(root, "nodes"), cmp_nodes);
+    int st = nodes != NULL ? FX_CLI_EXIT_OK : FX_CLI_EXIT_FAIL;
+    size_t i, asked = 0;
+    json_t *n;
+    json_array_foreach(nodes, i, n)
+    {
+        const char *admin = str_of(n, "admin");
+        if (admin[0] == '\0') {
+            fx_cli_errorf("cluster", "node %s lists no admin address: skipped",
+                          str_of(n, "node_id"));
+            st = FX_CLI_EXIT_FAIL;
+            continue;
+        }
+        fx_cli_common one = *c;
+        one.admin = admin;
+        asked++;
+        if (rebalance_one(&one, a) != FX_CLI_EXIT_OK)
+            st = FX_CLI_EXIT_FAIL;
+    }
+    if (nodes != NULL && asked == 0) {
+        fx_cli_errorf("cluster", "no node of the cluster lists an admin address");
+        st = FX_CLI_EXIT_FAIL;
+    }
+    json_decref(nodes);
+    json_decref(root);
+    return st;
+}
+
 int fx_cli_cluster(int argc, char **argv)
 {
     fx_cli_common c;
@@ -232,8 +332,12 @@ int fx_cli_cluster(int argc, char **argv)
     if (st >= 0)
         return st;
     if (npos == 0)
-        return fx_cli_usage_error("cluster", "missing action: status");
+        return fx_cli_usage_error("cluster", "missing action: status or rebalance");
+    if (strcmp(pos[0], "rebalance") == 0)
+        return cluster_rebalance(&c, &a);
     if (strcmp(pos[0], "status") != 0)
-        return fx_cli_usage_error("cluster", "unknown action: want status");
+        return fx_cli_usage_error("cluster", "unknown action: want status or rebalance");
+    if (a.dry_run || a.all)
+        return fx_cli_usage_error("cluster", "--dry-run and --all go with rebalance");
     return cluster_status(&c, &a);
 }
