@@ -157,7 +157,10 @@ int fxb_ingress_job_admit(fxb_bidi *s, fxb_job *j)
          * refused before any ack, not appended, retryable. */
         if (s->conn->b->o.cluster != NULL)
             fx_cluster_count_moving_refused(s->conn->b->o.cluster);
-        FX_COUNTER_ADD(publish_error, nreq);
+        if (nacks > 0)
+            FX_COUNTER_ADD(publish_error, nreq);
+        else
+            FX_COUNTER_ADD(publish_dropped, nreq); /* unacked: nobody to tell */
         char err[160];
         snprintf(err, sizeof(err), "publish failed: %s", fx_strerror(FX_EMOVING));
         answer_acks(acks, nacks, err);

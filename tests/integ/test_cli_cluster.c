@@ -1,4 +1,4 @@
-/* `felix cluster status` and scripts/cluster.sh, the binaries run as child
+/* `felix cluster status`, `felix cluster rebalance` and scripts/cluster.sh, the binaries run as child
  * processes: the script starts etcd and three brokers sharing one
  * certificate (it returns once every /ready answers 200) and writes
  * cluster.env; the CLI, asked through any node, names the three nodes and
@@ -215,6 +215,40 @@ static void test_cluster_status_names_the_nodes_and_the_owner_of_a_placed_stream
     assert_int_equal(stat(path, &sb), 0);
 }
 
+static void test_cluster_rebalance_all_asks_every_node_and_a_dry_run_moves_nothing(void **state)
+{
+    (void)state;
+    /* An admin token (POST needs one), and no rebalance of their own. */
+    setenv("FX_CLUSTER_SET", "admin_token=cli-rebalance-token cluster_rebalance_on_join=false", 1);
+    cluster_start();
+    unsetenv("FX_CLUSTER_SET");
+    (void)place(0, "where");
+    char *all[] = {"cluster",      "rebalance", "--all",         "--dry-run", "--admin",
+                   T->admin[1],    "--admin-token", "cli-rebalance-token", NULL};
+    if (felix(all) != 0)
+        fail_msg("felix cluster rebalance --all --dry-run: %s", T->text);
+    /* Every node answered, in node id order; placed at its first choice,
+     * the stream stays. */
+    for (int i = 0; i < NB; i++) {
+        char want[96];
+        snprintf(want, sizeof(want), "n%d: 0 moves planned (dry run: nothing moves)", i + 1);
+        if (!has_line(want))
+            fail_msg("no line '%s' in:\n%s", want, T->text);
+    }
+    char *json[] = {"cluster",   "rebalance",     "--json",
+                    "--admin",   T->admin[0],     "--admin-token",
+                    "cli-rebalance-token", NULL};
+    assert_int_equal(felix(json), 0);
+    proc_assert_contains(T->text, "\"node\":\"n1\",\"dry_run\":false,\"planned\":0");
+    /* Without the token the node refuses, and felix says why (exit 1). */
+    char *bare[] = {"cluster", "rebalance", "--admin", T->admin[0], NULL};
+    assert_int_equal(felix(bare), 1);
+    proc_assert_contains(T->text, "felix cluster: POST ");
+    /* --all belongs to rebalance. */
+    char *bad[] = {"cluster", "status", "--all", "--admin", T->admin[0], NULL};
+    assert_int_equal(felix(bad), 2);
+}
+
 static void test_cluster_status_of_a_standalone_broker_prints_its_404_and_exits_1(void **state)
 {
     (void)state;
@@ -261,6 +295,9 @@ static const struct CMUnitTest tests[] = {
         ctx_teardown),
     cmocka_unit_test_setup_teardown(
         test_cluster_status_of_a_standalone_broker_prints_its_404_and_exits_1, ctx_setup,
+        ctx_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_cluster_rebalance_all_asks_every_node_and_a_dry_run_moves_nothing, ctx_setup,
         ctx_teardown),
 };
 FX_TEST_MAIN(tests)
