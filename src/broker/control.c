@@ -892,8 +892,10 @@ static int remove_stream(fx_broker *b, const char *tenant, const char *ns, const
     fx_task_init(&e->task, fxb_worker_end_task, e);
     fx_loop_post(e->w->loop, &e->task);
     FX_LOG_INFO("broker", "stream %s/%s/%s %s%s", tenant, ns, stream,
-                mv != NULL ? "moved to " : release ? "released: this node owns it no more (its subscribers are ended)"
-                        : "deleted by the admin API", mv != NULL ? mv->node_id : "");
+                mv != NULL ? "moved to "
+                : release  ? "released: this node owns it no more (its subscribers are ended)"
+                           : "deleted by the admin API",
+                mv != NULL ? mv->node_id : "");
     return 0;
 }
 

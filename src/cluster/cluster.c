@@ -1423,8 +1423,8 @@ out:
         json_decref(moves);
         return rv;
     }
-    FX_LOG_INFO("cluster", "rebalance%s: %zd of this node's in-memory streams %s", dry_run ? " (dry run)" : "",
-                planned, dry_run ? "would move" : "move");
+    FX_LOG_INFO("cluster", "rebalance%s: %zd of this node's in-memory streams %s",
+                dry_run ? " (dry run)" : "", planned, dry_run ? "would move" : "move");
     json_t *root = json_pack("{s:s,s:b,s:I,s:o}", "node", c->node_id, "dry_run", dry_run,
                              "planned", (json_int_t)planned, "moves", moves);
     *pjson = root != NULL ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;

@@ -1,5 +1,5 @@
-/* `felix cluster status`, `felix cluster rebalance` and scripts/cluster.sh, the binaries run as child
- * processes: the script starts etcd and three brokers sharing one
+/* `felix cluster status`, `felix cluster rebalance` and scripts/cluster.sh,
+ * the binaries run as child processes: the script starts etcd and three brokers sharing one
  * certificate (it returns once every /ready answers 200) and writes
  * cluster.env; the CLI, asked through any node, names the three nodes and
  * the owner and epoch of a stream placed by a publish, and --json prints the
