@@ -43,7 +43,7 @@ static int MEMBERS = 1;
 
 typedef struct node {
     pid_t pid;
-    uint16_t quic, admin;
+    uint16_t quic, admin, internal; /* internal: cluster_internal_bind's port */
     char id[8];
     char server[64];
     char out[160], err[160];
@@ -105,13 +105,15 @@ static void node_start(int i)
     snprintf(state, sizeof(state), "state_dir=%s/s%d", C->dir, i);
     snprintf(cert, sizeof(cert), "tls_cert_file=%s", C->cert);
     snprintf(key, sizeof(key), "tls_key_file=%s", C->key);
-    char ttl[48], margin[64], fwd[32];
+    char ttl[48], margin[64], fwd[32], internal[64];
+    snprintf(internal, sizeof(internal), "cluster_internal_bind=127.0.0.1:%u", n->internal);
     snprintf(fwd, sizeof(fwd), "cluster_forward=%s", FORWARD ? "true" : "false");
     snprintf(ttl, sizeof(ttl), "cluster_lease_ttl_s=%d", TTL_S);
     snprintf(margin, sizeof(margin), "cluster_deadline_margin_ms=%d", TTL_S > 2 ? 1000 : 500);
     char *argv[] = {C->broker, "--set", quic, "--set", admin, "--set", "probe_bind=", "--set",
                     state, "--set", eps, "--set", id, "--set", adv, "--set",
-                    ttl, "--set", margin, "--set", fwd, "--set", "log_capacity=65536",
+                    ttl, "--set", margin, "--set", fwd, "--set", "log_capacity=65536", "--set",
+                    internal,
                     i > 0 || C->cert[0] ? "--set" : NULL, cert, "--set", key, NULL};
     static char *env[] = {"FELIX_LOG_LEVEL=info", NULL};
     unlink(n->out);
@@ -204,6 +206,24 @@ static int64_t counter(int i, const char *name)
     return v;
 }
 
+/* The value of metric |name| (no labels) on node |i|'s /metrics, or -1. */
+static int64_t metric(int i, const char *name)
+{
+    char *text = NULL;
+    int64_t v = -1;
+    if (http_get(C->n[i].admin, "/metrics", &text) == 200 && text != NULL) {
+        size_t len = strlen(name);
+        for (const char *p = text; (p = strstr(p, name)) != NULL; p += len) {
+            if ((p == text || p[-1] == '\n') && p[len] == ' ') {
+                v = strtoll(p + len + 1, NULL, 10);
+                break;
+            }
+        }
+    }
+    free(text);
+    return v;
+}
+
 /* ---- clients ------------------------------------------------------------------------- */
 
 static fx_client *connect_to(int i, bool reconnect)
@@ -282,6 +302,7 @@ static int cluster_setup(void **state)
         snprintf(n->id, sizeof(n->id), "n%c", (char)('1' + i));
         n->quic = free_port(SOCK_DGRAM);
         n->admin = free_port(SOCK_STREAM);
+        n->internal = free_port(SOCK_DGRAM);
         snprintf(n->out, sizeof(n->out), "%s/b%d.out", dir, i);
         snprintf(n->err, sizeof(n->err), "%s/b%d.err", dir, i);
         node_start(i);
@@ -441,6 +462,22 @@ static void test_every_stream_has_one_owner_and_publishes_through_any_node_reach
     for (int i = 0; i < NB; i++)
         fwd += forwards_of(i);
     assert_true(fwd >= 60);
+    /* They went to the owners' internal listeners (cluster_internal_bind),
+     * which every node's view names. */
+    int64_t internal = 0;
+    for (int i = 0; i < NB; i++)
+        internal += metric(i, "felix_cluster_internal_connections_total");
+    assert_true(internal >= 1);
+    for (int i = 0; i < NB; i++) {
+        json_t *j = cluster_view(i), *nodes = json_object_get(j, "nodes");
+        assert_int_equal(json_array_size(nodes), NB);
+        for (size_t k = 0; k < NB; k++) {
+            const char *in = json_string_value(json_object_get(json_array_get(nodes, k), "internal"));
+            assert_non_null(in);
+            assert_non_null(strstr(in, "127.0.0.1:"));
+        }
+        json_decref(j);
+    }
     /* Every view agrees, at epoch 1. */
     for (int s = 0; s < 30; s++) {
         snprintf(name, sizeof(name), "p%d", s);
