@@ -356,6 +356,12 @@ typedef struct fx_client_stats {
     uint64_t redirects;
     uint64_t redirects_refused;
     uint64_t route_misses;
+    /* Connections ended at once by an ICMP error for their broker's address
+     * (docs/client.md "A broker that dies"): a port unreachable from the
+     * broker's host (nothing listens there any more: the process died;
+     * the close reason is -ECONNREFUSED), or a host or network unreachable
+     * while the handshake ran (-EHOSTUNREACH, -ENETUNREACH). */
+    uint64_t icmp_errors;
 } fx_client_stats;
 
 /* Fills |st| (relaxed reads). Returns 0 or -EINVAL. Any thread. */

@@ -312,6 +312,9 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
     cc->qc = NULL;
     cc->gen++; /* frames QUIC still holds for this connection are lost now */
     cc->close_rv = close_reason(info);
+    if (cc->close_rv == -ECONNREFUSED || cc->close_rv == -EHOSTUNREACH ||
+        cc->close_rv == -ENETUNREACH)
+        atomic_fetch_add(&c->icmp_errors, 1);
     snprintf(cc->close_text, sizeof(cc->close_text), "%s%s%s", fx_strerror(cc->close_rv),
              info->text[0] ? ": " : "", info->text);
     bool retry = want_retry(c, cc->close_rv);
@@ -825,7 +828,8 @@ int fx_client_get_stats(fx_client *c, fx_client_stats *st)
                             .reconnects = atomic_load(&c->reconnects),
                             .redirects = atomic_load(&c->redirects),
                             .redirects_refused = atomic_load(&c->redirects_refused),
-                            .route_misses = atomic_load(&c->route_misses)};
+                            .route_misses = atomic_load(&c->route_misses),
+                            .icmp_errors = atomic_load(&c->icmp_errors)};
     fx_budget_stats b;
     fx_budget_get_stats(&c->budget, &b);
     st->publish_budget_bytes = b.capacity;
