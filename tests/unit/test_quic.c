@@ -1708,6 +1708,30 @@ static void test_ipv6_loopback_handshake(void **state)
     h_free(t);
 }
 
+/* The same over IPv6: an ICMPv6 port unreachable from ::1 ends the
+ * connection at once. */
+static void test_icmpv6_port_unreachable_ends_a_client_connection_at_once(void **state)
+{
+    if (!has_ipv6_loopback())
+        fx_test_skip("no IPv6 loopback (::1) on this host");
+    h *t = h_new();
+    t->so.idle_timeout_ns = t->co.idle_timeout_ns = 30 * FX_NS_PER_S;
+    assert_int_equal(fx_quic_server_new(&t->srv, t->loop, "::1", 0, &t->so, &CBS, t), 0);
+    start_client(t);
+    assert_int_equal(
+        fx_quic_connect(t->cli, "::1", fx_quic_endpoint_port(t->srv), &t->cc, t, &t->c.conn), 0);
+    assert_true(run_until(t, both_handshaken, 5000));
+    fx_quic_endpoint_set_test_drop(t->srv, 1000);
+    fx_quic_endpoint_free(t->srv);
+    t->srv = NULL;
+    int64_t sid = open_bidi(t);
+    assert_int_equal(fx_quic_stream_send(t->c.conn, sid, t->pat, 0, 100, false), 0);
+    assert_true(run_until(t, client_closed, 5000));
+    assert_int_equal(t->c.last_close.reason, -ECONNREFUSED);
+    assert_non_null(strstr(t->c.last_close.text, "from ::1"));
+    h_free(t);
+}
+
 static void test_dual_stack_server_serves_ipv4_and_ipv6_from_one_client_endpoint(void **state)
 {
     if (!has_ipv6_loopback())
@@ -1786,6 +1810,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_reload_credentials_serve_new_connections_and_keep_old_ones),
     cmocka_unit_test(test_reload_credentials_with_bad_file_keeps_old_certificate),
     cmocka_unit_test(test_ipv6_loopback_handshake),
+    cmocka_unit_test(test_icmpv6_port_unreachable_ends_a_client_connection_at_once),
     cmocka_unit_test(test_dual_stack_server_serves_ipv4_and_ipv6_from_one_client_endpoint),
 };
 FX_TEST_MAIN(tests)
