@@ -153,7 +153,8 @@ int fx_client_opts_from_env(fx_client_opts *o);
  * FELIX_UDP_RECV_BUFFER, FELIX_CONN_STATS_MS) apply to the client's sockets
  * and connections; a bad one is FX_ECONFIG. Returns 0 and a new client in
  * |*pc|; FX_ECONFIG (bad option), FX_ETLS* (certificate refused, with the
- * reason), FX_ETIMEDOUT, FX_EAUTH (auth refused), FX_EWOULDBLOCK_LOOP,
+ * reason), FX_ETIMEDOUT, -ECONNREFUSED (the server's host answered that
+ * nothing listens on that port), FX_EAUTH (auth refused), FX_EWOULDBLOCK_LOOP,
  * -errno, -ENOMEM. The connection used here is the first publish connection
  * and the first event connection; the others open lazily. */
 int fx_client_connect(fx_client **pc, const fx_client_opts *o);
