@@ -287,8 +287,9 @@ typedef struct fx_quic_stats {
     /* Blocks ngtcp2 0.12 lost track of (a STREAM frame pool bug under loss)
      * and that were freed with their connection instead of leaking. */
     uint64_t ngtcp2_orphans_freed;
-    /* Client endpoints (IP_RECVERR): ICMP errors read from the socket's
-     * error queue, the connections they ended (FX close reason
+    /* Client endpoints (IP_RECVERR): errors read from the socket's error
+     * queue (ICMP errors, and the kernel's own, such as a datagram over the
+     * path MTU), the connections they ended (FX close reason
      * -ECONNREFUSED, -EHOSTUNREACH or -ENETUNREACH), and those that ended
      * nothing (another address, a packet of an earlier connection, a kind
      * that proves nothing, an established connection's host unreachable). */
