@@ -262,8 +262,9 @@ struct fx_subscription {
     uint32_t nvisited;
     cconn *redirect; /* loop: where the not_leader just read sends it (on_req_msg) */
     /* A shard_moved being followed (loop): the generation it named, and
-     * the re-subscribes sent again to its node while that node's view
-     * still named the old owner (a not_leader older than |move_gen|). */
+     * the subscribes sent again while a node's view still named the old
+     * owner (a not_leader older than |move_gen|) or the stream was moving
+     * (FX_EMOVING). */
     uint64_t move_gen;
     uint32_t move_tries;
     bool move_retry;

@@ -917,6 +917,12 @@ static void on_req_msg(fx_subscription *s, const fx_msg *m)
         break;
     }
     case FX_MSG_ERROR: {
+        if (fxc_client_map_remote(m->message) == FX_EMOVING && s->move_tries < FXC_MOVE_TRIES) {
+            /* The stream is moving from this broker this very moment: in a
+             * moment it names the new owner (not_leader). Asked again. */
+            s->move_retry = true;
+            break;
+        }
         char msg[256];
         s->resub_wait = false;
         snprintf(msg, sizeof(msg), "subscribe failed: %s", m->message);
