@@ -105,7 +105,8 @@ int fxc_client_send_auth(cconn *cc, int64_t sid)
     m.has_client_features = true;
     /* A cluster broker may answer a subscribe not_leader, which route.c
      * follows; a standalone broker never does. */
-    m.client_features |= FX_FEATURE_REDIRECT;
+    if (!cc->c->o.no_redirect)
+        m.client_features |= FX_FEATURE_REDIRECT;
     /* Binary cache get / put / delete (cache.c) where the broker serves
      * them: a bit of the second word. */
     m.client_features |= FX_FEATURE_EXTENDED;
