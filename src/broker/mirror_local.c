@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/job.h"
+#include "broker/sub.h"
 #include "broker/worker.h"
 #include "felix/error.h"
 
@@ -86,6 +87,27 @@ bool fxb_mirror_subscribe(fxb_bidi *s, const fx_msg *m, const fx_cluster_route *
     s->resolved.h = h;
     *ph = h;
     return true;
+}
+
+/* The mirror is subscribed upstream: |arg|'s registration goes on. */
+static void on_up(void *arg)
+{
+    fxb_sub *sub = arg;
+    fxb_sub_post(sub, sub->w->loop, &sub->feed.reg_task);
+    fxb_sub_unref(sub);
+}
+
+bool fxb_mirror_defer_register(fxb_sub *sub)
+{
+    fx_mirrors *mm = atomic_load_explicit(&sub->b->mirrors, memory_order_acquire);
+    if (mm == NULL || !fx_stream_handle_is_mirror(sub->h))
+        return false;
+    fxb_sub_ref(sub); /* on_up's */
+    if (fx_mirror_when_up(mm, fx_stream_handle_tenant(sub->h), fx_stream_handle_namespace(sub->h),
+                          fx_stream_handle_stream(sub->h), on_up, sub))
+        return true;
+    fxb_sub_unref(sub);
+    return false;
 }
 
 void fxb_mirror_owned(fx_broker *b, fx_stream_handle *h)

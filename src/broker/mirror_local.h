@@ -22,6 +22,12 @@
 bool fxb_mirror_subscribe(fxb_bidi *s, const fx_msg *m, const fx_cluster_route *r,
                           fx_stream_handle **ph);
 
+/* A subscription |sub| of a mirror stream whose mirror has not subscribed
+ * upstream yet: its registration (reg_task) is posted once it has, so it
+ * misses nothing published meanwhile. Returns true when deferred, false
+ * when the caller posts it now. Conn loop. */
+bool fxb_mirror_defer_register(fxb_sub *sub);
+
 /* This node owns the stream of |h| now: if |h| is a mirror stream, its
  * mirror is stopped and the stream released (its local subscribers' event
  * streams end; they subscribe again and are served here by the owner's

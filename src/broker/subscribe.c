@@ -252,5 +252,6 @@ void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
     s->sub_pending = true;
     s->refs++;
     sub->bidi = s;
-    fxb_sub_post(sub, sub->w->loop, &sub->feed.reg_task);
+    if (!fxb_mirror_defer_register(sub)) /* a new mirror registers it once subscribed upstream */
+        fxb_sub_post(sub, sub->w->loop, &sub->feed.reg_task);
 }

@@ -22,6 +22,12 @@
 
 #define ADDR_MAX 136 /* "host:port" */
 
+typedef struct waiter {
+    struct waiter *next;
+    void (*cb)(void *arg);
+    void *arg;
+} waiter;
+
 /* One mirror. Refcounted: its thread holds one reference, each append in
  * flight one (its completion runs on the worker, maybe after the thread
  * left). */
@@ -42,6 +48,8 @@ typedef struct mirror {
     char owner[ADDR_MAX];
     char why[256];
     atomic_bool gone; /* a completion found the local stream gone */
+    bool up;          /* |mu|: subscribed upstream once */
+    struct waiter *waiters; /* |mu|: fx_mirror_when_up's, until |up| */
     /* The mirror thread only. */
     fx_client *c;
     fx_subscription *sub;
@@ -145,6 +153,22 @@ static void pause_ms(mirror *mi, uint32_t ms)
         pthread_cond_timedwait(&mi->cv, &mi->mu, &ts);
     }
     pthread_mutex_unlock(&mi->mu);
+}
+
+/* Marks the mirror up and runs the waiters (fx_mirror_when_up), once. */
+static void run_waiters(mirror *mi)
+{
+    pthread_mutex_lock(&mi->mu);
+    mi->up = true;
+    waiter *w = mi->waiters;
+    mi->waiters = NULL;
+    pthread_mutex_unlock(&mi->mu);
+    while (w != NULL) {
+        waiter *next = w->next;
+        w->cb(w->arg);
+        free(w);
+        w = next;
+    }
 }
 
 static void upstream_close(mirror *mi)
@@ -386,10 +410,13 @@ static void *mirror_main(void *arg)
     batch b = {0};
     uint64_t idle_since = 0, last_check = 0;
     while (!stopped(mi)) {
-        if (mi->sub == NULL && !upstream_open(mi)) {
-            if (!stopped(mi))
-                pause_ms(mi, 500);
-            continue;
+        if (mi->sub == NULL) {
+            if (!upstream_open(mi)) {
+                if (!stopped(mi))
+                    pause_ms(mi, 500);
+                continue;
+            }
+            run_waiters(mi); /* the first local subscribers register now */
         }
         fx_event ev;
         int rv = fx_subscription_next(mi->sub, &ev, 200);
@@ -442,6 +469,7 @@ static void *mirror_main(void *arg)
     if (atomic_load(&mi->gone))
         set_why(mi, "its local stream was removed");
     upstream_close(mi);
+    run_waiters(mi); /* they register and find the stream ending */
     free(b.iov);
     free(b.lens);
     free(b.data);
@@ -615,6 +643,28 @@ bool fx_mirror_stop(fx_mirrors *m, const char *tenant, const char *ns, const cha
     return found;
 }
 
+bool fx_mirror_when_up(fx_mirrors *m, const char *tenant, const char *ns, const char *stream,
+                       void (*cb)(void *arg), void *arg)
+{
+    bool queued = false;
+    pthread_mutex_lock(&m->mu);
+    for (mirror *mi = m->list; mi != NULL && !queued; mi = mi->next) {
+        if (mi->stopping || !same(mi, tenant, ns, stream))
+            continue;
+        pthread_mutex_lock(&mi->mu);
+        waiter *w = mi->up ? NULL : malloc(sizeof(*w));
+        if (w != NULL) {
+            *w = (waiter){.next = mi->waiters, .cb = cb, .arg = arg};
+            mi->waiters = w;
+            queued = true;
+        }
+        pthread_mutex_unlock(&mi->mu);
+        break;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return queued;
+}
+
 void fx_mirrors_get_stats(fx_mirrors *m, fx_mirror_stats *st)
 {
     memset(st, 0, sizeof(*st));
@@ -642,7 +692,8 @@ char *fx_mirrors_json(fx_mirrors *m)
         snprintf(name, sizeof(name), "%s/%s/%s", mi->tenant, mi->ns, mi->stream);
         pthread_mutex_lock(&mi->mu);
         json_t *o = json_pack(
-            "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "stream", name, "owner", mi->owner,
+            "{s:s, s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "stream", name, "owner", mi->owner,
+            "subscribed", mi->up,
             "next_offset", (json_int_t)atomic_load(&mi->next_seen), "queued_bytes", (json_int_t)mi->inflight_bytes,
             "messages", (json_int_t)atomic_load(&mi->messages), "gaps",
             (json_int_t)atomic_load(&mi->gaps), "dropped", (json_int_t)atomic_load(&mi->dropped),

@@ -104,6 +104,15 @@ int fx_mirror_attach(fx_mirrors *m, const char *tenant, const char *ns, const ch
 bool fx_mirror_stop(fx_mirrors *m, const char *tenant, const char *ns, const char *stream,
                     const char *why);
 
+/* Runs |cb(arg)| on the mirror thread of |tenant|/|ns|/|stream| once it has
+ * subscribed upstream (or stops), so a first local subscriber starting at
+ * the latest message registers only when nothing published since can be
+ * missed. Returns true when |cb| will run (exactly once), false when it
+ * will not (the mirror is up already, there is none, or no memory): the
+ * caller goes on itself. Any thread. */
+bool fx_mirror_when_up(fx_mirrors *m, const char *tenant, const char *ns, const char *stream,
+                       void (*cb)(void *arg), void *arg);
+
 typedef struct fx_mirror_stats {
     uint64_t mirrors;          /* running now */
     uint64_t started;          /* mirrors made */
