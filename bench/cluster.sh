@@ -11,6 +11,9 @@
 #                connection is to the owner)
 #   via-other    the cluster, both connected to another node: the subscriber follows not_leader to
 #                the owner, the publishes are forwarded to it (cluster_forward)
+#   mirrored     the cluster, both connected to another node with felix-bench --no-redirect: a
+#                subscriber without the redirect feature, served there from a local mirror of the
+#                stream (docs/cluster.md "Mirror"); the publishes are forwarded to the owner
 # Also: the etcd requests every node made during each cluster run (GET /v1/cluster etcd_requests,
 # summed over the nodes, before and after): transactions per message must be 0.
 #
@@ -76,20 +79,24 @@ etcd_txns() {  # the transactions and puts all nodes sent to etcd so far
   echo "$sum"
 }
 
-clustered() {  # LABEL SERVER ADMIN PID
+clustered() {  # LABEL SERVER ADMIN PID [felix-bench options]
   local label=$1 server=$2 admin=$3 pid=$4 t0 t1 n
+  shift 4
+  local extra=("$@")
   fx_wait_quiet
   log "$label"
   t0=$(etcd_txns)
   "$BUILD/felix-bench" --server "$server" --pin "$FELIX_PIN" --admin "$admin" --broker-pid "$pid" \
-    --json --quiet "${CELL[@]}" --label "$label" >"$OUTDIR/run.json" 2>>"$OUTDIR/felix-bench.log" ||
+    --json --quiet "${CELL[@]}" ${extra[@]+"${extra[@]}"} --label "$label" >"$OUTDIR/run.json" \
+    2>>"$OUTDIR/felix-bench.log" ||
     echo "$FX_TAG: $label failed or was invalid (see $OUTDIR/felix-bench.log)" >&2
   t1=$(etcd_txns)
   n=$(jq -r '.delivered' "$OUTDIR/run.json" 2>/dev/null || echo 0)
   jq -c --argjson tx $((t1 - t0)) '. + {etcd_writes_during_run: $tx}' "$OUTDIR/run.json" >>"$J"
   log "$label: $n messages delivered, $((t1 - t0)) etcd transactions and puts meanwhile"
   "$BUILD/felix-bench" --server "$server" --pin "$FELIX_PIN" --admin "$admin" --broker-pid "$pid" \
-    --json --quiet "${LAT[@]}" --label "$label-latency" >>"$J" 2>>"$OUTDIR/felix-bench.log" ||
+    --json --quiet "${LAT[@]}" ${extra[@]+"${extra[@]}"} --label "$label-latency" >>"$J" \
+    2>>"$OUTDIR/felix-bench.log" ||
     echo "$FX_TAG: $label latency failed or was invalid (see $OUTDIR/felix-bench.log)" >&2
 }
 
@@ -118,6 +125,7 @@ for r in $(seq 1 "$RUNS"); do
   standalone
   clustered owner "$(srv "${O[0]}")" "$(adm "${O[0]}")" "$(pid "${O[0]}")"
   clustered via-other "$(srv "${O[1]}")" "$(adm "${O[0]}")" "$(pid "${O[0]}")"
+  clustered mirrored "$(srv "${O[1]}")" "$(adm "${O[0]}")" "$(pid "${O[0]}")" --no-redirect
 done
 
 # ---- the table: medians per cell ----------------------------------------------------------------
