@@ -238,7 +238,8 @@ struct fxb_job {
     /* A cluster mirror's batch (mirror_local.c): appended at |mirror_offset|
      * (the owner's), bypassing the owner-only checks; |mirror_done| runs
      * once on the worker when it is appended and fanned out (0), or failed
-     * (-ERANGE: below the ring's tail; FX_ENOSTREAM: the stream is gone). */
+     * (-ERANGE: below the ring's tail; FX_ENOSTREAM: the stream is gone;
+     * FX_ECLOSED: freed unrun, the broker stopping). */
     bool mirror;
     uint64_t mirror_offset;
     uint64_t mirror_skipped; /* offsets the append jumped over (a gap) */

@@ -173,6 +173,7 @@ static int op_append(void *user, void *stream, uint64_t offset, const fx_forward
     j->mirror_user = done_user;
     int rv = fx_queue_push(&j->w->jobs, j);
     if (rv != 0) {
+        j->mirror_done = NULL; /* refused: the caller keeps |done_user| */
         fxb_job_free(j);
         return rv == FX_ECLOSED ? FX_ENOSTREAM : rv;
     }

@@ -160,7 +160,9 @@ static void job_complete(fxb_job *j, int rv, uint64_t now)
 {
     if (j->mirror) {
         /* Not a publish: the mirror counts its own (mirror.c). */
-        j->mirror_done(j->mirror_user, rv, j->mirror_skipped);
+        void (*done)(void *, int, uint64_t) = j->mirror_done;
+        j->mirror_done = NULL; /* answered: fxb_job_free must not answer again */
+        done(j->mirror_user, rv, j->mirror_skipped);
         fxb_job_free(j);
         return;
     }

@@ -102,7 +102,7 @@ static void on_appended(void *user, int rv, uint64_t skipped)
     (void)skipped; /* the jump was counted when the batch was handed over */
     append_ctx *a = user;
     mirror *mi = a->mi;
-    if (rv == FX_ENOSTREAM)
+    if (rv == FX_ENOSTREAM || rv == FX_ECLOSED) /* the stream, or the broker, is gone */
         atomic_store(&mi->gone, true);
     else if (rv != 0)
         FX_LOG_RATELIMITED(&up_rl, fx_now_ns(), FX_LOG_WARN, "cluster",
@@ -388,8 +388,16 @@ static void take(mirror *mi, batch *b, const fx_event *ev)
 {
     if (!ev->has_offset)
         return; /* an owner always sends offsets; nothing to place it at */
-    if (mi->have_next && ev->offset < mi->next_off)
-        return; /* seen already (a subscription made again overlaps) */
+    if (mi->have_next && ev->offset < mi->next_off) {
+        /* A subscription made again starts at the next offset, so the
+         * owner's offsets went back: the stream was deleted and made again
+         * there at the same epoch. The local ring cannot go back: the
+         * mirror stops, its subscribers subscribe again to a new one. */
+        set_why(mi, "the owner's offsets went back (the stream was deleted and made again "
+                    "there): its local subscribers subscribe again");
+        atomic_store(&mi->stop, true);
+        return;
+    }
     if (b->n > 0 && (ev->offset != b->offset + b->n || b->n >= mi->m->o.batch_messages))
         batch_flush(mi, b);
     if (batch_add(b, ev) != 0) {

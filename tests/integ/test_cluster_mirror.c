@@ -415,11 +415,14 @@ static void test_a_shedding_mirror_counts_its_drops_and_its_next_append_jumps(vo
     sink_wait_n(&k, before + 1);
     assert_int_equal(k.offsets[before], 200); /* the owner's offset, past the shed ones */
     uint64_t dl = fix_deadline_ns(HANG_MS);
-    while (mstats(m).gaps == 0 && fx_now_ns() < dl)
+    while (mstats(m).missed < 200 - before && fx_now_ns() < dl)
         usleep(1000);
     st = mstats(m);
-    assert_int_equal(st.gaps, 1);
-    assert_int_equal(st.missed, 200 - before); /* the jump covers every one shed */
+    /* A small batch may still fit beside the held one (its bound is 256
+     * bytes): then more than one jump. Together they cover every offset
+     * not appended. */
+    assert_true(st.gaps >= 1);
+    assert_int_equal(st.missed, 200 - before);
     assert_true(st.dropped > 0 && st.dropped <= 200 - before);
     fx_mirrors_free(m);
     sink_deinit(&k);
@@ -516,6 +519,57 @@ static void test_the_mirror_bound_refuses_an_attach_past_max_mirrors(void **stat
     fix_env_deinit(&e);
 }
 
+/* Waits until the owner's gauge reads |n| subscriptions. */
+static void wait_subs(int64_t n)
+{
+    uint64_t deadline = fix_deadline_ns(HANG_MS);
+    fx_metrics_snapshot s;
+    for (;;) {
+        fx_metrics_snapshot_take(&s);
+        if (s.g.sub_subscriptions == n)
+            return;
+        if (fx_now_ns() > deadline)
+            fail_msg("the owner holds %lld subscriptions, want %lld",
+                     (long long)s.g.sub_subscriptions, (long long)n);
+        usleep(10000);
+    }
+}
+
+static void test_an_upstream_that_ends_is_made_again_and_offsets_going_back_stop_it(void **state)
+{
+    fix_env e;
+    fix_env_init(&e, "mir");
+    fix_env_start(&e);
+    fx_client_opts co;
+    fix_client_opts(&co, e.b, e.server, "t1", "tok");
+    fx_client *c = fix_connect(&co);
+    publish_range(c, "m8", 0, 5);
+    sink k;
+    sink_init(&k, e.server);
+    fx_mirrors *m = mirrors_new(e.b, &k, false, 0, 0);
+    attach(m, &k, "m8", FX_MIRROR_START_EARLIEST);
+    sink_wait_n(&k, 5);
+    /* The owner deletes the stream: the upstream ends (FIN) and is made
+     * again once the stream is back. */
+    fx_registry_err err;
+    assert_int_equal(fx_broker_delete_stream(e.b, "t1", NS, "m8", &err), 0);
+    wait_subs(0);
+    assert_int_equal(fx_broker_create_stream(e.b, "t1", NS, "m8", NULL, &err), 0);
+    wait_subs(1);
+    assert_int_equal(mstats(m).upstream_restarts, 1);
+    assert_int_equal(k.stopped, 0);
+    /* Made again at the same epoch, it numbers from 0: below what the
+     * mirror appended, which its ring cannot take back. */
+    publish_range(c, "m8", 0, 1);
+    sink_wait_stopped(&k);
+    assert_non_null(strstr(k.why, "the owner's offsets went back"));
+    assert_int_equal(sink_n(&k), 5);
+    fx_mirrors_free(m);
+    sink_deinit(&k);
+    fix_close(c);
+    fix_env_deinit(&e);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_mirror_appends_the_owners_messages_in_order_with_the_owners_offsets),
     cmocka_unit_test(test_a_lossless_mirror_stops_reading_while_held_and_loses_nothing),
@@ -523,6 +577,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_a_mirror_without_local_subscribers_stops_after_its_linger),
     cmocka_unit_test(test_a_mirror_of_a_stream_this_node_owns_now_stops_saying_why),
     cmocka_unit_test(test_the_mirror_bound_refuses_an_attach_past_max_mirrors),
+    cmocka_unit_test(test_an_upstream_that_ends_is_made_again_and_offsets_going_back_stop_it),
 };
 
 FX_TEST_MAIN(tests)
