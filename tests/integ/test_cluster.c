@@ -1187,6 +1187,18 @@ static void test_a_subscriber_without_the_redirect_feature_is_served_from_a_mirr
     fx_unsubscribe(d);
     (void)fx_client_close(slow, PROC_HANG_MS);
     (void)fx_client_close(legacy, PROC_HANG_MS);
+    /* 10 s after its last local subscriber left, the mirror stops and its
+     * stream goes. */
+    uint64_t left = proc_now_ms();
+    while (metric_of(other, "felix_cluster_mirrors") != 0) {
+        if (proc_now_ms() - left > 20000)
+            fail_msg("the mirror still runs 20 s after its last local subscriber left");
+        usleep(200 * 1000);
+    }
+    assert_true(proc_now_ms() - left >= 9000);
+    v = cluster_view(other);
+    assert_int_equal(json_array_size(json_object_get(v, "mirrors")), 0);
+    json_decref(v);
     for (int i = 0; i < NB; i++)
         (void)fx_client_close(cl[i], PROC_HANG_MS);
 }
