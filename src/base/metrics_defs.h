@@ -761,8 +761,8 @@
       "Jumps in the owner's offsets a mirror appended (shed upstream or by the mirror's bound, "   \
       "or an owner change): its local subscribers see each as a gap")                              \
     C(cluster_mirror_dropped, "felix_cluster_mirror_dropped_total", "",                            \
-      "Messages a mirror shed because its bound toward the worker (4 MiB) was full and the "       \
-      "profile is not lossless")                                                                   \
+      "Messages a mirror shed in the shedding profile: its bound toward the worker (4 MiB) was "   \
+      "full, or its upstream subscription's client queue was")                                     \
     C(cluster_mirror_restarts, "felix_cluster_mirror_upstream_restarts_total", "",                 \
       "Upstream subscriptions of mirrors made again after they ended or failed (the owner lost, "  \
       "the stream released, the connection gone)")                                                 \

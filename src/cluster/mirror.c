@@ -57,6 +57,7 @@ typedef struct mirror {
     uint64_t next_off; /* the next offset expected from upstream */
     bool have_appended;
     uint64_t appended_end; /* the end of the last batch handed over */
+    uint64_t up_dropped;   /* the upstream client queue's drops counted so far */
     /* Counters: written by the thread, read by the status (relaxed). */
     atomic_uint_fast64_t messages, gaps, missed, dropped, restarts;
     atomic_uint_fast64_t next_seen; /* |next| for the status */
@@ -171,8 +172,23 @@ static void run_waiters(mirror *mi)
     }
 }
 
+static void count_drop(mirror *mi, size_t n);
+
+/* Counts what the upstream subscription's own client queue shed (the
+ * shedding profile: its policy is drop_new) as the mirror's drops. */
+static void count_upstream_drops(mirror *mi)
+{
+    fx_sub_stats st;
+    if (mi->sub == NULL || fx_subscription_stats(mi->sub, &st) != 0 || st.dropped <= mi->up_dropped)
+        return;
+    count_drop(mi, (size_t)(st.dropped - mi->up_dropped));
+    mi->up_dropped = st.dropped;
+}
+
 static void upstream_close(mirror *mi)
 {
+    count_upstream_drops(mi);
+    mi->up_dropped = 0; /* the next subscription counts from 0 */
     fx_unsubscribe(mi->sub);
     mi->sub = NULL;
     if (mi->c != NULL)
@@ -455,6 +471,7 @@ static void *mirror_main(void *arg)
         if (now - last_check < 250 * FX_NS_PER_MS)
             continue;
         last_check = now;
+        count_upstream_drops(mi);
         pthread_mutex_lock(&mi->mu);
         size_t appends = mi->inflight_appends;
         pthread_mutex_unlock(&mi->mu);

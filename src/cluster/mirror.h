@@ -119,7 +119,7 @@ typedef struct fx_mirror_stats {
     uint64_t messages;         /* taken from upstream and appended */
     uint64_t gaps;             /* jumps of the owner's offsets seen */
     uint64_t missed;           /* offsets across those jumps */
-    uint64_t dropped;          /* messages shed by the bound (not lossless) */
+    uint64_t dropped;          /* messages shed (not lossless): the bound, the upstream queue */
     uint64_t upstream_restarts;
     uint64_t refused;          /* attaches refused by max_mirrors */
 } fx_mirror_stats;
