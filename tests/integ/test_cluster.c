@@ -1296,6 +1296,99 @@ static void test_a_mirrored_subscriber_loses_nothing_in_the_lossless_profile(voi
         (void)fx_client_close(cl[i], PROC_HANG_MS);
 }
 
+static void test_a_mirror_follows_a_new_owner_and_ends_where_its_node_becomes_it(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int o = place(cl, 0, "mo1");
+    /* A mirror at each of the other two nodes. */
+    fx_client *lg[NB] = {0};
+    fx_subscription *ls[NB] = {0};
+    char msg[512], p[32];
+    for (int i = 0; i < NB; i++) {
+        if (i == o)
+            continue;
+        lg[i] = connect_legacy(i, FX_POLICY_BLOCK, 0);
+        assert_int_equal(fx_subscribe(&ls[i], lg[i], NS, "mo1", NULL), 0);
+    }
+    for (int k = 0; k < 5; k++) {
+        snprintf(p, sizeof(p), "a%d", k);
+        assert_int_equal(publish_at(cl[o], "mo1", p, msg, sizeof(msg)), 0);
+    }
+    for (int i = 0; i < NB; i++)
+        for (int k = 0; k < 5 && ls[i] != NULL; k++) {
+            snprintf(p, sizeof(p), "a%d", k);
+            assert_int_equal(expect_next(ls[i], p) >> 40, 1);
+        }
+    (void)fx_client_close(cl[o], 0);
+    cl[o] = NULL;
+    kill(C->n[o].pid, SIGKILL);
+    waitpid(C->n[o].pid, NULL, 0);
+    proc_track(C->n[o].pid, false);
+    C->n[o].pid = 0;
+    /* Publish through a live node until a live node owns the stream. */
+    int live = (o + 1) % NB, owner = -1;
+    uint64_t t0 = proc_now_ms();
+    while (owner < 0) {
+        if (publish_at(cl[live], "mo1", "b0", msg, sizeof(msg)) == 0)
+            owner = owner_in_view(live, "mo1", NULL);
+        else if (named_owner(msg) >= 0 && named_owner(msg) != o)
+            live = named_owner(msg);
+        if (proc_now_ms() - t0 > (TTL_S + 10) * 1000ull)
+            fail_msg("stream mo1 not re-placed after its owner died: %s", msg);
+        if (owner < 0)
+            usleep(50 * 1000);
+    }
+    uint64_t epoch = 0;
+    uint64_t until = proc_now_ms() + PROC_HANG_MS;
+    while ((owner = owner_in_view(owner >= 0 ? owner : live, "mo1", &epoch)) < 0 &&
+           proc_now_ms() < until)
+        usleep(10 * 1000);
+    assert_true(owner >= 0 && owner != o);
+    assert_int_equal(epoch, 2);
+    int other = NB - o - owner; /* the third node: its mirror follows the new owner */
+    /* The new owner's mirror went first: its subscriber's event stream ends. */
+    fx_event ev;
+    int rv;
+    while ((rv = fx_subscription_next(ls[owner], &ev, PROC_HANG_MS)) == 0)
+        assert_int_equal(ev.offset >> 40, 1); /* whatever it still had of the old owner */
+    assert_int_equal(rv, FX_EEOF);
+    fx_unsubscribe(ls[owner]);
+    /* Subscribing there again is served by the owner's stream. */
+    fx_start from = {.kind = FX_START_EARLIEST};
+    assert_int_equal(fx_subscribe(&ls[owner], lg[owner], NS, "mo1", &from), 0);
+    assert_int_equal(expect_next(ls[owner], "b0") >> 40, 2);
+    /* The other mirror subscribed to the new owner again (counted): it
+     * gets the new epoch's messages after the reported jump. */
+    assert_int_equal(publish_at(cl[owner], "mo1", "b1", msg, sizeof(msg)), 0);
+    bool seen_b1 = false;
+    for (int k = 0; k < 3 && !seen_b1; k++) {
+        assert_int_equal(fx_subscription_next(ls[other], &ev, PROC_HANG_MS), 0);
+        assert_int_equal(ev.offset >> 40, 2);
+        if (ev.len == 2 && memcmp(ev.payload, "b1", 2) == 0)
+            seen_b1 = true;
+        else if (k == 0)
+            assert_true((ev.flags & FX_EVENT_GAP) != 0); /* the epoch's jump */
+    }
+    assert_true(seen_b1);
+    assert_true(metric_of(other, "felix_cluster_mirror_upstream_restarts_total") >= 1);
+    assert_true(metric_of(other, "felix_cluster_mirror_gaps_total") >= 1);
+    /* Its thread may still be leaving a connect to the dead owner. */
+    until = proc_now_ms() + PROC_HANG_MS;
+    while (metric_of(owner, "felix_cluster_mirrors") != 0 && proc_now_ms() < until)
+        usleep(50 * 1000);
+    assert_int_equal(metric_of(owner, "felix_cluster_mirrors"), 0);
+    for (int i = 0; i < NB; i++) {
+        fx_unsubscribe(ls[i]);
+        if (lg[i] != NULL)
+            (void)fx_client_close(lg[i], PROC_HANG_MS);
+        if (cl[i] != NULL)
+            (void)fx_client_close(cl[i], PROC_HANG_MS);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(
         test_every_stream_has_one_owner_and_publishes_through_any_node_reach_it, cluster_setup,
@@ -1326,6 +1419,9 @@ static const struct CMUnitTest tests[] = {
         cluster_setup, cluster_teardown),
     cmocka_unit_test_setup_teardown(
         test_a_mirrored_subscriber_loses_nothing_in_the_lossless_profile, cluster_setup_lossless,
+        cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_a_mirror_follows_a_new_owner_and_ends_where_its_node_becomes_it, cluster_setup,
         cluster_teardown),
 };
 FX_TEST_MAIN(tests)
