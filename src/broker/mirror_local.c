@@ -66,6 +66,14 @@ bool fxb_mirror_subscribe(fxb_bidi *s, const fx_msg *m, const fx_cluster_route *
         bool fresh = false;
         rv = fx_mirror_attach(mm, m->tenant_id, m->ns, m->stream, r->addr, s->fwd_token, start,
                               offset, ref, &fresh);
+        if (rv == 0 && created && !fresh &&
+            fx_mirror_stop(mm, m->tenant_id, m->ns, m->stream,
+                           "its local stream was removed")) {
+            /* The running mirror feeds a stream removed meanwhile (the
+             * admin API): it stops, and a new one feeds the new stream. */
+            rv = fx_mirror_attach(mm, m->tenant_id, m->ns, m->stream, r->addr, s->fwd_token,
+                                  start, offset, ref, &fresh);
+        }
         if (!fresh)
             fx_stream_handle_unref(ref);
         if (rv != 0) {
