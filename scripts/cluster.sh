@@ -164,11 +164,13 @@ start)
     for i in $(seq 1 "$n"); do
         quic=127.0.0.1:$(free_port udp)
         admin=127.0.0.1:$(free_port tcp)
+        internal=127.0.0.1:$(free_port udp)
         # probe_bind is emptied: every broker would want the same default port.
         FELIX_LOG_LEVEL=${FELIX_LOG_LEVEL:-info} "$broker" \
             --set "quic_bind=$quic" --set "metrics_bind=$admin" --set probe_bind= \
             --set "state_dir=$dir/s$i" --set "cluster_etcd_endpoints=$url" \
             --set "cluster_node_id=n$i" --set "cluster_advertise=$quic" \
+            --set "cluster_internal_bind=$internal" \
             "${tls[@]}" "${extra[@]}" </dev/null >"$dir/n$i.log" 2>&1 &
         pid=$!
         echo "$pid" >"$dir/n$i.pid"

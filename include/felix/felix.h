@@ -158,7 +158,8 @@ int fx_client_opts_from_env(fx_client_opts *o);
  * FELIX_UDP_RECV_BUFFER, FELIX_CONN_STATS_MS) apply to the client's sockets
  * and connections; a bad one is FX_ECONFIG. Returns 0 and a new client in
  * |*pc|; FX_ECONFIG (bad option), FX_ETLS* (certificate refused, with the
- * reason), FX_ETIMEDOUT, FX_EAUTH (auth refused), FX_EWOULDBLOCK_LOOP,
+ * reason), FX_ETIMEDOUT, -ECONNREFUSED (the server's host answered that
+ * nothing listens on that port), FX_EAUTH (auth refused), FX_EWOULDBLOCK_LOOP,
  * -errno, -ENOMEM. The connection used here is the first publish connection
  * and the first event connection; the others open lazily. */
 int fx_client_connect(fx_client **pc, const fx_client_opts *o);
@@ -361,6 +362,12 @@ typedef struct fx_client_stats {
     uint64_t redirects;
     uint64_t redirects_refused;
     uint64_t route_misses;
+    /* Connections ended at once by an ICMP error for their broker's address
+     * (docs/client.md "A broker that dies"): a port unreachable from the
+     * broker's host (nothing listens there any more: the process died;
+     * the close reason is -ECONNREFUSED), or a host or network unreachable
+     * while the handshake ran (-EHOSTUNREACH, -ENETUNREACH). */
+    uint64_t icmp_errors;
 } fx_client_stats;
 
 /* Fills |st| (relaxed reads). Returns 0 or -EINVAL. Any thread. */

@@ -745,6 +745,9 @@
       "named")                                                                                     \
     C(cluster_forwards, "felix_cluster_forwards_total", "",                                        \
       "Publish requests forwarded to the node that owns their stream (cluster_forward)")           \
+    C(cluster_internal_connections, "felix_cluster_internal_connections_total", "",                \
+      "Connections accepted on the internal listener (cluster_internal_bind), which the other "    \
+      "nodes' forwarders dial")                                                                    \
     C(cluster_forwarded_messages, "felix_cluster_forwarded_messages_total", "",                    \
       "Messages in the forwarded publish requests, handed to the owner")                           \
     C(cluster_forward_failed, "felix_cluster_forward_failed_total", "",                            \

@@ -139,14 +139,18 @@ static int create_loops(fx_broker *b)
         if (rv != 0)
             return rv;
     }
-    if (b->o.io_threads == 0)
+    uint32_t n = b->o.io_threads + (b->o.internal_ip != NULL ? 1 : 0);
+    if (n == 0)
         return 0;
-    b->io = calloc(b->o.io_threads, sizeof(*b->io));
+    b->io = calloc(n, sizeof(*b->io));
     if (b->io == NULL)
         return -ENOMEM;
-    for (uint32_t i = 0; i < b->o.io_threads; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         char name[24];
-        snprintf(name, sizeof(name), "fx-io-%u", (unsigned)(i % 100000u));
+        if (i == b->o.io_threads)
+            snprintf(name, sizeof(name), "fx-internal");
+        else
+            snprintf(name, sizeof(name), "fx-io-%u", (unsigned)(i % 100000u));
         int rv = fx_loop_new(&b->io[i], &(fx_loop_opts){.name = name, .cpu = -1});
         if (rv != 0)
             return rv;
@@ -189,6 +193,23 @@ static int open_server(fx_broker *b, fx_loop **loops, uint32_t n)
     return rv;
 }
 
+/* The internal listener: one more endpoint, alone on the last io loop
+ * (create_loops made it for this), bound to internal_ip:internal_port. */
+static int open_internal(fx_broker *b)
+{
+    fxb_ep *e = &b->eps[b->neps];
+    e->loop = b->io[b->nio - 1];
+    e->worker = -1;
+    fx_task_init(&e->auth_task, fxb_conn_auth_recheck, e);
+    int rv = fx_quic_server_new(&e->ep, e->loop, b->o.internal_ip, b->o.internal_port,
+                                &b->o.quic, &fxb_quic_callbacks, b);
+    if (rv != 0)
+        return rv;
+    b->neps++;
+    b->internal_port = fx_quic_endpoint_port(e->ep);
+    return 0;
+}
+
 /* Notes the bound port and the certificate fingerprint of the first endpoint. */
 static void note_identity(fx_broker *b)
 {
@@ -206,7 +227,8 @@ static void note_identity(fx_broker *b)
 static int create_endpoint(fx_broker *b)
 {
     uint32_t n = fx_placement_server_endpoints(b->o.io_threads);
-    b->eps = calloc(n, sizeof(*b->eps));
+    bool internal = b->o.internal_ip != NULL;
+    b->eps = calloc(n + internal, sizeof(*b->eps));
     fx_loop **loops = calloc(n, sizeof(*loops));
     int rv = b->eps == NULL || loops == NULL ? -ENOMEM : 0;
     for (uint32_t k = 0; rv == 0 && k < n; k++)
@@ -214,6 +236,8 @@ static int create_endpoint(fx_broker *b)
     if (rv == 0)
         rv = open_server(b, loops, n);
     free(loops);
+    if (rv == 0 && internal)
+        rv = open_internal(b);
     if (rv != 0)
         return rv;
     note_identity(b);
@@ -353,8 +377,10 @@ static void free_endpoints(fx_broker *b)
     if (b->grp != NULL) {
         fx_quic_server_group_free(b->grp);
         b->grp = NULL;
-    } else if (b->eps != NULL && b->neps > 0) {
-        fx_quic_endpoint_free(b->eps[0].ep);
+    }
+    for (uint32_t i = 0; b->eps != NULL && i < b->neps; i++) {
+        if (!b->eps[i].member) /* NULL once close_endpoint freed it */
+            fx_quic_endpoint_free(b->eps[i].ep);
     }
     free(b->eps);
     b->eps = NULL;
@@ -501,6 +527,11 @@ int fx_broker_reload_tls(fx_broker *b)
 uint16_t fx_broker_port(const fx_broker *b)
 {
     return b->port;
+}
+
+uint16_t fx_broker_internal_port(const fx_broker *b)
+{
+    return b->internal_port;
 }
 
 const char *fx_broker_fingerprint(const fx_broker *b)

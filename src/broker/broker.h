@@ -134,6 +134,12 @@ typedef struct fx_broker_opts {
     struct fx_cluster *cluster;
     const char *bind_ip; /* numeric; "127.0.0.1" */
     uint16_t port;       /* 0 picks one (fx_broker_port) */
+    /* The broker-to-broker listener of a cluster (cluster_internal_bind):
+     * a second QUIC server on its own io loop ("fx-internal") that the other
+     * nodes' forwarders dial, served like the first (the same TLS identity,
+     * authentication and limits). NULL: none. */
+    const char *internal_ip; /* numeric */
+    uint16_t internal_port;  /* 0 picks one (fx_broker_internal_port) */
     fx_quic_opts quic;   /* transport settings (windows, unacked cap, TLS files) */
     uint32_t workers;    /* worker loops, >= 1 */
     bool pin_workers;    /* core_shards: pin worker i to CPU i */
@@ -323,6 +329,8 @@ void fx_broker_free(fx_broker *b);
 
 /* The bound UDP port. Any thread. */
 uint16_t fx_broker_port(const fx_broker *b);
+/* The internal listener's bound UDP port (0: none). Any thread. */
+uint16_t fx_broker_internal_port(const fx_broker *b);
 /* Hex SHA-256 of the server certificate new handshakes present (64 chars).
  * It changes only in fx_broker_reload_tls: read it on the thread that calls
  * that (main), or on any thread when no reload runs. */

@@ -94,7 +94,9 @@ struct fx_broker {
     uint32_t nworkers;
     fxb_worker *workers;
     uint32_t nio;
-    fx_loop **io; /* dedicated io loops (io_threads), or NULL */
+    /* Dedicated io loops (io_threads), then the internal listener's loop
+     * when there is one (internal_ip), or NULL. */
+    fx_loop **io;
     /* Server endpoints, placed by fx_placement_endpoint: one, or with
      * io_threads >= 2 one per io loop but the last, as members of |grp|
      * (connections go to a member by the transport's connection-ID rule). */
@@ -102,6 +104,9 @@ struct fx_broker {
     uint32_t neps;
     fx_quic_server_group *grp; /* NULL with one endpoint */
     uint16_t port;
+    /* The internal listener (internal_ip): the last of |eps|, alone on the
+     * last of |io|; its bound port, or 0. */
+    uint16_t internal_port;
     char fingerprint[65];
     bool started, stopped;
     atomic_uint_fast64_t next_sub_id;  /* subscription ids, from 1 */

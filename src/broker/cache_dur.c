@@ -101,6 +101,7 @@ struct fxb_dcache {
     fxb_dcache_wr *whead, *wtail; /* appended, waiting for a flush (on_commit) */
     fx_task flush_task;           /* the flush after the records queued now */
     bool flush_queued;
+    bool dropped;     /* on_drop ran: the queued flush task only frees it */
     fx_timer timer;   /* periodic: the flush one interval after an unflushed append */
     fxb_ccomp *comp;  /* the index of its log's newest records, and its compaction */
     fx_timer ctimer;  /* the next paced step of a compaction */
@@ -481,6 +482,10 @@ static void on_flush(fx_loop *l, fx_task *t, void *user)
     (void)l, (void)t;
     fxb_dcache *dc = user;
     dc->flush_queued = false;
+    if (dc->dropped) {
+        free(dc); /* on_drop did the rest and left the free to this queued task */
+        return;
+    }
     flush_now(dc);
 }
 
@@ -504,15 +509,25 @@ void fxb_dcache_write(fxb_dcache *dc, fxb_dcache_wr *wr, fxb_reply *r, fx_buf *f
     (void)fx_loop_post(dc->st->loop, &wr->task); /* a new task: never pending already */
 }
 
+/* Frees dropped |dc| now, or leaves that to its queued flush task. */
+static void drop_free(fxb_dcache *dc)
+{
+    if (dc->flush_queued)
+        dc->dropped = true;
+    else
+        free(dc);
+}
+
 static void on_drop(fx_loop *l, fx_task *t, void *user)
 {
+    (void)t;
     fxb_dcache *dc = user;
-    if (dc->flush_queued) {
-        /* A write that ran before this queued its flush behind it: after that. */
-        (void)fx_loop_post(l, t);
-        return;
-    }
-    flush_now(dc); /* answers nothing new: every waiting write has its flush queued */
+    /* Everything is done now, so the drop's bytes are given back and its
+     * directory gone before anything posted after it runs (a new declaration
+     * of the same cache, a caller waiting on this loop). A write that ran
+     * before this may have queued its flush behind it: that flush is done
+     * here, and the queued task only frees |dc|. */
+    flush_now(dc);
     fx_loop_timer_cancel(l, &dc->timer);
     fx_loop_timer_cancel(l, &dc->ctimer);
     if (dc->log != NULL)
@@ -524,7 +539,8 @@ static void on_drop(fx_loop *l, fx_task *t, void *user)
     bool is_dir = false;
     if (io->ops->stat(io, dc->dir, &is_dir) != 0) {
         fxb_ccomp_free(dc->comp);
-        free(dc); /* an in-memory cache, or one never written: nothing on disk */
+        dc->comp = NULL;
+        drop_free(dc); /* an in-memory cache, or one never written: nothing on disk */
         return;
     }
     int rv = fx_sio_remove_dir(io, dc->dir);
@@ -538,7 +554,8 @@ static void on_drop(fx_loop *l, fx_task *t, void *user)
         FX_LOG_INFO("storage", "cache %s dropped: its log %s removed", dc->label, dc->dir);
     }
     fxb_ccomp_free(dc->comp);
-    free(dc);
+    dc->comp = NULL;
+    drop_free(dc);
 }
 
 void fxb_dcache_drop(fxb_dcache *dc)
@@ -623,7 +640,12 @@ int fxb_dcache_make_dir(fx_broker *b, const char *tenant, const char *ns, const 
         snprintf(why, n, "the cache's log directory name is too long");
         return -ENAMETOOLONG;
     }
+    /* A drop of the same cache just answered may still be removing the
+     * directory on its storage thread: what it removed under us is made
+     * again (a few tries: it removes once). */
     int rv = ensure_dir(io, dir, tenant, ns, cache);
+    for (int i = 0; rv == -ENOENT && i < 3; i++)
+        rv = ensure_dir(io, dir, tenant, ns, cache);
     if (rv != 0) {
         FX_COUNTER_INC(cache_durable_errors);
         snprintf(why, n, "cannot make the cache's log directory %s: %s", dir, fx_strerror(rv));

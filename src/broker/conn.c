@@ -146,6 +146,8 @@ static void on_conn_new(fx_quic_conn *qc, void *user)
     c->qc = qc;
     c->loop = fx_quic_conn_loop(qc);
     c->epi = fxb_ep_index(b, c->loop);
+    if (b->internal_port != 0 && c->epi == b->neps - 1)
+        FX_COUNTER_INC(cluster_internal_connections); /* the internal listener is the last */
     c->id = atomic_fetch_add(&b->next_conn_id, 1);
     fxb_conn_auth_init(c, on_auth_timeout);
     fxb_conn_writer_init(c);

@@ -30,8 +30,8 @@ bool fxb_mirror_subscribe(fxb_bidi *s, const fx_msg *m, const fx_cluster_route *
 {
     fx_broker *b = s->conn->b;
     fx_mirrors *mm = atomic_load_explicit(&b->mirrors, memory_order_acquire);
-    if (mm == NULL || (s->client_features & FX_FEATURE_REDIRECT) != 0 || r->addr[0] == '\0' ||
-        s->fwd_token == NULL)
+    if (mm == NULL || (s->client_features & FX_FEATURE_REDIRECT) != 0 ||
+        (r->addr[0] == '\0' && r->internal[0] == '\0') || s->fwd_token == NULL)
         return false;
     fx_mirror_start start = FX_MIRROR_START_LATEST;
     uint64_t offset = 0;
@@ -64,15 +64,17 @@ bool fxb_mirror_subscribe(fxb_bidi *s, const fx_msg *m, const fx_cluster_route *
             fx_stream_handle_set_mirror(h, offset);
         fx_stream_handle *ref = fx_stream_handle_ref(h);
         bool fresh = false;
-        rv = fx_mirror_attach(mm, m->tenant_id, m->ns, m->stream, r->addr, s->fwd_token, start,
+        /* The owner's internal listener when it has one (cluster_internal_bind). */
+        const char *to = r->internal[0] ? r->internal : r->addr;
+        rv = fx_mirror_attach(mm, m->tenant_id, m->ns, m->stream, to, s->fwd_token, start,
                               offset, ref, &fresh);
         if (rv == 0 && created && !fresh &&
             fx_mirror_stop(mm, m->tenant_id, m->ns, m->stream,
                            "its local stream was removed")) {
             /* The running mirror feeds a stream removed meanwhile (the
              * admin API): it stops, and a new one feeds the new stream. */
-            rv = fx_mirror_attach(mm, m->tenant_id, m->ns, m->stream, r->addr, s->fwd_token,
-                                  start, offset, ref, &fresh);
+            rv = fx_mirror_attach(mm, m->tenant_id, m->ns, m->stream, to, s->fwd_token, start,
+                                  offset, ref, &fresh);
         }
         if (!fresh)
             fx_stream_handle_unref(ref);
@@ -214,11 +216,12 @@ static int op_route(void *user, const char *tenant, const char *ns, const char *
     case FX_CLUSTER_LOCAL:
         return 1;
     case FX_CLUSTER_REMOTE:
-        if (r.addr[0] == '\0') {
+        if (r.addr[0] == '\0' && r.internal[0] == '\0') {
             snprintf(addr, cap, "the owner %s has no address", r.node_id);
             return -1;
         }
-        snprintf(addr, cap, "%s", r.addr);
+        /* Its internal listener when it has one, as the forwarder dials. */
+        snprintf(addr, cap, "%s", r.internal[0] ? r.internal : r.addr);
         return 0;
     default:
         snprintf(addr, cap, "%s", r.why);

@@ -109,7 +109,9 @@ static bool forward(fxb_bidi *s, fx_wire_slice ns, fx_wire_slice stream,
         iov[i] = (fx_forward_iov){.data = payloads[i].ptr, .len = payloads[i].len};
     if (r != NULL)
         atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); /* the forward's */
-    int rv = fx_forward_publish(f, route->addr, s->tenant, s->fwd_token, nsz, sz, iov, count, acked,
+    /* The owner's internal listener when it has one (cluster_internal_bind). */
+    const char *to = route->internal[0] ? route->internal : route->addr;
+    int rv = fx_forward_publish(f, to, s->tenant, s->fwd_token, nsz, sz, iov, count, acked,
                                 acked ? forwarded_acked : forwarded_unacked, r);
     free(iov);
     if (rv == 0) {

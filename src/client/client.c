@@ -247,6 +247,13 @@ static int close_reason(const fx_quic_close_info *info)
     return info->reason;
 }
 
+/* Whether |rv| closed a connection on an ICMP error (quic.h): the broker
+ * at that address is gone, said at once. */
+static bool icmp_closed(int rv)
+{
+    return rv == -ECONNREFUSED || rv == -EHOSTUNREACH || rv == -ENETUNREACH;
+}
+
 /* ---- reconnect ------------------------------------------------------------------- */
 
 /* Failures that another attempt cannot fix: a refused certificate, or our
@@ -313,6 +320,8 @@ static void on_conn_closed(fx_quic_conn *qc, const fx_quic_close_info *info, voi
     cc->qc = NULL;
     cc->gen++; /* frames QUIC still holds for this connection are lost now */
     cc->close_rv = close_reason(info);
+    if (icmp_closed(cc->close_rv))
+        atomic_fetch_add(&c->icmp_errors, 1);
     snprintf(cc->close_text, sizeof(cc->close_text), "%s%s%s", fx_strerror(cc->close_rv),
              info->text[0] ? ": " : "", info->text);
     bool retry = want_retry(c, cc->close_rv);
@@ -392,6 +401,33 @@ cconn *fxc_client_conn(fx_client *c, size_t i)
     return c->conns[i];
 }
 
+/* Pacing of a peer an ICMP error closed, at most this long between attempts. */
+#define PEER_REFUSED_MAX_MS 500
+
+/* A peer whose connection an ICMP error ended (its broker's process died)
+ * is still named by the cluster until that broker's lease expires, and
+ * being refused takes no time, so its subscriptions would go round (home,
+ * not_leader, refused) as fast as the loop runs: it is connected again
+ * after a backoff instead, reconnect_initial_ms doubling up to 500 ms (and
+ * not above reconnect_max_ms), reset by a handshake. Its subscriptions wait
+ * for it as for any connection being made. */
+static void peer_retry_later(fx_client *c, cconn *cc)
+{
+    uint64_t cap = (uint64_t)c->o.reconnect_max_ms < PEER_REFUSED_MAX_MS
+                       ? (uint64_t)c->o.reconnect_max_ms
+                       : PEER_REFUSED_MAX_MS;
+    uint64_t delay = cc->backoff_ms != 0 ? cc->backoff_ms : (uint64_t)c->o.reconnect_initial_ms;
+    if (delay > cap)
+        delay = cap;
+    cc->backoff_ms = delay * 2 > cap ? cap : delay * 2;
+    if (fx_loop_timer_arm(c->loop, &cc->retry, fx_now_ns() + delay * FX_NS_PER_MS) != 0) {
+        conn_start(c, cc); /* no timer: at once, as before */
+        return;
+    }
+    cc->state = CS_RETRY;
+    cc->was_ready = false; /* a subscribe waiting for it fails if this attempt does */
+}
+
 cconn *fxc_client_peer(fx_client *c, const char *ip, uint16_t port, int *prv)
 {
     char key[FXC_ADDR_MAX];
@@ -402,8 +438,12 @@ cconn *fxc_client_peer(fx_client *c, const char *ip, uint16_t port, int *prv)
         cconn *cc = c->peers[i];
         if (strcmp(cc->key, key) != 0)
             continue;
-        if (cc->state == CS_CLOSED && c->ep != NULL)
-            conn_start(c, cc);
+        if (cc->state == CS_CLOSED && c->ep != NULL) {
+            if (icmp_closed(cc->close_rv))
+                peer_retry_later(c, cc);
+            else
+                conn_start(c, cc);
+        }
         if (cc->state == CS_CLOSED) {
             *prv = cc->close_rv;
             return NULL;
@@ -826,7 +866,8 @@ int fx_client_get_stats(fx_client *c, fx_client_stats *st)
                             .reconnects = atomic_load(&c->reconnects),
                             .redirects = atomic_load(&c->redirects),
                             .redirects_refused = atomic_load(&c->redirects_refused),
-                            .route_misses = atomic_load(&c->route_misses)};
+                            .route_misses = atomic_load(&c->route_misses),
+                            .icmp_errors = atomic_load(&c->icmp_errors)};
     fx_budget_stats b;
     fx_budget_get_stats(&c->budget, &b);
     st->publish_budget_bytes = b.capacity;

@@ -376,6 +376,9 @@ struct fx_client {
     atomic_uint_fast64_t redirects;         /* not_leader answers followed */
     atomic_uint_fast64_t redirects_refused; /* not followed: FX_EREDIRECT */
     atomic_uint_fast64_t route_misses;      /* a cached owner answered not_leader */
+    /* Connections ended by an ICMP error for their broker's address (the
+     * close reasons fx_quic_client_new names). */
+    atomic_uint_fast64_t icmp_errors;
 };
 
 /* ---- client.c ------------------------------------------------------------- */

@@ -66,7 +66,7 @@ typedef struct node {
 
 struct fx_cluster {
     fx_cluster_opts o;
-    char *name, *node_id, *advertise, *admin, *server_name;
+    char *name, *node_id, *advertise, *internal, *admin, *server_name;
     char **endpoints;
     char *etcd_strs[5];
     fx_loop *loop;
@@ -238,6 +238,8 @@ int fx_cluster_new(fx_cluster **pc, const fx_cluster_opts *o, char *why, size_t 
     if (o->advertise == NULL || o->advertise[0] == '\0' ||
         strlen(o->advertise) > FX_CLUSTER_ADDR_MAX)
         REFUSE("cluster_advertise (the host:port clients dial) is required in a cluster");
+    if (o->internal != NULL && strlen(o->internal) > FX_CLUSTER_ADDR_MAX)
+        REFUSE("the internal listener's address is longer than %u bytes", FX_CLUSTER_ADDR_MAX);
     if (o->lease_ttl_s < 2)
         REFUSE("cluster_lease_ttl_s must be at least 2 (etcd's lease floor)");
     if ((uint64_t)o->margin_ms * 3 >= (uint64_t)o->lease_ttl_s * 2000)
@@ -262,10 +264,12 @@ int fx_cluster_new(fx_cluster **pc, const fx_cluster_opts *o, char *why, size_t 
     c->name = strdup(o->name);
     c->node_id = strdup(o->node_id);
     c->advertise = strdup(o->advertise);
+    c->internal = o->internal != NULL && o->internal[0] ? strdup(o->internal) : NULL;
     c->admin = dup_or_null(o->admin);
     c->server_name = dup_or_null(o->server_name);
     c->endpoints = calloc(o->n_endpoints, sizeof(char *));
     bool oom = c->name == NULL || c->node_id == NULL || c->advertise == NULL ||
+               (o->internal != NULL && o->internal[0] && c->internal == NULL) ||
                (o->admin != NULL && c->admin == NULL) ||
                (o->server_name != NULL && c->server_name == NULL) || c->endpoints == NULL;
     for (size_t i = 0; !oom && i < o->n_endpoints; i++)
@@ -435,6 +439,7 @@ static char *node_value(fx_cluster *c, size_t *plen)
     fx_place_node_info n;
     memset(&n, 0, sizeof(n));
     snprintf(n.addr, sizeof(n.addr), "%s", c->advertise);
+    snprintf(n.internal, sizeof(n.internal), "%s", c->internal ? c->internal : "");
     snprintf(n.server_name, sizeof(n.server_name), "%s", c->server_name ? c->server_name : "");
     snprintf(n.admin, sizeof(n.admin), "%s", c->admin ? c->admin : "");
     n.weight = c->o.weight;
@@ -956,10 +961,12 @@ static void route_remote(fx_cluster *c, fx_cluster_route *out, const char *id, u
     out->epoch = epoch;
     snprintf(out->node_id, sizeof(out->node_id), "%s", id);
     node *n = node_find(c, id);
-    if (n != NULL)
+    if (n != NULL) {
         snprintf(out->addr, sizeof(out->addr), "%s", n->info.addr);
-    else
-        out->addr[0] = '\0';
+        snprintf(out->internal, sizeof(out->internal), "%s", n->info.internal);
+    } else {
+        out->addr[0] = out->internal[0] = '\0';
+    }
 }
 
 void fx_cluster_route_stream(fx_cluster *c, const char *tenant, const char *ns, const char *stream,
@@ -1107,6 +1114,8 @@ char *fx_cluster_status_json(fx_cluster *c)
                                (json_int_t)n->owned);
         if (jn != NULL && n->info.admin[0] != '\0')
             json_object_set_new(jn, "admin", json_string(n->info.admin));
+        if (jn != NULL && n->info.internal[0] != '\0')
+            json_object_set_new(jn, "internal", json_string(n->info.internal));
         if (jn != NULL)
             json_object_set_new(jn, "lease", json_sprintf("%" PRIx64, (uint64_t)n->lease));
         json_array_append_new(nodes, jn);
@@ -1253,6 +1262,7 @@ void fx_cluster_free(fx_cluster *c)
     free(c->name);
     free(c->node_id);
     free(c->advertise);
+    free(c->internal);
     free(c->admin);
     free(c->server_name);
     pthread_mutex_destroy(&c->mu);

@@ -44,6 +44,7 @@ typedef struct fx_cluster_opts {
     const char *name;      /* cluster_name: keys live under /felix/<name>/ */
     const char *node_id;   /* cluster_node_id */
     const char *advertise; /* cluster_advertise: host:port clients dial */
+    const char *internal;  /* host:port the other nodes dial to forward (NULL: advertise) */
     const char *admin;     /* the admin address shown to operators (may be NULL) */
     const char *server_name; /* TLS name clients should expect (may be NULL) */
     uint32_t weight;         /* placement weight, 1..10000 (0: 100) */
@@ -85,6 +86,9 @@ typedef struct fx_cluster_route {
                      * claimed yet: the epoch its claim will take */
     char node_id[FX_CLUSTER_ID_MAX + 1];
     char addr[FX_CLUSTER_ADDR_MAX + 1];
+    /* REMOTE: the node's internal listener, which forwards dial ("": none,
+     * dial |addr|) */
+    char internal[FX_CLUSTER_ADDR_MAX + 1];
     char why[400];
 } fx_cluster_route;
 

@@ -84,8 +84,11 @@ typedef struct fwd_done {
 
 static bool conn_gone(int rv)
 {
+    /* -ECONNREFUSED and the unreachables: an ICMP error ended the client's
+     * connection (the owner's process or host is gone). */
     return rv == FX_ECONNLOST || rv == FX_ECLOSED || rv == FX_ENOTCONN || rv == FX_EIDLE ||
-           rv == FX_ESHUTDOWN || rv == FX_ETLS || rv == FX_EQUIC;
+           rv == FX_ESHUTDOWN || rv == FX_ETLS || rv == FX_EQUIC || rv == -ECONNREFUSED ||
+           rv == -EHOSTUNREACH || rv == -ENETUNREACH;
 }
 
 static void requeue(fx_forwarder *f, fwd_item *it);

@@ -193,6 +193,9 @@ struct fx_quic_endpoint {
     fx_quic_conn *wait_head, *wait_tail;
     fx_quic_conn *dirty_head; /* read in the current receive batch */
     bool gso;
+    /* Client endpoints: IP_RECVERR (and IPV6_RECVERR) is on, so ICMP errors
+     * for our datagrams wait in the socket's error queue (udp.c). */
+    bool recverr;
     /* Receiving. */
     uint8_t *rx;
     uint32_t half_open;
@@ -253,7 +256,9 @@ int fx_quic_udp_send(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t 
  * |local| on a wildcard-bound server, else NULL. */
 const struct sockaddr *fx_quic_src_for(const fx_quic_endpoint *ep, const void *local);
 /* Reads up to a budget of datagrams and hands each (GRO trains split) to
- * fx_quic_ep_on_datagram(). */
+ * fx_quic_ep_on_datagram(); on a client endpoint, first reads the ICMP
+ * errors queued for the socket and ends the connections they prove dead
+ * (see "ICMP errors" in udp.c). */
 void fx_quic_udp_read(fx_quic_endpoint *ep);
 /* Writes for every connection that read datagrams in this batch, so ACKs
  * and the data they unblock leave before the next batch is read. */

@@ -125,7 +125,11 @@ typedef struct fx_quic_connect_opts {
  * FX_EIDLE (idle timeout: the peer went silent), FX_ETIMEDOUT (handshake
  * timeout), FX_ECONNLOST (stateless reset), FX_ETLS_* (certificate refused:
  * by us, or by the peer when |remote|), FX_ETLS (other TLS failure), FX_EQUIC
- * (protocol error), FX_ESHUTDOWN (endpoint freed), or -errno (socket). */
+ * (protocol error), FX_ESHUTDOWN (endpoint freed), -ECONNREFUSED (client:
+ * an ICMP port unreachable from the peer's host: nothing listens there any
+ * more), -EHOSTUNREACH / -ENETUNREACH (client: an ICMP host or network
+ * unreachable for the peer's address while the handshake was still
+ * running), or -errno (socket). */
 typedef struct fx_quic_close_info {
     int reason;
     bool remote;       /* the peer sent the CONNECTION_CLOSE */
@@ -186,6 +190,11 @@ int fx_quic_server_new(fx_quic_endpoint **pep, fx_loop *loop, const char *ip, ui
  * of the wildcard address) on |loop|. The socket is dual-stack (IPv6 with
  * IPV6_V6ONLY off), so one endpoint reaches IPv4 and IPv6 servers; on a host
  * without IPv6 it is IPv4 only and fx_quic_connect refuses IPv6 targets.
+ * The socket stays unconnected (its connections may reach several servers)
+ * and has IP_RECVERR / IPV6_RECVERR on: an ICMP error for one of its
+ * datagrams ends the connection it proves dead at once (close reasons
+ * above; the rules in udp.c, "ICMP errors") instead of that connection
+ * waiting out its idle timeout. Server endpoints never read ICMP errors.
  * Same ownership and errors as above. */
 int fx_quic_client_new(fx_quic_endpoint **pep, fx_loop *loop, const fx_quic_opts *o,
                        const fx_quic_callbacks *cb, void *user);
@@ -278,6 +287,15 @@ typedef struct fx_quic_stats {
     /* Blocks ngtcp2 0.12 lost track of (a STREAM frame pool bug under loss)
      * and that were freed with their connection instead of leaking. */
     uint64_t ngtcp2_orphans_freed;
+    /* Client endpoints (IP_RECVERR): errors read from the socket's error
+     * queue (ICMP errors, and the kernel's own, such as a datagram over the
+     * path MTU), the connections they ended (FX close reason
+     * -ECONNREFUSED, -EHOSTUNREACH or -ENETUNREACH), and those that ended
+     * nothing (another address, a packet of an earlier connection, a kind
+     * that proves nothing, an established connection's host unreachable). */
+    uint64_t icmp_errors;
+    uint64_t icmp_closes;
+    uint64_t icmp_ignored;
     int sndbuf, rcvbuf; /* effective socket buffers (getsockopt) */
 } fx_quic_stats;
 void fx_quic_endpoint_get_stats(const fx_quic_endpoint *ep, fx_quic_stats *st);

@@ -1,12 +1,18 @@
 /* UDP socket I/O for an endpoint: socket set-up (buffers read back, GRO,
  * don't-fragment), GSO aggregates on send with a sendmmsg fallback when the
- * kernel reports EIO, recvmmsg + GRO train splitting on receive, and the
- * test hooks that drop and delay datagrams. IPv6 sockets bound to "::" are
- * dual-stack (IPv4 peers appear as IPv4-mapped addresses). Loop thread only. */
+ * kernel reports EIO, recvmmsg + GRO train splitting on receive, the ICMP
+ * errors a client endpoint reads (IP_RECVERR), and the test hooks that drop
+ * and delay datagrams. IPv6 sockets bound to "::" are dual-stack (IPv4 peers
+ * appear as IPv4-mapped addresses). Loop thread only. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <linux/errqueue.h>
+#include <netinet/icmp6.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
+#include <netinet/ip_icmp.h>
 #include <netinet/udp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -71,6 +77,20 @@ static void set_options(fx_quic_endpoint *ep, int fd, int family)
     if (family == AF_INET6) {
         int pmtu6 = IPV6_PMTUDISC_DO;
         (void)setsockopt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtu6, sizeof(pmtu6));
+    }
+    /* A client reads the ICMP errors its datagrams provoke ("ICMP errors"
+     * below). An IPv6 socket needs the IPv4 option too, for its IPv4-mapped
+     * peers. Best effort: without it a dead server is found by the idle
+     * timeout, as before. */
+    if (!ep->server) {
+        int on = 1;
+        bool ok = setsockopt(fd, IPPROTO_IP, IP_RECVERR, &on, sizeof(on)) == 0;
+        if (family == AF_INET6)
+            ok = setsockopt(fd, IPPROTO_IPV6, IPV6_RECVERR, &on, sizeof(on)) == 0 || ok;
+        ep->recverr = ok;
+        if (!ok)
+            fx_quic_log(FX_QLOG_WARN, "IP_RECVERR unavailable (%s): a dead server is found by "
+                                      "the idle timeout only", strerror(errno));
     }
 }
 
@@ -218,6 +238,202 @@ void fx_quic_test_delay_free(fx_quic_endpoint *ep)
     ep->tdq_bytes = 0;
 }
 
+/* ---- ICMP errors (client endpoints) -------------------------------------------- */
+
+/* With IP_RECVERR the kernel queues every ICMP error one of our datagrams
+ * provoked on the socket's error queue (the address the datagram went to,
+ * the ICMP type and code, who sent it, and the start of the datagram), and
+ * also reports the latest one once as the error of the next send or receive
+ * call on the socket, whichever connection that call is for. That second
+ * report carries nothing the queue lacks, so send and read absorb it (the
+ * call is made again) and read_errors() decides from the queue.
+ *
+ * The socket is not connect()ed: a client endpoint's connections may reach
+ * several servers (a cluster client keeps one per broker), so an error is
+ * matched to a connection by the address its datagram went to. It ends that
+ * connection only when it proves the peer gone:
+ * - a port unreachable (ICMP 3/3, ICMPv6 1/4) sent by the peer's own host
+ *   says nothing listens at the peer's address any more (a killed process):
+ *   the connection ends at once with -ECONNREFUSED, in any state;
+ * - a host or network unreachable (ICMP 3/1, 3/0; ICMPv6 1/3, 1/0), sent by
+ *   any router, ends a connection still in its handshake (-EHOSTUNREACH,
+ *   -ENETUNREACH), as a TCP connect fails; an established connection
+ *   ignores it, as TCP does such soft errors: the path may heal, and the
+ *   idle timeout ends it if it does not;
+ * - anything else (a packet too big, a time exceeded, an administrative
+ *   prohibition) proves nothing and is ignored.
+ * The error's quote of our datagram must also name the connection's current
+ * destination connection ID (or its first one) when it is long enough to
+ * hold it, so an error for a packet of an earlier connection to the same
+ * address (a server that restarted on its port) never ends a newer one.
+ * Each error is counted (stats icmp_errors, icmp_closes, icmp_ignored). */
+
+/* The errors read_errors() may have left to be reported by the next call. */
+static bool icmp_reported(const fx_quic_endpoint *ep, int e)
+{
+    return ep->recverr && (e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH ||
+                           e == EHOSTDOWN || e == ENONET || e == ENOPROTOOPT || e == EPROTO ||
+                           e == EACCES || e == EOPNOTSUPP || e == EMSGSIZE);
+}
+
+static bool same_ip(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+static uint16_t port_of(const struct sockaddr_storage *a)
+{
+    return a->ss_family == AF_INET ? ((const struct sockaddr_in *)a)->sin_port
+                                   : ((const struct sockaddr_in6 *)a)->sin6_port;
+}
+
+/* 1 when the quoted start of our datagram |q| (|n| bytes) carries a DCID of
+ * |c|, 0 when it carries another, -1 when it is too short to tell. */
+static int quote_names(fx_quic_conn *c, const uint8_t *q, size_t n)
+{
+    const ngtcp2_cid *cur = ngtcp2_conn_get_dcid(c->q);
+    const ngtcp2_cid *first = ngtcp2_conn_get_client_initial_dcid(c->q);
+    const uint8_t *id;
+    size_t len;
+    if (n < 1)
+        return -1;
+    if (q[0] & 0x80) { /* long header: version, then the DCID with its length */
+        if (n < 6 || n < 6 + (size_t)q[5])
+            return -1;
+        id = q + 6;
+        len = q[5];
+    } else {
+        if (n < 1 + cur->datalen)
+            return -1;
+        id = q + 1;
+        len = cur->datalen;
+    }
+    if ((len == cur->datalen && memcmp(id, cur->data, len) == 0) ||
+        (len == first->datalen && memcmp(id, first->data, len) == 0))
+        return 1;
+    return 0;
+}
+
+static void ip_text(const struct sockaddr_storage *a, char *out, size_t cap)
+{
+    const void *p = a->ss_family == AF_INET
+                        ? (const void *)&((const struct sockaddr_in *)a)->sin_addr
+                        : (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+    if (inet_ntop(a->ss_family, p, out, (socklen_t)cap) == NULL)
+        snprintf(out, cap, "?");
+}
+
+/* One queued error |ee| (from |off|, about our datagram to |to| that began
+ * with |q|, |n| bytes): ends the connection it proves dead, or counts it
+ * as ignored. */
+static void on_icmp(fx_quic_endpoint *ep, const struct sock_extended_err *ee,
+                    const struct sockaddr_storage *off, const struct sockaddr_storage *to,
+                    const uint8_t *q, size_t n)
+{
+    bool v4 = ee->ee_origin == SO_EE_ORIGIN_ICMP, v6 = ee->ee_origin == SO_EE_ORIGIN_ICMP6;
+    bool hard = (v4 && ee->ee_type == ICMP_DEST_UNREACH && ee->ee_code == ICMP_PORT_UNREACH) ||
+                (v6 && ee->ee_type == ICMP6_DST_UNREACH && ee->ee_code == ICMP6_DST_UNREACH_NOPORT);
+    bool soft =
+        (v4 && ee->ee_type == ICMP_DEST_UNREACH &&
+         (ee->ee_code == ICMP_HOST_UNREACH || ee->ee_code == ICMP_NET_UNREACH)) ||
+        (v6 && ee->ee_type == ICMP6_DST_UNREACH &&
+         (ee->ee_code == ICMP6_DST_UNREACH_ADDR || ee->ee_code == ICMP6_DST_UNREACH_NOROUTE));
+    char who[INET6_ADDRSTRLEN], dst[INET6_ADDRSTRLEN];
+    ip_text(off, who, sizeof(who));
+    ip_text(to, dst, sizeof(dst));
+    int ended = 0;
+    fx_quic_conn *next;
+    for (fx_quic_conn *c = ep->conns; (hard || soft) && c != NULL; c = next) {
+        next = c->next; /* a connection that ends leaves the list */
+        if (c->dead || c->server || c->q == NULL || !same_ip(&c->remote, to) ||
+            port_of(&c->remote) != port_of(to))
+            continue;
+        const char *why = NULL;
+        if (hard && !same_ip(off, &c->remote))
+            why = "a port unreachable not sent by the peer's host";
+        else if (soft && c->handshake_done)
+            why = "a host or network unreachable for an established connection";
+        else if (quote_names(c, q, n) == 0)
+            why = "a packet of an earlier connection to that address";
+        if (why != NULL) {
+            fx_quic_log(FX_QLOG_DEBUG, "ICMP %s for %s:%u from %s ignored: %s",
+                        fx_strerror(-(int)ee->ee_errno), dst, (unsigned)ntohs(port_of(to)), who,
+                        why);
+            continue;
+        }
+        /* The peer's address is the connection's own: only who answered. */
+        if (hard)
+            snprintf(c->info.text, sizeof(c->info.text),
+                     "ICMP port unreachable from %s: nothing listens there", who);
+        else
+            snprintf(c->info.text, sizeof(c->info.text),
+                     "ICMP host or network unreachable from %s during the handshake", who);
+        fx_quic_log(FX_QLOG_INFO, "connection to %s:%u ended: %s", dst,
+                    (unsigned)ntohs(port_of(to)), c->info.text);
+        fx_quic_conn_finish(c, hard ? -ECONNREFUSED : -(int)ee->ee_errno);
+        ended++;
+    }
+    if (ended > 0)
+        ep->st.icmp_closes += (uint64_t)ended;
+    else
+        ep->st.icmp_ignored++;
+}
+
+/* Reads the socket's error queue empty (bounded per call). */
+static void read_errors(fx_quic_endpoint *ep)
+{
+    for (int i = 0; i < FX_QUIC_RX_BUDGET && !ep->freeing; i++) {
+        uint8_t q[64]; /* enough of our datagram for its header and DCID */
+        struct sockaddr_storage to;
+        union {
+            char buf[CMSG_SPACE(sizeof(struct sock_extended_err) + sizeof(struct sockaddr_in6)) +
+                     64];
+            struct cmsghdr align;
+        } ctl;
+        struct iovec iov = {.iov_base = q, .iov_len = sizeof(q)};
+        struct msghdr m = {.msg_name = &to,
+                           .msg_namelen = sizeof(to),
+                           .msg_iov = &iov,
+                           .msg_iovlen = 1,
+                           .msg_control = ctl.buf,
+                           .msg_controllen = sizeof(ctl.buf)};
+        memset(&to, 0, sizeof(to));
+        ssize_t n = recvmsg(ep->fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                fx_quic_log(FX_QLOG_WARN, "recvmsg(MSG_ERRQUEUE): %s", strerror(errno));
+            return;
+        }
+        ep->st.icmp_errors++;
+        struct sock_extended_err ee;
+        struct sockaddr_storage off;
+        bool have = false;
+        memset(&off, 0, sizeof(off));
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm != NULL; cm = CMSG_NXTHDR(&m, cm)) {
+            if (!((cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_RECVERR) ||
+                  (cm->cmsg_level == IPPROTO_IPV6 && cm->cmsg_type == IPV6_RECVERR)) ||
+                cm->cmsg_len < CMSG_LEN(sizeof(ee)))
+                continue;
+            memcpy(&ee, CMSG_DATA(cm), sizeof(ee));
+            size_t rest = cm->cmsg_len - CMSG_LEN(sizeof(ee)); /* SO_EE_OFFENDER */
+            memcpy(&off, CMSG_DATA(cm) + sizeof(ee),
+                   rest < sizeof(struct sockaddr_in6) ? rest : sizeof(struct sockaddr_in6));
+            have = true;
+        }
+        if (!have || (m.msg_flags & MSG_CTRUNC)) {
+            ep->st.icmp_ignored++;
+            continue;
+        }
+        on_icmp(ep, &ee, &off, &to, q, (size_t)n);
+    }
+}
+
 /* ---- send -------------------------------------------------------------------- */
 
 /* Appends the source-address cmsg for |src| to |m| at |cm|; returns the
@@ -282,10 +498,14 @@ static int send_gso(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t t
     struct msghdr m = {
         .msg_name = (void *)to, .msg_namelen = tolen, .msg_iov = &iov, .msg_iovlen = 1};
     set_control(&m, &u, src, len, seg);
+    bool absorbed = false;
     ssize_t n;
-    do {
+    for (;;) {
         n = sendmsg(ep->fd, &m, 0);
-    } while (n < 0 && errno == EINTR);
+        if (n >= 0 || !(errno == EINTR || (!absorbed && icmp_reported(ep, errno))))
+            break;
+        absorbed = absorbed || errno != EINTR;
+    }
     if (n < 0)
         return -errno;
     ep->st.tx_sendmsg++;
@@ -315,10 +535,15 @@ static int send_each(fx_quic_endpoint *ep, const struct sockaddr *to, socklen_t 
         set_control(&mm[n].msg_hdr, &ctl[n], src, iov[n].iov_len, iov[n].iov_len);
     }
     size_t done = 0;
+    bool absorbed = false;
     while (done < n) {
         int k = sendmmsg(ep->fd, mm + done, (unsigned)(n - done), 0);
         if (k < 0 && errno == EINTR)
             continue;
+        if (k < 0 && !absorbed && icmp_reported(ep, errno)) {
+            absorbed = true;
+            continue;
+        }
         if (k < 0) {
             /* Datagrams already sent stay sent; the rest count as lost and
              * QUIC's recovery resends them. */
@@ -420,6 +645,8 @@ void fx_quic_udp_read(fx_quic_endpoint *ep)
         char buf[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct in6_pktinfo))];
         struct cmsghdr align;
     } ctl[FX_QUIC_RX_BATCH];
+    if (ep->recverr)
+        read_errors(ep);
     for (uint64_t budget = 0; budget < FX_QUIC_RX_BUDGET && !ep->freeing;) {
         for (size_t i = 0; i < FX_QUIC_RX_BATCH; i++) {
             iov[i] =
@@ -432,6 +659,13 @@ void fx_quic_udp_read(fx_quic_endpoint *ep)
                                                  .msg_controllen = sizeof(ctl[i].buf)}};
         }
         int n = recvmmsg(ep->fd, mm, FX_QUIC_RX_BATCH, 0, NULL);
+        if (n < 0 && icmp_reported(ep, errno)) {
+            /* An ICMP error that arrived since read_errors() ran: read it
+             * from the queue, then go on reading datagrams. */
+            read_errors(ep);
+            budget++;
+            continue;
+        }
         if (n < 0) {
             if (errno != EAGAIN && errno != EINTR)
                 fx_quic_log(FX_QLOG_WARN, "recvmmsg: %s", strerror(errno));

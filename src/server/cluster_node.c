@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hostport.h"
 #include "base/log.h"
 #include "cluster/cluster.h"
 #include "cluster/forward.h"
@@ -50,6 +51,22 @@ static int read_secret(const char *path, char *out, size_t cap, char *why, size_
     return 0;
 }
 
+/* The address the other nodes dial for this node's internal listener:
+ * cluster_internal_bind, with cluster_advertise's host when it binds a
+ * wildcard address; "" without one. */
+static void internal_addr(const fx_config *c, char *out, size_t cap)
+{
+    fx_hostport bind, adv;
+    out[0] = '\0';
+    if (!c->cluster_internal_bind[0] || fx_hostport_split(c->cluster_internal_bind, &bind, NULL) != 0)
+        return;
+    bool wild = strcmp(bind.host, "0.0.0.0") == 0 || strcmp(bind.host, "::") == 0;
+    if (wild && fx_hostport_split(c->cluster_advertise, &adv, NULL) == 0)
+        fx_hostport_format(&adv, bind.port, out, cap);
+    else
+        fx_hostport_format(&bind, bind.port, out, cap);
+}
+
 int fx_cluster_node_start(const fx_config *c, fx_cluster_node **pn, char *why, size_t cap)
 {
     *pn = NULL;
@@ -71,6 +88,8 @@ int fx_cluster_node_start(const fx_config *c, fx_cluster_node **pn, char *why, s
     if (c->cluster_etcd_password_file[0] &&
         read_secret(c->cluster_etcd_password_file, password, sizeof(password), why, cap) != 0)
         return FX_ECONFIG;
+    char internal[FX_CONFIG_ADDR_MAX + 8] = "";
+    internal_addr(c, internal, sizeof(internal));
     fx_cluster_node *node = calloc(1, sizeof(*node));
     if (node == NULL)
         return -ENOMEM;
@@ -81,6 +100,7 @@ int fx_cluster_node_start(const fx_config *c, fx_cluster_node **pn, char *why, s
         .name = c->cluster_name,
         .node_id = c->cluster_node_id,
         .advertise = c->cluster_advertise,
+        .internal = internal[0] ? internal : NULL,
         .admin = c->metrics_bind,
         .weight = c->cluster_weight,
         .lease_ttl_s = c->cluster_lease_ttl_s,

@@ -532,6 +532,11 @@ const struct key fx_config_keys[] = {
      FIELD(cluster_advertise), .def = "",
      .help = "host:port clients dial to reach this broker, sent to them in redirects (required "
              "with cluster_etcd_endpoints)"},
+    {.name = "cluster_internal_bind", .env = {"FELIX_CLUSTER_INTERNAL_BIND"}, .type = T_STR,
+     FIELD(cluster_internal_bind), .def = "",
+     .help = "host:port of a second QUIC listener, on its own io thread, that the other nodes "
+             "dial to forward publishes (a fixed port; a wildcard host is advertised with "
+             "cluster_advertise's host); empty = they dial cluster_advertise"},
     {.name = "cluster_lease_ttl_s", .env = {"FELIX_CLUSTER_LEASE_TTL_S"}, .type = T_U32,
      FIELD(cluster_lease_ttl_s), .def = "5", .min = 2, .max = 3600,
      .help = "seconds of this broker's etcd lease: when it dies its streams move after about "
@@ -1058,6 +1063,20 @@ static int rule_cluster(fx_config *c, fx_config_diag *d)
     char why[256];
     if (fx_config_check_addr(c->cluster_advertise, why, sizeof(why)) != 0)
         return fx_config_fail(d, "cluster_advertise = \"%s\": %s", c->cluster_advertise, why);
+    if (c->cluster_internal_bind[0]) {
+        fx_hostport hp;
+        if (fx_config_check_addr(c->cluster_internal_bind, why, sizeof(why)) != 0)
+            return fx_config_fail(d, "cluster_internal_bind = \"%s\": %s", c->cluster_internal_bind,
+                                  why);
+        if (fx_hostport_split(c->cluster_internal_bind, &hp, NULL) != 0 || hp.port == 0)
+            return fx_config_fail(d, "cluster_internal_bind = \"%s\": give a fixed port (the "
+                                     "other nodes learn it from etcd before this broker binds it)",
+                                  c->cluster_internal_bind);
+        if (strcmp(c->cluster_internal_bind, c->quic_bind) == 0)
+            return fx_config_fail(d, "cluster_internal_bind = \"%s\" is quic_bind: give the "
+                                     "internal listener its own port",
+                                  c->cluster_internal_bind);
+    }
     if (c->cluster_deadline_margin_ns * 3 >= (uint64_t)c->cluster_lease_ttl_s * 2 * SEC)
         return fail2(c, kidx("cluster_deadline_margin_ms"), "is not below 2/3 of",
                      kidx("cluster_lease_ttl_s"),

@@ -228,6 +228,7 @@ typedef struct fx_config {
     char cluster_name[FX_CONFIG_ADDR_MAX];
     char cluster_node_id[FX_CONFIG_ADDR_MAX];
     char cluster_advertise[FX_CONFIG_ADDR_MAX];
+    char cluster_internal_bind[FX_CONFIG_ADDR_MAX]; /* "" = nodes dial cluster_advertise */
     uint32_t cluster_lease_ttl_s;
     uint64_t cluster_deadline_margin_ns;
     uint32_t cluster_weight;

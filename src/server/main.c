@@ -476,7 +476,7 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_clu
                         fx_broker **pb)
 {
     char why[4096] = "";
-    char ip[FX_CONFIG_ADDR_MAX];
+    char ip[FX_CONFIG_ADDR_MAX], iip[FX_CONFIG_ADDR_MAX];
     fx_broker_opts bo;
     /* The names, then one durability flag per cache (broker_opts_from_config). */
     fx_broker_stream_name *names =
@@ -493,6 +493,15 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_clu
     if (authn != NULL)
         fx_authn_broker_auth(authn, &bo.auth);
     bo.cluster = fx_cluster_node_cluster(cn);
+    if (bo.cluster != NULL && c->cluster_internal_bind[0]) {
+        if (split_bind(c->cluster_internal_bind, iip, sizeof(iip), &bo.internal_port) != 0) {
+            fprintf(stderr, "felix-broker: cannot use cluster_internal_bind '%s' (want host:port)\n",
+                    c->cluster_internal_bind);
+            free(names);
+            return EXIT_START;
+        }
+        bo.internal_ip = iip;
+    }
     bo.durable.repair = repair;
     bo.durable.error = why;
     bo.durable.error_len = sizeof(why);
@@ -508,8 +517,9 @@ static int start_broker(const fx_config *c, fx_authn *authn, bool repair, fx_clu
         *pb = NULL;
     }
     if (rv != 0) {
-        fprintf(stderr, "felix-broker: cannot start QUIC on %s: %s\n", c->quic_bind,
-                fx_strerror(rv));
+        fprintf(stderr, "felix-broker: cannot start QUIC on %s%s%s: %s\n", c->quic_bind,
+                bo.internal_ip != NULL ? " and cluster_internal_bind " : "",
+                bo.internal_ip != NULL ? c->cluster_internal_bind : "", fx_strerror(rv));
         return EXIT_START;
     }
     return 0;

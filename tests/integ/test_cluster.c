@@ -6,8 +6,10 @@
  * (SIGSTOP) past its TTL acknowledges nothing once it runs again, and a new
  * owner has claimed meanwhile; etcd stopped past the deadline suspends the
  * brokers (/ready 503, publishes refused) and they serve again once it is
- * back. Lease TTL 2 s with a 500 ms margin. A case whose etcd cannot start
- * fails with the reason. */
+ * back; a node whose watch resumes past an etcd compaction lists the keys
+ * again and names the owners it missed. Lease TTL 2 s with a 500 ms margin
+ * (10 s in the compaction case). A case whose etcd cannot start fails with
+ * the reason. */
 /* fx-test-libs: fx_client fx_cluster fx_quic fx_wire fx_base */
 #define _XOPEN_SOURCE 700
 #include <arpa/inet.h>
@@ -28,6 +30,7 @@
 
 #include "integ/proc_broker.h"
 
+#include "cluster/place.h"
 #include "felix/felix.h"
 
 #define NS "default"
@@ -46,7 +49,7 @@ static bool LOSSLESS = false;
 
 typedef struct node {
     pid_t pid;
-    uint16_t quic, admin;
+    uint16_t quic, admin, internal; /* internal: cluster_internal_bind's port */
     char id[8];
     char server[64];
     char out[160], err[160];
@@ -108,13 +111,15 @@ static void node_start(int i)
     snprintf(state, sizeof(state), "state_dir=%s/s%d", C->dir, i);
     snprintf(cert, sizeof(cert), "tls_cert_file=%s", C->cert);
     snprintf(key, sizeof(key), "tls_key_file=%s", C->key);
-    char ttl[48], margin[64], fwd[32];
+    char ttl[48], margin[64], fwd[32], internal[64];
+    snprintf(internal, sizeof(internal), "cluster_internal_bind=127.0.0.1:%u", n->internal);
     snprintf(fwd, sizeof(fwd), "cluster_forward=%s", FORWARD ? "true" : "false");
     snprintf(ttl, sizeof(ttl), "cluster_lease_ttl_s=%d", TTL_S);
     snprintf(margin, sizeof(margin), "cluster_deadline_margin_ms=%d", TTL_S > 2 ? 1000 : 500);
     char *argv[] = {C->broker, "--set", quic, "--set", admin, "--set", "probe_bind=", "--set",
                     state, "--set", eps, "--set", id, "--set", adv, "--set",
-                    ttl, "--set", margin, "--set", fwd, "--set", "log_capacity=65536",
+                    ttl, "--set", margin, "--set", fwd, "--set", "log_capacity=65536", "--set",
+                    internal,
                     i > 0 || C->cert[0] ? "--set" : NULL, cert, "--set", key, NULL, NULL,
                     NULL, NULL, NULL, NULL, NULL};
     if (LOSSLESS) {
@@ -217,6 +222,24 @@ static int64_t counter(int i, const char *name)
     return v;
 }
 
+/* The value of metric |name| (no labels) on node |i|'s /metrics, or -1. */
+static int64_t metric(int i, const char *name)
+{
+    char *text = NULL;
+    int64_t v = -1;
+    if (http_get(C->n[i].admin, "/metrics", &text) == 200 && text != NULL) {
+        size_t len = strlen(name);
+        for (const char *p = text; (p = strstr(p, name)) != NULL; p += len) {
+            if ((p == text || p[-1] == '\n') && p[len] == ' ') {
+                v = strtoll(p + len + 1, NULL, 10);
+                break;
+            }
+        }
+    }
+    free(text);
+    return v;
+}
+
 /* ---- clients ------------------------------------------------------------------------- */
 
 static fx_client *connect_to(int i, bool reconnect)
@@ -228,12 +251,14 @@ static fx_client *connect_to(int i, bool reconnect)
     o.pin_sha256 = C->pin;
     o.tenant = "t1";
     o.token = "any-token";
-    /* A reconnecting client finds a dead owner by its idle and handshake
-     * timeouts (libfelix does not read ICMP errors yet): short ones, as
-     * docs/cluster.md advises for cluster clients. */
+    /* A reconnecting client finds a killed owner by the ICMP port
+     * unreachable its keep-alive (500 ms) draws, and one that dies silently
+     * by its idle timeout: 1500 ms, as docs/cluster.md advises for cluster
+     * clients, or FX_CLUSTER_IDLE_MS (30000 shows the ICMP path alone). */
     o.connect_timeout_ms = reconnect ? 1000 : PROC_HANG_MS;
     if (reconnect) {
-        o.idle_timeout_ms = 1500;
+        const char *idle = getenv("FX_CLUSTER_IDLE_MS");
+        o.idle_timeout_ms = idle != NULL && atoi(idle) > 0 ? atoi(idle) : 1500;
         o.keepalive_ms = 500;
     }
     o.reconnect = reconnect;
@@ -295,6 +320,7 @@ static int cluster_setup(void **state)
         snprintf(n->id, sizeof(n->id), "n%c", (char)('1' + i));
         n->quic = free_port(SOCK_DGRAM);
         n->admin = free_port(SOCK_STREAM);
+        n->internal = free_port(SOCK_DGRAM);
         snprintf(n->out, sizeof(n->out), "%s/b%d.out", dir, i);
         snprintf(n->err, sizeof(n->err), "%s/b%d.err", dir, i);
         node_start(i);
@@ -454,6 +480,22 @@ static void test_every_stream_has_one_owner_and_publishes_through_any_node_reach
     for (int i = 0; i < NB; i++)
         fwd += forwards_of(i);
     assert_true(fwd >= 60);
+    /* They went to the owners' internal listeners (cluster_internal_bind),
+     * which every node's view names. */
+    int64_t internal = 0;
+    for (int i = 0; i < NB; i++)
+        internal += metric(i, "felix_cluster_internal_connections_total");
+    assert_true(internal >= 1);
+    for (int i = 0; i < NB; i++) {
+        json_t *j = cluster_view(i), *nodes = json_object_get(j, "nodes");
+        assert_int_equal(json_array_size(nodes), NB);
+        for (size_t k = 0; k < NB; k++) {
+            const char *in = json_string_value(json_object_get(json_array_get(nodes, k), "internal"));
+            assert_non_null(in);
+            assert_non_null(strstr(in, "127.0.0.1:"));
+        }
+        json_decref(j);
+    }
     /* Every view agrees, at epoch 1. */
     for (int s = 0; s < 30; s++) {
         snprintf(name, sizeof(name), "p%d", s);
@@ -869,11 +911,18 @@ static void test_kill_9_resumes_the_subscriber_at_the_new_owner_after_a_gap(void
         assert_true(after.gaps > before.gaps); /* the owner change is reported */
         atomic_store(&p_->stop, true);
         pthread_join(p_->thr, NULL);
+        fx_client_stats cs; /* icmp: the dead owner's connection ended by an ICMP error */
+        assert_int_equal(fx_client_get_stats(sc, &cs), 0);
         print_message("cycle %d: %s killed, first delivery at the new owner after %llu ms "
-                      "(acked %llu, refused %llu)\n",
+                      "(acked %llu, refused %llu, subscriber's icmp_errors %llu)\n",
                       cy, C->n[o].id, (unsigned long long)took[cy],
                       (unsigned long long)atomic_load(&p_->acked),
-                      (unsigned long long)atomic_load(&p_->refused));
+                      (unsigned long long)atomic_load(&p_->refused),
+                      (unsigned long long)cs.icmp_errors);
+        /* The dead owner, named until its lease expires, is tried again at
+         * a paced rate (at most every 500 ms after a short ramp), not as
+         * fast as it refuses. */
+        assert_true(cs.icmp_errors <= took[cy] / 250 + 10);
         fx_unsubscribe(s);
         (void)fx_client_close(sc, PROC_HANG_MS);
         for (int i = 0; i < NB; i++)
@@ -1058,6 +1107,209 @@ static void test_two_of_three_etcd_members_stopped_suspend_the_brokers(void **st
         (void)fx_client_close(cl[i], PROC_HANG_MS);
 }
 
+/* ---- watch compaction ------------------------------------------------------------------- */
+
+/* POSTs |json| to etcd's JSON gateway at |path|: the status, the answer in
+ * |*out| (malloc'd). */
+static long etcd_post(const char *path, const char *json, char **out)
+{
+    char url[320];
+    snprintf(url, sizeof(url), "%s%s", C->url, path);
+    CURL *h = curl_easy_init();
+    assert_non_null(h);
+    body b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    long status = 0;
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(h);
+    *out = b.p;
+    return status;
+}
+
+/* Compacts etcd's history up to its current revision (returned): a watch
+ * that asks for an older revision is then told compact_revision. */
+static int64_t etcd_compact_now(void)
+{
+    char *text = NULL;
+    /* The revision: the header of a range of the key "/" (base64 "Lw=="). */
+    long st = etcd_post("/v3/kv/range", "{\"key\":\"Lw==\"}", &text);
+    if (st != 200)
+        fail_msg("etcd range: HTTP %ld: %s", st, text ? text : "");
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    assert_non_null(j);
+    const char *r = json_string_value(json_object_get(json_object_get(j, "header"), "revision"));
+    assert_non_null(r);
+    int64_t rev = strtoll(r, NULL, 10);
+    json_decref(j);
+    free(text);
+    char req[96];
+    snprintf(req, sizeof(req), "{\"revision\":\"%lld\",\"physical\":true}", (long long)rev);
+    st = etcd_post("/v3/kv/compaction", req, &text);
+    if (st != 200)
+        fail_msg("etcd compaction at %lld: HTTP %ld: %s", (long long)rev, st, text ? text : "");
+    free(text);
+    return rev;
+}
+
+/* Kills the single etcd member with SIGKILL, keeping its data (a crash:
+ * quicker than etcd.sh halt's graceful stop, which the brokers' deadlines
+ * would feel), and waits until it is gone. */
+static void etcd_kill_9(void)
+{
+    char path[160], text[32] = "";
+    snprintf(path, sizeof(path), "%s/etcd/pid", C->dir);
+    proc_slurp(path, text, sizeof(text));
+    pid_t pid = (pid_t)atoi(text);
+    assert_true(pid > 0);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    uint64_t until = proc_now_ms() + PROC_HANG_MS;
+    while (kill(pid, 0) == 0) { /* not our child: etcd.sh started it */
+        if (proc_now_ms() > until)
+            fail_msg("etcd (pid %d) still runs after SIGKILL", (int)pid);
+        usleep(10 * 1000);
+    }
+}
+
+/* felix_cluster_watch_restarts_total{reason="compacted"} of node |i|. */
+static int64_t compactions_of(int i)
+{
+    static const char name[] = "\nfelix_cluster_watch_restarts_total{reason=\"compacted\"} ";
+    char *text = NULL;
+    assert_int_equal(http_get(C->n[i].admin, "/metrics", &text), 200);
+    const char *p = strstr(text, name);
+    if (p == NULL)
+        fail_msg("no felix_cluster_watch_restarts_total{reason=\"compacted\"} in the metrics of %s",
+                 C->n[i].id);
+    int64_t v = strtoll(p + strlen(name), NULL, 10);
+    free(text);
+    return v;
+}
+
+/* Writes into |out| the first name |prefix|<k>, k >= |*pk|, that rendezvous
+ * hashing ranks last at node |last| (equal weights): the bounded load may
+ * pass over the first node, never to the last with two streams placed. */
+static void stream_ranked_last_at(int last, const char *prefix, int *pk, char *out, size_t cap)
+{
+    fx_place_node pn[NB];
+    for (int i = 0; i < NB; i++)
+        pn[i] = (fx_place_node){.id = C->n[i].id, .weight = 1, .up = true};
+    for (;; (*pk)++) {
+        snprintf(out, cap, "%s%d", prefix, *pk);
+        char key[256];
+        int kl = fx_place_stream_key(key, sizeof(key), "t1", NS, out);
+        assert_true(kl > 0);
+        size_t order[NB];
+        assert_int_equal(fx_place_order(pn, NB, key, (size_t)kl, order), NB);
+        if ((int)order[NB - 1] == last) {
+            (*pk)++;
+            return;
+        }
+    }
+}
+
+/* Node B is stopped (SIGSTOP, shorter than its lease: TTL 10 s, and etcd's
+ * restart renews every lease) while etcd restarts (kill -9, then started on
+ * its data), so B's watch connection
+ * is gone; two streams are placed on the other nodes and etcd compacts its
+ * history to the current revision, past the revision B's watch resumes
+ * from. When B runs again its watch restarts, is told the history is
+ * compacted, and B lists the cluster's keys again: it counts the
+ * compaction and names the new owners (a subscribe through it is
+ * redirected to them). Without the re-listing B would never see the two
+ * claims. */
+static void test_a_watch_resumed_past_a_compaction_lists_again_and_names_new_owners(void **state)
+{
+    (void)state;
+    const int a = 0, b = 1, c = 2;
+    fx_client *cl[NB];
+    cl[a] = connect_to(a, false);
+    cl[c] = connect_to(c, false);
+    cl[b] = cl[a]; /* not used: no stream below goes to B */
+    char s1[32], s2[32];
+    int k = 0;
+    stream_ranked_last_at(b, "wc", &k, s1, sizeof(s1));
+    stream_ranked_last_at(b, "wc", &k, s2, sizeof(s2));
+    int64_t compacted0 = compactions_of(b), restarts0 = counter(b, "watch_restarts");
+    assert_int_equal(kill(C->n[b].pid, SIGSTOP), 0);
+    uint64_t t0 = proc_now_ms();
+    etcd_kill_9();
+    etcd_cmd("start"); /* the same member, its data and ports */
+    uint64_t back = proc_now_ms();
+    wait_serving(a);
+    wait_serving(c);
+    /* Two claims (two revisions) B's watch has not seen, then the history
+     * up to now compacted: B's next revision is below the compaction. */
+    int o1 = place(cl, a, s1), o2 = place(cl, a, s2);
+    assert_true(o1 != b && o2 != b);
+    int64_t rev = etcd_compact_now();
+    uint64_t now = proc_now_ms();
+    printf("B stopped %llu ms (etcd back after %llu ms); compacted at revision %lld\n",
+           (unsigned long long)(now - t0), (unsigned long long)(back - t0), (long long)rev);
+    /* B's lease, renewed by etcd's restart, must outlive its pause. */
+    if (now - back >= (uint64_t)TTL_S * 1000)
+        fail_msg("B stayed stopped %llu ms after etcd came back, past its %d s lease",
+                 (unsigned long long)(now - back), TTL_S);
+    assert_int_equal(kill(C->n[b].pid, SIGCONT), 0);
+    uint64_t until = proc_now_ms() + PROC_HANG_MS;
+    while (compactions_of(b) == compacted0) {
+        if (proc_now_ms() > until)
+            fail_msg("B's watch never reported the compaction (watch_restarts %lld -> %lld)",
+                     (long long)restarts0, (long long)counter(b, "watch_restarts"));
+        usleep(50 * 1000);
+    }
+    assert_true(counter(b, "watch_restarts") > restarts0);
+    while (owner_in_view(b, s1, NULL) != o1 || owner_in_view(b, s2, NULL) != o2) {
+        if (proc_now_ms() > until)
+            fail_msg("B does not name the owners of %s (%s) and %s (%s)", s1, C->n[o1].id, s2,
+                     C->n[o2].id);
+        usleep(50 * 1000);
+    }
+    /* A subscribe through B goes to the owner it names. */
+    wait_serving(b);
+    fx_client *cb = connect_to(b, false);
+    fx_subscription *sub = NULL;
+    assert_int_equal(fx_subscribe(&sub, cb, NS, s1, NULL), 0);
+    fx_client_stats st;
+    assert_int_equal(fx_client_get_stats(cb, &st), 0);
+    assert_int_equal(st.redirects, 1);
+    char msg[512];
+    assert_int_equal(publish_at(cl[o1], s1, "after-compaction", msg, sizeof(msg)), 0);
+    fx_event ev;
+    assert_int_equal(fx_subscription_next(sub, &ev, PROC_HANG_MS), 0);
+    assert_int_equal(ev.len, strlen("after-compaction"));
+    fx_unsubscribe(sub);
+    (void)fx_client_close(cb, PROC_HANG_MS);
+    (void)fx_client_close(cl[a], PROC_HANG_MS);
+    (void)fx_client_close(cl[c], PROC_HANG_MS);
+}
+
+/* cluster_setup with a lease TTL of at least 10 s (FX_CLUSTER_TTL_S when
+ * larger): etcd's restart takes 3-4 s here, which a shorter TTL's deadline
+ * (TTL - 1 s) would turn into suspensions, and B's pause spans it. */
+static int cluster_setup_ttl10(void **state)
+{
+    const char *env = getenv("FX_CLUSTER_TTL_S");
+    if (env != NULL && atoi(env) >= 10)
+        return cluster_setup(state);
+    char was[16] = "";
+    bool had = env != NULL;
+    if (had)
+        snprintf(was, sizeof(was), "%s", env);
+    setenv("FX_CLUSTER_TTL_S", "10", 1);
+    int rv = cluster_setup(state);
+    if (had)
+        setenv("FX_CLUSTER_TTL_S", was, 1);
+    else
+        unsetenv("FX_CLUSTER_TTL_S");
+    return rv;
+}
+
 /* ---- the mirror (docs/cluster.md "Mirror") ------------------------------------------------ */
 
 /* A client of node |i| that does not offer FEATURE_REDIRECT, its
@@ -1151,7 +1403,9 @@ static void test_a_subscriber_without_the_redirect_feature_is_served_from_a_mirr
     assert_int_equal(json_array_size(ms), 1);
     json_t *m0 = json_array_get(ms, 0);
     assert_string_equal(json_string_value(json_object_get(m0, "stream")), "t1/default/mr1");
-    assert_string_equal(json_string_value(json_object_get(m0, "owner")), C->n[o].server);
+    char internal[32]; /* the owner's internal listener: what the mirror dials */
+    snprintf(internal, sizeof(internal), "127.0.0.1:%u", C->n[o].internal);
+    assert_string_equal(json_string_value(json_object_get(m0, "owner")), internal);
     assert_true(json_is_true(json_object_get(m0, "subscribed")));
     json_decref(v);
     assert_int_equal(metric_of(other, "felix_cluster_mirrors"), 1);
@@ -1414,6 +1668,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(
         test_streams_placed_by_three_nodes_at_once_stay_within_the_bounded_load, cluster_setup,
         cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_a_watch_resumed_past_a_compaction_lists_again_and_names_new_owners,
+        cluster_setup_ttl10, cluster_teardown),
     cmocka_unit_test_setup_teardown(
         test_a_subscriber_without_the_redirect_feature_is_served_from_a_mirror_at_a_non_owner,
         cluster_setup, cluster_teardown),

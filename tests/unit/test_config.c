@@ -1183,6 +1183,37 @@ static void test_probe_bind_follows_metrics_bind(void **state)
     expect_error(NULL, NULL, top, 1, want_top);
 }
 
+static void test_cluster_keys_need_an_id_and_advertise_and_a_fixed_internal_port(void **state)
+{
+    (void)state;
+    const char *no_id[] = {"cluster_etcd_endpoints=http://127.0.0.1:2379"};
+    const char *want_id[] = {"cluster_node_id must name this broker", NULL};
+    expect_error(NULL, NULL, no_id, 1, want_id);
+    const char *no_adv[] = {"cluster_etcd_endpoints=http://127.0.0.1:2379", "cluster_node_id=n1"};
+    const char *want_adv[] = {"cluster_advertise must give", NULL};
+    expect_error(NULL, NULL, no_adv, 2, want_adv);
+    const char *zero[] = {"cluster_etcd_endpoints=http://127.0.0.1:2379", "cluster_node_id=n1",
+                          "cluster_advertise=127.0.0.1:5000",
+                          "cluster_internal_bind=127.0.0.1:0"};
+    const char *want_zero[] = {"cluster_internal_bind", "give a fixed port", NULL};
+    expect_error(NULL, NULL, zero, 4, want_zero);
+    const char *same[] = {"cluster_etcd_endpoints=http://127.0.0.1:2379", "cluster_node_id=n1",
+                          "cluster_advertise=127.0.0.1:5000", "quic_bind=127.0.0.1:5000",
+                          "cluster_internal_bind=127.0.0.1:5000"};
+    const char *want_same[] = {"cluster_internal_bind", "is quic_bind", NULL};
+    expect_error(NULL, NULL, same, 5, want_same);
+    const char *bad[] = {"cluster_etcd_endpoints=http://127.0.0.1:2379", "cluster_node_id=n1",
+                         "cluster_advertise=127.0.0.1:5000", "cluster_internal_bind=here"};
+    const char *want_bad[] = {"cluster_internal_bind = \"here\"", NULL};
+    expect_error(NULL, NULL, bad, 4, want_bad);
+    struct fixture f;
+    const char *ok[] = {"cluster_etcd_endpoints=http://127.0.0.1:2379", "cluster_node_id=n1",
+                        "cluster_advertise=10.0.0.5:5000", "cluster_internal_bind=0.0.0.0:5100"};
+    assert_int_equal(load(&f, NULL, NULL, ok, 4), 0);
+    assert_string_equal(f.c.cluster_internal_bind, "0.0.0.0:5100");
+    done(&f);
+}
+
 static void test_admin_tls_files_set_together(void **state)
 {
     const char *half[] = {"admin_tls_cert_file=/etc/felix/admin.pem"};
@@ -1351,6 +1382,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_cache_keys_defaults_and_refusals),
     cmocka_unit_test(test_unknown_durable_key_warns_naming_the_storage),
     cmocka_unit_test(test_probe_bind_follows_metrics_bind),
+    cmocka_unit_test(test_cluster_keys_need_an_id_and_advertise_and_a_fixed_internal_port),
     cmocka_unit_test(test_admin_tls_files_set_together),
     cmocka_unit_test(test_admin_allowed_hosts_loaded),
     cmocka_unit_test(test_quic_bind_defaults_to_loopback_under_auth_none),

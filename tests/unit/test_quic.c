@@ -1344,6 +1344,93 @@ static void test_restarted_server_resets_old_connections_at_once(void **state)
     h_free(t);
 }
 
+/* The server process dies without a word (its CONNECTION_CLOSE lost, its
+ * port closed): the client's next datagram draws an ICMP port unreachable
+ * from 127.0.0.1, which ends the connection at once, not after 30 s. */
+static void test_icmp_port_unreachable_ends_a_client_connection_at_once(void **state)
+{
+    h *t = h_new();
+    t->so.idle_timeout_ns = t->co.idle_timeout_ns = 30 * FX_NS_PER_S;
+    accepted_with(t);
+    fx_quic_endpoint_set_test_drop(t->srv, 1000);
+    fx_quic_endpoint_free(t->srv);
+    t->srv = NULL;
+    uint64_t t0 = fx_now_ns();
+    int64_t sid = open_bidi(t);
+    assert_int_equal(fx_quic_stream_send(t->c.conn, sid, t->pat, 0, 100, false), 0);
+    assert_true(run_until(t, client_closed, 5000));
+    assert_true(fx_now_ns() - t0 < FX_NS_PER_S);
+    assert_int_equal(t->c.last_close.reason, -ECONNREFUSED);
+    assert_non_null(strstr(t->c.last_close.text, "port unreachable"));
+    fx_quic_stats st;
+    fx_quic_endpoint_get_stats(t->cli, &st);
+    assert_true(st.icmp_errors >= 1);
+    assert_int_equal(st.icmp_closes, 1);
+    h_free(t);
+}
+
+/* One client endpoint, two connections: one to a live server, one to a port
+ * nothing listens on. The second ends with -ECONNREFUSED; the first, whose
+ * socket saw that ICMP error too (and had it reported on its sends and
+ * receives), goes on echoing. */
+static void test_icmp_error_for_another_port_leaves_a_healthy_connection_alone(void **state)
+{
+    h *t = h_new();
+    t->so.idle_timeout_ns = t->co.idle_timeout_ns = 30 * FX_NS_PER_S;
+    t->s.mode = M_ECHO;
+    accepted_with(t);
+    fx_quic_conn *live = t->c.conn;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, len), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd); /* its port is closed now: datagrams to it draw port unreachables */
+    fx_quic_conn *dead = NULL;
+    assert_int_equal(fx_quic_connect(t->cli, "127.0.0.1", ntohs(sa.sin_port), &t->cc, t, &dead), 0);
+    t->c.conn = live;
+    assert_true(run_until(t, client_closed, 5000));
+    assert_int_equal(t->c.last_close.reason, -ECONNREFUSED);
+    assert_int_equal(t->s.closed, 0);
+    /* The live connection still carries data both ways. */
+    assert_non_null(t->c.conn);
+    g_sid = open_bidi(t);
+    g_len = 100000;
+    assert_int_equal(fx_quic_stream_send(t->c.conn, g_sid, t->pat, 0, g_len, true), 0);
+    assert_true(run_until(t, echo_done, 5000));
+    assert_false(st_of(&t->c, g_sid)->bad);
+    assert_int_equal(t->c.closed, 1);
+    fx_quic_stats st;
+    fx_quic_endpoint_get_stats(t->cli, &st);
+    assert_int_equal(st.icmp_closes, 1);
+    h_free(t);
+}
+
+/* A server restarted on the same port (same state_dir) takes a new
+ * connection from the same client endpoint at once, while the old one is
+ * reset: nothing of the earlier ICMP handling sticks to the address. */
+static void test_server_back_on_its_port_takes_a_new_connection_after_icmp_errors(void **state)
+{
+    h *t = h_new();
+    t->so.idle_timeout_ns = t->co.idle_timeout_ns = 30 * FX_NS_PER_S;
+    accepted_with(t);
+    uint16_t port = fx_quic_endpoint_port(t->srv);
+    fx_quic_endpoint_set_test_drop(t->srv, 1000);
+    fx_quic_endpoint_free(t->srv);
+    t->srv = NULL;
+    int64_t sid = open_bidi(t);
+    assert_int_equal(fx_quic_stream_send(t->c.conn, sid, t->pat, 0, 100, false), 0);
+    assert_true(run_until(t, client_closed, 5000));
+    assert_int_equal(t->c.last_close.reason, -ECONNREFUSED);
+    assert_int_equal(fx_quic_server_new(&t->srv, t->loop, "127.0.0.1", port, &t->so, &CBS, t), 0);
+    t->c.handshakes = t->s.handshakes = 0;
+    connect_client(t);
+    assert_true(run_until(t, both_handshaken, 5000));
+    assert_int_equal(t->c.closed, 1);
+    h_free(t);
+}
+
 static int count_fds(void)
 {
     int n = 0;
@@ -1621,6 +1708,30 @@ static void test_ipv6_loopback_handshake(void **state)
     h_free(t);
 }
 
+/* The same over IPv6: an ICMPv6 port unreachable from ::1 ends the
+ * connection at once. */
+static void test_icmpv6_port_unreachable_ends_a_client_connection_at_once(void **state)
+{
+    if (!has_ipv6_loopback())
+        fx_test_skip("no IPv6 loopback (::1) on this host");
+    h *t = h_new();
+    t->so.idle_timeout_ns = t->co.idle_timeout_ns = 30 * FX_NS_PER_S;
+    assert_int_equal(fx_quic_server_new(&t->srv, t->loop, "::1", 0, &t->so, &CBS, t), 0);
+    start_client(t);
+    assert_int_equal(
+        fx_quic_connect(t->cli, "::1", fx_quic_endpoint_port(t->srv), &t->cc, t, &t->c.conn), 0);
+    assert_true(run_until(t, both_handshaken, 5000));
+    fx_quic_endpoint_set_test_drop(t->srv, 1000);
+    fx_quic_endpoint_free(t->srv);
+    t->srv = NULL;
+    int64_t sid = open_bidi(t);
+    assert_int_equal(fx_quic_stream_send(t->c.conn, sid, t->pat, 0, 100, false), 0);
+    assert_true(run_until(t, client_closed, 5000));
+    assert_int_equal(t->c.last_close.reason, -ECONNREFUSED);
+    assert_non_null(strstr(t->c.last_close.text, "from ::1"));
+    h_free(t);
+}
+
 static void test_dual_stack_server_serves_ipv4_and_ipv6_from_one_client_endpoint(void **state)
 {
     if (!has_ipv6_loopback())
@@ -1690,12 +1801,16 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_random_datagrams_dropped_and_counted),
     cmocka_unit_test(test_stateless_reset_answers_unknown_short_header_rate_limited),
     cmocka_unit_test(test_restarted_server_resets_old_connections_at_once),
+    cmocka_unit_test(test_icmp_port_unreachable_ends_a_client_connection_at_once),
+    cmocka_unit_test(test_icmp_error_for_another_port_leaves_a_healthy_connection_alone),
+    cmocka_unit_test(test_server_back_on_its_port_takes_a_new_connection_after_icmp_errors),
     cmocka_unit_test(test_many_connections_open_close),
     cmocka_unit_test(test_credit_not_granted_until_consumed),
     cmocka_unit_test(test_unacked_cap_refuses_then_reports_writable),
     cmocka_unit_test(test_reload_credentials_serve_new_connections_and_keep_old_ones),
     cmocka_unit_test(test_reload_credentials_with_bad_file_keeps_old_certificate),
     cmocka_unit_test(test_ipv6_loopback_handshake),
+    cmocka_unit_test(test_icmpv6_port_unreachable_ends_a_client_connection_at_once),
     cmocka_unit_test(test_dual_stack_server_serves_ipv4_and_ipv6_from_one_client_endpoint),
 };
 FX_TEST_MAIN(tests)
