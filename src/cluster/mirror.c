@@ -402,8 +402,10 @@ out:
 /* Takes |ev| into |b| (a jump in offsets starts a new batch). */
 static void take(mirror *mi, batch *b, const fx_event *ev)
 {
-    if (!ev->has_offset)
-        return; /* an owner always sends offsets; nothing to place it at */
+    if (!ev->has_offset) {
+        count_drop(mi, 1); /* an owner always sends offsets: nowhere to place it */
+        return;
+    }
     if (mi->have_next && ev->offset < mi->next_off) {
         /* A subscription made again starts at the next offset, so the
          * owner's offsets went back: the stream was deleted and made again
