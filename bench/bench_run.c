@@ -224,6 +224,7 @@ void fx_bench_client_opts(const fx_bench_cfg *c, fx_client_opts *o, bool stalled
     (void)fx_client_opts_from_env(o);
     if (c->idempotent)
         o->idempotent = true;
+    o->no_redirect = c->no_redirect;
     o->server = c->server;
     o->server_name = "localhost";
     o->pin_sha256 = c->pin;

@@ -54,6 +54,7 @@ typedef struct fx_bench_cfg {
     uint32_t rate;       /* latency: round trips started per second at most (0: back to back) */
     bool callback;       /* deliver by callback instead of fx_subscription_next */
     bool idempotent;     /* fx_client_opts.idempotent (also FELIX_IDEMPOTENT=1) */
+    bool no_redirect;    /* fx_client_opts.no_redirect (a cluster mirror serves it) */
     bool lossless;       /* client Block queues (the broker's profile is the caller's) */
     const char *server;  /* "127.0.0.1:port" */
     const char *pin;     /* hex SHA-256 of the broker's certificate, or NULL */

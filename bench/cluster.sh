@@ -11,7 +11,11 @@
 #                connection is to the owner)
 #   via-other    the cluster, both connected to another node: the subscriber follows not_leader to
 #                the owner, the publishes are forwarded to it (cluster_forward)
-# Also: the etcd requests every node made during each cluster run (GET /v1/cluster etcd_requests,
+#   mirrored     the cluster, both connected to another node with felix-bench --no-redirect: a
+#                subscriber without the redirect feature, served there from a local mirror of the
+#                stream (docs/cluster.md "Mirror"); the publishes are forwarded to the owner
+# Also, each round: the transport's relay floor (felix-transport-bench relay --msg 1024), the goal
+# bound of the forwarded and mirrored latency (owner p50 + floor). And: the etcd requests every node made during each cluster run (GET /v1/cluster etcd_requests,
 # summed over the nodes, before and after): transactions per message must be 0.
 #
 # usage: bench/cluster.sh [--help]
@@ -45,6 +49,7 @@ mkdir -p "$OUTDIR"
 . "$ROOT/bench/lib.sh"
 fx_build_if_missing
 [ -x "$BUILD/felix" ] || cmake --build "$BUILD" --target felix -j2 >/dev/null
+[ -x "$BUILD/felix-transport-bench" ] || cmake --build "$BUILD" --target felix-transport-bench -j2 >/dev/null
 CL=$OUTDIR/cluster
 cleanup() { fx_stop_broker; [ ! -f "$CL/cluster.env" ] || "$ROOT/scripts/cluster.sh" stop "$CL" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -76,21 +81,35 @@ etcd_txns() {  # the transactions and puts all nodes sent to etcd so far
   echo "$sum"
 }
 
-clustered() {  # LABEL SERVER ADMIN PID
+clustered() {  # LABEL SERVER ADMIN PID [felix-bench options]
   local label=$1 server=$2 admin=$3 pid=$4 t0 t1 n
+  shift 4
+  local extra=("$@")
   fx_wait_quiet
   log "$label"
   t0=$(etcd_txns)
   "$BUILD/felix-bench" --server "$server" --pin "$FELIX_PIN" --admin "$admin" --broker-pid "$pid" \
-    --json --quiet "${CELL[@]}" --label "$label" >"$OUTDIR/run.json" 2>>"$OUTDIR/felix-bench.log" ||
+    --json --quiet "${CELL[@]}" ${extra[@]+"${extra[@]}"} --label "$label" >"$OUTDIR/run.json" \
+    2>>"$OUTDIR/felix-bench.log" ||
     echo "$FX_TAG: $label failed or was invalid (see $OUTDIR/felix-bench.log)" >&2
   t1=$(etcd_txns)
   n=$(jq -r '.delivered' "$OUTDIR/run.json" 2>/dev/null || echo 0)
   jq -c --argjson tx $((t1 - t0)) '. + {etcd_writes_during_run: $tx}' "$OUTDIR/run.json" >>"$J"
   log "$label: $n messages delivered, $((t1 - t0)) etcd transactions and puts meanwhile"
   "$BUILD/felix-bench" --server "$server" --pin "$FELIX_PIN" --admin "$admin" --broker-pid "$pid" \
-    --json --quiet "${LAT[@]}" --label "$label-latency" >>"$J" 2>>"$OUTDIR/felix-bench.log" ||
+    --json --quiet "${LAT[@]}" ${extra[@]+"${extra[@]}"} --label "$label-latency" >>"$J" \
+    2>>"$OUTDIR/felix-bench.log" ||
     echo "$FX_TAG: $label latency failed or was invalid (see $OUTDIR/felix-bench.log)" >&2
+}
+
+relay() {  # the transport's own relay floor, 1 KiB, in the same round (felix-transport-bench)
+  local out p50
+  fx_wait_quiet
+  log "relay floor"
+  out=$("$BUILD/felix-transport-bench" relay --msg 1024 --rounds 10000 --warmup 1000 2>&1) ||
+    { echo "$FX_TAG: felix-transport-bench relay failed: $out" >&2; return 0; }
+  p50=$(sed -n 's/.* p50 \([0-9.]*\) .*/\1/p' <<<"$out" | head -n 1)
+  [ -n "$p50" ] && jq -nc --argjson p "$p50" '{label: "relay-floor", p50_us: $p}' >>"$J"
 }
 
 log "starting the cluster"
@@ -118,6 +137,8 @@ for r in $(seq 1 "$RUNS"); do
   standalone
   clustered owner "$(srv "${O[0]}")" "$(adm "${O[0]}")" "$(pid "${O[0]}")"
   clustered via-other "$(srv "${O[1]}")" "$(adm "${O[0]}")" "$(pid "${O[0]}")"
+  clustered mirrored "$(srv "${O[1]}")" "$(adm "${O[0]}")" "$(pid "${O[0]}")" --no-redirect
+  relay
 done
 
 # ---- the table: medians per cell ----------------------------------------------------------------
@@ -131,8 +152,15 @@ jq -rs '
   | (INDEX($c[]; .label)) as $by
   | "| cell | msg/s | vs standalone | latency p50 us | vs standalone | p99 us | lost | etcd writes during the throughput runs (messages) |",
     "|---|---|---|---|---|---|---|---|",
-    ($c[] | select(.label | endswith("-latency") | not) | . as $t
+    ($c[] | select((.label | endswith("-latency")) or .label == "relay-floor" | not) | . as $t
       | $by[$t.label + "-latency"] as $l
-      | "| \($t.label) | \($t.msgs_per_s) | \(($t.msgs_per_s / $by.standalone.msgs_per_s * 100 | round) / 100)x | \($l.p50_us) | \((($l.p50_us / $by["standalone-latency"].p50_us - 1) * 1000 | round) / 10)% | \($l.p99_us) | \($t.lost) | \(if $t.label == "standalone" then "-" else "\($t.etcd_writes) (\($t.delivered))" end) |")
+      | "| \($t.label) | \($t.msgs_per_s) | \(($t.msgs_per_s / $by.standalone.msgs_per_s * 100 | round) / 100)x | \($l.p50_us) | \((($l.p50_us / $by["standalone-latency"].p50_us - 1) * 1000 | round) / 10)% | \($l.p99_us) | \($t.lost) | \(if $t.label == "standalone" then "-" else "\($t.etcd_writes) (\($t.delivered))" end) |"),
+    (if $by["relay-floor"] and $by["owner-latency"] then
+      ($by["owner-latency"].p50_us + $by["relay-floor"].p50_us) as $goal
+      | "",
+        "relay floor (felix-transport-bench relay --msg 1024) p50: \($by["relay-floor"].p50_us) us; goal for via-other and mirrored: p50 <= owner p50 + floor = \($goal * 10 | round / 10) us",
+        ($c[] | select(.label == "via-other-latency" or .label == "mirrored-latency")
+         | "  \(.label): \(.p50_us) us: \(if .p50_us <= $goal then "met" else "not met" end)")
+     else empty end)
 ' "$J" | tee "$OUTDIR/table.md"
 echo "$FX_TAG: JSONL $J, logs in $OUTDIR" >&2

@@ -155,6 +155,9 @@ static void usage(FILE *out)
             "  --callback         deliver by callback on the client loop\n"
             "  --idempotent       an idempotent client (fx_client_opts.idempotent): every\n"
             "                     acked publish carries a producer sequence\n"
+            "  --no-redirect      clients do not offer FEATURE_REDIRECT (fx_client_opts.\n"
+            "                     no_redirect): at a cluster node that does not own the\n"
+            "                     stream the subscribers are served from its mirror\n"
             "  --server ADDR      external broker host:port (default: in-process broker)\n"
             "  --pin HEX          external broker's certificate SHA-256 (or --insecure)\n"
             "  --admin ADDR       external broker's admin host:port (drop counters)\n"
@@ -195,6 +198,7 @@ enum {
     O_ACK,
     O_CB,
     O_IDEM,
+    O_NO_REDIRECT,
     O_SERVER,
     O_PIN,
     O_INSECURE,
@@ -243,6 +247,7 @@ static const struct option LONG_OPTS[] = {
     {"ack", 0, 0, O_ACK},
     {"callback", 0, 0, O_CB},
     {"idempotent", 0, 0, O_IDEM},
+    {"no-redirect", 0, 0, O_NO_REDIRECT},
     {"server", 1, 0, O_SERVER},
     {"pin", 1, 0, O_PIN},
     {"insecure", 0, 0, O_INSECURE},
@@ -411,6 +416,9 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_IDEM:
             o->c.idempotent = true;
+            break;
+        case O_NO_REDIRECT:
+            o->c.no_redirect = true;
             break;
         case O_SERVER:
             o->c.server = optarg;

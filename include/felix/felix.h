@@ -123,6 +123,11 @@ typedef struct fx_client_opts {
     uint32_t cache_streams;  /* 4 (FELIX_CACHE_STREAMS) */
     uint32_t cache_inflight; /* 4096 (FELIX_CACHE_INFLIGHT) */
     int cache_timeout_ms;    /* 5000 (FELIX_CACHE_TIMEOUT_MS) */
+    /* Do not offer FEATURE_REDIRECT: a cluster broker then serves this
+     * client's subscribes to streams other nodes own from a local mirror
+     * (docs/cluster.md "Mirror") instead of answering not_leader. For tests
+     * and benchmarks of clients that cannot follow redirects. */
+    bool no_redirect; /* false */
 } fx_client_opts;
 
 /* Payload-entry bytes (4-byte length + payload per message) one merged

@@ -755,6 +755,23 @@
       "were answered with the error")                                                              \
     C(cluster_forward_refused, "felix_cluster_forward_refused_total", "",                          \
       "Publish requests refused because the forwarding queue held its byte bound (64 MiB)")        \
+    G(cluster_mirrors, "felix_cluster_mirrors", "",                                                \
+      "Mirrors running: streams other nodes own served here to subscribers without "               \
+      "FEATURE_REDIRECT, each fed by one upstream subscription")                                   \
+    C(cluster_mirror_messages, "felix_cluster_mirror_messages_total", "",                          \
+      "Messages the mirrors took from their owners and appended to their local streams")           \
+    C(cluster_mirror_gaps, "felix_cluster_mirror_gaps_total", "",                                  \
+      "Jumps in the owner's offsets a mirror appended (shed upstream or by the mirror's bound, "   \
+      "or an owner change): its local subscribers see each as a gap")                              \
+    C(cluster_mirror_dropped, "felix_cluster_mirror_dropped_total", "",                            \
+      "Messages a mirror shed in the shedding profile: its bound toward the worker (4 MiB) was "   \
+      "full, or its upstream subscription's client queue was")                                     \
+    C(cluster_mirror_restarts, "felix_cluster_mirror_upstream_restarts_total", "",                 \
+      "Upstream subscriptions of mirrors made again after they ended or failed (the owner lost, "  \
+      "the stream released, the connection gone)")                                                 \
+    C(cluster_mirror_refused, "felix_cluster_mirror_refused_total", "",                            \
+      "Subscribes without FEATURE_REDIRECT not served from a mirror (the mirror bound, no "        \
+      "memory, a local stream that could not be made): answered with the error naming the owner")  \
     C(cluster_suspended_refused, "felix_cluster_suspended_refused_total", "",                      \
       "Publishes refused at admission or before the append because the broker was suspended "      \
       "(past its lease deadline)")                                                                 \

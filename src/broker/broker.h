@@ -548,6 +548,18 @@ struct fx_forwarder;
  * Borrowed: it outlives the broker's serving. Any thread. */
 void fx_broker_set_forwarder(fx_broker *b, struct fx_forwarder *f);
 
+struct fx_mirrors;
+struct fx_mirror_opts;
+/* Fills |o|'s ops (the broker's side of the mirrors, mirror_local.c),
+ * lossless (subscriber_queue_policy block) and pin_sha256 (the broker's
+ * certificate: every node serves it). Any thread. */
+void fx_broker_mirror_opts(fx_broker *b, struct fx_mirror_opts *o);
+/* From now on a subscribe without FEATURE_REDIRECT to a stream another
+ * node owns is served from a local mirror made by |m| (src/cluster/
+ * mirror.h) instead of refused (NULL: refused again). Borrowed: |m| is
+ * freed after this is set back to NULL. Any thread. */
+void fx_broker_set_mirrors(fx_broker *b, struct fx_mirrors *m);
+
 /* ---- consumer groups (group_admin.c) ----------------------------------------
  * Each asks the stream's worker and waits at most |timeout_ns|. Errors:
  * FX_ENOSTREAM (no such stream, or no such group: |err| says which),

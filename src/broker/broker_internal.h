@@ -129,6 +129,9 @@ struct fx_broker {
     /* Forwards publishes for streams other nodes own (fx_broker_set_forwarder),
      * or NULL. */
     _Atomic(struct fx_forwarder *) forwarder;
+    /* Serves subscribers without FEATURE_REDIRECT from local mirrors of
+     * streams other nodes own (fx_broker_set_mirrors), or NULL. */
+    _Atomic(struct fx_mirrors *) mirrors;
 };
 
 /* Error text of everything refused during the drain (also the close reason;
@@ -238,6 +241,16 @@ struct fxb_job {
      * (fxb_stored, durable_int.h). */
     char *swhy; /* NULL or the storage error's detail (owned; "storage damaged") */
     fxb_job_idem idem; /* an idempotent producer's batch (idem.h); |on| false otherwise */
+    /* A cluster mirror's batch (mirror_local.c): appended at |mirror_offset|
+     * (the owner's), bypassing the owner-only checks; |mirror_done| runs
+     * once on the worker when it is appended and fanned out (0), or failed
+     * (-ERANGE: below the ring's tail; FX_ENOSTREAM: the stream is gone;
+     * FX_ECLOSED: freed unrun, the broker stopping). */
+    bool mirror;
+    uint64_t mirror_offset;
+    uint64_t mirror_skipped; /* offsets the append jumped over (a gap) */
+    void (*mirror_done)(void *user, int rv, uint64_t skipped);
+    void *mirror_user;
 };
 
 /* One subscription: its identity and life here, and one part per stage,

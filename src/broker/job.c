@@ -6,6 +6,8 @@
 
 #include <stdlib.h>
 
+#include "felix/error.h"
+
 #include "broker/conn_life.h"
 #include "broker/reply.h"
 
@@ -13,6 +15,8 @@ void fxb_job_free(fxb_job *j)
 {
     if (j == NULL)
         return;
+    if (j->mirror_done != NULL) /* a mirror's job never run (the worker's queue freed) */
+        j->mirror_done(j->mirror_user, FX_ECLOSED, 0);
     fx_ingress_finish(&j->req);
     fx_buf_unref(j->backing);
     if (j->counted)

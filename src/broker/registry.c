@@ -114,6 +114,8 @@ struct fx_stream_handle {
     atomic_int moving;            /* FX_HANDLE_* of a cluster move */
     atomic_int_fast64_t jobs;     /* publish jobs in flight (cluster, in-memory) */
     bool durable;      /* fixed at creation */
+    atomic_bool mirror;                /* fx_stream_handle_set_mirror */
+    atomic_uint_fast64_t mirror_first; /* the mirror's first offset */
     uint64_t id;
     bool auto_created;              /* by a resolve: idle expiry applies */
     atomic_uint_fast64_t last_used; /* fx_stream_handle_touch */
@@ -452,6 +454,8 @@ static fx_stream_handle *handle_new(const char *key, size_t klen, uint64_t hash,
     atomic_init(&h->refs, 1); /* the registry's */
     atomic_init(&h->active, true);
     atomic_init(&h->ended, false);
+    atomic_init(&h->mirror, false);
+    atomic_init(&h->mirror_first, 0);
     atomic_init(&h->last_used, fx_now_ns());
     return h;
 }
@@ -947,4 +951,25 @@ const char *fx_stream_handle_namespace(const fx_stream_handle *h)
 const char *fx_stream_handle_stream(const fx_stream_handle *h)
 {
     return h->names + h->stream_off;
+}
+
+void fx_stream_handle_set_mirror(fx_stream_handle *h, uint64_t first_offset)
+{
+    atomic_store(&h->mirror_first, first_offset);
+    atomic_store(&h->mirror, true);
+}
+
+bool fx_stream_handle_is_mirror(const fx_stream_handle *h)
+{
+    return atomic_load(&((fx_stream_handle *)h)->mirror);
+}
+
+uint64_t fx_stream_handle_mirror_first(const fx_stream_handle *h)
+{
+    return atomic_load(&((fx_stream_handle *)h)->mirror_first);
+}
+
+size_t fx_stream_handle_refs(const fx_stream_handle *h)
+{
+    return atomic_load(&((fx_stream_handle *)h)->refs);
 }

@@ -229,6 +229,17 @@ fx_retained *fx_stream_handle_durable_bytes(const fx_stream_handle *h);
 /* Whether the stream is durable (fixed at creation). Any thread. */
 bool fx_stream_handle_is_durable(const fx_stream_handle *h);
 
+/* Marks |h| as a cluster mirror (src/cluster/mirror.h): a local copy of a
+ * stream another node owns, fed by the mirror and never appended to by a
+ * publish; its ring numbers from |first_offset| until the first append.
+ * Any thread. */
+void fx_stream_handle_set_mirror(fx_stream_handle *h, uint64_t first_offset);
+bool fx_stream_handle_is_mirror(const fx_stream_handle *h);
+uint64_t fx_stream_handle_mirror_first(const fx_stream_handle *h);
+/* The references held now (a snapshot, for the mirror's idle check: a
+ * subscription or a client's QUIC stream holds one). Any thread. */
+size_t fx_stream_handle_refs(const fx_stream_handle *h);
+
 /* The names (NUL-terminated, valid while a reference is held). */
 const char *fx_stream_handle_tenant(const fx_stream_handle *h);
 const char *fx_stream_handle_namespace(const fx_stream_handle *h);

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/metrics.h"
 #include "broker/broker_internal.h"
+#include "broker/mirror_local.h"
 #include "cluster/cluster.h"
 #include "felix/error.h"
 
@@ -173,8 +174,10 @@ static int cluster_route(fxb_bidi *s, char names[3][FX_REGISTRY_NAME_MAX + 1],
     fx_stream_handle *h = fx_registry_find(b->reg, slice_str(names[0]), slice_str(names[1]),
                                            slice_str(names[2]));
     bool durable = h != NULL && fx_stream_handle_is_durable(h);
-    fx_stream_handle_unref(h);
     fx_cluster_route_stream(b->o.cluster, names[0], names[1], names[2], durable, r);
+    if (r->kind == FX_CLUSTER_LOCAL)
+        fxb_mirror_owned(b, h); /* a mirror of it goes first (docs/cluster.md "Mirror") */
+    fx_stream_handle_unref(h);
     if (r->kind == FX_CLUSTER_LOCAL)
         return 0;
     FX_COUNTER_INC(cluster_refused);

@@ -303,6 +303,33 @@ int fx_stream_publish(fx_stream *s, fx_buf *backing, const fx_wire_slice *payloa
     return fx_fanout_run(s, now, res);
 }
 
+int fx_stream_publish_at(fx_stream *s, uint64_t offset, fx_buf *backing,
+                         const fx_wire_slice *payloads, uint32_t count, uint64_t now,
+                         fx_fanout_result *res, uint64_t *pskipped)
+{
+    if (pskipped != NULL)
+        *pskipped = 0;
+    if (s->pending != NULL) {
+        *res = (fx_fanout_result){.base_offset = s->tail};
+        return -EBUSY;
+    }
+    if (offset < s->tail) {
+        *res = (fx_fanout_result){.base_offset = s->tail};
+        return -ERANGE;
+    }
+    if (offset > s->tail) {
+        /* The ring holds offsets contiguous up to the tail: a jump empties
+         * it. Subscribers registered already hold their envelopes. */
+        while (s->msgs > 0)
+            ring_trim_one(s);
+        publish_accounts(s);
+        if (pskipped != NULL)
+            *pskipped = offset - s->tail;
+        s->tail = offset;
+    }
+    return fx_stream_publish(s, backing, payloads, count, now, res);
+}
+
 int fx_stream_resume(fx_stream *s, uint64_t now, fx_fanout_result *res)
 {
     *res = (fx_fanout_result){.base_offset = s->tail};

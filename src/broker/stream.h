@@ -117,6 +117,17 @@ typedef struct fx_fanout_result {
 int fx_stream_publish(fx_stream *s, fx_buf *backing, const fx_wire_slice *payloads, uint32_t count,
                       uint64_t now, fx_fanout_result *res);
 
+/* As fx_stream_publish, at |offset| (a cluster mirror appends with the
+ * owner's offsets, docs/cluster.md "Mirror"): |offset| equal to the tail
+ * appends as fx_stream_publish; above it, the ring is emptied first (its
+ * messages trimmed, as an eviction) and numbering restarts at |offset|, so
+ * subscribers see the jump as a gap; |*pskipped| (may be NULL) gets the
+ * offsets jumped over (0 when none). Below the tail: -ERANGE, nothing
+ * done. Other returns as fx_stream_publish. */
+int fx_stream_publish_at(fx_stream *s, uint64_t offset, fx_buf *backing,
+                         const fx_wire_slice *payloads, uint32_t count, uint64_t now,
+                         fx_fanout_result *res, uint64_t *pskipped);
+
 /* Continues a parked fanout where it stopped: subscribers that already took
  * (or shed) the envelope are not offered it again, subscribers registered
  * since get it through their backlog instead. Returns 0 (done, or nothing

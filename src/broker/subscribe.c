@@ -17,6 +17,7 @@
 #include "broker/durable.h"
 #include "broker/feeder.h"
 #include "broker/lane.h"
+#include "broker/mirror_local.h"
 #include "broker/reply.h"
 #include "broker/resolve.h"
 #include "broker/sub.h"
@@ -195,9 +196,14 @@ static bool subscribe_admit(fxb_bidi *s, const fx_msg *m, fx_stream_handle **ph)
     fx_wire_slice ns = {(const uint8_t *)m->ns, strlen(m->ns)};
     fx_wire_slice st = {(const uint8_t *)m->stream, strlen(m->stream)};
     int rv = fxb_bidi_resolve(s, FX_BROKER_AUTH_SUBSCRIBE, t, ns, st, ph, &err);
+    const fx_cluster_route *r = s->resolved.route;
+    /* A client that cannot follow a redirect is served from the local
+     * mirror of a stream another node owns (docs/cluster.md "Mirror"). */
+    if (rv == FX_EREMOTE && r != NULL && r->kind == FX_CLUSTER_REMOTE &&
+        fxb_mirror_subscribe(s, m, r, ph))
+        rv = 0;
     if (rv != 0) {
         FX_COUNTER_INC(subscribe_req_error);
-        const fx_cluster_route *r = s->resolved.route;
         if (rv == FX_EREMOTE && r != NULL && r->kind == FX_CLUSTER_REMOTE) {
             /* Another node owns the stream (or is its candidate): not_leader
              * to a client that follows redirects, else the error naming it. */
@@ -256,5 +262,6 @@ void fxb_subscribe(fxb_bidi *s, const fx_msg *m)
     s->sub_pending = true;
     s->refs++;
     sub->bidi = s;
-    fxb_sub_post(sub, sub->w->loop, &sub->feed.reg_task);
+    if (!fxb_mirror_defer_register(sub)) /* a new mirror registers it once subscribed upstream */
+        fxb_sub_post(sub, sub->w->loop, &sub->feed.reg_task);
 }

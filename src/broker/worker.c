@@ -62,6 +62,7 @@ fx_stream *fxb_worker_stream(fxb_worker *w, fx_stream_handle *h)
         /* In a cluster an in-memory stream numbers its messages from
          * epoch << 40, so offsets never repeat across owners. */
         uint64_t first = fx_stream_handle_is_durable(h) ? fxb_durable_first_offset(w, h)
+                         : fx_stream_handle_is_mirror(h) ? fx_stream_handle_mirror_first(h)
                          : o->cluster != NULL
                              ? fx_cluster_first_offset(o->cluster, fx_stream_handle_tenant(h),
                                                        fx_stream_handle_namespace(h),
@@ -157,6 +158,14 @@ static void job_answer_commits(fxb_job *j, const char *err)
 
 static void job_complete(fxb_job *j, int rv, uint64_t now)
 {
+    if (j->mirror) {
+        /* Not a publish: the mirror counts its own (mirror.c). */
+        void (*done)(void *, int, uint64_t) = j->mirror_done;
+        j->mirror_done = NULL; /* answered: fxb_job_free must not answer again */
+        done(j->mirror_user, rv, j->mirror_skipped);
+        fxb_job_free(j);
+        return;
+    }
     if (rv == 0 && j->idem.on && j->idem.verdict != FX_PROD_NEXT) {
         /* Not appended: a duplicate or a refusal, counted by idem.c. */
     } else if (rv == 0) {
@@ -207,11 +216,31 @@ static fx_stream *job_stream(fxb_worker *w, fxb_job *j, uint64_t now)
     return st;
 }
 
+/* A cluster mirror's batch: appended at the owner's offset (a jump above
+ * the tail restarts the ring there, reported to the mirror as skipped),
+ * never refused by the deadline rule (this node owns nothing here). */
+static bool mirror_append(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now)
+{
+    fx_fanout_result res;
+    int rv = fx_stream_publish_at(st, j->mirror_offset, j->backing, j->payloads, j->count, now,
+                                  &res, &j->mirror_skipped);
+    if (rv == -EAGAIN) {
+        w->parked_job = j;
+        w->parked_stream = st;
+        block_watch(w, st, now);
+        return false;
+    }
+    job_complete(j, rv, now);
+    return true;
+}
+
 /* Appends |j| to |st| and fans it out. Returns false when the fanout
  * parked. */
 static bool job_append(fxb_worker *w, fxb_job *j, fx_stream *st, uint64_t now)
 {
     fx_stream_handle_touch(j->h, now);
+    if (j->mirror)
+        return mirror_append(w, j, st, now);
     /* An idempotent batch is checked right before its append (idem.c): a
      * duplicate or a refusal is answered without one. A durable stream's
      * was checked on its storage thread against the log's producer table

@@ -105,7 +105,8 @@ int fxc_client_send_auth(cconn *cc, int64_t sid)
     m.has_client_features = true;
     /* A cluster broker may answer a subscribe not_leader, which route.c
      * follows; a standalone broker never does. */
-    m.client_features |= FX_FEATURE_REDIRECT | FX_FEATURE_SHARD_MOVED;
+    if (!cc->c->o.no_redirect) /* it follows moves as it follows redirects */
+        m.client_features |= FX_FEATURE_REDIRECT | FX_FEATURE_SHARD_MOVED;
     /* Binary cache get / put / delete (cache.c) where the broker serves
      * them: a bit of the second word. */
     m.client_features |= FX_FEATURE_EXTENDED;

@@ -3,6 +3,7 @@
 #include "server/cluster_node.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "base/log.h"
 #include "cluster/cluster.h"
 #include "cluster/forward.h"
+#include "cluster/mirror.h"
 #include "felix/error.h"
 
 #define MAX_ENDPOINTS 16
@@ -21,6 +23,7 @@ struct fx_cluster_node {
     _Atomic(fx_broker *) b; /* NULL before attach and after detach */
     bool forward;           /* cluster_forward */
     fx_forwarder *fwd;      /* made at attach (it needs the broker's certificate) */
+    fx_mirrors *mirrors;    /* made at attach, freed at detach (its ops use the broker) */
 };
 
 static void on_release(const char *tenant, const char *ns, const char *stream, void *user)
@@ -187,6 +190,18 @@ void fx_cluster_node_attach(fx_cluster_node *n, fx_broker *b)
         return;
     }
     fx_broker_set_forwarder(b, n->fwd);
+    /* Subscribers without FEATURE_REDIRECT: served from local mirrors
+     * (docs/cluster.md "Mirror"). */
+    fx_mirror_opts mo = {0};
+    fx_broker_mirror_opts(b, &mo);
+    rv = fx_mirrors_new(&n->mirrors, &mo);
+    if (rv != 0) {
+        FX_LOG_ERROR("cluster", "cannot make the mirrors (%s): subscribers without the redirect "
+                     "feature are refused naming the owner",
+                     fx_strerror(rv));
+        return;
+    }
+    fx_broker_set_mirrors(b, n->mirrors);
 }
 
 void fx_cluster_node_detach(fx_cluster_node *n)
@@ -194,8 +209,13 @@ void fx_cluster_node_detach(fx_cluster_node *n)
     if (n == NULL)
         return;
     fx_broker *b = atomic_exchange(&n->b, NULL);
-    if (b != NULL)
+    if (b != NULL) {
         fx_broker_set_forwarder(b, NULL);
+        fx_broker_set_mirrors(b, NULL);
+    }
+    /* While the broker runs: each mirror's stop removes its local stream. */
+    fx_mirrors_free(n->mirrors);
+    n->mirrors = NULL;
 }
 
 static bool ready(void *user, char *why, size_t cap)
@@ -212,6 +232,27 @@ void fx_cluster_node_admin_opts(fx_cluster_node *n, fx_admin_opts *ao)
     ao->ready_user = n;
 }
 
+/* |json| (the cluster's status, taken) with "mirrors": the mirrors running
+ * here (their stream, owner, next offset, counters). NULL: no memory. */
+static char *with_mirrors(fx_cluster_node *n, char *json)
+{
+    if (json == NULL || n->mirrors == NULL)
+        return json;
+    char *ms = fx_mirrors_json(n->mirrors);
+    json_t *root = json_loads(json, 0, NULL);
+    json_t *arr = ms != NULL ? json_loads(ms, 0, NULL) : NULL;
+    free(ms);
+    char *out = NULL;
+    if (root != NULL && arr != NULL && json_object_set_new(root, "mirrors", arr) == 0) {
+        arr = NULL;
+        out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    }
+    json_decref(arr);
+    json_decref(root);
+    free(json);
+    return out;
+}
+
 void fx_cluster_node_route(const fx_admin_req *req, fx_admin_resp *resp, void *user)
 {
     (void)req;
@@ -222,6 +263,7 @@ void fx_cluster_node_route(const fx_admin_req *req, fx_admin_resp *resp, void *u
         return;
     }
     char *json = fx_cluster_status_json(n->cl);
+    json = with_mirrors(n, json);
     if (json == NULL) {
         (void)fx_admin_resp_text(resp, 500, "out of memory");
         return;

@@ -548,8 +548,9 @@ const struct key fx_config_keys[] = {
     {.name = "cluster_forward", .env = {"FELIX_CLUSTER_FORWARD"}, .type = T_BOOL,
      FIELD(cluster_forward), .def = "true",
      .help = "a publish for a stream another node owns is forwarded to it (as the publisher, whose "
-             "token the owner verifies again; the nodes must serve one certificate); false = it "
-             "is refused naming the owner"},
+             "token the owner verifies again; the nodes must serve one certificate), and a "
+             "subscribe to it from a client without FEATURE_REDIRECT is served from a local "
+             "mirror of the stream; false = both are refused naming the owner"},
     {.name = "cluster_weight", .env = {"FELIX_CLUSTER_WEIGHT"}, .type = T_U32,
      FIELD(cluster_weight), .def = "100", .min = 1, .max = 10000,
      .help = "placement weight: a node of weight 200 is given twice the streams of one of 100"},

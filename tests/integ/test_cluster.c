@@ -48,6 +48,9 @@ static int MEMBERS = 1;
  * all get an admin token (POST /v1/cluster/rebalance needs it). */
 static bool REBALANCE_ON_JOIN = false;
 #define ADMIN_TOKEN "cluster-test-admin-token"
+/* The lossless profile (subscriber queues block, publishers wait) for the
+ * brokers the next setup starts. */
+static bool LOSSLESS = false;
 
 typedef struct node {
     pid_t pid;
@@ -124,7 +127,17 @@ static void node_start(int i)
                     state, "--set", eps, "--set", id, "--set", adv, "--set",
                     ttl, "--set", margin, "--set", fwd, "--set", "log_capacity=65536",
                     "--set", internal, "--set", join, "--set", "admin_token=" ADMIN_TOKEN,
-                    i > 0 || C->cert[0] ? "--set" : NULL, cert, "--set", key, NULL};
+                    i > 0 || C->cert[0] ? "--set" : NULL, cert, "--set", key, NULL, NULL,
+                    NULL, NULL, NULL, NULL, NULL};
+    if (LOSSLESS) {
+        size_t a = 0;
+        while (argv[a] != NULL)
+            a++;
+        char *ll[] = {"--set", "subscriber_queue_policy=block", "--set",
+                      "subscriber_lane_queue_policy=block", "--set", "pub_ingress_wait=true"};
+        for (size_t k = 0; k < 6; k++)
+            argv[a + k] = ll[k];
+    }
     static char *env[] = {"FELIX_LOG_LEVEL=info", NULL};
     unlink(n->out);
     n->pid = proc_spawn(argv, n->out, n->err, env, false);
@@ -1709,6 +1722,339 @@ static void test_a_node_joining_takes_streams_by_graceful_moves_with_gap_0(void 
     assert_true(done >= on_n3);
 }
 
+/* ---- the mirror (docs/cluster.md "Mirror") ------------------------------------------------ */
+
+/* A client of node |i| that does not offer FEATURE_REDIRECT, its
+ * subscription queue |policy| with |cap| batches (0: the default). */
+static fx_client *connect_legacy(int i, fx_policy policy, uint32_t cap)
+{
+    fx_client_opts o;
+    fx_client_opts_init(&o);
+    o.server = C->n[i].server;
+    o.server_name = "localhost";
+    o.pin_sha256 = C->pin;
+    o.tenant = "t1";
+    o.token = "any-token";
+    o.connect_timeout_ms = PROC_HANG_MS;
+    o.no_redirect = true;
+    o.sub_queue_policy = policy;
+    if (cap > 0)
+        o.sub_queue_capacity = cap;
+    fx_client *c = NULL;
+    int rv = fx_client_connect(&c, &o);
+    if (rv != 0)
+        fail_msg("connect to %s: %s", C->n[i].server, fx_strerror(rv));
+    return c;
+}
+
+/* The sample |name| (a metric without labels) of node |i|'s /metrics. */
+static int64_t metric_of(int i, const char *name)
+{
+    char *text = NULL, key[160];
+    assert_int_equal(http_get(C->n[i].admin, "/metrics", &text), 200);
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = strstr(text, key);
+    int64_t v = p != NULL ? strtoll(p + strlen(key), NULL, 10) : -1;
+    free(text);
+    return v;
+}
+
+/* Reads the next event of |s| and checks it carries |payload|. */
+static uint64_t expect_next(fx_subscription *s, const char *payload)
+{
+    fx_event ev;
+    int rv = fx_subscription_next(s, &ev, PROC_HANG_MS);
+    if (rv != 0)
+        fail_msg("waiting for '%s': %s", payload, fx_strerror(rv));
+    if (ev.len != strlen(payload) || memcmp(ev.payload, payload, ev.len) != 0)
+        fail_msg("read '%.*s', want '%s'", (int)ev.len, (const char *)ev.payload, payload);
+    assert_true(ev.has_offset);
+    assert_int_equal(ev.flags & FX_EVENT_GAP, 0);
+    return ev.offset;
+}
+
+static void test_a_subscriber_without_the_redirect_feature_is_served_from_a_mirror_at_a_non_owner(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int o = place(cl, 0, "mr1");
+    int other = (o + 1) % NB;
+    fx_client *legacy = connect_legacy(other, FX_POLICY_BLOCK, 0);
+    fx_subscription *s = NULL, *d = NULL;
+    /* Served where it asked: no redirect to follow. */
+    assert_int_equal(fx_subscribe(&s, legacy, NS, "mr1", NULL), 0);
+    fx_client_stats cst;
+    assert_int_equal(fx_client_get_stats(legacy, &cst), 0);
+    assert_int_equal(cst.redirects, 0);
+    assert_int_equal(fx_subscribe(&d, cl[o], NS, "mr1", NULL), 0); /* direct, for the offsets */
+    char msg[256], p[32];
+    uint64_t first = 0;
+    for (int k = 0; k < 50; k++) {
+        snprintf(p, sizeof(p), "m%d", k);
+        if (publish_at(cl[o], "mr1", p, msg, sizeof(msg)) != 0)
+            fail_msg("publish %s at the owner: %s", p, msg);
+    }
+    for (int k = 0; k < 50; k++) {
+        snprintf(p, sizeof(p), "m%d", k);
+        uint64_t off = expect_next(s, p);
+        /* The owner's offsets: its epoch in the high bits, as direct. */
+        assert_int_equal(off, expect_next(d, p));
+        assert_int_equal(off >> 40, 1);
+        if (k == 0)
+            first = off;
+        assert_int_equal(off, first + (uint64_t)k);
+    }
+    /* A publish to the mirror's node is still forwarded to the owner. */
+    assert_int_equal(publish_at(cl[other], "mr1", "fwd", msg, sizeof(msg)), 0);
+    assert_int_equal(expect_next(s, "fwd"), expect_next(d, "fwd"));
+    /* GET /v1/cluster and the gauge name the mirror. */
+    json_t *v = cluster_view(other);
+    json_t *ms = json_object_get(v, "mirrors");
+    assert_int_equal(json_array_size(ms), 1);
+    json_t *m0 = json_array_get(ms, 0);
+    assert_string_equal(json_string_value(json_object_get(m0, "stream")), "t1/default/mr1");
+    char internal[32]; /* the owner's internal listener: what the mirror dials */
+    snprintf(internal, sizeof(internal), "127.0.0.1:%u", C->n[o].internal);
+    assert_string_equal(json_string_value(json_object_get(m0, "owner")), internal);
+    assert_true(json_is_true(json_object_get(m0, "subscribed")));
+    json_decref(v);
+    assert_int_equal(metric_of(other, "felix_cluster_mirrors"), 1);
+    assert_true(metric_of(other, "felix_cluster_mirror_messages_total") >= 51);
+    /* Two local subscribers of the one mirror, different policies: a slow
+     * drop_new one (one batch of queue, never read) does not slow the
+     * block one, which gets every message. */
+    fx_client *slow = connect_legacy(other, FX_POLICY_DROP_NEW, 1);
+    fx_subscription *ss = NULL;
+    assert_int_equal(fx_subscribe(&ss, slow, NS, "mr1", NULL), 0);
+    for (int k = 0; k < 500; k++) {
+        snprintf(p, sizeof(p), "n%d", k);
+        if (publish_at(cl[o], "mr1", p, msg, sizeof(msg)) != 0)
+            fail_msg("publish %s at the owner: %s", p, msg);
+    }
+    uint64_t base = 0;
+    for (int k = 0; k < 500; k++) {
+        snprintf(p, sizeof(p), "n%d", k);
+        uint64_t off = expect_next(s, p);
+        if (k == 0)
+            base = off;
+        assert_int_equal(off, base + (uint64_t)k);
+    }
+    fx_sub_stats sst;
+    assert_int_equal(fx_subscription_stats(ss, &sst), 0);
+    assert_true(sst.received >= 1);
+    /* Still one upstream subscription for both. */
+    v = cluster_view(other);
+    assert_int_equal(json_array_size(json_object_get(v, "mirrors")), 1);
+    json_decref(v);
+    fx_unsubscribe(ss);
+    fx_unsubscribe(s);
+    fx_unsubscribe(d);
+    (void)fx_client_close(slow, PROC_HANG_MS);
+    (void)fx_client_close(legacy, PROC_HANG_MS);
+    /* 10 s after its last local subscriber left, the mirror stops and its
+     * stream goes. */
+    uint64_t left = proc_now_ms();
+    while (metric_of(other, "felix_cluster_mirrors") != 0) {
+        if (proc_now_ms() - left > 20000)
+            fail_msg("the mirror still runs 20 s after its last local subscriber left");
+        usleep(200 * 1000);
+    }
+    assert_true(proc_now_ms() - left >= 9000);
+    v = cluster_view(other);
+    assert_int_equal(json_array_size(json_object_get(v, "mirrors")), 0);
+    json_decref(v);
+    for (int i = 0; i < NB; i++)
+        (void)fx_client_close(cl[i], PROC_HANG_MS);
+}
+
+static int cluster_setup_lossless(void **state)
+{
+    LOSSLESS = true;
+    int rv = cluster_setup(state);
+    LOSSLESS = false;
+    return rv;
+}
+
+typedef struct flood {
+    fx_client *c;
+    const char *stream;
+    int n;
+    int rv;
+} flood;
+
+static void *flood_main(void *arg)
+{
+    flood *f = arg;
+    char p[1024];
+    memset(p, 'x', sizeof(p));
+    for (int k = 0; k < f->n && f->rv == 0; k++) {
+        int n = snprintf(p, sizeof(p), "%d", k);
+        p[n] = ' ';
+        f->rv = fx_publish(f->c, NS, f->stream, p, sizeof(p), FX_ACK_NONE);
+    }
+    if (f->rv == 0)
+        f->rv = fx_flush(f->c, PROC_HANG_MS);
+    return NULL;
+}
+
+/* Reads event |k| (1 KiB, numbered from 0) of |s|: in order, no gap. */
+static void read_flood(fx_subscription *s, int k, const char *who)
+{
+    fx_event ev;
+    int rv = fx_subscription_next(s, &ev, PROC_HANG_MS);
+    if (rv != 0)
+        fail_msg("%s: message %d: %s", who, k, fx_strerror(rv));
+    if ((ev.flags & FX_EVENT_GAP) != 0 || strtol((const char *)ev.payload, NULL, 10) != k)
+        fail_msg("%s: message %d: read %.8s (gap %llu)", who, k, (const char *)ev.payload,
+                 (unsigned long long)ev.gap);
+}
+
+static void test_a_mirrored_subscriber_loses_nothing_in_the_lossless_profile(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int o = place(cl, 0, "ml1");
+    int other = (o + 1) % NB;
+    fx_client *legacy = connect_legacy(other, FX_POLICY_BLOCK, 0);
+    /* The direct subscriber: a client of the owner that does offer the
+     * feature, its queue blocking too. */
+    fx_client_opts dop;
+    fx_client_opts_init(&dop);
+    dop.server = C->n[o].server;
+    dop.server_name = "localhost";
+    dop.pin_sha256 = C->pin;
+    dop.tenant = "t1";
+    dop.token = "any-token";
+    dop.connect_timeout_ms = PROC_HANG_MS;
+    dop.sub_queue_policy = FX_POLICY_BLOCK;
+    fx_client *direct = NULL;
+    assert_int_equal(fx_client_connect(&direct, &dop), 0);
+    fx_subscription *s = NULL, *d = NULL;
+    assert_int_equal(fx_subscribe(&s, legacy, NS, "ml1", NULL), 0);
+    assert_int_equal(fx_subscribe(&d, direct, NS, "ml1", NULL), 0);
+    /* Flat out, 1 KiB each: direct delivery loses nothing in this profile,
+     * and neither may the mirror (it stops reading upstream instead). */
+    enum { N = 20000 };
+    flood f = {.c = cl[o], .stream = "ml1", .n = N};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, flood_main, &f), 0);
+    for (int k = 0; k < N; k++) { /* both: a blocked one holds the owner's fanout */
+        read_flood(s, k, "mirrored");
+        read_flood(d, k, "direct");
+    }
+    pthread_join(t, NULL);
+    assert_int_equal(f.rv, 0);
+    fx_sub_stats st;
+    assert_int_equal(fx_subscription_stats(s, &st), 0);
+    assert_int_equal(st.gaps, 0);
+    assert_int_equal(st.dropped, 0);
+    assert_int_equal(metric_of(other, "felix_cluster_mirror_dropped_total"), 0);
+    assert_int_equal(metric_of(other, "felix_cluster_mirror_gaps_total"), 0);
+    fx_unsubscribe(s);
+    fx_unsubscribe(d);
+    (void)fx_client_close(direct, PROC_HANG_MS);
+    (void)fx_client_close(legacy, PROC_HANG_MS);
+    for (int i = 0; i < NB; i++)
+        (void)fx_client_close(cl[i], PROC_HANG_MS);
+}
+
+static void test_a_mirror_follows_a_new_owner_and_ends_where_its_node_becomes_it(void **state)
+{
+    (void)state;
+    fx_client *cl[NB];
+    for (int i = 0; i < NB; i++)
+        cl[i] = connect_to(i, false);
+    int o = place(cl, 0, "mo1");
+    /* A mirror at each of the other two nodes. */
+    fx_client *lg[NB] = {0};
+    fx_subscription *ls[NB] = {0};
+    char msg[512], p[32];
+    for (int i = 0; i < NB; i++) {
+        if (i == o)
+            continue;
+        lg[i] = connect_legacy(i, FX_POLICY_BLOCK, 0);
+        assert_int_equal(fx_subscribe(&ls[i], lg[i], NS, "mo1", NULL), 0);
+    }
+    for (int k = 0; k < 5; k++) {
+        snprintf(p, sizeof(p), "a%d", k);
+        assert_int_equal(publish_at(cl[o], "mo1", p, msg, sizeof(msg)), 0);
+    }
+    for (int i = 0; i < NB; i++)
+        for (int k = 0; k < 5 && ls[i] != NULL; k++) {
+            snprintf(p, sizeof(p), "a%d", k);
+            assert_int_equal(expect_next(ls[i], p) >> 40, 1);
+        }
+    (void)fx_client_close(cl[o], 0);
+    cl[o] = NULL;
+    kill(C->n[o].pid, SIGKILL);
+    waitpid(C->n[o].pid, NULL, 0);
+    proc_track(C->n[o].pid, false);
+    C->n[o].pid = 0;
+    /* Publish through a live node until a live node owns the stream. */
+    int live = (o + 1) % NB, owner = -1;
+    uint64_t t0 = proc_now_ms();
+    while (owner < 0) {
+        if (publish_at(cl[live], "mo1", "b0", msg, sizeof(msg)) == 0)
+            owner = owner_in_view(live, "mo1", NULL);
+        else if (named_owner(msg) >= 0 && named_owner(msg) != o)
+            live = named_owner(msg);
+        if (proc_now_ms() - t0 > (TTL_S + 10) * 1000ull)
+            fail_msg("stream mo1 not re-placed after its owner died: %s", msg);
+        if (owner < 0)
+            usleep(50 * 1000);
+    }
+    uint64_t epoch = 0;
+    uint64_t until = proc_now_ms() + PROC_HANG_MS;
+    while ((owner = owner_in_view(owner >= 0 ? owner : live, "mo1", &epoch)) < 0 &&
+           proc_now_ms() < until)
+        usleep(10 * 1000);
+    assert_true(owner >= 0 && owner != o);
+    assert_int_equal(epoch, 2);
+    int other = NB - o - owner; /* the third node: its mirror follows the new owner */
+    /* The new owner's mirror went first: its subscriber's event stream ends. */
+    fx_event ev;
+    int rv;
+    while ((rv = fx_subscription_next(ls[owner], &ev, PROC_HANG_MS)) == 0)
+        assert_int_equal(ev.offset >> 40, 1); /* whatever it still had of the old owner */
+    assert_int_equal(rv, FX_EEOF);
+    fx_unsubscribe(ls[owner]);
+    /* Subscribing there again is served by the owner's stream. */
+    fx_start from = {.kind = FX_START_EARLIEST};
+    assert_int_equal(fx_subscribe(&ls[owner], lg[owner], NS, "mo1", &from), 0);
+    assert_int_equal(expect_next(ls[owner], "b0") >> 40, 2);
+    /* The other mirror subscribed to the new owner again (counted): it
+     * gets the new epoch's messages after the reported jump. */
+    assert_int_equal(publish_at(cl[owner], "mo1", "b1", msg, sizeof(msg)), 0);
+    bool seen_b1 = false;
+    for (int k = 0; k < 3 && !seen_b1; k++) {
+        assert_int_equal(fx_subscription_next(ls[other], &ev, PROC_HANG_MS), 0);
+        assert_int_equal(ev.offset >> 40, 2);
+        if (ev.len == 2 && memcmp(ev.payload, "b1", 2) == 0)
+            seen_b1 = true;
+        else if (k == 0)
+            assert_true((ev.flags & FX_EVENT_GAP) != 0); /* the epoch's jump */
+    }
+    assert_true(seen_b1);
+    assert_true(metric_of(other, "felix_cluster_mirror_upstream_restarts_total") >= 1);
+    assert_true(metric_of(other, "felix_cluster_mirror_gaps_total") >= 1);
+    /* Its thread may still be leaving a connect to the dead owner. */
+    until = proc_now_ms() + PROC_HANG_MS;
+    while (metric_of(owner, "felix_cluster_mirrors") != 0 && proc_now_ms() < until)
+        usleep(50 * 1000);
+    assert_int_equal(metric_of(owner, "felix_cluster_mirrors"), 0);
+    for (int i = 0; i < NB; i++) {
+        fx_unsubscribe(ls[i]);
+        if (lg[i] != NULL)
+            (void)fx_client_close(lg[i], PROC_HANG_MS);
+        if (cl[i] != NULL)
+            (void)fx_client_close(cl[i], PROC_HANG_MS);
+    }
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(
         test_every_stream_has_one_owner_and_publishes_through_any_node_reach_it, cluster_setup,
@@ -1737,6 +2083,15 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(
         test_a_watch_resumed_past_a_compaction_lists_again_and_names_new_owners,
         cluster_setup_ttl10, cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_a_subscriber_without_the_redirect_feature_is_served_from_a_mirror_at_a_non_owner,
+        cluster_setup, cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_a_mirrored_subscriber_loses_nothing_in_the_lossless_profile, cluster_setup_lossless,
+        cluster_teardown),
+    cmocka_unit_test_setup_teardown(
+        test_a_mirror_follows_a_new_owner_and_ends_where_its_node_becomes_it, cluster_setup,
+        cluster_teardown),
     cmocka_unit_test_setup_teardown(
         test_a_rebalance_while_publishing_moves_streams_with_gap_0_no_duplicate_no_reorder,
         cluster_setup, cluster_teardown),

@@ -136,6 +136,36 @@ static void test_ring_read_spans_batches_from_any_offset(void **state)
     fx_stream_free(s);
 }
 
+static void test_publish_at_jumps_forward_restarting_the_ring_and_refuses_below(void **state)
+{
+    (void)state;
+    fx_stream *s = mkstream(16, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
+    fx_subscriber *sub = sub_latest(s, 1);
+    fx_fanout_result res;
+    uint64_t skipped = 99;
+    fx_wire_slice a = S("a"), b = S("b"), c = S("c");
+    /* At the tail: as a publish. */
+    assert_int_equal(fx_stream_publish_at(s, 0, NULL, &a, 1, 1, &res, &skipped), 0);
+    assert_int_equal(skipped, 0);
+    /* Above it: the ring restarts there, the subscriber sees the jump. */
+    assert_int_equal(fx_stream_publish_at(s, 100, NULL, &b, 1, 1, &res, &skipped), 0);
+    assert_int_equal(skipped, 99);
+    assert_int_equal(res.base_offset, 100);
+    assert_int_equal(fx_stream_oldest(s), 100);
+    assert_int_equal(fx_stream_tail(s), 101);
+    assert_int_equal(fx_stream_ring_messages(s), 1);
+    expect_ring(s, 100, "b");
+    fx_wire_slice p;
+    assert_int_equal(fx_stream_ring_get(s, 0, &p), -ENOENT);
+    /* Below it: refused, nothing done. */
+    assert_int_equal(fx_stream_publish_at(s, 50, NULL, &c, 1, 1, &res, &skipped), -ERANGE);
+    assert_int_equal(fx_stream_tail(s), 101);
+    expect_pop(sub, "a", 0);
+    expect_pop(sub, "b", 100);
+    expect_empty(sub);
+    fx_stream_free(s);
+}
+
 static void test_ring_trims_to_capacity(void **state)
 {
     fx_stream *s = mkstream(3, 1 << 20, 8, FX_QUEUE_DROP_NEW, NULL);
@@ -707,6 +737,7 @@ static void test_start_offset_in_future(void **state)
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_ring_trims_to_capacity),
+    cmocka_unit_test(test_publish_at_jumps_forward_restarting_the_ring_and_refuses_below),
     cmocka_unit_test(test_ring_read_spans_batches_from_any_offset),
     cmocka_unit_test(test_ring_trims_by_bytes),
     cmocka_unit_test(test_ring_charges_empty_payloads_until_their_batch_goes),
