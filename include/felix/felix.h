@@ -224,6 +224,13 @@ int fx_publish_batch(fx_client *c, const char *ns, const char *stream, const fx_
 int fx_publish_async(fx_client *c, const char *ns, const char *stream, const void *data, size_t len,
                      fx_ack ack, fx_ack_cb cb, void *user);
 
+/* As fx_publish_async, but never waits: when the client's byte budget
+ * (publish_inflight_bytes) or the stream's worker queue is full it returns
+ * FX_EFULL at once, nothing sent (|cb| not called). For callers on an
+ * event loop of their own, which must not block. */
+int fx_publish_try_async(fx_client *c, const char *ns, const char *stream, const void *data,
+                         size_t len, fx_ack ack, fx_ack_cb cb, void *user);
+
 /* What the broker answered an acked publish, for fx_publish_ex and
  * fx_publish_async_ex. |has_offset| only for an idempotent client (the
  * broker reports offsets of idempotent batches only): |offset| is the

@@ -277,6 +277,7 @@ typedef struct pubdone {
     fx_publish_cb rcb;
     void *user;
     fx_publish_result *res;
+    bool nowait; /* FX_EFULL instead of waiting at checkpoints 1-2 */
 } pubdone;
 
 static int publish_common(fx_client *c, const char *ns, const char *stream, const fx_iov *msgs,
@@ -324,7 +325,7 @@ static int publish_common(fx_client *c, const char *ns, const char *stream, cons
         j->req = r;
     }
     fxc_client_ref(c);
-    rv = admit(c, w, j, on_any_loop, on_loop);
+    rv = admit(c, w, j, on_any_loop || d->nowait, on_loop);
     if (rv != 0) {
         free(r);
     } else if (r != NULL && !async) {
@@ -366,6 +367,16 @@ int fx_publish_async(fx_client *c, const char *ns, const char *stream, const voi
         return -EINVAL;
     fx_iov one = {data, len};
     return publish_common(c, ns, stream, &one, 1, false, ack, &(pubdone){.cb = cb, .user = user});
+}
+
+int fx_publish_try_async(fx_client *c, const char *ns, const char *stream, const void *data,
+                         size_t len, fx_ack ack, fx_ack_cb cb, void *user)
+{
+    if (cb == NULL)
+        return -EINVAL;
+    fx_iov one = {data, len};
+    return publish_common(c, ns, stream, &one, 1, false, ack,
+                          &(pubdone){.cb = cb, .user = user, .nowait = true});
 }
 
 int fx_publish_async_ex(fx_client *c, const char *ns, const char *stream, const void *data,

@@ -1,6 +1,11 @@
 /* The forwarder (forward.h): a queue of forwards taken in order by the
  * forwarder thread, which hands each to a libfelix client connected to the
- * owner as the publisher (its tenant and token). */
+ * owner as the publisher (its tenant and token). The fast path: a forward of
+ * one message whose client is connected, made while nothing waits in the
+ * queue or on the thread, goes to that client from the calling thread
+ * (fx_publish_try_async: it never waits), a thread hop less; anything else
+ * (no client yet, a full client, a batch, a queue not empty) takes the
+ * queue, so the order of the forwards is kept either way. */
 #include "cluster/forward.h"
 
 #include <errno.h>
@@ -59,12 +64,15 @@ struct fx_forwarder {
     fwd_item *head, *tail; /* mu */
     size_t queued_bytes;   /* mu */
     bool stop;             /* mu */
-    fwd_client *clients;   /* forwarder thread */
+    bool busy;             /* mu: the forwarder thread is sending an item it took */
+    /* Changed by the forwarder thread under mu, read under mu by the fast
+     * path (a client is freed only once unlinked). */
+    fwd_client *clients;
     failed_addr failed_addrs[FAILED_SLOTS]; /* forwarder thread */
     size_t nclients;       /* forwarder thread */
-    uint64_t tick;
+    uint64_t tick;         /* mu */
     atomic_uint_fast64_t forwards, messages, failed, refused_full, connects, connect_errors,
-        nclients_now;
+        nclients_now, direct;
 };
 
 /* One forward's completion, counted down by its messages' answers. */
@@ -175,15 +183,35 @@ static void client_free(fx_forwarder *f, fwd_client *fc)
     atomic_store(&f->nclients_now, f->nclients);
 }
 
-/* Drops |fc| from the list and frees it. */
-static void client_drop(fx_forwarder *f, fwd_client *fc)
+/* Unlinks |fc| from the list. mu. */
+static void client_unlink(fx_forwarder *f, fwd_client *fc)
 {
     for (fwd_client **p = &f->clients; *p != NULL; p = &(*p)->next)
         if (*p == fc) {
             *p = fc->next;
-            client_free(f, fc);
             return;
         }
+}
+
+/* Drops |fc| from the list and frees it. Forwarder thread, mu not held
+ * (the close waits for its connection). */
+static void client_drop(fx_forwarder *f, fwd_client *fc)
+{
+    pthread_mutex_lock(&f->mu);
+    client_unlink(f, fc);
+    pthread_mutex_unlock(&f->mu);
+    client_free(f, fc);
+}
+
+/* The client of (|addr|, |tenant|, |token|) in the list, or NULL. mu. */
+static fwd_client *client_find(fx_forwarder *f, const char *addr, const char *tenant,
+                               const char *token)
+{
+    for (fwd_client *fc = f->clients; fc != NULL; fc = fc->next)
+        if (strcmp(fc->addr, addr) == 0 && strcmp(fc->tenant, tenant) == 0 &&
+            strcmp(fc->token, token) == 0)
+            return fc;
+    return NULL;
 }
 
 /* The client for |it|'s owner, tenant and token, connected now if need
@@ -191,18 +219,16 @@ static void client_drop(fx_forwarder *f, fwd_client *fc)
 static fwd_client *client_for(fx_forwarder *f, const fwd_item *it, int *prv, char *why,
                               size_t cap)
 {
-    for (fwd_client *fc = f->clients, *next; fc != NULL; fc = next) {
-        next = fc->next;
-        if (strcmp(fc->addr, it->addr) != 0 || strcmp(fc->tenant, it->tenant) != 0 ||
-            strcmp(fc->token, it->token) != 0)
-            continue;
-        if (atomic_load(&fc->dead)) {
-            client_drop(f, fc); /* its connection ended: connect again */
-            break;
-        }
+    pthread_mutex_lock(&f->mu);
+    fwd_client *fc = client_find(f, it->addr, it->tenant, it->token);
+    bool dead = fc != NULL && atomic_load(&fc->dead);
+    if (fc != NULL && !dead)
         fc->used = ++f->tick;
+    pthread_mutex_unlock(&f->mu);
+    if (fc != NULL && !dead)
         return fc;
-    }
+    if (dead)
+        client_drop(f, fc); /* its connection ended: connect again */
     uint64_t now = fx_now_ns();
     failed_addr *slot = &f->failed_addrs[0];
     for (int i = 0; i < FAILED_SLOTS; i++) {
@@ -218,11 +244,14 @@ static fwd_client *client_for(fx_forwarder *f, const fwd_item *it, int *prv, cha
             slot = fa; /* the oldest, to reuse below */
     }
     if (f->nclients >= f->o.max_clients) {
+        pthread_mutex_lock(&f->mu);
         fwd_client *lru = f->clients;
-        for (fwd_client *fc = f->clients; fc != NULL; fc = fc->next)
-            if (fc->used < lru->used)
-                lru = fc;
-        client_drop(f, lru);
+        for (fwd_client *x = f->clients; x != NULL; x = x->next)
+            if (x->used < lru->used)
+                lru = x;
+        client_unlink(f, lru);
+        pthread_mutex_unlock(&f->mu);
+        client_free(f, lru);
     }
     fx_client_opts o;
     fx_client_opts_init(&o);
@@ -242,7 +271,7 @@ static fwd_client *client_for(fx_forwarder *f, const fwd_item *it, int *prv, cha
     o.reconnect = false;
     o.publish_ack_timeout_ms = 10000;
     o.publish_conn_pool = 1; /* one connection: the owner sees one publisher, in order */
-    fwd_client *fc = calloc(1, sizeof(*fc));
+    fc = calloc(1, sizeof(*fc));
     if (fc == NULL || (fc->addr = strdup(it->addr)) == NULL ||
         (fc->tenant = strdup(it->tenant)) == NULL || (fc->token = strdup(it->token)) == NULL) {
         if (fc != NULL) {
@@ -276,9 +305,11 @@ static fwd_client *client_for(fx_forwarder *f, const fwd_item *it, int *prv, cha
         return NULL;
     }
     atomic_fetch_add(&f->connects, 1);
+    pthread_mutex_lock(&f->mu);
     fc->used = ++f->tick;
     fc->next = f->clients;
     f->clients = fc;
+    pthread_mutex_unlock(&f->mu);
     f->nclients++;
     atomic_store(&f->nclients_now, f->nclients);
     return fc;
@@ -344,6 +375,7 @@ static void *forwarder_main(void *arg)
             f->queued_bytes -= it->bytes;
         }
         bool stop = f->stop;
+        f->busy = it != NULL; /* until run_item handed it over: no fast path meanwhile */
         pthread_mutex_unlock(&f->mu);
         if (it == NULL && stop)
             break;
@@ -355,10 +387,17 @@ static void *forwarder_main(void *arg)
         } else {
             run_item(f, it);
         }
+        pthread_mutex_lock(&f->mu);
+        f->busy = false;
+        pthread_mutex_unlock(&f->mu);
     }
-    while (f->clients != NULL) {
-        fwd_client *fc = f->clients;
-        f->clients = fc->next;
+    pthread_mutex_lock(&f->mu); /* |stop| is set: the fast path takes no client now */
+    fwd_client *list = f->clients;
+    f->clients = NULL;
+    pthread_mutex_unlock(&f->mu);
+    while (list != NULL) {
+        fwd_client *fc = list;
+        list = fc->next;
         client_free(f, fc);
     }
     return NULL;
@@ -397,11 +436,62 @@ static int start_thread(fx_forwarder *f)
 
 /* ---- any thread ----------------------------------------------------------------- */
 
+/* The fast path (top of this file): sends the one message |m| on its
+ * client from this thread when that keeps the order. Returns the forward's
+ * completion, held once (the caller lets it go after unlocking), or NULL
+ * when the queue must take the forward. mu. */
+static fwd_done *try_direct(fx_forwarder *f, const char *addr, const char *tenant,
+                            const char *token, const char *ns, const char *stream,
+                            const fx_forward_iov *m, bool acked, fx_forward_cb cb, void *user)
+{
+    if (f->stop || f->head != NULL || f->busy)
+        return NULL; /* earlier forwards wait: this one goes after them */
+    fwd_client *fc = client_find(f, addr, tenant, token);
+    if (fc == NULL || atomic_load(&fc->dead))
+        return NULL;
+    fwd_done *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return NULL;
+    atomic_init(&d->ok, 0);
+    atomic_init(&d->sent, 1);
+    atomic_init(&d->left, 2); /* the message, and this call's hold */
+    atomic_init(&d->rv, 0);
+    d->cb = cb;
+    d->user = user;
+    d->fc = fc;
+    d->f = f;
+    snprintf(d->addr, sizeof(d->addr), "%s", addr);
+    /* A full client or a connection found gone: nothing was sent, and the
+     * forwarder thread takes it (waiting, or connecting again). */
+    if (fx_publish_try_async(fc->c, ns, stream, m->data, m->len,
+                             acked ? FX_ACK_PER_MESSAGE : FX_ACK_NONE, on_ack, d) != 0) {
+        free(d);
+        return NULL;
+    }
+    fc->used = ++f->tick;
+    return d;
+}
+
 int fx_forward_publish(fx_forwarder *f, const char *addr, const char *tenant, const char *token,
                        const char *ns, const char *stream, const fx_forward_iov *msgs, size_t n,
                        bool acked, fx_forward_cb cb, void *user)
 {
-    const char *strs[5] = {addr, tenant, token ? token : "", ns, stream};
+    if (token == NULL)
+        token = "";
+    if (n == 1) {
+        pthread_mutex_lock(&f->mu);
+        fwd_done *d = try_direct(f, addr, tenant, token, ns, stream, msgs, acked, cb, user);
+        pthread_mutex_unlock(&f->mu);
+        if (d != NULL) {
+            atomic_fetch_add(&f->forwards, 1);
+            atomic_fetch_add(&f->messages, 1);
+            atomic_fetch_add(&f->direct, 1);
+            FX_COUNTER_ADD(cluster_forwarded_messages, 1);
+            done_one(d, 0, false); /* |cb| may run from here on */
+            return 0;
+        }
+    }
+    const char *strs[5] = {addr, tenant, token, ns, stream};
     size_t slen[5], total = 0, bytes = 0;
     for (int i = 0; i < 5; i++)
         total += (slen[i] = strlen(strs[i])) + 1;
@@ -469,6 +559,7 @@ void fx_forwarder_get_stats(fx_forwarder *f, fx_forward_stats *st)
     st->refused_full = atomic_load(&f->refused_full);
     st->connects = atomic_load(&f->connects);
     st->connect_errors = atomic_load(&f->connect_errors);
+    st->direct = atomic_load(&f->direct);
     st->clients = atomic_load(&f->nclients_now);
     pthread_mutex_lock(&f->mu);
     st->queued_bytes = f->queued_bytes;

@@ -7,7 +7,9 @@
  *
  * Thread: the forwarder thread, made by fx_forwarder_new, owns its clients
  * and takes the queued forwards in order; fx_forward_publish may be called
- * from any thread (the broker's connection loops). Completions run on a
+ * from any thread (the broker's connection loops), and itself hands a
+ * one-message forward to its client when the client is connected and
+ * nothing waits in the queue (a thread hop less; the order is the same). Completions run on a
  * client's loop thread (acked: when the owner answered; unacked: when the
  * owner's transport took the bytes), or on the forwarder thread for a
  * forward that could not be sent.
@@ -73,6 +75,7 @@ typedef struct fx_forward_stats {
     uint64_t refused_full; /* forwards refused by max_queue_bytes */
     uint64_t connects;     /* clients connected to owners */
     uint64_t connect_errors;
+    uint64_t direct;       /* of |forwards|: sent by the fast path, from the caller's thread */
     uint64_t queued_bytes; /* now */
     uint64_t clients;      /* now */
 } fx_forward_stats;

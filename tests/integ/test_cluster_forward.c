@@ -200,6 +200,71 @@ static void test_an_acked_forward_is_answered_once_appended_and_read_in_order(vo
     fix_env_deinit(&e);
 }
 
+/* Once a client to the owner is connected, a one-message forward is sent
+ * from the calling thread (stats.direct); a batch between such forwards goes
+ * through the forwarder thread, and the owner still sees them in order. */
+static void test_one_message_forwards_go_direct_once_connected_and_keep_their_order(void **state)
+{
+    (void)state;
+    fix_env e;
+    fix_env_init(&e, "fwdfast");
+    fix_env_start(&e);
+    fx_client_opts co;
+    fix_client_opts(&co, e.b, e.server, "t1", "tok");
+    fx_client *c = fix_connect(&co);
+    fx_subscription *s = fix_subscribe(c, "ff", NULL);
+    fx_forwarder *f = fwd_new(e.b, 0, 0);
+    done first;
+    done_init(&first);
+    forward1(f, e.server, "t1", "tok", "ff", "m0", true, &first); /* connects: the queue */
+    assert_int_equal(done_wait(&first), 0);
+    assert_int_equal(fwd_stats(f).direct, 0);
+    enum { ROUNDS = 50 };
+    static done d[ROUNDS][2];
+    char p[ROUNDS][3][16];
+    for (int r = 0; r < ROUNDS; r++) {
+        done_init(&d[r][0]);
+        done_init(&d[r][1]);
+        snprintf(p[r][0], sizeof(p[r][0]), "a%d", r);
+        forward1(f, e.server, "t1", "tok", "ff", p[r][0], true, &d[r][0]);
+        fx_forward_iov two[2];
+        for (int k = 1; k < 3; k++) {
+            int n = snprintf(p[r][k], sizeof(p[r][k]), "b%d.%d", r, k);
+            two[k - 1] = (fx_forward_iov){.data = p[r][k], .len = (size_t)n};
+        }
+        assert_int_equal(
+            fx_forward_publish(f, e.server, "t1", "tok", NS, "ff", two, 2, true, on_done, &d[r][1]),
+            0);
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        assert_int_equal(done_wait(&d[r][0]), 0);
+        assert_int_equal(done_wait(&d[r][1]), 0);
+    }
+    expect_event(s, "m0");
+    for (int r = 0; r < ROUNDS; r++)
+        for (int k = 0; k < 3; k++)
+            expect_event(s, p[r][k]);
+    fx_forward_stats st = fwd_stats(f);
+    assert_int_equal(st.forwards, 1 + 2 * ROUNDS);
+    assert_int_equal(st.failed, 0);
+    assert_int_equal(st.connects, 1);
+    /* Some one-message forwards found the queue empty and went direct; a
+     * batch never does. */
+    assert_true(st.direct >= 1);
+    assert_true(st.direct <= ROUNDS);
+    fx_forwarder_free(f);
+    for (int r = 0; r < ROUNDS; r++) {
+        assert_int_equal(done_calls(&d[r][0]), 1);
+        assert_int_equal(done_calls(&d[r][1]), 1);
+        done_deinit(&d[r][0]);
+        done_deinit(&d[r][1]);
+    }
+    done_deinit(&first);
+    fx_unsubscribe(s);
+    fix_close(c);
+    fix_env_deinit(&e);
+}
+
 static void test_an_unacked_forward_reaches_the_owner(void **state)
 {
     fix_env e;
@@ -492,6 +557,7 @@ static void test_freeing_the_forwarder_answers_the_queued_forwards_closed(void *
 
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_an_acked_forward_is_answered_once_appended_and_read_in_order),
+    cmocka_unit_test(test_one_message_forwards_go_direct_once_connected_and_keep_their_order),
     cmocka_unit_test(test_an_unacked_forward_reaches_the_owner),
     cmocka_unit_test(test_a_forward_to_a_dead_owner_names_it_and_the_next_fails_at_once),
     cmocka_unit_test(test_a_forward_past_the_queue_byte_bound_is_refused_full_and_counted),
