@@ -249,14 +249,17 @@ static int set_err(fx_bench_result *res, int rv, const char *what)
     return rv;
 }
 
-static int connect_one(run *R, fx_client **pc, bool stalled, fx_bench_result *res)
+/* Connects the publisher, or a subscriber (|sub|: to sub_server when set). */
+static int connect_one(run *R, fx_client **pc, bool stalled, bool sub, fx_bench_result *res)
 {
     fx_client_opts o;
     fx_bench_client_opts(R->cfg, &o, stalled);
+    if (sub && R->cfg->sub_server != NULL)
+        o.server = R->cfg->sub_server;
     int rv = fx_client_connect(pc, &o);
     if (rv != 0) {
         char what[128];
-        snprintf(what, sizeof(what), "cannot connect to the broker at %s%s", R->cfg->server,
+        snprintf(what, sizeof(what), "cannot connect to the broker at %s%s", o.server,
                  rv == FX_ETIMEDOUT ? " (is felix-broker running there?)" : "");
         return set_err(res, rv, what);
     }
@@ -332,13 +335,13 @@ static int setup(run *R, fx_bench_result *res)
     for (uint32_t k = 0; k < c->streams; k++)
         snprintf(R->names[k], sizeof(R->names[k]), "%.20s%u",
                  c->stream_prefix ? c->stream_prefix : "bench", (unsigned)k);
-    int rv = connect_one(R, &R->pub, false, res);
+    int rv = connect_one(R, &R->pub, false, false, res);
     for (uint32_t i = 0; rv == 0 && i < c->fanout; i++) {
         subscriber *s = &R->subs[i];
         s->readers = &R->readers[(size_t)i * c->streams];
         s->stalled = c->mode == FX_BENCH_OVERLOAD && i == c->fanout - 1;
         s->victim = c->mode == FX_BENCH_ISOLATION && i == c->fanout - 1;
-        rv = connect_one(R, &s->c, s->stalled, res);
+        rv = connect_one(R, &s->c, s->stalled, true, res);
         if (rv == 0)
             rv = subscribe_one(R, s, res);
     }
@@ -1018,7 +1021,7 @@ static int idle_subs_run(const fx_bench_cfg *c, fx_bench_result *r)
     probes a, b;
     probe(c, &a);
     for (uint32_t i = 0; rv == 0 && i < r->sub_clients; i++)
-        rv = connect_one(&R, &cl[i], false, r);
+        rv = connect_one(&R, &cl[i], false, true, r);
     for (uint64_t j = 0; rv == 0 && j < c->subs; j++)
         if ((rv = fx_subscribe(&subs[j], cl[j / FX_BENCH_SUBS_PER_CLIENT], c->ns, "bench0",
                                NULL)) != 0)

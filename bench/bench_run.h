@@ -57,6 +57,7 @@ typedef struct fx_bench_cfg {
     bool no_redirect;    /* fx_client_opts.no_redirect (a cluster mirror serves it) */
     bool lossless;       /* client Block queues (the broker's profile is the caller's) */
     const char *server;  /* "127.0.0.1:port" */
+    const char *sub_server; /* the subscribers' broker, when not |server| (NULL) */
     const char *pin;     /* hex SHA-256 of the broker's certificate, or NULL */
     bool insecure;       /* accept any certificate */
     const char *admin;   /* external broker's admin "host:port", or NULL */

@@ -159,6 +159,8 @@ static void usage(FILE *out)
             "                     no_redirect): at a cluster node that does not own the\n"
             "                     stream the subscribers are served from its mirror\n"
             "  --server ADDR      external broker host:port (default: in-process broker)\n"
+            "  --sub-server ADDR  the subscribers connect there instead (two nodes of a\n"
+            "                     cluster: publish at one, subscribe at another)\n"
             "  --pin HEX          external broker's certificate SHA-256 (or --insecure)\n"
             "  --admin ADDR       external broker's admin host:port (drop counters)\n"
             "  --broker-pid PID   external broker's pid (CPU, peak RSS, wakeups)\n"
@@ -199,6 +201,7 @@ enum {
     O_CB,
     O_IDEM,
     O_NO_REDIRECT,
+    O_SUB_SERVER,
     O_SERVER,
     O_PIN,
     O_INSECURE,
@@ -248,6 +251,7 @@ static const struct option LONG_OPTS[] = {
     {"callback", 0, 0, O_CB},
     {"idempotent", 0, 0, O_IDEM},
     {"no-redirect", 0, 0, O_NO_REDIRECT},
+    {"sub-server", 1, 0, O_SUB_SERVER},
     {"server", 1, 0, O_SERVER},
     {"pin", 1, 0, O_PIN},
     {"insecure", 0, 0, O_INSECURE},
@@ -419,6 +423,9 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_NO_REDIRECT:
             o->c.no_redirect = true;
+            break;
+        case O_SUB_SERVER:
+            o->c.sub_server = optarg;
             break;
         case O_SERVER:
             o->c.server = optarg;

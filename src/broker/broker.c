@@ -139,18 +139,14 @@ static int create_loops(fx_broker *b)
         if (rv != 0)
             return rv;
     }
-    uint32_t n = b->o.io_threads + (b->o.internal_ip != NULL ? 1 : 0);
-    if (n == 0)
+    if (b->o.io_threads == 0)
         return 0;
-    b->io = calloc(n, sizeof(*b->io));
+    b->io = calloc(b->o.io_threads, sizeof(*b->io));
     if (b->io == NULL)
         return -ENOMEM;
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < b->o.io_threads; i++) {
         char name[24];
-        if (i == b->o.io_threads)
-            snprintf(name, sizeof(name), "fx-internal");
-        else
-            snprintf(name, sizeof(name), "fx-io-%u", (unsigned)(i % 100000u));
+        snprintf(name, sizeof(name), "fx-io-%u", (unsigned)(i % 100000u));
         int rv = fx_loop_new(&b->io[i], &(fx_loop_opts){.name = name, .cpu = -1});
         if (rv != 0)
             return rv;
@@ -193,13 +189,15 @@ static int open_server(fx_broker *b, fx_loop **loops, uint32_t n)
     return rv;
 }
 
-/* The internal listener: one more endpoint, alone on the last io loop
- * (create_loops made it for this), bound to internal_ip:internal_port. */
+/* The internal listener: one more endpoint, bound to internal_ip:
+ * internal_port, on the loop of the first server endpoint. A forwarded
+ * publish then takes the path a direct one takes (with io_threads 0, the
+ * connection's loop is worker 0, which appends: no thread hop at all). */
 static int open_internal(fx_broker *b)
 {
     fxb_ep *e = &b->eps[b->neps];
-    e->loop = b->io[b->nio - 1];
-    e->worker = -1;
+    e->loop = b->eps[0].loop;
+    e->worker = b->eps[0].worker;
     fx_task_init(&e->auth_task, fxb_conn_auth_recheck, e);
     int rv = fx_quic_server_new(&e->ep, e->loop, b->o.internal_ip, b->o.internal_port,
                                 &b->o.quic, &fxb_quic_callbacks, b);

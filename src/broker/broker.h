@@ -135,9 +135,9 @@ typedef struct fx_broker_opts {
     const char *bind_ip; /* numeric; "127.0.0.1" */
     uint16_t port;       /* 0 picks one (fx_broker_port) */
     /* The broker-to-broker listener of a cluster (cluster_internal_bind):
-     * a second QUIC server on its own io loop ("fx-internal") that the other
-     * nodes' forwarders dial, served like the first (the same TLS identity,
-     * authentication and limits). NULL: none. */
+     * a second QUIC server on the first one's loop that the other nodes'
+     * forwarders and mirrors dial, served like the first (the same TLS
+     * identity, authentication and limits). NULL: none. */
     const char *internal_ip; /* numeric */
     uint16_t internal_port;  /* 0 picks one (fx_broker_internal_port) */
     fx_quic_opts quic;   /* transport settings (windows, unacked cap, TLS files) */

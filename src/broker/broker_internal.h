@@ -94,9 +94,7 @@ struct fx_broker {
     uint32_t nworkers;
     fxb_worker *workers;
     uint32_t nio;
-    /* Dedicated io loops (io_threads), then the internal listener's loop
-     * when there is one (internal_ip), or NULL. */
-    fx_loop **io;
+    fx_loop **io; /* dedicated io loops (io_threads), or NULL */
     /* Server endpoints, placed by fx_placement_endpoint: one, or with
      * io_threads >= 2 one per io loop but the last, as members of |grp|
      * (connections go to a member by the transport's connection-ID rule). */
@@ -104,8 +102,8 @@ struct fx_broker {
     uint32_t neps;
     fx_quic_server_group *grp; /* NULL with one endpoint */
     uint16_t port;
-    /* The internal listener (internal_ip): the last of |eps|, alone on the
-     * last of |io|; its bound port, or 0. */
+    /* The internal listener (internal_ip): the last of |eps|, on the loop
+     * of the first; its bound port, or 0. */
     uint16_t internal_port;
     char fingerprint[65];
     bool started, stopped;

@@ -145,7 +145,7 @@ static void on_conn_new(fx_quic_conn *qc, void *user)
     c->b = b;
     c->qc = qc;
     c->loop = fx_quic_conn_loop(qc);
-    c->epi = fxb_ep_index(b, c->loop);
+    c->epi = fxb_ep_index(b, fx_quic_conn_endpoint(qc));
     if (b->internal_port != 0 && c->epi == b->neps - 1)
         FX_COUNTER_INC(cluster_internal_connections); /* the internal listener is the last */
     c->id = atomic_fetch_add(&b->next_conn_id, 1);

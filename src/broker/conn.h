@@ -12,12 +12,12 @@
 
 extern const fx_quic_callbacks fxb_quic_callbacks;
 
-/* The index in b->eps of the endpoint running on |loop| (a connection's loop
- * is its endpoint's). Any thread. */
-static inline uint32_t fxb_ep_index(const fx_broker *b, const fx_loop *loop)
+/* The index in b->eps of endpoint |ep| (a connection's; two endpoints may
+ * share a loop: the internal listener runs on the first one's). Any thread. */
+static inline uint32_t fxb_ep_index(const fx_broker *b, const fx_quic_endpoint *ep)
 {
     for (uint32_t i = 0; i < b->neps; i++)
-        if (b->eps[i].loop == loop)
+        if (b->eps[i].ep == ep)
             return i;
     return 0; /* unreachable: every connection comes from an endpoint */
 }

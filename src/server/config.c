@@ -534,7 +534,7 @@ const struct key fx_config_keys[] = {
              "with cluster_etcd_endpoints)"},
     {.name = "cluster_internal_bind", .env = {"FELIX_CLUSTER_INTERNAL_BIND"}, .type = T_STR,
      FIELD(cluster_internal_bind), .def = "",
-     .help = "host:port of a second QUIC listener, on its own io thread, that the other nodes "
+     .help = "host:port of a second QUIC listener, on the first one's loop, that the other nodes "
              "dial to forward publishes (a fixed port; a wildcard host is advertised with "
              "cluster_advertise's host); empty = they dial cluster_advertise"},
     {.name = "cluster_lease_ttl_s", .env = {"FELIX_CLUSTER_LEASE_TTL_S"}, .type = T_U32,
