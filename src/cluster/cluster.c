@@ -406,13 +406,33 @@ static void reg_fire(fx_loop *l, fx_timer *t, void *user)
 
 /* ---- the view: listing and watch -------------------------------------------- */
 
+/* Whether |o|'s handoff record names the stream's candidate: its
+ * destination is a live node below the bounded-load cap, as a node that
+ * placement picks must be (fx_place_pick). A destination at its cap does not
+ * take the stream: normal placement picks the owner, whose claim still reads
+ * the record. Every node decides it from its own view, as placement. mu. */
+static bool handoff_takes(fx_cluster *c, const owner *o)
+{
+    if (!o->ho)
+        return false;
+    node *n = fxcl_node_find(c, o->ho_to);
+    return n != NULL && n->owned < fx_place_cap(c->n_owned_total, c->nnodes, c->o.load_factor);
+}
+
 /* A handoff names this node and nobody owns the stream: claim it at once
- * (eager), so its subscribers and publishers find it served. mu. */
+ * (eager), so its subscribers and publishers find it served, unless this
+ * node is at its bounded-load cap (handoff_takes). mu. */
 static void claim_handoff(fx_cluster *c, owner *o)
 {
     if (!o->ho || o->state != OW_NONE || strcmp(o->ho_to, c->node_id) != 0 || c->stopping ||
         !fx_cluster_serving(c))
         return;
+    if (!handoff_takes(c, o)) {
+        FX_LOG_INFO("cluster", "the handoff of %s/%s/%s to this node is not claimed: this node is "
+                    "at its bounded-load cap (or not in its own view); placement picks its owner",
+                    o->t, o->ns, o->s);
+        return;
+    }
     o->state = OW_CLAIMING;
     o->durable = false;
     o->retries = 0;
@@ -1035,10 +1055,10 @@ void fx_cluster_route_stream(fx_cluster *c, const char *tenant, const char *ns, 
                      o->why[0] ? o->why : "stream owner unavailable; retry");
             break;
         }
-        if (o->state == OW_NONE && !asked && !durable && o->ho &&
-            fxcl_node_find(c, o->ho_to) != NULL) {
+        if (o->state == OW_NONE && !asked && !durable && handoff_takes(c, o)) {
             /* A graceful move named its destination: it is the candidate
-             * while the handoff record exists (it claims eagerly). */
+             * while the handoff record exists and it is below its cap (it
+             * claims eagerly). */
             if (strcmp(o->ho_to, c->node_id) != 0) {
                 route_remote(c, out, o->ho_to, (uint64_t)o->ho_epoch + 1);
                 FX_COUNTER_INC(cluster_routes_remote);
