@@ -1,8 +1,9 @@
 /* fx_cluster: membership, the local deadline rule, the view of the cluster's
- * keys and the claims of stream ownership (cluster.h, docs/cluster.md). The
- * cluster thread runs everything that talks to etcd; the tables below are
- * shared with the broker's threads under |mu|. */
-#include "cluster/cluster.h"
+ * keys, the claims of stream ownership and the routes (cluster.h,
+ * docs/cluster.md). The cluster thread runs everything that talks to etcd;
+ * the tables (cluster_int.h) are shared with the broker's threads under
+ * |mu|. The moves are in move.c, the status JSON in status.c. */
+#include "cluster/cluster_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,143 +15,12 @@
 #include <string.h>
 #include <time.h>
 
-#include <jansson.h>
-
 #include "base/log.h"
 #include "base/loop.h"
 #include "base/metrics.h"
 #include "cluster/etcd.h"
 #include "cluster/place.h"
 #include "felix/error.h"
-
-#define KEY_MAX FX_PLACE_KEY_MAX
-#define OWNER_BUCKETS 4096u
-#define MAX_NODES 256u
-#define RETRY_NS (500ull * 1000000ull)
-/* A claim refused because a durable stream's pin names another node. */
-#define FX_EPINNED (-EADDRINUSE)
-
-/* ---- tables (under mu) --------------------------------------------------- */
-
-typedef enum owner_state {
-    OW_NONE,     /* known only by its epoch key (no owner now) */
-    OW_OWNED,    /* an owner key names |node| */
-    OW_CLAIMING, /* this node's claim is under way */
-} owner_state;
-
-typedef struct owner {
-    struct owner *next;      /* bucket chain */
-    struct owner *claim_next; /* claim queue (cluster thread) */
-    uint64_t hash;
-    char t[FX_PLACE_NAME_MAX + 1], ns[FX_PLACE_NAME_MAX + 1], s[FX_PLACE_NAME_MAX + 1];
-    owner_state state;
-    char node[FX_PLACE_ID_MAX + 1];
-    uint64_t epoch;         /* the owner's epoch (OW_OWNED) */
-    int64_t epoch_version;  /* version of epochs/<key> as last seen (0: absent) */
-    int64_t create_rev;     /* the owner key's create revision (fencing token) */
-    bool durable;           /* the claim asked for a durable stream */
-    bool queued;            /* in the claim queue */
-    bool pin_absent;        /* durable: the last look found no pin */
-    uint8_t retries;        /* claims sent again after a stale view */
-    int claim_rv;           /* the last claim's failure (0: none) */
-    bool dur;               /* OW_OWNED: the owner key says kind durable */
-    bool moving;            /* owned here, a move of it under way (no admission) */
-    char move_to[FX_PLACE_ID_MAX + 1]; /* |moving|: the destination */
-    /* handoff/<key> as last seen (|ho| false: absent) */
-    bool ho;
-    char ho_to[FX_PLACE_ID_MAX + 1];
-    uint32_t ho_epoch;
-    uint64_t ho_tail;
-    /* Owned here by a claim that read a handoff of the epoch just before:
-     * the previous epoch's end (subscribed's prev_epoch_end). */
-    bool has_prev_end;
-    uint64_t prev_end;
-    char why[400];
-} owner;
-
-/* One graceful move of a stream this node owns (docs/cluster.md "Moves"):
- * queued, frozen by the broker, then the guard txn. Listed in
- * fx_cluster.moves (under mu) from its making to its end. */
-typedef struct move_op {
-    struct move_op *next, *prev; /* all moves */
-    struct move_op *qnext;       /* the queue of moves not started */
-    fx_cluster *c;
-    owner *o;
-    char to[FX_PLACE_ID_MAX + 1];
-    fx_task task; /* the freeze's answer, back on the cluster thread */
-    int rv;
-    uint64_t tail;
-    uint64_t epoch;
-    int64_t rev;
-} move_op;
-
-typedef struct node {
-    char id[FX_PLACE_ID_MAX + 1];
-    fx_place_node_info info;
-    int64_t create_rev; /* incarnation */
-    int64_t lease;
-    size_t owned; /* owner entries naming it (kept by owner_set) */
-} node;
-
-struct fx_cluster {
-    fx_cluster_opts o;
-    char *name, *node_id, *advertise, *internal, *admin, *server_name;
-    char **endpoints;
-    char *etcd_strs[5];
-    fx_loop *loop;
-    fx_etcd *etcd;
-    bool started;
-
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    owner *buckets[OWNER_BUCKETS]; /* mu */
-    size_t n_owned_total;          /* mu: owner keys known, all nodes */
-    size_t n_owned_here;           /* mu */
-    node nodes[MAX_NODES];         /* mu */
-    size_t nnodes;                 /* mu */
-    owner *claims;                 /* mu: queue of claims to run */
-    fx_task claim_task;
-    char status_why[160];          /* mu: why not ready */
-    fx_etcd_stats etcd_stats;      /* mu: a copy taken on the cluster thread */
-
-    /* membership (cluster thread; atomics read anywhere) */
-    _Atomic uint64_t deadline_ns; /* CLOCK_BOOTTIME; 0: not serving */
-    atomic_bool registered;
-    _Atomic int64_t lease;
-    _Atomic int64_t incarnation;
-    _Atomic uint32_t ttl_s;  /* as granted (read by fx_cluster_status_json) */
-    uint64_t ka_sent_ns;     /* the keep-alive in flight: its send time */
-    bool ka_in_flight;
-    fx_timer ka_timer, reg_timer, list_timer;
-    fx_etcd_watch *watch;
-    bool listed;
-    bool stopping;
-    /* free: the revoke's answer */
-    fx_task stop_task;
-    bool stop_done;          /* mu */
-
-    /* moves (mu, but the timers: cluster thread) */
-    move_op *moves;               /* every move not ended */
-    move_op *mq_head, *mq_tail;   /* queued, not started */
-    uint64_t move_next_ns;        /* cluster thread: the next start allowed */
-    uint64_t rng;                 /* cluster thread: the jitter's */
-    bool in_listing;              /* cluster thread: applying a full listing */
-    fx_task move_task;
-    fx_timer move_timer, join_timer;
-
-    /* counters (also in the metrics registry) */
-    atomic_uint_fast64_t claims_won, claims_lost, claims_refused, claims_error;
-    atomic_uint_fast64_t releases, renew_ok, renew_failed, leases_lost, late_appends;
-    atomic_uint_fast64_t suspensions, watch_restarts;
-    atomic_uint_fast64_t moves_started, moves_done, moves_failed, handoff_claims, moving_refused;
-};
-
-static uint64_t boottime_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t fnv(const char *t, const char *ns, const char *s)
 {
@@ -164,7 +34,7 @@ static uint64_t fnv(const char *t, const char *ns, const char *s)
     return h;
 }
 
-static owner *owner_find(fx_cluster *c, const char *t, const char *ns, const char *s)
+owner *fxcl_owner_find(fx_cluster *c, const char *t, const char *ns, const char *s)
 {
     uint64_t h = fnv(t, ns, s);
     for (owner *o = c->buckets[h % OWNER_BUCKETS]; o != NULL; o = o->next)
@@ -175,7 +45,7 @@ static owner *owner_find(fx_cluster *c, const char *t, const char *ns, const cha
 
 static owner *owner_get(fx_cluster *c, const char *t, const char *ns, const char *s)
 {
-    owner *o = owner_find(c, t, ns, s);
+    owner *o = fxcl_owner_find(c, t, ns, s);
     if (o != NULL)
         return o;
     if (strlen(t) > FX_PLACE_NAME_MAX || strlen(ns) > FX_PLACE_NAME_MAX ||
@@ -193,19 +63,16 @@ static owner *owner_get(fx_cluster *c, const char *t, const char *ns, const char
     return o;
 }
 
-static node *node_find(fx_cluster *c, const char *id);
-static uint64_t next_rand(fx_cluster *c);
-
 /* Sets |o|'s owner (|nodeid| NULL: none). Keeps the counts: all, this
  * node's, and each known node's (placement reads them on every claim
  * decision, so they are kept, not counted). mu. */
-static void owner_set(fx_cluster *c, owner *o, const char *nodeid, uint64_t epoch, int64_t rev)
+void fxcl_owner_set(fx_cluster *c, owner *o, const char *nodeid, uint64_t epoch, int64_t rev)
 {
     if (o->state == OW_OWNED) {
         c->n_owned_total--;
         if (strcmp(o->node, c->node_id) == 0)
             c->n_owned_here--;
-        node *was = node_find(c, o->node);
+        node *was = fxcl_node_find(c, o->node);
         if (was != NULL && was->owned > 0)
             was->owned--;
     }
@@ -224,13 +91,13 @@ static void owner_set(fx_cluster *c, owner *o, const char *nodeid, uint64_t epoc
     c->n_owned_total++;
     if (strcmp(o->node, c->node_id) == 0)
         c->n_owned_here++;
-    node *now = node_find(c, o->node);
+    node *now = fxcl_node_find(c, o->node);
     if (now != NULL)
         now->owned++;
     FX_GAUGE_SET(cluster_owned_streams, (int64_t)c->n_owned_here);
 }
 
-static node *node_find(fx_cluster *c, const char *id)
+node *fxcl_node_find(fx_cluster *c, const char *id)
 {
     for (size_t i = 0; i < c->nnodes; i++)
         if (strcmp(c->nodes[i].id, id) == 0)
@@ -390,7 +257,7 @@ static void on_keepalive(fx_etcd *e, const fx_etcd_resp *r, void *user)
 
 /* Copies the etcd client's counters for readers on other threads. Cluster
  * thread. */
-static void copy_etcd_stats(fx_cluster *c)
+void fxcl_copy_etcd_stats(fx_cluster *c)
 {
     fx_etcd_stats st;
     fx_etcd_get_stats(c->etcd, &st);
@@ -404,10 +271,10 @@ static void ka_fire(fx_loop *l, fx_timer *t, void *user)
     (void)l;
     (void)t;
     fx_cluster *c = user;
-    copy_etcd_stats(c);
+    fxcl_copy_etcd_stats(c);
     if (c->stopping || !atomic_load(&c->registered) || c->ka_in_flight)
         return;
-    c->ka_sent_ns = boottime_ns();
+    c->ka_sent_ns = fxcl_boottime_ns();
     uint64_t dl = atomic_load(&c->deadline_ns);
     if (dl != 0 && c->ka_sent_ns >= dl) {
         atomic_fetch_add(&c->suspensions, 1);
@@ -495,7 +362,7 @@ static void register_node(fx_cluster *c)
         return;
     if (atomic_load(&c->lease) == 0 || !atomic_load(&c->registered)) {
         if (atomic_load(&c->deadline_ns) == 0 || atomic_load(&c->lease) == 0) {
-            c->ka_sent_ns = boottime_ns();
+            c->ka_sent_ns = fxcl_boottime_ns();
             if (fx_etcd_lease_grant(c->etcd, c->o.lease_ttl_s, 0, on_granted, c) != 0)
                 fx_loop_timer_arm(c->loop, &c->reg_timer, fx_now_ns() + RETRY_NS);
             return;
@@ -532,20 +399,40 @@ static void reg_fire(fx_loop *l, fx_timer *t, void *user)
     fx_cluster *c = user;
     /* A lease that was granted but whose node key failed: keep the lease if
      * it still serves, else start over. */
-    if (atomic_load(&c->deadline_ns) != 0 && boottime_ns() >= atomic_load(&c->deadline_ns))
+    if (atomic_load(&c->deadline_ns) != 0 && fxcl_boottime_ns() >= atomic_load(&c->deadline_ns))
         atomic_store(&c->lease, 0);
     register_node(c);
 }
 
 /* ---- the view: listing and watch -------------------------------------------- */
 
+/* Whether |o|'s handoff record names the stream's candidate: its
+ * destination is a live node below the bounded-load cap, as a node that
+ * placement picks must be (fx_place_pick). A destination at its cap does not
+ * take the stream: normal placement picks the owner, whose claim still reads
+ * the record. Every node decides it from its own view, as placement. mu. */
+static bool handoff_takes(fx_cluster *c, const owner *o)
+{
+    if (!o->ho)
+        return false;
+    node *n = fxcl_node_find(c, o->ho_to);
+    return n != NULL && n->owned < fx_place_cap(c->n_owned_total, c->nnodes, c->o.load_factor);
+}
+
 /* A handoff names this node and nobody owns the stream: claim it at once
- * (eager), so its subscribers and publishers find it served. mu. */
+ * (eager), so its subscribers and publishers find it served, unless this
+ * node is at its bounded-load cap (handoff_takes). mu. */
 static void claim_handoff(fx_cluster *c, owner *o)
 {
     if (!o->ho || o->state != OW_NONE || strcmp(o->ho_to, c->node_id) != 0 || c->stopping ||
         !fx_cluster_serving(c))
         return;
+    if (!handoff_takes(c, o)) {
+        FX_LOG_INFO("cluster", "the handoff of %s/%s/%s to this node is not claimed: this node is "
+                    "at its bounded-load cap (or not in its own view); placement picks its owner",
+                    o->t, o->ns, o->s);
+        return;
+    }
     o->state = OW_CLAIMING;
     o->durable = false;
     o->retries = 0;
@@ -566,7 +453,7 @@ static void apply_key(fx_cluster *c, const fx_etcd_kv *kv, bool deleted)
     char err[FX_PLACE_ERR_MAX];
     switch (p.kind) {
     case FX_PLACE_NODES: {
-        node *n = node_find(c, p.a);
+        node *n = fxcl_node_find(c, p.a);
         if (deleted) {
             if (n != NULL) {
                 FX_LOG_INFO("cluster", "node %s left the cluster", p.a);
@@ -588,13 +475,7 @@ static void apply_key(fx_cluster *c, const fx_etcd_kv *kv, bool deleted)
             snprintf(n->id, sizeof(n->id), "%.*s", (int)FX_PLACE_ID_MAX, p.a);
             n->owned = owned_by(c, n->id);
             FX_LOG_INFO("cluster", "node %s (%s) is in the cluster", p.a, info.addr);
-            if (!c->in_listing && c->listed && strcmp(p.a, c->node_id) != 0 &&
-                c->o.rebalance_on_join && c->o.move_rate > 0 && c->o.freeze != NULL &&
-                !c->stopping) {
-                /* A node joined: rebalance towards it after 1 to 3 s. */
-                uint64_t delay = 1000000000ull + next_rand(c) % 2000000000ull;
-                fx_loop_timer_arm(c->loop, &c->join_timer, fx_now_ns() + delay);
-            }
+            fxcl_move_joined(c, p.a);
         }
         n->info = info;
         n->create_rev = kv->create_revision;
@@ -614,7 +495,7 @@ static void apply_key(fx_cluster *c, const fx_etcd_kv *kv, bool deleted)
         if (deleted) {
             bool mine = o->state == OW_OWNED && strcmp(o->node, c->node_id) == 0;
             if (o->state == OW_OWNED)
-                owner_set(c, o, NULL, 0, 0);
+                fxcl_owner_set(c, o, NULL, 0, 0);
             claim_handoff(c, o); /* the owner key of a handoff to this node went */
             if (mine && o->moving)
                 return; /* the move's guard deleted it (its answer may come later) */
@@ -644,7 +525,7 @@ static void apply_key(fx_cluster *c, const fx_etcd_kv *kv, bool deleted)
             return; /* the claim's answer sets it */
         bool had_prev = o->has_prev_end && o->state == OW_OWNED && strcmp(o->node, ov.node) == 0 &&
                         o->epoch == ov.epoch;
-        owner_set(c, o, ov.node, ov.epoch, kv->create_revision);
+        fxcl_owner_set(c, o, ov.node, ov.epoch, kv->create_revision);
         o->dur = ov.kind == FX_PLACE_DUR;
         o->has_prev_end = had_prev; /* known only to the claimant, and kept by it */
         return;
@@ -738,7 +619,7 @@ static void on_listed(fx_etcd *e, const fx_etcd_resp *r, void *user)
         for (owner *o = c->buckets[b]; o != NULL; o = o->next) {
             o->epoch_version = 0;
             if (o->state == OW_OWNED)
-                owner_set(c, o, NULL, 0, 0);
+                fxcl_owner_set(c, o, NULL, 0, 0);
         }
     c->in_listing = true; /* the nodes listed are not joining */
     for (size_t b = 0; b < OWNER_BUCKETS; b++)
@@ -803,7 +684,7 @@ static void on_claimed(fx_etcd *e, const fx_etcd_resp *r, void *user)
     claim_ctx *cx = user;
     fx_cluster *c = cx->c;
     owner *o = cx->o;
-    copy_etcd_stats(c);
+    fxcl_copy_etcd_stats(c);
     if (r->rv != 0) {
         atomic_fetch_add(&c->claims_error, 1);
         FX_COUNTER_INC(cluster_claims_error);
@@ -829,7 +710,7 @@ static void on_claimed(fx_etcd *e, const fx_etcd_resp *r, void *user)
             (uint64_t)h.epoch + 1 == cx->epoch;
         pthread_mutex_lock(&c->mu);
         o->state = OW_NONE;
-        owner_set(c, o, c->node_id, cx->epoch, r->revision);
+        fxcl_owner_set(c, o, c->node_id, cx->epoch, r->revision);
         o->dur = o->durable;
         o->epoch_version = (int64_t)cx->epoch;
         o->claim_rv = 0;
@@ -1027,7 +908,7 @@ static void release_all(fx_cluster *c, const char *why)
         for (size_t b = 0; b < OWNER_BUCKETS && !found; b++)
             for (owner *o = c->buckets[b]; o != NULL && !found; o = o->next)
                 if (o->state == OW_OWNED && strcmp(o->node, c->node_id) == 0) {
-                    owner_set(c, o, NULL, 0, 0);
+                    fxcl_owner_set(c, o, NULL, 0, 0);
                     strcpy(t, o->t);
                     strcpy(ns, o->ns);
                     strcpy(s, o->s);
@@ -1044,424 +925,12 @@ static void release_all(fx_cluster *c, const char *why)
     }
 }
 
-/* ---- moves: graceful handoff and rebalance ------------------------------------------- */
-
-static void move_start(fx_cluster *c, move_op *op);
-
-/* Unlinks |op| from the moves and frees it. mu. */
-static void move_unlink(fx_cluster *c, move_op *op)
-{
-    if (op->prev != NULL)
-        op->prev->next = op->next;
-    else
-        c->moves = op->next;
-    if (op->next != NULL)
-        op->next->prev = op->prev;
-    free(op);
-}
-
-/* A move that did not happen: the stream is served here again unless its
- * ownership was lost (|released|: the broker drops it, as on_release).
- * Cluster thread. */
-static void move_fail(fx_cluster *c, move_op *op, bool released, const char *why)
-{
-    owner *o = op->o;
-    char t[FX_PLACE_NAME_MAX + 1], ns[FX_PLACE_NAME_MAX + 1], s[FX_PLACE_NAME_MAX + 1];
-    pthread_mutex_lock(&c->mu);
-    o->moving = false;
-    snprintf(t, sizeof(t), "%s", o->t);
-    snprintf(ns, sizeof(ns), "%s", o->ns);
-    snprintf(s, sizeof(s), "%s", o->s);
-    bool mine = o->state == OW_OWNED && strcmp(o->node, c->node_id) == 0;
-    if (released && mine)
-        owner_set(c, o, NULL, 0, 0);
-    /* Not owned here any more (its key vanished while it moved): dropped. */
-    released = released || !mine;
-    move_unlink(c, op);
-    pthread_mutex_unlock(&c->mu);
-    pthread_cond_broadcast(&c->cv);
-    atomic_fetch_add(&c->moves_failed, 1);
-    FX_COUNTER_INC(cluster_moves_failed);
-    FX_LOG_WARN("cluster", "move of %s/%s/%s failed: %s", t, ns, s, why);
-    if (c->o.unfreeze != NULL)
-        c->o.unfreeze(t, ns, s, c->o.user);
-    if (released && c->o.on_release != NULL) {
-        atomic_fetch_add(&c->releases, 1);
-        FX_COUNTER_INC(cluster_releases);
-        c->o.on_release(t, ns, s, c->o.user);
-    }
-}
-
-/* The guard txn answered. Cluster thread. */
-static void on_guarded(fx_etcd *e, const fx_etcd_resp *r, void *user)
-{
-    (void)e;
-    move_op *op = user;
-    fx_cluster *c = op->c;
-    owner *o = op->o;
-    copy_etcd_stats(c);
-    if (r->rv != 0) {
-        /* Unknown whether it applied: if it did, the watch sees the owner
-         * key deleted and the stream is released then. */
-        char why[160];
-        snprintf(why, sizeof(why), "the guard transaction failed in etcd (%s): it is served here "
-                 "again", fx_strerror(r->rv));
-        move_fail(c, op, false, why);
-        return;
-    }
-    if (!r->succeeded) {
-        move_fail(c, op, true, "this node owns it no more (its claim revision or lease changed): "
-                  "released");
-        return;
-    }
-    char t[FX_PLACE_NAME_MAX + 1], ns[FX_PLACE_NAME_MAX + 1], s[FX_PLACE_NAME_MAX + 1];
-    char addr[FX_CLUSTER_ADDR_MAX + 1] = "";
-    pthread_mutex_lock(&c->mu);
-    /* Owned no more; until the destination claims, routing names it (the
-     * handoff record, as the watch will show it). The watch may have shown
-     * the owner key's deletion already, and even the destination's claim. */
-    if (o->state == OW_OWNED && strcmp(o->node, c->node_id) == 0)
-        owner_set(c, o, NULL, 0, 0);
-    o->moving = false;
-    if (o->state == OW_NONE) {
-        o->ho = true;
-        snprintf(o->ho_to, sizeof(o->ho_to), "%s", op->to);
-        o->ho_epoch = (uint32_t)op->epoch;
-        o->ho_tail = op->tail;
-    }
-    node *n = node_find(c, op->to);
-    if (n != NULL)
-        snprintf(addr, sizeof(addr), "%s", n->info.addr);
-    snprintf(t, sizeof(t), "%s", o->t);
-    snprintf(ns, sizeof(ns), "%s", o->ns);
-    snprintf(s, sizeof(s), "%s", o->s);
-    char to[FX_PLACE_ID_MAX + 1];
-    snprintf(to, sizeof(to), "%s", op->to);
-    uint64_t gen = op->epoch + 1, tail = op->tail;
-    move_unlink(c, op);
-    pthread_mutex_unlock(&c->mu);
-    pthread_cond_broadcast(&c->cv);
-    atomic_fetch_add(&c->moves_done, 1);
-    FX_COUNTER_INC(cluster_moves_done);
-    FX_LOG_INFO("cluster", "moved %s/%s/%s to %s (epoch %" PRIu64 " ends at offset %" PRIu64
-                "; the next is %" PRIu64 ")",
-                t, ns, s, to, gen - 1, tail, gen);
-    if (c->o.moved != NULL)
-        c->o.moved(t, ns, s, to, addr[0] ? addr : NULL, gen, c->o.user);
-}
-
-/* The broker froze the stream and read its tail: the guard txn puts the
- * handoff record and deletes the owner key, only if this node's claim
- * still holds. Cluster thread. */
-static void move_guard(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    move_op *op = user;
-    fx_cluster *c = op->c;
-    owner *o = op->o;
-    if (op->rv != 0) {
-        char why[160];
-        snprintf(why, sizeof(why), "the broker could not freeze it (%s)", fx_strerror(op->rv));
-        move_fail(c, op, false, why);
-        return;
-    }
-    char okey[KEY_MAX], hkey[KEY_MAX];
-    pthread_mutex_lock(&c->mu);
-    bool mine = o->state == OW_OWNED && strcmp(o->node, c->node_id) == 0;
-    op->epoch = o->epoch;
-    op->rev = o->create_rev;
-    int ol = fx_place_key(okey, sizeof(okey), c->name, FX_PLACE_OWNERS, o->t, o->ns, o->s);
-    int hl = fx_place_key(hkey, sizeof(hkey), c->name, FX_PLACE_HANDOFF, o->t, o->ns, o->s);
-    pthread_mutex_unlock(&c->mu);
-    if (!mine) {
-        move_fail(c, op, false, "this node owns it no more");
-        return;
-    }
-    fx_place_handoff h = {.epoch = (uint32_t)op->epoch, .final_tail = op->tail};
-    snprintf(h.to, sizeof(h.to), "%s", op->to);
-    size_t vl = 0;
-    char *v = ol < 0 || hl < 0 ? NULL : fx_place_handoff_encode(&h, &vl);
-    if (v == NULL) {
-        move_fail(c, op, false, "its handoff record cannot be written");
-        return;
-    }
-    int64_t lease = atomic_load(&c->lease);
-    fx_etcd_cmp cmp[2] = {
-        {.key = okey, .key_len = (size_t)ol, .target = FX_ETCD_CMP_CREATE,
-         .result = FX_ETCD_EQUAL, .number = op->rev},
-        {.key = okey, .key_len = (size_t)ol, .target = FX_ETCD_CMP_LEASE, .result = FX_ETCD_EQUAL,
-         .number = lease},
-    };
-    fx_etcd_op succ[2] = {
-        {.kind = FX_ETCD_PUT, .key = hkey, .key_len = (size_t)hl, .value = v, .value_len = vl,
-         .lease = lease},
-        {.kind = FX_ETCD_DELETE, .key = okey, .key_len = (size_t)ol},
-    };
-    fx_etcd_txn_req tx = {.cmp = cmp, .n_cmp = 2, .success = succ, .n_success = 2};
-    int rv = fx_etcd_txn(c->etcd, &tx, on_guarded, op);
-    free(v);
-    if (rv != 0)
-        move_fail(c, op, false, "the etcd client is full");
-}
-
-/* The broker's answer to the freeze (any thread): back to the cluster
- * thread. */
-static void move_frozen(void *arg, int rv, uint64_t tail)
-{
-    move_op *op = arg;
-    op->rv = rv;
-    op->tail = tail;
-    fx_task_init(&op->task, move_guard, op);
-    fx_loop_post(op->c->loop, &op->task);
-}
-
-/* Starts |op|: the broker freezes its stream. Cluster thread. */
-static void move_start(fx_cluster *c, move_op *op)
-{
-    owner *o = op->o;
-    char t[FX_PLACE_NAME_MAX + 1], ns[FX_PLACE_NAME_MAX + 1], s[FX_PLACE_NAME_MAX + 1];
-    pthread_mutex_lock(&c->mu);
-    snprintf(t, sizeof(t), "%s", o->t);
-    snprintf(ns, sizeof(ns), "%s", o->ns);
-    snprintf(s, sizeof(s), "%s", o->s);
-    bool mine = o->state == OW_OWNED && strcmp(o->node, c->node_id) == 0;
-    pthread_mutex_unlock(&c->mu);
-    atomic_fetch_add(&c->moves_started, 1);
-    FX_COUNTER_INC(cluster_moves_started);
-    if (!mine || !fx_cluster_serving(c)) {
-        move_fail(c, op, false, mine ? "this node is suspended" : "this node owns it no more");
-        return;
-    }
-    FX_LOG_INFO("cluster", "moving %s/%s/%s to %s", t, ns, s, op->to);
-    c->o.freeze(t, ns, s, move_frozen, op, c->o.user);
-}
-
-static uint64_t next_rand(fx_cluster *c)
-{
-    c->rng ^= c->rng << 13;
-    c->rng ^= c->rng >> 7;
-    c->rng ^= c->rng << 17;
-    return c->rng;
-}
-
-/* Starts the queued moves at most move_rate per second, each gap jittered
- * by +-50% (so the subscribers of many moves do not reconnect in step).
- * Cluster thread. */
-static void move_pump(fx_cluster *c)
-{
-    if (c->stopping)
-        return;
-    for (;;) {
-        uint64_t now = fx_now_ns();
-        pthread_mutex_lock(&c->mu);
-        move_op *op = c->mq_head;
-        if (op != NULL && now >= c->move_next_ns) {
-            c->mq_head = op->qnext;
-            if (c->mq_head == NULL)
-                c->mq_tail = NULL;
-        }
-        bool more = c->mq_head != NULL;
-        pthread_mutex_unlock(&c->mu);
-        if (op == NULL)
-            return;
-        if (now < c->move_next_ns) {
-            fx_loop_timer_arm(c->loop, &c->move_timer, c->move_next_ns);
-            return;
-        }
-        uint64_t gap = 1000000000ull / (c->o.move_rate ? c->o.move_rate : 1);
-        c->move_next_ns = now + gap / 2 + next_rand(c) % (gap + 1);
-        move_start(c, op);
-        if (!more)
-            return;
-    }
-}
-
-static void move_task_run(fx_loop *l, fx_task *t, void *user)
-{
-    (void)l;
-    (void)t;
-    move_pump(user);
-}
-
-static void move_timer_fire(fx_loop *l, fx_timer *t, void *user)
-{
-    (void)l;
-    (void)t;
-    move_pump(user);
-}
-
-/* Queues a move of |o| to |to| (checked by the caller). mu. */
-static int move_queue(fx_cluster *c, owner *o, const char *to)
-{
-    move_op *op = calloc(1, sizeof(*op));
-    if (op == NULL)
-        return -ENOMEM;
-    op->c = c;
-    op->o = o;
-    snprintf(op->to, sizeof(op->to), "%s", to);
-    op->next = c->moves;
-    if (c->moves != NULL)
-        c->moves->prev = op;
-    c->moves = op;
-    if (c->mq_tail != NULL)
-        c->mq_tail->qnext = op;
-    else
-        c->mq_head = op;
-    c->mq_tail = op;
-    o->moving = true;
-    snprintf(o->move_to, sizeof(o->move_to), "%s", to);
-    fx_loop_post(c->loop, &c->move_task);
-    return 0;
-}
-
-int fx_cluster_move(fx_cluster *c, const char *tenant, const char *ns, const char *stream,
-                    const char *to, char *why, size_t cap)
-{
-    if (c->o.move_rate == 0 || c->o.freeze == NULL) {
-        snprintf(why, cap, "moves are off (cluster_move_rate = 0)");
-        return FX_ECONFIG;
-    }
-    int rv = 0;
-    pthread_mutex_lock(&c->mu);
-    owner *o = owner_find(c, tenant, ns, stream);
-    if (o == NULL || o->state != OW_OWNED || strcmp(o->node, c->node_id) != 0 || o->dur ||
-        o->moving) {
-        snprintf(why, cap, "%s/%s/%s: %s", tenant, ns, stream,
-                 o != NULL && o->moving ? "already moving"
-                 : o != NULL && o->dur  ? "durable streams stay with their log"
-                                        : "not owned by this node");
-        rv = FX_ENOSTREAM;
-    } else if (strcmp(to, c->node_id) == 0 || node_find(c, to) == NULL) {
-        snprintf(why, cap, "%s is not another live node of the cluster", to);
-        rv = FX_ENOTFOUND;
-    } else if ((rv = move_queue(c, o, to)) != 0) {
-        snprintf(why, cap, "out of memory");
-    }
-    pthread_mutex_unlock(&c->mu);
-    return rv;
-}
-
-typedef struct plan_row {
-    owner *o;
-    char key[3 * (FX_PLACE_NAME_MAX + 1) * 3];
-    size_t klen;
-} plan_row;
-
-static int cmp_row(const void *a, const void *b)
-{
-    const plan_row *x = a, *y = b;
-    size_t n = x->klen < y->klen ? x->klen : y->klen;
-    int r = memcmp(x->key, y->key, n);
-    return r != 0 ? r : (x->klen > y->klen) - (x->klen < y->klen);
-}
-
-int fx_cluster_rebalance(fx_cluster *c, bool dry_run, char **pjson)
-{
-    *pjson = NULL;
-    if (!dry_run && (c->o.move_rate == 0 || c->o.freeze == NULL))
-        return FX_ECONFIG;
-    json_t *moves = json_array();
-    if (moves == NULL)
-        return -ENOMEM;
-    int rv = 0;
-    ssize_t planned = 0;
-    pthread_mutex_lock(&c->mu);
-    size_t nrows = 0, cap = c->n_owned_here + 1;
-    plan_row *rows = malloc(cap * sizeof(*rows));
-    const void **keys = malloc(cap * sizeof(*keys));
-    size_t *klens = malloc(cap * sizeof(*klens));
-    ssize_t *to = malloc(cap * sizeof(*to));
-    fx_place_node pn[MAX_NODES];
-    ssize_t self = -1;
-    for (size_t i = 0; i < c->nnodes; i++) {
-        pn[i] = (fx_place_node){.id = c->nodes[i].id, .weight = c->nodes[i].info.weight,
-                                .owned = c->nodes[i].owned, .up = true};
-        if (strcmp(c->nodes[i].id, c->node_id) == 0)
-            self = (ssize_t)i;
-    }
-    if (rows == NULL || keys == NULL || klens == NULL || to == NULL) {
-        rv = -ENOMEM;
-        goto out;
-    }
-    for (size_t b = 0; b < OWNER_BUCKETS && self >= 0; b++)
-        for (owner *o = c->buckets[b]; o != NULL && nrows < cap; o = o->next) {
-            if (o->state != OW_OWNED || strcmp(o->node, c->node_id) != 0 || o->dur || o->moving)
-                continue;
-            int kl = fx_place_stream_key(rows[nrows].key, sizeof(rows[nrows].key), o->t, o->ns,
-                                         o->s);
-            if (kl < 0)
-                continue;
-            rows[nrows].o = o;
-            rows[nrows++].klen = (size_t)kl;
-        }
-    /* In key order: the same plan for the same view. */
-    qsort(rows, nrows, sizeof(*rows), cmp_row);
-    for (size_t i = 0; i < nrows; i++) {
-        keys[i] = rows[i].key;
-        klens[i] = rows[i].klen;
-    }
-    if (self >= 0 && nrows > 0)
-        planned = fx_place_plan_moves(pn, c->nnodes, (size_t)self, keys, klens, nrows,
-                                      c->n_owned_total, c->o.load_factor, to);
-    if (planned < 0) {
-        rv = (int)planned;
-        goto out;
-    }
-    for (size_t i = 0; i < nrows; i++) {
-        if (to[i] < 0)
-            continue;
-        owner *o = rows[i].o;
-        const char *dest = c->nodes[to[i]].id;
-        json_array_append_new(moves, json_pack("{s:s++++,s:s}", "stream", o->t, "/", o->ns, "/",
-                                               o->s, "to", dest));
-        if (!dry_run && (rv = move_queue(c, o, dest)) != 0)
-            goto out;
-    }
-out:
-    pthread_mutex_unlock(&c->mu);
-    free(rows);
-    free(keys);
-    free(klens);
-    free(to);
-    if (rv != 0) {
-        json_decref(moves);
-        return rv;
-    }
-    FX_LOG_INFO("cluster", "rebalance%s: %zd of this node's in-memory streams %s",
-                dry_run ? " (dry run)" : "", planned, dry_run ? "would move" : "move");
-    json_t *root = json_pack("{s:s,s:b,s:I,s:o}", "node", c->node_id, "dry_run", dry_run,
-                             "planned", (json_int_t)planned, "moves", moves);
-    *pjson = root != NULL ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(root);
-    return *pjson != NULL ? 0 : -ENOMEM;
-}
-
-/* A node joined: every node runs a rebalance 1 to 3 s later (jittered, so
- * the nodes do not all move at once). Cluster thread. */
-static void join_fire(fx_loop *l, fx_timer *t, void *user)
-{
-    (void)l;
-    (void)t;
-    fx_cluster *c = user;
-    char *json = NULL;
-    int rv = fx_cluster_rebalance(c, false, &json);
-    if (rv != 0)
-        FX_LOG_WARN("cluster", "rebalance after a node joined failed: %s", fx_strerror(rv));
-    free(json);
-}
-
-void fx_cluster_count_moving_refused(fx_cluster *c)
-{
-    atomic_fetch_add(&c->moving_refused, 1);
-    FX_COUNTER_INC(cluster_moving_refused);
-}
 
 bool fx_cluster_stream_epoch(fx_cluster *c, const char *tenant, const char *ns, const char *stream,
                              uint64_t *epoch, uint64_t *prev_end, bool *has_prev)
 {
     pthread_mutex_lock(&c->mu);
-    owner *o = owner_find(c, tenant, ns, stream);
+    owner *o = fxcl_owner_find(c, tenant, ns, stream);
     bool mine = o != NULL && o->state == OW_OWNED && strcmp(o->node, c->node_id) == 0;
     *epoch = mine ? o->epoch : 0;
     *has_prev = mine && o->has_prev_end;
@@ -1476,7 +945,7 @@ bool fx_cluster_serving(const fx_cluster *c)
 {
     uint64_t dl = atomic_load_explicit(&c->deadline_ns, memory_order_acquire);
     return dl != 0 && atomic_load_explicit(&c->registered, memory_order_acquire) &&
-           boottime_ns() < dl;
+           fxcl_boottime_ns() < dl;
 }
 
 const char *fx_cluster_node_id(const fx_cluster *c)
@@ -1507,7 +976,7 @@ uint64_t fx_cluster_first_offset(fx_cluster *c, const char *tenant, const char *
                                  const char *stream)
 {
     pthread_mutex_lock(&c->mu);
-    owner *o = owner_find(c, tenant, ns, stream);
+    owner *o = fxcl_owner_find(c, tenant, ns, stream);
     uint64_t e = o != NULL && o->state == OW_OWNED && strcmp(o->node, c->node_id) == 0 ? o->epoch
                                                                                        : 0;
     pthread_mutex_unlock(&c->mu);
@@ -1520,7 +989,7 @@ static void route_remote(fx_cluster *c, fx_cluster_route *out, const char *id, u
     out->kind = FX_CLUSTER_REMOTE;
     out->epoch = epoch;
     snprintf(out->node_id, sizeof(out->node_id), "%s", id);
-    node *n = node_find(c, id);
+    node *n = fxcl_node_find(c, id);
     if (n != NULL) {
         snprintf(out->addr, sizeof(out->addr), "%s", n->info.addr);
         snprintf(out->internal, sizeof(out->internal), "%s", n->info.internal);
@@ -1586,9 +1055,10 @@ void fx_cluster_route_stream(fx_cluster *c, const char *tenant, const char *ns, 
                      o->why[0] ? o->why : "stream owner unavailable; retry");
             break;
         }
-        if (o->state == OW_NONE && !asked && !durable && o->ho && node_find(c, o->ho_to) != NULL) {
+        if (o->state == OW_NONE && !asked && !durable && handoff_takes(c, o)) {
             /* A graceful move named its destination: it is the candidate
-             * while the handoff record exists (it claims eagerly). */
+             * while the handoff record exists and it is below its cap (it
+             * claims eagerly). */
             if (strcmp(o->ho_to, c->node_id) != 0) {
                 route_remote(c, out, o->ho_to, (uint64_t)o->ho_epoch + 1);
                 FX_COUNTER_INC(cluster_routes_remote);
@@ -1617,7 +1087,7 @@ void fx_cluster_route_stream(fx_cluster *c, const char *tenant, const char *ns, 
             ssize_t pick = kl < 0 ? -1
                                   : fx_place_pick(pn, c->nnodes, key, (size_t)kl,
                                                   c->n_owned_total, c->o.load_factor);
-            if (pick < 0 && node_find(c, c->node_id) == NULL) {
+            if (pick < 0 && fxcl_node_find(c, c->node_id) == NULL) {
                 snprintf(out->why, sizeof(out->why),
                          "stream owner unavailable: no node is registered yet");
                 break;
@@ -1658,95 +1128,6 @@ void fx_cluster_route_stream(fx_cluster *c, const char *tenant, const char *ns, 
     pthread_mutex_unlock(&c->mu);
 }
 
-char *fx_cluster_status_json(fx_cluster *c)
-{
-    json_t *root = json_object();
-    json_t *nodes = json_array();
-    json_t *streams = json_array();
-    if (root == NULL || nodes == NULL || streams == NULL) {
-        json_decref(root);
-        json_decref(nodes);
-        json_decref(streams);
-        return NULL;
-    }
-    uint64_t dl = atomic_load(&c->deadline_ns), now = boottime_ns();
-    json_object_set_new(root, "cluster", json_string(c->name));
-    json_object_set_new(root, "node_id", json_string(c->node_id));
-    json_object_set_new(root, "serving", json_boolean(fx_cluster_serving(c)));
-    json_object_set_new(root, "registered", json_boolean(atomic_load(&c->registered)));
-    json_object_set_new(root, "lease", json_sprintf("%" PRIx64, (uint64_t)atomic_load(&c->lease)));
-    json_object_set_new(root, "incarnation", json_integer(atomic_load(&c->incarnation)));
-    json_object_set_new(root, "lease_ttl_s", json_integer(c->ttl_s ? c->ttl_s : c->o.lease_ttl_s));
-    json_object_set_new(root, "deadline_in_ms",
-                        json_integer(dl > now ? (json_int_t)((dl - now) / 1000000ull) : 0));
-    json_t *counters = json_pack(
-        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "claims_won",
-        (json_int_t)atomic_load(&c->claims_won), "claims_lost",
-        (json_int_t)atomic_load(&c->claims_lost), "claims_refused",
-        (json_int_t)atomic_load(&c->claims_refused), "claims_error",
-        (json_int_t)atomic_load(&c->claims_error), "releases", (json_int_t)atomic_load(&c->releases),
-        "renewals_ok", (json_int_t)atomic_load(&c->renew_ok), "renewals_failed",
-        (json_int_t)atomic_load(&c->renew_failed), "leases_lost",
-        (json_int_t)atomic_load(&c->leases_lost), "suspensions",
-        (json_int_t)atomic_load(&c->suspensions), "late_appends",
-        (json_int_t)atomic_load(&c->late_appends), "watch_restarts",
-        (json_int_t)atomic_load(&c->watch_restarts), "moves_started",
-        (json_int_t)atomic_load(&c->moves_started), "moves_done",
-        (json_int_t)atomic_load(&c->moves_done), "moves_failed",
-        (json_int_t)atomic_load(&c->moves_failed), "handoff_claims",
-        (json_int_t)atomic_load(&c->handoff_claims), "moving_refused",
-        (json_int_t)atomic_load(&c->moving_refused));
-    pthread_mutex_lock(&c->mu);
-    if (c->status_why[0] != '\0')
-        json_object_set_new(root, "why", json_string(c->status_why));
-    for (size_t i = 0; i < c->nnodes; i++) {
-        const node *n = &c->nodes[i];
-        json_t *jn = json_pack("{s:s,s:s,s:I,s:I,s:I}", "node_id", n->id, "addr", n->info.addr,
-                               "weight", (json_int_t)n->info.weight, "incarnation",
-                               (json_int_t)n->create_rev, "streams",
-                               (json_int_t)n->owned);
-        if (jn != NULL && n->info.admin[0] != '\0')
-            json_object_set_new(jn, "admin", json_string(n->info.admin));
-        if (jn != NULL && n->info.internal[0] != '\0')
-            json_object_set_new(jn, "internal", json_string(n->info.internal));
-        if (jn != NULL)
-            json_object_set_new(jn, "lease", json_sprintf("%" PRIx64, (uint64_t)n->lease));
-        json_array_append_new(nodes, jn);
-    }
-    for (size_t b = 0; b < OWNER_BUCKETS; b++)
-        for (owner *o = c->buckets[b]; o != NULL; o = o->next)
-            if (o->state == OW_OWNED)
-                json_array_append_new(streams,
-                                      json_pack("{s:s,s:s,s:s,s:s,s:I}", "tenant", o->t,
-                                                "namespace", o->ns, "stream", o->s, "node",
-                                                o->node, "epoch", (json_int_t)o->epoch));
-    const fx_etcd_stats *es = &c->etcd_stats;
-    json_t *etcd = json_pack(
-        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "range",
-        (json_int_t)es->requests[FX_ETCD_KIND_RANGE], "put", (json_int_t)es->requests[FX_ETCD_KIND_PUT],
-        "delete", (json_int_t)es->requests[FX_ETCD_KIND_DELETE], "txn",
-        (json_int_t)es->requests[FX_ETCD_KIND_TXN], "lease_grant",
-        (json_int_t)es->requests[FX_ETCD_KIND_LEASE_GRANT], "keepalive",
-        (json_int_t)es->requests[FX_ETCD_KIND_LEASE_KEEPALIVE], "watch",
-        (json_int_t)es->requests[FX_ETCD_KIND_WATCH], "errors",
-        (json_int_t)(es->err_connect + es->err_timeout + es->err_tls + es->err_remote +
-                     es->err_proto + es->err_too_big),
-        "no_leader", (json_int_t)es->err_no_leader, "failovers", (json_int_t)es->failovers,
-        "latency_count", (json_int_t)es->latency_count, "latency_ns_sum",
-        (json_int_t)es->latency_ns_sum);
-    if (etcd != NULL)
-        json_object_set_new(root, "etcd_requests", etcd);
-    json_object_set_new(root, "streams_placed", json_integer((json_int_t)c->n_owned_total));
-    json_object_set_new(root, "streams_here", json_integer((json_int_t)c->n_owned_here));
-    pthread_mutex_unlock(&c->mu);
-    json_object_set_new(root, "nodes", nodes);
-    json_object_set_new(root, "streams", streams);
-    if (counters != NULL)
-        json_object_set_new(root, "counters", counters);
-    char *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(root);
-    return out;
-}
 
 /* ---- lifecycle ------------------------------------------------------------------- */
 
@@ -1756,8 +1137,6 @@ static void start_task(void *user)
     fx_timer_init(&c->ka_timer, ka_fire, c);
     fx_timer_init(&c->reg_timer, reg_fire, c);
     fx_timer_init(&c->list_timer, list_fire, c);
-    fx_timer_init(&c->move_timer, move_timer_fire, c);
-    fx_timer_init(&c->join_timer, join_fire, c);
     c->rng = fnv(c->node_id, c->name, "rng") ^ fx_now_ns();
     if (c->rng == 0)
         c->rng = 1;
@@ -1786,7 +1165,7 @@ int fx_cluster_start(fx_cluster *c)
         return rv;
     }
     fx_task_init(&c->claim_task, claim_run, c);
-    fx_task_init(&c->move_task, move_task_run, c);
+    fxcl_moves_init(c);
     rv = fx_loop_start(c->loop);
     if (rv != 0) {
         fx_etcd_free(c->etcd);
@@ -1852,8 +1231,7 @@ void fx_cluster_free(fx_cluster *c)
     fx_loop_free(c->loop);
     /* Moves queued or under way at the stop: their txn ended without its
      * callback (fx_etcd_free). */
-    while (c->moves != NULL)
-        move_unlink(c, c->moves);
+    fxcl_moves_free(c);
     for (size_t b = 0; b < OWNER_BUCKETS; b++)
         for (owner *o = c->buckets[b], *next; o != NULL; o = next) {
             next = o->next;

@@ -2,9 +2,10 @@
  * (scripts/etcd.sh): many threads asking for routes at once while the
  * cluster threads claim (each stream ends owned by exactly one node, which
  * both name; one winning claim per stream), and a lease revoked behind a
- * node's back (it releases what it owned and registers again). Also run
- * under ThreadSanitizer: the routes are read by other threads than the
- * cluster thread that writes the tables. */
+ * node's back (it releases what it owned and registers again), and a move
+ * to a node at its bounded-load cap (placement, not the destination, takes
+ * it). Also run under ThreadSanitizer: the routes are read by other threads
+ * than the cluster thread that writes the tables. */
 /* fx-test-libs: fx_cluster fx_client fx_quic fx_wire fx_base */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -45,6 +46,14 @@ static void on_release(const char *t, const char *ns, const char *s, void *user)
     atomic_fetch_add(&E.released[(intptr_t)user], 1);
 }
 
+/* The broker's freeze, at once: nothing to drain, the tail is 0. */
+static void freeze_now(const char *t, const char *ns, const char *s, fx_cluster_frozen_cb done,
+                       void *arg, void *user)
+{
+    (void)t, (void)ns, (void)s, (void)user;
+    done(arg, 0, 0);
+}
+
 static fx_cluster *node(int i)
 {
     const char *eps[1] = {E.url};
@@ -53,7 +62,8 @@ static fx_cluster *node(int i)
     snprintf(adv, sizeof(adv), "127.0.0.1:%d", 15001 + i); /* only named, never dialled */
     fx_cluster_opts o = {.endpoints = eps, .n_endpoints = 1, .name = "tsan", .node_id = id,
                          .advertise = adv, .lease_ttl_s = 2, .margin_ms = 500,
-                         .on_release = on_release, .user = (void *)(intptr_t)i};
+                         .on_release = on_release, .freeze = freeze_now, .move_rate = 1000,
+                         .user = (void *)(intptr_t)i};
     fx_cluster *c = NULL;
     if (fx_cluster_new(&c, &o, why, sizeof(why)) != 0)
         fail_msg("fx_cluster_new: %s", why);
@@ -286,6 +296,61 @@ static void test_two_nodes_racing_to_claim_one_stream_exactly_one_wins_every_tim
     assert_int_equal(counter(E.c[0], "claims_won") + counter(E.c[1], "claims_won"), 40);
 }
 
+/* A move to a node at its bounded-load cap: the destination does not claim
+ * it from the handoff record (as placement would not pick it); placement
+ * does, and the owner it picks still takes the record's end. */
+static void test_a_handoff_to_a_node_at_its_cap_goes_by_placement(void **state)
+{
+    (void)state;
+    fx_cluster_route r;
+    /* n2 owns 6 durable streams (a durable claim stays where it is asked),
+     * past the cap of 6 placed, ceil(1.25 x 7 / 2) = 5. */
+    for (int k = 0; k < 6; k++) {
+        char name[16];
+        snprintf(name, sizeof(name), "d%d", k);
+        fx_cluster_route_stream(E.c[1], "t1", "ns", name, true, &r);
+        if (r.kind != FX_CLUSTER_LOCAL)
+            fail_msg("%s: n2 did not claim it: %s", name, r.why);
+    }
+    fx_cluster_route_stream(E.c[0], "t1", "ns", "mv", false, &r);
+    assert_int_equal(r.kind, FX_CLUSTER_LOCAL);
+    /* n1 sees n2's six before the move (placement reads the counts). */
+    uint64_t until = fx_now_ns() + 5000000000ull;
+    for (;;) {
+        char *j = fx_cluster_status_json(E.c[0]);
+        assert_non_null(j);
+        json_t *v = json_loads(j, 0, NULL);
+        free(j);
+        json_int_t placed = json_integer_value(json_object_get(v, "streams_placed"));
+        json_decref(v);
+        if (placed == 7)
+            break;
+        if (fx_now_ns() > until)
+            fail_msg("n1 sees %lld streams placed, not 7", (long long)placed);
+        usleep(20 * 1000);
+    }
+    char why[256];
+    assert_int_equal(fx_cluster_move(E.c[0], "t1", "ns", "mv", "n2", why, sizeof(why)), 0);
+    while (counter(E.c[0], "moves_done") + counter(E.c[0], "moves_failed") == 0) {
+        if (fx_now_ns() > until)
+            fail_msg("the move did not end");
+        usleep(20 * 1000);
+    }
+    assert_int_equal(counter(E.c[0], "moves_done"), 1);
+    usleep(500 * 1000); /* n2's watch shows the handoff: it claims nothing */
+    assert_int_equal(counter(E.c[1], "claims_won"), 6);
+    fx_cluster_route_stream(E.c[1], "t1", "ns", "mv", false, &r);
+    assert_int_equal(r.kind, FX_CLUSTER_REMOTE);
+    assert_string_equal(r.node_id, "n1");
+    fx_cluster_route_stream(E.c[0], "t1", "ns", "mv", false, &r);
+    assert_int_equal(r.kind, FX_CLUSTER_LOCAL);
+    /* The claim read the record (counted just after the route's wake-up). */
+    until = fx_now_ns() + 2000000000ull;
+    while (counter(E.c[0], "handoff_claims") == 0 && fx_now_ns() < until)
+        usleep(10 * 1000);
+    assert_int_equal(counter(E.c[0], "handoff_claims"), 1);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_routes_asked_from_many_threads_name_one_owner_per_stream,
                                     up, down),
@@ -293,5 +358,7 @@ static const struct CMUnitTest tests[] = {
                                     up, down),
     cmocka_unit_test_setup_teardown(
         test_two_nodes_racing_to_claim_one_stream_exactly_one_wins_every_time, up, down),
+    cmocka_unit_test_setup_teardown(test_a_handoff_to_a_node_at_its_cap_goes_by_placement, up,
+                                    down),
 };
 FX_TEST_MAIN(tests)
