@@ -349,7 +349,7 @@ static char *node_value(fx_cluster *c, size_t *plen)
     snprintf(n.server_name, sizeof(n.server_name), "%s", c->server_name ? c->server_name : "");
     snprintf(n.admin, sizeof(n.admin), "%s", c->admin ? c->admin : "");
     n.weight = c->o.weight;
-    n.features = 0x1u | 0x2u; /* FEATURE_TOPOLOGY, FEATURE_REDIRECT */
+    n.features = 0x2u | 0x1000u; /* what auth_ok offers: FEATURE_REDIRECT, FEATURE_SHARD_MOVED */
     return fx_place_node_encode(&n, plen);
 }
 
