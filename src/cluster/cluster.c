@@ -406,6 +406,21 @@ static void reg_fire(fx_loop *l, fx_timer *t, void *user)
 
 /* ---- the view: listing and watch -------------------------------------------- */
 
+/* Marks |o| as being claimed by this node (|durable|: its pin is compared)
+ * and queues it for the claim task, once. mu, or the cluster thread. */
+static void claim_start(fx_cluster *c, owner *o, bool durable)
+{
+    o->state = OW_CLAIMING;
+    o->durable = durable;
+    o->retries = 0;
+    if (!o->queued) {
+        o->queued = true;
+        o->claim_next = c->claims;
+        c->claims = o;
+    }
+    fx_loop_post(c->loop, &c->claim_task);
+}
+
 /* Whether |o|'s handoff record names the stream's candidate: its
  * destination is a live node below the bounded-load cap, as a node that
  * placement picks must be (fx_place_pick). A destination at its cap does not
@@ -433,15 +448,7 @@ static void claim_handoff(fx_cluster *c, owner *o)
                     o->t, o->ns, o->s);
         return;
     }
-    o->state = OW_CLAIMING;
-    o->durable = false;
-    o->retries = 0;
-    if (!o->queued) {
-        o->queued = true;
-        o->claim_next = c->claims;
-        c->claims = o;
-    }
-    fx_loop_post(c->loop, &c->claim_task);
+    claim_start(c, o, false);
 }
 
 /* Applies one key (|value| NULL: deleted) to the tables. Cluster thread, mu held. */
@@ -1064,15 +1071,7 @@ void fx_cluster_route_stream(fx_cluster *c, const char *tenant, const char *ns, 
                 FX_COUNTER_INC(cluster_routes_remote);
                 break;
             }
-            o->state = OW_CLAIMING;
-            o->durable = false;
-            o->retries = 0;
-            if (!o->queued) {
-                o->queued = true;
-                o->claim_next = c->claims;
-                c->claims = o;
-            }
-            fx_loop_post(c->loop, &c->claim_task);
+            claim_start(c, o, false);
             asked = true;
         }
         if (o->state == OW_NONE) {
@@ -1095,15 +1094,7 @@ void fx_cluster_route_stream(fx_cluster *c, const char *tenant, const char *ns, 
             if (durable || pick < 0 || strcmp(c->nodes[pick].id, c->node_id) == 0) {
                 /* This node claims (a durable stream only here, where its
                  * log is; its pin decides). */
-                o->state = OW_CLAIMING;
-                o->durable = durable;
-                o->retries = 0;
-                if (!o->queued) {
-                    o->queued = true;
-                    o->claim_next = c->claims;
-                    c->claims = o;
-                }
-                fx_loop_post(c->loop, &c->claim_task);
+                claim_start(c, o, durable);
                 asked = true;
             } else {
                 /* Unclaimed: the candidate will claim the next epoch, so
