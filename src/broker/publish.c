@@ -98,10 +98,14 @@ static bool forward(fxb_bidi *s, fx_wire_slice ns, fx_wire_slice stream,
     nsz[ns.len] = '\0';
     memcpy(sz, stream.ptr, stream.len);
     sz[stream.len] = '\0';
-    fx_forward_iov *iov = malloc((count ? count : 1) * sizeof(*iov));
+    /* The payloads are copied by fx_forward_publish (or handed over at once
+     * on its fast path): their list lives on the stack unless it is long. */
+    fx_forward_iov small[16];
+    fx_forward_iov *iov = count <= 16 ? small : malloc(count * sizeof(*iov));
     fxb_reply *r = NULL;
     if (iov == NULL || (acked && (r = fxb_reply_new(s, binary, rid)) == NULL)) {
-        free(iov);
+        if (iov != small)
+            free(iov);
         fxb_bidi_fail(s, "out of memory for a forwarded publish");
         return true;
     }
@@ -113,7 +117,8 @@ static bool forward(fxb_bidi *s, fx_wire_slice ns, fx_wire_slice stream,
     const char *to = route->internal[0] ? route->internal : route->addr;
     int rv = fx_forward_publish(f, to, s->tenant, s->fwd_token, nsz, sz, iov, count, acked,
                                 acked ? forwarded_acked : forwarded_unacked, r);
-    free(iov);
+    if (iov != small)
+        free(iov);
     if (rv == 0) {
         FX_COUNTER_INC(cluster_forwards);
         return true;
